@@ -1,0 +1,174 @@
+"""The cost ledger: one for generator and judge calls, reserve before, settle after.
+
+Why by hand: no library offers a reservation ledger with a hard cap. The rule is
+simple and must be exact: before a paid call, reserve its worst case (input and output
+ceilings at the model's price) under one lock, and refuse when committed + reserved
+would pass the cap; after the call, settle with the usage the response reports. A
+response that reports more than its reservation means a ceiling did not reach the API,
+and the run stops. Every change is appended to `ledger.jsonl` and flushed.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import BudgetExhausted, CeilingBreached, InputError
+from .records import Price, Usage
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A held worst-case amount for one call; settle or release it exactly once."""
+
+    id: int
+    role: str  # "generator" | "judge"
+    model: str
+    price: Price
+    tokens_in: int
+    tokens_out: int
+    amount_usd: float
+    key: str = ""  # e.g. "case/arm/index", for the ledger file
+
+
+class Ledger:
+    """Reserve/settle accounting under one lock, persisted to `path` as JSON lines.
+
+    `committed_usd` is what settled calls cost; `reserved_usd` what calls in flight may
+    still cost. The invariant: committed + reserved <= cap at every moment.
+    """
+
+    def __init__(self, cap_usd: float, path: str | Path | None = None, *, committed_usd: float = 0.0) -> None:
+        if not cap_usd or cap_usd <= 0:
+            raise InputError(f"cost_cap_usd must be positive, got {cap_usd!r}")
+        self.cap_usd = float(cap_usd)
+        self.committed_usd = float(committed_usd)
+        self.reserved_usd = 0.0
+        self.avoided_usd = 0.0
+        self.calls = 0
+        self.refused = 0
+        self._ids = itertools.count(1)
+        self._open: dict[int, Reservation] = {}
+        self._lock = threading.Lock()  # a thread lock also serialises asyncio tasks
+        self._path = Path(path) if path is not None else None
+        self._fh = open(self._path, "a", encoding="utf-8") if self._path else None
+
+    @classmethod
+    def resume(cls, cap_usd: float, path: str | Path) -> "Ledger":
+        """Open an existing ledger file and carry its committed spend forward.
+
+        Reservations left open by a killed run are counted as spent: the call may have
+        been billed even though its answer was lost.
+        """
+        committed = 0.0
+        open_amounts: dict[int, float] = {}
+        p = Path(path)
+        if p.exists():
+            for raw in p.read_text(encoding="utf-8").splitlines():
+                try:
+                    ev = json.loads(raw)
+                except json.JSONDecodeError:
+                    continue  # a torn last line from a kill
+                kind = ev.get("event")
+                if kind == "reserve":
+                    open_amounts[(ev.get("run_epoch", 0), ev["id"])] = ev["amount_usd"]
+                elif kind in ("settle", "release"):
+                    open_amounts.pop((ev.get("run_epoch", 0), ev["id"]), None)
+                    committed += ev.get("cost_usd", 0.0)
+            committed += sum(open_amounts.values())
+        led = cls(cap_usd, p, committed_usd=committed)
+        led._epoch = int(time.time() * 1000)
+        return led
+
+    _epoch = 0
+
+    @staticmethod
+    def worst_case(price: Price, tokens_in: int, tokens_out: int) -> float:
+        return price.cost(tokens_in, tokens_out)
+
+    def reserve(self, role: str, model: str, price: Price, tokens_in: int, tokens_out: int, key: str = "") -> Reservation:
+        """Hold the worst case of one call, or raise `BudgetExhausted`."""
+        if price is None:
+            raise InputError(f"no price for model {model!r}: refusing to run")
+        amount = price.cost(tokens_in, tokens_out)
+        with self._lock:
+            if self.committed_usd + self.reserved_usd + amount > self.cap_usd + 1e-12:
+                self.refused += 1
+                self._write({"event": "refuse", "role": role, "model": model, "key": key,
+                             "amount_usd": amount, "committed_usd": self.committed_usd,
+                             "reserved_usd": self.reserved_usd, "cap_usd": self.cap_usd})
+                raise BudgetExhausted(
+                    f"budget exhausted: committed ${self.committed_usd:.6f} + reserved "
+                    f"${self.reserved_usd:.6f} + this call ${amount:.6f} > cap ${self.cap_usd:.6f}")
+            r = Reservation(next(self._ids), role, model, price, tokens_in, tokens_out, amount, key)
+            self._open[r.id] = r
+            self.reserved_usd += amount
+            self._write({"event": "reserve", "id": r.id, "role": role, "model": model, "key": key,
+                         "tokens_in": tokens_in, "tokens_out": tokens_out, "amount_usd": amount})
+            return r
+
+    def settle(self, r: Reservation, usage: Usage) -> float:
+        """Commit the real cost of a finished call and free its reservation.
+
+        Raises `CeilingBreached` (after committing the real cost) when the response
+        reports more tokens than were reserved.
+        """
+        cost = r.price.cost(usage.prompt_tokens, usage.completion_tokens)
+        breached = usage.prompt_tokens > r.tokens_in or usage.completion_tokens > r.tokens_out
+        with self._lock:
+            self._close(r)
+            self.committed_usd += cost
+            self.calls += 1
+            self._write({"event": "settle", "id": r.id, "role": r.role, "model": r.model, "key": r.key,
+                         "prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
+                         "cost_usd": cost, "committed_usd": self.committed_usd, "breach": breached})
+        if breached:
+            raise CeilingBreached(
+                f"ceiling breached: {r.model} reported {usage.prompt_tokens} in / {usage.completion_tokens} out "
+                f"tokens, reserved {r.tokens_in} / {r.tokens_out}")
+        return cost
+
+    def settle_failed(self, r: Reservation, usage: Usage | None = None, reason: str = "") -> float:
+        """Close a reservation for a call that failed. A failed attempt is still a paid
+        call when the server reported usage; with no usage it costs 0 (the endpoint
+        returned an error before generating)."""
+        cost = r.price.cost(usage.prompt_tokens, usage.completion_tokens) if usage else 0.0
+        with self._lock:
+            self._close(r)
+            self.committed_usd += cost
+            self.calls += 1
+            self._write({"event": "release", "id": r.id, "role": r.role, "model": r.model, "key": r.key,
+                         "cost_usd": cost, "reason": reason, "committed_usd": self.committed_usd})
+        return cost
+
+    def record_avoided(self, amount_usd: float, key: str = "") -> None:
+        """A cache hit: $0 spent, `amount_usd` avoided."""
+        with self._lock:
+            self.avoided_usd += amount_usd
+            self._write({"event": "cache_hit", "key": key, "cost_usd": 0.0, "avoided_usd": amount_usd})
+
+    @property
+    def spent_usd(self) -> float:
+        return self.committed_usd
+
+    def close(self) -> None:
+        if self._fh:
+            self._fh.close()
+            self._fh = None
+
+    def _close(self, r: Reservation) -> None:
+        if self._open.pop(r.id, None) is None:
+            raise RuntimeError(f"reservation {r.id} settled twice")
+        self.reserved_usd = max(0.0, self.reserved_usd - r.amount_usd)
+
+    def _write(self, event: dict) -> None:
+        if self._fh is None:
+            return
+        event = {"t": round(time.time(), 3), "run_epoch": self._epoch, **event}
+        self._fh.write(json.dumps(event) + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno()) if os.environ.get("EVALKIT_FSYNC") else None
