@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from . import _cmd_suite, _cmd_run, _cmd_grade, _cmd_stats, _cmd_dataset, _cmd_ingest, _cmd_report
+from . import _cmd_suite, _cmd_run, _cmd_serve, _cmd_grade, _cmd_stats, _cmd_dataset, _cmd_ingest, _cmd_report
 from .errors import EvalkitError
 
 
@@ -29,7 +29,7 @@ def main() -> None:
     """evalkit: measure prompts, skills and agents with numbers you can defend."""
 
 
-for _mod in (_cmd_suite, _cmd_run, _cmd_grade, _cmd_stats, _cmd_dataset, _cmd_ingest, _cmd_report):
+for _mod in (_cmd_suite, _cmd_run, _cmd_serve, _cmd_grade, _cmd_stats, _cmd_dataset, _cmd_ingest, _cmd_report):
     for _cmd in _mod.COMMANDS:
         main.add_command(_cmd)
 
