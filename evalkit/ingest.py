@@ -1,0 +1,626 @@
+"""Bring your own results: turn another harness's output into an evalkit run folder.
+
+Supported sources, read directly from their files (no other tool needs to be
+installed): inspect-ai logs (`.eval` zip archives and `.json`), promptfoo's JSON output
+(`promptfoo eval -o results.json`), tau-bench-style trial files (one JSON record per
+task and trial with a reward), and an agent-evals outputs folder with its `evals.json`.
+
+The run folder written here is the one `evalkit run` + `evalkit grade` write
+(docs/formats.md): `config.json` (marked with the source and the original file's
+sha256), `results.jsonl`, `samples/...`, `grades.jsonl`, `summary.json`, `summary.md`.
+So `report`, `compare`, `gate` and the notebooks read it like any run. Nothing is
+written until the whole source has been read and checked: the folder is built under a
+temporary name and renamed into place.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import shutil
+import tempfile
+import zipfile
+import zlib
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+from .records import CheckResult, Grade, Sample, Usage
+from .runs import GRADES, RunFolder, iter_jsonl, write_atomic
+from .suite import case_id_problem
+
+FORMATS = ("inspect", "promptfoo", "tau-bench", "agent-evals")
+INSPECT_LOG_VERSIONS = (1, 2)  # inspect-ai's EvalLog.version values this reader knows
+PROMPTFOO_RESULT_VERSIONS = (2, 3)
+REWARD_TOL = 1e-6
+MAX_SOURCE_BYTES = 512 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Ingested:
+    """Another tool's results, read and checked, ready to be written as a run folder."""
+
+    source: str
+    source_file: str
+    source_sha256: str
+    name: str
+    samples: tuple[Sample, ...]
+    grades: tuple[Grade, ...]
+    complete: bool = True
+    reason: str | None = None
+    expected_keys: int = 0  # (case, arm, index) keys the source planned, when it says
+    models: dict[str, str] = field(default_factory=dict)  # arm -> model
+    notes: tuple[str, ...] = ()
+
+    @property
+    def arms(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(s.arm for s in self.samples))
+
+    @property
+    def cases(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(s.case_id for s in self.samples))
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    if path.is_dir():
+        for p in sorted(path.rglob("*")):
+            if p.is_file():
+                h.update(str(p.relative_to(path)).encode())
+                h.update(p.read_bytes())
+        return h.hexdigest()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _case_id(raw: Any, where: str, path: Path) -> str:
+    """The source's sample id as an evalkit case id (ids become folder names)."""
+    cid = str(raw)
+    problem = case_id_problem(cid)
+    if problem:
+        # Keep the id readable but safe, and unique through a short hash of the original.
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", cid).strip("._")[:100] or "case"
+        cid = f"{slug}-{hashlib.sha1(str(raw).encode()).hexdigest()[:8]}"
+    return cid
+
+
+def _read_json(path: Path, data: bytes | None = None, member: str | None = None) -> Any:
+    where = f"{path}!{member}" if member else str(path)
+    try:
+        text = (data if data is not None else path.read_bytes()).decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 at byte {exc.start}", where) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"not valid JSON: {exc.msg}", where, exc.lineno) from None
+
+
+def _usage(d: dict | None) -> Usage:
+    d = d or {}
+    return Usage(int(d.get("prompt_tokens", d.get("input_tokens", d.get("prompt", 0))) or 0),
+                 int(d.get("completion_tokens", d.get("output_tokens", d.get("completion", 0))) or 0))
+
+
+def _check_source(path: Path) -> None:
+    if not path.exists():
+        raise InputError("file not found", path)
+    if path.is_file() and path.stat().st_size > MAX_SOURCE_BYTES:
+        raise InputError(f"file is over {MAX_SOURCE_BYTES // (1 << 20)} MiB", path)
+    if path.is_file() and path.stat().st_size == 0:
+        raise InputError("file is empty", path)
+
+
+def detect_format(path: str | Path) -> str:
+    """Guess the source format from the file: a zip is an inspect `.eval`, JSON with
+    `eval` + `samples` is an inspect `.json` log, JSON with `results.results` is
+    promptfoo, JSON lines with `task_id`/`reward` are tau-bench trials, and a folder is
+    an agent-evals outputs folder."""
+    p = Path(path)
+    _check_source(p)
+    if p.is_dir():
+        return "agent-evals"
+    with open(p, "rb") as fh:
+        head = fh.read(4)
+    if head.startswith(b"PK"):
+        return "inspect"
+    if p.suffix == ".eval":
+        return "inspect"
+    if p.suffix == ".jsonl":
+        return "tau-bench"
+    data = _read_json(p)
+    if isinstance(data, dict) and "eval" in data and ("samples" in data or "version" in data):
+        return "inspect"
+    if isinstance(data, dict) and isinstance(data.get("results"), dict) and "results" in data["results"]:
+        return "promptfoo"
+    if isinstance(data, list) and data and isinstance(data[0], dict) and "reward" in data[0]:
+        return "tau-bench"
+    raise InputError("unrecognised results format: pass --format "
+                     f"({', '.join(FORMATS)})", p)
+
+
+# ----------------------------------------------------------------------------- inspect
+
+
+def _inspect_pass(value: Any, threshold: float | None, where: str, path: Path) -> tuple[bool, str]:
+    """Map an inspect score value to pass/fail.
+
+    Letter grades follow inspect's own `value_to_float`: C (correct) passes, I
+    (incorrect), N (no answer) fail; P (partial, 0.5) passes only under a threshold
+    <= 0.5. Numbers and booleans: 1/0 (or True/False) directly, anything else needs a
+    threshold from the user (pass when value >= threshold).
+    """
+    letters = {"C": 1.0, "I": 0.0, "P": 0.5, "N": 0.0}
+    if isinstance(value, bool):
+        num = 1.0 if value else 0.0
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        num = float(value)
+    elif isinstance(value, str) and value.strip().upper() in letters:
+        num = letters[value.strip().upper()]
+    elif isinstance(value, str):
+        try:
+            num = float(value)
+        except ValueError:
+            raise InputError(f"score value {value!r} is neither C/I/P/N nor a number", path,
+                             json_path=where) from None
+    else:
+        raise InputError(f"score value of type {type(value).__name__} cannot be mapped to pass/fail "
+                         "(a dict of several values needs one scorer value: not supported)", path,
+                         json_path=where)
+    if threshold is not None:
+        return num >= threshold, f"value={value!r} threshold={threshold:g}"
+    if num in (0.0, 1.0):
+        return num == 1.0, f"value={value!r}"
+    raise InputError(f"score value {value!r} is not 0/1 or C/I: give --threshold to map it to pass/fail",
+                     path, json_path=where)
+
+
+ZIP_ZSTD = 93  # the zip method id for Zstandard, which inspect-ai writes since 0.3.1xx
+
+
+def _zip_member(p: Path, zf: zipfile.ZipFile, name: str) -> bytes:
+    """One member's bytes, CRC-checked. Why by hand: Python's zipfile (before 3.14) has
+    no Zstandard method, and inspect-ai writes `.eval` archives with it, so those members
+    are read raw from the archive and decompressed with the `zstandard` package."""
+    info = zf.getinfo(name)
+    try:
+        if info.compress_type != ZIP_ZSTD:
+            return zf.read(name)
+        import struct
+
+        import zstandard
+
+        with open(p, "rb") as fh:
+            fh.seek(info.header_offset)
+            local = fh.read(30)
+            if len(local) < 30 or local[:4] != b"PK\x03\x04":
+                raise InputError(f"corrupt local header for {name}", p)
+            name_len, extra_len = struct.unpack("<HH", local[26:30])
+            fh.seek(info.header_offset + 30 + name_len + extra_len)
+            raw = fh.read(info.compress_size)
+        if len(raw) != info.compress_size:
+            raise InputError(f"truncated .eval archive: member {name} is cut short", p)
+        data = zstandard.ZstdDecompressor().decompress(raw, max_output_size=max(info.file_size, 1))
+    except (zipfile.BadZipFile, EOFError, zlib.error, ValueError, RuntimeError) as exc:
+        raise InputError(f"truncated or corrupt .eval archive (member {name}): {exc}", p) from None
+    except Exception as exc:  # zstandard.ZstdError and similar decoder failures
+        if exc.__class__.__name__ == "ZstdError":
+            raise InputError(f"corrupt .eval archive (member {name}): {exc}", p) from None
+        raise
+    if zlib.crc32(data) & 0xFFFFFFFF != info.CRC:
+        raise InputError(f"corrupt .eval archive: CRC mismatch in {name}", p)
+    return data
+
+
+def _inspect_parts(p: Path) -> tuple[dict, list[dict]]:
+    """(header, samples) from an inspect log, `.eval` (zip) or `.json`."""
+    with open(p, "rb") as fh:
+        is_zip = fh.read(2) == b"PK"
+    if not is_zip:
+        data = _read_json(p)
+        if not isinstance(data, dict):
+            raise InputError("an inspect log must be a JSON object", p, json_path="$")
+        return data, list(data.get("samples") or [])
+    try:
+        with zipfile.ZipFile(p) as zf:
+            names = zf.namelist()
+            if "header.json" in names:
+                header = _read_json(p, _zip_member(p, zf, "header.json"), "header.json")
+            elif "_journal/start.json" in names:
+                header = _read_json(p, _zip_member(p, zf, "_journal/start.json"), "_journal/start.json")
+                header.setdefault("status", "started")
+            else:
+                raise InputError("not an inspect .eval archive (no header.json)", p)
+            samples = [_read_json(p, _zip_member(p, zf, n), n) for n in sorted(names)
+                       if n.startswith("samples/") and n.endswith(".json")]
+    except zipfile.BadZipFile as exc:
+        raise InputError(f"truncated or corrupt .eval archive: {exc}", p) from None
+    return header, samples
+
+
+def read_inspect_log(path: str | Path, *, threshold: float | None = None, scorer: str | None = None,
+                     arm: str | None = None) -> Ingested:
+    """Read an inspect-ai log: one evalkit sample per (sample, epoch).
+
+    The arm is the log's model unless `arm` is given; the pass/fail of each sample is
+    the chosen scorer's value (the first scorer when `scorer` is None).
+    """
+    p = Path(path)
+    _check_source(p)
+    header, raw_samples = _inspect_parts(p)
+    version = header.get("version")
+    if version not in INSPECT_LOG_VERSIONS:
+        raise InputError(f"unknown inspect log format version {version!r} (known: "
+                         f"{', '.join(map(str, INSPECT_LOG_VERSIONS))})", p, json_path="$.version")
+    spec = header.get("eval") or {}
+    model = str(spec.get("model") or "unknown-model")
+    arm_name = arm or model.replace("/", "_")
+    task = str(spec.get("task") or p.stem)
+    epochs = int((spec.get("config") or {}).get("epochs") or 1)
+    n_dataset = int((spec.get("dataset") or {}).get("samples") or 0)
+    status = header.get("status")
+    samples: list[Sample] = []
+    grades: list[Grade] = []
+    seen: set[tuple[str, int]] = set()
+    for i, s in enumerate(raw_samples):
+        where = f"$.samples[{i}]"
+        if "id" not in s or "epoch" not in s:
+            raise InputError("sample without id or epoch", p, json_path=where)
+        cid = _case_id(s["id"], where, p)
+        index = int(s["epoch"]) - 1
+        if (cid, index) in seen:
+            raise InputError(f"sample {s['id']!r} epoch {s['epoch']} appears twice", p, json_path=where)
+        seen.add((cid, index))
+        scores = s.get("scores") or {}
+        if not scores:
+            raise InputError(f"sample {s['id']!r} epoch {s['epoch']} has no scores", p,
+                             json_path=f"{where}.scores")
+        name = scorer or next(iter(scores))
+        if name not in scores:
+            raise InputError(f"sample {s['id']!r} has no scorer {name!r} (it has {', '.join(scores)})", p,
+                             json_path=f"{where}.scores")
+        sc = scores[name] or {}
+        passed, reason = _inspect_pass(sc.get("value"), threshold, f"{where}.scores.{name}.value", p)
+        output = s.get("output") or {}
+        text = output.get("completion")
+        if text is None:
+            choices = output.get("choices") or [{}]
+            content = (choices[0].get("message") or {}).get("content", "")
+            text = content if isinstance(content, str) else json.dumps(content)
+        usage_total = Usage(0, 0)
+        for u in (s.get("model_usage") or {}).values():
+            uu = _usage(u)
+            usage_total = Usage(usage_total.prompt_tokens + uu.prompt_tokens,
+                                usage_total.completion_tokens + uu.completion_tokens)
+        meta = s.get("metadata") or {}
+        tags = meta.get("tags") if isinstance(meta.get("tags"), list) else []
+        tool_calls = tuple(
+            {"name": tc.get("function"), "arguments": tc.get("arguments")}
+            for m in (s.get("messages") or []) if m.get("role") == "assistant"
+            for tc in (m.get("tool_calls") or []))
+        samples.append(Sample(
+            case_id=cid, tags=tuple(str(t) for t in tags) or ("inspect",), arm=arm_name, index=index,
+            seed=0, model=model, output=str(text), tool_calls=tool_calls,
+            finish_reason=((output.get("choices") or [{}])[0].get("stop_reason")),
+            usage=usage_total, latency_ms=float(s.get("total_time") or 0.0) * 1000.0, cost_usd=0.0,
+            request_hash=""))
+        grades.append(Grade(case_id=cid, arm=arm_name, index=index, passed=passed,
+                            checks=(CheckResult(f"inspect:{name}", passed, "" if passed else reason),),
+                            error=None))
+    expected = n_dataset * epochs
+    complete = status == "success" and (not expected or len(samples) == expected)
+    reason = None if complete else f"inspect log status {status!r}, {len(samples)}/{expected or '?'} samples"
+    return Ingested("inspect-ai", str(p), _sha256(p), task, tuple(samples), tuple(grades), complete, reason,
+                    expected, {arm_name: model})
+
+
+# ---------------------------------------------------------------------------- promptfoo
+
+
+def read_promptfoo(path: str | Path, *, arm: str | None = None) -> Ingested:
+    """Read promptfoo's `-o results.json`: each provider (and prompt, when several) is
+    an arm; a test's repeats are its samples, indexed in the order promptfoo wrote them.
+    Pass/fail is promptfoo's own `success` for the row (its assertions)."""
+    p = Path(path)
+    _check_source(p)
+    data = _read_json(p)
+    if not isinstance(data, dict) or not isinstance(data.get("results"), dict):
+        raise InputError("not a promptfoo output (no results object)", p, json_path="$.results")
+    res = data["results"]
+    version = res.get("version")
+    if version not in PROMPTFOO_RESULT_VERSIONS:
+        raise InputError(f"unknown promptfoo results version {version!r} (known: "
+                         f"{', '.join(map(str, PROMPTFOO_RESULT_VERSIONS))})", p, json_path="$.results.version")
+    rows = res.get("results")
+    if not isinstance(rows, list):
+        raise InputError("results.results must be a list", p, json_path="$.results.results")
+    prompts = {r.get("promptIdx") for r in rows if isinstance(r, dict)}
+    samples: list[Sample] = []
+    grades: list[Grade] = []
+    counters: dict[tuple[str, str], int] = {}
+    models: dict[str, str] = {}
+    tests = (data.get("config") or {}).get("tests")
+    for i, r in enumerate(rows):
+        where = f"$.results.results[{i}]"
+        if not isinstance(r, dict):
+            raise InputError("a result row must be an object", p, json_path=where)
+        if "success" not in r:
+            raise InputError("result row without `success` (not graded)", p, json_path=f"{where}.success")
+        prov = r.get("provider") or {}
+        prov_id = prov.get("label") or prov.get("id") if isinstance(prov, dict) else str(prov)
+        arm_name = arm or re.sub(r"[^A-Za-z0-9_.-]+", "_", str(prov_id or "provider"))
+        if len(prompts) > 1 and not arm:
+            arm_name += f"-p{r.get('promptIdx', 0)}"
+        models[arm_name] = str(prov_id)
+        test_case = r.get("testCase") or {}
+        raw_id = (test_case.get("metadata") or {}).get("id") or test_case.get("description")
+        if raw_id is None:
+            raw_id = f"test-{r.get('testIdx', i)}"
+        cid = _case_id(raw_id, where, p)
+        index = counters.get((cid, arm_name), 0)
+        counters[(cid, arm_name)] = index + 1
+        resp = r.get("response") or {}
+        out = resp.get("output", "")
+        text = out if isinstance(out, str) else json.dumps(out)
+        tu = resp.get("tokenUsage") or r.get("tokenUsage") or {}
+        passed = bool(r["success"])
+        reason = "" if passed else str((r.get("gradingResult") or {}).get("reason") or r.get("error") or "failed")
+        tags = tuple(str(v) for v in ((test_case.get("metadata") or {}).get("tags") or ())) or ("promptfoo",)
+        samples.append(Sample(case_id=cid, tags=tags, arm=arm_name, index=index, seed=0, model=str(prov_id),
+                              output=text, tool_calls=(), finish_reason=None, usage=_usage(tu),
+                              latency_ms=float(r.get("latencyMs") or 0.0), cost_usd=float(r.get("cost") or 0.0),
+                              request_hash=""))
+        grades.append(Grade(case_id=cid, arm=arm_name, index=index, passed=passed,
+                            checks=(CheckResult("promptfoo:assertions", passed, reason),)))
+    name = str(data.get("evalId") or p.stem)
+    return Ingested("promptfoo", str(p), _sha256(p), name, tuple(samples), tuple(grades), True, None,
+                    len(samples), models, (f"{len(tests)} tests in config" if isinstance(tests, list) else "",))
+
+
+# ---------------------------------------------------------------------------- tau-bench
+
+
+def read_tau_bench(path: str | Path, *, arm: str | None = None) -> Ingested:
+    """Read tau-bench-style trials: JSON lines (or a JSON list) of `{"task_id", "trial",
+    "reward"}`; a trial succeeds when its reward is 1 within 1e-6."""
+    p = Path(path)
+    _check_source(p)
+    text = p.read_bytes()
+    try:
+        records = json.loads(text)
+        if not isinstance(records, list):
+            records = [records]
+        lines = [(i + 1, r) for i, r in enumerate(records)]
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        lines = []
+        for n, raw in enumerate(text.splitlines(), 1):
+            if not raw.strip():
+                continue
+            try:
+                lines.append((n, json.loads(raw)))
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise InputError(f"not a JSON line: {exc}", p, n) from None
+    arm_name = arm or p.name.split(".")[0]
+    samples: list[Sample] = []
+    grades: list[Grade] = []
+    seen: set[tuple[str, int]] = set()
+    for n, r in lines:
+        if not isinstance(r, dict) or "task_id" not in r or "reward" not in r:
+            raise InputError("a trial needs task_id and reward", p, n)
+        try:
+            reward = float(r["reward"])
+        except (TypeError, ValueError):
+            raise InputError(f"reward {r['reward']!r} is not a number", p, n) from None
+        if math.isnan(reward):
+            raise InputError("reward is NaN", p, n)
+        cid = _case_id(f"task-{r['task_id']}", f"line {n}", p)
+        index = int(r.get("trial", 0))
+        if (cid, index) in seen:
+            raise InputError(f"task {r['task_id']} trial {index} appears twice", p, n)
+        seen.add((cid, index))
+        passed = abs(reward - 1.0) <= REWARD_TOL
+        samples.append(Sample(case_id=cid, tags=("tau-bench",), arm=arm_name, index=index, seed=0,
+                              model=arm_name, output="", tool_calls=(), finish_reason=None, usage=Usage(0, 0),
+                              latency_ms=0.0, cost_usd=0.0, request_hash=""))
+        grades.append(Grade(case_id=cid, arm=arm_name, index=index, passed=passed,
+                            checks=(CheckResult("reward", passed, "" if passed else f"reward={reward:g}"),)))
+    if not samples:
+        raise InputError("no trials in the file", p)
+    return Ingested("tau-bench", str(p), _sha256(p), p.name.split(".")[0], tuple(samples), tuple(grades), True,
+                    None, len(samples), {arm_name: arm_name})
+
+
+# -------------------------------------------------------------------------- agent-evals
+
+
+def read_agent_evals(outputs_dir: str | Path, eval_file: str | Path, *, arm: str = "agent",
+                     compat_wildcards: bool = False) -> Ingested:
+    """Read an agent-evals outputs folder (`<case-id>/sample-<n>.txt`) with its
+    `evals.json`, graded as that harness grades (trimmed, case-insensitive)."""
+    from .agentevals import _sample_files, load_eval_file, match_sample
+
+    out = Path(outputs_dir)
+    if not out.is_dir():
+        raise InputError("outputs folder not found", out)
+    cases = load_eval_file(eval_file)
+    samples: list[Sample] = []
+    grades: list[Grade] = []
+    for case in cases:
+        case_dir = out / case.id
+        files = _sample_files(case_dir) if case_dir.is_dir() else []
+        for f in files:
+            m = re.fullmatch(r"sample-(\d+)\.txt", f.name)
+            if not m:
+                continue
+            index = int(m.group(1)) - 1
+            text = f.read_text(encoding="utf-8-sig", errors="replace")
+            try:
+                ok = match_sample(text, case, compat_wildcards=compat_wildcards)
+                reason = "" if ok else f"{case.match} {case.expect!r} not found"
+            except TimeoutError:
+                ok, reason = False, "regex timed out"
+            samples.append(Sample(case_id=case.id, tags=(case.set,), arm=arm, index=index, seed=0,
+                                  model=arm, output=text, tool_calls=(), finish_reason=None, usage=Usage(0, 0),
+                                  latency_ms=0.0, cost_usd=0.0, request_hash=""))
+            grades.append(Grade(case_id=case.id, arm=arm, index=index, passed=ok,
+                                checks=(CheckResult(f"agent-evals:{case.match}", ok, reason),)))
+    digest = hashlib.sha256((_sha256(out) + _sha256(Path(eval_file))).encode()).hexdigest()
+    missing = [c.id for c in cases if not (out / c.id).is_dir()]
+    return Ingested("agent-evals", str(out), digest, Path(eval_file).parent.name or "agent-evals",
+                    tuple(samples), tuple(grades), not missing,
+                    f"no outputs for {len(missing)} case(s): {', '.join(missing)}" if missing else None,
+                    0, {arm: arm})
+
+
+# ------------------------------------------------------------------------------ writing
+
+
+def read_source(path: str | Path, fmt: str | None = None, **options: Any) -> Ingested:
+    """Read `path` in format `fmt` (detected when None)."""
+    fmt = fmt or detect_format(path)
+    if fmt == "inspect":
+        return read_inspect_log(path, threshold=options.get("threshold"), scorer=options.get("scorer"),
+                                arm=options.get("arm"))
+    if fmt == "promptfoo":
+        return read_promptfoo(path, arm=options.get("arm"))
+    if fmt == "tau-bench":
+        return read_tau_bench(path, arm=options.get("arm"))
+    if fmt == "agent-evals":
+        if not options.get("eval_file"):
+            raise InputError("an agent-evals outputs folder needs --eval-file evals.json", path)
+        return read_agent_evals(path, options["eval_file"], arm=options.get("arm") or "agent",
+                                compat_wildcards=bool(options.get("compat_wildcards")))
+    raise InputError(f"unknown format {fmt!r} (known: {', '.join(FORMATS)})")
+
+
+def _grade_dict(g: Grade) -> dict[str, Any]:
+    return {"case_id": g.case_id, "arm": g.arm, "index": g.index, "passed": g.passed,
+            "checks": [{"name": c.name, "passed": c.passed, "reason": c.reason} for c in g.checks],
+            "judge_version": g.judge_version, "judge_score": g.judge_score, "judge_reason": g.judge_reason,
+            "judge_cost_usd": g.judge_cost_usd, "activated": g.activated, "error": g.error}
+
+
+def _summary(parts: list[Ingested], samples: list[Sample], grades: list[Grade]) -> tuple[dict, str]:
+    complete = all(p.complete for p in parts)
+    reasons = [p.reason for p in parts if p.reason]
+    cases = list(dict.fromkeys(s.case_id for s in samples))
+    arms = list(dict.fromkeys(s.arm for s in samples))
+    per_arm = {}
+    for a in arms:
+        g = [x for x in grades if x.arm == a]
+        per_arm[a] = {"samples": sum(1 for s in samples if s.arm == a), "errors": 0,
+                      "passed": sum(1 for x in g if x.passed), "graded": len(g)}
+    ran = len({s.case_id for s in samples})
+    summary = {"complete": complete, "ran": ran, "total": ran, "reason": "; ".join(reasons) or None,
+               "spend_usd": round(sum(s.cost_usd for s in samples), 6), "avoided_usd": 0.0, "cap_usd": None,
+               "per_arm": per_arm, "exit_code": 0 if complete else 1,
+               "source": [p.source for p in parts]}
+    lines = []
+    if not complete:
+        lines.append(f"INCOMPLETE: {ran}/{ran} cases ({summary['reason']})")
+    lines.append(f"# Ingested run: {', '.join(dict.fromkeys(p.name for p in parts))}")
+    lines.append("")
+    for p in parts:
+        lines.append(f"- source: {p.source} `{Path(p.source_file).name}` (sha256 {p.source_sha256[:12]}...)")
+    lines.append(f"- cases: {len(cases)}, arms: {', '.join(arms)}, samples: {len(samples)}")
+    for a, f in per_arm.items():
+        rate = f["passed"] / f["graded"] if f["graded"] else float("nan")
+        lines.append(f"- {a}: {f['passed']}/{f['graded']} samples passed ({rate:.1%})")
+    return summary, "\n".join(lines) + "\n"
+
+
+def write_ingested(parts: list[Ingested], dest: str | Path) -> Path:
+    """Write one or more ingested sources (each one or more arms) as the run folder
+    `dest`, atomically: built under a temporary name, then renamed into place."""
+    dest = Path(dest)
+    samples = [s for p in parts for s in p.samples]
+    grades = [g for p in parts for g in p.grades]
+    keys = [(s.case_id, s.arm, s.index) for s in samples]
+    if len(set(keys)) != len(keys):
+        dup = next(k for k in keys if keys.count(k) > 1)
+        raise InputError(f"arm {dup[1]!r} already has case {dup[0]!r} sample {dup[2]}: ingest the second "
+                         "source under another --arm")
+    cases = list(dict.fromkeys(s.case_id for s in samples))
+    arms = list(dict.fromkeys(s.arm for s in samples))
+    per_arm_cases = {a: sorted({s.case_id for s in samples if s.arm == a}) for a in arms}
+    k = max((s.index + 1 for s in samples), default=0)
+    meta = {
+        "suite": None, "suite_name": parts[0].name, "source": parts[0].source if len(parts) == 1 else "mixed",
+        "sources": [{"source": p.source, "file": p.source_file, "sha256": p.source_sha256,
+                     "arms": list(p.arms), "models": p.models} for p in parts],
+        "arms": arms, "k": k, "cases": cases, "cases_per_arm": per_arm_cases,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "config": {"generator": {"model": next(iter(parts[0].models.values()), None)}},
+    }
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp_root = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        folder = RunFolder.create(tmp_root, meta, stamp="run")
+        with folder:
+            for s in samples:
+                folder.append_result(s)
+        write_atomic(folder.path / GRADES, "".join(json.dumps(_grade_dict(g)) + "\n" for g in grades))
+        summary, md = _summary(parts, samples, grades)
+        folder.write_summary(summary, md)
+        if dest.exists():
+            shutil.rmtree(dest)
+        folder.path.rename(dest)
+    finally:
+        shutil.rmtree(tmp_root, ignore_errors=True)
+    return dest
+
+
+def _existing_parts(run: Path) -> list[Ingested]:
+    """Read back a run folder written by `write_ingested`, to add an arm to it."""
+    from .runs import sample_from_dict
+
+    meta = RunFolder(run).read_meta()
+    if not meta.get("sources"):
+        raise InputError("--into needs a run folder made by `evalkit ingest`", run)
+    samples = [sample_from_dict(d) for d in iter_jsonl(run / "results.jsonl")]
+    grades = []
+    for d in iter_jsonl(run / GRADES):
+        grades.append(Grade(case_id=d["case_id"], arm=d["arm"], index=int(d["index"]), passed=d["passed"],
+                            checks=tuple(CheckResult(c["name"], c["passed"], c.get("reason", ""))
+                                         for c in d.get("checks") or ()), error=d.get("error")))
+    summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    parts = []
+    for src in meta["sources"]:
+        arms = set(src["arms"])
+        parts.append(Ingested(src["source"], src["file"], src["sha256"], meta.get("suite_name") or run.name,
+                              tuple(s for s in samples if s.arm in arms), tuple(g for g in grades if g.arm in arms),
+                              bool(summary.get("complete", True)), None, 0, src.get("models") or {}))
+    return parts
+
+
+def ingest(path: str | Path, to: str | Path, *, fmt: str | None = None, into: bool = False,
+           **options: Any) -> Path:
+    """Read another tool's results and write them as the run folder `to`.
+
+    With `into=True`, `to` is an existing ingested run and the source is added to it as
+    further arm(s), so two sources of the same cases can be compared with
+    `evalkit compare`. Refuses to overwrite a non-empty folder otherwise.
+    """
+    to = Path(to)
+    part = read_source(path, fmt, **options)
+    if into:
+        if not to.is_dir():
+            raise InputError("--into: run folder not found", to)
+        parts = _existing_parts(to) + [part]
+        clash = set(part.arms) & {a for p in parts[:-1] for a in p.arms}
+        if clash:
+            raise InputError(f"arm {sorted(clash)[0]!r} is already in the run: pass another --arm", to)
+    else:
+        if to.exists() and any(to.iterdir()):
+            raise InputError("destination exists and is not empty (use --into to add an arm)", to)
+        parts = [part]
+    return write_ingested(parts, to)
+
