@@ -1,6 +1,56 @@
-"""CLI subcommands for suite (registered by evalkit.cli)."""
+"""CLI subcommands for suites: `init`, `lint`, `import` (registered by evalkit.cli)."""
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import click
 
-COMMANDS: list[click.Command] = []
+from . import importers, suite
+
+
+@click.command("init")
+@click.argument("unit_dir", type=click.Path(file_okay=False, path_type=Path))
+def init_cmd(unit_dir: Path) -> None:
+    """Scaffold a suite folder UNIT_DIR (e.g. evals/my-unit) with a commented config,
+    two example cases, a prompt template, guidance and judge files."""
+    dest = suite.scaffold_suite(unit_dir)
+    click.echo(f"created {dest}")
+    click.echo(f"next: edit {dest / 'cases.jsonl'} and {dest / 'config.json'}, then `evalkit lint {dest}`")
+
+
+@click.command("lint")
+@click.argument("suite_path", metavar="SUITE", type=click.Path(path_type=Path))
+@click.option("--strict", is_flag=True, help="Fail on format warnings too (unknown keys and options).")
+def lint_cmd(suite_path: Path, strict: bool) -> None:
+    """Validate SUITE (a suite folder, an evals.json or an eval.yaml) without calling any
+    model. Prints each finding as `path:line: level: message`; exits 2 on errors, 0 when
+    there are only warnings or none."""
+    report = suite.lint_suite(suite_path, strict=strict)
+    for finding in report.errors:
+        click.echo(str(finding), err=True)
+    for finding in report.warnings:
+        click.echo(str(finding))
+    summary = f"{report.suite}: {len(report.errors)} error(s), {len(report.warnings)} warning(s)"
+    if report.errors:
+        click.echo(summary, err=True)
+        sys.exit(2)
+    click.echo(summary)
+
+
+@click.command("import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--to", "dest", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="The native suite folder to create (must not exist, or be empty).")
+@click.option("--guidance", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="The skill or guidance under test: adds a `skilled` arm beside `baseline`.")
+def import_cmd(file: Path, dest: Path, guidance: Path | None) -> None:
+    """Import an agent-evals evals.json or a Vally/SKRAFT eval.yaml as a native suite."""
+    out = importers.import_suite(file, dest, guidance=guidance)
+    report = suite.lint_suite(out)
+    click.echo(f"imported {file} -> {out} ({len(suite.load_suite(out).cases)} cases)")
+    for finding in report.warnings:
+        click.echo(str(finding))
+
+
+COMMANDS: list[click.Command] = [init_cmd, lint_cmd, import_cmd]
