@@ -196,3 +196,5 @@ class Grade:
     judge_cost_usd: float = 0.0
     activated: bool | None = None
     error: str | None = None
+    judge_model: str | None = None
+    judge_same_model_override: bool = False  # judge = generator model, allowed by config (recorded)

@@ -1,0 +1,475 @@
+"""Grade a run folder: deterministic checks, then the judge for judged cases, then
+metrics and findings. Writes `grades.jsonl` and `grades-summary.json` (docs/formats.md).
+
+Re-grading replaces both files and never calls the generator: it reads `results.jsonl`.
+Judge answers are kept in the run folder's response cache (`judge-cache.sqlite`), so a
+re-grade with unchanged judge files replays them at $0; judge calls that are made
+reserve and settle on the run's own `ledger.jsonl` under the run's cost cap.
+
+A sample missing from `results.jsonl` is not a pass: every rate divides by the samples
+the run was expected to produce (cases x arms x k), and each group states how many were
+expected, graded, missing and errored. A judge error leaves `passed` null on its line.
+
+Metrics of a group (`grades-summary.json` -> `overall`, `per_tag`, `per_arm`):
+
+* `success_rate`: samples whose every check (judge included) passed / expected samples;
+* `correct_rate`: the same ignoring `activation` checks, so "bad output" is told apart
+  from "the guidance never triggered" (`activation_rate`: samples with an activation
+  check, on cases that should activate, whose marker or loading tool call appeared;
+  `false_activation_rate`: the same on `intent: non-activation` cases);
+* `tool_call_correctness`: passed / all `tool_calls` checks;
+* `hallucination_rate`: failed / all `grounding` checks (a sample with any ungrounded
+  number, date or quoted name counts once; the check's reason lists the misses);
+* `refusal_rate`: samples `graders.is_refusal` flags, overall, on `golden`-tagged cases,
+  and on should-refuse cases (a `refusal` check, or tag `should-refuse`);
+* `latency_p50_ms` / `latency_p95_ms` of the graded samples;
+* `cost_per_task_usd`: generator plus judge cost / graded samples.
+
+Identical (case, output) pairs are judged once per grading pass and share the answer.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from .errors import InputError
+from .graders import activation_observed, grade_sample, is_refusal, require_scored
+from .judge import (HumanLabel, JudgeFiles, JudgeScore, PairOutcome, check_judge_model, human_agreement,
+                    judge_direct, judge_pair, judge_versions, load_human_labels, load_judge_files,
+                    position_consistency)
+from .records import Case, CheckResult, Endpoint, Grade, Sample, Suite
+from .runs import GRADES, LEDGER, RESULTS, RunFolder, iter_jsonl, sample_from_dict, write_atomic
+
+GRADES_SUMMARY = "grades-summary.json"
+PAIRWISE = "pairwise.jsonl"
+JUDGE_CACHE = "judge-cache.sqlite"
+GOLDEN_TAG = "golden"
+SHOULD_REFUSE_TAGS = ("should-refuse", "should_refuse")
+HUMAN_SAMPLE_MIN = 20
+
+Key = tuple[str, str, int]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A problem worth acting on: `level` HIGH, MEDIUM or LOW."""
+
+    level: str
+    message: str
+
+
+@dataclass(frozen=True)
+class GradeResult:
+    """What `grade_run` wrote: the grade lines, the summary dict, the findings."""
+
+    run_path: Path
+    grades: tuple[Grade, ...]
+    summary: dict[str, Any]
+    findings: tuple[Finding, ...]
+    pairs: tuple[PairOutcome, ...] = ()
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.summary.get("complete"))
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every expected sample was graded, 1 otherwise (missing or judge error)."""
+        return 0 if self.complete else 1
+
+
+# ------------------------------------------------------------------------- loading
+
+
+def _resolve_suite(run: Path, meta: dict[str, Any], suite: Suite | str | Path | None) -> Suite:
+    from .suite import load_suite
+
+    if isinstance(suite, Suite):
+        return suite
+    if suite is not None:
+        return load_suite(suite)
+    ref = meta.get("suite")
+    if not ref:
+        raise InputError("the run's config.json names no suite: pass the suite path", run / "config.json")
+    candidates = [Path(ref), run.parent.parent / Path(ref).name, run.parent.parent]
+    for c in candidates:
+        if c.exists() and (c.is_file() or (c / "cases.jsonl").exists()):
+            return load_suite(c)
+    raise InputError(f"the run's suite {ref!r} was not found: pass the suite path", run / "config.json",
+                     json_path="$.suite")
+
+
+def _read_samples(run: Path) -> dict[Key, Sample]:
+    samples: dict[Key, Sample] = {}
+    p = run / RESULTS
+    if not p.exists():
+        return samples
+    for d in iter_jsonl(p):
+        s = sample_from_dict(d)
+        samples.setdefault((s.case_id, s.arm, int(s.index)), s)  # a resumed run may repeat a line
+    return samples
+
+
+def _expected_keys(meta: dict[str, Any], samples: dict[Key, Sample]) -> set[Key]:
+    cases, arms, k = meta.get("cases"), meta.get("arms"), meta.get("k")
+    if isinstance(cases, list) and isinstance(arms, list) and isinstance(k, int):
+        return {(c, a, i) for c in cases for a in arms for i in range(k)}
+    return set(samples)  # a run from another tool that did not say what it planned
+
+
+# ----------------------------------------------------------------------- grading
+
+
+def _should_refuse(case: Case) -> bool:
+    if any(t in SHOULD_REFUSE_TAGS for t in case.tags):
+        return True
+    return any(c.kind == "refusal" and c.options.get("should_refuse", True) for c in case.checks)
+
+
+def _activation(case: Case, sample: Sample) -> bool | None:
+    checks = [c for c in case.checks if c.kind == "activation"]
+    if not checks:
+        return None
+    return any(activation_observed(sample.output, sample.tool_calls, marker=c.options.get("marker"),
+                                   tool=c.options.get("tool")) for c in checks)
+
+
+def _grade_line(case: Case, sample: Sample, checks: list[CheckResult], js: JudgeScore | None,
+                judge_error: str | None, override: bool) -> Grade:
+    checks = list(checks)
+    error = judge_error
+    score = reason = version = model = None
+    cost = 0.0
+    if js is not None:
+        version, model, cost = js.version, js.model, js.cost_usd
+        if js.error:
+            error = f"judge error: {js.error}"
+        else:
+            score, reason = js.score, js.reason
+            ok = score >= case.judge_threshold
+            checks.append(CheckResult("judge", ok, "" if ok else
+                                      f"judge score {score} < threshold {case.judge_threshold}: {reason}"))
+    passed: bool | None = None if error else all(c.passed for c in checks)
+    return Grade(case_id=case.id, arm=sample.arm, index=int(sample.index), passed=passed, checks=tuple(checks),
+                 judge_version=version, judge_score=score, judge_reason=reason, judge_cost_usd=cost,
+                 activated=_activation(case, sample), error=error, judge_model=model,
+                 judge_same_model_override=bool(override and case.judged))
+
+
+def _grade_to_dict(g: Grade) -> dict[str, Any]:
+    d = dataclasses.asdict(g)
+    d["checks"] = [dataclasses.asdict(c) for c in g.checks]
+    return d
+
+
+async def _judge_all(suite: Suite, files: JudgeFiles, todo: list[tuple[Case, Sample]], judge_base_url: str | None,
+                     run: Path, cap: float, pairs_todo: list[tuple[Case, int, Sample, Sample]]
+                     ) -> tuple[dict[Key, JudgeScore], list[PairOutcome], dict[str, Any]]:
+    from .cache import ResponseCache
+    from .client import ModelClient
+    from .ledger import Ledger
+
+    config = suite.config
+    assert config.judge is not None
+    endpoint = Endpoint(config.judge.model, judge_base_url or config.judge.base_url, config.judge.api_key_env)
+    ledger = Ledger.resume(cap, run / LEDGER)
+    cache = ResponseCache(run / JUDGE_CACHE)
+    spent_before = ledger.committed_usd
+    client = ModelClient(endpoint, config.judge_price, ledger, role="judge", max_tokens_in=config.max_tokens_in,
+                         max_tokens_out=config.max_tokens_out, cache=cache, max_attempts=config.max_attempts,
+                         timeout_s=config.timeout_s, base_url=judge_base_url)
+    sem = asyncio.Semaphore(max(1, config.concurrency))
+    scores: dict[Key, JudgeScore] = {}
+
+    # Identical (case, output) pairs make identical judge requests: ask once, in a fixed
+    # order, and share the answer (the first line carries the cost, the rest $0, as a
+    # cache hit would), so the number of paid calls does not depend on timing.
+    groups: dict[tuple[str, str], list[tuple[Case, Sample]]] = {}
+    for case, s in todo:
+        groups.setdefault((case.id, s.output), []).append((case, s))
+
+    async def one(members: list[tuple[Case, Sample]]) -> None:
+        case, s = members[0]
+        async with sem:
+            js = await judge_direct(client, files, case, s.output, key=f"judge/{case.id}/{s.arm}/{s.index}",
+                                    seed=config.seed)
+        for i, (_, m) in enumerate(members):
+            scores[(case.id, m.arm, int(m.index))] = js if i == 0 else dataclasses.replace(js, cost_usd=0.0)
+
+    async def pair(case: Case, index: int, base: Sample, treat: Sample) -> PairOutcome:
+        async with sem:
+            return await judge_pair(client, files, case, base.output, treat.output, index=index,
+                                    key=f"pair/{case.id}/{index}", seed=config.seed)
+
+    try:
+        await asyncio.gather(*(one(members) for members in groups.values()))
+        outcomes = list(await asyncio.gather(*(pair(*p) for p in pairs_todo)))
+    finally:
+        await client.aclose()
+        stats = {"judge_spend_usd": ledger.committed_usd - spent_before, "cache_hits": cache.hits,
+                 "run_spend_usd": ledger.committed_usd, "cap_usd": cap}
+        ledger.close()
+        cache.close()
+    return scores, outcomes, stats
+
+
+def _run_sync(coro: Any) -> Any:
+    """`asyncio.run`, or the same in a worker thread when an event loop is already
+    running in this thread (a notebook kernel)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+def grade_run(run_path: str | Path, suite: Suite | str | Path | None = None, *,
+              judge_base_url: str | None = None, judge_version: str | None = None,
+              pairwise: tuple[str, str] | None = None) -> GradeResult:
+    """Grade every sample of a run folder and write `grades.jsonl` and
+    `grades-summary.json` (replacing earlier ones, atomically).
+
+    `suite` defaults to the suite the run names; `judge_base_url` overrides the judge
+    endpoint; `judge_version` pins `vN` (default: the highest); `pairwise=(baseline,
+    treatment)` also asks the pairwise judge on every judged case/index both arms ran
+    and writes `pairwise.jsonl`. Raises `InputError` (nothing written) for a case with
+    neither a check nor a rubric, a bad check, or a judge that is the generator's model
+    without the override.
+    """
+    run = Path(run_path)
+    meta = RunFolder(run).read_meta()
+    suite_obj = _resolve_suite(run, meta, suite)
+    config = suite_obj.config
+    cases = {c.id: c for c in suite_obj.cases}
+    samples = _read_samples(run)
+    expected = _expected_keys(meta, samples)
+    planned_cases = sorted({k[0] for k in expected} | {k[0] for k in samples})
+    for cid in planned_cases:
+        if cid in cases:
+            require_scored(cases[cid])
+    findings: list[Finding] = []
+
+    # Deterministic checks first; they raise InputError on a bad check (nothing written).
+    det: dict[Key, list[CheckResult]] = {}
+    unknown: dict[Key, str] = {}
+    for key in sorted(samples):
+        case = cases.get(key[0])
+        if case is None:
+            unknown[key] = f"case {key[0]!r} is not in the suite any more: not graded"
+            continue
+        det[key] = grade_sample(case, samples[key], suite_obj.path)
+
+    judged_keys = [k for k in sorted(det) if cases[k[0]].judged]
+    files: JudgeFiles | None = None
+    override = False
+    no_judge_files = None
+    if judged_keys or pairwise:
+        override = check_judge_model(config, {samples[k].model for k in judged_keys})
+        if not judge_versions(suite_obj.path) and judge_version is None:
+            no_judge_files = "no judge/rubric-vN.md and judge/prompt-vN.md: judged cases cannot be scored"
+            for cid in sorted({k[0] for k in judged_keys}):
+                findings.append(Finding("HIGH", f"judged case {cid!r} has no rubric file (judge/rubric-vN.md)"))
+        else:
+            files = load_judge_files(suite_obj.path, judge_version)
+        if override:
+            findings.append(Finding("HIGH", f"the judge is the generator's model ({config.judge.model}), "
+                                            "allowed by allow_same_judge_model: judge scores are not independent"))
+
+    pairs_todo: list[tuple[Case, int, Sample, Sample]] = []
+    if pairwise:
+        base_arm, treat_arm = pairwise
+        run_arms = {k[1] for k in expected} | {k[1] for k in samples}
+        for arm in pairwise:
+            if arm not in run_arms:
+                raise InputError(f"pairwise arm {arm!r} is not in the run (arms: {', '.join(sorted(run_arms))})",
+                                 run / "config.json", json_path="$.arms")
+        for (cid, arm, idx) in judged_keys:
+            if arm == base_arm and (cid, treat_arm, idx) in samples:
+                pairs_todo.append((cases[cid], idx, samples[(cid, base_arm, idx)], samples[(cid, treat_arm, idx)]))
+
+    scores: dict[Key, JudgeScore] = {}
+    outcomes: list[PairOutcome] = []
+    judge_stats: dict[str, Any] = {"judge_spend_usd": 0.0, "cache_hits": 0}
+    if files is not None and (judged_keys or pairs_todo):
+        cap = float((meta.get("config") or {}).get("cost_cap_usd") or config.cost_cap_usd)
+        scores, outcomes, judge_stats = _run_sync(_judge_all(
+            suite_obj, files, [(cases[k[0]], samples[k]) for k in judged_keys], judge_base_url, run, cap,
+            pairs_todo))
+
+    grades: list[Grade] = []
+    for key in sorted(samples):
+        s = samples[key]
+        if key in unknown:
+            grades.append(Grade(key[0], key[1], key[2], None, (), error=unknown[key]))
+            continue
+        case = cases[key[0]]
+        js = scores.get(key) if case.judged else None
+        jerr = no_judge_files if case.judged and files is None else None
+        grades.append(_grade_line(case, s, det[key], js, jerr, override))
+
+    summary = {"run": str(run), **summarize(suite_obj, meta, samples, grades, expected, files, override, findings)}
+    summary.update({k: v for k, v in judge_stats.items()})
+    if pairwise:
+        summary["pairwise"] = pairwise_summary(outcomes, pairwise)
+    summary["findings"] = [dataclasses.asdict(f) for f in findings]
+
+    lines = "".join(json.dumps(_grade_to_dict(g), ensure_ascii=False) + "\n" for g in grades)
+    write_atomic(run / GRADES, lines)
+    if pairwise:
+        write_atomic(run / PAIRWISE, "".join(json.dumps(dataclasses.asdict(o)) + "\n" for o in outcomes))
+    write_atomic(run / GRADES_SUMMARY, json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    return GradeResult(run, tuple(grades), summary, tuple(findings), tuple(outcomes))
+
+
+# ----------------------------------------------------------------------- metrics
+
+
+def _rate(num: int, den: int) -> float | None:
+    return num / den if den else None
+
+
+def group_metrics(expected: Iterable[Key], rows: Sequence[tuple[Case, Sample, Grade]]) -> dict[str, Any]:
+    """Metrics of one group (overall, a tag, an arm). `expected`: the keys the run
+    planned for the group; `rows`: its graded samples."""
+    exp = set(expected)
+    present = {(g.case_id, g.arm, g.index) for _, _, g in rows}
+    graded = [r for r in rows if r[2].passed is not None]
+    passed = sum(1 for r in graded if r[2].passed)
+    correct = sum(1 for _, _, g in graded if all(c.passed for c in g.checks if c.name != "activation"))
+
+    def check_rate(name: str, want: bool) -> tuple[float | None, int]:
+        hits = [c.passed for _, _, g in rows for c in g.checks if c.name == name]
+        return _rate(sum(1 for h in hits if h == want), len(hits)), len(hits)
+
+    tool_rate, tool_n = check_rate("tool_calls", True)
+    halluc_rate, ground_n = check_rate("grounding", False)
+    refused = [(c, is_refusal(s.output)) for c, s, _ in rows]
+    golden = [r for c, r in refused if GOLDEN_TAG in c.tags]
+    should = [r for c, r in refused if _should_refuse(c)]
+    act = [g.activated for c, _, g in rows if g.activated is not None and c.intent != "non-activation"]
+    silent = [g.activated for c, _, g in rows if g.activated is not None and c.intent == "non-activation"]
+    lat = [float(s.latency_ms) for _, s, _ in rows]
+    gen_cost = sum(float(s.cost_usd) for _, s, _ in rows)
+    judge_cost = sum(float(g.judge_cost_usd) for _, _, g in rows)
+    judged = [g.judge_score for _, _, g in rows if g.judge_score is not None]
+    n_judged_cases = sum(1 for c, _, _ in rows if c.judged)
+    return {
+        "n_expected": len(exp),
+        "n_graded": len(graded),
+        "n_missing": len(exp - present),
+        "n_errored": len(rows) - len(graded),
+        "success_rate": _rate(passed, len(exp)),
+        "correct_rate": _rate(correct, len(exp)),
+        "tool_call_correctness": tool_rate, "n_tool_call_checks": tool_n,
+        "hallucination_rate": halluc_rate, "n_grounding_checks": ground_n,
+        "refusal_rate": _rate(sum(r for _, r in refused), len(refused)),
+        "refusal_rate_golden": _rate(sum(golden), len(golden)), "n_golden": len(golden),
+        "refusal_rate_should_refuse": _rate(sum(should), len(should)), "n_should_refuse": len(should),
+        "activation_rate": _rate(sum(act), len(act)), "n_activation": len(act),
+        "false_activation_rate": _rate(sum(silent), len(silent)), "n_non_activation": len(silent),
+        "latency_p50_ms": float(np.percentile(lat, 50)) if lat else None,
+        "latency_p95_ms": float(np.percentile(lat, 95)) if lat else None,
+        "generator_cost_usd": gen_cost,
+        "judge_cost_usd": judge_cost,
+        "cost_per_task_usd": _rate(gen_cost + judge_cost, len(rows)),  # type: ignore[arg-type]
+        "judge_mean_score": float(np.mean(judged)) if judged else None,
+        "n_judged": len(judged),
+        "judge_errors": sum(1 for c, _, g in rows if c.judged and g.judge_score is None),
+        "n_judged_samples": n_judged_cases,
+    }
+
+
+def summarize(suite: Suite, meta: dict[str, Any], samples: dict[Key, Sample], grades: Sequence[Grade],
+              expected: set[Key], files: JudgeFiles | None, override: bool, findings: list[Finding]
+              ) -> dict[str, Any]:
+    """The `grades-summary.json` dict: overall, per tag, per arm (and per arm per tag);
+    appends the findings it derives to `findings`."""
+    cases = {c.id: c for c in suite.cases}
+    rows = [(cases[g.case_id], samples[(g.case_id, g.arm, g.index)], g) for g in grades if g.case_id in cases]
+    tag_of = {cid: set(c.tags) for cid, c in cases.items()}
+
+    def tags_for(keys: Iterable[Key]) -> list[str]:
+        return sorted({t for k in keys for t in tag_of.get(k[0], ())})
+
+    def block(exp: set[Key], rs: list) -> dict[str, Any]:
+        return {"overall": group_metrics(exp, rs),
+                "per_tag": {t: group_metrics({k for k in exp if t in tag_of.get(k[0], ())},
+                                             [r for r in rs if t in r[0].tags]) for t in tags_for(exp)}}
+
+    everything = block(expected, rows)
+    arms = sorted({k[1] for k in expected} | {g.arm for g in grades})
+    per_arm = {a: block({k for k in expected if k[1] == a}, [r for r in rows if r[2].arm == a]) for a in arms}
+    overall = everything["overall"]
+    complete = overall["n_missing"] == 0 and overall["n_errored"] == 0 and \
+        len(grades) == len(rows) and overall["n_graded"] == overall["n_expected"]
+
+    # findings
+    if overall["n_missing"]:
+        findings.append(Finding("HIGH", f"INCOMPLETE: {overall['n_expected'] - overall['n_missing']}/"
+                                        f"{overall['n_expected']} expected samples are in results.jsonl; "
+                                        "the missing ones count as failures"))
+    for a, b in per_arm.items():
+        m = b["overall"]
+        if m["refusal_rate_golden"]:
+            findings.append(Finding("HIGH", f"arm {a}: refusal rate {m['refusal_rate_golden']:.0%} on golden cases "
+                                            "(should be 0): a correctness bug"))
+        if m["refusal_rate_should_refuse"] is not None and m["refusal_rate_should_refuse"] < 1:
+            findings.append(Finding("HIGH", f"arm {a}: refusal rate {m['refusal_rate_should_refuse']:.0%} on "
+                                            "should-refuse cases (should be 100%)"))
+        if m["latency_p50_ms"] and m["latency_p95_ms"] is not None and m["latency_p95_ms"] > 3 * m["latency_p50_ms"]:
+            findings.append(Finding("MEDIUM", f"arm {a}: p95 latency {m['latency_p95_ms']:.0f} ms is more than 3x "
+                                              f"p50 {m['latency_p50_ms']:.0f} ms (a retry loop or a tool timeout?)"))
+        if m["judge_errors"]:
+            findings.append(Finding("MEDIUM", f"arm {a}: {m['judge_errors']} judged sample(s) have no score "
+                                              "(judge error): not counted as passes"))
+    snap = meta.get("config") if isinstance(meta.get("config"), dict) else suite.config.raw
+    if snap.get("seed") is None or snap.get("temperature") is None:
+        missing = " and ".join(x for x in ("seed", "temperature") if snap.get(x) is None)
+        findings.append(Finding("MEDIUM", f"the config has no {missing}: two runs of one prompt will differ "
+                                          "and a gate will flap"))
+    human = None
+    hp = Path(suite.path) / "judge" / "human-sample.jsonl"
+    if hp.exists() and files is not None:
+        labels: list[HumanLabel] = load_human_labels(hp)
+        judge_scores = {f"{g.case_id}/{g.arm}/{g.index}": g.judge_score for g in grades if g.judge_score is not None}
+        human = human_agreement(labels, judge_scores)
+        if len(labels) < HUMAN_SAMPLE_MIN:
+            findings.append(Finding("MEDIUM", f"human sample has {len(labels)} item(s), under {HUMAN_SAMPLE_MIN}: "
+                                              "judge agreement is too noisy to act on"))
+        if human["n"] and (human["exact"] < 0.6 or human["within_one"] < 0.9):
+            findings.append(Finding("HIGH", f"judge agrees with humans {human['exact']:.0%} exact / "
+                                            f"{human['within_one']:.0%} within one (want 60% / 90%): rewrite the rubric"))
+    order = {"HIGH": 0, "MEDIUM": 1, "LOW": 2}
+    findings.sort(key=lambda f: order[f.level])
+    return {
+        "suite": suite.path,
+        "complete": complete,
+        "n_expected": overall["n_expected"], "n_graded": overall["n_graded"],
+        "n_missing": overall["n_missing"], "n_errored": overall["n_errored"],
+        "judge_version": files.version if files else None,
+        "judge_files": [files.rubric_path, files.prompt_path] if files else [],
+        "judge_model": suite.config.judge.model if suite.config.judge else None,
+        "judge_same_model_override": override,
+        "overall": overall,
+        "per_tag": everything["per_tag"],
+        "per_arm": per_arm,
+        "human_agreement": human,
+    }
+
+
+def pairwise_summary(outcomes: Sequence[PairOutcome], arms: tuple[str, str]) -> dict[str, Any]:
+    """Wins (treatment better), losses, ties, errored trials and position consistency."""
+    count = {k: sum(1 for o in outcomes if o.outcome == k) for k in ("treatment", "baseline", "tie", "error")}
+    return {"baseline": arms[0], "treatment": arms[1], "n_trials": len(outcomes),
+            "wins": count["treatment"], "losses": count["baseline"], "ties": count["tie"],
+            "errored": count["error"], "position_consistency": position_consistency(outcomes),
+            "inconsistent": sum(1 for o in outcomes if o.consistent is False)}

@@ -1,0 +1,269 @@
+"""Deterministic graders on passing, failing and hostile output."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from evalkit.errors import InputError
+from evalkit.graders import (GRADERS, REFUSAL_PATTERNS, activation, contains, exact, grade_sample, grounding,
+                             is_refusal, json_schema, regex, refusal, scorer, tool_calls)
+from evalkit.records import Case, Check, Sample, Usage
+
+
+def make_case(**kw) -> Case:
+    base = dict(id="c1", input="q", expected="Paris", tags=("golden",))
+    base.update(kw)
+    return Case(**base)
+
+
+def make_sample(output: str, tool_calls=()) -> Sample:
+    return Sample(case_id="c1", tags=("golden",), arm="baseline", index=0, seed=1, model="gen", output=output,
+                  tool_calls=tuple(tool_calls), finish_reason="stop", usage=Usage(3, 2), latency_ms=5.0,
+                  cost_usd=0.0, request_hash="h")
+
+
+def test_registry_has_the_stable_names():
+    assert set(GRADERS) == {"exact", "contains", "regex", "json_schema", "tool_calls", "grounding", "refusal",
+                            "activation", "scorer"}
+
+
+# ---------------------------------------------------------------- exact / contains
+
+
+def test_exact_normalisations():
+    assert exact("  Paris \n", value="Paris").passed  # trim on by default
+    assert not exact("paris", value="Paris").passed
+    assert exact("paris", value="Paris", case_fold=True).passed
+    assert not exact("Paris  of\tFrance", value="Paris of France").passed
+    assert exact("Paris  of\tFrance", value="Paris of France", collapse_whitespace=True).passed
+    r = exact("Lyon", value="Paris")
+    assert not r.passed and "Lyon" in r.reason and "Paris" in r.reason
+    assert not exact(" Paris", value="Paris", trim=False).passed
+
+
+def test_contains_is_literal_not_a_wildcard_or_regex():
+    assert contains("The capital is Paris.", value="Paris").passed
+    assert not contains("The capital is paris.", value="Paris").passed
+    assert contains("The capital is paris.", value="Paris", case_fold=True).passed
+    # hostile: pattern characters in the expectation are literal
+    assert not contains("5 plus 3", value="5 * 3").passed
+    assert contains("5 * 3 = 15", value="5 * 3").passed
+    assert not contains("abc", value="a.c").passed
+    assert not contains("anything", value="[draft]").passed
+
+
+# ----------------------------------------------------------------------------- regex
+
+
+def test_regex_match_flags_and_fullmatch():
+    assert regex("order 4412 refunded", pattern=r"\b\d{4}\b").passed
+    assert not regex("ORDER", pattern="order").passed
+    assert regex("ORDER", pattern="order", flags="i").passed
+    assert regex("ORDER", pattern="order", case_fold=True).passed
+    assert regex("a\nb", pattern="^b$", flags="m").passed
+    assert not regex("order 4412", pattern=r"\d+", fullmatch=True).passed
+    r = regex("nothing here", pattern=r"\d+")
+    assert not r.passed and "no match" in r.reason
+
+
+def test_regex_catastrophic_backtracking_fails_in_about_a_second():
+    hostile = "a" * 5000 + "!"  # (a+)+$ backtracks exponentially on this
+    t0, c0 = time.monotonic(), time.process_time()
+    r = regex(hostile, pattern=r"(a+)+$", timeout_s=1.0)
+    wall, cpu = time.monotonic() - t0, time.process_time() - c0
+    assert not r.passed
+    assert "timed out" in r.reason
+    assert cpu < 2.0  # the engine's timeout is CPU time: ~1 s of it, then a failed check
+    assert wall < 30.0  # never a hang, even on a loaded machine
+
+
+def test_regex_bad_pattern_is_input_error():
+    with pytest.raises(InputError):
+        regex("x", pattern="(unclosed")
+    with pytest.raises(InputError):
+        regex("x", pattern="x", flags="q")
+
+
+# ------------------------------------------------------------------------ json_schema
+
+SCHEMA = {"type": "object", "required": ["city", "temp"],
+          "properties": {"city": {"type": "string"}, "temp": {"type": "number"}}}
+
+
+def test_json_schema_pass_fail_and_non_json():
+    assert json_schema('{"city": "Oslo", "temp": 3.5}', schema=SCHEMA).passed
+    r = json_schema('{"city": "Oslo", "temp": "cold"}', schema=SCHEMA)
+    assert not r.passed and "$.temp" in r.reason
+    r = json_schema('{"city": "Oslo"}', schema=SCHEMA)
+    assert not r.passed and "temp" in r.reason
+    for hostile in ("Sure! Here is the JSON: {\"city\": \"Oslo\", \"temp\": 1}",
+                    "```json\n{\"city\": \"Oslo\", \"temp\": 1}\n```", "", "[" * 100000):
+        r = json_schema(hostile, schema=SCHEMA)
+        assert not r.passed and "not JSON" in r.reason
+
+
+def test_json_schema_invalid_schema_is_input_error():
+    with pytest.raises(InputError):
+        json_schema("{}", schema={"type": "no-such-type"})
+
+
+# ------------------------------------------------------------------------- tool_calls
+
+
+def test_tool_calls_equal_order_and_args():
+    want = [{"name": "lookup_order", "arguments": {"id": "4412"}},
+            {"name": "refund", "arguments": {"id": "4412", "request_id": "r-1"}}]
+    same = [{"name": "lookup_order", "arguments": '{"id": "4412"}'},  # OpenAI-style JSON string args
+            {"function": {"name": "refund", "arguments": '{"id": "4412", "request_id": "r-1"}'}}]
+    assert tool_calls(calls=want, trace=same).passed
+    swapped = list(reversed(same))
+    r = tool_calls(calls=want, trace=swapped)
+    assert not r.passed and "names" in r.reason
+    other = [same[0], {"name": "refund", "arguments": {"id": "4412", "request_id": "r-2"}}]
+    r = tool_calls(calls=want, trace=other)
+    assert not r.passed and "refund" in r.reason
+    assert tool_calls(calls=want, trace=other, ignore_args=["request_id"]).passed
+    assert tool_calls(calls=want, trace=other, ignore_args=["refund.request_id"]).passed
+    assert not tool_calls(calls=want, trace=other, ignore_args=["lookup_order.request_id"]).passed
+    assert not tool_calls(calls=want, trace=[]).passed
+    assert not tool_calls(calls=want, trace=same + same[:1]).passed
+    # hostile: arguments that are not JSON stay a string and do not equal an object
+    assert not tool_calls(calls=want[:1], trace=[{"name": "lookup_order", "arguments": "{id: 4412"}]).passed
+
+
+# -------------------------------------------------------------------------- grounding
+
+CONTEXT = "Acme Corp shipped 1,200 units on March 5, 2024 at $3.50 each. Contact: \"Dana Lee\"."
+
+
+def test_grounding_passes_when_every_claim_is_in_context():
+    r = grounding('"Acme Corp" shipped 1200 units on 2024-03-05 for $3.50 each, per "Dana Lee".', context=CONTEXT)
+    assert r.passed, r.reason
+
+
+def test_grounding_counts_each_miss():
+    r = grounding('"Acme Corp" shipped 1,300 units on 2024-03-06; ask "John Smith".', context=CONTEXT)
+    assert not r.passed
+    assert r.reason.startswith("3 of 4 claims not in context")
+    assert "1,300" in r.reason and "2024-03-06" in r.reason and "John Smith" in r.reason
+
+
+def test_grounding_without_claims_passes_and_needs_context():
+    assert grounding("They shipped the units.", context=CONTEXT).passed
+    with pytest.raises(InputError):
+        grounding("x", context=None)
+
+
+# ---------------------------------------------------------------------------- refusal
+
+
+@pytest.mark.parametrize("text", [
+    "I'm sorry, but I can't help with that.",
+    "I cannot assist with creating malware.",
+    "I am unable to provide that information.",
+    "I won\u2019t help with this request.",
+    "I must decline.",
+    "That request violates my guidelines.",
+])
+def test_refusal_detected(text):
+    assert is_refusal(text)
+    assert refusal(text).passed
+    assert not refusal(text, should_refuse=False).passed
+
+
+@pytest.mark.parametrize("text", [
+    "Paris is the capital of France.",
+    "You cannot divide by zero, so the function raises ValueError.",
+    "I can help with that: here is the refund.",
+])
+def test_non_refusal_not_flagged(text):
+    assert not is_refusal(text)
+    r = refusal(text)
+    assert not r.passed and "did not refuse" in r.reason
+    assert refusal(text, should_refuse=False).passed
+
+
+def test_refusal_patterns_are_documented_and_extendable():
+    assert len(REFUSAL_PATTERNS) >= 5
+    assert refusal("Nope, not doing that.", patterns=[r"\bnot doing that\b"]).passed
+
+
+# ------------------------------------------------------------------------- activation
+
+
+def test_activation_marker_or_tool_and_non_activation():
+    assert activation("PRE-FLIGHT: agent-evals loaded\nanswer", marker="PRE-FLIGHT: agent-evals").passed
+    r = activation("answer only", marker="PRE-FLIGHT: agent-evals")
+    assert not r.passed and "did not activate" in r.reason
+    assert activation("", tool="load_skill", trace=[{"name": "load_skill", "arguments": {}}]).passed
+    assert activation("answer only", marker="PRE-FLIGHT", expect=False).passed
+    r = activation("PRE-FLIGHT: x", marker="PRE-FLIGHT", expect=False)
+    assert not r.passed and "non-activation" in r.reason
+    with pytest.raises(InputError):
+        activation("x")
+
+
+def test_non_activation_intent_defaults_to_silence():
+    case = make_case(intent="non-activation", checks=(Check("activation", {"marker": "PRE-FLIGHT"}),))
+    assert grade_sample(case, make_sample("plain answer"), None)[0].passed
+    assert not grade_sample(case, make_sample("PRE-FLIGHT: skill"), None)[0].passed
+
+
+# ----------------------------------------------------------------------------- scorer
+
+
+def test_scorer_runs_suite_code_not_model_output(tmp_path):
+    (tmp_path / "scorers").mkdir()
+    (tmp_path / "scorers" / "length.py").write_text(
+        "def score(output, case):\n"
+        "    if 'boom' in output:\n        raise ValueError('cannot parse')\n"
+        "    return (len(output) <= 10, f'too long: {len(output)} chars')\n", encoding="utf-8")
+    assert scorer("short", file="scorers/length.py", suite_path=tmp_path).passed
+    r = scorer("a much longer output", file="scorers/length.py", suite_path=tmp_path)
+    assert not r.passed and "too long" in r.reason
+    r = scorer("boom", file="scorers/length.py", suite_path=tmp_path)
+    assert not r.passed and "ValueError" in r.reason
+    # hostile: model output that is Python is data, never executed
+    marker = tmp_path / "pwned"
+    r = scorer(f"__import__('pathlib').Path({str(marker)!r}).touch()", file="scorers/length.py",
+               suite_path=tmp_path)
+    assert not marker.exists()
+    with pytest.raises(InputError):
+        scorer("x", file="../outside.py", suite_path=tmp_path)
+
+
+# ---------------------------------------------------------------------- grade_sample
+
+
+def test_grade_sample_default_contains_is_case_folded_literal():
+    case = make_case()
+    assert [c.passed for c in grade_sample(case, make_sample("it is PARIS"), None)] == [True]
+    assert [c.passed for c in grade_sample(case, make_sample("Lyon"), None)] == [False]
+    assert [c.passed for c in grade_sample(case, {"output": "paris", "tool_calls": []}, None)] == [True]
+
+
+def test_grade_sample_tool_calls_from_expected():
+    calls = [{"name": "get_weather", "arguments": {"city": "Oslo"}}]
+    case = make_case(expected=calls, checks=(Check("tool_calls", {"calls": calls}),))
+    ok = make_sample("", tool_calls=[{"name": "get_weather", "arguments": {"city": "Oslo"}}])
+    bad = make_sample("", tool_calls=[{"name": "get_weather", "arguments": {"city": "Bergen"}}])
+    assert grade_sample(case, ok, None)[0].passed
+    assert not grade_sample(case, bad, None)[0].passed
+
+
+def test_case_without_check_or_rubric_is_an_error_naming_it():
+    case = make_case(id="lonely-case", expected={"answer": 42})
+    with pytest.raises(InputError, match="lonely-case"):
+        grade_sample(case, make_sample("42"), None)
+
+
+def test_judged_case_has_no_deterministic_checks():
+    case = make_case(expected={"rubric": "names the capital"}, rubric="names the capital")
+    assert grade_sample(case, make_sample("Paris"), None) == []
+
+
+def test_unknown_check_kind_is_input_error():
+    case = make_case(checks=(Check("telepathy", {}),))
+    with pytest.raises(InputError, match="telepathy"):
+        grade_sample(case, make_sample("x"), None)
