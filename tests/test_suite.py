@@ -267,7 +267,9 @@ def test_example_suite_lints_without_errors():
     assert 30 <= len(suite.cases) <= 45 and tags.count("golden") >= 10
     for t in ("adversarial", "ambiguous", "empty-input", "injection", "unknown"):
         assert t in tags
-    assert any(c.judged for c in suite.cases) and suite.config.mode == "completion"
+    # no judged case: the demo has no second local model to judge with, and a judge
+    # error must never pass, so the example is graded by deterministic checks alone
+    assert not any(c.judged for c in suite.cases) and suite.config.mode == "completion"
     assert suite.config.judge.model != suite.config.generator.model
     case = suite.cases[0]
     base = render_prompt(suite.config, case, suite.config.arm("baseline"))
