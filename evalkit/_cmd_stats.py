@@ -1,6 +1,158 @@
-"""CLI subcommands for stats (registered by evalkit.cli)."""
+"""CLI: `compare`, `verdict`, `power`, `gate`, `baseline accept`, `noise` (thin over
+`evalkit.verdicts`).
+
+Exit statuses: `compare` and `verdict` exit 0 whenever they produced a verdict (the
+verdict is the output, not an error); `--fail-on KIND` (repeatable: regression,
+inconclusive, no-improvement) makes them exit 1 when the verdict is one of those, for
+CI. `gate` exits 1 when the gate fails. `power`, `baseline accept` and `noise` exit 0
+(`noise --strict` exits 1 when a threshold sits inside the noise). Bad input exits 2.
+"""
 from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
 
 import click
 
-COMMANDS: list[click.Command] = []
+from . import verdicts as V
+
+FAIL_KINDS = ("regression", "inconclusive", "no-improvement")
+
+
+def _clean(x: Any) -> Any:
+    """JSON-safe: NaN and infinities become null."""
+    if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
+        return None
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    return x
+
+
+def _emit(obj: dict[str, Any], as_json: bool, text: str) -> None:
+    click.echo(json.dumps(_clean(obj), indent=2) if as_json else text)
+
+
+def _fail_on(kind: str, fail_on: tuple[str, ...]) -> None:
+    if kind in fail_on:
+        raise SystemExit(1)
+
+
+@click.command("compare")
+@click.argument("run", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--baseline", "baseline_arm", required=True, help="Name of the baseline arm.")
+@click.option("--treatment", "treatment_arm", required=True, help="Name of the treatment arm.")
+@click.option("--plan", "plan_path", type=click.Path(path_type=Path), default=None,
+              help="Pre-registered plan.json (default: the suite's plan.json when there is one).")
+@click.option("--alpha", type=float, default=None, help="Significance level (default: the plan's, else 0.05).")
+@click.option("--fail-on", multiple=True, type=click.Choice(FAIL_KINDS), help="Exit 1 on this verdict (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def compare_cmd(run: Path, baseline_arm: str, treatment_arm: str, plan_path: Path | None, alpha: float | None,
+                fail_on: tuple[str, ...], as_json: bool) -> None:
+    """Two-arm verdict of a graded RUN: exact sign test, one vote per case."""
+    loaded = V.as_run(run)
+    plan = None
+    note = None
+    if plan_path is not None:
+        plan = V.load_plan(plan_path)
+    else:
+        suite = V.suite_dir_of(loaded)
+        if suite is not None and (suite / V.PLAN_FILE).exists():
+            plan = V.load_plan(suite / V.PLAN_FILE)
+            note = f"plan: {suite / V.PLAN_FILE}"
+    if alpha is None:
+        alpha = plan.alpha if plan is not None else 0.05
+    v = V.two_arm_verdict(loaded, baseline_arm, treatment_arm, alpha=alpha, plan=plan)
+    text = v.render() + (f"\n{note}" if note else "")
+    _emit(v.to_dict(), as_json, text)
+    _fail_on(v.kind, fail_on)
+
+
+@click.command("verdict")
+@click.option("--wins", type=click.IntRange(min=0), required=True)
+@click.option("--ties", type=click.IntRange(min=0), required=True)
+@click.option("--losses", type=click.IntRange(min=0), required=True)
+@click.option("--errored", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--trials", type=click.IntRange(min=0), default=None,
+              help="Trials run (default: the tally's sum); more than the tally means unmatched trials.")
+@click.option("--alpha", type=float, default=0.05, show_default=True)
+@click.option("--fail-on", multiple=True, type=click.Choice(FAIL_KINDS), help="Exit 1 on this verdict (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def verdict_cmd(wins: int, ties: int, losses: int, errored: int, trials: int | None, alpha: float,
+                fail_on: tuple[str, ...], as_json: bool) -> None:
+    """Verdict for a win/tie/loss tally from elsewhere (exact sign test, ties dropped)."""
+    v = V.verdict_from_tally(wins, ties, losses, errored, trials, alpha=alpha)
+    _emit(v.to_dict(), as_json, v.render())
+    _fail_on(v.kind, fail_on)
+
+
+@click.command("power")
+@click.option("--win-rate", type=float, required=True, help="Expected share of non-tied units the treatment wins.")
+@click.option("--tie-rate", type=float, default=0.0, show_default=True, help="Expected share of tied units.")
+@click.option("--alpha", type=float, required=True)
+@click.option("--power", "power_", type=float, required=True)
+@click.option("--write", "write_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Record the plan in this suite folder (evals/<unit>/plan.json).")
+@click.option("--sequential", is_flag=True, help="Plan a sequential sign test (stops once settled).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def power_cmd(win_rate: float, tie_rate: float, alpha: float, power_: float, write_dir: Path | None,
+              sequential: bool, as_json: bool) -> None:
+    """Discordant pairs and cases the exact sign test needs (exact and approximate)."""
+    plan = V.plan_power(win_rate, tie_rate, alpha, power_, sequential=sequential)
+    text = plan.render()
+    if write_dir is not None:
+        path = V.write_plan(plan, write_dir)
+        plan = V.load_plan(path)
+        text += f"\nplan written: {path}"
+    _emit(plan.to_dict(), as_json, text)
+
+
+@click.command("gate")
+@click.argument("run", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--baseline", "baseline_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="evals/<unit>/baseline.json")
+@click.option("--arm", default=None, help="Arm to gate (default: the baseline's, or the run's only arm).")
+@click.option("--runner-exit", type=int, default=None, help="The runner's exit status, when CI has it.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def gate_cmd(run: Path, baseline_path: Path, arm: str | None, runner_exit: int | None, as_json: bool) -> None:
+    """Gate RUN against an accepted baseline; exit 1 on failure. Never writes a baseline."""
+    res = V.gate(run, baseline_path, arm=arm, runner_exit=runner_exit)
+    _emit(res.to_dict(), as_json, res.render())
+    if not res.passed:
+        raise SystemExit(1)
+
+
+@click.group("baseline")
+def baseline_group() -> None:
+    """Accepted baselines (a deliberate act, separate from any gate)."""
+
+
+@baseline_group.command("accept")
+@click.argument("run", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--to", "suite_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Suite folder (default: the run's suite).")
+@click.option("--arm", default=None, help="Arm to accept (default: the run's only arm).")
+def baseline_accept_cmd(run: Path, suite_dir: Path | None, arm: str | None) -> None:
+    """Write baseline.json and baseline-summary.md from a complete, graded RUN."""
+    bj, bs = V.accept_baseline(run, suite_dir, arm=arm)
+    click.echo(f"wrote {bj}\nwrote {bs}\ncommit both in a change of their own, reviewed by someone else")
+
+
+@click.command("noise")
+@click.argument("run_a", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("run_b", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--arm", default=None, help="Arm to compare (default: the runs' only arm).")
+@click.option("--strict", is_flag=True, help="Exit 1 when a threshold sits inside the noise.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def noise_cmd(run_a: Path, run_b: Path, arm: str | None, strict: bool, as_json: bool) -> None:
+    """Do the gate thresholds sit above the noise between two runs of one config?"""
+    rep = V.noise(run_a, run_b, arm=arm)
+    _emit(rep.to_dict(), as_json, rep.render())
+    if strict and not rep.ok:
+        raise SystemExit(1)
+
+
+COMMANDS: list[click.Command] = [compare_cmd, verdict_cmd, power_cmd, gate_cmd, baseline_group, noise_cmd]
