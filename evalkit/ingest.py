@@ -342,7 +342,15 @@ def read_promptfoo(path: str | Path, *, arm: str | None = None) -> Ingested:
     rows = res.get("results")
     if not isinstance(rows, list):
         raise InputError("results.results must be a list", p, json_path="$.results.results")
-    prompts = {r.get("promptIdx") for r in rows if isinstance(r, dict)}
+    def _label(r: dict) -> str:
+        prov = r.get("provider") or {}
+        return str((prov.get("label") or prov.get("id")) if isinstance(prov, dict) else prov)
+
+    # An arm is a provider; when one provider label runs several prompts, a (provider,
+    # prompt) pair, so that no two arms are merged.
+    dict_rows = [r for r in rows if isinstance(r, dict)]
+    combos = {(_label(r), r.get("promptIdx")) for r in dict_rows}
+    split_prompts = len(combos) > len({c[0] for c in combos})
     samples: list[Sample] = []
     grades: list[Grade] = []
     counters: dict[tuple[str, str], int] = {}
@@ -354,10 +362,9 @@ def read_promptfoo(path: str | Path, *, arm: str | None = None) -> Ingested:
             raise InputError("a result row must be an object", p, json_path=where)
         if "success" not in r:
             raise InputError("result row without `success` (not graded)", p, json_path=f"{where}.success")
-        prov = r.get("provider") or {}
-        prov_id = prov.get("label") or prov.get("id") if isinstance(prov, dict) else str(prov)
-        arm_name = arm or re.sub(r"[^A-Za-z0-9_.-]+", "_", str(prov_id or "provider"))
-        if len(prompts) > 1 and not arm:
+        prov_id = _label(r)
+        arm_name = arm or re.sub(r"[^A-Za-z0-9_.-]+", "_", prov_id or "provider")
+        if split_prompts and not arm:
             arm_name += f"-p{r.get('promptIdx', 0)}"
         models[arm_name] = str(prov_id)
         test_case = r.get("testCase") or {}

@@ -217,3 +217,39 @@ def test_existing_destination_is_not_overwritten(tmp_path: Path) -> None:
     assert res.exit_code == 2
     assert (dest / "keep.txt").read_text() == "mine"
     shutil.rmtree(dest)
+
+
+PROMPTFOO = FIXTURES / "promptfoo-capitals.json"
+
+
+def test_promptfoo_output_with_repeats_and_providers(tmp_path: Path) -> None:
+    """A real promptfoo 0.118.13 output (tests/data/ingest/promptfooconfig.yaml run with
+    `promptfoo eval --repeat 2 -o promptfoo-capitals.json`, echo providers): each
+    provider is an arm, each repeat a sample."""
+    res = cli("ingest", PROMPTFOO, "--to", tmp_path / "run")
+    assert res.exit_code == 0, res.output
+    run = load_run(tmp_path / "run")
+    raw = json.loads(PROMPTFOO.read_text())["results"]["results"]
+    expect: dict[tuple[str, str], list[bool]] = defaultdict(list)
+    for r in raw:
+        expect[(r["testCase"]["description"], r["provider"]["label"])].append(r["success"])
+    got: dict[tuple[str, str], list[bool]] = defaultdict(list)
+    for row in run.grades.itertuples():
+        got[(row.case_id, row.arm)].append(bool(row.passed))
+    assert {k: sorted(v) for k, v in got.items()} == {k: sorted(v) for k, v in expect.items()}
+    assert sorted(run.samples["arm"].unique()) == ["echo-polite", "echo-terse"]
+    assert run.samples.groupby(["case_id", "arm"])["index"].apply(sorted).tolist() == [[0, 1]] * 6
+    verdict = json.loads(cli("compare", tmp_path / "run", "--baseline", "echo-terse",
+                             "--treatment", "echo-polite", "--json").output)
+    assert (verdict["wins"], verdict["losses"], verdict["ties"]) == (1, 0, 2)
+    assert verdict["kind"] == "inconclusive"  # fewer than 6 discordant cases
+
+
+def test_promptfoo_unknown_version(tmp_path: Path) -> None:
+    data = json.loads(PROMPTFOO.read_text())
+    data["results"]["version"] = 7
+    src = tmp_path / "pf.json"
+    src.write_text(json.dumps(data))
+    res = cli("ingest", src, "--to", tmp_path / "run")
+    assert res.exit_code == 2 and "$.results.version" in res.output
+    _assert_nothing_written(tmp_path / "run")
