@@ -1,6 +1,103 @@
-"""CLI subcommand `serve` (registered by evalkit.cli)."""
+"""CLI subcommand `serve` (registered by evalkit.cli): a model server on loopback.
+
+`evalkit serve` serves the embedded llama.cpp model; `--scripted FILE` serves a script
+instead (evalkit.serve.ScriptedServer). With a command after `--`, the command runs with
+`EVALKIT_BASE_URL` set to the server's base URL, the server stops when it ends, and
+`evalkit serve` exits with the command's status: that is how `make demo` and CI use it.
+"""
 from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-COMMANDS: list[click.Command] = []
+if TYPE_CHECKING:
+    from .serve import LocalModelServer, ScriptedServer
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread so `with server:` unwinds and stops the server."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise _Terminated
+
+
+@click.command(
+    "serve",
+    context_settings={"ignore_unknown_options": False, "allow_interspersed_args": False},
+)
+@click.option("--scripted", "script", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Serve this script (JSON/YAML) instead of the embedded model.")
+@click.option("--model", "model_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="GGUF model to serve (default: the embedded Gemma 3 270M).")
+@click.option("--port", type=int, default=0, show_default="a free port", help="Port on 127.0.0.1.")
+@click.option("--n-ctx", type=int, default=2048, show_default=True, help="Context size (embedded model).")
+@click.option("--threads", "n_threads", type=int, default=None, help="CPU threads (embedded model).")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def serve(script: Path | None, model_path: Path | None, port: int, n_ctx: int, n_threads: int | None,
+          command: tuple[str, ...]) -> None:
+    """Serve an OpenAI-compatible endpoint on 127.0.0.1 [-- COMMAND ...].
+
+    Without COMMAND, serve until Ctrl-C, printing the base URL. With COMMAND, run it with
+    EVALKIT_BASE_URL set, then stop the server and exit with the command's status.
+    """
+    from .serve import LocalModelServer, ScriptedServer
+
+    if script is not None and model_path is not None:
+        raise click.UsageError("--scripted and --model are exclusive")
+    server: ScriptedServer | LocalModelServer
+    if script is not None:
+        server = ScriptedServer(script, port=port)
+    else:
+        server = LocalModelServer(model_path, port=port, n_ctx=n_ctx, n_threads=n_threads)
+    # SIGTERM (CI cancelling a job) unwinds like Ctrl-C, so the model server is stopped.
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main else None
+    try:
+        rc = _serve(server, command)
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+    if rc is not None:
+        # A command killed by a signal reports -N; exit the way a shell would (128 + N).
+        sys.exit(rc if rc >= 0 else 128 - rc)
+
+
+def _serve(server: "ScriptedServer | LocalModelServer", command: tuple[str, ...]) -> int | None:
+    """Serve until Ctrl-C (no command: returns None) or run `command`: its status."""
+    with server:
+        if not command:
+            click.echo(server.base_url)
+            click.echo("serving; Ctrl-C stops", err=True)
+            try:
+                threading.Event().wait()
+            except KeyboardInterrupt:
+                return None
+        env = {**os.environ, "EVALKIT_BASE_URL": server.base_url}
+        try:
+            proc = subprocess.Popen(list(command), env=env)
+        except OSError as exc:
+            click.echo(f"error: cannot run {command[0]!r}: {exc.strerror or exc}", err=True)
+            return 127
+        try:
+            rc = proc.wait()
+        except KeyboardInterrupt as exc:
+            # Ctrl-C reached the child too (same process group); SIGTERM did not: pass it on.
+            if isinstance(exc, _Terminated):
+                proc.terminate()
+            try:
+                rc = proc.wait(timeout=10)
+            except (subprocess.TimeoutExpired, KeyboardInterrupt):
+                proc.kill()
+                rc = proc.wait()
+    return rc
+
+
+COMMANDS: list[click.Command] = [serve]
