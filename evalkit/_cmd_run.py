@@ -1,6 +1,48 @@
 """CLI subcommands for run (registered by evalkit.cli)."""
 from __future__ import annotations
 
+import sys
+
 import click
 
-COMMANDS: list[click.Command] = []
+from .errors import InputError
+
+
+@click.command("run")
+@click.argument("suite", type=click.Path(file_okay=True, dir_okay=True))
+@click.option("--arms", default=None, help="Comma-separated arm names (default: every arm in the config).")
+@click.option("--k", "k", type=int, default=None, help="Samples per case and arm (default: the config's k).")
+@click.option("--runs-dir", type=click.Path(file_okay=False), default=None,
+              help="Where run folders go (default: SUITE/runs).")
+@click.option("--base-url", envvar="EVALKIT_BASE_URL", default=None,
+              help="OpenAI-compatible base URL; overrides the config (env: EVALKIT_BASE_URL).")
+@click.option("--resume", "resume", type=click.Path(file_okay=False), default=None,
+              help="Run only the samples missing from this run folder.")
+@click.option("--replay-only", is_flag=True, help="Answer only from the response cache; a miss is an error.")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the response cache.")
+@click.option("--no-sample-files", is_flag=True,
+              help="Skip samples/<case>/<arm>/sample-<n>.txt (results.jsonl holds the same text).")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+def run_cmd(suite: str, arms: str | None, k: int | None, runs_dir: str | None, base_url: str | None,
+            resume: str | None, replay_only: bool, no_cache: bool, no_sample_files: bool,
+            no_progress: bool) -> None:
+    """Sample every case x arm k times under the cost cap; exit 1 when INCOMPLETE."""
+    from .runner import run_suite
+
+    arm_list = [a.strip() for a in arms.split(",") if a.strip()] if arms is not None else None
+    if arm_list is not None and not arm_list:
+        raise InputError("--arms is empty")
+    if replay_only and no_cache:
+        raise InputError("--replay-only needs the response cache; drop --no-cache")
+    result = run_suite(suite, arms=arm_list, k=k, runs_dir=runs_dir, base_url=base_url or None, resume=resume,
+                       replay_only=replay_only, progress=not no_progress, cache=not no_cache,
+                       sample_files=not no_sample_files)
+    click.echo(f"run folder: {result.path}")
+    click.echo(f"spend: ${result.spend_usd:.6f} of cap ${result.cap_usd:.6f}"
+               f" (avoided by the cache: ${result.avoided_usd:.6f})")
+    for arm, c in result.per_arm.items():
+        click.echo(f"{arm}: {c['samples']} samples, {c['errors']} errors")
+    sys.exit(result.exit_code)
+
+
+COMMANDS: list[click.Command] = [run_cmd]

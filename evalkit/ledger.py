@@ -54,7 +54,13 @@ class Ledger:
         self._ids = itertools.count(1)
         self._open: dict[int, Reservation] = {}
         self._lock = threading.Lock()  # a thread lock also serialises asyncio tasks
+        # Reservation ids restart at 1 in every process: the epoch tells apart the ids
+        # of two ledgers appending to one file (a resumed run, a grading pass).
+        self._epoch = time.time_ns() // 1000
         self._path = Path(path) if path is not None else None
+        if self._path is not None:
+            from .runs import repair_torn_tail
+            repair_torn_tail(self._path)  # a later event must not glue onto a torn line
         self._fh = open(self._path, "a", encoding="utf-8") if self._path else None
 
     @classmethod
@@ -64,7 +70,7 @@ class Ledger:
         Reservations left open by a killed run are counted as spent: the call may have
         been billed even though its answer was lost.
         """
-        committed = 0.0
+        committed = avoided = 0.0
         open_amounts: dict[int, float] = {}
         p = Path(path)
         if p.exists():
@@ -79,12 +85,12 @@ class Ledger:
                 elif kind in ("settle", "release"):
                     open_amounts.pop((ev.get("run_epoch", 0), ev["id"]), None)
                     committed += ev.get("cost_usd", 0.0)
+                elif kind == "cache_hit":
+                    avoided += ev.get("avoided_usd", 0.0)
             committed += sum(open_amounts.values())
         led = cls(cap_usd, p, committed_usd=committed)
-        led._epoch = int(time.time() * 1000)
+        led.avoided_usd = avoided
         return led
-
-    _epoch = 0
 
     @staticmethod
     def worst_case(price: Price, tokens_in: int, tokens_out: int) -> float:

@@ -1,0 +1,117 @@
+"""Response cache: an identical request with the same sample index replays at $0.
+
+Keyed by (model, request body hash, sample index): repeats of one request stay
+independent samples, while re-running the same suite replays them. SQLite (standard
+library) in WAL mode with a busy timeout, so several processes can read and write one
+cache file at once; the first answer stored for a key wins.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS responses (
+    model TEXT NOT NULL,
+    request_hash TEXT NOT NULL,
+    sample_index INTEGER NOT NULL,
+    response TEXT NOT NULL,
+    cost_usd REAL NOT NULL,
+    created REAL NOT NULL,
+    PRIMARY KEY (model, request_hash, sample_index)
+)
+"""
+
+
+class ResponseCache:
+    """A response cache file. `get` returns the stored response dict or None; `put`
+    stores one (ignored when the key is already there).
+
+    Puts are buffered and written in one transaction per `batch` entries (and on
+    `flush`/`close`): a commit per response would cost more than the rest of a sample's
+    bookkeeping. A killed process loses at most the unflushed entries, whose samples are
+    in `results.jsonl` already or were never finished.
+    """
+
+    def __init__(self, path: str | Path, *, busy_timeout_s: float = 30.0, batch: int = 64) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # One connection shared by this process's threads, guarded by a lock; other
+        # processes are serialised by SQLite's own file locks (busy timeout).
+        self._conn = sqlite3.connect(str(self.path), timeout=busy_timeout_s, check_same_thread=False,
+                                     isolation_level=None)
+        self._lock = threading.Lock()
+        with self._lock:
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+            self._conn.execute(_SCHEMA)
+        self.hits = 0
+        self.misses = 0
+        self._batch = max(1, int(batch))
+        self._pending: dict[tuple[str, str, int], tuple[str, float]] = {}
+
+    def get(self, model: str, request_hash: str, sample_index: int) -> dict[str, Any] | None:
+        with self._lock:
+            row = self._pending.get((model, request_hash, int(sample_index)))
+            if row is None:
+                row = self._conn.execute(
+                    "SELECT response, cost_usd FROM responses WHERE model=? AND request_hash=? AND sample_index=?",
+                    (model, request_hash, int(sample_index))).fetchone()
+        if row is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        resp = json.loads(row[0])
+        resp["cost_usd"] = row[1]
+        return resp
+
+    def put(self, model: str, request_hash: str, sample_index: int, response: dict[str, Any], cost_usd: float) -> None:
+        text = json.dumps(response, ensure_ascii=False, sort_keys=True)
+        with self._lock:
+            self._pending.setdefault((model, request_hash, int(sample_index)), (text, float(cost_usd)))
+            if len(self._pending) >= self._batch:
+                self._flush_locked()
+
+    def flush(self) -> None:
+        """Write buffered puts now (one transaction)."""
+        with self._lock:
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        if not self._pending:
+            return
+        now = time.time()
+        rows = [(m, h, i, text, cost, now) for (m, h, i), (text, cost) in self._pending.items()]
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            self._conn.executemany(
+                "INSERT OR IGNORE INTO responses (model, request_hash, sample_index, response, cost_usd, created) "
+                "VALUES (?, ?, ?, ?, ?, ?)", rows)
+            self._conn.execute("COMMIT")
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._pending.clear()
+
+    def __len__(self) -> int:
+        with self._lock:
+            self._flush_locked()
+            return int(self._conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0])
+
+    def close(self) -> None:
+        with self._lock:
+            try:
+                self._flush_locked()
+            finally:
+                self._conn.close()
+
+    def __enter__(self) -> "ResponseCache":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,311 @@
+"""One model call under the ledger: count, reserve, call, retry, settle, cache.
+
+`ModelClient.complete` is the only place evalkit calls a model (generator or judge). It
+goes through the official async `openai` client with the client's own retries off
+(`max_retries=0`), because every attempt is a call that may be billed and must be on
+the ledger: evalkit retries 429, 5xx, timeouts, dropped connections and malformed bodies
+itself, with exponential backoff, full jitter and the server's Retry-After, up to
+`max_attempts`, and after the last attempt raises `UnitCallError` with the cause. It
+never invents an output.
+
+Accounting per attempt: reserve the worst case (`max_tokens_in` in, `max_tokens_out`
+out, at the model's price) before sending; settle with the usage the response reports
+(`CeilingBreached` when it reports more than the reservation). An HTTP error status is
+settled at $0 (the endpoint refused before generating); a dropped connection, a timeout
+or a malformed body is settled at the full reservation, because the call may have been
+billed and evalkit cannot know: the ledger never underestimates.
+"""
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import hashlib
+import json
+import math
+import os
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+import openai
+
+from .cache import ResponseCache
+from .errors import InputError, InputTooLong, ReplayMiss, UnitCallError
+from .ledger import Ledger
+from .records import Endpoint, Price, Usage
+from .tokens import TokenCounter
+
+RETRY_STATUSES = frozenset({408, 409, 429})  # plus every 5xx
+BACKOFF_BASE_S = 0.25
+BACKOFF_MAX_S = 20.0
+RETRY_AFTER_MAX_S = 120.0
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One finished call (or a cache replay of one)."""
+
+    text: str
+    tool_calls: tuple[dict, ...]
+    finish_reason: str | None
+    usage: Usage
+    latency_ms: float
+    cost_usd: float
+    model: str
+    system_fingerprint: str | None
+    request_hash: str
+    cached: bool
+    cost_avoided_usd: float
+    attempts: int
+
+
+def canonical_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def request_hash(body: dict[str, Any]) -> str:
+    """sha256 of the canonical request body (model, prompt or messages, parameters)."""
+    return hashlib.sha256(canonical_json(body).encode("utf-8")).hexdigest()
+
+
+def _is_loopback(url: str | None) -> bool:
+    host = (urlparse(url).hostname or "") if url else ""
+    return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
+
+
+def _retry_after_s(headers: Any) -> float | None:
+    """Seconds from `retry-after-ms` or `Retry-After` (seconds or an HTTP date)."""
+    if headers is None:
+        return None
+    for name, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        raw = headers.get(name)
+        if raw is None:
+            continue
+        try:
+            v = float(raw) / divisor
+            if math.isfinite(v) and v >= 0:
+                return min(v, RETRY_AFTER_MAX_S)
+        except ValueError:
+            if name == "retry-after":
+                try:
+                    when = email.utils.parsedate_to_datetime(raw)
+                    return min(max(0.0, when.timestamp() - time.time()), RETRY_AFTER_MAX_S)
+                except (TypeError, ValueError):
+                    pass
+    return None
+
+
+def backoff_s(attempt: int, retry_after: float | None, rng: random.Random) -> float:
+    """Full-jitter exponential backoff after failed attempt `attempt` (1-based); never
+    shorter than the server's Retry-After."""
+    jitter = rng.uniform(0, min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** (attempt - 1)))
+    return max(retry_after or 0.0, jitter) if retry_after is not None else jitter
+
+
+def _tool_call_dict(tc: Any) -> dict:
+    fn = getattr(tc, "function", None)
+    name = getattr(fn, "name", None)
+    raw = getattr(fn, "arguments", None)
+    try:
+        args = json.loads(raw) if isinstance(raw, str) else raw
+    except json.JSONDecodeError:
+        args = raw  # kept as the model wrote it; graders decide
+    d = {"name": name, "arguments": args}
+    if getattr(tc, "id", None):
+        d["id"] = tc.id
+    return d
+
+
+def check_endpoint(endpoint: Endpoint, base_url: str | None = None, replay_only: bool = False) -> str:
+    """The API key for `endpoint`, read from the environment variable its config names.
+    A loopback server (or a replay-only run) takes any key; elsewhere a missing key is an
+    `InputError`."""
+    url = base_url or endpoint.base_url
+    api_key = os.environ.get(endpoint.api_key_env)
+    if api_key:
+        return api_key
+    if (url and _is_loopback(url)) or replay_only:
+        return "evalkit-loopback"  # local servers take any key
+    raise InputError(f"environment variable {endpoint.api_key_env} (the API key for "
+                     f"{endpoint.model!r}) is not set")
+
+
+class _Malformed(Exception):
+    """The endpoint answered 200 with a body that is not a completion."""
+
+
+class ModelClient:
+    """Calls one model on one OpenAI-compatible endpoint under a ledger; see the module
+    docstring. Build one per run (it holds the HTTP connection pool) and `aclose` it."""
+
+    def __init__(self, endpoint: Endpoint, price: Price, ledger: Ledger, *, role: str = "generator",
+                 max_tokens_in: int, max_tokens_out: int, cache: ResponseCache | None = None,
+                 replay_only: bool = False, max_attempts: int = 4, timeout_s: float = 60.0,
+                 base_url: str | None = None) -> None:
+        if price is None:
+            raise InputError(f"no price for model {endpoint.model!r}: refusing to run")
+        if max_attempts < 1:
+            raise InputError(f"max_attempts must be at least 1, got {max_attempts}")
+        if replay_only and cache is None:
+            raise InputError("--replay-only needs a response cache")
+        self.endpoint = endpoint
+        self.price = price
+        self.ledger = ledger
+        self.role = role
+        self.max_tokens_in = int(max_tokens_in)
+        self.max_tokens_out = int(max_tokens_out)
+        self.cache = cache
+        self.replay_only = replay_only
+        self.max_attempts = int(max_attempts)
+        self.timeout_s = float(timeout_s)
+        self.base_url = base_url or endpoint.base_url
+        api_key = check_endpoint(endpoint, self.base_url, replay_only)
+        self._openai = openai.AsyncOpenAI(api_key=api_key, base_url=self.base_url, max_retries=0,
+                                          timeout=self.timeout_s)
+        self.counter = TokenCounter(endpoint.model, self.base_url, api_key=api_key)
+        self._rng = random.Random()
+
+    async def complete(self, *, prompt: str | None = None, messages: list[dict] | None = None,
+                       tools: list[dict] | None = None, temperature: float | None = None,
+                       seed: int | None = None, stop: list[str] | None = None,
+                       sample_index: int = 0, key: str = "") -> Completion:
+        """Make one call (or replay it from the cache); see the module docstring."""
+        if (prompt is None) == (messages is None):
+            raise ValueError("give exactly one of prompt (completions) or messages (chat)")
+        if prompt is not None and tools:
+            raise ValueError("tools need chat mode (messages)")
+        body: dict[str, Any] = {"model": self.endpoint.model, "max_tokens": self.max_tokens_out}
+        if prompt is not None:
+            body["prompt"] = prompt
+        else:
+            body["messages"] = messages
+            if tools:
+                body["tools"] = tools
+        if temperature is not None:
+            body["temperature"] = temperature
+        if seed is not None:
+            body["seed"] = seed
+        if stop:
+            body["stop"] = list(stop)
+        rhash = request_hash(body)
+
+        n_in = await self.counter.count(prompt=prompt, messages=messages, tools=tools, limit=self.max_tokens_in)
+        if n_in > self.max_tokens_in:
+            raise InputTooLong(f"{key or 'request'}: input is {n_in} tokens ({self.counter.method}), "
+                               f"over max_tokens_in {self.max_tokens_in}")
+
+        if self.cache is not None:
+            hit = self.cache.get(self.endpoint.model, rhash, sample_index)
+            if hit is not None:
+                avoided = float(hit.get("cost_usd", 0.0))
+                self.ledger.record_avoided(avoided, key)
+                u = hit.get("usage") or {}
+                return Completion(text=hit.get("text", ""), tool_calls=tuple(hit.get("tool_calls") or ()),
+                                  finish_reason=hit.get("finish_reason"),
+                                  usage=Usage(int(u.get("prompt_tokens", 0)), int(u.get("completion_tokens", 0))),
+                                  latency_ms=0.0, cost_usd=0.0, model=hit.get("model", self.endpoint.model),
+                                  system_fingerprint=hit.get("system_fingerprint"), request_hash=rhash,
+                                  cached=True, cost_avoided_usd=avoided, attempts=0)
+            if self.replay_only:
+                raise ReplayMiss(f"{key or 'request'}: no cached response (request {rhash[:12]}, "
+                                 f"sample {sample_index}) and --replay-only is set")
+
+        causes: list[str] = []
+        for attempt in range(1, self.max_attempts + 1):
+            r = self.ledger.reserve(self.role, self.endpoint.model, self.price, self.max_tokens_in,
+                                    self.max_tokens_out, key)
+            t0 = time.perf_counter()
+            retry_after: float | None = None
+            try:
+                resp = await self._send(body)
+                latency_ms = (time.perf_counter() - t0) * 1000
+                text, tool_calls, finish, usage, fingerprint, model = self._parse(resp, chat=prompt is None)
+            except openai.APIStatusError as exc:
+                status = exc.status_code
+                self.ledger.settle_failed(r, None, f"HTTP {status}")
+                cause = f"HTTP {status}: {_short(exc.message)}"
+                if status not in RETRY_STATUSES and status < 500:
+                    raise _call_error(f"{key or 'request'}: {cause} (not retried)", attempt) from exc
+                retry_after = _retry_after_s(exc.response.headers if exc.response is not None else None)
+            except openai.APITimeoutError as exc:
+                self.ledger.settle_failed(r, _worst(r), "timeout")
+                cause = f"timeout after {self.timeout_s:g}s"
+            except openai.APIConnectionError as exc:
+                self.ledger.settle_failed(r, _worst(r), "connection error")
+                cause = f"connection error: {_short(str(exc.__cause__ or exc))}"
+            except (_Malformed, ValueError) as exc:
+                self.ledger.settle_failed(r, _worst(r), "malformed response")
+                cause = f"malformed response: {_short(str(exc))}"
+            except BaseException:
+                # Cancelled or interrupted mid-call: it may have been billed.
+                self.ledger.settle_failed(r, _worst(r), "interrupted")
+                raise
+            else:
+                if usage is None:
+                    # No usage reported: charge the worst case rather than guess low.
+                    usage = Usage(r.tokens_in, r.tokens_out)
+                cost = self.ledger.settle(r, usage)  # raises CeilingBreached
+                if self.cache is not None:
+                    self.cache.put(self.endpoint.model, rhash, sample_index,
+                                   {"text": text, "tool_calls": list(tool_calls), "finish_reason": finish,
+                                    "usage": {"prompt_tokens": usage.prompt_tokens,
+                                              "completion_tokens": usage.completion_tokens},
+                                    "model": model, "system_fingerprint": fingerprint}, cost)
+                return Completion(text=text, tool_calls=tool_calls, finish_reason=finish, usage=usage,
+                                  latency_ms=latency_ms, cost_usd=cost, model=model,
+                                  system_fingerprint=fingerprint, request_hash=rhash, cached=False,
+                                  cost_avoided_usd=0.0, attempts=attempt)
+            causes.append(f"attempt {attempt}: {cause}")
+            if attempt < self.max_attempts:
+                await asyncio.sleep(backoff_s(attempt, retry_after, self._rng))
+        raise _call_error(f"{key or 'request'}: failed after {self.max_attempts} attempts; "
+                          + "; ".join(causes), self.max_attempts)
+
+    async def _send(self, body: dict[str, Any]) -> Any:
+        kw = {k: v for k, v in body.items()}
+        if "messages" in kw:
+            return await self._openai.chat.completions.create(**kw)
+        return await self._openai.completions.create(**kw)
+
+    def _parse(self, resp: Any, *, chat: bool):
+        if isinstance(resp, (str, bytes)) or not getattr(resp, "choices", None):
+            raise _Malformed("no choices in the response body")
+        choice = resp.choices[0]
+        tool_calls: tuple[dict, ...] = ()
+        if chat:
+            msg = getattr(choice, "message", None)
+            if msg is None:
+                raise _Malformed("no message in the first choice")
+            text = msg.content or ""
+            tool_calls = tuple(_tool_call_dict(tc) for tc in (msg.tool_calls or ()))
+        else:
+            text = getattr(choice, "text", None)
+            if text is None:
+                raise _Malformed("no text in the first choice")
+        u = getattr(resp, "usage", None)
+        usage = None
+        if u is not None and u.prompt_tokens is not None and u.completion_tokens is not None:
+            usage = Usage(int(u.prompt_tokens), int(u.completion_tokens))
+        return (text, tool_calls, choice.finish_reason, usage, getattr(resp, "system_fingerprint", None),
+                getattr(resp, "model", None) or self.endpoint.model)
+
+    async def aclose(self) -> None:
+        await self._openai.close()
+        await self.counter.aclose()
+
+
+def _call_error(message: str, attempts: int) -> UnitCallError:
+    exc = UnitCallError(message)
+    exc.attempts = attempts  # type: ignore[attr-defined]
+    return exc
+
+
+def _worst(r) -> Usage:
+    return Usage(r.tokens_in, r.tokens_out)
+
+
+def _short(s: str, n: int = 200) -> str:
+    s = " ".join(str(s).split())
+    return s if len(s) <= n else s[: n - 3] + "..."

@@ -1,0 +1,313 @@
+"""The sampling engine: k samples per case and arm, under the cost cap, resumable.
+
+`run_suite` renders each (case, arm) with `suite.render_prompt`, calls the unit through
+`ModelClient` for every sample index with its own derived seed, and appends each
+finished sample to the run folder as it lands. It stops dispatching when the ledger
+refuses a reservation (budget exhausted) or a response breaches a ceiling; samples that
+did not run have no line, and the summary starts with ``INCOMPLETE: ...``.
+
+Resume (`resume=RUN_DIR`) reads `results.jsonl` and the ledger, runs only the missing
+(case, arm, index) keys, and carries the spend forward (calls left in flight by a killed
+run count as spent), so a finished key is never paid twice and the cap covers the whole
+run.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import json
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from .cache import ResponseCache
+from .client import ModelClient, check_endpoint
+from .errors import (BudgetExhausted, CeilingBreached, InputError, InputTooLong, ReplayMiss,
+                     UnitCallError)
+from .ledger import Ledger
+from .records import Arm, Case, Config, Sample, Suite
+from .runs import RunFolder
+
+CACHE_FILE = "cache.sqlite"
+
+Key = tuple[str, str, int]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What a run did. `ran`/`total` count cases (a case ran when all its samples in
+    every arm finished); `exit_code` is 0 when complete, 1 when INCOMPLETE."""
+
+    path: Path
+    complete: bool
+    ran: int
+    total: int
+    samples_ran: int
+    samples_total: int
+    reason: str | None
+    spend_usd: float
+    avoided_usd: float
+    cap_usd: float
+    per_arm: dict[str, dict[str, int]]
+    exit_code: int
+
+    @property
+    def incomplete_line(self) -> str | None:
+        return None if self.complete else f"INCOMPLETE: {self.ran}/{self.total} cases ({self.reason})"
+
+
+def derive_seed(config_seed: int | None, case_id: str, arm: str, index: int) -> int:
+    """A sample's seed: a stable hash of (config seed, case id, arm, index), below 2**31
+    so every server accepts it. Stable across processes and Python versions."""
+    raw = f"{config_seed if config_seed is not None else 0}\x1f{case_id}\x1f{arm}\x1f{index}"
+    return int.from_bytes(hashlib.sha256(raw.encode("utf-8")).digest()[:8], "big") % (2**31 - 1)
+
+
+def config_snapshot(config: Config) -> dict[str, Any]:
+    """The config as JSON: the file's own text when loaded from one, else the record."""
+    if config.raw:
+        return dict(config.raw)
+    d = dataclasses.asdict(config)
+    d.pop("raw", None)
+    return json.loads(json.dumps(d, default=str))
+
+
+def config_hash(snapshot: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(snapshot, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _format_summary_md(suite: Suite, res: dict[str, Any]) -> str:
+    lines = []
+    if not res["complete"]:
+        lines.append(f"INCOMPLETE: {res['ran']}/{res['total']} cases ({res['reason']})")
+        lines.append("")
+    lines.append(f"# Run of {suite.name}")
+    lines.append("")
+    lines.append(f"- cases complete: {res['ran']}/{res['total']}; samples: {res['samples_ran']}/{res['samples_total']}")
+    lines.append(f"- spend: ${res['spend_usd']:.6f} of cap ${res['cap_usd']:.6f}"
+                 f" (avoided by the cache: ${res['avoided_usd']:.6f})")
+    lines.append("")
+    lines.append("| arm | samples | errors |")
+    lines.append("|---|---:|---:|")
+    for arm, c in res["per_arm"].items():
+        lines.append(f"| {arm} | {c['samples']} | {c['errors']} |")
+    return "\n".join(lines) + "\n"
+
+
+class _Engine:
+    def __init__(self, suite: Suite, arms: list[Arm], k: int, folder: RunFolder, ledger: Ledger,
+                 client: ModelClient, pending: list[Key], progress: bool,
+                 prompts: dict[tuple[str, str], Any]) -> None:
+        self.suite = suite
+        self.config = suite.config
+        self.cases = {c.id: c for c in suite.cases}
+        self.arms = {a.name: a for a in arms}
+        self.k = k
+        self.folder = folder
+        self.ledger = ledger
+        self.client = client
+        self.pending = pending
+        self.stop_reason: str | None = None
+        self.errored: dict[Key, str] = {}
+        self.done: set[Key] = set()
+        self.prompts = prompts
+        self._tools = list(self.config.tools) or None
+        self._stop = list(self.config.stop) or None
+        self.bar = tqdm(total=len(pending), disable=not progress, unit="sample", dynamic_ncols=True,
+                        desc=suite.name, file=sys.stderr)
+
+    def _prompt(self, case: Case, arm: Arm) -> Any:
+        return self.prompts[(case.id, arm.name)]
+
+    def _tick(self) -> None:
+        self.bar.set_postfix_str(f"errors={len(self.errored)} spend=${self.ledger.committed_usd:.4f}"
+                                 f"/${self.ledger.cap_usd:.4f}", refresh=False)
+        self.bar.update(1)
+
+    async def one(self, key: Key, sem: asyncio.Semaphore) -> None:
+        async with sem:
+            if self.stop_reason is not None:
+                return
+            case_id, arm_name, index = key
+            case, arm = self.cases[case_id], self.arms[arm_name]
+            seed = derive_seed(self.config.seed, case_id, arm_name, index)
+            rendered = self._prompt(case, arm)
+            kw: dict[str, Any] = {"messages": rendered, "tools": self._tools} if isinstance(rendered, list) \
+                else {"prompt": rendered}
+            try:
+                c = await self.client.complete(**kw, temperature=self.config.temperature, seed=seed,
+                                               stop=self._stop, sample_index=index,
+                                               key=f"{case_id}/{arm_name}/{index}")
+            except BudgetExhausted:
+                if self.stop_reason is None:
+                    self.stop_reason = "budget exhausted"
+                return
+            except CeilingBreached as exc:
+                if self.stop_reason is None:
+                    self.stop_reason = "ceiling breached"
+                self._error(key, str(exc), 1)
+                return
+            except (InputTooLong, UnitCallError, ReplayMiss) as exc:
+                self._error(key, f"{type(exc).__name__}: {exc}", getattr(exc, "attempts", 0))
+                return
+            self.folder.append_result(Sample(
+                case_id=case_id, tags=case.tags, arm=arm_name, index=index, seed=seed, model=c.model,
+                output=c.text, tool_calls=c.tool_calls, finish_reason=c.finish_reason, usage=c.usage,
+                latency_ms=round(c.latency_ms, 3), cost_usd=c.cost_usd, request_hash=c.request_hash,
+                system_fingerprint=c.system_fingerprint, cached=c.cached, cost_avoided_usd=c.cost_avoided_usd))
+            self.done.add(key)
+            self._tick()
+
+    def _error(self, key: Key, message: str, attempts: int) -> None:
+        self.errored[key] = message
+        self.folder.append_error(key[0], key[1], key[2], message, attempts)
+        self._tick()
+
+    async def run(self, concurrency: int) -> None:
+        sem = asyncio.Semaphore(max(1, concurrency))
+        tasks = [asyncio.ensure_future(self.one(key, sem)) for key in self.pending]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+            self.bar.close()
+
+
+def _plan(suite: Suite, arms: list[Arm], k: int) -> list[Key]:
+    return [(c.id, a.name, i) for c in suite.cases for a in arms for i in range(k)]
+
+
+async def run_suite_async(suite: Suite | str | Path, *, arms: list[str] | None = None, k: int | None = None,
+                          runs_dir: str | Path | None = None, base_url: str | None = None,
+                          resume: str | Path | None = None, replay_only: bool = False, progress: bool = True,
+                          cache: bool = True, sample_files: bool = True) -> RunResult:
+    """The async core of `run_suite`."""
+    if not isinstance(suite, Suite):
+        from .suite import load_suite
+        suite = load_suite(suite)
+    config = suite.config
+    snapshot = config_snapshot(config)
+    chash = config_hash(snapshot)
+    runs_root = Path(runs_dir) if runs_dir is not None else Path(suite.path) / "runs"
+
+    if resume is not None:
+        folder = RunFolder(resume, sample_files=sample_files)
+        meta = folder.read_meta()
+        if meta.get("config_hash") != chash:
+            raise InputError("the suite's config.json changed since this run started; start a new run "
+                             "instead of resuming", Path(resume) / "config.json", json_path="$.config_hash")
+        run_arms, run_k = list(meta["arms"]), int(meta["k"])
+        if arms is not None and list(arms) != run_arms:
+            raise InputError(f"--arms {','.join(arms)} differs from the run's arms {','.join(run_arms)}")
+        if k is not None and int(k) != run_k:
+            raise InputError(f"--k {k} differs from the run's k {run_k}")
+        missing = [c for c in meta.get("cases", []) if c not in {x.id for x in suite.cases}]
+        if missing:
+            raise InputError(f"cases of the run are no longer in the suite: {', '.join(missing[:5])}",
+                             Path(suite.path) / "cases.jsonl")
+        arms, k = run_arms, run_k
+        sample_files = bool(meta.get("sample_files", True))  # keep the run's layout whole
+        runs_root = Path(resume).parent
+    names = list(arms) if arms is not None else [a.name for a in config.arms]
+    if not names:
+        raise InputError("no arms to run", Path(suite.path) / "config.json", json_path="$.arms")
+    known = {a.name for a in config.arms}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise InputError(f"unknown arm(s) {', '.join(unknown)}; the config has {', '.join(sorted(known))}",
+                         Path(suite.path) / "config.json", json_path="$.arms")
+    if len(set(names)) != len(names):
+        raise InputError(f"arm named twice in {','.join(names)}")
+    k = int(k if k is not None else config.k)
+    if k < 1:
+        raise InputError(f"k must be at least 1, got {k}")
+    arm_objs = [config.arm(n) for n in names]
+    plan = _plan(suite, arm_objs, k)
+    # Render every prompt and check the endpoint before writing anything: bad input
+    # leaves no half-made run folder.
+    from .suite import render_prompt
+    prompts = {(c.id, a.name): render_prompt(config, c, a) for c in suite.cases for a in arm_objs}
+    check_endpoint(config.generator, base_url, replay_only)
+
+    if resume is None:
+        meta = {"suite": str(suite.path), "suite_name": suite.name, "config": snapshot, "config_hash": chash,
+                "arms": names, "k": k, "cases": [c.id for c in suite.cases],
+                "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "source": "evalkit",
+                "sample_files": sample_files}
+        folder = RunFolder.create(runs_root, meta)
+        folder.sample_files = sample_files
+    done_before = folder.finished_keys()
+    pending = [key for key in plan if key not in done_before]
+
+    ledger = Ledger.resume(config.cost_cap_usd, folder.ledger_path)
+    rcache = ResponseCache(runs_root / CACHE_FILE) if (cache or replay_only) else None
+    client = ModelClient(config.generator, config.price, ledger, role="generator",
+                         max_tokens_in=config.max_tokens_in, max_tokens_out=config.max_tokens_out,
+                         cache=rcache, replay_only=replay_only, max_attempts=config.max_attempts,
+                         timeout_s=config.timeout_s, base_url=base_url)
+    engine = _Engine(suite, arm_objs, k, folder, ledger, client, pending, progress, prompts)
+    interrupted: BaseException | None = None
+    try:
+        await engine.run(config.concurrency)
+    except (asyncio.CancelledError, KeyboardInterrupt) as exc:
+        # Ctrl-C: the calls in flight were settled at their worst case by the client;
+        # write the INCOMPLETE summary, then let the interruption go on.
+        interrupted = exc
+        engine.stop_reason = engine.stop_reason or "interrupted"
+    finally:
+        await client.aclose()
+        folder.close()
+        ledger.close()
+        if rcache is not None:
+            rcache.close()
+
+    finished = done_before | engine.done
+    per_arm = {n: {"samples": 0, "errors": 0} for n in names}
+    for (_, a, _) in finished:
+        per_arm[a]["samples"] += 1
+    for (_, a, _) in engine.errored:
+        per_arm[a]["errors"] += 1
+    by_case: dict[str, int] = {}
+    for (c, _, _) in finished:
+        by_case[c] = by_case.get(c, 0) + 1
+    per_case_total = len(arm_objs) * k
+    ran = sum(1 for c in suite.cases if by_case.get(c.id, 0) == per_case_total)
+    total = len(suite.cases)
+    complete = len(finished) == len(plan)
+    reason = engine.stop_reason
+    if not complete and reason is None:
+        reason = f"{len(engine.errored)} sample(s) errored" if engine.errored else "samples missing"
+    summary = {"complete": complete, "ran": ran, "total": total, "samples_ran": len(finished),
+               "samples_total": len(plan), "reason": None if complete else reason,
+               "spend_usd": ledger.committed_usd, "avoided_usd": ledger.avoided_usd, "cap_usd": ledger.cap_usd,
+               "per_arm": per_arm, "exit_code": 0 if complete else 1}
+    folder.write_summary(summary, _format_summary_md(suite, summary))
+    result = RunResult(path=folder.path, complete=complete, ran=ran, total=total, samples_ran=len(finished),
+                       samples_total=len(plan), reason=summary["reason"], spend_usd=ledger.committed_usd,
+                       avoided_usd=ledger.avoided_usd, cap_usd=ledger.cap_usd, per_arm=per_arm,
+                       exit_code=summary["exit_code"])
+    if not complete:
+        print(result.incomplete_line, file=sys.stderr, flush=True)
+    if interrupted is not None:
+        raise interrupted
+    return result
+
+
+def run_suite(suite: Suite | str | Path, *, arms: list[str] | None = None, k: int | None = None,
+              runs_dir: str | Path | None = None, base_url: str | None = None, resume: str | Path | None = None,
+              replay_only: bool = False, progress: bool = True, cache: bool = True,
+              sample_files: bool = True) -> RunResult:
+    """Run cases x arms x k samples of a suite (a `Suite` or its folder) and write a run
+    folder; see the module docstring. `base_url` overrides the config's generator URL;
+    `cache=False` neither reads nor writes the response cache; `sample_files=False` skips
+    the per-sample text files. Raises `InputError` on bad input before anything is
+    written."""
+    return asyncio.run(run_suite_async(suite, arms=arms, k=k, runs_dir=runs_dir, base_url=base_url,
+                                       resume=resume, replay_only=replay_only, progress=progress, cache=cache,
+                                       sample_files=sample_files))

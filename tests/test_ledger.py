@@ -1,0 +1,174 @@
+"""The cost ledger: the cap holds under concurrency and adversarial usage; a response over
+its reservation stops the run. Model calls go over HTTP to the scripted server."""
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from evalkit.errors import BudgetExhausted, CeilingBreached, InputError
+from evalkit.ledger import Ledger
+from evalkit.records import Price, Usage
+from evalkit.runner import run_suite
+from evalkit.runs import TornLineWarning, iter_jsonl, load_run
+from evalkit.serve import ScriptedServer
+
+PRICE = Price(in_per_mtok=1.0, out_per_mtok=2.0)
+
+
+def write_suite(root: Path, n_cases: int, **config) -> Path:
+    """A completion-mode suite folder with two arms; `config` overrides keys."""
+    root.mkdir(parents=True, exist_ok=True)
+    cfg = {"mode": "completion", "template": "prompt.txt",
+           "generator": {"model": "scripted", "api_key_env": "EVALKIT_TEST_KEY"},
+           "temperature": 0.5, "seed": 7, "k": 2, "concurrency": 4, "cost_cap_usd": 1.0,
+           "max_tokens_in": 64, "max_tokens_out": 8, "price": {"in_per_mtok": 1.0, "out_per_mtok": 2.0},
+           "judge_price": {"in_per_mtok": 1.0, "out_per_mtok": 2.0}, "max_attempts": 2,
+           "arms": [{"name": "base"}, {"name": "guided", "guidance": "guided.md"}]}
+    cfg.update(config)
+    (root / "config.json").write_text(json.dumps(cfg))
+    (root / "prompt.txt").write_text("${guidance}Q: ${input}\nA:")
+    (root / "guided.md").write_text("Answer in one word. ")
+    (root / "cases.jsonl").write_text("".join(
+        json.dumps({"id": f"case-{i:03d}", "input": f"capital of country {i}", "expected": "Paris",
+                    "tags": ["capital"]}) + "\n" for i in range(n_cases)))
+    return root
+
+
+def replay_ledger(path: Path, cap: float) -> tuple[float, float]:
+    """Walk ledger.jsonl; assert committed + reserved <= cap after every event. Returns
+    (committed, the highest committed + reserved seen)."""
+    committed = reserved = peak = 0.0
+    open_: dict[tuple, float] = {}
+    for ev in iter_jsonl(path):
+        key = (ev["run_epoch"], ev.get("id"))
+        if ev["event"] == "reserve":
+            open_[key] = ev["amount_usd"]
+            reserved += ev["amount_usd"]
+        elif ev["event"] in ("settle", "release"):
+            reserved -= open_.pop(key)
+            committed += ev["cost_usd"]
+        peak = max(peak, committed + reserved)
+        assert committed + reserved <= cap + 1e-12, ev
+    return committed, peak
+
+
+# -- the Ledger object -------------------------------------------------------------------
+
+def test_reserve_refuses_what_would_pass_the_cap(tmp_path):
+    worst = PRICE.cost(100, 10)
+    led = Ledger(worst * 3.5, tmp_path / "ledger.jsonl")
+    held = [led.reserve("generator", "m", PRICE, 100, 10, key=f"k{i}") for i in range(3)]
+    with pytest.raises(BudgetExhausted):
+        led.reserve("generator", "m", PRICE, 100, 10, key="k3")
+    led.settle(held[0], Usage(50, 5))  # frees room: half the worst case was used
+    led.reserve("generator", "m", PRICE, 100, 10, key="k4")
+    assert led.committed_usd + led.reserved_usd <= led.cap_usd + 1e-12
+    events = [e["event"] for e in iter_jsonl(tmp_path / "ledger.jsonl")]
+    assert events.count("refuse") == 1 and events.count("reserve") == 4
+
+
+def test_unknown_price_and_bad_cap_refuse_to_run():
+    with pytest.raises(InputError):
+        Ledger(0)
+    with pytest.raises(InputError, match="no price"):
+        Ledger(1.0).reserve("generator", "m", None, 1, 1)
+
+
+def test_settle_over_the_reservation_commits_and_raises(tmp_path):
+    led = Ledger(1.0, tmp_path / "ledger.jsonl")
+    r = led.reserve("generator", "m", PRICE, 100, 10)
+    with pytest.raises(CeilingBreached):
+        led.settle(r, Usage(100, 11))
+    assert led.committed_usd == pytest.approx(PRICE.cost(100, 11)) and led.reserved_usd == 0
+    assert list(iter_jsonl(tmp_path / "ledger.jsonl"))[-1]["breach"] is True
+
+
+def test_threads_never_pass_the_cap(tmp_path):
+    worst = PRICE.cost(64, 8)
+    cap = worst * 10
+    led = Ledger(cap, tmp_path / "ledger.jsonl")
+    granted = []
+
+    def worker():
+        for _ in range(50):
+            try:
+                r = led.reserve("generator", "m", PRICE, 64, 8)
+            except BudgetExhausted:
+                continue
+            granted.append(r)
+            led.settle(r, Usage(64, 8))  # adversarial: every call uses its whole ceiling
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(granted) == 10
+    assert led.committed_usd <= cap + 1e-12
+    replay_ledger(tmp_path / "ledger.jsonl", cap)
+
+
+def test_resume_counts_open_reservations_and_repairs_a_torn_line(tmp_path):
+    p = tmp_path / "ledger.jsonl"
+    led = Ledger(1.0, p)
+    r1 = led.reserve("generator", "m", PRICE, 100, 10, key="a")
+    led.settle(r1, Usage(40, 4))
+    led.reserve("generator", "m", PRICE, 100, 10, key="b")  # in flight when killed
+    led._fh.write('{"event": "settle", "id": 2, "cost')  # torn by the kill
+    led._fh.flush()
+    with pytest.warns(TornLineWarning):
+        again = Ledger.resume(1.0, p)
+    expected = PRICE.cost(40, 4) + PRICE.cost(100, 10)
+    assert again.committed_usd == pytest.approx(expected)
+    r = again.reserve("generator", "m", PRICE, 100, 10, key="c")  # ids restart at 1 ...
+    again.settle(r, Usage(1, 1))
+    again.close()
+    # ... but the epoch keeps them apart, and the file stays loadable line by line.
+    third = Ledger.resume(1.0, p)
+    assert third.committed_usd == pytest.approx(expected + PRICE.cost(1, 1))
+    assert len(list(iter_jsonl(p))) == 5
+
+
+# -- through the scripted server -----------------------------------------------------------
+
+def test_cap_holds_with_32_concurrent_calls_and_adversarial_usage(tmp_path):
+    # Every answer reports usage exactly at both ceilings (64 in, 8 out): the worst case
+    # the reservation allows. The cap fits 37.5 worst-case calls; 200 are planned.
+    suite = write_suite(tmp_path / "suite", 50, k=2, concurrency=32,
+                        cost_cap_usd=PRICE.cost(64, 8) * 37.5)
+    script = {"rules": [{"match": "country 1", "text": "Paris", "usage": {"prompt_tokens": 64, "completion_tokens": 8}},
+                        {"match": "country", "texts": ["Paris", "Lima"],
+                         "usage": {"prompt_tokens": 64, "completion_tokens": 8}}],
+              "latency_s": 0.01}
+    with ScriptedServer(script) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+        n_requests = srv.stats["requests"]
+    cap = res.cap_usd
+    committed, peak = replay_ledger(res.path / "ledger.jsonl", cap)
+    assert committed == pytest.approx(res.spend_usd)
+    assert res.spend_usd <= cap + 1e-12
+    assert peak > cap * 0.9  # the cap was really under pressure
+    assert not res.complete and res.reason == "budget exhausted" and res.exit_code == 1
+    run = load_run(res.path)
+    assert len(run.samples) == n_requests == 37  # one line per paid call, none for refused ones
+    assert (run.ledger.event == "refuse").sum() >= 1
+    assert (res.path / "summary.md").read_text().startswith(f"INCOMPLETE: {res.ran}/50 cases (budget exhausted)")
+
+
+def test_over_reporting_response_stops_the_run(tmp_path):
+    suite = write_suite(tmp_path / "suite", 30, k=2, concurrency=4)
+    script = {"default": {"text": "Paris"}, "faults": [{"kind": "over_usage", "times": 1}], "latency_s": 0.02}
+    with ScriptedServer(script) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+        n_requests = srv.stats["requests"]
+    assert res.reason == "ceiling breached" and res.exit_code == 1 and not res.complete
+    assert n_requests < 20  # of 120 planned: dispatching stopped
+    run = load_run(res.path)
+    assert len(run.errors) == 1 and "ceiling breached" in run.errors.iloc[0].error
+    breach = run.ledger[run.ledger.event == "settle"].breach.fillna(False).astype(bool)
+    assert breach.sum() == 1
+    # The breaching call's real cost is committed: never hidden.
+    assert res.spend_usd == pytest.approx(run.ledger[run.ledger.event == "settle"].cost_usd.sum())

@@ -1,0 +1,134 @@
+"""Run folders: torn lines, atomic writes, stable DataFrame columns."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from evalkit.errors import InputError
+from evalkit.records import Sample, Usage
+from evalkit.runs import (GRADE_COLUMNS, SAMPLE_COLUMNS, RunFolder, TornLineWarning, iter_jsonl, load_run,
+                          repair_torn_tail, sample_from_dict, sample_path, sample_to_dict, write_atomic)
+
+
+def _sample(case="c1", arm="base", index=0, output="Paris") -> Sample:
+    return Sample(case_id=case, tags=("capital", "golden"), arm=arm, index=index, seed=11 + index, model="m",
+                  output=output, tool_calls=({"name": "f", "arguments": {"x": 1}},), finish_reason="stop",
+                  usage=Usage(12, 3), latency_ms=5.5, cost_usd=1e-6, request_hash="ab" * 32,
+                  system_fingerprint="fp", cached=False, cost_avoided_usd=0.0)
+
+
+def test_iter_jsonl_drops_a_torn_last_line_with_a_warning(tmp_path):
+    p = tmp_path / "results.jsonl"
+    p.write_bytes(b'{"a": 1}\n{"a": 2}\n{"a": 3, "b": "unfini')
+    with pytest.warns(TornLineWarning, match="torn last line"):
+        rows = list(iter_jsonl(p))
+    assert rows == [{"a": 1}, {"a": 2}]
+
+
+def test_iter_jsonl_keeps_a_whole_last_line_without_newline(tmp_path):
+    p = tmp_path / "x.jsonl"
+    p.write_text('{"a": 1}\n{"a": 2}')
+    assert list(iter_jsonl(p)) == [{"a": 1}, {"a": 2}]
+
+
+def test_iter_jsonl_names_file_and_line_of_a_bad_middle_line(tmp_path):
+    p = tmp_path / "x.jsonl"
+    p.write_text('{"a": 1}\nnot json\n{"a": 3}\n')
+    with pytest.raises(InputError) as ei:
+        list(iter_jsonl(p))
+    assert ei.value.line == 2 and str(p) in str(ei.value)
+
+
+def test_repair_cuts_the_fragment_so_the_next_append_is_a_whole_line(tmp_path):
+    p = tmp_path / "x.jsonl"
+    p.write_bytes(b'{"a": 1}\n{"a": 2, "b"')
+    with pytest.warns(TornLineWarning):
+        assert repair_torn_tail(p) is True
+    assert p.read_bytes() == b'{"a": 1}\n'
+    p.write_bytes(b'{"a": 1}\n{"a": 2}')  # whole line missing only its newline: kept
+    assert repair_torn_tail(p) is False
+    assert p.read_bytes() == b'{"a": 1}\n{"a": 2}\n'
+
+
+def test_append_after_a_kill_leaves_a_loadable_file(tmp_path):
+    run = RunFolder.create(tmp_path, {"suite": "s", "arms": ["base"], "k": 2, "cases": ["c1"]})
+    run.append_result(_sample(index=0))
+    run.close()
+    with open(run.path / "results.jsonl", "ab") as fh:
+        fh.write(b'{"case_id": "c1", "arm": "ba')  # a SIGKILL mid-write
+    with pytest.warns(TornLineWarning):
+        run2 = RunFolder(run.path)
+        run2.append_result(_sample(index=1))
+        run2.close()
+    rows = list(iter_jsonl(run.path / "results.jsonl"))
+    assert [(r["case_id"], r["index"]) for r in rows] == [("c1", 0), ("c1", 1)]
+    assert RunFolder(run.path).finished_keys() == {("c1", "base", 0), ("c1", "base", 1)}
+
+
+def test_sample_round_trip_and_agent_evals_layout(tmp_path):
+    run = RunFolder.create(tmp_path, {"suite": "s"})
+    s = _sample(index=2, output="Paris\nline two")
+    run.append_result(s)
+    run.close()
+    assert sample_from_dict(json.loads((run.path / "results.jsonl").read_text())) == s
+    assert sample_path(run.path, "c1", "base", 2) == run.path / "samples" / "c1" / "base" / "sample-3.txt"
+    assert sample_path(run.path, "c1", "base", 2).read_text() == "Paris\nline two"
+    assert sample_to_dict(s)["usage"] == {"prompt_tokens": 12, "completion_tokens": 3}
+
+
+def test_create_never_reuses_a_folder(tmp_path):
+    paths = {RunFolder.create(tmp_path, {"n": i}, stamp="20260101-000000").path for i in range(3)}
+    assert len(paths) == 3
+    assert sorted(p.name for p in paths) == ["20260101-000000", "20260101-000000-2", "20260101-000000-3"]
+
+
+def test_write_atomic_replaces_whole_and_leaves_no_temp_files(tmp_path):
+    p = tmp_path / "d" / "summary.md"
+    write_atomic(p, "one")
+    write_atomic(p, "two")
+    assert p.read_text() == "two"
+    assert os.listdir(p.parent) == ["summary.md"]
+
+
+def test_load_run_columns_are_stable(tmp_path):
+    run = RunFolder.create(tmp_path, {"suite": "s", "arms": ["base"], "k": 1})
+    empty = load_run(run.path)
+    assert list(empty.samples.columns) == list(SAMPLE_COLUMNS)
+    assert list(empty.grades.columns) == list(GRADE_COLUMNS)
+    assert len(empty.samples) == 0 and len(empty.grades) == 0 and empty.summary == {}
+
+    run.append_result(_sample(index=0))
+    run.append_result(_sample(case="c2", index=0, output="Rome"))
+    run.append_error("c3", "base", 0, "UnitCallError: HTTP 500", 4)
+    run.write_summary({"complete": False, "ran": 2, "total": 3}, "INCOMPLETE: 2/3 cases (1 sample(s) errored)")
+    run.close()
+    (run.path / "grades.jsonl").write_text(json.dumps(
+        {"case_id": "c1", "arm": "base", "index": 0, "passed": True,
+         "checks": [{"name": "contains", "passed": True, "reason": ""}]}) + "\n")
+    loaded = load_run(run.path)
+    assert list(loaded.samples.columns) == list(SAMPLE_COLUMNS)
+    assert "usage" not in loaded.samples.columns
+    row = loaded.samples.iloc[0]
+    assert (row.prompt_tokens, row.completion_tokens, row.tags) == (12, 3, ["capital", "golden"])
+    assert list(loaded.samples.output) == ["Paris", "Rome"]
+    assert list(loaded.grades.columns)[: len(GRADE_COLUMNS)] == list(GRADE_COLUMNS)
+    assert loaded.grades.iloc[0].checks == [{"name": "contains", "passed": True, "reason": ""}]
+    assert loaded.errors.iloc[0].case_id == "c3" and loaded.errors.iloc[0].attempts == 4
+    assert loaded.summary["ran"] == 2 and loaded.config["suite"] == "s"
+    assert (run.path / "summary.md").read_text().splitlines()[0].startswith("INCOMPLETE: 2/3 cases")
+
+
+def test_load_run_of_a_missing_folder_is_an_input_error(tmp_path):
+    with pytest.raises(InputError):
+        load_run(tmp_path / "nope")
+
+
+def test_sample_files_can_be_skipped(tmp_path):
+    run = RunFolder.create(tmp_path, {"suite": "s"})
+    run.sample_files = False
+    run.append_result(_sample())
+    run.close()
+    assert not (run.path / "samples").exists()
+    assert [r["output"] for r in iter_jsonl(run.path / "results.jsonl")] == ["Paris"]
