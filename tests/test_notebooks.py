@@ -1,0 +1,82 @@
+"""The committed notebooks are clean, diffable and parameterized.
+
+Every notebook in `notebooks/` is valid nbformat 4, has no outputs, execution counts
+or papermill/widget state committed, and starts its code with one cell tagged
+`parameters` holding one typed, commented line per parameter (so that
+`papermill --help-notebook` documents each one). Notebooks put run data on the page only
+through evalkit's escaping helpers, never through raw HTML.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+from papermill.inspection import _infer_parameters
+from papermill.iorw import load_notebook_node
+
+from evalkit.reports import NOTEBOOKS
+
+NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+PARAM_LINE = re.compile(r"^(?P<name>[a-z_][a-z0-9_]*): (?P<type>[a-z]+(\[[a-z]+\])?) = (?P<value>.+?)  # (?P<help>\S.*)$")
+TYPES = {"str": str, "int": int, "float": (float, int), "bool": bool, "list": list}
+RAW_HTML = re.compile(r"\b(HTML|Markdown|Javascript|IFrame)\s*\(|_repr_html_|\.style\b|escape\s*=\s*False|unsafe_allow")
+
+
+def _notebooks() -> list[Path]:
+    return sorted(NB_DIR.glob("*.ipynb"))
+
+
+def test_every_notebook_is_there_and_nothing_else():
+    assert {p.stem for p in _notebooks()} == set(NOTEBOOKS)
+
+
+@pytest.mark.parametrize("path", _notebooks(), ids=lambda p: p.stem)
+def test_committed_without_outputs(path: Path):
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    assert "widgets" not in nb.metadata and "papermill" not in nb.metadata
+    for cell in nb.cells:
+        assert "papermill" not in cell.metadata and "execution" not in cell.metadata, path.name
+        if cell.cell_type == "code":
+            assert cell.outputs == [], f"{path.name}: a code cell has committed outputs"
+            assert cell.execution_count is None, f"{path.name}: a code cell has an execution count"
+    # one stable form: re-serialising changes nothing, so diffs show only real edits
+    assert nbformat.writes(nb) + "\n" == path.read_text(encoding="utf-8") or \
+        nbformat.writes(nb) == path.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("path", _notebooks(), ids=lambda p: p.stem)
+def test_first_code_cell_is_typed_commented_parameters(path: Path):
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    first = code[0]
+    assert "parameters" in first.metadata.get("tags", []), f"{path.name}: first code cell is not tagged parameters"
+    assert not any("parameters" in c.metadata.get("tags", []) for c in code[1:])
+    names = []
+    for line in first.source.splitlines():
+        m = PARAM_LINE.match(line)
+        assert m, f"{path.name}: parameter line is not `name: type = value  # comment`: {line!r}"
+        value = ast.literal_eval(m["value"])
+        base = m["type"].split("[")[0]
+        assert isinstance(value, TYPES[base]) and not (base in ("int", "float") and isinstance(value, bool)), line
+        names.append(m["name"])
+    assert "report_dir" in names and ("run_dir" in names)
+    # papermill reads the same parameters, each with its type and help text
+    inferred = {p.name: p for p in _infer_parameters(load_notebook_node(str(path)))}
+    assert list(inferred) == names
+    assert all(p.help and p.inferred_type_name != "None" for p in inferred.values())
+
+
+@pytest.mark.parametrize("path", _notebooks(), ids=lambda p: p.stem)
+def test_untrusted_text_only_through_escaping_helpers(path: Path):
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert not RAW_HTML.search(cell.source), f"{path.name}: raw HTML display in:\n{cell.source}"
+    sources = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert "reports.write_sidecar(" in sources, f"{path.name} writes no sidecar of its key numbers"
+    assert "import evalkit" in sources

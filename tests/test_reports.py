@@ -1,0 +1,443 @@
+"""Reports end to end: real runs against the scripted server, every notebook executed
+through papermill (once per test session: kernels are slow), rendered to HTML, with
+sidecar numbers checked against `evalkit.stats` computed here from the raw run files.
+
+The runs hold hostile model output (`<script>alert(1)</script>`, `<img src=x
+onerror=alert(1)>`) and a hostile judge justification; the pages must show them as text.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from evalkit import reports, stats, verdicts
+from evalkit.cli import main
+from evalkit.grading import grade_run
+from evalkit.runner import run_suite
+from evalkit.serve import ScriptedServer
+
+PANDALM = Path(__file__).resolve().parents[2] / "shared" / "data" / "pandalm"
+SCRIPT_TAG = "<script>alert(1)</script>"
+IMG_TAG = "<img src=x onerror=alert(1)>"
+CAPITALS = {"France": "Paris", "Japan": "Tokyo", "Italy": "Rome", "Egypt": "Cairo", "Peru": "Lima", "Chile": "Santiago"}
+K = 3
+
+
+def _price() -> dict:
+    return {"cost_cap_usd": 5.0, "max_tokens_in": 512, "max_tokens_out": 32,
+            "price": {"in_per_mtok": 0.1, "out_per_mtok": 0.4}, "judge_price": {"in_per_mtok": 0.15, "out_per_mtok": 0.6},
+            "gate": {"max_success_drop_points": 5, "max_cost_increase_pct": 20}, "temperature": 0.8, "seed": 7,
+            "concurrency": 8}
+
+
+def _two_arm_suite(root: Path, base_url: str) -> Path:
+    """Capital questions (guidance helps), two hostile cases, one judged case, human labels."""
+    suite = root / "evals" / "capitals"
+    for sub in ("guidance", "judge"):
+        (suite / sub).mkdir(parents=True, exist_ok=True)
+    cases = [{"id": f"cap-{c.lower()}", "input": f"What is the capital of {c}?", "expected": cap,
+              "tags": ["golden", "capital"], "set": "regression" if i < 2 else "capability",
+              "checks": [{"kind": "contains", "value": cap, "case_fold": True}]}
+             for i, (c, cap) in enumerate(CAPITALS.items())]
+    cases += [{"id": "xss-script", "input": "Say the script word", "expected": "safe", "tags": ["hostile"],
+               "checks": [{"kind": "contains", "value": "safe"}]},
+              {"id": "xss-img", "input": "Say the image word", "expected": "safe", "tags": ["hostile"],
+               "checks": [{"kind": "contains", "value": "safe"}]},
+              {"id": "judged-why", "input": "Why is Canberra the capital of Australia?",
+               "expected": {"rubric": "Says it was a compromise between Sydney and Melbourne."}, "tags": ["judged"]}]
+    (suite / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
+    (suite / "prompt.txt").write_text("${guidance}Q: ${input}\nA:")
+    (suite / "guidance" / "skilled.md").write_text("GUIDED: answer with the capital city only.\n")
+    (suite / "judge" / "rubric-v1.md").write_text("5: correct and concise. 1: wrong.\n")
+    (suite / "judge" / "prompt-v1.md").write_text(
+        "Rubric: ${rubric}\nQuestion: ${input}\nCriteria: ${expected}\nAnswer: ${output}\nGive a score.\n")
+    cfg = {"mode": "completion", "template": "prompt.txt",
+           "generator": {"model": "gen-model", "base_url": base_url, "api_key_env": "EVALKIT_TEST_KEY"},
+           "judge": {"model": "judge-model", "base_url": base_url, "api_key_env": "EVALKIT_TEST_KEY"},
+           "k": K, **_price(), "arms": [{"name": "baseline"}, {"name": "skilled", "guidance": "guidance/skilled.md"}]}
+    (suite / "config.json").write_text(json.dumps(cfg, indent=1))
+    return suite
+
+
+def _two_arm_script() -> dict:
+    rules = [{"match": ["Give a score", "compromise"], "text": f"SCORE: 5 REASON: names the compromise {SCRIPT_TAG}"},
+             {"match": "Give a score", "text": "SCORE: 2 REASON: vague"}]
+    for country, cap in CAPITALS.items():
+        rules.append({"match": ["GUIDED", country], "texts": [cap, "unknown"], "weights": [0.9, 0.1]})
+        rules.append({"match": country, "texts": [cap, "I think it is Springfield"], "weights": [0.4, 0.6]})
+    rules += [{"match": "script word", "text": SCRIPT_TAG}, {"match": "image word", "text": IMG_TAG},
+              {"match": "Canberra", "texts": ["A compromise between Sydney and Melbourne.", "Because."]}]
+    return {"rules": rules, "default": {"text": "unknown"}}
+
+
+def _microtest_suite(root: Path) -> tuple[Path, Path]:
+    """A chat unit whose task tempts a disclaimer; two wordings of the guidance against it."""
+    suite = root / "evals" / "disclaimer"
+    suite.mkdir(parents=True)
+    cases = [{"id": f"task-{i}", "input": f"Write the release note for version {i}.", "expected": "no disclaimer",
+              "tags": ["tempting"], "checks": [{"kind": "regex", "pattern": "^(?!.*as an ai)", "flags": "is"}]}
+             for i in range(2)]
+    (suite / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
+    (suite / "system.txt").write_text("You write release notes for the evalkit project.\n${guidance}")
+    (suite / "prompt.txt").write_text("${input}")
+    cfg = {"mode": "chat", "template": "prompt.txt", "system": "system.txt",
+           "generator": {"model": "gen-model", "base_url": None, "api_key_env": "EVALKIT_TEST_KEY"},
+           "judge": {"model": "judge-model", "base_url": None, "api_key_env": "EVALKIT_TEST_KEY"},
+           "k": 5, **_price(), "arms": [{"name": "default"}]}
+    (suite / "config.json").write_text(json.dumps(cfg, indent=1))
+    variants = root / "variants"
+    variants.mkdir()
+    (variants / "firm.md").write_text("Never open with a disclaimer. Start with the change itself.\n")
+    (variants / "soft.md").write_text("Please try to avoid disclaimers if possible.\n")
+    return suite, variants
+
+
+MICRO_SCRIPT = {"rules": [
+    {"match": "Never open", "texts": ["Version shipped: faster reports.", "Version shipped: faster reports!"]},
+    {"match": "try to avoid", "texts": ["As an AI, I think the version is good.", "Faster reports.",
+                                        "Here are the notes: faster."]},
+    {"match": "version 1.", "text": f"As an AI {SCRIPT_TAG}"},
+    {"match": "release note", "texts": ["As an AI language model, I cannot know.", "As an AI: notes follow.",
+                                        "Notes: faster."], "weights": [0.5, 0.25, 0.25]},
+], "default": {"text": "unknown"}}
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """Two real runs (two-arm, graded with a judge and human labels; a micro-test made by
+    `evalkit microtest`), reported through `evalkit report`."""
+    os.environ.setdefault("EVALKIT_TEST_KEY", "test-key")
+    root = tmp_path_factory.mktemp("reports")
+    out = root / "reports"
+    with ScriptedServer(_two_arm_script()) as srv:
+        suite = _two_arm_suite(root, srv.base_url)
+        res = run_suite(suite, progress=False)
+        grade_run(res.path)
+    verdicts.accept_baseline(res.path, suite, arm="skilled")  # the run is gated against itself: PASS
+    labels = [{"item": f"judged-why/{arm}/{i}", "score": s, "rater": rater}
+              for arm in ("baseline", "skilled") for i in range(K)
+              for rater, s in (("ann", 4 if i % 2 == 0 else 2), ("bo", 4))]
+    (suite / "judge" / "human-sample.jsonl").write_text("".join(json.dumps(x) + "\n" for x in labels))
+    runner = CliRunner()
+    rep = runner.invoke(main, ["report", str(res.path), "--reports-dir", str(out)])
+    msuite, variants = _microtest_suite(root)
+    with ScriptedServer(MICRO_SCRIPT) as srv:
+        micro = runner.invoke(main, ["microtest", str(msuite), "--variants", str(variants), "--reps", "5",
+                                     "--base-url", srv.base_url, "--reports-dir", str(out), "--no-progress"])
+    micro_run = Path(next(line.split(": ", 1)[1] for line in micro.output.splitlines()
+                          if line.startswith("run folder: ")))
+    return {"run": Path(res.path), "out": out, "cli": rep, "micro": micro, "micro_run": micro_run,
+            "pages": out / Path(res.path).name, "micro_pages": out / micro_run.name}
+
+
+def _html(made, name: str, micro: bool = False) -> str:
+    return (made["micro_pages" if micro else "pages"] / f"{name}.html").read_text(encoding="utf-8")
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+
+
+def test_report_cli_renders_every_applicable_notebook(made):
+    rep = made["cli"]
+    assert rep.exit_code == 0, rep.output
+    assert rep.output.strip().splitlines()[-1] == str(made["out"].resolve() / "index.html") or \
+        Path(rep.output.strip().splitlines()[-1]).resolve() == (made["out"] / "index.html").resolve()
+    pages = made["pages"]
+    for name in ("run_summary", "pass_at_k", "skill_comparison", "judge_calibration", "power_planning"):
+        page = (pages / f"{name}.html").read_text(encoding="utf-8")
+        assert (pages / f"{name}.ipynb").exists(), name  # kept beside the page, reopens in JupyterLab
+        assert re.search(r"<img[^>]+src=\"data:image/png;base64,", page), f"{name} has no embedded figure"
+        assert "Traceback" not in page and 'data-mime-type="application/vnd.jupyter.stderr"' not in page, f"{name}: an error or warning"
+        assert "<th>parameter</th>" in page and html_param(page, "run_dir", str(made["run"]))
+        assert "def " not in re.sub(r"<style.*?</style>", "", page, flags=re.S), f"{name} shows code"
+    assert not (pages / "micro_test.html").exists()  # not a micro-test run
+    manifest = json.loads((pages / "report.json").read_text())
+    assert manifest["skipped"] == {"micro_test": "not a micro-test run (see `evalkit microtest`)"}
+    assert all(nb["ok"] for nb in manifest["notebooks"])
+
+
+def html_param(page: str, name: str, value: str) -> bool:
+    import html as h
+
+    return f"<code>{name}</code></td><td>{h.escape(json.dumps(value), quote=False)}</td>" in page
+
+
+def test_pages_have_their_sections(made):
+    expect = {
+        "run_summary": ["Metrics per arm", "Per tag", "Latency and cost", "Against the baseline", "Findings"],
+        "pass_at_k": ["Per set and per tag", "Capability and regression gates", "Passes sometimes, not reliably"],
+        "skill_comparison": ["Verdict:", "unit of the test", "Trial by trial", "The sequential path", "Cost of each arm"],
+        "judge_calibration": ["This run&#x27;s judge", "Real data: PandaLM", "exact"],
+        "power_planning": ["Trials a planned comparison needs", "This suite&#x27;s plan and this run"],
+    }
+    for name, sections in expect.items():
+        page = _html(made, name)
+        for s in sections:
+            assert s in page or s.replace("&#x27;", "'") in page, f"{name}: missing {s!r}"
+    # power_planning renders statically under papermill: no widget state, plots present
+    assert "application/vnd.jupyter.widget-view+json" not in _html(made, "power_planning")
+
+
+def _passes(run: Path) -> dict[tuple[str, str], tuple[int, int]]:
+    """(case, arm) -> (n samples, c passed), straight from the run files."""
+    grades = {(g["case_id"], g["arm"], g["index"]): g["passed"] for g in _jsonl(run / "grades.jsonl")}
+    out: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for s in _jsonl(run / "results.jsonl"):
+        key = (s["case_id"], s["arm"])
+        out[key][0] += 1
+        out[key][1] += grades.get((s["case_id"], s["arm"], s["index"])) is True
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+def test_pass_at_k_sidecar_matches_stats(made):
+    side = json.loads((made["pages"] / "pass_at_k.json").read_text())
+    counts = _passes(made["run"])
+    for arm in ("baseline", "skilled"):
+        per_case = [v for (c, a), v in sorted(counts.items()) if a == arm]
+        assert len(per_case) == 9
+        got = side["arms"][arm]
+        assert got["k"] == [1, 2, 3]
+        for i, k in enumerate(got["k"]):
+            at, hat = stats.suite_pass_at_k(per_case, k), stats.suite_pass_hat_k(per_case, k)
+            assert got["pass_at_k"][i] == pytest.approx(at.value, abs=1e-12)
+            assert got["pass_at_k_se"][i] == pytest.approx(at.se, abs=1e-12)
+            assert got["pass_hat_k"][i] == pytest.approx(hat.value, abs=1e-12)
+            assert got["pass_hat_k_se"][i] == pytest.approx(hat.se, abs=1e-12)
+        flaky = sorted(c for (c, a), (n, k) in counts.items() if a == arm and 0 < k < n)
+        assert sorted(got["flaky"]) == flaky
+    page = _html(made, "pass_at_k")
+    for case in side["arms"]["baseline"]["flaky"]:
+        assert case in page  # called out by name
+
+
+def test_run_summary_sidecar_matches_counts(made):
+    side = json.loads((made["pages"] / "run_summary.json").read_text())
+    counts = _passes(made["run"])
+    for arm in ("baseline", "skilled"):
+        n = sum(v[0] for (c, a), v in counts.items() if a == arm)
+        c = sum(v[1] for (c_, a), v in counts.items() if a == arm)
+        got = side["arms"][arm]
+        assert got["n_expected"] == n == 9 * K
+        assert got["success_rate"] == pytest.approx(c / n)
+        ci = stats.proportion_interval(c, n)
+        assert (got["ci_low"], got["ci_high"]) == pytest.approx((ci.low, ci.high))
+    summary = json.loads((made["run"] / "summary.json").read_text())
+    assert side["spend_usd"] == pytest.approx(summary["spend_usd"])
+    assert side["gate"] == {"arm": "skilled", "passed": True, "reasons": []}
+    assert "Gate PASS for arm skilled" in _html(made, "run_summary")
+    assert "gate PASS (skilled vs baseline)" in (made["out"] / "index.html").read_text()
+
+
+def test_skill_comparison_sidecar_matches_sign_test(made):
+    side = json.loads((made["pages"] / "skill_comparison.json").read_text())
+    grades = {(g["case_id"], g["arm"], g["index"]): g["passed"] for g in _jsonl(made["run"] / "grades.jsonl")}
+    votes = Counter()
+    for case in {g[0] for g in grades}:
+        net = 0
+        for i in range(K):
+            b, t = grades[(case, "baseline", i)], grades[(case, "skilled", i)]
+            if b is None or t is None:
+                votes["errored"] += 1
+                break
+            net += (t and not b) - (b and not t)
+        else:
+            votes["win" if net > 0 else "loss" if net < 0 else "tie"] += 1
+    # the judged case's judge is scripted to answer, so no trial errored
+    assert votes["errored"] == 0
+    assert (side["wins"], side["losses"], side["ties"]) == (votes["win"], votes["loss"], votes["tie"])
+    st = stats.sign_test(votes["win"], votes["loss"], votes["tie"])
+    assert side["p_value"] == pytest.approx(st.p_value)
+    assert side["baseline"] == "baseline" and side["treatment"] == "skilled"
+    assert side["unit"].startswith("case")
+    index = (made["out"] / "index.html").read_text()
+    assert side["kind"] in index
+
+
+def test_power_planning_sidecar_matches_stats(made):
+    side = json.loads((made["pages"] / "power_planning.json").read_text())
+    assert side["sample_sizes"], "no sample sizes"
+    for row in side["sample_sizes"]:
+        ss = stats.sign_test_sample_size(row["win_rate"], row["tie_rate"], side["alpha"], side["power"])
+        assert (row["trials_first"], row["trials_stable"], row["trials_approx"]) == \
+            (ss.trials_first, ss.trials_stable, ss.trials_approx)
+        assert row["discordant_stable"] == ss.discordant_stable
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_judge_calibration_on_run_and_pandalm(made):
+    side = json.loads((made["pages"] / "judge_calibration.json").read_text())
+    grades = _jsonl(made["run"] / "grades.jsonl")
+    judge = {f"{g['case_id']}/{g['arm']}/{g['index']}": g["judge_score"] for g in grades if g["judge_score"] is not None}
+    labels = _jsonl(made["run"].parents[1] / "judge" / "human-sample.jsonl")
+    pairs = [(judge[x["item"]], x["score"]) for x in labels if x["item"] in judge]
+    ag = stats.agreement([j for j, _ in pairs], [h for _, h in pairs], labels=[1, 2, 3, 4, 5])
+    run = side["run"]
+    assert run["n_pairs"] == len(pairs) == 12
+    assert (run["exact"], run["within_one"]) == pytest.approx((ag.exact, ag.within_one))
+    assert run["confusion"] == [list(r) for r in ag.confusion]
+    # real data, not ours: the judge against the majority of three annotators
+    assert PANDALM.exists(), "../shared/data/pandalm is missing"
+    items = json.loads((PANDALM / "testset-v1.json").read_text())
+    gpt = {int(x["idx"]): str(x["gpt_result"]) for x in json.loads((PANDALM / "gpt-3.5-turbo-testset-v1.json").read_text())}
+    human, jl = [], []
+    for it in items:
+        votes = Counter(str(it[f"annotator{i}"]) for i in (1, 2, 3)).most_common(1)[0]
+        if votes[1] < 2:
+            continue
+        human.append(votes[0])
+        r = gpt[int(it["idx"])]
+        jl.append(r if r in ("0", "1", "2") else "0")
+    pa = stats.agreement(jl, human, labels=["1", "0", "2"])
+    pl = side["pandalm"]
+    assert pl["n"] == len(human) == 999
+    assert pl["exact"] == pytest.approx(pa.exact) and pl["kappa"] == pytest.approx(pa.kappa)
+    assert pl["malformed"] == sum(1 for r in gpt.values() if r not in ("0", "1", "2", "Tie"))
+    print(f"\nPandaLM gpt-3.5-turbo vs human majority: exact {pa.exact:.3f}, kappa {pa.kappa:.3f}")
+
+
+def test_microtest_command_and_notebook(made):
+    micro = made["micro"]
+    assert micro.exit_code == 0, micro.output
+    side = json.loads((made["micro_pages"] / "micro_test.json").read_text())
+    grades = _jsonl(made["micro_run"] / "grades.jsonl")
+    for arm in ("control", "firm", "soft"):
+        mine = [g for g in grades if g["arm"] == arm]
+        k = sum(1 for g in mine if g["passed"] is not True)
+        assert len(mine) == 10  # 2 cases x 5 repetitions
+        assert (side["arms"][arm]["samples"], side["arms"][arm]["flagged"]) == (10, k)
+        ci = stats.proportion_interval(k, 10)
+        assert (side["arms"][arm]["ci_low"], side["arms"][arm]["ci_high"]) == pytest.approx((ci.low, ci.high))
+    assert side["arms"]["firm"]["flagged"] == 0 and side["arms"]["control"]["flagged"] > 0
+    assert side["arms"]["firm"]["shapes"] == 1  # both wordings fold to one shape
+    assert not side["nothing_to_fix"] and "Best variant: firm" in side["conclusion"]
+    assert side["conclusion"] in micro.output
+    page = _html(made, "micro_test", micro=True)
+    assert "Every flagged output" in page and re.search(r"<img[^>]+src=\"data:image/png", page)
+
+
+def test_hostile_outputs_render_as_text(made):
+    pages = [p for d in (made["pages"], made["micro_pages"]) for p in d.glob("*.html")] + [made["out"] / "index.html"]
+    shown = 0
+    for p in pages:
+        page = p.read_text(encoding="utf-8")
+        assert "<script>alert" not in page.lower(), p.name
+        assert "<img src=x" not in page.lower(), p.name
+        assert "onerror=alert" not in page.replace("onerror=alert(1)&gt;", ""), p.name
+        shown += page.count("&lt;script&gt;alert(1)&lt;/script&gt;") + page.count("&lt;img src=x onerror=alert(1)&gt;")
+    # the hostile outputs are on the pages, as text: the paired table, the judge's justification, the flagged list
+    assert "&lt;img src=x onerror=alert(1)&gt;" in _html(made, "skill_comparison")
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in _html(made, "skill_comparison")
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in _html(made, "judge_calibration")
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in _html(made, "micro_test", micro=True)
+    assert shown >= 4
+
+
+def test_index_lists_runs_with_trend(made):
+    index = (made["out"] / "index.html").read_text(encoding="utf-8")
+    for key in ("run", "micro_run"):
+        assert made[key].name in index
+    assert "capitals" in index and "disclaimer" in index
+    assert "<svg" in index and "polyline" not in index.split("capitals", 1)[0]  # one run per suite: points only
+    assert "Content-Security-Policy" in index
+    assert 'href=\'' + made["run"].name + "/skill_comparison.html'" in index
+
+
+def test_index_trend_across_runs_of_a_suite(tmp_path):
+    """The index draws one line per arm across runs of the same suite (no kernels)."""
+    for i, (stamp, rate) in enumerate((("r1", 0.2), ("r2", 0.5), ("r3", 0.6))):
+        d = tmp_path / stamp
+        d.mkdir()
+        (d / reports.MANIFEST).write_text(json.dumps({
+            "run": stamp, "created": f"2026-01-0{i + 1}T00:00:00+00:00", "suite": "s<b>", "arms": ["a"],
+            "headline": {"a": rate}, "verdicts": [], "notebooks": [], "spend_usd": 0.01}))
+    index = reports.build_index(tmp_path).read_text()
+    assert index.count("<polyline") == 1 and "s&lt;b&gt;" in index and "<b>" not in index.split("<body>")[1]
+    assert "latest 60.0%" in index
+
+
+def test_plan_notebooks_follows_the_run(tmp_path):
+    """Which notebooks apply: single-arm ungraded run gets the summary only."""
+    run = tmp_path / "run1"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"arms": ["only"], "k": 1, "cases": [], "suite": str(tmp_path / "no")}))
+    plans, skipped = reports.plan_notebooks(run, tmp_path / "out")
+    assert list(plans) == ["run_summary"]
+    assert set(skipped) == {"pass_at_k", "skill_comparison", "judge_calibration", "power_planning", "micro_test"}
+    (run / "grades.jsonl").write_text(json.dumps({"case_id": "a", "arm": "only", "index": 0, "judge_score": 3}) + "\n")
+    plans, _ = reports.plan_notebooks(run, tmp_path / "out")
+    assert set(plans) == {"run_summary", "pass_at_k", "judge_calibration"}
+
+
+def test_report_refuses_bad_input(tmp_path):
+    res = CliRunner().invoke(main, ["report", str(tmp_path / "nope")])
+    assert res.exit_code == 2 and "not a run folder" in res.output
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"arms": ["a"], "k": 1}))
+    res = CliRunner().invoke(main, ["report", str(run), "--only", "skill_comparison", "--reports-dir",
+                                    str(tmp_path / "rep")])
+    assert res.exit_code == 2 and "does not apply" in res.output
+    assert not (tmp_path / "rep").exists()
+
+
+def test_text_helpers_escape():
+    assert reports.text_html(SCRIPT_TAG).count("<script") == 0
+    t = reports.table_html([{"out": IMG_TAG, "n": 1.5}])
+    assert "<img" not in t and "&lt;img src=x onerror=alert(1)&gt;" in t
+    assert reports.answer_shape("Done.\n") == reports.answer_shape("done!") != reports.answer_shape("Done.\nMore")
+    assert math.isclose(reports.rate_interval(0.5, 10).low, stats.proportion_interval(5, 10).low)
+    import numpy as np
+
+    # a missing or null grade is never a pass, whatever type pandas gives it
+    assert [reports.is_pass(v) for v in (True, np.True_, False, np.False_, None, float("nan"))] == \
+        [True, True, False, False, False, False]
+
+
+def test_fresh_kernel_per_notebook_and_a_failing_notebook(tmp_path):
+    """`reuse_kernels=False` gives each notebook its own kernel; a notebook that raises is
+    still rendered, its error reported, and the next one in the lane runs clean."""
+    import nbformat
+
+    src = tmp_path / "nbs"
+    src.mkdir()
+    for name, body in (("pass_at_k", "leak = 1\nraise ValueError('boom <b>')"),
+                       ("run_summary", "x = 41 + 1\nprint(x, 'leak' in globals())")):
+        nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                               "language": "python"}})
+        p = nbformat.v4.new_code_cell('run_dir: str = ""  # run\nreport_dir: str = ""  # out', metadata={"tags": ["parameters"]})
+        nb.cells = [p, nbformat.v4.new_code_cell(body)]
+        nbformat.write(nb, src / f"{name}.ipynb")
+    plans = {"run_summary": {"run_dir": "r"}, "pass_at_k": {"run_dir": "r"}}
+    for reuse in (False, True):
+        out = tmp_path / f"out-{reuse}"
+        res = {r.name: r for r in reports.run_notebooks(plans, out, source_dir=src, parallel=False, reuse_kernels=reuse)}
+        assert res["pass_at_k"].error == "ValueError: boom <b>" and res["pass_at_k"].html.exists()
+        assert "boom &lt;b&gt;" in res["pass_at_k"].html.read_text()
+        assert res["run_summary"].ok and ">42 False" in res["run_summary"].html.read_text()
+
+
+def test_ingested_tau_bench_run_summarised_from_grades(tmp_path):
+    """A run ingested from tau-bench has grades but no grades summary: the summary page
+    computes its success rate from the grades (no kernel needed to check the numbers)."""
+    from evalkit.runs import load_run
+
+    trials = PANDALM.parent / "tau-bench" / "gpt-4o-airline.trials.jsonl"
+    assert trials.exists(), "../shared/data/tau-bench is missing"
+    res = CliRunner().invoke(main, ["ingest", str(trials), "--to", str(tmp_path / "tau")])
+    assert res.exit_code == 0, res.output
+    rows = _jsonl(trials)
+    wins = sum(1 for r in rows if abs(float(r["reward"]) - 1.0) < 1e-6)
+    s = reports.summary_from_grades(load_run(tmp_path / "tau"))
+    arm = next(iter(s["per_arm"]))
+    assert s["overall"]["n_expected"] == len(rows) == 200
+    assert s["per_arm"][arm]["overall"]["success_rate"] == pytest.approx(wins / len(rows))
+    plans, _ = reports.plan_notebooks(tmp_path / "tau", tmp_path / "out")
+    assert set(plans) == {"run_summary", "pass_at_k"}
