@@ -1,1 +1,48 @@
-"""evalkit."""
+"""evalkit: measure LLM prompts, skills and agents with numbers you can defend.
+
+The public surface is small: the record types, `load_suite`, `run_suite`, `grade_run`,
+`load_run`, the statistics in `evalkit.stats`, the verdicts and gates in
+`evalkit.verdicts`, and `report_run`. Everything else may change freely.
+Heavy modules are imported on first use, so `import evalkit` stays fast.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import (BudgetExhausted, CeilingBreached, EvalkitError, InputError, JudgeError, ReplayMiss,
+                     UnitCallError)
+from .records import Arm, Case, Check, CheckResult, Config, Endpoint, Grade, Price, Sample, Suite, Usage
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "load_suite": ("suite", "load_suite"),
+    "lint_suite": ("suite", "lint_suite"),
+    "run_suite": ("runner", "run_suite"),
+    "grade_run": ("grading", "grade_run"),
+    "load_run": ("runs", "load_run"),
+    "Run": ("runs", "Run"),
+    "Ledger": ("ledger", "Ledger"),
+    "two_arm_verdict": ("verdicts", "two_arm_verdict"),
+    "verdict_from_tally": ("verdicts", "verdict_from_tally"),
+    "gate": ("verdicts", "gate"),
+    "report_run": ("reports", "report_run"),
+}
+_SUBMODULES = {"stats", "verdicts", "graders", "judge", "reports", "serve", "dataset", "ingest", "runs"}
+
+__all__ = [
+    "Arm", "BudgetExhausted", "Case", "CeilingBreached", "Check", "CheckResult", "Config", "Endpoint",
+    "EvalkitError", "Grade", "InputError", "JudgeError", "Price", "ReplayMiss", "Sample", "Suite",
+    "UnitCallError", "Usage", *sorted(_LAZY), *sorted(_SUBMODULES),
+]
+
+
+def __getattr__(name: str) -> Any:
+    import importlib
+
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(f".{module}", __name__), attr)
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'evalkit' has no attribute {name!r}")

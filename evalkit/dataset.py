@@ -44,14 +44,16 @@ from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 import yaml
-from jsonschema import Draft202012Validator, SchemaError
 
 from .errors import InputError, InputErrors
 from .records import Json
+
+if TYPE_CHECKING:  # imported lazily: importing jsonschema costs about a second
+    from jsonschema import Draft202012Validator
 
 SCHEMA_RESOURCE = "schemas/dataset-v1.json"
 DIFFICULTIES = ("easy", "grounding", "hard", "negative", "safety")
@@ -520,6 +522,8 @@ _VALIDATORS: dict[str, Draft202012Validator] = {}
 def load_schema(path: str | os.PathLike[str] | None = None) -> Json:
     """The contract's JSON Schema (the packaged `schemas/dataset-v1.json` by default),
     checked against the Draft 2020-12 meta-schema. `InputError` when it cannot be set up."""
+    from jsonschema import Draft202012Validator, SchemaError
+
     try:
         if path is None:
             text = resources.files("evalkit").joinpath(SCHEMA_RESOURCE).read_text(encoding="utf-8")
@@ -539,6 +543,8 @@ def _validator(schema_path: str | os.PathLike[str] | None) -> Draft202012Validat
     key = os.fspath(schema_path) if schema_path is not None else ""
     v = _VALIDATORS.get(key)
     if v is None:
+        from jsonschema import Draft202012Validator
+
         schema = load_schema(schema_path)
         fast = _inline_refs(schema, schema.get("$defs", {}))
         fast["$schema"] = schema.get("$schema")

@@ -23,7 +23,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-import jsonschema
 import regex as _regex
 
 from .errors import InputError
@@ -128,6 +127,8 @@ def regex(output: str, *, pattern: str, flags: str | Sequence[str] | None = None
 def _validator(schema_json: str) -> Any:
     """A checked validator per schema (checking a schema costs far more than using it)."""
     schema = json.loads(schema_json)
+    import jsonschema  # lazy: importing jsonschema costs ~1 s (rfc3987 grammar)
+
     try:
         validator_cls = jsonschema.validators.validator_for(schema)
         validator_cls.check_schema(schema)

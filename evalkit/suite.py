@@ -23,8 +23,6 @@ from typing import Any, Callable, Literal
 
 import regex
 import yaml
-from jsonschema import SchemaError
-from jsonschema.validators import validator_for
 
 from .errors import InputError, InputErrors
 from .records import Arm, Case, Check, Config, Endpoint, GateThresholds, Json, Price, Suite
@@ -764,6 +762,9 @@ def _check_options(kind: str, opts: dict, r: _Reader, jp: str, case: dict, src: 
         if not isinstance(schema, (dict, bool)):
             r.err(jp, "a json_schema check needs a \"schema\" object (or an object \"expected\")")
             return False
+        from jsonschema import SchemaError  # lazy: importing jsonschema costs ~1 s
+        from jsonschema.validators import validator_for
+
         try:
             validator_for(schema).check_schema(schema)
         except SchemaError as exc:

@@ -1,0 +1,104 @@
+"""The main job of `make demo`: the example suite on the embedded model, end to end.
+
+lint -> serve the embedded llama.cpp model on loopback -> run both arms at k=5 under
+the cost cap -> grade -> two-arm verdict and power plan -> reports -> the path of
+`reports/index.html` on the last line. No API key and no network: the model is the
+Gemma 3 270M base model that the `local` extra installs.
+
+    python -m evalkit.demo [SUITE] [--k 5] [--reports-dir reports]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from .errors import EvalkitError
+
+SHARED_PANDALM = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "pandalm"
+
+
+def _say(msg: str) -> None:
+    print(f"[demo] {msg}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .grading import grade_run
+    from .reports import report_run
+    from .runner import run_suite
+    from .serve import LocalModelServer
+    from .suite import lint_suite, load_suite
+    from .verdicts import load_plan, plan_power, two_arm_verdict, write_plan
+
+    ap = argparse.ArgumentParser(prog="python -m evalkit.demo", description=__doc__.splitlines()[0])
+    ap.add_argument("suite", nargs="?", default="data/factual")
+    ap.add_argument("--k", type=int, default=5)
+    ap.add_argument("--reports-dir", default="reports")
+    ap.add_argument("--runs-dir", default=None, help="default: <suite>/runs")
+    args = ap.parse_args(argv)
+    t0 = time.monotonic()
+
+    report = lint_suite(args.suite)
+    for f in report.findings:
+        _say(f"lint: {f}")
+    if not report.ok:
+        _say("the suite has errors; fix them first")
+        return 2
+    suite = load_suite(args.suite)
+    arms = [a.name for a in suite.config.arms]
+    _say(f"suite {suite.name}: {len(suite.cases)} cases, arms {', '.join(arms)}, k={args.k}")
+
+    # Pre-register the comparison before any sample is drawn (issue: plan, then run).
+    # The suite commits its plan; a suite without one gets one written now.
+    plan_path = Path(args.suite) / "plan.json"
+    if plan_path.exists():
+        plan = load_plan(plan_path)
+        _say(f"pre-registered plan {plan_path}: {plan.test}, alpha {plan.alpha}, power {plan.power}")
+    else:
+        plan = plan_power(win_rate=0.8, tie_rate=0.5, alpha=0.05, power=0.8, seed=suite.config.seed)
+        _say(f"power plan written to {write_plan(plan, args.suite)}")
+
+    with LocalModelServer() as server:
+        _say(f"embedded model {server.model_name} serving at {server.base_url}")
+        t_run = time.monotonic()
+        result = run_suite(suite, arms=arms, k=args.k, runs_dir=args.runs_dir, base_url=server.base_url)
+        _say(f"run folder {result.path} ({time.monotonic() - t_run:.1f}s)")
+    _say(f"spend ${result.spend_usd:.6f} of cap ${result.cap_usd:.2f} (cache avoided ${result.avoided_usd:.6f})")
+    if not result.complete:
+        print(result.incomplete_line, file=sys.stderr)
+
+    graded = grade_run(result.path, suite)
+    per_arm = graded.summary.get("per_arm") or {}
+    for arm in arms:
+        m = (per_arm.get(arm) or {}).get("overall") or {}
+        rate = m.get("success_rate")
+        shown = f"{rate:.1%}" if isinstance(rate, float) else "n/a"
+        _say(f"pass rate {arm}: {shown} of {m.get('n_expected')} samples ({m.get('n_graded')} graded)")
+    for f in graded.findings:
+        _say(f"finding {f.level}: {f.message}")
+
+    if len(arms) >= 2:
+        v = two_arm_verdict(result.path, arms[0], arms[1], plan=plan)
+        _say(f"verdict {arms[1]} vs {arms[0]}: {v.kind} ({v.wins}W/{v.ties}T/{v.losses}L, "
+             f"p={v.p_value:.4g}, unit: {v.unit})" if v.p_value is not None else f"verdict: {v.kind} ({v.reason})")
+
+    extra = {}
+    if SHARED_PANDALM.is_dir():
+        extra["judge_calibration"] = {"pandalm_dir": str(SHARED_PANDALM)}
+    rep = report_run(result.path, args.reports_dir, extra_parameters=extra)
+    for nb in rep.notebooks:
+        _say(f"report {nb.name}: {'ok' if nb.ok else 'FAILED'}")
+    for name, why in rep.skipped.items():
+        _say(f"report {name}: skipped ({why})")
+    _say(f"done in {time.monotonic() - t0:.1f}s")
+    print(Path(rep.index).resolve())
+    return 0 if (result.complete and rep.ok) else 1
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except EvalkitError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
