@@ -22,6 +22,7 @@ from .errors import InputError, InputErrors
 from .suite import (
     CASES_FILE, CONFIG_FILE, JUDGE_PROMPT_TEMPLATE, MAX_CASES_BYTES, MAX_TEXT_BYTES, Finding,
     SuiteSource, _Findings, _validate_cases, json_line_index, line_of, lint_suite, read_text_file,
+    yaml_node_lines,
     write_suite_atomically,
 )
 
@@ -244,24 +245,6 @@ def slugify(name: str) -> str:
     return s[:100].rstrip("-") or "stimulus"
 
 
-def _yaml_node_lines(node: yaml.Node | None) -> dict[str, int]:
-    out: dict[str, int] = {}
-
-    def walk(n: yaml.Node, jp: str) -> None:
-        out.setdefault(jp, n.start_mark.line + 1)
-        if isinstance(n, yaml.MappingNode):
-            for k, v in n.value:
-                kp = f"{jp}.{k.value}" if isinstance(k, yaml.ScalarNode) else jp
-                out.setdefault(kp, k.start_mark.line + 1)
-                walk(v, kp)
-        elif isinstance(n, yaml.SequenceNode):
-            for i, item in enumerate(n.value):
-                walk(item, f"{jp}[{i}]")
-
-    if node is not None:
-        walk(node, "$")
-    return out
-
 
 def read_vally(path: str | Path) -> ImportedSuite:
     """Vally/SKRAFT `eval.yaml`: `name`, `description`, `type`, run settings under
@@ -284,7 +267,7 @@ def read_vally(path: str | Path) -> ImportedSuite:
         mark = getattr(exc, "problem_mark", None)
         raise InputError(f"malformed YAML: {getattr(exc, 'problem', None) or exc}", p,
                          mark.line + 1 if mark else None) from None
-    lines = _yaml_node_lines(node)
+    lines = yaml_node_lines(node)
     fx = _Findings(strict=False)
 
     def err(jp: str, msg: str) -> None:

@@ -210,6 +210,11 @@ def json_line_index(text: str) -> dict[str, int]:
         root = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError:
         return {}
+    return yaml_node_lines(root)
+
+
+def yaml_node_lines(root: yaml.Node | None) -> dict[str, int]:
+    """The 1-based line of every JSON path under a composed PyYAML node."""
     out: dict[str, int] = {}
 
     def walk(node: yaml.Node, jp: str) -> None:

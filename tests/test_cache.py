@@ -14,23 +14,13 @@ from evalkit.runner import run_suite
 from evalkit.runs import load_run
 from evalkit.serve import ScriptedServer
 
+from conftest import write_engine_suite
+
 
 def write_suite(root: Path, n_cases: int, **config) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    cfg = {"mode": "completion", "template": "prompt.txt",
-           "generator": {"model": "scripted", "api_key_env": "EVALKIT_TEST_KEY"},
-           "temperature": 0.9, "seed": 99, "k": 3, "concurrency": 4, "cost_cap_usd": 1.0,
-           "max_tokens_in": 64, "max_tokens_out": 8, "price": {"in_per_mtok": 1.0, "out_per_mtok": 2.0},
-           "judge_price": {"in_per_mtok": 1.0, "out_per_mtok": 2.0}, "max_attempts": 2,
-           "arms": [{"name": "base"}, {"name": "guided", "guidance": "guided.md"}]}
-    cfg.update(config)
-    (root / "config.json").write_text(json.dumps(cfg))
-    (root / "prompt.txt").write_text("${guidance}Q: ${input}\nA:")
-    (root / "guided.md").write_text("Answer in one word. ")
-    (root / "cases.jsonl").write_text("".join(
-        json.dumps({"id": f"case-{i}", "input": f"capital of Peru {i}", "expected": "Lima", "tags": ["capital"]}) + "\n"
-        for i in range(n_cases)))
-    return root
+    return write_engine_suite(root, [
+        {"id": f"case-{i}", "input": f"capital of Peru {i}", "expected": "Lima", "tags": ["capital"]}
+        for i in range(n_cases)], **{"temperature": 0.9, "seed": 99, **config})
 
 
 SCRIPT = {"rules": [{"match": "Peru", "texts": ["Lima", "Cusco", "Arequipa"]}]}

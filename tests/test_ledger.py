@@ -15,26 +15,16 @@ from evalkit.runner import run_suite
 from evalkit.runs import TornLineWarning, iter_jsonl, load_run
 from evalkit.serve import ScriptedServer
 
+from conftest import write_engine_suite
+
 PRICE = Price(in_per_mtok=1.0, out_per_mtok=2.0)
 
 
 def write_suite(root: Path, n_cases: int, **config) -> Path:
     """A completion-mode suite folder with two arms; `config` overrides keys."""
-    root.mkdir(parents=True, exist_ok=True)
-    cfg = {"mode": "completion", "template": "prompt.txt",
-           "generator": {"model": "scripted", "api_key_env": "EVALKIT_TEST_KEY"},
-           "temperature": 0.5, "seed": 7, "k": 2, "concurrency": 4, "cost_cap_usd": 1.0,
-           "max_tokens_in": 64, "max_tokens_out": 8, "price": {"in_per_mtok": 1.0, "out_per_mtok": 2.0},
-           "judge_price": {"in_per_mtok": 1.0, "out_per_mtok": 2.0}, "max_attempts": 2,
-           "arms": [{"name": "base"}, {"name": "guided", "guidance": "guided.md"}]}
-    cfg.update(config)
-    (root / "config.json").write_text(json.dumps(cfg))
-    (root / "prompt.txt").write_text("${guidance}Q: ${input}\nA:")
-    (root / "guided.md").write_text("Answer in one word. ")
-    (root / "cases.jsonl").write_text("".join(
-        json.dumps({"id": f"case-{i:03d}", "input": f"capital of country {i}", "expected": "Paris",
-                    "tags": ["capital"]}) + "\n" for i in range(n_cases)))
-    return root
+    return write_engine_suite(root, [
+        {"id": f"case-{i:03d}", "input": f"capital of country {i}", "expected": "Paris", "tags": ["capital"]}
+        for i in range(n_cases)], **{"temperature": 0.5, "seed": 7, "k": 2, **config})
 
 
 def replay_ledger(path: Path, cap: float) -> tuple[float, float]:
