@@ -33,6 +33,9 @@ from typing import Any, Iterable, Mapping, Sequence
 from .errors import EvalkitError, InputError
 
 KERNEL = "python3"
+# Kernels log a warning per start about plain-text TCP on loopback; reports are batch
+# jobs, so only errors from the kernel process itself reach the user's terminal.
+KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
 NOTEBOOKS: tuple[str, ...] = (
     "run_summary", "pass_at_k", "skill_comparison", "judge_calibration", "power_planning", "micro_test",
 )
@@ -587,7 +590,7 @@ def execute(name: str, parameters: Mapping[str, Any], out_dir: str | Path, *,
     t0 = time.perf_counter()
     error = None
     try:
-        extra = {"km": km} if km is not None else {}
+        extra = {"km": km} if km is not None else {"extra_arguments": KERNEL_ARGS}
         pm.execute_notebook(str(src), str(dst), parameters=dict(parameters), kernel_name=KERNEL,
                             progress_bar=False, log_output=False, request_save_on_cell_execute=False,
                             execution_timeout=timeout_s, **extra)
@@ -808,7 +811,7 @@ def _ready_kernel(km: Any) -> Any:
     from jupyter_client.manager import AsyncKernelManager
 
     km = AsyncKernelManager(kernel_name=KERNEL)
-    _await(km.start_kernel())
+    _await(km.start_kernel(extra_arguments=KERNEL_ARGS))
     return km
 
 
