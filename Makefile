@@ -27,7 +27,7 @@ test: $(STAMP)
 	exit $$rc
 
 bench: $(STAMP)
-	$(BIN)/python -m benchmarks
+	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
 	rm -rf $(VENV) reports .pytest_cache
