@@ -54,6 +54,7 @@ class Ingested:
     expected_keys: int = 0  # (case, arm, index) keys the source planned, when it says
     models: dict[str, str] = field(default_factory=dict)  # arm -> model
     notes: tuple[str, ...] = ()
+    errors: tuple[dict[str, Any], ...] = ()  # keys the source tried and failed: never a pass
 
     @property
     def arms(self) -> tuple[str, ...]:
@@ -102,6 +103,16 @@ def _read_json(path: Path, data: bytes | None = None, member: str | None = None)
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"not valid JSON: {exc.msg}", where, exc.lineno) from None
+
+
+def _int(value: Any, what: str, path: Path, *, line: int | None = None, json_path: str | None = None) -> int:
+    """An integer field of the source (an epoch, a trial number), or a clear InputError."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise InputError(f"{what} {value!r} is not an integer", path, line, json_path)
+    try:
+        return int(value)
+    except ValueError:
+        raise InputError(f"{what} {value!r} is not an integer", path, line, json_path) from None
 
 
 def _usage(d: dict | None) -> Usage:
@@ -275,7 +286,11 @@ def read_inspect_log(path: str | Path, *, threshold: float | None = None, scorer
         if "id" not in s or "epoch" not in s:
             raise InputError("sample without id or epoch", p, json_path=where)
         cid = _case_id(s["id"], where, p)
-        index = int(s["epoch"]) - 1
+        epoch = _int(s["epoch"], "epoch", p, json_path=f"{where}.epoch")
+        if epoch < 1:
+            raise InputError(f"epoch {epoch} is below 1 (inspect counts epochs from 1)", p,
+                             json_path=f"{where}.epoch")
+        index = epoch - 1
         if (cid, index) in seen:
             raise InputError(f"sample {s['id']!r} epoch {s['epoch']} appears twice", p, json_path=where)
         seen.add((cid, index))
@@ -315,6 +330,8 @@ def read_inspect_log(path: str | Path, *, threshold: float | None = None, scorer
         grades.append(Grade(case_id=cid, arm=arm_name, index=index, passed=passed,
                             checks=(CheckResult(f"inspect:{name}", passed, "" if passed else reason),),
                             error=None))
+    if not samples:
+        raise InputError(f"the log has no samples (status {status!r}): nothing to analyse", p)
     expected = n_dataset * epochs
     complete = status == "success" and (not expected or len(samples) == expected)
     reason = None if complete else f"inspect log status {status!r}, {len(samples)}/{expected or '?'} samples"
@@ -353,6 +370,7 @@ def read_promptfoo(path: str | Path, *, arm: str | None = None) -> Ingested:
     split_prompts = len(combos) > len({c[0] for c in combos})
     samples: list[Sample] = []
     grades: list[Grade] = []
+    errors: list[dict[str, Any]] = []
     counters: dict[tuple[str, str], int] = {}
     models: dict[str, str] = {}
     tests = (data.get("config") or {}).get("tests")
@@ -378,6 +396,12 @@ def read_promptfoo(path: str | Path, *, arm: str | None = None) -> Ingested:
         out = resp.get("output", "")
         text = out if isinstance(out, str) else json.dumps(out)
         tu = resp.get("tokenUsage") or r.get("tokenUsage") or {}
+        # promptfoo's ResultFailureReason: 0 none, 1 assertion failed, 2 error (the
+        # provider or the test errored): an error is not a failed answer, it is no answer.
+        if r.get("failureReason") == 2 or (not r["success"] and resp.get("error") and not resp.get("output")):
+            errors.append({"case_id": cid, "arm": arm_name, "index": index,
+                           "error": str(r.get("error") or resp.get("error") or "promptfoo error")[:500]})
+            continue
         passed = bool(r["success"])
         reason = "" if passed else str((r.get("gradingResult") or {}).get("reason") or r.get("error") or "failed")
         tags = tuple(str(v) for v in ((test_case.get("metadata") or {}).get("tags") or ())) or ("promptfoo",)
@@ -388,8 +412,10 @@ def read_promptfoo(path: str | Path, *, arm: str | None = None) -> Ingested:
         grades.append(Grade(case_id=cid, arm=arm_name, index=index, passed=passed,
                             checks=(CheckResult("promptfoo:assertions", passed, reason),)))
     name = str(data.get("evalId") or p.stem)
-    return Ingested("promptfoo", str(p), _sha256(p), name, tuple(samples), tuple(grades), True, None,
-                    len(samples), models, (f"{len(tests)} tests in config" if isinstance(tests, list) else "",))
+    reason = f"{len(errors)} promptfoo result(s) errored" if errors else None
+    return Ingested("promptfoo", str(p), _sha256(p), name, tuple(samples), tuple(grades), not errors, reason,
+                    len(samples) + len(errors), models,
+                    (f"{len(tests)} tests in config" if isinstance(tests, list) else "",), tuple(errors))
 
 
 # ---------------------------------------------------------------------------- tau-bench
@@ -416,9 +442,7 @@ def read_tau_bench(path: str | Path, *, arm: str | None = None) -> Ingested:
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
                 raise InputError(f"not a JSON line: {exc}", p, n) from None
     arm_name = arm or p.name.split(".")[0]
-    samples: list[Sample] = []
-    grades: list[Grade] = []
-    seen: set[tuple[str, int]] = set()
+    trials: dict[str, dict[int, tuple[int, float]]] = {}  # case -> trial number -> (line, reward)
     for n, r in lines:
         if not isinstance(r, dict) or "task_id" not in r or "reward" not in r:
             raise InputError("a trial needs task_id and reward", p, n)
@@ -429,16 +453,24 @@ def read_tau_bench(path: str | Path, *, arm: str | None = None) -> Ingested:
         if math.isnan(reward):
             raise InputError("reward is NaN", p, n)
         cid = _case_id(f"task-{r['task_id']}", f"line {n}", p)
-        index = int(r.get("trial", 0))
-        if (cid, index) in seen:
-            raise InputError(f"task {r['task_id']} trial {index} appears twice", p, n)
-        seen.add((cid, index))
-        passed = abs(reward - 1.0) <= REWARD_TOL
-        samples.append(Sample(case_id=cid, tags=("tau-bench",), arm=arm_name, index=index, seed=0,
-                              model=arm_name, output="", tool_calls=(), finish_reason=None, usage=Usage(0, 0),
-                              latency_ms=0.0, cost_usd=0.0, request_hash=""))
-        grades.append(Grade(case_id=cid, arm=arm_name, index=index, passed=passed,
-                            checks=(CheckResult("reward", passed, "" if passed else f"reward={reward:g}"),)))
+        trial = _int(r.get("trial", 0), "trial", p, line=n)
+        if trial in trials.setdefault(cid, {}):
+            raise InputError(f"task {r['task_id']} trial {trial} appears twice", p, n)
+        trials[cid][trial] = (n, reward)
+    # Sample indices count from 0 in the order of the file's trial numbers, whatever they
+    # start from (0 or 1), so two sources pair trial by trial on (case, index).
+    samples: list[Sample] = []
+    grades: list[Grade] = []
+    for cid, by_trial in trials.items():
+        for index, trial in enumerate(sorted(by_trial)):
+            reward = by_trial[trial][1]
+            passed = abs(reward - 1.0) <= REWARD_TOL
+            samples.append(Sample(case_id=cid, tags=("tau-bench",), arm=arm_name, index=index, seed=0,
+                                  model=arm_name, output="", tool_calls=(), finish_reason=None,
+                                  usage=Usage(0, 0), latency_ms=0.0, cost_usd=0.0, request_hash=""))
+            grades.append(Grade(case_id=cid, arm=arm_name, index=index, passed=passed,
+                                checks=(CheckResult("reward", passed,
+                                                    "" if passed else f"trial {trial}: reward={reward:g}"),)))
     if not samples:
         raise InputError("no trials in the file", p)
     return Ingested("tau-bench", str(p), _sha256(p), p.name.split(".")[0], tuple(samples), tuple(grades), True,
@@ -523,16 +555,20 @@ def _summary(parts: list[Ingested], samples: list[Sample], grades: list[Grade]) 
     per_arm = {}
     for a in arms:
         g = [x for x in grades if x.arm == a]
-        per_arm[a] = {"samples": sum(1 for s in samples if s.arm == a), "errors": 0,
+        per_arm[a] = {"samples": sum(1 for s in samples if s.arm == a),
+                      "errors": sum(1 for p in parts for e in p.errors if e["arm"] == a),
                       "passed": sum(1 for x in g if x.passed), "graded": len(g)}
-    ran = len({s.case_id for s in samples})
-    summary = {"complete": complete, "ran": ran, "total": ran, "reason": "; ".join(reasons) or None,
+    # a case ran when none of its keys errored (as `evalkit run` counts)
+    errored_cases = {e["case_id"] for p in parts for e in p.errors}
+    all_cases = {s.case_id for s in samples} | errored_cases
+    ran = len(all_cases - errored_cases)
+    summary = {"complete": complete, "ran": ran, "total": len(all_cases), "reason": "; ".join(reasons) or None,
                "spend_usd": round(sum(s.cost_usd for s in samples), 6), "avoided_usd": 0.0, "cap_usd": None,
                "per_arm": per_arm, "exit_code": 0 if complete else 1,
                "source": [p.source for p in parts]}
     lines = []
     if not complete:
-        lines.append(f"INCOMPLETE: {ran}/{ran} cases ({summary['reason']})")
+        lines.append(f"INCOMPLETE: {ran}/{len(all_cases)} cases ({summary['reason']})")
     lines.append(f"# Ingested run: {', '.join(dict.fromkeys(p.name for p in parts))}")
     lines.append("")
     for p in parts:
@@ -555,14 +591,16 @@ def write_ingested(parts: list[Ingested], dest: str | Path) -> Path:
         dup = next(k for k in keys if keys.count(k) > 1)
         raise InputError(f"arm {dup[1]!r} already has case {dup[0]!r} sample {dup[2]}: ingest the second "
                          "source under another --arm")
-    cases = list(dict.fromkeys(s.case_id for s in samples))
-    arms = list(dict.fromkeys(s.arm for s in samples))
-    per_arm_cases = {a: sorted({s.case_id for s in samples if s.arm == a}) for a in arms}
-    k = max((s.index + 1 for s in samples), default=0)
+    errors = [e for p in parts for e in p.errors]
+    keyed = [(s.case_id, s.arm, s.index) for s in samples] + [(e["case_id"], e["arm"], e["index"]) for e in errors]
+    cases = list(dict.fromkeys(c for c, _, _ in keyed))
+    arms = list(dict.fromkeys(a for _, a, _ in keyed))
+    per_arm_cases = {a: sorted({c for c, aa, _ in keyed if aa == a}) for a in arms}
+    k = max((i + 1 for _, _, i in keyed), default=0)
     meta = {
         "suite": None, "suite_name": parts[0].name, "source": parts[0].source if len(parts) == 1 else "mixed",
         "sources": [{"source": p.source, "file": p.source_file, "sha256": p.source_sha256,
-                     "arms": list(p.arms), "models": p.models} for p in parts],
+                     "arms": list(p.models), "models": p.models} for p in parts],
         "arms": arms, "k": k, "cases": cases, "cases_per_arm": per_arm_cases,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "config": {"generator": {"model": next(iter(parts[0].models.values()), None)}},
@@ -574,6 +612,8 @@ def write_ingested(parts: list[Ingested], dest: str | Path) -> Path:
         with folder:
             for s in samples:
                 folder.append_result(s)
+            for e in errors:
+                folder.append_error(e["case_id"], e["arm"], e["index"], e["error"], 1)
         write_atomic(folder.path / GRADES, "".join(json.dumps(_grade_dict(g)) + "\n" for g in grades))
         summary, md = _summary(parts, samples, grades)
         folder.write_summary(summary, md)
@@ -598,13 +638,15 @@ def _existing_parts(run: Path) -> list[Ingested]:
         grades.append(Grade(case_id=d["case_id"], arm=d["arm"], index=int(d["index"]), passed=d["passed"],
                             checks=tuple(CheckResult(c["name"], c["passed"], c.get("reason", ""))
                                          for c in d.get("checks") or ()), error=d.get("error")))
-    summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    errors = [{k: e[k] for k in ("case_id", "arm", "index", "error")} for e in RunFolder(run).errors()]
     parts = []
     for src in meta["sources"]:
         arms = set(src["arms"])
+        errs = tuple(e for e in errors if e["arm"] in arms)
         parts.append(Ingested(src["source"], src["file"], src["sha256"], meta.get("suite_name") or run.name,
                               tuple(s for s in samples if s.arm in arms), tuple(g for g in grades if g.arm in arms),
-                              bool(summary.get("complete", True)), None, 0, src.get("models") or {}))
+                              not errs, f"{len(errs)} result(s) errored" if errs else None, 0,
+                              src.get("models") or {}, (), errs))
     return parts
 
 

@@ -253,3 +253,68 @@ def test_promptfoo_unknown_version(tmp_path: Path) -> None:
     res = cli("ingest", src, "--to", tmp_path / "run")
     assert res.exit_code == 2 and "$.results.version" in res.output
     _assert_nothing_written(tmp_path / "run")
+
+
+def test_one_based_trials_pair_with_zero_based_ones(tmp_path: Path) -> None:
+    """Trial numbers are ranks, whatever they start from: a 1-based and a 0-based source
+    of the same tasks pair trial by trial."""
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text("".join(json.dumps({"task_id": t, "trial": i, "reward": 0.0}) + "\n"
+                         for t in range(10) for i in (1, 2, 3)))
+    b.write_text("".join(json.dumps({"task_id": t, "trial": i, "reward": 1.0}) + "\n"
+                         for t in range(10) for i in (0, 1, 2)))
+    run = tmp_path / "run"
+    assert cli("ingest", a, "--to", run, "--arm", "a").exit_code == 0
+    assert cli("ingest", b, "--to", run, "--arm", "b", "--into").exit_code == 0
+    loaded = load_run(run)
+    assert loaded.config["k"] == 3 and sorted(loaded.samples["index"].unique()) == [0, 1, 2]
+    v = json.loads(cli("compare", run, "--baseline", "a", "--treatment", "b", "--json").output)
+    assert (v["wins"], v["losses"], v["kind"]) == (10, 0, "pass")
+
+
+def test_promptfoo_errored_rows_are_errors_not_fails(tmp_path: Path) -> None:
+    data = json.loads(PROMPTFOO.read_text())
+    row = data["results"]["results"][0]
+    row.update({"success": False, "failureReason": 2, "error": "provider timed out"})
+    row["response"] = {"error": "provider timed out"}
+    src = tmp_path / "pf.json"
+    src.write_text(json.dumps(data))
+    res = cli("ingest", src, "--to", tmp_path / "run")
+    assert res.exit_code == 0, res.output
+    run = load_run(tmp_path / "run")
+    assert len(run.samples) == 11 and len(run.errors) == 1
+    assert run.errors.iloc[0]["error"] == "provider timed out"
+    assert run.summary["complete"] is False
+    assert (tmp_path / "run" / "summary.md").read_text().startswith("INCOMPLETE: 2/3 cases")
+    v = json.loads(cli("compare", tmp_path / "run", "--baseline", "echo-terse", "--treatment", "echo-polite",
+                       "--json").output)
+    assert v["kind"] == "inconclusive"
+
+
+@pytest.mark.parametrize("field,value", [("epoch", "two"), ("epoch", 0)])
+def test_bad_inspect_epoch(tmp_path: Path, field: str, value) -> None:
+    log = json.loads((FIXTURES / "capitals.json").read_text())
+    log["samples"][2][field] = value
+    src = tmp_path / "bad.json"
+    src.write_text(json.dumps(log))
+    res = cli("ingest", src, "--to", tmp_path / "run")
+    assert res.exit_code == 2 and "$.samples[2].epoch" in res.output
+    _assert_nothing_written(tmp_path / "run")
+
+
+def test_inspect_log_without_samples(tmp_path: Path) -> None:
+    log = json.loads((FIXTURES / "capitals.json").read_text())
+    log["samples"] = []
+    src = tmp_path / "empty.json"
+    src.write_text(json.dumps(log))
+    res = cli("ingest", src, "--to", tmp_path / "run")
+    assert res.exit_code == 2 and "no samples" in res.output
+    _assert_nothing_written(tmp_path / "run")
+
+
+def test_non_integer_tau_trial(tmp_path: Path) -> None:
+    src = tmp_path / "t.jsonl"
+    src.write_text('{"task_id": 1, "trial": "first", "reward": 1.0}\n')
+    res = cli("ingest", src, "--to", tmp_path / "run")
+    assert res.exit_code == 2 and "t.jsonl:1" in res.output and "not an integer" in res.output
+    _assert_nothing_written(tmp_path / "run")
