@@ -2,19 +2,44 @@
 
 Subcommands live beside the module they drive (`_cmd_*.py`) and are thin over it;
 this file only assembles them and maps evalkit errors to exit statuses
-(0 ok, 1 failed gate / INCOMPLETE run, 2 bad input).
+(0 ok, 1 failed gate / INCOMPLETE run, 2 bad input). A subcommand's module is imported
+only when that subcommand runs (or `--help` lists them all), so a quick command does
+not pay for scipy, pandas and the notebook stack.
 """
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
 
-from . import _cmd_suite, _cmd_run, _cmd_serve, _cmd_grade, _cmd_stats, _cmd_dataset, _cmd_ingest, _cmd_report
 from .errors import EvalkitError
+
+# command name -> the module whose COMMANDS list defines it
+_COMMANDS = {
+    "init": "_cmd_suite", "lint": "_cmd_suite", "import": "_cmd_suite",
+    "run": "_cmd_run", "serve": "_cmd_serve",
+    "grade": "_cmd_grade", "judge": "_cmd_grade",
+    "compare": "_cmd_stats", "verdict": "_cmd_stats", "power": "_cmd_stats", "gate": "_cmd_stats",
+    "baseline": "_cmd_stats", "noise": "_cmd_stats",
+    "dataset": "_cmd_dataset", "ingest": "_cmd_ingest",
+    "report": "_cmd_report", "microtest": "_cmd_report",
+}
 
 
 class _Group(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        module = _COMMANDS.get(name)
+        if module is None:
+            return None
+        for cmd in importlib.import_module(f".{module}", __package__).COMMANDS:
+            if cmd.name == name:
+                return cmd
+        raise RuntimeError(f"evalkit.{module} defines no command {name!r}")  # a wiring bug
+
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
@@ -27,11 +52,6 @@ class _Group(click.Group):
 @click.version_option(package_name="evalkit")
 def main() -> None:
     """evalkit: measure prompts, skills and agents with numbers you can defend."""
-
-
-for _mod in (_cmd_suite, _cmd_run, _cmd_serve, _cmd_grade, _cmd_stats, _cmd_dataset, _cmd_ingest, _cmd_report):
-    for _cmd in _mod.COMMANDS:
-        main.add_command(_cmd)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -522,8 +522,9 @@ _VALIDATORS: dict[str, Draft202012Validator] = {}
 def load_schema(path: str | os.PathLike[str] | None = None) -> Json:
     """The contract's JSON Schema (the packaged `schemas/dataset-v1.json` by default),
     checked against the Draft 2020-12 meta-schema. `InputError` when it cannot be set up."""
-    from jsonschema import Draft202012Validator, SchemaError
+    from ._jsonschema import jsonschema
 
+    Draft202012Validator, SchemaError = jsonschema().Draft202012Validator, jsonschema().SchemaError
     try:
         if path is None:
             text = resources.files("evalkit").joinpath(SCHEMA_RESOURCE).read_text(encoding="utf-8")
@@ -543,7 +544,9 @@ def _validator(schema_path: str | os.PathLike[str] | None) -> Draft202012Validat
     key = os.fspath(schema_path) if schema_path is not None else ""
     v = _VALIDATORS.get(key)
     if v is None:
-        from jsonschema import Draft202012Validator
+        from ._jsonschema import jsonschema
+
+        Draft202012Validator = jsonschema().Draft202012Validator
 
         schema = load_schema(schema_path)
         fast = _inline_refs(schema, schema.get("$defs", {}))

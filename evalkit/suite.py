@@ -767,8 +767,9 @@ def _check_options(kind: str, opts: dict, r: _Reader, jp: str, case: dict, src: 
         if not isinstance(schema, (dict, bool)):
             r.err(jp, "a json_schema check needs a \"schema\" object (or an object \"expected\")")
             return False
-        from jsonschema import SchemaError  # lazy: importing jsonschema costs ~1 s
-        from jsonschema.validators import validator_for
+        from ._jsonschema import jsonschema
+
+        SchemaError, validator_for = jsonschema().SchemaError, jsonschema().validators.validator_for
 
         try:
             validator_for(schema).check_schema(schema)

@@ -1,0 +1,27 @@
+"""Import jsonschema without its optional IRI grammar.
+
+Why: when the optional package `rfc3987_syntax` is installed (the Jupyter stack brings
+it), `import jsonschema` compiles its IRI grammar with lark at import time, about a
+second on a 2-core machine, on every CLI call that validates anything. evalkit's schemas
+use no `iri` or `iri-reference` format, so that grammar is skipped while jsonschema is
+first imported in this process; the package itself stays importable for anyone else.
+"""
+from __future__ import annotations
+
+import sys
+from types import ModuleType
+
+
+def jsonschema() -> ModuleType:
+    """The `jsonschema` module, imported without compiling the IRI grammar."""
+    if "jsonschema" in sys.modules:
+        return sys.modules["jsonschema"]
+    blocked = "rfc3987_syntax" not in sys.modules
+    if blocked:
+        sys.modules["rfc3987_syntax"] = None  # type: ignore[assignment]  # makes its import fail fast
+    try:
+        import jsonschema as module
+    finally:
+        if blocked:
+            del sys.modules["rfc3987_syntax"]
+    return module

@@ -1,0 +1,32 @@
+"""The CLI's wiring: every subcommand resolves lazily, and every defined command is reachable."""
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+from click.testing import CliRunner
+
+from evalkit import cli
+
+
+def test_every_command_module_is_mapped_and_resolves() -> None:
+    modules = set(cli._COMMANDS.values())
+    defined = {c.name: m for m in modules for c in importlib.import_module(f"evalkit.{m}").COMMANDS}
+    assert defined == cli._COMMANDS
+    for name in cli._COMMANDS:
+        res = CliRunner().invoke(cli.main, [name, "--help"])
+        assert res.exit_code == 0, (name, res.output)
+
+
+def test_a_quick_command_does_not_import_the_notebook_stack() -> None:
+    code = ("import sys; from evalkit.cli import main\n"
+            "try:\n    main(['ingest', '--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('scipy', 'papermill', 'matplotlib') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
+
+
+def test_unknown_command_is_a_usage_error() -> None:
+    res = CliRunner().invoke(cli.main, ["frobnicate"])
+    assert res.exit_code == 2 and "No such command" in res.output
