@@ -27,8 +27,9 @@ Where evalkit differs, on purpose:
 * **Trimming.** Outputs and expectations are trimmed in all three modes (the harness
   trims only in `exact`); this only matters for an expectation with leading or trailing
   whitespace.
-* **Regex timeout.** A regex runs on the `regex` engine with a 1 s timeout per sample;
-  a timeout fails that sample (with a warning) instead of stalling the gate.
+* **Regex timeout.** A regex, and a `--compat-wildcards` pattern, runs on the `regex`
+  engine with a 1 s timeout per sample; a timeout fails that sample (with a warning)
+  instead of stalling the gate.
 * **Bad input is exit 2.** A case with a missing or unknown `set` (the harness silently
   exempts it from both gates), an empty `expect`, an unknown `match`, an invalid
   regex or wildcard, a duplicate id, or an id that is not a plain folder name is an
@@ -212,15 +213,17 @@ def wildcard_to_regex(pattern: str) -> str:
 def match_sample(output: str, case: EvalCase, *, compat_wildcards: bool = False) -> bool:
     """Whether one sample passes `case`, as the harness decides (see the module notes).
 
-    Raises `TimeoutError` when a regex runs past `REGEX_TIMEOUT_S`.
+    Raises `TimeoutError` when a regex, or a `--compat-wildcards` pattern (which can
+    backtrack just as badly: `a*a*a*a*b` against a long run of `a`), runs past
+    `REGEX_TIMEOUT_S`.
     """
     out, exp = output.strip(), case.expect.strip()
     if case.match == "exact":
         return out.casefold() == exp.casefold()
     if case.match == "contains":
         if compat_wildcards:
-            rx = re.compile(wildcard_to_regex(f"*{exp}*"), re.IGNORECASE | re.DOTALL)
-            return rx.match(out) is not None
+            rx = _regex.compile(wildcard_to_regex(f"*{exp}*"), _regex.IGNORECASE | _regex.DOTALL)
+            return rx.match(out, timeout=REGEX_TIMEOUT_S) is not None
         return exp.casefold() in out.casefold()
     return _regex.search(exp, out, _regex.IGNORECASE, timeout=REGEX_TIMEOUT_S) is not None
 
@@ -269,7 +272,8 @@ def grade_outputs(eval_file: str | Path, outputs_dir: str | Path, k: int = 5, *,
             try:
                 ok = match_sample(text, case, compat_wildcards=compat_wildcards)
             except TimeoutError:
-                warnings.append(f"Case '{case.id}' {f.name}: regex timed out after {REGEX_TIMEOUT_S:g}s; sample fails.")
+                what = "wildcard match" if case.match == "contains" else "regex"
+                warnings.append(f"Case '{case.id}' {f.name}: {what} timed out after {REGEX_TIMEOUT_S:g}s; sample fails.")
                 ok = False
             passes += ok
         n = len(files)

@@ -323,7 +323,13 @@ def read_vally(path: str | Path) -> ImportedSuite:
         err("$.stimuli", "missing or empty 'stimuli' list")
         stimuli = []
     cases: list[tuple[int | None, str, dict[str, Any]]] = []
-    used_ids: dict[str, int] = {}
+    # Ids from names: the first stimulus with a name keeps its slug; a later duplicate
+    # becomes `<slug>-<n>` with the smallest n >= 2 that is neither taken so far nor the
+    # slug of any stimulus in the file (so `a`, `a`, `a-2` gives a, a-3, a-2). It
+    # depends only on the file, so re-importing gives the same ids.
+    natural_ids = {slugify(s["name"]) for s in stimuli
+                   if isinstance(s, dict) and isinstance(s.get("name"), str) and s["name"].strip()}
+    used_ids: set[str] = set()
     for i, s in enumerate(stimuli):
         jp = f"$.stimuli[{i}]"
         if not isinstance(s, dict):
@@ -341,10 +347,11 @@ def read_vally(path: str | Path) -> ImportedSuite:
             continue
         cid = slugify(sname)
         if cid in used_ids:
-            used_ids[cid] += 1
-            cid = f"{cid}-{used_ids[cid]}"
-        else:
-            used_ids[cid] = 1
+            n = 2
+            while f"{cid}-{n}" in used_ids or f"{cid}-{n}" in natural_ids:
+                n += 1
+            cid = f"{cid}-{n}"
+        used_ids.add(cid)
         case: dict[str, Any] = {"id": cid, "input": prompt, "tags": [case_set], "set": case_set}
 
         tags = s.get("tags")

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -152,3 +154,32 @@ def test_regex_timeout_fails_the_sample_not_the_run(tmp_path):
     rep = grade_outputs(ev, out, k=2)
     assert rows(rep)["r"] == (2, 1, True, False, True)
     assert any("timed out" in w for w in rep.warnings)
+
+
+_GRADE_IN_SUBPROCESS = (
+    "import sys; from evalkit.cli import main; "
+    "main(['grade', '--eval-file', sys.argv[1], '--outputs', sys.argv[2], '-k', '1', '--compat-wildcards'])"
+)
+
+
+def test_compat_wildcards_backtracking_pattern_fails_the_sample_and_never_hangs(tmp_path):
+    """`a*a*a*a*a*a*a*a*b` as a `-like` pattern against 3,000 'a's backtracks for hours on
+    the stdlib engine; on the `regex` engine with its timeout the sample fails and the
+    gate is decided. A subprocess with a generous deadline stands guard against a hang
+    (a matcher stuck in C holds the GIL, so an in-process guard could not fire)."""
+    ev, out = write_fixture(tmp_path, cases=[{"id": "w", "set": "capability", "prompt": "p",
+                                              "expect": "a*a*a*a*a*a*a*a*b"}],
+                            samples={"w": ["a" * 3000]})
+    res = subprocess.run([sys.executable, "-c", _GRADE_IN_SUBPROCESS, str(ev), str(out)],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1, res.stderr
+    assert res.stdout.splitlines()[-1] == "FAIL: 1 eval case(s) failed the gate: w"
+
+
+def test_compat_wildcards_timeout_is_a_failed_sample_with_the_reason(tmp_path):
+    ev, out = write_fixture(tmp_path, cases=[{"id": "w", "set": "capability", "prompt": "p",
+                                              "expect": "a*a*a*a*a*a*a*a*a*a*a*a*b"}],
+                            samples={"w": ["a" * 10000, "xx " + "a" * 12 + "b yy"]})
+    rep = grade_outputs(ev, out, k=2, compat_wildcards=True)
+    assert rows(rep)["w"] == (2, 1, True, False, True)  # the hostile sample fails, the other still counts
+    assert any("'w' sample-1.txt: wildcard match timed out" in w for w in rep.warnings), rep.warnings

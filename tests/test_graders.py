@@ -6,8 +6,8 @@ import time
 import pytest
 
 from evalkit.errors import InputError
-from evalkit.graders import (GRADERS, REFUSAL_PATTERNS, activation, contains, exact, grade_sample, grounding,
-                             is_refusal, json_schema, regex, refusal, scorer, tool_calls)
+from evalkit.graders import (GRADERS, REFUSAL_PATTERNS, activation, contains, exact, extract_claims, grade_sample,
+                             grounding, is_refusal, json_schema, regex, refusal, scorer, tool_calls)
 from evalkit.records import Case, Check, Sample, Usage
 
 
@@ -155,6 +155,60 @@ def test_grounding_without_claims_passes_and_needs_context():
         grounding("x", context=None)
 
 
+NO_NUMBERS = "The tower is tall, the round was large, and users liked the faster build."
+
+
+@pytest.mark.parametrize("output, surface", [
+    ("The tower is 330m tall.", "330m"),
+    ("They raised $5M in the round.", "5M"),
+    ("The build is 3x faster.", "3x"),
+    ("The parcel weighs 12kg.", "12kg"),
+    ("45% of users liked it.", "45%"),
+    ("They shipped 1,200 units.", "1,200"),
+    ("Rated 3.5 by users.", "3.5"),
+    ("They raised 5 million.", "5 million"),
+])
+def test_grounding_numbers_with_units_or_symbols_are_claims(output, surface):
+    assert ("number", surface) in [(k, s) for k, s, _ in extract_claims(output)]
+    r = grounding(output, context=NO_NUMBERS)
+    assert not r.passed
+    assert r.reason.startswith("1 of 1 claims not in context") and f"number {surface!r}" in r.reason
+
+
+@pytest.mark.parametrize("output, context", [
+    ("The tower is 330m tall.", "The tower is 330 metres tall."),
+    ("They raised $5M.", "They raised $5,000,000."),
+    ("They raised $5,000,000.", "They raised $5M."),
+    ("They raised 5 million.", "They raised 5,000,000 dollars."),
+    ("The build is 3x faster.", "The build is 3 times faster."),
+    ("The parcel weighs 12kg.", "The parcel weighs 12 kg."),
+    ("45% of users liked it.", "45 percent of users liked it."),
+    ("They shipped 1,200 units.", "They shipped 1200 units."),
+    ("Rated 3.5 by users.", "Rated 3.50 by users."),
+])
+def test_grounding_numbers_with_units_match_the_value_in_context(output, context):
+    r = grounding(output, context=context)
+    assert r.passed, r.reason
+
+
+def test_grounding_mixed_units_count_each_miss_and_keep_dates_and_names():
+    r = grounding("330m tall, $5M, 3x", context="tall")  # the reviewer's case: it used to pass
+    assert not r.passed and r.reason.startswith("3 of 3 claims not in context")
+    out = 'On March 5, 2024 "Dana Lee" reported 45% growth to 1,200 units.'
+    assert [k for k, _, _ in extract_claims(out)] == ["date", "number", "number", "name"]  # the date's digits are not numbers
+    ctx = 'Report of 2024-03-05 by "Dana Lee": growth of 45 percent, 1200 units.'
+    assert grounding(out, context=ctx).passed
+    r = grounding(out.replace("March 5", "March 6").replace("Dana", "Dan"), context=ctx.replace('"Dana Lee"', "Dana Lee"))
+    assert not r.passed and "date 'March 6, 2024'" in r.reason and "name 'Dan Lee'" in r.reason
+    assert "number" not in r.reason
+
+
+def test_grounding_identifiers_are_not_quantities_and_hostile_text_is_linear():
+    assert extract_claims("Encode it as mp3 on x86.") == []
+    r = grounding("9" * 100000 + "kg, " + "1," * 50000, context="1 2 3")
+    assert not r.passed and "number '999" in r.reason
+
+
 # ---------------------------------------------------------------------------- refusal
 
 
@@ -267,3 +321,47 @@ def test_unknown_check_kind_is_input_error():
     case = make_case(checks=(Check("telepathy", {}),))
     with pytest.raises(InputError, match="telepathy"):
         grade_sample(case, make_sample("x"), None)
+
+
+# ------------------------------------------------------- user patterns on hostile output
+
+HOSTILE_X = "x" * 5000  # (x+x+)+y backtracks exponentially on a run of x with no y
+
+
+def test_refusal_pathological_custom_pattern_is_a_failed_check_with_the_reason():
+    for should_refuse in (True, False):  # undecided is never a pass, either way
+        r = refusal(HOSTILE_X, should_refuse=should_refuse, patterns=["(x+x+)+y"])
+        assert not r.passed and "timed out" in r.reason and "(x+x+)+y" in r.reason
+    with pytest.raises(TimeoutError):
+        is_refusal(HOSTILE_X, ["(x+x+)+y"])
+    # a refusal found by another pattern decides, even when the custom one times out
+    assert refusal("I cannot help with that. " + HOSTILE_X, patterns=["(x+x+)+y"]).passed
+
+
+def test_refusal_custom_pattern_through_grade_sample_does_not_crash_grading():
+    case = make_case(expected="", checks=(Check("refusal", {"patterns": ["(x+x+)+y"]}),))
+    (r,) = grade_sample(case, make_sample(HOSTILE_X), None)
+    assert not r.passed and "timed out" in r.reason
+    bad = make_case(expected="", checks=(Check("refusal", {"patterns": ["(unclosed"]}),))
+    with pytest.raises(InputError, match="invalid refusal pattern"):
+        grade_sample(bad, make_sample("I cannot help."), None)
+
+
+def test_json_schema_patterns_run_with_a_timeout():
+    r = json_schema('{"a": "%s"}' % HOSTILE_X, schema={"properties": {"a": {"type": "string", "pattern": "(x+x+)+y"}}})
+    assert not r.passed and r.reason.startswith("$.a: pattern '(x+x+)+y' timed out")
+    r = json_schema('{"%s": 1}' % HOSTILE_X, schema={"patternProperties": {"(x+x+)+y": {}}, "additionalProperties": False})
+    assert not r.passed and "timed out" in r.reason
+    # ordinary patterns keep jsonschema's decisions
+    schema = {"properties": {"code": {"pattern": r"^[A-Z]{2}-\d+$"}}, "patternProperties": {"^x-": {"type": "integer"}},
+              "additionalProperties": False}
+    assert json_schema('{"code": "AB-12", "x-n": 3}', schema=schema).passed
+    assert "does not match" in json_schema('{"code": "ab-12"}', schema=schema).reason
+    assert "not of type 'integer'" in json_schema('{"x-n": "3"}', schema=schema).reason
+    assert "does not match any of the regexes" in json_schema('{"zz": 1}', schema=schema).reason
+
+
+def test_regex_timeout_cannot_be_switched_off():
+    for bad in (None, 0, -1, "1", 1e9):
+        with pytest.raises(InputError, match="timeout_s"):
+            regex("abc", pattern="b", timeout_s=bad)

@@ -221,3 +221,25 @@ def test_unknown_foreign_keys_warn_and_fail_under_strict(tmp_path):
     assert lint_suite(f).ok
     report = lint_suite(f, strict=True)
     assert any(e.json_path == "$.owner" and e.line == 4 and "unknown key" in e.message for e in report.errors)
+
+
+def _stimuli(*names: str) -> str:
+    return "name: t\nstimuli:\n" + "".join(
+        f'  - name: "{n}"\n    prompt: "p{i}"\n    graders: [{{type: contains, value: "x"}}]\n'
+        for i, n in enumerate(names))
+
+
+@pytest.mark.parametrize("names, ids", [
+    (("a", "a", "a-2"), ["a", "a-3", "a-2"]),  # the renamed duplicate skips the later stimulus' own id
+    (("a-2", "a", "a"), ["a-2", "a", "a-3"]),
+    (("a", "a", "a", "a-3"), ["a", "a-2", "a-4", "a-3"]),
+    (("A B", "a-b", "a b!"), ["a-b", "a-b-2", "a-b-3"]),  # names that slugify alike
+])
+def test_vally_duplicate_names_get_unique_stable_ids(tmp_path, names, ids):
+    f = write(tmp_path / "eval.yaml", _stimuli(*names))
+    got = [c["id"] for _, _, c in read_vally(f).cases]
+    assert got == ids and len(set(got)) == len(got)
+    assert [c["id"] for _, _, c in read_vally(f).cases] == got  # the same on every import
+    assert [c["input"] for _, _, c in read_vally(f).cases] == [f"p{i}" for i in range(len(names))]
+    dest = import_suite(f, tmp_path / "evals" / "t")  # used to be refused: duplicate id
+    assert [c.id for c in load_suite(dest).cases] == ids
