@@ -840,8 +840,7 @@ def write_manifest(run: Path, out_dir: Path, results: Iterable[NotebookReport], 
                          "p_value": sc.get("p_value")})
     gate = rs.get("gate") or {}
     if gate:
-        verdicts.append({"kind": "pass" if gate.get("passed") else "regression",
-                         "text": f"gate {'PASS' if gate.get('passed') else 'FAIL'} ({gate.get('arm')} vs baseline)"})
+        verdicts.append(gate_verdict(gate))
     mt = read_sidecar(out_dir, "micro_test") or {}
     if mt.get("conclusion"):
         verdicts.append({"kind": "micro-test", "text": mt["conclusion"]})
@@ -863,6 +862,26 @@ def write_manifest(run: Path, out_dir: Path, results: Iterable[NotebookReport], 
     tmp.write_text(json.dumps(jsonable(manifest), indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, path)
     return path
+
+
+def gate_verdict(gate: Mapping[str, Any], *, complete: bool | None = None) -> dict[str, Any]:
+    """The index entry for a run's gate (the run_summary sidecar's `gate`: arm, passed,
+    reasons), labelled by cause: a gate that failed because the run was incomplete (no
+    rate was read) is `gate failed: incomplete run`, shown as inconclusive and never
+    as a regression; only a success drop or a cost increase is a regression."""
+    from .verdicts import GATE_CAUSE_INCOMPLETE, GATE_CAUSE_NOT_COMPARABLE, gate_failure_causes
+
+    arm = gate.get("arm")
+    if gate.get("passed"):
+        return {"kind": "pass", "label": "gate passed", "text": f"{arm} vs baseline"}
+    causes = list(gate.get("causes") or gate_failure_causes(gate.get("reasons") or (), gate.get("read_rates")))
+    if complete is False and not gate.get("reasons") and not gate.get("causes"):
+        causes = [GATE_CAUSE_INCOMPLETE]  # an older manifest without reasons, for a run known INCOMPLETE
+    regression = bool(causes) and not ({GATE_CAUSE_INCOMPLETE, GATE_CAUSE_NOT_COMPARABLE} & set(causes))
+    why = "; ".join(str(r) for r in gate.get("reasons") or ())
+    return {"kind": "regression" if regression else "inconclusive",
+            "label": "gate failed: " + (" / ".join(causes) or "reason not recorded"),
+            "causes": causes, "text": f"{arm} vs baseline" + (f": {why}" if why else "")}
 
 
 def load_manifests(reports_dir: str | Path) -> list[dict[str, Any]]:
@@ -936,8 +955,14 @@ def build_index(reports_dir: str | Path) -> Path:
     e = html.escape
     rows = []
     for m in reversed(runs):
+        for i, v in enumerate(m.get("verdicts") or []):
+            # a manifest written before gate entries carried their cause: "gate FAIL (...)"
+            # was labelled regression even for an incomplete run; label it by cause now.
+            if v.get("kind") == "regression" and "label" not in v and str(v.get("text", "")).startswith("gate FAIL"):
+                m["verdicts"][i] = {**gate_verdict({"passed": False}, complete=m.get("complete")),
+                                    "text": v["text"]}
         verdicts = "<br>".join(
-            (f"<span class='{e(v['kind'])}'>{e(v['kind'])}</span>"
+            (f"<span class='{e(v['kind'])}'>{e(str(v.get('label') or v['kind']))}</span>"
              + (f" {e(str(v.get('treatment')))} vs {e(str(v.get('baseline')))}" if v.get("baseline") else "")
              + (f" (p = {float(v['p_value']):.3g})" if v.get("p_value") is not None else "")
              + (f": {e(str(v.get('text')))}" if v.get("text") else ""))

@@ -762,6 +762,11 @@ def krippendorff_alpha(
     when missing). Non-numeric labels are mapped to their position in `value_domain`
     (required for ordered levels; nominal defaults to first appearance).
 
+    Returns nan when every present rating is the same label (or there are none): the
+    expected disagreement is then zero and alpha is undefined (0/0), as `agreement`
+    returns nan for kappa when chance agreement is 1. Perfect agreement on a single
+    label says nothing about reliability.
+
     References: Krippendorff 2011, "Computing Krippendorff's Alpha-Reliability"
     (Annenberg School, U. Pennsylvania); Castro 2017, fast-krippendorff.
     """
@@ -779,6 +784,15 @@ def krippendorff_alpha(
         return v is None or (isinstance(v, float) and math.isnan(v))
 
     present = [v for r in rows for v in r if not missing(v)]
+    if len(set(present)) < 2:
+        # One label only: no expected disagreement, alpha = 1 - 0/0 is undefined (the
+        # krippendorff package raises ValueError here, or warns and returns nan when a
+        # wider value_domain is given); report it as nan, consistently.
+        if value_domain is not None:
+            outside = [v for v in present if v not in set(value_domain)]
+            if outside:
+                _fail(f"ratings {sorted(set(map(str, outside)))} are outside value_domain {list(value_domain)!r}")
+        return math.nan
     numeric = all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in present)
     if value_domain is not None:
         index = {v: i for i, v in enumerate(value_domain)}

@@ -69,10 +69,13 @@ class Verdict:
     """The verdict of a two-arm comparison (or of a tally from elsewhere).
 
     `wins/losses/ties` are counted in `unit` (for a run: one vote per case, the
-    majority of its repeats); `n_trials` is the number of units tallied, `n_pairs` the
-    paired samples behind them, `errored` the trials that errored or were unmatched
-    (each named in `problems`). `p_value` is the exact two-sided sign test with ties
-    dropped, `p_one_sided` its one-sided value in the direction observed. `paired` is
+    majority of its repeats); `n_trials` is the number of units, `n_pairs` the paired
+    samples behind them, `errored` the units (for a run: cases) with any trial that
+    errored or was unmatched; such a unit casts no vote, so wins + ties + losses +
+    errored == n_trials, and its trials are named in `problems`. `p_value` is the exact
+    two-sided sign test with ties dropped on the clean votes only (with errored units
+    the verdict is inconclusive whatever it says), `p_one_sided` its one-sided value in
+    the direction observed. `paired` is
     the clustered paired analysis of all trials (treatment minus baseline pass rate,
     clustered on the case); `sequential` the sequential test's path when the plan asked
     for one; `plan_check` the run against its plan.
@@ -105,6 +108,9 @@ class Verdict:
     def to_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in asdict(self).items() if k not in ("paired", "plan_check")}
         d["discordant"] = self.discordant
+        d["p_value_scope"] = (f"clean votes only ({self.wins + self.ties + self.losses} of {self.n_trials} units; "
+                              f"{self.errored} errored/unmatched unit(s) cast no vote): not a verdict"
+                              if self.errored else "all units")
         d["problems"] = list(self.problems)
         d["paired"] = _paired_dict(self.paired)
         d["plan_check"] = asdict(self.plan_check) if self.plan_check else None
@@ -122,8 +128,14 @@ class Verdict:
         p1 = "n/a" if self.p_one_sided is None else f"{self.p_one_sided:.4g}"
         lines.append(f"tally: {self.wins}W/{self.ties}T/{self.losses}L, {self.errored} errored/unmatched, "
                      f"{self.n_trials} units, {self.discordant} discordant")
-        lines.append(f"test: {self.test} (two-sided, ties dropped), alpha {self.alpha:g}: "
-                     f"exact sign-test p = {p} (one-sided {p1})")
+        if self.errored:
+            clean = self.wins + self.ties + self.losses
+            lines.append(f"test: {self.test} (two-sided, ties dropped), alpha {self.alpha:g}: "
+                         f"exact sign-test p on the {clean} clean vote(s) only = {p} (one-sided {p1}); "
+                         f"not a verdict: {self.errored} errored/unmatched unit(s) cast no vote")
+        else:
+            lines.append(f"test: {self.test} (two-sided, ties dropped), alpha {self.alpha:g}: "
+                         f"exact sign-test p = {p} (one-sided {p1})")
         if self.paired is not None:
             pd_ = _paired_dict(self.paired)
             lines.append(
@@ -270,7 +282,8 @@ def two_arm_verdict(run: Run | str | Path, baseline: str, treatment: str, *, alp
     often than they lost; equivalently the sign of the difference of the two arms'
     passes on that case), so k repeats never inflate n. An errored, ungraded or
     unmatched trial (including a planned case/index that has no sample) makes the
-    verdict inconclusive and is named in `problems`. The clustered paired difference of
+    verdict inconclusive and is named in `problems`; its case casts no vote and counts
+    once in `errored`, and the p-value is then on the clean votes only. The clustered paired difference of
     all trials (Miller 2024) is attached. With a `plan`, the run is checked against it,
     and a sequential plan runs `stats.SequentialSignTest` over the case votes in the
     run's case order.
@@ -341,7 +354,10 @@ def two_arm_verdict(run: Run | str | Path, baseline: str, treatment: str, *, alp
     votes: list[int] = []
     for case in _case_order(run):
         outs = outcome_by_case.get(case)
-        if not outs:
+        # A case is one unit: a case with any errored, ungraded or unmatched trial casts
+        # no vote (its clean repeats alone are not the case's majority) and counts once
+        # as errored, so wins + ties + losses + errored == units.
+        if not outs or case in problem_cases:
             continue
         net = sum(outs)
         vote = 1 if net > 0 else -1 if net < 0 else 0
@@ -349,16 +365,12 @@ def two_arm_verdict(run: Run | str | Path, baseline: str, treatment: str, *, alp
         wins += vote == 1
         losses += vote == -1
         ties += vote == 0
-    # A case is one unit: a case with any bad trial counts once as errored.
     errored_units = len(problem_cases)
-    units = len(votes) + len([c for c in problem_cases if c not in outcome_by_case])
-    v = verdict_from_tally(wins, ties, losses, 0, None, alpha=alpha, unit=UNIT_CASE)
+    v = verdict_from_tally(wins, ties, losses, errored_units, None, alpha=alpha, unit=UNIT_CASE)
     if errored_units:
-        v = replace(v, kind="inconclusive", errored=errored_units,
-                    reason=f"{n_problem} trial(s) in {errored_units} case(s) errored or unmatched: "
-                           "no data is not a passing result")
-    v = replace(v, n_trials=units if errored_units else v.n_trials, n_pairs=n_pairs, problems=tuple(problems),
-                baseline_arm=baseline, treatment_arm=treatment)
+        v = replace(v, reason=f"{n_problem} trial(s) in {errored_units} case(s) errored or unmatched: those "
+                              "cases cast no vote, and no data is not a passing result")
+    v = replace(v, n_pairs=n_pairs, problems=tuple(problems), baseline_arm=baseline, treatment_arm=treatment)
     if len(pair_a) >= 2:  # the clustered SE needs two pairs
         v = replace(v, paired=stats.paired_difference(pair_a, pair_b, clusters=pair_cluster))
     if plan is not None:
@@ -549,10 +561,15 @@ class PowerPlan:
         ]
         if self.sequential:
             q = self.sequential
+            e = float(q["expected_trials"])
+            first = int(q.get("fixed_trials_first") or self.n_trials_first)
+            stable = int(q.get("fixed_trials_stable") or q.get("fixed_trials") or self.n_trials)
             lines.append(f"sequential sign test: stops once settled, at most {q['max_discordant']} discordant "
                          f"pairs; exact type I error {q['type_i_error']:.4f}, power {q['power_exact']:.3f}; "
-                         f"expected {self.unit}s at the planned effect {q['expected_trials']:.1f} "
-                         f"(fixed design {q['fixed_trials']})")
+                         f"expected {self.unit}s at the planned effect {e:.1f}")
+            lines.append(f"fixed design for comparison: {first} {self.unit}s (first n reaching power "
+                         f"{self.power:g}; expected sequential / fixed = {e / first:.2f}x), {stable} {self.unit}s "
+                         f"(n from which power stays >= {self.power:g}; {e / stable:.2f}x)")
         if self.seed is not None:
             lines.append(f"seed: {self.seed}")
         return "\n".join(lines)
@@ -589,7 +606,12 @@ def _sequential_design(win_rate: float, tie_rate: float, alpha: float, power: fl
     return {"params": params, "max_discordant": seq.design.max_discordant,
             "type_i_error": seq.design.type_i_error, "power_exact": seq.design.power_exact,
             "expected_discordant": oc.expected_discordant, "expected_trials": oc.expected_trials,
-            "fixed_trials": ss.trials_stable}
+            # Both fixed designs: exact power is a sawtooth, so the first n reaching the
+            # target (what the benchmark compares with) and the n from which it stays there.
+            "fixed_trials": ss.trials_stable, "fixed_trials_stable": ss.trials_stable,
+            "fixed_trials_first": ss.trials_first,
+            "ratio_to_fixed_first": oc.expected_trials / ss.trials_first,
+            "ratio_to_fixed_stable": oc.expected_trials / ss.trials_stable}
 
 
 def write_plan(plan: PowerPlan, suite_dir: str | Path) -> Path:
@@ -901,8 +923,10 @@ class _Null:
 @dataclass(frozen=True)
 class GateCheck:
     """One comparison of a gate: `kind` `success` (points) or `cost` (percent), the
-    group (`overall` or `tag:<name>`), baseline and current values, the change, the
-    threshold, whether the change exceeded it, the one-sided p-value of the change
+    group (`overall` or `tag:<name>`), baseline and current values, the signed change
+    (current minus baseline: points for success, so a drop is negative; percent for
+    cost, so an increase is positive), the threshold (a magnitude: the largest drop in
+    points, or increase in percent, allowed), whether the change breached it, the one-sided p-value of the change
     under run-to-run noise (Holm-adjusted in `p_adjusted`; None when the baseline
     has no per-case data), and whether it failed the gate."""
 
@@ -934,8 +958,14 @@ class GateResult:
     run: str = ""
     baseline: str = ""
 
+    @property
+    def causes(self) -> list[str]:
+        """Why it failed (`gate_failure_causes`): empty when it passed."""
+        return [] if self.passed else gate_failure_causes(self.reasons, self.read_rates)
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        d["causes"] = self.causes
         d["reasons"] = list(self.reasons)
         d["notes"] = list(self.notes)
         d["checks"] = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(c).items()}
@@ -943,14 +973,16 @@ class GateResult:
         return d
 
     def render(self) -> str:
-        lines = [f"Gate: {'PASS' if self.passed else 'FAIL'}" + ("" if self.passed else f" ({'; '.join(self.reasons)})")]
+        lines = [f"Gate: {'PASS' if self.passed else 'FAIL: ' + ' / '.join(self.causes)}"
+                 + ("" if self.passed else f" ({'; '.join(self.reasons)})")]
         if not self.read_rates:
             lines.append("rates not read: a run that did not finish cleanly is not comparable")
             return "\n".join(lines)
         t = self.thresholds
         lines.append(f"thresholds: success drop > {t.max_success_drop_points:g} points (overall, tags with >= "
                      f"{t.min_tag_cases} cases), cost per task increase > {t.max_cost_increase_pct:g}%; "
-                     f"a breach fails when beyond run-to-run noise (Holm-adjusted p <= {self.alpha:g})")
+                     f"a breach fails when beyond run-to-run noise (Holm-adjusted p <= {self.alpha:g}); "
+                     "change = current - baseline")
         lines.append(f"{'check':<28} {'cases':>5} {'baseline':>10} {'current':>10} {'change':>9} {'p(noise)':>9}  result")
         for c in self.checks:
             unit = " pts" if c.kind == "success" else "%"
@@ -961,6 +993,33 @@ class GateResult:
                          f"{c.change:>+7.1f}{unit:<3}{p:>8}  {res}")
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+
+GATE_CAUSE_INCOMPLETE = "incomplete run"
+GATE_CAUSE_SUCCESS = "success drop"
+GATE_CAUSE_COST = "cost increase"
+GATE_CAUSE_NOT_COMPARABLE = "not comparable with the baseline"
+# Prefixes of the reasons `_run_not_clean` gives (the gate failed without reading a rate).
+_NOT_CLEAN_PREFIXES = ("the runner exited", "no summary", "summary.json is not valid", "INCOMPLETE")
+
+
+def gate_failure_causes(reasons: Iterable[str], read_rates: bool | None = None) -> list[str]:
+    """Why a gate failed, from its reasons (as a report's sidecar keeps them): `incomplete
+    run` when it failed on the run's exit status or summary without reading any rate
+    (never a regression: nothing was measured), otherwise `success drop` and/or `cost
+    increase`, or `not comparable with the baseline` (k changed, no shared case, short
+    cases). Empty for a gate that passed."""
+    reasons = [str(r) for r in reasons]
+    if read_rates is False or any(r.startswith(_NOT_CLEAN_PREFIXES) for r in reasons):
+        return [GATE_CAUSE_INCOMPLETE]
+    causes = []
+    if any(r.startswith("success-rate drop") for r in reasons):
+        causes.append(GATE_CAUSE_SUCCESS)
+    if any(r.startswith("cost-per-task increase") for r in reasons):
+        causes.append(GATE_CAUSE_COST)
+    if reasons and not causes:
+        causes.append(GATE_CAUSE_NOT_COMPARABLE)
+    return causes
 
 
 def holm(p_values: list[float]) -> list[float]:
@@ -1138,7 +1197,7 @@ def gate_metrics(cur: RunMetrics, baseline: RunMetrics | dict[str, Any], t: Gate
             mask = np.isin(np.array(ids), members)
             obs, nd = null.success(mask)
             raw_checks.append(("success", name, len(members), base.success_rate(members),
-                               cur.success_rate(members), 0.0 - 100 * obs, t.max_success_drop_points,
+                               cur.success_rate(members), 100 * obs, t.max_success_drop_points,
                                null.p_worse(obs, nd, worse_is_lower=True)))
         obs_c, nd_c = null.cost()
         if not math.isnan(obs_c):
@@ -1157,7 +1216,7 @@ def gate_metrics(cur: RunMetrics, baseline: RunMetrics | dict[str, Any], t: Gate
                 groups.append((f"tag:{tag}", members, float(per_tag[tag])))
         for name, members, b in groups:
             c_ = cur.success_rate(members)
-            raw_checks.append(("success", name, len(members), b, c_, 100 * (b - c_), t.max_success_drop_points,
+            raw_checks.append(("success", name, len(members), b, c_, 100 * (c_ - b), t.max_success_drop_points,
                                None))
         bc = baseline.get("cost_per_task_usd")
         if bc:
@@ -1170,16 +1229,19 @@ def gate_metrics(cur: RunMetrics, baseline: RunMetrics | dict[str, Any], t: Gate
     for rc in raw_checks:
         kind, group, n, b, c_, change, thr, p = rc
         p_adj = float(adj.pop(0)) if p is not None else None
-        exceeded = change > thr + 1e-9
+        # `change` is signed current - baseline: success fails on a drop (change < -thr),
+        # cost on an increase (change > thr).
+        worsening = -change if kind == "success" else change
+        exceeded = worsening > thr + 1e-9
         failed = exceeded and (p_adj is None or p_adj <= alpha)
         checks.append(GateCheck(kind, group, n, b, c_, change, thr, exceeded, p, p_adj, failed))
         if failed:
             what = "success-rate drop" if kind == "success" else "cost-per-task increase"
             unit = " points" if kind == "success" else "%"
-            reasons.append(f"{what} {group}: {change:.1f}{unit} > {thr:g}{unit}"
+            reasons.append(f"{what} {group}: {change:+.1f}{unit} (beyond {thr:g}{unit})"
                            + (f" (p = {p_adj:.3g})" if p_adj is not None else ""))
         elif exceeded:
-            notes.append(f"{kind} {group}: change {change:.1f} breaches {thr:g} but is within run-to-run noise "
+            notes.append(f"{kind} {group}: change {change:+.1f} breaches {thr:g} but is within run-to-run noise "
                          f"(adjusted p = {p_adj:.3g} > {alpha:g}); run `evalkit noise` on two baseline runs")
     return GateResult(passed=not reasons, reasons=tuple(reasons), read_rates=True, checks=tuple(checks),
                       notes=tuple(notes), thresholds=t, alpha=alpha, run=str(run_path), baseline=str(baseline_path))

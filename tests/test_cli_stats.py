@@ -68,6 +68,27 @@ def test_power_text_json_and_write(tmp_path):
     assert r.exit_code == 2 and "win rate" in r.stderr
 
 
+def test_power_sequential_shows_both_fixed_designs_and_ratios():
+    # Review finding: "fixed design 35" (the stable n) while the benchmark compares
+    # with the first n reaching power (30). Both are shown, each with its ratio.
+    args = ("power", "--win-rate", "0.75", "--alpha", "0.05", "--power", "0.8", "--sequential")
+    r = cli(*args)
+    ss = stats.sign_test_sample_size(0.75, 0.0, 0.05, 0.8)
+    assert ss.trials_first < ss.trials_stable  # the sawtooth: the two differ here
+    oc = stats.SequentialSignTest(0.75, 0.05, 0.8).operating_characteristics(0.75, 0.0)
+    e = oc.expected_trials
+    assert r.exit_code == 0
+    assert (f"fixed design for comparison: {ss.trials_first} cases (first n reaching power 0.8; expected "
+            f"sequential / fixed = {e / ss.trials_first:.2f}x), {ss.trials_stable} cases (n from which power "
+            f"stays >= 0.8; {e / ss.trials_stable:.2f}x)") in r.output, r.output
+    q = json.loads(cli(*args, "--json").output)["sequential"]
+    assert (q["fixed_trials_first"], q["fixed_trials_stable"]) == (ss.trials_first, ss.trials_stable)
+    assert q["ratio_to_fixed_first"] == pytest.approx(e / ss.trials_first)
+    assert q["ratio_to_fixed_stable"] == pytest.approx(e / ss.trials_stable)
+    print(f"sequential at w=0.75: expected {e:.1f} cases; fixed first {ss.trials_first} "
+          f"({e / ss.trials_first:.2f}x), stable {ss.trials_stable} ({e / ss.trials_stable:.2f}x)")
+
+
 def test_compare_cli_with_plan(tmp_path):
     suite = make_suite(tmp_path, {f"c{i}": {} for i in range(8)})
     cli("power", "--win-rate", "0.8", "--alpha", "0.05", "--power", "0.8", "--write", str(suite))

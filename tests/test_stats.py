@@ -393,6 +393,22 @@ def test_krippendorff_alpha_published_values_and_independent_computation():
         S.krippendorff_alpha(words, "ordinal")
 
 
+@pytest.mark.parametrize("level", ["nominal", "ordinal", "interval", "ratio"])
+def test_krippendorff_alpha_is_nan_when_every_rating_is_one_label(level, recwarn):
+    # Review finding: a raw ValueError from the krippendorff package. Alpha is 0/0 here
+    # (no expected disagreement): nan, like agreement()'s kappa with one category.
+    assert math.isnan(S.krippendorff_alpha([[3, 3, 3], [3, 3, 3]], level))
+    assert math.isnan(S.krippendorff_alpha([[3, None, 3], [3, 3, None]], level, value_domain=[1, 2, 3, 4, 5]))
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+    if level == "nominal":
+        assert math.isnan(S.krippendorff_alpha([["a", "a"], ["a", "a"]], level))
+        assert math.isnan(S.agreement([3, 3, 3], [3, 3, 3]).kappa)  # the same convention
+    with pytest.raises(InputError, match="value_domain"):
+        S.krippendorff_alpha([[9, 9], [9, 9]], level, value_domain=[1, 2, 3])
+    # two labels present: a number again
+    assert S.krippendorff_alpha([[3, 3, 3], [3, 3, 2]], level) < 1
+
+
 # ------------------------------------------------------------------ sequential
 
 

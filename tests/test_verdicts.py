@@ -185,7 +185,34 @@ def test_errored_or_unmatched_trial_makes_run_inconclusive(tmp_path, bad, expect
     assert v.kind == "inconclusive"
     assert v.errored == 1
     assert len(v.problems) == 1 and v.problems[0].startswith("c3#1") and expect in v.problems[0]
-    assert v.wins == 10  # the tally is still shown
+    # c3 has a bad trial: it casts no vote (its clean repeat is not its majority) and
+    # counts once as errored, so the tally adds up to the units.
+    assert (v.wins, v.ties, v.losses, v.errored, v.n_trials) == (9, 0, 0, 1, 10)
+    assert v.wins + v.ties + v.losses + v.errored == v.n_trials
+
+
+def test_case_with_an_errored_trial_casts_no_vote(tmp_path):
+    # Review finding: 8 cases, each with one errored repeat, were tallied "2W/1T/5L,
+    # 8 errored, 8 units". A case with any bad trial must not vote.
+    cases = {f"c{i}": ([False, False, True], [True, True, False]) for i in range(6)}
+    cases["c6"] = ([False, True, True], [True, "missing", True])   # clean repeats: W, -, T
+    cases["c7"] = ([True, True, True], [False, False, None])       # clean repeats: L, L, ungraded
+    run = make_run(tmp_path, "r", two_arm(cases), k=3, errors=[("c6", "skilled", 1)])
+    v = V.two_arm_verdict(run, "baseline", "skilled")
+    assert v.kind == "inconclusive"
+    assert (v.wins, v.ties, v.losses, v.errored, v.n_trials) == (6, 0, 0, 2, 8)
+    assert v.wins + v.ties + v.losses + v.errored == v.n_trials
+    assert sorted(p.split("#")[0] for p in v.problems) == ["c6", "c7"] and "HTTP 500" in v.problems[0]
+    assert v.p_value == pytest.approx(stats.sign_test(6, 0, 0).p_value)  # clean votes only
+    text = v.render()
+    assert "6W/0T/0L, 2 errored/unmatched, 8 units" in text
+    assert "p on the 6 clean vote(s) only" in text and "not a verdict" in text
+    d = v.to_dict()
+    assert d["p_value_scope"].startswith("clean votes only (6 of 8 units")
+    # every case errored: no vote at all, still inconclusive, tally still adds up
+    bad = {f"c{i}": ([True, True], [True, "missing"]) for i in range(6)}
+    v = V.two_arm_verdict(make_run(tmp_path, "all_bad", two_arm(bad), k=2), "baseline", "skilled")
+    assert (v.wins, v.ties, v.losses, v.errored, v.n_trials, v.kind) == (0, 0, 0, 6, 6, "inconclusive")
 
 
 def test_errors_jsonl_entry_is_named(tmp_path):
@@ -280,6 +307,8 @@ def test_gate_fails_on_incomplete_without_reading_rates(tmp_path):
     res = V.gate(cur, suite / "baseline.json")
     assert not res.passed and not res.read_rates and res.checks == ()
     assert any(r.startswith("INCOMPLETE: ") for r in res.reasons)
+    assert res.causes == ["incomplete run"] and res.render().startswith("Gate: FAIL: incomplete run (")
+    assert res.to_dict()["causes"] == ["incomplete run"]
     assert any("exited 1" in r for r in res.reasons)
 
 
@@ -317,7 +346,35 @@ def test_gate_per_tag_drop(tmp_path):
     failed = [c.group for c in res.checks if c.failed]
     assert failed == ["tag:hard"], res.render()
     overall = next(c for c in res.checks if c.group == "overall")
-    assert overall.change == pytest.approx(100 * 8 / 30) and not overall.exceeded
+    assert overall.change == pytest.approx(-100 * 8 / 30) and not overall.exceeded
+
+
+@pytest.mark.parametrize("direction", ["drop", "rise"])
+def test_gate_change_is_signed_current_minus_baseline(tmp_path, direction):
+    # Review finding: 1.000 -> 0.700 was printed as "+30.0 pts". The change is current
+    # minus baseline; a drop fails, the same rise passes.
+    good = {(f"c{i}", "x"): [True] * 3 for i in range(10)}
+    bad = {(f"c{i}", "x"): ([False] * 3 if i < 3 else [True] * 3) for i in range(10)}
+    base, cur = (good, bad) if direction == "drop" else (bad, good)
+    suite, run = _gate_pair(tmp_path, base, cur, k=3, gate={"max_success_drop_points": 10, "alpha": 1.0})
+    res = V.gate(run, suite / "baseline.json")
+    overall = next(c for c in res.checks if c.group == "overall")
+    text = res.render()
+    row = next(line for line in text.splitlines() if line.startswith("success overall"))
+    if direction == "drop":
+        assert (overall.baseline, overall.current) == (1.0, pytest.approx(0.7))
+        assert overall.change == pytest.approx(-30.0) and overall.exceeded and overall.failed
+        assert not res.passed and "-30.0 pts" in row and "FAIL" in row
+        assert any(r.startswith("success-rate drop overall: -30.0 points") for r in res.reasons)
+        assert res.causes == ["success drop"] and text.startswith("Gate: FAIL: success drop (")
+    else:
+        assert overall.change == pytest.approx(30.0) and not overall.exceeded and not overall.failed
+        assert res.passed and "+30.0 pts" in row and row.endswith("ok")
+    # the agent-evals shaped baseline (rates only) uses the same sign
+    (suite / "baseline.json").write_text(json.dumps({"success_rate": 1.0 if direction == "drop" else 0.7}))
+    res2 = V.gate(run, suite / "baseline.json")
+    ov2 = next(c for c in res2.checks if c.group == "overall")
+    assert ov2.change == pytest.approx(overall.change) and res2.passed is res.passed
 
 
 def test_gate_ignores_tags_below_min_cases(tmp_path):
@@ -350,7 +407,7 @@ def test_capability_gates_on_pass_at_k_regression_on_pass_hat_k(tmp_path, case_s
     suite, run = _gate_pair(tmp_path, base, cur, k=5, sets={c: case_set for c, _ in base})
     res = V.gate(run, suite / "baseline.json")
     overall = next(c for c in res.checks if c.group == "overall")
-    assert overall.change == pytest.approx(100.0 if case_set == "regression" else 0.0)
+    assert overall.change == pytest.approx(-100.0 if case_set == "regression" else 0.0)
     assert res.passed is (not should_fail)
 
 
