@@ -13,7 +13,12 @@ out, at the model's price) before sending; settle with the usage the response re
 (`CeilingBreached` when it reports more than the reservation). An HTTP error status is
 settled at $0 (the endpoint refused before generating); a dropped connection, a timeout
 or a malformed body is settled at the full reservation, because the call may have been
-billed and evalkit cannot know: the ledger never underestimates.
+billed and evalkit cannot know: the ledger never underestimates. Reported usage that is
+not a non-negative integer is untrusted: the attempt is settled at the full reservation
+(`Ledger.settle_reported`) and the call fails as a malformed response, not retried. A
+body whose text is not a string, or any other shape that is not a completion, is a
+malformed response too. `should_stop` is asked before every attempt, so a run that has
+stopped (ceiling breached, budget exhausted) sends no further paid retry.
 """
 from __future__ import annotations
 
@@ -26,7 +31,7 @@ import os
 import random
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import urlparse
 
 import openai
@@ -107,14 +112,17 @@ def backoff_s(attempt: int, retry_after: float | None, rng: random.Random) -> fl
 def _tool_call_dict(tc: Any) -> dict:
     fn = getattr(tc, "function", None)
     name = getattr(fn, "name", None)
+    if not isinstance(name, str):
+        raise _Malformed("a tool call has no function name")
     raw = getattr(fn, "arguments", None)
     try:
         args = json.loads(raw) if isinstance(raw, str) else raw
     except json.JSONDecodeError:
         args = raw  # kept as the model wrote it; graders decide
     d = {"name": name, "arguments": args}
-    if getattr(tc, "id", None):
-        d["id"] = tc.id
+    tc_id = getattr(tc, "id", None)
+    if isinstance(tc_id, str) and tc_id:
+        d["id"] = tc_id
     return d
 
 
@@ -130,6 +138,11 @@ def check_endpoint(endpoint: Endpoint, base_url: str | None = None, replay_only:
         return "evalkit-loopback"  # local servers take any key
     raise InputError(f"environment variable {endpoint.api_key_env} (the API key for "
                      f"{endpoint.model!r}) is not set")
+
+
+class CallStopped(UnitCallError):
+    """The run stopped (ceiling breached, budget exhausted) before this call's next
+    attempt: no further paid attempt went out."""
 
 
 class _Malformed(Exception):
@@ -170,8 +183,12 @@ class ModelClient:
     async def complete(self, *, prompt: str | None = None, messages: list[dict] | None = None,
                        tools: list[dict] | None = None, temperature: float | None = None,
                        seed: int | None = None, stop: list[str] | None = None,
-                       sample_index: int = 0, key: str = "") -> Completion:
-        """Make one call (or replay it from the cache); see the module docstring."""
+                       sample_index: int = 0, key: str = "",
+                       should_stop: Callable[[], str | None] | None = None) -> Completion:
+        """Make one call (or replay it from the cache); see the module docstring.
+
+        `should_stop` is asked before every attempt (the first and each retry); when it
+        returns a reason, no further attempt is paid for and `CallStopped` is raised."""
         if (prompt is None) == (messages is None):
             raise ValueError("give exactly one of prompt (completions) or messages (chat)")
         if prompt is not None and tools:
@@ -214,6 +231,12 @@ class ModelClient:
 
         causes: list[str] = []
         for attempt in range(1, self.max_attempts + 1):
+            stopped = should_stop() if should_stop is not None else None
+            if stopped:
+                causes.append(f"stopped before attempt {attempt}: {stopped}")
+                exc = CallStopped(f"{key or 'request'}: " + "; ".join(causes))
+                exc.attempts = attempt - 1  # type: ignore[attr-defined]
+                raise exc
             r = self.ledger.reserve(self.role, self.endpoint.model, self.price, self.max_tokens_in,
                                     self.max_tokens_out, key)
             t0 = time.perf_counter()
@@ -238,6 +261,9 @@ class ModelClient:
             except (_Malformed, ValueError) as exc:
                 self.ledger.settle_failed(r, _worst(r), "malformed response")
                 cause = f"malformed response: {_short(str(exc))}"
+            except Exception as exc:  # anything else the client library raised on this body
+                self.ledger.settle_failed(r, _worst(r), "malformed response")
+                cause = f"malformed response: {type(exc).__name__}: {_short(str(exc))}"
             except BaseException:
                 # Cancelled or interrupted mid-call: it may have been billed.
                 self.ledger.settle_failed(r, _worst(r), "interrupted")
@@ -245,8 +271,16 @@ class ModelClient:
             else:
                 if usage is None:
                     # No usage reported: charge the worst case rather than guess low.
-                    usage = Usage(r.tokens_in, r.tokens_out)
-                cost = self.ledger.settle(r, usage)  # raises CeilingBreached
+                    usage = (r.tokens_in, r.tokens_out)
+                # Raises CeilingBreached; a count that is not a non-negative integer is
+                # settled at the reservation (never lower) and fails the sample below.
+                cost, usage, untrusted = self.ledger.settle_reported(r, *usage)
+                if untrusted is not None:
+                    cause = f"malformed response: {untrusted}"
+                    causes.append(f"attempt {attempt}: {cause}")
+                    # Not retried: a server whose accounting is wrong would be paid at the
+                    # worst case again on every attempt.
+                    raise _call_error(f"{key or 'request'}: " + "; ".join(causes) + " (not retried)", attempt)
                 if self.cache is not None:
                     self.cache.put(self.endpoint.model, rhash, sample_index,
                                    {"text": text, "tool_calls": list(tool_calls), "finish_reason": finish,
@@ -270,26 +304,55 @@ class ModelClient:
         return await self._openai.completions.create(**kw)
 
     def _parse(self, resp: Any, *, chat: bool):
-        if isinstance(resp, (str, bytes)) or not getattr(resp, "choices", None):
+        """(text, tool calls, finish reason, raw usage counts or None, fingerprint, model)
+        from a response body; `_Malformed` for any shape that is not a completion. The
+        openai client builds its objects without validating them, so every field is
+        checked here: model output is untrusted data."""
+        try:
+            return self._parse_fields(resp, chat=chat)
+        except _Malformed:
+            raise
+        except (AttributeError, TypeError, KeyError, IndexError, ValueError) as exc:
+            raise _Malformed(f"unexpected response shape ({type(exc).__name__}: {_short(str(exc), 120)})") from exc
+
+    def _parse_fields(self, resp: Any, *, chat: bool):
+        choices = None if isinstance(resp, (str, bytes)) else getattr(resp, "choices", None)
+        if not isinstance(choices, list) or not choices:
             raise _Malformed("no choices in the response body")
-        choice = resp.choices[0]
+        choice = choices[0]
+        if isinstance(choice, (str, bytes, int, float, list)) or choice is None:
+            raise _Malformed(f"the first choice is a {type(choice).__name__}, not an object")
         tool_calls: tuple[dict, ...] = ()
         if chat:
             msg = getattr(choice, "message", None)
-            if msg is None:
-                raise _Malformed("no message in the first choice")
-            text = msg.content or ""
-            tool_calls = tuple(_tool_call_dict(tc) for tc in (msg.tool_calls or ()))
+            if msg is None or isinstance(msg, (str, bytes, int, float, list, dict)):
+                raise _Malformed("no message object in the first choice")
+            text = msg.content
+            if text is None:
+                text = ""
+            raw_calls = msg.tool_calls
+            if raw_calls is not None and not isinstance(raw_calls, list):
+                raise _Malformed(f"tool_calls is a {type(raw_calls).__name__}, not a list")
+            tool_calls = tuple(_tool_call_dict(tc) for tc in (raw_calls or ()))
         else:
             text = getattr(choice, "text", None)
             if text is None:
                 raise _Malformed("no text in the first choice")
+        if not isinstance(text, str):
+            raise _Malformed(f"the model's text is a {type(text).__name__}, not a string")
+        finish = getattr(choice, "finish_reason", None)
+        if finish is not None and not isinstance(finish, str):
+            raise _Malformed(f"finish_reason is a {type(finish).__name__}, not a string")
         u = getattr(resp, "usage", None)
         usage = None
-        if u is not None and u.prompt_tokens is not None and u.completion_tokens is not None:
-            usage = Usage(int(u.prompt_tokens), int(u.completion_tokens))
-        return (text, tool_calls, choice.finish_reason, usage, getattr(resp, "system_fingerprint", None),
-                getattr(resp, "model", None) or self.endpoint.model)
+        if u is not None:
+            pt, ct = getattr(u, "prompt_tokens", None), getattr(u, "completion_tokens", None)
+            if pt is not None and ct is not None:
+                usage = (pt, ct)  # raw: the ledger decides whether to trust them
+        fingerprint = getattr(resp, "system_fingerprint", None)
+        model = getattr(resp, "model", None)
+        return (text, tool_calls, finish, usage, fingerprint if isinstance(fingerprint, str) else None,
+                model if isinstance(model, str) and model else self.endpoint.model)
 
     async def aclose(self) -> None:
         await self._openai.close()

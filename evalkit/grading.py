@@ -232,6 +232,7 @@ def _run_sync(coro: Any) -> Any:
         return pool.submit(asyncio.run, coro).result()
 
 
+@RunFolder.holding_lock  # one process per run folder (runs.RunFolder.lock)
 def grade_run(run_path: str | Path, suite: Suite | str | Path | None = None, *,
               judge_base_url: str | None = None, judge_version: str | None = None,
               pairwise: tuple[str, str] | None = None) -> GradeResult:

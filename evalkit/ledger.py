@@ -6,11 +6,17 @@ ceilings at the model's price) under one lock, and refuse when committed + reser
 would pass the cap; after the call, settle with the usage the response reports. A
 response that reports more than its reservation means a ceiling did not reach the API,
 and the run stops. Every change is appended to `ledger.jsonl` and flushed.
+
+Reported usage is untrusted data: a count that is not a non-negative integer (negative,
+fractional, NaN, a string) never lowers the spend. `settle_reported` settles such a call
+at its full reservation (or more, when a fractional count rounded up passes it) and
+says why, so the committed total only ever grows.
 """
 from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import threading
 import time
@@ -51,6 +57,8 @@ class Ledger:
         self.avoided_usd = 0.0
         self.calls = 0
         self.refused = 0
+        self.breaches = 0  # settles that reported more than their reservation (this file, all runs)
+        self.untrusted = 0  # settles whose reported usage was not a non-negative integer
         self._ids = itertools.count(1)
         self._open: dict[int, Reservation] = {}
         self._lock = threading.Lock()  # a thread lock also serialises asyncio tasks
@@ -71,6 +79,7 @@ class Ledger:
         been billed even though its answer was lost.
         """
         committed = avoided = 0.0
+        breaches = 0
         open_amounts: dict[int, float] = {}
         p = Path(path)
         if p.exists():
@@ -84,12 +93,14 @@ class Ledger:
                     open_amounts[(ev.get("run_epoch", 0), ev["id"])] = ev["amount_usd"]
                 elif kind in ("settle", "release"):
                     open_amounts.pop((ev.get("run_epoch", 0), ev["id"]), None)
-                    committed += ev.get("cost_usd", 0.0)
+                    committed += max(0.0, ev.get("cost_usd", 0.0))  # a negative line never lowers spend
+                    breaches += bool(ev.get("breach"))
                 elif kind == "cache_hit":
                     avoided += ev.get("avoided_usd", 0.0)
             committed += sum(open_amounts.values())
         led = cls(cap_usd, p, committed_usd=committed)
         led.avoided_usd = avoided
+        led.breaches = breaches
         return led
 
     @staticmethod
@@ -117,32 +128,67 @@ class Ledger:
                          "tokens_in": tokens_in, "tokens_out": tokens_out, "amount_usd": amount})
             return r
 
-    def settle(self, r: Reservation, usage: Usage) -> float:
+    def settle(self, r: Reservation, usage: Usage, *, untrusted: str | None = None) -> float:
         """Commit the real cost of a finished call and free its reservation.
 
         Raises `CeilingBreached` (after committing the real cost) when the response
-        reports more tokens than were reserved.
+        reports more tokens than were reserved. `usage` must hold non-negative integers
+        (`settle_reported` turns raw reported counts into one); `untrusted` says why the
+        reported usage was replaced, for the ledger file.
         """
+        for n in (usage.prompt_tokens, usage.completion_tokens):
+            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+                raise ValueError(f"settle needs non-negative integer token counts, got {usage!r}")
         cost = r.price.cost(usage.prompt_tokens, usage.completion_tokens)
         breached = usage.prompt_tokens > r.tokens_in or usage.completion_tokens > r.tokens_out
         with self._lock:
             self._close(r)
             self.committed_usd += cost
             self.calls += 1
-            self._write({"event": "settle", "id": r.id, "role": r.role, "model": r.model, "key": r.key,
-                         "prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
-                         "cost_usd": cost, "committed_usd": self.committed_usd, "breach": breached})
+            self.breaches += breached
+            event = {"event": "settle", "id": r.id, "role": r.role, "model": r.model, "key": r.key,
+                     "prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
+                     "cost_usd": cost, "committed_usd": self.committed_usd, "breach": breached}
+            if untrusted:
+                self.untrusted += 1
+                event["untrusted"] = untrusted
+            self._write(event)
         if breached:
             raise CeilingBreached(
                 f"ceiling breached: {r.model} reported {usage.prompt_tokens} in / {usage.completion_tokens} out "
                 f"tokens, reserved {r.tokens_in} / {r.tokens_out}")
         return cost
 
+    def settle_reported(self, r: Reservation, prompt_tokens: object, completion_tokens: object) -> tuple[float, Usage, str | None]:
+        """Settle with the raw counts a response reported; returns (cost, settled usage,
+        why the counts were untrusted or None).
+
+        When a count is not a non-negative integer the usage is untrusted: the call is
+        settled at its full reservation, or above it where a count (a fractional one
+        rounded up) passes it, so an over-report still breaches. Never below the
+        reservation: a bad count must not lower the spend. Raises `CeilingBreached` like
+        `settle`.
+        """
+        raws = (("prompt_tokens", prompt_tokens, r.tokens_in), ("completion_tokens", completion_tokens, r.tokens_out))
+        counts = [_count(raw) for _, raw, _ in raws]
+        problems = [f"{name}={_show(raw)}" for (name, raw, _), n in zip(raws, counts) if n is None]
+        why = None
+        if not problems:
+            settled = [int(n) for n in counts]  # type: ignore[arg-type]
+        else:
+            # The whole usage is untrusted: the full reservation, or a count (rounded up)
+            # that passes it, so an over-report still breaches.
+            settled = [max(reserved, _ceil_count(raw) or 0) for _, raw, reserved in raws]
+            why = ("usage is not a non-negative integer (" + ", ".join(problems)
+                   + "): settled at the full reservation")
+        usage = Usage(settled[0], settled[1])
+        return self.settle(r, usage, untrusted=why), usage, why
+
     def settle_failed(self, r: Reservation, usage: Usage | None = None, reason: str = "") -> float:
         """Close a reservation for a call that failed. A failed attempt is still a paid
         call when the server reported usage; with no usage it costs 0 (the endpoint
         returned an error before generating)."""
-        cost = r.price.cost(usage.prompt_tokens, usage.completion_tokens) if usage else 0.0
+        cost = max(0.0, r.price.cost(usage.prompt_tokens, usage.completion_tokens)) if usage else 0.0
         with self._lock:
             self._close(r)
             self.committed_usd += cost
@@ -178,3 +224,30 @@ class Ledger:
         self._fh.write(json.dumps(event) + "\n")
         self._fh.flush()
         os.fsync(self._fh.fileno()) if os.environ.get("EVALKIT_FSYNC") else None
+
+
+def _count(raw: object) -> int | None:
+    """`raw` as a token count when it is a non-negative integer (an integral float such
+    as 12.0 included), else None."""
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, int):
+        return raw if raw >= 0 else None
+    if isinstance(raw, float) and math.isfinite(raw) and raw >= 0 and raw.is_integer():
+        return int(raw)
+    return None
+
+
+def _ceil_count(raw: object) -> int | None:
+    """A finite non-negative number rounded up (fractional usage never rounds down)."""
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+        return None
+    if not math.isfinite(raw) or raw < 0:
+        return None
+    return math.ceil(raw)
+
+
+def _show(raw: object, n: int = 40) -> str:
+    s = json.dumps(raw) if isinstance(raw, (int, float, str, type(None))) and not (
+        isinstance(raw, float) and not math.isfinite(raw)) else repr(raw)
+    return s if len(s) <= n else s[: n - 3] + "..."

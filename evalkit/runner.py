@@ -9,7 +9,15 @@ did not run have no line, and the summary starts with ``INCOMPLETE: ...``.
 Resume (`resume=RUN_DIR`) reads `results.jsonl` and the ledger, runs only the missing
 (case, arm, index) keys, and carries the spend forward (calls left in flight by a killed
 run count as spent), so a finished key is never paid twice and the cap covers the whole
-run.
+run. It refuses when the suite's config, a template, an arm's guidance or the cases
+changed since the run started (hashes in the run's `config.json`). A run holds the run
+folder's lock (`RunFolder.lock`) from start to end: a second process on the same folder
+is refused.
+
+Once the run stops (ceiling breached, budget exhausted), no further paid call goes out:
+the dispatcher checks before every key and the client before every attempt. The
+INCOMPLETE reason names every stop cause that occurred, a ceiling breach always first,
+and `summary.json` counts `ceiling_breaches`.
 """
 from __future__ import annotations
 
@@ -26,7 +34,7 @@ from typing import Any
 from tqdm import tqdm
 
 from .cache import ResponseCache
-from .client import ModelClient, check_endpoint
+from .client import CallStopped, ModelClient, check_endpoint
 from .errors import (BudgetExhausted, CeilingBreached, InputError, InputTooLong, ReplayMiss,
                      UnitCallError)
 from .ledger import Ledger
@@ -81,6 +89,30 @@ def config_hash(snapshot: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(snapshot, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
+def input_hashes(suite: Suite, arms: list[Arm]) -> dict[str, str]:
+    """sha256 of each text the unit's inputs are rendered from: the prompt template, the
+    system template, each run arm's guidance and the cases. Stored in the run's
+    `config.json` so a resume can name what changed (config.json alone does not hold
+    these texts)."""
+    def sha(text: str) -> str:
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    config = suite.config
+    raw = config.raw or {}
+    out = {f"prompt template ({raw.get('template', 'prompt.txt')})": sha(config.template)}
+    if config.system is not None:
+        out[f"system template ({raw.get('system') or 'system.txt'})"] = sha(config.system)
+    for a in arms:
+        out[f"guidance of arm {a.name!r} ({a.guidance_file or 'none'})"] = sha(a.guidance or "")
+    cases = [{k: v for k, v in dataclasses.asdict(c).items() if k != "line"} for c in suite.cases]
+    out["cases"] = sha(json.dumps(cases, sort_keys=True, ensure_ascii=False, default=str))
+    return out
+
+
+def _changed_inputs(before: dict[str, str], now: dict[str, str]) -> list[str]:
+    return [name for name in list(before) + [n for n in now if n not in before] if before.get(name) != now.get(name)]
+
+
 def _format_summary_md(suite: Suite, res: dict[str, Any]) -> str:
     lines = []
     if not res["complete"]:
@@ -112,7 +144,7 @@ class _Engine:
         self.ledger = ledger
         self.client = client
         self.pending = pending
-        self.stop_reason: str | None = None
+        self.stop_causes: list[str] = []  # in the order they occurred, each once
         self.errored: dict[Key, str] = {}
         self.done: set[Key] = set()
         self.prompts = prompts
@@ -120,6 +152,20 @@ class _Engine:
         self._stop = list(self.config.stop) or None
         self.bar = tqdm(total=len(pending), disable=not progress, unit="sample", dynamic_ncols=True,
                         desc=suite.name, file=sys.stderr)
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Every stop cause that occurred, a ceiling breach first ("ceiling breached;
+        budget exhausted"); None while the run goes on."""
+        if not self.stop_causes:
+            return None
+        order = sorted(self.stop_causes,
+                       key=lambda c: (not c.startswith("ceiling breached"), self.stop_causes.index(c)))
+        return "; ".join(order)
+
+    def stop(self, cause: str) -> None:
+        if cause not in self.stop_causes:
+            self.stop_causes.append(cause)
 
     def _prompt(self, case: Case, arm: Arm) -> Any:
         return self.prompts[(case.id, arm.name)]
@@ -142,18 +188,27 @@ class _Engine:
             try:
                 c = await self.client.complete(**kw, temperature=self.config.temperature, seed=seed,
                                                stop=self._stop, sample_index=index,
-                                               key=f"{case_id}/{arm_name}/{index}")
+                                               key=f"{case_id}/{arm_name}/{index}",
+                                               should_stop=lambda: self.stop_reason)
             except BudgetExhausted:
-                if self.stop_reason is None:
-                    self.stop_reason = "budget exhausted"
+                self.stop("budget exhausted")
                 return
             except CeilingBreached as exc:
-                if self.stop_reason is None:
-                    self.stop_reason = "ceiling breached"
+                self.stop("ceiling breached")
                 self._error(key, str(exc), 1)
+                return
+            except CallStopped as exc:
+                # The run stopped while this key waited to retry: no further attempt was
+                # paid. A key that paid for earlier attempts says so; one that paid
+                # nothing is simply not run, like a key the dispatcher skipped.
+                if getattr(exc, "attempts", 0):
+                    self._error(key, f"{type(exc).__name__}: {exc}", exc.attempts)
                 return
             except (InputTooLong, UnitCallError, ReplayMiss) as exc:
                 self._error(key, f"{type(exc).__name__}: {exc}", getattr(exc, "attempts", 0))
+                return
+            except Exception as exc:  # noqa: BLE001 - a response nobody foresaw fails its sample, not the run
+                self._error(key, f"unexpected {type(exc).__name__}: {exc}", getattr(exc, "attempts", 0))
                 return
             self.folder.append_result(Sample(
                 case_id=case_id, tags=case.tags, arm=arm_name, index=index, seed=seed, model=c.model,
@@ -191,17 +246,33 @@ async def run_suite_async(suite: Suite | str | Path, *, arms: list[str] | None =
     if not isinstance(suite, Suite):
         from .suite import load_suite
         suite = load_suite(suite)
+    runs_root = Path(runs_dir) if runs_dir is not None else Path(suite.path) / "runs"
+    if resume is not None:
+        folder = RunFolder(resume, sample_files=sample_files)
+        folder.read_meta()  # not a run folder: say so before creating anything in it
+        with folder.lock():
+            return await _run_in_folder(suite, folder, arms=arms, k=k, runs_root=Path(resume).parent,
+                                        base_url=base_url, resume=True, replay_only=replay_only,
+                                        progress=progress, cache=cache, sample_files=sample_files)
+    return await _run_in_folder(suite, None, arms=arms, k=k, runs_root=runs_root, base_url=base_url,
+                                resume=False, replay_only=replay_only, progress=progress, cache=cache,
+                                sample_files=sample_files)
+
+
+async def _run_in_folder(suite: Suite, folder: RunFolder | None, *, arms: list[str] | None, k: int | None,
+                         runs_root: Path, base_url: str | None, resume: bool, replay_only: bool,
+                         progress: bool, cache: bool, sample_files: bool) -> RunResult:
+    """Check the inputs, then run (a new folder is created and locked only once every
+    check passed; a resumed one is already locked by the caller)."""
     config = suite.config
     snapshot = config_snapshot(config)
     chash = config_hash(snapshot)
-    runs_root = Path(runs_dir) if runs_dir is not None else Path(suite.path) / "runs"
-
-    if resume is not None:
-        folder = RunFolder(resume, sample_files=sample_files)
+    if resume:
+        assert folder is not None
         meta = folder.read_meta()
         if meta.get("config_hash") != chash:
             raise InputError("the suite's config.json changed since this run started; start a new run "
-                             "instead of resuming", Path(resume) / "config.json", json_path="$.config_hash")
+                             "instead of resuming", folder.path / "config.json", json_path="$.config_hash")
         run_arms, run_k = list(meta["arms"]), int(meta["k"])
         if arms is not None and list(arms) != run_arms:
             raise InputError(f"--arms {','.join(arms)} differs from the run's arms {','.join(run_arms)}")
@@ -212,8 +283,7 @@ async def run_suite_async(suite: Suite | str | Path, *, arms: list[str] | None =
             raise InputError(f"cases of the run are no longer in the suite: {', '.join(missing[:5])}",
                              Path(suite.path) / "cases.jsonl")
         arms, k = run_arms, run_k
-        sample_files = bool(meta.get("sample_files", True))  # keep the run's layout whole
-        runs_root = Path(resume).parent
+        folder.sample_files = bool(meta.get("sample_files", True))  # keep the run's layout whole
     names = list(arms) if arms is not None else [a.name for a in config.arms]
     if not names:
         raise InputError("no arms to run", Path(suite.path) / "config.json", json_path="$.arms")
@@ -233,15 +303,36 @@ async def run_suite_async(suite: Suite | str | Path, *, arms: list[str] | None =
     # leaves no half-made run folder.
     from .suite import render_prompt
     prompts = {(c.id, a.name): render_prompt(config, c, a) for c in suite.cases for a in arm_objs}
+    inputs = input_hashes(suite, arm_objs)
+    inputs_hash = config_hash(inputs)
+    if resume and folder is not None:
+        before = meta.get("inputs")
+        if isinstance(before, dict) and meta.get("inputs_hash") != inputs_hash:
+            changed = _changed_inputs(before, inputs)
+            raise InputError(f"changed since this run started: {'; '.join(changed)}; start a new run instead "
+                             "of resuming", folder.path / "config.json", json_path="$.inputs")
     check_endpoint(config.generator, base_url, replay_only)
 
-    if resume is None:
+    if not resume:
         meta = {"suite": str(suite.path), "suite_name": suite.name, "config": snapshot, "config_hash": chash,
+                "inputs": inputs, "inputs_hash": inputs_hash,
                 "arms": names, "k": k, "cases": [c.id for c in suite.cases],
                 "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "source": "evalkit",
                 "sample_files": sample_files}
         folder = RunFolder.create(runs_root, meta)
         folder.sample_files = sample_files
+        with folder.lock():
+            return await _execute(suite, folder, config, arm_objs, names, k, plan, prompts, base_url,
+                                  runs_root, replay_only, progress, cache)
+    assert folder is not None
+    return await _execute(suite, folder, config, arm_objs, names, k, plan, prompts, base_url, runs_root,
+                          replay_only, progress, cache)
+
+
+async def _execute(suite: Suite, folder: RunFolder, config: Config, arm_objs: list[Arm], names: list[str], k: int,
+                   plan: list[Key], prompts: dict[tuple[str, str], Any], base_url: str | None, runs_root: Path,
+                   replay_only: bool, progress: bool, cache: bool) -> RunResult:
+    """Run the keys of `plan` that `folder` lacks, under its lock, and write the summary."""
     done_before = folder.finished_keys()
     pending = [key for key in plan if key not in done_before]
 
@@ -259,7 +350,7 @@ async def run_suite_async(suite: Suite | str | Path, *, arms: list[str] | None =
         # Ctrl-C: the calls in flight were settled at their worst case by the client;
         # write the INCOMPLETE summary, then let the interruption go on.
         interrupted = exc
-        engine.stop_reason = engine.stop_reason or "interrupted"
+        engine.stop("interrupted")
     finally:
         await client.aclose()
         folder.close()
@@ -280,12 +371,15 @@ async def run_suite_async(suite: Suite | str | Path, *, arms: list[str] | None =
     ran = sum(1 for c in suite.cases if by_case.get(c.id, 0) == per_case_total)
     total = len(suite.cases)
     complete = len(finished) == len(plan)
+    if ledger.breaches and "ceiling breached" not in engine.stop_causes:
+        engine.stop("ceiling breached in an earlier session")  # never hidden on a resume
     reason = engine.stop_reason
     if not complete and reason is None:
         reason = f"{len(engine.errored)} sample(s) errored" if engine.errored else "samples missing"
     summary = {"complete": complete, "ran": ran, "total": total, "samples_ran": len(finished),
                "samples_total": len(plan), "reason": None if complete else reason,
                "spend_usd": ledger.committed_usd, "avoided_usd": ledger.avoided_usd, "cap_usd": ledger.cap_usd,
+               "ceiling_breaches": ledger.breaches, "untrusted_usage": ledger.untrusted,
                "per_arm": per_arm, "exit_code": 0 if complete else 1}
     folder.write_summary(summary, _format_summary_md(suite, summary))
     result = RunResult(path=folder.path, complete=complete, ran=ran, total=total, samples_ran=len(finished),

@@ -7,7 +7,9 @@ warning when read, and cut off before anything is appended after it.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import json
 import os
 import tempfile
@@ -16,7 +18,7 @@ import warnings
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 import pandas as pd
 
@@ -30,6 +32,9 @@ CONFIG = "config.json"
 SUMMARY_JSON = "summary.json"
 SUMMARY_MD = "summary.md"
 GRADES = "grades.jsonl"
+LOCK = "run.lock"
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 # Stable column orders: notebooks, stats, ingest and gate code rely on them.
 SAMPLE_COLUMNS: tuple[str, ...] = tuple(
@@ -200,6 +205,57 @@ class RunFolder:
         run = cls(p)
         write_atomic(p / CONFIG, json.dumps(meta, indent=2, sort_keys=False) + "\n")
         return run
+
+    # -- one process at a time -----------------------------------------------------------
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator["RunFolder"]:
+        """Hold an exclusive lock on this run folder (`flock` on `run.lock`) for the block.
+
+        Two processes on one run folder (two resumes, a run while grading writes) would
+        pay twice for the same keys and interleave their files: the second one gets an
+        `InputError` naming the folder, before it reads or calls anything. Non-blocking.
+        The kernel drops the lock when the process ends, however it ends (SIGKILL too),
+        so a stale `run.lock` file never blocks anyone.
+        """
+        import fcntl  # POSIX; imported here so reading runs still works without it
+
+        if not self.path.is_dir():
+            raise InputError("run folder not found", self.path)
+        lock_path = self.path / LOCK
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = ""
+            try:
+                pid = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+                holder = f" (process {pid})" if pid.isdigit() else ""
+            except OSError:
+                pass
+            os.close(fd)
+            raise InputError(f"another evalkit process{holder} is using this run folder; wait for it to "
+                             f"finish (it holds {LOCK})", self.path) from None
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)  # for the message above
+            yield self
+        finally:
+            os.close(fd)  # releases the lock
+
+    @staticmethod
+    def holding_lock(fn: _F) -> _F:
+        """Decorator: hold the lock of the run folder named by `fn`'s first argument for
+        the whole call (a path that is no run folder is passed through untouched, for
+        `fn` to report)."""
+        @functools.wraps(fn)
+        def wrapper(run_path: str | Path, *args: Any, **kwargs: Any) -> Any:
+            folder = RunFolder(run_path)
+            if not (folder.path / CONFIG).is_file():
+                return fn(run_path, *args, **kwargs)
+            with folder.lock():
+                return fn(run_path, *args, **kwargs)
+        return wrapper  # type: ignore[return-value]
 
     # -- reading -----------------------------------------------------------------------
 

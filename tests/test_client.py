@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import hashlib
+import json
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from evalkit.client import ModelClient, backoff_s, request_hash
-from evalkit.errors import InputTooLong, UnitCallError
+from evalkit.client import CallStopped, ModelClient, backoff_s, request_hash
+from evalkit.errors import CeilingBreached, InputTooLong, UnitCallError
 from evalkit.ledger import Ledger
 from evalkit.records import Endpoint, Price
 from evalkit.runs import iter_jsonl
@@ -40,6 +43,153 @@ def call(srv: ScriptedServer, tmp_path, *, max_attempts=4, max_tokens_in=64, max
 
 def kinds(events):
     return [e["event"] for e in events]
+
+
+class HostileServer:
+    """A real HTTP server on loopback answering every completion request with the body
+    `answer(request)` returns: shapes the scripted server refuses to produce (negative or
+    fractional usage, a dict where the text goes). No tokenizer endpoint (404)."""
+
+    def __init__(self, answer) -> None:
+        self.answer = answer
+        self.requests: list[dict] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # quiet
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
+                if not self.path.endswith("completions"):
+                    self.send_response(404)
+                    self.send_header("content-length", "0")
+                    self.end_headers()
+                    return
+                outer.requests.append(body)
+                data = json.dumps(outer.answer(body)).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base_url = f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    def __enter__(self) -> "HostileServer":
+        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+def completion_body(text="yes", usage=None, chat=False, choices=None):
+    """A completion response body; `text` goes where the model's text goes, as is."""
+    if choices is None:
+        choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"} if chat
+                  else {"index": 0, "text": text, "finish_reason": "stop"})
+        choices = [choice]
+    return {"id": "x", "object": "chat.completion" if chat else "text_completion", "created": 0, "model": "scripted",
+            "choices": choices, "usage": usage if usage is not None else {"prompt_tokens": 3, "completion_tokens": 1}}
+
+
+@pytest.mark.parametrize("usage", [
+    {"prompt_tokens": -100000, "completion_tokens": 0},
+    {"prompt_tokens": 3, "completion_tokens": -5},
+    {"prompt_tokens": 10.9, "completion_tokens": 1.2},
+    {"prompt_tokens": "12", "completion_tokens": 1},
+    {"prompt_tokens": True, "completion_tokens": 1},
+    {"prompt_tokens": [1], "completion_tokens": {"n": 1}},
+])
+def test_untrusted_usage_is_settled_at_the_reservation_and_fails_the_call(tmp_path, usage):
+    with HostileServer(lambda body: completion_body(usage=usage)) as srv:
+        exc, events = call(srv, tmp_path, prompt="Capital of France?", key="c/a/0")
+        assert len(srv.requests) == 1  # not retried: the server's accounting cannot be trusted
+    assert isinstance(exc, UnitCallError) and "usage is not a non-negative integer" in str(exc)
+    assert kinds(events) == ["reserve", "settle"]
+    settle = events[1]
+    assert settle["cost_usd"] == pytest.approx(PRICE.cost(64, 8)) == pytest.approx(events[0]["amount_usd"])
+    assert (settle["prompt_tokens"], settle["completion_tokens"]) == (64, 8)
+    assert "not a non-negative integer" in settle["untrusted"] and not settle["breach"]
+
+
+def test_fractional_usage_over_the_reservation_rounds_up_and_breaches(tmp_path):
+    usage = {"prompt_tokens": 3, "completion_tokens": 8.01}  # 8 reserved: rounded up to 9
+    with HostileServer(lambda body: completion_body(usage=usage)) as srv:
+        exc, events = call(srv, tmp_path, prompt="Capital of France?")
+    assert isinstance(exc, CeilingBreached)
+    assert events[-1]["completion_tokens"] == 9 and events[-1]["breach"]
+    assert events[-1]["cost_usd"] == pytest.approx(PRICE.cost(64, 9))
+
+
+def test_an_integral_float_count_is_an_integer(tmp_path):
+    with HostileServer(lambda body: completion_body(usage={"prompt_tokens": 3.0, "completion_tokens": 1.0})) as srv:
+        c, events = call(srv, tmp_path, prompt="Capital of France?")
+    assert c.text == "yes" and c.usage.prompt_tokens == 3 and isinstance(c.usage.prompt_tokens, int)
+    assert events[-1]["cost_usd"] == pytest.approx(PRICE.cost(3, 1)) and "untrusted" not in events[-1]
+
+
+@pytest.mark.parametrize("chat,body,cause", [
+    (False, completion_body(text={"a": 1}), "text is a dict, not a string"),
+    (False, completion_body(text=["a"]), "text is a list, not a string"),
+    (False, completion_body(text=7), "text is a int, not a string"),
+    (False, completion_body(choices=["yes"]), "first choice is a str"),
+    (False, completion_body(choices={"0": {"text": "yes"}}), "no choices"),
+    (True, completion_body(text={"a": 1}, chat=True), "text is a dict, not a string"),
+    (True, completion_body(chat=True, choices=[{"index": 0, "message": {"role": "assistant", "content": "x",
+                                                                         "tool_calls": [{"id": "t"}]}}]),
+     "tool call has no function name"),
+    (True, completion_body(chat=True, choices=[{"index": 0, "message": "hi", "finish_reason": "stop"}]),
+     "no message object"),
+    (False, {**completion_body(), "choices": [{"index": 0, "text": "x", "finish_reason": {"why": 1}}]},
+     "finish_reason is a dict"),
+])
+def test_malformed_shapes_fail_the_call_with_the_cause(tmp_path, chat, body, cause):
+    kw = {"messages": [{"role": "user", "content": "hi"}]} if chat else {"prompt": "hi"}
+    with HostileServer(lambda _: body) as srv:
+        exc, events = call(srv, tmp_path, max_attempts=2, **kw)
+        assert len(srv.requests) == 2  # a malformed body is retried like a dropped one
+    assert isinstance(exc, UnitCallError) and "malformed response" in str(exc) and cause in str(exc), str(exc)
+    assert kinds(events) == ["reserve", "release"] * 2  # charged in full, no output invented
+    assert all(e["cost_usd"] == pytest.approx(PRICE.cost(64, 8)) for e in events if e["event"] == "release")
+
+
+def test_the_stop_flag_is_checked_before_every_attempt(tmp_path):
+    script = {"default": {"text": "Paris"}, "faults": [{"kind": "429", "retry_after": 0.05}]}  # every request
+    stopped: list[str] = []
+
+    def should_stop():
+        return stopped[0] if stopped else None
+
+    async def flip_after_first_request(srv):
+        while srv.stats["requests"] < 1:
+            await asyncio.sleep(0.005)
+        stopped.append("ceiling breached")
+
+    with ScriptedServer(script) as srv:
+        async def go():
+            led = Ledger(1.0, tmp_path / "ledger.jsonl")
+            client = ModelClient(ENDPOINT, PRICE, led, max_tokens_in=64, max_tokens_out=8, max_attempts=4,
+                                 timeout_s=5.0, base_url=srv.base_url)
+            try:
+                flip = asyncio.ensure_future(flip_after_first_request(srv))
+                try:
+                    return await client.complete(prompt="Capital of France?", key="c/a/0", should_stop=should_stop)
+                except Exception as exc:
+                    return exc
+                finally:
+                    await flip
+            finally:
+                await client.aclose()
+                led.close()
+        exc = asyncio.run(go())
+        assert srv.stats["requests"] == 1  # no retry went out after the stop
+    assert isinstance(exc, CallStopped) and exc.attempts == 1
+    assert "stopped before attempt 2: ceiling breached" in str(exc)
+    assert kinds(list(iter_jsonl(tmp_path / "ledger.jsonl"))) == ["reserve", "release"]
 
 
 def test_429_is_retried_after_retry_after_and_each_attempt_is_on_the_ledger(tmp_path):

@@ -162,3 +162,65 @@ def test_over_reporting_response_stops_the_run(tmp_path):
     assert breach.sum() == 1
     # The breaching call's real cost is committed: never hidden.
     assert res.spend_usd == pytest.approx(run.ledger[run.ledger.event == "settle"].cost_usd.sum())
+
+
+# -- untrusted usage, stop causes --------------------------------------------------------
+
+def test_untrusted_counts_never_lower_the_committed_total(tmp_path):
+    led = Ledger(1.0, tmp_path / "ledger.jsonl")
+    seen = [led.committed_usd]
+    for pt, ct in [(-100000, 0), (3, -1), (2.5, 1), ("7", 1), (float("nan"), 1), (None, 1), (3, 1)]:
+        r = led.reserve("generator", "m", PRICE, 64, 8)
+        cost, usage, why = led.settle_reported(r, pt, ct)
+        assert cost >= 0 and usage.prompt_tokens >= 0 and usage.completion_tokens >= 0
+        if (pt, ct) == (3, 1):
+            assert why is None and cost == pytest.approx(PRICE.cost(3, 1))
+        else:
+            assert why and cost == pytest.approx(PRICE.cost(64, 8))  # the full reservation
+        seen.append(led.committed_usd)
+    assert seen == sorted(seen) and led.untrusted == 6
+    with pytest.raises(ValueError):  # settle itself refuses counts that are not non-negative integers
+        led.settle(led.reserve("generator", "m", PRICE, 64, 8), Usage(-5, 1))
+    led.close()
+    # A hand-edited negative cost in the file does not lower the spend carried forward.
+    p = tmp_path / "ledger.jsonl"
+    before = Ledger.resume(1.0, p).committed_usd
+    with open(p, "a") as fh:
+        fh.write(json.dumps({"event": "settle", "run_epoch": 1, "id": 99, "cost_usd": -3.0}) + "\n")
+    assert Ledger.resume(1.0, p).committed_usd == pytest.approx(before)
+
+
+def test_negative_usage_from_the_endpoint_cannot_lower_spend_or_pass_the_cap(tmp_path):
+    from test_client import HostileServer, completion_body  # a real HTTP server the scripted one refuses to be
+
+    worst = PRICE.cost(64, 8)
+    suite = write_suite(tmp_path / "suite", 10, k=1, concurrency=4, cost_cap_usd=worst * 6.5)
+    neg = completion_body(usage={"prompt_tokens": -100000, "completion_tokens": 0})
+    with HostileServer(lambda body: neg) as srv:
+        res = run_suite(suite, arms=["base"], runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+        n_requests = len(srv.requests)
+    committed, _ = replay_ledger(res.path / "ledger.jsonl", res.cap_usd)
+    assert n_requests == 6 and res.spend_usd == pytest.approx(6 * worst) == pytest.approx(committed)
+    run = load_run(res.path)
+    assert run.samples.empty and len(run.errors) == 6  # a malformed response is no sample
+    assert run.errors.error.str.contains("usage is not a non-negative integer").all()
+    assert res.exit_code == 1 and res.reason == "budget exhausted"
+    assert json.loads((res.path / "summary.json").read_text())["untrusted_usage"] == 6
+    costs = run.ledger[run.ledger.event == "settle"].committed_usd.tolist()
+    assert costs == sorted(costs)  # monotone non-decreasing
+
+
+def test_the_reason_names_every_stop_cause_with_the_breach_first(tmp_path):
+    # Eight keys reserve at once; the cap holds three; one of those three over-reports.
+    worst = PRICE.cost(64, 8)
+    suite = write_suite(tmp_path / "suite", 10, k=1, concurrency=8, cost_cap_usd=worst * 3.5)
+    script = {"rules": [{"match": "country 1", "text": "Lima", "usage": {"prompt_tokens": 5, "completion_tokens": 99}},
+                        {"match": "country", "text": "Paris"}], "latency_s": 0.05}
+    with ScriptedServer(script) as srv:
+        res = run_suite(suite, arms=["base"], runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+    assert res.reason == "ceiling breached; budget exhausted" and res.exit_code == 1
+    summary = json.loads((res.path / "summary.json").read_text())
+    assert summary["ceiling_breaches"] == 1 and summary["reason"] == res.reason
+    assert (res.path / "summary.md").read_text().startswith(f"INCOMPLETE: {res.ran}/10 cases (ceiling breached; "
+                                                            "budget exhausted)")
+    assert (load_run(res.path).ledger.event == "refuse").sum() >= 1

@@ -65,7 +65,7 @@ def test_run_folder_records(tmp_path):
     assert run.config["cases"] == ["case-00", "case-01"] and len(run.config["config_hash"]) == 64
     assert run.summary == {"complete": True, "ran": 2, "total": 2, "samples_ran": 8, "samples_total": 8,
                            "reason": None, "spend_usd": res.spend_usd, "avoided_usd": 0.0, "cap_usd": 1.0,
-                           "per_arm": {"base": {"samples": 4, "errors": 0}, "guided": {"samples": 4, "errors": 0}},
+                           "ceiling_breaches": 0, "untrusted_usage": 0, "per_arm": {"base": {"samples": 4, "errors": 0}, "guided": {"samples": 4, "errors": 0}},
                            "exit_code": 0}
     assert not (res.path / "summary.md").read_text().startswith("INCOMPLETE")
     for row in run.samples.itertuples():
@@ -197,3 +197,93 @@ def test_sigkill_mid_run_then_resume_every_key_once_nothing_paid_twice(tmp_path)
     assert res.spend_usd == pytest.approx(settled + in_flight)
     paid = sum(r["cost_usd"] for r in iter_jsonl(folder / "results.jsonl"))
     assert res.spend_usd >= paid - 1e-12
+
+
+def test_no_paid_retry_after_a_ceiling_breach(tmp_path):
+    # case-00 over-reports after 0.2 s; case-01 gets a 429 asking to retry after 1 s,
+    # by which time the run has stopped: that retry must never go out.
+    suite = write_suite(tmp_path / "suite", 2, k=1, concurrency=4, max_attempts=4)
+    script = {"rules": [{"match": "country 0", "text": "Paris", "usage": {"prompt_tokens": 5, "completion_tokens": 50}},
+                        {"match": "country", "text": "Lima"}],
+              "faults": [{"kind": "429", "retry_after": 1.0, "times": 3, "match": "country 1"}], "latency_s": 0.2}
+    with ScriptedServer(script) as srv:
+        res = run_suite(suite, arms=["base"], runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+        assert srv.stats["requests"] == 2 and srv.stats["faults"]["429"] == 1
+    assert res.reason == "ceiling breached" and res.exit_code == 1
+    ledger = list(iter_jsonl(res.path / "ledger.jsonl"))
+    breach_at = next(i for i, e in enumerate(ledger) if e.get("breach"))
+    assert not [e for e in ledger[breach_at:] if e["event"] == "reserve"]  # nothing paid after the breach
+    errors = {e["case_id"]: e["error"] for e in iter_jsonl(res.path / "errors.jsonl")}
+    assert "stopped before attempt 2: ceiling breached" in errors["case-01"]
+
+
+def test_resume_refuses_changed_templates_guidance_or_cases_naming_what_changed(tmp_path):
+    suite = write_suite(tmp_path / "suite", 2, k=1)
+    with ScriptedServer(SCRIPT) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+        meta = json.loads((res.path / "config.json").read_text())
+        assert len(meta["inputs_hash"]) == 64 and "prompt template (prompt.txt)" in meta["inputs"]
+        edits = [("prompt.txt", "${guidance}Question: ${input}\nA:", "prompt template (prompt.txt)"),
+                 ("guided.md", "Answer in two words. ", "guidance of arm 'guided' (guided.md)"),
+                 ("cases.jsonl", (suite / "cases.jsonl").read_text().replace("country 1", "country 9"), "cases")]
+        for name, text, named in edits:
+            original = (suite / name).read_text()
+            (suite / name).write_text(text)
+            proc = cli(str(suite), "--resume", str(res.path), "--base-url", srv.base_url)
+            assert proc.exit_code == 2 and named in proc.stderr and "changed since this run started" in proc.stderr
+            assert str(res.path) in proc.stderr
+            (suite / name).write_text(original)
+        assert srv.stats["requests"] == 4  # the refused resumes called nothing
+        again = run_suite(suite, base_url=srv.base_url, resume=res.path, progress=False)
+    assert again.complete  # unchanged inputs resume
+
+
+def test_model_text_that_is_not_a_string_errors_the_sample_and_the_run_still_writes_its_summary(tmp_path):
+    from test_client import HostileServer, completion_body
+
+    suite = write_suite(tmp_path / "suite", 2, k=1, max_attempts=1)
+
+    def answer(body):
+        return completion_body(text={"a": 1}) if "country 0" in body["prompt"] else completion_body(text="Paris")
+
+    with HostileServer(answer) as srv:
+        proc = cli(str(suite), "--runs-dir", str(tmp_path / "runs"), "--base-url", srv.base_url)
+    assert proc.exit_code == 1 and isinstance(proc.exception, (SystemExit, type(None)))
+    assert "Traceback" not in proc.output
+    folder = Path(re.search(r"run folder: (\S+)", proc.stdout).group(1))
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["exit_code"] == 1 and summary["samples_ran"] == 2
+    assert (folder / "summary.md").read_text().startswith("INCOMPLETE: 1/2 cases (2 sample(s) errored)")
+    run = load_run(folder)
+    assert set(run.errors.case_id) == {"case-00"}
+    assert run.errors.error.str.contains("text is a dict, not a string").all()
+
+
+def test_two_processes_never_share_a_run_folder(tmp_path):
+    suite = write_suite(tmp_path / "suite", 12, k=3, concurrency=2)
+    runs = tmp_path / "runs"
+    with ScriptedServer({**SCRIPT, "latency_s": 0.1}) as srv:
+        first = subprocess.Popen([sys.executable, "-m", "evalkit.cli", "run", str(suite), "--runs-dir", str(runs),
+                                  "--base-url", srv.base_url, "--no-progress"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not list(runs.glob("*/results.jsonl")):
+                time.sleep(0.01)
+            folder = next(runs.glob("*/results.jsonl")).parent
+            second = subprocess.run([sys.executable, "-m", "evalkit.cli", "run", str(suite), "--resume", str(folder),
+                                     "--base-url", srv.base_url, "--no-progress"],
+                                    capture_output=True, text=True, timeout=60)
+            assert second.returncode == 2, second.stderr
+            assert "another evalkit process" in second.stderr and str(folder) in second.stderr
+            assert "Traceback" not in second.stderr
+            # The refused process opened no ledger and wrote no line: one writer only.
+            assert len({e["run_epoch"] for e in iter_jsonl(folder / "ledger.jsonl")}) == 1
+        finally:
+            os.kill(first.pid, signal.SIGKILL)  # the kernel drops its lock with it
+            first.wait()
+        assert not (folder / "summary.json").exists()
+        res = run_suite(suite, base_url=srv.base_url, resume=folder, progress=False)
+    assert res.complete
+    counts = collections.Counter((r["case_id"], r["arm"], r["index"]) for r in iter_jsonl(folder / "results.jsonl"))
+    assert len(counts) == 72 and set(counts.values()) == {1}

@@ -132,3 +132,45 @@ def test_sample_files_can_be_skipped(tmp_path):
     run.close()
     assert not (run.path / "samples").exists()
     assert [r["output"] for r in iter_jsonl(run.path / "results.jsonl")] == ["Paris"]
+
+
+def test_one_process_at_a_time_holds_a_run_folder(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    run = RunFolder.create(tmp_path, {"arms": ["base"], "k": 1})
+    with run.lock():
+        with pytest.raises(InputError, match="another evalkit process") as info:
+            with RunFolder(run.path).lock():  # a second open file: refused, even in one process
+                pass
+        assert str(run.path) in str(info.value)
+    with run.lock():  # released at the end of the block
+        pass
+    # A process killed while holding the lock leaves the file but not the lock.
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from evalkit.runs import RunFolder\n"
+        "with RunFolder(sys.argv[1]).lock():\n    print('held', flush=True); time.sleep(60)"), str(run.path)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(InputError, match=rf"another evalkit process \(process {holder.pid}\)"):
+            with RunFolder(run.path).lock():
+                pass
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()
+        holder.stdout.close()
+    assert (run.path / "run.lock").exists()
+    with RunFolder(run.path).lock():
+        pass
+
+
+def test_grading_takes_the_run_folder_lock(tmp_path):
+    from evalkit.grading import grade_run
+
+    run = RunFolder.create(tmp_path, {"arms": ["base"], "k": 1})
+    with run.lock():
+        with pytest.raises(InputError, match="another evalkit process"):
+            grade_run(run.path)
+    assert not (run.path / "grades.jsonl").exists()
