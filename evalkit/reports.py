@@ -232,6 +232,45 @@ def plain(label: Any) -> str:
 # ------------------------------------------------------------------------------ run analysis helpers
 
 
+# A reused kernel (see `run_notebooks`) runs several notebooks on the same run; parsing
+# results.jsonl and grades.jsonl is the largest per-notebook cost after the imports, so
+# the parsed run is kept in this module (which `%reset -f` leaves alone), keyed by the
+# folder and the size and mtime of every file in it: a run that changed is read again.
+_RUN_CACHE: dict[Path, tuple[tuple[Any, ...], Any]] = {}
+_RUN_CACHE_LOCK = threading.Lock()
+
+
+def _run_signature(path: Path) -> tuple[Any, ...]:
+    return tuple(sorted((e.name, st.st_size, st.st_mtime_ns) for e in os.scandir(path)
+                        if e.is_file() and (st := e.stat())))
+
+
+def load_run(run_dir: str | Path | None) -> Any:
+    """`runs.load_run` of `resolve_run(run_dir)`, parsed once per process while the
+    folder's files are unchanged. Each call gets its own copy of the config, summary and
+    DataFrames, so one notebook's edits never reach the next."""
+    import copy
+    import dataclasses
+
+    from .runs import load_run as _load
+
+    path = resolve_run(run_dir)
+    sig = _run_signature(path)
+    with _RUN_CACHE_LOCK:
+        hit = _RUN_CACHE.get(path)
+    if hit is None or hit[0] != sig:
+        run = _load(path)
+        if _run_signature(path) == sig:  # not written to while it was read
+            with _RUN_CACHE_LOCK:
+                _RUN_CACHE.clear()  # one run per report: keep memory flat across runs
+                _RUN_CACHE[path] = (sig, run)
+    else:
+        run = hit[1]
+    return dataclasses.replace(run, config=copy.deepcopy(run.config), summary=copy.deepcopy(run.summary),
+                               samples=run.samples.copy(), grades=run.grades.copy(), ledger=run.ledger.copy(),
+                               errors=run.errors.copy())
+
+
 def arms_of(run: Any) -> list[str]:
     """The run's arms in config order, then any others its samples name."""
     arms = [a.get("name") if isinstance(a, dict) else str(a) for a in (run.config.get("arms") or [])]
@@ -609,21 +648,35 @@ def execute(name: str, parameters: Mapping[str, Any], out_dir: str | Path, *,
                           seconds=time.perf_counter() - t0, error=error)
 
 
-_LOCAL = threading.local()  # an exporter registers filters on itself per call: one per thread
+# An exporter registers filters on itself on every call, so two threads must not share
+# one at the same time; building one (traitlets, the Jinja environment, the template) is
+# the largest fixed cost of a render, so finished exporters wait here for the next page,
+# across lanes and across runs.
+_EXPORTERS: list[Any] = []
+_EXPORTERS_LOCK = threading.Lock()
 
 
-def _exporter() -> Any:
-    exp = getattr(_LOCAL, "exporter", None)
+def _new_exporter() -> Any:
+    import logging
+
+    from nbconvert import HTMLExporter
+
+    log = logging.getLogger("evalkit.reports.nbconvert")
+    log.setLevel(logging.ERROR)  # "alternative text is missing" on every matplotlib figure
+    return HTMLExporter(template_name="lab", exclude_input=True, exclude_input_prompt=True,
+                        exclude_output_prompt=True, embed_images=True, log=log)
+
+
+def _export(nb: Any, resources: dict[str, Any]) -> str:
+    """`HTMLExporter.from_notebook_node` on an exporter no other thread is using."""
+    with _EXPORTERS_LOCK:
+        exp = _EXPORTERS.pop() if _EXPORTERS else None
     if exp is None:
-        import logging
-
-        from nbconvert import HTMLExporter
-
-        log = logging.getLogger("evalkit.reports.nbconvert")
-        log.setLevel(logging.ERROR)  # "alternative text is missing" on every matplotlib figure
-        exp = _LOCAL.exporter = HTMLExporter(template_name="lab", exclude_input=True, exclude_input_prompt=True,
-                                             exclude_output_prompt=True, embed_images=True, log=log)
-    return exp
+        exp = _new_exporter()
+    body, _ = exp.from_notebook_node(nb, resources=resources)
+    with _EXPORTERS_LOCK:
+        _EXPORTERS.append(exp)
+    return body
 
 
 def params_table_html(parameters: Mapping[str, Any], title: str) -> str:
@@ -651,7 +704,7 @@ def render_html(ipynb: str | Path, parameters: Mapping[str, Any], *, title: str)
     header.outputs = [nbformat.v4.new_output("display_data", data={"text/html": params_table_html(parameters, title)})]
     # the injected-parameters cell has no output; drop it so the page starts with the table
     nb.cells = [header] + [c for c in nb.cells if "injected-parameters" not in c.get("metadata", {}).get("tags", [])]
-    body, _ = _exporter().from_notebook_node(nb, resources={"metadata": {"name": title}})
+    body = _export(nb, {"metadata": {"name": title}})
     body = _harden(body)
     dst = src.with_suffix(".html")
     tmp = dst.with_suffix(".html.tmp")
@@ -736,7 +789,7 @@ def run_notebooks(plans: Mapping[str, Mapping[str, Any]], out_dir: str | Path, *
     lock = threading.Lock()
 
     def lane() -> None:
-        km = None
+        kernel = None
         try:
             while True:
                 try:
@@ -744,13 +797,13 @@ def run_notebooks(plans: Mapping[str, Mapping[str, Any]], out_dir: str | Path, *
                 except queue.Empty:
                     return
                 if reuse_kernels:
-                    km = _ready_kernel(km)
-                rep = execute(name, plans[name], out_dir, source_dir=source_dir, km=km)
+                    kernel = _ready_kernel(kernel)
+                rep = execute(name, plans[name], out_dir, source_dir=source_dir, km=kernel)
                 with lock:
                     done.append(rep)
         finally:
-            if km is not None:
-                _stop_kernel(km)
+            if kernel is not None:
+                _stop_kernel(kernel)
 
     if n_lanes == 1:
         lane()
@@ -791,16 +844,18 @@ def _await(value: Any) -> Any:
 
 def _ready_kernel(km: Any) -> Any:
     """A started kernel with a clean namespace, on this thread's event loop (the one
-    nbclient uses here): `km` reset, or a new kernel when there is none or it is unusable."""
+    nbclient uses here): `km` reset, or a new kernel when there is none or it is unusable.
+
+    The reset goes over the shell channel alone and waits for its reply: no IOPub
+    subscription, so no `wait_for_ready` (which ends by waiting for 0.2 s of silence on
+    IOPub) before each reused notebook."""
     if km is not None:
         kc = None
         try:
             if _await(km.is_alive()):
                 kc = km.client()
-                kc.start_channels()
-                _await(kc.wait_for_ready(timeout=60))
-                reply = _await(kc.execute_interactive(_RESET, timeout=60, output_hook=lambda msg: None))
-                if reply["content"]["status"] == "ok":
+                kc.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
+                if _reset_namespace(kc, timeout_s=60):
                     return km
         except Exception:  # a kernel that cannot be reset is replaced, never reused
             pass
@@ -813,6 +868,17 @@ def _ready_kernel(km: Any) -> Any:
     km = AsyncKernelManager(kernel_name=KERNEL)
     _await(km.start_kernel(extra_arguments=KERNEL_ARGS))
     return km
+
+
+def _reset_namespace(kc: Any, *, timeout_s: float) -> bool:
+    """Run `_RESET` in the kernel and wait for its reply on the shell channel (a reply
+    comes only once it has run); True when it ran without error."""
+    msg_id = kc.execute(_RESET, silent=True, store_history=False, allow_stdin=False)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        reply = _await(kc.get_shell_msg(timeout=max(0.0, deadline - time.monotonic())))
+        if reply.get("parent_header", {}).get("msg_id") == msg_id:
+            return reply["content"]["status"] == "ok"
 
 
 def _stop_kernel(km: Any) -> None:
