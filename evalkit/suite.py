@@ -416,6 +416,9 @@ def _source_for(path: str | Path, fx: _Findings) -> SuiteSource | None:
 _MISSING = object()
 
 
+_ABSENT = object()  # a key that is not in the object (None is a value)
+
+
 class _Reader:
     """Reads typed values out of one JSON object and reports bad ones with their place."""
 
@@ -433,15 +436,21 @@ class _Reader:
             if key not in known and not is_comment_key(str(key)):
                 self.warn(f"{jp}.{key}", f"unknown key {key!r} in {what} (ignored)", strict_error=True)
 
+    def _present(self, obj: dict, key: str, kp: str, *, required: bool) -> Any:
+        """`obj[key]`, or `_ABSENT` (with an error when the key is required)."""
+        if key not in obj:
+            if required:
+                self.err(kp, f"missing required key {key!r}")
+            return _ABSENT
+        return obj[key]
+
     def number(self, obj: dict, key: str, jp: str, *, required: bool = False, default: Any = None,
                positive: bool = False, minimum: float | None = None, maximum: float | None = None,
                integer: bool = False, nullable: bool = False) -> Any:
         kp = f"{jp}.{key}"
-        if key not in obj:
-            if required:
-                self.err(kp, f"missing required key {key!r}")
+        v = self._present(obj, key, kp, required=required)
+        if v is _ABSENT:
             return default
-        v = obj[key]
         if v is None and nullable:
             return None
         kind = "an integer" if integer else "a number"
@@ -465,11 +474,9 @@ class _Reader:
     def text(self, obj: dict, key: str, jp: str, *, required: bool = False, default: Any = None,
              nullable: bool = False, nonempty: bool = True) -> Any:
         kp = f"{jp}.{key}"
-        if key not in obj:
-            if required:
-                self.err(kp, f"missing required key {key!r}")
+        v = self._present(obj, key, kp, required=required)
+        if v is _ABSENT:
             return default
-        v = obj[key]
         if v is None and nullable:
             return None
         if not isinstance(v, str):

@@ -242,6 +242,20 @@ def _arms_of(run: Run) -> list[str]:
     return seen
 
 
+def _pick_arm(run: Run, arm: str | None, hint: str) -> str:
+    """`arm` checked against the run's arms, or the run's only arm when None; then the
+    run must be graded. `hint` finishes the message when the run has several arms."""
+    arms = _arms_of(run)
+    if arm is None:
+        if len(arms) != 1:
+            raise InputError(f"the run has arms {arms}: {hint}", json_path="arm")
+        arm = arms[0]
+    elif arm not in arms:
+        raise InputError(f"arm {arm!r} is not in the run (arms: {', '.join(arms) or 'none'})", json_path="arm")
+    _require_graded(run)
+    return arm
+
+
 def _require_graded(run: Run) -> None:
     if len(run.samples) and not len(run.grades):
         raise InputError("run is not graded (no grades.jsonl): run `evalkit grade` first",
@@ -452,14 +466,7 @@ def conformance_verdict(run: Run | str | Path, threshold: float | None = None, *
     run = as_run(run)
     if threshold is not None and not 0 <= threshold <= 1:
         raise InputError(f"threshold must be in [0, 1], got {threshold!r}", json_path="threshold")
-    arms = _arms_of(run)
-    if arm is None:
-        if len(arms) != 1:
-            raise InputError(f"the run has arms {arms}: name one", json_path="arm")
-        arm = arms[0]
-    elif arm not in arms:
-        raise InputError(f"arm {arm!r} is not in the run (arms: {', '.join(arms)})", json_path="arm")
-    _require_graded(run)
+    arm = _pick_arm(run, arm, "name one")
     grades = _grade_map(run)
     errors = {(str(r["case_id"]), int(r["index"])): str(r.get("error") or "error")
               for r in run.errors.to_dict("records") if str(r["arm"]) == arm}
@@ -802,14 +809,7 @@ def run_metrics(run: Run | str | Path, *, arm: str | None = None, suite_dir: str
     """Per-case counts of one arm of a graded run (see `RunMetrics`). A sample without a
     grade, or whose grade is null, counts in n and never in c."""
     run = as_run(run)
-    arms = _arms_of(run)
-    if arm is None:
-        if len(arms) != 1:
-            raise InputError(f"the run has arms {arms}: name the one to gate with --arm", json_path="arm")
-        arm = arms[0]
-    elif arm not in arms:
-        raise InputError(f"arm {arm!r} is not in the run (arms: {', '.join(arms) or 'none'})", json_path="arm")
-    _require_graded(run)
+    arm = _pick_arm(run, arm, "name the one to gate with --arm")
     sets = _case_sets(Path(suite_dir) if suite_dir else suite_dir_of(run))
     grades = _grade_map(run)
     samples = run.samples[run.samples["arm"] == arm]

@@ -165,23 +165,24 @@ def test_truncated_eval_archive(tmp_path: Path) -> None:
     _assert_nothing_written(tmp_path / "run")
 
 
-def test_unknown_inspect_log_version(tmp_path: Path) -> None:
+def _ingest_mutated_log(tmp_path: Path, mutate) -> object:
+    """Ingest the committed inspect JSON log after `mutate(log)`; the CLI result."""
     log = json.loads((FIXTURES / "capitals.json").read_text())
-    log["version"] = 99
-    src = tmp_path / "future.json"
+    mutate(log)
+    src = tmp_path / "log.json"
     src.write_text(json.dumps(log))
-    res = cli("ingest", src, "--to", tmp_path / "run")
+    return cli("ingest", src, "--to", tmp_path / "run")
+
+
+def test_unknown_inspect_log_version(tmp_path: Path) -> None:
+    res = _ingest_mutated_log(tmp_path, lambda log: log.update(version=99))
     assert res.exit_code == 2
     assert "unknown inspect log format version 99" in res.output and "$.version" in res.output
     _assert_nothing_written(tmp_path / "run")
 
 
 def test_sample_without_scores(tmp_path: Path) -> None:
-    log = json.loads((FIXTURES / "capitals.json").read_text())
-    del log["samples"][4]["scores"]
-    src = tmp_path / "noscore.json"
-    src.write_text(json.dumps(log))
-    res = cli("ingest", src, "--to", tmp_path / "run")
+    res = _ingest_mutated_log(tmp_path, lambda log: log["samples"][4].pop("scores"))
     assert res.exit_code == 2
     assert "$.samples[4].scores" in res.output and "no scores" in res.output
     _assert_nothing_written(tmp_path / "run")
@@ -293,21 +294,13 @@ def test_promptfoo_errored_rows_are_errors_not_fails(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("field,value", [("epoch", "two"), ("epoch", 0)])
 def test_bad_inspect_epoch(tmp_path: Path, field: str, value) -> None:
-    log = json.loads((FIXTURES / "capitals.json").read_text())
-    log["samples"][2][field] = value
-    src = tmp_path / "bad.json"
-    src.write_text(json.dumps(log))
-    res = cli("ingest", src, "--to", tmp_path / "run")
+    res = _ingest_mutated_log(tmp_path, lambda log: log["samples"][2].update({field: value}))
     assert res.exit_code == 2 and "$.samples[2].epoch" in res.output
     _assert_nothing_written(tmp_path / "run")
 
 
 def test_inspect_log_without_samples(tmp_path: Path) -> None:
-    log = json.loads((FIXTURES / "capitals.json").read_text())
-    log["samples"] = []
-    src = tmp_path / "empty.json"
-    src.write_text(json.dumps(log))
-    res = cli("ingest", src, "--to", tmp_path / "run")
+    res = _ingest_mutated_log(tmp_path, lambda log: log.update(samples=[]))
     assert res.exit_code == 2 and "no samples" in res.output
     _assert_nothing_written(tmp_path / "run")
 
