@@ -4,8 +4,14 @@
 running in its own process (so it does not share the client's interpreter). The bare
 loop sends exactly the requests the runner sends (same prompts, seeds, parameters) with
 one `openai.AsyncOpenAI` and an `asyncio.Semaphore`; the runner adds token counting,
-the ledger, the response cache, the run folder and the progress bar. Repetitions
-alternate the two and the median wall times are compared. Target: ratio <= 1.15.
+the ledger, the response cache, the run folder (with its per-sample text files) and the
+progress bar. Repetitions rotate the variants and the median wall times are compared.
+Target: ratio <= 1.15.
+
+The runner talks through the openai client's aiohttp transport; the bare loop uses the
+client as shipped (httpx), as a user would. A second bare loop on the aiohttp transport
+is timed too, and `ratio_same_transport` (runner / that loop) is evalkit's own overhead
+with the transport held equal: read both.
 
     .venv/bin/python benchmarks/bench_runner.py [--calls 2000] [--repeats 3] [--no-progress]
 
@@ -63,10 +69,12 @@ def make_suite(calls: int) -> Suite:
     return Suite(path=str(HERE), name="bench", config=cfg, cases=cases)
 
 
-async def bare_loop(suite: Suite, base_url: str) -> float:
-    """The same calls, as a user would write them by hand."""
+async def bare_loop(suite: Suite, base_url: str, aiohttp: bool = False) -> tuple[float, float]:
+    """The same calls, as a user would write them by hand (`aiohttp=True`: on the openai
+    client's aiohttp transport, the one evalkit's runner uses)."""
     cfg = suite.config
-    client = openai.AsyncOpenAI(base_url=base_url, api_key="bench", max_retries=0)
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="bench", max_retries=0,
+                                http_client=openai.DefaultAioHttpClient() if aiohttp else None)
     sem = asyncio.Semaphore(CONCURRENCY)
 
     async def one(case: Case, arm: Arm, i: int) -> str:
@@ -107,6 +115,7 @@ def main() -> None:
     progress = not args.no_progress
     variants = {
         "bare": lambda url: asyncio.run(bare_loop(suite, url)),
+        "bare_aiohttp": lambda url: asyncio.run(bare_loop(suite, url, aiohttp=True)),
         "runner": lambda url: runner_once(suite, url, progress),
         "runner_no_sample_files": lambda url: runner_once(suite, url, progress, sample_files=False),
     }
@@ -140,6 +149,9 @@ def main() -> None:
         "median_wall_s": {k: round(w, 3) for k, (w, _) in med.items()},
         "ratio": round(med["runner"][0] / b, 3),
         "ratio_no_sample_files": round(med["runner_no_sample_files"][0] / b, 3),
+        # The runner uses the openai client's aiohttp transport; against a bare loop on
+        # that same transport the ratio is evalkit's own overhead alone.
+        "ratio_same_transport": round(med["runner"][0] / med["bare_aiohttp"][0], 3),
         # Best-of-n, as timeit reports: on a shared machine the fastest repeat is the one
         # least disturbed by other work.
         "ratio_best": round(min(w for w, _ in times["runner"]) / min(w for w, _ in times["bare"]), 3),
@@ -158,7 +170,8 @@ def main() -> None:
           f"target <= 1.15); without sample files {med['runner_no_sample_files'][0]:.2f} s "
           f"(ratio {result['ratio_no_sample_files']:.3f}); best-of-{args.repeats} ratios {result['ratio_best']:.3f} / "
           f"{result['ratio_best_no_sample_files']:.3f}; client cpu ratios {result['cpu_ratio']:.3f} / "
-          f"{result['cpu_ratio_no_sample_files']:.3f}; load average {os.getloadavg()[0]:.1f}")
+          f"{result['cpu_ratio_no_sample_files']:.3f}; bare loop on aiohttp {med['bare_aiohttp'][0]:.2f} s "
+          f"(runner ratio {result['ratio_same_transport']:.3f}); load average {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -335,6 +335,8 @@ async def _execute(suite: Suite, folder: RunFolder, config: Config, arm_objs: li
     """Run the keys of `plan` that `folder` lacks, under its lock, and write the summary."""
     done_before = folder.finished_keys()
     pending = [key for key in plan if key not in done_before]
+    if done_before and folder.sample_files:
+        folder.repair_sample_files()  # a kill can leave finished samples without their file
 
     ledger = Ledger.resume(config.cost_cap_usd, folder.ledger_path)
     rcache = ResponseCache(runs_root / CACHE_FILE) if (cache or replay_only) else None

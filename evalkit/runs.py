@@ -173,10 +173,17 @@ class RunFolder:
     fsync each line.
 
     `sample_files=False` skips the `samples/<case>/<arm>/sample-<n>.txt` copies of the
-    outputs (the agent-evals layout): creating one small file per sample is the largest
-    per-sample cost of a run (about 0.4 ms on ext4), and `results.jsonl` holds the same
-    text.
+    outputs (the agent-evals layout); `results.jsonl` holds the same text. Creating one
+    small file per sample can be the largest per-sample cost of a run (up to 0.7 ms of
+    kernel time on some disks), so after the first `offload_after` files a helper
+    process writes the rest (`evalkit._samplewriter`) while the run goes on; `close`
+    waits for it, and writes itself whatever the helper could not. A sample's file may
+    therefore appear just after its `results.jsonl` line, never later than `close`.
     """
+
+    # Small runs (and most tests) never start the helper; EVALKIT_SAMPLE_WRITER_AFTER=0
+    # starts it at the first sample.
+    offload_after = int(os.environ.get("EVALKIT_SAMPLE_WRITER_AFTER", "64"))
 
     def __init__(self, path: str | Path, *, sample_files: bool = True) -> None:
         self.path = Path(path)
@@ -185,6 +192,9 @@ class RunFolder:
         self._errors_fh = None
         self._fsync = bool(os.environ.get("EVALKIT_FSYNC"))
         self._dirs: set[Path] = set()
+        self._inline_files = 0
+        self._writer = None
+        self._can_offload = True
 
     @classmethod
     def create(cls, runs_dir: str | Path, meta: dict[str, Any], stamp: str | None = None) -> "RunFolder":
@@ -297,20 +307,35 @@ class RunFolder:
             os.fsync(fh.fileno())
 
     def _write_sample_text(self, sample: Sample) -> None:
-        # Atomic like write_atomic, without its per-call mkdir and random temp name (this
-        # runs once per sample; the name is ours alone: one writer per key).
-        p = sample_path(self.path, sample.case_id, sample.arm, sample.index)
-        if p.parent not in self._dirs:
-            p.parent.mkdir(parents=True, exist_ok=True)
-            self._dirs.add(p.parent)
-        tmp = p.with_name(p.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(sample.output)
-        os.replace(tmp, p)
+        rel = f"samples/{sample.case_id}/{sample.arm}/sample-{sample.index + 1}.txt"  # = sample_path
+        if self._writer is None and self._can_offload and self._inline_files >= self.offload_after:
+            from ._samplewriter import SampleWriter
+            try:
+                self._writer = SampleWriter(self.path)
+            except OSError:  # no process to spare: write inline, as small runs do
+                self._can_offload = False
+        if self._writer is not None and self._writer.send(rel, sample.output):
+            return
+        from ._samplewriter import write_text_atomic
+        write_text_atomic(self.path, rel, sample.output.encode("utf-8"), self._dirs)
+        self._inline_files += 1
+
+    def repair_sample_files(self) -> int:
+        """Write the sample text file of every `results.jsonl` line that lacks one (a
+        helper that died, a run killed before its helper caught up); returns how many."""
+        from ._samplewriter import write_text_atomic
+        written = 0
+        for d in self.results():
+            p = sample_path(self.path, d["case_id"], d["arm"], int(d["index"]))
+            if not p.is_file():
+                write_text_atomic(self.path, str(p.relative_to(self.path)), str(d.get("output") or "").encode("utf-8"),
+                                  self._dirs)
+                written += 1
+        return written
 
     def append_result(self, sample: Sample) -> None:
-        """Write the sample's text file, then its `results.jsonl` line (the line is the
-        commit point: a sample without a line did not finish)."""
+        """Write (or hand to the helper) the sample's text file, then its `results.jsonl`
+        line (the line is the commit point: a sample without a line did not finish)."""
         if self.sample_files:
             self._write_sample_text(sample)
         if self._results_fh is None:
@@ -328,11 +353,20 @@ class RunFolder:
         write_atomic(self.path / SUMMARY_MD, markdown if markdown.endswith("\n") else markdown + "\n")
 
     def close(self) -> None:
+        """Close the line files, wait for the sample-file helper, and write any sample
+        file it did not (with a warning naming its error)."""
         for name in ("_results_fh", "_errors_fh"):
             fh = getattr(self, name)
             if fh is not None:
                 fh.close()
                 setattr(self, name, None)
+        if self._writer is not None:
+            writer, self._writer = self._writer, None
+            ok, err = writer.finish()
+            if not ok:
+                n = self.repair_sample_files()
+                warnings.warn(f"{self.path}: the sample-file helper failed ({err or 'it stopped'}); wrote {n} "
+                              "sample file(s) from results.jsonl instead", RuntimeWarning, stacklevel=2)
 
     def __enter__(self) -> "RunFolder":
         return self

@@ -155,7 +155,8 @@ def test_sigkill_mid_run_then_resume_every_key_once_nothing_paid_twice(tmp_path)
     with ScriptedServer({**SCRIPT, "latency_s": 0.1}) as srv:
         proc = subprocess.Popen([sys.executable, "-m", "evalkit.cli", "run", str(suite), "--runs-dir", str(runs),
                                  "--base-url", srv.base_url, "--no-progress"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                env={**os.environ, "EVALKIT_SAMPLE_WRITER_AFTER": "0"})  # the helper too
         deadline = time.monotonic() + 60
         results = None
         while time.monotonic() < deadline:
@@ -197,6 +198,12 @@ def test_sigkill_mid_run_then_resume_every_key_once_nothing_paid_twice(tmp_path)
     assert res.spend_usd == pytest.approx(settled + in_flight)
     paid = sum(r["cost_usd"] for r in iter_jsonl(folder / "results.jsonl"))
     assert res.spend_usd >= paid - 1e-12
+    # Every finished sample has its text file (the killed run's helper drained its pipe,
+    # the resume wrote whatever was still missing), and nothing else is there.
+    files = {p.relative_to(folder / "samples").as_posix(): p.read_text() for p in (folder / "samples").rglob("*")
+             if p.is_file()}
+    assert files == {f"{r['case_id']}/{r['arm']}/sample-{r['index'] + 1}.txt": r["output"]
+                     for r in iter_jsonl(folder / "results.jsonl")}
 
 
 def test_no_paid_retry_after_a_ceiling_breach(tmp_path):

@@ -174,3 +174,47 @@ def test_grading_takes_the_run_folder_lock(tmp_path):
         with pytest.raises(InputError, match="another evalkit process"):
             grade_run(run.path)
     assert not (run.path / "grades.jsonl").exists()
+
+
+def _sample_files(run) -> dict[str, str]:
+    root = run.path / "samples"
+    return {str(p.relative_to(root)): p.read_text(encoding="utf-8") for p in root.rglob("*") if p.is_file()}
+
+
+def test_the_helper_process_writes_every_sample_file_before_close_returns(tmp_path):
+    run = RunFolder.create(tmp_path, {"suite": "s"})
+    run.offload_after = 2  # the first two inline, the rest through the helper
+    samples = [_sample(case=f"c{i % 5}", arm=("base", "guided")[i % 2], index=i, output=f"out {i} \u00e9\n")
+               for i in range(40)]
+    for s in samples:
+        run.append_result(s)
+    assert run._writer is not None and run._inline_files == 2
+    run.close()
+    expected = {f"{s.case_id}/{s.arm}/sample-{s.index + 1}.txt": s.output for s in samples}
+    assert _sample_files(run) == expected  # no temporary names left behind either
+    assert [r["output"] for r in iter_jsonl(run.path / "results.jsonl")] == [s.output for s in samples]
+
+
+def test_a_helper_that_dies_mid_run_is_replaced_by_writing_from_results(tmp_path):
+    run = RunFolder.create(tmp_path, {"suite": "s"})
+    run.offload_after = 0
+    for i in range(10):
+        run.append_result(_sample(index=i, output=f"a{i}"))
+    run._writer.kill()
+    for i in range(10, 20):
+        run.append_result(_sample(index=i, output=f"a{i}"))
+    with pytest.warns(RuntimeWarning, match="sample-file helper failed"):
+        run.close()
+    assert _sample_files(run) == {f"c1/base/sample-{i + 1}.txt": f"a{i}" for i in range(20)}
+
+
+def test_repair_writes_only_the_missing_sample_files(tmp_path):
+    run = RunFolder.create(tmp_path, {"suite": "s"})
+    for i in range(3):
+        run.append_result(_sample(index=i, output=f"t{i}"))
+    run.close()
+    sample_path(run.path, "c1", "base", 1).unlink()
+    sample_path(run.path, "c1", "base", 2).write_text("edited by hand")
+    assert RunFolder(run.path).repair_sample_files() == 1
+    assert _sample_files(run) == {"c1/base/sample-1.txt": "t0", "c1/base/sample-2.txt": "t1",
+                                  "c1/base/sample-3.txt": "edited by hand"}

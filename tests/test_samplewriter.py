@@ -1,0 +1,54 @@
+"""The sample-file helper process: its frame protocol, path checks and end of input."""
+from __future__ import annotations
+
+import struct
+import subprocess
+import sys
+
+from evalkit._samplewriter import SampleWriter
+
+
+def _frame(rel: str, data: bytes) -> bytes:
+    path = rel.encode()
+    return struct.pack("!II", len(path), len(data)) + path + data
+
+
+def _child(root, stdin: bytes) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "evalkit._samplewriter", str(root)], input=stdin,
+                          capture_output=True, timeout=60)
+
+
+def test_frames_become_files_and_a_torn_last_frame_is_dropped(tmp_path):
+    stream = _frame("samples/a/b/sample-1.txt", "Paris \u00e9".encode()) + _frame("samples/a/b/sample-2.txt", b"")
+    torn = _frame("samples/a/b/sample-3.txt", b"never finished")[:-4]  # the parent died mid-frame
+    proc = _child(tmp_path, stream + torn)
+    assert proc.returncode == 0, proc.stderr
+    files = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
+    assert files == ["samples/a/b/sample-1.txt", "samples/a/b/sample-2.txt"]
+    assert (tmp_path / "samples/a/b/sample-1.txt").read_text(encoding="utf-8") == "Paris \u00e9"
+
+
+def test_a_path_leaving_the_run_folder_is_refused_and_named(tmp_path):
+    root = tmp_path / "run"
+    root.mkdir()
+    proc = _child(root, _frame("../escape.txt", b"x") + _frame("/tmp/abs.txt", b"x") + _frame("samples/ok.txt", b"ok"))
+    assert proc.returncode == 1
+    err = proc.stderr.decode()
+    assert "2 file(s) not written" in err and "'../escape.txt'" in err and "'/tmp/abs.txt'" in err
+    assert not (tmp_path / "escape.txt").exists()
+    assert (root / "samples/ok.txt").read_text() == "ok"
+
+
+def test_a_file_it_cannot_write_makes_finish_report_failure(tmp_path):
+    (tmp_path / "samples").write_text("a file where a folder should be")
+    w = SampleWriter(tmp_path)
+    assert w.send("samples/c/base/sample-1.txt", "Paris")
+    ok, err = w.finish(timeout_s=60)
+    assert not ok and "samples/c/base/sample-1.txt" in err
+
+
+def test_send_after_the_child_died_says_so(tmp_path):
+    w = SampleWriter(tmp_path)
+    w.kill()
+    assert not w.send("samples/c/base/sample-1.txt", "x" * 200_000)
+    assert w.finish(timeout_s=60)[0] is False
