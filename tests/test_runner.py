@@ -294,3 +294,22 @@ def test_two_processes_never_share_a_run_folder(tmp_path):
     assert res.complete
     counts = collections.Counter((r["case_id"], r["arm"], r["index"]) for r in iter_jsonl(folder / "results.jsonl"))
     assert len(counts) == 72 and set(counts.values()) == {1}
+
+
+def test_the_heap_frozen_for_a_run_is_handed_back_and_a_callers_freeze_left_alone(tmp_path):
+    import gc
+
+    from evalkit.runner import _frozen_heap
+
+    assert gc.get_freeze_count() == 0
+    with _frozen_heap():
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0
+    gc.freeze()
+    try:
+        mine = gc.get_freeze_count()
+        with _frozen_heap():
+            pass
+        assert gc.get_freeze_count() == mine  # the caller's frozen objects stay frozen
+    finally:
+        gc.unfreeze()
