@@ -12,6 +12,12 @@ cost of starting kernels, papermill and nbconvert that no report can avoid. Both
 measured twice: with one kernel per lane (the default) and with a fresh kernel per
 notebook (papermill's default).
 
+Lower bounds on the same machinery: the empty notebooks plus a cell importing
+matplotlib.pyplot alone (with and without as many one-line figures as the report
+shows); plus the imports every report notebook makes (matplotlib,
+pandas, evalkit.stats with scipy and statsmodels); plus those imports and as many
+one-line figures as the report shows. A report cannot cost less than what it must import.
+
 Each is repeated and the fastest kept (the machine may be shared). Wall time and CPU
 time (this process plus its kernels) are both recorded; target: report <= 1.5x floor,
 under 60 s on 2 cores.
@@ -103,6 +109,39 @@ def empty_notebooks(folder: Path, names: list[str]) -> Path:
     return folder
 
 
+IMPORTS = ("import matplotlib.pyplot as plt\nimport numpy as np\nimport pandas as pd\n\n"
+           "from evalkit import reports, stats, verdicts\n\nreports.setup_plots()")
+BLANK_FIGURE = "fig, ax = plt.subplots()\nax.plot([0, 1], [0, 1])\nplt.show()"
+
+
+def bare_content_notebooks(folder: Path, names: list[str], imports: str, figures: dict[str, int] | None) -> Path:
+    """The empty notebooks plus only what any report notebook must do: run `imports`
+    (the libraries the notebooks use: matplotlib, pandas, evalkit.stats with scipy and
+    statsmodels; or matplotlib alone) and, when `figures` is given, show that many
+    one-line figures. Timing these bounds from below what the real report can cost on
+    this machinery."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        src = nbformat.read(reports.notebooks_dir() / f"{name}.ipynb", as_version=4)
+        first = next(c for c in src.cells if c.cell_type == "code")
+        nb = nbformat.v4.new_notebook(metadata=src.metadata)
+        nb.cells = [nbformat.v4.new_code_cell(first.source, metadata={"tags": ["parameters"]}),
+                    nbformat.v4.new_code_cell(imports)]
+        nb.cells += [nbformat.v4.new_code_cell(BLANK_FIGURE) for _ in range((figures or {}).get(name, 0))]
+        nbformat.write(nb, folder / f"{name}.ipynb")
+    return folder
+
+
+def figures_per_notebook(report) -> dict[str, int]:
+    """How many figures each executed notebook of a report shows."""
+    counts = {}
+    for nb in report.notebooks:
+        executed = nbformat.read(nb.ipynb, as_version=4)
+        counts[nb.name] = sum(1 for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", [])
+                              if "image/png" in o.get("data", {}) or "image/svg+xml" in o.get("data", {}))
+    return counts
+
+
 def cpu_seconds() -> float:
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
@@ -130,13 +169,24 @@ def main() -> int:
         names = sorted(plans)
         empty_dir = empty_notebooks(tmp / "empty", names)
         # warm the OS file cache and matplotlib's font cache once, outside the timings
-        reports.report_run(run, tmp / "warm")
+        warm = reports.report_run(run, tmp / "warm")
+        figures = figures_per_notebook(warm)
+        mpl_dir = bare_content_notebooks(tmp / "mpl", names, "import matplotlib.pyplot as plt", None)
+        mpl_plots_dir = bare_content_notebooks(tmp / "mpl-plots", names, "import matplotlib.pyplot as plt", figures)
+        imports_dir = bare_content_notebooks(tmp / "imports", names, IMPORTS, None)
+        plots_dir = bare_content_notebooks(tmp / "plots", names, IMPORTS, figures)
         # Both ways of running kernels: one kernel per lane (the default), and a fresh
         # kernel per notebook (papermill's default). Each report is held against the
         # floor run the same way.
         times: dict[str, list[tuple[float, float]]] = {k: [] for k in (
-            "report", "floor", "report_fresh", "floor_fresh")}
+            "report", "floor", "report_fresh", "floor_fresh", "matplotlib_only", "matplotlib_and_figures",
+            "imports_only", "imports_and_figures")}
         for i in range(args.repeat):
+            for key, src in (("matplotlib_only", mpl_dir), ("matplotlib_and_figures", mpl_plots_dir),
+                             ("imports_only", imports_dir), ("imports_and_figures", plots_dir)):
+                out = tmp / f"{key}-{i}"
+                times[key].append(timed(lambda: reports.run_notebooks({n: plans[n] for n in names}, out,
+                                                                      source_dir=src)))
             for reuse, suffix in ((True, ""), (False, "_fresh")):
                 out = tmp / f"floor{suffix}-{i}"
                 times["floor" + suffix].append(timed(lambda: reports.run_notebooks(
@@ -164,6 +214,17 @@ def main() -> int:
                 "ratio_wall": round(best["report_fresh"][0] / best["floor_fresh"][0], 3),
                 "ratio_cpu": round(best["report_fresh"][1] / best["floor_fresh"][1], 3)},
             "report_vs_fresh_kernel_floor_wall": round(rep_wall / best["floor_fresh"][0], 3),
+            # What any report notebook must do, on the same machinery: import the
+            # libraries, and draw as many (one-line) figures as the report draws.
+            "figures": figures,
+            "matplotlib_only_wall_s": round(best["matplotlib_only"][0], 3),
+            "matplotlib_only_ratio_wall": round(best["matplotlib_only"][0] / floor_wall, 3),
+            "matplotlib_and_figures_wall_s": round(best["matplotlib_and_figures"][0], 3),
+            "matplotlib_and_figures_ratio_wall": round(best["matplotlib_and_figures"][0] / floor_wall, 3),
+            "imports_only_wall_s": round(best["imports_only"][0], 3),
+            "imports_only_ratio_wall": round(best["imports_only"][0] / floor_wall, 3),
+            "imports_and_figures_wall_s": round(best["imports_and_figures"][0], 3),
+            "imports_and_figures_ratio_wall": round(best["imports_and_figures"][0] / floor_wall, 3),
             "target_ratio": 1.5, "target_wall_s": 60,
             "all_runs": {k: [[round(a, 3), round(b, 3)] for a, b in v] for k, v in times.items()},
             "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
@@ -179,6 +240,13 @@ def main() -> int:
         print(f"fresh kernel per notebook: report {fr['report_wall_s']:.2f}s wall / {fr['report_cpu_s']:.2f}s CPU, "
               f"floor {fr['floor_wall_s']:.2f}s / {fr['floor_cpu_s']:.2f}s, ratio {fr['ratio_wall']:.2f}x wall; "
               f"default report vs that floor: {result['report_vs_fresh_kernel_floor_wall']:.2f}x wall")
+        print(f"the same notebooks importing matplotlib.pyplot and nothing else: "
+              f"{result['matplotlib_only_wall_s']:.2f}s wall ({result['matplotlib_only_ratio_wall']:.2f}x the floor); "
+              f"matplotlib and {sum(figures.values())} one-line figures: {result['matplotlib_and_figures_wall_s']:.2f}s "
+              f"({result['matplotlib_and_figures_ratio_wall']:.2f}x)")
+        print(f"the same notebooks doing only the imports: {result['imports_only_wall_s']:.2f}s wall "
+              f"({result['imports_only_ratio_wall']:.2f}x the floor); imports and {sum(figures.values())} one-line "
+              f"figures: {result['imports_and_figures_wall_s']:.2f}s ({result['imports_and_figures_ratio_wall']:.2f}x)")
         return 0
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
