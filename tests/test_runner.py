@@ -307,9 +307,10 @@ def test_the_heap_frozen_for_a_run_is_handed_back_and_a_callers_freeze_left_alon
     assert gc.get_freeze_count() == 0
     gc.freeze()
     try:
-        mine = gc.get_freeze_count()
         with _frozen_heap():
             pass
-        assert gc.get_freeze_count() == mine  # the caller's frozen objects stay frozen
+        # The caller's objects stay frozen (an unfreeze would empty the permanent
+        # generation; its count only drifts down as frozen objects are freed).
+        assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
