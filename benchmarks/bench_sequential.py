@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from evalkit.runs import write_atomic
 from evalkit.stats import SequentialDesign, SequentialSignTest, sign_test, sign_test_power, sign_test_sample_size
 
 HERE = Path(__file__).resolve().parent
@@ -194,11 +195,8 @@ def main() -> None:
         "python": platform.python_version(),
         "machine": platform.machine(),
     }
-    (HERE / "results").mkdir(exist_ok=True)
     dest = HERE / "results" / "sequential.json"
-    tmp = dest.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(out, indent=1) + "\n")
-    tmp.replace(dest)
+    write_atomic(dest, json.dumps(out, indent=1) + "\n")
     print(f"wrote {dest} in {out['seconds']:.1f} s")
 
 

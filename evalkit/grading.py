@@ -44,7 +44,7 @@ from .judge import (HumanLabel, JudgeFiles, JudgeScore, PairOutcome, check_judge
                     judge_direct, judge_pair, judge_versions, load_human_labels, load_judge_files,
                     position_consistency)
 from .records import Case, CheckResult, Endpoint, Grade, Sample, Suite
-from .runs import GRADES, LEDGER, RESULTS, RunFolder, iter_jsonl, sample_from_dict, write_atomic
+from .runs import GRADES, LEDGER, RESULTS, RunFolder, find_suite_dir, iter_jsonl, sample_from_dict, write_atomic
 
 GRADES_SUMMARY = "grades-summary.json"
 PAIRWISE = "pairwise.jsonl"
@@ -97,10 +97,11 @@ def _resolve_suite(run: Path, meta: dict[str, Any], suite: Suite | str | Path | 
     ref = meta.get("suite")
     if not ref:
         raise InputError("the run's config.json names no suite: pass the suite path", run / "config.json")
-    candidates = [Path(ref), run.parent.parent / Path(ref).name, run.parent.parent]
-    for c in candidates:
-        if c.exists() and (c.is_file() or (c / "cases.jsonl").exists()):
-            return load_suite(c)
+    if Path(ref).is_file():  # a suite given as its evals.json / eval.yaml file
+        return load_suite(ref)
+    found = find_suite_dir(run, ref)
+    if found is not None:
+        return load_suite(found)
     raise InputError(f"the run's suite {ref!r} was not found: pass the suite path", run / "config.json",
                      json_path="$.suite")
 

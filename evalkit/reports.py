@@ -294,12 +294,10 @@ def pick_arms(run: Any, baseline: str = "", treatment: str = "") -> tuple[str, s
 
 
 def suite_path(run: Any) -> Path | None:
-    """The run's suite folder, when it still exists."""
-    suite = run.config.get("suite")
-    if not suite:
-        return None
-    p = Path(suite)
-    return p if p.is_dir() else None
+    """The run's suite folder, when it still exists, wherever the report runs from."""
+    from .runs import find_suite_dir
+
+    return find_suite_dir(run.path, run.config.get("suite"))
 
 
 _BANNER_COLORS = {"pass": ("#e8f5e9", "#1b5e20"), "regression": ("#ffebee", "#b71c1c"),
@@ -569,8 +567,10 @@ def plan_notebooks(run_dir: str | Path, out_dir: str | Path) -> tuple[dict[str, 
     else:
         skipped["skill_comparison"] = ("needs exactly two arms" if len(arms) != 2
                                        else "the run is not graded (run `evalkit grade` first)")
-    suite = Path(meta.get("suite") or "")
-    human = suite / "judge" / "human-sample.jsonl" if meta.get("suite") else None
+    from .runs import find_suite_dir
+
+    suite = find_suite_dir(run, meta.get("suite"))
+    human = suite / "judge" / "human-sample.jsonl" if suite is not None else None
     has_judge_scores = graded and _grades_have_judge(run / "grades.jsonl")
     has_judge = bool((meta.get("config") or {}).get("judge")) if isinstance(meta.get("config"), dict) else False
     if has_judge_scores or has_judge or (human is not None and human.exists()):
@@ -580,7 +580,7 @@ def plan_notebooks(run_dir: str | Path, out_dir: str | Path) -> tuple[dict[str, 
             plans["judge_calibration"]["pandalm_dir"] = str(pandalm)
     else:
         skipped["judge_calibration"] = "no judge, no judge scores and no human labels"
-    if len(arms) >= 2 or (meta.get("suite") and (suite / "plan.json").exists()):
+    if len(arms) >= 2 or (suite is not None and (suite / "plan.json").exists()):
         plans["power_planning"] = {**base, "interactive": False}
     else:
         skipped["power_planning"] = "a single-arm run with no pre-registered plan"

@@ -160,6 +160,26 @@ def sample_from_dict(d: dict[str, Any]) -> Sample:
     return Sample(usage=Usage(int(u.get("prompt_tokens", 0)), int(u.get("completion_tokens", 0))), **kw)
 
 
+def find_suite_dir(run_path: str | Path, ref: str | None) -> Path | None:
+    """The folder of the suite a run was made from, when it still exists: `ref` (the
+    `suite` its config.json records, relative to where the run was started) as given,
+    then below the folder that holds the run's `runs/`, then that folder itself (the
+    default layout `<suite>/runs/<stamp>`), so the answer does not depend on the
+    current directory."""
+    from .importers import FOREIGN_NAMES  # imported here: runs must not load the suite readers
+    from .suite import CASES_FILE, CONFIG_FILE
+
+    if not ref:
+        return None
+    p = Path(ref)
+    root = Path(run_path).resolve().parent.parent
+    markers = (CASES_FILE, CONFIG_FILE, *FOREIGN_NAMES)  # a native suite, or an evals.json / eval.yaml one
+    for cand in (p, root / p, root / p.name, root):
+        if any((cand / m).is_file() for m in markers):
+            return cand
+    return None
+
+
 def sample_path(run_path: str | Path, case_id: str, arm: str, index: int) -> Path:
     """`samples/<case>/<arm>/sample-<n>.txt`, n from 1 (the agent-evals layout)."""
     return Path(run_path) / "samples" / case_id / arm / f"sample-{index + 1}.txt"

@@ -33,7 +33,7 @@ import numpy as np
 from . import stats
 from .errors import EvalkitError, InputError
 from .records import GateThresholds
-from .runs import Run, iter_jsonl, load_run, write_atomic
+from .runs import Run, find_suite_dir, iter_jsonl, load_run, write_atomic
 
 VerdictKind = Literal["pass", "regression", "no-improvement", "inconclusive"]
 
@@ -780,14 +780,8 @@ def _metric_name(case_set: str, k: int) -> str:
 
 
 def suite_dir_of(run: Run) -> Path | None:
-    s = run.config.get("suite")
-    if not s:
-        return None
-    p = Path(s)
-    for cand in (p, Path(run.path).parent.parent / p, Path(run.path).parent.parent):
-        if (cand / "cases.jsonl").exists():
-            return cand
-    return None
+    """The run's suite folder (`runs.find_suite_dir`)."""
+    return find_suite_dir(run.path, run.config.get("suite"))
 
 
 def _case_sets(suite_dir: Path | None) -> dict[str, str]:
@@ -795,8 +789,13 @@ def _case_sets(suite_dir: Path | None) -> dict[str, str]:
     if suite_dir is None:
         return {}
     p = Path(suite_dir) / "cases.jsonl"
-    if not p.exists():
-        return {}
+    if not p.exists():  # an evals.json / eval.yaml suite: its cases come through the importer
+        from .suite import load_suite
+
+        try:
+            return {c.id: c.set for c in load_suite(suite_dir).cases}
+        except InputError:
+            return {}
     out = {}
     for row in iter_jsonl(p):
         if isinstance(row, dict) and "id" in row:

@@ -243,3 +243,18 @@ def test_vally_duplicate_names_get_unique_stable_ids(tmp_path, names, ids):
     assert [c["input"] for _, _, c in read_vally(f).cases] == [f"p{i}" for i in range(len(names))]
     dest = import_suite(f, tmp_path / "evals" / "t")  # used to be refused: duplicate id
     assert [c.id for c in load_suite(dest).cases] == ids
+
+
+def test_a_run_of_an_evals_json_suite_finds_its_suite_and_case_sets(tmp_path):
+    # Review finding: the suite lookup wanted cases.jsonl, so every case of an
+    # evals.json suite counted as capability (gated on pass@k, not pass^k).
+    from evalkit import verdicts
+    from evalkit.runs import find_suite_dir
+
+    suite = tmp_path / "pdf-skill"
+    write(suite / "evals.json", json.dumps(AGENT_EVALS))
+    run = suite / "runs" / "20261130-000000"
+    run.mkdir(parents=True)
+    assert find_suite_dir(run, "elsewhere/pdf-skill") == suite
+    sets = verdicts._case_sets(suite)
+    assert sets["pdf-german"] == "regression" and sets["pdf-basic"] == "capability"

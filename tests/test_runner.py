@@ -149,14 +149,18 @@ def test_chat_mode_sends_messages_and_tools(tmp_path):
     assert s.loc[("case-01", "guided")].output == "Paris"
 
 
+def _spawn_run(suite, runs, base_url: str, **env: str) -> subprocess.Popen:
+    """`evalkit run` in a process of its own (to be killed or raced), output discarded."""
+    return subprocess.Popen([sys.executable, "-m", "evalkit.cli", "run", str(suite), "--runs-dir", str(runs),
+                             "--base-url", base_url, "--no-progress"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **env})
+
+
 def test_sigkill_mid_run_then_resume_every_key_once_nothing_paid_twice(tmp_path):
     suite = write_suite(tmp_path / "suite", 12, k=3, concurrency=4)
     runs = tmp_path / "runs"
     with ScriptedServer({**SCRIPT, "latency_s": 0.1}) as srv:
-        proc = subprocess.Popen([sys.executable, "-m", "evalkit.cli", "run", str(suite), "--runs-dir", str(runs),
-                                 "--base-url", srv.base_url, "--no-progress"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                env={**os.environ, "EVALKIT_SAMPLE_WRITER_AFTER": "0"})  # the helper too
+        proc = _spawn_run(suite, runs, srv.base_url, EVALKIT_SAMPLE_WRITER_AFTER="0")  # the helper too
         deadline = time.monotonic() + 60
         results = None
         while time.monotonic() < deadline:
@@ -270,9 +274,7 @@ def test_two_processes_never_share_a_run_folder(tmp_path):
     suite = write_suite(tmp_path / "suite", 12, k=3, concurrency=2)
     runs = tmp_path / "runs"
     with ScriptedServer({**SCRIPT, "latency_s": 0.1}) as srv:
-        first = subprocess.Popen([sys.executable, "-m", "evalkit.cli", "run", str(suite), "--runs-dir", str(runs),
-                                  "--base-url", srv.base_url, "--no-progress"],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        first = _spawn_run(suite, runs, srv.base_url)
         try:
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and not list(runs.glob("*/results.jsonl")):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -218,3 +219,21 @@ def test_repair_writes_only_the_missing_sample_files(tmp_path):
     assert RunFolder(run.path).repair_sample_files() == 1
     assert _sample_files(run) == {"c1/base/sample-1.txt": "t0", "c1/base/sample-2.txt": "t1",
                                   "c1/base/sample-3.txt": "edited by hand"}
+
+
+def test_find_suite_dir_does_not_depend_on_the_current_directory(tmp_path, monkeypatch):
+    from evalkit.runs import find_suite_dir
+
+    suite = tmp_path / "data" / "factual"
+    run = suite / "runs" / "20261130-000000"
+    run.mkdir(parents=True)
+    (suite / "cases.jsonl").write_text('{"id": "a", "input": "x", "expected": "y"}\n')
+    monkeypatch.chdir(tmp_path)
+    assert find_suite_dir(run, "data/factual") == Path("data/factual")  # as recorded, from where it ran
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # the recorded relative path no longer resolves: the layout does
+    assert find_suite_dir(run, "data/factual").resolve() == suite
+    assert find_suite_dir(run, None) is None
+    (suite / "cases.jsonl").unlink()
+    assert find_suite_dir(run, "data/factual") is None
