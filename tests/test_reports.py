@@ -231,7 +231,7 @@ def test_run_summary_sidecar_matches_counts(made):
         assert (got["ci_low"], got["ci_high"]) == pytest.approx((ci.low, ci.high))
     summary = json.loads((made["run"] / "summary.json").read_text())
     assert side["spend_usd"] == pytest.approx(summary["spend_usd"])
-    assert side["gate"] == {"arm": "skilled", "passed": True, "reasons": []}
+    assert side["gate"] == {"arm": "skilled", "passed": True, "reasons": [], "causes": [], "read_rates": True}
     assert "Gate PASS for arm skilled" in _html(made, "run_summary")
     assert "<span class='pass'>gate passed</span>: skilled vs baseline" in (made["out"] / "index.html").read_text()
 
