@@ -38,7 +38,7 @@ import aiohttp
 import openai
 
 from .cache import ResponseCache
-from .errors import InputError, InputTooLong, ReplayMiss, UnitCallError
+from .errors import BudgetExhausted, CeilingBreached, InputError, InputTooLong, ReplayMiss, UnitCallError
 from .ledger import Ledger
 from .records import Endpoint, Price, Usage
 from .tokens import TokenCounter
@@ -264,8 +264,17 @@ class ModelClient:
                 exc = CallStopped(f"{key or 'request'}: " + "; ".join(causes))
                 exc.attempts = attempt - 1  # type: ignore[attr-defined]
                 raise exc
-            r = self.ledger.reserve(self.role, self.endpoint.model, self.price, self.max_tokens_in,
-                                    self.max_tokens_out, key)
+            try:
+                r = self.ledger.reserve(self.role, self.endpoint.model, self.price, self.max_tokens_in,
+                                        self.max_tokens_out, key)
+            except BudgetExhausted as exc:
+                if attempt == 1:
+                    raise
+                # Earlier attempts were paid: the key errored, with their causes.
+                causes.append(f"attempt {attempt} refused: {exc}")
+                refused = BudgetExhausted(f"{key or 'request'}: " + "; ".join(causes))
+                refused.attempts = attempt - 1  # type: ignore[attr-defined]
+                raise refused from exc
             t0 = time.perf_counter()
             retry_after: float | None = None
             try:
@@ -303,7 +312,11 @@ class ModelClient:
                     usage = (r.tokens_in, r.tokens_out)
                 # Raises CeilingBreached; a count that is not a non-negative integer is
                 # settled at the reservation (never lower) and fails the sample below.
-                cost, usage, untrusted = self.ledger.settle_reported(r, *usage)
+                try:
+                    cost, usage, untrusted = self.ledger.settle_reported(r, *usage)
+                except CeilingBreached as exc:
+                    exc.attempts = attempt  # type: ignore[attr-defined]
+                    raise
                 if untrusted is not None:
                     cause = f"malformed response: {untrusted}"
                     causes.append(f"attempt {attempt}: {cause}")

@@ -192,12 +192,14 @@ class _Engine:
                                                stop=self._stop, sample_index=index,
                                                key=f"{case_id}/{arm_name}/{index}",
                                                should_stop=lambda: self.stop_reason)
-            except BudgetExhausted:
+            except BudgetExhausted as exc:
                 self.stop("budget exhausted")
+                if getattr(exc, "attempts", 0):  # refused on a retry: the key paid and errored
+                    self._error(key, f"{type(exc).__name__}: {exc}", exc.attempts)
                 return
             except CeilingBreached as exc:
                 self.stop("ceiling breached")
-                self._error(key, str(exc), 1)
+                self._error(key, str(exc), getattr(exc, "attempts", 1))
                 return
             except CallStopped as exc:
                 # The run stopped while this key waited to retry: no further attempt was

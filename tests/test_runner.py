@@ -316,3 +316,18 @@ def test_the_heap_frozen_for_a_run_is_handed_back_and_a_callers_freeze_left_alon
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+
+
+def test_a_key_refused_on_its_retry_keeps_its_paid_attempt_and_error(tmp_path):
+    # Review finding: attempt 1 (a dropped connection, charged at the worst case) was
+    # paid, attempt 2 was refused by the cap, and the key left no errors.jsonl line.
+    worst = (64 * 1.0 + 8 * 2.0) / 1e6
+    suite = write_suite(tmp_path / "suite", 1, k=1, cost_cap_usd=worst * 1.5, max_attempts=3)
+    with ScriptedServer({**SCRIPT, "faults": [{"kind": "drop", "times": 1}]}) as srv:
+        res = run_suite(suite, arms=["base"], runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+        assert srv.stats["requests"] == 1
+    assert res.reason == "budget exhausted" and res.exit_code == 1
+    errors = list(iter_jsonl(res.path / "errors.jsonl"))
+    assert [(e["case_id"], e["attempts"]) for e in errors] == [("case-00", 1)]
+    assert "attempt 1: connection error" in errors[0]["error"] and "attempt 2 refused: budget exhausted" in errors[0]["error"]
+    assert res.spend_usd == pytest.approx(worst)
