@@ -44,7 +44,8 @@ from .judge import (HumanLabel, JudgeFiles, JudgeScore, PairOutcome, check_judge
                     judge_direct, judge_pair, judge_versions, load_human_labels, load_judge_files,
                     position_consistency)
 from .records import Case, CheckResult, Endpoint, Grade, Sample, Suite
-from .runs import GRADES, LEDGER, RESULTS, RunFolder, find_suite_dir, iter_jsonl, sample_from_dict, write_atomic
+from .runs import (GRADES, LEDGER, RESULTS, RunFolder, find_suite_dir, grade_to_dict, iter_jsonl,
+                   sample_from_dict, write_atomic)
 
 GRADES_SUMMARY = "grades-summary.json"
 PAIRWISE = "pairwise.jsonl"
@@ -161,12 +162,6 @@ def _grade_line(case: Case, sample: Sample, checks: list[CheckResult], js: Judge
                  judge_version=version, judge_score=score, judge_reason=reason, judge_cost_usd=cost,
                  activated=_activation(case, sample), error=error, judge_model=model,
                  judge_same_model_override=bool(override and case.judged))
-
-
-def _grade_to_dict(g: Grade) -> dict[str, Any]:
-    d = dataclasses.asdict(g)
-    d["checks"] = [dataclasses.asdict(c) for c in g.checks]
-    return d
 
 
 async def _judge_all(suite: Suite, files: JudgeFiles, todo: list[tuple[Case, Sample]], judge_base_url: str | None,
@@ -324,7 +319,7 @@ def grade_run(run_path: str | Path, suite: Suite | str | Path | None = None, *,
         summary["pairwise"] = pairwise_summary(outcomes, pairwise)
     summary["findings"] = [dataclasses.asdict(f) for f in findings]
 
-    lines = "".join(json.dumps(_grade_to_dict(g), ensure_ascii=False) + "\n" for g in grades)
+    lines = "".join(json.dumps(grade_to_dict(g), ensure_ascii=False) + "\n" for g in grades)
     write_atomic(run / GRADES, lines)
     if pairwise:
         write_atomic(run / PAIRWISE, "".join(json.dumps(dataclasses.asdict(o)) + "\n" for o in outcomes))

@@ -29,7 +29,7 @@ from typing import Any
 
 from .errors import InputError
 from .records import CheckResult, Grade, Sample, Usage
-from .runs import GRADES, RunFolder, iter_jsonl, write_atomic
+from .runs import GRADES, RunFolder, grade_to_dict, iter_jsonl, write_atomic
 from .suite import case_id_problem
 
 FORMATS = ("inspect", "promptfoo", "tau-bench", "agent-evals")
@@ -540,13 +540,6 @@ def read_source(path: str | Path, fmt: str | None = None, **options: Any) -> Ing
     raise InputError(f"unknown format {fmt!r} (known: {', '.join(FORMATS)})")
 
 
-def _grade_dict(g: Grade) -> dict[str, Any]:
-    return {"case_id": g.case_id, "arm": g.arm, "index": g.index, "passed": g.passed,
-            "checks": [{"name": c.name, "passed": c.passed, "reason": c.reason} for c in g.checks],
-            "judge_version": g.judge_version, "judge_score": g.judge_score, "judge_reason": g.judge_reason,
-            "judge_cost_usd": g.judge_cost_usd, "activated": g.activated, "error": g.error}
-
-
 def _summary(parts: list[Ingested], samples: list[Sample], grades: list[Grade]) -> tuple[dict, str]:
     complete = all(p.complete for p in parts)
     reasons = [p.reason for p in parts if p.reason]
@@ -614,7 +607,7 @@ def write_ingested(parts: list[Ingested], dest: str | Path) -> Path:
                 folder.append_result(s)
             for e in errors:
                 folder.append_error(e["case_id"], e["arm"], e["index"], e["error"], 1)
-        write_atomic(folder.path / GRADES, "".join(json.dumps(_grade_dict(g)) + "\n" for g in grades))
+        write_atomic(folder.path / GRADES, "".join(json.dumps(grade_to_dict(g), ensure_ascii=False) + "\n" for g in grades))
         summary, md = _summary(parts, samples, grades)
         folder.write_summary(summary, md)
         if dest.exists():
@@ -627,17 +620,13 @@ def write_ingested(parts: list[Ingested], dest: str | Path) -> Path:
 
 def _existing_parts(run: Path) -> list[Ingested]:
     """Read back a run folder written by `write_ingested`, to add an arm to it."""
-    from .runs import sample_from_dict
+    from .runs import grade_from_dict, sample_from_dict
 
     meta = RunFolder(run).read_meta()
     if not meta.get("sources"):
         raise InputError("--into needs a run folder made by `evalkit ingest`", run)
     samples = [sample_from_dict(d) for d in iter_jsonl(run / "results.jsonl")]
-    grades = []
-    for d in iter_jsonl(run / GRADES):
-        grades.append(Grade(case_id=d["case_id"], arm=d["arm"], index=int(d["index"]), passed=d["passed"],
-                            checks=tuple(CheckResult(c["name"], c["passed"], c.get("reason", ""))
-                                         for c in d.get("checks") or ()), error=d.get("error")))
+    grades = [grade_from_dict(d) for d in iter_jsonl(run / GRADES)]
     errors = [{k: e[k] for k in ("case_id", "arm", "index", "error")} for e in RunFolder(run).errors()]
     parts = []
     for src in meta["sources"]:

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator, TypeVar
 import pandas as pd
 
 from .errors import InputError
-from .records import Grade, Sample, Usage
+from .records import CheckResult, Grade, Sample, Usage
 
 RESULTS = "results.jsonl"
 ERRORS = "errors.jsonl"
@@ -158,6 +158,22 @@ def sample_from_dict(d: dict[str, Any]) -> Sample:
     kw["tags"] = tuple(kw.get("tags") or ())
     kw["tool_calls"] = tuple(kw.get("tool_calls") or ())
     return Sample(usage=Usage(int(u.get("prompt_tokens", 0)), int(u.get("completion_tokens", 0))), **kw)
+
+
+def grade_to_dict(g: Grade) -> dict[str, Any]:
+    """A `Grade` as its `grades.jsonl` line (docs/formats.md)."""
+    d = dataclasses.asdict(g)
+    d["checks"] = [dataclasses.asdict(c) for c in g.checks]
+    return d
+
+
+def grade_from_dict(d: dict[str, Any]) -> Grade:
+    """A `grades.jsonl` line back as a `Grade` (keys a line lacks take their defaults)."""
+    names = {f.name for f in dataclasses.fields(Grade)} - {"checks"}
+    kw = {k: v for k, v in d.items() if k in names}
+    kw["index"] = int(d["index"])
+    checks = tuple(CheckResult(c["name"], c["passed"], c.get("reason", "")) for c in d.get("checks") or ())
+    return Grade(checks=checks, **kw)
 
 
 def find_suite_dir(run_path: str | Path, ref: str | None) -> Path | None:

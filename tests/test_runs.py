@@ -237,3 +237,17 @@ def test_find_suite_dir_does_not_depend_on_the_current_directory(tmp_path, monke
     assert find_suite_dir(run, None) is None
     (suite / "cases.jsonl").unlink()
     assert find_suite_dir(run, "data/factual") is None
+
+
+def test_a_grade_line_round_trips_with_every_field():
+    from evalkit.records import CheckResult, Grade
+    from evalkit.runs import grade_from_dict, grade_to_dict
+
+    g = Grade("c1", "base", 2, None, (CheckResult("contains", True, ""), CheckResult("judge", False, "low")),
+              judge_version="v2", judge_score=2, judge_reason="wrong", judge_cost_usd=1e-6, activated=True,
+              error="judge timeout", judge_model="judge-m", judge_same_model_override=True)
+    line = json.loads(json.dumps(grade_to_dict(g)))
+    assert line["checks"] == [{"name": "contains", "passed": True, "reason": ""},
+                              {"name": "judge", "passed": False, "reason": "low"}]
+    assert grade_from_dict(line) == g
+    assert grade_from_dict({"case_id": "c1", "arm": "a", "index": "0", "passed": True}) == Grade("c1", "a", 0, True, ())
