@@ -18,6 +18,7 @@ from typing import Any, Iterable
 import regex
 import yaml
 
+from .agentevals import MATCH_MODES, SETS
 from .errors import InputError, InputErrors
 from .suite import (
     CASES_FILE, CONFIG_FILE, JUDGE_PROMPT_TEMPLATE, MAX_CASES_BYTES, MAX_TEXT_BYTES, Finding,
@@ -31,7 +32,6 @@ VALLY_NAMES = ("eval.yaml", "eval.yml")
 FOREIGN_NAMES = AGENT_EVALS_NAMES + VALLY_NAMES
 MAX_YAML_BYTES = 5 * 1024 * 1024
 
-AGENT_EVALS_MATCH = ("exact", "contains", "regex")
 AGENT_EVALS_CASE_KEYS = {"id", "set", "prompt", "expect", "match"}
 VALLY_KEYS = {"name", "description", "type", "defaults", "config", "stimuli", "skill"}
 VALLY_RUN_KEYS = {"runs", "timeout"}
@@ -175,21 +175,32 @@ def read_agent_evals(path: str | Path) -> ImportedSuite:
         for key in c:
             if key not in AGENT_EVALS_CASE_KEYS:
                 warn(f"{jp}.{key}", f"unknown key {key!r} in case (ignored)")
+        # The same rules as `evalkit grade --eval-file` (agentevals.load_eval_file), so a
+        # file one accepts the other reads alike: set and match case-insensitive, an
+        # empty match is contains, the prompt optional.
         ok = True
-        for key in ("id", "prompt", "expect"):
+        for key in ("id", "expect"):
             if not isinstance(c.get(key), str):
                 err(f"{jp}.{key}", f"missing or non-string {key!r}")
                 ok = False
-        match = c.get("match", "contains")
-        if match not in AGENT_EVALS_MATCH:
+        if not isinstance(c.get("prompt", ""), str):
+            err(f"{jp}.prompt", "prompt must be a string")
+            ok = False
+        match = c.get("match") or "contains"
+        if not isinstance(match, str) or match.lower() not in MATCH_MODES:
             err(f"{jp}.match", f"unknown match type {json.dumps(match)}; expected exact, contains or regex")
             ok = False
-        case_set = c.get("set", "capability")
-        if case_set not in ("capability", "regression"):
+        case_set = c.get("set")
+        if case_set is None:
+            case_set = "capability"
+            warn(f"{jp}.set", "no set: imported as capability (agent-evals' run-evals.ps1 skips the gate of "
+                              "such a case, and `evalkit grade --eval-file` refuses it)")
+        elif not isinstance(case_set, str) or case_set.lower() not in SETS:
             err(f"{jp}.set", f"set must be \"capability\" or \"regression\", got {json.dumps(case_set)}")
             ok = False
         if not ok:
             continue
+        match, case_set = match.lower(), case_set.lower()
         expect = c["expect"].strip()
         if not expect:
             err(f"{jp}.expect", "expect is empty: it would match any output")
@@ -209,7 +220,7 @@ def read_agent_evals(path: str | Path) -> ImportedSuite:
                 continue
             check = {"kind": "regex", "pattern": expect, "flags": "i"}
         cases.append((line_of(lines, jp), jp, {
-            "id": c["id"], "input": c["prompt"], "expected": c["expect"], "tags": [case_set],
+            "id": c["id"], "input": c.get("prompt", ""), "expected": c["expect"], "tags": [case_set],
             "set": case_set, "checks": [check],
         }))
     _raise_with_warnings(fx)

@@ -258,3 +258,21 @@ def test_a_run_of_an_evals_json_suite_finds_its_suite_and_case_sets(tmp_path):
     assert find_suite_dir(run, "elsewhere/pdf-skill") == suite
     sets = verdicts._case_sets(suite)
     assert sets["pdf-german"] == "regression" and sets["pdf-basic"] == "capability"
+
+
+def test_agent_evals_rules_match_evalkit_grade(tmp_path):
+    # Review finding: the importer and `evalkit grade --eval-file` disagreed on the same
+    # file (case of set/match, an empty match, a missing prompt, a missing set).
+    from evalkit.agentevals import load_eval_file
+
+    doc = {"cases": [{"id": "a", "set": "Regression", "prompt": "p", "expect": "x+", "match": "Regex"},
+                     {"id": "b", "set": "capability", "expect": "ok", "match": ""}]}
+    f = write(tmp_path / "s" / "evals.json", json.dumps(doc))
+    graded = {c.id: (c.set, c.match, c.prompt) for c in load_eval_file(f)}
+    imported = {c["id"]: c for _, _, c in read_agent_evals(f).cases}
+    assert graded == {"a": ("regression", "regex", "p"), "b": ("capability", "contains", "")}
+    assert imported["a"]["set"] == "regression" and imported["a"]["checks"][0]["kind"] == "regex"
+    assert imported["b"]["input"] == "" and imported["b"]["checks"][0]["kind"] == "contains"
+    no_set = write(tmp_path / "t" / "evals.json", json.dumps({"cases": [{"id": "c", "prompt": "p", "expect": "y"}]}))
+    warnings = [w.message for w in read_agent_evals(no_set).warnings]
+    assert any(m.startswith("no set: imported as capability") for m in warnings)
