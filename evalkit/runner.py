@@ -282,7 +282,8 @@ async def _run_in_folder(suite: Suite, folder: RunFolder | None, *, arms: list[s
             raise InputError(f"--arms {','.join(arms)} differs from the run's arms {','.join(run_arms)}")
         if k is not None and int(k) != run_k:
             raise InputError(f"--k {k} differs from the run's k {run_k}")
-        missing = [c for c in meta.get("cases", []) if c not in {x.id for x in suite.cases}]
+        present = {x.id for x in suite.cases}
+        missing = [c for c in meta.get("cases", []) if c not in present]
         if missing:
             raise InputError(f"cases of the run are no longer in the suite: {', '.join(missing[:5])}",
                              Path(suite.path) / "cases.jsonl")
@@ -337,32 +338,35 @@ async def _execute(suite: Suite, folder: RunFolder, config: Config, arm_objs: li
                    plan: list[Key], prompts: dict[tuple[str, str], Any], base_url: str | None, runs_root: Path,
                    replay_only: bool, progress: bool, cache: bool) -> RunResult:
     """Run the keys of `plan` that `folder` lacks, under its lock, and write the summary."""
-    done_before = folder.finished_keys()
+    rows = folder.results()
+    done_before = {(r["case_id"], r["arm"], int(r["index"])) for r in rows}
     pending = [key for key in plan if key not in done_before]
-    if done_before and folder.sample_files:
-        folder.repair_sample_files()  # a kill can leave finished samples without their file
+    if rows and folder.sample_files:
+        folder.repair_sample_files(rows)  # a kill can leave finished samples without their file
 
-    ledger = Ledger.resume(config.cost_cap_usd, folder.ledger_path)
-    rcache = ResponseCache(runs_root / CACHE_FILE) if (cache or replay_only) else None
-    client = ModelClient(config.generator, config.price, ledger, role="generator",
-                         max_tokens_in=config.max_tokens_in, max_tokens_out=config.max_tokens_out,
-                         cache=rcache, replay_only=replay_only, max_attempts=config.max_attempts,
-                         timeout_s=config.timeout_s, base_url=base_url)
-    engine = _Engine(suite, arm_objs, k, folder, ledger, client, pending, progress, prompts)
     interrupted: BaseException | None = None
-    try:
-        await engine.run(config.concurrency)
-    except (asyncio.CancelledError, KeyboardInterrupt) as exc:
-        # Ctrl-C: the calls in flight were settled at their worst case by the client;
-        # write the INCOMPLETE summary, then let the interruption go on.
-        interrupted = exc
-        engine.stop("interrupted")
-    finally:
-        await client.aclose()
-        folder.close()
-        ledger.close()
+    # Each resource is closed however the run ends, even when building the next one or
+    # closing another fails (the cache flushes its last rows, the sample writer drains).
+    async with contextlib.AsyncExitStack() as stack:
+        stack.callback(folder.close)
+        ledger = Ledger.resume(config.cost_cap_usd, folder.ledger_path)
+        stack.callback(ledger.close)
+        rcache = ResponseCache(runs_root / CACHE_FILE) if (cache or replay_only) else None
         if rcache is not None:
-            rcache.close()
+            stack.callback(rcache.close)
+        client = ModelClient(config.generator, config.price, ledger, role="generator",
+                             max_tokens_in=config.max_tokens_in, max_tokens_out=config.max_tokens_out,
+                             cache=rcache, replay_only=replay_only, max_attempts=config.max_attempts,
+                             timeout_s=config.timeout_s, base_url=base_url)
+        stack.push_async_callback(client.aclose)
+        engine = _Engine(suite, arm_objs, k, folder, ledger, client, pending, progress, prompts)
+        try:
+            await engine.run(config.concurrency)
+        except (asyncio.CancelledError, KeyboardInterrupt) as exc:
+            # Ctrl-C: the calls in flight were settled at their worst case by the client;
+            # write the INCOMPLETE summary, then let the interruption go on.
+            interrupted = exc
+            engine.stop("interrupted")
 
     finished = done_before | engine.done
     per_arm = {n: {"samples": 0, "errors": 0} for n in names}

@@ -196,9 +196,15 @@ def find_suite_dir(run_path: str | Path, ref: str | None) -> Path | None:
     return None
 
 
+def sample_relpath(case_id: str, arm: str, index: int) -> str:
+    """`samples/<case>/<arm>/sample-<n>.txt`, n from 1 (the agent-evals layout), relative
+    to the run folder."""
+    return f"samples/{case_id}/{arm}/sample-{index + 1}.txt"
+
+
 def sample_path(run_path: str | Path, case_id: str, arm: str, index: int) -> Path:
-    """`samples/<case>/<arm>/sample-<n>.txt`, n from 1 (the agent-evals layout)."""
-    return Path(run_path) / "samples" / case_id / arm / f"sample-{index + 1}.txt"
+    """The sample's text file in a run folder (`sample_relpath`)."""
+    return Path(run_path) / sample_relpath(case_id, arm, index)
 
 
 class RunFolder:
@@ -343,7 +349,7 @@ class RunFolder:
             os.fsync(fh.fileno())
 
     def _write_sample_text(self, sample: Sample) -> None:
-        rel = f"samples/{sample.case_id}/{sample.arm}/sample-{sample.index + 1}.txt"  # = sample_path
+        rel = sample_relpath(sample.case_id, sample.arm, sample.index)
         if self._writer is None and self._can_offload and self._inline_files >= self.offload_after:
             from ._samplewriter import SampleWriter
             try:
@@ -356,16 +362,16 @@ class RunFolder:
         write_text_atomic(self.path, rel, sample.output.encode("utf-8"), self._dirs)
         self._inline_files += 1
 
-    def repair_sample_files(self) -> int:
-        """Write the sample text file of every `results.jsonl` line that lacks one (a
-        helper that died, a run killed before its helper caught up); returns how many."""
+    def repair_sample_files(self, rows: list[dict[str, Any]] | None = None) -> int:
+        """Write the sample text file of every `results.jsonl` line (`rows`, read when not
+        given) that lacks one (a helper that died, a run killed before its helper caught
+        up); returns how many."""
         from ._samplewriter import write_text_atomic
         written = 0
-        for d in self.results():
-            p = sample_path(self.path, d["case_id"], d["arm"], int(d["index"]))
-            if not p.is_file():
-                write_text_atomic(self.path, str(p.relative_to(self.path)), str(d.get("output") or "").encode("utf-8"),
-                                  self._dirs)
+        for d in self.results() if rows is None else rows:
+            rel = sample_relpath(d["case_id"], d["arm"], int(d["index"]))
+            if not (self.path / rel).is_file():
+                write_text_atomic(self.path, rel, str(d.get("output") or "").encode("utf-8"), self._dirs)
                 written += 1
         return written
 
