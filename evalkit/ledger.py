@@ -55,8 +55,6 @@ class Ledger:
         self.committed_usd = float(committed_usd)
         self.reserved_usd = 0.0
         self.avoided_usd = 0.0
-        self.calls = 0
-        self.refused = 0
         self.breaches = 0  # settles that reported more than their reservation (this file, all runs)
         self.untrusted = 0  # settles whose reported usage was not a non-negative integer
         self._ids = itertools.count(1)
@@ -70,6 +68,7 @@ class Ledger:
             from .runs import repair_torn_tail
             repair_torn_tail(self._path)  # a later event must not glue onto a torn line
         self._fh = open(self._path, "a", encoding="utf-8") if self._path else None
+        self._fsync = bool(os.environ.get("EVALKIT_FSYNC"))
 
     @classmethod
     def resume(cls, cap_usd: float, path: str | Path) -> "Ledger":
@@ -83,11 +82,9 @@ class Ledger:
         open_amounts: dict[int, float] = {}
         p = Path(path)
         if p.exists():
-            for raw in p.read_text(encoding="utf-8").splitlines():
-                try:
-                    ev = json.loads(raw)
-                except json.JSONDecodeError:
-                    continue  # a torn last line from a kill
+            from .runs import iter_jsonl  # a torn last line is dropped with a warning; a bad
+                                          # line before it is an InputError, never skipped
+            for ev in iter_jsonl(p):
                 kind = ev.get("event")
                 if kind == "reserve":
                     open_amounts[(ev.get("run_epoch", 0), ev["id"])] = ev["amount_usd"]
@@ -103,10 +100,6 @@ class Ledger:
         led.breaches = breaches
         return led
 
-    @staticmethod
-    def worst_case(price: Price, tokens_in: int, tokens_out: int) -> float:
-        return price.cost(tokens_in, tokens_out)
-
     def reserve(self, role: str, model: str, price: Price, tokens_in: int, tokens_out: int, key: str = "") -> Reservation:
         """Hold the worst case of one call, or raise `BudgetExhausted`."""
         if price is None:
@@ -114,7 +107,6 @@ class Ledger:
         amount = price.cost(tokens_in, tokens_out)
         with self._lock:
             if self.committed_usd + self.reserved_usd + amount > self.cap_usd + 1e-12:
-                self.refused += 1
                 self._write({"event": "refuse", "role": role, "model": model, "key": key,
                              "amount_usd": amount, "committed_usd": self.committed_usd,
                              "reserved_usd": self.reserved_usd, "cap_usd": self.cap_usd})
@@ -144,7 +136,6 @@ class Ledger:
         with self._lock:
             self._close(r)
             self.committed_usd += cost
-            self.calls += 1
             self.breaches += breached
             event = {"event": "settle", "id": r.id, "role": r.role, "model": r.model, "key": r.key,
                      "prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
@@ -192,7 +183,6 @@ class Ledger:
         with self._lock:
             self._close(r)
             self.committed_usd += cost
-            self.calls += 1
             self._write({"event": "release", "id": r.id, "role": r.role, "model": r.model, "key": r.key,
                          "cost_usd": cost, "reason": reason, "committed_usd": self.committed_usd})
         return cost
@@ -202,10 +192,6 @@ class Ledger:
         with self._lock:
             self.avoided_usd += amount_usd
             self._write({"event": "cache_hit", "key": key, "cost_usd": 0.0, "avoided_usd": amount_usd})
-
-    @property
-    def spent_usd(self) -> float:
-        return self.committed_usd
 
     def close(self) -> None:
         if self._fh:
@@ -223,7 +209,8 @@ class Ledger:
         event = {"t": round(time.time(), 3), "run_epoch": self._epoch, **event}
         self._fh.write(json.dumps(event) + "\n")
         self._fh.flush()
-        os.fsync(self._fh.fileno()) if os.environ.get("EVALKIT_FSYNC") else None
+        if self._fsync:
+            os.fsync(self._fh.fileno())
 
 
 def _count(raw: object) -> int | None:

@@ -40,7 +40,7 @@ from .client import CallStopped, ModelClient, check_endpoint
 from .errors import (BudgetExhausted, CeilingBreached, InputError, InputTooLong, ReplayMiss,
                      UnitCallError)
 from .ledger import Ledger
-from .records import Arm, Case, Config, Sample, Suite
+from .records import Arm, Config, Sample, Suite
 from .runs import RunFolder
 
 CACHE_FILE = "cache.sqlite"
@@ -134,14 +134,12 @@ def _format_summary_md(suite: Suite, res: dict[str, Any]) -> str:
 
 
 class _Engine:
-    def __init__(self, suite: Suite, arms: list[Arm], k: int, folder: RunFolder, ledger: Ledger,
+    def __init__(self, suite: Suite, arms: list[Arm], folder: RunFolder, ledger: Ledger,
                  client: ModelClient, pending: list[Key], progress: bool,
                  prompts: dict[tuple[str, str], Any]) -> None:
-        self.suite = suite
         self.config = suite.config
         self.cases = {c.id: c for c in suite.cases}
         self.arms = {a.name: a for a in arms}
-        self.k = k
         self.folder = folder
         self.ledger = ledger
         self.client = client
@@ -169,9 +167,6 @@ class _Engine:
         if cause not in self.stop_causes:
             self.stop_causes.append(cause)
 
-    def _prompt(self, case: Case, arm: Arm) -> Any:
-        return self.prompts[(case.id, arm.name)]
-
     def _tick(self) -> None:
         self.bar.set_postfix_str(f"errors={len(self.errored)} spend=${self.ledger.committed_usd:.4f}"
                                  f"/${self.ledger.cap_usd:.4f}", refresh=False)
@@ -184,7 +179,7 @@ class _Engine:
             case_id, arm_name, index = key
             case, arm = self.cases[case_id], self.arms[arm_name]
             seed = derive_seed(self.config.seed, case_id, arm_name, index)
-            rendered = self._prompt(case, arm)
+            rendered = self.prompts[(case_id, arm_name)]
             kw: dict[str, Any] = {"messages": rendered, "tools": self._tools} if isinstance(rendered, list) \
                 else {"prompt": rendered}
             try:
@@ -359,7 +354,7 @@ async def _execute(suite: Suite, folder: RunFolder, config: Config, arm_objs: li
                              cache=rcache, replay_only=replay_only, max_attempts=config.max_attempts,
                              timeout_s=config.timeout_s, base_url=base_url)
         stack.push_async_callback(client.aclose)
-        engine = _Engine(suite, arm_objs, k, folder, ledger, client, pending, progress, prompts)
+        engine = _Engine(suite, arm_objs, folder, ledger, client, pending, progress, prompts)
         try:
             await engine.run(config.concurrency)
         except (asyncio.CancelledError, KeyboardInterrupt) as exc:

@@ -224,3 +224,13 @@ def test_the_reason_names_every_stop_cause_with_the_breach_first(tmp_path):
     assert (res.path / "summary.md").read_text().startswith(f"INCOMPLETE: {res.ran}/10 cases (ceiling breached; "
                                                             "budget exhausted)")
     assert (load_run(res.path).ledger.event == "refuse").sum() >= 1
+
+
+def test_resume_refuses_a_ledger_with_a_bad_line_before_its_end(tmp_path):
+    # Review finding: resume skipped any line it could not parse, so a damaged ledger
+    # could carry less spend forward than was paid.
+    p = tmp_path / "ledger.jsonl"
+    p.write_text('{"event": "settle", "id": 1, "cost_usd": 0.5}\nnot json\n{"event": "settle", "id": 2, "cost_usd": 0.25}\n')
+    with pytest.raises(InputError) as ei:
+        Ledger.resume(10.0, p)
+    assert ei.value.line == 2 and str(p) in str(ei.value)
