@@ -16,8 +16,6 @@ from pathlib import Path
 
 from .errors import EvalkitError
 
-SHARED_PANDALM = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "pandalm"
-
 
 def _say(msg: str) -> None:
     print(f"[demo] {msg}", flush=True)
@@ -83,10 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"verdict {arms[1]} vs {arms[0]}: {v.kind} ({v.wins}W/{v.ties}T/{v.losses}L, "
              f"p={v.p_value:.4g}, unit: {v.unit})" if v.p_value is not None else f"verdict: {v.kind} ({v.reason})")
 
-    extra = {}
-    if SHARED_PANDALM.is_dir():
-        extra["judge_calibration"] = {"pandalm_dir": str(SHARED_PANDALM)}
-    rep = report_run(result.path, args.reports_dir, extra_parameters=extra)
+    rep = report_run(result.path, args.reports_dir)  # PandaLM from ../shared, as plan_notebooks finds it
     for nb in rep.notebooks:
         _say(f"report {nb.name}: {'ok' if nb.ok else 'FAILED'}")
     for name, why in rep.skipped.items():

@@ -334,9 +334,11 @@ def _rate(num: int, den: int) -> float | None:
     return num / den if den else None
 
 
-def group_metrics(expected: Iterable[Key], rows: Sequence[tuple[Case, Sample, Grade]]) -> dict[str, Any]:
+def group_metrics(expected: Iterable[Key], rows: Sequence[tuple[Case, Sample, Grade]],
+                  refused_by_key: dict[Key, bool]) -> dict[str, Any]:
     """Metrics of one group (overall, a tag, an arm). `expected`: the keys the run
-    planned for the group; `rows`: its graded samples."""
+    planned for the group; `rows`: its graded samples; `refused_by_key`: each sample's
+    `graders.is_refusal`, computed once for all the groups."""
     exp = set(expected)
     present = {(g.case_id, g.arm, g.index) for _, _, g in rows}
     graded = [r for r in rows if r[2].passed is not None]
@@ -349,7 +351,7 @@ def group_metrics(expected: Iterable[Key], rows: Sequence[tuple[Case, Sample, Gr
 
     tool_rate, tool_n = check_rate("tool_calls", True)
     halluc_rate, ground_n = check_rate("grounding", False)
-    refused = [(c, is_refusal(s.output)) for c, s, _ in rows]
+    refused = [(c, refused_by_key[(g.case_id, g.arm, g.index)]) for c, _, g in rows]
     golden = [r for c, r in refused if GOLDEN_TAG in c.tags]
     should = [r for c, r in refused if _should_refuse(c)]
     act = [g.activated for c, _, g in rows if g.activated is not None and c.intent != "non-activation"]
@@ -393,14 +395,16 @@ def summarize(suite: Suite, meta: dict[str, Any], samples: dict[Key, Sample], gr
     cases = {c.id: c for c in suite.cases}
     rows = [(cases[g.case_id], samples[(g.case_id, g.arm, g.index)], g) for g in grades if g.case_id in cases]
     tag_of = {cid: set(c.tags) for cid, c in cases.items()}
+    # once per sample: every sample is in 2 x (1 + its tags) groups, each regex is timed
+    refused = {(g.case_id, g.arm, g.index): is_refusal(s.output) for _, s, g in rows}
 
     def tags_for(keys: Iterable[Key]) -> list[str]:
         return sorted({t for k in keys for t in tag_of.get(k[0], ())})
 
     def block(exp: set[Key], rs: list) -> dict[str, Any]:
-        return {"overall": group_metrics(exp, rs),
+        return {"overall": group_metrics(exp, rs, refused),
                 "per_tag": {t: group_metrics({k for k in exp if t in tag_of.get(k[0], ())},
-                                             [r for r in rs if t in r[0].tags]) for t in tags_for(exp)}}
+                                             [r for r in rs if t in r[0].tags], refused) for t in tags_for(exp)}}
 
     everything = block(expected, rows)
     arms = sorted({k[1] for k in expected} | {g.arm for g in grades})

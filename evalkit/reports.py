@@ -154,13 +154,10 @@ def write_sidecar(name: str, numbers: Mapping[str, Any], directory: str | Path |
     by hand): nothing is written, and None is returned."""
     if not directory:
         return None
-    d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
-    path = d / f"{name}.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(jsonable(dict(numbers)), indent=2, sort_keys=True, allow_nan=False) + "\n",
-                   encoding="utf-8")
-    os.replace(tmp, path)
+    from .runs import write_atomic
+
+    path = Path(directory) / f"{name}.json"
+    write_atomic(path, json.dumps(jsonable(dict(numbers)), indent=2, sort_keys=True, allow_nan=False) + "\n")
     return path
 
 
@@ -693,23 +690,20 @@ def render_html(ipynb: str | Path, parameters: Mapping[str, Any], *, title: str)
     """Render an executed notebook to a self-contained HTML page beside it: no code,
     images as data URIs, the parameters as a table first, and a content security
     policy that allows no script and no outside resource."""
-    import copy
-
     import nbformat
 
     src = Path(ipynb)
     nb = nbformat.read(src, as_version=4)
-    nb = copy.deepcopy(nb)
     header = nbformat.v4.new_code_cell(source="")
     header.outputs = [nbformat.v4.new_output("display_data", data={"text/html": params_table_html(parameters, title)})]
     # the injected-parameters cell has no output; drop it so the page starts with the table
     nb.cells = [header] + [c for c in nb.cells if "injected-parameters" not in c.get("metadata", {}).get("tags", [])]
     body = _export(nb, {"metadata": {"name": title}})
     body = _harden(body)
+    from .runs import write_atomic
+
     dst = src.with_suffix(".html")
-    tmp = dst.with_suffix(".html.tmp")
-    tmp.write_text(body, encoding="utf-8")
-    os.replace(tmp, dst)
+    write_atomic(dst, body)
     return dst
 
 
@@ -923,10 +917,10 @@ def write_manifest(run: Path, out_dir: Path, results: Iterable[NotebookReport], 
                        "ok": r.ok, "error": r.error, "seconds": round(r.seconds, 3)} for r in results],
         "skipped": dict(skipped),
     }
+    from .runs import write_atomic
+
     path = out_dir / MANIFEST
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(jsonable(manifest), indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(jsonable(manifest), indent=2) + "\n")
     return path
 
 
@@ -1069,8 +1063,8 @@ def build_index(reports_dir: str | Path) -> Path:
         "<h2>Trend of the headline success rate, per suite</h2>"
         "<table><thead><tr><th>suite</th><th>runs</th><th>success rate per arm, oldest run first</th></tr></thead>"
         "<tbody>" + "".join(trends) + "</tbody></table></body></html>\n")
+    from .runs import write_atomic
+
     path = root / "index.html"
-    tmp = path.with_suffix(".html.tmp")
-    tmp.write_text(page, encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, page)
     return path
