@@ -272,9 +272,7 @@ def _suite(counts: Iterable[tuple[int, int]], k: int, per_case) -> Estimate:
     values = [per_case(int(n), int(c), k) for n, c in counts]
     if not values:
         _fail("no cases: a suite-level estimate needs at least one (n, c) pair")
-    arr = np.asarray(values, dtype=float)
-    se = float(arr.std(ddof=1) / math.sqrt(arr.size)) if arr.size > 1 else math.nan
-    return Estimate(float(arr.mean()), se, int(arr.size))
+    return mean_and_se(values)  # the CLT SE across cases
 
 
 def suite_pass_at_k(counts: Iterable[tuple[int, int]], k: int) -> Estimate:
@@ -409,13 +407,13 @@ def paired_difference(
     ea, eb = mean_and_se(xa, clusters), mean_and_se(xb, clusters)
     with np.errstate(invalid="ignore", divide="ignore"):
         corr = float(np.corrcoef(xa, xb)[0, 1]) if xa.std() > 0 and xb.std() > 0 else math.nan
-    z = float(_st.norm.ppf(1 - alpha / 2))
+    low, high = diff.interval(alpha)
     return PairedDifference(
         mean=diff.value,
         se=diff.se,
         correlation=corr,
-        low=diff.value - z * diff.se,
-        high=diff.value + z * diff.se,
+        low=low,
+        high=high,
         n=diff.n,
         se_unpaired=float(math.sqrt(ea.se**2 + eb.se**2)),
         n_clusters=diff.n_clusters,
@@ -1024,7 +1022,8 @@ class SequentialSignTest:
             _fail(f"power must be in (0, 1), got {power!r}")
         if max_discordant is not None and (int(max_discordant) != max_discordant or max_discordant < 6):
             _fail(f"max_discordant must be an integer >= 6, got {max_discordant!r}")
-        self.design: SequentialDesign = _design(float(win_rate), float(alpha), float(power), max_discordant)
+        self.design: SequentialDesign = _design(float(win_rate), float(alpha), float(power),
+                                                None if max_discordant is None else int(max_discordant))
         self._state = SequentialState("continue", 0, 0, 0, 0)
 
     @property

@@ -503,3 +503,10 @@ def test_sequential_refuses_a_cap_too_small_for_the_power():
         S.SequentialSignTest(win_rate=0.75, max_discordant=30)
     capped = S.SequentialSignTest(win_rate=0.75, max_discordant=60).design
     assert capped.max_discordant == 60 and capped.type_i_error <= 0.05 and capped.power_exact >= 0.8
+
+
+def test_sequential_sign_test_takes_a_whole_float_max_discordant():
+    # Review finding: 40.0 passed the check and then failed building the design.
+    from evalkit.stats import SequentialSignTest
+
+    assert SequentialSignTest(max_discordant=40.0).design == SequentialSignTest(max_discordant=40).design
