@@ -470,6 +470,9 @@ def conformance_verdict(run: Run | str | Path, threshold: float | None = None, *
     grades = _grade_map(run)
     errors = {(str(r["case_id"]), int(r["index"])): str(r.get("error") or "error")
               for r in run.errors.to_dict("records") if str(r["arm"]) == arm}
+    errored: dict[str, set[int]] = defaultdict(set)
+    for (c, i) in errors:
+        errored[c].add(i)
     present: dict[str, set[int]] = defaultdict(set)
     for r in run.samples[run.samples["arm"] == arm][["case_id", "index"]].itertuples(index=False):
         present[str(r.case_id)].add(int(r.index))
@@ -478,7 +481,7 @@ def conformance_verdict(run: Run | str | Path, threshold: float | None = None, *
     below_trials: list[str] = []
     problems: list[str] = []
     for case in _case_order(run):
-        idx = present[case] | {i for (c, i) in errors if c == case} | (set(range(k)) if k else set())
+        idx = present[case] | errored[case] | (set(range(k)) if k else set())
         for i in sorted(idx):
             tag = f"{case}#{i}"
             if i not in present[case]:
@@ -1172,10 +1175,10 @@ def gate_metrics(cur: RunMetrics, baseline: RunMetrics | dict[str, Any], t: Gate
                            "comparable; accept a new baseline")
             return GateResult(False, tuple(reasons), True, (), tuple(notes), t, alpha, str(run_path),
                               str(baseline_path))
-        bm = base.by_id()
+        bm, cm = base.by_id(), cur.by_id()
         ids = [c.case_id for c in cur.cases if c.case_id in bm]
         new = [c.case_id for c in cur.cases if c.case_id not in bm]
-        gone = [i for i in bm if i not in {c.case_id for c in cur.cases}]
+        gone = [i for i in bm if i not in cm]
         if new:
             notes.append(f"{len(new)} case(s) not in the baseline, not gated: {', '.join(new[:10])}")
         if gone:
@@ -1184,7 +1187,7 @@ def gate_metrics(cur: RunMetrics, baseline: RunMetrics | dict[str, Any], t: Gate
             reasons.append("no case in common with the baseline")
             return GateResult(False, tuple(reasons), True, (), tuple(notes), t, alpha, str(run_path),
                               str(baseline_path))
-        short = [i for i in ids if cur.by_id()[i].n < cur.k or bm[i].n < cur.k]
+        short = [i for i in ids if cm[i].n < cur.k or bm[i].n < cur.k]
         if short:
             reasons.append(f"{len(short)} case(s) have fewer than k={cur.k} samples: {', '.join(short[:10])}")
             return GateResult(False, tuple(reasons), True, (), tuple(notes), t, alpha, str(run_path),
