@@ -10,7 +10,6 @@ CI. `gate` exits 1 when the gate fails. `power`, `baseline accept` and `noise` e
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -21,19 +20,10 @@ from . import verdicts as V
 FAIL_KINDS = ("regression", "inconclusive", "no-improvement")
 
 
-def _clean(x: Any) -> Any:
-    """JSON-safe: NaN and infinities become null."""
-    if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
-        return None
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    return x
-
-
 def _emit(obj: dict[str, Any], as_json: bool, text: str) -> None:
-    click.echo(json.dumps(_clean(obj), indent=2) if as_json else text)
+    from .reports import jsonable  # NaN and infinities become null, numpy scalars plain numbers
+
+    click.echo(json.dumps(jsonable(obj), indent=2) if as_json else text)
 
 
 def _fail_on(kind: str, fail_on: tuple[str, ...]) -> None:
