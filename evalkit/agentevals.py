@@ -41,7 +41,6 @@ Where evalkit differs, on purpose:
 from __future__ import annotations
 
 import fnmatch
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,16 +122,11 @@ class CompatReport:
 
 def load_eval_file(path: str | Path) -> list[EvalCase]:
     """Read and validate an agent-evals eval file; errors name the file and JSON path."""
+    from .suite import MAX_CASES_BYTES, read_json_object
+
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8-sig")
-    except OSError as exc:
-        raise InputError(f"cannot read eval file: {exc.strerror}", p) from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON: {exc.msg}", p, exc.lineno) from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list) or not doc["cases"]:
+    doc = read_json_object(p, "an eval file", limit=MAX_CASES_BYTES)
+    if not isinstance(doc.get("cases"), list) or not doc["cases"]:
         raise InputError("the eval file needs a nonempty `cases` array", p, json_path="$.cases")
     cases: list[EvalCase] = []
     seen: set[str] = set()

@@ -330,13 +330,11 @@ def rate_interval(rate: float | None, n: int | None, method: str = "wilson") -> 
 
 def load_grades_summary(run: Any) -> dict[str, Any] | None:
     """The run's `grades-summary.json` (written by `evalkit grade`), or None."""
+    from .runs import RUN_JSON_BYTES
+    from .suite import read_json_object
+
     p = Path(run.path) / "grades-summary.json"
-    if not p.exists():
-        return None
-    try:
-        return json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON: {exc.msg}", p, exc.lineno) from None
+    return read_json_object(p, "grades-summary.json", limit=RUN_JSON_BYTES) if p.exists() else None
 
 
 def summary_from_grades(run: Any) -> dict[str, Any] | None:

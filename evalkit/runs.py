@@ -28,6 +28,7 @@ from .records import CheckResult, Grade, Sample, Usage
 RESULTS = "results.jsonl"
 ERRORS = "errors.jsonl"
 LEDGER = "ledger.jsonl"
+RUN_JSON_BYTES = 64 * 1024 * 1024  # a run's config.json lists every case id and input hash
 CONFIG = "config.json"
 SUMMARY_JSON = "summary.json"
 SUMMARY_MD = "summary.md"
@@ -316,13 +317,12 @@ class RunFolder:
         return self.path / LEDGER
 
     def read_meta(self) -> dict[str, Any]:
+        from .suite import read_json_object
+
         p = self.path / CONFIG
         if not p.exists():
             raise InputError("not a run folder (no config.json)", self.path)
-        try:
-            return json.loads(p.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise InputError(f"config.json is not valid JSON: {exc}", p, exc.lineno) from None
+        return read_json_object(p, "a run's config.json", limit=RUN_JSON_BYTES)
 
     def results(self) -> list[dict[str, Any]]:
         p = self.path / RESULTS
@@ -464,10 +464,9 @@ def load_run(path: str | Path) -> Run:
     summary: dict[str, Any] = {}
     sp = p / SUMMARY_JSON
     if sp.exists():
-        try:
-            summary = json.loads(sp.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise InputError(f"not valid JSON: {exc}", sp, exc.lineno) from None
+        from .suite import read_json_object
+
+        summary = read_json_object(sp, "summary.json", limit=RUN_JSON_BYTES)
     samples = _frame([_sample_row(d) for d in folder.results()], SAMPLE_COLUMNS)
     grades_rows = []
     gp = p / GRADES

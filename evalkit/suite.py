@@ -349,15 +349,27 @@ def parse_cases_jsonl(text: str, path: str, fx: _Findings) -> list[tuple[str, in
     return out
 
 
-def parse_config_json(text: str, path: str) -> tuple[dict[str, Json], dict[str, int]]:
-    """Parse `config.json` into an object and its JSON-path -> line map."""
+def parse_json_object(text: str, path: str | Path, what: str) -> dict[str, Json]:
+    """Parse a JSON document that must be one object (`what` names it in the message)."""
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"malformed JSON: {exc.msg} (column {exc.colno})", path, exc.lineno) from None
     if not isinstance(obj, dict):
-        raise InputError(f"config must be a JSON object, got {type(obj).__name__}", path, 1, "$")
-    return obj, json_line_index(text)
+        raise InputError(f"{what} must be a JSON object, got {type(obj).__name__}", path, 1, "$")
+    return obj
+
+
+def read_json_object(path: str | Path, what: str, *, limit: int = MAX_CONFIG_BYTES) -> dict[str, Json]:
+    """Read a JSON file that must hold one object (a plan, a baseline, a run's
+    config.json): `read_text_file`'s checks (size, BOM, UTF-8), then the parse; every
+    failure an `InputError` naming the file and line."""
+    return parse_json_object(read_text_file(path, limit=limit), path, what)
+
+
+def parse_config_json(text: str, path: str) -> tuple[dict[str, Json], dict[str, int]]:
+    """Parse `config.json` into an object and its JSON-path -> line map."""
+    return parse_json_object(text, path, "config"), json_line_index(text)
 
 
 def _native_source(root: Path, fx: _Findings) -> SuiteSource | None:

@@ -33,7 +33,8 @@ import numpy as np
 from . import stats
 from .errors import EvalkitError, InputError
 from .records import GateThresholds
-from .runs import Run, find_suite_dir, iter_jsonl, load_run, write_atomic
+from .runs import RUN_JSON_BYTES, Run, find_suite_dir, iter_jsonl, load_run, write_atomic
+from .suite import read_json_object
 
 VerdictKind = Literal["pass", "regression", "no-improvement", "inconclusive"]
 
@@ -633,10 +634,7 @@ def write_plan(plan: PowerPlan, suite_dir: str | Path) -> Path:
     if plan.seed is None:
         cfg = d / "config.json"
         if cfg.exists():
-            try:
-                seed = json.loads(cfg.read_text(encoding="utf-8")).get("seed")
-            except json.JSONDecodeError as exc:
-                raise InputError(f"not valid JSON: {exc}", cfg, exc.lineno) from None
+            seed = read_json_object(cfg, "config").get("seed")
             if isinstance(seed, int):
                 plan = replace(plan, seed=seed)
     path = d / PLAN_FILE
@@ -651,12 +649,7 @@ def load_plan(path: str | Path) -> PowerPlan:
         p = p / PLAN_FILE
     if not p.exists():
         raise InputError("plan not found (write one with `evalkit power --write`)", p)
-    try:
-        raw = json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON: {exc}", p, exc.lineno) from None
-    if not isinstance(raw, dict):
-        raise InputError("a plan is a JSON object", p, json_path="$")
+    raw = read_json_object(p, "a plan")
     names = {f for f in PowerPlan.__dataclass_fields__}
     required = ("test", "alpha", "power", "win_rate", "tie_rate", "n_trials")
     for key in required:
@@ -1093,12 +1086,7 @@ def load_baseline(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.exists():
         raise InputError("baseline not found (accept one with `evalkit baseline accept RUN`)", p)
-    try:
-        raw = json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON: {exc}", p, exc.lineno) from None
-    if not isinstance(raw, dict):
-        raise InputError("a baseline is a JSON object", p, json_path="$")
+    raw = read_json_object(p, "a baseline", limit=RUN_JSON_BYTES)
     if "cases" not in raw and "success_rate" not in raw:
         raise InputError("baseline has neither per-case data nor success_rate", p, json_path="$.success_rate")
     if "cases" in raw:

@@ -558,3 +558,20 @@ def test_conformance_numeric_threshold_uses_share_of_checks(tmp_path):
     assert v.kind == "regression" and v.below_trials == ("b#1",)
     with pytest.raises(InputError):
         V.conformance_verdict(run, 2.0)
+
+
+def test_plan_baseline_and_config_files_that_are_not_json_objects_are_input_errors(tmp_path):
+    # Review finding: invalid UTF-8 in plan.json / baseline.json raised UnicodeDecodeError
+    # (a traceback, not exit 2), and a config.json holding a list crashed write_plan.
+    (tmp_path / "plan.json").write_bytes(b'{"test": "sign",\n "note": "\xff"}\n')
+    with pytest.raises(InputError) as ei:
+        V.load_plan(tmp_path / "plan.json")
+    assert ei.value.line == 2 and "invalid UTF-8" in str(ei.value)
+    (tmp_path / "baseline.json").write_text("[1, 2]")
+    with pytest.raises(InputError, match="a baseline must be a JSON object, got list"):
+        V.load_baseline(tmp_path / "baseline.json")
+    (tmp_path / "config.json").write_text("[]")
+    before = (tmp_path / "plan.json").read_bytes()
+    with pytest.raises(InputError, match="config must be a JSON object"):
+        V.write_plan(V.plan_power(0.75), tmp_path)
+    assert (tmp_path / "plan.json").read_bytes() == before  # nothing written
