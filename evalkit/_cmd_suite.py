@@ -46,11 +46,12 @@ def lint_cmd(suite_path: Path, strict: bool) -> None:
               help="The skill or guidance under test: adds a `skilled` arm beside `baseline`.")
 def import_cmd(file: Path, dest: Path, guidance: Path | None) -> None:
     """Import an agent-evals evals.json or a Vally/SKRAFT eval.yaml as a native suite."""
-    out = importers.import_suite(file, dest, guidance=guidance)
-    report = suite.lint_suite(out)
-    click.echo(f"imported {file} -> {out} ({len(suite.load_suite(out).cases)} cases)")
-    for finding in report.warnings:
-        click.echo(str(finding))
+    out = importers.import_suite(file, dest, guidance=guidance,  # lints what it writes
+                                 on_warning=lambda w: click.echo(str(w)))
+    loaded = suite.load_suite(out)
+    click.echo(f"imported {file} -> {out} ({len(loaded.cases)} cases)")
+    for warning in loaded.warnings:
+        click.echo(warning)
 
 
 COMMANDS: list[click.Command] = [init_cmd, lint_cmd, import_cmd]

@@ -13,7 +13,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import regex
 import yaml
@@ -454,11 +454,16 @@ def write_native_suite(dest: str | Path, config: dict[str, Any], cases: Iterable
     return write_suite_atomically(dest, out, validate=validate)
 
 
-def import_suite(src: str | Path, dest: str | Path, *, guidance: str | Path | None = None) -> Path:
+def import_suite(src: str | Path, dest: str | Path, *, guidance: str | Path | None = None,
+                 on_warning: Callable[[Finding], None] | None = None) -> Path:
     """`evalkit import`: read a foreign suite, validate it in memory (messages point into
     the foreign file), and write it as a native suite. `guidance` adds a `skilled` arm
-    with that file as `guidance/skilled.md` (the skill under test)."""
+    with that file as `guidance/skilled.md` (the skill under test). `on_warning` hears
+    each warning about the foreign file (a wildcard matched literally, a case without
+    set)."""
     imported = read_foreign(src)
+    for w in imported.warnings if on_warning is not None else ():
+        on_warning(w)
     config = dict(imported.config)
     files = dict(imported.files)
     if guidance is not None:

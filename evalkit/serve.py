@@ -195,8 +195,9 @@ def load_script(script: dict | str | Path) -> dict:
     else:
         raise InputError(f"a script is a dict or a file path, not {type(script).__name__}")
 
-    import jsonschema
+    from ._jsonschema import jsonschema as _jsonschema
 
+    jsonschema = _jsonschema()  # without compiling the IRI grammar, as everywhere in evalkit
     validator = jsonschema.Draft202012Validator(SCRIPT_SCHEMA)
     error = jsonschema.exceptions.best_match(validator.iter_errors(data))
     if error is not None:

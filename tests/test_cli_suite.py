@@ -216,6 +216,8 @@ def test_import_cli_and_bad_import_writes_nothing(tmp_path):
     dest = tmp_path / "evals" / "imported"
     r = CliRunner().invoke(main, ["import", str(f), "--to", str(dest)])
     assert r.exit_code == 0 and "1 cases" in r.output, r.output
+    # the importer's own warnings reach the user, with the place in the foreign file
+    assert f"{f}:1: warning: $.cases[0].set: no set: imported as capability" in r.output
     assert lint(dest).exit_code == 0
     bad = tmp_path / "bad" / "evals.json"
     bad.parent.mkdir()
