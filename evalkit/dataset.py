@@ -388,7 +388,6 @@ def parse_csv(text: str, shown: str, *, limits: Limits = LIMITS, node_budget: in
         nodes = 1
         start = 1
         data_rows = 0
-        header_ok = False
         first = True
         while True:
             try:
@@ -410,8 +409,7 @@ def parse_csv(text: str, shown: str, *, limits: Limits = LIMITS, node_budget: in
                 first = False
                 if tuple(record) != CSV_HEADER:
                     fd.add("csv line 1", "header must be exactly " + ",".join(CSV_HEADER))
-                    break
-                header_ok = True
+                    break  # no row is read under a wrong header
                 continue
             data_rows += 1
             if data_rows > limits.pairs:
@@ -425,8 +423,6 @@ def parse_csv(text: str, shown: str, *, limits: Limits = LIMITS, node_budget: in
                 rows.append(CsvRow(line, values))
         if first:
             fd.add("csv line 1", "empty file: the header " + ",".join(CSV_HEADER) + " is missing")
-        elif not header_ok:
-            rows = []
     except _Truncated:
         if not own:
             raise
@@ -570,31 +566,31 @@ _PATTERN_MESSAGES = {
 }
 
 
-def _schema_message(err: Any) -> tuple[list[tuple[tuple, str]], bool]:
+def _schema_message(err: Any) -> list[tuple[tuple, str]]:
     """Messages for one jsonschema error, built from the schema keyword and the schema's
     own values, never from the instance (which may be pair content)."""
     kw, val, inst = err.validator, err.validator_value, err.instance
     if kw == "required":
         missing = [p for p in val if isinstance(inst, dict) and p not in inst]
-        return [((p,), "missing required field") for p in missing], True
+        return [((p,), "missing required field") for p in missing]
     if kw == "type":
         types = val if isinstance(val, list) else [val]
-        return [((), "must be of type " + " or ".join(types))], False
+        return [((), "must be of type " + " or ".join(types))]
     if kw == "enum":
-        return [((), "must be one of: " + ", ".join(json.dumps(v) for v in val))], False
+        return [((), "must be one of: " + ", ".join(json.dumps(v) for v in val))]
     if kw == "const":
-        return [((), f"must be {json.dumps(val)}")], False
+        return [((), f"must be {json.dumps(val)}")]
     if kw == "format":
-        return [((), "must be a calendar date YYYY-MM-DD" if val == "date" else f"must be a valid {val}")], False
+        return [((), "must be a calendar date YYYY-MM-DD" if val == "date" else f"must be a valid {val}")]
     if kw == "pattern":
-        return [((), _PATTERN_MESSAGES.get(val, "does not match the required pattern"))], False
+        return [((), _PATTERN_MESSAGES.get(val, "does not match the required pattern"))]
     if kw == "additionalProperties":
         n = len([k for k in inst if k not in (err.schema.get("properties") or {})]) if isinstance(inst, dict) else 0
-        return [((), f"has {n} propert{'y' if n == 1 else 'ies'} the contract does not define")], False
+        return [((), f"has {n} propert{'y' if n == 1 else 'ies'} the contract does not define")]
     if kw == "propertyNames":
-        return [((), "has a property name that is not a valid population name")], False
+        return [((), "has a property name that is not a valid population name")]
     if kw == "oneOf" and isinstance(err.schema.get("oneOf"), list):
-        return [((), "must be null or a non-empty string")], False
+        return [((), "must be null or a non-empty string")]
     limits = {
         "minLength": "must not be empty" if val == 1 else f"must have at least {val} characters",
         "maxLength": f"must have at most {val:,} characters" if isinstance(val, int) else "",
@@ -606,7 +602,7 @@ def _schema_message(err: Any) -> tuple[list[tuple[tuple, str]], bool]:
         "maxProperties": f"must have at most {val} properties",
     }
     if kw in limits:
-        return [((), limits[kw])], False
+        return [((), limits[kw])]
     return [((), f"violates schema keyword {kw!r}")], False
 
 
@@ -627,8 +623,7 @@ def _schema_diagnostics(doc: Json, validator: Draft202012Validator, d: _Diagnost
     errors = sorted(validator.iter_errors(doc), key=lambda e: [(str(type(x)), x) for x in e.absolute_path])
     for err in errors:
         base = _render_path(doc, err.absolute_path)
-        messages, _ = _schema_message(err)
-        for sub, msg in messages:
+        for sub, msg in _schema_message(err):
             d.add(_j(base + sub), msg)
 
 

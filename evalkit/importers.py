@@ -104,14 +104,6 @@ class ImportedSuite:
             files=dict(self.files), is_native=False,
         )
 
-    def native_files(self) -> dict[str, str]:
-        """The files of the native suite folder."""
-        files = dict(self.files)
-        files[CONFIG_FILE] = json.dumps(self.config, indent=2, ensure_ascii=False) + "\n"
-        files[CASES_FILE] = "".join(json.dumps(c, ensure_ascii=False) + "\n" for _, _, c in self.cases)
-        files[".gitignore"] = "runs/\n"
-        return files
-
 
 def read_foreign(path: str | Path) -> ImportedSuite:
     """Read an agent-evals `evals.json` or a Vally `eval.yaml` (chosen by name, then by

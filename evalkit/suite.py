@@ -425,9 +425,6 @@ def _source_for(path: str | Path, fx: _Findings) -> SuiteSource | None:
 
 
 # --- small typed getters that report instead of raising --------------------------------
-_MISSING = object()
-
-
 _ABSENT = object()  # a key that is not in the object (None is a value)
 
 
@@ -863,8 +860,8 @@ def _validate_case(raw: dict, file: str, line: int | None, prefix: str, fx: _Fin
     r.unknown_keys(raw, CASE_KEYS, prefix, "case")
     ok = True
 
-    cid = raw.get("id", _MISSING)
-    if cid is _MISSING:
+    cid = raw.get("id", _ABSENT)
+    if cid is _ABSENT:
         r.err(j(".id"), "missing required key 'id'")
         return None
     problem = case_id_problem(cid)
@@ -886,8 +883,8 @@ def _validate_case(raw: dict, file: str, line: int | None, prefix: str, fx: _Fin
                 r.err(j(f".input.{key}"), label + f"input key {key!r} cannot be a template variable name")
                 ok = False
 
-    tags = raw.get("tags", _MISSING)
-    if tags is _MISSING:
+    tags = raw.get("tags", _ABSENT)
+    if tags is _ABSENT:
         r.err(j(".tags"), label + "missing required key 'tags' (at least one tag)")
         ok = False
         tags = []
