@@ -235,9 +235,10 @@ class ModelClient:
             body["stop"] = list(stop)
         rhash = request_hash(body)
 
-        n_in = await self.counter.count(prompt=prompt, messages=messages, tools=tools, limit=self.max_tokens_in)
+        n_in, method = await self.counter.measure(prompt=prompt, messages=messages, tools=tools,
+                                                  limit=self.max_tokens_in)
         if n_in > self.max_tokens_in:
-            raise InputTooLong(f"{key or 'request'}: input is {n_in} tokens ({self.counter.method}), "
+            raise InputTooLong(f"{key or 'request'}: input is {n_in} tokens ({method}), "
                                f"over max_tokens_in {self.max_tokens_in}")
 
         if self.cache is not None:

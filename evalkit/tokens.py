@@ -160,16 +160,26 @@ class TokenCounter:
 
     async def count(self, *, prompt: str | None = None, messages: list[dict[str, Any]] | None = None,
                     tools: list[dict[str, Any]] | None = None, limit: int | None = None) -> int:
-        """An upper bound of the input tokens. With `limit`, the cheap byte bound is
-        returned when it already fits; a finer source is asked only when it does not."""
+        """An upper bound of the input tokens (`measure`); `method` then names its source."""
+        n, self.method = await self.measure(prompt=prompt, messages=messages, tools=tools, limit=limit)
+        return n
+
+    async def measure(self, *, prompt: str | None = None, messages: list[dict[str, Any]] | None = None,
+                      tools: list[dict[str, Any]] | None = None, limit: int | None = None) -> tuple[int, str]:
+        """An upper bound of the input tokens and the source it came from. With `limit`,
+        the cheap byte bound is returned when it already fits; a finer source is asked
+        only when it does not. Shares no state between calls (concurrent calls each get
+        their own source)."""
         bound = byte_bound(prompt=prompt, messages=messages, tools=tools)
-        self.method = "utf8-bytes"
         if limit is not None and bound <= limit:
-            return bound
-        finer = await self.count_endpoint(prompt=prompt, messages=messages, tools=tools)
+            return bound, "utf8-bytes"
+        finer, method = await self.count_endpoint(prompt=prompt, messages=messages, tools=tools), "endpoint"
         if finer is None:
             finer = self.count_tiktoken(prompt=prompt, messages=messages, tools=tools)
-        return bound if finer is None else min(finer, bound)
+            method = f"tiktoken:{self._tiktoken.name}" if finer is not None else method
+        if finer is None or bound < finer:
+            return bound, "utf8-bytes"
+        return finer, method
 
     async def count_endpoint(self, *, prompt: str | None = None, messages: list[dict[str, Any]] | None = None,
                              tools: list[dict[str, Any]] | None = None) -> int | None:
@@ -179,9 +189,6 @@ class TokenCounter:
             return None
         if prompt is not None:
             n = await self._tokenize_count(prompt)
-            if n is None:
-                return None
-            self.method = "endpoint"
             return n
         texts = [message_text(m) for m in messages or ()]
         texts += [json.dumps(t, separators=(",", ":")) for t in tools or ()]
@@ -192,7 +199,6 @@ class TokenCounter:
                 return None
             total += n + PER_MESSAGE
         total += PER_TOOL * len(tools or ())
-        self.method = "endpoint"
         return total
 
     def count_tiktoken(self, *, prompt: str | None = None, messages: list[dict[str, Any]] | None = None,
@@ -214,7 +220,6 @@ class TokenCounter:
                     n += len(enc.encode(json.dumps(t, separators=(",", ":")), disallowed_special=())) + PER_TOOL
         except Exception:
             return None
-        self.method = f"tiktoken:{enc.name}"
         return n
 
     async def _tokenize_count(self, text: str) -> int | None:

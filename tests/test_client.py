@@ -409,3 +409,20 @@ def test_counts_against_the_embedded_models_own_tokenizer(tmp_path):
         else:  # refused before any call, by the exact count, not the bytes
             assert exact > 8
     assert {r is None for _, _, r in rows} == {True, False}
+
+
+def test_concurrent_counts_each_name_their_own_source():
+    # Review finding: the source was shared state on the counter, read after an await,
+    # so a concurrent count could name the wrong one in the InputTooLong message.
+    text = "ab " * 40
+    with ScriptedServer({"default": {"text": "ok"}}) as srv:
+        async def go():
+            counter = TokenCounter("scripted", srv.base_url)
+            try:
+                return await asyncio.gather(counter.measure(prompt=text, limit=64),
+                                            counter.measure(prompt="short", limit=64))
+            finally:
+                await counter.aclose()
+        (fine, fine_method), (cheap, cheap_method) = asyncio.run(go())
+    assert (fine, fine_method) == (40, "endpoint")
+    assert (cheap, cheap_method) == (utf8_len("short") + 2, "utf8-bytes")
