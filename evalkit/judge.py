@@ -37,6 +37,7 @@ draws the items to label.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import random
@@ -180,20 +181,24 @@ def _render(template: str, where: str, values: Mapping[str, str]) -> str:
         raise InputError(f"judge prompt is not a valid template: {exc}", where) from None
 
 
+def _data_values(files: JudgeFiles, case: Case, token: str, outputs: Mapping[str, tuple[str, str]]) -> dict[str, str]:
+    """The template values of a judge request: the rubric and expectation as given, the
+    input, context and each output (`name -> (text, label)`) delimited as data with
+    `token`, which must occur in none of them."""
+    text_in, context = _input_text(case), case.context or ""
+    for part in (text_in, context, *(t for t, _ in outputs.values())):
+        if token in part:  # practically impossible (a SHA-256 prefix of itself); refuse rather than guess
+            raise JudgeError(f"case {case.id!r}: boundary token collides with the content")
+    return {"rubric": files.rubric.strip(), "expected": (case.rubric or "").strip(),
+            "input": delimit(text_in, token, "input"), "context": delimit(context, token, "context"),
+            **{name: delimit(text, token, label) for name, (text, label) in outputs.items()}}
+
+
 def direct_messages(files: JudgeFiles, case: Case, output: str) -> list[dict[str, str]]:
     """The chat messages of a direct-scoring request: evalkit's system message, then the
     suite's judge prompt with the output delimited as data."""
     token = boundary_token(files.digest, case.id, _input_text(case), case.context or "", output)
-    for part in (output, _input_text(case), case.context or ""):
-        if token in part:  # practically impossible (a SHA-256 prefix of itself); refuse rather than guess
-            raise JudgeError(f"case {case.id!r}: boundary token collides with the content")
-    values = {
-        "rubric": files.rubric.strip(),
-        "expected": (case.rubric or "").strip(),
-        "input": delimit(_input_text(case), token, "input"),
-        "context": delimit(case.context or "", token, "context"),
-        "output": delimit(output, token, "output"),
-    }
+    values = _data_values(files, case, token, {"output": (output, "output")})
     user = _render(files.prompt, files.prompt_path, values)
     if "${rubric}" not in files.prompt and "$rubric" not in files.prompt:
         user += "\n\nRubric:\n" + values["rubric"]
@@ -201,19 +206,16 @@ def direct_messages(files: JudgeFiles, case: Case, output: str) -> list[dict[str
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
+@functools.cache
+def _pairwise_template() -> str:
+    return PAIRWISE_TEMPLATE.read_text(encoding="utf-8")  # a package file: read once
+
+
 def pairwise_messages(files: JudgeFiles, case: Case, first: str, second: str) -> list[dict[str, str]]:
     """Messages asking which of two outputs (A shown first, B second) is better."""
-    template = PAIRWISE_TEMPLATE.read_text(encoding="utf-8")
     token = boundary_token(files.digest, PAIRWISE_VERSION, case.id, _input_text(case), first, second)
-    values = {
-        "rubric": files.rubric.strip(),
-        "expected": (case.rubric or "").strip(),
-        "input": delimit(_input_text(case), token, "input"),
-        "context": delimit(case.context or "", token, "context"),
-        "output_a": delimit(first, token, "output A"),
-        "output_b": delimit(second, token, "output B"),
-    }
-    user = _render(template, str(PAIRWISE_TEMPLATE), values)
+    values = _data_values(files, case, token, {"output_a": (first, "output A"), "output_b": (second, "output B")})
+    user = _render(_pairwise_template(), str(PAIRWISE_TEMPLATE), values)
     system = JUDGE_SYSTEM.format(token=token, answer_format=PAIRWISE_FORMAT)
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
