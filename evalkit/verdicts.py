@@ -101,6 +101,7 @@ class Verdict:
     treatment_arm: str | None = None
     sequential: dict[str, Any] | None = None
     plan_check: PlanCheck | None = None
+    case_votes: tuple[tuple[str, str], ...] = ()  # (case, win / loss / tie / errored), in case order
 
     @property
     def discordant(self) -> int:
@@ -113,6 +114,7 @@ class Verdict:
                               f"{self.errored} errored/unmatched unit(s) cast no vote): not a verdict"
                               if self.errored else "all units")
         d["problems"] = list(self.problems)
+        d["case_votes"] = [list(cv) for cv in self.case_votes]
         d["paired"] = _paired_dict(self.paired)
         d["plan_check"] = asdict(self.plan_check) if self.plan_check else None
         if d["plan_check"]:
@@ -367,16 +369,21 @@ def two_arm_verdict(run: Run | str | Path, baseline: str, treatment: str, *, alp
             pair_cluster.append(case)
     wins = losses = ties = 0
     votes: list[int] = []
+    case_votes: list[tuple[str, str]] = []
     for case in _case_order(run):
         outs = outcome_by_case.get(case)
         # A case is one unit: a case with any errored, ungraded or unmatched trial casts
         # no vote (its clean repeats alone are not the case's majority) and counts once
         # as errored, so wins + ties + losses + errored == units.
-        if not outs or case in problem_cases:
+        if case in problem_cases:
+            case_votes.append((case, "errored"))
+            continue
+        if not outs:
             continue
         net = sum(outs)
         vote = 1 if net > 0 else -1 if net < 0 else 0
         votes.append(vote)
+        case_votes.append((case, "win" if vote == 1 else "loss" if vote == -1 else "tie"))
         wins += vote == 1
         losses += vote == -1
         ties += vote == 0
@@ -385,7 +392,8 @@ def two_arm_verdict(run: Run | str | Path, baseline: str, treatment: str, *, alp
     if errored_units:
         v = replace(v, reason=f"{n_problem} trial(s) in {errored_units} case(s) errored or unmatched: those "
                               "cases cast no vote, and no data is not a passing result")
-    v = replace(v, n_pairs=n_pairs, problems=tuple(problems), baseline_arm=baseline, treatment_arm=treatment)
+    v = replace(v, n_pairs=n_pairs, problems=tuple(problems), baseline_arm=baseline, treatment_arm=treatment,
+                case_votes=tuple(case_votes))
     if len(pair_a) >= 2:  # the clustered SE needs two pairs
         v = replace(v, paired=stats.paired_difference(pair_a, pair_b, clusters=pair_cluster))
     if plan is not None:

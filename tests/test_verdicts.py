@@ -163,6 +163,7 @@ def test_run_verdict_pass_regression_and_majority_vote(tmp_path):
     cases["lean"] = ([False, False, True], [True, False, True])    # W, T, T: net win
     v = V.two_arm_verdict(make_run(tmp_path, "r", two_arm(cases), k=3), "baseline", "skilled")
     assert (v.wins, v.ties, v.losses) == (8, 1, 0)
+    assert dict(v.case_votes)["split"] == "tie" and dict(v.case_votes)["lean"] == "win"
     assert v.kind == "pass"
     assert v.p_value == pytest.approx(stats.sign_test(8, 0, 1).p_value)
     # the clustered analysis covers every trial: treatment pass rate minus baseline's
@@ -202,6 +203,9 @@ def test_case_with_an_errored_trial_casts_no_vote(tmp_path):
     assert v.kind == "inconclusive"
     assert (v.wins, v.ties, v.losses, v.errored, v.n_trials) == (6, 0, 0, 2, 8)
     assert v.wins + v.ties + v.losses + v.errored == v.n_trials
+    # the per-case votes the report shows are the ones tallied
+    assert dict(v.case_votes) == {**{f"c{i}": "win" for i in range(6)}, "c6": "errored", "c7": "errored"}
+    assert v.to_dict()["case_votes"][6] == ["c6", "errored"]
     assert sorted(p.split("#")[0] for p in v.problems) == ["c6", "c7"] and "HTTP 500" in v.problems[0]
     assert v.p_value == pytest.approx(stats.sign_test(6, 0, 0).p_value)  # clean votes only
     text = v.render()
