@@ -44,7 +44,11 @@ def report_cmd(run: str, reports_dir: str, only: tuple[str, ...], serial: bool, 
         sys.exit(1)
 
 
-def _variant_files(variants: Path) -> list[Path]:
+def _variant_files(variants: Path) -> dict[Path, str]:
+    """The guidance variants in a folder (`*.md`, `*.txt`) and their texts; each file's
+    stem becomes an arm, so it must be a safe arm name like any in a config."""
+    from .suite import MAX_TEXT_BYTES, case_id_problem, read_text_file
+
     if not variants.is_dir():
         raise InputError("--variants must be a folder of guidance files (*.md or *.txt)", variants)
     files = sorted(p for p in variants.iterdir() if p.is_file() and p.suffix in (".md", ".txt"))
@@ -56,13 +60,13 @@ def _variant_files(variants: Path) -> list[Path]:
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise InputError(f"two variant files share the name {dupes[0]!r}", variants)
+    texts = {}
     for p in files:
-        try:
-            if not p.read_text(encoding="utf-8").strip():
-                raise InputError("the variant is empty: a variant is a piece of guidance", p)
-        except UnicodeDecodeError:
-            raise InputError("the variant is not valid UTF-8", p) from None
-    return files
+        problem = case_id_problem(p.stem)
+        if problem:
+            raise InputError(f"the variant's name {p.stem!r} cannot name an arm: {problem}", p)
+        texts[p] = read_text_file(p, limit=MAX_TEXT_BYTES)  # UTF-8, size-limited, empty refused
+    return texts
 
 
 @click.command("microtest")
@@ -105,8 +109,8 @@ def microtest_cmd(unit: str, variants: str, reps: int, base_url: str | None, jud
     if "guidance" not in suite.config.template + (suite.config.system or ""):
         raise InputError("no template of the suite uses ${guidance}: the variants would not reach the model",
                          Path(unit) / "config.json", json_path="$.template")
-    arms = (Arm(name=CONTROL),) + tuple(Arm(name=p.stem, guidance_file=str(p.resolve()),
-                                            guidance=p.read_text(encoding="utf-8")) for p in files)
+    arms = (Arm(name=CONTROL),) + tuple(Arm(name=p.stem, guidance_file=str(p.resolve()), guidance=text)
+                                        for p, text in files.items())
     raw = dict(suite.config.raw)
     raw["arms"] = [{"name": CONTROL}] + [{"name": p.stem, "guidance": str(p.resolve())} for p in files]
     config = dataclasses.replace(suite.config, arms=arms, raw=raw)

@@ -487,3 +487,20 @@ def test_ingested_tau_bench_run_summarised_from_grades(tmp_path):
     assert s["per_arm"][arm]["overall"]["success_rate"] == pytest.approx(wins / len(rows))
     plans, _ = reports.plan_notebooks(tmp_path / "tau", tmp_path / "out")
     assert set(plans) == {"run_summary", "pass_at_k"}
+
+
+@pytest.mark.parametrize("name,text,message", [
+    (".hidden.md", "Be brief.", "the variant's name '.hidden' cannot name an arm"),
+    ("blank.md", "  \n", "file is empty"),
+    ("latin1.txt", b"caf\xe9", "invalid UTF-8"),
+])
+def test_microtest_refuses_a_variant_that_cannot_be_an_arm(tmp_path, name, text, message):
+    # Review finding: variant stems were not checked like arm names (a leading-dot file
+    # became an arm), and each file was read twice.
+    variants = tmp_path / "variants"
+    variants.mkdir()
+    (variants / "ok.md").write_text("Answer with one word.")
+    f = variants / name
+    f.write_bytes(text) if isinstance(text, bytes) else f.write_text(text)
+    r = CliRunner().invoke(main, ["microtest", str(tmp_path), "--variants", str(variants)])
+    assert r.exit_code == 2 and message in r.output and str(f) in r.output, r.output
