@@ -40,9 +40,9 @@ import numpy as np
 
 from .errors import InputError
 from .graders import activation_observed, grade_sample, is_refusal, require_scored
-from .judge import (HumanLabel, JudgeFiles, JudgeScore, PairOutcome, check_judge_model, human_agreement,
-                    judge_direct, judge_pair, judge_versions, load_human_labels, load_judge_files,
-                    position_consistency)
+from .judge import (EXACT_AGREEMENT_BAR, HUMAN_LABELS_FILE, HUMAN_SAMPLE_MIN, WITHIN_ONE_AGREEMENT_BAR, HumanLabel,
+                    JudgeFiles, JudgeScore, PairOutcome, check_judge_model, human_agreement, judge_direct,
+                    judge_pair, judge_versions, load_human_labels, load_judge_files, position_consistency)
 from .records import Case, CheckResult, Endpoint, Grade, Sample, Suite
 from .runs import (GRADES, LEDGER, RESULTS, RunFolder, find_suite_dir, grade_to_dict, iter_jsonl,
                    sample_from_dict, write_atomic)
@@ -52,7 +52,6 @@ PAIRWISE = "pairwise.jsonl"
 JUDGE_CACHE = "judge-cache.sqlite"
 GOLDEN_TAG = "golden"
 SHOULD_REFUSE_TAGS = ("should-refuse", "should_refuse")
-HUMAN_SAMPLE_MIN = 20
 
 Key = tuple[str, str, int]
 
@@ -438,7 +437,7 @@ def summarize(suite: Suite, meta: dict[str, Any], samples: dict[Key, Sample], gr
         findings.append(Finding("MEDIUM", f"the config has no {missing}: two runs of one prompt will differ "
                                           "and a gate will flap"))
     human = None
-    hp = Path(suite.path) / "judge" / "human-sample.jsonl"
+    hp = Path(suite.path) / HUMAN_LABELS_FILE
     if hp.exists() and files is not None:
         labels: list[HumanLabel] = load_human_labels(hp)
         judge_scores = {f"{g.case_id}/{g.arm}/{g.index}": g.judge_score for g in grades if g.judge_score is not None}
@@ -446,9 +445,10 @@ def summarize(suite: Suite, meta: dict[str, Any], samples: dict[Key, Sample], gr
         if len(labels) < HUMAN_SAMPLE_MIN:
             findings.append(Finding("MEDIUM", f"human sample has {len(labels)} item(s), under {HUMAN_SAMPLE_MIN}: "
                                               "judge agreement is too noisy to act on"))
-        if human["n"] and (human["exact"] < 0.6 or human["within_one"] < 0.9):
+        if human["n"] and (human["exact"] < EXACT_AGREEMENT_BAR or human["within_one"] < WITHIN_ONE_AGREEMENT_BAR):
             findings.append(Finding("HIGH", f"judge agrees with humans {human['exact']:.0%} exact / "
-                                            f"{human['within_one']:.0%} within one (want 60% / 90%): rewrite the rubric"))
+                                            f"{human['within_one']:.0%} within one (want {EXACT_AGREEMENT_BAR:.0%} / "
+                                            f"{WITHIN_ONE_AGREEMENT_BAR:.0%}): rewrite the rubric"))
     order = {"HIGH": 0, "MEDIUM": 1, "LOW": 2}
     findings.sort(key=lambda f: order[f.level])
     return {

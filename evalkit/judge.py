@@ -52,6 +52,12 @@ from .records import Case, Config
 
 _VERSIONED = re.compile(r"^(rubric|prompt)-v(\d+)\.md$")
 PAIRWISE_TEMPLATE = Path(__file__).parent / "templates" / "judge-pairwise-v1.md"
+HUMAN_LABELS_FILE = "judge/human-sample.jsonl"  # in the suite folder
+# A judge is trusted when it agrees with people at least this often (exact score, and
+# within one point), measured on at least HUMAN_SAMPLE_MIN labelled items.
+EXACT_AGREEMENT_BAR = 0.6
+WITHIN_ONE_AGREEMENT_BAR = 0.9
+HUMAN_SAMPLE_MIN = 20
 PAIRWISE_VERSION = "pairwise-v1"
 
 JUDGE_SYSTEM = """You are evalkit's evaluation judge. You score text written by another model; you \

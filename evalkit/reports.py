@@ -565,7 +565,9 @@ def plan_notebooks(run_dir: str | Path, out_dir: str | Path) -> tuple[dict[str, 
     from .runs import find_suite_dir
 
     suite = find_suite_dir(run, meta.get("suite"))
-    human = suite / "judge" / "human-sample.jsonl" if suite is not None else None
+    from .judge import HUMAN_LABELS_FILE
+
+    human = suite / HUMAN_LABELS_FILE if suite is not None else None
     has_judge_scores = graded and _grades_have_judge(run / "grades.jsonl")
     has_judge = bool((meta.get("config") or {}).get("judge")) if isinstance(meta.get("config"), dict) else False
     if has_judge_scores or has_judge or (human is not None and human.exists()):
