@@ -269,14 +269,8 @@ def load_run(run_dir: str | Path | None) -> Any:
 
 
 def arms_of(run: Any) -> list[str]:
-    """The run's arms in config order, then any others its samples name."""
-    arms = [a.get("name") if isinstance(a, dict) else str(a) for a in (run.config.get("arms") or [])]
-    out = [a for a in arms if a]
-    if len(run.samples):
-        for a in run.samples["arm"].dropna().unique().tolist():
-            if a not in out:
-                out.append(str(a))
-    return out
+    """The run's arms in config order, then any others its samples name (`Run.arm_names`)."""
+    return run.arm_names()
 
 
 def pick_arms(run: Any, baseline: str = "", treatment: str = "") -> tuple[str, str]:
@@ -543,9 +537,11 @@ class ReportResult:
 def plan_notebooks(run_dir: str | Path, out_dir: str | Path) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """Which notebooks apply to a run, with their papermill parameters, and why the
     others do not. Reads only the run folder's small files (no samples)."""
+    from .runs import RunFolder, config_arm_names, find_suite_dir
+
     run = Path(run_dir).resolve()
-    meta = json.loads((run / "config.json").read_text(encoding="utf-8"))
-    arms = [a.get("name") if isinstance(a, dict) else str(a) for a in (meta.get("arms") or [])]
+    meta = RunFolder(run).read_meta()
+    arms = config_arm_names(meta)
     graded = (run / "grades.jsonl").exists()
     base = {"run_dir": str(run), "report_dir": str(Path(out_dir).resolve())}
     plans: dict[str, dict[str, Any]] = {}
@@ -562,8 +558,6 @@ def plan_notebooks(run_dir: str | Path, out_dir: str | Path) -> tuple[dict[str, 
     else:
         skipped["skill_comparison"] = ("needs exactly two arms" if len(arms) != 2
                                        else "the run is not graded (run `evalkit grade` first)")
-    from .runs import find_suite_dir
-
     suite = find_suite_dir(run, meta.get("suite"))
     from .judge import HUMAN_LABELS_FILE
 
@@ -888,7 +882,9 @@ def _stop_kernel(km: Any) -> None:
 def write_manifest(run: Path, out_dir: Path, results: Iterable[NotebookReport], skipped: Mapping[str, str]) -> Path:
     """`reports/<run>/report.json`: what the index shows for the run (date, suite, arms,
     spend, verdicts, headline rates) and where each notebook's page is."""
-    meta = json.loads((run / "config.json").read_text(encoding="utf-8"))
+    from .runs import RunFolder, config_arm_names
+
+    meta = RunFolder(run).read_meta()
     summary_p = run / "summary.json"
     summary = json.loads(summary_p.read_text(encoding="utf-8")) if summary_p.exists() else {}
     results = list(results)
@@ -909,8 +905,7 @@ def write_manifest(run: Path, out_dir: Path, results: Iterable[NotebookReport], 
     manifest = {
         "run": run.name, "run_dir": str(run), "created": meta.get("created"),
         "suite": meta.get("suite_name") or Path(str(meta.get("suite") or "")).name or None,
-        "source": meta.get("source"), "arms": [a.get("name") if isinstance(a, dict) else a
-                                               for a in (meta.get("arms") or [])],
+        "source": meta.get("source"), "arms": config_arm_names(meta),
         "k": meta.get("k"), "complete": summary.get("complete"), "spend_usd": spend,
         "headline": headline, "verdicts": verdicts,
         "notebooks": [{"name": r.name, "html": r.html.name if r.html else None, "ipynb": r.ipynb.name,

@@ -432,6 +432,20 @@ class Run:
     ledger: pd.DataFrame
     errors: pd.DataFrame
 
+    def arm_names(self) -> list[str]:
+        """The run's arms in config order, then any others its samples name."""
+        out = config_arm_names(self.config)
+        for a in self.samples["arm"].dropna().unique().tolist() if len(self.samples) else ():
+            if a not in out:
+                out.append(str(a))
+        return out
+
+
+def config_arm_names(meta: dict[str, Any]) -> list[str]:
+    """The arm names a run's `config.json` lists (names or `{"name": ...}` objects)."""
+    names = [a.get("name") if isinstance(a, dict) else str(a) for a in (meta.get("arms") or [])]
+    return [n for n in names if n]
+
 
 def _frame(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> pd.DataFrame:
     if not rows:

@@ -236,19 +236,10 @@ def as_run(run: Run | str | Path) -> Run:
     return run if isinstance(run, Run) else load_run(run)
 
 
-def _arms_of(run: Run) -> list[str]:
-    arms = [a.get("name") if isinstance(a, dict) else str(a) for a in (run.config.get("arms") or [])]
-    seen = [a for a in arms if a]
-    for a in run.samples["arm"].dropna().unique().tolist():
-        if a not in seen:
-            seen.append(a)
-    return seen
-
-
 def _pick_arm(run: Run, arm: str | None, hint: str) -> str:
     """`arm` checked against the run's arms, or the run's only arm when None; then the
     run must be graded. `hint` finishes the message when the run has several arms."""
-    arms = _arms_of(run)
+    arms = run.arm_names()
     if arm is None:
         if len(arms) != 1:
             raise InputError(f"the run has arms {arms}: {hint}", json_path="arm")
@@ -309,7 +300,7 @@ def two_arm_verdict(run: Run | str | Path, baseline: str, treatment: str, *, alp
     paired differences).
     """
     run = as_run(run)
-    arms = _arms_of(run)
+    arms = run.arm_names()
     for name, arm in (("--baseline", baseline), ("--treatment", treatment)):
         if arm not in arms:
             raise InputError(f"{name} arm {arm!r} is not in the run (arms: {', '.join(arms) or 'none'})",
@@ -1144,7 +1135,7 @@ def gate(run: Run | str | Path, baseline_path: str | Path, thresholds: GateThres
     t = thresholds or cfg_t
     alpha = cfg_alpha if alpha is None else alpha
     suite_dir = Path(baseline_path).parent
-    if arm is None and baseline.get("arm") in _arms_of(run):
+    if arm is None and baseline.get("arm") in run.arm_names():
         arm = baseline["arm"]
     cur = run_metrics(run, arm=arm, suite_dir=suite_dir if (suite_dir / "cases.jsonl").exists() else None)
     return gate_metrics(cur, baseline.get("_metrics") or baseline, t, alpha=alpha, n_resamples=n_resamples,
