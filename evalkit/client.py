@@ -341,10 +341,9 @@ class ModelClient:
                           + "; ".join(causes), self.max_attempts)
 
     async def _send(self, body: dict[str, Any]) -> Any:
-        kw = {k: v for k, v in body.items()}
-        if "messages" in kw:
-            return await self._openai.chat.completions.create(**kw)
-        return await self._openai.completions.create(**kw)
+        if "messages" in body:
+            return await self._openai.chat.completions.create(**body)
+        return await self._openai.completions.create(**body)
 
     def _parse(self, resp: Any, *, chat: bool):
         """(text, tool calls, finish reason, raw usage counts or None, fingerprint, model)

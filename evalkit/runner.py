@@ -247,7 +247,7 @@ async def run_suite_async(suite: Suite | str | Path, *, arms: list[str] | None =
         suite = load_suite(suite)
     runs_root = Path(runs_dir) if runs_dir is not None else Path(suite.path) / "runs"
     if resume is not None:
-        folder = RunFolder(resume, sample_files=sample_files)
+        folder = RunFolder(resume)  # its layout (sample files or not) comes from its config.json
         folder.read_meta()  # not a run folder: say so before creating anything in it
         with folder.lock():
             return await _run_in_folder(suite, folder, arms=arms, k=k, runs_root=Path(resume).parent,
@@ -322,17 +322,18 @@ async def _run_in_folder(suite: Suite, folder: RunFolder | None, *, arms: list[s
         folder = RunFolder.create(runs_root, meta)
         folder.sample_files = sample_files
         with folder.lock():
-            return await _execute(suite, folder, config, arm_objs, names, k, plan, prompts, base_url,
-                                  runs_root, replay_only, progress, cache)
+            return await _execute(suite, folder, arm_objs, k, plan, prompts, base_url, runs_root, replay_only,
+                                  progress, cache)
     assert folder is not None
-    return await _execute(suite, folder, config, arm_objs, names, k, plan, prompts, base_url, runs_root,
-                          replay_only, progress, cache)
+    return await _execute(suite, folder, arm_objs, k, plan, prompts, base_url, runs_root, replay_only, progress,
+                          cache)
 
 
-async def _execute(suite: Suite, folder: RunFolder, config: Config, arm_objs: list[Arm], names: list[str], k: int,
-                   plan: list[Key], prompts: dict[tuple[str, str], Any], base_url: str | None, runs_root: Path,
-                   replay_only: bool, progress: bool, cache: bool) -> RunResult:
+async def _execute(suite: Suite, folder: RunFolder, arm_objs: list[Arm], k: int, plan: list[Key],
+                   prompts: dict[tuple[str, str], Any], base_url: str | None, runs_root: Path, replay_only: bool,
+                   progress: bool, cache: bool) -> RunResult:
     """Run the keys of `plan` that `folder` lacks, under its lock, and write the summary."""
+    config = suite.config
     rows = folder.results()
     done_before = {(r["case_id"], r["arm"], int(r["index"])) for r in rows}
     pending = [key for key in plan if key not in done_before]
@@ -364,7 +365,7 @@ async def _execute(suite: Suite, folder: RunFolder, config: Config, arm_objs: li
             engine.stop("interrupted")
 
     finished = done_before | engine.done
-    per_arm = {n: {"samples": 0, "errors": 0} for n in names}
+    per_arm = {a.name: {"samples": 0, "errors": 0} for a in arm_objs}
     for (_, a, _) in finished:
         per_arm[a]["samples"] += 1
     for (_, a, _) in engine.errored:
