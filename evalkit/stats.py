@@ -553,9 +553,8 @@ def sign_test_power_approx(
     return float(_st.norm.cdf((delta * math.sqrt(n_trials) - za * math.sqrt(psi)) / math.sqrt(psi - delta**2)))
 
 
-def _first_and_stable(power_curve: np.ndarray, target: float, start: int = 0) -> tuple[int, int]:
+def _first_and_stable(power_curve: np.ndarray, target: float) -> tuple[int, int]:
     ok = power_curve >= target
-    ok[:start] = False
     if not ok.any() or not ok[-1]:
         return -1, -1
     first = int(np.argmax(ok))

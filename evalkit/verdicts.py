@@ -164,20 +164,14 @@ def _fmt(x: float | None) -> str:
 
 
 def _paired_dict(p: Any) -> dict[str, Any] | None:
+    """A `stats.PairedDifference` as JSON (NaN as null)."""
     if p is None:
         return None
-    d = asdict(p) if hasattr(p, "__dataclass_fields__") else dict(p)
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        if isinstance(v, float) and math.isnan(v):
-            v = None
-        out[k] = v
-    return out
+    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in asdict(p).items()}
 
 
 def verdict_from_tally(wins: int, ties: int, losses: int, errored: int = 0, trials: int | None = None,
-                       *, alpha: float = 0.05, unit: str = UNIT_TRIAL,
-                       problems: Iterable[str] = ()) -> Verdict:
+                       *, alpha: float = 0.05, unit: str = UNIT_TRIAL) -> Verdict:
     """The verdict for a win/tie/loss tally.
 
     `inconclusive` when any trial errored or was unmatched (`trials` larger than the
@@ -204,7 +198,6 @@ def verdict_from_tally(wins: int, ties: int, losses: int, errored: int = 0, tria
     p = st.p_value
     # one-sided in the direction observed (wins ahead: "treatment better")
     p1 = st.p_one_sided if wins >= losses else st.p_one_sided_losses
-    problems = tuple(problems)
     discordant = wins + losses
     if errored or unmatched:
         bits = []
@@ -228,7 +221,7 @@ def verdict_from_tally(wins: int, ties: int, losses: int, errored: int = 0, tria
         kind, reason = "no-improvement", f"the margin is indistinguishable from chance (p = {p:.4g} > {alpha:g})"
     return Verdict(kind=kind, unit=unit, wins=int(wins), losses=int(losses), ties=int(ties),
                    errored=int(errored + unmatched), n_trials=int(trials), p_value=p, p_one_sided=p1,
-                   reason=reason, alpha=alpha, problems=problems)
+                   reason=reason, alpha=alpha)
 
 
 def as_run(run: Run | str | Path) -> Run:
