@@ -740,14 +740,16 @@ def validate_texts(json_text: str, csv_text: str, *, json_name: str = "dataset.j
 
 
 def _validate_into(json_text: str, csv_text: str, json_name: str, csv_name: str, limits: Limits,
-                   validator: Draft202012Validator, d: _Diagnostics) -> None:
+                   validator: Draft202012Validator, d: _Diagnostics) -> Json:
+    """Add every diagnostic of the two texts to `d`; the parsed JSON document (None when
+    the limits stopped the check before parsing it)."""
     depth, nodes = scan_json_text(json_text)
     if depth > limits.depth:
         d.add("json $", f"nested {depth:,} levels deep, over the {limits.depth} limit")
     if nodes > limits.nodes:
         d.add("json $", f"{nodes:,} nodes, over the {limits.nodes:,} limit for JSON and CSV together")
     if d.items:
-        return
+        return None
     doc = _parse_json(json_text, json_name)
     json_nodes = check_structure(doc, limits=limits, diags=d)
     # Format problems wait until the limits are known to hold; they are bounded by the
@@ -756,14 +758,15 @@ def _validate_into(json_text: str, csv_text: str, json_name: str, csv_name: str,
     rows = parse_csv(csv_text, csv_name, limits=limits, node_budget=limits.nodes - json_nodes,
                      limit_diags=d, format_diags=csv_format)
     if d.items:
-        return
+        return doc
     _schema_diagnostics(doc, validator, d)
     for item in csv_format.items:
         where, _, msg = item.partition(": ")
         d.add(where, msg)
     if d.items:
-        return
+        return doc
     _rule_diagnostics(doc, rows, d)
+    return doc
 
 
 def validate_files(json_path: str | os.PathLike[str], csv_path: str | os.PathLike[str], *,
@@ -771,20 +774,29 @@ def validate_files(json_path: str | os.PathLike[str], csv_path: str | os.PathLik
                    schema_path: str | os.PathLike[str] | None = None) -> ValidationResult:
     """Validate a dataset's JSON file and CSV companion (what `evalkit dataset validate`
     runs). Paths must stay inside `cwd` (default: the working directory)."""
+    return _validate_paths(json_path, csv_path, cwd, limits, schema_path)[0]
+
+
+def _validate_paths(json_path: str | os.PathLike[str], csv_path: str | os.PathLike[str],
+                    cwd: str | os.PathLike[str] | None, limits: Limits,
+                    schema_path: str | os.PathLike[str] | None) -> tuple[ValidationResult, Json]:
+    """`validate_files`, and the JSON document it parsed (valid only when the result is):
+    a caller that needs the document reads the file once, the one it validated."""
     jp, cp = resolve_input(json_path, cwd=cwd), resolve_input(csv_path, cwd=cwd)
     shown_j, shown_c = os.fspath(json_path), os.fspath(csv_path)
     validator = _validator(schema_path)  # schema-setup problems: exit 2 before any reading
     d = _Diagnostics(limits.diagnostics)
+    doc: Json = None
     try:
         jraw = _read_limited(jp, shown_j, "json", limits, d)
         craw = _read_limited(cp, shown_c, "csv", limits, d)
         if jraw is not None and craw is not None and not d.items:
             jtext, ctext = decode_utf8(jraw, shown_j), decode_utf8(craw, shown_c)
             del jraw, craw
-            _validate_into(jtext, ctext, shown_j, shown_c, limits, validator, d)
+            doc = _validate_into(jtext, ctext, shown_j, shown_c, limits, validator, d)
     except _Truncated:
         pass
-    return ValidationResult(valid=not d.items, errors=tuple(d.items))
+    return ValidationResult(valid=not d.items, errors=tuple(d.items)), doc
 
 
 # --- writing ----------------------------------------------------------------------------------
@@ -980,13 +992,12 @@ def load_dataset(json_path: str | os.PathLike[str], csv_path: str | os.PathLike[
                  cwd: str | os.PathLike[str] | None = None) -> dict[str, Json]:
     """The JSON dataset after a full validation of both files; `InputErrors` (exit 2)
     listing the diagnostics when it is not valid."""
-    result = validate_files(json_path, csv_path, cwd=cwd)
+    result, doc = _validate_paths(json_path, csv_path, cwd, LIMITS, None)
     if not result.valid:
         raise InputErrors([InputError("dataset is not valid (see `evalkit dataset validate`): " + result.errors[0],
                                       os.fspath(json_path))]
                           + [InputError(e, os.fspath(json_path)) for e in result.errors[1:]])
-    text = resolve_input(json_path, cwd=cwd).read_text(encoding="utf-8")
-    return json.loads(text)
+    return doc  # type: ignore[return-value]  # a valid dataset is an object
 
 
 # --- authoring: sample --------------------------------------------------------------------------
