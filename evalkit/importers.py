@@ -264,8 +264,12 @@ def read_vally(path: str | Path) -> ImportedSuite:
             if isinstance(event, yaml.AliasEvent):
                 raise InputError("YAML aliases (*name) are not supported in eval.yaml", p,
                                  event.start_mark.line + 1)
-        node = yaml.compose(text, Loader=loader)
-        doc = yaml.load(text, Loader=loader)
+        constructor = loader(text)  # one composition serves the line map and the document
+        try:
+            node = constructor.get_single_node()
+            doc = constructor.construct_document(node) if node is not None else None
+        finally:
+            constructor.dispose()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise InputError(f"malformed YAML: {getattr(exc, 'problem', None) or exc}", p,
