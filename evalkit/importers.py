@@ -22,7 +22,7 @@ from .agentevals import MATCH_MODES, SETS
 from .errors import InputError, InputErrors
 from .suite import (
     CASES_FILE, CONFIG_FILE, JUDGE_PROMPT_TEMPLATE, MAX_CASES_BYTES, MAX_TEXT_BYTES, Finding,
-    SuiteSource, _Findings, _validate_cases, json_line_index, line_of, lint_suite, read_text_file,
+    SuiteSource, _Findings, _Reader, _validate_cases, json_line_index, line_of, lint_suite, read_text_file,
     yaml_node_lines,
     write_suite_atomically,
 )
@@ -145,11 +145,9 @@ def read_agent_evals(path: str | Path) -> ImportedSuite:
     lines = json_line_index(text)
     fx = _Findings(strict=False)
 
-    def err(jp: str, msg: str) -> None:
-        fx.error(msg, str(p), line_of(lines, jp), jp)
-
-    def warn(jp: str, msg: str) -> None:
-        fx.warn(msg, str(p), line_of(lines, jp), jp, strict_error=True)
+    # (the importer's findings are not strict; lint replays its warnings as strict ones)
+    reader = _Reader(fx, str(p), lambda jp: line_of(lines, jp))
+    err, warn = reader.err, reader.warn
 
     if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
         raise InputError("an agent-evals file must be an object with a \"cases\" list", p, 1, "$")
@@ -277,11 +275,9 @@ def read_vally(path: str | Path) -> ImportedSuite:
     lines = yaml_node_lines(node)
     fx = _Findings(strict=False)
 
-    def err(jp: str, msg: str) -> None:
-        fx.error(msg, str(p), line_of(lines, jp), jp)
-
-    def warn(jp: str, msg: str) -> None:
-        fx.warn(msg, str(p), line_of(lines, jp), jp, strict_error=True)
+    # (the importer's findings are not strict; lint replays its warnings as strict ones)
+    reader = _Reader(fx, str(p), lambda jp: line_of(lines, jp))
+    err, warn = reader.err, reader.warn
 
     if not isinstance(doc, dict):
         raise InputError("an eval.yaml must be a mapping with name and stimuli", p, 1, "$")
