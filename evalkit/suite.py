@@ -17,7 +17,7 @@ import os
 import re
 import string
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
 
@@ -304,6 +304,9 @@ class SuiteSource:
     cases: list[tuple[str, int | None, str, Json]]  # (file, line, json path prefix, object)
     files: dict[str, str] | None = None  # in-memory files; None: read from `root`
     is_native: bool = True
+    # scorer file -> the functions it defines, or its SyntaxError: parsed once per pass,
+    # however many checks use it
+    scorer_functions: dict[str, frozenset[str] | SyntaxError] = field(default_factory=dict, repr=False)
 
     def exists(self, rel: str) -> bool:
         if self.files is not None:
@@ -840,13 +843,18 @@ def _check_options(kind: str, opts: dict, r: _Reader, jp: str, case: dict, src: 
             r.err(f"{jp}.file", f"scorer file {rel!r} not found")
             return False
         fn = opts.get("function", "score")
-        try:
-            # parsed, never executed: lint must not run suite code
-            tree = ast.parse(src.read(rel), filename=rel)
-        except SyntaxError as exc:
-            r.err(f"{jp}.file", f"scorer {rel!r} does not parse: {exc.msg} (line {exc.lineno})")
+        if rel not in src.scorer_functions:
+            try:
+                # parsed, never executed: lint must not run suite code
+                tree = ast.parse(src.read(rel), filename=rel)
+                src.scorer_functions[rel] = frozenset(n.name for n in tree.body
+                                                      if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+            except SyntaxError as exc:
+                src.scorer_functions[rel] = exc
+        names = src.scorer_functions[rel]
+        if isinstance(names, SyntaxError):
+            r.err(f"{jp}.file", f"scorer {rel!r} does not parse: {names.msg} (line {names.lineno})")
             return False
-        names = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
         if fn not in names:
             r.err(f"{jp}.function", f"scorer {rel!r} defines no function {fn!r}")
             ok = False
