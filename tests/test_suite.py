@@ -185,6 +185,22 @@ def test_scorer_is_parsed_never_executed(tmp_path):
     assert not marker.exists()
 
 
+def test_every_check_on_a_broken_or_incomplete_scorer_is_reported(tmp_path):
+    root = write_suite(tmp_path / "unit", cases=[
+        {"id": f"s{i}", "input": "x", "tags": ["t"], "checks": [{"kind": "scorer", "file": f"scorers/{name}.py",
+                                                                  "function": fn}]}
+        for i, (name, fn) in enumerate([("broken", "score"), ("broken", "score"), ("mine", "score"),
+                                        ("mine", "other")])])
+    (root / "scorers").mkdir()
+    (root / "scorers" / "broken.py").write_text("def score(output, case)\n    return True\n")
+    (root / "scorers" / "mine.py").write_text("def score(output, case):\n    return True\n")
+    errors = [(e.line, e.json_path, e.message) for e in lint_suite(root).errors]
+    assert [(line, jp) for line, jp, _ in errors] == [(1, "$.checks[0].file"), (2, "$.checks[0].file"),
+                                                     (4, "$.checks[0].function")]
+    assert all("'scorers/broken.py' does not parse" in m for _, _, m in errors[:2])
+    assert errors[2][2] == "scorer 'scorers/mine.py' defines no function 'other'"
+
+
 def test_same_judge_model_refused_unless_overridden_and_recorded(tmp_path):
     cfg = dict(BASE_CONFIG, judge={"model": "GEN-MODEL", "api_key_env": "K"})
     with pytest.raises(InputError) as ei:
