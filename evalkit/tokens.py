@@ -138,6 +138,9 @@ def _server_root(base_url: str) -> str:
     return root[:-3] if root.endswith("/v1") else root
 
 
+_COUNT_CACHE_SIZE = 4096  # texts whose endpoint count is remembered per counter
+
+
 class TokenCounter:
     """Counts a request's input for one model on one endpoint; see the module docstring.
 
@@ -157,6 +160,7 @@ class TokenCounter:
         self._tiktoken: Any = None
         self._tiktoken_checked = False
         self.method = "utf8-bytes"
+        self._counted: dict[str, int] = {}
 
     async def count(self, *, prompt: str | None = None, messages: list[dict[str, Any]] | None = None,
                     tools: list[dict[str, Any]] | None = None, limit: int | None = None) -> int:
@@ -223,6 +227,18 @@ class TokenCounter:
         return n
 
     async def _tokenize_count(self, text: str) -> int | None:
+        """The endpoint tokenizer's count of `text` (None when it has none); remembered,
+        since the k samples of a (case, arm) send the same text."""
+        if text in self._counted:
+            return self._counted[text]
+        n = await self._ask_tokenizer(text)
+        if n is not None:
+            if len(self._counted) >= _COUNT_CACHE_SIZE:
+                self._counted.pop(next(iter(self._counted)))  # the oldest entry
+            self._counted[text] = n
+        return n
+
+    async def _ask_tokenizer(self, text: str) -> int | None:
         if self._http is None:
             self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self._timeout_s))
         headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}

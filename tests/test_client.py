@@ -426,3 +426,18 @@ def test_concurrent_counts_each_name_their_own_source():
         (fine, fine_method), (cheap, cheap_method) = asyncio.run(go())
     assert (fine, fine_method) == (40, "endpoint")
     assert (cheap, cheap_method) == (utf8_len("short") + 2, "utf8-bytes")
+
+
+def test_the_endpoint_is_asked_once_per_text_however_many_samples_send_it():
+    # Review finding: each of the k samples of a (case, arm) asked the tokenizer again.
+    text = "ab " * 40
+    with ScriptedServer({"default": {"text": "ok"}}) as srv:
+        async def go():
+            counter = TokenCounter("scripted", srv.base_url)
+            try:
+                return [await counter.measure(prompt=text, limit=64) for _ in range(5)]
+            finally:
+                await counter.aclose()
+        counts = asyncio.run(go())
+        assert srv.stats["tokenize"] == 1
+    assert counts == [(40, "endpoint")] * 5
