@@ -460,7 +460,9 @@ def sign_test(wins: int, losses: int, ties: int = 0) -> SignTest:
 def mcnemar(b: int, c: int, exact: bool | None = None) -> McNemar:
     """McNemar's test for paired pass/fail on the discordant counts b (pass only in the
     first arm) and c (pass only in the second), via statsmodels. `exact=None` uses the
-    exact binomial test when b + c < 25 and the continuity-corrected chi-square above.
+    exact binomial test when b + c < 25 and the continuity-corrected chi-square above:
+    (|b - c| - 1)^2 / (b + c), uncorrected when b == c (statistic 0, p = 1), as R's
+    `mcnemar.test` does; the correction moves the statistic toward 0, never past it.
 
     References: McNemar 1947, Psychometrika 12(2); Edwards 1948 (continuity correction);
     statsmodels.stats.contingency_tables.mcnemar.
@@ -472,7 +474,8 @@ def mcnemar(b: int, c: int, exact: bool | None = None) -> McNemar:
         exact = (b + c) < 25
     if b + c == 0:
         return McNemar(int(b), int(c), 0.0, 1.0, bool(exact))
-    res = _sm_mcnemar([[0, int(b)], [int(c), 0]], exact=bool(exact), correction=True)
+    # statsmodels corrects b == c too, giving 1 / (b + c) and p < 1 for a perfect tie.
+    res = _sm_mcnemar([[0, int(b)], [int(c), 0]], exact=bool(exact), correction=b != c)
     return McNemar(int(b), int(c), float(res.statistic), float(min(1.0, res.pvalue)), bool(exact))
 
 
