@@ -314,7 +314,10 @@ def proportion_interval(
     computed by statsmodels `proportion_confint`.
 
     For 95% intervals on eval pass rates, Jeffreys and Wilson keep coverage near the
-    nominal level; Clopper-Pearson is conservative (covers more than 95%).
+    nominal level; Clopper-Pearson is conservative (covers more than 95%). Jeffreys is
+    the equal-tailed Beta(x + 1/2, n - x + 1/2) interval with Brown, Cai & DasGupta's
+    end points: lower 0 when x = 0 and upper 1 when x = n (their section 4.1.2; without
+    it the coverage tends to zero as p goes to 0 or 1).
 
     References: Brown, Cai & DasGupta 2001, "Interval Estimation for a Binomial
     Proportion", Statistical Science 16(2); statsmodels.stats.proportion.proportion_confint.
@@ -331,6 +334,11 @@ def proportion_interval(
     if not 0 < alpha < 1:
         _fail(f"alpha must be in (0, 1), got {alpha!r}")
     low, high = proportion_confint(int(successes), int(n), alpha=alpha, method=_INTERVAL_METHODS[key])
+    if key == "jeffreys":
+        # statsmodels returns the plain Beta quantiles (e.g. a lower end of 4.8e-05 for
+        # 0 of 10); Brown, Cai & DasGupta 2001, section 4.1.2, set the ends at 0 and 1.
+        low = 0.0 if successes == 0 else low
+        high = 1.0 if successes == n else high
     name = "clopper-pearson" if _INTERVAL_METHODS[key] == "beta" else key
     return Interval(
         float(max(0.0, low)), float(min(1.0, high)), name, successes / n, int(successes), int(n), alpha
@@ -452,7 +460,9 @@ def sign_test(wins: int, losses: int, ties: int = 0) -> SignTest:
 def mcnemar(b: int, c: int, exact: bool | None = None) -> McNemar:
     """McNemar's test for paired pass/fail on the discordant counts b (pass only in the
     first arm) and c (pass only in the second), via statsmodels. `exact=None` uses the
-    exact binomial test when b + c < 25 and the continuity-corrected chi-square above.
+    exact binomial test when b + c < 25 and the continuity-corrected chi-square above:
+    (|b - c| - 1)^2 / (b + c), uncorrected when b == c (statistic 0, p = 1), as R's
+    `mcnemar.test` does; the correction moves the statistic toward 0, never past it.
 
     References: McNemar 1947, Psychometrika 12(2); Edwards 1948 (continuity correction);
     statsmodels.stats.contingency_tables.mcnemar.
@@ -464,7 +474,8 @@ def mcnemar(b: int, c: int, exact: bool | None = None) -> McNemar:
         exact = (b + c) < 25
     if b + c == 0:
         return McNemar(int(b), int(c), 0.0, 1.0, bool(exact))
-    res = _sm_mcnemar([[0, int(b)], [int(c), 0]], exact=bool(exact), correction=True)
+    # statsmodels corrects b == c too, giving 1 / (b + c) and p < 1 for a perfect tie.
+    res = _sm_mcnemar([[0, int(b)], [int(c), 0]], exact=bool(exact), correction=b != c)
     return McNemar(int(b), int(c), float(res.statistic), float(min(1.0, res.pvalue)), bool(exact))
 
 
