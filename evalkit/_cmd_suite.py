@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from pathlib import Path
 
 import click
@@ -50,6 +51,8 @@ def import_cmd(file: Path, dest: Path, guidance: Path | None) -> None:
                                  on_warning=lambda w: click.echo(str(w)))
     loaded = suite.load_suite(out)
     click.echo(f"imported {file} -> {out} ({len(loaded.cases)} cases)")
+    for name, n in Counter(c.set for c in loaded.cases).items():
+        click.echo(f"  set {name}: {n} case(s), gate {suite.set_gate(name)}")
     for warning in loaded.warnings:
         click.echo(warning)
 

@@ -11,6 +11,7 @@ through `evalkit.importers`.
 from __future__ import annotations
 
 import ast
+import difflib
 import json
 import math
 import os
@@ -41,7 +42,10 @@ CHECK_KINDS = (
     "grounding", "refusal", "activation", "scorer",
 )
 CASE_KEYS = {"id", "input", "expected", "tags", "set", "judge_threshold", "checks", "intent", "context"}
-CASE_SETS = ("capability", "regression")
+CASE_SETS = ("capability", "regression")  # the gated sets; any other set is measured, not gated
+SET_GATES = {"capability": "pass@k", "regression": "pass^k"}
+NO_GATE = "none"
+SET_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 INTENTS = ("activation", "non-activation")
 JUDGE_PLACEHOLDERS = {"rubric", "input", "expected", "output", "context"}
 GOLDEN_TAG, ADVERSARIAL_TAG = "golden", "adversarial"
@@ -93,6 +97,22 @@ ENDPOINT_KEYS = {"model", "base_url", "api_key_env"}
 PRICE_KEYS = {"in_per_mtok", "out_per_mtok"}
 GATE_KEYS = {"max_success_drop_points", "max_cost_increase_pct", "min_tag_cases"}
 ARM_KEYS = {"name", "guidance"}
+
+
+def set_gate(case_set: str) -> str:
+    """What a case's set is gated on: `pass@k` (capability), `pass^k` (regression), or
+    `none` for any other set, whose cases are measured and shown but never gated (as the
+    agent-evals harness treats a set it does not know)."""
+    return SET_GATES.get(case_set, NO_GATE)
+
+
+def ungated_set_warning(case_set: str) -> str:
+    """The warning for a case in a set that is not gated, with the gated set it may be a
+    typo of (so a misspelt `regresion` does not silently drop a case from the gate)."""
+    close = difflib.get_close_matches(case_set, CASE_SETS, n=1, cutoff=0.75)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return (f"set {case_set!r} is neither capability nor regression: its cases are measured and shown "
+            f"with gate \"none\", never gated{hint}")
 
 
 def is_comment_key(key: str) -> bool:
@@ -902,9 +922,12 @@ def _validate_case(raw: dict, file: str, line: int | None, prefix: str, fx: _Fin
         tags = []
 
     case_set = raw.get("set", "capability")
-    if case_set not in CASE_SETS:
-        r.err(j(".set"), label + f"set must be \"capability\" or \"regression\", got {json.dumps(case_set)}")
+    if not isinstance(case_set, str) or not SET_NAME.fullmatch(case_set):
+        r.err(j(".set"), label + "set must be a lowercase name (capability and regression are gated, any other "
+                                 f"is shown with gate \"none\"), got {json.dumps(case_set)}")
         ok = False
+    elif set_gate(case_set) == NO_GATE:
+        r.warn(j(".set"), label + ungated_set_warning(case_set))
     threshold = r.number(raw, "judge_threshold", prefix, integer=True, minimum=1, maximum=5, default=4)
     intent = raw.get("intent")
     if intent is not None and intent not in INTENTS:

@@ -34,7 +34,7 @@ from . import stats
 from .errors import EvalkitError, InputError
 from .records import GateThresholds
 from .runs import RUN_JSON_BYTES, Run, find_suite_dir, iter_jsonl, load_run, write_atomic
-from .suite import read_json_object
+from .suite import NO_GATE, read_json_object, set_gate
 
 VerdictKind = Literal["pass", "regression", "no-improvement", "inconclusive"]
 
@@ -698,6 +698,11 @@ class CaseResult:
     costs: tuple[float, ...]
     ungraded: int = 0
 
+    @property
+    def gated(self) -> bool:
+        """False for a case in a set with gate `none` (neither capability nor regression)."""
+        return set_gate(self.set) != NO_GATE
+
 
 @dataclass(frozen=True)
 class RunMetrics:
@@ -706,8 +711,10 @@ class RunMetrics:
     A case's success is pass@k for capability cases and pass^k for regression cases
     (agent-evals: capability gates on best-of-k, regression on all-of-k), by the
     unbiased estimators of `evalkit.stats`; the success rate of a group is the mean over
-    its cases. Cost per task is the mean over cases of the case's total sample cost,
-    counting what a cache hit avoided so a replayed run costs what a live one would.
+    its gated cases (a case in any other set has gate `none`: it is measured and shown,
+    never part of a success rate or a gate). Cost per task is the mean over cases of the
+    case's total sample cost, counting what a cache hit avoided so a replayed run costs
+    what a live one would.
     """
 
     k: int
@@ -724,7 +731,7 @@ class RunMetrics:
         return _score_table(case.set, case.n, self.k)[case.c]
 
     def success_rate(self, ids: Iterable[str] | None = None) -> float:
-        sel = self._select(ids)
+        sel = [c for c in self._select(ids) if c.gated]
         return float(np.mean([self.score(c) for c in sel])) if sel else math.nan
 
     def cost_per_task(self, ids: Iterable[str] | None = None) -> float:
@@ -1135,6 +1142,15 @@ def gate(run: Run | str | Path, baseline_path: str | Path, thresholds: GateThres
                         seed=seed, run_label=str(run_path), baseline_label=str(baseline_path))
 
 
+def _note_ungated(notes: list[str], cur: RunMetrics, ids: list[str]) -> None:
+    by_id = cur.by_id()
+    ungated = [i for i in ids if not by_id[i].gated]
+    if ungated:
+        sets = ", ".join(dict.fromkeys(by_id[i].set for i in ungated))
+        notes.append(f"{len(ungated)} case(s) in sets with gate none ({sets}): shown, never gated; "
+                     "their cost is counted")
+
+
 def gate_metrics(cur: RunMetrics, baseline: RunMetrics | dict[str, Any], t: GateThresholds, *,
                  alpha: float = 0.05, n_resamples: int = 2000, seed: int = 0, run_label: str = "",
                  baseline_label: str = "") -> GateResult:
@@ -1173,9 +1189,11 @@ def gate_metrics(cur: RunMetrics, baseline: RunMetrics | dict[str, Any], t: Gate
             return GateResult(False, tuple(reasons), True, (), tuple(notes), t, alpha, str(run_path),
                               str(baseline_path))
         null = _Null(cur, base, ids, n_resamples, seed)
-        groups = [("overall", ids)] + [(f"tag:{tag}", members) for tag, members in cur.tags(ids).items()
-                                       if len(members) >= t.min_tag_cases]
-        for name, members in groups:
+        gated = [i for i in ids if cm[i].gated]
+        _note_ungated(notes, cur, ids)
+        groups = [("overall", gated)] + [(f"tag:{tag}", members) for tag, members in cur.tags(gated).items()
+                                         if len(members) >= t.min_tag_cases]
+        for name, members in groups if gated else ():
             mask = np.isin(np.array(ids), members)
             obs, nd = null.success(mask)
             raw_checks.append(("success", name, len(members), base.success_rate(members),
@@ -1191,9 +1209,11 @@ def gate_metrics(cur: RunMetrics, baseline: RunMetrics | dict[str, Any], t: Gate
         notes.append("baseline has no per-case data (agent-evals shape): thresholds applied without the "
                      "noise guard")
         ids = [c.case_id for c in cur.cases]
+        gated = [c.case_id for c in cur.cases if c.gated]
+        _note_ungated(notes, cur, ids)
         per_tag = baseline.get("per_tag") or {}
-        groups = [("overall", ids, float(baseline["success_rate"]))]
-        for tag, members in cur.tags().items():
+        groups = [("overall", gated, float(baseline["success_rate"]))] if gated else []
+        for tag, members in cur.tags(gated).items():
             if len(members) >= t.min_tag_cases and tag in per_tag:
                 groups.append((f"tag:{tag}", members, float(per_tag[tag])))
         for name, members, b in groups:
@@ -1261,7 +1281,10 @@ def accept_baseline(run: Run | str | Path, suite_dir: str | Path | None = None, 
                            "re-grade it first")
     if not m.cases:
         raise EvalkitError("refusing to accept a run with no samples")
-    tags = m.tags()
+    gated = [c.case_id for c in m.cases if c.gated]
+    if not gated:
+        raise EvalkitError("refusing to accept a run with no gated case (every set has gate none)")
+    tags = m.tags(gated)
     per_set = {}
     for s in ("capability", "regression"):
         ids = [c.case_id for c in m.cases if c.set == s]
@@ -1269,7 +1292,7 @@ def accept_baseline(run: Run | str | Path, suite_dir: str | Path | None = None, 
             est = stats.mean_and_se([m.score(c) for c in m._select(ids)])
             per_set[s] = {"metric": _metric_name(s, m.k), "value": est.value, "se": _nan_none(est.se),
                           "n_cases": len(ids)}
-    overall = stats.mean_and_se([m.score(c) for c in m.cases])
+    overall = stats.mean_and_se([m.score(c) for c in m.cases if c.gated])
     doc = {
         "format": 1,
         "run_stamp": m.run_stamp,

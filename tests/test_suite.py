@@ -231,6 +231,19 @@ def test_unknown_keys_warn_and_fail_under_strict(tmp_path):
     assert {"$.temprature", "$.colour"} <= paths
 
 
+def test_sets_other_than_capability_and_regression_warn_with_gate_none(tmp_path):
+    cases = CASES[:2] + [dict(CASES[2], set="exploratory"), dict(CASES[3], set="regresion")]
+    suite = load_suite(write_suite(tmp_path / "unit", BASE_CONFIG, cases))
+    assert [c.set for c in suite.cases[2:4]] == ["exploratory", "regresion"]
+    explore = [w for w in suite.warnings if "'exploratory'" in w]
+    assert len(explore) == 1 and 'gate "none"' in explore[0] and "did you mean" not in explore[0]
+    assert any("'regresion'" in w and "did you mean 'regression'?" in w for w in suite.warnings)
+    bad = write_suite(tmp_path / "bad", BASE_CONFIG, CASES[:1] + [dict(CASES[1], set="Edge Cases")])
+    with pytest.raises(InputError) as ei:
+        load_suite(bad)
+    assert ei.value.json_path == "$.set" and ei.value.line == 2
+
+
 def test_suite_quality_warnings(tmp_path):
     cases = [
         {"id": "a", "input": "x", "expected": "y", "tags": ["golden", "solo"]},
