@@ -342,10 +342,87 @@ def read_inspect_log(path: str | Path, *, threshold: float | None = None, scorer
 # ---------------------------------------------------------------------------- promptfoo
 
 
+def _promptfoo_identity(test_case: dict, row_vars: Any) -> str:
+    """The test's identity: its whole `testCase` (vars after expansion, asserts, options,
+    description, metadata), canonical JSON. promptfoo gives every repeat its own
+    `testIdx` and writes no repeat index, so repeats are the rows of one identity."""
+    tc = dict(test_case)
+    if "vars" not in tc and isinstance(row_vars, dict):
+        tc["vars"] = row_vars
+    return json.dumps(tc, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _vars_label(v: Any) -> str:
+    """`country=France, year=2024`: the vars of an expanded test, short and readable."""
+    if not isinstance(v, dict) or not v:
+        return ""
+    parts = []
+    for k, x in v.items():
+        s = x if isinstance(x, str) else json.dumps(x, ensure_ascii=False, sort_keys=True)
+        parts.append(f"{k}={' '.join(str(s).split())[:40]}")
+    return ", ".join(parts)[:90]
+
+
+def _asserts_label(asserts: Any) -> str:
+    """`icontains paris; contains Lyon`: a test's asserts, short and readable."""
+    if not isinstance(asserts, list):
+        return ""
+    parts = []
+    for a in asserts:
+        if isinstance(a, dict):
+            v = a.get("value")
+            v = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) if v is not None else ""
+            parts.append(f"{a.get('type', '?')} {' '.join(v.split())[:30]}".strip())
+    return "; ".join(parts)[:80]
+
+
+def _promptfoo_case_ids(tests: dict[str, dict]) -> dict[str, str]:
+    """Identity -> a readable case id: the test's `metadata.id`, else its description
+    (the display name), else its vars; when one name covers several identities (one
+    description over a var expansion, two tests of the same vars with different
+    asserts), the vars, then the asserts, then a short hash of the identity tell them
+    apart. Ids
+    depend only on the tests themselves, so two outputs of one config pair up."""
+    def base(tc: dict) -> str:
+        meta = tc.get("metadata") if isinstance(tc.get("metadata"), dict) else {}
+        name = meta.get("id") or tc.get("description")
+        if name is not None and str(name).strip():
+            return " ".join(str(name).split())
+        return _vars_label(tc.get("vars")) or "test"
+
+    def group(names: dict[str, str]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for ident, name in names.items():
+            out.setdefault(name, []).append(ident)
+        return out
+
+    names = {ident: base(tc) for ident, tc in tests.items()}
+    for name, idents in group(names).items():
+        if len(idents) > 1 and base(tests[idents[0]]) != _vars_label(tests[idents[0]].get("vars")):
+            for ident in idents:
+                label = _vars_label(tests[ident].get("vars"))
+                if label:
+                    names[ident] = f"{name} [{label}]"
+    for name, idents in group(names).items():
+        labels = {ident: _asserts_label(tests[ident].get("assert")) for ident in idents}
+        if len(idents) > 1 and len(set(labels.values())) == len(idents):
+            for ident in idents:
+                names[ident] = f"{name} [{labels[ident]}]"
+    for name, idents in group(names).items():
+        if len(idents) > 1:
+            for ident in idents:
+                names[ident] = f"{name} #{hashlib.sha1(ident.encode()).hexdigest()[:8]}"
+    return {ident: _case_id(name, "", Path()) for ident, name in names.items()}
+
+
 def read_promptfoo(path: str | Path, *, arm: str | None = None) -> Ingested:
-    """Read promptfoo's `-o results.json`: each provider (and prompt, when several) is
-    an arm; a test's repeats are its samples, indexed in the order promptfoo wrote them.
-    Pass/fail is promptfoo's own `success` for the row (its assertions)."""
+    """Read promptfoo's `-o results.json`: each provider (and prompt, when one provider
+    runs several) is an arm; a case is one test, keyed by its identity (the whole
+    `testCase`: vars after expansion, asserts, options), so `--repeat N` rows group into
+    one case of N samples and each value of an expanded var is a case of its own. The
+    description, when there is one, names the case. Samples are indexed by promptfoo's
+    `testIdx` order. Pass/fail is promptfoo's own `success` for the row (its
+    assertions); a row that errored is kept in errors.jsonl, never a pass."""
     p = Path(path)
     _check_source(p)
     data = _read_json(p)
@@ -359,39 +436,55 @@ def read_promptfoo(path: str | Path, *, arm: str | None = None) -> Ingested:
     rows = res.get("results")
     if not isinstance(rows, list):
         raise InputError("results.results must be a list", p, json_path="$.results.results")
+
     def _label(r: dict) -> str:
         prov = r.get("provider") or {}
         return str((prov.get("label") or prov.get("id")) if isinstance(prov, dict) else prov)
 
-    # An arm is a provider; when one provider label runs several prompts, a (provider,
-    # prompt) pair, so that no two arms are merged.
-    dict_rows = [r for r in rows if isinstance(r, dict)]
-    combos = {(_label(r), r.get("promptIdx")) for r in dict_rows}
-    split_prompts = len(combos) > len({c[0] for c in combos})
-    samples: list[Sample] = []
-    grades: list[Grade] = []
-    errors: list[dict[str, Any]] = []
-    counters: dict[tuple[str, str], int] = {}
-    models: dict[str, str] = {}
-    tests = (data.get("config") or {}).get("tests")
+    def _prompt_label(r: dict) -> str:
+        pr = r.get("prompt") if isinstance(r.get("prompt"), dict) else {}
+        return str(pr.get("label") or f"p{r.get('promptIdx', 0)}")
+
     for i, r in enumerate(rows):
         where = f"$.results.results[{i}]"
         if not isinstance(r, dict):
             raise InputError("a result row must be an object", p, json_path=where)
         if "success" not in r:
             raise InputError("result row without `success` (not graded)", p, json_path=f"{where}.success")
+        if not isinstance(r.get("testCase") or {}, dict):
+            raise InputError("testCase must be an object", p, json_path=f"{where}.testCase")
+    # An arm is a provider; when one provider label runs several prompts, a (provider,
+    # prompt) pair, so that no two arms are merged.
+    combos = {(_label(r), r.get("promptIdx")) for r in rows}
+    split_prompts = len(combos) > len({c[0] for c in combos})
+    idents = [_promptfoo_identity(r.get("testCase") or {}, r.get("vars")) for r in rows]
+    tests = {ident: json.loads(ident) for ident in dict.fromkeys(idents)}
+    case_ids = _promptfoo_case_ids(tests)
+    keyed: list[tuple[str, str, int, int]] = []  # (case, arm, testIdx, row)
+    models: dict[str, str] = {}
+    for i, r in enumerate(rows):
         prov_id = _label(r)
         arm_name = arm or re.sub(r"[^A-Za-z0-9_.-]+", "_", prov_id or "provider")
         if split_prompts and not arm:
-            arm_name += f"-p{r.get('promptIdx', 0)}"
+            arm_name += "-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", _prompt_label(r))
         models[arm_name] = str(prov_id)
+        test_idx = r.get("testIdx")
+        keyed.append((case_ids[idents[i]], arm_name, test_idx if isinstance(test_idx, int) else i, i))
+    order = sorted(range(len(rows)), key=lambda i: (keyed[i][2], i))
+    index_of: dict[int, int] = {}
+    counters: dict[tuple[str, str], int] = {}
+    for i in order:
+        ck = keyed[i][:2]
+        index_of[i] = counters.get(ck, 0)
+        counters[ck] = index_of[i] + 1
+    samples: list[Sample] = []
+    grades: list[Grade] = []
+    errors: list[dict[str, Any]] = []
+    for i in order:
+        r = rows[i]
+        cid, arm_name, _, _ = keyed[i]
+        index = index_of[i]
         test_case = r.get("testCase") or {}
-        raw_id = (test_case.get("metadata") or {}).get("id") or test_case.get("description")
-        if raw_id is None:
-            raw_id = f"test-{r.get('testIdx', i)}"
-        cid = _case_id(raw_id, where, p)
-        index = counters.get((cid, arm_name), 0)
-        counters[(cid, arm_name)] = index + 1
         resp = r.get("response") or {}
         out = resp.get("output", "")
         text = out if isinstance(out, str) else json.dumps(out)
@@ -405,17 +498,24 @@ def read_promptfoo(path: str | Path, *, arm: str | None = None) -> Ingested:
         passed = bool(r["success"])
         reason = "" if passed else str((r.get("gradingResult") or {}).get("reason") or r.get("error") or "failed")
         tags = tuple(str(v) for v in ((test_case.get("metadata") or {}).get("tags") or ())) or ("promptfoo",)
-        samples.append(Sample(case_id=cid, tags=tags, arm=arm_name, index=index, seed=0, model=str(prov_id),
-                              output=text, tool_calls=(), finish_reason=None, usage=_usage(tu),
-                              latency_ms=float(r.get("latencyMs") or 0.0), cost_usd=float(r.get("cost") or 0.0),
-                              request_hash=""))
+        samples.append(Sample(case_id=cid, tags=tags, arm=arm_name, index=index, seed=0, model=models[arm_name],
+                              output=text, tool_calls=(), finish_reason=resp.get("finishReason"),
+                              usage=_usage(tu), latency_ms=float(r.get("latencyMs") or 0.0),
+                              cost_usd=float(r.get("cost") or 0.0), request_hash=""))
         grades.append(Grade(case_id=cid, arm=arm_name, index=index, passed=passed,
                             checks=(CheckResult("promptfoo:assertions", passed, reason),)))
     name = str(data.get("evalId") or p.stem)
     reason = f"{len(errors)} promptfoo result(s) errored" if errors else None
+    notes = [f"{len(tests)} distinct tests"]
+    repeat = (data.get("runtimeOptions") or {}).get("repeat") if isinstance(data.get("runtimeOptions"), dict) else None
+    if isinstance(repeat, int) and repeat > 0:
+        notes.append(f"--repeat {repeat}")
+        uneven = sorted(c for (c, _), n in counters.items() if n != repeat)
+        if uneven:
+            notes.append(f"{len(uneven)} case(s) do not have {repeat} rows per arm (identical tests merge): "
+                         + ", ".join(uneven[:5]))
     return Ingested("promptfoo", str(p), _sha256(p), name, tuple(samples), tuple(grades), not errors, reason,
-                    len(samples) + len(errors), models,
-                    (f"{len(tests)} tests in config" if isinstance(tests, list) else "",), tuple(errors))
+                    len(samples) + len(errors), models, tuple(notes), tuple(errors))
 
 
 # ---------------------------------------------------------------------------- tau-bench
@@ -566,10 +666,12 @@ def _summary(parts: list[Ingested], samples: list[Sample], grades: list[Grade]) 
     lines.append("")
     for p in parts:
         lines.append(f"- source: {p.source} `{Path(p.source_file).name}` (sha256 {p.source_sha256[:12]}...)")
+    lines += [f"- {p.source}: {n}" for p in parts for n in p.notes if n]
     lines.append(f"- cases: {len(cases)}, arms: {', '.join(arms)}, samples: {len(samples)}")
     for a, f in per_arm.items():
         rate = f["passed"] / f["graded"] if f["graded"] else float("nan")
-        lines.append(f"- {a}: {f['passed']}/{f['graded']} samples passed ({rate:.1%})")
+        lines.append(f"- {a}: {f['passed']}/{f['graded']} samples passed ({rate:.1%})"
+                     + (f", {f['errors']} errored (never a pass)" if f["errors"] else ""))
     return summary, "\n".join(lines) + "\n"
 
 

@@ -311,3 +311,52 @@ def test_non_integer_tau_trial(tmp_path: Path) -> None:
     res = cli("ingest", src, "--to", tmp_path / "run")
     assert res.exit_code == 2 and "t.jsonl:1" in res.output and "not an integer" in res.output
     _assert_nothing_written(tmp_path / "run")
+
+
+PROMPTFOO_REPEAT = FIXTURES / "promptfoo-repeat.json"
+
+
+def test_promptfoo_repeats_group_by_test_identity_and_expansions_separate(tmp_path: Path) -> None:
+    """A real promptfoo 0.123.1 output (`--repeat 3`, tests without a description, one
+    description over `country: [Italy, Spain]`, two prompts on one provider, against the
+    scripted server): promptfoo gives each repeat its own testIdx, so a case is a test's
+    identity (vars, asserts) within an arm (provider x prompt): 6 cases of 3 samples per
+    arm, never 36 cases of 1, and the expansion is two cases, each named by the
+    description."""
+    res = cli("ingest", PROMPTFOO_REPEAT, "--to", tmp_path / "run")
+    assert res.exit_code == 0, res.output
+    run = load_run(tmp_path / "run")
+    raw = json.loads(PROMPTFOO_REPEAT.read_text())
+    assert raw["metadata"]["promptfooVersion"] == "0.123.1" and raw["runtimeOptions"]["repeat"] == 3
+    rows = raw["results"]["results"]
+    assert len({r["testIdx"] for r in rows}) == 18  # each repeat has its own testIdx
+    # independent grouping of the raw rows: (vars, asserts) x prompt label
+    expect: dict[tuple[str, str], list[bool]] = defaultdict(list)
+    for r in sorted(rows, key=lambda r: r["testIdx"]):
+        key = json.dumps([r["testCase"]["vars"], r["testCase"]["assert"]], sort_keys=True)
+        expect[(key, f"scripted-{r['prompt']['label']}")].append(r["success"])
+    assert len(expect) == 12 and all(len(v) == 3 for v in expect.values())
+    assert run.config["k"] == 3 and run.samples["case_id"].nunique() == 6
+    assert sorted(run.samples["arm"].unique()) == ["scripted-polite", "scripted-terse"]
+    got: dict[tuple[str, str], list[bool]] = defaultdict(list)
+    for row in run.grades.sort_values("index").itertuples():
+        got[(row.case_id, row.arm)].append(bool(row.passed))
+    assert sorted(sorted(v) for v in got.values()) == sorted(sorted(v) for v in expect.values())
+    assert run.samples.groupby(["case_id", "arm"])["index"].apply(sorted).tolist() == [[0, 1, 2]] * 12
+    cases = set(run.samples["case_id"])
+    assert {"southern capitals [country=Italy]", "southern capitals [country=Spain]",
+            "country=Peru", "country=Japan"} <= cases
+    # the two France tests differ only in their asserts: two cases, named by them
+    assert {"country=France [icontains paris]", "country=France [contains Lyon]"} <= cases
+    # pass@k per case from the peer's own per-row success, brute force over k-subsets
+    for (key, arm), outcomes in expect.items():
+        vars_, asserts = json.loads(key)
+        cid = next(c for (c, a) in got if a == arm and vars_["country"] in c
+                   and (vars_["country"] != "France" or asserts[0]["value"] in c))
+        assert sorted(got[(cid, arm)]) == sorted(outcomes)
+        for k in (1, 2, 3):
+            assert stats.pass_at_k(3, sum(outcomes), k) == pytest.approx(brute_pass_at_k(outcomes, k), abs=1e-12)
+    # two prompts of one config pair case by case
+    v = json.loads(cli("compare", tmp_path / "run", "--baseline", "scripted-terse", "--treatment",
+                       "scripted-polite", "--json").output)
+    assert v["wins"] + v["ties"] + v["losses"] == 6
