@@ -29,6 +29,10 @@ def ingest_cmd(source: Path, to: Path, fmt: str | None, arm: str | None, into: b
     dest = _ingest.ingest(source, to, fmt=fmt, into=into, arm=arm, threshold=threshold, scorer=scorer,
                           eval_file=eval_file, compat_wildcards=compat_wildcards)
     click.echo(str(dest))
+    with open(dest / "summary.md", encoding="utf-8") as fh:
+        first = fh.readline().strip()
+    if first.startswith("INCOMPLETE"):
+        click.echo(first, err=True)  # the run folder is written; gate and compare will refuse it as incomplete
 
 
 COMMANDS: list[click.Command] = [ingest_cmd]

@@ -280,6 +280,7 @@ def read_inspect_log(path: str | Path, *, threshold: float | None = None, scorer
     status = header.get("status")
     samples: list[Sample] = []
     grades: list[Grade] = []
+    errors: list[dict[str, Any]] = []
     seen: set[tuple[str, int]] = set()
     for i, s in enumerate(raw_samples):
         where = f"$.samples[{i}]"
@@ -294,9 +295,18 @@ def read_inspect_log(path: str | Path, *, threshold: float | None = None, scorer
         if (cid, index) in seen:
             raise InputError(f"sample {s['id']!r} epoch {s['epoch']} appears twice", p, json_path=where)
         seen.add((cid, index))
+        err = s.get("error")
+        if err:
+            # inspect (fail_on_error=False or a fraction) finishes `success` around a sample
+            # that raised; it is kept as an errored key, never a pass, never a failed answer.
+            msg = err.get("message") if isinstance(err, dict) else err
+            errors.append({"case_id": cid, "arm": arm_name, "index": index,
+                           "error": f"sample {s['id']!r} epoch {s['epoch']} errored: "
+                                    f"{' '.join(str(msg or 'no message').split())[:400]}"})
+            continue
         scores = s.get("scores") or {}
         if not scores:
-            raise InputError(f"sample {s['id']!r} epoch {s['epoch']} has no scores", p,
+            raise InputError(f"sample {s['id']!r} epoch {s['epoch']} has no scores (and no error)", p,
                              json_path=f"{where}.scores")
         name = scorer or next(iter(scores))
         if name not in scores:
@@ -330,13 +340,18 @@ def read_inspect_log(path: str | Path, *, threshold: float | None = None, scorer
         grades.append(Grade(case_id=cid, arm=arm_name, index=index, passed=passed,
                             checks=(CheckResult(f"inspect:{name}", passed, "" if passed else reason),),
                             error=None))
-    if not samples:
+    if not samples and not errors:
         raise InputError(f"the log has no samples (status {status!r}): nothing to analyse", p)
     expected = n_dataset * epochs
-    complete = status == "success" and (not expected or len(samples) == expected)
-    reason = None if complete else f"inspect log status {status!r}, {len(samples)}/{expected or '?'} samples"
-    return Ingested("inspect-ai", str(p), _sha256(p), task, tuple(samples), tuple(grades), complete, reason,
-                    expected, {arm_name: model})
+    tried = len(samples) + len(errors)
+    complete = status == "success" and not errors and (not expected or tried == expected)
+    reasons = []
+    if errors:
+        reasons.append(f"{len(errors)} inspect sample(s) errored")
+    if status != "success" or (expected and tried != expected):
+        reasons.append(f"inspect log status {status!r}, {len(samples)}/{expected or '?'} samples scored")
+    return Ingested("inspect-ai", str(p), _sha256(p), task, tuple(samples), tuple(grades), complete,
+                    "; ".join(reasons) or None, expected, {arm_name: model}, (), tuple(errors))
 
 
 # ---------------------------------------------------------------------------- promptfoo

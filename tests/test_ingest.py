@@ -360,3 +360,54 @@ def test_promptfoo_repeats_group_by_test_identity_and_expansions_separate(tmp_pa
     v = json.loads(cli("compare", tmp_path / "run", "--baseline", "scripted-terse", "--treatment",
                        "scripted-polite", "--json").output)
     assert v["wins"] + v["ties"] + v["losses"] == 6
+
+
+ERRORED_LOG = FIXTURES / "capitals-errored.eval"
+
+
+def _check_errored_inspect_run(run_dir: Path, log: Path) -> None:
+    from inspect_ai.log import read_eval_log
+
+    peer = read_eval_log(str(log))
+    assert peer.status == "success" and peer.results.completed_samples == 49
+    bad = [(s.id, s.epoch) for s in peer.samples if s.error]
+    assert len(bad) == 1
+    run = load_run(run_dir)
+    assert len(run.samples) == 49 and len(run.errors) == 1
+    err = run.errors.iloc[0]
+    assert (err["case_id"], err["index"]) == (bad[0][0], bad[0][1] - 1)
+    assert err["error"].startswith(f"sample {bad[0][0]!r} epoch {bad[0][1]} errored: ")
+    assert run.summary["complete"] is False
+    assert (run_dir / "summary.md").read_text().startswith("INCOMPLETE: 9/10 cases (1 inspect sample(s) errored)")
+    assert not ((run.grades["case_id"] == bad[0][0]) & (run.grades["index"] == bad[0][1] - 1)).any()
+    # evalkit's pass@2 per case equals inspect's own pass_at_2 reducer, which also leaves
+    # the errored epoch out (n = 4 for that case)
+    reduced = {s.sample_id: s.value for r in peer.reductions if r.reducer == "pass_at_2" for s in r.samples}
+    ours = per_case(run)
+    assert len(ours[bad[0][0]]) == 4
+    for cid, outcomes in ours.items():
+        assert stats.pass_at_k(len(outcomes), sum(outcomes), 2) == pytest.approx(reduced[cid], abs=1e-12)
+    # never a pass: the gate refuses the incomplete run without reading a rate
+    gate = cli("gate", run_dir, "--baseline", FIXTURES / "no-such-baseline.json")
+    assert gate.exit_code == 1 and "INCOMPLETE" in gate.output
+
+
+def test_inspect_errored_sample_is_kept_as_errored(tmp_path: Path) -> None:
+    """inspect-ai 0.3.285 finished `success` with 49 of 50 samples scored (one provider
+    answer was malformed): the log is read, the errored sample is an error (counted,
+    shown, never a pass) whose message says the sample errored."""
+    res = cli("ingest", ERRORED_LOG, "--to", tmp_path / "run")
+    assert res.exit_code == 0, res.output
+    assert "INCOMPLETE" in res.stderr
+    _check_errored_inspect_run(tmp_path / "run", ERRORED_LOG)
+
+
+def test_fresh_inspect_log_with_an_errored_sample_over_http(tmp_path: Path) -> None:
+    """The same log written now by inspect-ai through its openai provider against the
+    scripted server over HTTP."""
+    from make_inspect_logs import make_errored_log
+
+    log = make_errored_log(tmp_path / "logs")
+    res = cli("ingest", log, "--to", tmp_path / "run")
+    assert res.exit_code == 0, res.output
+    _check_errored_inspect_run(tmp_path / "run", log)
