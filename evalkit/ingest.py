@@ -2,8 +2,9 @@
 
 Supported sources, read directly from their files (no other tool needs to be
 installed): inspect-ai logs (`.eval` zip archives and `.json`), promptfoo's JSON output
-(`promptfoo eval -o results.json`), tau-bench-style trial files (one JSON record per
-task and trial with a reward), and an agent-evals outputs folder with its `evals.json`.
+(`promptfoo eval -o results.json`), lm-evaluation-harness `--log_samples` files
+(`samples_<task>_<date>.jsonl`), tau-bench-style trial files (one JSON record per task
+and trial with a reward), and an agent-evals outputs folder with its `evals.json`.
 
 The run folder written here is the one `evalkit run` + `evalkit grade` write
 (docs/formats.md): `config.json` (marked with the source and the original file's
@@ -19,6 +20,7 @@ import json
 import math
 import re
 import shutil
+import string
 import tempfile
 import zipfile
 import zlib
@@ -32,7 +34,7 @@ from .records import CheckResult, Grade, Sample, Usage
 from .runs import GRADES, RunFolder, grade_to_dict, iter_jsonl, write_atomic
 from .suite import case_id_problem
 
-FORMATS = ("inspect", "promptfoo", "tau-bench", "agent-evals")
+FORMATS = ("inspect", "promptfoo", "tau-bench", "agent-evals", "lm-eval")
 INSPECT_LOG_VERSIONS = (1, 2)  # inspect-ai's EvalLog.version values this reader knows
 PROMPTFOO_RESULT_VERSIONS = (2, 3)
 REWARD_TOL = 1e-6
@@ -133,8 +135,9 @@ def _check_source(path: Path) -> None:
 def detect_format(path: str | Path) -> str:
     """Guess the source format from the file: a zip is an inspect `.eval`, JSON with
     `eval` + `samples` is an inspect `.json` log, JSON with `results.results` is
-    promptfoo, JSON lines with `task_id`/`reward` are tau-bench trials, and a folder is
-    an agent-evals outputs folder."""
+    promptfoo, `samples_<task>_<date>.jsonl` (or JSON lines with `doc_id`/`resps`) is
+    lm-eval's `--log_samples` output, other JSON lines are tau-bench trials, and a
+    folder is an agent-evals outputs folder."""
     p = Path(path)
     _check_source(p)
     if p.is_dir():
@@ -146,6 +149,16 @@ def detect_format(path: str | Path) -> str:
     if p.suffix == ".eval":
         return "inspect"
     if p.suffix == ".jsonl":
+        if LM_EVAL_SAMPLES.fullmatch(p.name):
+            return "lm-eval"
+        with open(p, "rb") as fh:
+            first = fh.readline(1 << 20)
+        try:
+            head_rec = json.loads(first)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            head_rec = None
+        if isinstance(head_rec, dict) and "doc_id" in head_rec and "resps" in head_rec:
+            return "lm-eval"
         return "tau-bench"
     data = _read_json(p)
     if isinstance(data, dict) and "eval" in data and ("samples" in data or "version" in data):
@@ -592,6 +605,200 @@ def read_tau_bench(path: str | Path, *, arm: str | None = None) -> Ingested:
                     None, len(samples), {arm_name: arm_name})
 
 
+# ------------------------------------------------------------------- lm-evaluation-harness
+
+LM_EVAL_SAMPLES = re.compile(r"samples_(?P<task>.+)_(?P<date>\d{4}-\d{2}-\d{2}T[0-9.\-]+)\.jsonl")
+# Filter steps lm-eval applies to each response on its own, so evalkit can apply them to
+# every repeat; a chain of these that ends in `take_first` is graded repeat by repeat.
+_LM_PER_RESPONSE_FILTERS = ("regex", "lowercase", "uppercase", "remove_whitespace")
+LM_EVAL_REGEX_TIMEOUT_S = 1.0
+
+
+def _lm_filter_one(step: dict, text: str) -> str:
+    """One per-response lm-eval filter step on one response. Why by hand: lm-eval is not a
+    dependency; these few steps are lm-eval 0.4's `RegexFilter` (findall, group_select,
+    the first non-empty group of a tuple, strip, fallback `[invalid]`), `LowercaseFilter`,
+    `UppercaseFilter` and `WhitespaceFilter`, and every re-grade is checked against
+    lm-eval's own score of the first repeat (see `read_lm_eval`)."""
+    import regex as _regex
+
+    fn = step.get("function")
+    if fn == "lowercase":
+        return text.lower()
+    if fn == "uppercase":
+        return text.upper()
+    if fn == "remove_whitespace":
+        return text.strip()
+    pattern = step.get("regex_pattern", r"#### (\-?[0-9\.\,]+)")
+    fallback = step.get("fallback", "[invalid]")
+    found = _regex.findall(pattern, text, timeout=LM_EVAL_REGEX_TIMEOUT_S)
+    if not found:
+        return fallback
+    m = found[int(step.get("group_select", 0))]
+    if isinstance(m, tuple):
+        m = next((x for x in m if x), None)
+        if m is None:
+            return fallback
+    return m.strip()
+
+
+def lm_exact_match(prediction: str, reference: str, options: dict) -> bool:
+    """lm-eval's `exact_match` (its `exact_match_hf_evaluate`) for one prediction:
+    `regexes_to_ignore` removed from both, then `ignore_case`, `ignore_punctuation`,
+    `ignore_numbers`, then string equality."""
+    p, r = prediction, reference
+    for pat in options.get("regexes_to_ignore") or ():
+        p, r = re.sub(pat, "", p), re.sub(pat, "", r)
+    if options.get("ignore_case"):
+        p, r = p.lower(), r.lower()
+    if options.get("ignore_punctuation"):
+        table = str.maketrans("", "", string.punctuation)
+        p, r = p.translate(table), r.translate(table)
+    if options.get("ignore_numbers"):
+        table = str.maketrans("", "", string.digits)
+        p, r = p.translate(table), r.translate(table)
+    return p == r
+
+
+def _lm_results_config(p: Path, task: str, date: str | None) -> tuple[dict | None, dict | None]:
+    """(results_<date>.json beside the samples file, its config of `task`), when there."""
+    if date is None:
+        return None, None
+    rp = p.parent / f"results_{date}.json"
+    if not rp.is_file():
+        return None, None
+    doc = _read_json(rp)
+    if not isinstance(doc, dict):
+        raise InputError("an lm-eval results file must be a JSON object", rp, json_path="$")
+    cfg = (doc.get("configs") or {}).get(task)
+    return doc, cfg if isinstance(cfg, dict) else None
+
+
+def read_lm_eval(path: str | Path, *, arm: str | None = None, metric: str | None = None,
+                 filter_name: str | None = None, threshold: float | None = None) -> Ingested:
+    """Read lm-evaluation-harness `--log_samples` output, `samples_<task>_<date>.jsonl`:
+    one line per (doc, filter) with `doc_id`, `doc`, `target`, `arguments`, `resps` (per
+    request, the task's `repeats` responses), `filtered_resps`, `filter`, `metrics` and
+    each metric's value.
+
+    A case is a doc (`<task>-<doc_id>`); the arm is the model (`model_name` of the
+    `results_<date>.json` beside the file, else the folder lm-eval named after it). One
+    filter is read (`filter_name`, default the file's first). With `repeats: N` each
+    repeat is a sample when lm-eval's metric can be re-applied per repeat: the metric is
+    `exact_match` and the filter chain (from the results file's task config; `none` is
+    `take_first`) is per-response steps then `take_first`, so lm-eval scored the first
+    repeat only. Each repeat is then filtered and matched as lm-eval does, and the first
+    repeat's re-grade must equal lm-eval's own score (else the file is refused). Any
+    other filter (`majority_vote`, `take_first_k`, custom) reduces the repeats to one
+    answer: one sample per doc with lm-eval's score, and a note says so.
+    """
+    p = Path(path)
+    _check_source(p)
+    m = LM_EVAL_SAMPLES.fullmatch(p.name)
+    task = m.group("task") if m else p.stem.removeprefix("samples_")
+    results, cfg = _lm_results_config(p, task, m.group("date") if m else None)
+    records: list[tuple[int, dict]] = []
+    for n, raw in enumerate(p.read_bytes().splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            rec = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise InputError(f"not a JSON line: {exc}", p, n) from None
+        if not isinstance(rec, dict) or "doc_id" not in rec or "resps" not in rec:
+            raise InputError("an lm-eval sample line needs doc_id and resps (written by --log_samples)", p, n)
+        records.append((n, rec))
+    if not records:
+        raise InputError("no samples in the file", p)
+    filters = list(dict.fromkeys(str(r.get("filter", "none")) for _, r in records))
+    chosen = filter_name or filters[0]
+    if chosen not in filters:
+        raise InputError(f"no filter {chosen!r} in the file (it has {', '.join(filters)})", p)
+    model = str((results or {}).get("model_name") or p.parent.name or "lm-eval")
+    arm_name = arm or re.sub(r"[^A-Za-z0-9_.-]+", "_", model)
+    chain: list[dict] | None = [{"function": "take_first"}] if chosen == "none" else None
+    metric_opts: dict = {}
+    if cfg is not None:
+        for f in cfg.get("filter_list") or ():
+            if isinstance(f, dict) and f.get("name") == chosen and isinstance(f.get("filter"), list):
+                chain = [s for s in f["filter"] if isinstance(s, dict)]
+        for mm in cfg.get("metric_list") or ():
+            if isinstance(mm, dict) and mm.get("metric") == "exact_match":
+                metric_opts = mm
+    per_repeat = (chain is not None and chain[-1:] == [{"function": "take_first"}]
+                  and all(s.get("function") in _LM_PER_RESPONSE_FILTERS for s in chain[:-1]))
+    samples: list[Sample] = []
+    grades: list[Grade] = []
+    seen: set[int] = set()
+    notes: list[str] = [f"task {task}, filter {chosen}" + (f" (of {', '.join(filters)})" if len(filters) > 1 else "")]
+    repeats_seen: set[int] = set()
+    identical = 0
+    reduced = False
+    for n, rec in records:
+        if str(rec.get("filter", "none")) != chosen:
+            continue
+        doc_id = _int(rec["doc_id"], "doc_id", p, line=n)
+        if doc_id in seen:
+            raise InputError(f"doc {doc_id} appears twice for filter {chosen!r}", p, n)
+        seen.add(doc_id)
+        names = rec.get("metrics") if isinstance(rec.get("metrics"), list) else []
+        name = metric or (names[0] if names else None)
+        if name is None or name not in rec:
+            raise InputError(f"no metric {name!r} on the line (it has {', '.join(map(str, names)) or 'none'}): "
+                             "pass --scorer", p, n)
+        passed, reason = _inspect_pass(rec[name], threshold, f"line {n}: {name}", p)
+        cid = _case_id(f"{task}-{doc_id}", f"line {n}", p)
+        resps = rec["resps"]
+        first = resps[0] if isinstance(resps, list) and resps and isinstance(resps[0], list) else None
+        texts = [x for x in first if isinstance(x, str)] if first is not None else []
+        target = str(rec.get("target", ""))
+        graded: list[tuple[str, bool, str]]
+        if per_repeat and name == "exact_match" and len(texts) > 1 and len(texts) == len(first):
+            repeats_seen.add(len(texts))
+            identical += len(set(texts)) == 1
+            graded = []
+            for j, t in enumerate(texts):
+                try:
+                    answer = t
+                    for step in chain[:-1]:
+                        answer = _lm_filter_one(step, answer)
+                except TimeoutError:
+                    raise InputError(f"doc {doc_id}: the filter's regex timed out on repeat {j + 1}", p, n) from None
+                ok = lm_exact_match(answer, target, metric_opts)
+                graded.append((t, ok, "" if ok else f"exact_match: {answer!r} != {target!r} (repeat {j + 1})"))
+            if graded[0][1] != passed:
+                raise InputError(f"doc {doc_id}: evalkit's re-grade of repeat 1 ({graded[0][1]}) disagrees with "
+                                 f"lm-eval's {name} ({rec[name]!r}); the filter or metric options are not the ones "
+                                 "lm-eval used (is results_<date>.json beside the file?)", p, n)
+        else:
+            if len(texts) > 1:
+                repeats_seen.add(len(texts))
+                reduced = True
+            out = rec.get("filtered_resps")
+            shown = out[0] if isinstance(out, list) and out else out
+            graded = [(shown if isinstance(shown, str) else json.dumps(shown, ensure_ascii=False), passed,
+                       "" if passed else f"{name}: {reason}")]
+        for j, (text, ok, why) in enumerate(graded):
+            samples.append(Sample(case_id=cid, tags=(task,), arm=arm_name, index=j, seed=0, model=model,
+                                  output=text, tool_calls=(), finish_reason=None, usage=Usage(0, 0),
+                                  latency_ms=0.0, cost_usd=0.0, request_hash=str(rec.get("prompt_hash") or "")))
+            grades.append(Grade(case_id=cid, arm=arm_name, index=j, passed=ok,
+                                checks=(CheckResult(f"lm-eval:{name}", ok, why),)))
+    if reduced:
+        notes.append(f"filter {chosen!r} (or metric) reduces the {max(repeats_seen)} repeats to one answer: one "
+                     "sample per doc, lm-eval's own score (evalkit re-grades repeats for exact_match behind "
+                     "take_first only)")
+    if identical and identical == len(seen):
+        notes.append("every doc's repeats are the same text: lm-eval sends one seed with every repeat, so a seeded "
+                     "endpoint answers them alike and pass@k equals pass@1")
+    effective = ((results or {}).get("n-samples") or {}).get(task, {})
+    expected_docs = effective.get("effective") if isinstance(effective, dict) else None
+    complete = not isinstance(expected_docs, int) or expected_docs == len(seen)
+    reason = None if complete else f"lm-eval planned {expected_docs} docs, the file has {len(seen)}"
+    return Ingested("lm-eval", str(p), _sha256(p), task, tuple(samples), tuple(grades), complete, reason,
+                    len(samples), {arm_name: model}, tuple(notes))
+
+
 # -------------------------------------------------------------------------- agent-evals
 
 
@@ -647,6 +854,9 @@ def read_source(path: str | Path, fmt: str | None = None, **options: Any) -> Ing
         return read_promptfoo(path, arm=options.get("arm"))
     if fmt == "tau-bench":
         return read_tau_bench(path, arm=options.get("arm"))
+    if fmt == "lm-eval":
+        return read_lm_eval(path, arm=options.get("arm"), metric=options.get("scorer"),
+                            filter_name=options.get("filter_name"), threshold=options.get("threshold"))
     if fmt == "agent-evals":
         if not options.get("eval_file"):
             raise InputError("an agent-evals outputs folder needs --eval-file evals.json", path)

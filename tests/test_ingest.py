@@ -411,3 +411,89 @@ def test_fresh_inspect_log_with_an_errored_sample_over_http(tmp_path: Path) -> N
     res = cli("ingest", log, "--to", tmp_path / "run")
     assert res.exit_code == 0, res.output
     _check_errored_inspect_run(tmp_path / "run", log)
+
+
+LM_EVAL_DIR = FIXTURES / "lm-eval" / "scripted"
+
+
+def _lm_eval_copy(tmp_path: Path, mutate=None) -> Path:
+    """A copy of the real lm-eval 0.4.13 output (samples + results side by side), each
+    line optionally mutated in place."""
+    dest = tmp_path / "lm" / "scripted"
+    dest.mkdir(parents=True)
+    for f in LM_EVAL_DIR.iterdir():
+        shutil.copy(f, dest / f.name)
+    samples = next(dest.glob("samples_capitals_*.jsonl"))
+    if mutate is not None:
+        recs = [json.loads(line) for line in samples.read_text().splitlines()]
+        for r in recs:
+            mutate(r)
+        samples.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return samples
+
+
+def test_lm_eval_log_samples_repeats_are_samples(tmp_path: Path) -> None:
+    """lm-evaluation-harness 0.4.13 `--log_samples` (local-completions against the
+    scripted server, `repeats: 3`, filter `first` = regex + take_first, exact_match with
+    ignore_case and ignore_punctuation): each repeat is a sample, re-graded as lm-eval
+    grades, and lm-eval's own score of the first repeat is reproduced for every doc."""
+    samples = next(LM_EVAL_DIR.glob("samples_capitals_*.jsonl"))
+    res = cli("ingest", samples, "--to", tmp_path / "run")
+    assert res.exit_code == 0, res.output
+    run = load_run(tmp_path / "run")
+    assert run.config["source"] == "lm-eval" and run.config["k"] == 3 and run.summary["complete"] is True
+    raw = [json.loads(line) for line in samples.read_text().splitlines()]
+    first = {r["doc_id"]: r for r in raw if r["filter"] == "first"}
+    assert all(len(r["resps"][0]) == 3 for r in first.values())
+    ours = per_case(run)
+    assert set(ours) == {f"capitals-{d}" for d in first}
+    for d, r in first.items():
+        # lm-eval sent one seed with every repeat: the seeded server answered alike
+        assert len(set(r["resps"][0])) == 1
+        assert ours[f"capitals-{d}"] == [r["exact_match"] == 1.0] * 3
+    md = (tmp_path / "run" / "summary.md").read_text()
+    assert "pass@k equals pass@1" in md and "filter first (of first, maj@3)" in md
+    # the majority-vote filter reduces the repeats: one sample per doc, lm-eval's score
+    res = cli("ingest", samples, "--to", tmp_path / "maj", "--filter", "maj@3")
+    assert res.exit_code == 0, res.output
+    maj = per_case(load_run(tmp_path / "maj"))
+    assert maj == {f"capitals-{r['doc_id']}": [r["exact_match"] == 1.0] for r in raw if r["filter"] == "maj@3"}
+    assert "reduces the 3 repeats to one answer" in (tmp_path / "maj" / "summary.md").read_text()
+
+
+def test_lm_eval_varied_repeats_give_pass_at_k(tmp_path: Path) -> None:
+    """The same real file with repeats 2 and 3 changed (repeat 1, the one lm-eval scored,
+    kept): evalkit filters and matches each repeat as lm-eval would (`" Lyon."` is
+    extracted and fails exact_match; `" Paris!"` and `" no idea"` do not fit the
+    filter's regex, fall back to `[invalid]` and fail), so pass@k and pass^k are those of
+    the varied outcomes."""
+    variants = {0: [" Lyon.", " Paris!"], 1: [" Lima.", " Lima."], 5: [" no idea", " Santiago."]}
+
+    def vary(r: dict) -> None:
+        if r["doc_id"] in variants:
+            r["resps"][0][1:] = variants[r["doc_id"]]
+
+    samples = _lm_eval_copy(tmp_path, vary)
+    res = cli("ingest", samples, "--to", tmp_path / "run")
+    assert res.exit_code == 0, res.output
+    ours = per_case(load_run(tmp_path / "run"))
+    expect = {"capitals-0": [True, False, False], "capitals-1": [False, True, True],
+              "capitals-5": [True, False, True]}
+    for cid, outcomes in expect.items():
+        assert ours[cid] == outcomes
+        for k in (1, 2, 3):
+            assert stats.pass_at_k(3, sum(outcomes), k) == pytest.approx(brute_pass_at_k(outcomes, k), abs=1e-12)
+            assert stats.pass_hat_k(3, sum(outcomes), k) == pytest.approx(brute_pass_hat_k(outcomes, k), abs=1e-12)
+
+
+def test_lm_eval_regrade_that_disagrees_with_lm_eval_is_refused(tmp_path: Path) -> None:
+    def flip(r: dict) -> None:
+        if r["doc_id"] == 2 and r["filter"] == "first":
+            r["exact_match"] = 1.0
+
+    samples = _lm_eval_copy(tmp_path, flip)
+    res = cli("ingest", samples, "--to", tmp_path / "run")
+    assert res.exit_code == 2 and f"{samples}:3" in res.output and "disagrees with lm-eval's exact_match" in res.output
+    _assert_nothing_written(tmp_path / "run")
+    res = cli("ingest", samples, "--to", tmp_path / "run2", "--filter", "strict")
+    assert res.exit_code == 2 and "no filter 'strict'" in res.output
