@@ -1134,10 +1134,7 @@ def gate(run: Run | str | Path, baseline_path: str | Path, thresholds: GateThres
     cfg_t, cfg_alpha = _thresholds_from(run.config.get("config") or {})
     t = thresholds or cfg_t
     alpha = cfg_alpha if alpha is None else alpha
-    suite_dir = Path(baseline_path).parent
-    if arm is None and baseline.get("arm") in run.arm_names():
-        arm = baseline["arm"]
-    cur = run_metrics(run, arm=arm, suite_dir=suite_dir if (suite_dir / "cases.jsonl").exists() else None)
+    cur = gate_run_metrics(run, baseline_path, arm=arm, baseline=baseline)
     return gate_metrics(cur, baseline.get("_metrics") or baseline, t, alpha=alpha, n_resamples=n_resamples,
                         seed=seed, run_label=str(run_path), baseline_label=str(baseline_path))
 
@@ -1149,6 +1146,18 @@ def _note_ungated(notes: list[str], cur: RunMetrics, ids: list[str]) -> None:
         sets = ", ".join(dict.fromkeys(by_id[i].set for i in ungated))
         notes.append(f"{len(ungated)} case(s) in sets with gate none ({sets}): shown, never gated; "
                      "their cost is counted")
+
+
+def gate_run_metrics(run: Run | str | Path, baseline_path: str | Path, *, arm: str | None = None,
+                     baseline: dict[str, Any] | None = None) -> RunMetrics:
+    """The run's metrics exactly as `gate` reads them: the baseline's arm unless `arm`
+    is given, case sets from the baseline's suite folder."""
+    run = as_run(run)
+    baseline = baseline if baseline is not None else load_baseline(baseline_path)
+    suite_dir = Path(baseline_path).parent
+    if arm is None and baseline.get("arm") in run.arm_names():
+        arm = baseline["arm"]
+    return run_metrics(run, arm=arm, suite_dir=suite_dir if (suite_dir / "cases.jsonl").exists() else None)
 
 
 def gate_metrics(cur: RunMetrics, baseline: RunMetrics | dict[str, Any], t: GateThresholds, *,
