@@ -117,6 +117,7 @@ class Config:
     allow_same_judge_model: bool = False
     timeout_s: float = 60.0
     max_attempts: int = 4
+    ci_cost_cap_usd: float | None = None  # `ci.cost_cap_usd`: the lower cap of `evalkit run --ci`
     raw: dict[str, Json] = field(default_factory=dict, compare=False, repr=False)
 
     def arm(self, name: str) -> Arm:

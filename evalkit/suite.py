@@ -11,6 +11,7 @@ through `evalkit.importers`.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import difflib
 import json
 import math
@@ -90,12 +91,13 @@ CONFIG_KEYS = {
     "name", "description", "mode", "template", "system", "generator", "judge", "temperature",
     "seed", "k", "concurrency", "cost_cap_usd", "max_tokens_in", "max_tokens_out", "price",
     "judge_price", "gate", "arms", "stop", "tools", "allow_same_judge_model", "timeout_s",
-    "max_attempts",
+    "max_attempts", "ci",
 }
 REQUIRED_CONFIG_KEYS = ("generator", "cost_cap_usd", "max_tokens_in", "max_tokens_out", "price", "judge_price")
 ENDPOINT_KEYS = {"model", "base_url", "api_key_env"}
 PRICE_KEYS = {"in_per_mtok", "out_per_mtok"}
 GATE_KEYS = {"max_success_drop_points", "max_cost_increase_pct", "min_tag_cases"}
+CI_KEYS = {"cost_cap_usd"}
 ARM_KEYS = {"name", "guidance"}
 
 
@@ -656,6 +658,19 @@ def _validate_config(src: SuiteSource, fx: _Findings, uses_judge: bool) -> Confi
                 int(r.number(g, "min_tag_cases", "$.gate", integer=True, positive=True, default=5)),
             )
 
+    ci_cap = None
+    if "ci" in cfg:
+        c = cfg["ci"]
+        if not isinstance(c, dict):
+            r.err("$.ci", "ci must be an object {\"cost_cap_usd\": ...}")
+        else:
+            r.unknown_keys(c, CI_KEYS, "$.ci", "ci")
+            ci_cap = r.number(c, "cost_cap_usd", "$.ci", required=True, positive=True)
+            if ci_cap is not None and cap is not None and ci_cap >= cap:
+                r.err("$.ci.cost_cap_usd", f"the CI cost cap ({ci_cap:g}) must be lower than the local "
+                                           f"cost_cap_usd ({cap:g})")
+                ci_cap = None
+
     stop: tuple[str, ...] = ()
     if "stop" in cfg:
         s = cfg["stop"]
@@ -707,7 +722,7 @@ def _validate_config(src: SuiteSource, fx: _Findings, uses_judge: bool) -> Confi
         k=int(k), concurrency=int(concurrency), cost_cap_usd=float(cap), max_tokens_in=int(tin),
         max_tokens_out=int(tout), price=price, judge_price=judge_price, gate=gate, arms=arms,
         stop=stop, tools=tools, allow_same_judge_model=allow_same, timeout_s=float(timeout_s),
-        max_attempts=int(attempts), raw=dict(cfg),
+        max_attempts=int(attempts), ci_cost_cap_usd=None if ci_cap is None else float(ci_cap), raw=dict(cfg),
     )
 
 
@@ -1254,6 +1269,8 @@ SCAFFOLD_CONFIG = {
     "judge_price": {"in_per_mtok": 0.15, "out_per_mtok": 0.60},
     "// gate": "fail a change that drops success by more than N points or raises cost per task by M%",
     "gate": {"max_success_drop_points": 5, "max_cost_increase_pct": 20},
+    "// ci": "evalkit run --ci (the workflow of evalkit init --ci github) runs under this lower cap",
+    "ci": {"cost_cap_usd": 0.02},
     "// arms": "baseline sends no guidance; skilled adds guidance/skilled.md where prompt.txt says ${guidance}",
     "arms": [{"name": "baseline"}, {"name": "skilled", "guidance": "guidance/skilled.md"}],
     "stop": ["\n"],
@@ -1312,6 +1329,17 @@ ${output}
 Score the output from 1 (worst) to 5 (best) against the rubric only.
 Answer on one line exactly as: SCORE: <1-5> REASON: <one sentence>
 """
+
+
+def ci_suite(suite: Suite) -> Suite:
+    """The suite as CI runs it: under the config's `ci.cost_cap_usd` (lower than the
+    local cap) instead of `cost_cap_usd`. The config hash is the file's, unchanged, so a
+    CI run still gates against a baseline accepted locally."""
+    cap = suite.config.ci_cost_cap_usd
+    if cap is None:
+        raise InputError("the config has no ci block: add \"ci\": {\"cost_cap_usd\": N} (lower than "
+                         "cost_cap_usd) for runs in CI", Path(suite.path) / CONFIG_FILE, json_path="$.ci")
+    return dataclasses.replace(suite, config=dataclasses.replace(suite.config, cost_cap_usd=cap))
 
 
 def scaffold_suite(path: str | Path) -> Path:
