@@ -57,6 +57,7 @@ class Ingested:
     models: dict[str, str] = field(default_factory=dict)  # arm -> model
     notes: tuple[str, ...] = ()
     errors: tuple[dict[str, Any], ...] = ()  # keys the source tried and failed: never a pass
+    case_sets: dict[str, str] = field(default_factory=dict)  # case -> set, when the source has sets
 
     @property
     def arms(self) -> tuple[str, ...]:
@@ -838,7 +839,7 @@ def read_agent_evals(outputs_dir: str | Path, eval_file: str | Path, *, arm: str
     return Ingested("agent-evals", str(out), digest, Path(eval_file).parent.name or "agent-evals",
                     tuple(samples), tuple(grades), not missing,
                     f"no outputs for {len(missing)} case(s): {', '.join(missing)}" if missing else None,
-                    0, {arm: arm})
+                    0, {arm: arm}, case_sets={c.id: c.set for c in cases})
 
 
 # ------------------------------------------------------------------------------ writing
@@ -922,6 +923,7 @@ def write_ingested(parts: list[Ingested], dest: str | Path) -> Path:
         "sources": [{"source": p.source, "file": p.source_file, "sha256": p.source_sha256,
                      "arms": list(p.models), "models": p.models} for p in parts],
         "arms": arms, "k": k, "cases": cases, "cases_per_arm": per_arm_cases,
+        "case_sets": {c: st for p in parts for c, st in p.case_sets.items()},
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "config": {"generator": {"model": next(iter(parts[0].models.values()), None)}},
     }
@@ -959,10 +961,12 @@ def _existing_parts(run: Path) -> list[Ingested]:
     for src in meta["sources"]:
         arms = set(src["arms"])
         errs = tuple(e for e in errors if e["arm"] in arms)
+        kept = tuple(s for s in samples if s.arm in arms)
+        sets = {c: st for c, st in (meta.get("case_sets") or {}).items() if any(s.case_id == c for s in kept)}
         parts.append(Ingested(src["source"], src["file"], src["sha256"], meta.get("suite_name") or run.name,
-                              tuple(s for s in samples if s.arm in arms), tuple(g for g in grades if g.arm in arms),
+                              kept, tuple(g for g in grades if g.arm in arms),
                               not errs, f"{len(errs)} result(s) errored" if errs else None, 0,
-                              src.get("models") or {}, (), errs))
+                              src.get("models") or {}, (), errs, sets))
     return parts
 
 

@@ -804,7 +804,8 @@ def run_metrics(run: Run | str | Path, *, arm: str | None = None, suite_dir: str
     grade, or whose grade is null, counts in n and never in c."""
     run = as_run(run)
     arm = _pick_arm(run, arm, "name the one to gate with --arm")
-    sets = _case_sets(Path(suite_dir) if suite_dir else suite_dir_of(run))
+    # the suite's sets; a run ingested from a source with sets (agent-evals) carries its own
+    sets = _case_sets(Path(suite_dir) if suite_dir else suite_dir_of(run)) or dict(run.config.get("case_sets") or {})
     grades = _grade_map(run)
     samples = run.samples[run.samples["arm"] == arm]
     per: dict[str, dict[str, Any]] = {}

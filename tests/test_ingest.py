@@ -126,6 +126,30 @@ def test_agent_evals_outputs_folder(tmp_path: Path) -> None:
     assert (tmp_path / "run" / "summary.md").read_text().startswith("INCOMPLETE:")
 
 
+def test_agent_evals_ingest_keeps_each_case_set(tmp_path: Path) -> None:
+    """The harness's sets travel into the ingested run, so its metrics gate a regression
+    case on pass^k, a capability case on pass@k and an exploratory one not at all."""
+    from evalkit.verdicts import run_metrics
+
+    ev = tmp_path / "evals.json"
+    ev.write_text(json.dumps({"cases": [
+        {"id": "cap", "set": "capability", "prompt": "p", "expect": "ok"},
+        {"id": "reg", "set": "regression", "prompt": "p", "expect": "ok"},
+        {"id": "exp", "set": "exploratory", "prompt": "p", "expect": "ok"}]}))
+    out = tmp_path / "outputs"
+    for case in ("cap", "reg", "exp"):
+        (out / case).mkdir(parents=True)
+        for i, t in enumerate(["ok", "no", "ok"], 1):
+            (out / case / f"sample-{i}.txt").write_text(t)
+    assert cli("ingest", out, "--to", tmp_path / "run", "--eval-file", ev).exit_code == 0
+    m = run_metrics(tmp_path / "run")
+    assert {c.case_id: (c.set, c.gated) for c in m.cases} == {
+        "cap": ("capability", True), "reg": ("regression", True), "exp": ("exploratory", False)}
+    by = m.by_id()
+    assert m.score(by["cap"]) == 1.0 and m.score(by["reg"]) == 0.0  # pass@3 and pass^3 of 2/3
+    assert m.success_rate() == 0.5  # the exploratory case is in no success rate
+
+
 def test_two_sources_as_arms_with_unmatched_cases_are_inconclusive(tmp_path: Path) -> None:
     before = tmp_path / "before.jsonl"
     after = tmp_path / "after.jsonl"
