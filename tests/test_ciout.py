@@ -189,3 +189,20 @@ def test_md_escape_makes_model_text_inert():
     assert "<" not in s and "|" not in s.replace("\\|", "") and "@octocat" not in s
     assert "\n" not in s and "\\[click\\](http://x)" in s and "\\*\\*bold\\*\\*" in s
     assert len(md_escape("x" * 500, 50)) == 50
+
+
+def test_junit_carries_hostile_text_as_valid_xml(tmp_path):
+    """Reasons quoted from model output (control characters, markup, a CDATA end) still
+    make a document that validates and reads back with the text intact but inert."""
+    from evalkit.ciout import CiReport, TestCase, write_junit
+
+    nasty = "bad \x01\x1b[31m <failure/> ]]> & \"quotes\" \ufffe end"
+    rep = CiReport("evalkit gate", False, "FAIL", (TestCase("c1", "evalkit.x", "failure", nasty, nasty),
+                                                  TestCase("c2", "evalkit.x", "error", "e"),
+                                                  TestCase("c3", "evalkit.x", "skipped", "s"),
+                                                  TestCase("c4", "evalkit.x", "passed", "", nasty)),
+                   properties={"run": nasty})
+    cases = read_junit(write_junit(rep, tmp_path / "deep" / "j.xml"))
+    msg = cases["c1"].result[0].message
+    assert msg == "bad [31m <failure/> ]]> & \"quotes\"  end"
+    assert cases["c2"].is_error and cases["c3"].is_skipped and cases["c4"].is_passed
