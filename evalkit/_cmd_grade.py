@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import click
 
+from ._cliopts import ci_output_options, emit_ci
 from .errors import InputError
 
 
@@ -39,9 +41,10 @@ def _fmt(v: object) -> str:
 @click.option("--compat-wildcards", is_flag=True,
               help="agent-evals mode: treat * ? [..] in a contains expectation as PowerShell -like wildcards, "
                    "as run-evals.ps1 did (default: literal).")
+@ci_output_options
 def grade_cmd(run: str | None, judge_base_url: str | None, judge_version: str | None, pairwise: str | None,
               suite_path: str | None, eval_file: str | None, outputs: str | None, k: int,
-              compat_wildcards: bool) -> None:
+              compat_wildcards: bool, junit: Path | None, markdown: Path | None) -> None:
     """Grade a run folder (writes grades.jsonl and grades-summary.json; exit 1 when
     samples are missing or unjudged), or an agent-evals outputs folder (exit 1 on a
     failed gate)."""
@@ -56,9 +59,18 @@ def grade_cmd(run: str | None, judge_base_url: str | None, judge_version: str | 
         for w in report.warnings:
             click.echo(f"WARNING: {w}", err=True)
         click.echo(render(report), nl=False)
+
+        def ci():  # noqa: ANN202 - a CiReport, built only when asked for
+            from .ciout import eval_file_report
+
+            return eval_file_report(report)
+
+        emit_ci(ci, junit, markdown)
         sys.exit(report.exit_code)
     if not run:
         raise InputError("give a run folder (evalkit grade RUN) or --eval-file and --outputs")
+    if junit or markdown:
+        raise InputError("--junit and --markdown apply to grade --eval-file; gate or compare the graded run for CI")
     if compat_wildcards:
         raise InputError("--compat-wildcards only applies with --eval-file/--outputs")
     pair = None

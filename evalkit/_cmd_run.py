@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
+from ._cliopts import ci_output_options, emit_ci
 from .errors import InputError
 
 
@@ -23,9 +25,12 @@ from .errors import InputError
 @click.option("--no-sample-files", is_flag=True,
               help="Skip samples/<case>/<arm>/sample-<n>.txt (results.jsonl holds the same text).")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
+@click.option("--ci", "ci", is_flag=True,
+              help="Run under the config's ci.cost_cap_usd (lower than the local cap), as CI does.")
+@ci_output_options
 def run_cmd(suite: str, arms: str | None, k: int | None, runs_dir: str | None, base_url: str | None,
             resume: str | None, replay_only: bool, no_cache: bool, no_sample_files: bool,
-            no_progress: bool) -> None:
+            no_progress: bool, ci: bool, junit: Path | None, markdown: Path | None) -> None:
     """Sample every case x arm k times under the cost cap; exit 1 when INCOMPLETE."""
     from .runner import run_suite
 
@@ -34,7 +39,12 @@ def run_cmd(suite: str, arms: str | None, k: int | None, runs_dir: str | None, b
         raise InputError("--arms is empty")
     if replay_only and no_cache:
         raise InputError("--replay-only needs the response cache; drop --no-cache")
-    result = run_suite(suite, arms=arm_list, k=k, runs_dir=runs_dir, base_url=base_url or None, resume=resume,
+    target: object = suite
+    if ci:
+        from .suite import ci_suite, load_suite
+
+        target = ci_suite(load_suite(suite))
+    result = run_suite(target, arms=arm_list, k=k, runs_dir=runs_dir, base_url=base_url or None, resume=resume,
                        replay_only=replay_only, progress=not no_progress, cache=not no_cache,
                        sample_files=not no_sample_files)
     click.echo(f"run folder: {result.path}")
@@ -42,6 +52,13 @@ def run_cmd(suite: str, arms: str | None, k: int | None, runs_dir: str | None, b
                f" (avoided by the cache: ${result.avoided_usd:.6f})")
     for arm, c in result.per_arm.items():
         click.echo(f"{arm}: {c['samples']} samples, {c['errors']} errors")
+
+    def report():  # noqa: ANN202 - a CiReport, built only when asked for
+        from .ciout import run_report
+
+        return run_report(result)
+
+    emit_ci(report, junit, markdown)
     sys.exit(result.exit_code)
 
 

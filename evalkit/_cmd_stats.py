@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from . import verdicts as V
+from ._cliopts import ci_output_options, emit_ci
 
 FAIL_KINDS = ("regression", "inconclusive", "no-improvement")
 
@@ -40,8 +41,9 @@ def _fail_on(kind: str, fail_on: tuple[str, ...]) -> None:
 @click.option("--alpha", type=float, default=None, help="Significance level (default: the plan's, else 0.05).")
 @click.option("--fail-on", multiple=True, type=click.Choice(FAIL_KINDS), help="Exit 1 on this verdict (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@ci_output_options
 def compare_cmd(run: Path, baseline_arm: str, treatment_arm: str, plan_path: Path | None, alpha: float | None,
-                fail_on: tuple[str, ...], as_json: bool) -> None:
+                fail_on: tuple[str, ...], as_json: bool, junit: Path | None, markdown: Path | None) -> None:
     """Two-arm verdict of a graded RUN: exact sign test, one vote per case."""
     loaded = V.as_run(run)
     plan = None
@@ -58,6 +60,14 @@ def compare_cmd(run: Path, baseline_arm: str, treatment_arm: str, plan_path: Pat
     v = V.two_arm_verdict(loaded, baseline_arm, treatment_arm, alpha=alpha, plan=plan)
     text = v.render() + (f"\n{note}" if note else "")
     _emit(v.to_dict(), as_json, text)
+
+    def report():  # noqa: ANN202 - a CiReport, built only when asked for
+        from .ciout import compare_report
+
+        return compare_report(v, loaded, V.run_metrics(loaded, arm=baseline_arm),
+                              V.run_metrics(loaded, arm=treatment_arm), fail_on)
+
+    emit_ci(report, junit, markdown)
     _fail_on(v.kind, fail_on)
 
 
@@ -107,10 +117,22 @@ def power_cmd(win_rate: float, tie_rate: float, alpha: float, power_: float, wri
 @click.option("--arm", default=None, help="Arm to gate (default: the baseline's, or the run's only arm).")
 @click.option("--runner-exit", type=int, default=None, help="The runner's exit status, when CI has it.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def gate_cmd(run: Path, baseline_path: Path, arm: str | None, runner_exit: int | None, as_json: bool) -> None:
+@ci_output_options
+def gate_cmd(run: Path, baseline_path: Path, arm: str | None, runner_exit: int | None, as_json: bool,
+             junit: Path | None, markdown: Path | None) -> None:
     """Gate RUN against an accepted baseline; exit 1 on failure. Never writes a baseline."""
     res = V.gate(run, baseline_path, arm=arm, runner_exit=runner_exit)
     _emit(res.to_dict(), as_json, res.render())
+
+    def report():  # noqa: ANN202 - a CiReport, built only when asked for
+        from .ciout import gate_report
+
+        if not res.read_rates:
+            return gate_report(res)
+        loaded = V.as_run(run)
+        return gate_report(res, loaded, V.gate_run_metrics(loaded, baseline_path, arm=arm))
+
+    emit_ci(report, junit, markdown)
     if not res.passed:
         raise SystemExit(1)
 

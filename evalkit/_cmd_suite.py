@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from pathlib import Path
 
 import click
@@ -11,12 +12,31 @@ from . import importers, suite
 
 @click.command("init")
 @click.argument("unit_dir", type=click.Path(file_okay=False, path_type=Path))
-def init_cmd(unit_dir: Path) -> None:
+@click.option("--ci", "ci", type=click.Choice(["github"]), default=None,
+              help="Also write a CI workflow (.github/workflows/evalkit.yml) for the suite; with an existing "
+                   "suite, only the workflow.")
+@click.option("--watch", multiple=True, metavar="GLOB",
+              help="--ci: another path whose change runs the workflow (the agent's code, say); repeatable.")
+@click.option("--repo-root", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="--ci: the repository root (default: the nearest folder above the suite with .git).")
+def init_cmd(unit_dir: Path, ci: str | None, watch: tuple[str, ...], repo_root: Path | None) -> None:
     """Scaffold a suite folder UNIT_DIR (e.g. evals/my-unit) with a commented config,
-    two example cases, a prompt template, guidance and judge files."""
-    dest = suite.scaffold_suite(unit_dir)
-    click.echo(f"created {dest}")
-    click.echo(f"next: edit {dest / 'cases.jsonl'} and {dest / 'config.json'}, then `evalkit lint {dest}`")
+    two example cases, a prompt template, guidance and judge files; with --ci github,
+    also the workflow that runs, grades and gates it on pull requests."""
+    if ci is None and (watch or repo_root):
+        raise click.UsageError("--watch and --repo-root go with --ci")
+    existing = ci is not None and (unit_dir / suite.CONFIG_FILE).is_file()
+    if not existing:
+        dest = suite.scaffold_suite(unit_dir)
+        click.echo(f"created {dest}")
+    if ci is not None:
+        from .workflow import write_github_workflow
+
+        wf = write_github_workflow(suite.load_suite(unit_dir), repo_root=repo_root, watch=watch)
+        click.echo(f"created {wf} (caps and thresholds stay in {unit_dir / suite.CONFIG_FILE}; "
+                   "it never writes a baseline)")
+    if not existing:
+        click.echo(f"next: edit {dest / 'cases.jsonl'} and {dest / 'config.json'}, then `evalkit lint {dest}`")
 
 
 @click.command("lint")
@@ -50,6 +70,8 @@ def import_cmd(file: Path, dest: Path, guidance: Path | None) -> None:
                                  on_warning=lambda w: click.echo(str(w)))
     loaded = suite.load_suite(out)
     click.echo(f"imported {file} -> {out} ({len(loaded.cases)} cases)")
+    for name, n in Counter(c.set for c in loaded.cases).items():
+        click.echo(f"  set {name}: {n} case(s), gate {suite.set_gate(name)}")
     for warning in loaded.warnings:
         click.echo(warning)
 

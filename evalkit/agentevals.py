@@ -12,7 +12,9 @@ Decisions reproduced from the harness:
 * all three match modes are case-insensitive;
 * pass@k holds when there is at least one sample and at least one passes; pass^k holds
   when there are at least k samples and every sample passes;
-* `capability` cases are gated on pass@k, `regression` cases on pass^k;
+* `capability` cases are gated on pass@k, `regression` cases on pass^k, and a case in
+  any other set (e.g. `exploratory`) is measured and printed but gated on neither
+  (evalkit shows its gate as `none`);
 * it prints the table (Id, Set, Samples, Passes, Pass@k, Pass^k), then
   `PASS: all eval cases met their gate.` (exit 0) or
   `FAIL: N eval case(s) failed the gate: <ids>` (exit 1).
@@ -30,10 +32,13 @@ Where evalkit differs, on purpose:
 * **Regex timeout.** A regex, and a `--compat-wildcards` pattern, runs on the `regex`
   engine with a 1 s timeout per sample; a timeout fails that sample (with a warning)
   instead of stalling the gate.
-* **Bad input is exit 2.** A case with a missing or unknown `set` (the harness silently
-  exempts it from both gates), an empty `expect`, an unknown `match`, an invalid
-  regex or wildcard, a duplicate id, or an id that is not a plain folder name is an
-  error naming the case, and nothing is graded.
+* **Sets.** A set other than capability and regression is accepted with gate `none`,
+  as the harness accepts it, and a warning names it (with the gated set it may
+  misspell: `regresion` would otherwise drop a case from the gate unnoticed). A case
+  with no `set` at all is still an error: it is more likely a slip than a choice.
+* **Bad input is exit 2.** A case without a `set`, an empty `expect`, an unknown
+  `match`, an invalid regex or wildcard, a duplicate id, or an id that is not a plain
+  folder name is an error naming the case, and nothing is graded.
 * **Per-set figures.** The harness promised pass@k and pass^k "per case and per set"
   but printed only the per-case table; evalkit adds, per set, the number of cases and
   how many meet pass@k, pass^k and their gate.
@@ -49,8 +54,9 @@ from typing import Any
 import regex as _regex
 
 from .errors import InputError
+from .suite import CASE_SETS, NO_GATE, set_gate, ungated_set_warning
 
-SETS = ("capability", "regression")
+SETS = CASE_SETS  # the gated sets; any other set is shown with gate "none"
 MATCH_MODES = ("exact", "contains", "regex")
 REGEX_TIMEOUT_S = 1.0
 
@@ -78,8 +84,20 @@ class CaseRow:
     pass_hat_k: bool
 
     @property
+    def gate(self) -> str:
+        """`pass@k`, `pass^k`, or `none` (a set the harness does not gate)."""
+        return set_gate(self.set)
+
+    @property
+    def gated(self) -> bool:
+        return self.gate != NO_GATE
+
+    @property
     def gate_passed(self) -> bool:
-        return self.pass_at_k if self.set == "capability" else self.pass_hat_k
+        """Whether the case meets its gate; a case with gate `none` cannot fail it."""
+        if self.gate == NO_GATE:
+            return True
+        return self.pass_at_k if self.gate == "pass@k" else self.pass_hat_k
 
 
 @dataclass(frozen=True)
@@ -91,6 +109,10 @@ class SetFigures:
     pass_at_k: int
     pass_hat_k: int
     gate_passed: int
+
+    @property
+    def gate(self) -> str:
+        return set_gate(self.set)
 
 
 @dataclass(frozen=True)
@@ -120,8 +142,10 @@ class CompatReport:
 # ------------------------------------------------------------------------ loading
 
 
-def load_eval_file(path: str | Path) -> list[EvalCase]:
-    """Read and validate an agent-evals eval file; errors name the file and JSON path."""
+def load_eval_file(path: str | Path, warnings: list[str] | None = None) -> list[EvalCase]:
+    """Read and validate an agent-evals eval file; errors name the file and JSON path.
+    A set other than capability and regression is accepted (gate `none`); its warning
+    is appended to `warnings` when given."""
     from .suite import MAX_CASES_BYTES, read_json_object
 
     p = Path(path)
@@ -141,9 +165,13 @@ def load_eval_file(path: str | Path) -> list[EvalCase]:
             raise InputError(f"duplicate case id {cid!r}", p, json_path=f"{jp}.id")
         seen.add(cid.casefold())
         cset = raw.get("set")
-        if not isinstance(cset, str) or cset.lower() not in SETS:
-            raise InputError(f"case {cid!r}: `set` must be capability or regression, got {cset!r} "
-                             "(run-evals.ps1 would silently skip its gate)", p, json_path=f"{jp}.set")
+        if not isinstance(cset, str) or not cset.strip():
+            raise InputError(f"case {cid!r}: `set` must be a nonempty string (capability, regression, or another "
+                             f"set shown with gate \"none\"), got {cset!r} (run-evals.ps1 would silently skip its "
+                             "gate)", p, json_path=f"{jp}.set")
+        cset = cset.strip()
+        if set_gate(cset.lower()) == NO_GATE and warnings is not None:
+            warnings.append(f"{p} {jp}.set: case {cid!r}: {ungated_set_warning(cset.lower())}")
         expect = raw.get("expect")
         if not isinstance(expect, str) or expect == "":
             raise InputError(f"case {cid!r}: `expect` must be a nonempty string", p, json_path=f"{jp}.expect")
@@ -249,10 +277,10 @@ def grade_outputs(eval_file: str | Path, outputs_dir: str | Path, k: int = 5, *,
     eval_path, out_dir = Path(eval_file), Path(outputs_dir)
     if not out_dir.is_dir():
         raise InputError("outputs folder not found", out_dir)
-    cases = load_eval_file(eval_path)
+    warnings: list[str] = []
+    cases = load_eval_file(eval_path, warnings)
     _validate_patterns(cases, eval_path, compat_wildcards)
     rows: list[CaseRow] = []
-    warnings: list[str] = []
     for case in cases:
         case_dir = out_dir / case.id
         if case_dir.is_dir():
@@ -273,7 +301,7 @@ def grade_outputs(eval_file: str | Path, outputs_dir: str | Path, k: int = 5, *,
         n = len(files)
         rows.append(CaseRow(case.id, case.set, n, passes, n > 0 and passes >= 1, n >= k and passes == n))
     sets = []
-    for s in SETS:
+    for s in dict.fromkeys([*SETS, *(r.set for r in rows)]):  # gated sets first, then the others in file order
         in_set = [r for r in rows if r.set == s]
         if in_set:
             sets.append(SetFigures(s, len(in_set), sum(r.pass_at_k for r in in_set),
@@ -306,9 +334,11 @@ def render(report: CompatReport) -> str:
     lines = [""]
     lines += _table(["Id", "Set", "Samples", "Passes", "Pass@k", "Pass^k"],
                     [[r.id, r.set, r.samples, r.passes, r.pass_at_k, r.pass_hat_k] for r in report.rows])
-    lines += ["", f"Per set (k={report.k}; capability gated on pass@k, regression on pass^k):"]
+    other = any(s.gate == NO_GATE for s in report.sets)
+    lines += ["", f"Per set (k={report.k}; capability gated on pass@k, regression on pass^k"
+                  + ("; other sets not gated: gate none" if other else "") + "):"]
     lines += _table(["Set", "Cases", "Pass@k", "Pass^k", "Gate"],
                     [[s.set, s.cases, _pct(s.pass_at_k, s.cases), _pct(s.pass_hat_k, s.cases),
-                      _pct(s.gate_passed, s.cases)] for s in report.sets])
+                      _pct(s.gate_passed, s.cases) if s.gate != NO_GATE else NO_GATE] for s in report.sets])
     lines += ["", report.verdict_line]
     return "\n".join(lines) + "\n"

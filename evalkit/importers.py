@@ -18,10 +18,10 @@ from typing import Any, Callable, Iterable
 import regex
 import yaml
 
-from .agentevals import MATCH_MODES, SETS
+from .agentevals import MATCH_MODES
 from .errors import InputError, InputErrors
 from .suite import (
-    CASES_FILE, CONFIG_FILE, JUDGE_PROMPT_TEMPLATE, MAX_CASES_BYTES, MAX_TEXT_BYTES, Finding,
+    CASES_FILE, CONFIG_FILE, JUDGE_PROMPT_TEMPLATE, MAX_CASES_BYTES, MAX_TEXT_BYTES, SET_NAME, Finding,
     SuiteSource, _Findings, _Reader, _validate_cases, json_line_index, line_of, lint_suite, read_text_file,
     yaml_node_lines,
     write_suite_atomically,
@@ -185,12 +185,17 @@ def read_agent_evals(path: str | Path) -> ImportedSuite:
             case_set = "capability"
             warn(f"{jp}.set", "no set: imported as capability (agent-evals' run-evals.ps1 skips the gate of "
                               "such a case, and `evalkit grade --eval-file` refuses it)")
-        elif not isinstance(case_set, str) or case_set.lower() not in SETS:
-            err(f"{jp}.set", f"set must be \"capability\" or \"regression\", got {json.dumps(case_set)}")
+        elif not isinstance(case_set, str) or not case_set.strip():
+            err(f"{jp}.set", f"set must be a nonempty string, got {json.dumps(case_set)}")
             ok = False
+        elif not SET_NAME.fullmatch(case_set.strip().lower()):
+            # any set is accepted (gate "none" unless capability or regression), as a native set name
+            warn(f"{jp}.set", f"set {json.dumps(case_set)} imported as {slugify(case_set)!r} (a set name is "
+                              "lowercase letters, digits, '.', '_' and '-')")
+            case_set = slugify(case_set)
         if not ok:
             continue
-        match, case_set = match.lower(), case_set.lower()
+        match, case_set = match.lower(), case_set.strip().lower()
         expect = c["expect"].strip()
         if not expect:
             err(f"{jp}.expect", "expect is empty: it would match any output")

@@ -2,8 +2,9 @@
 
 Supported sources, read directly from their files (no other tool needs to be
 installed): inspect-ai logs (`.eval` zip archives and `.json`), promptfoo's JSON output
-(`promptfoo eval -o results.json`), tau-bench-style trial files (one JSON record per
-task and trial with a reward), and an agent-evals outputs folder with its `evals.json`.
+(`promptfoo eval -o results.json`), lm-evaluation-harness `--log_samples` files
+(`samples_<task>_<date>.jsonl`), tau-bench-style trial files (one JSON record per task
+and trial with a reward), and an agent-evals outputs folder with its `evals.json`.
 
 The run folder written here is the one `evalkit run` + `evalkit grade` write
 (docs/formats.md): `config.json` (marked with the source and the original file's
@@ -19,6 +20,7 @@ import json
 import math
 import re
 import shutil
+import string
 import tempfile
 import zipfile
 import zlib
@@ -32,7 +34,7 @@ from .records import CheckResult, Grade, Sample, Usage
 from .runs import GRADES, RunFolder, grade_to_dict, iter_jsonl, write_atomic
 from .suite import case_id_problem
 
-FORMATS = ("inspect", "promptfoo", "tau-bench", "agent-evals")
+FORMATS = ("inspect", "promptfoo", "tau-bench", "agent-evals", "lm-eval")
 INSPECT_LOG_VERSIONS = (1, 2)  # inspect-ai's EvalLog.version values this reader knows
 PROMPTFOO_RESULT_VERSIONS = (2, 3)
 REWARD_TOL = 1e-6
@@ -55,6 +57,7 @@ class Ingested:
     models: dict[str, str] = field(default_factory=dict)  # arm -> model
     notes: tuple[str, ...] = ()
     errors: tuple[dict[str, Any], ...] = ()  # keys the source tried and failed: never a pass
+    case_sets: dict[str, str] = field(default_factory=dict)  # case -> set, when the source has sets
 
     @property
     def arms(self) -> tuple[str, ...]:
@@ -133,8 +136,9 @@ def _check_source(path: Path) -> None:
 def detect_format(path: str | Path) -> str:
     """Guess the source format from the file: a zip is an inspect `.eval`, JSON with
     `eval` + `samples` is an inspect `.json` log, JSON with `results.results` is
-    promptfoo, JSON lines with `task_id`/`reward` are tau-bench trials, and a folder is
-    an agent-evals outputs folder."""
+    promptfoo, `samples_<task>_<date>.jsonl` (or JSON lines with `doc_id`/`resps`) is
+    lm-eval's `--log_samples` output, other JSON lines are tau-bench trials, and a
+    folder is an agent-evals outputs folder."""
     p = Path(path)
     _check_source(p)
     if p.is_dir():
@@ -146,6 +150,16 @@ def detect_format(path: str | Path) -> str:
     if p.suffix == ".eval":
         return "inspect"
     if p.suffix == ".jsonl":
+        if LM_EVAL_SAMPLES.fullmatch(p.name):
+            return "lm-eval"
+        with open(p, "rb") as fh:
+            first = fh.readline(1 << 20)
+        try:
+            head_rec = json.loads(first)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            head_rec = None
+        if isinstance(head_rec, dict) and "doc_id" in head_rec and "resps" in head_rec:
+            return "lm-eval"
         return "tau-bench"
     data = _read_json(p)
     if isinstance(data, dict) and "eval" in data and ("samples" in data or "version" in data):
@@ -280,6 +294,7 @@ def read_inspect_log(path: str | Path, *, threshold: float | None = None, scorer
     status = header.get("status")
     samples: list[Sample] = []
     grades: list[Grade] = []
+    errors: list[dict[str, Any]] = []
     seen: set[tuple[str, int]] = set()
     for i, s in enumerate(raw_samples):
         where = f"$.samples[{i}]"
@@ -294,9 +309,18 @@ def read_inspect_log(path: str | Path, *, threshold: float | None = None, scorer
         if (cid, index) in seen:
             raise InputError(f"sample {s['id']!r} epoch {s['epoch']} appears twice", p, json_path=where)
         seen.add((cid, index))
+        err = s.get("error")
+        if err:
+            # inspect (fail_on_error=False or a fraction) finishes `success` around a sample
+            # that raised; it is kept as an errored key, never a pass, never a failed answer.
+            msg = err.get("message") if isinstance(err, dict) else err
+            errors.append({"case_id": cid, "arm": arm_name, "index": index,
+                           "error": f"sample {s['id']!r} epoch {s['epoch']} errored: "
+                                    f"{' '.join(str(msg or 'no message').split())[:400]}"})
+            continue
         scores = s.get("scores") or {}
         if not scores:
-            raise InputError(f"sample {s['id']!r} epoch {s['epoch']} has no scores", p,
+            raise InputError(f"sample {s['id']!r} epoch {s['epoch']} has no scores (and no error)", p,
                              json_path=f"{where}.scores")
         name = scorer or next(iter(scores))
         if name not in scores:
@@ -330,22 +354,104 @@ def read_inspect_log(path: str | Path, *, threshold: float | None = None, scorer
         grades.append(Grade(case_id=cid, arm=arm_name, index=index, passed=passed,
                             checks=(CheckResult(f"inspect:{name}", passed, "" if passed else reason),),
                             error=None))
-    if not samples:
+    if not samples and not errors:
         raise InputError(f"the log has no samples (status {status!r}): nothing to analyse", p)
     expected = n_dataset * epochs
-    complete = status == "success" and (not expected or len(samples) == expected)
-    reason = None if complete else f"inspect log status {status!r}, {len(samples)}/{expected or '?'} samples"
-    return Ingested("inspect-ai", str(p), _sha256(p), task, tuple(samples), tuple(grades), complete, reason,
-                    expected, {arm_name: model})
+    tried = len(samples) + len(errors)
+    complete = status == "success" and not errors and (not expected or tried == expected)
+    reasons = []
+    if errors:
+        reasons.append(f"{len(errors)} inspect sample(s) errored")
+    if status != "success" or (expected and tried != expected):
+        reasons.append(f"inspect log status {status!r}, {len(samples)}/{expected or '?'} samples scored")
+    return Ingested("inspect-ai", str(p), _sha256(p), task, tuple(samples), tuple(grades), complete,
+                    "; ".join(reasons) or None, expected, {arm_name: model}, (), tuple(errors))
 
 
 # ---------------------------------------------------------------------------- promptfoo
 
 
+def _promptfoo_identity(test_case: dict, row_vars: Any) -> str:
+    """The test's identity: its whole `testCase` (vars after expansion, asserts, options,
+    description, metadata), canonical JSON. promptfoo gives every repeat its own
+    `testIdx` and writes no repeat index, so repeats are the rows of one identity."""
+    tc = dict(test_case)
+    if "vars" not in tc and isinstance(row_vars, dict):
+        tc["vars"] = row_vars
+    return json.dumps(tc, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _vars_label(v: Any) -> str:
+    """`country=France, year=2024`: the vars of an expanded test, short and readable."""
+    if not isinstance(v, dict) or not v:
+        return ""
+    parts = []
+    for k, x in v.items():
+        s = x if isinstance(x, str) else json.dumps(x, ensure_ascii=False, sort_keys=True)
+        parts.append(f"{k}={' '.join(str(s).split())[:40]}")
+    return ", ".join(parts)[:90]
+
+
+def _asserts_label(asserts: Any) -> str:
+    """`icontains paris; contains Lyon`: a test's asserts, short and readable."""
+    if not isinstance(asserts, list):
+        return ""
+    parts = []
+    for a in asserts:
+        if isinstance(a, dict):
+            v = a.get("value")
+            v = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) if v is not None else ""
+            parts.append(f"{a.get('type', '?')} {' '.join(v.split())[:30]}".strip())
+    return "; ".join(parts)[:80]
+
+
+def _promptfoo_case_ids(tests: dict[str, dict]) -> dict[str, str]:
+    """Identity -> a readable case id: the test's `metadata.id`, else its description
+    (the display name), else its vars; when one name covers several identities (one
+    description over a var expansion, two tests of the same vars with different
+    asserts), the vars, then the asserts, then a short hash of the identity tell them
+    apart. Ids
+    depend only on the tests themselves, so two outputs of one config pair up."""
+    def base(tc: dict) -> str:
+        meta = tc.get("metadata") if isinstance(tc.get("metadata"), dict) else {}
+        name = meta.get("id") or tc.get("description")
+        if name is not None and str(name).strip():
+            return " ".join(str(name).split())
+        return _vars_label(tc.get("vars")) or "test"
+
+    def group(names: dict[str, str]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for ident, name in names.items():
+            out.setdefault(name, []).append(ident)
+        return out
+
+    names = {ident: base(tc) for ident, tc in tests.items()}
+    for name, idents in group(names).items():
+        if len(idents) > 1 and base(tests[idents[0]]) != _vars_label(tests[idents[0]].get("vars")):
+            for ident in idents:
+                label = _vars_label(tests[ident].get("vars"))
+                if label:
+                    names[ident] = f"{name} [{label}]"
+    for name, idents in group(names).items():
+        labels = {ident: _asserts_label(tests[ident].get("assert")) for ident in idents}
+        if len(idents) > 1 and len(set(labels.values())) == len(idents):
+            for ident in idents:
+                names[ident] = f"{name} [{labels[ident]}]"
+    for name, idents in group(names).items():
+        if len(idents) > 1:
+            for ident in idents:
+                names[ident] = f"{name} #{hashlib.sha1(ident.encode()).hexdigest()[:8]}"
+    return {ident: _case_id(name, "", Path()) for ident, name in names.items()}
+
+
 def read_promptfoo(path: str | Path, *, arm: str | None = None) -> Ingested:
-    """Read promptfoo's `-o results.json`: each provider (and prompt, when several) is
-    an arm; a test's repeats are its samples, indexed in the order promptfoo wrote them.
-    Pass/fail is promptfoo's own `success` for the row (its assertions)."""
+    """Read promptfoo's `-o results.json`: each provider (and prompt, when one provider
+    runs several) is an arm; a case is one test, keyed by its identity (the whole
+    `testCase`: vars after expansion, asserts, options), so `--repeat N` rows group into
+    one case of N samples and each value of an expanded var is a case of its own. The
+    description, when there is one, names the case. Samples are indexed by promptfoo's
+    `testIdx` order. Pass/fail is promptfoo's own `success` for the row (its
+    assertions); a row that errored is kept in errors.jsonl, never a pass."""
     p = Path(path)
     _check_source(p)
     data = _read_json(p)
@@ -359,39 +465,55 @@ def read_promptfoo(path: str | Path, *, arm: str | None = None) -> Ingested:
     rows = res.get("results")
     if not isinstance(rows, list):
         raise InputError("results.results must be a list", p, json_path="$.results.results")
+
     def _label(r: dict) -> str:
         prov = r.get("provider") or {}
         return str((prov.get("label") or prov.get("id")) if isinstance(prov, dict) else prov)
 
-    # An arm is a provider; when one provider label runs several prompts, a (provider,
-    # prompt) pair, so that no two arms are merged.
-    dict_rows = [r for r in rows if isinstance(r, dict)]
-    combos = {(_label(r), r.get("promptIdx")) for r in dict_rows}
-    split_prompts = len(combos) > len({c[0] for c in combos})
-    samples: list[Sample] = []
-    grades: list[Grade] = []
-    errors: list[dict[str, Any]] = []
-    counters: dict[tuple[str, str], int] = {}
-    models: dict[str, str] = {}
-    tests = (data.get("config") or {}).get("tests")
+    def _prompt_label(r: dict) -> str:
+        pr = r.get("prompt") if isinstance(r.get("prompt"), dict) else {}
+        return str(pr.get("label") or f"p{r.get('promptIdx', 0)}")
+
     for i, r in enumerate(rows):
         where = f"$.results.results[{i}]"
         if not isinstance(r, dict):
             raise InputError("a result row must be an object", p, json_path=where)
         if "success" not in r:
             raise InputError("result row without `success` (not graded)", p, json_path=f"{where}.success")
+        if not isinstance(r.get("testCase") or {}, dict):
+            raise InputError("testCase must be an object", p, json_path=f"{where}.testCase")
+    # An arm is a provider; when one provider label runs several prompts, a (provider,
+    # prompt) pair, so that no two arms are merged.
+    combos = {(_label(r), r.get("promptIdx")) for r in rows}
+    split_prompts = len(combos) > len({c[0] for c in combos})
+    idents = [_promptfoo_identity(r.get("testCase") or {}, r.get("vars")) for r in rows]
+    tests = {ident: json.loads(ident) for ident in dict.fromkeys(idents)}
+    case_ids = _promptfoo_case_ids(tests)
+    keyed: list[tuple[str, str, int, int]] = []  # (case, arm, testIdx, row)
+    models: dict[str, str] = {}
+    for i, r in enumerate(rows):
         prov_id = _label(r)
         arm_name = arm or re.sub(r"[^A-Za-z0-9_.-]+", "_", prov_id or "provider")
         if split_prompts and not arm:
-            arm_name += f"-p{r.get('promptIdx', 0)}"
+            arm_name += "-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", _prompt_label(r))
         models[arm_name] = str(prov_id)
+        test_idx = r.get("testIdx")
+        keyed.append((case_ids[idents[i]], arm_name, test_idx if isinstance(test_idx, int) else i, i))
+    order = sorted(range(len(rows)), key=lambda i: (keyed[i][2], i))
+    index_of: dict[int, int] = {}
+    counters: dict[tuple[str, str], int] = {}
+    for i in order:
+        ck = keyed[i][:2]
+        index_of[i] = counters.get(ck, 0)
+        counters[ck] = index_of[i] + 1
+    samples: list[Sample] = []
+    grades: list[Grade] = []
+    errors: list[dict[str, Any]] = []
+    for i in order:
+        r = rows[i]
+        cid, arm_name, _, _ = keyed[i]
+        index = index_of[i]
         test_case = r.get("testCase") or {}
-        raw_id = (test_case.get("metadata") or {}).get("id") or test_case.get("description")
-        if raw_id is None:
-            raw_id = f"test-{r.get('testIdx', i)}"
-        cid = _case_id(raw_id, where, p)
-        index = counters.get((cid, arm_name), 0)
-        counters[(cid, arm_name)] = index + 1
         resp = r.get("response") or {}
         out = resp.get("output", "")
         text = out if isinstance(out, str) else json.dumps(out)
@@ -405,17 +527,24 @@ def read_promptfoo(path: str | Path, *, arm: str | None = None) -> Ingested:
         passed = bool(r["success"])
         reason = "" if passed else str((r.get("gradingResult") or {}).get("reason") or r.get("error") or "failed")
         tags = tuple(str(v) for v in ((test_case.get("metadata") or {}).get("tags") or ())) or ("promptfoo",)
-        samples.append(Sample(case_id=cid, tags=tags, arm=arm_name, index=index, seed=0, model=str(prov_id),
-                              output=text, tool_calls=(), finish_reason=None, usage=_usage(tu),
-                              latency_ms=float(r.get("latencyMs") or 0.0), cost_usd=float(r.get("cost") or 0.0),
-                              request_hash=""))
+        samples.append(Sample(case_id=cid, tags=tags, arm=arm_name, index=index, seed=0, model=models[arm_name],
+                              output=text, tool_calls=(), finish_reason=resp.get("finishReason"),
+                              usage=_usage(tu), latency_ms=float(r.get("latencyMs") or 0.0),
+                              cost_usd=float(r.get("cost") or 0.0), request_hash=""))
         grades.append(Grade(case_id=cid, arm=arm_name, index=index, passed=passed,
                             checks=(CheckResult("promptfoo:assertions", passed, reason),)))
     name = str(data.get("evalId") or p.stem)
     reason = f"{len(errors)} promptfoo result(s) errored" if errors else None
+    notes = [f"{len(tests)} distinct tests"]
+    repeat = (data.get("runtimeOptions") or {}).get("repeat") if isinstance(data.get("runtimeOptions"), dict) else None
+    if isinstance(repeat, int) and repeat > 0:
+        notes.append(f"--repeat {repeat}")
+        uneven = sorted(c for (c, _), n in counters.items() if n != repeat)
+        if uneven:
+            notes.append(f"{len(uneven)} case(s) do not have {repeat} rows per arm (identical tests merge): "
+                         + ", ".join(uneven[:5]))
     return Ingested("promptfoo", str(p), _sha256(p), name, tuple(samples), tuple(grades), not errors, reason,
-                    len(samples) + len(errors), models,
-                    (f"{len(tests)} tests in config" if isinstance(tests, list) else "",), tuple(errors))
+                    len(samples) + len(errors), models, tuple(notes), tuple(errors))
 
 
 # ---------------------------------------------------------------------------- tau-bench
@@ -477,6 +606,200 @@ def read_tau_bench(path: str | Path, *, arm: str | None = None) -> Ingested:
                     None, len(samples), {arm_name: arm_name})
 
 
+# ------------------------------------------------------------------- lm-evaluation-harness
+
+LM_EVAL_SAMPLES = re.compile(r"samples_(?P<task>.+)_(?P<date>\d{4}-\d{2}-\d{2}T[0-9.\-]+)\.jsonl")
+# Filter steps lm-eval applies to each response on its own, so evalkit can apply them to
+# every repeat; a chain of these that ends in `take_first` is graded repeat by repeat.
+_LM_PER_RESPONSE_FILTERS = ("regex", "lowercase", "uppercase", "remove_whitespace")
+LM_EVAL_REGEX_TIMEOUT_S = 1.0
+
+
+def _lm_filter_one(step: dict, text: str) -> str:
+    """One per-response lm-eval filter step on one response. Why by hand: lm-eval is not a
+    dependency; these few steps are lm-eval 0.4's `RegexFilter` (findall, group_select,
+    the first non-empty group of a tuple, strip, fallback `[invalid]`), `LowercaseFilter`,
+    `UppercaseFilter` and `WhitespaceFilter`, and every re-grade is checked against
+    lm-eval's own score of the first repeat (see `read_lm_eval`)."""
+    import regex as _regex
+
+    fn = step.get("function")
+    if fn == "lowercase":
+        return text.lower()
+    if fn == "uppercase":
+        return text.upper()
+    if fn == "remove_whitespace":
+        return text.strip()
+    pattern = step.get("regex_pattern", r"#### (\-?[0-9\.\,]+)")
+    fallback = step.get("fallback", "[invalid]")
+    found = _regex.findall(pattern, text, timeout=LM_EVAL_REGEX_TIMEOUT_S)
+    if not found:
+        return fallback
+    m = found[int(step.get("group_select", 0))]
+    if isinstance(m, tuple):
+        m = next((x for x in m if x), None)
+        if m is None:
+            return fallback
+    return m.strip()
+
+
+def lm_exact_match(prediction: str, reference: str, options: dict) -> bool:
+    """lm-eval's `exact_match` (its `exact_match_hf_evaluate`) for one prediction:
+    `regexes_to_ignore` removed from both, then `ignore_case`, `ignore_punctuation`,
+    `ignore_numbers`, then string equality."""
+    p, r = prediction, reference
+    for pat in options.get("regexes_to_ignore") or ():
+        p, r = re.sub(pat, "", p), re.sub(pat, "", r)
+    if options.get("ignore_case"):
+        p, r = p.lower(), r.lower()
+    if options.get("ignore_punctuation"):
+        table = str.maketrans("", "", string.punctuation)
+        p, r = p.translate(table), r.translate(table)
+    if options.get("ignore_numbers"):
+        table = str.maketrans("", "", string.digits)
+        p, r = p.translate(table), r.translate(table)
+    return p == r
+
+
+def _lm_results_config(p: Path, task: str, date: str | None) -> tuple[dict | None, dict | None]:
+    """(results_<date>.json beside the samples file, its config of `task`), when there."""
+    if date is None:
+        return None, None
+    rp = p.parent / f"results_{date}.json"
+    if not rp.is_file():
+        return None, None
+    doc = _read_json(rp)
+    if not isinstance(doc, dict):
+        raise InputError("an lm-eval results file must be a JSON object", rp, json_path="$")
+    cfg = (doc.get("configs") or {}).get(task)
+    return doc, cfg if isinstance(cfg, dict) else None
+
+
+def read_lm_eval(path: str | Path, *, arm: str | None = None, metric: str | None = None,
+                 filter_name: str | None = None, threshold: float | None = None) -> Ingested:
+    """Read lm-evaluation-harness `--log_samples` output, `samples_<task>_<date>.jsonl`:
+    one line per (doc, filter) with `doc_id`, `doc`, `target`, `arguments`, `resps` (per
+    request, the task's `repeats` responses), `filtered_resps`, `filter`, `metrics` and
+    each metric's value.
+
+    A case is a doc (`<task>-<doc_id>`); the arm is the model (`model_name` of the
+    `results_<date>.json` beside the file, else the folder lm-eval named after it). One
+    filter is read (`filter_name`, default the file's first). With `repeats: N` each
+    repeat is a sample when lm-eval's metric can be re-applied per repeat: the metric is
+    `exact_match` and the filter chain (from the results file's task config; `none` is
+    `take_first`) is per-response steps then `take_first`, so lm-eval scored the first
+    repeat only. Each repeat is then filtered and matched as lm-eval does, and the first
+    repeat's re-grade must equal lm-eval's own score (else the file is refused). Any
+    other filter (`majority_vote`, `take_first_k`, custom) reduces the repeats to one
+    answer: one sample per doc with lm-eval's score, and a note says so.
+    """
+    p = Path(path)
+    _check_source(p)
+    m = LM_EVAL_SAMPLES.fullmatch(p.name)
+    task = m.group("task") if m else p.stem.removeprefix("samples_")
+    results, cfg = _lm_results_config(p, task, m.group("date") if m else None)
+    records: list[tuple[int, dict]] = []
+    for n, raw in enumerate(p.read_bytes().splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            rec = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise InputError(f"not a JSON line: {exc}", p, n) from None
+        if not isinstance(rec, dict) or "doc_id" not in rec or "resps" not in rec:
+            raise InputError("an lm-eval sample line needs doc_id and resps (written by --log_samples)", p, n)
+        records.append((n, rec))
+    if not records:
+        raise InputError("no samples in the file", p)
+    filters = list(dict.fromkeys(str(r.get("filter", "none")) for _, r in records))
+    chosen = filter_name or filters[0]
+    if chosen not in filters:
+        raise InputError(f"no filter {chosen!r} in the file (it has {', '.join(filters)})", p)
+    model = str((results or {}).get("model_name") or p.parent.name or "lm-eval")
+    arm_name = arm or re.sub(r"[^A-Za-z0-9_.-]+", "_", model)
+    chain: list[dict] | None = [{"function": "take_first"}] if chosen == "none" else None
+    metric_opts: dict = {}
+    if cfg is not None:
+        for f in cfg.get("filter_list") or ():
+            if isinstance(f, dict) and f.get("name") == chosen and isinstance(f.get("filter"), list):
+                chain = [s for s in f["filter"] if isinstance(s, dict)]
+        for mm in cfg.get("metric_list") or ():
+            if isinstance(mm, dict) and mm.get("metric") == "exact_match":
+                metric_opts = mm
+    per_repeat = (chain is not None and chain[-1:] == [{"function": "take_first"}]
+                  and all(s.get("function") in _LM_PER_RESPONSE_FILTERS for s in chain[:-1]))
+    samples: list[Sample] = []
+    grades: list[Grade] = []
+    seen: set[int] = set()
+    notes: list[str] = [f"task {task}, filter {chosen}" + (f" (of {', '.join(filters)})" if len(filters) > 1 else "")]
+    repeats_seen: set[int] = set()
+    identical = 0
+    reduced = False
+    for n, rec in records:
+        if str(rec.get("filter", "none")) != chosen:
+            continue
+        doc_id = _int(rec["doc_id"], "doc_id", p, line=n)
+        if doc_id in seen:
+            raise InputError(f"doc {doc_id} appears twice for filter {chosen!r}", p, n)
+        seen.add(doc_id)
+        names = rec.get("metrics") if isinstance(rec.get("metrics"), list) else []
+        name = metric or (names[0] if names else None)
+        if name is None or name not in rec:
+            raise InputError(f"no metric {name!r} on the line (it has {', '.join(map(str, names)) or 'none'}): "
+                             "pass --scorer", p, n)
+        passed, reason = _inspect_pass(rec[name], threshold, f"line {n}: {name}", p)
+        cid = _case_id(f"{task}-{doc_id}", f"line {n}", p)
+        resps = rec["resps"]
+        first = resps[0] if isinstance(resps, list) and resps and isinstance(resps[0], list) else None
+        texts = [x for x in first if isinstance(x, str)] if first is not None else []
+        target = str(rec.get("target", ""))
+        graded: list[tuple[str, bool, str]]
+        if per_repeat and name == "exact_match" and len(texts) > 1 and len(texts) == len(first):
+            repeats_seen.add(len(texts))
+            identical += len(set(texts)) == 1
+            graded = []
+            for j, t in enumerate(texts):
+                try:
+                    answer = t
+                    for step in chain[:-1]:
+                        answer = _lm_filter_one(step, answer)
+                except TimeoutError:
+                    raise InputError(f"doc {doc_id}: the filter's regex timed out on repeat {j + 1}", p, n) from None
+                ok = lm_exact_match(answer, target, metric_opts)
+                graded.append((t, ok, "" if ok else f"exact_match: {answer!r} != {target!r} (repeat {j + 1})"))
+            if graded[0][1] != passed:
+                raise InputError(f"doc {doc_id}: evalkit's re-grade of repeat 1 ({graded[0][1]}) disagrees with "
+                                 f"lm-eval's {name} ({rec[name]!r}); the filter or metric options are not the ones "
+                                 "lm-eval used (is results_<date>.json beside the file?)", p, n)
+        else:
+            if len(texts) > 1:
+                repeats_seen.add(len(texts))
+                reduced = True
+            out = rec.get("filtered_resps")
+            shown = out[0] if isinstance(out, list) and out else out
+            graded = [(shown if isinstance(shown, str) else json.dumps(shown, ensure_ascii=False), passed,
+                       "" if passed else f"{name}: {reason}")]
+        for j, (text, ok, why) in enumerate(graded):
+            samples.append(Sample(case_id=cid, tags=(task,), arm=arm_name, index=j, seed=0, model=model,
+                                  output=text, tool_calls=(), finish_reason=None, usage=Usage(0, 0),
+                                  latency_ms=0.0, cost_usd=0.0, request_hash=str(rec.get("prompt_hash") or "")))
+            grades.append(Grade(case_id=cid, arm=arm_name, index=j, passed=ok,
+                                checks=(CheckResult(f"lm-eval:{name}", ok, why),)))
+    if reduced:
+        notes.append(f"filter {chosen!r} (or metric) reduces the {max(repeats_seen)} repeats to one answer: one "
+                     "sample per doc, lm-eval's own score (evalkit re-grades repeats for exact_match behind "
+                     "take_first only)")
+    if identical and identical == len(seen):
+        notes.append("every doc's repeats are the same text: lm-eval sends one seed with every repeat, so a seeded "
+                     "endpoint answers them alike and pass@k equals pass@1")
+    effective = ((results or {}).get("n-samples") or {}).get(task, {})
+    expected_docs = effective.get("effective") if isinstance(effective, dict) else None
+    complete = not isinstance(expected_docs, int) or expected_docs == len(seen)
+    reason = None if complete else f"lm-eval planned {expected_docs} docs, the file has {len(seen)}"
+    return Ingested("lm-eval", str(p), _sha256(p), task, tuple(samples), tuple(grades), complete, reason,
+                    len(samples), {arm_name: model}, tuple(notes))
+
+
 # -------------------------------------------------------------------------- agent-evals
 
 
@@ -516,7 +839,7 @@ def read_agent_evals(outputs_dir: str | Path, eval_file: str | Path, *, arm: str
     return Ingested("agent-evals", str(out), digest, Path(eval_file).parent.name or "agent-evals",
                     tuple(samples), tuple(grades), not missing,
                     f"no outputs for {len(missing)} case(s): {', '.join(missing)}" if missing else None,
-                    0, {arm: arm})
+                    0, {arm: arm}, case_sets={c.id: c.set for c in cases})
 
 
 # ------------------------------------------------------------------------------ writing
@@ -532,6 +855,9 @@ def read_source(path: str | Path, fmt: str | None = None, **options: Any) -> Ing
         return read_promptfoo(path, arm=options.get("arm"))
     if fmt == "tau-bench":
         return read_tau_bench(path, arm=options.get("arm"))
+    if fmt == "lm-eval":
+        return read_lm_eval(path, arm=options.get("arm"), metric=options.get("scorer"),
+                            filter_name=options.get("filter_name"), threshold=options.get("threshold"))
     if fmt == "agent-evals":
         if not options.get("eval_file"):
             raise InputError("an agent-evals outputs folder needs --eval-file evals.json", path)
@@ -566,10 +892,12 @@ def _summary(parts: list[Ingested], samples: list[Sample], grades: list[Grade]) 
     lines.append("")
     for p in parts:
         lines.append(f"- source: {p.source} `{Path(p.source_file).name}` (sha256 {p.source_sha256[:12]}...)")
+    lines += [f"- {p.source}: {n}" for p in parts for n in p.notes if n]
     lines.append(f"- cases: {len(cases)}, arms: {', '.join(arms)}, samples: {len(samples)}")
     for a, f in per_arm.items():
         rate = f["passed"] / f["graded"] if f["graded"] else float("nan")
-        lines.append(f"- {a}: {f['passed']}/{f['graded']} samples passed ({rate:.1%})")
+        lines.append(f"- {a}: {f['passed']}/{f['graded']} samples passed ({rate:.1%})"
+                     + (f", {f['errors']} errored (never a pass)" if f["errors"] else ""))
     return summary, "\n".join(lines) + "\n"
 
 
@@ -595,6 +923,7 @@ def write_ingested(parts: list[Ingested], dest: str | Path) -> Path:
         "sources": [{"source": p.source, "file": p.source_file, "sha256": p.source_sha256,
                      "arms": list(p.models), "models": p.models} for p in parts],
         "arms": arms, "k": k, "cases": cases, "cases_per_arm": per_arm_cases,
+        "case_sets": {c: st for p in parts for c, st in p.case_sets.items()},
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "config": {"generator": {"model": next(iter(parts[0].models.values()), None)}},
     }
@@ -632,10 +961,12 @@ def _existing_parts(run: Path) -> list[Ingested]:
     for src in meta["sources"]:
         arms = set(src["arms"])
         errs = tuple(e for e in errors if e["arm"] in arms)
+        kept = tuple(s for s in samples if s.arm in arms)
+        sets = {c: st for c, st in (meta.get("case_sets") or {}).items() if any(s.case_id == c for s in kept)}
         parts.append(Ingested(src["source"], src["file"], src["sha256"], meta.get("suite_name") or run.name,
-                              tuple(s for s in samples if s.arm in arms), tuple(g for g in grades if g.arm in arms),
+                              kept, tuple(g for g in grades if g.arm in arms),
                               not errs, f"{len(errs)} result(s) errored" if errs else None, 0,
-                              src.get("models") or {}, (), errs))
+                              src.get("models") or {}, (), errs, sets))
     return parts
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Json = Any
-CaseSet = Literal["capability", "regression"]
+CaseSet = str  # "capability" (gated on pass@k), "regression" (pass^k), or any other name (not gated)
 
 
 @dataclass(frozen=True)
@@ -117,6 +117,7 @@ class Config:
     allow_same_judge_model: bool = False
     timeout_s: float = 60.0
     max_attempts: int = 4
+    ci_cost_cap_usd: float | None = None  # `ci.cost_cap_usd`: the lower cap of `evalkit run --ci`
     raw: dict[str, Json] = field(default_factory=dict, compare=False, repr=False)
 
     def arm(self, name: str) -> Arm:

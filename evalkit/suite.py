@@ -11,6 +11,8 @@ through `evalkit.importers`.
 from __future__ import annotations
 
 import ast
+import dataclasses
+import difflib
 import json
 import math
 import os
@@ -41,7 +43,10 @@ CHECK_KINDS = (
     "grounding", "refusal", "activation", "scorer",
 )
 CASE_KEYS = {"id", "input", "expected", "tags", "set", "judge_threshold", "checks", "intent", "context"}
-CASE_SETS = ("capability", "regression")
+CASE_SETS = ("capability", "regression")  # the gated sets; any other set is measured, not gated
+SET_GATES = {"capability": "pass@k", "regression": "pass^k"}
+NO_GATE = "none"
+SET_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 INTENTS = ("activation", "non-activation")
 JUDGE_PLACEHOLDERS = {"rubric", "input", "expected", "output", "context"}
 GOLDEN_TAG, ADVERSARIAL_TAG = "golden", "adversarial"
@@ -86,13 +91,30 @@ CONFIG_KEYS = {
     "name", "description", "mode", "template", "system", "generator", "judge", "temperature",
     "seed", "k", "concurrency", "cost_cap_usd", "max_tokens_in", "max_tokens_out", "price",
     "judge_price", "gate", "arms", "stop", "tools", "allow_same_judge_model", "timeout_s",
-    "max_attempts",
+    "max_attempts", "ci",
 }
 REQUIRED_CONFIG_KEYS = ("generator", "cost_cap_usd", "max_tokens_in", "max_tokens_out", "price", "judge_price")
 ENDPOINT_KEYS = {"model", "base_url", "api_key_env"}
 PRICE_KEYS = {"in_per_mtok", "out_per_mtok"}
 GATE_KEYS = {"max_success_drop_points", "max_cost_increase_pct", "min_tag_cases"}
+CI_KEYS = {"cost_cap_usd"}
 ARM_KEYS = {"name", "guidance"}
+
+
+def set_gate(case_set: str) -> str:
+    """What a case's set is gated on: `pass@k` (capability), `pass^k` (regression), or
+    `none` for any other set, whose cases are measured and shown but never gated (as the
+    agent-evals harness treats a set it does not know)."""
+    return SET_GATES.get(case_set, NO_GATE)
+
+
+def ungated_set_warning(case_set: str) -> str:
+    """The warning for a case in a set that is not gated, with the gated set it may be a
+    typo of (so a misspelt `regresion` does not silently drop a case from the gate)."""
+    close = difflib.get_close_matches(case_set, CASE_SETS, n=1, cutoff=0.75)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return (f"set {case_set!r} is neither capability nor regression: its cases are measured and shown "
+            f"with gate \"none\", never gated{hint}")
 
 
 def is_comment_key(key: str) -> bool:
@@ -636,6 +658,19 @@ def _validate_config(src: SuiteSource, fx: _Findings, uses_judge: bool) -> Confi
                 int(r.number(g, "min_tag_cases", "$.gate", integer=True, positive=True, default=5)),
             )
 
+    ci_cap = None
+    if "ci" in cfg:
+        c = cfg["ci"]
+        if not isinstance(c, dict):
+            r.err("$.ci", "ci must be an object {\"cost_cap_usd\": ...}")
+        else:
+            r.unknown_keys(c, CI_KEYS, "$.ci", "ci")
+            ci_cap = r.number(c, "cost_cap_usd", "$.ci", required=True, positive=True)
+            if ci_cap is not None and cap is not None and ci_cap >= cap:
+                r.err("$.ci.cost_cap_usd", f"the CI cost cap ({ci_cap:g}) must be lower than the local "
+                                           f"cost_cap_usd ({cap:g})")
+                ci_cap = None
+
     stop: tuple[str, ...] = ()
     if "stop" in cfg:
         s = cfg["stop"]
@@ -687,7 +722,7 @@ def _validate_config(src: SuiteSource, fx: _Findings, uses_judge: bool) -> Confi
         k=int(k), concurrency=int(concurrency), cost_cap_usd=float(cap), max_tokens_in=int(tin),
         max_tokens_out=int(tout), price=price, judge_price=judge_price, gate=gate, arms=arms,
         stop=stop, tools=tools, allow_same_judge_model=allow_same, timeout_s=float(timeout_s),
-        max_attempts=int(attempts), raw=dict(cfg),
+        max_attempts=int(attempts), ci_cost_cap_usd=None if ci_cap is None else float(ci_cap), raw=dict(cfg),
     )
 
 
@@ -902,9 +937,12 @@ def _validate_case(raw: dict, file: str, line: int | None, prefix: str, fx: _Fin
         tags = []
 
     case_set = raw.get("set", "capability")
-    if case_set not in CASE_SETS:
-        r.err(j(".set"), label + f"set must be \"capability\" or \"regression\", got {json.dumps(case_set)}")
+    if not isinstance(case_set, str) or not SET_NAME.fullmatch(case_set):
+        r.err(j(".set"), label + "set must be a lowercase name (capability and regression are gated, any other "
+                                 f"is shown with gate \"none\"), got {json.dumps(case_set)}")
         ok = False
+    elif set_gate(case_set) == NO_GATE:
+        r.warn(j(".set"), label + ungated_set_warning(case_set))
     threshold = r.number(raw, "judge_threshold", prefix, integer=True, minimum=1, maximum=5, default=4)
     intent = raw.get("intent")
     if intent is not None and intent not in INTENTS:
@@ -1231,6 +1269,8 @@ SCAFFOLD_CONFIG = {
     "judge_price": {"in_per_mtok": 0.15, "out_per_mtok": 0.60},
     "// gate": "fail a change that drops success by more than N points or raises cost per task by M%",
     "gate": {"max_success_drop_points": 5, "max_cost_increase_pct": 20},
+    "// ci": "evalkit run --ci (the workflow of evalkit init --ci github) runs under this lower cap",
+    "ci": {"cost_cap_usd": 0.02},
     "// arms": "baseline sends no guidance; skilled adds guidance/skilled.md where prompt.txt says ${guidance}",
     "arms": [{"name": "baseline"}, {"name": "skilled", "guidance": "guidance/skilled.md"}],
     "stop": ["\n"],
@@ -1289,6 +1329,17 @@ ${output}
 Score the output from 1 (worst) to 5 (best) against the rubric only.
 Answer on one line exactly as: SCORE: <1-5> REASON: <one sentence>
 """
+
+
+def ci_suite(suite: Suite) -> Suite:
+    """The suite as CI runs it: under the config's `ci.cost_cap_usd` (lower than the
+    local cap) instead of `cost_cap_usd`. The config hash is the file's, unchanged, so a
+    CI run still gates against a baseline accepted locally."""
+    cap = suite.config.ci_cost_cap_usd
+    if cap is None:
+        raise InputError("the config has no ci block: add \"ci\": {\"cost_cap_usd\": N} (lower than "
+                         "cost_cap_usd) for runs in CI", Path(suite.path) / CONFIG_FILE, json_path="$.ci")
+    return dataclasses.replace(suite, config=dataclasses.replace(suite.config, cost_cap_usd=cap))
 
 
 def scaffold_suite(path: str | Path) -> Path:

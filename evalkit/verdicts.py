@@ -34,7 +34,7 @@ from . import stats
 from .errors import EvalkitError, InputError
 from .records import GateThresholds
 from .runs import RUN_JSON_BYTES, Run, find_suite_dir, iter_jsonl, load_run, write_atomic
-from .suite import read_json_object
+from .suite import NO_GATE, read_json_object, set_gate
 
 VerdictKind = Literal["pass", "regression", "no-improvement", "inconclusive"]
 
@@ -698,6 +698,11 @@ class CaseResult:
     costs: tuple[float, ...]
     ungraded: int = 0
 
+    @property
+    def gated(self) -> bool:
+        """False for a case in a set with gate `none` (neither capability nor regression)."""
+        return set_gate(self.set) != NO_GATE
+
 
 @dataclass(frozen=True)
 class RunMetrics:
@@ -706,8 +711,10 @@ class RunMetrics:
     A case's success is pass@k for capability cases and pass^k for regression cases
     (agent-evals: capability gates on best-of-k, regression on all-of-k), by the
     unbiased estimators of `evalkit.stats`; the success rate of a group is the mean over
-    its cases. Cost per task is the mean over cases of the case's total sample cost,
-    counting what a cache hit avoided so a replayed run costs what a live one would.
+    its gated cases (a case in any other set has gate `none`: it is measured and shown,
+    never part of a success rate or a gate). Cost per task is the mean over cases of the
+    case's total sample cost, counting what a cache hit avoided so a replayed run costs
+    what a live one would.
     """
 
     k: int
@@ -724,7 +731,7 @@ class RunMetrics:
         return _score_table(case.set, case.n, self.k)[case.c]
 
     def success_rate(self, ids: Iterable[str] | None = None) -> float:
-        sel = self._select(ids)
+        sel = [c for c in self._select(ids) if c.gated]
         return float(np.mean([self.score(c) for c in sel])) if sel else math.nan
 
     def cost_per_task(self, ids: Iterable[str] | None = None) -> float:
@@ -797,7 +804,8 @@ def run_metrics(run: Run | str | Path, *, arm: str | None = None, suite_dir: str
     grade, or whose grade is null, counts in n and never in c."""
     run = as_run(run)
     arm = _pick_arm(run, arm, "name the one to gate with --arm")
-    sets = _case_sets(Path(suite_dir) if suite_dir else suite_dir_of(run))
+    # the suite's sets; a run ingested from a source with sets (agent-evals) carries its own
+    sets = _case_sets(Path(suite_dir) if suite_dir else suite_dir_of(run)) or dict(run.config.get("case_sets") or {})
     grades = _grade_map(run)
     samples = run.samples[run.samples["arm"] == arm]
     per: dict[str, dict[str, Any]] = {}
@@ -1127,12 +1135,30 @@ def gate(run: Run | str | Path, baseline_path: str | Path, thresholds: GateThres
     cfg_t, cfg_alpha = _thresholds_from(run.config.get("config") or {})
     t = thresholds or cfg_t
     alpha = cfg_alpha if alpha is None else alpha
+    cur = gate_run_metrics(run, baseline_path, arm=arm, baseline=baseline)
+    return gate_metrics(cur, baseline.get("_metrics") or baseline, t, alpha=alpha, n_resamples=n_resamples,
+                        seed=seed, run_label=str(run_path), baseline_label=str(baseline_path))
+
+
+def _note_ungated(notes: list[str], cur: RunMetrics, ids: list[str]) -> None:
+    by_id = cur.by_id()
+    ungated = [i for i in ids if not by_id[i].gated]
+    if ungated:
+        sets = ", ".join(dict.fromkeys(by_id[i].set for i in ungated))
+        notes.append(f"{len(ungated)} case(s) in sets with gate none ({sets}): shown, never gated; "
+                     "their cost is counted")
+
+
+def gate_run_metrics(run: Run | str | Path, baseline_path: str | Path, *, arm: str | None = None,
+                     baseline: dict[str, Any] | None = None) -> RunMetrics:
+    """The run's metrics exactly as `gate` reads them: the baseline's arm unless `arm`
+    is given, case sets from the baseline's suite folder."""
+    run = as_run(run)
+    baseline = baseline if baseline is not None else load_baseline(baseline_path)
     suite_dir = Path(baseline_path).parent
     if arm is None and baseline.get("arm") in run.arm_names():
         arm = baseline["arm"]
-    cur = run_metrics(run, arm=arm, suite_dir=suite_dir if (suite_dir / "cases.jsonl").exists() else None)
-    return gate_metrics(cur, baseline.get("_metrics") or baseline, t, alpha=alpha, n_resamples=n_resamples,
-                        seed=seed, run_label=str(run_path), baseline_label=str(baseline_path))
+    return run_metrics(run, arm=arm, suite_dir=suite_dir if (suite_dir / "cases.jsonl").exists() else None)
 
 
 def gate_metrics(cur: RunMetrics, baseline: RunMetrics | dict[str, Any], t: GateThresholds, *,
@@ -1173,9 +1199,11 @@ def gate_metrics(cur: RunMetrics, baseline: RunMetrics | dict[str, Any], t: Gate
             return GateResult(False, tuple(reasons), True, (), tuple(notes), t, alpha, str(run_path),
                               str(baseline_path))
         null = _Null(cur, base, ids, n_resamples, seed)
-        groups = [("overall", ids)] + [(f"tag:{tag}", members) for tag, members in cur.tags(ids).items()
-                                       if len(members) >= t.min_tag_cases]
-        for name, members in groups:
+        gated = [i for i in ids if cm[i].gated]
+        _note_ungated(notes, cur, ids)
+        groups = [("overall", gated)] + [(f"tag:{tag}", members) for tag, members in cur.tags(gated).items()
+                                         if len(members) >= t.min_tag_cases]
+        for name, members in groups if gated else ():
             mask = np.isin(np.array(ids), members)
             obs, nd = null.success(mask)
             raw_checks.append(("success", name, len(members), base.success_rate(members),
@@ -1191,9 +1219,11 @@ def gate_metrics(cur: RunMetrics, baseline: RunMetrics | dict[str, Any], t: Gate
         notes.append("baseline has no per-case data (agent-evals shape): thresholds applied without the "
                      "noise guard")
         ids = [c.case_id for c in cur.cases]
+        gated = [c.case_id for c in cur.cases if c.gated]
+        _note_ungated(notes, cur, ids)
         per_tag = baseline.get("per_tag") or {}
-        groups = [("overall", ids, float(baseline["success_rate"]))]
-        for tag, members in cur.tags().items():
+        groups = [("overall", gated, float(baseline["success_rate"]))] if gated else []
+        for tag, members in cur.tags(gated).items():
             if len(members) >= t.min_tag_cases and tag in per_tag:
                 groups.append((f"tag:{tag}", members, float(per_tag[tag])))
         for name, members, b in groups:
@@ -1261,7 +1291,10 @@ def accept_baseline(run: Run | str | Path, suite_dir: str | Path | None = None, 
                            "re-grade it first")
     if not m.cases:
         raise EvalkitError("refusing to accept a run with no samples")
-    tags = m.tags()
+    gated = [c.case_id for c in m.cases if c.gated]
+    if not gated:
+        raise EvalkitError("refusing to accept a run with no gated case (every set has gate none)")
+    tags = m.tags(gated)
     per_set = {}
     for s in ("capability", "regression"):
         ids = [c.case_id for c in m.cases if c.set == s]
@@ -1269,7 +1302,7 @@ def accept_baseline(run: Run | str | Path, suite_dir: str | Path | None = None, 
             est = stats.mean_and_se([m.score(c) for c in m._select(ids)])
             per_set[s] = {"metric": _metric_name(s, m.k), "value": est.value, "se": _nan_none(est.se),
                           "n_cases": len(ids)}
-    overall = stats.mean_and_se([m.score(c) for c in m.cases])
+    overall = stats.mean_and_se([m.score(c) for c in m.cases if c.gated])
     doc = {
         "format": 1,
         "run_stamp": m.run_stamp,

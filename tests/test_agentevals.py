@@ -132,7 +132,7 @@ def test_cli_pass_and_fail_exit_codes(tmp_path):
 
 @pytest.mark.parametrize("bad, where", [
     ({"id": "a", "prompt": "p", "expect": "x"}, "$.cases[0].set"),  # the harness silently ungates this
-    ({"id": "a", "set": "smoke", "prompt": "p", "expect": "x"}, "$.cases[0].set"),
+    ({"id": "a", "set": " ", "prompt": "p", "expect": "x"}, "$.cases[0].set"),
     ({"id": "a", "set": "capability", "prompt": "p", "expect": ""}, "$.cases[0].expect"),
     ({"id": "a", "set": "capability", "prompt": "p", "expect": "x", "match": "fuzzy"}, "$.cases[0].match"),
     ({"id": "a", "set": "capability", "prompt": "p", "expect": "(x", "match": "regex"}, "$.cases[0].expect"),
@@ -145,6 +145,33 @@ def test_bad_eval_file_is_exit_2_naming_the_place(tmp_path, bad, where):
     assert exc.value.json_path == where and str(ev) in str(exc.value)
     res = CliRunner().invoke(main, ["grade", "--eval-file", str(ev), "--outputs", str(out)])
     assert res.exit_code == 2 and res.stderr.startswith("error: ")
+
+
+def test_other_sets_are_shown_with_gate_none_and_never_fail_the_gate(tmp_path):
+    """run-evals.ps1 accepts any `set` and gates only capability (pass@k) and regression
+    (pass^k): an `exploratory` case that fails every sample is graded and shown, with
+    gate none, and the verdict is PASS; a misspelt gated set is named in a warning."""
+    cases = [{"id": "cap", "set": "capability", "prompt": "p", "expect": "ok"},
+             {"id": "explore", "set": "Exploratory", "prompt": "p", "expect": "never"},
+             {"id": "typo", "set": "regresion", "prompt": "p", "expect": "ok"}]
+    ev, out = write_fixture(tmp_path, cases=cases,
+                            samples={"cap": ["ok", "no"], "explore": ["a", "b"], "typo": ["ok", "no"]})
+    rep = grade_outputs(ev, out, k=2)
+    assert rows(rep) == {"cap": (2, 1, True, False, True), "explore": (2, 0, False, False, True),
+                         "typo": (2, 1, True, False, True)}
+    assert {r.id: r.gate for r in rep.rows} == {"cap": "pass@k", "explore": "none", "typo": "none"}
+    assert rep.exit_code == 0 and rep.failed == ()
+    assert [(s.set, s.gate, s.cases) for s in rep.sets] == [("capability", "pass@k", 1), ("exploratory", "none", 1),
+                                                            ("regresion", "none", 1)]
+    assert any("'typo'" in w and "did you mean 'regression'?" in w for w in rep.warnings), rep.warnings
+    res = CliRunner().invoke(main, ["grade", "--eval-file", str(ev), "--outputs", str(out), "-k", "2"])
+    assert res.exit_code == 0, res.output
+    per_set = res.stdout.split("Per set")[1].splitlines()
+    assert "other sets not gated: gate none" in per_set[0]
+    explore = next(line for line in per_set if line.startswith("exploratory"))
+    assert explore.split()[-1] == "none" and "0/1 (0.0%)" in explore  # pass@k 0/1, gate none
+    assert res.stdout.splitlines()[-1] == "PASS: all eval cases met their gate."
+    assert "WARNING:" in res.stderr and "gate \"none\"" in res.stderr
 
 
 def test_regex_timeout_fails_the_sample_not_the_run(tmp_path):

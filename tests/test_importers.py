@@ -108,7 +108,7 @@ def test_agent_evals_wildcard_expectation_warns(tmp_path):
 
 def test_agent_evals_bad_inputs_name_the_place(tmp_path):
     f = write(tmp_path / "evals.json", '{"cases": [\n {"id": "a", "prompt": "p"},\n'
-                                       ' {"id": "b", "prompt": "p", "expect": "x", "set": "smoke"}\n]}')
+                                       ' {"id": "b", "prompt": "p", "expect": "x", "set": 7}\n]}')
     with pytest.raises(InputError) as ei:
         read_agent_evals(f)
     text = str(ei.value)
@@ -116,6 +116,31 @@ def test_agent_evals_bad_inputs_name_the_place(tmp_path):
     write(f, '{"tests": []}')
     with pytest.raises(InputError, match="cases"):
         read_agent_evals(f)
+
+
+def test_agent_evals_other_sets_import_with_gate_none(tmp_path):
+    """A set other than capability and regression (agent-evals accepts any) imports as
+    that set: `evalkit import` lists it with gate none, lint warns, and the native suite
+    and the evals.json read directly agree."""
+    from click.testing import CliRunner
+
+    from evalkit.cli import main
+
+    doc = {"cases": AGENT_EVALS["cases"][:2] + [
+        {"id": "explore-1", "set": "exploratory", "prompt": "p", "expect": "x"},
+        {"id": "explore-2", "set": "Edge Cases", "prompt": "p", "expect": "y"}]}
+    f = write(tmp_path / "evals.json", json.dumps(doc))
+    res = CliRunner().invoke(main, ["import", str(f), "--to", str(tmp_path / "suite")])
+    assert res.exit_code == 0, res.output
+    assert "set capability: 1 case(s), gate pass@k" in res.output
+    assert "set regression: 1 case(s), gate pass^k" in res.output
+    assert "set exploratory: 1 case(s), gate none" in res.output
+    assert "set edge-cases: 1 case(s), gate none" in res.output and "imported as 'edge-cases'" in res.output
+    native = {c.id: c.set for c in load_suite(tmp_path / "suite").cases}
+    assert native == {c.id: c.set for c in load_suite(f).cases}
+    assert native["explore-1"] == "exploratory" and native["explore-2"] == "edge-cases"
+    report = lint_suite(tmp_path / "suite")
+    assert report.ok and any("gate \"none\"" in w.message and w.json_path == "$.set" for w in report.warnings)
 
 
 def test_vally_mapping(tmp_path):

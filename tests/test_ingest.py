@@ -126,6 +126,30 @@ def test_agent_evals_outputs_folder(tmp_path: Path) -> None:
     assert (tmp_path / "run" / "summary.md").read_text().startswith("INCOMPLETE:")
 
 
+def test_agent_evals_ingest_keeps_each_case_set(tmp_path: Path) -> None:
+    """The harness's sets travel into the ingested run, so its metrics gate a regression
+    case on pass^k, a capability case on pass@k and an exploratory one not at all."""
+    from evalkit.verdicts import run_metrics
+
+    ev = tmp_path / "evals.json"
+    ev.write_text(json.dumps({"cases": [
+        {"id": "cap", "set": "capability", "prompt": "p", "expect": "ok"},
+        {"id": "reg", "set": "regression", "prompt": "p", "expect": "ok"},
+        {"id": "exp", "set": "exploratory", "prompt": "p", "expect": "ok"}]}))
+    out = tmp_path / "outputs"
+    for case in ("cap", "reg", "exp"):
+        (out / case).mkdir(parents=True)
+        for i, t in enumerate(["ok", "no", "ok"], 1):
+            (out / case / f"sample-{i}.txt").write_text(t)
+    assert cli("ingest", out, "--to", tmp_path / "run", "--eval-file", ev).exit_code == 0
+    m = run_metrics(tmp_path / "run")
+    assert {c.case_id: (c.set, c.gated) for c in m.cases} == {
+        "cap": ("capability", True), "reg": ("regression", True), "exp": ("exploratory", False)}
+    by = m.by_id()
+    assert m.score(by["cap"]) == 1.0 and m.score(by["reg"]) == 0.0  # pass@3 and pass^3 of 2/3
+    assert m.success_rate() == 0.5  # the exploratory case is in no success rate
+
+
 def test_two_sources_as_arms_with_unmatched_cases_are_inconclusive(tmp_path: Path) -> None:
     before = tmp_path / "before.jsonl"
     after = tmp_path / "after.jsonl"
@@ -311,3 +335,189 @@ def test_non_integer_tau_trial(tmp_path: Path) -> None:
     res = cli("ingest", src, "--to", tmp_path / "run")
     assert res.exit_code == 2 and "t.jsonl:1" in res.output and "not an integer" in res.output
     _assert_nothing_written(tmp_path / "run")
+
+
+PROMPTFOO_REPEAT = FIXTURES / "promptfoo-repeat.json"
+
+
+def test_promptfoo_repeats_group_by_test_identity_and_expansions_separate(tmp_path: Path) -> None:
+    """A real promptfoo 0.123.1 output (`--repeat 3`, tests without a description, one
+    description over `country: [Italy, Spain]`, two prompts on one provider, against the
+    scripted server): promptfoo gives each repeat its own testIdx, so a case is a test's
+    identity (vars, asserts) within an arm (provider x prompt): 6 cases of 3 samples per
+    arm, never 36 cases of 1, and the expansion is two cases, each named by the
+    description."""
+    res = cli("ingest", PROMPTFOO_REPEAT, "--to", tmp_path / "run")
+    assert res.exit_code == 0, res.output
+    run = load_run(tmp_path / "run")
+    raw = json.loads(PROMPTFOO_REPEAT.read_text())
+    assert raw["metadata"]["promptfooVersion"] == "0.123.1" and raw["runtimeOptions"]["repeat"] == 3
+    rows = raw["results"]["results"]
+    assert len({r["testIdx"] for r in rows}) == 18  # each repeat has its own testIdx
+    # independent grouping of the raw rows: (vars, asserts) x prompt label
+    expect: dict[tuple[str, str], list[bool]] = defaultdict(list)
+    for r in sorted(rows, key=lambda r: r["testIdx"]):
+        key = json.dumps([r["testCase"]["vars"], r["testCase"]["assert"]], sort_keys=True)
+        expect[(key, f"scripted-{r['prompt']['label']}")].append(r["success"])
+    assert len(expect) == 12 and all(len(v) == 3 for v in expect.values())
+    assert run.config["k"] == 3 and run.samples["case_id"].nunique() == 6
+    assert sorted(run.samples["arm"].unique()) == ["scripted-polite", "scripted-terse"]
+    got: dict[tuple[str, str], list[bool]] = defaultdict(list)
+    for row in run.grades.sort_values("index").itertuples():
+        got[(row.case_id, row.arm)].append(bool(row.passed))
+    assert sorted(sorted(v) for v in got.values()) == sorted(sorted(v) for v in expect.values())
+    assert run.samples.groupby(["case_id", "arm"])["index"].apply(sorted).tolist() == [[0, 1, 2]] * 12
+    cases = set(run.samples["case_id"])
+    assert {"southern capitals [country=Italy]", "southern capitals [country=Spain]",
+            "country=Peru", "country=Japan"} <= cases
+    # the two France tests differ only in their asserts: two cases, named by them
+    assert {"country=France [icontains paris]", "country=France [contains Lyon]"} <= cases
+    # pass@k per case from the peer's own per-row success, brute force over k-subsets
+    for (key, arm), outcomes in expect.items():
+        vars_, asserts = json.loads(key)
+        cid = next(c for (c, a) in got if a == arm and vars_["country"] in c
+                   and (vars_["country"] != "France" or asserts[0]["value"] in c))
+        assert sorted(got[(cid, arm)]) == sorted(outcomes)
+        for k in (1, 2, 3):
+            assert stats.pass_at_k(3, sum(outcomes), k) == pytest.approx(brute_pass_at_k(outcomes, k), abs=1e-12)
+    # two prompts of one config pair case by case
+    v = json.loads(cli("compare", tmp_path / "run", "--baseline", "scripted-terse", "--treatment",
+                       "scripted-polite", "--json").output)
+    assert v["wins"] + v["ties"] + v["losses"] == 6
+
+
+ERRORED_LOG = FIXTURES / "capitals-errored.eval"
+
+
+def _check_errored_inspect_run(run_dir: Path, log: Path) -> None:
+    from inspect_ai.log import read_eval_log
+
+    peer = read_eval_log(str(log))
+    assert peer.status == "success" and peer.results.completed_samples == 49
+    bad = [(s.id, s.epoch) for s in peer.samples if s.error]
+    assert len(bad) == 1
+    run = load_run(run_dir)
+    assert len(run.samples) == 49 and len(run.errors) == 1
+    err = run.errors.iloc[0]
+    assert (err["case_id"], err["index"]) == (bad[0][0], bad[0][1] - 1)
+    assert err["error"].startswith(f"sample {bad[0][0]!r} epoch {bad[0][1]} errored: ")
+    assert run.summary["complete"] is False
+    assert (run_dir / "summary.md").read_text().startswith("INCOMPLETE: 9/10 cases (1 inspect sample(s) errored)")
+    assert not ((run.grades["case_id"] == bad[0][0]) & (run.grades["index"] == bad[0][1] - 1)).any()
+    # evalkit's pass@2 per case equals inspect's own pass_at_2 reducer, which also leaves
+    # the errored epoch out (n = 4 for that case)
+    reduced = {s.sample_id: s.value for r in peer.reductions if r.reducer == "pass_at_2" for s in r.samples}
+    ours = per_case(run)
+    assert len(ours[bad[0][0]]) == 4
+    for cid, outcomes in ours.items():
+        assert stats.pass_at_k(len(outcomes), sum(outcomes), 2) == pytest.approx(reduced[cid], abs=1e-12)
+    # never a pass: the gate refuses the incomplete run without reading a rate
+    gate = cli("gate", run_dir, "--baseline", FIXTURES / "no-such-baseline.json")
+    assert gate.exit_code == 1 and "INCOMPLETE" in gate.output
+
+
+def test_inspect_errored_sample_is_kept_as_errored(tmp_path: Path) -> None:
+    """inspect-ai 0.3.285 finished `success` with 49 of 50 samples scored (one provider
+    answer was malformed): the log is read, the errored sample is an error (counted,
+    shown, never a pass) whose message says the sample errored."""
+    res = cli("ingest", ERRORED_LOG, "--to", tmp_path / "run")
+    assert res.exit_code == 0, res.output
+    assert "INCOMPLETE" in res.stderr
+    _check_errored_inspect_run(tmp_path / "run", ERRORED_LOG)
+
+
+def test_fresh_inspect_log_with_an_errored_sample_over_http(tmp_path: Path) -> None:
+    """The same log written now by inspect-ai through its openai provider against the
+    scripted server over HTTP."""
+    from make_inspect_logs import make_errored_log
+
+    log = make_errored_log(tmp_path / "logs")
+    res = cli("ingest", log, "--to", tmp_path / "run")
+    assert res.exit_code == 0, res.output
+    _check_errored_inspect_run(tmp_path / "run", log)
+
+
+LM_EVAL_DIR = FIXTURES / "lm-eval" / "scripted"
+
+
+def _lm_eval_copy(tmp_path: Path, mutate=None) -> Path:
+    """A copy of the real lm-eval 0.4.13 output (samples + results side by side), each
+    line optionally mutated in place."""
+    dest = tmp_path / "lm" / "scripted"
+    dest.mkdir(parents=True)
+    for f in LM_EVAL_DIR.iterdir():
+        shutil.copy(f, dest / f.name)
+    samples = next(dest.glob("samples_capitals_*.jsonl"))
+    if mutate is not None:
+        recs = [json.loads(line) for line in samples.read_text().splitlines()]
+        for r in recs:
+            mutate(r)
+        samples.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return samples
+
+
+def test_lm_eval_log_samples_repeats_are_samples(tmp_path: Path) -> None:
+    """lm-evaluation-harness 0.4.13 `--log_samples` (local-completions against the
+    scripted server, `repeats: 3`, filter `first` = regex + take_first, exact_match with
+    ignore_case and ignore_punctuation): each repeat is a sample, re-graded as lm-eval
+    grades, and lm-eval's own score of the first repeat is reproduced for every doc."""
+    samples = next(LM_EVAL_DIR.glob("samples_capitals_*.jsonl"))
+    res = cli("ingest", samples, "--to", tmp_path / "run")
+    assert res.exit_code == 0, res.output
+    run = load_run(tmp_path / "run")
+    assert run.config["source"] == "lm-eval" and run.config["k"] == 3 and run.summary["complete"] is True
+    raw = [json.loads(line) for line in samples.read_text().splitlines()]
+    first = {r["doc_id"]: r for r in raw if r["filter"] == "first"}
+    assert all(len(r["resps"][0]) == 3 for r in first.values())
+    ours = per_case(run)
+    assert set(ours) == {f"capitals-{d}" for d in first}
+    for d, r in first.items():
+        # lm-eval sent one seed with every repeat: the seeded server answered alike
+        assert len(set(r["resps"][0])) == 1
+        assert ours[f"capitals-{d}"] == [r["exact_match"] == 1.0] * 3
+    md = (tmp_path / "run" / "summary.md").read_text()
+    assert "pass@k equals pass@1" in md and "filter first (of first, maj@3)" in md
+    # the majority-vote filter reduces the repeats: one sample per doc, lm-eval's score
+    res = cli("ingest", samples, "--to", tmp_path / "maj", "--filter", "maj@3")
+    assert res.exit_code == 0, res.output
+    maj = per_case(load_run(tmp_path / "maj"))
+    assert maj == {f"capitals-{r['doc_id']}": [r["exact_match"] == 1.0] for r in raw if r["filter"] == "maj@3"}
+    assert "reduces the 3 repeats to one answer" in (tmp_path / "maj" / "summary.md").read_text()
+
+
+def test_lm_eval_varied_repeats_give_pass_at_k(tmp_path: Path) -> None:
+    """The same real file with repeats 2 and 3 changed (repeat 1, the one lm-eval scored,
+    kept): evalkit filters and matches each repeat as lm-eval would (`" Lyon."` is
+    extracted and fails exact_match; `" Paris!"` and `" no idea"` do not fit the
+    filter's regex, fall back to `[invalid]` and fail), so pass@k and pass^k are those of
+    the varied outcomes."""
+    variants = {0: [" Lyon.", " Paris!"], 1: [" Lima.", " Lima."], 5: [" no idea", " Santiago."]}
+
+    def vary(r: dict) -> None:
+        if r["doc_id"] in variants:
+            r["resps"][0][1:] = variants[r["doc_id"]]
+
+    samples = _lm_eval_copy(tmp_path, vary)
+    res = cli("ingest", samples, "--to", tmp_path / "run")
+    assert res.exit_code == 0, res.output
+    ours = per_case(load_run(tmp_path / "run"))
+    expect = {"capitals-0": [True, False, False], "capitals-1": [False, True, True],
+              "capitals-5": [True, False, True]}
+    for cid, outcomes in expect.items():
+        assert ours[cid] == outcomes
+        for k in (1, 2, 3):
+            assert stats.pass_at_k(3, sum(outcomes), k) == pytest.approx(brute_pass_at_k(outcomes, k), abs=1e-12)
+            assert stats.pass_hat_k(3, sum(outcomes), k) == pytest.approx(brute_pass_hat_k(outcomes, k), abs=1e-12)
+
+
+def test_lm_eval_regrade_that_disagrees_with_lm_eval_is_refused(tmp_path: Path) -> None:
+    def flip(r: dict) -> None:
+        if r["doc_id"] == 2 and r["filter"] == "first":
+            r["exact_match"] = 1.0
+
+    samples = _lm_eval_copy(tmp_path, flip)
+    res = cli("ingest", samples, "--to", tmp_path / "run")
+    assert res.exit_code == 2 and f"{samples}:3" in res.output and "disagrees with lm-eval's exact_match" in res.output
+    _assert_nothing_written(tmp_path / "run")
+    res = cli("ingest", samples, "--to", tmp_path / "run2", "--filter", "strict")
+    assert res.exit_code == 2 and "no filter 'strict'" in res.output

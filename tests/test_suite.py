@@ -231,6 +231,40 @@ def test_unknown_keys_warn_and_fail_under_strict(tmp_path):
     assert {"$.temprature", "$.colour"} <= paths
 
 
+def test_sets_other_than_capability_and_regression_warn_with_gate_none(tmp_path):
+    cases = CASES[:2] + [dict(CASES[2], set="exploratory"), dict(CASES[3], set="regresion")]
+    suite = load_suite(write_suite(tmp_path / "unit", BASE_CONFIG, cases))
+    assert [c.set for c in suite.cases[2:4]] == ["exploratory", "regresion"]
+    explore = [w for w in suite.warnings if "'exploratory'" in w]
+    assert len(explore) == 1 and 'gate "none"' in explore[0] and "did you mean" not in explore[0]
+    assert any("'regresion'" in w and "did you mean 'regression'?" in w for w in suite.warnings)
+    bad = write_suite(tmp_path / "bad", BASE_CONFIG, CASES[:1] + [dict(CASES[1], set="Edge Cases")])
+    with pytest.raises(InputError) as ei:
+        load_suite(bad)
+    assert ei.value.json_path == "$.set" and ei.value.line == 2
+
+
+@pytest.mark.parametrize("ci, where, message", [
+    ({"cost_cap_usd": 0.05}, "$.ci.cost_cap_usd", "must be lower than the local cost_cap_usd"),
+    ({"cost_cap_usd": 0.5}, "$.ci.cost_cap_usd", "must be lower than the local cost_cap_usd"),
+    ({}, "$.ci.cost_cap_usd", "missing"),
+    ({"cost_cap_usd": -1}, "$.ci.cost_cap_usd", "greater than 0"),
+    ([0.01], "$.ci", "ci must be an object"),
+])
+def test_ci_block_is_a_lower_cap(tmp_path, ci, where, message):
+    from evalkit.suite import ci_suite
+
+    ok = load_suite(write_suite(tmp_path / "ok", dict(BASE_CONFIG, ci={"cost_cap_usd": 0.01})))
+    assert ok.config.ci_cost_cap_usd == 0.01 and ok.config.cost_cap_usd == 0.05
+    assert ci_suite(ok).config.cost_cap_usd == 0.01 and ci_suite(ok).config.raw == ok.config.raw
+    with pytest.raises(InputError) as ei:
+        ci_suite(load_suite(write_suite(tmp_path / "none", BASE_CONFIG)))
+    assert ei.value.json_path == "$.ci"
+    with pytest.raises(InputError) as ei:
+        load_suite(write_suite(tmp_path / "bad", dict(BASE_CONFIG, ci=ci)))
+    assert ei.value.json_path == where and message in str(ei.value)
+
+
 def test_suite_quality_warnings(tmp_path):
     cases = [
         {"id": "a", "input": "x", "expected": "y", "tags": ["golden", "solo"]},

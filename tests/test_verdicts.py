@@ -415,6 +415,30 @@ def test_capability_gates_on_pass_at_k_regression_on_pass_hat_k(tmp_path, case_s
     assert res.passed is (not should_fail)
 
 
+def test_sets_with_gate_none_are_shown_never_gated(tmp_path):
+    """Cases in a set other than capability and regression (agent-evals' `exploratory`)
+    are kept in the metrics but leave every success rate, baseline and gate alone: 12
+    gated cases hold at 5/5 while 6 exploratory ones collapse to 0/5."""
+    sets = {f"c{i}": "capability" for i in range(12)} | {f"e{i}": "exploratory" for i in range(6)}
+    base = {(c, "x"): [True] * 5 for c in sets}
+    cur = {(c, "x"): [True] * 5 if sets[c] == "capability" else [False] * 5 for c in sets}
+    suite, run = _gate_pair(tmp_path, base, cur, k=5, sets=sets)
+    baseline = json.loads((suite / "baseline.json").read_text())
+    assert baseline["success_rate"] == 1.0 and set(baseline["per_set"]) == {"capability"}
+    assert {c["id"]: c["set"] for c in baseline["cases"]}["e0"] == "exploratory"  # kept, shown
+    m = V.run_metrics(run, suite_dir=suite)
+    assert [c.gated for c in m.cases].count(False) == 6 and m.success_rate() == 1.0
+    res = V.gate(run, suite / "baseline.json")
+    assert res.passed, res.render()
+    overall = next(c for c in res.checks if c.group == "overall")
+    assert overall.n_cases == 12 and overall.change == 0.0
+    assert any("6 case(s) in sets with gate none (exploratory)" in n for n in res.notes)
+    # the same collapse in the gated set fails the gate
+    sets2 = {c: "capability" for c in sets}
+    suite2, run2 = _gate_pair(tmp_path / "b", base, cur, k=5, sets=sets2)
+    assert not V.gate(run2, suite2 / "baseline.json").passed
+
+
 def test_gate_breach_within_noise_passes_with_a_note(tmp_path):
     # 6 cases, k=1: one case flips. A 16.7-point drop, but two runs of one model at
     # p = 1/2 do that easily: the noise guard keeps the gate green and says so.
