@@ -15,6 +15,7 @@ import json
 import math
 import os
 import re
+import stat
 import string
 import tempfile
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from typing import Any, Callable, Literal
 import regex
 import yaml
 
-from .errors import InputError, InputErrors
+from .errors import FileTooLarge, InputError, InputErrors
 from .records import Arm, Case, Check, Config, Endpoint, GateThresholds, Json, Price, Suite
 
 # --- limits ---------------------------------------------------------------------------
@@ -35,6 +36,7 @@ MAX_ID_LENGTH = 128
 
 CASES_FILE = "cases.jsonl"
 CONFIG_FILE = "config.json"
+RUNS_DIR = "runs"
 
 CHECK_KINDS = (
     "exact", "contains", "regex", "json_schema", "tool_calls",
@@ -166,22 +168,129 @@ class _Findings:
 
 
 # --- reading files --------------------------------------------------------------------
-def read_text_file(path: str | Path, *, limit: int = MAX_TEXT_BYTES, allow_empty: bool = False) -> str:
-    """Read a user file as UTF-8: size-limited, a BOM accepted and dropped, invalid UTF-8
-    refused with the line and byte where it breaks, CRLF normalised to LF."""
+# Every file evalkit reads for a suite (and every file a user names on the command line)
+# goes through `read_file_bytes`: inside the suite folder after symlinks, a regular file
+# (never a FIFO, a device or a socket: those could hang a read or never end), and under a
+# size limit. docs/formats.md ("Reading a suite's files") states the rules.
+MAX_LABELS_BYTES = MAX_CASES_BYTES  # judge/human-sample.jsonl
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+
+
+def file_kind(mode: int) -> str:
+    """What a `st_mode` is, in words, for messages ("a FIFO (named pipe)", "a folder")."""
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a plain file"
+
+
+def outside_root(path: str | Path, root: str | Path) -> str | None:
+    """Where `path` really leads (symlinks followed) when that is outside `root`, else
+    None. A symlink that stays inside `root` is fine."""
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(path)
+    if real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep):
+        return None
+    return real
+
+
+def _outside_message(real: str, root: str | Path) -> str:
+    """What is wrong with a suite file that leads to `real`, outside `root`."""
+    return (f"resolves to {real}, outside the suite folder {os.path.realpath(root)}: a suite may only read "
+            "its own files (a symlink must stay inside the suite)")
+
+
+def _open_checked(path: str | Path, limit: int | None, root: str | Path | None) -> tuple[int, os.stat_result]:
+    """Open a user's file for reading the way `read_file_bytes` describes; returns the
+    descriptor (the caller closes it) and its `fstat`."""
     p = Path(path)
+    target: str | Path = p
+    flags = _OPEN_FLAGS
+    if root is not None:
+        real = outside_root(p, root)
+        if real is not None:
+            raise InputError(_outside_message(real, root), p)
+        # open the resolved path, refusing a symlink swapped in since the check
+        target, flags = os.path.realpath(p), flags | getattr(os, "O_NOFOLLOW", 0)
     try:
-        size = p.stat().st_size
+        fd = os.open(target, flags)
     except FileNotFoundError:
         raise InputError("file not found", p) from None
     except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror}", p) from None
-    if not p.is_file():
-        raise InputError("not a regular file", p)
-    if size > limit:
-        raise InputError(f"file is {size} bytes, over the {limit}-byte limit", p)
-    data = p.read_bytes()
-    return decode_text(data, p, allow_empty=allow_empty)
+        try:
+            kind = file_kind(os.stat(target).st_mode)  # a socket cannot be opened (ENXIO)
+        except OSError:
+            kind = None
+        if kind is not None and kind != "not a plain file":
+            raise InputError(f"not a regular file: it is {kind}", p) from None
+        raise InputError(f"cannot read: {exc.strerror or exc.__class__.__name__}", p) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"not a regular file: it is {file_kind(st.st_mode)}", p)
+        if limit is not None and st.st_size > limit:
+            raise FileTooLarge(f"file is {st.st_size} bytes, over the {limit}-byte limit", p,
+                               size=st.st_size, limit=limit)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def read_file_bytes(path: str | Path, *, limit: int | None, root: str | Path | None = None) -> bytes:
+    """The bytes of a user's file, or an `InputError` naming it and saying what is wrong.
+
+    With `root` (the suite folder), the file must resolve inside it after symlinks ("a
+    symlink that leaves the suite is refused"). The file is opened non-blocking (a FIFO
+    can never hang the open) and checked with `fstat` on the open descriptor (no race
+    between the check and the read): anything but a regular file is refused before a
+    byte is read, so `/dev/zero` is never read. More than `limit` bytes (checked before
+    reading, and again while reading: at most limit+1 bytes are ever read) is a
+    `FileTooLarge`; `limit=None` reads any size."""
+    fd, _ = _open_checked(path, limit, root)
+    try:
+        chunks, got = [], 0
+        while True:
+            chunk = os.read(fd, 1 << 20 if limit is None else min(1 << 20, limit + 1 - got))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+            if limit is not None and got > limit:  # it grew while we read
+                raise FileTooLarge(f"file is over the {limit}-byte limit", path, size=None, limit=limit)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc.__class__.__name__}", path) from None
+    finally:
+        os.close(fd)
+
+
+def check_regular_file(path: str | Path, *, limit: int | None, root: str | Path | None = None) -> int:
+    """`read_file_bytes`'s checks without the read (for a file a library reads itself,
+    such as a zip archive): its size, or an `InputError`."""
+    fd, st = _open_checked(path, limit, root)
+    os.close(fd)
+    return st.st_size
+
+
+def suite_folder_of(path: str | Path) -> Path | None:
+    """The native suite folder that holds `path` directly (a `plan.json` or
+    `baseline.json` beside its `config.json`/`cases.jsonl`), else None: a file in a
+    suite folder is read inside it, a file named elsewhere is read where it is."""
+    folder = Path(path).parent
+    if any(os.path.lexists(folder / name) for name in (CONFIG_FILE, CASES_FILE)):
+        return folder
+    return None
+
+
+def read_text_file(path: str | Path, *, limit: int = MAX_TEXT_BYTES, allow_empty: bool = False,
+                   root: str | Path | None = None) -> str:
+    """Read a user file as UTF-8 through `read_file_bytes` (inside `root` when given, a
+    regular file, size-limited): a BOM accepted and dropped, invalid UTF-8 refused with
+    the line and byte where it breaks, CRLF normalised to LF."""
+    return decode_text(read_file_bytes(path, limit=limit, root=root), Path(path), allow_empty=allow_empty)
 
 
 def decode_text(data: bytes, path: str | Path, *, allow_empty: bool = False) -> str:
@@ -304,21 +413,24 @@ class SuiteSource:
     cases: list[tuple[str, int | None, str, Json]]  # (file, line, json path prefix, object)
     files: dict[str, str] | None = None  # in-memory files; None: read from `root`
     is_native: bool = True
-    # scorer file -> the functions it defines, or its SyntaxError: parsed once per pass,
-    # however many checks use it
-    scorer_functions: dict[str, frozenset[str] | SyntaxError] = field(default_factory=dict, repr=False)
+    # scorer file -> the functions it defines, or its SyntaxError (or the InputError of a
+    # file the reader refused): parsed once per pass, however many checks use it
+    scorer_functions: dict[str, frozenset[str] | SyntaxError | InputError] = field(default_factory=dict, repr=False)
 
     def exists(self, rel: str) -> bool:
+        """Whether the suite has an entry `rel` (of any kind: a FIFO or a symlink that
+        leaves the suite is there, and `read` says what is wrong with it)."""
         if self.files is not None:
             return rel in self.files
-        return (self.root / rel).is_file()
+        return os.path.lexists(self.root / rel)
 
-    def read(self, rel: str) -> str:
+    def read(self, rel: str, *, limit: int = MAX_TEXT_BYTES) -> str:
+        """A suite file's text, read inside the suite folder (`read_text_file`)."""
         if self.files is not None:
             if rel not in self.files:
                 raise InputError("file not found", self.display(rel))
             return self.files[rel]
-        return read_text_file(self.root / rel, allow_empty=True)
+        return read_text_file(self.root / rel, limit=limit, allow_empty=True, root=self.root)
 
     def display(self, rel: str) -> str:
         return str(self.root / rel)
@@ -363,11 +475,13 @@ def parse_json_object(text: str, path: str | Path, what: str) -> dict[str, Json]
     return obj
 
 
-def read_json_object(path: str | Path, what: str, *, limit: int = MAX_CONFIG_BYTES) -> dict[str, Json]:
+def read_json_object(path: str | Path, what: str, *, limit: int = MAX_CONFIG_BYTES,
+                     root: str | Path | None = None) -> dict[str, Json]:
     """Read a JSON file that must hold one object (a plan, a baseline, a run's
-    config.json): `read_text_file`'s checks (size, BOM, UTF-8), then the parse; every
-    failure an `InputError` naming the file and line."""
-    return parse_json_object(read_text_file(path, limit=limit), path, what)
+    config.json): `read_text_file`'s checks (inside `root` when given, a regular file,
+    size, BOM, UTF-8), then the parse; every failure an `InputError` naming the file and
+    line."""
+    return parse_json_object(read_text_file(path, limit=limit, root=root), path, what)
 
 
 def parse_config_json(text: str, path: str) -> tuple[dict[str, Json], dict[str, int]]:
@@ -381,11 +495,12 @@ def _native_source(root: Path, fx: _Findings) -> SuiteSource | None:
     config: dict[str, Json] = {}
     lines: dict[str, int] = {}
     try:
-        cases = parse_cases_jsonl(read_text_file(cases_path, limit=MAX_CASES_BYTES), str(cases_path), fx)
+        cases = parse_cases_jsonl(read_text_file(cases_path, limit=MAX_CASES_BYTES, root=root), str(cases_path), fx)
     except InputError as exc:
         fx.add(exc)
     try:
-        config, lines = parse_config_json(read_text_file(config_path, limit=MAX_CONFIG_BYTES), str(config_path))
+        config, lines = parse_config_json(read_text_file(config_path, limit=MAX_CONFIG_BYTES, root=root),
+                                          str(config_path))
     except InputError as exc:
         fx.add(exc)
         return None
@@ -402,13 +517,17 @@ def _source_for(path: str | Path, fx: _Findings) -> SuiteSource | None:
     if not p.exists():
         fx.error("no such file or folder", str(p))
         return None
-    if p.is_file() and p.name in (CASES_FILE, CONFIG_FILE):
+    if not p.is_dir() and p.name in (CASES_FILE, CONFIG_FILE):
         p = p.parent
     if p.is_dir():
-        if (p / CASES_FILE).exists() or (p / CONFIG_FILE).exists():
+        if os.path.lexists(p / CASES_FILE) or os.path.lexists(p / CONFIG_FILE):
             return _native_source(p, fx)
         for foreign in importers.FOREIGN_NAMES:
-            if (p / foreign).is_file():
+            if os.path.lexists(p / foreign):
+                real = outside_root(p / foreign, p)
+                if real is not None:
+                    fx.error(_outside_message(real, p), str(p / foreign))
+                    return None
                 p = p / foreign
                 break
         else:
@@ -849,9 +968,13 @@ def _check_options(kind: str, opts: dict, r: _Reader, jp: str, case: dict, src: 
                 tree = ast.parse(src.read(rel), filename=rel)
                 src.scorer_functions[rel] = frozenset(n.name for n in tree.body
                                                       if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
-            except SyntaxError as exc:
+            except (SyntaxError, InputError) as exc:
                 src.scorer_functions[rel] = exc
         names = src.scorer_functions[rel]
+        if isinstance(names, InputError):  # a FIFO, a symlink out, too large: reported once
+            if not any(f.path == names.path and f.message == names.message for f in r.fx.errors):
+                r.fx.add(names)
+            return False
         if isinstance(names, SyntaxError):
             r.err(f"{jp}.file", f"scorer {rel!r} does not parse: {names.msg} (line {names.lineno})")
             return False
@@ -1056,13 +1179,70 @@ def _suite_warnings(src: SuiteSource, cases: list[Case], config: Config | None, 
         if c.judged and not prompt_files:
             fx.warn(f"case {c.id!r} is judged but there is no judge/prompt-vN.md file", cases_path, c.line or None)
     if src.is_native:
-        gi = src.root / ".gitignore"
-        ignored = {ln.strip() for ln in gi.read_text(errors="replace").splitlines()} if gi.is_file() else set()
+        ignored: set[str] = set()
+        if src.exists(".gitignore"):
+            try:
+                ignored = {ln.strip() for ln in src.read(".gitignore").splitlines()}
+            except InputError as exc:  # only lint reads it: a warning
+                fx.warn(exc.message, exc.path or src.display(".gitignore"))
         if not ignored & {"runs/", "runs", "/runs/", "/runs"}:
-            fx.warn(".gitignore should contain 'runs/' so run folders stay out of version control", str(gi))
+            fx.warn(".gitignore should contain 'runs/' so run folders stay out of version control",
+                    src.display(".gitignore"))
     if config is not None:
         for c in cases:
             _check_render(config, c, src, fx)
+
+
+def _suite_side_files(src: SuiteSource, fx: _Findings) -> None:
+    """Lint only: the files `grade` and `report` read from the suite besides those the
+    config names (human labels, plan, baseline) must pass the suite reader, and the
+    labels must parse; the `runs` folder `run` writes into must be a folder inside the
+    suite. (`load_suite` leaves them to the commands that read them, which refuse the
+    same problems before they pay or write anything: a half-labelled human sample does
+    not stop a run.)"""
+    from .judge import HUMAN_LABELS_FILE, parse_human_labels  # judge builds on this module
+
+    if src.exists(HUMAN_LABELS_FILE):
+        try:
+            parse_human_labels(src.read(HUMAN_LABELS_FILE, limit=MAX_LABELS_BYTES), src.display(HUMAN_LABELS_FILE))
+        except InputError as exc:
+            fx.add(exc)
+    for rel in ("plan.json", "baseline.json"):
+        if src.exists(rel):
+            if rel == "baseline.json":
+                from .runs import RUN_JSON_BYTES as limit  # the limit verdicts.load_baseline reads it under
+            else:
+                limit = MAX_CONFIG_BYTES  # verdicts.load_plan's
+            try:
+                parse_json_object(src.read(rel, limit=limit), src.display(rel), rel)
+            except InputError as exc:
+                fx.add(exc)
+    try:
+        default_runs_dir(src.root)
+    except InputError as exc:
+        fx.warn(exc.message, exc.path or src.display(RUNS_DIR))
+
+
+def default_runs_dir(suite_path: str | Path) -> Path:
+    """`<suite>/runs`, where `run` writes run folders when no `--runs-dir` is given. A
+    `runs` that is a symlink leading outside the suite, or is not a folder, is refused
+    (`InputError`): evalkit writes inside the suite, or only where `--runs-dir` says."""
+    p = Path(suite_path) / RUNS_DIR
+    if not os.path.lexists(p):
+        return p
+    real = outside_root(p, suite_path)
+    if real is not None:
+        raise InputError(f"is a symlink to {real}, outside the suite folder: `evalkit run` writes run folders "
+                         f"only inside the suite, or where --runs-dir says (pass --runs-dir {real} to write "
+                         "there)", p)
+    if not p.is_dir():
+        try:
+            kind = file_kind(os.stat(p).st_mode)
+        except OSError:
+            kind = "a broken symlink"
+        raise InputError(f"is {kind}, not a folder: `evalkit run` cannot write run folders into it "
+                         "(remove it, or pass --runs-dir)", p)
+    return p
 
 
 def _check_render(config: Config, case: Case, src: SuiteSource, fx: _Findings) -> None:
@@ -1078,7 +1258,7 @@ def _check_render(config: Config, case: Case, src: SuiteSource, fx: _Findings) -
 
 
 # --- public API -----------------------------------------------------------------------
-def _validate(path: str | Path, strict: bool) -> tuple[Suite | None, _Findings, str]:
+def _validate(path: str | Path, strict: bool, *, lint: bool = False) -> tuple[Suite | None, _Findings, str]:
     fx = _Findings(strict)
     src = _source_for(path, fx)
     if src is None:
@@ -1087,6 +1267,8 @@ def _validate(path: str | Path, strict: bool) -> tuple[Suite | None, _Findings, 
     config = _validate_config(src, fx, uses_judge=any(c.judged for c in cases))
     rubric_files, prompt_files = _judge_files(src, fx)
     _suite_warnings(src, cases, config, rubric_files, prompt_files, fx)
+    if lint and src.is_native:
+        _suite_side_files(src, fx)
     if fx.errors or config is None:
         return None, fx, str(src.root)
     suite = Suite(
@@ -1110,7 +1292,7 @@ def load_suite(path: str | Path, *, strict: bool = False) -> Suite:
 
 def lint_suite(path: str | Path, strict: bool = False) -> LintReport:
     """Validate a suite without calling any model: every error and warning with its place."""
-    _, fx, root = _validate(path, strict)
+    _, fx, root = _validate(path, strict, lint=True)
     return LintReport(suite=root, errors=tuple(fx.errors), warnings=tuple(fx.warnings))
 
 
@@ -1120,7 +1302,7 @@ def load_cases(path: str | Path) -> tuple[Case, ...]:
     if p.is_dir():
         p = p / CASES_FILE
     fx = _Findings(strict=False)
-    raw = parse_cases_jsonl(read_text_file(p, limit=MAX_CASES_BYTES), str(p), fx)
+    raw = parse_cases_jsonl(read_text_file(p, limit=MAX_CASES_BYTES, root=p.parent), str(p), fx)
     src = SuiteSource(p.parent, p.parent.name, {}, "", {}, raw)
     cases = _validate_cases(src, fx)
     fx.raise_errors()
@@ -1132,7 +1314,7 @@ def load_config(path: str | Path, suite_dir: str | Path | None = None) -> Config
     (default: the config's folder)."""
     p = Path(path)
     root = Path(suite_dir) if suite_dir is not None else p.parent
-    cfg, lines = parse_config_json(read_text_file(p, limit=MAX_CONFIG_BYTES), str(p))
+    cfg, lines = parse_config_json(read_text_file(p, limit=MAX_CONFIG_BYTES, root=p.parent), str(p))
     fx = _Findings(strict=False)
     src = SuiteSource(root, root.name, cfg, str(p), lines, [])
     config = _validate_config(src, fx, uses_judge=False)

@@ -3,6 +3,7 @@ tmp_path by each test."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -308,3 +309,114 @@ def test_check_options_follow_the_graders_forms(tmp_path):
     (root / "scorers" / "mine.py").write_text("def score(output, case):\n    return True\n")
     report = lint_suite(root, strict=True)
     assert [(f.line, f.json_path) for f in report.errors] == [(2, "$.checks[0].patterns[0]")]
+
+
+# --- every file a suite reads: inside the suite, a regular file, under a size limit -------
+def _errors(report) -> str:
+    return "\n".join(str(f) for f in report.errors)
+
+
+def test_a_symlink_out_of_the_suite_is_refused_for_every_file_a_run_reads(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.md").write_text("the content of a file outside the suite\n")
+    (outside / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in CASES))
+    (outside / "prompt.txt").write_text("${guidance}${input}")
+    (outside / "rubric.md").write_text("5 best")
+    root = write_suite(tmp_path / "unit")
+    for rel, target in (("guidance/skilled.md", "secret.md"), ("cases.jsonl", "cases.jsonl"),
+                        ("prompt.txt", "prompt.txt"), ("judge/rubric-v1.md", "rubric.md")):
+        (root / rel).unlink()
+        (root / rel).symlink_to(outside / target)
+    report = lint_suite(root)
+    for rel in ("guidance/skilled.md", "cases.jsonl", "prompt.txt", "judge/rubric-v1.md"):
+        assert any(f.path == str(root / rel) and "outside the suite folder" in f.message
+                   and str(outside) in f.message for f in report.errors), (rel, _errors(report))
+    with pytest.raises(InputError, match="outside the suite folder"):
+        load_suite(root)
+
+
+def test_a_symlink_that_stays_inside_the_suite_is_fine(tmp_path):
+    root = write_suite(tmp_path / "unit")
+    (root / "shared").mkdir()
+    (root / "guidance" / "skilled.md").rename(root / "shared" / "skilled.md")
+    (root / "guidance" / "skilled.md").symlink_to(Path("..") / "shared" / "skilled.md")
+    suite = load_suite(root)
+    assert suite.config.arm("skilled").guidance.startswith("Q: What is the capital of Spain?")
+
+
+def test_special_files_are_refused_without_hanging_and_lint_reports_every_one(tmp_path):
+    from conftest import fifo_watchdog
+
+    cases = CASES + [{"id": "scored", "input": "x", "tags": ["golden"],
+                      "checks": [{"kind": "scorer", "file": "scorers/s.py"}]}]
+    root = write_suite(tmp_path / "unit", cases=cases)
+    (root / "scorers").mkdir()
+    fifos = []
+    for rel in ("guidance/skilled.md", "judge/rubric-v1.md", "judge/human-sample.jsonl", "scorers/s.py"):
+        p = root / rel
+        if p.exists():
+            p.unlink()
+        os.mkfifo(p)
+        fifos.append(p)
+    with fifo_watchdog(*fifos) as released:
+        report = lint_suite(root)
+    assert released == []  # nothing ever blocked on a FIFO
+    for p in fifos:
+        assert any(f.path == str(p) and f.message == "not a regular file: it is a FIFO (named pipe)"
+                   for f in report.errors), (p, _errors(report))
+
+
+def test_human_labels_plan_and_baseline_are_linted(tmp_path):
+    root = write_suite(tmp_path / "unit")
+    (root / "judge" / "human-sample.jsonl").write_text('{"item": "cap-fr/baseline/0", "score": 9}\n')
+    (root / "plan.json").write_text("[1, 2]")
+    (tmp_path / "elsewhere.json").write_text("{}")
+    (root / "baseline.json").symlink_to(tmp_path / "elsewhere.json")
+    report = lint_suite(root)
+    text = _errors(report)
+    assert f"{root / 'judge' / 'human-sample.jsonl'}:1: error: $.score: score must be an integer 1..5" in text
+    assert f"{root / 'plan.json'}:1: error: $: plan.json must be a JSON object, got list" in text
+    assert any(f.path == str(root / "baseline.json") and "outside the suite folder" in f.message
+               for f in report.errors), text
+
+
+def test_a_file_over_its_size_limit_is_refused_with_the_limit(tmp_path):
+    from evalkit.suite import MAX_LABELS_BYTES
+
+    root = write_suite(tmp_path / "unit")
+    with open(root / "judge" / "human-sample.jsonl", "wb") as fh:
+        fh.truncate(MAX_LABELS_BYTES + 1)  # sparse: nothing is written, nothing need be read
+    report = lint_suite(root)
+    assert any(f.path.endswith("human-sample.jsonl") and
+               f.message == f"file is {MAX_LABELS_BYTES + 1} bytes, over the {MAX_LABELS_BYTES}-byte limit"
+               for f in report.errors), _errors(report)
+
+
+def test_reader_refuses_a_device_and_a_folder_before_reading(tmp_path):
+    from evalkit.suite import read_file_bytes, read_text_file
+
+    with pytest.raises(InputError, match="not a regular file: it is a character device"):
+        read_file_bytes("/dev/zero", limit=None)  # never read: it would never end
+    with pytest.raises(InputError, match="not a regular file: it is a folder"):
+        read_text_file(tmp_path)
+    (tmp_path / "link").symlink_to("/dev/zero")
+    with pytest.raises(InputError, match="outside the suite folder"):
+        read_file_bytes(tmp_path / "link", limit=10, root=tmp_path)
+
+
+def test_runs_symlink_out_of_the_suite_is_a_lint_warning_and_refused_as_the_default(tmp_path):
+    from evalkit.suite import default_runs_dir
+
+    root = write_suite(tmp_path / "unit")
+    (tmp_path / "scratch").mkdir()
+    (root / "runs").symlink_to(tmp_path / "scratch")
+    report = lint_suite(root)
+    assert report.ok
+    assert any(f.path == str(root / "runs") and "outside the suite folder" in f.message and "--runs-dir" in f.message
+               for f in report.warnings)
+    with pytest.raises(InputError, match="--runs-dir"):
+        default_runs_dir(root)
+    (root / "runs").unlink()
+    (root / "runs").symlink_to("judge")  # inside: fine
+    assert default_runs_dir(root) == root / "runs"
