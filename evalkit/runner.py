@@ -296,8 +296,10 @@ async def _run_in_folder(suite: Suite, folder: RunFolder | None, *, arms: list[s
     if len(set(names)) != len(names):
         raise InputError(f"arm named twice in {','.join(names)}")
     k = int(k if k is not None else config.k)
-    if k < 1:
-        raise InputError(f"k must be at least 1, got {k}")
+    from .suite import run_size_problem  # the limits lint holds the config's k to, on --k and --arms too
+    problem = run_size_problem(len(suite.cases), len(names), k)
+    if problem:
+        raise InputError(problem)
     arm_objs = [config.arm(n) for n in names]
     plan = _plan(suite, arm_objs, k)
     # Render every prompt and check the endpoint before writing anything: bad input

@@ -33,6 +33,19 @@ MAX_CASES_BYTES = 20 * 1024 * 1024
 MAX_CONFIG_BYTES = 1 * 1024 * 1024
 MAX_TEXT_BYTES = 1 * 1024 * 1024  # templates, guidance, judge files, scorers
 MAX_ID_LENGTH = 128
+# Bounds on what a suite asks for (docs/formats.md, "Limits"): far above any real suite,
+# low enough that a typo (a cap of 1e308, max_tokens_out 10**9, k 10**6) is refused
+# before a run plans, reserves or allocates anything for it.
+MAX_CASES = 100_000
+MAX_K = 1_000
+MAX_SAMPLES_PER_RUN = 1_000_000  # cases x arms x k
+MAX_CONCURRENCY = 256
+MAX_COST_CAP_USD = 100_000.0
+MAX_PRICE_PER_MTOK = 10_000.0  # USD per million tokens
+MAX_TOKENS = 10_000_000  # max_tokens_in, max_tokens_out
+MAX_TIMEOUT_S = 3_600.0
+MAX_ATTEMPTS = 100
+MAX_SEED = 2**63 - 1  # the API's seed is a signed 64-bit integer
 
 CASES_FILE = "cases.jsonl"
 CONFIG_FILE = "config.json"
@@ -690,11 +703,47 @@ def _price(r: _Reader, cfg: dict, key: str) -> Price | None:
         r.err(jp, f"{key} must be an object {{\"in_per_mtok\", \"out_per_mtok\"}}")
         return None
     r.unknown_keys(obj, PRICE_KEYS, jp, key)
-    pin = r.number(obj, "in_per_mtok", jp, required=True, minimum=0)
-    pout = r.number(obj, "out_per_mtok", jp, required=True, minimum=0)
+    pin = r.number(obj, "in_per_mtok", jp, required=True, minimum=0, maximum=MAX_PRICE_PER_MTOK)
+    pout = r.number(obj, "out_per_mtok", jp, required=True, minimum=0, maximum=MAX_PRICE_PER_MTOK)
     if pin is None or pout is None:
         return None
+    if pin == 0 and pout == 0:
+        r.warn(jp, f"{key} is 0 for input and output tokens: every call costs $0 at its worst case, so "
+                   "cost_cap_usd cannot bind (nothing stops a run that is in fact paid for)")
+    else:
+        for name, v, what in (("in_per_mtok", pin, "input"), ("out_per_mtok", pout, "output")):
+            if v == 0:
+                r.warn(f"{jp}.{name}", f"{name} is 0: {what} tokens cost nothing under the ledger, so the cap "
+                                       f"cannot bind on them")
     return Price(float(pin), float(pout))
+
+
+def _positive_number(obj: Any, key: str, *, zero_ok: bool = False) -> float | None:
+    """`obj[key]` when it is a finite number above 0 (or 0 with `zero_ok`), else None
+    (the typed getters report what is wrong with it)."""
+    v = obj.get(key) if isinstance(obj, dict) else None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return None
+    return float(v) if (v > 0 or (zero_ok and v == 0)) else None
+
+
+def _check_calls_fit(r: _Reader, cfg: dict, price_key: str, role: str) -> None:
+    """An error when not one call fits under the cap at its worst case: the ledger would
+    refuse the first reservation and the run could never sample anything. Checked on
+    the values as written, even those over a limit (so 10**9 tokens says both)."""
+    cap, tin, tout = (_positive_number(cfg, k) for k in ("cost_cap_usd", "max_tokens_in", "max_tokens_out"))
+    price = cfg.get(price_key)
+    pin, pout = (_positive_number(price, k, zero_ok=True) for k in ("in_per_mtok", "out_per_mtok"))
+    if None in (cap, tin, tout, pin, pout):
+        return
+    assert cap is not None and tin is not None and tout is not None and pin is not None and pout is not None
+    worst = Price(pin, pout).cost(int(tin), int(tout))  # what the ledger reserves for one call
+    if worst > cap + 1e-12:  # the ledger's own tolerance
+        jp = "$.max_tokens_out" if tout * pout >= tin * pin else "$.max_tokens_in"
+        r.err(jp, f"one {role} call costs up to ${worst:.6g} (max_tokens_in {int(tin)} x {price_key}.in_per_mtok "
+                  f"{pin:g} + max_tokens_out {int(tout)} x {price_key}.out_per_mtok {pout:g}, per million tokens), "
+                  f"over cost_cap_usd ${cap:g}: 0 calls fit under the cap, the run could never sample; lower the "
+                  "token ceilings or raise the cap")
 
 
 def _same_model(a: Endpoint, b: Endpoint) -> bool:
@@ -731,16 +780,20 @@ def _validate_config(src: SuiteSource, fx: _Findings, uses_judge: bool) -> Confi
         r.err("$.judge", "the suite has judged cases (expected.rubric) but config has no judge")
 
     temperature = r.number(cfg, "temperature", "$", minimum=0, maximum=2, nullable=True)
-    seed = r.number(cfg, "seed", "$", integer=True, nullable=True)
-    k = r.number(cfg, "k", "$", integer=True, positive=True, default=5)
-    concurrency = r.number(cfg, "concurrency", "$", integer=True, positive=True, default=4)
-    cap = r.number(cfg, "cost_cap_usd", "$", positive=True)
-    tin = r.number(cfg, "max_tokens_in", "$", integer=True, positive=True)
-    tout = r.number(cfg, "max_tokens_out", "$", integer=True, positive=True)
-    timeout_s = r.number(cfg, "timeout_s", "$", positive=True, default=60.0)
-    attempts = r.number(cfg, "max_attempts", "$", integer=True, positive=True, default=4)
+    seed = r.number(cfg, "seed", "$", integer=True, nullable=True, minimum=-MAX_SEED - 1, maximum=MAX_SEED)
+    k = r.number(cfg, "k", "$", integer=True, positive=True, maximum=MAX_K, default=5)
+    concurrency = r.number(cfg, "concurrency", "$", integer=True, positive=True, maximum=MAX_CONCURRENCY,
+                           default=4)
+    cap = r.number(cfg, "cost_cap_usd", "$", positive=True, maximum=MAX_COST_CAP_USD)
+    tin = r.number(cfg, "max_tokens_in", "$", integer=True, positive=True, maximum=MAX_TOKENS)
+    tout = r.number(cfg, "max_tokens_out", "$", integer=True, positive=True, maximum=MAX_TOKENS)
+    timeout_s = r.number(cfg, "timeout_s", "$", positive=True, maximum=MAX_TIMEOUT_S, default=60.0)
+    attempts = r.number(cfg, "max_attempts", "$", integer=True, positive=True, maximum=MAX_ATTEMPTS, default=4)
     price = _price(r, cfg, "price")
     judge_price = _price(r, cfg, "judge_price")
+    _check_calls_fit(r, cfg, "price", "generator")
+    if cfg.get("judge") is not None:
+        _check_calls_fit(r, cfg, "judge_price", "judge")
 
     gate = GateThresholds()
     if "gate" in cfg:
@@ -750,9 +803,10 @@ def _validate_config(src: SuiteSource, fx: _Findings, uses_judge: bool) -> Confi
         else:
             r.unknown_keys(g, GATE_KEYS, "$.gate", "gate")
             gate = GateThresholds(
-                float(r.number(g, "max_success_drop_points", "$.gate", minimum=0, default=5.0)),
+                float(r.number(g, "max_success_drop_points", "$.gate", minimum=0, maximum=100, default=5.0)),
                 float(r.number(g, "max_cost_increase_pct", "$.gate", minimum=0, default=20.0)),
-                int(r.number(g, "min_tag_cases", "$.gate", integer=True, positive=True, default=5)),
+                int(r.number(g, "min_tag_cases", "$.gate", integer=True, positive=True, maximum=MAX_CASES,
+                             default=5)),
             )
 
     stop: tuple[str, ...] = ()
@@ -1097,6 +1151,10 @@ def _validate_case(raw: dict, file: str, line: int | None, prefix: str, fx: _Fin
 
 
 def _validate_cases(src: SuiteSource, fx: _Findings) -> list[Case]:
+    if len(src.cases) > MAX_CASES:
+        fx.error(f"{len(src.cases)} cases, over the limit of {MAX_CASES} cases per suite",
+                 src.cases[0][0] if src.cases else src.display(CASES_FILE))
+        return []
     cases: list[Case] = []
     id_places: dict[str, list[tuple[str, int | None, str]]] = {}
     for file, line, prefix, obj in src.cases:
@@ -1189,8 +1247,41 @@ def _suite_warnings(src: SuiteSource, cases: list[Case], config: Config | None, 
             fx.warn(".gitignore should contain 'runs/' so run folders stay out of version control",
                     src.display(".gitignore"))
     if config is not None:
+        _check_run_size(config, len(cases), src, fx)
         for c in cases:
             _check_render(config, c, src, fx)
+
+
+def run_size_problem(n_cases: int, n_arms: int, k: int) -> str | None:
+    """Why a run of `n_cases` x `n_arms` x `k` samples is over evalkit's limits, or None.
+    `run` checks it again with its `--k` and `--arms`."""
+    if k < 1:
+        return f"k must be at least 1, got {k}"
+    if k > MAX_K:
+        return f"k must be at most {MAX_K} (evalkit's limit of samples per case and arm), got {k}"
+    n = n_cases * n_arms * k
+    if n > MAX_SAMPLES_PER_RUN:
+        return (f"the run would take {n} samples ({n_cases} cases x {n_arms} arms x k {k}), over the limit of "
+                f"{MAX_SAMPLES_PER_RUN} per run: split the suite or lower k")
+    return None
+
+
+def _check_run_size(config: Config, n_cases: int, src: SuiteSource, fx: _Findings) -> None:
+    """Over the samples-per-run limit: an error. More samples than the cap covers at
+    their worst case: a warning (calls usually cost less than their ceilings)."""
+    line = line_of(src.config_lines, "$.k")
+    problem = run_size_problem(n_cases, len(config.arms), config.k)
+    if problem:
+        fx.error(problem, src.config_path, line, "$.k")
+        return
+    worst = config.price.cost(config.max_tokens_in, config.max_tokens_out)
+    planned = n_cases * len(config.arms) * config.k
+    if worst > 0 and planned * worst > config.cost_cap_usd + 1e-12:
+        fit = int(config.cost_cap_usd / worst + 1e-9)
+        fx.warn(f"cost_cap_usd ${config.cost_cap_usd:g} covers {fit} generator call(s) at their worst case "
+                f"(${worst:.6g} each); the run plans {planned} ({n_cases} cases x {len(config.arms)} arms x k "
+                f"{config.k}): unless calls cost well under their token ceilings it stops INCOMPLETE (budget "
+                "exhausted)", src.config_path, line_of(src.config_lines, "$.cost_cap_usd"), "$.cost_cap_usd")
 
 
 def _suite_side_files(src: SuiteSource, fx: _Findings) -> None:

@@ -374,3 +374,15 @@ def test_a_runs_symlink_out_of_the_suite_is_refused_unless_runs_dir_names_the_pl
         proc = cli(str(suite), "--base-url", srv.base_url, "--runs-dir", str(target))  # asked for: written
         assert proc.exit_code == 0, proc.output
     assert len([p for p in target.iterdir() if p.is_dir()]) == 1
+
+
+def test_a_config_no_call_fits_under_and_an_oversized_k_are_refused_before_a_folder_is_made(tmp_path):
+    suite = write_suite(tmp_path / "suite", 2, max_tokens_out=2_000_000)  # 2e6 x $2/Mtok = $4 > cap $1
+    with ScriptedServer(SCRIPT) as srv:
+        proc = cli(str(suite), "--runs-dir", str(tmp_path / "runs"), "--base-url", srv.base_url)
+        assert proc.exit_code == 2 and "0 calls fit under the cap" in proc.stderr and "max_tokens_out" in proc.stderr
+        assert _nothing_written(tmp_path / "runs")
+        suite = write_suite(tmp_path / "suite2", 2)
+        proc = cli(str(suite), "--runs-dir", str(tmp_path / "runs"), "--base-url", srv.base_url, "--k", "1001")
+        assert proc.exit_code == 2 and "k must be at most 1000" in proc.stderr
+        assert srv.requests == [] and _nothing_written(tmp_path / "runs")

@@ -420,3 +420,90 @@ def test_runs_symlink_out_of_the_suite_is_a_lint_warning_and_refused_as_the_defa
     (root / "runs").unlink()
     (root / "runs").symlink_to("judge")  # inside: fine
     assert default_runs_dir(root) == root / "runs"
+
+
+# --- bounds on config values --------------------------------------------------------------
+def _config_findings(tmp_path, **changes) -> tuple[list, list]:
+    cfg = json.loads(json.dumps(BASE_CONFIG))
+    for key, value in changes.items():
+        if "__" in key:
+            outer, inner = key.split("__")
+            cfg[outer][inner] = value
+        else:
+            cfg[key] = value
+    report = lint_suite(write_suite(tmp_path / "unit", cfg))
+    return list(report.errors), list(report.warnings)
+
+
+@pytest.mark.parametrize("key, value, json_path, message", [
+    ("cost_cap_usd", 1e308, "$.cost_cap_usd", "cost_cap_usd must be at most 100000.0, got 1e+308"),
+    ("cost_cap_usd", 0, "$.cost_cap_usd", "cost_cap_usd must be greater than 0, got 0"),
+    ("k", 10**6, "$.k", "k must be at most 1000, got 1000000"),
+    ("concurrency", 10**6, "$.concurrency", "concurrency must be at most 256, got 1000000"),
+    ("timeout_s", 1e9, "$.timeout_s", "timeout_s must be at most 3600.0, got 1000000000.0"),
+    ("max_attempts", 10**4, "$.max_attempts", "max_attempts must be at most 100, got 10000"),
+    ("max_tokens_in", 10**8, "$.max_tokens_in", "max_tokens_in must be at most 10000000, got 100000000"),
+    ("seed", 2**70, "$.seed", f"seed must be at most {2**63 - 1}, got {2**70}"),
+    ("price__in_per_mtok", 1e12, "$.price.in_per_mtok", "in_per_mtok must be at most 10000.0, got 1000000000000.0"),
+    ("judge_price__out_per_mtok", -1, "$.judge_price.out_per_mtok", "out_per_mtok must be at least 0, got -1"),
+])
+def test_config_values_out_of_bounds_are_errors_naming_config_json_and_the_json_path(tmp_path, key, value,
+                                                                                   json_path, message):
+    errors, _ = _config_findings(tmp_path, **{key: value})
+    assert any(f.path.endswith("config.json") and f.json_path == json_path and f.message == message
+               and f.line is not None for f in errors), [str(f) for f in errors]
+
+
+def test_non_finite_numbers_are_refused(tmp_path):
+    root = write_suite(tmp_path / "unit")
+    text = (root / "config.json").read_text().replace('"cost_cap_usd": 0.05', '"cost_cap_usd": Infinity')
+    (root / "config.json").write_text(text)
+    assert any(f.json_path == "$.cost_cap_usd" and "finite" in f.message for f in lint_suite(root).errors)
+
+
+def test_a_token_ceiling_no_call_fits_under_is_an_error_saying_none_fit(tmp_path):
+    errors, _ = _config_findings(tmp_path, max_tokens_out=10**9)
+    text = [str(f) for f in errors]
+    assert any(f.json_path == "$.max_tokens_out" and "at most 10000000" in f.message for f in errors), text
+    fit = [f for f in errors if "0 calls fit" in f.message]
+    assert len(fit) == 2, text  # the generator's price and the judge's
+    gen = next(f for f in fit if "generator" in f.message)
+    # 512 x $0.1 + 10**9 x $0.4 per million tokens
+    assert gen.json_path == "$.max_tokens_out" and gen.path.endswith("config.json")
+    assert "one generator call costs up to $400" in gen.message and "over cost_cap_usd $0.05" in gen.message
+    errors, _ = _config_findings(tmp_path / "b", max_tokens_out=200_000)  # under the limit, over the cap
+    assert [f.message.split(":")[0] for f in errors if "calls fit" in f.message] == [
+        "one generator call costs up to $0.0800512 (max_tokens_in 512 x price.in_per_mtok 0.1 + max_tokens_out "
+        "200000 x price.out_per_mtok 0.4, per million tokens), over cost_cap_usd $0.05",
+        "one judge call costs up to $0.120077 (max_tokens_in 512 x judge_price.in_per_mtok 0.15 + max_tokens_out "
+        "200000 x judge_price.out_per_mtok 0.6, per million tokens), over cost_cap_usd $0.05"]
+
+
+def test_a_price_of_zero_warns_that_the_cap_cannot_bind(tmp_path):
+    errors, warnings = _config_findings(tmp_path, price={"in_per_mtok": 0, "out_per_mtok": 0})
+    assert not errors
+    assert any(f.json_path == "$.price" and "cap" in f.message and "cannot bind" in f.message for f in warnings)
+    errors, warnings = _config_findings(tmp_path / "b", price={"in_per_mtok": 0, "out_per_mtok": 0.4})
+    assert not errors
+    assert any(f.json_path == "$.price.in_per_mtok" and "cannot bind" in f.message for f in warnings)
+
+
+def test_more_samples_than_the_cap_covers_is_a_warning_with_both_counts(tmp_path):
+    _, warnings = _config_findings(tmp_path, cost_cap_usd=0.0002)  # one call: up to $0.0000576
+    w = [f for f in warnings if f.json_path == "$.cost_cap_usd"]
+    assert len(w) == 1 and "covers 3 generator call(s)" in w[0].message
+    assert "plans 30 (5 cases x 2 arms x k 3)" in w[0].message
+
+
+def test_case_and_sample_counts_are_within_their_limits(tmp_path, monkeypatch):
+    import evalkit.suite as S
+
+    monkeypatch.setattr(S, "MAX_CASES", 4)
+    report = lint_suite(write_suite(tmp_path / "unit"))
+    assert any(f.path.endswith("cases.jsonl") and f.message == "5 cases, over the limit of 4 cases per suite"
+               for f in report.errors)
+    monkeypatch.setattr(S, "MAX_CASES", 100)
+    monkeypatch.setattr(S, "MAX_SAMPLES_PER_RUN", 29)
+    report = lint_suite(write_suite(tmp_path / "unit2"))
+    assert any(f.json_path == "$.k" and f.path.endswith("config.json") and
+               "30 samples (5 cases x 2 arms x k 3), over the limit of 29" in f.message for f in report.errors)
