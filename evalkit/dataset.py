@@ -38,7 +38,6 @@ import json
 import os
 import random
 import re
-import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
@@ -49,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 import numpy as np
 import yaml
 
+from ._atomic import new_temp_file
 from .errors import InputError, InputErrors
 from .records import Json
 
@@ -834,7 +834,7 @@ def _write_all_atomically(files: list[tuple[Path, str]]) -> None:
     try:
         for target, text in files:
             target.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+            fd, tmp = new_temp_file(target)  # ordinary permissions (mkstemp's are 0600)
             with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
                 fh.write(text)
             temps.append((tmp, target))

@@ -17,7 +17,6 @@ import os
 import re
 import stat
 import string
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
@@ -25,6 +24,7 @@ from typing import Any, Callable, Literal
 import regex
 import yaml
 
+from ._atomic import new_temp_dir
 from .errors import FileTooLarge, InputError, InputErrors
 from .records import Arm, Case, Check, Config, Endpoint, GateThresholds, Json, Price, Suite
 
@@ -1460,10 +1460,7 @@ def write_suite_atomically(dest: str | Path, files: dict[str, str], *,
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise InputError("refusing to overwrite: the destination exists and is not empty", dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the suite is an ordinary folder
+    tmp = new_temp_dir(dest.parent, f".{dest.name}.")  # an ordinary folder (mkdtemp's is 0700)
     try:
         for rel, text in files.items():
             target = tmp / rel

@@ -340,6 +340,18 @@ def test_hostile_outputs_render_as_text(made):
     assert shown >= 4
 
 
+def test_files_users_share_are_readable_by_others_under_the_umask(made):
+    umask = os.umask(0o022)
+    os.umask(umask)
+    suite = Path(json.loads((made["run"] / "config.json").read_text())["suite"])
+    shared = [made["out"] / "index.html", suite / "baseline.json", suite / "baseline-summary.md",
+              *made["pages"].iterdir(), *(p for p in made["run"].iterdir() if p.is_file())]
+    assert len(shared) > 15
+    for f in shared:
+        # readable by group and others as far as the umask lets them (mkstemp alone: 0600)
+        assert f.stat().st_mode & 0o444 == 0o444 & ~umask, (f, oct(f.stat().st_mode))
+
+
 def test_a_fifo_human_sample_fails_judge_calibration_without_hanging(made, tmp_path):
     import shutil
 
