@@ -115,7 +115,7 @@ def microtest_cmd(unit: str, variants: str, reps: int, base_url: str | None, jud
     raw["arms"] = [{"name": CONTROL}] + [{"name": p.stem, "guidance": str(p.resolve())} for p in files]
     config = dataclasses.replace(suite.config, arms=arms, raw=raw)
     suite = dataclasses.replace(suite, config=config)
-    result = run_suite(suite, arms=[a.name for a in arms], k=reps, runs_dir=runs_dir or Path(suite.path) / "runs",
+    result = run_suite(suite, arms=[a.name for a in arms], k=reps, runs_dir=runs_dir,
                        base_url=base_url, progress=not no_progress)
     grade_run(result.path, suite, judge_base_url=judge_base_url)
     marker = {"control": CONTROL, "variants": {p.stem: str(p.resolve()) for p in files}, "reps": reps,

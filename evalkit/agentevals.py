@@ -59,6 +59,7 @@ from .suite import CASE_SETS, NO_GATE, set_gate, ungated_set_warning
 SETS = CASE_SETS  # the gated sets; any other set is shown with gate "none"
 MATCH_MODES = ("exact", "contains", "regex")
 REGEX_TIMEOUT_S = 1.0
+MAX_SAMPLE_FILE_BYTES = 64 * 1024 * 1024  # one output file of an agent-evals outputs folder
 
 
 @dataclass(frozen=True)
@@ -265,8 +266,19 @@ def _validate_patterns(cases: list[EvalCase], eval_file: Path, compat_wildcards:
 
 
 def _sample_files(case_dir: Path) -> list[Path]:
+    """The `sample-*.txt` entries of a case folder: every one that is not a folder, so a
+    FIFO or a device among them is refused when read (`read_sample_file`) rather than
+    silently dropped from the count."""
     return sorted(p for p in case_dir.iterdir()
-                  if p.is_file() and fnmatch.fnmatchcase(p.name, "sample-*.txt"))
+                  if not p.is_dir() and fnmatch.fnmatchcase(p.name, "sample-*.txt"))
+
+
+def read_sample_file(path: Path) -> str:
+    """One output file's text, as the harness reads it (a BOM dropped, bad UTF-8
+    replaced): a regular file of at most `MAX_SAMPLE_FILE_BYTES` (`suite.read_file_bytes`)."""
+    from .suite import read_file_bytes
+
+    return read_file_bytes(path, limit=MAX_SAMPLE_FILE_BYTES).decode("utf-8-sig", errors="replace")
 
 
 def grade_outputs(eval_file: str | Path, outputs_dir: str | Path, k: int = 5, *,
@@ -290,7 +302,7 @@ def grade_outputs(eval_file: str | Path, outputs_dir: str | Path, k: int = 5, *,
             files = []
         passes = 0
         for f in files:
-            text = f.read_text(encoding="utf-8-sig", errors="replace")
+            text = read_sample_file(f)
             try:
                 ok = match_sample(text, case, compat_wildcards=compat_wildcards)
             except TimeoutError:

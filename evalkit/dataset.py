@@ -38,7 +38,6 @@ import json
 import os
 import random
 import re
-import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
@@ -49,7 +48,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 import numpy as np
 import yaml
 
-from .errors import InputError, InputErrors
+from ._atomic import new_temp_file
+from .errors import FileTooLarge, InputError, InputErrors
 from .records import Json
 
 if TYPE_CHECKING:  # imported lazily: importing jsonschema costs about a second
@@ -195,27 +195,19 @@ def resolve_input(path: str | os.PathLike[str], *, cwd: str | os.PathLike[str] |
 
 
 def _read_limited(path: Path, shown: str, what: str, limits: Limits, diags: _Diagnostics) -> bytes | None:
-    """The file's bytes, or None (with a diagnostic) when it is over the size limit. The
-    size is checked before reading, and at most limit+1 bytes are ever read."""
+    """The file's bytes (`suite.read_file_bytes`: a regular file, never a FIFO or a
+    device, at most limit+1 bytes ever read), or None (with a diagnostic) when it is
+    over the size limit."""
+    from .suite import read_file_bytes
+
     try:
-        size = path.stat().st_size
-        if not path.is_file():
-            raise InputError("not a regular file", shown)
-        if size > limits.file_bytes:
-            diags.add(what, f"file is {size:,} bytes, over the {limits.file_bytes:,}-byte (5 MiB) limit")
-            return None
-        with open(path, "rb") as fh:
-            data = fh.read(limits.file_bytes + 1)
-    except FileNotFoundError:
-        raise InputError("file not found", shown) from None
-    except IsADirectoryError:
-        raise InputError("not a regular file", shown) from None
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror or exc.__class__.__name__}", shown) from None
-    if len(data) > limits.file_bytes:  # grew while we looked
-        diags.add(what, f"file is over the {limits.file_bytes:,}-byte (5 MiB) limit")
+        return read_file_bytes(path, limit=limits.file_bytes)
+    except FileTooLarge as exc:
+        size = f"{exc.size:,} bytes, " if exc.size is not None else ""
+        diags.add(what, f"file is {size}over the {limits.file_bytes:,}-byte (5 MiB) limit")
         return None
-    return data
+    except InputError as exc:
+        raise InputError(exc.message, shown) from None
 
 
 def decode_utf8(data: bytes, shown: str) -> str:
@@ -834,7 +826,7 @@ def _write_all_atomically(files: list[tuple[Path, str]]) -> None:
     try:
         for target, text in files:
             target.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+            fd, tmp = new_temp_file(target)  # ordinary permissions (mkstemp's are 0600)
             with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
                 fh.write(text)
             temps.append((tmp, target))

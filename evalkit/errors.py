@@ -60,6 +60,15 @@ class InputErrors(InputError):
         return "\n".join(str(e) for e in self.errors)
 
 
+class FileTooLarge(InputError):
+    """A user's file is over the size limit of what reads it: `size` bytes (None when it
+    grew past `limit` while being read)."""
+
+    def __init__(self, message: str, path: str | Path | None = None, *, size: int | None, limit: int) -> None:
+        self.size, self.limit = size, limit
+        super().__init__(message, path)
+
+
 class BudgetExhausted(EvalkitError):
     """The ledger refused a reservation: committed + reserved would pass the cost cap."""
 

@@ -17,6 +17,7 @@ import datetime as _dt
 import functools
 import importlib.util
 import json
+import os
 import re
 import threading
 from pathlib import Path
@@ -27,6 +28,7 @@ import regex as _regex
 
 from .errors import InputError
 from .records import Case, Check, CheckResult, Sample
+from .suite import MAX_TEXT_BYTES, read_text_file
 
 Grader = Callable[..., CheckResult]
 
@@ -532,18 +534,22 @@ _SCORER_CACHE: dict[str, ModuleType] = {}
 _SCORER_LOCK = threading.Lock()
 
 
-def _load_scorer_module(path: Path) -> ModuleType:
-    key = str(path.resolve())
+def _load_scorer_module(path: Path, suite_root: Path) -> ModuleType:
+    """The scorer's module, run once per file. Its source is read through the suite
+    reader (inside the suite folder after symlinks, a regular file under the text limit:
+    a FIFO or a symlink out is refused, never opened by the import system), then
+    compiled and run as the module importlib would have made of it."""
+    key = os.path.realpath(path)
     with _SCORER_LOCK:
         mod = _SCORER_CACHE.get(key)
         if mod is None:
-            if not path.is_file():
-                raise InputError("scorer file not found", path)
-            spec = importlib.util.spec_from_file_location(f"evalkit_scorer_{abs(hash(key))}", path)
-            assert spec and spec.loader
+            source = read_text_file(path, limit=MAX_TEXT_BYTES, allow_empty=True, root=suite_root)
+            spec = importlib.util.spec_from_loader(f"evalkit_scorer_{abs(hash(key))}", loader=None, origin=str(path))
+            assert spec is not None
             mod = importlib.util.module_from_spec(spec)
+            mod.__file__ = str(path)
             try:
-                spec.loader.exec_module(mod)
+                exec(compile(source, str(path), "exec"), mod.__dict__)  # noqa: S102 - the suite author's own scorer
             except Exception as exc:  # the suite author's code failed to import
                 raise InputError(f"scorer failed to load: {exc!r}", path) from None
             _SCORER_CACHE[key] = mod
@@ -555,12 +561,13 @@ def scorer(output: str, *, file: str, suite_path: str | Path, case: Mapping[str,
     """Run the suite author's `scorers/<file>` function `score(output, case) -> bool |
     (bool, reason)`. Only files inside the suite's `scorers/` folder are loaded. An
     exception in the scorer fails the check with its message (never a pass)."""
-    root = (Path(suite_path) / "scorers").resolve()
+    suite_root = Path(suite_path)
     name = file if file.endswith(".py") else f"{file}.py"
-    path = (root / Path(name).name if "/" not in name else Path(suite_path) / name).resolve()
-    if root not in path.parents:
+    rel = Path("scorers") / name if "/" not in name and "\\" not in name else Path(name)
+    if rel.parts[0] != "scorers" or len(rel.parts) < 2 or ".." in rel.parts or rel.is_absolute():
         raise InputError(f"scorer {file!r} must be a file in the suite's scorers/ folder", suite_path)
-    fn = getattr(_load_scorer_module(path), function, None)
+    path = suite_root / rel  # symlinks are followed, but only to a file inside the suite
+    fn = getattr(_load_scorer_module(path, suite_root), function, None)
     if not callable(fn):
         raise InputError(f"scorer has no function {function!r}", path)
     label = "scorer"

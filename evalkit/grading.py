@@ -40,9 +40,10 @@ import numpy as np
 
 from .errors import InputError
 from .graders import activation_observed, grade_sample, is_refusal, require_scored
-from .judge import (EXACT_AGREEMENT_BAR, HUMAN_LABELS_FILE, HUMAN_SAMPLE_MIN, WITHIN_ONE_AGREEMENT_BAR, HumanLabel,
+from .judge import (EXACT_AGREEMENT_BAR, HUMAN_SAMPLE_MIN, WITHIN_ONE_AGREEMENT_BAR, HumanLabel,
                     JudgeFiles, JudgeScore, PairOutcome, check_judge_model, human_agreement, judge_direct,
-                    judge_pair, judge_versions, load_human_labels, load_judge_files, position_consistency)
+                    judge_pair, judge_versions, load_judge_files, position_consistency,
+                    suite_human_labels)
 from .records import Case, CheckResult, Endpoint, Grade, Sample, Suite
 from .runs import (GRADES, LEDGER, RESULTS, RunFolder, find_suite_dir, grade_to_dict, iter_jsonl,
                    sample_from_dict, write_atomic)
@@ -280,6 +281,9 @@ def grade_run(run_path: str | Path, suite: Suite | str | Path | None = None, *,
             findings.append(Finding("HIGH", f"the judge is the generator's model ({config.judge.model}), "
                                             "allowed by allow_same_judge_model: judge scores are not independent"))
 
+    # The human labels are read (and refused when bad) before any judge call is paid for.
+    labels = suite_human_labels(suite_obj.path) if files is not None else None
+
     pairs_todo: list[tuple[Case, int, Sample, Sample]] = []
     if pairwise:
         base_arm, treat_arm = pairwise
@@ -312,7 +316,8 @@ def grade_run(run_path: str | Path, suite: Suite | str | Path | None = None, *,
         jerr = no_judge_files if case.judged and files is None else None
         grades.append(_grade_line(case, s, det[key], js, jerr, override))
 
-    summary = {"run": str(run), **summarize(suite_obj, meta, samples, grades, expected, files, override, findings)}
+    summary = {"run": str(run), **summarize(suite_obj, meta, samples, grades, expected, files, override, findings,
+                                                labels)}
     summary.update({k: v for k, v in judge_stats.items()})
     if pairwise:
         summary["pairwise"] = pairwise_summary(outcomes, pairwise)
@@ -387,10 +392,11 @@ def group_metrics(expected: Iterable[Key], rows: Sequence[tuple[Case, Sample, Gr
 
 
 def summarize(suite: Suite, meta: dict[str, Any], samples: dict[Key, Sample], grades: Sequence[Grade],
-              expected: set[Key], files: JudgeFiles | None, override: bool, findings: list[Finding]
-              ) -> dict[str, Any]:
+              expected: set[Key], files: JudgeFiles | None, override: bool, findings: list[Finding],
+              labels: Sequence[HumanLabel] | None = None) -> dict[str, Any]:
     """The `grades-summary.json` dict: overall, per tag, per arm (and per arm per tag);
-    appends the findings it derives to `findings`."""
+    appends the findings it derives to `findings`. `labels`: the suite's human labels
+    (`judge.suite_human_labels`), None when it has none or no judge was used."""
     cases = {c.id: c for c in suite.cases}
     rows = [(cases[g.case_id], samples[(g.case_id, g.arm, g.index)], g) for g in grades if g.case_id in cases]
     tag_of = {cid: set(c.tags) for cid, c in cases.items()}
@@ -437,9 +443,7 @@ def summarize(suite: Suite, meta: dict[str, Any], samples: dict[Key, Sample], gr
         findings.append(Finding("MEDIUM", f"the config has no {missing}: two runs of one prompt will differ "
                                           "and a gate will flap"))
     human = None
-    hp = Path(suite.path) / HUMAN_LABELS_FILE
-    if hp.exists() and files is not None:
-        labels: list[HumanLabel] = load_human_labels(hp)
+    if labels is not None and files is not None:
         judge_scores = {f"{g.case_id}/{g.arm}/{g.index}": g.judge_score for g in grades if g.judge_score is not None}
         human = human_agreement(labels, judge_scores)
         if len(labels) < HUMAN_SAMPLE_MIN:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
 import shutil
 import string
@@ -32,7 +33,7 @@ from typing import Any
 from .errors import InputError
 from .records import CheckResult, Grade, Sample, Usage
 from .runs import GRADES, RunFolder, grade_to_dict, iter_jsonl, write_atomic
-from .suite import case_id_problem
+from .suite import case_id_problem, check_regular_file, read_file_bytes
 
 FORMATS = ("inspect", "promptfoo", "tau-bench", "agent-evals", "lm-eval")
 INSPECT_LOG_VERSIONS = (1, 2)  # inspect-ai's EvalLog.version values this reader knows
@@ -99,7 +100,7 @@ def _case_id(raw: Any, where: str, path: Path) -> str:
 def _read_json(path: Path, data: bytes | None = None, member: str | None = None) -> Any:
     where = f"{path}!{member}" if member else str(path)
     try:
-        text = (data if data is not None else path.read_bytes()).decode("utf-8-sig")
+        text = (data if data is not None else read_file_bytes(path, limit=MAX_SOURCE_BYTES)).decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise InputError(f"not UTF-8 at byte {exc.start}", where) from None
     try:
@@ -125,11 +126,14 @@ def _usage(d: dict | None) -> Usage:
 
 
 def _check_source(path: Path) -> None:
-    if not path.exists():
+    """A folder, or a regular file of 1 byte to `MAX_SOURCE_BYTES`: a FIFO (which would
+    hang the read) or a device such as /dev/zero (which never ends) is refused here,
+    before anything opens it for reading."""
+    if not os.path.lexists(path):
         raise InputError("file not found", path)
-    if path.is_file() and path.stat().st_size > MAX_SOURCE_BYTES:
-        raise InputError(f"file is over {MAX_SOURCE_BYTES // (1 << 20)} MiB", path)
-    if path.is_file() and path.stat().st_size == 0:
+    if path.is_dir():
+        return
+    if check_regular_file(path, limit=MAX_SOURCE_BYTES) == 0:
         raise InputError("file is empty", path)
 
 
@@ -555,7 +559,7 @@ def read_tau_bench(path: str | Path, *, arm: str | None = None) -> Ingested:
     "reward"}`; a trial succeeds when its reward is 1 within 1e-6."""
     p = Path(path)
     _check_source(p)
-    text = p.read_bytes()
+    text = read_file_bytes(p, limit=MAX_SOURCE_BYTES)
     try:
         records = json.loads(text)
         if not isinstance(records, list):
@@ -807,7 +811,7 @@ def read_agent_evals(outputs_dir: str | Path, eval_file: str | Path, *, arm: str
                      compat_wildcards: bool = False) -> Ingested:
     """Read an agent-evals outputs folder (`<case-id>/sample-<n>.txt`) with its
     `evals.json`, graded as that harness grades (trimmed, case-insensitive)."""
-    from .agentevals import _sample_files, load_eval_file, match_sample
+    from .agentevals import _sample_files, load_eval_file, match_sample, read_sample_file
 
     out = Path(outputs_dir)
     if not out.is_dir():
@@ -823,7 +827,7 @@ def read_agent_evals(outputs_dir: str | Path, eval_file: str | Path, *, arm: str
             if not m:
                 continue
             index = int(m.group(1)) - 1
-            text = f.read_text(encoding="utf-8-sig", errors="replace")
+            text = read_sample_file(f)
             try:
                 ok = match_sample(text, case, compat_wildcards=compat_wildcards)
                 reason = "" if ok else f"{case.match} {case.expect!r} not found"

@@ -40,6 +40,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 import random
 import re
 import string
@@ -49,6 +50,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .errors import BudgetExhausted, InputError, InputTooLong, JudgeError, ReplayMiss, UnitCallError
 from .records import Case, Config
+from .suite import MAX_LABELS_BYTES, MAX_TEXT_BYTES, read_text_file
 
 _VERSIONED = re.compile(r"^(rubric|prompt)-v(\d+)\.md$")
 PAIRWISE_TEMPLATE = Path(__file__).parent / "templates" / "judge-pairwise-v1.md"
@@ -103,7 +105,7 @@ def judge_versions(suite_path: str | Path) -> list[int]:
     if folder.is_dir():
         for p in folder.iterdir():
             m = _VERSIONED.match(p.name)
-            if m and p.is_file():
+            if m and not p.is_dir():  # a FIFO or a symlink out is found, and refused when read
                 found[m.group(1)].add(int(m.group(2)))
     return sorted(found["rubric"] & found["prompt"])
 
@@ -123,7 +125,9 @@ def load_judge_files(suite_path: str | Path, version: str | int | None = None) -
     else:
         raise InputError("no judge files: judged cases need judge/rubric-vN.md and judge/prompt-vN.md", folder)
     rp, pp = folder / f"rubric-v{n}.md", folder / f"prompt-v{n}.md"
-    rubric, prompt = rp.read_text(encoding="utf-8"), pp.read_text(encoding="utf-8")
+    root = Path(suite_path)
+    rubric = read_text_file(rp, limit=MAX_TEXT_BYTES, allow_empty=True, root=root)
+    prompt = read_text_file(pp, limit=MAX_TEXT_BYTES, allow_empty=True, root=root)
     try:
         ids = set(string.Template(prompt).get_identifiers())
     except ValueError as exc:
@@ -373,14 +377,28 @@ def parse_item(item: Any) -> tuple[str, str, int]:
     return parts[0], parts[1], int(parts[2])
 
 
-def load_human_labels(path: str | Path) -> list[HumanLabel]:
-    """Read human scores; each bad line is an `InputError` naming the file and line.
-    Extra keys (e.g. the input and output shown to the rater) are allowed and ignored."""
+def load_human_labels(path: str | Path, *, root: str | Path | None = None) -> list[HumanLabel]:
+    """Read human scores (`judge/human-sample.jsonl`; inside the suite folder `root` when
+    given, a regular file of at most `MAX_LABELS_BYTES`); each bad line is an
+    `InputError` naming the file and line. Extra keys (e.g. the input and output shown
+    to the rater) are allowed and ignored."""
     p = Path(path)
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise InputError(f"cannot read human labels: {exc.strerror}", p) from None
+    return parse_human_labels(read_text_file(p, limit=MAX_LABELS_BYTES, allow_empty=True, root=root), p)
+
+
+def suite_human_labels(suite_path: str | Path) -> list[HumanLabel] | None:
+    """The suite's `judge/human-sample.jsonl` labels (read inside the suite folder), or
+    None when it has none. A FIFO, a device or a symlink out is an `InputError`."""
+    p = Path(suite_path) / HUMAN_LABELS_FILE
+    if not os.path.lexists(p):
+        return None
+    return load_human_labels(p, root=suite_path)
+
+
+def parse_human_labels(text: str, path: str | Path) -> list[HumanLabel]:
+    """The labels of a `judge/human-sample.jsonl` text (see `load_human_labels`)."""
+    p = Path(path)
+    lines = text.splitlines()
     labels: list[HumanLabel] = []
     seen: dict[tuple[str, str | None], int] = {}
     for i, raw in enumerate(lines, start=1):

@@ -245,7 +245,6 @@ async def run_suite_async(suite: Suite | str | Path, *, arms: list[str] | None =
     if not isinstance(suite, Suite):
         from .suite import load_suite
         suite = load_suite(suite)
-    runs_root = Path(runs_dir) if runs_dir is not None else Path(suite.path) / "runs"
     if resume is not None:
         folder = RunFolder(resume)  # its layout (sample files or not) comes from its config.json
         folder.read_meta()  # not a run folder: say so before creating anything in it
@@ -253,6 +252,8 @@ async def run_suite_async(suite: Suite | str | Path, *, arms: list[str] | None =
             return await _run_in_folder(suite, folder, arms=arms, k=k, runs_root=Path(resume).parent,
                                         base_url=base_url, resume=True, replay_only=replay_only,
                                         progress=progress, cache=cache, sample_files=sample_files)
+    from .suite import default_runs_dir  # a `runs` symlink out of the suite is refused
+    runs_root = Path(runs_dir) if runs_dir is not None else default_runs_dir(suite.path)
     return await _run_in_folder(suite, None, arms=arms, k=k, runs_root=runs_root, base_url=base_url,
                                 resume=False, replay_only=replay_only, progress=progress, cache=cache,
                                 sample_files=sample_files)
@@ -295,8 +296,10 @@ async def _run_in_folder(suite: Suite, folder: RunFolder | None, *, arms: list[s
     if len(set(names)) != len(names):
         raise InputError(f"arm named twice in {','.join(names)}")
     k = int(k if k is not None else config.k)
-    if k < 1:
-        raise InputError(f"k must be at least 1, got {k}")
+    from .suite import run_size_problem  # the limits lint holds the config's k to, on --k and --arms too
+    problem = run_size_problem(len(suite.cases), len(names), k)
+    if problem:
+        raise InputError(problem)
     arm_objs = [config.arm(n) for n in names]
     plan = _plan(suite, arm_objs, k)
     # Render every prompt and check the endpoint before writing anything: bad input

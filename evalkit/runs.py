@@ -12,7 +12,6 @@ import dataclasses
 import functools
 import json
 import os
-import tempfile
 import time
 import warnings
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Any, Callable, Iterator, TypeVar
 
 import pandas as pd
 
+from ._atomic import new_temp_file
 from .errors import InputError
 from .records import CheckResult, Grade, Sample, Usage
 
@@ -121,10 +121,11 @@ def repair_torn_tail(path: str | Path) -> bool:
 
 def write_atomic(path: str | Path, text: str) -> None:
     """Write `text` to `path` through a temporary file and a rename: readers see the old
-    file or the new one, never half of it."""
+    file or the new one, never half of it. The file gets ordinary permissions (0666
+    less the umask), so reports and summaries can be shared."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    fd, tmp = new_temp_file(p)  # 0644 under umask 022, where mkstemp would make it 0600
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)

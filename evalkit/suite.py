@@ -17,8 +17,8 @@ import json
 import math
 import os
 import re
+import stat
 import string
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
@@ -26,7 +26,8 @@ from typing import Any, Callable, Literal
 import regex
 import yaml
 
-from .errors import InputError, InputErrors
+from ._atomic import new_temp_dir
+from .errors import FileTooLarge, InputError, InputErrors
 from .records import Arm, Case, Check, Config, Endpoint, GateThresholds, Json, Price, Suite
 
 # --- limits ---------------------------------------------------------------------------
@@ -34,9 +35,23 @@ MAX_CASES_BYTES = 20 * 1024 * 1024
 MAX_CONFIG_BYTES = 1 * 1024 * 1024
 MAX_TEXT_BYTES = 1 * 1024 * 1024  # templates, guidance, judge files, scorers
 MAX_ID_LENGTH = 128
+# Bounds on what a suite asks for (docs/formats.md, "Limits"): far above any real suite,
+# low enough that a typo (a cap of 1e308, max_tokens_out 10**9, k 10**6) is refused
+# before a run plans, reserves or allocates anything for it.
+MAX_CASES = 100_000
+MAX_K = 1_000
+MAX_SAMPLES_PER_RUN = 1_000_000  # cases x arms x k
+MAX_CONCURRENCY = 256
+MAX_COST_CAP_USD = 100_000.0
+MAX_PRICE_PER_MTOK = 10_000.0  # USD per million tokens
+MAX_TOKENS = 10_000_000  # max_tokens_in, max_tokens_out
+MAX_TIMEOUT_S = 3_600.0
+MAX_ATTEMPTS = 100
+MAX_SEED = 2**63 - 1  # the API's seed is a signed 64-bit integer
 
 CASES_FILE = "cases.jsonl"
 CONFIG_FILE = "config.json"
+RUNS_DIR = "runs"
 
 CHECK_KINDS = (
     "exact", "contains", "regex", "json_schema", "tool_calls",
@@ -188,22 +203,129 @@ class _Findings:
 
 
 # --- reading files --------------------------------------------------------------------
-def read_text_file(path: str | Path, *, limit: int = MAX_TEXT_BYTES, allow_empty: bool = False) -> str:
-    """Read a user file as UTF-8: size-limited, a BOM accepted and dropped, invalid UTF-8
-    refused with the line and byte where it breaks, CRLF normalised to LF."""
+# Every file evalkit reads for a suite (and every file a user names on the command line)
+# goes through `read_file_bytes`: inside the suite folder after symlinks, a regular file
+# (never a FIFO, a device or a socket: those could hang a read or never end), and under a
+# size limit. docs/formats.md ("Reading a suite's files") states the rules.
+MAX_LABELS_BYTES = MAX_CASES_BYTES  # judge/human-sample.jsonl
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+
+
+def file_kind(mode: int) -> str:
+    """What a `st_mode` is, in words, for messages ("a FIFO (named pipe)", "a folder")."""
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a plain file"
+
+
+def outside_root(path: str | Path, root: str | Path) -> str | None:
+    """Where `path` really leads (symlinks followed) when that is outside `root`, else
+    None. A symlink that stays inside `root` is fine."""
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(path)
+    if real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep):
+        return None
+    return real
+
+
+def _outside_message(real: str, root: str | Path) -> str:
+    """What is wrong with a suite file that leads to `real`, outside `root`."""
+    return (f"resolves to {real}, outside the suite folder {os.path.realpath(root)}: a suite may only read "
+            "its own files (a symlink must stay inside the suite)")
+
+
+def _open_checked(path: str | Path, limit: int | None, root: str | Path | None) -> tuple[int, os.stat_result]:
+    """Open a user's file for reading the way `read_file_bytes` describes; returns the
+    descriptor (the caller closes it) and its `fstat`."""
     p = Path(path)
+    target: str | Path = p
+    flags = _OPEN_FLAGS
+    if root is not None:
+        real = outside_root(p, root)
+        if real is not None:
+            raise InputError(_outside_message(real, root), p)
+        # open the resolved path, refusing a symlink swapped in since the check
+        target, flags = os.path.realpath(p), flags | getattr(os, "O_NOFOLLOW", 0)
     try:
-        size = p.stat().st_size
+        fd = os.open(target, flags)
     except FileNotFoundError:
         raise InputError("file not found", p) from None
     except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror}", p) from None
-    if not p.is_file():
-        raise InputError("not a regular file", p)
-    if size > limit:
-        raise InputError(f"file is {size} bytes, over the {limit}-byte limit", p)
-    data = p.read_bytes()
-    return decode_text(data, p, allow_empty=allow_empty)
+        try:
+            kind = file_kind(os.stat(target).st_mode)  # a socket cannot be opened (ENXIO)
+        except OSError:
+            kind = None
+        if kind is not None and kind != "not a plain file":
+            raise InputError(f"not a regular file: it is {kind}", p) from None
+        raise InputError(f"cannot read: {exc.strerror or exc.__class__.__name__}", p) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"not a regular file: it is {file_kind(st.st_mode)}", p)
+        if limit is not None and st.st_size > limit:
+            raise FileTooLarge(f"file is {st.st_size} bytes, over the {limit}-byte limit", p,
+                               size=st.st_size, limit=limit)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def read_file_bytes(path: str | Path, *, limit: int | None, root: str | Path | None = None) -> bytes:
+    """The bytes of a user's file, or an `InputError` naming it and saying what is wrong.
+
+    With `root` (the suite folder), the file must resolve inside it after symlinks ("a
+    symlink that leaves the suite is refused"). The file is opened non-blocking (a FIFO
+    can never hang the open) and checked with `fstat` on the open descriptor (no race
+    between the check and the read): anything but a regular file is refused before a
+    byte is read, so `/dev/zero` is never read. More than `limit` bytes (checked before
+    reading, and again while reading: at most limit+1 bytes are ever read) is a
+    `FileTooLarge`; `limit=None` reads any size."""
+    fd, _ = _open_checked(path, limit, root)
+    try:
+        chunks, got = [], 0
+        while True:
+            chunk = os.read(fd, 1 << 20 if limit is None else min(1 << 20, limit + 1 - got))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+            if limit is not None and got > limit:  # it grew while we read
+                raise FileTooLarge(f"file is over the {limit}-byte limit", path, size=None, limit=limit)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc.__class__.__name__}", path) from None
+    finally:
+        os.close(fd)
+
+
+def check_regular_file(path: str | Path, *, limit: int | None, root: str | Path | None = None) -> int:
+    """`read_file_bytes`'s checks without the read (for a file a library reads itself,
+    such as a zip archive): its size, or an `InputError`."""
+    fd, st = _open_checked(path, limit, root)
+    os.close(fd)
+    return st.st_size
+
+
+def suite_folder_of(path: str | Path) -> Path | None:
+    """The native suite folder that holds `path` directly (a `plan.json` or
+    `baseline.json` beside its `config.json`/`cases.jsonl`), else None: a file in a
+    suite folder is read inside it, a file named elsewhere is read where it is."""
+    folder = Path(path).parent
+    if any(os.path.lexists(folder / name) for name in (CONFIG_FILE, CASES_FILE)):
+        return folder
+    return None
+
+
+def read_text_file(path: str | Path, *, limit: int = MAX_TEXT_BYTES, allow_empty: bool = False,
+                   root: str | Path | None = None) -> str:
+    """Read a user file as UTF-8 through `read_file_bytes` (inside `root` when given, a
+    regular file, size-limited): a BOM accepted and dropped, invalid UTF-8 refused with
+    the line and byte where it breaks, CRLF normalised to LF."""
+    return decode_text(read_file_bytes(path, limit=limit, root=root), Path(path), allow_empty=allow_empty)
 
 
 def decode_text(data: bytes, path: str | Path, *, allow_empty: bool = False) -> str:
@@ -326,21 +448,24 @@ class SuiteSource:
     cases: list[tuple[str, int | None, str, Json]]  # (file, line, json path prefix, object)
     files: dict[str, str] | None = None  # in-memory files; None: read from `root`
     is_native: bool = True
-    # scorer file -> the functions it defines, or its SyntaxError: parsed once per pass,
-    # however many checks use it
-    scorer_functions: dict[str, frozenset[str] | SyntaxError] = field(default_factory=dict, repr=False)
+    # scorer file -> the functions it defines, or its SyntaxError (or the InputError of a
+    # file the reader refused): parsed once per pass, however many checks use it
+    scorer_functions: dict[str, frozenset[str] | SyntaxError | InputError] = field(default_factory=dict, repr=False)
 
     def exists(self, rel: str) -> bool:
+        """Whether the suite has an entry `rel` (of any kind: a FIFO or a symlink that
+        leaves the suite is there, and `read` says what is wrong with it)."""
         if self.files is not None:
             return rel in self.files
-        return (self.root / rel).is_file()
+        return os.path.lexists(self.root / rel)
 
-    def read(self, rel: str) -> str:
+    def read(self, rel: str, *, limit: int = MAX_TEXT_BYTES) -> str:
+        """A suite file's text, read inside the suite folder (`read_text_file`)."""
         if self.files is not None:
             if rel not in self.files:
                 raise InputError("file not found", self.display(rel))
             return self.files[rel]
-        return read_text_file(self.root / rel, allow_empty=True)
+        return read_text_file(self.root / rel, limit=limit, allow_empty=True, root=self.root)
 
     def display(self, rel: str) -> str:
         return str(self.root / rel)
@@ -385,11 +510,13 @@ def parse_json_object(text: str, path: str | Path, what: str) -> dict[str, Json]
     return obj
 
 
-def read_json_object(path: str | Path, what: str, *, limit: int = MAX_CONFIG_BYTES) -> dict[str, Json]:
+def read_json_object(path: str | Path, what: str, *, limit: int = MAX_CONFIG_BYTES,
+                     root: str | Path | None = None) -> dict[str, Json]:
     """Read a JSON file that must hold one object (a plan, a baseline, a run's
-    config.json): `read_text_file`'s checks (size, BOM, UTF-8), then the parse; every
-    failure an `InputError` naming the file and line."""
-    return parse_json_object(read_text_file(path, limit=limit), path, what)
+    config.json): `read_text_file`'s checks (inside `root` when given, a regular file,
+    size, BOM, UTF-8), then the parse; every failure an `InputError` naming the file and
+    line."""
+    return parse_json_object(read_text_file(path, limit=limit, root=root), path, what)
 
 
 def parse_config_json(text: str, path: str) -> tuple[dict[str, Json], dict[str, int]]:
@@ -403,11 +530,12 @@ def _native_source(root: Path, fx: _Findings) -> SuiteSource | None:
     config: dict[str, Json] = {}
     lines: dict[str, int] = {}
     try:
-        cases = parse_cases_jsonl(read_text_file(cases_path, limit=MAX_CASES_BYTES), str(cases_path), fx)
+        cases = parse_cases_jsonl(read_text_file(cases_path, limit=MAX_CASES_BYTES, root=root), str(cases_path), fx)
     except InputError as exc:
         fx.add(exc)
     try:
-        config, lines = parse_config_json(read_text_file(config_path, limit=MAX_CONFIG_BYTES), str(config_path))
+        config, lines = parse_config_json(read_text_file(config_path, limit=MAX_CONFIG_BYTES, root=root),
+                                          str(config_path))
     except InputError as exc:
         fx.add(exc)
         return None
@@ -424,13 +552,17 @@ def _source_for(path: str | Path, fx: _Findings) -> SuiteSource | None:
     if not p.exists():
         fx.error("no such file or folder", str(p))
         return None
-    if p.is_file() and p.name in (CASES_FILE, CONFIG_FILE):
+    if not p.is_dir() and p.name in (CASES_FILE, CONFIG_FILE):
         p = p.parent
     if p.is_dir():
-        if (p / CASES_FILE).exists() or (p / CONFIG_FILE).exists():
+        if os.path.lexists(p / CASES_FILE) or os.path.lexists(p / CONFIG_FILE):
             return _native_source(p, fx)
         for foreign in importers.FOREIGN_NAMES:
-            if (p / foreign).is_file():
+            if os.path.lexists(p / foreign):
+                real = outside_root(p / foreign, p)
+                if real is not None:
+                    fx.error(_outside_message(real, p), str(p / foreign))
+                    return None
                 p = p / foreign
                 break
         else:
@@ -593,11 +725,47 @@ def _price(r: _Reader, cfg: dict, key: str) -> Price | None:
         r.err(jp, f"{key} must be an object {{\"in_per_mtok\", \"out_per_mtok\"}}")
         return None
     r.unknown_keys(obj, PRICE_KEYS, jp, key)
-    pin = r.number(obj, "in_per_mtok", jp, required=True, minimum=0)
-    pout = r.number(obj, "out_per_mtok", jp, required=True, minimum=0)
+    pin = r.number(obj, "in_per_mtok", jp, required=True, minimum=0, maximum=MAX_PRICE_PER_MTOK)
+    pout = r.number(obj, "out_per_mtok", jp, required=True, minimum=0, maximum=MAX_PRICE_PER_MTOK)
     if pin is None or pout is None:
         return None
+    if pin == 0 and pout == 0:
+        r.warn(jp, f"{key} is 0 for input and output tokens: every call costs $0 at its worst case, so "
+                   "cost_cap_usd cannot bind (nothing stops a run that is in fact paid for)")
+    else:
+        for name, v, what in (("in_per_mtok", pin, "input"), ("out_per_mtok", pout, "output")):
+            if v == 0:
+                r.warn(f"{jp}.{name}", f"{name} is 0: {what} tokens cost nothing under the ledger, so the cap "
+                                       f"cannot bind on them")
     return Price(float(pin), float(pout))
+
+
+def _positive_number(obj: Any, key: str, *, zero_ok: bool = False) -> float | None:
+    """`obj[key]` when it is a finite number above 0 (or 0 with `zero_ok`), else None
+    (the typed getters report what is wrong with it)."""
+    v = obj.get(key) if isinstance(obj, dict) else None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return None
+    return float(v) if (v > 0 or (zero_ok and v == 0)) else None
+
+
+def _check_calls_fit(r: _Reader, cfg: dict, price_key: str, role: str) -> None:
+    """An error when not one call fits under the cap at its worst case: the ledger would
+    refuse the first reservation and the run could never sample anything. Checked on
+    the values as written, even those over a limit (so 10**9 tokens says both)."""
+    cap, tin, tout = (_positive_number(cfg, k) for k in ("cost_cap_usd", "max_tokens_in", "max_tokens_out"))
+    price = cfg.get(price_key)
+    pin, pout = (_positive_number(price, k, zero_ok=True) for k in ("in_per_mtok", "out_per_mtok"))
+    if None in (cap, tin, tout, pin, pout):
+        return
+    assert cap is not None and tin is not None and tout is not None and pin is not None and pout is not None
+    worst = Price(pin, pout).cost(int(tin), int(tout))  # what the ledger reserves for one call
+    if worst > cap + 1e-12:  # the ledger's own tolerance
+        jp = "$.max_tokens_out" if tout * pout >= tin * pin else "$.max_tokens_in"
+        r.err(jp, f"one {role} call costs up to ${worst:.6g} (max_tokens_in {int(tin)} x {price_key}.in_per_mtok "
+                  f"{pin:g} + max_tokens_out {int(tout)} x {price_key}.out_per_mtok {pout:g}, per million tokens), "
+                  f"over cost_cap_usd ${cap:g}: 0 calls fit under the cap, the run could never sample; lower the "
+                  "token ceilings or raise the cap")
 
 
 def _same_model(a: Endpoint, b: Endpoint) -> bool:
@@ -634,16 +802,20 @@ def _validate_config(src: SuiteSource, fx: _Findings, uses_judge: bool) -> Confi
         r.err("$.judge", "the suite has judged cases (expected.rubric) but config has no judge")
 
     temperature = r.number(cfg, "temperature", "$", minimum=0, maximum=2, nullable=True)
-    seed = r.number(cfg, "seed", "$", integer=True, nullable=True)
-    k = r.number(cfg, "k", "$", integer=True, positive=True, default=5)
-    concurrency = r.number(cfg, "concurrency", "$", integer=True, positive=True, default=4)
-    cap = r.number(cfg, "cost_cap_usd", "$", positive=True)
-    tin = r.number(cfg, "max_tokens_in", "$", integer=True, positive=True)
-    tout = r.number(cfg, "max_tokens_out", "$", integer=True, positive=True)
-    timeout_s = r.number(cfg, "timeout_s", "$", positive=True, default=60.0)
-    attempts = r.number(cfg, "max_attempts", "$", integer=True, positive=True, default=4)
+    seed = r.number(cfg, "seed", "$", integer=True, nullable=True, minimum=-MAX_SEED - 1, maximum=MAX_SEED)
+    k = r.number(cfg, "k", "$", integer=True, positive=True, maximum=MAX_K, default=5)
+    concurrency = r.number(cfg, "concurrency", "$", integer=True, positive=True, maximum=MAX_CONCURRENCY,
+                           default=4)
+    cap = r.number(cfg, "cost_cap_usd", "$", positive=True, maximum=MAX_COST_CAP_USD)
+    tin = r.number(cfg, "max_tokens_in", "$", integer=True, positive=True, maximum=MAX_TOKENS)
+    tout = r.number(cfg, "max_tokens_out", "$", integer=True, positive=True, maximum=MAX_TOKENS)
+    timeout_s = r.number(cfg, "timeout_s", "$", positive=True, maximum=MAX_TIMEOUT_S, default=60.0)
+    attempts = r.number(cfg, "max_attempts", "$", integer=True, positive=True, maximum=MAX_ATTEMPTS, default=4)
     price = _price(r, cfg, "price")
     judge_price = _price(r, cfg, "judge_price")
+    _check_calls_fit(r, cfg, "price", "generator")
+    if cfg.get("judge") is not None:
+        _check_calls_fit(r, cfg, "judge_price", "judge")
 
     gate = GateThresholds()
     if "gate" in cfg:
@@ -653,9 +825,10 @@ def _validate_config(src: SuiteSource, fx: _Findings, uses_judge: bool) -> Confi
         else:
             r.unknown_keys(g, GATE_KEYS, "$.gate", "gate")
             gate = GateThresholds(
-                float(r.number(g, "max_success_drop_points", "$.gate", minimum=0, default=5.0)),
+                float(r.number(g, "max_success_drop_points", "$.gate", minimum=0, maximum=100, default=5.0)),
                 float(r.number(g, "max_cost_increase_pct", "$.gate", minimum=0, default=20.0)),
-                int(r.number(g, "min_tag_cases", "$.gate", integer=True, positive=True, default=5)),
+                int(r.number(g, "min_tag_cases", "$.gate", integer=True, positive=True, maximum=MAX_CASES,
+                             default=5)),
             )
 
     ci_cap = None
@@ -884,9 +1057,13 @@ def _check_options(kind: str, opts: dict, r: _Reader, jp: str, case: dict, src: 
                 tree = ast.parse(src.read(rel), filename=rel)
                 src.scorer_functions[rel] = frozenset(n.name for n in tree.body
                                                       if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
-            except SyntaxError as exc:
+            except (SyntaxError, InputError) as exc:
                 src.scorer_functions[rel] = exc
         names = src.scorer_functions[rel]
+        if isinstance(names, InputError):  # a FIFO, a symlink out, too large: reported once
+            if not any(f.path == names.path and f.message == names.message for f in r.fx.errors):
+                r.fx.add(names)
+            return False
         if isinstance(names, SyntaxError):
             r.err(f"{jp}.file", f"scorer {rel!r} does not parse: {names.msg} (line {names.lineno})")
             return False
@@ -1012,6 +1189,10 @@ def _validate_case(raw: dict, file: str, line: int | None, prefix: str, fx: _Fin
 
 
 def _validate_cases(src: SuiteSource, fx: _Findings) -> list[Case]:
+    if len(src.cases) > MAX_CASES:
+        fx.error(f"{len(src.cases)} cases, over the limit of {MAX_CASES} cases per suite",
+                 src.cases[0][0] if src.cases else src.display(CASES_FILE))
+        return []
     cases: list[Case] = []
     id_places: dict[str, list[tuple[str, int | None, str]]] = {}
     for file, line, prefix, obj in src.cases:
@@ -1094,13 +1275,103 @@ def _suite_warnings(src: SuiteSource, cases: list[Case], config: Config | None, 
         if c.judged and not prompt_files:
             fx.warn(f"case {c.id!r} is judged but there is no judge/prompt-vN.md file", cases_path, c.line or None)
     if src.is_native:
-        gi = src.root / ".gitignore"
-        ignored = {ln.strip() for ln in gi.read_text(errors="replace").splitlines()} if gi.is_file() else set()
+        ignored: set[str] = set()
+        if src.exists(".gitignore"):
+            try:
+                ignored = {ln.strip() for ln in src.read(".gitignore").splitlines()}
+            except InputError as exc:  # only lint reads it: a warning
+                fx.warn(exc.message, exc.path or src.display(".gitignore"))
         if not ignored & {"runs/", "runs", "/runs/", "/runs"}:
-            fx.warn(".gitignore should contain 'runs/' so run folders stay out of version control", str(gi))
+            fx.warn(".gitignore should contain 'runs/' so run folders stay out of version control",
+                    src.display(".gitignore"))
     if config is not None:
+        _check_run_size(config, len(cases), src, fx)
         for c in cases:
             _check_render(config, c, src, fx)
+
+
+def run_size_problem(n_cases: int, n_arms: int, k: int) -> str | None:
+    """Why a run of `n_cases` x `n_arms` x `k` samples is over evalkit's limits, or None.
+    `run` checks it again with its `--k` and `--arms`."""
+    if k < 1:
+        return f"k must be at least 1, got {k}"
+    if k > MAX_K:
+        return f"k must be at most {MAX_K} (evalkit's limit of samples per case and arm), got {k}"
+    n = n_cases * n_arms * k
+    if n > MAX_SAMPLES_PER_RUN:
+        return (f"the run would take {n} samples ({n_cases} cases x {n_arms} arms x k {k}), over the limit of "
+                f"{MAX_SAMPLES_PER_RUN} per run: split the suite or lower k")
+    return None
+
+
+def _check_run_size(config: Config, n_cases: int, src: SuiteSource, fx: _Findings) -> None:
+    """Over the samples-per-run limit: an error. More samples than the cap covers at
+    their worst case: a warning (calls usually cost less than their ceilings)."""
+    line = line_of(src.config_lines, "$.k")
+    problem = run_size_problem(n_cases, len(config.arms), config.k)
+    if problem:
+        fx.error(problem, src.config_path, line, "$.k")
+        return
+    worst = config.price.cost(config.max_tokens_in, config.max_tokens_out)
+    planned = n_cases * len(config.arms) * config.k
+    if worst > 0 and planned * worst > config.cost_cap_usd + 1e-12:
+        fit = int(config.cost_cap_usd / worst + 1e-9)
+        fx.warn(f"cost_cap_usd ${config.cost_cap_usd:g} covers {fit} generator call(s) at their worst case "
+                f"(${worst:.6g} each); the run plans {planned} ({n_cases} cases x {len(config.arms)} arms x k "
+                f"{config.k}): unless calls cost well under their token ceilings it stops INCOMPLETE (budget "
+                "exhausted)", src.config_path, line_of(src.config_lines, "$.cost_cap_usd"), "$.cost_cap_usd")
+
+
+def _suite_side_files(src: SuiteSource, fx: _Findings) -> None:
+    """Lint only: the files `grade` and `report` read from the suite besides those the
+    config names (human labels, plan, baseline) must pass the suite reader, and the
+    labels must parse; the `runs` folder `run` writes into must be a folder inside the
+    suite. (`load_suite` leaves them to the commands that read them, which refuse the
+    same problems before they pay or write anything: a half-labelled human sample does
+    not stop a run.)"""
+    from .judge import HUMAN_LABELS_FILE, parse_human_labels  # judge builds on this module
+
+    if src.exists(HUMAN_LABELS_FILE):
+        try:
+            parse_human_labels(src.read(HUMAN_LABELS_FILE, limit=MAX_LABELS_BYTES), src.display(HUMAN_LABELS_FILE))
+        except InputError as exc:
+            fx.add(exc)
+    for rel in ("plan.json", "baseline.json"):
+        if src.exists(rel):
+            if rel == "baseline.json":
+                from .runs import RUN_JSON_BYTES as limit  # the limit verdicts.load_baseline reads it under
+            else:
+                limit = MAX_CONFIG_BYTES  # verdicts.load_plan's
+            try:
+                parse_json_object(src.read(rel, limit=limit), src.display(rel), rel)
+            except InputError as exc:
+                fx.add(exc)
+    try:
+        default_runs_dir(src.root)
+    except InputError as exc:
+        fx.warn(exc.message, exc.path or src.display(RUNS_DIR))
+
+
+def default_runs_dir(suite_path: str | Path) -> Path:
+    """`<suite>/runs`, where `run` writes run folders when no `--runs-dir` is given. A
+    `runs` that is a symlink leading outside the suite, or is not a folder, is refused
+    (`InputError`): evalkit writes inside the suite, or only where `--runs-dir` says."""
+    p = Path(suite_path) / RUNS_DIR
+    if not os.path.lexists(p):
+        return p
+    real = outside_root(p, suite_path)
+    if real is not None:
+        raise InputError(f"is a symlink to {real}, outside the suite folder: `evalkit run` writes run folders "
+                         f"only inside the suite, or where --runs-dir says (pass --runs-dir {real} to write "
+                         "there)", p)
+    if not p.is_dir():
+        try:
+            kind = file_kind(os.stat(p).st_mode)
+        except OSError:
+            kind = "a broken symlink"
+        raise InputError(f"is {kind}, not a folder: `evalkit run` cannot write run folders into it "
+                         "(remove it, or pass --runs-dir)", p)
+    return p
 
 
 def _check_render(config: Config, case: Case, src: SuiteSource, fx: _Findings) -> None:
@@ -1116,7 +1387,7 @@ def _check_render(config: Config, case: Case, src: SuiteSource, fx: _Findings) -
 
 
 # --- public API -----------------------------------------------------------------------
-def _validate(path: str | Path, strict: bool) -> tuple[Suite | None, _Findings, str]:
+def _validate(path: str | Path, strict: bool, *, lint: bool = False) -> tuple[Suite | None, _Findings, str]:
     fx = _Findings(strict)
     src = _source_for(path, fx)
     if src is None:
@@ -1125,6 +1396,8 @@ def _validate(path: str | Path, strict: bool) -> tuple[Suite | None, _Findings, 
     config = _validate_config(src, fx, uses_judge=any(c.judged for c in cases))
     rubric_files, prompt_files = _judge_files(src, fx)
     _suite_warnings(src, cases, config, rubric_files, prompt_files, fx)
+    if lint and src.is_native:
+        _suite_side_files(src, fx)
     if fx.errors or config is None:
         return None, fx, str(src.root)
     suite = Suite(
@@ -1148,7 +1421,7 @@ def load_suite(path: str | Path, *, strict: bool = False) -> Suite:
 
 def lint_suite(path: str | Path, strict: bool = False) -> LintReport:
     """Validate a suite without calling any model: every error and warning with its place."""
-    _, fx, root = _validate(path, strict)
+    _, fx, root = _validate(path, strict, lint=True)
     return LintReport(suite=root, errors=tuple(fx.errors), warnings=tuple(fx.warnings))
 
 
@@ -1158,7 +1431,7 @@ def load_cases(path: str | Path) -> tuple[Case, ...]:
     if p.is_dir():
         p = p / CASES_FILE
     fx = _Findings(strict=False)
-    raw = parse_cases_jsonl(read_text_file(p, limit=MAX_CASES_BYTES), str(p), fx)
+    raw = parse_cases_jsonl(read_text_file(p, limit=MAX_CASES_BYTES, root=p.parent), str(p), fx)
     src = SuiteSource(p.parent, p.parent.name, {}, "", {}, raw)
     cases = _validate_cases(src, fx)
     fx.raise_errors()
@@ -1170,7 +1443,7 @@ def load_config(path: str | Path, suite_dir: str | Path | None = None) -> Config
     (default: the config's folder)."""
     p = Path(path)
     root = Path(suite_dir) if suite_dir is not None else p.parent
-    cfg, lines = parse_config_json(read_text_file(p, limit=MAX_CONFIG_BYTES), str(p))
+    cfg, lines = parse_config_json(read_text_file(p, limit=MAX_CONFIG_BYTES, root=p.parent), str(p))
     fx = _Findings(strict=False)
     src = SuiteSource(root, root.name, cfg, str(p), lines, [])
     config = _validate_config(src, fx, uses_judge=False)
@@ -1225,10 +1498,7 @@ def write_suite_atomically(dest: str | Path, files: dict[str, str], *,
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise InputError("refusing to overwrite: the destination exists and is not empty", dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the suite is an ordinary folder
+    tmp = new_temp_dir(dest.parent, f".{dest.name}.")  # an ordinary folder (mkdtemp's is 0700)
     try:
         for rel, text in files.items():
             target = tmp / rel

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
@@ -34,7 +35,7 @@ from . import stats
 from .errors import EvalkitError, InputError
 from .records import GateThresholds
 from .runs import RUN_JSON_BYTES, Run, find_suite_dir, iter_jsonl, load_run, write_atomic
-from .suite import NO_GATE, read_json_object, set_gate
+from .suite import NO_GATE, read_json_object, set_gate, suite_folder_of
 
 VerdictKind = Literal["pass", "regression", "no-improvement", "inconclusive"]
 
@@ -626,7 +627,7 @@ def write_plan(plan: PowerPlan, suite_dir: str | Path) -> Path:
     if plan.seed is None:
         cfg = d / "config.json"
         if cfg.exists():
-            seed = read_json_object(cfg, "config").get("seed")
+            seed = read_json_object(cfg, "config", root=d).get("seed")
             if isinstance(seed, int):
                 plan = replace(plan, seed=seed)
     path = d / PLAN_FILE
@@ -635,13 +636,14 @@ def write_plan(plan: PowerPlan, suite_dir: str | Path) -> Path:
 
 
 def load_plan(path: str | Path) -> PowerPlan:
-    """Read a `plan.json` (a suite folder is accepted too)."""
+    """Read a `plan.json` (a suite folder is accepted too). A plan in a suite folder must
+    resolve inside it (`suite.read_file_bytes`)."""
     p = Path(path)
     if p.is_dir():
         p = p / PLAN_FILE
-    if not p.exists():
+    if not os.path.lexists(p):
         raise InputError("plan not found (write one with `evalkit power --write`)", p)
-    raw = read_json_object(p, "a plan")
+    raw = read_json_object(p, "a plan", root=suite_folder_of(p))
     names = {f for f in PowerPlan.__dataclass_fields__}
     required = ("test", "alpha", "power", "win_rate", "tie_rate", "n_trials")
     for key in required:
@@ -1084,9 +1086,9 @@ def load_baseline(path: str | Path) -> dict[str, Any]:
     """Read `baseline.json`: ours (with per-case data) or the agent-evals shape
     (`success_rate`, `cost_per_task_usd`, `per_tag`)."""
     p = Path(path)
-    if not p.exists():
+    if not os.path.lexists(p):
         raise InputError("baseline not found (accept one with `evalkit baseline accept RUN`)", p)
-    raw = read_json_object(p, "a baseline", limit=RUN_JSON_BYTES)
+    raw = read_json_object(p, "a baseline", limit=RUN_JSON_BYTES, root=suite_folder_of(p))
     if "cases" not in raw and "success_rate" not in raw:
         raise InputError("baseline has neither per-case data nor success_rate", p, json_path="$.success_rate")
     if "cases" in raw:

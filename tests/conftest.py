@@ -1,9 +1,15 @@
 """Shared test helpers."""
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import resource
+import subprocess
+import sys
+import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 ENGINE_CONFIG: dict[str, Any] = {
     "mode": "completion", "template": "prompt.txt",
@@ -24,3 +30,45 @@ def write_engine_suite(root: Path, cases: list[dict], **config: Any) -> Path:
     (root / "guided.md").write_text("Answer in one word. ")
     (root / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
     return root
+
+
+@contextlib.contextmanager
+def fifo_watchdog(*fifos: Path, after: float = 5.0) -> Iterator[list[str]]:
+    """Yield a list that names each FIFO some reader hung on. After `after` seconds a
+    thread opens each FIFO's write end (non-blocking: it succeeds only while a reader is
+    blocked opening it) and closes it at once, so the hung reader sees end-of-file and
+    the test goes on to fail instead of hanging forever."""
+    released: list[str] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        if stop.wait(after):
+            return
+        while not stop.is_set():
+            for f in fifos:
+                try:
+                    fd = os.open(f, os.O_WRONLY | os.O_NONBLOCK)
+                except OSError:  # ENXIO: nobody is reading it
+                    continue
+                os.close(fd)
+                released.append(str(f))
+            stop.wait(0.2)
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    try:
+        yield released
+    finally:
+        stop.set()
+        t.join()
+
+
+def run_evalkit_limited(*args: str | Path, timeout: float = 60, memory_bytes: int = 3 << 30,
+                        cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """`evalkit ARGS` in a child process under an address-space limit and a timeout: for
+    inputs such as /dev/zero that would, if read, eat memory until the machine swaps."""
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+
+    return subprocess.run([sys.executable, "-c", "from evalkit.cli import main; main()", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout, preexec_fn=limit, cwd=cwd)

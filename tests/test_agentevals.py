@@ -210,3 +210,19 @@ def test_compat_wildcards_timeout_is_a_failed_sample_with_the_reason(tmp_path):
     rep = grade_outputs(ev, out, k=2, compat_wildcards=True)
     assert rows(rep)["w"] == (2, 1, True, False, True)  # the hostile sample fails, the other still counts
     assert any("'w' sample-1.txt: wildcard match timed out" in w for w in rep.warnings), rep.warnings
+
+
+def test_a_device_or_fifo_among_the_sample_files_is_an_error_not_a_dropped_sample(tmp_path):
+    import os
+
+    ev = tmp_path / "evals.json"
+    ev.write_text(json.dumps({"cases": [{"id": "cap", "set": "capability", "prompt": "?", "expect": "paris"}]}))
+    (tmp_path / "out" / "cap").mkdir(parents=True)
+    (tmp_path / "out" / "cap" / "sample-1.txt").write_text("Paris")
+    (tmp_path / "out" / "cap" / "sample-2.txt").symlink_to("/dev/zero")
+    with pytest.raises(InputError, match="sample-2.txt: not a regular file: it is a character device"):
+        grade_outputs(ev, tmp_path / "out", k=2)
+    (tmp_path / "out" / "cap" / "sample-2.txt").unlink()
+    os.mkfifo(tmp_path / "out" / "cap" / "sample-2.txt")
+    with pytest.raises(InputError, match="sample-2.txt: not a regular file: it is a FIFO"):
+        grade_outputs(ev, tmp_path / "out", k=2)

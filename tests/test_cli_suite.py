@@ -227,3 +227,23 @@ def test_import_cli_and_bad_import_writes_nothing(tmp_path):
     assert r.exit_code == 2 and "$.cases[0].id" in r.output
     assert not dest2.exists()
     assert not [p for p in dest2.parent.iterdir() if p.name.startswith(".")]  # no temp folder left
+
+
+def test_lint_exits_2_on_a_fifo_human_sample_and_a_config_no_call_fits(tmp_path):
+    import os
+
+    from conftest import fifo_watchdog
+
+    cfg = dict(BASE_CONFIG, max_tokens_out=10**9, k=10**6)
+    root = write_suite(tmp_path / "u", cfg)
+    fifo = root / "judge" / "human-sample.jsonl"
+    os.mkfifo(fifo)
+    with fifo_watchdog(fifo) as released:
+        r = lint(root)
+    assert released == []
+    assert_bad(r, f"{fifo}: error: not a regular file: it is a FIFO (named pipe)",
+               "error: $.k: k must be at most 1000, got 1000000",
+               "error: $.max_tokens_out: max_tokens_out must be at most 10000000, got 1000000000",
+               "error: $.max_tokens_out: one generator call costs up to $400",
+               "0 calls fit under the cap")
+    assert f"{root / 'config.json'}:" in r.output

@@ -791,6 +791,20 @@ def test_new_writes_both_forms_from_one_source(ws):
     assert r.exit_code == 2 and "refusing to overwrite" in r.stderr
 
 
+def test_new_writes_files_with_ordinary_permissions(ws):
+    import os
+
+    ws.write("src.yaml", SOURCE_YAML.format(pairs=source_pairs()))
+    old = os.umask(0o022)
+    try:
+        r, _ = ws.cli("dataset", "new", "src.yaml", "--json", "d.json", "--csv", "d.csv")
+    finally:
+        os.umask(old)
+    assert r.exit_code == 0, r.stderr
+    for name in ("d.json", "d.csv"):  # shared with reviewers: 0644, where mkstemp alone gives 0600
+        assert oct((ws.root / name).stat().st_mode & 0o777) == "0o644", name
+
+
 def test_new_refuses_an_invalid_source_and_writes_nothing(ws):
     ws.write("src.yaml", SOURCE_YAML.format(pairs=source_pairs()).replace("source_reference: manual.txt",
                                                                           "notes: no source"))

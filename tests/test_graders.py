@@ -287,6 +287,40 @@ def test_scorer_runs_suite_code_not_model_output(tmp_path):
         scorer("x", file="../outside.py", suite_path=tmp_path)
 
 
+def test_a_scorer_symlinked_out_of_the_suite_is_never_run(tmp_path):
+    import os
+    from pathlib import Path
+
+    from conftest import fifo_watchdog
+
+    suite = tmp_path / "suite"
+    (suite / "scorers").mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    marker = tmp_path / "ran"
+    (elsewhere / "evil.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).touch()\n"
+                                       "def score(output, case):\n    return True\n")
+    (suite / "scorers" / "evil.py").symlink_to(elsewhere / "evil.py")
+    with pytest.raises(InputError, match="outside the suite folder"):
+        scorer("x", file="scorers/evil.py", suite_path=suite)
+    (suite / "scorers" / "evil.py").unlink()
+    (suite / "scorers").rmdir()
+    (suite / "scorers").symlink_to(elsewhere)  # the whole folder out
+    with pytest.raises(InputError, match="outside the suite folder"):
+        scorer("x", file="evil.py", suite_path=suite)
+    assert not marker.exists()
+    (suite / "scorers").unlink()
+    (suite / "scorers").mkdir()
+    os.mkfifo(suite / "scorers" / "pipe.py")
+    with fifo_watchdog(suite / "scorers" / "pipe.py") as released:
+        with pytest.raises(InputError, match="not a regular file: it is a FIFO"):
+            scorer("x", file="pipe", suite_path=suite)
+    assert released == []
+    (suite / "inside.py").write_text("def score(output, case):\n    return output == 'ok'\n")
+    (suite / "scorers" / "ok.py").symlink_to(Path("..") / "inside.py")  # stays inside: fine
+    assert scorer("ok", file="ok", suite_path=suite).passed
+
+
 # ---------------------------------------------------------------------- grade_sample
 
 

@@ -353,3 +353,46 @@ def test_end_to_end_run_then_grade_makes_no_generator_calls(tmp_path):
     assert [g.judge_score for g in judged] == [5, 5, 5] and all(g.judge_version == "v1" for g in judged)
     roles = {e["role"] for e in iter_jsonl(run.path / "ledger.jsonl") if e["event"] == "settle"}
     assert roles == {"generator", "judge"}
+
+
+# --- the suite files grade reads: refused before any judge call is paid for ----------------
+def test_a_fifo_human_sample_is_refused_before_any_judge_call_and_never_hangs(tmp_path, judge_server):
+    import os
+
+    from conftest import fifo_watchdog
+
+    suite = write_suite(tmp_path)
+    run = write_run(tmp_path, suite)
+    fifo = suite / "judge" / "human-sample.jsonl"
+    os.mkfifo(fifo)
+    with fifo_watchdog(fifo) as released:
+        with pytest.raises(InputError) as ei:
+            grade_run(run, judge_base_url=judge_server.base_url)
+    assert released == []
+    assert str(ei.value) == f"{fifo}: not a regular file: it is a FIFO (named pipe)"
+    assert judge_server.requests == []  # nothing paid
+    assert not (run / "grades.jsonl").exists() and not (run / GRADES_SUMMARY).exists()
+
+
+def test_a_dev_zero_human_sample_is_refused_without_reading_it(tmp_path, judge_server):
+    from conftest import run_evalkit_limited
+
+    suite = write_suite(tmp_path)
+    run = write_run(tmp_path, suite)
+    (suite / "judge" / "human-sample.jsonl").symlink_to("/dev/zero")
+    proc = run_evalkit_limited("grade", run, "--judge-base-url", judge_server.base_url, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "human-sample.jsonl: resolves to /dev/zero, outside the suite folder" in proc.stderr
+    assert judge_server.requests == [] and not (run / "grades.jsonl").exists()
+
+
+def test_judge_files_symlinked_out_of_the_suite_are_refused(tmp_path, judge_server):
+    suite = write_suite(tmp_path)
+    run = write_run(tmp_path, suite)
+    outside = tmp_path / "rubric.md"
+    outside.write_text("5: anything\n")
+    (suite / "judge" / "rubric-v1.md").unlink()
+    (suite / "judge" / "rubric-v1.md").symlink_to(outside)
+    with pytest.raises(InputError, match="outside the suite folder"):
+        grade_run(run, judge_base_url=judge_server.base_url)
+    assert judge_server.requests == []

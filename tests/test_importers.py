@@ -301,3 +301,21 @@ def test_agent_evals_rules_match_evalkit_grade(tmp_path):
     no_set = write(tmp_path / "t" / "evals.json", json.dumps({"cases": [{"id": "c", "prompt": "p", "expect": "y"}]}))
     warnings = [w.message for w in read_agent_evals(no_set).warnings]
     assert any(m.startswith("no set: imported as capability") for m in warnings)
+
+
+def test_a_foreign_suite_file_found_in_a_folder_must_resolve_inside_it(tmp_path):
+    import os
+
+    f = write(tmp_path / "elsewhere" / "evals.json", json.dumps(AGENT_EVALS))
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "evals.json").symlink_to(f)
+    report = lint_suite(tmp_path / "s")
+    assert any(x.path == str(tmp_path / "s" / "evals.json") and "outside the suite folder" in x.message
+               for x in report.errors), [str(x) for x in report.errors]
+    (tmp_path / "s" / "evals.json").unlink()
+    os.mkfifo(tmp_path / "s" / "eval.yaml")
+    report = lint_suite(tmp_path / "s")
+    assert [x.message for x in report.errors] == ["not a regular file: it is a FIFO (named pipe)"]
+    with pytest.raises(InputError, match="not a regular file: it is a FIFO"):
+        import_suite(tmp_path / "s" / "eval.yaml", tmp_path / "native")
+    assert not (tmp_path / "native").exists()

@@ -521,3 +521,42 @@ def test_lm_eval_regrade_that_disagrees_with_lm_eval_is_refused(tmp_path: Path) 
     _assert_nothing_written(tmp_path / "run")
     res = cli("ingest", samples, "--to", tmp_path / "run2", "--filter", "strict")
     assert res.exit_code == 2 and "no filter 'strict'" in res.output
+
+
+def test_a_fifo_or_a_device_as_the_source_is_refused_without_hanging_or_reading(tmp_path: Path) -> None:
+    import os
+
+    from conftest import fifo_watchdog, run_evalkit_limited
+
+    fifo = tmp_path / "results.json"
+    os.mkfifo(fifo)
+    for fmt in (None, "inspect", "promptfoo", "tau-bench"):
+        with fifo_watchdog(fifo) as released:
+            res = cli("ingest", fifo, "--to", tmp_path / "run", *(("--format", fmt) if fmt else ()))
+        assert released == [], fmt
+        assert res.exit_code == 2 and f"{fifo}: not a regular file: it is a FIFO (named pipe)" in res.output, fmt
+        _assert_nothing_written(tmp_path / "run")
+    zero = tmp_path / "zero.jsonl"
+    zero.symlink_to("/dev/zero")
+    proc = run_evalkit_limited("ingest", zero, "--to", tmp_path / "run", timeout=60)
+    assert proc.returncode == 2 and f"{zero}: not a regular file: it is a character device" in proc.stderr, \
+        proc.stderr[-2000:]
+    _assert_nothing_written(tmp_path / "run")
+
+
+def test_a_special_file_among_agent_evals_outputs_is_an_error_not_a_dropped_sample(tmp_path: Path) -> None:
+    import os
+
+    from conftest import fifo_watchdog
+
+    ev = tmp_path / "evals.json"
+    ev.write_text(json.dumps({"cases": [{"id": "cap", "set": "capability", "prompt": "?", "expect": "paris"}]}))
+    (tmp_path / "outputs" / "cap").mkdir(parents=True)
+    (tmp_path / "outputs" / "cap" / "sample-1.txt").write_text("Paris")
+    fifo = tmp_path / "outputs" / "cap" / "sample-2.txt"
+    os.mkfifo(fifo)
+    with fifo_watchdog(fifo) as released:
+        res = cli("ingest", tmp_path / "outputs", "--to", tmp_path / "run", "--eval-file", ev)
+    assert released == []
+    assert res.exit_code == 2 and f"{fifo}: not a regular file: it is a FIFO (named pipe)" in res.output
+    _assert_nothing_written(tmp_path / "run")

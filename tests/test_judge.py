@@ -233,3 +233,31 @@ def test_human_agreement():
     got = human_agreement(labels, {"a/x/0": 4, "b/x/0": 3, "c/x/0": 2})
     assert got == {"n": 3, "exact": pytest.approx(1 / 3), "within_one": pytest.approx(2 / 3)}
     assert human_agreement(labels, {})["n"] == 0
+
+
+def test_human_labels_from_a_fifo_or_out_of_the_suite_are_refused_without_hanging(tmp_path):
+    import os
+
+    from conftest import fifo_watchdog
+    from evalkit.judge import suite_human_labels
+
+    suite = tmp_path / "suite"
+    (suite / "judge").mkdir(parents=True)
+    (suite / "config.json").write_text("{}")
+    fifo = suite / "judge" / "human-sample.jsonl"
+    os.mkfifo(fifo)
+    with fifo_watchdog(fifo) as released:
+        with pytest.raises(InputError, match="not a regular file: it is a FIFO"):
+            load_human_labels(fifo)  # what the judge_calibration notebook calls
+        with pytest.raises(InputError, match="not a regular file: it is a FIFO"):
+            suite_human_labels(suite)
+    assert released == []
+    fifo.unlink()
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text('{"item": "a/b/0", "score": 4}\n')
+    fifo.symlink_to(labels)
+    with pytest.raises(InputError, match="outside the suite folder"):
+        suite_human_labels(suite)
+    assert [lab.score for lab in load_human_labels(labels)] == [4]  # a file named by hand: read where it is
+    fifo.unlink()
+    assert suite_human_labels(suite) is None

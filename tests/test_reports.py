@@ -340,6 +340,40 @@ def test_hostile_outputs_render_as_text(made):
     assert shown >= 4
 
 
+def test_files_users_share_are_readable_by_others_under_the_umask(made):
+    umask = os.umask(0o022)
+    os.umask(umask)
+    suite = Path(json.loads((made["run"] / "config.json").read_text())["suite"])
+    shared = [made["out"] / "index.html", suite / "baseline.json", suite / "baseline-summary.md",
+              *made["pages"].iterdir(), *(p for p in made["run"].iterdir() if p.is_file())]
+    assert len(shared) > 15
+    for f in shared:
+        # readable by group and others as far as the umask lets them (mkstemp alone: 0600)
+        assert f.stat().st_mode & 0o444 == 0o444 & ~umask, (f, oct(f.stat().st_mode))
+
+
+def test_a_fifo_human_sample_fails_judge_calibration_without_hanging(made, tmp_path):
+    import shutil
+
+    from conftest import fifo_watchdog
+
+    meta = json.loads((made["run"] / "config.json").read_text())
+    suite = tmp_path / "suite"
+    shutil.copytree(meta["suite"], suite, ignore=shutil.ignore_patterns("runs"))
+    run = suite / "runs" / made["run"].name
+    shutil.copytree(made["run"], run)
+    (run / "config.json").write_text(json.dumps({**meta, "suite": str(suite)}))
+    fifo = suite / "judge" / "human-sample.jsonl"
+    fifo.unlink()
+    os.mkfifo(fifo)
+    with fifo_watchdog(fifo, after=20) as released:
+        rep = CliRunner().invoke(main, ["report", str(run), "--only", "judge_calibration",
+                                        "--reports-dir", str(tmp_path / "out")])
+    assert released == []
+    assert rep.exit_code == 1 and "judge_calibration" in rep.output
+    assert "not a regular file: it is a FIFO (named pipe)" in rep.output, rep.output
+
+
 def test_index_lists_runs_with_trend(made):
     index = (made["out"] / "index.html").read_text(encoding="utf-8")
     for key in ("run", "micro_run"):

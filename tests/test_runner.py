@@ -331,3 +331,58 @@ def test_a_key_refused_on_its_retry_keeps_its_paid_attempt_and_error(tmp_path):
     assert [(e["case_id"], e["attempts"]) for e in errors] == [("case-00", 1)]
     assert "attempt 1: connection error" in errors[0]["error"] and "attempt 2 refused: budget exhausted" in errors[0]["error"]
     assert res.spend_usd == pytest.approx(worst)
+
+
+# --- what a run reads and where it writes: inside the suite only --------------------------
+def _nothing_written(runs: Path) -> bool:
+    return not runs.exists() or not any(runs.iterdir())
+
+
+def test_a_guidance_or_cases_symlink_out_of_the_suite_makes_run_refuse_before_any_call(tmp_path):
+    secret = tmp_path / "outside" / "secret.md"
+    secret.parent.mkdir()
+    secret.write_text("SECRET TEXT FROM OUTSIDE THE SUITE ")
+    suite = write_suite(tmp_path / "suite", 2)
+    (suite / "guided.md").unlink()
+    (suite / "guided.md").symlink_to(secret)
+    with ScriptedServer(SCRIPT) as srv:
+        proc = cli(str(suite), "--runs-dir", str(tmp_path / "runs"), "--base-url", srv.base_url)
+        assert srv.requests == []  # the outside file's content never reached the endpoint
+    assert proc.exit_code == 2, proc.output
+    assert f"{suite / 'guided.md'}: resolves to {secret}, outside the suite folder" in proc.stderr
+    assert _nothing_written(tmp_path / "runs")
+    (suite / "guided.md").unlink()
+    (suite / "guided.md").write_text("Answer in one word. ")
+    (secret.parent / "cases.jsonl").write_text((suite / "cases.jsonl").read_text())
+    (suite / "cases.jsonl").unlink()
+    (suite / "cases.jsonl").symlink_to(secret.parent / "cases.jsonl")
+    proc = cli(str(suite), "--runs-dir", str(tmp_path / "runs"), "--base-url", "http://127.0.0.1:9/v1")
+    assert proc.exit_code == 2 and "cases.jsonl: resolves to" in proc.stderr
+    assert _nothing_written(tmp_path / "runs")
+
+
+def test_a_runs_symlink_out_of_the_suite_is_refused_unless_runs_dir_names_the_place(tmp_path):
+    suite = write_suite(tmp_path / "suite", 1, k=1)
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (suite / "runs").symlink_to(target)
+    with ScriptedServer(SCRIPT) as srv:
+        proc = cli(str(suite), "--base-url", srv.base_url)
+        assert proc.exit_code == 2, proc.output
+        assert f"{suite / 'runs'}: is a symlink to {target}, outside the suite folder" in proc.stderr
+        assert "--runs-dir" in proc.stderr and srv.requests == [] and not any(target.iterdir())
+        proc = cli(str(suite), "--base-url", srv.base_url, "--runs-dir", str(target))  # asked for: written
+        assert proc.exit_code == 0, proc.output
+    assert len([p for p in target.iterdir() if p.is_dir()]) == 1
+
+
+def test_a_config_no_call_fits_under_and_an_oversized_k_are_refused_before_a_folder_is_made(tmp_path):
+    suite = write_suite(tmp_path / "suite", 2, max_tokens_out=2_000_000)  # 2e6 x $2/Mtok = $4 > cap $1
+    with ScriptedServer(SCRIPT) as srv:
+        proc = cli(str(suite), "--runs-dir", str(tmp_path / "runs"), "--base-url", srv.base_url)
+        assert proc.exit_code == 2 and "0 calls fit under the cap" in proc.stderr and "max_tokens_out" in proc.stderr
+        assert _nothing_written(tmp_path / "runs")
+        suite = write_suite(tmp_path / "suite2", 2)
+        proc = cli(str(suite), "--runs-dir", str(tmp_path / "runs"), "--base-url", srv.base_url, "--k", "1001")
+        assert proc.exit_code == 2 and "k must be at most 1000" in proc.stderr
+        assert srv.requests == [] and _nothing_written(tmp_path / "runs")

@@ -93,6 +93,20 @@ def test_write_atomic_replaces_whole_and_leaves_no_temp_files(tmp_path):
     assert os.listdir(p.parent) == ["summary.md"]
 
 
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_write_atomic_gives_ordinary_permissions_under_the_umask(tmp_path, umask, mode):
+    old = os.umask(umask)
+    try:
+        write_atomic(tmp_path / "report.html", "<p>shared</p>")
+        folder = RunFolder.create(tmp_path / "runs", {"n": 1})
+        folder.write_summary({"complete": True}, "done")
+    finally:
+        os.umask(old)
+    for f in (tmp_path / "report.html", folder.path / "config.json", folder.path / "summary.json",
+              folder.path / "summary.md"):
+        assert oct(f.stat().st_mode & 0o777) == oct(mode), f  # mkstemp alone would make it 0600
+
+
 def test_load_run_columns_are_stable(tmp_path):
     run = RunFolder.create(tmp_path, {"suite": "s", "arms": ["base"], "k": 1})
     empty = load_run(run.path)

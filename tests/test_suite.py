@@ -3,6 +3,7 @@ tmp_path by each test."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -342,3 +343,201 @@ def test_check_options_follow_the_graders_forms(tmp_path):
     (root / "scorers" / "mine.py").write_text("def score(output, case):\n    return True\n")
     report = lint_suite(root, strict=True)
     assert [(f.line, f.json_path) for f in report.errors] == [(2, "$.checks[0].patterns[0]")]
+
+
+# --- every file a suite reads: inside the suite, a regular file, under a size limit -------
+def _errors(report) -> str:
+    return "\n".join(str(f) for f in report.errors)
+
+
+def test_a_symlink_out_of_the_suite_is_refused_for_every_file_a_run_reads(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.md").write_text("the content of a file outside the suite\n")
+    (outside / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in CASES))
+    (outside / "prompt.txt").write_text("${guidance}${input}")
+    (outside / "rubric.md").write_text("5 best")
+    root = write_suite(tmp_path / "unit")
+    for rel, target in (("guidance/skilled.md", "secret.md"), ("cases.jsonl", "cases.jsonl"),
+                        ("prompt.txt", "prompt.txt"), ("judge/rubric-v1.md", "rubric.md")):
+        (root / rel).unlink()
+        (root / rel).symlink_to(outside / target)
+    report = lint_suite(root)
+    for rel in ("guidance/skilled.md", "cases.jsonl", "prompt.txt", "judge/rubric-v1.md"):
+        assert any(f.path == str(root / rel) and "outside the suite folder" in f.message
+                   and str(outside) in f.message for f in report.errors), (rel, _errors(report))
+    with pytest.raises(InputError, match="outside the suite folder"):
+        load_suite(root)
+
+
+def test_a_symlink_that_stays_inside_the_suite_is_fine(tmp_path):
+    root = write_suite(tmp_path / "unit")
+    (root / "shared").mkdir()
+    (root / "guidance" / "skilled.md").rename(root / "shared" / "skilled.md")
+    (root / "guidance" / "skilled.md").symlink_to(Path("..") / "shared" / "skilled.md")
+    suite = load_suite(root)
+    assert suite.config.arm("skilled").guidance.startswith("Q: What is the capital of Spain?")
+
+
+def test_special_files_are_refused_without_hanging_and_lint_reports_every_one(tmp_path):
+    from conftest import fifo_watchdog
+
+    cases = CASES + [{"id": "scored", "input": "x", "tags": ["golden"],
+                      "checks": [{"kind": "scorer", "file": "scorers/s.py"}]}]
+    root = write_suite(tmp_path / "unit", cases=cases)
+    (root / "scorers").mkdir()
+    fifos = []
+    for rel in ("guidance/skilled.md", "judge/rubric-v1.md", "judge/human-sample.jsonl", "scorers/s.py"):
+        p = root / rel
+        if p.exists():
+            p.unlink()
+        os.mkfifo(p)
+        fifos.append(p)
+    with fifo_watchdog(*fifos) as released:
+        report = lint_suite(root)
+    assert released == []  # nothing ever blocked on a FIFO
+    for p in fifos:
+        assert any(f.path == str(p) and f.message == "not a regular file: it is a FIFO (named pipe)"
+                   for f in report.errors), (p, _errors(report))
+
+
+def test_human_labels_plan_and_baseline_are_linted(tmp_path):
+    root = write_suite(tmp_path / "unit")
+    (root / "judge" / "human-sample.jsonl").write_text('{"item": "cap-fr/baseline/0", "score": 9}\n')
+    (root / "plan.json").write_text("[1, 2]")
+    (tmp_path / "elsewhere.json").write_text("{}")
+    (root / "baseline.json").symlink_to(tmp_path / "elsewhere.json")
+    report = lint_suite(root)
+    text = _errors(report)
+    assert f"{root / 'judge' / 'human-sample.jsonl'}:1: error: $.score: score must be an integer 1..5" in text
+    assert f"{root / 'plan.json'}:1: error: $: plan.json must be a JSON object, got list" in text
+    assert any(f.path == str(root / "baseline.json") and "outside the suite folder" in f.message
+               for f in report.errors), text
+
+
+def test_a_file_over_its_size_limit_is_refused_with_the_limit(tmp_path):
+    from evalkit.suite import MAX_LABELS_BYTES
+
+    root = write_suite(tmp_path / "unit")
+    with open(root / "judge" / "human-sample.jsonl", "wb") as fh:
+        fh.truncate(MAX_LABELS_BYTES + 1)  # sparse: nothing is written, nothing need be read
+    report = lint_suite(root)
+    assert any(f.path.endswith("human-sample.jsonl") and
+               f.message == f"file is {MAX_LABELS_BYTES + 1} bytes, over the {MAX_LABELS_BYTES}-byte limit"
+               for f in report.errors), _errors(report)
+
+
+def test_reader_refuses_a_device_and_a_folder_before_reading(tmp_path):
+    from evalkit.suite import read_file_bytes, read_text_file
+
+    with pytest.raises(InputError, match="not a regular file: it is a character device"):
+        read_file_bytes("/dev/zero", limit=None)  # never read: it would never end
+    with pytest.raises(InputError, match="not a regular file: it is a folder"):
+        read_text_file(tmp_path)
+    (tmp_path / "link").symlink_to("/dev/zero")
+    with pytest.raises(InputError, match="outside the suite folder"):
+        read_file_bytes(tmp_path / "link", limit=10, root=tmp_path)
+
+
+def test_runs_symlink_out_of_the_suite_is_a_lint_warning_and_refused_as_the_default(tmp_path):
+    from evalkit.suite import default_runs_dir
+
+    root = write_suite(tmp_path / "unit")
+    (tmp_path / "scratch").mkdir()
+    (root / "runs").symlink_to(tmp_path / "scratch")
+    report = lint_suite(root)
+    assert report.ok
+    assert any(f.path == str(root / "runs") and "outside the suite folder" in f.message and "--runs-dir" in f.message
+               for f in report.warnings)
+    with pytest.raises(InputError, match="--runs-dir"):
+        default_runs_dir(root)
+    (root / "runs").unlink()
+    (root / "runs").symlink_to("judge")  # inside: fine
+    assert default_runs_dir(root) == root / "runs"
+
+
+# --- bounds on config values --------------------------------------------------------------
+def _config_findings(tmp_path, **changes) -> tuple[list, list]:
+    cfg = json.loads(json.dumps(BASE_CONFIG))
+    for key, value in changes.items():
+        if "__" in key:
+            outer, inner = key.split("__")
+            cfg[outer][inner] = value
+        else:
+            cfg[key] = value
+    report = lint_suite(write_suite(tmp_path / "unit", cfg))
+    return list(report.errors), list(report.warnings)
+
+
+@pytest.mark.parametrize("key, value, json_path, message", [
+    ("cost_cap_usd", 1e308, "$.cost_cap_usd", "cost_cap_usd must be at most 100000.0, got 1e+308"),
+    ("cost_cap_usd", 0, "$.cost_cap_usd", "cost_cap_usd must be greater than 0, got 0"),
+    ("k", 10**6, "$.k", "k must be at most 1000, got 1000000"),
+    ("concurrency", 10**6, "$.concurrency", "concurrency must be at most 256, got 1000000"),
+    ("timeout_s", 1e9, "$.timeout_s", "timeout_s must be at most 3600.0, got 1000000000.0"),
+    ("max_attempts", 10**4, "$.max_attempts", "max_attempts must be at most 100, got 10000"),
+    ("max_tokens_in", 10**8, "$.max_tokens_in", "max_tokens_in must be at most 10000000, got 100000000"),
+    ("seed", 2**70, "$.seed", f"seed must be at most {2**63 - 1}, got {2**70}"),
+    ("price__in_per_mtok", 1e12, "$.price.in_per_mtok", "in_per_mtok must be at most 10000.0, got 1000000000000.0"),
+    ("judge_price__out_per_mtok", -1, "$.judge_price.out_per_mtok", "out_per_mtok must be at least 0, got -1"),
+])
+def test_config_values_out_of_bounds_are_errors_naming_config_json_and_the_json_path(tmp_path, key, value,
+                                                                                   json_path, message):
+    errors, _ = _config_findings(tmp_path, **{key: value})
+    assert any(f.path.endswith("config.json") and f.json_path == json_path and f.message == message
+               and f.line is not None for f in errors), [str(f) for f in errors]
+
+
+def test_non_finite_numbers_are_refused(tmp_path):
+    root = write_suite(tmp_path / "unit")
+    text = (root / "config.json").read_text().replace('"cost_cap_usd": 0.05', '"cost_cap_usd": Infinity')
+    (root / "config.json").write_text(text)
+    assert any(f.json_path == "$.cost_cap_usd" and "finite" in f.message for f in lint_suite(root).errors)
+
+
+def test_a_token_ceiling_no_call_fits_under_is_an_error_saying_none_fit(tmp_path):
+    errors, _ = _config_findings(tmp_path, max_tokens_out=10**9)
+    text = [str(f) for f in errors]
+    assert any(f.json_path == "$.max_tokens_out" and "at most 10000000" in f.message for f in errors), text
+    fit = [f for f in errors if "0 calls fit" in f.message]
+    assert len(fit) == 2, text  # the generator's price and the judge's
+    gen = next(f for f in fit if "generator" in f.message)
+    # 512 x $0.1 + 10**9 x $0.4 per million tokens
+    assert gen.json_path == "$.max_tokens_out" and gen.path.endswith("config.json")
+    assert "one generator call costs up to $400" in gen.message and "over cost_cap_usd $0.05" in gen.message
+    errors, _ = _config_findings(tmp_path / "b", max_tokens_out=200_000)  # under the limit, over the cap
+    assert [f.message.split(":")[0] for f in errors if "calls fit" in f.message] == [
+        "one generator call costs up to $0.0800512 (max_tokens_in 512 x price.in_per_mtok 0.1 + max_tokens_out "
+        "200000 x price.out_per_mtok 0.4, per million tokens), over cost_cap_usd $0.05",
+        "one judge call costs up to $0.120077 (max_tokens_in 512 x judge_price.in_per_mtok 0.15 + max_tokens_out "
+        "200000 x judge_price.out_per_mtok 0.6, per million tokens), over cost_cap_usd $0.05"]
+
+
+def test_a_price_of_zero_warns_that_the_cap_cannot_bind(tmp_path):
+    errors, warnings = _config_findings(tmp_path, price={"in_per_mtok": 0, "out_per_mtok": 0})
+    assert not errors
+    assert any(f.json_path == "$.price" and "cap" in f.message and "cannot bind" in f.message for f in warnings)
+    errors, warnings = _config_findings(tmp_path / "b", price={"in_per_mtok": 0, "out_per_mtok": 0.4})
+    assert not errors
+    assert any(f.json_path == "$.price.in_per_mtok" and "cannot bind" in f.message for f in warnings)
+
+
+def test_more_samples_than_the_cap_covers_is_a_warning_with_both_counts(tmp_path):
+    _, warnings = _config_findings(tmp_path, cost_cap_usd=0.0002)  # one call: up to $0.0000576
+    w = [f for f in warnings if f.json_path == "$.cost_cap_usd"]
+    assert len(w) == 1 and "covers 3 generator call(s)" in w[0].message
+    assert "plans 30 (5 cases x 2 arms x k 3)" in w[0].message
+
+
+def test_case_and_sample_counts_are_within_their_limits(tmp_path, monkeypatch):
+    import evalkit.suite as S
+
+    monkeypatch.setattr(S, "MAX_CASES", 4)
+    report = lint_suite(write_suite(tmp_path / "unit"))
+    assert any(f.path.endswith("cases.jsonl") and f.message == "5 cases, over the limit of 4 cases per suite"
+               for f in report.errors)
+    monkeypatch.setattr(S, "MAX_CASES", 100)
+    monkeypatch.setattr(S, "MAX_SAMPLES_PER_RUN", 29)
+    report = lint_suite(write_suite(tmp_path / "unit2"))
+    assert any(f.json_path == "$.k" and f.path.endswith("config.json") and
+               "30 samples (5 cases x 2 arms x k 3), over the limit of 29" in f.message for f in report.errors)

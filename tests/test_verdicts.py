@@ -603,3 +603,29 @@ def test_plan_baseline_and_config_files_that_are_not_json_objects_are_input_erro
     with pytest.raises(InputError, match="config must be a JSON object"):
         V.write_plan(V.plan_power(0.75), tmp_path)
     assert (tmp_path / "plan.json").read_bytes() == before  # nothing written
+
+
+def test_a_plan_or_baseline_in_a_suite_folder_must_resolve_inside_it(tmp_path):
+    import os
+
+    from conftest import fifo_watchdog
+
+    suite = make_suite(tmp_path, {"a": {}})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    V.write_plan(V.plan_power(0.75), elsewhere)  # a plan outside any suite: read where it is
+    assert V.load_plan(elsewhere / "plan.json").test == "sign"
+    (suite / "plan.json").symlink_to(elsewhere / "plan.json")
+    with pytest.raises(InputError, match="outside the suite folder"):
+        V.load_plan(suite)
+    (elsewhere / "baseline.json").write_text(json.dumps({"success_rate": 0.5}))
+    assert V.load_baseline(elsewhere / "baseline.json")["success_rate"] == 0.5
+    (suite / "baseline.json").symlink_to(elsewhere / "baseline.json")
+    with pytest.raises(InputError, match="outside the suite folder"):
+        V.load_baseline(suite / "baseline.json")
+    (suite / "plan.json").unlink()
+    os.mkfifo(suite / "plan.json")
+    with fifo_watchdog(suite / "plan.json") as released:
+        with pytest.raises(InputError, match="not a regular file: it is a FIFO"):
+            V.load_plan(suite)
+    assert released == []
