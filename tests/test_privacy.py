@@ -1,0 +1,356 @@
+"""Personal data and secrets (evalkit.privacy): planted values of every kind found, their
+look-alikes left alone, the allow-list, and the hooks: lint, dataset validate and new,
+import, run, grade and report --redact. Every diagnostic names where and what kind, and
+never the value: each test checks the planted values are absent from what was printed
+and from every file written.
+
+Key-shaped values are built at run time from a seeded generator (no real-looking key is
+committed); the cards, IBANs and identifiers are the published test and example values.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import random
+import shutil
+import string
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from evalkit import privacy
+from evalkit.cli import main
+from evalkit.suite import lint_suite
+
+ROOT = Path(__file__).resolve().parents[1]
+FACTUAL = ROOT / "data" / "factual"
+PANDALM = ROOT.parent / "shared" / "data" / "pandalm"
+RNG = random.Random(20)
+ALNUM = string.ascii_letters + string.digits
+
+
+def rand(n: int, alphabet: str = ALNUM) -> str:
+    return "".join(RNG.choice(alphabet) for _ in range(n))
+
+
+def b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+AWS_ID = "AKIA" + rand(16, string.ascii_uppercase + "234567")
+GITHUB = "ghp_" + rand(36)
+SLACK = f"xoxb-{rand(12, string.digits)}-{rand(12, string.digits)}-{rand(24)}"
+OPENAI_LEGACY = "sk-" + rand(20) + "T3BlbkFJ" + rand(20)
+OPENAI_PROJECT = "sk-proj-" + rand(40, ALNUM + "_-")
+ANTHROPIC = "sk-ant-api03-" + rand(60, ALNUM + "_-")
+GOOGLE = "AIza" + rand(35, ALNUM + "_-")
+JWT = ".".join([b64(json.dumps({"alg": "HS256", "typ": "JWT"}).encode()),
+                b64(json.dumps({"sub": "1234567890", "name": "Pat", "iat": 1516239022}).encode()),
+                b64(bytes(RNG.randrange(256) for _ in range(32)))])
+PRIVATE_KEY = ("-----BEGIN RSA PRIVATE KEY-----\n" + "\n".join(rand(64, ALNUM + "+/") for _ in range(3))
+               + "\n-----END RSA PRIVATE KEY-----")
+PASSWORD = rand(14)
+
+# the four values of the issue's "done when"
+EMAIL = "jane.doe@acme-mail.com"
+PHONE = "(415) 555-2671"
+CARD = "4111 1111 1111 1111"
+API_KEY = OPENAI_PROJECT
+PLANTED = (EMAIL, PHONE, CARD, API_KEY)
+
+
+def kinds(text: str, regions: tuple[str, ...] = privacy.DEFAULT_PHONE_REGIONS) -> list[tuple[str, str]]:
+    """(kind, matched text) of every detection."""
+    return [(d.kind, text[d.start:d.end]) for d in privacy.scanner(regions).scan(text)]
+
+
+def assert_absent(text: str, values=PLANTED) -> None:
+    for v in values:
+        assert v not in text, "a diagnostic repeated a value it found"
+
+
+def assert_absent_from_files(root: Path, values=PLANTED) -> None:
+    assert not privacy.leaking_files([root], values), "a written file holds a planted value"
+
+
+# --- the scanner: planted values of every kind, and their look-alikes -------------------------
+@pytest.mark.parametrize("text, found", [
+    (f"write to {EMAIL} today", [("email", EMAIL)]),
+    ("ask Ops.Team+eval@mail.acme-corp.co.uk now", [("email", "Ops.Team+eval@mail.acme-corp.co.uk")]),
+    ("jane@example.com, ops@mail.example.org, a@b.test, me@host.invalid, root@localhost", []),
+    ("not..an@acme-mail.com and @handle and a@b", []),
+])
+def test_emails(text, found):
+    assert kinds(text) == found
+
+
+@pytest.mark.parametrize("text, number", [
+    ("call (415) 555-2671 now", "(415) 555-2671"),          # US, national
+    ("ring +44 20 7946 0958", "+44 20 7946 0958"),          # GB, international
+    ("London 020 7946 0958", "020 7946 0958"),              # GB, national
+    ("Tel. 030 901820", "030 901820"),                      # DE, national
+    ("appelez le 01 42 68 53 00", "01 42 68 53 00"),        # FR, national
+    ("+91 98765 43210", "+91 98765 43210"),                 # IN
+    ("Tokyo office +81 3-1234-5678", "+81 3-1234-5678"),    # JP, international
+    ("Sydney +61 2 9876 5432", "+61 2 9876 5432"),          # AU
+    ("São Paulo +55 11 91234-5678", "+55 11 91234-5678"),   # BR
+    ("Phone: 4155552671", "4155552671"),                    # a bare run after a phone word
+])
+def test_phone_numbers_in_several_countries(text, number):
+    assert kinds(text) == [("phone", number)]
+
+
+@pytest.mark.parametrize("text", [
+    "In 1999 the population was 67,000,000; by 2020 it was 8 336 817, GDP 21,433,226 million.",
+    "on 2023-01-15 at 12:30:45, coordinates 37.7749, -122.4194",
+    "ISBN 978-3-16-148410-0, zip 94105-1234, 3.14159265358979",
+    "order 4155552671 shipped",       # a bare digit run with no phone word: an order number
+    "Yokohama 045-123-4567",          # a national format of a region not scanned
+    "ID12 and 1234567",
+])
+def test_numbers_that_are_not_phone_numbers(text):
+    assert kinds(text) == []
+
+
+def test_phone_regions_are_chosen_by_the_policy():
+    text = "Yokohama office 045-123-4567"
+    assert kinds(text) == []
+    assert kinds(text, ("JP",)) == [("phone", "045-123-4567")]
+
+
+@pytest.mark.parametrize("card", ["4111 1111 1111 1111", "5555-5555-5555-4444", "378282246310005",
+                                  "6011 1111 1111 1117", "3530 1113 3330 0000"])
+def test_valid_card_numbers(card):
+    assert kinds(f"card {card} exp 12/29") == [("card", card)]
+
+
+@pytest.mark.parametrize("text", [
+    "card 4111 1111 1111 1112",            # the Luhn check fails: not a card
+    "card 5555 5555 5555 4445",
+    "0000 0000 0000 0000",                 # passes Luhn, but no issuer uses that prefix
+    "ref 941111111111111111111",           # a card-length window inside a longer number
+    "id a4111111111111111b",
+])
+def test_invalid_card_numbers_are_not_flagged(text):
+    assert [k for k, _ in kinds(text)] == []
+
+
+@pytest.mark.parametrize("text, found", [
+    ("IBAN DE89 3704 0044 0532 0130 00 please", "DE89 3704 0044 0532 0130 00"),
+    ("GB82WEST12345698765432", "GB82WEST12345698765432"),
+    ("pay FR14 2004 1010 0505 0001 3M02 606 today", "FR14 2004 1010 0505 0001 3M02 606"),
+])
+def test_valid_ibans(text, found):
+    assert kinds(text) == [("iban", found)]
+
+
+@pytest.mark.parametrize("text", ["IBAN DE89 3704 0044 0532 0130 01", "GB82WEST12345698765433",
+                                  "product code AB12CDEFGHIJKLMNO"])
+def test_invalid_ibans_are_not_flagged(text):
+    assert kinds(text) == []
+
+
+@pytest.mark.parametrize("text, detail", [
+    ("SSN 536-90-4399", "US SSN"), ("DNI 12345678Z", "ES DNI"), ("NIE X1234567L", "ES NIE"),
+    ("CF RSSMRA85T10A562S", "IT codice fiscale"), ("CPF 390.533.447-05", "BR CPF"),
+    ("Aadhaar 2345 6789 0124", "IN Aadhaar"),
+])
+def test_national_identifiers_a_library_validates(text, detail):
+    [d] = privacy.scanner().scan(text)
+    assert (d.kind, d.detail) == ("national_id", detail)
+
+
+@pytest.mark.parametrize("text", ["SSN 000-12-3456", "SSN 666-12-3456", "DNI 12345678A", "CPF 390.533.447-06",
+                                  "CF RSSMRA85T10A562X", "Aadhaar 2345 6789 0125"])
+def test_invalid_national_identifiers_are_not_flagged(text):
+    assert kinds(text) == []
+
+
+def test_ip_addresses():
+    text = "dns 8.8.8.8:53 and 2001:4860:4860::8888; lan 10.0.0.1, 127.0.0.1, 192.0.2.1, 2001:db8::1, ::1"
+    assert kinds(text) == [("ip_address", "8.8.8.8"), ("ip_address", "2001:4860:4860::8888")]
+    assert kinds("version 1.2.3.4, v2.3.4.5 and section 1.2.3.4.5; at 12:30:45") == []
+
+
+@pytest.mark.parametrize("value, kind", [
+    (AWS_ID, "api_key"), (GITHUB, "api_key"), (SLACK, "api_key"), (OPENAI_LEGACY, "api_key"),
+    (OPENAI_PROJECT, "api_key"), (ANTHROPIC, "api_key"), (GOOGLE, "api_key"), (JWT, "jwt"),
+    (PRIVATE_KEY, "private_key"),
+])
+def test_secrets(value, kind):
+    assert kinds(f"config: {value}\nnext line") == [(kind, value)]
+
+
+def test_passwords_in_urls_and_connection_strings():
+    url = f"postgres://app:{PASSWORD}@db.internal:5432/app"
+    conn = f"Server=tcp:db.corp.net;Database=app;User Id=sa;Password={PASSWORD};"
+    assert kinds(url) == [("password", PASSWORD)]  # the password, not the URL
+    assert kinds(conn) == [("password", PASSWORD)]
+
+
+@pytest.mark.parametrize("text", [
+    "AKIAIOSFODNN7EXAMPLE",                               # AWS's documentation key
+    "sk-test-1234 and sk-" + "x" * 48,
+    "ghp_" + "x" * 36,
+    "xoxb-your-token-here",
+    "eyJhbGciOi.notbase64json.x",
+    "-----BEGIN PUBLIC KEY-----\nMIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEA\n-----END PUBLIC KEY-----",
+    "postgres://app:${DB_PASSWORD}@db/app and https://user:password@host/x",
+    "Server=db;Database=app;Password=changeme;",
+])
+def test_look_alike_keys_are_not_keys(text):
+    assert kinds(text) == []
+
+
+def test_detections_are_ordered_and_do_not_overlap():
+    text = f"{EMAIL} / {PHONE} / {CARD} / {API_KEY}"
+    assert [k for k, _ in kinds(text)] == ["email", "phone", "card", "api_key"]
+
+
+def test_real_public_data_holds_only_real_contact_data():
+    """PandaLM's 999 items and two judges' answers (about 11,000 strings of ordinary
+    prose, numbers and code): the scan finds the two contact details the text holds and
+    nothing else: no year, price, population, version or code fragment."""
+    assert PANDALM.exists(), "../shared/data/pandalm is missing"
+    sc = privacy.scanner()
+    found = set()
+    for f in sorted(PANDALM.glob("*.json")):
+        for item in json.loads(f.read_text(encoding="utf-8")):
+            for v in item.values():
+                if isinstance(v, str):
+                    found |= {(d.kind, d.norm) for d in sc.scan(v)}
+    assert found == {("email", "johndoe@email.com"), ("phone", "+16506364884")}
+
+
+# --- the allow-list -----------------------------------------------------------------------------
+def detection(text: str) -> privacy.Detection:
+    [d] = privacy.scanner().scan(text)
+    return d
+
+
+def test_allow_rules_match_kind_pattern_hash_and_case():
+    card, email = detection(CARD), detection(EMAIL)
+    problems: list = []
+    policy = privacy.parse_policy({"allow": [
+        {"kind": "card", "sha256": privacy.value_hash(card.norm), "reason": "Visa test card"},
+        {"kind": "email", "pattern": r"[^@]+@acme-mail\.com", "case": ["c1"]},
+    ]}, problems)
+    assert problems == []
+    assert policy.allows(card) and policy.allows(card, "any-case")
+    assert policy.allows(email, "c1") and not policy.allows(email, "c2") and not policy.allows(email)
+    # the hash is of the normalized value: the same card written another way is the same entry
+    assert policy.allows(detection("4111-1111-1111-1111"))
+    assert not policy.allows(detection("5555 5555 5555 4444"))
+
+
+@pytest.mark.parametrize("doc, where", [
+    ({"allow": ["emails"]}, "$.allow[0]"),
+    ({"allow": [{"kind": "card", "pattern": "("}]}, "$.allow[0].pattern"),
+    ({"allow": [{"kind": "card", "sha256": "abc"}]}, "$.allow[0].sha256"),
+    ({"allow": [{"kind": "card", "value": "4111"}]}, "$.allow[0].value"),
+    ({"allow": [{"case": "c1"}]}, "$.allow[0]"),
+    ({"allow": "email"}, "$.allow"),
+    ({"phone_regions": ["ZZ"]}, "$.phone_regions"),
+    ({"allowed": []}, "$.allowed"),
+])
+def test_a_malformed_allow_list_names_its_place(doc, where):
+    problems: list = []
+    privacy.parse_policy(doc, problems)
+    assert [jp for jp, _ in problems] == [where]
+
+
+# --- lint: the issue's "done when" -------------------------------------------------------------
+def planted_suite(root: Path) -> Path:
+    """The example suite with an email, a phone number, a card number and an API key
+    planted in four cases: an input, a context, an object input's field, an input."""
+    dest = root / "factual"
+    shutil.copytree(FACTUAL, dest, ignore=shutil.ignore_patterns("runs"))
+    lines = (dest / "cases.jsonl").read_text(encoding="utf-8").splitlines()
+    cases = [json.loads(x) for x in lines]
+    cases[0]["input"] = f"My email is {EMAIL}. What is the capital of France?"
+    cases[1]["context"] = f"Support line: {PHONE}."
+    cases[2]["input"] = {"question": "What is the capital of Italy?", "card": f"Card {CARD} on file."}
+    cases[3]["input"] = f"Use the key {API_KEY}. What is the capital of Egypt?"
+    (dest / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases), encoding="utf-8")
+    return dest
+
+
+def privacy_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if "privacy:" in line and "[" in line]
+
+
+def test_the_example_suite_lints_clean_under_strict():
+    res = CliRunner().invoke(main, ["lint", str(FACTUAL), "--strict"])
+    assert res.exit_code == 0, res.output
+    assert "privacy" not in res.output
+
+
+def test_lint_strict_fails_with_four_findings_naming_place_and_kind(tmp_path):
+    suite = planted_suite(tmp_path)
+    res = CliRunner().invoke(main, ["lint", str(suite), "--strict"])
+    assert res.exit_code == 2
+    found = privacy_lines(res.stderr)
+    cases = str(suite / "cases.jsonl")
+    assert found == [
+        f"{cases}:1: error: $.input: privacy: email address [email]: replace it with a placeholder, or "
+        "allow-list a synthetic value (privacy.json)",
+        f"{cases}:2: error: $.context: privacy: phone number (US) [phone]: replace it with a placeholder, or "
+        "allow-list a synthetic value (privacy.json)",
+        f"{cases}:3: error: $.input.card: privacy: payment card number (Visa) [card]: replace it with a "
+        "placeholder, or allow-list a synthetic value (privacy.json)",
+        f"{cases}:4: error: $.input: privacy: API key or token (OpenAI API Key) [api_key]: replace "
+        "it with a placeholder, or allow-list a synthetic value (privacy.json)",
+    ]
+    assert_absent(res.stdout + res.stderr)
+    # without --strict the same four are warnings, and the suite lints
+    res = CliRunner().invoke(main, ["lint", str(suite)])
+    assert res.exit_code == 0 and len(privacy_lines(res.stdout)) == 4
+    assert all(": warning: $." in line for line in privacy_lines(res.stdout))
+    assert_absent(res.stdout + res.stderr)
+
+
+def test_the_allow_list_lets_deliberate_test_values_through(tmp_path):
+    suite = planted_suite(tmp_path)
+    card = detection(CARD)
+    (suite / "privacy.json").write_text(json.dumps({
+        "// why": "synthetic values the suite needs on purpose",
+        "allow": [{"kind": "card", "sha256": privacy.value_hash(card.norm), "reason": "the Visa test card"},
+                  {"kind": "email", "pattern": r"[^@]+@acme-mail\.com"}]}), encoding="utf-8")
+    cases = [json.loads(x) for x in (suite / "cases.jsonl").read_text().splitlines()]
+    cases[1]["privacy_allow"] = ["phone"]  # a per-case entry
+    (suite / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases), encoding="utf-8")
+    report = lint_suite(suite, strict=True)
+    assert [(f.line, f.json_path) for f in report.errors] == [(4, "$.input")]
+    # a case entry is for its own case only
+    cases[5]["context"] = f"Also: {PHONE}"
+    (suite / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases), encoding="utf-8")
+    assert [(f.line, f.json_path) for f in lint_suite(suite, strict=True).errors] == [
+        (4, "$.input"), (6, "$.context")]
+
+
+def test_lint_scans_templates_guidance_judge_files_and_human_labels(tmp_path):
+    suite = planted_suite(tmp_path / "a")
+    (suite / "cases.jsonl").write_text((FACTUAL / "cases.jsonl").read_text(encoding="utf-8"), encoding="utf-8")
+    (suite / "guidance" / "skilled.md").write_text(f"Answer briefly.\n\nEscalate to {EMAIL}.\n")
+    (suite / "prompt.txt").write_text(f"${{guidance}}Q: ${{input}}\nA: (token {GITHUB})")
+    (suite / "judge" / "rubric-v1.md").write_text(f"5: right.\n1: wrong.\nQuestions: call {PHONE}.\n")
+    (suite / "judge" / "human-sample.jsonl").write_text(
+        json.dumps({"item": "capital-france/baseline/0", "score": 4, "rater": EMAIL}) + "\n")
+    report = lint_suite(suite)
+    got = sorted((Path(f.path).name, f.line, f.json_path, f.message.split("[")[1].split("]")[0])
+                 for f in report.warnings if "privacy" in f.message)
+    assert got == [("human-sample.jsonl", 1, "$.rater", "email"), ("prompt.txt", 2, None, "api_key"),
+                   ("rubric-v1.md", 3, None, "phone"), ("skilled.md", 3, None, "email")]
+
+
+def test_a_malformed_allow_list_is_a_lint_error(tmp_path):
+    suite = planted_suite(tmp_path)
+    (suite / "privacy.json").write_text('{\n  "allow": [\n    {"kind": "card", "sha256": "nope"}\n  ]\n}\n')
+    report = lint_suite(suite)
+    [err] = [e for e in report.errors if e.path.endswith("privacy.json")]
+    assert (err.line, err.json_path) == (3, "$.allow[0].sha256")
+    cases = [json.loads(x) for x in (suite / "cases.jsonl").read_text().splitlines()]
+    cases[0]["privacy_allow"] = [{"kind": "email", "case": "x"}]  # a case entry cannot name cases
+    (suite / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases), encoding="utf-8")
+    assert any(e.line == 1 and e.json_path == "$.privacy_allow[0].case" for e in lint_suite(suite).errors)
