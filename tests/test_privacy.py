@@ -21,6 +21,8 @@ from click.testing import CliRunner
 
 from evalkit import privacy
 from evalkit.cli import main
+from evalkit.errors import InputError
+from evalkit.serve import ScriptedServer
 from evalkit.suite import lint_suite
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -354,3 +356,67 @@ def test_a_malformed_allow_list_is_a_lint_error(tmp_path):
     cases[0]["privacy_allow"] = [{"kind": "email", "case": "x"}]  # a case entry cannot name cases
     (suite / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases), encoding="utf-8")
     assert any(e.line == 1 and e.json_path == "$.privacy_allow[0].case" for e in lint_suite(suite).errors)
+
+
+# --- datasets: validate and new -----------------------------------------------------------------
+def test_run_refuses_before_any_call_with_the_four_findings(tmp_path, monkeypatch):
+    monkeypatch.setenv("EVALKIT_API_KEY", "test-key")
+    suite = planted_suite(tmp_path)
+    with ScriptedServer({"default": {"text": "Paris"}}) as srv:
+        res = CliRunner().invoke(main, ["run", str(suite), "--base-url", srv.base_url, "--k", "1", "--no-progress"])
+        assert srv.stats["requests"] == 0 and srv.stats["tokenize"] == 0
+    assert res.exit_code == 2
+    found = privacy_lines(res.stderr)
+    cases = str(suite / "cases.jsonl")
+    assert [line.removeprefix("error: ").split(": privacy: ")[0] for line in found] == [
+        f"{cases}:1 ($.input)", f"{cases}:2 ($.context)", f"{cases}:3 ($.input.card)", f"{cases}:4 ($.input)"]
+    assert [line.split("[")[1].split("]")[0] for line in found] == ["email", "phone", "card", "api_key"]
+    assert "--allow-private-data" in res.stderr
+    assert not (suite / "runs").exists()  # nothing written
+    assert_absent(res.output)
+
+
+def test_run_gate_keeps_a_resumed_runs_decision(tmp_path):
+    suite = planted_suite(tmp_path)
+    with pytest.raises(InputError):
+        privacy.run_gate(suite, allowed=False)
+    record = privacy.run_gate(suite, allowed=False, recorded={"findings": 4, "allowed": True})
+    assert record == {"findings": 4, "by_kind": {"api_key": 1, "card": 1, "email": 1, "phone": 1},
+                      "allowed": True, "allowed_by": "--allow-private-data"}
+    assert privacy.run_gate(FACTUAL, allowed=False) == {"findings": 0}
+
+
+LEAKY_SCRIPT = {"rules": [{"match": "Egypt", "text": f"Cairo. The key is {API_KEY}"},
+                          {"match": "France", "text": f"Paris. Mail {EMAIL}"}],
+                "default": {"text": "unknown"}}
+
+
+@pytest.fixture(scope="module")
+def leaky(tmp_path_factory):
+    """The planted suite run with `--allow-private-data` (k=1) against a model that
+    repeats the key its context holds and the email its input holds."""
+    root = tmp_path_factory.mktemp("leaky")
+    suite = planted_suite(root)
+    mp = pytest.MonkeyPatch()
+    mp.setenv("EVALKIT_API_KEY", "test-key")
+    try:
+        with ScriptedServer(LEAKY_SCRIPT) as srv:
+            res = CliRunner().invoke(main, ["run", str(suite), "--base-url", srv.base_url, "--k", "1",
+                                            "--no-progress", "--allow-private-data"])
+    finally:
+        mp.undo()
+    run = Path(next(line.split(": ", 1)[1] for line in res.stdout.splitlines() if line.startswith("run folder: ")))
+    return {"root": root, "suite": suite, "run": run, "res": res}
+
+
+def test_a_run_let_through_by_the_flag_records_it(leaky):
+    res, run = leaky["res"], leaky["run"]
+    assert res.exit_code == 0, res.output
+    assert "privacy: 4 finding(s) let through by --allow-private-data (api_key 1, card 1, email 1, phone 1)" \
+        in res.stderr
+    meta = json.loads((run / "config.json").read_text())
+    assert meta["privacy"] == {"findings": 4, "by_kind": {"api_key": 1, "card": 1, "email": 1, "phone": 1},
+                               "allowed": True, "allowed_by": "--allow-private-data"}
+    assert_absent((run / "config.json").read_text())
+    assert_absent(res.output)
+    assert API_KEY in (run / "results.jsonl").read_text()  # the model did leak it
