@@ -24,7 +24,11 @@ CONTROL = "control"
 @click.option("--serial", is_flag=True, help="Execute the notebooks one after another (default: in parallel).")
 @click.option("--pandalm-dir", default=None, type=click.Path(file_okay=False),
               help="Also calibrate against the PandaLM data in this folder (judge_calibration).")
-def report_cmd(run: str, reports_dir: str, only: tuple[str, ...], serial: bool, pandalm_dir: str | None) -> None:
+@click.option("--redact", is_flag=True,
+              help="Replace every detected personal value and secret with a typed placeholder (<EMAIL_1>), "
+                   "so the report can be shared outside the team; the run's report folder is made anew.")
+def report_cmd(run: str, reports_dir: str, only: tuple[str, ...], serial: bool, pandalm_dir: str | None,
+               redact: bool) -> None:
     """Execute the notebooks that apply to RUN with papermill, render them to HTML in
     REPORTS_DIR/<run>/ and rebuild REPORTS_DIR/index.html; print the index's path.
     Exit 1 when a notebook failed (its page shows the error)."""
@@ -32,7 +36,7 @@ def report_cmd(run: str, reports_dir: str, only: tuple[str, ...], serial: bool, 
 
     extra = {"judge_calibration": {"pandalm_dir": str(Path(pandalm_dir).resolve())}} if pandalm_dir else None
     result = reports.report_run(run, reports_dir, notebooks=list(only) or None, parallel=not serial,
-                                extra_parameters=extra)
+                                extra_parameters=extra, redact=redact)
     for nb in result.notebooks:
         status = "ok" if nb.ok else f"FAILED: {nb.error}"
         click.echo(f"{nb.name}: {nb.html or nb.ipynb} ({nb.seconds:.1f} s) {status}", err=True)

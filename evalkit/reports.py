@@ -715,18 +715,33 @@ def _harden(page: str) -> str:
 def report_run(run_dir: str | Path, reports_dir: str | Path = "reports",
                notebooks: Sequence[str] | None = None, parallel: bool = True, *,
                source_dir: str | Path | None = None, extra_parameters: Mapping[str, Mapping[str, Any]] | None = None,
-               workers: int | None = None, reuse_kernels: bool = True) -> ReportResult:
+               workers: int | None = None, reuse_kernels: bool = True, redact: bool = False) -> ReportResult:
     """Execute and render every notebook that applies to `run_dir` (or those named in
     `notebooks`) into `reports_dir/<run>/`, write the run's manifest and rebuild
     `reports_dir/index.html`. Notebooks run in lanes sized to the cores when `parallel`;
-    see `run_notebooks` for `reuse_kernels`."""
+    see `run_notebooks` for `reuse_kernels`. `redact`: the notebooks read a copy of the
+    run with every detected personal value and secret replaced by a typed placeholder
+    (`evalkit.privacy.redact_run`, kept in the report folder), the run's report folder is
+    made anew, and every page written, the index included, is checked to hold none of
+    the replaced values."""
     t0 = time.perf_counter()
     run = Path(run_dir)
     if not (run / "config.json").exists():
         raise InputError("not a run folder (no config.json)", run)
     run = run.resolve()
     out_dir = Path(reports_dir) / run.name
-    plans, skipped = plan_notebooks(run, out_dir)
+    source, redacted = run, None  # the folder the notebooks read
+    if redact:
+        import shutil
+
+        from . import privacy
+
+        if out_dir.exists():
+            shutil.rmtree(out_dir)  # no page of an earlier, unredacted report may stay beside it
+        redacted = privacy.redact_run(run, out_dir / privacy.REDACTED_RUN / run.name,
+                                      log=out_dir / privacy.REDACTION_LOG)
+        source = Path(redacted.path)
+    plans, skipped = plan_notebooks(source, out_dir)
     if notebooks:
         unknown = [n for n in notebooks if n not in NOTEBOOKS]
         if unknown:
@@ -741,8 +756,10 @@ def report_run(run_dir: str | Path, reports_dir: str | Path = "reports",
     out_dir.mkdir(parents=True, exist_ok=True)
     results = run_notebooks(plans, out_dir, parallel=parallel, source_dir=source_dir, workers=workers,
                             reuse_kernels=reuse_kernels)
-    write_manifest(run, out_dir, results, skipped)
+    write_manifest(source, out_dir, results, skipped)
     index = build_index(reports_dir)
+    if redacted is not None:
+        privacy.verify_redacted(redacted, [out_dir, index])
     return ReportResult(run_dir=run, out_dir=out_dir.resolve(), index=index, notebooks=tuple(results),
                         skipped=skipped, seconds=time.perf_counter() - t0)
 

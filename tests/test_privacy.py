@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from evalkit import privacy
 from evalkit.cli import main
-from evalkit.errors import InputError
+from evalkit.errors import InputError, RedactionIncomplete
 from evalkit.serve import ScriptedServer
 from evalkit.suite import lint_suite
 
@@ -451,3 +451,36 @@ def test_an_allow_list_lets_synthetic_personal_data_through_in_outputs_but_never
     result = grade_run(leaky["run"], suite)
     assert [f.level for f in result.findings if "privacy" in f.message] == ["HIGH"]  # the key, still
     assert result.summary["privacy"]["by_kind"] == {"api_key": 2}
+
+
+def test_report_redact_shows_none_of_the_planted_values(leaky, tmp_path):
+    """The issue's "done when": `report --redact` shows none of the four planted values
+    on any page, notebook or sidecar of the report folder, nor in the index."""
+    from evalkit.grading import grade_run
+
+    run = leaky["run"]
+    grade_run(run)
+    reports_dir = tmp_path / "reports"
+    res = CliRunner().invoke(main, ["report", str(run), "--reports-dir", str(reports_dir), "--redact"])
+    assert res.exit_code == 0, res.output
+    pages = sorted(reports_dir.rglob("*.html"))
+    assert reports_dir / "index.html" in pages and len(pages) >= 4
+    assert_absent_from_files(reports_dir)  # every page, notebook, sidecar, the index and the run copy
+    html = (reports_dir / run.name / "skill_comparison.html").read_text()
+    assert "&lt;API_KEY_1&gt;" in html and "&lt;EMAIL_1&gt;" in html
+    log = json.loads((reports_dir / run.name / privacy.REDACTION_LOG).read_text())
+    assert log["by_kind"]["api_key"] >= 2 and log["by_kind"]["email"] >= 2
+    assert_absent(json.dumps(log))
+    assert API_KEY in (run / "results.jsonl").read_text()  # the run itself is left as it was
+
+
+def test_a_page_that_still_holds_a_value_is_removed(tmp_path):
+    page = tmp_path / "r" / "x.html"
+    page.parent.mkdir()
+    page.write_text(f"<p>{EMAIL.replace('.', '&#46;', 1)}</p>")  # an entity does not hide it
+    (tmp_path / "r" / "ok.html").write_text("<p>&lt;EMAIL_1&gt;</p>")
+    red = privacy.RedactedRun(tmp_path, frozenset({EMAIL}))
+    with pytest.raises(RedactionIncomplete) as exc:
+        privacy.verify_redacted(red, [tmp_path / "r"])
+    assert not page.exists() and (tmp_path / "r" / "ok.html").exists()
+    assert EMAIL not in str(exc.value) and "x.html" in str(exc.value)
