@@ -359,6 +359,119 @@ def test_a_malformed_allow_list_is_a_lint_error(tmp_path):
 
 
 # --- datasets: validate and new -----------------------------------------------------------------
+def dataset_source() -> dict:
+    pairs = [{"query": f"Where is order {i}?", "expected_response": "It ships today.", "category": "orders",
+              "difficulty": d, **({"source_reference": "orders.txt"} if d == "grounding" else {})}
+             for i, d in enumerate(("easy", "grounding", "hard", "negative", "safety"), start=1)]
+    pairs[0]["query"] = f"I am {EMAIL}, card {CARD}: where is my order? Reply to {EMAIL}."
+    pairs[2]["notes"] = f"customer called from {PHONE}"
+    return {"metadata": {"system_name": "Order desk", "created_date": "2025-03-01", "user_populations": [],
+                         "approach": "pro-code", "evaluation_mode": ["batch"], "recommended_tooling": "evalkit",
+                         "generation_method": "mined"},
+            "evaluation_pairs": pairs}
+
+
+@pytest.fixture
+def ws(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "src.json").write_text(json.dumps(dataset_source(), indent=2), encoding="utf-8")
+    return tmp_path
+
+
+def test_dataset_new_notes_and_validate_warns_naming_place_and_kind(ws):
+    runner = CliRunner()
+    res = runner.invoke(main, ["dataset", "new", "src.json", "--json", "d.json", "--csv", "d.csv"])
+    assert res.exit_code == 0, res.output
+    notes = privacy_lines(res.stderr)
+    assert [n.split(": privacy:")[0] for n in notes] == [
+        "note: json $.evaluation_pairs[0].query (src.json:15)", "note: json $.evaluation_pairs[0].query (src.json:15)",
+        "note: json $.evaluation_pairs[2].notes (src.json:32)"]
+    assert "email address x2 [email]" in notes[0] and "[card]" in notes[1] and "[phone]" in notes[2]
+    assert_absent(res.output)
+    res = runner.invoke(main, ["dataset", "validate", "--json", "d.json", "--csv", "d.csv"])
+    out = json.loads(res.stdout)
+    assert res.exit_code == 0 and out["valid"] is True and out["errors"] == []
+    assert [w.split(": privacy:")[0] for w in out["warnings"]] == [
+        "json $.evaluation_pairs[0].query (d.json:28)", "json $.evaluation_pairs[0].query (d.json:28)",
+        "json $.evaluation_pairs[2].notes (d.json:60)"]
+    assert_absent(res.output)
+    res = runner.invoke(main, ["dataset", "validate", "--json", "d.json", "--csv", "d.csv", "--strict"])
+    out = json.loads(res.stdout)
+    assert res.exit_code == 1 and out["valid"] is False and len(out["errors"]) == 3 and "warnings" not in out
+    assert_absent(res.output)
+
+
+def test_dataset_validate_takes_an_allow_list_scoped_to_pairs(ws):
+    CliRunner().invoke(main, ["dataset", "new", "src.json", "--json", "d.json", "--csv", "d.csv"])
+    (ws / "privacy.json").write_text(json.dumps({"allow": [
+        {"kind": "email", "case": "001"}, {"kind": "card", "case": "001"}, {"kind": "phone", "case": "002"}]}))
+    res = CliRunner().invoke(main, ["dataset", "validate", "--json", "d.json", "--csv", "d.csv", "--strict",
+                                    "--privacy", "privacy.json"])
+    out = json.loads(res.stdout)
+    assert res.exit_code == 1 and [e.split(": privacy:")[0] for e in out["errors"]] == [
+        "json $.evaluation_pairs[2].notes (d.json:60)"]  # pair 003's phone is not allowed by 002's entry
+
+
+def test_dataset_new_redact_replaces_values_and_logs_what_it_did(ws):
+    res = CliRunner().invoke(main, ["dataset", "new", "src.json", "--json", "d.json", "--csv", "d.csv", "--redact"])
+    assert res.exit_code == 0, res.output
+    assert "redacted 4 value(s): card 1, email 2, phone 1" in res.stderr
+    doc = json.loads((ws / "d.json").read_text())
+    assert doc["evaluation_pairs"][0]["query"] == "I am <EMAIL_1>, card <CARD_1>: where is my order? Reply to <EMAIL_1>."
+    assert doc["evaluation_pairs"][2]["notes"] == "customer called from <PHONE_1>"  # numbering is per pair
+    log = json.loads((ws / "d.redaction-log.json").read_text())
+    assert log["by_kind"] == {"card": 1, "email": 2, "phone": 1}
+    assert {(e["pair"], e["json_path"], e["placeholder"]) for e in log["replacements"]} == {
+        ("001", "$.query", "<EMAIL_1>"), ("001", "$.query", "<CARD_1>"), ("003", "$.notes", "<PHONE_1>")}
+    for name in ("d.json", "d.csv", "d.redaction-log.json"):
+        assert_absent((ws / name).read_text())
+    res = CliRunner().invoke(main, ["dataset", "validate", "--json", "d.json", "--csv", "d.csv", "--strict"])
+    assert res.exit_code == 0 and json.loads(res.stdout) == {"valid": True, "errors": []}
+
+
+# --- import --redact --------------------------------------------------------------------------
+def mined_evals(root: Path) -> Path:
+    cases = [{"id": "ticket-1", "set": "capability",
+              "prompt": f"Customer {EMAIL} (phone {PHONE}) wants a refund to card {CARD}. Reply to {EMAIL}.",
+              "expect": EMAIL, "match": "contains"},
+             {"id": "ticket-2", "set": "regression", "prompt": f"Our key {API_KEY} leaked; tell ops@corp-mail.org",
+              "expect": "rotate", "match": "contains"}]
+    p = root / "mined" / "evals.json"
+    p.parent.mkdir(parents=True)
+    p.write_text(json.dumps({"cases": cases}, indent=2), encoding="utf-8")
+    return p
+
+
+def test_import_warns_about_what_it_would_bring_in(tmp_path):
+    res = CliRunner().invoke(main, ["import", str(mined_evals(tmp_path)), "--to", str(tmp_path / "s")])
+    assert res.exit_code == 0, res.output
+    found = privacy_lines(res.output)
+    assert len(found) == 7 and all("evalkit import --redact" in line for line in found)
+    assert found[0].startswith(f"{tmp_path / 'mined' / 'evals.json'}:3: warning: $.cases[0].input: privacy: "
+                               "email address x2 [email]")
+    assert_absent(res.output)
+
+
+def test_import_redact_uses_one_placeholder_per_value_within_a_case(tmp_path):
+    dest = tmp_path / "s"
+    res = CliRunner().invoke(main, ["import", str(mined_evals(tmp_path)), "--to", str(dest), "--redact"])
+    assert res.exit_code == 0, res.output
+    assert "redacted 8 value(s): api_key 1, card 1, email 5, phone 1" in res.output
+    cases = [json.loads(x) for x in (dest / "cases.jsonl").read_text().splitlines()]
+    assert cases[0]["input"] == "Customer <EMAIL_1> (phone <PHONE_1>) wants a refund to card <CARD_1>. Reply to <EMAIL_1>."
+    assert cases[0]["expected"] == "<EMAIL_1>" and cases[0]["checks"][0]["value"] == "<EMAIL_1>"  # still agrees
+    assert cases[1]["input"] == "Our key <API_KEY_1> leaked; tell <EMAIL_1>"  # another case: numbering anew
+    log = json.loads((dest / privacy.REDACTION_LOG).read_text())
+    assert log["tool"] == "evalkit import --redact" and log["redacted"] == 8
+    assert {"case": "ticket-1", "json_path": "$.checks[0].value", "kind": "email", "placeholder": "<EMAIL_1>"} \
+        in log["replacements"]
+    assert_absent_from_files(dest, PLANTED + ("ops@corp-mail.org",))
+    assert_absent(res.output)
+    report = lint_suite(dest, strict=True)
+    assert not [f for f in report.findings if "privacy" in f.message]
+
+
+# --- run: refuses before any call; a flag lets it through, recorded ----------------------------
 def test_run_refuses_before_any_call_with_the_four_findings(tmp_path, monkeypatch):
     monkeypatch.setenv("EVALKIT_API_KEY", "test-key")
     suite = planted_suite(tmp_path)
