@@ -597,3 +597,26 @@ def test_a_page_that_still_holds_a_value_is_removed(tmp_path):
         privacy.verify_redacted(red, [tmp_path / "r"])
     assert not page.exists() and (tmp_path / "r" / "ok.html").exists()
     assert EMAIL not in str(exc.value) and "x.html" in str(exc.value)
+
+
+# --- the command line's helpers ---------------------------------------------------------------
+def test_privacy_hash_reads_stdin_and_prints_allow_entries(tmp_path):
+    res = CliRunner().invoke(main, ["privacy", "hash"], input=f"test card {CARD} and {EMAIL}\n")
+    assert res.exit_code == 0
+    entries = [json.loads(x) for x in res.stdout.splitlines()]
+    assert entries == [{"kind": "card", "sha256": privacy.value_hash(CARD.replace(" ", ""))},
+                       {"kind": "email", "sha256": privacy.value_hash(EMAIL)}]
+    assert_absent(res.output)
+    res = CliRunner().invoke(main, ["privacy", "hash", "--kind", "phone"], input="no phone here")
+    assert res.exit_code == 1
+
+
+def test_privacy_scan_names_places_and_exits_1(tmp_path):
+    f = tmp_path / "out.jsonl"
+    f.write_text(json.dumps({"output": "fine"}) + "\n" + json.dumps({"output": f"call {PHONE}"}) + "\n")
+    res = CliRunner().invoke(main, ["privacy", "scan", str(f)])
+    assert res.exit_code == 1
+    assert res.stdout.splitlines() == [f"{f}:2: $.output: privacy: phone number (US) [phone]: replace it with a "
+                                       "placeholder, or allow-list a synthetic value (privacy.json)"]
+    assert_absent(res.output)
+    assert CliRunner().invoke(main, ["privacy", "scan", str(FACTUAL / "cases.jsonl")]).exit_code == 0
