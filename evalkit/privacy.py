@@ -28,8 +28,9 @@ What is found, and by what:
   distinctive: US SSN, CA SIN, ES DNI and NIE, IT codice fiscale, FR NIR, BR CPF, IN
   Aadhaar, CN resident identity number, KR RRN;
 * public IP addresses: candidates checked with the standard library's `ipaddress`
-  (`is_global`: private, loopback, link-local and documentation ranges are not
-  reported; a dotted quad after "v" or "version" is a version number);
+  (`is_global`, and for IPv6 the global unicast range 2000::/3: private, loopback,
+  link-local and documentation ranges are not reported; a dotted quad after "v",
+  "version", "section" and the like is a version or section number);
 * secrets: the denylist patterns of Yelp's `detect-secrets` plugins that name a
   specific format (AWS, Azure storage, Discord, GitHub, GitLab, JWT with its formal
   validity check, Mailchimp, npm, OpenAI, private key blocks, PyPI, SendGrid, Slack,
@@ -143,7 +144,10 @@ _CARD_CANDIDATE = re.compile(r"[0-9](?:[ -]?[0-9]){12,18}")
 _IPV4 = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}")
 _IPV6 = re.compile(r"[0-9A-Fa-f]{0,4}:[0-9A-Fa-f]{0,4}:[0-9A-Fa-f:.]{1,37}")
 _IPV6_HINT = re.compile(r"::|:[0-9A-Fa-f]{1,4}:[0-9A-Fa-f]{1,4}:")  # starts with ":": a quick pass
-_VERSION_BEFORE = re.compile(r"(?i)(?:\bv|\bversion\s*|\bver\.?\s*)$")
+# a dotted quad after one of these is a version or a section number, not an address
+_VERSION_BEFORE = re.compile(r"(?i)(?:\bv|(?:\b(?:version|ver|release|build|section|sect|chapter|ch|clause|"
+                             r"article|art|paragraph|para|step|rule|item|no)|§)\.?\s*)$")
+_IPV6_GLOBAL_UNICAST = ipaddress.IPv6Network("2000::/3")  # where every routed address is (IANA)
 _IBAN_CANDIDATE = re.compile(r"[A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]){11,34}")
 
 # Payment card issuer prefixes and lengths (ISO/IEC 7812 IIN ranges as the issuers
@@ -502,7 +506,7 @@ class Scanner:
                 addr = ipaddress.IPv6Address(cand)
             except ValueError:
                 continue
-            if addr.is_global:
+            if addr.is_global and addr in _IPV6_GLOBAL_UNICAST:  # "1:2:3:4:5:6:7:8" is a ratio
                 yield Detection("ip_address", s, e, "IPv6", str(addr))
 
     def _phones(self, text: str, a: int, b: int) -> Iterator[Detection]:
@@ -516,12 +520,27 @@ class Scanner:
                     _PHONE_KEYWORD.search(text, max(0, s - 40), s) is None:
                 continue  # a bare digit run: a phone number only where the text says so
             for region in (None,) if international else self.phone_regions:
-                hits = list(pn.PhoneNumberMatcher(cand, region, leniency=pn.Leniency.STRICT_GROUPING))
+                hits = [h for h in pn.PhoneNumberMatcher(cand, region, leniency=pn.Leniency.STRICT_GROUPING)
+                        if _whole_number(text, s + h.start, s + h.end, h.raw_string)]
                 for h in hits:
                     yield Detection("phone", s + h.start, s + h.end, pn.region_code_for_number(h.number) or "",
                                     pn.format_number(h.number, pn.PhoneNumberFormat.E164))
                 if hits:
                     break
+
+
+def _whole_number(text: str, start: int, end: int, raw: str) -> bool:
+    """A phone number phonenumbers found inside a candidate is one only when it has seven
+    digits or more, is not a decimal ("0.8765432") and is not the tail or head of one
+    ("21.069020" in a timestamp is no Frankfurt number)."""
+    if sum(c.isdigit() for c in raw) < 7:
+        return False
+    if raw.count(".") == 1 and raw.replace(".", "").isdigit():
+        return False  # "0.8765432" is a decimal
+    before = text[start - 2:start] if start >= 2 else ""
+    after = text[end:end + 2]
+    return not ((len(before) == 2 and before[1] in ".," and before[0].isdigit())
+                or (len(after) == 2 and after[0] in ".," and after[1].isdigit()))
 
 
 def _resolve(found: list[Detection]) -> list[Detection]:

@@ -110,6 +110,8 @@ def test_phone_numbers_in_several_countries(text, number):
     "order 4155552671 shipped",       # a bare digit run with no phone word: an order number
     "Yokohama 045-123-4567",          # a national format of a region not scanned
     "ID12 and 1234567",
+    "at 2026-11-30T03:10:21.069020+00:00, score 0.8765432",  # a timestamp's microseconds, a decimal
+    "epoch 1701417600.123, uuid 123e4567-e89b-12d3-a456-426614174000, SKU 100-200-3000",
 ])
 def test_numbers_that_are_not_phone_numbers(text):
     assert kinds(text) == []
@@ -172,7 +174,7 @@ def test_invalid_national_identifiers_are_not_flagged(text):
 def test_ip_addresses():
     text = "dns 8.8.8.8:53 and 2001:4860:4860::8888; lan 10.0.0.1, 127.0.0.1, 192.0.2.1, 2001:db8::1, ::1"
     assert kinds(text) == [("ip_address", "8.8.8.8"), ("ip_address", "2001:4860:4860::8888")]
-    assert kinds("version 1.2.3.4, v2.3.4.5 and section 1.2.3.4.5; at 12:30:45") == []
+    assert kinds("version 1.2.3.4, v2.3.4.5, section 1.2.3.4, 1.2.3.4.5; at 12:30:45, ratio 1:2:3:4:5:6:7:8") == []
 
 
 @pytest.mark.parametrize("value, kind", [
