@@ -1324,6 +1324,16 @@ def redact_dataset(dataset: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str
     return {**dataset, "metadata": md, "evaluation_pairs": new_pairs}, r.log("evalkit dataset new --redact")
 
 
+def redact_shown(text: str) -> str:
+    """`text` with each detected value replaced by its kind's placeholder, unnumbered
+    (`<PHONE>`): what a redacted report's pages show of text that does not come from the
+    redacted run copy, whose numbered placeholders it must not be mistaken for."""
+    found = scanner().scan(text)
+    for d in reversed(found):
+        text = f"{text[:d.start]}<{KINDS[d.kind].placeholder}>{text[d.end:]}"
+    return text
+
+
 def redaction_summary(log: Mapping[str, Any] | Any) -> str:
     """The one line a command prints about a redaction (a log, or the path of one): how
     many values of which kind; no value."""

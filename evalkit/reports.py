@@ -48,6 +48,7 @@ TITLES = {
     "micro_test": "Micro-test",
 }
 MANIFEST = "report.json"
+REDACT_ENV = "EVALKIT_REDACT"  # set for the kernels of a redacted report: `text_html` and `table_html` redact
 MICROTEST_MARKER = "microtest.json"  # written into a run folder by `evalkit microtest`
 # The page may load nothing from anywhere: no script at all, images and fonts only as
 # data URIs, styles inline. Escaping is the defence; this policy is the second line.
@@ -72,9 +73,20 @@ def show_text(text: Any, *, title: str | None = None, pre: bool = True, max_char
     display(HTML(text_html(text, title=title, pre=pre, max_chars=max_chars)))
 
 
+def _shown(text: str) -> str:
+    """Text as a page shows it: with personal data and secrets replaced while a redacted
+    report renders (`evalkit report --redact` sets `EVALKIT_REDACT` for its kernels), so
+    text the notebooks read from outside the redacted run (PandaLM's items) is redacted too."""
+    if not os.environ.get(REDACT_ENV):
+        return text
+    from .privacy import redact_shown
+
+    return redact_shown(text)
+
+
 def text_html(text: Any, *, title: str | None = None, pre: bool = True, max_chars: int = 4000) -> str:
     """The escaped HTML `show_text` displays (for callers that build a page)."""
-    s = "" if text is None else str(text)
+    s = _shown("" if text is None else str(text))
     cut = ""
     if len(s) > max_chars:
         cut = f" [... {len(s) - max_chars} more characters not shown]"
@@ -104,6 +116,8 @@ def table_html(data: Any, *, caption: str | None = None, index: bool = False, ma
     import pandas as pd
 
     df = data if isinstance(data, pd.DataFrame) else pd.DataFrame(data)
+    if os.environ.get(REDACT_ENV):
+        df = df.map(lambda v: _shown(v) if isinstance(v, str) else v)
     more = len(df) - max_rows
     if more > 0:
         df = df.head(max_rows)
@@ -754,8 +768,15 @@ def report_run(run_dir: str | Path, reports_dir: str | Path = "reports",
         if name in plans:
             plans[name].update(extra)
     out_dir.mkdir(parents=True, exist_ok=True)
-    results = run_notebooks(plans, out_dir, parallel=parallel, source_dir=source_dir, workers=workers,
-                            reuse_kernels=reuse_kernels)
+    before = os.environ.get(REDACT_ENV)
+    if redacted is not None:
+        os.environ[REDACT_ENV] = "1"  # the kernels started for these notebooks inherit it
+    try:
+        results = run_notebooks(plans, out_dir, parallel=parallel, source_dir=source_dir, workers=workers,
+                                reuse_kernels=reuse_kernels)
+    finally:
+        if redacted is not None and before is None:
+            os.environ.pop(REDACT_ENV, None)
     write_manifest(source, out_dir, results, skipped)
     index = build_index(reports_dir)
     if redacted is not None:

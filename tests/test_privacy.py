@@ -601,6 +601,17 @@ def test_a_page_that_still_holds_a_value_is_removed(tmp_path):
     assert EMAIL not in str(exc.value) and "x.html" in str(exc.value)
 
 
+def test_a_redacted_reports_text_helpers_redact_what_they_show(monkeypatch):
+    from evalkit import reports
+
+    text = f"call {PHONE} or write to {EMAIL}"
+    assert PHONE in reports.text_html(text)
+    monkeypatch.setenv(reports.REDACT_ENV, "1")
+    page = reports.text_html(text) + reports.table_html([{"who": text, "n": 1}])
+    assert_absent(page)
+    assert page.count("&lt;PHONE&gt;") == 2 and page.count("&lt;EMAIL&gt;") == 2
+
+
 # --- the command line's helpers ---------------------------------------------------------------
 def test_privacy_hash_reads_stdin_and_prints_allow_entries(tmp_path):
     res = CliRunner().invoke(main, ["privacy", "hash"], input=f"test card {CARD} and {EMAIL}\n")
@@ -622,3 +633,4 @@ def test_privacy_scan_names_places_and_exits_1(tmp_path):
                                        "placeholder, or allow-list a synthetic value (privacy.json)"]
     assert_absent(res.output)
     assert CliRunner().invoke(main, ["privacy", "scan", str(FACTUAL / "cases.jsonl")]).exit_code == 0
+
