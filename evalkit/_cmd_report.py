@@ -88,8 +88,12 @@ def _variant_files(variants: Path) -> dict[Path, str]:
 @click.option("--runs-dir", default=None, type=click.Path(file_okay=False), help="Default: UNIT/runs.")
 @click.option("--reports-dir", default="reports", show_default=True, type=click.Path(file_okay=False))
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
+@click.option("--allow-private-data", is_flag=True,
+              help="Run even though the privacy scan found personal data or secrets in the suite or a variant "
+                   "(recorded in the run's config.json).")
 def microtest_cmd(unit: str, variants: str, reps: int, base_url: str | None, judge_base_url: str | None,
-                  flag_pattern: str, runs_dir: str | None, reports_dir: str, no_progress: bool) -> None:
+                  flag_pattern: str, runs_dir: str | None, reports_dir: str, no_progress: bool,
+                  allow_private_data: bool) -> None:
     """Settle the wording of one piece of guidance: run every variant in VARIANTS and a
     no-guidance control on UNIT's cases, REPS fresh-context repetitions each, grade,
     and render the micro_test notebook. Prints the report and its conclusion."""
@@ -120,7 +124,7 @@ def microtest_cmd(unit: str, variants: str, reps: int, base_url: str | None, jud
     config = dataclasses.replace(suite.config, arms=arms, raw=raw)
     suite = dataclasses.replace(suite, config=config)
     result = run_suite(suite, arms=[a.name for a in arms], k=reps, runs_dir=runs_dir or Path(suite.path) / "runs",
-                       base_url=base_url, progress=not no_progress)
+                       base_url=base_url, progress=not no_progress, allow_private_data=allow_private_data)
     grade_run(result.path, suite, judge_base_url=judge_base_url)
     marker = {"control": CONTROL, "variants": {p.stem: str(p.resolve()) for p in files}, "reps": reps,
               "flag_pattern": flag_pattern}

@@ -501,6 +501,25 @@ def test_run_gate_keeps_a_resumed_runs_decision(tmp_path):
     assert privacy.run_gate(FACTUAL, allowed=False) == {"findings": 0}
 
 
+def test_microtest_refuses_a_variant_holding_a_secret(tmp_path, monkeypatch):
+    """A micro-test's variants live outside the suite folder; run scans them too."""
+    monkeypatch.setenv("EVALKIT_API_KEY", "test-key")
+    suite = tmp_path / "factual"
+    shutil.copytree(FACTUAL, suite, ignore=shutil.ignore_patterns("runs"))
+    variants = tmp_path / "variants"
+    variants.mkdir()
+    (variants / "firm.md").write_text("Answer with the name only.\n")
+    (variants / "leaky.md").write_text(f"Answer with the name only. Our key: {GITHUB}\n")
+    args = ["microtest", str(suite), "--variants", str(variants), "--reps", "5", "--no-progress",
+            "--reports-dir", str(tmp_path / "reports")]
+    with ScriptedServer({"default": {"text": "Paris"}}) as srv:
+        res = CliRunner().invoke(main, args + ["--base-url", srv.base_url])
+        assert res.exit_code == 2 and srv.stats["requests"] == 0
+        assert [line.split(": privacy:")[0] for line in privacy_lines(res.stderr)] == [
+            f"error: {(variants / 'leaky.md').resolve()}:1"]
+        assert_absent(res.output, (GITHUB,))
+
+
 LEAKY_SCRIPT = {"rules": [{"match": "Egypt", "text": f"Cairo. The key is {API_KEY}"},
                           {"match": "France", "text": f"Paris. Mail {EMAIL}"}],
                 "default": {"text": "unknown"}}
@@ -633,4 +652,5 @@ def test_privacy_scan_names_places_and_exits_1(tmp_path):
                                        "placeholder, or allow-list a synthetic value (privacy.json)"]
     assert_absent(res.output)
     assert CliRunner().invoke(main, ["privacy", "scan", str(FACTUAL / "cases.jsonl")]).exit_code == 0
+
 
