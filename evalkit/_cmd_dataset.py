@@ -19,12 +19,16 @@ def dataset_group() -> None:
 @dataset_group.command("validate")
 @click.option("--json", "json_path", required=True, help="The dataset's JSON file.")
 @click.option("--csv", "csv_path", required=True, help="The dataset's CSV companion.")
-def validate_cmd(json_path: str, csv_path: str) -> None:
-    """Check both files against the contract. Prints {"valid": ..., "errors": [...]};
-    exits 0 when valid, 1 on contract failures, 2 (stderr only) when a file cannot be
-    read, decoded or parsed, a path leaves the working directory, or the schema cannot
-    be set up."""
-    result = dataset.validate_files(json_path, csv_path)
+@click.option("--strict", is_flag=True, help="Personal data or a secret in the dataset makes it invalid.")
+@click.option("--privacy", "privacy_file", default=None,
+              help="A privacy.json allow-list for the synthetic look-alikes the dataset holds on purpose.")
+def validate_cmd(json_path: str, csv_path: str, strict: bool, privacy_file: str | None) -> None:
+    """Check both files against the contract, and scan them for personal data and
+    secrets. Prints {"valid": ..., "errors": [...]} (and "warnings": [...], the privacy
+    findings, when there are any; errors under --strict); exits 0 when valid, 1 on
+    contract failures, 2 (stderr only) when a file cannot be read, decoded or parsed, a
+    path leaves the working directory, or the schema cannot be set up."""
+    result = dataset.validate_files(json_path, csv_path, strict=strict, privacy=privacy_file)
     click.echo(json.dumps(result.as_json(), ensure_ascii=False))
     sys.exit(0 if result.valid else 1)
 
@@ -34,11 +38,15 @@ def validate_cmd(json_path: str, csv_path: str) -> None:
 @click.option("--json", "json_out", required=True, help="The dataset JSON file to write.")
 @click.option("--csv", "csv_out", required=True, help="The CSV companion to write.")
 @click.option("--force", is_flag=True, help="Overwrite existing files.")
-def new_cmd(source: str, json_out: str, csv_out: str, force: bool) -> None:
+@click.option("--redact", is_flag=True,
+              help="Replace personal data and secrets with typed placeholders (<EMAIL_1>, the same value the same "
+                   "placeholder within a pair); <json stem>.redaction-log.json records what was replaced where.")
+def new_cmd(source: str, json_out: str, csv_out: str, force: bool, redact: bool) -> None:
     """Write both forms of a dataset from one authoring SOURCE (.json, .yaml or .yml:
     metadata and evaluation_pairs; the counts are computed from the pairs). Spreadsheet
-    formula cells in the CSV are escaped with a leading '."""
-    ds, notes = dataset.new_dataset(source, json_out, csv_out, force=force)
+    formula cells in the CSV are escaped with a leading '. Personal data and secrets in
+    the source are reported as notes (never their values)."""
+    ds, notes = dataset.new_dataset(source, json_out, csv_out, force=force, redact=redact)
     for note in notes:
         click.echo(f"note: {note}", err=True)
     md = ds["metadata"]

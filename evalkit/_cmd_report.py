@@ -24,7 +24,11 @@ CONTROL = "control"
 @click.option("--serial", is_flag=True, help="Execute the notebooks one after another (default: in parallel).")
 @click.option("--pandalm-dir", default=None, type=click.Path(file_okay=False),
               help="Also calibrate against the PandaLM data in this folder (judge_calibration).")
-def report_cmd(run: str, reports_dir: str, only: tuple[str, ...], serial: bool, pandalm_dir: str | None) -> None:
+@click.option("--redact", is_flag=True,
+              help="Replace every detected personal value and secret with a typed placeholder (<EMAIL_1>), "
+                   "so the report can be shared outside the team; the run's report folder is made anew.")
+def report_cmd(run: str, reports_dir: str, only: tuple[str, ...], serial: bool, pandalm_dir: str | None,
+               redact: bool) -> None:
     """Execute the notebooks that apply to RUN with papermill, render them to HTML in
     REPORTS_DIR/<run>/ and rebuild REPORTS_DIR/index.html; print the index's path.
     Exit 1 when a notebook failed (its page shows the error)."""
@@ -32,7 +36,7 @@ def report_cmd(run: str, reports_dir: str, only: tuple[str, ...], serial: bool, 
 
     extra = {"judge_calibration": {"pandalm_dir": str(Path(pandalm_dir).resolve())}} if pandalm_dir else None
     result = reports.report_run(run, reports_dir, notebooks=list(only) or None, parallel=not serial,
-                                extra_parameters=extra)
+                                extra_parameters=extra, redact=redact)
     for nb in result.notebooks:
         status = "ok" if nb.ok else f"FAILED: {nb.error}"
         click.echo(f"{nb.name}: {nb.html or nb.ipynb} ({nb.seconds:.1f} s) {status}", err=True)
@@ -84,8 +88,12 @@ def _variant_files(variants: Path) -> dict[Path, str]:
 @click.option("--runs-dir", default=None, type=click.Path(file_okay=False), help="Default: UNIT/runs.")
 @click.option("--reports-dir", default="reports", show_default=True, type=click.Path(file_okay=False))
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
+@click.option("--allow-private-data", is_flag=True,
+              help="Run even though the privacy scan found personal data or secrets in the suite or a variant "
+                   "(recorded in the run's config.json).")
 def microtest_cmd(unit: str, variants: str, reps: int, base_url: str | None, judge_base_url: str | None,
-                  flag_pattern: str, runs_dir: str | None, reports_dir: str, no_progress: bool) -> None:
+                  flag_pattern: str, runs_dir: str | None, reports_dir: str, no_progress: bool,
+                  allow_private_data: bool) -> None:
     """Settle the wording of one piece of guidance: run every variant in VARIANTS and a
     no-guidance control on UNIT's cases, REPS fresh-context repetitions each, grade,
     and render the micro_test notebook. Prints the report and its conclusion."""
@@ -116,7 +124,7 @@ def microtest_cmd(unit: str, variants: str, reps: int, base_url: str | None, jud
     config = dataclasses.replace(suite.config, arms=arms, raw=raw)
     suite = dataclasses.replace(suite, config=config)
     result = run_suite(suite, arms=[a.name for a in arms], k=reps, runs_dir=runs_dir,
-                       base_url=base_url, progress=not no_progress)
+                       base_url=base_url, progress=not no_progress, allow_private_data=allow_private_data)
     grade_run(result.path, suite, judge_base_url=judge_base_url)
     marker = {"control": CONTROL, "variants": {p.stem: str(p.resolve()) for p in files}, "reps": reps,
               "flag_pattern": flag_pattern}

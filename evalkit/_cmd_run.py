@@ -27,10 +27,14 @@ from .errors import InputError
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--ci", "ci", is_flag=True,
               help="Run under the config's ci.cost_cap_usd (lower than the local cap), as CI does.")
+@click.option("--allow-private-data", is_flag=True,
+              help="Run even though the privacy scan found personal data or secrets in the suite "
+                   "(recorded in the run's config.json); by default the run refuses before any call.")
 @ci_output_options
 def run_cmd(suite: str, arms: str | None, k: int | None, runs_dir: str | None, base_url: str | None,
             resume: str | None, replay_only: bool, no_cache: bool, no_sample_files: bool,
-            no_progress: bool, ci: bool, junit: Path | None, markdown: Path | None) -> None:
+            no_progress: bool, ci: bool, allow_private_data: bool, junit: Path | None,
+            markdown: Path | None) -> None:
     """Sample every case x arm k times under the cost cap; exit 1 when INCOMPLETE."""
     from .runner import run_suite
 
@@ -46,12 +50,16 @@ def run_cmd(suite: str, arms: str | None, k: int | None, runs_dir: str | None, b
         target = ci_suite(load_suite(suite))
     result = run_suite(target, arms=arm_list, k=k, runs_dir=runs_dir, base_url=base_url or None, resume=resume,
                        replay_only=replay_only, progress=not no_progress, cache=not no_cache,
-                       sample_files=not no_sample_files)
+                       sample_files=not no_sample_files, allow_private_data=allow_private_data)
     click.echo(f"run folder: {result.path}")
     click.echo(f"spend: ${result.spend_usd:.6f} of cap ${result.cap_usd:.6f}"
                f" (avoided by the cache: ${result.avoided_usd:.6f})")
     for arm, c in result.per_arm.items():
         click.echo(f"{arm}: {c['samples']} samples, {c['errors']} errors")
+    if result.privacy.get("allowed"):
+        kinds = ", ".join(f"{kind} {n}" for kind, n in result.privacy.get("by_kind", {}).items())
+        click.echo(f"privacy: {result.privacy['findings']} finding(s) let through by --allow-private-data "
+                   f"({kinds}); recorded in config.json", err=True)
 
     def report():  # noqa: ANN202 - a CiReport, built only when asked for
         from .ciout import run_report

@@ -64,14 +64,21 @@ def lint_cmd(suite_path: Path, strict: bool) -> None:
               help="The native suite folder to create (must not exist, or be empty).")
 @click.option("--guidance", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="The skill or guidance under test: adds a `skilled` arm beside `baseline`.")
-def import_cmd(file: Path, dest: Path, guidance: Path | None) -> None:
+@click.option("--redact", is_flag=True,
+              help="Replace personal data and secrets with typed placeholders (<EMAIL_1>, the same value the "
+                   "same placeholder within a case); redaction-log.json records what was replaced where.")
+def import_cmd(file: Path, dest: Path, guidance: Path | None, redact: bool) -> None:
     """Import an agent-evals evals.json or a Vally/SKRAFT eval.yaml as a native suite."""
-    out = importers.import_suite(file, dest, guidance=guidance,  # lints what it writes
+    out = importers.import_suite(file, dest, guidance=guidance, redact=redact,  # lints what it writes
                                  on_warning=lambda w: click.echo(str(w)))
     loaded = suite.load_suite(out)
     click.echo(f"imported {file} -> {out} ({len(loaded.cases)} cases)")
     for name, n in Counter(c.set for c in loaded.cases).items():
         click.echo(f"  set {name}: {n} case(s), gate {suite.set_gate(name)}")
+    if redact:
+        from .privacy import REDACTION_LOG, redaction_summary
+
+        click.echo(f"{redaction_summary(out / REDACTION_LOG)}; log: {out / REDACTION_LOG}")
     for warning in loaded.warnings:
         click.echo(warning)
 

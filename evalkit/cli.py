@@ -22,7 +22,7 @@ _COMMANDS = {
     "grade": "_cmd_grade", "judge": "_cmd_grade",
     "compare": "_cmd_stats", "verdict": "_cmd_stats", "power": "_cmd_stats", "gate": "_cmd_stats",
     "baseline": "_cmd_stats", "noise": "_cmd_stats",
-    "dataset": "_cmd_dataset", "ingest": "_cmd_ingest",
+    "dataset": "_cmd_dataset", "ingest": "_cmd_ingest", "privacy": "_cmd_privacy",
     "report": "_cmd_report", "microtest": "_cmd_report",
 }
 

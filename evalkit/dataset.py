@@ -100,13 +100,18 @@ LIMITS = Limits()
 
 @dataclass(frozen=True)
 class ValidationResult:
-    """What `evalkit dataset validate` prints: `{"valid": ..., "errors": [...]}`."""
+    """What `evalkit dataset validate` prints: `{"valid": ..., "errors": [...]}`, and
+    `"warnings": [...]` when there are any (the privacy scan's findings)."""
 
     valid: bool
     errors: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
 
     def as_json(self) -> dict[str, Json]:
-        return {"valid": self.valid, "errors": list(self.errors)}
+        out: dict[str, Json] = {"valid": self.valid, "errors": list(self.errors)}
+        if self.warnings:
+            out["warnings"] = list(self.warnings)
+        return out
 
 
 @dataclass(frozen=True)
@@ -763,10 +768,24 @@ def _validate_into(json_text: str, csv_text: str, json_name: str, csv_name: str,
 
 def validate_files(json_path: str | os.PathLike[str], csv_path: str | os.PathLike[str], *,
                    cwd: str | os.PathLike[str] | None = None, limits: Limits = LIMITS,
-                   schema_path: str | os.PathLike[str] | None = None) -> ValidationResult:
+                   schema_path: str | os.PathLike[str] | None = None, strict: bool = False,
+                   privacy: str | os.PathLike[str] | None = None) -> ValidationResult:
     """Validate a dataset's JSON file and CSV companion (what `evalkit dataset validate`
-    runs). Paths must stay inside `cwd` (default: the working directory)."""
-    return _validate_paths(json_path, csv_path, cwd, limits, schema_path)[0]
+    runs). Paths must stay inside `cwd` (default: the working directory). The privacy
+    scan (`evalkit.privacy.scan_dataset`, allow-list from the `privacy` file) adds
+    warnings; under `strict` they are errors and the dataset is not valid."""
+    result, doc = _validate_paths(json_path, csv_path, cwd, limits, schema_path)
+    if not isinstance(doc, dict):
+        return result
+    from . import privacy as _privacy
+
+    policy = _privacy.load_policy_file(resolve_input(privacy, cwd=cwd)) if privacy is not None else None
+    found = _privacy.scan_dataset(doc, resolve_input(json_path, cwd=cwd), os.fspath(json_path), policy)
+    if not found:
+        return result
+    if strict:
+        return ValidationResult(valid=False, errors=result.errors + tuple(found), warnings=result.warnings)
+    return ValidationResult(valid=result.valid, errors=result.errors, warnings=result.warnings + tuple(found))
 
 
 def _validate_paths(json_path: str | os.PathLike[str], csv_path: str | os.PathLike[str],
@@ -959,17 +978,31 @@ def _errors_as_input(result: ValidationResult, shown: str) -> InputErrors:
 
 def new_dataset(source_path: str | os.PathLike[str], json_out: str | os.PathLike[str],
                 csv_out: str | os.PathLike[str], *, force: bool = False, today: date | None = None,
-                cwd: str | os.PathLike[str] | None = None) -> tuple[dict[str, Json], list[str]]:
+                cwd: str | os.PathLike[str] | None = None, redact: bool = False) -> tuple[dict[str, Json], list[str]]:
     """Write both forms of a dataset from one authoring source, so they cannot disagree.
     The result is validated exactly as `validate` would before anything is written;
-    problems raise `InputErrors` (exit 2) and leave no file behind."""
+    problems raise `InputErrors` (exit 2) and leave no file behind. Personal data and
+    secrets in the source are notes; `redact` replaces them with typed placeholders (each
+    pair its own scope) and writes `<json_out stem>.redaction-log.json` beside the JSON."""
+    from . import privacy as _privacy
+
     source = load_source(source_path, cwd=cwd)
     dataset, notes = build_dataset(source, today=today)
+    log_file: tuple[Path, str] | None = None
+    if redact:
+        dataset, log = _privacy.redact_dataset(dataset)
+        log_file = (resolve_input(json_out, cwd=cwd).with_suffix(_privacy.DATASET_LOG_SUFFIX),
+                    json.dumps(log, indent=2, ensure_ascii=False) + "\n")
+        notes.append(f"{_privacy.redaction_summary(log)}; log: {log_file[0]}")
+    else:
+        notes += _privacy.scan_dataset(dataset, resolve_input(source_path, cwd=cwd), os.fspath(source_path), None)
     jtext, ctext = json_text(dataset), csv_text(dataset["evaluation_pairs"])
     result = validate_texts(jtext, ctext)
     if not result.valid:
         raise _errors_as_input(result, os.fspath(source_path))
     targets = [(resolve_input(json_out, cwd=cwd), jtext), (resolve_input(csv_out, cwd=cwd), ctext)]
+    if log_file is not None:
+        targets.append(log_file)
     if targets[0][0] == targets[1][0]:
         raise InputError("--json and --csv name the same file")
     for target, _ in targets:

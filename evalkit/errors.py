@@ -92,3 +92,8 @@ class JudgeError(EvalkitError):
 
 class UnitCallError(EvalkitError):
     """A model call failed after its last retry; the cause is recorded, no output invented."""
+
+
+class RedactionIncomplete(EvalkitError):
+    """A redacted report still held a value the redaction replaced; the files that did
+    were removed."""

@@ -316,9 +316,14 @@ def grade_run(run_path: str | Path, suite: Suite | str | Path | None = None, *,
         jerr = no_judge_files if case.judged and files is None else None
         grades.append(_grade_line(case, s, det[key], js, jerr, override))
 
+    from .privacy import scan_outputs  # personal data and secrets in the outputs (no value is kept)
+
+    leaks = scan_outputs(suite_obj, samples)
+    findings += [Finding(level, message) for level, message in leaks.findings]
     summary = {"run": str(run), **summarize(suite_obj, meta, samples, grades, expected, files, override, findings,
-                                                labels)}
+                                            labels)}
     summary.update({k: v for k, v in judge_stats.items()})
+    summary["privacy"] = leaks.summary
     if pairwise:
         summary["pairwise"] = pairwise_summary(outcomes, pairwise)
     summary["findings"] = [dataclasses.asdict(f) for f in findings]

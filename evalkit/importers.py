@@ -452,12 +452,16 @@ def write_native_suite(dest: str | Path, config: dict[str, Any], cases: Iterable
 
 
 def import_suite(src: str | Path, dest: str | Path, *, guidance: str | Path | None = None,
-                 on_warning: Callable[[Finding], None] | None = None) -> Path:
+                 on_warning: Callable[[Finding], None] | None = None, redact: bool = False) -> Path:
     """`evalkit import`: read a foreign suite, validate it in memory (messages point into
     the foreign file), and write it as a native suite. `guidance` adds a `skilled` arm
     with that file as `guidance/skilled.md` (the skill under test). `on_warning` hears
     each warning about the foreign file (a wildcard matched literally, a case without
-    set)."""
+    set, personal data or a secret found in it). `redact` replaces every detected value
+    with a typed placeholder (`evalkit.privacy.redact_imported`) and writes what it did to
+    `redaction-log.json`."""
+    from . import privacy
+
     imported = read_foreign(src)
     for w in imported.warnings if on_warning is not None else ():
         on_warning(w)
@@ -470,4 +474,12 @@ def import_suite(src: str | Path, dest: str | Path, *, guidance: str | Path | No
     source = imported.source()
     _validate_cases(source, fx)
     fx.raise_errors()
-    return write_native_suite(dest, config, [c for _, _, c in imported.cases], files)
+    cases = [c for _, _, c in imported.cases]
+    if redact:
+        config, cases, files = privacy.redact_imported(config, cases, files)
+    elif on_warning is not None:
+        for f in privacy.scan_suite_source(SuiteSource(
+                source.root, source.name, config, source.config_path, {}, source.cases, files, False)).findings:
+            on_warning(Finding("warning", f.message + "; `evalkit import --redact` replaces it", f.path, f.line,
+                               f.json_path))
+    return write_native_suite(dest, config, cases, files)

@@ -48,6 +48,7 @@ TITLES = {
     "micro_test": "Micro-test",
 }
 MANIFEST = "report.json"
+REDACT_ENV = "EVALKIT_REDACT"  # set for the kernels of a redacted report: `text_html` and `table_html` redact
 MICROTEST_MARKER = "microtest.json"  # written into a run folder by `evalkit microtest`
 # The page may load nothing from anywhere: no script at all, images and fonts only as
 # data URIs, styles inline. Escaping is the defence; this policy is the second line.
@@ -72,9 +73,20 @@ def show_text(text: Any, *, title: str | None = None, pre: bool = True, max_char
     display(HTML(text_html(text, title=title, pre=pre, max_chars=max_chars)))
 
 
+def _shown(text: str) -> str:
+    """Text as a page shows it: with personal data and secrets replaced while a redacted
+    report renders (`evalkit report --redact` sets `EVALKIT_REDACT` for its kernels), so
+    text the notebooks read from outside the redacted run (PandaLM's items) is redacted too."""
+    if not os.environ.get(REDACT_ENV):
+        return text
+    from .privacy import redact_shown
+
+    return redact_shown(text)
+
+
 def text_html(text: Any, *, title: str | None = None, pre: bool = True, max_chars: int = 4000) -> str:
     """The escaped HTML `show_text` displays (for callers that build a page)."""
-    s = "" if text is None else str(text)
+    s = _shown("" if text is None else str(text))
     cut = ""
     if len(s) > max_chars:
         cut = f" [... {len(s) - max_chars} more characters not shown]"
@@ -104,6 +116,8 @@ def table_html(data: Any, *, caption: str | None = None, index: bool = False, ma
     import pandas as pd
 
     df = data if isinstance(data, pd.DataFrame) else pd.DataFrame(data)
+    if os.environ.get(REDACT_ENV):
+        df = df.map(lambda v: _shown(v) if isinstance(v, str) else v)
     more = len(df) - max_rows
     if more > 0:
         df = df.head(max_rows)
@@ -715,18 +729,33 @@ def _harden(page: str) -> str:
 def report_run(run_dir: str | Path, reports_dir: str | Path = "reports",
                notebooks: Sequence[str] | None = None, parallel: bool = True, *,
                source_dir: str | Path | None = None, extra_parameters: Mapping[str, Mapping[str, Any]] | None = None,
-               workers: int | None = None, reuse_kernels: bool = True) -> ReportResult:
+               workers: int | None = None, reuse_kernels: bool = True, redact: bool = False) -> ReportResult:
     """Execute and render every notebook that applies to `run_dir` (or those named in
     `notebooks`) into `reports_dir/<run>/`, write the run's manifest and rebuild
     `reports_dir/index.html`. Notebooks run in lanes sized to the cores when `parallel`;
-    see `run_notebooks` for `reuse_kernels`."""
+    see `run_notebooks` for `reuse_kernels`. `redact`: the notebooks read a copy of the
+    run with every detected personal value and secret replaced by a typed placeholder
+    (`evalkit.privacy.redact_run`, kept in the report folder), the run's report folder is
+    made anew, and every page written, the index included, is checked to hold none of
+    the replaced values."""
     t0 = time.perf_counter()
     run = Path(run_dir)
     if not (run / "config.json").exists():
         raise InputError("not a run folder (no config.json)", run)
     run = run.resolve()
     out_dir = Path(reports_dir) / run.name
-    plans, skipped = plan_notebooks(run, out_dir)
+    source, redacted = run, None  # the folder the notebooks read
+    if redact:
+        import shutil
+
+        from . import privacy
+
+        if out_dir.exists():
+            shutil.rmtree(out_dir)  # no page of an earlier, unredacted report may stay beside it
+        redacted = privacy.redact_run(run, out_dir / privacy.REDACTED_RUN / run.name,
+                                      log=out_dir / privacy.REDACTION_LOG)
+        source = Path(redacted.path)
+    plans, skipped = plan_notebooks(source, out_dir)
     if notebooks:
         unknown = [n for n in notebooks if n not in NOTEBOOKS]
         if unknown:
@@ -739,10 +768,19 @@ def report_run(run_dir: str | Path, reports_dir: str | Path = "reports",
         if name in plans:
             plans[name].update(extra)
     out_dir.mkdir(parents=True, exist_ok=True)
-    results = run_notebooks(plans, out_dir, parallel=parallel, source_dir=source_dir, workers=workers,
-                            reuse_kernels=reuse_kernels)
-    write_manifest(run, out_dir, results, skipped)
+    before = os.environ.get(REDACT_ENV)
+    if redacted is not None:
+        os.environ[REDACT_ENV] = "1"  # the kernels started for these notebooks inherit it
+    try:
+        results = run_notebooks(plans, out_dir, parallel=parallel, source_dir=source_dir, workers=workers,
+                                reuse_kernels=reuse_kernels)
+    finally:
+        if redacted is not None and before is None:
+            os.environ.pop(REDACT_ENV, None)
+    write_manifest(source, out_dir, results, skipped)
     index = build_index(reports_dir)
+    if redacted is not None:
+        privacy.verify_redacted(redacted, [out_dir, index])
     return ReportResult(run_dir=run, out_dir=out_dir.resolve(), index=index, notebooks=tuple(results),
                         skipped=skipped, seconds=time.perf_counter() - t0)
 

@@ -41,7 +41,7 @@ from .errors import (BudgetExhausted, CeilingBreached, InputError, InputTooLong,
                      UnitCallError)
 from .ledger import Ledger
 from .records import Arm, Config, Sample, Suite
-from .runs import RunFolder
+from .runs import RunFolder, write_atomic
 
 CACHE_FILE = "cache.sqlite"
 
@@ -65,6 +65,7 @@ class RunResult:
     cap_usd: float
     per_arm: dict[str, dict[str, int]]
     exit_code: int
+    privacy: dict[str, Any] = dataclasses.field(default_factory=dict)  # config.json's record (evalkit.privacy)
 
     @property
     def incomplete_line(self) -> str | None:
@@ -240,7 +241,8 @@ def _plan(suite: Suite, arms: list[Arm], k: int) -> list[Key]:
 async def run_suite_async(suite: Suite | str | Path, *, arms: list[str] | None = None, k: int | None = None,
                           runs_dir: str | Path | None = None, base_url: str | None = None,
                           resume: str | Path | None = None, replay_only: bool = False, progress: bool = True,
-                          cache: bool = True, sample_files: bool = True) -> RunResult:
+                          cache: bool = True, sample_files: bool = True,
+                          allow_private_data: bool = False) -> RunResult:
     """The async core of `run_suite`."""
     if not isinstance(suite, Suite):
         from .suite import load_suite
@@ -251,17 +253,19 @@ async def run_suite_async(suite: Suite | str | Path, *, arms: list[str] | None =
         with folder.lock():
             return await _run_in_folder(suite, folder, arms=arms, k=k, runs_root=Path(resume).parent,
                                         base_url=base_url, resume=True, replay_only=replay_only,
-                                        progress=progress, cache=cache, sample_files=sample_files)
+                                        progress=progress, cache=cache, sample_files=sample_files,
+                                        allow_private_data=allow_private_data)
     from .suite import default_runs_dir  # a `runs` symlink out of the suite is refused
     runs_root = Path(runs_dir) if runs_dir is not None else default_runs_dir(suite.path)
     return await _run_in_folder(suite, None, arms=arms, k=k, runs_root=runs_root, base_url=base_url,
                                 resume=False, replay_only=replay_only, progress=progress, cache=cache,
-                                sample_files=sample_files)
+                                sample_files=sample_files, allow_private_data=allow_private_data)
 
 
 async def _run_in_folder(suite: Suite, folder: RunFolder | None, *, arms: list[str] | None, k: int | None,
                          runs_root: Path, base_url: str | None, resume: bool, replay_only: bool,
-                         progress: bool, cache: bool, sample_files: bool) -> RunResult:
+                         progress: bool, cache: bool, sample_files: bool,
+                         allow_private_data: bool = False) -> RunResult:
     """Check the inputs, then run (a new folder is created and locked only once every
     check passed; a resumed one is already locked by the caller)."""
     config = suite.config
@@ -314,6 +318,12 @@ async def _run_in_folder(suite: Suite, folder: RunFolder | None, *, arms: list[s
             changed = _changed_inputs(before, inputs)
             raise InputError(f"changed since this run started: {'; '.join(changed)}; start a new run instead "
                              "of resuming", folder.path / "config.json", json_path="$.inputs")
+    # personal data and secrets never reach an endpoint unless the user says so (evalkit.privacy)
+    from .privacy import run_gate
+    privacy = run_gate(suite, allowed=allow_private_data, recorded=meta.get("privacy") if resume else None)
+    if resume and folder is not None and privacy.get("allowed") and not (meta.get("privacy") or {}).get("allowed"):
+        meta["privacy"] = privacy  # the flag given on this resume: the run's record says so
+        write_atomic(folder.path / "config.json", json.dumps(meta, indent=2) + "\n")
     check_endpoint(config.generator, base_url, replay_only)
 
     if not resume:
@@ -321,20 +331,20 @@ async def _run_in_folder(suite: Suite, folder: RunFolder | None, *, arms: list[s
                 "inputs": inputs, "inputs_hash": inputs_hash,
                 "arms": names, "k": k, "cases": [c.id for c in suite.cases],
                 "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "source": "evalkit",
-                "sample_files": sample_files}
+                "sample_files": sample_files, "privacy": privacy}
         folder = RunFolder.create(runs_root, meta)
         folder.sample_files = sample_files
         with folder.lock():
             return await _execute(suite, folder, arm_objs, k, plan, prompts, base_url, runs_root, replay_only,
-                                  progress, cache)
+                                  progress, cache, privacy)
     assert folder is not None
     return await _execute(suite, folder, arm_objs, k, plan, prompts, base_url, runs_root, replay_only, progress,
-                          cache)
+                          cache, privacy)
 
 
 async def _execute(suite: Suite, folder: RunFolder, arm_objs: list[Arm], k: int, plan: list[Key],
                    prompts: dict[tuple[str, str], Any], base_url: str | None, runs_root: Path, replay_only: bool,
-                   progress: bool, cache: bool) -> RunResult:
+                   progress: bool, cache: bool, privacy: dict[str, Any] | None = None) -> RunResult:
     """Run the keys of `plan` that `folder` lacks, under its lock, and write the summary."""
     config = suite.config
     rows = folder.results()
@@ -394,7 +404,7 @@ async def _execute(suite: Suite, folder: RunFolder, arm_objs: list[Arm], k: int,
     result = RunResult(path=folder.path, complete=complete, ran=ran, total=total, samples_ran=len(finished),
                        samples_total=len(plan), reason=summary["reason"], spend_usd=ledger.committed_usd,
                        avoided_usd=ledger.avoided_usd, cap_usd=ledger.cap_usd, per_arm=per_arm,
-                       exit_code=summary["exit_code"])
+                       exit_code=summary["exit_code"], privacy=dict(privacy or {}))
     if not complete:
         print(result.incomplete_line, file=sys.stderr, flush=True)
     if interrupted is not None:
@@ -405,16 +415,18 @@ async def _execute(suite: Suite, folder: RunFolder, arm_objs: list[Arm], k: int,
 def run_suite(suite: Suite | str | Path, *, arms: list[str] | None = None, k: int | None = None,
               runs_dir: str | Path | None = None, base_url: str | None = None, resume: str | Path | None = None,
               replay_only: bool = False, progress: bool = True, cache: bool = True,
-              sample_files: bool = True) -> RunResult:
+              sample_files: bool = True, allow_private_data: bool = False) -> RunResult:
     """Run cases x arms x k samples of a suite (a `Suite` or its folder) and write a run
     folder; see the module docstring. `base_url` overrides the config's generator URL;
     `cache=False` neither reads nor writes the response cache; `sample_files=False` skips
     the per-sample text files. Raises `InputError` on bad input before anything is
-    written."""
+    written, personal data or secrets in the suite included (`evalkit.privacy.run_gate`)
+    unless `allow_private_data`."""
     with _frozen_heap():
         return asyncio.run(run_suite_async(suite, arms=arms, k=k, runs_dir=runs_dir, base_url=base_url,
                                            resume=resume, replay_only=replay_only, progress=progress,
-                                           cache=cache, sample_files=sample_files))
+                                           cache=cache, sample_files=sample_files,
+                                           allow_private_data=allow_private_data))
 
 
 @contextlib.contextmanager

@@ -57,7 +57,8 @@ CHECK_KINDS = (
     "exact", "contains", "regex", "json_schema", "tool_calls",
     "grounding", "refusal", "activation", "scorer",
 )
-CASE_KEYS = {"id", "input", "expected", "tags", "set", "judge_threshold", "checks", "intent", "context"}
+CASE_KEYS = {"id", "input", "expected", "tags", "set", "judge_threshold", "checks", "intent", "context",
+             "privacy_allow"}  # privacy_allow: checked by evalkit.privacy
 CASE_SETS = ("capability", "regression")  # the gated sets; any other set is measured, not gated
 SET_GATES = {"capability": "pass@k", "regression": "pass^k"}
 NO_GATE = "none"
@@ -1386,8 +1387,21 @@ def _check_render(config: Config, case: Case, src: SuiteSource, fx: _Findings) -
                      src.cases[0][0] if src.cases else src.display(CASES_FILE), case.line or None, "$.input")
 
 
+def _privacy(src: SuiteSource, fx: _Findings) -> None:
+    """The privacy scan (`evalkit.privacy`): each finding a warning that --strict makes an
+    error; an allow-list that cannot be read is an error."""
+    from . import privacy  # builds on this module
+
+    scan = privacy.scan_suite_source(src)
+    for path, line, json_path, message in scan.problems:
+        fx.error(message, path, line, json_path)
+    for f in scan.findings:
+        fx.warn(f.message, f.path, f.line, f.json_path, strict_error=True)
+
+
 # --- public API -----------------------------------------------------------------------
-def _validate(path: str | Path, strict: bool, *, lint: bool = False) -> tuple[Suite | None, _Findings, str]:
+def _validate(path: str | Path, strict: bool, *, lint: bool = False,
+              privacy: bool = False) -> tuple[Suite | None, _Findings, str]:
     fx = _Findings(strict)
     src = _source_for(path, fx)
     if src is None:
@@ -1398,6 +1412,8 @@ def _validate(path: str | Path, strict: bool, *, lint: bool = False) -> tuple[Su
     _suite_warnings(src, cases, config, rubric_files, prompt_files, fx)
     if lint and src.is_native:
         _suite_side_files(src, fx)
+    if privacy:
+        _privacy(src, fx)
     if fx.errors or config is None:
         return None, fx, str(src.root)
     suite = Suite(
@@ -1420,9 +1436,22 @@ def load_suite(path: str | Path, *, strict: bool = False) -> Suite:
 
 
 def lint_suite(path: str | Path, strict: bool = False) -> LintReport:
-    """Validate a suite without calling any model: every error and warning with its place."""
-    _, fx, root = _validate(path, strict, lint=True)
+    """Validate a suite without calling any model: every error and warning with its place,
+    the privacy scan's findings included (warnings; errors under `strict`)."""
+    _, fx, root = _validate(path, strict, lint=True, privacy=True)
     return LintReport(suite=root, errors=tuple(fx.errors), warnings=tuple(fx.warnings))
+
+
+def suite_source(path: str | Path) -> SuiteSource:
+    """What a validation pass reads from `path` (a suite folder, or a foreign file through
+    the importers), for passes of other modules (the privacy scan); `InputError` when
+    there is no suite there."""
+    fx = _Findings(strict=False)
+    src = _source_for(path, fx)
+    fx.raise_errors()
+    if src is None:
+        raise InputError("not a suite", path)
+    return src
 
 
 def load_cases(path: str | Path) -> tuple[Case, ...]:
