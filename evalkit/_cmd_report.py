@@ -41,6 +41,9 @@ def report_cmd(run: str, reports_dir: str, only: tuple[str, ...], serial: bool, 
             click.echo(f"{name}: skipped ({why})", err=True)
     click.echo(str(result.index))
     if not result.ok:
+        failed = [nb.name for nb in result.notebooks if not nb.ok]
+        click.echo(f"error: {len(failed)} of {len(result.notebooks)} notebook(s) failed: {', '.join(failed)}",
+                   err=True)
         sys.exit(1)
 
 
