@@ -1,4 +1,5 @@
-"""A pip install is a whole install.
+"""A pip install is a whole install, the embedded model is built for any x86-64 CPU with
+AVX2, and the tests that need the embedded model never skip unnoticed.
 
 The wheel is built from a copy of the checkout's files (git's list: tracked and
 untracked, not ignored), so the checkout gets no `build/` or `*.egg-info`; it is
@@ -9,7 +10,9 @@ checkout with no `EVALKIT_NOTEBOOKS`.
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -116,3 +119,90 @@ def test_evalkit_report_from_an_installed_wheel_outside_the_checkout(wheel, tmp_
     assert proc.returncode == 1, proc.stderr
     assert "run_summary" in proc.stderr and "notebook not found" in proc.stderr and "not whole" in proc.stderr
     assert "Traceback" not in proc.stderr and "Exception in thread" not in proc.stderr
+
+
+# -- the embedded model's build ----------------------------------------------------------
+
+AMX_INSTRUCTIONS = ("tileloadd", "tileloaddt1", "tdpbssd", "tdpbsud", "tdpbusd", "tdpbuud", "tdpbf16ps",
+                    "tdpfp16ps", "ldtilecfg", "sttilecfg", "tilestored", "tilezero", "tilerelease")
+
+
+@pytest.mark.local_model
+def test_llama_cpp_reports_no_avx512_or_amx_feature():
+    """tools/install-llama.sh builds ggml without AMX and AVX-512 (a native build crashed
+    with SIGSEGV on AMX machines): the library's own feature list names neither."""
+    import llama_cpp
+
+    info = llama_cpp.llama_print_system_info().decode()
+    assert "AVX2 = 1" in info, info  # the portable build still uses AVX2
+    assert "AVX512" not in info and "AMX" not in info, info
+
+
+@pytest.mark.local_model
+def test_the_ggml_libraries_hold_no_avx512_or_amx_instruction():
+    """Disassembled, the installed ggml libraries use no zmm register (AVX-512) and no
+    AMX tile instruction; a native build on an AVX-512 machine had 15,649 zmm lines in
+    libggml-cpu.so."""
+    import llama_cpp
+
+    objdump = shutil.which("objdump")
+    assert objdump, "objdump (binutils, which the C toolchain `make install` needs brings) is not on PATH"
+    lib = Path(llama_cpp.__file__).parent / "lib"
+    # the wheel holds libX.so, libX.so.0 and libX.so.0.N.M as copies (a wheel has no links): one of each
+    libs = {hashlib.sha256(p.read_bytes()).hexdigest(): p for p in sorted(lib.glob("lib*.so*"), reverse=True)}
+    libs = set(libs.values())
+    assert any(p.name.startswith("libggml-cpu.so") for p in libs), sorted(libs)
+    amx = re.compile(rb"\b(" + "|".join(AMX_INSTRUCTIONS).encode() + rb")\b")
+    for so in sorted(libs):
+        asm = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(so)], capture_output=True, check=True,
+                             timeout=300).stdout  # bytes: decoding tens of MB of text is the slow part
+        assert len(asm) > 10_000, f"{so}: objdump gave no disassembly"
+        for what, found in (("AVX-512 (zmm)", re.compile(rb"%zmm").search(asm)), ("AMX", amx.search(asm))):
+            if found:
+                line = asm[asm.rfind(b"\n", 0, found.start()) + 1:asm.find(b"\n", found.end())].decode().strip()
+                pytest.fail(f"{so.name}: an {what} instruction, e.g. {line}")
+
+
+# -- the embedded-model tests never skip unnoticed ----------------------------------------
+
+def _pytest_session(probe: Path, plugin_dir: Path, test_body: str, conftest: str = "", **env_extra: str):
+    """A pytest session in `probe` with tests/conftest.py's hooks loaded as a plugin
+    (from `plugin_dir`) and one `local_model` test whose body is `test_body`."""
+    probe.mkdir(exist_ok=True)
+    (probe / "test_probe.py").write_text("import pytest\n\n@pytest.mark.local_model\ndef test_probe():\n"
+                                         f"    {test_body}\n")
+    (probe / "conftest.py").write_text(conftest)
+    env = {k: v for k, v in os.environ.items() if k != "EVALKIT_TESTS_WITHOUT_LOCAL_MODEL"}
+    env.update(env_extra, PYTHONPATH=str(plugin_dir))
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "evalkit_test_hooks",
+                           "-q", "-o", "markers=local_model: the embedded model", str(probe)],
+                          capture_output=True, text=True, env=env, cwd=probe, timeout=120)
+
+
+@pytest.fixture()
+def hooks_plugin(tmp_path) -> Path:
+    """A folder holding tests/conftest.py as a module, for a pytest session elsewhere."""
+    plugin_dir = tmp_path / "plugin"
+    plugin_dir.mkdir()
+    shutil.copy(ROOT / "tests" / "conftest.py", plugin_dir / "evalkit_test_hooks.py")
+    return plugin_dir
+
+
+def test_a_skipped_embedded_model_test_fails_the_session_unless_opted_out(tmp_path, hooks_plugin):
+    proc = _pytest_session(tmp_path / "probe", hooks_plugin, "pytest.skip('no model here')")
+    assert proc.returncode == 1, proc.stdout
+    assert "need the embedded model were skipped" in proc.stdout and "test_probe" in proc.stdout
+    proc = _pytest_session(tmp_path / "probe", hooks_plugin, "pytest.skip('no model here')",
+                           EVALKIT_TESTS_WITHOUT_LOCAL_MODEL="1")
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_an_embedded_model_test_without_llama_cpp_fails_saying_what_to_do(tmp_path, hooks_plugin):
+    hide = "import sys\nsys.modules['llama_cpp'] = None  # find_spec() now says: not installed\n"
+    proc = _pytest_session(tmp_path / "probe", hooks_plugin, "pass", conftest=hide)
+    assert proc.returncode == 1, proc.stdout
+    assert "needs the embedded model, but llama-cpp-python[server] is not installed" in proc.stdout
+    assert "make install" in proc.stdout and "EVALKIT_TESTS_WITHOUT_LOCAL_MODEL=1" in proc.stdout
+    proc = _pytest_session(tmp_path / "probe", hooks_plugin, "pass", conftest=hide,
+                           EVALKIT_TESTS_WITHOUT_LOCAL_MODEL="1")
+    assert proc.returncode == 0 and "1 skipped" in proc.stdout, proc.stdout

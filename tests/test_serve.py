@@ -6,7 +6,6 @@ Every model call goes through the official `openai` client (sync and async) or a
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import subprocess
 import sys
@@ -317,8 +316,6 @@ def test_serve_command_rejects_bad_script_with_exit_2(tmp_path):
 # -- the embedded model ----------------------------------------------------------------
 
 @pytest.mark.local_model
-@pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
-                    reason="llama-cpp-python is not installed (pip install 'evalkit[local]')")
 def test_embedded_model_answers_a_few_shot_capital_prompt():
     from evalkit.serve import LocalModelServer
 
@@ -339,8 +336,6 @@ def test_embedded_model_answers_a_few_shot_capital_prompt():
 
 
 @pytest.mark.local_model
-@pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
-                    reason="llama-cpp-python is not installed (pip install 'evalkit[local]')")
 def test_embedded_server_that_dies_reports_its_log(tmp_path):
     from evalkit.errors import EvalkitError
     from evalkit.serve import LocalModelServer
