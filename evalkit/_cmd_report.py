@@ -93,7 +93,7 @@ def microtest_cmd(unit: str, variants: str, reps: int, base_url: str | None, jud
     no-guidance control on UNIT's cases, REPS fresh-context repetitions each, grade,
     and render the micro_test notebook. Prints the report and its conclusion."""
     from . import reports
-    from .grading import grade_run
+    from .grading import grade_run, judge_endpoint
     from .records import Arm
     from .runner import run_suite
     from .suite import load_suite
@@ -118,6 +118,8 @@ def microtest_cmd(unit: str, variants: str, reps: int, base_url: str | None, jud
     raw["arms"] = [{"name": CONTROL}] + [{"name": p.stem, "guidance": str(p.resolve())} for p in files]
     config = dataclasses.replace(suite.config, arms=arms, raw=raw)
     suite = dataclasses.replace(suite, config=config)
+    if any(c.judged for c in suite.cases):
+        judge_endpoint(suite, judge_base_url)  # no judge URL: refused now, not after paying for the run
     result = run_suite(suite, arms=[a.name for a in arms], k=reps, runs_dir=runs_dir or Path(suite.path) / "runs",
                        base_url=base_url, progress=not no_progress)
     grade_run(result.path, suite, judge_base_url=judge_base_url)

@@ -2,11 +2,14 @@
 
 `evalkit serve` serves the embedded llama.cpp model; `--scripted FILE` serves a script
 instead (evalkit.serve.ScriptedServer). With a command after `--`, the command runs with
-`EVALKIT_BASE_URL` set to the server's base URL, the server stops when it ends, and
-`evalkit serve` exits with the command's status: that is how `make demo` and CI use it.
+`EVALKIT_BASE_URL` set to the server's base URL and `EVALKIT_SERVED` describing the
+server (`endpoints`: a judge with no base URL of its own is judged there when the server
+answers as its model), the server stops when it ends, and `evalkit serve` exits with the
+command's status: that is how `make demo` and CI use it.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,6 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
+
+from .endpoints import GENERATOR_URL_ENV, SERVED_ENV
 
 if TYPE_CHECKING:
     from .serve import LocalModelServer, ScriptedServer
@@ -46,7 +51,9 @@ def serve(script: Path | None, model_path: Path | None, port: int, n_ctx: int, n
     """Serve an OpenAI-compatible endpoint on 127.0.0.1 [-- COMMAND ...].
 
     Without COMMAND, serve until Ctrl-C, printing the base URL. With COMMAND, run it with
-    EVALKIT_BASE_URL set, then stop the server and exit with the command's status.
+    EVALKIT_BASE_URL set (and EVALKIT_SERVED: a judge without a base URL of its own is
+    judged here when this server answers as its model), then stop the server and exit
+    with the command's status.
     """
     from .serve import LocalModelServer, ScriptedServer
 
@@ -80,7 +87,9 @@ def _serve(server: "ScriptedServer | LocalModelServer", command: tuple[str, ...]
                 threading.Event().wait()
             except KeyboardInterrupt:
                 return None
-        env = {**os.environ, "EVALKIT_BASE_URL": server.base_url}
+        env = {**os.environ, GENERATOR_URL_ENV: server.base_url,
+               SERVED_ENV: json.dumps({"base_url": server.base_url, "model": server.model_name, "status_file": None,
+                                       "pid": getattr(server, "pid", None) or os.getpid()})}
         try:
             proc = subprocess.Popen(list(command), env=env)
         except OSError as exc:

@@ -18,7 +18,9 @@ not a non-negative integer is untrusted: the attempt is settled at the full rese
 (`Ledger.settle_reported`) and the call fails as a malformed response, not retried. A
 body whose text is not a string, or any other shape that is not a completion, is a
 malformed response too. `should_stop` is asked before every attempt, so a run that has
-stopped (ceiling breached, budget exhausted) sends no further paid retry.
+stopped (ceiling breached, budget exhausted) sends no further paid retry. A client with
+no base URL is refused (`InputError`) unless replay-only: evalkit never lets the openai
+client pick its default host.
 """
 from __future__ import annotations
 
@@ -201,9 +203,15 @@ class ModelClient:
         self.max_attempts = int(max_attempts)
         self.timeout_s = float(timeout_s)
         self.base_url = base_url or endpoint.base_url
+        if not self.base_url and not replay_only:
+            # Never the openai client's default host (api.openai.com): endpoints.resolve_base_url.
+            raise InputError(f"no base URL for the {role} model {endpoint.model!r}; evalkit never falls back to "
+                             "the openai client's default host")
         api_key = check_endpoint(endpoint, self.base_url, replay_only)
+        # A replay-only client without a URL never sends: it gets no openai client at all.
         self._openai = openai.AsyncOpenAI(api_key=api_key, base_url=self.base_url, max_retries=0,
-                                          timeout=self.timeout_s, http_client=_http_client(self.timeout_s))
+                                          timeout=self.timeout_s, http_client=_http_client(self.timeout_s)) \
+            if self.base_url else None
         self.counter = TokenCounter(endpoint.model, self.base_url, api_key=api_key)
         self._rng = random.Random()
 
@@ -341,6 +349,7 @@ class ModelClient:
                           + "; ".join(causes), self.max_attempts)
 
     async def _send(self, body: dict[str, Any]) -> Any:
+        assert self._openai is not None, "a replay-only client without a base URL sends nothing"
         if "messages" in body:
             return await self._openai.chat.completions.create(**body)
         return await self._openai.completions.create(**body)
@@ -397,7 +406,8 @@ class ModelClient:
                 model if isinstance(model, str) and model else self.endpoint.model)
 
     async def aclose(self) -> None:
-        await self._openai.close()
+        if self._openai is not None:
+            await self._openai.close()
         await self.counter.aclose()
 
 

@@ -163,7 +163,21 @@ def _grade_line(case: Case, sample: Sample, checks: list[CheckResult], js: Judge
                  judge_same_model_override=bool(override and case.judged))
 
 
-async def _judge_all(suite: Suite, files: JudgeFiles, todo: list[tuple[Case, Sample]], judge_base_url: str | None,
+def judge_endpoint(suite: Suite, judge_base_url: str | None = None) -> Endpoint:
+    """The judge's model and the base URL its calls go to (`endpoints.resolve_base_url`:
+    the override, `EVALKIT_JUDGE_BASE_URL`, `$.judge.base_url`, the server `evalkit
+    serve` runs). `InputError` when there is no judge or no URL, before any request."""
+    from .endpoints import resolve_base_url
+
+    judge = suite.config.judge
+    config_file = Path(suite.path) / "config.json" if Path(suite.path).is_dir() else Path(suite.path)
+    if judge is None:
+        raise InputError("the suite has judged cases but config.json has no judge", config_file, json_path="$.judge")
+    url = resolve_base_url("judge", judge, judge_base_url, config_path=config_file)
+    return Endpoint(judge.model, url, judge.api_key_env)
+
+
+async def _judge_all(suite: Suite, files: JudgeFiles, todo: list[tuple[Case, Sample]], endpoint: Endpoint,
                      run: Path, cap: float, pairs_todo: list[tuple[Case, int, Sample, Sample]]
                      ) -> tuple[dict[Key, JudgeScore], list[PairOutcome], dict[str, Any]]:
     from .cache import ResponseCache
@@ -171,14 +185,12 @@ async def _judge_all(suite: Suite, files: JudgeFiles, todo: list[tuple[Case, Sam
     from .ledger import Ledger
 
     config = suite.config
-    assert config.judge is not None
-    endpoint = Endpoint(config.judge.model, judge_base_url or config.judge.base_url, config.judge.api_key_env)
     ledger = Ledger.resume(cap, run / LEDGER)
     cache = ResponseCache(run / JUDGE_CACHE)
     spent_before = ledger.committed_usd
     client = ModelClient(endpoint, config.judge_price, ledger, role="judge", max_tokens_in=config.max_tokens_in,
                          max_tokens_out=config.max_tokens_out, cache=cache, max_attempts=config.max_attempts,
-                         timeout_s=config.timeout_s, base_url=judge_base_url)
+                         timeout_s=config.timeout_s, base_url=endpoint.base_url)
     sem = asyncio.Semaphore(max(1, config.concurrency))
     scores: dict[Key, JudgeScore] = {}
 
@@ -238,8 +250,8 @@ def grade_run(run_path: str | Path, suite: Suite | str | Path | None = None, *,
     endpoint; `judge_version` pins `vN` (default: the highest); `pairwise=(baseline,
     treatment)` also asks the pairwise judge on every judged case/index both arms ran
     and writes `pairwise.jsonl`. Raises `InputError` (nothing written) for a case with
-    neither a check nor a rubric, a bad check, or a judge that is the generator's model
-    without the override.
+    neither a check nor a rubric, a bad check, a judge that is the generator's model
+    without the override, or a judge with no base URL (`judge_endpoint`).
     """
     run = Path(run_path)
     meta = RunFolder(run).read_meta()
@@ -296,9 +308,10 @@ def grade_run(run_path: str | Path, suite: Suite | str | Path | None = None, *,
     outcomes: list[PairOutcome] = []
     judge_stats: dict[str, Any] = {"judge_spend_usd": 0.0, "cache_hits": 0}
     if files is not None and (judged_keys or pairs_todo):
+        endpoint = judge_endpoint(suite_obj, judge_base_url)
         cap = float((meta.get("config") or {}).get("cost_cap_usd") or config.cost_cap_usd)
         scores, outcomes, judge_stats = _run_sync(_judge_all(
-            suite_obj, files, [(cases[k[0]], samples[k]) for k in judged_keys], judge_base_url, run, cap,
+            suite_obj, files, [(cases[k[0]], samples[k]) for k in judged_keys], endpoint, run, cap,
             pairs_todo))
 
     grades: list[Grade] = []

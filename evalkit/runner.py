@@ -37,6 +37,7 @@ from tqdm import tqdm
 
 from .cache import ResponseCache
 from .client import CallStopped, ModelClient, check_endpoint
+from .endpoints import resolve_base_url
 from .errors import (BudgetExhausted, CeilingBreached, InputError, InputTooLong, ReplayMiss,
                      UnitCallError)
 from .ledger import Ledger
@@ -311,6 +312,8 @@ async def _run_in_folder(suite: Suite, folder: RunFolder | None, *, arms: list[s
             changed = _changed_inputs(before, inputs)
             raise InputError(f"changed since this run started: {'; '.join(changed)}; start a new run instead "
                              "of resuming", folder.path / "config.json", json_path="$.inputs")
+    base_url = resolve_base_url("generator", config.generator, base_url, replay_only=replay_only,
+                                config_path=Path(suite.path) / "config.json")
     check_endpoint(config.generator, base_url, replay_only)
 
     if not resume:
@@ -404,7 +407,8 @@ def run_suite(suite: Suite | str | Path, *, arms: list[str] | None = None, k: in
               replay_only: bool = False, progress: bool = True, cache: bool = True,
               sample_files: bool = True) -> RunResult:
     """Run cases x arms x k samples of a suite (a `Suite` or its folder) and write a run
-    folder; see the module docstring. `base_url` overrides the config's generator URL;
+    folder; see the module docstring. `base_url` overrides `EVALKIT_BASE_URL` and the
+    config's generator URL (with none of them the run is refused: `endpoints`);
     `cache=False` neither reads nor writes the response cache; `sample_files=False` skips
     the per-sample text files. Raises `InputError` on bad input before anything is
     written."""

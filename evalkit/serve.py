@@ -371,6 +371,11 @@ class ScriptedServer:
         self._thread = None
         self._loop = None
 
+    @property
+    def model_name(self) -> str | None:
+        """The one model the script answers as, or None when it answers any."""
+        return self.script.get("model")
+
     def __enter__(self) -> "ScriptedServer":
         return self.start()
 

@@ -353,3 +353,59 @@ def test_end_to_end_run_then_grade_makes_no_generator_calls(tmp_path):
     assert [g.judge_score for g in judged] == [5, 5, 5] and all(g.judge_version == "v1" for g in judged)
     roles = {e["role"] for e in iter_jsonl(run.path / "ledger.jsonl") if e["event"] == "settle"}
     assert roles == {"generator", "judge"}
+
+
+# -- where the judge's calls go ----------------------------------------------------------
+
+def _without_judge_url(suite: Path) -> None:
+    cfg = json.loads((suite / "config.json").read_text())
+    cfg["judge"]["base_url"] = None
+    (suite / "config.json").write_text(json.dumps(cfg))
+
+
+def test_a_judge_with_no_base_url_is_refused_before_any_call_and_nothing_is_written(tmp_path, monkeypatch):
+    for name in ("EVALKIT_JUDGE_BASE_URL", "EVALKIT_SERVED"):
+        monkeypatch.delenv(name, raising=False)
+    suite = write_suite(tmp_path)
+    _without_judge_url(suite)
+    run = write_run(tmp_path, suite)
+    ledger_before = (run / "ledger.jsonl").read_bytes() if (run / "ledger.jsonl").exists() else b""
+    with pytest.raises(InputError) as e:
+        grade_run(run)
+    assert e.value.json_path == "$.judge.base_url" and str(suite / "config.json") in str(e.value)
+    assert "--judge-base-url" in str(e.value) and "EVALKIT_JUDGE_BASE_URL" in str(e.value)
+    assert not (run / "grades.jsonl").exists() and not (run / GRADES_SUMMARY).exists()
+    assert ((run / "ledger.jsonl").read_bytes() if (run / "ledger.jsonl").exists() else b"") == ledger_before
+    res = CliRunner().invoke(main, ["grade", str(run)])
+    assert res.exit_code == 2 and "$.judge.base_url" in res.output
+
+
+def _serve_grade(script: Path, run: Path) -> "subprocess.CompletedProcess[str]":
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k not in ("EVALKIT_BASE_URL", "EVALKIT_JUDGE_BASE_URL",
+                                                            "EVALKIT_SERVED")}
+    return subprocess.run([sys.executable, "-m", "evalkit.cli", "serve", "--scripted", str(script), "--",
+                           sys.executable, "-m", "evalkit.cli", "grade", str(run)],
+                          capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_serve_judges_a_run_when_it_serves_the_judge_and_says_what_to_do_when_not(tmp_path):
+    suite = write_suite(tmp_path)
+    _without_judge_url(suite)
+    run = write_run(tmp_path, suite)
+    # a server that answers any model (the script names none): `serve -- evalkit grade` judges there
+    script = tmp_path / "judge.json"
+    script.write_text(json.dumps({k: v for k, v in JUDGE_SCRIPT.items() if k != "model"}))
+    proc = _serve_grade(script, run)
+    assert proc.returncode == 0, proc.stderr
+    judged = [g for g in grades(run).values() if g["case_id"] in ("open-1", "inject")]
+    assert len(judged) == 6 and all(isinstance(g["judge_score"], int) for g in judged)
+    # a server that answers only as another model would judge in the judge's place: refused, with what to do
+    (run / "grades.jsonl").unlink()
+    script.write_text(json.dumps({**JUDGE_SCRIPT, "model": "gemma-3-270m"}))
+    proc = _serve_grade(script, run)
+    assert proc.returncode == 2, proc.stderr
+    assert "answers only as 'gemma-3-270m'" in proc.stderr and "$.judge.base_url" in proc.stderr
+    assert "allow_same_judge_model" in proc.stderr and not (run / "grades.jsonl").exists()
