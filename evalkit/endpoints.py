@@ -1,4 +1,4 @@
-"""Where a model call goes.
+"""Where a model call goes, and what watches the server it goes to.
 
 **No silent default endpoint.** The openai client falls back to `api.openai.com` (or to
 `OPENAI_BASE_URL`) when it is given no base URL; a user testing a local model would send
@@ -19,17 +19,33 @@ model request and may go without one.
 **The served server.** `evalkit serve -- COMMAND` runs COMMAND with `EVALKIT_BASE_URL`
 set and `EVALKIT_SERVED` holding a JSON object: `base_url`; `model`, the one model the
 server answers as (null: the scripted server without a `model`, which answers any);
-`pid`, the process serving. A call to that URL for another model than the served one
-is refused (the llama.cpp server answers every model name with its one model, so the
-judge `judge-model` would silently be Gemma).
+`status_file`, a file serve writes (atomically) with the server's exit reason once the
+server process exits; `pid`, the server process (null when it runs inside serve's own
+process). A call to that URL for another model than the served one is refused (the
+llama.cpp server answers every model name with its one model, so the judge
+`judge-model` would silently be Gemma); a run or grade on that URL is watched through
+the status file.
+
+**Watches.** A watch is a callable that returns None while the server is fine and the
+reason once it is not (its first line the cause, e.g. "the llama.cpp server (pid 123)
+exited: killed by SIGSEGV (signal 11)"; further lines: the last lines of its log).
+`run_suite(watch=...)` and `grade_run(watch=...)` consult it before every sample and
+every attempt and stop at once, INCOMPLETE, when it reports. `serve.ServerProcess`
+offers `exit_reason` as one; `served_watch` gives the one for a URL `evalkit serve`
+serves to this process.
 """
 from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
+from typing import Callable
+
 from .errors import InputError
 from .records import Endpoint
+
+Watch = Callable[[], "str | None"]
 
 GENERATOR_URL_ENV = "EVALKIT_BASE_URL"
 JUDGE_URL_ENV = "EVALKIT_JUDGE_BASE_URL"
@@ -61,7 +77,7 @@ def served() -> dict | None:
         data = None
     if not isinstance(data, dict) or not isinstance(data.get("base_url"), str):
         raise InputError(f"environment variable {SERVED_ENV} is not the JSON object `evalkit serve` sets "
-                         "(base_url, model, pid); unset it")
+                         "(base_url, model, status_file, pid); unset it")
     return data
 
 
@@ -100,3 +116,86 @@ def resolve_base_url(role: str, endpoint: Endpoint, override: str | None = None,
             f"{role} model, or point {json_path} ({flag}, {env_name}) at an endpoint that serves "
             f"{endpoint.model!r}", config_path, json_path=json_path.replace("base_url", "model"))
     return url
+
+
+def process_gone(pid: int) -> bool:
+    """True when process `pid` has exited (gone, or a zombie its parent has not reaped
+    yet), as far as this process can see; False while it runs or when it cannot tell."""
+    if os.path.isdir("/proc/self"):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                stat = fh.read()
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        return stat[stat.rindex(b")") + 2:][:1] in (b"Z", b"X")  # the state follows "(name) "
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def status_file_watch(path: str | Path, pid: int | None = None, *, grace_s: float = 2.0) -> Watch:
+    """A watch that reports the text of `path` once that file exists (`evalkit serve`
+    writes its server's exit reason there within ~50 ms of the exit). With `pid` (the
+    server process) it also looks at the process itself, so a death is seen as soon
+    as in the server's parent; it then waits up to `grace_s` for the file's reason. One
+    stat (and one read of /proc) per call until then."""
+    p = Path(path)
+    seen: list[str] = []
+
+    def read() -> str | None:
+        try:
+            return p.read_text(encoding="utf-8").strip() or "the model server exited"
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return f"the model server's status file {p} cannot be read: {exc.strerror or exc}"
+
+    def watch() -> str | None:
+        if seen:
+            return seen[0]
+        text = read()
+        if text is None and pid is not None and process_gone(pid):
+            deadline = time.monotonic() + grace_s
+            while text is None and time.monotonic() < deadline:
+                time.sleep(0.02)
+                text = read()
+            text = text or f"the model server (pid {pid}) exited"
+        if text is not None:
+            seen.append(text)
+        return text
+
+    return watch
+
+
+def served_watch(base_url: str | None) -> Watch | None:
+    """The watch on the server `evalkit serve` runs for this process, when `base_url`
+    is that server's; else None."""
+    server = served()
+    if server is None or not server.get("status_file") or not _same_url(base_url, server["base_url"]):
+        return None
+    pid = server.get("pid")
+    return status_file_watch(server["status_file"], pid if isinstance(pid, int) else None)
+
+
+def combine(*watches: Watch | None) -> Watch | None:
+    """One watch reporting the first reason any of `watches` gives (None: no watch)."""
+    live = [w for w in watches if w is not None]
+    if not live:
+        return None
+    if len(live) == 1:
+        return live[0]
+
+    def watch() -> str | None:
+        for w in live:
+            reason = w()
+            if reason:
+                return reason
+        return None
+
+    return watch

@@ -1,6 +1,6 @@
 """No silent default endpoint: every model call has a base URL from a named source, or
 it is refused before any request; the server `evalkit serve` runs is offered to the
-judge only when it answers as the judge's model."""
+judge only when it answers as the judge's model; watches report a dead server."""
 from __future__ import annotations
 
 import json
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from evalkit.endpoints import GENERATOR_URL_ENV, JUDGE_URL_ENV, SERVED_ENV, resolve_base_url
+from evalkit.endpoints import (GENERATOR_URL_ENV, JUDGE_URL_ENV, SERVED_ENV, process_gone, resolve_base_url,
+                               served_watch, status_file_watch)
 from evalkit.errors import InputError
 from evalkit.records import Endpoint
 from evalkit.runner import run_suite
@@ -31,8 +32,10 @@ def _no_urls_from_the_environment(monkeypatch):
         monkeypatch.delenv(name, raising=False)
 
 
-def _served(monkeypatch, url: str, model: str | None):
-    monkeypatch.setenv(SERVED_ENV, json.dumps({"base_url": url, "model": model, "pid": None}))
+def _served(monkeypatch, url: str, model: str | None, status_file: Path | None = None, pid: int | None = None):
+    monkeypatch.setenv(SERVED_ENV, json.dumps({"base_url": url, "model": model,
+                                               "status_file": str(status_file) if status_file else None,
+                                               "pid": pid}))
 
 
 def test_the_sources_in_order_override_env_config(monkeypatch):
@@ -84,6 +87,29 @@ def test_a_value_of_evalkit_served_that_serve_did_not_write_is_refused(monkeypat
     monkeypatch.setenv(SERVED_ENV, "http://127.0.0.1:7/v1")
     with pytest.raises(InputError, match=SERVED_ENV):
         resolve_base_url("judge", JUDGE)
+
+
+def test_a_status_file_watch_reports_the_file_and_a_dead_pid(tmp_path, monkeypatch):
+    status = tmp_path / "status.txt"
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        watch = status_file_watch(status, proc.pid, grace_s=0.3)
+        assert watch() is None and not process_gone(proc.pid)
+        status.write_text("the model server exited: killed by SIGSEGV (signal 11)\nlog line\n")
+        assert watch().startswith("the model server exited: killed by SIGSEGV")
+    finally:
+        proc.kill()
+        proc.wait()
+    assert process_gone(proc.pid)
+    # a dead process with no status file yet: reported after the grace, by pid
+    t0 = time.monotonic()
+    assert status_file_watch(tmp_path / "none.txt", proc.pid, grace_s=0.3)() == \
+        f"the model server (pid {proc.pid}) exited"
+    assert 0.25 < time.monotonic() - t0 < 2
+    # served_watch only watches the URL serve serves
+    _served(monkeypatch, "http://127.0.0.1:7/v1", "m", status, proc.pid)
+    assert served_watch("http://127.0.0.1:8/v1") is None
+    assert served_watch("http://127.0.0.1:7/v1")().endswith("log line")
 
 
 def _listener() -> socket.socket:

@@ -355,7 +355,7 @@ def test_end_to_end_run_then_grade_makes_no_generator_calls(tmp_path):
     assert roles == {"generator", "judge"}
 
 
-# -- where the judge's calls go ----------------------------------------------------------
+# -- where the judge's calls go, and a judge server that dies ------------------------------
 
 def _without_judge_url(suite: Path) -> None:
     cfg = json.loads((suite / "config.json").read_text())
@@ -409,3 +409,56 @@ def test_serve_judges_a_run_when_it_serves_the_judge_and_says_what_to_do_when_no
     assert proc.returncode == 2, proc.stderr
     assert "answers only as 'gemma-3-270m'" in proc.stderr and "$.judge.base_url" in proc.stderr
     assert "allow_same_judge_model" in proc.stderr and not (run / "grades.jsonl").exists()
+
+
+def test_a_watched_judge_server_that_dies_stops_grading_at_once(tmp_path):
+    """The judge's server, a real process, killed by SIGSEGV mid-grade: no judge call
+    after the crash, the rest of the judged samples are judge errors (never passes), and
+    the summary and a HIGH finding name the signal."""
+    import collections
+    import os
+    import signal
+    import sys
+    import threading
+    import time
+
+    from evalkit.serve import ServerProcess
+
+    cases = [{"id": f"open-{i}", "input": f"Describe city {i}", "expected": {"rubric": "Names a river"},
+              "tags": ["open"]} for i in range(10)]
+    outputs = {c["id"]: [f"ANSWER-GOOD {c['id']} {j}" for j in range(3)] for c in cases}
+    suite = write_suite(tmp_path, cases=cases)
+    cfg = json.loads((suite / "config.json").read_text())
+    (suite / "config.json").write_text(json.dumps({**cfg, "max_attempts": 4}))  # retries would be allowed
+    run = write_run(tmp_path, suite, outputs)
+    script = tmp_path / "judge.json"
+    script.write_text(json.dumps({**JUDGE_SCRIPT, "latency_s": 0.15}))
+
+    def judge_reserves() -> collections.Counter:
+        p = run / "ledger.jsonl"
+        events = list(iter_jsonl(p)) if p.exists() else []
+        return collections.Counter(e["key"] for e in events if e["event"] == "reserve" and e["role"] == "judge")
+
+    with ServerProcess([sys.executable, "-m", "evalkit.cli", "serve", "--scripted", str(script), "--port", "{port}"],
+                       model_name="judge-model", startup_timeout_s=60) as srv:
+        def kill() -> None:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and sum(judge_reserves().values()) < 5:
+                time.sleep(0.02)
+            os.kill(srv.pid, signal.SIGSEGV)
+
+        threading.Thread(target=kill, daemon=True).start()
+        t0 = time.monotonic()
+        res = grade_run(run, judge_base_url=srv.base_url, watch=srv.exit_reason)
+        took = time.monotonic() - t0
+    s = res.summary
+    assert not res.complete and res.exit_code == 1
+    assert "killed by SIGSEGV (signal 11)" in s["stop_reason"] and "its log" in s["stop_detail"]
+    assert any(f.level == "HIGH" and "grading stopped" in f.message and "SIGSEGV" in f.message for f in res.findings)
+    per_key = judge_reserves()
+    assert max(per_key.values()) == 1 and len(per_key) < 30  # nothing retried, the rest never sent
+    lines = grades(run)
+    stopped = [g for g in lines.values() if g["passed"] is None]
+    assert stopped and all("judge error" in g["error"] for g in stopped)
+    assert len(stopped) >= 30 - len(per_key)
+    assert took < 5
