@@ -102,7 +102,10 @@ def grade_cmd(run: str | None, judge_base_url: str | None, judge_version: str | 
         click.echo(f"[{f.level}] {f.message}")
     click.echo(f"summary: {result.run_path / GRADES_SUMMARY}")
     if not result.complete:
-        click.echo(f"INCOMPLETE: graded {s['n_graded']}/{s['n_expected']} expected samples", err=True)
+        stopped = f" (grading stopped: {s['stop_reason']})" if s.get("stop_reason") else ""
+        click.echo(f"INCOMPLETE: graded {s['n_graded']}/{s['n_expected']} expected samples{stopped}", err=True)
+        if s.get("stop_detail"):
+            click.echo(s["stop_detail"], err=True)
     sys.exit(result.exit_code)
 
 

@@ -45,6 +45,9 @@ def report_cmd(run: str, reports_dir: str, only: tuple[str, ...], serial: bool, 
             click.echo(f"{name}: skipped ({why})", err=True)
     click.echo(str(result.index))
     if not result.ok:
+        failed = [nb.name for nb in result.notebooks if not nb.ok]
+        click.echo(f"error: {len(failed)} of {len(result.notebooks)} notebook(s) failed: {', '.join(failed)}",
+                   err=True)
         sys.exit(1)
 
 
@@ -98,7 +101,7 @@ def microtest_cmd(unit: str, variants: str, reps: int, base_url: str | None, jud
     no-guidance control on UNIT's cases, REPS fresh-context repetitions each, grade,
     and render the micro_test notebook. Prints the report and its conclusion."""
     from . import reports
-    from .grading import grade_run
+    from .grading import grade_run, judge_endpoint
     from .records import Arm
     from .runner import run_suite
     from .suite import load_suite
@@ -123,6 +126,8 @@ def microtest_cmd(unit: str, variants: str, reps: int, base_url: str | None, jud
     raw["arms"] = [{"name": CONTROL}] + [{"name": p.stem, "guidance": str(p.resolve())} for p in files]
     config = dataclasses.replace(suite.config, arms=arms, raw=raw)
     suite = dataclasses.replace(suite, config=config)
+    if any(c.judged for c in suite.cases):
+        judge_endpoint(suite, judge_base_url)  # no judge URL: refused now, not after paying for the run
     result = run_suite(suite, arms=[a.name for a in arms], k=reps, runs_dir=runs_dir,
                        base_url=base_url, progress=not no_progress, allow_private_data=allow_private_data)
     grade_run(result.path, suite, judge_base_url=judge_base_url)

@@ -1,24 +1,33 @@
 """CLI subcommand `serve` (registered by evalkit.cli): a model server on loopback.
 
-`evalkit serve` serves the embedded llama.cpp model; `--scripted FILE` serves a script
-instead (evalkit.serve.ScriptedServer). With a command after `--`, the command runs with
-`EVALKIT_BASE_URL` set to the server's base URL, the server stops when it ends, and
-`evalkit serve` exits with the command's status: that is how `make demo` and CI use it.
+`evalkit serve` serves the embedded llama.cpp model (after a start-up completion of a
+few tokens); `--scripted FILE` serves a script instead (evalkit.serve.ScriptedServer).
+With a command after `--`, the command runs with `EVALKIT_BASE_URL` set to the server's
+base URL and `EVALKIT_SERVED` describing the server (`endpoints`: a judge with no base
+URL of its own is judged there when the server answers as its model; a run or grade on
+the server is watched through its status file), the server stops when the command
+ends, and `evalkit serve` exits with the command's status, or 1 when the command
+succeeded but the server died under it.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
+from .endpoints import GENERATOR_URL_ENV, SERVED_ENV
+
 if TYPE_CHECKING:
-    from .serve import LocalModelServer, ScriptedServer
+    from .serve import ScriptedServer, ServerProcess
 
 
 class _Terminated(KeyboardInterrupt):
@@ -45,14 +54,18 @@ def serve(script: Path | None, model_path: Path | None, port: int, n_ctx: int, n
           command: tuple[str, ...]) -> None:
     """Serve an OpenAI-compatible endpoint on 127.0.0.1 [-- COMMAND ...].
 
-    Without COMMAND, serve until Ctrl-C, printing the base URL. With COMMAND, run it with
-    EVALKIT_BASE_URL set, then stop the server and exit with the command's status.
+    Without COMMAND, serve until Ctrl-C (or until the server dies: exit 1), printing the
+    base URL. With COMMAND, run it with EVALKIT_BASE_URL set (and EVALKIT_SERVED: a
+    judge without a base URL of its own is judged here when this server answers as its
+    model), then stop the server and exit with the command's status. A server that dies
+    stops the command's evalkit runs and grades at once, INCOMPLETE, with its exit status
+    and log tail.
     """
     from .serve import LocalModelServer, ScriptedServer
 
     if script is not None and model_path is not None:
         raise click.UsageError("--scripted and --model are exclusive")
-    server: ScriptedServer | LocalModelServer
+    server: ScriptedServer | ServerProcess
     if script is not None:
         server = ScriptedServer(script, port=port)
     else:
@@ -70,34 +83,73 @@ def serve(script: Path | None, model_path: Path | None, port: int, n_ctx: int, n
         sys.exit(rc if rc >= 0 else 128 - rc)
 
 
-def _serve(server: "ScriptedServer | LocalModelServer", command: tuple[str, ...]) -> int | None:
-    """Serve until Ctrl-C (no command: returns None) or run `command`: its status."""
+def _serve(server: "ScriptedServer | ServerProcess", command: tuple[str, ...]) -> int | None:
+    """Serve until Ctrl-C (no command: returns None) or run `command`: its status. The
+    server is watched all along: when it dies, the reason goes to stderr and to the
+    status file the command's evalkit runs watch (`endpoints`), and the status is
+    non-zero."""
+    from .serve import ServerProcess
+
     with server:
+        if isinstance(server, ServerProcess):
+            server.smoke()  # a server that answers /v1/models but dies on its first completion fails here
         if not command:
             click.echo(server.base_url)
             click.echo("serving; Ctrl-C stops", err=True)
             try:
-                threading.Event().wait()
+                while (reason := server.exit_reason()) is None:
+                    time.sleep(0.2)
             except KeyboardInterrupt:
                 return None
-        env = {**os.environ, "EVALKIT_BASE_URL": server.base_url}
-        try:
-            proc = subprocess.Popen(list(command), env=env)
-        except OSError as exc:
-            click.echo(f"error: cannot run {command[0]!r}: {exc.strerror or exc}", err=True)
-            return 127
-        try:
-            rc = proc.wait()
-        except KeyboardInterrupt as exc:
-            # Ctrl-C reached the child too (same process group); SIGTERM did not: pass it on.
-            if isinstance(exc, _Terminated):
-                proc.terminate()
+            click.echo(f"error: {reason}", err=True)
+            return 1
+        with tempfile.TemporaryDirectory(prefix="evalkit-serve-") as tmp:
+            status = Path(tmp) / "server-status.txt"
+            env = {**os.environ, GENERATOR_URL_ENV: server.base_url,
+                   SERVED_ENV: json.dumps({"base_url": server.base_url, "model": server.model_name,
+                                           "status_file": str(status), "pid": getattr(server, "pid", None) or os.getpid()})}
             try:
-                rc = proc.wait(timeout=10)
-            except (subprocess.TimeoutExpired, KeyboardInterrupt):
-                proc.kill()
+                proc = subprocess.Popen(list(command), env=env)
+            except OSError as exc:
+                click.echo(f"error: cannot run {command[0]!r}: {exc.strerror or exc}", err=True)
+                return 127
+            done = threading.Event()
+            died: list[str] = []
+            watcher = threading.Thread(target=_watch_server, args=(server, status, done, died),
+                                       name="evalkit-serve-watch", daemon=True)
+            watcher.start()
+            try:
                 rc = proc.wait()
+            except KeyboardInterrupt as exc:
+                # Ctrl-C reached the child too (same process group); SIGTERM did not: pass it on.
+                if isinstance(exc, _Terminated):
+                    proc.terminate()
+                try:
+                    rc = proc.wait(timeout=10)
+                except (subprocess.TimeoutExpired, KeyboardInterrupt):
+                    proc.kill()
+                    rc = proc.wait()
+            finally:
+                done.set()
+                watcher.join(timeout=5)
+    if died and rc == 0:
+        return 1  # the command finished, but the server it was given died under it
     return rc
+
+
+def _watch_server(server: "ScriptedServer | ServerProcess", status: Path, done: threading.Event,
+                  died: list[str]) -> None:
+    """Until `done`: every 50 ms ask the server's watch; when it reports, write the
+    reason to `status` (atomically; the command's runs stop on it) and to stderr."""
+    from .runs import write_atomic  # imported here, off the command's critical path
+
+    while not done.wait(0.05):
+        reason = server.exit_reason()
+        if reason:
+            write_atomic(status, reason + "\n")
+            died.append(reason)
+            click.echo(f"error: {reason}", err=True)
+            return
 
 
 COMMANDS: list[click.Command] = [serve]

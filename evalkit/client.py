@@ -17,8 +17,11 @@ billed and evalkit cannot know: the ledger never underestimates. Reported usage 
 not a non-negative integer is untrusted: the attempt is settled at the full reservation
 (`Ledger.settle_reported`) and the call fails as a malformed response, not retried. A
 body whose text is not a string, or any other shape that is not a completion, is a
-malformed response too. `should_stop` is asked before every attempt, so a run that has
-stopped (ceiling breached, budget exhausted) sends no further paid retry.
+malformed response too. `should_stop` is asked before every attempt and during the
+backoff before a retry, so a run that has stopped (ceiling breached, budget exhausted,
+its watched server died) sends no further paid retry and waits for none. A client with
+no base URL is refused (`InputError`) unless replay-only: evalkit never lets the openai
+client pick its default host.
 """
 from __future__ import annotations
 
@@ -168,8 +171,8 @@ def _http_client(timeout_s: float):
 
 
 class CallStopped(UnitCallError):
-    """The run stopped (ceiling breached, budget exhausted) before this call's next
-    attempt: no further paid attempt went out."""
+    """The run stopped (ceiling breached, budget exhausted, its watched server died)
+    before this call's next attempt: no further paid attempt went out."""
 
 
 class _Malformed(Exception):
@@ -201,9 +204,15 @@ class ModelClient:
         self.max_attempts = int(max_attempts)
         self.timeout_s = float(timeout_s)
         self.base_url = base_url or endpoint.base_url
+        if not self.base_url and not replay_only:
+            # Never the openai client's default host (api.openai.com): endpoints.resolve_base_url.
+            raise InputError(f"no base URL for the {role} model {endpoint.model!r}; evalkit never falls back to "
+                             "the openai client's default host")
         api_key = check_endpoint(endpoint, self.base_url, replay_only)
+        # A replay-only client without a URL never sends: it gets no openai client at all.
         self._openai = openai.AsyncOpenAI(api_key=api_key, base_url=self.base_url, max_retries=0,
-                                          timeout=self.timeout_s, http_client=_http_client(self.timeout_s))
+                                          timeout=self.timeout_s, http_client=_http_client(self.timeout_s)) \
+            if self.base_url else None
         self.counter = TokenCounter(endpoint.model, self.base_url, api_key=api_key)
         self._rng = random.Random()
 
@@ -336,11 +345,12 @@ class ModelClient:
                                   cost_avoided_usd=0.0, attempts=attempt)
             causes.append(f"attempt {attempt}: {cause}")
             if attempt < self.max_attempts:
-                await asyncio.sleep(backoff_s(attempt, retry_after, self._rng))
+                await _pause(backoff_s(attempt, retry_after, self._rng), should_stop)
         raise _call_error(f"{key or 'request'}: failed after {self.max_attempts} attempts; "
                           + "; ".join(causes), self.max_attempts)
 
     async def _send(self, body: dict[str, Any]) -> Any:
+        assert self._openai is not None, "a replay-only client without a base URL sends nothing"
         if "messages" in body:
             return await self._openai.chat.completions.create(**body)
         return await self._openai.completions.create(**body)
@@ -397,8 +407,25 @@ class ModelClient:
                 model if isinstance(model, str) and model else self.endpoint.model)
 
     async def aclose(self) -> None:
-        await self._openai.close()
+        if self._openai is not None:
+            await self._openai.close()
         await self.counter.aclose()
+
+
+async def _pause(seconds: float, should_stop: Callable[[], str | None] | None) -> None:
+    """The backoff before a retry, cut short once `should_stop` reports (asked at once
+    and every 50 ms): a call that failed because its server died (a watched server,
+    `endpoints`) stops promptly instead of waiting out its backoff."""
+    if should_stop is None:
+        await asyncio.sleep(seconds)
+        return
+    loop = asyncio.get_running_loop()
+    end = loop.time() + seconds
+    while not should_stop():
+        left = end - loop.time()
+        if left <= 0:
+            return
+        await asyncio.sleep(min(left, 0.05))
 
 
 def _call_error(message: str, attempts: int) -> UnitCallError:

@@ -59,12 +59,21 @@ def main(argv: list[str] | None = None) -> int:
 
     with LocalModelServer() as server:
         _say(f"embedded model {server.model_name} serving at {server.base_url}")
+        # A few tokens first: a server that loads but dies on its first completion (a
+        # llama.cpp build wrong for this CPU) fails here, with its log, not mid-run.
+        server.smoke()
+        _say("start-up completion: ok")
         t_run = time.monotonic()
-        result = run_suite(suite, arms=arms, k=args.k, runs_dir=args.runs_dir, base_url=server.base_url)
+        # Watched: if the server dies mid-run, the run stops at once, INCOMPLETE, naming
+        # its exit status and log tail, instead of retrying a dead port.
+        result = run_suite(suite, arms=arms, k=args.k, runs_dir=args.runs_dir, base_url=server.base_url,
+                           watch=server.exit_reason)
         _say(f"run folder {result.path} ({time.monotonic() - t_run:.1f}s)")
+        died = server.exit_reason()
     _say(f"spend ${result.spend_usd:.6f} of cap ${result.cap_usd:.2f} (cache avoided ${result.avoided_usd:.6f})")
-    if not result.complete:
-        print(result.incomplete_line, file=sys.stderr)
+    if died:
+        _say("the embedded model server died during the run: not grading or reporting it")
+        return 1
 
     graded = grade_run(result.path, suite)
     per_arm = graded.summary.get("per_arm") or {}

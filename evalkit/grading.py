@@ -38,6 +38,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from .endpoints import Watch
 from .errors import InputError
 from .graders import activation_observed, grade_sample, is_refusal, require_scored
 from .judge import (EXACT_AGREEMENT_BAR, HUMAN_SAMPLE_MIN, WITHIN_ONE_AGREEMENT_BAR, HumanLabel,
@@ -164,24 +165,44 @@ def _grade_line(case: Case, sample: Sample, checks: list[CheckResult], js: Judge
                  judge_same_model_override=bool(override and case.judged))
 
 
-async def _judge_all(suite: Suite, files: JudgeFiles, todo: list[tuple[Case, Sample]], judge_base_url: str | None,
-                     run: Path, cap: float, pairs_todo: list[tuple[Case, int, Sample, Sample]]
+def judge_endpoint(suite: Suite, judge_base_url: str | None = None) -> Endpoint:
+    """The judge's model and the base URL its calls go to (`endpoints.resolve_base_url`:
+    the override, `EVALKIT_JUDGE_BASE_URL`, `$.judge.base_url`, the server `evalkit
+    serve` runs). `InputError` when there is no judge or no URL, before any request."""
+    from .endpoints import resolve_base_url
+
+    judge = suite.config.judge
+    config_file = Path(suite.path) / "config.json" if Path(suite.path).is_dir() else Path(suite.path)
+    if judge is None:
+        raise InputError("the suite has judged cases but config.json has no judge", config_file, json_path="$.judge")
+    url = resolve_base_url("judge", judge, judge_base_url, config_path=config_file)
+    return Endpoint(judge.model, url, judge.api_key_env)
+
+
+async def _judge_all(suite: Suite, files: JudgeFiles, todo: list[tuple[Case, Sample]], endpoint: Endpoint,
+                     run: Path, cap: float, pairs_todo: list[tuple[Case, int, Sample, Sample]], watch: Any
                      ) -> tuple[dict[Key, JudgeScore], list[PairOutcome], dict[str, Any]]:
     from .cache import ResponseCache
     from .client import ModelClient
     from .ledger import Ledger
 
     config = suite.config
-    assert config.judge is not None
-    endpoint = Endpoint(config.judge.model, judge_base_url or config.judge.base_url, config.judge.api_key_env)
     ledger = Ledger.resume(cap, run / LEDGER)
     cache = ResponseCache(run / JUDGE_CACHE)
     spent_before = ledger.committed_usd
     client = ModelClient(endpoint, config.judge_price, ledger, role="judge", max_tokens_in=config.max_tokens_in,
                          max_tokens_out=config.max_tokens_out, cache=cache, max_attempts=config.max_attempts,
-                         timeout_s=config.timeout_s, base_url=judge_base_url)
+                         timeout_s=config.timeout_s, base_url=endpoint.base_url)
     sem = asyncio.Semaphore(max(1, config.concurrency))
     scores: dict[Key, JudgeScore] = {}
+    stopped: list[str] = []  # the watch's reason once it reported: no judge call after it
+
+    def should_stop() -> str | None:
+        if not stopped and watch is not None:
+            reason = watch()
+            if reason:
+                stopped.append(reason.strip())
+        return stopped[0].partition("\n")[0] if stopped else None
 
     # Identical (case, output) pairs make identical judge requests: ask once, in a fixed
     # order, and share the answer (the first line carries the cost, the rest $0, as a
@@ -194,14 +215,14 @@ async def _judge_all(suite: Suite, files: JudgeFiles, todo: list[tuple[Case, Sam
         case, s = members[0]
         async with sem:
             js = await judge_direct(client, files, case, s.output, key=f"judge/{case.id}/{s.arm}/{s.index}",
-                                    seed=config.seed)
+                                    seed=config.seed, should_stop=should_stop)
         for i, (_, m) in enumerate(members):
             scores[(case.id, m.arm, int(m.index))] = js if i == 0 else dataclasses.replace(js, cost_usd=0.0)
 
     async def pair(case: Case, index: int, base: Sample, treat: Sample) -> PairOutcome:
         async with sem:
             return await judge_pair(client, files, case, base.output, treat.output, index=index,
-                                    key=f"pair/{case.id}/{index}", seed=config.seed)
+                                    key=f"pair/{case.id}/{index}", seed=config.seed, should_stop=should_stop)
 
     try:
         await asyncio.gather(*(one(members) for members in groups.values()))
@@ -210,6 +231,11 @@ async def _judge_all(suite: Suite, files: JudgeFiles, todo: list[tuple[Case, Sam
         await client.aclose()
         stats = {"judge_spend_usd": ledger.committed_usd - spent_before, "cache_hits": cache.hits,
                  "run_spend_usd": ledger.committed_usd, "cap_usd": cap}
+        if stopped:
+            cause, _, detail = stopped[0].partition("\n")
+            stats["stop_reason"] = cause.strip()
+            if detail.strip("\n"):
+                stats["stop_detail"] = detail.strip("\n")
         ledger.close()
         cache.close()
     return scores, outcomes, stats
@@ -231,16 +257,19 @@ def _run_sync(coro: Any) -> Any:
 @RunFolder.holding_lock  # one process per run folder (runs.RunFolder.lock)
 def grade_run(run_path: str | Path, suite: Suite | str | Path | None = None, *,
               judge_base_url: str | None = None, judge_version: str | None = None,
-              pairwise: tuple[str, str] | None = None) -> GradeResult:
+              pairwise: tuple[str, str] | None = None, watch: Watch | None = None) -> GradeResult:
     """Grade every sample of a run folder and write `grades.jsonl` and
     `grades-summary.json` (replacing earlier ones, atomically).
 
     `suite` defaults to the suite the run names; `judge_base_url` overrides the judge
     endpoint; `judge_version` pins `vN` (default: the highest); `pairwise=(baseline,
     treatment)` also asks the pairwise judge on every judged case/index both arms ran
-    and writes `pairwise.jsonl`. Raises `InputError` (nothing written) for a case with
-    neither a check nor a rubric, a bad check, or a judge that is the generator's model
-    without the override.
+    and writes `pairwise.jsonl`. `watch` (e.g. `LocalModelServer.exit_reason` of the
+    judge's server) is asked before every judge attempt: once it reports, no judge call
+    goes out, the rest are judge errors and the summary says why (`stop_reason`,
+    `stop_detail`, a HIGH finding). Raises `InputError` (nothing written) for a case
+    with neither a check nor a rubric, a bad check, a judge that is the generator's model
+    without the override, or a judge with no base URL (`judge_endpoint`).
     """
     run = Path(run_path)
     meta = RunFolder(run).read_meta()
@@ -300,10 +329,16 @@ def grade_run(run_path: str | Path, suite: Suite | str | Path | None = None, *,
     outcomes: list[PairOutcome] = []
     judge_stats: dict[str, Any] = {"judge_spend_usd": 0.0, "cache_hits": 0}
     if files is not None and (judged_keys or pairs_todo):
+        from .endpoints import combine, served_watch
+
+        endpoint = judge_endpoint(suite_obj, judge_base_url)
         cap = float((meta.get("config") or {}).get("cost_cap_usd") or config.cost_cap_usd)
         scores, outcomes, judge_stats = _run_sync(_judge_all(
-            suite_obj, files, [(cases[k[0]], samples[k]) for k in judged_keys], judge_base_url, run, cap,
-            pairs_todo))
+            suite_obj, files, [(cases[k[0]], samples[k]) for k in judged_keys], endpoint, run, cap,
+            pairs_todo, combine(watch, served_watch(endpoint.base_url))))
+        if judge_stats.get("stop_reason"):
+            findings.append(Finding("HIGH", f"grading stopped: {judge_stats['stop_reason']}; the judged samples "
+                                            "left have no score (not counted as passes)"))
 
     grades: list[Grade] = []
     for key in sorted(samples):

@@ -46,7 +46,7 @@ import re
 import string
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .errors import BudgetExhausted, InputError, InputTooLong, JudgeError, ReplayMiss, UnitCallError
 from .records import Case, Config
@@ -274,14 +274,16 @@ _CALL_ERRORS = (JudgeError, UnitCallError, InputTooLong, ReplayMiss, BudgetExhau
 
 
 async def judge_direct(client: Any, files: JudgeFiles, case: Case, output: str, *, key: str = "",
-                       seed: int | None = None) -> JudgeScore:
+                       seed: int | None = None, should_stop: Callable[[], str | None] | None = None) -> JudgeScore:
     """Score one output 1-5 with the judge client (a `ModelClient` on the run's ledger).
     A failed call or an unparseable answer comes back as a `JudgeScore` with `error`
-    set and no score; `CeilingBreached` propagates (the run must stop)."""
+    set and no score; `CeilingBreached` propagates (the run must stop). `should_stop`
+    goes to `ModelClient.complete` (no attempt once it reports)."""
     model = client.endpoint.model
     try:
         messages = direct_messages(files, case, output)
-        comp = await client.complete(messages=messages, temperature=0.0, seed=seed, key=key)
+        comp = await client.complete(messages=messages, temperature=0.0, seed=seed, key=key,
+                                     should_stop=should_stop)
     except _CALL_ERRORS as exc:
         return JudgeScore(None, None, files.version, model, 0.0, error=f"{type(exc).__name__}: {exc}")
     try:
@@ -314,7 +316,8 @@ class PairOutcome:
 
 
 async def judge_pair(client: Any, files: JudgeFiles, case: Case, baseline: str, treatment: str, *,
-                     index: int = 0, key: str = "", seed: int | None = None) -> PairOutcome:
+                     index: int = 0, key: str = "", seed: int | None = None,
+                     should_stop: Callable[[], str | None] | None = None) -> PairOutcome:
     """Ask the pairwise judge with baseline as A, then with treatment as A."""
     cost = 0.0
     picks: list[str | None] = []
@@ -324,7 +327,7 @@ async def judge_pair(client: Any, files: JudgeFiles, case: Case, baseline: str, 
         other = "treatment" if a_is == "baseline" else "baseline"
         try:
             comp = await client.complete(messages=pairwise_messages(files, case, a, b), temperature=0.0,
-                                         seed=seed, key=f"{key}/order-{order + 1}")
+                                         seed=seed, key=f"{key}/order-{order + 1}", should_stop=should_stop)
         except _CALL_ERRORS as exc:
             picks.append(None)
             errors.append(f"order {order + 1}: {type(exc).__name__}: {exc}")

@@ -1,10 +1,14 @@
 """Shareable reports: papermill notebooks rendered to self-contained HTML, and the index.
 
-`report_run` decides which notebooks in `notebooks/` apply to a run folder, executes them
-with papermill (kernel `python3`) in parallel, renders each to one HTML file with
-nbconvert (images embedded as data URIs, code hidden, the parameters as a table at the
-top) into `reports/<run>/` beside the executed `.ipynb`, and rebuilds `reports/index.html`
-from every run's `report.json` manifest.
+`report_run` decides which notebooks in `evalkit/notebooks/` (package data, so a wheel
+has them; `EVALKIT_NOTEBOOKS` names a folder of your own instead) apply to a run
+folder, executes them with papermill (kernel `python3`) in parallel, renders each to one
+HTML file with nbconvert (images embedded as data URIs, code hidden, the parameters as a
+table at the top) into `reports/<run>/` beside the executed `.ipynb`, and rebuilds
+`reports/index.html` from every run's `report.json` manifest. A notebook that cannot
+run (not found, a kernel that does not start, an error in a cell) is a failed notebook
+in the result, never an exception in a worker thread; `ReportResult.ok` is then False
+and `evalkit report` exits 1.
 
 The notebooks call the helpers here for everything they share: `show_text` and `table`
 are the only ways they put run data (model outputs, case inputs, judge justifications:
@@ -187,16 +191,14 @@ def repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
 
 
+NOTEBOOKS_ENV = "EVALKIT_NOTEBOOKS"
+
+
 def notebooks_dir() -> Path:
-    """Where the notebooks are: `EVALKIT_NOTEBOOKS`, else `evalkit/notebooks` (an
-    installed wheel), else the checkout's `notebooks/`."""
-    env = os.environ.get("EVALKIT_NOTEBOOKS")
-    if env:
-        return Path(env)
-    for d in (Path(__file__).resolve().parent / "notebooks", repo_root() / "notebooks"):
-        if (d / "run_summary.ipynb").exists():
-            return d
-    raise InputError("the evalkit notebooks were not found (set EVALKIT_NOTEBOOKS)", repo_root() / "notebooks")
+    """Where the notebooks are: `EVALKIT_NOTEBOOKS` (a folder of your own versions),
+    else `evalkit/notebooks/`, package data of the checkout and of an installed wheel."""
+    env = os.environ.get(NOTEBOOKS_ENV)
+    return Path(env) if env else Path(__file__).resolve().parent / "notebooks"
 
 
 def default_pandalm_dir() -> Path | None:
@@ -632,6 +634,17 @@ def execute(name: str, parameters: Mapping[str, Any], out_dir: str | Path, *,
     dst = out / f"{name}.ipynb"
     (out / f"{name}.json").unlink(missing_ok=True)  # a stale sidecar must not outlive a failed run
     t0 = time.perf_counter()
+    if not src.is_file():
+        if source_dir is not None:
+            where = "the source folder given"
+        elif os.environ.get(NOTEBOOKS_ENV):
+            where = f"the folder {NOTEBOOKS_ENV} names"
+        else:
+            where = "the evalkit package's own notebooks: this install is not whole"
+        dst.unlink(missing_ok=True)  # no stale page or notebook from an earlier report
+        (out / f"{name}.html").unlink(missing_ok=True)
+        return NotebookReport(name=name, ipynb=dst, html=None, sidecar=None, seconds=0.0,
+                              error=f"notebook not found: {src} ({where})")
     error = None
     try:
         extra = {"km": km} if km is not None else {"extra_arguments": KERNEL_ARGS}
@@ -822,9 +835,15 @@ def run_notebooks(plans: Mapping[str, Mapping[str, Any]], out_dir: str | Path, *
                     name = todo.get_nowait()
                 except queue.Empty:
                     return
-                if reuse_kernels:
-                    kernel = _ready_kernel(kernel)
-                rep = execute(name, plans[name], out_dir, source_dir=source_dir, km=kernel)
+                t0 = time.perf_counter()
+                try:
+                    if reuse_kernels:
+                        kernel = _ready_kernel(kernel)
+                    rep = execute(name, plans[name], out_dir, source_dir=source_dir, km=kernel)
+                except Exception as exc:  # a kernel that does not start: this notebook failed, said so
+                    kernel = None
+                    rep = NotebookReport(name=name, ipynb=Path(out_dir) / f"{name}.ipynb", html=None, sidecar=None,
+                                         seconds=time.perf_counter() - t0, error=f"{type(exc).__name__}: {exc}")
                 with lock:
                     done.append(rep)
         finally:
@@ -839,6 +858,9 @@ def run_notebooks(plans: Mapping[str, Mapping[str, Any]], out_dir: str | Path, *
             t.start()
         for t in threads:
             t.join()
+    for name in sorted(set(names) - {r.name for r in done}):  # a lane that died: never a silent success
+        done.append(NotebookReport(name=name, ipynb=Path(out_dir) / f"{name}.ipynb", html=None, sidecar=None,
+                                   seconds=0.0, error="not executed: its report lane ended early"))
     order = {n: i for i, n in enumerate(NOTEBOOKS)}
     return sorted(done, key=lambda r: order.get(r.name, len(order)))
 

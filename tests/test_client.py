@@ -3,7 +3,6 @@ recorded, ceilings passed to the API, and input counts that never undercount."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import hashlib
 import json
 import threading
@@ -377,8 +376,6 @@ def test_counter_falls_back_to_bytes_without_a_tokenizer_and_never_downloads(tmp
 
 
 @pytest.mark.local_model
-@pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
-                    reason="llama-cpp-python is not installed (pip install 'evalkit[local]')")
 def test_counts_against_the_embedded_models_own_tokenizer(tmp_path):
     """The real tokenizer of a real model: the endpoint count is what the completion
     reports, and the byte bound is never below it."""

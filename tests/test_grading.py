@@ -396,3 +396,112 @@ def test_judge_files_symlinked_out_of_the_suite_are_refused(tmp_path, judge_serv
     with pytest.raises(InputError, match="outside the suite folder"):
         grade_run(run, judge_base_url=judge_server.base_url)
     assert judge_server.requests == []
+
+
+# -- where the judge's calls go, and a judge server that dies ------------------------------
+
+def _without_judge_url(suite: Path) -> None:
+    cfg = json.loads((suite / "config.json").read_text())
+    cfg["judge"]["base_url"] = None
+    (suite / "config.json").write_text(json.dumps(cfg))
+
+
+def test_a_judge_with_no_base_url_is_refused_before_any_call_and_nothing_is_written(tmp_path, monkeypatch):
+    for name in ("EVALKIT_JUDGE_BASE_URL", "EVALKIT_SERVED"):
+        monkeypatch.delenv(name, raising=False)
+    suite = write_suite(tmp_path)
+    _without_judge_url(suite)
+    run = write_run(tmp_path, suite)
+    ledger_before = (run / "ledger.jsonl").read_bytes() if (run / "ledger.jsonl").exists() else b""
+    with pytest.raises(InputError) as e:
+        grade_run(run)
+    assert e.value.json_path == "$.judge.base_url" and str(suite / "config.json") in str(e.value)
+    assert "--judge-base-url" in str(e.value) and "EVALKIT_JUDGE_BASE_URL" in str(e.value)
+    assert not (run / "grades.jsonl").exists() and not (run / GRADES_SUMMARY).exists()
+    assert ((run / "ledger.jsonl").read_bytes() if (run / "ledger.jsonl").exists() else b"") == ledger_before
+    res = CliRunner().invoke(main, ["grade", str(run)])
+    assert res.exit_code == 2 and "$.judge.base_url" in res.output
+
+
+def _serve_grade(script: Path, run: Path) -> "subprocess.CompletedProcess[str]":
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k not in ("EVALKIT_BASE_URL", "EVALKIT_JUDGE_BASE_URL",
+                                                            "EVALKIT_SERVED")}
+    return subprocess.run([sys.executable, "-m", "evalkit.cli", "serve", "--scripted", str(script), "--",
+                           sys.executable, "-m", "evalkit.cli", "grade", str(run)],
+                          capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_serve_judges_a_run_when_it_serves_the_judge_and_says_what_to_do_when_not(tmp_path):
+    suite = write_suite(tmp_path)
+    _without_judge_url(suite)
+    run = write_run(tmp_path, suite)
+    # a server that answers any model (the script names none): `serve -- evalkit grade` judges there
+    script = tmp_path / "judge.json"
+    script.write_text(json.dumps({k: v for k, v in JUDGE_SCRIPT.items() if k != "model"}))
+    proc = _serve_grade(script, run)
+    assert proc.returncode == 0, proc.stderr
+    judged = [g for g in grades(run).values() if g["case_id"] in ("open-1", "inject")]
+    assert len(judged) == 6 and all(isinstance(g["judge_score"], int) for g in judged)
+    # a server that answers only as another model would judge in the judge's place: refused, with what to do
+    (run / "grades.jsonl").unlink()
+    script.write_text(json.dumps({**JUDGE_SCRIPT, "model": "gemma-3-270m"}))
+    proc = _serve_grade(script, run)
+    assert proc.returncode == 2, proc.stderr
+    assert "answers only as 'gemma-3-270m'" in proc.stderr and "$.judge.base_url" in proc.stderr
+    assert "allow_same_judge_model" in proc.stderr and not (run / "grades.jsonl").exists()
+
+
+def test_a_watched_judge_server_that_dies_stops_grading_at_once(tmp_path):
+    """The judge's server, a real process, killed by SIGSEGV mid-grade: no judge call
+    after the crash, the rest of the judged samples are judge errors (never passes), and
+    the summary and a HIGH finding name the signal."""
+    import collections
+    import os
+    import signal
+    import sys
+    import threading
+    import time
+
+    from evalkit.serve import ServerProcess
+
+    cases = [{"id": f"open-{i}", "input": f"Describe city {i}", "expected": {"rubric": "Names a river"},
+              "tags": ["open"]} for i in range(10)]
+    outputs = {c["id"]: [f"ANSWER-GOOD {c['id']} {j}" for j in range(3)] for c in cases}
+    suite = write_suite(tmp_path, cases=cases)
+    cfg = json.loads((suite / "config.json").read_text())
+    (suite / "config.json").write_text(json.dumps({**cfg, "max_attempts": 4}))  # retries would be allowed
+    run = write_run(tmp_path, suite, outputs)
+    script = tmp_path / "judge.json"
+    script.write_text(json.dumps({**JUDGE_SCRIPT, "latency_s": 0.15}))
+
+    def judge_reserves() -> collections.Counter:
+        p = run / "ledger.jsonl"
+        events = list(iter_jsonl(p)) if p.exists() else []
+        return collections.Counter(e["key"] for e in events if e["event"] == "reserve" and e["role"] == "judge")
+
+    with ServerProcess([sys.executable, "-m", "evalkit.cli", "serve", "--scripted", str(script), "--port", "{port}"],
+                       model_name="judge-model", startup_timeout_s=60) as srv:
+        def kill() -> None:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and sum(judge_reserves().values()) < 5:
+                time.sleep(0.02)
+            os.kill(srv.pid, signal.SIGSEGV)
+
+        threading.Thread(target=kill, daemon=True).start()
+        t0 = time.monotonic()
+        res = grade_run(run, judge_base_url=srv.base_url, watch=srv.exit_reason)
+        took = time.monotonic() - t0
+    s = res.summary
+    assert not res.complete and res.exit_code == 1
+    assert "killed by SIGSEGV (signal 11)" in s["stop_reason"] and "its log" in s["stop_detail"]
+    assert any(f.level == "HIGH" and "grading stopped" in f.message and "SIGSEGV" in f.message for f in res.findings)
+    per_key = judge_reserves()
+    assert max(per_key.values()) == 1 and len(per_key) < 30  # nothing retried, the rest never sent
+    lines = grades(run)
+    stopped = [g for g in lines.values() if g["passed"] is None]
+    assert stopped and all("judge error" in g["error"] for g in stopped)
+    assert len(stopped) >= 30 - len(per_key)
+    assert took < 5

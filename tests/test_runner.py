@@ -386,3 +386,65 @@ def test_a_config_no_call_fits_under_and_an_oversized_k_are_refused_before_a_fol
         proc = cli(str(suite), "--runs-dir", str(tmp_path / "runs"), "--base-url", srv.base_url, "--k", "1001")
         assert proc.exit_code == 2 and "k must be at most 1000" in proc.stderr
         assert srv.requests == [] and _nothing_written(tmp_path / "runs")
+
+
+def reserves_per_key(run_path: Path) -> collections.Counter:
+    return collections.Counter(e["key"] for e in iter_jsonl(run_path / "ledger.jsonl") if e["event"] == "reserve")
+
+
+def kill_when_results(runs: Path, n: int, pid: int, sig: int = signal.SIGSEGV, timeout_s: float = 120) -> dict:
+    """In a thread: once a run folder under `runs` holds `n` results, send `sig` to
+    `pid`; the returned dict gets the time of the kill (`t`)."""
+    import threading
+
+    out: dict = {}
+
+    def go() -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            files = list(runs.glob("*/results.jsonl"))
+            if files and len(files[0].read_text().splitlines()) >= n:
+                break
+            time.sleep(0.02)
+        out["t"] = time.monotonic()
+        os.kill(pid, sig)
+
+    threading.Thread(target=go, daemon=True).start()
+    return out
+
+
+def test_a_watched_server_that_dies_stops_the_run_at_once_naming_the_signal_and_its_log(tmp_path):
+    """A real server process (the scripted server, in its own process) killed by SIGSEGV
+    mid-run: the run stops at once, INCOMPLETE, the summary names the signal and the
+    server's last log line, no key is retried against the dead port, and the spend is
+    what the calls made before the crash cost, far below the cap."""
+    from evalkit.serve import ServerProcess
+
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({**SCRIPT, "latency_s": 0.2}))
+    suite = write_suite(tmp_path / "suite", 20, k=3, concurrency=4, max_attempts=4)
+    runs = tmp_path / "runs"
+    with ServerProcess([sys.executable, "-m", "evalkit.cli", "serve", "--scripted", str(script), "--port", "{port}"],
+                       startup_timeout_s=60) as srv:
+        killed = kill_when_results(runs, 6, srv.pid)
+        res = run_suite(suite, runs_dir=runs, base_url=srv.base_url, progress=False, watch=srv.exit_reason)
+        stopped_after_s = time.monotonic() - killed["t"]
+        log = srv.log_tail()
+    assert not res.complete and res.exit_code == 1
+    assert "killed by SIGSEGV (signal 11)" in res.reason and srv.base_url in res.reason
+    assert stopped_after_s < 2.0, stopped_after_s
+    md = (res.path / "summary.md").read_text()
+    assert md.startswith("INCOMPLETE: ") and "SIGSEGV" in md.splitlines()[0]
+    last_log_line = log.strip().splitlines()[-1]
+    assert last_log_line and last_log_line in md and res.stop_detail and last_log_line in res.stop_detail
+    summary = json.loads((res.path / "summary.json").read_text())
+    assert "SIGSEGV" in summary["reason"] and last_log_line in summary["stop_detail"]
+    # no retry against the dead port: each key was attempted at most once, and only the
+    # calls in flight at the crash (at most `concurrency`) failed
+    per_key = reserves_per_key(res.path)
+    assert max(per_key.values()) == 1
+    errors = list(iter_jsonl(res.path / "errors.jsonl")) if (res.path / "errors.jsonl").exists() else []
+    assert len(errors) <= 4 and all(e["attempts"] == 1 for e in errors)
+    assert len(per_key) == res.samples_ran + len(errors) <= res.samples_ran + 4
+    worst = (64 * 1.0 + 8 * 2.0) / 1e6
+    assert res.spend_usd <= len(per_key) * worst < 0.01 * res.cap_usd

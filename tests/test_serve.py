@@ -6,7 +6,6 @@ Every model call goes through the official `openai` client (sync and async) or a
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import subprocess
 import sys
@@ -317,8 +316,6 @@ def test_serve_command_rejects_bad_script_with_exit_2(tmp_path):
 # -- the embedded model ----------------------------------------------------------------
 
 @pytest.mark.local_model
-@pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
-                    reason="llama-cpp-python is not installed (pip install 'evalkit[local]')")
 def test_embedded_model_answers_a_few_shot_capital_prompt():
     from evalkit.serve import LocalModelServer
 
@@ -339,8 +336,6 @@ def test_embedded_model_answers_a_few_shot_capital_prompt():
 
 
 @pytest.mark.local_model
-@pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
-                    reason="llama-cpp-python is not installed (pip install 'evalkit[local]')")
 def test_embedded_server_that_dies_reports_its_log(tmp_path):
     from evalkit.errors import EvalkitError
     from evalkit.serve import LocalModelServer
@@ -350,3 +345,185 @@ def test_embedded_server_that_dies_reports_its_log(tmp_path):
     with pytest.raises(EvalkitError, match="exited with status") as e:
         LocalModelServer(junk, startup_timeout_s=60).start()
     assert str(junk) in str(e.value) or "gguf" in str(e.value).lower()
+
+
+# -- watched server processes ------------------------------------------------------------
+
+# A real server process that answers /v1/models and crashes on its first completion, as
+# the natively built llama.cpp did on AMX machines (issue 12).
+CRASH_ON_COMPLETION = textwrap.dedent("""
+    import http.server, json, os, signal, sys
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode()
+            self.send_response(200); self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body))); self.end_headers(); self.wfile.write(body)
+        def do_POST(self):
+            print("ggml_backend_amx_mul_mat: about to fall over", file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGSEGV)
+    http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+""")
+
+
+def test_a_server_process_that_dies_on_its_first_completion_fails_the_smoke_naming_the_signal_and_log():
+    from evalkit.errors import EvalkitError
+    from evalkit.serve import ServerProcess
+
+    srv = ServerProcess([sys.executable, "-c", CRASH_ON_COMPLETION, "{port}"], model_name="m", startup_timeout_s=60)
+    with srv:
+        assert srv.exit_reason() is None  # it started and answers /v1/models
+        with pytest.raises(EvalkitError) as e:
+            srv.smoke()
+        msg = str(e.value)
+        assert "start-up completion failed" in msg and "killed by SIGSEGV (signal 11)" in msg
+        assert "ggml_backend_amx_mul_mat: about to fall over" in msg and f"pid {srv.pid}" in msg
+        assert srv.exit_reason().startswith(f"the model server at {srv.base_url} (pid ")
+    assert "SIGSEGV" in srv.exit_reason()  # kept after stop: the crash, not the stop
+
+
+def test_a_server_process_watch_names_an_exit_status_and_reports_a_stop(tmp_path):
+    from evalkit.serve import ServerProcess
+
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(SCRIPT))
+    srv = ServerProcess([sys.executable, "-m", "evalkit.cli", "serve", "--scripted", str(script), "--port", "{port}"],
+                        model_name="scripted", startup_timeout_s=60)
+    assert srv.exit_reason() is None  # not started: nothing to say
+    with srv:
+        assert srv.smoke(prompt="France") == "Paris is the capital"  # 4 words: max_tokens=4
+        assert srv.exit_reason() is None
+        pid = srv.pid
+    assert srv.exit_reason() == f"the model server at {srv.base_url} (pid {pid}) was stopped"
+    # a server that exits by itself with a status: named as such
+    quitter = ServerProcess([sys.executable, "-c", CRASH_ON_COMPLETION.replace(
+        "os.kill(os.getpid(), signal.SIGSEGV)", "os._exit(3)"), "{port}"], model_name="m", startup_timeout_s=60)
+    with quitter:
+        with pytest.raises(Exception):
+            quitter.smoke()
+        assert "exited: exit status 3" in quitter.exit_reason()
+
+
+def _embedded_suite(root, n_cases: int = 8):
+    from conftest import write_engine_suite
+    capitals = [("France", "Paris"), ("Italy", "Rome"), ("Spain", "Madrid"), ("Japan", "Tokyo"),
+                ("Peru", "Lima"), ("Egypt", "Cairo"), ("Kenya", "Nairobi"), ("Chile", "Santiago")]
+    cases = [{"id": f"cap-{c.lower()}", "input": f"What is the capital of {c}?", "expected": a, "tags": ["capital"]}
+             for c, a in capitals[:n_cases]]
+    return write_engine_suite(root, cases, generator={"model": "gemma-3-270m", "api_key_env": "EVALKIT_TEST_KEY"},
+                              k=3, concurrency=2, max_tokens_in=256, max_tokens_out=8, max_attempts=4,
+                              stop=["\n"])
+
+
+def _reserves_per_key(run) -> dict:
+    import collections
+
+    from evalkit.runs import iter_jsonl
+    return collections.Counter(e["key"] for e in iter_jsonl(run / "ledger.jsonl") if e["event"] == "reserve")
+
+
+@pytest.mark.local_model
+def test_the_embedded_server_killed_by_sigsegv_mid_run_stops_the_run_at_once(tmp_path):
+    """The real llama.cpp server, killed with SIGSEGV while a small suite runs on it: the
+    run stops at once, INCOMPLETE, naming the signal and the server's own last log line;
+    no key is attempted twice; the spend is a fraction of the cap."""
+    import os
+    import signal
+    import threading
+
+    from evalkit.runner import run_suite
+    from evalkit.serve import LocalModelServer
+
+    suite = _embedded_suite(tmp_path / "suite")
+    runs = tmp_path / "runs"
+    with LocalModelServer(n_ctx=512) as srv:
+        assert srv.smoke()  # the start-up completion
+        killed: dict = {}
+
+        def kill_after_two_results() -> None:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                files = list(runs.glob("*/results.jsonl"))
+                if files and len(files[0].read_text().splitlines()) >= 2:
+                    break
+                time.sleep(0.02)
+            killed["t"] = time.monotonic()
+            os.kill(srv.pid, signal.SIGSEGV)
+
+        threading.Thread(target=kill_after_two_results, daemon=True).start()
+        res = run_suite(suite, runs_dir=runs, base_url=srv.base_url, progress=False, watch=srv.exit_reason)
+        stopped_after_s = time.monotonic() - killed["t"]
+        log = srv.log_tail()
+    assert not res.complete and res.exit_code == 1 and res.samples_ran < res.samples_total
+    assert "llama.cpp server" in res.reason and "killed by SIGSEGV (signal 11)" in res.reason
+    assert stopped_after_s < 3.0, stopped_after_s
+    md = (res.path / "summary.md").read_text()
+    assert md.splitlines()[0].startswith("INCOMPLETE: ") and "SIGSEGV" in md.splitlines()[0]
+    last = log.strip().splitlines()[-1].strip()
+    assert last and last in md
+    per_key = _reserves_per_key(res.path)
+    assert max(per_key.values()) == 1  # nothing retried against the dead port
+    assert len(per_key) <= res.samples_ran + 2  # the finished keys and the (<= concurrency) in flight
+    assert res.spend_usd < 0.01 * res.cap_usd
+
+
+@pytest.mark.local_model
+def test_serve_watches_the_embedded_server_for_its_commands_run(tmp_path):
+    """`evalkit serve -- COMMAND` with the real model: the server is killed by SIGSEGV
+    while `evalkit run` (under COMMAND) uses it; the run stops at once through serve's
+    status file, INCOMPLETE with the signal and the log tail serve also prints, and serve
+    exits non-zero."""
+    suite = _embedded_suite(tmp_path / "suite")
+    runs = tmp_path / "runs"
+    wrapper = textwrap.dedent(f"""
+        import glob, json, os, signal, subprocess, sys, time
+        served = json.loads(os.environ["EVALKIT_SERVED"])
+        assert os.environ["EVALKIT_BASE_URL"] == served["base_url"] and served["model"] == "gemma-3-270m"
+        run = subprocess.Popen([sys.executable, "-m", "evalkit.cli", "run", {str(suite)!r}, "--no-progress",
+                                "--runs-dir", {str(runs)!r}])
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and run.poll() is None:
+            files = glob.glob({str(runs)!r} + "/*/results.jsonl")
+            if files and len(open(files[0]).read().splitlines()) >= 2:
+                break
+            time.sleep(0.02)
+        t = time.monotonic()
+        os.kill(served["pid"], signal.SIGSEGV)
+        rc = run.wait(timeout=60)
+        print(json.dumps({{"rc": rc, "stopped_after_s": time.monotonic() - t}}))
+        sys.exit(rc)
+    """)
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("EVALKIT_BASE_URL", "EVALKIT_SERVED")}
+    env["EVALKIT_TEST_KEY"] = "local"
+    proc = subprocess.run([sys.executable, "-m", "evalkit.cli", "serve", "--n-ctx", "512", "--",
+                           sys.executable, "-c", wrapper], capture_output=True, text=True, timeout=240, env=env)
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert proc.returncode == 1 and out["rc"] == 1, proc.stderr
+    assert out["stopped_after_s"] < 3.0, out
+    [run] = [p for p in runs.iterdir() if p.is_dir()]
+    summary = json.loads((run / "summary.json").read_text())
+    assert "llama.cpp server" in summary["reason"] and "killed by SIGSEGV (signal 11)" in summary["reason"]
+    # the same reason and log tail on serve's stderr and in the run's summary
+    assert f"error: {summary['reason']}" in proc.stderr and summary["stop_detail"] in proc.stderr
+    assert summary["stop_detail"].startswith("the last lines of its log:") and len(summary["stop_detail"]) > 40
+    assert max(_reserves_per_key(run).values()) == 1
+
+
+@pytest.mark.local_model
+def test_serve_without_a_command_exits_1_when_its_server_dies(tmp_path):
+    import os
+    import signal
+
+    proc = subprocess.Popen([sys.executable, "-m", "evalkit.cli", "serve", "--n-ctx", "512"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = proc.stdout.readline().strip()  # printed once the server answered its start-up completion
+        assert url.startswith("http://127.0.0.1:")
+        [child] = open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split()
+        os.kill(int(child), signal.SIGSEGV)
+        rc = proc.wait(timeout=30)
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert rc == 1 and "killed by SIGSEGV (signal 11)" in err and url in err

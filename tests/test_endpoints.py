@@ -1,0 +1,173 @@
+"""No silent default endpoint: every model call has a base URL from a named source, or
+it is refused before any request; the server `evalkit serve` runs is offered to the
+judge only when it answers as the judge's model; watches report a dead server."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from evalkit.endpoints import (GENERATOR_URL_ENV, JUDGE_URL_ENV, SERVED_ENV, process_gone, resolve_base_url,
+                               served_watch, status_file_watch)
+from evalkit.errors import InputError
+from evalkit.records import Endpoint
+from evalkit.runner import run_suite
+
+from conftest import write_engine_suite
+
+GEN = Endpoint("gen-model", None, "EVALKIT_TEST_KEY")
+JUDGE = Endpoint("judge-model", None, "EVALKIT_TEST_KEY")
+CASES = [{"id": "c1", "input": "France?", "expected": "Paris", "tags": ["capital"]}]
+
+
+@pytest.fixture(autouse=True)
+def _no_urls_from_the_environment(monkeypatch):
+    for name in (GENERATOR_URL_ENV, JUDGE_URL_ENV, SERVED_ENV, "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _served(monkeypatch, url: str, model: str | None, status_file: Path | None = None, pid: int | None = None):
+    monkeypatch.setenv(SERVED_ENV, json.dumps({"base_url": url, "model": model,
+                                               "status_file": str(status_file) if status_file else None,
+                                               "pid": pid}))
+
+
+def test_the_sources_in_order_override_env_config(monkeypatch):
+    cfg = Endpoint("gen-model", "http://127.0.0.1:3/v1", "K")
+    assert resolve_base_url("generator", cfg) == "http://127.0.0.1:3/v1"
+    monkeypatch.setenv(GENERATOR_URL_ENV, "http://127.0.0.1:2/v1")
+    assert resolve_base_url("generator", cfg) == "http://127.0.0.1:2/v1"
+    assert resolve_base_url("generator", cfg, "http://127.0.0.1:1/v1") == "http://127.0.0.1:1/v1"
+    # each role reads its own variable
+    assert resolve_base_url("judge", Endpoint("judge-model", "http://127.0.0.1:4/v1")) == "http://127.0.0.1:4/v1"
+    monkeypatch.setenv(JUDGE_URL_ENV, "http://127.0.0.1:5/v1")
+    assert resolve_base_url("judge", JUDGE) == "http://127.0.0.1:5/v1"
+
+
+@pytest.mark.parametrize("role, endpoint, key, flag, env", [
+    ("generator", GEN, "$.generator.base_url", "--base-url", GENERATOR_URL_ENV),
+    ("judge", JUDGE, "$.judge.base_url", "--judge-base-url", JUDGE_URL_ENV),
+])
+def test_no_url_from_any_source_names_the_key_and_every_way_to_set_it(role, endpoint, key, flag, env, tmp_path):
+    with pytest.raises(InputError) as e:
+        resolve_base_url(role, endpoint, config_path=tmp_path / "config.json")
+    msg = str(e.value)
+    assert e.value.json_path == key and str(tmp_path / "config.json") in msg
+    assert flag in msg and env in msg and endpoint.model in msg and "api.openai.com" in msg
+    assert resolve_base_url(role, endpoint, replay_only=True) is None  # a replay sends no request
+
+
+def test_the_served_server_judges_only_as_its_own_model(monkeypatch, tmp_path):
+    _served(monkeypatch, "http://127.0.0.1:7/v1", "gemma-3-270m")
+    with pytest.raises(InputError) as e:
+        resolve_base_url("judge", JUDGE, config_path=tmp_path / "config.json")
+    msg = str(e.value)
+    # what to do: the judge's own endpoint, or the served model as judge (and the override)
+    assert "'gemma-3-270m'" in msg and "$.judge.base_url" in msg and "--judge-base-url" in msg
+    assert "allow_same_judge_model" in msg
+    assert resolve_base_url("judge", Endpoint("Gemma-3-270M")) == "http://127.0.0.1:7/v1"
+    # a judge with an endpoint of its own is not taken over by serve
+    assert resolve_base_url("judge", Endpoint("judge-model", "http://127.0.0.1:8/v1")) == "http://127.0.0.1:8/v1"
+    # the generator is not served a model under another name either
+    with pytest.raises(InputError, match="answers only as 'gemma-3-270m'") as e:
+        resolve_base_url("generator", GEN, "http://127.0.0.1:7/v1/")
+    assert e.value.json_path == "$.generator.model"
+    # a server that answers any model (the scripted server without `model`) judges any
+    _served(monkeypatch, "http://127.0.0.1:7/v1", None)
+    assert resolve_base_url("judge", JUDGE) == "http://127.0.0.1:7/v1"
+
+
+def test_a_value_of_evalkit_served_that_serve_did_not_write_is_refused(monkeypatch):
+    monkeypatch.setenv(SERVED_ENV, "http://127.0.0.1:7/v1")
+    with pytest.raises(InputError, match=SERVED_ENV):
+        resolve_base_url("judge", JUDGE)
+
+
+def test_a_status_file_watch_reports_the_file_and_a_dead_pid(tmp_path, monkeypatch):
+    status = tmp_path / "status.txt"
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        watch = status_file_watch(status, proc.pid, grace_s=0.3)
+        assert watch() is None and not process_gone(proc.pid)
+        status.write_text("the model server exited: killed by SIGSEGV (signal 11)\nlog line\n")
+        assert watch().startswith("the model server exited: killed by SIGSEGV")
+    finally:
+        proc.kill()
+        proc.wait()
+    assert process_gone(proc.pid)
+    # a dead process with no status file yet: reported after the grace, by pid
+    t0 = time.monotonic()
+    assert status_file_watch(tmp_path / "none.txt", proc.pid, grace_s=0.3)() == \
+        f"the model server (pid {proc.pid}) exited"
+    assert 0.25 < time.monotonic() - t0 < 2
+    # served_watch only watches the URL serve serves
+    _served(monkeypatch, "http://127.0.0.1:7/v1", "m", status, proc.pid)
+    assert served_watch("http://127.0.0.1:8/v1") is None
+    assert served_watch("http://127.0.0.1:7/v1")().endswith("log line")
+
+
+def _listener() -> socket.socket:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    s.listen(16)
+    s.setblocking(False)
+    return s
+
+
+def _accepted_nothing(s: socket.socket) -> bool:
+    try:
+        conn, _ = s.accept()
+    except BlockingIOError:
+        return True
+    conn.close()
+    return False
+
+
+def test_a_run_with_no_base_url_is_refused_before_any_connection(tmp_path):
+    """`evalkit run` with no URL from any source, a key set, and the openai client's own
+    fallbacks pointed at listening sockets: OPENAI_BASE_URL (which the client reads when
+    given no base URL) and the proxy variables (through which it would reach
+    api.openai.com). Before the fix the run connected to the first; now it exits 2,
+    names the key and connects to neither."""
+    suite = write_engine_suite(tmp_path / "suite", CASES)
+    fallback, proxy = _listener(), _listener()
+    env = {k: v for k, v in os.environ.items() if k not in (GENERATOR_URL_ENV, JUDGE_URL_ENV, SERVED_ENV)}
+    env.update({"EVALKIT_TEST_KEY": "sk-test", "OPENAI_API_KEY": "sk-test",
+                "OPENAI_BASE_URL": f"http://127.0.0.1:{fallback.getsockname()[1]}/v1",
+                **{v: f"http://127.0.0.1:{proxy.getsockname()[1]}" for v in
+                   ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")},
+                "NO_PROXY": "", "no_proxy": ""})
+    try:
+        proc = subprocess.run([sys.executable, "-m", "evalkit.cli", "run", str(suite), "--no-progress",
+                               "--runs-dir", str(tmp_path / "runs")],
+                              env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        time.sleep(0.2)  # a connection in flight would be queued by now
+        assert proc.returncode == 2, proc.stderr
+        assert "$.generator.base_url" in proc.stderr and str(suite / "config.json") in proc.stderr
+        assert "--base-url" in proc.stderr and GENERATOR_URL_ENV in proc.stderr
+        assert _accepted_nothing(fallback) and _accepted_nothing(proxy)
+    finally:
+        fallback.close()
+        proxy.close()
+    assert not (tmp_path / "runs").exists()  # nothing half-made
+
+
+def test_the_python_api_refuses_a_run_with_no_base_url_and_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("EVALKIT_TEST_KEY", "sk-test")
+    suite = write_engine_suite(tmp_path / "suite", CASES)
+    with pytest.raises(InputError, match=r"base_url=\.\.\.") as e:
+        run_suite(suite, runs_dir=tmp_path / "runs", progress=False)
+    assert e.value.json_path == "$.generator.base_url"
+    assert not (tmp_path / "runs").exists()
+    # a bare ModelClient without a URL is refused too: nothing builds an openai client on its default host
+    from evalkit.client import ModelClient
+    from evalkit.ledger import Ledger
+    from evalkit.records import Price
+    with pytest.raises(InputError, match="never falls back"):
+        ModelClient(GEN, Price(1.0, 1.0), Ledger(1.0), max_tokens_in=8, max_tokens_out=8)
