@@ -83,3 +83,15 @@ class JudgeError(EvalkitError):
 
 class UnitCallError(EvalkitError):
     """A model call failed after its last retry; the cause is recorded, no output invented."""
+
+
+class DiskFull(EvalkitError):
+    """A write to a run's files found no room (ENOSPC, EDQUOT, or EFBIG: a file size
+    limit). The run stops INCOMPLETE; what was written stays parseable, and a resume
+    goes on once there is room again. `path` is the file that could not be written."""
+
+    def __init__(self, path: str | Path, strerror: str = "No space left on device") -> None:
+        self.path = str(path)
+        self.strerror = strerror
+        super().__init__(f"disk full: {self.path} ({strerror})")
+
