@@ -12,6 +12,7 @@ import sys
 
 import click
 
+from ._text import printable
 from .errors import InputError
 
 
@@ -87,7 +88,7 @@ def grade_cmd(run: str | None, judge_base_url: str | None, judge_version: str | 
         click.echo(f"pairwise {p['treatment']} vs {p['baseline']}: {p['wins']}W/{p['ties']}T/{p['losses']}L, "
                    f"{p['errored']} errored, position consistency {_fmt(p['position_consistency'])}")
     for f in result.findings:
-        click.echo(f"[{f.level}] {f.message}")
+        click.echo(printable(f"[{f.level}] {f.message}"))
     click.echo(f"summary: {result.run_path / GRADES_SUMMARY}")
     if not result.complete:
         click.echo(f"INCOMPLETE: graded {s['n_graded']}/{s['n_expected']} expected samples", err=True)
@@ -109,7 +110,7 @@ def judge_sample_cmd(run: str, n: int, seed: int) -> None:
     from .judge import sample_for_labelling
 
     for item in sample_for_labelling(run, n, seed):
-        click.echo(json.dumps(item, ensure_ascii=False))
+        click.echo(json.dumps(item))  # ASCII: any output text, escaped, is safe on a terminal and reads back equal
 
 
 COMMANDS: list[click.Command] = [grade_cmd, judge_group]

@@ -86,7 +86,7 @@ CONFIG_KEYS = {
     "name", "description", "mode", "template", "system", "generator", "judge", "temperature",
     "seed", "k", "concurrency", "cost_cap_usd", "max_tokens_in", "max_tokens_out", "price",
     "judge_price", "gate", "arms", "stop", "tools", "allow_same_judge_model", "timeout_s",
-    "max_attempts",
+    "max_attempts", "rate_limit_budget_s", "max_connection_failures",
 }
 REQUIRED_CONFIG_KEYS = ("generator", "cost_cap_usd", "max_tokens_in", "max_tokens_out", "price", "judge_price")
 ENDPOINT_KEYS = {"model", "base_url", "api_key_env"}
@@ -619,7 +619,9 @@ def _validate_config(src: SuiteSource, fx: _Findings, uses_judge: bool) -> Confi
     tin = r.number(cfg, "max_tokens_in", "$", integer=True, positive=True)
     tout = r.number(cfg, "max_tokens_out", "$", integer=True, positive=True)
     timeout_s = r.number(cfg, "timeout_s", "$", positive=True, default=60.0)
-    attempts = r.number(cfg, "max_attempts", "$", integer=True, positive=True, default=4)
+    attempts = r.number(cfg, "max_attempts", "$", integer=True, positive=True, default=6)
+    rate_budget = r.number(cfg, "rate_limit_budget_s", "$", positive=True, default=300.0)
+    conn_failures = r.number(cfg, "max_connection_failures", "$", integer=True, positive=True, default=8)
     price = _price(r, cfg, "price")
     judge_price = _price(r, cfg, "judge_price")
 
@@ -687,7 +689,8 @@ def _validate_config(src: SuiteSource, fx: _Findings, uses_judge: bool) -> Confi
         k=int(k), concurrency=int(concurrency), cost_cap_usd=float(cap), max_tokens_in=int(tin),
         max_tokens_out=int(tout), price=price, judge_price=judge_price, gate=gate, arms=arms,
         stop=stop, tools=tools, allow_same_judge_model=allow_same, timeout_s=float(timeout_s),
-        max_attempts=int(attempts), raw=dict(cfg),
+        max_attempts=int(attempts), rate_limit_budget_s=float(rate_budget),
+        max_connection_failures=int(conn_failures), raw=dict(cfg),
     )
 
 
