@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from ._cliopts import ci_output_options, emit_ci
+from ._text import printable
 from .errors import InputError
 
 
@@ -99,7 +100,7 @@ def grade_cmd(run: str | None, judge_base_url: str | None, judge_version: str | 
         click.echo(f"pairwise {p['treatment']} vs {p['baseline']}: {p['wins']}W/{p['ties']}T/{p['losses']}L, "
                    f"{p['errored']} errored, position consistency {_fmt(p['position_consistency'])}")
     for f in result.findings:
-        click.echo(f"[{f.level}] {f.message}")
+        click.echo(printable(f"[{f.level}] {f.message}"))
     click.echo(f"summary: {result.run_path / GRADES_SUMMARY}")
     if not result.complete:
         stopped = f" (grading stopped: {s['stop_reason']})" if s.get("stop_reason") else ""
@@ -124,7 +125,7 @@ def judge_sample_cmd(run: str, n: int, seed: int) -> None:
     from .judge import sample_for_labelling
 
     for item in sample_for_labelling(run, n, seed):
-        click.echo(json.dumps(item, ensure_ascii=False))
+        click.echo(json.dumps(item))  # ASCII: any output text, escaped, is safe on a terminal and reads back equal
 
 
 COMMANDS: list[click.Command] = [grade_cmd, judge_group]

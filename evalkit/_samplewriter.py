@@ -9,12 +9,13 @@ does the file work on another core, fed whole frames over a pipe; the runner's s
 one `write` to the pipe per sample. No library offers this, hence this module.
 
 Protocol: frames of `!II` (path length, data length), the path relative to the run
-folder (UTF-8), then the data. The child writes each file to a temporary name and
-renames it, ignores SIGINT (Ctrl-C reaches the whole process group: it drains what it
-was sent and ends at end of input, so a parent killed by any signal loses nothing that
-reached the pipe), and exits 1 naming the files it could not write. `results.jsonl` stays
-the record of what finished: the parent repairs missing sample files from it when the
-child fails, and a resumed run repairs them before it goes on.
+folder (UTF-8), then the data (the text as WTF-8, `evalkit._text.wtf8`). The child
+writes each file to a temporary name and renames it, ignores SIGINT (Ctrl-C reaches the
+whole process group: it drains what it was sent and ends at end of input, so a parent
+killed by any signal loses nothing that reached the pipe), and exits 1 naming the files
+it could not write. `results.jsonl` stays the record of what finished: the parent
+repairs missing sample files from it when the child fails, and a resumed run repairs
+them before it goes on.
 """
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ import struct
 import subprocess
 import sys
 from pathlib import Path, PurePosixPath
+
+from ._text import wtf8
 
 _HEADER = struct.Struct("!II")
 _F_SETPIPE_SZ = 1031  # Linux fcntl: a bigger pipe lets the runner get ahead of a slow disk
@@ -40,12 +43,19 @@ def write_text_atomic(root: Path, rel: str, data: bytes, made: set[Path]) -> Non
     tmp = p.with_name(p.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    finally:
-        os.close(fd)
-    os.replace(tmp, p)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.replace(tmp, p)
+    except BaseException:
+        try:
+            os.unlink(tmp)  # no half-written file left behind (a full disk, a kill)
+        except OSError:
+            pass
+        raise
 
 
 def _safe_relative(rel: str) -> bool:
@@ -77,7 +87,7 @@ class SampleWriter:
         """Queue `text` for `root/rel`; False when the child can no longer take it."""
         if not self.ok:
             return False
-        path, data = rel.encode("utf-8"), text.encode("utf-8")
+        path, data = rel.encode("utf-8"), wtf8(text)  # any text, a lone surrogate included
         frame = memoryview(_HEADER.pack(len(path), len(data)) + path + data)
         try:
             while frame:

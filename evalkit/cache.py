@@ -3,7 +3,13 @@
 Keyed by (model, request body hash, sample index): repeats of one request stay
 independent samples, while re-running the same suite replays them. SQLite (standard
 library) in WAL mode with a busy timeout, so several processes can read and write one
-cache file at once; the first answer stored for a key wins.
+cache file at once; the first answer stored for a key wins. Any text an endpoint sends
+is stored losslessly (`evalkit._text.storable_json`).
+
+A cache that cannot write (a full disk: SQLite's SQLITE_FULL, or any other SQLite error,
+a lock held past the busy timeout included) raises nothing: the answers it held are in
+`results.jsonl` or were never finished, so it sets `write_error` (a `DiskFull` for a
+full disk), drops its buffer and stores nothing more; the runner stops the run on it.
 """
 from __future__ import annotations
 
@@ -13,6 +19,9 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from ._text import storable_json
+from .errors import DiskFull, EvalkitError
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
@@ -34,7 +43,9 @@ class ResponseCache:
     Puts are buffered and written in one transaction per `batch` entries (and on
     `flush`/`close`): a commit per response would cost more than the rest of a sample's
     bookkeeping. A killed process loses at most the unflushed entries, whose samples are
-    in `results.jsonl` already or were never finished.
+    in `results.jsonl` already or were never finished. Where the cache is the only
+    record of a paid answer (the judge's), `batch=1` commits each one in `put`, before
+    the answer is used.
     """
 
     def __init__(self, path: str | Path, *, busy_timeout_s: float = 30.0, batch: int = 64) -> None:
@@ -54,6 +65,7 @@ class ResponseCache:
         self.misses = 0
         self._batch = max(1, int(batch))
         self._pending: dict[tuple[str, str, int], tuple[str, float]] = {}
+        self.write_error: EvalkitError | None = None
 
     def get(self, model: str, request_hash: str, sample_index: int) -> dict[str, Any] | None:
         with self._lock:
@@ -71,8 +83,10 @@ class ResponseCache:
         return resp
 
     def put(self, model: str, request_hash: str, sample_index: int, response: dict[str, Any], cost_usd: float) -> None:
-        text = json.dumps(response, ensure_ascii=False, sort_keys=True)
+        text = storable_json(response, sort_keys=True)
         with self._lock:
+            if self.write_error is not None:
+                return
             self._pending.setdefault((model, request_hash, int(sample_index)), (text, float(cost_usd)))
             if len(self._pending) >= self._batch:
                 self._flush_locked()
@@ -87,15 +101,21 @@ class ResponseCache:
             return
         now = time.time()
         rows = [(m, h, i, text, cost, now) for (m, h, i), (text, cost) in self._pending.items()]
-        self._conn.execute("BEGIN IMMEDIATE")
         try:
-            self._conn.executemany(
-                "INSERT OR IGNORE INTO responses (model, request_hash, sample_index, response, cost_usd, created) "
-                "VALUES (?, ?, ?, ?, ?, ?)", rows)
-            self._conn.execute("COMMIT")
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._conn.executemany(
+                    "INSERT OR IGNORE INTO responses (model, request_hash, sample_index, response, cost_usd, created) "
+                    "VALUES (?, ?, ?, ?, ?, ?)", rows)
+                self._conn.execute("COMMIT")
+            except BaseException:
+                if self._conn.in_transaction:  # SQLite rolls back by itself on SQLITE_FULL
+                    self._conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:  # also a lock held past the busy timeout: never lose the answer in hand
+            full = getattr(exc, "sqlite_errorname", "") == "SQLITE_FULL"
+            self.write_error = DiskFull(self.path, str(exc)) if full else EvalkitError(
+                f"response cache not writable: {self.path} ({exc})")
         self._pending.clear()
 
     def __len__(self) -> int:

@@ -3,35 +3,76 @@
 `ModelClient.complete` is the only place evalkit calls a model (generator or judge). It
 goes through the official async `openai` client with the client's own retries off
 (`max_retries=0`), because every attempt is a call that may be billed and must be on
-the ledger: evalkit retries 429, 5xx, timeouts, dropped connections and malformed bodies
-itself, with exponential backoff, full jitter and the server's Retry-After, up to
-`max_attempts`, and after the last attempt raises `UnitCallError` with the cause. It
-never invents an output.
+the ledger: evalkit retries itself, with full-jitter exponential backoff and the
+server's Retry-After, and after the last attempt raises `UnitCallError` with every
+cause. It never invents an output.
+
+Retries. A rate limit or an overload (HTTP 429, 503, 529, or an error body whose type
+or code says "overloaded"; not a 429 `insufficient_quota`, which no wait cures) is
+retried for as long as the key's time budget lasts (`rate_limit_budget_s`, counted from
+the key's first attempt), never sooner than Retry-After. Other 5xx, 408, 409, dropped
+connections, timeouts and malformed bodies are retried up to `max_attempts` attempts
+(rate-limited answers do not count against it). Concurrency backs off with the rate
+limits (AIMD, as TCP and well-kept API clients do): a rate-limited answer halves the
+number of requests allowed in flight (at most once a second), and each successful
+answer gives back 1/limit of a slot, up to the configured `concurrency`.
 
 Accounting per attempt: reserve the worst case (`max_tokens_in` in, `max_tokens_out`
 out, at the model's price) before sending; settle with the usage the response reports
-(`CeilingBreached` when it reports more than the reservation). An HTTP error status is
-settled at $0 (the endpoint refused before generating); a dropped connection, a timeout
-or a malformed body is settled at the full reservation, because the call may have been
-billed and evalkit cannot know: the ledger never underestimates. Reported usage that is
-not a non-negative integer is untrusted: the attempt is settled at the full reservation
-(`Ledger.settle_reported`) and the call fails as a malformed response, not retried. A
-body whose text is not a string, or any other shape that is not a completion, is a
-malformed response too. `should_stop` is asked before every attempt and during the
-backoff before a retry, so a run that has stopped (ceiling breached, budget exhausted,
-its watched server died) sends no further paid retry and waits for none. A client with
-no base URL is refused (`InputError`) unless replay-only: evalkit never lets the openai
-client pick its default host.
+(`CeilingBreached` when it reports more than the reservation). What a failed attempt
+costs is decided by what may have been billed, and nothing else:
+
+* an HTTP error status: $0 (the endpoint refused before generating);
+* provably never sent: $0, released on the ledger with reason ``"not sent"`` and its
+  cause. That is only: a refused connection (ECONNREFUSED), a failed DNS lookup, any
+  other failure to connect (aiohttp's `ClientConnectorError`: unreachable network, TLS
+  handshake), a connect timeout (aiohttp's `ConnectionTimeoutError`, raised only while a
+  connection is acquired), and a request whose bytes were refused by a closing
+  connection (aiohttp's "Cannot write to closing transport": the headers go out with the
+  body in that one write, and a body cut short under its Content-Length is no request
+  any server can process). On the httpx transport (`EVALKIT_HTTP=httpx`): its
+  `ConnectError`, `ConnectTimeout` and `PoolTimeout`.
+* anything else that may have reached the server (a connection reset or closed after
+  the request was written, a read timeout, a malformed or implausible body): the full
+  reservation, because the call may have been billed and evalkit cannot know. The
+  ledger never underestimates.
+
+Reported usage that is not an object of non-negative integer counts (negative,
+fractional, a string, a list, a missing count) is untrusted: the attempt is settled at
+the full reservation and the call fails as a malformed response, not retried. No usage
+at all is charged at the full reservation. A body whose text is not a string, or any
+other shape that is not a completion, is a malformed response too; so is a plausible-
+looking one that is not: a body over `body_bound(max_tokens_out)` bytes (cut off as it
+is read) or text and tool calls over `text_bound(max_tokens_out)` UTF-8 bytes, that is
+`BYTES_PER_TOKEN` bytes per token plus `TEXT_SLACK_BYTES` (the embedded Gemma 3
+vocabulary's longest token is 31 bytes): a 50 MB answer to a 24-token request is no
+sample.
+
+A dead endpoint stops the run: after `max_connection_failures` consecutive connection
+failures (never sent, or dropped) with no answer from the server in between,
+`unreachable` says ``endpoint unreachable: <url> (<cause>)`` and no further attempt is
+made. So does one that never stops rate-limiting: once a key has waited out its whole
+`rate_limit_budget_s`, `rate_limited_out` says ``rate limited: <url> (...)`` and no key
+waits that long again. `should_stop` is asked before every attempt and during the backoff before a retry, so
+a run that has stopped (ceiling breached, budget exhausted, disk full, its watched
+server died) sends no further paid retry and waits for none. A client with no base URL
+is refused (`InputError`) unless replay-only: evalkit never lets the openai client pick
+its default host.
+
+A request text with a lone surrogate (a model's output shown to the judge) is sent with
+U+FFFD in its place: UTF-8, and so HTTP, cannot carry it (`evalkit._text.sendable`).
 """
 from __future__ import annotations
 
 import asyncio
+import collections
 import email.utils
 import hashlib
 import json
 import math
 import os
 import random
+import socket
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -40,16 +81,43 @@ from urllib.parse import urlparse
 import aiohttp
 import openai
 
+try:  # the HTTP library the openai client speaks: httpx2 from openai 3.x, httpx before
+    import httpx2
+except ImportError:  # pragma: no cover - an older openai
+    import httpx as httpx2  # type: ignore[no-redef]
+
+from ._text import sendable
 from .cache import ResponseCache
-from .errors import BudgetExhausted, CeilingBreached, InputError, InputTooLong, ReplayMiss, UnitCallError
-from .ledger import Ledger
+from .errors import (BudgetExhausted, CeilingBreached, InputError, InputTooLong, ReplayMiss,
+                     UnitCallError)
+from .ledger import Ledger, reported_usage, unusable_usage
 from .records import Endpoint, Price, Usage
 from .tokens import TokenCounter
 
-RETRY_STATUSES = frozenset({408, 409, 429})  # plus every 5xx
+RETRY_STATUSES = frozenset({408, 409})  # plus every 5xx, and the rate limits below
+RATE_LIMIT_STATUSES = frozenset({429, 503, 529})  # retried within the key's time budget
 BACKOFF_BASE_S = 0.25
 BACKOFF_MAX_S = 20.0
+RATE_LIMIT_BACKOFF_MAX_S = 30.0
 RETRY_AFTER_MAX_S = 120.0
+RATE_LIMIT_BUDGET_S = 300.0
+MAX_CONNECTION_FAILURES = 8
+THROTTLE_CUT_INTERVAL_S = 1.0  # rate limits halve the requests in flight at most this often
+BYTES_PER_TOKEN = 256
+TEXT_SLACK_BYTES = 4096
+BODY_SLACK_BYTES = 64 * 1024
+BODY_PER_TEXT_BYTE = 8  # JSON escapes a byte in at most 6 (\u00XX), and a body has fields around the text
+
+
+def text_bound(max_tokens_out: int) -> int:
+    """The most UTF-8 bytes of text and tool calls an answer of `max_tokens_out` tokens
+    is believed to carry (generously)."""
+    return TEXT_SLACK_BYTES + BYTES_PER_TOKEN * max(0, int(max_tokens_out))
+
+
+def body_bound(max_tokens_out: int) -> int:
+    """The most bytes a response body to a request of `max_tokens_out` tokens is read."""
+    return BODY_SLACK_BYTES + BODY_PER_TEXT_BYTE * text_bound(max_tokens_out)
 
 
 @dataclass(frozen=True)
@@ -76,7 +144,7 @@ def canonical_json(obj: Any) -> str:
 
 def request_hash(body: dict[str, Any]) -> str:
     """sha256 of the canonical request body (model, prompt or messages, parameters)."""
-    return hashlib.sha256(canonical_json(body).encode("utf-8")).hexdigest()
+    return hashlib.sha256(canonical_json(body).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _is_loopback(url: str | None) -> bool:
@@ -106,14 +174,85 @@ def _retry_after_s(headers: Any) -> float | None:
     return None
 
 
-def backoff_s(attempt: int, retry_after: float | None, rng: random.Random) -> float:
-    """Full-jitter exponential backoff after failed attempt `attempt` (1-based); never
-    shorter than the server's Retry-After."""
-    jitter = rng.uniform(0, min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** (attempt - 1)))
-    return max(retry_after or 0.0, jitter) if retry_after is not None else jitter
+def backoff_s(attempt: int, retry_after: float | None, rng: random.Random, cap_s: float = BACKOFF_MAX_S) -> float:
+    """Full-jitter exponential backoff after failed attempt `attempt` (1-based, capped at
+    `cap_s`); with a Retry-After, that wait plus a jitter of at most as much again (so
+    keys told the same wait do not all come back at once), never shorter."""
+    ceiling = min(cap_s, BACKOFF_BASE_S * 2 ** (attempt - 1))
+    if retry_after is None:
+        return rng.uniform(0, ceiling)
+    return retry_after + rng.uniform(0, min(ceiling, retry_after))
 
 
-def _tool_call_dict(tc: Any) -> dict:
+def _error_code(exc: openai.APIStatusError) -> str:
+    """The error body's `type` and `code`, lowercased, for telling overloads and quota
+    errors apart (empty when the body has none)."""
+    body = exc.body if isinstance(exc.body, dict) else {}
+    err = body.get("error", body)
+    if not isinstance(err, dict):
+        return ""
+    return " ".join(str(err.get(k) or "") for k in ("type", "code")).lower()
+
+
+def is_rate_limit(exc: openai.APIStatusError) -> bool:
+    """A rate limit or an overload: worth waiting for (see the module docstring)."""
+    code = _error_code(exc)
+    if "insufficient_quota" in code:
+        return False  # billing, not load: no wait makes it pass
+    return exc.status_code in RATE_LIMIT_STATUSES or (exc.status_code >= 500 and "overloaded" in code)
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    out: list[BaseException] = []
+    e: BaseException | None = exc
+    while e is not None and all(e is not x for x in out):
+        out.append(e)
+        e = e.__cause__ or e.__context__
+    return out
+
+
+_DNS_ERRORS = tuple(c for c in (getattr(aiohttp, "ClientConnectorDNSError", None), socket.gaierror) if c)
+
+
+def transport_failure(exc: BaseException, timeout_s: float) -> tuple[str, str]:
+    """(ledger reason, cause) of an attempt that got no HTTP answer: ``"not sent"`` when
+    the request provably never reached the server (see the module docstring),
+    ``"connection error"`` when the connection failed after it may have, ``"timeout"``
+    when no answer came in time.
+
+    openai's aiohttp transport maps every `aiohttp.ClientConnectionError` (a refused
+    connection, a dropped one) to `httpx.ConnectTimeout`, so the SDK raises
+    `APITimeoutError` for both; the cause chain still tells them apart."""
+    chain = _chain(exc)
+    for e in chain:
+        if isinstance(e, _DNS_ERRORS):
+            return "not sent", f"DNS lookup failed: {_short(str(e), 120)}"
+        if isinstance(e, ConnectionRefusedError):
+            return "not sent", "connection refused"
+        if isinstance(e, aiohttp.ClientConnectorError):
+            if isinstance(e.os_error, ConnectionRefusedError):
+                return "not sent", "connection refused"
+            return "not sent", f"cannot connect: {_short(str(e.os_error or e), 120)}"
+        if isinstance(e, aiohttp.ConnectionTimeoutError):
+            return "not sent", f"connect timeout after {timeout_s:g}s"
+        if isinstance(e, aiohttp.ClientConnectionResetError) and "closing transport" in str(e):
+            return "not sent", "the server closed the connection before the request was written"
+    if not any(isinstance(e, aiohttp.ClientError) for e in chain):  # httpx2's own transport
+        for e in chain:
+            if isinstance(e, (httpx2.ConnectTimeout, httpx2.PoolTimeout)):
+                return "not sent", f"connect timeout after {timeout_s:g}s"
+            if isinstance(e, httpx2.ConnectError):
+                return "not sent", f"cannot connect: {_short(str(e) or type(e).__name__, 120)}"
+    for e in chain:
+        if isinstance(e, aiohttp.ClientConnectionError) and not isinstance(e, TimeoutError):
+            return "connection error", f"connection error: {_short(str(e), 200)}"
+    if isinstance(exc, openai.APITimeoutError):
+        return "timeout", f"timeout after {timeout_s:g}s"
+    return "connection error", f"connection error: {_short(str(exc.__cause__ or exc), 200)}"
+
+
+def _tool_call_dict(tc: Any) -> tuple[dict, int]:
+    """A tool call as evalkit records it, and an upper bound of its UTF-8 size."""
     fn = getattr(tc, "function", None)
     name = getattr(fn, "name", None)
     if not isinstance(name, str):
@@ -127,7 +266,13 @@ def _tool_call_dict(tc: Any) -> dict:
     tc_id = getattr(tc, "id", None)
     if isinstance(tc_id, str) and tc_id:
         d["id"] = tc_id
-    return d
+    size = _utf8_size(name) + (_utf8_size(raw) if isinstance(raw, str) else len(json.dumps(raw, default=str)))
+    return d, size
+
+
+def _utf8_size(text: str) -> int:
+    """UTF-8 bytes of `text` (a lone surrogate as its three bytes)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def check_endpoint(endpoint: Endpoint, base_url: str | None = None, replay_only: bool = False) -> str:
@@ -144,39 +289,136 @@ def check_endpoint(endpoint: Endpoint, base_url: str | None = None, replay_only:
                      f"{endpoint.model!r}) is not set")
 
 
-def _dropped_connection(exc: BaseException) -> BaseException | None:
-    """The aiohttp error behind `exc` when the connection failed without timing out.
-
-    openai's aiohttp transport maps every `aiohttp.ClientConnectionError` (a dropped
-    connection, a refused one) to `httpx.ConnectTimeout`, so the SDK raises
-    `APITimeoutError` for both; the cause chain still tells them apart."""
-    seen: set[int] = set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        if isinstance(e, aiohttp.ClientConnectionError) and not isinstance(e, TimeoutError):
-            return e
-        e = e.__cause__ or e.__context__
-    return None
-
-
-def _http_client(timeout_s: float):
+def _http_client(timeout_s: float, on_response: Callable[[Any], Any]):
     """The openai client's own aiohttp transport (`openai.DefaultAioHttpClient`): at 32
     concurrent calls it spends about a third less CPU per call than the default httpx
     pool, which walks every pooled connection on each request. `EVALKIT_HTTP=httpx`
-    keeps the default (None)."""
+    keeps the default transport. Either way `on_response` sees every response before
+    its body is read (it caps the body, `ModelClient._cap_body`)."""
+    hooks = {"response": [on_response]}
     if os.environ.get("EVALKIT_HTTP", "").lower() == "httpx":
-        return None
-    return openai.DefaultAioHttpClient(timeout=timeout_s)
+        return openai.DefaultAsyncHttpxClient(timeout=timeout_s, event_hooks=hooks)
+    return openai.DefaultAioHttpClient(timeout=timeout_s, event_hooks=hooks)
 
 
 class CallStopped(UnitCallError):
-    """The run stopped (ceiling breached, budget exhausted, its watched server died)
-    before this call's next attempt: no further paid attempt went out."""
+    """The run stopped (ceiling breached, budget exhausted, endpoint unreachable, disk
+    full, its watched server died) before this call's next attempt: no further paid
+    attempt went out."""
 
 
 class _Malformed(Exception):
     """The endpoint answered 200 with a body that is not a completion."""
+
+
+class _BodyTooLarge(_Malformed):
+    """A response body over `body_bound`: cut off as it was read."""
+
+
+class _CappedStream(httpx2.AsyncByteStream):
+    """A response body read at most `limit` bytes far: past it, a success's body raises
+    `_BodyTooLarge` (it is no completion), an error's body is cut (its message is only
+    shown)."""
+
+    def __init__(self, inner: httpx2.AsyncByteStream, limit: int, strict: bool) -> None:
+        self._inner, self._limit, self._strict = inner, limit, strict
+
+    async def __aiter__(self):
+        seen = 0
+        async for chunk in self._inner:
+            seen += len(chunk)
+            if seen > self._limit:
+                if self._strict:
+                    raise _BodyTooLarge(f"the response body passed {self._limit} bytes, more than the "
+                                        "requested max_tokens can produce")
+                yield chunk[: len(chunk) - (seen - self._limit)]
+                return
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _Throttle:
+    """How many requests may be in flight: additive increase, multiplicative decrease.
+
+    A rate-limited answer halves the limit, at most once per `THROTTLE_CUT_INTERVAL_S`
+    (the answers to one burst are one signal, not many: cutting on each would pin the
+    limit at 1 under a steady few percent of 429s, and one slow answer would then hold
+    the whole run); each successful answer adds 1/limit (one slot per limit's worth of
+    answers), up to `ceiling`. Waiters are served in order. Single event loop; the fast
+    path (a free slot, nobody waiting) takes no future.
+    """
+
+    def __init__(self, ceiling: int) -> None:
+        self.ceiling = max(1, int(ceiling))
+        self.limit = float(self.ceiling)
+        self.in_flight = 0
+        self._last_cut = -math.inf
+        self._waiters: collections.deque[asyncio.Future] = collections.deque()
+
+    async def acquire(self) -> None:
+        """Wait for a slot."""
+        if self.in_flight < int(self.limit) and not self._waiters:
+            self.in_flight += 1
+            return
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self.release()  # granted as it was cancelled: hand the slot on
+            else:
+                try:
+                    self._waiters.remove(fut)
+                except ValueError:
+                    pass
+            raise
+
+    def release(self) -> None:
+        self.in_flight -= 1
+        self._wake()
+
+    def rate_limited(self) -> None:
+        now = time.monotonic()
+        if now - self._last_cut >= THROTTLE_CUT_INTERVAL_S:
+            self.limit = max(1.0, self.limit / 2)
+            self._last_cut = now
+
+    def answered(self) -> None:
+        if self.limit < self.ceiling:
+            self.limit = min(float(self.ceiling), self.limit + 1.0 / self.limit)
+            self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters and self.in_flight < int(self.limit):
+            fut = self._waiters.popleft()
+            if not fut.done():
+                self.in_flight += 1
+                fut.set_result(None)
+
+
+class _Causes:
+    """The causes of a key's failed attempts, one entry per run of identical causes
+    ("attempts 2-40: HTTP 429: ..."), so minutes of rate limits make one line."""
+
+    def __init__(self) -> None:
+        self._runs: list[list[Any]] = []  # [first attempt, last attempt, cause]; attempt None: a note
+
+    def add(self, attempt: int, cause: str) -> None:
+        last = self._runs[-1] if self._runs else None
+        if last is not None and last[2] == cause and last[1] == attempt - 1:
+            last[1] = attempt
+        else:
+            self._runs.append([attempt, attempt, cause])
+
+    def note(self, text: str) -> None:
+        self._runs.append([None, None, text])
+
+    def __str__(self) -> str:
+        return "; ".join(c if a is None else f"attempt {a}: {c}" if a == b else f"attempts {a}-{b}: {c}"
+                         for a, b, c in self._runs)
 
 
 class ModelClient:
@@ -185,8 +427,9 @@ class ModelClient:
 
     def __init__(self, endpoint: Endpoint, price: Price, ledger: Ledger, *, role: str = "generator",
                  max_tokens_in: int, max_tokens_out: int, cache: ResponseCache | None = None,
-                 replay_only: bool = False, max_attempts: int = 4, timeout_s: float = 60.0,
-                 base_url: str | None = None) -> None:
+                 replay_only: bool = False, max_attempts: int = 6, timeout_s: float = 60.0,
+                 base_url: str | None = None, rate_limit_budget_s: float = RATE_LIMIT_BUDGET_S,
+                 max_connection_failures: int = MAX_CONNECTION_FAILURES, concurrency: int = 32) -> None:
         if price is None:
             raise InputError(f"no price for model {endpoint.model!r}: refusing to run")
         if max_attempts < 1:
@@ -203,18 +446,58 @@ class ModelClient:
         self.replay_only = replay_only
         self.max_attempts = int(max_attempts)
         self.timeout_s = float(timeout_s)
+        self.rate_limit_budget_s = float(rate_limit_budget_s)
+        self.max_connection_failures = max(1, int(max_connection_failures))
         self.base_url = base_url or endpoint.base_url
         if not self.base_url and not replay_only:
             # Never the openai client's default host (api.openai.com): endpoints.resolve_base_url.
             raise InputError(f"no base URL for the {role} model {endpoint.model!r}; evalkit never falls back to "
                              "the openai client's default host")
+
+
+        self.unreachable: str | None = None  # "endpoint unreachable: <url> (<cause>)" once it is
+        self.rate_limited_out: str | None = None  # set when a key waited out its whole rate_limit_budget_s
+        self._connection_failures = 0
+        self._text_bound = text_bound(self.max_tokens_out)
+        self._body_bound = body_bound(self.max_tokens_out)
+        self._throttle = _Throttle(concurrency)
         api_key = check_endpoint(endpoint, self.base_url, replay_only)
         # A replay-only client without a URL never sends: it gets no openai client at all.
         self._openai = openai.AsyncOpenAI(api_key=api_key, base_url=self.base_url, max_retries=0,
-                                          timeout=self.timeout_s, http_client=_http_client(self.timeout_s)) \
+                                          timeout=self.timeout_s,
+                                          http_client=_http_client(self.timeout_s, self._cap_body)) \
             if self.base_url else None
         self.counter = TokenCounter(endpoint.model, self.base_url, api_key=api_key)
         self._rng = random.Random()
+
+    @property
+    def concurrency_limit(self) -> int:
+        """Requests allowed in flight now (the configured concurrency, or less while the
+        endpoint rate-limits)."""
+        return int(self._throttle.limit)
+
+    async def _cap_body(self, response: Any) -> None:
+        """httpx response hook: no completion body is read past `body_bound`. A body
+        with a Content-Length is read to that length and no further, so it is checked
+        here; one without (chunked) is counted as it is read."""
+        strict = response.status_code < 400
+        length = response.headers.get("content-length")
+        if length is not None and length.isdigit() and "transfer-encoding" not in response.headers:
+            if int(length) <= self._body_bound:
+                return
+            if strict:
+                raise _BodyTooLarge(f"the response body is {int(length)} bytes, over the {self._body_bound} "
+                                    f"that {self.max_tokens_out} tokens can carry")
+        response.stream = _CappedStream(response.stream, self._body_bound, strict)
+
+    def _answered(self) -> None:
+        self._connection_failures = 0
+
+    def _connection_failed(self, cause: str) -> None:
+        self._connection_failures += 1
+        if self._connection_failures >= self.max_connection_failures and self.unreachable is None:
+            url = self.base_url or str(self._openai.base_url)
+            self.unreachable = f"endpoint unreachable: {url} ({cause})"
 
     async def complete(self, *, prompt: str | None = None, messages: list[dict] | None = None,
                        tools: list[dict] | None = None, temperature: float | None = None,
@@ -224,11 +507,13 @@ class ModelClient:
         """Make one call (or replay it from the cache); see the module docstring.
 
         `should_stop` is asked before every attempt (the first and each retry); when it
-        returns a reason, no further attempt is paid for and `CallStopped` is raised."""
+        returns a reason, or the endpoint is unreachable, no further attempt is paid for
+        and `CallStopped` is raised."""
         if (prompt is None) == (messages is None):
             raise ValueError("give exactly one of prompt (completions) or messages (chat)")
         if prompt is not None and tools:
             raise ValueError("tools need chat mode (messages)")
+        prompt, messages = sendable(prompt), sendable(messages)
         body: dict[str, Any] = {"model": self.endpoint.model, "max_tokens": self.max_tokens_out}
         if prompt is not None:
             body["prompt"] = prompt
@@ -266,88 +551,125 @@ class ModelClient:
                 raise ReplayMiss(f"{key or 'request'}: no cached response (request {rhash[:12]}, "
                                  f"sample {sample_index}) and --replay-only is set")
 
-        causes: list[str] = []
-        for attempt in range(1, self.max_attempts + 1):
-            stopped = should_stop() if should_stop is not None else None
-            if stopped:
-                causes.append(f"stopped before attempt {attempt}: {stopped}")
-                exc = CallStopped(f"{key or 'request'}: " + "; ".join(causes))
-                exc.attempts = attempt - 1  # type: ignore[attr-defined]
-                raise exc
+        label = key or "request"
+        causes = _Causes()
+        failures = 0  # failed attempts that count against max_attempts (not rate limits)
+        limited = 0  # rate-limited answers so far (the backoff exponent)
+        started = time.monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
+            cause, retry_after, limited_wait = "", None, None
+            await self._throttle.acquire()
             try:
-                r = self.ledger.reserve(self.role, self.endpoint.model, self.price, self.max_tokens_in,
-                                        self.max_tokens_out, key)
-            except BudgetExhausted as exc:
-                if attempt == 1:
-                    raise
-                # Earlier attempts were paid: the key errored, with their causes.
-                causes.append(f"attempt {attempt} refused: {exc}")
-                refused = BudgetExhausted(f"{key or 'request'}: " + "; ".join(causes))
-                refused.attempts = attempt - 1  # type: ignore[attr-defined]
-                raise refused from exc
-            t0 = time.perf_counter()
-            retry_after: float | None = None
-            try:
-                resp = await self._send(body)
-                latency_ms = (time.perf_counter() - t0) * 1000
-                text, tool_calls, finish, usage, fingerprint, model = self._parse(resp, chat=prompt is None)
-            except openai.APIStatusError as exc:
-                status = exc.status_code
-                self.ledger.settle_failed(r, None, f"HTTP {status}")
-                cause = f"HTTP {status}: {_short(exc.message)}"
-                if status not in RETRY_STATUSES and status < 500:
-                    raise _call_error(f"{key or 'request'}: {cause} (not retried)", attempt) from exc
-                retry_after = _retry_after_s(exc.response.headers if exc.response is not None else None)
-            except openai.APIConnectionError as exc:  # APITimeoutError is one too
-                dropped = _dropped_connection(exc)
-                if isinstance(exc, openai.APITimeoutError) and dropped is None:
-                    self.ledger.settle_failed(r, _worst(r), "timeout")
-                    cause = f"timeout after {self.timeout_s:g}s"
-                else:
-                    self.ledger.settle_failed(r, _worst(r), "connection error")
-                    cause = f"connection error: {_short(str(dropped or exc.__cause__ or exc))}"
-            except (_Malformed, ValueError) as exc:
-                self.ledger.settle_failed(r, _worst(r), "malformed response")
-                cause = f"malformed response: {_short(str(exc))}"
-            except Exception as exc:  # anything else the client library raised on this body
-                self.ledger.settle_failed(r, _worst(r), "malformed response")
-                cause = f"malformed response: {type(exc).__name__}: {_short(str(exc))}"
-            except BaseException:
-                # Cancelled or interrupted mid-call: it may have been billed.
-                self.ledger.settle_failed(r, _worst(r), "interrupted")
-                raise
-            else:
-                if usage is None:
-                    # No usage reported: charge the worst case rather than guess low.
-                    usage = (r.tokens_in, r.tokens_out)
-                # Raises CeilingBreached; a count that is not a non-negative integer is
-                # settled at the reservation (never lower) and fails the sample below.
+                stopped = ((should_stop() if should_stop is not None else None) or self.unreachable
+                           or self.rate_limited_out)
+                if stopped:
+                    causes.note(f"stopped before attempt {attempt}: {stopped}")
+                    raise _call_error(f"{label}: {causes}", attempt - 1, CallStopped)
                 try:
-                    cost, usage, untrusted = self.ledger.settle_reported(r, *usage)
-                except CeilingBreached as exc:
-                    exc.attempts = attempt  # type: ignore[attr-defined]
+                    r = self.ledger.reserve(self.role, self.endpoint.model, self.price, self.max_tokens_in,
+                                            self.max_tokens_out, key)
+                except BudgetExhausted as exc:
+                    if attempt == 1:
+                        raise
+                    # Earlier attempts were paid: the key errored, with their causes.
+                    causes.note(f"attempt {attempt} refused: {exc}")
+                    raise _call_error(f"{label}: {causes}", attempt - 1, BudgetExhausted) from exc
+                t0 = time.perf_counter()
+                try:
+                    resp = await self._send(body)
+                    latency_ms = (time.perf_counter() - t0) * 1000
+                    self._answered()
+                    text, tool_calls, finish, usage, fingerprint, model = self._parse(resp, chat=prompt is None)
+                except openai.APIStatusError as exc:
+                    self._answered()
+                    status = exc.status_code
+                    self.ledger.settle_failed(r, None, f"HTTP {status}")
+                    cause = f"HTTP {status}: {_short(exc.message)}"
+                    retry_after = _retry_after_s(exc.response.headers if exc.response is not None else None)
+                    if is_rate_limit(exc):
+                        self._throttle.rate_limited()
+                        limited += 1
+                        limited_wait = backoff_s(limited, retry_after, self._rng, RATE_LIMIT_BACKOFF_MAX_S)
+                    elif status not in RETRY_STATUSES and status < 500:
+                        causes.add(attempt, cause)
+                        raise _call_error(f"{label}: {causes} (not retried)", attempt) from exc
+                except openai.APIConnectionError as exc:  # APITimeoutError is one too
+                    reason, cause = transport_failure(exc, self.timeout_s)
+                    if reason != "timeout":  # a slow answer is an answer coming, not a dead endpoint
+                        self._connection_failed(cause)
+                    if reason == "not sent":
+                        self.ledger.release_unsent(r, cause)
+                        cause = f"not sent ($0): {cause}"
+                    else:
+                        self.ledger.settle_failed(r, _worst(r), reason, cause)
+                except (_Malformed, ValueError) as exc:  # the server answered with no completion
+                    self._answered()
+                    self.ledger.settle_failed(r, _worst(r), "malformed response")
+                    cause = f"malformed response: {_short(str(exc))}"
+                except Exception as exc:  # anything else the client library raised on this body
+                    self.ledger.settle_failed(r, _worst(r), "malformed response")
+                    cause = f"malformed response: {type(exc).__name__}: {_short(str(exc))}"
+                except BaseException:
+                    # Cancelled or interrupted mid-call: it may have been billed.
+                    self.ledger.settle_failed(r, _worst(r), "interrupted")
                     raise
-                if untrusted is not None:
-                    cause = f"malformed response: {untrusted}"
-                    causes.append(f"attempt {attempt}: {cause}")
-                    # Not retried: a server whose accounting is wrong would be paid at the
-                    # worst case again on every attempt.
-                    raise _call_error(f"{key or 'request'}: " + "; ".join(causes) + " (not retried)", attempt)
-                if self.cache is not None:
-                    self.cache.put(self.endpoint.model, rhash, sample_index,
-                                   {"text": text, "tool_calls": list(tool_calls), "finish_reason": finish,
-                                    "usage": {"prompt_tokens": usage.prompt_tokens,
-                                              "completion_tokens": usage.completion_tokens},
-                                    "model": model, "system_fingerprint": fingerprint}, cost)
-                return Completion(text=text, tool_calls=tool_calls, finish_reason=finish, usage=usage,
-                                  latency_ms=latency_ms, cost_usd=cost, model=model,
-                                  system_fingerprint=fingerprint, request_hash=rhash, cached=False,
-                                  cost_avoided_usd=0.0, attempts=attempt)
-            causes.append(f"attempt {attempt}: {cause}")
-            if attempt < self.max_attempts:
-                await _pause(backoff_s(attempt, retry_after, self._rng), should_stop)
-        raise _call_error(f"{key or 'request'}: failed after {self.max_attempts} attempts; "
-                          + "; ".join(causes), self.max_attempts)
+                else:
+                    self._throttle.answered()
+                    return self._settle(r, rhash, sample_index, label, attempt, causes, text, tool_calls, finish,
+                                        usage, fingerprint, model, latency_ms)
+            finally:
+                self._throttle.release()
+            causes.add(attempt, cause)
+            if limited_wait is not None:  # a rate limit: wait it out while the key's budget lasts
+                elapsed = time.monotonic() - started
+                if elapsed + limited_wait > self.rate_limit_budget_s:
+                    if self.rate_limited_out is None:  # the endpoint keeps refusing: stop, rather than
+                        url = self.base_url or str(self._openai.base_url)  # let every key wait this long
+                        self.rate_limited_out = (f"rate limited: {url} (a key was refused for {elapsed:.0f}s, "
+                                                 f"past rate_limit_budget_s {self.rate_limit_budget_s:g})")
+                    raise _call_error(f"{label}: rate limited for {elapsed:.1f}s, and the next wait "
+                                      f"({limited_wait:.1f}s) would pass rate_limit_budget_s "
+                                      f"{self.rate_limit_budget_s:g}; {causes}", attempt)
+                await _pause(limited_wait, should_stop)
+                continue
+            failures += 1
+            if failures >= self.max_attempts:
+                raise _call_error(f"{label}: failed after {attempt} attempts; {causes}", attempt)
+            await _pause(backoff_s(failures, retry_after, self._rng), should_stop)
+
+    def _settle(self, r, rhash: str, sample_index: int, label: str, attempt: int, causes: _Causes, text: str,
+                tool_calls: tuple[dict, ...], finish: str | None, usage: Any, fingerprint: str | None, model: str,
+                latency_ms: float) -> Completion:
+        """Settle a finished call: store the answer in the cache first (committed before
+        it is used, when the cache commits each put), then settle it on the ledger. Raises
+        `CeilingBreached`, or `UnitCallError` for untrusted usage (not retried: a server
+        whose accounting is wrong would be paid at the worst case again)."""
+        if isinstance(usage, _Unusable):
+            settled, untrusted = _worst(r), unusable_usage(usage.raw)
+        else:
+            # No usage reported: charge the worst case rather than guess low.
+            settled, untrusted = reported_usage(r, *(usage if usage is not None else (r.tokens_in, r.tokens_out)))
+        within = settled.prompt_tokens <= r.tokens_in and settled.completion_tokens <= r.tokens_out
+        if self.cache is not None and untrusted is None and within:
+            self.cache.put(self.endpoint.model, rhash, sample_index,
+                           {"text": text, "tool_calls": list(tool_calls), "finish_reason": finish,
+                            "usage": {"prompt_tokens": settled.prompt_tokens,
+                                      "completion_tokens": settled.completion_tokens},
+                            "model": model, "system_fingerprint": fingerprint},
+                           r.price.cost(settled.prompt_tokens, settled.completion_tokens))
+        try:
+            cost = self.ledger.settle(r, settled, untrusted=untrusted)
+        except CeilingBreached as exc:
+            exc.attempts = attempt  # type: ignore[attr-defined]
+            raise
+        if untrusted is not None:
+            causes.add(attempt, f"malformed response: {untrusted}")
+            raise _call_error(f"{label}: {causes} (not retried)", attempt)
+        return Completion(text=text, tool_calls=tool_calls, finish_reason=finish, usage=settled,
+                          latency_ms=latency_ms, cost_usd=cost, model=model, system_fingerprint=fingerprint,
+                          request_hash=rhash, cached=False, cost_avoided_usd=0.0, attempts=attempt)
 
     async def _send(self, body: dict[str, Any]) -> Any:
         assert self._openai is not None, "a replay-only client without a base URL sends nothing"
@@ -356,10 +678,12 @@ class ModelClient:
         return await self._openai.completions.create(**body)
 
     def _parse(self, resp: Any, *, chat: bool):
-        """(text, tool calls, finish reason, raw usage counts or None, fingerprint, model)
-        from a response body; `_Malformed` for any shape that is not a completion. The
-        openai client builds its objects without validating them, so every field is
-        checked here: model output is untrusted data."""
+        """(text, tool calls, finish reason, raw usage, fingerprint, model) from a
+        response body; `_Malformed` for any shape that is not a completion, or one whose
+        text and tool calls pass `text_bound`. The openai client builds its objects
+        without validating them, so every field is checked here: model output is
+        untrusted data. Raw usage: None (not reported), a (prompt, completion) pair as
+        sent (the ledger decides whether to trust it), or `_Unusable`."""
         try:
             return self._parse_fields(resp, chat=chat)
         except _Malformed:
@@ -375,6 +699,7 @@ class ModelClient:
         if isinstance(choice, (str, bytes, int, float, list)) or choice is None:
             raise _Malformed(f"the first choice is a {type(choice).__name__}, not an object")
         tool_calls: tuple[dict, ...] = ()
+        size = 0
         if chat:
             msg = getattr(choice, "message", None)
             if msg is None or isinstance(msg, (str, bytes, int, float, list, dict)):
@@ -385,22 +710,31 @@ class ModelClient:
             raw_calls = msg.tool_calls
             if raw_calls is not None and not isinstance(raw_calls, list):
                 raise _Malformed(f"tool_calls is a {type(raw_calls).__name__}, not a list")
-            tool_calls = tuple(_tool_call_dict(tc) for tc in (raw_calls or ()))
+            calls = [_tool_call_dict(tc) for tc in (raw_calls or ())]
+            tool_calls = tuple(d for d, _ in calls)
+            size = sum(n for _, n in calls)
         else:
             text = getattr(choice, "text", None)
             if text is None:
                 raise _Malformed("no text in the first choice")
         if not isinstance(text, str):
             raise _Malformed(f"the model's text is a {type(text).__name__}, not a string")
+        if size + len(text) * 4 > self._text_bound:  # 4: the most UTF-8 bytes of one character
+            size += _utf8_size(text)
+            if size > self._text_bound:
+                raise _Malformed(f"implausible answer: {size} bytes of text and tool calls, more than "
+                                 f"{self.max_tokens_out} tokens can carry (bound {self._text_bound} bytes)")
         finish = getattr(choice, "finish_reason", None)
         if finish is not None and not isinstance(finish, str):
             raise _Malformed(f"finish_reason is a {type(finish).__name__}, not a string")
         u = getattr(resp, "usage", None)
-        usage = None
-        if u is not None:
-            pt, ct = getattr(u, "prompt_tokens", None), getattr(u, "completion_tokens", None)
-            if pt is not None and ct is not None:
-                usage = (pt, ct)  # raw: the ledger decides whether to trust them
+        usage: Any = None
+        if isinstance(u, dict):
+            usage = (u.get("prompt_tokens"), u.get("completion_tokens"))
+        elif isinstance(u, (str, bytes, int, float, list, tuple)):
+            usage = _Unusable(u)  # not an object of token counts
+        elif u is not None:
+            usage = (getattr(u, "prompt_tokens", None), getattr(u, "completion_tokens", None))
         fingerprint = getattr(resp, "system_fingerprint", None)
         model = getattr(resp, "model", None)
         return (text, tool_calls, finish, usage, fingerprint if isinstance(fingerprint, str) else None,
@@ -428,8 +762,15 @@ async def _pause(seconds: float, should_stop: Callable[[], str | None] | None) -
         await asyncio.sleep(min(left, 0.05))
 
 
-def _call_error(message: str, attempts: int) -> UnitCallError:
-    exc = UnitCallError(message)
+@dataclass(frozen=True)
+class _Unusable:
+    """Reported usage that is not an object of token counts (a string, a number, a list)."""
+
+    raw: Any
+
+
+def _call_error(message: str, attempts: int, cls: type[Exception] = UnitCallError) -> Exception:
+    exc = cls(message)
     exc.attempts = attempts  # type: ignore[attr-defined]
     return exc
 

@@ -97,3 +97,15 @@ class UnitCallError(EvalkitError):
 class RedactionIncomplete(EvalkitError):
     """A redacted report still held a value the redaction replaced; the files that did
     were removed."""
+
+
+class DiskFull(EvalkitError):
+    """A write to a run's files found no room (ENOSPC, EDQUOT, or EFBIG: a file size
+    limit). The run stops INCOMPLETE; what was written stays parseable, and a resume
+    goes on once there is room again. `path` is the file that could not be written."""
+
+    def __init__(self, path: str | Path, strerror: str = "No space left on device") -> None:
+        self.path = str(path)
+        self.strerror = strerror
+        super().__init__(f"disk full: {self.path} ({strerror})")
+

@@ -38,6 +38,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from ._text import storable_json
 from .endpoints import Watch
 from .errors import InputError
 from .graders import activation_observed, grade_sample, is_refusal, require_scored
@@ -188,11 +189,15 @@ async def _judge_all(suite: Suite, files: JudgeFiles, todo: list[tuple[Case, Sam
 
     config = suite.config
     ledger = Ledger.resume(cap, run / LEDGER)
-    cache = ResponseCache(run / JUDGE_CACHE)
+    # batch=1: each judge answer is committed before it is used, so a grade killed
+    # mid-way never pays twice for a judge key (the cache is its only record).
+    cache = ResponseCache(run / JUDGE_CACHE, batch=1)
     spent_before = ledger.committed_usd
     client = ModelClient(endpoint, config.judge_price, ledger, role="judge", max_tokens_in=config.max_tokens_in,
                          max_tokens_out=config.max_tokens_out, cache=cache, max_attempts=config.max_attempts,
-                         timeout_s=config.timeout_s, base_url=endpoint.base_url)
+                         timeout_s=config.timeout_s, base_url=endpoint.base_url,
+                         rate_limit_budget_s=config.rate_limit_budget_s,
+                         max_connection_failures=config.max_connection_failures, concurrency=config.concurrency)
     sem = asyncio.Semaphore(max(1, config.concurrency))
     scores: dict[Key, JudgeScore] = {}
     stopped: list[str] = []  # the watch's reason once it reported: no judge call after it
@@ -363,11 +368,11 @@ def grade_run(run_path: str | Path, suite: Suite | str | Path | None = None, *,
         summary["pairwise"] = pairwise_summary(outcomes, pairwise)
     summary["findings"] = [dataclasses.asdict(f) for f in findings]
 
-    lines = "".join(json.dumps(grade_to_dict(g), ensure_ascii=False) + "\n" for g in grades)
+    lines = "".join(storable_json(grade_to_dict(g)) + "\n" for g in grades)  # any text the judge sent
     write_atomic(run / GRADES, lines)
     if pairwise:
         write_atomic(run / PAIRWISE, "".join(json.dumps(dataclasses.asdict(o)) + "\n" for o in outcomes))
-    write_atomic(run / GRADES_SUMMARY, json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    write_atomic(run / GRADES_SUMMARY, storable_json(summary, indent=2) + "\n")
     return GradeResult(run, tuple(grades), summary, tuple(findings), tuple(outcomes))
 
 

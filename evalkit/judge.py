@@ -167,7 +167,7 @@ def check_judge_model(config: Config, generator_models: Iterable[str] = ()) -> b
 def boundary_token(*parts: str) -> str:
     """A boundary token derived from the content: unguessable to whoever wrote the
     output, and stable across re-grades so cached judge answers replay."""
-    h = hashlib.sha256("\0".join(parts).encode("utf-8")).hexdigest()[:24]
+    h = hashlib.sha256("\0".join(parts).encode("utf-8", "surrogatepass")).hexdigest()[:24]  # any output
     return f"DATA-{h}"
 
 

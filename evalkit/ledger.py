@@ -10,7 +10,18 @@ and the run stops. Every change is appended to `ledger.jsonl` and flushed.
 Reported usage is untrusted data: a count that is not a non-negative integer (negative,
 fractional, NaN, a string) never lowers the spend. `settle_reported` settles such a call
 at its full reservation (or more, when a fractional count rounded up passes it) and
-says why, so the committed total only ever grows.
+says why, so the committed total only ever grows; `untrusted` counts such settles, in
+every session of the file.
+
+What a failed call costs (`settle_failed`): an attempt that provably never reached the
+server (`release_unsent`: a refused connection, a failed DNS lookup, a connect timeout,
+a request that could not be written) is released at $0 with reason `"not sent"` and
+its cause; anything that may have been processed stays charged as the client decides.
+
+A full disk never loses money: a `reserve` whose line cannot be written is undone and
+raises `DiskFull` (the call is not sent); a settle whose line cannot be written keeps
+the reservation's line open on disk, which a resume counts as spent at its full
+amount, and every later `reserve` raises `DiskFull` (`disk_full` says why).
 """
 from __future__ import annotations
 
@@ -23,7 +34,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import BudgetExhausted, CeilingBreached, InputError
+from .errors import BudgetExhausted, CeilingBreached, DiskFull, InputError
 from .records import Price, Usage
 
 
@@ -64,11 +75,11 @@ class Ledger:
         # of two ledgers appending to one file (a resumed run, a grading pass).
         self._epoch = time.time_ns() // 1000
         self._path = Path(path) if path is not None else None
+        self.disk_full: DiskFull | None = None  # set when a line could not be written
+        self._log = None
         if self._path is not None:
-            from .runs import repair_torn_tail
-            repair_torn_tail(self._path)  # a later event must not glue onto a torn line
-        self._fh = open(self._path, "a", encoding="utf-8") if self._path else None
-        self._fsync = bool(os.environ.get("EVALKIT_FSYNC"))
+            from .runs import AppendLog  # cuts a torn last line first: no event glues onto it
+            self._log = AppendLog(self._path, fsync=bool(os.environ.get("EVALKIT_FSYNC")))
 
     @classmethod
     def resume(cls, cap_usd: float, path: str | Path) -> "Ledger":
@@ -78,7 +89,7 @@ class Ledger:
         been billed even though its answer was lost.
         """
         committed = avoided = 0.0
-        breaches = 0
+        breaches = untrusted = 0
         open_amounts: dict[int, float] = {}
         p = Path(path)
         if p.exists():
@@ -92,12 +103,14 @@ class Ledger:
                     open_amounts.pop((ev.get("run_epoch", 0), ev["id"]), None)
                     committed += max(0.0, ev.get("cost_usd", 0.0))  # a negative line never lowers spend
                     breaches += bool(ev.get("breach"))
+                    untrusted += bool(ev.get("untrusted"))
                 elif kind == "cache_hit":
                     avoided += ev.get("avoided_usd", 0.0)
             committed += sum(open_amounts.values())
         led = cls(cap_usd, p, committed_usd=committed)
         led.avoided_usd = avoided
         led.breaches = breaches
+        led.untrusted = untrusted
         return led
 
     def reserve(self, role: str, model: str, price: Price, tokens_in: int, tokens_out: int, key: str = "") -> Reservation:
@@ -106,6 +119,8 @@ class Ledger:
             raise InputError(f"no price for model {model!r}: refusing to run")
         amount = price.cost(tokens_in, tokens_out)
         with self._lock:
+            if self.disk_full is not None:
+                raise DiskFull(self.disk_full.path, self.disk_full.strerror)
             if self.committed_usd + self.reserved_usd + amount > self.cap_usd + 1e-12:
                 self._write({"event": "refuse", "role": role, "model": model, "key": key,
                              "amount_usd": amount, "committed_usd": self.committed_usd,
@@ -114,10 +129,11 @@ class Ledger:
                     f"budget exhausted: committed ${self.committed_usd:.6f} + reserved "
                     f"${self.reserved_usd:.6f} + this call ${amount:.6f} > cap ${self.cap_usd:.6f}")
             r = Reservation(next(self._ids), role, model, price, tokens_in, tokens_out, amount, key)
+            # The line first: a call whose reservation is not on disk must not be sent.
+            self._write({"event": "reserve", "id": r.id, "role": role, "model": model, "key": key,
+                         "tokens_in": tokens_in, "tokens_out": tokens_out, "amount_usd": amount}, strict=True)
             self._open[r.id] = r
             self.reserved_usd += amount
-            self._write({"event": "reserve", "id": r.id, "role": role, "model": model, "key": key,
-                         "tokens_in": tokens_in, "tokens_out": tokens_out, "amount_usd": amount})
             return r
 
     def settle(self, r: Reservation, usage: Usage, *, untrusted: str | None = None) -> float:
@@ -152,40 +168,33 @@ class Ledger:
 
     def settle_reported(self, r: Reservation, prompt_tokens: object, completion_tokens: object) -> tuple[float, Usage, str | None]:
         """Settle with the raw counts a response reported; returns (cost, settled usage,
-        why the counts were untrusted or None).
-
-        When a count is not a non-negative integer the usage is untrusted: the call is
-        settled at its full reservation, or above it where a count (a fractional one
-        rounded up) passes it, so an over-report still breaches. Never below the
-        reservation: a bad count must not lower the spend. Raises `CeilingBreached` like
-        `settle`.
-        """
-        raws = (("prompt_tokens", prompt_tokens, r.tokens_in), ("completion_tokens", completion_tokens, r.tokens_out))
-        counts = [_count(raw) for _, raw, _ in raws]
-        problems = [f"{name}={_show(raw)}" for (name, raw, _), n in zip(raws, counts) if n is None]
-        why = None
-        if not problems:
-            settled = [int(n) for n in counts]  # type: ignore[arg-type]
-        else:
-            # The whole usage is untrusted: the full reservation, or a count (rounded up)
-            # that passes it, so an over-report still breaches.
-            settled = [max(reserved, _ceil_count(raw) or 0) for _, raw, reserved in raws]
-            why = ("usage is not a non-negative integer (" + ", ".join(problems)
-                   + "): settled at the full reservation")
-        usage = Usage(settled[0], settled[1])
+        why the counts were untrusted or None). See `reported_usage`; raises
+        `CeilingBreached` like `settle`."""
+        usage, why = reported_usage(r, prompt_tokens, completion_tokens)
         return self.settle(r, usage, untrusted=why), usage, why
 
-    def settle_failed(self, r: Reservation, usage: Usage | None = None, reason: str = "") -> float:
+    def settle_failed(self, r: Reservation, usage: Usage | None = None, reason: str = "",
+                      cause: str | None = None) -> float:
         """Close a reservation for a call that failed. A failed attempt is still a paid
-        call when the server reported usage; with no usage it costs 0 (the endpoint
-        returned an error before generating)."""
+        call when the server reported usage (or the client charges it at its worst case);
+        with no usage it costs 0 (the endpoint returned an error before generating).
+        `cause` is recorded with the reason."""
         cost = max(0.0, r.price.cost(usage.prompt_tokens, usage.completion_tokens)) if usage else 0.0
         with self._lock:
             self._close(r)
             self.committed_usd += cost
-            self._write({"event": "release", "id": r.id, "role": r.role, "model": r.model, "key": r.key,
-                         "cost_usd": cost, "reason": reason, "committed_usd": self.committed_usd})
+            event = {"event": "release", "id": r.id, "role": r.role, "model": r.model, "key": r.key,
+                     "cost_usd": cost, "reason": reason, "committed_usd": self.committed_usd}
+            if cause:
+                event["cause"] = cause
+            self._write(event)
         return cost
+
+    def release_unsent(self, r: Reservation, cause: str) -> None:
+        """Release, at $0, the reservation of a request that provably never reached the
+        server (reason `"not sent"`, with its cause): nothing was processed, nothing can
+        have been billed."""
+        self.settle_failed(r, None, "not sent", cause)
 
     def record_avoided(self, amount_usd: float, key: str = "") -> None:
         """A cache hit: $0 spent, `amount_usd` avoided."""
@@ -194,23 +203,52 @@ class Ledger:
             self._write({"event": "cache_hit", "key": key, "cost_usd": 0.0, "avoided_usd": amount_usd})
 
     def close(self) -> None:
-        if self._fh:
-            self._fh.close()
-            self._fh = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
 
     def _close(self, r: Reservation) -> None:
         if self._open.pop(r.id, None) is None:
             raise RuntimeError(f"reservation {r.id} settled twice")
         self.reserved_usd = max(0.0, self.reserved_usd - r.amount_usd)
 
-    def _write(self, event: dict) -> None:
-        if self._fh is None:
+    def _write(self, event: dict, *, strict: bool = False) -> None:
+        """Append one event. No room: `strict` raises `DiskFull`; otherwise the event
+        stays in memory only (the totals are right; a resume counts the reservation as
+        spent) and `disk_full` refuses every later reservation."""
+        if self._log is None:
             return
-        event = {"t": round(time.time(), 3), "run_epoch": self._epoch, **event}
-        self._fh.write(json.dumps(event) + "\n")
-        self._fh.flush()
-        if self._fsync:
-            os.fsync(self._fh.fileno())
+        try:
+            self._log.append({"t": round(time.time(), 3), "run_epoch": self._epoch, **event})
+        except DiskFull as exc:
+            self.disk_full = exc
+            if strict:
+                raise
+
+
+def reported_usage(r: Reservation, prompt_tokens: object, completion_tokens: object) -> tuple[Usage, str | None]:
+    """The usage to settle `r` with, from the raw counts a response reported, and why
+    they were untrusted (None when they are non-negative integers).
+
+    When a count is not a non-negative integer the usage is untrusted: the call is
+    settled at its full reservation, or above it where a count (a fractional one
+    rounded up) passes it, so an over-report still breaches. Never below the
+    reservation: a bad count must not lower the spend.
+    """
+    raws = (("prompt_tokens", prompt_tokens, r.tokens_in), ("completion_tokens", completion_tokens, r.tokens_out))
+    counts = [_count(raw) for _, raw, _ in raws]
+    problems = [f"{name}={_show(raw)}" for (name, raw, _), n in zip(raws, counts) if n is None]
+    if not problems:
+        return Usage(int(counts[0]), int(counts[1])), None  # type: ignore[arg-type]
+    settled = [max(reserved, _ceil_count(raw) or 0) for _, raw, reserved in raws]
+    return Usage(settled[0], settled[1]), ("usage is not a non-negative integer (" + ", ".join(problems)
+                                           + "): settled at the full reservation")
+
+
+def unusable_usage(raw: object) -> str:
+    """Why a reported `usage` that is not an object of token counts (a string, a number,
+    a list) is untrusted: the call is settled at its full reservation."""
+    return f"usage is {_show(raw)}, not an object of token counts: settled at the full reservation"
 
 
 def _count(raw: object) -> int | None:

@@ -116,8 +116,10 @@ class Config:
     tools: tuple[Json, ...] = ()
     allow_same_judge_model: bool = False
     timeout_s: float = 60.0
-    max_attempts: int = 4
+    max_attempts: int = 6
     ci_cost_cap_usd: float | None = None  # `ci.cost_cap_usd`: the lower cap of `evalkit run --ci`
+    rate_limit_budget_s: float = 300.0  # per key: how long 429/503/overload answers are waited out
+    max_connection_failures: int = 8  # in a row with no answer: the endpoint is unreachable, the run stops
     raw: dict[str, Json] = field(default_factory=dict, compare=False, repr=False)
 
     def arm(self, name: str) -> Arm:

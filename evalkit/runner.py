@@ -11,21 +11,31 @@ Resume (`resume=RUN_DIR`) reads `results.jsonl` and the ledger, runs only the mi
 run count as spent), so a finished key is never paid twice and the cap covers the whole
 run. It refuses when the suite's config, a template, an arm's guidance or the cases
 changed since the run started (hashes in the run's `config.json`). A run holds the run
-folder's lock (`RunFolder.lock`) from start to end: a second process on the same folder
-is refused.
+folder's lock (`RunFolder.lock`) and the runs folder's (`runs.runs_dir_lock`) from start
+to end: a second process on the same folder, or a second run in the same runs folder
+(which would share its response cache and pay again for what the first has in flight),
+is refused before it calls anything.
 
-Once the run stops (ceiling breached, budget exhausted, the watched model server
-exited), no further paid call goes out: the dispatcher checks before every key and the
-client before every attempt and during its backoff. The INCOMPLETE reason names every
-stop cause that occurred, a ceiling breach always first, and `summary.json` counts
-`ceiling_breaches`. A watch (`run_suite(watch=...)`, and the server `evalkit serve`
-runs, see `endpoints`) that reports stops the run the same way: its first line is the
-cause, the rest (a dead server's log tail) `stop_detail`, shown under the INCOMPLETE
-line in `summary.md` and on stderr.
+Keys are drawn lazily from one iterator by `concurrency` workers, so the tasks (and the
+memory) of a run do not grow with k x cases.
+
+Once the run stops (ceiling breached, budget exhausted, endpoint unreachable or
+endlessly rate-limiting, disk full, the watched model server exited), no further paid
+call goes out: the dispatcher checks before every key and the client before every
+attempt and during its backoff. The INCOMPLETE reason names every stop cause that
+occurred, a ceiling breach always first, then what made the run impossible to go on
+(`endpoint unreachable: <url> (<cause>)`, `disk full: <file> (<error>)`, `rate limited:
+<url> (...)`), and `summary.json` counts `ceiling_breaches` and `untrusted_usage`. A
+full disk frees the run folder's `.space-reserve` so the summary is still written;
+terminal lines and the INCOMPLETE line are `printable`. A watch (`run_suite(watch=...)`,
+and the server `evalkit serve` runs, see `endpoints`) that reports stops the run the
+same way: its first line is the cause, the rest (a dead server's log tail)
+`stop_detail`, shown under the INCOMPLETE line in `summary.md` and on stderr.
 """
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import gc
@@ -39,14 +49,15 @@ from typing import Any, Iterator
 
 from tqdm import tqdm
 
+from ._text import printable
 from .cache import ResponseCache
 from .client import CallStopped, ModelClient, check_endpoint
 from .endpoints import Watch, combine, resolve_base_url, served_watch
-from .errors import (BudgetExhausted, CeilingBreached, InputError, InputTooLong, ReplayMiss,
+from .errors import (BudgetExhausted, CeilingBreached, DiskFull, InputError, InputTooLong, ReplayMiss,
                      UnitCallError)
 from .ledger import Ledger
 from .records import Arm, Config, Sample, Suite
-from .runs import RunFolder, write_atomic
+from .runs import RunFolder, runs_dir_lock, write_atomic
 
 CACHE_FILE = "cache.sqlite"
 
@@ -125,10 +136,10 @@ def _changed_inputs(before: dict[str, str], now: dict[str, str]) -> list[str]:
 def _format_summary_md(suite: Suite, res: dict[str, Any]) -> str:
     lines = []
     if not res["complete"]:
-        lines.append(f"INCOMPLETE: {res['ran']}/{res['total']} cases ({res['reason']})")
+        lines.append(printable(f"INCOMPLETE: {res['ran']}/{res['total']} cases ({res['reason']})"))
         if res.get("stop_detail"):
             lines.append("")
-            lines.extend("    " + line for line in res["stop_detail"].splitlines())
+            lines.extend("    " + printable(line) for line in res["stop_detail"].splitlines())
         lines.append("")
     lines.append(f"# Run of {suite.name}")
     lines.append("")
@@ -145,7 +156,7 @@ def _format_summary_md(suite: Suite, res: dict[str, Any]) -> str:
 
 class _Engine:
     def __init__(self, suite: Suite, arms: list[Arm], folder: RunFolder, ledger: Ledger,
-                 client: ModelClient, pending: list[Key], progress: bool,
+                 client: ModelClient, rcache: ResponseCache | None, pending: int, progress: bool,
                  prompts: dict[tuple[str, str], Any], watch: Watch | None = None) -> None:
         self.config = suite.config
         self.cases = {c.id: c for c in suite.cases}
@@ -153,33 +164,45 @@ class _Engine:
         self.folder = folder
         self.ledger = ledger
         self.client = client
-        self.pending = pending
+        self.rcache = rcache
         self.stop_causes: list[str] = []  # in the order they occurred, each once
         self.watch = watch
         self.stop_detail: str | None = None  # the watch's detail lines (a dead server's log tail)
         self.errored: dict[Key, str] = {}
-        self.done: set[Key] = set()
+        # Counts, not sets of keys: memory stays flat however many samples a run has.
+        self.done_per_arm: collections.Counter[str] = collections.Counter()
+        self.done_per_case: collections.Counter[str] = collections.Counter()
         self.prompts = prompts
         self._tools = list(self.config.tools) or None
         self._stop = list(self.config.stop) or None
-        self.bar = tqdm(total=len(pending), disable=not progress, unit="sample", dynamic_ncols=True,
-                        desc=suite.name, file=sys.stderr)
+        self._concurrency = self.config.concurrency
+        self.bar = tqdm(total=pending, disable=not progress, unit="sample", dynamic_ncols=True,
+                        desc=printable(suite.name), file=sys.stderr)
+
+    @property
+    def done(self) -> int:
+        return sum(self.done_per_arm.values())
 
     @property
     def stop_reason(self) -> str | None:
-        """Every stop cause that occurred, a ceiling breach first ("ceiling breached;
-        budget exhausted"); None while the run goes on. Asks the watch first (a
-        server that died stops the run here, before the next key or attempt)."""
+        """Every stop cause that occurred, a ceiling breach first, then an unreachable
+        endpoint or a full disk ("ceiling breached; budget exhausted"); None while the
+        run goes on. Asks the watch first (a server that died stops the run here, before
+        the next key or attempt)."""
         if self.watch is not None:
             self._ask_watch()
         if not self.stop_causes:
             return None
-        order = sorted(self.stop_causes,
-                       key=lambda c: (not c.startswith("ceiling breached"), self.stop_causes.index(c)))
-        return "; ".join(order)
+        def rank(c: str) -> tuple[int, int]:
+            first = 0 if c.startswith("ceiling breached") else 1 if c.startswith(_FIRST_CAUSES) else 2
+            return first, self.stop_causes.index(c)
+        return "; ".join(sorted(self.stop_causes, key=rank))
 
     def stop(self, cause: str) -> None:
-        if cause not in self.stop_causes:
+        """Record a stop cause once; a full disk once, the first file that had no room."""
+        kind = cause.split(":", 1)[0]
+        if cause not in self.stop_causes and not (kind == "disk full" and any(
+                c.startswith("disk full:") for c in self.stop_causes)):
             self.stop_causes.append(cause)
 
     def _ask_watch(self) -> None:
@@ -191,74 +214,110 @@ class _Engine:
             self.stop(cause.strip())
             self.stop_detail = detail.strip("\n") or None
 
+    def should_stop(self) -> str | None:
+        """The stop reason, after folding in what the ledger, the cache and the client
+        found (a full disk, an unreachable or endlessly rate-limiting endpoint); asked
+        before every key and every attempt."""
+        if self.ledger.disk_full is not None:
+            self.stop(str(self.ledger.disk_full))
+        if self.rcache is not None and self.rcache.write_error is not None:
+            self.stop(str(self.rcache.write_error))
+        for halted in (self.client.unreachable, self.client.rate_limited_out):
+            if halted is not None:
+                self.stop(halted)
+        return self.stop_reason
+
     def _tick(self) -> None:
+        limit = self.client.concurrency_limit
+        throttled = f" concurrency={limit}/{self._concurrency}" if limit < self._concurrency else ""
         self.bar.set_postfix_str(f"errors={len(self.errored)} spend=${self.ledger.committed_usd:.4f}"
-                                 f"/${self.ledger.cap_usd:.4f}", refresh=False)
+                                 f"/${self.ledger.cap_usd:.4f}{throttled}", refresh=False)
         self.bar.update(1)
 
-    async def one(self, key: Key, sem: asyncio.Semaphore) -> None:
-        async with sem:
-            if self.stop_reason is not None:
-                return
-            case_id, arm_name, index = key
-            case, arm = self.cases[case_id], self.arms[arm_name]
-            seed = derive_seed(self.config.seed, case_id, arm_name, index)
-            rendered = self.prompts[(case_id, arm_name)]
-            kw: dict[str, Any] = {"messages": rendered, "tools": self._tools} if isinstance(rendered, list) \
-                else {"prompt": rendered}
-            try:
-                c = await self.client.complete(**kw, temperature=self.config.temperature, seed=seed,
-                                               stop=self._stop, sample_index=index,
-                                               key=f"{case_id}/{arm_name}/{index}",
-                                               should_stop=lambda: self.stop_reason)
-            except BudgetExhausted as exc:
-                self.stop("budget exhausted")
-                if getattr(exc, "attempts", 0):  # refused on a retry: the key paid and errored
-                    self._error(key, f"{type(exc).__name__}: {exc}", exc.attempts)
-                return
-            except CeilingBreached as exc:
-                self.stop("ceiling breached")
-                self._error(key, str(exc), getattr(exc, "attempts", 1))
-                return
-            except CallStopped as exc:
-                # The run stopped while this key waited to retry: no further attempt was
-                # paid. A key that paid for earlier attempts says so; one that paid
-                # nothing is simply not run, like a key the dispatcher skipped.
-                if getattr(exc, "attempts", 0):
-                    self._error(key, f"{type(exc).__name__}: {exc}", exc.attempts)
-                return
-            except (InputTooLong, UnitCallError, ReplayMiss) as exc:
-                self._error(key, f"{type(exc).__name__}: {exc}", getattr(exc, "attempts", 0))
-                return
-            except Exception as exc:  # noqa: BLE001 - a response nobody foresaw fails its sample, not the run
-                self._error(key, f"unexpected {type(exc).__name__}: {exc}", getattr(exc, "attempts", 0))
-                return
+    async def one(self, key: Key) -> None:
+        case_id, arm_name, index = key
+        case, arm = self.cases[case_id], self.arms[arm_name]
+        seed = derive_seed(self.config.seed, case_id, arm_name, index)
+        rendered = self.prompts[(case_id, arm_name)]
+        kw: dict[str, Any] = {"messages": rendered, "tools": self._tools} if isinstance(rendered, list) \
+            else {"prompt": rendered}
+        try:
+            c = await self.client.complete(**kw, temperature=self.config.temperature, seed=seed,
+                                           stop=self._stop, sample_index=index,
+                                           key=f"{case_id}/{arm_name}/{index}", should_stop=self.should_stop)
+        except BudgetExhausted as exc:
+            self.stop("budget exhausted")
+            if getattr(exc, "attempts", 0):  # refused on a retry: the key paid and errored
+                self._error(key, f"{type(exc).__name__}: {exc}", exc.attempts)
+            return
+        except CeilingBreached as exc:
+            self.stop("ceiling breached")
+            self._error(key, str(exc), getattr(exc, "attempts", 1))
+            return
+        except DiskFull as exc:  # the ledger could not record a reservation: nothing was sent
+            self.stop(str(exc))
+            return
+        except CallStopped as exc:
+            # The run stopped while this key waited to retry: no further attempt was
+            # paid. A key that made earlier attempts says so; one that made none is
+            # simply not run, like a key the dispatcher skipped.
+            if getattr(exc, "attempts", 0):
+                self._error(key, f"{type(exc).__name__}: {exc}", exc.attempts)
+            return
+        except (InputTooLong, UnitCallError, ReplayMiss) as exc:
+            self._error(key, f"{type(exc).__name__}: {exc}", getattr(exc, "attempts", 0))
+            self.should_stop()  # an unreachable endpoint stops the run now, not at the next key
+            return
+        except Exception as exc:  # noqa: BLE001 - a response nobody foresaw fails its sample, not the run
+            self._error(key, f"unexpected {type(exc).__name__}: {exc}", getattr(exc, "attempts", 0))
+            return
+        try:
             self.folder.append_result(Sample(
                 case_id=case_id, tags=case.tags, arm=arm_name, index=index, seed=seed, model=c.model,
                 output=c.text, tool_calls=c.tool_calls, finish_reason=c.finish_reason, usage=c.usage,
                 latency_ms=round(c.latency_ms, 3), cost_usd=c.cost_usd, request_hash=c.request_hash,
                 system_fingerprint=c.system_fingerprint, cached=c.cached, cost_avoided_usd=c.cost_avoided_usd))
-            self.done.add(key)
-            self._tick()
+        except DiskFull as exc:  # paid and on the ledger; its answer is in the cache when that had room
+            self.stop(str(exc))
+            return
+        self.done_per_arm[arm_name] += 1
+        self.done_per_case[case_id] += 1
+        self._tick()
 
     def _error(self, key: Key, message: str, attempts: int) -> None:
         self.errored[key] = message
-        self.folder.append_error(key[0], key[1], key[2], message, attempts)
+        try:
+            self.folder.append_error(key[0], key[1], key[2], message, attempts)
+        except DiskFull as exc:
+            self.stop(str(exc))
         self._tick()
 
-    async def run(self, concurrency: int) -> None:
-        sem = asyncio.Semaphore(max(1, concurrency))
-        tasks = [asyncio.ensure_future(self.one(key, sem)) for key in self.pending]
+    async def run(self, keys: Iterator[Key], concurrency: int) -> None:
+        """Run `keys` with `concurrency` workers drawing from the one iterator: at most
+        that many keys are in progress (and that many tasks exist), however many keys a
+        run has. A worker stops drawing once the run stops."""
+        async def worker() -> None:
+            for key in keys:
+                if self.should_stop() is not None:
+                    return
+                await self.one(key)
+
+        workers = [asyncio.ensure_future(worker()) for _ in range(max(1, concurrency))]
         try:
-            await asyncio.gather(*tasks)
+            await asyncio.gather(*workers)
         finally:
-            for t in tasks:
+            for t in workers:
                 t.cancel()
             self.bar.close()
 
 
-def _plan(suite: Suite, arms: list[Arm], k: int) -> list[Key]:
-    return [(c.id, a.name, i) for c in suite.cases for a in arms for i in range(k)]
+# Stop causes shown right after a ceiling breach: they say why nothing more could run.
+_FIRST_CAUSES = ("endpoint unreachable", "disk full", "rate limited")
+
+
+def _plan(suite: Suite, arms: list[Arm], k: int) -> Iterator[Key]:
+    """Every (case, arm, index) key of a run, in order, one at a time."""
+    return ((c.id, a.name, i) for c in suite.cases for a in arms for i in range(k))
 
 
 async def run_suite_async(suite: Suite | str | Path, *, arms: list[str] | None = None, k: int | None = None,
@@ -273,7 +332,7 @@ async def run_suite_async(suite: Suite | str | Path, *, arms: list[str] | None =
     if resume is not None:
         folder = RunFolder(resume)  # its layout (sample files or not) comes from its config.json
         folder.read_meta()  # not a run folder: say so before creating anything in it
-        with folder.lock():
+        with folder.lock(), runs_dir_lock(Path(resume).parent):
             return await _run_in_folder(suite, folder, arms=arms, k=k, runs_root=Path(resume).parent,
                                         base_url=base_url, resume=True, replay_only=replay_only,
                                         progress=progress, cache=cache, sample_files=sample_files,
@@ -328,7 +387,6 @@ async def _run_in_folder(suite: Suite, folder: RunFolder | None, *, arms: list[s
     if problem:
         raise InputError(problem)
     arm_objs = [config.arm(n) for n in names]
-    plan = _plan(suite, arm_objs, k)
     # Render every prompt and check the endpoint before writing anything: bad input
     # leaves no half-made run folder.
     from .suite import render_prompt
@@ -358,33 +416,43 @@ async def _run_in_folder(suite: Suite, folder: RunFolder | None, *, arms: list[s
                 "arms": names, "k": k, "cases": [c.id for c in suite.cases],
                 "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "source": "evalkit",
                 "sample_files": sample_files, "privacy": privacy}
-        folder = RunFolder.create(runs_root, meta)
-        folder.sample_files = sample_files
-        with folder.lock():
-            return await _execute(suite, folder, arm_objs, k, plan, prompts, base_url, runs_root, replay_only,
-                                  progress, cache, privacy, watch=watch)
+        with runs_dir_lock(runs_root):  # one run at a time per runs folder (and its response cache)
+            folder = RunFolder.create(runs_root, meta)
+            folder.sample_files = sample_files
+            with folder.lock():
+                return await _execute(suite, folder, arm_objs, k, prompts, base_url, runs_root, replay_only,
+                                      progress, cache, privacy, watch=watch)
     assert folder is not None
-    return await _execute(suite, folder, arm_objs, k, plan, prompts, base_url, runs_root, replay_only, progress,
-                          cache, privacy, watch=watch)
+    return await _execute(suite, folder, arm_objs, k, prompts, base_url, runs_root, replay_only, progress, cache,
+                          privacy, watch=watch)
 
 
-async def _execute(suite: Suite, folder: RunFolder, arm_objs: list[Arm], k: int, plan: list[Key],
+async def _execute(suite: Suite, folder: RunFolder, arm_objs: list[Arm], k: int,
                    prompts: dict[tuple[str, str], Any], base_url: str | None, runs_root: Path, replay_only: bool,
                    progress: bool, cache: bool, privacy: dict[str, Any] | None = None, *,
                    watch: Watch | None = None) -> RunResult:
-    """Run the keys of `plan` that `folder` lacks, under its lock, and write the summary."""
+    """Run the keys of the plan (cases x arms x k) that `folder` lacks, under its lock
+    and the runs folder's, and write the summary."""
     config = suite.config
     rows = folder.results()
-    done_before = {(r["case_id"], r["arm"], int(r["index"])) for r in rows}
-    pending = [key for key in plan if key not in done_before]
-    if rows and folder.sample_files:
-        folder.repair_sample_files(rows)  # a kill can leave finished samples without their file
-
+    planned = {c.id for c in suite.cases}, {a.name for a in arm_objs}
+    done_before = {key for key in ((r["case_id"], r["arm"], int(r["index"])) for r in rows)
+                   if key[0] in planned[0] and key[1] in planned[1] and 0 <= key[2] < k}
+    samples_total = len(suite.cases) * len(arm_objs) * k
+    pending = (key for key in _plan(suite, arm_objs, k) if key not in done_before)
     interrupted: BaseException | None = None
+    start_cause: str | None = None
     # Each resource is closed however the run ends, even when building the next one or
     # closing another fails (the cache flushes its last rows, the sample writer drains).
     async with contextlib.AsyncExitStack() as stack:
         stack.callback(folder.close)
+        try:
+            folder.reserve_space()  # freed if the disk fills, so the summary still fits
+            if rows and folder.sample_files:
+                folder.repair_sample_files(rows)  # a kill (or a full disk) can leave samples without their file
+        except DiskFull as exc:
+            start_cause = str(exc)
+        del rows
         ledger = Ledger.resume(config.cost_cap_usd, folder.ledger_path)
         stack.callback(ledger.close)
         rcache = ResponseCache(runs_root / CACHE_FILE) if (cache or replay_only) else None
@@ -393,51 +461,63 @@ async def _execute(suite: Suite, folder: RunFolder, arm_objs: list[Arm], k: int,
         client = ModelClient(config.generator, config.price, ledger, role="generator",
                              max_tokens_in=config.max_tokens_in, max_tokens_out=config.max_tokens_out,
                              cache=rcache, replay_only=replay_only, max_attempts=config.max_attempts,
-                             timeout_s=config.timeout_s, base_url=base_url)
+                             timeout_s=config.timeout_s, base_url=base_url,
+                             rate_limit_budget_s=config.rate_limit_budget_s,
+                             max_connection_failures=config.max_connection_failures,
+                             concurrency=config.concurrency)
         stack.push_async_callback(client.aclose)
-        engine = _Engine(suite, arm_objs, folder, ledger, client, pending, progress, prompts, watch)
+        engine = _Engine(suite, arm_objs, folder, ledger, client, rcache, samples_total - len(done_before),
+                         progress, prompts, watch)
+        if start_cause is not None:
+            engine.stop(start_cause)
         try:
-            await engine.run(config.concurrency)
+            await engine.run(pending, config.concurrency)
         except (asyncio.CancelledError, KeyboardInterrupt) as exc:
             # Ctrl-C: the calls in flight were settled at their worst case by the client;
             # write the INCOMPLETE summary, then let the interruption go on.
             interrupted = exc
             engine.stop("interrupted")
+    engine.should_stop()  # what closing found (the cache's last flush) counts too
 
-    finished = done_before | engine.done
     per_arm = {a.name: {"samples": 0, "errors": 0} for a in arm_objs}
-    for (_, a, _) in finished:
+    by_case: collections.Counter[str] = collections.Counter(engine.done_per_case)
+    for (c, a, _) in done_before:
         per_arm[a]["samples"] += 1
+        by_case[c] += 1
+    for a, n in engine.done_per_arm.items():
+        per_arm[a]["samples"] += n
     for (_, a, _) in engine.errored:
         per_arm[a]["errors"] += 1
-    by_case: dict[str, int] = {}
-    for (c, _, _) in finished:
-        by_case[c] = by_case.get(c, 0) + 1
     per_case_total = len(arm_objs) * k
     ran = sum(1 for c in suite.cases if by_case.get(c.id, 0) == per_case_total)
     total = len(suite.cases)
-    complete = len(finished) == len(plan)
+    samples_ran = len(done_before) + engine.done
+    complete = samples_ran == samples_total
     if ledger.breaches and "ceiling breached" not in engine.stop_causes:
         engine.stop("ceiling breached in an earlier session")  # never hidden on a resume
     reason = engine.stop_reason
     if not complete and reason is None:
         reason = f"{len(engine.errored)} sample(s) errored" if engine.errored else "samples missing"
-    summary = {"complete": complete, "ran": ran, "total": total, "samples_ran": len(finished),
-               "samples_total": len(plan), "reason": None if complete else reason,
+    summary = {"complete": complete, "ran": ran, "total": total, "samples_ran": samples_ran,
+               "samples_total": samples_total, "reason": None if complete else reason,
                "spend_usd": ledger.committed_usd, "avoided_usd": ledger.avoided_usd, "cap_usd": ledger.cap_usd,
                "ceiling_breaches": ledger.breaches, "untrusted_usage": ledger.untrusted,
                "per_arm": per_arm, "exit_code": 0 if complete else 1}
     if engine.stop_detail:
         summary["stop_detail"] = engine.stop_detail
-    folder.write_summary(summary, _format_summary_md(suite, summary))
-    result = RunResult(path=folder.path, complete=complete, ran=ran, total=total, samples_ran=len(finished),
-                       samples_total=len(plan), reason=summary["reason"], spend_usd=ledger.committed_usd,
+    folder.release_space()
+    try:
+        folder.write_summary(summary, _format_summary_md(suite, summary))
+    except DiskFull as exc:  # even the freed reserve was taken: say so, the run folder stays resumable
+        print(f"evalkit: summary not written ({printable(str(exc))})", file=sys.stderr, flush=True)
+    result = RunResult(path=folder.path, complete=complete, ran=ran, total=total, samples_ran=samples_ran,
+                       samples_total=samples_total, reason=summary["reason"], spend_usd=ledger.committed_usd,
                        avoided_usd=ledger.avoided_usd, cap_usd=ledger.cap_usd, per_arm=per_arm,
                        exit_code=summary["exit_code"], privacy=dict(privacy or {}), stop_detail=engine.stop_detail)
     if not complete:
-        print(result.incomplete_line, file=sys.stderr, flush=True)
+        print(printable(result.incomplete_line or ""), file=sys.stderr, flush=True)
         if result.stop_detail:
-            print(result.stop_detail, file=sys.stderr, flush=True)
+            print(printable(result.stop_detail), file=sys.stderr, flush=True)
     if interrupted is not None:
         raise interrupted
     return result

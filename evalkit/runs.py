@@ -1,14 +1,20 @@
 """Run folders: where a run's samples, errors, ledger and summary live (docs/formats.md).
 
-A run folder must survive a SIGKILL at any moment: JSON lines are appended and flushed
-one whole line per `write` call, sample text files are written to a temporary name and
-renamed, and a torn last line (a kill in the middle of a write) is dropped with a
-warning when read, and cut off before anything is appended after it.
+A run folder must survive a SIGKILL at any moment: JSON lines are appended one whole
+line per `write` call, sample text files are written to a temporary name and renamed,
+and a torn last line (a kill in the middle of a write) is dropped with a warning when
+read, and cut off before anything is appended after it.
+
+A full disk is survived the same way: an append that fails (ENOSPC, EDQUOT, or EFBIG from
+a file size limit) cuts off whatever part of its line reached the file and raises
+`DiskFull` naming the file, so every file stays parseable and a resume goes on once
+there is room. Any text an endpoint sends is stored losslessly (`evalkit._text`).
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import functools
 import json
 import os
@@ -22,7 +28,8 @@ from typing import Any, Callable, Iterator, TypeVar
 import pandas as pd
 
 from ._atomic import new_temp_file
-from .errors import InputError
+from ._text import storable_json, wtf8
+from .errors import DiskFull, InputError
 from .records import CheckResult, Grade, Sample, Usage
 
 RESULTS = "results.jsonl"
@@ -34,6 +41,10 @@ SUMMARY_JSON = "summary.json"
 SUMMARY_MD = "summary.md"
 GRADES = "grades.jsonl"
 LOCK = "run.lock"
+RUNS_LOCK = "runs.lock"  # in a runs folder: held by the one run (or resume) using it and its cache
+SPACE_RESERVE = ".space-reserve"  # freed when the disk fills, so the summary still fits
+SPACE_RESERVE_BYTES = 32 * 1024
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -119,23 +130,133 @@ def repair_torn_tail(path: str | Path) -> bool:
     return True
 
 
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether `exc` says there is no room to write: ENOSPC, EDQUOT, or EFBIG (a file
+    size limit, such as RLIMIT_FSIZE)."""
+    return isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS
+
+
+def disk_full(exc: OSError, path: str | Path) -> DiskFull:
+    return DiskFull(path, exc.strerror or str(exc))
+
+
 def write_atomic(path: str | Path, text: str) -> None:
     """Write `text` to `path` through a temporary file and a rename: readers see the old
     file or the new one, never half of it. The file gets ordinary permissions (0666
-    less the umask), so reports and summaries can be shared."""
+    less the umask), so reports and summaries can be shared. No room to write raises
+    `DiskFull` (the old file is left as it was)."""
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = new_temp_file(p)  # 0644 under umask 022, where mkstemp would make it 0600
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = new_temp_file(p)  # 0644 under umask 022, where mkstemp would make it 0600
+    except OSError as exc:
+        if is_disk_full(exc):
+            raise disk_full(exc, p) from exc
+        raise
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
         os.replace(tmp, p)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if is_disk_full(exc):
+            raise disk_full(exc, p) from exc  # type: ignore[arg-type]
         raise
+
+
+class AppendLog:
+    """A JSON-lines file open for appending whole lines, one `os.write` per line.
+
+    When a write fails (no room, see `is_disk_full`), the part of the line that reached
+    the file is cut off again before the error is raised, so the file never holds a
+    torn line and the next append (after space came back) starts a line of its own; no
+    room is raised as `DiskFull`. A torn last line left by a killed writer is cut off on
+    opening (`repair_torn_tail`). One writer per file (the run folder's lock).
+    """
+
+    def __init__(self, path: str | Path, *, fsync: bool = False) -> None:
+        self.path = Path(path)
+        repair_torn_tail(self.path)
+        try:
+            self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        except OSError as exc:
+            if is_disk_full(exc):
+                raise disk_full(exc, self.path) from exc
+            raise
+        self._size = os.lseek(self._fd, 0, os.SEEK_END)
+        self._fsync = fsync
+
+    def append(self, obj: Any) -> None:
+        """Append `obj` as one JSON line (`storable_json`: any text, losslessly)."""
+        self.write((storable_json(obj) + "\n").encode("utf-8"))
+
+    def write(self, data: bytes) -> None:
+        """Append `data` (whole lines) or nothing of it."""
+        if self._fd is None:
+            raise ValueError(f"{self.path}: append log is closed")
+        view = memoryview(data)
+        try:
+            while view:  # a regular file writes it all at once unless it runs out of room
+                view = view[os.write(self._fd, view):]
+            if self._fsync:
+                os.fsync(self._fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self._size)  # cut the partial line: freeing space always works
+            if is_disk_full(exc):
+                raise disk_full(exc, self.path) from exc
+            raise
+        self._size += len(data)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+@contextlib.contextmanager
+def exclusive_lock(lock_path: Path, refusal: str, where: Path) -> Iterator[None]:
+    """Hold an exclusive, non-blocking `flock` on `lock_path` for the block, or raise
+    `InputError(refusal + holder, where)` when another process holds it. The kernel
+    drops the lock when the process ends, however it ends (SIGKILL too), so a stale lock
+    file never blocks anyone."""
+    import fcntl  # POSIX; imported here so reading runs still works without it
+
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = ""
+        try:
+            pid = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            holder = f" (process {pid})" if pid.isdigit() else ""
+        except OSError:
+            pass
+        os.close(fd)
+        raise InputError(refusal.format(holder=holder), where) from None
+    try:
+        with contextlib.suppress(OSError):  # the pid is only for the message above
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+@contextlib.contextmanager
+def runs_dir_lock(runs_dir: str | Path) -> Iterator[None]:
+    """Hold the runs folder's lock (`runs.lock`) for the block: one `evalkit run` (or
+    resume) at a time per runs folder, so two processes never pay for the same keys
+    (they would share the folder's response cache, and each pay for what the other has
+    in flight). A second one gets an `InputError` before it calls anything."""
+    root = Path(runs_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    with exclusive_lock(root / RUNS_LOCK, "another evalkit run{holder} is using this runs folder and its response "
+                        f"cache; wait for it to finish, or give another --runs-dir (it holds {RUNS_LOCK})", root):
+        yield
 
 
 _SAMPLE_FIELDS = tuple(f.name for f in dataclasses.fields(Sample))
@@ -232,8 +353,7 @@ class RunFolder:
     def __init__(self, path: str | Path, *, sample_files: bool = True) -> None:
         self.path = Path(path)
         self.sample_files = sample_files
-        self._results_fh = None
-        self._errors_fh = None
+        self._logs: dict[str, AppendLog] = {}
         self._fsync = bool(os.environ.get("EVALKIT_FSYNC"))
         self._dirs: set[Path] = set()
         self._inline_files = 0
@@ -257,7 +377,11 @@ class RunFolder:
         else:  # pragma: no cover - ten thousand runs in one second
             raise RuntimeError(f"no free run folder name under {root}")
         run = cls(p)
-        write_atomic(p / CONFIG, json.dumps(meta, indent=2, sort_keys=False) + "\n")
+        try:
+            write_atomic(p / CONFIG, json.dumps(meta, indent=2, sort_keys=False) + "\n")
+        except DiskFull:
+            p.rmdir()  # no run folder without its config.json
+            raise
         return run
 
     # -- one process at a time -----------------------------------------------------------
@@ -268,34 +392,14 @@ class RunFolder:
 
         Two processes on one run folder (two resumes, a run while grading writes) would
         pay twice for the same keys and interleave their files: the second one gets an
-        `InputError` naming the folder, before it reads or calls anything. Non-blocking.
-        The kernel drops the lock when the process ends, however it ends (SIGKILL too),
-        so a stale `run.lock` file never blocks anyone.
+        `InputError` naming the folder, before it reads or calls anything. Non-blocking;
+        a stale `run.lock` file never blocks anyone (`exclusive_lock`).
         """
-        import fcntl  # POSIX; imported here so reading runs still works without it
-
         if not self.path.is_dir():
             raise InputError("run folder not found", self.path)
-        lock_path = self.path / LOCK
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = ""
-            try:
-                pid = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
-                holder = f" (process {pid})" if pid.isdigit() else ""
-            except OSError:
-                pass
-            os.close(fd)
-            raise InputError(f"another evalkit process{holder} is using this run folder; wait for it to "
-                             f"finish (it holds {LOCK})", self.path) from None
-        try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)  # for the message above
+        with exclusive_lock(self.path / LOCK, "another evalkit process{holder} is using this run folder; wait for "
+                            f"it to finish (it holds {LOCK})", self.path):
             yield self
-        finally:
-            os.close(fd)  # releases the lock
 
     @staticmethod
     def holding_lock(fn: _F) -> _F:
@@ -339,15 +443,11 @@ class RunFolder:
 
     # -- writing -----------------------------------------------------------------------
 
-    def _open(self, name: str):
-        repair_torn_tail(self.path / name)
-        return open(self.path / name, "a", encoding="utf-8")
-
-    def _append(self, fh, obj: dict[str, Any]) -> None:
-        fh.write(json.dumps(obj, ensure_ascii=False) + "\n")  # one write per whole line
-        fh.flush()
-        if self._fsync:
-            os.fsync(fh.fileno())
+    def _append(self, name: str, obj: dict[str, Any]) -> None:
+        log = self._logs.get(name)
+        if log is None:
+            log = self._logs[name] = AppendLog(self.path / name, fsync=self._fsync)
+        log.append(obj)
 
     def _write_sample_text(self, sample: Sample) -> None:
         rel = sample_relpath(sample.case_id, sample.arm, sample.index)
@@ -359,57 +459,92 @@ class RunFolder:
                 self._can_offload = False
         if self._writer is not None and self._writer.send(rel, sample.output):
             return
-        from ._samplewriter import write_text_atomic
-        write_text_atomic(self.path, rel, sample.output.encode("utf-8"), self._dirs)
+        self._write_inline(rel, sample.output)
         self._inline_files += 1
+
+    def _write_inline(self, rel: str, text: str) -> None:
+        from ._samplewriter import write_text_atomic
+        try:
+            write_text_atomic(self.path, rel, wtf8(text), self._dirs)
+        except OSError as exc:
+            if is_disk_full(exc):
+                raise disk_full(exc, self.path / rel) from exc
+            raise
 
     def repair_sample_files(self, rows: list[dict[str, Any]] | None = None) -> int:
         """Write the sample text file of every `results.jsonl` line (`rows`, read when not
         given) that lacks one (a helper that died, a run killed before its helper caught
-        up); returns how many."""
-        from ._samplewriter import write_text_atomic
+        up, a disk that filled); returns how many. No room raises `DiskFull`."""
         written = 0
         for d in self.results() if rows is None else rows:
             rel = sample_relpath(d["case_id"], d["arm"], int(d["index"]))
             if not (self.path / rel).is_file():
-                write_text_atomic(self.path, rel, str(d.get("output") or "").encode("utf-8"), self._dirs)
+                self._write_inline(rel, str(d.get("output") or ""))
                 written += 1
         return written
 
     def append_result(self, sample: Sample) -> None:
         """Write (or hand to the helper) the sample's text file, then its `results.jsonl`
-        line (the line is the commit point: a sample without a line did not finish)."""
+        line (the line is the commit point: a sample without a line did not finish).
+        Raises `DiskFull` when there is no room (the sample then has no line)."""
         if self.sample_files:
             self._write_sample_text(sample)
-        if self._results_fh is None:
-            self._results_fh = self._open(RESULTS)
-        self._append(self._results_fh, sample_to_dict(sample))
+        self._append(RESULTS, sample_to_dict(sample))
 
     def append_error(self, case_id: str, arm: str, index: int, error: str, attempts: int) -> None:
-        if self._errors_fh is None:
-            self._errors_fh = self._open(ERRORS)
-        self._append(self._errors_fh, {"case_id": case_id, "arm": arm, "index": index, "error": error,
-                                       "attempts": attempts, "t": round(time.time(), 3)})
+        self._append(ERRORS, {"case_id": case_id, "arm": arm, "index": index, "error": error,
+                              "attempts": attempts, "t": round(time.time(), 3)})
 
     def write_summary(self, summary: dict[str, Any], markdown: str) -> None:
         write_atomic(self.path / SUMMARY_JSON, json.dumps(summary, indent=2) + "\n")
         write_atomic(self.path / SUMMARY_MD, markdown if markdown.endswith("\n") else markdown + "\n")
 
+    def reserve_space(self, nbytes: int = SPACE_RESERVE_BYTES) -> None:
+        """Hold `nbytes` of disk in `.space-reserve` while the run goes on; `release_space`
+        frees them when the disk fills, so the INCOMPLETE summary can still be written.
+        Raises `DiskFull` when there is not even that much room (nothing is sent then)."""
+        p = self.path / SPACE_RESERVE
+        try:
+            fd = os.open(p, os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                if os.fstat(fd).st_size < nbytes:
+                    try:
+                        os.posix_fallocate(fd, 0, nbytes)
+                    except (AttributeError, OSError) as exc:  # no fallocate here (macOS, some filesystems)
+                        if is_disk_full(exc):
+                            raise
+                        os.pwrite(fd, bytes(nbytes), 0)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(p)
+            if is_disk_full(exc):
+                raise disk_full(exc, p) from exc
+            raise
+
+    def release_space(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path / SPACE_RESERVE)
+
     def close(self) -> None:
         """Close the line files, wait for the sample-file helper, and write any sample
-        file it did not (with a warning naming its error)."""
-        for name in ("_results_fh", "_errors_fh"):
-            fh = getattr(self, name)
-            if fh is not None:
-                fh.close()
-                setattr(self, name, None)
+        file it did not (with a warning naming its error; with no room left, the warning
+        says so and a resume writes them)."""
+        for log in self._logs.values():
+            log.close()
+        self._logs.clear()
         if self._writer is not None:
             writer, self._writer = self._writer, None
             ok, err = writer.finish()
             if not ok:
-                n = self.repair_sample_files()
-                warnings.warn(f"{self.path}: the sample-file helper failed ({err or 'it stopped'}); wrote {n} "
-                              "sample file(s) from results.jsonl instead", RuntimeWarning, stacklevel=2)
+                try:
+                    n = self.repair_sample_files()
+                    note = f"wrote {n} sample file(s) from results.jsonl instead"
+                except DiskFull as exc:
+                    note = f"{exc}; a resume writes the missing sample files from results.jsonl"
+                warnings.warn(f"{self.path}: the sample-file helper failed ({err or 'it stopped'}); {note}",
+                              RuntimeWarning, stacklevel=2)
 
     def __enter__(self) -> "RunFolder":
         return self

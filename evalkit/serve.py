@@ -54,7 +54,10 @@ Semantics, including what the contract leaves open (additions are marked *):
   `APIConnectionError`), `slow` (*`delay_s`, default
   1.0, then the normal answer), `malformed` (200, JSON content type, a body that is not
   JSON: openai 3.x raises `json.JSONDecodeError`, a `ValueError`), `over_usage` (the normal answer reporting *`completion_tokens` (absolute) or
-  `factor` x max(max_tokens, 1) + 1 completion tokens, *factor default 10).
+  `factor` x max(max_tokens, 1) + 1 completion tokens, *factor default 10), *`503`
+  (an overloaded server: HTTP 503 `overloaded_error` with `Retry-After` as for 429).
+  *`after_s` / `until_s` make a fault active only in that window of seconds since the
+  server started (a 20 s storm of 429s: `{"kind": "429", "rate": 0.5, "until_s": 20}`).
 * `latency_s` delays every model answer; no sleep at all when it is 0.
 * Endpoints: `POST /v1/completions`, `POST /v1/chat/completions`, `GET /v1/models`,
   `POST /extras/tokenize/count` (`{"input": str}` -> `{"count": n}`, the same word count
@@ -86,7 +89,7 @@ from typing import Any
 
 from .errors import EvalkitError, InputError
 
-FAULT_KINDS = ("429", "500", "drop", "slow", "malformed", "over_usage")
+FAULT_KINDS = ("429", "500", "503", "drop", "slow", "malformed", "over_usage")
 LOCAL_MODEL_ALIAS = "gemma-3-270m"
 
 _WORD = re.compile(r"\S+")
@@ -154,6 +157,8 @@ SCRIPT_SCHEMA: dict = {
                     "delay_s": {"type": "number", "minimum": 0},
                     "completion_tokens": {"type": "integer", "minimum": 0},
                     "factor": {"type": "number", "minimum": 1},
+                    "after_s": {"type": "number", "minimum": 0},
+                    "until_s": {"type": "number", "minimum": 0},
                 },
             },
         },
@@ -292,6 +297,7 @@ class ScriptedServer:
         self._faults: list[dict] = self.script.get("faults", [])
         self._fault_left: list[int | None] = [f.get("times") for f in self._faults]
         self._fault_rng = [random.Random(f"fault:{seed}:{i}") for i in range(len(self._faults))]
+        self._started = time.monotonic()
         self._unseeded = random.Random(f"unseeded:{seed}")
         self._latency = float(self.script.get("latency_s", 0.0))
         self._model = self.script.get("model")
@@ -337,6 +343,7 @@ class ScriptedServer:
         self._thread = threading.Thread(target=run, name="evalkit-scripted-server", daemon=True)
         self._thread.start()
         ready.wait()
+        self._started = time.monotonic()  # fault windows (`after_s`, `until_s`) count from here
         if failure:
             self._thread.join()
             self._thread = None
@@ -456,9 +463,11 @@ class ScriptedServer:
 
         fault = self._pick_fault(text)
         kind = fault["kind"] if fault else None
-        if kind == "429":
+        if kind in ("429", "503"):
             wait = float(fault.get("retry_after", 0.1))
-            resp = self._error(429, "Rate limit reached (scripted fault).", "requests", "rate_limit_exceeded")
+            resp = (self._error(429, "Rate limit reached (scripted fault).", "requests", "rate_limit_exceeded")
+                    if kind == "429" else
+                    self._error(503, "The server is overloaded (scripted fault).", "overloaded_error", "overloaded"))
             resp.headers["Retry-After"] = f"{wait:g}"
             resp.headers["retry-after-ms"] = str(int(round(wait * 1000)))
             return resp
@@ -506,8 +515,11 @@ class ScriptedServer:
     def _pick_fault(self, text: str) -> dict | None:
         # Runs on the server's single event-loop thread with no await in between, so the
         # check-and-decrement of `times` is atomic across concurrent requests.
+        now = time.monotonic() - self._started
         for i, fault in enumerate(self._faults):
             if not _matches(fault.get("match"), text):
+                continue
+            if now < fault.get("after_s", 0.0) or now >= fault.get("until_s", float("inf")):
                 continue
             left = self._fault_left[i]
             if left is not None and left <= 0:

@@ -47,6 +47,8 @@ MAX_PRICE_PER_MTOK = 10_000.0  # USD per million tokens
 MAX_TOKENS = 10_000_000  # max_tokens_in, max_tokens_out
 MAX_TIMEOUT_S = 3_600.0
 MAX_ATTEMPTS = 100
+MAX_RATE_LIMIT_BUDGET_S = 86_400.0  # a day of waiting out 429s per key
+MAX_CONNECTION_FAILURES = 1_000
 MAX_SEED = 2**63 - 1  # the API's seed is a signed 64-bit integer
 
 CASES_FILE = "cases.jsonl"
@@ -107,7 +109,7 @@ CONFIG_KEYS = {
     "name", "description", "mode", "template", "system", "generator", "judge", "temperature",
     "seed", "k", "concurrency", "cost_cap_usd", "max_tokens_in", "max_tokens_out", "price",
     "judge_price", "gate", "arms", "stop", "tools", "allow_same_judge_model", "timeout_s",
-    "max_attempts", "ci",
+    "max_attempts", "ci", "rate_limit_budget_s", "max_connection_failures",
 }
 REQUIRED_CONFIG_KEYS = ("generator", "cost_cap_usd", "max_tokens_in", "max_tokens_out", "price", "judge_price")
 ENDPOINT_KEYS = {"model", "base_url", "api_key_env"}
@@ -811,7 +813,11 @@ def _validate_config(src: SuiteSource, fx: _Findings, uses_judge: bool) -> Confi
     tin = r.number(cfg, "max_tokens_in", "$", integer=True, positive=True, maximum=MAX_TOKENS)
     tout = r.number(cfg, "max_tokens_out", "$", integer=True, positive=True, maximum=MAX_TOKENS)
     timeout_s = r.number(cfg, "timeout_s", "$", positive=True, maximum=MAX_TIMEOUT_S, default=60.0)
-    attempts = r.number(cfg, "max_attempts", "$", integer=True, positive=True, maximum=MAX_ATTEMPTS, default=4)
+    attempts = r.number(cfg, "max_attempts", "$", integer=True, positive=True, maximum=MAX_ATTEMPTS, default=6)
+    rate_budget = r.number(cfg, "rate_limit_budget_s", "$", positive=True, maximum=MAX_RATE_LIMIT_BUDGET_S,
+                           default=300.0)
+    conn_failures = r.number(cfg, "max_connection_failures", "$", integer=True, positive=True,
+                             maximum=MAX_CONNECTION_FAILURES, default=8)
     price = _price(r, cfg, "price")
     judge_price = _price(r, cfg, "judge_price")
     _check_calls_fit(r, cfg, "price", "generator")
@@ -896,7 +902,8 @@ def _validate_config(src: SuiteSource, fx: _Findings, uses_judge: bool) -> Confi
         k=int(k), concurrency=int(concurrency), cost_cap_usd=float(cap), max_tokens_in=int(tin),
         max_tokens_out=int(tout), price=price, judge_price=judge_price, gate=gate, arms=arms,
         stop=stop, tools=tools, allow_same_judge_model=allow_same, timeout_s=float(timeout_s),
-        max_attempts=int(attempts), ci_cost_cap_usd=None if ci_cap is None else float(ci_cap), raw=dict(cfg),
+        max_attempts=int(attempts), ci_cost_cap_usd=None if ci_cap is None else float(ci_cap),
+        rate_limit_budget_s=float(rate_budget), max_connection_failures=int(conn_failures), raw=dict(cfg),
     )
 
 

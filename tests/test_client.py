@@ -23,12 +23,15 @@ PRICE = Price(in_per_mtok=1.0, out_per_mtok=2.0)
 ENDPOINT = Endpoint("scripted", None, "EVALKIT_TEST_KEY")
 
 
-def call(srv: ScriptedServer, tmp_path, *, max_attempts=4, max_tokens_in=64, max_tokens_out=8, timeout_s=5.0, **kw):
-    """One `complete` through a fresh client; returns (completion or exception, ledger events)."""
+def call(srv: ScriptedServer, tmp_path, *, max_attempts=4, max_tokens_in=64, max_tokens_out=8, timeout_s=5.0,
+         client_kw=None, **kw):
+    """One `complete` through a fresh client; returns (completion or exception, ledger events).
+    `srv` is anything with a `base_url`; `client_kw` go to `ModelClient`."""
     async def go():
         led = Ledger(1.0, tmp_path / "ledger.jsonl")
         client = ModelClient(ENDPOINT, PRICE, led, max_tokens_in=max_tokens_in, max_tokens_out=max_tokens_out,
-                             max_attempts=max_attempts, timeout_s=timeout_s, base_url=srv.base_url)
+                             max_attempts=max_attempts, timeout_s=timeout_s, base_url=srv.base_url,
+                             **(client_kw or {}))
         try:
             return await client.complete(**kw)
         except Exception as exc:  # returned for the assertions
@@ -47,9 +50,10 @@ def kinds(events):
 class HostileServer:
     """A real HTTP server on loopback answering every completion request with the body
     `answer(request)` returns: shapes the scripted server refuses to produce (negative or
-    fractional usage, a dict where the text goes). No tokenizer endpoint (404)."""
+    fractional usage, a dict where the text goes). `answer` may return `(status, body)`;
+    `chunked=True` sends the body without a Content-Length. No tokenizer endpoint (404)."""
 
-    def __init__(self, answer) -> None:
+    def __init__(self, answer, chunked: bool = False) -> None:
         self.answer = answer
         self.requests: list[dict] = []
         outer = self
@@ -66,13 +70,28 @@ class HostileServer:
                     self.end_headers()
                     return
                 outer.requests.append(body)
-                data = json.dumps(outer.answer(body)).encode()
-                self.send_response(200)
+                answer = outer.answer(body)
+                status, answer = answer if isinstance(answer, tuple) else (200, answer)
+                data = json.dumps(answer).encode()
+                self.send_response(status)
                 self.send_header("content-type", "application/json")
+                if chunked:
+                    self.send_header("transfer-encoding", "chunked")
+                    self.end_headers()
+                    for i in range(0, len(data), 65536):
+                        part = data[i:i + 65536]
+                        try:
+                            self.wfile.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+                        except OSError:  # the client stopped reading: the point of the test
+                            return
+                    self.wfile.write(b"0\r\n\r\n")
+                    return
                 self.send_header("content-length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
 
+        chunked = bool(chunked)
+        Handler.protocol_version = "HTTP/1.1" if chunked else "HTTP/1.0"
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.base_url = f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
 
@@ -438,3 +457,287 @@ def test_the_endpoint_is_asked_once_per_text_however_many_samples_send_it():
         counts = asyncio.run(go())
         assert srv.stats["tokenize"] == 1
     assert counts == [(40, "endpoint")] * 5
+
+
+# -- what a failed call costs, dead endpoints, rate limits, implausible answers -------------
+
+class Refused:
+    """A loopback port with nothing listening (connections are refused)."""
+
+    def __init__(self) -> None:
+        import socket
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+
+
+def test_a_refused_connection_is_released_at_zero_as_not_sent(tmp_path):
+    exc, events = call(Refused(), tmp_path, prompt="Capital of France?", max_attempts=3, key="c/a/0")
+    assert isinstance(exc, UnitCallError) and "connection refused" in str(exc) and "not sent ($0)" in str(exc)
+    assert kinds(events) == ["reserve", "release"] * 3
+    releases = [e for e in events if e["event"] == "release"]
+    assert all(e["reason"] == "not sent" and e["cause"] == "connection refused" and e["cost_usd"] == 0
+               for e in releases)
+    again = Ledger.resume(1.0, tmp_path / "ledger.jsonl")
+    assert again.committed_usd == 0.0  # nothing was billed, and a resume agrees
+
+
+def test_a_connect_timeout_is_not_sent(tmp_path):
+    import socket
+    # A listener whose accept queue is full: Linux drops further SYNs, so connecting hangs
+    # until the connect timeout; the request never left.
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        fillers = []
+        for _ in range(4):
+            f = socket.socket()
+            f.setblocking(False)
+            try:
+                f.connect(("127.0.0.1", port))
+            except BlockingIOError:
+                pass
+            fillers.append(f)
+        time.sleep(0.1)
+
+        class Srv:
+            base_url = f"http://127.0.0.1:{port}/v1"
+        exc, events = call(Srv(), tmp_path, prompt="hi", max_attempts=1, timeout_s=0.3)
+        for f in fillers:
+            f.close()
+    (release,) = [e for e in events if e["event"] == "release"]
+    assert release["reason"] == "not sent" and release["cause"] == "connect timeout after 0.3s", release
+    assert release["cost_usd"] == 0 and "connect timeout" in str(exc)
+
+
+def test_a_server_that_closes_before_reading_costs_nothing_one_that_read_stays_charged(tmp_path):
+    import os
+    import subprocess
+    import sys
+    if os.environ.get("EVALKIT_HTTP", "").lower() == "httpx":
+        pytest.skip("the httpx transport does not say whether a failed write sent any byte: charged in full there")
+    # Accept, close at once, never read: the client's write meets a closing connection
+    # ("not sent"). When the close loses the race and the request was already written,
+    # the reset may follow a processed request: charged in full.
+    srv = subprocess.Popen([sys.executable, "-c", (
+        "import socket\n"
+        "ls = socket.socket(); ls.bind(('127.0.0.1', 0)); ls.listen(64)\n"
+        "print(ls.getsockname()[1], flush=True)\n"
+        "while True:\n"
+        "    c, _ = ls.accept(); c.close()\n")], stdout=subprocess.PIPE, text=True)
+    async def ten_calls(base_url):
+        led = Ledger(1.0, tmp_path / "ledger.jsonl")
+        client = ModelClient(ENDPOINT, PRICE, led, max_tokens_in=64, max_tokens_out=8, max_attempts=1,
+                             base_url=base_url, max_connection_failures=100)
+        try:
+            return await asyncio.gather(*(client.complete(prompt=f"q{i}") for i in range(10)), return_exceptions=True)
+        finally:
+            await client.aclose()
+            led.close()
+    try:
+        outcomes = asyncio.run(ten_calls(f"http://127.0.0.1:{int(srv.stdout.readline())}/v1"))
+    finally:
+        srv.kill()
+        srv.wait()
+    assert all(isinstance(o, UnitCallError) for o in outcomes)
+    releases = [e for e in iter_jsonl(tmp_path / "ledger.jsonl") if e["event"] == "release"]
+    assert len(releases) == 10
+    unsent = [e for e in releases if e["reason"] == "not sent"]
+    assert unsent, releases  # 10 in a row losing the race: about 0.05**10
+    assert all(e["cost_usd"] == 0 and "before the request was written" in e["cause"] for e in unsent)
+    for e in releases:
+        if e["reason"] != "not sent":
+            assert e["reason"] == "connection error" and e["cost_usd"] == pytest.approx(PRICE.cost(64, 8))
+    (tmp_path / "read").mkdir()
+    with ScriptedServer({"default": {"text": "x"}, "faults": [{"kind": "drop"}]}) as read_then_closed:
+        exc, events = call(read_then_closed, tmp_path / "read", prompt="hi", max_attempts=2)
+    assert [(e["reason"], e["cost_usd"]) for e in events if e["event"] == "release"] == \
+        [("connection error", pytest.approx(PRICE.cost(64, 8)))] * 2  # it read the request: maybe processed
+
+
+def test_consecutive_connection_failures_make_the_endpoint_unreachable(tmp_path):
+    dead = Refused()
+
+    async def go():
+        led = Ledger(1.0, tmp_path / "ledger.jsonl")
+        client = ModelClient(ENDPOINT, PRICE, led, max_tokens_in=64, max_tokens_out=8, max_attempts=10,
+                             base_url=dead.base_url, max_connection_failures=3)
+        try:
+            first = await asyncio.gather(*(client.complete(prompt=f"q{i}", key=f"k{i}") for i in range(2)),
+                                         return_exceptions=True)
+            return first, client.unreachable
+        finally:
+            await client.aclose()
+            led.close()
+    t0 = time.perf_counter()
+    (a, b), unreachable = asyncio.run(go())
+    assert time.perf_counter() - t0 < 5  # not every key trying every one of its 10 attempts
+    assert unreachable == f"endpoint unreachable: {dead.base_url} (connection refused)"
+    assert isinstance(a, CallStopped) and isinstance(b, CallStopped)
+    assert a.attempts + b.attempts == 3  # the third failure tripped it; nothing was tried after
+    assert f"stopped before attempt {a.attempts + 1}: {unreachable}" in str(a)
+
+
+def test_an_answer_resets_the_connection_failure_count(tmp_path):
+    script = {"default": {"text": "ok"}, "faults": [{"kind": "drop", "times": 2}, {"kind": "500", "times": 1},
+                                                    {"kind": "drop", "times": 2}]}
+    with ScriptedServer(script) as srv:
+        c, _ = call(srv, tmp_path, prompt="hi", max_attempts=6, client_kw={"max_connection_failures": 3})
+    assert c.text == "ok" and c.attempts == 6  # two drops, an HTTP answer, two drops: never 3 in a row
+
+
+def test_rate_limits_are_waited_out_within_the_time_budget_not_the_attempts(tmp_path):
+    script = {"default": {"text": "Paris"}, "faults": [{"kind": "429", "retry_after": 0.02, "times": 4},
+                                                       {"kind": "503", "retry_after": 0.02, "times": 3}]}
+    with ScriptedServer(script) as srv:
+        c, events = call(srv, tmp_path, prompt="Capital of France?", max_attempts=2)
+        assert srv.stats["faults"]["429"] == 4 and srv.stats["faults"]["503"] == 3
+    assert c.text == "Paris" and c.attempts == 8  # 7 rate-limited answers cost no attempt of the 2
+    assert [e["reason"] for e in events if e["event"] == "release"] == ["HTTP 429"] * 4 + ["HTTP 503"] * 3
+    assert all(e["cost_usd"] == 0 for e in events if e["event"] == "release")
+
+
+def test_a_rate_limit_past_the_budget_fails_the_key_with_one_line_of_causes(tmp_path):
+    script = {"default": {"text": "Paris"}, "faults": [{"kind": "429", "retry_after": 0.05}]}  # every request
+    with ScriptedServer(script) as srv:
+        t0 = time.perf_counter()
+        exc, events = call(srv, tmp_path, prompt="Capital of France?", max_attempts=2,
+                           client_kw={"rate_limit_budget_s": 0.6})
+        elapsed = time.perf_counter() - t0
+        n = srv.stats["requests"]
+    assert isinstance(exc, UnitCallError) and "passes rate_limit_budget_s 0.6" in str(exc).replace("would pass",
+                                                                                                    "passes")
+    assert 0.3 < elapsed < 2.0 and n >= 4
+    assert f"attempts 1-{n}: HTTP 429" in str(exc)  # one entry for the whole run of rate limits
+
+
+def test_an_endpoint_that_rate_limits_past_the_budget_stops_every_other_key(tmp_path):
+    script = {"default": {"text": "Paris"}, "faults": [{"kind": "429", "retry_after": 0.05}]}  # every request
+
+    async def go(url):
+        led = Ledger(1.0, tmp_path / "ledger.jsonl")
+        client = ModelClient(ENDPOINT, PRICE, led, max_tokens_in=64, max_tokens_out=8, base_url=url,
+                             rate_limit_budget_s=0.4)
+        try:
+            first = await asyncio.gather(client.complete(prompt="a"), return_exceptions=True)
+            later = await asyncio.gather(client.complete(prompt="b"), return_exceptions=True)
+            return first[0], later[0], client.rate_limited_out
+        finally:
+            await client.aclose()
+            led.close()
+    with ScriptedServer(script) as srv:
+        url = srv.base_url
+        first, later, why = asyncio.run(go(url))
+    assert isinstance(first, UnitCallError) and not isinstance(first, CallStopped)
+    assert why.startswith(f"rate limited: {url} (a key was refused for")
+    assert isinstance(later, CallStopped) and later.attempts == 0  # not another 0.4 s of waiting
+
+
+def test_insufficient_quota_is_not_waited_for(tmp_path):
+    body = {"error": {"message": "You exceeded your current quota.", "type": "insufficient_quota",
+                      "code": "insufficient_quota"}}
+    with HostileServer(lambda _: (429, body)) as srv:
+        exc, _ = call(srv, tmp_path, prompt="hi", max_attempts=3)
+        assert len(srv.requests) == 1
+    assert isinstance(exc, UnitCallError) and "HTTP 429" in str(exc) and "not retried" in str(exc)
+
+
+def test_concurrency_halves_on_rate_limits_and_recovers_after():
+    import tempfile
+    from pathlib import Path
+    # A storm of 429s for the server's first second, then none: the limit on requests in
+    # flight is halved while it lasts and climbs back to 16 after it.
+    script = {"default": {"text": "ok"}, "latency_s": 0.01,
+              "faults": [{"kind": "429", "rate": 0.5, "retry_after": 0.02, "until_s": 1.0}]}
+    during: list[int] = []
+    after: list[int] = []
+
+    with ScriptedServer(script) as srv, tempfile.TemporaryDirectory() as d:
+        started = time.monotonic()
+
+        async def go():
+            led = Ledger(10.0, Path(d) / "ledger.jsonl")
+            client = ModelClient(ENDPOINT, PRICE, led, max_tokens_in=64, max_tokens_out=8, base_url=srv.base_url,
+                                 concurrency=16)
+            sem = asyncio.Semaphore(16)
+
+            async def one(i, trace):
+                async with sem:
+                    await client.complete(prompt=f"q{i}", key=str(i))
+                    trace.append(client.concurrency_limit)
+            try:
+                await asyncio.gather(*(one(i, during) for i in range(100)))
+                await asyncio.sleep(max(0.0, started + 1.05 - time.monotonic()))
+                await asyncio.gather(*(one(i, after) for i in range(100, 400)))
+            finally:
+                await client.aclose()
+                led.close()
+        asyncio.run(go())
+        assert srv.stats["faults"]["429"] > 0
+    assert min(during) <= 8  # halved while the storm lasted
+    assert after[-1] == 16  # and recovered once it was over
+
+
+def test_backoff_with_retry_after_spreads_the_retries():
+    import random
+    rng = random.Random(1)
+    waits = [backoff_s(3, 1.0, rng) for _ in range(200)]
+    assert min(waits) >= 1.0 and max(waits) <= 2.0 and max(waits) - min(waits) > 0.5
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_body_over_the_bound_is_cut_off_and_charged_as_malformed(tmp_path, chunked):
+    from evalkit.client import body_bound
+    text = "y" * 5_000_000  # a 5 MB answer to an 8-token request
+    with HostileServer(lambda _: completion_body(text=text, usage={"prompt_tokens": 3, "completion_tokens": 1}),
+                       chunked=chunked) as srv:
+        t0 = time.perf_counter()
+        exc, events = call(srv, tmp_path, prompt="hi", max_attempts=1)
+        assert time.perf_counter() - t0 < 5
+    assert isinstance(exc, UnitCallError) and "malformed response" in str(exc)
+    assert f"{body_bound(8)}" in str(exc)
+    (release,) = [e for e in events if e["event"] == "release"]
+    assert release["reason"] == "malformed response" and release["cost_usd"] == pytest.approx(PRICE.cost(64, 8))
+
+
+def test_text_far_longer_than_max_tokens_allows_is_no_sample(tmp_path):
+    from evalkit.client import text_bound
+    # One 20 kB "word": the scripted server counts it as 1 token, the body is small, but
+    # no 8-token answer is 20 kB long.
+    with ScriptedServer({"default": {"text": "x" * 20_000}}) as srv:
+        exc, events = call(srv, tmp_path, prompt="hi", max_attempts=1)
+    assert isinstance(exc, UnitCallError) and "implausible answer: 20000 bytes" in str(exc)
+    assert f"bound {text_bound(8)} bytes" in str(exc)
+    assert [e["reason"] for e in events if e["event"] == "release"] == ["malformed response"]
+    (tmp_path / "ok").mkdir()
+    with ScriptedServer({"default": {"text": "x" * (text_bound(8) - 10)}}) as srv:  # long, but possible
+        c, _ = call(srv, tmp_path / "ok", prompt="hi", max_attempts=1)
+    assert len(c.text) == text_bound(8) - 10
+
+
+@pytest.mark.parametrize("usage", ["lots", 12, [3, 1], {}, {"prompt_tokens": 3}, {"total_tokens": 4}])
+def test_every_kind_of_bad_usage_is_untrusted(tmp_path, usage):
+    with HostileServer(lambda body: completion_body(usage=usage)) as srv:
+        exc, events = call(srv, tmp_path, prompt="Capital of France?", key="c/a/0")
+        assert len(srv.requests) == 1
+    assert isinstance(exc, UnitCallError) and "malformed response: usage" in str(exc)
+    (settle,) = [e for e in events if e["event"] == "settle"]
+    assert settle["untrusted"] and settle["cost_usd"] == pytest.approx(PRICE.cost(64, 8))
+    assert Ledger.resume(1.0, tmp_path / "ledger.jsonl").untrusted == 1  # counted on a resume too
+
+
+def test_no_usage_at_all_is_charged_in_full_but_is_not_untrusted(tmp_path):
+    body = completion_body()
+    del body["usage"]
+    with HostileServer(lambda _: body) as srv:
+        c, events = call(srv, tmp_path, prompt="hi")
+    assert c.text == "yes" and c.cost_usd == pytest.approx(PRICE.cost(64, 8)) and "untrusted" not in events[-1]
+
+
+def test_a_lone_surrogate_in_a_request_is_sent_as_a_replacement_character(tmp_path):
+    with ScriptedServer({"default": {"text": "ok"}}) as srv:
+        c, _ = call(srv, tmp_path, prompt="judge this: lone \ud800 output")
+        assert srv.requests[0]["prompt"] == "judge this: lone \ufffd output"
+    assert c.text == "ok" and c.request_hash == request_hash(srv.requests[0])

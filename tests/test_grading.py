@@ -505,3 +505,60 @@ def test_a_watched_judge_server_that_dies_stops_grading_at_once(tmp_path):
     assert stopped and all("judge error" in g["error"] for g in stopped)
     assert len(stopped) >= 30 - len(per_key)
     assert took < 5
+
+
+def test_a_grade_killed_mid_way_never_pays_twice_for_a_judge_key(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    # 40 judged cases x 3 distinct outputs: 120 judge calls, 2 at a time, 20 ms each.
+    cases = [{"id": f"open-{i:02d}", "input": f"Describe city {i}", "expected": {"rubric": "Mentions a river"},
+              "tags": ["open"]} for i in range(40)]
+    suite = write_suite(tmp_path, cases=cases)
+    run = write_run(tmp_path, suite, outputs={c["id"]: [f"ANSWER-GOOD {c['id']} take {i}" for i in range(3)]
+                                              for c in cases})
+    ledger = run / "ledger.jsonl"
+    with ScriptedServer({**JUDGE_SCRIPT, "latency_s": 0.02}) as srv:
+        proc = subprocess.Popen([sys.executable, "-m", "evalkit.cli", "grade", str(run), "--judge-base-url",
+                                 srv.base_url], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if ledger.exists() and ledger.read_bytes().count(b'"event": "settle"') >= 30:
+                break
+            time.sleep(0.005)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        first = list(iter_jsonl(ledger))
+        paid = {e["key"] for e in first if e["event"] == "settle"}
+        assert 30 <= len(paid) < 120, len(paid)  # it really died mid-way
+        again = grade_run(run, judge_base_url=srv.base_url)
+    assert again.complete
+    later = [e for e in iter_jsonl(ledger) if e["run_epoch"] not in {x["run_epoch"] for x in first}]
+    paid_again = {e["key"] for e in later if e["event"] == "reserve"} & paid
+    assert not paid_again  # every answer paid before the kill was committed before it was used
+    assert {e["key"] for e in later if e["event"] == "cache_hit"} >= paid
+    assert len({e["key"] for e in later if e["event"] == "reserve"}) <= 120 - len(paid)
+
+
+def test_judge_text_with_lone_surrogates_and_controls_is_stored_and_read_back(tmp_path):
+    reason = "lone \ud800 surrogate \x00 \x1b[2J \x9b31m"
+    script = {**JUDGE_SCRIPT, "rules": [], "default": {"text": f"SCORE: 4 REASON: {reason}"}}
+    outputs = dict(OUTPUTS, **{"open-1": ["ANSWER-GOOD lone \ud800 Seine", "ANSWER-GOOD", "ANSWER-GOOD x"]})
+    suite = write_suite(tmp_path)
+    run = write_run(tmp_path, suite, outputs)
+    with ScriptedServer(script) as srv:
+        res = grade_run(run, judge_base_url=srv.base_url)
+        sent = [m["content"] for r in srv.requests for m in r["messages"]]
+    assert res.complete
+    assert any("ANSWER-GOOD lone \ufffd Seine" in t for t in sent)  # UTF-8 cannot carry it: U+FFFD on the wire
+    g = grades(run)
+    assert g[("open-1", "baseline", 0)]["judge_reason"] == reason and g[("open-1", "baseline", 0)]["judge_score"] == 4
+    runner = CliRunner()
+    out = runner.invoke(main, ["judge", "sample", str(run), "-n", "6", "--seed", "1"])
+    assert out.exit_code == 0, out.output
+    assert out.stdout.isascii() and "\x1b" not in out.stdout  # safe on a terminal ...
+    items = [json.loads(ln) for ln in out.stdout.splitlines()]
+    assert "ANSWER-GOOD lone \ud800 Seine" in {i["output"] for i in items}  # ... and read back equal

@@ -107,8 +107,9 @@ def test_resume_counts_open_reservations_and_repairs_a_torn_line(tmp_path):
     r1 = led.reserve("generator", "m", PRICE, 100, 10, key="a")
     led.settle(r1, Usage(40, 4))
     led.reserve("generator", "m", PRICE, 100, 10, key="b")  # in flight when killed
-    led._fh.write('{"event": "settle", "id": 2, "cost')  # torn by the kill
-    led._fh.flush()
+    led.close()
+    with open(p, "a", encoding="utf-8") as fh:
+        fh.write('{"event": "settle", "id": 2, "cost')  # torn by the kill
     with pytest.warns(TornLineWarning):
         again = Ledger.resume(1.0, p)
     expected = PRICE.cost(40, 4) + PRICE.cost(100, 10)

@@ -448,3 +448,334 @@ def test_a_watched_server_that_dies_stops_the_run_at_once_naming_the_signal_and_
     assert len(per_key) == res.samples_ran + len(errors) <= res.samples_ran + 4
     worst = (64 * 1.0 + 8 * 2.0) / 1e6
     assert res.spend_usd <= len(per_key) * worst < 0.01 * res.cap_usd
+
+
+# -- faults cost nothing they did not cost, lose nothing, and say what happened -------------
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_dead_endpoint_stops_the_run_in_seconds_at_no_cost_and_a_resume_finishes_it(tmp_path):
+    # The campaign's case: nothing listening, 10 cases, cap $0.01. It used to charge
+    # $0.009936 of phantom calls, say "60 sample(s) errored", and never finish on resume.
+    suite = write_suite(tmp_path / "suite", 10, cost_cap_usd=0.01, max_attempts=6)
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}/v1"
+    t0 = time.perf_counter()
+    proc = cli(str(suite), "--runs-dir", str(tmp_path / "runs"), "--base-url", url)
+    elapsed = time.perf_counter() - t0
+    assert proc.exit_code == 1 and elapsed < 10, (elapsed, proc.stderr)
+    folder = Path(re.search(r"run folder: (\S+)", proc.stdout).group(1))
+    line = f"INCOMPLETE: 0/10 cases (endpoint unreachable: {url} (connection refused))"
+    assert (folder / "summary.md").read_text().splitlines()[0] == line
+    assert line in proc.stderr.splitlines() and "Traceback" not in proc.output
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["spend_usd"] == 0.0 and summary["samples_ran"] == 0
+    ledger = list(iter_jsonl(folder / "ledger.jsonl"))
+    releases = [e for e in ledger if e["event"] == "release"]
+    assert len(releases) == 8  # max_connection_failures, then nothing more was tried
+    assert all(e["reason"] == "not sent" and e["cost_usd"] == 0 for e in releases)
+    with ScriptedServer(SCRIPT, port=port) as srv:  # the server is back, on the same port
+        again = run_suite(suite, resume=folder, base_url=url, progress=False)
+        assert srv.stats["requests"] == 60
+    assert again.complete and again.exit_code == 0 and again.spend_usd <= 0.01
+
+
+def test_a_storm_of_rate_limits_is_ridden_out_and_the_run_completes(tmp_path):
+    # 50% 429s (and some 503s) for the first 1.5 s, each key allowed only 2 attempts for
+    # other faults: before, any key drawing two rate limits in a row was lost.
+    suite = write_suite(tmp_path / "suite", 12, k=2, concurrency=8, max_attempts=2)
+    script = {**SCRIPT, "latency_s": 0.005,
+              "faults": [{"kind": "429", "rate": 0.5, "retry_after": 0.1, "until_s": 1.5},
+                         {"kind": "503", "rate": 0.2, "retry_after": 0.1, "until_s": 1.5}]}
+    with ScriptedServer(script) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+        limited = srv.stats["faults"]["429"] + srv.stats["faults"]["503"]
+    assert limited >= 20
+    assert res.complete and res.samples_ran == 48, res.reason
+    keys = collections.Counter((r["case_id"], r["arm"], r["index"]) for r in iter_jsonl(res.path / "results.jsonl"))
+    assert len(keys) == 48 and set(keys.values()) == {1}
+    ledger = list(iter_jsonl(res.path / "ledger.jsonl"))
+    assert sum(e["cost_usd"] for e in ledger if e["event"] == "release") == 0  # a refusal costs nothing
+
+
+def test_the_fault_mix_completes_every_key_once_within_the_cap(tmp_path):
+    suite = write_suite(tmp_path / "suite", 30, k=2, concurrency=8, max_attempts=6, timeout_s=2.0)
+    script = {**SCRIPT, "seed": 7, "faults": [{"kind": "429", "rate": 0.10, "retry_after": 0.05},
+                                              {"kind": "500", "rate": 0.05 / 0.9},
+                                              {"kind": "drop", "rate": 0.02 / 0.85},
+                                              {"kind": "slow", "rate": 0.01 / 0.83, "delay_s": 0.1}]}
+    with ScriptedServer(script) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+        faults = srv.stats["faults"]
+    assert res.complete and res.samples_ran == 120, res.reason
+    assert faults["429"] and faults["500"] and faults["drop"]
+    keys = collections.Counter((r["case_id"], r["arm"], r["index"]) for r in iter_jsonl(res.path / "results.jsonl"))
+    assert len(keys) == 120 and set(keys.values()) == {1}
+    ledger = list(iter_jsonl(res.path / "ledger.jsonl"))
+    charged = [e for e in ledger if e["event"] == "release" and e["cost_usd"] > 0]
+    assert len(charged) == faults["drop"] and all(e["reason"] == "connection error" for e in charged)
+    assert res.spend_usd <= res.cap_usd
+
+
+HOSTILE_TEXT = "lone \ud800 surrogate, NUL \x00, bell \x07, \x1b[2J\x1b]0;pwned\x07 CSI \x9b31m, \u202e rtl, 東京"
+
+
+def test_any_text_the_endpoint_sends_is_stored_in_every_file_and_read_back_equal(tmp_path):
+    from test_client import HostileServer, completion_body
+
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
+    suite = write_suite(tmp_path / "suite", 3, k=2, mode="chat", tools=tools, max_tokens_in=256,
+                        max_tokens_out=64, max_attempts=1)
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "lookup", "arguments": json.dumps({"q": HOSTILE_TEXT})}}
+
+    def answer(body):
+        text = body["messages"][-1]["content"]
+        if "country 2" in text:  # an error whose message carries the text
+            return 400, {"error": {"message": HOSTILE_TEXT, "type": "invalid_request_error"}}
+        choice = {"index": 0, "finish_reason": "stop" + HOSTILE_TEXT[:6],
+                  "message": {"role": "assistant", "content": HOSTILE_TEXT, "tool_calls": [call]}}
+        return completion_body(chat=True, choices=[choice], usage={"prompt_tokens": 10, "completion_tokens": 5})
+
+    runs = tmp_path / "runs"
+    with HostileServer(answer) as srv:
+        proc = cli(str(suite), "--runs-dir", str(runs), "--base-url", srv.base_url)
+        assert proc.exit_code == 1, proc.output  # the 400s errored two keys
+        assert "Traceback" not in proc.output and "\x1b" not in proc.output and "\x9b" not in proc.output
+        folder = Path(re.search(r"run folder: (\S+)", proc.stdout).group(1))
+        n_requests = len(srv.requests)
+        # The cache replays the same text: a second run pays nothing for the stored keys.
+        again = run_suite(suite, runs_dir=runs, base_url=srv.base_url, progress=False, sample_files=False)
+        assert len(srv.requests) - n_requests == 4  # only the errored keys went out again
+    rows = list(iter_jsonl(folder / "results.jsonl"))
+    assert len(rows) == 8
+    for r in rows:
+        assert r["output"] == HOSTILE_TEXT and r["tool_calls"][0]["arguments"] == {"q": HOSTILE_TEXT}
+        assert r["finish_reason"] == "stop" + HOSTILE_TEXT[:6]
+        raw = (folder / "samples" / r["case_id"] / r["arm"] / f"sample-{r['index'] + 1}.txt").read_bytes()
+        assert raw.decode("utf-8", "surrogatepass") == HOSTILE_TEXT  # WTF-8: lossless
+    errors = list(iter_jsonl(folder / "errors.jsonl"))
+    assert len(errors) == 4 and all(HOSTILE_TEXT.split(",")[0] in e["error"] for e in errors)
+    cached = [r for r in iter_jsonl(again.path / "results.jsonl")]
+    assert sum(r["cached"] for r in cached) == 8
+    assert all(r["output"] == HOSTILE_TEXT and r["tool_calls"][0]["arguments"] == {"q": HOSTILE_TEXT}
+               for r in cached)
+    assert load_run(folder).samples.output.tolist() == [HOSTILE_TEXT] * 8
+
+
+def test_with_no_sample_files_and_the_helper_process_the_text_is_stored_too(tmp_path):
+    suite = write_suite(tmp_path / "suite", 4, k=2, max_tokens_out=64)
+    with ScriptedServer({"default": {"text": HOSTILE_TEXT}}) as srv:
+        a = run_suite(suite, runs_dir=tmp_path / "a", base_url=srv.base_url, progress=False, sample_files=False)
+        proc = _spawn_run(suite, tmp_path / "b", srv.base_url, EVALKIT_SAMPLE_WRITER_AFTER="0")
+        assert proc.wait(timeout=60) == 0
+    assert a.complete and [r["output"] for r in iter_jsonl(a.path / "results.jsonl")] == [HOSTILE_TEXT] * 16
+    (b,) = (tmp_path / "b").glob("*/results.jsonl")
+    for r in iter_jsonl(b):
+        raw = (b.parent / "samples" / r["case_id"] / r["arm"] / f"sample-{r['index'] + 1}.txt").read_bytes()
+        assert r["output"] == HOSTILE_TEXT and raw.decode("utf-8", "surrogatepass") == HOSTILE_TEXT
+
+
+def test_two_runs_of_a_suite_at_once_never_pay_twice(tmp_path):
+    suite = write_suite(tmp_path / "suite", 12, k=3, concurrency=2)
+    runs = tmp_path / "runs"
+    # One key of case-11 answers after 3 s: the first run is surely still going when the
+    # second starts.
+    slow_tail = {**SCRIPT, "latency_s": 0.01,
+                 "faults": [{"kind": "slow", "delay_s": 3.0, "match": "country 11", "times": 1}]}
+    with ScriptedServer(slow_tail) as srv:
+        first = subprocess.Popen([sys.executable, "-m", "evalkit.cli", "run", str(suite), "--runs-dir", str(runs),
+                                  "--base-url", srv.base_url, "--no-progress"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not list(runs.glob("*/results.jsonl")):
+            time.sleep(0.01)
+        second = subprocess.run([sys.executable, "-m", "evalkit.cli", "run", str(suite), "--runs-dir", str(runs),
+                                 "--base-url", srv.base_url, "--no-progress"],
+                                capture_output=True, text=True, timeout=60)
+        out, err = first.communicate(timeout=120)
+        requests = srv.stats["requests"]
+    assert first.returncode == 0, err
+    assert second.returncode == 2 and "another evalkit run" in second.stderr and str(runs) in second.stderr
+    assert "Traceback" not in second.stderr
+    assert requests == 72  # every key paid once: the refused run sent nothing
+    assert len(list(runs.glob("*/config.json"))) == 1  # and made no run folder
+
+
+def test_tasks_are_fed_through_a_bounded_queue(tmp_path):
+    # k x cases keys, but never more than `concurrency` keys in progress: the number of
+    # live tasks stays flat (it was one task per key, created up front: k=10**6 took
+    # 1.9 GB before the first call).
+    import asyncio
+
+    from evalkit.runner import run_suite_async
+
+    suite = write_suite(tmp_path / "suite", 1, k=400, concurrency=4)
+    peak = 0
+
+    async def go(url):
+        nonlocal peak
+        run = asyncio.ensure_future(run_suite_async(suite, runs_dir=tmp_path / "runs", base_url=url, progress=False,
+                                                    cache=False, sample_files=False))
+        while not run.done():
+            peak = max(peak, len(asyncio.all_tasks()))
+            await asyncio.sleep(0.002)
+        return run.result()
+
+    with ScriptedServer(SCRIPT) as srv:
+        res = asyncio.run(go(srv.base_url))
+    assert res.complete and res.samples_ran == 800
+    # Per key in progress: its worker and the HTTP transport's request-writer task; then
+    # this test's task and the run's. Before, every one of the 800 keys had its task.
+    assert peak <= 2 * 4 + 4
+
+
+def test_untrusted_usage_counts_a_plain_string_and_every_session(tmp_path):
+    from test_client import HostileServer, completion_body
+
+    suite = write_suite(tmp_path / "suite", 3, k=1, max_attempts=1)
+    with HostileServer(lambda body: completion_body(usage="lots")) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+        assert json.loads((res.path / "summary.json").read_text())["untrusted_usage"] == 6
+        run_suite(suite, resume=res.path, base_url=srv.base_url, progress=False)
+    summary = json.loads((res.path / "summary.json").read_text())
+    assert summary["untrusted_usage"] == 12 and summary["samples_ran"] == 0  # both sessions, no sample
+    assert res.spend_usd == pytest.approx(6 * (64 * 1.0 + 8 * 2.0) / 1e6)  # each at its full reservation
+
+
+# -- a full disk ------------------------------------------------------------------------------
+#
+# Two honest ways to run out of room, and the same checks for both. A real full
+# filesystem: a small tmpfs in a private mount namespace (`unshare -m` as root, `unshare
+# -rm` as anyone where user namespaces are allowed), filled by a filler file that is
+# deleted afterwards ("space is back"); it gives the kernel's ENOSPC, and SQLite's
+# SQLITE_FULL. Where no namespace can be made (an unprivileged CI runner without user
+# namespaces) that test is skipped, saying so; the other always runs: a file size limit
+# (RLIMIT_FSIZE in the child process), whose EFBIG ("File too large") evalkit treats as
+# no room too. It is not ENOSPC, and the test does not pretend it is.
+
+DISK_KEYS = 30 * 2 * 3
+
+
+def _disk_suite(tmp_path: Path) -> Path:
+    return write_suite(tmp_path / "suite", 30, k=3, concurrency=4)
+
+
+def _check_full_then_resumed(run1: dict, run2: dict, runs: Path, why: str) -> None:
+    """run1 stopped INCOMPLETE on `disk full: ... (why)` with every file parseable and no
+    traceback; run2 (the resume, with room again) finished every key exactly once."""
+    import warnings
+
+    assert run1["rc"] == 1, run1
+    assert "Traceback" not in run1["err"] and "Traceback" not in run1["out"], run1["err"]
+    (folder,) = [p for p in runs.iterdir() if p.is_dir()]
+    line = next(x for x in run1["err"].splitlines() if x.startswith("INCOMPLETE:"))
+    assert re.fullmatch(rf"INCOMPLETE: \d+/30 cases \(disk full: \S+ \({why}\)\)", line), line
+    named = re.search(r"disk full: (\S+) ", line).group(1)
+    assert named.startswith(str(run1["root"])), (named, run1["root"])  # the file that had no room
+    assert run1["summary_md"].splitlines()[0] == line  # the freed reserve kept room for the summary
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a torn line would warn
+        done1 = run1["results"]
+        assert 0 < len(done1) < DISK_KEYS
+        assert all(isinstance(e, dict) for e in run1["ledger"])
+    assert run2["rc"] == 0, run2["err"]
+    rows = list(iter_jsonl(folder / "results.jsonl"))
+    counts = collections.Counter((r["case_id"], r["arm"], r["index"]) for r in rows)
+    assert len(counts) == DISK_KEYS and set(counts.values()) == {1}
+    for r in rows:  # the sample files a full disk could not write were written on resume
+        path = folder / "samples" / r["case_id"] / r["arm"] / f"sample-{r['index'] + 1}.txt"
+        assert path.read_text() == r["output"]
+    assert not (folder / ".space-reserve").exists()
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["complete"] and summary["spend_usd"] <= summary["cap_usd"]
+
+
+def _snapshot(folder: Path) -> dict:
+    return {"results": list(iter_jsonl(folder / "results.jsonl")), "ledger": list(iter_jsonl(folder / "ledger.jsonl")),
+            "summary_md": (folder / "summary.md").read_text()}
+
+
+def test_a_file_size_limit_stops_the_run_incomplete_and_a_resume_completes(tmp_path):
+    import resource
+
+    suite = _disk_suite(tmp_path)
+    runs = tmp_path / "runs"
+    cmd = [sys.executable, "-m", "evalkit.cli", "run", str(suite), "--runs-dir", str(runs), "--no-progress",
+           "--no-cache"]  # SQLite reports EFBIG as an I/O error, not as a full disk: the tmpfs test covers it
+
+    def limit_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (48 * 1024, 48 * 1024))  # Python itself ignores SIGXFSZ
+
+    with ScriptedServer(SCRIPT) as srv:
+        p1 = subprocess.run(cmd + ["--base-url", srv.base_url], capture_output=True, text=True, timeout=120,
+                            preexec_fn=limit_files)
+        (folder,) = [p for p in runs.iterdir() if p.is_dir()]
+        run1 = {"rc": p1.returncode, "out": p1.stdout, "err": p1.stderr, "root": runs, **_snapshot(folder)}
+        p2 = subprocess.run([sys.executable, "-m", "evalkit.cli", "run", str(suite), "--resume", str(folder),
+                             "--base-url", srv.base_url, "--no-progress"], capture_output=True, text=True, timeout=120)
+    _check_full_then_resumed(run1, {"rc": p2.returncode, "err": p2.stderr}, runs, "File too large")
+
+
+def _private_tmpfs() -> list[str] | None:
+    """The command prefix that gives a shell a private mount namespace in which it may
+    mount a tmpfs (root: `unshare -m`; anyone with user namespaces: `unshare -rm`), or
+    None where neither works."""
+    import shutil
+    import tempfile
+
+    if shutil.which("unshare") is None:
+        return None
+    prefixes = ([["unshare", "-m"]] if os.geteuid() == 0 else []) + [["unshare", "-rm"]]
+    with tempfile.TemporaryDirectory() as d:
+        for prefix in prefixes:
+            probe = subprocess.run([*prefix, "sh", "-c", f"mount -t tmpfs -o size=64k tmpfs {d}"],
+                                   capture_output=True, timeout=30)
+            if probe.returncode == 0:
+                return prefix
+    return None
+
+
+def test_a_full_disk_stops_the_run_incomplete_and_a_resume_completes_once_space_is_back(tmp_path):
+    import shlex
+
+    prefix = _private_tmpfs()
+    if prefix is None:
+        pytest.skip("no private mount namespace here (not root, and no user namespaces): the file size limit "
+                    "test above covers the run's side; this one needs a real full filesystem")
+    suite = _disk_suite(tmp_path)
+    mnt, out = tmp_path / "mnt", tmp_path / "out"
+    mnt.mkdir()
+    out.mkdir()
+    runs = mnt / "runs"
+    py = shlex.quote(sys.executable)
+    with ScriptedServer(SCRIPT) as srv:
+        run = f"{py} -m evalkit.cli run {shlex.quote(str(suite))} --base-url {srv.base_url} --no-progress"
+        # 2 MiB of tmpfs, 1.8 MiB of it taken: the run fills the rest (each sample file
+        # takes a 4 KiB page; the helper process writes them from the first), stops; the
+        # filler is deleted and the resume finishes.
+        script = f"""
+        set -u
+        mount -t tmpfs -o size=2m tmpfs {mnt}
+        head -c 1843200 /dev/zero > {mnt}/filler
+        EVALKIT_SAMPLE_WRITER_AFTER=0 {run} --runs-dir {runs} > {out}/run1.out 2> {out}/run1.err
+        echo $? > {out}/run1.rc
+        cp -a {runs} {out}/after-run1
+        rm {mnt}/filler
+        {run} --resume "$(ls -d {runs}/2*)" > {out}/run2.out 2> {out}/run2.err; echo $? > {out}/run2.rc
+        cp -a {runs} {out}/after-run2
+        """
+        done = subprocess.run([*prefix, "bash", "-c", script], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    read = {name: (out / name).read_text() for name in ("run1.out", "run1.err", "run1.rc", "run2.err", "run2.rc")}
+    (folder1,) = [p for p in (out / "after-run1").iterdir() if p.is_dir()]
+    run1 = {"rc": int(read["run1.rc"]), "out": read["run1.out"], "err": read["run1.err"], "root": runs,
+            **_snapshot(folder1)}
+    assert "database or disk is full" in read["run1.err"] or "No space left on device" in read["run1.err"]
+    why = "(No space left on device|database or disk is full)"
+    _check_full_then_resumed(run1, {"rc": int(read["run2.rc"]), "err": read["run2.err"]}, out / "after-run2", why)

@@ -265,3 +265,39 @@ def test_a_grade_line_round_trips_with_every_field():
                               {"name": "judge", "passed": False, "reason": "low"}]
     assert grade_from_dict(line) == g
     assert grade_from_dict({"case_id": "c1", "arm": "a", "index": "0", "passed": True}) == Grade("c1", "a", 0, True, ())
+
+
+def test_an_append_that_finds_no_room_leaves_no_torn_line(tmp_path):
+    import subprocess
+    import sys
+    import textwrap
+
+    # A real ENOSPC from the kernel (/dev/full), and a real short write then EFBIG from a
+    # file size limit: either way the error is DiskFull naming the file, and the file
+    # keeps only whole lines.
+    code = textwrap.dedent(f"""
+        import resource, json
+        from evalkit.errors import DiskFull
+        from evalkit.runs import AppendLog, iter_jsonl
+        log = AppendLog("/dev/full")
+        try:
+            log.append({{"a": 1}})
+        except DiskFull as exc:
+            print(json.dumps(str(exc)))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))
+        log = AppendLog({str(tmp_path / "x.jsonl")!r})
+        n = 0
+        try:
+            for n in range(10):
+                log.append({{"n": n, "pad": "x" * 3000}})
+        except DiskFull as exc:
+            print(json.dumps(str(exc)))
+        print(json.dumps([r["n"] for r in iter_jsonl({str(tmp_path / "x.jsonl")!r})]))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    full, efbig, kept = [json.loads(x) for x in out.stdout.splitlines()]
+    assert full == "disk full: /dev/full (No space left on device)"
+    assert efbig == f"disk full: {tmp_path / 'x.jsonl'} (File too large)"
+    assert kept == [0, 1]  # the third line went out in part, and was cut off again
+    assert (tmp_path / "x.jsonl").read_bytes().endswith(b"\n")

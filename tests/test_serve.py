@@ -168,6 +168,27 @@ def test_429_has_retry_after_and_client_retries_past_it():
         assert r.choices[0].text == "ok" and srv.stats["requests"] == 3
 
 
+def test_503_is_an_overloaded_server_with_retry_after():
+    script = {"default": {"text": "ok"}, "faults": [{"kind": "503", "retry_after": 0.2, "times": 1}]}
+    with ScriptedServer(script) as srv:
+        raw = httpx.post(srv.base_url + "/completions", json={"model": "m", "prompt": "go"})
+        assert raw.status_code == 503 and raw.headers["Retry-After"] == "0.2"
+        assert raw.headers["retry-after-ms"] == "200" and raw.json()["error"]["type"] == "overloaded_error"
+        assert client(srv).completions.create(model="m", prompt="go").choices[0].text == "ok"
+        assert srv.stats["faults"]["503"] == 1
+
+
+def test_a_fault_window_counts_from_the_start():
+    script = {"default": {"text": "ok"}, "faults": [{"kind": "500", "until_s": 0.3}, {"kind": "429", "after_s": 0.6}]}
+    with ScriptedServer(script) as srv:
+        codes = [httpx.post(srv.base_url + "/completions", json={"model": "m", "prompt": "go"}).status_code]
+        time.sleep(0.35)
+        codes.append(httpx.post(srv.base_url + "/completions", json={"model": "m", "prompt": "go"}).status_code)
+        time.sleep(0.35)
+        codes.append(httpx.post(srv.base_url + "/completions", json={"model": "m", "prompt": "go"}).status_code)
+    assert codes == [500, 200, 429]
+
+
 def test_500_and_dropped_connection():
     script = {"default": {"text": "ok"}, "faults": [{"kind": "500", "times": 1}, {"kind": "drop", "times": 1}]}
     with ScriptedServer(script) as srv:
