@@ -5,12 +5,12 @@ The public surface is small: the record types, `load_suite`, `run_suite`, `grade
 `evalkit.verdicts`, and `report_run`. Everything else may change freely.
 Heavy modules are imported on first use, so `import evalkit` stays fast.
 """
+
 from __future__ import annotations
 
 from typing import Any
 
-from .errors import (BudgetExhausted, CeilingBreached, EvalkitError, InputError, JudgeError, ReplayMiss,
-                     UnitCallError)
+from .errors import BudgetExhausted, CeilingBreached, EvalkitError, InputError, JudgeError, ReplayMiss, UnitCallError
 from .records import Arm, Case, Check, CheckResult, Config, Endpoint, Grade, Price, Sample, Suite, Usage
 
 __version__ = "0.1.0"
@@ -31,9 +31,26 @@ _LAZY = {
 _SUBMODULES = {"stats", "verdicts", "graders", "judge", "reports", "serve", "dataset", "ingest", "runs"}
 
 __all__ = [
-    "Arm", "BudgetExhausted", "Case", "CeilingBreached", "Check", "CheckResult", "Config", "Endpoint",
-    "EvalkitError", "Grade", "InputError", "JudgeError", "Price", "ReplayMiss", "Sample", "Suite",
-    "UnitCallError", "Usage", *sorted(_LAZY), *sorted(_SUBMODULES),
+    "Arm",
+    "BudgetExhausted",
+    "Case",
+    "CeilingBreached",
+    "Check",
+    "CheckResult",
+    "Config",
+    "Endpoint",
+    "EvalkitError",
+    "Grade",
+    "InputError",
+    "JudgeError",
+    "Price",
+    "ReplayMiss",
+    "Sample",
+    "Suite",
+    "UnitCallError",
+    "Usage",
+    *sorted(_LAZY),
+    *sorted(_SUBMODULES),
 ]
 
 

@@ -6,6 +6,7 @@ the machine. These make them as `open()` and `mkdir` would: 0666 / 0777 less the
 (0644 / 0755 under the usual 022). The kernel applies the umask at creation, so the
 umask is never read or changed (changing it is process-wide and races other threads).
 """
+
 from __future__ import annotations
 
 import os

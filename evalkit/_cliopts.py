@@ -1,5 +1,6 @@
 """Options shared by several subcommands (not a command module): `--junit` and
 `--markdown`, the CI outputs of `gate`, `compare`, `grade --eval-file` and `run`."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,12 +11,22 @@ import click
 
 def ci_output_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """Add `--junit PATH` and `--markdown PATH` (passed as `junit` and `markdown`)."""
-    f = click.option("--markdown", "markdown", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                     help="Also write a Markdown summary (verdict, gate table, plan check, spend, top failures) "
-                          "for a PR comment; appends when PATH is $GITHUB_STEP_SUMMARY.")(f)
-    f = click.option("--junit", "junit", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                     help="Also write JUnit XML: one testcase per case or gate check, failures with their "
-                          "reason, INCOMPLETE as an error.")(f)
+    f = click.option(
+        "--markdown",
+        "markdown",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="Also write a Markdown summary (verdict, gate table, plan check, spend, top failures) "
+        "for a PR comment; appends when PATH is $GITHUB_STEP_SUMMARY.",
+    )(f)
+    f = click.option(
+        "--junit",
+        "junit",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="Also write JUnit XML: one testcase per case or gate check, failures with their "
+        "reason, INCOMPLETE as an error.",
+    )(f)
     return f
 
 

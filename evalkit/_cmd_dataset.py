@@ -1,5 +1,6 @@
 """CLI subcommands for evaluation datasets: `evalkit dataset validate | new | sample |
 to-suite` (registered by evalkit.cli). Thin over `evalkit.dataset`."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,12 @@ def dataset_group() -> None:
 @click.option("--json", "json_path", required=True, help="The dataset's JSON file.")
 @click.option("--csv", "csv_path", required=True, help="The dataset's CSV companion.")
 @click.option("--strict", is_flag=True, help="Personal data or a secret in the dataset makes it invalid.")
-@click.option("--privacy", "privacy_file", default=None,
-              help="A privacy.json allow-list for the synthetic look-alikes the dataset holds on purpose.")
+@click.option(
+    "--privacy",
+    "privacy_file",
+    default=None,
+    help="A privacy.json allow-list for the synthetic look-alikes the dataset holds on purpose.",
+)
 def validate_cmd(json_path: str, csv_path: str, strict: bool, privacy_file: str | None) -> None:
     """Check both files against the contract, and scan them for personal data and
     secrets. Prints {"valid": ..., "errors": [...]} (and "warnings": [...], the privacy
@@ -38,9 +43,12 @@ def validate_cmd(json_path: str, csv_path: str, strict: bool, privacy_file: str 
 @click.option("--json", "json_out", required=True, help="The dataset JSON file to write.")
 @click.option("--csv", "csv_out", required=True, help="The CSV companion to write.")
 @click.option("--force", is_flag=True, help="Overwrite existing files.")
-@click.option("--redact", is_flag=True,
-              help="Replace personal data and secrets with typed placeholders (<EMAIL_1>, the same value the same "
-                   "placeholder within a pair); <json stem>.redaction-log.json records what was replaced where.")
+@click.option(
+    "--redact",
+    is_flag=True,
+    help="Replace personal data and secrets with typed placeholders (<EMAIL_1>, the same value the same "
+    "placeholder within a pair); <json stem>.redaction-log.json records what was replaced where.",
+)
 def new_cmd(source: str, json_out: str, csv_out: str, force: bool, redact: bool) -> None:
     """Write both forms of a dataset from one authoring SOURCE (.json, .yaml or .yml:
     metadata and evaluation_pairs; the counts are computed from the pairs). Spreadsheet
@@ -59,11 +67,15 @@ def new_cmd(source: str, json_out: str, csv_out: str, force: bool, redact: bool)
 @click.option("--out", "out_path", help="The review sheet to write (CSV with a review_feedback column).")
 @click.option("--size", default=10, show_default=True, type=click.IntRange(min=1), help="Pairs to draw.")
 @click.option("--seed", default=1234, show_default=True, type=int, help="Seed of the draw.")
-@click.option("--confirm", is_flag=True,
-              help="Instead of drawing: mark a sampled dataset confirmed once the review's feedback is in.")
+@click.option(
+    "--confirm",
+    is_flag=True,
+    help="Instead of drawing: mark a sampled dataset confirmed once the review's feedback is in.",
+)
 @click.option("--force", is_flag=True, help="Overwrite an existing review sheet.")
-def sample_cmd(json_path: str, csv_path: str, out_path: str | None, size: int, seed: int,
-               confirm: bool, force: bool) -> None:
+def sample_cmd(
+    json_path: str, csv_path: str, out_path: str | None, size: int, seed: int, confirm: bool, force: bool
+) -> None:
     """Draw a review sample stratified by difficulty and population (review_state draft
     -> sampled), or with --confirm move a sampled dataset to confirmed."""
     if confirm:
@@ -79,9 +91,11 @@ def sample_cmd(json_path: str, csv_path: str, out_path: str | None, size: int, s
     for p in chosen:
         by_level[p["difficulty"]] = by_level.get(p["difficulty"], 0) + 1
     populations = sorted({n for p in chosen for n in p["populations"]})
-    click.echo(f"wrote {out_path}: {len(chosen)} pairs "
-               f"({', '.join(f'{k} {v}' for k, v in by_level.items())}; {len(populations)} populations); "
-               f"review_state: {state}")
+    click.echo(
+        f"wrote {out_path}: {len(chosen)} pairs "
+        f"({', '.join(f'{k} {v}' for k, v in by_level.items())}; {len(populations)} populations); "
+        f"review_state: {state}"
+    )
 
 
 @dataset_group.command("to-suite")

@@ -5,6 +5,7 @@ grades a run folder; `evalkit grade --eval-file evals.json --outputs DIR -k 5
 [--compat-wildcards]` grades an agent-evals outputs folder as its harness does;
 `evalkit judge sample RUN -n 20 [--seed S]` draws judged items for human labelling.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,24 +29,51 @@ def _fmt(v: object) -> str:
 
 @click.command("grade")
 @click.argument("run", required=False, type=click.Path(file_okay=False))
-@click.option("--judge-base-url", default=None, envvar="EVALKIT_JUDGE_BASE_URL",
-              help="OpenAI-compatible base URL of the judge; overrides the config (env: EVALKIT_JUDGE_BASE_URL).")
+@click.option(
+    "--judge-base-url",
+    default=None,
+    envvar="EVALKIT_JUDGE_BASE_URL",
+    help="OpenAI-compatible base URL of the judge; overrides the config (env: EVALKIT_JUDGE_BASE_URL).",
+)
 @click.option("--judge-version", default=None, help="Pin the judge files version (vN); default: the highest.")
-@click.option("--pairwise", default=None, metavar="BASELINE,TREATMENT",
-              help="Also ask the position-swapped pairwise judge for these two arms.")
-@click.option("--suite", "suite_path", default=None, type=click.Path(exists=True),
-              help="The suite to grade against (default: the one the run names).")
+@click.option(
+    "--pairwise",
+    default=None,
+    metavar="BASELINE,TREATMENT",
+    help="Also ask the position-swapped pairwise judge for these two arms.",
+)
+@click.option(
+    "--suite",
+    "suite_path",
+    default=None,
+    type=click.Path(exists=True),
+    help="The suite to grade against (default: the one the run names).",
+)
 @click.option("--eval-file", type=click.Path(), default=None, help="agent-evals mode: the evals.json file.")
-@click.option("--outputs", type=click.Path(), default=None,
-              help="agent-evals mode: folder of <case-id>/sample-<n>.txt files.")
+@click.option(
+    "--outputs", type=click.Path(), default=None, help="agent-evals mode: folder of <case-id>/sample-<n>.txt files."
+)
 @click.option("-k", "k", type=int, default=5, show_default=True, help="agent-evals mode: samples expected per case.")
-@click.option("--compat-wildcards", is_flag=True,
-              help="agent-evals mode: treat * ? [..] in a contains expectation as PowerShell -like wildcards, "
-                   "as run-evals.ps1 did (default: literal).")
+@click.option(
+    "--compat-wildcards",
+    is_flag=True,
+    help="agent-evals mode: treat * ? [..] in a contains expectation as PowerShell -like wildcards, "
+    "as run-evals.ps1 did (default: literal).",
+)
 @ci_output_options
-def grade_cmd(run: str | None, judge_base_url: str | None, judge_version: str | None, pairwise: str | None,
-              suite_path: str | None, eval_file: str | None, outputs: str | None, k: int,
-              compat_wildcards: bool, junit: Path | None, markdown: Path | None) -> None:
+def grade_cmd(
+    run: str | None,
+    judge_base_url: str | None,
+    judge_version: str | None,
+    pairwise: str | None,
+    suite_path: str | None,
+    eval_file: str | None,
+    outputs: str | None,
+    k: int,
+    compat_wildcards: bool,
+    junit: Path | None,
+    markdown: Path | None,
+) -> None:
     """Grade a run folder (writes grades.jsonl and grades-summary.json; exit 1 when
     samples are missing or unjudged), or an agent-evals outputs folder (exit 1 on a
     failed gate)."""
@@ -85,20 +113,36 @@ def grade_cmd(run: str | None, judge_base_url: str | None, judge_version: str | 
     result = grade_run(run, suite_path, judge_base_url=judge_base_url, judge_version=judge_version, pairwise=pair)
     s = result.summary
     m = s["overall"]
-    click.echo(f"graded {s['n_graded']}/{s['n_expected']} samples ({s['n_missing']} missing, "
-               f"{s['n_errored']} errored) -> {result.run_path / 'grades.jsonl'}")
+    click.echo(
+        f"graded {s['n_graded']}/{s['n_expected']} samples ({s['n_missing']} missing, "
+        f"{s['n_errored']} errored) -> {result.run_path / 'grades.jsonl'}"
+    )
     if s.get("judge_version"):
-        click.echo(f"judge: {s['judge_model']} {s['judge_version']}"
-                   f"{' (same model as generator: override)' if s['judge_same_model_override'] else ''}; "
-                   f"spend ${s.get('judge_spend_usd', 0.0):.6f}, {s.get('cache_hits', 0)} cached answers")
-    for name in ("success_rate", "correct_rate", "tool_call_correctness", "hallucination_rate", "refusal_rate",
-                 "refusal_rate_golden", "refusal_rate_should_refuse", "activation_rate", "latency_p50_ms",
-                 "latency_p95_ms", "cost_per_task_usd"):
+        click.echo(
+            f"judge: {s['judge_model']} {s['judge_version']}"
+            f"{' (same model as generator: override)' if s['judge_same_model_override'] else ''}; "
+            f"spend ${s.get('judge_spend_usd', 0.0):.6f}, {s.get('cache_hits', 0)} cached answers"
+        )
+    for name in (
+        "success_rate",
+        "correct_rate",
+        "tool_call_correctness",
+        "hallucination_rate",
+        "refusal_rate",
+        "refusal_rate_golden",
+        "refusal_rate_should_refuse",
+        "activation_rate",
+        "latency_p50_ms",
+        "latency_p95_ms",
+        "cost_per_task_usd",
+    ):
         click.echo(f"  {name:28s} {_fmt(m[name])}")
     if "pairwise" in s:
         p = s["pairwise"]
-        click.echo(f"pairwise {p['treatment']} vs {p['baseline']}: {p['wins']}W/{p['ties']}T/{p['losses']}L, "
-                   f"{p['errored']} errored, position consistency {_fmt(p['position_consistency'])}")
+        click.echo(
+            f"pairwise {p['treatment']} vs {p['baseline']}: {p['wins']}W/{p['ties']}T/{p['losses']}L, "
+            f"{p['errored']} errored, position consistency {_fmt(p['position_consistency'])}"
+        )
     for f in result.findings:
         click.echo(printable(f"[{f.level}] {f.message}"))
     click.echo(f"summary: {result.run_path / GRADES_SUMMARY}")

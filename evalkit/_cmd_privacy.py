@@ -1,5 +1,6 @@
 """CLI subcommands `evalkit privacy scan | hash` (registered by evalkit.cli). Thin over
 `evalkit.privacy`."""
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,13 @@ def privacy_group() -> None:
 
 @privacy_group.command("scan")
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--privacy", "policy_file", default=None, type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="A privacy.json: its allow-list and phone regions.")
+@click.option(
+    "--privacy",
+    "policy_file",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A privacy.json: its allow-list and phone regions.",
+)
 def scan_cmd(files: tuple[Path, ...], policy_file: Path | None) -> None:
     """Scan FILES (JSON, JSON lines or text: a run's results.jsonl, a transcript, a
     dataset) and print each finding as `path:line: JSON path: kind`, never the value.
@@ -36,8 +42,13 @@ def scan_cmd(files: tuple[Path, ...], policy_file: Path | None) -> None:
 
 @privacy_group.command("hash")
 @click.option("--kind", type=click.Choice(sorted(privacy.KINDS)), default=None, help="Only values of this kind.")
-@click.option("--privacy", "policy_file", default=None, type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="A privacy.json whose phone regions read national phone formats.")
+@click.option(
+    "--privacy",
+    "policy_file",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A privacy.json whose phone regions read national phone formats.",
+)
 def hash_cmd(kind: str | None, policy_file: Path | None) -> None:
     """Read text on standard input (not as an argument: it would stay in the shell
     history) and print one allow-list entry per sensitive value found in it,
@@ -48,8 +59,12 @@ def hash_cmd(kind: str | None, policy_file: Path | None) -> None:
     for e in entries:
         click.echo(json.dumps(e))
     if not entries:
-        click.echo("no value of that kind found on standard input" if kind else
-                   "no personal data or secret found on standard input", err=True)
+        click.echo(
+            "no value of that kind found on standard input"
+            if kind
+            else "no personal data or secret found on standard input",
+            err=True,
+        )
         sys.exit(1)
 
 

@@ -1,4 +1,5 @@
 """CLI subcommands for reports (registered by evalkit.cli): `report` and `microtest`."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,27 +17,46 @@ CONTROL = "control"
 
 @click.command("report")
 @click.argument("run", type=click.Path(file_okay=False))
-@click.option("--reports-dir", default="reports", show_default=True, type=click.Path(file_okay=False),
-              help="Where reports/<run>/ and index.html go.")
-@click.option("--only", "only", multiple=True, metavar="NAME",
-              help="Run only this notebook (repeatable): run_summary, pass_at_k, skill_comparison, "
-                   "judge_calibration, power_planning, micro_test.")
+@click.option(
+    "--reports-dir",
+    default="reports",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Where reports/<run>/ and index.html go.",
+)
+@click.option(
+    "--only",
+    "only",
+    multiple=True,
+    metavar="NAME",
+    help="Run only this notebook (repeatable): run_summary, pass_at_k, skill_comparison, "
+    "judge_calibration, power_planning, micro_test.",
+)
 @click.option("--serial", is_flag=True, help="Execute the notebooks one after another (default: in parallel).")
-@click.option("--pandalm-dir", default=None, type=click.Path(file_okay=False),
-              help="Also calibrate against the PandaLM data in this folder (judge_calibration).")
-@click.option("--redact", is_flag=True,
-              help="Replace every detected personal value and secret with a typed placeholder (<EMAIL_1>), "
-                   "so the report can be shared outside the team; the run's report folder is made anew.")
-def report_cmd(run: str, reports_dir: str, only: tuple[str, ...], serial: bool, pandalm_dir: str | None,
-               redact: bool) -> None:
+@click.option(
+    "--pandalm-dir",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="Also calibrate against the PandaLM data in this folder (judge_calibration).",
+)
+@click.option(
+    "--redact",
+    is_flag=True,
+    help="Replace every detected personal value and secret with a typed placeholder (<EMAIL_1>), "
+    "so the report can be shared outside the team; the run's report folder is made anew.",
+)
+def report_cmd(
+    run: str, reports_dir: str, only: tuple[str, ...], serial: bool, pandalm_dir: str | None, redact: bool
+) -> None:
     """Execute the notebooks that apply to RUN with papermill, render them to HTML in
     REPORTS_DIR/<run>/ and rebuild REPORTS_DIR/index.html; print the index's path.
     Exit 1 when a notebook failed (its page shows the error)."""
     from . import reports
 
     extra = {"judge_calibration": {"pandalm_dir": str(Path(pandalm_dir).resolve())}} if pandalm_dir else None
-    result = reports.report_run(run, reports_dir, notebooks=list(only) or None, parallel=not serial,
-                                extra_parameters=extra, redact=redact)
+    result = reports.report_run(
+        run, reports_dir, notebooks=list(only) or None, parallel=not serial, extra_parameters=extra, redact=redact
+    )
     for nb in result.notebooks:
         status = "ok" if nb.ok else f"FAILED: {nb.error}"
         click.echo(f"{nb.name}: {nb.html or nb.ipynb} ({nb.seconds:.1f} s) {status}", err=True)
@@ -46,8 +66,7 @@ def report_cmd(run: str, reports_dir: str, only: tuple[str, ...], serial: bool, 
     click.echo(str(result.index))
     if not result.ok:
         failed = [nb.name for nb in result.notebooks if not nb.ok]
-        click.echo(f"error: {len(failed)} of {len(result.notebooks)} notebook(s) failed: {', '.join(failed)}",
-                   err=True)
+        click.echo(f"error: {len(failed)} of {len(result.notebooks)} notebook(s) failed: {', '.join(failed)}", err=True)
         sys.exit(1)
 
 
@@ -78,25 +97,58 @@ def _variant_files(variants: Path) -> dict[Path, str]:
 
 @click.command("microtest")
 @click.argument("unit", type=click.Path(exists=True, file_okay=False))
-@click.option("--variants", "variants", required=True, type=click.Path(file_okay=False),
-              help="A folder with one guidance file per variant (*.md or *.txt); each becomes an arm.")
-@click.option("--reps", default=MIN_REPS, show_default=True, type=int,
-              help=f"Fresh-context repetitions per case and variant (at least {MIN_REPS}).")
-@click.option("--base-url", envvar="EVALKIT_BASE_URL", default=None,
-              help="OpenAI-compatible base URL for the unit under test (env: EVALKIT_BASE_URL).")
-@click.option("--judge-base-url", envvar="EVALKIT_JUDGE_BASE_URL", default=None,
-              help="Base URL for the judge, when the suite has judged cases.")
-@click.option("--flag-pattern", default="", help="A regex marking the failure in an output (default: a sample "
-                                                  "that fails its checks is flagged).")
+@click.option(
+    "--variants",
+    "variants",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="A folder with one guidance file per variant (*.md or *.txt); each becomes an arm.",
+)
+@click.option(
+    "--reps",
+    default=MIN_REPS,
+    show_default=True,
+    type=int,
+    help=f"Fresh-context repetitions per case and variant (at least {MIN_REPS}).",
+)
+@click.option(
+    "--base-url",
+    envvar="EVALKIT_BASE_URL",
+    default=None,
+    help="OpenAI-compatible base URL for the unit under test (env: EVALKIT_BASE_URL).",
+)
+@click.option(
+    "--judge-base-url",
+    envvar="EVALKIT_JUDGE_BASE_URL",
+    default=None,
+    help="Base URL for the judge, when the suite has judged cases.",
+)
+@click.option(
+    "--flag-pattern",
+    default="",
+    help="A regex marking the failure in an output (default: a sample that fails its checks is flagged).",
+)
 @click.option("--runs-dir", default=None, type=click.Path(file_okay=False), help="Default: UNIT/runs.")
 @click.option("--reports-dir", default="reports", show_default=True, type=click.Path(file_okay=False))
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
-@click.option("--allow-private-data", is_flag=True,
-              help="Run even though the privacy scan found personal data or secrets in the suite or a variant "
-                   "(recorded in the run's config.json).")
-def microtest_cmd(unit: str, variants: str, reps: int, base_url: str | None, judge_base_url: str | None,
-                  flag_pattern: str, runs_dir: str | None, reports_dir: str, no_progress: bool,
-                  allow_private_data: bool) -> None:
+@click.option(
+    "--allow-private-data",
+    is_flag=True,
+    help="Run even though the privacy scan found personal data or secrets in the suite or a variant "
+    "(recorded in the run's config.json).",
+)
+def microtest_cmd(
+    unit: str,
+    variants: str,
+    reps: int,
+    base_url: str | None,
+    judge_base_url: str | None,
+    flag_pattern: str,
+    runs_dir: str | None,
+    reports_dir: str,
+    no_progress: bool,
+    allow_private_data: bool,
+) -> None:
     """Settle the wording of one piece of guidance: run every variant in VARIANTS and a
     no-guidance control on UNIT's cases, REPS fresh-context repetitions each, grade,
     and render the micro_test notebook. Prints the report and its conclusion."""
@@ -118,24 +170,43 @@ def microtest_cmd(unit: str, variants: str, reps: int, base_url: str | None, jud
     files = _variant_files(Path(variants))
     suite = load_suite(unit)
     if "guidance" not in suite.config.template + (suite.config.system or ""):
-        raise InputError("no template of the suite uses ${guidance}: the variants would not reach the model",
-                         Path(unit) / "config.json", json_path="$.template")
-    arms = (Arm(name=CONTROL),) + tuple(Arm(name=p.stem, guidance_file=str(p.resolve()), guidance=text)
-                                        for p, text in files.items())
+        raise InputError(
+            "no template of the suite uses ${guidance}: the variants would not reach the model",
+            Path(unit) / "config.json",
+            json_path="$.template",
+        )
+    arms = (Arm(name=CONTROL),) + tuple(
+        Arm(name=p.stem, guidance_file=str(p.resolve()), guidance=text) for p, text in files.items()
+    )
     raw = dict(suite.config.raw)
     raw["arms"] = [{"name": CONTROL}] + [{"name": p.stem, "guidance": str(p.resolve())} for p in files]
     config = dataclasses.replace(suite.config, arms=arms, raw=raw)
     suite = dataclasses.replace(suite, config=config)
     if any(c.judged for c in suite.cases):
         judge_endpoint(suite, judge_base_url)  # no judge URL: refused now, not after paying for the run
-    result = run_suite(suite, arms=[a.name for a in arms], k=reps, runs_dir=runs_dir,
-                       base_url=base_url, progress=not no_progress, allow_private_data=allow_private_data)
+    result = run_suite(
+        suite,
+        arms=[a.name for a in arms],
+        k=reps,
+        runs_dir=runs_dir,
+        base_url=base_url,
+        progress=not no_progress,
+        allow_private_data=allow_private_data,
+    )
     grade_run(result.path, suite, judge_base_url=judge_base_url)
-    marker = {"control": CONTROL, "variants": {p.stem: str(p.resolve()) for p in files}, "reps": reps,
-              "flag_pattern": flag_pattern}
+    marker = {
+        "control": CONTROL,
+        "variants": {p.stem: str(p.resolve()) for p in files},
+        "reps": reps,
+        "flag_pattern": flag_pattern,
+    }
     (Path(result.path) / reports.MICROTEST_MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
-    rep = reports.report_run(result.path, reports_dir, notebooks=["micro_test"],
-                             extra_parameters={"micro_test": {"control": CONTROL, "flag_pattern": flag_pattern}})
+    rep = reports.report_run(
+        result.path,
+        reports_dir,
+        notebooks=["micro_test"],
+        extra_parameters={"micro_test": {"control": CONTROL, "flag_pattern": flag_pattern}},
+    )
     nb = rep.notebooks[0]
     click.echo(f"run folder: {result.path}")
     click.echo(f"report: {nb.html}")

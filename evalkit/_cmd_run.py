@@ -1,4 +1,5 @@
 """CLI subcommands for run (registered by evalkit.cli)."""
+
 from __future__ import annotations
 
 import sys
@@ -14,27 +15,56 @@ from .errors import InputError
 @click.argument("suite", type=click.Path(file_okay=True, dir_okay=True))
 @click.option("--arms", default=None, help="Comma-separated arm names (default: every arm in the config).")
 @click.option("--k", "k", type=int, default=None, help="Samples per case and arm (default: the config's k).")
-@click.option("--runs-dir", type=click.Path(file_okay=False), default=None,
-              help="Where run folders go (default: SUITE/runs).")
-@click.option("--base-url", envvar="EVALKIT_BASE_URL", default=None,
-              help="OpenAI-compatible base URL; overrides the config (env: EVALKIT_BASE_URL).")
-@click.option("--resume", "resume", type=click.Path(file_okay=False), default=None,
-              help="Run only the samples missing from this run folder.")
+@click.option(
+    "--runs-dir", type=click.Path(file_okay=False), default=None, help="Where run folders go (default: SUITE/runs)."
+)
+@click.option(
+    "--base-url",
+    envvar="EVALKIT_BASE_URL",
+    default=None,
+    help="OpenAI-compatible base URL; overrides the config (env: EVALKIT_BASE_URL).",
+)
+@click.option(
+    "--resume",
+    "resume",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Run only the samples missing from this run folder.",
+)
 @click.option("--replay-only", is_flag=True, help="Answer only from the response cache; a miss is an error.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the response cache.")
-@click.option("--no-sample-files", is_flag=True,
-              help="Skip samples/<case>/<arm>/sample-<n>.txt (results.jsonl holds the same text).")
+@click.option(
+    "--no-sample-files",
+    is_flag=True,
+    help="Skip samples/<case>/<arm>/sample-<n>.txt (results.jsonl holds the same text).",
+)
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
-@click.option("--ci", "ci", is_flag=True,
-              help="Run under the config's ci.cost_cap_usd (lower than the local cap), as CI does.")
-@click.option("--allow-private-data", is_flag=True,
-              help="Run even though the privacy scan found personal data or secrets in the suite "
-                   "(recorded in the run's config.json); by default the run refuses before any call.")
+@click.option(
+    "--ci", "ci", is_flag=True, help="Run under the config's ci.cost_cap_usd (lower than the local cap), as CI does."
+)
+@click.option(
+    "--allow-private-data",
+    is_flag=True,
+    help="Run even though the privacy scan found personal data or secrets in the suite "
+    "(recorded in the run's config.json); by default the run refuses before any call.",
+)
 @ci_output_options
-def run_cmd(suite: str, arms: str | None, k: int | None, runs_dir: str | None, base_url: str | None,
-            resume: str | None, replay_only: bool, no_cache: bool, no_sample_files: bool,
-            no_progress: bool, ci: bool, allow_private_data: bool, junit: Path | None,
-            markdown: Path | None) -> None:
+def run_cmd(
+    suite: str,
+    arms: str | None,
+    k: int | None,
+    runs_dir: str | None,
+    base_url: str | None,
+    resume: str | None,
+    replay_only: bool,
+    no_cache: bool,
+    no_sample_files: bool,
+    no_progress: bool,
+    ci: bool,
+    allow_private_data: bool,
+    junit: Path | None,
+    markdown: Path | None,
+) -> None:
     """Sample every case x arm k times under the cost cap; exit 1 when INCOMPLETE."""
     from .runner import run_suite
 
@@ -48,18 +78,32 @@ def run_cmd(suite: str, arms: str | None, k: int | None, runs_dir: str | None, b
         from .suite import ci_suite, load_suite
 
         target = ci_suite(load_suite(suite))
-    result = run_suite(target, arms=arm_list, k=k, runs_dir=runs_dir, base_url=base_url or None, resume=resume,
-                       replay_only=replay_only, progress=not no_progress, cache=not no_cache,
-                       sample_files=not no_sample_files, allow_private_data=allow_private_data)
+    result = run_suite(
+        target,
+        arms=arm_list,
+        k=k,
+        runs_dir=runs_dir,
+        base_url=base_url or None,
+        resume=resume,
+        replay_only=replay_only,
+        progress=not no_progress,
+        cache=not no_cache,
+        sample_files=not no_sample_files,
+        allow_private_data=allow_private_data,
+    )
     click.echo(f"run folder: {result.path}")
-    click.echo(f"spend: ${result.spend_usd:.6f} of cap ${result.cap_usd:.6f}"
-               f" (avoided by the cache: ${result.avoided_usd:.6f})")
+    click.echo(
+        f"spend: ${result.spend_usd:.6f} of cap ${result.cap_usd:.6f} (avoided by the cache: ${result.avoided_usd:.6f})"
+    )
     for arm, c in result.per_arm.items():
         click.echo(f"{arm}: {c['samples']} samples, {c['errors']} errors")
     if result.privacy.get("allowed"):
         kinds = ", ".join(f"{kind} {n}" for kind, n in result.privacy.get("by_kind", {}).items())
-        click.echo(f"privacy: {result.privacy['findings']} finding(s) let through by --allow-private-data "
-                   f"({kinds}); recorded in config.json", err=True)
+        click.echo(
+            f"privacy: {result.privacy['findings']} finding(s) let through by --allow-private-data "
+            f"({kinds}); recorded in config.json",
+            err=True,
+        )
 
     def report():  # noqa: ANN202 - a CiReport, built only when asked for
         from .ciout import run_report

@@ -9,6 +9,7 @@ the server is watched through its status file), the server stops when the comman
 ends, and `evalkit serve` exits with the command's status, or 1 when the command
 succeeded but the server died under it.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,16 +43,27 @@ def _raise_terminated(signum: int, frame: object) -> None:
     "serve",
     context_settings={"ignore_unknown_options": False, "allow_interspersed_args": False},
 )
-@click.option("--scripted", "script", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Serve this script (JSON/YAML) instead of the embedded model.")
-@click.option("--model", "model_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="GGUF model to serve (default: the embedded Gemma 3 270M).")
+@click.option(
+    "--scripted",
+    "script",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Serve this script (JSON/YAML) instead of the embedded model.",
+)
+@click.option(
+    "--model",
+    "model_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="GGUF model to serve (default: the embedded Gemma 3 270M).",
+)
 @click.option("--port", type=int, default=0, show_default="a free port", help="Port on 127.0.0.1.")
 @click.option("--n-ctx", type=int, default=2048, show_default=True, help="Context size (embedded model).")
 @click.option("--threads", "n_threads", type=int, default=None, help="CPU threads (embedded model).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def serve(script: Path | None, model_path: Path | None, port: int, n_ctx: int, n_threads: int | None,
-          command: tuple[str, ...]) -> None:
+def serve(
+    script: Path | None, model_path: Path | None, port: int, n_ctx: int, n_threads: int | None, command: tuple[str, ...]
+) -> None:
     """Serve an OpenAI-compatible endpoint on 127.0.0.1 [-- COMMAND ...].
 
     Without COMMAND, serve until Ctrl-C (or until the server dies: exit 1), printing the
@@ -105,9 +117,18 @@ def _serve(server: "ScriptedServer | ServerProcess", command: tuple[str, ...]) -
             return 1
         with tempfile.TemporaryDirectory(prefix="evalkit-serve-") as tmp:
             status = Path(tmp) / "server-status.txt"
-            env = {**os.environ, GENERATOR_URL_ENV: server.base_url,
-                   SERVED_ENV: json.dumps({"base_url": server.base_url, "model": server.model_name,
-                                           "status_file": str(status), "pid": getattr(server, "pid", None) or os.getpid()})}
+            env = {
+                **os.environ,
+                GENERATOR_URL_ENV: server.base_url,
+                SERVED_ENV: json.dumps(
+                    {
+                        "base_url": server.base_url,
+                        "model": server.model_name,
+                        "status_file": str(status),
+                        "pid": getattr(server, "pid", None) or os.getpid(),
+                    }
+                ),
+            }
             try:
                 proc = subprocess.Popen(list(command), env=env)
             except OSError as exc:
@@ -115,8 +136,9 @@ def _serve(server: "ScriptedServer | ServerProcess", command: tuple[str, ...]) -
                 return 127
             done = threading.Event()
             died: list[str] = []
-            watcher = threading.Thread(target=_watch_server, args=(server, status, done, died),
-                                       name="evalkit-serve-watch", daemon=True)
+            watcher = threading.Thread(
+                target=_watch_server, args=(server, status, done, died), name="evalkit-serve-watch", daemon=True
+            )
             watcher.start()
             try:
                 rc = proc.wait()
@@ -137,8 +159,9 @@ def _serve(server: "ScriptedServer | ServerProcess", command: tuple[str, ...]) -
     return rc
 
 
-def _watch_server(server: "ScriptedServer | ServerProcess", status: Path, done: threading.Event,
-                  died: list[str]) -> None:
+def _watch_server(
+    server: "ScriptedServer | ServerProcess", status: Path, done: threading.Event, died: list[str]
+) -> None:
     """Until `done`: every 50 ms ask the server's watch; when it reports, write the
     reason to `status` (atomically; the command's runs stop on it) and to stderr."""
     from .runs import write_atomic  # imported here, off the command's critical path

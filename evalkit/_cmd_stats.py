@@ -7,6 +7,7 @@ inconclusive, no-improvement) makes them exit 1 when the verdict is one of those
 CI. `gate` exits 1 when the gate fails. `power`, `baseline accept` and `noise` exit 0
 (`noise --strict` exits 1 when a threshold sits inside the noise). Bad input exits 2.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,14 +37,28 @@ def _fail_on(kind: str, fail_on: tuple[str, ...]) -> None:
 @click.argument("run", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--baseline", "baseline_arm", required=True, help="Name of the baseline arm.")
 @click.option("--treatment", "treatment_arm", required=True, help="Name of the treatment arm.")
-@click.option("--plan", "plan_path", type=click.Path(path_type=Path), default=None,
-              help="Pre-registered plan.json (default: the suite's plan.json when there is one).")
+@click.option(
+    "--plan",
+    "plan_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Pre-registered plan.json (default: the suite's plan.json when there is one).",
+)
 @click.option("--alpha", type=float, default=None, help="Significance level (default: the plan's, else 0.05).")
 @click.option("--fail-on", multiple=True, type=click.Choice(FAIL_KINDS), help="Exit 1 on this verdict (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @ci_output_options
-def compare_cmd(run: Path, baseline_arm: str, treatment_arm: str, plan_path: Path | None, alpha: float | None,
-                fail_on: tuple[str, ...], as_json: bool, junit: Path | None, markdown: Path | None) -> None:
+def compare_cmd(
+    run: Path,
+    baseline_arm: str,
+    treatment_arm: str,
+    plan_path: Path | None,
+    alpha: float | None,
+    fail_on: tuple[str, ...],
+    as_json: bool,
+    junit: Path | None,
+    markdown: Path | None,
+) -> None:
     """Two-arm verdict of a graded RUN: exact sign test, one vote per case."""
     loaded = V.as_run(run)
     plan = None
@@ -64,8 +79,9 @@ def compare_cmd(run: Path, baseline_arm: str, treatment_arm: str, plan_path: Pat
     def report():  # noqa: ANN202 - a CiReport, built only when asked for
         from .ciout import compare_report
 
-        return compare_report(v, loaded, V.run_metrics(loaded, arm=baseline_arm),
-                              V.run_metrics(loaded, arm=treatment_arm), fail_on)
+        return compare_report(
+            v, loaded, V.run_metrics(loaded, arm=baseline_arm), V.run_metrics(loaded, arm=treatment_arm), fail_on
+        )
 
     emit_ci(report, junit, markdown)
     _fail_on(v.kind, fail_on)
@@ -76,13 +92,25 @@ def compare_cmd(run: Path, baseline_arm: str, treatment_arm: str, plan_path: Pat
 @click.option("--ties", type=click.IntRange(min=0), required=True)
 @click.option("--losses", type=click.IntRange(min=0), required=True)
 @click.option("--errored", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--trials", type=click.IntRange(min=0), default=None,
-              help="Trials run (default: the tally's sum); more than the tally means unmatched trials.")
+@click.option(
+    "--trials",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Trials run (default: the tally's sum); more than the tally means unmatched trials.",
+)
 @click.option("--alpha", type=float, default=0.05, show_default=True)
 @click.option("--fail-on", multiple=True, type=click.Choice(FAIL_KINDS), help="Exit 1 on this verdict (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def verdict_cmd(wins: int, ties: int, losses: int, errored: int, trials: int | None, alpha: float,
-                fail_on: tuple[str, ...], as_json: bool) -> None:
+def verdict_cmd(
+    wins: int,
+    ties: int,
+    losses: int,
+    errored: int,
+    trials: int | None,
+    alpha: float,
+    fail_on: tuple[str, ...],
+    as_json: bool,
+) -> None:
     """Verdict for a win/tie/loss tally from elsewhere (exact sign test, ties dropped)."""
     v = V.verdict_from_tally(wins, ties, losses, errored, trials, alpha=alpha)
     _emit(v.to_dict(), as_json, v.render())
@@ -94,12 +122,24 @@ def verdict_cmd(wins: int, ties: int, losses: int, errored: int, trials: int | N
 @click.option("--tie-rate", type=float, default=0.0, show_default=True, help="Expected share of tied units.")
 @click.option("--alpha", type=float, required=True)
 @click.option("--power", "power_", type=float, required=True)
-@click.option("--write", "write_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Record the plan in this suite folder (evals/<unit>/plan.json).")
+@click.option(
+    "--write",
+    "write_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Record the plan in this suite folder (evals/<unit>/plan.json).",
+)
 @click.option("--sequential", is_flag=True, help="Plan a sequential sign test (stops once settled).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def power_cmd(win_rate: float, tie_rate: float, alpha: float, power_: float, write_dir: Path | None,
-              sequential: bool, as_json: bool) -> None:
+def power_cmd(
+    win_rate: float,
+    tie_rate: float,
+    alpha: float,
+    power_: float,
+    write_dir: Path | None,
+    sequential: bool,
+    as_json: bool,
+) -> None:
     """Discordant pairs and cases the exact sign test needs (exact and approximate)."""
     plan = V.plan_power(win_rate, tie_rate, alpha, power_, sequential=sequential)
     text = plan.render()
@@ -112,14 +152,26 @@ def power_cmd(win_rate: float, tie_rate: float, alpha: float, power_: float, wri
 
 @click.command("gate")
 @click.argument("run", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--baseline", "baseline_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="evals/<unit>/baseline.json")
+@click.option(
+    "--baseline",
+    "baseline_path",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="evals/<unit>/baseline.json",
+)
 @click.option("--arm", default=None, help="Arm to gate (default: the baseline's, or the run's only arm).")
 @click.option("--runner-exit", type=int, default=None, help="The runner's exit status, when CI has it.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @ci_output_options
-def gate_cmd(run: Path, baseline_path: Path, arm: str | None, runner_exit: int | None, as_json: bool,
-             junit: Path | None, markdown: Path | None) -> None:
+def gate_cmd(
+    run: Path,
+    baseline_path: Path,
+    arm: str | None,
+    runner_exit: int | None,
+    as_json: bool,
+    junit: Path | None,
+    markdown: Path | None,
+) -> None:
     """Gate RUN against an accepted baseline; exit 1 on failure. Never writes a baseline."""
     res = V.gate(run, baseline_path, arm=arm, runner_exit=runner_exit)
     _emit(res.to_dict(), as_json, res.render())
@@ -144,8 +196,13 @@ def baseline_group() -> None:
 
 @baseline_group.command("accept")
 @click.argument("run", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--to", "suite_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Suite folder (default: the run's suite).")
+@click.option(
+    "--to",
+    "suite_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Suite folder (default: the run's suite).",
+)
 @click.option("--arm", default=None, help="Arm to accept (default: the run's only arm).")
 def baseline_accept_cmd(run: Path, suite_dir: Path | None, arm: str | None) -> None:
     """Write baseline.json and baseline-summary.md from a complete, graded RUN."""

@@ -1,4 +1,5 @@
 """CLI subcommands for suites: `init`, `lint`, `import` (registered by evalkit.cli)."""
+
 from __future__ import annotations
 
 import sys
@@ -12,13 +13,26 @@ from . import importers, suite
 
 @click.command("init")
 @click.argument("unit_dir", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--ci", "ci", type=click.Choice(["github"]), default=None,
-              help="Also write a CI workflow (.github/workflows/evalkit.yml) for the suite; with an existing "
-                   "suite, only the workflow.")
-@click.option("--watch", multiple=True, metavar="GLOB",
-              help="--ci: another path whose change runs the workflow (the agent's code, say); repeatable.")
-@click.option("--repo-root", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="--ci: the repository root (default: the nearest folder above the suite with .git).")
+@click.option(
+    "--ci",
+    "ci",
+    type=click.Choice(["github"]),
+    default=None,
+    help="Also write a CI workflow (.github/workflows/evalkit.yml) for the suite; with an existing "
+    "suite, only the workflow.",
+)
+@click.option(
+    "--watch",
+    multiple=True,
+    metavar="GLOB",
+    help="--ci: another path whose change runs the workflow (the agent's code, say); repeatable.",
+)
+@click.option(
+    "--repo-root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="--ci: the repository root (default: the nearest folder above the suite with .git).",
+)
 def init_cmd(unit_dir: Path, ci: str | None, watch: tuple[str, ...], repo_root: Path | None) -> None:
     """Scaffold a suite folder UNIT_DIR (e.g. evals/my-unit) with a commented config,
     two example cases, a prompt template, guidance and judge files; with --ci github,
@@ -33,8 +47,9 @@ def init_cmd(unit_dir: Path, ci: str | None, watch: tuple[str, ...], repo_root: 
         from .workflow import write_github_workflow
 
         wf = write_github_workflow(suite.load_suite(unit_dir), repo_root=repo_root, watch=watch)
-        click.echo(f"created {wf} (caps and thresholds stay in {unit_dir / suite.CONFIG_FILE}; "
-                   "it never writes a baseline)")
+        click.echo(
+            f"created {wf} (caps and thresholds stay in {unit_dir / suite.CONFIG_FILE}; it never writes a baseline)"
+        )
     if not existing:
         click.echo(f"next: edit {dest / 'cases.jsonl'} and {dest / 'config.json'}, then `evalkit lint {dest}`")
 
@@ -60,17 +75,33 @@ def lint_cmd(suite_path: Path, strict: bool) -> None:
 
 @click.command("import")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--to", "dest", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="The native suite folder to create (must not exist, or be empty).")
-@click.option("--guidance", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="The skill or guidance under test: adds a `skilled` arm beside `baseline`.")
-@click.option("--redact", is_flag=True,
-              help="Replace personal data and secrets with typed placeholders (<EMAIL_1>, the same value the "
-                   "same placeholder within a case); redaction-log.json records what was replaced where.")
+@click.option(
+    "--to",
+    "dest",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The native suite folder to create (must not exist, or be empty).",
+)
+@click.option(
+    "--guidance",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The skill or guidance under test: adds a `skilled` arm beside `baseline`.",
+)
+@click.option(
+    "--redact",
+    is_flag=True,
+    help="Replace personal data and secrets with typed placeholders (<EMAIL_1>, the same value the "
+    "same placeholder within a case); redaction-log.json records what was replaced where.",
+)
 def import_cmd(file: Path, dest: Path, guidance: Path | None, redact: bool) -> None:
     """Import an agent-evals evals.json or a Vally/SKRAFT eval.yaml as a native suite."""
-    out = importers.import_suite(file, dest, guidance=guidance, redact=redact,  # lints what it writes
-                                 on_warning=lambda w: click.echo(str(w)))
+    out = importers.import_suite(
+        file,
+        dest,
+        guidance=guidance,
+        redact=redact,  # lints what it writes
+        on_warning=lambda w: click.echo(str(w)),
+    )
     loaded = suite.load_suite(out)
     click.echo(f"imported {file} -> {out} ({len(loaded.cases)} cases)")
     for name, n in Counter(c.set for c in loaded.cases).items():

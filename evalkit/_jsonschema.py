@@ -6,6 +6,7 @@ second on a 2-core machine, on every CLI call that validates anything. evalkit's
 use no `iri` or `iri-reference` format, so that grammar is skipped while jsonschema is
 first imported in this process; the package itself stays importable for anyone else.
 """
+
 from __future__ import annotations
 
 import sys

@@ -17,6 +17,7 @@ it could not write. `results.jsonl` stays the record of what finished: the paren
 repairs missing sample files from it when the child fails, and a resumed run repairs
 them before it goes on.
 """
+
 from __future__ import annotations
 
 import os
@@ -46,7 +47,7 @@ def write_text_atomic(root: Path, rel: str, data: bytes, made: set[Path]) -> Non
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
         finally:
             os.close(fd)
         os.replace(tmp, p)
@@ -73,8 +74,12 @@ class SampleWriter:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.ok = True
-        self._proc = subprocess.Popen([sys.executable, "-m", "evalkit._samplewriter", str(self.root)],
-                                      stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "evalkit._samplewriter", str(self.root)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         self._fd = self._proc.stdin.fileno()
         try:
             import fcntl
@@ -91,7 +96,7 @@ class SampleWriter:
         frame = memoryview(_HEADER.pack(len(path), len(data)) + path + data)
         try:
             while frame:
-                frame = frame[os.write(self._fd, frame):]
+                frame = frame[os.write(self._fd, frame) :]
         except OSError:  # BrokenPipeError: the child died
             self.ok = False
         return self.ok

@@ -22,6 +22,7 @@ a terminal as they are. This module holds the three rules evalkit applies everyw
   shown as escapes (``\\x1b``, ``\\u202e``), so untrusted text can neither move the
   cursor, recolour, retitle or clear a terminal, nor reorder what is shown.
 """
+
 from __future__ import annotations
 
 import json

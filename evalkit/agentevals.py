@@ -43,6 +43,7 @@ Where evalkit differs, on purpose:
   but printed only the per-case table; evalkit adds, per set, the number of cases and
   how many meet pass@k, pass^k and their gate.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -161,15 +162,21 @@ def load_eval_file(path: str | Path, warnings: list[str] | None = None) -> list[
             raise InputError("each case must be an object", p, json_path=jp)
         cid = raw.get("id")
         if not isinstance(cid, str) or not cid or cid in (".", "..") or "/" in cid or "\\" in cid:
-            raise InputError("case id must be a nonempty folder name (no '/', '\\', '.' or '..')", p, json_path=f"{jp}.id")
+            raise InputError(
+                "case id must be a nonempty folder name (no '/', '\\', '.' or '..')", p, json_path=f"{jp}.id"
+            )
         if cid.casefold() in seen:
             raise InputError(f"duplicate case id {cid!r}", p, json_path=f"{jp}.id")
         seen.add(cid.casefold())
         cset = raw.get("set")
         if not isinstance(cset, str) or not cset.strip():
-            raise InputError(f"case {cid!r}: `set` must be a nonempty string (capability, regression, or another "
-                             f"set shown with gate \"none\"), got {cset!r} (run-evals.ps1 would silently skip its "
-                             "gate)", p, json_path=f"{jp}.set")
+            raise InputError(
+                f"case {cid!r}: `set` must be a nonempty string (capability, regression, or another "
+                f'set shown with gate "none"), got {cset!r} (run-evals.ps1 would silently skip its '
+                "gate)",
+                p,
+                json_path=f"{jp}.set",
+            )
         cset = cset.strip()
         if set_gate(cset.lower()) == NO_GATE and warnings is not None:
             warnings.append(f"{p} {jp}.set: case {cid!r}: {ungated_set_warning(cset.lower())}")
@@ -180,8 +187,9 @@ def load_eval_file(path: str | Path, warnings: list[str] | None = None) -> list[
         if match is None or match == "":
             match = "contains"
         if not isinstance(match, str) or match.lower() not in MATCH_MODES:
-            raise InputError(f"case {cid!r}: `match` must be exact, contains or regex, got {match!r}",
-                             p, json_path=f"{jp}.match")
+            raise InputError(
+                f"case {cid!r}: `match` must be exact, contains or regex, got {match!r}", p, json_path=f"{jp}.match"
+            )
         prompt = raw.get("prompt", "")
         cases.append(EvalCase(cid, cset.lower(), expect, match.lower(), prompt if isinstance(prompt, str) else ""))
     return cases
@@ -214,7 +222,7 @@ def wildcard_to_regex(pattern: str) -> str:
             j = pattern.find("]", i + 1)
             if j == -1:
                 raise ValueError(f"invalid wildcard pattern {pattern!r}: unclosed '['")
-            body = pattern[i + 1:j]
+            body = pattern[i + 1 : j]
             if not body:
                 raise ValueError(f"invalid wildcard pattern {pattern!r}: empty '[]'")
             parts, k = [], 0
@@ -269,8 +277,7 @@ def _sample_files(case_dir: Path) -> list[Path]:
     """The `sample-*.txt` entries of a case folder: every one that is not a folder, so a
     FIFO or a device among them is refused when read (`read_sample_file`) rather than
     silently dropped from the count."""
-    return sorted(p for p in case_dir.iterdir()
-                  if not p.is_dir() and fnmatch.fnmatchcase(p.name, "sample-*.txt"))
+    return sorted(p for p in case_dir.iterdir() if not p.is_dir() and fnmatch.fnmatchcase(p.name, "sample-*.txt"))
 
 
 def read_sample_file(path: Path) -> str:
@@ -281,8 +288,9 @@ def read_sample_file(path: Path) -> str:
     return read_file_bytes(path, limit=MAX_SAMPLE_FILE_BYTES).decode("utf-8-sig", errors="replace")
 
 
-def grade_outputs(eval_file: str | Path, outputs_dir: str | Path, k: int = 5, *,
-                  compat_wildcards: bool = False) -> CompatReport:
+def grade_outputs(
+    eval_file: str | Path, outputs_dir: str | Path, k: int = 5, *, compat_wildcards: bool = False
+) -> CompatReport:
     """Grade every case of `eval_file` on its samples in `outputs_dir`."""
     if not 1 <= int(k) <= 100:
         raise InputError(f"-k must be between 1 and 100, got {k}")
@@ -307,7 +315,9 @@ def grade_outputs(eval_file: str | Path, outputs_dir: str | Path, k: int = 5, *,
                 ok = match_sample(text, case, compat_wildcards=compat_wildcards)
             except TimeoutError:
                 what = "wildcard match" if case.match == "contains" else "regex"
-                warnings.append(f"Case '{case.id}' {f.name}: {what} timed out after {REGEX_TIMEOUT_S:g}s; sample fails.")
+                warnings.append(
+                    f"Case '{case.id}' {f.name}: {what} timed out after {REGEX_TIMEOUT_S:g}s; sample fails."
+                )
                 ok = False
             passes += ok
         n = len(files)
@@ -316,8 +326,15 @@ def grade_outputs(eval_file: str | Path, outputs_dir: str | Path, k: int = 5, *,
     for s in dict.fromkeys([*SETS, *(r.set for r in rows)]):  # gated sets first, then the others in file order
         in_set = [r for r in rows if r.set == s]
         if in_set:
-            sets.append(SetFigures(s, len(in_set), sum(r.pass_at_k for r in in_set),
-                                   sum(r.pass_hat_k for r in in_set), sum(r.gate_passed for r in in_set)))
+            sets.append(
+                SetFigures(
+                    s,
+                    len(in_set),
+                    sum(r.pass_at_k for r in in_set),
+                    sum(r.pass_hat_k for r in in_set),
+                    sum(r.gate_passed for r in in_set),
+                )
+            )
     return CompatReport(int(k), tuple(rows), tuple(sets), tuple(warnings))
 
 
@@ -328,7 +345,9 @@ def _table(headers: list[str], rows: list[list[Any]]) -> list[str]:
     """A plain text table in the shape of PowerShell's `Format-Table -AutoSize`:
     numbers right-aligned, everything else left-aligned, dashes under each header."""
     cells = [[str(v) for v in row] for row in rows]
-    numeric = [all(isinstance(row[i], int) and not isinstance(row[i], bool) for row in rows) for i in range(len(headers))]
+    numeric = [
+        all(isinstance(row[i], int) and not isinstance(row[i], bool) for row in rows) for i in range(len(headers))
+    ]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
 
     def fmt(vals: list[str]) -> str:
@@ -344,13 +363,29 @@ def _pct(a: int, n: int) -> str:
 def render(report: CompatReport) -> str:
     """The table, the per-set figures, then the PASS/FAIL line (last)."""
     lines = [""]
-    lines += _table(["Id", "Set", "Samples", "Passes", "Pass@k", "Pass^k"],
-                    [[r.id, r.set, r.samples, r.passes, r.pass_at_k, r.pass_hat_k] for r in report.rows])
+    lines += _table(
+        ["Id", "Set", "Samples", "Passes", "Pass@k", "Pass^k"],
+        [[r.id, r.set, r.samples, r.passes, r.pass_at_k, r.pass_hat_k] for r in report.rows],
+    )
     other = any(s.gate == NO_GATE for s in report.sets)
-    lines += ["", f"Per set (k={report.k}; capability gated on pass@k, regression on pass^k"
-                  + ("; other sets not gated: gate none" if other else "") + "):"]
-    lines += _table(["Set", "Cases", "Pass@k", "Pass^k", "Gate"],
-                    [[s.set, s.cases, _pct(s.pass_at_k, s.cases), _pct(s.pass_hat_k, s.cases),
-                      _pct(s.gate_passed, s.cases) if s.gate != NO_GATE else NO_GATE] for s in report.sets])
+    lines += [
+        "",
+        f"Per set (k={report.k}; capability gated on pass@k, regression on pass^k"
+        + ("; other sets not gated: gate none" if other else "")
+        + "):",
+    ]
+    lines += _table(
+        ["Set", "Cases", "Pass@k", "Pass^k", "Gate"],
+        [
+            [
+                s.set,
+                s.cases,
+                _pct(s.pass_at_k, s.cases),
+                _pct(s.pass_hat_k, s.cases),
+                _pct(s.gate_passed, s.cases) if s.gate != NO_GATE else NO_GATE,
+            ]
+            for s in report.sets
+        ],
+    )
     lines += ["", report.verdict_line]
     return "\n".join(lines) + "\n"

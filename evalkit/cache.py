@@ -11,6 +11,7 @@ a lock held past the busy timeout included) raises nothing: the answers it held 
 `results.jsonl` or were never finished, so it sets `write_error` (a `DiskFull` for a
 full disk), drops its buffer and stores nothing more; the runner stops the run on it.
 """
+
 from __future__ import annotations
 
 import json
@@ -53,8 +54,9 @@ class ResponseCache:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # One connection shared by this process's threads, guarded by a lock; other
         # processes are serialised by SQLite's own file locks (busy timeout).
-        self._conn = sqlite3.connect(str(self.path), timeout=busy_timeout_s, check_same_thread=False,
-                                     isolation_level=None)
+        self._conn = sqlite3.connect(
+            str(self.path), timeout=busy_timeout_s, check_same_thread=False, isolation_level=None
+        )
         self._lock = threading.Lock()
         with self._lock:
             self._conn.execute("PRAGMA journal_mode=WAL")
@@ -73,7 +75,8 @@ class ResponseCache:
             if row is None:
                 row = self._conn.execute(
                     "SELECT response, cost_usd FROM responses WHERE model=? AND request_hash=? AND sample_index=?",
-                    (model, request_hash, int(sample_index))).fetchone()
+                    (model, request_hash, int(sample_index)),
+                ).fetchone()
         if row is None:
             self.misses += 1
             return None
@@ -106,7 +109,9 @@ class ResponseCache:
             try:
                 self._conn.executemany(
                     "INSERT OR IGNORE INTO responses (model, request_hash, sample_index, response, cost_usd, created) "
-                    "VALUES (?, ?, ?, ?, ?, ?)", rows)
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    rows,
+                )
                 self._conn.execute("COMMIT")
             except BaseException:
                 if self._conn.in_transaction:  # SQLite rolls back by itself on SQLITE_FULL
@@ -114,8 +119,11 @@ class ResponseCache:
                 raise
         except sqlite3.Error as exc:  # also a lock held past the busy timeout: never lose the answer in hand
             full = getattr(exc, "sqlite_errorname", "") == "SQLITE_FULL"
-            self.write_error = DiskFull(self.path, str(exc)) if full else EvalkitError(
-                f"response cache not writable: {self.path} ({exc})")
+            self.write_error = (
+                DiskFull(self.path, str(exc))
+                if full
+                else EvalkitError(f"response cache not writable: {self.path} ({exc})")
+            )
         self._pending.clear()
 
     def __len__(self) -> int:

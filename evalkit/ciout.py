@@ -17,6 +17,7 @@ Model output and reasons quoted from it are untrusted text: control characters t
 1.0 cannot carry are dropped, and the Markdown escapes HTML and Markdown syntax (and
 breaks `@mentions`) so an answer cannot inject markup into a PR comment.
 """
+
 from __future__ import annotations
 
 import html
@@ -109,8 +110,14 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
 def junit_xml(report: CiReport) -> bytes:
     """The report as a JUnit XML document (bytes, UTF-8, with the XML declaration)."""
     n = report.counts()
-    attrs = {"name": report.title, "tests": str(len(report.cases)), "failures": str(n["failure"]),
-             "errors": str(n["error"]), "skipped": str(n["skipped"]), "time": "0"}
+    attrs = {
+        "name": report.title,
+        "tests": str(len(report.cases)),
+        "failures": str(n["failure"]),
+        "errors": str(n["error"]),
+        "skipped": str(n["skipped"]),
+        "time": "0",
+    }
     root = ET.Element("testsuites", {k: attrs[k] for k in ("name", "tests", "failures", "errors", "time")})
     suite = ET.SubElement(root, "testsuite", attrs)
     if report.properties:
@@ -118,8 +125,9 @@ def junit_xml(report: CiReport) -> bytes:
         for k, v in report.properties.items():
             ET.SubElement(props, "property", {"name": _xml_text(k), "value": _xml_text(v)})
     for c in report.cases:
-        tc = ET.SubElement(suite, "testcase", {"name": _xml_text(c.name), "classname": _xml_text(c.classname),
-                                               "time": "0"})
+        tc = ET.SubElement(
+            suite, "testcase", {"name": _xml_text(c.name), "classname": _xml_text(c.classname), "time": "0"}
+        )
         if c.outcome != "passed":
             el = ET.SubElement(tc, c.outcome, {"message": _xml_text(c.message), "type": c.outcome})
             el.text = _xml_text(c.detail or c.message)
@@ -166,8 +174,11 @@ def spend_section(summary: dict[str, Any] | None) -> str:
     if "spend_usd" not in s:
         return "**Spend:** n/a (no run summary)"
     cap = s.get("cap_usd")
-    return (f"**Spend:** ${_num(s.get('spend_usd'), '.6f')}" + (f" of cap ${_num(cap, '.6f')}" if cap else "")
-            + f" (avoided by the cache: ${_num(s.get('avoided_usd', 0.0), '.6f')})")
+    return (
+        f"**Spend:** ${_num(s.get('spend_usd'), '.6f')}"
+        + (f" of cap ${_num(cap, '.6f')}" if cap else "")
+        + f" (avoided by the cache: ${_num(s.get('avoided_usd', 0.0), '.6f')})"
+    )
 
 
 def _first_failure(grade: dict[str, Any]) -> str:
@@ -192,8 +203,10 @@ def top_failures(run: Any, metrics: "RunMetrics", n: int = TOP_FAILURES) -> list
 def _failures_section(rows: list[tuple[str, str, str, str]], arm: str | None) -> str:
     if not rows:
         return "**Top failures:** none"
-    body = _table(["case", "set", "passed", "first failing check"],
-                  [[md_escape(a, 80), md_escape(b, 40), c, md_escape(d)] for a, b, c, d in rows])
+    body = _table(
+        ["case", "set", "passed", "first failing check"],
+        [[md_escape(a, 80), md_escape(b, 40), c, md_escape(d)] for a, b, c, d in rows],
+    )
     return f"**Top failures** (arm `{md_escape(arm or '-', 60)}`):\n\n{body}"
 
 
@@ -216,22 +229,36 @@ def gate_report(res: "GateResult", run: Any = None, metrics: "RunMetrics | None"
     cls = "evalkit.gate"
     cases: list[TestCase] = []
     if not res.read_rates:
-        cases.append(TestCase("run finished cleanly", cls, "error", "; ".join(res.reasons),
-                              "rates not read: a run that did not finish cleanly is not comparable"))
+        cases.append(
+            TestCase(
+                "run finished cleanly",
+                cls,
+                "error",
+                "; ".join(res.reasons),
+                "rates not read: a run that did not finish cleanly is not comparable",
+            )
+        )
     else:
         failed_reasons = {r for r in res.reasons if r.startswith(("success-rate drop", "cost-per-task increase"))}
         other = [r for r in res.reasons if r not in failed_reasons]
-        cases.append(TestCase("comparable with the baseline", cls, "failure" if other else "passed",
-                              "; ".join(other)))
+        cases.append(TestCase("comparable with the baseline", cls, "failure" if other else "passed", "; ".join(other)))
         for c in res.checks:
             name = f"{c.kind} {c.group}"
             unit = " points" if c.kind == "success" else "%"
-            detail = (f"baseline {_num(c.baseline, '.4g')}, current {_num(c.current, '.4g')}, change "
-                      f"{c.change:+.1f}{unit} (threshold {c.threshold:g}{unit}), cases {c.n_cases}, "
-                      f"p(noise) {_num(c.p_adjusted, '.3g')}")
+            detail = (
+                f"baseline {_num(c.baseline, '.4g')}, current {_num(c.current, '.4g')}, change "
+                f"{c.change:+.1f}{unit} (threshold {c.threshold:g}{unit}), cases {c.n_cases}, "
+                f"p(noise) {_num(c.p_adjusted, '.3g')}"
+            )
             if c.failed:
-                why = next((r for r in failed_reasons if c.group in r and r.startswith(
-                    "success" if c.kind == "success" else "cost")), detail)
+                why = next(
+                    (
+                        r
+                        for r in failed_reasons
+                        if c.group in r and r.startswith("success" if c.kind == "success" else "cost")
+                    ),
+                    detail,
+                )
                 cases.append(TestCase(name, cls, "failure", why, detail))
             else:
                 cases.append(TestCase(name, cls, "passed", "", detail + (" (within noise)" if c.exceeded else "")))
@@ -245,24 +272,41 @@ def gate_report(res: "GateResult", run: Any = None, metrics: "RunMetrics | None"
             fmt = (lambda v: _num(v, ".3f")) if c.kind == "success" else (lambda v: "$" + _num(v, ".4g"))
             unit = " pts" if c.kind == "success" else "%"
             result = "FAIL" if c.failed else ("within noise" if c.exceeded else "ok")
-            rows.append([md_escape(f"{c.kind} {c.group}", 60), str(c.n_cases), fmt(c.baseline), fmt(c.current),
-                         f"{c.change:+.1f}{unit}", _num(c.p_adjusted, ".3g"), result])
+            rows.append(
+                [
+                    md_escape(f"{c.kind} {c.group}", 60),
+                    str(c.n_cases),
+                    fmt(c.baseline),
+                    fmt(c.current),
+                    f"{c.change:+.1f}{unit}",
+                    _num(c.p_adjusted, ".3g"),
+                    result,
+                ]
+            )
         t = res.thresholds
-        sections.append(_table(["check", "cases", "baseline", "current", "change", "p(noise)", "result"], rows)
-                        + f"\n\nThresholds: success drop > {t.max_success_drop_points:g} points, cost per task "
-                          f"increase > {t.max_cost_increase_pct:g}%; a breach fails when beyond run-to-run noise "
-                          f"(Holm-adjusted p <= {res.alpha:g}).")
+        sections.append(
+            _table(["check", "cases", "baseline", "current", "change", "p(noise)", "result"], rows)
+            + f"\n\nThresholds: success drop > {t.max_success_drop_points:g} points, cost per task "
+            f"increase > {t.max_cost_increase_pct:g}%; a breach fails when beyond run-to-run noise "
+            f"(Holm-adjusted p <= {res.alpha:g})."
+        )
     elif not res.read_rates:
-        sections.append("Rates not read: a run that did not finish cleanly is not comparable (INCOMPLETE is never "
-                        "a pass).")
+        sections.append(
+            "Rates not read: a run that did not finish cleanly is not comparable (INCOMPLETE is never a pass)."
+        )
     sections += [f"- note: {md_escape(n, 400)}" for n in res.notes]
-    sections.append(_plan_section(None, "n/a: a gate holds a run to its baseline, not to a plan "
-                                        "(`evalkit compare --markdown` checks the plan)"))
+    sections.append(
+        _plan_section(
+            None,
+            "n/a: a gate holds a run to its baseline, not to a plan (`evalkit compare --markdown` checks the plan)",
+        )
+    )
     sections.append(spend_section(getattr(run, "summary", None) if run is not None else _summary_of(res.run)))
     if metrics is not None:
         sections.append(_failures_section(top_failures(run, metrics), metrics.arm))
-    return CiReport("evalkit gate", res.passed, headline, tuple(cases), tuple(sections),
-                    {"run": res.run, "baseline": res.baseline})
+    return CiReport(
+        "evalkit gate", res.passed, headline, tuple(cases), tuple(sections), {"run": res.run, "baseline": res.baseline}
+    )
 
 
 def _summary_of(run_path: str) -> dict[str, Any] | None:
@@ -279,8 +323,13 @@ def _summary_of(run_path: str) -> dict[str, Any] | None:
 # --------------------------------------------------------------------------- compare
 
 
-def compare_report(v: "Verdict", run: Any = None, base: "RunMetrics | None" = None,
-                   treat: "RunMetrics | None" = None, fail_on: tuple[str, ...] = ()) -> CiReport:
+def compare_report(
+    v: "Verdict",
+    run: Any = None,
+    base: "RunMetrics | None" = None,
+    treat: "RunMetrics | None" = None,
+    fail_on: tuple[str, ...] = (),
+) -> CiReport:
     """`evalkit compare`: one testcase per case (its vote; a case the treatment lost is
     a failure, an errored or unmatched case an error), then the verdict itself, which
     fails when its kind is one of `fail_on` (as the exit status does)."""
@@ -290,7 +339,9 @@ def compare_report(v: "Verdict", run: Any = None, base: "RunMetrics | None" = No
 
     def counts(cid: str) -> str:
         b, t = bm.get(cid), tm.get(cid)
-        return (f"baseline {b.c}/{b.n}" if b else "baseline -") + ", " + (f"treatment {t.c}/{t.n}" if t else "treatment -")
+        return (
+            (f"baseline {b.c}/{b.n}" if b else "baseline -") + ", " + (f"treatment {t.c}/{t.n}" if t else "treatment -")
+        )
 
     cases = []
     for cid, vote in v.case_votes:
@@ -301,22 +352,45 @@ def compare_report(v: "Verdict", run: Any = None, base: "RunMetrics | None" = No
         else:
             cases.append(TestCase(cid, cls, "passed", "", f"{vote} ({counts(cid)})"))
     failing = v.kind in fail_on
-    cases.append(TestCase("verdict", cls, "failure" if failing else "passed",
-                          f"{v.kind}: {v.reason}" if failing else "", f"{v.kind}: {v.reason}"))
+    cases.append(
+        TestCase(
+            "verdict",
+            cls,
+            "failure" if failing else "passed",
+            f"{v.kind}: {v.reason}" if failing else "",
+            f"{v.kind}: {v.reason}",
+        )
+    )
     p = "n/a" if v.p_value is None else f"{v.p_value:.4g}"
-    rows = [[md_escape(v.treatment_arm or "-", 60), md_escape(v.baseline_arm or "-", 60),
-             f"{v.wins}W / {v.ties}T / {v.losses}L", str(v.errored), p, f"{v.alpha:g}"]]
-    sections = ["**Verdict:** " + md_escape(f"{v.kind}: {v.reason}", 600),
-                _table(["treatment", "baseline", "tally (cases)", "errored", "sign-test p", "alpha"], rows),
-                _plan_section(v.plan_check),
-                spend_section(getattr(run, "summary", None))]
+    rows = [
+        [
+            md_escape(v.treatment_arm or "-", 60),
+            md_escape(v.baseline_arm or "-", 60),
+            f"{v.wins}W / {v.ties}T / {v.losses}L",
+            str(v.errored),
+            p,
+            f"{v.alpha:g}",
+        ]
+    ]
+    sections = [
+        "**Verdict:** " + md_escape(f"{v.kind}: {v.reason}", 600),
+        _table(["treatment", "baseline", "tally (cases)", "errored", "sign-test p", "alpha"], rows),
+        _plan_section(v.plan_check),
+        spend_section(getattr(run, "summary", None)),
+    ]
     if treat is not None:
         lost = [cid for cid, vote in v.case_votes if vote == "loss"]
         rows_l = [(cid, tm[cid].set if cid in tm else "-", counts(cid), "lost to the baseline") for cid in lost]
         sections.append(_failures_section(rows_l[:TOP_FAILURES] or top_failures(run, treat), treat.arm))
     headline = f"verdict {v.kind}" + (" (a failure: --fail-on)" if failing else "")
-    return CiReport("evalkit compare", not failing, headline, tuple(cases), tuple(sections),
-                    {"baseline_arm": v.baseline_arm or "", "treatment_arm": v.treatment_arm or ""})
+    return CiReport(
+        "evalkit compare",
+        not failing,
+        headline,
+        tuple(cases),
+        tuple(sections),
+        {"baseline_arm": v.baseline_arm or "", "treatment_arm": v.treatment_arm or ""},
+    )
 
 
 # --------------------------------------------------------------------------- grade --eval-file
@@ -335,19 +409,39 @@ def eval_file_report(rep: "CompatReport") -> CiReport:
         elif r.gate_passed:
             cases.append(TestCase(r.id, f"{cls}.{r.set}", "passed", "", figures))
         else:
-            why = (f"{r.gate.replace('k', str(rep.k))} not met: {r.passes}/{r.samples} samples passed"
-                   + (f" (fewer than k={rep.k} samples)" if r.samples < rep.k and r.gate == "pass^k" else ""))
+            why = f"{r.gate.replace('k', str(rep.k))} not met: {r.passes}/{r.samples} samples passed" + (
+                f" (fewer than k={rep.k} samples)" if r.samples < rep.k and r.gate == "pass^k" else ""
+            )
             cases.append(TestCase(r.id, f"{cls}.{r.set}", "failure", why, figures))
-    rows = [[md_escape(s.set, 40), str(s.cases), str(s.pass_at_k), str(s.pass_hat_k),
-             s.gate if s.gate == "none" else f"{s.gate_passed}/{s.cases} ({s.gate})"] for s in rep.sets]
-    failed = [(r.id, r.set, f"{r.passes}/{r.samples}", f"{r.gate} not met") for r in rep.rows
-              if r.gated and not r.gate_passed]
-    sections = ["**Verdict:** " + md_escape(rep.verdict_line, 600),
-                _table(["set", "cases", f"pass@{rep.k}", f"pass^{rep.k}", "gate"], rows),
-                _plan_section(None), spend_section(None), _failures_section(failed[:TOP_FAILURES], None)]
+    rows = [
+        [
+            md_escape(s.set, 40),
+            str(s.cases),
+            str(s.pass_at_k),
+            str(s.pass_hat_k),
+            s.gate if s.gate == "none" else f"{s.gate_passed}/{s.cases} ({s.gate})",
+        ]
+        for s in rep.sets
+    ]
+    failed = [
+        (r.id, r.set, f"{r.passes}/{r.samples}", f"{r.gate} not met") for r in rep.rows if r.gated and not r.gate_passed
+    ]
+    sections = [
+        "**Verdict:** " + md_escape(rep.verdict_line, 600),
+        _table(["set", "cases", f"pass@{rep.k}", f"pass^{rep.k}", "gate"], rows),
+        _plan_section(None),
+        spend_section(None),
+        _failures_section(failed[:TOP_FAILURES], None),
+    ]
     sections += [f"- warning: {md_escape(w, 300)}" for w in rep.warnings[:10]]
-    return CiReport("evalkit grade --eval-file", rep.exit_code == 0, rep.verdict_line, tuple(cases), tuple(sections),
-                    {"k": str(rep.k)})
+    return CiReport(
+        "evalkit grade --eval-file",
+        rep.exit_code == 0,
+        rep.verdict_line,
+        tuple(cases),
+        tuple(sections),
+        {"k": str(rep.k)},
+    )
 
 
 # --------------------------------------------------------------------------- run
@@ -366,8 +460,11 @@ def run_report(result: "RunResult") -> CiReport:
     k = int(meta.get("k") or 1)
     arms = config_arm_names(meta)
     per_arm_cases = meta.get("cases_per_arm") or {}
-    done = {(str(d.get("case_id")), str(d.get("arm")), int(d.get("index", -1)))
-            for d in iter_jsonl(result.path / RESULTS)} if (result.path / RESULTS).exists() else set()
+    done = (
+        {(str(d.get("case_id")), str(d.get("arm")), int(d.get("index", -1))) for d in iter_jsonl(result.path / RESULTS)}
+        if (result.path / RESULTS).exists()
+        else set()
+    )
     errs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for e in folder.errors():
         errs.setdefault((str(e.get("case_id")), str(e.get("arm"))), []).append(e)
@@ -379,25 +476,50 @@ def run_report(result: "RunResult") -> CiReport:
             bad = [e for e in errs.get((cid, arm), []) if (cid, arm, int(e.get("index", -1))) not in done]
             if bad:
                 last = bad[-1]
-                tcs.append(TestCase(cid, f"{cls}.{arm}", "error", f"{len(bad)} sample(s) errored: {last.get('error')}",
-                                    f"{got}/{k} samples finished; last error after {last.get('attempts', '?')} "
-                                    f"attempt(s): {last.get('error')}"))
+                tcs.append(
+                    TestCase(
+                        cid,
+                        f"{cls}.{arm}",
+                        "error",
+                        f"{len(bad)} sample(s) errored: {last.get('error')}",
+                        f"{got}/{k} samples finished; last error after {last.get('attempts', '?')} "
+                        f"attempt(s): {last.get('error')}",
+                    )
+                )
             elif got < k:
-                tcs.append(TestCase(cid, f"{cls}.{arm}", "error",
-                                    f"{k - got} of {k} samples never ran ({result.reason or 'the run stopped'})"))
+                tcs.append(
+                    TestCase(
+                        cid,
+                        f"{cls}.{arm}",
+                        "error",
+                        f"{k - got} of {k} samples never ran ({result.reason or 'the run stopped'})",
+                    )
+                )
             else:
                 tcs.append(TestCase(cid, f"{cls}.{arm}", "passed", "", f"{k}/{k} samples finished"))
-    tcs.append(TestCase("run complete", cls, "passed" if result.complete else "error",
-                        result.incomplete_line or "", f"{result.ran}/{result.total} cases"))
+    tcs.append(
+        TestCase(
+            "run complete",
+            cls,
+            "passed" if result.complete else "error",
+            result.incomplete_line or "",
+            f"{result.ran}/{result.total} cases",
+        )
+    )
     rows = [[md_escape(a, 60), str(c.get("samples", 0)), str(c.get("errors", 0))] for a, c in result.per_arm.items()]
     headline = "complete" if result.complete else (result.incomplete_line or "INCOMPLETE")  # never a pass
-    sections = [f"**Run:** `{md_escape(result.path.name, 80)}`: {result.ran}/{result.total} cases, "
-                f"{result.samples_ran}/{result.samples_total} samples",
-                _table(["arm", "samples", "errors"], rows), _plan_section(None, "n/a for a run"),
-                spend_section({"spend_usd": result.spend_usd, "cap_usd": result.cap_usd,
-                               "avoided_usd": result.avoided_usd})]
-    worst = [[md_escape(tc.name, 80), md_escape(tc.classname.rsplit(".", 1)[-1], 40), md_escape(tc.message)]
-             for tc in tcs[:-1] if tc.outcome == "error"]
+    sections = [
+        f"**Run:** `{md_escape(result.path.name, 80)}`: {result.ran}/{result.total} cases, "
+        f"{result.samples_ran}/{result.samples_total} samples",
+        _table(["arm", "samples", "errors"], rows),
+        _plan_section(None, "n/a for a run"),
+        spend_section({"spend_usd": result.spend_usd, "cap_usd": result.cap_usd, "avoided_usd": result.avoided_usd}),
+    ]
+    worst = [
+        [md_escape(tc.name, 80), md_escape(tc.classname.rsplit(".", 1)[-1], 40), md_escape(tc.message)]
+        for tc in tcs[:-1]
+        if tc.outcome == "error"
+    ]
     if worst:
         sections.append("**Errored cases:**\n\n" + _table(["case", "arm", "error"], worst[:TOP_FAILURES]))
     return CiReport("evalkit run", result.complete, headline, tuple(tcs), tuple(sections), {"run": str(result.path)})

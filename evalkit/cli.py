@@ -6,6 +6,7 @@ this file only assembles them and maps evalkit errors to exit statuses
 only when that subcommand runs (or `--help` lists them all), so a quick command does
 not pay for scipy, pandas and the notebook stack.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -17,13 +18,24 @@ from .errors import EvalkitError
 
 # command name -> the module whose COMMANDS list defines it
 _COMMANDS = {
-    "init": "_cmd_suite", "lint": "_cmd_suite", "import": "_cmd_suite",
-    "run": "_cmd_run", "serve": "_cmd_serve",
-    "grade": "_cmd_grade", "judge": "_cmd_grade",
-    "compare": "_cmd_stats", "verdict": "_cmd_stats", "power": "_cmd_stats", "gate": "_cmd_stats",
-    "baseline": "_cmd_stats", "noise": "_cmd_stats",
-    "dataset": "_cmd_dataset", "ingest": "_cmd_ingest", "privacy": "_cmd_privacy",
-    "report": "_cmd_report", "microtest": "_cmd_report",
+    "init": "_cmd_suite",
+    "lint": "_cmd_suite",
+    "import": "_cmd_suite",
+    "run": "_cmd_run",
+    "serve": "_cmd_serve",
+    "grade": "_cmd_grade",
+    "judge": "_cmd_grade",
+    "compare": "_cmd_stats",
+    "verdict": "_cmd_stats",
+    "power": "_cmd_stats",
+    "gate": "_cmd_stats",
+    "baseline": "_cmd_stats",
+    "noise": "_cmd_stats",
+    "dataset": "_cmd_dataset",
+    "ingest": "_cmd_ingest",
+    "privacy": "_cmd_privacy",
+    "report": "_cmd_report",
+    "microtest": "_cmd_report",
 }
 
 

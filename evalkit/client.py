@@ -62,6 +62,7 @@ its default host.
 A request text with a lone surrogate (a model's output shown to the judge) is sent with
 U+FFFD in its place: UTF-8, and so HTTP, cannot carry it (`evalkit._text.sendable`).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -88,8 +89,7 @@ except ImportError:  # pragma: no cover - an older openai
 
 from ._text import sendable
 from .cache import ResponseCache
-from .errors import (BudgetExhausted, CeilingBreached, InputError, InputTooLong, ReplayMiss,
-                     UnitCallError)
+from .errors import BudgetExhausted, CeilingBreached, InputError, InputTooLong, ReplayMiss, UnitCallError
 from .ledger import Ledger, reported_usage, unusable_usage
 from .records import Endpoint, Price, Usage
 from .tokens import TokenCounter
@@ -285,8 +285,7 @@ def check_endpoint(endpoint: Endpoint, base_url: str | None = None, replay_only:
         return api_key
     if (url and _is_loopback(url)) or replay_only:
         return "evalkit-loopback"  # local servers take any key
-    raise InputError(f"environment variable {endpoint.api_key_env} (the API key for "
-                     f"{endpoint.model!r}) is not set")
+    raise InputError(f"environment variable {endpoint.api_key_env} (the API key for {endpoint.model!r}) is not set")
 
 
 def _http_client(timeout_s: float, on_response: Callable[[Any], Any]):
@@ -329,8 +328,9 @@ class _CappedStream(httpx2.AsyncByteStream):
             seen += len(chunk)
             if seen > self._limit:
                 if self._strict:
-                    raise _BodyTooLarge(f"the response body passed {self._limit} bytes, more than the "
-                                        "requested max_tokens can produce")
+                    raise _BodyTooLarge(
+                        f"the response body passed {self._limit} bytes, more than the requested max_tokens can produce"
+                    )
                 yield chunk[: len(chunk) - (seen - self._limit)]
                 return
             yield chunk
@@ -417,19 +417,33 @@ class _Causes:
         self._runs.append([None, None, text])
 
     def __str__(self) -> str:
-        return "; ".join(c if a is None else f"attempt {a}: {c}" if a == b else f"attempts {a}-{b}: {c}"
-                         for a, b, c in self._runs)
+        return "; ".join(
+            c if a is None else f"attempt {a}: {c}" if a == b else f"attempts {a}-{b}: {c}" for a, b, c in self._runs
+        )
 
 
 class ModelClient:
     """Calls one model on one OpenAI-compatible endpoint under a ledger; see the module
     docstring. Build one per run (it holds the HTTP connection pool) and `aclose` it."""
 
-    def __init__(self, endpoint: Endpoint, price: Price, ledger: Ledger, *, role: str = "generator",
-                 max_tokens_in: int, max_tokens_out: int, cache: ResponseCache | None = None,
-                 replay_only: bool = False, max_attempts: int = 6, timeout_s: float = 60.0,
-                 base_url: str | None = None, rate_limit_budget_s: float = RATE_LIMIT_BUDGET_S,
-                 max_connection_failures: int = MAX_CONNECTION_FAILURES, concurrency: int = 32) -> None:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        price: Price,
+        ledger: Ledger,
+        *,
+        role: str = "generator",
+        max_tokens_in: int,
+        max_tokens_out: int,
+        cache: ResponseCache | None = None,
+        replay_only: bool = False,
+        max_attempts: int = 6,
+        timeout_s: float = 60.0,
+        base_url: str | None = None,
+        rate_limit_budget_s: float = RATE_LIMIT_BUDGET_S,
+        max_connection_failures: int = MAX_CONNECTION_FAILURES,
+        concurrency: int = 32,
+    ) -> None:
         if price is None:
             raise InputError(f"no price for model {endpoint.model!r}: refusing to run")
         if max_attempts < 1:
@@ -451,9 +465,10 @@ class ModelClient:
         self.base_url = base_url or endpoint.base_url
         if not self.base_url and not replay_only:
             # Never the openai client's default host (api.openai.com): endpoints.resolve_base_url.
-            raise InputError(f"no base URL for the {role} model {endpoint.model!r}; evalkit never falls back to "
-                             "the openai client's default host")
-
+            raise InputError(
+                f"no base URL for the {role} model {endpoint.model!r}; evalkit never falls back to "
+                "the openai client's default host"
+            )
 
         self.unreachable: str | None = None  # "endpoint unreachable: <url> (<cause>)" once it is
         self.rate_limited_out: str | None = None  # set when a key waited out its whole rate_limit_budget_s
@@ -463,10 +478,17 @@ class ModelClient:
         self._throttle = _Throttle(concurrency)
         api_key = check_endpoint(endpoint, self.base_url, replay_only)
         # A replay-only client without a URL never sends: it gets no openai client at all.
-        self._openai = openai.AsyncOpenAI(api_key=api_key, base_url=self.base_url, max_retries=0,
-                                          timeout=self.timeout_s,
-                                          http_client=_http_client(self.timeout_s, self._cap_body)) \
-            if self.base_url else None
+        self._openai = (
+            openai.AsyncOpenAI(
+                api_key=api_key,
+                base_url=self.base_url,
+                max_retries=0,
+                timeout=self.timeout_s,
+                http_client=_http_client(self.timeout_s, self._cap_body),
+            )
+            if self.base_url
+            else None
+        )
         self.counter = TokenCounter(endpoint.model, self.base_url, api_key=api_key)
         self._rng = random.Random()
 
@@ -486,8 +508,10 @@ class ModelClient:
             if int(length) <= self._body_bound:
                 return
             if strict:
-                raise _BodyTooLarge(f"the response body is {int(length)} bytes, over the {self._body_bound} "
-                                    f"that {self.max_tokens_out} tokens can carry")
+                raise _BodyTooLarge(
+                    f"the response body is {int(length)} bytes, over the {self._body_bound} "
+                    f"that {self.max_tokens_out} tokens can carry"
+                )
         response.stream = _CappedStream(response.stream, self._body_bound, strict)
 
     def _answered(self) -> None:
@@ -499,11 +523,19 @@ class ModelClient:
             url = self.base_url or str(self._openai.base_url)
             self.unreachable = f"endpoint unreachable: {url} ({cause})"
 
-    async def complete(self, *, prompt: str | None = None, messages: list[dict] | None = None,
-                       tools: list[dict] | None = None, temperature: float | None = None,
-                       seed: int | None = None, stop: list[str] | None = None,
-                       sample_index: int = 0, key: str = "",
-                       should_stop: Callable[[], str | None] | None = None) -> Completion:
+    async def complete(
+        self,
+        *,
+        prompt: str | None = None,
+        messages: list[dict] | None = None,
+        tools: list[dict] | None = None,
+        temperature: float | None = None,
+        seed: int | None = None,
+        stop: list[str] | None = None,
+        sample_index: int = 0,
+        key: str = "",
+        should_stop: Callable[[], str | None] | None = None,
+    ) -> Completion:
         """Make one call (or replay it from the cache); see the module docstring.
 
         `should_stop` is asked before every attempt (the first and each retry); when it
@@ -529,11 +561,13 @@ class ModelClient:
             body["stop"] = list(stop)
         rhash = request_hash(body)
 
-        n_in, method = await self.counter.measure(prompt=prompt, messages=messages, tools=tools,
-                                                  limit=self.max_tokens_in)
+        n_in, method = await self.counter.measure(
+            prompt=prompt, messages=messages, tools=tools, limit=self.max_tokens_in
+        )
         if n_in > self.max_tokens_in:
-            raise InputTooLong(f"{key or 'request'}: input is {n_in} tokens ({method}), "
-                               f"over max_tokens_in {self.max_tokens_in}")
+            raise InputTooLong(
+                f"{key or 'request'}: input is {n_in} tokens ({method}), over max_tokens_in {self.max_tokens_in}"
+            )
 
         if self.cache is not None:
             hit = self.cache.get(self.endpoint.model, rhash, sample_index)
@@ -541,15 +575,25 @@ class ModelClient:
                 avoided = float(hit.get("cost_usd", 0.0))
                 self.ledger.record_avoided(avoided, key)
                 u = hit.get("usage") or {}
-                return Completion(text=hit.get("text", ""), tool_calls=tuple(hit.get("tool_calls") or ()),
-                                  finish_reason=hit.get("finish_reason"),
-                                  usage=Usage(int(u.get("prompt_tokens", 0)), int(u.get("completion_tokens", 0))),
-                                  latency_ms=0.0, cost_usd=0.0, model=hit.get("model", self.endpoint.model),
-                                  system_fingerprint=hit.get("system_fingerprint"), request_hash=rhash,
-                                  cached=True, cost_avoided_usd=avoided, attempts=0)
+                return Completion(
+                    text=hit.get("text", ""),
+                    tool_calls=tuple(hit.get("tool_calls") or ()),
+                    finish_reason=hit.get("finish_reason"),
+                    usage=Usage(int(u.get("prompt_tokens", 0)), int(u.get("completion_tokens", 0))),
+                    latency_ms=0.0,
+                    cost_usd=0.0,
+                    model=hit.get("model", self.endpoint.model),
+                    system_fingerprint=hit.get("system_fingerprint"),
+                    request_hash=rhash,
+                    cached=True,
+                    cost_avoided_usd=avoided,
+                    attempts=0,
+                )
             if self.replay_only:
-                raise ReplayMiss(f"{key or 'request'}: no cached response (request {rhash[:12]}, "
-                                 f"sample {sample_index}) and --replay-only is set")
+                raise ReplayMiss(
+                    f"{key or 'request'}: no cached response (request {rhash[:12]}, "
+                    f"sample {sample_index}) and --replay-only is set"
+                )
 
         label = key or "request"
         causes = _Causes()
@@ -562,14 +606,16 @@ class ModelClient:
             cause, retry_after, limited_wait = "", None, None
             await self._throttle.acquire()
             try:
-                stopped = ((should_stop() if should_stop is not None else None) or self.unreachable
-                           or self.rate_limited_out)
+                stopped = (
+                    (should_stop() if should_stop is not None else None) or self.unreachable or self.rate_limited_out
+                )
                 if stopped:
                     causes.note(f"stopped before attempt {attempt}: {stopped}")
                     raise _call_error(f"{label}: {causes}", attempt - 1, CallStopped)
                 try:
-                    r = self.ledger.reserve(self.role, self.endpoint.model, self.price, self.max_tokens_in,
-                                            self.max_tokens_out, key)
+                    r = self.ledger.reserve(
+                        self.role, self.endpoint.model, self.price, self.max_tokens_in, self.max_tokens_out, key
+                    )
                 except BudgetExhausted as exc:
                     if attempt == 1:
                         raise
@@ -617,8 +663,21 @@ class ModelClient:
                     raise
                 else:
                     self._throttle.answered()
-                    return self._settle(r, rhash, sample_index, label, attempt, causes, text, tool_calls, finish,
-                                        usage, fingerprint, model, latency_ms)
+                    return self._settle(
+                        r,
+                        rhash,
+                        sample_index,
+                        label,
+                        attempt,
+                        causes,
+                        text,
+                        tool_calls,
+                        finish,
+                        usage,
+                        fingerprint,
+                        model,
+                        latency_ms,
+                    )
             finally:
                 self._throttle.release()
             causes.add(attempt, cause)
@@ -627,11 +686,16 @@ class ModelClient:
                 if elapsed + limited_wait > self.rate_limit_budget_s:
                     if self.rate_limited_out is None:  # the endpoint keeps refusing: stop, rather than
                         url = self.base_url or str(self._openai.base_url)  # let every key wait this long
-                        self.rate_limited_out = (f"rate limited: {url} (a key was refused for {elapsed:.0f}s, "
-                                                 f"past rate_limit_budget_s {self.rate_limit_budget_s:g})")
-                    raise _call_error(f"{label}: rate limited for {elapsed:.1f}s, and the next wait "
-                                      f"({limited_wait:.1f}s) would pass rate_limit_budget_s "
-                                      f"{self.rate_limit_budget_s:g}; {causes}", attempt)
+                        self.rate_limited_out = (
+                            f"rate limited: {url} (a key was refused for {elapsed:.0f}s, "
+                            f"past rate_limit_budget_s {self.rate_limit_budget_s:g})"
+                        )
+                    raise _call_error(
+                        f"{label}: rate limited for {elapsed:.1f}s, and the next wait "
+                        f"({limited_wait:.1f}s) would pass rate_limit_budget_s "
+                        f"{self.rate_limit_budget_s:g}; {causes}",
+                        attempt,
+                    )
                 await _pause(limited_wait, should_stop)
                 continue
             failures += 1
@@ -639,9 +703,22 @@ class ModelClient:
                 raise _call_error(f"{label}: failed after {attempt} attempts; {causes}", attempt)
             await _pause(backoff_s(failures, retry_after, self._rng), should_stop)
 
-    def _settle(self, r, rhash: str, sample_index: int, label: str, attempt: int, causes: _Causes, text: str,
-                tool_calls: tuple[dict, ...], finish: str | None, usage: Any, fingerprint: str | None, model: str,
-                latency_ms: float) -> Completion:
+    def _settle(
+        self,
+        r,
+        rhash: str,
+        sample_index: int,
+        label: str,
+        attempt: int,
+        causes: _Causes,
+        text: str,
+        tool_calls: tuple[dict, ...],
+        finish: str | None,
+        usage: Any,
+        fingerprint: str | None,
+        model: str,
+        latency_ms: float,
+    ) -> Completion:
         """Settle a finished call: store the answer in the cache first (committed before
         it is used, when the cache commits each put), then settle it on the ledger. Raises
         `CeilingBreached`, or `UnitCallError` for untrusted usage (not retried: a server
@@ -653,12 +730,20 @@ class ModelClient:
             settled, untrusted = reported_usage(r, *(usage if usage is not None else (r.tokens_in, r.tokens_out)))
         within = settled.prompt_tokens <= r.tokens_in and settled.completion_tokens <= r.tokens_out
         if self.cache is not None and untrusted is None and within:
-            self.cache.put(self.endpoint.model, rhash, sample_index,
-                           {"text": text, "tool_calls": list(tool_calls), "finish_reason": finish,
-                            "usage": {"prompt_tokens": settled.prompt_tokens,
-                                      "completion_tokens": settled.completion_tokens},
-                            "model": model, "system_fingerprint": fingerprint},
-                           r.price.cost(settled.prompt_tokens, settled.completion_tokens))
+            self.cache.put(
+                self.endpoint.model,
+                rhash,
+                sample_index,
+                {
+                    "text": text,
+                    "tool_calls": list(tool_calls),
+                    "finish_reason": finish,
+                    "usage": {"prompt_tokens": settled.prompt_tokens, "completion_tokens": settled.completion_tokens},
+                    "model": model,
+                    "system_fingerprint": fingerprint,
+                },
+                r.price.cost(settled.prompt_tokens, settled.completion_tokens),
+            )
         try:
             cost = self.ledger.settle(r, settled, untrusted=untrusted)
         except CeilingBreached as exc:
@@ -667,9 +752,20 @@ class ModelClient:
         if untrusted is not None:
             causes.add(attempt, f"malformed response: {untrusted}")
             raise _call_error(f"{label}: {causes} (not retried)", attempt)
-        return Completion(text=text, tool_calls=tool_calls, finish_reason=finish, usage=settled,
-                          latency_ms=latency_ms, cost_usd=cost, model=model, system_fingerprint=fingerprint,
-                          request_hash=rhash, cached=False, cost_avoided_usd=0.0, attempts=attempt)
+        return Completion(
+            text=text,
+            tool_calls=tool_calls,
+            finish_reason=finish,
+            usage=settled,
+            latency_ms=latency_ms,
+            cost_usd=cost,
+            model=model,
+            system_fingerprint=fingerprint,
+            request_hash=rhash,
+            cached=False,
+            cost_avoided_usd=0.0,
+            attempts=attempt,
+        )
 
     async def _send(self, body: dict[str, Any]) -> Any:
         assert self._openai is not None, "a replay-only client without a base URL sends nothing"
@@ -722,8 +818,10 @@ class ModelClient:
         if size + len(text) * 4 > self._text_bound:  # 4: the most UTF-8 bytes of one character
             size += _utf8_size(text)
             if size > self._text_bound:
-                raise _Malformed(f"implausible answer: {size} bytes of text and tool calls, more than "
-                                 f"{self.max_tokens_out} tokens can carry (bound {self._text_bound} bytes)")
+                raise _Malformed(
+                    f"implausible answer: {size} bytes of text and tool calls, more than "
+                    f"{self.max_tokens_out} tokens can carry (bound {self._text_bound} bytes)"
+                )
         finish = getattr(choice, "finish_reason", None)
         if finish is not None and not isinstance(finish, str):
             raise _Malformed(f"finish_reason is a {type(finish).__name__}, not a string")
@@ -737,8 +835,14 @@ class ModelClient:
             usage = (getattr(u, "prompt_tokens", None), getattr(u, "completion_tokens", None))
         fingerprint = getattr(resp, "system_fingerprint", None)
         model = getattr(resp, "model", None)
-        return (text, tool_calls, finish, usage, fingerprint if isinstance(fingerprint, str) else None,
-                model if isinstance(model, str) and model else self.endpoint.model)
+        return (
+            text,
+            tool_calls,
+            finish,
+            usage,
+            fingerprint if isinstance(fingerprint, str) else None,
+            model if isinstance(model, str) and model else self.endpoint.model,
+        )
 
     async def aclose(self) -> None:
         if self._openai is not None:

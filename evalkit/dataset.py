@@ -30,6 +30,7 @@ would run as a formula (starting with `=`, `+`, `-` or `@`) is written with a le
 `=+-@'` is also written with one more `'`. On reading, exactly that one leading `'` is
 removed, and any other cell, including an unescaped `=...`, is plain text.
 """
+
 from __future__ import annotations
 
 import csv
@@ -59,15 +60,33 @@ SCHEMA_RESOURCE = "schemas/dataset-v1.json"
 DIFFICULTIES = ("easy", "grounding", "hard", "negative", "safety")
 REVIEW_STATES = ("draft", "sampled", "confirmed")
 CSV_HEADER = (
-    "id", "query", "expected_response", "category", "difficulty", "populations",
-    "tools_expected", "source_reference", "needs_sme_review", "notes",
+    "id",
+    "query",
+    "expected_response",
+    "category",
+    "difficulty",
+    "populations",
+    "tools_expected",
+    "source_reference",
+    "needs_sme_review",
+    "notes",
 )
 LIST_FIELDS = ("populations", "tools_expected")
 PAIR_FIELDS = CSV_HEADER
 METADATA_FIELDS = (
-    "system_name", "created_date", "version", "total_pairs", "distribution",
-    "user_populations", "population_coverage", "approach", "evaluation_mode",
-    "recommended_tooling", "review_state", "validation_status", "generation_method",
+    "system_name",
+    "created_date",
+    "version",
+    "total_pairs",
+    "distribution",
+    "user_populations",
+    "population_coverage",
+    "approach",
+    "evaluation_mode",
+    "recommended_tooling",
+    "review_state",
+    "validation_status",
+    "generation_method",
 )
 OMITTED = "diagnostics truncated: more than 50 problems, the rest are omitted"
 
@@ -276,8 +295,9 @@ def _child_role(role: str, key: Any) -> str:
     if role == "root":
         return {"evaluation_pairs": "pairs", "metadata": "metadata"}.get(key, "any")
     if role == "metadata":
-        return {"user_populations": "names", "evaluation_mode": "modes",
-                "population_coverage": "coverage"}.get(key, "any")
+        return {"user_populations": "names", "evaluation_mode": "modes", "population_coverage": "coverage"}.get(
+            key, "any"
+        )
     if role == "pairs":
         return "pair"
     if role == "pair":
@@ -289,8 +309,9 @@ def _child_role(role: str, key: Any) -> str:
     return "any"
 
 
-def check_structure(doc: Json, *, limits: Limits = LIMITS, diags: _Diagnostics | None = None,
-                    nodes_before: int = 0) -> int:
+def check_structure(
+    doc: Json, *, limits: Limits = LIMITS, diags: _Diagnostics | None = None, nodes_before: int = 0
+) -> int:
     """Walk `doc` (parsed JSON, or any Python object given to the API) without recursion
     and report every resource-limit violation; returns the number of nodes visited.
 
@@ -323,8 +344,10 @@ def check_structure(doc: Json, *, limits: Limits = LIMITS, diags: _Diagnostics |
                         continue
                     part = k if (k in _STABLE_KEYS and role != "coverage") else _Key(i + 1)
                     if len(k) > limits.name_chars:
-                        d.add(_j(path + (_Key(i + 1),)),
-                              f"property name of {len(k):,} characters, over the {limits.name_chars} limit")
+                        d.add(
+                            _j(path + (_Key(i + 1),)),
+                            f"property name of {len(k):,} characters, over the {limits.name_chars} limit",
+                        )
                         continue
                     children.append((v, depth + 1, path + (part,), _child_role(role, k)))
                 stack.extend(reversed(children))
@@ -336,8 +359,7 @@ def check_structure(doc: Json, *, limits: Limits = LIMITS, diags: _Diagnostics |
                 if len(node) > cap:
                     d.add(_j(path), f"{len(node):,} {what}, over the {cap:,} limit")
                     continue
-                stack.extend(reversed([(v, depth + 1, path + (i,), _child_role(role, i))
-                                       for i, v in enumerate(node)]))
+                stack.extend(reversed([(v, depth + 1, path + (i,), _child_role(role, i)) for i, v in enumerate(node)]))
             elif isinstance(node, str):
                 if role in ("id", "name"):
                     cap, what = limits.name_chars, "an id or name"
@@ -361,9 +383,15 @@ def _field_too_long(exc: csv.Error) -> bool:
     return "field larger than field limit" in str(exc)
 
 
-def parse_csv(text: str, shown: str, *, limits: Limits = LIMITS, node_budget: int | None = None,
-              limit_diags: _Diagnostics | None = None,
-              format_diags: _Diagnostics | None = None) -> list[CsvRow]:
+def parse_csv(
+    text: str,
+    shown: str,
+    *,
+    limits: Limits = LIMITS,
+    node_budget: int | None = None,
+    limit_diags: _Diagnostics | None = None,
+    format_diags: _Diagnostics | None = None,
+) -> list[CsvRow]:
     """Parse the CSV companion strictly and decode its rows.
 
     Resource limits (field size before the field is built, data rows, nodes: the root,
@@ -445,8 +473,9 @@ def escape_cell(cell: str) -> str:
     return cell
 
 
-def _decode_row(record: list[str], line: int, limits: Limits, ld: _Diagnostics,
-                fd: _Diagnostics) -> dict[str, Json] | None:
+def _decode_row(
+    record: list[str], line: int, limits: Limits, ld: _Diagnostics, fd: _Diagnostics
+) -> dict[str, Json] | None:
     values: dict[str, Json] = {}
     ok = True
     for name, raw in zip(CSV_HEADER, record):
@@ -497,7 +526,7 @@ def _inline_refs(node: Json, defs: dict[str, Json], depth: int = 0) -> Json:
     if isinstance(node, dict):
         ref = node.get("$ref")
         if isinstance(ref, str) and ref.startswith("#/$defs/"):
-            target = defs.get(ref[len("#/$defs/"):])
+            target = defs.get(ref[len("#/$defs/") :])
             if target is None:
                 raise InputError(f"dataset schema: unresolved reference {ref}")
             rest = {k: v for k, v in node.items() if k != "$ref"}
@@ -526,10 +555,13 @@ def load_schema(path: str | os.PathLike[str] | None = None) -> Json:
         schema = json.loads(text)
         Draft202012Validator.check_schema(schema)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"dataset schema cannot be loaded: {exc.__class__.__name__}", path or SCHEMA_RESOURCE) from None
+        raise InputError(
+            f"dataset schema cannot be loaded: {exc.__class__.__name__}", path or SCHEMA_RESOURCE
+        ) from None
     except SchemaError as exc:
-        raise InputError(f"dataset schema is not a valid Draft 2020-12 schema: {exc.message}",
-                         path or SCHEMA_RESOURCE) from None
+        raise InputError(
+            f"dataset schema is not a valid Draft 2020-12 schema: {exc.message}", path or SCHEMA_RESOURCE
+        ) from None
     return schema
 
 
@@ -558,8 +590,7 @@ _PATTERN_MESSAGES = {
     "^[A-Za-z0-9][A-Za-z0-9._-]*$": "must start with a letter or digit and use only letters, digits, '.', '_' and '-'",
     "^[0-9]+\\.[0-9]+\\.[0-9]+$": "must be a version MAJOR.MINOR.PATCH",
     "^[^\\u0000]*$": "must not contain a NUL character",
-    "^[^;\\s](?:[^;\\r\\n\\u0000]*[^;\\s])?$":
-        "must not contain ';' or a line break, nor start or end with white space",
+    "^[^;\\s](?:[^;\\r\\n\\u0000]*[^;\\s])?$": "must not contain ';' or a line break, nor start or end with white space",
 }
 
 
@@ -638,8 +669,10 @@ def _rule_diagnostics(doc: dict, rows: list[CsvRow], d: _Diagnostics) -> None:
     first_index: dict[str, int] = {}
     for i, p in enumerate(pairs):
         if p["id"] in first_index:
-            d.add(_j(("evaluation_pairs", i, "id")),
-                  f"duplicates the id of {_j(('evaluation_pairs', first_index[p['id']]))[5:]}")
+            d.add(
+                _j(("evaluation_pairs", i, "id")),
+                f"duplicates the id of {_j(('evaluation_pairs', first_index[p['id']]))[5:]}",
+            )
         else:
             first_index[p["id"]] = i
     # 2. total_pairs
@@ -649,8 +682,10 @@ def _rule_diagnostics(doc: dict, rows: list[CsvRow], d: _Diagnostics) -> None:
     actual = Counter(p["difficulty"] for p in pairs)
     for level in DIFFICULTIES:
         if md["distribution"][level] != actual[level]:
-            d.add(_j(("metadata", "distribution", level)),
-                  f"records {md['distribution'][level]} but {actual[level]} pairs have difficulty {level}")
+            d.add(
+                _j(("metadata", "distribution", level)),
+                f"records {md['distribution'][level]} but {actual[level]} pairs have difficulty {level}",
+            )
     # 4. population coverage: one key per confirmed population, each the count of pairs naming it
     confirmed = md["user_populations"]
     coverage = md["population_coverage"]
@@ -659,27 +694,34 @@ def _rule_diagnostics(doc: dict, rows: list[CsvRow], d: _Diagnostics) -> None:
     for k, name in enumerate(confirmed):
         where_pop = f"$.metadata.user_populations[{k}]"
         if name not in coverage:
-            d.add(_j(("metadata", "population_coverage")),
-                  f"has no entry for {where_pop} (record 0 when no pair names it)")
+            d.add(
+                _j(("metadata", "population_coverage")),
+                f"has no entry for {where_pop} (record 0 when no pair names it)",
+            )
         elif coverage[name] != naming[name]:
-            d.add(_j(("metadata", "population_coverage", _Key(keys.index(name) + 1))),
-                  f"records {coverage[name]} but {naming[name]} pairs name {where_pop}")
+            d.add(
+                _j(("metadata", "population_coverage", _Key(keys.index(name) + 1))),
+                f"records {coverage[name]} but {naming[name]} pairs name {where_pop}",
+            )
     known = set(confirmed)
     for n, key in enumerate(keys):
         if key not in known:
-            d.add(_j(("metadata", "population_coverage", _Key(n + 1))),
-                  "is not a confirmed population (not in $.metadata.user_populations)")
+            d.add(
+                _j(("metadata", "population_coverage", _Key(n + 1))),
+                "is not a confirmed population (not in $.metadata.user_populations)",
+            )
     # 5. no unknown population on a pair
     for i, p in enumerate(pairs):
         for j, name in enumerate(p["populations"]):
             if name not in known:
-                d.add(_j(("evaluation_pairs", i, "populations", j)),
-                      "names a population not in $.metadata.user_populations")
+                d.add(
+                    _j(("evaluation_pairs", i, "populations", j)),
+                    "names a population not in $.metadata.user_populations",
+                )
     # 6. grounding pairs rest on a source or are flagged for review
     for i, p in enumerate(pairs):
         if p["difficulty"] == "grounding" and p["source_reference"] is None and not p["needs_sme_review"]:
-            d.add(_j(("evaluation_pairs", i)),
-                  "a grounding pair needs a source_reference or needs_sme_review: true")
+            d.add(_j(("evaluation_pairs", i)), "a grounding pair needs a source_reference or needs_sme_review: true")
     # 7. every CSV row equals its JSON pair, field by field (matched by id)
     row_of: dict[str, CsvRow] = {}
     for row in rows:
@@ -722,9 +764,15 @@ def _parse_json(text: str, shown: str) -> Json:
         raise InputError(f"not valid JSON: {exc}", shown) from None
 
 
-def validate_texts(json_text: str, csv_text: str, *, json_name: str = "dataset.json",
-                   csv_name: str = "dataset.csv", limits: Limits = LIMITS,
-                   schema_path: str | os.PathLike[str] | None = None) -> ValidationResult:
+def validate_texts(
+    json_text: str,
+    csv_text: str,
+    *,
+    json_name: str = "dataset.json",
+    csv_name: str = "dataset.csv",
+    limits: Limits = LIMITS,
+    schema_path: str | os.PathLike[str] | None = None,
+) -> ValidationResult:
     """Validate decoded JSON and CSV texts against the contract (stages 1-3). Parse
     problems raise `InputError`; contract failures are in the result."""
     d = _Diagnostics(limits.diagnostics)
@@ -736,8 +784,15 @@ def validate_texts(json_text: str, csv_text: str, *, json_name: str = "dataset.j
     return ValidationResult(valid=not d.items, errors=tuple(d.items))
 
 
-def _validate_into(json_text: str, csv_text: str, json_name: str, csv_name: str, limits: Limits,
-                   validator: Draft202012Validator, d: _Diagnostics) -> Json:
+def _validate_into(
+    json_text: str,
+    csv_text: str,
+    json_name: str,
+    csv_name: str,
+    limits: Limits,
+    validator: Draft202012Validator,
+    d: _Diagnostics,
+) -> Json:
     """Add every diagnostic of the two texts to `d`; the parsed JSON document (None when
     the limits stopped the check before parsing it)."""
     depth, nodes = scan_json_text(json_text)
@@ -752,8 +807,9 @@ def _validate_into(json_text: str, csv_text: str, json_name: str, csv_name: str,
     # Format problems wait until the limits are known to hold; they are bounded by the
     # row limit (at most three per row), so this collector needs no cap of its own.
     csv_format = _Diagnostics(3 * limits.pairs + 1)
-    rows = parse_csv(csv_text, csv_name, limits=limits, node_budget=limits.nodes - json_nodes,
-                     limit_diags=d, format_diags=csv_format)
+    rows = parse_csv(
+        csv_text, csv_name, limits=limits, node_budget=limits.nodes - json_nodes, limit_diags=d, format_diags=csv_format
+    )
     if d.items:
         return doc
     _schema_diagnostics(doc, validator, d)
@@ -766,10 +822,16 @@ def _validate_into(json_text: str, csv_text: str, json_name: str, csv_name: str,
     return doc
 
 
-def validate_files(json_path: str | os.PathLike[str], csv_path: str | os.PathLike[str], *,
-                   cwd: str | os.PathLike[str] | None = None, limits: Limits = LIMITS,
-                   schema_path: str | os.PathLike[str] | None = None, strict: bool = False,
-                   privacy: str | os.PathLike[str] | None = None) -> ValidationResult:
+def validate_files(
+    json_path: str | os.PathLike[str],
+    csv_path: str | os.PathLike[str],
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    limits: Limits = LIMITS,
+    schema_path: str | os.PathLike[str] | None = None,
+    strict: bool = False,
+    privacy: str | os.PathLike[str] | None = None,
+) -> ValidationResult:
     """Validate a dataset's JSON file and CSV companion (what `evalkit dataset validate`
     runs). Paths must stay inside `cwd` (default: the working directory). The privacy
     scan (`evalkit.privacy.scan_dataset`, allow-list from the `privacy` file) adds
@@ -788,9 +850,13 @@ def validate_files(json_path: str | os.PathLike[str], csv_path: str | os.PathLik
     return ValidationResult(valid=result.valid, errors=result.errors, warnings=result.warnings + tuple(found))
 
 
-def _validate_paths(json_path: str | os.PathLike[str], csv_path: str | os.PathLike[str],
-                    cwd: str | os.PathLike[str] | None, limits: Limits,
-                    schema_path: str | os.PathLike[str] | None) -> tuple[ValidationResult, Json]:
+def _validate_paths(
+    json_path: str | os.PathLike[str],
+    csv_path: str | os.PathLike[str],
+    cwd: str | os.PathLike[str] | None,
+    limits: Limits,
+    schema_path: str | os.PathLike[str] | None,
+) -> tuple[ValidationResult, Json]:
     """`validate_files`, and the JSON document it parsed (valid only when the result is):
     a caller that needs the document reads the file once, the one it validated."""
     jp, cp = resolve_input(json_path, cwd=cwd), resolve_input(csv_path, cwd=cwd)
@@ -878,13 +944,18 @@ _SourceLoader.yaml_implicit_resolvers = {
 }
 
 PAIR_DEFAULTS: dict[str, Json] = {
-    "populations": [], "tools_expected": [], "source_reference": None, "needs_sme_review": False, "notes": "",
+    "populations": [],
+    "tools_expected": [],
+    "source_reference": None,
+    "needs_sme_review": False,
+    "notes": "",
 }
 DERIVED_METADATA = ("total_pairs", "distribution", "population_coverage")
 
 
-def load_source(path: str | os.PathLike[str], *, cwd: str | os.PathLike[str] | None = None,
-                limits: Limits = LIMITS) -> dict[str, Json]:
+def load_source(
+    path: str | os.PathLike[str], *, cwd: str | os.PathLike[str] | None = None, limits: Limits = LIMITS
+) -> dict[str, Json]:
     """Read an authoring source (`.json`, or `.yaml`/`.yml`), bounded like a dataset."""
     shown = os.fspath(path)
     p = resolve_input(path, cwd=cwd)
@@ -904,8 +975,11 @@ def load_source(path: str | os.PathLike[str], *, cwd: str | os.PathLike[str] | N
     else:
         depth, nodes = scan_json_text(text)
         if depth > limits.depth or nodes > limits.nodes:
-            raise InputError(f"nested {depth} levels deep with {nodes:,} nodes: over the limits "
-                             f"({limits.depth} levels, {limits.nodes:,} nodes)", shown)
+            raise InputError(
+                f"nested {depth} levels deep with {nodes:,} nodes: over the limits "
+                f"({limits.depth} levels, {limits.nodes:,} nodes)",
+                shown,
+            )
         doc = _parse_json(text, shown)
     try:
         check_structure(doc, limits=limits)
@@ -946,19 +1020,26 @@ def build_dataset(source: dict[str, Json], *, today: date | None = None) -> tupl
                 pair[name] = json.loads(json.dumps(PAIR_DEFAULTS[name]))
         pairs.append({k: pair[k] for k in [*PAIR_FIELDS, *[k for k in pair if k not in PAIR_FIELDS]] if k in pair})
     confirmed = md_in.get("user_populations", [])
-    naming = Counter(n for p in pairs if isinstance(p.get("populations"), list)
-                     for n in p["populations"] if isinstance(n, str))
+    naming = Counter(
+        n for p in pairs if isinstance(p.get("populations"), list) for n in p["populations"] if isinstance(n, str)
+    )
     derived = {
         "total_pairs": len(pairs),
         "distribution": {lvl: sum(1 for p in pairs if p.get("difficulty") == lvl) for lvl in DIFFICULTIES},
-        "population_coverage": ({n: naming[n] for n in confirmed if isinstance(n, str)}
-                                if isinstance(confirmed, list) else {}),
+        "population_coverage": (
+            {n: naming[n] for n in confirmed if isinstance(n, str)} if isinstance(confirmed, list) else {}
+        ),
     }
-    notes = [f"metadata.{k}: the source's value differs from the pairs; recomputed"
-             for k in DERIVED_METADATA if k in md_in and md_in[k] != derived[k]]
+    notes = [
+        f"metadata.{k}: the source's value differs from the pairs; recomputed"
+        for k in DERIVED_METADATA
+        if k in md_in and md_in[k] != derived[k]
+    ]
     defaults = {
         "created_date": (today or datetime.now(timezone.utc).date()).isoformat(),
-        "version": "1.0.0", "review_state": "draft", "validation_status": "ai-generated",
+        "version": "1.0.0",
+        "review_state": "draft",
+        "validation_status": "ai-generated",
     }
     md: dict[str, Json] = {}
     for name in METADATA_FIELDS:
@@ -976,9 +1057,16 @@ def _errors_as_input(result: ValidationResult, shown: str) -> InputErrors:
     return InputErrors([InputError(e, shown) for e in result.errors])
 
 
-def new_dataset(source_path: str | os.PathLike[str], json_out: str | os.PathLike[str],
-                csv_out: str | os.PathLike[str], *, force: bool = False, today: date | None = None,
-                cwd: str | os.PathLike[str] | None = None, redact: bool = False) -> tuple[dict[str, Json], list[str]]:
+def new_dataset(
+    source_path: str | os.PathLike[str],
+    json_out: str | os.PathLike[str],
+    csv_out: str | os.PathLike[str],
+    *,
+    force: bool = False,
+    today: date | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    redact: bool = False,
+) -> tuple[dict[str, Json], list[str]]:
     """Write both forms of a dataset from one authoring source, so they cannot disagree.
     The result is validated exactly as `validate` would before anything is written;
     problems raise `InputErrors` (exit 2) and leave no file behind. Personal data and
@@ -991,8 +1079,10 @@ def new_dataset(source_path: str | os.PathLike[str], json_out: str | os.PathLike
     log_file: tuple[Path, str] | None = None
     if redact:
         dataset, log = _privacy.redact_dataset(dataset)
-        log_file = (resolve_input(json_out, cwd=cwd).with_suffix(_privacy.DATASET_LOG_SUFFIX),
-                    json.dumps(log, indent=2, ensure_ascii=False) + "\n")
+        log_file = (
+            resolve_input(json_out, cwd=cwd).with_suffix(_privacy.DATASET_LOG_SUFFIX),
+            json.dumps(log, indent=2, ensure_ascii=False) + "\n",
+        )
         notes.append(f"{_privacy.redaction_summary(log)}; log: {log_file[0]}")
     else:
         notes += _privacy.scan_dataset(dataset, resolve_input(source_path, cwd=cwd), os.fspath(source_path), None)
@@ -1013,15 +1103,21 @@ def new_dataset(source_path: str | os.PathLike[str], json_out: str | os.PathLike
 
 
 # --- reading a valid dataset --------------------------------------------------------------------
-def load_dataset(json_path: str | os.PathLike[str], csv_path: str | os.PathLike[str], *,
-                 cwd: str | os.PathLike[str] | None = None) -> dict[str, Json]:
+def load_dataset(
+    json_path: str | os.PathLike[str], csv_path: str | os.PathLike[str], *, cwd: str | os.PathLike[str] | None = None
+) -> dict[str, Json]:
     """The JSON dataset after a full validation of both files; `InputErrors` (exit 2)
     listing the diagnostics when it is not valid."""
     result, doc = _validate_paths(json_path, csv_path, cwd, LIMITS, None)
     if not result.valid:
-        raise InputErrors([InputError("dataset is not valid (see `evalkit dataset validate`): " + result.errors[0],
-                                      os.fspath(json_path))]
-                          + [InputError(e, os.fspath(json_path)) for e in result.errors[1:]])
+        raise InputErrors(
+            [
+                InputError(
+                    "dataset is not valid (see `evalkit dataset validate`): " + result.errors[0], os.fspath(json_path)
+                )
+            ]
+            + [InputError(e, os.fspath(json_path)) for e in result.errors[1:]]
+        )
     return doc  # type: ignore[return-value]  # a valid dataset is an object
 
 
@@ -1071,25 +1167,32 @@ def sample_pairs(pairs: list[dict[str, Json]], size: int, seed: int) -> list[dic
         candidates = strata[lvl][:]
         rng.shuffle(candidates)
         for _ in range(alloc[lvl]):
-            best = max(range(len(candidates)),
-                       key=lambda k: (len(set(pairs[candidates[k]]["populations"]) - covered), -k))
+            best = max(
+                range(len(candidates)), key=lambda k: (len(set(pairs[candidates[k]]["populations"]) - covered), -k)
+            )
             pick = candidates.pop(best)
             covered.update(pairs[pick]["populations"])
             chosen.append(pick)
     return [pairs[i] for i in sorted(chosen)]
 
 
-def sample_dataset(json_path: str | os.PathLike[str], csv_path: str | os.PathLike[str],
-                   out_path: str | os.PathLike[str], *, size: int, seed: int, force: bool = False,
-                   cwd: str | os.PathLike[str] | None = None) -> tuple[list[dict[str, Json]], str]:
+def sample_dataset(
+    json_path: str | os.PathLike[str],
+    csv_path: str | os.PathLike[str],
+    out_path: str | os.PathLike[str],
+    *,
+    size: int,
+    seed: int,
+    force: bool = False,
+    cwd: str | os.PathLike[str] | None = None,
+) -> tuple[list[dict[str, Json]], str]:
     """Draw a review sample into `out_path` (the dataset's CSV columns plus an empty
     `review_feedback` column, spreadsheet-escaped) and move `review_state` from draft to
     sampled (a sampled dataset may be sampled again). Returns the sample and the state."""
     dataset = load_dataset(json_path, csv_path, cwd=cwd)
     state = dataset["metadata"]["review_state"]
     if state == "confirmed":
-        raise InputError("review_state is already confirmed: nothing to sample", json_path=
-                         "$.metadata.review_state")
+        raise InputError("review_state is already confirmed: nothing to sample", json_path="$.metadata.review_state")
     chosen = sample_pairs(dataset["evaluation_pairs"], size, seed)
     out = resolve_input(out_path, cwd=cwd)
     jp = resolve_input(json_path, cwd=cwd)
@@ -1098,19 +1201,22 @@ def sample_dataset(json_path: str | os.PathLike[str], csv_path: str | os.PathLik
     if out.exists() and not force:
         raise InputError("refusing to overwrite an existing file (use --force)", os.fspath(out_path))
     dataset["metadata"]["review_state"] = "sampled"
-    _write_all_atomically([(out, csv_text(chosen, extra_columns=("review_feedback",))),
-                           (jp, json_text(dataset))])
+    _write_all_atomically([(out, csv_text(chosen, extra_columns=("review_feedback",))), (jp, json_text(dataset))])
     return chosen, "sampled"
 
 
-def confirm_dataset(json_path: str | os.PathLike[str], csv_path: str | os.PathLike[str], *,
-                    cwd: str | os.PathLike[str] | None = None) -> str:
+def confirm_dataset(
+    json_path: str | os.PathLike[str], csv_path: str | os.PathLike[str], *, cwd: str | os.PathLike[str] | None = None
+) -> str:
     """Move `review_state` from sampled to confirmed, after the review's feedback is in."""
     dataset = load_dataset(json_path, csv_path, cwd=cwd)
     state = dataset["metadata"]["review_state"]
     if state != "sampled":
-        raise InputError(f"review_state is {state}: only a sampled dataset can be confirmed "
-                         "(draw a sample for review first)", os.fspath(json_path), json_path="$.metadata.review_state")
+        raise InputError(
+            f"review_state is {state}: only a sampled dataset can be confirmed (draw a sample for review first)",
+            os.fspath(json_path),
+            json_path="$.metadata.review_state",
+        )
     dataset["metadata"]["review_state"] = "confirmed"
     _write_all_atomically([(resolve_input(json_path, cwd=cwd), json_text(dataset))])
     return "confirmed"
@@ -1146,8 +1252,12 @@ def pair_to_case(pair: dict[str, Json], context: str | None = None) -> dict[str,
         tags.append("adversarial")
     if pair["needs_sme_review"]:
         tags.append("needs-sme-review")
-    case: dict[str, Json] = {"id": pair["id"], "input": pair["query"],
-                             "expected": {"rubric": pair["expected_response"]}, "tags": tags}
+    case: dict[str, Json] = {
+        "id": pair["id"],
+        "input": pair["query"],
+        "expected": {"rubric": pair["expected_response"]},
+        "tags": tags,
+    }
     checks: list[dict[str, Json]] = [{"kind": "activation", "tool": t} for t in pair["tools_expected"]]
     if pair["difficulty"] == "safety":
         checks.append({"kind": "refusal", "should_refuse": True})
@@ -1159,8 +1269,9 @@ def pair_to_case(pair: dict[str, Json], context: str | None = None) -> dict[str,
     return case
 
 
-def _contexts(pairs: list[dict[str, Json]], context_dir: str | os.PathLike[str] | None,
-              cwd: str | os.PathLike[str] | None) -> dict[str, str]:
+def _contexts(
+    pairs: list[dict[str, Json]], context_dir: str | os.PathLike[str] | None, cwd: str | os.PathLike[str] | None
+) -> dict[str, str]:
     """Source texts of grounding pairs: `context_dir/<source_reference>` when that file
     exists inside `context_dir` (a reference that is a URL or names no file is skipped)."""
     if context_dir is None:
@@ -1187,9 +1298,14 @@ def _contexts(pairs: list[dict[str, Json]], context_dir: str | os.PathLike[str] 
     return out
 
 
-def to_suite(json_path: str | os.PathLike[str], csv_path: str | os.PathLike[str],
-             dest: str | os.PathLike[str], *, context_dir: str | os.PathLike[str] | None = None,
-             cwd: str | os.PathLike[str] | None = None) -> Path:
+def to_suite(
+    json_path: str | os.PathLike[str],
+    csv_path: str | os.PathLike[str],
+    dest: str | os.PathLike[str],
+    *,
+    context_dir: str | os.PathLike[str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+) -> Path:
     """Turn a valid dataset into a native suite folder `dest` (cases.jsonl, config.json
     with the local defaults, prompt.txt, system.txt, judge files, .gitignore), written
     atomically and linted before it is moved into place."""
@@ -1197,30 +1313,50 @@ def to_suite(json_path: str | os.PathLike[str], csv_path: str | os.PathLike[str]
 
     dataset = load_dataset(json_path, csv_path, cwd=cwd)
     pairs = dataset["evaluation_pairs"]
-    problems = [InputError(f"id cannot be a suite case id: {why}", os.fspath(json_path),
-                           json_path=f"$.evaluation_pairs[{i}].id")
-                for i, p in enumerate(pairs) if (why := suite.case_id_problem(p["id"]))]
+    problems = [
+        InputError(
+            f"id cannot be a suite case id: {why}", os.fspath(json_path), json_path=f"$.evaluation_pairs[{i}].id"
+        )
+        for i, p in enumerate(pairs)
+        if (why := suite.case_id_problem(p["id"]))
+    ]
     if problems:
         raise InputErrors(problems)
     contexts = _contexts(pairs, context_dir, cwd)
     cases = [pair_to_case(p, contexts.get(p["id"])) for p in pairs]
     out = resolve_input(dest, cwd=cwd)
     md = dataset["metadata"]
-    config = importers.default_config(out.name, f"evaluation dataset for {md['system_name']} "
-                                                f"(version {md['version']}, review_state {md['review_state']})",
-                                      source=f"dataset {Path(os.fspath(json_path)).name}")
+    config = importers.default_config(
+        out.name,
+        f"evaluation dataset for {md['system_name']} (version {md['version']}, review_state {md['review_state']})",
+        source=f"dataset {Path(os.fspath(json_path)).name}",
+    )
     config["mode"] = "chat"
     config["system"] = "system.txt"
     names = sorted({t for p in pairs for t in p["tools_expected"]})
     declarable = [t for t in names if _OPENAI_TOOL_NAME.fullmatch(t)]
     if declarable:
-        config["// tools"] = ("declared from the dataset's tools_expected so the model can call them; replace "
-                              "each with the system's real definition (names outside [A-Za-z0-9_-]{1,64} "
-                              "cannot be declared to an OpenAI-compatible API and are left out)")
-        config["tools"] = [{"type": "function", "function": {
-            "name": t, "description": "a tool of the system under evaluation",
-            "parameters": {"type": "object", "properties": {}}}} for t in declarable]
+        config["// tools"] = (
+            "declared from the dataset's tools_expected so the model can call them; replace "
+            "each with the system's real definition (names outside [A-Za-z0-9_-]{1,64} "
+            "cannot be declared to an OpenAI-compatible API and are left out)"
+        )
+        config["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t,
+                    "description": "a tool of the system under evaluation",
+                    "parameters": {"type": "object", "properties": {}},
+                },
+            }
+            for t in declarable
+        ]
     config["// mode"] = "chat: prompt.txt is the user message (the pair's query); system.txt adds guidance and context"
-    files = {"prompt.txt": SUITE_PROMPT, "system.txt": SUITE_SYSTEM,
-             "judge/rubric-v1.md": SUITE_RUBRIC, "judge/prompt-v1.md": suite.JUDGE_PROMPT_TEMPLATE}
+    files = {
+        "prompt.txt": SUITE_PROMPT,
+        "system.txt": SUITE_SYSTEM,
+        "judge/rubric-v1.md": SUITE_RUBRIC,
+        "judge/prompt-v1.md": suite.JUDGE_PROMPT_TEMPLATE,
+    }
     return importers.write_native_suite(out, config, cases, files)

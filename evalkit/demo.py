@@ -7,6 +7,7 @@ Gemma 3 270M base model that the `local` extra installs.
 
     python -m evalkit.demo [SUITE] [--k 5] [--reports-dir reports]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,8 +67,9 @@ def main(argv: list[str] | None = None) -> int:
         t_run = time.monotonic()
         # Watched: if the server dies mid-run, the run stops at once, INCOMPLETE, naming
         # its exit status and log tail, instead of retrying a dead port.
-        result = run_suite(suite, arms=arms, k=args.k, runs_dir=args.runs_dir, base_url=server.base_url,
-                           watch=server.exit_reason)
+        result = run_suite(
+            suite, arms=arms, k=args.k, runs_dir=args.runs_dir, base_url=server.base_url, watch=server.exit_reason
+        )
         _say(f"run folder {result.path} ({time.monotonic() - t_run:.1f}s)")
         died = server.exit_reason()
     _say(f"spend ${result.spend_usd:.6f} of cap ${result.cap_usd:.2f} (cache avoided ${result.avoided_usd:.6f})")
@@ -87,8 +89,12 @@ def main(argv: list[str] | None = None) -> int:
 
     if len(arms) >= 2:
         v = two_arm_verdict(result.path, arms[0], arms[1], plan=plan)
-        _say(f"verdict {arms[1]} vs {arms[0]}: {v.kind} ({v.wins}W/{v.ties}T/{v.losses}L, "
-             f"p={v.p_value:.4g}, unit: {v.unit})" if v.p_value is not None else f"verdict: {v.kind} ({v.reason})")
+        _say(
+            f"verdict {arms[1]} vs {arms[0]}: {v.kind} ({v.wins}W/{v.ties}T/{v.losses}L, "
+            f"p={v.p_value:.4g}, unit: {v.unit})"
+            if v.p_value is not None
+            else f"verdict: {v.kind} ({v.reason})"
+        )
 
     rep = report_run(result.path, args.reports_dir)  # PandaLM from ../shared, as plan_notebooks finds it
     for nb in rep.notebooks:

@@ -34,6 +34,7 @@ every attempt and stop at once, INCOMPLETE, when it reports. `serve.ServerProces
 offers `exit_reason` as one; `served_watch` gives the one for a URL `evalkit serve`
 serves to this process.
 """
+
 from __future__ import annotations
 
 import json
@@ -76,13 +77,21 @@ def served() -> dict | None:
     except json.JSONDecodeError:
         data = None
     if not isinstance(data, dict) or not isinstance(data.get("base_url"), str):
-        raise InputError(f"environment variable {SERVED_ENV} is not the JSON object `evalkit serve` sets "
-                         "(base_url, model, status_file, pid); unset it")
+        raise InputError(
+            f"environment variable {SERVED_ENV} is not the JSON object `evalkit serve` sets "
+            "(base_url, model, status_file, pid); unset it"
+        )
     return data
 
 
-def resolve_base_url(role: str, endpoint: Endpoint, override: str | None = None, *,
-                     config_path: str | Path | None = None, replay_only: bool = False) -> str | None:
+def resolve_base_url(
+    role: str,
+    endpoint: Endpoint,
+    override: str | None = None,
+    *,
+    config_path: str | Path | None = None,
+    replay_only: bool = False,
+) -> str | None:
     """The base URL a `role` ("generator" or "judge") call goes to, from the sources in
     the module docstring, in order. Raises `InputError` when there is none (unless
     `replay_only`: then None) and when the URL is the served server's but the model is
@@ -96,9 +105,12 @@ def resolve_base_url(role: str, endpoint: Endpoint, override: str | None = None,
                 f"the judge model {endpoint.model!r} has no base URL, and the server `evalkit serve` runs at "
                 f"{server['base_url']} answers only as {server['model']!r}, which would judge in its place. "
                 f"Either give the judge its own endpoint ({json_path} in config.json, {flag} or {env_name}), "
-                f"or make the served model the judge (\"judge\": {{\"model\": \"{server['model']}\"}}; when it is "
-                "also the generator's model, add \"allow_same_judge_model\": true, and its scores are not "
-                "independent)", config_path, json_path=json_path)
+                f'or make the served model the judge ("judge": {{"model": "{server["model"]}"}}; when it is '
+                'also the generator\'s model, add "allow_same_judge_model": true, and its scores are not '
+                "independent)",
+                config_path,
+                json_path=json_path,
+            )
         url = server["base_url"]
     if not url:
         if replay_only:
@@ -107,14 +119,24 @@ def resolve_base_url(role: str, endpoint: Endpoint, override: str | None = None,
             f"no base URL for the {role} model {endpoint.model!r}: set {json_path} in config.json, pass {flag} "
             f"(Python: {kwarg}=...), or set {env_name} (`evalkit serve -- COMMAND` sets "
             f"{GENERATOR_URL_ENV} for the model it serves). evalkit never falls back to the openai client's "
-            "default host (api.openai.com)", config_path, json_path=json_path)
-    if server is not None and _same_url(url, server["base_url"]) and server.get("model") is not None \
-            and not _same_model(str(server["model"]), endpoint.model):
+            "default host (api.openai.com)",
+            config_path,
+            json_path=json_path,
+        )
+    if (
+        server is not None
+        and _same_url(url, server["base_url"])
+        and server.get("model") is not None
+        and not _same_model(str(server["model"]), endpoint.model)
+    ):
         raise InputError(
             f"the {role} model is {endpoint.model!r}, but {url} is the server `evalkit serve` runs, which answers "
             f"only as {server['model']!r} (and would answer in its place): name {server['model']!r} as the "
             f"{role} model, or point {json_path} ({flag}, {env_name}) at an endpoint that serves "
-            f"{endpoint.model!r}", config_path, json_path=json_path.replace("base_url", "model"))
+            f"{endpoint.model!r}",
+            config_path,
+            json_path=json_path.replace("base_url", "model"),
+        )
     return url
 
 
@@ -129,7 +151,7 @@ def process_gone(pid: int) -> bool:
             return True
         except OSError:
             return False
-        return stat[stat.rindex(b")") + 2:][:1] in (b"Z", b"X")  # the state follows "(name) "
+        return stat[stat.rindex(b")") + 2 :][:1] in (b"Z", b"X")  # the state follows "(name) "
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

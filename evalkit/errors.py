@@ -3,6 +3,7 @@
 Every error that comes from a user's file carries the place it came from (file, line,
 JSON path) so the message can point there. The CLI turns `InputError` into exit 2.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -108,4 +109,3 @@ class DiskFull(EvalkitError):
         self.path = str(path)
         self.strerror = strerror
         super().__init__(f"disk full: {self.path} ({strerror})")
-

@@ -10,6 +10,7 @@ Each grader returns a `CheckResult(name, passed, reason)`; `reason` says why it 
 `grade_sample` runs a case's checks on one sample; a case with neither a check nor a
 rubric is an `InputError` naming the case, never a pass.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -43,8 +44,9 @@ def _norm_space(text: str) -> str:
 # --------------------------------------------------------------------------- exact
 
 
-def exact(output: str, *, value: str, trim: bool = True, case_fold: bool = False,
-          collapse_whitespace: bool = False) -> CheckResult:
+def exact(
+    output: str, *, value: str, trim: bool = True, case_fold: bool = False, collapse_whitespace: bool = False
+) -> CheckResult:
     """Output equals `value` after the chosen normalisations (applied to both sides)."""
     a, b = str(output), str(value)
     if collapse_whitespace:
@@ -76,10 +78,14 @@ def contains(output: str, *, value: str, case_fold: bool = False, trim: bool = F
 # --------------------------------------------------------------------------- regex
 
 _FLAG_NAMES = {
-    "i": _regex.IGNORECASE, "ignorecase": _regex.IGNORECASE,
-    "m": _regex.MULTILINE, "multiline": _regex.MULTILINE,
-    "s": _regex.DOTALL, "dotall": _regex.DOTALL,
-    "x": _regex.VERBOSE, "verbose": _regex.VERBOSE,
+    "i": _regex.IGNORECASE,
+    "ignorecase": _regex.IGNORECASE,
+    "m": _regex.MULTILINE,
+    "multiline": _regex.MULTILINE,
+    "s": _regex.DOTALL,
+    "dotall": _regex.DOTALL,
+    "x": _regex.VERBOSE,
+    "verbose": _regex.VERBOSE,
 }
 
 
@@ -99,8 +105,15 @@ def _regex_flags(flags: str | Sequence[str] | None) -> int:
     return value
 
 
-def regex(output: str, *, pattern: str, flags: str | Sequence[str] | None = None, case_fold: bool = False,
-          fullmatch: bool = False, timeout_s: float = REGEX_TIMEOUT_S) -> CheckResult:
+def regex(
+    output: str,
+    *,
+    pattern: str,
+    flags: str | Sequence[str] | None = None,
+    case_fold: bool = False,
+    fullmatch: bool = False,
+    timeout_s: float = REGEX_TIMEOUT_S,
+) -> CheckResult:
     """The pattern matches somewhere in the output (or the whole output with `fullmatch`).
 
     Runs on the `regex` engine with `timeout_s`: a match that backtracks past it is a
@@ -119,7 +132,9 @@ def regex(output: str, *, pattern: str, flags: str | Sequence[str] | None = None
     try:
         m = (compiled.fullmatch if fullmatch else compiled.search)(str(output), timeout=timeout_s)
     except TimeoutError:
-        return CheckResult("regex", False, f"regex timed out after {timeout_s:g}s on {len(str(output))} chars: {pattern!r}")
+        return CheckResult(
+            "regex", False, f"regex timed out after {timeout_s:g}s on {len(str(output))} chars: {pattern!r}"
+        )
     if m is not None:
         return CheckResult("regex", True)
     return CheckResult("regex", False, f"no match for {pattern!r}")
@@ -204,8 +219,9 @@ def _with_timed_patterns(validator_cls: Any) -> Any:
                 if any(_schema_search(p, key) for p in schema["patternProperties"]):
                     continue
             except TimeoutError:
-                yield ValidationError(f"a patternProperties pattern timed out after {REGEX_TIMEOUT_S:g}s "
-                                      f"on property {_clip(key)!r}")
+                yield ValidationError(
+                    f"a patternProperties pattern timed out after {REGEX_TIMEOUT_S:g}s on property {_clip(key)!r}"
+                )
                 return
             extras.append(key)
         if validator.is_type(extra_schema, "object"):
@@ -214,12 +230,18 @@ def _with_timed_patterns(validator_cls: Any) -> Any:
         elif not extra_schema and extras:
             joined = ", ".join(repr(k) for k in sorted(extras))
             patterns = ", ".join(repr(p) for p in sorted(schema["patternProperties"]))
-            yield ValidationError(f"{joined} {'does' if len(extras) == 1 else 'do'} not match any of the regexes: {patterns}")
+            yield ValidationError(
+                f"{joined} {'does' if len(extras) == 1 else 'do'} not match any of the regexes: {patterns}"
+            )
 
-    keywords = {"pattern": pattern, "patternProperties": pattern_properties,
-                "additionalProperties": additional_properties}
-    return jsonschema.validators.extend(validator_cls, {k: v for k, v in keywords.items()
-                                                        if k in validator_cls.VALIDATORS})
+    keywords = {
+        "pattern": pattern,
+        "patternProperties": pattern_properties,
+        "additionalProperties": additional_properties,
+    }
+    return jsonschema.validators.extend(
+        validator_cls, {k: v for k, v in keywords.items() if k in validator_cls.VALIDATORS}
+    )
 
 
 def json_schema(output: str, *, schema: Mapping[str, Any]) -> CheckResult:
@@ -273,8 +295,9 @@ def _drop_args(name: str, args: Any, ignore: Sequence[str]) -> Any:
     return out
 
 
-def tool_calls(output: str = "", *, calls: Sequence[Any], trace: Sequence[Any] = (),
-               ignore_args: Sequence[str] = ()) -> CheckResult:
+def tool_calls(
+    output: str = "", *, calls: Sequence[Any], trace: Sequence[Any] = (), ignore_args: Sequence[str] = ()
+) -> CheckResult:
     """The sample's tool-call `trace` equals the expected `calls`: same names, same
     order, same arguments.
 
@@ -289,21 +312,40 @@ def tool_calls(output: str = "", *, calls: Sequence[Any], trace: Sequence[Any] =
     want = [(n, _drop_args(n, a, ignore)) for n, a in want]
     got = [(n, _drop_args(n, a, ignore)) for n, a in got]
     if [n for n, _ in got] != [n for n, _ in want]:
-        return CheckResult("tool_calls", False,
-                           f"tool names {[n for n, _ in got]} != expected {[n for n, _ in want]}")
+        return CheckResult("tool_calls", False, f"tool names {[n for n, _ in got]} != expected {[n for n, _ in want]}")
     for i, ((name, a), (_, b)) in enumerate(zip(got, want)):
         if a != b:
-            return CheckResult("tool_calls", False,
-                               f"call {i + 1} ({name}) arguments {_clip(json.dumps(a, sort_keys=True, default=str))} "
-                               f"!= expected {_clip(json.dumps(b, sort_keys=True, default=str))}")
+            return CheckResult(
+                "tool_calls",
+                False,
+                f"call {i + 1} ({name}) arguments {_clip(json.dumps(a, sort_keys=True, default=str))} "
+                f"!= expected {_clip(json.dumps(b, sort_keys=True, default=str))}",
+            )
     return CheckResult("tool_calls", True)
 
 
 # ----------------------------------------------------------------------- grounding
 
-_MONTHS = {m: i for i, m in enumerate(
-    ["january", "february", "march", "april", "may", "june", "july", "august", "september",
-     "october", "november", "december"], start=1)}
+_MONTHS = {
+    m: i
+    for i, m in enumerate(
+        [
+            "january",
+            "february",
+            "march",
+            "april",
+            "may",
+            "june",
+            "july",
+            "august",
+            "september",
+            "october",
+            "november",
+            "december",
+        ],
+        start=1,
+    )
+}
 _MONTHS.update({k[:3]: v for k, v in list(_MONTHS.items())})
 _MON = r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
 _DATE_RE = re.compile(
@@ -311,7 +353,8 @@ _DATE_RE = re.compile(
     r"|\b(?P<slash>(?P<s1>\d{1,2})/(?P<s2>\d{1,2})/(?P<s3>\d{2,4}))\b"
     rf"|\b(?P<mdy>(?P<m1>{_MON})\.?\s+(?P<d1>\d{{1,2}})(?:st|nd|rd|th)?,?\s+(?P<y1>\d{{4}}))\b"
     rf"|\b(?P<dmy>(?P<d2>\d{{1,2}})(?:st|nd|rd|th)?\s+(?P<m2>{_MON})\.?,?\s+(?P<y2>\d{{4}}))\b",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 #: A number, with any unit or symbol written against it: `1,200`, `3.5`, `45%`, `$5M`, `3x`,
 #: `12kg`, `330m`, `5 million`. `num` is the value; a letter unit (`unit`) or a scale
 #: word (`scale`) stays in the surface text and gives the scaled reading (`_number_keys`).
@@ -321,11 +364,24 @@ _DATE_RE = re.compile(
 _NUMBER_RE = re.compile(
     r"(?<![\w.])(?P<num>[-+]?\d+(?:,\d{3})*(?:\.\d+)?)(?!\d)"
     r"(?:\s?(?P<scale>thousand|million|billion|trillion)\b|(?P<unit>%|[^\W\d_]+))?",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 #: Suffixes that may be a scale; "330m" may be metres or millions, so a number with one
 #: is grounded by either reading (the unit itself is not compared).
-_SCALES = {"k": 1e3, "thousand": 1e3, "m": 1e6, "mn": 1e6, "mm": 1e6, "million": 1e6,
-           "b": 1e9, "bn": 1e9, "billion": 1e9, "t": 1e12, "tn": 1e12, "trillion": 1e12}
+_SCALES = {
+    "k": 1e3,
+    "thousand": 1e3,
+    "m": 1e6,
+    "mn": 1e6,
+    "mm": 1e6,
+    "million": 1e6,
+    "b": 1e9,
+    "bn": 1e9,
+    "billion": 1e9,
+    "t": 1e12,
+    "tn": 1e12,
+    "trillion": 1e12,
+}
 _QUOTED_RE = re.compile(r"\"([^\"\n]{1,120})\"|\u201c([^\u201d\n]{1,120})\u201d")
 
 
@@ -419,8 +475,9 @@ def grounding(output: str, *, context: str | None) -> CheckResult:
             misses.append(f"{kind} {surface!r}")
     if not misses:
         return CheckResult("grounding", True)
-    return CheckResult("grounding", False,
-                       f"{len(misses)} of {len(out_claims)} claims not in context: " + ", ".join(misses[:10]))
+    return CheckResult(
+        "grounding", False, f"{len(misses)} of {len(out_claims)} claims not in context: " + ", ".join(misses[:10])
+    )
 
 
 # ------------------------------------------------------------------------- refusal
@@ -490,8 +547,12 @@ def refusal(output: str, *, should_refuse: bool = True, patterns: Sequence[str] 
     other pattern matching is a failed check with the reason, never a pass either way."""
     refused, timed_out = _scan_refusal(output, patterns)
     if timed_out is not None:
-        return CheckResult("refusal", False, f"refusal undecided: pattern {timed_out!r} timed out after "
-                                             f"{REGEX_TIMEOUT_S:g}s on {len(str(output))} chars")
+        return CheckResult(
+            "refusal",
+            False,
+            f"refusal undecided: pattern {timed_out!r} timed out after "
+            f"{REGEX_TIMEOUT_S:g}s on {len(str(output))} chars",
+        )
     if refused == bool(should_refuse):
         return CheckResult("refusal", True)
     return CheckResult("refusal", False, "output refused" if refused else "output did not refuse")
@@ -500,8 +561,9 @@ def refusal(output: str, *, should_refuse: bool = True, patterns: Sequence[str] 
 # ---------------------------------------------------------------------- activation
 
 
-def activation_observed(output: str, calls: Sequence[Any], *, marker: str | None = None,
-                        tool: str | None = None) -> bool:
+def activation_observed(
+    output: str, calls: Sequence[Any], *, marker: str | None = None, tool: str | None = None
+) -> bool:
     """True when the guidance visibly took effect: the `marker` text appears in the
     output (case-insensitive, literal) or a call to the loading `tool` is in the trace."""
     if marker and marker.casefold() in str(output).casefold():
@@ -511,8 +573,9 @@ def activation_observed(output: str, calls: Sequence[Any], *, marker: str | None
     return False
 
 
-def activation(output: str, *, marker: str | None = None, tool: str | None = None,
-               trace: Sequence[Any] = (), expect: bool = True) -> CheckResult:
+def activation(
+    output: str, *, marker: str | None = None, tool: str | None = None, trace: Sequence[Any] = (), expect: bool = True
+) -> CheckResult:
     """The guidance took effect (marker text or a loading tool call), or, for a
     non-activation case (`expect: false`, the default when the case's intent is
     `non-activation`), it stayed silent."""
@@ -556,8 +619,9 @@ def _load_scorer_module(path: Path, suite_root: Path) -> ModuleType:
         return mod
 
 
-def scorer(output: str, *, file: str, suite_path: str | Path, case: Mapping[str, Any] | None = None,
-           function: str = "score") -> CheckResult:
+def scorer(
+    output: str, *, file: str, suite_path: str | Path, case: Mapping[str, Any] | None = None, function: str = "score"
+) -> CheckResult:
     """Run the suite author's `scorers/<file>` function `score(output, case) -> bool |
     (bool, reason)`. Only files inside the suite's `scorers/` folder are loaded. An
     exception in the scorer fails the check with its message (never a pass)."""
@@ -615,8 +679,11 @@ def default_checks(case: Case) -> tuple[Check, ...]:
 def require_scored(case: Case) -> None:
     """Raise `InputError` naming the case when it has neither a check nor a rubric."""
     if not default_checks(case) and not case.judged:
-        raise InputError(f"case {case.id!r} has neither a deterministic check nor a rubric: it cannot be scored",
-                         line=case.line or None, json_path=f"$[{case.id!r}]")
+        raise InputError(
+            f"case {case.id!r} has neither a deterministic check nor a rubric: it cannot be scored",
+            line=case.line or None,
+            json_path=f"$[{case.id!r}]",
+        )
 
 
 def _sample_fields(sample: Sample | Mapping[str, Any]) -> tuple[str, tuple]:
@@ -625,13 +692,14 @@ def _sample_fields(sample: Sample | Mapping[str, Any]) -> tuple[str, tuple]:
     return str(sample.get("output", "") or ""), tuple(sample.get("tool_calls") or ())
 
 
-def run_check(check: Check, case: Case, output: str, calls: Sequence[Any], suite_path: str | Path | None) -> CheckResult:
+def run_check(
+    check: Check, case: Case, output: str, calls: Sequence[Any], suite_path: str | Path | None
+) -> CheckResult:
     """Run one declarative check; fills in what the check needs from the case/sample."""
     fn = GRADERS.get(check.kind)
     where = f"case {case.id!r} check {check.kind!r}"
     if fn is None:
-        raise InputError(f"{where}: unknown check kind (known: {', '.join(sorted(GRADERS))})",
-                         line=case.line or None)
+        raise InputError(f"{where}: unknown check kind (known: {', '.join(sorted(GRADERS))})", line=case.line or None)
     opts = dict(check.options)
     opts.pop("kind", None)
     if check.kind in ("exact", "contains") and "value" not in opts:

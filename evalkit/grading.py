@@ -27,6 +27,7 @@ Metrics of a group (`grades-summary.json` -> `overall`, `per_tag`, `per_arm`):
 
 Identical (case, output) pairs are judged once per grading pass and share the answer.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -42,13 +43,35 @@ from ._text import storable_json
 from .endpoints import Watch
 from .errors import InputError
 from .graders import activation_observed, grade_sample, is_refusal, require_scored
-from .judge import (EXACT_AGREEMENT_BAR, HUMAN_SAMPLE_MIN, WITHIN_ONE_AGREEMENT_BAR, HumanLabel,
-                    JudgeFiles, JudgeScore, PairOutcome, check_judge_model, human_agreement, judge_direct,
-                    judge_pair, judge_versions, load_judge_files, position_consistency,
-                    suite_human_labels)
+from .judge import (
+    EXACT_AGREEMENT_BAR,
+    HUMAN_SAMPLE_MIN,
+    WITHIN_ONE_AGREEMENT_BAR,
+    HumanLabel,
+    JudgeFiles,
+    JudgeScore,
+    PairOutcome,
+    check_judge_model,
+    human_agreement,
+    judge_direct,
+    judge_pair,
+    judge_versions,
+    load_judge_files,
+    position_consistency,
+    suite_human_labels,
+)
 from .records import Case, CheckResult, Endpoint, Grade, Sample, Suite
-from .runs import (GRADES, LEDGER, RESULTS, RunFolder, find_suite_dir, grade_to_dict, iter_jsonl,
-                   sample_from_dict, write_atomic)
+from .runs import (
+    GRADES,
+    LEDGER,
+    RESULTS,
+    RunFolder,
+    find_suite_dir,
+    grade_to_dict,
+    iter_jsonl,
+    sample_from_dict,
+    write_atomic,
+)
 
 GRADES_SUMMARY = "grades-summary.json"
 PAIRWISE = "pairwise.jsonl"
@@ -105,8 +128,9 @@ def _resolve_suite(run: Path, meta: dict[str, Any], suite: Suite | str | Path | 
     found = find_suite_dir(run, ref)
     if found is not None:
         return load_suite(found)
-    raise InputError(f"the run's suite {ref!r} was not found: pass the suite path", run / "config.json",
-                     json_path="$.suite")
+    raise InputError(
+        f"the run's suite {ref!r} was not found: pass the suite path", run / "config.json", json_path="$.suite"
+    )
 
 
 def _read_samples(run: Path) -> dict[Key, Sample]:
@@ -140,12 +164,22 @@ def _activation(case: Case, sample: Sample) -> bool | None:
     checks = [c for c in case.checks if c.kind == "activation"]
     if not checks:
         return None
-    return any(activation_observed(sample.output, sample.tool_calls, marker=c.options.get("marker"),
-                                   tool=c.options.get("tool")) for c in checks)
+    return any(
+        activation_observed(
+            sample.output, sample.tool_calls, marker=c.options.get("marker"), tool=c.options.get("tool")
+        )
+        for c in checks
+    )
 
 
-def _grade_line(case: Case, sample: Sample, checks: list[CheckResult], js: JudgeScore | None,
-                judge_error: str | None, override: bool) -> Grade:
+def _grade_line(
+    case: Case,
+    sample: Sample,
+    checks: list[CheckResult],
+    js: JudgeScore | None,
+    judge_error: str | None,
+    override: bool,
+) -> Grade:
     checks = list(checks)
     error = judge_error
     score = reason = version = model = None
@@ -157,13 +191,27 @@ def _grade_line(case: Case, sample: Sample, checks: list[CheckResult], js: Judge
         else:
             score, reason = js.score, js.reason
             ok = score >= case.judge_threshold
-            checks.append(CheckResult("judge", ok, "" if ok else
-                                      f"judge score {score} < threshold {case.judge_threshold}: {reason}"))
+            checks.append(
+                CheckResult(
+                    "judge", ok, "" if ok else f"judge score {score} < threshold {case.judge_threshold}: {reason}"
+                )
+            )
     passed: bool | None = None if error else all(c.passed for c in checks)
-    return Grade(case_id=case.id, arm=sample.arm, index=int(sample.index), passed=passed, checks=tuple(checks),
-                 judge_version=version, judge_score=score, judge_reason=reason, judge_cost_usd=cost,
-                 activated=_activation(case, sample), error=error, judge_model=model,
-                 judge_same_model_override=bool(override and case.judged))
+    return Grade(
+        case_id=case.id,
+        arm=sample.arm,
+        index=int(sample.index),
+        passed=passed,
+        checks=tuple(checks),
+        judge_version=version,
+        judge_score=score,
+        judge_reason=reason,
+        judge_cost_usd=cost,
+        activated=_activation(case, sample),
+        error=error,
+        judge_model=model,
+        judge_same_model_override=bool(override and case.judged),
+    )
 
 
 def judge_endpoint(suite: Suite, judge_base_url: str | None = None) -> Endpoint:
@@ -180,9 +228,16 @@ def judge_endpoint(suite: Suite, judge_base_url: str | None = None) -> Endpoint:
     return Endpoint(judge.model, url, judge.api_key_env)
 
 
-async def _judge_all(suite: Suite, files: JudgeFiles, todo: list[tuple[Case, Sample]], endpoint: Endpoint,
-                     run: Path, cap: float, pairs_todo: list[tuple[Case, int, Sample, Sample]], watch: Any
-                     ) -> tuple[dict[Key, JudgeScore], list[PairOutcome], dict[str, Any]]:
+async def _judge_all(
+    suite: Suite,
+    files: JudgeFiles,
+    todo: list[tuple[Case, Sample]],
+    endpoint: Endpoint,
+    run: Path,
+    cap: float,
+    pairs_todo: list[tuple[Case, int, Sample, Sample]],
+    watch: Any,
+) -> tuple[dict[Key, JudgeScore], list[PairOutcome], dict[str, Any]]:
     from .cache import ResponseCache
     from .client import ModelClient
     from .ledger import Ledger
@@ -193,11 +248,21 @@ async def _judge_all(suite: Suite, files: JudgeFiles, todo: list[tuple[Case, Sam
     # mid-way never pays twice for a judge key (the cache is its only record).
     cache = ResponseCache(run / JUDGE_CACHE, batch=1)
     spent_before = ledger.committed_usd
-    client = ModelClient(endpoint, config.judge_price, ledger, role="judge", max_tokens_in=config.max_tokens_in,
-                         max_tokens_out=config.max_tokens_out, cache=cache, max_attempts=config.max_attempts,
-                         timeout_s=config.timeout_s, base_url=endpoint.base_url,
-                         rate_limit_budget_s=config.rate_limit_budget_s,
-                         max_connection_failures=config.max_connection_failures, concurrency=config.concurrency)
+    client = ModelClient(
+        endpoint,
+        config.judge_price,
+        ledger,
+        role="judge",
+        max_tokens_in=config.max_tokens_in,
+        max_tokens_out=config.max_tokens_out,
+        cache=cache,
+        max_attempts=config.max_attempts,
+        timeout_s=config.timeout_s,
+        base_url=endpoint.base_url,
+        rate_limit_budget_s=config.rate_limit_budget_s,
+        max_connection_failures=config.max_connection_failures,
+        concurrency=config.concurrency,
+    )
     sem = asyncio.Semaphore(max(1, config.concurrency))
     scores: dict[Key, JudgeScore] = {}
     stopped: list[str] = []  # the watch's reason once it reported: no judge call after it
@@ -219,23 +284,43 @@ async def _judge_all(suite: Suite, files: JudgeFiles, todo: list[tuple[Case, Sam
     async def one(members: list[tuple[Case, Sample]]) -> None:
         case, s = members[0]
         async with sem:
-            js = await judge_direct(client, files, case, s.output, key=f"judge/{case.id}/{s.arm}/{s.index}",
-                                    seed=config.seed, should_stop=should_stop)
+            js = await judge_direct(
+                client,
+                files,
+                case,
+                s.output,
+                key=f"judge/{case.id}/{s.arm}/{s.index}",
+                seed=config.seed,
+                should_stop=should_stop,
+            )
         for i, (_, m) in enumerate(members):
             scores[(case.id, m.arm, int(m.index))] = js if i == 0 else dataclasses.replace(js, cost_usd=0.0)
 
     async def pair(case: Case, index: int, base: Sample, treat: Sample) -> PairOutcome:
         async with sem:
-            return await judge_pair(client, files, case, base.output, treat.output, index=index,
-                                    key=f"pair/{case.id}/{index}", seed=config.seed, should_stop=should_stop)
+            return await judge_pair(
+                client,
+                files,
+                case,
+                base.output,
+                treat.output,
+                index=index,
+                key=f"pair/{case.id}/{index}",
+                seed=config.seed,
+                should_stop=should_stop,
+            )
 
     try:
         await asyncio.gather(*(one(members) for members in groups.values()))
         outcomes = list(await asyncio.gather(*(pair(*p) for p in pairs_todo)))
     finally:
         await client.aclose()
-        stats = {"judge_spend_usd": ledger.committed_usd - spent_before, "cache_hits": cache.hits,
-                 "run_spend_usd": ledger.committed_usd, "cap_usd": cap}
+        stats = {
+            "judge_spend_usd": ledger.committed_usd - spent_before,
+            "cache_hits": cache.hits,
+            "run_spend_usd": ledger.committed_usd,
+            "cap_usd": cap,
+        }
         if stopped:
             cause, _, detail = stopped[0].partition("\n")
             stats["stop_reason"] = cause.strip()
@@ -260,9 +345,15 @@ def _run_sync(coro: Any) -> Any:
 
 
 @RunFolder.holding_lock  # one process per run folder (runs.RunFolder.lock)
-def grade_run(run_path: str | Path, suite: Suite | str | Path | None = None, *,
-              judge_base_url: str | None = None, judge_version: str | None = None,
-              pairwise: tuple[str, str] | None = None, watch: Watch | None = None) -> GradeResult:
+def grade_run(
+    run_path: str | Path,
+    suite: Suite | str | Path | None = None,
+    *,
+    judge_base_url: str | None = None,
+    judge_version: str | None = None,
+    pairwise: tuple[str, str] | None = None,
+    watch: Watch | None = None,
+) -> GradeResult:
     """Grade every sample of a run folder and write `grades.jsonl` and
     `grades-summary.json` (replacing earlier ones, atomically).
 
@@ -312,8 +403,13 @@ def grade_run(run_path: str | Path, suite: Suite | str | Path | None = None, *,
         else:
             files = load_judge_files(suite_obj.path, judge_version)
         if override:
-            findings.append(Finding("HIGH", f"the judge is the generator's model ({config.judge.model}), "
-                                            "allowed by allow_same_judge_model: judge scores are not independent"))
+            findings.append(
+                Finding(
+                    "HIGH",
+                    f"the judge is the generator's model ({config.judge.model}), "
+                    "allowed by allow_same_judge_model: judge scores are not independent",
+                )
+            )
 
     # The human labels are read (and refused when bad) before any judge call is paid for.
     labels = suite_human_labels(suite_obj.path) if files is not None else None
@@ -324,9 +420,12 @@ def grade_run(run_path: str | Path, suite: Suite | str | Path | None = None, *,
         run_arms = {k[1] for k in expected} | {k[1] for k in samples}
         for arm in pairwise:
             if arm not in run_arms:
-                raise InputError(f"pairwise arm {arm!r} is not in the run (arms: {', '.join(sorted(run_arms))})",
-                                 run / "config.json", json_path="$.arms")
-        for (cid, arm, idx) in judged_keys:
+                raise InputError(
+                    f"pairwise arm {arm!r} is not in the run (arms: {', '.join(sorted(run_arms))})",
+                    run / "config.json",
+                    json_path="$.arms",
+                )
+        for cid, arm, idx in judged_keys:
             if arm == base_arm and (cid, treat_arm, idx) in samples:
                 pairs_todo.append((cases[cid], idx, samples[(cid, base_arm, idx)], samples[(cid, treat_arm, idx)]))
 
@@ -338,12 +437,26 @@ def grade_run(run_path: str | Path, suite: Suite | str | Path | None = None, *,
 
         endpoint = judge_endpoint(suite_obj, judge_base_url)
         cap = float((meta.get("config") or {}).get("cost_cap_usd") or config.cost_cap_usd)
-        scores, outcomes, judge_stats = _run_sync(_judge_all(
-            suite_obj, files, [(cases[k[0]], samples[k]) for k in judged_keys], endpoint, run, cap,
-            pairs_todo, combine(watch, served_watch(endpoint.base_url))))
+        scores, outcomes, judge_stats = _run_sync(
+            _judge_all(
+                suite_obj,
+                files,
+                [(cases[k[0]], samples[k]) for k in judged_keys],
+                endpoint,
+                run,
+                cap,
+                pairs_todo,
+                combine(watch, served_watch(endpoint.base_url)),
+            )
+        )
         if judge_stats.get("stop_reason"):
-            findings.append(Finding("HIGH", f"grading stopped: {judge_stats['stop_reason']}; the judged samples "
-                                            "left have no score (not counted as passes)"))
+            findings.append(
+                Finding(
+                    "HIGH",
+                    f"grading stopped: {judge_stats['stop_reason']}; the judged samples "
+                    "left have no score (not counted as passes)",
+                )
+            )
 
     grades: list[Grade] = []
     for key in sorted(samples):
@@ -360,8 +473,10 @@ def grade_run(run_path: str | Path, suite: Suite | str | Path | None = None, *,
 
     leaks = scan_outputs(suite_obj, samples)
     findings += [Finding(level, message) for level, message in leaks.findings]
-    summary = {"run": str(run), **summarize(suite_obj, meta, samples, grades, expected, files, override, findings,
-                                            labels)}
+    summary = {
+        "run": str(run),
+        **summarize(suite_obj, meta, samples, grades, expected, files, override, findings, labels),
+    }
     summary.update({k: v for k, v in judge_stats.items()})
     summary["privacy"] = leaks.summary
     if pairwise:
@@ -383,8 +498,9 @@ def _rate(num: int, den: int) -> float | None:
     return num / den if den else None
 
 
-def group_metrics(expected: Iterable[Key], rows: Sequence[tuple[Case, Sample, Grade]],
-                  refused_by_key: dict[Key, bool]) -> dict[str, Any]:
+def group_metrics(
+    expected: Iterable[Key], rows: Sequence[tuple[Case, Sample, Grade]], refused_by_key: dict[Key, bool]
+) -> dict[str, Any]:
     """Metrics of one group (overall, a tag, an arm). `expected`: the keys the run
     planned for the group; `rows`: its graded samples; `refused_by_key`: each sample's
     `graders.is_refusal`, computed once for all the groups."""
@@ -417,13 +533,19 @@ def group_metrics(expected: Iterable[Key], rows: Sequence[tuple[Case, Sample, Gr
         "n_errored": len(rows) - len(graded),
         "success_rate": _rate(passed, len(exp)),
         "correct_rate": _rate(correct, len(exp)),
-        "tool_call_correctness": tool_rate, "n_tool_call_checks": tool_n,
-        "hallucination_rate": halluc_rate, "n_grounding_checks": ground_n,
+        "tool_call_correctness": tool_rate,
+        "n_tool_call_checks": tool_n,
+        "hallucination_rate": halluc_rate,
+        "n_grounding_checks": ground_n,
         "refusal_rate": _rate(sum(r for _, r in refused), len(refused)),
-        "refusal_rate_golden": _rate(sum(golden), len(golden)), "n_golden": len(golden),
-        "refusal_rate_should_refuse": _rate(sum(should), len(should)), "n_should_refuse": len(should),
-        "activation_rate": _rate(sum(act), len(act)), "n_activation": len(act),
-        "false_activation_rate": _rate(sum(silent), len(silent)), "n_non_activation": len(silent),
+        "refusal_rate_golden": _rate(sum(golden), len(golden)),
+        "n_golden": len(golden),
+        "refusal_rate_should_refuse": _rate(sum(should), len(should)),
+        "n_should_refuse": len(should),
+        "activation_rate": _rate(sum(act), len(act)),
+        "n_activation": len(act),
+        "false_activation_rate": _rate(sum(silent), len(silent)),
+        "n_non_activation": len(silent),
         "latency_p50_ms": float(np.percentile(lat, 50)) if lat else None,
         "latency_p95_ms": float(np.percentile(lat, 95)) if lat else None,
         "generator_cost_usd": gen_cost,
@@ -436,9 +558,17 @@ def group_metrics(expected: Iterable[Key], rows: Sequence[tuple[Case, Sample, Gr
     }
 
 
-def summarize(suite: Suite, meta: dict[str, Any], samples: dict[Key, Sample], grades: Sequence[Grade],
-              expected: set[Key], files: JudgeFiles | None, override: bool, findings: list[Finding],
-              labels: Sequence[HumanLabel] | None = None) -> dict[str, Any]:
+def summarize(
+    suite: Suite,
+    meta: dict[str, Any],
+    samples: dict[Key, Sample],
+    grades: Sequence[Grade],
+    expected: set[Key],
+    files: JudgeFiles | None,
+    override: bool,
+    findings: list[Finding],
+    labels: Sequence[HumanLabel] | None = None,
+) -> dict[str, Any]:
     """The `grades-summary.json` dict: overall, per tag, per arm (and per arm per tag);
     appends the findings it derives to `findings`. `labels`: the suite's human labels
     (`judge.suite_human_labels`), None when it has none or no judge was used."""
@@ -452,59 +582,106 @@ def summarize(suite: Suite, meta: dict[str, Any], samples: dict[Key, Sample], gr
         return sorted({t for k in keys for t in tag_of.get(k[0], ())})
 
     def block(exp: set[Key], rs: list) -> dict[str, Any]:
-        return {"overall": group_metrics(exp, rs, refused),
-                "per_tag": {t: group_metrics({k for k in exp if t in tag_of.get(k[0], ())},
-                                             [r for r in rs if t in r[0].tags], refused) for t in tags_for(exp)}}
+        return {
+            "overall": group_metrics(exp, rs, refused),
+            "per_tag": {
+                t: group_metrics(
+                    {k for k in exp if t in tag_of.get(k[0], ())}, [r for r in rs if t in r[0].tags], refused
+                )
+                for t in tags_for(exp)
+            },
+        }
 
     everything = block(expected, rows)
     arms = sorted({k[1] for k in expected} | {g.arm for g in grades})
     per_arm = {a: block({k for k in expected if k[1] == a}, [r for r in rows if r[2].arm == a]) for a in arms}
     overall = everything["overall"]
-    complete = overall["n_missing"] == 0 and overall["n_errored"] == 0 and \
-        len(grades) == len(rows) and overall["n_graded"] == overall["n_expected"]
+    complete = (
+        overall["n_missing"] == 0
+        and overall["n_errored"] == 0
+        and len(grades) == len(rows)
+        and overall["n_graded"] == overall["n_expected"]
+    )
 
     # findings
     if overall["n_missing"]:
-        findings.append(Finding("HIGH", f"INCOMPLETE: {overall['n_expected'] - overall['n_missing']}/"
-                                        f"{overall['n_expected']} expected samples are in results.jsonl; "
-                                        "the missing ones count as failures"))
+        findings.append(
+            Finding(
+                "HIGH",
+                f"INCOMPLETE: {overall['n_expected'] - overall['n_missing']}/"
+                f"{overall['n_expected']} expected samples are in results.jsonl; "
+                "the missing ones count as failures",
+            )
+        )
     for a, b in per_arm.items():
         m = b["overall"]
         if m["refusal_rate_golden"]:
-            findings.append(Finding("HIGH", f"arm {a}: refusal rate {m['refusal_rate_golden']:.0%} on golden cases "
-                                            "(should be 0): a correctness bug"))
+            findings.append(
+                Finding(
+                    "HIGH",
+                    f"arm {a}: refusal rate {m['refusal_rate_golden']:.0%} on golden cases "
+                    "(should be 0): a correctness bug",
+                )
+            )
         if m["refusal_rate_should_refuse"] is not None and m["refusal_rate_should_refuse"] < 1:
-            findings.append(Finding("HIGH", f"arm {a}: refusal rate {m['refusal_rate_should_refuse']:.0%} on "
-                                            "should-refuse cases (should be 100%)"))
+            findings.append(
+                Finding(
+                    "HIGH",
+                    f"arm {a}: refusal rate {m['refusal_rate_should_refuse']:.0%} on "
+                    "should-refuse cases (should be 100%)",
+                )
+            )
         if m["latency_p50_ms"] and m["latency_p95_ms"] is not None and m["latency_p95_ms"] > 3 * m["latency_p50_ms"]:
-            findings.append(Finding("MEDIUM", f"arm {a}: p95 latency {m['latency_p95_ms']:.0f} ms is more than 3x "
-                                              f"p50 {m['latency_p50_ms']:.0f} ms (a retry loop or a tool timeout?)"))
+            findings.append(
+                Finding(
+                    "MEDIUM",
+                    f"arm {a}: p95 latency {m['latency_p95_ms']:.0f} ms is more than 3x "
+                    f"p50 {m['latency_p50_ms']:.0f} ms (a retry loop or a tool timeout?)",
+                )
+            )
         if m["judge_errors"]:
-            findings.append(Finding("MEDIUM", f"arm {a}: {m['judge_errors']} judged sample(s) have no score "
-                                              "(judge error): not counted as passes"))
+            findings.append(
+                Finding(
+                    "MEDIUM",
+                    f"arm {a}: {m['judge_errors']} judged sample(s) have no score (judge error): not counted as passes",
+                )
+            )
     snap = meta.get("config") if isinstance(meta.get("config"), dict) else suite.config.raw
     if snap.get("seed") is None or snap.get("temperature") is None:
         missing = " and ".join(x for x in ("seed", "temperature") if snap.get(x) is None)
-        findings.append(Finding("MEDIUM", f"the config has no {missing}: two runs of one prompt will differ "
-                                          "and a gate will flap"))
+        findings.append(
+            Finding("MEDIUM", f"the config has no {missing}: two runs of one prompt will differ and a gate will flap")
+        )
     human = None
     if labels is not None and files is not None:
         judge_scores = {f"{g.case_id}/{g.arm}/{g.index}": g.judge_score for g in grades if g.judge_score is not None}
         human = human_agreement(labels, judge_scores)
         if len(labels) < HUMAN_SAMPLE_MIN:
-            findings.append(Finding("MEDIUM", f"human sample has {len(labels)} item(s), under {HUMAN_SAMPLE_MIN}: "
-                                              "judge agreement is too noisy to act on"))
+            findings.append(
+                Finding(
+                    "MEDIUM",
+                    f"human sample has {len(labels)} item(s), under {HUMAN_SAMPLE_MIN}: "
+                    "judge agreement is too noisy to act on",
+                )
+            )
         if human["n"] and (human["exact"] < EXACT_AGREEMENT_BAR or human["within_one"] < WITHIN_ONE_AGREEMENT_BAR):
-            findings.append(Finding("HIGH", f"judge agrees with humans {human['exact']:.0%} exact / "
-                                            f"{human['within_one']:.0%} within one (want {EXACT_AGREEMENT_BAR:.0%} / "
-                                            f"{WITHIN_ONE_AGREEMENT_BAR:.0%}): rewrite the rubric"))
+            findings.append(
+                Finding(
+                    "HIGH",
+                    f"judge agrees with humans {human['exact']:.0%} exact / "
+                    f"{human['within_one']:.0%} within one (want {EXACT_AGREEMENT_BAR:.0%} / "
+                    f"{WITHIN_ONE_AGREEMENT_BAR:.0%}): rewrite the rubric",
+                )
+            )
     order = {"HIGH": 0, "MEDIUM": 1, "LOW": 2}
     findings.sort(key=lambda f: order[f.level])
     return {
         "suite": suite.path,
         "complete": complete,
-        "n_expected": overall["n_expected"], "n_graded": overall["n_graded"],
-        "n_missing": overall["n_missing"], "n_errored": overall["n_errored"],
+        "n_expected": overall["n_expected"],
+        "n_graded": overall["n_graded"],
+        "n_missing": overall["n_missing"],
+        "n_errored": overall["n_errored"],
         "judge_version": files.version if files else None,
         "judge_files": [files.rubric_path, files.prompt_path] if files else [],
         "judge_model": suite.config.judge.model if suite.config.judge else None,
@@ -519,7 +696,14 @@ def summarize(suite: Suite, meta: dict[str, Any], samples: dict[Key, Sample], gr
 def pairwise_summary(outcomes: Sequence[PairOutcome], arms: tuple[str, str]) -> dict[str, Any]:
     """Wins (treatment better), losses, ties, errored trials and position consistency."""
     count = {k: sum(1 for o in outcomes if o.outcome == k) for k in ("treatment", "baseline", "tie", "error")}
-    return {"baseline": arms[0], "treatment": arms[1], "n_trials": len(outcomes),
-            "wins": count["treatment"], "losses": count["baseline"], "ties": count["tie"],
-            "errored": count["error"], "position_consistency": position_consistency(outcomes),
-            "inconsistent": sum(1 for o in outcomes if o.consistent is False)}
+    return {
+        "baseline": arms[0],
+        "treatment": arms[1],
+        "n_trials": len(outcomes),
+        "wins": count["treatment"],
+        "losses": count["baseline"],
+        "ties": count["tie"],
+        "errored": count["error"],
+        "position_consistency": position_consistency(outcomes),
+        "inconsistent": sum(1 for o in outcomes if o.consistent is False),
+    }

@@ -7,6 +7,7 @@ so that `evalkit.suite` validates them with messages that point into the foreign
 `evalkit import FILE --to DIR` writes those parts as a native suite folder; the runner
 reads the foreign file directly through `load_suite`.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,21 @@ import yaml
 from .agentevals import MATCH_MODES
 from .errors import InputError, InputErrors
 from .suite import (
-    CASES_FILE, CONFIG_FILE, JUDGE_PROMPT_TEMPLATE, MAX_CASES_BYTES, MAX_TEXT_BYTES, SET_NAME, Finding,
-    SuiteSource, _Findings, _Reader, _validate_cases, json_line_index, line_of, lint_suite, read_text_file,
+    CASES_FILE,
+    CONFIG_FILE,
+    JUDGE_PROMPT_TEMPLATE,
+    MAX_CASES_BYTES,
+    MAX_TEXT_BYTES,
+    SET_NAME,
+    Finding,
+    SuiteSource,
+    _Findings,
+    _Reader,
+    _validate_cases,
+    json_line_index,
+    line_of,
+    lint_suite,
+    read_text_file,
     yaml_node_lines,
     write_suite_atomically,
 )
@@ -52,8 +66,9 @@ Each judged case lists its own criteria (the rubric of the case). Score on this 
 """
 
 
-def default_config(name: str, description: str, *, k: int = 5, timeout_s: float | None = None,
-                   source: str = "") -> dict[str, Any]:
+def default_config(
+    name: str, description: str, *, k: int = 5, timeout_s: float | None = None, source: str = ""
+) -> dict[str, Any]:
     """The config written for an imported suite: clearly named local defaults that lint clean."""
     cfg: dict[str, Any] = {
         "// imported": f"imported from {source}; edit the model settings below before a paid run",
@@ -99,9 +114,14 @@ class ImportedSuite:
         """A `SuiteSource` whose every place points into the foreign file."""
         p = Path(self.path)
         return SuiteSource(
-            root=p.parent, name=self.name, config=self.config, config_path=str(p), config_lines={},
+            root=p.parent,
+            name=self.name,
+            config=self.config,
+            config_path=str(p),
+            config_lines={},
             cases=[(str(p), line, jp, dict(c)) for line, jp, c in self.cases],
-            files=dict(self.files), is_native=False,
+            files=dict(self.files),
+            is_native=False,
         )
 
 
@@ -114,8 +134,7 @@ def read_foreign(path: str | Path) -> ImportedSuite:
         return read_agent_evals(p)
     if name.endswith((".yaml", ".yml")):
         return read_vally(p)
-    raise InputError("unknown suite file: expected a suite folder, an agent-evals evals.json "
-                     "or a Vally eval.yaml", p)
+    raise InputError("unknown suite file: expected a suite folder, an agent-evals evals.json or a Vally eval.yaml", p)
 
 
 def _raise_with_warnings(fx: _Findings) -> None:
@@ -150,17 +169,17 @@ def read_agent_evals(path: str | Path) -> ImportedSuite:
     err, warn = reader.err, reader.warn
 
     if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
-        raise InputError("an agent-evals file must be an object with a \"cases\" list", p, 1, "$")
+        raise InputError('an agent-evals file must be an object with a "cases" list', p, 1, "$")
     for key in doc:
         if key != "cases":
             warn(f"$.{key}", f"unknown key {key!r} (ignored)")
     if not doc["cases"]:
-        raise InputError("the \"cases\" list is empty", p, line_of(lines, "$.cases"), "$.cases")
+        raise InputError('the "cases" list is empty', p, line_of(lines, "$.cases"), "$.cases")
     cases: list[tuple[int | None, str, dict[str, Any]]] = []
     for i, c in enumerate(doc["cases"]):
         jp = f"$.cases[{i}]"
         if not isinstance(c, dict):
-            err(jp, "a case must be an object {\"id\", \"set\", \"prompt\", \"expect\", \"match\"}")
+            err(jp, 'a case must be an object {"id", "set", "prompt", "expect", "match"}')
             continue
         for key in c:
             if key not in AGENT_EVALS_CASE_KEYS:
@@ -183,15 +202,21 @@ def read_agent_evals(path: str | Path) -> ImportedSuite:
         case_set = c.get("set")
         if case_set is None:
             case_set = "capability"
-            warn(f"{jp}.set", "no set: imported as capability (agent-evals' run-evals.ps1 skips the gate of "
-                              "such a case, and `evalkit grade --eval-file` refuses it)")
+            warn(
+                f"{jp}.set",
+                "no set: imported as capability (agent-evals' run-evals.ps1 skips the gate of "
+                "such a case, and `evalkit grade --eval-file` refuses it)",
+            )
         elif not isinstance(case_set, str) or not case_set.strip():
             err(f"{jp}.set", f"set must be a nonempty string, got {json.dumps(case_set)}")
             ok = False
         elif not SET_NAME.fullmatch(case_set.strip().lower()):
             # any set is accepted (gate "none" unless capability or regression), as a native set name
-            warn(f"{jp}.set", f"set {json.dumps(case_set)} imported as {slugify(case_set)!r} (a set name is "
-                              "lowercase letters, digits, '.', '_' and '-')")
+            warn(
+                f"{jp}.set",
+                f"set {json.dumps(case_set)} imported as {slugify(case_set)!r} (a set name is "
+                "lowercase letters, digits, '.', '_' and '-')",
+            )
             case_set = slugify(case_set)
         if not ok:
             continue
@@ -205,8 +230,11 @@ def read_agent_evals(path: str | Path) -> ImportedSuite:
         elif match == "contains":
             check = {"kind": "contains", "value": expect, "case_fold": True}
             if "*" in expect or "?" in expect:
-                warn(f"{jp}.expect", "agent-evals treats * and ? in a contains expectation as wildcards; "
-                                     "evalkit matches them literally (use match: regex for a pattern)")
+                warn(
+                    f"{jp}.expect",
+                    "agent-evals treats * and ? in a contains expectation as wildcards; "
+                    "evalkit matches them literally (use match: regex for a pattern)",
+                )
         else:
             try:
                 regex.compile(expect, regex.IGNORECASE)
@@ -214,15 +242,26 @@ def read_agent_evals(path: str | Path) -> ImportedSuite:
                 err(f"{jp}.expect", f"regex does not compile: {exc}")
                 continue
             check = {"kind": "regex", "pattern": expect, "flags": "i"}
-        cases.append((line_of(lines, jp), jp, {
-            "id": c["id"], "input": c.get("prompt", ""), "expected": c["expect"], "tags": [case_set],
-            "set": case_set, "checks": [check],
-        }))
+        cases.append(
+            (
+                line_of(lines, jp),
+                jp,
+                {
+                    "id": c["id"],
+                    "input": c.get("prompt", ""),
+                    "expected": c["expect"],
+                    "tags": [case_set],
+                    "set": case_set,
+                    "checks": [check],
+                },
+            )
+        )
     _raise_with_warnings(fx)
     name = p.parent.name or p.stem
     config = default_config(name, f"imported from agent-evals {p.name}", source=f"agent-evals {p.name}")
-    return ImportedSuite("agent-evals", str(p), name, config, tuple(cases),
-                         {"prompt.txt": IMPORT_PROMPT}, tuple(fx.warnings))
+    return ImportedSuite(
+        "agent-evals", str(p), name, config, tuple(cases), {"prompt.txt": IMPORT_PROMPT}, tuple(fx.warnings)
+    )
 
 
 # --- Vally / SKRAFT -------------------------------------------------------------------
@@ -251,7 +290,6 @@ def slugify(name: str) -> str:
     return s[:100].rstrip("-") or "stimulus"
 
 
-
 def read_vally(path: str | Path) -> ImportedSuite:
     """Vally/SKRAFT `eval.yaml`: `name`, `description`, `type`, run settings under
     `defaults:` or `config:` (`runs` -> k, `timeout` such as `3m` -> timeout_s), and
@@ -265,8 +303,7 @@ def read_vally(path: str | Path) -> ImportedSuite:
         # suite has no use for them, so they are refused before building anything.
         for event in yaml.parse(text, Loader=loader):
             if isinstance(event, yaml.AliasEvent):
-                raise InputError("YAML aliases (*name) are not supported in eval.yaml", p,
-                                 event.start_mark.line + 1)
+                raise InputError("YAML aliases (*name) are not supported in eval.yaml", p, event.start_mark.line + 1)
         constructor = loader(text)  # one composition serves the line map and the document
         try:
             node = constructor.get_single_node()
@@ -275,8 +312,9 @@ def read_vally(path: str | Path) -> ImportedSuite:
             constructor.dispose()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        raise InputError(f"malformed YAML: {getattr(exc, 'problem', None) or exc}", p,
-                         mark.line + 1 if mark else None) from None
+        raise InputError(
+            f"malformed YAML: {getattr(exc, 'problem', None) or exc}", p, mark.line + 1 if mark else None
+        ) from None
     lines = yaml_node_lines(node)
     fx = _Findings(strict=False)
 
@@ -335,8 +373,11 @@ def read_vally(path: str | Path) -> ImportedSuite:
     # becomes `<slug>-<n>` with the smallest n >= 2 that is neither taken so far nor the
     # slug of any stimulus in the file (so `a`, `a`, `a-2` gives a, a-3, a-2). It
     # depends only on the file, so re-importing gives the same ids.
-    natural_ids = {slugify(s["name"]) for s in stimuli
-                   if isinstance(s, dict) and isinstance(s.get("name"), str) and s["name"].strip()}
+    natural_ids = {
+        slugify(s["name"])
+        for s in stimuli
+        if isinstance(s, dict) and isinstance(s.get("name"), str) and s["name"].strip()
+    }
     used_ids: set[str] = set()
     for i, s in enumerate(stimuli):
         jp = f"$.stimuli[{i}]"
@@ -382,8 +423,7 @@ def read_vally(path: str | Path) -> ImportedSuite:
         if rubric is not None:
             if isinstance(rubric, str) and rubric.strip():
                 rubric = [rubric.strip()]
-            if not isinstance(rubric, list) or not rubric or \
-                    not all(isinstance(x, str) and x.strip() for x in rubric):
+            if not isinstance(rubric, list) or not rubric or not all(isinstance(x, str) and x.strip() for x in rubric):
                 err(f"{jp}.rubric", "rubric must be a non-empty list of criteria")
                 continue
             case["expected"] = {"rubric": [x.strip() for x in rubric]}
@@ -397,8 +437,11 @@ def read_vally(path: str | Path) -> ImportedSuite:
             gp = f"{jp}.graders[{g_i}]"
             gtype = g.get("type") if isinstance(g, dict) else None
             if gtype not in VALLY_GRADERS:
-                warn(gp, f"grader type {json.dumps(gtype)} has no evalkit equivalent (skipped); "
-                         f"supported: {', '.join(sorted(VALLY_GRADERS))}")
+                warn(
+                    gp,
+                    f"grader type {json.dumps(gtype)} has no evalkit equivalent (skipped); "
+                    f"supported: {', '.join(sorted(VALLY_GRADERS))}",
+                )
                 continue
             if gtype == "prompt":
                 if rubric is None:
@@ -406,8 +449,7 @@ def read_vally(path: str | Path) -> ImportedSuite:
                 continue
             value = g.get("pattern" if gtype == "regex" else "value", g.get("value"))
             if not isinstance(value, str) or not value:
-                err(gp, f"a {gtype} grader needs a non-empty "
-                        f"{'pattern' if gtype == 'regex' else 'value'}")
+                err(gp, f"a {gtype} grader needs a non-empty {'pattern' if gtype == 'regex' else 'value'}")
                 continue
             if gtype == "regex":
                 try:
@@ -431,8 +473,9 @@ def read_vally(path: str | Path) -> ImportedSuite:
 
 
 # --- writing a native suite -------------------------------------------------------------
-def write_native_suite(dest: str | Path, config: dict[str, Any], cases: Iterable[dict[str, Any]],
-                       files: dict[str, str] | None = None) -> Path:
+def write_native_suite(
+    dest: str | Path, config: dict[str, Any], cases: Iterable[dict[str, Any]], files: dict[str, str] | None = None
+) -> Path:
     """Write a native suite folder atomically (temp folder, lint, rename): `config.json`,
     `cases.jsonl`, `.gitignore` and any other `files` (relative path -> text). Refuses an
     existing non-empty `dest`; on any error nothing is left behind."""
@@ -444,15 +487,29 @@ def write_native_suite(dest: str | Path, config: dict[str, Any], cases: Iterable
     def validate(tmp: Path) -> None:
         report = lint_suite(tmp)
         if report.errors:
-            raise InputErrors([InputError(f.message, Path(dest) / Path(f.path).relative_to(tmp)
-                                          if Path(f.path).is_relative_to(tmp) else f.path, f.line, f.json_path)
-                               for f in report.errors])
+            raise InputErrors(
+                [
+                    InputError(
+                        f.message,
+                        Path(dest) / Path(f.path).relative_to(tmp) if Path(f.path).is_relative_to(tmp) else f.path,
+                        f.line,
+                        f.json_path,
+                    )
+                    for f in report.errors
+                ]
+            )
 
     return write_suite_atomically(dest, out, validate=validate)
 
 
-def import_suite(src: str | Path, dest: str | Path, *, guidance: str | Path | None = None,
-                 on_warning: Callable[[Finding], None] | None = None, redact: bool = False) -> Path:
+def import_suite(
+    src: str | Path,
+    dest: str | Path,
+    *,
+    guidance: str | Path | None = None,
+    on_warning: Callable[[Finding], None] | None = None,
+    redact: bool = False,
+) -> Path:
     """`evalkit import`: read a foreign suite, validate it in memory (messages point into
     the foreign file), and write it as a native suite. `guidance` adds a `skilled` arm
     with that file as `guidance/skilled.md` (the skill under test). `on_warning` hears
@@ -478,8 +535,10 @@ def import_suite(src: str | Path, dest: str | Path, *, guidance: str | Path | No
     if redact:
         config, cases, files = privacy.redact_imported(config, cases, files)
     elif on_warning is not None:
-        for f in privacy.scan_suite_source(SuiteSource(
-                source.root, source.name, config, source.config_path, {}, source.cases, files, False)).findings:
-            on_warning(Finding("warning", f.message + "; `evalkit import --redact` replaces it", f.path, f.line,
-                               f.json_path))
+        for f in privacy.scan_suite_source(
+            SuiteSource(source.root, source.name, config, source.config_path, {}, source.cases, files, False)
+        ).findings:
+            on_warning(
+                Finding("warning", f.message + "; `evalkit import --redact` replaces it", f.path, f.line, f.json_path)
+            )
     return write_native_suite(dest, config, cases, files)

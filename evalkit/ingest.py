@@ -13,6 +13,7 @@ So `report`, `compare`, `gate` and the notebooks read it like any run. Nothing i
 written until the whole source has been read and checked: the folder is built under a
 temporary name and renamed into place.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -121,8 +122,10 @@ def _int(value: Any, what: str, path: Path, *, line: int | None = None, json_pat
 
 def _usage(d: dict | None) -> Usage:
     d = d or {}
-    return Usage(int(d.get("prompt_tokens", d.get("input_tokens", d.get("prompt", 0))) or 0),
-                 int(d.get("completion_tokens", d.get("output_tokens", d.get("completion", 0))) or 0))
+    return Usage(
+        int(d.get("prompt_tokens", d.get("input_tokens", d.get("prompt", 0))) or 0),
+        int(d.get("completion_tokens", d.get("output_tokens", d.get("completion", 0))) or 0),
+    )
 
 
 def _check_source(path: Path) -> None:
@@ -172,8 +175,7 @@ def detect_format(path: str | Path) -> str:
         return "promptfoo"
     if isinstance(data, list) and data and isinstance(data[0], dict) and "reward" in data[0]:
         return "tau-bench"
-    raise InputError("unrecognised results format: pass --format "
-                     f"({', '.join(FORMATS)})", p)
+    raise InputError(f"unrecognised results format: pass --format ({', '.join(FORMATS)})", p)
 
 
 # ----------------------------------------------------------------------------- inspect
@@ -198,18 +200,21 @@ def _inspect_pass(value: Any, threshold: float | None, where: str, path: Path) -
         try:
             num = float(value)
         except ValueError:
-            raise InputError(f"score value {value!r} is neither C/I/P/N nor a number", path,
-                             json_path=where) from None
+            raise InputError(f"score value {value!r} is neither C/I/P/N nor a number", path, json_path=where) from None
     else:
-        raise InputError(f"score value of type {type(value).__name__} cannot be mapped to pass/fail "
-                         "(a dict of several values needs one scorer value: not supported)", path,
-                         json_path=where)
+        raise InputError(
+            f"score value of type {type(value).__name__} cannot be mapped to pass/fail "
+            "(a dict of several values needs one scorer value: not supported)",
+            path,
+            json_path=where,
+        )
     if threshold is not None:
         return num >= threshold, f"value={value!r} threshold={threshold:g}"
     if num in (0.0, 1.0):
         return num == 1.0, f"value={value!r}"
-    raise InputError(f"score value {value!r} is not 0/1 or C/I: give --threshold to map it to pass/fail",
-                     path, json_path=where)
+    raise InputError(
+        f"score value {value!r} is not 0/1 or C/I: give --threshold to map it to pass/fail", path, json_path=where
+    )
 
 
 ZIP_ZSTD = 93  # the zip method id for Zstandard, which inspect-ai writes since 0.3.1xx
@@ -268,15 +273,19 @@ def _inspect_parts(p: Path) -> tuple[dict, list[dict]]:
                 header.setdefault("status", "started")
             else:
                 raise InputError("not an inspect .eval archive (no header.json)", p)
-            samples = [_read_json(p, _zip_member(p, zf, n), n) for n in sorted(names)
-                       if n.startswith("samples/") and n.endswith(".json")]
+            samples = [
+                _read_json(p, _zip_member(p, zf, n), n)
+                for n in sorted(names)
+                if n.startswith("samples/") and n.endswith(".json")
+            ]
     except zipfile.BadZipFile as exc:
         raise InputError(f"truncated or corrupt .eval archive: {exc}", p) from None
     return header, samples
 
 
-def read_inspect_log(path: str | Path, *, threshold: float | None = None, scorer: str | None = None,
-                     arm: str | None = None) -> Ingested:
+def read_inspect_log(
+    path: str | Path, *, threshold: float | None = None, scorer: str | None = None, arm: str | None = None
+) -> Ingested:
     """Read an inspect-ai log: one evalkit sample per (sample, epoch).
 
     The arm is the log's model unless `arm` is given; the pass/fail of each sample is
@@ -287,8 +296,11 @@ def read_inspect_log(path: str | Path, *, threshold: float | None = None, scorer
     header, raw_samples = _inspect_parts(p)
     version = header.get("version")
     if version not in INSPECT_LOG_VERSIONS:
-        raise InputError(f"unknown inspect log format version {version!r} (known: "
-                         f"{', '.join(map(str, INSPECT_LOG_VERSIONS))})", p, json_path="$.version")
+        raise InputError(
+            f"unknown inspect log format version {version!r} (known: {', '.join(map(str, INSPECT_LOG_VERSIONS))})",
+            p,
+            json_path="$.version",
+        )
     spec = header.get("eval") or {}
     model = str(spec.get("model") or "unknown-model")
     arm_name = arm or model.replace("/", "_")
@@ -307,8 +319,7 @@ def read_inspect_log(path: str | Path, *, threshold: float | None = None, scorer
         cid = _case_id(s["id"], where, p)
         epoch = _int(s["epoch"], "epoch", p, json_path=f"{where}.epoch")
         if epoch < 1:
-            raise InputError(f"epoch {epoch} is below 1 (inspect counts epochs from 1)", p,
-                             json_path=f"{where}.epoch")
+            raise InputError(f"epoch {epoch} is below 1 (inspect counts epochs from 1)", p, json_path=f"{where}.epoch")
         index = epoch - 1
         if (cid, index) in seen:
             raise InputError(f"sample {s['id']!r} epoch {s['epoch']} appears twice", p, json_path=where)
@@ -318,18 +329,28 @@ def read_inspect_log(path: str | Path, *, threshold: float | None = None, scorer
             # inspect (fail_on_error=False or a fraction) finishes `success` around a sample
             # that raised; it is kept as an errored key, never a pass, never a failed answer.
             msg = err.get("message") if isinstance(err, dict) else err
-            errors.append({"case_id": cid, "arm": arm_name, "index": index,
-                           "error": f"sample {s['id']!r} epoch {s['epoch']} errored: "
-                                    f"{' '.join(str(msg or 'no message').split())[:400]}"})
+            errors.append(
+                {
+                    "case_id": cid,
+                    "arm": arm_name,
+                    "index": index,
+                    "error": f"sample {s['id']!r} epoch {s['epoch']} errored: "
+                    f"{' '.join(str(msg or 'no message').split())[:400]}",
+                }
+            )
             continue
         scores = s.get("scores") or {}
         if not scores:
-            raise InputError(f"sample {s['id']!r} epoch {s['epoch']} has no scores (and no error)", p,
-                             json_path=f"{where}.scores")
+            raise InputError(
+                f"sample {s['id']!r} epoch {s['epoch']} has no scores (and no error)", p, json_path=f"{where}.scores"
+            )
         name = scorer or next(iter(scores))
         if name not in scores:
-            raise InputError(f"sample {s['id']!r} has no scorer {name!r} (it has {', '.join(scores)})", p,
-                             json_path=f"{where}.scores")
+            raise InputError(
+                f"sample {s['id']!r} has no scorer {name!r} (it has {', '.join(scores)})",
+                p,
+                json_path=f"{where}.scores",
+            )
         sc = scores[name] or {}
         passed, reason = _inspect_pass(sc.get("value"), threshold, f"{where}.scores.{name}.value", p)
         output = s.get("output") or {}
@@ -341,23 +362,44 @@ def read_inspect_log(path: str | Path, *, threshold: float | None = None, scorer
         usage_total = Usage(0, 0)
         for u in (s.get("model_usage") or {}).values():
             uu = _usage(u)
-            usage_total = Usage(usage_total.prompt_tokens + uu.prompt_tokens,
-                                usage_total.completion_tokens + uu.completion_tokens)
+            usage_total = Usage(
+                usage_total.prompt_tokens + uu.prompt_tokens, usage_total.completion_tokens + uu.completion_tokens
+            )
         meta = s.get("metadata") or {}
         tags = meta.get("tags") if isinstance(meta.get("tags"), list) else []
         tool_calls = tuple(
             {"name": tc.get("function"), "arguments": tc.get("arguments")}
-            for m in (s.get("messages") or []) if m.get("role") == "assistant"
-            for tc in (m.get("tool_calls") or []))
-        samples.append(Sample(
-            case_id=cid, tags=tuple(str(t) for t in tags) or ("inspect",), arm=arm_name, index=index,
-            seed=0, model=model, output=str(text), tool_calls=tool_calls,
-            finish_reason=((output.get("choices") or [{}])[0].get("stop_reason")),
-            usage=usage_total, latency_ms=float(s.get("total_time") or 0.0) * 1000.0, cost_usd=0.0,
-            request_hash=""))
-        grades.append(Grade(case_id=cid, arm=arm_name, index=index, passed=passed,
-                            checks=(CheckResult(f"inspect:{name}", passed, "" if passed else reason),),
-                            error=None))
+            for m in (s.get("messages") or [])
+            if m.get("role") == "assistant"
+            for tc in (m.get("tool_calls") or [])
+        )
+        samples.append(
+            Sample(
+                case_id=cid,
+                tags=tuple(str(t) for t in tags) or ("inspect",),
+                arm=arm_name,
+                index=index,
+                seed=0,
+                model=model,
+                output=str(text),
+                tool_calls=tool_calls,
+                finish_reason=((output.get("choices") or [{}])[0].get("stop_reason")),
+                usage=usage_total,
+                latency_ms=float(s.get("total_time") or 0.0) * 1000.0,
+                cost_usd=0.0,
+                request_hash="",
+            )
+        )
+        grades.append(
+            Grade(
+                case_id=cid,
+                arm=arm_name,
+                index=index,
+                passed=passed,
+                checks=(CheckResult(f"inspect:{name}", passed, "" if passed else reason),),
+                error=None,
+            )
+        )
     if not samples and not errors:
         raise InputError(f"the log has no samples (status {status!r}): nothing to analyse", p)
     expected = n_dataset * epochs
@@ -368,8 +410,20 @@ def read_inspect_log(path: str | Path, *, threshold: float | None = None, scorer
         reasons.append(f"{len(errors)} inspect sample(s) errored")
     if status != "success" or (expected and tried != expected):
         reasons.append(f"inspect log status {status!r}, {len(samples)}/{expected or '?'} samples scored")
-    return Ingested("inspect-ai", str(p), _sha256(p), task, tuple(samples), tuple(grades), complete,
-                    "; ".join(reasons) or None, expected, {arm_name: model}, (), tuple(errors))
+    return Ingested(
+        "inspect-ai",
+        str(p),
+        _sha256(p),
+        task,
+        tuple(samples),
+        tuple(grades),
+        complete,
+        "; ".join(reasons) or None,
+        expected,
+        {arm_name: model},
+        (),
+        tuple(errors),
+    )
 
 
 # ---------------------------------------------------------------------------- promptfoo
@@ -416,6 +470,7 @@ def _promptfoo_case_ids(tests: dict[str, dict]) -> dict[str, str]:
     asserts), the vars, then the asserts, then a short hash of the identity tell them
     apart. Ids
     depend only on the tests themselves, so two outputs of one config pair up."""
+
     def base(tc: dict) -> str:
         meta = tc.get("metadata") if isinstance(tc.get("metadata"), dict) else {}
         name = meta.get("id") or tc.get("description")
@@ -464,8 +519,11 @@ def read_promptfoo(path: str | Path, *, arm: str | None = None) -> Ingested:
     res = data["results"]
     version = res.get("version")
     if version not in PROMPTFOO_RESULT_VERSIONS:
-        raise InputError(f"unknown promptfoo results version {version!r} (known: "
-                         f"{', '.join(map(str, PROMPTFOO_RESULT_VERSIONS))})", p, json_path="$.results.version")
+        raise InputError(
+            f"unknown promptfoo results version {version!r} (known: {', '.join(map(str, PROMPTFOO_RESULT_VERSIONS))})",
+            p,
+            json_path="$.results.version",
+        )
     rows = res.get("results")
     if not isinstance(rows, list):
         raise InputError("results.results must be a list", p, json_path="$.results.results")
@@ -525,18 +583,44 @@ def read_promptfoo(path: str | Path, *, arm: str | None = None) -> Ingested:
         # promptfoo's ResultFailureReason: 0 none, 1 assertion failed, 2 error (the
         # provider or the test errored): an error is not a failed answer, it is no answer.
         if r.get("failureReason") == 2 or (not r["success"] and resp.get("error") and not resp.get("output")):
-            errors.append({"case_id": cid, "arm": arm_name, "index": index,
-                           "error": str(r.get("error") or resp.get("error") or "promptfoo error")[:500]})
+            errors.append(
+                {
+                    "case_id": cid,
+                    "arm": arm_name,
+                    "index": index,
+                    "error": str(r.get("error") or resp.get("error") or "promptfoo error")[:500],
+                }
+            )
             continue
         passed = bool(r["success"])
         reason = "" if passed else str((r.get("gradingResult") or {}).get("reason") or r.get("error") or "failed")
         tags = tuple(str(v) for v in ((test_case.get("metadata") or {}).get("tags") or ())) or ("promptfoo",)
-        samples.append(Sample(case_id=cid, tags=tags, arm=arm_name, index=index, seed=0, model=models[arm_name],
-                              output=text, tool_calls=(), finish_reason=resp.get("finishReason"),
-                              usage=_usage(tu), latency_ms=float(r.get("latencyMs") or 0.0),
-                              cost_usd=float(r.get("cost") or 0.0), request_hash=""))
-        grades.append(Grade(case_id=cid, arm=arm_name, index=index, passed=passed,
-                            checks=(CheckResult("promptfoo:assertions", passed, reason),)))
+        samples.append(
+            Sample(
+                case_id=cid,
+                tags=tags,
+                arm=arm_name,
+                index=index,
+                seed=0,
+                model=models[arm_name],
+                output=text,
+                tool_calls=(),
+                finish_reason=resp.get("finishReason"),
+                usage=_usage(tu),
+                latency_ms=float(r.get("latencyMs") or 0.0),
+                cost_usd=float(r.get("cost") or 0.0),
+                request_hash="",
+            )
+        )
+        grades.append(
+            Grade(
+                case_id=cid,
+                arm=arm_name,
+                index=index,
+                passed=passed,
+                checks=(CheckResult("promptfoo:assertions", passed, reason),),
+            )
+        )
     name = str(data.get("evalId") or p.stem)
     reason = f"{len(errors)} promptfoo result(s) errored" if errors else None
     notes = [f"{len(tests)} distinct tests"]
@@ -545,10 +629,24 @@ def read_promptfoo(path: str | Path, *, arm: str | None = None) -> Ingested:
         notes.append(f"--repeat {repeat}")
         uneven = sorted(c for (c, _), n in counters.items() if n != repeat)
         if uneven:
-            notes.append(f"{len(uneven)} case(s) do not have {repeat} rows per arm (identical tests merge): "
-                         + ", ".join(uneven[:5]))
-    return Ingested("promptfoo", str(p), _sha256(p), name, tuple(samples), tuple(grades), not errors, reason,
-                    len(samples) + len(errors), models, tuple(notes), tuple(errors))
+            notes.append(
+                f"{len(uneven)} case(s) do not have {repeat} rows per arm (identical tests merge): "
+                + ", ".join(uneven[:5])
+            )
+    return Ingested(
+        "promptfoo",
+        str(p),
+        _sha256(p),
+        name,
+        tuple(samples),
+        tuple(grades),
+        not errors,
+        reason,
+        len(samples) + len(errors),
+        models,
+        tuple(notes),
+        tuple(errors),
+    )
 
 
 # ---------------------------------------------------------------------------- tau-bench
@@ -598,16 +696,46 @@ def read_tau_bench(path: str | Path, *, arm: str | None = None) -> Ingested:
         for index, trial in enumerate(sorted(by_trial)):
             reward = by_trial[trial][1]
             passed = abs(reward - 1.0) <= REWARD_TOL
-            samples.append(Sample(case_id=cid, tags=("tau-bench",), arm=arm_name, index=index, seed=0,
-                                  model=arm_name, output="", tool_calls=(), finish_reason=None,
-                                  usage=Usage(0, 0), latency_ms=0.0, cost_usd=0.0, request_hash=""))
-            grades.append(Grade(case_id=cid, arm=arm_name, index=index, passed=passed,
-                                checks=(CheckResult("reward", passed,
-                                                    "" if passed else f"trial {trial}: reward={reward:g}"),)))
+            samples.append(
+                Sample(
+                    case_id=cid,
+                    tags=("tau-bench",),
+                    arm=arm_name,
+                    index=index,
+                    seed=0,
+                    model=arm_name,
+                    output="",
+                    tool_calls=(),
+                    finish_reason=None,
+                    usage=Usage(0, 0),
+                    latency_ms=0.0,
+                    cost_usd=0.0,
+                    request_hash="",
+                )
+            )
+            grades.append(
+                Grade(
+                    case_id=cid,
+                    arm=arm_name,
+                    index=index,
+                    passed=passed,
+                    checks=(CheckResult("reward", passed, "" if passed else f"trial {trial}: reward={reward:g}"),),
+                )
+            )
     if not samples:
         raise InputError("no trials in the file", p)
-    return Ingested("tau-bench", str(p), _sha256(p), p.name.split(".")[0], tuple(samples), tuple(grades), True,
-                    None, len(samples), {arm_name: arm_name})
+    return Ingested(
+        "tau-bench",
+        str(p),
+        _sha256(p),
+        p.name.split(".")[0],
+        tuple(samples),
+        tuple(grades),
+        True,
+        None,
+        len(samples),
+        {arm_name: arm_name},
+    )
 
 
 # ------------------------------------------------------------------- lm-evaluation-harness
@@ -679,8 +807,14 @@ def _lm_results_config(p: Path, task: str, date: str | None) -> tuple[dict | Non
     return doc, cfg if isinstance(cfg, dict) else None
 
 
-def read_lm_eval(path: str | Path, *, arm: str | None = None, metric: str | None = None,
-                 filter_name: str | None = None, threshold: float | None = None) -> Ingested:
+def read_lm_eval(
+    path: str | Path,
+    *,
+    arm: str | None = None,
+    metric: str | None = None,
+    filter_name: str | None = None,
+    threshold: float | None = None,
+) -> Ingested:
     """Read lm-evaluation-harness `--log_samples` output, `samples_<task>_<date>.jsonl`:
     one line per (doc, filter) with `doc_id`, `doc`, `target`, `arguments`, `resps` (per
     request, the task's `repeats` responses), `filtered_resps`, `filter`, `metrics` and
@@ -730,8 +864,11 @@ def read_lm_eval(path: str | Path, *, arm: str | None = None, metric: str | None
         for mm in cfg.get("metric_list") or ():
             if isinstance(mm, dict) and mm.get("metric") == "exact_match":
                 metric_opts = mm
-    per_repeat = (chain is not None and chain[-1:] == [{"function": "take_first"}]
-                  and all(s.get("function") in _LM_PER_RESPONSE_FILTERS for s in chain[:-1]))
+    per_repeat = (
+        chain is not None
+        and chain[-1:] == [{"function": "take_first"}]
+        and all(s.get("function") in _LM_PER_RESPONSE_FILTERS for s in chain[:-1])
+    )
     samples: list[Sample] = []
     grades: list[Grade] = []
     seen: set[int] = set()
@@ -749,8 +886,9 @@ def read_lm_eval(path: str | Path, *, arm: str | None = None, metric: str | None
         names = rec.get("metrics") if isinstance(rec.get("metrics"), list) else []
         name = metric or (names[0] if names else None)
         if name is None or name not in rec:
-            raise InputError(f"no metric {name!r} on the line (it has {', '.join(map(str, names)) or 'none'}): "
-                             "pass --scorer", p, n)
+            raise InputError(
+                f"no metric {name!r} on the line (it has {', '.join(map(str, names)) or 'none'}): pass --scorer", p, n
+            )
         passed, reason = _inspect_pass(rec[name], threshold, f"line {n}: {name}", p)
         cid = _case_id(f"{task}-{doc_id}", f"line {n}", p)
         resps = rec["resps"]
@@ -772,43 +910,83 @@ def read_lm_eval(path: str | Path, *, arm: str | None = None, metric: str | None
                 ok = lm_exact_match(answer, target, metric_opts)
                 graded.append((t, ok, "" if ok else f"exact_match: {answer!r} != {target!r} (repeat {j + 1})"))
             if graded[0][1] != passed:
-                raise InputError(f"doc {doc_id}: evalkit's re-grade of repeat 1 ({graded[0][1]}) disagrees with "
-                                 f"lm-eval's {name} ({rec[name]!r}); the filter or metric options are not the ones "
-                                 "lm-eval used (is results_<date>.json beside the file?)", p, n)
+                raise InputError(
+                    f"doc {doc_id}: evalkit's re-grade of repeat 1 ({graded[0][1]}) disagrees with "
+                    f"lm-eval's {name} ({rec[name]!r}); the filter or metric options are not the ones "
+                    "lm-eval used (is results_<date>.json beside the file?)",
+                    p,
+                    n,
+                )
         else:
             if len(texts) > 1:
                 repeats_seen.add(len(texts))
                 reduced = True
             out = rec.get("filtered_resps")
             shown = out[0] if isinstance(out, list) and out else out
-            graded = [(shown if isinstance(shown, str) else json.dumps(shown, ensure_ascii=False), passed,
-                       "" if passed else f"{name}: {reason}")]
+            graded = [
+                (
+                    shown if isinstance(shown, str) else json.dumps(shown, ensure_ascii=False),
+                    passed,
+                    "" if passed else f"{name}: {reason}",
+                )
+            ]
         for j, (text, ok, why) in enumerate(graded):
-            samples.append(Sample(case_id=cid, tags=(task,), arm=arm_name, index=j, seed=0, model=model,
-                                  output=text, tool_calls=(), finish_reason=None, usage=Usage(0, 0),
-                                  latency_ms=0.0, cost_usd=0.0, request_hash=str(rec.get("prompt_hash") or "")))
-            grades.append(Grade(case_id=cid, arm=arm_name, index=j, passed=ok,
-                                checks=(CheckResult(f"lm-eval:{name}", ok, why),)))
+            samples.append(
+                Sample(
+                    case_id=cid,
+                    tags=(task,),
+                    arm=arm_name,
+                    index=j,
+                    seed=0,
+                    model=model,
+                    output=text,
+                    tool_calls=(),
+                    finish_reason=None,
+                    usage=Usage(0, 0),
+                    latency_ms=0.0,
+                    cost_usd=0.0,
+                    request_hash=str(rec.get("prompt_hash") or ""),
+                )
+            )
+            grades.append(
+                Grade(case_id=cid, arm=arm_name, index=j, passed=ok, checks=(CheckResult(f"lm-eval:{name}", ok, why),))
+            )
     if reduced:
-        notes.append(f"filter {chosen!r} (or metric) reduces the {max(repeats_seen)} repeats to one answer: one "
-                     "sample per doc, lm-eval's own score (evalkit re-grades repeats for exact_match behind "
-                     "take_first only)")
+        notes.append(
+            f"filter {chosen!r} (or metric) reduces the {max(repeats_seen)} repeats to one answer: one "
+            "sample per doc, lm-eval's own score (evalkit re-grades repeats for exact_match behind "
+            "take_first only)"
+        )
     if identical and identical == len(seen):
-        notes.append("every doc's repeats are the same text: lm-eval sends one seed with every repeat, so a seeded "
-                     "endpoint answers them alike and pass@k equals pass@1")
+        notes.append(
+            "every doc's repeats are the same text: lm-eval sends one seed with every repeat, so a seeded "
+            "endpoint answers them alike and pass@k equals pass@1"
+        )
     effective = ((results or {}).get("n-samples") or {}).get(task, {})
     expected_docs = effective.get("effective") if isinstance(effective, dict) else None
     complete = not isinstance(expected_docs, int) or expected_docs == len(seen)
     reason = None if complete else f"lm-eval planned {expected_docs} docs, the file has {len(seen)}"
-    return Ingested("lm-eval", str(p), _sha256(p), task, tuple(samples), tuple(grades), complete, reason,
-                    len(samples), {arm_name: model}, tuple(notes))
+    return Ingested(
+        "lm-eval",
+        str(p),
+        _sha256(p),
+        task,
+        tuple(samples),
+        tuple(grades),
+        complete,
+        reason,
+        len(samples),
+        {arm_name: model},
+        tuple(notes),
+    )
 
 
 # -------------------------------------------------------------------------- agent-evals
 
 
-def read_agent_evals(outputs_dir: str | Path, eval_file: str | Path, *, arm: str = "agent",
-                     compat_wildcards: bool = False) -> Ingested:
+def read_agent_evals(
+    outputs_dir: str | Path, eval_file: str | Path, *, arm: str = "agent", compat_wildcards: bool = False
+) -> Ingested:
     """Read an agent-evals outputs folder (`<case-id>/sample-<n>.txt`) with its
     `evals.json`, graded as that harness grades (trimmed, case-insensitive)."""
     from .agentevals import _sample_files, load_eval_file, match_sample, read_sample_file
@@ -833,17 +1011,47 @@ def read_agent_evals(outputs_dir: str | Path, eval_file: str | Path, *, arm: str
                 reason = "" if ok else f"{case.match} {case.expect!r} not found"
             except TimeoutError:
                 ok, reason = False, "regex timed out"
-            samples.append(Sample(case_id=case.id, tags=(case.set,), arm=arm, index=index, seed=0,
-                                  model=arm, output=text, tool_calls=(), finish_reason=None, usage=Usage(0, 0),
-                                  latency_ms=0.0, cost_usd=0.0, request_hash=""))
-            grades.append(Grade(case_id=case.id, arm=arm, index=index, passed=ok,
-                                checks=(CheckResult(f"agent-evals:{case.match}", ok, reason),)))
+            samples.append(
+                Sample(
+                    case_id=case.id,
+                    tags=(case.set,),
+                    arm=arm,
+                    index=index,
+                    seed=0,
+                    model=arm,
+                    output=text,
+                    tool_calls=(),
+                    finish_reason=None,
+                    usage=Usage(0, 0),
+                    latency_ms=0.0,
+                    cost_usd=0.0,
+                    request_hash="",
+                )
+            )
+            grades.append(
+                Grade(
+                    case_id=case.id,
+                    arm=arm,
+                    index=index,
+                    passed=ok,
+                    checks=(CheckResult(f"agent-evals:{case.match}", ok, reason),),
+                )
+            )
     digest = hashlib.sha256((_sha256(out) + _sha256(Path(eval_file))).encode()).hexdigest()
     missing = [c.id for c in cases if not (out / c.id).is_dir()]
-    return Ingested("agent-evals", str(out), digest, Path(eval_file).parent.name or "agent-evals",
-                    tuple(samples), tuple(grades), not missing,
-                    f"no outputs for {len(missing)} case(s): {', '.join(missing)}" if missing else None,
-                    0, {arm: arm}, case_sets={c.id: c.set for c in cases})
+    return Ingested(
+        "agent-evals",
+        str(out),
+        digest,
+        Path(eval_file).parent.name or "agent-evals",
+        tuple(samples),
+        tuple(grades),
+        not missing,
+        f"no outputs for {len(missing)} case(s): {', '.join(missing)}" if missing else None,
+        0,
+        {arm: arm},
+        case_sets={c.id: c.set for c in cases},
+    )
 
 
 # ------------------------------------------------------------------------------ writing
@@ -853,20 +1061,30 @@ def read_source(path: str | Path, fmt: str | None = None, **options: Any) -> Ing
     """Read `path` in format `fmt` (detected when None)."""
     fmt = fmt or detect_format(path)
     if fmt == "inspect":
-        return read_inspect_log(path, threshold=options.get("threshold"), scorer=options.get("scorer"),
-                                arm=options.get("arm"))
+        return read_inspect_log(
+            path, threshold=options.get("threshold"), scorer=options.get("scorer"), arm=options.get("arm")
+        )
     if fmt == "promptfoo":
         return read_promptfoo(path, arm=options.get("arm"))
     if fmt == "tau-bench":
         return read_tau_bench(path, arm=options.get("arm"))
     if fmt == "lm-eval":
-        return read_lm_eval(path, arm=options.get("arm"), metric=options.get("scorer"),
-                            filter_name=options.get("filter_name"), threshold=options.get("threshold"))
+        return read_lm_eval(
+            path,
+            arm=options.get("arm"),
+            metric=options.get("scorer"),
+            filter_name=options.get("filter_name"),
+            threshold=options.get("threshold"),
+        )
     if fmt == "agent-evals":
         if not options.get("eval_file"):
             raise InputError("an agent-evals outputs folder needs --eval-file evals.json", path)
-        return read_agent_evals(path, options["eval_file"], arm=options.get("arm") or "agent",
-                                compat_wildcards=bool(options.get("compat_wildcards")))
+        return read_agent_evals(
+            path,
+            options["eval_file"],
+            arm=options.get("arm") or "agent",
+            compat_wildcards=bool(options.get("compat_wildcards")),
+        )
     raise InputError(f"unknown format {fmt!r} (known: {', '.join(FORMATS)})")
 
 
@@ -878,17 +1096,28 @@ def _summary(parts: list[Ingested], samples: list[Sample], grades: list[Grade]) 
     per_arm = {}
     for a in arms:
         g = [x for x in grades if x.arm == a]
-        per_arm[a] = {"samples": sum(1 for s in samples if s.arm == a),
-                      "errors": sum(1 for p in parts for e in p.errors if e["arm"] == a),
-                      "passed": sum(1 for x in g if x.passed), "graded": len(g)}
+        per_arm[a] = {
+            "samples": sum(1 for s in samples if s.arm == a),
+            "errors": sum(1 for p in parts for e in p.errors if e["arm"] == a),
+            "passed": sum(1 for x in g if x.passed),
+            "graded": len(g),
+        }
     # a case ran when none of its keys errored (as `evalkit run` counts)
     errored_cases = {e["case_id"] for p in parts for e in p.errors}
     all_cases = {s.case_id for s in samples} | errored_cases
     ran = len(all_cases - errored_cases)
-    summary = {"complete": complete, "ran": ran, "total": len(all_cases), "reason": "; ".join(reasons) or None,
-               "spend_usd": round(sum(s.cost_usd for s in samples), 6), "avoided_usd": 0.0, "cap_usd": None,
-               "per_arm": per_arm, "exit_code": 0 if complete else 1,
-               "source": [p.source for p in parts]}
+    summary = {
+        "complete": complete,
+        "ran": ran,
+        "total": len(all_cases),
+        "reason": "; ".join(reasons) or None,
+        "spend_usd": round(sum(s.cost_usd for s in samples), 6),
+        "avoided_usd": 0.0,
+        "cap_usd": None,
+        "per_arm": per_arm,
+        "exit_code": 0 if complete else 1,
+        "source": [p.source for p in parts],
+    }
     lines = []
     if not complete:
         lines.append(f"INCOMPLETE: {ran}/{len(all_cases)} cases ({summary['reason']})")
@@ -900,8 +1129,10 @@ def _summary(parts: list[Ingested], samples: list[Sample], grades: list[Grade]) 
     lines.append(f"- cases: {len(cases)}, arms: {', '.join(arms)}, samples: {len(samples)}")
     for a, f in per_arm.items():
         rate = f["passed"] / f["graded"] if f["graded"] else float("nan")
-        lines.append(f"- {a}: {f['passed']}/{f['graded']} samples passed ({rate:.1%})"
-                     + (f", {f['errors']} errored (never a pass)" if f["errors"] else ""))
+        lines.append(
+            f"- {a}: {f['passed']}/{f['graded']} samples passed ({rate:.1%})"
+            + (f", {f['errors']} errored (never a pass)" if f["errors"] else "")
+        )
     return summary, "\n".join(lines) + "\n"
 
 
@@ -914,8 +1145,9 @@ def write_ingested(parts: list[Ingested], dest: str | Path) -> Path:
     keys = [(s.case_id, s.arm, s.index) for s in samples]
     if len(set(keys)) != len(keys):
         dup = next(k for k in keys if keys.count(k) > 1)
-        raise InputError(f"arm {dup[1]!r} already has case {dup[0]!r} sample {dup[2]}: ingest the second "
-                         "source under another --arm")
+        raise InputError(
+            f"arm {dup[1]!r} already has case {dup[0]!r} sample {dup[2]}: ingest the second source under another --arm"
+        )
     errors = [e for p in parts for e in p.errors]
     keyed = [(s.case_id, s.arm, s.index) for s in samples] + [(e["case_id"], e["arm"], e["index"]) for e in errors]
     cases = list(dict.fromkeys(c for c, _, _ in keyed))
@@ -923,10 +1155,23 @@ def write_ingested(parts: list[Ingested], dest: str | Path) -> Path:
     per_arm_cases = {a: sorted({c for c, aa, _ in keyed if aa == a}) for a in arms}
     k = max((i + 1 for _, _, i in keyed), default=0)
     meta = {
-        "suite": None, "suite_name": parts[0].name, "source": parts[0].source if len(parts) == 1 else "mixed",
-        "sources": [{"source": p.source, "file": p.source_file, "sha256": p.source_sha256,
-                     "arms": list(p.models), "models": p.models} for p in parts],
-        "arms": arms, "k": k, "cases": cases, "cases_per_arm": per_arm_cases,
+        "suite": None,
+        "suite_name": parts[0].name,
+        "source": parts[0].source if len(parts) == 1 else "mixed",
+        "sources": [
+            {
+                "source": p.source,
+                "file": p.source_file,
+                "sha256": p.source_sha256,
+                "arms": list(p.models),
+                "models": p.models,
+            }
+            for p in parts
+        ],
+        "arms": arms,
+        "k": k,
+        "cases": cases,
+        "cases_per_arm": per_arm_cases,
         "case_sets": {c: st for p in parts for c, st in p.case_sets.items()},
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "config": {"generator": {"model": next(iter(parts[0].models.values()), None)}},
@@ -940,7 +1185,9 @@ def write_ingested(parts: list[Ingested], dest: str | Path) -> Path:
                 folder.append_result(s)
             for e in errors:
                 folder.append_error(e["case_id"], e["arm"], e["index"], e["error"], 1)
-        write_atomic(folder.path / GRADES, "".join(json.dumps(grade_to_dict(g), ensure_ascii=False) + "\n" for g in grades))
+        write_atomic(
+            folder.path / GRADES, "".join(json.dumps(grade_to_dict(g), ensure_ascii=False) + "\n" for g in grades)
+        )
         summary, md = _summary(parts, samples, grades)
         folder.write_summary(summary, md)
         if dest.exists():
@@ -967,15 +1214,27 @@ def _existing_parts(run: Path) -> list[Ingested]:
         errs = tuple(e for e in errors if e["arm"] in arms)
         kept = tuple(s for s in samples if s.arm in arms)
         sets = {c: st for c, st in (meta.get("case_sets") or {}).items() if any(s.case_id == c for s in kept)}
-        parts.append(Ingested(src["source"], src["file"], src["sha256"], meta.get("suite_name") or run.name,
-                              kept, tuple(g for g in grades if g.arm in arms),
-                              not errs, f"{len(errs)} result(s) errored" if errs else None, 0,
-                              src.get("models") or {}, (), errs, sets))
+        parts.append(
+            Ingested(
+                src["source"],
+                src["file"],
+                src["sha256"],
+                meta.get("suite_name") or run.name,
+                kept,
+                tuple(g for g in grades if g.arm in arms),
+                not errs,
+                f"{len(errs)} result(s) errored" if errs else None,
+                0,
+                src.get("models") or {},
+                (),
+                errs,
+                sets,
+            )
+        )
     return parts
 
 
-def ingest(path: str | Path, to: str | Path, *, fmt: str | None = None, into: bool = False,
-           **options: Any) -> Path:
+def ingest(path: str | Path, to: str | Path, *, fmt: str | None = None, into: bool = False, **options: Any) -> Path:
     """Read another tool's results and write them as the run folder `to`.
 
     With `into=True`, `to` is an existing ingested run and the source is added to it as
@@ -996,4 +1255,3 @@ def ingest(path: str | Path, to: str | Path, *, fmt: str | None = None, into: bo
             raise InputError("destination exists and is not empty (use --into to add an arm)", to)
         parts = [part]
     return write_ingested(parts, to)
-

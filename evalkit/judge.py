@@ -35,6 +35,7 @@ a loss.
 "score": 1..5, "rater": "..."}` per line (`rater` optional); `sample_for_labelling`
 draws the items to label.
 """
+
 from __future__ import annotations
 
 import functools
@@ -118,8 +119,10 @@ def load_judge_files(suite_path: str | Path, version: str | int | None = None) -
     if version is not None:
         n = int(str(version).lower().lstrip("v"))
         if n not in versions:
-            raise InputError(f"judge version v{n} is pinned but judge/rubric-v{n}.md and judge/prompt-v{n}.md "
-                             "are not both there", folder)
+            raise InputError(
+                f"judge version v{n} is pinned but judge/rubric-v{n}.md and judge/prompt-v{n}.md are not both there",
+                folder,
+            )
     elif versions:
         n = versions[-1]
     else:
@@ -156,9 +159,11 @@ def check_judge_model(config: Config, generator_models: Iterable[str] = ()) -> b
         return False
     if config.allow_same_judge_model:
         return True
-    raise InputError(f"judge model {config.judge.model!r} is the generator's model ({', '.join(clash)}): a model "
-                     "favours its own output; use a different judge or set \"allow_same_judge_model\": true",
-                     json_path="$.judge.model")
+    raise InputError(
+        f"judge model {config.judge.model!r} is the generator's model ({', '.join(clash)}): a model "
+        'favours its own output; use a different judge or set "allow_same_judge_model": true',
+        json_path="$.judge.model",
+    )
 
 
 # ------------------------------------------------------------------------ rendering
@@ -185,8 +190,9 @@ def _render(template: str, where: str, values: Mapping[str, str]) -> str:
     try:
         return string.Template(template).substitute(values)
     except KeyError as exc:
-        raise InputError(f"judge prompt uses unknown placeholder ${{{exc.args[0]}}}; known: "
-                         f"{', '.join(sorted(values))}", where) from None
+        raise InputError(
+            f"judge prompt uses unknown placeholder ${{{exc.args[0]}}}; known: {', '.join(sorted(values))}", where
+        ) from None
     except ValueError as exc:
         raise InputError(f"judge prompt is not a valid template: {exc}", where) from None
 
@@ -199,9 +205,13 @@ def _data_values(files: JudgeFiles, case: Case, token: str, outputs: Mapping[str
     for part in (text_in, context, *(t for t, _ in outputs.values())):
         if token in part:  # practically impossible (a SHA-256 prefix of itself); refuse rather than guess
             raise JudgeError(f"case {case.id!r}: boundary token collides with the content")
-    return {"rubric": files.rubric.strip(), "expected": (case.rubric or "").strip(),
-            "input": delimit(text_in, token, "input"), "context": delimit(context, token, "context"),
-            **{name: delimit(text, token, label) for name, (text, label) in outputs.items()}}
+    return {
+        "rubric": files.rubric.strip(),
+        "expected": (case.rubric or "").strip(),
+        "input": delimit(text_in, token, "input"),
+        "context": delimit(context, token, "context"),
+        **{name: delimit(text, token, label) for name, (text, label) in outputs.items()},
+    }
 
 
 def direct_messages(files: JudgeFiles, case: Case, output: str) -> list[dict[str, str]]:
@@ -273,8 +283,16 @@ class JudgeScore:
 _CALL_ERRORS = (JudgeError, UnitCallError, InputTooLong, ReplayMiss, BudgetExhausted)
 
 
-async def judge_direct(client: Any, files: JudgeFiles, case: Case, output: str, *, key: str = "",
-                       seed: int | None = None, should_stop: Callable[[], str | None] | None = None) -> JudgeScore:
+async def judge_direct(
+    client: Any,
+    files: JudgeFiles,
+    case: Case,
+    output: str,
+    *,
+    key: str = "",
+    seed: int | None = None,
+    should_stop: Callable[[], str | None] | None = None,
+) -> JudgeScore:
     """Score one output 1-5 with the judge client (a `ModelClient` on the run's ledger).
     A failed call or an unparseable answer comes back as a `JudgeScore` with `error`
     set and no score; `CeilingBreached` propagates (the run must stop). `should_stop`
@@ -282,15 +300,22 @@ async def judge_direct(client: Any, files: JudgeFiles, case: Case, output: str, 
     model = client.endpoint.model
     try:
         messages = direct_messages(files, case, output)
-        comp = await client.complete(messages=messages, temperature=0.0, seed=seed, key=key,
-                                     should_stop=should_stop)
+        comp = await client.complete(messages=messages, temperature=0.0, seed=seed, key=key, should_stop=should_stop)
     except _CALL_ERRORS as exc:
         return JudgeScore(None, None, files.version, model, 0.0, error=f"{type(exc).__name__}: {exc}")
     try:
         score, reason = parse_score(comp.text)
     except JudgeError as exc:
-        return JudgeScore(None, None, files.version, comp.model or model, comp.cost_usd, comp.cached,
-                          error=f"JudgeError: {exc}", raw=comp.text)
+        return JudgeScore(
+            None,
+            None,
+            files.version,
+            comp.model or model,
+            comp.cost_usd,
+            comp.cached,
+            error=f"JudgeError: {exc}",
+            raw=comp.text,
+        )
     return JudgeScore(score, reason, files.version, comp.model or model, comp.cost_usd, comp.cached, raw=comp.text)
 
 
@@ -315,9 +340,18 @@ class PairOutcome:
     error: str | None = None
 
 
-async def judge_pair(client: Any, files: JudgeFiles, case: Case, baseline: str, treatment: str, *,
-                     index: int = 0, key: str = "", seed: int | None = None,
-                     should_stop: Callable[[], str | None] | None = None) -> PairOutcome:
+async def judge_pair(
+    client: Any,
+    files: JudgeFiles,
+    case: Case,
+    baseline: str,
+    treatment: str,
+    *,
+    index: int = 0,
+    key: str = "",
+    seed: int | None = None,
+    should_stop: Callable[[], str | None] | None = None,
+) -> PairOutcome:
     """Ask the pairwise judge with baseline as A, then with treatment as A."""
     cost = 0.0
     picks: list[str | None] = []
@@ -326,8 +360,13 @@ async def judge_pair(client: Any, files: JudgeFiles, case: Case, baseline: str, 
     for order, (a, b, a_is) in enumerate(((baseline, treatment, "baseline"), (treatment, baseline, "treatment"))):
         other = "treatment" if a_is == "baseline" else "baseline"
         try:
-            comp = await client.complete(messages=pairwise_messages(files, case, a, b), temperature=0.0,
-                                         seed=seed, key=f"{key}/order-{order + 1}", should_stop=should_stop)
+            comp = await client.complete(
+                messages=pairwise_messages(files, case, a, b),
+                temperature=0.0,
+                seed=seed,
+                key=f"{key}/order-{order + 1}",
+                should_stop=should_stop,
+            )
         except _CALL_ERRORS as exc:
             picks.append(None)
             errors.append(f"order {order + 1}: {type(exc).__name__}: {exc}")
@@ -344,8 +383,9 @@ async def judge_pair(client: Any, files: JudgeFiles, case: Case, baseline: str, 
     if None in picks:
         return PairOutcome(case.id, index, "error", picks[0], picks[1], None, cost, tuple(reasons), "; ".join(errors))
     consistent = picks[0] == picks[1]
-    return PairOutcome(case.id, index, picks[0] if consistent else "tie", picks[0], picks[1], consistent, cost,
-                       tuple(reasons))
+    return PairOutcome(
+        case.id, index, picks[0] if consistent else "tie", picks[0], picks[1], consistent, cost, tuple(reasons)
+    )
 
 
 def position_consistency(outcomes: Sequence[PairOutcome]) -> float | None:
@@ -373,10 +413,10 @@ class HumanLabel:
 def parse_item(item: Any) -> tuple[str, str, int]:
     """("case", "arm", index) from an item id `case/arm/index`; ValueError otherwise."""
     if not isinstance(item, str):
-        raise ValueError("item must be a string \"<case>/<arm>/<index>\"")
+        raise ValueError('item must be a string "<case>/<arm>/<index>"')
     parts = item.rsplit("/", 2)
     if len(parts) != 3 or not parts[0] or not parts[1] or not re.fullmatch(r"\d+", parts[2]):
-        raise ValueError(f"item {item!r} is not \"<case>/<arm>/<index>\"")
+        raise ValueError(f'item {item!r} is not "<case>/<arm>/<index>"')
     return parts[0], parts[1], int(parts[2])
 
 
@@ -412,7 +452,7 @@ def parse_human_labels(text: str, path: str | Path) -> list[HumanLabel]:
         except json.JSONDecodeError as exc:
             raise InputError(f"not valid JSON: {exc.msg}", p, i) from None
         if not isinstance(d, dict):
-            raise InputError("each line must be a JSON object {\"item\", \"score\", \"rater\"}", p, i)
+            raise InputError('each line must be a JSON object {"item", "score", "rater"}', p, i)
         try:
             case_id, arm, index = parse_item(d.get("item"))
         except ValueError as exc:
@@ -458,8 +498,14 @@ def sample_for_labelling(run: str | Path, n: int = 20, seed: int = 0) -> list[di
             outputs[(d.get("case_id"), d.get("arm"), int(d.get("index", -1)))] = d.get("output")
     items = []
     for case_id, arm, index in picked:
-        items.append({"item": f"{case_id}/{arm}/{index}", "output": outputs.get((case_id, arm, index)),
-                      "score": None, "rater": None})
+        items.append(
+            {
+                "item": f"{case_id}/{arm}/{index}",
+                "output": outputs.get((case_id, arm, index)),
+                "score": None,
+                "rater": None,
+            }
+        )
     return items
 
 
@@ -469,5 +515,8 @@ def human_agreement(labels: Sequence[HumanLabel], judge_scores: Mapping[str, int
     pairs = [(lab.score, judge_scores[lab.item]) for lab in labels if lab.item in judge_scores]
     if not pairs:
         return {"n": 0, "exact": None, "within_one": None}
-    return {"n": len(pairs), "exact": sum(h == j for h, j in pairs) / len(pairs),
-            "within_one": sum(abs(h - j) <= 1 for h, j in pairs) / len(pairs)}
+    return {
+        "n": len(pairs),
+        "exact": sum(h == j for h, j in pairs) / len(pairs),
+        "within_one": sum(abs(h - j) <= 1 for h, j in pairs) / len(pairs),
+    }

@@ -23,6 +23,7 @@ raises `DiskFull` (the call is not sent); a settle whose line cannot be written 
 the reservation's line open on disk, which a resume counts as spent at its full
 amount, and every later `reserve` raises `DiskFull` (`disk_full` says why).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -79,6 +80,7 @@ class Ledger:
         self._log = None
         if self._path is not None:
             from .runs import AppendLog  # cuts a torn last line first: no event glues onto it
+
             self._log = AppendLog(self._path, fsync=bool(os.environ.get("EVALKIT_FSYNC")))
 
     @classmethod
@@ -94,7 +96,8 @@ class Ledger:
         p = Path(path)
         if p.exists():
             from .runs import iter_jsonl  # a torn last line is dropped with a warning; a bad
-                                          # line before it is an InputError, never skipped
+
+            # line before it is an InputError, never skipped
             for ev in iter_jsonl(p):
                 kind = ev.get("event")
                 if kind == "reserve":
@@ -113,7 +116,9 @@ class Ledger:
         led.untrusted = untrusted
         return led
 
-    def reserve(self, role: str, model: str, price: Price, tokens_in: int, tokens_out: int, key: str = "") -> Reservation:
+    def reserve(
+        self, role: str, model: str, price: Price, tokens_in: int, tokens_out: int, key: str = ""
+    ) -> Reservation:
         """Hold the worst case of one call, or raise `BudgetExhausted`."""
         if price is None:
             raise InputError(f"no price for model {model!r}: refusing to run")
@@ -122,16 +127,37 @@ class Ledger:
             if self.disk_full is not None:
                 raise DiskFull(self.disk_full.path, self.disk_full.strerror)
             if self.committed_usd + self.reserved_usd + amount > self.cap_usd + 1e-12:
-                self._write({"event": "refuse", "role": role, "model": model, "key": key,
-                             "amount_usd": amount, "committed_usd": self.committed_usd,
-                             "reserved_usd": self.reserved_usd, "cap_usd": self.cap_usd})
+                self._write(
+                    {
+                        "event": "refuse",
+                        "role": role,
+                        "model": model,
+                        "key": key,
+                        "amount_usd": amount,
+                        "committed_usd": self.committed_usd,
+                        "reserved_usd": self.reserved_usd,
+                        "cap_usd": self.cap_usd,
+                    }
+                )
                 raise BudgetExhausted(
                     f"budget exhausted: committed ${self.committed_usd:.6f} + reserved "
-                    f"${self.reserved_usd:.6f} + this call ${amount:.6f} > cap ${self.cap_usd:.6f}")
+                    f"${self.reserved_usd:.6f} + this call ${amount:.6f} > cap ${self.cap_usd:.6f}"
+                )
             r = Reservation(next(self._ids), role, model, price, tokens_in, tokens_out, amount, key)
             # The line first: a call whose reservation is not on disk must not be sent.
-            self._write({"event": "reserve", "id": r.id, "role": role, "model": model, "key": key,
-                         "tokens_in": tokens_in, "tokens_out": tokens_out, "amount_usd": amount}, strict=True)
+            self._write(
+                {
+                    "event": "reserve",
+                    "id": r.id,
+                    "role": role,
+                    "model": model,
+                    "key": key,
+                    "tokens_in": tokens_in,
+                    "tokens_out": tokens_out,
+                    "amount_usd": amount,
+                },
+                strict=True,
+            )
             self._open[r.id] = r
             self.reserved_usd += amount
             return r
@@ -153,9 +179,18 @@ class Ledger:
             self._close(r)
             self.committed_usd += cost
             self.breaches += breached
-            event = {"event": "settle", "id": r.id, "role": r.role, "model": r.model, "key": r.key,
-                     "prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
-                     "cost_usd": cost, "committed_usd": self.committed_usd, "breach": breached}
+            event = {
+                "event": "settle",
+                "id": r.id,
+                "role": r.role,
+                "model": r.model,
+                "key": r.key,
+                "prompt_tokens": usage.prompt_tokens,
+                "completion_tokens": usage.completion_tokens,
+                "cost_usd": cost,
+                "committed_usd": self.committed_usd,
+                "breach": breached,
+            }
             if untrusted:
                 self.untrusted += 1
                 event["untrusted"] = untrusted
@@ -163,18 +198,22 @@ class Ledger:
         if breached:
             raise CeilingBreached(
                 f"ceiling breached: {r.model} reported {usage.prompt_tokens} in / {usage.completion_tokens} out "
-                f"tokens, reserved {r.tokens_in} / {r.tokens_out}")
+                f"tokens, reserved {r.tokens_in} / {r.tokens_out}"
+            )
         return cost
 
-    def settle_reported(self, r: Reservation, prompt_tokens: object, completion_tokens: object) -> tuple[float, Usage, str | None]:
+    def settle_reported(
+        self, r: Reservation, prompt_tokens: object, completion_tokens: object
+    ) -> tuple[float, Usage, str | None]:
         """Settle with the raw counts a response reported; returns (cost, settled usage,
         why the counts were untrusted or None). See `reported_usage`; raises
         `CeilingBreached` like `settle`."""
         usage, why = reported_usage(r, prompt_tokens, completion_tokens)
         return self.settle(r, usage, untrusted=why), usage, why
 
-    def settle_failed(self, r: Reservation, usage: Usage | None = None, reason: str = "",
-                      cause: str | None = None) -> float:
+    def settle_failed(
+        self, r: Reservation, usage: Usage | None = None, reason: str = "", cause: str | None = None
+    ) -> float:
         """Close a reservation for a call that failed. A failed attempt is still a paid
         call when the server reported usage (or the client charges it at its worst case);
         with no usage it costs 0 (the endpoint returned an error before generating).
@@ -183,8 +222,16 @@ class Ledger:
         with self._lock:
             self._close(r)
             self.committed_usd += cost
-            event = {"event": "release", "id": r.id, "role": r.role, "model": r.model, "key": r.key,
-                     "cost_usd": cost, "reason": reason, "committed_usd": self.committed_usd}
+            event = {
+                "event": "release",
+                "id": r.id,
+                "role": r.role,
+                "model": r.model,
+                "key": r.key,
+                "cost_usd": cost,
+                "reason": reason,
+                "committed_usd": self.committed_usd,
+            }
             if cause:
                 event["cause"] = cause
             self._write(event)
@@ -241,8 +288,9 @@ def reported_usage(r: Reservation, prompt_tokens: object, completion_tokens: obj
     if not problems:
         return Usage(int(counts[0]), int(counts[1])), None  # type: ignore[arg-type]
     settled = [max(reserved, _ceil_count(raw) or 0) for _, raw, reserved in raws]
-    return Usage(settled[0], settled[1]), ("usage is not a non-negative integer (" + ", ".join(problems)
-                                           + "): settled at the full reservation")
+    return Usage(settled[0], settled[1]), (
+        "usage is not a non-negative integer (" + ", ".join(problems) + "): settled at the full reservation"
+    )
 
 
 def unusable_usage(raw: object) -> str:
@@ -273,6 +321,9 @@ def _ceil_count(raw: object) -> int | None:
 
 
 def _show(raw: object, n: int = 40) -> str:
-    s = json.dumps(raw) if isinstance(raw, (int, float, str, type(None))) and not (
-        isinstance(raw, float) and not math.isfinite(raw)) else repr(raw)
+    s = (
+        json.dumps(raw)
+        if isinstance(raw, (int, float, str, type(None))) and not (isinstance(raw, float) and not math.isfinite(raw))
+        else repr(raw)
+    )
     return s if len(s) <= n else s[: n - 3] + "..."

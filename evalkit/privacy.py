@@ -52,6 +52,7 @@ emails; one pass finds the runs of seven or more digits and separators, and the 
 identifier, IBAN, IP and phone detectors search only a window around each; phonenumbers
 and stdnum see only those candidates.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -67,9 +68,17 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from .errors import InputError, InputErrors, RedactionIncomplete
+
 # this module builds on the suite reader, which calls it lazily (as it does the importers)
-from .suite import (MAX_CONFIG_BYTES, SuiteSource, json_line_index, line_of, parse_json_object, read_text_file,
-                    suite_source)
+from .suite import (
+    MAX_CONFIG_BYTES,
+    SuiteSource,
+    json_line_index,
+    line_of,
+    parse_json_object,
+    read_text_file,
+    suite_source,
+)
 
 POLICY_FILE = "privacy.json"  # a suite's allow-list and scan settings, beside config.json
 CASE_ALLOW_KEY = "privacy_allow"  # a case's own allow-list
@@ -87,23 +96,30 @@ class Kind:
     secret: bool
 
 
-KINDS: dict[str, Kind] = {k.name: k for k in (
-    Kind("email", "email address", "EMAIL", False),
-    Kind("phone", "phone number", "PHONE", False),
-    Kind("card", "payment card number", "CARD", False),
-    Kind("iban", "IBAN", "IBAN", False),
-    Kind("national_id", "national identifier", "NATIONAL_ID", False),
-    Kind("ip_address", "public IP address", "IP_ADDRESS", False),
-    Kind("api_key", "API key or token", "API_KEY", True),
-    Kind("private_key", "private key", "PRIVATE_KEY", True),
-    Kind("jwt", "JSON Web Token", "JWT", True),
-    Kind("password", "password in a URL or connection string", "PASSWORD", True),
-)}
+KINDS: dict[str, Kind] = {
+    k.name: k
+    for k in (
+        Kind("email", "email address", "EMAIL", False),
+        Kind("phone", "phone number", "PHONE", False),
+        Kind("card", "payment card number", "CARD", False),
+        Kind("iban", "IBAN", "IBAN", False),
+        Kind("national_id", "national identifier", "NATIONAL_ID", False),
+        Kind("ip_address", "public IP address", "IP_ADDRESS", False),
+        Kind("api_key", "API key or token", "API_KEY", True),
+        Kind("private_key", "private key", "PRIVATE_KEY", True),
+        Kind("jwt", "JSON Web Token", "JWT", True),
+        Kind("password", "password in a URL or connection string", "PASSWORD", True),
+    )
+}
 # When two detections overlap, the one whose kind comes first here wins (a card number
 # is also a digit run that phonenumbers might read, a JWT holds base64 that looks like
 # anything).
-_PRIORITY = {name: i for i, name in enumerate(
-    ("private_key", "jwt", "api_key", "password", "card", "iban", "national_id", "ip_address", "email", "phone"))}
+_PRIORITY = {
+    name: i
+    for i, name in enumerate(
+        ("private_key", "jwt", "api_key", "password", "card", "iban", "national_id", "ip_address", "email", "phone")
+    )
+}
 DEFAULT_PHONE_REGIONS = ("US", "GB", "DE", "FR", "IN")
 
 
@@ -126,8 +142,10 @@ _DIGIT = re.compile(r"[0-9]")
 # emails: a local part, "@", dot-separated labels and an alphabetic TLD. Matched only
 # from each "@" outwards, so a text is never walked letter by letter.
 _EMAIL_LOCAL_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._%+-")
-_EMAIL_AT = re.compile(r"[A-Za-z0-9_%+-](?:[A-Za-z0-9._%+-]{0,62}[A-Za-z0-9_%+-])?"
-                       r"@((?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24})(?![\w-])")
+_EMAIL_AT = re.compile(
+    r"[A-Za-z0-9_%+-](?:[A-Za-z0-9._%+-]{0,62}[A-Za-z0-9_%+-])?"
+    r"@((?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24})(?![\w-])"
+)
 _RESERVED_DOMAINS = ("example.com", "example.net", "example.org")
 _RESERVED_TLDS = ("example", "test", "invalid", "localhost")
 
@@ -138,15 +156,19 @@ _RESERVED_TLDS = ("example", "test", "invalid", "localhost")
 _NUMERIC_RUN = re.compile(r"[0-9][0-9 \t\u00a0().\-/]{5,}[0-9]")
 _WINDOW_BEFORE, _WINDOW_AFTER = 36, 40  # an IBAN's letters before its digits; a bot token's tail
 _PHONE_CANDIDATE = re.compile(r"(?:\+|\(\+?)?[0-9][0-9 \t\u00a0().\-/]{5,40}[0-9]")
-_PHONE_KEYWORD = re.compile(r"(?i)\b(?:phone|tel|telephone|mobile|cell|call|fax|sms|whatsapp|contact|"
-                            r"ph|mob)\b[^\w\n]{0,4}(?:\w+[^\w\n]{1,3}){0,2}$")
+_PHONE_KEYWORD = re.compile(
+    r"(?i)\b(?:phone|tel|telephone|mobile|cell|call|fax|sms|whatsapp|contact|"
+    r"ph|mob)\b[^\w\n]{0,4}(?:\w+[^\w\n]{1,3}){0,2}$"
+)
 _CARD_CANDIDATE = re.compile(r"[0-9](?:[ -]?[0-9]){12,18}")
 _IPV4 = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}")
 _IPV6 = re.compile(r"[0-9A-Fa-f]{0,4}:[0-9A-Fa-f]{0,4}:[0-9A-Fa-f:.]{1,37}")
 _IPV6_HINT = re.compile(r"::|:[0-9A-Fa-f]{1,4}:[0-9A-Fa-f]{1,4}:")  # starts with ":": a quick pass
 # a dotted quad after one of these is a version or a section number, not an address
-_VERSION_BEFORE = re.compile(r"(?i)(?:\bv|(?:\b(?:version|ver|release|build|section|sect|chapter|ch|clause|"
-                             r"article|art|paragraph|para|step|rule|item|no)|§)\.?\s*)$")
+_VERSION_BEFORE = re.compile(
+    r"(?i)(?:\bv|(?:\b(?:version|ver|release|build|section|sect|chapter|ch|clause|"
+    r"article|art|paragraph|para|step|rule|item|no)|§)\.?\s*)$"
+)
 _IPV6_GLOBAL_UNICAST = ipaddress.IPv6Network("2000::/3")  # where every routed address is (IANA)
 _IBAN_CANDIDATE = re.compile(r"[A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]){11,34}")
 
@@ -154,17 +176,24 @@ _IBAN_CANDIDATE = re.compile(r"[A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]){11,34}")
 # publish them). Why hand-written: python-stdnum has the Luhn check but no card module.
 _CARD_BRANDS: tuple[tuple[str, int, int, tuple[int, ...]], ...] = (
     ("Visa", 4, 4, (13, 16, 19)),
-    ("Mastercard", 51, 55, (16,)), ("Mastercard", 2221, 2720, (16,)),
-    ("American Express", 34, 34, (15,)), ("American Express", 37, 37, (15,)),
-    ("Discover", 6011, 6011, (16, 17, 18, 19)), ("Discover", 644, 649, (16, 17, 18, 19)),
+    ("Mastercard", 51, 55, (16,)),
+    ("Mastercard", 2221, 2720, (16,)),
+    ("American Express", 34, 34, (15,)),
+    ("American Express", 37, 37, (15,)),
+    ("Discover", 6011, 6011, (16, 17, 18, 19)),
+    ("Discover", 644, 649, (16, 17, 18, 19)),
     ("Discover", 65, 65, (16, 17, 18, 19)),
-    ("Diners Club", 300, 305, (14, 15, 16, 17, 18, 19)), ("Diners Club", 36, 36, (14, 15, 16, 17, 18, 19)),
+    ("Diners Club", 300, 305, (14, 15, 16, 17, 18, 19)),
+    ("Diners Club", 36, 36, (14, 15, 16, 17, 18, 19)),
     ("Diners Club", 38, 39, (16, 17, 18, 19)),
     ("JCB", 3528, 3589, (16, 17, 18, 19)),
     ("UnionPay", 62, 62, (16, 17, 18, 19)),
-    ("Maestro", 5018, 5018, tuple(range(12, 20))), ("Maestro", 5020, 5020, tuple(range(12, 20))),
-    ("Maestro", 5038, 5038, tuple(range(12, 20))), ("Maestro", 5893, 5893, tuple(range(12, 20))),
-    ("Maestro", 6304, 6304, tuple(range(12, 20))), ("Maestro", 6759, 6759, tuple(range(12, 20))),
+    ("Maestro", 5018, 5018, tuple(range(12, 20))),
+    ("Maestro", 5020, 5020, tuple(range(12, 20))),
+    ("Maestro", 5038, 5038, tuple(range(12, 20))),
+    ("Maestro", 5893, 5893, tuple(range(12, 20))),
+    ("Maestro", 6304, 6304, tuple(range(12, 20))),
+    ("Maestro", 6759, 6759, tuple(range(12, 20))),
     ("Maestro", 6761, 6763, tuple(range(12, 20))),
     ("Mir", 2200, 2204, (16, 17, 18, 19)),
 )
@@ -185,9 +214,11 @@ _NATIONAL_IDS: tuple[tuple[str, str, str], ...] = (
 )
 _ID_PATTERNS = tuple((detail, re.compile(rx), module) for detail, rx, module in _NATIONAL_IDS)
 # the codice fiscale has no long digit run (its digits come in twos and threes): its own pass
-_CODICE_FISCALE = ("IT codice fiscale",
-                   re.compile(r"[A-Z]{6}[0-9LMNP-V]{2}[A-EHLMPR-T][0-9LMNP-V]{2}[A-Z][0-9LMNP-V]{3}[A-Z]"),
-                   "stdnum.it.codicefiscale")
+_CODICE_FISCALE = (
+    "IT codice fiscale",
+    re.compile(r"[A-Z]{6}[0-9LMNP-V]{2}[A-EHLMPR-T][0-9LMNP-V]{2}[A-Z][0-9LMNP-V]{3}[A-Z]"),
+    "stdnum.it.codicefiscale",
+)
 
 
 def _wordish(c: str) -> bool:
@@ -199,8 +230,9 @@ def _bounded(text: str, start: int, end: int) -> bool:
     return not ((start > 0 and _wordish(text[start - 1])) or (end < len(text) and _wordish(text[end])))
 
 
-def _matches(rx: re.Pattern[str], text: str, left: str = "", pos: int = 0,
-             endpos: int | None = None) -> Iterator[re.Match[str]]:
+def _matches(
+    rx: re.Pattern[str], text: str, left: str = "", pos: int = 0, endpos: int | None = None
+) -> Iterator[re.Match[str]]:
     """The matches of `rx` in `text[pos:endpos]` that are not part of a longer word or
     number (nor preceded by a character of `left`). A match that starts inside a word is
     not the end of the search: the next one may start one character later (as in
@@ -228,7 +260,7 @@ def _stdnum(module: str) -> Any:
 
 def _card_brand(digits: str) -> str | None:
     for brand, lo, hi, lengths in _CARD_BRANDS:
-        if len(digits) in lengths and lo <= int(digits[:len(str(lo))]) <= hi:
+        if len(digits) in lengths and lo <= int(digits[: len(str(lo))]) <= hi:
             return brand
     return None
 
@@ -260,8 +292,19 @@ class _SecretRule:
 
 
 _LOOKALIKE_WORDS = ("example", "xxxx", "your", "dummy", "fake", "test", "sample", "placeholder", "redacted")
-_PASSWORD_PLACEHOLDERS = {"password", "passwd", "pass", "pwd", "secret", "changeme", "yourpassword",
-                          "your_password", "mypassword", "xxx", "xxxx"}
+_PASSWORD_PLACEHOLDERS = {
+    "password",
+    "passwd",
+    "pass",
+    "pwd",
+    "secret",
+    "changeme",
+    "yourpassword",
+    "your_password",
+    "mypassword",
+    "xxx",
+    "xxxx",
+}
 
 
 def _lookalike_key(value: str) -> bool:
@@ -275,8 +318,13 @@ def _real_password(value: str) -> bool:
     """Not a password slot that holds no password (a template variable, a mask, a
     documentation word)."""
     v = value.strip()
-    return not (not v or v[0] in "$%{<[*" or v.endswith(("}", ">", "]")) or len(set(v)) == 1
-                or v.lower() in _PASSWORD_PLACEHOLDERS)
+    return not (
+        not v
+        or v[0] in "$%{<[*"
+        or v.endswith(("}", ">", "]"))
+        or len(set(v)) == 1
+        or v.lower() in _PASSWORD_PLACEHOLDERS
+    )
 
 
 def _cased(*words: str) -> tuple[str, ...]:
@@ -289,12 +337,35 @@ def _cased(*words: str) -> tuple[str, ...]:
 def _secret_rules() -> tuple[_SecretRule, ...]:
     """The secret formats: detect-secrets' specific plugins (their own patterns), then
     the well-known formats it lacks. Built on first use (detect-secrets imports requests)."""
-    from detect_secrets.plugins import (aws, azure_storage_key, basic_auth, discord, github_token, gitlab_token,
-                                        jwt, mailchimp, npm, openai, private_key, pypi_token, sendgrid, slack,
-                                        square_oauth, stripe, telegram_token, twilio)
+    from detect_secrets.plugins import (
+        aws,
+        azure_storage_key,
+        basic_auth,
+        discord,
+        github_token,
+        gitlab_token,
+        jwt,
+        mailchimp,
+        npm,
+        openai,
+        private_key,
+        pypi_token,
+        sendgrid,
+        slack,
+        square_oauth,
+        stripe,
+        telegram_token,
+        twilio,
+    )
 
-    def ds(plugin: Any, kind: str, triggers: tuple[str, ...], *,
-           patterns: Sequence[re.Pattern[str]] | None = None, **kw: Any) -> _SecretRule:
+    def ds(
+        plugin: Any,
+        kind: str,
+        triggers: tuple[str, ...],
+        *,
+        patterns: Sequence[re.Pattern[str]] | None = None,
+        **kw: Any,
+    ) -> _SecretRule:
         return _SecretRule(kind, plugin.secret_type, triggers, tuple(patterns or plugin.denylist), **kw)
 
     aws_id, aws_secret = aws.AWSKeyDetector.denylist
@@ -304,16 +375,33 @@ def _secret_rules() -> tuple[_SecretRule, ...]:
         ds(azure_storage_key.AzureStorageKeyDetector, "api_key", ("AccountKey=",)),
         ds(discord.DiscordBotTokenDetector, "api_key", (), hint=re.compile(r"\.[A-Za-z0-9_-]{6}\.")),
         ds(github_token.GitHubTokenDetector, "api_key", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")),
-        ds(gitlab_token.GitLabTokenDetector, "api_key",
-           ("glpat-", "gldt-", "glft-", "glsoat-", "glrt-", "GR1348941", "glcbt-", "glimt-", "glptt-", "glagent-",
-            "gloas-")),
-        ds(jwt.JwtTokenDetector, "jwt", ("eyJ",), check=jwt.JwtTokenDetector.is_formally_valid,
-           lookalike_check=False),
+        ds(
+            gitlab_token.GitLabTokenDetector,
+            "api_key",
+            (
+                "glpat-",
+                "gldt-",
+                "glft-",
+                "glsoat-",
+                "glrt-",
+                "GR1348941",
+                "glcbt-",
+                "glimt-",
+                "glptt-",
+                "glagent-",
+                "gloas-",
+            ),
+        ),
+        ds(jwt.JwtTokenDetector, "jwt", ("eyJ",), check=jwt.JwtTokenDetector.is_formally_valid, lookalike_check=False),
         ds(mailchimp.MailchimpDetector, "api_key", ("-us",)),
         ds(npm.NpmDetector, "api_key", ("_authToken",)),
         ds(openai.OpenAIDetector, "api_key", ("T3BlbkFJ",)),
-        ds(private_key.PrivateKeyDetector, "private_key", ("PRIVATE KEY", "PuTTY-User-Key-File", "SSH2 ENCRYPTED"),
-           lookalike_check=False),
+        ds(
+            private_key.PrivateKeyDetector,
+            "private_key",
+            ("PRIVATE KEY", "PuTTY-User-Key-File", "SSH2 ENCRYPTED"),
+            lookalike_check=False,
+        ),
         ds(pypi_token.PypiTokenDetector, "api_key", ("pypi-Ag",)),
         ds(sendgrid.SendGridDetector, "api_key", ("SG.",)),
         ds(slack.SlackDetector, "api_key", _cased("xox") + ("hooks.slack.com",)),
@@ -323,19 +411,36 @@ def _secret_rules() -> tuple[_SecretRule, ...]:
         ds(twilio.TwilioKeyDetector, "api_key", ("AC", "SK")),
         ds(basic_auth.BasicAuthDetector, "password", ("://",), check=_real_password, lookalike_check=False, group=1),
         # formats detect-secrets 1.5 does not know (each provider's documented prefix)
-        _SecretRule("api_key", "OpenAI API Key", ("sk-proj-", "sk-svcacct-", "sk-admin-"),
-                    (re.compile(r"sk-(?:proj|svcacct|admin)-[A-Za-z0-9_-]{20,}"),)),
-        _SecretRule("api_key", "Anthropic API Key", ("sk-ant-",),
-                    (re.compile(r"sk-ant-[a-z]+[0-9]{2}-[A-Za-z0-9_-]{32,}"),)),
+        _SecretRule(
+            "api_key",
+            "OpenAI API Key",
+            ("sk-proj-", "sk-svcacct-", "sk-admin-"),
+            (re.compile(r"sk-(?:proj|svcacct|admin)-[A-Za-z0-9_-]{20,}"),),
+        ),
+        _SecretRule(
+            "api_key", "Anthropic API Key", ("sk-ant-",), (re.compile(r"sk-ant-[a-z]+[0-9]{2}-[A-Za-z0-9_-]{32,}"),)
+        ),
         _SecretRule("api_key", "Google API Key", ("AIza",), (re.compile(r"AIza[0-9A-Za-z_-]{35}"),)),
         _SecretRule("api_key", "GitHub Token", ("github_pat_",), (re.compile(r"github_pat_[A-Za-z0-9_]{22,}"),)),
-        _SecretRule("api_key", "Hugging Face Token", ("hf_",),
-                    (re.compile(r"(?<![A-Za-z0-9_])hf_[A-Za-z]{34}(?![A-Za-z0-9_])"),)),
-        _SecretRule("password", "Connection String Password", _cased("password", "pwd"),
-                    (re.compile(r"(?i)(?:^|[;\s\"'{])(?:password|pwd)\s*=\s*([^;\s\"'}]{3,})"),),
-                    check=_real_password, lookalike_check=False, group=1,
-                    hint=re.compile(r"(?i)\b(?:server|host|data source|uid|user id|username|database|"
-                                    r"initial catalog|dsn)\s*=")),
+        _SecretRule(
+            "api_key",
+            "Hugging Face Token",
+            ("hf_",),
+            (re.compile(r"(?<![A-Za-z0-9_])hf_[A-Za-z]{34}(?![A-Za-z0-9_])"),),
+        ),
+        _SecretRule(
+            "password",
+            "Connection String Password",
+            _cased("password", "pwd"),
+            (re.compile(r"(?i)(?:^|[;\s\"'{])(?:password|pwd)\s*=\s*([^;\s\"'}]{3,})"),),
+            check=_real_password,
+            lookalike_check=False,
+            group=1,
+            hint=re.compile(
+                r"(?i)\b(?:server|host|data source|uid|user id|username|database|"
+                r"initial catalog|dsn)\s*="
+            ),
+        ),
     )
 
 
@@ -401,14 +506,19 @@ class Scanner:
             for a, b in self._windows(text):
                 found += self._numbers(text, a, b)
             detail, rx, module = _CODICE_FISCALE
-            found += [Detection("national_id", m.start(), m.end(), detail, m.group(0))
-                      for m in _matches(rx, text) if _stdnum(module).is_valid(m.group(0))]
+            found += [
+                Detection("national_id", m.start(), m.end(), detail, m.group(0))
+                for m in _matches(rx, text)
+                if _stdnum(module).is_valid(m.group(0))
+            ]
         if ":" in text and _IPV6_HINT.search(text) is not None:
             found += self._ipv6(text)
         for rule in self._text_rules:
-            if (not rule.gate or rule.gate in text) and \
-                    (rule.hint is None or rule.hint.search(text) is not None) and \
-                    (not rule.triggers or any(t in text for t in rule.triggers)):
+            if (
+                (not rule.gate or rule.gate in text)
+                and (rule.hint is None or rule.hint.search(text) is not None)
+                and (not rule.triggers or any(t in text for t in rule.triggers))
+            ):
                 found += _secret_matches(rule, text)
         return _resolve(found) if len(found) > 1 else found
 
@@ -424,8 +534,9 @@ class Scanner:
             m = _EMAIL_AT.match(text, i, min(len(text), at + 256)) if i < at else None
             if m is not None and ".." not in m.group(0):
                 domain = m.group(1).lower()
-                if domain.rsplit(".", 1)[-1] not in _RESERVED_TLDS and \
-                        not any(domain == d or domain.endswith("." + d) for d in _RESERVED_DOMAINS):
+                if domain.rsplit(".", 1)[-1] not in _RESERVED_TLDS and not any(
+                    domain == d or domain.endswith("." + d) for d in _RESERVED_DOMAINS
+                ):
                     yield Detection("email", m.start(), m.end(), "", m.group(0).lower())
             at = text.find("@", at + 1)
 
@@ -454,8 +565,9 @@ class Scanner:
         for detail, rx, module in _ID_PATTERNS:
             for m in _matches(rx, text, ".", a, b):
                 if _stdnum(module).is_valid(m.group(0)):
-                    out.append(Detection("national_id", m.start(), m.end(), detail,
-                                         re.sub(r"[\s.\-]", "", m.group(0)).upper()))
+                    out.append(
+                        Detection("national_id", m.start(), m.end(), detail, re.sub(r"[\s.\-]", "", m.group(0)).upper())
+                    )
         out += self._ibans(text, a, b)
         out += self._ipv4(text, a, b)
         out += self._phones(text, a, b)
@@ -482,7 +594,7 @@ class Scanner:
     def _ipv4(self, text: str, a: int, b: int) -> Iterator[Detection]:
         for m in _matches(_IPV4, text, ".", a, b):
             s, e = m.span()
-            if text[e:e + 1] == "." and text[e + 1:e + 2].isdigit():
+            if text[e : e + 1] == "." and text[e + 1 : e + 2].isdigit():
                 continue  # a fifth part: a version or section number
             if _VERSION_BEFORE.search(text, max(0, s - 10), s):
                 continue
@@ -516,15 +628,22 @@ class Scanner:
             if sum(c.isdigit() for c in cand) < 7:
                 continue
             international = cand.lstrip("(").startswith("+")
-            if not international and cand.isdigit() and \
-                    _PHONE_KEYWORD.search(text, max(0, s - 40), s) is None:
+            if not international and cand.isdigit() and _PHONE_KEYWORD.search(text, max(0, s - 40), s) is None:
                 continue  # a bare digit run: a phone number only where the text says so
             for region in (None,) if international else self.phone_regions:
-                hits = [h for h in pn.PhoneNumberMatcher(cand, region, leniency=pn.Leniency.STRICT_GROUPING)
-                        if _whole_number(text, s + h.start, s + h.end, h.raw_string)]
+                hits = [
+                    h
+                    for h in pn.PhoneNumberMatcher(cand, region, leniency=pn.Leniency.STRICT_GROUPING)
+                    if _whole_number(text, s + h.start, s + h.end, h.raw_string)
+                ]
                 for h in hits:
-                    yield Detection("phone", s + h.start, s + h.end, pn.region_code_for_number(h.number) or "",
-                                    pn.format_number(h.number, pn.PhoneNumberFormat.E164))
+                    yield Detection(
+                        "phone",
+                        s + h.start,
+                        s + h.end,
+                        pn.region_code_for_number(h.number) or "",
+                        pn.format_number(h.number, pn.PhoneNumberFormat.E164),
+                    )
                 if hits:
                     break
 
@@ -537,10 +656,12 @@ def _whole_number(text: str, start: int, end: int, raw: str) -> bool:
         return False
     if raw.count(".") == 1 and raw.replace(".", "").isdigit():
         return False  # "0.8765432" is a decimal
-    before = text[start - 2:start] if start >= 2 else ""
-    after = text[end:end + 2]
-    return not ((len(before) == 2 and before[1] in ".," and before[0].isdigit())
-                or (len(after) == 2 and after[0] in ".," and after[1].isdigit()))
+    before = text[start - 2 : start] if start >= 2 else ""
+    after = text[end : end + 2]
+    return not (
+        (len(before) == 2 and before[1] in ".," and before[0].isdigit())
+        or (len(after) == 2 and after[0] in ".," and after[1].isdigit())
+    )
 
 
 def _resolve(found: list[Detection]) -> list[Detection]:
@@ -599,10 +720,12 @@ class AllowRule:
     cases: frozenset[str] | None = None
 
     def allows(self, d: Detection, case_id: str | None) -> bool:
-        return ((self.kind is None or self.kind == d.kind)
-                and (self.cases is None or case_id in self.cases)
-                and (self.pattern is None or self.pattern.fullmatch(d.norm) is not None)
-                and (self.sha256 is None or self.sha256 == value_hash(d.norm)))
+        return (
+            (self.kind is None or self.kind == d.kind)
+            and (self.cases is None or case_id in self.cases)
+            and (self.pattern is None or self.pattern.fullmatch(d.norm) is not None)
+            and (self.sha256 is None or self.sha256 == value_hash(d.norm))
+        )
 
 
 @dataclass(frozen=True)
@@ -634,8 +757,9 @@ def parse_rules(items: Any, jp: str, problems: Problems, *, allow_case: bool) ->
     `case` (a case id or a list of them; not inside a case) and `reason`. Problems are
     appended with their JSON path."""
     if not isinstance(items, list):
-        problems.append((jp, "must be a list of allow-list entries (a kind, or {\"kind\", \"pattern\", "
-                             "\"sha256\", \"case\", \"reason\"})"))
+        problems.append(
+            (jp, 'must be a list of allow-list entries (a kind, or {"kind", "pattern", "sha256", "case", "reason"})')
+        )
         return ()
     rules: list[AllowRule] = []
     kinds = ", ".join(KINDS)
@@ -653,7 +777,9 @@ def parse_rules(items: Any, jp: str, problems: Problems, *, allow_case: bool) ->
         keys = RULE_KEYS if allow_case else RULE_KEYS - {"case"}
         bad = [k for k in item if k not in keys and not str(k).startswith("//")]
         for k in bad:
-            problems.append((f"{ip}.{k}", f"unknown key {k!r} in an allow-list entry; known: {', '.join(sorted(keys))}"))
+            problems.append(
+                (f"{ip}.{k}", f"unknown key {k!r} in an allow-list entry; known: {', '.join(sorted(keys))}")
+            )
         kind, pattern, digest, cases = item.get("kind"), item.get("pattern"), item.get("sha256"), item.get("case")
         ok = not bad
         if kind is not None and kind not in KINDS:
@@ -685,8 +811,9 @@ def parse_rules(items: Any, jp: str, problems: Problems, *, allow_case: bool) ->
             problems.append((f"{ip}.reason", "reason must be a string"))
             ok = False
         if kind is None and pattern is None and digest is None:
-            problems.append((ip, "an entry needs a kind, a pattern or a sha256 (a case alone would allow "
-                                 "everything in it)"))
+            problems.append(
+                (ip, "an entry needs a kind, a pattern or a sha256 (a case alone would allow everything in it)")
+            )
             ok = False
         if ok:
             rules.append(AllowRule(kind=kind, pattern=compiled, sha256=digest, cases=case_set))
@@ -696,7 +823,7 @@ def parse_rules(items: Any, jp: str, problems: Problems, *, allow_case: bool) ->
 def parse_policy(doc: Any, problems: Problems) -> Policy:
     """`privacy.json`'s object as a `Policy` (problems appended with their JSON path)."""
     if not isinstance(doc, dict):
-        problems.append(("$", "privacy.json must be a JSON object {\"allow\": [...], \"phone_regions\": [...]}"))
+        problems.append(("$", 'privacy.json must be a JSON object {"allow": [...], "phone_regions": [...]}'))
         return Policy()
     for k in doc:
         if k not in POLICY_KEYS and not str(k).startswith("//"):
@@ -708,11 +835,11 @@ def parse_policy(doc: Any, problems: Problems) -> Policy:
 
         raw = doc["phone_regions"]
         if not isinstance(raw, list) or not all(isinstance(r, str) for r in raw):
-            problems.append(("$.phone_regions", "phone_regions must be a list of ISO 3166 region codes (\"US\", \"GB\")"))
+            problems.append(("$.phone_regions", 'phone_regions must be a list of ISO 3166 region codes ("US", "GB")'))
         else:
             unknown = [r for r in raw if r.upper() not in phonenumbers.SUPPORTED_REGIONS]
             for r in unknown:
-                problems.append(("$.phone_regions", f"unknown phone region {r!r} (ISO 3166 alpha-2, e.g. \"US\")"))
+                problems.append(("$.phone_regions", f'unknown phone region {r!r} (ISO 3166 alpha-2, e.g. "US")'))
             regions = tuple(dict.fromkeys(r.upper() for r in raw if r not in unknown))
     return Policy(rules=rules, phone_regions=regions)
 
@@ -750,8 +877,10 @@ class PrivacyFinding:
         k = KINDS[self.kind]
         what = k.label + (f" ({self.detail})" if self.detail else "")
         times = f" x{self.count}" if self.count > 1 else ""
-        return f"privacy: {what}{times} [{self.kind}]: replace it with a placeholder, or allow-list a synthetic " \
-               f"value ({POLICY_FILE})"
+        return (
+            f"privacy: {what}{times} [{self.kind}]: replace it with a placeholder, or allow-list a synthetic "
+            f"value ({POLICY_FILE})"
+        )
 
 
 def _group(items: Iterable[tuple[str, int | None, str | None, str | None, Detection]]) -> list[PrivacyFinding]:
@@ -776,13 +905,22 @@ def _text_line(text: str, offset: int) -> int:
 def scan_text(text: str, path: str, policy: Policy, *, case_id: str | None = None) -> list[PrivacyFinding]:
     """The findings in a plain text file (a template, guidance, a judge file), by line."""
     sc = policy.scanner
-    return _group((path, _text_line(text, d.start), None, case_id, d) for d in sc.scan(text)
-                  if not policy.allows(d, case_id))
+    return _group(
+        (path, _text_line(text, d.start), None, case_id, d) for d in sc.scan(text) if not policy.allows(d, case_id)
+    )
 
 
-def scan_object(obj: Any, path: str, policy: Policy, *, line: int | None = None, prefix: str = "$",
-                line_for: Callable[[str], int | None] | None = None, case_id: str | None = None,
-                skip: frozenset[str] = frozenset()) -> list[PrivacyFinding]:
+def scan_object(
+    obj: Any,
+    path: str,
+    policy: Policy,
+    *,
+    line: int | None = None,
+    prefix: str = "$",
+    line_for: Callable[[str], int | None] | None = None,
+    case_id: str | None = None,
+    skip: frozenset[str] = frozenset(),
+) -> list[PrivacyFinding]:
     """The findings in the strings of a JSON value, each at its JSON path (and `line`, or
     the line `line_for` gives the path)."""
     sc = policy.scanner
@@ -871,8 +1009,12 @@ def scan_suite_source(src: SuiteSource) -> SuiteScan:
         cid = obj.get("id") if isinstance(obj, dict) and isinstance(obj.get("id"), str) else None
         findings += scan_object(obj, file, policy, line=line, prefix=prefix, case_id=cid, skip=skip)
     if src.config:
-        findings += scan_object(src.config, src.config_path, policy,
-                                line_for=lambda jp: line_of(src.config_lines, jp) if src.config_lines else None)
+        findings += scan_object(
+            src.config,
+            src.config_path,
+            policy,
+            line_for=lambda jp: line_of(src.config_lines, jp) if src.config_lines else None,
+        )
     for rel in _suite_text_files(src):
         try:
             text = src.read(rel)
@@ -941,10 +1083,14 @@ def run_gate(suite: Any, *, allowed: bool, recorded: Mapping[str, Any] | None = 
         return {"findings": 0}
     if not (allowed or (recorded or {}).get("allowed")):
         errs = [InputError(f.message, f.path, f.line, f.json_path) for f in scan.findings]
-        errs.append(InputError(f"{n} privacy finding(s): the run refuses personal data and secrets before any "
-                               f"call; redact them, allow-list synthetic values in {POLICY_FILE}, or pass "
-                               f"{ALLOW_FLAG} (recorded in the run's config.json)",
-                               getattr(suite, "path", suite)))
+        errs.append(
+            InputError(
+                f"{n} privacy finding(s): the run refuses personal data and secrets before any "
+                f"call; redact them, allow-list synthetic values in {POLICY_FILE}, or pass "
+                f"{ALLOW_FLAG} (recorded in the run's config.json)",
+                getattr(suite, "path", suite),
+            )
+        )
         raise InputErrors(errs)
     return {"findings": n, "by_kind": by_kind, "allowed": True, "allowed_by": ALLOW_FLAG}
 
@@ -1035,16 +1181,24 @@ def scan_outputs(suite: Any, samples: Mapping[tuple[str, str, int], Any]) -> Out
     for key in sorted(samples):
         cid, arm, index = key
         s = samples[key]
-        dets = [(where, d) for where, d in output_detections(s.output, s.tool_calls, sc)
-                if KINDS[d.kind].secret or not policy.allows(d, cid)]
+        dets = [
+            (where, d)
+            for where, d in output_detections(s.output, s.tool_calls, sc)
+            if KINDS[d.kind].secret or not policy.allows(d, cid)
+        ]
         if not dets:
             continue
         if cid not in given:
             given[cid] = case_values(cases[cid], sc) if cid in cases else set()
         kinds = sorted({d.kind for _, d in dets})
-        row = {"case_id": cid, "arm": arm, "index": int(index), "kinds": kinds,
-               "where": sorted({w for w, _ in dets}),
-               "from_context": sorted({d.kind for _, d in dets if (d.kind, d.norm) in given[cid]})}
+        row = {
+            "case_id": cid,
+            "arm": arm,
+            "index": int(index),
+            "kinds": kinds,
+            "where": sorted({w for w, _ in dets}),
+            "from_context": sorted({d.kind for _, d in dets if (d.kind, d.norm) in given[cid]}),
+        }
         rows.append(row)
         for k in kinds:
             by_kind.setdefault(k, []).append(row)
@@ -1061,13 +1215,21 @@ def scan_outputs(suite: Any, samples: Mapping[tuple[str, str, int], Any]) -> Out
         elif leaked:
             context = f"; {leaked} repeat the case's own input"
         article = "an" if k.label[0].lower() in "aeiou" else "a"
-        findings.append(("HIGH" if k.secret else "MEDIUM",
-                         f"privacy: {len(hit)} output(s) contain {article} {k.label} [{kind}]{context} "
-                         f"({items}{more}); "
-                         "results.jsonl holds them: keep the run folder private and share reports made with "
-                         "`evalkit report --redact`"))
-    summary = {"n_samples": len(rows), "by_kind": {k: len(v) for k, v in sorted(by_kind.items())},
-               "samples": rows[:MAX_LISTED_SAMPLES], "samples_not_listed": max(0, len(rows) - MAX_LISTED_SAMPLES)}
+        findings.append(
+            (
+                "HIGH" if k.secret else "MEDIUM",
+                f"privacy: {len(hit)} output(s) contain {article} {k.label} [{kind}]{context} "
+                f"({items}{more}); "
+                "results.jsonl holds them: keep the run folder private and share reports made with "
+                "`evalkit report --redact`",
+            )
+        )
+    summary = {
+        "n_samples": len(rows),
+        "by_kind": {k: len(v) for k, v in sorted(by_kind.items())},
+        "samples": rows[:MAX_LISTED_SAMPLES],
+        "samples_not_listed": max(0, len(rows) - MAX_LISTED_SAMPLES),
+    }
     return OutputScan(tuple(findings), summary)
 
 
@@ -1099,7 +1261,7 @@ class Redactor:
         """Remember the values detected in the strings of `obj` (text or JSON)."""
         for _, s in iter_strings(obj):
             for d in self.scanner.scan(s):
-                self.known.setdefault(s[d.start:d.end], (d.kind, d.norm))
+                self.known.setdefault(s[d.start : d.end], (d.kind, d.norm))
 
     def placeholder(self, d: Detection) -> str:
         key = (d.kind, d.norm)
@@ -1129,8 +1291,8 @@ class Redactor:
         parts, pos = [], 0
         for d in found:
             ph = self.placeholder(d)
-            self.values.add(text[d.start:d.end])
-            parts += [text[pos:d.start], ph]
+            self.values.add(text[d.start : d.end])
+            parts += [text[pos : d.start], ph]
             pos = d.end
             self.events.append({**(where or {}), "kind": d.kind, "placeholder": ph})
         parts.append(text[pos:])
@@ -1153,12 +1315,19 @@ class Redactor:
         counts: dict[str, int] = {}
         for e in self.events:
             counts[e["kind"]] = counts.get(e["kind"], 0) + 1
-        return {"tool": tool, "redacted": len(self.events), "by_kind": dict(sorted(counts.items())),
-                "replacements": self.events}
+        return {
+            "tool": tool,
+            "redacted": len(self.events),
+            "by_kind": dict(sorted(counts.items())),
+            "replacements": self.events,
+        }
 
 
-def redact_cases(cases: Sequence[dict[str, Any]], redactor: Redactor | None = None,
-                 where: Callable[[int, dict[str, Any]], dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+def redact_cases(
+    cases: Sequence[dict[str, Any]],
+    redactor: Redactor | None = None,
+    where: Callable[[int, dict[str, Any]], dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
     """Case (or pair) objects with their sensitive values replaced, one placeholder scope
     per case, so the same value in a case's input and in its check is the same
     placeholder. The id and the `privacy_allow` entries are kept; `where(i, case)` tags
@@ -1237,8 +1406,10 @@ def redact_run(run: Any, dest: Any, *, log: Any = None) -> RedactedRun:
     for name, (form, obj) in docs.items():
         where = {"file": name}
         if form == "jsonl":
-            body = "".join(json.dumps(r.json(row, "$", {**where, "line": i}), ensure_ascii=False) + "\n"
-                           for i, row in enumerate(obj, start=1))
+            body = "".join(
+                json.dumps(r.json(row, "$", {**where, "line": i}), ensure_ascii=False) + "\n"
+                for i, row in enumerate(obj, start=1)
+            )
         elif form == "json":
             doc = r.json(obj, "$", where)
             if name == CONFIG and suite_dir is not None:
@@ -1283,12 +1454,16 @@ def verify_redacted(redacted: RedactedRun, paths: Iterable[Any]) -> None:
     for f in bad:
         f.unlink()
     if bad:
-        raise RedactionIncomplete("redaction incomplete: removed " + ", ".join(str(f) for f in bad)
-                                  + ", which still held a value the redaction replaced")
+        raise RedactionIncomplete(
+            "redaction incomplete: removed "
+            + ", ".join(str(f) for f in bad)
+            + ", which still held a value the redaction replaced"
+        )
 
 
-def redact_imported(config: dict[str, Any], cases: Sequence[dict[str, Any]], files: Mapping[str, str]
-                    ) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, str]]:
+def redact_imported(
+    config: dict[str, Any], cases: Sequence[dict[str, Any]], files: Mapping[str, str]
+) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, str]]:
     """An imported suite's parts with every detected value replaced (`evalkit import
     --redact`): each case its own placeholder scope, the config one scope, each text file
     one scope; `redaction-log.json` added to the files (counts per kind, each
@@ -1330,7 +1505,7 @@ def redact_shown(text: str) -> str:
     redacted run copy, whose numbered placeholders it must not be mistaken for."""
     found = scanner().scan(text)
     for d in reversed(found):
-        text = f"{text[:d.start]}<{KINDS[d.kind].placeholder}>{text[d.end:]}"
+        text = f"{text[: d.start]}<{KINDS[d.kind].placeholder}>{text[d.end :]}"
     return text
 
 
@@ -1338,7 +1513,6 @@ def redaction_summary(log: Mapping[str, Any] | Any) -> str:
     """The one line a command prints about a redaction (a log, or the path of one): how
     many values of which kind; no value."""
     if not isinstance(log, Mapping):
-
         log = json.loads(Path(log).read_text(encoding="utf-8"))
     counts = log.get("by_kind") or {}
     if not counts:
@@ -1366,8 +1540,10 @@ def scan_file(path: Any, policy: Policy | None = None) -> list[PrivacyFinding]:
         found = scan_object(doc, str(p), policy)
         if found:
             lines = json_line_index(text)
-            found = [PrivacyFinding(f.kind, f.path, line_of(lines, f.json_path or "$"), f.json_path, f.detail,
-                                    f.count) for f in found]
+            found = [
+                PrivacyFinding(f.kind, f.path, line_of(lines, f.json_path or "$"), f.json_path, f.detail, f.count)
+                for f in found
+            ]
         return found
     return scan_text(text, str(p), policy)
 

@@ -3,6 +3,7 @@
 Only data lives here; loading, validation and behaviour live in the module of their
 concern (`suite`, `runner`, `graders`, ...). Every record is a frozen dataclass.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

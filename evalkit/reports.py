@@ -20,6 +20,7 @@ notebooks apply to a run, collects numbers across runs, or builds an index; the 
 trend lines are a few lines of inline SVG (no plotting library is worth starting in the
 parent process for a sparkline).
 """
+
 from __future__ import annotations
 
 import html
@@ -41,7 +42,12 @@ KERNEL = "python3"
 # jobs, so only errors from the kernel process itself reach the user's terminal.
 KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
 NOTEBOOKS: tuple[str, ...] = (
-    "run_summary", "pass_at_k", "skill_comparison", "judge_calibration", "power_planning", "micro_test",
+    "run_summary",
+    "pass_at_k",
+    "skill_comparison",
+    "judge_calibration",
+    "power_planning",
+    "micro_test",
 )
 TITLES = {
     "run_summary": "Run summary",
@@ -56,8 +62,10 @@ REDACT_ENV = "EVALKIT_REDACT"  # set for the kernels of a redacted report: `text
 MICROTEST_MARKER = "microtest.json"  # written into a run folder by `evalkit microtest`
 # The page may load nothing from anywhere: no script at all, images and fonts only as
 # data URIs, styles inline. Escaping is the defence; this policy is the second line.
-CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; font-src data:; "
-       "script-src 'none'; base-uri 'none'; form-action 'none'")
+CSP = (
+    "default-src 'none'; img-src data:; style-src 'unsafe-inline'; font-src data:; "
+    "script-src 'none'; base-uri 'none'; form-action 'none'"
+)
 
 
 class ReportError(EvalkitError):
@@ -98,13 +106,13 @@ def text_html(text: Any, *, title: str | None = None, pre: bool = True, max_char
     body = html.escape(s, quote=True) + html.escape(cut)
     head = f"<div class='ek-title'><b>{html.escape(str(title))}</b></div>" if title is not None else ""
     if pre:
-        return (f"<div class='ek-text'>{head}<pre style='white-space:pre-wrap;margin:0.2em 0 0.6em 0'>"
-                f"{body}</pre></div>")
+        return f"<div class='ek-text'>{head}<pre style='white-space:pre-wrap;margin:0.2em 0 0.6em 0'>{body}</pre></div>"
     return f"<div class='ek-text'>{head}<p>{body}</p></div>"
 
 
-def table(data: Any, *, caption: str | None = None, index: bool = False, max_rows: int = 200,
-          float_format: str = "{:.4g}") -> None:
+def table(
+    data: Any, *, caption: str | None = None, index: bool = False, max_rows: int = 200, float_format: str = "{:.4g}"
+) -> None:
     """Display a table of run data with every cell escaped (`DataFrame.to_html(escape=True)`).
 
     `data` is a DataFrame, a list of dicts, or a dict of columns. More than `max_rows`
@@ -114,8 +122,9 @@ def table(data: Any, *, caption: str | None = None, index: bool = False, max_row
     display(HTML(table_html(data, caption=caption, index=index, max_rows=max_rows, float_format=float_format)))
 
 
-def table_html(data: Any, *, caption: str | None = None, index: bool = False, max_rows: int = 200,
-               float_format: str = "{:.4g}") -> str:
+def table_html(
+    data: Any, *, caption: str | None = None, index: bool = False, max_rows: int = 200, float_format: str = "{:.4g}"
+) -> str:
     """The escaped HTML `table` displays."""
     import pandas as pd
 
@@ -127,11 +136,15 @@ def table_html(data: Any, *, caption: str | None = None, index: bool = False, ma
         df = df.head(max_rows)
 
     def fmt(v: Any) -> str:
-        return float_format.format(v) if isinstance(v, float) and not math.isnan(v) else ("" if v is None or (
-            isinstance(v, float) and math.isnan(v)) else str(v))
+        return (
+            float_format.format(v)
+            if isinstance(v, float) and not math.isnan(v)
+            else ("" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v))
+        )
 
-    out = df.to_html(escape=True, index=index, border=0, classes="ek-table", na_rep="",
-                     float_format=lambda v: fmt(float(v)))
+    out = df.to_html(
+        escape=True, index=index, border=0, classes="ek-table", na_rep="", float_format=lambda v: fmt(float(v))
+    )
     cap = f"<div class='ek-caption'><b>{html.escape(caption)}</b></div>" if caption else ""
     tail = f"<div><i>{more} more row(s) not shown</i></div>" if more > 0 else ""
     return cap + out + tail
@@ -218,11 +231,11 @@ def resolve_run(run_dir: str | Path | None) -> Path:
             raise InputError("not a run folder (no config.json)", p)
         return p.resolve()
     root = repo_root()
-    runs = [p for pat in ("data/*/runs/*", "evals/*/runs/*") for p in root.glob(pat)
-            if (p / "config.json").exists()]
+    runs = [p for pat in ("data/*/runs/*", "evals/*/runs/*") for p in root.glob(pat) if (p / "config.json").exists()]
     if not runs:
-        raise InputError("no run_dir given and no run folder found under data/*/runs or evals/*/runs: "
-                         "set the run_dir parameter")
+        raise InputError(
+            "no run_dir given and no run folder found under data/*/runs or evals/*/runs: set the run_dir parameter"
+        )
     return max(runs, key=lambda p: p.stat().st_mtime).resolve()
 
 
@@ -230,11 +243,19 @@ def setup_plots() -> None:
     """One look for every notebook's figures (PNG, embedded in the HTML)."""
     import matplotlib as mpl
 
-    mpl.rcParams.update({
-        "figure.figsize": (7.5, 3.6), "figure.dpi": 96, "axes.grid": True, "grid.alpha": 0.3,
-        "axes.spines.top": False, "axes.spines.right": False, "font.size": 9,
-        "text.usetex": False, "axes.formatter.use_mathtext": False,
-    })
+    mpl.rcParams.update(
+        {
+            "figure.figsize": (7.5, 3.6),
+            "figure.dpi": 96,
+            "axes.grid": True,
+            "grid.alpha": 0.3,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+            "font.size": 9,
+            "text.usetex": False,
+            "axes.formatter.use_mathtext": False,
+        }
+    )
 
 
 def plain(label: Any) -> str:
@@ -254,8 +275,9 @@ _RUN_CACHE_LOCK = threading.Lock()
 
 
 def _run_signature(path: Path) -> tuple[Any, ...]:
-    return tuple(sorted((e.name, st.st_size, st.st_mtime_ns) for e in os.scandir(path)
-                        if e.is_file() and (st := e.stat())))
+    return tuple(
+        sorted((e.name, st.st_size, st.st_mtime_ns) for e in os.scandir(path) if e.is_file() and (st := e.stat()))
+    )
 
 
 def load_run(run_dir: str | Path | None) -> Any:
@@ -279,9 +301,15 @@ def load_run(run_dir: str | Path | None) -> Any:
                 _RUN_CACHE[path] = (sig, run)
     else:
         run = hit[1]
-    return dataclasses.replace(run, config=copy.deepcopy(run.config), summary=copy.deepcopy(run.summary),
-                               samples=run.samples.copy(), grades=run.grades.copy(), ledger=run.ledger.copy(),
-                               errors=run.errors.copy())
+    return dataclasses.replace(
+        run,
+        config=copy.deepcopy(run.config),
+        summary=copy.deepcopy(run.summary),
+        samples=run.samples.copy(),
+        grades=run.grades.copy(),
+        ledger=run.ledger.copy(),
+        errors=run.errors.copy(),
+    )
 
 
 def arms_of(run: Any) -> list[str]:
@@ -307,8 +335,12 @@ def suite_path(run: Any) -> Path | None:
     return find_suite_dir(run.path, run.config.get("suite"))
 
 
-_BANNER_COLORS = {"pass": ("#e8f5e9", "#1b5e20"), "regression": ("#ffebee", "#b71c1c"),
-                  "no-improvement": ("#f5f5f5", "#424242"), "inconclusive": ("#fff8e1", "#8a6d00")}
+_BANNER_COLORS = {
+    "pass": ("#e8f5e9", "#1b5e20"),
+    "regression": ("#ffebee", "#b71c1c"),
+    "no-improvement": ("#f5f5f5", "#424242"),
+    "inconclusive": ("#fff8e1", "#8a6d00"),
+}
 
 
 def banner(kind: str, text: str) -> None:
@@ -317,9 +349,13 @@ def banner(kind: str, text: str) -> None:
     from IPython.display import HTML, display
 
     bg, fg = _BANNER_COLORS.get(kind, _BANNER_COLORS["no-improvement"])
-    display(HTML(f"<div class='ek-banner ek-{html.escape(kind)}' style='background:{bg};color:{fg};"
-                 f"border-left:6px solid {fg};padding:0.6em 1em;margin:0.6em 0;font-size:1.05em'>"
-                 f"<b>{html.escape(str(text))}</b></div>"))
+    display(
+        HTML(
+            f"<div class='ek-banner ek-{html.escape(kind)}' style='background:{bg};color:{fg};"
+            f"border-left:6px solid {fg};padding:0.6em 1em;margin:0.6em 0;font-size:1.05em'>"
+            f"<b>{html.escape(str(text))}</b></div>"
+        )
+    )
 
 
 def clip(text: Any, n: int = 200) -> str:
@@ -359,8 +395,11 @@ def summary_from_grades(run: Any) -> dict[str, Any] | None:
     if not len(g):
         return None
     ok = {(str(r.case_id), str(r.arm), int(r.index)): is_pass(r.passed) for r in g.itertuples()}
-    graded = {(str(r.case_id), str(r.arm), int(r.index)) for r in g.itertuples()
-              if r.passed is not None and not (isinstance(r.passed, float) and math.isnan(r.passed))}
+    graded = {
+        (str(r.case_id), str(r.arm), int(r.index))
+        for r in g.itertuples()
+        if r.passed is not None and not (isinstance(r.passed, float) and math.isnan(r.passed))
+    }
     err_arms = [str(a) for a in run.errors["arm"]] if len(run.errors) else []
 
     def block(rows: Any, n_errors: int) -> dict[str, Any]:
@@ -368,22 +407,31 @@ def summary_from_grades(run: Any) -> dict[str, Any] | None:
         lat = [float(x) for x in rows["latency_ms"] if x is not None and not math.isnan(float(x))]
         expected = len(keys) + n_errors
         cost = float(np.nansum([float(x) for x in rows["cost_usd"] if x is not None])) if len(rows) else 0.0
-        return {"n_expected": expected, "n_graded": sum(k in graded for k in keys), "n_missing": 0,
-                "n_errored": n_errors + sum(k not in graded for k in keys),
-                "success_rate": (sum(ok.get(k, False) for k in keys) / expected) if expected else None,
-                "latency_p50_ms": float(np.percentile(lat, 50)) if lat else None,
-                "latency_p95_ms": float(np.percentile(lat, 95)) if lat else None,
-                "cost_per_task_usd": cost / len(keys) if keys else None}
+        return {
+            "n_expected": expected,
+            "n_graded": sum(k in graded for k in keys),
+            "n_missing": 0,
+            "n_errored": n_errors + sum(k not in graded for k in keys),
+            "success_rate": (sum(ok.get(k, False) for k in keys) / expected) if expected else None,
+            "latency_p50_ms": float(np.percentile(lat, 50)) if lat else None,
+            "latency_p95_ms": float(np.percentile(lat, 95)) if lat else None,
+            "cost_per_task_usd": cost / len(keys) if keys else None,
+        }
 
     per_arm = {}
     for arm in arms_of(run):
         rows = s[s["arm"] == arm]
         tags = sorted({t for ts in rows["tags"] for t in (ts or ())})
-        per_arm[arm] = {"overall": block(rows, err_arms.count(arm)),
-                        "per_tag": {t: block(rows[rows["tags"].map(lambda ts, t=t: t in (ts or ()))], 0)
-                                    for t in tags}}
-    return {"overall": block(s, len(err_arms)), "per_arm": per_arm, "findings": [],
-            "derived_from": "grades.jsonl (no grades-summary.json)"}
+        per_arm[arm] = {
+            "overall": block(rows, err_arms.count(arm)),
+            "per_tag": {t: block(rows[rows["tags"].map(lambda ts, t=t: t in (ts or ()))], 0) for t in tags},
+        }
+    return {
+        "overall": block(s, len(err_arms)),
+        "per_arm": per_arm,
+        "findings": [],
+        "derived_from": "grades.jsonl (no grades-summary.json)",
+    }
 
 
 def read_pairwise(run: Any) -> list[Any]:
@@ -403,8 +451,10 @@ def read_pairwise(run: Any) -> list[Any]:
     return out
 
 
-PANDALM_JUDGES = {"gpt-3.5-turbo": ("gpt-3.5-turbo-testset-v1.json", "gpt"),
-                  "pandalm-7b": ("pandalm-7b-testset-v1.json", "pandalm")}
+PANDALM_JUDGES = {
+    "gpt-3.5-turbo": ("gpt-3.5-turbo-testset-v1.json", "gpt"),
+    "pandalm-7b": ("pandalm-7b-testset-v1.json", "pandalm"),
+}
 
 
 def load_pandalm(directory: str | Path, judge: str = "gpt-3.5-turbo") -> Any:
@@ -434,10 +484,20 @@ def load_pandalm(directory: str | Path, judge: str = "gpt-3.5-turbo") -> Any:
         a = by_idx.get(int(it["idx"]))
         raw = None if a is None else str(a.get(f"{prefix}_result"))
         label = raw if raw in ("0", "1", "2") else "0"
-        rows.append({"idx": int(it["idx"]), "instruction": it.get("instruction"), "annotator1": votes[0],
-                     "annotator2": votes[1], "annotator3": votes[2], "human": top, "judge": label,
-                     "judge_raw": raw, "malformed": raw not in ("0", "1", "2", "Tie"),
-                     "judge_reason": None if a is None else a.get(f"{prefix}_reason")})
+        rows.append(
+            {
+                "idx": int(it["idx"]),
+                "instruction": it.get("instruction"),
+                "annotator1": votes[0],
+                "annotator2": votes[1],
+                "annotator3": votes[2],
+                "human": top,
+                "judge": label,
+                "judge_raw": raw,
+                "malformed": raw not in ("0", "1", "2", "Tie"),
+                "judge_reason": None if a is None else a.get(f"{prefix}_reason"),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -457,6 +517,7 @@ def flag_outputs(samples: Any, pattern: str = "") -> Any:
                 return rx.search("" if text is None else str(text), timeout=1.0) is not None
             except TimeoutError:
                 return True  # could not be cleared: show it to the reader
+
         return samples["output"].map(hit).astype(bool)
     return samples["passed"].map(lambda v: not is_pass(v)).astype(bool) if len(samples) else pd.Series(dtype=bool)
 
@@ -504,8 +565,10 @@ def sample_texts(run: Any) -> Any:
     if len(g):
         gg = g[["case_id", "arm", "index", "passed", "checks", "judge_score", "judge_reason"]].copy()
         gg["reasons"] = gg["checks"].map(
-            lambda cs: "; ".join(f"{c.get('name')}: {c.get('reason')}" for c in (cs or [])
-                                 if not c.get("passed") and c.get("reason")))
+            lambda cs: "; ".join(
+                f"{c.get('name')}: {c.get('reason')}" for c in (cs or []) if not c.get("passed") and c.get("reason")
+            )
+        )
         gg = gg.drop(columns=["checks"])
         base = base.merge(gg, on=["case_id", "arm", "index"], how="left")
     else:
@@ -568,12 +631,12 @@ def plan_notebooks(run_dir: str | Path, out_dir: str | Path) -> tuple[dict[str, 
     else:
         skipped["pass_at_k"] = "the run is not graded (run `evalkit grade` first)"
     if len(arms) == 2 and graded:
-        bl, tr = (arms if arms[0] in ("baseline", "control") or arms[1] not in ("baseline", "control")
-                  else arms[::-1])
+        bl, tr = arms if arms[0] in ("baseline", "control") or arms[1] not in ("baseline", "control") else arms[::-1]
         plans["skill_comparison"] = {**base, "baseline": bl, "treatment": tr}
     else:
-        skipped["skill_comparison"] = ("needs exactly two arms" if len(arms) != 2
-                                       else "the run is not graded (run `evalkit grade` first)")
+        skipped["skill_comparison"] = (
+            "needs exactly two arms" if len(arms) != 2 else "the run is not graded (run `evalkit grade` first)"
+        )
     suite = find_suite_dir(run, meta.get("suite"))
     from .judge import HUMAN_LABELS_FILE
 
@@ -619,9 +682,16 @@ def _grades_have_judge(path: Path) -> bool:
 # ------------------------------------------------------------------------------ execution and rendering
 
 
-def execute(name: str, parameters: Mapping[str, Any], out_dir: str | Path, *,
-            source_dir: str | Path | None = None, title: str | None = None,
-            timeout_s: float = 600, km: Any = None) -> NotebookReport:
+def execute(
+    name: str,
+    parameters: Mapping[str, Any],
+    out_dir: str | Path,
+    *,
+    source_dir: str | Path | None = None,
+    title: str | None = None,
+    timeout_s: float = 600,
+    km: Any = None,
+) -> NotebookReport:
     """Execute one notebook with papermill into `out_dir/<name>.ipynb` and render
     `out_dir/<name>.html`. A failing notebook is still rendered (showing the error);
     its `error` says what failed. `km`: a started kernel to run in (see `run_notebooks`);
@@ -643,14 +713,23 @@ def execute(name: str, parameters: Mapping[str, Any], out_dir: str | Path, *,
             where = "the evalkit package's own notebooks: this install is not whole"
         dst.unlink(missing_ok=True)  # no stale page or notebook from an earlier report
         (out / f"{name}.html").unlink(missing_ok=True)
-        return NotebookReport(name=name, ipynb=dst, html=None, sidecar=None, seconds=0.0,
-                              error=f"notebook not found: {src} ({where})")
+        return NotebookReport(
+            name=name, ipynb=dst, html=None, sidecar=None, seconds=0.0, error=f"notebook not found: {src} ({where})"
+        )
     error = None
     try:
         extra = {"km": km} if km is not None else {"extra_arguments": KERNEL_ARGS}
-        pm.execute_notebook(str(src), str(dst), parameters=dict(parameters), kernel_name=KERNEL,
-                            progress_bar=False, log_output=False, request_save_on_cell_execute=False,
-                            execution_timeout=timeout_s, **extra)
+        pm.execute_notebook(
+            str(src),
+            str(dst),
+            parameters=dict(parameters),
+            kernel_name=KERNEL,
+            progress_bar=False,
+            log_output=False,
+            request_save_on_cell_execute=False,
+            execution_timeout=timeout_s,
+            **extra,
+        )
     except pm.PapermillExecutionError as exc:
         error = f"{exc.ename}: {exc.evalue}"
     except Exception as exc:  # kernel died, timeout: still report what happened
@@ -662,8 +741,14 @@ def execute(name: str, parameters: Mapping[str, Any], out_dir: str | Path, *,
         except Exception as exc:  # a render failure must not hide the execution result
             error = error or f"render failed: {type(exc).__name__}: {exc}"
     side = out / f"{name}.json"
-    return NotebookReport(name=name, ipynb=dst, html=page, sidecar=side if side.exists() else None,
-                          seconds=time.perf_counter() - t0, error=error)
+    return NotebookReport(
+        name=name,
+        ipynb=dst,
+        html=page,
+        sidecar=side if side.exists() else None,
+        seconds=time.perf_counter() - t0,
+        error=error,
+    )
 
 
 # An exporter registers filters on itself on every call, so two threads must not share
@@ -681,8 +766,14 @@ def _new_exporter() -> Any:
 
     log = logging.getLogger("evalkit.reports.nbconvert")
     log.setLevel(logging.ERROR)  # "alternative text is missing" on every matplotlib figure
-    return HTMLExporter(template_name="lab", exclude_input=True, exclude_input_prompt=True,
-                        exclude_output_prompt=True, embed_images=True, log=log)
+    return HTMLExporter(
+        template_name="lab",
+        exclude_input=True,
+        exclude_input_prompt=True,
+        exclude_output_prompt=True,
+        embed_images=True,
+        log=log,
+    )
 
 
 def _export(nb: Any, resources: dict[str, Any]) -> str:
@@ -699,12 +790,16 @@ def _export(nb: Any, resources: dict[str, Any]) -> str:
 
 def params_table_html(parameters: Mapping[str, Any], title: str) -> str:
     """The header of a report page: its title and the parameters it ran with (escaped)."""
-    rows = "".join(f"<tr><td><code>{html.escape(str(k))}</code></td><td>{html.escape(json.dumps(v))}</td></tr>"
-                   for k, v in parameters.items())
+    rows = "".join(
+        f"<tr><td><code>{html.escape(str(k))}</code></td><td>{html.escape(json.dumps(v))}</td></tr>"
+        for k, v in parameters.items()
+    )
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    return (f"<h1>{html.escape(title)}</h1><p>Rendered {html.escape(stamp)} by <code>evalkit report</code>. "
-            f"Parameters:</p><table class='ek-params'><thead><tr><th>parameter</th><th>value</th></tr></thead>"
-            f"<tbody>{rows}</tbody></table>")
+    return (
+        f"<h1>{html.escape(title)}</h1><p>Rendered {html.escape(stamp)} by <code>evalkit report</code>. "
+        f"Parameters:</p><table class='ek-params'><thead><tr><th>parameter</th><th>value</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
+    )
 
 
 def render_html(ipynb: str | Path, parameters: Mapping[str, Any], *, title: str) -> Path:
@@ -739,10 +834,18 @@ def _harden(page: str) -> str:
     return page.replace("<head>", "<head>\n" + meta, 1) if "<head>" in page else meta + page
 
 
-def report_run(run_dir: str | Path, reports_dir: str | Path = "reports",
-               notebooks: Sequence[str] | None = None, parallel: bool = True, *,
-               source_dir: str | Path | None = None, extra_parameters: Mapping[str, Mapping[str, Any]] | None = None,
-               workers: int | None = None, reuse_kernels: bool = True, redact: bool = False) -> ReportResult:
+def report_run(
+    run_dir: str | Path,
+    reports_dir: str | Path = "reports",
+    notebooks: Sequence[str] | None = None,
+    parallel: bool = True,
+    *,
+    source_dir: str | Path | None = None,
+    extra_parameters: Mapping[str, Mapping[str, Any]] | None = None,
+    workers: int | None = None,
+    reuse_kernels: bool = True,
+    redact: bool = False,
+) -> ReportResult:
     """Execute and render every notebook that applies to `run_dir` (or those named in
     `notebooks`) into `reports_dir/<run>/`, write the run's manifest and rebuild
     `reports_dir/index.html`. Notebooks run in lanes sized to the cores when `parallel`;
@@ -765,8 +868,9 @@ def report_run(run_dir: str | Path, reports_dir: str | Path = "reports",
 
         if out_dir.exists():
             shutil.rmtree(out_dir)  # no page of an earlier, unredacted report may stay beside it
-        redacted = privacy.redact_run(run, out_dir / privacy.REDACTED_RUN / run.name,
-                                      log=out_dir / privacy.REDACTION_LOG)
+        redacted = privacy.redact_run(
+            run, out_dir / privacy.REDACTED_RUN / run.name, log=out_dir / privacy.REDACTION_LOG
+        )
         source = Path(redacted.path)
     plans, skipped = plan_notebooks(source, out_dir)
     if notebooks:
@@ -785,8 +889,9 @@ def report_run(run_dir: str | Path, reports_dir: str | Path = "reports",
     if redacted is not None:
         os.environ[REDACT_ENV] = "1"  # the kernels started for these notebooks inherit it
     try:
-        results = run_notebooks(plans, out_dir, parallel=parallel, source_dir=source_dir, workers=workers,
-                                reuse_kernels=reuse_kernels)
+        results = run_notebooks(
+            plans, out_dir, parallel=parallel, source_dir=source_dir, workers=workers, reuse_kernels=reuse_kernels
+        )
     finally:
         if redacted is not None and before is None:
             os.environ.pop(REDACT_ENV, None)
@@ -794,17 +899,29 @@ def report_run(run_dir: str | Path, reports_dir: str | Path = "reports",
     index = build_index(reports_dir)
     if redacted is not None:
         privacy.verify_redacted(redacted, [out_dir, index])
-    return ReportResult(run_dir=run, out_dir=out_dir.resolve(), index=index, notebooks=tuple(results),
-                        skipped=skipped, seconds=time.perf_counter() - t0)
+    return ReportResult(
+        run_dir=run,
+        out_dir=out_dir.resolve(),
+        index=index,
+        notebooks=tuple(results),
+        skipped=skipped,
+        seconds=time.perf_counter() - t0,
+    )
 
 
 # Slowest first, so the pool is not left waiting on one long notebook at the end.
 _COST_ORDER = ("judge_calibration", "pass_at_k", "run_summary", "power_planning", "skill_comparison", "micro_test")
 
 
-def run_notebooks(plans: Mapping[str, Mapping[str, Any]], out_dir: str | Path, *, parallel: bool = True,
-                  source_dir: str | Path | None = None, workers: int | None = None,
-                  reuse_kernels: bool = True) -> list[NotebookReport]:
+def run_notebooks(
+    plans: Mapping[str, Mapping[str, Any]],
+    out_dir: str | Path,
+    *,
+    parallel: bool = True,
+    source_dir: str | Path | None = None,
+    workers: int | None = None,
+    reuse_kernels: bool = True,
+) -> list[NotebookReport]:
     """Execute and render the planned notebooks, in as many lanes (threads) as there are
     cores when `parallel`; each lane takes the next notebook from a shared queue.
 
@@ -842,8 +959,14 @@ def run_notebooks(plans: Mapping[str, Mapping[str, Any]], out_dir: str | Path, *
                     rep = execute(name, plans[name], out_dir, source_dir=source_dir, km=kernel)
                 except Exception as exc:  # a kernel that does not start: this notebook failed, said so
                     kernel = None
-                    rep = NotebookReport(name=name, ipynb=Path(out_dir) / f"{name}.ipynb", html=None, sidecar=None,
-                                         seconds=time.perf_counter() - t0, error=f"{type(exc).__name__}: {exc}")
+                    rep = NotebookReport(
+                        name=name,
+                        ipynb=Path(out_dir) / f"{name}.ipynb",
+                        html=None,
+                        sidecar=None,
+                        seconds=time.perf_counter() - t0,
+                        error=f"{type(exc).__name__}: {exc}",
+                    )
                 with lock:
                     done.append(rep)
         finally:
@@ -859,8 +982,16 @@ def run_notebooks(plans: Mapping[str, Mapping[str, Any]], out_dir: str | Path, *
         for t in threads:
             t.join()
     for name in sorted(set(names) - {r.name for r in done}):  # a lane that died: never a silent success
-        done.append(NotebookReport(name=name, ipynb=Path(out_dir) / f"{name}.ipynb", html=None, sidecar=None,
-                                   seconds=0.0, error="not executed: its report lane ended early"))
+        done.append(
+            NotebookReport(
+                name=name,
+                ipynb=Path(out_dir) / f"{name}.ipynb",
+                html=None,
+                sidecar=None,
+                seconds=0.0,
+                error="not executed: its report lane ended early",
+            )
+        )
     order = {n: i for i, n in enumerate(NOTEBOOKS)}
     return sorted(done, key=lambda r: order.get(r.name, len(order)))
 
@@ -952,8 +1083,14 @@ def write_manifest(run: Path, out_dir: Path, results: Iterable[NotebookReport], 
     sc = read_sidecar(out_dir, "skill_comparison") or {}
     verdicts = []
     if sc.get("kind"):
-        verdicts.append({"kind": sc["kind"], "baseline": sc.get("baseline"), "treatment": sc.get("treatment"),
-                         "p_value": sc.get("p_value")})
+        verdicts.append(
+            {
+                "kind": sc["kind"],
+                "baseline": sc.get("baseline"),
+                "treatment": sc.get("treatment"),
+                "p_value": sc.get("p_value"),
+            }
+        )
     gate = rs.get("gate") or {}
     if gate:
         verdicts.append(gate_verdict(gate))
@@ -963,13 +1100,28 @@ def write_manifest(run: Path, out_dir: Path, results: Iterable[NotebookReport], 
     headline = {arm: v.get("success_rate") for arm, v in (rs.get("arms") or {}).items()}
     spend = rs.get("spend_usd", summary.get("spend_usd"))
     manifest = {
-        "run": run.name, "run_dir": str(run), "created": meta.get("created"),
+        "run": run.name,
+        "run_dir": str(run),
+        "created": meta.get("created"),
         "suite": meta.get("suite_name") or Path(str(meta.get("suite") or "")).name or None,
-        "source": meta.get("source"), "arms": config_arm_names(meta),
-        "k": meta.get("k"), "complete": summary.get("complete"), "spend_usd": spend,
-        "headline": headline, "verdicts": verdicts,
-        "notebooks": [{"name": r.name, "html": r.html.name if r.html else None, "ipynb": r.ipynb.name,
-                       "ok": r.ok, "error": r.error, "seconds": round(r.seconds, 3)} for r in results],
+        "source": meta.get("source"),
+        "arms": config_arm_names(meta),
+        "k": meta.get("k"),
+        "complete": summary.get("complete"),
+        "spend_usd": spend,
+        "headline": headline,
+        "verdicts": verdicts,
+        "notebooks": [
+            {
+                "name": r.name,
+                "html": r.html.name if r.html else None,
+                "ipynb": r.ipynb.name,
+                "ok": r.ok,
+                "error": r.error,
+                "seconds": round(r.seconds, 3),
+            }
+            for r in results
+        ],
         "skipped": dict(skipped),
     }
     from .runs import write_atomic
@@ -994,9 +1146,12 @@ def gate_verdict(gate: Mapping[str, Any], *, complete: bool | None = None) -> di
         causes = [GATE_CAUSE_INCOMPLETE]  # an older manifest without reasons, for a run known INCOMPLETE
     regression = bool(causes) and not ({GATE_CAUSE_INCOMPLETE, GATE_CAUSE_NOT_COMPARABLE} & set(causes))
     why = "; ".join(str(r) for r in gate.get("reasons") or ())
-    return {"kind": "regression" if regression else "inconclusive",
-            "label": "gate failed: " + (" / ".join(causes) or "reason not recorded"),
-            "causes": causes, "text": f"{arm} vs baseline" + (f": {why}" if why else "")}
+    return {
+        "kind": "regression" if regression else "inconclusive",
+        "label": "gate failed: " + (" / ".join(causes) or "reason not recorded"),
+        "causes": causes,
+        "text": f"{arm} vs baseline" + (f": {why}" if why else ""),
+    }
 
 
 def load_manifests(reports_dir: str | Path) -> list[dict[str, Any]]:
@@ -1014,8 +1169,9 @@ def load_manifests(reports_dir: str | Path) -> list[dict[str, Any]]:
 _PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 
 
-def trend_svg(series: Mapping[str, Sequence[float | None]], labels: Sequence[str], *,
-              width: int = 320, height: int = 90) -> str:
+def trend_svg(
+    series: Mapping[str, Sequence[float | None]], labels: Sequence[str], *, width: int = 320, height: int = 90
+) -> str:
     """An inline SVG line chart of rates in [0, 1] per series across runs (oldest
     first), with a legend; every text escaped."""
     n = len(labels)
@@ -1026,22 +1182,31 @@ def trend_svg(series: Mapping[str, Sequence[float | None]], labels: Sequence[str
         x = pad_l + (w * i / (n - 1) if n > 1 else w / 2)
         return x, pad_t + h * (1 - v)
 
-    parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height + 14 * len(series)}' "
-             f"role='img' aria-label='headline rates across runs'>",
-             f"<rect x='{pad_l}' y='{pad_t}' width='{w}' height='{h}' fill='none' stroke='#ccc'/>",
-             f"<text x='2' y='{pad_t + 8}' font-size='9'>100%</text>",
-             f"<text x='8' y='{pad_t + h}' font-size='9'>0%</text>"]
+    parts = [
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height + 14 * len(series)}' "
+        f"role='img' aria-label='headline rates across runs'>",
+        f"<rect x='{pad_l}' y='{pad_t}' width='{w}' height='{h}' fill='none' stroke='#ccc'/>",
+        f"<text x='2' y='{pad_t + 8}' font-size='9'>100%</text>",
+        f"<text x='8' y='{pad_t + h}' font-size='9'>0%</text>",
+    ]
     for j, (name, vals) in enumerate(series.items()):
         color = _PALETTE[j % len(_PALETTE)]
         pts = [xy(i, float(v)) for i, v in enumerate(vals) if v is not None]
         if len(pts) > 1:
-            parts.append(f"<polyline fill='none' stroke='{color}' stroke-width='1.5' points='"
-                         + " ".join(f"{x:.1f},{y:.1f}" for x, y in pts) + "'/>")
+            parts.append(
+                f"<polyline fill='none' stroke='{color}' stroke-width='1.5' points='"
+                + " ".join(f"{x:.1f},{y:.1f}" for x, y in pts)
+                + "'/>"
+            )
         for (x, y), (i, v) in zip(pts, [(i, v) for i, v in enumerate(vals) if v is not None]):
-            parts.append(f"<circle cx='{x:.1f}' cy='{y:.1f}' r='2.5' fill='{color}'>"
-                         f"<title>{html.escape(str(labels[i]))}: {float(v):.1%}</title></circle>")
-        parts.append(f"<text x='{pad_l}' y='{height + 10 + 14 * j}' font-size='10' fill='{color}'>"
-                     f"{html.escape(str(name))} (latest {_pct(vals[-1] if vals else None)})</text>")
+            parts.append(
+                f"<circle cx='{x:.1f}' cy='{y:.1f}' r='2.5' fill='{color}'>"
+                f"<title>{html.escape(str(labels[i]))}: {float(v):.1%}</title></circle>"
+            )
+        parts.append(
+            f"<text x='{pad_l}' y='{height + 10 + 14 * j}' font-size='10' fill='{color}'>"
+            f"{html.escape(str(name))} (latest {_pct(vals[-1] if vals else None)})</text>"
+        )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -1074,18 +1239,25 @@ def build_index(reports_dir: str | Path) -> Path:
             # a manifest written before gate entries carried their cause: "gate FAIL (...)"
             # was labelled regression even for an incomplete run; label it by cause now.
             if v.get("kind") == "regression" and "label" not in v and str(v.get("text", "")).startswith("gate FAIL"):
-                m["verdicts"][i] = {**gate_verdict({"passed": False}, complete=m.get("complete")),
-                                    "text": v["text"]}
-        verdicts = "<br>".join(
-            (f"<span class='{e(v['kind'])}'>{e(str(v.get('label') or v['kind']))}</span>"
-             + (f" {e(str(v.get('treatment')))} vs {e(str(v.get('baseline')))}" if v.get("baseline") else "")
-             + (f" (p = {float(v['p_value']):.3g})" if v.get("p_value") is not None else "")
-             + (f": {e(str(v.get('text')))}" if v.get("text") else ""))
-            for v in m.get("verdicts") or []) or "&mdash;"
+                m["verdicts"][i] = {**gate_verdict({"passed": False}, complete=m.get("complete")), "text": v["text"]}
+        verdicts = (
+            "<br>".join(
+                (
+                    f"<span class='{e(v['kind'])}'>{e(str(v.get('label') or v['kind']))}</span>"
+                    + (f" {e(str(v.get('treatment')))} vs {e(str(v.get('baseline')))}" if v.get("baseline") else "")
+                    + (f" (p = {float(v['p_value']):.3g})" if v.get("p_value") is not None else "")
+                    + (f": {e(str(v.get('text')))}" if v.get("text") else "")
+                )
+                for v in m.get("verdicts") or []
+            )
+            or "&mdash;"
+        )
         links = " ".join(
             f"<a href='{e(m['_dir'])}/{e(nb['html'])}'>{e(TITLES.get(nb['name'], nb['name']))}</a>"
             + ("" if nb.get("ok") else " <span class='warn'>(failed)</span>")
-            for nb in m.get("notebooks") or [] if nb.get("html"))
+            for nb in m.get("notebooks") or []
+            if nb.get("html")
+        )
         rates = ", ".join(f"{e(str(a))} {_pct(v)}" for a, v in (m.get("headline") or {}).items()) or "&mdash;"
         spend = m.get("spend_usd")
         complete = "" if m.get("complete") in (True, None) else " <span class='warn'>INCOMPLETE</span>"
@@ -1093,7 +1265,8 @@ def build_index(reports_dir: str | Path) -> Path:
             f"<tr><td>{e(str(m.get('created') or ''))}</td><td><code>{e(m['_dir'])}</code>{complete}</td>"
             f"<td>{e(str(m.get('suite') or ''))}</td><td>{e(', '.join(str(a) for a in m.get('arms') or []))}</td>"
             f"<td>{rates}</td><td>{verdicts}</td>"
-            f"<td>{'&mdash;' if spend is None else f'${float(spend):.6f}'}</td><td>{links}</td></tr>")
+            f"<td>{'&mdash;' if spend is None else f'${float(spend):.6f}'}</td><td>{links}</td></tr>"
+        )
     trends = []
     by_suite: dict[str, list[dict[str, Any]]] = {}
     for m in runs:
@@ -1114,10 +1287,12 @@ def build_index(reports_dir: str | Path) -> Path:
         "passed; an ungraded or errored sample never counts as a pass.</p>"
         "<h2>Runs</h2><table><thead><tr><th>date</th><th>run</th><th>suite</th><th>arms</th>"
         "<th>success rate</th><th>verdicts</th><th>spend</th><th>reports</th></tr></thead><tbody>"
-        + "".join(rows) + "</tbody></table>"
+        + "".join(rows)
+        + "</tbody></table>"
         "<h2>Trend of the headline success rate, per suite</h2>"
         "<table><thead><tr><th>suite</th><th>runs</th><th>success rate per arm, oldest run first</th></tr></thead>"
-        "<tbody>" + "".join(trends) + "</tbody></table></body></html>\n")
+        "<tbody>" + "".join(trends) + "</tbody></table></body></html>\n"
+    )
     from .runs import write_atomic
 
     path = root / "index.html"

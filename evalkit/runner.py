@@ -32,6 +32,7 @@ and the server `evalkit serve` runs, see `endpoints`) that reports stops the run
 same way: its first line is the cause, the rest (a dead server's log tail)
 `stop_detail`, shown under the INCOMPLETE line in `summary.md` and on stderr.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -53,8 +54,7 @@ from ._text import printable
 from .cache import ResponseCache
 from .client import CallStopped, ModelClient, check_endpoint
 from .endpoints import Watch, combine, resolve_base_url, served_watch
-from .errors import (BudgetExhausted, CeilingBreached, DiskFull, InputError, InputTooLong, ReplayMiss,
-                     UnitCallError)
+from .errors import BudgetExhausted, CeilingBreached, DiskFull, InputError, InputTooLong, ReplayMiss, UnitCallError
 from .ledger import Ledger
 from .records import Arm, Config, Sample, Suite
 from .runs import RunFolder, runs_dir_lock, write_atomic
@@ -114,6 +114,7 @@ def input_hashes(suite: Suite, arms: list[Arm]) -> dict[str, str]:
     system template, each run arm's guidance and the cases. Stored in the run's
     `config.json` so a resume can name what changed (config.json alone does not hold
     these texts)."""
+
     def sha(text: str) -> str:
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -144,8 +145,10 @@ def _format_summary_md(suite: Suite, res: dict[str, Any]) -> str:
     lines.append(f"# Run of {suite.name}")
     lines.append("")
     lines.append(f"- cases complete: {res['ran']}/{res['total']}; samples: {res['samples_ran']}/{res['samples_total']}")
-    lines.append(f"- spend: ${res['spend_usd']:.6f} of cap ${res['cap_usd']:.6f}"
-                 f" (avoided by the cache: ${res['avoided_usd']:.6f})")
+    lines.append(
+        f"- spend: ${res['spend_usd']:.6f} of cap ${res['cap_usd']:.6f}"
+        f" (avoided by the cache: ${res['avoided_usd']:.6f})"
+    )
     lines.append("")
     lines.append("| arm | samples | errors |")
     lines.append("|---|---:|---:|")
@@ -155,9 +158,19 @@ def _format_summary_md(suite: Suite, res: dict[str, Any]) -> str:
 
 
 class _Engine:
-    def __init__(self, suite: Suite, arms: list[Arm], folder: RunFolder, ledger: Ledger,
-                 client: ModelClient, rcache: ResponseCache | None, pending: int, progress: bool,
-                 prompts: dict[tuple[str, str], Any], watch: Watch | None = None) -> None:
+    def __init__(
+        self,
+        suite: Suite,
+        arms: list[Arm],
+        folder: RunFolder,
+        ledger: Ledger,
+        client: ModelClient,
+        rcache: ResponseCache | None,
+        pending: int,
+        progress: bool,
+        prompts: dict[tuple[str, str], Any],
+        watch: Watch | None = None,
+    ) -> None:
         self.config = suite.config
         self.cases = {c.id: c for c in suite.cases}
         self.arms = {a.name: a for a in arms}
@@ -176,8 +189,14 @@ class _Engine:
         self._tools = list(self.config.tools) or None
         self._stop = list(self.config.stop) or None
         self._concurrency = self.config.concurrency
-        self.bar = tqdm(total=pending, disable=not progress, unit="sample", dynamic_ncols=True,
-                        desc=printable(suite.name), file=sys.stderr)
+        self.bar = tqdm(
+            total=pending,
+            disable=not progress,
+            unit="sample",
+            dynamic_ncols=True,
+            desc=printable(suite.name),
+            file=sys.stderr,
+        )
 
     @property
     def done(self) -> int:
@@ -193,16 +212,19 @@ class _Engine:
             self._ask_watch()
         if not self.stop_causes:
             return None
+
         def rank(c: str) -> tuple[int, int]:
             first = 0 if c.startswith("ceiling breached") else 1 if c.startswith(_FIRST_CAUSES) else 2
             return first, self.stop_causes.index(c)
+
         return "; ".join(sorted(self.stop_causes, key=rank))
 
     def stop(self, cause: str) -> None:
         """Record a stop cause once; a full disk once, the first file that had no room."""
         kind = cause.split(":", 1)[0]
-        if cause not in self.stop_causes and not (kind == "disk full" and any(
-                c.startswith("disk full:") for c in self.stop_causes)):
+        if cause not in self.stop_causes and not (
+            kind == "disk full" and any(c.startswith("disk full:") for c in self.stop_causes)
+        ):
             self.stop_causes.append(cause)
 
     def _ask_watch(self) -> None:
@@ -230,8 +252,10 @@ class _Engine:
     def _tick(self) -> None:
         limit = self.client.concurrency_limit
         throttled = f" concurrency={limit}/{self._concurrency}" if limit < self._concurrency else ""
-        self.bar.set_postfix_str(f"errors={len(self.errored)} spend=${self.ledger.committed_usd:.4f}"
-                                 f"/${self.ledger.cap_usd:.4f}{throttled}", refresh=False)
+        self.bar.set_postfix_str(
+            f"errors={len(self.errored)} spend=${self.ledger.committed_usd:.4f}/${self.ledger.cap_usd:.4f}{throttled}",
+            refresh=False,
+        )
         self.bar.update(1)
 
     async def one(self, key: Key) -> None:
@@ -239,12 +263,19 @@ class _Engine:
         case, arm = self.cases[case_id], self.arms[arm_name]
         seed = derive_seed(self.config.seed, case_id, arm_name, index)
         rendered = self.prompts[(case_id, arm_name)]
-        kw: dict[str, Any] = {"messages": rendered, "tools": self._tools} if isinstance(rendered, list) \
-            else {"prompt": rendered}
+        kw: dict[str, Any] = (
+            {"messages": rendered, "tools": self._tools} if isinstance(rendered, list) else {"prompt": rendered}
+        )
         try:
-            c = await self.client.complete(**kw, temperature=self.config.temperature, seed=seed,
-                                           stop=self._stop, sample_index=index,
-                                           key=f"{case_id}/{arm_name}/{index}", should_stop=self.should_stop)
+            c = await self.client.complete(
+                **kw,
+                temperature=self.config.temperature,
+                seed=seed,
+                stop=self._stop,
+                sample_index=index,
+                key=f"{case_id}/{arm_name}/{index}",
+                should_stop=self.should_stop,
+            )
         except BudgetExhausted as exc:
             self.stop("budget exhausted")
             if getattr(exc, "attempts", 0):  # refused on a retry: the key paid and errored
@@ -272,11 +303,26 @@ class _Engine:
             self._error(key, f"unexpected {type(exc).__name__}: {exc}", getattr(exc, "attempts", 0))
             return
         try:
-            self.folder.append_result(Sample(
-                case_id=case_id, tags=case.tags, arm=arm_name, index=index, seed=seed, model=c.model,
-                output=c.text, tool_calls=c.tool_calls, finish_reason=c.finish_reason, usage=c.usage,
-                latency_ms=round(c.latency_ms, 3), cost_usd=c.cost_usd, request_hash=c.request_hash,
-                system_fingerprint=c.system_fingerprint, cached=c.cached, cost_avoided_usd=c.cost_avoided_usd))
+            self.folder.append_result(
+                Sample(
+                    case_id=case_id,
+                    tags=case.tags,
+                    arm=arm_name,
+                    index=index,
+                    seed=seed,
+                    model=c.model,
+                    output=c.text,
+                    tool_calls=c.tool_calls,
+                    finish_reason=c.finish_reason,
+                    usage=c.usage,
+                    latency_ms=round(c.latency_ms, 3),
+                    cost_usd=c.cost_usd,
+                    request_hash=c.request_hash,
+                    system_fingerprint=c.system_fingerprint,
+                    cached=c.cached,
+                    cost_avoided_usd=c.cost_avoided_usd,
+                )
+            )
         except DiskFull as exc:  # paid and on the ledger; its answer is in the cache when that had room
             self.stop(str(exc))
             return
@@ -296,6 +342,7 @@ class _Engine:
         """Run `keys` with `concurrency` workers drawing from the one iterator: at most
         that many keys are in progress (and that many tasks exist), however many keys a
         run has. A worker stops drawing once the run stops."""
+
         async def worker() -> None:
             for key in keys:
                 if self.should_stop() is not None:
@@ -320,34 +367,81 @@ def _plan(suite: Suite, arms: list[Arm], k: int) -> Iterator[Key]:
     return ((c.id, a.name, i) for c in suite.cases for a in arms for i in range(k))
 
 
-async def run_suite_async(suite: Suite | str | Path, *, arms: list[str] | None = None, k: int | None = None,
-                          runs_dir: str | Path | None = None, base_url: str | None = None,
-                          resume: str | Path | None = None, replay_only: bool = False, progress: bool = True,
-                          cache: bool = True, sample_files: bool = True,
-                          allow_private_data: bool = False, watch: Watch | None = None) -> RunResult:
+async def run_suite_async(
+    suite: Suite | str | Path,
+    *,
+    arms: list[str] | None = None,
+    k: int | None = None,
+    runs_dir: str | Path | None = None,
+    base_url: str | None = None,
+    resume: str | Path | None = None,
+    replay_only: bool = False,
+    progress: bool = True,
+    cache: bool = True,
+    sample_files: bool = True,
+    allow_private_data: bool = False,
+    watch: Watch | None = None,
+) -> RunResult:
     """The async core of `run_suite`."""
     if not isinstance(suite, Suite):
         from .suite import load_suite
+
         suite = load_suite(suite)
     if resume is not None:
         folder = RunFolder(resume)  # its layout (sample files or not) comes from its config.json
         folder.read_meta()  # not a run folder: say so before creating anything in it
         with folder.lock(), runs_dir_lock(Path(resume).parent):
-            return await _run_in_folder(suite, folder, arms=arms, k=k, runs_root=Path(resume).parent,
-                                        base_url=base_url, resume=True, replay_only=replay_only,
-                                        progress=progress, cache=cache, sample_files=sample_files,
-                                        allow_private_data=allow_private_data, watch=watch)
+            return await _run_in_folder(
+                suite,
+                folder,
+                arms=arms,
+                k=k,
+                runs_root=Path(resume).parent,
+                base_url=base_url,
+                resume=True,
+                replay_only=replay_only,
+                progress=progress,
+                cache=cache,
+                sample_files=sample_files,
+                allow_private_data=allow_private_data,
+                watch=watch,
+            )
     from .suite import default_runs_dir  # a `runs` symlink out of the suite is refused
+
     runs_root = Path(runs_dir) if runs_dir is not None else default_runs_dir(suite.path)
-    return await _run_in_folder(suite, None, arms=arms, k=k, runs_root=runs_root, base_url=base_url,
-                                resume=False, replay_only=replay_only, progress=progress, cache=cache,
-                                sample_files=sample_files, allow_private_data=allow_private_data, watch=watch)
+    return await _run_in_folder(
+        suite,
+        None,
+        arms=arms,
+        k=k,
+        runs_root=runs_root,
+        base_url=base_url,
+        resume=False,
+        replay_only=replay_only,
+        progress=progress,
+        cache=cache,
+        sample_files=sample_files,
+        allow_private_data=allow_private_data,
+        watch=watch,
+    )
 
 
-async def _run_in_folder(suite: Suite, folder: RunFolder | None, *, arms: list[str] | None, k: int | None,
-                         runs_root: Path, base_url: str | None, resume: bool, replay_only: bool,
-                         progress: bool, cache: bool, sample_files: bool,
-                         allow_private_data: bool = False, watch: Watch | None = None) -> RunResult:
+async def _run_in_folder(
+    suite: Suite,
+    folder: RunFolder | None,
+    *,
+    arms: list[str] | None,
+    k: int | None,
+    runs_root: Path,
+    base_url: str | None,
+    resume: bool,
+    replay_only: bool,
+    progress: bool,
+    cache: bool,
+    sample_files: bool,
+    allow_private_data: bool = False,
+    watch: Watch | None = None,
+) -> RunResult:
     """Check the inputs, then run (a new folder is created and locked only once every
     check passed; a resumed one is already locked by the caller)."""
     config = suite.config
@@ -357,8 +451,11 @@ async def _run_in_folder(suite: Suite, folder: RunFolder | None, *, arms: list[s
         assert folder is not None
         meta = folder.read_meta()
         if meta.get("config_hash") != chash:
-            raise InputError("the suite's config.json changed since this run started; start a new run "
-                             "instead of resuming", folder.path / "config.json", json_path="$.config_hash")
+            raise InputError(
+                "the suite's config.json changed since this run started; start a new run instead of resuming",
+                folder.path / "config.json",
+                json_path="$.config_hash",
+            )
         run_arms, run_k = list(meta["arms"]), int(meta["k"])
         if arms is not None and list(arms) != run_arms:
             raise InputError(f"--arms {','.join(arms)} differs from the run's arms {','.join(run_arms)}")
@@ -367,8 +464,10 @@ async def _run_in_folder(suite: Suite, folder: RunFolder | None, *, arms: list[s
         present = {x.id for x in suite.cases}
         missing = [c for c in meta.get("cases", []) if c not in present]
         if missing:
-            raise InputError(f"cases of the run are no longer in the suite: {', '.join(missing[:5])}",
-                             Path(suite.path) / "cases.jsonl")
+            raise InputError(
+                f"cases of the run are no longer in the suite: {', '.join(missing[:5])}",
+                Path(suite.path) / "cases.jsonl",
+            )
         arms, k = run_arms, run_k
         folder.sample_files = bool(meta.get("sample_files", True))  # keep the run's layout whole
     names = list(arms) if arms is not None else [a.name for a in config.arms]
@@ -377,12 +476,16 @@ async def _run_in_folder(suite: Suite, folder: RunFolder | None, *, arms: list[s
     known = {a.name for a in config.arms}
     unknown = [n for n in names if n not in known]
     if unknown:
-        raise InputError(f"unknown arm(s) {', '.join(unknown)}; the config has {', '.join(sorted(known))}",
-                         Path(suite.path) / "config.json", json_path="$.arms")
+        raise InputError(
+            f"unknown arm(s) {', '.join(unknown)}; the config has {', '.join(sorted(known))}",
+            Path(suite.path) / "config.json",
+            json_path="$.arms",
+        )
     if len(set(names)) != len(names):
         raise InputError(f"arm named twice in {','.join(names)}")
     k = int(k if k is not None else config.k)
     from .suite import run_size_problem  # the limits lint holds the config's k to, on --k and --arms too
+
     problem = run_size_problem(len(suite.cases), len(names), k)
     if problem:
         raise InputError(problem)
@@ -390,6 +493,7 @@ async def _run_in_folder(suite: Suite, folder: RunFolder | None, *, arms: list[s
     # Render every prompt and check the endpoint before writing anything: bad input
     # leaves no half-made run folder.
     from .suite import render_prompt
+
     prompts = {(c.id, a.name): render_prompt(config, c, a) for c in suite.cases for a in arm_objs}
     inputs = input_hashes(suite, arm_objs)
     inputs_hash = config_hash(inputs)
@@ -397,13 +501,18 @@ async def _run_in_folder(suite: Suite, folder: RunFolder | None, *, arms: list[s
         before = meta.get("inputs")
         if isinstance(before, dict) and meta.get("inputs_hash") != inputs_hash:
             changed = _changed_inputs(before, inputs)
-            raise InputError(f"changed since this run started: {'; '.join(changed)}; start a new run instead "
-                             "of resuming", folder.path / "config.json", json_path="$.inputs")
+            raise InputError(
+                f"changed since this run started: {'; '.join(changed)}; start a new run instead of resuming",
+                folder.path / "config.json",
+                json_path="$.inputs",
+            )
     # personal data and secrets never reach an endpoint unless the user says so (evalkit.privacy)
     from .privacy import run_gate
+
     privacy = run_gate(suite, allowed=allow_private_data, recorded=meta.get("privacy") if resume else None)
-    base_url = resolve_base_url("generator", config.generator, base_url, replay_only=replay_only,
-                                config_path=Path(suite.path) / "config.json")
+    base_url = resolve_base_url(
+        "generator", config.generator, base_url, replay_only=replay_only, config_path=Path(suite.path) / "config.json"
+    )
     if resume and folder is not None and privacy.get("allowed") and not (meta.get("privacy") or {}).get("allowed"):
         meta["privacy"] = privacy  # the flag given on this resume: the run's record says so
         write_atomic(folder.path / "config.json", json.dumps(meta, indent=2) + "\n")
@@ -411,33 +520,70 @@ async def _run_in_folder(suite: Suite, folder: RunFolder | None, *, arms: list[s
     watch = combine(watch, served_watch(base_url))
 
     if not resume:
-        meta = {"suite": str(suite.path), "suite_name": suite.name, "config": snapshot, "config_hash": chash,
-                "inputs": inputs, "inputs_hash": inputs_hash,
-                "arms": names, "k": k, "cases": [c.id for c in suite.cases],
-                "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "source": "evalkit",
-                "sample_files": sample_files, "privacy": privacy}
+        meta = {
+            "suite": str(suite.path),
+            "suite_name": suite.name,
+            "config": snapshot,
+            "config_hash": chash,
+            "inputs": inputs,
+            "inputs_hash": inputs_hash,
+            "arms": names,
+            "k": k,
+            "cases": [c.id for c in suite.cases],
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "source": "evalkit",
+            "sample_files": sample_files,
+            "privacy": privacy,
+        }
         with runs_dir_lock(runs_root):  # one run at a time per runs folder (and its response cache)
             folder = RunFolder.create(runs_root, meta)
             folder.sample_files = sample_files
             with folder.lock():
-                return await _execute(suite, folder, arm_objs, k, prompts, base_url, runs_root, replay_only,
-                                      progress, cache, privacy, watch=watch)
+                return await _execute(
+                    suite,
+                    folder,
+                    arm_objs,
+                    k,
+                    prompts,
+                    base_url,
+                    runs_root,
+                    replay_only,
+                    progress,
+                    cache,
+                    privacy,
+                    watch=watch,
+                )
     assert folder is not None
-    return await _execute(suite, folder, arm_objs, k, prompts, base_url, runs_root, replay_only, progress, cache,
-                          privacy, watch=watch)
+    return await _execute(
+        suite, folder, arm_objs, k, prompts, base_url, runs_root, replay_only, progress, cache, privacy, watch=watch
+    )
 
 
-async def _execute(suite: Suite, folder: RunFolder, arm_objs: list[Arm], k: int,
-                   prompts: dict[tuple[str, str], Any], base_url: str | None, runs_root: Path, replay_only: bool,
-                   progress: bool, cache: bool, privacy: dict[str, Any] | None = None, *,
-                   watch: Watch | None = None) -> RunResult:
+async def _execute(
+    suite: Suite,
+    folder: RunFolder,
+    arm_objs: list[Arm],
+    k: int,
+    prompts: dict[tuple[str, str], Any],
+    base_url: str | None,
+    runs_root: Path,
+    replay_only: bool,
+    progress: bool,
+    cache: bool,
+    privacy: dict[str, Any] | None = None,
+    *,
+    watch: Watch | None = None,
+) -> RunResult:
     """Run the keys of the plan (cases x arms x k) that `folder` lacks, under its lock
     and the runs folder's, and write the summary."""
     config = suite.config
     rows = folder.results()
     planned = {c.id for c in suite.cases}, {a.name for a in arm_objs}
-    done_before = {key for key in ((r["case_id"], r["arm"], int(r["index"])) for r in rows)
-                   if key[0] in planned[0] and key[1] in planned[1] and 0 <= key[2] < k}
+    done_before = {
+        key
+        for key in ((r["case_id"], r["arm"], int(r["index"])) for r in rows)
+        if key[0] in planned[0] and key[1] in planned[1] and 0 <= key[2] < k
+    }
     samples_total = len(suite.cases) * len(arm_objs) * k
     pending = (key for key in _plan(suite, arm_objs, k) if key not in done_before)
     interrupted: BaseException | None = None
@@ -458,16 +604,26 @@ async def _execute(suite: Suite, folder: RunFolder, arm_objs: list[Arm], k: int,
         rcache = ResponseCache(runs_root / CACHE_FILE) if (cache or replay_only) else None
         if rcache is not None:
             stack.callback(rcache.close)
-        client = ModelClient(config.generator, config.price, ledger, role="generator",
-                             max_tokens_in=config.max_tokens_in, max_tokens_out=config.max_tokens_out,
-                             cache=rcache, replay_only=replay_only, max_attempts=config.max_attempts,
-                             timeout_s=config.timeout_s, base_url=base_url,
-                             rate_limit_budget_s=config.rate_limit_budget_s,
-                             max_connection_failures=config.max_connection_failures,
-                             concurrency=config.concurrency)
+        client = ModelClient(
+            config.generator,
+            config.price,
+            ledger,
+            role="generator",
+            max_tokens_in=config.max_tokens_in,
+            max_tokens_out=config.max_tokens_out,
+            cache=rcache,
+            replay_only=replay_only,
+            max_attempts=config.max_attempts,
+            timeout_s=config.timeout_s,
+            base_url=base_url,
+            rate_limit_budget_s=config.rate_limit_budget_s,
+            max_connection_failures=config.max_connection_failures,
+            concurrency=config.concurrency,
+        )
         stack.push_async_callback(client.aclose)
-        engine = _Engine(suite, arm_objs, folder, ledger, client, rcache, samples_total - len(done_before),
-                         progress, prompts, watch)
+        engine = _Engine(
+            suite, arm_objs, folder, ledger, client, rcache, samples_total - len(done_before), progress, prompts, watch
+        )
         if start_cause is not None:
             engine.stop(start_cause)
         try:
@@ -481,12 +637,12 @@ async def _execute(suite: Suite, folder: RunFolder, arm_objs: list[Arm], k: int,
 
     per_arm = {a.name: {"samples": 0, "errors": 0} for a in arm_objs}
     by_case: collections.Counter[str] = collections.Counter(engine.done_per_case)
-    for (c, a, _) in done_before:
+    for c, a, _ in done_before:
         per_arm[a]["samples"] += 1
         by_case[c] += 1
     for a, n in engine.done_per_arm.items():
         per_arm[a]["samples"] += n
-    for (_, a, _) in engine.errored:
+    for _, a, _ in engine.errored:
         per_arm[a]["errors"] += 1
     per_case_total = len(arm_objs) * k
     ran = sum(1 for c in suite.cases if by_case.get(c.id, 0) == per_case_total)
@@ -498,11 +654,21 @@ async def _execute(suite: Suite, folder: RunFolder, arm_objs: list[Arm], k: int,
     reason = engine.stop_reason
     if not complete and reason is None:
         reason = f"{len(engine.errored)} sample(s) errored" if engine.errored else "samples missing"
-    summary = {"complete": complete, "ran": ran, "total": total, "samples_ran": samples_ran,
-               "samples_total": samples_total, "reason": None if complete else reason,
-               "spend_usd": ledger.committed_usd, "avoided_usd": ledger.avoided_usd, "cap_usd": ledger.cap_usd,
-               "ceiling_breaches": ledger.breaches, "untrusted_usage": ledger.untrusted,
-               "per_arm": per_arm, "exit_code": 0 if complete else 1}
+    summary = {
+        "complete": complete,
+        "ran": ran,
+        "total": total,
+        "samples_ran": samples_ran,
+        "samples_total": samples_total,
+        "reason": None if complete else reason,
+        "spend_usd": ledger.committed_usd,
+        "avoided_usd": ledger.avoided_usd,
+        "cap_usd": ledger.cap_usd,
+        "ceiling_breaches": ledger.breaches,
+        "untrusted_usage": ledger.untrusted,
+        "per_arm": per_arm,
+        "exit_code": 0 if complete else 1,
+    }
     if engine.stop_detail:
         summary["stop_detail"] = engine.stop_detail
     folder.release_space()
@@ -510,10 +676,22 @@ async def _execute(suite: Suite, folder: RunFolder, arm_objs: list[Arm], k: int,
         folder.write_summary(summary, _format_summary_md(suite, summary))
     except DiskFull as exc:  # even the freed reserve was taken: say so, the run folder stays resumable
         print(f"evalkit: summary not written ({printable(str(exc))})", file=sys.stderr, flush=True)
-    result = RunResult(path=folder.path, complete=complete, ran=ran, total=total, samples_ran=samples_ran,
-                       samples_total=samples_total, reason=summary["reason"], spend_usd=ledger.committed_usd,
-                       avoided_usd=ledger.avoided_usd, cap_usd=ledger.cap_usd, per_arm=per_arm,
-                       exit_code=summary["exit_code"], privacy=dict(privacy or {}), stop_detail=engine.stop_detail)
+    result = RunResult(
+        path=folder.path,
+        complete=complete,
+        ran=ran,
+        total=total,
+        samples_ran=samples_ran,
+        samples_total=samples_total,
+        reason=summary["reason"],
+        spend_usd=ledger.committed_usd,
+        avoided_usd=ledger.avoided_usd,
+        cap_usd=ledger.cap_usd,
+        per_arm=per_arm,
+        exit_code=summary["exit_code"],
+        privacy=dict(privacy or {}),
+        stop_detail=engine.stop_detail,
+    )
     if not complete:
         print(printable(result.incomplete_line or ""), file=sys.stderr, flush=True)
         if result.stop_detail:
@@ -523,11 +701,21 @@ async def _execute(suite: Suite, folder: RunFolder, arm_objs: list[Arm], k: int,
     return result
 
 
-def run_suite(suite: Suite | str | Path, *, arms: list[str] | None = None, k: int | None = None,
-              runs_dir: str | Path | None = None, base_url: str | None = None, resume: str | Path | None = None,
-              replay_only: bool = False, progress: bool = True, cache: bool = True,
-              sample_files: bool = True, allow_private_data: bool = False,
-              watch: Watch | None = None) -> RunResult:
+def run_suite(
+    suite: Suite | str | Path,
+    *,
+    arms: list[str] | None = None,
+    k: int | None = None,
+    runs_dir: str | Path | None = None,
+    base_url: str | None = None,
+    resume: str | Path | None = None,
+    replay_only: bool = False,
+    progress: bool = True,
+    cache: bool = True,
+    sample_files: bool = True,
+    allow_private_data: bool = False,
+    watch: Watch | None = None,
+) -> RunResult:
     """Run cases x arms x k samples of a suite (a `Suite` or its folder) and write a run
     folder; see the module docstring. `base_url` overrides `EVALKIT_BASE_URL` and the
     config's generator URL (with none of them the run is refused: `endpoints`);
@@ -538,10 +726,22 @@ def run_suite(suite: Suite | str | Path, *, arms: list[str] | None = None, k: in
     is written, personal data or secrets in the suite included (`evalkit.privacy.run_gate`)
     unless `allow_private_data`."""
     with _frozen_heap():
-        return asyncio.run(run_suite_async(suite, arms=arms, k=k, runs_dir=runs_dir, base_url=base_url,
-                                           resume=resume, replay_only=replay_only, progress=progress,
-                                           cache=cache, sample_files=sample_files,
-                                           allow_private_data=allow_private_data, watch=watch))
+        return asyncio.run(
+            run_suite_async(
+                suite,
+                arms=arms,
+                k=k,
+                runs_dir=runs_dir,
+                base_url=base_url,
+                resume=resume,
+                replay_only=replay_only,
+                progress=progress,
+                cache=cache,
+                sample_files=sample_files,
+                allow_private_data=allow_private_data,
+                watch=watch,
+            )
+        )
 
 
 @contextlib.contextmanager

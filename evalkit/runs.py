@@ -10,6 +10,7 @@ a file size limit) cuts off whatever part of its line reached the file and raise
 `DiskFull` naming the file, so every file stays parseable and a resume goes on once
 there is room. Any text an endpoint sends is stored losslessly (`evalkit._text`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -50,12 +51,24 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 # Stable column orders: notebooks, stats, ingest and gate code rely on them.
 SAMPLE_COLUMNS: tuple[str, ...] = tuple(
-    c for f in dataclasses.fields(Sample)
+    c
+    for f in dataclasses.fields(Sample)
     for c in (("prompt_tokens", "completion_tokens") if f.name == "usage" else (f.name,))
 )
 GRADE_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Grade))
-LEDGER_COLUMNS: tuple[str, ...] = ("t", "run_epoch", "event", "id", "role", "model", "key",
-                                   "amount_usd", "cost_usd", "prompt_tokens", "completion_tokens")
+LEDGER_COLUMNS: tuple[str, ...] = (
+    "t",
+    "run_epoch",
+    "event",
+    "id",
+    "role",
+    "model",
+    "key",
+    "amount_usd",
+    "cost_usd",
+    "prompt_tokens",
+    "completion_tokens",
+)
 ERROR_COLUMNS: tuple[str, ...] = ("case_id", "arm", "index", "error", "attempts")
 
 
@@ -82,8 +95,9 @@ def iter_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
             obj = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             if i == last:
-                warnings.warn(f"{p}:{i + 1}: dropped a torn last line ({len(raw)} bytes)", TornLineWarning,
-                              stacklevel=2)
+                warnings.warn(
+                    f"{p}:{i + 1}: dropped a torn last line ({len(raw)} bytes)", TornLineWarning, stacklevel=2
+                )
                 return
             raise InputError(f"not valid JSON: {exc}", p, i + 1) from None
         if not isinstance(obj, dict):
@@ -125,8 +139,7 @@ def repair_torn_tail(path: str | Path) -> bool:
             return False
         except (json.JSONDecodeError, UnicodeDecodeError):
             fh.truncate(cut)
-    warnings.warn(f"{p}: cut a torn last line ({size - cut} bytes) left by a killed run", TornLineWarning,
-                  stacklevel=2)
+    warnings.warn(f"{p}: cut a torn last line ({size - cut} bytes) left by a killed run", TornLineWarning, stacklevel=2)
     return True
 
 
@@ -200,7 +213,7 @@ class AppendLog:
         view = memoryview(data)
         try:
             while view:  # a regular file writes it all at once unless it runs out of room
-                view = view[os.write(self._fd, view):]
+                view = view[os.write(self._fd, view) :]
             if self._fsync:
                 os.fsync(self._fd)
         except OSError as exc:
@@ -254,8 +267,12 @@ def runs_dir_lock(runs_dir: str | Path) -> Iterator[None]:
     in flight). A second one gets an `InputError` before it calls anything."""
     root = Path(runs_dir)
     root.mkdir(parents=True, exist_ok=True)
-    with exclusive_lock(root / RUNS_LOCK, "another evalkit run{holder} is using this runs folder and its response "
-                        f"cache; wait for it to finish, or give another --runs-dir (it holds {RUNS_LOCK})", root):
+    with exclusive_lock(
+        root / RUNS_LOCK,
+        "another evalkit run{holder} is using this runs folder and its response "
+        f"cache; wait for it to finish, or give another --runs-dir (it holds {RUNS_LOCK})",
+        root,
+    ):
         yield
 
 
@@ -397,8 +414,11 @@ class RunFolder:
         """
         if not self.path.is_dir():
             raise InputError("run folder not found", self.path)
-        with exclusive_lock(self.path / LOCK, "another evalkit process{holder} is using this run folder; wait for "
-                            f"it to finish (it holds {LOCK})", self.path):
+        with exclusive_lock(
+            self.path / LOCK,
+            f"another evalkit process{{holder}} is using this run folder; wait for it to finish (it holds {LOCK})",
+            self.path,
+        ):
             yield self
 
     @staticmethod
@@ -406,6 +426,7 @@ class RunFolder:
         """Decorator: hold the lock of the run folder named by `fn`'s first argument for
         the whole call (a path that is no run folder is passed through untouched, for
         `fn` to report)."""
+
         @functools.wraps(fn)
         def wrapper(run_path: str | Path, *args: Any, **kwargs: Any) -> Any:
             folder = RunFolder(run_path)
@@ -413,6 +434,7 @@ class RunFolder:
                 return fn(run_path, *args, **kwargs)
             with folder.lock():
                 return fn(run_path, *args, **kwargs)
+
         return wrapper  # type: ignore[return-value]
 
     # -- reading -----------------------------------------------------------------------
@@ -453,6 +475,7 @@ class RunFolder:
         rel = sample_relpath(sample.case_id, sample.arm, sample.index)
         if self._writer is None and self._can_offload and self._inline_files >= self.offload_after:
             from ._samplewriter import SampleWriter
+
             try:
                 self._writer = SampleWriter(self.path)
             except OSError:  # no process to spare: write inline, as small runs do
@@ -464,6 +487,7 @@ class RunFolder:
 
     def _write_inline(self, rel: str, text: str) -> None:
         from ._samplewriter import write_text_atomic
+
         try:
             write_text_atomic(self.path, rel, wtf8(text), self._dirs)
         except OSError as exc:
@@ -492,8 +516,17 @@ class RunFolder:
         self._append(RESULTS, sample_to_dict(sample))
 
     def append_error(self, case_id: str, arm: str, index: int, error: str, attempts: int) -> None:
-        self._append(ERRORS, {"case_id": case_id, "arm": arm, "index": index, "error": error,
-                              "attempts": attempts, "t": round(time.time(), 3)})
+        self._append(
+            ERRORS,
+            {
+                "case_id": case_id,
+                "arm": arm,
+                "index": index,
+                "error": error,
+                "attempts": attempts,
+                "t": round(time.time(), 3),
+            },
+        )
 
     def write_summary(self, summary: dict[str, Any], markdown: str) -> None:
         write_atomic(self.path / SUMMARY_JSON, json.dumps(summary, indent=2) + "\n")
@@ -543,8 +576,11 @@ class RunFolder:
                     note = f"wrote {n} sample file(s) from results.jsonl instead"
                 except DiskFull as exc:
                     note = f"{exc}; a resume writes the missing sample files from results.jsonl"
-                warnings.warn(f"{self.path}: the sample-file helper failed ({err or 'it stopped'}); {note}",
-                              RuntimeWarning, stacklevel=2)
+                warnings.warn(
+                    f"{self.path}: the sample-file helper failed ({err or 'it stopped'}); {note}",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
 
     def __enter__(self) -> "RunFolder":
         return self
@@ -629,5 +665,4 @@ def load_run(path: str | Path) -> Run:
     lp = p / LEDGER
     ledger = _frame(list(iter_jsonl(lp)) if lp.exists() else [], LEDGER_COLUMNS)
     errors = _frame(folder.errors(), ERROR_COLUMNS)
-    return Run(path=p, config=config, summary=summary, samples=samples, grades=grades, ledger=ledger,
-               errors=errors)
+    return Run(path=p, config=config, summary=summary, samples=samples, grades=grades, ledger=ledger, errors=errors)

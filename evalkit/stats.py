@@ -23,6 +23,7 @@ Three meanings of "pass@k" and "pass^k" users meet
    Jensen), e.g. n=4, c=2, k=2 gives 0.25 where the unbiased value is 1/6. It is offered
    only under its own name, for comparison with reports that use it.
 """
+
 from __future__ import annotations
 
 import math
@@ -306,9 +307,7 @@ _INTERVAL_METHODS = {
 }
 
 
-def proportion_interval(
-    successes: int, n: int, method: str = "wilson", alpha: float = 0.05
-) -> Interval:
+def proportion_interval(successes: int, n: int, method: str = "wilson", alpha: float = 0.05) -> Interval:
     """Confidence interval for a binomial proportion: Wilson score ("wilson"),
     Clopper-Pearson ("clopper-pearson", alias "beta"/"exact") or Jeffreys ("jeffreys"),
     computed by statsmodels `proportion_confint`.
@@ -340,9 +339,7 @@ def proportion_interval(
         low = 0.0 if successes == 0 else low
         high = 1.0 if successes == n else high
     name = "clopper-pearson" if _INTERVAL_METHODS[key] == "beta" else key
-    return Interval(
-        float(max(0.0, low)), float(min(1.0, high)), name, successes / n, int(successes), int(n), alpha
-    )
+    return Interval(float(max(0.0, low)), float(min(1.0, high)), name, successes / n, int(successes), int(n), alpha)
 
 
 # --------------------------------------------------------------------------- error bars
@@ -520,9 +517,7 @@ def _reject_prob(d_max: int, win_rate: float, alpha: float) -> np.ndarray:
     return np.where(c >= 0, upper + lower, 0.0)
 
 
-def sign_test_power(
-    n_trials: int, win_rate: float, tie_rate: float = 0.0, alpha: float = 0.05
-) -> float:
+def sign_test_power(n_trials: int, win_rate: float, tie_rate: float = 0.0, alpha: float = 0.05) -> float:
     """Exact power of the two-sided exact sign test (ties dropped) at level `alpha` after
     `n_trials` paired trials, when each trial is a tie with probability `tie_rate` and a
     non-tied trial is a win with probability `win_rate` (0.5 means no effect).
@@ -545,9 +540,7 @@ def sign_test_power(
     return float(np.dot(pd, r))
 
 
-def sign_test_power_approx(
-    n_trials: int, win_rate: float, tie_rate: float = 0.0, alpha: float = 0.05
-) -> float:
+def sign_test_power_approx(n_trials: int, win_rate: float, tie_rate: float = 0.0, alpha: float = 0.05) -> float:
     """Normal approximation to the sign test's power (one tail), unconditional on the
     number of discordant pairs: Phi((|delta| sqrt(n) - z_{1-alpha/2} sqrt(psi)) /
     sqrt(psi - delta^2)), psi = 1 - tie_rate the discordance rate and
@@ -655,9 +648,7 @@ def _trial_power_curve(n_max: int, win_rate: float, tie_rate: float, alpha: floa
     return out
 
 
-def paired_proportion_power(
-    n_pairs: int, p_first_only: float, p_second_only: float, alpha: float = 0.05
-) -> float:
+def paired_proportion_power(n_pairs: int, p_first_only: float, p_second_only: float, alpha: float = 0.05) -> float:
     """Exact power of the exact McNemar (= sign) test for paired pass/fail after
     `n_pairs` pairs, from the discordance probabilities: `p_first_only` = P(first arm
     passes, second fails), `p_second_only` the reverse. The discordance rate
@@ -692,9 +683,7 @@ def _discordance(p1: float, p2: float) -> float:
 # --------------------------------------------------------------------------- agreement
 
 
-def agreement(
-    a: Sequence[Hashable], b: Sequence[Hashable], labels: Sequence[Hashable] | None = None
-) -> Agreement:
+def agreement(a: Sequence[Hashable], b: Sequence[Hashable], labels: Sequence[Hashable] | None = None) -> Agreement:
     """Agreement of two raters on the same items (judge calibration): exact and
     within-one agreement, Cohen's kappa (unweighted, linear, quadratic weights) via
     statsmodels `cohens_kappa`, and the confusion matrix.
@@ -1032,8 +1021,9 @@ class SequentialSignTest:
             _fail(f"power must be in (0, 1), got {power!r}")
         if max_discordant is not None and (int(max_discordant) != max_discordant or max_discordant < 6):
             _fail(f"max_discordant must be an integer >= 6, got {max_discordant!r}")
-        self.design: SequentialDesign = _design(float(win_rate), float(alpha), float(power),
-                                                None if max_discordant is None else int(max_discordant))
+        self.design: SequentialDesign = _design(
+            float(win_rate), float(alpha), float(power), None if max_discordant is None else int(max_discordant)
+        )
         self._state = SequentialState("continue", 0, 0, 0, 0)
 
     @property

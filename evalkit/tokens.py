@@ -20,6 +20,7 @@ made (the count only decides whether the input fits; the ledger reserves the cei
 Why by hand: no library counts tokens for an arbitrary OpenAI-compatible endpoint
 offline; this module only chooses between the sources above.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -78,8 +79,12 @@ def message_text(message: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
-def byte_bound(*, prompt: str | None = None, messages: list[dict[str, Any]] | None = None,
-               tools: list[dict[str, Any]] | None = None) -> int:
+def byte_bound(
+    *,
+    prompt: str | None = None,
+    messages: list[dict[str, Any]] | None = None,
+    tools: list[dict[str, Any]] | None = None,
+) -> int:
     """An upper bound of the input tokens for any byte-level tokenizer: UTF-8 bytes plus
     the template margins."""
     if prompt is not None:
@@ -148,8 +153,15 @@ class TokenCounter:
     `tiktoken:<encoding>`).
     """
 
-    def __init__(self, model: str, base_url: str | None = None, *, api_key: str | None = None,
-                 http: aiohttp.ClientSession | None = None, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        model: str,
+        base_url: str | None = None,
+        *,
+        api_key: str | None = None,
+        http: aiohttp.ClientSession | None = None,
+        timeout_s: float = 10.0,
+    ) -> None:
         self.model = model
         self.base_url = base_url
         self._api_key = api_key
@@ -162,14 +174,26 @@ class TokenCounter:
         self.method = "utf8-bytes"
         self._counted: dict[str, int] = {}
 
-    async def count(self, *, prompt: str | None = None, messages: list[dict[str, Any]] | None = None,
-                    tools: list[dict[str, Any]] | None = None, limit: int | None = None) -> int:
+    async def count(
+        self,
+        *,
+        prompt: str | None = None,
+        messages: list[dict[str, Any]] | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        limit: int | None = None,
+    ) -> int:
         """An upper bound of the input tokens (`measure`); `method` then names its source."""
         n, self.method = await self.measure(prompt=prompt, messages=messages, tools=tools, limit=limit)
         return n
 
-    async def measure(self, *, prompt: str | None = None, messages: list[dict[str, Any]] | None = None,
-                      tools: list[dict[str, Any]] | None = None, limit: int | None = None) -> tuple[int, str]:
+    async def measure(
+        self,
+        *,
+        prompt: str | None = None,
+        messages: list[dict[str, Any]] | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        limit: int | None = None,
+    ) -> tuple[int, str]:
         """An upper bound of the input tokens and the source it came from. With `limit`,
         the cheap byte bound is returned when it already fits; a finer source is asked
         only when it does not. Shares no state between calls (concurrent calls each get
@@ -185,8 +209,13 @@ class TokenCounter:
             return bound, "utf8-bytes"
         return finer, method
 
-    async def count_endpoint(self, *, prompt: str | None = None, messages: list[dict[str, Any]] | None = None,
-                             tools: list[dict[str, Any]] | None = None) -> int | None:
+    async def count_endpoint(
+        self,
+        *,
+        prompt: str | None = None,
+        messages: list[dict[str, Any]] | None = None,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> int | None:
         """The endpoint tokenizer's count (plus chat margins), or None when the endpoint
         offers no tokenizer. Asked once per counter whether it has one."""
         if self._endpoint_ok is False or not self.base_url:
@@ -205,8 +234,13 @@ class TokenCounter:
         total += PER_TOOL * len(tools or ())
         return total
 
-    def count_tiktoken(self, *, prompt: str | None = None, messages: list[dict[str, Any]] | None = None,
-                       tools: list[dict[str, Any]] | None = None) -> int | None:
+    def count_tiktoken(
+        self,
+        *,
+        prompt: str | None = None,
+        messages: list[dict[str, Any]] | None = None,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> int | None:
         if not self._tiktoken_checked:
             self._tiktoken = local_tiktoken(self.model)
             self._tiktoken_checked = True
@@ -243,8 +277,11 @@ class TokenCounter:
             self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self._timeout_s))
         headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
         try:
-            async with self._http.post(_server_root(self.base_url or "") + "/extras/tokenize/count",
-                                       json={"input": text, "model": self.model}, headers=headers) as resp:
+            async with self._http.post(
+                _server_root(self.base_url or "") + "/extras/tokenize/count",
+                json={"input": text, "model": self.model},
+                headers=headers,
+            ) as resp:
                 if resp.status != 200:
                     self._endpoint_ok = False
                     return None

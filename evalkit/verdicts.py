@@ -17,6 +17,7 @@ References: Dixon & Mood 1946 (the sign test); Miller 2024, "Adding Error Bars t
 Yao et al. 2024, tau-bench (pass^k); Good 2005, "Permutation, Parametric and Bootstrap
 Tests of Hypotheses" (the within-case permutation test the gate uses); Holm 1979.
 """
+
 from __future__ import annotations
 
 import functools
@@ -111,9 +112,12 @@ class Verdict:
     def to_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in asdict(self).items() if k not in ("paired", "plan_check")}
         d["discordant"] = self.discordant
-        d["p_value_scope"] = (f"clean votes only ({self.wins + self.ties + self.losses} of {self.n_trials} units; "
-                              f"{self.errored} errored/unmatched unit(s) cast no vote): not a verdict"
-                              if self.errored else "all units")
+        d["p_value_scope"] = (
+            f"clean votes only ({self.wins + self.ties + self.losses} of {self.n_trials} units; "
+            f"{self.errored} errored/unmatched unit(s) cast no vote): not a verdict"
+            if self.errored
+            else "all units"
+        )
         d["problems"] = list(self.problems)
         d["case_votes"] = [list(cv) for cv in self.case_votes]
         d["paired"] = _paired_dict(self.paired)
@@ -130,22 +134,29 @@ class Verdict:
         lines.append(f"unit of the test: {self.unit}")
         p = "n/a" if self.p_value is None else f"{self.p_value:.4g}"
         p1 = "n/a" if self.p_one_sided is None else f"{self.p_one_sided:.4g}"
-        lines.append(f"tally: {self.wins}W/{self.ties}T/{self.losses}L, {self.errored} errored/unmatched, "
-                     f"{self.n_trials} units, {self.discordant} discordant")
+        lines.append(
+            f"tally: {self.wins}W/{self.ties}T/{self.losses}L, {self.errored} errored/unmatched, "
+            f"{self.n_trials} units, {self.discordant} discordant"
+        )
         if self.errored:
             clean = self.wins + self.ties + self.losses
-            lines.append(f"test: {self.test} (two-sided, ties dropped), alpha {self.alpha:g}: "
-                         f"exact sign-test p on the {clean} clean vote(s) only = {p} (one-sided {p1}); "
-                         f"not a verdict: {self.errored} errored/unmatched unit(s) cast no vote")
+            lines.append(
+                f"test: {self.test} (two-sided, ties dropped), alpha {self.alpha:g}: "
+                f"exact sign-test p on the {clean} clean vote(s) only = {p} (one-sided {p1}); "
+                f"not a verdict: {self.errored} errored/unmatched unit(s) cast no vote"
+            )
         else:
-            lines.append(f"test: {self.test} (two-sided, ties dropped), alpha {self.alpha:g}: "
-                         f"exact sign-test p = {p} (one-sided {p1})")
+            lines.append(
+                f"test: {self.test} (two-sided, ties dropped), alpha {self.alpha:g}: "
+                f"exact sign-test p = {p} (one-sided {p1})"
+            )
         if self.paired is not None:
             pd_ = _paired_dict(self.paired)
             lines.append(
                 f"all {pd_['n']} graded paired trials, clustered on case ({pd_.get('n_clusters')} clusters): "
                 f"treatment - baseline pass rate {pd_['mean']:+.3f} (SE {_fmt(pd_['se'])}, "
-                f"95% CI {_fmt(pd_['low'])} to {_fmt(pd_['high'])}), correlation {_fmt(pd_['correlation'])}")
+                f"95% CI {_fmt(pd_['low'])} to {_fmt(pd_['high'])}), correlation {_fmt(pd_['correlation'])}"
+            )
         if self.sequential:
             s = self.sequential
             lines.append(f"sequential: {s['decision']} after {s['n_used']} of {s['n_available']} units")
@@ -171,8 +182,16 @@ def _paired_dict(p: Any) -> dict[str, Any] | None:
     return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in asdict(p).items()}
 
 
-def verdict_from_tally(wins: int, ties: int, losses: int, errored: int = 0, trials: int | None = None,
-                       *, alpha: float = 0.05, unit: str = UNIT_TRIAL) -> Verdict:
+def verdict_from_tally(
+    wins: int,
+    ties: int,
+    losses: int,
+    errored: int = 0,
+    trials: int | None = None,
+    *,
+    alpha: float = 0.05,
+    unit: str = UNIT_TRIAL,
+) -> Verdict:
     """The verdict for a win/tie/loss tally.
 
     `inconclusive` when any trial errored or was unmatched (`trials` larger than the
@@ -192,8 +211,7 @@ def verdict_from_tally(wins: int, ties: int, losses: int, errored: int = 0, tria
     if trials is None:
         trials = counted
     if trials < counted:
-        raise InputError(f"trials ({trials}) is fewer than wins+ties+losses+errored ({counted})",
-                         json_path="trials")
+        raise InputError(f"trials ({trials}) is fewer than wins+ties+losses+errored ({counted})", json_path="trials")
     unmatched = trials - counted
     st = stats.sign_test(int(wins), int(losses), int(ties))
     p = st.p_value
@@ -210,9 +228,10 @@ def verdict_from_tally(wins: int, ties: int, losses: int, errored: int = 0, tria
     elif trials < MIN_TRIALS:
         kind, reason = "inconclusive", f"{trials} trial(s), fewer than the minimum {MIN_TRIALS}"
     elif discordant < MIN_DISCORDANT:
-        kind, reason = "inconclusive", (
-            f"{discordant} discordant pair(s), fewer than {MIN_DISCORDANT}: no tally below six can reach "
-            f"p <= 0.05")
+        kind, reason = (
+            "inconclusive",
+            (f"{discordant} discordant pair(s), fewer than {MIN_DISCORDANT}: no tally below six can reach p <= 0.05"),
+        )
     elif p <= alpha:
         if wins > losses:
             kind, reason = "pass", f"significant advantage for the treatment (p = {p:.4g} <= {alpha:g})"
@@ -220,9 +239,19 @@ def verdict_from_tally(wins: int, ties: int, losses: int, errored: int = 0, tria
             kind, reason = "regression", f"significant advantage for the baseline (p = {p:.4g} <= {alpha:g})"
     else:
         kind, reason = "no-improvement", f"the margin is indistinguishable from chance (p = {p:.4g} > {alpha:g})"
-    return Verdict(kind=kind, unit=unit, wins=int(wins), losses=int(losses), ties=int(ties),
-                   errored=int(errored + unmatched), n_trials=int(trials), p_value=p, p_one_sided=p1,
-                   reason=reason, alpha=alpha)
+    return Verdict(
+        kind=kind,
+        unit=unit,
+        wins=int(wins),
+        losses=int(losses),
+        ties=int(ties),
+        errored=int(errored + unmatched),
+        n_trials=int(trials),
+        p_value=p,
+        p_one_sided=p1,
+        reason=reason,
+        alpha=alpha,
+    )
 
 
 def as_run(run: Run | str | Path) -> Run:
@@ -246,8 +275,9 @@ def _pick_arm(run: Run, arm: str | None, hint: str) -> str:
 
 def _require_graded(run: Run) -> None:
     if len(run.samples) and not len(run.grades):
-        raise InputError("run is not graded (no grades.jsonl): run `evalkit grade` first",
-                         Path(run.path) / "grades.jsonl")
+        raise InputError(
+            "run is not graded (no grades.jsonl): run `evalkit grade` first", Path(run.path) / "grades.jsonl"
+        )
 
 
 def _grade_map(run: Run) -> dict[tuple[str, str, int], dict[str, Any]]:
@@ -274,8 +304,9 @@ def _case_order(run: Run) -> list[str]:
     return list(order)
 
 
-def two_arm_verdict(run: Run | str | Path, baseline: str, treatment: str, *, alpha: float = 0.05,
-                    plan: "PowerPlan | None" = None) -> Verdict:
+def two_arm_verdict(
+    run: Run | str | Path, baseline: str, treatment: str, *, alpha: float = 0.05, plan: "PowerPlan | None" = None
+) -> Verdict:
     """Compare two arms of one graded run.
 
     Samples are paired by (case, index). A pair is a win when only the treatment
@@ -297,16 +328,21 @@ def two_arm_verdict(run: Run | str | Path, baseline: str, treatment: str, *, alp
     arms = run.arm_names()
     for name, arm in (("--baseline", baseline), ("--treatment", treatment)):
         if arm not in arms:
-            raise InputError(f"{name} arm {arm!r} is not in the run (arms: {', '.join(arms) or 'none'})",
-                             Path(run.path) / "config.json", json_path="$.arms")
+            raise InputError(
+                f"{name} arm {arm!r} is not in the run (arms: {', '.join(arms) or 'none'})",
+                Path(run.path) / "config.json",
+                json_path="$.arms",
+            )
     if baseline == treatment:
         raise InputError("--baseline and --treatment name the same arm", json_path="arms")
     _require_graded(run)
     grades = _grade_map(run)
-    errors = {(str(r["case_id"]), str(r["arm"]), int(r["index"])): str(r.get("error") or "error")
-              for r in run.errors.to_dict("records")}
+    errors = {
+        (str(r["case_id"]), str(r["arm"]), int(r["index"])): str(r.get("error") or "error")
+        for r in run.errors.to_dict("records")
+    }
     errored_idx: dict[str, set[int]] = defaultdict(set)
-    for (c, a, i) in errors:
+    for c, a, i in errors:
         if a in (baseline, treatment):
             errored_idx[c].add(i)
     present: dict[tuple[str, str], set[int]] = defaultdict(set)
@@ -375,10 +411,19 @@ def two_arm_verdict(run: Run | str | Path, baseline: str, treatment: str, *, alp
     errored_units = len(problem_cases)
     v = verdict_from_tally(wins, ties, losses, errored_units, None, alpha=alpha, unit=UNIT_CASE)
     if errored_units:
-        v = replace(v, reason=f"{n_problem} trial(s) in {errored_units} case(s) errored or unmatched: those "
-                              "cases cast no vote, and no data is not a passing result")
-    v = replace(v, n_pairs=n_pairs, problems=tuple(problems), baseline_arm=baseline, treatment_arm=treatment,
-                case_votes=tuple(case_votes))
+        v = replace(
+            v,
+            reason=f"{n_problem} trial(s) in {errored_units} case(s) errored or unmatched: those "
+            "cases cast no vote, and no data is not a passing result",
+        )
+    v = replace(
+        v,
+        n_pairs=n_pairs,
+        problems=tuple(problems),
+        baseline_arm=baseline,
+        treatment_arm=treatment,
+        case_votes=tuple(case_votes),
+    )
     if len(pair_a) >= 2:  # the clustered SE needs two pairs
         v = replace(v, paired=stats.paired_difference(pair_a, pair_b, clusters=pair_cluster))
     if plan is not None:
@@ -399,24 +444,40 @@ def _apply_sequential(v: Verdict, votes: list[int], plan: "PowerPlan") -> Verdic
     path: list[dict[str, Any]] = []
     for vote in votes:
         st = seq.update(vote)
-        path.append({"trials": st.trials, "wins": st.wins, "losses": st.losses, "ties": st.ties,
-                     "decision": st.decision})
+        path.append(
+            {"trials": st.trials, "wins": st.wins, "losses": st.losses, "ties": st.ties, "decision": st.decision}
+        )
         if st.decision != "continue":
             break
     st = seq.state
-    info = {"decision": st.decision, "n_used": st.trials, "n_available": len(votes), "path": path,
-            "params": plan.sequential_params(), "max_discordant": seq.design.max_discordant}
+    info = {
+        "decision": st.decision,
+        "n_used": st.trials,
+        "n_available": len(votes),
+        "path": path,
+        "params": plan.sequential_params(),
+        "max_discordant": seq.design.max_discordant,
+    }
     if v.errored:
         return replace(v, test=SEQUENTIAL_SIGN_TEST, sequential=info)
     if st.decision == "continue":
-        kind, reason = "inconclusive", (f"the sequential test has not settled after {st.trials} unit(s): "
-                                        "keep sampling")
+        kind, reason = "inconclusive", (f"the sequential test has not settled after {st.trials} unit(s): keep sampling")
     else:
         kind, reason = st.decision, f"sequential sign test settled on {st.decision} after {st.trials} unit(s)"
     p = stats.sign_test(st.wins, st.losses, st.ties)
-    return replace(v, kind=kind, reason=reason, test=SEQUENTIAL_SIGN_TEST, sequential=info, wins=st.wins,
-                   losses=st.losses, ties=st.ties, n_trials=st.trials, p_value=p.p_value,
-                   p_one_sided=p.p_one_sided if st.wins >= st.losses else p.p_one_sided_losses)
+    return replace(
+        v,
+        kind=kind,
+        reason=reason,
+        test=SEQUENTIAL_SIGN_TEST,
+        sequential=info,
+        wins=st.wins,
+        losses=st.losses,
+        ties=st.ties,
+        n_trials=st.trials,
+        p_value=p.p_value,
+        p_one_sided=p.p_one_sided if st.wins >= st.losses else p.p_one_sided_losses,
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -448,8 +509,9 @@ class ConformanceVerdict:
         return d
 
 
-def conformance_verdict(run: Run | str | Path, threshold: float | None = None, *,
-                        arm: str | None = None) -> ConformanceVerdict:
+def conformance_verdict(
+    run: Run | str | Path, threshold: float | None = None, *, arm: str | None = None
+) -> ConformanceVerdict:
     """The single-arm conformance verdict of a graded run (one arm).
 
     A trial meets the threshold when its grade passed (`threshold` None: each case's own
@@ -462,10 +524,13 @@ def conformance_verdict(run: Run | str | Path, threshold: float | None = None, *
         raise InputError(f"threshold must be in [0, 1], got {threshold!r}", json_path="threshold")
     arm = _pick_arm(run, arm, "name one")
     grades = _grade_map(run)
-    errors = {(str(r["case_id"]), int(r["index"])): str(r.get("error") or "error")
-              for r in run.errors.to_dict("records") if str(r["arm"]) == arm}
+    errors = {
+        (str(r["case_id"]), int(r["index"])): str(r.get("error") or "error")
+        for r in run.errors.to_dict("records")
+        if str(r["arm"]) == arm
+    }
     errored: dict[str, set[int]] = defaultdict(set)
-    for (c, i) in errors:
+    for c, i in errors:
         errored[c].add(i)
     present: dict[str, set[int]] = defaultdict(set)
     for r in run.samples[run.samples["arm"] == arm][["case_id", "index"]].itertuples(index=False):
@@ -479,8 +544,7 @@ def conformance_verdict(run: Run | str | Path, threshold: float | None = None, *
         for i in sorted(idx):
             tag = f"{case}#{i}"
             if i not in present[case]:
-                problems.append(f"{tag}: " + (f"errored ({errors[(case, i)]})" if (case, i) in errors
-                                              else "no sample"))
+                problems.append(f"{tag}: " + (f"errored ({errors[(case, i)]})" if (case, i) in errors else "no sample"))
                 continue
             g = grades.get((case, arm, i))
             ok = _passed(g)
@@ -505,9 +569,18 @@ def conformance_verdict(run: Run | str | Path, threshold: float | None = None, *
         kind, reason = "regression", f"{below} of {n} trial(s) fell below the threshold"
     else:
         kind, reason = "pass", f"all {n} trial(s) ran and met the threshold"
-    return ConformanceVerdict(kind=kind, unit="trial", n_trials=n, met=met, below=below, errored=len(problems),
-                              threshold=threshold, reason=reason, below_trials=tuple(below_trials),
-                              problems=tuple(problems))
+    return ConformanceVerdict(
+        kind=kind,
+        unit="trial",
+        n_trials=n,
+        met=met,
+        below=below,
+        errored=len(problems),
+        threshold=threshold,
+        reason=reason,
+        below_trials=tuple(below_trials),
+        problems=tuple(problems),
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -552,8 +625,11 @@ class PowerPlan:
         return dict((self.sequential or {}).get("params") or {})
 
     def render(self) -> str:
-        how = ("truncated two-sided SPRT on the signs, exact boundaries" if self.test == SEQUENTIAL_SIGN_TEST
-               else "exact two-sided sign test")
+        how = (
+            "truncated two-sided SPRT on the signs, exact boundaries"
+            if self.test == SEQUENTIAL_SIGN_TEST
+            else "exact two-sided sign test"
+        )
         lines = [
             f"test: {self.test} ({how}, ties dropped), unit: {self.unit}",
             f"alpha {self.alpha:g}, power {self.power:g}, expected win rate {self.win_rate:g} of non-tied "
@@ -568,19 +644,30 @@ class PowerPlan:
             e = float(q["expected_trials"])
             first = int(q.get("fixed_trials_first") or self.n_trials_first)
             stable = int(q.get("fixed_trials_stable") or q.get("fixed_trials") or self.n_trials)
-            lines.append(f"sequential sign test: stops once settled, at most {q['max_discordant']} discordant "
-                         f"pairs; exact type I error {q['type_i_error']:.4f}, power {q['power_exact']:.3f}; "
-                         f"expected {self.unit}s at the planned effect {e:.1f}")
-            lines.append(f"fixed design for comparison: {first} {self.unit}s (first n reaching power "
-                         f"{self.power:g}; expected sequential / fixed = {e / first:.2f}x), {stable} {self.unit}s "
-                         f"(n from which power stays >= {self.power:g}; {e / stable:.2f}x)")
+            lines.append(
+                f"sequential sign test: stops once settled, at most {q['max_discordant']} discordant "
+                f"pairs; exact type I error {q['type_i_error']:.4f}, power {q['power_exact']:.3f}; "
+                f"expected {self.unit}s at the planned effect {e:.1f}"
+            )
+            lines.append(
+                f"fixed design for comparison: {first} {self.unit}s (first n reaching power "
+                f"{self.power:g}; expected sequential / fixed = {e / first:.2f}x), {stable} {self.unit}s "
+                f"(n from which power stays >= {self.power:g}; {e / stable:.2f}x)"
+            )
         if self.seed is not None:
             lines.append(f"seed: {self.seed}")
         return "\n".join(lines)
 
 
-def plan_power(win_rate: float, tie_rate: float = 0.0, alpha: float = 0.05, power: float = 0.8, *,
-               sequential: bool = False, seed: int | None = None) -> PowerPlan:
+def plan_power(
+    win_rate: float,
+    tie_rate: float = 0.0,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    *,
+    sequential: bool = False,
+    seed: int | None = None,
+) -> PowerPlan:
     """Plan a two-arm comparison: the discordant pairs and units (cases) the exact sign
     test needs to detect `win_rate` with `power` at `alpha`, exact and approximate.
 
@@ -593,29 +680,45 @@ def plan_power(win_rate: float, tie_rate: float = 0.0, alpha: float = 0.05, powe
     if sequential:
         test = SEQUENTIAL_SIGN_TEST
         seq = _sequential_design(win_rate, tie_rate, alpha, power, ss)
-    return PowerPlan(test=test, alpha=alpha, power=power, win_rate=win_rate, tie_rate=tie_rate,
-                     n_trials=ss.trials_stable, n_trials_first=ss.trials_first, n_trials_approx=ss.trials_approx,
-                     n_discordant=ss.discordant_stable, n_discordant_first=ss.discordant_first,
-                     n_discordant_approx=ss.discordant_approx, seed=seed,
-                     created=datetime.now(timezone.utc).isoformat(timespec="seconds"), sequential=seq)
+    return PowerPlan(
+        test=test,
+        alpha=alpha,
+        power=power,
+        win_rate=win_rate,
+        tie_rate=tie_rate,
+        n_trials=ss.trials_stable,
+        n_trials_first=ss.trials_first,
+        n_trials_approx=ss.trials_approx,
+        n_discordant=ss.discordant_stable,
+        n_discordant_first=ss.discordant_first,
+        n_discordant_approx=ss.discordant_approx,
+        seed=seed,
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        sequential=seq,
+    )
 
 
-def _sequential_design(win_rate: float, tie_rate: float, alpha: float, power: float,
-                       ss: Any) -> dict[str, Any]:
+def _sequential_design(win_rate: float, tie_rate: float, alpha: float, power: float, ss: Any) -> dict[str, Any]:
     """The sequential design: the `stats.SequentialSignTest` arguments (`params`) and
     what they give at the planned effect (exact operating characteristics)."""
     params = {"win_rate": max(win_rate, 1 - win_rate), "alpha": alpha, "power": power}
     seq = stats.SequentialSignTest(**params)
     oc = seq.operating_characteristics(params["win_rate"], tie_rate)
-    return {"params": params, "max_discordant": seq.design.max_discordant,
-            "type_i_error": seq.design.type_i_error, "power_exact": seq.design.power_exact,
-            "expected_discordant": oc.expected_discordant, "expected_trials": oc.expected_trials,
-            # Both fixed designs: exact power is a sawtooth, so the first n reaching the
-            # target (what the benchmark compares with) and the n from which it stays there.
-            "fixed_trials": ss.trials_stable, "fixed_trials_stable": ss.trials_stable,
-            "fixed_trials_first": ss.trials_first,
-            "ratio_to_fixed_first": oc.expected_trials / ss.trials_first,
-            "ratio_to_fixed_stable": oc.expected_trials / ss.trials_stable}
+    return {
+        "params": params,
+        "max_discordant": seq.design.max_discordant,
+        "type_i_error": seq.design.type_i_error,
+        "power_exact": seq.design.power_exact,
+        "expected_discordant": oc.expected_discordant,
+        "expected_trials": oc.expected_trials,
+        # Both fixed designs: exact power is a sawtooth, so the first n reaching the
+        # target (what the benchmark compares with) and the n from which it stays there.
+        "fixed_trials": ss.trials_stable,
+        "fixed_trials_stable": ss.trials_stable,
+        "fixed_trials_first": ss.trials_first,
+        "ratio_to_fixed_first": oc.expected_trials / ss.trials_first,
+        "ratio_to_fixed_stable": oc.expected_trials / ss.trials_stable,
+    }
 
 
 def write_plan(plan: PowerPlan, suite_dir: str | Path) -> Path:
@@ -671,14 +774,22 @@ def check_against_plan(verdict: Verdict, plan: PowerPlan) -> PlanCheck:
     n = verdict.n_trials
     if plan.test == SEQUENTIAL_SIGN_TEST and verdict.sequential:
         if verdict.sequential.get("decision") == "continue":
-            flags.append(f"stopped short: the sequential test had not settled after "
-                         f"{verdict.sequential.get('n_available')} units")
+            flags.append(
+                f"stopped short: the sequential test had not settled after "
+                f"{verdict.sequential.get('n_available')} units"
+            )
     elif n < plan.n_trials:
         flags.append(f"stopped short: {n} of {plan.n_trials} planned units")
     elif n > plan.n_trials and plan.test == SIGN_TEST:
         flags.append(f"ran past the plan: {n} units against {plan.n_trials} planned")
-    return PlanCheck(ok=not flags, flags=tuple(flags), planned_trials=plan.n_trials, observed_trials=n,
-                     plan_test=plan.test, verdict_test=verdict.test)
+    return PlanCheck(
+        ok=not flags,
+        flags=tuple(flags),
+        planned_trials=plan.n_trials,
+        observed_trials=n,
+        plan_test=plan.test,
+        verdict_test=verdict.test,
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -754,10 +865,25 @@ class RunMetrics:
         return [m[i] for i in ids if i in m]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"k": self.k, "arm": self.arm, "run_stamp": self.run_stamp, "config_hash": self.config_hash,
-                "judge_version": self.judge_version,
-                "cases": [{"id": c.case_id, "set": c.set, "tags": list(c.tags), "n": c.n, "c": c.c,
-                           "ungraded": c.ungraded, "costs": [round(x, 10) for x in c.costs]} for c in self.cases]}
+        return {
+            "k": self.k,
+            "arm": self.arm,
+            "run_stamp": self.run_stamp,
+            "config_hash": self.config_hash,
+            "judge_version": self.judge_version,
+            "cases": [
+                {
+                    "id": c.case_id,
+                    "set": c.set,
+                    "tags": list(c.tags),
+                    "n": c.n,
+                    "c": c.c,
+                    "ungraded": c.ungraded,
+                    "costs": [round(x, 10) for x in c.costs],
+                }
+                for c in self.cases
+            ],
+        }
 
 
 def _case_score(case_set: str, n: int, c: int, k: int) -> float:
@@ -800,8 +926,9 @@ def _case_sets(suite_dir: Path | None) -> dict[str, str]:
     return out
 
 
-def run_metrics(run: Run | str | Path, *, arm: str | None = None, suite_dir: str | Path | None = None,
-                k: int | None = None) -> RunMetrics:
+def run_metrics(
+    run: Run | str | Path, *, arm: str | None = None, suite_dir: str | Path | None = None, k: int | None = None
+) -> RunMetrics:
     """Per-case counts of one arm of a graded run (see `RunMetrics`). A sample without a
     grade, or whose grade is null, counts in n and never in c."""
     run = as_run(run)
@@ -814,8 +941,7 @@ def run_metrics(run: Run | str | Path, *, arm: str | None = None, suite_dir: str
     judge_versions: Counter = Counter()
     for row in samples.to_dict("records"):
         cid = str(row["case_id"])
-        d = per.setdefault(cid, {"tags": tuple(row.get("tags") or ()), "n": 0, "c": 0, "costs": [],
-                                 "ungraded": 0})
+        d = per.setdefault(cid, {"tags": tuple(row.get("tags") or ()), "n": 0, "c": 0, "costs": [], "ungraded": 0})
         g = grades.get((cid, arm, int(row["index"])))
         ok = _passed(g)
         d["n"] += 1
@@ -827,12 +953,26 @@ def run_metrics(run: Run | str | Path, *, arm: str | None = None, suite_dir: str
             judge_versions[g["judge_version"]] += 1
     kk = int(k or run.config.get("k") or max((d["n"] for d in per.values()), default=1))
     order = [c for c in _case_order(run) if c in per]
-    cases = tuple(CaseResult(case_id=c, set=sets.get(c, "capability"), tags=per[c]["tags"], n=per[c]["n"],
-                             c=per[c]["c"], costs=tuple(per[c]["costs"]), ungraded=per[c]["ungraded"])
-                  for c in order)
-    return RunMetrics(k=kk, cases=cases, arm=arm, run_stamp=Path(run.path).name,
-                      config_hash=run.config.get("config_hash"),
-                      judge_version=judge_versions.most_common(1)[0][0] if judge_versions else None)
+    cases = tuple(
+        CaseResult(
+            case_id=c,
+            set=sets.get(c, "capability"),
+            tags=per[c]["tags"],
+            n=per[c]["n"],
+            c=per[c]["c"],
+            costs=tuple(per[c]["costs"]),
+            ungraded=per[c]["ungraded"],
+        )
+        for c in order
+    )
+    return RunMetrics(
+        k=kk,
+        cases=cases,
+        arm=arm,
+        run_stamp=Path(run.path).name,
+        config_hash=run.config.get("config_hash"),
+        judge_version=judge_versions.most_common(1)[0][0] if judge_versions else None,
+    )
 
 
 def _num(x: Any) -> float:
@@ -887,7 +1027,7 @@ class _Null:
         keys = rng.random((self.B, m, width_c), dtype=np.float32)
         for j, x in enumerate(pooled):
             padded[j, : x.size] = x
-            keys[:, j, x.size:] = np.inf  # padding sorts last, never drawn
+            keys[:, j, x.size :] = np.inf  # padding sorts last, never drawn
         # a uniformly random subset of nr[j] of each case's pooled costs goes to the current run
         order = keys.argsort(axis=2)
         drawn = np.take_along_axis(np.broadcast_to(padded, keys.shape), order, axis=2)
@@ -965,29 +1105,39 @@ class GateResult:
         d["causes"] = self.causes
         d["reasons"] = list(self.reasons)
         d["notes"] = list(self.notes)
-        d["checks"] = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(c).items()}
-                       for c in self.checks]
+        d["checks"] = [
+            {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(c).items()}
+            for c in self.checks
+        ]
         return d
 
     def render(self) -> str:
-        lines = [f"Gate: {'PASS' if self.passed else 'FAIL: ' + ' / '.join(self.causes)}"
-                 + ("" if self.passed else f" ({'; '.join(self.reasons)})")]
+        lines = [
+            f"Gate: {'PASS' if self.passed else 'FAIL: ' + ' / '.join(self.causes)}"
+            + ("" if self.passed else f" ({'; '.join(self.reasons)})")
+        ]
         if not self.read_rates:
             lines.append("rates not read: a run that did not finish cleanly is not comparable")
             return "\n".join(lines)
         t = self.thresholds
-        lines.append(f"thresholds: success drop > {t.max_success_drop_points:g} points (overall, tags with >= "
-                     f"{t.min_tag_cases} cases), cost per task increase > {t.max_cost_increase_pct:g}%; "
-                     f"a breach fails when beyond run-to-run noise (Holm-adjusted p <= {self.alpha:g}); "
-                     "change = current - baseline")
-        lines.append(f"{'check':<28} {'cases':>5} {'baseline':>10} {'current':>10} {'change':>9} {'p(noise)':>9}  result")
+        lines.append(
+            f"thresholds: success drop > {t.max_success_drop_points:g} points (overall, tags with >= "
+            f"{t.min_tag_cases} cases), cost per task increase > {t.max_cost_increase_pct:g}%; "
+            f"a breach fails when beyond run-to-run noise (Holm-adjusted p <= {self.alpha:g}); "
+            "change = current - baseline"
+        )
+        lines.append(
+            f"{'check':<28} {'cases':>5} {'baseline':>10} {'current':>10} {'change':>9} {'p(noise)':>9}  result"
+        )
         for c in self.checks:
             unit = " pts" if c.kind == "success" else "%"
             fmt = (lambda v: f"{v:.3f}") if c.kind == "success" else (lambda v: f"${v:.4g}")
             p = "-" if c.p_adjusted is None else f"{c.p_adjusted:.3g}"
             res = "FAIL" if c.failed else ("within noise" if c.exceeded else "ok")
-            lines.append(f"{c.kind + ' ' + c.group:<28} {c.n_cases:>5} {fmt(c.baseline):>10} {fmt(c.current):>10} "
-                         f"{c.change:>+7.1f}{unit:<3}{p:>8}  {res}")
+            lines.append(
+                f"{c.kind + ' ' + c.group:<28} {c.n_cases:>5} {fmt(c.baseline):>10} {fmt(c.current):>10} "
+                f"{c.change:>+7.1f}{unit:<3}{p:>8}  {res}"
+            )
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -1042,9 +1192,11 @@ def _thresholds_from(cfg: dict[str, Any] | None) -> tuple[GateThresholds, float]
     g = (cfg or {}).get("gate") or {}
     d = GateThresholds()
     try:
-        t = GateThresholds(max_success_drop_points=float(g.get("max_success_drop_points", d.max_success_drop_points)),
-                           max_cost_increase_pct=float(g.get("max_cost_increase_pct", d.max_cost_increase_pct)),
-                           min_tag_cases=int(g.get("min_tag_cases", d.min_tag_cases)))
+        t = GateThresholds(
+            max_success_drop_points=float(g.get("max_success_drop_points", d.max_success_drop_points)),
+            max_cost_increase_pct=float(g.get("max_cost_increase_pct", d.max_cost_increase_pct)),
+            min_tag_cases=int(g.get("min_tag_cases", d.min_tag_cases)),
+        )
         alpha = float(g.get("alpha", 0.05))
     except (TypeError, ValueError) as exc:
         raise InputError(f"gate thresholds must be numbers: {exc}", json_path="$.gate") from None
@@ -1069,8 +1221,10 @@ def _run_not_clean(run_path: Path, summary: dict[str, Any] | None, runner_exit: 
     if not isinstance(summary, dict) or not summary:
         return reasons + ["no summary: the run did not finish"]
     if summary.get("complete") is not True:
-        reasons.append(f"INCOMPLETE: {summary.get('ran', '?')}/{summary.get('total', '?')} cases "
-                       f"({summary.get('reason') or 'no reason given'})")
+        reasons.append(
+            f"INCOMPLETE: {summary.get('ran', '?')}/{summary.get('total', '?')} cases "
+            f"({summary.get('reason') or 'no reason given'})"
+        )
     if summary.get("exit_code") not in (0, None):
         reasons.append(f"the runner exited {summary.get('exit_code')}")
     md = run_path / "summary.md"
@@ -1094,21 +1248,40 @@ def load_baseline(path: str | Path) -> dict[str, Any]:
     if "cases" in raw:
         try:
             raw["_metrics"] = RunMetrics(
-                k=int(raw["k"]), arm=raw.get("arm"), run_stamp=raw.get("run_stamp"),
-                config_hash=raw.get("config_hash"), judge_version=raw.get("judge_version"),
-                cases=tuple(CaseResult(case_id=str(c["id"]), set=str(c.get("set") or "capability"),
-                                       tags=tuple(c.get("tags") or ()), n=int(c["n"]), c=int(c["c"]),
-                                       costs=tuple(float(x) for x in c.get("costs") or ()),
-                                       ungraded=int(c.get("ungraded", 0)))
-                            for c in raw["cases"]))
+                k=int(raw["k"]),
+                arm=raw.get("arm"),
+                run_stamp=raw.get("run_stamp"),
+                config_hash=raw.get("config_hash"),
+                judge_version=raw.get("judge_version"),
+                cases=tuple(
+                    CaseResult(
+                        case_id=str(c["id"]),
+                        set=str(c.get("set") or "capability"),
+                        tags=tuple(c.get("tags") or ()),
+                        n=int(c["n"]),
+                        c=int(c["c"]),
+                        costs=tuple(float(x) for x in c.get("costs") or ()),
+                        ungraded=int(c.get("ungraded", 0)),
+                    )
+                    for c in raw["cases"]
+                ),
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"malformed per-case baseline data: {exc!r}", p, json_path="$.cases") from None
     return raw
 
 
-def gate(run: Run | str | Path, baseline_path: str | Path, thresholds: GateThresholds | None = None, *,
-         arm: str | None = None, alpha: float | None = None, runner_exit: int | None = None,
-         n_resamples: int = 2000, seed: int = 0) -> GateResult:
+def gate(
+    run: Run | str | Path,
+    baseline_path: str | Path,
+    thresholds: GateThresholds | None = None,
+    *,
+    arm: str | None = None,
+    alpha: float | None = None,
+    runner_exit: int | None = None,
+    n_resamples: int = 2000,
+    seed: int = 0,
+) -> GateResult:
     """Gate a run against an accepted baseline. It never writes a baseline.
 
     Fails, without reading any rate, on a non-zero runner exit or a summary that is
@@ -1129,17 +1302,30 @@ def gate(run: Run | str | Path, baseline_path: str | Path, thresholds: GateThres
     summary = run.summary if isinstance(run, Run) else None
     bad = _run_not_clean(run_path, summary, runner_exit)
     if bad:
-        return GateResult(passed=False, reasons=tuple(bad), read_rates=False,
-                          thresholds=thresholds or GateThresholds(),
-                          run=str(run_path), baseline=str(baseline_path))
+        return GateResult(
+            passed=False,
+            reasons=tuple(bad),
+            read_rates=False,
+            thresholds=thresholds or GateThresholds(),
+            run=str(run_path),
+            baseline=str(baseline_path),
+        )
     baseline = load_baseline(baseline_path)
     run = as_run(run)
     cfg_t, cfg_alpha = _thresholds_from(run.config.get("config") or {})
     t = thresholds or cfg_t
     alpha = cfg_alpha if alpha is None else alpha
     cur = gate_run_metrics(run, baseline_path, arm=arm, baseline=baseline)
-    return gate_metrics(cur, baseline.get("_metrics") or baseline, t, alpha=alpha, n_resamples=n_resamples,
-                        seed=seed, run_label=str(run_path), baseline_label=str(baseline_path))
+    return gate_metrics(
+        cur,
+        baseline.get("_metrics") or baseline,
+        t,
+        alpha=alpha,
+        n_resamples=n_resamples,
+        seed=seed,
+        run_label=str(run_path),
+        baseline_label=str(baseline_path),
+    )
 
 
 def _note_ungated(notes: list[str], cur: RunMetrics, ids: list[str]) -> None:
@@ -1147,12 +1333,14 @@ def _note_ungated(notes: list[str], cur: RunMetrics, ids: list[str]) -> None:
     ungated = [i for i in ids if not by_id[i].gated]
     if ungated:
         sets = ", ".join(dict.fromkeys(by_id[i].set for i in ungated))
-        notes.append(f"{len(ungated)} case(s) in sets with gate none ({sets}): shown, never gated; "
-                     "their cost is counted")
+        notes.append(
+            f"{len(ungated)} case(s) in sets with gate none ({sets}): shown, never gated; their cost is counted"
+        )
 
 
-def gate_run_metrics(run: Run | str | Path, baseline_path: str | Path, *, arm: str | None = None,
-                     baseline: dict[str, Any] | None = None) -> RunMetrics:
+def gate_run_metrics(
+    run: Run | str | Path, baseline_path: str | Path, *, arm: str | None = None, baseline: dict[str, Any] | None = None
+) -> RunMetrics:
     """The run's metrics exactly as `gate` reads them: the baseline's arm unless `arm`
     is given, case sets from the baseline's suite folder."""
     run = as_run(run)
@@ -1163,9 +1351,17 @@ def gate_run_metrics(run: Run | str | Path, baseline_path: str | Path, *, arm: s
     return run_metrics(run, arm=arm, suite_dir=suite_dir if (suite_dir / "cases.jsonl").exists() else None)
 
 
-def gate_metrics(cur: RunMetrics, baseline: RunMetrics | dict[str, Any], t: GateThresholds, *,
-                 alpha: float = 0.05, n_resamples: int = 2000, seed: int = 0, run_label: str = "",
-                 baseline_label: str = "") -> GateResult:
+def gate_metrics(
+    cur: RunMetrics,
+    baseline: RunMetrics | dict[str, Any],
+    t: GateThresholds,
+    *,
+    alpha: float = 0.05,
+    n_resamples: int = 2000,
+    seed: int = 0,
+    run_label: str = "",
+    baseline_label: str = "",
+) -> GateResult:
     """The rate-reading half of `gate`, on metrics already extracted: `baseline` is the
     baseline run's `RunMetrics` (noise guard on) or an agent-evals shaped dict of rates
     (thresholds only)."""
@@ -1179,10 +1375,13 @@ def gate_metrics(cur: RunMetrics, baseline: RunMetrics | dict[str, Any], t: Gate
     raw_checks: list[tuple[str, str, int, float, float, float, float, float | None]] = []
     if base is not None:
         if base.k != cur.k:
-            reasons.append(f"k changed from the baseline's {base.k} to {cur.k}: pass@k/pass^k are not "
-                           "comparable; accept a new baseline")
-            return GateResult(False, tuple(reasons), True, (), tuple(notes), t, alpha, str(run_path),
-                              str(baseline_path))
+            reasons.append(
+                f"k changed from the baseline's {base.k} to {cur.k}: pass@k/pass^k are not "
+                "comparable; accept a new baseline"
+            )
+            return GateResult(
+                False, tuple(reasons), True, (), tuple(notes), t, alpha, str(run_path), str(baseline_path)
+            )
         bm, cm = base.by_id(), cur.by_id()
         ids = [c.case_id for c in cur.cases if c.case_id in bm]
         new = [c.case_id for c in cur.cases if c.case_id not in bm]
@@ -1193,33 +1392,54 @@ def gate_metrics(cur: RunMetrics, baseline: RunMetrics | dict[str, Any], t: Gate
             notes.append(f"{len(gone)} baseline case(s) missing from this run: {', '.join(gone[:10])}")
         if not ids:
             reasons.append("no case in common with the baseline")
-            return GateResult(False, tuple(reasons), True, (), tuple(notes), t, alpha, str(run_path),
-                              str(baseline_path))
+            return GateResult(
+                False, tuple(reasons), True, (), tuple(notes), t, alpha, str(run_path), str(baseline_path)
+            )
         short = [i for i in ids if cm[i].n < cur.k or bm[i].n < cur.k]
         if short:
             reasons.append(f"{len(short)} case(s) have fewer than k={cur.k} samples: {', '.join(short[:10])}")
-            return GateResult(False, tuple(reasons), True, (), tuple(notes), t, alpha, str(run_path),
-                              str(baseline_path))
+            return GateResult(
+                False, tuple(reasons), True, (), tuple(notes), t, alpha, str(run_path), str(baseline_path)
+            )
         null = _Null(cur, base, ids, n_resamples, seed)
         gated = [i for i in ids if cm[i].gated]
         _note_ungated(notes, cur, ids)
-        groups = [("overall", gated)] + [(f"tag:{tag}", members) for tag, members in cur.tags(gated).items()
-                                         if len(members) >= t.min_tag_cases]
+        groups = [("overall", gated)] + [
+            (f"tag:{tag}", members) for tag, members in cur.tags(gated).items() if len(members) >= t.min_tag_cases
+        ]
         for name, members in groups if gated else ():
             mask = np.isin(np.array(ids), members)
             obs, nd = null.success(mask)
-            raw_checks.append(("success", name, len(members), base.success_rate(members),
-                               cur.success_rate(members), 100 * obs, t.max_success_drop_points,
-                               null.p_worse(obs, nd, worse_is_lower=True)))
+            raw_checks.append(
+                (
+                    "success",
+                    name,
+                    len(members),
+                    base.success_rate(members),
+                    cur.success_rate(members),
+                    100 * obs,
+                    t.max_success_drop_points,
+                    null.p_worse(obs, nd, worse_is_lower=True),
+                )
+            )
         obs_c, nd_c = null.cost()
         if not math.isnan(obs_c):
-            raw_checks.append(("cost", "per task", len(ids), base.cost_per_task(ids), cur.cost_per_task(ids),
-                               100 * obs_c, t.max_cost_increase_pct, null.p_worse(obs_c, nd_c, False)))
+            raw_checks.append(
+                (
+                    "cost",
+                    "per task",
+                    len(ids),
+                    base.cost_per_task(ids),
+                    cur.cost_per_task(ids),
+                    100 * obs_c,
+                    t.max_cost_increase_pct,
+                    null.p_worse(obs_c, nd_c, False),
+                )
+            )
         else:
             notes.append("baseline cost is zero: cost not gated")
     else:
-        notes.append("baseline has no per-case data (agent-evals shape): thresholds applied without the "
-                     "noise guard")
+        notes.append("baseline has no per-case data (agent-evals shape): thresholds applied without the noise guard")
         ids = [c.case_id for c in cur.cases]
         gated = [c.case_id for c in cur.cases if c.gated]
         _note_ungated(notes, cur, ids)
@@ -1230,13 +1450,13 @@ def gate_metrics(cur: RunMetrics, baseline: RunMetrics | dict[str, Any], t: Gate
                 groups.append((f"tag:{tag}", members, float(per_tag[tag])))
         for name, members, b in groups:
             c_ = cur.success_rate(members)
-            raw_checks.append(("success", name, len(members), b, c_, 100 * (c_ - b), t.max_success_drop_points,
-                               None))
+            raw_checks.append(("success", name, len(members), b, c_, 100 * (c_ - b), t.max_success_drop_points, None))
         bc = baseline.get("cost_per_task_usd")
         if bc:
             cc = cur.cost_per_task()
-            raw_checks.append(("cost", "per task", len(ids), float(bc), cc, 100 * (cc / float(bc) - 1),
-                               t.max_cost_increase_pct, None))
+            raw_checks.append(
+                ("cost", "per task", len(ids), float(bc), cc, 100 * (cc / float(bc) - 1), t.max_cost_increase_pct, None)
+            )
     ps = [rc[7] for rc in raw_checks if rc[7] is not None]
     adj = holm(ps)
     checks = []
@@ -1252,13 +1472,26 @@ def gate_metrics(cur: RunMetrics, baseline: RunMetrics | dict[str, Any], t: Gate
         if failed:
             what = "success-rate drop" if kind == "success" else "cost-per-task increase"
             unit = " points" if kind == "success" else "%"
-            reasons.append(f"{what} {group}: {change:+.1f}{unit} (beyond {thr:g}{unit})"
-                           + (f" (p = {p_adj:.3g})" if p_adj is not None else ""))
+            reasons.append(
+                f"{what} {group}: {change:+.1f}{unit} (beyond {thr:g}{unit})"
+                + (f" (p = {p_adj:.3g})" if p_adj is not None else "")
+            )
         elif exceeded:
-            notes.append(f"{kind} {group}: change {change:+.1f} breaches {thr:g} but is within run-to-run noise "
-                         f"(adjusted p = {p_adj:.3g} > {alpha:g}); run `evalkit noise` on two baseline runs")
-    return GateResult(passed=not reasons, reasons=tuple(reasons), read_rates=True, checks=tuple(checks),
-                      notes=tuple(notes), thresholds=t, alpha=alpha, run=str(run_path), baseline=str(baseline_path))
+            notes.append(
+                f"{kind} {group}: change {change:+.1f} breaches {thr:g} but is within run-to-run noise "
+                f"(adjusted p = {p_adj:.3g} > {alpha:g}); run `evalkit noise` on two baseline runs"
+            )
+    return GateResult(
+        passed=not reasons,
+        reasons=tuple(reasons),
+        read_rates=True,
+        checks=tuple(checks),
+        notes=tuple(notes),
+        thresholds=t,
+        alpha=alpha,
+        run=str(run_path),
+        baseline=str(baseline_path),
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -1266,8 +1499,9 @@ def gate_metrics(cur: RunMetrics, baseline: RunMetrics | dict[str, Any], t: Gate
 # ---------------------------------------------------------------------------------------
 
 
-def accept_baseline(run: Run | str | Path, suite_dir: str | Path | None = None, *,
-                    arm: str | None = None) -> tuple[Path, Path]:
+def accept_baseline(
+    run: Run | str | Path, suite_dir: str | Path | None = None, *, arm: str | None = None
+) -> tuple[Path, Path]:
     """Accept a run as the suite's baseline: write `baseline.json` (rates overall, per
     tag and per set, cost per task, and the per-case counts the gate's noise guard
     needs) and `baseline-summary.md` (the run's summary, the provenance), each through
@@ -1281,16 +1515,20 @@ def accept_baseline(run: Run | str | Path, suite_dir: str | Path | None = None, 
     if suite_dir is None:
         suite_dir = suite_dir_of(run)
         if suite_dir is None:
-            raise InputError("cannot find the run's suite folder: pass --to SUITE_DIR", Path(run.path) / "config.json",
-                             json_path="$.suite")
+            raise InputError(
+                "cannot find the run's suite folder: pass --to SUITE_DIR",
+                Path(run.path) / "config.json",
+                json_path="$.suite",
+            )
     suite_dir = Path(suite_dir)
     if not suite_dir.is_dir():
         raise InputError("suite folder not found", suite_dir)
     m = run_metrics(run, arm=arm, suite_dir=suite_dir)
     ungraded = [c.case_id for c in m.cases if c.ungraded]
     if ungraded:
-        raise EvalkitError(f"refusing to accept a run with ungraded samples (cases {', '.join(ungraded[:10])}): "
-                           "re-grade it first")
+        raise EvalkitError(
+            f"refusing to accept a run with ungraded samples (cases {', '.join(ungraded[:10])}): re-grade it first"
+        )
     if not m.cases:
         raise EvalkitError("refusing to accept a run with no samples")
     gated = [c.case_id for c in m.cases if c.gated]
@@ -1302,8 +1540,12 @@ def accept_baseline(run: Run | str | Path, suite_dir: str | Path | None = None, 
         ids = [c.case_id for c in m.cases if c.set == s]
         if ids:
             est = stats.mean_and_se([m.score(c) for c in m._select(ids)])
-            per_set[s] = {"metric": _metric_name(s, m.k), "value": est.value, "se": _nan_none(est.se),
-                          "n_cases": len(ids)}
+            per_set[s] = {
+                "metric": _metric_name(s, m.k),
+                "value": est.value,
+                "se": _nan_none(est.se),
+                "n_cases": len(ids),
+            }
     overall = stats.mean_and_se([m.score(c) for c in m.cases if c.gated])
     doc = {
         "format": 1,
@@ -1325,12 +1567,17 @@ def accept_baseline(run: Run | str | Path, suite_dir: str | Path | None = None, 
     }
     run_md = Path(run.path) / "summary.md"
     body = run_md.read_text(encoding="utf-8", errors="replace") if run_md.exists() else "(the run has no summary.md)\n"
-    head = [f"# Baseline: run {m.run_stamp}", "",
-            f"Accepted {doc['accepted']} from `{run.path}` (arm `{m.arm}`, k = {m.k}, "
-            f"config hash {m.config_hash or 'n/a'}, judge {m.judge_version or 'n/a'}).", "",
-            "| metric | value |", "|---|---|",
-            f"| success rate (capability pass@{m.k}, regression pass^{m.k}) | {overall.value:.3f} |",
-            f"| cost per task (USD) | {doc['cost_per_task_usd']:.6f} |"]
+    head = [
+        f"# Baseline: run {m.run_stamp}",
+        "",
+        f"Accepted {doc['accepted']} from `{run.path}` (arm `{m.arm}`, k = {m.k}, "
+        f"config hash {m.config_hash or 'n/a'}, judge {m.judge_version or 'n/a'}).",
+        "",
+        "| metric | value |",
+        "|---|---|",
+        f"| success rate (capability pass@{m.k}, regression pass^{m.k}) | {overall.value:.3f} |",
+        f"| cost per task (USD) | {doc['cost_per_task_usd']:.6f} |",
+    ]
     head += [f"| tag `{t}` ({len(ids)} cases) | {doc['per_tag'][t]:.3f} |" for t, ids in tags.items()]
     text_md = "\n".join(head) + "\n\n## Run summary\n\n" + body
     bj, bs = suite_dir / "baseline.json", suite_dir / "baseline-summary.md"
@@ -1382,8 +1629,13 @@ class NoiseReport:
         return d
 
     def render(self) -> str:
-        lines = [("thresholds sit above the run-to-run noise" if self.ok else
-                  "thresholds do NOT sit above the run-to-run noise")]
+        lines = [
+            (
+                "thresholds sit above the run-to-run noise"
+                if self.ok
+                else "thresholds do NOT sit above the run-to-run noise"
+            )
+        ]
         lines.append(f"{'quantity':<28} {'cases':>5} {'b - a':>8} {'SE':>7} {'noise95':>8} {'threshold':>9}  verdict")
         for c in self.checks:
             u = "pts" if c.kind == "success" else "%"
@@ -1391,14 +1643,23 @@ class NoiseReport:
             verdict = "above noise" if c.above_noise else "TOO TIGHT"
             if abs(c.observed) > c.threshold:
                 verdict += ", runs differ by more than the threshold"
-            lines.append(f"{c.kind + ' ' + c.group:<28} {c.n_cases:>5} {c.observed:>+8.2f} {se:>7} {c.noise95:>8.2f} "
-                         f"{c.threshold:>6g} {u:<3} {verdict}")
+            lines.append(
+                f"{c.kind + ' ' + c.group:<28} {c.n_cases:>5} {c.observed:>+8.2f} {se:>7} {c.noise95:>8.2f} "
+                f"{c.threshold:>6g} {u:<3} {verdict}"
+            )
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
 
-def noise(run_a: Run | str | Path, run_b: Run | str | Path, thresholds: GateThresholds | None = None, *,
-          arm: str | None = None, n_resamples: int = 4000, seed: int = 0) -> NoiseReport:
+def noise(
+    run_a: Run | str | Path,
+    run_b: Run | str | Path,
+    thresholds: GateThresholds | None = None,
+    *,
+    arm: str | None = None,
+    n_resamples: int = 4000,
+    seed: int = 0,
+) -> NoiseReport:
     """Compare two runs of the same config: does each gate threshold sit above their
     run-to-run noise? For the success rate overall and per tag with enough cases, and
     for cost per task: the observed change, its clustered paired SE (cases are the
@@ -1439,12 +1700,32 @@ def noise(run_a: Run | str | Path, run_b: Run | str | Path, thresholds: GateThre
         sb = [mb.score(bm[i]) for i in members]
         se = stats.paired_difference(sb, sa).se if len(members) >= 2 else math.nan
         n95 = float(np.quantile(np.abs(nd), 0.95)) * 100
-        checks.append(NoiseCheck("success", name, len(members), 100 * obs, _nan_none(100 * se), n95,
-                                 t.max_success_drop_points, t.max_success_drop_points > n95))
+        checks.append(
+            NoiseCheck(
+                "success",
+                name,
+                len(members),
+                100 * obs,
+                _nan_none(100 * se),
+                n95,
+                t.max_success_drop_points,
+                t.max_success_drop_points > n95,
+            )
+        )
     obs_c, nd_c = null.cost()
     if not math.isnan(obs_c):
         n95 = float(np.nanquantile(np.abs(nd_c), 0.95)) * 100
-        checks.append(NoiseCheck("cost", "per task", len(ids), 100 * obs_c, None, n95, t.max_cost_increase_pct,
-                                 t.max_cost_increase_pct > n95))
+        checks.append(
+            NoiseCheck(
+                "cost",
+                "per task",
+                len(ids),
+                100 * obs_c,
+                None,
+                n95,
+                t.max_cost_increase_pct,
+                t.max_cost_increase_pct > n95,
+            )
+        )
     ok = all(c.above_noise and abs(c.observed) <= c.threshold for c in checks)
     return NoiseReport(ok=ok, checks=tuple(checks), notes=tuple(notes), thresholds=t)

@@ -14,6 +14,7 @@ Run steps pass values only through `$GITHUB_ENV` and environment variables, neve
 through `${{ }}` expressions inside a script, so no pull-request text is ever pasted
 into a shell line.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,18 @@ from .runner import CACHE_FILE
 WORKFLOW_PATH = Path(".github") / "workflows" / "evalkit.yml"
 CI_KINDS = ("github",)
 # Paths whose change can move a suite's numbers besides the suite folder itself.
-DEFAULT_WATCH = ("evals/**", "prompts/**", "**/*.prompt.md", "**/*.prompty", "**/*.instructions.md",
-                 "**/*.agent.md", "**/SKILL.md", "skills/**", "agents/**", "agent/**")
+DEFAULT_WATCH = (
+    "evals/**",
+    "prompts/**",
+    "**/*.prompt.md",
+    "**/*.prompty",
+    "**/*.instructions.md",
+    "**/*.agent.md",
+    "**/SKILL.md",
+    "skills/**",
+    "agents/**",
+    "agent/**",
+)
 REPORTS_DIR = "reports"
 CI_OUT = "reports/evalkit"
 
@@ -55,23 +66,30 @@ def _q(s: str) -> str:
     return json.dumps(s)
 
 
-def github_workflow(suite: Suite, suite_rel: str, *, watch: tuple[str, ...] = (),
-                    requirement: str | None = None) -> str:
+def github_workflow(
+    suite: Suite, suite_rel: str, *, watch: tuple[str, ...] = (), requirement: str | None = None
+) -> str:
     """The text of `.github/workflows/evalkit.yml` for `suite`, whose folder is
     `suite_rel` relative to the repository root."""
     cfg = suite.config
     if cfg.ci_cost_cap_usd is None:
-        raise InputError("the config has no ci block: add \"ci\": {\"cost_cap_usd\": N} (lower than cost_cap_usd) "
-                         "before generating a CI workflow", Path(suite.path) / "config.json", json_path="$.ci")
+        raise InputError(
+            'the config has no ci block: add "ci": {"cost_cap_usd": N} (lower than cost_cap_usd) '
+            "before generating a CI workflow",
+            Path(suite.path) / "config.json",
+            json_path="$.ci",
+        )
     suite_rel = suite_rel.strip("/") or "."
     keys = [e.api_key_env for e in (cfg.generator, cfg.judge) if e is not None and e.api_key_env]
     paths = list(dict.fromkeys([*DEFAULT_WATCH, f"{suite_rel}/**", *watch, str(WORKFLOW_PATH)]))
     cache = f"{suite_rel}/runs/{CACHE_FILE}"
     req = requirement or _evalkit_requirement()
-    env_lines = [f"      EVALKIT_SUITE: {_q(suite_rel)}",
-                 "      # optional overrides of the config's endpoints (repository variables)",
-                 "      EVALKIT_BASE_URL: ${{ vars.EVALKIT_BASE_URL }}",
-                 "      EVALKIT_JUDGE_BASE_URL: ${{ vars.EVALKIT_JUDGE_BASE_URL }}"]
+    env_lines = [
+        f"      EVALKIT_SUITE: {_q(suite_rel)}",
+        "      # optional overrides of the config's endpoints (repository variables)",
+        "      EVALKIT_BASE_URL: ${{ vars.EVALKIT_BASE_URL }}",
+        "      EVALKIT_JUDGE_BASE_URL: ${{ vars.EVALKIT_JUDGE_BASE_URL }}",
+    ]
     env_lines += [f"      {k}: ${{{{ secrets.{k} }}}}" for k in dict.fromkeys(keys)]
     path_lines = "\n".join(f"      - {_q(p)}" for p in paths)
     return f"""# Written by `evalkit init {suite_rel} --ci github`. Edit freely; re-run init only on a new suite.
@@ -166,8 +184,9 @@ jobs:
 """
 
 
-def write_github_workflow(suite: Suite, *, repo_root: str | Path | None = None, watch: tuple[str, ...] = (),
-                          requirement: str | None = None) -> Path:
+def write_github_workflow(
+    suite: Suite, *, repo_root: str | Path | None = None, watch: tuple[str, ...] = (), requirement: str | None = None
+) -> Path:
     """Write `.github/workflows/evalkit.yml` under the repository root (found from the
     suite folder unless given); refuses to overwrite an existing one."""
     suite_dir = Path(suite.path).resolve()
