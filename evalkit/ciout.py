@@ -330,9 +330,12 @@ def compare_report(
     treat: "RunMetrics | None" = None,
     fail_on: tuple[str, ...] = (),
 ) -> CiReport:
-    """`evalkit compare`: one testcase per case (its vote; a case the treatment lost is
-    a failure, an errored or unmatched case an error), then the verdict itself, which
-    fails when its kind is one of `fail_on` (as the exit status does)."""
+    """`evalkit compare`: one testcase per case (its vote), then the verdict itself, which
+    fails when its kind is one of `fail_on` (as the exit status does). The document is red
+    exactly when the command exits 1: only then is a case the treatment lost a failure and
+    an errored or unmatched case an error (they say why the verdict failed); otherwise
+    every case passes with its vote as its output, since one lost case is no failure of a
+    comparison that is decided over all of them."""
     cls = "evalkit.compare"
     bm = base.by_id() if base is not None else {}
     tm = treat.by_id() if treat is not None else {}
@@ -343,15 +346,17 @@ def compare_report(
             (f"baseline {b.c}/{b.n}" if b else "baseline -") + ", " + (f"treatment {t.c}/{t.n}" if t else "treatment -")
         )
 
+    failing = v.kind in fail_on
     cases = []
     for cid, vote in v.case_votes:
         if vote == "loss":
-            cases.append(TestCase(cid, cls, "failure", f"the treatment lost this case ({counts(cid)})", counts(cid)))
+            why = f"the treatment lost this case ({counts(cid)})"
+            cases.append(TestCase(cid, cls, "failure" if failing else "passed", why if failing else "", why))
         elif vote == "errored":
-            cases.append(TestCase(cid, cls, "error", f"a trial errored or is unmatched: no vote ({counts(cid)})"))
+            why = f"a trial errored or is unmatched: no vote ({counts(cid)})"
+            cases.append(TestCase(cid, cls, "error" if failing else "passed", why if failing else "", why))
         else:
             cases.append(TestCase(cid, cls, "passed", "", f"{vote} ({counts(cid)})"))
-    failing = v.kind in fail_on
     cases.append(
         TestCase(
             "verdict",
