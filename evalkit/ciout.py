@@ -333,6 +333,8 @@ def compare_report(
     """`evalkit compare`: one testcase per case (its vote; a case the treatment lost is
     a failure, an errored or unmatched case an error), then the verdict itself, which
     fails when its kind is one of `fail_on` (as the exit status does)."""
+    from .verdicts import judge_line
+
     cls = "evalkit.compare"
     bm = base.by_id() if base is not None else {}
     tm = treat.by_id() if treat is not None else {}
@@ -374,6 +376,7 @@ def compare_report(
     ]
     sections = [
         "**Verdict:** " + md_escape(f"{v.kind}: {v.reason}", 600),
+        "**Judge:** " + md_escape(judge_line(v.judge, v.judge_checks), 300),
         _table(["treatment", "baseline", "tally (cases)", "errored", "sign-test p", "alpha"], rows),
         _plan_section(v.plan_check),
         spend_section(getattr(run, "summary", None)),

@@ -61,7 +61,8 @@ def _two_arm_suite(root: Path, base_url: str) -> Path:
     cfg = {"mode": "completion", "template": "prompt.txt",
            "generator": {"model": "gen-model", "base_url": base_url, "api_key_env": "EVALKIT_TEST_KEY"},
            "judge": {"model": "judge-model", "base_url": base_url, "api_key_env": "EVALKIT_TEST_KEY"},
-           "k": K, **_price(), "arms": [{"name": "baseline"}, {"name": "skilled", "guidance": "guidance/skilled.md"}]}
+           "k": K, **_price(), "arms": [{"name": "baseline"}, {"name": "skilled", "guidance": "guidance/skilled.md"}],
+           "allow_uncalibrated_judge": True}  # six judged samples cannot calibrate a judge: the suite opts out
     (suite / "config.json").write_text(json.dumps(cfg, indent=1))
     return suite
 
