@@ -45,6 +45,14 @@ def _fail_on(kind: str, fail_on: tuple[str, ...]) -> None:
     help="Pre-registered plan.json (default: the suite's plan.json when there is one).",
 )
 @click.option("--alpha", type=float, default=None, help="Significance level (default: the plan's, else 0.05).")
+@click.option(
+    "--judge",
+    "judge",
+    type=click.Choice(["direct", "pairwise"]),
+    default=None,
+    help="What the verdict rests on: each sample's pass/fail (direct) or the pairwise judge's tally "
+    "(pairwise.jsonl); default: the suite's verdict_judge, else direct.",
+)
 @click.option("--fail-on", multiple=True, type=click.Choice(FAIL_KINDS), help="Exit 1 on this verdict (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @ci_output_options
@@ -54,12 +62,14 @@ def compare_cmd(
     treatment_arm: str,
     plan_path: Path | None,
     alpha: float | None,
+    judge: str | None,
     fail_on: tuple[str, ...],
     as_json: bool,
     junit: Path | None,
     markdown: Path | None,
 ) -> None:
-    """Two-arm verdict of a graded RUN: exact sign test, one vote per case."""
+    """Two-arm verdict of a graded RUN: exact sign test, one vote per case, on each
+    sample's pass/fail or on the pairwise judge (--judge)."""
     loaded = V.as_run(run)
     plan = None
     note = None
@@ -72,7 +82,9 @@ def compare_cmd(
             note = f"plan: {suite / V.PLAN_FILE}"
     if alpha is None:
         alpha = plan.alpha if plan is not None else 0.05
-    v = V.two_arm_verdict(loaded, baseline_arm, treatment_arm, alpha=alpha, plan=plan)
+    from .compare import compare_arms
+
+    v = compare_arms(loaded, baseline_arm, treatment_arm, judge=judge, alpha=alpha, plan=plan)
     text = v.render() + (f"\n{note}" if note else "")
     _emit(v.to_dict(), as_json, text)
 

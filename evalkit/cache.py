@@ -1,7 +1,10 @@
 """Response cache: an identical request with the same sample index replays at $0.
 
 Keyed by (model, request body hash, sample index): repeats of one request stay
-independent samples, while re-running the same suite replays them. SQLite (standard
+independent samples, while re-running the same suite replays them. A cache opened with a
+`scope` (the judge's: its endpoint and judge files, `judge.cache_scope`) keys its
+entries by (model and scope, ...), so an answer is replayed only to a caller with the
+same scope: the same model name served elsewhere is another model. SQLite (standard
 library) in WAL mode with a busy timeout, so several processes can read and write one
 cache file at once; the first answer stored for a key wins. Any text an endpoint sends
 is stored losslessly (`evalkit._text.storable_json`).
@@ -49,8 +52,9 @@ class ResponseCache:
     the answer is used.
     """
 
-    def __init__(self, path: str | Path, *, busy_timeout_s: float = 30.0, batch: int = 64) -> None:
+    def __init__(self, path: str | Path, *, busy_timeout_s: float = 30.0, batch: int = 64, scope: str = "") -> None:
         self.path = Path(path)
+        self.scope = scope
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # One connection shared by this process's threads, guarded by a lock; other
         # processes are serialised by SQLite's own file locks (busy timeout).
@@ -69,7 +73,11 @@ class ResponseCache:
         self._pending: dict[tuple[str, str, int], tuple[str, float]] = {}
         self.write_error: EvalkitError | None = None
 
+    def _model_key(self, model: str) -> str:
+        return f"{model} @{self.scope}" if self.scope else model
+
     def get(self, model: str, request_hash: str, sample_index: int) -> dict[str, Any] | None:
+        model = self._model_key(model)
         with self._lock:
             row = self._pending.get((model, request_hash, int(sample_index)))
             if row is None:
@@ -87,6 +95,7 @@ class ResponseCache:
 
     def put(self, model: str, request_hash: str, sample_index: int, response: dict[str, Any], cost_usd: float) -> None:
         text = storable_json(response, sort_keys=True)
+        model = self._model_key(model)
         with self._lock:
             if self.write_error is not None:
                 return

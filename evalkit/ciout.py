@@ -336,6 +336,8 @@ def compare_report(
     an errored or unmatched case an error (they say why the verdict failed); otherwise
     every case passes with its vote as its output, since one lost case is no failure of a
     comparison that is decided over all of them."""
+    from .verdicts import judge_line
+
     cls = "evalkit.compare"
     bm = base.by_id() if base is not None else {}
     tm = treat.by_id() if treat is not None else {}
@@ -379,6 +381,7 @@ def compare_report(
     ]
     sections = [
         "**Verdict:** " + md_escape(f"{v.kind}: {v.reason}", 600),
+        "**Judge:** " + md_escape(judge_line(v.judge, v.judge_checks), 300),
         _table(["treatment", "baseline", "tally (cases)", "errored", "sign-test p", "alpha"], rows),
         _plan_section(v.plan_check),
         spend_section(getattr(run, "summary", None)),

@@ -26,6 +26,23 @@ Metrics of a group (`grades-summary.json` -> `overall`, `per_tag`, `per_arm`):
 * `cost_per_task_usd`: generator plus judge cost / graded samples.
 
 Identical (case, output) pairs are judged once per grading pass and share the answer.
+
+**A judge you can trust.** A judged sample's pass/fail counts only when the judge is
+trusted (`judge.decide_trust`): calibrated against people on this rubric (at least 20
+fresh labels on this run, or the suite's accepted `judge/calibration.json` record for
+this very judge: model, endpoint, prompt and rubric hashes), or the user opted out
+(`allow_uncalibrated_judge` / `--allow-uncalibrated-judge`, recorded on every judged
+line as `judge_uncalibrated_override` and in `judge_trust`). Otherwise the sample is
+*held*: its line keeps the judge's score and `judge_passed`, `judge_held` says why,
+`passed` is None unless a deterministic check already failed it (then False: the judge
+could not have passed it), and no rate, gate or verdict reads the judge's answer: held
+samples are counted (`n_held`) and are never passes. Grading exits 1 while any judged
+result is held, or any pairwise trial errored.
+
+The judge cache is scoped to the judge (`judge.cache_scope`: model, endpoint, judge
+files), so a re-grade against another judge server or other judge files asks again. A
+grading without the pairwise judge removes an earlier `pairwise.jsonl`; with it, every
+planned (judged case, index) gets a line, an arm's missing sample an errored one.
 """
 
 from __future__ import annotations
@@ -33,38 +50,56 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
 from ._text import storable_json
 from .endpoints import Watch
-from .errors import InputError
+from .errors import InputError, JudgeError
 from .graders import activation_observed, grade_sample, is_refusal, require_scored
 from .judge import (
-    EXACT_AGREEMENT_BAR,
+    HUMAN_LABELS_FILE,
     HUMAN_SAMPLE_MIN,
-    WITHIN_ONE_AGREEMENT_BAR,
+    Calibration,
     HumanLabel,
+    JudgedItem,
     JudgeFiles,
+    JudgeIdentity,
     JudgeScore,
+    JudgeTrust,
+    LabelMatch,
     PairOutcome,
+    cache_scope,
+    calibrate,
     check_judge_model,
-    human_agreement,
+    decide_trust,
+    item_id,
+    item_rubric_sha256,
     judge_direct,
+    judge_identity,
     judge_pair,
     judge_versions,
+    load_human_labels,
     load_judge_files,
+    match_labels,
+    pairwise_bias,
     position_consistency,
+    read_calibrations,
     suite_human_labels,
+    text_sha256,
+    trajectory_text,
+    unmatched_pair,
 )
 from .records import Case, CheckResult, Endpoint, Grade, Sample, Suite
 from .runs import (
     GRADES,
     LEDGER,
     RESULTS,
+    RUN_JSON_BYTES,
     RunFolder,
     find_suite_dir,
     grade_to_dict,
@@ -105,15 +140,24 @@ class GradeResult:
         return bool(self.summary.get("complete"))
 
     @property
+    def held(self) -> int:
+        """Judged samples whose pass/fail is held (the judge is not trusted)."""
+        return int(self.summary.get("overall", {}).get("n_held") or 0)
+
+    @property
     def exit_code(self) -> int:
-        """0 when every expected sample was graded, 1 otherwise (missing or judge error)."""
-        return 0 if self.complete else 1
+        """0 when every expected sample was graded, no judged result is held and no
+        pairwise trial errored; 1 otherwise."""
+        pw_errored = int((self.summary.get("pairwise") or {}).get("errored") or 0)
+        return 0 if self.complete and not self.held and not pw_errored else 1
 
 
 # ------------------------------------------------------------------------- loading
 
 
-def _resolve_suite(run: Path, meta: dict[str, Any], suite: Suite | str | Path | None) -> Suite:
+def resolve_suite(run: Path, meta: dict[str, Any], suite: Suite | str | Path | None) -> Suite:
+    """The suite to grade `run` against: `suite` (loaded when a path), else the one its
+    `config.json` (`meta`) names; `InputError` when it cannot be found."""
     from .suite import load_suite
 
     if isinstance(suite, Suite):
@@ -133,7 +177,9 @@ def _resolve_suite(run: Path, meta: dict[str, Any], suite: Suite | str | Path | 
     )
 
 
-def _read_samples(run: Path) -> dict[Key, Sample]:
+def read_samples(run: Path) -> dict[Key, Sample]:
+    """The run's samples (`results.jsonl`) by (case, arm, index); the first line of a
+    key wins (a resumed run may repeat one)."""
     samples: dict[Key, Sample] = {}
     p = run / RESULTS
     if not p.exists():
@@ -179,10 +225,16 @@ def _grade_line(
     js: JudgeScore | None,
     judge_error: str | None,
     override: bool,
+    trust: JudgeTrust | None = None,
 ) -> Grade:
+    """One sample's grade. A judge score counts among the checks only when `trust`
+    says the judge is trusted; otherwise the judge's result is kept beside the checks
+    (`judge_passed`) and held (`judge_held`), and the sample's `passed` is what the
+    deterministic checks alone can decide: False when one failed, else None."""
     checks = list(checks)
     error = judge_error
     score = reason = version = model = None
+    judge_passed = held = None
     cost = 0.0
     if js is not None:
         version, model, cost = js.version, js.model, js.cost_usd
@@ -190,13 +242,23 @@ def _grade_line(
             error = f"judge error: {js.error}"
         else:
             score, reason = js.score, js.reason
-            ok = score >= case.judge_threshold
-            checks.append(
-                CheckResult(
-                    "judge", ok, "" if ok else f"judge score {score} < threshold {case.judge_threshold}: {reason}"
-                )
+            judge_passed = score is not None and score >= case.judge_threshold
+            check = CheckResult(
+                "judge",
+                judge_passed,
+                "" if judge_passed else f"judge score {score} < threshold {case.judge_threshold}: {reason}",
             )
-    passed: bool | None = None if error else all(c.passed for c in checks)
+            if trust is None or trust.trusted:
+                checks.append(check)
+            else:
+                held = f"judge not trusted: {trust.reason}"
+    passed: bool | None
+    if error:
+        passed = None
+    elif held:
+        passed = False if not all(c.passed for c in checks) else None
+    else:
+        passed = all(c.passed for c in checks)
     return Grade(
         case_id=case.id,
         arm=sample.arm,
@@ -211,6 +273,9 @@ def _grade_line(
         error=error,
         judge_model=model,
         judge_same_model_override=bool(override and case.judged),
+        judge_passed=judge_passed,
+        judge_held=held,
+        judge_uncalibrated_override=bool(case.judged and trust is not None and trust.opt_out and score is not None),
     )
 
 
@@ -228,6 +293,18 @@ def judge_endpoint(suite: Suite, judge_base_url: str | None = None) -> Endpoint:
     return Endpoint(judge.model, url, judge.api_key_env)
 
 
+@dataclass(frozen=True)
+class _PairTodo:
+    """One pairwise trial to ask: the texts of both arms (outputs or trajectories)."""
+
+    case: Case
+    index: int
+    baseline: str
+    treatment: str
+    subject: str
+    arms: tuple[str, str]
+
+
 async def _judge_all(
     suite: Suite,
     files: JudgeFiles,
@@ -235,8 +312,9 @@ async def _judge_all(
     endpoint: Endpoint,
     run: Path,
     cap: float,
-    pairs_todo: list[tuple[Case, int, Sample, Sample]],
+    pairs_todo: list[_PairTodo],
     watch: Any,
+    scope: str = "",
 ) -> tuple[dict[Key, JudgeScore], list[PairOutcome], dict[str, Any]]:
     from .cache import ResponseCache
     from .client import ModelClient
@@ -246,7 +324,7 @@ async def _judge_all(
     ledger = Ledger.resume(cap, run / LEDGER)
     # batch=1: each judge answer is committed before it is used, so a grade killed
     # mid-way never pays twice for a judge key (the cache is its only record).
-    cache = ResponseCache(run / JUDGE_CACHE, batch=1)
+    cache = ResponseCache(run / JUDGE_CACHE, batch=1, scope=scope)
     spent_before = ledger.committed_usd
     client = ModelClient(
         endpoint,
@@ -296,23 +374,25 @@ async def _judge_all(
         for i, (_, m) in enumerate(members):
             scores[(case.id, m.arm, int(m.index))] = js if i == 0 else dataclasses.replace(js, cost_usd=0.0)
 
-    async def pair(case: Case, index: int, base: Sample, treat: Sample) -> PairOutcome:
+    async def pair(t: _PairTodo) -> PairOutcome:
         async with sem:
             return await judge_pair(
                 client,
                 files,
-                case,
-                base.output,
-                treat.output,
-                index=index,
-                key=f"pair/{case.id}/{index}",
+                t.case,
+                t.baseline,
+                t.treatment,
+                index=t.index,
+                key=f"pair/{t.case.id}/{t.index}",
                 seed=config.seed,
                 should_stop=should_stop,
+                subject=t.subject,
+                arms=t.arms,
             )
 
     try:
         await asyncio.gather(*(one(members) for members in groups.values()))
-        outcomes = list(await asyncio.gather(*(pair(*p) for p in pairs_todo)))
+        outcomes = list(await asyncio.gather(*(pair(t) for t in pairs_todo)))
     finally:
         await client.aclose()
         stats = {
@@ -344,6 +424,35 @@ def _run_sync(coro: Any) -> Any:
         return pool.submit(asyncio.run, coro).result()
 
 
+TRAJECTORIES = "trajectories"  # trajectories/<case>/<arm>/sample-<n>.jsonl, n from 1 (issue 15's layout)
+
+
+def trajectory_path(run: Path, case_id: str, arm: str, index: int) -> Path:
+    """Where an agent run keeps one sample's trajectory (n from 1, as `samples/`)."""
+    return run / TRAJECTORIES / case_id / arm / f"sample-{int(index) + 1}.jsonl"
+
+
+def _pair_todo(run: Path, case: Case, index: int, base: Sample, treat: Sample, arms: tuple[str, str]) -> _PairTodo:
+    """A pairwise trial on the two samples' trajectories when both have one (the judge
+    then sees what each agent did, not only its last words), else on their outputs.
+    A trajectory that cannot be read is a trial on the outputs (said in the subject)."""
+    tb, tt = trajectory_path(run, case.id, arms[0], index), trajectory_path(run, case.id, arms[1], index)
+    if tb.is_file() and tt.is_file():
+        try:
+            return _PairTodo(case, index, trajectory_text(tb), trajectory_text(tt), "trajectory", arms)
+        except (JudgeError, OSError):
+            pass
+    return _PairTodo(case, index, base.output, treat.output, "output", arms)
+
+
+def default_pairwise_arms(config: Any, run_arms: Sequence[str]) -> tuple[str, str] | None:
+    """The arms `verdict_judge: "pairwise"` compares when `--pairwise` is not given: the
+    config's first arm as the baseline, its second as the treatment (both must be in
+    the run); None when there are not two."""
+    names = [a.name for a in config.arms if a.name in run_arms]
+    return (names[0], names[1]) if len(names) >= 2 else None
+
+
 @RunFolder.holding_lock  # one process per run folder (runs.RunFolder.lock)
 def grade_run(
     run_path: str | Path,
@@ -353,6 +462,8 @@ def grade_run(
     judge_version: str | None = None,
     pairwise: tuple[str, str] | None = None,
     watch: Watch | None = None,
+    allow_uncalibrated_judge: bool | None = None,
+    labels: str | Path | None = None,
 ) -> GradeResult:
     """Grade every sample of a run folder and write `grades.jsonl` and
     `grades-summary.json` (replacing earlier ones, atomically).
@@ -360,25 +471,42 @@ def grade_run(
     `suite` defaults to the suite the run names; `judge_base_url` overrides the judge
     endpoint; `judge_version` pins `vN` (default: the highest); `pairwise=(baseline,
     treatment)` also asks the pairwise judge on every judged case/index both arms ran
-    and writes `pairwise.jsonl`. `watch` (e.g. `LocalModelServer.exit_reason` of the
-    judge's server) is asked before every judge attempt: once it reports, no judge call
-    goes out, the rest are judge errors and the summary says why (`stop_reason`,
-    `stop_detail`, a HIGH finding). Raises `InputError` (nothing written) for a case
-    with neither a check nor a rubric, a bad check, a judge that is the generator's model
-    without the override, or a judge with no base URL (`judge_endpoint`).
+    and writes `pairwise.jsonl` (default: the config's first two arms when its
+    `verdict_judge` is "pairwise"; without it an earlier `pairwise.jsonl` is removed).
+    `labels` is the human label file to calibrate against (default: the suite's
+    `judge/human-sample.jsonl`); `allow_uncalibrated_judge` (default: the config's)
+    lets an uncalibrated judge's pass/fail count, recorded. `watch` (e.g.
+    `LocalModelServer.exit_reason` of the judge's server) is asked before every judge
+    attempt: once it reports, no judge call goes out, the rest are judge errors and the
+    summary says why (`stop_reason`, `stop_detail`, a HIGH finding). Raises
+    `InputError` (nothing written) for a case with neither a check nor a rubric, a bad
+    check, a bad label file, a judge that is the generator's model without the
+    override, or a judge with no base URL (`judge_endpoint`).
     """
     run = Path(run_path)
     meta = RunFolder(run).read_meta()
-    suite_obj = _resolve_suite(run, meta, suite)
+    suite_obj = resolve_suite(run, meta, suite)
     config = suite_obj.config
+    opt_out = config.allow_uncalibrated_judge if allow_uncalibrated_judge is None else bool(allow_uncalibrated_judge)
     cases = {c.id: c for c in suite_obj.cases}
-    samples = _read_samples(run)
+    samples = read_samples(run)
     expected = _expected_keys(meta, samples)
     planned_cases = sorted({k[0] for k in expected} | {k[0] for k in samples})
     for cid in planned_cases:
         if cid in cases:
             require_scored(cases[cid])
     findings: list[Finding] = []
+    run_arms = sorted({k[1] for k in expected} | {k[1] for k in samples})
+    if pairwise is None and config.verdict_judge == "pairwise":
+        pairwise = default_pairwise_arms(config, run_arms)
+        if pairwise is None:
+            findings.append(
+                Finding(
+                    "HIGH",
+                    'verdict_judge is "pairwise" but the run has fewer than two of the config\'s arms: '
+                    "no pairwise judge was asked",
+                )
+            )
 
     # Deterministic checks first; they raise InputError on a bad check (nothing written).
     det: dict[Key, list[CheckResult]] = {}
@@ -403,6 +531,7 @@ def grade_run(
         else:
             files = load_judge_files(suite_obj.path, judge_version)
         if override:
+            assert config.judge is not None
             findings.append(
                 Finding(
                     "HIGH",
@@ -411,31 +540,50 @@ def grade_run(
                 )
             )
 
-    # The human labels are read (and refused when bad) before any judge call is paid for.
-    labels = suite_human_labels(suite_obj.path) if files is not None else None
+    # The human labels and accepted calibrations are read (and refused when bad) before
+    # any judge call is paid for.
+    label_list: list[HumanLabel] | None = None
+    records: list[Calibration] = []
+    labels_where: str | None = None
+    if files is not None:
+        if labels is not None:
+            label_list, labels_where = load_human_labels(labels), str(labels)
+        else:
+            label_list = suite_human_labels(suite_obj.path)
+            labels_where = HUMAN_LABELS_FILE if label_list is not None else None
+        records = read_calibrations(suite_obj.path)
 
-    pairs_todo: list[tuple[Case, int, Sample, Sample]] = []
+    pairs_todo: list[_PairTodo] = []
+    unmatched: list[PairOutcome] = []
     if pairwise:
         base_arm, treat_arm = pairwise
-        run_arms = {k[1] for k in expected} | {k[1] for k in samples}
         for arm in pairwise:
             if arm not in run_arms:
                 raise InputError(
-                    f"pairwise arm {arm!r} is not in the run (arms: {', '.join(sorted(run_arms))})",
+                    f"pairwise arm {arm!r} is not in the run (arms: {', '.join(run_arms)})",
                     run / "config.json",
                     json_path="$.arms",
                 )
-        for cid, arm, idx in judged_keys:
-            if arm == base_arm and (cid, treat_arm, idx) in samples:
-                pairs_todo.append((cases[cid], idx, samples[(cid, base_arm, idx)], samples[(cid, treat_arm, idx)]))
+        planned_pairs = sorted(
+            {(c, i) for c, a, i in expected | set(samples) if a in pairwise and c in cases and cases[c].judged}
+        )
+        for cid, idx in planned_pairs:
+            kb, kt = (cid, base_arm, idx), (cid, treat_arm, idx)
+            if kb in det and kt in det:
+                pairs_todo.append(_pair_todo(run, cases[cid], idx, samples[kb], samples[kt], pairwise))
+            else:
+                gone = " and ".join(a for a, k in ((base_arm, kb), (treat_arm, kt)) if k not in samples) or "?"
+                unmatched.append(unmatched_pair(cid, idx, f"no {gone} sample", pairwise))
 
     scores: dict[Key, JudgeScore] = {}
     outcomes: list[PairOutcome] = []
     judge_stats: dict[str, Any] = {"judge_spend_usd": 0.0, "cache_hits": 0}
+    identity: JudgeIdentity | None = None
     if files is not None and (judged_keys or pairs_todo):
         from .endpoints import combine, served_watch
 
         endpoint = judge_endpoint(suite_obj, judge_base_url)
+        identity = judge_identity(files, endpoint.model, endpoint.base_url)
         cap = float((meta.get("config") or {}).get("cost_cap_usd") or config.cost_cap_usd)
         scores, outcomes, judge_stats = _run_sync(
             _judge_all(
@@ -447,6 +595,7 @@ def grade_run(
                 cap,
                 pairs_todo,
                 combine(watch, served_watch(endpoint.base_url)),
+                cache_scope(identity),
             )
         )
         if judge_stats.get("stop_reason"):
@@ -457,6 +606,20 @@ def grade_run(
                     "left have no score (not counted as passes)",
                 )
             )
+    case_pos = {c: i for i, c in enumerate(planned_cases)}
+    outcomes = sorted(outcomes + unmatched, key=lambda o: (case_pos.get(o.case_id, len(case_pos)), o.index))
+
+    # Calibration: the labels that match what this judge scored here, this judge's
+    # accepted records, and the decision whether its pass/fail may count.
+    trust: JudgeTrust | None = None
+    match = None
+    if files is not None and identity is not None:
+        judged = judged_items(((k, js.score) for k, js in scores.items()), samples, files, cases)
+        run_cal = None
+        if label_list:
+            match = match_labels(label_list, judged)
+            run_cal = calibrate(match, identity, run=run.name, labels_file=labels_where) if match.n_fresh else None
+        trust = decide_trust(identity, run_cal, records, opt_out=opt_out)
 
     grades: list[Grade] = []
     for key in sorted(samples):
@@ -467,28 +630,184 @@ def grade_run(
         case = cases[key[0]]
         js = scores.get(key) if case.judged else None
         jerr = no_judge_files if case.judged and files is None else None
-        grades.append(_grade_line(case, s, det[key], js, jerr, override))
+        grades.append(_grade_line(case, s, det[key], js, jerr, override, trust))
 
     from .privacy import scan_outputs  # personal data and secrets in the outputs (no value is kept)
 
     leaks = scan_outputs(suite_obj, samples)
     findings += [Finding(level, message) for level, message in leaks.findings]
+    findings += judge_trust_findings(trust, match, grades)
     summary = {
         "run": str(run),
-        **summarize(suite_obj, meta, samples, grades, expected, files, override, findings, labels),
+        **summarize(suite_obj, meta, samples, grades, expected, files, override, findings),
     }
+    summary["judge"] = identity.to_json() if identity else None
+    summary["judge_trust"] = trust.to_json() if trust else None
+    summary["human_agreement"] = _agreement_block(trust, match)
     summary.update({k: v for k, v in judge_stats.items()})
     summary["privacy"] = leaks.summary
     if pairwise:
-        summary["pairwise"] = pairwise_summary(outcomes, pairwise)
+        bias = pairwise_bias(outcomes, same_model=override)
+        findings += [Finding(level, message) for level, message in bias.findings]
+        summary["pairwise"] = pairwise_summary(outcomes, pairwise, bias)
+    _sort_findings(findings)
     summary["findings"] = [dataclasses.asdict(f) for f in findings]
 
     lines = "".join(storable_json(grade_to_dict(g)) + "\n" for g in grades)  # any text the judge sent
     write_atomic(run / GRADES, lines)
     if pairwise:
-        write_atomic(run / PAIRWISE, "".join(json.dumps(dataclasses.asdict(o)) + "\n" for o in outcomes))
+        write_atomic(run / PAIRWISE, "".join(storable_json(o.to_json()) + "\n" for o in outcomes))
+    else:
+        (run / PAIRWISE).unlink(missing_ok=True)  # an earlier grading's: it no longer describes this one
     write_atomic(run / GRADES_SUMMARY, storable_json(summary, indent=2) + "\n")
     return GradeResult(run, tuple(grades), summary, tuple(findings), tuple(outcomes))
+
+
+def judged_items(
+    scored: Iterable[tuple[Key, int | None]], samples: dict[Key, Sample], files: JudgeFiles, cases: dict[str, Case]
+) -> dict[str, JudgedItem]:
+    """Item id -> what the judge scored (score, output and rubric hashes), for the
+    scored keys (`None` scores skipped) that have a sample and a case."""
+    return {
+        item_id(*k): JudgedItem(int(score), text_sha256(samples[k].output), item_rubric_sha256(files, cases[k[0]]))
+        for k, score in scored
+        if score is not None and k in samples and k[0] in cases
+    }
+
+
+def run_label_match(
+    run_path: str | Path, suite: Suite | str | Path | None = None, *, labels: str | Path | None = None
+) -> tuple[LabelMatch, JudgeIdentity, str]:
+    """A label file (default: the suite's `judge/human-sample.jsonl`) held against the
+    outputs the judge scored in a graded run (`judge.match_labels`), with the identity
+    of that judge and where the labels came from. No model call: the judge's scores are
+    in `grades.jsonl`, its identity in `grades-summary.json`. `InputError` when the run
+    was not graded by a judge, or the judge files changed since it was."""
+    from .suite import read_json_object
+
+    run = Path(run_path)
+    meta = RunFolder(run).read_meta()
+    suite_obj = resolve_suite(run, meta, suite)
+    sp = run / GRADES_SUMMARY
+    if not sp.exists():
+        raise InputError("no grades-summary.json: run `evalkit grade` on the run first", run)
+    summary = read_json_object(sp, GRADES_SUMMARY, limit=RUN_JSON_BYTES)
+    try:
+        ident = JudgeIdentity.from_json(summary.get("judge"))
+    except ValueError:
+        raise InputError(
+            "the grading recorded no judge identity (no judged sample, or graded by an older evalkit): grade again",
+            sp,
+            json_path="$.judge",
+        ) from None
+    files = load_judge_files(suite_obj.path, ident.version)
+    now = judge_identity(files, ident.model, ident.base_url)
+    if not now.matches(ident):
+        raise InputError(
+            f"the judge files changed since this run was graded ({'; '.join(now.changes_from(ident))}): grade it again",
+            Path(files.rubric_path).parent,
+        )
+    if labels is not None:
+        label_list, where = load_human_labels(labels), str(labels)
+    else:
+        label_list, where = suite_human_labels(suite_obj.path) or [], HUMAN_LABELS_FILE
+    cases = {c.id: c for c in suite_obj.cases}
+    scored = [((g["case_id"], g["arm"], int(g["index"])), g.get("judge_score")) for g in iter_jsonl(run / GRADES)]
+    return match_labels(label_list, judged_items(scored, read_samples(run), files, cases)), ident, where
+
+
+def run_calibration(
+    run_path: str | Path, suite: Suite | str | Path | None = None, *, labels: str | Path | None = None
+) -> Calibration:
+    """The calibration of the judge that graded `run_path`, on the labels that match its
+    judged outputs (`run_label_match`): what `evalkit judge calibrate` records.
+    `InputError` also when no label matches."""
+    match, ident, where = run_label_match(run_path, suite, labels=labels)
+    if not match.n_fresh:
+        raise InputError(f"no label matches this run's judged outputs: {match.describe()}", where)
+    return calibrate(match, ident, run=Path(run_path).name, labels_file=where)
+
+
+def judge_trust_notice(run_path: str | Path | None) -> str | None:
+    """The line every report page of a run shows about its judge, or None when there is
+    nothing to warn about: judged results held (the judge is not trusted), or counted
+    by opt-out although the judge is not calibrated. Read from `grades-summary.json`."""
+    if not run_path:
+        return None
+    p = Path(run_path) / GRADES_SUMMARY
+    if not p.is_file():
+        return None
+    try:
+        summary = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    trust = summary.get("judge_trust") if isinstance(summary, dict) else None
+    if not isinstance(trust, dict):
+        return None
+    held = int(((summary.get("overall") or {}).get("n_held")) or 0)
+    if trust.get("opt_out"):
+        return f"Judge not calibrated: its pass/fail counts only because the suite opted out. {trust.get('reason')}"
+    if not trust.get("trusted"):
+        return (
+            f"Judge not trusted: {held} judged sample(s) held, counted as not passed in every rate, gate and "
+            f"verdict. {trust.get('reason')}"
+        )
+    return None
+
+
+def _agreement_block(trust: JudgeTrust | None, match: Any) -> dict[str, Any] | None:
+    """`grades-summary.json`'s `human_agreement`: this run's fresh-label figures (exact,
+    within one, kappa and its interval) and the label counts; None without labels."""
+    if match is None:
+        return None
+    cal = trust.calibration if trust else None
+    figures = {
+        k: getattr(cal, k) if cal else None
+        for k in ("exact", "within_one", "kappa", "kappa_se", "kappa_low", "kappa_high", "passed")
+    }
+    return {"n": match.n_fresh, **figures, "labels": match.counts()}
+
+
+def judge_trust_findings(trust: JudgeTrust | None, match: Any, grades: Sequence[Grade]) -> list[Finding]:
+    """The findings a judge's calibration and trust call for (see `judge.JudgeTrust`)."""
+    if trust is None:
+        return []
+    out: list[Finding] = []
+    held = [g for g in grades if g.judge_held]
+    undecided = sum(1 for g in held if g.passed is None)
+    if held:
+        out.append(
+            Finding(
+                "HIGH",
+                f"judged results held: {trust.reason}. {len(held)} judged sample(s) keep their score but count in no "
+                f"rate, gate or verdict ({undecided} not passed for that alone); calibrate the judge "
+                "(`evalkit judge sample RUN -n 20 --to FILE`, label, grade again, `evalkit judge calibrate RUN`) "
+                "or opt out with allow_uncalibrated_judge",
+            )
+        )
+    if trust.opt_out:
+        out.append(
+            Finding(
+                "HIGH",
+                f"judged pass/fail counts although the judge is not calibrated: {trust.reason}",
+            )
+        )
+    cal = trust.calibration
+    if cal is not None and cal.n:
+        level = "LOW" if cal.passed else ("HIGH" if cal.n >= HUMAN_SAMPLE_MIN else "MEDIUM")
+        out.append(Finding(level, f"judge calibration on this run's labels: {cal.summary()}"))
+    elif trust.record is not None and trust.basis == "calibration.json":
+        out.append(Finding("LOW" if trust.record.passed else "HIGH", f"judge {trust.reason}"))
+    if match is not None and (match.n_stale or match.n_unverifiable or match.n_unfilled or match.n_unmatched):
+        out.append(Finding("MEDIUM", f"human labels: {match.describe()}"))
+    for msg in trust.invalidated:
+        out.append(Finding("MEDIUM", f"judge changed since calibration: {msg}"))
+    return out
+
+
+def _sort_findings(findings: list[Finding]) -> None:
+    order = {"HIGH": 0, "MEDIUM": 1, "LOW": 2}
+    findings.sort(key=lambda f: order[f.level])
 
 
 # ----------------------------------------------------------------------- metrics
@@ -506,9 +825,10 @@ def group_metrics(
     `graders.is_refusal`, computed once for all the groups."""
     exp = set(expected)
     present = {(g.case_id, g.arm, g.index) for _, _, g in rows}
-    graded = [r for r in rows if r[2].passed is not None]
-    passed = sum(1 for r in graded if r[2].passed)
-    correct = sum(1 for _, _, g in graded if all(c.passed for c in g.checks if c.name != "activation"))
+    decided = [r for r in rows if r[2].passed is not None]
+    held = [r for r in rows if r[2].passed is None and r[2].judge_held]
+    passed = sum(1 for r in decided if r[2].passed)
+    correct = sum(1 for _, _, g in decided if all(c.passed for c in g.checks if c.name != "activation"))
 
     def check_rate(name: str, want: bool) -> tuple[float | None, int]:
         hits = [c.passed for _, _, g in rows for c in g.checks if c.name == name]
@@ -528,9 +848,10 @@ def group_metrics(
     n_judged_cases = sum(1 for c, _, _ in rows if c.judged)
     return {
         "n_expected": len(exp),
-        "n_graded": len(graded),
+        "n_graded": len(decided) + len(held),
         "n_missing": len(exp - present),
-        "n_errored": len(rows) - len(graded),
+        "n_errored": len(rows) - len(decided) - len(held),
+        "n_held": len(held),
         "success_rate": _rate(passed, len(exp)),
         "correct_rate": _rate(correct, len(exp)),
         "tool_call_correctness": tool_rate,
@@ -567,11 +888,11 @@ def summarize(
     files: JudgeFiles | None,
     override: bool,
     findings: list[Finding],
-    labels: Sequence[HumanLabel] | None = None,
 ) -> dict[str, Any]:
     """The `grades-summary.json` dict: overall, per tag, per arm (and per arm per tag);
-    appends the findings it derives to `findings`. `labels`: the suite's human labels
-    (`judge.suite_human_labels`), None when it has none or no judge was used."""
+    appends the findings it derives to `findings`. A sample is graded when its grading
+    finished: decided (`passed` true or false) or held (`n_held`: the judge's pass/fail
+    does not count); `complete` when every expected sample was graded."""
     cases = {c.id: c for c in suite.cases}
     rows = [(cases[g.case_id], samples[(g.case_id, g.arm, g.index)], g) for g in grades if g.case_id in cases]
     tag_of = {cid: set(c.tags) for cid, c in cases.items()}
@@ -652,29 +973,7 @@ def summarize(
         findings.append(
             Finding("MEDIUM", f"the config has no {missing}: two runs of one prompt will differ and a gate will flap")
         )
-    human = None
-    if labels is not None and files is not None:
-        judge_scores = {f"{g.case_id}/{g.arm}/{g.index}": g.judge_score for g in grades if g.judge_score is not None}
-        human = human_agreement(labels, judge_scores)
-        if len(labels) < HUMAN_SAMPLE_MIN:
-            findings.append(
-                Finding(
-                    "MEDIUM",
-                    f"human sample has {len(labels)} item(s), under {HUMAN_SAMPLE_MIN}: "
-                    "judge agreement is too noisy to act on",
-                )
-            )
-        if human["n"] and (human["exact"] < EXACT_AGREEMENT_BAR or human["within_one"] < WITHIN_ONE_AGREEMENT_BAR):
-            findings.append(
-                Finding(
-                    "HIGH",
-                    f"judge agrees with humans {human['exact']:.0%} exact / "
-                    f"{human['within_one']:.0%} within one (want {EXACT_AGREEMENT_BAR:.0%} / "
-                    f"{WITHIN_ONE_AGREEMENT_BAR:.0%}): rewrite the rubric",
-                )
-            )
-    order = {"HIGH": 0, "MEDIUM": 1, "LOW": 2}
-    findings.sort(key=lambda f: order[f.level])
+    _sort_findings(findings)
     return {
         "suite": suite.path,
         "complete": complete,
@@ -689,14 +988,14 @@ def summarize(
         "overall": overall,
         "per_tag": everything["per_tag"],
         "per_arm": per_arm,
-        "human_agreement": human,
     }
 
 
-def pairwise_summary(outcomes: Sequence[PairOutcome], arms: tuple[str, str]) -> dict[str, Any]:
-    """Wins (treatment better), losses, ties, errored trials and position consistency."""
+def pairwise_summary(outcomes: Sequence[PairOutcome], arms: tuple[str, str], bias: Any = None) -> dict[str, Any]:
+    """Wins (treatment better), losses, ties, errored trials, position consistency and
+    (given `judge.pairwise_bias`'s result) the bias checks, per trial."""
     count = {k: sum(1 for o in outcomes if o.outcome == k) for k in ("treatment", "baseline", "tie", "error")}
-    return {
+    out = {
         "baseline": arms[0],
         "treatment": arms[1],
         "n_trials": len(outcomes),
@@ -706,4 +1005,8 @@ def pairwise_summary(outcomes: Sequence[PairOutcome], arms: tuple[str, str]) -> 
         "errored": count["error"],
         "position_consistency": position_consistency(outcomes),
         "inconsistent": sum(1 for o in outcomes if o.consistent is False),
+        "subjects": sorted({o.subject for o in outcomes if o.outcome != "error" or o.first or o.second}),
     }
+    if bias is not None:
+        out["bias"] = bias.to_json()
+    return out

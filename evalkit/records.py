@@ -116,6 +116,10 @@ class Config:
     stop: tuple[str, ...] = ()
     tools: tuple[Json, ...] = ()
     allow_same_judge_model: bool = False
+    # Judged pass/fail counts only for a calibrated judge, unless this opts out (recorded
+    # on every judged grade line and shown on every report page).
+    allow_uncalibrated_judge: bool = False
+    verdict_judge: Literal["direct", "pairwise"] = "direct"  # which judge `compare` rests the verdict on
     timeout_s: float = 60.0
     max_attempts: int = 6
     ci_cost_cap_usd: float | None = None  # `ci.cost_cap_usd`: the lower cap of `evalkit run --ci`
@@ -186,7 +190,11 @@ class CheckResult:
 class Grade:
     """One line of `grades.jsonl`: every check of one sample, and the verdict.
 
-    `passed` is None when the sample could not be graded (judge error): never a pass.
+    `passed` is None when the sample could not be graded (judge error, `error` says
+    why), or when its deterministic checks passed and the judge's pass/fail is held
+    (`judge_held` says why: the judge is not calibrated): never a pass. `judge_passed`
+    is what the judge's score said against the threshold, kept whether or not it
+    counts; a held judge's result is not among `checks`.
     """
 
     case_id: str
@@ -202,3 +210,6 @@ class Grade:
     error: str | None = None
     judge_model: str | None = None
     judge_same_model_override: bool = False  # judge = generator model, allowed by config (recorded)
+    judge_passed: bool | None = None
+    judge_held: str | None = None
+    judge_uncalibrated_override: bool = False  # counted although uncalibrated: the user opted out (recorded)

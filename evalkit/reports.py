@@ -436,19 +436,9 @@ def summary_from_grades(run: Any) -> dict[str, Any] | None:
 
 def read_pairwise(run: Any) -> list[Any]:
     """The pairwise judge's outcomes (`pairwise.jsonl`) as `judge.PairOutcome`s."""
-    from .judge import PairOutcome
-    from .runs import iter_jsonl
+    from .judge import read_pairwise as read
 
-    p = Path(run.path) / "pairwise.jsonl"
-    if not p.exists():
-        return []
-    names = set(PairOutcome.__dataclass_fields__)
-    out = []
-    for d in iter_jsonl(p):
-        d = {k: v for k, v in d.items() if k in names}
-        d["reasons"] = tuple(d.get("reasons") or ())
-        out.append(PairOutcome(**d))
-    return out
+    return read(Path(run.path) / "pairwise.jsonl")
 
 
 PANDALM_JUDGES = {
@@ -802,6 +792,9 @@ def params_table_html(parameters: Mapping[str, Any], title: str) -> str:
     )
 
 
+_NOTICE_STYLE = "background:#fff8e1;color:#8a6d00;border-left:6px solid #8a6d00;padding:0.5em 1em"
+
+
 def render_html(ipynb: str | Path, parameters: Mapping[str, Any], *, title: str) -> Path:
     """Render an executed notebook to a self-contained HTML page beside it: no code,
     images as data URIs, the parameters as a table first, and a content security
@@ -810,8 +803,14 @@ def render_html(ipynb: str | Path, parameters: Mapping[str, Any], *, title: str)
 
     src = Path(ipynb)
     nb = nbformat.read(src, as_version=4)
+    from .grading import judge_trust_notice
+
     header = nbformat.v4.new_code_cell(source="")
-    header.outputs = [nbformat.v4.new_output("display_data", data={"text/html": params_table_html(parameters, title)})]
+    head = params_table_html(parameters, title)
+    notice = judge_trust_notice(parameters.get("run_dir"))
+    if notice:  # on every page of the run: the judge's pass/fail is held, or counts by opt-out
+        head += f"<p class='ek-judge-notice' style='{_NOTICE_STYLE}'><b>{html.escape(notice)}</b></p>"
+    header.outputs = [nbformat.v4.new_output("display_data", data={"text/html": head})]
     # the injected-parameters cell has no output; drop it so the page starts with the table
     nb.cells = [header] + [c for c in nb.cells if "injected-parameters" not in c.get("metadata", {}).get("tags", [])]
     body = _export(nb, {"metadata": {"name": title}})
@@ -1073,6 +1072,7 @@ def _stop_kernel(km: Any) -> None:
 def write_manifest(run: Path, out_dir: Path, results: Iterable[NotebookReport], skipped: Mapping[str, str]) -> Path:
     """`reports/<run>/report.json`: what the index shows for the run (date, suite, arms,
     spend, verdicts, headline rates) and where each notebook's page is."""
+    from .grading import judge_trust_notice
     from .runs import RunFolder, config_arm_names
 
     meta = RunFolder(run).read_meta()
@@ -1089,6 +1089,7 @@ def write_manifest(run: Path, out_dir: Path, results: Iterable[NotebookReport], 
                 "baseline": sc.get("baseline"),
                 "treatment": sc.get("treatment"),
                 "p_value": sc.get("p_value"),
+                "judge": sc.get("judge"),
             }
         )
     gate = rs.get("gate") or {}
@@ -1108,6 +1109,7 @@ def write_manifest(run: Path, out_dir: Path, results: Iterable[NotebookReport], 
         "arms": config_arm_names(meta),
         "k": meta.get("k"),
         "complete": summary.get("complete"),
+        "judge_notice": judge_trust_notice(run),
         "spend_usd": spend,
         "headline": headline,
         "verdicts": verdicts,
@@ -1136,7 +1138,7 @@ def gate_verdict(gate: Mapping[str, Any], *, complete: bool | None = None) -> di
     reasons), labelled by cause: a gate that failed because the run was incomplete (no
     rate was read) is `gate failed: incomplete run`, shown as inconclusive and never
     as a regression; only a success drop or a cost increase is a regression."""
-    from .verdicts import GATE_CAUSE_INCOMPLETE, GATE_CAUSE_NOT_COMPARABLE, gate_failure_causes
+    from .verdicts import GATE_CAUSE_INCOMPLETE, GATE_CAUSE_JUDGE, GATE_CAUSE_NOT_COMPARABLE, gate_failure_causes
 
     arm = gate.get("arm")
     if gate.get("passed"):
@@ -1144,7 +1146,9 @@ def gate_verdict(gate: Mapping[str, Any], *, complete: bool | None = None) -> di
     causes = list(gate.get("causes") or gate_failure_causes(gate.get("reasons") or (), gate.get("read_rates")))
     if complete is False and not gate.get("reasons") and not gate.get("causes"):
         causes = [GATE_CAUSE_INCOMPLETE]  # an older manifest without reasons, for a run known INCOMPLETE
-    regression = bool(causes) and not ({GATE_CAUSE_INCOMPLETE, GATE_CAUSE_NOT_COMPARABLE} & set(causes))
+    regression = bool(causes) and not (
+        {GATE_CAUSE_INCOMPLETE, GATE_CAUSE_NOT_COMPARABLE, GATE_CAUSE_JUDGE} & set(causes)
+    )
     why = "; ".join(str(r) for r in gate.get("reasons") or ())
     return {
         "kind": "regression" if regression else "inconclusive",
@@ -1246,6 +1250,7 @@ def build_index(reports_dir: str | Path) -> Path:
                     f"<span class='{e(v['kind'])}'>{e(str(v.get('label') or v['kind']))}</span>"
                     + (f" {e(str(v.get('treatment')))} vs {e(str(v.get('baseline')))}" if v.get("baseline") else "")
                     + (f" (p = {float(v['p_value']):.3g})" if v.get("p_value") is not None else "")
+                    + (f", {e(str(v['judge']))} judge" if v.get("judge") else "")
                     + (f": {e(str(v.get('text')))}" if v.get("text") else "")
                 )
                 for v in m.get("verdicts") or []
@@ -1261,6 +1266,8 @@ def build_index(reports_dir: str | Path) -> Path:
         rates = ", ".join(f"{e(str(a))} {_pct(v)}" for a, v in (m.get("headline") or {}).items()) or "&mdash;"
         spend = m.get("spend_usd")
         complete = "" if m.get("complete") in (True, None) else " <span class='warn'>INCOMPLETE</span>"
+        if m.get("judge_notice"):
+            complete += f"<br><span class='warn'>{e(str(m['judge_notice']))}</span>"
         rows.append(
             f"<tr><td>{e(str(m.get('created') or ''))}</td><td><code>{e(m['_dir'])}</code>{complete}</td>"
             f"<td>{e(str(m.get('suite') or ''))}</td><td>{e(', '.join(str(a) for a in m.get('arms') or []))}</td>"

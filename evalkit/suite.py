@@ -153,6 +153,8 @@ CONFIG_KEYS = {
     "stop",
     "tools",
     "allow_same_judge_model",
+    "allow_uncalibrated_judge",
+    "verdict_judge",
     "timeout_s",
     "max_attempts",
     "ci",
@@ -906,6 +908,19 @@ def _validate_config(src: SuiteSource, fx: _Findings, uses_judge: bool) -> Confi
             )
     if uses_judge and cfg.get("judge") is None:
         r.err("$.judge", "the suite has judged cases (expected.rubric) but config has no judge")
+    allow_uncalibrated = r.boolean(cfg, "allow_uncalibrated_judge", "$")
+    if allow_uncalibrated:
+        r.warn(
+            "$.allow_uncalibrated_judge",
+            "allow_uncalibrated_judge: judged pass/fail counts without a calibration against people "
+            "(recorded on every judged line and shown on every report page)",
+        )
+    verdict_judge = cfg.get("verdict_judge", "direct")
+    if verdict_judge not in ("direct", "pairwise"):
+        r.err("$.verdict_judge", f'verdict_judge must be "direct" or "pairwise", got {json.dumps(verdict_judge)}')
+        verdict_judge = "direct"
+    elif verdict_judge == "pairwise" and cfg.get("judge") is None:
+        r.err("$.verdict_judge", 'verdict_judge "pairwise" needs a judge')
 
     temperature = r.number(cfg, "temperature", "$", minimum=0, maximum=2, nullable=True)
     seed = r.number(cfg, "seed", "$", integer=True, nullable=True, minimum=-MAX_SEED - 1, maximum=MAX_SEED)
@@ -998,6 +1013,8 @@ def _validate_config(src: SuiteSource, fx: _Findings, uses_judge: bool) -> Confi
         identifiers |= _template_identifiers(system, r, "$.system", "system template") or set()
 
     arms = _validate_arms(src, r, cfg, identifiers)
+    if verdict_judge == "pairwise" and arms is not None and len(arms) < 2:
+        r.err("$.verdict_judge", 'verdict_judge "pairwise" compares two arms: the config has one')
 
     if not generator or None in (cap, tin, tout, price, judge_price, template) or arms is None:
         return None
@@ -1021,6 +1038,8 @@ def _validate_config(src: SuiteSource, fx: _Findings, uses_judge: bool) -> Confi
         stop=stop,
         tools=tools,
         allow_same_judge_model=allow_same,
+        allow_uncalibrated_judge=allow_uncalibrated,
+        verdict_judge=verdict_judge,
         timeout_s=float(timeout_s),
         max_attempts=int(attempts),
         ci_cost_cap_usd=None if ci_cap is None else float(ci_cap),

@@ -104,6 +104,8 @@ class Verdict:
     sequential: dict[str, Any] | None = None
     plan_check: PlanCheck | None = None
     case_votes: tuple[tuple[str, str], ...] = ()  # (case, win / loss / tie / errored), in case order
+    judge: str = "direct"  # what the votes rest on: "direct" pass/fail, or the "pairwise" judge (evalkit.compare)
+    judge_checks: dict[str, Any] | None = None  # what was checked of that judge (evalkit.compare)
 
     @property
     def discordant(self) -> int:
@@ -132,6 +134,7 @@ class Verdict:
         if self.baseline_arm:
             lines.append(f"arms: treatment {self.treatment_arm!r} vs baseline {self.baseline_arm!r}")
         lines.append(f"unit of the test: {self.unit}")
+        lines.append(f"judge: {judge_line(self.judge, self.judge_checks)}")
         p = "n/a" if self.p_value is None else f"{self.p_value:.4g}"
         p1 = "n/a" if self.p_one_sided is None else f"{self.p_one_sided:.4g}"
         lines.append(
@@ -173,6 +176,24 @@ class Verdict:
 
 def _fmt(x: float | None) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
+
+
+def judge_line(judge: str, checks: dict[str, Any] | None) -> str:
+    """What a verdict rests on, in words (`evalkit.compare` fills `judge_checks`)."""
+    c = checks or {}
+    if judge == "pairwise":
+        pc, bar = c.get("position_consistency"), c.get("position_consistency_bar") or 0.0
+        bits = [f"position consistency {'n/a' if pc is None else f'{pc:.0%}'} (bar {bar:.0%})"]
+        bits.append("trusted" if c.get("trusted") else "NOT trusted")
+        if c.get("opt_out"):
+            bits.append("by opt-out (uncalibrated)")
+        return "the pairwise judge (" + ", ".join(bits) + ")"
+    text = "each sample's pass/fail (deterministic checks"
+    if c.get("judged"):
+        text += ", and the direct judge: " + ("trusted" if c.get("trusted") else "NOT trusted, judged results held")
+        if c.get("opt_out"):
+            text += " by opt-out (uncalibrated)"
+    return text + ")"
 
 
 def _paired_dict(p: Any) -> dict[str, Any] | None:
@@ -304,6 +325,21 @@ def _case_order(run: Run) -> list[str]:
     return list(order)
 
 
+def check_two_arms(run: Run, baseline: str, treatment: str) -> None:
+    """`InputError` unless `baseline` and `treatment` are two different arms of a graded `run`."""
+    arms = run.arm_names()
+    for name, arm in (("--baseline", baseline), ("--treatment", treatment)):
+        if arm not in arms:
+            raise InputError(
+                f"{name} arm {arm!r} is not in the run (arms: {', '.join(arms) or 'none'})",
+                Path(run.path) / "config.json",
+                json_path="$.arms",
+            )
+    if baseline == treatment:
+        raise InputError("--baseline and --treatment name the same arm", json_path="arms")
+    _require_graded(run)
+
+
 def two_arm_verdict(
     run: Run | str | Path, baseline: str, treatment: str, *, alpha: float = 0.05, plan: "PowerPlan | None" = None
 ) -> Verdict:
@@ -325,17 +361,7 @@ def two_arm_verdict(
     paired differences).
     """
     run = as_run(run)
-    arms = run.arm_names()
-    for name, arm in (("--baseline", baseline), ("--treatment", treatment)):
-        if arm not in arms:
-            raise InputError(
-                f"{name} arm {arm!r} is not in the run (arms: {', '.join(arms) or 'none'})",
-                Path(run.path) / "config.json",
-                json_path="$.arms",
-            )
-    if baseline == treatment:
-        raise InputError("--baseline and --treatment name the same arm", json_path="arms")
-    _require_graded(run)
+    check_two_arms(run, baseline, treatment)
     grades = _grade_map(run)
     errors = {
         (str(r["case_id"]), str(r["arm"]), int(r["index"])): str(r.get("error") or "error")
@@ -374,7 +400,11 @@ def two_arm_verdict(
                 g = grades.get(key)
                 ok = _passed(g)
                 if ok is None:
-                    why = "not graded" if g is None else f"ungraded ({g.get('error') or 'grader error'})"
+                    why = (
+                        "not graded"
+                        if g is None
+                        else f"ungraded ({g.get('error') or g.get('judge_held') or 'grader error'})"
+                    )
                     bad.append(f"{arm}: {why}")
                     continue
                 status[arm] = ok
@@ -1146,6 +1176,7 @@ GATE_CAUSE_INCOMPLETE = "incomplete run"
 GATE_CAUSE_SUCCESS = "success drop"
 GATE_CAUSE_COST = "cost increase"
 GATE_CAUSE_NOT_COMPARABLE = "not comparable with the baseline"
+GATE_CAUSE_JUDGE = "judge not trusted"  # judged results held (evalkit.grading): no rate was read
 # Prefixes of the reasons `_run_not_clean` gives (the gate failed without reading a rate).
 _NOT_CLEAN_PREFIXES = ("the runner exited", "no summary", "summary.json is not valid", "INCOMPLETE")
 
@@ -1157,6 +1188,8 @@ def gate_failure_causes(reasons: Iterable[str], read_rates: bool | None = None) 
     increase`, or `not comparable with the baseline` (k changed, no shared case, short
     cases). Empty for a gate that passed."""
     reasons = [str(r) for r in reasons]
+    if any(r.startswith(GATE_CAUSE_JUDGE) for r in reasons):
+        return [GATE_CAUSE_JUDGE]
     if read_rates is False or any(r.startswith(_NOT_CLEAN_PREFIXES) for r in reasons):
         return [GATE_CAUSE_INCOMPLETE]
     causes = []
@@ -1316,6 +1349,17 @@ def gate(
     t = thresholds or cfg_t
     alpha = cfg_alpha if alpha is None else alpha
     cur = gate_run_metrics(run, baseline_path, arm=arm, baseline=baseline)
+    held = _judge_held(run, cur.arm)
+    if held:
+        return GateResult(
+            passed=False,
+            reasons=(held,),
+            read_rates=False,
+            thresholds=t,
+            alpha=alpha,
+            run=str(run_path),
+            baseline=str(baseline_path),
+        )
     return gate_metrics(
         cur,
         baseline.get("_metrics") or baseline,
@@ -1325,6 +1369,21 @@ def gate(
         seed=seed,
         run_label=str(run_path),
         baseline_label=str(baseline_path),
+    )
+
+
+def _judge_held(run: Run, arm: str | None) -> str | None:
+    """Why the gate reads no rate of `arm` when its grading held judged results (the
+    judge is not trusted): their pass/fail must not move a gate either way."""
+    g = run.grades
+    if not len(g) or "judge_held" not in g.columns:
+        return None
+    rows = g[(g["arm"] == arm) & g["judge_held"].notna() & g["passed"].isna()]
+    if not len(rows):
+        return None
+    return (
+        f"{GATE_CAUSE_JUDGE}: {len(rows)} judged sample(s) of arm {arm} held ({rows['judge_held'].iloc[0]}): "
+        "the gate reads no rate until the judge is calibrated or the suite opts out"
     )
 
 

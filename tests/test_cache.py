@@ -43,6 +43,20 @@ def test_get_put_keys_and_first_writer_wins(tmp_path):
     assert mode == "wal"
 
 
+def test_a_scope_keeps_answers_to_the_caller_that_asked(tmp_path):
+    """The judge's cache is scoped (endpoint, judge files): the same model name and request
+    from another judge is a miss, and an unscoped cache sees neither scoped entry."""
+    path = tmp_path / "judge.sqlite"
+    with ResponseCache(path, scope="judge-at-8080") as a:
+        a.put("judge-model", "h", 0, {"text": "SCORE: 5 REASON: a"}, 0.1)
+        assert a.get("judge-model", "h", 0)["text"] == "SCORE: 5 REASON: a"
+    with ResponseCache(path, scope="judge-at-9090") as b:
+        assert b.get("judge-model", "h", 0) is None
+        b.put("judge-model", "h", 0, {"text": "SCORE: 1 REASON: b"}, 0.1)
+    assert ResponseCache(path, scope="judge-at-8080").get("judge-model", "h", 0)["text"].endswith("a")
+    assert ResponseCache(path).get("judge-model", "h", 0) is None
+
+
 _WRITER = """
 import sys
 from evalkit.cache import ResponseCache

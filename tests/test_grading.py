@@ -60,7 +60,11 @@ JUDGE_SCRIPT = {
 
 
 def write_suite(root: Path, *, judge_model: str = "judge-model", allow_same: bool = False,
-                cases: list[dict] = CASES, seed: int | None = 7, judge_files: bool = True) -> Path:
+                cases: list[dict] = CASES, seed: int | None = 7, judge_files: bool = True,
+                opt_out: bool = True, extra: dict | None = None) -> Path:
+    """A suite on disk. `opt_out` (allow_uncalibrated_judge) lets the judge count without
+    human labels: the tests that are not about calibration use it; tests/test_calibration.py
+    grades without it."""
     suite = root / "suite"
     (suite / "judge").mkdir(parents=True)
     config = {
@@ -78,6 +82,9 @@ def write_suite(root: Path, *, judge_model: str = "judge-model", allow_same: boo
         config["seed"] = seed
     if allow_same:
         config["allow_same_judge_model"] = True
+    if opt_out:
+        config["allow_uncalibrated_judge"] = True
+    config.update(extra or {})
     (suite / "config.json").write_text(json.dumps(config), encoding="utf-8")
     (suite / "prompt.txt").write_text("Q: ${input}\nA:", encoding="utf-8")
     (suite / "system.txt").write_text(GEN_SYSTEM, encoding="utf-8")
@@ -562,3 +569,58 @@ def test_judge_text_with_lone_surrogates_and_controls_is_stored_and_read_back(tm
     assert out.stdout.isascii() and "\x1b" not in out.stdout  # safe on a terminal ...
     items = [json.loads(ln) for ln in out.stdout.splitlines()]
     assert "ANSWER-GOOD lone \ud800 Seine" in {i["output"] for i in items}  # ... and read back equal
+
+
+def test_the_judge_cache_is_keyed_by_endpoint_and_judge_files(tmp_path, judge_server):
+    suite = write_suite(tmp_path)
+    run = write_run(tmp_path, suite)
+    grade_run(run, judge_base_url=judge_server.base_url)
+    assert judge_server.stats["requests"] == 5
+    with ScriptedServer(JUDGE_SCRIPT) as other:  # the same model name served elsewhere
+        again = grade_run(run, judge_base_url=other.base_url)
+    assert other.stats["requests"] == 5 and again.summary["cache_hits"] == 0
+    assert grade_run(run, judge_base_url=judge_server.base_url).summary["cache_hits"] == 5  # its own answers
+    (suite / "judge" / "prompt-v1.md").write_text(JUDGE_PROMPT_TEMPLATE + "\nBe strict.\n", encoding="utf-8")
+    grade_run(run, judge_base_url=judge_server.base_url)
+    assert judge_server.stats["requests"] == 10  # other judge files: asked again
+
+
+def test_a_held_judge_result_leaves_a_failed_check_failed_and_an_unknown_pass_unknown(tmp_path, judge_server):
+    cases = [{"id": "both", "input": "Describe Paris", "expected": {"rubric": "Mentions the Seine"},
+              "tags": ["open"], "checks": [{"kind": "contains", "value": "Seine"}]}]
+    suite = write_suite(tmp_path, cases=cases, opt_out=False)
+    run = write_run(tmp_path, suite, {"both": ["ANSWER-GOOD Seine", "ANSWER-GOOD no river", "ANSWER-MEH Seine"]})
+    res = grade_run(run, judge_base_url=judge_server.base_url)
+    g = grades(run)
+    first, second, third = (g[("both", "baseline", i)] for i in range(3))
+    assert first["passed"] is None and first["judge_passed"] is True and first["judge_held"]
+    assert second["passed"] is False and second["judge_held"]  # the contains check failed: no judge could pass it
+    assert third["passed"] is None and third["judge_passed"] is False and third["judge_score"] == 3
+    assert all(c["name"] != "judge" for line in g.values() for c in line["checks"])
+    m = res.summary["overall"]
+    assert (m["n_graded"], m["n_held"], m["n_errored"], m["success_rate"]) == (3, 2, 0, 0.0)
+    assert res.complete and res.exit_code == 1 and res.held == 2
+    assert not res.summary["judge_trust"]["trusted"]
+
+
+def test_pairwise_compares_trajectories_when_both_arms_have_them(tmp_path):
+    script = {"model": "judge-model", "rules": [
+        {"match": "trajectory A>>>", "text": "WINNER: TIE REASON: same route"},
+        {"match": "Output A:", "text": "WINNER: A REASON: outputs"}],
+        "default": {"text": "SCORE: 4 REASON: fine"}}
+    cases = [c for c in CASES if c["id"] == "open-1"]
+    suite = write_suite(tmp_path, cases=cases)
+    run = write_run(tmp_path, suite, {"open-1": ["ANSWER one", "ANSWER two", "ANSWER three"]},
+                    arms=("baseline", "treatment"))
+    for arm in ("baseline", "treatment"):
+        t = run / "trajectories" / "open-1" / arm / "sample-1.jsonl"  # index 0 only
+        t.parent.mkdir(parents=True, exist_ok=True)
+        t.write_text(json.dumps({"type": "tool", "name": "search", "result": f"{arm} found it"}) + "\n")
+    with ScriptedServer(script) as srv:
+        res = grade_run(run, judge_base_url=srv.base_url, pairwise=("baseline", "treatment"))
+        asked = [b["messages"][1]["content"] for b in srv.requests if "Output A:" in b["messages"][1]["content"]
+                 or "Trajectory A:" in b["messages"][1]["content"]]
+    by_index = {o.index: o for o in res.pairs}
+    assert by_index[0].subject == "trajectory" and by_index[1].subject == "output"
+    assert sum("baseline found it" in a for a in asked) == 2 and res.summary["pairwise"]["subjects"] == [
+        "output", "trajectory"]
