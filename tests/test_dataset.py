@@ -900,7 +900,7 @@ def test_to_suite_refuses_an_invalid_dataset(ws):
 
 def test_end_to_end_new_validate_to_suite_lint(ws):
     make_source_dataset(ws, 3)
-    code, out, err, _ = ws.validate()
+    code, out, err = ws.validate()
     assert (code, out) == (0, {"valid": True, "errors": []})
     r = ws.cli("dataset", "to-suite", "--json", "d.json", "--csv", "d.csv", "--out", "evals/field-service")
     assert r.exit_code == 0, r.stderr
