@@ -217,7 +217,8 @@ def _grade_line(
 def judge_endpoint(suite: Suite, judge_base_url: str | None = None) -> Endpoint:
     """The judge's model and the base URL its calls go to (`endpoints.resolve_base_url`:
     the override, `EVALKIT_JUDGE_BASE_URL`, `$.judge.base_url`, the server `evalkit
-    serve` runs). `InputError` when there is no judge or no URL, before any request."""
+    serve` runs). `InputError` when there is no judge, no URL, or no key a request can
+    carry, before any request."""
     from .endpoints import resolve_base_url
 
     judge = suite.config.judge
@@ -225,7 +226,11 @@ def judge_endpoint(suite: Suite, judge_base_url: str | None = None) -> Endpoint:
     if judge is None:
         raise InputError("the suite has judged cases but config.json has no judge", config_file, json_path="$.judge")
     url = resolve_base_url("judge", judge, judge_base_url, config_path=config_file)
-    return Endpoint(judge.model, url, judge.api_key_env)
+    endpoint = Endpoint(judge.model, url, judge.api_key_env)
+    from .client import check_endpoint
+
+    check_endpoint(endpoint)  # a missing key, or one no header can carry: refused before the ledger is opened
+    return endpoint
 
 
 async def _judge_all(

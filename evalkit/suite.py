@@ -28,6 +28,7 @@ import regex
 import yaml
 
 from ._atomic import new_temp_dir
+from .endpoints import base_url_problem, masked_url
 from .errors import FileTooLarge, InputError, InputErrors
 from .records import Arm, Case, Check, Config, Endpoint, GateThresholds, Json, Price, Suite
 
@@ -796,7 +797,9 @@ def _endpoint(r: _Reader, obj: Any, jp: str, what: str, required: bool) -> Endpo
     model = r.text(obj, "model", jp, required=True)
     base_url = r.text(obj, "base_url", jp, nullable=True)
     if isinstance(base_url, str) and not re.match(r"^https?://", base_url):
-        r.err(f"{jp}.base_url", f"base_url must start with http:// or https://, got {base_url!r}")
+        r.err(f"{jp}.base_url", f"base_url must start with http:// or https://, got {masked_url(base_url)!r}")
+    elif isinstance(base_url, str) and (problem := base_url_problem(base_url)) is not None:
+        r.err(f"{jp}.base_url", f"base_url {masked_url(base_url)!r} cannot be used: {problem}")
     key_env = r.text(obj, "api_key_env", jp, default="OPENAI_API_KEY")
     if isinstance(key_env, str) and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key_env):
         r.err(f"{jp}.api_key_env", "api_key_env must name an environment variable (not hold a key)")

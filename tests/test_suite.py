@@ -541,3 +541,10 @@ def test_case_and_sample_counts_are_within_their_limits(tmp_path, monkeypatch):
     report = lint_suite(write_suite(tmp_path / "unit2"))
     assert any(f.json_path == "$.k" and f.path.endswith("config.json") and
                "30 samples (5 cases x 2 arms x k 3), over the limit of 29" in f.message for f in report.errors)
+
+
+def test_a_base_url_with_credentials_is_a_lint_error_that_masks_the_password(tmp_path):
+    cfg = {**BASE_CONFIG, "generator": {**BASE_CONFIG["generator"], "base_url": "http://u:p4ssw0rd@127.0.0.1:9/v1"}}
+    report = lint_suite(write_suite(tmp_path / "unit", cfg))
+    (err,) = [e for e in report.errors if e.json_path == "$.generator.base_url"]
+    assert "credentials" in err.message and "p4ssw0rd" not in str(err) and "u:***@" in err.message
