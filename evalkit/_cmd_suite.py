@@ -33,12 +33,22 @@ from . import importers, suite
     default=None,
     help="--ci: the repository root (default: the nearest folder above the suite with .git).",
 )
-def init_cmd(unit_dir: Path, ci: str | None, watch: tuple[str, ...], repo_root: Path | None) -> None:
+@click.option(
+    "--evalkit-spec",
+    default=None,
+    metavar="SPEC",
+    help='--ci: what the workflow pip-installs evalkit from: "evalkit @ git+https://...@COMMIT", a wheel URL, '
+    "or a path inside the repository (default: where this evalkit was installed from; never the bare name, "
+    "which on PyPI is another project).",
+)
+def init_cmd(
+    unit_dir: Path, ci: str | None, watch: tuple[str, ...], repo_root: Path | None, evalkit_spec: str | None
+) -> None:
     """Scaffold a suite folder UNIT_DIR (e.g. evals/my-unit) with a commented config,
     two example cases, a prompt template, guidance and judge files; with --ci github,
     also the workflow that runs, grades and gates it on pull requests."""
-    if ci is None and (watch or repo_root):
-        raise click.UsageError("--watch and --repo-root go with --ci")
+    if ci is None and (watch or repo_root or evalkit_spec):
+        raise click.UsageError("--watch, --repo-root and --evalkit-spec go with --ci")
     existing = ci is not None and (unit_dir / suite.CONFIG_FILE).is_file()
     if not existing:
         dest = suite.scaffold_suite(unit_dir)
@@ -46,7 +56,9 @@ def init_cmd(unit_dir: Path, ci: str | None, watch: tuple[str, ...], repo_root: 
     if ci is not None:
         from .workflow import write_github_workflow
 
-        wf = write_github_workflow(suite.load_suite(unit_dir), repo_root=repo_root, watch=watch)
+        wf = write_github_workflow(
+            suite.load_suite(unit_dir), repo_root=repo_root, watch=watch, requirement=evalkit_spec
+        )
         click.echo(
             f"created {wf} (caps and thresholds stay in {unit_dir / suite.CONFIG_FILE}; it never writes a baseline)"
         )
