@@ -4,7 +4,9 @@ metrics and findings. Writes `grades.jsonl` and `grades-summary.json` (docs/form
 Re-grading replaces both files and never calls the generator: it reads `results.jsonl`.
 Judge answers are kept in the run folder's response cache (`judge-cache.sqlite`), so a
 re-grade with unchanged judge files replays them at $0; judge calls that are made
-reserve and settle on the run's own `ledger.jsonl` under the run's cost cap.
+reserve and settle on the run's own `ledger.jsonl` under the run's cost cap: the one the
+run's `config.json` records (`runner.run_cap_usd`; a CI run's `ci.cost_cap_usd`), so the
+generator and the judge of one run spend under one cap.
 
 A sample missing from `results.jsonl` is not a pass: every rate divides by the samples
 the run was expected to produce (cases x arms x k), and each group states how many were
@@ -436,12 +438,14 @@ def grade_run(
 
     scores: dict[Key, JudgeScore] = {}
     outcomes: list[PairOutcome] = []
-    judge_stats: dict[str, Any] = {"judge_spend_usd": 0.0, "cache_hits": 0}
+    from .runner import run_cap_usd  # the run's recorded cap (a CI run's ci.cost_cap_usd): one cap for all
+
+    cap = run_cap_usd(meta, config.cost_cap_usd)
+    judge_stats: dict[str, Any] = {"judge_spend_usd": 0.0, "cache_hits": 0, "cap_usd": cap}
     if files is not None and (judged_keys or pairs_todo):
         from .endpoints import combine, served_watch
 
         endpoint = judge_endpoint(suite_obj, judge_base_url)
-        cap = float((meta.get("config") or {}).get("cost_cap_usd") or config.cost_cap_usd)
         scores, outcomes, judge_stats = _run_sync(
             _judge_all(
                 suite_obj,

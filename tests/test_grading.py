@@ -562,3 +562,33 @@ def test_judge_text_with_lone_surrogates_and_controls_is_stored_and_read_back(tm
     assert out.stdout.isascii() and "\x1b" not in out.stdout  # safe on a terminal ...
     items = [json.loads(ln) for ln in out.stdout.splitlines()]
     assert "ANSWER-GOOD lone \ud800 Seine" in {i["output"] for i in items}  # ... and read back equal
+
+
+def test_a_ci_run_and_its_grading_spend_under_the_ci_cap_not_the_local_one(tmp_path):
+    """`run --ci` runs under ci.cost_cap_usd; grading used to take the local cap from the
+    run's config snapshot, so run + grade in CI spent past the CI cap. The run records
+    its cap, and the judge spends under it on the run's one ledger."""
+    from evalkit.ledger import Ledger
+    from evalkit.runner import run_suite
+    from evalkit.suite import ci_suite
+
+    cases = [{"id": f"open-{i}", "input": f"Describe city {i}", "expected": {"rubric": "Mentions a river"},
+              "tags": ["open"]} for i in range(4)]
+    suite = write_suite(tmp_path, cases=cases)
+    cfg = json.loads((suite / "config.json").read_text())
+    cfg.update(k=5, max_tokens_in=1000, ci={"cost_cap_usd": 0.02},
+               judge_price={"in_per_mtok": 10.0, "out_per_mtok": 10.0})
+    (suite / "config.json").write_text(json.dumps(cfg))
+    gen_script = {"model": "gen-model", "rules": [{"texts": [f"ANSWER-GOOD river number {j}" for j in range(8)]}]}
+    with ScriptedServer(gen_script) as gen, ScriptedServer(JUDGE_SCRIPT) as judge:
+        run = run_suite(ci_suite(load_suite(suite)), base_url=gen.base_url, progress=False)
+        assert run.complete and run.cap_usd == 0.02
+        meta = json.loads((run.path / "config.json").read_text())
+        assert meta["cost_cap_usd"] == 0.02 and meta["ci"] is True
+        res = grade_run(run.path, judge_base_url=judge.base_url)
+        judge_calls = judge.stats["requests"]
+    spent = Ledger.resume(1.0, run.path / "ledger.jsonl").committed_usd
+    assert spent <= 0.02 + 1e-12, spent
+    assert res.summary["cap_usd"] == 0.02
+    assert 0 < judge_calls and res.summary["overall"]["judge_errors"] > 0  # the cap bound: some went unjudged
+    assert not res.complete

@@ -211,6 +211,8 @@ def test_workflow_steps_pass_then_fail_against_the_scripted_server(tmp_path):
     cfg = json.loads((suite / "config.json").read_text())
     assert summary["complete"] and summary["cap_usd"] == cfg["ci"]["cost_cap_usd"] < cfg["cost_cap_usd"]
     assert summary["avoided_usd"] > 0  # the local run's answers came from the response cache
+    # grading spends under the run's recorded CI cap too: one cap for the whole CI run
+    assert json.loads((run_dir / "grades-summary.json").read_text())["cap_usd"] == cfg["ci"]["cost_cap_usd"]
     gate_xml = repo / "reports" / "evalkit" / "gate.xml"
     SCHEMA.validate(str(gate_xml))
     assert all(c.is_passed for s in junitparser.JUnitXml.fromfile(str(gate_xml)) for c in s)
