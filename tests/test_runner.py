@@ -808,3 +808,12 @@ def test_a_resumed_ci_run_stays_under_its_ci_cap(tmp_path, monkeypatch):
         refused = cli(str(suite), "--resume", str(local_dir), "--ci", "--base-url", srv.base_url)
         assert srv.stats["requests"] == 0
     assert refused.exit_code == 2 and "not a CI run" in refused.output
+
+
+def test_a_ci_cap_no_call_fits_under_is_refused_before_a_folder_is_made(tmp_path):
+    suite = write_suite(tmp_path / "suite", 2, ci={"cost_cap_usd": 0.00001})  # one call: up to $0.00008
+    with ScriptedServer(SCRIPT) as srv:
+        proc = cli(str(suite), "--ci", "--runs-dir", str(tmp_path / "runs"), "--base-url", srv.base_url)
+        assert srv.requests == []
+    assert proc.exit_code == 2 and "0 calls fit under the cap" in proc.stderr and "$.ci.cost_cap_usd" in proc.stderr
+    assert _nothing_written(tmp_path / "runs")
