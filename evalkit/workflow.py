@@ -6,8 +6,9 @@ template, guidance, model config, baseline), prompt files, skill and agent files
 the paths given with `--watch`; it restores the response cache (so an unchanged case
 replays at $0), runs `evalkit run --ci` (the suite's own `ci.cost_cap_usd`, lower than
 the local cap), grades, gates against the committed baseline (`--runner-exit` carries
-an INCOMPLETE run into the gate, which fails it), renders the report, saves the cache
-and uploads `reports/`. Thresholds and caps live in `config.json`, never in the YAML;
+an INCOMPLETE run into the gate, which fails it), renders the report with `--redact`
+(the artifact is shared; the gate's JUnit and Markdown redact what they quote too),
+saves the cache and uploads `reports/`. Thresholds and caps live in `config.json`, never in the YAML;
 the workflow never writes a baseline (accepting one stays a deliberate, reviewed act).
 
 Run steps pass values only through `$GITHUB_ENV` and environment variables, never
@@ -277,9 +278,12 @@ jobs:
           --runner-exit "$EVALKIT_RUN_EXIT"
           --junit {CI_OUT}/gate.xml --markdown "$GITHUB_STEP_SUMMARY"
 
+      # The report folder is uploaded for anyone who can read this repository's runs:
+      # rendered with --redact, so personal data and secrets in model outputs (a key a model
+      # leaked, which grade flags HIGH) show as placeholders. The run folder is not uploaded.
       - name: Report
         if: ${{{{ always() && env.EVALKIT_RUN != '' }}}}
-        run: evalkit report "$EVALKIT_RUN" --reports-dir {REPORTS_DIR}
+        run: evalkit report "$EVALKIT_RUN" --reports-dir {REPORTS_DIR} --redact
 
       - name: Save the response cache
         if: ${{{{ always() }}}}

@@ -159,6 +159,9 @@ def test_generated_workflow_shape(tmp_path):
     install = next(s for s in steps if "pip install" in s.get("run", ""))
     assert install["env"]["EVALKIT_SPEC"] == "./vendor/evalkit" and "$EVALKIT_SPEC" in install["run"]
     assert not re.search(r"pip install\s+\"?evalkit\b", text)
+    # the uploaded report is rendered redacted: outputs may hold what a model leaked
+    report = next(s for s in steps if s.get("name") == "Report")
+    assert "evalkit report " in report["run"] and report["run"].rstrip().endswith("--redact")
     # an existing workflow is not overwritten; a suite without a ci block is refused
     cwd = os.getcwd()
     os.chdir(repo)
