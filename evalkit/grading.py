@@ -274,12 +274,22 @@ async def _judge_all(
     scores: dict[Key, JudgeScore] = {}
     stopped: list[str] = []  # the watch's reason once it reported: no judge call after it
 
+    def halted() -> list[str]:
+        """Why no further judge call may go out, as the runner says it: the watch's cause
+        first, then a dead or endlessly rate-limiting endpoint, then the cap."""
+        causes = [stopped[0].partition("\n")[0]] if stopped else []
+        causes += [c for c in (client.unreachable, client.rate_limited_out) if c]
+        if ledger.refusals:
+            causes.append("budget exhausted")
+        return causes
+
     def should_stop() -> str | None:
         if not stopped and watch is not None:
             reason = watch()
             if reason:
                 stopped.append(reason.strip())
-        return stopped[0].partition("\n")[0] if stopped else None
+        causes = halted()
+        return causes[0] if causes else None
 
     # Identical (case, output) pairs make identical judge requests: ask once, in a fixed
     # order, and share the answer (the first line carries the cost, the rest $0, as a
@@ -328,9 +338,11 @@ async def _judge_all(
             "run_spend_usd": ledger.committed_usd,
             "cap_usd": cap,
         }
+        causes = halted()
+        if causes:
+            stats["stop_reason"] = "; ".join(dict.fromkeys(c.strip() for c in causes))
         if stopped:
-            cause, _, detail = stopped[0].partition("\n")
-            stats["stop_reason"] = cause.strip()
+            detail = stopped[0].partition("\n")[2]
             if detail.strip("\n"):
                 stats["stop_detail"] = detail.strip("\n")
         ledger.close()

@@ -592,3 +592,30 @@ def test_a_ci_run_and_its_grading_spend_under_the_ci_cap_not_the_local_one(tmp_p
     assert res.summary["cap_usd"] == 0.02
     assert 0 < judge_calls and res.summary["overall"]["judge_errors"] > 0  # the cap bound: some went unjudged
     assert not res.complete
+
+
+def test_grading_against_a_dead_judge_says_endpoint_unreachable(tmp_path):
+    """Nothing listens at the judge's URL: grading stopped quickly at $0 but said only
+    `INCOMPLETE: graded 0/N expected samples`, with stop_reason None. Now the summary,
+    a HIGH finding and the INCOMPLETE line on stderr name the endpoint and the cause."""
+    import socket
+    import time
+
+    cases = [{"id": f"open-{i}", "input": f"Describe city {i}", "expected": {"rubric": "Names a river"},
+              "tags": ["open"]} for i in range(20)]
+    outputs = {c["id"]: [f"ANSWER-GOOD {c['id']} {j}" for j in range(3)] for c in cases}
+    suite = write_suite(tmp_path, cases=cases)
+    run = write_run(tmp_path, suite, outputs)
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    t0 = time.monotonic()
+    res = CliRunner().invoke(main, ["grade", str(run), "--judge-base-url", dead])
+    took = time.monotonic() - t0
+    assert res.exit_code == 1 and took < 20
+    summary = json.loads((run / GRADES_SUMMARY).read_text())
+    want = f"endpoint unreachable: {dead} (connection refused)"
+    assert summary["stop_reason"] == want and summary["judge_spend_usd"] == 0
+    assert summary["findings"][0]["level"] == "HIGH" and want in summary["findings"][0]["message"]
+    incomplete = [line for line in res.stderr.splitlines() if line.startswith("INCOMPLETE")]
+    assert incomplete == [f"INCOMPLETE: graded 0/60 expected samples (grading stopped: {want})"], res.stderr
