@@ -148,9 +148,11 @@ def grade_cmd(
     click.echo(f"summary: {result.run_path / GRADES_SUMMARY}")
     if not result.complete:
         stopped = f" (grading stopped: {s['stop_reason']})" if s.get("stop_reason") else ""
-        click.echo(f"INCOMPLETE: graded {s['n_graded']}/{s['n_expected']} expected samples{stopped}", err=True)
-        if s.get("stop_detail"):
-            click.echo(s["stop_detail"], err=True)
+        click.echo(
+            printable(f"INCOMPLETE: graded {s['n_graded']}/{s['n_expected']} expected samples{stopped}"), err=True
+        )
+        for line in (s.get("stop_detail") or "").splitlines():  # a dead server's log tail, line by line
+            click.echo(printable(line), err=True)
     sys.exit(result.exit_code)
 
 

@@ -729,8 +729,8 @@ async def _execute(
     )
     if not complete:
         print(printable(result.incomplete_line or ""), file=sys.stderr, flush=True)
-        if result.stop_detail:
-            print(printable(result.stop_detail), file=sys.stderr, flush=True)
+        for line in (result.stop_detail or "").splitlines():  # each line made printable, not the block
+            print(printable(line), file=sys.stderr, flush=True)
     if interrupted is not None:
         raise interrupted
     return result

@@ -619,3 +619,23 @@ def test_grading_against_a_dead_judge_says_endpoint_unreachable(tmp_path):
     assert summary["findings"][0]["level"] == "HIGH" and want in summary["findings"][0]["message"]
     incomplete = [line for line in res.stderr.splitlines() if line.startswith("INCOMPLETE")]
     assert incomplete == [f"INCOMPLETE: graded 0/60 expected samples (grading stopped: {want})"], res.stderr
+
+
+def test_grade_prints_a_dead_servers_log_tail_line_by_line_and_escaped(tmp_path, monkeypatch):
+    """`evalkit grade` under `evalkit serve` whose server has died (its status file
+    written): the log tail was echoed raw, control sequences and all."""
+    cases = [{"id": "open-1", "input": "Describe Paris", "expected": {"rubric": "Mentions the Seine"},
+              "tags": ["open"]}]
+    suite = write_suite(tmp_path, cases=cases)
+    run = write_run(tmp_path, suite, {"open-1": ["ANSWER-GOOD a", "ANSWER-GOOD b", "ANSWER-GOOD c"]})
+    status = tmp_path / "status.txt"
+    status.write_text("the llama.cpp server (pid 7) exited: killed by SIGSEGV (signal 11)\n"
+                      "its log ends:\nload ok\n\x1b]0;PWNED\x07boom\n")
+    with ScriptedServer(JUDGE_SCRIPT) as srv:
+        monkeypatch.setenv("EVALKIT_SERVED", json.dumps({"base_url": srv.base_url, "model": "judge-model",
+                                                         "status_file": str(status), "pid": None}))
+        res = CliRunner().invoke(main, ["grade", str(run), "--judge-base-url", srv.base_url])
+        assert srv.stats["requests"] == 0
+    err = res.stderr.splitlines()
+    assert res.exit_code == 1 and "its log ends:" in err and "load ok" in err
+    assert "\\x1b]0;PWNED\\x07boom" in err and "\x1b" not in res.stderr

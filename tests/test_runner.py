@@ -817,3 +817,20 @@ def test_a_ci_cap_no_call_fits_under_is_refused_before_a_folder_is_made(tmp_path
         assert srv.requests == []
     assert proc.exit_code == 2 and "0 calls fit under the cap" in proc.stderr and "$.ci.cost_cap_usd" in proc.stderr
     assert _nothing_written(tmp_path / "runs")
+
+
+def test_a_dead_servers_log_tail_is_printed_line_by_line(tmp_path, monkeypatch, capsys):
+    """The watch's detail (a crashed server's log tail) was printed through `printable`
+    as one block, every newline shown as a literal `\\x0a`; a line's own control
+    characters are still escaped."""
+    monkeypatch.setenv("EVALKIT_TEST_KEY", "sk-test")
+    suite = write_suite(tmp_path / "suite", 2)
+    reason = ("the llama.cpp server (pid 4242) exited: killed by SIGSEGV (signal 11)\n"
+              "its log ends:\nggml: loading model\n\x1b]0;PWNED\x07segfault at 0x0")
+    with ScriptedServer(SCRIPT) as srv:
+        res = run_suite(suite, base_url=srv.base_url, progress=False, watch=lambda: reason)
+    err = capsys.readouterr().err.splitlines()
+    assert res.reason.startswith("the llama.cpp server (pid 4242) exited") and not res.complete
+    assert "\\x0a" not in "\n".join(err)
+    assert "its log ends:" in err and "ggml: loading model" in err
+    assert "\\x1b]0;PWNED\\x07segfault at 0x0" in err  # the escape sequence shown, not run
