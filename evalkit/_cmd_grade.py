@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from ._cliopts import ci_output_options, emit_ci
+from ._cliopts import ci_output_options, echo_text, emit_ci
 from ._text import printable
 from .errors import InputError
 
@@ -86,8 +86,8 @@ def grade_cmd(
 
         report = grade_outputs(eval_file, outputs, k, compat_wildcards=compat_wildcards)
         for w in report.warnings:
-            click.echo(f"WARNING: {w}", err=True)
-        click.echo(render(report), nl=False)
+            echo_text(f"WARNING: {w}", err=True)
+        echo_text(render(report), nl=False)  # case ids and reasons from the outputs folder
 
         def ci():  # noqa: ANN202 - a CiReport, built only when asked for
             from .ciout import eval_file_report

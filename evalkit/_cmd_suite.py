@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from . import importers, suite
+from ._cliopts import echo_text
 
 
 @click.command("init")
@@ -75,9 +76,9 @@ def lint_cmd(suite_path: Path, strict: bool) -> None:
     there are only warnings or none."""
     report = suite.lint_suite(suite_path, strict=strict)
     for finding in report.errors:
-        click.echo(str(finding), err=True)
+        echo_text(str(finding), err=True)  # a message may quote the suite's files
     for finding in report.warnings:
-        click.echo(str(finding))
+        echo_text(str(finding))
     summary = f"{report.suite}: {len(report.errors)} error(s), {len(report.warnings)} warning(s)"
     if report.errors:
         click.echo(summary, err=True)
@@ -112,7 +113,7 @@ def import_cmd(file: Path, dest: Path, guidance: Path | None, redact: bool) -> N
         dest,
         guidance=guidance,
         redact=redact,  # lints what it writes
-        on_warning=lambda w: click.echo(str(w)),
+        on_warning=lambda w: echo_text(str(w)),
     )
     loaded = suite.load_suite(out)
     click.echo(f"imported {file} -> {out} ({len(loaded.cases)} cases)")
@@ -123,7 +124,7 @@ def import_cmd(file: Path, dest: Path, guidance: Path | None, redact: bool) -> N
 
         click.echo(f"{redaction_summary(out / REDACTION_LOG)}; log: {out / REDACTION_LOG}")
     for warning in loaded.warnings:
-        click.echo(warning)
+        echo_text(warning)
 
 
 COMMANDS: list[click.Command] = [init_cmd, lint_cmd, import_cmd]
