@@ -503,6 +503,7 @@ class ModelClient:
         rate_limit_budget_s: float = RATE_LIMIT_BUDGET_S,
         max_connection_failures: int = MAX_CONNECTION_FAILURES,
         concurrency: int = 32,
+        cache_endpoint: str | None = None,
     ) -> None:
         if price is None:
             raise InputError(f"no price for model {endpoint.model!r}: refusing to run")
@@ -517,6 +518,10 @@ class ModelClient:
         self.max_tokens_in = int(max_tokens_in)
         self.max_tokens_out = int(max_tokens_out)
         self.cache = cache
+        # The endpoint the cache's entries are keyed by (`endpoints.endpoint_key` of the base
+        # URL): an answer is replayed only to a request for the server that gave it. None:
+        # entries without an endpoint (the judge's cache, for now).
+        self.cache_endpoint = cache_endpoint
         self.replay_only = replay_only
         self.max_attempts = int(max_attempts)
         self.timeout_s = float(timeout_s)
@@ -635,7 +640,7 @@ class ModelClient:
             )
 
         if self.cache is not None:
-            hit = self.cache.get(self.endpoint.model, rhash, sample_index)
+            hit = self.cache.get(self.endpoint.model, rhash, sample_index, endpoint=self.cache_endpoint)
             if hit is not None:
                 avoided = float(hit.get("cost_usd", 0.0))
                 self.ledger.record_avoided(avoided, key)
@@ -655,9 +660,11 @@ class ModelClient:
                     attempts=0,
                 )
             if self.replay_only:
+                where = f" from {self.cache_endpoint}" if self.cache_endpoint else ""
                 raise ReplayMiss(
-                    f"{key or 'request'}: no cached response (request {rhash[:12]}, "
-                    f"sample {sample_index}) and --replay-only is set"
+                    f"{key or 'request'}: no cached response{where} (request {rhash[:12]}, "
+                    f"sample {sample_index}) and --replay-only is set; answers are cached per endpoint"
+                    + ("" if self.cache_endpoint else ": give the base URL of the one that answered")
                 )
 
         label = key or "request"
@@ -825,6 +832,7 @@ class ModelClient:
                     "system_fingerprint": fingerprint,
                 },
                 r.price.cost(settled.prompt_tokens, settled.completion_tokens),
+                endpoint=self.cache_endpoint,
             )
         try:
             cost = self.ledger.settle(r, settled, untrusted=untrusted)

@@ -104,6 +104,24 @@ def base_url_problem(url: str) -> str | None:
     return None
 
 
+def endpoint_key(url: str) -> str:
+    """`url` normalized as the identity of the server it reaches (what the response cache
+    keys answers by): scheme and host lower-cased, a default port dropped, no trailing
+    slash, no credentials. `http://LOCALHOST:80/v1/` and `http://localhost/v1` are one
+    endpoint; `localhost` and `127.0.0.1` are two (nothing proves they are one server)."""
+    parts = urlsplit(url.strip())
+    scheme, host = parts.scheme.lower(), (parts.hostname or "").lower()
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if ":" in host:
+        host = f"[{host}]"  # an IPv6 literal
+    netloc = host if port is None or (scheme, port) in (("http", 80), ("https", 443)) else f"{host}:{port}"
+    path = parts.path.rstrip("/")
+    return f"{scheme}://{netloc}{path}" + (f"?{parts.query}" if parts.query else "")
+
+
 def check_base_url(url: str, source: str, config_path: str | Path | None = None, json_path: str | None = None) -> str:
     """`url` when a request can go to it, else an `InputError` naming `source` (a flag, an
     environment variable, a config key) and the URL with its password masked."""

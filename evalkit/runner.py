@@ -53,7 +53,7 @@ from tqdm import tqdm
 from ._text import printable
 from .cache import ResponseCache
 from .client import CallStopped, ModelClient, check_endpoint
-from .endpoints import Watch, combine, resolve_base_url, served_watch
+from .endpoints import Watch, combine, endpoint_key, resolve_base_url, served_watch
 from .errors import BudgetExhausted, CeilingBreached, DiskFull, InputError, InputTooLong, ReplayMiss, UnitCallError
 from .ledger import Ledger
 from .records import Arm, Config, Sample, Suite
@@ -654,6 +654,7 @@ async def _execute(
             rate_limit_budget_s=config.rate_limit_budget_s,
             max_connection_failures=config.max_connection_failures,
             concurrency=config.concurrency,
+            cache_endpoint=endpoint_key(base_url) if base_url else None,  # answers are the server's own
         )
         stack.push_async_callback(client.aclose)
         engine = _Engine(
