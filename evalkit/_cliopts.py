@@ -1,5 +1,7 @@
-"""Options shared by several subcommands (not a command module): `--junit` and
-`--markdown`, the CI outputs of `gate`, `compare`, `grade --eval-file` and `run`."""
+"""Options and helpers shared by several subcommands (not a command module): `--junit`
+and `--markdown`, the CI outputs of `gate`, `compare`, `grade --eval-file` and `run`;
+`echo_text`, how a command prints text that may carry what an endpoint, a model or a
+user's file said."""
 
 from __future__ import annotations
 
@@ -7,6 +9,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import click
+
+from ._text import printable
 
 
 def ci_output_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -41,3 +45,11 @@ def emit_ci(make_report: Callable[[], Any], junit: Path | None, markdown: Path |
         write_junit(report, junit)
     if markdown is not None:
         write_markdown(report, markdown)
+
+
+def echo_text(text: str, *, err: bool = False, nl: bool = True) -> None:
+    """Print `text` that may carry endpoint, model or file text (an HTTP error message in a
+    verdict's problems, a server's log tail, a reader's warning): each line made
+    `printable` (control sequences shown as escapes, never run by the terminal), the
+    lines kept as lines."""
+    click.echo("\n".join(printable(line) for line in str(text).split("\n")), err=err, nl=nl)

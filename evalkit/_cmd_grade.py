@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from ._cliopts import ci_output_options, emit_ci
+from ._cliopts import ci_output_options, echo_text, emit_ci
 from ._text import printable
 from .errors import InputError
 
@@ -105,8 +105,8 @@ def grade_cmd(
 
         report = grade_outputs(eval_file, outputs, k, compat_wildcards=compat_wildcards)
         for w in report.warnings:
-            click.echo(f"WARNING: {w}", err=True)
-        click.echo(render(report), nl=False)
+            echo_text(f"WARNING: {w}", err=True)
+        echo_text(render(report), nl=False)  # case ids and reasons from the outputs folder
 
         def ci():  # noqa: ANN202 - a CiReport, built only when asked for
             from .ciout import eval_file_report
@@ -179,9 +179,11 @@ def grade_cmd(
     click.echo(f"summary: {result.run_path / GRADES_SUMMARY}")
     if not result.complete:
         stopped = f" (grading stopped: {s['stop_reason']})" if s.get("stop_reason") else ""
-        click.echo(f"INCOMPLETE: graded {s['n_graded']}/{s['n_expected']} expected samples{stopped}", err=True)
-        if s.get("stop_detail"):
-            click.echo(s["stop_detail"], err=True)
+        click.echo(
+            printable(f"INCOMPLETE: graded {s['n_graded']}/{s['n_expected']} expected samples{stopped}"), err=True
+        )
+        for line in (s.get("stop_detail") or "").splitlines():  # a dead server's log tail, line by line
+            click.echo(printable(line), err=True)
     if result.held:
         click.echo(
             f"JUDGE NOT TRUSTED: {result.held} judged sample(s) held (not counted as passes); see the findings",

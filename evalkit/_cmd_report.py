@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from ._cliopts import echo_text
 from .errors import InputError
 
 MIN_REPS = 5  # fewer fresh-context repetitions than this is noise, not a micro-test
@@ -59,7 +60,7 @@ def report_cmd(
     )
     for nb in result.notebooks:
         status = "ok" if nb.ok else f"FAILED: {nb.error}"
-        click.echo(f"{nb.name}: {nb.html or nb.ipynb} ({nb.seconds:.1f} s) {status}", err=True)
+        echo_text(f"{nb.name}: {nb.html or nb.ipynb} ({nb.seconds:.1f} s) {status}", err=True)
     for name, why in result.skipped.items():
         if not only:
             click.echo(f"{name}: skipped ({why})", err=True)
@@ -212,10 +213,10 @@ def microtest_cmd(
     click.echo(f"report: {nb.html}")
     side = reports.read_sidecar(rep.out_dir, "micro_test") or {}
     if side.get("conclusion"):
-        click.echo(side["conclusion"])
+        echo_text(side["conclusion"])
     click.echo(str(rep.index))
     if not nb.ok:
-        click.echo(f"error: the micro_test notebook failed: {nb.error}", err=True)
+        echo_text(f"error: the micro_test notebook failed: {nb.error}", err=True)
         sys.exit(1)
     sys.exit(result.exit_code)
 

@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from . import verdicts as V
-from ._cliopts import ci_output_options, emit_ci
+from ._cliopts import ci_output_options, echo_text, emit_ci
 
 FAIL_KINDS = ("regression", "inconclusive", "no-improvement")
 
@@ -25,7 +25,10 @@ FAIL_KINDS = ("regression", "inconclusive", "no-improvement")
 def _emit(obj: dict[str, Any], as_json: bool, text: str) -> None:
     from .reports import jsonable  # NaN and infinities become null, numpy scalars plain numbers
 
-    click.echo(json.dumps(jsonable(obj), indent=2) if as_json else text)
+    if as_json:
+        click.echo(json.dumps(jsonable(obj), indent=2))  # ASCII: control characters escaped
+    else:
+        echo_text(text)  # a verdict's problems quote endpoint error messages
 
 
 def _fail_on(kind: str, fail_on: tuple[str, ...]) -> None:

@@ -15,7 +15,12 @@ check, the spend and the top failures.
 
 Model output and reasons quoted from it are untrusted text: control characters that XML
 1.0 cannot carry are dropped, and the Markdown escapes HTML and Markdown syntax (and
-breaks `@mentions`) so an answer cannot inject markup into a PR comment.
+breaks `@mentions`) so an answer cannot inject markup into a PR comment. Both files are
+published (a job summary, a PR comment, a test-report artifact), so every text either
+carries (names, messages, details, reasons, table cells, the headline) has each
+personal value or secret the privacy scanner detects replaced by its kind's placeholder
+first (`evalkit.privacy.redact_shown`: `<API_KEY>`, `<EMAIL>`): a check's reason that
+quotes a model leaking a token shows the placeholder, never the token.
 """
 
 from __future__ import annotations
@@ -76,16 +81,25 @@ _XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]|~])")  # links, code, emphasis, tables (text never starts a line)
 
 
+def _published(s: Any) -> str:
+    """`s` as a published file may show it: personal data and secrets replaced by their
+    kinds' placeholders (before any cut, so a value is never half shown)."""
+    from .privacy import redact_shown
+
+    return redact_shown(str(s))
+
+
 def _xml_text(s: Any) -> str:
-    """Text XML 1.0 can carry: the control characters it forbids are dropped."""
-    return _XML_BAD.sub("", str(s))[:MAX_TEXT]
+    """Text XML 1.0 can carry, and may publish: the control characters it forbids are
+    dropped, personal data and secrets replaced (`_published`)."""
+    return _XML_BAD.sub("", _published(s))[:MAX_TEXT]
 
 
 def md_escape(s: Any, limit: int = 160) -> str:
-    """Untrusted text as inert Markdown on one line: HTML escaped, Markdown punctuation
-    backslash-escaped, `@` broken so no one is mentioned, newlines folded, cut to
-    `limit` characters."""
-    text = " ".join(_XML_BAD.sub("", str(s)).split())
+    """Untrusted text as inert Markdown on one line: personal data and secrets replaced
+    (`_published`), HTML escaped, Markdown punctuation backslash-escaped, `@` broken so
+    no one is mentioned, newlines folded, cut to `limit` characters."""
+    text = " ".join(_XML_BAD.sub("", _published(s)).split())
     if len(text) > limit:
         text = text[: limit - 1] + "…"
     text = html.escape(text, quote=False)

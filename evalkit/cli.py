@@ -56,7 +56,9 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except EvalkitError as exc:
-            click.echo(f"error: {exc}", err=True)
+            from ._cliopts import echo_text
+
+            echo_text(f"error: {exc}", err=True)  # a message may quote a file or an endpoint
             sys.exit(exc.exit_code)
 
 

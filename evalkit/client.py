@@ -30,8 +30,18 @@ costs is decided by what may have been billed, and nothing else:
   connection is acquired), and a request whose bytes were refused by a closing
   connection (aiohttp's "Cannot write to closing transport": the headers go out with the
   body in that one write, and a body cut short under its Content-Length is no request
-  any server can process). On the httpx transport (`EVALKIT_HTTP=httpx`): its
-  `ConnectError`, `ConnectTimeout` and `PoolTimeout`.
+  any server can process), a URL the client cannot request (aiohttp's
+  `NonHttpUrlClientError`, `InvalidUrlClientError`; httpx's `UnsupportedProtocol`), and
+  any error the HTTP client raised on this side before a response arrived for the
+  attempt (a header it refuses to serialize, say: "the HTTP client refused to send the
+  request"). That last kind is told apart by the response hook, which marks the attempt
+  (`_ATTEMPT`) when an answer's status line arrives: without the mark, an error that is
+  not the transport's (every failure once a socket is in use surfaces as an openai
+  `APIConnectionError`) came from building the request. It is not retried (the same
+  request fails the same way) and counts as a connection failure, so a run of them
+  stops the run as a dead endpoint does. On the httpx transport (`EVALKIT_HTTP=httpx`):
+  its `ConnectError`, `ConnectTimeout`, `PoolTimeout` and `LocalProtocolError` (h11
+  refused to serialize the request).
 * anything else that may have reached the server (a connection reset or closed after
   the request was written, a read timeout, a malformed or implausible body): the full
   reservation, because the call may have been billed and evalkit cannot know. The
@@ -57,7 +67,9 @@ waits that long again. `should_stop` is asked before every attempt and during th
 a run that has stopped (ceiling breached, budget exhausted, disk full, its watched
 server died) sends no further paid retry and waits for none. A client with no base URL
 is refused (`InputError`) unless replay-only: evalkit never lets the openai client pick
-its default host.
+its default host. So is a base URL no request can go to (`endpoints.check_base_url`:
+http(s) with a host, no credentials) and an API key no HTTP header can carry
+(`check_endpoint`): both are known before any request, and no reservation is made.
 
 A request text with a lone surrogate (a model's output shown to the judge) is sent with
 U+FFFD in its place: UTF-8, and so HTTP, cannot carry it (`evalkit._text.sendable`).
@@ -67,6 +79,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import email.utils
 import hashlib
 import json
@@ -89,6 +102,7 @@ except ImportError:  # pragma: no cover - an older openai
 
 from ._text import sendable
 from .cache import ResponseCache
+from .endpoints import check_base_url
 from .errors import BudgetExhausted, CeilingBreached, InputError, InputTooLong, ReplayMiss, UnitCallError
 from .ledger import Ledger, reported_usage, unusable_usage
 from .records import Endpoint, Price, Usage
@@ -211,6 +225,7 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return out
 
 
+_URL_ERRORS = (aiohttp.NonHttpUrlClientError, aiohttp.InvalidUrlClientError, httpx2.UnsupportedProtocol)
 _DNS_ERRORS = tuple(c for c in (getattr(aiohttp, "ClientConnectorDNSError", None), socket.gaierror) if c)
 
 
@@ -225,6 +240,8 @@ def transport_failure(exc: BaseException, timeout_s: float) -> tuple[str, str]:
     `APITimeoutError` for both; the cause chain still tells them apart."""
     chain = _chain(exc)
     for e in chain:
+        if isinstance(e, _URL_ERRORS):  # raised before any connection is made
+            return "not sent", f"the URL cannot be requested ({type(e).__name__}: {_short(str(e), 120)})"
         if isinstance(e, _DNS_ERRORS):
             return "not sent", f"DNS lookup failed: {_short(str(e), 120)}"
         if isinstance(e, ConnectionRefusedError):
@@ -243,6 +260,8 @@ def transport_failure(exc: BaseException, timeout_s: float) -> tuple[str, str]:
                 return "not sent", f"connect timeout after {timeout_s:g}s"
             if isinstance(e, httpx2.ConnectError):
                 return "not sent", f"cannot connect: {_short(str(e) or type(e).__name__, 120)}"
+            if isinstance(e, httpx2.LocalProtocolError):  # h11 refused to serialize the request
+                return "not sent", f"the HTTP client refused to send the request: {_short(str(e), 120)}"
     for e in chain:
         if isinstance(e, aiohttp.ClientConnectionError) and not isinstance(e, TimeoutError):
             return "connection error", f"connection error: {_short(str(e), 200)}"
@@ -275,13 +294,39 @@ def _utf8_size(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
+def _key_problem(key: str) -> str | None:
+    """Why `key` cannot go in an HTTP Authorization header (the HTTP library would refuse
+    to send the request), or None. Names the character's kind and place, never the key."""
+    for i, ch in enumerate(key, 1):
+        if ch in "\r\n":
+            kind = "a line break (a trailing newline from a file or `echo`?)"
+        elif ch.isspace():
+            kind = "whitespace"
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            kind = "a control character"
+        elif ord(ch) > 0x7E:
+            kind = "a non-ASCII character"
+        else:
+            continue
+        return f"it holds {kind} at character {i} of {len(key)}"
+    return None
+
+
 def check_endpoint(endpoint: Endpoint, base_url: str | None = None, replay_only: bool = False) -> str:
     """The API key for `endpoint`, read from the environment variable its config names.
     A loopback server (or a replay-only run) takes any key; elsewhere a missing key is an
-    `InputError`."""
+    `InputError`. So is a key no HTTP header can carry (a newline, whitespace, a control
+    or non-ASCII character): no request could be sent with it. The message names the
+    variable, never the key."""
     url = base_url or endpoint.base_url
     api_key = os.environ.get(endpoint.api_key_env)
     if api_key:
+        problem = _key_problem(api_key)
+        if problem is not None:
+            raise InputError(
+                f"environment variable {endpoint.api_key_env} (the API key for {endpoint.model!r}) cannot be sent: "
+                f"{problem}; an HTTP header cannot carry it, so no request would leave (the value is not shown)"
+            )
         return api_key
     if (url and _is_loopback(url)) or replay_only:
         return "evalkit-loopback"  # local servers take any key
@@ -298,6 +343,21 @@ def _http_client(timeout_s: float, on_response: Callable[[Any], Any]):
     if os.environ.get("EVALKIT_HTTP", "").lower() == "httpx":
         return openai.DefaultAsyncHttpxClient(timeout=timeout_s, event_hooks=hooks)
     return openai.DefaultAioHttpClient(timeout=timeout_s, event_hooks=hooks)
+
+
+class _Attempt:
+    """One attempt's state, seen by the response hook through `_ATTEMPT`: `answered`
+    once a response (its status line and headers) arrived for it."""
+
+    __slots__ = ("answered",)
+
+    def __init__(self) -> None:
+        self.answered = False
+
+
+# The attempt the running task is making: the response hook runs in the task that sends
+# the request, so each of many concurrent attempts marks its own.
+_ATTEMPT: contextvars.ContextVar[_Attempt | None] = contextvars.ContextVar("evalkit_attempt", default=None)
 
 
 class CallStopped(UnitCallError):
@@ -443,6 +503,7 @@ class ModelClient:
         rate_limit_budget_s: float = RATE_LIMIT_BUDGET_S,
         max_connection_failures: int = MAX_CONNECTION_FAILURES,
         concurrency: int = 32,
+        cache_endpoint: str | None = None,
     ) -> None:
         if price is None:
             raise InputError(f"no price for model {endpoint.model!r}: refusing to run")
@@ -457,6 +518,10 @@ class ModelClient:
         self.max_tokens_in = int(max_tokens_in)
         self.max_tokens_out = int(max_tokens_out)
         self.cache = cache
+        # The endpoint the cache's entries are keyed by (`endpoints.endpoint_key` of the base
+        # URL): an answer is replayed only to a request for the server that gave it. None:
+        # entries without an endpoint (the judge's cache, for now).
+        self.cache_endpoint = cache_endpoint
         self.replay_only = replay_only
         self.max_attempts = int(max_attempts)
         self.timeout_s = float(timeout_s)
@@ -469,6 +534,8 @@ class ModelClient:
                 f"no base URL for the {role} model {endpoint.model!r}; evalkit never falls back to "
                 "the openai client's default host"
             )
+        if self.base_url:  # one a request can go to: http(s), a host, no credentials
+            check_base_url(self.base_url, f"the {role}'s base_url")
 
         self.unreachable: str | None = None  # "endpoint unreachable: <url> (<cause>)" once it is
         self.rate_limited_out: str | None = None  # set when a key waited out its whole rate_limit_budget_s
@@ -502,6 +569,9 @@ class ModelClient:
         """httpx response hook: no completion body is read past `body_bound`. A body
         with a Content-Length is read to that length and no further, so it is checked
         here; one without (chunked) is counted as it is read."""
+        mark = _ATTEMPT.get()
+        if mark is not None:
+            mark.answered = True
         strict = response.status_code < 400
         length = response.headers.get("content-length")
         if length is not None and length.isdigit() and "transfer-encoding" not in response.headers:
@@ -570,7 +640,7 @@ class ModelClient:
             )
 
         if self.cache is not None:
-            hit = self.cache.get(self.endpoint.model, rhash, sample_index)
+            hit = self.cache.get(self.endpoint.model, rhash, sample_index, endpoint=self.cache_endpoint)
             if hit is not None:
                 avoided = float(hit.get("cost_usd", 0.0))
                 self.ledger.record_avoided(avoided, key)
@@ -590,9 +660,11 @@ class ModelClient:
                     attempts=0,
                 )
             if self.replay_only:
+                where = f" from {self.cache_endpoint}" if self.cache_endpoint else ""
                 raise ReplayMiss(
-                    f"{key or 'request'}: no cached response (request {rhash[:12]}, "
-                    f"sample {sample_index}) and --replay-only is set"
+                    f"{key or 'request'}: no cached response{where} (request {rhash[:12]}, "
+                    f"sample {sample_index}) and --replay-only is set; answers are cached per endpoint"
+                    + ("" if self.cache_endpoint else ": give the base URL of the one that answered")
                 )
 
         label = key or "request"
@@ -623,6 +695,8 @@ class ModelClient:
                     causes.note(f"attempt {attempt} refused: {exc}")
                     raise _call_error(f"{label}: {causes}", attempt - 1, BudgetExhausted) from exc
                 t0 = time.perf_counter()
+                mark = _Attempt()
+                _ATTEMPT.set(mark)
                 try:
                     resp = await self._send(body)
                     latency_ms = (time.perf_counter() - t0) * 1000
@@ -650,13 +724,27 @@ class ModelClient:
                         cause = f"not sent ($0): {cause}"
                     else:
                         self.ledger.settle_failed(r, _worst(r), reason, cause)
-                except (_Malformed, ValueError) as exc:  # the server answered with no completion
-                    self._answered()
+                except Exception as exc:
+                    if not mark.answered and not isinstance(exc, _Malformed):
+                        # Raised on this side before any answer: not a transport error
+                        # (every failure once a socket is in use reaches us as an
+                        # APIConnectionError), so the HTTP client refused to build or
+                        # send the request. Nothing left: $0, not retried (the same
+                        # request fails the same way), and a run of them stops the run
+                        # as a dead endpoint does.
+                        unsent = (
+                            f"the HTTP client refused to send the request ({type(exc).__name__}: {_short(str(exc))})"
+                        )
+                        self.ledger.release_unsent(r, unsent)
+                        self._connection_failed(f"not sent: {unsent}")
+                        causes.add(attempt, f"not sent ($0): {unsent}")
+                        raise _call_error(f"{label}: {causes} (not retried)", attempt) from exc
                     self.ledger.settle_failed(r, _worst(r), "malformed response")
-                    cause = f"malformed response: {_short(str(exc))}"
-                except Exception as exc:  # anything else the client library raised on this body
-                    self.ledger.settle_failed(r, _worst(r), "malformed response")
-                    cause = f"malformed response: {type(exc).__name__}: {_short(str(exc))}"
+                    if isinstance(exc, (_Malformed, ValueError)):  # the server answered with no completion
+                        self._answered()
+                        cause = f"malformed response: {_short(str(exc))}"
+                    else:  # anything else the client library raised on this body
+                        cause = f"malformed response: {type(exc).__name__}: {_short(str(exc))}"
                 except BaseException:
                     # Cancelled or interrupted mid-call: it may have been billed.
                     self.ledger.settle_failed(r, _worst(r), "interrupted")
@@ -679,6 +767,7 @@ class ModelClient:
                         latency_ms,
                     )
             finally:
+                _ATTEMPT.set(None)
                 self._throttle.release()
             causes.add(attempt, cause)
             if limited_wait is not None:  # a rate limit: wait it out while the key's budget lasts
@@ -743,6 +832,7 @@ class ModelClient:
                     "system_fingerprint": fingerprint,
                 },
                 r.price.cost(settled.prompt_tokens, settled.completion_tokens),
+                endpoint=self.cache_endpoint,
             )
         try:
             cost = self.ledger.settle(r, settled, untrusted=untrusted)

@@ -4,7 +4,9 @@ metrics and findings. Writes `grades.jsonl` and `grades-summary.json` (docs/form
 Re-grading replaces both files and never calls the generator: it reads `results.jsonl`.
 Judge answers are kept in the run folder's response cache (`judge-cache.sqlite`), so a
 re-grade with unchanged judge files replays them at $0; judge calls that are made
-reserve and settle on the run's own `ledger.jsonl` under the run's cost cap.
+reserve and settle on the run's own `ledger.jsonl` under the run's cost cap: the one the
+run's `config.json` records (`runner.run_cap_usd`; a CI run's `ci.cost_cap_usd`), so the
+generator and the judge of one run spend under one cap.
 
 A sample missing from `results.jsonl` is not a pass: every rate divides by the samples
 the run was expected to produce (cases x arms x k), and each group states how many were
@@ -282,7 +284,8 @@ def _grade_line(
 def judge_endpoint(suite: Suite, judge_base_url: str | None = None) -> Endpoint:
     """The judge's model and the base URL its calls go to (`endpoints.resolve_base_url`:
     the override, `EVALKIT_JUDGE_BASE_URL`, `$.judge.base_url`, the server `evalkit
-    serve` runs). `InputError` when there is no judge or no URL, before any request."""
+    serve` runs). `InputError` when there is no judge, no URL, or no key a request can
+    carry, before any request."""
     from .endpoints import resolve_base_url
 
     judge = suite.config.judge
@@ -290,7 +293,11 @@ def judge_endpoint(suite: Suite, judge_base_url: str | None = None) -> Endpoint:
     if judge is None:
         raise InputError("the suite has judged cases but config.json has no judge", config_file, json_path="$.judge")
     url = resolve_base_url("judge", judge, judge_base_url, config_path=config_file)
-    return Endpoint(judge.model, url, judge.api_key_env)
+    endpoint = Endpoint(judge.model, url, judge.api_key_env)
+    from .client import check_endpoint
+
+    check_endpoint(endpoint)  # a missing key, or one no header can carry: refused before the ledger is opened
+    return endpoint
 
 
 @dataclass(frozen=True)
@@ -345,12 +352,22 @@ async def _judge_all(
     scores: dict[Key, JudgeScore] = {}
     stopped: list[str] = []  # the watch's reason once it reported: no judge call after it
 
+    def halted() -> list[str]:
+        """Why no further judge call may go out, as the runner says it: the watch's cause
+        first, then a dead or endlessly rate-limiting endpoint, then the cap."""
+        causes = [stopped[0].partition("\n")[0]] if stopped else []
+        causes += [c for c in (client.unreachable, client.rate_limited_out) if c]
+        if ledger.refusals:
+            causes.append("budget exhausted")
+        return causes
+
     def should_stop() -> str | None:
         if not stopped and watch is not None:
             reason = watch()
             if reason:
                 stopped.append(reason.strip())
-        return stopped[0].partition("\n")[0] if stopped else None
+        causes = halted()
+        return causes[0] if causes else None
 
     # Identical (case, output) pairs make identical judge requests: ask once, in a fixed
     # order, and share the answer (the first line carries the cost, the rest $0, as a
@@ -401,9 +418,11 @@ async def _judge_all(
             "run_spend_usd": ledger.committed_usd,
             "cap_usd": cap,
         }
+        causes = halted()
+        if causes:
+            stats["stop_reason"] = "; ".join(dict.fromkeys(c.strip() for c in causes))
         if stopped:
-            cause, _, detail = stopped[0].partition("\n")
-            stats["stop_reason"] = cause.strip()
+            detail = stopped[0].partition("\n")[2]
             if detail.strip("\n"):
                 stats["stop_detail"] = detail.strip("\n")
         ledger.close()
@@ -577,14 +596,16 @@ def grade_run(
 
     scores: dict[Key, JudgeScore] = {}
     outcomes: list[PairOutcome] = []
-    judge_stats: dict[str, Any] = {"judge_spend_usd": 0.0, "cache_hits": 0}
+    from .runner import run_cap_usd  # the run's recorded cap (a CI run's ci.cost_cap_usd): one cap for all
+
+    cap = run_cap_usd(meta, config.cost_cap_usd)
+    judge_stats: dict[str, Any] = {"judge_spend_usd": 0.0, "cache_hits": 0, "cap_usd": cap}
     identity: JudgeIdentity | None = None
     if files is not None and (judged_keys or pairs_todo):
         from .endpoints import combine, served_watch
 
         endpoint = judge_endpoint(suite_obj, judge_base_url)
         identity = judge_identity(files, endpoint.model, endpoint.base_url)
-        cap = float((meta.get("config") or {}).get("cost_cap_usd") or config.cost_cap_usd)
         scores, outcomes, judge_stats = _run_sync(
             _judge_all(
                 suite_obj,

@@ -69,6 +69,7 @@ class Ledger:
         self.avoided_usd = 0.0
         self.breaches = 0  # settles that reported more than their reservation (this file, all runs)
         self.untrusted = 0  # settles whose reported usage was not a non-negative integer
+        self.refusals = 0  # reservations this object refused (budget exhausted)
         self._ids = itertools.count(1)
         self._open: dict[int, Reservation] = {}
         self._lock = threading.Lock()  # a thread lock also serialises asyncio tasks
@@ -127,6 +128,7 @@ class Ledger:
             if self.disk_full is not None:
                 raise DiskFull(self.disk_full.path, self.disk_full.strerror)
             if self.committed_usd + self.reserved_usd + amount > self.cap_usd + 1e-12:
+                self.refusals += 1
                 self._write(
                     {
                         "event": "refuse",

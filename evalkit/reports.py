@@ -850,9 +850,10 @@ def report_run(
     `reports_dir/index.html`. Notebooks run in lanes sized to the cores when `parallel`;
     see `run_notebooks` for `reuse_kernels`. `redact`: the notebooks read a copy of the
     run with every detected personal value and secret replaced by a typed placeholder
-    (`evalkit.privacy.redact_run`, kept in the report folder), the run's report folder is
-    made anew, and every page written, the index included, is checked to hold none of
-    the replaced values."""
+    (`evalkit.privacy.redact_run`, made in a temporary folder outside the report folder
+    and removed once the pages are rendered: the report folder is what gets shared), the
+    run's report folder is made anew, and every file written, the index included, is
+    checked to hold none of the replaced values and nothing the scanner detects."""
     t0 = time.perf_counter()
     run = Path(run_dir)
     if not (run / "config.json").exists():
@@ -862,15 +863,55 @@ def report_run(
     source, redacted = run, None  # the folder the notebooks read
     if redact:
         import shutil
+        import tempfile
 
         from . import privacy
 
         if out_dir.exists():
             shutil.rmtree(out_dir)  # no page of an earlier, unredacted report may stay beside it
-        redacted = privacy.redact_run(
-            run, out_dir / privacy.REDACTED_RUN / run.name, log=out_dir / privacy.REDACTION_LOG
-        )
+        copy_root = Path(tempfile.mkdtemp(prefix=f"evalkit-{privacy.REDACTED_RUN}-"))
+        try:
+            redacted = privacy.redact_run(run, copy_root / run.name, log=out_dir / privacy.REDACTION_LOG)
+        except BaseException:
+            shutil.rmtree(copy_root, ignore_errors=True)
+            raise
         source = Path(redacted.path)
+    try:
+        return _render_run(
+            run,
+            source,
+            redacted,
+            out_dir,
+            reports_dir,
+            notebooks,
+            parallel,
+            source_dir,
+            extra_parameters,
+            workers,
+            reuse_kernels,
+            t0,
+        )
+    finally:
+        if redacted is not None:
+            shutil.rmtree(Path(redacted.path).parent, ignore_errors=True)  # the copy is no part of the report
+
+
+def _render_run(
+    run: Path,
+    source: Path,
+    redacted: Any,
+    out_dir: Path,
+    reports_dir: str | Path,
+    notebooks: Sequence[str] | None,
+    parallel: bool,
+    source_dir: str | Path | None,
+    extra_parameters: Mapping[str, Mapping[str, Any]] | None,
+    workers: int | None,
+    reuse_kernels: bool,
+    t0: float,
+) -> ReportResult:
+    """`report_run` once the folder the notebooks read (`source`: the run, or its
+    redacted copy) is known."""
     plans, skipped = plan_notebooks(source, out_dir)
     if notebooks:
         unknown = [n for n in notebooks if n not in NOTEBOOKS]
@@ -894,9 +935,11 @@ def report_run(
     finally:
         if redacted is not None and before is None:
             os.environ.pop(REDACT_ENV, None)
-    write_manifest(source, out_dir, results, skipped)
+    write_manifest(source, out_dir, results, skipped, run_dir=run)
     index = build_index(reports_dir)
     if redacted is not None:
+        from . import privacy
+
         privacy.verify_redacted(redacted, [out_dir, index])
     return ReportResult(
         run_dir=run,
@@ -1069,9 +1112,18 @@ def _stop_kernel(km: Any) -> None:
 # ------------------------------------------------------------------------------ manifest and index
 
 
-def write_manifest(run: Path, out_dir: Path, results: Iterable[NotebookReport], skipped: Mapping[str, str]) -> Path:
+def write_manifest(
+    run: Path,
+    out_dir: Path,
+    results: Iterable[NotebookReport],
+    skipped: Mapping[str, str],
+    *,
+    run_dir: Path | None = None,
+) -> Path:
     """`reports/<run>/report.json`: what the index shows for the run (date, suite, arms,
-    spend, verdicts, headline rates) and where each notebook's page is."""
+    spend, verdicts, headline rates) and where each notebook's page is. `run`: the folder
+    the notebooks read; `run_dir`: the run folder it stands for (a redacted copy's
+    original), `run` unless given."""
     from .grading import judge_trust_notice
     from .runs import RunFolder, config_arm_names
 
@@ -1102,7 +1154,7 @@ def write_manifest(run: Path, out_dir: Path, results: Iterable[NotebookReport], 
     spend = rs.get("spend_usd", summary.get("spend_usd"))
     manifest = {
         "run": run.name,
-        "run_dir": str(run),
+        "run_dir": str(run_dir if run_dir is not None else run),
         "created": meta.get("created"),
         "suite": meta.get("suite_name") or Path(str(meta.get("suite") or "")).name or None,
         "source": meta.get("source"),

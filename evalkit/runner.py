@@ -53,7 +53,7 @@ from tqdm import tqdm
 from ._text import printable
 from .cache import ResponseCache
 from .client import CallStopped, ModelClient, check_endpoint
-from .endpoints import Watch, combine, resolve_base_url, served_watch
+from .endpoints import Watch, combine, endpoint_key, resolve_base_url, served_watch
 from .errors import BudgetExhausted, CeilingBreached, DiskFull, InputError, InputTooLong, ReplayMiss, UnitCallError
 from .ledger import Ledger
 from .records import Arm, Config, Sample, Suite
@@ -362,6 +362,24 @@ class _Engine:
 _FIRST_CAUSES = ("endpoint unreachable", "disk full", "rate limited")
 
 
+def run_is_ci(config: Config) -> bool:
+    """Whether `config` is a suite's config under its CI cap (`suite.ci_suite`, `evalkit
+    run --ci`): lint holds `ci.cost_cap_usd` below `cost_cap_usd`, so the two cannot be
+    told apart only when they are one number, which lint refuses."""
+    return config.ci_cost_cap_usd is not None and config.cost_cap_usd == config.ci_cost_cap_usd
+
+
+def run_cap_usd(meta: dict[str, Any], fallback: float) -> float:
+    """The cost cap a run folder spends under, generator and judge together: the one its
+    `config.json` records (`cost_cap_usd`, the CI cap for a CI run), else (a run from
+    before evalkit recorded it, or from another tool) the config snapshot's, else
+    `fallback`."""
+    for value in (meta.get("cost_cap_usd"), (meta.get("config") or {}).get("cost_cap_usd")):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            return float(value)
+    return float(fallback)
+
+
 def _plan(suite: Suite, arms: list[Arm], k: int) -> Iterator[Key]:
     """Every (case, arm, index) key of a run, in order, one at a time."""
     return ((c.id, a.name, i) for c in suite.cases for a in arms for i in range(k))
@@ -447,6 +465,7 @@ async def _run_in_folder(
     config = suite.config
     snapshot = config_snapshot(config)
     chash = config_hash(snapshot)
+    ci = run_is_ci(config)
     if resume:
         assert folder is not None
         meta = folder.read_meta()
@@ -470,6 +489,20 @@ async def _run_in_folder(
             )
         arms, k = run_arms, run_k
         folder.sample_files = bool(meta.get("sample_files", True))  # keep the run's layout whole
+        recorded_cap = meta.get("cost_cap_usd")
+        if isinstance(recorded_cap, (int, float)) and not isinstance(recorded_cap, bool):
+            if ci and not meta.get("ci"):
+                raise InputError(
+                    f"--ci: this run was not a CI run (it runs under cost_cap_usd ${recorded_cap:g}); resume it "
+                    "without --ci, or start a new run with --ci",
+                    folder.path / "config.json",
+                    json_path="$.ci",
+                )
+            # the cap the run started under, whatever this resume was given (a CI run stays
+            # under ci.cost_cap_usd without --ci): the whole run spends under one cap
+            config = dataclasses.replace(config, cost_cap_usd=float(recorded_cap))
+            suite = dataclasses.replace(suite, config=config)
+            ci = bool(meta.get("ci"))
     names = list(arms) if arms is not None else [a.name for a in config.arms]
     if not names:
         raise InputError("no arms to run", Path(suite.path) / "config.json", json_path="$.arms")
@@ -534,6 +567,8 @@ async def _run_in_folder(
             "source": "evalkit",
             "sample_files": sample_files,
             "privacy": privacy,
+            "cost_cap_usd": config.cost_cap_usd,  # the cap this run (and its grading) spends under
+            "ci": ci,
         }
         with runs_dir_lock(runs_root):  # one run at a time per runs folder (and its response cache)
             folder = RunFolder.create(runs_root, meta)
@@ -619,6 +654,7 @@ async def _execute(
             rate_limit_budget_s=config.rate_limit_budget_s,
             max_connection_failures=config.max_connection_failures,
             concurrency=config.concurrency,
+            cache_endpoint=endpoint_key(base_url) if base_url else None,  # answers are the server's own
         )
         stack.push_async_callback(client.aclose)
         engine = _Engine(
@@ -694,8 +730,8 @@ async def _execute(
     )
     if not complete:
         print(printable(result.incomplete_line or ""), file=sys.stderr, flush=True)
-        if result.stop_detail:
-            print(printable(result.stop_detail), file=sys.stderr, flush=True)
+        for line in (result.stop_detail or "").splitlines():  # each line made printable, not the block
+            print(printable(line), file=sys.stderr, flush=True)
     if interrupted is not None:
         raise interrupted
     return result

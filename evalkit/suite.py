@@ -28,6 +28,7 @@ import regex
 import yaml
 
 from ._atomic import new_temp_dir
+from .endpoints import base_url_problem, masked_url
 from .errors import FileTooLarge, InputError, InputErrors
 from .records import Arm, Case, Check, Config, Endpoint, GateThresholds, Json, Price, Suite
 
@@ -798,7 +799,9 @@ def _endpoint(r: _Reader, obj: Any, jp: str, what: str, required: bool) -> Endpo
     model = r.text(obj, "model", jp, required=True)
     base_url = r.text(obj, "base_url", jp, nullable=True)
     if isinstance(base_url, str) and not re.match(r"^https?://", base_url):
-        r.err(f"{jp}.base_url", f"base_url must start with http:// or https://, got {base_url!r}")
+        r.err(f"{jp}.base_url", f"base_url must start with http:// or https://, got {masked_url(base_url)!r}")
+    elif isinstance(base_url, str) and (problem := base_url_problem(base_url)) is not None:
+        r.err(f"{jp}.base_url", f"base_url {masked_url(base_url)!r} cannot be used: {problem}")
     key_env = r.text(obj, "api_key_env", jp, default="OPENAI_API_KEY")
     if isinstance(key_env, str) and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key_env):
         r.err(f"{jp}.api_key_env", "api_key_env must name an environment variable (not hold a key)")
@@ -850,11 +853,15 @@ def _positive_number(obj: Any, key: str, *, zero_ok: bool = False) -> float | No
     return float(v) if (v > 0 or (zero_ok and v == 0)) else None
 
 
-def _check_calls_fit(r: _Reader, cfg: dict, price_key: str, role: str) -> None:
+def _check_calls_fit(r: _Reader, cfg: dict, price_key: str, role: str, *, ci: bool = False) -> None:
     """An error when not one call fits under the cap at its worst case: the ledger would
     refuse the first reservation and the run could never sample anything. Checked on
-    the values as written, even those over a limit (so 10**9 tokens says both)."""
-    cap, tin, tout = (_positive_number(cfg, k) for k in ("cost_cap_usd", "max_tokens_in", "max_tokens_out"))
+    the values as written, even those over a limit (so 10**9 tokens says both). `ci`:
+    the CI cap (`ci.cost_cap_usd`, which `run --ci` and its grading spend under)
+    instead of `cost_cap_usd`."""
+    cap_name = "ci.cost_cap_usd" if ci else "cost_cap_usd"
+    cap = _positive_number(cfg.get("ci") if ci else cfg, "cost_cap_usd")
+    tin, tout = (_positive_number(cfg, k) for k in ("max_tokens_in", "max_tokens_out"))
     price = cfg.get(price_key)
     pin, pout = (_positive_number(price, k, zero_ok=True) for k in ("in_per_mtok", "out_per_mtok"))
     if None in (cap, tin, tout, pin, pout):
@@ -862,12 +869,16 @@ def _check_calls_fit(r: _Reader, cfg: dict, price_key: str, role: str) -> None:
     assert cap is not None and tin is not None and tout is not None and pin is not None and pout is not None
     worst = Price(pin, pout).cost(int(tin), int(tout))  # what the ledger reserves for one call
     if worst > cap + 1e-12:  # the ledger's own tolerance
-        jp = "$.max_tokens_out" if tout * pout >= tin * pin else "$.max_tokens_in"
+        if ci:
+            jp = "$.ci.cost_cap_usd"
+        else:
+            jp = "$.max_tokens_out" if tout * pout >= tin * pin else "$.max_tokens_in"
+        never = "a CI run could never grade" if ci and role == "judge" else "the run could never sample"
         r.err(
             jp,
             f"one {role} call costs up to ${worst:.6g} (max_tokens_in {int(tin)} x {price_key}.in_per_mtok "
             f"{pin:g} + max_tokens_out {int(tout)} x {price_key}.out_per_mtok {pout:g}, per million tokens), "
-            f"over cost_cap_usd ${cap:g}: 0 calls fit under the cap, the run could never sample; lower the "
+            f"over {cap_name} ${cap:g}: 0 calls fit under the cap, {never}; lower the "
             "token ceilings or raise the cap",
         )
 
@@ -970,6 +981,10 @@ def _validate_config(src: SuiteSource, fx: _Findings, uses_judge: bool) -> Confi
                     f"the CI cost cap ({ci_cap:g}) must be lower than the local cost_cap_usd ({cap:g})",
                 )
                 ci_cap = None
+            elif ci_cap is not None:  # `run --ci` and its grading spend under this cap
+                _check_calls_fit(r, cfg, "price", "generator", ci=True)
+                if cfg.get("judge") is not None:
+                    _check_calls_fit(r, cfg, "judge_price", "judge", ci=True)
 
     stop: tuple[str, ...] = ()
     if "stop" in cfg:

@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from evalkit.client import CallStopped, ModelClient, backoff_s, request_hash
-from evalkit.errors import CeilingBreached, InputTooLong, UnitCallError
+from evalkit.errors import CeilingBreached, InputError, InputTooLong, UnitCallError
 from evalkit.ledger import Ledger
 from evalkit.records import Endpoint, Price
 from evalkit.runs import iter_jsonl
@@ -741,3 +741,81 @@ def test_a_lone_surrogate_in_a_request_is_sent_as_a_replacement_character(tmp_pa
         c, _ = call(srv, tmp_path, prompt="judge this: lone \ud800 output")
         assert srv.requests[0]["prompt"] == "judge this: lone \ufffd output"
     assert c.text == "ok" and c.request_hash == request_hash(srv.requests[0])
+
+
+@pytest.mark.parametrize("key, kind", [("sk-abc123\n", "a line break"), ("sk-abc\u00e9123", "a non-ASCII character"),
+                                       ("sk abc", "whitespace"), ("sk-\x01abc", "a control character")])
+def test_a_key_no_header_can_carry_is_refused_before_any_request(tmp_path, monkeypatch, key, kind):
+    """Before the fix the HTTP library refused each request on this side and evalkit
+    charged it at its worst case as a "malformed response", retried until the cap was
+    spent; the server saw nothing. Now the client is refused at construction: the
+    message names the variable and what is wrong, never the key."""
+    monkeypatch.setenv("EVALKIT_TEST_KEY", key)
+    with ScriptedServer({"default": {"text": "x"}}) as srv:
+        with pytest.raises(InputError) as e:
+            ModelClient(ENDPOINT, PRICE, Ledger(1.0), max_tokens_in=64, max_tokens_out=8, base_url=srv.base_url)
+        assert srv.stats["requests"] == 0
+    assert "EVALKIT_TEST_KEY" in str(e.value) and kind in str(e.value)
+    assert "abc" not in str(e.value)  # the key is never shown
+
+
+@pytest.mark.parametrize("url, problem", [
+    ("http://u:p4ssw0rd@127.0.0.1:{port}/v1", "credentials"),
+    ("ftp://127.0.0.1:{port}/v1", "scheme 'ftp'"),
+    ("http:///v1", "no host"),
+    ("http://127.0.0.1:{port}/v1\n", "control character"),
+])
+def test_a_base_url_no_request_can_go_to_is_refused_before_any_request(tmp_path, url, problem):
+    """Credentials in the URL ("Cannot combine AUTHORIZATION header with credentials
+    encoded in URL") and a scheme other than http(s) used to be charged in full per
+    attempt with the server receiving nothing; now the client is refused, naming the
+    URL with its password masked."""
+    with ScriptedServer({"default": {"text": "x"}}) as srv:
+        port = srv.base_url.rsplit(":", 1)[1].split("/")[0]
+        with pytest.raises(InputError) as e:
+            ModelClient(ENDPOINT, PRICE, Ledger(1.0), max_tokens_in=64, max_tokens_out=8,
+                        base_url=url.format(port=port))
+        assert srv.stats["requests"] == 0
+    assert problem in str(e.value) and "p4ssw0rd" not in str(e.value), e.value
+
+
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+def test_a_request_the_http_client_refuses_to_send_costs_nothing_and_stops_like_a_dead_endpoint(
+        tmp_path, monkeypatch, transport):
+    """A header evalkit does not check itself (the openai client reads OPENAI_ORG_ID into
+    `OpenAI-Organization`) holding a newline: the HTTP library refuses every request
+    before writing a byte. Each attempt is released at $0 as "not sent" (not charged as
+    a malformed response, not retried), and a run of them stops the client as a dead
+    endpoint does."""
+    monkeypatch.setenv("OPENAI_ORG_ID", "org-1\n")
+    monkeypatch.setenv("EVALKIT_HTTP", transport)
+
+    async def go(base_url):
+        led = Ledger(1.0, tmp_path / "ledger.jsonl")
+        client = ModelClient(ENDPOINT, PRICE, led, max_tokens_in=64, max_tokens_out=8, max_attempts=4,
+                             base_url=base_url, max_connection_failures=3)
+        try:
+            out = []
+            for i in range(5):
+                try:
+                    out.append(await client.complete(prompt=f"q{i}", key=f"k{i}"))
+                except Exception as exc:  # noqa: BLE001 - returned for the assertions
+                    out.append(exc)
+            return out, client.unreachable
+        finally:
+            await client.aclose()
+            led.close()
+
+    with ScriptedServer({"default": {"text": "x"}}) as srv:
+        url = srv.base_url
+        outcomes, unreachable = asyncio.run(go(url))
+        assert srv.stats["requests"] == 0
+    events = list(iter_jsonl(tmp_path / "ledger.jsonl"))
+    releases = [e for e in events if e["event"] == "release"]
+    assert releases and all(e["reason"] == "not sent" and e["cost_usd"] == 0 for e in releases), releases
+    assert "refused to send the request" in releases[0]["cause"]
+    assert Ledger.resume(1.0, tmp_path / "ledger.jsonl").committed_usd == 0.0
+    assert unreachable is not None and unreachable.startswith(f"endpoint unreachable: {url} (")
+    assert all(isinstance(o, UnitCallError) for o in outcomes)
+    assert isinstance(outcomes[-1], CallStopped)  # stopped: no attempt after the third failure
+    assert len(releases) == 3

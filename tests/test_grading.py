@@ -628,3 +628,80 @@ def test_pairwise_compares_trajectories_when_both_arms_have_them(tmp_path):
     assert by_index[0].subject == "trajectory" and by_index[1].subject == "output"
     assert sum("baseline found it" in a for a in asked) == 2 and res.summary["pairwise"]["subjects"] == [
         "output", "trajectory"]
+
+
+def test_a_ci_run_and_its_grading_spend_under_the_ci_cap_not_the_local_one(tmp_path):
+    """`run --ci` runs under ci.cost_cap_usd; grading used to take the local cap from the
+    run's config snapshot, so run + grade in CI spent past the CI cap. The run records
+    its cap, and the judge spends under it on the run's one ledger."""
+    from evalkit.ledger import Ledger
+    from evalkit.runner import run_suite
+    from evalkit.suite import ci_suite
+
+    cases = [{"id": f"open-{i}", "input": f"Describe city {i}", "expected": {"rubric": "Mentions a river"},
+              "tags": ["open"]} for i in range(4)]
+    suite = write_suite(tmp_path, cases=cases)
+    cfg = json.loads((suite / "config.json").read_text())
+    cfg.update(k=5, max_tokens_in=1000, ci={"cost_cap_usd": 0.02},
+               judge_price={"in_per_mtok": 10.0, "out_per_mtok": 10.0})
+    (suite / "config.json").write_text(json.dumps(cfg))
+    gen_script = {"model": "gen-model", "rules": [{"texts": [f"ANSWER-GOOD river number {j}" for j in range(8)]}]}
+    with ScriptedServer(gen_script) as gen, ScriptedServer(JUDGE_SCRIPT) as judge:
+        run = run_suite(ci_suite(load_suite(suite)), base_url=gen.base_url, progress=False)
+        assert run.complete and run.cap_usd == 0.02
+        meta = json.loads((run.path / "config.json").read_text())
+        assert meta["cost_cap_usd"] == 0.02 and meta["ci"] is True
+        res = grade_run(run.path, judge_base_url=judge.base_url)
+        judge_calls = judge.stats["requests"]
+    spent = Ledger.resume(1.0, run.path / "ledger.jsonl").committed_usd
+    assert spent <= 0.02 + 1e-12, spent
+    assert res.summary["cap_usd"] == 0.02
+    assert 0 < judge_calls and res.summary["overall"]["judge_errors"] > 0  # the cap bound: some went unjudged
+    assert not res.complete
+
+
+def test_grading_against_a_dead_judge_says_endpoint_unreachable(tmp_path):
+    """Nothing listens at the judge's URL: grading stopped quickly at $0 but said only
+    `INCOMPLETE: graded 0/N expected samples`, with stop_reason None. Now the summary,
+    a HIGH finding and the INCOMPLETE line on stderr name the endpoint and the cause."""
+    import socket
+    import time
+
+    cases = [{"id": f"open-{i}", "input": f"Describe city {i}", "expected": {"rubric": "Names a river"},
+              "tags": ["open"]} for i in range(20)]
+    outputs = {c["id"]: [f"ANSWER-GOOD {c['id']} {j}" for j in range(3)] for c in cases}
+    suite = write_suite(tmp_path, cases=cases)
+    run = write_run(tmp_path, suite, outputs)
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    t0 = time.monotonic()
+    res = CliRunner().invoke(main, ["grade", str(run), "--judge-base-url", dead])
+    took = time.monotonic() - t0
+    assert res.exit_code == 1 and took < 20
+    summary = json.loads((run / GRADES_SUMMARY).read_text())
+    want = f"endpoint unreachable: {dead} (connection refused)"
+    assert summary["stop_reason"] == want and summary["judge_spend_usd"] == 0
+    assert summary["findings"][0]["level"] == "HIGH" and want in summary["findings"][0]["message"]
+    incomplete = [line for line in res.stderr.splitlines() if line.startswith("INCOMPLETE")]
+    assert incomplete == [f"INCOMPLETE: graded 0/60 expected samples (grading stopped: {want})"], res.stderr
+
+
+def test_grade_prints_a_dead_servers_log_tail_line_by_line_and_escaped(tmp_path, monkeypatch):
+    """`evalkit grade` under `evalkit serve` whose server has died (its status file
+    written): the log tail was echoed raw, control sequences and all."""
+    cases = [{"id": "open-1", "input": "Describe Paris", "expected": {"rubric": "Mentions the Seine"},
+              "tags": ["open"]}]
+    suite = write_suite(tmp_path, cases=cases)
+    run = write_run(tmp_path, suite, {"open-1": ["ANSWER-GOOD a", "ANSWER-GOOD b", "ANSWER-GOOD c"]})
+    status = tmp_path / "status.txt"
+    status.write_text("the llama.cpp server (pid 7) exited: killed by SIGSEGV (signal 11)\n"
+                      "its log ends:\nload ok\n\x1b]0;PWNED\x07boom\n")
+    with ScriptedServer(JUDGE_SCRIPT) as srv:
+        monkeypatch.setenv("EVALKIT_SERVED", json.dumps({"base_url": srv.base_url, "model": "judge-model",
+                                                         "status_file": str(status), "pid": None}))
+        res = CliRunner().invoke(main, ["grade", str(run), "--judge-base-url", srv.base_url])
+        assert srv.stats["requests"] == 0
+    err = res.stderr.splitlines()
+    assert res.exit_code == 1 and "its log ends:" in err and "load ok" in err
+    assert "\\x1b]0;PWNED\\x07boom" in err and "\x1b" not in res.stderr

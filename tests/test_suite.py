@@ -541,3 +541,24 @@ def test_case_and_sample_counts_are_within_their_limits(tmp_path, monkeypatch):
     report = lint_suite(write_suite(tmp_path / "unit2"))
     assert any(f.json_path == "$.k" and f.path.endswith("config.json") and
                "30 samples (5 cases x 2 arms x k 3), over the limit of 29" in f.message for f in report.errors)
+
+
+def test_a_base_url_with_credentials_is_a_lint_error_that_masks_the_password(tmp_path):
+    cfg = {**BASE_CONFIG, "generator": {**BASE_CONFIG["generator"], "base_url": "http://u:p4ssw0rd@127.0.0.1:9/v1"}}
+    report = lint_suite(write_suite(tmp_path / "unit", cfg))
+    (err,) = [e for e in report.errors if e.json_path == "$.generator.base_url"]
+    assert "credentials" in err.message and "p4ssw0rd" not in str(err) and "u:***@" in err.message
+
+
+def test_a_ci_cap_no_call_fits_under_is_an_error_for_the_generator_and_the_judge(tmp_path):
+    """ci.cost_cap_usd too small for one call used to lint clean, and `run --ci` made a
+    folder and ended "budget exhausted" at $0."""
+    # generator worst case 512 x $0.1 + 16 x $0.4 per Mtok = $0.0000576; judge $0.0000864
+    errors, _ = _config_findings(tmp_path, ci={"cost_cap_usd": 0.00007})
+    fit = [f for f in errors if "0 calls fit" in f.message]
+    assert [(f.json_path, f.message.split(" call ")[0]) for f in fit] == [("$.ci.cost_cap_usd", "one judge")], fit
+    assert "over ci.cost_cap_usd $7e-05" in fit[0].message and "could never grade" in fit[0].message
+    errors, _ = _config_findings(tmp_path / "b", ci={"cost_cap_usd": 0.00005})
+    fit = [f for f in errors if "0 calls fit" in f.message]
+    assert [f.message.split(" call ")[0] for f in fit] == ["one generator", "one judge"]
+    assert all(f.json_path == "$.ci.cost_cap_usd" for f in fit)
