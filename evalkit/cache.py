@@ -85,6 +85,17 @@ class ResponseCache:
         resp["cost_usd"] = row[1]
         return resp
 
+    def has(self, model: str, request_hash: str, sample_index: int) -> bool:
+        """Whether a response is stored for the key (counts neither a hit nor a miss)."""
+        with self._lock:
+            if (model, request_hash, int(sample_index)) in self._pending:
+                return True
+            row = self._conn.execute(
+                "SELECT 1 FROM responses WHERE model=? AND request_hash=? AND sample_index=?",
+                (model, request_hash, int(sample_index)),
+            ).fetchone()
+        return row is not None
+
     def put(self, model: str, request_hash: str, sample_index: int, response: dict[str, Any], cost_usd: float) -> None:
         text = storable_json(response, sort_keys=True)
         with self._lock:
