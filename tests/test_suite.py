@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from evalkit.errors import InputError, InputErrors
-from evalkit.records import Case, Check, Suite
+from evalkit.records import Case, Check, Price, Suite
 from evalkit.suite import (
     case_id_problem, lint_suite, load_cases, load_config, load_suite, render_prompt, safe_case_id,
     scaffold_suite,
@@ -541,3 +541,21 @@ def test_case_and_sample_counts_are_within_their_limits(tmp_path, monkeypatch):
     report = lint_suite(write_suite(tmp_path / "unit2"))
     assert any(f.json_path == "$.k" and f.path.endswith("config.json") and
                "30 samples (5 cases x 2 arms x k 3), over the limit of 29" in f.message for f in report.errors)
+
+
+def test_the_batch_prices_are_bounded_as_price_is_and_one_batch_line_must_fit_the_cap(tmp_path):
+    prices = {"batch_price": {"in_per_mtok": 0.05, "out_per_mtok": 0.2},
+              "judge_batch_price": {"in_per_mtok": 0.075, "out_per_mtok": 0.3}}
+    suite = load_suite(write_suite(tmp_path / "ok", {**BASE_CONFIG, **prices}))
+    assert suite.config.batch_price == Price(0.05, 0.2) and suite.config.judge_batch_price == Price(0.075, 0.3)
+    assert load_suite(write_suite(tmp_path / "none")).config.batch_price is None  # optional: only --batch needs it
+    errors, _ = _config_findings(tmp_path / "neg", batch_price={"in_per_mtok": -1, "out_per_mtok": 0.2})
+    assert any(f.json_path == "$.batch_price.in_per_mtok" for f in errors), [str(f) for f in errors]
+    errors, _ = _config_findings(tmp_path / "big", judge_batch_price={"in_per_mtok": 0.1, "out_per_mtok": 10**6})
+    assert any(f.json_path == "$.judge_batch_price.out_per_mtok" and "at most 10000" in f.message for f in errors)
+    errors, _ = _config_findings(tmp_path / "key", batch_price={"in_per_mtok": 0.1, "out_mtok": 0.2})
+    assert any(f.json_path.startswith("$.batch_price") for f in errors)
+    errors, _ = _config_findings(tmp_path / "fit", batch_price={"in_per_mtok": 9000, "out_per_mtok": 9000})
+    assert any("one generator batch call costs up to" in f.message for f in errors)
+    _, warnings = _config_findings(tmp_path / "above", batch_price={"in_per_mtok": 0.2, "out_per_mtok": 0.2})
+    assert [f.json_path for f in warnings if "batch costs less" in f.message] == ["$.batch_price.in_per_mtok"]
