@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from ._cliopts import ci_output_options, emit_ci
+from ._cliopts import batch_from, batch_options, ci_output_options, emit_ci
 from ._text import printable
 from .errors import InputError
 
@@ -60,6 +60,7 @@ def _fmt(v: object) -> str:
     help="agent-evals mode: treat * ? [..] in a contains expectation as PowerShell -like wildcards, "
     "as run-evals.ps1 did (default: literal).",
 )
+@batch_options
 @ci_output_options
 def grade_cmd(
     run: str | None,
@@ -73,11 +74,19 @@ def grade_cmd(
     compat_wildcards: bool,
     junit: Path | None,
     markdown: Path | None,
+    batch: bool,
+    batch_max_requests: int | None,
+    batch_max_bytes: int | None,
+    batch_poll_s: float | None,
+    no_wait: bool,
 ) -> None:
     """Grade a run folder (writes grades.jsonl and grades-summary.json; exit 1 when
     samples are missing or unjudged), or an agent-evals outputs folder (exit 1 on a
     failed gate)."""
+    options = batch_from(batch, batch_max_requests, batch_max_bytes, batch_poll_s, no_wait)
     if eval_file or outputs:
+        if options is not None:
+            raise InputError("--batch applies to grading a run folder (its judge calls)")
         if run:
             raise InputError("give either RUN or --eval-file/--outputs, not both")
         if not (eval_file and outputs):
@@ -110,7 +119,14 @@ def grade_cmd(
         pair = (parts[0], parts[1])
     from .grading import GRADES_SUMMARY, grade_run
 
-    result = grade_run(run, suite_path, judge_base_url=judge_base_url, judge_version=judge_version, pairwise=pair)
+    result = grade_run(
+        run,
+        suite_path,
+        judge_base_url=judge_base_url,
+        judge_version=judge_version,
+        pairwise=pair,
+        batch=options,
+    )
     s = result.summary
     m = s["overall"]
     click.echo(

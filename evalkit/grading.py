@@ -26,6 +26,8 @@ Metrics of a group (`grades-summary.json` -> `overall`, `per_tag`, `per_arm`):
 * `cost_per_task_usd`: generator plus judge cost / graded samples.
 
 Identical (case, output) pairs are judged once per grading pass and share the answer.
+`grade_run(batch=...)` (`evalkit grade RUN --batch`) makes the judge calls through the
+provider's Batch API instead (`evalkit.batch.JudgeBatches`).
 """
 
 from __future__ import annotations
@@ -237,6 +239,7 @@ async def _judge_all(
     cap: float,
     pairs_todo: list[tuple[Case, int, Sample, Sample]],
     watch: Any,
+    batch: Any = None,
 ) -> tuple[dict[Key, JudgeScore], list[PairOutcome], dict[str, Any]]:
     from .cache import ResponseCache
     from .client import ModelClient
@@ -281,7 +284,7 @@ async def _judge_all(
     for case, s in todo:
         groups.setdefault((case.id, s.output), []).append((case, s))
 
-    async def one(members: list[tuple[Case, Sample]]) -> None:
+    async def one(members: list[tuple[Case, Sample]], client: Any) -> None:
         case, s = members[0]
         async with sem:
             js = await judge_direct(
@@ -296,7 +299,7 @@ async def _judge_all(
         for i, (_, m) in enumerate(members):
             scores[(case.id, m.arm, int(m.index))] = js if i == 0 else dataclasses.replace(js, cost_usd=0.0)
 
-    async def pair(case: Case, index: int, base: Sample, treat: Sample) -> PairOutcome:
+    async def pair(case: Case, index: int, base: Sample, treat: Sample, client: Any) -> PairOutcome:
         async with sem:
             return await judge_pair(
                 client,
@@ -310,9 +313,21 @@ async def _judge_all(
                 should_stop=should_stop,
             )
 
+    async def ask(client: Any) -> list[PairOutcome]:  # every judge call of the pass, through `client`
+        await asyncio.gather(*(one(members, client) for members in groups.values()))
+        return list(await asyncio.gather(*(pair(*p, client) for p in pairs_todo)))
+
+    batched = None
     try:
-        await asyncio.gather(*(one(members) for members in groups.values()))
-        outcomes = list(await asyncio.gather(*(pair(*p) for p in pairs_todo)))
+        from .batch import JudgeBatches, has_open  # the provider's Batch API (evalkit.batch)
+
+        if batch is not None or has_open(run, "judge"):
+            batched = JudgeBatches(client, run, config, batch, watch=should_stop)
+            await batched.take_over()  # an earlier grading's open batches: no longer counted as spent
+            spent_before = ledger.committed_usd
+            outcomes = await batched.run(ask)
+        else:
+            outcomes = await ask(client)
     finally:
         await client.aclose()
         stats = {
@@ -326,6 +341,8 @@ async def _judge_all(
             stats["stop_reason"] = cause.strip()
             if detail.strip("\n"):
                 stats["stop_detail"] = detail.strip("\n")
+        elif batched is not None and batched.causes:
+            stats["stop_reason"] = "; ".join(batched.causes)
         ledger.close()
         cache.close()
     return scores, outcomes, stats
@@ -353,6 +370,7 @@ def grade_run(
     judge_version: str | None = None,
     pairwise: tuple[str, str] | None = None,
     watch: Watch | None = None,
+    batch: Any = None,
 ) -> GradeResult:
     """Grade every sample of a run folder and write `grades.jsonl` and
     `grades-summary.json` (replacing earlier ones, atomically).
@@ -363,14 +381,21 @@ def grade_run(
     and writes `pairwise.jsonl`. `watch` (e.g. `LocalModelServer.exit_reason` of the
     judge's server) is asked before every judge attempt: once it reports, no judge call
     goes out, the rest are judge errors and the summary says why (`stop_reason`,
-    `stop_detail`, a HIGH finding). Raises `InputError` (nothing written) for a case
-    with neither a check nor a rubric, a bad check, a judge that is the generator's model
-    without the override, or a judge with no base URL (`judge_endpoint`).
+    `stop_detail`, a HIGH finding). `batch` (`evalkit.batch.BatchOptions`) sends the
+    judge calls through the provider's Batch API at `judge_batch_price`, on the run's
+    ledger; judge batches an earlier grading left open are collected first either way.
+    Raises `InputError` (nothing written) for a case with neither a check nor a rubric,
+    a bad check, a judge that is the generator's model without the override, or a
+    judge with no base URL (`judge_endpoint`), or `batch` without `judge_batch_price`.
     """
     run = Path(run_path)
     meta = RunFolder(run).read_meta()
     suite_obj = _resolve_suite(run, meta, suite)
     config = suite_obj.config
+    if batch is not None:  # judge batches are reserved and charged at the batch price: refuse before any work
+        from .batch import check_ready
+
+        check_ready(config, "judge", Path(suite_obj.path) / "config.json")
     cases = {c.id: c for c in suite_obj.cases}
     samples = _read_samples(run)
     expected = _expected_keys(meta, samples)
@@ -447,6 +472,7 @@ def grade_run(
                 cap,
                 pairs_todo,
                 combine(watch, served_watch(endpoint.base_url)),
+                batch,
             )
         )
         if judge_stats.get("stop_reason"):

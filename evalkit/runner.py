@@ -19,6 +19,10 @@ is refused before it calls anything.
 Keys are drawn lazily from one iterator by `concurrency` workers, so the tasks (and the
 memory) of a run do not grow with k x cases.
 
+With `batch` (`evalkit run --batch`), the missing keys go to the provider's Batch API
+instead, on the same ledger (`evalkit.batch`); a resume with or without it first
+collects the batches an earlier session left open.
+
 Once the run stops (ceiling breached, budget exhausted, endpoint unreachable or
 endlessly rate-limiting, disk full, the watched model server exited), no further paid
 call goes out: the dispatcher checks before every key and the client before every
@@ -50,6 +54,7 @@ from typing import Any, Iterator
 
 from tqdm import tqdm
 
+from . import batch as batches
 from ._text import printable
 from .cache import ResponseCache
 from .client import CallStopped, ModelClient, check_endpoint
@@ -258,20 +263,26 @@ class _Engine:
         )
         self.bar.update(1)
 
-    async def one(self, key: Key) -> None:
+    def call_args(self, key: Key) -> dict[str, Any]:
+        """The request arguments of a key (`ModelClient.complete` / `request_body`): its
+        rendered prompt or messages, the config's parameters and its derived seed."""
         case_id, arm_name, index = key
-        case, arm = self.cases[case_id], self.arms[arm_name]
-        seed = derive_seed(self.config.seed, case_id, arm_name, index)
         rendered = self.prompts[(case_id, arm_name)]
         kw: dict[str, Any] = (
             {"messages": rendered, "tools": self._tools} if isinstance(rendered, list) else {"prompt": rendered}
         )
+        kw.update(
+            temperature=self.config.temperature,
+            seed=derive_seed(self.config.seed, case_id, arm_name, index),
+            stop=self._stop,
+        )
+        return kw
+
+    async def one(self, key: Key) -> None:
+        case_id, arm_name, index = key
         try:
             c = await self.client.complete(
-                **kw,
-                temperature=self.config.temperature,
-                seed=seed,
-                stop=self._stop,
+                **self.call_args(key),
                 sample_index=index,
                 key=f"{case_id}/{arm_name}/{index}",
                 should_stop=self.should_stop,
@@ -302,11 +313,17 @@ class _Engine:
         except Exception as exc:  # noqa: BLE001 - a response nobody foresaw fails its sample, not the run
             self._error(key, f"unexpected {type(exc).__name__}: {exc}", getattr(exc, "attempts", 0))
             return
+        self.record(key, c)
+
+    def record(self, key: Key, c: Any) -> None:
+        """Append a finished call (a `client.Completion`) as the key's sample."""
+        case_id, arm_name, index = key
+        seed = derive_seed(self.config.seed, case_id, arm_name, index)
         try:
             self.folder.append_result(
                 Sample(
                     case_id=case_id,
-                    tags=case.tags,
+                    tags=self.cases[case_id].tags,
                     arm=arm_name,
                     index=index,
                     seed=seed,
@@ -329,6 +346,10 @@ class _Engine:
         self.done_per_arm[arm_name] += 1
         self.done_per_case[case_id] += 1
         self._tick()
+
+    def error(self, key: Key, message: str, attempts: int) -> None:
+        """Record that a key failed (its `errors.jsonl` line)."""
+        self._error(key, message, attempts)
 
     def _error(self, key: Key, message: str, attempts: int) -> None:
         self.errored[key] = message
@@ -381,6 +402,7 @@ async def run_suite_async(
     sample_files: bool = True,
     allow_private_data: bool = False,
     watch: Watch | None = None,
+    batch: batches.BatchOptions | None = None,
 ) -> RunResult:
     """The async core of `run_suite`."""
     if not isinstance(suite, Suite):
@@ -405,6 +427,7 @@ async def run_suite_async(
                 sample_files=sample_files,
                 allow_private_data=allow_private_data,
                 watch=watch,
+                batch=batch,
             )
     from .suite import default_runs_dir  # a `runs` symlink out of the suite is refused
 
@@ -423,6 +446,7 @@ async def run_suite_async(
         sample_files=sample_files,
         allow_private_data=allow_private_data,
         watch=watch,
+        batch=batch,
     )
 
 
@@ -441,6 +465,7 @@ async def _run_in_folder(
     sample_files: bool,
     allow_private_data: bool = False,
     watch: Watch | None = None,
+    batch: batches.BatchOptions | None = None,
 ) -> RunResult:
     """Check the inputs, then run (a new folder is created and locked only once every
     check passed; a resumed one is already locked by the caller)."""
@@ -517,6 +542,10 @@ async def _run_in_folder(
         meta["privacy"] = privacy  # the flag given on this resume: the run's record says so
         write_atomic(folder.path / "config.json", json.dumps(meta, indent=2) + "\n")
     check_endpoint(config.generator, base_url, replay_only)
+    if batch is not None:  # a provider batch needs its price, and calls (evalkit.batch)
+        if replay_only:
+            raise InputError("--replay-only makes no calls, so it takes no --batch")
+        batches.check_ready(config, config_path=Path(suite.path) / "config.json")
     watch = combine(watch, served_watch(base_url))
 
     if not resume:
@@ -535,28 +564,32 @@ async def _run_in_folder(
             "sample_files": sample_files,
             "privacy": privacy,
         }
+
+    def execute(folder: RunFolder) -> Any:
+        return _execute(
+            suite,
+            folder,
+            arm_objs,
+            k,
+            prompts,
+            base_url,
+            runs_root,
+            replay_only,
+            progress,
+            cache,
+            privacy,
+            watch=watch,
+            batch=batch,
+        )
+
+    if not resume:
         with runs_dir_lock(runs_root):  # one run at a time per runs folder (and its response cache)
             folder = RunFolder.create(runs_root, meta)
             folder.sample_files = sample_files
             with folder.lock():
-                return await _execute(
-                    suite,
-                    folder,
-                    arm_objs,
-                    k,
-                    prompts,
-                    base_url,
-                    runs_root,
-                    replay_only,
-                    progress,
-                    cache,
-                    privacy,
-                    watch=watch,
-                )
+                return await execute(folder)
     assert folder is not None
-    return await _execute(
-        suite, folder, arm_objs, k, prompts, base_url, runs_root, replay_only, progress, cache, privacy, watch=watch
-    )
+    return await execute(folder)
 
 
 async def _execute(
@@ -573,6 +606,7 @@ async def _execute(
     privacy: dict[str, Any] | None = None,
     *,
     watch: Watch | None = None,
+    batch: batches.BatchOptions | None = None,
 ) -> RunResult:
     """Run the keys of the plan (cases x arms x k) that `folder` lacks, under its lock
     and the runs folder's, and write the summary."""
@@ -627,6 +661,8 @@ async def _execute(
         if start_cause is not None:
             engine.stop(start_cause)
         try:
+            if batch is not None or batches.has_open(folder.path):  # a provider batch (evalkit.batch)
+                pending = await batches.run_keys(engine, pending, k, batch, base_url)
             await engine.run(pending, config.concurrency)
         except (asyncio.CancelledError, KeyboardInterrupt) as exc:
             # Ctrl-C: the calls in flight were settled at their worst case by the client;
@@ -715,6 +751,7 @@ def run_suite(
     sample_files: bool = True,
     allow_private_data: bool = False,
     watch: Watch | None = None,
+    batch: batches.BatchOptions | None = None,
 ) -> RunResult:
     """Run cases x arms x k samples of a suite (a `Suite` or its folder) and write a run
     folder; see the module docstring. `base_url` overrides `EVALKIT_BASE_URL` and the
@@ -722,7 +759,8 @@ def run_suite(
     `cache=False` neither reads nor writes the response cache; `sample_files=False` skips
     the per-sample text files; `watch` (e.g. `LocalModelServer.exit_reason`) is asked
     before every sample and attempt, and a reason from it stops the run at once,
-    INCOMPLETE (`endpoints` says more). Raises `InputError` on bad input before anything
+    INCOMPLETE (`endpoints` says more); `batch` (`evalkit.batch.BatchOptions`) sends
+    the missing keys through the provider's Batch API. Raises `InputError` on bad input before anything
     is written, personal data or secrets in the suite included (`evalkit.privacy.run_gate`)
     unless `allow_private_data`."""
     with _frozen_heap():
@@ -740,6 +778,7 @@ def run_suite(
                 sample_files=sample_files,
                 allow_private_data=allow_private_data,
                 watch=watch,
+                batch=batch,
             )
         )
 
