@@ -742,8 +742,7 @@ class ModelClient:
         for any shape that is not a completion."""
         if not isinstance(body, dict):
             raise _Malformed(f"the response body is a {type(body).__name__}, not an object")
-        cls = openai.types.chat.ChatCompletion if chat else openai.types.Completion
-        return self._parse(cls.construct(**{str(k): v for k, v in body.items()}), chat=chat)
+        return self._parse(_Fields(body), chat=chat)
 
     def settle_answer(
         self,
@@ -940,6 +939,29 @@ async def pause(seconds: float, should_stop: Callable[[], str | None] | None) ->
         if left <= 0:
             return
         await asyncio.sleep(min(left, 0.05))
+
+
+class _Fields:
+    """A JSON object read by attribute, as `_parse_fields` reads the openai client's
+    response objects (a missing key reads None; nested objects and lists of them
+    likewise; any other value as it is). The openai client's own `construct` gives the
+    same view at about ten times the cost, which a 100,000-line batch pays in full."""
+
+    __slots__ = ("_d",)
+
+    def __init__(self, d: dict) -> None:
+        self._d = d
+
+    def __getattr__(self, name: str) -> Any:
+        return _fields(self._d.get(name))
+
+
+def _fields(v: Any) -> Any:
+    if isinstance(v, dict):
+        return _Fields(v)
+    if isinstance(v, list):
+        return [_fields(x) for x in v]
+    return v
 
 
 @dataclass(frozen=True)
