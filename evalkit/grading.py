@@ -330,10 +330,12 @@ async def _judge_all(
             outcomes = await ask(client)
     finally:
         await client.aclose()
-        stats = {
-            "judge_spend_usd": ledger.committed_usd - spent_before,
+        in_flight = ledger.reserved_usd if ledger.reserved_usd > 1e-12 else 0.0  # not the rounding of settles
+        stats: dict[str, Any] = {
+            # judge batches still running count at their worst case, as a later session counts them
+            "judge_spend_usd": ledger.committed_usd + in_flight - spent_before,
             "cache_hits": cache.hits,
-            "run_spend_usd": ledger.committed_usd,
+            "run_spend_usd": ledger.committed_usd + in_flight,
             "cap_usd": cap,
         }
         if stopped:

@@ -153,6 +153,11 @@ def _format_summary_md(suite: Suite, res: dict[str, Any]) -> str:
     lines.append(
         f"- spend: ${res['spend_usd']:.6f} of cap ${res['cap_usd']:.6f}"
         f" (avoided by the cache: ${res['avoided_usd']:.6f})"
+        + (
+            f"; ${res['in_flight_usd']:.6f} of it is the worst case of batches still running"
+            if res.get("in_flight_usd")
+            else ""
+        )
     )
     lines.append("")
     lines.append("| arm | samples | errors |")
@@ -619,7 +624,7 @@ async def _execute(
         if key[0] in planned[0] and key[1] in planned[1] and 0 <= key[2] < k
     }
     samples_total = len(suite.cases) * len(arm_objs) * k
-    pending = (key for key in _plan(suite, arm_objs, k) if key not in done_before)
+    pending: Iterator[Key] = (key for key in _plan(suite, arm_objs, k) if key not in done_before)
     interrupted: BaseException | None = None
     start_cause: str | None = None
     # Each resource is closed however the run ends, even when building the next one or
@@ -688,6 +693,9 @@ async def _execute(
     if ledger.breaches and "ceiling breached" not in engine.stop_causes:
         engine.stop("ceiling breached in an earlier session")  # never hidden on a resume
     reason = engine.stop_reason
+    # A provider batch still running holds its reservation: spent until collected, as a
+    # resume counts it (below the ledger's tolerance: the rounding of settled calls).
+    in_flight = ledger.reserved_usd if ledger.reserved_usd > 1e-12 else 0.0
     if not complete and reason is None:
         reason = f"{len(engine.errored)} sample(s) errored" if engine.errored else "samples missing"
     summary = {
@@ -697,7 +705,7 @@ async def _execute(
         "samples_ran": samples_ran,
         "samples_total": samples_total,
         "reason": None if complete else reason,
-        "spend_usd": ledger.committed_usd,
+        "spend_usd": ledger.committed_usd + in_flight,
         "avoided_usd": ledger.avoided_usd,
         "cap_usd": ledger.cap_usd,
         "ceiling_breaches": ledger.breaches,
@@ -705,6 +713,8 @@ async def _execute(
         "per_arm": per_arm,
         "exit_code": 0 if complete else 1,
     }
+    if in_flight:
+        summary["in_flight_usd"] = in_flight
     if engine.stop_detail:
         summary["stop_detail"] = engine.stop_detail
     folder.release_space()
@@ -720,7 +730,7 @@ async def _execute(
         samples_ran=samples_ran,
         samples_total=samples_total,
         reason=summary["reason"],
-        spend_usd=ledger.committed_usd,
+        spend_usd=summary["spend_usd"],
         avoided_usd=ledger.avoided_usd,
         cap_usd=ledger.cap_usd,
         per_arm=per_arm,

@@ -492,6 +492,7 @@ def test_judge_batches_left_open_are_collected_by_the_next_grading_with_no_call_
     with ScriptedServer({**JUDGE_SCRIPT, "batch": {"lines_per_s": 20}}) as srv:
         first = grade_run(run, judge_base_url=srv.base_url, batch=BatchOptions(poll_s=0.02, wait=False))
         assert not first.complete and "judge batch(es) still open" in first.summary["stop_reason"]
+        assert first.summary["judge_spend_usd"] > 0  # the open batch's worst case, until it is collected
         assert all(g.judge_score is None for g in first.grades if g.case_id in ("open-1", "inject"))
         second = grade_run(run, judge_base_url=srv.base_url)  # no --batch: the open batch is collected, not redone
         assert srv.batch_stats["batches"] == 1
@@ -520,3 +521,30 @@ def test_a_kill_between_upload_or_create_and_their_record_looks_the_ids_up_inste
         assert srv.batch_stats["lines"] == 12
     assert again.complete and len(results(res.path)) == 12
     assert json.loads((res.path / BATCHES).read_text())["batches"][0]["batch_id"] == next(iter(srv.batches.batches))
+
+
+def test_a_server_that_dies_while_polled_stops_the_run_with_its_batch_recorded_and_its_worst_case_spent(tmp_path):
+    suite = write_suite(tmp_path / "suite", 6)
+    srv = ScriptedServer({**SCRIPT, "batch": {"lines_per_s": 5}}).start()  # 36 lines: about 7 s
+    try:
+        def die_soon() -> str | None:
+            if srv.batch_stats["lines"] >= 3 and srv.exit_reason() is None:
+                srv.stop()
+            return srv.exit_reason()
+
+        t0 = time.monotonic()
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False, batch=fast(),
+                        watch=die_soon)
+        assert time.monotonic() - t0 < 5  # stopped at once, not after a round of failed polls
+    finally:
+        srv.stop()
+    assert not res.complete and res.reason.startswith("the scripted server at") and "was stopped" in res.reason
+    assert "1 batch(es) still open at the provider" in res.reason
+    entry = json.loads((res.path / BATCHES).read_text())["batches"][0]
+    assert entry["state"] == "submitted" and entry["batch_id"] and entry["file_id"]
+    assert res.spend_usd == pytest.approx(36 * LINE_WORST)  # in flight: every line may yet be billed
+    summary = json.loads((res.path / "summary.json").read_text())
+    assert summary["in_flight_usd"] == pytest.approx(36 * LINE_WORST) == summary["spend_usd"]
+    assert "of it is the worst case of batches still running" in (res.path / "summary.md").read_text()
+    out = CliRunner().invoke(main, ["batch", "status", str(res.path)])
+    assert out.exit_code == 0 and "not asked" in out.output  # the provider is gone: the record is shown
