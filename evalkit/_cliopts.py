@@ -86,7 +86,7 @@ def batch_from(
     without `--batch` (a limit or `--no-wait` without it is an input error)."""
     from .errors import InputError
 
-    given = {"--batch-max-requests": batch_max_requests, "--batch-max-bytes": batch_max_bytes}
+    given: dict[str, object] = {"--batch-max-requests": batch_max_requests, "--batch-max-bytes": batch_max_bytes}
     given.update({"--batch-poll-s": batch_poll_s, "--no-wait": no_wait or None})
     if not batch:
         changed = [name for name, v in given.items() if v is not None]
@@ -95,5 +95,5 @@ def batch_from(
         return None
     from .batch import BatchOptions
 
-    limits = {"max_requests": batch_max_requests, "max_bytes": batch_max_bytes, "poll_s": batch_poll_s}
+    limits: dict[str, Any] = {"max_requests": batch_max_requests, "max_bytes": batch_max_bytes, "poll_s": batch_poll_s}
     return BatchOptions(wait=not no_wait, **{k: v for k, v in limits.items() if v is not None})

@@ -550,7 +550,7 @@ class ScriptedServer:
             return failed[0], failed[1], 0.0
         if kind == "drop":
             return None, None, 0.0
-        delay = float(fault.get("delay_s", 1.0)) if kind == "slow" else 0.0
+        delay = float(fault.get("delay_s", 1.0)) if fault is not None and kind == "slow" else 0.0
         if kind == "malformed":
             return 200, '{"id": "cmpl-malformed", "choices": [{"te', delay
         try:
