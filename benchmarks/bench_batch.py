@@ -9,7 +9,7 @@ step runs in a fresh child process, so its peak memory (the child's maximum resi
 from `wait4`) is its own:
 
 * `batch` at each size (default 10,000 and 100,000; cases grow with it, k = 10): `run_suite(batch=BatchOptions(...))`,
-  requests streamed to the batch files, results streamed back; and once more with the
+  requests streamed to the batch files, results streamed back; and (twice each, in turn) with the
   suite of the smallest size and k ten times larger (the requests grow, the cases do
   not): that peak against the smallest one shows the memory flat in the number of
   requests, while the first pair also carries ten times the cases (their prompts);
@@ -135,6 +135,11 @@ def child(step: str, args: list[str]) -> dict:
             "index_bytes": Path(rep.index).stat().st_size,
             "per_notebook_s": {n.name: round(getattr(n, "seconds", 0.0), 3) for n in rep.notebooks},
         }
+    elif step == "check":  # every key once; the batch run's outputs against the online run's
+        ok, count, outputs = keys_once(Path(args[0]))
+        out = {"every_key_once": ok, "keys": count}
+        if len(args) > 1:
+            out["equals"] = outputs == keys_once(Path(args[1]))[2]
     elif step == "breakdown":  # where the report set's time goes, piece by piece
         from evalkit import reports, verdicts
         from evalkit.runs import load_run
@@ -177,6 +182,15 @@ def measure(step: str, *args: str) -> dict:
     result["peak_rss_mib"] = round(usage.ru_maxrss / 1024, 1)  # KiB on Linux
     print(f"{step} {' '.join(a for a in args[:1])}: {json.dumps(result)[:300]}", flush=True)
     return result
+
+
+def check(*runs: str) -> dict:
+    """The `check` step in a child process: the parent stays small, since a child's peak
+    memory counts the parent's pages at the moment it is forked."""
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", "check", *runs], capture_output=True, text=True, check=True
+    )
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def keys_once(run: Path) -> tuple[bool, int, dict]:
@@ -228,13 +242,10 @@ def main() -> None:
             entry: dict = {}
             for mode in ("batch", "online") if not args.no_online else ("batch",):
                 r = measure(mode, str(suite), str(work / f"runs-{mode}-{n}"), url, sf)
-                ok, count, outputs = keys_once(Path(r["run"]))
-                r["every_key_once"], r["keys"] = ok, count
+                r.update({k: v for k, v in check(r["run"]).items() if k in ("every_key_once", "keys")})
                 entry[mode] = r
-                entry.setdefault("_outputs", {})[mode] = outputs
-            outs = entry.pop("_outputs")
-            if "online" in outs:
-                entry["batch_equals_online"] = outs["batch"] == outs["online"]
+            if "online" in entry:
+                entry["batch_equals_online"] = check(entry["batch"]["run"], entry["online"]["run"])["equals"]
             batch_run = Path(entry["batch"]["run"])
             log = json.loads((batch_run / "batches.json").read_text())["batches"]
             entry["batch"]["batches"] = [{k: e.get(k) for k in ("name", "lines", "bytes", "status")} for e in log]
@@ -253,7 +264,7 @@ def main() -> None:
             for size, kk in ((lo, K), (n, k)):
                 suite = write_suite(work / f"suite-k{kk}-{rep}", size, k=kk)
                 r = measure("batch", str(suite), str(work / f"runs-batch-k{kk}-{rep}"), url, sf)
-                assert keys_once(Path(r["run"]))[0], "a key is missing or twice"
+                assert check(r["run"])["every_key_once"], "a key is missing or twice"
                 same["peak_rss_mib"][str(size)].append(r["peak_rss_mib"])
                 same.setdefault("wall_s", {}).setdefault(str(size), []).append(r["wall_s"])
         result["same_cases_larger_k"] = same

@@ -32,8 +32,9 @@ exists (`BatchLog`, written atomically): the local input file (``batches/<name>.
 then its file id, then its batch id, the provider's status and request counts. A killed
 run resumes where it was: a file that may have been uploaded is looked up by its unique
 file name before it is uploaded again; a batch that may have been created is looked up
-by its input file id (``batches.list``) before another is created, so no batch is ever
-created twice; a batch that was created is polled again, never resubmitted. Its
+by its input file id (``batches.list``, the 1,000 newest) before another is created, so
+a kill never makes a second batch of one file; a batch that was created is polled
+again, never resubmitted. Its
 reservation is adopted by the resuming process (`Ledger.adopt`), and lines a killed
 collection already charged are recorded without being charged again. Every `--resume`,
 with `--batch` or without, first collects the batches still open; then keys still
@@ -46,8 +47,9 @@ Results are mapped back by `custom_id` into the files an online run writes (a sa
 `latency_ms` is its batch's turnaround); a custom id that is not one of the batch's
 lines, a second result for a line and a line longer than `client.body_bound` are never
 recorded (counted in the batch's `outcome`), a line with no result is an error. Memory
-does not grow with the number of requests: lines are written as they are made, results
-are read as they stream back, and a run keeps one 4-byte slot per planned key.
+of a run does not grow with the number of requests: lines are written as they are made,
+results are read as they stream back, and it keeps one 4-byte slot per planned key
+(the judge keeps its answers for the second pass, as a grading holds its samples).
 """
 
 from __future__ import annotations

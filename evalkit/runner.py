@@ -475,6 +475,10 @@ async def _run_in_folder(
     """Check the inputs, then run (a new folder is created and locked only once every
     check passed; a resumed one is already locked by the caller)."""
     config = suite.config
+    if batch is not None:  # a provider batch needs its price, and calls (evalkit.batch)
+        if replay_only:
+            raise InputError("--replay-only makes no calls, so it takes no --batch")
+        batches.check_ready(config, config_path=Path(suite.path) / "config.json")
     snapshot = config_snapshot(config)
     chash = config_hash(snapshot)
     if resume:
@@ -547,10 +551,6 @@ async def _run_in_folder(
         meta["privacy"] = privacy  # the flag given on this resume: the run's record says so
         write_atomic(folder.path / "config.json", json.dumps(meta, indent=2) + "\n")
     check_endpoint(config.generator, base_url, replay_only)
-    if batch is not None:  # a provider batch needs its price, and calls (evalkit.batch)
-        if replay_only:
-            raise InputError("--replay-only makes no calls, so it takes no --batch")
-        batches.check_ready(config, config_path=Path(suite.path) / "config.json")
     watch = combine(watch, served_watch(base_url))
 
     if not resume:
