@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from ._cliopts import ci_output_options, echo_text, emit_ci
+from ._cliopts import batch_from, batch_options, ci_output_options, echo_text, emit_ci
 from ._text import printable
 from .errors import InputError
 
@@ -77,6 +77,7 @@ def _fmt(v: object) -> str:
     help="agent-evals mode: treat * ? [..] in a contains expectation as PowerShell -like wildcards, "
     "as run-evals.ps1 did (default: literal).",
 )
+@batch_options
 @ci_output_options
 def grade_cmd(
     run: str | None,
@@ -92,11 +93,19 @@ def grade_cmd(
     compat_wildcards: bool,
     junit: Path | None,
     markdown: Path | None,
+    batch: bool,
+    batch_max_requests: int | None,
+    batch_max_bytes: int | None,
+    batch_poll_s: float | None,
+    no_wait: bool,
 ) -> None:
     """Grade a run folder (writes grades.jsonl and grades-summary.json; exit 1 when
     samples are missing or unjudged), or an agent-evals outputs folder (exit 1 on a
     failed gate)."""
+    options = batch_from(batch, batch_max_requests, batch_max_bytes, batch_poll_s, no_wait)
     if eval_file or outputs:
+        if options is not None:
+            raise InputError("--batch applies to grading a run folder (its judge calls)")
         if run:
             raise InputError("give either RUN or --eval-file/--outputs, not both")
         if not (eval_file and outputs):
@@ -137,6 +146,7 @@ def grade_cmd(
         pairwise=pair,
         labels=labels_path,
         allow_uncalibrated_judge=allow_uncalibrated or None,
+        batch=options,
     )
     s = result.summary
     m = s["overall"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ._cliopts import ci_output_options, emit_ci
+from ._cliopts import batch_from, batch_options, ci_output_options, emit_ci
 from .errors import InputError
 
 
@@ -48,6 +48,7 @@ from .errors import InputError
     help="Run even though the privacy scan found personal data or secrets in the suite "
     "(recorded in the run's config.json); by default the run refuses before any call.",
 )
+@batch_options
 @ci_output_options
 def run_cmd(
     suite: str,
@@ -64,9 +65,19 @@ def run_cmd(
     allow_private_data: bool,
     junit: Path | None,
     markdown: Path | None,
+    batch: bool,
+    batch_max_requests: int | None,
+    batch_max_bytes: int | None,
+    batch_poll_s: float | None,
+    no_wait: bool,
 ) -> None:
-    """Sample every case x arm k times under the cost cap; exit 1 when INCOMPLETE."""
+    """Sample every case x arm k times under the cost cap; exit 1 when INCOMPLETE.
+
+    With --batch the samples go through the provider's Batch API (evalkit.batch); a
+    --resume, with --batch or without, first collects the batches a run left open."""
     from .runner import run_suite
+
+    options = batch_from(batch, batch_max_requests, batch_max_bytes, batch_poll_s, no_wait)
 
     arm_list = [a.strip() for a in arms.split(",") if a.strip()] if arms is not None else None
     if arm_list is not None and not arm_list:
@@ -90,6 +101,7 @@ def run_cmd(
         cache=not no_cache,
         sample_files=not no_sample_files,
         allow_private_data=allow_private_data,
+        batch=options,
     )
     click.echo(f"run folder: {result.path}")
     click.echo(

@@ -114,6 +114,25 @@ class ResponseCache:
         resp["cost_usd"] = row[1]
         return resp
 
+    def has(self, model: str, request_hash: str, sample_index: int, *, endpoint: str | None = None) -> bool:
+        """Whether a response is stored for the key (of `endpoint`, or of no endpoint);
+        counts neither a hit nor a miss."""
+        model = self._model_key(model)
+        with self._lock:
+            if (endpoint, model, request_hash, int(sample_index)) in self._pending:
+                return True
+            if endpoint is None:
+                row = self._conn.execute(
+                    "SELECT 1 FROM responses WHERE model=? AND request_hash=? AND sample_index=?",
+                    (model, request_hash, int(sample_index)),
+                ).fetchone()
+            else:
+                row = self._conn.execute(
+                    "SELECT 1 FROM endpoint_responses WHERE endpoint=? AND model=? AND request_hash=? AND sample_index=?",
+                    (endpoint, model, request_hash, int(sample_index)),
+                ).fetchone()
+        return row is not None
+
     def put(
         self,
         model: str,

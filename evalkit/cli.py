@@ -22,6 +22,7 @@ _COMMANDS = {
     "lint": "_cmd_suite",
     "import": "_cmd_suite",
     "run": "_cmd_run",
+    "batch": "_cmd_batch",
     "serve": "_cmd_serve",
     "grade": "_cmd_grade",
     "judge": "_cmd_grade",

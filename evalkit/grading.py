@@ -45,6 +45,9 @@ The judge cache is scoped to the judge (`judge.cache_scope`: model, endpoint, ju
 files), so a re-grade against another judge server or other judge files asks again. A
 grading without the pairwise judge removes an earlier `pairwise.jsonl`; with it, every
 planned (judged case, index) gets a line, an arm's missing sample an errored one.
+
+`grade_run(batch=...)` (`evalkit grade RUN --batch`) makes the judge calls through the
+provider's Batch API instead (`evalkit.batch.JudgeBatches`).
 """
 
 from __future__ import annotations
@@ -322,6 +325,7 @@ async def _judge_all(
     pairs_todo: list[_PairTodo],
     watch: Any,
     scope: str = "",
+    batch: Any = None,
 ) -> tuple[dict[Key, JudgeScore], list[PairOutcome], dict[str, Any]]:
     from .cache import ResponseCache
     from .client import ModelClient
@@ -376,7 +380,7 @@ async def _judge_all(
     for case, s in todo:
         groups.setdefault((case.id, s.output), []).append((case, s))
 
-    async def one(members: list[tuple[Case, Sample]]) -> None:
+    async def one(members: list[tuple[Case, Sample]], client: Any) -> None:
         case, s = members[0]
         async with sem:
             js = await judge_direct(
@@ -391,7 +395,7 @@ async def _judge_all(
         for i, (_, m) in enumerate(members):
             scores[(case.id, m.arm, int(m.index))] = js if i == 0 else dataclasses.replace(js, cost_usd=0.0)
 
-    async def pair(t: _PairTodo) -> PairOutcome:
+    async def pair(t: _PairTodo, client: Any) -> PairOutcome:
         async with sem:
             return await judge_pair(
                 client,
@@ -407,15 +411,29 @@ async def _judge_all(
                 arms=t.arms,
             )
 
+    async def ask(client: Any) -> list[PairOutcome]:  # every judge call of the pass, through `client`
+        await asyncio.gather(*(one(members, client) for members in groups.values()))
+        return list(await asyncio.gather(*(pair(t, client) for t in pairs_todo)))
+
+    batched = None
     try:
-        await asyncio.gather(*(one(members) for members in groups.values()))
-        outcomes = list(await asyncio.gather(*(pair(t) for t in pairs_todo)))
+        from .batch import JudgeBatches, has_open  # the provider's Batch API (evalkit.batch)
+
+        if batch is not None or has_open(run, "judge"):
+            batched = JudgeBatches(client, run, config, batch, watch=should_stop)
+            await batched.take_over()  # an earlier grading's open batches: no longer counted as spent
+            spent_before = ledger.committed_usd
+            outcomes = await batched.run(ask)
+        else:
+            outcomes = await ask(client)
     finally:
         await client.aclose()
-        stats = {
-            "judge_spend_usd": ledger.committed_usd - spent_before,
+        in_flight = ledger.reserved_usd if ledger.reserved_usd > 1e-12 else 0.0  # not the rounding of settles
+        stats: dict[str, Any] = {
+            # judge batches still running count at their worst case, as a later session counts them
+            "judge_spend_usd": ledger.committed_usd + in_flight - spent_before,
             "cache_hits": cache.hits,
-            "run_spend_usd": ledger.committed_usd,
+            "run_spend_usd": ledger.committed_usd + in_flight,
             "cap_usd": cap,
         }
         causes = halted()
@@ -425,6 +443,8 @@ async def _judge_all(
             detail = stopped[0].partition("\n")[2]
             if detail.strip("\n"):
                 stats["stop_detail"] = detail.strip("\n")
+        elif batched is not None and batched.causes:
+            stats["stop_reason"] = "; ".join(batched.causes)
         ledger.close()
         cache.close()
     return scores, outcomes, stats
@@ -483,6 +503,7 @@ def grade_run(
     watch: Watch | None = None,
     allow_uncalibrated_judge: bool | None = None,
     labels: str | Path | None = None,
+    batch: Any = None,
 ) -> GradeResult:
     """Grade every sample of a run folder and write `grades.jsonl` and
     `grades-summary.json` (replacing earlier ones, atomically).
@@ -500,13 +521,20 @@ def grade_run(
     summary says why (`stop_reason`, `stop_detail`, a HIGH finding). Raises
     `InputError` (nothing written) for a case with neither a check nor a rubric, a bad
     check, a bad label file, a judge that is the generator's model without the
-    override, or a judge with no base URL (`judge_endpoint`).
+    override, or a judge with no base URL (`judge_endpoint`), or `batch` without
+    `judge_batch_price`. `batch` (`evalkit.batch.BatchOptions`) sends the judge calls
+    through the provider's Batch API at `judge_batch_price`, on the run's ledger; judge
+    batches an earlier grading left open are collected first either way.
     """
     run = Path(run_path)
     meta = RunFolder(run).read_meta()
     suite_obj = resolve_suite(run, meta, suite)
     config = suite_obj.config
     opt_out = config.allow_uncalibrated_judge if allow_uncalibrated_judge is None else bool(allow_uncalibrated_judge)
+    if batch is not None:  # judge batches are reserved and charged at the batch price: refuse before any work
+        from .batch import check_ready
+
+        check_ready(config, "judge", Path(suite_obj.path) / "config.json")
     cases = {c.id: c for c in suite_obj.cases}
     samples = read_samples(run)
     expected = _expected_keys(meta, samples)
@@ -617,6 +645,7 @@ def grade_run(
                 pairs_todo,
                 combine(watch, served_watch(endpoint.base_url)),
                 cache_scope(identity),
+                batch,
             )
         )
         if judge_stats.get("stop_reason"):

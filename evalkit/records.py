@@ -125,6 +125,8 @@ class Config:
     ci_cost_cap_usd: float | None = None  # `ci.cost_cap_usd`: the lower cap of `evalkit run --ci`
     rate_limit_budget_s: float = 300.0  # per key: how long 429/503/overload answers are waited out
     max_connection_failures: int = 8  # in a row with no answer: the endpoint is unreachable, the run stops
+    batch_price: Price | None = None  # `batch_price`: what `run --batch` reserves and charges (evalkit.batch)
+    judge_batch_price: Price | None = None  # `judge_batch_price`: the same for `grade --batch`
     raw: dict[str, Json] = field(default_factory=dict, compare=False, repr=False)
 
     def arm(self, name: str) -> Arm:

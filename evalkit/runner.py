@@ -19,6 +19,10 @@ is refused before it calls anything.
 Keys are drawn lazily from one iterator by `concurrency` workers, so the tasks (and the
 memory) of a run do not grow with k x cases.
 
+With `batch` (`evalkit run --batch`), the missing keys go to the provider's Batch API
+instead, on the same ledger (`evalkit.batch`); a resume with or without it first
+collects the batches an earlier session left open.
+
 Once the run stops (ceiling breached, budget exhausted, endpoint unreachable or
 endlessly rate-limiting, disk full, the watched model server exited), no further paid
 call goes out: the dispatcher checks before every key and the client before every
@@ -50,6 +54,7 @@ from typing import Any, Iterator
 
 from tqdm import tqdm
 
+from . import batch as batches
 from ._text import printable
 from .cache import ResponseCache
 from .client import CallStopped, ModelClient, check_endpoint
@@ -148,6 +153,11 @@ def _format_summary_md(suite: Suite, res: dict[str, Any]) -> str:
     lines.append(
         f"- spend: ${res['spend_usd']:.6f} of cap ${res['cap_usd']:.6f}"
         f" (avoided by the cache: ${res['avoided_usd']:.6f})"
+        + (
+            f"; ${res['in_flight_usd']:.6f} of it is the worst case of batches still running"
+            if res.get("in_flight_usd")
+            else ""
+        )
     )
     lines.append("")
     lines.append("| arm | samples | errors |")
@@ -258,20 +268,26 @@ class _Engine:
         )
         self.bar.update(1)
 
-    async def one(self, key: Key) -> None:
+    def call_args(self, key: Key) -> dict[str, Any]:
+        """The request arguments of a key (`ModelClient.complete` / `request_body`): its
+        rendered prompt or messages, the config's parameters and its derived seed."""
         case_id, arm_name, index = key
-        case, arm = self.cases[case_id], self.arms[arm_name]
-        seed = derive_seed(self.config.seed, case_id, arm_name, index)
         rendered = self.prompts[(case_id, arm_name)]
         kw: dict[str, Any] = (
             {"messages": rendered, "tools": self._tools} if isinstance(rendered, list) else {"prompt": rendered}
         )
+        kw.update(
+            temperature=self.config.temperature,
+            seed=derive_seed(self.config.seed, case_id, arm_name, index),
+            stop=self._stop,
+        )
+        return kw
+
+    async def one(self, key: Key) -> None:
+        case_id, arm_name, index = key
         try:
             c = await self.client.complete(
-                **kw,
-                temperature=self.config.temperature,
-                seed=seed,
-                stop=self._stop,
+                **self.call_args(key),
                 sample_index=index,
                 key=f"{case_id}/{arm_name}/{index}",
                 should_stop=self.should_stop,
@@ -302,11 +318,17 @@ class _Engine:
         except Exception as exc:  # noqa: BLE001 - a response nobody foresaw fails its sample, not the run
             self._error(key, f"unexpected {type(exc).__name__}: {exc}", getattr(exc, "attempts", 0))
             return
+        self.record(key, c)
+
+    def record(self, key: Key, c: Any) -> None:
+        """Append a finished call (a `client.Completion`) as the key's sample."""
+        case_id, arm_name, index = key
+        seed = derive_seed(self.config.seed, case_id, arm_name, index)
         try:
             self.folder.append_result(
                 Sample(
                     case_id=case_id,
-                    tags=case.tags,
+                    tags=self.cases[case_id].tags,
                     arm=arm_name,
                     index=index,
                     seed=seed,
@@ -329,6 +351,10 @@ class _Engine:
         self.done_per_arm[arm_name] += 1
         self.done_per_case[case_id] += 1
         self._tick()
+
+    def error(self, key: Key, message: str, attempts: int) -> None:
+        """Record that a key failed (its `errors.jsonl` line)."""
+        self._error(key, message, attempts)
 
     def _error(self, key: Key, message: str, attempts: int) -> None:
         self.errored[key] = message
@@ -399,6 +425,7 @@ async def run_suite_async(
     sample_files: bool = True,
     allow_private_data: bool = False,
     watch: Watch | None = None,
+    batch: batches.BatchOptions | None = None,
 ) -> RunResult:
     """The async core of `run_suite`."""
     if not isinstance(suite, Suite):
@@ -423,6 +450,7 @@ async def run_suite_async(
                 sample_files=sample_files,
                 allow_private_data=allow_private_data,
                 watch=watch,
+                batch=batch,
             )
     from .suite import default_runs_dir  # a `runs` symlink out of the suite is refused
 
@@ -441,6 +469,7 @@ async def run_suite_async(
         sample_files=sample_files,
         allow_private_data=allow_private_data,
         watch=watch,
+        batch=batch,
     )
 
 
@@ -459,10 +488,15 @@ async def _run_in_folder(
     sample_files: bool,
     allow_private_data: bool = False,
     watch: Watch | None = None,
+    batch: batches.BatchOptions | None = None,
 ) -> RunResult:
     """Check the inputs, then run (a new folder is created and locked only once every
     check passed; a resumed one is already locked by the caller)."""
     config = suite.config
+    if batch is not None:  # a provider batch needs its price, and calls (evalkit.batch)
+        if replay_only:
+            raise InputError("--replay-only makes no calls, so it takes no --batch")
+        batches.check_ready(config, config_path=Path(suite.path) / "config.json")
     snapshot = config_snapshot(config)
     chash = config_hash(snapshot)
     ci = run_is_ci(config)
@@ -570,28 +604,32 @@ async def _run_in_folder(
             "cost_cap_usd": config.cost_cap_usd,  # the cap this run (and its grading) spends under
             "ci": ci,
         }
+
+    def execute(folder: RunFolder) -> Any:
+        return _execute(
+            suite,
+            folder,
+            arm_objs,
+            k,
+            prompts,
+            base_url,
+            runs_root,
+            replay_only,
+            progress,
+            cache,
+            privacy,
+            watch=watch,
+            batch=batch,
+        )
+
+    if not resume:
         with runs_dir_lock(runs_root):  # one run at a time per runs folder (and its response cache)
             folder = RunFolder.create(runs_root, meta)
             folder.sample_files = sample_files
             with folder.lock():
-                return await _execute(
-                    suite,
-                    folder,
-                    arm_objs,
-                    k,
-                    prompts,
-                    base_url,
-                    runs_root,
-                    replay_only,
-                    progress,
-                    cache,
-                    privacy,
-                    watch=watch,
-                )
+                return await execute(folder)
     assert folder is not None
-    return await _execute(
-        suite, folder, arm_objs, k, prompts, base_url, runs_root, replay_only, progress, cache, privacy, watch=watch
-    )
+    return await execute(folder)
 
 
 async def _execute(
@@ -608,6 +646,7 @@ async def _execute(
     privacy: dict[str, Any] | None = None,
     *,
     watch: Watch | None = None,
+    batch: batches.BatchOptions | None = None,
 ) -> RunResult:
     """Run the keys of the plan (cases x arms x k) that `folder` lacks, under its lock
     and the runs folder's, and write the summary."""
@@ -620,7 +659,7 @@ async def _execute(
         if key[0] in planned[0] and key[1] in planned[1] and 0 <= key[2] < k
     }
     samples_total = len(suite.cases) * len(arm_objs) * k
-    pending = (key for key in _plan(suite, arm_objs, k) if key not in done_before)
+    pending: Iterator[Key] = (key for key in _plan(suite, arm_objs, k) if key not in done_before)
     interrupted: BaseException | None = None
     start_cause: str | None = None
     # Each resource is closed however the run ends, even when building the next one or
@@ -663,6 +702,8 @@ async def _execute(
         if start_cause is not None:
             engine.stop(start_cause)
         try:
+            if batch is not None or batches.has_open(folder.path):  # a provider batch (evalkit.batch)
+                pending = await batches.run_keys(engine, pending, k, batch, base_url)
             await engine.run(pending, config.concurrency)
         except (asyncio.CancelledError, KeyboardInterrupt) as exc:
             # Ctrl-C: the calls in flight were settled at their worst case by the client;
@@ -688,6 +729,9 @@ async def _execute(
     if ledger.breaches and "ceiling breached" not in engine.stop_causes:
         engine.stop("ceiling breached in an earlier session")  # never hidden on a resume
     reason = engine.stop_reason
+    # A provider batch still running holds its reservation: spent until collected, as a
+    # resume counts it (below the ledger's tolerance: the rounding of settled calls).
+    in_flight = ledger.reserved_usd if ledger.reserved_usd > 1e-12 else 0.0
     if not complete and reason is None:
         reason = f"{len(engine.errored)} sample(s) errored" if engine.errored else "samples missing"
     summary = {
@@ -697,7 +741,7 @@ async def _execute(
         "samples_ran": samples_ran,
         "samples_total": samples_total,
         "reason": None if complete else reason,
-        "spend_usd": ledger.committed_usd,
+        "spend_usd": ledger.committed_usd + in_flight,
         "avoided_usd": ledger.avoided_usd,
         "cap_usd": ledger.cap_usd,
         "ceiling_breaches": ledger.breaches,
@@ -705,6 +749,8 @@ async def _execute(
         "per_arm": per_arm,
         "exit_code": 0 if complete else 1,
     }
+    if in_flight:
+        summary["in_flight_usd"] = in_flight
     if engine.stop_detail:
         summary["stop_detail"] = engine.stop_detail
     folder.release_space()
@@ -720,7 +766,7 @@ async def _execute(
         samples_ran=samples_ran,
         samples_total=samples_total,
         reason=summary["reason"],
-        spend_usd=ledger.committed_usd,
+        spend_usd=summary["spend_usd"],
         avoided_usd=ledger.avoided_usd,
         cap_usd=ledger.cap_usd,
         per_arm=per_arm,
@@ -751,6 +797,7 @@ def run_suite(
     sample_files: bool = True,
     allow_private_data: bool = False,
     watch: Watch | None = None,
+    batch: batches.BatchOptions | None = None,
 ) -> RunResult:
     """Run cases x arms x k samples of a suite (a `Suite` or its folder) and write a run
     folder; see the module docstring. `base_url` overrides `EVALKIT_BASE_URL` and the
@@ -758,7 +805,8 @@ def run_suite(
     `cache=False` neither reads nor writes the response cache; `sample_files=False` skips
     the per-sample text files; `watch` (e.g. `LocalModelServer.exit_reason`) is asked
     before every sample and attempt, and a reason from it stops the run at once,
-    INCOMPLETE (`endpoints` says more). Raises `InputError` on bad input before anything
+    INCOMPLETE (`endpoints` says more); `batch` (`evalkit.batch.BatchOptions`) sends
+    the missing keys through the provider's Batch API. Raises `InputError` on bad input before anything
     is written, personal data or secrets in the suite included (`evalkit.privacy.run_gate`)
     unless `allow_private_data`."""
     with _frozen_heap():
@@ -776,6 +824,7 @@ def run_suite(
                 sample_files=sample_files,
                 allow_private_data=allow_private_data,
                 watch=watch,
+                batch=batch,
             )
         )
 

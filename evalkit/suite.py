@@ -161,6 +161,8 @@ CONFIG_KEYS = {
     "ci",
     "rate_limit_budget_s",
     "max_connection_failures",
+    "batch_price",
+    "judge_batch_price",
 }
 REQUIRED_CONFIG_KEYS = ("generator", "cost_cap_usd", "max_tokens_in", "max_tokens_out", "price", "judge_price")
 ENDPOINT_KEYS = {"model", "base_url", "api_key_env"}
@@ -883,6 +885,20 @@ def _check_calls_fit(r: _Reader, cfg: dict, price_key: str, role: str, *, ci: bo
         )
 
 
+def _batch_price_above(r: _Reader, cfg: dict, key: str, online: str) -> None:
+    """A warning when a batch price is above its online price: providers charge less for
+    a batch (OpenAI: half), so the number is likely a typo or a swap."""
+    b, o = cfg.get(key), cfg.get(online)
+    for name in ("in_per_mtok", "out_per_mtok"):
+        bv, ov = _positive_number(b, name, zero_ok=True), _positive_number(o, name, zero_ok=True)
+        if bv is not None and ov is not None and bv > ov:
+            r.warn(
+                f"$.{key}.{name}",
+                f"{key}.{name} {bv:g} is above {online}.{name} {ov:g}: a provider batch costs less than "
+                "an online call (OpenAI: half); check the two prices",
+            )
+
+
 def _same_model(a: Endpoint, b: Endpoint) -> bool:
     return a.model.strip().casefold() == b.model.strip().casefold()
 
@@ -953,6 +969,13 @@ def _validate_config(src: SuiteSource, fx: _Findings, uses_judge: bool) -> Confi
     _check_calls_fit(r, cfg, "price", "generator")
     if cfg.get("judge") is not None:
         _check_calls_fit(r, cfg, "judge_price", "judge")
+    # Optional: the Batch API's prices (`run --batch`, `grade --batch`), bounded as `price` is.
+    batch_prices = {}
+    for key, online, role in (("batch_price", "price", "generator"), ("judge_batch_price", "judge_price", "judge")):
+        if key in cfg:
+            batch_prices[key] = _price(r, cfg, key)
+            _check_calls_fit(r, cfg, key, f"{role} batch")
+            _batch_price_above(r, cfg, key, online)
 
     gate = GateThresholds()
     if "gate" in cfg:
@@ -1060,6 +1083,8 @@ def _validate_config(src: SuiteSource, fx: _Findings, uses_judge: bool) -> Confi
         ci_cost_cap_usd=None if ci_cap is None else float(ci_cap),
         rate_limit_budget_s=float(rate_budget),
         max_connection_failures=int(conn_failures),
+        batch_price=batch_prices.get("batch_price"),
+        judge_batch_price=batch_prices.get("judge_batch_price"),
         raw=dict(cfg),
     )
 

@@ -819,3 +819,44 @@ def test_a_request_the_http_client_refuses_to_send_costs_nothing_and_stops_like_
     assert all(isinstance(o, UnitCallError) for o in outcomes)
     assert isinstance(outcomes[-1], CallStopped)  # stopped: no attempt after the third failure
     assert len(releases) == 3
+
+
+def _outcome(fn):
+    try:
+        return ("ok", fn())
+    except Exception as exc:  # noqa: BLE001 - the kind of failure is what is compared
+        return ("error", type(exc).__name__)
+
+
+BODIES = [  # a batch result line's body: what parse_body must read exactly as the online path does
+    {"choices": [{"index": 0, "text": "Paris", "finish_reason": "stop"}],
+     "usage": {"prompt_tokens": 3, "completion_tokens": 1}, "model": "m", "system_fingerprint": "fp"},
+    {"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}},
+        {"id": "c2", "type": "function", "function": {"name": "g", "arguments": "{broken"}}]},
+        "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 3, "completion_tokens": 5}},
+    {"choices": [{"message": {"content": "hi"}}]},  # no usage, no finish reason, no model
+    {"choices": [{"message": {"content": "hi"}}], "usage": "lots"},
+    {"choices": [{"message": {"content": "hi"}}], "usage": {"prompt_tokens": -1, "completion_tokens": 1.5}},
+    {"choices": [{"message": {"content": "hi"}}], "usage": [1, 2]},
+    {"choices": "bad"}, {"choices": []}, {"choices": [7]}, {"choices": [{"message": "text"}]},
+    {"choices": [{"message": {"content": 42}}]}, {"choices": [{"message": {"content": "x"}, "finish_reason": 3}]},
+    {"choices": [{"message": {"content": "x", "tool_calls": {"no": "list"}}}]},
+    {"choices": [{"message": {"content": "x", "tool_calls": [{"function": {"arguments": "{}"}}]}}]},
+    {"choices": [{"message": {"content": "y" * 20_000}}]},  # past what 8 tokens can carry
+    {"choices": [{"text": None}]}, {"model": "m"},
+]
+
+
+@pytest.mark.parametrize("body", BODIES)
+def test_parse_body_reads_a_json_body_exactly_as_the_openai_clients_objects_are_read(body):
+    import openai
+
+    led = Ledger(1.0)
+    client = ModelClient(ENDPOINT, PRICE, led, max_tokens_in=64, max_tokens_out=8, base_url="http://127.0.0.1:9/v1")
+    try:
+        for chat, cls in ((True, openai.types.chat.ChatCompletion), (False, openai.types.Completion)):
+            reference = _outcome(lambda: client._parse(cls.construct(**body), chat=chat))  # what the SDK builds
+            assert _outcome(lambda: client.parse_body(body, chat=chat)) == reference
+    finally:
+        asyncio.run(client.aclose())
