@@ -125,6 +125,8 @@ def input_hashes(suite: Suite, arms: list[Arm]) -> dict[str, str]:
         out[f"system template ({raw.get('system') or 'system.txt'})"] = sha(config.system)
     for a in arms:
         out[f"guidance of arm {a.name!r} ({a.guidance_file or 'none'})"] = sha(a.guidance or "")
+        if a.skill_dir:
+            out[f"skill of arm {a.name!r} ({a.skill_dir})"] = sha(a.skill or "")
     cases = [{k: v for k, v in dataclasses.asdict(c).items() if k != "line"} for c in suite.cases]
     out["cases"] = sha(json.dumps(cases, sort_keys=True, ensure_ascii=False, default=str))
     return out
@@ -189,6 +191,7 @@ class _Engine:
         self._tools = list(self.config.tools) or None
         self._stop = list(self.config.stop) or None
         self._concurrency = self.config.concurrency
+        self.agents: Any = None  # an agents.AgentRunner for agent, command and python units
         self.bar = tqdm(
             total=pending,
             disable=not progress,
@@ -262,20 +265,11 @@ class _Engine:
         case_id, arm_name, index = key
         case, arm = self.cases[case_id], self.arms[arm_name]
         seed = derive_seed(self.config.seed, case_id, arm_name, index)
-        rendered = self.prompts[(case_id, arm_name)]
-        kw: dict[str, Any] = (
-            {"messages": rendered, "tools": self._tools} if isinstance(rendered, list) else {"prompt": rendered}
-        )
         try:
-            c = await self.client.complete(
-                **kw,
-                temperature=self.config.temperature,
-                seed=seed,
-                stop=self._stop,
-                sample_index=index,
-                key=f"{case_id}/{arm_name}/{index}",
-                should_stop=self.should_stop,
-            )
+            if self.agents is not None:  # an agent unit: many calls, one sample (evalkit.agents)
+                sample = await self.agents.sample(case, arm, index, seed, self.prompts.get((case_id, arm_name)))
+            else:
+                sample = await self._prompt_sample(case, arm_name, index, seed)
         except BudgetExhausted as exc:
             self.stop("budget exhausted")
             if getattr(exc, "attempts", 0):  # refused on a retry: the key paid and errored
@@ -303,32 +297,47 @@ class _Engine:
             self._error(key, f"unexpected {type(exc).__name__}: {exc}", getattr(exc, "attempts", 0))
             return
         try:
-            self.folder.append_result(
-                Sample(
-                    case_id=case_id,
-                    tags=case.tags,
-                    arm=arm_name,
-                    index=index,
-                    seed=seed,
-                    model=c.model,
-                    output=c.text,
-                    tool_calls=c.tool_calls,
-                    finish_reason=c.finish_reason,
-                    usage=c.usage,
-                    latency_ms=round(c.latency_ms, 3),
-                    cost_usd=c.cost_usd,
-                    request_hash=c.request_hash,
-                    system_fingerprint=c.system_fingerprint,
-                    cached=c.cached,
-                    cost_avoided_usd=c.cost_avoided_usd,
-                )
-            )
+            self.folder.append_result(sample)
         except DiskFull as exc:  # paid and on the ledger; its answer is in the cache when that had room
             self.stop(str(exc))
             return
         self.done_per_arm[arm_name] += 1
         self.done_per_case[case_id] += 1
         self._tick()
+
+    async def _prompt_sample(self, case: Any, arm_name: str, index: int, seed: int) -> Sample:
+        """One call of the prompt unit, as its `results.jsonl` line."""
+        rendered = self.prompts[(case.id, arm_name)]
+        kw: dict[str, Any] = (
+            {"messages": rendered, "tools": self._tools} if isinstance(rendered, list) else {"prompt": rendered}
+        )
+        c = await self.client.complete(
+            **kw,
+            temperature=self.config.temperature,
+            seed=seed,
+            stop=self._stop,
+            sample_index=index,
+            key=f"{case.id}/{arm_name}/{index}",
+            should_stop=self.should_stop,
+        )
+        return Sample(
+            case_id=case.id,
+            tags=case.tags,
+            arm=arm_name,
+            index=index,
+            seed=seed,
+            model=c.model,
+            output=c.text,
+            tool_calls=c.tool_calls,
+            finish_reason=c.finish_reason,
+            usage=c.usage,
+            latency_ms=round(c.latency_ms, 3),
+            cost_usd=c.cost_usd,
+            request_hash=c.request_hash,
+            system_fingerprint=c.system_fingerprint,
+            cached=c.cached,
+            cost_avoided_usd=c.cost_avoided_usd,
+        )
 
     def _error(self, key: Key, message: str, attempts: int) -> None:
         self.errored[key] = message
@@ -494,7 +503,15 @@ async def _run_in_folder(
     # leaves no half-made run folder.
     from .suite import render_prompt
 
-    prompts = {(c.id, a.name): render_prompt(config, c, a) for c in suite.cases for a in arm_objs}
+    unit = config.unit
+    prompts = (
+        {(c.id, a.name): render_prompt(config, c, a) for c in suite.cases for a in arm_objs}
+        if unit.kind in ("prompt", "agent")  # a command or python unit gets the case as JSON
+        else {}
+    )
+    from .agents import prepare  # a command's program, a python unit's function: found before any write
+
+    target = prepare(suite)
     inputs = input_hashes(suite, arm_objs)
     inputs_hash = config_hash(inputs)
     if resume and folder is not None:
@@ -519,6 +536,23 @@ async def _run_in_folder(
     check_endpoint(config.generator, base_url, replay_only)
     watch = combine(watch, served_watch(base_url))
 
+    def execute(folder: RunFolder) -> Any:
+        return _execute(
+            suite,
+            folder,
+            arm_objs,
+            k,
+            prompts,
+            base_url,
+            runs_root,
+            replay_only,
+            progress,
+            cache,
+            privacy,
+            watch=watch,
+            target=target,
+        )
+
     if not resume:
         meta = {
             "suite": str(suite.path),
@@ -539,24 +573,9 @@ async def _run_in_folder(
             folder = RunFolder.create(runs_root, meta)
             folder.sample_files = sample_files
             with folder.lock():
-                return await _execute(
-                    suite,
-                    folder,
-                    arm_objs,
-                    k,
-                    prompts,
-                    base_url,
-                    runs_root,
-                    replay_only,
-                    progress,
-                    cache,
-                    privacy,
-                    watch=watch,
-                )
+                return await execute(folder)
     assert folder is not None
-    return await _execute(
-        suite, folder, arm_objs, k, prompts, base_url, runs_root, replay_only, progress, cache, privacy, watch=watch
-    )
+    return await execute(folder)
 
 
 async def _execute(
@@ -573,6 +592,7 @@ async def _execute(
     privacy: dict[str, Any] | None = None,
     *,
     watch: Watch | None = None,
+    target: Any = None,
 ) -> RunResult:
     """Run the keys of the plan (cases x arms x k) that `folder` lacks, under its lock
     and the runs folder's, and write the summary."""
@@ -626,6 +646,13 @@ async def _execute(
         )
         if start_cause is not None:
             engine.stop(start_cause)
+        if config.unit.kind != "prompt":  # evalkit.agents: the tool loop, or a program behind the proxy
+            from .agents import AgentRunner
+
+            engine.agents = await AgentRunner(
+                suite, folder.path, client, should_stop=engine.should_stop, on_stop=engine.stop, target=target
+            ).start()
+            stack.push_async_callback(engine.agents.aclose)
         try:
             await engine.run(pending, config.concurrency)
         except (asyncio.CancelledError, KeyboardInterrupt) as exc:
