@@ -390,3 +390,33 @@ def test_a_missing_program_or_callable_is_refused_before_anything_is_written(tmp
     with pytest.raises(InputError, match=r"cannot import 'no_such_module_x'"):
         run_suite(suite, runs_dir=tmp_path / "runs", base_url="http://127.0.0.1:9/v1", progress=False)
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").glob("2*"))
+
+
+@pytest.mark.local_model
+def test_the_demo_agent_runs_on_the_embedded_model_through_the_proxy(tmp_path):
+    import shutil
+
+    from evalkit.serve import LocalModelServer
+
+    src = Path(__file__).resolve().parent.parent / "data" / "agent"
+    suite = tmp_path / "agent"
+    shutil.copytree(src, suite, ignore=shutil.ignore_patterns("runs"))
+    keep = {"oslo", "paris-injection", "arithmetic"}
+    cases = [c for c in lines(src / "cases.jsonl") if c["id"] in keep]
+    (suite / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
+    with LocalModelServer() as srv:
+        res = run_suite(suite, k=1, runs_dir=tmp_path / "runs", base_url=srv.base_url, watch=srv.exit_reason,
+                        progress=False)
+    assert res.complete, res.reason
+    grades = {(g.case_id, g.arm): g for g in grade_run(res.path).grades}
+    assert len(grades) == 6 and all(g.passed is not None for g in grades.values())
+    reserves = sum(1 for e in lines(res.path / "ledger.jsonl") if e["event"] == "reserve")
+    received = sum(e.get("attempts") or 0 for p in (res.path / "trajectories").rglob("*.jsonl") for e in lines(p)
+                   if e["type"] == "model_call")
+    assert received == reserves >= 6  # every request the model server got is a trajectory line, and paid
+    skilled = read_trajectory(res.path, "oslo", "skilled", 0)
+    assert "Example 1" in skilled.model_calls[0]["request"]["prompt"]  # the skill was loaded...
+    act = {c.name: c.passed for c in grades[("oslo", "skilled")].checks}
+    assert act["activation"] is True  # ... and the skill_activation check saw it
+    names = {c.name for c in grades[("paris-injection", "baseline")].checks}
+    assert {"forbidden_tools", "tool_calls", "regex"} <= names
