@@ -469,7 +469,12 @@ class AgentRunner:
 
         fn = self.target or load_callable(self.suite)
         deadline = time.monotonic() + self.unit.timeout_s
-        kw = {"base_url": ep.base_url, "api_key": ep.api_key, "max_retries": 0, "timeout": self.unit.timeout_s}
+        kw: dict[str, Any] = {
+            "base_url": ep.base_url,
+            "api_key": ep.api_key,
+            "max_retries": 0,
+            "timeout": self.unit.timeout_s,
+        }
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Any] = loop.create_future()
         task: asyncio.Task[Any] | None = None

@@ -202,8 +202,8 @@ class MeteringProxy:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - every failure is the agent's HTTP error, and the sample's
-            r = _refusal_of(exc)
-            return _error_response(r.status, str(r), r.etype, r.code)
+            refusal = _refusal_of(exc)
+            return _error_response(refusal.status, str(refusal), refusal.etype, refusal.code)
         made = int(time.time())
         rid = f"{'chatcmpl' if chat else 'cmpl'}-evalkit-{session.calls}-{secrets.token_hex(4)}"
         if stream:
@@ -226,7 +226,7 @@ class MeteringProxy:
             if not isinstance(name, str) or not name:
                 raise _Refusal(400, 'evalkit: a tool call needs "name"', "invalid_request_error", "invalid_tool_call")
             call_id = body.get("id") if isinstance(body.get("id"), str) else None
-            reported = {k: body[k] for k in ("result", "error") if k in body} or None
+            reported: dict[str, Any] | None = {k: body[k] for k in ("result", "error") if k in body} or None
             answer = session.tool(name, body.get("arguments", {}), call_id, reported=reported)
         except _Refusal as r:
             return _error_response(r.status, str(r), r.etype, r.code)

@@ -254,7 +254,7 @@ def _cells(rep: CaseReplay) -> list[tuple[str, list[list[str]]]]:
     rows: list[tuple[str, list[list[str]]]] = [("", [_arm_head(a) for a in rep.arms])]
     previous: list[dict[str, Any] | None] = [None] * len(rep.arms)
     for n, turns in rep.rows():
-        cells = []
+        cells: list[list[str]] = []
         for i, t in enumerate(turns):
             if t is None:
                 cells.append([])

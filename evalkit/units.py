@@ -260,7 +260,7 @@ def check_trajectory_options(r: Reader, kind: str, opts: dict[str, Any], jp: str
                 r.err(f"{jp}.{key}", f"{key} must be a non-empty string")
                 ok = False
         if "preflight" in opts and isinstance(opts["preflight"], str):
-            import regex
+            import regex  # type: ignore[import-untyped]  # as evalkit.suite: no stubs
 
             try:
                 regex.compile(opts["preflight"], regex.IGNORECASE)
