@@ -259,7 +259,7 @@ class AgentRunner:
         if arm.skill_dir:
             agent["skill_dir"] = arm.skill_dir
         for name in ("exit_status", "stderr_tail"):
-            if name in end:
+            if end.get(name) is not None:
                 agent[name] = end[name]
         return Sample(
             case_id=case.id,
@@ -294,7 +294,7 @@ class AgentRunner:
             "duration_ms": round((time.monotonic() - session.started) * 1000, 3),
         }
         for name in ("exit_status", "stderr_tail"):
-            if name in end:
+            if end.get(name) is not None:
                 line[name] = end[name]
         try:
             writer.write("end", line)
@@ -436,21 +436,32 @@ class AgentRunner:
         waiter = asyncio.ensure_future(proc.wait())
         why: str | None = None
         try:
-            while not waiter.done():
+            # `returncode` is set at its exit; `wait()` (Python 3.11) only returns once its
+            # pipes are closed too, which what it left running may keep open.
+            while proc.returncode is None and not waiter.done():
                 await asyncio.wait({waiter}, timeout=POLL_S)
-                if waiter.done():
+                if proc.returncode is not None or waiter.done():
                     break
                 why = f"its stdout passed {MAX_OUTPUT_BYTES} bytes" if too_long else self._must_stop(session, deadline)
                 if why is not None:
                     _kill_group(proc.pid)
                     break
-            status = await waiter
-            # Readers end at EOF; a grandchild that kept the pipes open is not waited for.
-            await asyncio.wait(io, timeout=2.0)
-        finally:
-            if not waiter.done():  # cancelled: never leave the program running
+            if why is not None:  # killed: reaped at once (its pipes may stay open a moment longer)
+                deadline_kill = time.monotonic() + 5.0
+                while proc.returncode is None and time.monotonic() < deadline_kill:
+                    await asyncio.wait({waiter}, timeout=POLL_S)
+            # Readers end at EOF. Pipes still open after its exit are held by what it left
+            # running in its group (which keeps the group's id from being reused): killed.
+            _, open_pipes = await asyncio.wait(io, timeout=2.0)
+            if open_pipes:
                 _kill_group(proc.pid)
-            for t in io:
+                await asyncio.wait(open_pipes, timeout=2.0)
+            await asyncio.wait({waiter}, timeout=2.0)
+            status = proc.returncode if proc.returncode is not None else -signal.SIGKILL
+        finally:
+            if proc.returncode is None:  # cancelled: never leave the program running
+                _kill_group(proc.pid)
+            for t in (*io, waiter):
                 t.cancel()
         stderr_tail = _decode(bytes(tail))
         end.update(exit_status=status, stderr_tail=stderr_tail)

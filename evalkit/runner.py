@@ -509,9 +509,6 @@ async def _run_in_folder(
         if unit.kind in ("prompt", "agent")  # a command or python unit gets the case as JSON
         else {}
     )
-    from .agents import prepare  # a command's program, a python unit's function: found before any write
-
-    target = prepare(suite)
     inputs = input_hashes(suite, arm_objs)
     inputs_hash = config_hash(inputs)
     if resume and folder is not None:
@@ -535,6 +532,9 @@ async def _run_in_folder(
         write_atomic(folder.path / "config.json", json.dumps(meta, indent=2) + "\n")
     check_endpoint(config.generator, base_url, replay_only)
     watch = combine(watch, served_watch(base_url))
+    from .agents import prepare  # a command's program, a python unit's function: found before any write
+
+    target = prepare(suite)
 
     def execute(folder: RunFolder) -> Any:
         return _execute(

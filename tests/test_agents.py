@@ -420,3 +420,18 @@ def test_the_demo_agent_runs_on_the_embedded_model_through_the_proxy(tmp_path):
     assert act["activation"] is True  # ... and the skill_activation check saw it
     names = {c.name for c in grades[("paris-injection", "baseline")].checks}
     assert {"forbidden_tools", "tool_calls", "regex"} <= names
+
+
+def test_what_a_program_leaves_running_in_its_group_is_killed_and_the_sample_finishes(tmp_path):
+    (tmp_path / "suite").mkdir()
+    (tmp_path / "suite" / "bg.sh").write_text("sleep 60 &\necho $! > bg.pid\necho done\n")
+    cases = [{"id": "a", "input": "q", "tags": ["golden"], "checks": [{"kind": "contains", "value": "done"}]}]
+    suite = write_suite(tmp_path / "suite", cases, {"kind": "command", "argv": ["sh", "bg.sh"], "timeout_s": 30}, k=1)
+    t0 = time.monotonic()
+    with ScriptedServer({"default": {"text": "x"}}) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+    assert res.complete and time.monotonic() - t0 < 15
+    assert load_run(res.path).samples.iloc[0].output == "done\n"
+    pid = int((suite / "bg.pid").read_text())
+    state = Path(f"/proc/{pid}/status")
+    assert not state.exists() or "zombie" in state.read_text()  # the background sleep did not outlive it
