@@ -136,3 +136,13 @@ def test_tool_fixtures_and_skill_files_are_scanned_for_personal_data(tmp_path):
     where = {(Path(e.path).name, e.json_path) for e in err.value.errors}
     assert ("cases.jsonl", "$.input.tool_results.t.result") in where
     assert ("SKILL.md", None) in where
+
+
+def test_the_demo_agent_suite_lints_clean():
+    root = Path(__file__).resolve().parent.parent / "data" / "agent"
+    report = lint_suite(root, strict=True)
+    assert report.ok and not report.errors and not report.warnings, [str(f) for f in report.findings]
+    s = load_suite(root)
+    assert s.config.unit.kind == "command" and [a.skill_dir for a in s.config.arms] == [None, "skills/weather-lookup"]
+    injected = [c for c in s.cases if "injection" in c.tags]
+    assert injected and all(any(ch.kind == "forbidden_tools" for ch in c.checks) for c in injected)
