@@ -31,7 +31,7 @@ CONTROL = "control"
     multiple=True,
     metavar="NAME",
     help="Run only this notebook (repeatable): run_summary, pass_at_k, skill_comparison, "
-    "judge_calibration, power_planning, micro_test.",
+    "judge_calibration, power_planning, micro_test, replay.",
 )
 @click.option("--serial", is_flag=True, help="Execute the notebooks one after another (default: in parallel).")
 @click.option(

@@ -38,8 +38,20 @@ def _fail_on(kind: str, fail_on: tuple[str, ...]) -> None:
 
 @click.command("compare")
 @click.argument("run", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--baseline", "baseline_arm", required=True, help="Name of the baseline arm.")
-@click.option("--treatment", "treatment_arm", required=True, help="Name of the treatment arm.")
+@click.option("--baseline", "baseline_arm", default=None, help="Name of the baseline arm.")
+@click.option("--treatment", "treatment_arm", default=None, help="Name of the treatment arm.")
+@click.option(
+    "--arm",
+    "single_arm",
+    default=None,
+    help="One arm's single-arm conformance verdict (the default for a run with one arm).",
+)
+@click.option(
+    "--threshold",
+    type=click.FloatRange(0, 1),
+    default=None,
+    help="Conformance: a trial meets it when this share of its checks passed (default: its grade passed).",
+)
 @click.option(
     "--plan",
     "plan_path",
@@ -61,8 +73,10 @@ def _fail_on(kind: str, fail_on: tuple[str, ...]) -> None:
 @ci_output_options
 def compare_cmd(
     run: Path,
-    baseline_arm: str,
-    treatment_arm: str,
+    baseline_arm: str | None,
+    treatment_arm: str | None,
+    single_arm: str | None,
+    threshold: float | None,
     plan_path: Path | None,
     alpha: float | None,
     judge: str | None,
@@ -71,9 +85,32 @@ def compare_cmd(
     junit: Path | None,
     markdown: Path | None,
 ) -> None:
-    """Two-arm verdict of a graded RUN: exact sign test, one vote per case, on each
-    sample's pass/fail or on the pairwise judge (--judge)."""
+    """Verdict of a graded RUN: two arms, the exact sign test, one vote per case, on each
+    sample's pass/fail or on the pairwise judge (--judge); one arm (a suite with no
+    baseline, or --arm), the conformance tally: pass, regression or inconclusive."""
     loaded = V.as_run(run)
+    if single_arm is not None or (baseline_arm is None and treatment_arm is None):
+        if baseline_arm or treatment_arm:
+            raise click.UsageError("--arm is a single-arm verdict: give it without --baseline and --treatment")
+        arms = loaded.arm_names()
+        if single_arm is None and len(arms) != 1:
+            raise click.UsageError(
+                f"the run has arms {', '.join(arms)}: name --baseline and --treatment, or --arm for one arm's "
+                "conformance verdict"
+            )
+        cv = V.conformance_verdict(loaded, threshold, arm=single_arm)
+        _emit(cv.to_dict(), as_json, cv.render())
+
+        def conformance():  # noqa: ANN202 - a CiReport, built only when asked for
+            from .ciout import conformance_report
+
+            return conformance_report(cv, loaded, fail_on)
+
+        emit_ci(conformance, junit, markdown)
+        _fail_on(cv.kind, fail_on)
+        return
+    if baseline_arm is None or treatment_arm is None:
+        raise click.UsageError("a two-arm verdict needs both --baseline and --treatment")
     plan = None
     note = None
     if plan_path is not None:

@@ -418,6 +418,28 @@ def compare_report(
 # --------------------------------------------------------------------------- grade --eval-file
 
 
+def conformance_report(cv: Any, run: Any = None, fail_on: tuple[str, ...] = ()) -> CiReport:
+    """`evalkit compare` on one arm: one testcase per trial below the threshold (a
+    failure) or errored or missing (an error), then the conformance verdict, which fails
+    when its kind is one of `fail_on`."""
+    cls = "evalkit.conformance"
+    cases = [TestCase(t, cls, "failure", "below the threshold") for t in cv.below_trials]
+    for p in cv.problems:
+        name, _, why = str(p).partition(": ")
+        cases.append(TestCase(name, cls, "error", why or "errored"))
+    failing = cv.kind in fail_on
+    text = f"{cv.kind}: {cv.reason}"
+    cases.append(TestCase("verdict", cls, "failure" if failing else "passed", text if failing else "", text))
+    rows = [[md_escape(cv.arm or "-", 60), str(cv.n_trials), str(cv.met), str(cv.below), str(cv.errored)]]
+    sections = [
+        "**Verdict:** " + md_escape(text, 600),
+        _table(["arm", "trials", "met", "below", "errored or missing"], rows),
+        spend_section(getattr(run, "summary", None)),
+    ]
+    headline = f"conformance {cv.kind}" + (" (a failure: --fail-on)" if failing else "")
+    return CiReport("compare", not failing, headline, tuple(cases), tuple(sections))
+
+
 def eval_file_report(rep: "CompatReport") -> CiReport:
     """`evalkit grade --eval-file`: one testcase per case; a case that misses its gate is
     a failure (which metric, how many samples passed), a case with gate `none` is

@@ -37,6 +37,7 @@ _COMMANDS = {
     "privacy": "_cmd_privacy",
     "report": "_cmd_report",
     "microtest": "_cmd_report",
+    "replay": "_cmd_replay",
 }
 
 

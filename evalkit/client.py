@@ -108,6 +108,8 @@ from .ledger import Ledger, reported_usage, unusable_usage
 from .records import Endpoint, Price, Usage
 from .tokens import TokenCounter
 
+# The request fields evalkit sets itself; `complete(extra=...)` cannot replace them.
+_OWN_FIELDS = frozenset({"model", "max_tokens", "prompt", "messages", "tools", "temperature", "seed", "stop"})
 RETRY_STATUSES = frozenset({408, 409})  # plus every 5xx, and the rate limits below
 RATE_LIMIT_STATUSES = frozenset({429, 503, 529})  # retried within the key's time budget
 BACKOFF_BASE_S = 0.25
@@ -608,18 +610,38 @@ class ModelClient:
         sample_index: int = 0,
         key: str = "",
         should_stop: Callable[[], str | None] | None = None,
+        max_tokens: int | None = None,
+        extra: dict[str, Any] | None = None,
+        call: int | None = None,
     ) -> Completion:
         """Make one call (or replay it from the cache); see the module docstring.
 
         `should_stop` is asked before every attempt (the first and each retry); when it
         returns a reason, or the endpoint is unreachable, no further attempt is paid for
-        and `CallStopped` is raised."""
+        and `CallStopped` is raised.
+
+        For calls made on an agent's behalf (`evalkit.proxy`, `evalkit.agents`):
+        `max_tokens` asks for fewer output tokens than `max_tokens_out` (the reservation
+        is then that much smaller; a larger one is cut to the ceiling); `extra` holds
+        further request fields sent as they are (`top_p`, `tool_choice`, ...: part of the
+        request and its hash); `call` is the call's ordinal within its sample, part of the
+        cache key, so a request made twice in one sample gets two answers while an
+        identical re-run of the sample replays both."""
         body = self.request_body(
-            prompt=prompt, messages=messages, tools=tools, temperature=temperature, seed=seed, stop=stop
+            prompt=prompt,
+            messages=messages,
+            tools=tools,
+            temperature=temperature,
+            seed=seed,
+            stop=stop,
+            max_tokens=max_tokens,
+            extra=extra,
         )
+        tokens_out = int(body["max_tokens"])  # the reservation's output ceiling: what the call may use
         rhash = request_hash(body)
+        ckey = rhash if call is None else request_hash({"request": rhash, "call": int(call)})
         await self.check_input(body, key)
-        hit = self.replay(rhash, sample_index, key)
+        hit = self.replay(rhash, sample_index, key, cache_key=ckey)
         if hit is not None:
             return hit
 
@@ -642,7 +664,7 @@ class ModelClient:
                     raise _call_error(f"{label}: {causes}", attempt - 1, CallStopped)
                 try:
                     r = self.ledger.reserve(
-                        self.role, self.endpoint.model, self.price, self.max_tokens_in, self.max_tokens_out, key
+                        self.role, self.endpoint.model, self.price, self.max_tokens_in, tokens_out, key
                     )
                 except BudgetExhausted as exc:
                     if attempt == 1:
@@ -710,6 +732,7 @@ class ModelClient:
                     return self._settle(
                         r,
                         rhash,
+                        ckey,
                         sample_index,
                         label,
                         attempt,
@@ -757,16 +780,22 @@ class ModelClient:
         temperature: float | None = None,
         seed: int | None = None,
         stop: list[str] | None = None,
+        max_tokens: int | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """The request body `complete` sends for these arguments (and a provider batch
-        sends as a line's `body`, `evalkit.batch`): the model, `max_tokens_out` as
-        `max_tokens`, the prompt or messages (sendable text) and the parameters given."""
+        sends as a line's `body`, `evalkit.batch`): the model, `max_tokens` (at most
+        `max_tokens_out`, which it is when not given), the `extra` fields not evalkit's
+        own, the prompt or messages (sendable text) and the parameters given."""
         if (prompt is None) == (messages is None):
             raise ValueError("give exactly one of prompt (completions) or messages (chat)")
         if prompt is not None and tools:
             raise ValueError("tools need chat mode (messages)")
         prompt, messages = sendable(prompt), sendable(messages)
-        body: dict[str, Any] = {"model": self.endpoint.model, "max_tokens": self.max_tokens_out}
+        tokens_out = self.max_tokens_out if max_tokens is None else max(1, min(int(max_tokens), self.max_tokens_out))
+        body: dict[str, Any] = {"model": self.endpoint.model, "max_tokens": tokens_out}
+        if extra:
+            body.update({k: v for k, v in sendable(extra).items() if k not in _OWN_FIELDS})
         if prompt is not None:
             body["prompt"] = prompt
         else:
@@ -791,12 +820,16 @@ class ModelClient:
                 f"{key or 'request'}: input is {n_in} tokens ({method}), over max_tokens_in {self.max_tokens_in}"
             )
 
-    def replay(self, rhash: str, sample_index: int, key: str = "") -> Completion | None:
+    def replay(
+        self, rhash: str, sample_index: int, key: str = "", *, cache_key: str | None = None
+    ) -> Completion | None:
         """The cached answer to request `rhash` for `sample_index` ($0, its cost recorded
-        as avoided), or None when there is none (`ReplayMiss` when replay-only)."""
+        as avoided), or None when there is none (`ReplayMiss` when replay-only).
+        `cache_key` (default `rhash`) is what the answer is stored under: an agent's call
+        adds its ordinal within the sample."""
         if self.cache is None:
             return None
-        hit = self.cache.get(self.endpoint.model, rhash, sample_index, endpoint=self.cache_endpoint)
+        hit = self.cache.get(self.endpoint.model, cache_key or rhash, sample_index, endpoint=self.cache_endpoint)
         if hit is not None:
             avoided = float(hit.get("cost_usd", 0.0))
             self.ledger.record_avoided(avoided, key)
@@ -851,6 +884,7 @@ class ModelClient:
         return self._settle(
             r,
             rhash,
+            rhash,
             sample_index,
             key or "request",
             attempts,
@@ -869,6 +903,7 @@ class ModelClient:
         self,
         r,
         rhash: str,
+        ckey: str,
         sample_index: int,
         label: str,
         attempt: int,
@@ -896,7 +931,7 @@ class ModelClient:
         if self.cache is not None and untrusted is None and within:
             self.cache.put(
                 self.endpoint.model,
-                rhash,
+                ckey,
                 sample_index,
                 {
                     "text": text,
@@ -934,9 +969,13 @@ class ModelClient:
 
     async def _send(self, body: dict[str, Any]) -> Any:
         assert self._openai is not None, "a replay-only client without a base URL sends nothing"
+        own = {k: v for k, v in body.items() if k in _OWN_FIELDS}
+        rest = {k: v for k, v in body.items() if k not in _OWN_FIELDS}
+        if rest:  # fields an agent sent (`extra`): as they are, whatever this SDK version names
+            own["extra_body"] = rest
         if "messages" in body:
-            return await self._openai.chat.completions.create(**body)
-        return await self._openai.completions.create(**body)
+            return await self._openai.chat.completions.create(**own)
+        return await self._openai.completions.create(**own)
 
     def _parse(self, resp: Any, *, chat: bool):
         """(text, tool calls, finish reason, raw usage, fingerprint, model) from a

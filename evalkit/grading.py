@@ -65,7 +65,7 @@ import numpy as np
 from ._text import storable_json
 from .endpoints import Watch
 from .errors import InputError, JudgeError
-from .graders import activation_observed, grade_sample, is_refusal, require_scored
+from .graders import AgentFacts, activation_observed, grade_sample, is_refusal, require_scored
 from .judge import (
     HUMAN_LABELS_FILE,
     HUMAN_SAMPLE_MIN,
@@ -211,8 +211,16 @@ def _should_refuse(case: Case) -> bool:
     return any(c.kind == "refusal" and c.options.get("should_refuse", True) for c in case.checks)
 
 
-def _activation(case: Case, sample: Sample) -> bool | None:
+def _activation(case: Case, sample: Sample, checks_run: list[CheckResult] | None = None) -> bool | None:
     checks = [c for c in case.checks if c.kind == "activation"]
+    skill = [i for i, c in enumerate(case.checks) if c.kind == "skill_activation"]
+    if skill and checks_run is not None:  # an agent's skill: its check says whether it was used
+        skill_dir = ((sample.agent or {}).get("skill_dir")) if sample.agent else None
+        seen = []
+        for i in skill:
+            expect = case.checks[i].options.get("expect", bool(skill_dir) and case.intent != "non-activation")
+            seen.append(checks_run[i].passed == bool(expect))
+        return any(seen)
     if not checks:
         return None
     return any(
@@ -274,7 +282,7 @@ def _grade_line(
         judge_score=score,
         judge_reason=reason,
         judge_cost_usd=cost,
-        activated=_activation(case, sample),
+        activated=_activation(case, sample, checks),
         error=error,
         judge_model=model,
         judge_same_model_override=bool(override and case.judged),
@@ -282,6 +290,18 @@ def _grade_line(
         judge_held=held,
         judge_uncalibrated_override=bool(case.judged and trust is not None and trust.opt_out and score is not None),
     )
+
+
+def _agent_facts(run: Path, suite: Suite, sample: Sample) -> AgentFacts | None:
+    """What the trajectory checks of an agent unit's sample read (None for a prompt
+    unit's): the trajectory itself only when a check asks for it."""
+    if sample.agent is None:
+        return None
+    from .trajectories import read_trajectory
+
+    arm = next((a for a in suite.config.arms if a.name == sample.arm), None)
+    key = (sample.case_id, sample.arm, int(sample.index))
+    return AgentFacts.of(sample, arm, lambda: read_trajectory(run, *key))
 
 
 def judge_endpoint(suite: Suite, judge_base_url: str | None = None) -> Endpoint:
@@ -563,7 +583,7 @@ def grade_run(
         if case is None:
             unknown[key] = f"case {key[0]!r} is not in the suite any more: not graded"
             continue
-        det[key] = grade_sample(case, samples[key], suite_obj.path)
+        det[key] = grade_sample(case, samples[key], suite_obj.path, _agent_facts(run, suite_obj, samples[key]))
 
     judged_keys = [k for k in sorted(det) if cases[k[0]].judged]
     files: JudgeFiles | None = None

@@ -1012,8 +1012,9 @@ def suite_policy(src: SuiteSource) -> tuple[Policy, list[tuple[str, int | None, 
 
 
 def _suite_text_files(src: SuiteSource) -> list[str]:
-    """The suite's text files a unit or a judge reads: templates, guidance, judge files,
-    scorers (relative paths, each once, only those that exist inside the folder)."""
+    """The suite's text files a unit or a judge reads: templates, guidance, the arms'
+    skill files (`<skill_dir>/SKILL.md`), judge files, scorers (relative paths, each
+    once, only those that exist inside the folder)."""
     cfg = src.config if isinstance(src.config, dict) else {}
     names: list[str] = []
     for key in ("template", "system"):
@@ -1025,6 +1026,8 @@ def _suite_text_files(src: SuiteSource) -> list[str]:
     for arm in cfg.get("arms") or []:
         if isinstance(arm, dict) and isinstance(arm.get("guidance"), str):
             names.append(arm["guidance"])
+        if isinstance(arm, dict) and isinstance(arm.get("skill_dir"), str):  # an agent's skill (evalkit.agents)
+            names.append(arm["skill_dir"].rstrip("/") + "/SKILL.md")
     for folder in ("guidance", "judge", "scorers"):
         names += [f"{folder}/{n}" for n in src.listdir(folder) if not n.startswith(".")]
     if src.files is not None:

@@ -75,11 +75,31 @@ class Endpoint:
 
 @dataclass(frozen=True)
 class Arm:
-    """One arm of a comparison: a name and the optional guidance text it adds."""
+    """One arm of a comparison: a name and the optional guidance text it adds, or the
+    skill folder an agent unit is given (`skill_dir`)."""
 
     name: str
     guidance_file: str | None = None  # relative to the suite folder
     guidance: str | None = None  # the file's text, loaded
+    skill_dir: str | None = None  # relative to the suite folder: the skill an agent of this arm loads
+    skill: str | None = None  # the skill_dir's SKILL.md text, loaded ("" when it has none)
+
+
+UnitKind = Literal["prompt", "agent", "command", "python"]
+
+
+@dataclass(frozen=True)
+class Unit:
+    """What a sample runs (`config.json` -> `unit`): the prompt template (`prompt`, the
+    default), evalkit's own tool loop (`agent`, at most `max_turns` model calls), the
+    user's agent program (`command`: `argv`, killed after `timeout_s`), or a Python
+    function (`python`: `callable` as ``pkg.module:function``). See `evalkit.agents`."""
+
+    kind: UnitKind = "prompt"
+    max_turns: int = 8
+    argv: tuple[str, ...] = ()
+    timeout_s: float = 300.0
+    callable: str | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +147,7 @@ class Config:
     max_connection_failures: int = 8  # in a row with no answer: the endpoint is unreachable, the run stops
     batch_price: Price | None = None  # `batch_price`: what `run --batch` reserves and charges (evalkit.batch)
     judge_batch_price: Price | None = None  # `judge_batch_price`: the same for `grade --batch`
+    unit: Unit = field(default_factory=Unit)
     raw: dict[str, Json] = field(default_factory=dict, compare=False, repr=False)
 
     def arm(self, name: str) -> Arm:
@@ -177,6 +198,12 @@ class Sample:
     system_fingerprint: str | None = None
     cached: bool = False
     cost_avoided_usd: float = 0.0
+    # Agent units (`evalkit.agents`): model calls made, and what the trajectory says
+    # (`trajectory`: its path in the run folder; `stop`, `tool_errors`, `model_calls`, ...).
+    # `tool_calls` then holds every tool call of every turn, in order; usage, cost and
+    # latency are the sample's totals.
+    turns: int | None = None
+    agent: dict[str, Json] | None = None
 
 
 @dataclass(frozen=True)

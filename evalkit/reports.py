@@ -48,6 +48,7 @@ NOTEBOOKS: tuple[str, ...] = (
     "judge_calibration",
     "power_planning",
     "micro_test",
+    "replay",
 )
 TITLES = {
     "run_summary": "Run summary",
@@ -56,6 +57,7 @@ TITLES = {
     "judge_calibration": "Judge calibration",
     "power_planning": "Power planning",
     "micro_test": "Micro-test",
+    "replay": "Replay",
 }
 MANIFEST = "report.json"
 REDACT_ENV = "EVALKIT_REDACT"  # set for the kernels of a redacted report: `text_html` and `table_html` redact
@@ -653,6 +655,12 @@ def plan_notebooks(run_dir: str | Path, out_dir: str | Path) -> tuple[dict[str, 
                 skipped[name] = "a micro-test run"
     else:
         skipped["micro_test"] = "not a micro-test run (see `evalkit microtest`)"
+    from .trajectories import TRAJECTORIES
+
+    if (run / TRAJECTORIES).is_dir():  # an agent unit's run (evalkit.agents): its trajectories side by side
+        plans["replay"] = dict(base)
+    else:
+        skipped["replay"] = "no trajectories (not an agent unit's run)"
     return plans, skipped
 
 
@@ -952,7 +960,15 @@ def _render_run(
 
 
 # Slowest first, so the pool is not left waiting on one long notebook at the end.
-_COST_ORDER = ("judge_calibration", "pass_at_k", "run_summary", "power_planning", "skill_comparison", "micro_test")
+_COST_ORDER = (
+    "judge_calibration",
+    "pass_at_k",
+    "run_summary",
+    "power_planning",
+    "skill_comparison",
+    "replay",
+    "micro_test",
+)
 
 
 def run_notebooks(
@@ -1143,6 +1159,11 @@ def write_manifest(
                 "p_value": sc.get("p_value"),
                 "judge": sc.get("judge"),
             }
+        )
+    cf = rs.get("conformance") or {}
+    if cf.get("kind"):  # a single-arm run: its conformance tally (verdicts.conformance_verdict)
+        verdicts.append(
+            {"kind": cf["kind"], "label": f"conformance {cf['kind']}", "text": f"{cf.get('arm')}: {cf.get('reason')}"}
         )
     gate = rs.get("gate") or {}
     if gate:

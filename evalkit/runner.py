@@ -130,6 +130,8 @@ def input_hashes(suite: Suite, arms: list[Arm]) -> dict[str, str]:
         out[f"system template ({raw.get('system') or 'system.txt'})"] = sha(config.system)
     for a in arms:
         out[f"guidance of arm {a.name!r} ({a.guidance_file or 'none'})"] = sha(a.guidance or "")
+        if a.skill_dir:
+            out[f"skill of arm {a.name!r} ({a.skill_dir})"] = sha(a.skill or "")
     cases = [{k: v for k, v in dataclasses.asdict(c).items() if k != "line"} for c in suite.cases]
     out["cases"] = sha(json.dumps(cases, sort_keys=True, ensure_ascii=False, default=str))
     return out
@@ -199,6 +201,7 @@ class _Engine:
         self._tools = list(self.config.tools) or None
         self._stop = list(self.config.stop) or None
         self._concurrency = self.config.concurrency
+        self.agents: Any = None  # an agents.AgentRunner for agent, command and python units
         self.bar = tqdm(
             total=pending,
             disable=not progress,
@@ -286,12 +289,19 @@ class _Engine:
     async def one(self, key: Key) -> None:
         case_id, arm_name, index = key
         try:
-            c = await self.client.complete(
-                **self.call_args(key),
-                sample_index=index,
-                key=f"{case_id}/{arm_name}/{index}",
-                should_stop=self.should_stop,
-            )
+            if self.agents is not None:  # an agent unit: many calls, one sample (evalkit.agents)
+                seed = derive_seed(self.config.seed, case_id, arm_name, index)
+                sample = await self.agents.sample(
+                    self.cases[case_id], self.arms[arm_name], index, seed, self.prompts.get((case_id, arm_name))
+                )
+            else:  # the prompt unit: one call
+                c = await self.client.complete(
+                    **self.call_args(key),
+                    sample_index=index,
+                    key=f"{case_id}/{arm_name}/{index}",
+                    should_stop=self.should_stop,
+                )
+                sample = self.sample_of(key, c)
         except BudgetExhausted as exc:
             self.stop("budget exhausted")
             if getattr(exc, "attempts", 0):  # refused on a retry: the key paid and errored
@@ -318,33 +328,41 @@ class _Engine:
         except Exception as exc:  # noqa: BLE001 - a response nobody foresaw fails its sample, not the run
             self._error(key, f"unexpected {type(exc).__name__}: {exc}", getattr(exc, "attempts", 0))
             return
-        self.record(key, c)
+        self.append(key, sample)
+
+    def sample_of(self, key: Key, c: Any) -> Sample:
+        """A finished call of the prompt unit (a `client.Completion`) as the key's
+        `results.jsonl` line."""
+        case_id, arm_name, index = key
+        return Sample(
+            case_id=case_id,
+            tags=self.cases[case_id].tags,
+            arm=arm_name,
+            index=index,
+            seed=derive_seed(self.config.seed, case_id, arm_name, index),
+            model=c.model,
+            output=c.text,
+            tool_calls=c.tool_calls,
+            finish_reason=c.finish_reason,
+            usage=c.usage,
+            latency_ms=round(c.latency_ms, 3),
+            cost_usd=c.cost_usd,
+            request_hash=c.request_hash,
+            system_fingerprint=c.system_fingerprint,
+            cached=c.cached,
+            cost_avoided_usd=c.cost_avoided_usd,
+        )
 
     def record(self, key: Key, c: Any) -> None:
-        """Append a finished call (a `client.Completion`) as the key's sample."""
-        case_id, arm_name, index = key
-        seed = derive_seed(self.config.seed, case_id, arm_name, index)
+        """Append a finished call (a `client.Completion`: a provider batch's line) as the
+        key's sample."""
+        self.append(key, self.sample_of(key, c))
+
+    def append(self, key: Key, sample: Sample) -> None:
+        """Append the key's finished sample to `results.jsonl`."""
+        case_id, arm_name, _ = key
         try:
-            self.folder.append_result(
-                Sample(
-                    case_id=case_id,
-                    tags=self.cases[case_id].tags,
-                    arm=arm_name,
-                    index=index,
-                    seed=seed,
-                    model=c.model,
-                    output=c.text,
-                    tool_calls=c.tool_calls,
-                    finish_reason=c.finish_reason,
-                    usage=c.usage,
-                    latency_ms=round(c.latency_ms, 3),
-                    cost_usd=c.cost_usd,
-                    request_hash=c.request_hash,
-                    system_fingerprint=c.system_fingerprint,
-                    cached=c.cached,
-                    cost_avoided_usd=c.cost_avoided_usd,
-                )
-            )
+            self.folder.append_result(sample)
         except DiskFull as exc:  # paid and on the ledger; its answer is in the cache when that had room
             self.stop(str(exc))
             return
@@ -496,6 +514,13 @@ async def _run_in_folder(
     if batch is not None:  # a provider batch needs its price, and calls (evalkit.batch)
         if replay_only:
             raise InputError("--replay-only makes no calls, so it takes no --batch")
+        if config.unit.kind != "prompt":  # an agent's calls each wait on the answer before
+            raise InputError(
+                f"--batch sends independent calls; a {config.unit.kind} unit's calls each depend on the answer "
+                "before (run it online)",
+                Path(suite.path) / "config.json",
+                json_path="$.unit.kind",
+            )
         batches.check_ready(config, config_path=Path(suite.path) / "config.json")
     snapshot = config_snapshot(config)
     chash = config_hash(snapshot)
@@ -561,7 +586,12 @@ async def _run_in_folder(
     # leaves no half-made run folder.
     from .suite import render_prompt
 
-    prompts = {(c.id, a.name): render_prompt(config, c, a) for c in suite.cases for a in arm_objs}
+    unit = config.unit
+    prompts = (
+        {(c.id, a.name): render_prompt(config, c, a) for c in suite.cases for a in arm_objs}
+        if unit.kind in ("prompt", "agent")  # a command or python unit gets the case as JSON
+        else {}
+    )
     inputs = input_hashes(suite, arm_objs)
     inputs_hash = config_hash(inputs)
     if resume and folder is not None:
@@ -585,6 +615,26 @@ async def _run_in_folder(
         write_atomic(folder.path / "config.json", json.dumps(meta, indent=2) + "\n")
     check_endpoint(config.generator, base_url, replay_only)
     watch = combine(watch, served_watch(base_url))
+    from .agents import prepare  # a command's program, a python unit's function: found before any write
+
+    target = prepare(suite)
+
+    def execute(folder: RunFolder) -> Any:
+        return _execute(
+            suite,
+            folder,
+            arm_objs,
+            k,
+            prompts,
+            base_url,
+            runs_root,
+            replay_only,
+            progress,
+            cache,
+            privacy,
+            watch=watch,
+            target=target,
+        )
 
     if not resume:
         meta = {
@@ -647,6 +697,7 @@ async def _execute(
     *,
     watch: Watch | None = None,
     batch: batches.BatchOptions | None = None,
+    target: Any = None,
 ) -> RunResult:
     """Run the keys of the plan (cases x arms x k) that `folder` lacks, under its lock
     and the runs folder's, and write the summary."""
@@ -701,6 +752,13 @@ async def _execute(
         )
         if start_cause is not None:
             engine.stop(start_cause)
+        if config.unit.kind != "prompt":  # evalkit.agents: the tool loop, or a program behind the proxy
+            from .agents import AgentRunner
+
+            engine.agents = await AgentRunner(
+                suite, folder.path, client, should_stop=engine.should_stop, on_stop=engine.stop, target=target
+            ).start()
+            stack.push_async_callback(engine.agents.aclose)
         try:
             if batch is not None or batches.has_open(folder.path):  # a provider batch (evalkit.batch)
                 pending = await batches.run_keys(engine, pending, k, batch, base_url)

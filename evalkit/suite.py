@@ -31,6 +31,7 @@ from ._atomic import new_temp_dir
 from .endpoints import base_url_problem, masked_url
 from .errors import FileTooLarge, InputError, InputErrors
 from .records import Arm, Case, Check, Config, Endpoint, GateThresholds, Json, Price, Suite
+from .units import TRAJECTORY_CHECK_OPTIONS, check_fixtures, check_trajectory_options, parse_unit
 
 # --- limits ---------------------------------------------------------------------------
 MAX_CASES_BYTES = 20 * 1024 * 1024
@@ -67,6 +68,7 @@ CHECK_KINDS = (
     "refusal",
     "activation",
     "scorer",
+    *TRAJECTORY_CHECK_OPTIONS,  # forbidden_tools, max_turns, tool_errors, skill_activation (evalkit.units)
 )
 CASE_KEYS = {
     "id",
@@ -95,11 +97,12 @@ CHECK_OPTIONS: dict[str, set[str]] = {
     "contains": {"value", "case_fold", "trim"},
     "regex": {"pattern", "flags", "case_fold", "fullmatch", "timeout_s"},
     "json_schema": {"schema"},
-    "tool_calls": {"calls", "ignore_args"},
+    "tool_calls": {"calls", "ignore_args", "mode"},
     "grounding": {"context"},
     "refusal": {"should_refuse", "patterns"},
     "activation": {"marker", "tool", "expect"},
     "scorer": {"file", "function"},
+    **TRAJECTORY_CHECK_OPTIONS,
 }
 REGEX_FLAGS = {
     "i": regex.IGNORECASE,
@@ -163,13 +166,15 @@ CONFIG_KEYS = {
     "max_connection_failures",
     "batch_price",
     "judge_batch_price",
+    "unit",
 }
 REQUIRED_CONFIG_KEYS = ("generator", "cost_cap_usd", "max_tokens_in", "max_tokens_out", "price", "judge_price")
 ENDPOINT_KEYS = {"model", "base_url", "api_key_env"}
 PRICE_KEYS = {"in_per_mtok", "out_per_mtok"}
 GATE_KEYS = {"max_success_drop_points", "max_cost_increase_pct", "min_tag_cases"}
 CI_KEYS = {"cost_cap_usd"}
-ARM_KEYS = {"name", "guidance"}
+ARM_KEYS = {"name", "guidance", "skill_dir"}
+SKILL_FILE = "SKILL.md"  # in an arm's skill_dir: the skill an agent of that arm loads
 
 
 def set_gate(case_set: str) -> str:
@@ -1027,20 +1032,31 @@ def _validate_config(src: SuiteSource, fx: _Findings, uses_judge: bool) -> Confi
             r.err("$.tools", "tools must be a list of tool objects")
         else:
             tools = tuple(t)
-            if mode != "chat":
+            raw_unit = cfg.get("unit")
+            program = isinstance(raw_unit, dict) and raw_unit.get("kind") in ("command", "python")
+            if mode != "chat" and not program:  # a program's tools are answered at EVALKIT_TOOLS_URL
                 r.err("$.tools", "tools need chat mode (the completions endpoint has no tools)")
 
-    # templates
+    unit = parse_unit(r, cfg.get("unit"), mode)
+    # templates: a command or python unit renders none (the case goes to the program as JSON)
+    own_program = unit is not None and unit.kind in ("command", "python")
     template_file = cfg.get("template", "prompt.txt")
-    template = _rel_file(src, r, template_file, "$.template", "template")
+    if own_program:
+        if "template" in cfg or "system" in cfg:
+            r.warn("$.template" if "template" in cfg else "$.system", f"a {unit.kind} unit uses no template (ignored)")
+        template = ""
+    else:
+        template = _rel_file(src, r, template_file, "$.template", "template")
     identifiers: set[str] = set()
-    if template is not None:
+    if template is not None and not own_program:
         ids = _template_identifiers(template, r, "$.template", f"template {template_file!r}")
         identifiers |= ids or set()
         if not template.strip():
             r.err("$.template", f"template {template_file!r} is empty")
     system = None
-    if "system" in cfg and cfg["system"] is not None:
+    if own_program:
+        pass
+    elif "system" in cfg and cfg["system"] is not None:
         if mode != "chat":
             r.err("$.system", "a system template needs chat mode")
         else:
@@ -1050,12 +1066,13 @@ def _validate_config(src: SuiteSource, fx: _Findings, uses_judge: bool) -> Confi
     if system is not None:
         identifiers |= _template_identifiers(system, r, "$.system", "system template") or set()
 
-    arms = _validate_arms(src, r, cfg, identifiers)
+    arms = _validate_arms(src, r, cfg, identifiers, unit)
     if verdict_judge == "pairwise" and arms is not None and len(arms) < 2:
         r.err("$.verdict_judge", 'verdict_judge "pairwise" compares two arms: the config has one')
 
-    if not generator or None in (cap, tin, tout, price, judge_price, template) or arms is None:
+    if not generator or None in (cap, tin, tout, price, judge_price, template, unit) or arms is None:
         return None
+    assert unit is not None
     return Config(
         generator=generator,
         judge=judge,
@@ -1085,11 +1102,14 @@ def _validate_config(src: SuiteSource, fx: _Findings, uses_judge: bool) -> Confi
         max_connection_failures=int(conn_failures),
         batch_price=batch_prices.get("batch_price"),
         judge_batch_price=batch_prices.get("judge_batch_price"),
+        unit=unit,
         raw=dict(cfg),
     )
 
 
-def _validate_arms(src: SuiteSource, r: _Reader, cfg: dict, identifiers: set[str]) -> tuple[Arm, ...] | None:
+def _validate_arms(
+    src: SuiteSource, r: _Reader, cfg: dict, identifiers: set[str], unit: Any = None
+) -> tuple[Arm, ...] | None:
     raw = cfg.get("arms", [{"name": "baseline"}])
     if not isinstance(raw, list) or not raw:
         r.err("$.arms", 'arms must be a non-empty list of {"name", "guidance"}')
@@ -1123,21 +1143,65 @@ def _validate_arms(src: SuiteSource, r: _Reader, cfg: dict, identifiers: set[str
                 ok = False
             elif not guidance.strip():
                 r.warn(f"{jp}.guidance", f"guidance file {guidance_file!r} is empty")
-            if guidance is not None and "guidance" not in identifiers:
+            if guidance is not None and "guidance" not in identifiers and not _program_unit(unit):
                 r.err(
                     f"{jp}.guidance",
                     f"arm {name!r} has guidance but no template uses ${{guidance}}: "
                     "every arm would send the same prompt",
                 )
                 ok = False
-        arms.append(Arm(name=name, guidance_file=guidance_file, guidance=guidance))
-    texts: dict[str, str] = {}
+        skill_dir, skill = a.get("skill_dir"), None
+        if skill_dir is not None:
+            skill = _skill_text(src, r, skill_dir, f"{jp}.skill_dir", unit, identifiers)
+            if skill is None:
+                ok = False
+        arms.append(Arm(name=name, guidance_file=guidance_file, guidance=guidance, skill_dir=skill_dir, skill=skill))
+    texts: dict[tuple[str, str], str] = {}
     for a in arms:
-        key = (a.guidance or "").strip()
+        key = ((a.guidance or "").strip(), a.skill_dir or "")
         if key in texts:
-            r.warn("$.arms", f"arms {texts[key]!r} and {a.name!r} send the same guidance: they measure nothing")
+            what = "guidance and skill" if a.skill_dir else "guidance"
+            r.warn("$.arms", f"arms {texts[key]!r} and {a.name!r} send the same {what}: they measure nothing")
         texts.setdefault(key, a.name)
     return tuple(arms) if ok else None
+
+
+def _program_unit(unit: Any) -> bool:
+    """A unit that renders no template (`command`, `python`): guidance goes to the program."""
+    return unit is not None and unit.kind in ("command", "python")
+
+
+def _skill_text(src: SuiteSource, r: _Reader, rel: Any, jp: str, unit: Any, identifiers: set[str]) -> str | None:
+    """The `SKILL.md` text of an arm's `skill_dir` (a folder inside the suite), or None
+    after reporting why it cannot be used."""
+    kind = getattr(unit, "kind", "prompt")
+    if kind == "prompt":
+        r.err(jp, 'skill_dir is for agent units ("unit": {"kind": "agent" | "command" | "python"}); use guidance')
+        return None
+    if not isinstance(rel, str) or not rel.strip() or os.path.isabs(rel) or ".." in Path(rel).parts:
+        r.err(jp, "skill_dir must be a folder relative to the suite folder (no absolute path, no '..')")
+        return None
+    folder = Path(src.root) / rel
+    if not folder.is_dir():
+        r.err(jp, f"skill_dir {rel!r} is not a folder in {src.root}")
+        return None
+    outside = outside_root(folder, src.root)
+    if outside is not None:
+        r.err(jp, f"skill_dir {rel!r}: {_outside_message(outside, src.root)}")
+        return None
+    if kind == "agent" and "skill" not in identifiers:
+        r.err(jp, "an agent unit gives the skill to the model as ${skill}: no template uses it")
+        return None
+    if not src.exists(f"{rel.rstrip('/')}/{SKILL_FILE}"):
+        if kind == "agent":
+            r.err(jp, f"skill_dir {rel!r} has no {SKILL_FILE} (the text ${{skill}} stands for)")
+            return None
+        return ""  # the program reads the folder as it likes
+    try:
+        return src.read(f"{rel.rstrip('/')}/{SKILL_FILE}")
+    except InputError as exc:
+        r.fx.add(exc)
+        return None
 
 
 # --- cases ----------------------------------------------------------------------------
@@ -1203,7 +1267,10 @@ def _check_options(kind: str, opts: dict, r: _Reader, jp: str, case: dict, src: 
             r.err(f"{jp}.schema", f"not a valid JSON Schema: {exc.message}")
             ok = False
         opts.setdefault("schema", schema)
+    elif kind in TRAJECTORY_CHECK_OPTIONS:
+        ok = check_trajectory_options(r, kind, opts, jp)
     elif kind == "tool_calls":
+        ok = check_trajectory_options(r, kind, opts, jp)
         calls = opts.get("calls", expected if isinstance(expected, list) else None)
         if not isinstance(calls, list):
             r.err(jp, 'a tool_calls check needs "calls" (or a list "expected"): [{"name", "arguments"}]')
@@ -1308,6 +1375,7 @@ def _validate_case(raw: dict, file: str, line: int | None, prefix: str, fx: _Fin
             if not re.fullmatch(r"[_a-zA-Z][_a-zA-Z0-9]*", key):
                 r.err(j(f".input.{key}"), label + f"input key {key!r} cannot be a template variable name")
                 ok = False
+        ok = check_fixtures(r, inp, j(".input"), label) and ok
 
     tags = raw.get("tags", _ABSENT)
     if tags is _ABSENT:
@@ -1533,7 +1601,8 @@ def _suite_warnings(
     if config is not None:
         _check_run_size(config, len(cases), src, fx)
         for c in cases:
-            _check_render(config, c, src, fx)
+            if not _program_unit(config.unit):
+                _check_render(config, c, src, fx)
 
 
 def run_size_problem(n_cases: int, n_arms: int, k: int) -> str | None:
@@ -1759,8 +1828,10 @@ def template_variables(case: Case, arm: Arm | None) -> dict[str, str]:
         variables["input"] = case.input
     variables.setdefault("context", case.context or "")
     variables.setdefault("guidance", (arm.guidance or "") if arm is not None else "")
+    variables.setdefault("skill", (arm.skill or "") if arm is not None else "")
     if arm is not None:
         variables["guidance"] = arm.guidance or ""
+        variables["skill"] = arm.skill or ""
     return variables
 
 

@@ -531,12 +531,26 @@ class ConformanceVerdict:
     reason: str
     below_trials: tuple[str, ...] = ()
     problems: tuple[str, ...] = ()
+    arm: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["below_trials"] = list(self.below_trials)
         d["problems"] = list(self.problems)
         return d
+
+    def render(self) -> str:
+        """A few lines for a terminal or a PR comment."""
+        rule = "each case's own rule" if self.threshold is None else f"share of checks >= {self.threshold:g}"
+        lines = [
+            f"verdict: {self.kind} (single-arm conformance{f' of arm {self.arm!r}' if self.arm else ''})",
+            f"trials: {self.n_trials}: {self.met} met the threshold ({rule}), {self.below} below, "
+            f"{self.errored} errored or missing",
+            f"reason: {self.reason}",
+        ]
+        lines += [f"  below: {t}" for t in self.below_trials[:20]]
+        lines += [f"  {p}" for p in self.problems[:20]]
+        return "\n".join(lines)
 
 
 def conformance_verdict(
@@ -610,6 +624,7 @@ def conformance_verdict(
         reason=reason,
         below_trials=tuple(below_trials),
         problems=tuple(problems),
+        arm=arm,
     )
 
 

@@ -165,7 +165,8 @@ def test_report_cli_renders_every_applicable_notebook(made):
         assert "def " not in re.sub(r"<style.*?</style>", "", page, flags=re.S), f"{name} shows code"
     assert not (pages / "micro_test.html").exists()  # not a micro-test run
     manifest = json.loads((pages / "report.json").read_text())
-    assert manifest["skipped"] == {"micro_test": "not a micro-test run (see `evalkit microtest`)"}
+    assert manifest["skipped"] == {"micro_test": "not a micro-test run (see `evalkit microtest`)",
+                                   "replay": "no trajectories (not an agent unit's run)"}
     assert all(nb["ok"] for nb in manifest["notebooks"])
 
 
@@ -470,7 +471,8 @@ def test_plan_notebooks_follows_the_run(tmp_path):
     (run / "config.json").write_text(json.dumps({"arms": ["only"], "k": 1, "cases": [], "suite": str(tmp_path / "no")}))
     plans, skipped = reports.plan_notebooks(run, tmp_path / "out")
     assert list(plans) == ["run_summary"]
-    assert set(skipped) == {"pass_at_k", "skill_comparison", "judge_calibration", "power_planning", "micro_test"}
+    assert set(skipped) == {"pass_at_k", "skill_comparison", "judge_calibration", "power_planning", "micro_test",
+                            "replay"}
     (run / "grades.jsonl").write_text(json.dumps({"case_id": "a", "arm": "only", "index": 0, "judge_score": 3}) + "\n")
     plans, _ = reports.plan_notebooks(run, tmp_path / "out")
     assert set(plans) == {"run_summary", "pass_at_k", "judge_calibration"}

@@ -477,7 +477,11 @@ def test_a_dead_endpoint_stops_the_run_in_seconds_at_no_cost_and_a_resume_finish
     assert summary["spend_usd"] == 0.0 and summary["samples_ran"] == 0
     ledger = list(iter_jsonl(folder / "ledger.jsonl"))
     releases = [e for e in ledger if e["event"] == "release"]
-    assert len(releases) == 8  # max_connection_failures, then nothing more was tried
+    # max_connection_failures (8) tripped it; attempts already on their way when the eighth
+    # failure came back (at most one per other worker) end the same way, $0 each; none
+    # starts after the trip. On a quiet machine it is exactly 8.
+    concurrency = json.loads((suite / "config.json").read_text()).get("concurrency", 4)
+    assert 8 <= len(releases) <= 8 + concurrency - 1, len(releases)
     assert all(e["reason"] == "not sent" and e["cost_usd"] == 0 for e in releases)
     with ScriptedServer(SCRIPT, port=port) as srv:  # the server is back, on the same port
         again = run_suite(suite, resume=folder, base_url=url, progress=False)
