@@ -548,3 +548,19 @@ def test_a_server_that_dies_while_polled_stops_the_run_with_its_batch_recorded_a
     assert "of it is the worst case of batches still running" in (res.path / "summary.md").read_text()
     out = CliRunner().invoke(main, ["batch", "status", str(res.path)])
     assert out.exit_code == 0 and "not asked" in out.output  # the provider is gone: the record is shown
+
+
+def test_an_agent_unit_is_refused_batch_before_anything(tmp_path):
+    """An agent's calls each wait on the answer before: they cannot go in one provider
+    batch. Refused at once (exit 2, naming the key), no run folder made."""
+    suite = tmp_path / "agent"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "data" / "agent", suite,
+                    ignore=shutil.ignore_patterns("runs", "reports"))
+    cfg = json.loads((suite / "config.json").read_text())
+    (suite / "config.json").write_text(json.dumps({**cfg, "batch_price": HALF}))
+    runs = tmp_path / "runs"
+    out = CliRunner().invoke(main, ["run", str(suite), "--runs-dir", str(runs), "--base-url", "http://127.0.0.1:9/v1",
+                                    "--batch", "--no-progress"])
+    assert out.exit_code == 2, out.output
+    assert "a command unit's calls each depend on the answer before" in out.output and "$.unit.kind" in out.output
+    assert not list(runs.glob("*/config.json"))
