@@ -619,23 +619,6 @@ async def _run_in_folder(
 
     target = prepare(suite)
 
-    def execute(folder: RunFolder) -> Any:
-        return _execute(
-            suite,
-            folder,
-            arm_objs,
-            k,
-            prompts,
-            base_url,
-            runs_root,
-            replay_only,
-            progress,
-            cache,
-            privacy,
-            watch=watch,
-            target=target,
-        )
-
     if not resume:
         meta = {
             "suite": str(suite.path),
@@ -670,6 +653,7 @@ async def _run_in_folder(
             privacy,
             watch=watch,
             batch=batch,
+            target=target,
         )
 
     if not resume:
