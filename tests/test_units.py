@@ -141,9 +141,7 @@ def test_tool_fixtures_and_skill_files_are_scanned_for_personal_data(tmp_path):
 def test_the_demo_agent_suite_lints_clean():
     root = Path(__file__).resolve().parent.parent / "data" / "agent"
     report = lint_suite(root, strict=True)
-    assert report.ok and not report.errors, [str(f) for f in report.findings]
-    # small on purpose (the whole demo stays under 3 minutes): the one warning says so
-    assert [w.message for w in report.warnings] == ["only 8 golden case(s) (tag 'golden'); at least 10 give a stable rate"]
+    assert report.ok and not report.errors and not report.warnings, [str(f) for f in report.findings]
     s = load_suite(root)
     assert s.config.unit.kind == "command" and [a.skill_dir for a in s.config.arms] == [None, "skills/weather-lookup"]
     injected = [c for c in s.cases if "injection" in c.tags]
