@@ -613,6 +613,7 @@ class ModelClient:
         max_tokens: int | None = None,
         extra: dict[str, Any] | None = None,
         call: int | None = None,
+        sample: str | None = None,
     ) -> Completion:
         """Make one call (or replay it from the cache); see the module docstring.
 
@@ -624,9 +625,10 @@ class ModelClient:
         `max_tokens` asks for fewer output tokens than `max_tokens_out` (the reservation
         is then that much smaller; a larger one is cut to the ceiling); `extra` holds
         further request fields sent as they are (`top_p`, `tool_choice`, ...: part of the
-        request and its hash); `call` is the call's ordinal within its sample, part of the
-        cache key, so a request made twice in one sample gets two answers while an
-        identical re-run of the sample replays both."""
+        request and its hash); `call` is the call's ordinal within its sample and `sample`
+        the sample's identity (``case/arm``; its index is `sample_index`), both part of the
+        cache key, so a request made twice in one sample, or by two arms or cases, gets
+        its own answer while an identical re-run of the sample replays each."""
         body = self.request_body(
             prompt=prompt,
             messages=messages,
@@ -639,7 +641,9 @@ class ModelClient:
         )
         tokens_out = int(body["max_tokens"])  # the reservation's output ceiling: what the call may use
         rhash = request_hash(body)
-        ckey = rhash if call is None else request_hash({"request": rhash, "call": int(call)})
+        ckey = rhash
+        if call is not None:  # an agent's call: one answer per sample (case, arm, index) and ordinal
+            ckey = request_hash({"request": rhash, "call": int(call), "sample": sample or ""})
         await self.check_input(body, key)
         hit = self.replay(rhash, sample_index, key, cache_key=ckey)
         if hit is not None:

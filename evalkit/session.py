@@ -7,8 +7,9 @@ proxy (`evalkit.proxy`, for a user's agent program) call into, so there is one r
 what a call costs and what a trajectory holds, whoever makes the call:
 
 * a model call goes through `ModelClient.complete` (count, reserve, call, retry, cache,
-  settle: `evalkit.client`) with the sample's index and the call's ordinal as its cache
-  key, so an identical re-run of a deterministic agent replays every call at $0;
+  settle: `evalkit.client`) with the sample (case, arm, index) and the call's ordinal as
+  its cache key, so two arms or cases never share a sampled answer while an identical
+  re-run of a deterministic agent replays every call at $0;
 * a call that does not fit under the cap, is over `max_tokens_in`, breaches a ceiling or
   fails after its retries is recorded (`status` ``refused`` or ``failed``) and makes the
   sample errored: `failure` holds the first such exception, and the run's stop cause
@@ -149,6 +150,7 @@ class SampleSession:
                 seed=seed,
                 stop=stop,
                 sample_index=self.key[2],
+                sample=f"{self.key[0]}/{self.key[1]}",
                 key=f"{self.label}#{n}",
                 should_stop=self.should_stop,
                 max_tokens=max_tokens,

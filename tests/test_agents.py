@@ -435,3 +435,36 @@ def test_what_a_program_leaves_running_in_its_group_is_killed_and_the_sample_fin
     pid = int((suite / "bg.pid").read_text())
     state = Path(f"/proc/{pid}/status")
     assert not state.exists() or "zombie" in state.read_text()  # the background sleep did not outlive it
+
+
+# An agent whose one request depends on neither its case nor its arm (a skill read only
+# when the model asks for it); prints the model's answer.
+ARMLESS = (
+    "import json, sys, openai\n"
+    "case = json.load(sys.stdin)\n"
+    "r = openai.OpenAI(max_retries=0).chat.completions.create(model='m', temperature=0.8,\n"
+    "    messages=[{'role': 'user', 'content': 'pick a colour'}])\n"
+    "print(r.choices[0].message.content)\n"
+)
+
+
+def test_two_arms_and_two_cases_with_the_same_request_each_get_their_own_sampled_answer(tmp_path):
+    (tmp_path / "suite" / "skills" / "sk").mkdir(parents=True)
+    (tmp_path / "suite" / "skills" / "sk" / "SKILL.md").write_text("---\nname: sk\n---\nAnswer blue.\n")
+    cases = [{"id": f"c{i}", "input": {"n": i}, "tags": ["golden"], "checks": [{"kind": "contains", "value": "e"}]}
+             for i in range(2)]
+    unit = {"kind": "command", "argv": ["{python}", "-c", ARMLESS], "timeout_s": 60}
+    suite = write_suite(tmp_path / "suite", cases, unit, k=1, temperature=0.8,
+                        arms=[{"name": "baseline"}, {"name": "skilled", "skill_dir": "skills/sk"}])
+    script = {"rules": [{"match": "colour", "texts": ["red", "blue", "green", "amber", "teal", "plum"]}], "seed": 3}
+    with ScriptedServer(script) as srv:
+        first = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+        assert srv.stats["requests"] == 4  # one per sample (2 cases x 2 arms): none answered from another's
+        again = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+        assert srv.stats["requests"] == 4  # the identical re-run replays each sample's own answer
+    s1 = load_run(first.path).samples
+    assert not s1.cached.any() and (s1.cost_usd > 0).all()
+    s2 = load_run(again.path).samples
+    assert again.complete and again.spend_usd == 0.0 and s2.cached.all()
+    key = ["case_id", "arm", "index"]
+    assert s2.sort_values(key).output.tolist() == s1.sort_values(key).output.tolist()
