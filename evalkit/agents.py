@@ -26,7 +26,8 @@ from the case's fixtures, and both are written to the sample's trajectory
   in flight when the run stops).
 * ``python``: the same contract in process: ``fn(case, client)`` gets the same dict and
   an `openai.OpenAI` client (an `AsyncOpenAI` one for an ``async def``) bound to the
-  proxy, and returns the output string. A synchronous function runs in a daemon thread;
+  proxy, and returns the output string. Its module is loaded from its file in the suite
+  folder, fresh each run, the folder on `sys.path` while the run lasts. A synchronous function runs in a daemon thread;
   one that outlives its timeout cannot be killed, but its sample is over and every
   later call it makes is refused.
 """
@@ -36,7 +37,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import importlib.machinery
+import importlib.util
 import inspect
+import itertools
 import json
 import os
 import shutil
@@ -47,6 +51,7 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from .client import CallStopped, Completion, ModelClient
@@ -98,16 +103,49 @@ def program_argv(suite: Suite) -> list[str]:
     return argv
 
 
+_UNIT_LOADS = itertools.count(1)  # each load of a python unit's module gets a name of its own
+
+
+def _load_suite_module(root: Path, module_name: str) -> ModuleType | None:
+    """`module_name` (``mod`` or ``pkg.mod``) loaded from its file in the suite folder
+    `root` under a name of its own, or None when the folder has no such module or
+    package. Never an already imported module of that name (another suite's ``agent``),
+    and fresh each run, so an edited file is read again; a package's relative imports
+    resolve within its own copy."""
+    top, _, rest = module_name.partition(".")
+    base = root / top
+    init = base / "__init__.py"
+    unique = f"_evalkit_unit_{next(_UNIT_LOADS)}_{top}"
+    spec: importlib.machinery.ModuleSpec | None
+    if not rest and base.with_suffix(".py").is_file():
+        spec = importlib.util.spec_from_file_location(unique, base.with_suffix(".py"))
+    elif init.is_file():
+        spec = importlib.util.spec_from_file_location(unique, init, submodule_search_locations=[str(base)])
+    elif rest and base.is_dir():  # a namespace package: no code of its own, its folder searched
+        spec = importlib.machinery.ModuleSpec(unique, None, is_package=True)
+        spec.submodule_search_locations = [str(base)]
+    else:
+        return None
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[unique] = module  # as an import would: its own dataclasses and submodules find it
+    if spec.loader is not None:
+        spec.loader.exec_module(module)
+    return importlib.import_module(f"{unique}.{rest}") if rest else module
+
+
 def load_callable(suite: Suite) -> Callable[..., Any]:
-    """A python unit's function, imported with the suite folder first on `sys.path`;
-    `InputError` when it cannot be imported or is not callable."""
+    """A python unit's function: its module loaded from the suite folder by file
+    (`_load_suite_module`), else (not in the folder: an installed package) imported; with
+    the suite folder first on `sys.path` either way. `InputError` when it cannot be
+    imported or is not callable."""
     spec = suite.config.unit.callable or ""
     module_name, _, attr = spec.partition(":")
     where = Path(suite.path) / "config.json"
     root = str(Path(suite.path).resolve())
     sys.path.insert(0, root)
     try:
-        module = importlib.import_module(module_name)
+        module = _load_suite_module(Path(root), module_name) or importlib.import_module(module_name)
     except Exception as exc:  # the suite author's code failed to import
         raise InputError(
             f"python unit {spec!r}: cannot import {module_name!r}: {exc!r}", where, json_path="$.unit.callable"
@@ -190,16 +228,24 @@ class AgentRunner:
         self.target = target
         self.proxy: MeteringProxy | None = None
         self._declared = tool_names(self.config)
+        self._syspath: str | None = None  # the suite folder, on sys.path while a python unit runs
 
     async def start(self) -> AgentRunner:
         if self.unit.kind in ("command", "python"):
             self.proxy = await MeteringProxy(model=self.config.generator.model).start()
+        if self.unit.kind == "python":  # a function's own imports at call time find its siblings
+            self._syspath = str(Path(self.suite.path).resolve())
+            sys.path.insert(0, self._syspath)
         return self
 
     async def aclose(self) -> None:
         if self.proxy is not None:
             await self.proxy.aclose()
             self.proxy = None
+        if self._syspath is not None:
+            with contextlib.suppress(ValueError):
+                sys.path.remove(self._syspath)
+            self._syspath = None
 
     async def sample(self, case: Case, arm: Arm, index: int, seed: int, prompt: Any) -> Sample:
         """Run one sample: a `Sample` when it finished, else the exception the runner

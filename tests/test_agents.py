@@ -468,3 +468,30 @@ def test_two_arms_and_two_cases_with_the_same_request_each_get_their_own_sampled
     assert again.complete and again.spend_usd == 0.0 and s2.cached.all()
     key = ["case_id", "arm", "index"]
     assert s2.sort_values(key).output.tolist() == s1.sort_values(key).output.tolist()
+
+
+def test_a_python_unit_runs_its_own_suites_module_fresh_each_run_and_finds_its_siblings_at_call_time(tmp_path):
+    cases = [{"id": "a", "input": "q", "tags": ["golden"], "checks": [{"kind": "contains", "value": "v"}]}]
+    one = write_suite(tmp_path / "one", cases, {"kind": "python", "callable": "agent:run"}, k=1)
+    two = write_suite(tmp_path / "two", cases, {"kind": "python", "callable": "agent:run"}, k=1)
+    (one / "agent.py").write_text("def run(case, client):\n    return 'v1 of one'\n")
+    (two / "agent.py").write_text("def run(case, client):\n    import helper\n    return helper.ANSWER\n")
+    (two / "helper.py").write_text("ANSWER = 'v1 from the helper of two'\n")
+    pkg = write_suite(tmp_path / "pkg", cases, {"kind": "python", "callable": "mypkg.main:run"}, k=1)
+    (pkg / "mypkg").mkdir()
+    (pkg / "mypkg" / "__init__.py").write_text("")
+    (pkg / "mypkg" / "main.py").write_text("from .words import W\n\ndef run(case, client):\n    return W\n")
+    (pkg / "mypkg" / "words.py").write_text("W = 'v from the package'\n")
+
+    def output(suite: Path) -> str:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False, cache=False)
+        assert res.complete, res.reason
+        return load_run(res.path).samples.output.iloc[0]
+
+    with ScriptedServer({"default": {"text": "x"}}) as srv:
+        assert output(one) == "v1 of one"
+        assert output(two) == "v1 from the helper of two"  # not one's agent.py; its lazy sibling import found
+        (one / "agent.py").write_text("def run(case, client):\n    return 'v2 of one'\n")
+        assert output(one) == "v2 of one"  # the edited file, not the module loaded before
+        assert output(pkg) == "v from the package"  # a package's relative import, within its own copy
+    assert str(two.resolve()) not in sys.path  # the suite folder left sys.path when its run ended
