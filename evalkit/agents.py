@@ -103,6 +103,37 @@ def program_argv(suite: Suite) -> list[str]:
     return argv
 
 
+def program_files(suite: Suite) -> list[Path]:
+    """The files inside the suite folder that are the agent program under test, sorted: a
+    command unit's argv entries naming a file there (its script, a config it reads), a
+    python unit's module file (every ``.py`` of its package). Hashed into a run's inputs,
+    so a resume with a changed one is refused (`evalkit.runner.input_hashes`)."""
+    root = Path(suite.path).resolve()
+    unit = suite.config.unit
+    found: set[Path] = set()
+    if unit.kind == "command":
+        for a in unit.argv:
+            if "{python}" in a:
+                continue
+            p = Path(a.replace("{suite}", str(root)))
+            found.add((root / p).resolve())  # relative to the suite folder, where it runs
+    elif unit.kind == "python":
+        top, _, rest = (unit.callable or "").partition(":")[0].partition(".")
+        found.add((root / top).with_suffix(".py").resolve())
+        if (root / top).is_dir():
+            found.update(p.resolve() for p in (root / top).rglob("*.py"))
+    return sorted(p for p in found if p.is_relative_to(root) and _is_file(p))
+
+
+def _is_file(p: Path) -> bool:
+    """`p.is_file()`, False for an argument that cannot name a file (an inline script too
+    long for a path)."""
+    try:
+        return p.is_file()
+    except OSError:
+        return False
+
+
 _UNIT_LOADS = itertools.count(1)  # each load of a python unit's module gets a name of its own
 
 
@@ -614,4 +645,4 @@ def _decode(data: bytes) -> str:
     return data.decode("utf-8", "replace")
 
 
-__all__ = ["AgentRunner", "child_env", "load_callable", "prepare", "program_argv", "tool_names"]
+__all__ = ["AgentRunner", "child_env", "load_callable", "prepare", "program_argv", "program_files", "tool_names"]

@@ -116,7 +116,8 @@ def config_hash(snapshot: dict[str, Any]) -> str:
 
 def input_hashes(suite: Suite, arms: list[Arm]) -> dict[str, str]:
     """sha256 of each text the unit's inputs are rendered from: the prompt template, the
-    system template, each run arm's guidance and the cases. Stored in the run's
+    system template, each run arm's guidance and skill, the cases and an agent unit's
+    program files (`evalkit.agents.program_files`). Stored in the run's
     `config.json` so a resume can name what changed (config.json alone does not hold
     these texts)."""
 
@@ -134,6 +135,11 @@ def input_hashes(suite: Suite, arms: list[Arm]) -> dict[str, str]:
             out[f"skill of arm {a.name!r} ({a.skill_dir})"] = sha(a.skill or "")
     cases = [{k: v for k, v in dataclasses.asdict(c).items() if k != "line"} for c in suite.cases]
     out["cases"] = sha(json.dumps(cases, sort_keys=True, ensure_ascii=False, default=str))
+    from .agents import program_files  # the agent program under test: a changed one is a new run
+
+    root = Path(suite.path).resolve()
+    for p in program_files(suite):
+        out[f"agent program ({p.relative_to(root).as_posix()})"] = hashlib.sha256(p.read_bytes()).hexdigest()
     return out
 
 
