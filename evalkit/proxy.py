@@ -33,7 +33,9 @@ what evalkit already decided: 402 ``budget_exhausted`` (the call does not fit un
 the cap), 400 ``context_length_exceeded`` (over `max_tokens_in`) and ``invalid_request``,
 401 (an unknown token, or a sample that is over), 409 ``run_stopped`` (the run has
 stopped), 502 ``upstream_failed`` (the endpoint failed after evalkit's retries, or
-breached a ceiling), 507 (disk full). Every such error makes the sample errored.
+breached a ceiling), 507 (disk full), 404 (an endpoint the proxy does not serve). Every
+such error makes the sample errored, a request refused before metering (a body that is
+not JSON, a field the proxy does not serve) too.
 """
 
 from __future__ import annotations
@@ -152,11 +154,7 @@ class MeteringProxy:
     # -- handlers ------------------------------------------------------------------------
 
     def _session(self, request: web.Request) -> SampleSession:
-        token = request.match_info.get("token")
-        if token is None:
-            auth = request.headers.get("Authorization", "")
-            token = auth[7:].strip() if auth[:7].lower() == "bearer " else request.headers.get("api-key", "").strip()
-        session = self._sessions.get(token or "")
+        session = self._find(request)
         if session is None:
             raise _Refusal(
                 401,
@@ -166,6 +164,23 @@ class MeteringProxy:
                 "invalid_api_key",
             )
         return session
+
+    def _find(self, request: web.Request, token: str | None = None) -> SampleSession | None:
+        """The sample a request is for, by the token in its URL (or `token`) or its key."""
+        token = token or request.match_info.get("token")
+        if token is None:
+            auth = request.headers.get("Authorization", "")
+            token = auth[7:].strip() if auth[:7].lower() == "bearer " else request.headers.get("api-key", "").strip()
+        return self._sessions.get(token or "")
+
+    def _refuse(self, session: SampleSession | None, r: _Refusal) -> web.Response:
+        """The agent's HTTP error for a request refused before anything was metered; its
+        sample (when known) is errored, so a refused call is never part of a pass."""
+        if session is not None:
+            exc = UnitCallError(f"the metering proxy refused a request ({r.status} {r.code}): {r}")
+            exc.attempts = 0  # type: ignore[attr-defined]
+            session.fail(exc)
+        return _error_response(r.status, str(r), r.etype, r.code)
 
     async def _body(self, request: web.Request) -> dict[str, Any]:
         try:
@@ -188,12 +203,13 @@ class MeteringProxy:
 
     async def _serve(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
         self.requests += 1
+        session: SampleSession | None = None
         try:
             session = self._session(request)
             body = await self._body(request)
             kw, stream, include_usage = _call_arguments(body, chat)
         except _Refusal as r:
-            return _error_response(r.status, str(r), r.etype, r.code)
+            return self._refuse(session, r)
         task = asyncio.current_task()
         if task is not None:
             session.track(task)
@@ -219,6 +235,7 @@ class MeteringProxy:
         return web.json_response({"object": "list", "data": data})
 
     async def _tools(self, request: web.Request) -> web.Response:
+        session: SampleSession | None = None
         try:
             session = self._session(request)
             body = await self._body(request)
@@ -229,7 +246,7 @@ class MeteringProxy:
             reported: dict[str, Any] | None = {k: body[k] for k in ("result", "error") if k in body} or None
             answer = session.tool(name, body.get("arguments", {}), call_id, reported=reported)
         except _Refusal as r:
-            return _error_response(r.status, str(r), r.etype, r.code)
+            return self._refuse(session, r)
         except DiskFull as exc:
             return _error_response(507, f"evalkit: {exc}", "server_error", "disk_full")
         return web.Response(
@@ -237,9 +254,12 @@ class MeteringProxy:
         )
 
     async def _unknown(self, request: web.Request) -> web.Response:
-        return _error_response(
+        parts = request.path.split("/")
+        token = parts[2] if len(parts) > 2 and parts[1] == "s" else None
+        why = _Refusal(
             404, f"evalkit: no such endpoint {request.method} {request.path}", "invalid_request_error", "not_found"
         )
+        return self._refuse(self._find(request, token), why)
 
 
 def _call_arguments(body: dict[str, Any], chat: bool) -> tuple[dict[str, Any], bool, bool]:

@@ -131,7 +131,9 @@ def test_refusals_are_errors_the_openai_client_raises_at_once_and_fail_the_sampl
     with ScriptedServer(heavy) as srv:
         failure, failed_call, stops, tools, missing, reported, tool_errors = asyncio.run(go(srv))
         assert srv.stats["requests"] == 2  # the refused calls never reached the endpoint
-    assert type(failure).__name__ == "InputTooLong" and failed_call == 1
+    # the first refusal, n=2, was before anything was metered: the sample is errored all the same
+    assert type(failure).__name__ == "UnitCallError" and "refused a request (400" in str(failure)
+    assert "n=2" in str(failure) and failed_call is None
     assert stops == ["budget exhausted"]
     assert tools == {"content": '{"n": 1}', "error": None}
     assert missing["error"].startswith("no fixture for tool 'lookup'") and missing["content"].startswith("error: ")
@@ -148,3 +150,51 @@ async def _post(url: str, body: dict) -> dict:
 
     async with aiohttp.ClientSession() as http, http.post(url, json=body) as resp:
         return await resp.json()
+
+
+# An agent program that sends one request the proxy refuses before metering (argv[1]),
+# then prints an answer that would pass.
+REFUSED = (
+    "import json, os, sys, urllib.request, urllib.error\n"
+    "json.load(sys.stdin)\n"
+    "base, key = os.environ['OPENAI_BASE_URL'], os.environ['OPENAI_API_KEY']\n"
+    "path, data = {'n2': ('/chat/completions', json.dumps({'model': 'm', 'n': 2, 'messages': []}).encode()),\n"
+    "              'badjson': ('/chat/completions', b'{not json'),\n"
+    "              'unknown': ('/embeddings', b'{}'),\n"
+    "              'notool': ('/../evalkit/tools', b'{}')}[sys.argv[1]]\n"
+    "req = urllib.request.Request(base + path, data=data, headers={'Authorization': 'Bearer ' + key,\n"
+    "                             'Content-Type': 'application/json'})\n"
+    "try:\n"
+    "    urllib.request.urlopen(req, timeout=30)\n"
+    "except urllib.error.HTTPError as e:\n"
+    "    sys.stderr.write(f'{e.code}\\n')\n"
+    "print('x')\n"
+)
+
+
+@pytest.mark.parametrize("mode", ["n2", "badjson", "unknown", "notool"])
+def test_a_request_refused_before_metering_errors_the_sample_of_a_real_program(tmp_path, mode):
+    from evalkit.grading import grade_run
+    from evalkit.runner import run_suite
+    from evalkit.runs import load_run
+
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    cfg = {"mode": "chat", "generator": {"model": "scripted", "api_key_env": "EVALKIT_TEST_KEY"},
+           "temperature": 0.0, "seed": 7, "k": 1, "concurrency": 1, "cost_cap_usd": 1.0,
+           "max_tokens_in": 1000, "max_tokens_out": 20, "price": {"in_per_mtok": 1.0, "out_per_mtok": 2.0},
+           "judge_price": {"in_per_mtok": 1.0, "out_per_mtok": 2.0},
+           "unit": {"kind": "command", "argv": ["{python}", "-c", REFUSED, mode], "timeout_s": 30},
+           "arms": [{"name": "baseline"}]}
+    (suite / "config.json").write_text(json.dumps(cfg))
+    (suite / "cases.jsonl").write_text(json.dumps({"id": "c", "input": "q", "tags": ["golden"],
+                                                   "checks": [{"kind": "contains", "value": "x"}]}) + "\n")
+    with ScriptedServer({"default": {"text": "x"}}) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+        assert srv.stats["requests"] == 0
+    assert not res.complete and res.exit_code == 1
+    run = load_run(res.path)
+    assert run.samples.empty and "the metering proxy refused a request (4" in run.errors.error[0]
+    assert not any(g.passed for g in grade_run(res.path).grades)
+    t = read_trajectory(res.path, "c", "baseline", 0)
+    assert t.end["status"] == "errored" and "refused a request" in t.end["error"]
