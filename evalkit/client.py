@@ -106,7 +106,7 @@ from .endpoints import check_base_url
 from .errors import BudgetExhausted, CeilingBreached, InputError, InputTooLong, ReplayMiss, UnitCallError
 from .ledger import Ledger, reported_usage, unusable_usage
 from .records import Endpoint, Price, Usage
-from .tokens import TokenCounter
+from .tokens import TokenCounter, utf8_len
 
 # The request fields evalkit sets itself; `complete(extra=...)` cannot replace them.
 _OWN_FIELDS = frozenset({"model", "max_tokens", "prompt", "messages", "tools", "temperature", "seed", "stop"})
@@ -815,10 +815,20 @@ class ModelClient:
         return body
 
     async def check_input(self, body: dict[str, Any], key: str = "") -> None:
-        """`InputTooLong` when the body's input is over `max_tokens_in` (`tokens`)."""
+        """`InputTooLong` when the body's input is over `max_tokens_in` (`tokens`): the
+        prompt or messages and the tool definitions, plus the UTF-8 size of the JSON of
+        every further field (`response_format`'s schema, `logit_bias`, ...: what a
+        provider may read as input), a bound for any byte-level tokenizer."""
+        extra = {k: v for k, v in body.items() if k not in _OWN_FIELDS}
+        n_extra = utf8_len(json.dumps(extra, separators=(",", ":"), ensure_ascii=False)) if extra else 0
         n_in, method = await self.counter.measure(
-            prompt=body.get("prompt"), messages=body.get("messages"), tools=body.get("tools"), limit=self.max_tokens_in
+            prompt=body.get("prompt"),
+            messages=body.get("messages"),
+            tools=body.get("tools"),
+            limit=self.max_tokens_in - n_extra,
         )
+        if n_extra:
+            n_in, method = n_in + n_extra, f"{method} + {n_extra} bytes of further fields"
         if n_in > self.max_tokens_in:
             raise InputTooLong(
                 f"{key or 'request'}: input is {n_in} tokens ({method}), over max_tokens_in {self.max_tokens_in}"

@@ -15,13 +15,15 @@ Endpoints (under either prefix):
   model answers, whatever model the request names (the ledger prices that one; the name
   asked for is recorded). `max_tokens` (or `max_completion_tokens`) above the suite's
   `max_tokens_out`, or missing, is set to it; a smaller one is kept, and reserved as
-  such. `tools`, `tool_choice`, `top_p`, `response_format` and any other field go
-  through as sent. `n` (and `best_of`) other than 1 is refused: one answer a call, so
-  the reservation covers what is billed. ``"stream": true`` is answered as server-sent
-  events (a role chunk, the content, the tool calls, the finish reason, a usage chunk
-  when ``stream_options.include_usage``, ``[DONE]``) built from one non-streamed
-  upstream call: the upstream usage is then the one the ledger settles, and the answer
-  is read under the client's size bound before the agent sees any of it.
+  such. `tools` (function tools) and the fields in `FORWARDED_FIELDS` (`tool_choice`,
+  `top_p`, `response_format`, ...) go through as sent; any other field, a non-text
+  content part, a built-in tool, `n` (and `best_of`) other than 1 and logprobs are
+  refused: one answer a call, and nothing billed that the reservation does not cover.
+  ``"stream": true`` is answered as server-sent events (a role chunk, the content, the
+  tool calls, the finish reason, a usage chunk when ``stream_options.include_usage``,
+  ``[DONE]``) built from one non-streamed upstream call: the upstream usage is then the
+  one the ledger settles, and the answer is read under the client's size bound before
+  the agent sees any of it.
 * ``GET .../v1/models``: the generator model.
 * ``POST .../evalkit/tools`` (`EVALKIT_TOOLS_URL`): ``{"name", "arguments"}`` answered
   from the case's fixtures as ``{"content", "error"}``; with ``"result"`` or ``"error"``
@@ -55,6 +57,25 @@ from .errors import BudgetExhausted, CeilingBreached, DiskFull, InputTooLong, Re
 from .session import SampleSession
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
+# The request fields forwarded as sent besides those the proxy reads itself: none
+# changes what a call costs beyond what its reservation covers (its input is counted
+# with their JSON size, `ModelClient.check_input`). Every other field is refused, for
+# it may bill what the ledger did not reserve (`service_tier`, `prediction`, `audio`,
+# `web_search_options`, `functions`, ...). docs/formats.md lists them.
+FORWARDED_FIELDS = frozenset(
+    {
+        "top_p",
+        "tool_choice",
+        "parallel_tool_calls",
+        "response_format",
+        "user",
+        "frequency_penalty",
+        "presence_penalty",
+        "logit_bias",
+        "metadata",
+    }
+)
+MESSAGE_FIELDS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id"})  # a message's, the same rule
 TOKEN_PREFIX = "ek-"
 
 
@@ -277,6 +298,10 @@ def _call_arguments(body: dict[str, Any], chat: bool) -> tuple[dict[str, Any], b
         body.pop(name, None)
     if not chat and body.get("echo"):
         raise bad("echo is not served (the answer would hold the prompt's tokens too)")
+    for name in ("echo", "logprobs", "top_logprobs"):
+        if body.get(name) not in (None, False, 0):
+            raise bad(f"{name}={body[name]!r} is not served (an answer carries no logprobs)")
+        body.pop(name, None)
     wanted = [v for v in (body.pop("max_tokens", None), body.pop("max_completion_tokens", None)) if v is not None]
     for v in wanted:
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -288,10 +313,14 @@ def _call_arguments(body: dict[str, Any], chat: bool) -> tuple[dict[str, Any], b
         messages = body.pop("messages", None)
         if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
             raise bad("messages must be a non-empty list of message objects")
+        _check_messages(messages, bad)
         kw["messages"] = messages
         tools = body.pop("tools", None)
         if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
             raise bad("tools must be a list of tool objects")
+        for i, t in enumerate(tools or ()):
+            if t.get("type", "function") != "function":  # a provider's built-in tool bills its own use
+                raise bad(f"tools[{i}].type={t['type']!r} is not served (only function tools are metered)")
         kw["tools"] = tools or None
     else:
         prompt = body.pop("prompt", None)
@@ -315,8 +344,30 @@ def _call_arguments(body: dict[str, Any], chat: bool) -> tuple[dict[str, Any], b
     if stop is not None and not (isinstance(stop, list) and all(isinstance(s, str) for s in stop)):
         raise bad("stop must be a string or a list of strings")
     kw["stop"] = stop or None
+    body = {k: v for k, v in body.items() if v is not None}  # null: the field's default, as if absent
+    for name in body:
+        if name not in FORWARDED_FIELDS:
+            raise bad(f"the field {name!r} is not served (it may bill what the reservation does not cover)")
     kw["extra"] = body or None  # top_p, tool_choice, response_format, user, ...: sent as they are
     return kw, stream, include_usage
+
+
+def _check_messages(messages: list[dict[str, Any]], bad: Any) -> None:
+    """`_Refusal` (from `bad`) naming the first message field or content part the proxy
+    cannot meter: a field outside `MESSAGE_FIELDS`, a part other than text (an image, an
+    audio clip or a file costs input tokens a text bound does not see)."""
+    for i, m in enumerate(messages):
+        for name, value in m.items():
+            if name not in MESSAGE_FIELDS and value is not None:
+                raise bad(f"messages[{i}].{name} is not served (it may bill what the reservation does not cover)")
+        content = m.get("content")
+        if isinstance(content, list):
+            for j, part in enumerate(content):
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                if kind != "text" or not isinstance(part.get("text"), str):
+                    raise bad(
+                        f"messages[{i}].content[{j}] of type {kind!r} is not served (only text parts are metered)"
+                    )
 
 
 def openai_tool_calls(tool_calls: Any, id_prefix: str = "call_evalkit_") -> list[dict[str, Any]]:
