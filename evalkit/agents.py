@@ -24,12 +24,13 @@ from the case's fixtures, and both are written to the sample's trajectory
   a timeout (`timeout_s`, the whole sample) or a refused or failed model call errors the
   sample, and the program's whole process group is killed at once (so is every sample
   in flight when the run stops).
-* ``python``: the same contract in process: ``fn(case, client)`` gets the same dict and
+* ``python``: the same contract in process: ``fn(case, client)`` gets the same dict (a
+  copy of its own: what it changes reaches no other sample) and
   an `openai.OpenAI` client (an `AsyncOpenAI` one for an ``async def``) bound to the
   proxy, and returns the output string. Its module is loaded from its file in the suite
-  folder, fresh each run, the folder on `sys.path` while the run lasts. A synchronous function runs in a daemon thread;
-  one that outlives its timeout cannot be killed, but its sample is over and every
-  later call it makes is refused.
+  folder, fresh each run, the folder on `sys.path` while the run lasts. A synchronous
+  function runs in a daemon thread; one that outlives its timeout cannot be killed, but
+  its sample is over and every later call it makes is refused.
 """
 
 from __future__ import annotations
@@ -440,7 +441,9 @@ class AgentRunner:
             payload["guidance"] = arm.guidance
         if self.config.tools:
             payload["tools"] = list(self.config.tools)
-        return payload
+        # a copy of its own (input, fixtures, tools): what a python unit changes in it
+        # never reaches another sample, nor the case the graders read
+        return json.loads(json.dumps(payload))
 
     async def _program(
         self, session: SampleSession, case: Case, arm: Arm, index: int, seed: int, end: dict[str, Any]

@@ -495,3 +495,25 @@ def test_a_python_unit_runs_its_own_suites_module_fresh_each_run_and_finds_its_s
         assert output(one) == "v2 of one"  # the edited file, not the module loaded before
         assert output(pkg) == "v from the package"  # a package's relative import, within its own copy
     assert str(two.resolve()) not in sys.path  # the suite folder left sys.path when its run ended
+
+
+def test_what_a_python_unit_changes_in_its_case_reaches_no_other_sample(tmp_path):
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "mutating.py").write_text(
+        "def run(case, client):\n"
+        "    seen = list(case['input']['notes']) + [case['input']['tool_results']['get_weather'][0]['result'], len(case['tools'])]\n"
+        "    case['input']['notes'].append(case['arm'])\n"
+        "    case['input']['tool_results']['get_weather'][0]['result'] = 'poisoned'\n"
+        "    case['tools'].clear()\n"
+        "    return f'seen {seen}'\n")
+    cases = [{"id": "c", "input": {"notes": [], "tool_results": OSLO}, "tags": ["golden"],
+              "checks": [{"kind": "contains", "value": "seen ['Sunny in Oslo, 18 C', 2]"}]}]
+    write_suite(suite, cases, {"kind": "python", "callable": "mutating:run"}, k=3, concurrency=1,
+                arms=[{"name": "a"}, {"name": "b"}])
+    with ScriptedServer({"default": {"text": "x"}}) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+    assert res.complete, res.reason
+    # each of the 6 saw the case, its fixtures and the tools as written
+    assert (load_run(res.path).samples.output == "seen ['Sunny in Oslo, 18 C', 2]").all()
+    assert all(g.passed for g in grade_run(res.path).grades)
