@@ -30,7 +30,7 @@ from .client import CallStopped, Completion, ModelClient
 from .errors import BudgetExhausted, CeilingBreached, DiskFull, InputTooLong
 from .records import Usage
 from .trajectories import TrajectoryWriter
-from .units import ToolAnswer, ToolFixtures, canonical_arguments
+from .units import ToolAnswer, ToolFixtures, _as_text, canonical_arguments
 
 Key = tuple[str, str, int]
 
@@ -219,9 +219,9 @@ class SampleSession:
         if reported is not None:
             err = reported.get("error")
             result = reported.get("result")
-            answer = ToolAnswer(
-                result if isinstance(result, str) else ("" if result is None else str(result)),
-                None if err in (None, False, "") else str(err),
+            answer = ToolAnswer(  # as a fixture's: a string as it is, any other JSON as JSON
+                "" if result is None else _as_text(result),
+                None if err in (None, False, "") else _as_text(err),
                 "reported",
             )
         else:

@@ -118,6 +118,8 @@ def test_refusals_are_errors_the_openai_client_raises_at_once_and_fail_the_sampl
         tools = await _post(ep.tools_url, {"name": "lookup", "arguments": '{"q": "a"}'})
         missing = await _post(ep.tools_url, {"name": "lookup", "arguments": {"q": "b"}})
         reported = await _post(ep.tools_url, {"name": "shell", "arguments": {"cmd": "ls"}, "result": "a b"})
+        as_json = await _post(ep.tools_url, {"name": "ls", "arguments": {}, "result": {"files": ["a", "b"], "n": 2}})
+        assert as_json == {"content": '{"files": ["a", "b"], "n": 2}', "error": None}  # JSON, not a Python repr
         await proxy.close(ep.token, "over")
         with pytest.raises(openai.AuthenticationError):
             await oc.completions.create(model="m", prompt="after the end")
@@ -142,7 +144,8 @@ def test_refusals_are_errors_the_openai_client_raises_at_once_and_fail_the_sampl
     t = read_trajectory(tmp_path, "case", "arm", 0)
     assert [(c["status"], c["attempts"]) for c in t.model_calls] == [
         ("refused", 0), ("ok", 1), ("ok", 1), ("refused", 0)]
-    assert [x["source"] for x in t.tools] == ["fixture", "no fixture", "reported"]
+    assert [x["source"] for x in t.tools] == ["fixture", "no fixture", "reported", "reported"]
+    assert json.loads(t.tools[3]["result"]) == {"files": ["a", "b"], "n": 2}
 
 
 async def _post(url: str, body: dict) -> dict:
