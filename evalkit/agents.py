@@ -18,8 +18,8 @@ from the case's fixtures, and both are written to the sample's trajectory
   `skill_dir` (absolute), `guidance`, `tools` when set) and `OPENAI_BASE_URL`,
   `OPENAI_API_KEY` (also `OPENAI_API_BASE`, `EVALKIT_BASE_URL`, `EVALKIT_API_KEY`),
   `EVALKIT_TOOLS_URL` and `EVALKIT_MODEL` pointing at the metering proxy
-  (`evalkit.proxy`); the generator's and judge's key variables are removed from its
-  environment. Its stdout (at most `MAX_OUTPUT_BYTES`) is the output; the exit status,
+  (`evalkit.proxy`); the generator's and judge's key variables and every other
+  ``*_API_KEY`` are removed from its environment. Its stdout (at most `MAX_OUTPUT_BYTES`) is the output; the exit status,
   the last `STDERR_TAIL_BYTES` of stderr and the duration are recorded. A non-zero exit,
   a timeout (`timeout_s`, the whole sample) or a refused or failed model call errors the
   sample, and the program's whole process group is killed at once (so is every sample
@@ -207,9 +207,12 @@ def prepare(suite: Suite) -> Any:
 
 def child_env(config: Config, ep: SampleEndpoint) -> dict[str, str]:
     """The environment of a command unit's process: the proxy in place of the endpoint,
-    and no endpoint key in sight."""
+    and no endpoint key in sight: the generator's and judge's key variables and every
+    ``*_API_KEY`` (another provider's, which the program could call unmetered) are
+    removed; ``OPENAI_API_KEY`` and ``EVALKIT_API_KEY`` are the sample's proxy token."""
     env = dict(os.environ)
     drop = {"EVALKIT_SERVED", "EVALKIT_JUDGE_BASE_URL", config.generator.api_key_env}
+    drop.update(name for name in env if name.upper().endswith("_API_KEY"))
     if config.judge is not None:
         drop.add(config.judge.api_key_env)
     for name in drop:

@@ -324,6 +324,8 @@ def test_a_failing_program_errors_its_sample_with_its_exit_status_and_stderr(tmp
 
 def test_the_program_gets_the_case_and_the_proxy_and_never_the_endpoint_key(tmp_path, monkeypatch):
     monkeypatch.setenv("EVALKIT_TEST_KEY", "sk-real-secret-key")
+    for name in ("ANTHROPIC_API_KEY", "MY_PROVIDER_API_KEY", "EVALKIT_KEEP_ME"):  # no provider called unmetered
+        monkeypatch.setenv(name, "sk-other")
     (tmp_path / "suite" / "skills" / "weather").mkdir(parents=True)
     (tmp_path / "suite" / "skills" / "weather" / "SKILL.md").write_text("# weather\nLook it up first.\n")
     (tmp_path / "suite" / "g.md").write_text("Be brief. ")
@@ -336,7 +338,9 @@ def test_the_program_gets_the_case_and_the_proxy_and_never_the_endpoint_key(tmp_
     assert res.complete
     out = {r["arm"]: json.loads(r["output"]) for r in lines(res.path / "results.jsonl")}
     assert out["baseline"]["seen"] == {"OPENAI_BASE_URL": True, "OPENAI_API_KEY": True, "EVALKIT_TOOLS_URL": True,
-                                       "EVALKIT_MODEL": True, "EVALKIT_TEST_KEY": False, "EVALKIT_SERVED": False}
+                                       "EVALKIT_MODEL": True, "EVALKIT_TEST_KEY": False, "EVALKIT_SERVED": False,
+                                       "ANTHROPIC_API_KEY": False, "MY_PROVIDER_API_KEY": False,
+                                       "EVALKIT_API_KEY": True, "EVALKIT_KEEP_ME": True}
     base, skilled = out["baseline"]["case"], out["skilled"]["case"]
     assert base["guidance"] == "Be brief. " and "skill_dir" not in base
     assert skilled["skill_dir"] == str((tmp_path / "suite" / "skills" / "weather").resolve())
