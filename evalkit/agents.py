@@ -401,6 +401,7 @@ class AgentRunner:
         else:
             err = cls(f"{session.label}: {message}")
         err.attempts = session.attempts  # type: ignore[attr-defined]
+        err.cost_usd = session.cost_usd  # type: ignore[attr-defined]
         return err
 
     # -- evalkit's own tool loop -----------------------------------------------------------

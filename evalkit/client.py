@@ -154,6 +154,17 @@ class Completion:
     attempts: int
 
 
+@dataclass
+class CallProgress:
+    """What a call in flight has cost so far, kept up to date by `ModelClient.complete`
+    (mutable for that reason): the reader (`evalkit.session`) still knows, when the call
+    is cancelled mid-way, how many requests the endpoint received and what the ledger
+    charged for them."""
+
+    attempts: int = 0  # attempts sent (or being sent)
+    cost_usd: float = 0.0  # charged for attempts that failed or were cut
+
+
 def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
@@ -614,6 +625,7 @@ class ModelClient:
         extra: dict[str, Any] | None = None,
         call: int | None = None,
         sample: str | None = None,
+        progress: CallProgress | None = None,
     ) -> Completion:
         """Make one call (or replay it from the cache); see the module docstring.
 
@@ -628,7 +640,9 @@ class ModelClient:
         request and its hash); `call` is the call's ordinal within its sample and `sample`
         the sample's identity (``case/arm``; its index is `sample_index`), both part of the
         cache key, so a request made twice in one sample, or by two arms or cases, gets
-        its own answer while an identical re-run of the sample replays each."""
+        its own answer while an identical re-run of the sample replays each. `progress`,
+        when given, is kept up to date with the attempts sent and the cost charged for
+        those that failed (`CallProgress`)."""
         body = self.request_body(
             prompt=prompt,
             messages=messages,
@@ -648,6 +662,7 @@ class ModelClient:
         hit = self.replay(rhash, sample_index, key, cache_key=ckey)
         if hit is not None:
             return hit
+        prog = progress if progress is not None else CallProgress()
 
         label = key or "request"
         causes = _Causes()
@@ -679,6 +694,7 @@ class ModelClient:
                 t0 = time.perf_counter()
                 mark = _Attempt()
                 _ATTEMPT.set(mark)
+                prog.attempts = attempt
                 try:
                     resp = await self._send(body)
                     latency_ms = (time.perf_counter() - t0) * 1000
@@ -687,7 +703,7 @@ class ModelClient:
                 except openai.APIStatusError as exc:
                     self._answered()
                     status = exc.status_code
-                    self.ledger.settle_failed(r, None, f"HTTP {status}")
+                    prog.cost_usd += self.ledger.settle_failed(r, None, f"HTTP {status}")
                     cause = f"HTTP {status}: {_short(exc.message)}"
                     retry_after = _retry_after_s(exc.response.headers if exc.response is not None else None)
                     if is_rate_limit(exc):
@@ -703,9 +719,10 @@ class ModelClient:
                         self._connection_failed(cause)
                     if reason == "not sent":
                         self.ledger.release_unsent(r, cause)
+                        prog.attempts -= 1
                         cause = f"not sent ($0): {cause}"
                     else:
-                        self.ledger.settle_failed(r, _worst(r), reason, cause)
+                        prog.cost_usd += self.ledger.settle_failed(r, _worst(r), reason, cause)
                 except Exception as exc:
                     if not mark.answered and not isinstance(exc, _Malformed):
                         # Raised on this side before any answer: not a transport error
@@ -718,10 +735,11 @@ class ModelClient:
                             f"the HTTP client refused to send the request ({type(exc).__name__}: {_short(str(exc))})"
                         )
                         self.ledger.release_unsent(r, unsent)
+                        prog.attempts -= 1
                         self._connection_failed(f"not sent: {unsent}")
                         causes.add(attempt, f"not sent ($0): {unsent}")
                         raise _call_error(f"{label}: {causes} (not retried)", attempt) from exc
-                    self.ledger.settle_failed(r, _worst(r), "malformed response")
+                    prog.cost_usd += self.ledger.settle_failed(r, _worst(r), "malformed response")
                     if isinstance(exc, (_Malformed, ValueError)):  # the server answered with no completion
                         self._answered()
                         cause = f"malformed response: {_short(str(exc))}"
@@ -729,7 +747,7 @@ class ModelClient:
                         cause = f"malformed response: {type(exc).__name__}: {_short(str(exc))}"
                 except BaseException:
                     # Cancelled or interrupted mid-call: it may have been billed.
-                    self.ledger.settle_failed(r, _worst(r), "interrupted")
+                    prog.cost_usd += self.ledger.settle_failed(r, _worst(r), "interrupted")
                     raise
                 else:
                     self._throttle.answered()

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .client import CallStopped, Completion, ModelClient
+from .client import CallProgress, CallStopped, Completion, ModelClient
 from .errors import BudgetExhausted, CeilingBreached, DiskFull, InputTooLong
 from .records import Usage
 from .trajectories import TrajectoryWriter
@@ -141,6 +141,7 @@ class SampleSession:
         if stream:
             line["stream"] = True
         t0 = time.perf_counter()
+        progress = CallProgress()  # what the call made the endpoint receive and cost, however it ends
         try:
             c = await self.client.complete(
                 prompt=prompt,
@@ -156,13 +157,20 @@ class SampleSession:
                 max_tokens=max_tokens,
                 extra=extra,
                 call=n,
+                progress=progress,
             )
         except asyncio.CancelledError:
-            self._write_call(line, "cancelled", None, t0, "the sample ended while this call was in flight", None)
+            self.attempts += progress.attempts
+            self.cost_usd += progress.cost_usd
+            line["cost_usd"] = progress.cost_usd
+            why = "the sample ended while this call was in flight"
+            self._write_call(line, "cancelled", None, t0, why, progress.attempts)
             raise
         except BaseException as exc:
             attempts = int(getattr(exc, "attempts", 0) or 0)
             self.attempts += attempts
+            self.cost_usd += progress.cost_usd  # what its failed attempts were charged
+            line["cost_usd"] = progress.cost_usd
             refused = isinstance(exc, (BudgetExhausted, InputTooLong)) and not attempts
             status = "refused" if refused or (isinstance(exc, CallStopped) and not attempts) else "failed"
             self._write_call(line, status, None, t0, f"{type(exc).__name__}: {exc}", attempts)

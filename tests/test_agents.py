@@ -521,3 +521,26 @@ def test_what_a_python_unit_changes_in_its_case_reaches_no_other_sample(tmp_path
     # each of the 6 saw the case, its fixtures and the tools as written
     assert (load_run(res.path).samples.output == "seen ['Sunny in Oslo, 18 C', 2]").all()
     assert all(g.passed for g in grade_run(res.path).grades)
+
+
+def test_a_call_cut_in_flight_at_the_timeout_shows_its_attempt_and_charge_in_the_trajectory(tmp_path):
+    slow = ("import json, os, sys, urllib.request\n"
+            "json.load(sys.stdin)\n"
+            "body = json.dumps({'model': 'm', 'messages': [{'role': 'user', 'content': 'slow'}]}).encode()\n"
+            "req = urllib.request.Request(os.environ['OPENAI_BASE_URL'] + '/chat/completions', data=body,\n"
+            "    headers={'Authorization': 'Bearer ' + os.environ['OPENAI_API_KEY'], 'Content-Type': 'application/json'})\n"
+            "print(urllib.request.urlopen(req, timeout=60).read())\n")
+    cases = [{"id": "c", "input": "q", "tags": ["golden"], "checks": [{"kind": "contains", "value": "x"}]}]
+    suite = write_suite(tmp_path / "suite", cases, {"kind": "command", "argv": ["{python}", "-c", slow],
+                                                    "timeout_s": 2}, k=1)
+    with ScriptedServer({"default": {"text": "x"}, "latency_s": 6.0}) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+        received = srv.stats["requests"]
+    assert received == 1 and not res.complete and res.spend_usd > 0  # charged at its worst case: it may be billed
+    [call] = read_trajectory(res.path, "c", "baseline", 0).model_calls
+    assert call["status"] == "cancelled" and call["attempts"] == 1
+    assert call["cost_usd"] == pytest.approx(res.spend_usd)
+    end = read_trajectory(res.path, "c", "baseline", 0).end
+    assert end["cost_usd"] == pytest.approx(res.spend_usd)
+    [err] = lines(res.path / "errors.jsonl")
+    assert err["attempts"] == 1 and "timed out" in err["error"] and err["cost_usd"] == pytest.approx(res.spend_usd)
