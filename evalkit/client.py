@@ -163,6 +163,7 @@ class CallProgress:
 
     attempts: int = 0  # attempts sent (or being sent)
     cost_usd: float = 0.0  # charged for attempts that failed or were cut
+    on_send: Callable[[], None] | None = None  # called before the first attempt is reserved and sent
 
 
 def canonical_json(obj: Any) -> str:
@@ -681,6 +682,8 @@ class ModelClient:
                 if stopped:
                     causes.note(f"stopped before attempt {attempt}: {stopped}")
                     raise _call_error(f"{label}: {causes}", attempt - 1, CallStopped)
+                if attempt == 1 and prog.on_send is not None:  # before anything is reserved: may raise DiskFull
+                    prog.on_send()
                 try:
                     r = self.ledger.reserve(
                         self.role, self.endpoint.model, self.price, self.max_tokens_in, tokens_out, key

@@ -141,7 +141,10 @@ class SampleSession:
         if stream:
             line["stream"] = True
         t0 = time.perf_counter()
-        progress = CallProgress()  # what the call made the endpoint receive and cost, however it ends
+        # What the call made the endpoint receive and cost, however it ends; its "sent"
+        # line is written before its first attempt goes out, so a killed run leaves a
+        # line for every request the endpoint received (the outcome line supersedes it).
+        progress = CallProgress(on_send=lambda: self._write_sent(line))
         try:
             c = await self.client.complete(
                 prompt=prompt,
@@ -187,6 +190,13 @@ class SampleSession:
         self.last = c
         self._write_call(line, "ok", c, t0, None, c.attempts)
         return c
+
+    def _write_sent(self, line: dict[str, Any]) -> None:
+        try:
+            self.writer.write("model_call", {**line, "status": "sent"})
+        except DiskFull as exc:
+            self.fail(exc, line["call"])
+            raise
 
     def _write_call(
         self,

@@ -544,3 +544,26 @@ def test_a_call_cut_in_flight_at_the_timeout_shows_its_attempt_and_charge_in_the
     assert end["cost_usd"] == pytest.approx(res.spend_usd)
     [err] = lines(res.path / "errors.jsonl")
     assert err["attempts"] == 1 and "timed out" in err["error"] and err["cost_usd"] == pytest.approx(res.spend_usd)
+
+
+def test_a_sigkill_mid_call_leaves_a_sent_line_for_the_request_the_endpoint_received(tmp_path):
+    cases = [{"id": "c", "input": {"question": "q loop"}, "tags": ["golden"],
+              "checks": [{"kind": "contains", "value": "done"}]}]
+    unit = {"kind": "command", "argv": ["{python}", str(AGENTS / "plain_http.py")], "timeout_s": 60}
+    suite = write_suite(tmp_path / "suite", cases, unit, k=1)
+    runs = tmp_path / "runs"
+    with ScriptedServer({"default": {"text": "done"}, "latency_s": 4.0}) as srv:
+        proc = _spawn(suite, runs, srv.base_url)
+        deadline = time.monotonic() + 30
+        while srv.stats["requests"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert srv.stats["requests"] == 1, "the call never reached the endpoint"
+    [folder] = runs.glob("2*")
+    calls = [e for e in lines(folder / "trajectories" / "c" / "baseline" / "sample-1.jsonl")
+             if e["type"] == "model_call"]
+    assert [(c["call"], c["status"]) for c in calls] == [(1, "sent")]
+    assert "messages" in calls[0]["request"] or "prompt" in calls[0]["request"]
+    t = read_trajectory(folder, "c", "baseline", 0)
+    assert not t.finished and [c["status"] for c in t.model_calls] == ["sent"]  # shown: it never ended
