@@ -18,17 +18,19 @@ from the case's fixtures, and both are written to the sample's trajectory
   `skill_dir` (absolute), `guidance`, `tools` when set) and `OPENAI_BASE_URL`,
   `OPENAI_API_KEY` (also `OPENAI_API_BASE`, `EVALKIT_BASE_URL`, `EVALKIT_API_KEY`),
   `EVALKIT_TOOLS_URL` and `EVALKIT_MODEL` pointing at the metering proxy
-  (`evalkit.proxy`); the generator's and judge's key variables are removed from its
-  environment. Its stdout (at most `MAX_OUTPUT_BYTES`) is the output; the exit status,
+  (`evalkit.proxy`); the generator's and judge's key variables and every other
+  ``*_API_KEY`` are removed from its environment. Its stdout (at most `MAX_OUTPUT_BYTES`) is the output; the exit status,
   the last `STDERR_TAIL_BYTES` of stderr and the duration are recorded. A non-zero exit,
   a timeout (`timeout_s`, the whole sample) or a refused or failed model call errors the
   sample, and the program's whole process group is killed at once (so is every sample
   in flight when the run stops).
-* ``python``: the same contract in process: ``fn(case, client)`` gets the same dict and
+* ``python``: the same contract in process: ``fn(case, client)`` gets the same dict (a
+  copy of its own: what it changes reaches no other sample) and
   an `openai.OpenAI` client (an `AsyncOpenAI` one for an ``async def``) bound to the
-  proxy, and returns the output string. A synchronous function runs in a daemon thread;
-  one that outlives its timeout cannot be killed, but its sample is over and every
-  later call it makes is refused.
+  proxy, and returns the output string. Its module is loaded from its file in the suite
+  folder, fresh each run, the folder on `sys.path` while the run lasts. A synchronous
+  function runs in a daemon thread; one that outlives its timeout cannot be killed, but
+  its sample is over and every later call it makes is refused.
 """
 
 from __future__ import annotations
@@ -36,7 +38,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import importlib.machinery
+import importlib.util
 import inspect
+import itertools
 import json
 import os
 import shutil
@@ -47,6 +52,7 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from .client import CallStopped, Completion, ModelClient
@@ -98,16 +104,80 @@ def program_argv(suite: Suite) -> list[str]:
     return argv
 
 
+def program_files(suite: Suite) -> list[Path]:
+    """The files inside the suite folder that are the agent program under test, sorted: a
+    command unit's argv entries naming a file there (its script, a config it reads), a
+    python unit's module file (every ``.py`` of its package). Hashed into a run's inputs,
+    so a resume with a changed one is refused (`evalkit.runner.input_hashes`)."""
+    root = Path(suite.path).resolve()
+    unit = suite.config.unit
+    found: set[Path] = set()
+    if unit.kind == "command":
+        for a in unit.argv:
+            if "{python}" in a:
+                continue
+            p = Path(a.replace("{suite}", str(root)))
+            found.add((root / p).resolve())  # relative to the suite folder, where it runs
+    elif unit.kind == "python":
+        top, _, rest = (unit.callable or "").partition(":")[0].partition(".")
+        found.add((root / top).with_suffix(".py").resolve())
+        if (root / top).is_dir():
+            found.update(p.resolve() for p in (root / top).rglob("*.py"))
+    return sorted(p for p in found if p.is_relative_to(root) and _is_file(p))
+
+
+def _is_file(p: Path) -> bool:
+    """`p.is_file()`, False for an argument that cannot name a file (an inline script too
+    long for a path)."""
+    try:
+        return p.is_file()
+    except OSError:
+        return False
+
+
+_UNIT_LOADS = itertools.count(1)  # each load of a python unit's module gets a name of its own
+
+
+def _load_suite_module(root: Path, module_name: str) -> ModuleType | None:
+    """`module_name` (``mod`` or ``pkg.mod``) loaded from its file in the suite folder
+    `root` under a name of its own, or None when the folder has no such module or
+    package. Never an already imported module of that name (another suite's ``agent``),
+    and fresh each run, so an edited file is read again; a package's relative imports
+    resolve within its own copy."""
+    top, _, rest = module_name.partition(".")
+    base = root / top
+    init = base / "__init__.py"
+    unique = f"_evalkit_unit_{next(_UNIT_LOADS)}_{top}"
+    spec: importlib.machinery.ModuleSpec | None
+    if not rest and base.with_suffix(".py").is_file():
+        spec = importlib.util.spec_from_file_location(unique, base.with_suffix(".py"))
+    elif init.is_file():
+        spec = importlib.util.spec_from_file_location(unique, init, submodule_search_locations=[str(base)])
+    elif rest and base.is_dir():  # a namespace package: no code of its own, its folder searched
+        spec = importlib.machinery.ModuleSpec(unique, None, is_package=True)
+        spec.submodule_search_locations = [str(base)]
+    else:
+        return None
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[unique] = module  # as an import would: its own dataclasses and submodules find it
+    if spec.loader is not None:
+        spec.loader.exec_module(module)
+    return importlib.import_module(f"{unique}.{rest}") if rest else module
+
+
 def load_callable(suite: Suite) -> Callable[..., Any]:
-    """A python unit's function, imported with the suite folder first on `sys.path`;
-    `InputError` when it cannot be imported or is not callable."""
+    """A python unit's function: its module loaded from the suite folder by file
+    (`_load_suite_module`), else (not in the folder: an installed package) imported; with
+    the suite folder first on `sys.path` either way. `InputError` when it cannot be
+    imported or is not callable."""
     spec = suite.config.unit.callable or ""
     module_name, _, attr = spec.partition(":")
     where = Path(suite.path) / "config.json"
     root = str(Path(suite.path).resolve())
     sys.path.insert(0, root)
     try:
-        module = importlib.import_module(module_name)
+        module = _load_suite_module(Path(root), module_name) or importlib.import_module(module_name)
     except Exception as exc:  # the suite author's code failed to import
         raise InputError(
             f"python unit {spec!r}: cannot import {module_name!r}: {exc!r}", where, json_path="$.unit.callable"
@@ -137,9 +207,12 @@ def prepare(suite: Suite) -> Any:
 
 def child_env(config: Config, ep: SampleEndpoint) -> dict[str, str]:
     """The environment of a command unit's process: the proxy in place of the endpoint,
-    and no endpoint key in sight."""
+    and no endpoint key in sight: the generator's and judge's key variables and every
+    ``*_API_KEY`` (another provider's, which the program could call unmetered) are
+    removed; ``OPENAI_API_KEY`` and ``EVALKIT_API_KEY`` are the sample's proxy token."""
     env = dict(os.environ)
     drop = {"EVALKIT_SERVED", "EVALKIT_JUDGE_BASE_URL", config.generator.api_key_env}
+    drop.update(name for name in env if name.upper().endswith("_API_KEY"))
     if config.judge is not None:
         drop.add(config.judge.api_key_env)
     for name in drop:
@@ -190,16 +263,24 @@ class AgentRunner:
         self.target = target
         self.proxy: MeteringProxy | None = None
         self._declared = tool_names(self.config)
+        self._syspath: str | None = None  # the suite folder, on sys.path while a python unit runs
 
     async def start(self) -> AgentRunner:
         if self.unit.kind in ("command", "python"):
             self.proxy = await MeteringProxy(model=self.config.generator.model).start()
+        if self.unit.kind == "python":  # a function's own imports at call time find its siblings
+            self._syspath = str(Path(self.suite.path).resolve())
+            sys.path.insert(0, self._syspath)
         return self
 
     async def aclose(self) -> None:
         if self.proxy is not None:
             await self.proxy.aclose()
             self.proxy = None
+        if self._syspath is not None:
+            with contextlib.suppress(ValueError):
+                sys.path.remove(self._syspath)
+            self._syspath = None
 
     async def sample(self, case: Case, arm: Arm, index: int, seed: int, prompt: Any) -> Sample:
         """Run one sample: a `Sample` when it finished, else the exception the runner
@@ -320,6 +401,7 @@ class AgentRunner:
         else:
             err = cls(f"{session.label}: {message}")
         err.attempts = session.attempts  # type: ignore[attr-defined]
+        err.cost_usd = session.cost_usd  # type: ignore[attr-defined]
         return err
 
     # -- evalkit's own tool loop -----------------------------------------------------------
@@ -363,7 +445,9 @@ class AgentRunner:
             payload["guidance"] = arm.guidance
         if self.config.tools:
             payload["tools"] = list(self.config.tools)
-        return payload
+        # a copy of its own (input, fixtures, tools): what a python unit changes in it
+        # never reaches another sample, nor the case the graders read
+        return json.loads(json.dumps(payload))
 
     async def _program(
         self, session: SampleSession, case: Case, arm: Arm, index: int, seed: int, end: dict[str, Any]
@@ -568,4 +652,4 @@ def _decode(data: bytes) -> str:
     return data.decode("utf-8", "replace")
 
 
-__all__ = ["AgentRunner", "child_env", "load_callable", "prepare", "program_argv", "tool_names"]
+__all__ = ["AgentRunner", "child_env", "load_callable", "prepare", "program_argv", "program_files", "tool_names"]

@@ -435,6 +435,10 @@ class _Batches:
         self.log = BatchLog(run_dir)
         self.run_dir = run_dir
         self.role = role
+        # what the user does next, in a stop reason: a judge's batches are grading's, which has no --resume
+        judge = role == "judge"
+        self.to_collect = "grade again (with --batch) to collect them" if judge else "--resume collects them"
+        self.to_submit = "grade again (with --batch) to submit them again" if judge else "--resume submits them again"
         self.client = client
         self.ledger: Ledger = client.ledger
         self.price = price
@@ -734,7 +738,7 @@ class _Batches:
                     if failures >= MAX_POLL_FAILURES:
                         self.sink.stop(
                             f"endpoint unreachable: {provider.base_url} (batch status: {_api_cause(exc)}); "
-                            "the batches stay open, --resume collects them"
+                            f"the batches stay open, {self.to_collect}"
                         )
                         return
                 if b is None:
@@ -792,7 +796,7 @@ class _Batches:
             if self.sink.halted():
                 return
         except openai.APIError as exc:
-            self.sink.stop(f"batch {name}: its results could not be read ({_api_cause(exc)}); --resume collects them")
+            self.sink.stop(f"batch {name}: its results could not be read ({_api_cause(exc)}); {self.to_collect}")
             return
         # Lines with no result: the provider lost them, or they never ran.
         missing = [cid for cid in self._input_ids(entry) if self.sink.slot(cid) == slot]
@@ -822,7 +826,7 @@ class _Batches:
         elif b.status in ("expired", "cancelled"):
             self.sink.stop(
                 f"batch {name} {b.status}: {out['not_run'] + out['missing']} of {entry['lines']} request(s) did "
-                "not run ($0); --resume submits them again"
+                f"not run ($0); {self.to_submit}"
             )
         if ceiling:
             self.sink.stop("ceiling breached")
@@ -1113,7 +1117,11 @@ class _JudgeCalls:
             client.endpoint.model, rhash, sample_index, endpoint=client.cache_endpoint
         )
         if self._mode == "record":
-            await client.check_input(body, key)
+            try:
+                await client.check_input(body, key)
+            except InputTooLong as exc:  # never batched: the replay pass raises it again, the real reason
+                o.unbatched[key] = exc
+                raise
             if cached:
                 raise _Deferred(f"{key}: answered by the cache")
             o.sink.add(key, rhash)
@@ -1121,6 +1129,8 @@ class _JudgeCalls:
                 o.queued.add(key)
                 o.todo.append((key, body))
             raise _Deferred(f"{key}: recorded for a batch")
+        if key in o.unbatched:
+            raise o.unbatched[key]
         if o.batch_mode and not cached:
             reason = o.sink.causes[0] if o.sink.causes else "it was not in a batch"
             raise CallStopped(f"{key}: not judged in a batch ({reason})")
@@ -1157,6 +1167,7 @@ class JudgeBatches:
         self.sink.watch = watch
         self.todo: list[tuple[str, dict[str, Any]]] = []
         self.queued: set[str] = set()
+        self.unbatched: dict[str, InputTooLong] = {}  # the keys refused before a batch, and why
         self._job = _Batches(
             self.run_dir, "judge", client, price, options or BatchOptions(), self.sink, client.base_url
         )

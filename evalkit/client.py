@@ -106,7 +106,7 @@ from .endpoints import check_base_url
 from .errors import BudgetExhausted, CeilingBreached, InputError, InputTooLong, ReplayMiss, UnitCallError
 from .ledger import Ledger, reported_usage, unusable_usage
 from .records import Endpoint, Price, Usage
-from .tokens import TokenCounter
+from .tokens import TokenCounter, utf8_len
 
 # The request fields evalkit sets itself; `complete(extra=...)` cannot replace them.
 _OWN_FIELDS = frozenset({"model", "max_tokens", "prompt", "messages", "tools", "temperature", "seed", "stop"})
@@ -152,6 +152,18 @@ class Completion:
     cached: bool
     cost_avoided_usd: float
     attempts: int
+
+
+@dataclass
+class CallProgress:
+    """What a call in flight has cost so far, kept up to date by `ModelClient.complete`
+    (mutable for that reason): the reader (`evalkit.session`) still knows, when the call
+    is cancelled mid-way, how many requests the endpoint received and what the ledger
+    charged for them."""
+
+    attempts: int = 0  # attempts sent (or being sent)
+    cost_usd: float = 0.0  # charged for attempts that failed or were cut
+    on_send: Callable[[], None] | None = None  # called before the first attempt is reserved and sent
 
 
 def canonical_json(obj: Any) -> str:
@@ -613,6 +625,8 @@ class ModelClient:
         max_tokens: int | None = None,
         extra: dict[str, Any] | None = None,
         call: int | None = None,
+        sample: str | None = None,
+        progress: CallProgress | None = None,
     ) -> Completion:
         """Make one call (or replay it from the cache); see the module docstring.
 
@@ -624,9 +638,12 @@ class ModelClient:
         `max_tokens` asks for fewer output tokens than `max_tokens_out` (the reservation
         is then that much smaller; a larger one is cut to the ceiling); `extra` holds
         further request fields sent as they are (`top_p`, `tool_choice`, ...: part of the
-        request and its hash); `call` is the call's ordinal within its sample, part of the
-        cache key, so a request made twice in one sample gets two answers while an
-        identical re-run of the sample replays both."""
+        request and its hash); `call` is the call's ordinal within its sample and `sample`
+        the sample's identity (``case/arm``; its index is `sample_index`), both part of the
+        cache key, so a request made twice in one sample, or by two arms or cases, gets
+        its own answer while an identical re-run of the sample replays each. `progress`,
+        when given, is kept up to date with the attempts sent and the cost charged for
+        those that failed (`CallProgress`)."""
         body = self.request_body(
             prompt=prompt,
             messages=messages,
@@ -639,11 +656,14 @@ class ModelClient:
         )
         tokens_out = int(body["max_tokens"])  # the reservation's output ceiling: what the call may use
         rhash = request_hash(body)
-        ckey = rhash if call is None else request_hash({"request": rhash, "call": int(call)})
+        ckey = rhash
+        if call is not None:  # an agent's call: one answer per sample (case, arm, index) and ordinal
+            ckey = request_hash({"request": rhash, "call": int(call), "sample": sample or ""})
         await self.check_input(body, key)
         hit = self.replay(rhash, sample_index, key, cache_key=ckey)
         if hit is not None:
             return hit
+        prog = progress if progress is not None else CallProgress()
 
         label = key or "request"
         causes = _Causes()
@@ -662,6 +682,8 @@ class ModelClient:
                 if stopped:
                     causes.note(f"stopped before attempt {attempt}: {stopped}")
                     raise _call_error(f"{label}: {causes}", attempt - 1, CallStopped)
+                if attempt == 1 and prog.on_send is not None:  # before anything is reserved: may raise DiskFull
+                    prog.on_send()
                 try:
                     r = self.ledger.reserve(
                         self.role, self.endpoint.model, self.price, self.max_tokens_in, tokens_out, key
@@ -675,6 +697,7 @@ class ModelClient:
                 t0 = time.perf_counter()
                 mark = _Attempt()
                 _ATTEMPT.set(mark)
+                prog.attempts = attempt
                 try:
                     resp = await self._send(body)
                     latency_ms = (time.perf_counter() - t0) * 1000
@@ -683,7 +706,7 @@ class ModelClient:
                 except openai.APIStatusError as exc:
                     self._answered()
                     status = exc.status_code
-                    self.ledger.settle_failed(r, None, f"HTTP {status}")
+                    prog.cost_usd += self.ledger.settle_failed(r, None, f"HTTP {status}")
                     cause = f"HTTP {status}: {_short(exc.message)}"
                     retry_after = _retry_after_s(exc.response.headers if exc.response is not None else None)
                     if is_rate_limit(exc):
@@ -699,9 +722,10 @@ class ModelClient:
                         self._connection_failed(cause)
                     if reason == "not sent":
                         self.ledger.release_unsent(r, cause)
+                        prog.attempts -= 1
                         cause = f"not sent ($0): {cause}"
                     else:
-                        self.ledger.settle_failed(r, _worst(r), reason, cause)
+                        prog.cost_usd += self.ledger.settle_failed(r, _worst(r), reason, cause)
                 except Exception as exc:
                     if not mark.answered and not isinstance(exc, _Malformed):
                         # Raised on this side before any answer: not a transport error
@@ -714,10 +738,11 @@ class ModelClient:
                             f"the HTTP client refused to send the request ({type(exc).__name__}: {_short(str(exc))})"
                         )
                         self.ledger.release_unsent(r, unsent)
+                        prog.attempts -= 1
                         self._connection_failed(f"not sent: {unsent}")
                         causes.add(attempt, f"not sent ($0): {unsent}")
                         raise _call_error(f"{label}: {causes} (not retried)", attempt) from exc
-                    self.ledger.settle_failed(r, _worst(r), "malformed response")
+                    prog.cost_usd += self.ledger.settle_failed(r, _worst(r), "malformed response")
                     if isinstance(exc, (_Malformed, ValueError)):  # the server answered with no completion
                         self._answered()
                         cause = f"malformed response: {_short(str(exc))}"
@@ -725,7 +750,7 @@ class ModelClient:
                         cause = f"malformed response: {type(exc).__name__}: {_short(str(exc))}"
                 except BaseException:
                     # Cancelled or interrupted mid-call: it may have been billed.
-                    self.ledger.settle_failed(r, _worst(r), "interrupted")
+                    prog.cost_usd += self.ledger.settle_failed(r, _worst(r), "interrupted")
                     raise
                 else:
                     self._throttle.answered()
@@ -811,10 +836,20 @@ class ModelClient:
         return body
 
     async def check_input(self, body: dict[str, Any], key: str = "") -> None:
-        """`InputTooLong` when the body's input is over `max_tokens_in` (`tokens`)."""
+        """`InputTooLong` when the body's input is over `max_tokens_in` (`tokens`): the
+        prompt or messages and the tool definitions, plus the UTF-8 size of the JSON of
+        every further field (`response_format`'s schema, `logit_bias`, ...: what a
+        provider may read as input), a bound for any byte-level tokenizer."""
+        extra = {k: v for k, v in body.items() if k not in _OWN_FIELDS}
+        n_extra = utf8_len(json.dumps(extra, separators=(",", ":"), ensure_ascii=False)) if extra else 0
         n_in, method = await self.counter.measure(
-            prompt=body.get("prompt"), messages=body.get("messages"), tools=body.get("tools"), limit=self.max_tokens_in
+            prompt=body.get("prompt"),
+            messages=body.get("messages"),
+            tools=body.get("tools"),
+            limit=self.max_tokens_in - n_extra,
         )
+        if n_extra:
+            n_in, method = n_in + n_extra, f"{method} + {n_extra} bytes of further fields"
         if n_in > self.max_tokens_in:
             raise InputTooLong(
                 f"{key or 'request'}: input is {n_in} tokens ({method}), over max_tokens_in {self.max_tokens_in}"

@@ -15,13 +15,15 @@ Endpoints (under either prefix):
   model answers, whatever model the request names (the ledger prices that one; the name
   asked for is recorded). `max_tokens` (or `max_completion_tokens`) above the suite's
   `max_tokens_out`, or missing, is set to it; a smaller one is kept, and reserved as
-  such. `tools`, `tool_choice`, `top_p`, `response_format` and any other field go
-  through as sent. `n` (and `best_of`) other than 1 is refused: one answer a call, so
-  the reservation covers what is billed. ``"stream": true`` is answered as server-sent
-  events (a role chunk, the content, the tool calls, the finish reason, a usage chunk
-  when ``stream_options.include_usage``, ``[DONE]``) built from one non-streamed
-  upstream call: the upstream usage is then the one the ledger settles, and the answer
-  is read under the client's size bound before the agent sees any of it.
+  such. `tools` (function tools) and the fields in `FORWARDED_FIELDS` (`tool_choice`,
+  `top_p`, `response_format`, ...) go through as sent; any other field, a non-text
+  content part, a built-in tool, `n` (and `best_of`) other than 1 and logprobs are
+  refused: one answer a call, and nothing billed that the reservation does not cover.
+  ``"stream": true`` is answered as server-sent events (a role chunk, the content, the
+  tool calls, the finish reason, a usage chunk when ``stream_options.include_usage``,
+  ``[DONE]``) built from one non-streamed upstream call: the upstream usage is then the
+  one the ledger settles, and the answer is read under the client's size bound before
+  the agent sees any of it.
 * ``GET .../v1/models``: the generator model.
 * ``POST .../evalkit/tools`` (`EVALKIT_TOOLS_URL`): ``{"name", "arguments"}`` answered
   from the case's fixtures as ``{"content", "error"}``; with ``"result"`` or ``"error"``
@@ -33,7 +35,9 @@ what evalkit already decided: 402 ``budget_exhausted`` (the call does not fit un
 the cap), 400 ``context_length_exceeded`` (over `max_tokens_in`) and ``invalid_request``,
 401 (an unknown token, or a sample that is over), 409 ``run_stopped`` (the run has
 stopped), 502 ``upstream_failed`` (the endpoint failed after evalkit's retries, or
-breached a ceiling), 507 (disk full). Every such error makes the sample errored.
+breached a ceiling), 507 (disk full), 404 (an endpoint the proxy does not serve). Every
+such error makes the sample errored, a request refused before metering (a body that is
+not JSON, a field the proxy does not serve) too.
 """
 
 from __future__ import annotations
@@ -53,6 +57,25 @@ from .errors import BudgetExhausted, CeilingBreached, DiskFull, InputTooLong, Re
 from .session import SampleSession
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
+# The request fields forwarded as sent besides those the proxy reads itself: none
+# changes what a call costs beyond what its reservation covers (its input is counted
+# with their JSON size, `ModelClient.check_input`). Every other field is refused, for
+# it may bill what the ledger did not reserve (`service_tier`, `prediction`, `audio`,
+# `web_search_options`, `functions`, ...). docs/formats.md lists them.
+FORWARDED_FIELDS = frozenset(
+    {
+        "top_p",
+        "tool_choice",
+        "parallel_tool_calls",
+        "response_format",
+        "user",
+        "frequency_penalty",
+        "presence_penalty",
+        "logit_bias",
+        "metadata",
+    }
+)
+MESSAGE_FIELDS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id"})  # a message's, the same rule
 TOKEN_PREFIX = "ek-"
 
 
@@ -152,11 +175,7 @@ class MeteringProxy:
     # -- handlers ------------------------------------------------------------------------
 
     def _session(self, request: web.Request) -> SampleSession:
-        token = request.match_info.get("token")
-        if token is None:
-            auth = request.headers.get("Authorization", "")
-            token = auth[7:].strip() if auth[:7].lower() == "bearer " else request.headers.get("api-key", "").strip()
-        session = self._sessions.get(token or "")
+        session = self._find(request)
         if session is None:
             raise _Refusal(
                 401,
@@ -166,6 +185,23 @@ class MeteringProxy:
                 "invalid_api_key",
             )
         return session
+
+    def _find(self, request: web.Request, token: str | None = None) -> SampleSession | None:
+        """The sample a request is for, by the token in its URL (or `token`) or its key."""
+        token = token or request.match_info.get("token")
+        if token is None:
+            auth = request.headers.get("Authorization", "")
+            token = auth[7:].strip() if auth[:7].lower() == "bearer " else request.headers.get("api-key", "").strip()
+        return self._sessions.get(token or "")
+
+    def _refuse(self, session: SampleSession | None, r: _Refusal) -> web.Response:
+        """The agent's HTTP error for a request refused before anything was metered; its
+        sample (when known) is errored, so a refused call is never part of a pass."""
+        if session is not None:
+            exc = UnitCallError(f"the metering proxy refused a request ({r.status} {r.code}): {r}")
+            exc.attempts = 0  # type: ignore[attr-defined]
+            session.fail(exc)
+        return _error_response(r.status, str(r), r.etype, r.code)
 
     async def _body(self, request: web.Request) -> dict[str, Any]:
         try:
@@ -188,12 +224,13 @@ class MeteringProxy:
 
     async def _serve(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
         self.requests += 1
+        session: SampleSession | None = None
         try:
             session = self._session(request)
             body = await self._body(request)
             kw, stream, include_usage = _call_arguments(body, chat)
         except _Refusal as r:
-            return _error_response(r.status, str(r), r.etype, r.code)
+            return self._refuse(session, r)
         task = asyncio.current_task()
         if task is not None:
             session.track(task)
@@ -219,6 +256,7 @@ class MeteringProxy:
         return web.json_response({"object": "list", "data": data})
 
     async def _tools(self, request: web.Request) -> web.Response:
+        session: SampleSession | None = None
         try:
             session = self._session(request)
             body = await self._body(request)
@@ -229,7 +267,7 @@ class MeteringProxy:
             reported: dict[str, Any] | None = {k: body[k] for k in ("result", "error") if k in body} or None
             answer = session.tool(name, body.get("arguments", {}), call_id, reported=reported)
         except _Refusal as r:
-            return _error_response(r.status, str(r), r.etype, r.code)
+            return self._refuse(session, r)
         except DiskFull as exc:
             return _error_response(507, f"evalkit: {exc}", "server_error", "disk_full")
         return web.Response(
@@ -237,9 +275,12 @@ class MeteringProxy:
         )
 
     async def _unknown(self, request: web.Request) -> web.Response:
-        return _error_response(
+        parts = request.path.split("/")
+        token = parts[2] if len(parts) > 2 and parts[1] == "s" else None
+        why = _Refusal(
             404, f"evalkit: no such endpoint {request.method} {request.path}", "invalid_request_error", "not_found"
         )
+        return self._refuse(self._find(request, token), why)
 
 
 def _call_arguments(body: dict[str, Any], chat: bool) -> tuple[dict[str, Any], bool, bool]:
@@ -257,6 +298,10 @@ def _call_arguments(body: dict[str, Any], chat: bool) -> tuple[dict[str, Any], b
         body.pop(name, None)
     if not chat and body.get("echo"):
         raise bad("echo is not served (the answer would hold the prompt's tokens too)")
+    for name in ("echo", "logprobs", "top_logprobs"):
+        if body.get(name) not in (None, False, 0):
+            raise bad(f"{name}={body[name]!r} is not served (an answer carries no logprobs)")
+        body.pop(name, None)
     wanted = [v for v in (body.pop("max_tokens", None), body.pop("max_completion_tokens", None)) if v is not None]
     for v in wanted:
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -268,10 +313,14 @@ def _call_arguments(body: dict[str, Any], chat: bool) -> tuple[dict[str, Any], b
         messages = body.pop("messages", None)
         if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
             raise bad("messages must be a non-empty list of message objects")
+        _check_messages(messages, bad)
         kw["messages"] = messages
         tools = body.pop("tools", None)
         if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
             raise bad("tools must be a list of tool objects")
+        for i, t in enumerate(tools or ()):
+            if t.get("type", "function") != "function":  # a provider's built-in tool bills its own use
+                raise bad(f"tools[{i}].type={t['type']!r} is not served (only function tools are metered)")
         kw["tools"] = tools or None
     else:
         prompt = body.pop("prompt", None)
@@ -295,8 +344,30 @@ def _call_arguments(body: dict[str, Any], chat: bool) -> tuple[dict[str, Any], b
     if stop is not None and not (isinstance(stop, list) and all(isinstance(s, str) for s in stop)):
         raise bad("stop must be a string or a list of strings")
     kw["stop"] = stop or None
+    body = {k: v for k, v in body.items() if v is not None}  # null: the field's default, as if absent
+    for name in body:
+        if name not in FORWARDED_FIELDS:
+            raise bad(f"the field {name!r} is not served (it may bill what the reservation does not cover)")
     kw["extra"] = body or None  # top_p, tool_choice, response_format, user, ...: sent as they are
     return kw, stream, include_usage
+
+
+def _check_messages(messages: list[dict[str, Any]], bad: Any) -> None:
+    """`_Refusal` (from `bad`) naming the first message field or content part the proxy
+    cannot meter: a field outside `MESSAGE_FIELDS`, a part other than text (an image, an
+    audio clip or a file costs input tokens a text bound does not see)."""
+    for i, m in enumerate(messages):
+        for name, value in m.items():
+            if name not in MESSAGE_FIELDS and value is not None:
+                raise bad(f"messages[{i}].{name} is not served (it may bill what the reservation does not cover)")
+        content = m.get("content")
+        if isinstance(content, list):
+            for j, part in enumerate(content):
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                if kind != "text" or not isinstance(part.get("text"), str):
+                    raise bad(
+                        f"messages[{i}].content[{j}] of type {kind!r} is not served (only text parts are metered)"
+                    )
 
 
 def openai_tool_calls(tool_calls: Any, id_prefix: str = "call_evalkit_") -> list[dict[str, Any]]:

@@ -291,9 +291,12 @@ def _wrap(line: str, width: int) -> list[str]:
 def render_html(rep: CaseReplay) -> str:
     """The replay as an HTML table, one column per arm, every text escaped
     (`reports.text_html`, which also redacts in a redacted report)."""
+    from ._text import visible
     from .reports import text_html
 
-    e = html.escape
+    def e(text: str) -> str:  # control and bidi characters as escapes, then HTML-escaped
+        return html.escape(visible(text))
+
     head = "".join(f"<th>{e(a.arm)} &mdash; {e(a.outcome)}</th>" for a in rep.arms)
     body = []
     for label, cells in _cells(rep):

@@ -35,6 +35,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from ._text import visible
 from .errors import EvalkitError, InputError
 
 KERNEL = "python3"
@@ -100,7 +101,7 @@ def _shown(text: str) -> str:
 
 def text_html(text: Any, *, title: str | None = None, pre: bool = True, max_chars: int = 4000) -> str:
     """The escaped HTML `show_text` displays (for callers that build a page)."""
-    s = _shown("" if text is None else str(text))
+    s = visible(_shown("" if text is None else str(text)))  # control and bidi characters as escapes
     cut = ""
     if len(s) > max_chars:
         cut = f" [... {len(s) - max_chars} more characters not shown]"

@@ -116,7 +116,8 @@ def config_hash(snapshot: dict[str, Any]) -> str:
 
 def input_hashes(suite: Suite, arms: list[Arm]) -> dict[str, str]:
     """sha256 of each text the unit's inputs are rendered from: the prompt template, the
-    system template, each run arm's guidance and the cases. Stored in the run's
+    system template, each run arm's guidance and skill, the cases and an agent unit's
+    program files (`evalkit.agents.program_files`). Stored in the run's
     `config.json` so a resume can name what changed (config.json alone does not hold
     these texts)."""
 
@@ -134,6 +135,11 @@ def input_hashes(suite: Suite, arms: list[Arm]) -> dict[str, str]:
             out[f"skill of arm {a.name!r} ({a.skill_dir})"] = sha(a.skill or "")
     cases = [{k: v for k, v in dataclasses.asdict(c).items() if k != "line"} for c in suite.cases]
     out["cases"] = sha(json.dumps(cases, sort_keys=True, ensure_ascii=False, default=str))
+    from .agents import program_files  # the agent program under test: a changed one is a new run
+
+    root = Path(suite.path).resolve()
+    for p in program_files(suite):
+        out[f"agent program ({p.relative_to(root).as_posix()})"] = hashlib.sha256(p.read_bytes()).hexdigest()
     return out
 
 
@@ -305,11 +311,11 @@ class _Engine:
         except BudgetExhausted as exc:
             self.stop("budget exhausted")
             if getattr(exc, "attempts", 0):  # refused on a retry: the key paid and errored
-                self._error(key, f"{type(exc).__name__}: {exc}", exc.attempts)
+                self._error(key, f"{type(exc).__name__}: {exc}", exc.attempts, getattr(exc, "cost_usd", None))
             return
         except CeilingBreached as exc:
             self.stop("ceiling breached")
-            self._error(key, str(exc), getattr(exc, "attempts", 1))
+            self._error(key, str(exc), getattr(exc, "attempts", 1), getattr(exc, "cost_usd", None))
             return
         except DiskFull as exc:  # the ledger could not record a reservation: nothing was sent
             self.stop(str(exc))
@@ -319,10 +325,12 @@ class _Engine:
             # paid. A key that made earlier attempts says so; one that made none is
             # simply not run, like a key the dispatcher skipped.
             if getattr(exc, "attempts", 0):
-                self._error(key, f"{type(exc).__name__}: {exc}", exc.attempts)
+                self._error(key, f"{type(exc).__name__}: {exc}", exc.attempts, getattr(exc, "cost_usd", None))
             return
         except (InputTooLong, UnitCallError, ReplayMiss) as exc:
-            self._error(key, f"{type(exc).__name__}: {exc}", getattr(exc, "attempts", 0))
+            self._error(
+                key, f"{type(exc).__name__}: {exc}", getattr(exc, "attempts", 0), getattr(exc, "cost_usd", None)
+            )
             self.should_stop()  # an unreachable endpoint stops the run now, not at the next key
             return
         except Exception as exc:  # noqa: BLE001 - a response nobody foresaw fails its sample, not the run
@@ -374,10 +382,10 @@ class _Engine:
         """Record that a key failed (its `errors.jsonl` line)."""
         self._error(key, message, attempts)
 
-    def _error(self, key: Key, message: str, attempts: int) -> None:
+    def _error(self, key: Key, message: str, attempts: int, cost_usd: float | None = None) -> None:
         self.errored[key] = message
         try:
-            self.folder.append_error(key[0], key[1], key[2], message, attempts)
+            self.folder.append_error(key[0], key[1], key[2], message, attempts, cost_usd)
         except DiskFull as exc:
             self.stop(str(exc))
         self._tick()

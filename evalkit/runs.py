@@ -521,18 +521,14 @@ class RunFolder:
             self._write_sample_text(sample)
         self._append(RESULTS, sample_to_dict(sample))
 
-    def append_error(self, case_id: str, arm: str, index: int, error: str, attempts: int) -> None:
-        self._append(
-            ERRORS,
-            {
-                "case_id": case_id,
-                "arm": arm,
-                "index": index,
-                "error": error,
-                "attempts": attempts,
-                "t": round(time.time(), 3),
-            },
-        )
+    def append_error(
+        self, case_id: str, arm: str, index: int, error: str, attempts: int, cost_usd: float | None = None
+    ) -> None:
+        line: dict[str, Any] = {"case_id": case_id, "arm": arm, "index": index, "error": error, "attempts": attempts}
+        if cost_usd is not None:  # an agent sample: what its calls were charged
+            line["cost_usd"] = cost_usd
+        line["t"] = round(time.time(), 3)
+        self._append(ERRORS, line)
 
     def write_summary(self, summary: dict[str, Any], markdown: str) -> None:
         write_atomic(self.path / SUMMARY_JSON, json.dumps(summary, indent=2) + "\n")

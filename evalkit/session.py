@@ -7,8 +7,9 @@ proxy (`evalkit.proxy`, for a user's agent program) call into, so there is one r
 what a call costs and what a trajectory holds, whoever makes the call:
 
 * a model call goes through `ModelClient.complete` (count, reserve, call, retry, cache,
-  settle: `evalkit.client`) with the sample's index and the call's ordinal as its cache
-  key, so an identical re-run of a deterministic agent replays every call at $0;
+  settle: `evalkit.client`) with the sample (case, arm, index) and the call's ordinal as
+  its cache key, so two arms or cases never share a sampled answer while an identical
+  re-run of a deterministic agent replays every call at $0;
 * a call that does not fit under the cap, is over `max_tokens_in`, breaches a ceiling or
   fails after its retries is recorded (`status` ``refused`` or ``failed``) and makes the
   sample errored: `failure` holds the first such exception, and the run's stop cause
@@ -25,11 +26,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .client import CallStopped, Completion, ModelClient
+from .client import CallProgress, CallStopped, Completion, ModelClient
 from .errors import BudgetExhausted, CeilingBreached, DiskFull, InputTooLong
 from .records import Usage
 from .trajectories import TrajectoryWriter
-from .units import ToolAnswer, ToolFixtures, canonical_arguments
+from .units import ToolAnswer, ToolFixtures, _as_text, canonical_arguments
 
 Key = tuple[str, str, int]
 
@@ -140,6 +141,10 @@ class SampleSession:
         if stream:
             line["stream"] = True
         t0 = time.perf_counter()
+        # What the call made the endpoint receive and cost, however it ends; its "sent"
+        # line is written before its first attempt goes out, so a killed run leaves a
+        # line for every request the endpoint received (the outcome line supersedes it).
+        progress = CallProgress(on_send=lambda: self._write_sent(line))
         try:
             c = await self.client.complete(
                 prompt=prompt,
@@ -149,18 +154,26 @@ class SampleSession:
                 seed=seed,
                 stop=stop,
                 sample_index=self.key[2],
+                sample=f"{self.key[0]}/{self.key[1]}",
                 key=f"{self.label}#{n}",
                 should_stop=self.should_stop,
                 max_tokens=max_tokens,
                 extra=extra,
                 call=n,
+                progress=progress,
             )
         except asyncio.CancelledError:
-            self._write_call(line, "cancelled", None, t0, "the sample ended while this call was in flight", None)
+            self.attempts += progress.attempts
+            self.cost_usd += progress.cost_usd
+            line["cost_usd"] = progress.cost_usd
+            why = "the sample ended while this call was in flight"
+            self._write_call(line, "cancelled", None, t0, why, progress.attempts)
             raise
         except BaseException as exc:
             attempts = int(getattr(exc, "attempts", 0) or 0)
             self.attempts += attempts
+            self.cost_usd += progress.cost_usd  # what its failed attempts were charged
+            line["cost_usd"] = progress.cost_usd
             refused = isinstance(exc, (BudgetExhausted, InputTooLong)) and not attempts
             status = "refused" if refused or (isinstance(exc, CallStopped) and not attempts) else "failed"
             self._write_call(line, status, None, t0, f"{type(exc).__name__}: {exc}", attempts)
@@ -177,6 +190,13 @@ class SampleSession:
         self.last = c
         self._write_call(line, "ok", c, t0, None, c.attempts)
         return c
+
+    def _write_sent(self, line: dict[str, Any]) -> None:
+        try:
+            self.writer.write("model_call", {**line, "status": "sent"})
+        except DiskFull as exc:
+            self.fail(exc, line["call"])
+            raise
 
     def _write_call(
         self,
@@ -217,9 +237,9 @@ class SampleSession:
         if reported is not None:
             err = reported.get("error")
             result = reported.get("result")
-            answer = ToolAnswer(
-                result if isinstance(result, str) else ("" if result is None else str(result)),
-                None if err in (None, False, "") else str(err),
+            answer = ToolAnswer(  # as a fixture's: a string as it is, any other JSON as JSON
+                "" if result is None else _as_text(result),
+                None if err in (None, False, "") else _as_text(err),
                 "reported",
             )
         else:

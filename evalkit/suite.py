@@ -1039,11 +1039,14 @@ def _validate_config(src: SuiteSource, fx: _Findings, uses_judge: bool) -> Confi
 
     unit = parse_unit(r, cfg.get("unit"), mode)
     # templates: a command or python unit renders none (the case goes to the program as JSON)
-    own_program = unit is not None and unit.kind in ("command", "python")
+    # a broken command or python unit (reported above) still renders no template: no second, spurious error
+    raw_unit = cfg.get("unit")
+    kind = unit.kind if unit is not None else raw_unit.get("kind") if isinstance(raw_unit, dict) else raw_unit
+    own_program = kind in ("command", "python")
     template_file = cfg.get("template", "prompt.txt")
     if own_program:
         if "template" in cfg or "system" in cfg:
-            r.warn("$.template" if "template" in cfg else "$.system", f"a {unit.kind} unit uses no template (ignored)")
+            r.warn("$.template" if "template" in cfg else "$.system", f"a {kind} unit uses no template (ignored)")
         template = ""
     else:
         template = _rel_file(src, r, template_file, "$.template", "template")

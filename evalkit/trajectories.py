@@ -10,7 +10,11 @@ resume that runs it again appends attempt 2 after it) and `t` (seconds since the
   parameters sent; `answer`: text, tool calls, finish reason; `usage`, `cost_usd`,
   `latency_ms`, `cached`, `attempts` (HTTP requests the endpoint received for it: 0 for
   a cache hit or a refused call), `status` ``ok`` | ``refused`` | ``failed`` |
-  ``cancelled``, `error`);
+  ``cancelled``, `error`). A call that goes out to the endpoint first writes a line
+  with `status` ``sent`` (its `call`, `endpoint`, `request`), before its first attempt,
+  so a killed run leaves a line for every request the endpoint received; its outcome
+  line follows, and `trajectory_of` shows that one alone (a ``sent`` line stays only
+  for a call that never ended);
 * ``tool``: one tool call and its result (`name`, `arguments`, `id`, `result`, `error`,
   `source`: ``fixture``, ``default``, ``any-tool default``, ``no fixture``, ``unknown
   tool`` or ``reported`` (the agent ran the tool itself and said what it got); `turn`:
@@ -159,12 +163,20 @@ def read_trajectory(run_path: str | Path, case_id: str, arm: str, index: int) ->
 
 
 def trajectory_of(lines: Iterable[dict[str, Any]], case_id: str, arm: str, index: int) -> Trajectory:
-    """The last attempt of a trajectory file's lines."""
+    """The last attempt of a trajectory file's lines; a call's ``sent`` line is left out
+    once its outcome line is there."""
     attempts: dict[int, list[dict[str, Any]]] = {}
     for ev in lines:
         attempts.setdefault(int(ev.get("attempt") or 1), []).append(ev)
     last = max(attempts) if attempts else 0
-    return Trajectory(case_id, arm, index, last, len(attempts), tuple(attempts.get(last, ())))
+    events = attempts.get(last, [])
+    ended = {e.get("call") for e in events if e.get("type") == "model_call" and e.get("status") != "sent"}
+    shown = [
+        e
+        for e in events
+        if not (e.get("type") == "model_call" and e.get("status") == "sent" and e.get("call") in ended)
+    ]
+    return Trajectory(case_id, arm, index, last, len(attempts), tuple(shown))
 
 
 def sample_indices(run_path: str | Path, case_id: str, arm: str) -> list[int]:

@@ -324,6 +324,8 @@ def test_a_failing_program_errors_its_sample_with_its_exit_status_and_stderr(tmp
 
 def test_the_program_gets_the_case_and_the_proxy_and_never_the_endpoint_key(tmp_path, monkeypatch):
     monkeypatch.setenv("EVALKIT_TEST_KEY", "sk-real-secret-key")
+    for name in ("ANTHROPIC_API_KEY", "MY_PROVIDER_API_KEY", "EVALKIT_KEEP_ME"):  # no provider called unmetered
+        monkeypatch.setenv(name, "sk-other")
     (tmp_path / "suite" / "skills" / "weather").mkdir(parents=True)
     (tmp_path / "suite" / "skills" / "weather" / "SKILL.md").write_text("# weather\nLook it up first.\n")
     (tmp_path / "suite" / "g.md").write_text("Be brief. ")
@@ -336,7 +338,9 @@ def test_the_program_gets_the_case_and_the_proxy_and_never_the_endpoint_key(tmp_
     assert res.complete
     out = {r["arm"]: json.loads(r["output"]) for r in lines(res.path / "results.jsonl")}
     assert out["baseline"]["seen"] == {"OPENAI_BASE_URL": True, "OPENAI_API_KEY": True, "EVALKIT_TOOLS_URL": True,
-                                       "EVALKIT_MODEL": True, "EVALKIT_TEST_KEY": False, "EVALKIT_SERVED": False}
+                                       "EVALKIT_MODEL": True, "EVALKIT_TEST_KEY": False, "EVALKIT_SERVED": False,
+                                       "ANTHROPIC_API_KEY": False, "MY_PROVIDER_API_KEY": False,
+                                       "EVALKIT_API_KEY": True, "EVALKIT_KEEP_ME": True}
     base, skilled = out["baseline"]["case"], out["skilled"]["case"]
     assert base["guidance"] == "Be brief. " and "skill_dir" not in base
     assert skilled["skill_dir"] == str((tmp_path / "suite" / "skills" / "weather").resolve())
@@ -435,3 +439,131 @@ def test_what_a_program_leaves_running_in_its_group_is_killed_and_the_sample_fin
     pid = int((suite / "bg.pid").read_text())
     state = Path(f"/proc/{pid}/status")
     assert not state.exists() or "zombie" in state.read_text()  # the background sleep did not outlive it
+
+
+# An agent whose one request depends on neither its case nor its arm (a skill read only
+# when the model asks for it); prints the model's answer.
+ARMLESS = (
+    "import json, sys, openai\n"
+    "case = json.load(sys.stdin)\n"
+    "r = openai.OpenAI(max_retries=0).chat.completions.create(model='m', temperature=0.8,\n"
+    "    messages=[{'role': 'user', 'content': 'pick a colour'}])\n"
+    "print(r.choices[0].message.content)\n"
+)
+
+
+def test_two_arms_and_two_cases_with_the_same_request_each_get_their_own_sampled_answer(tmp_path):
+    (tmp_path / "suite" / "skills" / "sk").mkdir(parents=True)
+    (tmp_path / "suite" / "skills" / "sk" / "SKILL.md").write_text("---\nname: sk\n---\nAnswer blue.\n")
+    cases = [{"id": f"c{i}", "input": {"n": i}, "tags": ["golden"], "checks": [{"kind": "contains", "value": "e"}]}
+             for i in range(2)]
+    unit = {"kind": "command", "argv": ["{python}", "-c", ARMLESS], "timeout_s": 60}
+    suite = write_suite(tmp_path / "suite", cases, unit, k=1, temperature=0.8,
+                        arms=[{"name": "baseline"}, {"name": "skilled", "skill_dir": "skills/sk"}])
+    script = {"rules": [{"match": "colour", "texts": ["red", "blue", "green", "amber", "teal", "plum"]}], "seed": 3}
+    with ScriptedServer(script) as srv:
+        first = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+        assert srv.stats["requests"] == 4  # one per sample (2 cases x 2 arms): none answered from another's
+        again = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+        assert srv.stats["requests"] == 4  # the identical re-run replays each sample's own answer
+    s1 = load_run(first.path).samples
+    assert not s1.cached.any() and (s1.cost_usd > 0).all()
+    s2 = load_run(again.path).samples
+    assert again.complete and again.spend_usd == 0.0 and s2.cached.all()
+    key = ["case_id", "arm", "index"]
+    assert s2.sort_values(key).output.tolist() == s1.sort_values(key).output.tolist()
+
+
+def test_a_python_unit_runs_its_own_suites_module_fresh_each_run_and_finds_its_siblings_at_call_time(tmp_path):
+    cases = [{"id": "a", "input": "q", "tags": ["golden"], "checks": [{"kind": "contains", "value": "v"}]}]
+    one = write_suite(tmp_path / "one", cases, {"kind": "python", "callable": "agent:run"}, k=1)
+    two = write_suite(tmp_path / "two", cases, {"kind": "python", "callable": "agent:run"}, k=1)
+    (one / "agent.py").write_text("def run(case, client):\n    return 'v1 of one'\n")
+    (two / "agent.py").write_text("def run(case, client):\n    import helper\n    return helper.ANSWER\n")
+    (two / "helper.py").write_text("ANSWER = 'v1 from the helper of two'\n")
+    pkg = write_suite(tmp_path / "pkg", cases, {"kind": "python", "callable": "mypkg.main:run"}, k=1)
+    (pkg / "mypkg").mkdir()
+    (pkg / "mypkg" / "__init__.py").write_text("")
+    (pkg / "mypkg" / "main.py").write_text("from .words import W\n\ndef run(case, client):\n    return W\n")
+    (pkg / "mypkg" / "words.py").write_text("W = 'v from the package'\n")
+
+    def output(suite: Path) -> str:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False, cache=False)
+        assert res.complete, res.reason
+        return load_run(res.path).samples.output.iloc[0]
+
+    with ScriptedServer({"default": {"text": "x"}}) as srv:
+        assert output(one) == "v1 of one"
+        assert output(two) == "v1 from the helper of two"  # not one's agent.py; its lazy sibling import found
+        (one / "agent.py").write_text("def run(case, client):\n    return 'v2 of one'\n")
+        assert output(one) == "v2 of one"  # the edited file, not the module loaded before
+        assert output(pkg) == "v from the package"  # a package's relative import, within its own copy
+    assert str(two.resolve()) not in sys.path  # the suite folder left sys.path when its run ended
+
+
+def test_what_a_python_unit_changes_in_its_case_reaches_no_other_sample(tmp_path):
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "mutating.py").write_text(
+        "def run(case, client):\n"
+        "    seen = list(case['input']['notes']) + [case['input']['tool_results']['get_weather'][0]['result'], len(case['tools'])]\n"
+        "    case['input']['notes'].append(case['arm'])\n"
+        "    case['input']['tool_results']['get_weather'][0]['result'] = 'poisoned'\n"
+        "    case['tools'].clear()\n"
+        "    return f'seen {seen}'\n")
+    cases = [{"id": "c", "input": {"notes": [], "tool_results": OSLO}, "tags": ["golden"],
+              "checks": [{"kind": "contains", "value": "seen ['Sunny in Oslo, 18 C', 2]"}]}]
+    write_suite(suite, cases, {"kind": "python", "callable": "mutating:run"}, k=3, concurrency=1,
+                arms=[{"name": "a"}, {"name": "b"}])
+    with ScriptedServer({"default": {"text": "x"}}) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+    assert res.complete, res.reason
+    # each of the 6 saw the case, its fixtures and the tools as written
+    assert (load_run(res.path).samples.output == "seen ['Sunny in Oslo, 18 C', 2]").all()
+    assert all(g.passed for g in grade_run(res.path).grades)
+
+
+def test_a_call_cut_in_flight_at_the_timeout_shows_its_attempt_and_charge_in_the_trajectory(tmp_path):
+    slow = ("import json, os, sys, urllib.request\n"
+            "json.load(sys.stdin)\n"
+            "body = json.dumps({'model': 'm', 'messages': [{'role': 'user', 'content': 'slow'}]}).encode()\n"
+            "req = urllib.request.Request(os.environ['OPENAI_BASE_URL'] + '/chat/completions', data=body,\n"
+            "    headers={'Authorization': 'Bearer ' + os.environ['OPENAI_API_KEY'], 'Content-Type': 'application/json'})\n"
+            "print(urllib.request.urlopen(req, timeout=60).read())\n")
+    cases = [{"id": "c", "input": "q", "tags": ["golden"], "checks": [{"kind": "contains", "value": "x"}]}]
+    suite = write_suite(tmp_path / "suite", cases, {"kind": "command", "argv": ["{python}", "-c", slow],
+                                                    "timeout_s": 2}, k=1)
+    with ScriptedServer({"default": {"text": "x"}, "latency_s": 6.0}) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+        received = srv.stats["requests"]
+    assert received == 1 and not res.complete and res.spend_usd > 0  # charged at its worst case: it may be billed
+    [call] = read_trajectory(res.path, "c", "baseline", 0).model_calls
+    assert call["status"] == "cancelled" and call["attempts"] == 1
+    assert call["cost_usd"] == pytest.approx(res.spend_usd)
+    end = read_trajectory(res.path, "c", "baseline", 0).end
+    assert end["cost_usd"] == pytest.approx(res.spend_usd)
+    [err] = lines(res.path / "errors.jsonl")
+    assert err["attempts"] == 1 and "timed out" in err["error"] and err["cost_usd"] == pytest.approx(res.spend_usd)
+
+
+def test_a_sigkill_mid_call_leaves_a_sent_line_for_the_request_the_endpoint_received(tmp_path):
+    cases = [{"id": "c", "input": {"question": "q loop"}, "tags": ["golden"],
+              "checks": [{"kind": "contains", "value": "done"}]}]
+    unit = {"kind": "command", "argv": ["{python}", str(AGENTS / "plain_http.py")], "timeout_s": 60}
+    suite = write_suite(tmp_path / "suite", cases, unit, k=1)
+    runs = tmp_path / "runs"
+    with ScriptedServer({"default": {"text": "done"}, "latency_s": 4.0}) as srv:
+        proc = _spawn(suite, runs, srv.base_url)
+        deadline = time.monotonic() + 30
+        while srv.stats["requests"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert srv.stats["requests"] == 1, "the call never reached the endpoint"
+    [folder] = runs.glob("2*")
+    calls = [e for e in lines(folder / "trajectories" / "c" / "baseline" / "sample-1.jsonl")
+             if e["type"] == "model_call"]
+    assert [(c["call"], c["status"]) for c in calls] == [(1, "sent")]
+    assert "messages" in calls[0]["request"] or "prompt" in calls[0]["request"]
+    t = read_trajectory(folder, "c", "baseline", 0)
+    assert not t.finished and [c["status"] for c in t.model_calls] == ["sent"]  # shown: it never ended

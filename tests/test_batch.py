@@ -564,3 +564,23 @@ def test_an_agent_unit_is_refused_batch_before_anything(tmp_path):
     assert out.exit_code == 2, out.output
     assert "a command unit's calls each depend on the answer before" in out.output and "$.unit.kind" in out.output
     assert not list(runs.glob("*/config.json"))
+
+
+def test_a_judge_batch_stop_says_to_grade_again_and_a_too_long_input_keeps_its_reason(tmp_path):
+    from test_grading import JUDGE_SCRIPT, OUTPUTS, write_run
+    from test_grading import write_suite as write_judged_suite
+
+    suite = write_judged_suite(tmp_path)
+    cfg = json.loads((suite / "config.json").read_text())
+    (suite / "config.json").write_text(json.dumps({**cfg, "judge_batch_price": cfg["judge_price"]}))
+    outs = dict(OUTPUTS)
+    outs["open-1"] = ["ANSWER-GOOD " + "word " * 5000, *OUTPUTS["open-1"][1:]]  # over the judge's max_tokens_in
+    expiring = {**JUDGE_SCRIPT, "batch": {"faults": [{"kind": "expire", "after_lines": 1, "times": 1}]}}
+    with ScriptedServer(expiring) as srv:
+        g = grade_run(write_run(tmp_path / "r", suite, outputs=outs), judge_base_url=srv.base_url, batch=fast())
+    assert not g.complete
+    reason = g.summary["stop_reason"]
+    assert "expired" in reason and reason.endswith("grade again (with --batch) to submit them again")
+    assert "--resume" not in reason  # grade has no --resume
+    long = next(x for x in g.grades if x.case_id == "open-1" and x.index == 0)
+    assert long.passed is None and "InputTooLong" in long.error and "over max_tokens_in" in long.error

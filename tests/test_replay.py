@@ -121,3 +121,14 @@ def test_a_single_arm_run_gets_the_conformance_verdict_in_compare_the_report_and
     assert manifest["verdicts"][0]["label"] == "conformance regression"
     index = (tmp_path / "reports" / "index.html").read_text()
     assert "<span class='regression'>conformance regression</span>" in index
+
+
+def test_the_replay_html_shows_control_and_bidi_characters_as_visible_escapes(agent_run):
+    from evalkit.replay import render_html
+    from evalkit.reports import text_html
+
+    page = render_html(replay_case(agent_run, "q0", ["baseline", "skilled"], 0))
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", page)
+    assert "42 &lt;script&gt;alert(1)&lt;/script&gt;\\x1b[31mRED\\u202e" in page  # shown, not obeyed
+    assert text_html("a\tb\nc\x9b\u2067") == text_html("a\tb\nc\\x9b\\u2067")  # a block keeps its lines and tabs
+    assert "a\tb\nc" in text_html("a\tb\nc")

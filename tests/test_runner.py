@@ -838,3 +838,33 @@ def test_a_dead_servers_log_tail_is_printed_line_by_line(tmp_path, monkeypatch, 
     assert "\\x0a" not in "\n".join(err)
     assert "its log ends:" in err and "ggml: loading model" in err
     assert "\\x1b]0;PWNED\\x07segfault at 0x0" in err  # the escape sequence shown, not run
+
+
+def test_resume_refuses_a_changed_agent_program_naming_the_file(tmp_path):
+    suite = tmp_path / "suite"
+    (suite / "mypkg").mkdir(parents=True)
+    agent = "import json, sys\ncase = json.load(sys.stdin)\nprint('v1')\nsys.exit(1 if case['index'] == 1 else 0)\n"
+    (suite / "agent.py").write_text(agent)
+    (suite / "mypkg" / "__init__.py").write_text("")
+    (suite / "mypkg" / "main.py").write_text("from .words import W\n\ndef run(case, client):\n    return W\n")
+    (suite / "mypkg" / "words.py").write_text("W = 'v1'\n")
+    cfg = json.loads((write_suite(suite, 1, k=2) / "config.json").read_text())
+    cfg.pop("template", None)
+    command = {**cfg, "unit": {"kind": "command", "argv": ["{python}", "agent.py"], "timeout_s": 30}}
+    python = {**cfg, "unit": {"kind": "python", "callable": "mypkg.main:run", "timeout_s": 30}}
+    (suite / "config.json").write_text(json.dumps(command))
+    with ScriptedServer(SCRIPT) as srv:
+        first = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+        assert not first.complete  # index 1 exited 1: a resume would run it again
+        (suite / "agent.py").write_text(agent.replace("v1", "v2"))
+        with pytest.raises(InputError, match=r"changed since this run started: agent program \(agent.py\)"):
+            run_suite(suite, base_url=srv.base_url, resume=first.path, progress=False)
+        (suite / "agent.py").write_text(agent.replace("sys.exit(1 if case['index'] == 1 else 0)", ""))
+        (suite / "config.json").write_text(json.dumps(python))
+        (suite / "mypkg" / "main.py").write_text("def run(case, client):\n    return 'v1' if case['index'] else 1\n")
+        second = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+        assert not second.complete  # index 0 returned a number: errored
+        (suite / "mypkg" / "words.py").write_text("W = 'v2'\n")  # a file of its package, not the module itself
+        with pytest.raises(InputError, match=r"changed since this run started: agent program \(mypkg/words.py\)"):
+            run_suite(suite, base_url=srv.base_url, resume=second.path, progress=False)
+    assert len(list(iter_jsonl(first.path / "results.jsonl"))) == 2  # index 0 of each arm: the refused resume wrote nothing

@@ -146,3 +146,16 @@ def test_the_demo_agent_suite_lints_clean():
     assert s.config.unit.kind == "command" and [a.skill_dir for a in s.config.arms] == [None, "skills/weather-lookup"]
     injected = [c for c in s.cases if "injection" in c.tags]
     assert injected and all(any(ch.kind == "forbidden_tools" for ch in c.checks) for c in injected)
+
+
+def test_a_broken_program_unit_is_reported_once_not_also_as_a_missing_template(tmp_path):
+    for name, unit in {"command": {"kind": "command", "argv": ["x"], "timeout_s": -1},
+                       "python": {"kind": "python", "callable": "no colon"}}.items():
+        root = suite(tmp_path / name, unit=unit)
+        (root / "prompt.txt").unlink()
+        cfg = json.loads((root / "config.json").read_text())
+        del cfg["template"]
+        (root / "config.json").write_text(json.dumps(cfg))
+        found = errors(root)
+        assert len(found) == 1 and found[0].startswith("$.unit."), (name, found)
+        assert not any("$.template" in e for e in found)

@@ -33,7 +33,8 @@ def post(url, body, auth=True):
 
 if args.env:
     seen = {k: k in os.environ for k in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "EVALKIT_TOOLS_URL", "EVALKIT_MODEL",
-                                        "EVALKIT_TEST_KEY", "EVALKIT_SERVED")}
+                                        "EVALKIT_TEST_KEY", "EVALKIT_SERVED", "ANTHROPIC_API_KEY",
+                                        "EVALKIT_API_KEY", "MY_PROVIDER_API_KEY", "EVALKIT_KEEP_ME")}
     print(json.dumps({"seen": seen, "case": case}))
     sys.exit(0)
 if args.sleep:
