@@ -29,8 +29,10 @@ $(STAMP): pyproject.toml $(LOCKS) tools/install-llama.sh
 
 install: $(STAMP)
 
+PANDALM := ../shared/data/pandalm
+
 demo: $(STAMP)
-	$(BIN)/python -m evalkit.demo $(SUITE)
+	$(BIN)/python -m evalkit.demo $(SUITE) $(if $(wildcard $(PANDALM)/testset-v1.json),--pandalm-dir $(PANDALM))
 
 test: $(STAMP)
 	@$(BIN)/python -m pytest -p no:cacheprovider $(PYTEST_ARGS); rc=$$?; \

@@ -34,6 +34,7 @@ def emit_ci(make_report: Callable[[], Any], junit: Path | None, markdown: Path |
     """Build the `evalkit.ciout.CiReport` (only when asked for) and write it."""
     if junit is None and markdown is None:
         return
+    # lazy: CI outputs are built only when --junit or --markdown asks for them
     from .ciout import write_junit, write_markdown
 
     report = make_report()

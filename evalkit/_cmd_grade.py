@@ -82,6 +82,7 @@ def grade_cmd(
             raise InputError("give either RUN or --eval-file/--outputs, not both")
         if not (eval_file and outputs):
             raise InputError("agent-evals mode needs both --eval-file and --outputs")
+        # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
         from .agentevals import grade_outputs, render
 
         report = grade_outputs(eval_file, outputs, k, compat_wildcards=compat_wildcards)
@@ -90,6 +91,7 @@ def grade_cmd(
         click.echo(render(report), nl=False)
 
         def ci():  # noqa: ANN202 - a CiReport, built only when asked for
+            # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
             from .ciout import eval_file_report
 
             return eval_file_report(report)
@@ -108,6 +110,7 @@ def grade_cmd(
         if len(parts) != 2 or not all(parts) or parts[0] == parts[1]:
             raise InputError("--pairwise takes two different arm names: BASELINE,TREATMENT")
         pair = (parts[0], parts[1])
+    # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
     from .grading import GRADES_SUMMARY, grade_run
 
     result = grade_run(run, suite_path, judge_base_url=judge_base_url, judge_version=judge_version, pairwise=pair)
@@ -166,6 +169,7 @@ def judge_group() -> None:
 def judge_sample_cmd(run: str, n: int, seed: int) -> None:
     """Print n judged items of a graded run as judge/human-sample.jsonl lines to fill in
     (score 1-5, rater); the judge's own score is not shown."""
+    # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
     from .judge import sample_for_labelling
 
     for item in sample_for_labelling(run, n, seed):

@@ -51,11 +51,11 @@ def report_cmd(
     """Execute the notebooks that apply to RUN with papermill, render them to HTML in
     REPORTS_DIR/<run>/ and rebuild REPORTS_DIR/index.html; print the index's path.
     Exit 1 when a notebook failed (its page shows the error)."""
+    # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
     from . import reports
 
-    extra = {"judge_calibration": {"pandalm_dir": str(Path(pandalm_dir).resolve())}} if pandalm_dir else None
     result = reports.report_run(
-        run, reports_dir, notebooks=list(only) or None, parallel=not serial, extra_parameters=extra, redact=redact
+        run, reports_dir, notebooks=list(only) or None, parallel=not serial, redact=redact, pandalm_dir=pandalm_dir
     )
     for nb in result.notebooks:
         status = "ok" if nb.ok else f"FAILED: {nb.error}"
@@ -73,7 +73,9 @@ def report_cmd(
 def _variant_files(variants: Path) -> dict[Path, str]:
     """The guidance variants in a folder (`*.md`, `*.txt`) and their texts; each file's
     stem becomes an arm, so it must be a safe arm name like any in a config."""
-    from .suite import MAX_TEXT_BYTES, case_id_problem, read_text_file
+    # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
+    from ._io import MAX_TEXT_BYTES, read_text_file
+    from .suite import case_id_problem
 
     if not variants.is_dir():
         raise InputError("--variants must be a folder of guidance files (*.md or *.txt)", variants)
@@ -152,15 +154,18 @@ def microtest_cmd(
     """Settle the wording of one piece of guidance: run every variant in VARIANTS and a
     no-guidance control on UNIT's cases, REPS fresh-context repetitions each, grade,
     and render the micro_test notebook. Prints the report and its conclusion."""
+    # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
     from . import reports
     from .grading import grade_run, judge_endpoint
+    from .loader import load_suite
     from .records import Arm
+    from .report_index import read_sidecar
     from .runner import run_suite
-    from .suite import load_suite
 
     if reps < MIN_REPS:
         raise InputError(f"--reps {reps}: a micro-test needs at least {MIN_REPS} repetitions per variant")
     if flag_pattern:
+        # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
         import regex
 
         try:
@@ -210,7 +215,7 @@ def microtest_cmd(
     nb = rep.notebooks[0]
     click.echo(f"run folder: {result.path}")
     click.echo(f"report: {nb.html}")
-    side = reports.read_sidecar(rep.out_dir, "micro_test") or {}
+    side = read_sidecar(rep.out_dir, "micro_test") or {}
     if side.get("conclusion"):
         click.echo(side["conclusion"])
     click.echo(str(rep.index))

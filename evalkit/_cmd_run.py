@@ -66,6 +66,7 @@ def run_cmd(
     markdown: Path | None,
 ) -> None:
     """Sample every case x arm k times under the cost cap; exit 1 when INCOMPLETE."""
+    # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
     from .runner import run_suite
 
     arm_list = [a.strip() for a in arms.split(",") if a.strip()] if arms is not None else None
@@ -75,7 +76,9 @@ def run_cmd(
         raise InputError("--replay-only needs the response cache; drop --no-cache")
     target: object = suite
     if ci:
-        from .suite import ci_suite, load_suite
+        # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
+        from .loader import load_suite
+        from .suite import ci_suite
 
         target = ci_suite(load_suite(suite))
     result = run_suite(
@@ -106,6 +109,7 @@ def run_cmd(
         )
 
     def report():  # noqa: ANN202 - a CiReport, built only when asked for
+        # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
         from .ciout import run_report
 
         return run_report(result)

@@ -1,5 +1,6 @@
 """CLI: `compare`, `verdict`, `power`, `gate`, `baseline accept`, `noise` (thin over
-`evalkit.verdicts`).
+`evalkit.verdicts`, `evalkit.plans` and `evalkit.gates`; each imported when its command
+runs, so `evalkit --help` does not load scipy).
 
 Exit statuses: `compare` and `verdict` exit 0 whenever they produced a verdict (the
 verdict is the output, not an error); `--fail-on KIND` (repeatable: regression,
@@ -16,14 +17,13 @@ from typing import Any
 
 import click
 
-from . import verdicts as V
 from ._cliopts import ci_output_options, emit_ci
 
 FAIL_KINDS = ("regression", "inconclusive", "no-improvement")
 
 
 def _emit(obj: dict[str, Any], as_json: bool, text: str) -> None:
-    from .reports import jsonable  # NaN and infinities become null, numpy scalars plain numbers
+    from ._io import jsonable  # NaN and infinities become null, numpy scalars plain numbers
 
     click.echo(json.dumps(jsonable(obj), indent=2) if as_json else text)
 
@@ -60,27 +60,35 @@ def compare_cmd(
     markdown: Path | None,
 ) -> None:
     """Two-arm verdict of a graded RUN: exact sign test, one vote per case."""
-    loaded = V.as_run(run)
+    # lazy: the statistics (scipy) load only when the command runs
+    from .gates import run_metrics, suite_dir_of
+    from .layout import PLAN_FILE
+    from .plans import load_plan
+    from .runload import as_run
+    from .verdicts import two_arm_verdict
+
+    loaded = as_run(run)
     plan = None
     note = None
     if plan_path is not None:
-        plan = V.load_plan(plan_path)
+        plan = load_plan(plan_path)
     else:
-        suite = V.suite_dir_of(loaded)
-        if suite is not None and (suite / V.PLAN_FILE).exists():
-            plan = V.load_plan(suite / V.PLAN_FILE)
-            note = f"plan: {suite / V.PLAN_FILE}"
+        suite = suite_dir_of(loaded)
+        if suite is not None and (suite / PLAN_FILE).exists():
+            plan = load_plan(suite / PLAN_FILE)
+            note = f"plan: {suite / PLAN_FILE}"
     if alpha is None:
         alpha = plan.alpha if plan is not None else 0.05
-    v = V.two_arm_verdict(loaded, baseline_arm, treatment_arm, alpha=alpha, plan=plan)
+    v = two_arm_verdict(loaded, baseline_arm, treatment_arm, alpha=alpha, plan=plan)
     text = v.render() + (f"\n{note}" if note else "")
     _emit(v.to_dict(), as_json, text)
 
     def report():  # noqa: ANN202 - a CiReport, built only when asked for
+        # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
         from .ciout import compare_report
 
         return compare_report(
-            v, loaded, V.run_metrics(loaded, arm=baseline_arm), V.run_metrics(loaded, arm=treatment_arm), fail_on
+            v, loaded, run_metrics(loaded, arm=baseline_arm), run_metrics(loaded, arm=treatment_arm), fail_on
         )
 
     emit_ci(report, junit, markdown)
@@ -112,7 +120,10 @@ def verdict_cmd(
     as_json: bool,
 ) -> None:
     """Verdict for a win/tie/loss tally from elsewhere (exact sign test, ties dropped)."""
-    v = V.verdict_from_tally(wins, ties, losses, errored, trials, alpha=alpha)
+    # lazy: the statistics (scipy) load only when the command runs
+    from .verdicts import verdict_from_tally
+
+    v = verdict_from_tally(wins, ties, losses, errored, trials, alpha=alpha)
     _emit(v.to_dict(), as_json, v.render())
     _fail_on(v.kind, fail_on)
 
@@ -141,11 +152,14 @@ def power_cmd(
     as_json: bool,
 ) -> None:
     """Discordant pairs and cases the exact sign test needs (exact and approximate)."""
-    plan = V.plan_power(win_rate, tie_rate, alpha, power_, sequential=sequential)
+    # lazy: the statistics (scipy) load only when the command runs
+    from .plans import load_plan, plan_power, write_plan
+
+    plan = plan_power(win_rate, tie_rate, alpha, power_, sequential=sequential)
     text = plan.render()
     if write_dir is not None:
-        path = V.write_plan(plan, write_dir)
-        plan = V.load_plan(path)
+        path = write_plan(plan, write_dir)
+        plan = load_plan(path)
         text += f"\nplan written: {path}"
     _emit(plan.to_dict(), as_json, text)
 
@@ -173,16 +187,21 @@ def gate_cmd(
     markdown: Path | None,
 ) -> None:
     """Gate RUN against an accepted baseline; exit 1 on failure. Never writes a baseline."""
-    res = V.gate(run, baseline_path, arm=arm, runner_exit=runner_exit)
+    # lazy: the statistics (scipy) load only when the command runs
+    from .gates import gate, gate_run_metrics
+    from .runload import as_run
+
+    res = gate(run, baseline_path, arm=arm, runner_exit=runner_exit)
     _emit(res.to_dict(), as_json, res.render())
 
     def report():  # noqa: ANN202 - a CiReport, built only when asked for
+        # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
         from .ciout import gate_report
 
         if not res.read_rates:
             return gate_report(res)
-        loaded = V.as_run(run)
-        return gate_report(res, loaded, V.gate_run_metrics(loaded, baseline_path, arm=arm))
+        loaded = as_run(run)
+        return gate_report(res, loaded, gate_run_metrics(loaded, baseline_path, arm=arm))
 
     emit_ci(report, junit, markdown)
     if not res.passed:
@@ -206,7 +225,10 @@ def baseline_group() -> None:
 @click.option("--arm", default=None, help="Arm to accept (default: the run's only arm).")
 def baseline_accept_cmd(run: Path, suite_dir: Path | None, arm: str | None) -> None:
     """Write baseline.json and baseline-summary.md from a complete, graded RUN."""
-    bj, bs = V.accept_baseline(run, suite_dir, arm=arm)
+    # lazy: the statistics (scipy) load only when the command runs
+    from .gates import accept_baseline
+
+    bj, bs = accept_baseline(run, suite_dir, arm=arm)
     click.echo(f"wrote {bj}\nwrote {bs}\ncommit both in a change of their own, reviewed by someone else")
 
 
@@ -218,7 +240,10 @@ def baseline_accept_cmd(run: Path, suite_dir: Path | None, arm: str | None) -> N
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def noise_cmd(run_a: Path, run_b: Path, arm: str | None, strict: bool, as_json: bool) -> None:
     """Do the gate thresholds sit above the noise between two runs of one config?"""
-    rep = V.noise(run_a, run_b, arm=arm)
+    # lazy: the statistics (scipy) load only when the command runs
+    from .gates import noise
+
+    rep = noise(run_a, run_b, arm=arm)
     _emit(rep.to_dict(), as_json, rep.render())
     if strict and not rep.ok:
         raise SystemExit(1)

@@ -21,6 +21,7 @@ breaks `@mentions`) so an answer cannot inject markup into a PR comment.
 from __future__ import annotations
 
 import html
+import json
 import math
 import os
 import re
@@ -30,12 +31,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from .runs import write_atomic
+from ._io import write_atomic
+from .layout import RESULTS, SUMMARY_JSON
+from .runs import RunFolder, config_arm_names, iter_jsonl
 
 if TYPE_CHECKING:
     from .agentevals import CompatReport
+    from .gates import GateResult, RunMetrics
     from .runner import RunResult
-    from .verdicts import GateResult, RunMetrics, Verdict
+    from .verdicts import Verdict
 
 Outcome = Literal["passed", "failure", "error", "skipped"]
 TOP_FAILURES = 5
@@ -310,9 +314,7 @@ def gate_report(res: "GateResult", run: Any = None, metrics: "RunMetrics | None"
 
 
 def _summary_of(run_path: str) -> dict[str, Any] | None:
-    import json
-
-    p = Path(run_path) / "summary.json"
+    p = Path(run_path) / SUMMARY_JSON
     try:
         d = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -453,8 +455,6 @@ def run_report(result: "RunResult") -> CiReport:
     is an error too (INCOMPLETE is never a pass), and the run itself is one more
     testcase, an error when INCOMPLETE. Grading is not part of a run: a finished case
     passes here and `grade` decides its answers."""
-    from .runs import RESULTS, RunFolder, config_arm_names, iter_jsonl
-
     folder = RunFolder(result.path)
     meta = folder.read_meta()
     k = int(meta.get("k") or 1)

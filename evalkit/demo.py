@@ -5,7 +5,7 @@ the cost cap -> grade -> two-arm verdict and power plan -> reports -> the path o
 `reports/index.html` on the last line. No API key and no network: the model is the
 Gemma 3 270M base model that the `local` extra installs.
 
-    python -m evalkit.demo [SUITE] [--k 5] [--reports-dir reports]
+    python -m evalkit.demo [SUITE] [--k 5] [--reports-dir reports] [--pandalm-dir DIR]
 """
 
 from __future__ import annotations
@@ -23,18 +23,21 @@ def _say(msg: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # lazy: the demo's stack loads after its arguments are read
     from .grading import grade_run
+    from .loader import lint_suite, load_suite
+    from .plans import load_plan, plan_power, write_plan
     from .reports import report_run
     from .runner import run_suite
     from .serve import LocalModelServer
-    from .suite import lint_suite, load_suite
-    from .verdicts import load_plan, plan_power, two_arm_verdict, write_plan
+    from .verdicts import two_arm_verdict
 
     ap = argparse.ArgumentParser(prog="python -m evalkit.demo", description=__doc__.splitlines()[0])
     ap.add_argument("suite", nargs="?", default="data/factual")
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--reports-dir", default="reports")
     ap.add_argument("--runs-dir", default=None, help="default: <suite>/runs")
+    ap.add_argument("--pandalm-dir", default=None, help="PandaLM's data, to calibrate a judge on as well")
     args = ap.parse_args(argv)
     t0 = time.monotonic()
 
@@ -96,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             else f"verdict: {v.kind} ({v.reason})"
         )
 
-    rep = report_run(result.path, args.reports_dir)  # PandaLM from ../shared, as plan_notebooks finds it
+    rep = report_run(result.path, args.reports_dir, pandalm_dir=args.pandalm_dir)
     for nb in rep.notebooks:
         _say(f"report {nb.name}: {'ok' if nb.ok else 'FAILED'}")
     for name, why in rep.skipped.items():

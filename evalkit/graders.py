@@ -27,9 +27,11 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import regex as _regex
 
+from ._io import MAX_TEXT_BYTES, read_text_file
+from ._jsonschema import jsonschema as _jsonschema
+from .checks import regex_flags
 from .errors import InputError
 from .records import Case, Check, CheckResult, Sample
-from .suite import MAX_TEXT_BYTES, read_text_file
 
 Grader = Callable[..., CheckResult]
 
@@ -77,31 +79,11 @@ def contains(output: str, *, value: str, case_fold: bool = False, trim: bool = F
 
 # --------------------------------------------------------------------------- regex
 
-_FLAG_NAMES = {
-    "i": _regex.IGNORECASE,
-    "ignorecase": _regex.IGNORECASE,
-    "m": _regex.MULTILINE,
-    "multiline": _regex.MULTILINE,
-    "s": _regex.DOTALL,
-    "dotall": _regex.DOTALL,
-    "x": _regex.VERBOSE,
-    "verbose": _regex.VERBOSE,
-}
-
 
 def _regex_flags(flags: str | Sequence[str] | None) -> int:
-    if not flags:
-        return 0
-    if isinstance(flags, str):
-        names: Iterable[str] = [flags] if flags.lower() in _FLAG_NAMES else list(flags)
-    else:
-        names = flags
-    value = 0
-    for name in names:
-        key = str(name).lower()
-        if key not in _FLAG_NAMES:
-            raise InputError(f"unknown regex flag {name!r} (use i, m, s, x or their names)")
-        value |= _FLAG_NAMES[key]
+    value = regex_flags(flags)
+    if value is None:
+        raise InputError(f"unknown regex flags {flags!r} (use i, m, s, x or their names)")
     return value
 
 
@@ -147,9 +129,7 @@ def regex(
 def _validator(schema_json: str) -> Any:
     """A checked validator per schema (checking a schema costs far more than using it)."""
     schema = json.loads(schema_json)
-    from ._jsonschema import jsonschema as _import
-
-    jsonschema = _import()
+    jsonschema = _jsonschema()
 
     try:
         validator_cls = jsonschema.validators.validator_for(schema)
@@ -175,8 +155,7 @@ def _with_timed_patterns(validator_cls: Any) -> Any:
     pattern such as `(a+)+$` would backtrack for hours on a hostile model output. A
     timeout is a validation error naming the pattern, so the check fails with the reason.
     (`unevaluatedProperties` next to `patternProperties` still goes through the stdlib.)"""
-    import jsonschema
-
+    jsonschema = _jsonschema()
     ValidationError = jsonschema.ValidationError
     plain_additional = validator_cls.VALIDATORS.get("additionalProperties")
 

@@ -33,15 +33,20 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
+from ._io import iter_jsonl, write_atomic
 from ._text import storable_json
-from .endpoints import Watch
+from .cache import ResponseCache
+from .endpoints import Watch, combine, resolve_base_url, served_watch
 from .errors import InputError
+from .findings import Finding, by_severity
 from .graders import activation_observed, grade_sample, is_refusal, require_scored
 from .judge import (
     EXACT_AGREEMENT_BAR,
@@ -60,34 +65,19 @@ from .judge import (
     position_consistency,
     suite_human_labels,
 )
+from .layout import CONFIG_FILE, GRADES, GRADES_SUMMARY, JUDGE_CACHE, LEDGER, PAIRWISE, RESULTS, RUN_CONFIG
+from .ledger import Ledger
+from .loader import load_suite
+from .privacy import scan_outputs
 from .records import Case, CheckResult, Endpoint, Grade, Sample, Suite
-from .runs import (
-    GRADES,
-    LEDGER,
-    RESULTS,
-    RunFolder,
-    find_suite_dir,
-    grade_to_dict,
-    iter_jsonl,
-    sample_from_dict,
-    write_atomic,
-)
+from .runs import RunFolder, find_suite_dir, grade_to_dict, sample_from_dict
 
-GRADES_SUMMARY = "grades-summary.json"
-PAIRWISE = "pairwise.jsonl"
-JUDGE_CACHE = "judge-cache.sqlite"
+__all__ = ["GRADES_SUMMARY", "JUDGE_CACHE", "PAIRWISE"]  # the file names, importable from here as before
+
 GOLDEN_TAG = "golden"
 SHOULD_REFUSE_TAGS = ("should-refuse", "should_refuse")
 
 Key = tuple[str, str, int]
-
-
-@dataclass(frozen=True)
-class Finding:
-    """A problem worth acting on: `level` HIGH, MEDIUM or LOW."""
-
-    level: str
-    message: str
 
 
 @dataclass(frozen=True)
@@ -114,22 +104,20 @@ class GradeResult:
 
 
 def _resolve_suite(run: Path, meta: dict[str, Any], suite: Suite | str | Path | None) -> Suite:
-    from .suite import load_suite
-
     if isinstance(suite, Suite):
         return suite
     if suite is not None:
         return load_suite(suite)
     ref = meta.get("suite")
     if not ref:
-        raise InputError("the run's config.json names no suite: pass the suite path", run / "config.json")
+        raise InputError("the run's config.json names no suite: pass the suite path", run / RUN_CONFIG)
     if Path(ref).is_file():  # a suite given as its evals.json / eval.yaml file
         return load_suite(ref)
     found = find_suite_dir(run, ref)
     if found is not None:
         return load_suite(found)
     raise InputError(
-        f"the run's suite {ref!r} was not found: pass the suite path", run / "config.json", json_path="$.suite"
+        f"the run's suite {ref!r} was not found: pass the suite path", run / RUN_CONFIG, json_path="$.suite"
     )
 
 
@@ -218,10 +206,8 @@ def judge_endpoint(suite: Suite, judge_base_url: str | None = None) -> Endpoint:
     """The judge's model and the base URL its calls go to (`endpoints.resolve_base_url`:
     the override, `EVALKIT_JUDGE_BASE_URL`, `$.judge.base_url`, the server `evalkit
     serve` runs). `InputError` when there is no judge or no URL, before any request."""
-    from .endpoints import resolve_base_url
-
     judge = suite.config.judge
-    config_file = Path(suite.path) / "config.json" if Path(suite.path).is_dir() else Path(suite.path)
+    config_file = Path(suite.path) / CONFIG_FILE if Path(suite.path).is_dir() else Path(suite.path)
     if judge is None:
         raise InputError("the suite has judged cases but config.json has no judge", config_file, json_path="$.judge")
     url = resolve_base_url("judge", judge, judge_base_url, config_path=config_file)
@@ -238,9 +224,7 @@ async def _judge_all(
     pairs_todo: list[tuple[Case, int, Sample, Sample]],
     watch: Any,
 ) -> tuple[dict[Key, JudgeScore], list[PairOutcome], dict[str, Any]]:
-    from .cache import ResponseCache
-    from .client import ModelClient
-    from .ledger import Ledger
+    from .client import ModelClient  # lazy: openai's client is the heaviest import of a grade
 
     config = suite.config
     ledger = Ledger.resume(cap, run / LEDGER)
@@ -338,8 +322,6 @@ def _run_sync(coro: Any) -> Any:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(coro)
-    from concurrent.futures import ThreadPoolExecutor
-
     with ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(asyncio.run, coro).result()
 
@@ -422,7 +404,7 @@ def grade_run(
             if arm not in run_arms:
                 raise InputError(
                     f"pairwise arm {arm!r} is not in the run (arms: {', '.join(sorted(run_arms))})",
-                    run / "config.json",
+                    run / RUN_CONFIG,
                     json_path="$.arms",
                 )
         for cid, arm, idx in judged_keys:
@@ -433,8 +415,6 @@ def grade_run(
     outcomes: list[PairOutcome] = []
     judge_stats: dict[str, Any] = {"judge_spend_usd": 0.0, "cache_hits": 0}
     if files is not None and (judged_keys or pairs_todo):
-        from .endpoints import combine, served_watch
-
         endpoint = judge_endpoint(suite_obj, judge_base_url)
         cap = float((meta.get("config") or {}).get("cost_cap_usd") or config.cost_cap_usd)
         scores, outcomes, judge_stats = _run_sync(
@@ -469,9 +449,7 @@ def grade_run(
         jerr = no_judge_files if case.judged and files is None else None
         grades.append(_grade_line(case, s, det[key], js, jerr, override))
 
-    from .privacy import scan_outputs  # personal data and secrets in the outputs (no value is kept)
-
-    leaks = scan_outputs(suite_obj, samples)
+    leaks = scan_outputs(suite_obj, samples)  # personal data and secrets in the outputs (no value is kept)
     findings += [Finding(level, message) for level, message in leaks.findings]
     summary = {
         "run": str(run),
@@ -481,7 +459,7 @@ def grade_run(
     summary["privacy"] = leaks.summary
     if pairwise:
         summary["pairwise"] = pairwise_summary(outcomes, pairwise)
-    summary["findings"] = [dataclasses.asdict(f) for f in findings]
+    summary["findings"] = [f.to_json() for f in findings]
 
     lines = "".join(storable_json(grade_to_dict(g)) + "\n" for g in grades)  # any text the judge sent
     write_atomic(run / GRADES, lines)
@@ -673,8 +651,7 @@ def summarize(
                     f"{WITHIN_ONE_AGREEMENT_BAR:.0%}): rewrite the rubric",
                 )
             )
-    order = {"HIGH": 0, "MEDIUM": 1, "LOW": 2}
-    findings.sort(key=lambda f: order[f.level])
+    findings[:] = by_severity(findings)
     return {
         "suite": suite.path,
         "complete": complete,

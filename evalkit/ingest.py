@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 import string
+import struct
 import tempfile
 import zipfile
 import zlib
@@ -31,10 +32,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import regex as _regex
+
+from ._io import check_regular_file, iter_jsonl, read_file_bytes, write_atomic
+from .agentevals import _sample_files, load_eval_file, match_sample, read_sample_file
 from .errors import InputError
+from .layout import GRADES, RESULTS
 from .records import CheckResult, Grade, Sample, Usage
-from .runs import GRADES, RunFolder, grade_to_dict, iter_jsonl, write_atomic
-from .suite import case_id_problem, check_regular_file, read_file_bytes
+from .runs import RunFolder, grade_from_dict, grade_to_dict, sample_from_dict
+from .suite import case_id_problem
 
 FORMATS = ("inspect", "promptfoo", "tau-bench", "agent-evals", "lm-eval")
 INSPECT_LOG_VERSIONS = (1, 2)  # inspect-ai's EvalLog.version values this reader knows
@@ -228,9 +234,7 @@ def _zip_member(p: Path, zf: zipfile.ZipFile, name: str) -> bytes:
     try:
         if info.compress_type != ZIP_ZSTD:
             return zf.read(name)
-        import struct
-
-        import zstandard
+        import zstandard  # lazy: only a zstd-compressed inspect-ai archive needs it
 
         with open(p, "rb") as fh:
             fh.seek(info.header_offset)
@@ -753,8 +757,6 @@ def _lm_filter_one(step: dict, text: str) -> str:
     the first non-empty group of a tuple, strip, fallback `[invalid]`), `LowercaseFilter`,
     `UppercaseFilter` and `WhitespaceFilter`, and every re-grade is checked against
     lm-eval's own score of the first repeat (see `read_lm_eval`)."""
-    import regex as _regex
-
     fn = step.get("function")
     if fn == "lowercase":
         return text.lower()
@@ -989,8 +991,6 @@ def read_agent_evals(
 ) -> Ingested:
     """Read an agent-evals outputs folder (`<case-id>/sample-<n>.txt`) with its
     `evals.json`, graded as that harness grades (trimmed, case-insensitive)."""
-    from .agentevals import _sample_files, load_eval_file, match_sample, read_sample_file
-
     out = Path(outputs_dir)
     if not out.is_dir():
         raise InputError("outputs folder not found", out)
@@ -1200,12 +1200,10 @@ def write_ingested(parts: list[Ingested], dest: str | Path) -> Path:
 
 def _existing_parts(run: Path) -> list[Ingested]:
     """Read back a run folder written by `write_ingested`, to add an arm to it."""
-    from .runs import grade_from_dict, sample_from_dict
-
     meta = RunFolder(run).read_meta()
     if not meta.get("sources"):
         raise InputError("--into needs a run folder made by `evalkit ingest`", run)
-    samples = [sample_from_dict(d) for d in iter_jsonl(run / "results.jsonl")]
+    samples = [sample_from_dict(d) for d in iter_jsonl(run / RESULTS)]
     grades = [grade_from_dict(d) for d in iter_jsonl(run / GRADES)]
     errors = [{k: e[k] for k in ("case_id", "arm", "index", "error")} for e in RunFolder(run).errors()]
     parts = []

@@ -49,13 +49,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from ._io import MAX_LABELS_BYTES, MAX_TEXT_BYTES, iter_jsonl, json_lines, read_text_file
 from .errors import BudgetExhausted, InputError, InputTooLong, JudgeError, ReplayMiss, UnitCallError
+from .layout import GRADES, HUMAN_LABELS_FILE, JUDGE_DIR, PAIRWISE, RESULTS, judge_file
 from .records import Case, Config
-from .suite import MAX_LABELS_BYTES, MAX_TEXT_BYTES, read_text_file
 
-_VERSIONED = re.compile(r"^(rubric|prompt)-v(\d+)\.md$")
 PAIRWISE_TEMPLATE = Path(__file__).parent / "templates" / "judge-pairwise-v1.md"
-HUMAN_LABELS_FILE = "judge/human-sample.jsonl"  # in the suite folder
 # A judge is trusted when it agrees with people at least this often (exact score, and
 # within one point), measured on at least HUMAN_SAMPLE_MIN labelled items.
 EXACT_AGREEMENT_BAR = 0.6
@@ -101,20 +100,20 @@ class JudgeFiles:
 
 def judge_versions(suite_path: str | Path) -> list[int]:
     """Versions N that have both `judge/rubric-vN.md` and `judge/prompt-vN.md`."""
-    folder = Path(suite_path) / "judge"
+    folder = Path(suite_path) / JUDGE_DIR
     found: dict[str, set[int]] = {"rubric": set(), "prompt": set()}
     if folder.is_dir():
         for p in folder.iterdir():
-            m = _VERSIONED.match(p.name)
-            if m and not p.is_dir():  # a FIFO or a symlink out is found, and refused when read
-                found[m.group(1)].add(int(m.group(2)))
+            versioned = judge_file(p.name)
+            if versioned and not p.is_dir():  # a FIFO or a symlink out is found, and refused when read
+                found[versioned[0]].add(versioned[1])
     return sorted(found["rubric"] & found["prompt"])
 
 
 def load_judge_files(suite_path: str | Path, version: str | int | None = None) -> JudgeFiles:
     """The judge files of `version` ("v2", "2" or 2), or of the highest version that has
     both files. `InputError` when there is none, naming what is missing."""
-    folder = Path(suite_path) / "judge"
+    folder = Path(suite_path) / JUDGE_DIR
     versions = judge_versions(suite_path)
     if version is not None:
         n = int(str(version).lower().lstrip("v"))
@@ -441,16 +440,12 @@ def suite_human_labels(suite_path: str | Path) -> list[HumanLabel] | None:
 def parse_human_labels(text: str, path: str | Path) -> list[HumanLabel]:
     """The labels of a `judge/human-sample.jsonl` text (see `load_human_labels`)."""
     p = Path(path)
-    lines = text.splitlines()
     labels: list[HumanLabel] = []
     seen: dict[tuple[str, str | None], int] = {}
-    for i, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
-        try:
-            d = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"not valid JSON: {exc.msg}", p, i) from None
+    for item in json_lines(text):
+        i, d = item.line, item.value
+        if item.error is not None:
+            raise InputError(item.error, p, i)
         if not isinstance(d, dict):
             raise InputError('each line must be a JSON object {"item", "score", "rater"}', p, i)
         try:
@@ -478,8 +473,6 @@ def sample_for_labelling(run: str | Path, n: int = 20, seed: int = 0) -> list[di
     to read, and `score`/`rater` left null for the rater to fill in.
     The judge's own score is left out so it cannot anchor the human.
     """
-    from .runs import GRADES, RESULTS, iter_jsonl  # local: runs imports pandas
-
     rp = Path(run)
     gp = rp / GRADES
     if not gp.exists():
@@ -520,3 +513,17 @@ def human_agreement(labels: Sequence[HumanLabel], judge_scores: Mapping[str, int
         "exact": sum(h == j for h, j in pairs) / len(pairs),
         "within_one": sum(abs(h - j) <= 1 for h, j in pairs) / len(pairs),
     }
+
+
+def read_pairwise(run_path: str | Path) -> list[PairOutcome]:
+    """The pairwise judge's outcomes of a run (`pairwise.jsonl`), none when it has none."""
+    p = Path(run_path) / PAIRWISE
+    if not p.exists():
+        return []
+    names = set(PairOutcome.__dataclass_fields__)
+    out = []
+    for d in iter_jsonl(p):
+        d = {k: v for k, v in d.items() if k in names}
+        d["reasons"] = tuple(d.get("reasons") or ())
+        out.append(PairOutcome(**d))
+    return out

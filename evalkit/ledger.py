@@ -35,8 +35,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ._io import iter_jsonl
 from .errors import BudgetExhausted, CeilingBreached, DiskFull, InputError
 from .records import Price, Usage
+from .runs import AppendLog
 
 
 @dataclass(frozen=True)
@@ -79,8 +81,7 @@ class Ledger:
         self.disk_full: DiskFull | None = None  # set when a line could not be written
         self._log = None
         if self._path is not None:
-            from .runs import AppendLog  # cuts a torn last line first: no event glues onto it
-
+            # AppendLog cuts a torn last line first: no event glues onto it
             self._log = AppendLog(self._path, fsync=bool(os.environ.get("EVALKIT_FSYNC")))
 
     @classmethod
@@ -95,9 +96,8 @@ class Ledger:
         open_amounts: dict[int, float] = {}
         p = Path(path)
         if p.exists():
-            from .runs import iter_jsonl  # a torn last line is dropped with a warning; a bad
-
-            # line before it is an InputError, never skipped
+            # a torn last line is dropped with a warning; a bad line before it is an
+            # InputError, never skipped
             for ev in iter_jsonl(p):
                 kind = ev.get("event")
                 if kind == "reserve":

@@ -6,11 +6,38 @@ concern (`suite`, `runner`, `graders`, ...). Every record is a frozen dataclass.
 
 from __future__ import annotations
 
+import difflib
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Json = Any
 CaseSet = str  # "capability" (gated on pass@k), "regression" (pass^k), or any other name (not gated)
+
+# --- case sets: what each is gated on ---------------------------------------------------
+
+CASE_SETS = ("capability", "regression")  # the gated sets; any other set is measured, not gated
+SET_GATES = {"capability": "pass@k", "regression": "pass^k"}
+NO_GATE = "none"
+SET_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
+
+
+def set_gate(case_set: str) -> str:
+    """What a case's set is gated on: `pass@k` (capability), `pass^k` (regression), or
+    `none` for any other set, whose cases are measured and shown but never gated (as the
+    agent-evals harness treats a set it does not know)."""
+    return SET_GATES.get(case_set, NO_GATE)
+
+
+def ungated_set_warning(case_set: str) -> str:
+    """The warning for a case in a set that is not gated, with the gated set it may be a
+    typo of (so a misspelt `regresion` does not silently drop a case from the gate)."""
+    close = difflib.get_close_matches(case_set, CASE_SETS, n=1, cutoff=0.75)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return (
+        f"set {case_set!r} is neither capability nor regression: its cases are measured and shown "
+        f'with gate "none", never gated{hint}'
+    )
 
 
 @dataclass(frozen=True)

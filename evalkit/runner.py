@@ -55,11 +55,10 @@ from .cache import ResponseCache
 from .client import CallStopped, ModelClient, check_endpoint
 from .endpoints import Watch, combine, resolve_base_url, served_watch
 from .errors import BudgetExhausted, CeilingBreached, DiskFull, InputError, InputTooLong, ReplayMiss, UnitCallError
+from .layout import CACHE_FILE
 from .ledger import Ledger
 from .records import Arm, Config, Sample, Suite
 from .runs import RunFolder, runs_dir_lock, write_atomic
-
-CACHE_FILE = "cache.sqlite"
 
 Key = tuple[str, str, int]
 
@@ -384,7 +383,7 @@ async def run_suite_async(
 ) -> RunResult:
     """The async core of `run_suite`."""
     if not isinstance(suite, Suite):
-        from .suite import load_suite
+        from .loader import load_suite
 
         suite = load_suite(suite)
     if resume is not None:

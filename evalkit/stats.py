@@ -321,7 +321,7 @@ def proportion_interval(successes: int, n: int, method: str = "wilson", alpha: f
     References: Brown, Cai & DasGupta 2001, "Interval Estimation for a Binomial
     Proportion", Statistical Science 16(2); statsmodels.stats.proportion.proportion_confint.
     """
-    from statsmodels.stats.proportion import proportion_confint
+    from statsmodels.stats.proportion import proportion_confint  # lazy: statsmodels takes ~0.5 s to import
 
     key = method.lower()
     if key not in _INTERVAL_METHODS:
@@ -464,7 +464,7 @@ def mcnemar(b: int, c: int, exact: bool | None = None) -> McNemar:
     References: McNemar 1947, Psychometrika 12(2); Edwards 1948 (continuity correction);
     statsmodels.stats.contingency_tables.mcnemar.
     """
-    from statsmodels.stats.contingency_tables import mcnemar as _sm_mcnemar
+    from statsmodels.stats.contingency_tables import mcnemar as _sm_mcnemar  # lazy: statsmodels is slow to import
 
     _check_tally(b=b, c=c)
     if exact is None:
@@ -696,7 +696,7 @@ def agreement(a: Sequence[Hashable], b: Sequence[Hashable], labels: Sequence[Has
     (weighted kappa); Fleiss, Cohen & Everitt 1969 (variance);
     statsmodels.stats.inter_rater.cohens_kappa.
     """
-    from statsmodels.stats.inter_rater import cohens_kappa
+    from statsmodels.stats.inter_rater import cohens_kappa  # lazy: statsmodels is slow to import
 
     xa, xb = list(a), list(b)
     if len(xa) != len(xb):
@@ -767,7 +767,7 @@ def krippendorff_alpha(
     References: Krippendorff 2011, "Computing Krippendorff's Alpha-Reliability"
     (Annenberg School, U. Pennsylvania); Castro 2017, fast-krippendorff.
     """
-    import krippendorff
+    import krippendorff  # lazy: only Krippendorff's alpha needs it
 
     if level not in ("nominal", "ordinal", "interval", "ratio"):
         _fail(f"unknown level {level!r}; use nominal, ordinal, interval or ratio")

@@ -21,10 +21,10 @@ import json
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from ._io import write_atomic
 from .errors import InputError
+from .layout import CACHE_FILE
 from .records import Suite
-from .runs import write_atomic
-from .runner import CACHE_FILE
 
 WORKFLOW_PATH = Path(".github") / "workflows" / "evalkit.yml"
 CI_KINDS = ("github",)

@@ -14,7 +14,7 @@ from evalkit import stats
 from evalkit.cli import main
 from evalkit.serve import ScriptedServer
 
-from test_verdicts import make_run, make_suite, two_arm
+from conftest import make_run, make_suite, two_arm
 
 
 def cli(*args: str):

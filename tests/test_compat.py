@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from evalkit.cli import main
-from evalkit.runs import load_run
+from evalkit.runload import load_run
 from evalkit.serve import ScriptedServer
 
 FIXTURE = Path(__file__).parent / "data" / "runs" / "v0.1"

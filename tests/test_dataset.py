@@ -914,7 +914,7 @@ def test_end_to_end_new_validate_to_suite_lint(ws):
     r, _ = ws.cli("lint", "evals/field-service")
     assert r.exit_code == 0, r.stderr
     assert "0 error(s)" in r.stdout
-    from evalkit.suite import load_suite
+    from evalkit.loader import load_suite
 
     suite = load_suite(ws.root / "evals/field-service")
     assert len(suite.cases) == 15 and all(c.judged for c in suite.cases)
@@ -926,7 +926,7 @@ def test_converted_suite_runs_through_sampler_and_graders(ws, monkeypatch):
     from evalkit.graders import grade_sample
     from evalkit.runner import run_suite
     from evalkit.serve import ScriptedServer
-    from evalkit.suite import load_suite
+    from evalkit.loader import load_suite
 
     make_source_dataset(ws, 1)
     ws.write("ctx/manual.txt", "Hold the red button for five seconds.")

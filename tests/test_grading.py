@@ -14,7 +14,8 @@ from evalkit.grading import GRADES_SUMMARY, grade_run
 from evalkit.records import Case, Sample, Usage
 from evalkit.runs import RunFolder, iter_jsonl
 from evalkit.serve import ScriptedServer
-from evalkit.suite import JUDGE_PROMPT_TEMPLATE, load_suite
+from evalkit.loader import load_suite
+from evalkit.suite import JUDGE_PROMPT_TEMPLATE
 
 GEN_SYSTEM = "GENERATOR-SYSTEM-PROMPT: you are a helpful travel bot"
 

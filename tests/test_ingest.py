@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from evalkit import stats
 from evalkit.cli import main
-from evalkit.runs import load_run
+from evalkit.runload import load_run
 
 HERE = Path(__file__).parent
 FIXTURES = HERE / "data" / "ingest"
@@ -129,7 +129,7 @@ def test_agent_evals_outputs_folder(tmp_path: Path) -> None:
 def test_agent_evals_ingest_keeps_each_case_set(tmp_path: Path) -> None:
     """The harness's sets travel into the ingested run, so its metrics gate a regression
     case on pass^k, a capability case on pass@k and an exploratory one not at all."""
-    from evalkit.verdicts import run_metrics
+    from evalkit.gates import run_metrics
 
     ev = tmp_path / "evals.json"
     ev.write_text(json.dumps({"cases": [

@@ -23,7 +23,7 @@ from evalkit import privacy
 from evalkit.cli import main
 from evalkit.errors import InputError, RedactionIncomplete
 from evalkit.serve import ScriptedServer
-from evalkit.suite import lint_suite
+from evalkit.loader import lint_suite
 
 ROOT = Path(__file__).resolve().parents[1]
 FACTUAL = ROOT / "data" / "factual"
@@ -621,12 +621,12 @@ def test_a_page_that_still_holds_a_value_is_removed(tmp_path):
 
 
 def test_a_redacted_reports_text_helpers_redact_what_they_show(monkeypatch):
-    from evalkit import reports
+    from evalkit import nb
 
     text = f"call {PHONE} or write to {EMAIL}"
-    assert PHONE in reports.text_html(text)
-    monkeypatch.setenv(reports.REDACT_ENV, "1")
-    page = reports.text_html(text) + reports.table_html([{"who": text, "n": 1}])
+    assert PHONE in nb.text_html(text)
+    monkeypatch.setenv(nb.REDACT_ENV, "1")
+    page = nb.text_html(text) + nb.table_html([{"who": text, "n": 1}])
     assert_absent(page)
     assert page.count("&lt;PHONE&gt;") == 2 and page.count("&lt;EMAIL&gt;") == 2
 

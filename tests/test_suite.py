@@ -10,10 +10,8 @@ import pytest
 
 from evalkit.errors import InputError, InputErrors
 from evalkit.records import Case, Check, Suite
-from evalkit.suite import (
-    case_id_problem, lint_suite, load_cases, load_config, load_suite, render_prompt, safe_case_id,
-    scaffold_suite,
-)
+from evalkit.loader import lint_suite, load_suite
+from evalkit.suite import case_id_problem, load_cases, load_config, render_prompt, safe_case_id, scaffold_suite
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -416,7 +414,7 @@ def test_human_labels_plan_and_baseline_are_linted(tmp_path):
 
 
 def test_a_file_over_its_size_limit_is_refused_with_the_limit(tmp_path):
-    from evalkit.suite import MAX_LABELS_BYTES
+    from evalkit._io import MAX_LABELS_BYTES
 
     root = write_suite(tmp_path / "unit")
     with open(root / "judge" / "human-sample.jsonl", "wb") as fh:
@@ -428,7 +426,7 @@ def test_a_file_over_its_size_limit_is_refused_with_the_limit(tmp_path):
 
 
 def test_reader_refuses_a_device_and_a_folder_before_reading(tmp_path):
-    from evalkit.suite import read_file_bytes, read_text_file
+    from evalkit._io import read_file_bytes, read_text_file
 
     with pytest.raises(InputError, match="not a regular file: it is a character device"):
         read_file_bytes("/dev/zero", limit=None)  # never read: it would never end

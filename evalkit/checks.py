@@ -1,0 +1,66 @@
+"""The check kinds a case may declare (`cases.jsonl` -> `checks[]`), the options each
+understands, and the regex flags they take: what `suite` validates against and what
+`graders` implements, defined once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import regex
+
+CHECK_KINDS = (
+    "exact",
+    "contains",
+    "regex",
+    "json_schema",
+    "tool_calls",
+    "grounding",
+    "refusal",
+    "activation",
+    "scorer",
+)
+
+
+# Options each check kind understands (besides `kind`); anything else is an unknown key.
+CHECK_OPTIONS: dict[str, set[str]] = {
+    "exact": {"value", "trim", "case_fold", "collapse_whitespace"},
+    "contains": {"value", "case_fold", "trim"},
+    "regex": {"pattern", "flags", "case_fold", "fullmatch", "timeout_s"},
+    "json_schema": {"schema"},
+    "tool_calls": {"calls", "ignore_args"},
+    "grounding": {"context"},
+    "refusal": {"should_refuse", "patterns"},
+    "activation": {"marker", "tool", "expect"},
+    "scorer": {"file", "function"},
+}
+
+
+REGEX_FLAGS = {
+    "i": regex.IGNORECASE,
+    "m": regex.MULTILINE,
+    "s": regex.DOTALL,
+    "x": regex.VERBOSE,
+    "ignorecase": regex.IGNORECASE,
+    "multiline": regex.MULTILINE,
+    "dotall": regex.DOTALL,
+    "verbose": regex.VERBOSE,
+}
+
+
+def regex_flags(flags: Any) -> int | None:
+    """Regex `flags` as the graders take them: letters (`"is"`), one name (`"dotall"`) or a
+    list of names/letters. None when they are not valid."""
+    if flags is None or flags == "":
+        return 0
+    if isinstance(flags, str):
+        names = [flags] if flags.lower() in REGEX_FLAGS else list(flags)
+    elif isinstance(flags, (list, tuple)) and all(isinstance(x, str) for x in flags):
+        names = flags
+    else:
+        return None
+    value = 0
+    for name in names:
+        if name.lower() not in REGEX_FLAGS:
+            return None
+        value |= REGEX_FLAGS[name.lower()]
+    return value

@@ -1,0 +1,213 @@
+"""A run folder loaded for analysis: its files as pandas DataFrames with stable columns
+(`load_run`), and the questions every analysis asks of one (which arms, which cases in
+which order, which samples passed). Notebooks, verdicts and gates read runs through here;
+nothing here writes.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ._io import RUN_JSON_BYTES, iter_jsonl, read_json_object
+from .errors import InputError
+from .layout import GRADES, LEDGER, SUMMARY_JSON
+from .records import Grade, Sample
+from .runs import RunFolder, config_arm_names
+
+# Stable column orders: notebooks, stats, ingest and gate code rely on them.
+SAMPLE_COLUMNS: tuple[str, ...] = tuple(
+    c
+    for f in dataclasses.fields(Sample)
+    for c in (("prompt_tokens", "completion_tokens") if f.name == "usage" else (f.name,))
+)
+GRADE_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Grade))
+LEDGER_COLUMNS: tuple[str, ...] = (
+    "t",
+    "run_epoch",
+    "event",
+    "id",
+    "role",
+    "model",
+    "key",
+    "amount_usd",
+    "cost_usd",
+    "prompt_tokens",
+    "completion_tokens",
+)
+ERROR_COLUMNS: tuple[str, ...] = ("case_id", "arm", "index", "error", "attempts")
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run folder loaded for analysis. DataFrames have stable columns even when empty:
+    `samples` (Sample fields, usage flattened to `prompt_tokens`/`completion_tokens`),
+    `grades` (Grade fields, `checks` a list of dicts), `ledger` (one row per event),
+    `errors` (one row per failed key)."""
+
+    path: Path
+    config: dict[str, Any]
+    summary: dict[str, Any]
+    samples: pd.DataFrame
+    grades: pd.DataFrame
+    ledger: pd.DataFrame
+    errors: pd.DataFrame
+
+    def arm_names(self) -> list[str]:
+        """The run's arms in config order, then any others its samples name."""
+        out = config_arm_names(self.config)
+        for a in self.samples["arm"].dropna().unique().tolist() if len(self.samples) else ():
+            if a not in out:
+                out.append(str(a))
+        return out
+
+
+def _frame(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> pd.DataFrame:
+    if not rows:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
+    df = pd.DataFrame.from_records(rows)
+    for c in columns:
+        if c not in df.columns:
+            df[c] = None
+    extra = [c for c in df.columns if c not in columns]
+    return df[list(columns) + extra]
+
+
+def _sample_row(d: dict[str, Any]) -> dict[str, Any]:
+    row = {k: v for k, v in d.items() if k != "usage"}
+    u = d.get("usage") or {}
+    row["prompt_tokens"] = u.get("prompt_tokens")
+    row["completion_tokens"] = u.get("completion_tokens")
+    row["tags"] = list(d.get("tags") or [])
+    row["tool_calls"] = list(d.get("tool_calls") or [])
+    return row
+
+
+# A reused kernel (see `run_notebooks`) runs several notebooks on the same run; parsing
+# results.jsonl and grades.jsonl is the largest per-notebook cost after the imports, so
+# the parsed run is kept in this module (which `%reset -f` leaves alone), keyed by the
+# folder and the size and mtime of every file in it: a run that changed is read again.
+_RUN_CACHE: dict[Path, tuple[tuple[Any, ...], Any]] = {}
+_RUN_CACHE_LOCK = threading.Lock()
+
+
+def _run_signature(path: Path) -> tuple[Any, ...]:
+    return tuple(
+        sorted((e.name, st.st_size, st.st_mtime_ns) for e in os.scandir(path) if e.is_file() and (st := e.stat()))
+    )
+
+
+def _read_run(path: str | Path) -> Run:
+    p = Path(path)
+    if not p.is_dir():
+        raise InputError("run folder not found", p)
+    folder = RunFolder(p)
+    config = folder.read_meta()
+    summary: dict[str, Any] = {}
+    sp = p / SUMMARY_JSON
+    if sp.exists():
+        summary = read_json_object(sp, "summary.json", limit=RUN_JSON_BYTES)
+    samples = _frame([_sample_row(d) for d in folder.results()], SAMPLE_COLUMNS)
+    grades_rows = []
+    gp = p / GRADES
+    if gp.exists():
+        for d in iter_jsonl(gp):
+            d = dict(d)
+            d["checks"] = list(d.get("checks") or [])
+            grades_rows.append(d)
+    grades = _frame(grades_rows, GRADE_COLUMNS)
+    lp = p / LEDGER
+    ledger = _frame(list(iter_jsonl(lp)) if lp.exists() else [], LEDGER_COLUMNS)
+    errors = _frame(folder.errors(), ERROR_COLUMNS)
+    return Run(path=p, config=config, summary=summary, samples=samples, grades=grades, ledger=ledger, errors=errors)
+
+
+def load_run(path: str | Path, *, cache: bool = False) -> Run:
+    """Load a run folder (ours, or one ingested from another tool) into DataFrames.
+
+    `cache`: keep the parsed run in this process while the folder's files are unchanged
+    (size and mtime of each), for the notebooks a reused kernel runs one after another;
+    every call still gets its own copy of the config, summary and DataFrames, so one
+    caller's edits never reach the next."""
+    p = Path(path)
+    if not cache:
+        return _read_run(p)
+    if not p.is_dir():
+        raise InputError("run folder not found", p)
+    key = p.resolve()
+    sig = _run_signature(key)
+    with _RUN_CACHE_LOCK:
+        hit = _RUN_CACHE.get(key)
+    if hit is None or hit[0] != sig:
+        run = _read_run(p)
+        if _run_signature(key) == sig:  # not written to while it was read
+            with _RUN_CACHE_LOCK:
+                _RUN_CACHE.clear()  # one run per report: keep memory flat across runs
+                _RUN_CACHE[key] = (sig, run)
+    else:
+        run = hit[1]
+    return dataclasses.replace(
+        run,
+        config=copy.deepcopy(run.config),
+        summary=copy.deepcopy(run.summary),
+        samples=run.samples.copy(),
+        grades=run.grades.copy(),
+        ledger=run.ledger.copy(),
+        errors=run.errors.copy(),
+    )
+
+
+def as_run(run: Run | str | Path) -> Run:
+    """A loaded `Run` (loading it when given a path)."""
+    return run if isinstance(run, Run) else load_run(run)
+
+
+def pick_arm(run: Run, arm: str | None, hint: str) -> str:
+    """`arm` checked against the run's arms, or the run's only arm when None; then the
+    run must be graded. `hint` finishes the message when the run has several arms."""
+    arms = run.arm_names()
+    if arm is None:
+        if len(arms) != 1:
+            raise InputError(f"the run has arms {arms}: {hint}", json_path="arm")
+        arm = arms[0]
+    elif arm not in arms:
+        raise InputError(f"arm {arm!r} is not in the run (arms: {', '.join(arms) or 'none'})", json_path="arm")
+    require_graded(run)
+    return arm
+
+
+def require_graded(run: Run) -> None:
+    if len(run.samples) and not len(run.grades):
+        raise InputError("run is not graded (no grades.jsonl): run `evalkit grade` first", Path(run.path) / GRADES)
+
+
+def grade_map(run: Run) -> dict[tuple[str, str, int], dict[str, Any]]:
+    out: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for row in run.grades.to_dict("records"):
+        out[(str(row["case_id"]), str(row["arm"]), int(row["index"]))] = row
+    return out
+
+
+def grade_passed(row: dict[str, Any] | None) -> bool | None:
+    if row is None:
+        return None
+    v = row.get("passed")
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    return bool(v)
+
+
+def case_order(run: Run) -> list[str]:
+    """The run's planned cases in order, then any case that has samples but was not
+    planned (an ingested run)."""
+    order = dict.fromkeys(str(c) for c in (run.config.get("cases") or []))
+    order.update(dict.fromkeys(str(c) for c in run.samples["case_id"].tolist()))
+    return list(order)
