@@ -17,6 +17,8 @@ import click
 from ._cliopts import ci_output_options, emit_ci
 from ._text import printable
 from .errors import InputError
+from .layout import GRADES, GRADES_SUMMARY
+from .records import GradesSummary
 
 
 def _fmt(v: object) -> str:
@@ -111,50 +113,85 @@ def grade_cmd(
             raise InputError("--pairwise takes two different arm names: BASELINE,TREATMENT")
         pair = (parts[0], parts[1])
     # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
-    from .grading import GRADES_SUMMARY, grade_run
+    from .grading import grade_run
 
     result = grade_run(run, suite_path, judge_base_url=judge_base_url, judge_version=judge_version, pairwise=pair)
+    for line in summary_lines(result.summary, result.run_path):
+        click.echo(printable(line))
+    for f in result.findings:
+        click.echo(printable(str(f)))
+    click.echo(f"summary: {result.run_path / GRADES_SUMMARY}")
     s = result.summary
-    m = s["overall"]
-    click.echo(
-        f"graded {s['n_graded']}/{s['n_expected']} samples ({s['n_missing']} missing, "
-        f"{s['n_errored']} errored) -> {result.run_path / 'grades.jsonl'}"
-    )
-    if s.get("judge_version"):
-        click.echo(
-            f"judge: {s['judge_model']} {s['judge_version']}"
-            f"{' (same model as generator: override)' if s['judge_same_model_override'] else ''}; "
-            f"spend ${s.get('judge_spend_usd', 0.0):.6f}, {s.get('cache_hits', 0)} cached answers"
+    if not result.complete:
+        stopped = f" (grading stopped: {s.stop_reason})" if s.stop_reason else ""
+        click.echo(f"INCOMPLETE: graded {s.n_graded}/{s.n_expected} expected samples{stopped}", err=True)
+        if s.stop_detail:
+            click.echo(s.stop_detail, err=True)
+    sys.exit(result.exit_code)
+
+
+# What `evalkit grade` prints of each group, in order (the names are those of grades-summary.json).
+PRINTED = (
+    "sample_pass_rate",
+    "correct_rate",
+    "tool_call_correctness",
+    "hallucination_rate",
+    "refusal_rate",
+    "refusal_rate_golden",
+    "refusal_rate_should_refuse",
+    "activation_rate",
+    "latency_p50_ms",
+    "latency_p95_ms",
+    "cost_per_sample_usd",
+    "cost_per_case_usd",
+    "paid_usd",
+    "cache_avoided_usd",
+)
+
+
+def _score(v: float | None, se: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}" + ("" if se is None else f" (SE {se:.3f})")
+
+
+def summary_lines(s: GradesSummary, run_path: Path) -> list[str]:
+    """What `evalkit grade` prints of a grades summary: the counts, the judge, each
+    metric overall, and per arm pass@k / pass^k (with SE) and the gated case score per
+    set and per tag."""
+    m = s.overall
+    lines = [
+        f"graded {s.n_graded}/{s.n_expected} samples ({s.n_missing} missing, "
+        f"{s.n_errored} errored) -> {run_path / GRADES}"
+    ]
+    if s.judge_version:
+        lines.append(
+            f"judge: {s.judge_model} {s.judge_version}"
+            f"{' (same model as generator: override)' if s.judge_same_model_override else ''}; "
+            f"spend ${s.judge_spend_usd:.6f}, {s.cache_hits} cached answers"
         )
-    for name in (
-        "success_rate",
-        "correct_rate",
-        "tool_call_correctness",
-        "hallucination_rate",
-        "refusal_rate",
-        "refusal_rate_golden",
-        "refusal_rate_should_refuse",
-        "activation_rate",
-        "latency_p50_ms",
-        "latency_p95_ms",
-        "cost_per_task_usd",
-    ):
-        click.echo(f"  {name:28s} {_fmt(m[name])}")
-    if "pairwise" in s:
-        p = s["pairwise"]
-        click.echo(
+    if s.judge_trust is not None and s.judge_trust.n_labels:
+        lines.append(f"judge against human labels: {s.judge_trust.reason}")
+    for name in PRINTED:
+        v = getattr(m, name)
+        shown = f"{v:.6g}" if name.endswith("_usd") and isinstance(v, float) else _fmt(v)  # dollars: 6 digits
+        lines.append(f"  {name:28s} {shown}")
+    for arm, a in s.per_arm.items():
+        lines.append(f"arm {arm} (k={s.k}): set/tag, cases, pass@k, pass^k, gated case score")
+        groups = [("all", a.scores)] if a.scores else []
+        groups += [(f"set {n}", v) for n, v in a.per_set_scores.items()]
+        groups += [(f"tag {n}", v) for n, v in a.per_tag_scores.items()]
+        for name, v in groups:
+            gated = f"{_score(v.gated_case_score, v.gated_case_score_se)} ({v.gate})" if v.n_gated else "- (gate none)"
+            lines.append(
+                f"  {name:26s} {v.n_cases:>4}  pass@k {_score(v.pass_at_k, v.pass_at_k_se)}  "
+                f"pass^k {_score(v.pass_hat_k, v.pass_hat_k_se)}  gated {gated}"
+            )
+    if s.pairwise:
+        p = s.pairwise
+        lines.append(
             f"pairwise {p['treatment']} vs {p['baseline']}: {p['wins']}W/{p['ties']}T/{p['losses']}L, "
             f"{p['errored']} errored, position consistency {_fmt(p['position_consistency'])}"
         )
-    for f in result.findings:
-        click.echo(printable(f"[{f.level}] {f.message}"))
-    click.echo(f"summary: {result.run_path / GRADES_SUMMARY}")
-    if not result.complete:
-        stopped = f" (grading stopped: {s['stop_reason']})" if s.get("stop_reason") else ""
-        click.echo(f"INCOMPLETE: graded {s['n_graded']}/{s['n_expected']} expected samples{stopped}", err=True)
-        if s.get("stop_detail"):
-            click.echo(s["stop_detail"], err=True)
-    sys.exit(result.exit_code)
+    return lines
 
 
 @click.group("judge")

@@ -59,29 +59,18 @@ def compare_cmd(
     junit: Path | None,
     markdown: Path | None,
 ) -> None:
-    """Two-arm verdict of a graded RUN: exact sign test, one vote per case."""
+    """Two-arm verdict of a graded RUN: exact sign test, one vote per case; recorded in
+    the run's verdicts.json."""
     # lazy: the statistics (scipy) load only when the command runs
-    from .gates import run_metrics, suite_dir_of
-    from .layout import PLAN_FILE
-    from .plans import load_plan
+    from .gates import run_metrics
     from .runload import as_run
-    from .verdicts import two_arm_verdict
+    from .verdicts import compare
 
     loaded = as_run(run)
-    plan = None
-    note = None
-    if plan_path is not None:
-        plan = load_plan(plan_path)
-    else:
-        suite = suite_dir_of(loaded)
-        if suite is not None and (suite / PLAN_FILE).exists():
-            plan = load_plan(suite / PLAN_FILE)
-            note = f"plan: {suite / PLAN_FILE}"
-    if alpha is None:
-        alpha = plan.alpha if plan is not None else 0.05
-    v = two_arm_verdict(loaded, baseline_arm, treatment_arm, alpha=alpha, plan=plan)
+    v = compare(loaded, baseline_arm, treatment_arm, plan=plan_path, alpha=alpha)
+    note = f"plan: {v.plan_check.plan}" if v.plan_check is not None and plan_path is None else None
     text = v.render() + (f"\n{note}" if note else "")
-    _emit(v.to_dict(), as_json, text)
+    _emit(v.to_json(), as_json, text)
 
     def report():  # noqa: ANN202 - a CiReport, built only when asked for
         # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
@@ -124,7 +113,7 @@ def verdict_cmd(
     from .verdicts import verdict_from_tally
 
     v = verdict_from_tally(wins, ties, losses, errored, trials, alpha=alpha)
-    _emit(v.to_dict(), as_json, v.render())
+    _emit(v.to_json(), as_json, v.render())
     _fail_on(v.kind, fail_on)
 
 
@@ -161,7 +150,7 @@ def power_cmd(
         path = write_plan(plan, write_dir)
         plan = load_plan(path)
         text += f"\nplan written: {path}"
-    _emit(plan.to_dict(), as_json, text)
+    _emit(plan.to_json(), as_json, text)
 
 
 @click.command("gate")
@@ -186,13 +175,14 @@ def gate_cmd(
     junit: Path | None,
     markdown: Path | None,
 ) -> None:
-    """Gate RUN against an accepted baseline; exit 1 on failure. Never writes a baseline."""
+    """Gate RUN against an accepted baseline; exit 1 on failure. Never writes a baseline;
+    the result goes to the run's verdicts.json."""
     # lazy: the statistics (scipy) load only when the command runs
-    from .gates import gate, gate_run_metrics
+    from .gates import gate_run, gate_run_metrics
     from .runload import as_run
 
-    res = gate(run, baseline_path, arm=arm, runner_exit=runner_exit)
-    _emit(res.to_dict(), as_json, res.render())
+    res = gate_run(run, baseline_path, arm=arm, runner_exit=runner_exit)
+    _emit(res.to_json(), as_json, res.render())
 
     def report():  # noqa: ANN202 - a CiReport, built only when asked for
         # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
@@ -244,7 +234,7 @@ def noise_cmd(run_a: Path, run_b: Path, arm: str | None, strict: bool, as_json: 
     from .gates import noise
 
     rep = noise(run_a, run_b, arm=arm)
-    _emit(rep.to_dict(), as_json, rep.render())
+    _emit(rep.to_json(), as_json, rep.render())
     if strict and not rep.ok:
         raise SystemExit(1)
 

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ._io import write_atomic
 from .layout import RESULTS, SUMMARY_JSON
+from .records import COST_RISE_PREFIXES, SCORE_DROP_PREFIXES
 from .runs import RunFolder, config_arm_names, iter_jsonl
 
 if TYPE_CHECKING:
@@ -226,7 +227,7 @@ def _plan_section(check: Any, none: str = "no pre-registered plan") -> str:
 
 
 def gate_report(res: "GateResult", run: Any = None, metrics: "RunMetrics | None" = None) -> CiReport:
-    """`evalkit gate`: one testcase per gate check (success overall and per tag, cost);
+    """`evalkit gate`: one testcase per gate check (the gated case score overall and per tag, the cost per case);
     a breach beyond noise is a failure with its reason; a run that did not finish cleanly
     is one errored testcase (no rate was read); a baseline that cannot be compared is a
     failed `comparable with the baseline` testcase."""
@@ -243,12 +244,12 @@ def gate_report(res: "GateResult", run: Any = None, metrics: "RunMetrics | None"
             )
         )
     else:
-        failed_reasons = {r for r in res.reasons if r.startswith(("success-rate drop", "cost-per-task increase"))}
+        failed_reasons = {r for r in res.reasons if r.startswith(SCORE_DROP_PREFIXES + COST_RISE_PREFIXES)}
         other = [r for r in res.reasons if r not in failed_reasons]
         cases.append(TestCase("comparable with the baseline", cls, "failure" if other else "passed", "; ".join(other)))
         for c in res.checks:
-            name = f"{c.kind} {c.group}"
-            unit = " points" if c.kind == "success" else "%"
+            name = c.label
+            unit = " points" if c.kind == "score" else "%"
             detail = (
                 f"baseline {_num(c.baseline, '.4g')}, current {_num(c.current, '.4g')}, change "
                 f"{c.change:+.1f}{unit} (threshold {c.threshold:g}{unit}), cases {c.n_cases}, "
@@ -259,7 +260,8 @@ def gate_report(res: "GateResult", run: Any = None, metrics: "RunMetrics | None"
                     (
                         r
                         for r in failed_reasons
-                        if c.group in r and r.startswith("success" if c.kind == "success" else "cost")
+                        if c.group in r
+                        and r.startswith(SCORE_DROP_PREFIXES if c.kind == "score" else COST_RISE_PREFIXES)
                     ),
                     detail,
                 )
@@ -273,12 +275,12 @@ def gate_report(res: "GateResult", run: Any = None, metrics: "RunMetrics | None"
     if res.read_rates and res.checks:
         rows = []
         for c in res.checks:
-            fmt = (lambda v: _num(v, ".3f")) if c.kind == "success" else (lambda v: "$" + _num(v, ".4g"))
-            unit = " pts" if c.kind == "success" else "%"
+            fmt = (lambda v: _num(v, ".3f")) if c.kind == "score" else (lambda v: "$" + _num(v, ".4g"))
+            unit = " pts" if c.kind == "score" else "%"
             result = "FAIL" if c.failed else ("within noise" if c.exceeded else "ok")
             rows.append(
                 [
-                    md_escape(f"{c.kind} {c.group}", 60),
+                    md_escape(c.label, 60),
                     str(c.n_cases),
                     fmt(c.baseline),
                     fmt(c.current),
@@ -290,7 +292,7 @@ def gate_report(res: "GateResult", run: Any = None, metrics: "RunMetrics | None"
         t = res.thresholds
         sections.append(
             _table(["check", "cases", "baseline", "current", "change", "p(noise)", "result"], rows)
-            + f"\n\nThresholds: success drop > {t.max_success_drop_points:g} points, cost per task "
+            + f"\n\nThresholds: gated case score drop > {t.max_success_drop_points:g} points, cost per case "
             f"increase > {t.max_cost_increase_pct:g}%; a breach fails when beyond run-to-run noise "
             f"(Holm-adjusted p <= {res.alpha:g})."
         )

@@ -26,11 +26,11 @@ def main(argv: list[str] | None = None) -> int:
     # lazy: the demo's stack loads after its arguments are read
     from .grading import grade_run
     from .loader import lint_suite, load_suite
-    from .plans import load_plan, plan_power, write_plan
+    from .plans import find_plan, load_plan, plan_power, write_plan
     from .reports import report_run
     from .runner import run_suite
     from .serve import LocalModelServer
-    from .verdicts import two_arm_verdict
+    from .verdicts import compare
 
     ap = argparse.ArgumentParser(prog="python -m evalkit.demo", description=__doc__.splitlines()[0])
     ap.add_argument("suite", nargs="?", default="data/factual")
@@ -53,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
 
     # Pre-register the comparison before any sample is drawn (issue: plan, then run).
     # The suite commits its plan; a suite without one gets one written now.
-    plan_path = Path(args.suite) / "plan.json"
-    if plan_path.exists():
+    plan_path = find_plan(args.suite)
+    if plan_path is not None:
         plan = load_plan(plan_path)
         _say(f"pre-registered plan {plan_path}: {plan.test}, alpha {plan.alpha}, power {plan.power}")
     else:
@@ -81,17 +81,19 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
     graded = grade_run(result.path, suite)
-    per_arm = graded.summary.get("per_arm") or {}
     for arm in arms:
-        m = (per_arm.get(arm) or {}).get("overall") or {}
-        rate = m.get("success_rate")
-        shown = f"{rate:.1%}" if isinstance(rate, float) else "n/a"
-        _say(f"pass rate {arm}: {shown} of {m.get('n_expected')} samples ({m.get('n_graded')} graded)")
+        a = graded.summary.per_arm.get(arm)
+        m = a.overall if a is not None else None
+        rate = m.sample_pass_rate if m is not None else None
+        shown = f"{rate:.1%}" if rate is not None else "n/a"
+        expected = m.n_expected if m is not None else 0
+        graded_n = m.n_graded if m is not None else 0
+        _say(f"sample pass rate {arm}: {shown} of {expected} samples ({graded_n} graded)")
     for f in graded.findings:
         _say(f"finding {f.level}: {f.message}")
 
     if len(arms) >= 2:
-        v = two_arm_verdict(result.path, arms[0], arms[1], plan=plan)
+        v = compare(result.path, arms[0], arms[1], plan=plan.path or None)  # recorded in verdicts.json
         _say(
             f"verdict {arms[1]} vs {arms[0]}: {v.kind} ({v.wins}W/{v.ties}T/{v.losses}L, "
             f"p={v.p_value:.4g}, unit: {v.unit})"

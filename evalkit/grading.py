@@ -12,7 +12,8 @@ expected, graded, missing and errored. A judge error leaves `passed` null on its
 
 Metrics of a group (`grades-summary.json` -> `overall`, `per_tag`, `per_arm`):
 
-* `success_rate`: samples whose every check (judge included) passed / expected samples;
+* `sample_pass_rate`: samples whose every check (judge included) passed / expected
+  samples (`evalkit.metrics`; evalkit 0.1 called it `success_rate`);
 * `correct_rate`: the same ignoring `activation` checks, so "bad output" is told apart
   from "the guidance never triggered" (`activation_rate`: samples with an activation
   check, on cases that should activate, whose marker or loading tool call appeared;
@@ -23,7 +24,12 @@ Metrics of a group (`grades-summary.json` -> `overall`, `per_tag`, `per_arm`):
 * `refusal_rate`: samples `graders.is_refusal` flags, overall, on `golden`-tagged cases,
   and on should-refuse cases (a `refusal` check, or tag `should-refuse`);
 * `latency_p50_ms` / `latency_p95_ms` of the graded samples;
-* `cost_per_task_usd`: generator plus judge cost / graded samples.
+* `cost_per_sample_usd` / `cost_per_case_usd`: list price (generator + what the cache
+  avoided + judge) per sample and per case, with `paid_usd` and `cache_avoided_usd`
+  beside them (`evalkit.metrics` defines each once);
+
+and per arm, pass@k and pass^k with their SE and the gated case score, overall
+(`scores`), per set (`per_set_scores`) and per tag (`per_tag_scores`).
 
 Identical (case, output) pairs are judged once per grading pass and share the answer.
 """
@@ -41,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from . import metrics
 from ._io import iter_jsonl, write_atomic
 from ._text import storable_json
 from .cache import ResponseCache
@@ -49,28 +56,40 @@ from .errors import InputError
 from .findings import Finding, by_severity
 from .graders import activation_observed, grade_sample, is_refusal, require_scored
 from .judge import (
-    EXACT_AGREEMENT_BAR,
     HUMAN_SAMPLE_MIN,
-    WITHIN_ONE_AGREEMENT_BAR,
-    HumanLabel,
     JudgeFiles,
     JudgeScore,
     PairOutcome,
     check_judge_model,
-    human_agreement,
     judge_direct,
     judge_pair,
+    judge_trust,
     judge_versions,
     load_judge_files,
     position_consistency,
+    run_judge_scores,
     suite_human_labels,
 )
 from .layout import CONFIG_FILE, GRADES, GRADES_SUMMARY, JUDGE_CACHE, LEDGER, PAIRWISE, RESULTS, RUN_CONFIG
 from .ledger import Ledger
 from .loader import load_suite
 from .privacy import scan_outputs
-from .records import Case, CheckResult, Endpoint, Grade, Sample, Suite
-from .runs import RunFolder, find_suite_dir, grade_to_dict, sample_from_dict
+from .records import (
+    ArmSummary,
+    Case,
+    CaseTable,
+    CheckResult,
+    Endpoint,
+    Grade,
+    GradesSummary,
+    GroupMetrics,
+    JudgeTrust,
+    Sample,
+    SetScore,
+    Suite,
+)
+from .runload import case_table
+from .runs import RunFolder, find_suite_dir, grade_from_dict, grade_to_dict, sample_from_dict
 
 __all__ = ["GRADES_SUMMARY", "JUDGE_CACHE", "PAIRWISE"]  # the file names, importable from here as before
 
@@ -86,13 +105,13 @@ class GradeResult:
 
     run_path: Path
     grades: tuple[Grade, ...]
-    summary: dict[str, Any]
+    summary: GradesSummary
     findings: tuple[Finding, ...]
     pairs: tuple[PairOutcome, ...] = ()
 
     @property
     def complete(self) -> bool:
-        return bool(self.summary.get("complete"))
+        return self.summary.complete
 
     @property
     def exit_code(self) -> int:
@@ -133,6 +152,8 @@ def _read_samples(run: Path) -> dict[Key, Sample]:
 
 
 def _expected_keys(meta: dict[str, Any], samples: dict[Key, Sample]) -> set[Key]:
+    """The keys the run planned (cases x arms x k), or for a run that did not say, those
+    it has a sample for."""
     cases, arms, k = meta.get("cases"), meta.get("arms"), meta.get("k")
     if isinstance(cases, list) and isinstance(arms, list) and isinstance(k, int):
         return {(c, a, i) for c in cases for a in arms for i in range(k)}
@@ -451,25 +472,42 @@ def grade_run(
 
     leaks = scan_outputs(suite_obj, samples)  # personal data and secrets in the outputs (no value is kept)
     findings += [Finding(level, message) for level, message in leaks.findings]
-    summary = {
-        "run": str(run),
-        **summarize(suite_obj, meta, samples, grades, expected, files, override, findings, labels),
-    }
-    summary.update({k: v for k, v in judge_stats.items()})
-    summary["privacy"] = leaks.summary
-    if pairwise:
-        summary["pairwise"] = pairwise_summary(outcomes, pairwise)
-    summary["findings"] = [f.to_json() for f in findings]
-
+    table = case_table(run)
+    trust = (
+        judge_trust(labels, run_judge_scores(grade_to_dict(g) for g in grades), outcomes)
+        if labels is not None and files is not None
+        else None
+    )
+    summary = summarize(
+        meta,
+        samples,
+        grades,
+        expected,
+        table,
+        cases=cases,
+        findings=findings,
+        run=str(run),
+        suite=suite_obj.path,
+        judge_trust=trust,
+        judge_model=config.judge.model if config.judge else None,
+        judge_files=(files.rubric_path, files.prompt_path) if files else (),
+        judge_version=files.version if files else None,
+        judge_same_model_override=override,
+        privacy=leaks.summary,
+        pairwise=pairwise_summary(outcomes, pairwise) if pairwise else None,
+        **judge_stats,
+    )
     lines = "".join(storable_json(grade_to_dict(g)) + "\n" for g in grades)  # any text the judge sent
     write_atomic(run / GRADES, lines)
     if pairwise:
         write_atomic(run / PAIRWISE, "".join(json.dumps(dataclasses.asdict(o)) + "\n" for o in outcomes))
-    write_atomic(run / GRADES_SUMMARY, storable_json(summary, indent=2) + "\n")
+    write_summary(run, summary)
     return GradeResult(run, tuple(grades), summary, tuple(findings), tuple(outcomes))
 
 
 # ----------------------------------------------------------------------- metrics
+
+Row = tuple[Case | None, Sample, Grade]  # a graded sample and its case (None: a run of another tool)
 
 
 def _rate(num: int, den: int) -> float | None:
@@ -477,11 +515,13 @@ def _rate(num: int, den: int) -> float | None:
 
 
 def group_metrics(
-    expected: Iterable[Key], rows: Sequence[tuple[Case, Sample, Grade]], refused_by_key: dict[Key, bool]
-) -> dict[str, Any]:
-    """Metrics of one group (overall, a tag, an arm). `expected`: the keys the run
-    planned for the group; `rows`: its graded samples; `refused_by_key`: each sample's
-    `graders.is_refusal`, computed once for all the groups."""
+    expected: Iterable[Key], rows: Sequence[Row], refused_by_key: dict[Key, bool] | None = None
+) -> GroupMetrics:
+    """The metrics of one group of samples (all, an arm, a tag; `records.GroupMetrics`).
+    `expected`: the keys the run planned for the group; `rows`: its graded samples with
+    their cases; `refused_by_key`: each sample's `graders.is_refusal`, computed once for
+    all the groups (None: no refusal rates, for a run of another tool). The checks that
+    need the suite's cases are measured only on rows that have one."""
     exp = set(expected)
     present = {(g.case_id, g.arm, g.index) for _, _, g in rows}
     graded = [r for r in rows if r[2].passed is not None]
@@ -494,180 +534,240 @@ def group_metrics(
 
     tool_rate, tool_n = check_rate("tool_calls", True)
     halluc_rate, ground_n = check_rate("grounding", False)
-    refused = [(c, refused_by_key[(g.case_id, g.arm, g.index)]) for c, _, g in rows]
+    with_case = [(c, s, g) for c, s, g in rows if c is not None]
+    refused = [(c, refused_by_key[(g.case_id, g.arm, g.index)]) for c, _, g in with_case] if refused_by_key else []
     golden = [r for c, r in refused if GOLDEN_TAG in c.tags]
     should = [r for c, r in refused if _should_refuse(c)]
-    act = [g.activated for c, _, g in rows if g.activated is not None and c.intent != "non-activation"]
-    silent = [g.activated for c, _, g in rows if g.activated is not None and c.intent == "non-activation"]
+    act = [g.activated for c, _, g in with_case if g.activated is not None and c.intent != "non-activation"]
+    silent = [g.activated for c, _, g in with_case if g.activated is not None and c.intent == "non-activation"]
     lat = [float(s.latency_ms) for _, s, _ in rows]
-    gen_cost = sum(float(s.cost_usd) for _, s, _ in rows)
-    judge_cost = sum(float(g.judge_cost_usd) for _, _, g in rows)
+    cost = metrics.costs(
+        [(s.case_id, float(s.cost_usd), float(s.cost_avoided_usd), float(g.judge_cost_usd)) for _, s, g in rows]
+    )
     judged = [g.judge_score for _, _, g in rows if g.judge_score is not None]
-    n_judged_cases = sum(1 for c, _, _ in rows if c.judged)
-    return {
-        "n_expected": len(exp),
-        "n_graded": len(graded),
-        "n_missing": len(exp - present),
-        "n_errored": len(rows) - len(graded),
-        "success_rate": _rate(passed, len(exp)),
-        "correct_rate": _rate(correct, len(exp)),
-        "tool_call_correctness": tool_rate,
-        "n_tool_call_checks": tool_n,
-        "hallucination_rate": halluc_rate,
-        "n_grounding_checks": ground_n,
-        "refusal_rate": _rate(sum(r for _, r in refused), len(refused)),
-        "refusal_rate_golden": _rate(sum(golden), len(golden)),
-        "n_golden": len(golden),
-        "refusal_rate_should_refuse": _rate(sum(should), len(should)),
-        "n_should_refuse": len(should),
-        "activation_rate": _rate(sum(act), len(act)),
-        "n_activation": len(act),
-        "false_activation_rate": _rate(sum(silent), len(silent)),
-        "n_non_activation": len(silent),
-        "latency_p50_ms": float(np.percentile(lat, 50)) if lat else None,
-        "latency_p95_ms": float(np.percentile(lat, 95)) if lat else None,
-        "generator_cost_usd": gen_cost,
-        "judge_cost_usd": judge_cost,
-        "cost_per_task_usd": _rate(gen_cost + judge_cost, len(rows)),  # type: ignore[arg-type]
-        "judge_mean_score": float(np.mean(judged)) if judged else None,
-        "n_judged": len(judged),
-        "judge_errors": sum(1 for c, _, g in rows if c.judged and g.judge_score is None),
-        "n_judged_samples": n_judged_cases,
-    }
+    return GroupMetrics(
+        n_expected=len(exp),
+        n_graded=len(graded),
+        n_missing=len(exp - present),
+        n_errored=len(rows) - len(graded),
+        n_samples=len(rows),
+        n_cases=cost.n_cases,
+        sample_pass_rate=metrics.sample_pass_rate(passed, len(exp)),
+        correct_rate=metrics.sample_pass_rate(correct, len(exp)),
+        tool_call_correctness=tool_rate,
+        n_tool_call_checks=tool_n,
+        hallucination_rate=halluc_rate,
+        n_grounding_checks=ground_n,
+        refusal_rate=_rate(sum(r for _, r in refused), len(refused)),
+        refusal_rate_golden=_rate(sum(golden), len(golden)),
+        n_golden=len(golden),
+        refusal_rate_should_refuse=_rate(sum(should), len(should)),
+        n_should_refuse=len(should),
+        activation_rate=_rate(sum(act), len(act)),
+        n_activation=len(act),
+        false_activation_rate=_rate(sum(silent), len(silent)),
+        n_non_activation=len(silent),
+        latency_p50_ms=float(np.percentile(lat, 50)) if lat else None,
+        latency_p95_ms=float(np.percentile(lat, 95)) if lat else None,
+        generator_cost_usd=cost.generator_usd,
+        judge_cost_usd=cost.judge_usd,
+        paid_usd=cost.paid_usd,
+        cache_avoided_usd=cost.cache_avoided_usd,
+        cost_per_sample_usd=cost.cost_per_sample_usd,
+        cost_per_case_usd=cost.cost_per_case_usd,
+        judge_mean_score=float(np.mean(judged)) if judged else None,
+        n_judged=len(judged),
+        judge_errors=sum(1 for c, _, g in with_case if c.judged and g.judge_score is None),
+        n_judged_samples=sum(1 for c, _, _ in with_case if c.judged),
+    )
+
+
+def arm_scores(
+    expected: set[Key], grades: Sequence[Grade], table: CaseTable, k: int
+) -> tuple[SetScore, dict[str, SetScore], dict[str, SetScore]]:
+    """pass@k, pass^k and the gated case score of one arm, overall, per set and per tag
+    (`metrics.set_score`), each case counted over the samples the run planned for it
+    (a missing or ungraded sample is a failure), with its set and tags as the run saw
+    them."""
+    rows = table.by_id()
+    n: dict[str, int] = {}
+    c: dict[str, int] = {}
+    for case, _, _ in expected:
+        n[case] = n.get(case, 0) + 1
+    for g in grades:
+        if (g.case_id, g.arm, g.index) in expected and g.passed:
+            c[g.case_id] = c.get(g.case_id, 0) + 1
+    entry = {cid: (rows[cid].set if cid in rows else "capability", n[cid], c.get(cid, 0)) for cid in n}
+    by_set: dict[str, list[tuple[str, int, int]]] = {}
+    by_tag: dict[str, list[tuple[str, int, int]]] = {}
+    for cid, e in entry.items():
+        by_set.setdefault(e[0], []).append(e)
+        for t in rows[cid].tags if cid in rows else ():
+            by_tag.setdefault(t, []).append(e)
+    return (
+        metrics.set_score(list(entry.values()), k),
+        {s: metrics.set_score(v, k) for s, v in sorted(by_set.items())},
+        {t: metrics.set_score(v, k) for t, v in sorted(by_tag.items())},
+    )
 
 
 def summarize(
-    suite: Suite,
     meta: dict[str, Any],
     samples: dict[Key, Sample],
     grades: Sequence[Grade],
     expected: set[Key],
-    files: JudgeFiles | None,
-    override: bool,
+    table: CaseTable,
+    *,
+    cases: dict[str, Case] | None = None,
     findings: list[Finding],
-    labels: Sequence[HumanLabel] | None = None,
-) -> dict[str, Any]:
-    """The `grades-summary.json` dict: overall, per tag, per arm (and per arm per tag);
-    appends the findings it derives to `findings`. `labels`: the suite's human labels
-    (`judge.suite_human_labels`), None when it has none or no judge was used."""
-    cases = {c.id: c for c in suite.cases}
-    rows = [(cases[g.case_id], samples[(g.case_id, g.arm, g.index)], g) for g in grades if g.case_id in cases]
-    tag_of = {cid: set(c.tags) for cid, c in cases.items()}
+    run: str = "",
+    source: str = "grade",
+    **extra: Any,
+) -> GradesSummary:
+    """The grades summary (`records.GradesSummary`): overall, per tag, per arm (and per
+    arm per tag, set and tag scores), with the findings it derives appended to
+    `findings` (sorted, most severe first). `cases`: the suite's cases (None for a run of
+    another tool: the checks that need them are not measured); tags and sets come from
+    the run's case table."""
+    cases = cases or {}
+    rows: list[Row] = [
+        (cases.get(g.case_id), samples[(g.case_id, g.arm, g.index)], g)
+        for g in grades
+        if (g.case_id, g.arm, g.index) in samples and (not cases or g.case_id in cases)
+    ]
+    tag_of = {c.id: set(c.tags) for c in table.cases}
     # once per sample: every sample is in 2 x (1 + its tags) groups, each regex is timed
-    refused = {(g.case_id, g.arm, g.index): is_refusal(s.output) for _, s, g in rows}
+    refused = {(g.case_id, g.arm, g.index): is_refusal(s.output) for _, s, g in rows} if cases else None
 
-    def tags_for(keys: Iterable[Key]) -> list[str]:
-        return sorted({t for k in keys for t in tag_of.get(k[0], ())})
-
-    def block(exp: set[Key], rs: list) -> dict[str, Any]:
-        return {
-            "overall": group_metrics(exp, rs, refused),
-            "per_tag": {
-                t: group_metrics(
-                    {k for k in exp if t in tag_of.get(k[0], ())}, [r for r in rs if t in r[0].tags], refused
-                )
-                for t in tags_for(exp)
-            },
+    def block(exp: set[Key], rs: list[Row]) -> tuple[GroupMetrics, dict[str, GroupMetrics]]:
+        tags = sorted({t for key in exp for t in tag_of.get(key[0], ())})
+        per_tag = {
+            t: group_metrics(
+                {key for key in exp if t in tag_of.get(key[0], ())},
+                [r for r in rs if t in tag_of.get(r[2].case_id, ())],
+                refused,
+            )
+            for t in tags
         }
+        return group_metrics(exp, rs, refused), per_tag
 
-    everything = block(expected, rows)
-    arms = sorted({k[1] for k in expected} | {g.arm for g in grades})
-    per_arm = {a: block({k for k in expected if k[1] == a}, [r for r in rows if r[2].arm == a]) for a in arms}
-    overall = everything["overall"]
+    overall, per_tag = block(expected, rows)
+    k = int(meta.get("k") or max((i + 1 for _, _, i in expected), default=0))
+    arms = sorted({key[1] for key in expected} | {g.arm for g in grades})
+    per_arm = {}
+    for a in arms:
+        exp_a = {key for key in expected if key[1] == a}
+        m, pt = block(exp_a, [r for r in rows if r[2].arm == a])
+        scores, per_set_scores, per_tag_scores = arm_scores(exp_a, [g for g in grades if g.arm == a], table, k)
+        per_arm[a] = ArmSummary(m, pt, per_set_scores, per_tag_scores, scores)
     complete = (
-        overall["n_missing"] == 0
-        and overall["n_errored"] == 0
+        overall.n_missing == 0
+        and overall.n_errored == 0
         and len(grades) == len(rows)
-        and overall["n_graded"] == overall["n_expected"]
+        and overall.n_graded == overall.n_expected
+    )
+    _findings(overall, per_arm, meta, cases, extra.get("judge_trust"), findings)
+    findings[:] = by_severity(findings)
+    return GradesSummary(
+        complete=complete,
+        k=k or None,
+        overall=overall,
+        per_tag=per_tag,
+        per_arm=per_arm,
+        run=run,
+        findings=tuple(f.to_json() for f in findings),
+        source=source,
+        **extra,
     )
 
-    # findings
-    if overall["n_missing"]:
+
+def _findings(
+    overall: GroupMetrics,
+    per_arm: dict[str, ArmSummary],
+    meta: dict[str, Any],
+    cases: dict[str, Case],
+    trust: JudgeTrust | None,
+    findings: list[Finding],
+) -> None:
+    """The findings a grades summary derives: missing samples, refusals where there
+    should be none (or none where there should be), latency tails, judge errors, an
+    unseeded config, a judge that disagrees with people."""
+    if overall.n_missing:
         findings.append(
             Finding(
                 "HIGH",
-                f"INCOMPLETE: {overall['n_expected'] - overall['n_missing']}/"
-                f"{overall['n_expected']} expected samples are in results.jsonl; "
-                "the missing ones count as failures",
+                f"INCOMPLETE: {overall.n_expected - overall.n_missing}/{overall.n_expected} expected samples "
+                "are in results.jsonl; the missing ones count as failures",
             )
         )
     for a, b in per_arm.items():
-        m = b["overall"]
-        if m["refusal_rate_golden"]:
+        m = b.overall
+        if m.refusal_rate_golden:
             findings.append(
                 Finding(
                     "HIGH",
-                    f"arm {a}: refusal rate {m['refusal_rate_golden']:.0%} on golden cases "
-                    "(should be 0): a correctness bug",
+                    f"arm {a}: refusal rate {m.refusal_rate_golden:.0%} on golden cases (should be 0): a correctness bug",
                 )
             )
-        if m["refusal_rate_should_refuse"] is not None and m["refusal_rate_should_refuse"] < 1:
+        if m.refusal_rate_should_refuse is not None and m.refusal_rate_should_refuse < 1:
             findings.append(
                 Finding(
                     "HIGH",
-                    f"arm {a}: refusal rate {m['refusal_rate_should_refuse']:.0%} on "
-                    "should-refuse cases (should be 100%)",
+                    f"arm {a}: refusal rate {m.refusal_rate_should_refuse:.0%} on should-refuse cases (should be 100%)",
                 )
             )
-        if m["latency_p50_ms"] and m["latency_p95_ms"] is not None and m["latency_p95_ms"] > 3 * m["latency_p50_ms"]:
+        if m.latency_p50_ms and m.latency_p95_ms is not None and m.latency_p95_ms > 3 * m.latency_p50_ms:
             findings.append(
                 Finding(
                     "MEDIUM",
-                    f"arm {a}: p95 latency {m['latency_p95_ms']:.0f} ms is more than 3x "
-                    f"p50 {m['latency_p50_ms']:.0f} ms (a retry loop or a tool timeout?)",
+                    f"arm {a}: p95 latency {m.latency_p95_ms:.0f} ms is more than 3x "
+                    f"p50 {m.latency_p50_ms:.0f} ms (a retry loop or a tool timeout?)",
                 )
             )
-        if m["judge_errors"]:
+        if m.judge_errors:
             findings.append(
                 Finding(
                     "MEDIUM",
-                    f"arm {a}: {m['judge_errors']} judged sample(s) have no score (judge error): not counted as passes",
+                    f"arm {a}: {m.judge_errors} judged sample(s) have no score (judge error): not counted as passes",
                 )
             )
-    snap = meta.get("config") if isinstance(meta.get("config"), dict) else suite.config.raw
-    if snap.get("seed") is None or snap.get("temperature") is None:
+    snap = meta.get("config") if isinstance(meta.get("config"), dict) else None
+    if cases and snap is not None and (snap.get("seed") is None or snap.get("temperature") is None):
         missing = " and ".join(x for x in ("seed", "temperature") if snap.get(x) is None)
         findings.append(
             Finding("MEDIUM", f"the config has no {missing}: two runs of one prompt will differ and a gate will flap")
         )
-    human = None
-    if labels is not None and files is not None:
-        judge_scores = {f"{g.case_id}/{g.arm}/{g.index}": g.judge_score for g in grades if g.judge_score is not None}
-        human = human_agreement(labels, judge_scores)
-        if len(labels) < HUMAN_SAMPLE_MIN:
+    if trust is not None and trust.n_labels:
+        if trust.n_labels < HUMAN_SAMPLE_MIN:
             findings.append(
                 Finding(
                     "MEDIUM",
-                    f"human sample has {len(labels)} item(s), under {HUMAN_SAMPLE_MIN}: "
+                    f"human sample has {trust.n_labels} item(s), under {HUMAN_SAMPLE_MIN}: "
                     "judge agreement is too noisy to act on",
                 )
             )
-        if human["n"] and (human["exact"] < EXACT_AGREEMENT_BAR or human["within_one"] < WITHIN_ONE_AGREEMENT_BAR):
-            findings.append(
-                Finding(
-                    "HIGH",
-                    f"judge agrees with humans {human['exact']:.0%} exact / "
-                    f"{human['within_one']:.0%} within one (want {EXACT_AGREEMENT_BAR:.0%} / "
-                    f"{WITHIN_ONE_AGREEMENT_BAR:.0%}): rewrite the rubric",
-                )
-            )
-    findings[:] = by_severity(findings)
-    return {
-        "suite": suite.path,
-        "complete": complete,
-        "n_expected": overall["n_expected"],
-        "n_graded": overall["n_graded"],
-        "n_missing": overall["n_missing"],
-        "n_errored": overall["n_errored"],
-        "judge_version": files.version if files else None,
-        "judge_files": [files.rubric_path, files.prompt_path] if files else [],
-        "judge_model": suite.config.judge.model if suite.config.judge else None,
-        "judge_same_model_override": override,
-        "overall": overall,
-        "per_tag": everything["per_tag"],
-        "per_arm": per_arm,
-        "human_agreement": human,
-    }
+        if trust.trusted is False:
+            findings.append(Finding("HIGH", f"judge agrees with humans {trust.reason}"))
+
+
+def write_summary(run: str | Path, summary: GradesSummary) -> Path:
+    """Write `grades-summary.json` (any text the judge sent, stored losslessly)."""
+    path = Path(run) / GRADES_SUMMARY
+    write_atomic(path, storable_json(summary.to_json(), indent=2) + "\n")
+    return path
+
+
+def summarize_run(run: str | Path) -> GradesSummary:
+    """The grades summary of a run folder that carries its own grades (a run of another
+    tool, `evalkit ingest`): the metrics that need no suite, over the keys it planned
+    (or, without a plan, those it has a sample or an error for)."""
+    folder = RunFolder(run)
+    meta = folder.read_meta()
+    samples = _read_samples(Path(run))
+    grades = [grade_from_dict(d) for d in iter_jsonl(Path(run) / GRADES)] if (Path(run) / GRADES).exists() else []
+    errors = {(str(e["case_id"]), str(e["arm"]), int(e["index"])) for e in folder.errors()}
+    expected = set(samples) | errors
+    return summarize(meta, samples, grades, expected, case_table(run), findings=[], run=str(run), source="ingest")
 
 
 def pairwise_summary(outcomes: Sequence[PairOutcome], arms: tuple[str, str]) -> dict[str, Any]:

@@ -38,7 +38,7 @@ from ._io import check_regular_file, iter_jsonl, read_file_bytes, write_atomic
 from .agentevals import _sample_files, load_eval_file, match_sample, read_sample_file
 from .errors import InputError
 from .layout import GRADES, RESULTS
-from .records import CheckResult, Grade, Sample, Usage
+from .records import CaseRow, CaseTable, CheckResult, Grade, Sample, Usage
 from .runs import RunFolder, grade_from_dict, grade_to_dict, sample_from_dict
 from .suite import case_id_problem
 
@@ -1188,8 +1188,17 @@ def write_ingested(parts: list[Ingested], dest: str | Path) -> Path:
         write_atomic(
             folder.path / GRADES, "".join(json.dumps(grade_to_dict(g), ensure_ascii=False) + "\n" for g in grades)
         )
+        tags = {s.case_id: tuple(s.tags) for s in samples}
+        sets = {c: st for p in parts for c, st in p.case_sets.items()}
+        folder.write_case_table(
+            CaseTable(tuple(CaseRow(c, sets.get(c, "capability"), tags.get(c, ()), False) for c in cases), "ingest")
+        )
         summary, md = _summary(parts, samples, grades)
         folder.write_summary(summary, md)
+        # lazy: the metrics load scipy, which `evalkit ingest --help` and the readers do without
+        from .grading import summarize_run, write_summary
+
+        write_summary(folder.path, summarize_run(folder.path))  # the same metrics as `evalkit grade` writes
         if dest.exists():
             shutil.rmtree(dest)
         folder.path.rename(dest)

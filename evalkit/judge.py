@@ -52,7 +52,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from ._io import MAX_LABELS_BYTES, MAX_TEXT_BYTES, iter_jsonl, json_lines, read_text_file
 from .errors import BudgetExhausted, InputError, InputTooLong, JudgeError, ReplayMiss, UnitCallError
 from .layout import GRADES, HUMAN_LABELS_FILE, JUDGE_DIR, PAIRWISE, RESULTS, judge_file
-from .records import Case, Config
+from .records import Case, Config, JudgeTrust
 
 PAIRWISE_TEMPLATE = Path(__file__).parent / "templates" / "judge-pairwise-v1.md"
 # A judge is trusted when it agrees with people at least this often (exact score, and
@@ -502,17 +502,71 @@ def sample_for_labelling(run: str | Path, n: int = 20, seed: int = 0) -> list[di
     return items
 
 
-def human_agreement(labels: Sequence[HumanLabel], judge_scores: Mapping[str, int]) -> dict[str, Any]:
-    """Exact and within-one agreement of the judge with human labels on the items both
-    scored (every rater's label counts once)."""
-    pairs = [(lab.score, judge_scores[lab.item]) for lab in labels if lab.item in judge_scores]
-    if not pairs:
-        return {"n": 0, "exact": None, "within_one": None}
-    return {
-        "n": len(pairs),
-        "exact": sum(h == j for h, j in pairs) / len(pairs),
-        "within_one": sum(abs(h - j) <= 1 for h, j in pairs) / len(pairs),
-    }
+def labelled_pairs(labels: Sequence[HumanLabel], judge_scores: Mapping[str, int]) -> list[tuple[int, int]]:
+    """(judge score, human score) for every human label on an item the judge scored
+    (every rater's label counts once)."""
+    return [(judge_scores[lab.item], lab.score) for lab in labels if lab.item in judge_scores]
+
+
+def run_judge_scores(grades: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Item id (`<case>/<arm>/<index>`) -> the judge's score, from a run's grade lines
+    (those without a score left out)."""
+    out = {}
+    for g in grades:
+        score = g.get("judge_score")
+        if isinstance(score, (int, float)) and score == score and not isinstance(score, bool):
+            out[f"{g['case_id']}/{g['arm']}/{int(g['index'])}"] = int(score)
+    return out
+
+
+def judge_trust(
+    labels: Sequence[HumanLabel], judge_scores: Mapping[str, int], pairs: Sequence[PairOutcome] = ()
+) -> JudgeTrust:
+    """May the judge be trusted on this rubric? Its scores against the human labels on
+    the items both scored (every rater's label counts once): exact and within-one
+    agreement and Cohen's kappa on the 1-5 scale (`stats.agreement`), held to
+    `EXACT_AGREEMENT_BAR` and `WITHIN_ONE_AGREEMENT_BAR`; fewer than `HUMAN_SAMPLE_MIN`
+    labelled items is too few to act on (said in `reason`). With pairwise outcomes, their
+    position consistency too. `trusted` is None when no labelled item was scored.
+
+    References: Cohen 1960 (kappa); Zheng et al. 2023, "Judging LLM-as-a-Judge"
+    (position consistency)."""
+    from . import stats  # lazy: stats loads scipy, and `evalkit lint` imports this module
+
+    scored = labelled_pairs(labels, judge_scores)
+    pc = position_consistency(pairs) if pairs else None
+    base = dict(
+        exact_bar=EXACT_AGREEMENT_BAR,
+        within_one_bar=WITHIN_ONE_AGREEMENT_BAR,
+        min_items=HUMAN_SAMPLE_MIN,
+        n_labels=len(labels),
+        n_judged=len(judge_scores),
+        position_consistency=pc,
+        n_pairwise=len(pairs),
+    )
+    if not scored:
+        why = "no human labels" if not labels else "no labelled item was scored by the judge"
+        return JudgeTrust(0, None, None, None, trusted=None, reason=f"{why}: the judge is uncalibrated", **base)
+    ag = stats.agreement([j for j, _ in scored], [h for _, h in scored], labels=[1, 2, 3, 4, 5])
+    trusted = ag.exact >= EXACT_AGREEMENT_BAR and ag.within_one >= WITHIN_ONE_AGREEMENT_BAR
+    reason = (
+        f"{ag.exact:.0%} exact and {ag.within_one:.0%} within-one agreement with people on {ag.n} item(s) "
+        f"(bars {EXACT_AGREEMENT_BAR:.0%} / {WITHIN_ONE_AGREEMENT_BAR:.0%})"
+        + ("" if trusted else ": rewrite the rubric, then label again")
+        + (f"; only {ag.n} item(s), under {HUMAN_SAMPLE_MIN}: too noisy to act on" if ag.n < HUMAN_SAMPLE_MIN else "")
+    )
+    return JudgeTrust(
+        ag.n,
+        ag.exact,
+        ag.within_one,
+        ag.kappa,
+        trusted=trusted,
+        reason=reason,
+        kappa_linear=ag.kappa_linear,
+        kappa_quadratic=ag.kappa_quadratic,
+        confusion=tuple(tuple(int(x) for x in row) for row in ag.confusion),
+        **base,
+    )
 
 
 def read_pairwise(run_path: str | Path) -> list[PairOutcome]:

@@ -11,21 +11,22 @@ import html
 import json
 import math
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
-import regex
 
 from . import stats
-from ._io import RUN_JSON_BYTES, jsonable, read_json_object, write_atomic
+from ._io import jsonable, write_atomic
 from .errors import InputError
-from .layout import GRADES_SUMMARY, RUN_CONFIG
-from .runload import Run, load_run
-from .runs import find_suite_dir
+from .layout import RUN_CONFIG
+from .plans import load_plan
+from .records import GradesSummary, RunVerdicts, Verdict
+from .runload import Run, grades_summary, load_run, run_verdicts, sample_texts
+from .verdicts import two_arm_verdict
+
+__all__ = ["sample_texts"]  # the samples joined with their grades, for the notebooks
 
 REDACT_ENV = "EVALKIT_REDACT"  # set for the kernels of a redacted report: `text_html` and `table_html` redact
 
@@ -177,11 +178,6 @@ def pick_arms(run: Any, baseline: str = "", treatment: str = "") -> tuple[str, s
     return baseline, treatment
 
 
-def suite_path(run: Any) -> Path | None:
-    """The run's suite folder, when it still exists, wherever the report runs from."""
-    return find_suite_dir(run.path, run.config.get("suite"))
-
-
 _BANNER_COLORS = {
     "pass": ("#e8f5e9", "#1b5e20"),
     "regression": ("#ffebee", "#b71c1c"),
@@ -219,59 +215,25 @@ def rate_interval(rate: float | None, n: int | None, method: str = "wilson") -> 
     return stats.proportion_interval(int(round(float(rate) * int(n))), int(n), method=method)
 
 
-def load_grades_summary(run: Any) -> dict[str, Any] | None:
-    """The run's `grades-summary.json` (written by `evalkit grade`), or None."""
-    p = Path(run.path) / GRADES_SUMMARY
-    return read_json_object(p, GRADES_SUMMARY, limit=RUN_JSON_BYTES) if p.exists() else None
+def grades(run: Run) -> GradesSummary | None:
+    """The run's grades summary (`grades-summary.json`, typed), None when it is not graded."""
+    return grades_summary(run)
 
 
-def summary_from_grades(run: Any) -> dict[str, Any] | None:
-    """The part of a grades summary that needs no suite, from `grades.jsonl` and the
-    samples: success rate, latency p50/p95 and cost per task, overall, per arm and per
-    arm and tag. For runs ingested from other tools, which carry grades but no
-    `grades-summary.json`. A sample without a passing grade is never a pass; the
-    denominator is every sample plus every errored key. None when there are no grades."""
-    s, g = run.samples, run.grades
-    if not len(g):
-        return None
-    ok = {(str(r.case_id), str(r.arm), int(r.index)): is_pass(r.passed) for r in g.itertuples()}
-    graded = {
-        (str(r.case_id), str(r.arm), int(r.index))
-        for r in g.itertuples()
-        if r.passed is not None and not (isinstance(r.passed, float) and math.isnan(r.passed))
-    }
-    err_arms = [str(a) for a in run.errors["arm"]] if len(run.errors) else []
+def verdicts(run: Run) -> RunVerdicts:
+    """What compare, gate and report concluded about the run (`verdicts.json`)."""
+    return run_verdicts(run)
 
-    def block(rows: Any, n_errors: int) -> dict[str, Any]:
-        keys = [(str(r.case_id), str(r.arm), int(r.index)) for r in rows.itertuples()]
-        lat = [float(x) for x in rows["latency_ms"] if x is not None and not math.isnan(float(x))]
-        expected = len(keys) + n_errors
-        cost = float(np.nansum([float(x) for x in rows["cost_usd"] if x is not None])) if len(rows) else 0.0
-        return {
-            "n_expected": expected,
-            "n_graded": sum(k in graded for k in keys),
-            "n_missing": 0,
-            "n_errored": n_errors + sum(k not in graded for k in keys),
-            "success_rate": (sum(ok.get(k, False) for k in keys) / expected) if expected else None,
-            "latency_p50_ms": float(np.percentile(lat, 50)) if lat else None,
-            "latency_p95_ms": float(np.percentile(lat, 95)) if lat else None,
-            "cost_per_task_usd": cost / len(keys) if keys else None,
-        }
 
-    per_arm = {}
-    for arm in arms_of(run):
-        rows = s[s["arm"] == arm]
-        tags = sorted({t for ts in rows["tags"] for t in (ts or ())})
-        per_arm[arm] = {
-            "overall": block(rows, err_arms.count(arm)),
-            "per_tag": {t: block(rows[rows["tags"].map(lambda ts, t=t: t in (ts or ()))], 0) for t in tags},
-        }
-    return {
-        "overall": block(s, len(err_arms)),
-        "per_arm": per_arm,
-        "findings": [],
-        "derived_from": "grades.jsonl (no grades-summary.json)",
-    }
+def comparison(run: Run, baseline: str, treatment: str, plan: str = "") -> Verdict:
+    """The two-arm verdict `evalkit report` (or `compare`) recorded for these arms, or,
+    in a notebook opened by hand on a run with none, the same verdict computed now
+    (`verdicts.two_arm_verdict`, held to `plan` when one is named)."""
+    recorded = run_verdicts(run).comparison(baseline, treatment)
+    if recorded is not None:
+        return recorded
+    p = load_plan(plan) if plan else None
+    return two_arm_verdict(run, baseline, treatment, alpha=p.alpha if p else 0.05, plan=p)
 
 
 PANDALM_JUDGES = {
@@ -322,75 +284,9 @@ def load_pandalm(directory: str | Path, judge: str = "gpt-3.5-turbo") -> Any:
     return pd.DataFrame(rows)
 
 
-def flag_outputs(samples: Any, pattern: str = "") -> Any:
-    """Which outputs show the failure: those matching `pattern` (a regex, searched with
-    a timeout since outputs are untrusted), or with no pattern those whose grade did not
-    pass (a missing or null grade is flagged: it was not shown to be free of the failure)."""
-    if pattern:
-        rx = regex.compile(pattern)
-
-        def hit(text: Any) -> bool:
-            try:
-                return rx.search("" if text is None else str(text), timeout=1.0) is not None
-            except TimeoutError:
-                return True  # could not be cleared: show it to the reader
-
-        return samples["output"].map(hit).astype(bool)
-    return samples["passed"].map(lambda v: not is_pass(v)).astype(bool) if len(samples) else pd.Series(dtype=bool)
-
-
-def is_pass(value: Any) -> bool:
-    """A grade's `passed` as a strict pass: True (Python or numpy) only; None, NaN (no
-    grade) and False are not passes."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return False
-    try:
-        return bool(value) is True and str(value) in ("True", "1", "1.0")
-    except (TypeError, ValueError):
-        return False
-
-
-_SHAPE_PUNCT = re.compile(r"[^\w\s]", re.UNICODE)
-
-
-_SHAPE_DIGITS = re.compile(r"\d+")
-
-
-_SHAPE_SPACE = re.compile(r"\s+")
-
-
-def answer_shape(text: Any, words: int = 8) -> str:
-    """The shape of an answer, to count how many different answers repetitions give:
-    the first non-empty line's first `words` words, case-folded, digits and punctuation
-    folded, plus its number of non-empty lines. Why hand-written: no library defines
-    an answer's shape; this is the seed practice's "same shape" made countable."""
-    s = "" if text is None or (isinstance(text, float) and math.isnan(text)) else str(text)
-    lines = [ln for ln in s.splitlines() if ln.strip()]
-    if not lines:
-        return "(empty)"
-    first = _SHAPE_DIGITS.sub("#", lines[0].casefold())
-    first = _SHAPE_SPACE.sub(" ", _SHAPE_PUNCT.sub(" ", first)).strip()
-    head = " ".join(first.split(" ")[:words]) or "(punctuation)"
-    return f"{head} [{len(lines)} line{'s' if len(lines) != 1 else ''}]"
-
-
-def sample_texts(run: Any) -> Any:
-    """Samples joined with their grades: case_id, arm, index, output, passed, reasons
-    (the failed checks' reasons), judge_score, judge_reason."""
-    s = run.samples
-    cols = ["case_id", "arm", "index", "output"]
-    base = s[cols].copy() if len(s) else pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
-    g = run.grades
-    if len(g):
-        gg = g[["case_id", "arm", "index", "passed", "checks", "judge_score", "judge_reason"]].copy()
-        gg["reasons"] = gg["checks"].map(
-            lambda cs: "; ".join(
-                f"{c.get('name')}: {c.get('reason')}" for c in (cs or []) if not c.get("passed") and c.get("reason")
-            )
-        )
-        gg = gg.drop(columns=["checks"])
-        base = base.merge(gg, on=["case_id", "arm", "index"], how="left")
-    else:
-        for c in ("passed", "reasons", "judge_score", "judge_reason"):
-            base[c] = None
-    return base
+def read_sidecar(directory: str | Path, name: str) -> dict[str, Any] | None:
+    """A notebook's sidecar numbers, or None when it did not write one."""
+    p = Path(directory) / f"{name}.json"
+    if not p.exists():
+        return None
+    return json.loads(p.read_text(encoding="utf-8"))

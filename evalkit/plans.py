@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
@@ -20,13 +20,13 @@ from . import stats
 from ._io import read_json_object, suite_folder_of, write_atomic
 from .errors import InputError
 from .layout import CONFIG_FILE, PLAN_FILE
+from .records import SEQUENTIAL_SIGN_TEST, SIGN_TEST, Plan, PlanCheck
 
-SIGN_TEST = "sign"  # exact two-sided binomial sign test, ties dropped
-SEQUENTIAL_SIGN_TEST = "sequential-sign"
+__all__ = ["SEQUENTIAL_SIGN_TEST", "SIGN_TEST", "Plan", "PlanCheck"]
 
 
 class Tested(Protocol):
-    """What `check_against_plan` reads of a verdict (`verdicts.Verdict`)."""
+    """What `check_against_plan` reads of a verdict (`records.Verdict`)."""
 
     test: str
     alpha: float
@@ -35,86 +35,12 @@ class Tested(Protocol):
     sequential: dict[str, Any] | None
 
 
-@dataclass(frozen=True)
-class PlanCheck:
-    """A run held against its pre-registered plan: `ok` unless it stopped short of the
-    planned units or changed the test, alpha or unit (`flags` say which)."""
-
-    ok: bool
-    flags: tuple[str, ...]
-    planned_trials: int
-    observed_trials: int
-    plan_test: str
-    verdict_test: str
-
-
-@dataclass(frozen=True)
-class PowerPlan:
-    """A pre-registered power plan (`evals/<unit>/plan.json`), written before the run.
-
-    `n_trials` is the number of units to run (cases: one vote per case), the n from
-    which exact power stays at or above `power` (`n_trials_first` is the first n that
-    reaches it; exact power is a sawtooth). `win_rate` is the expected share of
-    non-tied units the treatment wins, `tie_rate` the expected share of ties.
-    `sequential` holds the sequential design's parameters when `test` is sequential.
-    """
-
-    test: str
-    alpha: float
-    power: float
-    win_rate: float
-    tie_rate: float
-    n_trials: int
-    n_trials_first: int
-    n_trials_approx: int
-    n_discordant: int
-    n_discordant_first: int
-    n_discordant_approx: int
-    unit: str = "case"
-    seed: int | None = None
-    created: str = ""
-    sequential: dict[str, Any] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def sequential_params(self) -> dict[str, Any]:
-        """Keyword arguments for `stats.SequentialSignTest`."""
-        return dict((self.sequential or {}).get("params") or {})
-
-    def render(self) -> str:
-        how = (
-            "truncated two-sided SPRT on the signs, exact boundaries"
-            if self.test == SEQUENTIAL_SIGN_TEST
-            else "exact two-sided sign test"
-        )
-        lines = [
-            f"test: {self.test} ({how}, ties dropped), unit: {self.unit}",
-            f"alpha {self.alpha:g}, power {self.power:g}, expected win rate {self.win_rate:g} of non-tied "
-            f"units, tie rate {self.tie_rate:g}",
-            f"discordant pairs needed (exact): {self.n_discordant} (power stays >= {self.power:g} from here; "
-            f"first reached at {self.n_discordant_first}); normal approximation {self.n_discordant_approx}",
-            f"{self.unit}s needed (exact): {self.n_trials} (first reached at {self.n_trials_first}); "
-            f"normal approximation {self.n_trials_approx}",
-        ]
-        if self.sequential:
-            q = self.sequential
-            e = float(q["expected_trials"])
-            first = int(q.get("fixed_trials_first") or self.n_trials_first)
-            stable = int(q.get("fixed_trials_stable") or q.get("fixed_trials") or self.n_trials)
-            lines.append(
-                f"sequential sign test: stops once settled, at most {q['max_discordant']} discordant "
-                f"pairs; exact type I error {q['type_i_error']:.4f}, power {q['power_exact']:.3f}; "
-                f"expected {self.unit}s at the planned effect {e:.1f}"
-            )
-            lines.append(
-                f"fixed design for comparison: {first} {self.unit}s (first n reaching power "
-                f"{self.power:g}; expected sequential / fixed = {e / first:.2f}x), {stable} {self.unit}s "
-                f"(n from which power stays >= {self.power:g}; {e / stable:.2f}x)"
-            )
-        if self.seed is not None:
-            lines.append(f"seed: {self.seed}")
-        return "\n".join(lines)
+def find_plan(suite_dir: str | Path | None) -> Path | None:
+    """The suite's pre-registered `plan.json`, when it has one (the one place that looks)."""
+    if suite_dir is None:
+        return None
+    p = Path(suite_dir) / PLAN_FILE
+    return p if os.path.lexists(p) else None
 
 
 def plan_power(
@@ -125,7 +51,7 @@ def plan_power(
     *,
     sequential: bool = False,
     seed: int | None = None,
-) -> PowerPlan:
+) -> Plan:
     """Plan a two-arm comparison: the discordant pairs and units (cases) the exact sign
     test needs to detect `win_rate` with `power` at `alpha`, exact and approximate.
 
@@ -138,7 +64,7 @@ def plan_power(
     if sequential:
         test = SEQUENTIAL_SIGN_TEST
         seq = _sequential_design(win_rate, tie_rate, alpha, power, ss)
-    return PowerPlan(
+    return Plan(
         test=test,
         alpha=alpha,
         power=power,
@@ -179,7 +105,7 @@ def _sequential_design(win_rate: float, tie_rate: float, alpha: float, power: fl
     }
 
 
-def write_plan(plan: PowerPlan, suite_dir: str | Path) -> Path:
+def write_plan(plan: Plan, suite_dir: str | Path) -> Path:
     """Write `plan.json` into the suite folder (atomically). The plan's seed defaults to
     the suite's `config.json` seed, so the run that follows is the one planned."""
     d = Path(suite_dir)
@@ -192,11 +118,11 @@ def write_plan(plan: PowerPlan, suite_dir: str | Path) -> Path:
             if isinstance(seed, int):
                 plan = replace(plan, seed=seed)
     path = d / PLAN_FILE
-    write_atomic(path, json.dumps(plan.to_dict(), indent=2) + "\n")
+    write_atomic(path, json.dumps(plan.to_json(), indent=2) + "\n")
     return path
 
 
-def load_plan(path: str | Path) -> PowerPlan:
+def load_plan(path: str | Path) -> Plan:
     """Read a `plan.json` (a suite folder is accepted too). A plan in a suite folder must
     resolve inside it (`suite.read_file_bytes`)."""
     p = Path(path)
@@ -205,20 +131,14 @@ def load_plan(path: str | Path) -> PowerPlan:
     if not os.path.lexists(p):
         raise InputError("plan not found (write one with `evalkit power --write`)", p)
     raw = read_json_object(p, "a plan", root=suite_folder_of(p))
-    names = {f for f in PowerPlan.__dataclass_fields__}
-    required = ("test", "alpha", "power", "win_rate", "tie_rate", "n_trials")
-    for key in required:
-        if key not in raw:
-            raise InputError(f"missing field {key!r}", p, json_path=f"$.{key}")
-    if raw["test"] not in (SIGN_TEST, SEQUENTIAL_SIGN_TEST):
-        raise InputError(f"unknown test {raw['test']!r}", p, json_path="$.test")
-    d = {k: v for k, v in raw.items() if k in names}
-    for k in ("n_trials_first", "n_trials_approx", "n_discordant", "n_discordant_first", "n_discordant_approx"):
-        d.setdefault(k, 0)
-    return PowerPlan(**d)
+    try:
+        plan = Plan.from_json(raw)
+    except InputError as exc:
+        raise InputError(exc.message, p, json_path=exc.json_path) from None
+    return replace(plan, path=str(p))
 
 
-def check_against_plan(verdict: Tested, plan: PowerPlan) -> PlanCheck:
+def check_against_plan(verdict: Tested, plan: Plan) -> PlanCheck:
     """Hold a verdict to its plan: flag a changed test, alpha or unit, a run that
     stopped short of the planned units (for a sequential plan: stopped before the test
     settled), and one that ran past them (topping up a noisy comparison)."""
@@ -247,4 +167,5 @@ def check_against_plan(verdict: Tested, plan: PowerPlan) -> PlanCheck:
         observed_trials=n,
         plan_test=plan.test,
         verdict_test=verdict.test,
+        plan=plan.path,
     )

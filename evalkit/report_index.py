@@ -14,9 +14,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from ._io import jsonable, write_atomic
-from .gates import GATE_CAUSE_INCOMPLETE, GATE_CAUSE_NOT_COMPARABLE, gate_failure_causes
+from ._io import RUN_JSON_BYTES, jsonable, read_json_object, write_atomic
 from .layout import INDEX_HTML, MANIFEST, SUMMARY_JSON
+from .records import GATE_CAUSE_INCOMPLETE, GATE_CAUSE_NOT_COMPARABLE, GateResult, RunVerdicts, gate_failure_causes
+from .runload import grades_summary, run_verdicts
 from .runs import RunFolder, config_arm_names
 
 # The notebooks a report can hold (evalkit/notebooks/<name>.ipynb), in page order, and their titles.
@@ -59,33 +60,55 @@ CSP = (
 )
 
 
-def write_manifest(run: Path, out_dir: Path, results: Iterable[NotebookPage], skipped: Mapping[str, str]) -> Path:
-    """`reports/<run>/report.json`: what the index shows for the run (date, suite, arms,
-    spend, verdicts, headline rates) and where each notebook's page is."""
-    meta = RunFolder(run).read_meta()
-    summary_p = run / SUMMARY_JSON
-    summary = json.loads(summary_p.read_text(encoding="utf-8")) if summary_p.exists() else {}
-    results = list(results)
-    rs = read_sidecar(out_dir, "run_summary") or {}
-    sc = read_sidecar(out_dir, "skill_comparison") or {}
-    verdicts = []
-    if sc.get("kind"):
-        verdicts.append(
+def verdict_entries(v: RunVerdicts, complete: bool | None = None) -> list[dict[str, Any]]:
+    """What the index shows of a run's `verdicts.json`: each comparison, the gate
+    (`gate_verdict`), a single-arm conformance verdict, a micro-test's conclusion, and
+    whether the judge may be trusted."""
+    out: list[dict[str, Any]] = []
+    for c in v.comparisons:
+        out.append(
             {
-                "kind": sc["kind"],
-                "baseline": sc.get("baseline"),
-                "treatment": sc.get("treatment"),
-                "p_value": sc.get("p_value"),
+                "kind": c.kind,
+                "baseline": c.baseline_arm,
+                "treatment": c.treatment_arm,
+                "p_value": c.p_value,
+                **(
+                    {"text": "plan NOT followed: " + "; ".join(c.plan_check.flags)}
+                    if c.plan_check and not c.plan_check.ok
+                    else {}
+                ),
             }
         )
-    gate = rs.get("gate") or {}
-    if gate:
-        verdicts.append(gate_verdict(gate))
-    mt = read_sidecar(out_dir, "micro_test") or {}
-    if mt.get("conclusion"):
-        verdicts.append({"kind": "micro-test", "text": mt["conclusion"]})
-    headline = {arm: v.get("success_rate") for arm, v in (rs.get("arms") or {}).items()}
-    spend = rs.get("spend_usd", summary.get("spend_usd"))
+    if v.gate is not None:
+        out.append(gate_verdict(v.gate, complete=complete))
+    if v.conformance is not None:
+        c = v.conformance
+        out.append({"kind": c.kind, "label": f"conformance {c.kind}", "text": f"arm {c.arm}: {c.reason}"})
+    if v.microtest is not None:
+        out.append({"kind": "micro-test", "text": v.microtest.conclusion})
+    if v.judge_trust is not None and v.judge_trust.trusted is not None:
+        t = v.judge_trust
+        out.append(
+            {
+                "kind": "pass" if t.trusted else "inconclusive",
+                "label": "judge trusted" if t.trusted else "judge not trusted",
+                "text": t.reason,
+            }
+        )
+    return out
+
+
+def write_manifest(run: Path, out_dir: Path, results: Iterable[NotebookPage], skipped: Mapping[str, str]) -> Path:
+    """`reports/<run>/report.json`: what the index shows for the run (date, suite, arms,
+    spend, the headline rate of each arm, verdicts) and where each notebook's page is.
+    It reads the files the earlier steps wrote: `summary.json`, `grades-summary.json`
+    (the sample pass rate and cost per case of each arm) and `verdicts.json`."""
+    meta = RunFolder(run).read_meta()
+    summary_p = run / SUMMARY_JSON
+    summary = read_json_object(summary_p, SUMMARY_JSON, limit=RUN_JSON_BYTES) if summary_p.exists() else {}
+    grades = grades_summary(run)
+    headline = {a: s.overall.sample_pass_rate for a, s in grades.per_arm.items()} if grades else {}
+    costs = {a: s.overall.cost_per_case_usd for a, s in grades.per_arm.items()} if grades else {}
     manifest = {
         "run": run.name,
         "run_dir": str(run),
@@ -95,9 +118,12 @@ def write_manifest(run: Path, out_dir: Path, results: Iterable[NotebookPage], sk
         "arms": config_arm_names(meta),
         "k": meta.get("k"),
         "complete": summary.get("complete"),
-        "spend_usd": spend,
+        "spend_usd": summary.get("spend_usd"),
+        "cache_avoided_usd": summary.get("avoided_usd"),
+        "headline_metric": "sample_pass_rate",
         "headline": headline,
-        "verdicts": verdicts,
+        "cost_per_case_usd": costs,
+        "verdicts": verdict_entries(run_verdicts(run), summary.get("complete")),
         "notebooks": [
             {
                 "name": r.name,
@@ -116,11 +142,20 @@ def write_manifest(run: Path, out_dir: Path, results: Iterable[NotebookPage], sk
     return path
 
 
-def gate_verdict(gate: Mapping[str, Any], *, complete: bool | None = None) -> dict[str, Any]:
-    """The index entry for a run's gate (the run_summary sidecar's `gate`: arm, passed,
-    reasons), labelled by cause: a gate that failed because the run was incomplete (no
-    rate was read) is `gate failed: incomplete run`, shown as inconclusive and never
-    as a regression; only a success drop or a cost increase is a regression."""
+def gate_verdict(gate: GateResult | Mapping[str, Any], *, complete: bool | None = None) -> dict[str, Any]:
+    """The index entry for a run's gate, labelled by cause: a gate that failed because the
+    run was incomplete (no rate was read) is `gate failed: incomplete run`, shown as
+    inconclusive and never as a regression; only a case-score drop or a cost increase is
+    a regression. `gate` is the gate's result, or (in a manifest of evalkit 0.1) the
+    `{arm, passed, reasons}` its notebook recorded."""
+    if isinstance(gate, GateResult):
+        gate = {
+            "arm": gate.arm,
+            "passed": gate.passed,
+            "reasons": list(gate.reasons),
+            "causes": gate.causes,
+            "read_rates": gate.read_rates,
+        }
     arm = gate.get("arm")
     if gate.get("passed"):
         return {"kind": "pass", "label": "gate passed", "text": f"{arm} vs baseline"}
@@ -210,7 +245,7 @@ font-size:13px}th{background:#f4f4f4;text-align:left}.pass{color:#1a7f37;font-we
 def build_index(reports_dir: str | Path) -> Path:
     """Rebuild `reports_dir/index.html` from every run's manifest: one row per run
     (date, suite, arms, verdicts, spend, links to each notebook page) and, per suite, a
-    trend of each arm's headline success rate across its runs."""
+    trend of each arm's sample pass rate across its runs."""
     root = Path(reports_dir)
     root.mkdir(parents=True, exist_ok=True)
     runs = load_manifests(root)
@@ -266,24 +301,18 @@ def build_index(reports_dir: str | Path) -> Path:
         f"<title>evalkit reports</title><style>{_INDEX_CSS}</style></head><body>"
         "<h1>evalkit reports</h1>"
         f"<p>{len(runs)} run(s). Each run links to its notebooks, rendered as self-contained pages; the executed "
-        "notebooks sit beside them and reopen in JupyterLab. Success rates are the share of graded samples that "
-        "passed; an ungraded or errored sample never counts as a pass.</p>"
+        "notebooks sit beside them and reopen in JupyterLab. The rate shown per arm is the sample pass rate: "
+        "samples whose every check passed / the samples the run was expected to produce (a missing, errored or "
+        "ungraded sample is a failure, never a pass), from the run's grades-summary.json; the verdicts are those "
+        "compare, gate and report recorded in its verdicts.json.</p>"
         "<h2>Runs</h2><table><thead><tr><th>date</th><th>run</th><th>suite</th><th>arms</th>"
-        "<th>success rate</th><th>verdicts</th><th>spend</th><th>reports</th></tr></thead><tbody>"
+        "<th>sample pass rate</th><th>verdicts</th><th>spend</th><th>reports</th></tr></thead><tbody>"
         + "".join(rows)
         + "</tbody></table>"
-        "<h2>Trend of the headline success rate, per suite</h2>"
-        "<table><thead><tr><th>suite</th><th>runs</th><th>success rate per arm, oldest run first</th></tr></thead>"
+        "<h2>Trend of the sample pass rate, per suite</h2>"
+        "<table><thead><tr><th>suite</th><th>runs</th><th>sample pass rate per arm, oldest run first</th></tr></thead>"
         "<tbody>" + "".join(trends) + "</tbody></table></body></html>\n"
     )
     path = root / INDEX_HTML
     write_atomic(path, page)
     return path
-
-
-def read_sidecar(directory: str | Path, name: str) -> dict[str, Any] | None:
-    """A notebook's sidecar numbers, or None when it did not write one."""
-    p = Path(directory) / f"{name}.json"
-    if not p.exists():
-        return None
-    return json.loads(p.read_text(encoding="utf-8"))

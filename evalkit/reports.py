@@ -33,12 +33,20 @@ from pathlib import Path
 from typing import Any
 
 from . import privacy
-from ._io import write_atomic
+from ._io import read_json_object, write_atomic
 from .errors import InputError
-from .layout import GRADES, HUMAN_LABELS_FILE, MICROTEST_MARKER, PLAN_FILE, RUN_CONFIG
+from .gates import gate, load_baseline
+from .grading import summarize_run, write_summary
+from .judge import judge_trust, load_human_labels, read_pairwise, run_judge_scores
+from .layout import BASELINE_FILE, GRADES, HUMAN_LABELS_FILE, MICROTEST_MARKER, RUN_CONFIG
+from .microtest import analyse
 from .nb import REDACT_ENV
+from .plans import find_plan, load_plan
+from .records import RunVerdicts
 from .report_index import CSP, NOTEBOOKS, TITLES, build_index, write_manifest
+from .runload import grades_summary, load_run
 from .runs import RunFolder, config_arm_names, find_suite_dir
+from .verdicts import conformance_verdict, record_verdicts, two_arm_verdict
 
 __all__ = ["MICROTEST_MARKER", "NOTEBOOKS", "TITLES"]
 
@@ -89,43 +97,123 @@ class ReportResult:
         return all(n.ok for n in self.notebooks)
 
 
+@dataclass(frozen=True)
+class Inputs:
+    """The files a report reads besides the run folder, found once (`report_inputs`) and
+    passed to the notebooks as parameters: the pre-registered plan, the accepted
+    baseline, the human labels; None where there is none."""
+
+    plan: Path | None = None
+    baseline: Path | None = None
+    human_labels: Path | None = None
+
+
+def report_inputs(run_dir: str | Path, *, plan: str | Path | None = None, baseline: str | Path | None = None) -> Inputs:
+    """The report's inputs: `plan` and `baseline` as given, else the run's suite's
+    `plan.json` and `baseline.json` when there are; its human labels when there are."""
+    run = Path(run_dir)
+    meta = RunFolder(run).read_meta()
+    suite = find_suite_dir(run, meta.get("suite"))
+    if baseline is None and suite is not None and (suite / BASELINE_FILE).is_file():
+        baseline = suite / BASELINE_FILE
+    labels = suite / HUMAN_LABELS_FILE if suite is not None and os.path.lexists(suite / HUMAN_LABELS_FILE) else None
+    return Inputs(
+        plan=Path(plan) if plan is not None else find_plan(suite),
+        baseline=Path(baseline) if baseline is not None else None,
+        human_labels=labels,
+    )
+
+
+def conclude(run_dir: str | Path, inputs: Inputs) -> RunVerdicts:
+    """What the report concludes, written to the run's `verdicts.json` before any
+    notebook runs (the notebooks and the index display it): the two-arm verdict held to
+    the plan (a two-arm graded run), the gate against the baseline (a graded run whose
+    arms include the baseline's), whether the judge may be trusted (judge scores and
+    human labels), the conformance verdict (a single-arm graded run) and a micro-test's
+    result. A run ingested from another tool without a grades summary gets one first."""
+    run = load_run(run_dir)
+    path = Path(run.path)
+    graded = len(run.grades) > 0
+    if graded and grades_summary(path) is None:
+        write_summary(path, summarize_run(path))  # a run ingested by evalkit 0.1
+    arms = run.arm_names()
+    parts: dict[str, Any] = {}
+    comparison = None
+    if graded and len(arms) == 2 and not (path / MICROTEST_MARKER).exists():
+        bl, tr = two_arms(arms)
+        p = load_plan(inputs.plan) if inputs.plan is not None else None
+        comparison = two_arm_verdict(run, bl, tr, alpha=p.alpha if p else 0.05, plan=p)
+    if graded and inputs.baseline is not None:
+        b = load_baseline(inputs.baseline)
+        if b.arm in arms or (b.arm is None and len(arms) == 1):
+            parts["gate"] = gate(run, inputs.baseline, arm=b.arm if b.arm in arms else None)
+    if graded and len(arms) == 1:
+        parts["conformance"] = conformance_verdict(run, arm=arms[0])
+    if graded and inputs.human_labels is not None:
+        labels = load_human_labels(inputs.human_labels, root=inputs.human_labels.parent.parent)
+        scores = run_judge_scores(run.grades.to_dict("records"))
+        parts["judge_trust"] = judge_trust(labels, scores, read_pairwise(path))
+    marker = path / MICROTEST_MARKER
+    if marker.exists():
+        m = read_json_object(marker, MICROTEST_MARKER)
+        parts["microtest"] = analyse(run, str(m.get("control") or "control"), str(m.get("flag_pattern") or ""))
+    return record_verdicts(path, comparison=comparison, **parts)
+
+
+def two_arms(arms: Sequence[str]) -> tuple[str, str]:
+    """The baseline and treatment of a two-arm run: the arm called baseline or control
+    (else the first), then the other."""
+    if arms[0] in ("baseline", "control") or arms[1] not in ("baseline", "control"):
+        return arms[0], arms[1]
+    return arms[1], arms[0]
+
+
 def plan_notebooks(
-    run_dir: str | Path, out_dir: str | Path, *, pandalm_dir: str | Path | None = None
+    run_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    pandalm_dir: str | Path | None = None,
+    inputs: Inputs | None = None,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
-    """Which notebooks apply to a run, with their papermill parameters, and why the
-    others do not. Reads only the run folder's small files (no samples). `pandalm_dir`:
-    PandaLM's data, on which `judge_calibration` calibrates a judge as well."""
+    """Which notebooks apply to a run, with their papermill parameters (the plan, the
+    baseline and the human labels among them, as `report_inputs` found them), and why
+    the others do not. Reads only the run folder's small files (no samples).
+    `pandalm_dir`: PandaLM's data, on which `judge_calibration` calibrates a judge as
+    well."""
     run = Path(run_dir).resolve()
+    inputs = inputs or report_inputs(run)
     meta = RunFolder(run).read_meta()
     arms = config_arm_names(meta)
     graded = (run / GRADES).exists()
     base = {"run_dir": str(run), "report_dir": str(Path(out_dir).resolve())}
+    plan = str(inputs.plan.resolve()) if inputs.plan is not None else ""
     plans: dict[str, dict[str, Any]] = {}
     skipped: dict[str, str] = {}
-    plans["run_summary"] = dict(base)
+    plans["run_summary"] = {**base, "baseline": str(inputs.baseline.resolve()) if inputs.baseline else ""}
     if graded:
         plans["pass_at_k"] = dict(base)
     else:
         skipped["pass_at_k"] = "the run is not graded (run `evalkit grade` first)"
     if len(arms) == 2 and graded:
-        bl, tr = arms if arms[0] in ("baseline", "control") or arms[1] not in ("baseline", "control") else arms[::-1]
-        plans["skill_comparison"] = {**base, "baseline": bl, "treatment": tr}
+        bl, tr = two_arms(arms)
+        plans["skill_comparison"] = {**base, "baseline": bl, "treatment": tr, "plan": plan}
     else:
         skipped["skill_comparison"] = (
             "needs exactly two arms" if len(arms) != 2 else "the run is not graded (run `evalkit grade` first)"
         )
-    suite = find_suite_dir(run, meta.get("suite"))
-    human = suite / HUMAN_LABELS_FILE if suite is not None else None
     has_judge_scores = graded and _grades_have_judge(run / GRADES)
     has_judge = bool((meta.get("config") or {}).get("judge")) if isinstance(meta.get("config"), dict) else False
-    if has_judge_scores or has_judge or (human is not None and human.exists()):
-        plans["judge_calibration"] = dict(base)
+    if has_judge_scores or has_judge or inputs.human_labels is not None:
+        plans["judge_calibration"] = {
+            **base,
+            "human_labels": str(inputs.human_labels.resolve()) if inputs.human_labels else "",
+        }
         if pandalm_dir is not None:
             plans["judge_calibration"]["pandalm_dir"] = str(Path(pandalm_dir).resolve())
     else:
         skipped["judge_calibration"] = "no judge, no judge scores and no human labels"
-    if len(arms) >= 2 or (suite is not None and (suite / PLAN_FILE).exists()):
-        plans["power_planning"] = {**base, "interactive": False}
+    if len(arms) >= 2 or inputs.plan is not None:
+        plans["power_planning"] = {**base, "interactive": False, "plan": plan}
     else:
         skipped["power_planning"] = "a single-arm run with no pre-registered plan"
     if (run / MICROTEST_MARKER).exists():
@@ -316,12 +404,16 @@ def report_run(
     reuse_kernels: bool = True,
     redact: bool = False,
     pandalm_dir: str | Path | None = None,
+    plan: str | Path | None = None,
+    baseline: str | Path | None = None,
 ) -> ReportResult:
     """Execute and render every notebook that applies to `run_dir` (or those named in
     `notebooks`) into `reports_dir/<run>/`, write the run's manifest and rebuild
     `reports_dir/index.html`. Notebooks run in lanes sized to the cores when `parallel`;
     see `run_notebooks` for `reuse_kernels`. `pandalm_dir`: PandaLM's data, for the judge
-    calibration notebook to calibrate on as well. `redact`: the notebooks read a copy of the
+    calibration notebook to calibrate on as well. `plan` and `baseline`: the plan and
+    baseline to hold the run to (default: the suite's). Before any notebook runs, what
+    the report concludes is written to the run's `verdicts.json` (`conclude`). `redact`: the notebooks read a copy of the
     run with every detected personal value and secret replaced by a typed placeholder
     (`evalkit.privacy.redact_run`, kept in the report folder), the run's report folder is
     made anew, and every page written, the index included, is checked to hold none of
@@ -340,7 +432,9 @@ def report_run(
             run, out_dir / privacy.REDACTED_RUN / run.name, log=out_dir / privacy.REDACTION_LOG
         )
         source = Path(redacted.path)
-    plans, skipped = plan_notebooks(source, out_dir, pandalm_dir=pandalm_dir)
+    inputs = report_inputs(run, plan=plan, baseline=baseline)
+    conclude(source, inputs)
+    plans, skipped = plan_notebooks(source, out_dir, pandalm_dir=pandalm_dir, inputs=inputs)
     if notebooks:
         unknown = [n for n in notebooks if n not in NOTEBOOKS]
         if unknown:

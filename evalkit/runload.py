@@ -19,9 +19,10 @@ import pandas as pd
 
 from ._io import RUN_JSON_BYTES, iter_jsonl, read_json_object
 from .errors import InputError
-from .layout import GRADES, LEDGER, SUMMARY_JSON
-from .records import Grade, Sample
-from .runs import RunFolder, config_arm_names
+from .formats import suite_source
+from .layout import CASE_TABLE, CASES_FILE, GRADES, GRADES_SUMMARY, LEDGER, SUMMARY_JSON, VERDICTS
+from .records import CaseRow, CaseTable, Grade, GradesSummary, RunVerdicts, Sample
+from .runs import RunFolder, config_arm_names, find_suite_dir
 
 # Stable column orders: notebooks, stats, ingest and gate code rely on them.
 SAMPLE_COLUMNS: tuple[str, ...] = tuple(
@@ -211,3 +212,105 @@ def case_order(run: Run) -> list[str]:
     order = dict.fromkeys(str(c) for c in (run.config.get("cases") or []))
     order.update(dict.fromkeys(str(c) for c in run.samples["case_id"].tolist()))
     return list(order)
+
+
+def suite_dir_of(run: Run) -> Path | None:
+    """The run's suite folder, when it still exists (`runs.find_suite_dir`)."""
+    return find_suite_dir(run.path, run.config.get("suite"))
+
+
+def _path_of(run: Run | str | Path) -> Path:
+    return Path(run.path) if isinstance(run, Run) else Path(run)
+
+
+def case_table(run: Run | str | Path) -> CaseTable:
+    """The cases as the run saw them (`case-table.json`, written when it started), so an
+    old run is read as it was, whatever its suite says today. A run folder without one
+    (evalkit 0.1) has it rebuilt, and `source` says from what: the sets an ingested run
+    recorded (`case_sets` in its config.json), else the suite's `cases.jsonl` as it is
+    now (the only record 0.1 kept), else every case `capability`; tags from the samples."""
+    run = as_run(run)
+    p = Path(run.path) / CASE_TABLE
+    if p.exists():
+        try:
+            return CaseTable.from_json(read_json_object(p, CASE_TABLE, limit=RUN_JSON_BYTES))
+        except InputError as exc:
+            raise InputError(exc.message, p, json_path=exc.json_path) from None
+    tags: dict[str, tuple[str, ...]] = {}
+    for r in run.samples[["case_id", "tags"]].itertuples(index=False) if len(run.samples) else ():
+        tags.setdefault(str(r.case_id), tuple(r.tags or ()))
+    ids = case_order(run)
+    sets = {str(k): str(v) for k, v in (run.config.get("case_sets") or {}).items()}
+    source = "rebuilt from the case_sets of the run's config.json"
+    if not sets:
+        sets, source = _suite_case_sets(run)
+    return CaseTable(
+        tuple(CaseRow(c, sets.get(c, "capability"), tags.get(c, ()), False) for c in ids),
+        source,
+    )
+
+
+def _suite_case_sets(run: Run) -> tuple[dict[str, str], str]:
+    """Case id -> set from the run's suite as it is now (its `cases.jsonl`, or the
+    evals.json / eval.yaml it was read from), for a run of evalkit 0.1, which recorded no
+    case table; and the note that says so."""
+    suite = suite_dir_of(run)
+    if suite is None:
+        return {}, "rebuilt without a suite: every case capability (the run predates case-table.json)"
+    try:
+        src = suite_source(suite)
+    except InputError:
+        return {}, f"rebuilt without a readable suite at {suite}: every case capability"
+    out = {}
+    for _, _, _, obj in src.cases:
+        if isinstance(obj, dict) and "id" in obj:
+            out[str(obj["id"])] = str(obj.get("set") or "capability")
+    where = CASES_FILE if src.is_native else Path(src.config_path).name
+    return out, f"rebuilt from the suite's {where} as it is now (the run predates case-table.json)"
+
+
+def grades_summary(run: Run | str | Path) -> GradesSummary | None:
+    """The run's `grades-summary.json` (written by `evalkit grade`, or `evalkit ingest`),
+    typed; None when the run is not graded."""
+    p = _path_of(run) / GRADES_SUMMARY
+    if not p.exists():
+        return None
+    try:
+        return GradesSummary.from_json(read_json_object(p, GRADES_SUMMARY, limit=RUN_JSON_BYTES))
+    except InputError as exc:
+        raise InputError(exc.message, p, json_path=exc.json_path) from None
+
+
+def run_verdicts(run: Run | str | Path) -> RunVerdicts:
+    """The run's `verdicts.json` (what compare, gate and report concluded), typed; empty
+    verdicts when there is none yet."""
+    path = _path_of(run)
+    p = path / VERDICTS
+    if not p.exists():
+        return RunVerdicts(run=path.name)
+    try:
+        return RunVerdicts.from_json(read_json_object(p, VERDICTS, limit=RUN_JSON_BYTES))
+    except InputError as exc:
+        raise InputError(exc.message, p, json_path=exc.json_path) from None
+
+
+def sample_texts(run: Any) -> Any:
+    """Samples joined with their grades: case_id, arm, index, output, passed, reasons
+    (the failed checks' reasons), judge_score, judge_reason."""
+    s = run.samples
+    cols = ["case_id", "arm", "index", "output"]
+    base = s[cols].copy() if len(s) else pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
+    g = run.grades
+    if len(g):
+        gg = g[["case_id", "arm", "index", "passed", "checks", "judge_score", "judge_reason"]].copy()
+        gg["reasons"] = gg["checks"].map(
+            lambda cs: "; ".join(
+                f"{c.get('name')}: {c.get('reason')}" for c in (cs or []) if not c.get("passed") and c.get("reason")
+            )
+        )
+        gg = gg.drop(columns=["checks"])
+        base = base.merge(gg, on=["case_id", "arm", "index"], how="left")
+    else:
+        for c in ("passed", "reasons", "judge_score", "judge_reason"):
+            base[c] = None
+    return base

@@ -57,7 +57,7 @@ from .endpoints import Watch, combine, resolve_base_url, served_watch
 from .errors import BudgetExhausted, CeilingBreached, DiskFull, InputError, InputTooLong, ReplayMiss, UnitCallError
 from .layout import CACHE_FILE
 from .ledger import Ledger
-from .records import Arm, Config, Sample, Suite
+from .records import Arm, CaseTable, Config, Sample, Suite
 from .runs import RunFolder, runs_dir_lock, write_atomic
 
 Key = tuple[str, str, int]
@@ -536,6 +536,7 @@ async def _run_in_folder(
         }
         with runs_dir_lock(runs_root):  # one run at a time per runs folder (and its response cache)
             folder = RunFolder.create(runs_root, meta)
+            folder.write_case_table(CaseTable.from_cases(suite.cases))  # the cases as this run sees them
             folder.sample_files = sample_files
             with folder.lock():
                 return await _execute(

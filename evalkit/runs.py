@@ -39,6 +39,7 @@ from ._samplewriter import SampleWriter, write_text_atomic
 from ._text import storable_json, wtf8
 from .errors import DiskFull, InputError
 from .layout import (
+    CASE_TABLE,
     CASES_FILE,
     CONFIG_FILE,
     ERRORS,
@@ -52,9 +53,10 @@ from .layout import (
     SPACE_RESERVE,
     SUMMARY_JSON,
     SUMMARY_MD,
+    VERDICTS,
     sample_relpath,
 )
-from .records import CheckResult, Grade, Sample, Usage
+from .records import CaseTable, CheckResult, Grade, RunVerdicts, Sample, Usage
 
 __all__ = [  # the run folder's file names and readers, importable from here as before
     "ERRORS",
@@ -407,6 +409,15 @@ class RunFolder:
                 "t": round(time.time(), 3),
             },
         )
+
+    def write_case_table(self, table: CaseTable) -> None:
+        """Write `case-table.json`: the cases as this run sees them (sets, tags, judged),
+        so a later edit of the suite never changes how the run is gated."""
+        write_atomic(self.path / CASE_TABLE, json.dumps(table.to_json(), indent=2) + "\n")
+
+    def write_verdicts(self, verdicts: RunVerdicts) -> None:
+        """Write `verdicts.json` (what compare, gate and report concluded) atomically."""
+        write_atomic(self.path / VERDICTS, json.dumps(verdicts.to_json(), indent=2, allow_nan=False) + "\n")
 
     def write_summary(self, summary: dict[str, Any], markdown: str) -> None:
         write_atomic(self.path / SUMMARY_JSON, json.dumps(summary, indent=2) + "\n")

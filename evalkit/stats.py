@@ -35,7 +35,8 @@ from typing import Literal
 import numpy as np
 from scipy import stats as _st
 
-from evalkit.errors import InputError
+from .errors import InputError
+from .records import PairedDifference
 
 __all__ = [
     "StatsInputError",
@@ -125,23 +126,6 @@ class Interval:
     estimate: float = math.nan
     successes: int = 0
     n: int = 0
-    alpha: float = 0.05
-
-
-@dataclass(frozen=True)
-class PairedDifference:
-    """Mean of a - b over paired items with its (optionally clustered) SE, the Pearson
-    correlation of a and b, a normal interval, and the SE an unpaired analysis would give
-    (the pairing gain is se_unpaired / se)."""
-
-    mean: float
-    se: float
-    correlation: float
-    low: float
-    high: float
-    n: int
-    se_unpaired: float
-    n_clusters: int | None = None
     alpha: float = 0.05
 
 

@@ -144,7 +144,7 @@ CONFIG_KEYS = {
 REQUIRED_CONFIG_KEYS = ("generator", "cost_cap_usd", "max_tokens_in", "max_tokens_out", "price", "judge_price")
 ENDPOINT_KEYS = {"model", "base_url", "api_key_env"}
 PRICE_KEYS = {"in_per_mtok", "out_per_mtok"}
-GATE_KEYS = {"max_success_drop_points", "max_cost_increase_pct", "min_tag_cases"}
+GATE_KEYS = {"max_success_drop_points", "max_cost_increase_pct", "min_tag_cases", "alpha"}
 CI_KEYS = {"cost_cap_usd"}
 ARM_KEYS = {"name", "guidance"}
 
@@ -572,6 +572,8 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
                 float(r.number(g, "max_success_drop_points", "$.gate", minimum=0, maximum=100, default=5.0)),
                 float(r.number(g, "max_cost_increase_pct", "$.gate", minimum=0, default=20.0)),
                 int(r.number(g, "min_tag_cases", "$.gate", integer=True, positive=True, maximum=MAX_CASES, default=5)),
+                # the noise guard's level: a breach fails only when beyond run-to-run noise (1: off)
+                float(r.number(g, "alpha", "$.gate", positive=True, maximum=1, default=0.05)),
             )
 
     ci_cap = None
@@ -1344,7 +1346,10 @@ SCAFFOLD_CONFIG = default_config(
             "required: the run refuses any call that could pass cost_cap_usd; tokens are hard ceilings",
         ),
         "price": ("prices", "required: USD per million tokens, for the generator and the judge"),
-        "gate": ("gate", "fail a change that drops success by more than N points or raises cost per task by M%"),
+        "gate": (
+            "gate",
+            "fail a change that drops the gated case score by more than N points or raises the cost per case by M%",
+        ),
         "arms": (
             "arms",
             "baseline sends no guidance; skilled adds guidance/skilled.md where prompt.txt says ${guidance}",

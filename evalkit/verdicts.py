@@ -15,9 +15,9 @@ McPherson & Rowe 1969 (the sequential sign test).
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,12 +26,32 @@ import numpy as np
 from . import stats
 from .errors import InputError
 from .layout import RUN_CONFIG
-from .plans import SEQUENTIAL_SIGN_TEST, SIGN_TEST, PlanCheck, PowerPlan, check_against_plan
-from .runload import Run, as_run, case_order, grade_map, grade_passed, pick_arm, require_graded
+from .plans import check_against_plan, find_plan, load_plan
+from .records import (
+    SEQUENTIAL_SIGN_TEST,
+    SIGN_TEST,
+    ConformanceVerdict,
+    Plan,
+    PlanCheck,
+    RunVerdicts,
+    Verdict,
+    VerdictKind,
+)
+from .runload import (
+    Run,
+    as_run,
+    case_order,
+    grade_map,
+    grade_passed,
+    pick_arm,
+    require_graded,
+    run_verdicts,
+    suite_dir_of,
+)
+from .runs import RunFolder
 
-__all__ = ["SEQUENTIAL_SIGN_TEST", "SIGN_TEST"]
+__all__ = ["SEQUENTIAL_SIGN_TEST", "SIGN_TEST", "ConformanceVerdict", "PlanCheck", "Verdict", "VerdictKind"]
 
-VerdictKind = Literal["pass", "regression", "no-improvement", "inconclusive"]
 
 MIN_TRIALS = 5
 # Below six discordant pairs no tally reaches p <= 0.05 two-sided: 5W/0L gives 0.0625.
@@ -43,121 +63,6 @@ UNIT_TRIAL = "trial (the tally as given)"
 # ---------------------------------------------------------------------------------------
 # Verdicts
 # ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The verdict of a two-arm comparison (or of a tally from elsewhere).
-
-    `wins/losses/ties` are counted in `unit` (for a run: one vote per case, the
-    majority of its repeats); `n_trials` is the number of units, `n_pairs` the paired
-    samples behind them, `errored` the units (for a run: cases) with any trial that
-    errored or was unmatched; such a unit casts no vote, so wins + ties + losses +
-    errored == n_trials, and its trials are named in `problems`. `p_value` is the exact
-    two-sided sign test with ties dropped on the clean votes only (with errored units
-    the verdict is inconclusive whatever it says), `p_one_sided` its one-sided value in
-    the direction observed. `paired` is
-    the clustered paired analysis of all trials (treatment minus baseline pass rate,
-    clustered on the case); `sequential` the sequential test's path when the plan asked
-    for one; `plan_check` the run against its plan.
-    """
-
-    kind: VerdictKind
-    unit: str
-    wins: int
-    losses: int
-    ties: int
-    errored: int
-    n_trials: int
-    p_value: float | None
-    p_one_sided: float | None
-    reason: str
-    test: str = SIGN_TEST
-    alpha: float = 0.05
-    n_pairs: int = 0
-    problems: tuple[str, ...] = ()
-    paired: Any = None  # stats.PairedDifference
-    baseline_arm: str | None = None
-    treatment_arm: str | None = None
-    sequential: dict[str, Any] | None = None
-    plan_check: PlanCheck | None = None
-    case_votes: tuple[tuple[str, str], ...] = ()  # (case, win / loss / tie / errored), in case order
-
-    @property
-    def discordant(self) -> int:
-        return self.wins + self.losses
-
-    def to_dict(self) -> dict[str, Any]:
-        d = {k: v for k, v in asdict(self).items() if k not in ("paired", "plan_check")}
-        d["discordant"] = self.discordant
-        d["p_value_scope"] = (
-            f"clean votes only ({self.wins + self.ties + self.losses} of {self.n_trials} units; "
-            f"{self.errored} errored/unmatched unit(s) cast no vote): not a verdict"
-            if self.errored
-            else "all units"
-        )
-        d["problems"] = list(self.problems)
-        d["case_votes"] = [list(cv) for cv in self.case_votes]
-        d["paired"] = _paired_dict(self.paired)
-        d["plan_check"] = asdict(self.plan_check) if self.plan_check else None
-        if d["plan_check"]:
-            d["plan_check"]["flags"] = list(self.plan_check.flags)
-        return d
-
-    def render(self) -> str:
-        """A few lines for a terminal or a PR comment."""
-        lines = [f"verdict: {self.kind}"]
-        if self.baseline_arm:
-            lines.append(f"arms: treatment {self.treatment_arm!r} vs baseline {self.baseline_arm!r}")
-        lines.append(f"unit of the test: {self.unit}")
-        p = "n/a" if self.p_value is None else f"{self.p_value:.4g}"
-        p1 = "n/a" if self.p_one_sided is None else f"{self.p_one_sided:.4g}"
-        lines.append(
-            f"tally: {self.wins}W/{self.ties}T/{self.losses}L, {self.errored} errored/unmatched, "
-            f"{self.n_trials} units, {self.discordant} discordant"
-        )
-        if self.errored:
-            clean = self.wins + self.ties + self.losses
-            lines.append(
-                f"test: {self.test} (two-sided, ties dropped), alpha {self.alpha:g}: "
-                f"exact sign-test p on the {clean} clean vote(s) only = {p} (one-sided {p1}); "
-                f"not a verdict: {self.errored} errored/unmatched unit(s) cast no vote"
-            )
-        else:
-            lines.append(
-                f"test: {self.test} (two-sided, ties dropped), alpha {self.alpha:g}: "
-                f"exact sign-test p = {p} (one-sided {p1})"
-            )
-        if self.paired is not None:
-            pd_ = _paired_dict(self.paired)
-            lines.append(
-                f"all {pd_['n']} graded paired trials, clustered on case ({pd_.get('n_clusters')} clusters): "
-                f"treatment - baseline pass rate {pd_['mean']:+.3f} (SE {_fmt(pd_['se'])}, "
-                f"95% CI {_fmt(pd_['low'])} to {_fmt(pd_['high'])}), correlation {_fmt(pd_['correlation'])}"
-            )
-        if self.sequential:
-            s = self.sequential
-            lines.append(f"sequential: {s['decision']} after {s['n_used']} of {s['n_available']} units")
-        if self.plan_check is not None:
-            pc = self.plan_check
-            lines.append("plan: " + ("followed" if pc.ok else "NOT followed: " + "; ".join(pc.flags)))
-        lines.append(f"reason: {self.reason}")
-        for prob in self.problems[:20]:
-            lines.append(f"  - {prob}")
-        if len(self.problems) > 20:
-            lines.append(f"  ... and {len(self.problems) - 20} more")
-        return "\n".join(lines)
-
-
-def _fmt(x: float | None) -> str:
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
-
-
-def _paired_dict(p: Any) -> dict[str, Any] | None:
-    """A `stats.PairedDifference` as JSON (NaN as null)."""
-    if p is None:
-        return None
-    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in asdict(p).items()}
 
 
 def verdict_from_tally(
@@ -232,8 +137,71 @@ def verdict_from_tally(
     )
 
 
+@dataclass(frozen=True)
+class PairedTrial:
+    """One (case, index) of a two-arm comparison: whether each arm's sample passed (None
+    when it has no grade), the pair's `outcome` (`win`: only the treatment passed,
+    `loss`: only the baseline, `tie`, or `errored`) and, for an errored one, why."""
+
+    case_id: str
+    index: int
+    baseline_passed: bool | None
+    treatment_passed: bool | None
+    outcome: Literal["win", "loss", "tie", "errored"]
+    problem: str | None = None
+
+
+def paired_trials(run: Run | str | Path, baseline: str, treatment: str) -> list[PairedTrial]:
+    """Every paired trial of two arms of a graded run, in the run's case order: each
+    planned case and index (k of them per case), and any other index a sample or an
+    error names. A trial with an errored, missing or ungraded sample is `errored` and
+    says why: no data is never a win, a loss or a tie."""
+    run = as_run(run)
+    require_graded(run)
+    grades = grade_map(run)
+    errors = {
+        (str(r["case_id"]), str(r["arm"]), int(r["index"])): str(r.get("error") or "error")
+        for r in run.errors.to_dict("records")
+    }
+    errored_idx: dict[str, set[int]] = defaultdict(set)
+    for c, a, i in errors:
+        if a in (baseline, treatment):
+            errored_idx[c].add(i)
+    present: dict[tuple[str, str], set[int]] = defaultdict(set)
+    for r in run.samples[["case_id", "arm", "index"]].itertuples(index=False):
+        present[(str(r.case_id), str(r.arm))].add(int(r.index))
+    k = int(run.config.get("k") or 0)
+    out: list[PairedTrial] = []
+    for case in case_order(run):
+        idx = present[(case, baseline)] | present[(case, treatment)] | errored_idx[case]
+        if k:
+            idx |= set(range(k))  # planned indices (0-based) that never produced a line
+        for i in sorted(idx):
+            status: dict[str, bool | None] = {}
+            bad = []
+            for arm in (baseline, treatment):
+                key = (case, arm, i)
+                if i not in present[(case, arm)]:
+                    why = f"errored ({errors[key]})" if key in errors else "no sample (unmatched)"
+                    bad.append(f"{arm}: {why}")
+                    status[arm] = None
+                    continue
+                g = grades.get(key)
+                status[arm] = ok = grade_passed(g)
+                if ok is None:
+                    why = "not graded" if g is None else f"ungraded ({g.get('error') or 'grader error'})"
+                    bad.append(f"{arm}: {why}")
+            b, t = status[baseline], status[treatment]
+            if bad:
+                out.append(PairedTrial(case, i, b, t, "errored", "; ".join(bad)))
+            else:
+                outcome = "win" if t and not b else "loss" if b and not t else "tie"
+                out.append(PairedTrial(case, i, b, t, outcome))
+    return out
+
+
 def two_arm_verdict(
-    run: Run | str | Path, baseline: str, treatment: str, *, alpha: float = 0.05, plan: PowerPlan | None = None
+    run: Run | str | Path, baseline: str, treatment: str, *, alpha: float = 0.05, plan: Plan | None = None
 ) -> Verdict:
     """Compare two arms of one graded run.
 
@@ -263,59 +231,21 @@ def two_arm_verdict(
             )
     if baseline == treatment:
         raise InputError("--baseline and --treatment name the same arm", json_path="arms")
-    require_graded(run)
-    grades = grade_map(run)
-    errors = {
-        (str(r["case_id"]), str(r["arm"]), int(r["index"])): str(r.get("error") or "error")
-        for r in run.errors.to_dict("records")
-    }
-    errored_idx: dict[str, set[int]] = defaultdict(set)
-    for c, a, i in errors:
-        if a in (baseline, treatment):
-            errored_idx[c].add(i)
-    present: dict[tuple[str, str], set[int]] = defaultdict(set)
-    for r in run.samples[["case_id", "arm", "index"]].itertuples(index=False):
-        present[(str(r.case_id), str(r.arm))].add(int(r.index))
-    k = int(run.config.get("k") or 0)
-    problems: list[str] = []
-    problem_cases: set[str] = set()
+    trials = paired_trials(run, baseline, treatment)
+    problems = [f"{t.case_id}#{t.index}: {t.problem}" for t in trials if t.problem]
+    problem_cases = {t.case_id for t in trials if t.problem}
     outcome_by_case: dict[str, list[int]] = defaultdict(list)
     pair_a: list[float] = []
     pair_b: list[float] = []
     pair_cluster: list[str] = []
-    n_pairs = 0
-    n_problem = 0
-    for case in case_order(run):
-        idx = present[(case, baseline)] | present[(case, treatment)] | errored_idx[case]
-        if k:
-            idx |= set(range(k))  # planned indices (0-based) that never produced a line
-        for i in sorted(idx):
-            n_pairs += 1
-            status: dict[str, bool | None] = {}
-            bad = []
-            for arm in (baseline, treatment):
-                key = (case, arm, i)
-                if i not in present[(case, arm)]:
-                    why = f"errored ({errors[key]})" if key in errors else "no sample (unmatched)"
-                    bad.append(f"{arm}: {why}")
-                    continue
-                g = grades.get(key)
-                ok = grade_passed(g)
-                if ok is None:
-                    why = "not graded" if g is None else f"ungraded ({g.get('error') or 'grader error'})"
-                    bad.append(f"{arm}: {why}")
-                    continue
-                status[arm] = ok
-            if bad:
-                n_problem += 1
-                problem_cases.add(case)
-                problems.append(f"{case}#{i}: " + "; ".join(bad))
-                continue
-            b, t = status[baseline], status[treatment]
-            outcome_by_case[case].append((1 if t and not b else -1 if b and not t else 0))
-            pair_a.append(float(t))
-            pair_b.append(float(b))
-            pair_cluster.append(case)
+    for t in trials:
+        if t.problem:
+            continue
+        outcome_by_case[t.case_id].append({"win": 1, "loss": -1}.get(t.outcome, 0))
+        pair_a.append(float(bool(t.treatment_passed)))
+        pair_b.append(float(bool(t.baseline_passed)))
+        pair_cluster.append(t.case_id)
+    n_pairs, n_problem = len(trials), len(problems)
     wins = losses = ties = 0
     votes: list[int] = []
     case_votes: list[tuple[str, str]] = []
@@ -361,7 +291,7 @@ def two_arm_verdict(
     return v
 
 
-def _apply_sequential(v: Verdict, votes: list[int], plan: PowerPlan) -> Verdict:
+def _apply_sequential(v: Verdict, votes: list[int], plan: Plan) -> Verdict:
     """Run the plan's sequential sign test over the case votes in the run's case order;
     the verdict follows its decision (still inconclusive when any trial errored). The
     path records the state after each unit.
@@ -411,30 +341,6 @@ def _apply_sequential(v: Verdict, votes: list[int], plan: PowerPlan) -> Verdict:
 # ---------------------------------------------------------------------------------------
 # Single-arm conformance
 # ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ConformanceVerdict:
-    """Single-arm verdict: `pass` when every trial ran and met the threshold,
-    `regression` when every trial ran and one fell below it, `inconclusive` when any
-    trial errored (it proves nothing). `below` and `problems` name the trials."""
-
-    kind: Literal["pass", "regression", "inconclusive"]
-    unit: str
-    n_trials: int
-    met: int
-    below: int
-    errored: int
-    threshold: float | None
-    reason: str
-    below_trials: tuple[str, ...] = ()
-    problems: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["below_trials"] = list(self.below_trials)
-        d["problems"] = list(self.problems)
-        return d
 
 
 def conformance_verdict(
@@ -508,4 +414,66 @@ def conformance_verdict(
         reason=reason,
         below_trials=tuple(below_trials),
         problems=tuple(problems),
+        arm=arm,
     )
+
+
+_UNSET: Any = object()
+
+
+def record_verdicts(
+    run_path: str | Path,
+    *,
+    comparison: Verdict | None = None,
+    gate: Any = _UNSET,
+    judge_trust: Any = _UNSET,
+    conformance: Any = _UNSET,
+    microtest: Any = _UNSET,
+) -> RunVerdicts:
+    """Write what a step concluded into the run's `verdicts.json` (`records.RunVerdicts`):
+    each part given replaces that part (a comparison replaces the one of the same two
+    arms), the others stay as they were. Returns what was written."""
+    path = Path(run_path)
+    v = run_verdicts(path)
+    if comparison is not None:
+        v = v.with_comparison(comparison)
+    changes = {
+        name: value
+        for name, value in (
+            ("gate", gate),
+            ("judge_trust", judge_trust),
+            ("conformance", conformance),
+            ("microtest", microtest),
+        )
+        if value is not _UNSET
+    }
+    v = replace(v, run=path.name, updated=datetime.now(timezone.utc).isoformat(timespec="seconds"), **changes)
+    RunFolder(path).write_verdicts(v)
+    return v
+
+
+def run_plan(run: Run, plan_path: str | Path | None = None) -> Plan | None:
+    """The plan a run is held to: the one named, else its suite's pre-registered
+    `plan.json` (`plans.find_plan`), else none."""
+    path = plan_path if plan_path is not None else find_plan(suite_dir_of(run))
+    return load_plan(path) if path is not None else None
+
+
+def compare(
+    run: Run | str | Path,
+    baseline: str,
+    treatment: str,
+    *,
+    plan: str | Path | None = None,
+    alpha: float | None = None,
+) -> Verdict:
+    """`evalkit compare`: the two-arm verdict of a graded run held to its plan
+    (`run_plan`; alpha from the plan unless given, else 0.05), recorded in the run's
+    `verdicts.json`."""
+    loaded = as_run(run)
+    p = run_plan(loaded, plan)
+    v = two_arm_verdict(
+        loaded, baseline, treatment, alpha=alpha if alpha is not None else (p.alpha if p else 0.05), plan=p
+    )
+    record_verdicts(loaded.path, comparison=v)
+    return v

@@ -11,7 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from evalkit.cli import main
-from evalkit.runload import load_run
+from evalkit.records import GateResult, GradesSummary
+from evalkit.runload import case_table, grades_summary, load_run, run_verdicts
 from evalkit.serve import ScriptedServer
 
 FIXTURE = Path(__file__).parent / "data" / "runs" / "v0.1"
@@ -60,14 +61,19 @@ def test_loads(suite):
 
 def test_regrades_from_the_judge_cache_at_no_cost(suite):
     run = suite / "runs" / STAMP
-    before = json.loads((run / "grades-summary.json").read_text())
+    before = GradesSummary.from_json(json.loads((run / "grades-summary.json").read_text()))  # 0.1's keys
+    assert before.per_arm["skilled"].overall.sample_pass_rate == pytest.approx(11 / 12)  # its `success_rate`
+    assert before.overall.cost_per_sample_usd is None  # 0.1 kept no list-price cost: unknown, never a guess
     with ScriptedServer(JUDGE_SCRIPT) as judge:
         code, out = invoke("grade", run, "--judge-base-url", judge.base_url)
         assert judge.stats["requests"] == 0, out  # every judge answer replays from judge-cache.sqlite
     assert code == 0, out
-    after = json.loads((run / "grades-summary.json").read_text())
+    after = grades_summary(run)
     for arm in ("baseline", "skilled"):
-        assert after["per_arm"][arm]["overall"]["success_rate"] == before["per_arm"][arm]["overall"]["success_rate"]
+        assert after.per_arm[arm].overall.sample_pass_rate == before.per_arm[arm].overall.sample_pass_rate
+    # the re-grade writes today's keys; the sets come from the suite (0.1 recorded no case table)
+    assert after.per_arm["skilled"].per_set_scores["regression"].gated_case_score == 1.0
+    assert case_table(run).source.startswith("rebuilt from the suite")
 
 
 def test_compares_as_it_did(suite):
@@ -82,13 +88,15 @@ def test_compares_as_it_did(suite):
 def test_gates_against_its_baseline_as_it_did(suite):
     code, out = invoke("gate", suite / "runs" / STAMP, "--baseline", suite / "baseline.json", "--json")
     assert code == 0, out
-    was, now = json.loads(expected("gate")), json.loads(out)
-    assert now["passed"] is was["passed"] is True
-    assert [(c["kind"], c["group"], c["n_cases"]) for c in now["checks"]] == [
-        (c["kind"], c["group"], c["n_cases"]) for c in was["checks"]]
-    for c_now, c_was in zip(now["checks"], was["checks"]):
-        assert c_now["baseline"] == pytest.approx(c_was["baseline"]) and c_now["current"] == pytest.approx(
-            c_was["current"])
+    was, now = GateResult.from_json(json.loads(expected("gate"))), GateResult.from_json(json.loads(out))
+    assert now.passed is was.passed is True
+    # 0.1 named the checks success/per task; the numbers are the same
+    assert [(c.kind, c.group.replace("per task", "per case"), c.n_cases) for c in was.checks] == [
+        (c.kind, c.group, c.n_cases) for c in now.checks]
+    for c_now, c_was in zip(now.checks, was.checks):
+        assert c_now.baseline == pytest.approx(c_was.baseline) and c_now.current == pytest.approx(c_was.current)
+    # the gate is recorded where the report and the index read it
+    assert run_verdicts(suite / "runs" / STAMP).gate == now
 
 
 def test_accepts_a_new_baseline(suite):

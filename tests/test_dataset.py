@@ -959,3 +959,13 @@ def test_converted_suite_runs_through_sampler_and_graders(ws, monkeypatch):
             assert checks == {"grounding": True}
         else:
             assert checks == {}  # judged by the rubric only
+
+
+def test_a_schema_keyword_without_its_own_message_still_names_the_path():
+    """Review finding: the fallback message came back as a (list, False) pair its caller
+    could not unpack; a keyword the contract's messages do not cover still gives one
+    message per error, built from the keyword, never from the instance."""
+    from types import SimpleNamespace
+
+    err = SimpleNamespace(validator="multipleOf", validator_value=3, instance=7, schema={})
+    assert ds._schema_message(err) == [((), "violates schema keyword 'multipleOf'")]

@@ -12,6 +12,7 @@ import pytest
 from conftest import make_run, make_suite
 
 from evalkit import gates as G
+from evalkit import metrics
 from evalkit.errors import EvalkitError
 from evalkit.records import GateThresholds
 
@@ -38,7 +39,7 @@ def test_gate_fails_on_incomplete_without_reading_rates(tmp_path):
     assert not res.passed and not res.read_rates and res.checks == ()
     assert any(r.startswith("INCOMPLETE: ") for r in res.reasons)
     assert res.causes == ["incomplete run"] and res.render().startswith("Gate: FAIL: incomplete run (")
-    assert res.to_dict()["causes"] == ["incomplete run"]
+    assert res.to_json()["causes"] == ["incomplete run"]
     assert any("exited 1" in r for r in res.reasons)
 
 
@@ -59,7 +60,7 @@ def test_gate_passes_an_identical_run_and_never_writes_a_baseline(tmp_path):
     before = (suite / "baseline.json").read_bytes(), (suite / "baseline-summary.md").read_bytes()
     res = G.gate(cur, suite / "baseline.json")
     assert res.passed and res.read_rates
-    assert [(c.group, c.change) for c in res.checks] == [("overall", 0.0), ("tag:t", 0.0), ("per task", 0.0)]
+    assert [(c.group, c.change) for c in res.checks] == [("overall", 0.0), ("tag:t", 0.0), ("per case", 0.0)]
     assert before == ((suite / "baseline.json").read_bytes(), (suite / "baseline-summary.md").read_bytes())
     assert sorted(p.name for p in suite.iterdir()) == ["baseline-summary.md", "baseline.json", "cases.jsonl",
                                                        "config.json"]
@@ -90,13 +91,13 @@ def test_gate_change_is_signed_current_minus_baseline(tmp_path, direction):
     res = G.gate(run, suite / "baseline.json")
     overall = next(c for c in res.checks if c.group == "overall")
     text = res.render()
-    row = next(line for line in text.splitlines() if line.startswith("success overall"))
+    row = next(line for line in text.splitlines() if line.startswith("case score overall"))
     if direction == "drop":
         assert (overall.baseline, overall.current) == (1.0, pytest.approx(0.7))
         assert overall.change == pytest.approx(-30.0) and overall.exceeded and overall.failed
         assert not res.passed and "-30.0 pts" in row and "FAIL" in row
-        assert any(r.startswith("success-rate drop overall: -30.0 points") for r in res.reasons)
-        assert res.causes == ["success drop"] and text.startswith("Gate: FAIL: success drop (")
+        assert any(r.startswith("case-score drop overall: -30.0 points") for r in res.reasons)
+        assert res.causes == ["case score drop"] and text.startswith("Gate: FAIL: case score drop (")
     else:
         assert overall.change == pytest.approx(30.0) and not overall.exceeded and not overall.failed
         assert res.passed and "+30.0 pts" in row and row.endswith("ok")
@@ -150,10 +151,10 @@ def test_sets_with_gate_none_are_shown_never_gated(tmp_path):
     cur = {(c, "x"): [True] * 5 if sets[c] == "capability" else [False] * 5 for c in sets}
     suite, run = _gate_pair(tmp_path, base, cur, k=5, sets=sets)
     baseline = json.loads((suite / "baseline.json").read_text())
-    assert baseline["success_rate"] == 1.0 and set(baseline["per_set"]) == {"capability"}
+    assert baseline["gated_case_score"] == 1.0 and set(baseline["per_set"]) == {"capability"}
     assert {c["id"]: c["set"] for c in baseline["cases"]}["e0"] == "exploratory"  # kept, shown
-    m = G.run_metrics(run, suite_dir=suite)
-    assert [c.gated for c in m.cases].count(False) == 6 and m.success_rate() == 1.0
+    m = G.run_metrics(run)  # this hand-made run has no case table: its sets come from the suite
+    assert [c.gated for c in m.cases].count(False) == 6 and metrics.gated_case_score(m) == 1.0
     res = G.gate(run, suite / "baseline.json")
     assert res.passed, res.render()
     overall = next(c for c in res.checks if c.group == "overall")
@@ -226,10 +227,10 @@ def test_accept_baseline_writes_both_files(tmp_path):
     assert doc["run_stamp"] == "20260102-000000" and doc["summary"] == "baseline-summary.md"
     assert doc["k"] == 2 and doc["arm"] == "x"
     # a: regression, pass^2 with 2/2 = 1; b: capability, pass@2 with 1/2 = 1
-    assert doc["success_rate"] == pytest.approx(1.0)
-    assert doc["per_set"]["regression"]["metric"] == "pass^2"
+    assert doc["gated_case_score"] == pytest.approx(1.0)
+    assert doc["per_set"]["regression"]["gate"] == "pass^k" and doc["per_set"]["regression"]["pass_hat_k"] == 1.0
     assert doc["per_tag"] == {"g": 1.0} and doc["per_tag_cases"] == {"g": 2}
-    assert doc["cost_per_task_usd"] == pytest.approx(0.002)
+    assert doc["cost_per_case_usd"] == pytest.approx(0.002)  # 2 samples x $0.001, per case
     assert "# Baseline: run 20260102-000000" in bs.read_text() and "# Summary" in bs.read_text()
     assert not list(suite.glob(".*.tmp"))
 

@@ -11,7 +11,7 @@ import pytest
 from evalkit.client import ModelClient
 from evalkit.errors import InputError, JudgeError
 from evalkit.judge import (JUDGE_SYSTEM, HumanLabel, PairOutcome, check_judge_model, direct_messages,
-                           human_agreement, judge_direct, judge_pair, load_human_labels, load_judge_files,
+                           judge_trust, judge_direct, judge_pair, load_human_labels, load_judge_files,
                            pairwise_messages, parse_score, parse_winner, position_consistency,
                            sample_for_labelling)
 from evalkit.ledger import Ledger
@@ -227,12 +227,20 @@ def test_sample_for_labelling_is_seeded_and_only_judged(tmp_path):
         sample_for_labelling(tmp_path, 5)
 
 
-def test_human_agreement():
+def test_judge_trust_against_human_labels():
     labels = [HumanLabel("a/x/0", "a", "x", 0, 4), HumanLabel("b/x/0", "b", "x", 0, 2),
               HumanLabel("c/x/0", "c", "x", 0, 5), HumanLabel("d/x/0", "d", "x", 0, 3)]
-    got = human_agreement(labels, {"a/x/0": 4, "b/x/0": 3, "c/x/0": 2})
-    assert got == {"n": 3, "exact": pytest.approx(1 / 3), "within_one": pytest.approx(2 / 3)}
-    assert human_agreement(labels, {})["n"] == 0
+    got = judge_trust(labels, {"a/x/0": 4, "b/x/0": 3, "c/x/0": 2})
+    # 3 items both scored: a agrees, b is one apart, c is three apart
+    assert (got.n, got.exact, got.within_one) == (3, pytest.approx(1 / 3), pytest.approx(2 / 3))
+    assert got.trusted is False and "under 20" in got.reason
+    assert got.confusion[3][3] == 1 and sum(map(sum, got.confusion)) == 3  # judge 4 / human 4
+    none = judge_trust(labels, {})
+    assert none.n == 0 and none.trusted is None and "uncalibrated" in none.reason
+    many = [HumanLabel(f"i{i}/x/0", f"i{i}", "x", 0, 1 + i % 5) for i in range(20)]
+    good = judge_trust(many, {f"i{i}/x/0": 1 + i % 5 if i < 13 else 1 + (i + 1) % 5 for i in range(20)})
+    # 13 of 20 exact (65% >= 60%) but a shift of one is within one except 5 -> 1 (2 items): 18/20 = 90%
+    assert (good.exact, good.within_one, good.trusted) == (0.65, 0.9, True)
 
 
 def test_human_labels_from_a_fifo_or_out_of_the_suite_are_refused_without_hanging(tmp_path):

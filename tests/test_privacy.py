@@ -584,7 +584,7 @@ def test_an_allow_list_lets_synthetic_personal_data_through_in_outputs_but_never
                                                               "api_key"]}))
     result = grade_run(leaky["run"], suite)
     assert [f.level for f in result.findings if "privacy" in f.message] == ["HIGH"]  # the key, still
-    assert result.summary["privacy"]["by_kind"] == {"api_key": 2}
+    assert result.summary.privacy["by_kind"] == {"api_key": 2}
 
 
 def test_report_redact_shows_none_of_the_planted_values(leaky, tmp_path):

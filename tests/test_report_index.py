@@ -6,7 +6,7 @@ import json
 
 from conftest import make_run, make_suite
 
-from evalkit import gates, report_index
+from evalkit import gates, report_index, verdicts
 
 def test_index_trend_across_runs_of_a_suite(tmp_path):
     """The index draws one line per arm across runs of the same suite (no kernels)."""
@@ -27,8 +27,9 @@ def _index_row(index: str, run_name: str) -> str:
 
 def test_index_labels_a_failed_gate_by_its_cause(tmp_path):
     """Review finding: any failed gate was labelled "regression", even one that failed
-    only because the run was INCOMPLETE (no rate read). Real gates on hand-made runs, the
-    run_summary sidecar as the notebook writes it, then the index (no kernels)."""
+    only because the run was INCOMPLETE (no rate read). Real gates on hand-made runs,
+    recorded in each run's verdicts.json as `evalkit gate` records them, then the index
+    (no kernels)."""
     outs = {(f"c{i}", "x"): [True] * 3 for i in range(10)}
     drop = {(f"c{i}", "x"): ([False] * 3 if i < 4 else [True] * 3) for i in range(10)}
     suite = make_suite(tmp_path, {f"c{i}": {} for i in range(10)}, gate={"max_success_drop_points": 5})
@@ -40,17 +41,15 @@ def test_index_labels_a_failed_gate_by_its_cause(tmp_path):
             "4-same": make_run(tmp_path, "4-same", outs, k=3, suite=suite)}
     out = tmp_path / "reports"
     for name, run in runs.items():
-        g = gates.gate(run, suite / "baseline.json", alpha=1.0)
+        verdicts.record_verdicts(run, gate=gates.gate(run, suite / "baseline.json", alpha=1.0))
         pages = out / name
         pages.mkdir(parents=True)
-        (pages / "run_summary.json").write_text(json.dumps(
-            {"gate": {"arm": "x", "passed": g.passed, "reasons": list(g.reasons)}}))
         report_index.write_manifest(run, pages, [], {})
     index = report_index.build_index(out).read_text(encoding="utf-8")
     inc = _index_row(index, "1-incomplete")
     assert "<span class='inconclusive'>gate failed: incomplete run</span>" in inc and "INCOMPLETE" in inc
     assert "regression" not in inc
-    assert "<span class='regression'>gate failed: success drop</span>" in _index_row(index, "2-drop")
+    assert "<span class='regression'>gate failed: case score drop</span>" in _index_row(index, "2-drop")
     assert "<span class='regression'>gate failed: cost increase</span>" in _index_row(index, "3-cost")
     same = _index_row(index, "4-same")
     assert "<span class='pass'>gate passed</span>" in same and "failed" not in same
@@ -63,3 +62,25 @@ def test_index_labels_a_failed_gate_by_its_cause(tmp_path):
         "verdicts": [{"kind": "regression", "text": "gate FAIL (x vs baseline)"}], "notebooks": []}))
     row = _index_row(report_index.build_index(out).read_text(encoding="utf-8"), "5-old")
     assert "gate failed: incomplete run" in row and "regression" not in row
+
+
+def test_report_conclusions_of_a_single_arm_run(tmp_path):
+    """`evalkit report` writes what it concludes to verdicts.json before any notebook: a
+    single-arm run gets the conformance verdict (every trial ran and passed, or which did
+    not), gated against the baseline it finds; the index shows both from that file."""
+    from evalkit import reports
+
+    outs = {(f"c{i}", "x"): [True] * 3 for i in range(6)}
+    suite = make_suite(tmp_path, {f"c{i}": {} for i in range(6)})
+    gates.accept_baseline(make_run(tmp_path, "base", outs, k=3, suite=suite), suite)
+    worse = {**outs, ("c0", "x"): [True, False, True]}
+    run = make_run(tmp_path, "cur", worse, k=3, suite=suite)
+    v = reports.conclude(run, reports.report_inputs(run))
+    assert v.conformance is not None and v.conformance.kind == "regression" and v.conformance.below_trials == ("c0#1",)
+    assert v.gate is not None and v.gate.arm == "x" and v.gate.baseline == str(suite / "baseline.json")
+    assert v.comparisons == () and json.loads((run / "verdicts.json").read_text())["conformance"]["kind"] == "regression"
+    pages = tmp_path / "reports" / "cur"
+    pages.mkdir(parents=True)
+    report_index.write_manifest(run, pages, [], {})
+    row = _index_row(report_index.build_index(tmp_path / "reports").read_text(encoding="utf-8"), "cur")
+    assert "conformance regression" in row and "gate passed" in row

@@ -539,3 +539,14 @@ def test_case_and_sample_counts_are_within_their_limits(tmp_path, monkeypatch):
     report = lint_suite(write_suite(tmp_path / "unit2"))
     assert any(f.json_path == "$.k" and f.path.endswith("config.json") and
                "30 samples (5 cases x 2 arms x k 3), over the limit of 29" in f.message for f in report.errors)
+
+
+def test_gate_alpha_is_a_documented_key(tmp_path):
+    """Review finding: the gate read `gate.alpha` while lint called it an unknown key."""
+    suite = write_suite(tmp_path / "ok", {**BASE_CONFIG, "gate": {"max_success_drop_points": 5, "alpha": 0.1}})
+    report = lint_suite(suite, strict=True)
+    assert not [f for f in report.findings if "alpha" in (f.json_path or "")], report.findings
+    assert load_suite(suite).config.gate.alpha == 0.1
+    for bad in (0, 1.5, "0.1"):
+        report = lint_suite(write_suite(tmp_path / f"bad{bad}", {**BASE_CONFIG, "gate": {"alpha": bad}}))
+        assert any(f.json_path == "$.gate.alpha" for f in report.errors), (bad, report.errors)

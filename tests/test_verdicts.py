@@ -128,13 +128,13 @@ def test_case_with_an_errored_trial_casts_no_vote(tmp_path):
     assert v.wins + v.ties + v.losses + v.errored == v.n_trials
     # the per-case votes the report shows are the ones tallied
     assert dict(v.case_votes) == {**{f"c{i}": "win" for i in range(6)}, "c6": "errored", "c7": "errored"}
-    assert v.to_dict()["case_votes"][6] == ["c6", "errored"]
+    assert v.to_json()["case_votes"][6] == ["c6", "errored"]
     assert sorted(p.split("#")[0] for p in v.problems) == ["c6", "c7"] and "HTTP 500" in v.problems[0]
     assert v.p_value == pytest.approx(stats.sign_test(6, 0, 0).p_value)  # clean votes only
     text = v.render()
     assert "6W/0T/0L, 2 errored/unmatched, 8 units" in text
     assert "p on the 6 clean vote(s) only" in text and "not a verdict" in text
-    d = v.to_dict()
+    d = v.to_json()
     assert d["p_value_scope"].startswith("clean votes only (6 of 8 units")
     # every case errored: no vote at all, still inconclusive, tally still adds up
     bad = {f"c{i}": ([True, True], [True, "missing"]) for i in range(6)}
