@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -19,6 +20,9 @@ from ._text import printable
 from .errors import InputError
 from .layout import GRADES, GRADES_SUMMARY
 from .records import GradesSummary
+
+if TYPE_CHECKING:  # for annotations only: ciout loads with the command
+    from .ciout import CiReport
 
 
 def _fmt(v: object) -> str:
@@ -92,7 +96,7 @@ def grade_cmd(
             click.echo(f"WARNING: {w}", err=True)
         click.echo(render(report), nl=False)
 
-        def ci():  # noqa: ANN202 - a CiReport, built only when asked for
+        def ci() -> CiReport:  # built only when asked for
             # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
             from .ciout import eval_file_report
 

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ._cliopts import ci_output_options, emit_ci
 from .errors import InputError
+
+if TYPE_CHECKING:  # for annotations only: ciout loads with the command
+    from .ciout import CiReport
+    from .records import Suite
 
 
 @click.command("run")
@@ -74,7 +79,7 @@ def run_cmd(
         raise InputError("--arms is empty")
     if replay_only and no_cache:
         raise InputError("--replay-only needs the response cache; drop --no-cache")
-    target: object = suite
+    target: Suite | str = suite
     if ci:
         # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
         from .loader import load_suite
@@ -108,7 +113,7 @@ def run_cmd(
             err=True,
         )
 
-    def report():  # noqa: ANN202 - a CiReport, built only when asked for
+    def report() -> CiReport:  # built only when asked for
         # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
         from .ciout import run_report
 

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ._cliopts import ci_output_options, emit_ci
+
+if TYPE_CHECKING:  # for annotations only: ciout loads with the command
+    from .ciout import CiReport
 
 FAIL_KINDS = ("regression", "inconclusive", "no-improvement")
 
@@ -72,7 +75,7 @@ def compare_cmd(
     text = v.render() + (f"\n{note}" if note else "")
     _emit(v.to_json(), as_json, text)
 
-    def report():  # noqa: ANN202 - a CiReport, built only when asked for
+    def report() -> CiReport:  # built only when asked for
         # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
         from .ciout import compare_report
 
@@ -184,7 +187,7 @@ def gate_cmd(
     res = gate_run(run, baseline_path, arm=arm, runner_exit=runner_exit)
     _emit(res.to_json(), as_json, res.render())
 
-    def report():  # noqa: ANN202 - a CiReport, built only when asked for
+    def report() -> CiReport:  # built only when asked for
         # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
         from .ciout import gate_report
 

@@ -138,7 +138,7 @@ class ResponseCache:
             finally:
                 self._conn.close()
 
-    def __enter__(self) -> "ResponseCache":
+    def __enter__(self) -> ResponseCache:
         return self
 
     def __exit__(self, *exc: object) -> None:

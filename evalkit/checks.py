@@ -55,7 +55,7 @@ def regex_flags(flags: Any) -> int | None:
     if isinstance(flags, str):
         names = [flags] if flags.lower() in REGEX_FLAGS else list(flags)
     elif isinstance(flags, (list, tuple)) and all(isinstance(x, str) for x in flags):
-        names = flags
+        names = [str(x) for x in flags]
     else:
         return None
     value = 0

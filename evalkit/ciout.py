@@ -71,7 +71,7 @@ class CiReport:
     sections: tuple[str, ...] = ()
     properties: dict[str, str] = field(default_factory=dict)
 
-    def counts(self) -> Counter:
+    def counts(self) -> Counter[str]:
         return Counter(c.outcome for c in self.cases)
 
 
@@ -101,6 +101,11 @@ def _num(x: Any, fmt: str = ".3f") -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "n/a"
     return format(x, fmt)
+
+
+def _gate_value(kind: str, x: Any) -> str:
+    """A gate check's value: a score to three places, a cost in dollars."""
+    return _num(x, ".3f") if kind == "score" else "$" + _num(x, ".4g")
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
@@ -139,7 +144,8 @@ def junit_xml(report: CiReport) -> bytes:
         elif c.detail:
             ET.SubElement(tc, "system-out").text = _xml_text(c.detail)
     ET.indent(root)
-    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
+    xml: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
+    return xml + b"\n"
 
 
 def markdown(report: CiReport) -> str:
@@ -193,7 +199,7 @@ def _first_failure(grade: dict[str, Any]) -> str:
     return str(grade.get("error") or "failed")
 
 
-def top_failures(run: Any, metrics: "RunMetrics", n: int = TOP_FAILURES) -> list[tuple[str, str, str, str]]:
+def top_failures(run: Any, metrics: RunMetrics, n: int = TOP_FAILURES) -> list[tuple[str, str, str, str]]:
     """The `n` cases of `metrics` with the fewest passes (ungraded counted as fails):
     (case id, set, `c/n`, the first failing check's reason)."""
     grades: dict[str, dict[str, Any]] = {}
@@ -226,7 +232,7 @@ def _plan_section(check: Any, none: str = "no pre-registered plan") -> str:
 # --------------------------------------------------------------------------- gate
 
 
-def gate_report(res: "GateResult", run: Any = None, metrics: "RunMetrics | None" = None) -> CiReport:
+def gate_report(res: GateResult, run: Any = None, metrics: RunMetrics | None = None) -> CiReport:
     """`evalkit gate`: one testcase per gate check (the gated case score overall and per tag, the cost per case);
     a breach beyond noise is a failure with its reason; a run that did not finish cleanly
     is one errored testcase (no rate was read); a baseline that cannot be compared is a
@@ -275,15 +281,14 @@ def gate_report(res: "GateResult", run: Any = None, metrics: "RunMetrics | None"
     if res.read_rates and res.checks:
         rows = []
         for c in res.checks:
-            fmt = (lambda v: _num(v, ".3f")) if c.kind == "score" else (lambda v: "$" + _num(v, ".4g"))
             unit = " pts" if c.kind == "score" else "%"
             result = "FAIL" if c.failed else ("within noise" if c.exceeded else "ok")
             rows.append(
                 [
                     md_escape(c.label, 60),
                     str(c.n_cases),
-                    fmt(c.baseline),
-                    fmt(c.current),
+                    _gate_value(c.kind, c.baseline),
+                    _gate_value(c.kind, c.current),
                     f"{c.change:+.1f}{unit}",
                     _num(c.p_adjusted, ".3g"),
                     result,
@@ -328,10 +333,10 @@ def _summary_of(run_path: str) -> dict[str, Any] | None:
 
 
 def compare_report(
-    v: "Verdict",
+    v: Verdict,
     run: Any = None,
-    base: "RunMetrics | None" = None,
-    treat: "RunMetrics | None" = None,
+    base: RunMetrics | None = None,
+    treat: RunMetrics | None = None,
     fail_on: tuple[str, ...] = (),
 ) -> CiReport:
     """`evalkit compare`: one testcase per case (its vote; a case the treatment lost is
@@ -400,7 +405,7 @@ def compare_report(
 # --------------------------------------------------------------------------- grade --eval-file
 
 
-def eval_file_report(rep: "CompatReport") -> CiReport:
+def eval_file_report(rep: CompatReport) -> CiReport:
     """`evalkit grade --eval-file`: one testcase per case; a case that misses its gate is
     a failure (which metric, how many samples passed), a case with gate `none` is
     skipped (shown, never gated)."""
@@ -451,7 +456,7 @@ def eval_file_report(rep: "CompatReport") -> CiReport:
 # --------------------------------------------------------------------------- run
 
 
-def run_report(result: "RunResult") -> CiReport:
+def run_report(result: RunResult) -> CiReport:
     """`evalkit run`: one testcase per case x arm; a key that errored is an error with the
     last error's message, a key never attempted (the run stopped, e.g. at the cost cap)
     is an error too (INCOMPLETE is never a pass), and the run itself is one more

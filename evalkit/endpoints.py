@@ -40,8 +40,9 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
+from typing import Any
 
 from .errors import InputError
 from .records import Endpoint
@@ -66,7 +67,7 @@ def _same_model(a: str, b: str) -> bool:
     return a.strip().casefold() == b.strip().casefold()
 
 
-def served() -> dict | None:
+def served() -> dict[str, Any] | None:
     """The server `evalkit serve -- COMMAND` runs for this process (`EVALKIT_SERVED`),
     or None outside serve. A value that is not the JSON serve writes is an InputError."""
     raw = os.environ.get(SERVED_ENV)

@@ -20,7 +20,7 @@ import math
 import os
 from collections import Counter
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -357,7 +357,8 @@ def _checks_against(
     raw: list[tuple[str, str, int, float, float, float, float, float | None]] = []
     if base.k != cur.k:
         reasons.append(
-            f"k changed from the baseline's {base.k} to {cur.k}: pass@k/pass^k are not comparable; accept a new baseline"
+            f"k changed from the baseline's {base.k} to {cur.k}: pass@k/pass^k are not comparable; "
+            "accept a new baseline"
         )
         return raw
     bm, cm = base.by_id(), cur.by_id()
@@ -552,7 +553,7 @@ def accept_baseline(
         run_stamp=m.run_stamp,
         run=str(run.path),
         summary=BASELINE_SUMMARY_FILE,
-        accepted=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        accepted=datetime.now(UTC).isoformat(timespec="seconds"),
     )
     run_md = Path(run.path) / SUMMARY_MD
     body = run_md.read_text(encoding="utf-8", errors="replace") if run_md.exists() else "(the run has no summary.md)\n"

@@ -43,7 +43,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -53,7 +53,7 @@ from ._text import storable_json
 from .cache import ResponseCache
 from .endpoints import Watch, combine, resolve_base_url, served_watch
 from .errors import InputError
-from .findings import Finding, by_severity
+from .findings import Finding, Level, by_severity
 from .graders import activation_observed, grade_sample, is_refusal, require_scored
 from .judge import (
     HUMAN_SAMPLE_MIN,
@@ -199,7 +199,7 @@ def _grade_line(
             error = f"judge error: {js.error}"
         else:
             score, reason = js.score, js.reason
-            ok = score >= case.judge_threshold
+            ok = score is not None and score >= case.judge_threshold
             checks.append(
                 CheckResult(
                     "judge", ok, "" if ok else f"judge score {score} < threshold {case.judge_threshold}: {reason}"
@@ -320,7 +320,7 @@ async def _judge_all(
         outcomes = list(await asyncio.gather(*(pair(*p) for p in pairs_todo)))
     finally:
         await client.aclose()
-        stats = {
+        stats: dict[str, Any] = {
             "judge_spend_usd": ledger.committed_usd - spent_before,
             "cache_hits": cache.hits,
             "run_spend_usd": ledger.committed_usd,
@@ -405,7 +405,7 @@ def grade_run(
                 findings.append(Finding("HIGH", f"judged case {cid!r} has no rubric file (judge/rubric-vN.md)"))
         else:
             files = load_judge_files(suite_obj.path, judge_version)
-        if override:
+        if override and config.judge is not None:  # check_judge_model refused a config without a judge
             findings.append(
                 Finding(
                     "HIGH",
@@ -471,7 +471,7 @@ def grade_run(
         grades.append(_grade_line(case, s, det[key], js, jerr, override))
 
     leaks = scan_outputs(suite_obj, samples)  # personal data and secrets in the outputs (no value is kept)
-    findings += [Finding(level, message) for level, message in leaks.findings]
+    findings += [Finding(cast(Level, level), message) for level, message in leaks.findings]
     table = case_table(run)
     trust = (
         judge_trust(labels, run_judge_scores(grade_to_dict(g) for g in grades), outcomes)
@@ -706,7 +706,8 @@ def _findings(
             findings.append(
                 Finding(
                     "HIGH",
-                    f"arm {a}: refusal rate {m.refusal_rate_golden:.0%} on golden cases (should be 0): a correctness bug",
+                    f"arm {a}: refusal rate {m.refusal_rate_golden:.0%} on golden cases (should be 0): "
+                    "a correctness bug",
                 )
             )
         if m.refusal_rate_should_refuse is not None and m.refusal_rate_should_refuse < 1:

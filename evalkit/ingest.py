@@ -27,10 +27,11 @@ import struct
 import tempfile
 import zipfile
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import regex as _regex
 
@@ -47,6 +48,7 @@ INSPECT_LOG_VERSIONS = (1, 2)  # inspect-ai's EvalLog.version values this reader
 PROMPTFOO_RESULT_VERSIONS = (2, 3)
 REWARD_TOL = 1e-6
 MAX_SOURCE_BYTES = 512 * 1024 * 1024
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,12 @@ def _read_json(path: Path, data: bytes | None = None, member: str | None = None)
         raise InputError(f"not valid JSON: {exc.msg}", where, exc.lineno) from None
 
 
+def _get(obj: Mapping[str, Any], key: str, kind: type[_T]) -> _T:
+    """`obj[key]` when it is a `kind` (a dict, a list), else an empty one."""
+    value = obj.get(key)
+    return value if isinstance(value, kind) else kind()
+
+
 def _int(value: Any, what: str, path: Path, *, line: int | None = None, json_path: str | None = None) -> int:
     """An integer field of the source (an epoch, a trial number), or a clear InputError."""
     if isinstance(value, bool) or not isinstance(value, (int, str)):
@@ -126,7 +134,7 @@ def _int(value: Any, what: str, path: Path, *, line: int | None = None, json_pat
         raise InputError(f"{what} {value!r} is not an integer", path, line, json_path) from None
 
 
-def _usage(d: dict | None) -> Usage:
+def _usage(d: dict[str, Any] | None) -> Usage:
     d = d or {}
     return Usage(
         int(d.get("prompt_tokens", d.get("input_tokens", d.get("prompt", 0))) or 0),
@@ -258,7 +266,7 @@ def _zip_member(p: Path, zf: zipfile.ZipFile, name: str) -> bytes:
     return data
 
 
-def _inspect_parts(p: Path) -> tuple[dict, list[dict]]:
+def _inspect_parts(p: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """(header, samples) from an inspect log, `.eval` (zip) or `.json`."""
     with open(p, "rb") as fh:
         is_zip = fh.read(2) == b"PK"
@@ -370,7 +378,7 @@ def read_inspect_log(
                 usage_total.prompt_tokens + uu.prompt_tokens, usage_total.completion_tokens + uu.completion_tokens
             )
         meta = s.get("metadata") or {}
-        tags = meta.get("tags") if isinstance(meta.get("tags"), list) else []
+        tags = _get(meta, "tags", list)
         tool_calls = tuple(
             {"name": tc.get("function"), "arguments": tc.get("arguments")}
             for m in (s.get("messages") or [])
@@ -433,7 +441,7 @@ def read_inspect_log(
 # ---------------------------------------------------------------------------- promptfoo
 
 
-def _promptfoo_identity(test_case: dict, row_vars: Any) -> str:
+def _promptfoo_identity(test_case: dict[str, Any], row_vars: Any) -> str:
     """The test's identity: its whole `testCase` (vars after expansion, asserts, options,
     description, metadata), canonical JSON. promptfoo gives every repeat its own
     `testIdx` and writes no repeat index, so repeats are the rows of one identity."""
@@ -467,7 +475,7 @@ def _asserts_label(asserts: Any) -> str:
     return "; ".join(parts)[:80]
 
 
-def _promptfoo_case_ids(tests: dict[str, dict]) -> dict[str, str]:
+def _promptfoo_case_ids(tests: dict[str, dict[str, Any]]) -> dict[str, str]:
     """Identity -> a readable case id: the test's `metadata.id`, else its description
     (the display name), else its vars; when one name covers several identities (one
     description over a var expansion, two tests of the same vars with different
@@ -475,8 +483,8 @@ def _promptfoo_case_ids(tests: dict[str, dict]) -> dict[str, str]:
     apart. Ids
     depend only on the tests themselves, so two outputs of one config pair up."""
 
-    def base(tc: dict) -> str:
-        meta = tc.get("metadata") if isinstance(tc.get("metadata"), dict) else {}
+    def base(tc: dict[str, Any]) -> str:
+        meta = _get(tc, "metadata", dict)
         name = meta.get("id") or tc.get("description")
         if name is not None and str(name).strip():
             return " ".join(str(name).split())
@@ -532,12 +540,12 @@ def read_promptfoo(path: str | Path, *, arm: str | None = None) -> Ingested:
     if not isinstance(rows, list):
         raise InputError("results.results must be a list", p, json_path="$.results.results")
 
-    def _label(r: dict) -> str:
+    def _label(r: dict[str, Any]) -> str:
         prov = r.get("provider") or {}
         return str((prov.get("label") or prov.get("id")) if isinstance(prov, dict) else prov)
 
-    def _prompt_label(r: dict) -> str:
-        pr = r.get("prompt") if isinstance(r.get("prompt"), dict) else {}
+    def _prompt_label(r: dict[str, Any]) -> str:
+        pr = _get(r, "prompt", dict)
         return str(pr.get("label") or f"p{r.get('promptIdx', 0)}")
 
     for i, r in enumerate(rows):
@@ -626,9 +634,9 @@ def read_promptfoo(path: str | Path, *, arm: str | None = None) -> Ingested:
             )
         )
     name = str(data.get("evalId") or p.stem)
-    reason = f"{len(errors)} promptfoo result(s) errored" if errors else None
+    incomplete = f"{len(errors)} promptfoo result(s) errored" if errors else None
     notes = [f"{len(tests)} distinct tests"]
-    repeat = (data.get("runtimeOptions") or {}).get("repeat") if isinstance(data.get("runtimeOptions"), dict) else None
+    repeat = _get(data, "runtimeOptions", dict).get("repeat")
     if isinstance(repeat, int) and repeat > 0:
         notes.append(f"--repeat {repeat}")
         uneven = sorted(c for (c, _), n in counters.items() if n != repeat)
@@ -645,7 +653,7 @@ def read_promptfoo(path: str | Path, *, arm: str | None = None) -> Ingested:
         tuple(samples),
         tuple(grades),
         not errors,
-        reason,
+        incomplete,
         len(samples) + len(errors),
         models,
         tuple(notes),
@@ -751,7 +759,7 @@ _LM_PER_RESPONSE_FILTERS = ("regex", "lowercase", "uppercase", "remove_whitespac
 LM_EVAL_REGEX_TIMEOUT_S = 1.0
 
 
-def _lm_filter_one(step: dict, text: str) -> str:
+def _lm_filter_one(step: dict[str, Any], text: str) -> str:
     """One per-response lm-eval filter step on one response. Why by hand: lm-eval is not a
     dependency; these few steps are lm-eval 0.4's `RegexFilter` (findall, group_select,
     the first non-empty group of a tuple, strip, fallback `[invalid]`), `LowercaseFilter`,
@@ -765,7 +773,7 @@ def _lm_filter_one(step: dict, text: str) -> str:
     if fn == "remove_whitespace":
         return text.strip()
     pattern = step.get("regex_pattern", r"#### (\-?[0-9\.\,]+)")
-    fallback = step.get("fallback", "[invalid]")
+    fallback = str(step.get("fallback", "[invalid]"))
     found = _regex.findall(pattern, text, timeout=LM_EVAL_REGEX_TIMEOUT_S)
     if not found:
         return fallback
@@ -774,10 +782,10 @@ def _lm_filter_one(step: dict, text: str) -> str:
         m = next((x for x in m if x), None)
         if m is None:
             return fallback
-    return m.strip()
+    return str(m).strip()
 
 
-def lm_exact_match(prediction: str, reference: str, options: dict) -> bool:
+def lm_exact_match(prediction: str, reference: str, options: dict[str, Any]) -> bool:
     """lm-eval's `exact_match` (its `exact_match_hf_evaluate`) for one prediction:
     `regexes_to_ignore` removed from both, then `ignore_case`, `ignore_punctuation`,
     `ignore_numbers`, then string equality."""
@@ -795,7 +803,7 @@ def lm_exact_match(prediction: str, reference: str, options: dict) -> bool:
     return p == r
 
 
-def _lm_results_config(p: Path, task: str, date: str | None) -> tuple[dict | None, dict | None]:
+def _lm_results_config(p: Path, task: str, date: str | None) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """(results_<date>.json beside the samples file, its config of `task`), when there."""
     if date is None:
         return None, None
@@ -838,7 +846,7 @@ def read_lm_eval(
     m = LM_EVAL_SAMPLES.fullmatch(p.name)
     task = m.group("task") if m else p.stem.removeprefix("samples_")
     results, cfg = _lm_results_config(p, task, m.group("date") if m else None)
-    records: list[tuple[int, dict]] = []
+    records: list[tuple[int, dict[str, Any]]] = []
     for n, raw in enumerate(p.read_bytes().splitlines(), 1):
         if not raw.strip():
             continue
@@ -857,8 +865,8 @@ def read_lm_eval(
         raise InputError(f"no filter {chosen!r} in the file (it has {', '.join(filters)})", p)
     model = str((results or {}).get("model_name") or p.parent.name or "lm-eval")
     arm_name = arm or re.sub(r"[^A-Za-z0-9_.-]+", "_", model)
-    chain: list[dict] | None = [{"function": "take_first"}] if chosen == "none" else None
-    metric_opts: dict = {}
+    chain: list[dict[str, Any]] | None = [{"function": "take_first"}] if chosen == "none" else None
+    metric_opts: dict[str, Any] = {}
     if cfg is not None:
         for f in cfg.get("filter_list") or ():
             if isinstance(f, dict) and f.get("name") == chosen and isinstance(f.get("filter"), list):
@@ -885,7 +893,7 @@ def read_lm_eval(
         if doc_id in seen:
             raise InputError(f"doc {doc_id} appears twice for filter {chosen!r}", p, n)
         seen.add(doc_id)
-        names = rec.get("metrics") if isinstance(rec.get("metrics"), list) else []
+        names = _get(rec, "metrics", list)
         name = metric or (names[0] if names else None)
         if name is None or name not in rec:
             raise InputError(
@@ -898,7 +906,7 @@ def read_lm_eval(
         texts = [x for x in first if isinstance(x, str)] if first is not None else []
         target = str(rec.get("target", ""))
         graded: list[tuple[str, bool, str]]
-        if per_repeat and name == "exact_match" and len(texts) > 1 and len(texts) == len(first):
+        if per_repeat and chain and first and name == "exact_match" and len(texts) > 1 and len(texts) == len(first):
             repeats_seen.add(len(texts))
             identical += len(set(texts)) == 1
             graded = []
@@ -967,7 +975,7 @@ def read_lm_eval(
     effective = ((results or {}).get("n-samples") or {}).get(task, {})
     expected_docs = effective.get("effective") if isinstance(effective, dict) else None
     complete = not isinstance(expected_docs, int) or expected_docs == len(seen)
-    reason = None if complete else f"lm-eval planned {expected_docs} docs, the file has {len(seen)}"
+    incomplete = None if complete else f"lm-eval planned {expected_docs} docs, the file has {len(seen)}"
     return Ingested(
         "lm-eval",
         str(p),
@@ -976,7 +984,7 @@ def read_lm_eval(
         tuple(samples),
         tuple(grades),
         complete,
-        reason,
+        incomplete,
         len(samples),
         {arm_name: model},
         tuple(notes),
@@ -1088,7 +1096,7 @@ def read_source(path: str | Path, fmt: str | None = None, **options: Any) -> Ing
     raise InputError(f"unknown format {fmt!r} (known: {', '.join(FORMATS)})")
 
 
-def _summary(parts: list[Ingested], samples: list[Sample], grades: list[Grade]) -> tuple[dict, str]:
+def _summary(parts: list[Ingested], samples: list[Sample], grades: list[Grade]) -> tuple[dict[str, Any], str]:
     complete = all(p.complete for p in parts)
     reasons = [p.reason for p in parts if p.reason]
     cases = list(dict.fromkeys(s.case_id for s in samples))
@@ -1173,7 +1181,7 @@ def write_ingested(parts: list[Ingested], dest: str | Path) -> Path:
         "cases": cases,
         "cases_per_arm": per_arm_cases,
         "case_sets": {c: st for p in parts for c, st in p.case_sets.items()},
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "config": {"generator": {"model": next(iter(parts[0].models.values()), None)}},
     }
     dest.parent.mkdir(parents=True, exist_ok=True)

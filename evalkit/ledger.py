@@ -85,7 +85,7 @@ class Ledger:
             self._log = AppendLog(self._path, fsync=bool(os.environ.get("EVALKIT_FSYNC")))
 
     @classmethod
-    def resume(cls, cap_usd: float, path: str | Path) -> "Ledger":
+    def resume(cls, cap_usd: float, path: str | Path) -> Ledger:
         """Open an existing ledger file and carry its committed spend forward.
 
         Reservations left open by a killed run are counted as spent: the call may have
@@ -284,7 +284,7 @@ def reported_usage(r: Reservation, prompt_tokens: object, completion_tokens: obj
     """
     raws = (("prompt_tokens", prompt_tokens, r.tokens_in), ("completion_tokens", completion_tokens, r.tokens_out))
     counts = [_count(raw) for _, raw, _ in raws]
-    problems = [f"{name}={_show(raw)}" for (name, raw, _), n in zip(raws, counts) if n is None]
+    problems = [f"{name}={_show(raw)}" for (name, raw, _), n in zip(raws, counts, strict=True) if n is None]
     if not problems:
         return Usage(int(counts[0]), int(counts[1])), None  # type: ignore[arg-type]
     settled = [max(reserved, _ceil_count(raw) or 0) for _, raw, reserved in raws]

@@ -96,7 +96,7 @@ def table_html(
             else ("" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v))
         )
 
-    out = df.to_html(
+    out: str = df.to_html(
         escape=True, index=index, border=0, classes="ek-table", na_rep="", float_format=lambda v: fmt(float(v))
     )
     cap = f"<div class='ek-caption'><b>{html.escape(caption)}</b></div>" if caption else ""
@@ -164,7 +164,8 @@ def open_run(run_dir: str | Path | None) -> Run:
 
 def arms_of(run: Any) -> list[str]:
     """The run's arms in config order, then any others its samples name (`Run.arm_names`)."""
-    return run.arm_names()
+    names: list[str] = run.arm_names()
+    return names
 
 
 def pick_arms(run: Any, baseline: str = "", treatment: str = "") -> tuple[str, str]:
@@ -289,4 +290,5 @@ def read_sidecar(directory: str | Path, name: str) -> dict[str, Any] | None:
     p = Path(directory) / f"{name}.json"
     if not p.exists():
         return None
-    return json.loads(p.read_text(encoding="utf-8"))
+    data: dict[str, Any] = json.loads(p.read_text(encoding="utf-8"))
+    return data

@@ -12,7 +12,7 @@ import json
 import math
 import os
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -28,11 +28,16 @@ __all__ = ["SEQUENTIAL_SIGN_TEST", "SIGN_TEST", "Plan", "PlanCheck"]
 class Tested(Protocol):
     """What `check_against_plan` reads of a verdict (`records.Verdict`)."""
 
-    test: str
-    alpha: float
-    unit: str
-    n_trials: int
-    sequential: dict[str, Any] | None
+    @property
+    def test(self) -> str: ...
+    @property
+    def alpha(self) -> float: ...
+    @property
+    def unit(self) -> str: ...
+    @property
+    def n_trials(self) -> int: ...
+    @property
+    def sequential(self) -> dict[str, Any] | None: ...
 
 
 def find_plan(suite_dir: str | Path | None) -> Path | None:
@@ -77,7 +82,7 @@ def plan_power(
         n_discordant_first=ss.discordant_first,
         n_discordant_approx=ss.discordant_approx,
         seed=seed,
-        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        created=datetime.now(UTC).isoformat(timespec="seconds"),
         sequential=seq,
     )
 
@@ -85,7 +90,7 @@ def plan_power(
 def _sequential_design(win_rate: float, tie_rate: float, alpha: float, power: float, ss: Any) -> dict[str, Any]:
     """The sequential design: the `stats.SequentialSignTest` arguments (`params`) and
     what they give at the planned effect (exact operating characteristics)."""
-    params = {"win_rate": max(win_rate, 1 - win_rate), "alpha": alpha, "power": power}
+    params: dict[str, Any] = {"win_rate": max(win_rate, 1 - win_rate), "alpha": alpha, "power": power}
     seq = stats.SequentialSignTest(**params)
     oc = seq.operating_characteristics(params["win_rate"], tie_rate)
     return {

@@ -62,10 +62,11 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from ._io import MAX_CONFIG_BYTES, json_line_index, line_of, parse_json_object, read_text_file
 from .errors import InputError, InputErrors, RedactionIncomplete
@@ -245,7 +246,7 @@ def _matches(
         pos = max(e, s + 1)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _stdnum(module: str) -> Any:
     import importlib
 
@@ -1479,7 +1480,7 @@ def redact_dataset(dataset: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str
     pairs = dataset.get("evaluation_pairs") or []
     texts = [{k: p[k] for k in DATASET_TEXT_FIELDS if k in p} for p in pairs]
     done = redact_cases(texts, r, where=lambda i, _: {"pair": pairs[i].get("id"), "index": i})
-    new_pairs = [{**p, **d} for p, d in zip(pairs, done)]
+    new_pairs = [{**p, **d} for p, d in zip(pairs, done, strict=True)]
     r.begin()
     md = dict(dataset.get("metadata") or {})
     for k, v in md.items():

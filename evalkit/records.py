@@ -346,9 +346,10 @@ class PairedDifference:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> PairedDifference:
         nan = float("nan")
-        return cls(
-            **{f.name: (nan if d.get(f.name) is None and f.type == "float" else d.get(f.name)) for f in fields(cls)}
-        )
+        kw: dict[str, Any] = {
+            f.name: (nan if d.get(f.name) is None and f.type == "float" else d.get(f.name)) for f in fields(cls)
+        }
+        return cls(**kw)
 
 
 # --- plans -----------------------------------------------------------------------------------
@@ -467,6 +468,7 @@ class PlanCheck:
 # --- verdicts -----------------------------------------------------------------------------
 
 VerdictKind = Literal["pass", "regression", "no-improvement", "inconclusive"]
+ConformanceKind = Literal["pass", "regression", "inconclusive"]
 
 
 def _fmt3(x: float | None) -> str:
@@ -598,7 +600,7 @@ class ConformanceVerdict:
 
     SCHEMA = "evalkit.conformance/1"
 
-    kind: Literal["pass", "regression", "inconclusive"]
+    kind: ConformanceKind
     unit: str
     n_trials: int
     met: int
@@ -801,7 +803,7 @@ class GateCheck:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> GateCheck:
-        kw = {f.name: d.get(f.name) for f in fields(cls)}
+        kw: dict[str, Any] = {f.name: d.get(f.name) for f in fields(cls)}
         kw["kind"] = "score" if d.get("kind") == "success" else d.get("kind")  # 0.1 called it success
         return cls(**kw)
 

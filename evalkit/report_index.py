@@ -42,12 +42,16 @@ TITLES = {
 class NotebookPage(Protocol):
     """What the manifest records of an executed notebook (`reports.NotebookReport`)."""
 
-    name: str
-    ipynb: Path
-    html: Path | None
-    seconds: float
-    error: str | None
-
+    @property
+    def name(self) -> str: ...
+    @property
+    def ipynb(self) -> Path: ...
+    @property
+    def html(self) -> Path | None: ...
+    @property
+    def seconds(self) -> float: ...
+    @property
+    def error(self) -> str | None: ...
     @property
     def ok(self) -> bool: ...
 
@@ -82,8 +86,8 @@ def verdict_entries(v: RunVerdicts, complete: bool | None = None) -> list[dict[s
     if v.gate is not None:
         out.append(gate_verdict(v.gate, complete=complete))
     if v.conformance is not None:
-        c = v.conformance
-        out.append({"kind": c.kind, "label": f"conformance {c.kind}", "text": f"arm {c.arm}: {c.reason}"})
+        cv = v.conformance
+        out.append({"kind": cv.kind, "label": f"conformance {cv.kind}", "text": f"arm {cv.arm}: {cv.reason}"})
     if v.microtest is not None:
         out.append({"kind": "micro-test", "text": v.microtest.conclusion})
     if v.judge_trust is not None and v.judge_trust.trusted is not None:
@@ -216,7 +220,7 @@ def trend_svg(
                 + " ".join(f"{x:.1f},{y:.1f}" for x, y in pts)
                 + "'/>"
             )
-        for (x, y), (i, v) in zip(pts, [(i, v) for i, v in enumerate(vals) if v is not None]):
+        for (x, y), (i, v) in zip(pts, [(i, v) for i, v in enumerate(vals) if v is not None], strict=True):
             parts.append(
                 f"<circle cx='{x:.1f}' cy='{y:.1f}' r='2.5' fill='{color}'>"
                 f"<title>{html.escape(str(labels[i]))}: {float(v):.1%}</title></circle>"

@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -342,6 +342,7 @@ def _export(nb: Any, resources: dict[str, Any]) -> str:
         exp = _EXPORTERS.pop() if _EXPORTERS else None
     if exp is None:
         exp = _new_exporter()
+    body: str
     body, _ = exp.from_notebook_node(nb, resources=resources)
     with _EXPORTERS_LOCK:
         _EXPORTERS.append(exp)
@@ -354,7 +355,7 @@ def params_table_html(parameters: Mapping[str, Any], title: str) -> str:
         f"<tr><td><code>{html.escape(str(k))}</code></td><td>{html.escape(json.dumps(v))}</td></tr>"
         for k, v in parameters.items()
     )
-    stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    stamp = datetime.now(UTC).isoformat(timespec="seconds")
     return (
         f"<h1>{html.escape(title)}</h1><p>Rendered {html.escape(stamp)} by <code>evalkit report</code>. "
         f"Parameters:</p><table class='ek-params'><thead><tr><th>parameter</th><th>value</th></tr></thead>"
@@ -413,8 +414,8 @@ def report_run(
     see `run_notebooks` for `reuse_kernels`. `pandalm_dir`: PandaLM's data, for the judge
     calibration notebook to calibrate on as well. `plan` and `baseline`: the plan and
     baseline to hold the run to (default: the suite's). Before any notebook runs, what
-    the report concludes is written to the run's `verdicts.json` (`conclude`). `redact`: the notebooks read a copy of the
-    run with every detected personal value and secret replaced by a typed placeholder
+    the report concludes is written to the run's `verdicts.json` (`conclude`). `redact`:
+    the notebooks read a copy of the run with every detected personal value and secret replaced by a typed placeholder
     (`evalkit.privacy.redact_run`, kept in the report folder), the run's report folder is
     made anew, and every page written, the index included, is checked to hold none of
     the replaced values."""
@@ -498,7 +499,7 @@ def run_notebooks(
     if not names:
         return []
     n_lanes = 1 if not parallel else max(1, min(len(names), workers or os.cpu_count() or 1))
-    todo: "queue.Queue[str]" = queue.Queue()
+    todo: queue.Queue[str] = queue.Queue()
     for n in names:
         todo.put(n)
     done: list[NotebookReport] = []
@@ -615,7 +616,7 @@ def _reset_namespace(kc: Any, *, timeout_s: float) -> bool:
     while True:
         reply = _await(kc.get_shell_msg(timeout=max(0.0, deadline - time.monotonic())))
         if reply.get("parent_header", {}).get("msg_id") == msg_id:
-            return reply["content"]["status"] == "ok"
+            return bool(reply["content"]["status"] == "ok")
 
 
 def _stop_kernel(km: Any) -> None:

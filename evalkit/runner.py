@@ -43,10 +43,11 @@ import gc
 import hashlib
 import json
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from tqdm import tqdm
 
@@ -259,7 +260,7 @@ class _Engine:
 
     async def one(self, key: Key) -> None:
         case_id, arm_name, index = key
-        case, arm = self.cases[case_id], self.arms[arm_name]
+        case = self.cases[case_id]
         seed = derive_seed(self.config.seed, case_id, arm_name, index)
         rendered = self.prompts[(case_id, arm_name)]
         kw: dict[str, Any] = (
@@ -529,7 +530,7 @@ async def _run_in_folder(
             "arms": names,
             "k": k,
             "cases": [c.id for c in suite.cases],
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "created": datetime.now(UTC).isoformat(timespec="seconds"),
             "source": "evalkit",
             "sample_files": sample_files,
             "privacy": privacy,

@@ -21,7 +21,7 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -262,16 +262,16 @@ class RunFolder:
         self._fsync = bool(os.environ.get("EVALKIT_FSYNC"))
         self._dirs: set[Path] = set()
         self._inline_files = 0
-        self._writer = None
+        self._writer: SampleWriter | None = None
         self._can_offload = True
 
     @classmethod
-    def create(cls, runs_dir: str | Path, meta: dict[str, Any], stamp: str | None = None) -> "RunFolder":
+    def create(cls, runs_dir: str | Path, meta: dict[str, Any], stamp: str | None = None) -> RunFolder:
         """Make a new `runs_dir/<UTC stamp>/` (a suffix when the stamp is taken) and
         write its `config.json`."""
         root = Path(runs_dir)
         root.mkdir(parents=True, exist_ok=True)
-        base = stamp or datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+        base = stamp or datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         for n in range(1, 10_000):
             p = root / (base if n == 1 else f"{base}-{n}")
             try:
@@ -292,7 +292,7 @@ class RunFolder:
     # -- one process at a time -----------------------------------------------------------
 
     @contextlib.contextmanager
-    def lock(self) -> Iterator["RunFolder"]:
+    def lock(self) -> Iterator[RunFolder]:
         """Hold an exclusive lock on this run folder (`flock` on `run.lock`) for the block.
 
         Two processes on one run folder (two resumes, a run while grading writes) would
@@ -473,7 +473,7 @@ class RunFolder:
                     stacklevel=2,
                 )
 
-    def __enter__(self) -> "RunFolder":
+    def __enter__(self) -> RunFolder:
         return self
 
     def __exit__(self, *exc: object) -> None:

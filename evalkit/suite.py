@@ -18,9 +18,10 @@ import os
 import re
 import shutil
 import string
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import regex
 
@@ -281,7 +282,8 @@ def native_source(root: Path, fx: Findings) -> SuiteSource | None:
     except InputError as exc:
         fx.add(exc)
         return None
-    name = config.get("name") if isinstance(config.get("name"), str) and config.get("name") else root.name
+    given = config.get("name")
+    name = given if isinstance(given, str) and given else root.name
     return SuiteSource(root, name, config, str(config_path), lines, cases)
 
 
@@ -301,12 +303,12 @@ class _Reader:
     def warn(self, jp: str, msg: str, strict_error: bool = False) -> None:
         self.fx.warn(msg, self.path, self.line_for(jp), jp, strict_error=strict_error)
 
-    def unknown_keys(self, obj: dict, known: set[str], jp: str, what: str) -> None:
+    def unknown_keys(self, obj: dict[str, Any], known: set[str], jp: str, what: str) -> None:
         for key in obj:
             if key not in known and not is_comment_key(str(key)):
                 self.warn(f"{jp}.{key}", f"unknown key {key!r} in {what} (ignored)", strict_error=True)
 
-    def _present(self, obj: dict, key: str, kp: str, *, required: bool) -> Any:
+    def _present(self, obj: dict[str, Any], key: str, kp: str, *, required: bool) -> Any:
         """`obj[key]`, or `_ABSENT` (with an error when the key is required)."""
         if key not in obj:
             if required:
@@ -316,7 +318,7 @@ class _Reader:
 
     def number(
         self,
-        obj: dict,
+        obj: dict[str, Any],
         key: str,
         jp: str,
         *,
@@ -354,7 +356,7 @@ class _Reader:
 
     def text(
         self,
-        obj: dict,
+        obj: dict[str, Any],
         key: str,
         jp: str,
         *,
@@ -377,7 +379,7 @@ class _Reader:
             return default
         return v
 
-    def boolean(self, obj: dict, key: str, jp: str, default: bool = False) -> bool:
+    def boolean(self, obj: dict[str, Any], key: str, jp: str, default: bool = False) -> bool:
         if key not in obj:
             return default
         v = obj[key]
@@ -438,7 +440,7 @@ def _endpoint(r: _Reader, obj: Any, jp: str, what: str, required: bool) -> Endpo
     return Endpoint(model=model, base_url=base_url, api_key_env=key_env or "OPENAI_API_KEY")
 
 
-def _price(r: _Reader, cfg: dict, key: str) -> Price | None:
+def _price(r: _Reader, cfg: dict[str, Any], key: str) -> Price | None:
     jp = f"$.{key}"
     if key not in cfg:
         r.err(
@@ -481,7 +483,7 @@ def _positive_number(obj: Any, key: str, *, zero_ok: bool = False) -> float | No
     return float(v) if (v > 0 or (zero_ok and v == 0)) else None
 
 
-def _check_calls_fit(r: _Reader, cfg: dict, price_key: str, role: str) -> None:
+def _check_calls_fit(r: _Reader, cfg: dict[str, Any], price_key: str, role: str) -> None:
     """An error when not one call fits under the cap at its worst case: the ledger would
     refuse the first reservation and the run could never sample anything. Checked on
     the values as written, even those over a limit (so 10**9 tokens says both)."""
@@ -634,7 +636,7 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
 
     arms = _validate_arms(src, r, cfg, identifiers)
 
-    if not generator or None in (cap, tin, tout, price, judge_price, template) or arms is None:
+    if not generator or None in (cap, tin, tout, template) or price is None or judge_price is None or arms is None:
         return None
     return Config(
         generator=generator,
@@ -665,7 +667,7 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
     )
 
 
-def _validate_arms(src: SuiteSource, r: _Reader, cfg: dict, identifiers: set[str]) -> tuple[Arm, ...] | None:
+def _validate_arms(src: SuiteSource, r: _Reader, cfg: dict[str, Any], identifiers: set[str]) -> tuple[Arm, ...] | None:
     raw = cfg.get("arms", [{"name": "baseline"}])
     if not isinstance(raw, list) or not raw:
         r.err("$.arms", 'arms must be a non-empty list of {"name", "guidance"}')
@@ -717,7 +719,9 @@ def _validate_arms(src: SuiteSource, r: _Reader, cfg: dict, identifiers: set[str
 
 
 # --- cases ----------------------------------------------------------------------------
-def _check_options(kind: str, opts: dict, r: _Reader, jp: str, case: dict, src: SuiteSource) -> bool:
+def _check_options(
+    kind: str, opts: dict[str, Any], r: _Reader, jp: str, case: dict[str, Any], src: SuiteSource
+) -> bool:
     """Validate one check's options; fill `value` from a string `expected` where the kind
     compares against it. Returns False when the check is unusable."""
     ok = True
@@ -854,9 +858,14 @@ def _check_options(kind: str, opts: dict, r: _Reader, jp: str, case: dict, src: 
     return ok
 
 
-def _validate_case(raw: dict, file: str, line: int | None, prefix: str, fx: Findings, src: SuiteSource) -> Case | None:
+def _validate_case(
+    raw: dict[str, Any], file: str, line: int | None, prefix: str, fx: Findings, src: SuiteSource
+) -> Case | None:
     r = _Reader(fx, file, lambda jp: line)
-    j = lambda sub: prefix + sub  # noqa: E731 - JSON path inside this case
+
+    def j(sub: str) -> str:  # a JSON path inside this case
+        return prefix + sub
+
     r.unknown_keys(raw, CASE_KEYS, prefix, "case")
     ok = True
 

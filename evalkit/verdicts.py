@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,6 +30,7 @@ from .plans import check_against_plan, find_plan, load_plan
 from .records import (
     SEQUENTIAL_SIGN_TEST,
     SIGN_TEST,
+    ConformanceKind,
     ConformanceVerdict,
     Plan,
     PlanCheck,
@@ -101,6 +102,7 @@ def verdict_from_tally(
     # one-sided in the direction observed (wins ahead: "treatment better")
     p1 = st.p_one_sided if wins >= losses else st.p_one_sided_losses
     discordant = wins + losses
+    kind: VerdictKind
     if errored or unmatched:
         bits = []
         if errored:
@@ -137,6 +139,9 @@ def verdict_from_tally(
     )
 
 
+Outcome = Literal["win", "loss", "tie", "errored"]  # of one paired trial
+
+
 @dataclass(frozen=True)
 class PairedTrial:
     """One (case, index) of a two-arm comparison: whether each arm's sample passed (None
@@ -147,7 +152,7 @@ class PairedTrial:
     index: int
     baseline_passed: bool | None
     treatment_passed: bool | None
-    outcome: Literal["win", "loss", "tie", "errored"]
+    outcome: Outcome
     problem: str | None = None
 
 
@@ -195,7 +200,7 @@ def paired_trials(run: Run | str | Path, baseline: str, treatment: str) -> list[
             if bad:
                 out.append(PairedTrial(case, i, b, t, "errored", "; ".join(bad)))
             else:
-                outcome = "win" if t and not b else "loss" if b and not t else "tie"
+                outcome: Outcome = "win" if t and not b else "loss" if b and not t else "tie"
                 out.append(PairedTrial(case, i, b, t, outcome))
     return out
 
@@ -318,6 +323,7 @@ def _apply_sequential(v: Verdict, votes: list[int], plan: Plan) -> Verdict:
     }
     if v.errored:
         return replace(v, test=SEQUENTIAL_SIGN_TEST, sequential=info)
+    kind: VerdictKind
     if st.decision == "continue":
         kind, reason = "inconclusive", (f"the sequential test has not settled after {st.trials} unit(s): keep sampling")
     else:
@@ -382,7 +388,7 @@ def conformance_verdict(
                 continue
             g = grades.get((case, arm, i))
             ok = grade_passed(g)
-            if ok is None:
+            if ok is None or g is None:
                 problems.append(f"{tag}: " + ("not graded" if g is None else f"ungraded ({g.get('error')})"))
                 continue
             if threshold is not None:
@@ -395,6 +401,7 @@ def conformance_verdict(
                 below += 1
                 below_trials.append(tag)
     n = met + below + len(problems)
+    kind: ConformanceKind
     if problems:
         kind, reason = "inconclusive", f"{len(problems)} trial(s) errored or missing: they prove nothing"
     elif n == 0:
@@ -447,7 +454,7 @@ def record_verdicts(
         )
         if value is not _UNSET
     }
-    v = replace(v, run=path.name, updated=datetime.now(timezone.utc).isoformat(timespec="seconds"), **changes)
+    v = replace(v, run=path.name, updated=datetime.now(UTC).isoformat(timespec="seconds"), **changes)
     RunFolder(path).write_verdicts(v)
     return v
 
