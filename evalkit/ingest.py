@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 
 import regex as _regex
 
-from ._io import check_regular_file, iter_jsonl, read_file_bytes, write_atomic
+from ._io import JsonLine, check_regular_file, iter_jsonl, json_lines, read_file_bytes, write_atomic
 from .agentevals import _sample_files, load_eval_file, match_sample, read_sample_file
 from .errors import InputError
 from .layout import GRADES, RESULTS
@@ -122,6 +122,53 @@ def _get(obj: Mapping[str, Any], key: str, kind: type[_T]) -> _T:
     """`obj[key]` when it is a `kind` (a dict, a list), else an empty one."""
     value = obj.get(key)
     return value if isinstance(value, kind) else kind()
+
+
+def _add_result(
+    samples: list[Sample],
+    grades: list[Grade],
+    check: CheckResult,
+    *,
+    case_id: str,
+    arm: str,
+    index: int,
+    tags: tuple[str, ...],
+    model: str,
+    output: str = "",
+    tool_calls: tuple[Any, ...] = (),
+    finish_reason: str | None = None,
+    usage: Usage | None = None,
+    latency_ms: float = 0.0,
+    cost_usd: float = 0.0,
+    request_hash: str = "",
+) -> None:
+    """One result of another harness as evalkit's sample and its grade (one check, the
+    harness's own verdict): seed 0 and no token counts unless the source records them."""
+    samples.append(
+        Sample(
+            case_id=case_id,
+            tags=tags,
+            arm=arm,
+            index=index,
+            seed=0,
+            model=model,
+            output=output,
+            tool_calls=tool_calls,
+            finish_reason=finish_reason,
+            usage=usage or Usage(0, 0),
+            latency_ms=latency_ms,
+            cost_usd=cost_usd,
+            request_hash=request_hash,
+        )
+    )
+    grades.append(Grade(case_id=case_id, arm=arm, index=index, passed=check.passed, checks=(check,)))
+
+
+def _json_line(item: JsonLine, path: Path) -> Any:
+    """The value of one line of a JSON-lines source, or an InputError naming the line."""
+    if item.error is not None:
+        raise InputError(f"not a JSON line: {item.error}", path, item.line)
+    return item.value
 
 
 def _int(value: Any, what: str, path: Path, *, line: int | None = None, json_path: str | None = None) -> int:
@@ -385,32 +432,20 @@ def read_inspect_log(
             if m.get("role") == "assistant"
             for tc in (m.get("tool_calls") or [])
         )
-        samples.append(
-            Sample(
-                case_id=cid,
-                tags=tuple(str(t) for t in tags) or ("inspect",),
-                arm=arm_name,
-                index=index,
-                seed=0,
-                model=model,
-                output=str(text),
-                tool_calls=tool_calls,
-                finish_reason=((output.get("choices") or [{}])[0].get("stop_reason")),
-                usage=usage_total,
-                latency_ms=float(s.get("total_time") or 0.0) * 1000.0,
-                cost_usd=0.0,
-                request_hash="",
-            )
-        )
-        grades.append(
-            Grade(
-                case_id=cid,
-                arm=arm_name,
-                index=index,
-                passed=passed,
-                checks=(CheckResult(f"inspect:{name}", passed, "" if passed else reason),),
-                error=None,
-            )
+        _add_result(
+            samples,
+            grades,
+            CheckResult(f"inspect:{name}", passed, "" if passed else reason),
+            case_id=cid,
+            arm=arm_name,
+            index=index,
+            tags=tuple(str(t) for t in tags) or ("inspect",),
+            model=model,
+            output=str(text),
+            tool_calls=tool_calls,
+            finish_reason=((output.get("choices") or [{}])[0].get("stop_reason")),
+            usage=usage_total,
+            latency_ms=float(s.get("total_time") or 0.0) * 1000.0,
         )
     if not samples and not errors:
         raise InputError(f"the log has no samples (status {status!r}): nothing to analyse", p)
@@ -607,31 +642,20 @@ def read_promptfoo(path: str | Path, *, arm: str | None = None) -> Ingested:
         passed = bool(r["success"])
         reason = "" if passed else str((r.get("gradingResult") or {}).get("reason") or r.get("error") or "failed")
         tags = tuple(str(v) for v in ((test_case.get("metadata") or {}).get("tags") or ())) or ("promptfoo",)
-        samples.append(
-            Sample(
-                case_id=cid,
-                tags=tags,
-                arm=arm_name,
-                index=index,
-                seed=0,
-                model=models[arm_name],
-                output=text,
-                tool_calls=(),
-                finish_reason=resp.get("finishReason"),
-                usage=_usage(tu),
-                latency_ms=float(r.get("latencyMs") or 0.0),
-                cost_usd=float(r.get("cost") or 0.0),
-                request_hash="",
-            )
-        )
-        grades.append(
-            Grade(
-                case_id=cid,
-                arm=arm_name,
-                index=index,
-                passed=passed,
-                checks=(CheckResult("promptfoo:assertions", passed, reason),),
-            )
+        _add_result(
+            samples,
+            grades,
+            CheckResult("promptfoo:assertions", passed, reason),
+            case_id=cid,
+            arm=arm_name,
+            index=index,
+            tags=tags,
+            model=models[arm_name],
+            output=text,
+            finish_reason=resp.get("finishReason"),
+            usage=_usage(tu),
+            latency_ms=float(r.get("latencyMs") or 0.0),
+            cost_usd=float(r.get("cost") or 0.0),
         )
     name = str(data.get("evalId") or p.stem)
     incomplete = f"{len(errors)} promptfoo result(s) errored" if errors else None
@@ -676,14 +700,7 @@ def read_tau_bench(path: str | Path, *, arm: str | None = None) -> Ingested:
             records = [records]
         lines = [(i + 1, r) for i, r in enumerate(records)]
     except (json.JSONDecodeError, UnicodeDecodeError):
-        lines = []
-        for n, raw in enumerate(text.splitlines(), 1):
-            if not raw.strip():
-                continue
-            try:
-                lines.append((n, json.loads(raw)))
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise InputError(f"not a JSON line: {exc}", p, n) from None
+        lines = [(item.line, _json_line(item, p)) for item in json_lines(text)]
     arm_name = arm or p.name.split(".")[0]
     trials: dict[str, dict[int, tuple[int, float]]] = {}  # case -> trial number -> (line, reward)
     for n, r in lines:
@@ -708,31 +725,15 @@ def read_tau_bench(path: str | Path, *, arm: str | None = None) -> Ingested:
         for index, trial in enumerate(sorted(by_trial)):
             reward = by_trial[trial][1]
             passed = abs(reward - 1.0) <= REWARD_TOL
-            samples.append(
-                Sample(
-                    case_id=cid,
-                    tags=("tau-bench",),
-                    arm=arm_name,
-                    index=index,
-                    seed=0,
-                    model=arm_name,
-                    output="",
-                    tool_calls=(),
-                    finish_reason=None,
-                    usage=Usage(0, 0),
-                    latency_ms=0.0,
-                    cost_usd=0.0,
-                    request_hash="",
-                )
-            )
-            grades.append(
-                Grade(
-                    case_id=cid,
-                    arm=arm_name,
-                    index=index,
-                    passed=passed,
-                    checks=(CheckResult("reward", passed, "" if passed else f"trial {trial}: reward={reward:g}"),),
-                )
+            _add_result(
+                samples,
+                grades,
+                CheckResult("reward", passed, "" if passed else f"trial {trial}: reward={reward:g}"),
+                case_id=cid,
+                arm=arm_name,
+                index=index,
+                tags=("tau-bench",),
+                model=arm_name,
             )
     if not samples:
         raise InputError("no trials in the file", p)
@@ -847,13 +848,8 @@ def read_lm_eval(
     task = m.group("task") if m else p.stem.removeprefix("samples_")
     results, cfg = _lm_results_config(p, task, m.group("date") if m else None)
     records: list[tuple[int, dict[str, Any]]] = []
-    for n, raw in enumerate(p.read_bytes().splitlines(), 1):
-        if not raw.strip():
-            continue
-        try:
-            rec = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise InputError(f"not a JSON line: {exc}", p, n) from None
+    for item in json_lines(p.read_bytes()):
+        n, rec = item.line, _json_line(item, p)
         if not isinstance(rec, dict) or "doc_id" not in rec or "resps" not in rec:
             raise InputError("an lm-eval sample line needs doc_id and resps (written by --log_samples)", p, n)
         records.append((n, rec))
@@ -941,25 +937,17 @@ def read_lm_eval(
                 )
             ]
         for j, (text, ok, why) in enumerate(graded):
-            samples.append(
-                Sample(
-                    case_id=cid,
-                    tags=(task,),
-                    arm=arm_name,
-                    index=j,
-                    seed=0,
-                    model=model,
-                    output=text,
-                    tool_calls=(),
-                    finish_reason=None,
-                    usage=Usage(0, 0),
-                    latency_ms=0.0,
-                    cost_usd=0.0,
-                    request_hash=str(rec.get("prompt_hash") or ""),
-                )
-            )
-            grades.append(
-                Grade(case_id=cid, arm=arm_name, index=j, passed=ok, checks=(CheckResult(f"lm-eval:{name}", ok, why),))
+            _add_result(
+                samples,
+                grades,
+                CheckResult(f"lm-eval:{name}", ok, why),
+                case_id=cid,
+                arm=arm_name,
+                index=j,
+                tags=(task,),
+                model=model,
+                output=text,
+                request_hash=str(rec.get("prompt_hash") or ""),
             )
     if reduced:
         notes.append(
@@ -1019,31 +1007,16 @@ def read_agent_evals(
                 reason = "" if ok else f"{case.match} {case.expect!r} not found"
             except TimeoutError:
                 ok, reason = False, "regex timed out"
-            samples.append(
-                Sample(
-                    case_id=case.id,
-                    tags=(case.set,),
-                    arm=arm,
-                    index=index,
-                    seed=0,
-                    model=arm,
-                    output=text,
-                    tool_calls=(),
-                    finish_reason=None,
-                    usage=Usage(0, 0),
-                    latency_ms=0.0,
-                    cost_usd=0.0,
-                    request_hash="",
-                )
-            )
-            grades.append(
-                Grade(
-                    case_id=case.id,
-                    arm=arm,
-                    index=index,
-                    passed=ok,
-                    checks=(CheckResult(f"agent-evals:{case.match}", ok, reason),),
-                )
+            _add_result(
+                samples,
+                grades,
+                CheckResult(f"agent-evals:{case.match}", ok, reason),
+                case_id=case.id,
+                arm=arm,
+                index=index,
+                tags=(case.set,),
+                model=arm,
+                output=text,
             )
     digest = hashlib.sha256((_sha256(out) + _sha256(Path(eval_file))).encode()).hexdigest()
     missing = [c.id for c in cases if not (out / c.id).is_dir()]
