@@ -18,7 +18,7 @@ import os
 import re
 import shutil
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -308,13 +308,35 @@ class _Reader:
             if key not in known and not is_comment_key(str(key)):
                 self.warn(f"{jp}.{key}", f"unknown key {key!r} in {what} (ignored)", strict_error=True)
 
-    def _present(self, obj: dict[str, Any], key: str, kp: str, *, required: bool) -> Any:
-        """`obj[key]`, or `_ABSENT` (with an error when the key is required)."""
+    def objects(
+        self, items: list[Any], jp: str, known: Collection[str], noun: str, shape: str
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Each item of the list at `jp` that is an object, with its JSON path: an item that
+        is not one is an error (`a <noun> must be <shape>`), a key not in `known` a warning
+        (not strict: the importers of other tools' files read their lists through this)."""
+        for i, item in enumerate(items):
+            at = f"{jp}[{i}]"
+            if not isinstance(item, dict):
+                self.err(at, f"a {noun} must be {shape}")
+                continue
+            for key in item:
+                if key not in known:
+                    self.warn(f"{at}.{key}", f"unknown key {key!r} in {noun} (ignored)")
+            yield at, item
+
+    def _present(
+        self, obj: dict[str, Any], key: str, kp: str, *, required: bool, default: Any, nullable: bool
+    ) -> tuple[bool, Any]:
+        """(True, `obj[key]`) when there is a value to check; else (False, what to return):
+        `default` when the key is absent (an error when it is required), None when it is
+        null and null is allowed."""
         if key not in obj:
             if required:
                 self.err(kp, f"missing required key {key!r}")
-            return _ABSENT
-        return obj[key]
+            return False, default
+        if obj[key] is None and nullable:
+            return False, None
+        return True, obj[key]
 
     def number(
         self,
@@ -331,11 +353,9 @@ class _Reader:
         nullable: bool = False,
     ) -> Any:
         kp = f"{jp}.{key}"
-        v = self._present(obj, key, kp, required=required)
-        if v is _ABSENT:
-            return default
-        if v is None and nullable:
-            return None
+        given, v = self._present(obj, key, kp, required=required, default=default, nullable=nullable)
+        if not given:
+            return v
         kind = "an integer" if integer else "a number"
         if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)):
             self.err(kp, f"{key} must be {kind}, got {json.dumps(v)}")
@@ -366,11 +386,9 @@ class _Reader:
         nonempty: bool = True,
     ) -> Any:
         kp = f"{jp}.{key}"
-        v = self._present(obj, key, kp, required=required)
-        if v is _ABSENT:
-            return default
-        if v is None and nullable:
-            return None
+        given, v = self._present(obj, key, kp, required=required, default=default, nullable=nullable)
+        if not given:
+            return v
         if not isinstance(v, str):
             self.err(kp, f"{key} must be a string, got {json.dumps(v)}")
             return default
