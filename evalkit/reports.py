@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from . import privacy
-from ._io import read_json_object, write_atomic
+from ._io import iter_jsonl, read_json_object, write_atomic
 from .errors import InputError
 from .gates import gate, load_baseline
 from .grading import summarize_run, write_summary
@@ -229,16 +229,9 @@ def plan_notebooks(
 
 
 def _grades_have_judge(path: Path) -> bool:
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if '"judge_score": null' in line or '"judge_score"' not in line:
-                continue
-            try:
-                if json.loads(line).get("judge_score") is not None:
-                    return True
-            except json.JSONDecodeError:
-                continue
-    return False
+    """Whether any grade of `grades.jsonl` carries a judge score (read by the run files'
+    one reader: a bad line is an InputError naming it, as every later step would say)."""
+    return any(g.get("judge_score") is not None for g in iter_jsonl(path))
 
 
 # ------------------------------------------------------------------------------ execution and rendering
