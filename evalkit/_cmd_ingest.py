@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from . import ingest as _ingest
+from .layout import SUMMARY_MD
 
 
 @click.command("ingest")
@@ -83,7 +84,7 @@ def ingest_cmd(
         compat_wildcards=compat_wildcards,
     )
     click.echo(str(dest))
-    with open(dest / "summary.md", encoding="utf-8") as fh:
+    with open(dest / SUMMARY_MD, encoding="utf-8") as fh:
         first = fh.readline().strip()
     if first.startswith("INCOMPLETE"):
         click.echo(first, err=True)  # the run folder is written; gate and compare will refuse it as incomplete

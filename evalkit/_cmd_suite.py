@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from . import loader, suite
-from .layout import CONFIG_FILE
+from .layout import CASES_FILE, CONFIG_FILE
 from .records import set_gate
 
 
@@ -52,7 +52,7 @@ def init_cmd(unit_dir: Path, ci: str | None, watch: tuple[str, ...], repo_root: 
         wf = write_github_workflow(loader.load_suite(unit_dir), repo_root=repo_root, watch=watch)
         click.echo(f"created {wf} (caps and thresholds stay in {unit_dir / CONFIG_FILE}; it never writes a baseline)")
     if not existing:
-        click.echo(f"next: edit {dest / 'cases.jsonl'} and {dest / 'config.json'}, then `evalkit lint {dest}`")
+        click.echo(f"next: edit {dest / CASES_FILE} and {dest / CONFIG_FILE}, then `evalkit lint {dest}`")
 
 
 @click.command("lint")

@@ -115,7 +115,7 @@ def _read_run(path: str | Path) -> Run:
     summary: dict[str, Any] = {}
     sp = p / SUMMARY_JSON
     if sp.exists():
-        summary = read_json_object(sp, "summary.json", limit=RUN_JSON_BYTES)
+        summary = read_json_object(sp, SUMMARY_JSON, limit=RUN_JSON_BYTES)
     samples = _frame([_sample_row(d) for d in folder.results()], SAMPLE_COLUMNS)
     grades_rows = []
     gp = p / GRADES
