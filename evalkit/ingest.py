@@ -69,6 +69,14 @@ class Ingested:
     errors: tuple[dict[str, Any], ...] = ()  # keys the source tried and failed: never a pass
     case_sets: dict[str, str] = field(default_factory=dict)  # case -> set, when the source has sets
 
+    @classmethod
+    def of_file(
+        cls, source: str, path: Path, name: str, samples: list[Sample], grades: list[Grade], **fields: Any
+    ) -> Ingested:
+        """What a reader of one source file found: the file named and hashed (`fields`:
+        the rest, by name)."""
+        return cls(source, str(path), _sha256(path), name, tuple(samples), tuple(grades), **fields)
+
     @property
     def arms(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(s.arm for s in self.samples))
@@ -457,19 +465,17 @@ def read_inspect_log(
         reasons.append(f"{len(errors)} inspect sample(s) errored")
     if status != "success" or (expected and tried != expected):
         reasons.append(f"inspect log status {status!r}, {len(samples)}/{expected or '?'} samples scored")
-    return Ingested(
+    return Ingested.of_file(
         "inspect-ai",
-        str(p),
-        _sha256(p),
+        p,
         task,
-        tuple(samples),
-        tuple(grades),
-        complete,
-        "; ".join(reasons) or None,
-        expected,
-        {arm_name: model},
-        (),
-        tuple(errors),
+        samples,
+        grades,
+        complete=complete,
+        reason="; ".join(reasons) or None,
+        expected_keys=expected,
+        models={arm_name: model},
+        errors=tuple(errors),
     )
 
 
@@ -669,19 +675,18 @@ def read_promptfoo(path: str | Path, *, arm: str | None = None) -> Ingested:
                 f"{len(uneven)} case(s) do not have {repeat} rows per arm (identical tests merge): "
                 + ", ".join(uneven[:5])
             )
-    return Ingested(
+    return Ingested.of_file(
         "promptfoo",
-        str(p),
-        _sha256(p),
+        p,
         name,
-        tuple(samples),
-        tuple(grades),
-        not errors,
-        incomplete,
-        len(samples) + len(errors),
-        models,
-        tuple(notes),
-        tuple(errors),
+        samples,
+        grades,
+        complete=not errors,
+        reason=incomplete,
+        expected_keys=len(samples) + len(errors),
+        models=models,
+        notes=tuple(notes),
+        errors=tuple(errors),
     )
 
 
@@ -737,17 +742,14 @@ def read_tau_bench(path: str | Path, *, arm: str | None = None) -> Ingested:
             )
     if not samples:
         raise InputError("no trials in the file", p)
-    return Ingested(
+    return Ingested.of_file(
         "tau-bench",
-        str(p),
-        _sha256(p),
+        p,
         p.name.split(".")[0],
-        tuple(samples),
-        tuple(grades),
-        True,
-        None,
-        len(samples),
-        {arm_name: arm_name},
+        samples,
+        grades,
+        expected_keys=len(samples),
+        models={arm_name: arm_name},
     )
 
 
@@ -964,18 +966,17 @@ def read_lm_eval(
     expected_docs = effective.get("effective") if isinstance(effective, dict) else None
     complete = not isinstance(expected_docs, int) or expected_docs == len(seen)
     incomplete = None if complete else f"lm-eval planned {expected_docs} docs, the file has {len(seen)}"
-    return Ingested(
+    return Ingested.of_file(
         "lm-eval",
-        str(p),
-        _sha256(p),
+        p,
         task,
-        tuple(samples),
-        tuple(grades),
-        complete,
-        incomplete,
-        len(samples),
-        {arm_name: model},
-        tuple(notes),
+        samples,
+        grades,
+        complete=complete,
+        reason=incomplete,
+        expected_keys=len(samples),
+        models={arm_name: model},
+        notes=tuple(notes),
     )
 
 
