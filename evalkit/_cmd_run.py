@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ._cliopts import ci_output_options, emit_ci
+from ._cliopts import batch_from, batch_options, ci_output_options, emit_ci
 from .errors import InputError
 
 if TYPE_CHECKING:  # for annotations only: ciout loads with the command
@@ -53,6 +53,7 @@ if TYPE_CHECKING:  # for annotations only: ciout loads with the command
     help="Run even though the privacy scan found personal data or secrets in the suite "
     "(recorded in the run's config.json); by default the run refuses before any call.",
 )
+@batch_options
 @ci_output_options
 def run_cmd(
     suite: str,
@@ -69,10 +70,19 @@ def run_cmd(
     allow_private_data: bool,
     junit: Path | None,
     markdown: Path | None,
+    batch: bool,
+    batch_max_requests: int | None,
+    batch_max_bytes: int | None,
+    batch_poll_s: float | None,
+    no_wait: bool,
 ) -> None:
-    """Sample every case x arm k times under the cost cap; exit 1 when INCOMPLETE."""
-    # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
-    from .runner import run_suite
+    """Sample every case x arm k times under the cost cap; exit 1 when INCOMPLETE.
+
+    With --batch the samples go through the provider's Batch API (evalkit.batch); a
+    --resume, with --batch or without, first collects the batches a run left open."""
+    from .runner import run_suite  # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
+
+    options = batch_from(batch, batch_max_requests, batch_max_bytes, batch_poll_s, no_wait)
 
     arm_list = [a.strip() for a in arms.split(",") if a.strip()] if arms is not None else None
     if arm_list is not None and not arm_list:
@@ -98,6 +108,7 @@ def run_cmd(
         cache=not no_cache,
         sample_files=not no_sample_files,
         allow_private_data=allow_private_data,
+        batch=options,
     )
     click.echo(f"run folder: {result.path}")
     click.echo(

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ._cliopts import echo_text
 from .endpoints import GENERATOR_URL_ENV, SERVED_ENV
 
 if TYPE_CHECKING:
@@ -115,7 +116,7 @@ def _serve(server: ScriptedServer | ServerProcess, command: tuple[str, ...]) -> 
                     time.sleep(0.2)
             except KeyboardInterrupt:
                 return None
-            click.echo(f"error: {reason}", err=True)
+            echo_text(f"error: {reason}", err=True)  # the server's log tail
             return 1
         with tempfile.TemporaryDirectory(prefix="evalkit-serve-") as tmp:
             status = Path(tmp) / "server-status.txt"
@@ -171,7 +172,7 @@ def _watch_server(server: ScriptedServer | ServerProcess, status: Path, done: th
         if reason:
             write_atomic(status, reason + "\n")
             died.append(reason)
-            click.echo(f"error: {reason}", err=True)
+            echo_text(f"error: {reason}", err=True)
             return
 
 

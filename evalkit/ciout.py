@@ -15,7 +15,12 @@ check, the spend and the top failures.
 
 Model output and reasons quoted from it are untrusted text: control characters that XML
 1.0 cannot carry are dropped, and the Markdown escapes HTML and Markdown syntax (and
-breaks `@mentions`) so an answer cannot inject markup into a PR comment.
+breaks `@mentions`) so an answer cannot inject markup into a PR comment. Both files are
+published (a job summary, a PR comment, a test-report artifact), so every text either
+carries (names, messages, details, reasons, table cells, the headline) has each
+personal value or secret the privacy scanner detects replaced by its kind's placeholder
+first (`evalkit.privacy.redact_shown`: `<API_KEY>`, `<EMAIL>`): a check's reason that
+quotes a model leaking a token shows the placeholder, never the token.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ._io import write_atomic
 from .layout import RESULTS, SUMMARY_JSON
-from .records import COST_RISE_PREFIXES, SCORE_DROP_PREFIXES
+from .records import COST_RISE_PREFIXES, SCORE_DROP_PREFIXES, judge_line
 from .runs import RunFolder, config_arm_names, iter_jsonl
 
 if TYPE_CHECKING:
@@ -81,16 +86,25 @@ _XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]|~])")  # links, code, emphasis, tables (text never starts a line)
 
 
+def _published(s: Any) -> str:
+    """`s` as a published file may show it: personal data and secrets replaced by their
+    kinds' placeholders (before any cut, so a value is never half shown)."""
+    from .privacy import redact_shown  # lazy: the privacy scanners compile their patterns on import
+
+    return redact_shown(str(s))
+
+
 def _xml_text(s: Any) -> str:
-    """Text XML 1.0 can carry: the control characters it forbids are dropped."""
-    return _XML_BAD.sub("", str(s))[:MAX_TEXT]
+    """Text XML 1.0 can carry, and may publish: the control characters it forbids are
+    dropped, personal data and secrets replaced (`_published`)."""
+    return _XML_BAD.sub("", _published(s))[:MAX_TEXT]
 
 
 def md_escape(s: Any, limit: int = 160) -> str:
-    """Untrusted text as inert Markdown on one line: HTML escaped, Markdown punctuation
-    backslash-escaped, `@` broken so no one is mentioned, newlines folded, cut to
-    `limit` characters."""
-    text = " ".join(_XML_BAD.sub("", str(s)).split())
+    """Untrusted text as inert Markdown on one line: personal data and secrets replaced
+    (`_published`), HTML escaped, Markdown punctuation backslash-escaped, `@` broken so
+    no one is mentioned, newlines folded, cut to `limit` characters."""
+    text = " ".join(_XML_BAD.sub("", _published(s)).split())
     if len(text) > limit:
         text = text[: limit - 1] + "…"
     text = html.escape(text, quote=False)
@@ -339,9 +353,13 @@ def compare_report(
     treat: RunMetrics | None = None,
     fail_on: tuple[str, ...] = (),
 ) -> CiReport:
-    """`evalkit compare`: one testcase per case (its vote; a case the treatment lost is
-    a failure, an errored or unmatched case an error), then the verdict itself, which
-    fails when its kind is one of `fail_on` (as the exit status does)."""
+    """`evalkit compare`: one testcase per case (its vote), then the verdict itself, which
+    fails when its kind is one of `fail_on` (as the exit status does). The document is red
+    exactly when the command exits 1: only then is a case the treatment lost a failure and
+    an errored or unmatched case an error (they say why the verdict failed); otherwise
+    every case passes with its vote as its output, since one lost case is no failure of a
+    comparison that is decided over all of them."""
+
     cls = "evalkit.compare"
     bm = base.by_id() if base is not None else {}
     tm = treat.by_id() if treat is not None else {}
@@ -352,15 +370,17 @@ def compare_report(
             (f"baseline {b.c}/{b.n}" if b else "baseline -") + ", " + (f"treatment {t.c}/{t.n}" if t else "treatment -")
         )
 
+    failing = v.kind in fail_on
     cases = []
     for cid, vote in v.case_votes:
         if vote == "loss":
-            cases.append(TestCase(cid, cls, "failure", f"the treatment lost this case ({counts(cid)})", counts(cid)))
+            why = f"the treatment lost this case ({counts(cid)})"
+            cases.append(TestCase(cid, cls, "failure" if failing else "passed", why if failing else "", why))
         elif vote == "errored":
-            cases.append(TestCase(cid, cls, "error", f"a trial errored or is unmatched: no vote ({counts(cid)})"))
+            why = f"a trial errored or is unmatched: no vote ({counts(cid)})"
+            cases.append(TestCase(cid, cls, "error" if failing else "passed", why if failing else "", why))
         else:
             cases.append(TestCase(cid, cls, "passed", "", f"{vote} ({counts(cid)})"))
-    failing = v.kind in fail_on
     cases.append(
         TestCase(
             "verdict",
@@ -383,6 +403,7 @@ def compare_report(
     ]
     sections = [
         "**Verdict:** " + md_escape(f"{v.kind}: {v.reason}", 600),
+        "**Judge:** " + md_escape(judge_line(v.judge, v.judge_checks), 300),
         _table(["treatment", "baseline", "tally (cases)", "errored", "sign-test p", "alpha"], rows),
         _plan_section(v.plan_check),
         spend_section(getattr(run, "summary", None)),
@@ -403,6 +424,28 @@ def compare_report(
 
 
 # --------------------------------------------------------------------------- grade --eval-file
+
+
+def conformance_report(cv: Any, run: Any = None, fail_on: tuple[str, ...] = ()) -> CiReport:
+    """`evalkit compare` on one arm: one testcase per trial below the threshold (a
+    failure) or errored or missing (an error), then the conformance verdict, which fails
+    when its kind is one of `fail_on`."""
+    cls = "evalkit.conformance"
+    cases = [TestCase(t, cls, "failure", "below the threshold") for t in cv.below_trials]
+    for p in cv.problems:
+        name, _, why = str(p).partition(": ")
+        cases.append(TestCase(name, cls, "error", why or "errored"))
+    failing = cv.kind in fail_on
+    text = f"{cv.kind}: {cv.reason}"
+    cases.append(TestCase("verdict", cls, "failure" if failing else "passed", text if failing else "", text))
+    rows = [[md_escape(cv.arm or "-", 60), str(cv.n_trials), str(cv.met), str(cv.below), str(cv.errored)]]
+    sections = [
+        "**Verdict:** " + md_escape(text, 600),
+        _table(["arm", "trials", "met", "below", "errored or missing"], rows),
+        spend_section(getattr(run, "summary", None)),
+    ]
+    headline = f"conformance {cv.kind}" + (" (a failure: --fail-on)" if failing else "")
+    return CiReport("compare", not failing, headline, tuple(cases), tuple(sections))
 
 
 def eval_file_report(rep: CompatReport) -> CiReport:

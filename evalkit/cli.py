@@ -23,6 +23,7 @@ _COMMANDS = {
     "lint": "_cmd_suite",
     "import": "_cmd_suite",
     "run": "_cmd_run",
+    "batch": "_cmd_batch",
     "serve": "_cmd_serve",
     "grade": "_cmd_grade",
     "judge": "_cmd_grade",
@@ -37,6 +38,7 @@ _COMMANDS = {
     "privacy": "_cmd_privacy",
     "report": "_cmd_report",
     "microtest": "_cmd_report",
+    "replay": "_cmd_replay",
 }
 
 
@@ -58,7 +60,9 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except EvalkitError as exc:
-            click.echo(f"error: {exc}", err=True)
+            from ._cliopts import echo_text  # lazy: as every command module
+
+            echo_text(f"error: {exc}", err=True)  # a message may quote a file or an endpoint
             sys.exit(exc.exit_code)
 
 

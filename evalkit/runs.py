@@ -184,7 +184,13 @@ def sample_to_dict(sample: Sample) -> dict[str, Any]:
     d["tags"] = list(sample.tags)
     d["tool_calls"] = list(sample.tool_calls)
     d["usage"] = {"prompt_tokens": sample.usage.prompt_tokens, "completion_tokens": sample.usage.completion_tokens}
+    for name in _AGENT_FIELDS:  # a prompt unit's line stays as it was
+        if d[name] is None:
+            del d[name]
     return d
+
+
+_AGENT_FIELDS = ("turns", "agent")
 
 
 def sample_from_dict(d: dict[str, Any]) -> Sample:

@@ -194,7 +194,11 @@ def paired_trials(run: Run | str | Path, baseline: str, treatment: str) -> list[
                 g = grades.get(key)
                 status[arm] = ok = grade_passed(g)
                 if ok is None:
-                    why = "not graded" if g is None else f"ungraded ({g.get('error') or 'grader error'})"
+                    why = (
+                        "not graded"
+                        if g is None
+                        else f"ungraded ({g.get('error') or g.get('judge_held') or 'grader error'})"
+                    )
                     bad.append(f"{arm}: {why}")
             b, t = status[baseline], status[treatment]
             if bad:
@@ -203,6 +207,21 @@ def paired_trials(run: Run | str | Path, baseline: str, treatment: str) -> list[
                 outcome: Outcome = "win" if t and not b else "loss" if b and not t else "tie"
                 out.append(PairedTrial(case, i, b, t, outcome))
     return out
+
+
+def check_two_arms(run: Run, baseline: str, treatment: str) -> None:
+    """`InputError` unless `baseline` and `treatment` are two different arms of a graded `run`."""
+    arms = run.arm_names()
+    for name, arm in (("--baseline", baseline), ("--treatment", treatment)):
+        if arm not in arms:
+            raise InputError(
+                f"{name} arm {arm!r} is not in the run (arms: {', '.join(arms) or 'none'})",
+                Path(run.path) / RUN_CONFIG,
+                json_path="$.arms",
+            )
+    if baseline == treatment:
+        raise InputError("--baseline and --treatment name the same arm", json_path="arms")
+    require_graded(run)
 
 
 def two_arm_verdict(
@@ -226,16 +245,7 @@ def two_arm_verdict(
     paired differences).
     """
     run = as_run(run)
-    arms = run.arm_names()
-    for name, arm in (("--baseline", baseline), ("--treatment", treatment)):
-        if arm not in arms:
-            raise InputError(
-                f"{name} arm {arm!r} is not in the run (arms: {', '.join(arms) or 'none'})",
-                Path(run.path) / RUN_CONFIG,
-                json_path="$.arms",
-            )
-    if baseline == treatment:
-        raise InputError("--baseline and --treatment name the same arm", json_path="arms")
+    check_two_arms(run, baseline, treatment)
     trials = paired_trials(run, baseline, treatment)
     problems = [f"{t.case_id}#{t.index}: {t.problem}" for t in trials if t.problem]
     problem_cases = {t.case_id for t in trials if t.problem}
@@ -464,23 +474,3 @@ def run_plan(run: Run, plan_path: str | Path | None = None) -> Plan | None:
     `plan.json` (`plans.find_plan`), else none."""
     path = plan_path if plan_path is not None else find_plan(suite_dir_of(run))
     return load_plan(path) if path is not None else None
-
-
-def compare(
-    run: Run | str | Path,
-    baseline: str,
-    treatment: str,
-    *,
-    plan: str | Path | None = None,
-    alpha: float | None = None,
-) -> Verdict:
-    """`evalkit compare`: the two-arm verdict of a graded run held to its plan
-    (`run_plan`; alpha from the plan unless given, else 0.05), recorded in the run's
-    `verdicts.json`."""
-    loaded = as_run(run)
-    p = run_plan(loaded, plan)
-    v = two_arm_verdict(
-        loaded, baseline, treatment, alpha=alpha if alpha is not None else (p.alpha if p else 0.05), plan=p
-    )
-    record_verdicts(loaded.path, comparison=v)
-    return v
