@@ -29,10 +29,17 @@ $(STAMP): pyproject.toml $(LOCKS) tools/install-llama.sh
 
 install: $(STAMP)
 
-demo: $(STAMP)
-	$(BIN)/python -m evalkit.demo $(SUITE)
+PANDALM := ../shared/data/pandalm
 
+demo: $(STAMP)
+	$(BIN)/python -m evalkit.demo $(SUITE) $(if $(wildcard $(PANDALM)/testset-v1.json),--pandalm-dir $(PANDALM))
+
+# The checks first (each fails the target when not clean): lint, formatting, types
+# (configured in pyproject.toml), then the tests.
 test: $(STAMP)
+	$(BIN)/ruff check evalkit
+	$(BIN)/ruff format --check evalkit
+	$(BIN)/mypy
 	@$(BIN)/python -m pytest -p no:cacheprovider $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; that is a failure" >&2; exit 1; fi; \
 	exit $$rc

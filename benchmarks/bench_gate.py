@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from evalkit import gates as G
 from evalkit import verdicts as V
 from evalkit.records import GateThresholds
 
@@ -31,10 +32,10 @@ def _runner(rng: np.random.Generator, n_cases: int, k: int):
     sets = ["regression" if i % 3 == 0 else "capability" for i in range(n_cases)]
     tags = [(f"tag{i % 4}",) for i in range(n_cases)]
 
-    def sample(probs: np.ndarray) -> V.RunMetrics:
+    def sample(probs: np.ndarray) -> G.RunMetrics:
         c = rng.binomial(k, probs)
-        return V.RunMetrics(k=k, cases=tuple(
-            V.CaseResult(f"c{i}", sets[i], tags[i], k, int(c[i]),
+        return G.RunMetrics(k=k, cases=tuple(
+            G.CaseResult(f"c{i}", sets[i], tags[i], k, int(c[i]),
                          tuple(float(x) for x in rng.gamma(4.0, 0.00025, size=k))) for i in range(n_cases)))
     return sample
 
@@ -56,10 +57,10 @@ def main() -> None:
         guarded = naive = 0
         for r in range(args.reps):
             a, b = sample(p), sample(p)
-            guarded += not V.gate_metrics(a, b, t, n_resamples=args.resamples, seed=r).passed
-            naive += not V.gate_metrics(a, b, t, alpha=1.0, n_resamples=50, seed=r).passed
+            guarded += not G.gate_metrics(a, b, t, n_resamples=args.resamples, seed=r).passed
+            naive += not G.gate_metrics(a, b, t, alpha=1.0, n_resamples=50, seed=r).passed
         lowered = np.clip(p - args.drop, 0, 1)
-        detected = sum(not V.gate_metrics(sample(lowered), sample(p), t, n_resamples=args.resamples, seed=r).passed
+        detected = sum(not G.gate_metrics(sample(lowered), sample(p), t, n_resamples=args.resamples, seed=r).passed
                        for r in range(max(100, args.reps // 5)))
         row = {"cases": n_cases, "k": k, "false_alarm_guarded": guarded / args.reps,
                "false_alarm_plain_thresholds": naive / args.reps,

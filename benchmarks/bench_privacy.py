@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from evalkit import privacy
-from evalkit.suite import _validate, lint_suite
+from evalkit.loader import lint_suite, load_suite
 
 ROOT = Path(__file__).resolve().parents[1]
 PANDALM = ROOT.parent / "shared" / "data" / "pandalm" / "testset-v1.json"
@@ -119,7 +119,7 @@ def main() -> None:
         suite = Path(tmp) / "bulk"
         write_suite(suite, cases)
         size_mb = (suite / "cases.jsonl").stat().st_size / 1e6
-        without = median_s(lambda: _validate(suite, False, privacy=False))
+        without = median_s(lambda: load_suite(suite))
         with_scan = median_s(lambda: lint_suite(suite))
         report = lint_suite(suite)
         found = [f for f in report.warnings if "privacy:" in f.message]

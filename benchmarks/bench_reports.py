@@ -110,7 +110,7 @@ def empty_notebooks(folder: Path, names: list[str]) -> Path:
 
 
 IMPORTS = ("import matplotlib.pyplot as plt\nimport numpy as np\nimport pandas as pd\n\n"
-           "from evalkit import reports, stats, verdicts\n\nreports.setup_plots()")
+           "from evalkit import nb, stats, verdicts\n\nnb.setup_plots()")
 BLANK_FIGURE = "fig, ax = plt.subplots()\nax.plot([0, 1], [0, 1])\nplt.show()"
 
 

@@ -148,7 +148,7 @@ class BatchStore:
             self._dir = None
 
     def _error(self, status: int, message: str, code: str | None = None, param: str | None = None) -> Any:
-        from aiohttp import web
+        from aiohttp import web  # lazy: aiohttp loads only when a scripted server serves
 
         body = {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": code}}
         return web.json_response(body, status=status)
@@ -176,7 +176,7 @@ class BatchStore:
     # -- files ---------------------------------------------------------------------------
 
     async def _upload(self, request: Any) -> Any:
-        from aiohttp import web
+        from aiohttp import web  # lazy: aiohttp loads only when a scripted server serves
 
         if not request.content_type.startswith("multipart/"):
             return self._error(400, "uploads are multipart/form-data with 'file' and 'purpose'")
@@ -212,7 +212,7 @@ class BatchStore:
         return web.json_response(obj)
 
     async def _list_files(self, request: Any) -> Any:
-        from aiohttp import web
+        from aiohttp import web  # lazy: aiohttp loads only when a scripted server serves
 
         q = request.query
         rows = [f for f in self.files.values() if q.get("purpose") in (None, f["purpose"])]
@@ -235,7 +235,7 @@ class BatchStore:
         }
 
     async def _file(self, request: Any) -> Any:
-        from aiohttp import web
+        from aiohttp import web  # lazy: aiohttp loads only when a scripted server serves
 
         obj = self.files.get(request.match_info["file_id"])
         if obj is None:
@@ -243,7 +243,7 @@ class BatchStore:
         return web.json_response(obj)
 
     async def _delete_file(self, request: Any) -> Any:
-        from aiohttp import web
+        from aiohttp import web  # lazy: aiohttp loads only when a scripted server serves
 
         fid = request.match_info["file_id"]
         if self.files.pop(fid, None) is None:
@@ -252,7 +252,7 @@ class BatchStore:
         return web.json_response({"id": fid, "object": "file", "deleted": True})
 
     async def _content(self, request: Any) -> Any:
-        from aiohttp import web
+        from aiohttp import web  # lazy: aiohttp loads only when a scripted server serves
 
         fid = request.match_info["file_id"]
         if fid not in self.files:
@@ -262,7 +262,7 @@ class BatchStore:
     # -- batches -------------------------------------------------------------------------
 
     async def _create(self, request: Any) -> Any:
-        from aiohttp import web
+        from aiohttp import web  # lazy: aiohttp loads only when a scripted server serves
 
         try:
             body = json.loads(await request.read())
@@ -326,13 +326,13 @@ class BatchStore:
         return None
 
     async def _list_batches(self, request: Any) -> Any:
-        from aiohttp import web
+        from aiohttp import web  # lazy: aiohttp loads only when a scripted server serves
 
         rows = list(reversed(self.batches.values()))  # newest first, as OpenAI lists them
         return web.json_response(self._page(rows, request.query, default_limit=20))
 
     async def _batch(self, request: Any) -> Any:
-        from aiohttp import web
+        from aiohttp import web  # lazy: aiohttp loads only when a scripted server serves
 
         b = self.batches.get(request.match_info["batch_id"])
         if b is None:
@@ -340,7 +340,7 @@ class BatchStore:
         return web.json_response(b)
 
     async def _cancel_batch(self, request: Any) -> Any:
-        from aiohttp import web
+        from aiohttp import web  # lazy: aiohttp loads only when a scripted server serves
 
         b = self.batches.get(request.match_info["batch_id"])
         if b is None:

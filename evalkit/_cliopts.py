@@ -5,12 +5,14 @@ that may carry what an endpoint, a model or a user's file said."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import click
 
 from ._text import printable
+from .errors import InputError
 
 
 def ci_output_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -38,6 +40,7 @@ def emit_ci(make_report: Callable[[], Any], junit: Path | None, markdown: Path |
     """Build the `evalkit.ciout.CiReport` (only when asked for) and write it."""
     if junit is None and markdown is None:
         return
+    # lazy: CI outputs are built only when --junit or --markdown asks for them
     from .ciout import write_junit, write_markdown
 
     report = make_report()
@@ -95,8 +98,6 @@ def batch_from(
 ) -> Any:
     """The `evalkit.batch.BatchOptions` the `batch_options` flags ask for, or None
     without `--batch` (a limit or `--no-wait` without it is an input error)."""
-    from .errors import InputError
-
     given: dict[str, object] = {"--batch-max-requests": batch_max_requests, "--batch-max-bytes": batch_max_bytes}
     given.update({"--batch-poll-s": batch_poll_s, "--no-wait": no_wait or None})
     if not batch:
@@ -104,7 +105,7 @@ def batch_from(
         if changed:
             raise InputError(f"{', '.join(changed)} only apply with --batch")
         return None
-    from .batch import BatchOptions
+    from .batch import BatchOptions  # lazy: evalkit.batch loads openai
 
     limits: dict[str, Any] = {"max_requests": batch_max_requests, "max_bytes": batch_max_bytes, "poll_s": batch_poll_s}
     return BatchOptions(wait=not no_wait, **{k: v for k, v in limits.items() if v is not None})

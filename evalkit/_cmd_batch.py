@@ -20,6 +20,7 @@ def batch_group() -> None:
 def status_cmd(run: str, as_json: bool, offline: bool) -> None:
     """Each batch of RUN: its state, the provider's status and request counts (asked now
     for the batches still open), and its reservation."""
+    # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
     from .batch import batch_status, describe
 
     rows = batch_status(run, ask=not offline)
@@ -36,6 +37,7 @@ def cancel_cmd(run: str) -> None:
     """Ask the provider to cancel RUN's open batches. Their partial results are collected,
     and their reservations closed, by the next `evalkit run --resume RUN` (or `evalkit
     grade RUN`, for the judge's), or by the run still polling them."""
+    # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
     from .batch import batch_cancel, describe
 
     rows = batch_cancel(run)

@@ -8,8 +8,6 @@ import sys
 
 import click
 
-from . import dataset
-
 
 @click.group("dataset")
 def dataset_group() -> None:
@@ -33,7 +31,9 @@ def validate_cmd(json_path: str, csv_path: str, strict: bool, privacy_file: str 
     findings, when there are any; errors under --strict); exits 0 when valid, 1 on
     contract failures, 2 (stderr only) when a file cannot be read, decoded or parsed, a
     path leaves the working directory, or the schema cannot be set up."""
-    result = dataset.validate_files(json_path, csv_path, strict=strict, privacy=privacy_file)
+    from .dataset import validate_files  # lazy: the dataset contract loads jsonschema, numpy and the privacy scanner
+
+    result = validate_files(json_path, csv_path, strict=strict, privacy=privacy_file)
     click.echo(json.dumps(result.as_json(), ensure_ascii=False))
     sys.exit(0 if result.valid else 1)
 
@@ -54,7 +54,9 @@ def new_cmd(source: str, json_out: str, csv_out: str, force: bool, redact: bool)
     metadata and evaluation_pairs; the counts are computed from the pairs). Spreadsheet
     formula cells in the CSV are escaped with a leading '. Personal data and secrets in
     the source are reported as notes (never their values)."""
-    ds, notes = dataset.new_dataset(source, json_out, csv_out, force=force, redact=redact)
+    from .dataset import new_dataset  # lazy: the dataset contract loads jsonschema, numpy and the privacy scanner
+
+    ds, notes = new_dataset(source, json_out, csv_out, force=force, redact=redact)
     for note in notes:
         click.echo(f"note: {note}", err=True)
     md = ds["metadata"]
@@ -78,15 +80,17 @@ def sample_cmd(
 ) -> None:
     """Draw a review sample stratified by difficulty and population (review_state draft
     -> sampled), or with --confirm move a sampled dataset to confirmed."""
+    from .dataset import confirm_dataset, sample_dataset  # lazy: the dataset contract loads jsonschema and numpy
+
     if confirm:
         if out_path:
             raise click.UsageError("--confirm draws nothing: drop --out")
-        state = dataset.confirm_dataset(json_path, csv_path)
+        state = confirm_dataset(json_path, csv_path)
         click.echo(f"review_state: {state}")
         return
     if not out_path:
         raise click.UsageError("--out is required to draw a sample")
-    chosen, state = dataset.sample_dataset(json_path, csv_path, out_path, size=size, seed=seed, force=force)
+    chosen, state = sample_dataset(json_path, csv_path, out_path, size=size, seed=seed, force=force)
     by_level: dict[str, int] = {}
     for p in chosen:
         by_level[p["difficulty"]] = by_level.get(p["difficulty"], 0) + 1
@@ -106,7 +110,9 @@ def sample_cmd(
 def to_suite_cmd(json_path: str, csv_path: str, dest: str, context_dir: str | None) -> None:
     """Convert a valid dataset into a native suite: one case per pair, difficulty and
     populations as tags, expected tools as checks, a refusal check on safety pairs."""
-    out = dataset.to_suite(json_path, csv_path, dest, context_dir=context_dir)
+    from .loader import dataset_to_suite  # lazy: the loader brings the privacy scanner (detect_secrets)
+
+    out = dataset_to_suite(json_path, csv_path, dest, context_dir=context_dir)
     click.echo(f"wrote suite {out}; next: `evalkit lint {dest}`")
 
 

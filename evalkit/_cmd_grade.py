@@ -13,12 +13,18 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ._cliopts import batch_from, batch_options, ci_output_options, echo_text, emit_ci
 from ._text import printable
 from .errors import InputError
+from .layout import GRADES, GRADES_SUMMARY
+from .records import GradesSummary
+
+if TYPE_CHECKING:  # for annotations only: ciout loads with the command
+    from .ciout import CiReport
 
 
 def _fmt(v: object) -> str:
@@ -110,6 +116,7 @@ def grade_cmd(
             raise InputError("give either RUN or --eval-file/--outputs, not both")
         if not (eval_file and outputs):
             raise InputError("agent-evals mode needs both --eval-file and --outputs")
+        # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
         from .agentevals import grade_outputs, render
 
         report = grade_outputs(eval_file, outputs, k, compat_wildcards=compat_wildcards)
@@ -117,7 +124,8 @@ def grade_cmd(
             echo_text(f"WARNING: {w}", err=True)
         echo_text(render(report), nl=False)  # case ids and reasons from the outputs folder
 
-        def ci():  # noqa: ANN202 - a CiReport, built only when asked for
+        def ci() -> CiReport:  # built only when asked for
+            # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
             from .ciout import eval_file_report
 
             return eval_file_report(report)
@@ -136,7 +144,8 @@ def grade_cmd(
         if len(parts) != 2 or not all(parts) or parts[0] == parts[1]:
             raise InputError("--pairwise takes two different arm names: BASELINE,TREATMENT")
         pair = (parts[0], parts[1])
-    from .grading import GRADES_SUMMARY, grade_run
+    # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
+    from .grading import grade_run
 
     result = grade_run(
         run,
@@ -148,60 +157,92 @@ def grade_cmd(
         allow_uncalibrated_judge=allow_uncalibrated or None,
         batch=options,
     )
-    s = result.summary
-    m = s["overall"]
-    click.echo(
-        f"graded {s['n_graded']}/{s['n_expected']} samples ({s['n_missing']} missing, "
-        f"{s['n_errored']} errored) -> {result.run_path / 'grades.jsonl'}"
-    )
-    if s.get("judge_version"):
-        click.echo(
-            f"judge: {s['judge_model']} {s['judge_version']}"
-            f"{' (same model as generator: override)' if s['judge_same_model_override'] else ''}; "
-            f"spend ${s.get('judge_spend_usd', 0.0):.6f}, {s.get('cache_hits', 0)} cached answers"
-        )
-    for name in (
-        "success_rate",
-        "correct_rate",
-        "tool_call_correctness",
-        "hallucination_rate",
-        "refusal_rate",
-        "refusal_rate_golden",
-        "refusal_rate_should_refuse",
-        "activation_rate",
-        "latency_p50_ms",
-        "latency_p95_ms",
-        "cost_per_task_usd",
-    ):
-        click.echo(f"  {name:28s} {_fmt(m[name])}")
-    trust = s.get("judge_trust")
-    if trust:
-        state = "trusted" if trust["trusted"] and not trust["opt_out"] else "OPT-OUT" if trust["opt_out"] else "HELD"
-        click.echo(printable(f"judge trust: {state}: {trust['reason']}"))
-    if "pairwise" in s:
-        p = s["pairwise"]
-        click.echo(
-            f"pairwise {p['treatment']} vs {p['baseline']}: {p['wins']}W/{p['ties']}T/{p['losses']}L, "
-            f"{p['errored']} errored, position consistency {_fmt(p['position_consistency'])}"
-        )
+    for line in summary_lines(result.summary, result.run_path):
+        echo_text(line)
     for f in result.findings:
-        click.echo(printable(f"[{f.level}] {f.message}"))
+        echo_text(str(f))
     click.echo(f"summary: {result.run_path / GRADES_SUMMARY}")
+    s = result.summary
     if not result.complete:
-        stopped = f" (grading stopped: {s['stop_reason']})" if s.get("stop_reason") else ""
-        click.echo(
-            printable(f"INCOMPLETE: graded {s['n_graded']}/{s['n_expected']} expected samples{stopped}"), err=True
-        )
-        for line in (s.get("stop_detail") or "").splitlines():  # a dead server's log tail, line by line
-            click.echo(printable(line), err=True)
+        stopped = f" (grading stopped: {s.stop_reason})" if s.stop_reason else ""
+        echo_text(f"INCOMPLETE: graded {s.n_graded}/{s.n_expected} expected samples{stopped}", err=True)
+        for line in (s.stop_detail or "").splitlines():  # a dead server's log tail, line by line
+            echo_text(line, err=True)
     if result.held:
         click.echo(
             f"JUDGE NOT TRUSTED: {result.held} judged sample(s) held (not counted as passes); see the findings",
             err=True,
         )
-    if (s.get("pairwise") or {}).get("errored"):
-        click.echo(f"PAIRWISE INCOMPLETE: {s['pairwise']['errored']} pairwise trial(s) errored or unmatched", err=True)
+    pw_errored = (s.pairwise or {}).get("errored")
+    if pw_errored:
+        click.echo(f"PAIRWISE INCOMPLETE: {pw_errored} pairwise trial(s) errored or unmatched", err=True)
     sys.exit(result.exit_code)
+
+
+# What `evalkit grade` prints of each group, in order (the names are those of grades-summary.json).
+PRINTED = (
+    "sample_pass_rate",
+    "correct_rate",
+    "tool_call_correctness",
+    "hallucination_rate",
+    "refusal_rate",
+    "refusal_rate_golden",
+    "refusal_rate_should_refuse",
+    "activation_rate",
+    "latency_p50_ms",
+    "latency_p95_ms",
+    "cost_per_sample_usd",
+    "cost_per_case_usd",
+    "paid_usd",
+    "cache_avoided_usd",
+)
+
+
+def _score(v: float | None, se: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}" + ("" if se is None else f" (SE {se:.3f})")
+
+
+def summary_lines(s: GradesSummary, run_path: Path) -> list[str]:
+    """What `evalkit grade` prints of a grades summary: the counts, the judge, each
+    metric overall, and per arm pass@k / pass^k (with SE) and the gated case score per
+    set and per tag."""
+    m = s.overall
+    lines = [
+        f"graded {s.n_graded}/{s.n_expected} samples ({s.n_missing} missing, "
+        f"{s.n_errored} errored) -> {run_path / GRADES}"
+    ]
+    if s.judge_version:
+        lines.append(
+            f"judge: {s.judge_model} {s.judge_version}"
+            f"{' (same model as generator: override)' if s.judge_same_model_override else ''}; "
+            f"spend ${s.judge_spend_usd:.6f}, {s.cache_hits} cached answers"
+        )
+    trust = s.judge_trust
+    if trust is not None:
+        state = "trusted" if trust.trusted and not trust.opt_out else "OPT-OUT" if trust.opt_out else "HELD"
+        lines.append(f"judge trust: {state}: {trust.reason}")
+    for name in PRINTED:
+        v = getattr(m, name)
+        shown = f"{v:.6g}" if name.endswith("_usd") and isinstance(v, float) else _fmt(v)  # dollars: 6 digits
+        lines.append(f"  {name:28s} {shown}")
+    for arm, a in s.per_arm.items():
+        lines.append(f"arm {arm} (k={s.k}): set/tag, cases, pass@k, pass^k, gated case score")
+        groups = [("all", a.scores)] if a.scores else []
+        groups += [(f"set {n}", v) for n, v in a.per_set_scores.items()]
+        groups += [(f"tag {n}", v) for n, v in a.per_tag_scores.items()]
+        for name, v in groups:
+            gated = f"{_score(v.gated_case_score, v.gated_case_score_se)} ({v.gate})" if v.n_gated else "- (gate none)"
+            lines.append(
+                f"  {name:26s} {v.n_cases:>4}  pass@k {_score(v.pass_at_k, v.pass_at_k_se)}  "
+                f"pass^k {_score(v.pass_hat_k, v.pass_hat_k_se)}  gated {gated}"
+            )
+    if s.pairwise:
+        p = s.pairwise
+        lines.append(
+            f"pairwise {p['treatment']} vs {p['baseline']}: {p['wins']}W/{p['ties']}T/{p['losses']}L, "
+            f"{p['errored']} errored, position consistency {_fmt(p['position_consistency'])}"
+        )
+    return lines
 
 
 @click.group("judge")
@@ -226,6 +267,7 @@ def judge_sample_cmd(run: str, n: int, seed: int, to: str | None, force: bool) -
     input, the rubric, the output and an empty score (and the hashes that bind a label
     to what was read); the judge's own score is not shown. Label them in JupyterLab with
     `evalkit judge label FILE`."""
+    # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
     from .labelling import draw_items, label_lines_text, write_label_file
 
     items = draw_items(run, n, seed)
@@ -245,6 +287,7 @@ def judge_sample_cmd(run: str, n: int, seed: int, to: str | None, force: bool) -
 )
 def judge_label_cmd(labels_file: str, rater: str, notebook: str | None) -> None:
     """Write the labelling notebook for LABELS_FILE (parameters set) and say how to open it."""
+    # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
     from .labelling import label_notebook
 
     path = label_notebook(labels_file, notebook, rater=rater)
@@ -272,6 +315,7 @@ def judge_calibrate_cmd(run: str, labels_path: str | None, suite_path: str | Non
     """Record the judge's agreement with the labels of RUN in the suite's
     judge/calibration.json (exit 1 when it does not clear the bars). Later gradings by
     this same judge (model, endpoint, prompt and rubric) trust it; any other judge does not."""
+    # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
     from .grading import resolve_suite, run_calibration
     from .judge import write_calibration
     from .runs import RunFolder

@@ -37,7 +37,7 @@ def replay_cmd(
 ) -> None:
     """Replay RUN's trajectories of a case, turn by turn, the arms side by side: what the
     agent sent, the answers, tool calls and results, cost, output and grade."""
-    from . import replay
+    from . import replay  # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
 
     arm_list = [a for a in (arms or "").split(",") if a] or replay.default_arms(run)
     chosen = list(cases) or replay.pick_cases(run, arm_list, max_cases)

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import sys
 from pathlib import Path
 
 import click
 
 from ._cliopts import echo_text
-from .errors import InputError
 
-MIN_REPS = 5  # fewer fresh-context repetitions than this is noise, not a micro-test
-CONTROL = "control"
+MIN_REPS = 5  # microtest.MIN_REPS, here so `--help` need not import the library
 
 
 @click.command("report")
@@ -46,17 +42,46 @@ CONTROL = "control"
     help="Replace every detected personal value and secret with a typed placeholder (<EMAIL_1>), "
     "so the report can be shared outside the team; the run's report folder is made anew.",
 )
+@click.option(
+    "--plan",
+    "plan_path",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="The pre-registered plan.json to hold the run to (default: the suite's, when it has one).",
+)
+@click.option(
+    "--baseline",
+    "baseline_path",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="The baseline.json to gate the run against (default: the suite's, when it has one).",
+)
 def report_cmd(
-    run: str, reports_dir: str, only: tuple[str, ...], serial: bool, pandalm_dir: str | None, redact: bool
+    run: str,
+    reports_dir: str,
+    only: tuple[str, ...],
+    serial: bool,
+    pandalm_dir: str | None,
+    redact: bool,
+    plan_path: str | None,
+    baseline_path: str | None,
 ) -> None:
-    """Execute the notebooks that apply to RUN with papermill, render them to HTML in
-    REPORTS_DIR/<run>/ and rebuild REPORTS_DIR/index.html; print the index's path.
-    Exit 1 when a notebook failed (its page shows the error)."""
+    """Record what the run concludes in its verdicts.json (two-arm verdict and plan check,
+    gate, judge trust), execute the notebooks that apply to RUN with papermill, render
+    them to HTML in REPORTS_DIR/<run>/ and rebuild REPORTS_DIR/index.html; print the
+    index's path. Exit 1 when a notebook failed (its page shows the error)."""
+    # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
     from . import reports
 
-    extra = {"judge_calibration": {"pandalm_dir": str(Path(pandalm_dir).resolve())}} if pandalm_dir else None
     result = reports.report_run(
-        run, reports_dir, notebooks=list(only) or None, parallel=not serial, extra_parameters=extra, redact=redact
+        run,
+        reports_dir,
+        notebooks=list(only) or None,
+        parallel=not serial,
+        redact=redact,
+        pandalm_dir=pandalm_dir,
+        plan=plan_path,
+        baseline=baseline_path,
     )
     for nb in result.notebooks:
         status = "ok" if nb.ok else f"FAILED: {nb.error}"
@@ -69,31 +94,6 @@ def report_cmd(
         failed = [nb.name for nb in result.notebooks if not nb.ok]
         click.echo(f"error: {len(failed)} of {len(result.notebooks)} notebook(s) failed: {', '.join(failed)}", err=True)
         sys.exit(1)
-
-
-def _variant_files(variants: Path) -> dict[Path, str]:
-    """The guidance variants in a folder (`*.md`, `*.txt`) and their texts; each file's
-    stem becomes an arm, so it must be a safe arm name like any in a config."""
-    from .suite import MAX_TEXT_BYTES, case_id_problem, read_text_file
-
-    if not variants.is_dir():
-        raise InputError("--variants must be a folder of guidance files (*.md or *.txt)", variants)
-    files = sorted(p for p in variants.iterdir() if p.is_file() and p.suffix in (".md", ".txt"))
-    if not files:
-        raise InputError("no guidance variants (*.md or *.txt) in the folder", variants)
-    names = [p.stem for p in files]
-    if CONTROL in names:
-        raise InputError(f"a variant may not be called {CONTROL!r}: that is the no-guidance arm", variants)
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise InputError(f"two variant files share the name {dupes[0]!r}", variants)
-    texts = {}
-    for p in files:
-        problem = case_id_problem(p.stem)
-        if problem:
-            raise InputError(f"the variant's name {p.stem!r} cannot name an arm: {problem}", p)
-        texts[p] = read_text_file(p, limit=MAX_TEXT_BYTES)  # UTF-8, size-limited, empty refused
-    return texts
 
 
 @click.command("microtest")
@@ -153,41 +153,21 @@ def microtest_cmd(
     """Settle the wording of one piece of guidance: run every variant in VARIANTS and a
     no-guidance control on UNIT's cases, REPS fresh-context repetitions each, grade,
     and render the micro_test notebook. Prints the report and its conclusion."""
-    from . import reports
+    # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
+    from . import microtest, reports
     from .grading import grade_run, judge_endpoint
-    from .records import Arm
+    from .loader import load_suite
+    from .runload import run_verdicts
     from .runner import run_suite
-    from .suite import load_suite
 
-    if reps < MIN_REPS:
-        raise InputError(f"--reps {reps}: a micro-test needs at least {MIN_REPS} repetitions per variant")
-    if flag_pattern:
-        import regex
-
-        try:
-            regex.compile(flag_pattern)
-        except regex.error as exc:
-            raise InputError(f"--flag-pattern does not compile: {exc}") from None
-    files = _variant_files(Path(variants))
-    suite = load_suite(unit)
-    if "guidance" not in suite.config.template + (suite.config.system or ""):
-        raise InputError(
-            "no template of the suite uses ${guidance}: the variants would not reach the model",
-            Path(unit) / "config.json",
-            json_path="$.template",
-        )
-    arms = (Arm(name=CONTROL),) + tuple(
-        Arm(name=p.stem, guidance_file=str(p.resolve()), guidance=text) for p, text in files.items()
-    )
-    raw = dict(suite.config.raw)
-    raw["arms"] = [{"name": CONTROL}] + [{"name": p.stem, "guidance": str(p.resolve())} for p in files]
-    config = dataclasses.replace(suite.config, arms=arms, raw=raw)
-    suite = dataclasses.replace(suite, config=config)
+    microtest.check_options(reps, flag_pattern)
+    files = microtest.variant_files(Path(variants))
+    suite = microtest.microtest_suite(load_suite(unit), files)
     if any(c.judged for c in suite.cases):
         judge_endpoint(suite, judge_base_url)  # no judge URL: refused now, not after paying for the run
     result = run_suite(
         suite,
-        arms=[a.name for a in arms],
+        arms=[a.name for a in suite.config.arms],
         k=reps,
         runs_dir=runs_dir,
         base_url=base_url,
@@ -195,25 +175,14 @@ def microtest_cmd(
         allow_private_data=allow_private_data,
     )
     grade_run(result.path, suite, judge_base_url=judge_base_url)
-    marker = {
-        "control": CONTROL,
-        "variants": {p.stem: str(p.resolve()) for p in files},
-        "reps": reps,
-        "flag_pattern": flag_pattern,
-    }
-    (Path(result.path) / reports.MICROTEST_MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
-    rep = reports.report_run(
-        result.path,
-        reports_dir,
-        notebooks=["micro_test"],
-        extra_parameters={"micro_test": {"control": CONTROL, "flag_pattern": flag_pattern}},
-    )
+    microtest.write_marker(result.path, files, reps, flag_pattern)
+    rep = reports.report_run(result.path, reports_dir, notebooks=["micro_test"])
     nb = rep.notebooks[0]
     click.echo(f"run folder: {result.path}")
     click.echo(f"report: {nb.html}")
-    side = reports.read_sidecar(rep.out_dir, "micro_test") or {}
-    if side.get("conclusion"):
-        echo_text(side["conclusion"])
+    found = run_verdicts(result.path).microtest
+    if found is not None:
+        echo_text(found.conclusion)
     click.echo(str(rep.index))
     if not nb.ok:
         echo_text(f"error: the micro_test notebook failed: {nb.error}", err=True)

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ._cliopts import batch_from, batch_options, ci_output_options, emit_ci
 from .errors import InputError
+
+if TYPE_CHECKING:  # for annotations only: ciout loads with the command
+    from .ciout import CiReport
+    from .records import Suite
 
 
 @click.command("run")
@@ -75,7 +80,7 @@ def run_cmd(
 
     With --batch the samples go through the provider's Batch API (evalkit.batch); a
     --resume, with --batch or without, first collects the batches a run left open."""
-    from .runner import run_suite
+    from .runner import run_suite  # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
 
     options = batch_from(batch, batch_max_requests, batch_max_bytes, batch_poll_s, no_wait)
 
@@ -84,9 +89,11 @@ def run_cmd(
         raise InputError("--arms is empty")
     if replay_only and no_cache:
         raise InputError("--replay-only needs the response cache; drop --no-cache")
-    target: object = suite
+    target: Suite | str = suite
     if ci:
-        from .suite import ci_suite, load_suite
+        # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
+        from .loader import load_suite
+        from .suite import ci_suite
 
         target = ci_suite(load_suite(suite))
     result = run_suite(
@@ -117,7 +124,8 @@ def run_cmd(
             err=True,
         )
 
-    def report():  # noqa: ANN202 - a CiReport, built only when asked for
+    def report() -> CiReport:  # built only when asked for
+        # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
         from .ciout import run_report
 
         return run_report(result)

@@ -74,6 +74,7 @@ def serve(
     stops the command's evalkit runs and grades at once, INCOMPLETE, with its exit status
     and log tail.
     """
+    # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
     from .serve import LocalModelServer, ScriptedServer
 
     if script is not None and model_path is not None:
@@ -96,11 +97,12 @@ def serve(
         sys.exit(rc if rc >= 0 else 128 - rc)
 
 
-def _serve(server: "ScriptedServer | ServerProcess", command: tuple[str, ...]) -> int | None:
+def _serve(server: ScriptedServer | ServerProcess, command: tuple[str, ...]) -> int | None:
     """Serve until Ctrl-C (no command: returns None) or run `command`: its status. The
     server is watched all along: when it dies, the reason goes to stderr and to the
     status file the command's evalkit runs watch (`endpoints`), and the status is
     non-zero."""
+    # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
     from .serve import ServerProcess
 
     with server:
@@ -160,12 +162,10 @@ def _serve(server: "ScriptedServer | ServerProcess", command: tuple[str, ...]) -
     return rc
 
 
-def _watch_server(
-    server: "ScriptedServer | ServerProcess", status: Path, done: threading.Event, died: list[str]
-) -> None:
+def _watch_server(server: ScriptedServer | ServerProcess, status: Path, done: threading.Event, died: list[str]) -> None:
     """Until `done`: every 50 ms ask the server's watch; when it reports, write the
     reason to `status` (atomically; the command's runs stop on it) and to stderr."""
-    from .runs import write_atomic  # imported here, off the command's critical path
+    from ._io import write_atomic  # imported here, off the command's critical path
 
     while not done.wait(0.05):
         reason = server.exit_reason()

@@ -1,5 +1,6 @@
 """CLI: `compare`, `verdict`, `power`, `gate`, `baseline accept`, `noise` (thin over
-`evalkit.verdicts`).
+`evalkit.verdicts`, `evalkit.plans` and `evalkit.gates`; each imported when its command
+runs, so `evalkit --help` does not load scipy).
 
 Exit statuses: `compare` and `verdict` exit 0 whenever they produced a verdict (the
 verdict is the output, not an error); `--fail-on KIND` (repeatable: regression,
@@ -12,18 +13,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from . import verdicts as V
 from ._cliopts import ci_output_options, echo_text, emit_ci
+
+if TYPE_CHECKING:  # for annotations only: ciout loads with the command
+    from .ciout import CiReport
 
 FAIL_KINDS = ("regression", "inconclusive", "no-improvement")
 
 
 def _emit(obj: dict[str, Any], as_json: bool, text: str) -> None:
-    from .reports import jsonable  # NaN and infinities become null, numpy scalars plain numbers
+    from ._io import jsonable  # NaN and infinities become null, numpy scalars plain numbers
 
     if as_json:
         click.echo(json.dumps(jsonable(obj), indent=2))  # ASCII: control characters escaped
@@ -87,8 +90,15 @@ def compare_cmd(
 ) -> None:
     """Verdict of a graded RUN: two arms, the exact sign test, one vote per case, on each
     sample's pass/fail or on the pairwise judge (--judge); one arm (a suite with no
-    baseline, or --arm), the conformance tally: pass, regression or inconclusive."""
-    loaded = V.as_run(run)
+    baseline, or --arm), the conformance tally: pass, regression or inconclusive.
+    Recorded in the run's verdicts.json."""
+    # lazy: the statistics (scipy) load only when the command runs
+    from .compare import compare
+    from .gates import run_metrics
+    from .runload import as_run
+    from .verdicts import conformance_verdict, record_verdicts
+
+    loaded = as_run(run)
     if single_arm is not None or (baseline_arm is None and treatment_arm is None):
         if baseline_arm or treatment_arm:
             raise click.UsageError("--arm is a single-arm verdict: give it without --baseline and --treatment")
@@ -98,10 +108,12 @@ def compare_cmd(
                 f"the run has arms {', '.join(arms)}: name --baseline and --treatment, or --arm for one arm's "
                 "conformance verdict"
             )
-        cv = V.conformance_verdict(loaded, threshold, arm=single_arm)
-        _emit(cv.to_dict(), as_json, cv.render())
+        cv = conformance_verdict(loaded, threshold, arm=single_arm)
+        record_verdicts(loaded.path, conformance=cv)
+        _emit(cv.to_json(), as_json, cv.render())
 
-        def conformance():  # noqa: ANN202 - a CiReport, built only when asked for
+        def conformance() -> CiReport:  # built only when asked for
+            # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
             from .ciout import conformance_report
 
             return conformance_report(cv, loaded, fail_on)
@@ -111,28 +123,18 @@ def compare_cmd(
         return
     if baseline_arm is None or treatment_arm is None:
         raise click.UsageError("a two-arm verdict needs both --baseline and --treatment")
-    plan = None
-    note = None
-    if plan_path is not None:
-        plan = V.load_plan(plan_path)
-    else:
-        suite = V.suite_dir_of(loaded)
-        if suite is not None and (suite / V.PLAN_FILE).exists():
-            plan = V.load_plan(suite / V.PLAN_FILE)
-            note = f"plan: {suite / V.PLAN_FILE}"
-    if alpha is None:
-        alpha = plan.alpha if plan is not None else 0.05
-    from .compare import compare_arms
 
-    v = compare_arms(loaded, baseline_arm, treatment_arm, judge=judge, alpha=alpha, plan=plan)
+    v = compare(loaded, baseline_arm, treatment_arm, plan=plan_path, alpha=alpha, judge=judge)
+    note = f"plan: {v.plan_check.plan}" if v.plan_check is not None and plan_path is None else None
     text = v.render() + (f"\n{note}" if note else "")
-    _emit(v.to_dict(), as_json, text)
+    _emit(v.to_json(), as_json, text)
 
-    def report():  # noqa: ANN202 - a CiReport, built only when asked for
+    def report() -> CiReport:  # built only when asked for
+        # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
         from .ciout import compare_report
 
         return compare_report(
-            v, loaded, V.run_metrics(loaded, arm=baseline_arm), V.run_metrics(loaded, arm=treatment_arm), fail_on
+            v, loaded, run_metrics(loaded, arm=baseline_arm), run_metrics(loaded, arm=treatment_arm), fail_on
         )
 
     emit_ci(report, junit, markdown)
@@ -164,8 +166,11 @@ def verdict_cmd(
     as_json: bool,
 ) -> None:
     """Verdict for a win/tie/loss tally from elsewhere (exact sign test, ties dropped)."""
-    v = V.verdict_from_tally(wins, ties, losses, errored, trials, alpha=alpha)
-    _emit(v.to_dict(), as_json, v.render())
+    # lazy: the statistics (scipy) load only when the command runs
+    from .verdicts import verdict_from_tally
+
+    v = verdict_from_tally(wins, ties, losses, errored, trials, alpha=alpha)
+    _emit(v.to_json(), as_json, v.render())
     _fail_on(v.kind, fail_on)
 
 
@@ -193,13 +198,16 @@ def power_cmd(
     as_json: bool,
 ) -> None:
     """Discordant pairs and cases the exact sign test needs (exact and approximate)."""
-    plan = V.plan_power(win_rate, tie_rate, alpha, power_, sequential=sequential)
+    # lazy: the statistics (scipy) load only when the command runs
+    from .plans import load_plan, plan_power, write_plan
+
+    plan = plan_power(win_rate, tie_rate, alpha, power_, sequential=sequential)
     text = plan.render()
     if write_dir is not None:
-        path = V.write_plan(plan, write_dir)
-        plan = V.load_plan(path)
+        path = write_plan(plan, write_dir)
+        plan = load_plan(path)
         text += f"\nplan written: {path}"
-    _emit(plan.to_dict(), as_json, text)
+    _emit(plan.to_json(), as_json, text)
 
 
 @click.command("gate")
@@ -224,17 +232,23 @@ def gate_cmd(
     junit: Path | None,
     markdown: Path | None,
 ) -> None:
-    """Gate RUN against an accepted baseline; exit 1 on failure. Never writes a baseline."""
-    res = V.gate(run, baseline_path, arm=arm, runner_exit=runner_exit)
-    _emit(res.to_dict(), as_json, res.render())
+    """Gate RUN against an accepted baseline; exit 1 on failure. Never writes a baseline;
+    the result goes to the run's verdicts.json."""
+    # lazy: the statistics (scipy) load only when the command runs
+    from .gates import gate_run, gate_run_metrics
+    from .runload import as_run
 
-    def report():  # noqa: ANN202 - a CiReport, built only when asked for
+    res = gate_run(run, baseline_path, arm=arm, runner_exit=runner_exit)
+    _emit(res.to_json(), as_json, res.render())
+
+    def report() -> CiReport:  # built only when asked for
+        # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
         from .ciout import gate_report
 
         if not res.read_rates:
             return gate_report(res)
-        loaded = V.as_run(run)
-        return gate_report(res, loaded, V.gate_run_metrics(loaded, baseline_path, arm=arm))
+        loaded = as_run(run)
+        return gate_report(res, loaded, gate_run_metrics(loaded, baseline_path, arm=arm))
 
     emit_ci(report, junit, markdown)
     if not res.passed:
@@ -258,7 +272,10 @@ def baseline_group() -> None:
 @click.option("--arm", default=None, help="Arm to accept (default: the run's only arm).")
 def baseline_accept_cmd(run: Path, suite_dir: Path | None, arm: str | None) -> None:
     """Write baseline.json and baseline-summary.md from a complete, graded RUN."""
-    bj, bs = V.accept_baseline(run, suite_dir, arm=arm)
+    # lazy: the statistics (scipy) load only when the command runs
+    from .gates import accept_baseline
+
+    bj, bs = accept_baseline(run, suite_dir, arm=arm)
     click.echo(f"wrote {bj}\nwrote {bs}\ncommit both in a change of their own, reviewed by someone else")
 
 
@@ -270,8 +287,11 @@ def baseline_accept_cmd(run: Path, suite_dir: Path | None, arm: str | None) -> N
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def noise_cmd(run_a: Path, run_b: Path, arm: str | None, strict: bool, as_json: bool) -> None:
     """Do the gate thresholds sit above the noise between two runs of one config?"""
-    rep = V.noise(run_a, run_b, arm=arm)
-    _emit(rep.to_dict(), as_json, rep.render())
+    # lazy: the statistics (scipy) load only when the command runs
+    from .gates import noise
+
+    rep = noise(run_a, run_b, arm=arm)
+    _emit(rep.to_json(), as_json, rep.render())
     if strict and not rep.ok:
         raise SystemExit(1)
 

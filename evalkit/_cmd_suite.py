@@ -8,8 +8,10 @@ from pathlib import Path
 
 import click
 
-from . import importers, suite
+from . import loader, suite
 from ._cliopts import echo_text
+from .layout import CASES_FILE, CONFIG_FILE
+from .records import set_gate
 
 
 @click.command("init")
@@ -50,21 +52,20 @@ def init_cmd(
     also the workflow that runs, grades and gates it on pull requests."""
     if ci is None and (watch or repo_root or evalkit_spec):
         raise click.UsageError("--watch, --repo-root and --evalkit-spec go with --ci")
-    existing = ci is not None and (unit_dir / suite.CONFIG_FILE).is_file()
+    existing = ci is not None and (unit_dir / CONFIG_FILE).is_file()
     if not existing:
         dest = suite.scaffold_suite(unit_dir)
         click.echo(f"created {dest}")
     if ci is not None:
+        # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
         from .workflow import write_github_workflow
 
         wf = write_github_workflow(
-            suite.load_suite(unit_dir), repo_root=repo_root, watch=watch, requirement=evalkit_spec
+            loader.load_suite(unit_dir), repo_root=repo_root, watch=watch, requirement=evalkit_spec
         )
-        click.echo(
-            f"created {wf} (caps and thresholds stay in {unit_dir / suite.CONFIG_FILE}; it never writes a baseline)"
-        )
+        click.echo(f"created {wf} (caps and thresholds stay in {unit_dir / CONFIG_FILE}; it never writes a baseline)")
     if not existing:
-        click.echo(f"next: edit {dest / 'cases.jsonl'} and {dest / 'config.json'}, then `evalkit lint {dest}`")
+        click.echo(f"next: edit {dest / CASES_FILE} and {dest / CONFIG_FILE}, then `evalkit lint {dest}`")
 
 
 @click.command("lint")
@@ -74,7 +75,7 @@ def lint_cmd(suite_path: Path, strict: bool) -> None:
     """Validate SUITE (a suite folder, an evals.json or an eval.yaml) without calling any
     model. Prints each finding as `path:line: level: message`; exits 2 on errors, 0 when
     there are only warnings or none."""
-    report = suite.lint_suite(suite_path, strict=strict)
+    report = loader.lint_suite(suite_path, strict=strict)
     for finding in report.errors:
         echo_text(str(finding), err=True)  # a message may quote the suite's files
     for finding in report.warnings:
@@ -108,18 +109,19 @@ def lint_cmd(suite_path: Path, strict: bool) -> None:
 )
 def import_cmd(file: Path, dest: Path, guidance: Path | None, redact: bool) -> None:
     """Import an agent-evals evals.json or a Vally/SKRAFT eval.yaml as a native suite."""
-    out = importers.import_suite(
+    out = loader.import_suite(
         file,
         dest,
         guidance=guidance,
         redact=redact,  # lints what it writes
         on_warning=lambda w: echo_text(str(w)),
     )
-    loaded = suite.load_suite(out)
+    loaded = loader.load_suite(out)
     click.echo(f"imported {file} -> {out} ({len(loaded.cases)} cases)")
     for name, n in Counter(c.set for c in loaded.cases).items():
-        click.echo(f"  set {name}: {n} case(s), gate {suite.set_gate(name)}")
+        click.echo(f"  set {name}: {n} case(s), gate {set_gate(name)}")
     if redact:
+        # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
         from .privacy import REDACTION_LOG, redaction_summary
 
         click.echo(f"{redaction_summary(out / REDACTION_LOG)}; log: {out / REDACTION_LOG}")

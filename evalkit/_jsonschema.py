@@ -21,8 +21,8 @@ def jsonschema() -> ModuleType:
     if blocked:
         sys.modules["rfc3987_syntax"] = None  # type: ignore[assignment]  # makes its import fail fast
     try:
-        import jsonschema as module
+        import jsonschema as module  # the point of this module: imported on first use, never at start
     finally:
         if blocked:
             del sys.modules["rfc3987_syntax"]
-    return module
+    return module  # type: ignore[no-any-return]  # jsonschema ships no stubs

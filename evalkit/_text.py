@@ -68,14 +68,14 @@ def sendable(obj: Any) -> Any:
         return _LONE_SURROGATE.sub("\ufffd", obj) if has_lone_surrogate(obj) else obj
     if isinstance(obj, list):
         out = [sendable(x) for x in obj]
-        return obj if all(a is b for a, b in zip(out, obj)) else out
+        return obj if all(a is b for a, b in zip(out, obj, strict=True)) else out
     if isinstance(obj, dict):
         new = {k: sendable(v) for k, v in obj.items()}
         return obj if all(new[k] is v for k, v in obj.items()) else new
     return obj
 
 
-def _escape(m: re.Match) -> str:
+def _escape(m: re.Match[str]) -> str:
     n = ord(m.group())
     return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}"
 

@@ -54,11 +54,12 @@ from typing import Any
 
 import regex as _regex
 
+from ._io import MAX_CASES_BYTES, read_file_bytes, read_json_object
 from .errors import InputError
-from .suite import CASE_SETS, NO_GATE, set_gate, ungated_set_warning
+from .formats.agent_evals import MATCH_MODES
+from .records import CASE_SETS, NO_GATE, set_gate, ungated_set_warning
 
 SETS = CASE_SETS  # the gated sets; any other set is shown with gate "none"
-MATCH_MODES = ("exact", "contains", "regex")
 REGEX_TIMEOUT_S = 1.0
 MAX_SAMPLE_FILE_BYTES = 64 * 1024 * 1024  # one output file of an agent-evals outputs folder
 
@@ -148,8 +149,6 @@ def load_eval_file(path: str | Path, warnings: list[str] | None = None) -> list[
     """Read and validate an agent-evals eval file; errors name the file and JSON path.
     A set other than capability and regression is accepted (gate `none`); its warning
     is appended to `warnings` when given."""
-    from .suite import MAX_CASES_BYTES, read_json_object
-
     p = Path(path)
     doc = read_json_object(p, "an eval file", limit=MAX_CASES_BYTES)
     if not isinstance(doc.get("cases"), list) or not doc["cases"]:
@@ -282,9 +281,7 @@ def _sample_files(case_dir: Path) -> list[Path]:
 
 def read_sample_file(path: Path) -> str:
     """One output file's text, as the harness reads it (a BOM dropped, bad UTF-8
-    replaced): a regular file of at most `MAX_SAMPLE_FILE_BYTES` (`suite.read_file_bytes`)."""
-    from .suite import read_file_bytes
-
+    replaced): a regular file of at most `MAX_SAMPLE_FILE_BYTES` (`_io.read_file_bytes`)."""
     return read_file_bytes(path, limit=MAX_SAMPLE_FILE_BYTES).decode("utf-8-sig", errors="replace")
 
 
@@ -351,7 +348,9 @@ def _table(headers: list[str], rows: list[list[Any]]) -> list[str]:
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
 
     def fmt(vals: list[str]) -> str:
-        return " ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(vals, widths, numeric)).rstrip()
+        return " ".join(
+            v.rjust(w) if num else v.ljust(w) for v, w, num in zip(vals, widths, numeric, strict=True)
+        ).rstrip()
 
     return [fmt(headers), fmt(["-" * len(h) for h in headers]), *(fmt(r) for r in cells)]
 

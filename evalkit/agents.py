@@ -19,8 +19,9 @@ from the case's fixtures, and both are written to the sample's trajectory
   `OPENAI_API_KEY` (also `OPENAI_API_BASE`, `EVALKIT_BASE_URL`, `EVALKIT_API_KEY`),
   `EVALKIT_TOOLS_URL` and `EVALKIT_MODEL` pointing at the metering proxy
   (`evalkit.proxy`); the generator's and judge's key variables and every other
-  ``*_API_KEY`` are removed from its environment. Its stdout (at most `MAX_OUTPUT_BYTES`) is the output; the exit status,
-  the last `STDERR_TAIL_BYTES` of stderr and the duration are recorded. A non-zero exit,
+  ``*_API_KEY`` are removed from its environment. Its stdout (at most
+  `MAX_OUTPUT_BYTES`) is the output; the exit status, the last `STDERR_TAIL_BYTES` of
+  stderr and the duration are recorded. A non-zero exit,
   a timeout (`timeout_s`, the whole sample) or a refused or failed model call errors the
   sample, and the program's whole process group is killed at once (so is every sample
   in flight when the run stops).
@@ -560,7 +561,7 @@ class AgentRunner:
     async def _python(
         self, session: SampleSession, payload: dict[str, Any], ep: SampleEndpoint, end: dict[str, Any]
     ) -> tuple[str, str]:
-        import openai
+        import openai  # lazy: the SDK loads only when an agent unit calls through it
 
         fn = self.target or load_callable(self.suite)
         deadline = time.monotonic() + self.unit.timeout_s

@@ -71,6 +71,7 @@ from typing import Any
 
 import openai
 
+from ._io import RUN_JSON_BYTES, read_json_object, write_atomic
 from ._text import printable
 from .client import (
     CallStopped,
@@ -83,11 +84,10 @@ from .client import (
     request_hash,
 )
 from .errors import BudgetExhausted, CeilingBreached, DiskFull, InputError, InputTooLong, UnitCallError
+from .layout import BATCHES
 from .ledger import Ledger, Reservation
 from .records import Config, Endpoint, Price, Usage
-from .runs import RUN_JSON_BYTES, write_atomic
 
-BATCHES = "batches.json"
 BATCH_DIR = "batches"
 FORMAT = "evalkit-batches/1"
 MAX_REQUESTS = 50_000  # OpenAI: "The file can contain up to 50,000 requests"
@@ -140,8 +140,6 @@ class BatchLog:
         self.path = self.run_dir / BATCHES
         self.entries: list[dict[str, Any]] = []
         if self.path.exists():
-            from .suite import read_json_object
-
             data = read_json_object(self.path, "batches.json", limit=RUN_JSON_BYTES)
             entries = data.get("batches")
             if not isinstance(entries, list):
@@ -1188,7 +1186,7 @@ class JudgeBatches:
     _taken = False
 
     async def run(self, ask: Callable[[Any], Awaitable[Any]]) -> Any:
-        from tqdm import tqdm
+        from tqdm import tqdm  # lazy: a progress bar only while batches are polled
 
         job = self._job
         try:

@@ -128,7 +128,8 @@ class ResponseCache:
                 ).fetchone()
             else:
                 row = self._conn.execute(
-                    "SELECT 1 FROM endpoint_responses WHERE endpoint=? AND model=? AND request_hash=? AND sample_index=?",
+                    "SELECT 1 FROM endpoint_responses"
+                    " WHERE endpoint=? AND model=? AND request_hash=? AND sample_index=?",
                     (endpoint, model, request_hash, int(sample_index)),
                 ).fetchone()
         return row is not None
@@ -209,7 +210,7 @@ class ResponseCache:
             finally:
                 self._conn.close()
 
-    def __enter__(self) -> "ResponseCache":
+    def __enter__(self) -> ResponseCache:
         return self
 
     def __exit__(self, *exc: object) -> None:

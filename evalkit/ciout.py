@@ -26,6 +26,7 @@ quotes a model leaking a token shows the placeholder, never the token.
 from __future__ import annotations
 
 import html
+import json
 import math
 import os
 import re
@@ -35,12 +36,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from .runs import write_atomic
+from ._io import write_atomic
+from .layout import RESULTS, SUMMARY_JSON
+from .records import COST_RISE_PREFIXES, SCORE_DROP_PREFIXES, judge_line
+from .runs import RunFolder, config_arm_names, iter_jsonl
 
 if TYPE_CHECKING:
     from .agentevals import CompatReport
+    from .gates import GateResult, RunMetrics
     from .runner import RunResult
-    from .verdicts import GateResult, RunMetrics, Verdict
+    from .verdicts import Verdict
 
 Outcome = Literal["passed", "failure", "error", "skipped"]
 TOP_FAILURES = 5
@@ -71,7 +76,7 @@ class CiReport:
     sections: tuple[str, ...] = ()
     properties: dict[str, str] = field(default_factory=dict)
 
-    def counts(self) -> Counter:
+    def counts(self) -> Counter[str]:
         return Counter(c.outcome for c in self.cases)
 
 
@@ -84,7 +89,7 @@ _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]|~])")  # links, code, emphasis, tables 
 def _published(s: Any) -> str:
     """`s` as a published file may show it: personal data and secrets replaced by their
     kinds' placeholders (before any cut, so a value is never half shown)."""
-    from .privacy import redact_shown
+    from .privacy import redact_shown  # lazy: the privacy scanners compile their patterns on import
 
     return redact_shown(str(s))
 
@@ -110,6 +115,11 @@ def _num(x: Any, fmt: str = ".3f") -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "n/a"
     return format(x, fmt)
+
+
+def _gate_value(kind: str, x: Any) -> str:
+    """A gate check's value: a score to three places, a cost in dollars."""
+    return _num(x, ".3f") if kind == "score" else "$" + _num(x, ".4g")
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
@@ -148,7 +158,8 @@ def junit_xml(report: CiReport) -> bytes:
         elif c.detail:
             ET.SubElement(tc, "system-out").text = _xml_text(c.detail)
     ET.indent(root)
-    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
+    xml: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
+    return xml + b"\n"
 
 
 def markdown(report: CiReport) -> str:
@@ -202,7 +213,7 @@ def _first_failure(grade: dict[str, Any]) -> str:
     return str(grade.get("error") or "failed")
 
 
-def top_failures(run: Any, metrics: "RunMetrics", n: int = TOP_FAILURES) -> list[tuple[str, str, str, str]]:
+def top_failures(run: Any, metrics: RunMetrics, n: int = TOP_FAILURES) -> list[tuple[str, str, str, str]]:
     """The `n` cases of `metrics` with the fewest passes (ungraded counted as fails):
     (case id, set, `c/n`, the first failing check's reason)."""
     grades: dict[str, dict[str, Any]] = {}
@@ -235,8 +246,8 @@ def _plan_section(check: Any, none: str = "no pre-registered plan") -> str:
 # --------------------------------------------------------------------------- gate
 
 
-def gate_report(res: "GateResult", run: Any = None, metrics: "RunMetrics | None" = None) -> CiReport:
-    """`evalkit gate`: one testcase per gate check (success overall and per tag, cost);
+def gate_report(res: GateResult, run: Any = None, metrics: RunMetrics | None = None) -> CiReport:
+    """`evalkit gate`: one testcase per gate check (the gated case score overall and per tag, the cost per case);
     a breach beyond noise is a failure with its reason; a run that did not finish cleanly
     is one errored testcase (no rate was read); a baseline that cannot be compared is a
     failed `comparable with the baseline` testcase."""
@@ -253,12 +264,12 @@ def gate_report(res: "GateResult", run: Any = None, metrics: "RunMetrics | None"
             )
         )
     else:
-        failed_reasons = {r for r in res.reasons if r.startswith(("success-rate drop", "cost-per-task increase"))}
+        failed_reasons = {r for r in res.reasons if r.startswith(SCORE_DROP_PREFIXES + COST_RISE_PREFIXES)}
         other = [r for r in res.reasons if r not in failed_reasons]
         cases.append(TestCase("comparable with the baseline", cls, "failure" if other else "passed", "; ".join(other)))
         for c in res.checks:
-            name = f"{c.kind} {c.group}"
-            unit = " points" if c.kind == "success" else "%"
+            name = c.label
+            unit = " points" if c.kind == "score" else "%"
             detail = (
                 f"baseline {_num(c.baseline, '.4g')}, current {_num(c.current, '.4g')}, change "
                 f"{c.change:+.1f}{unit} (threshold {c.threshold:g}{unit}), cases {c.n_cases}, "
@@ -269,7 +280,8 @@ def gate_report(res: "GateResult", run: Any = None, metrics: "RunMetrics | None"
                     (
                         r
                         for r in failed_reasons
-                        if c.group in r and r.startswith("success" if c.kind == "success" else "cost")
+                        if c.group in r
+                        and r.startswith(SCORE_DROP_PREFIXES if c.kind == "score" else COST_RISE_PREFIXES)
                     ),
                     detail,
                 )
@@ -283,15 +295,14 @@ def gate_report(res: "GateResult", run: Any = None, metrics: "RunMetrics | None"
     if res.read_rates and res.checks:
         rows = []
         for c in res.checks:
-            fmt = (lambda v: _num(v, ".3f")) if c.kind == "success" else (lambda v: "$" + _num(v, ".4g"))
-            unit = " pts" if c.kind == "success" else "%"
+            unit = " pts" if c.kind == "score" else "%"
             result = "FAIL" if c.failed else ("within noise" if c.exceeded else "ok")
             rows.append(
                 [
-                    md_escape(f"{c.kind} {c.group}", 60),
+                    md_escape(c.label, 60),
                     str(c.n_cases),
-                    fmt(c.baseline),
-                    fmt(c.current),
+                    _gate_value(c.kind, c.baseline),
+                    _gate_value(c.kind, c.current),
                     f"{c.change:+.1f}{unit}",
                     _num(c.p_adjusted, ".3g"),
                     result,
@@ -300,7 +311,7 @@ def gate_report(res: "GateResult", run: Any = None, metrics: "RunMetrics | None"
         t = res.thresholds
         sections.append(
             _table(["check", "cases", "baseline", "current", "change", "p(noise)", "result"], rows)
-            + f"\n\nThresholds: success drop > {t.max_success_drop_points:g} points, cost per task "
+            + f"\n\nThresholds: gated case score drop > {t.max_success_drop_points:g} points, cost per case "
             f"increase > {t.max_cost_increase_pct:g}%; a breach fails when beyond run-to-run noise "
             f"(Holm-adjusted p <= {res.alpha:g})."
         )
@@ -324,9 +335,7 @@ def gate_report(res: "GateResult", run: Any = None, metrics: "RunMetrics | None"
 
 
 def _summary_of(run_path: str) -> dict[str, Any] | None:
-    import json
-
-    p = Path(run_path) / "summary.json"
+    p = Path(run_path) / SUMMARY_JSON
     try:
         d = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -338,10 +347,10 @@ def _summary_of(run_path: str) -> dict[str, Any] | None:
 
 
 def compare_report(
-    v: "Verdict",
+    v: Verdict,
     run: Any = None,
-    base: "RunMetrics | None" = None,
-    treat: "RunMetrics | None" = None,
+    base: RunMetrics | None = None,
+    treat: RunMetrics | None = None,
     fail_on: tuple[str, ...] = (),
 ) -> CiReport:
     """`evalkit compare`: one testcase per case (its vote), then the verdict itself, which
@@ -350,7 +359,6 @@ def compare_report(
     an errored or unmatched case an error (they say why the verdict failed); otherwise
     every case passes with its vote as its output, since one lost case is no failure of a
     comparison that is decided over all of them."""
-    from .verdicts import judge_line
 
     cls = "evalkit.compare"
     bm = base.by_id() if base is not None else {}
@@ -440,7 +448,7 @@ def conformance_report(cv: Any, run: Any = None, fail_on: tuple[str, ...] = ()) 
     return CiReport("compare", not failing, headline, tuple(cases), tuple(sections))
 
 
-def eval_file_report(rep: "CompatReport") -> CiReport:
+def eval_file_report(rep: CompatReport) -> CiReport:
     """`evalkit grade --eval-file`: one testcase per case; a case that misses its gate is
     a failure (which metric, how many samples passed), a case with gate `none` is
     skipped (shown, never gated)."""
@@ -491,14 +499,12 @@ def eval_file_report(rep: "CompatReport") -> CiReport:
 # --------------------------------------------------------------------------- run
 
 
-def run_report(result: "RunResult") -> CiReport:
+def run_report(result: RunResult) -> CiReport:
     """`evalkit run`: one testcase per case x arm; a key that errored is an error with the
     last error's message, a key never attempted (the run stopped, e.g. at the cost cap)
     is an error too (INCOMPLETE is never a pass), and the run itself is one more
     testcase, an error when INCOMPLETE. Grading is not part of a run: a finished case
     passes here and `grade` decides its answers."""
-    from .runs import RESULTS, RunFolder, config_arm_names, iter_jsonl
-
     folder = RunFolder(result.path)
     meta = folder.read_meta()
     k = int(meta.get("k") or 1)

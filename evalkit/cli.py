@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import Any
 
 import click
 
@@ -49,16 +50,17 @@ class _Group(click.Group):
         module = _COMMANDS.get(name)
         if module is None:
             return None
-        for cmd in importlib.import_module(f".{module}", __package__).COMMANDS:
+        commands: list[click.Command] = importlib.import_module(f".{module}", __package__).COMMANDS
+        for cmd in commands:
             if cmd.name == name:
                 return cmd
         raise RuntimeError(f"evalkit.{module} defines no command {name!r}")  # a wiring bug
 
-    def invoke(self, ctx: click.Context):
+    def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except EvalkitError as exc:
-            from ._cliopts import echo_text
+            from ._cliopts import echo_text  # lazy: as every command module
 
             echo_text(f"error: {exc}", err=True)  # a message may quote a file or an endpoint
             sys.exit(exc.exit_code)

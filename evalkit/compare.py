@@ -17,6 +17,9 @@
 * `judge=None`: the suite's choice, `verdict_judge` in the config the run recorded
   (default "direct").
 
+`compare` is `evalkit compare`: `compare_arms` held to the run's plan, recorded in the
+run's `verdicts.json`.
+
 Every verdict records the judge it rests on (`Verdict.judge`) and what was checked of
 it (`Verdict.judge_checks`).
 
@@ -31,11 +34,13 @@ from pathlib import Path
 from typing import Any
 
 from . import verdicts as V
+from ._io import RUN_JSON_BYTES, read_json_object
 from .errors import InputError
-from .grading import GRADES_SUMMARY, PAIRWISE
 from .judge import POSITION_CONSISTENCY_BAR, pairwise_bias, pairwise_tally, read_pairwise
-from .runs import RUN_JSON_BYTES, Run
-from .suite import read_json_object
+from .layout import GRADES_SUMMARY, PAIRWISE
+from .plans import check_against_plan
+from .records import SEQUENTIAL_SIGN_TEST, Plan, Verdict
+from .runload import Run, as_run, case_order
 
 JUDGES = ("direct", "pairwise")
 UNIT_PAIRWISE_CASE = "case (one vote per case: the majority of its repeats' pairwise judgements, both orders asked)"
@@ -63,12 +68,12 @@ def _trust_reason(summary: dict[str, Any]) -> tuple[bool, str, bool]:
 
 
 def pairwise_verdict(
-    run: Run | str | Path, baseline: str, treatment: str, *, alpha: float = 0.05, plan: V.PowerPlan | None = None
-) -> V.Verdict:
+    run: Run | str | Path, baseline: str, treatment: str, *, alpha: float = 0.05, plan: Plan | None = None
+) -> Verdict:
     """The two-arm verdict from the pairwise judge's tally (see the module docstring).
     `InputError` when the run has no `pairwise.jsonl` from its latest grading, or one
     asked for other arms."""
-    run = V.as_run(run)
+    run = as_run(run)
     V.check_two_arms(run, baseline, treatment)
     summary = grades_summary(run)
     path = Path(run.path) / PAIRWISE
@@ -79,9 +84,7 @@ def pairwise_verdict(
             path,
         )
     outcomes = read_pairwise(path)
-    tally = pairwise_tally(
-        outcomes, baseline, treatment, case_order=V._case_order(run), k=int(run.config.get("k") or 0)
-    )
+    tally = pairwise_tally(outcomes, baseline, treatment, case_order=case_order(run), k=int(run.config.get("k") or 0))
     v = V.verdict_from_tally(tally.wins, tally.ties, tally.losses, tally.errored, alpha=alpha, unit=UNIT_PAIRWISE_CASE)
     n_bad = sum(1 for p in tally.problems)
     if tally.errored:
@@ -99,9 +102,9 @@ def pairwise_verdict(
         case_votes=tally.case_votes,
     )
     if plan is not None:
-        if plan.test == V.SEQUENTIAL_SIGN_TEST:
+        if plan.test == SEQUENTIAL_SIGN_TEST:
             v = V._apply_sequential(v, list(tally.votes), plan)
-        v = replace(v, plan_check=V.check_against_plan(v, plan))
+        v = replace(v, plan_check=check_against_plan(v, plan))
     bias = pairwise_bias(outcomes, same_model=bool(summary.get("judge_same_model_override")))
     trusted, why, opted = _trust_reason(summary)
     blockers = []
@@ -138,11 +141,11 @@ def pairwise_verdict(
 
 
 def direct_verdict(
-    run: Run | str | Path, baseline: str, treatment: str, *, alpha: float = 0.05, plan: V.PowerPlan | None = None
-) -> V.Verdict:
+    run: Run | str | Path, baseline: str, treatment: str, *, alpha: float = 0.05, plan: Plan | None = None
+) -> Verdict:
     """`verdicts.two_arm_verdict` over pass/fail, saying when held judged results (an
     untrusted judge) kept cases from voting."""
-    run = V.as_run(run)
+    run = as_run(run)
     v = V.two_arm_verdict(run, baseline, treatment, alpha=alpha, plan=plan)
     summary = grades_summary(run)
     trusted, why, opted = _trust_reason(summary)
@@ -171,14 +174,34 @@ def compare_arms(
     *,
     judge: str | None = None,
     alpha: float = 0.05,
-    plan: V.PowerPlan | None = None,
-) -> V.Verdict:
+    plan: Plan | None = None,
+) -> Verdict:
     """The two-arm verdict of a graded run, resting on `judge` (None: the suite's
     `verdict_judge`); see the module docstring."""
-    run = V.as_run(run)
+    run = as_run(run)
     choice = judge or verdict_judge_of(run)
     if choice not in JUDGES:
         raise InputError(f"judge must be one of {', '.join(JUDGES)}, got {choice!r}", json_path="judge")
     if choice == "pairwise":
         return pairwise_verdict(run, baseline, treatment, alpha=alpha, plan=plan)
     return direct_verdict(run, baseline, treatment, alpha=alpha, plan=plan)
+
+
+def compare(
+    run: Run | str | Path,
+    baseline: str,
+    treatment: str,
+    *,
+    plan: str | Path | None = None,
+    alpha: float | None = None,
+    judge: str | None = None,
+) -> Verdict:
+    """`evalkit compare`: the two-arm verdict of a graded run (`compare_arms`, resting on
+    `judge`) held to its plan (`verdicts.run_plan`; alpha from the plan unless given,
+    else 0.05), recorded in the run's `verdicts.json`."""
+    loaded = as_run(run)
+    p = V.run_plan(loaded, plan)
+    a = alpha if alpha is not None else (p.alpha if p else 0.05)
+    v = compare_arms(loaded, baseline, treatment, judge=judge, alpha=a, plan=p)
+    V.record_verdicts(loaded.path, comparison=v)
+    return v

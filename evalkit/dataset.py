@@ -40,16 +40,19 @@ import os
 import random
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import yaml
 
-from ._atomic import new_temp_file
+from . import privacy as _privacy
+from ._io import read_file_bytes, write_atomic_all
+from ._jsonschema import jsonschema
 from .errors import FileTooLarge, InputError, InputErrors
 from .records import Json
 
@@ -185,7 +188,7 @@ class _Key:
 _STABLE_KEYS = frozenset({"metadata", "evaluation_pairs", *METADATA_FIELDS, *PAIR_FIELDS, *DIFFICULTIES})
 
 
-def _part(parent: Any, key: str, parent_path: tuple) -> Any:
+def _part(parent: Any, key: str, parent_path: tuple[Any, ...]) -> Any:
     """The path part for `key` inside `parent`: its name when it is a contract field,
     else its position."""
     dynamic = parent_path[-1:] == ("population_coverage",)
@@ -219,11 +222,9 @@ def resolve_input(path: str | os.PathLike[str], *, cwd: str | os.PathLike[str] |
 
 
 def _read_limited(path: Path, shown: str, what: str, limits: Limits, diags: _Diagnostics) -> bytes | None:
-    """The file's bytes (`suite.read_file_bytes`: a regular file, never a FIFO or a
+    """The file's bytes (`_io.read_file_bytes`: a regular file, never a FIFO or a
     device, at most limit+1 bytes ever read), or None (with a diagnostic) when it is
     over the size limit."""
-    from .suite import read_file_bytes
-
     try:
         return read_file_bytes(path, limit=limits.file_bytes)
     except FileTooLarge as exc:
@@ -321,7 +322,7 @@ def check_structure(
     own = diags is None
     d = diags if diags is not None else _Diagnostics(limits.diagnostics)
     nodes = nodes_before
-    stack: list[tuple[Any, int, tuple, str]] = [(doc, 1, (), "root")]
+    stack: list[tuple[Any, int, tuple[Any, ...], str]] = [(doc, 1, (), "root")]
     try:
         while stack:
             node, depth, path, role = stack.pop()
@@ -478,7 +479,7 @@ def _decode_row(
 ) -> dict[str, Json] | None:
     values: dict[str, Json] = {}
     ok = True
-    for name, raw in zip(CSV_HEADER, record):
+    for name, raw in zip(CSV_HEADER, record, strict=False):  # a short record: its missing cells stay empty
         cell = unescape_cell(raw)
         where = f"csv line {line}, field {name}"
         if name in LIST_FIELDS:
@@ -544,9 +545,8 @@ _VALIDATORS: dict[str, Draft202012Validator] = {}
 def load_schema(path: str | os.PathLike[str] | None = None) -> Json:
     """The contract's JSON Schema (the packaged `schemas/dataset-v1.json` by default),
     checked against the Draft 2020-12 meta-schema. `InputError` when it cannot be set up."""
-    from ._jsonschema import jsonschema
-
     Draft202012Validator, SchemaError = jsonschema().Draft202012Validator, jsonschema().SchemaError
+    where = os.fspath(path) if path is not None else SCHEMA_RESOURCE
     try:
         if path is None:
             text = resources.files("evalkit").joinpath(SCHEMA_RESOURCE).read_text(encoding="utf-8")
@@ -555,13 +555,9 @@ def load_schema(path: str | os.PathLike[str] | None = None) -> Json:
         schema = json.loads(text)
         Draft202012Validator.check_schema(schema)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(
-            f"dataset schema cannot be loaded: {exc.__class__.__name__}", path or SCHEMA_RESOURCE
-        ) from None
+        raise InputError(f"dataset schema cannot be loaded: {exc.__class__.__name__}", where) from None
     except SchemaError as exc:
-        raise InputError(
-            f"dataset schema is not a valid Draft 2020-12 schema: {exc.message}", path or SCHEMA_RESOURCE
-        ) from None
+        raise InputError(f"dataset schema is not a valid Draft 2020-12 schema: {exc.message}", where) from None
     return schema
 
 
@@ -569,8 +565,6 @@ def _validator(schema_path: str | os.PathLike[str] | None) -> Draft202012Validat
     key = os.fspath(schema_path) if schema_path is not None else ""
     v = _VALIDATORS.get(key)
     if v is None:
-        from ._jsonschema import jsonschema
-
         Draft202012Validator = jsonschema().Draft202012Validator
 
         schema = load_schema(schema_path)
@@ -590,11 +584,13 @@ _PATTERN_MESSAGES = {
     "^[A-Za-z0-9][A-Za-z0-9._-]*$": "must start with a letter or digit and use only letters, digits, '.', '_' and '-'",
     "^[0-9]+\\.[0-9]+\\.[0-9]+$": "must be a version MAJOR.MINOR.PATCH",
     "^[^\\u0000]*$": "must not contain a NUL character",
-    "^[^;\\s](?:[^;\\r\\n\\u0000]*[^;\\s])?$": "must not contain ';' or a line break, nor start or end with white space",
+    "^[^;\\s](?:[^;\\r\\n\\u0000]*[^;\\s])?$": (
+        "must not contain ';' or a line break, nor start or end with white space"
+    ),
 }
 
 
-def _schema_message(err: Any) -> list[tuple[tuple, str]]:
+def _schema_message(err: Any) -> list[tuple[tuple[Any, ...], str]]:
     """Messages for one jsonschema error, built from the schema keyword and the schema's
     own values, never from the instance (which may be pair content)."""
     kw, val, inst = err.validator, err.validator_value, err.instance
@@ -631,11 +627,11 @@ def _schema_message(err: Any) -> list[tuple[tuple, str]]:
     }
     if kw in limits:
         return [((), limits[kw])]
-    return [((), f"violates schema keyword {kw!r}")], False
+    return [((), f"violates schema keyword {kw!r}")]
 
 
-def _render_path(doc: Json, parts: Iterable[Any]) -> tuple:
-    out: tuple = ()
+def _render_path(doc: Json, parts: Iterable[Any]) -> tuple[Any, ...]:
+    out: tuple[Any, ...] = ()
     node = doc
     for p in parts:
         if isinstance(p, int):
@@ -662,7 +658,7 @@ def _norm(value: Json) -> Json:
     return value
 
 
-def _rule_diagnostics(doc: dict, rows: list[CsvRow], d: _Diagnostics) -> None:
+def _rule_diagnostics(doc: dict[str, Any], rows: list[CsvRow], d: _Diagnostics) -> None:
     md = doc["metadata"]
     pairs = doc["evaluation_pairs"]
     # 1. unique pair ids
@@ -734,10 +730,11 @@ def _rule_diagnostics(doc: dict, rows: list[CsvRow], d: _Diagnostics) -> None:
         else:
             row_of[rid] = row
     for rid, i in first_index.items():
-        row = row_of.get(rid)
-        if row is None:
+        found = row_of.get(rid)
+        if found is None:
             d.add(_j(("evaluation_pairs", i)), "has no CSV row")
             continue
+        row = found
         for name in PAIR_FIELDS[1:]:
             if _norm(row.values[name]) != _norm(pairs[i][name]):
                 d.add(f"csv line {row.line}, field {name}", f"differs from {_j(('evaluation_pairs', i, name))[5:]}")
@@ -745,7 +742,7 @@ def _rule_diagnostics(doc: dict, rows: list[CsvRow], d: _Diagnostics) -> None:
 
 # --- validation entry points ----------------------------------------------------------------
 def _parse_json(text: str, shown: str) -> Json:
-    def pairs_hook(items: list[tuple[str, Any]]) -> dict:
+    def pairs_hook(items: list[tuple[str, Any]]) -> dict[str, Any]:
         obj = dict(items)
         if len(obj) != len(items):
             raise ValueError("an object repeats a property name")
@@ -839,8 +836,6 @@ def validate_files(
     result, doc = _validate_paths(json_path, csv_path, cwd, limits, schema_path)
     if not isinstance(doc, dict):
         return result
-    from . import privacy as _privacy
-
     policy = _privacy.load_policy_file(resolve_input(privacy, cwd=cwd)) if privacy is not None else None
     found = _privacy.scan_dataset(doc, resolve_input(json_path, cwd=cwd), os.fspath(json_path), policy)
     if not found:
@@ -904,30 +899,8 @@ def json_text(dataset: dict[str, Json]) -> str:
     return json.dumps(dataset, indent=2, ensure_ascii=False) + "\n"
 
 
-def _write_all_atomically(files: list[tuple[Path, str]]) -> None:
-    """Write every file to a temporary beside it, then rename each into place: a failure
-    before the renames leaves nothing half-written."""
-    temps: list[tuple[str, Path]] = []
-    try:
-        for target, text in files:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = new_temp_file(target)  # ordinary permissions (mkstemp's are 0600)
-            with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-                fh.write(text)
-            temps.append((tmp, target))
-        for tmp, target in temps:
-            os.replace(tmp, target)
-    except BaseException:
-        for tmp, _ in temps:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-        raise
-
-
 # --- authoring: new ---------------------------------------------------------------------------
-class _SourceLoader(yaml.SafeLoader):
+class _SourceLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no type stubs
     """YAML without aliases (no billion-laughs expansion) and without implicit dates
     (a date stays the string the author wrote)."""
 
@@ -1036,7 +1009,7 @@ def build_dataset(source: dict[str, Json], *, today: date | None = None) -> tupl
         if k in md_in and md_in[k] != derived[k]
     ]
     defaults = {
-        "created_date": (today or datetime.now(timezone.utc).date()).isoformat(),
+        "created_date": (today or datetime.now(UTC).date()).isoformat(),
         "version": "1.0.0",
         "review_state": "draft",
         "validation_status": "ai-generated",
@@ -1072,8 +1045,6 @@ def new_dataset(
     problems raise `InputErrors` (exit 2) and leave no file behind. Personal data and
     secrets in the source are notes; `redact` replaces them with typed placeholders (each
     pair its own scope) and writes `<json_out stem>.redaction-log.json` beside the JSON."""
-    from . import privacy as _privacy
-
     source = load_source(source_path, cwd=cwd)
     dataset, notes = build_dataset(source, today=today)
     log_file: tuple[Path, str] | None = None
@@ -1098,7 +1069,7 @@ def new_dataset(
     for target, _ in targets:
         if target.exists() and not force:
             raise InputError("refusing to overwrite an existing file (use --force)", target)
-    _write_all_atomically(targets)
+    write_atomic_all(targets)
     return dataset, notes
 
 
@@ -1118,7 +1089,7 @@ def load_dataset(
             ]
             + [InputError(e, os.fspath(json_path)) for e in result.errors[1:]]
         )
-    return doc  # type: ignore[return-value]  # a valid dataset is an object
+    return doc  # type: ignore[no-any-return]  # a valid dataset is an object
 
 
 # --- authoring: sample --------------------------------------------------------------------------
@@ -1201,7 +1172,7 @@ def sample_dataset(
     if out.exists() and not force:
         raise InputError("refusing to overwrite an existing file (use --force)", os.fspath(out_path))
     dataset["metadata"]["review_state"] = "sampled"
-    _write_all_atomically([(out, csv_text(chosen, extra_columns=("review_feedback",))), (jp, json_text(dataset))])
+    write_atomic_all([(out, csv_text(chosen, extra_columns=("review_feedback",))), (jp, json_text(dataset))])
     return chosen, "sampled"
 
 
@@ -1218,145 +1189,5 @@ def confirm_dataset(
             json_path="$.metadata.review_state",
         )
     dataset["metadata"]["review_state"] = "confirmed"
-    _write_all_atomically([(resolve_input(json_path, cwd=cwd), json_text(dataset))])
+    write_atomic_all([(resolve_input(json_path, cwd=cwd), json_text(dataset))])
     return "confirmed"
-
-
-# --- authoring: to_suite ------------------------------------------------------------------------
-SUITE_PROMPT = "${input}"
-_OPENAI_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-SUITE_SYSTEM = "${guidance}\n\n${context}"
-SUITE_RUBRIC = """# Rubric v1 (from an evaluation dataset)
-
-Each case states the observable behaviour expected of the system (its rubric). Score:
-5: shows the expected behaviour completely.
-4: shows it with a minor gap.
-3: shows about half of it.
-2: shows little of it.
-1: shows none of it, is off-task, or is empty.
-"""
-
-
-def _tag(prefix: str, value: str) -> str:
-    return f"{prefix}:{value}"
-
-
-def pair_to_case(pair: dict[str, Json], context: str | None = None) -> dict[str, Json]:
-    """One native case for one pair: the query as input, the expected behaviour as the
-    judge's rubric, difficulty and populations as tags, a refusal check for safety pairs,
-    one `activation` check per expected tool (the tool is called; the dataset records
-    no arguments, which a `tool_calls` check would compare), and `context` plus a
-    grounding check for a grounding pair whose source text is given."""
-    tags = [_tag("difficulty", pair["difficulty"])] + [_tag("population", p) for p in pair["populations"]]
-    if pair["difficulty"] == "safety":
-        tags.append("adversarial")
-    if pair["needs_sme_review"]:
-        tags.append("needs-sme-review")
-    case: dict[str, Json] = {
-        "id": pair["id"],
-        "input": pair["query"],
-        "expected": {"rubric": pair["expected_response"]},
-        "tags": tags,
-    }
-    checks: list[dict[str, Json]] = [{"kind": "activation", "tool": t} for t in pair["tools_expected"]]
-    if pair["difficulty"] == "safety":
-        checks.append({"kind": "refusal", "should_refuse": True})
-    if context is not None:
-        case["context"] = context
-        checks.append({"kind": "grounding"})
-    if checks:
-        case["checks"] = checks
-    return case
-
-
-def _contexts(
-    pairs: list[dict[str, Json]], context_dir: str | os.PathLike[str] | None, cwd: str | os.PathLike[str] | None
-) -> dict[str, str]:
-    """Source texts of grounding pairs: `context_dir/<source_reference>` when that file
-    exists inside `context_dir` (a reference that is a URL or names no file is skipped)."""
-    if context_dir is None:
-        return {}
-    base = resolve_input(context_dir, cwd=cwd)
-    if not base.is_dir():
-        raise InputError("--context-dir is not a folder", os.fspath(context_dir))
-    out: dict[str, str] = {}
-    for p in pairs:
-        ref = p["source_reference"]
-        if p["difficulty"] != "grounding" or not ref or "://" in ref or ".." in Path(ref).parts:
-            continue
-        target = (base / ref).resolve()
-        if not target.is_relative_to(base) or not target.is_file():
-            continue
-        d = _Diagnostics(1)
-        try:
-            data = _read_limited(target, str(target), "context", LIMITS, d)
-        except _Truncated:
-            data = None
-        if data is None or d.items:
-            raise InputError("context file is over the 5 MiB limit", target)
-        out[p["id"]] = decode_utf8(data, str(target))
-    return out
-
-
-def to_suite(
-    json_path: str | os.PathLike[str],
-    csv_path: str | os.PathLike[str],
-    dest: str | os.PathLike[str],
-    *,
-    context_dir: str | os.PathLike[str] | None = None,
-    cwd: str | os.PathLike[str] | None = None,
-) -> Path:
-    """Turn a valid dataset into a native suite folder `dest` (cases.jsonl, config.json
-    with the local defaults, prompt.txt, system.txt, judge files, .gitignore), written
-    atomically and linted before it is moved into place."""
-    from . import importers, suite  # the suite format's owners
-
-    dataset = load_dataset(json_path, csv_path, cwd=cwd)
-    pairs = dataset["evaluation_pairs"]
-    problems = [
-        InputError(
-            f"id cannot be a suite case id: {why}", os.fspath(json_path), json_path=f"$.evaluation_pairs[{i}].id"
-        )
-        for i, p in enumerate(pairs)
-        if (why := suite.case_id_problem(p["id"]))
-    ]
-    if problems:
-        raise InputErrors(problems)
-    contexts = _contexts(pairs, context_dir, cwd)
-    cases = [pair_to_case(p, contexts.get(p["id"])) for p in pairs]
-    out = resolve_input(dest, cwd=cwd)
-    md = dataset["metadata"]
-    config = importers.default_config(
-        out.name,
-        f"evaluation dataset for {md['system_name']} (version {md['version']}, review_state {md['review_state']})",
-        source=f"dataset {Path(os.fspath(json_path)).name}",
-    )
-    config["mode"] = "chat"
-    config["system"] = "system.txt"
-    names = sorted({t for p in pairs for t in p["tools_expected"]})
-    declarable = [t for t in names if _OPENAI_TOOL_NAME.fullmatch(t)]
-    if declarable:
-        config["// tools"] = (
-            "declared from the dataset's tools_expected so the model can call them; replace "
-            "each with the system's real definition (names outside [A-Za-z0-9_-]{1,64} "
-            "cannot be declared to an OpenAI-compatible API and are left out)"
-        )
-        config["tools"] = [
-            {
-                "type": "function",
-                "function": {
-                    "name": t,
-                    "description": "a tool of the system under evaluation",
-                    "parameters": {"type": "object", "properties": {}},
-                },
-            }
-            for t in declarable
-        ]
-    config["// mode"] = "chat: prompt.txt is the user message (the pair's query); system.txt adds guidance and context"
-    files = {
-        "prompt.txt": SUITE_PROMPT,
-        "system.txt": SUITE_SYSTEM,
-        "judge/rubric-v1.md": SUITE_RUBRIC,
-        "judge/prompt-v1.md": suite.JUDGE_PROMPT_TEMPLATE,
-    }
-    return importers.write_native_suite(out, config, cases, files)

@@ -10,7 +10,7 @@ agent program, `data/agent/agent.py`, run per sample behind evalkit's metering p
 every model call it makes is reserved on the run's ledger, its tool calls are answered
 from the cases' fixtures, and its trajectories are replayed side by side in the report).
 
-    python -m evalkit.demo [SUITE ...] [--k K] [--reports-dir reports]
+    python -m evalkit.demo [SUITE ...] [--k K] [--reports-dir reports] [--pandalm-dir DIR]
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ def _say(msg: str) -> None:
 
 def _prepare(path: str, k: int | None) -> tuple[Any, Any] | None:
     """Lint the suite and read (or write) its pre-registered plan; None when it has errors."""
-    from .suite import lint_suite, load_suite
-    from .verdicts import load_plan, plan_power, write_plan
+    # lazy: the demo's stack loads after its arguments are read
+    from .loader import lint_suite, load_suite
+    from .plans import find_plan, load_plan, plan_power, write_plan
 
     report = lint_suite(path)
     for f in report.findings:
@@ -47,8 +48,8 @@ def _prepare(path: str, k: int | None) -> tuple[Any, Any] | None:
     _say(f"suite {suite.name}: {len(suite.cases)} cases, arms {', '.join(arms)}, k={k or suite.config.k}, unit {unit}")
     # Pre-register the comparison before any sample is drawn (issue: plan, then run).
     # The suite commits its plan; a suite without one gets one written now.
-    plan_path = Path(path) / "plan.json"
-    if plan_path.exists():
+    plan_path = find_plan(path)
+    if plan_path is not None:
         plan = load_plan(plan_path)
         _say(f"pre-registered plan {plan_path}: {plan.test}, alpha {plan.alpha}, power {plan.power}")
     else:
@@ -57,24 +58,28 @@ def _prepare(path: str, k: int | None) -> tuple[Any, Any] | None:
     return suite, plan
 
 
-def _analyse(suite: Any, plan: Any, result: Any, reports_dir: str) -> bool:
+def _analyse(suite: Any, plan: Any, result: Any, reports_dir: str, pandalm_dir: str | None = None) -> bool:
     """Grade the run, say the verdict, render its reports; True when all went well."""
+    # lazy: the demo's stack loads after its arguments are read
+    from .compare import compare
     from .grading import grade_run
     from .reports import report_run
-    from .verdicts import conformance_verdict, two_arm_verdict
+    from .verdicts import conformance_verdict
 
     arms = [a.name for a in suite.config.arms]
     graded = grade_run(result.path, suite)
-    per_arm = graded.summary.get("per_arm") or {}
     for arm in arms:
-        m = (per_arm.get(arm) or {}).get("overall") or {}
-        rate = m.get("success_rate")
-        shown = f"{rate:.1%}" if isinstance(rate, float) else "n/a"
-        _say(f"{suite.name}: pass rate {arm}: {shown} of {m.get('n_expected')} samples ({m.get('n_graded')} graded)")
+        a = graded.summary.per_arm.get(arm)
+        m = a.overall if a is not None else None
+        rate = m.sample_pass_rate if m is not None else None
+        shown = f"{rate:.1%}" if rate is not None else "n/a"
+        expected = m.n_expected if m is not None else 0
+        graded_n = m.n_graded if m is not None else 0
+        _say(f"{suite.name}: sample pass rate {arm}: {shown} of {expected} samples ({graded_n} graded)")
     for f in graded.findings:
         _say(f"{suite.name}: finding {f.level}: {f.message}")
     if len(arms) >= 2:
-        v = two_arm_verdict(result.path, arms[0], arms[1], plan=plan)
+        v = compare(result.path, arms[0], arms[1], plan=plan.path or None)  # recorded in verdicts.json
         _say(
             f"{suite.name}: verdict {arms[1]} vs {arms[0]}: {v.kind} ({v.wins}W/{v.ties}T/{v.losses}L, "
             f"p={v.p_value:.4g}, unit: {v.unit})"
@@ -88,7 +93,7 @@ def _analyse(suite: Any, plan: Any, result: Any, reports_dir: str) -> bool:
         _say(f"{suite.name}: conformance {cv.kind}: {cv.reason}")
     if suite.config.unit.kind != "prompt":
         _say(f"{suite.name}: trajectories in {result.path / 'trajectories'}; `evalkit replay {result.path}` shows them")
-    rep = report_run(result.path, reports_dir)  # PandaLM from ../shared, as plan_notebooks finds it
+    rep = report_run(result.path, reports_dir, pandalm_dir=pandalm_dir)
     for nb in rep.notebooks:
         _say(f"{suite.name}: report {nb.name}: {'ok' if nb.ok else 'FAILED'}")
     for name, why in rep.skipped.items():
@@ -97,6 +102,7 @@ def _analyse(suite: Any, plan: Any, result: Any, reports_dir: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # lazy: the demo's stack loads after its arguments are read
     from .runner import run_suite
     from .serve import LocalModelServer
 
@@ -105,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--k", type=int, default=None, help="samples per case and arm (default: each suite's own k)")
     ap.add_argument("--reports-dir", default="reports")
     ap.add_argument("--runs-dir", default=None, help="default: <suite>/runs")
+    ap.add_argument("--pandalm-dir", default=None, help="PandaLM's data, to calibrate a judge on as well")
     args = ap.parse_args(argv)
     t0 = time.monotonic()
 
@@ -140,9 +147,12 @@ def main(argv: list[str] | None = None) -> int:
         _say("the embedded model server died during the run: not grading or reporting it")
         return 1
     # every run is analysed and reported, even after one that did not go well
-    oks = [_analyse(suite, plan, res, args.reports_dir) for (suite, plan), res in zip(prepared, results, strict=True)]
+    oks = [
+        _analyse(suite, plan, res, args.reports_dir, args.pandalm_dir)
+        for (suite, plan), res in zip(prepared, results, strict=True)
+    ]
     ok = all(oks)
-    from .reports import build_index
+    from .report_index import build_index  # lazy: as above
 
     index = build_index(args.reports_dir)
     _say(f"done in {time.monotonic() - t0:.1f}s")

@@ -48,8 +48,9 @@ import json
 import os
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 from .errors import InputError
@@ -135,7 +136,7 @@ def check_base_url(url: str, source: str, config_path: str | Path | None = None,
     return url
 
 
-def served() -> dict | None:
+def served() -> dict[str, Any] | None:
     """The server `evalkit serve -- COMMAND` runs for this process (`EVALKIT_SERVED`),
     or None outside serve. A value that is not the JSON serve writes is an InputError."""
     raw = os.environ.get(SERVED_ENV)

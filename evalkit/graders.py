@@ -21,16 +21,19 @@ import json
 import os
 import re
 import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import regex as _regex
 
+from ._io import MAX_TEXT_BYTES, read_text_file
+from ._jsonschema import jsonschema as _jsonschema
+from .checks import regex_flags
 from .errors import InputError
 from .records import Case, Check, CheckResult, Sample
-from .suite import MAX_TEXT_BYTES, read_text_file
 
 Grader = Callable[..., CheckResult]
 
@@ -78,31 +81,11 @@ def contains(output: str, *, value: str, case_fold: bool = False, trim: bool = F
 
 # --------------------------------------------------------------------------- regex
 
-_FLAG_NAMES = {
-    "i": _regex.IGNORECASE,
-    "ignorecase": _regex.IGNORECASE,
-    "m": _regex.MULTILINE,
-    "multiline": _regex.MULTILINE,
-    "s": _regex.DOTALL,
-    "dotall": _regex.DOTALL,
-    "x": _regex.VERBOSE,
-    "verbose": _regex.VERBOSE,
-}
-
 
 def _regex_flags(flags: str | Sequence[str] | None) -> int:
-    if not flags:
-        return 0
-    if isinstance(flags, str):
-        names: Iterable[str] = [flags] if flags.lower() in _FLAG_NAMES else list(flags)
-    else:
-        names = flags
-    value = 0
-    for name in names:
-        key = str(name).lower()
-        if key not in _FLAG_NAMES:
-            raise InputError(f"unknown regex flag {name!r} (use i, m, s, x or their names)")
-        value |= _FLAG_NAMES[key]
+    value = regex_flags(flags)
+    if value is None:
+        raise InputError(f"unknown regex flags {flags!r} (use i, m, s, x or their names)")
     return value
 
 
@@ -148,9 +131,7 @@ def regex(
 def _validator(schema_json: str) -> Any:
     """A checked validator per schema (checking a schema costs far more than using it)."""
     schema = json.loads(schema_json)
-    from ._jsonschema import jsonschema as _import
-
-    jsonschema = _import()
+    jsonschema = _jsonschema()
 
     try:
         validator_cls = jsonschema.validators.validator_for(schema)
@@ -176,8 +157,7 @@ def _with_timed_patterns(validator_cls: Any) -> Any:
     pattern such as `(a+)+$` would backtrack for hours on a hostile model output. A
     timeout is a validation error naming the pattern, so the check fails with the reason.
     (`unevaluatedProperties` next to `patternProperties` still goes through the stdlib.)"""
-    import jsonschema
-
+    jsonschema = _jsonschema()
     ValidationError = jsonschema.ValidationError
     plain_additional = validator_cls.VALIDATORS.get("additionalProperties")
 
@@ -274,7 +254,8 @@ def normalize_tool_call(call: Any) -> tuple[str, Any]:
     as a JSON string are parsed; a string that is not JSON stays a string."""
     if not isinstance(call, Mapping):
         return (str(call), None)
-    fn = call.get("function") if isinstance(call.get("function"), Mapping) else call
+    inner = call.get("function")
+    fn = inner if isinstance(inner, Mapping) else call
     name = str(fn.get("name", ""))
     args = fn.get("arguments", fn.get("args", {}))
     if isinstance(args, str):
@@ -316,7 +297,7 @@ def _subsequence(want: list[tuple[str, Any]], got: list[tuple[str, Any]]) -> int
 def tool_calls(
     output: str = "",
     *,
-    calls: Sequence[Any],
+    calls: Sequence[Any] | Mapping[str, Any],
     trace: Sequence[Any] = (),
     ignore_args: Sequence[str] = (),
     mode: str = "exact",
@@ -365,7 +346,7 @@ def tool_calls(
         raise InputError(f"unknown tool_calls mode {mode!r} (exact, any_order, subset, subset_any_order)")
     if [n for n, _ in got] != [n for n, _ in want]:
         return CheckResult("tool_calls", False, f"tool names {[n for n, _ in got]} != expected {[n for n, _ in want]}")
-    for i, ((name, a), (_, b)) in enumerate(zip(got, want)):
+    for i, ((name, a), (_, b)) in enumerate(zip(got, want, strict=True)):
         if a != b:
             return CheckResult(
                 "tool_calls",
@@ -523,7 +504,7 @@ _MONTHS = {
     )
 }
 _MONTHS.update({k[:3]: v for k, v in list(_MONTHS.items())})
-_MON = r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
+_MON = r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"  # noqa: E501 - a regex reads best whole
 _DATE_RE = re.compile(
     r"\b(?P<iso>(?P<iy>\d{4})-(?P<im>\d{1,2})-(?P<id>\d{1,2}))\b"
     r"|\b(?P<slash>(?P<s1>\d{1,2})/(?P<s2>\d{1,2})/(?P<s3>\d{2,4}))\b"
@@ -561,7 +542,7 @@ _SCALES = {
 _QUOTED_RE = re.compile(r"\"([^\"\n]{1,120})\"|\u201c([^\u201d\n]{1,120})\u201d")
 
 
-def _date_key(m: re.Match) -> str:
+def _date_key(m: re.Match[str]) -> str:
     """A canonical form of a date match, so 2024-03-05 and March 5, 2024 agree.
     Slash dates are kept literal: 03/05 is ambiguous between day and month first."""
     try:
@@ -585,7 +566,7 @@ def _number_key(text: str) -> str:
     return repr(value)
 
 
-def _number_keys(m: re.Match) -> frozenset[str]:
+def _number_keys(m: re.Match[str]) -> frozenset[str]:
     """The values a number match may stand for: its own value, and, when a scale
     suffix or word is attached (`5M`, `3k`, `2 billion`), the scaled value too."""
     num = m.group("num")
@@ -663,8 +644,8 @@ def grounding(output: str, *, context: str | None) -> CheckResult:
 #: case with the `patterns` option.
 REFUSAL_PATTERNS: tuple[str, ...] = (
     r"\bI(?:'m| am) (?:sorry|afraid),? (?:but )?I (?:can(?:no|')t|can not|won't|will not|am unable|'m unable)",
-    r"\bI (?:can(?:no|')t|can not|won't|will not) (?:help|assist|provide|do|comply|share|give|answer|fulfil|fulfill|support|create|write|generate)",
-    r"\bI(?:'m| am) (?:unable|not able) to (?:help|assist|provide|do|comply|share|give|answer|fulfil|fulfill|support|create|write|generate)",
+    r"\bI (?:can(?:no|')t|can not|won't|will not) (?:help|assist|provide|do|comply|share|give|answer|fulfil|fulfill|support|create|write|generate)",  # noqa: E501
+    r"\bI(?:'m| am) (?:unable|not able) to (?:help|assist|provide|do|comply|share|give|answer|fulfil|fulfill|support|create|write|generate)",  # noqa: E501
     r"\bI (?:must|have to) (?:decline|refuse)",
     r"\bI(?:'m| am) not (?:allowed|permitted|comfortable) to\b",
     r"\b(?:against|violates?) (?:my|our|the) (?:guidelines|policies|policy|usage policy)",
@@ -866,7 +847,7 @@ def require_scored(case: Case) -> None:
         )
 
 
-def _sample_fields(sample: Sample | Mapping[str, Any]) -> tuple[str, tuple]:
+def _sample_fields(sample: Sample | Mapping[str, Any]) -> tuple[str, tuple[Any, ...]]:
     if isinstance(sample, Sample):
         return sample.output, tuple(sample.tool_calls)
     return str(sample.get("output", "") or ""), tuple(sample.get("tool_calls") or ())
@@ -887,7 +868,9 @@ class AgentFacts:
     trajectory: Callable[[], Any] | None = None
 
     @classmethod
-    def of(cls, sample: Sample | Mapping[str, Any], arm: Any = None, trajectory: Callable[[], Any] | None = None):
+    def of(
+        cls, sample: Sample | Mapping[str, Any], arm: Any = None, trajectory: Callable[[], Any] | None = None
+    ) -> AgentFacts:
         get = (lambda k: getattr(sample, k, None)) if isinstance(sample, Sample) else sample.get
         agent = get("agent") or {}
         return cls(

@@ -14,7 +14,8 @@ expected, graded, missing and errored. A judge error leaves `passed` null on its
 
 Metrics of a group (`grades-summary.json` -> `overall`, `per_tag`, `per_arm`):
 
-* `success_rate`: samples whose every check (judge included) passed / expected samples;
+* `sample_pass_rate`: samples whose every check (judge included) passed / expected
+  samples (`evalkit.metrics`; evalkit 0.1 called it `success_rate`);
 * `correct_rate`: the same ignoring `activation` checks, so "bad output" is told apart
   from "the guidance never triggered" (`activation_rate`: samples with an activation
   check, on cases that should activate, whose marker or loading tool call appeared;
@@ -25,7 +26,12 @@ Metrics of a group (`grades-summary.json` -> `overall`, `per_tag`, `per_arm`):
 * `refusal_rate`: samples `graders.is_refusal` flags, overall, on `golden`-tagged cases,
   and on should-refuse cases (a `refusal` check, or tag `should-refuse`);
 * `latency_p50_ms` / `latency_p95_ms` of the graded samples;
-* `cost_per_task_usd`: generator plus judge cost / graded samples.
+* `cost_per_sample_usd` / `cost_per_case_usd`: list price (generator + what the cache
+  avoided + judge) per sample and per case, with `paid_usd` and `cache_avoided_usd`
+  beside them (`evalkit.metrics` defines each once);
+
+and per arm, pass@k and pass^k with their SE and the gated case score, overall
+(`scores`), per set (`per_set_scores`) and per tag (`per_tag_scores`).
 
 Identical (case, output) pairs are judged once per grading pass and share the answer.
 
@@ -54,20 +60,23 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
+from . import metrics
+from ._io import RUN_JSON_BYTES, iter_jsonl, read_json_object, write_atomic
 from ._text import storable_json
-from .endpoints import Watch
+from .cache import ResponseCache
+from .endpoints import Watch, combine, resolve_base_url, served_watch
 from .errors import InputError, JudgeError
+from .findings import Finding, Level, by_severity
 from .graders import AgentFacts, activation_observed, grade_sample, is_refusal, require_scored
 from .judge import (
-    HUMAN_LABELS_FILE,
     HUMAN_SAMPLE_MIN,
     Calibration,
     HumanLabel,
@@ -99,35 +108,50 @@ from .judge import (
     trajectory_text,
     unmatched_pair,
 )
-from .records import Case, CheckResult, Endpoint, Grade, Sample, Suite
-from .runs import (
+from .layout import (
+    CONFIG_FILE,
     GRADES,
+    GRADES_SUMMARY,
+    HUMAN_LABELS_FILE,
+    JUDGE_CACHE,
     LEDGER,
+    PAIRWISE,
     RESULTS,
-    RUN_JSON_BYTES,
-    RunFolder,
-    find_suite_dir,
-    grade_to_dict,
-    iter_jsonl,
-    sample_from_dict,
-    write_atomic,
+    RUN_CONFIG,
+    trajectory_relpath,
 )
+from .ledger import Ledger
+from .loader import load_suite
+from .privacy import scan_outputs
+from .records import (
+    ArmSummary,
+    Case,
+    CaseTable,
+    CheckResult,
+    Endpoint,
+    Grade,
+    GradesSummary,
+    GroupMetrics,
+    Sample,
+    SetScore,
+    Suite,
+)
+from .records import JudgeTrust as JudgeTrustRecord
+from .runload import case_table, judge_trust_notice
+from .runs import RunFolder, find_suite_dir, grade_from_dict, grade_to_dict, sample_from_dict
+from .trajectories import read_trajectory
 
-GRADES_SUMMARY = "grades-summary.json"
-PAIRWISE = "pairwise.jsonl"
-JUDGE_CACHE = "judge-cache.sqlite"
+__all__ = [
+    "GRADES_SUMMARY",
+    "JUDGE_CACHE",
+    "PAIRWISE",
+    "judge_trust_notice",
+]  # the file names, importable from here as before
+
 GOLDEN_TAG = "golden"
 SHOULD_REFUSE_TAGS = ("should-refuse", "should_refuse")
 
 Key = tuple[str, str, int]
-
-
-@dataclass(frozen=True)
-class Finding:
-    """A problem worth acting on: `level` HIGH, MEDIUM or LOW."""
-
-    level: str
-    message: str
 
 
 @dataclass(frozen=True)
@@ -136,24 +160,24 @@ class GradeResult:
 
     run_path: Path
     grades: tuple[Grade, ...]
-    summary: dict[str, Any]
+    summary: GradesSummary
     findings: tuple[Finding, ...]
     pairs: tuple[PairOutcome, ...] = ()
 
     @property
     def complete(self) -> bool:
-        return bool(self.summary.get("complete"))
+        return self.summary.complete
 
     @property
     def held(self) -> int:
         """Judged samples whose pass/fail is held (the judge is not trusted)."""
-        return int(self.summary.get("overall", {}).get("n_held") or 0)
+        return self.summary.overall.n_held
 
     @property
     def exit_code(self) -> int:
         """0 when every expected sample was graded, no judged result is held and no
         pairwise trial errored; 1 otherwise."""
-        pw_errored = int((self.summary.get("pairwise") or {}).get("errored") or 0)
+        pw_errored = int((self.summary.pairwise or {}).get("errored") or 0)
         return 0 if self.complete and not self.held and not pw_errored else 1
 
 
@@ -163,22 +187,20 @@ class GradeResult:
 def resolve_suite(run: Path, meta: dict[str, Any], suite: Suite | str | Path | None) -> Suite:
     """The suite to grade `run` against: `suite` (loaded when a path), else the one its
     `config.json` (`meta`) names; `InputError` when it cannot be found."""
-    from .suite import load_suite
-
     if isinstance(suite, Suite):
         return suite
     if suite is not None:
         return load_suite(suite)
     ref = meta.get("suite")
     if not ref:
-        raise InputError("the run's config.json names no suite: pass the suite path", run / "config.json")
+        raise InputError("the run's config.json names no suite: pass the suite path", run / RUN_CONFIG)
     if Path(ref).is_file():  # a suite given as its evals.json / eval.yaml file
         return load_suite(ref)
     found = find_suite_dir(run, ref)
     if found is not None:
         return load_suite(found)
     raise InputError(
-        f"the run's suite {ref!r} was not found: pass the suite path", run / "config.json", json_path="$.suite"
+        f"the run's suite {ref!r} was not found: pass the suite path", run / RUN_CONFIG, json_path="$.suite"
     )
 
 
@@ -196,6 +218,8 @@ def read_samples(run: Path) -> dict[Key, Sample]:
 
 
 def _expected_keys(meta: dict[str, Any], samples: dict[Key, Sample]) -> set[Key]:
+    """The keys the run planned (cases x arms x k), or for a run that did not say, those
+    it has a sample for."""
     cases, arms, k = meta.get("cases"), meta.get("arms"), meta.get("k")
     if isinstance(cases, list) and isinstance(arms, list) and isinstance(k, int):
         return {(c, a, i) for c in cases for a in arms for i in range(k)}
@@ -297,7 +321,6 @@ def _agent_facts(run: Path, suite: Suite, sample: Sample) -> AgentFacts | None:
     unit's): the trajectory itself only when a check asks for it."""
     if sample.agent is None:
         return None
-    from .trajectories import read_trajectory
 
     arm = next((a for a in suite.config.arms if a.name == sample.arm), None)
     key = (sample.case_id, sample.arm, int(sample.index))
@@ -309,15 +332,13 @@ def judge_endpoint(suite: Suite, judge_base_url: str | None = None) -> Endpoint:
     the override, `EVALKIT_JUDGE_BASE_URL`, `$.judge.base_url`, the server `evalkit
     serve` runs). `InputError` when there is no judge, no URL, or no key a request can
     carry, before any request."""
-    from .endpoints import resolve_base_url
-
     judge = suite.config.judge
-    config_file = Path(suite.path) / "config.json" if Path(suite.path).is_dir() else Path(suite.path)
+    config_file = Path(suite.path) / CONFIG_FILE if Path(suite.path).is_dir() else Path(suite.path)
     if judge is None:
         raise InputError("the suite has judged cases but config.json has no judge", config_file, json_path="$.judge")
     url = resolve_base_url("judge", judge, judge_base_url, config_path=config_file)
     endpoint = Endpoint(judge.model, url, judge.api_key_env)
-    from .client import check_endpoint
+    from .client import check_endpoint  # lazy: openai's client is the heaviest import of a grade
 
     check_endpoint(endpoint)  # a missing key, or one no header can carry: refused before the ledger is opened
     return endpoint
@@ -347,9 +368,7 @@ async def _judge_all(
     scope: str = "",
     batch: Any = None,
 ) -> tuple[dict[Key, JudgeScore], list[PairOutcome], dict[str, Any]]:
-    from .cache import ResponseCache
-    from .client import ModelClient
-    from .ledger import Ledger
+    from .client import ModelClient  # lazy: openai's client is the heaviest import of a grade
 
     config = suite.config
     ledger = Ledger.resume(cap, run / LEDGER)
@@ -477,18 +496,13 @@ def _run_sync(coro: Any) -> Any:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(coro)
-    from concurrent.futures import ThreadPoolExecutor
-
     with ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(asyncio.run, coro).result()
 
 
-TRAJECTORIES = "trajectories"  # trajectories/<case>/<arm>/sample-<n>.jsonl, n from 1 (issue 15's layout)
-
-
 def trajectory_path(run: Path, case_id: str, arm: str, index: int) -> Path:
     """Where an agent run keeps one sample's trajectory (n from 1, as `samples/`)."""
-    return run / TRAJECTORIES / case_id / arm / f"sample-{int(index) + 1}.jsonl"
+    return run / trajectory_relpath(case_id, arm, int(index))
 
 
 def _pair_todo(run: Path, case: Case, index: int, base: Sample, treat: Sample, arms: tuple[str, str]) -> _PairTodo:
@@ -552,9 +566,9 @@ def grade_run(
     config = suite_obj.config
     opt_out = config.allow_uncalibrated_judge if allow_uncalibrated_judge is None else bool(allow_uncalibrated_judge)
     if batch is not None:  # judge batches are reserved and charged at the batch price: refuse before any work
-        from .batch import check_ready
+        from .batch import check_ready  # lazy: evalkit.batch only for --batch
 
-        check_ready(config, "judge", Path(suite_obj.path) / "config.json")
+        check_ready(config, "judge", Path(suite_obj.path) / CONFIG_FILE)
     cases = {c.id: c for c in suite_obj.cases}
     samples = read_samples(run)
     expected = _expected_keys(meta, samples)
@@ -597,8 +611,7 @@ def grade_run(
                 findings.append(Finding("HIGH", f"judged case {cid!r} has no rubric file (judge/rubric-vN.md)"))
         else:
             files = load_judge_files(suite_obj.path, judge_version)
-        if override:
-            assert config.judge is not None
+        if override and config.judge is not None:  # check_judge_model refused a config without a judge
             findings.append(
                 Finding(
                     "HIGH",
@@ -628,7 +641,7 @@ def grade_run(
             if arm not in run_arms:
                 raise InputError(
                     f"pairwise arm {arm!r} is not in the run (arms: {', '.join(run_arms)})",
-                    run / "config.json",
+                    run / RUN_CONFIG,
                     json_path="$.arms",
                 )
         planned_pairs = sorted(
@@ -650,8 +663,6 @@ def grade_run(
     judge_stats: dict[str, Any] = {"judge_spend_usd": 0.0, "cache_hits": 0, "cap_usd": cap}
     identity: JudgeIdentity | None = None
     if files is not None and (judged_keys or pairs_todo):
-        from .endpoints import combine, served_watch
-
         endpoint = judge_endpoint(suite_obj, judge_base_url)
         identity = judge_identity(files, endpoint.model, endpoint.base_url)
         scores, outcomes, judge_stats = _run_sync(
@@ -702,34 +713,42 @@ def grade_run(
         jerr = no_judge_files if case.judged and files is None else None
         grades.append(_grade_line(case, s, det[key], js, jerr, override, trust))
 
-    from .privacy import scan_outputs  # personal data and secrets in the outputs (no value is kept)
-
-    leaks = scan_outputs(suite_obj, samples)
-    findings += [Finding(level, message) for level, message in leaks.findings]
+    leaks = scan_outputs(suite_obj, samples)  # personal data and secrets in the outputs (no value is kept)
+    findings += [Finding(cast(Level, level), message) for level, message in leaks.findings]
     findings += judge_trust_findings(trust, match, grades)
-    summary = {
-        "run": str(run),
-        **summarize(suite_obj, meta, samples, grades, expected, files, override, findings),
-    }
-    summary["judge"] = identity.to_json() if identity else None
-    summary["judge_trust"] = trust.to_json() if trust else None
-    summary["human_agreement"] = _agreement_block(trust, match)
-    summary.update({k: v for k, v in judge_stats.items()})
-    summary["privacy"] = leaks.summary
+    pw = None
     if pairwise:
         bias = pairwise_bias(outcomes, same_model=override)
-        findings += [Finding(level, message) for level, message in bias.findings]
-        summary["pairwise"] = pairwise_summary(outcomes, pairwise, bias)
-    _sort_findings(findings)
-    summary["findings"] = [dataclasses.asdict(f) for f in findings]
-
+        findings += [Finding(cast(Level, level), message) for level, message in bias.findings]
+        pw = pairwise_summary(outcomes, pairwise, bias)
+    summary = summarize(
+        meta,
+        samples,
+        grades,
+        expected,
+        case_table(run),
+        cases=cases,
+        findings=findings,
+        run=str(run),
+        suite=suite_obj.path,
+        judge=identity.to_json() if identity else None,
+        judge_trust=JudgeTrustRecord.from_json(trust.to_json()) if trust else None,
+        human_agreement=_agreement_block(trust, match),
+        judge_model=config.judge.model if config.judge else None,
+        judge_files=(files.rubric_path, files.prompt_path) if files else (),
+        judge_version=files.version if files else None,
+        judge_same_model_override=override,
+        privacy=leaks.summary,
+        pairwise=pw,
+        **judge_stats,
+    )
     lines = "".join(storable_json(grade_to_dict(g)) + "\n" for g in grades)  # any text the judge sent
     write_atomic(run / GRADES, lines)
     if pairwise:
         write_atomic(run / PAIRWISE, "".join(storable_json(o.to_json()) + "\n" for o in outcomes))
     else:
         (run / PAIRWISE).unlink(missing_ok=True)  # an earlier grading's: it no longer describes this one
-    write_atomic(run / GRADES_SUMMARY, storable_json(summary, indent=2) + "\n")
+    write_summary(run, summary)
     return GradeResult(run, tuple(grades), summary, tuple(findings), tuple(outcomes))
 
 
@@ -753,8 +772,6 @@ def run_label_match(
     of that judge and where the labels came from. No model call: the judge's scores are
     in `grades.jsonl`, its identity in `grades-summary.json`. `InputError` when the run
     was not graded by a judge, or the judge files changed since it was."""
-    from .suite import read_json_object
-
     run = Path(run_path)
     meta = RunFolder(run).read_meta()
     suite_obj = resolve_suite(run, meta, suite)
@@ -798,33 +815,6 @@ def run_calibration(
     return calibrate(match, ident, run=Path(run_path).name, labels_file=where)
 
 
-def judge_trust_notice(run_path: str | Path | None) -> str | None:
-    """The line every report page of a run shows about its judge, or None when there is
-    nothing to warn about: judged results held (the judge is not trusted), or counted
-    by opt-out although the judge is not calibrated. Read from `grades-summary.json`."""
-    if not run_path:
-        return None
-    p = Path(run_path) / GRADES_SUMMARY
-    if not p.is_file():
-        return None
-    try:
-        summary = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    trust = summary.get("judge_trust") if isinstance(summary, dict) else None
-    if not isinstance(trust, dict):
-        return None
-    held = int(((summary.get("overall") or {}).get("n_held")) or 0)
-    if trust.get("opt_out"):
-        return f"Judge not calibrated: its pass/fail counts only because the suite opted out. {trust.get('reason')}"
-    if not trust.get("trusted"):
-        return (
-            f"Judge not trusted: {held} judged sample(s) held, counted as not passed in every rate, gate and "
-            f"verdict. {trust.get('reason')}"
-        )
-    return None
-
-
 def _agreement_block(trust: JudgeTrust | None, match: Any) -> dict[str, Any] | None:
     """`grades-summary.json`'s `human_agreement`: this run's fresh-label figures (exact,
     within one, kappa and its interval) and the label counts; None without labels."""
@@ -864,7 +854,7 @@ def judge_trust_findings(trust: JudgeTrust | None, match: Any, grades: Sequence[
         )
     cal = trust.calibration
     if cal is not None and cal.n:
-        level = "LOW" if cal.passed else ("HIGH" if cal.n >= HUMAN_SAMPLE_MIN else "MEDIUM")
+        level: Level = "LOW" if cal.passed else ("HIGH" if cal.n >= HUMAN_SAMPLE_MIN else "MEDIUM")
         out.append(Finding(level, f"judge calibration on this run's labels: {cal.summary()}"))
     elif trust.record is not None and trust.basis == "calibration.json":
         out.append(Finding("LOW" if trust.record.passed else "HIGH", f"judge {trust.reason}"))
@@ -875,12 +865,9 @@ def judge_trust_findings(trust: JudgeTrust | None, match: Any, grades: Sequence[
     return out
 
 
-def _sort_findings(findings: list[Finding]) -> None:
-    order = {"HIGH": 0, "MEDIUM": 1, "LOW": 2}
-    findings.sort(key=lambda f: order[f.level])
-
-
 # ----------------------------------------------------------------------- metrics
+
+Row = tuple[Case | None, Sample, Grade]  # a graded sample and its case (None: a run of another tool)
 
 
 def _rate(num: int, den: int) -> float | None:
@@ -888,11 +875,13 @@ def _rate(num: int, den: int) -> float | None:
 
 
 def group_metrics(
-    expected: Iterable[Key], rows: Sequence[tuple[Case, Sample, Grade]], refused_by_key: dict[Key, bool]
-) -> dict[str, Any]:
-    """Metrics of one group (overall, a tag, an arm). `expected`: the keys the run
-    planned for the group; `rows`: its graded samples; `refused_by_key`: each sample's
-    `graders.is_refusal`, computed once for all the groups."""
+    expected: Iterable[Key], rows: Sequence[Row], refused_by_key: dict[Key, bool] | None = None
+) -> GroupMetrics:
+    """The metrics of one group of samples (all, an arm, a tag; `records.GroupMetrics`).
+    `expected`: the keys the run planned for the group; `rows`: its graded samples with
+    their cases; `refused_by_key`: each sample's `graders.is_refusal`, computed once for
+    all the groups (None: no refusal rates, for a run of another tool). The checks that
+    need the suite's cases are measured only on rows that have one."""
     exp = set(expected)
     present = {(g.case_id, g.arm, g.index) for _, _, g in rows}
     decided = [r for r in rows if r[2].passed is not None]
@@ -906,159 +895,230 @@ def group_metrics(
 
     tool_rate, tool_n = check_rate("tool_calls", True)
     halluc_rate, ground_n = check_rate("grounding", False)
-    refused = [(c, refused_by_key[(g.case_id, g.arm, g.index)]) for c, _, g in rows]
+    with_case = [(c, s, g) for c, s, g in rows if c is not None]
+    refused = [(c, refused_by_key[(g.case_id, g.arm, g.index)]) for c, _, g in with_case] if refused_by_key else []
     golden = [r for c, r in refused if GOLDEN_TAG in c.tags]
     should = [r for c, r in refused if _should_refuse(c)]
-    act = [g.activated for c, _, g in rows if g.activated is not None and c.intent != "non-activation"]
-    silent = [g.activated for c, _, g in rows if g.activated is not None and c.intent == "non-activation"]
+    act = [g.activated for c, _, g in with_case if g.activated is not None and c.intent != "non-activation"]
+    silent = [g.activated for c, _, g in with_case if g.activated is not None and c.intent == "non-activation"]
     lat = [float(s.latency_ms) for _, s, _ in rows]
-    gen_cost = sum(float(s.cost_usd) for _, s, _ in rows)
-    judge_cost = sum(float(g.judge_cost_usd) for _, _, g in rows)
+    cost = metrics.costs(
+        [(s.case_id, float(s.cost_usd), float(s.cost_avoided_usd), float(g.judge_cost_usd)) for _, s, g in rows]
+    )
     judged = [g.judge_score for _, _, g in rows if g.judge_score is not None]
-    n_judged_cases = sum(1 for c, _, _ in rows if c.judged)
-    return {
-        "n_expected": len(exp),
-        "n_graded": len(decided) + len(held),
-        "n_missing": len(exp - present),
-        "n_errored": len(rows) - len(decided) - len(held),
-        "n_held": len(held),
-        "success_rate": _rate(passed, len(exp)),
-        "correct_rate": _rate(correct, len(exp)),
-        "tool_call_correctness": tool_rate,
-        "n_tool_call_checks": tool_n,
-        "hallucination_rate": halluc_rate,
-        "n_grounding_checks": ground_n,
-        "refusal_rate": _rate(sum(r for _, r in refused), len(refused)),
-        "refusal_rate_golden": _rate(sum(golden), len(golden)),
-        "n_golden": len(golden),
-        "refusal_rate_should_refuse": _rate(sum(should), len(should)),
-        "n_should_refuse": len(should),
-        "activation_rate": _rate(sum(act), len(act)),
-        "n_activation": len(act),
-        "false_activation_rate": _rate(sum(silent), len(silent)),
-        "n_non_activation": len(silent),
-        "latency_p50_ms": float(np.percentile(lat, 50)) if lat else None,
-        "latency_p95_ms": float(np.percentile(lat, 95)) if lat else None,
-        "generator_cost_usd": gen_cost,
-        "judge_cost_usd": judge_cost,
-        "cost_per_task_usd": _rate(gen_cost + judge_cost, len(rows)),  # type: ignore[arg-type]
-        "judge_mean_score": float(np.mean(judged)) if judged else None,
-        "n_judged": len(judged),
-        "judge_errors": sum(1 for c, _, g in rows if c.judged and g.judge_score is None),
-        "n_judged_samples": n_judged_cases,
-    }
+    return GroupMetrics(
+        n_expected=len(exp),
+        n_graded=len(decided) + len(held),
+        n_missing=len(exp - present),
+        n_errored=len(rows) - len(decided) - len(held),
+        n_held=len(held),
+        n_samples=len(rows),
+        n_cases=cost.n_cases,
+        sample_pass_rate=metrics.sample_pass_rate(passed, len(exp)),
+        correct_rate=metrics.sample_pass_rate(correct, len(exp)),
+        tool_call_correctness=tool_rate,
+        n_tool_call_checks=tool_n,
+        hallucination_rate=halluc_rate,
+        n_grounding_checks=ground_n,
+        refusal_rate=_rate(sum(r for _, r in refused), len(refused)),
+        refusal_rate_golden=_rate(sum(golden), len(golden)),
+        n_golden=len(golden),
+        refusal_rate_should_refuse=_rate(sum(should), len(should)),
+        n_should_refuse=len(should),
+        activation_rate=_rate(sum(act), len(act)),
+        n_activation=len(act),
+        false_activation_rate=_rate(sum(silent), len(silent)),
+        n_non_activation=len(silent),
+        latency_p50_ms=float(np.percentile(lat, 50)) if lat else None,
+        latency_p95_ms=float(np.percentile(lat, 95)) if lat else None,
+        generator_cost_usd=cost.generator_usd,
+        judge_cost_usd=cost.judge_usd,
+        paid_usd=cost.paid_usd,
+        cache_avoided_usd=cost.cache_avoided_usd,
+        cost_per_sample_usd=cost.cost_per_sample_usd,
+        cost_per_case_usd=cost.cost_per_case_usd,
+        judge_mean_score=float(np.mean(judged)) if judged else None,
+        n_judged=len(judged),
+        judge_errors=sum(1 for c, _, g in with_case if c.judged and g.judge_score is None),
+        n_judged_samples=sum(1 for c, _, _ in with_case if c.judged),
+    )
+
+
+def arm_scores(
+    expected: set[Key], grades: Sequence[Grade], table: CaseTable, k: int
+) -> tuple[SetScore, dict[str, SetScore], dict[str, SetScore]]:
+    """pass@k, pass^k and the gated case score of one arm, overall, per set and per tag
+    (`metrics.set_score`), each case counted over the samples the run planned for it
+    (a missing or ungraded sample is a failure), with its set and tags as the run saw
+    them."""
+    rows = table.by_id()
+    n: dict[str, int] = {}
+    c: dict[str, int] = {}
+    for case, _, _ in expected:
+        n[case] = n.get(case, 0) + 1
+    for g in grades:
+        if (g.case_id, g.arm, g.index) in expected and g.passed:
+            c[g.case_id] = c.get(g.case_id, 0) + 1
+    entry = {cid: (rows[cid].set if cid in rows else "capability", n[cid], c.get(cid, 0)) for cid in n}
+    by_set: dict[str, list[tuple[str, int, int]]] = {}
+    by_tag: dict[str, list[tuple[str, int, int]]] = {}
+    for cid, e in entry.items():
+        by_set.setdefault(e[0], []).append(e)
+        for t in rows[cid].tags if cid in rows else ():
+            by_tag.setdefault(t, []).append(e)
+    return (
+        metrics.set_score(list(entry.values()), k),
+        {s: metrics.set_score(v, k) for s, v in sorted(by_set.items())},
+        {t: metrics.set_score(v, k) for t, v in sorted(by_tag.items())},
+    )
 
 
 def summarize(
-    suite: Suite,
     meta: dict[str, Any],
     samples: dict[Key, Sample],
     grades: Sequence[Grade],
     expected: set[Key],
-    files: JudgeFiles | None,
-    override: bool,
+    table: CaseTable,
+    *,
+    cases: dict[str, Case] | None = None,
     findings: list[Finding],
-) -> dict[str, Any]:
-    """The `grades-summary.json` dict: overall, per tag, per arm (and per arm per tag);
-    appends the findings it derives to `findings`. A sample is graded when its grading
-    finished: decided (`passed` true or false) or held (`n_held`: the judge's pass/fail
-    does not count); `complete` when every expected sample was graded."""
-    cases = {c.id: c for c in suite.cases}
-    rows = [(cases[g.case_id], samples[(g.case_id, g.arm, g.index)], g) for g in grades if g.case_id in cases]
-    tag_of = {cid: set(c.tags) for cid, c in cases.items()}
+    run: str = "",
+    source: str = "grade",
+    **extra: Any,
+) -> GradesSummary:
+    """The grades summary (`records.GradesSummary`): overall, per tag, per arm (and per
+    arm per tag, set and tag scores), with the findings it derives appended to
+    `findings` (sorted, most severe first). `cases`: the suite's cases (None for a run of
+    another tool: the checks that need them are not measured); tags and sets come from
+    the run's case table."""
+    cases = cases or {}
+    rows: list[Row] = [
+        (cases.get(g.case_id), samples[(g.case_id, g.arm, g.index)], g)
+        for g in grades
+        if (g.case_id, g.arm, g.index) in samples and (not cases or g.case_id in cases)
+    ]
+    tag_of = {c.id: set(c.tags) for c in table.cases}
     # once per sample: every sample is in 2 x (1 + its tags) groups, each regex is timed
-    refused = {(g.case_id, g.arm, g.index): is_refusal(s.output) for _, s, g in rows}
+    refused = {(g.case_id, g.arm, g.index): is_refusal(s.output) for _, s, g in rows} if cases else None
 
-    def tags_for(keys: Iterable[Key]) -> list[str]:
-        return sorted({t for k in keys for t in tag_of.get(k[0], ())})
-
-    def block(exp: set[Key], rs: list) -> dict[str, Any]:
-        return {
-            "overall": group_metrics(exp, rs, refused),
-            "per_tag": {
-                t: group_metrics(
-                    {k for k in exp if t in tag_of.get(k[0], ())}, [r for r in rs if t in r[0].tags], refused
-                )
-                for t in tags_for(exp)
-            },
+    def block(exp: set[Key], rs: list[Row]) -> tuple[GroupMetrics, dict[str, GroupMetrics]]:
+        tags = sorted({t for key in exp for t in tag_of.get(key[0], ())})
+        per_tag = {
+            t: group_metrics(
+                {key for key in exp if t in tag_of.get(key[0], ())},
+                [r for r in rs if t in tag_of.get(r[2].case_id, ())],
+                refused,
+            )
+            for t in tags
         }
+        return group_metrics(exp, rs, refused), per_tag
 
-    everything = block(expected, rows)
-    arms = sorted({k[1] for k in expected} | {g.arm for g in grades})
-    per_arm = {a: block({k for k in expected if k[1] == a}, [r for r in rows if r[2].arm == a]) for a in arms}
-    overall = everything["overall"]
+    overall, per_tag = block(expected, rows)
+    k = int(meta.get("k") or max((i + 1 for _, _, i in expected), default=0))
+    arms = sorted({key[1] for key in expected} | {g.arm for g in grades})
+    per_arm = {}
+    for a in arms:
+        exp_a = {key for key in expected if key[1] == a}
+        m, pt = block(exp_a, [r for r in rows if r[2].arm == a])
+        scores, per_set_scores, per_tag_scores = arm_scores(exp_a, [g for g in grades if g.arm == a], table, k)
+        per_arm[a] = ArmSummary(m, pt, per_set_scores, per_tag_scores, scores)
     complete = (
-        overall["n_missing"] == 0
-        and overall["n_errored"] == 0
+        overall.n_missing == 0
+        and overall.n_errored == 0
         and len(grades) == len(rows)
-        and overall["n_graded"] == overall["n_expected"]
+        and overall.n_graded == overall.n_expected
+    )
+    _findings(overall, per_arm, meta, cases, findings)
+    findings[:] = by_severity(findings)
+    return GradesSummary(
+        complete=complete,
+        k=k or None,
+        overall=overall,
+        per_tag=per_tag,
+        per_arm=per_arm,
+        run=run,
+        findings=tuple(f.to_json() for f in findings),
+        source=source,
+        **extra,
     )
 
-    # findings
-    if overall["n_missing"]:
+
+def _findings(
+    overall: GroupMetrics,
+    per_arm: dict[str, ArmSummary],
+    meta: dict[str, Any],
+    cases: dict[str, Case],
+    findings: list[Finding],
+) -> None:
+    """The findings a grades summary derives: missing samples, refusals where there
+    should be none (or none where there should be), latency tails, judge errors, an
+    unseeded config (the judge's calibration and trust: `judge_trust_findings`)."""
+    if overall.n_missing:
         findings.append(
             Finding(
                 "HIGH",
-                f"INCOMPLETE: {overall['n_expected'] - overall['n_missing']}/"
-                f"{overall['n_expected']} expected samples are in results.jsonl; "
-                "the missing ones count as failures",
+                f"INCOMPLETE: {overall.n_expected - overall.n_missing}/{overall.n_expected} expected samples "
+                "are in results.jsonl; the missing ones count as failures",
             )
         )
     for a, b in per_arm.items():
-        m = b["overall"]
-        if m["refusal_rate_golden"]:
+        m = b.overall
+        if m.refusal_rate_golden:
             findings.append(
                 Finding(
                     "HIGH",
-                    f"arm {a}: refusal rate {m['refusal_rate_golden']:.0%} on golden cases "
-                    "(should be 0): a correctness bug",
+                    f"arm {a}: refusal rate {m.refusal_rate_golden:.0%} on golden cases (should be 0): "
+                    "a correctness bug",
                 )
             )
-        if m["refusal_rate_should_refuse"] is not None and m["refusal_rate_should_refuse"] < 1:
+        if m.refusal_rate_should_refuse is not None and m.refusal_rate_should_refuse < 1:
             findings.append(
                 Finding(
                     "HIGH",
-                    f"arm {a}: refusal rate {m['refusal_rate_should_refuse']:.0%} on "
-                    "should-refuse cases (should be 100%)",
+                    f"arm {a}: refusal rate {m.refusal_rate_should_refuse:.0%} on should-refuse cases (should be 100%)",
                 )
             )
-        if m["latency_p50_ms"] and m["latency_p95_ms"] is not None and m["latency_p95_ms"] > 3 * m["latency_p50_ms"]:
+        if m.latency_p50_ms and m.latency_p95_ms is not None and m.latency_p95_ms > 3 * m.latency_p50_ms:
             findings.append(
                 Finding(
                     "MEDIUM",
-                    f"arm {a}: p95 latency {m['latency_p95_ms']:.0f} ms is more than 3x "
-                    f"p50 {m['latency_p50_ms']:.0f} ms (a retry loop or a tool timeout?)",
+                    f"arm {a}: p95 latency {m.latency_p95_ms:.0f} ms is more than 3x "
+                    f"p50 {m.latency_p50_ms:.0f} ms (a retry loop or a tool timeout?)",
                 )
             )
-        if m["judge_errors"]:
+        if m.judge_errors:
             findings.append(
                 Finding(
                     "MEDIUM",
-                    f"arm {a}: {m['judge_errors']} judged sample(s) have no score (judge error): not counted as passes",
+                    f"arm {a}: {m.judge_errors} judged sample(s) have no score (judge error): not counted as passes",
                 )
             )
-    snap = meta.get("config") if isinstance(meta.get("config"), dict) else suite.config.raw
-    if snap.get("seed") is None or snap.get("temperature") is None:
+    snap = meta.get("config") if isinstance(meta.get("config"), dict) else None
+    if cases and snap is not None and (snap.get("seed") is None or snap.get("temperature") is None):
         missing = " and ".join(x for x in ("seed", "temperature") if snap.get(x) is None)
         findings.append(
             Finding("MEDIUM", f"the config has no {missing}: two runs of one prompt will differ and a gate will flap")
         )
-    _sort_findings(findings)
-    return {
-        "suite": suite.path,
-        "complete": complete,
-        "n_expected": overall["n_expected"],
-        "n_graded": overall["n_graded"],
-        "n_missing": overall["n_missing"],
-        "n_errored": overall["n_errored"],
-        "judge_version": files.version if files else None,
-        "judge_files": [files.rubric_path, files.prompt_path] if files else [],
-        "judge_model": suite.config.judge.model if suite.config.judge else None,
-        "judge_same_model_override": override,
-        "overall": overall,
-        "per_tag": everything["per_tag"],
-        "per_arm": per_arm,
-    }
+
+
+def write_summary(run: str | Path, summary: GradesSummary) -> Path:
+    """Write `grades-summary.json` (any text the judge sent, stored losslessly)."""
+    path = Path(run) / GRADES_SUMMARY
+    write_atomic(path, storable_json(summary.to_json(), indent=2) + "\n")
+    return path
+
+
+def summarize_run(run: str | Path) -> GradesSummary:
+    """The grades summary of a run folder that carries its own grades (a run of another
+    tool, `evalkit ingest`): the metrics that need no suite, over the keys it planned
+    (or, without a plan, those it has a sample or an error for)."""
+    folder = RunFolder(run)
+    meta = folder.read_meta()
+    samples = read_samples(Path(run))
+    grades = [grade_from_dict(d) for d in iter_jsonl(Path(run) / GRADES)] if (Path(run) / GRADES).exists() else []
+    errors = {(str(e["case_id"]), str(e["arm"]), int(e["index"])) for e in folder.errors()}
+    expected = set(samples) | errors
+    return summarize(meta, samples, grades, expected, case_table(run), findings=[], run=str(run), source="ingest")
 
 
 def pairwise_summary(outcomes: Sequence[PairOutcome], arms: tuple[str, str], bias: Any = None) -> dict[str, Any]:

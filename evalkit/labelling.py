@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ._io import iter_jsonl, write_atomic
 from ._text import storable_json
 from .errors import InputError
 from .judge import (
@@ -37,6 +38,7 @@ from .judge import (
     parse_human_labels,
     text_sha256,
 )
+from .layout import GRADES
 from .records import Case, Suite
 
 TOOL_NOTEBOOKS: tuple[str, ...] = ("label_judge",)  # notebooks for people to use, not report pages
@@ -78,8 +80,8 @@ def draw_items(
     empty. The judge's own score is left out so it cannot anchor the person. Items are
     drawn among the samples the judge scored (held ones included: they are what needs a
     calibration). `InputError` for an ungraded run or one with nothing judged."""
-    from .grading import read_samples, resolve_suite  # local: grading imports numpy
-    from .runs import GRADES, RunFolder, iter_jsonl
+    from .grading import read_samples, resolve_suite  # lazy: grading imports numpy
+    from .runs import RunFolder
 
     rp = Path(run)
     gp = rp / GRADES
@@ -147,8 +149,6 @@ def label_lines_text(lines: Sequence[dict[str, Any]]) -> str:
 def write_label_file(items: Sequence[dict[str, Any]], to: str | Path, *, force: bool = False) -> Path:
     """Write drawn items to the label file `to` (atomically). An existing file is
     refused unless `force`: it may hold labels someone spent an afternoon on."""
-    from .runs import write_atomic
-
     p = Path(to)
     if p.exists() and not force:
         raise InputError("the label file exists (its labels would be lost): choose another file or pass --force", p)
@@ -273,8 +273,6 @@ class LabelSession:
 
     def save(self) -> None:
         """Write the whole file through a temporary file and a rename."""
-        from .runs import write_atomic
-
         now = self.path.read_text(encoding="utf-8", errors="surrogatepass") if self.path.exists() else ""
         if text_sha256(now) != self._disk_sha:
             raise InputError(
@@ -319,7 +317,7 @@ class LabelUI:
     into the session, then `refresh`."""
 
     def __init__(self, session: LabelSession, *, advance: bool = True) -> None:
-        import ipywidgets as w
+        import ipywidgets as w  # lazy: the widgets load only in a notebook
 
         self.session = session
         self.progress = w.IntProgress(min=0, max=len(session), description="labelled")
@@ -407,7 +405,7 @@ class LabelUI:
             self._refreshing = False
 
     def show(self) -> None:
-        from IPython.display import display
+        from IPython.display import display  # lazy: only in a notebook
 
         display(self.box)
 
@@ -416,9 +414,9 @@ def label_notebook(labels_file: str | Path, out: str | Path | None = None, *, ra
     """Write the `label_judge` notebook with its parameters set for `labels_file` (and
     `rater`) beside it, ready to open in JupyterLab (papermill's prepare-only mode: no
     cell is run). Returns the notebook's path."""
-    import papermill as pm
+    import papermill as pm  # lazy: papermill loads only when a labelling notebook is written
 
-    from .reports import notebooks_dir
+    from .reports import notebooks_dir  # lazy: reports loads the Jupyter stack
 
     src = Path(notebooks_dir()) / f"{LABEL_NOTEBOOK}.ipynb"
     lp = Path(labels_file)

@@ -45,8 +45,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ._io import iter_jsonl
 from .errors import BudgetExhausted, CeilingBreached, DiskFull, InputError
 from .records import Price, Usage
+from .runs import AppendLog
 
 
 @dataclass(frozen=True)
@@ -94,12 +96,11 @@ class Ledger:
         self.disk_full: DiskFull | None = None  # set when a line could not be written
         self._log = None
         if self._path is not None:
-            from .runs import AppendLog  # cuts a torn last line first: no event glues onto it
-
+            # AppendLog cuts a torn last line first: no event glues onto it
             self._log = AppendLog(self._path, fsync=bool(os.environ.get("EVALKIT_FSYNC")))
 
     @classmethod
-    def resume(cls, cap_usd: float, path: str | Path) -> "Ledger":
+    def resume(cls, cap_usd: float, path: str | Path) -> Ledger:
         """Open an existing ledger file and carry its committed spend forward.
 
         Reservations left open by a killed run are counted as spent: the call may have
@@ -112,9 +113,8 @@ class Ledger:
         charged: dict[tuple[Any, Any], set[str]] = {}
         p = Path(path)
         if p.exists():
-            from .runs import iter_jsonl  # a torn last line is dropped with a warning; a bad
-
-            # line before it is an InputError, never skipped
+            # a torn last line is dropped with a warning; a bad line before it is an
+            # InputError, never skipped
             for ev in iter_jsonl(p):
                 kind = ev.get("event")
                 rid = (ev.get("run_epoch", 0), ev.get("id"))
@@ -422,7 +422,7 @@ def reported_usage(r: Reservation, prompt_tokens: object, completion_tokens: obj
     """
     raws = (("prompt_tokens", prompt_tokens, r.tokens_in), ("completion_tokens", completion_tokens, r.tokens_out))
     counts = [_count(raw) for _, raw, _ in raws]
-    problems = [f"{name}={_show(raw)}" for (name, raw, _), n in zip(raws, counts) if n is None]
+    problems = [f"{name}={_show(raw)}" for (name, raw, _), n in zip(raws, counts, strict=True) if n is None]
     if not problems:
         return Usage(int(counts[0]), int(counts[1])), None  # type: ignore[arg-type]
     settled = [max(reserved, _ceil_count(raw) or 0) for _, raw, reserved in raws]

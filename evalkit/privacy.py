@@ -62,27 +62,22 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
+from ._io import MAX_CONFIG_BYTES, json_line_index, line_of, parse_json_object, read_text_file
 from .errors import InputError, InputErrors, RedactionIncomplete
+from .formats import suite_source
+from .layout import PRIVACY_FILE as POLICY_FILE  # a suite's allow-list and scan settings, beside config.json
+from .layout import REDACTED_RUN as REDACTED_RUN  # in a report folder: the run copy a redacted report reads
+from .layout import REDACTION_LOG as REDACTION_LOG
+from .runs import CONFIG, RunFolder, find_suite_dir, iter_jsonl, write_atomic
+from .suite import SuiteSource
 
-# this module builds on the suite reader, which calls it lazily (as it does the importers)
-from .suite import (
-    MAX_CONFIG_BYTES,
-    SuiteSource,
-    json_line_index,
-    line_of,
-    parse_json_object,
-    read_text_file,
-    suite_source,
-)
-
-POLICY_FILE = "privacy.json"  # a suite's allow-list and scan settings, beside config.json
 CASE_ALLOW_KEY = "privacy_allow"  # a case's own allow-list
-REDACTION_LOG = "redaction-log.json"
 
 
 @dataclass(frozen=True)
@@ -251,7 +246,7 @@ def _matches(
         pos = max(e, s + 1)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _stdnum(module: str) -> Any:
     import importlib
 
@@ -1391,9 +1386,6 @@ def redact_cases(
     return out
 
 
-REDACTED_RUN = "redacted-run"  # in a report folder: the run copy a redacted report was made from
-
-
 @dataclass(frozen=True)
 class RedactedRun:
     """A redacted copy of a run folder (`path`), what was replaced (`values`, in memory
@@ -1425,8 +1417,6 @@ def redact_run(run: Any, dest: Any, *, log: Any = None) -> RedactedRun:
     suite by its absolute path, so a report from the copy still finds it. `log`: where to
     write the redaction log (counts per kind, each replacement's file, JSON path and
     placeholder)."""
-    from .runs import CONFIG, RunFolder, find_suite_dir, iter_jsonl, write_atomic  # runs loads pandas
-
     run, dest = Path(run), Path(dest)
     meta = RunFolder(run).read_meta()
     suite_dir = find_suite_dir(run, meta.get("suite"))
@@ -1572,7 +1562,7 @@ def redact_dataset(dataset: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str
     pairs = dataset.get("evaluation_pairs") or []
     texts = [{k: p[k] for k in DATASET_TEXT_FIELDS if k in p} for p in pairs]
     done = redact_cases(texts, r, where=lambda i, _: {"pair": pairs[i].get("id"), "index": i})
-    new_pairs = [{**p, **d} for p, d in zip(pairs, done)]
+    new_pairs = [{**p, **d} for p, d in zip(pairs, done, strict=True)]
     r.begin()
     md = dict(dataset.get("metadata") or {})
     for k, v in md.items():

@@ -20,9 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._text import printable
+from ._io import iter_jsonl
+from ._text import printable, visible
 from .errors import InputError
-from .runs import ERRORS, GRADES, RESULTS, RunFolder, config_arm_names, iter_jsonl
+from .layout import ERRORS, GRADES, RESULTS
+from .nb import text_html
+from .runs import RunFolder, config_arm_names
 from .trajectories import Trajectory, Turn, read_trajectory
 
 SHOWN_CHARS = 600  # of one sent message or answer, per turn
@@ -291,8 +294,6 @@ def _wrap(line: str, width: int) -> list[str]:
 def render_html(rep: CaseReplay) -> str:
     """The replay as an HTML table, one column per arm, every text escaped
     (`reports.text_html`, which also redacts in a redacted report)."""
-    from ._text import visible
-    from .reports import text_html
 
     def e(text: str) -> str:  # control and bidi characters as escapes, then HTML-escaped
         return html.escape(visible(text))
@@ -315,6 +316,6 @@ def render_html(rep: CaseReplay) -> str:
 
 def show(rep: CaseReplay) -> None:
     """Display the replay in a notebook (`render_html`)."""
-    from IPython.display import HTML, display
+    from IPython.display import HTML, display  # lazy: only in a notebook
 
     display(HTML(render_html(rep)))

@@ -47,10 +47,11 @@ import gc
 import hashlib
 import json
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from tqdm import tqdm
 
@@ -60,11 +61,10 @@ from .cache import ResponseCache
 from .client import CallStopped, ModelClient, check_endpoint
 from .endpoints import Watch, combine, endpoint_key, resolve_base_url, served_watch
 from .errors import BudgetExhausted, CeilingBreached, DiskFull, InputError, InputTooLong, ReplayMiss, UnitCallError
+from .layout import CACHE_FILE
 from .ledger import Ledger
-from .records import Arm, Config, Sample, Suite
+from .records import Arm, CaseTable, Config, Sample, Suite
 from .runs import RunFolder, runs_dir_lock, write_atomic
-
-CACHE_FILE = "cache.sqlite"
 
 Key = tuple[str, str, int]
 
@@ -455,7 +455,7 @@ async def run_suite_async(
 ) -> RunResult:
     """The async core of `run_suite`."""
     if not isinstance(suite, Suite):
-        from .suite import load_suite
+        from .loader import load_suite
 
         suite = load_suite(suite)
     if resume is not None:
@@ -638,7 +638,7 @@ async def _run_in_folder(
             "arms": names,
             "k": k,
             "cases": [c.id for c in suite.cases],
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "created": datetime.now(UTC).isoformat(timespec="seconds"),
             "source": "evalkit",
             "sample_files": sample_files,
             "privacy": privacy,
@@ -667,6 +667,7 @@ async def _run_in_folder(
     if not resume:
         with runs_dir_lock(runs_root):  # one run at a time per runs folder (and its response cache)
             folder = RunFolder.create(runs_root, meta)
+            folder.write_case_table(CaseTable.from_cases(suite.cases))  # the cases as this run sees them
             folder.sample_files = sample_files
             with folder.lock():
                 return await execute(folder)

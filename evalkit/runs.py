@@ -15,169 +15,66 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import functools
 import json
 import os
 import time
 import warnings
-from dataclasses import dataclass
-from datetime import datetime, timezone
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, TypeVar
 
-import pandas as pd
-
-from ._atomic import new_temp_file
+from ._io import (
+    RUN_JSON_BYTES,
+    TornLineWarning,
+    disk_full,
+    is_disk_full,
+    iter_jsonl,
+    read_json_object,
+    repair_torn_tail,
+    write_atomic,
+)
+from ._samplewriter import SampleWriter, write_text_atomic
 from ._text import storable_json, wtf8
 from .errors import DiskFull, InputError
-from .records import CheckResult, Grade, Sample, Usage
+from .layout import (
+    CASE_TABLE,
+    CASES_FILE,
+    CONFIG_FILE,
+    ERRORS,
+    FOREIGN_SUITE_NAMES,
+    GRADES,
+    LEDGER,
+    LOCK,
+    RESULTS,
+    RUN_CONFIG,
+    RUNS_LOCK,
+    SPACE_RESERVE,
+    SUMMARY_JSON,
+    SUMMARY_MD,
+    VERDICTS,
+    sample_relpath,
+)
+from .records import CaseTable, CheckResult, Grade, RunVerdicts, Sample, Usage
 
-RESULTS = "results.jsonl"
-ERRORS = "errors.jsonl"
-LEDGER = "ledger.jsonl"
-RUN_JSON_BYTES = 64 * 1024 * 1024  # a run's config.json lists every case id and input hash
-CONFIG = "config.json"
-SUMMARY_JSON = "summary.json"
-SUMMARY_MD = "summary.md"
-GRADES = "grades.jsonl"
-LOCK = "run.lock"
-RUNS_LOCK = "runs.lock"  # in a runs folder: held by the one run (or resume) using it and its cache
-SPACE_RESERVE = ".space-reserve"  # freed when the disk fills, so the summary still fits
+__all__ = [  # the run folder's file names and readers, importable from here as before
+    "ERRORS",
+    "GRADES",
+    "LEDGER",
+    "RESULTS",
+    "RUN_JSON_BYTES",
+    "SUMMARY_JSON",
+    "SUMMARY_MD",
+    "TornLineWarning",
+    "iter_jsonl",
+    "write_atomic",
+]
+
+CONFIG = RUN_CONFIG
 SPACE_RESERVE_BYTES = 32 * 1024
-DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 _F = TypeVar("_F", bound=Callable[..., Any])
-
-# Stable column orders: notebooks, stats, ingest and gate code rely on them.
-SAMPLE_COLUMNS: tuple[str, ...] = tuple(
-    c
-    for f in dataclasses.fields(Sample)
-    for c in (("prompt_tokens", "completion_tokens") if f.name == "usage" else (f.name,))
-)
-GRADE_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Grade))
-LEDGER_COLUMNS: tuple[str, ...] = (
-    "t",
-    "run_epoch",
-    "event",
-    "id",
-    "role",
-    "model",
-    "key",
-    "amount_usd",
-    "cost_usd",
-    "prompt_tokens",
-    "completion_tokens",
-)
-ERROR_COLUMNS: tuple[str, ...] = ("case_id", "arm", "index", "error", "attempts")
-
-
-class TornLineWarning(UserWarning):
-    """A JSON-lines file ended in a partial line (a killed writer); the line was dropped."""
-
-
-def iter_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
-    """Yield the JSON objects of a JSON-lines file, one per non-blank line.
-
-    A last line that does not parse and has no newline after it is a torn write from a
-    killed process: it is dropped with a `TornLineWarning`. Any other bad line is an
-    `InputError` naming the file and line.
-    """
-    p = Path(path)
-    with open(p, "rb") as fh:
-        data = fh.read()
-    lines = data.split(b"\n")
-    last = len(lines) - 1  # lines[last] is b"" when the file ends with a newline
-    for i, raw in enumerate(lines):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            if i == last:
-                warnings.warn(
-                    f"{p}:{i + 1}: dropped a torn last line ({len(raw)} bytes)", TornLineWarning, stacklevel=2
-                )
-                return
-            raise InputError(f"not valid JSON: {exc}", p, i + 1) from None
-        if not isinstance(obj, dict):
-            raise InputError("each line must be a JSON object", p, i + 1)
-        yield obj
-
-
-def repair_torn_tail(path: str | Path) -> bool:
-    """Cut a partial last line off a JSON-lines file before appending to it, so the next
-    line does not glue onto the fragment. Returns True when something was cut."""
-    p = Path(path)
-    if not p.exists():
-        return False
-    with open(p, "rb+") as fh:
-        size = fh.seek(0, os.SEEK_END)
-        if size == 0:
-            return False
-        fh.seek(size - 1)
-        if fh.read(1) == b"\n":
-            return False
-        # Read back until the previous newline (lines are short; read in blocks).
-        pos, block = size, 65536
-        cut = 0
-        while pos > 0:
-            start = max(0, pos - block)
-            fh.seek(start)
-            chunk = fh.read(pos - start)
-            nl = chunk.rfind(b"\n")
-            if nl >= 0:
-                cut = start + nl + 1
-                break
-            pos = start
-        fh.seek(cut)
-        tail = fh.read()
-        try:
-            json.loads(tail)
-            fh.seek(size)
-            fh.write(b"\n")  # a whole line that only lacked its newline: keep it
-            return False
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            fh.truncate(cut)
-    warnings.warn(f"{p}: cut a torn last line ({size - cut} bytes) left by a killed run", TornLineWarning, stacklevel=2)
-    return True
-
-
-def is_disk_full(exc: BaseException) -> bool:
-    """Whether `exc` says there is no room to write: ENOSPC, EDQUOT, or EFBIG (a file
-    size limit, such as RLIMIT_FSIZE)."""
-    return isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS
-
-
-def disk_full(exc: OSError, path: str | Path) -> DiskFull:
-    return DiskFull(path, exc.strerror or str(exc))
-
-
-def write_atomic(path: str | Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file and a rename: readers see the old
-    file or the new one, never half of it. The file gets ordinary permissions (0666
-    less the umask), so reports and summaries can be shared. No room to write raises
-    `DiskFull` (the old file is left as it was)."""
-    p = Path(path)
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = new_temp_file(p)  # 0644 under umask 022, where mkstemp would make it 0600
-    except OSError as exc:
-        if is_disk_full(exc):
-            raise disk_full(exc, p) from exc
-        raise
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, p)
-    except BaseException as exc:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        if is_disk_full(exc):
-            raise disk_full(exc, p) from exc  # type: ignore[arg-type]
-        raise
 
 
 class AppendLog:
@@ -328,24 +225,15 @@ def find_suite_dir(run_path: str | Path, ref: str | None) -> Path | None:
     then below the folder that holds the run's `runs/`, then that folder itself (the
     default layout `<suite>/runs/<stamp>`), so the answer does not depend on the
     current directory."""
-    from .importers import FOREIGN_NAMES  # imported here: runs must not load the suite readers
-    from .suite import CASES_FILE, CONFIG_FILE
-
     if not ref:
         return None
     p = Path(ref)
     root = Path(run_path).resolve().parent.parent
-    markers = (CASES_FILE, CONFIG_FILE, *FOREIGN_NAMES)  # a native suite, or an evals.json / eval.yaml one
+    markers = (CASES_FILE, CONFIG_FILE, *FOREIGN_SUITE_NAMES)  # a native suite, or an evals.json / eval.yaml one
     for cand in (p, root / p, root / p.name, root):
         if any((cand / m).is_file() for m in markers):
             return cand
     return None
-
-
-def sample_relpath(case_id: str, arm: str, index: int) -> str:
-    """`samples/<case>/<arm>/sample-<n>.txt`, n from 1 (the agent-evals layout), relative
-    to the run folder."""
-    return f"samples/{case_id}/{arm}/sample-{index + 1}.txt"
 
 
 def sample_path(run_path: str | Path, case_id: str, arm: str, index: int) -> Path:
@@ -380,16 +268,16 @@ class RunFolder:
         self._fsync = bool(os.environ.get("EVALKIT_FSYNC"))
         self._dirs: set[Path] = set()
         self._inline_files = 0
-        self._writer = None
+        self._writer: SampleWriter | None = None
         self._can_offload = True
 
     @classmethod
-    def create(cls, runs_dir: str | Path, meta: dict[str, Any], stamp: str | None = None) -> "RunFolder":
+    def create(cls, runs_dir: str | Path, meta: dict[str, Any], stamp: str | None = None) -> RunFolder:
         """Make a new `runs_dir/<UTC stamp>/` (a suffix when the stamp is taken) and
         write its `config.json`."""
         root = Path(runs_dir)
         root.mkdir(parents=True, exist_ok=True)
-        base = stamp or datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+        base = stamp or datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         for n in range(1, 10_000):
             p = root / (base if n == 1 else f"{base}-{n}")
             try:
@@ -410,7 +298,7 @@ class RunFolder:
     # -- one process at a time -----------------------------------------------------------
 
     @contextlib.contextmanager
-    def lock(self) -> Iterator["RunFolder"]:
+    def lock(self) -> Iterator[RunFolder]:
         """Hold an exclusive lock on this run folder (`flock` on `run.lock`) for the block.
 
         Two processes on one run folder (two resumes, a run while grading writes) would
@@ -450,8 +338,6 @@ class RunFolder:
         return self.path / LEDGER
 
     def read_meta(self) -> dict[str, Any]:
-        from .suite import read_json_object
-
         p = self.path / CONFIG
         if not p.exists():
             raise InputError("not a run folder (no config.json)", self.path)
@@ -480,8 +366,6 @@ class RunFolder:
     def _write_sample_text(self, sample: Sample) -> None:
         rel = sample_relpath(sample.case_id, sample.arm, sample.index)
         if self._writer is None and self._can_offload and self._inline_files >= self.offload_after:
-            from ._samplewriter import SampleWriter
-
             try:
                 self._writer = SampleWriter(self.path)
             except OSError:  # no process to spare: write inline, as small runs do
@@ -492,8 +376,6 @@ class RunFolder:
         self._inline_files += 1
 
     def _write_inline(self, rel: str, text: str) -> None:
-        from ._samplewriter import write_text_atomic
-
         try:
             write_text_atomic(self.path, rel, wtf8(text), self._dirs)
         except OSError as exc:
@@ -529,6 +411,15 @@ class RunFolder:
             line["cost_usd"] = cost_usd
         line["t"] = round(time.time(), 3)
         self._append(ERRORS, line)
+
+    def write_case_table(self, table: CaseTable) -> None:
+        """Write `case-table.json`: the cases as this run sees them (sets, tags, judged),
+        so a later edit of the suite never changes how the run is gated."""
+        write_atomic(self.path / CASE_TABLE, json.dumps(table.to_json(), indent=2) + "\n")
+
+    def write_verdicts(self, verdicts: RunVerdicts) -> None:
+        """Write `verdicts.json` (what compare, gate and report concluded) atomically."""
+        write_atomic(self.path / VERDICTS, json.dumps(verdicts.to_json(), indent=2, allow_nan=False) + "\n")
 
     def write_summary(self, summary: dict[str, Any], markdown: str) -> None:
         write_atomic(self.path / SUMMARY_JSON, json.dumps(summary, indent=2) + "\n")
@@ -584,87 +475,14 @@ class RunFolder:
                     stacklevel=2,
                 )
 
-    def __enter__(self) -> "RunFolder":
+    def __enter__(self) -> RunFolder:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-@dataclass(frozen=True)
-class Run:
-    """A run folder loaded for analysis. DataFrames have stable columns even when empty:
-    `samples` (Sample fields, usage flattened to `prompt_tokens`/`completion_tokens`),
-    `grades` (Grade fields, `checks` a list of dicts), `ledger` (one row per event),
-    `errors` (one row per failed key)."""
-
-    path: Path
-    config: dict[str, Any]
-    summary: dict[str, Any]
-    samples: pd.DataFrame
-    grades: pd.DataFrame
-    ledger: pd.DataFrame
-    errors: pd.DataFrame
-
-    def arm_names(self) -> list[str]:
-        """The run's arms in config order, then any others its samples name."""
-        out = config_arm_names(self.config)
-        for a in self.samples["arm"].dropna().unique().tolist() if len(self.samples) else ():
-            if a not in out:
-                out.append(str(a))
-        return out
-
-
 def config_arm_names(meta: dict[str, Any]) -> list[str]:
     """The arm names a run's `config.json` lists (names or `{"name": ...}` objects)."""
     names = [a.get("name") if isinstance(a, dict) else str(a) for a in (meta.get("arms") or [])]
     return [n for n in names if n]
-
-
-def _frame(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> pd.DataFrame:
-    if not rows:
-        return pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
-    df = pd.DataFrame.from_records(rows)
-    for c in columns:
-        if c not in df.columns:
-            df[c] = None
-    extra = [c for c in df.columns if c not in columns]
-    return df[list(columns) + extra]
-
-
-def _sample_row(d: dict[str, Any]) -> dict[str, Any]:
-    row = {k: v for k, v in d.items() if k != "usage"}
-    u = d.get("usage") or {}
-    row["prompt_tokens"] = u.get("prompt_tokens")
-    row["completion_tokens"] = u.get("completion_tokens")
-    row["tags"] = list(d.get("tags") or [])
-    row["tool_calls"] = list(d.get("tool_calls") or [])
-    return row
-
-
-def load_run(path: str | Path) -> Run:
-    """Load a run folder (ours, or one ingested from another tool) into DataFrames."""
-    p = Path(path)
-    if not p.is_dir():
-        raise InputError("run folder not found", p)
-    folder = RunFolder(p)
-    config = folder.read_meta()
-    summary: dict[str, Any] = {}
-    sp = p / SUMMARY_JSON
-    if sp.exists():
-        from .suite import read_json_object
-
-        summary = read_json_object(sp, "summary.json", limit=RUN_JSON_BYTES)
-    samples = _frame([_sample_row(d) for d in folder.results()], SAMPLE_COLUMNS)
-    grades_rows = []
-    gp = p / GRADES
-    if gp.exists():
-        for d in iter_jsonl(gp):
-            d = dict(d)
-            d["checks"] = list(d.get("checks") or [])
-            grades_rows.append(d)
-    grades = _frame(grades_rows, GRADE_COLUMNS)
-    lp = p / LEDGER
-    ledger = _frame(list(iter_jsonl(lp)) if lp.exists() else [], LEDGER_COLUMNS)
-    errors = _frame(folder.errors(), ERROR_COLUMNS)
-    return Run(path=p, config=config, summary=summary, samples=samples, grades=grades, ledger=ledger, errors=errors)

@@ -53,7 +53,8 @@ Semantics, including what the contract leaves open (additions are marked *):
   error), `drop` (the connection is closed with no response: the openai client raises
   `APIConnectionError`), `slow` (*`delay_s`, default
   1.0, then the normal answer), `malformed` (200, JSON content type, a body that is not
-  JSON: openai 3.x raises `json.JSONDecodeError`, a `ValueError`), `over_usage` (the normal answer reporting *`completion_tokens` (absolute) or
+  JSON: openai 3.x raises `json.JSONDecodeError`, a `ValueError`), `over_usage` (the
+  normal answer reporting *`completion_tokens` (absolute) or
   `factor` x max(max_tokens, 1) + 1 completion tokens, *factor default 10), *`503`
   (an overloaded server: HTTP 503 `overloaded_error` with `Retry-After` as for 429).
   *`after_s` / `until_s` make a fault active only in that window of seconds since the
@@ -323,7 +324,7 @@ class ScriptedServer:
             raise EvalkitError("the scripted server is not started")
         return f"http://{self.host}:{self.port}/v1"
 
-    def start(self) -> "ScriptedServer":
+    def start(self) -> ScriptedServer:
         """Bind and serve in a daemon thread; returns once the port accepts connections."""
         if self._thread is not None:
             return self
@@ -407,7 +408,7 @@ class ScriptedServer:
             return self._stopped
         return None if self._thread.is_alive() else f"the scripted server at {self.base_url} stopped serving"
 
-    def __enter__(self) -> "ScriptedServer":
+    def __enter__(self) -> ScriptedServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -787,7 +788,7 @@ class ServerProcess:
     def _argv(self) -> list[str]:
         return [a.replace("{host}", self.host).replace("{port}", str(self.port)) for a in self.command]
 
-    def start(self) -> "ServerProcess":
+    def start(self) -> ServerProcess:
         """Start the server and block until it answers (or raise with its log tail)."""
         if self._proc is not None:
             return self
@@ -926,7 +927,7 @@ class ServerProcess:
             self._exit = f"the {self.description} at {self.base_url} (pid {proc.pid}) was stopped"
         self._cleanup()
 
-    def __enter__(self) -> "ServerProcess":
+    def __enter__(self) -> ServerProcess:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -965,7 +966,7 @@ class LocalModelServer(ServerProcess):
         self.n_ctx = n_ctx
         self.n_threads = n_threads
 
-    def start(self) -> "LocalModelServer":
+    def start(self) -> LocalModelServer:
         """Start the server and block until it answers (or raise with its log tail)."""
         if self._proc is not None:
             return self
@@ -997,5 +998,5 @@ class LocalModelServer(ServerProcess):
         super().start()
         return self
 
-    def __enter__(self) -> "LocalModelServer":
+    def __enter__(self) -> LocalModelServer:
         return self.start()

@@ -27,15 +27,16 @@ Three meanings of "pass@k" and "pass^k" users meet
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from scipy import stats as _st
 
-from evalkit.errors import InputError
+from .errors import InputError
+from .records import PairedDifference
 
 __all__ = [
     "StatsInputError",
@@ -125,23 +126,6 @@ class Interval:
     estimate: float = math.nan
     successes: int = 0
     n: int = 0
-    alpha: float = 0.05
-
-
-@dataclass(frozen=True)
-class PairedDifference:
-    """Mean of a - b over paired items with its (optionally clustered) SE, the Pearson
-    correlation of a and b, a normal interval, and the SE an unpaired analysis would give
-    (the pairing gain is se_unpaired / se)."""
-
-    mean: float
-    se: float
-    correlation: float
-    low: float
-    high: float
-    n: int
-    se_unpaired: float
-    n_clusters: int | None = None
     alpha: float = 0.05
 
 
@@ -269,7 +253,7 @@ def plugin_pass_hat_k(n: int, c: int, k: int) -> float:
     return (c / n) ** k
 
 
-def _suite(counts: Iterable[tuple[int, int]], k: int, per_case) -> Estimate:
+def _suite(counts: Iterable[tuple[int, int]], k: int, per_case: Callable[[int, int, int], float]) -> Estimate:
     values = [per_case(int(n), int(c), k) for n, c in counts]
     if not values:
         _fail("no cases: a suite-level estimate needs at least one (n, c) pair")
@@ -321,7 +305,7 @@ def proportion_interval(successes: int, n: int, method: str = "wilson", alpha: f
     References: Brown, Cai & DasGupta 2001, "Interval Estimation for a Binomial
     Proportion", Statistical Science 16(2); statsmodels.stats.proportion.proportion_confint.
     """
-    from statsmodels.stats.proportion import proportion_confint
+    from statsmodels.stats.proportion import proportion_confint  # lazy: statsmodels takes ~0.5 s to import
 
     key = method.lower()
     if key not in _INTERVAL_METHODS:
@@ -363,7 +347,7 @@ def _clustered_se(resid: np.ndarray, codes: np.ndarray) -> float:
     return float(math.sqrt(float(np.sum(sums**2))) / resid.size)
 
 
-def mean_and_se(values: Sequence[float], clusters: Sequence[Hashable] | None = None) -> Estimate:
+def mean_and_se(values: Iterable[float], clusters: Sequence[Hashable] | None = None) -> Estimate:
     """Mean of per-item scores with its standard error.
 
     Without `clusters`: the CLT SE, sample SD (ddof=1) / sqrt(n). With `clusters` (one
@@ -464,7 +448,7 @@ def mcnemar(b: int, c: int, exact: bool | None = None) -> McNemar:
     References: McNemar 1947, Psychometrika 12(2); Edwards 1948 (continuity correction);
     statsmodels.stats.contingency_tables.mcnemar.
     """
-    from statsmodels.stats.contingency_tables import mcnemar as _sm_mcnemar
+    from statsmodels.stats.contingency_tables import mcnemar as _sm_mcnemar  # lazy: statsmodels is slow to import
 
     _check_tally(b=b, c=c)
     if exact is None:
@@ -494,7 +478,8 @@ def _critical_values(d_max: int, alpha: float) -> np.ndarray:
     d = np.arange(d_max + 1)
     c = _st.binom.ppf(alpha / 2, d, 0.5)
     c = np.where(2 * _st.binom.cdf(c, d, 0.5) <= alpha, c, c - 1)
-    return np.maximum(c, -1).astype(int)
+    out: np.ndarray = np.maximum(c, -1).astype(int)
+    return out
 
 
 def sign_test_critical_value(discordant: int, alpha: float = 0.05) -> int:
@@ -696,7 +681,7 @@ def agreement(a: Sequence[Hashable], b: Sequence[Hashable], labels: Sequence[Has
     (weighted kappa); Fleiss, Cohen & Everitt 1969 (variance);
     statsmodels.stats.inter_rater.cohens_kappa.
     """
-    from statsmodels.stats.inter_rater import cohens_kappa
+    from statsmodels.stats.inter_rater import cohens_kappa  # lazy: statsmodels is slow to import
 
     xa, xb = list(a), list(b)
     if len(xa) != len(xb):
@@ -705,7 +690,7 @@ def agreement(a: Sequence[Hashable], b: Sequence[Hashable], labels: Sequence[Has
         _fail("no items to compare")
     if labels is None:
         try:
-            cats = tuple(sorted(set(xa) | set(xb)))
+            cats = tuple(sorted(set(xa) | set(xb)))  # type: ignore[type-var]  # unorderable: TypeError, below
         except TypeError:
             cats = tuple(dict.fromkeys(xa + xb))
     else:
@@ -767,7 +752,7 @@ def krippendorff_alpha(
     References: Krippendorff 2011, "Computing Krippendorff's Alpha-Reliability"
     (Annenberg School, U. Pennsylvania); Castro 2017, fast-krippendorff.
     """
-    import krippendorff
+    import krippendorff  # lazy: only Krippendorff's alpha needs it
 
     if level not in ("nominal", "ordinal", "interval", "ratio"):
         _fail(f"unknown level {level!r}; use nominal, ordinal, interval or ratio")
@@ -791,26 +776,24 @@ def krippendorff_alpha(
                 _fail(f"ratings {sorted(set(map(str, outside)))} are outside value_domain {list(value_domain)!r}")
         return math.nan
     numeric = all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in present)
+    index: dict[Any, int] | None = None  # label -> position, for labels that are not numbers
+    domain = None
     if value_domain is not None:
-        index = {v: i for i, v in enumerate(value_domain)}
-        bad = [v for v in present if v not in index]
+        places = {v: i for i, v in enumerate(value_domain)}
+        bad = [v for v in present if v not in places]
         if bad:
             _fail(f"ratings {sorted(set(map(str, bad)))} are outside value_domain {list(value_domain)!r}")
-        if numeric:
-            data = np.array([[math.nan if missing(v) else float(v) for v in r] for r in rows])
-            domain = np.array([float(v) for v in value_domain])
-        else:
-            data = np.array([[math.nan if missing(v) else float(index[v]) for v in r] for r in rows])
-            domain = np.arange(len(value_domain), dtype=float)
-    elif numeric:
-        data = np.array([[math.nan if missing(v) else float(v) for v in r] for r in rows])
-        domain = None
-    else:
+        domain = np.asarray(list(value_domain), dtype=float) if numeric else np.arange(len(value_domain), dtype=float)
+        index = None if numeric else places
+    elif not numeric:
         if level != "nominal":
             _fail(f"non-numeric labels at level {level!r} need an ordered value_domain")
         index = {v: i for i, v in enumerate(dict.fromkeys(present))}
-        data = np.array([[math.nan if missing(v) else float(index[v]) for v in r] for r in rows])
-        domain = None
+
+    def value(v: Any) -> float:
+        return math.nan if missing(v) else float(v if index is None else index[v])
+
+    data = np.array([[value(v) for v in r] for r in rows])
     return float(krippendorff.alpha(reliability_data=data, level_of_measurement=level, value_domain=domain))
 
 

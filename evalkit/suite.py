@@ -1,42 +1,89 @@
-"""Load, validate and lint a suite folder (`evals/<unit>/`), and render its prompts.
+"""Validate a suite: the config object, the case objects and the suite's text files of a
+`SuiteSource`, wherever they came from (a native folder `evals/<unit>/`, or a file of
+another tool that `evalkit.formats` turned into the same parts), and render its prompts.
 
-A suite is read once, validated completely, and returned as immutable records
-(`evalkit.records`). Every problem is reported with the place it came from (file, line,
-JSON path); `load_suite` raises them all together as `InputErrors` (exit 2), `lint_suite`
-returns them with the warnings. Nothing here calls a model or executes suite code.
-
-`load_suite` also reads an agent-evals `evals.json` or a Vally `eval.yaml` directly,
-through `evalkit.importers`.
+A source is validated completely and returned as immutable records (`evalkit.records`).
+Every problem is reported with the place it came from (file, line, JSON path).
+`evalkit.loader` finds the source (`load_suite`, `lint_suite`) and adds what only lint
+checks; nothing here calls a model or executes suite code.
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
-import difflib
 import json
 import math
 import os
 import re
-import stat
+import shutil
 import string
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any
 
 import regex
-import yaml
 
-from ._atomic import new_temp_dir
+from ._io import (
+    MAX_CASES_BYTES,
+    MAX_CONFIG_BYTES,
+    MAX_LABELS_BYTES,
+    MAX_TEXT_BYTES,
+    file_kind,
+    json_line_index,
+    json_lines,
+    line_of,
+    new_temp_dir,
+    outside_message,
+    outside_root,
+    parse_json_object,
+    read_text_file,
+)
+from ._jsonschema import jsonschema
+from .checks import CHECK_KINDS, CHECK_OPTIONS, TRAJECTORY_CHECK_OPTIONS, regex_flags
 from .endpoints import base_url_problem, masked_url
-from .errors import FileTooLarge, InputError, InputErrors
-from .records import Arm, Case, Check, Config, Endpoint, GateThresholds, Json, Price, Suite
-from .units import TRAJECTORY_CHECK_OPTIONS, check_fixtures, check_trajectory_options, parse_unit
+from .errors import InputError
+from .findings import Findings
+from .layout import (
+    CASES_FILE,
+    CONFIG_FILE,
+    HUMAN_LABELS_FILE,
+    JUDGE_DIR,
+    PROMPT_FILE,
+    RUNS_DIR,
+    judge_file,
+)
+from .records import (
+    CASE_SETS,
+    NO_GATE,
+    SET_NAME,
+    Arm,
+    Case,
+    Check,
+    Config,
+    Endpoint,
+    GateThresholds,
+    Json,
+    Price,
+    Suite,
+    Unit,
+    set_gate,
+    ungated_set_warning,
+)
+from .units import check_fixtures, check_trajectory_options, parse_unit
+
+__all__ = [  # re-exported for the callers that read limits and case sets from here
+    "CASE_SETS",
+    "MAX_CASES_BYTES",
+    "MAX_CONFIG_BYTES",
+    "MAX_LABELS_BYTES",
+    "MAX_TEXT_BYTES",
+    "NO_GATE",
+    "set_gate",
+]
 
 # --- limits ---------------------------------------------------------------------------
-MAX_CASES_BYTES = 20 * 1024 * 1024
-MAX_CONFIG_BYTES = 1 * 1024 * 1024
-MAX_TEXT_BYTES = 1 * 1024 * 1024  # templates, guidance, judge files, scorers
 MAX_ID_LENGTH = 128
 # Bounds on what a suite asks for (docs/formats.md, "Limits"): far above any real suite,
 # low enough that a typo (a cap of 1e308, max_tokens_out 10**9, k 10**6) is refused
@@ -54,22 +101,6 @@ MAX_RATE_LIMIT_BUDGET_S = 86_400.0  # a day of waiting out 429s per key
 MAX_CONNECTION_FAILURES = 1_000
 MAX_SEED = 2**63 - 1  # the API's seed is a signed 64-bit integer
 
-CASES_FILE = "cases.jsonl"
-CONFIG_FILE = "config.json"
-RUNS_DIR = "runs"
-
-CHECK_KINDS = (
-    "exact",
-    "contains",
-    "regex",
-    "json_schema",
-    "tool_calls",
-    "grounding",
-    "refusal",
-    "activation",
-    "scorer",
-    *TRAJECTORY_CHECK_OPTIONS,  # forbidden_tools, max_turns, tool_errors, skill_activation (evalkit.units)
-)
 CASE_KEYS = {
     "id",
     "input",
@@ -82,58 +113,10 @@ CASE_KEYS = {
     "context",
     "privacy_allow",
 }  # privacy_allow: checked by evalkit.privacy
-CASE_SETS = ("capability", "regression")  # the gated sets; any other set is measured, not gated
-SET_GATES = {"capability": "pass@k", "regression": "pass^k"}
-NO_GATE = "none"
-SET_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 INTENTS = ("activation", "non-activation")
 JUDGE_PLACEHOLDERS = {"rubric", "input", "expected", "output", "context"}
 GOLDEN_TAG, ADVERSARIAL_TAG = "golden", "adversarial"
 MIN_GOLDEN = 10
-
-# Options each check kind understands (besides `kind`); anything else is an unknown key.
-CHECK_OPTIONS: dict[str, set[str]] = {
-    "exact": {"value", "trim", "case_fold", "collapse_whitespace"},
-    "contains": {"value", "case_fold", "trim"},
-    "regex": {"pattern", "flags", "case_fold", "fullmatch", "timeout_s"},
-    "json_schema": {"schema"},
-    "tool_calls": {"calls", "ignore_args", "mode"},
-    "grounding": {"context"},
-    "refusal": {"should_refuse", "patterns"},
-    "activation": {"marker", "tool", "expect"},
-    "scorer": {"file", "function"},
-    **TRAJECTORY_CHECK_OPTIONS,
-}
-REGEX_FLAGS = {
-    "i": regex.IGNORECASE,
-    "m": regex.MULTILINE,
-    "s": regex.DOTALL,
-    "x": regex.VERBOSE,
-    "ignorecase": regex.IGNORECASE,
-    "multiline": regex.MULTILINE,
-    "dotall": regex.DOTALL,
-    "verbose": regex.VERBOSE,
-}
-
-
-def regex_flags(flags: Any) -> int | None:
-    """Regex `flags` as the graders take them: letters (`"is"`), one name (`"dotall"`) or a
-    list of names/letters. None when they are not valid."""
-    if flags is None or flags == "":
-        return 0
-    if isinstance(flags, str):
-        names = [flags] if flags.lower() in REGEX_FLAGS else list(flags)
-    elif isinstance(flags, list) and all(isinstance(x, str) for x in flags):
-        names = flags
-    else:
-        return None
-    value = 0
-    for name in names:
-        if name.lower() not in REGEX_FLAGS:
-            return None
-        value |= REGEX_FLAGS[name.lower()]
-    return value
-
 
 CONFIG_KEYS = {
     "name",
@@ -171,301 +154,15 @@ CONFIG_KEYS = {
 REQUIRED_CONFIG_KEYS = ("generator", "cost_cap_usd", "max_tokens_in", "max_tokens_out", "price", "judge_price")
 ENDPOINT_KEYS = {"model", "base_url", "api_key_env"}
 PRICE_KEYS = {"in_per_mtok", "out_per_mtok"}
-GATE_KEYS = {"max_success_drop_points", "max_cost_increase_pct", "min_tag_cases"}
+GATE_KEYS = {"max_success_drop_points", "max_cost_increase_pct", "min_tag_cases", "alpha"}
 CI_KEYS = {"cost_cap_usd"}
 ARM_KEYS = {"name", "guidance", "skill_dir"}
 SKILL_FILE = "SKILL.md"  # in an arm's skill_dir: the skill an agent of that arm loads
 
 
-def set_gate(case_set: str) -> str:
-    """What a case's set is gated on: `pass@k` (capability), `pass^k` (regression), or
-    `none` for any other set, whose cases are measured and shown but never gated (as the
-    agent-evals harness treats a set it does not know)."""
-    return SET_GATES.get(case_set, NO_GATE)
-
-
-def ungated_set_warning(case_set: str) -> str:
-    """The warning for a case in a set that is not gated, with the gated set it may be a
-    typo of (so a misspelt `regresion` does not silently drop a case from the gate)."""
-    close = difflib.get_close_matches(case_set, CASE_SETS, n=1, cutoff=0.75)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return (
-        f"set {case_set!r} is neither capability nor regression: its cases are measured and shown "
-        f'with gate "none", never gated{hint}'
-    )
-
-
 def is_comment_key(key: str) -> bool:
     """Keys starting with `//` are comments in `config.json` (JSON has none of its own)."""
     return key.startswith("//")
-
-
-# --- findings -------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Finding:
-    """One lint finding: an error (the suite cannot run) or a warning (it can, but look)."""
-
-    level: Literal["error", "warning"]
-    message: str
-    path: str
-    line: int | None = None
-    json_path: str | None = None
-
-    def __str__(self) -> str:
-        where = self.path + (f":{self.line}" if self.line is not None else "")
-        where_json = f"{self.json_path}: " if self.json_path else ""
-        return f"{where}: {self.level}: {where_json}{self.message}"
-
-    def as_error(self) -> InputError:
-        return InputError(self.message, self.path, self.line, self.json_path)
-
-
-@dataclass(frozen=True)
-class LintReport:
-    """Every finding of one lint pass. `ok` when there is no error."""
-
-    suite: str
-    errors: tuple[Finding, ...] = ()
-    warnings: tuple[Finding, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        return not self.errors
-
-    @property
-    def findings(self) -> tuple[Finding, ...]:
-        return self.errors + self.warnings
-
-
-class _Findings:
-    """Collects findings during one validation pass; `strict` turns format warnings into errors."""
-
-    def __init__(self, strict: bool) -> None:
-        self.strict = strict
-        self.errors: list[Finding] = []
-        self.warnings: list[Finding] = []
-
-    def error(self, message: str, path: str, line: int | None = None, json_path: str | None = None) -> None:
-        self.errors.append(Finding("error", message, path, line, json_path))
-
-    def warn(
-        self,
-        message: str,
-        path: str,
-        line: int | None = None,
-        json_path: str | None = None,
-        *,
-        strict_error: bool = False,
-    ) -> None:
-        """A warning; `strict_error` ones (format problems such as unknown keys) fail under --strict."""
-        level = "error" if (strict_error and self.strict) else "warning"
-        (self.errors if level == "error" else self.warnings).append(Finding(level, message, path, line, json_path))
-
-    def add(self, exc: InputError) -> None:
-        for e in exc.errors if isinstance(exc, InputErrors) else [exc]:
-            self.error(e.message, e.path or "", e.line, e.json_path)
-
-    def raise_errors(self) -> None:
-        if self.errors:
-            errs = [f.as_error() for f in self.errors]
-            raise errs[0] if len(errs) == 1 else InputErrors(errs)
-
-
-# --- reading files --------------------------------------------------------------------
-# Every file evalkit reads for a suite (and every file a user names on the command line)
-# goes through `read_file_bytes`: inside the suite folder after symlinks, a regular file
-# (never a FIFO, a device or a socket: those could hang a read or never end), and under a
-# size limit. docs/formats.md ("Reading a suite's files") states the rules.
-MAX_LABELS_BYTES = MAX_CASES_BYTES  # judge/human-sample.jsonl
-_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
-
-
-def file_kind(mode: int) -> str:
-    """What a `st_mode` is, in words, for messages ("a FIFO (named pipe)", "a folder")."""
-    for test, name in (
-        (stat.S_ISDIR, "a folder"),
-        (stat.S_ISFIFO, "a FIFO (named pipe)"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    ):
-        if test(mode):
-            return name
-    return "not a plain file"
-
-
-def outside_root(path: str | Path, root: str | Path) -> str | None:
-    """Where `path` really leads (symlinks followed) when that is outside `root`, else
-    None. A symlink that stays inside `root` is fine."""
-    real_root = os.path.realpath(root)
-    real = os.path.realpath(path)
-    if real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep):
-        return None
-    return real
-
-
-def _outside_message(real: str, root: str | Path) -> str:
-    """What is wrong with a suite file that leads to `real`, outside `root`."""
-    return (
-        f"resolves to {real}, outside the suite folder {os.path.realpath(root)}: a suite may only read "
-        "its own files (a symlink must stay inside the suite)"
-    )
-
-
-def _open_checked(path: str | Path, limit: int | None, root: str | Path | None) -> tuple[int, os.stat_result]:
-    """Open a user's file for reading the way `read_file_bytes` describes; returns the
-    descriptor (the caller closes it) and its `fstat`."""
-    p = Path(path)
-    target: str | Path = p
-    flags = _OPEN_FLAGS
-    if root is not None:
-        real = outside_root(p, root)
-        if real is not None:
-            raise InputError(_outside_message(real, root), p)
-        # open the resolved path, refusing a symlink swapped in since the check
-        target, flags = os.path.realpath(p), flags | getattr(os, "O_NOFOLLOW", 0)
-    try:
-        fd = os.open(target, flags)
-    except FileNotFoundError:
-        raise InputError("file not found", p) from None
-    except OSError as exc:
-        try:
-            kind = file_kind(os.stat(target).st_mode)  # a socket cannot be opened (ENXIO)
-        except OSError:
-            kind = None
-        if kind is not None and kind != "not a plain file":
-            raise InputError(f"not a regular file: it is {kind}", p) from None
-        raise InputError(f"cannot read: {exc.strerror or exc.__class__.__name__}", p) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise InputError(f"not a regular file: it is {file_kind(st.st_mode)}", p)
-        if limit is not None and st.st_size > limit:
-            raise FileTooLarge(
-                f"file is {st.st_size} bytes, over the {limit}-byte limit", p, size=st.st_size, limit=limit
-            )
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd, st
-
-
-def read_file_bytes(path: str | Path, *, limit: int | None, root: str | Path | None = None) -> bytes:
-    """The bytes of a user's file, or an `InputError` naming it and saying what is wrong.
-
-    With `root` (the suite folder), the file must resolve inside it after symlinks ("a
-    symlink that leaves the suite is refused"). The file is opened non-blocking (a FIFO
-    can never hang the open) and checked with `fstat` on the open descriptor (no race
-    between the check and the read): anything but a regular file is refused before a
-    byte is read, so `/dev/zero` is never read. More than `limit` bytes (checked before
-    reading, and again while reading: at most limit+1 bytes are ever read) is a
-    `FileTooLarge`; `limit=None` reads any size."""
-    fd, _ = _open_checked(path, limit, root)
-    try:
-        chunks, got = [], 0
-        while True:
-            chunk = os.read(fd, 1 << 20 if limit is None else min(1 << 20, limit + 1 - got))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            got += len(chunk)
-            if limit is not None and got > limit:  # it grew while we read
-                raise FileTooLarge(f"file is over the {limit}-byte limit", path, size=None, limit=limit)
-        return b"".join(chunks)
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror or exc.__class__.__name__}", path) from None
-    finally:
-        os.close(fd)
-
-
-def check_regular_file(path: str | Path, *, limit: int | None, root: str | Path | None = None) -> int:
-    """`read_file_bytes`'s checks without the read (for a file a library reads itself,
-    such as a zip archive): its size, or an `InputError`."""
-    fd, st = _open_checked(path, limit, root)
-    os.close(fd)
-    return st.st_size
-
-
-def suite_folder_of(path: str | Path) -> Path | None:
-    """The native suite folder that holds `path` directly (a `plan.json` or
-    `baseline.json` beside its `config.json`/`cases.jsonl`), else None: a file in a
-    suite folder is read inside it, a file named elsewhere is read where it is."""
-    folder = Path(path).parent
-    if any(os.path.lexists(folder / name) for name in (CONFIG_FILE, CASES_FILE)):
-        return folder
-    return None
-
-
-def read_text_file(
-    path: str | Path, *, limit: int = MAX_TEXT_BYTES, allow_empty: bool = False, root: str | Path | None = None
-) -> str:
-    """Read a user file as UTF-8 through `read_file_bytes` (inside `root` when given, a
-    regular file, size-limited): a BOM accepted and dropped, invalid UTF-8 refused with
-    the line and byte where it breaks, CRLF normalised to LF."""
-    return decode_text(read_file_bytes(path, limit=limit, root=root), Path(path), allow_empty=allow_empty)
-
-
-def decode_text(data: bytes, path: str | Path, *, allow_empty: bool = False) -> str:
-    """Decode bytes of a user file (see `read_text_file`)."""
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise InputError(
-            f"invalid UTF-8 at byte {exc.start} (0x{data[exc.start]:02x}); save the file as UTF-8", path, line
-        ) from None
-    text = text.replace("\r\n", "\n")
-    if not allow_empty and not text.strip():
-        raise InputError("file is empty", path)
-    return text
-
-
-def json_line_index(text: str) -> dict[str, int]:
-    """Map each JSON path (``$.a.b[2]``) in a JSON/YAML document to its 1-based line.
-
-    The json module keeps no positions, so this walks PyYAML's node tree (JSON is YAML
-    flow syntax) to point messages at lines; best effort: an empty map when it cannot.
-    """
-    try:
-        root = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except yaml.YAMLError:
-        return {}
-    return yaml_node_lines(root)
-
-
-def yaml_node_lines(root: yaml.Node | None) -> dict[str, int]:
-    """The 1-based line of every JSON path under a composed PyYAML node."""
-    out: dict[str, int] = {}
-
-    def walk(node: yaml.Node, jp: str) -> None:
-        out.setdefault(jp, node.start_mark.line + 1)
-        if isinstance(node, yaml.MappingNode):
-            for k, v in node.value:
-                kp = f"{jp}.{k.value}" if isinstance(k, yaml.ScalarNode) else jp
-                out.setdefault(kp, k.start_mark.line + 1)
-                walk(v, kp)
-        elif isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                walk(item, f"{jp}[{i}]")
-
-    if root is not None:
-        walk(root, "$")
-    return out
-
-
-def line_of(index: dict[str, int], json_path: str) -> int | None:
-    """The line of `json_path`, or of its nearest ancestor that has one."""
-    jp = json_path
-    while jp:
-        if jp in index:
-            return index[jp]
-        cut = max(jp.rfind("."), jp.rfind("["))
-        if cut <= 0:
-            break
-        jp = jp[:cut]
-    return index.get("$")
 
 
 # --- case ids -------------------------------------------------------------------------
@@ -556,46 +253,20 @@ class SuiteSource:
         return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
 
 
-def parse_cases_jsonl(text: str, path: str, fx: _Findings) -> list[tuple[str, int | None, str, Json]]:
-    """Split `cases.jsonl` into JSON objects with their line numbers; every malformed line
-    is reported. Blank lines are skipped."""
+def parse_cases_jsonl(text: str, path: str, fx: Findings) -> list[tuple[str, int | None, str, Json]]:
+    """Split `cases.jsonl` into JSON objects with their line numbers (`_io.json_lines`);
+    every malformed line is reported. Blank lines are skipped."""
     out: list[tuple[str, int | None, str, Json]] = []
-    for n, raw in enumerate(text.split("\n"), start=1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            fx.error(f"malformed JSON: {exc.msg} (column {exc.colno})", path, n)
-            continue
-        if not isinstance(obj, dict):
-            fx.error(f"a case must be a JSON object, got {type(obj).__name__}", path, n, "$")
-            continue
-        out.append((path, n, "$", obj))
+    for item in json_lines(text):
+        if item.error is not None:
+            fx.error(item.error, path, item.line)
+        elif not isinstance(item.value, dict):
+            fx.error(f"a case must be a JSON object, got {type(item.value).__name__}", path, item.line, "$")
+        else:
+            out.append((path, item.line, "$", item.value))
     if not out and not fx.errors:
         fx.error("no cases in file", path)
     return out
-
-
-def parse_json_object(text: str, path: str | Path, what: str) -> dict[str, Json]:
-    """Parse a JSON document that must be one object (`what` names it in the message)."""
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"malformed JSON: {exc.msg} (column {exc.colno})", path, exc.lineno) from None
-    if not isinstance(obj, dict):
-        raise InputError(f"{what} must be a JSON object, got {type(obj).__name__}", path, 1, "$")
-    return obj
-
-
-def read_json_object(
-    path: str | Path, what: str, *, limit: int = MAX_CONFIG_BYTES, root: str | Path | None = None
-) -> dict[str, Json]:
-    """Read a JSON file that must hold one object (a plan, a baseline, a run's
-    config.json): `read_text_file`'s checks (inside `root` when given, a regular file,
-    size, BOM, UTF-8), then the parse; every failure an `InputError` naming the file and
-    line."""
-    return parse_json_object(read_text_file(path, limit=limit, root=root), path, what)
 
 
 def parse_config_json(text: str, path: str) -> tuple[dict[str, Json], dict[str, int]]:
@@ -603,7 +274,9 @@ def parse_config_json(text: str, path: str) -> tuple[dict[str, Json], dict[str, 
     return parse_json_object(text, path, "config"), json_line_index(text)
 
 
-def _native_source(root: Path, fx: _Findings) -> SuiteSource | None:
+def native_source(root: Path, fx: Findings) -> SuiteSource | None:
+    """The parts of a native suite folder: `config.json` and `cases.jsonl`, each place
+    with its line (None, with the problems in `fx`, when the config cannot be read)."""
     cases_path, config_path = root / CASES_FILE, root / CONFIG_FILE
     cases: list[tuple[str, int | None, str, Json]] = []
     config: dict[str, Json] = {}
@@ -619,47 +292,9 @@ def _native_source(root: Path, fx: _Findings) -> SuiteSource | None:
     except InputError as exc:
         fx.add(exc)
         return None
-    name = config.get("name") if isinstance(config.get("name"), str) and config.get("name") else root.name
+    given = config.get("name")
+    name = given if isinstance(given, str) and given else root.name
     return SuiteSource(root, name, config, str(config_path), lines, cases)
-
-
-def _source_for(path: str | Path, fx: _Findings) -> SuiteSource | None:
-    """Find what `path` names: a suite folder, a `cases.jsonl` or `config.json` inside one,
-    or a foreign file (`evals.json`, `eval.yaml`) read through the importers."""
-    from . import importers  # importers builds on this module
-
-    p = Path(path)
-    if not p.exists():
-        fx.error("no such file or folder", str(p))
-        return None
-    if not p.is_dir() and p.name in (CASES_FILE, CONFIG_FILE):
-        p = p.parent
-    if p.is_dir():
-        if os.path.lexists(p / CASES_FILE) or os.path.lexists(p / CONFIG_FILE):
-            return _native_source(p, fx)
-        for foreign in importers.FOREIGN_NAMES:
-            if os.path.lexists(p / foreign):
-                real = outside_root(p / foreign, p)
-                if real is not None:
-                    fx.error(_outside_message(real, p), str(p / foreign))
-                    return None
-                p = p / foreign
-                break
-        else:
-            fx.error(
-                f"not a suite: no {CASES_FILE} and {CONFIG_FILE}, and no {' or '.join(importers.FOREIGN_NAMES)}", str(p)
-            )
-            return None
-    try:
-        imported = importers.read_foreign(p)
-    except InputError as exc:
-        fx.add(exc)
-        for w in getattr(exc, "warnings", ()):
-            fx.warn(w.message, w.path, w.line, w.json_path, strict_error=True)
-        return None
-    for w in imported.warnings:
-        fx.warn(w.message, w.path, w.line, w.json_path, strict_error=True)
-    return imported.source()
 
 
 # --- small typed getters that report instead of raising --------------------------------
@@ -669,7 +304,7 @@ _ABSENT = object()  # a key that is not in the object (None is a value)
 class _Reader:
     """Reads typed values out of one JSON object and reports bad ones with their place."""
 
-    def __init__(self, fx: _Findings, path: str, line_for: Callable[[str], int | None]) -> None:
+    def __init__(self, fx: Findings, path: str, line_for: Callable[[str], int | None]) -> None:
         self.fx, self.path, self.line_for = fx, path, line_for
 
     def err(self, jp: str, msg: str) -> None:
@@ -678,22 +313,44 @@ class _Reader:
     def warn(self, jp: str, msg: str, strict_error: bool = False) -> None:
         self.fx.warn(msg, self.path, self.line_for(jp), jp, strict_error=strict_error)
 
-    def unknown_keys(self, obj: dict, known: set[str], jp: str, what: str) -> None:
+    def unknown_keys(self, obj: dict[str, Any], known: set[str], jp: str, what: str) -> None:
         for key in obj:
             if key not in known and not is_comment_key(str(key)):
                 self.warn(f"{jp}.{key}", f"unknown key {key!r} in {what} (ignored)", strict_error=True)
 
-    def _present(self, obj: dict, key: str, kp: str, *, required: bool) -> Any:
-        """`obj[key]`, or `_ABSENT` (with an error when the key is required)."""
+    def objects(
+        self, items: list[Any], jp: str, known: Collection[str], noun: str, shape: str
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Each item of the list at `jp` that is an object, with its JSON path: an item that
+        is not one is an error (`a <noun> must be <shape>`), a key not in `known` a warning
+        (not strict: the importers of other tools' files read their lists through this)."""
+        for i, item in enumerate(items):
+            at = f"{jp}[{i}]"
+            if not isinstance(item, dict):
+                self.err(at, f"a {noun} must be {shape}")
+                continue
+            for key in item:
+                if key not in known:
+                    self.warn(f"{at}.{key}", f"unknown key {key!r} in {noun} (ignored)")
+            yield at, item
+
+    def _present(
+        self, obj: dict[str, Any], key: str, kp: str, *, required: bool, default: Any, nullable: bool
+    ) -> tuple[bool, Any]:
+        """(True, `obj[key]`) when there is a value to check; else (False, what to return):
+        `default` when the key is absent (an error when it is required), None when it is
+        null and null is allowed."""
         if key not in obj:
             if required:
                 self.err(kp, f"missing required key {key!r}")
-            return _ABSENT
-        return obj[key]
+            return False, default
+        if obj[key] is None and nullable:
+            return False, None
+        return True, obj[key]
 
     def number(
         self,
-        obj: dict,
+        obj: dict[str, Any],
         key: str,
         jp: str,
         *,
@@ -706,11 +363,9 @@ class _Reader:
         nullable: bool = False,
     ) -> Any:
         kp = f"{jp}.{key}"
-        v = self._present(obj, key, kp, required=required)
-        if v is _ABSENT:
-            return default
-        if v is None and nullable:
-            return None
+        given, v = self._present(obj, key, kp, required=required, default=default, nullable=nullable)
+        if not given:
+            return v
         kind = "an integer" if integer else "a number"
         if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)):
             self.err(kp, f"{key} must be {kind}, got {json.dumps(v)}")
@@ -731,7 +386,7 @@ class _Reader:
 
     def text(
         self,
-        obj: dict,
+        obj: dict[str, Any],
         key: str,
         jp: str,
         *,
@@ -741,11 +396,9 @@ class _Reader:
         nonempty: bool = True,
     ) -> Any:
         kp = f"{jp}.{key}"
-        v = self._present(obj, key, kp, required=required)
-        if v is _ABSENT:
-            return default
-        if v is None and nullable:
-            return None
+        given, v = self._present(obj, key, kp, required=required, default=default, nullable=nullable)
+        if not given:
+            return v
         if not isinstance(v, str):
             self.err(kp, f"{key} must be a string, got {json.dumps(v)}")
             return default
@@ -754,7 +407,7 @@ class _Reader:
             return default
         return v
 
-    def boolean(self, obj: dict, key: str, jp: str, default: bool = False) -> bool:
+    def boolean(self, obj: dict[str, Any], key: str, jp: str, default: bool = False) -> bool:
         if key not in obj:
             return default
         v = obj[key]
@@ -817,7 +470,7 @@ def _endpoint(r: _Reader, obj: Any, jp: str, what: str, required: bool) -> Endpo
     return Endpoint(model=model, base_url=base_url, api_key_env=key_env or "OPENAI_API_KEY")
 
 
-def _price(r: _Reader, cfg: dict, key: str) -> Price | None:
+def _price(r: _Reader, cfg: dict[str, Any], key: str) -> Price | None:
     jp = f"$.{key}"
     if key not in cfg:
         r.err(
@@ -860,7 +513,7 @@ def _positive_number(obj: Any, key: str, *, zero_ok: bool = False) -> float | No
     return float(v) if (v > 0 or (zero_ok and v == 0)) else None
 
 
-def _check_calls_fit(r: _Reader, cfg: dict, price_key: str, role: str, *, ci: bool = False) -> None:
+def _check_calls_fit(r: _Reader, cfg: dict[str, Any], price_key: str, role: str, *, ci: bool = False) -> None:
     """An error when not one call fits under the cap at its worst case: the ledger would
     refuse the first reservation and the run could never sample anything. Checked on
     the values as written, even those over a limit (so 10**9 tokens says both). `ci`:
@@ -890,7 +543,7 @@ def _check_calls_fit(r: _Reader, cfg: dict, price_key: str, role: str, *, ci: bo
         )
 
 
-def _batch_price_above(r: _Reader, cfg: dict, key: str, online: str) -> None:
+def _batch_price_above(r: _Reader, cfg: dict[str, Any], key: str, online: str) -> None:
     """A warning when a batch price is above its online price: providers charge less for
     a batch (OpenAI: half), so the number is likely a typo or a swap."""
     b, o = cfg.get(key), cfg.get(online)
@@ -908,7 +561,7 @@ def _same_model(a: Endpoint, b: Endpoint) -> bool:
     return a.model.strip().casefold() == b.model.strip().casefold()
 
 
-def _validate_config(src: SuiteSource, fx: _Findings, uses_judge: bool) -> Config | None:
+def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config | None:
     cfg = src.config
     path = src.config_path
     r = _Reader(fx, path, lambda jp: line_of(src.config_lines, jp))
@@ -993,6 +646,8 @@ def _validate_config(src: SuiteSource, fx: _Findings, uses_judge: bool) -> Confi
                 float(r.number(g, "max_success_drop_points", "$.gate", minimum=0, maximum=100, default=5.0)),
                 float(r.number(g, "max_cost_increase_pct", "$.gate", minimum=0, default=20.0)),
                 int(r.number(g, "min_tag_cases", "$.gate", integer=True, positive=True, maximum=MAX_CASES, default=5)),
+                # the noise guard's level: a breach fails only when beyond run-to-run noise (1: off)
+                float(r.number(g, "alpha", "$.gate", positive=True, maximum=1, default=0.05)),
             )
 
     ci_cap = None
@@ -1044,6 +699,7 @@ def _validate_config(src: SuiteSource, fx: _Findings, uses_judge: bool) -> Confi
     kind = unit.kind if unit is not None else raw_unit.get("kind") if isinstance(raw_unit, dict) else raw_unit
     own_program = kind in ("command", "python")
     template_file = cfg.get("template", "prompt.txt")
+    template: str | None
     if own_program:
         if "template" in cfg or "system" in cfg:
             r.warn("$.template" if "template" in cfg else "$.system", f"a {kind} unit uses no template (ignored)")
@@ -1073,7 +729,13 @@ def _validate_config(src: SuiteSource, fx: _Findings, uses_judge: bool) -> Confi
     if verdict_judge == "pairwise" and arms is not None and len(arms) < 2:
         r.err("$.verdict_judge", 'verdict_judge "pairwise" compares two arms: the config has one')
 
-    if not generator or None in (cap, tin, tout, price, judge_price, template, unit) or arms is None:
+    if (
+        not generator
+        or None in (cap, tin, tout, template, unit)
+        or price is None
+        or judge_price is None
+        or arms is None
+    ):
         return None
     assert unit is not None
     return Config(
@@ -1111,7 +773,7 @@ def _validate_config(src: SuiteSource, fx: _Findings, uses_judge: bool) -> Confi
 
 
 def _validate_arms(
-    src: SuiteSource, r: _Reader, cfg: dict, identifiers: set[str], unit: Any = None
+    src: SuiteSource, r: _Reader, cfg: dict[str, Any], identifiers: set[str], unit: Unit | None = None
 ) -> tuple[Arm, ...] | None:
     raw = cfg.get("arms", [{"name": "baseline"}])
     if not isinstance(raw, list) or not raw:
@@ -1190,7 +852,7 @@ def _skill_text(src: SuiteSource, r: _Reader, rel: Any, jp: str, unit: Any, iden
         return None
     outside = outside_root(folder, src.root)
     if outside is not None:
-        r.err(jp, f"skill_dir {rel!r}: {_outside_message(outside, src.root)}")
+        r.err(jp, f"skill_dir {rel!r}: {outside_message(outside, src.root)}")
         return None
     if kind == "agent" and "skill" not in identifiers:
         r.err(jp, "an agent unit gives the skill to the model as ${skill}: no template uses it")
@@ -1208,7 +870,9 @@ def _skill_text(src: SuiteSource, r: _Reader, rel: Any, jp: str, unit: Any, iden
 
 
 # --- cases ----------------------------------------------------------------------------
-def _check_options(kind: str, opts: dict, r: _Reader, jp: str, case: dict, src: SuiteSource) -> bool:
+def _check_options(
+    kind: str, opts: dict[str, Any], r: _Reader, jp: str, case: dict[str, Any], src: SuiteSource
+) -> bool:
     """Validate one check's options; fill `value` from a string `expected` where the kind
     compares against it. Returns False when the check is unusable."""
     ok = True
@@ -1260,8 +924,6 @@ def _check_options(kind: str, opts: dict, r: _Reader, jp: str, case: dict, src: 
         if not isinstance(schema, (dict, bool)):
             r.err(jp, 'a json_schema check needs a "schema" object (or an object "expected")')
             return False
-        from ._jsonschema import jsonschema
-
         SchemaError, validator_for = jsonschema().SchemaError, jsonschema().validators.validator_for
 
         try:
@@ -1350,9 +1012,14 @@ def _check_options(kind: str, opts: dict, r: _Reader, jp: str, case: dict, src: 
     return ok
 
 
-def _validate_case(raw: dict, file: str, line: int | None, prefix: str, fx: _Findings, src: SuiteSource) -> Case | None:
+def _validate_case(
+    raw: dict[str, Any], file: str, line: int | None, prefix: str, fx: Findings, src: SuiteSource
+) -> Case | None:
     r = _Reader(fx, file, lambda jp: line)
-    j = lambda sub: prefix + sub  # noqa: E731 - JSON path inside this case
+
+    def j(sub: str) -> str:  # a JSON path inside this case
+        return prefix + sub
+
     r.unknown_keys(raw, CASE_KEYS, prefix, "case")
     ok = True
 
@@ -1483,7 +1150,7 @@ def _validate_case(raw: dict, file: str, line: int | None, prefix: str, fx: _Fin
     )
 
 
-def _validate_cases(src: SuiteSource, fx: _Findings) -> list[Case]:
+def validate_cases(src: SuiteSource, fx: Findings) -> list[Case]:
     if len(src.cases) > MAX_CASES:
         fx.error(
             f"{len(src.cases)} cases, over the limit of {MAX_CASES} cases per suite",
@@ -1512,18 +1179,15 @@ def _validate_cases(src: SuiteSource, fx: _Findings) -> list[Case]:
 
 
 # --- suite-level checks -----------------------------------------------------------------
-_VERSIONED = re.compile(r"^(rubric|prompt)-v(\d+)\.md$")
-
-
-def _judge_files(src: SuiteSource, fx: _Findings) -> tuple[list[str], list[str]]:
+def _judge_files(src: SuiteSource, fx: Findings) -> tuple[list[str], list[str]]:
     rubrics: list[tuple[int, str]] = []
     prompts: list[tuple[int, str]] = []
-    for name in src.listdir("judge"):
-        m = _VERSIONED.match(name)
-        rel = f"judge/{name}"
-        if m:
-            (rubrics if m.group(1) == "rubric" else prompts).append((int(m.group(2)), rel))
-        elif name != "human-sample.jsonl" and not name.startswith("."):
+    for name in src.listdir(JUDGE_DIR):
+        versioned = judge_file(name)
+        rel = f"{JUDGE_DIR}/{name}"
+        if versioned:
+            (rubrics if versioned[0] == "rubric" else prompts).append((versioned[1], rel))
+        elif rel != HUMAN_LABELS_FILE and not name.startswith("."):
             fx.warn(
                 f"unexpected file {rel!r} in judge/ (expected rubric-vN.md, prompt-vN.md, human-sample.jsonl)",
                 src.display(rel),
@@ -1562,7 +1226,7 @@ def _suite_warnings(
     config: Config | None,
     rubric_files: list[str],
     prompt_files: list[str],
-    fx: _Findings,
+    fx: Findings,
 ) -> None:
     cases_path = src.cases[0][0] if src.cases else src.display(CASES_FILE)
     golden = sum(GOLDEN_TAG in c.tags for c in cases)
@@ -1624,7 +1288,7 @@ def run_size_problem(n_cases: int, n_arms: int, k: int) -> str | None:
     return None
 
 
-def _check_run_size(config: Config, n_cases: int, src: SuiteSource, fx: _Findings) -> None:
+def _check_run_size(config: Config, n_cases: int, src: SuiteSource, fx: Findings) -> None:
     """Over the samples-per-run limit: an error. More samples than the cap covers at
     their worst case: a warning (calls usually cost less than their ceilings)."""
     line = line_of(src.config_lines, "$.k")
@@ -1645,36 +1309,6 @@ def _check_run_size(config: Config, n_cases: int, src: SuiteSource, fx: _Finding
             line_of(src.config_lines, "$.cost_cap_usd"),
             "$.cost_cap_usd",
         )
-
-
-def _suite_side_files(src: SuiteSource, fx: _Findings) -> None:
-    """Lint only: the files `grade` and `report` read from the suite besides those the
-    config names (human labels, plan, baseline) must pass the suite reader, and the
-    labels must parse; the `runs` folder `run` writes into must be a folder inside the
-    suite. (`load_suite` leaves them to the commands that read them, which refuse the
-    same problems before they pay or write anything: a half-labelled human sample does
-    not stop a run.)"""
-    from .judge import HUMAN_LABELS_FILE, parse_human_labels  # judge builds on this module
-
-    if src.exists(HUMAN_LABELS_FILE):
-        try:
-            parse_human_labels(src.read(HUMAN_LABELS_FILE, limit=MAX_LABELS_BYTES), src.display(HUMAN_LABELS_FILE))
-        except InputError as exc:
-            fx.add(exc)
-    for rel in ("plan.json", "baseline.json"):
-        if src.exists(rel):
-            if rel == "baseline.json":
-                from .runs import RUN_JSON_BYTES as limit  # the limit verdicts.load_baseline reads it under
-            else:
-                limit = MAX_CONFIG_BYTES  # verdicts.load_plan's
-            try:
-                parse_json_object(src.read(rel, limit=limit), src.display(rel), rel)
-            except InputError as exc:
-                fx.add(exc)
-    try:
-        default_runs_dir(src.root)
-    except InputError as exc:
-        fx.warn(exc.message, exc.path or src.display(RUNS_DIR))
 
 
 def default_runs_dir(suite_path: str | Path) -> Path:
@@ -1704,7 +1338,7 @@ def default_runs_dir(suite_path: str | Path) -> Path:
     return p
 
 
-def _check_render(config: Config, case: Case, src: SuiteSource, fx: _Findings) -> None:
+def _check_render(config: Config, case: Case, src: SuiteSource, fx: Findings) -> None:
     """Every placeholder of the templates must have a value for this case."""
     variables = template_variables(case, None)
     for text, what in ((config.template, "template"), (config.system, "system template")):
@@ -1720,37 +1354,18 @@ def _check_render(config: Config, case: Case, src: SuiteSource, fx: _Findings) -
             )
 
 
-def _privacy(src: SuiteSource, fx: _Findings) -> None:
-    """The privacy scan (`evalkit.privacy`): each finding a warning that --strict makes an
-    error; an allow-list that cannot be read is an error."""
-    from . import privacy  # builds on this module
-
-    scan = privacy.scan_suite_source(src)
-    for path, line, json_path, message in scan.problems:
-        fx.error(message, path, line, json_path)
-    for f in scan.findings:
-        fx.warn(f.message, f.path, f.line, f.json_path, strict_error=True)
-
-
-# --- public API -----------------------------------------------------------------------
-def _validate(
-    path: str | Path, strict: bool, *, lint: bool = False, privacy: bool = False
-) -> tuple[Suite | None, _Findings, str]:
-    fx = _Findings(strict)
-    src = _source_for(path, fx)
-    if src is None:
-        return None, fx, str(path)
-    cases = _validate_cases(src, fx)
+# --- a whole source -----------------------------------------------------------------
+def validate(src: SuiteSource, fx: Findings) -> Suite | None:
+    """Validate everything `src` holds (its cases, its config and the files it names, the
+    judge files, coverage and cost warnings), each problem into `fx`; the `Suite` when
+    there is no error, else None."""
+    cases = validate_cases(src, fx)
     config = _validate_config(src, fx, uses_judge=any(c.judged for c in cases))
     rubric_files, prompt_files = _judge_files(src, fx)
     _suite_warnings(src, cases, config, rubric_files, prompt_files, fx)
-    if lint and src.is_native:
-        _suite_side_files(src, fx)
-    if privacy:
-        _privacy(src, fx)
     if fx.errors or config is None:
-        return None, fx, str(src.root)
-    suite = Suite(
+        return None
+    return Suite(
         path=str(src.root),
         name=src.name,
         config=config,
@@ -1759,64 +1374,6 @@ def _validate(
         prompt_files=tuple(prompt_files),
         warnings=tuple(str(w) for w in fx.warnings),
     )
-    return suite, fx, str(src.root)
-
-
-def load_suite(path: str | Path, *, strict: bool = False) -> Suite:
-    """Load and validate a suite: a folder `evals/<unit>/`, or an agent-evals `evals.json`
-    or Vally `eval.yaml` read directly. Raises `InputError`/`InputErrors` naming every bad
-    place; warnings (unknown keys, thin coverage) are kept on `Suite.warnings`, and unknown
-    keys become errors under `strict`."""
-    suite, fx, _ = _validate(path, strict)
-    fx.raise_errors()
-    assert suite is not None
-    return suite
-
-
-def lint_suite(path: str | Path, strict: bool = False) -> LintReport:
-    """Validate a suite without calling any model: every error and warning with its place,
-    the privacy scan's findings included (warnings; errors under `strict`)."""
-    _, fx, root = _validate(path, strict, lint=True, privacy=True)
-    return LintReport(suite=root, errors=tuple(fx.errors), warnings=tuple(fx.warnings))
-
-
-def suite_source(path: str | Path) -> SuiteSource:
-    """What a validation pass reads from `path` (a suite folder, or a foreign file through
-    the importers), for passes of other modules (the privacy scan); `InputError` when
-    there is no suite there."""
-    fx = _Findings(strict=False)
-    src = _source_for(path, fx)
-    fx.raise_errors()
-    if src is None:
-        raise InputError("not a suite", path)
-    return src
-
-
-def load_cases(path: str | Path) -> tuple[Case, ...]:
-    """Load and validate `cases.jsonl` alone (or the cases of a suite folder)."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / CASES_FILE
-    fx = _Findings(strict=False)
-    raw = parse_cases_jsonl(read_text_file(p, limit=MAX_CASES_BYTES, root=p.parent), str(p), fx)
-    src = SuiteSource(p.parent, p.parent.name, {}, "", {}, raw)
-    cases = _validate_cases(src, fx)
-    fx.raise_errors()
-    return tuple(cases)
-
-
-def load_config(path: str | Path, suite_dir: str | Path | None = None) -> Config:
-    """Load and validate a `config.json`; files it names resolve against `suite_dir`
-    (default: the config's folder)."""
-    p = Path(path)
-    root = Path(suite_dir) if suite_dir is not None else p.parent
-    cfg, lines = parse_config_json(read_text_file(p, limit=MAX_CONFIG_BYTES, root=p.parent), str(p))
-    fx = _Findings(strict=False)
-    src = SuiteSource(root, root.name, cfg, str(p), lines, [])
-    config = _validate_config(src, fx, uses_judge=False)
-    fx.raise_errors()
-    assert config is not None
-    return config
 
 
 def template_variables(case: Case, arm: Arm | None) -> dict[str, str]:
@@ -1880,46 +1437,96 @@ def write_suite_atomically(
             dest.rmdir()  # empty: checked above
         os.rename(tmp, dest)
     except BaseException:
-        _rmtree(tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
     return dest
 
 
-def _rmtree(p: Path) -> None:
-    import shutil
-
-    shutil.rmtree(p, ignore_errors=True)
-
-
-SCAFFOLD_CONFIG = {
-    "// about": "evalkit suite config. Keys starting with // are comments. Docs: docs/formats.md",
-    "// mode": "completion: prompt.txt is the whole prompt (base models); chat: prompt.txt is the user message",
+# The one default config: `evalkit init` writes it with its comments, and every importer
+# (evalkit.formats) starts from it. The model is the embedded one; its address comes from
+# the command line or the environment, never from a default.
+_URL_NOTE = (
+    "base_url null: `evalkit run --base-url URL` or EVALKIT_BASE_URL gives it (`evalkit serve -- evalkit run "
+    "...` sets EVALKIT_BASE_URL); with none the run is refused, never sent to api.openai.com"
+)
+_JUDGE_NOTE = (
+    "scores judged cases; a different model from the generator unless allow_same_judge_model; base_url null: "
+    "`evalkit grade --judge-base-url URL` or EVALKIT_JUDGE_BASE_URL gives it, or under `evalkit serve` the "
+    "served model when it is this model; with none, judging is refused"
+)
+DEFAULT_CONFIG: dict[str, Any] = {
     "mode": "completion",
-    "template": "prompt.txt",
-    "// generator": "the unit under test; base_url null: `evalkit run --base-url URL` or EVALKIT_BASE_URL gives it (`evalkit serve -- evalkit run ...` sets EVALKIT_BASE_URL); with none the run is refused, never sent to api.openai.com",
+    "template": PROMPT_FILE,
     "generator": {"model": "gemma-3-270m", "base_url": None, "api_key_env": "EVALKIT_API_KEY"},
-    "// judge": "scores judged cases; a different model from the generator unless allow_same_judge_model; base_url null: `evalkit grade --judge-base-url URL` or EVALKIT_JUDGE_BASE_URL gives it, or under `evalkit serve` the served model when it is this model; with none, judging is refused",
     "judge": {"model": "judge-model", "base_url": None, "api_key_env": "EVALKIT_JUDGE_KEY"},
-    "// sampling": "k samples per case and arm; each sample's seed derives from this seed",
     "temperature": 0.8,
     "seed": 1234,
     "k": 5,
     "concurrency": 4,
-    "// caps": "required: the run refuses any call that could pass cost_cap_usd; tokens are hard ceilings",
     "cost_cap_usd": 0.05,
     "max_tokens_in": 768,
     "max_tokens_out": 24,
-    "// prices": "required: USD per million tokens, for the generator and the judge",
     "price": {"in_per_mtok": 0.10, "out_per_mtok": 0.40},
     "judge_price": {"in_per_mtok": 0.15, "out_per_mtok": 0.60},
-    "// gate": "fail a change that drops success by more than N points or raises cost per task by M%",
     "gate": {"max_success_drop_points": 5, "max_cost_increase_pct": 20},
-    "// ci": "evalkit run --ci (the workflow of evalkit init --ci github) runs under this lower cap",
-    "ci": {"cost_cap_usd": 0.02},
-    "// arms": "baseline sends no guidance; skilled adds guidance/skilled.md where prompt.txt says ${guidance}",
-    "arms": [{"name": "baseline"}, {"name": "skilled", "guidance": "guidance/skilled.md"}],
-    "stop": ["\n"],
+    "arms": [{"name": "baseline"}],
 }
+
+
+def default_config(
+    head: dict[str, Any], notes: dict[str, tuple[str, str]] | None = None, **values: Any
+) -> dict[str, Any]:
+    """The default config as a JSON object to write: `head` first (name, description, a
+    comment), then every key of `DEFAULT_CONFIG` with `values` in place of the defaults
+    (a key `values` adds goes last), and before each key `notes` names (key -> (name,
+    text)) a comment `"// name": text`. The generator's and the judge's notes say where
+    their base URL comes from unless `notes` replaces them."""
+    notes = {
+        "generator": ("generator", "the unit under test; " + _URL_NOTE),
+        "judge": ("judge", _JUDGE_NOTE),
+        **(notes or {}),
+    }
+    out = dict(head)
+    for key, value in {**DEFAULT_CONFIG, **values}.items():
+        if key in notes:
+            name, text = notes[key]
+            out[f"// {name}"] = text
+        out[key] = value
+    return out
+
+
+def local_model_note(what: str) -> tuple[str, str]:
+    """The generator's note for a config whose generator is `what` (say, "the embedded local model")."""
+    return ("generator", f"{what}; {_URL_NOTE}")
+
+
+SCAFFOLD_CONFIG = default_config(
+    {"// about": "evalkit suite config. Keys starting with // are comments. Docs: docs/formats.md"},
+    {
+        "mode": (
+            "mode",
+            "completion: prompt.txt is the whole prompt (base models); chat: prompt.txt is the user message",
+        ),
+        "temperature": ("sampling", "k samples per case and arm; each sample's seed derives from this seed"),
+        "cost_cap_usd": (
+            "caps",
+            "required: the run refuses any call that could pass cost_cap_usd; tokens are hard ceilings",
+        ),
+        "price": ("prices", "required: USD per million tokens, for the generator and the judge"),
+        "gate": (
+            "gate",
+            "fail a change that drops the gated case score by more than N points or raises the cost per case by M%",
+        ),
+        "arms": (
+            "arms",
+            "baseline sends no guidance; skilled adds guidance/skilled.md where prompt.txt says ${guidance}",
+        ),
+        "ci": ("ci", "evalkit run --ci (the workflow of evalkit init --ci github) runs under this lower cap"),
+    },
+    arms=[{"name": "baseline"}, {"name": "skilled", "guidance": "guidance/skilled.md"}],
+    ci={"cost_cap_usd": 0.02},
+    stop=["\n"],
+)
 
 SCAFFOLD_CASES = [
     {
@@ -2006,3 +1613,30 @@ def scaffold_suite(path: str | Path) -> Path:
     """Create a new suite folder for `evalkit init` (refuses a non-empty folder)."""
     dest = Path(path)
     return write_suite_atomically(dest, scaffold_files(dest.name))
+
+
+def load_cases(path: str | Path) -> tuple[Case, ...]:
+    """Load and validate `cases.jsonl` alone (or the cases of a suite folder)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / CASES_FILE
+    fx = Findings(strict=False)
+    raw = parse_cases_jsonl(read_text_file(p, limit=MAX_CASES_BYTES, root=p.parent), str(p), fx)
+    src = SuiteSource(p.parent, p.parent.name, {}, "", {}, raw)
+    cases = validate_cases(src, fx)
+    fx.raise_errors()
+    return tuple(cases)
+
+
+def load_config(path: str | Path, suite_dir: str | Path | None = None) -> Config:
+    """Load and validate a `config.json`; files it names resolve against `suite_dir`
+    (default: the config's folder)."""
+    p = Path(path)
+    root = Path(suite_dir) if suite_dir is not None else p.parent
+    cfg, lines = parse_config_json(read_text_file(p, limit=MAX_CONFIG_BYTES, root=p.parent), str(p))
+    fx = Findings(strict=False)
+    src = SuiteSource(root, root.name, cfg, str(p), lines, [])
+    config = _validate_config(src, fx, uses_judge=False)
+    fx.raise_errors()
+    assert config is not None
+    return config

@@ -36,14 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .runs import AppendLog, iter_jsonl
+from ._io import iter_jsonl
+from .layout import TRAJECTORIES, trajectory_relpath
+from .runs import AppendLog
 
-TRAJECTORIES = "trajectories"
-
-
-def trajectory_relpath(case_id: str, arm: str, index: int) -> str:
-    """``trajectories/<case>/<arm>/sample-<n>.jsonl`` (n from 1), relative to the run folder."""
-    return f"{TRAJECTORIES}/{case_id}/{arm}/sample-{index + 1}.jsonl"
+__all__ = ["TRAJECTORIES", "trajectory_relpath"]  # the layout's names, importable from here as before
 
 
 class TrajectoryWriter:

@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .checks import TRAJECTORY_CHECK_OPTIONS  # noqa: F401 - validated here, defined with the other check kinds
 from .records import Json, Unit
 
 UNIT_KINDS = ("prompt", "agent", "command", "python")
@@ -52,14 +53,6 @@ FIXTURES_KEY = "tool_results"  # in a case's input object
 ANY_TOOL = "*"
 CALLABLE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
 TOOL_CALL_MODES = ("exact", "any_order", "subset", "subset_any_order")
-
-# Options of the trajectory checks (besides `kind`), for the suite's check validation.
-TRAJECTORY_CHECK_OPTIONS: dict[str, set[str]] = {
-    "forbidden_tools": {"tools", "calls"},
-    "max_turns": {"max"},
-    "tool_errors": {"max"},
-    "skill_activation": {"skill", "preflight", "expect"},
-}
 
 
 class Reader(Protocol):
@@ -260,7 +253,7 @@ def check_trajectory_options(r: Reader, kind: str, opts: dict[str, Any], jp: str
                 r.err(f"{jp}.{key}", f"{key} must be a non-empty string")
                 ok = False
         if "preflight" in opts and isinstance(opts["preflight"], str):
-            import regex  # type: ignore[import-untyped]  # as evalkit.suite: no stubs
+            import regex  # lazy: only for a preflight pattern
 
             try:
                 regex.compile(opts["preflight"], regex.IGNORECASE)

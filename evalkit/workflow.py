@@ -32,12 +32,13 @@ import json
 import re
 from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from ._io import write_atomic
 from .errors import InputError
+from .layout import CACHE_FILE
 from .records import Suite
-from .runs import write_atomic
-from .runner import CACHE_FILE
 
 WORKFLOW_PATH = Path(".github") / "workflows" / "evalkit.yml"
 CI_KINDS = ("github",)
@@ -74,7 +75,7 @@ SPEC_HELP = (
 )
 
 
-def installed_origin() -> dict | None:
+def installed_origin() -> dict[str, Any] | None:
     """The installed evalkit's PEP 610 `direct_url.json` (where pip got it), or None when
     it came from an index (or is not installed as a distribution)."""
     try:
@@ -102,7 +103,7 @@ def _inside(path: Path, root: Path, what: str) -> str:
     return "./" if rel == "." else f"./{rel}"
 
 
-def spec_from_origin(origin: dict | None, repo_root: Path) -> str:
+def spec_from_origin(origin: dict[str, Any] | None, repo_root: Path) -> str:
     """What `pip install` needs to get the evalkit whose PEP 610 record is `origin` in a
     checkout of `repo_root` (see the module docstring); InputError when CI cannot reach it."""
     if not origin or not isinstance(origin.get("url"), str):
@@ -125,7 +126,7 @@ def spec_from_origin(origin: dict | None, repo_root: Path) -> str:
     if isinstance(archive, dict):
         if local is not None:
             return _inside(local, repo_root, "this evalkit was installed from the archive")
-        hashes = archive.get("hashes") if isinstance(archive.get("hashes"), dict) else {}
+        hashes: dict[str, Any] = archive["hashes"] if isinstance(archive.get("hashes"), dict) else {}
         sha = hashes.get("sha256") or (archive.get("hash", "").partition("sha256=")[2] or None)
         return f"evalkit @ {url}" + (f"#sha256={sha}" if sha and "#" not in url else "")
     if local is not None:  # dir_info: a folder, editable or not

@@ -125,3 +125,72 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
                                     f"that is a failure unless {LOCAL_MODEL_OPT_OUT}=1:", red=True)
         for nodeid in _skipped_local_model:
             terminalreporter.write_line(f"  {nodeid}")
+
+
+# -- run folders written by hand, following docs/formats.md (verdicts, plans, gates) -----
+def make_suite(root: Path, cases: dict[str, dict], *, gate: dict | None = None, seed: int = 7) -> Path:
+    """A suite folder with cases.jsonl (id, set, tags) and a config.json."""
+    suite = root / "evals" / "unit"
+    suite.mkdir(parents=True, exist_ok=True)
+    with open(suite / "cases.jsonl", "w") as fh:
+        for cid, c in cases.items():
+            fh.write(json.dumps({"id": cid, "input": cid, "expected": "x", "tags": c.get("tags", ["t"]),
+                                 "set": c.get("set", "capability")}) + "\n")
+    (suite / "config.json").write_text(json.dumps({"seed": seed, "gate": gate or {}}))
+    return suite
+
+
+def make_run(root: Path, name: str, outcomes: dict[tuple[str, str], list], *, k: int, suite: Path | None = None,
+             tags: dict[str, list[str]] | None = None, costs: dict[tuple[str, str], float] | None = None,
+             complete: bool = True, exit_code: int = 0, errors: list[tuple[str, str, int]] = (),
+             gate: dict | None = None, config_hash: str = "h1") -> Path:
+    """A run folder. outcomes[(case, arm)] lists each index's grade: True/False, None
+    (ungraded: passed null), "nograde" (sample with no grade line) or "missing" (no sample)."""
+    run = root / "runs" / name
+    run.mkdir(parents=True)
+    cases = list(dict.fromkeys(c for c, _ in outcomes))
+    arms = list(dict.fromkeys(a for _, a in outcomes))
+    (run / "config.json").write_text(json.dumps({
+        "suite": str(suite) if suite else "", "suite_name": "unit", "config": {"gate": gate or {}, "k": k},
+        "config_hash": config_hash, "arms": [{"name": a} for a in arms], "k": k, "cases": cases,
+        "created": "2026-01-01T00:00:00Z", "source": "evalkit"}))
+    res, grades = [], []
+    for (case, arm), outs in outcomes.items():
+        for i, o in enumerate(outs):
+            if o == "missing":
+                continue
+            cost = (costs or {}).get((case, arm), 0.001)
+            res.append({"case_id": case, "tags": (tags or {}).get(case, ["t"]), "arm": arm, "index": i, "seed": i,
+                        "model": "m", "output": "o", "tool_calls": [], "finish_reason": "stop",
+                        "usage": {"prompt_tokens": 3, "completion_tokens": 1}, "latency_ms": 1.0,
+                        "cost_usd": cost, "request_hash": f"{case}{arm}{i}", "cached": False,
+                        "cost_avoided_usd": 0.0})
+            if o == "nograde":
+                continue
+            grades.append({"case_id": case, "arm": arm, "index": i, "passed": o,
+                           "checks": [{"name": "contains", "passed": bool(o), "reason": ""}],
+                           "error": "judge failed" if o is None else None, "judge_cost_usd": 0.0})
+    with open(run / "results.jsonl", "w") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in res)
+    with open(run / "grades.jsonl", "w") as fh:
+        fh.writelines(json.dumps(g) + "\n" for g in grades)
+    if errors:
+        with open(run / "errors.jsonl", "w") as fh:
+            for case, arm, i in errors:
+                fh.write(json.dumps({"case_id": case, "arm": arm, "index": i, "error": "HTTP 500",
+                                     "attempts": 4}) + "\n")
+    total = len(cases) * len(arms) * k
+    (run / "summary.json").write_text(json.dumps({
+        "complete": complete, "ran": len(res), "total": total, "reason": None if complete else "cost cap reached",
+        "spend_usd": 0.01, "avoided_usd": 0.0, "cap_usd": 1.0, "per_arm": {}, "exit_code": exit_code}))
+    head = "" if complete else f"INCOMPLETE: {len(res)}/{total} cases (cost cap reached)\n"
+    (run / "summary.md").write_text(head + "# Summary\n")
+    return run
+
+
+def two_arm(cases: dict[str, tuple[list, list]]) -> dict[tuple[str, str], list]:
+    out = {}
+    for cid, (b, t) in cases.items():
+        out[(cid, "baseline")] = b
+        out[(cid, "skilled")] = t
+    return out

@@ -16,7 +16,8 @@ import pytest
 
 from evalkit.grading import grade_run
 from evalkit.runner import run_suite
-from evalkit.runs import iter_jsonl, load_run
+from evalkit._io import iter_jsonl
+from evalkit.runload import load_run
 from evalkit.serve import ScriptedServer
 from evalkit.trajectories import read_trajectory
 

@@ -22,7 +22,8 @@ from evalkit.batch import BATCHES, BatchOptions, batch_cancel, batch_status
 from evalkit.cli import main
 from evalkit.grading import grade_run
 from evalkit.runner import run_suite
-from evalkit.runs import iter_jsonl, load_run
+from evalkit._io import iter_jsonl
+from evalkit.runload import load_run
 from evalkit.serve import ScriptedServer
 from evalkit.verdicts import two_arm_verdict
 
@@ -121,8 +122,8 @@ def test_a_batch_run_is_the_online_run_key_for_key_and_grades_and_compares_the_s
     g_on, g_b = grade_run(online.path), grade_run(batch.path)
     assert [json.loads(x) for x in (online.path / "grades.jsonl").read_text().splitlines()] == [
         json.loads(x) for x in (batch.path / "grades.jsonl").read_text().splitlines()]
-    for m in ("success_rate", "correct_rate", "refusal_rate", "n_graded", "generator_cost_usd"):
-        assert g_on.summary["overall"][m] == pytest.approx(g_b.summary["overall"][m])
+    for m in ("sample_pass_rate", "correct_rate", "refusal_rate", "n_graded", "generator_cost_usd"):
+        assert getattr(g_on.summary.overall, m) == pytest.approx(getattr(g_b.summary.overall, m))
     v_on, v_b = two_arm_verdict(online.path, "base", "guided"), two_arm_verdict(batch.path, "base", "guided")
     assert (v_on.kind, v_on.wins, v_on.losses, v_on.ties, v_on.p_value) == (
         v_b.kind, v_b.wins, v_b.losses, v_b.ties, v_b.p_value)
@@ -143,7 +144,7 @@ def test_the_report_set_renders_for_a_batch_run(tmp_path):
     rep = report_run(res.path, tmp_path / "reports", notebooks=["run_summary"])
     assert rep.ok, [n.error for n in rep.notebooks]
     html = (rep.out_dir / "run_summary.html").read_text()
-    assert f"{graded.summary['overall']['success_rate']:.4f}" in html  # the number grading wrote, shown
+    assert f"{graded.summary.overall.sample_pass_rate:.4f}" in html  # the number grading wrote, shown
 
 
 # -- limits, cap, price ------------------------------------------------------------------
@@ -448,10 +449,10 @@ def test_judge_calls_in_a_batch_grade_exactly_as_online_on_the_runs_ledger(tmp_p
         regrade = grade_run(run_b, judge_base_url=srv.base_url, batch=fast())  # the judge cache answers: no batch
         assert srv.batch_stats["batches"] == 1
     assert lines[0] == lines[1] and any(g["judge_score"] for g in lines[1])  # costs too: the same prices
-    assert online.summary["judge_spend_usd"] == pytest.approx(batched.summary["judge_spend_usd"])
-    assert sum(g["judge_cost_usd"] for g in lines[1]) == pytest.approx(batched.summary["judge_spend_usd"])
-    assert batched.summary["judge_spend_usd"] > 0.0
-    assert regrade.summary["judge_spend_usd"] == 0.0 and regrade.summary["cache_hits"] > 0
+    assert online.summary.judge_spend_usd == pytest.approx(batched.summary.judge_spend_usd)
+    assert sum(g["judge_cost_usd"] for g in lines[1]) == pytest.approx(batched.summary.judge_spend_usd)
+    assert batched.summary.judge_spend_usd > 0.0
+    assert regrade.summary.judge_spend_usd == 0.0 and regrade.summary.cache_hits > 0
     judge_charges = [e for e in iter_jsonl(run_b / "ledger.jsonl") if e["event"] == "charge"]
     assert judge_charges and {e["role"] for e in judge_charges} == {"judge"}
     assert all(e["line"].startswith("judge/") for e in judge_charges)
@@ -491,16 +492,16 @@ def test_judge_batches_left_open_are_collected_by_the_next_grading_with_no_call_
     run = write_run(tmp_path, suite)
     with ScriptedServer({**JUDGE_SCRIPT, "batch": {"lines_per_s": 20}}) as srv:
         first = grade_run(run, judge_base_url=srv.base_url, batch=BatchOptions(poll_s=0.02, wait=False))
-        assert not first.complete and "judge batch(es) still open" in first.summary["stop_reason"]
-        assert first.summary["judge_spend_usd"] > 0  # the open batch's worst case, until it is collected
+        assert not first.complete and "judge batch(es) still open" in (first.summary.stop_reason or "")
+        assert first.summary.judge_spend_usd > 0  # the open batch's worst case, until it is collected
         assert all(g.judge_score is None for g in first.grades if g.case_id in ("open-1", "inject"))
         second = grade_run(run, judge_base_url=srv.base_url)  # no --batch: the open batch is collected, not redone
         assert srv.batch_stats["batches"] == 1
         assert srv.stats["requests"] == srv.batch_stats["lines"]  # no judge call went online
-    assert second.complete and second.summary["judge_spend_usd"] > 0
+    assert second.complete and second.summary.judge_spend_usd > 0
     assert json.loads((run / BATCHES).read_text())["batches"][0]["state"] == "collected"
     committed, left = walk_ledger(run / "ledger.jsonl", 1.0)
-    assert left == pytest.approx(0.0, abs=1e-12) and committed == pytest.approx(second.summary["run_spend_usd"])
+    assert left == pytest.approx(0.0, abs=1e-12) and committed == pytest.approx(second.summary.run_spend_usd)
 
 
 def test_a_kill_between_upload_or_create_and_their_record_looks_the_ids_up_instead_of_repeating(tmp_path):

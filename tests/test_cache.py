@@ -11,7 +11,7 @@ import pytest
 
 from evalkit.cache import ResponseCache
 from evalkit.runner import run_suite
-from evalkit.runs import load_run
+from evalkit.runload import load_run
 from evalkit.serve import ScriptedServer
 
 from conftest import write_engine_suite

@@ -81,20 +81,20 @@ def test_gate_junit_and_markdown_on_a_failed_gate(pipeline, tmp_path):
     junit, md = tmp_path / "out" / "gate.xml", tmp_path / "out" / "gate.md"
     res = cli("gate", runs["bad"], "--baseline", suite / "baseline.json", "--arm", "guided",
               "--junit", junit, "--markdown", md)
-    assert res.exit_code == 1 and res.stdout.startswith("Gate: FAIL: success drop")
+    assert res.exit_code == 1 and res.stdout.startswith("Gate: FAIL: case score drop")
     cases = read_junit(junit)
-    assert set(cases) == {"comparable with the baseline", "success overall", "success tag:capital",
-                          "cost per task"}
-    overall = cases["success overall"]
+    assert set(cases) == {"comparable with the baseline", "case score overall", "case score tag:capital",
+                          "cost per case"}
+    overall = cases["case score overall"]
     assert overall.is_failure
     # 5 of 10 cases lost all three repeats: pass@3 overall 1.0 -> 0.5, a 50-point drop
-    assert overall.result[0].message.startswith("success-rate drop overall: -50.0 points (beyond 5 points)")
-    assert cases["comparable with the baseline"].is_passed and cases["cost per task"].is_passed
+    assert overall.result[0].message.startswith("case-score drop overall: -50.0 points (beyond 5 points)")
+    assert cases["comparable with the baseline"].is_passed and cases["cost per case"].is_passed
     text = md.read_text()
     lines = text.splitlines()
-    assert lines[0] == "## evalkit gate: FAIL: success drop"
+    assert lines[0] == "## evalkit gate: FAIL: case score drop"
     assert "| check | cases | baseline | current | change | p(noise) | result |" in text
-    assert "| success overall | 10 | 1.000 | 0.500 | -50.0 pts |" in text
+    assert "| case score overall | 10 | 1.000 | 0.500 | -50.0 pts |" in text
     assert "**Spend:** $" in text and "of cap $1.000000" in text
     assert "**Plan check:** n/a" in text
     top = text.split("**Top failures**")[1]

@@ -14,7 +14,7 @@ from evalkit import stats
 from evalkit.cli import main
 from evalkit.serve import ScriptedServer
 
-from test_verdicts import make_run, make_suite, two_arm
+from conftest import make_run, make_suite, two_arm
 
 
 def cli(*args: str):
@@ -126,7 +126,7 @@ def test_gate_baseline_and_noise_cli(tmp_path):
     r = CliRunner().invoke(main, ["baseline", "accept", str(inc), "--to", str(suite)])
     assert r.exit_code == 1 and "refusing" in r.output
     r = cli("noise", str(base), str(base))
-    assert r.exit_code == 0 and "success overall" in r.output
+    assert r.exit_code == 0 and "score overall" in r.output
     r = cli("noise", str(base), str(bad), "--strict")
     assert r.exit_code == 1 and "runs differ by more than the threshold" in r.output
 
@@ -195,7 +195,7 @@ def test_end_to_end_run_grade_compare_gate(tmp_path, monkeypatch):
 
     acc = evalkit("baseline", "accept", str(run1), "--arm", "guided")
     assert acc.returncode == 0, acc.stderr
-    assert json.loads((suite / "baseline.json").read_text())["success_rate"] == 1.0
+    assert json.loads((suite / "baseline.json").read_text())["gated_case_score"] == 1.0
     gate = evalkit("gate", str(run2), "--baseline", str(suite / "baseline.json"), "--arm", "guided")
     assert gate.returncode == 0 and gate.stdout.startswith("Gate: PASS"), gate.stdout + gate.stderr
     before = (suite / "baseline.json").read_text()

@@ -14,11 +14,12 @@ import pytest
 from click.testing import CliRunner
 from test_grading import write_run, write_suite
 
-from evalkit import labelling, verdicts
+from evalkit import gates, labelling, records
 from evalkit.cli import main
 from evalkit.compare import compare_arms
 from evalkit.errors import InputError
 from evalkit.grading import grade_run
+from evalkit.records import GradesSummary
 from evalkit.serve import ScriptedServer
 
 ARMS = ("baseline", "treatment")
@@ -121,8 +122,8 @@ def test_fair_judge_gives_a_verdict_position_biased_and_failing_ones_are_inconcl
     with ScriptedServer(FIRST_ALWAYS) as biased:
         r = grade_run(run, judge_base_url=biased.base_url, pairwise=ARMS)
         assert biased.stats["requests"] > 0  # the cache is scoped to the judge: nothing replayed from the fair one
-    assert r.summary["judge_trust"]["trusted"]  # its direct scores agree with the person...
-    p = r.summary["pairwise"]
+    assert r.summary.judge_trust.trusted  # its direct scores agree with the person...
+    p = r.summary.pairwise
     assert (p["wins"], p["ties"], p["losses"], p["position_consistency"]) == (0, 16, 0, 0.0)
     assert any(f.level == "HIGH" and f.message.startswith("position bias") for f in r.findings)
     b = compare_arms(run, "baseline", "treatment", judge="pairwise")
@@ -131,7 +132,7 @@ def test_fair_judge_gives_a_verdict_position_biased_and_failing_ones_are_inconcl
     # a judge failing with HTTP 500 on some calls: the errored pairs cast no vote, never a loss
     with ScriptedServer(OUTAGES) as flaky:
         r = grade_run(run, judge_base_url=flaky.base_url, pairwise=ARMS)
-    assert r.summary["pairwise"]["errored"] == 2 and r.exit_code == 1
+    assert r.summary.pairwise["errored"] == 2 and r.exit_code == 1
     e = compare_arms(run, "baseline", "treatment", judge="pairwise")
     assert (e.kind, e.wins, e.ties, e.losses, e.errored) == ("inconclusive", 6, 1, 0, 1)
     assert dict(e.case_votes)["c3"] == "errored" and all("c3#" in x for x in e.problems)
@@ -141,10 +142,10 @@ def test_the_suite_chooses_the_pairwise_judge_and_grade_asks_it(tmp_path):
     suite, run = two_arm_run(tmp_path, extra={"verdict_judge": "pairwise", "allow_uncalibrated_judge": True})
     with ScriptedServer(FAIR) as fair:
         r = grade_run(run, judge_base_url=fair.base_url)  # no --pairwise: the config's first two arms
-    assert r.summary["pairwise"]["baseline"] == "baseline" and (run / "pairwise.jsonl").exists()
+    assert r.summary.pairwise["baseline"] == "baseline" and (run / "pairwise.jsonl").exists()
     v = compare_cli(run)
     assert v["judge"] == "pairwise" and v["kind"] == "pass" and v["judge_checks"]["opt_out"] is True
-    assert "by opt-out" in verdicts.judge_line(v["judge"], v["judge_checks"])
+    assert "by opt-out" in records.judge_line(v["judge"], v["judge_checks"])
     assert r.exit_code == 0 and all(g.judge_uncalibrated_override for g in r.grades if g.judge_score is not None)
     assert any(f.level == "HIGH" and "not calibrated" in f.message for f in r.findings)
     # swapped arms: the same tally read the other way round
@@ -162,7 +163,7 @@ def test_labels_drawn_for_one_run_are_stale_on_another_and_a_calibration_holds_f
         labels = suite / "judge" / "human-sample.jsonl"
         labelling.write_label_file(labelling.draw_items(run_a, 20), labels)
         label_like_a_person(labels, person)
-        assert grade_run(run_a, judge_base_url=fair.base_url).summary["judge_trust"]["basis"] == "labels"
+        assert grade_run(run_a, judge_base_url=fair.base_url).summary.judge_trust.basis == "labels"
         res = runner.invoke(main, ["judge", "calibrate", str(run_a)])
         assert res.exit_code == 0, res.output
         assert "100% exact / 100% within one on 20 label(s)" in res.stdout
@@ -173,18 +174,18 @@ def test_labels_drawn_for_one_run_are_stale_on_another_and_a_calibration_holds_f
         # another run of the same suite: other outputs, so every label is stale; the record holds
         _, run_b = two_arm_run(tmp_path, tag="second ")
         rb = grade_run(run_b, judge_base_url=fair.base_url)
-        ha = rb.summary["human_agreement"]
+        ha = rb.summary.human_agreement
         assert ha["n"] == 0 and ha["labels"]["stale_output"] == 20 and ha["labels"]["stale_from_runs"] == [run_a.name]
         assert any(f.level == "MEDIUM" and "20 stale" in f.message and run_a.name in f.message for f in rb.findings)
-        trust = rb.summary["judge_trust"]
-        assert trust["trusted"] and trust["basis"] == "calibration.json" and rb.exit_code == 0
+        trust = rb.summary.judge_trust
+        assert trust.trusted and trust.basis == "calibration.json" and rb.exit_code == 0
         res = runner.invoke(main, ["judge", "calibrate", str(run_b)])  # nothing labelled on this run
         assert res.exit_code == 2 and "no label matches" in res.output
     # the same model served elsewhere is another judge: the record is void, and says so
     with ScriptedServer(FAIR) as elsewhere:
         rc = grade_run(run_b, judge_base_url=elsewhere.base_url)
-    trust = rc.summary["judge_trust"]
-    assert not trust["trusted"] and rc.held == 32 and rc.exit_code == 1
+    trust = rc.summary.judge_trust
+    assert not trust.trusted and rc.held == 32 and rc.exit_code == 1
     assert any("judge changed since calibration" in f.message and "endpoint" in f.message for f in rc.findings)
     # labels with no hashes (an older label file) are read, and unverifiable
     old = tmp_path / "old-labels.jsonl"
@@ -192,12 +193,12 @@ def test_labels_drawn_for_one_run_are_stale_on_another_and_a_calibration_holds_f
                            for i in range(8)))
     with ScriptedServer(FAIR) as fair2:
         rd = grade_run(run_b, judge_base_url=fair2.base_url, labels=old)
-    assert rd.summary["human_agreement"]["labels"]["unverifiable"] == 8
+    assert rd.summary.human_agreement["labels"]["unverifiable"] == 8
     assert any("8 unverifiable" in f.message for f in rd.findings)
 
 
-def _rates(summary: dict) -> dict:
-    return {a: b["overall"]["success_rate"] for a, b in summary["per_arm"].items()}
+def _rates(summary: GradesSummary) -> dict:
+    return {a: b.overall.sample_pass_rate for a, b in summary.per_arm.items()}
 
 
 def test_a_judge_below_the_bars_moves_no_rate_gate_or_verdict_unless_opted_out(tmp_path):
@@ -209,7 +210,7 @@ def test_a_judge_below_the_bars_moves_no_rate_gate_or_verdict_unless_opted_out(t
     base_suite, base_run = two_arm_run(tmp_path / "b", cases=cases, extra={"allow_uncalibrated_judge": True})
     with ScriptedServer(lenient) as srv:
         grade_run(base_run, judge_base_url=srv.base_url)
-    baseline_json, _ = verdicts.accept_baseline(base_run, base_suite, arm="treatment")
+    baseline_json, _ = gates.accept_baseline(base_run, base_suite, arm="treatment")
 
     results = {}
     for name, script in (("lenient", lenient), ("harsh", harsh)):
@@ -219,20 +220,20 @@ def test_a_judge_below_the_bars_moves_no_rate_gate_or_verdict_unless_opted_out(t
             labelling.write_label_file(labelling.draw_items(run, 20), labels, force=True)
             label_like_a_person(labels, lambda out: 3)  # a person who finds every answer middling
             r = grade_run(run, judge_base_url=srv.base_url)
-            cal = r.summary["judge_trust"]["calibration"]
+            cal = r.summary.judge_trust.calibration
             assert cal["n"] == 20 and not cal["passed"] and "below the bars" in cal["reason"]
             assert any(f.level == "HIGH" and "kappa" in f.message for f in r.findings)
             res = CliRunner().invoke(main, ["judge", "calibrate", str(run)])
             assert res.exit_code == 1 and "NOT CALIBRATED: below the bars" in res.stderr
             v = compare_arms(run, "baseline", "treatment", judge="direct")
-            g = verdicts.gate(run, baseline_json, arm="treatment")
+            g = gates.gate(run, baseline_json, arm="treatment")
             opted = grade_run(run, judge_base_url=srv.base_url, allow_uncalibrated_judge=True)
             results[name] = (_rates(r.summary), (v.kind, v.wins, v.ties, v.losses, v.errored),
                              (g.passed, g.read_rates, g.causes), _rates(opted.summary))
     (rates_l, verdict_l, gate_l, opted_l), (rates_h, verdict_h, gate_h, opted_h) = results["lenient"], results["harsh"]
     assert rates_l == rates_h == {"baseline": pytest.approx(4 / 20), "treatment": pytest.approx(4 / 20)}
     assert verdict_l == verdict_h and verdict_l[0] == "inconclusive"
-    assert gate_l == gate_h == (False, False, [verdicts.GATE_CAUSE_JUDGE])
+    assert gate_l == gate_h == (False, False, [gates.GATE_CAUSE_JUDGE])
     # opted out, the judge's answers count: the lenient one passes every judged sample, the harsh none
     assert opted_l == {"baseline": 1.0, "treatment": 1.0} and opted_h == {"baseline": 0.2, "treatment": 0.2}
 

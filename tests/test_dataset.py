@@ -907,7 +907,7 @@ def test_end_to_end_new_validate_to_suite_lint(ws):
     r = ws.cli("lint", "evals/field-service")
     assert r.exit_code == 0, r.stderr
     assert "0 error(s)" in r.stdout
-    from evalkit.suite import load_suite
+    from evalkit.loader import load_suite
 
     suite = load_suite(ws.root / "evals/field-service")
     assert len(suite.cases) == 15 and all(c.judged for c in suite.cases)
@@ -919,7 +919,7 @@ def test_converted_suite_runs_through_sampler_and_graders(ws, monkeypatch):
     from evalkit.graders import grade_sample
     from evalkit.runner import run_suite
     from evalkit.serve import ScriptedServer
-    from evalkit.suite import load_suite
+    from evalkit.loader import load_suite
 
     make_source_dataset(ws, 1)
     ws.write("ctx/manual.txt", "Hold the red button for five seconds.")
@@ -952,3 +952,13 @@ def test_converted_suite_runs_through_sampler_and_graders(ws, monkeypatch):
             assert checks == {"grounding": True}
         else:
             assert checks == {}  # judged by the rubric only
+
+
+def test_a_schema_keyword_without_its_own_message_still_names_the_path():
+    """Review finding: the fallback message came back as a (list, False) pair its caller
+    could not unpack; a keyword the contract's messages do not cover still gives one
+    message per error, built from the keyword, never from the instance."""
+    from types import SimpleNamespace
+
+    err = SimpleNamespace(validator="multipleOf", validator_value=3, instance=7, schema={})
+    assert ds._schema_message(err) == [((), "violates schema keyword 'multipleOf'")]

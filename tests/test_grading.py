@@ -14,7 +14,8 @@ from evalkit.grading import GRADES_SUMMARY, grade_run
 from evalkit.records import Case, Sample, Usage
 from evalkit.runs import RunFolder, iter_jsonl
 from evalkit.serve import ScriptedServer
-from evalkit.suite import JUDGE_PROMPT_TEMPLATE, load_suite
+from evalkit.loader import load_suite
+from evalkit.suite import JUDGE_PROMPT_TEMPLATE
 
 GEN_SYSTEM = "GENERATOR-SYSTEM-PROMPT: you are a helpful travel bot"
 
@@ -152,9 +153,9 @@ def test_judged_run_records_version_score_and_cost_on_every_line(tmp_path, judge
     events = list(iter_jsonl(run / "ledger.jsonl"))
     settles = [e for e in events if e["event"] == "settle" and e["role"] == "judge"]
     assert len(settles) == 5 == judge_server.stats["requests"]
-    assert res.summary["judge_spend_usd"] == pytest.approx(sum(e["cost_usd"] for e in settles))
-    assert res.summary["overall"]["judge_cost_usd"] == pytest.approx(res.summary["judge_spend_usd"])
-    assert res.summary["judge_version"] == "v1"
+    assert res.summary.judge_spend_usd == pytest.approx(sum(e["cost_usd"] for e in settles))
+    assert res.summary.overall.judge_cost_usd == pytest.approx(res.summary.judge_spend_usd)
+    assert res.summary.judge_version == "v1"
     assert res.complete and res.exit_code == 0
 
 
@@ -189,8 +190,8 @@ def test_regrade_replays_the_judge_at_zero_cost(tmp_path, judge_server):
     results_before = (run / "results.jsonl").read_bytes()
     second = grade_run(run, judge_base_url=judge_server.base_url)
     assert judge_server.stats["requests"] == n_requests  # no new judge (nor generator) calls
-    assert second.summary["judge_spend_usd"] == 0.0
-    assert second.summary["cache_hits"] == 5
+    assert second.summary.judge_spend_usd == 0.0
+    assert second.summary.cache_hits == 5
     assert (run / "results.jsonl").read_bytes() == results_before
     scores = lambda r: {(g.case_id, g.index): g.judge_score for g in r.grades}  # noqa: E731
     assert scores(first) == scores(second)
@@ -205,8 +206,8 @@ def test_malformed_judge_answer_is_an_error_not_a_pass(tmp_path, judge_server):
     line = grades(run)[("open-1", "baseline", 0)]
     assert line["passed"] is None and line["judge_score"] is None
     assert "judge error" in line["error"] and "unparseable" in line["error"]
-    assert res.summary["n_errored"] == 1 and not res.complete and res.exit_code == 1
-    assert res.summary["per_tag"]["open"]["success_rate"] == pytest.approx(4 / 6)
+    assert res.summary.n_errored == 1 and not res.complete and res.exit_code == 1
+    assert res.summary.per_tag["open"].sample_pass_rate == pytest.approx(4 / 6)
     assert any(f.level == "MEDIUM" and "judge error" in f.message for f in res.findings)
 
 
@@ -224,11 +225,18 @@ def test_metrics_and_findings(tmp_path, judge_server):
     assert m["refusal_rate_should_refuse"] == pytest.approx(2 / 3)
     assert m["activation_rate"] == pytest.approx(2 / 3)
     # skill: index 2 activated but wrong, index 1 right but never activated
-    assert s["per_tag"]["skill"]["success_rate"] == pytest.approx(1 / 3)
+    assert s["per_tag"]["skill"]["sample_pass_rate"] == pytest.approx(1 / 3)
     assert s["per_tag"]["skill"]["correct_rate"] == pytest.approx(2 / 3)
-    assert s["per_tag"]["capital"]["success_rate"] == pytest.approx(4 / 6)
+    assert s["per_tag"]["capital"]["sample_pass_rate"] == pytest.approx(4 / 6)
     assert m["latency_p50_ms"] == 100.0 and m["latency_p95_ms"] > 300
-    assert m["cost_per_task_usd"] == pytest.approx((24 * 0.00002 + m["judge_cost_usd"]) / 24)
+    # list price per sample: generator + what the cache avoided (nothing here) + judge
+    assert m["cost_per_sample_usd"] == pytest.approx((24 * 0.00002 + m["judge_cost_usd"]) / 24)
+    assert m["cost_per_case_usd"] == pytest.approx((24 * 0.00002 + m["judge_cost_usd"]) / 8)  # 8 cases x k=3
+    assert m["paid_usd"] == pytest.approx(24 * 0.00002 + m["judge_cost_usd"]) and m["cache_avoided_usd"] == 0.0
+    # pass@k and pass^k per set and tag, at the run's k, with their SE
+    capital = s["per_arm"]["baseline"]["per_tag_scores"]["capital"]
+    assert capital["n_cases"] == 2 and capital["k"] == 3
+    assert capital["pass_at_k"] == pytest.approx(1.0) and capital["pass_hat_k"] == pytest.approx(0.0)
     assert set(s["per_arm"]) == {"baseline"}
     levels = [(f["level"], f["message"]) for f in s["findings"]]
     assert any(lv == "HIGH" and "golden" in msg for lv, msg in levels)
@@ -244,9 +252,11 @@ def test_missing_samples_are_not_passes(tmp_path, judge_server):
     run = write_run(tmp_path, suite, skip={("cap-fr", "baseline", 0), ("cap-fr", "baseline", 1)})
     res = grade_run(run, judge_base_url=judge_server.base_url)
     s = res.summary
-    assert (s["n_expected"], s["n_graded"], s["n_missing"]) == (24, 22, 2)
-    assert s["per_tag"]["capital"]["n_missing"] == 2
-    assert s["per_tag"]["capital"]["success_rate"] == pytest.approx(2 / 6)  # Madrid x2; missing are failures
+    assert (s.n_expected, s.n_graded, s.n_missing) == (24, 22, 2)
+    assert s.per_tag["capital"].n_missing == 2
+    assert s.per_tag["capital"].sample_pass_rate == pytest.approx(2 / 6)  # Madrid x2; missing are failures
+    # cap-fr has 1 of its 3 planned samples, which passed: its missing ones count as failures
+    assert s.per_arm["baseline"].per_tag_scores["capital"].pass_hat_k == 0.0
     assert not res.complete and res.exit_code == 1
     assert any(f.level == "HIGH" and "INCOMPLETE" in f.message for f in res.findings)
 
@@ -265,7 +275,7 @@ def test_judge_same_as_generator_is_refused_unless_overridden(tmp_path, judge_se
     res = grade_run(run2, judge_base_url=judge_server.base_url)
     judged = [g for g in res.grades if g.case_id in ("open-1", "inject")]
     assert judged and all(g.judge_same_model_override for g in judged)
-    assert res.summary["judge_same_model_override"] is True
+    assert res.summary.judge_same_model_override is True
     assert any(f.level == "HIGH" and "generator's model" in f.message for f in res.findings)
 
 
@@ -334,7 +344,7 @@ def test_pairwise_two_arms(tmp_path):
     (run / "results.jsonl").write_text("".join(json.dumps(d) + "\n" for d in lines))
     with ScriptedServer(script) as srv:
         res = grade_run(run, judge_base_url=srv.base_url, pairwise=("baseline", "treatment"))
-    p = res.summary["pairwise"]
+    p = res.summary.pairwise
     assert (p["n_trials"], p["wins"], p["losses"], p["ties"], p["errored"]) == (6, 3, 0, 3, 0)
     assert p["position_consistency"] == pytest.approx(0.5)
     by_case = {(o.case_id, o.index): o for o in res.pairs}
@@ -358,8 +368,8 @@ def test_end_to_end_run_then_grade_makes_no_generator_calls(tmp_path):
         res = grade_run(run.path, judge_base_url=judge.base_url)
         grade_run(run.path, judge_base_url=judge.base_url)
         assert gen.stats["requests"] == generator_calls
-    assert res.complete and res.summary["overall"]["success_rate"] == 1.0
-    assert res.summary["overall"]["tool_call_correctness"] == 1.0
+    assert res.complete and res.summary.overall.sample_pass_rate == 1.0
+    assert res.summary.overall.tool_call_correctness == 1.0
     judged = [g for g in res.grades if g.case_id == "open-1"]
     assert [g.judge_score for g in judged] == [5, 5, 5] and all(g.judge_version == "v1" for g in judged)
     roles = {e["role"] for e in iter_jsonl(run.path / "ledger.jsonl") if e["event"] == "settle"}
@@ -507,7 +517,7 @@ def test_a_watched_judge_server_that_dies_stops_grading_at_once(tmp_path):
         took = time.monotonic() - t0
     s = res.summary
     assert not res.complete and res.exit_code == 1
-    assert "killed by SIGSEGV (signal 11)" in s["stop_reason"] and "its log" in s["stop_detail"]
+    assert "killed by SIGSEGV (signal 11)" in s.stop_reason and "its log" in s.stop_detail
     assert any(f.level == "HIGH" and "grading stopped" in f.message and "SIGSEGV" in f.message for f in res.findings)
     per_key = judge_reserves()
     assert max(per_key.values()) == 1 and len(per_key) < 30  # nothing retried, the rest never sent
@@ -582,8 +592,8 @@ def test_the_judge_cache_is_keyed_by_endpoint_and_judge_files(tmp_path, judge_se
     assert judge_server.stats["requests"] == 5
     with ScriptedServer(JUDGE_SCRIPT) as other:  # the same model name served elsewhere
         again = grade_run(run, judge_base_url=other.base_url)
-    assert other.stats["requests"] == 5 and again.summary["cache_hits"] == 0
-    assert grade_run(run, judge_base_url=judge_server.base_url).summary["cache_hits"] == 5  # its own answers
+    assert other.stats["requests"] == 5 and again.summary.cache_hits == 0
+    assert grade_run(run, judge_base_url=judge_server.base_url).summary.cache_hits == 5  # its own answers
     (suite / "judge" / "prompt-v1.md").write_text(JUDGE_PROMPT_TEMPLATE + "\nBe strict.\n", encoding="utf-8")
     grade_run(run, judge_base_url=judge_server.base_url)
     assert judge_server.stats["requests"] == 10  # other judge files: asked again
@@ -601,10 +611,10 @@ def test_a_held_judge_result_leaves_a_failed_check_failed_and_an_unknown_pass_un
     assert second["passed"] is False and second["judge_held"]  # the contains check failed: no judge could pass it
     assert third["passed"] is None and third["judge_passed"] is False and third["judge_score"] == 3
     assert all(c["name"] != "judge" for line in g.values() for c in line["checks"])
-    m = res.summary["overall"]
-    assert (m["n_graded"], m["n_held"], m["n_errored"], m["success_rate"]) == (3, 2, 0, 0.0)
+    m = res.summary.overall
+    assert (m.n_graded, m.n_held, m.n_errored, m.sample_pass_rate) == (3, 2, 0, 0.0)
     assert res.complete and res.exit_code == 1 and res.held == 2
-    assert not res.summary["judge_trust"]["trusted"]
+    assert res.summary.judge_trust is not None and not res.summary.judge_trust.trusted
 
 
 def test_pairwise_compares_trajectories_when_both_arms_have_them(tmp_path):
@@ -626,7 +636,7 @@ def test_pairwise_compares_trajectories_when_both_arms_have_them(tmp_path):
                  or "Trajectory A:" in b["messages"][1]["content"]]
     by_index = {o.index: o for o in res.pairs}
     assert by_index[0].subject == "trajectory" and by_index[1].subject == "output"
-    assert sum("baseline found it" in a for a in asked) == 2 and res.summary["pairwise"]["subjects"] == [
+    assert sum("baseline found it" in a for a in asked) == 2 and res.summary.pairwise["subjects"] == [
         "output", "trajectory"]
 
 
@@ -655,8 +665,8 @@ def test_a_ci_run_and_its_grading_spend_under_the_ci_cap_not_the_local_one(tmp_p
         judge_calls = judge.stats["requests"]
     spent = Ledger.resume(1.0, run.path / "ledger.jsonl").committed_usd
     assert spent <= 0.02 + 1e-12, spent
-    assert res.summary["cap_usd"] == 0.02
-    assert 0 < judge_calls and res.summary["overall"]["judge_errors"] > 0  # the cap bound: some went unjudged
+    assert res.summary.cap_usd == 0.02
+    assert 0 < judge_calls and res.summary.overall.judge_errors > 0  # the cap bound: some went unjudged
     assert not res.complete
 
 

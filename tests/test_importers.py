@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 
 from evalkit.errors import InputError
-from evalkit.importers import import_suite, parse_duration, read_agent_evals, read_vally, write_native_suite
-from evalkit.suite import lint_suite, load_suite, render_prompt
+from evalkit.formats.agent_evals import read_agent_evals
+from evalkit.formats.vally import parse_duration, read_vally
+from evalkit.loader import import_suite, lint_suite, load_suite, write_native_suite
+from evalkit.suite import render_prompt
 
 AGENT_EVALS = {
     "cases": [
@@ -273,16 +275,21 @@ def test_vally_duplicate_names_get_unique_stable_ids(tmp_path, names, ids):
 def test_a_run_of_an_evals_json_suite_finds_its_suite_and_case_sets(tmp_path):
     # Review finding: the suite lookup wanted cases.jsonl, so every case of an
     # evals.json suite counted as capability (gated on pass@k, not pass^k).
-    from evalkit import verdicts
+    # A run of evalkit 0.1 kept no case table: its sets are read from that suite.
+    from evalkit.runload import case_table
     from evalkit.runs import find_suite_dir
 
     suite = tmp_path / "pdf-skill"
     write(suite / "evals.json", json.dumps(AGENT_EVALS))
     run = suite / "runs" / "20261130-000000"
     run.mkdir(parents=True)
+    ids = [c["id"] for c in AGENT_EVALS["cases"]]
+    write(run / "config.json", json.dumps({"suite": "elsewhere/pdf-skill", "arms": ["baseline"], "k": 1, "cases": ids}))
     assert find_suite_dir(run, "elsewhere/pdf-skill") == suite
-    sets = verdicts._case_sets(suite)
+    table = case_table(run)
+    sets = {c.id: c.set for c in table.cases}
     assert sets["pdf-german"] == "regression" and sets["pdf-basic"] == "capability"
+    assert "evals.json" in table.source
 
 
 def test_agent_evals_rules_match_evalkit_grade(tmp_path):

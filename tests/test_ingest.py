@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from evalkit import stats
 from evalkit.cli import main
-from evalkit.runs import load_run
+from evalkit.runload import load_run
 
 HERE = Path(__file__).parent
 FIXTURES = HERE / "data" / "ingest"
@@ -129,7 +129,9 @@ def test_agent_evals_outputs_folder(tmp_path: Path) -> None:
 def test_agent_evals_ingest_keeps_each_case_set(tmp_path: Path) -> None:
     """The harness's sets travel into the ingested run, so its metrics gate a regression
     case on pass^k, a capability case on pass@k and an exploratory one not at all."""
-    from evalkit.verdicts import run_metrics
+    from evalkit.gates import run_metrics
+    from evalkit.metrics import gated_case_score, score_of
+    from evalkit.runload import grades_summary
 
     ev = tmp_path / "evals.json"
     ev.write_text(json.dumps({"cases": [
@@ -146,8 +148,12 @@ def test_agent_evals_ingest_keeps_each_case_set(tmp_path: Path) -> None:
     assert {c.case_id: (c.set, c.gated) for c in m.cases} == {
         "cap": ("capability", True), "reg": ("regression", True), "exp": ("exploratory", False)}
     by = m.by_id()
-    assert m.score(by["cap"]) == 1.0 and m.score(by["reg"]) == 0.0  # pass@3 and pass^3 of 2/3
-    assert m.success_rate() == 0.5  # the exploratory case is in no success rate
+    assert score_of(m, by["cap"]) == 1.0 and score_of(m, by["reg"]) == 0.0  # pass@3 and pass^3 of 2/3
+    assert gated_case_score(m) == 0.5  # the exploratory case is in no gated case score
+    # the run recorded its case table, and its grades summary says the same
+    summary = grades_summary(tmp_path / "run")
+    scores = summary.per_arm["agent"].per_set_scores
+    assert scores["regression"].gated_case_score == 0.0 and scores["exploratory"].n_gated == 0
 
 
 def test_two_sources_as_arms_with_unmatched_cases_are_inconclusive(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 from evalkit.client import ModelClient
 from evalkit.errors import InputError, JudgeError
 from evalkit.judge import (JUDGE_SYSTEM, HumanLabel, PairOutcome, check_judge_model, direct_messages,
-                           human_agreement, judge_direct, judge_pair, load_human_labels, load_judge_files,
+                           judge_direct, judge_pair, labelled_pairs, load_human_labels, load_judge_files,
                            pairwise_messages, parse_score, parse_winner, position_consistency)
 from evalkit.ledger import Ledger
 from evalkit.records import Case, Config, Endpoint, GateThresholds, Price
@@ -211,12 +211,25 @@ def test_load_human_labels_and_errors(tmp_path):
         assert exc.value.line == line and str(p) in str(exc.value)
 
 
-def test_human_agreement():
+def test_agreement_with_human_labels():
+    """What a calibration rests on: the judge's score against each human label on the
+    items both scored (`labelled_pairs`), measured by `stats.agreement`."""
+    from evalkit import stats
+
     labels = [HumanLabel("a/x/0", "a", "x", 0, 4), HumanLabel("b/x/0", "b", "x", 0, 2),
               HumanLabel("c/x/0", "c", "x", 0, 5), HumanLabel("d/x/0", "d", "x", 0, 3)]
-    got = human_agreement(labels, {"a/x/0": 4, "b/x/0": 3, "c/x/0": 2})
-    assert got == {"n": 3, "exact": pytest.approx(1 / 3), "within_one": pytest.approx(2 / 3)}
-    assert human_agreement(labels, {})["n"] == 0
+    pairs = labelled_pairs(labels, {"a/x/0": 4, "b/x/0": 3, "c/x/0": 2})
+    assert sorted(pairs) == [(2, 5), (3, 2), (4, 4)]  # (judge, human); d was not judged
+    ag = stats.agreement([j for j, _ in pairs], [h for _, h in pairs], labels=[1, 2, 3, 4, 5])
+    # 3 items both scored: a agrees, b is one apart, c is three apart
+    assert (ag.n, ag.exact, ag.within_one) == (3, pytest.approx(1 / 3), pytest.approx(2 / 3))
+    assert ag.confusion[3][3] == 1 and sum(map(sum, ag.confusion)) == 3  # judge 4 / human 4
+    assert labelled_pairs(labels, {}) == []
+    many = [HumanLabel(f"i{i}/x/0", f"i{i}", "x", 0, 1 + i % 5) for i in range(20)]
+    pairs = labelled_pairs(many, {f"i{i}/x/0": 1 + i % 5 if i < 13 else 1 + (i + 1) % 5 for i in range(20)})
+    ag = stats.agreement([j for j, _ in pairs], [h for _, h in pairs], labels=[1, 2, 3, 4, 5])
+    # 13 of 20 exact (65% >= 60%) but a shift of one is within one except 5 -> 1 (2 items): 18/20 = 90%
+    assert (ag.exact, ag.within_one) == (0.65, 0.9)
 
 
 def test_human_labels_from_a_fifo_or_out_of_the_suite_are_refused_without_hanging(tmp_path):

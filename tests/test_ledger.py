@@ -12,7 +12,8 @@ from evalkit.errors import BudgetExhausted, CeilingBreached, InputError
 from evalkit.ledger import Ledger
 from evalkit.records import Price, Usage
 from evalkit.runner import run_suite
-from evalkit.runs import TornLineWarning, iter_jsonl, load_run
+from evalkit.runload import load_run
+from evalkit.runs import TornLineWarning, iter_jsonl
 from evalkit.serve import ScriptedServer
 
 from conftest import write_engine_suite

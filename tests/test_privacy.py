@@ -23,7 +23,7 @@ from evalkit import privacy
 from evalkit.cli import main
 from evalkit.errors import InputError, RedactionIncomplete
 from evalkit.serve import ScriptedServer
-from evalkit.suite import lint_suite
+from evalkit.loader import lint_suite
 
 ROOT = Path(__file__).resolve().parents[1]
 FACTUAL = ROOT / "data" / "factual"
@@ -584,7 +584,7 @@ def test_an_allow_list_lets_synthetic_personal_data_through_in_outputs_but_never
                                                               "api_key"]}))
     result = grade_run(leaky["run"], suite)
     assert [f.level for f in result.findings if "privacy" in f.message] == ["HIGH"]  # the key, still
-    assert result.summary["privacy"]["by_kind"] == {"api_key": 2}
+    assert result.summary.privacy["by_kind"] == {"api_key": 2}
 
 
 def test_report_redact_shows_none_of_the_planted_values(leaky, tmp_path):
@@ -621,12 +621,12 @@ def test_a_page_that_still_holds_a_value_is_removed(tmp_path):
 
 
 def test_a_redacted_reports_text_helpers_redact_what_they_show(monkeypatch):
-    from evalkit import reports
+    from evalkit import nb
 
     text = f"call {PHONE} or write to {EMAIL}"
-    assert PHONE in reports.text_html(text)
-    monkeypatch.setenv(reports.REDACT_ENV, "1")
-    page = reports.text_html(text) + reports.table_html([{"who": text, "n": 1}])
+    assert PHONE in nb.text_html(text)
+    monkeypatch.setenv(nb.REDACT_ENV, "1")
+    page = nb.text_html(text) + nb.table_html([{"who": text, "n": 1}])
     assert_absent(page)
     assert page.count("&lt;PHONE&gt;") == 2 and page.count("&lt;EMAIL&gt;") == 2
 
@@ -715,7 +715,7 @@ def test_an_argument_name_holding_an_email_is_flagged_and_redacted_and_no_copy_i
     run = Path(next(line.split(": ", 1)[1] for line in res.stdout.splitlines() if line.startswith("run folder: ")))
     assert EMAIL in (run / "results.jsonl").read_text()  # what the model sent, kept in the run (private)
     result = grade_run(run)
-    assert result.summary["privacy"]["samples"][0]["where"] == ["tool_calls[0].arguments[key 1]"]
+    assert result.summary.privacy["samples"][0]["where"] == ["tool_calls[0].arguments[key 1]"]
     assert [f.level for f in result.findings if "[email]" in f.message] == ["MEDIUM"]
     assert EMAIL not in (run / "grades-summary.json").read_text()
     reports = tmp_path / "reports"

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from evalkit import labelling, reports, stats, verdicts
+from evalkit import gates, labelling, nb, reports, stats
 from evalkit.cli import main
 from evalkit.grading import grade_run
 from evalkit.runner import run_suite
@@ -122,7 +122,7 @@ def made(tmp_path_factory):
         suite = _two_arm_suite(root, srv.base_url)
         res = run_suite(suite, progress=False)
         grade_run(res.path)
-    verdicts.accept_baseline(res.path, suite, arm="skilled")  # the run is gated against itself: PASS
+    gates.accept_baseline(res.path, suite, arm="skilled")  # the run is gated against itself: PASS
     # two people label every judged sample (drawn by `judge sample`, labelled through the labelling class)
     to = labelling.write_label_file(labelling.draw_items(res.path, 20), suite / "judge" / "human-sample.jsonl")
     for rater in ("ann", "bo"):
@@ -131,7 +131,7 @@ def made(tmp_path_factory):
             session.go(i)
             session.set_score(4 if rater == "bo" or session.current["index"] % 2 == 0 else 2)
     runner = CliRunner()
-    rep = runner.invoke(main, ["report", str(res.path), "--reports-dir", str(out)])
+    rep = runner.invoke(main, ["report", str(res.path), "--reports-dir", str(out), "--pandalm-dir", str(PANDALM)])
     msuite, variants = _microtest_suite(root)
     with ScriptedServer(MICRO_SCRIPT) as srv:
         micro = runner.invoke(main, ["microtest", str(msuite), "--variants", str(variants), "--reps", "5",
@@ -244,12 +244,15 @@ def test_run_summary_sidecar_matches_counts(made):
         c = sum(v[1] for (c_, a), v in counts.items() if a == arm)
         got = side["arms"][arm]
         assert got["n_expected"] == n == 9 * K
-        assert got["success_rate"] == pytest.approx(c / n)
+        assert got["sample_pass_rate"] == pytest.approx(c / n)
         ci = stats.proportion_interval(c, n)
         assert (got["ci_low"], got["ci_high"]) == pytest.approx((ci.low, ci.high))
     summary = json.loads((made["run"] / "summary.json").read_text())
     assert side["spend_usd"] == pytest.approx(summary["spend_usd"])
-    assert side["gate"] == {"arm": "skilled", "passed": True, "reasons": [], "causes": [], "read_rates": True}
+    gate = side["gate"]  # as `evalkit report` recorded it in verdicts.json
+    assert (gate["arm"], gate["passed"], gate["reasons"], gate["causes"], gate["read_rates"]) == (
+        "skilled", True, [], [], True)
+    assert json.loads((made["run"] / "verdicts.json").read_text())["gate"] == gate
     assert "Gate PASS for arm skilled" in _html(made, "run_summary")
     assert "<span class='pass'>gate passed</span>: skilled vs baseline" in (made["out"] / "index.html").read_text()
 
@@ -391,7 +394,9 @@ def test_a_fifo_human_sample_fails_judge_calibration_without_hanging(made, tmp_p
         rep = CliRunner().invoke(main, ["report", str(run), "--only", "judge_calibration",
                                         "--reports-dir", str(tmp_path / "out")])
     assert released == []
-    assert rep.exit_code == 1 and "judge_calibration" in rep.output
+    # the report reads the labels before any notebook runs (to record whether the judge
+    # may be trusted): bad input, exit 2, naming the file
+    assert rep.exit_code == 2 and str(fifo) in rep.output
     assert "not a regular file: it is a FIFO (named pipe)" in rep.output, rep.output
 
 
@@ -403,65 +408,6 @@ def test_index_lists_runs_with_trend(made):
     assert "<svg" in index and "polyline" not in index.split("capitals", 1)[0]  # one run per suite: points only
     assert "Content-Security-Policy" in index
     assert 'href=\'' + made["run"].name + "/skill_comparison.html'" in index
-
-
-def test_index_trend_across_runs_of_a_suite(tmp_path):
-    """The index draws one line per arm across runs of the same suite (no kernels)."""
-    for i, (stamp, rate) in enumerate((("r1", 0.2), ("r2", 0.5), ("r3", 0.6))):
-        d = tmp_path / stamp
-        d.mkdir()
-        (d / reports.MANIFEST).write_text(json.dumps({
-            "run": stamp, "created": f"2026-01-0{i + 1}T00:00:00+00:00", "suite": "s<b>", "arms": ["a"],
-            "headline": {"a": rate}, "verdicts": [], "notebooks": [], "spend_usd": 0.01}))
-    index = reports.build_index(tmp_path).read_text()
-    assert index.count("<polyline") == 1 and "s&lt;b&gt;" in index and "<b>" not in index.split("<body>")[1]
-    assert "latest 60.0%" in index
-
-
-def _index_row(index: str, run_name: str) -> str:
-    return next(r for r in index.split("<tr>") if f"<code>{run_name}</code>" in r)
-
-
-def test_index_labels_a_failed_gate_by_its_cause(tmp_path):
-    """Review finding: any failed gate was labelled "regression", even one that failed
-    only because the run was INCOMPLETE (no rate read). Real gates on hand-made runs, the
-    run_summary sidecar as the notebook writes it, then the index (no kernels)."""
-    from test_verdicts import make_run, make_suite
-
-    outs = {(f"c{i}", "x"): [True] * 3 for i in range(10)}
-    drop = {(f"c{i}", "x"): ([False] * 3 if i < 4 else [True] * 3) for i in range(10)}
-    suite = make_suite(tmp_path, {f"c{i}": {} for i in range(10)}, gate={"max_success_drop_points": 5})
-    verdicts.accept_baseline(make_run(tmp_path, "0-base", outs, k=3, suite=suite), suite)
-    runs = {"1-incomplete": make_run(tmp_path, "1-incomplete", outs, k=3, suite=suite, complete=False,
-                                     exit_code=1),
-            "2-drop": make_run(tmp_path, "2-drop", drop, k=3, suite=suite),
-            "3-cost": make_run(tmp_path, "3-cost", outs, k=3, suite=suite, costs={c: 0.01 for c in outs}),
-            "4-same": make_run(tmp_path, "4-same", outs, k=3, suite=suite)}
-    out = tmp_path / "reports"
-    for name, run in runs.items():
-        g = verdicts.gate(run, suite / "baseline.json", alpha=1.0)
-        pages = out / name
-        pages.mkdir(parents=True)
-        (pages / "run_summary.json").write_text(json.dumps(
-            {"gate": {"arm": "x", "passed": g.passed, "reasons": list(g.reasons)}}))
-        reports.write_manifest(run, pages, [], {})
-    index = reports.build_index(out).read_text(encoding="utf-8")
-    inc = _index_row(index, "1-incomplete")
-    assert "<span class='inconclusive'>gate failed: incomplete run</span>" in inc and "INCOMPLETE" in inc
-    assert "regression" not in inc
-    assert "<span class='regression'>gate failed: success drop</span>" in _index_row(index, "2-drop")
-    assert "<span class='regression'>gate failed: cost increase</span>" in _index_row(index, "3-cost")
-    same = _index_row(index, "4-same")
-    assert "<span class='pass'>gate passed</span>" in same and "failed" not in same
-    assert index.count("class='regression'") == 2
-    # a manifest written before the cause was recorded: an INCOMPLETE run is relabelled
-    old = out / "5-old"
-    old.mkdir()
-    (old / reports.MANIFEST).write_text(json.dumps({
-        "run": "5-old", "created": "2026-01-05T00:00:00+00:00", "suite": "unit", "arms": ["x"], "complete": False,
-        "verdicts": [{"kind": "regression", "text": "gate FAIL (x vs baseline)"}], "notebooks": []}))
-    row = _index_row(reports.build_index(out).read_text(encoding="utf-8"), "5-old")
-    assert "gate failed: incomplete run" in row and "regression" not in row
 
 
 def test_plan_notebooks_follows_the_run(tmp_path):
@@ -490,19 +436,6 @@ def test_report_refuses_bad_input(tmp_path):
     assert not (tmp_path / "rep").exists()
 
 
-def test_text_helpers_escape():
-    assert reports.text_html(SCRIPT_TAG).count("<script") == 0
-    t = reports.table_html([{"out": IMG_TAG, "n": 1.5}])
-    assert "<img" not in t and "&lt;img src=x onerror=alert(1)&gt;" in t
-    assert reports.answer_shape("Done.\n") == reports.answer_shape("done!") != reports.answer_shape("Done.\nMore")
-    assert math.isclose(reports.rate_interval(0.5, 10).low, stats.proportion_interval(5, 10).low)
-    import numpy as np
-
-    # a missing or null grade is never a pass, whatever type pandas gives it
-    assert [reports.is_pass(v) for v in (True, np.True_, False, np.False_, None, float("nan"))] == \
-        [True, True, False, False, False, False]
-
-
 def test_fresh_kernel_per_notebook_and_a_failing_notebook(tmp_path):
     """`reuse_kernels=False` gives each notebook its own kernel; a notebook that raises is
     still rendered, its error reported, and the next one in the lane runs clean."""
@@ -527,9 +460,9 @@ def test_fresh_kernel_per_notebook_and_a_failing_notebook(tmp_path):
 
 
 def test_ingested_tau_bench_run_summarised_from_grades(tmp_path):
-    """A run ingested from tau-bench has grades but no grades summary: the summary page
-    computes its success rate from the grades (no kernel needed to check the numbers)."""
-    from evalkit.runs import load_run
+    """A run ingested from tau-bench carries its grades: `ingest` writes the grades
+    summary from them, with the same sample pass rate `evalkit grade` defines."""
+    from evalkit.runload import grades_summary
 
     trials = PANDALM.parent / "tau-bench" / "gpt-4o-airline.trials.jsonl"
     assert trials.exists(), "../shared/data/tau-bench is missing"
@@ -537,10 +470,10 @@ def test_ingested_tau_bench_run_summarised_from_grades(tmp_path):
     assert res.exit_code == 0, res.output
     rows = _jsonl(trials)
     wins = sum(1 for r in rows if abs(float(r["reward"]) - 1.0) < 1e-6)
-    s = reports.summary_from_grades(load_run(tmp_path / "tau"))
-    arm = next(iter(s["per_arm"]))
-    assert s["overall"]["n_expected"] == len(rows) == 200
-    assert s["per_arm"][arm]["overall"]["success_rate"] == pytest.approx(wins / len(rows))
+    s = grades_summary(tmp_path / "tau")
+    arm = next(iter(s.per_arm))
+    assert s.source == "ingest" and s.overall.n_expected == len(rows) == 200
+    assert s.per_arm[arm].overall.sample_pass_rate == pytest.approx(wins / len(rows))
     plans, _ = reports.plan_notebooks(tmp_path / "tau", tmp_path / "out")
     assert set(plans) == {"run_summary", "pass_at_k"}
 

@@ -17,7 +17,8 @@ import pytest
 
 from evalkit.errors import InputError
 from evalkit.runner import derive_seed, run_suite
-from evalkit.runs import iter_jsonl, load_run
+from evalkit.runload import load_run
+from evalkit.runs import iter_jsonl
 from evalkit.serve import ScriptedServer
 
 from conftest import write_engine_suite

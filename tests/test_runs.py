@@ -9,7 +9,8 @@ import pytest
 
 from evalkit.errors import InputError
 from evalkit.records import Sample, Usage
-from evalkit.runs import (GRADE_COLUMNS, SAMPLE_COLUMNS, RunFolder, TornLineWarning, iter_jsonl, load_run,
+from evalkit.runload import GRADE_COLUMNS, SAMPLE_COLUMNS, load_run
+from evalkit.runs import (RunFolder, TornLineWarning, iter_jsonl,
                           repair_torn_tail, sample_from_dict, sample_path, sample_to_dict, write_atomic)
 
 

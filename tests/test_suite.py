@@ -10,10 +10,8 @@ import pytest
 
 from evalkit.errors import InputError, InputErrors
 from evalkit.records import Case, Check, Price, Suite
-from evalkit.suite import (
-    case_id_problem, lint_suite, load_cases, load_config, load_suite, render_prompt, safe_case_id,
-    scaffold_suite,
-)
+from evalkit.loader import lint_suite, load_suite
+from evalkit.suite import case_id_problem, load_cases, load_config, render_prompt, safe_case_id, scaffold_suite
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -416,7 +414,7 @@ def test_human_labels_plan_and_baseline_are_linted(tmp_path):
 
 
 def test_a_file_over_its_size_limit_is_refused_with_the_limit(tmp_path):
-    from evalkit.suite import MAX_LABELS_BYTES
+    from evalkit._io import MAX_LABELS_BYTES
 
     root = write_suite(tmp_path / "unit")
     with open(root / "judge" / "human-sample.jsonl", "wb") as fh:
@@ -428,7 +426,7 @@ def test_a_file_over_its_size_limit_is_refused_with_the_limit(tmp_path):
 
 
 def test_reader_refuses_a_device_and_a_folder_before_reading(tmp_path):
-    from evalkit.suite import read_file_bytes, read_text_file
+    from evalkit._io import read_file_bytes, read_text_file
 
     with pytest.raises(InputError, match="not a regular file: it is a character device"):
         read_file_bytes("/dev/zero", limit=None)  # never read: it would never end
@@ -543,6 +541,15 @@ def test_case_and_sample_counts_are_within_their_limits(tmp_path, monkeypatch):
                "30 samples (5 cases x 2 arms x k 3), over the limit of 29" in f.message for f in report.errors)
 
 
+def test_gate_alpha_is_a_documented_key(tmp_path):
+    """Review finding: the gate read `gate.alpha` while lint called it an unknown key."""
+    suite = write_suite(tmp_path / "ok", {**BASE_CONFIG, "gate": {"max_success_drop_points": 5, "alpha": 0.1}})
+    report = lint_suite(suite, strict=True)
+    assert not [f for f in report.findings if "alpha" in (f.json_path or "")], report.findings
+    assert load_suite(suite).config.gate.alpha == 0.1
+    for bad in (0, 1.5, "0.1"):
+        report = lint_suite(write_suite(tmp_path / f"bad{bad}", {**BASE_CONFIG, "gate": {"alpha": bad}}))
+        assert any(f.json_path == "$.gate.alpha" for f in report.errors), (bad, report.errors)
 def test_a_base_url_with_credentials_is_a_lint_error_that_masks_the_password(tmp_path):
     cfg = {**BASE_CONFIG, "generator": {**BASE_CONFIG["generator"], "base_url": "http://u:p4ssw0rd@127.0.0.1:9/v1"}}
     report = lint_suite(write_suite(tmp_path / "unit", cfg))

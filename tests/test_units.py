@@ -10,7 +10,7 @@ import pytest
 from evalkit.errors import InputError, InputErrors
 from evalkit.privacy import run_gate
 from evalkit.records import Unit
-from evalkit.suite import lint_suite, load_suite
+from evalkit.loader import lint_suite, load_suite
 from evalkit.units import ToolFixtures
 
 BASE = {

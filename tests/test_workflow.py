@@ -236,8 +236,8 @@ def test_workflow_steps_pass_then_fail_against_the_scripted_server(tmp_path):
     assert status["Run under the suite's CI cost cap"] == 0 and status["Gate against the committed baseline"] == 1
     assert "Report" in status  # `always()`: the report folder is still produced and uploaded
     cases = {c.name: c for s in junitparser.JUnitXml.fromfile(str(gate_xml)) for c in s}
-    assert cases["success overall"].is_failure
-    assert (repo / ".gh-summary.md").read_text().startswith("## evalkit gate: FAIL: success drop")
+    assert cases["case score overall"].is_failure
+    assert (repo / ".gh-summary.md").read_text().startswith("## evalkit gate: FAIL: case score drop")
     assert (suite / "baseline.json").read_bytes() == baseline
 
 

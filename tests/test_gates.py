@@ -1,0 +1,275 @@
+"""Gates, baselines and run-to-run noise (evalkit.gates).
+
+Run folders are written into tmp_path by hand (conftest.make_run, following
+docs/formats.md).
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import make_run, make_suite
+
+from evalkit import gates as G
+from evalkit import metrics
+from evalkit.errors import EvalkitError
+from evalkit.records import GateThresholds
+
+
+def _gate_pair(tmp_path, base_outs, cur_outs, *, k, tags=None, sets=None, base_costs=None, cur_costs=None,
+               gate=None):
+    cases = {c: {"tags": (tags or {}).get(c, ["t"]), "set": (sets or {}).get(c, "capability")}
+             for c, _ in base_outs}
+    suite = make_suite(tmp_path, cases, gate=gate)
+    base = make_run(tmp_path, "base", base_outs, k=k, suite=suite, tags=tags, costs=base_costs, gate=gate)
+    G.accept_baseline(base, suite)
+    cur = make_run(tmp_path, "cur", cur_outs, k=k, suite=suite, tags=tags, costs=cur_costs, gate=gate)
+    return suite, cur
+
+
+def test_gate_fails_on_incomplete_without_reading_rates(tmp_path):
+    suite = make_suite(tmp_path, {"a": {}})
+    base = make_run(tmp_path, "base", {("a", "x"): [True]}, k=1, suite=suite)
+    G.accept_baseline(base, suite)
+    cur = make_run(tmp_path, "cur", {("a", "x"): [True]}, k=1, suite=suite, complete=False, exit_code=1)
+    (cur / "grades.jsonl").write_text("this is not json at all\n{{{\n")  # reading it would raise
+    (cur / "results.jsonl").write_text("garbage\n")
+    res = G.gate(cur, suite / "baseline.json")
+    assert not res.passed and not res.read_rates and res.checks == ()
+    assert any(r.startswith("INCOMPLETE: ") for r in res.reasons)
+    assert res.causes == ["incomplete run"] and res.render().startswith("Gate: FAIL: incomplete run (")
+    assert res.to_json()["causes"] == ["incomplete run"]
+    assert any("exited 1" in r for r in res.reasons)
+
+
+def test_gate_fails_on_runner_exit_and_missing_summary(tmp_path):
+    suite = make_suite(tmp_path, {"a": {}})
+    base = make_run(tmp_path, "base", {("a", "x"): [True]}, k=1, suite=suite)
+    G.accept_baseline(base, suite)
+    res = G.gate(base, suite / "baseline.json", runner_exit=3)
+    assert not res.passed and not res.read_rates and "the runner exited 3" in res.reasons
+    (base / "summary.json").unlink()
+    res = G.gate(base, suite / "baseline.json")
+    assert not res.passed and "no summary.json" in res.reasons[0]
+
+
+def test_gate_passes_an_identical_run_and_never_writes_a_baseline(tmp_path):
+    outs = {(f"c{i}", "x"): [i % 2 == 0] * 3 for i in range(10)}
+    suite, cur = _gate_pair(tmp_path, outs, outs, k=3)
+    before = (suite / "baseline.json").read_bytes(), (suite / "baseline-summary.md").read_bytes()
+    res = G.gate(cur, suite / "baseline.json")
+    assert res.passed and res.read_rates
+    assert [(c.group, c.change) for c in res.checks] == [("overall", 0.0), ("tag:t", 0.0), ("per case", 0.0)]
+    assert before == ((suite / "baseline.json").read_bytes(), (suite / "baseline-summary.md").read_bytes())
+    assert sorted(p.name for p in suite.iterdir()) == ["baseline-summary.md", "baseline.json", "cases.jsonl",
+                                                       "config.json"]
+
+
+def test_gate_per_tag_drop(tmp_path):
+    # 30 cases: tag "hard" (8 cases) collapses, the other 22 hold; overall drop 8/30 pts.
+    tags = {f"c{i}": (["hard"] if i < 8 else ["easy"]) for i in range(30)}
+    base = {(c, "x"): [True] * 4 for c in tags}
+    cur = {(c, "x"): ([False] * 4 if tags[c] == ["hard"] else [True] * 4) for c in tags}
+    suite, run = _gate_pair(tmp_path, base, cur, k=4, tags=tags, gate={"max_success_drop_points": 30})
+    res = G.gate(run, suite / "baseline.json")
+    assert not res.passed
+    failed = [c.group for c in res.checks if c.failed]
+    assert failed == ["tag:hard"], res.render()
+    overall = next(c for c in res.checks if c.group == "overall")
+    assert overall.change == pytest.approx(-100 * 8 / 30) and not overall.exceeded
+
+
+@pytest.mark.parametrize("direction", ["drop", "rise"])
+def test_gate_change_is_signed_current_minus_baseline(tmp_path, direction):
+    # Review finding: 1.000 -> 0.700 was printed as "+30.0 pts". The change is current
+    # minus baseline; a drop fails, the same rise passes.
+    good = {(f"c{i}", "x"): [True] * 3 for i in range(10)}
+    bad = {(f"c{i}", "x"): ([False] * 3 if i < 3 else [True] * 3) for i in range(10)}
+    base, cur = (good, bad) if direction == "drop" else (bad, good)
+    suite, run = _gate_pair(tmp_path, base, cur, k=3, gate={"max_success_drop_points": 10, "alpha": 1.0})
+    res = G.gate(run, suite / "baseline.json")
+    overall = next(c for c in res.checks if c.group == "overall")
+    text = res.render()
+    row = next(line for line in text.splitlines() if line.startswith("case score overall"))
+    if direction == "drop":
+        assert (overall.baseline, overall.current) == (1.0, pytest.approx(0.7))
+        assert overall.change == pytest.approx(-30.0) and overall.exceeded and overall.failed
+        assert not res.passed and "-30.0 pts" in row and "FAIL" in row
+        assert any(r.startswith("case-score drop overall: -30.0 points") for r in res.reasons)
+        assert res.causes == ["case score drop"] and text.startswith("Gate: FAIL: case score drop (")
+    else:
+        assert overall.change == pytest.approx(30.0) and not overall.exceeded and not overall.failed
+        assert res.passed and "+30.0 pts" in row and row.endswith("ok")
+    # the agent-evals shaped baseline (rates only) uses the same sign
+    (suite / "baseline.json").write_text(json.dumps({"success_rate": 1.0 if direction == "drop" else 0.7}))
+    res2 = G.gate(run, suite / "baseline.json")
+    ov2 = next(c for c in res2.checks if c.group == "overall")
+    assert ov2.change == pytest.approx(overall.change) and res2.passed is res.passed
+
+
+def test_gate_ignores_tags_below_min_cases(tmp_path):
+    tags = {f"c{i}": (["tiny"] if i < 4 else ["big"]) for i in range(40)}
+    base = {(c, "x"): [True] * 4 for c in tags}
+    cur = {(c, "x"): ([False] * 4 if tags[c] == ["tiny"] else [True] * 4) for c in tags}
+    suite, run = _gate_pair(tmp_path, base, cur, k=4, tags=tags, gate={"max_success_drop_points": 12})
+    res = G.gate(run, suite / "baseline.json")
+    assert res.passed, res.render()  # overall drop 10 pts <= 12; the 4-case tag is not gated
+    assert "tag:tiny" not in [c.group for c in res.checks]
+
+
+def test_gate_cost_increase(tmp_path):
+    outs = {(f"c{i}", "x"): [True] * 3 for i in range(10)}
+    base_costs = {c: 0.001 for c in outs}
+    cur_costs = {c: 0.0013 for c in outs}
+    suite, run = _gate_pair(tmp_path, outs, outs, k=3, base_costs=base_costs, cur_costs=cur_costs,
+                            gate={"max_cost_increase_pct": 20})
+    res = G.gate(run, suite / "baseline.json")
+    cost = next(c for c in res.checks if c.kind == "cost")
+    assert cost.change == pytest.approx(30.0) and cost.failed and not res.passed
+    assert G.gate(run, suite / "baseline.json", GateThresholds(max_cost_increase_pct=35)).passed
+
+
+@pytest.mark.parametrize("case_set,should_fail", [("regression", True), ("capability", False)])
+def test_capability_gates_on_pass_at_k_regression_on_pass_hat_k(tmp_path, case_set, should_fail):
+    # Every case goes from 5/5 to 4/5: pass@5 stays 1, pass^5 falls from 1 to 0.
+    base = {(f"c{i}", "x"): [True] * 5 for i in range(12)}
+    cur = {(f"c{i}", "x"): [True] * 4 + [False] for i in range(12)}
+    suite, run = _gate_pair(tmp_path, base, cur, k=5, sets={c: case_set for c, _ in base})
+    res = G.gate(run, suite / "baseline.json")
+    overall = next(c for c in res.checks if c.group == "overall")
+    assert overall.change == pytest.approx(-100.0 if case_set == "regression" else 0.0)
+    assert res.passed is (not should_fail)
+
+
+def test_sets_with_gate_none_are_shown_never_gated(tmp_path):
+    """Cases in a set other than capability and regression (agent-evals' `exploratory`)
+    are kept in the metrics but leave every success rate, baseline and gate alone: 12
+    gated cases hold at 5/5 while 6 exploratory ones collapse to 0/5."""
+    sets = {f"c{i}": "capability" for i in range(12)} | {f"e{i}": "exploratory" for i in range(6)}
+    base = {(c, "x"): [True] * 5 for c in sets}
+    cur = {(c, "x"): [True] * 5 if sets[c] == "capability" else [False] * 5 for c in sets}
+    suite, run = _gate_pair(tmp_path, base, cur, k=5, sets=sets)
+    baseline = json.loads((suite / "baseline.json").read_text())
+    assert baseline["gated_case_score"] == 1.0 and set(baseline["per_set"]) == {"capability"}
+    assert {c["id"]: c["set"] for c in baseline["cases"]}["e0"] == "exploratory"  # kept, shown
+    m = G.run_metrics(run)  # this hand-made run has no case table: its sets come from the suite
+    assert [c.gated for c in m.cases].count(False) == 6 and metrics.gated_case_score(m) == 1.0
+    res = G.gate(run, suite / "baseline.json")
+    assert res.passed, res.render()
+    overall = next(c for c in res.checks if c.group == "overall")
+    assert overall.n_cases == 12 and overall.change == 0.0
+    assert any("6 case(s) in sets with gate none (exploratory)" in n for n in res.notes)
+    # the same collapse in the gated set fails the gate
+    sets2 = {c: "capability" for c in sets}
+    suite2, run2 = _gate_pair(tmp_path / "b", base, cur, k=5, sets=sets2)
+    assert not G.gate(run2, suite2 / "baseline.json").passed
+
+
+def test_gate_breach_within_noise_passes_with_a_note(tmp_path):
+    # 6 cases, k=1: one case flips. A 16.7-point drop, but two runs of one model at
+    # p = 1/2 do that easily: the noise guard keeps the gate green and says so.
+    base = {(f"c{i}", "x"): [i < 3] for i in range(6)}
+    cur = {(f"c{i}", "x"): [i < 2] for i in range(6)}
+    suite, run = _gate_pair(tmp_path, base, cur, k=1)
+    res = G.gate(run, suite / "baseline.json")
+    assert res.passed and any("within run-to-run noise" in n for n in res.notes)
+    strict = G.gate(run, suite / "baseline.json", alpha=1.0)  # alpha 1: plain thresholds
+    assert not strict.passed
+
+
+def test_gate_with_agent_evals_shaped_baseline(tmp_path):
+    suite = make_suite(tmp_path, {f"c{i}": {} for i in range(5)})
+    (suite / "baseline.json").write_text(json.dumps(
+        {"run_stamp": "x", "summary": "baseline-summary.md", "success_rate": 0.9, "cost_per_task_usd": 0.001,
+         "per_tag": {"t": 0.9}}))
+    run = make_run(tmp_path, "cur", {(f"c{i}", "x"): [i < 3] for i in range(5)}, k=1, suite=suite)
+    res = G.gate(run, suite / "baseline.json")
+    assert not res.passed
+    assert {c.group for c in res.checks if c.failed} == {"overall", "tag:t"}
+
+
+def test_gate_false_alarm_rate_on_two_runs_of_one_model():
+    """Seeded simulation: two runs of one model (same per-case pass probabilities and
+    cost distribution) fail the gate at most 5% of the time; a real 20-point drop fails
+    it most of the time."""
+    rng = np.random.default_rng(7)
+    n_cases, k = 40, 5
+    p = rng.beta(2, 1.2, size=n_cases)
+    sets = ["regression" if i % 3 == 0 else "capability" for i in range(n_cases)]
+    tags = [(f"tag{i % 4}",) for i in range(n_cases)]
+    t = GateThresholds(max_success_drop_points=5, max_cost_increase_pct=10, min_tag_cases=5)
+
+    def sample(probs):
+        c = rng.binomial(k, probs)
+        return G.RunMetrics(k=k, cases=tuple(
+            G.CaseResult(f"c{i}", sets[i], tags[i], k, int(c[i]),
+                         tuple(float(x) for x in rng.gamma(4.0, 0.00025, size=k)))
+            for i in range(n_cases)))
+
+    reps = 250
+    alarms = sum(not G.gate_metrics(sample(p), sample(p), t, n_resamples=400, seed=r).passed for r in range(reps))
+    rate = alarms / reps
+    drop = np.clip(p - 0.35, 0, 1)
+    detected = sum(not G.gate_metrics(sample(drop), sample(p), t, n_resamples=400, seed=r).passed
+                   for r in range(40)) / 40
+    print(f"gate false-alarm rate {rate:.3f} ({reps} pairs of runs); detection of a real drop {detected:.2f}")
+    assert rate <= 0.05
+    assert detected >= 0.8
+
+
+def test_accept_baseline_writes_both_files(tmp_path):
+    suite = make_suite(tmp_path, {"a": {"set": "regression", "tags": ["g"]}, "b": {"tags": ["g"]}})
+    run = make_run(tmp_path, "20260102-000000", {("a", "x"): [True, True], ("b", "x"): [True, False]}, k=2,
+                   suite=suite, tags={"a": ["g"], "b": ["g"]})
+    bj, bs = G.accept_baseline(run)  # suite from the run's config
+    doc = json.loads(bj.read_text())
+    assert doc["run_stamp"] == "20260102-000000" and doc["summary"] == "baseline-summary.md"
+    assert doc["k"] == 2 and doc["arm"] == "x"
+    # a: regression, pass^2 with 2/2 = 1; b: capability, pass@2 with 1/2 = 1
+    assert doc["gated_case_score"] == pytest.approx(1.0)
+    assert doc["per_set"]["regression"]["gate"] == "pass^k" and doc["per_set"]["regression"]["pass_hat_k"] == 1.0
+    assert doc["per_tag"] == {"g": 1.0} and doc["per_tag_cases"] == {"g": 2}
+    assert doc["cost_per_case_usd"] == pytest.approx(0.002)  # 2 samples x $0.001, per case
+    assert "# Baseline: run 20260102-000000" in bs.read_text() and "# Summary" in bs.read_text()
+    assert not list(suite.glob(".*.tmp"))
+
+
+def test_accept_baseline_refuses_incomplete_or_ungraded(tmp_path):
+    suite = make_suite(tmp_path, {"a": {}})
+    inc = make_run(tmp_path, "inc", {("a", "x"): [True]}, k=1, suite=suite, complete=False)
+    with pytest.raises(EvalkitError, match="INCOMPLETE"):
+        G.accept_baseline(inc, suite)
+    ung = make_run(tmp_path, "ung", {("a", "x"): [None]}, k=1, suite=suite)
+    with pytest.raises(EvalkitError, match="ungraded"):
+        G.accept_baseline(ung, suite)
+    assert not (suite / "baseline.json").exists() and not (suite / "baseline-summary.md").exists()
+
+
+def test_noise_identical_runs_and_too_tight_thresholds(tmp_path):
+    rng = np.random.default_rng(3)
+    tags = {f"c{i}": [f"g{i % 2}"] for i in range(20)}
+    a = {(c, "x"): list(rng.random(4) < 0.5) for c in tags}
+    b = {(c, "x"): list(rng.random(4) < 0.5) for c in tags}
+    ra = make_run(tmp_path, "a", {k: [bool(x) for x in v] for k, v in a.items()}, k=4, tags=tags,
+                  gate={"max_success_drop_points": 1})
+    rb = make_run(tmp_path, "b", {k: [bool(x) for x in v] for k, v in b.items()}, k=4, tags=tags,
+                  gate={"max_success_drop_points": 1})
+    rep = G.noise(ra, rb)
+    assert not rep.ok  # 1 point is inside the noise of 20 cases x 4 samples at p = 1/2
+    overall = rep.checks[0]
+    assert overall.group == "overall" and overall.noise95 > 1 and not overall.above_noise
+    assert overall.se is not None and overall.se > 0
+    loose = G.noise(ra, rb, GateThresholds(max_success_drop_points=60, max_cost_increase_pct=50))
+    assert loose.ok and all(c.above_noise for c in loose.checks)
+    same = G.noise(ra, ra, GateThresholds(max_success_drop_points=60, max_cost_increase_pct=50))
+    assert same.checks[0].observed == 0.0
+
+
+def test_holm_matches_statsmodels():
+    from statsmodels.stats.multitest import multipletests
+
+    rng = np.random.default_rng(11)
+    for _ in range(4):
+        p = list(rng.random(int(rng.integers(2, 9))) ** 3)
+        assert G.holm(p) == pytest.approx(list(multipletests(p, method="holm")[1]))

@@ -1,0 +1,215 @@
+"""Imports point down: no cycle among evalkit's modules (function-level imports counted),
+an import inside a function only where it keeps a heavy import lazy, saying so, and
+docs/architecture.md's module map naming every module, each in a layer no import of it
+points above."""
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[1] / "evalkit"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PKG.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PKG.rglob("*.py"))}
+
+
+def resolve(node: ast.ImportFrom | ast.Import, here: str, is_package: bool) -> list[str]:
+    """The evalkit modules an import statement names (a package's `from . import x`
+    names the submodule x when there is one)."""
+    known = modules()
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names if a.name.split(".")[0] == "evalkit"]
+    if node.level:
+        base = here.split(".") if is_package else here.split(".")[:-1]
+        base = base[: len(base) - (node.level - 1)]
+        target = ".".join(base + ([node.module] if node.module else []))
+    else:
+        target = node.module or ""
+    if target.split(".")[0] != "evalkit":
+        return []
+    out = []
+    for alias in node.names:
+        sub = f"{target}.{alias.name}"
+        out.append(sub if sub in known else target)
+    return out
+
+
+def imports() -> dict[str, set[tuple[str, int, bool]]]:
+    """module -> {(imported module, line, inside a function)}"""
+    graph: dict[str, set[tuple[str, int, bool]]] = {}
+    for name, path in modules().items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        edges: set[tuple[str, int, bool]] = set()
+
+        def walk(node: ast.AST, in_function: bool) -> None:
+            for child in ast.iter_child_nodes(node):
+                inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+                if isinstance(child, (ast.Import, ast.ImportFrom)):
+                    for target in resolve(child, name, path.name == "__init__.py"):
+                        if target != name:
+                            edges.add((target, child.lineno, in_function))
+                walk(child, inner)
+
+        walk(tree, False)
+        graph[name] = edges
+    return graph
+
+
+def test_the_import_graph_has_no_cycle():
+    graph = {m: {t for t, _, _ in edges} for m, edges in imports().items()}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for t in sorted(graph.get(m, ())):
+            if state.get(t) == 1:
+                cycles.append(stack[stack.index(t):] + [t])
+            elif t not in state:
+                visit(t)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_cycle_check_sees_a_cycle(tmp_path, monkeypatch):
+    """The check itself: two modules that import each other inside functions are a cycle."""
+    pkg = tmp_path / "evalkit"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def f():\n    from . import b  # lazy: test\n")
+    (pkg / "b.py").write_text("from .a import f\n")
+    monkeypatch.setattr(sys.modules[__name__], "PKG", pkg)
+    graph = {m: {t for t, _, _ in e} for m, e in imports().items()}
+    assert "evalkit.b" in graph["evalkit.a"] and "evalkit.a" in graph["evalkit.b"]
+
+
+# Modules other work owns (the run engine, the client, the servers, the privacy scan):
+# their imports are held to the cycle rule above, their comments are theirs to write.
+COMMENTS_EXEMPT = {
+    "evalkit.runner", "evalkit.client", "evalkit.ledger", "evalkit.cache", "evalkit.serve",
+    "evalkit.tokens", "evalkit._samplewriter", "evalkit.privacy",
+}
+
+
+def test_every_import_inside_a_function_says_why():
+    """An import inside a function keeps something heavy (or platform-bound) off the
+    import path of a fast command; a comment on its line, or on the line above the run
+    of import lines it belongs to, says what."""
+    bare = []
+    for name, path in modules().items():
+        if name in COMMENTS_EXEMPT:
+            continue
+        lines = path.read_text(encoding="utf-8").splitlines()
+        tree = ast.parse("\n".join(lines))
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    i = node.lineno - 1  # walk up the run of import lines (blank lines between them too)
+                    while i > 0 and (not lines[i - 1].strip() or lines[i - 1].lstrip().startswith(("import ", "from "))):
+                        i -= 1
+                    run = lines[i : node.lineno]
+                    above = lines[i - 1].strip() if i > 0 else ""
+                    if not any("#" in ln for ln in run) and not above.startswith("#"):
+                        bare.append(f"{path.relative_to(PKG.parent)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
+    assert not bare, "imports inside functions without a reason:\n" + "\n".join(sorted(set(bare)))
+
+
+def test_fast_commands_do_not_load_the_heavy_stack():
+    """`evalkit --help` and `evalkit lint` never import pandas, scipy, papermill or
+    matplotlib (measured: docs/architecture.md)."""
+    code = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from evalkit.cli import main\n"
+        "r = CliRunner().invoke(main, sys.argv[1:])\n"
+        "heavy = sorted(m for m in ('pandas', 'scipy', 'papermill', 'matplotlib', 'openai') if m in sys.modules)\n"
+        "print(r.exit_code, ','.join(heavy))\n"
+    )
+    root = PKG.parent
+    for args in (["--help"], ["lint", str(root / "data" / "factual")]):
+        out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60, cwd=root)
+        code_, _, heavy = out.stdout.strip().rpartition("\n")[2].partition(" ")
+        assert code_ == "0" and heavy == "", (args, out.stdout[-500:], out.stderr[-2000:])
+
+
+# --------------------------------------------------------------------------- the module map
+
+ARCHITECTURE = PKG.parent / "docs" / "architecture.md"
+LAYER_HEADING = re.compile(r"^### Layer (\d+): ")
+MAP_ROW = re.compile(r"^\| `(evalkit(?:\.[\w.]+)?)` \|")
+
+
+def module_map(text: str) -> dict[str, int]:
+    """docs/architecture.md's module map: module -> its layer number. A module listed
+    twice is an error (one home per module)."""
+    layers: dict[str, int] = {}
+    layer: int | None = None
+    twice = []
+    for line in text.splitlines():
+        if m := LAYER_HEADING.match(line):
+            layer = int(m.group(1))
+        elif (m := MAP_ROW.match(line)) and layer is not None:
+            if m.group(1) in layers:
+                twice.append(m.group(1))
+            layers[m.group(1)] = layer
+    assert not twice, f"listed twice in the module map: {twice}"
+    return layers
+
+
+def map_problems(layers: dict[str, int], graph: dict[str, set[tuple[str, int, bool]]]) -> list[str]:
+    """What is wrong with a module map against the package's imports: modules it does not
+    list, modules it lists that do not exist, imports that point to a later layer."""
+    problems = [f"{m}: not in the module map" for m in sorted(set(graph) - set(layers))]
+    problems += [f"{m}: listed, but no such module" for m in sorted(set(layers) - set(graph))]
+    for m, edges in sorted(graph.items()):
+        for target, line, _ in sorted(edges):
+            if m in layers and target in layers and layers[target] > layers[m]:
+                problems.append(
+                    f"{m} (layer {layers[m]}) imports {target} (layer {layers[target]}) at line {line}: it points up"
+                )
+    return problems
+
+
+def test_the_module_map_lists_every_module_and_imports_point_down_its_layers():
+    """docs/architecture.md names every module of the package, only those, each once, and
+    every import (function-level ones too) goes to the same layer or one above it."""
+    layers = module_map(ARCHITECTURE.read_text(encoding="utf-8"))
+    assert len(layers) > 40, "the module map was not found (### Layer N: headings, | `evalkit.x` | rows)"
+    assert map_problems(layers, imports()) == []
+
+
+def test_the_module_map_check_sees_a_missing_an_extra_and_an_upward_module():
+    """The check itself, on a doctored map: a module left out, one that does not exist,
+    and one moved below a module it imports are each reported."""
+    layers = module_map(ARCHITECTURE.read_text(encoding="utf-8"))
+    graph = imports()
+    doctored = {m: n for m, n in layers.items() if m != "evalkit.metrics"}
+    doctored["evalkit.nosuch"] = 1
+    doctored["evalkit.records"] = max(layers.values())  # everything that imports records now points up
+    problems = map_problems(doctored, graph)
+    assert "evalkit.metrics: not in the module map" in problems
+    assert "evalkit.nosuch: listed, but no such module" in problems
+    assert any(p.startswith("evalkit.stats (layer 2) imports evalkit.records") for p in problems), problems
+    row = "| `evalkit.stats` | again |"
+    with pytest.raises(AssertionError, match="listed twice"):
+        module_map(f"### Layer 1: a\n\n{row}\n{row}\n")

@@ -1,0 +1,86 @@
+"""The reports index (evalkit.report_index): one row per run, trends per suite, gate
+entries labelled by their cause."""
+from __future__ import annotations
+
+import json
+
+from conftest import make_run, make_suite
+
+from evalkit import gates, report_index, verdicts
+
+def test_index_trend_across_runs_of_a_suite(tmp_path):
+    """The index draws one line per arm across runs of the same suite (no kernels)."""
+    for i, (stamp, rate) in enumerate((("r1", 0.2), ("r2", 0.5), ("r3", 0.6))):
+        d = tmp_path / stamp
+        d.mkdir()
+        (d / report_index.MANIFEST).write_text(json.dumps({
+            "run": stamp, "created": f"2026-01-0{i + 1}T00:00:00+00:00", "suite": "s<b>", "arms": ["a"],
+            "headline": {"a": rate}, "verdicts": [], "notebooks": [], "spend_usd": 0.01}))
+    index = report_index.build_index(tmp_path).read_text()
+    assert index.count("<polyline") == 1 and "s&lt;b&gt;" in index and "<b>" not in index.split("<body>")[1]
+    assert "latest 60.0%" in index
+
+
+def _index_row(index: str, run_name: str) -> str:
+    return next(r for r in index.split("<tr>") if f"<code>{run_name}</code>" in r)
+
+
+def test_index_labels_a_failed_gate_by_its_cause(tmp_path):
+    """Review finding: any failed gate was labelled "regression", even one that failed
+    only because the run was INCOMPLETE (no rate read). Real gates on hand-made runs,
+    recorded in each run's verdicts.json as `evalkit gate` records them, then the index
+    (no kernels)."""
+    outs = {(f"c{i}", "x"): [True] * 3 for i in range(10)}
+    drop = {(f"c{i}", "x"): ([False] * 3 if i < 4 else [True] * 3) for i in range(10)}
+    suite = make_suite(tmp_path, {f"c{i}": {} for i in range(10)}, gate={"max_success_drop_points": 5})
+    gates.accept_baseline(make_run(tmp_path, "0-base", outs, k=3, suite=suite), suite)
+    runs = {"1-incomplete": make_run(tmp_path, "1-incomplete", outs, k=3, suite=suite, complete=False,
+                                     exit_code=1),
+            "2-drop": make_run(tmp_path, "2-drop", drop, k=3, suite=suite),
+            "3-cost": make_run(tmp_path, "3-cost", outs, k=3, suite=suite, costs={c: 0.01 for c in outs}),
+            "4-same": make_run(tmp_path, "4-same", outs, k=3, suite=suite)}
+    out = tmp_path / "reports"
+    for name, run in runs.items():
+        verdicts.record_verdicts(run, gate=gates.gate(run, suite / "baseline.json", alpha=1.0))
+        pages = out / name
+        pages.mkdir(parents=True)
+        report_index.write_manifest(run, pages, [], {})
+    index = report_index.build_index(out).read_text(encoding="utf-8")
+    inc = _index_row(index, "1-incomplete")
+    assert "<span class='inconclusive'>gate failed: incomplete run</span>" in inc and "INCOMPLETE" in inc
+    assert "regression" not in inc
+    assert "<span class='regression'>gate failed: case score drop</span>" in _index_row(index, "2-drop")
+    assert "<span class='regression'>gate failed: cost increase</span>" in _index_row(index, "3-cost")
+    same = _index_row(index, "4-same")
+    assert "<span class='pass'>gate passed</span>" in same and "failed" not in same
+    assert index.count("class='regression'") == 2
+    # a manifest written before the cause was recorded: an INCOMPLETE run is relabelled
+    old = out / "5-old"
+    old.mkdir()
+    (old / report_index.MANIFEST).write_text(json.dumps({
+        "run": "5-old", "created": "2026-01-05T00:00:00+00:00", "suite": "unit", "arms": ["x"], "complete": False,
+        "verdicts": [{"kind": "regression", "text": "gate FAIL (x vs baseline)"}], "notebooks": []}))
+    row = _index_row(report_index.build_index(out).read_text(encoding="utf-8"), "5-old")
+    assert "gate failed: incomplete run" in row and "regression" not in row
+
+
+def test_report_conclusions_of_a_single_arm_run(tmp_path):
+    """`evalkit report` writes what it concludes to verdicts.json before any notebook: a
+    single-arm run gets the conformance verdict (every trial ran and passed, or which did
+    not), gated against the baseline it finds; the index shows both from that file."""
+    from evalkit import reports
+
+    outs = {(f"c{i}", "x"): [True] * 3 for i in range(6)}
+    suite = make_suite(tmp_path, {f"c{i}": {} for i in range(6)})
+    gates.accept_baseline(make_run(tmp_path, "base", outs, k=3, suite=suite), suite)
+    worse = {**outs, ("c0", "x"): [True, False, True]}
+    run = make_run(tmp_path, "cur", worse, k=3, suite=suite)
+    v = reports.conclude(run, reports.report_inputs(run))
+    assert v.conformance is not None and v.conformance.kind == "regression" and v.conformance.below_trials == ("c0#1",)
+    assert v.gate is not None and v.gate.arm == "x" and v.gate.baseline == str(suite / "baseline.json")
+    assert v.comparisons == () and json.loads((run / "verdicts.json").read_text())["conformance"]["kind"] == "regression"
+    pages = tmp_path / "reports" / "cur"
+    pages.mkdir(parents=True)
+    report_index.write_manifest(run, pages, [], {})
+    row = _index_row(report_index.build_index(tmp_path / "reports").read_text(encoding="utf-8"), "cur")
+    assert "conformance regression" in row and "gate passed" in row
