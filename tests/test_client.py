@@ -557,8 +557,8 @@ def test_a_server_that_closes_before_reading_costs_nothing_one_that_read_stays_c
         "print(ls.getsockname()[1], flush=True)\n"
         "while True:\n"
         "    c, _ = ls.accept(); c.close()\n")], stdout=subprocess.PIPE, text=True)
-    async def ten_calls(base_url):
-        led = Ledger(1.0, tmp_path / "ledger.jsonl")
+    async def ten_calls(base_url, ledger_path):
+        led = Ledger(1.0, ledger_path)
         client = ModelClient(ENDPOINT, PRICE, led, max_tokens_in=64, max_tokens_out=8, max_attempts=1,
                              base_url=base_url, max_connection_failures=100)
         try:
@@ -566,16 +566,27 @@ def test_a_server_that_closes_before_reading_costs_nothing_one_that_read_stays_c
         finally:
             await client.aclose()
             led.close()
+    # Which side wins the race depends on scheduling: on a loaded machine the request is
+    # often written before the close lands. Rounds of ten until one write met the close
+    # (each round's outcomes checked: nothing else is ever "not sent").
+    releases: list[dict] = []
+    unsent: list[dict] = []
     try:
-        outcomes = asyncio.run(ten_calls(f"http://127.0.0.1:{int(srv.stdout.readline())}/v1"))
+        url = f"http://127.0.0.1:{int(srv.stdout.readline())}/v1"
+        for rnd in range(8):
+            ledger_path = tmp_path / f"ledger-{rnd}.jsonl"
+            outcomes = asyncio.run(ten_calls(url, ledger_path))
+            assert all(isinstance(o, UnitCallError) for o in outcomes)
+            got = [e for e in iter_jsonl(ledger_path) if e["event"] == "release"]
+            assert len(got) == 10
+            releases += got
+            unsent = [e for e in releases if e["reason"] == "not sent"]
+            if unsent:
+                break
     finally:
         srv.kill()
         srv.wait()
-    assert all(isinstance(o, UnitCallError) for o in outcomes)
-    releases = [e for e in iter_jsonl(tmp_path / "ledger.jsonl") if e["event"] == "release"]
-    assert len(releases) == 10
-    unsent = [e for e in releases if e["reason"] == "not sent"]
-    assert unsent, releases  # 10 in a row losing the race: about 0.05**10
+    assert unsent, releases  # 80 in a row losing the race
     assert all(e["cost_usd"] == 0 and "before the request was written" in e["cause"] for e in unsent)
     for e in releases:
         if e["reason"] != "not sent":
@@ -636,12 +647,13 @@ def test_a_rate_limit_past_the_budget_fails_the_key_with_one_line_of_causes(tmp_
     with ScriptedServer(script) as srv:
         t0 = time.perf_counter()
         exc, events = call(srv, tmp_path, prompt="Capital of France?", max_attempts=2,
-                           client_kw={"rate_limit_budget_s": 0.6})
+                           client_kw={"rate_limit_budget_s": 1.5})
         elapsed = time.perf_counter() - t0
         n = srv.stats["requests"]
-    assert isinstance(exc, UnitCallError) and "passes rate_limit_budget_s 0.6" in str(exc).replace("would pass",
+    assert isinstance(exc, UnitCallError) and "passes rate_limit_budget_s 1.5" in str(exc).replace("would pass",
                                                                                                     "passes")
-    assert 0.3 < elapsed < 2.0 and n >= 4
+    # more requests than max_attempts: the budget (time), not the attempts, ended it
+    assert 0.75 < elapsed < 5.0 and n >= 3
     assert f"attempts 1-{n}: HTTP 429" in str(exc)  # one entry for the whole run of rate limits
 
 

@@ -182,7 +182,7 @@ REFUSED = (
 def test_a_request_refused_before_metering_errors_the_sample_of_a_real_program(tmp_path, mode):
     from evalkit.grading import grade_run
     from evalkit.runner import run_suite
-    from evalkit.runs import load_run
+    from evalkit.runload import load_run
 
     suite = tmp_path / "suite"
     suite.mkdir()

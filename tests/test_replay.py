@@ -125,7 +125,7 @@ def test_a_single_arm_run_gets_the_conformance_verdict_in_compare_the_report_and
 
 def test_the_replay_html_shows_control_and_bidi_characters_as_visible_escapes(agent_run):
     from evalkit.replay import render_html
-    from evalkit.reports import text_html
+    from evalkit.nb import text_html
 
     page = render_html(replay_case(agent_run, "q0", ["baseline", "skilled"], 0))
     assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", page)

@@ -589,10 +589,10 @@ def test_with_no_sample_files_and_the_helper_process_the_text_is_stored_too(tmp_
 def test_two_runs_of_a_suite_at_once_never_pay_twice(tmp_path):
     suite = write_suite(tmp_path / "suite", 12, k=3, concurrency=2)
     runs = tmp_path / "runs"
-    # One key of case-11 answers after 3 s: the first run is surely still going when the
-    # second starts.
+    # One key of case-11 answers after 12 s: the first run is surely still going when the
+    # second starts, even on a loaded machine where a process takes seconds to import.
     slow_tail = {**SCRIPT, "latency_s": 0.01,
-                 "faults": [{"kind": "slow", "delay_s": 3.0, "match": "country 11", "times": 1}]}
+                 "faults": [{"kind": "slow", "delay_s": 12.0, "match": "country 11", "times": 1}]}
     with ScriptedServer(slow_tail) as srv:
         first = subprocess.Popen([sys.executable, "-m", "evalkit.cli", "run", str(suite), "--runs-dir", str(runs),
                                   "--base-url", srv.base_url, "--no-progress"],
