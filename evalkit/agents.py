@@ -120,7 +120,8 @@ def load_callable(suite: Suite) -> Callable[..., Any]:
         raise InputError(
             f"python unit {spec!r}: {module_name} has no function {attr!r}", where, json_path="$.unit.callable"
         )
-    return fn
+    found: Callable[..., Any] = fn
+    return found
 
 
 def prepare(suite: Suite) -> Any:
