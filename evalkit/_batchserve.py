@@ -50,7 +50,7 @@ NOT_RUN = {
     "cancelled": ("batch_cancelled", "This request was not executed because the batch was cancelled."),
 }
 
-BATCH_SCHEMA: dict = {
+BATCH_SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
@@ -77,9 +77,9 @@ BATCH_SCHEMA: dict = {
 }
 
 
-def _rogue(line: dict) -> dict:
+def _rogue(line: dict[str, Any]) -> dict[str, Any]:
     """A second result for the same line, its text replaced."""
-    dup = json.loads(json.dumps(line))
+    dup: dict[str, Any] = json.loads(json.dumps(line))
     body = (dup.get("response") or {}).get("body")
     for choice in body.get("choices", []) if isinstance(body, dict) else []:
         if "text" in choice:
@@ -97,20 +97,20 @@ def _id(prefix: str) -> str:
 class BatchStore:
     """The files and batches of one `ScriptedServer`, served on its event loop."""
 
-    def __init__(self, server: Any, spec: dict) -> None:
+    def __init__(self, server: Any, spec: dict[str, Any]) -> None:
         self.server = server
         self.max_requests = int(spec.get("max_requests", 50_000))
         self.max_bytes = int(spec.get("max_bytes", 200_000_000))
         self.lines_per_s = float(spec.get("lines_per_s", 0.0))
         self.validating_s = float(spec.get("validating_s", 0.0))
         self.finalizing_s = float(spec.get("finalizing_s", 0.0))
-        self.faults: list[dict] = list(spec.get("faults", []))
+        self.faults: list[dict[str, Any]] = list(spec.get("faults", []))
         self._fault_left: list[int | None] = [f.get("times") for f in self.faults]
-        self.files: dict[str, dict] = {}  # id -> FileObject
-        self.batches: dict[str, dict] = {}  # id -> Batch (in creation order)
+        self.files: dict[str, dict[str, Any]] = {}  # id -> FileObject
+        self.batches: dict[str, dict[str, Any]] = {}  # id -> Batch (in creation order)
         self.stats = {"uploads": 0, "batches": 0, "lines": 0, "cancels": 0}
         self._paths: dict[str, Path] = {}
-        self._tasks: dict[str, asyncio.Task] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
         self._cancel: set[str] = set()
         self._dir: Path | None = None
 
@@ -153,7 +153,7 @@ class BatchStore:
         body = {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": code}}
         return web.json_response(body, status=status)
 
-    def _add_file(self, path: Path, filename: str, purpose: str) -> dict:
+    def _add_file(self, path: Path, filename: str, purpose: str) -> dict[str, Any]:
         fid = _id("file-")
         dest = self._folder() / fid
         if path != dest:
@@ -220,7 +220,7 @@ class BatchStore:
         return web.json_response(self._page(rows, q, default_limit=10_000))
 
     @staticmethod
-    def _page(rows: list[dict], q: Any, default_limit: int) -> dict:
+    def _page(rows: list[dict[str, Any]], q: Any, default_limit: int) -> dict[str, Any]:
         if q.get("after"):
             ids = [r["id"] for r in rows]
             rows = rows[ids.index(q["after"]) + 1 :] if q["after"] in ids else []
@@ -315,7 +315,7 @@ class BatchStore:
         self._tasks[b["id"]] = asyncio.ensure_future(self._run(b, self._pick_fault()))
         return web.json_response(b)
 
-    def _pick_fault(self) -> dict | None:
+    def _pick_fault(self) -> dict[str, Any] | None:
         for i, fault in enumerate(self.faults):
             left = self._fault_left[i]
             if left is not None and left <= 0:
@@ -355,11 +355,11 @@ class BatchStore:
 
     # -- running a batch -----------------------------------------------------------------
 
-    def _validate(self, b: dict) -> tuple[list[dict], int]:
+    def _validate(self, b: dict[str, Any]) -> tuple[list[dict[str, Any]], int]:
         """The input file's problems (OpenAI's `errors.data` objects, at most 20) and
         its number of requests."""
         path = self._paths[b["input_file_id"]]
-        problems: list[dict] = []
+        problems: list[dict[str, Any]] = []
         size = path.stat().st_size
         if size > self.max_bytes:
             message = f"The input file is {size} bytes; at most {self.max_bytes} bytes are allowed."
@@ -415,7 +415,7 @@ class BatchStore:
             bad(n, "too_many_requests", f"The input file has {n} requests; at most {self.max_requests} are allowed.")
         return problems, n
 
-    async def _run(self, b: dict, fault: dict | None) -> None:
+    async def _run(self, b: dict[str, Any], fault: dict[str, Any] | None) -> None:
         await asyncio.sleep(self.validating_s)
         problems, total = await asyncio.get_running_loop().run_in_executor(None, self._validate, b)
         if fault is not None and fault["kind"] == "fail_validation":
@@ -492,7 +492,9 @@ class BatchStore:
                     err.write(json.dumps(line, ensure_ascii=False) + "\n")
         await self._finish(b, (out_path, err_path), ran, ended)
 
-    async def _finish(self, b: dict, paths: tuple[Path, Path] | None, ran: int, ended: str | None = None) -> None:
+    async def _finish(
+        self, b: dict[str, Any], paths: tuple[Path, Path] | None, ran: int, ended: str | None = None
+    ) -> None:
         if paths is None:  # cancelled while validating: nothing ran, nothing written
             b.update(status="cancelled", cancelled_at=int(time.time()))
             return

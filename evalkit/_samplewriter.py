@@ -26,6 +26,7 @@ import struct
 import subprocess
 import sys
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 from ._text import wtf8
 
@@ -80,7 +81,9 @@ class SampleWriter:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
-        self._fd = self._proc.stdin.fileno()
+        assert self._proc.stdin is not None and self._proc.stderr is not None  # both are PIPE
+        self._stdin, self._stderr = self._proc.stdin, self._proc.stderr
+        self._fd = self._stdin.fileno()
         try:
             import fcntl
 
@@ -105,11 +108,11 @@ class SampleWriter:
         """Close the pipe and wait for the child to write everything; (all written,
         the child's error text)."""
         try:
-            self._proc.stdin.close()
+            self._stdin.close()
         except OSError:
             self.ok = False
-        err = self._proc.stderr.read()  # the child writes to stderr only as it ends
-        self._proc.stderr.close()
+        err = self._stderr.read()  # the child writes to stderr only as it ends
+        self._stderr.close()
         self._proc.wait(timeout=timeout_s)
         ok = self.ok and self._proc.returncode == 0
         return ok, err.decode("utf-8", "replace").strip()
@@ -120,7 +123,7 @@ class SampleWriter:
         self._proc.wait()
 
 
-def _read_exact(stream, n: int) -> bytes:
+def _read_exact(stream: BinaryIO, n: int) -> bytes:
     return stream.read(n) if n else b""  # BufferedReader.read(n) waits for n bytes or end of input
 
 

@@ -191,7 +191,8 @@ def load_callable(suite: Suite) -> Callable[..., Any]:
         raise InputError(
             f"python unit {spec!r}: {module_name} has no function {attr!r}", where, json_path="$.unit.callable"
         )
-    return fn
+    found: Callable[..., Any] = fn
+    return found
 
 
 def prepare(suite: Suite) -> Any:
@@ -448,7 +449,8 @@ class AgentRunner:
             payload["tools"] = list(self.config.tools)
         # a copy of its own (input, fixtures, tools): what a python unit changes in it
         # never reaches another sample, nor the case the graders read
-        return json.loads(json.dumps(payload))
+        copied: dict[str, Any] = json.loads(json.dumps(payload))
+        return copied
 
     async def _program(
         self, session: SampleSession, case: Case, arm: Arm, index: int, seed: int, end: dict[str, Any]

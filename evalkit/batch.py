@@ -292,8 +292,8 @@ def _api_cause(exc: BaseException) -> str:
 
 
 def _short(s: Any, n: int = 200) -> str:
-    s = " ".join(str(s).split())
-    return s if len(s) <= n else s[: n - 3] + "..."
+    t = " ".join(str(s).split())
+    return t if len(t) <= n else t[: n - 3] + "..."
 
 
 # --------------------------------------------------------------------- where lines go
@@ -1101,7 +1101,9 @@ class _JudgeCalls:
         self._mode = mode
         self.endpoint = owner.client.endpoint
 
-    async def complete(self, *, messages: list[dict], key: str = "", sample_index: int = 0, **kw: Any) -> Completion:
+    async def complete(
+        self, *, messages: list[dict[str, Any]], key: str = "", sample_index: int = 0, **kw: Any
+    ) -> Completion:
         o = self._owner
         got = o.sink.answers.get(key)
         if isinstance(got, Completion):

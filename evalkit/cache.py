@@ -110,7 +110,7 @@ class ResponseCache:
             self.misses += 1
             return None
         self.hits += 1
-        resp = json.loads(row[0])
+        resp: dict[str, Any] = json.loads(row[0])
         resp["cost_usd"] = row[1]
         return resp
 

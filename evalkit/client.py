@@ -88,9 +88,9 @@ import os
 import random
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlparse
 
 import aiohttp
@@ -105,7 +105,7 @@ from ._text import sendable
 from .cache import ResponseCache
 from .endpoints import check_base_url
 from .errors import BudgetExhausted, CeilingBreached, InputError, InputTooLong, ReplayMiss, UnitCallError
-from .ledger import Ledger, reported_usage, unusable_usage
+from .ledger import Ledger, Reservation, reported_usage, unusable_usage
 from .records import Endpoint, Price, Usage
 from .tokens import TokenCounter, utf8_len
 
@@ -142,7 +142,7 @@ class Completion:
     """One finished call (or a cache replay of one)."""
 
     text: str
-    tool_calls: tuple[dict, ...]
+    tool_calls: tuple[dict[str, Any], ...]
     finish_reason: str | None
     usage: Usage
     latency_ms: float
@@ -285,7 +285,7 @@ def transport_failure(exc: BaseException, timeout_s: float) -> tuple[str, str]:
     return "connection error", f"connection error: {_short(str(exc.__cause__ or exc), 200)}"
 
 
-def _tool_call_dict(tc: Any) -> tuple[dict, int]:
+def _tool_call_dict(tc: Any) -> tuple[dict[str, Any], int]:
     """A tool call as evalkit records it, and an upper bound of its UTF-8 size."""
     fn = getattr(tc, "function", None)
     name = getattr(fn, "name", None)
@@ -348,7 +348,7 @@ def check_endpoint(endpoint: Endpoint, base_url: str | None = None, replay_only:
     raise InputError(f"environment variable {endpoint.api_key_env} (the API key for {endpoint.model!r}) is not set")
 
 
-def _http_client(timeout_s: float, on_response: Callable[[Any], Any]):
+def _http_client(timeout_s: float, on_response: Callable[[Any], Any]) -> Any:
     """The openai client's own aiohttp transport (`openai.DefaultAioHttpClient`): at 32
     concurrent calls it spends about a third less CPU per call than the default httpx
     pool, which walks every pooled connection on each request. `EVALKIT_HTTP=httpx`
@@ -400,7 +400,7 @@ class _CappedStream(httpx2.AsyncByteStream):
     def __init__(self, inner: httpx2.AsyncByteStream, limit: int, strict: bool) -> None:
         self._inner, self._limit, self._strict = inner, limit, strict
 
-    async def __aiter__(self):
+    async def __aiter__(self) -> AsyncIterator[Any]:
         seen = 0
         async for chunk in self._inner:
             seen += len(chunk)
@@ -433,7 +433,7 @@ class _Throttle:
         self.limit = float(self.ceiling)
         self.in_flight = 0
         self._last_cut = -math.inf
-        self._waiters: collections.deque[asyncio.Future] = collections.deque()
+        self._waiters: collections.deque[asyncio.Future[Any]] = collections.deque()
 
     async def acquire(self) -> None:
         """Wait for a slot."""
@@ -608,15 +608,15 @@ class ModelClient:
     def _connection_failed(self, cause: str) -> None:
         self._connection_failures += 1
         if self._connection_failures >= self.max_connection_failures and self.unreachable is None:
-            url = self.base_url or str(self._openai.base_url)
+            url = self.base_url or str(cast(Any, self._openai).base_url)
             self.unreachable = f"endpoint unreachable: {url} ({cause})"
 
     async def complete(
         self,
         *,
         prompt: str | None = None,
-        messages: list[dict] | None = None,
-        tools: list[dict] | None = None,
+        messages: list[dict[str, Any]] | None = None,
+        tools: list[dict[str, Any]] | None = None,
         temperature: float | None = None,
         seed: int | None = None,
         stop: list[str] | None = None,
@@ -779,7 +779,7 @@ class ModelClient:
                 elapsed = time.monotonic() - started
                 if elapsed + limited_wait > self.rate_limit_budget_s:
                     if self.rate_limited_out is None:  # the endpoint keeps refusing: stop, rather than
-                        url = self.base_url or str(self._openai.base_url)  # let every key wait this long
+                        url = self.base_url or str(cast(Any, self._openai).base_url)  # let every key wait this long
                         self.rate_limited_out = (
                             f"rate limited: {url} (a key was refused for {elapsed:.0f}s, "
                             f"past rate_limit_budget_s {self.rate_limit_budget_s:g})"
@@ -801,8 +801,8 @@ class ModelClient:
         self,
         *,
         prompt: str | None = None,
-        messages: list[dict] | None = None,
-        tools: list[dict] | None = None,
+        messages: list[dict[str, Any]] | None = None,
+        tools: list[dict[str, Any]] | None = None,
         temperature: float | None = None,
         seed: int | None = None,
         stop: list[str] | None = None,
@@ -937,7 +937,7 @@ class ModelClient:
 
     def _settle(
         self,
-        r,
+        r: Reservation,
         rhash: str,
         ckey: str,
         sample_index: int,
@@ -945,7 +945,7 @@ class ModelClient:
         attempt: int,
         causes: _Causes,
         text: str,
-        tool_calls: tuple[dict, ...],
+        tool_calls: tuple[dict[str, Any], ...],
         finish: str | None,
         usage: Any,
         fingerprint: str | None,
@@ -958,6 +958,7 @@ class ModelClient:
         with `settle`, a batch line's charge). Raises `CeilingBreached`, or
         `UnitCallError` for untrusted usage (not retried: a server whose accounting is
         wrong would be paid at the worst case again)."""
+        untrusted: str | None
         if isinstance(usage, _Unusable):
             settled, untrusted = _worst(r), unusable_usage(usage.raw)
         else:
@@ -1013,7 +1014,7 @@ class ModelClient:
             return await self._openai.chat.completions.create(**own)
         return await self._openai.completions.create(**own)
 
-    def _parse(self, resp: Any, *, chat: bool):
+    def _parse(self, resp: Any, *, chat: bool) -> tuple[Any, ...]:
         """(text, tool calls, finish reason, raw usage, fingerprint, model) from a
         response body; `_Malformed` for any shape that is not a completion, or one whose
         text and tool calls pass `text_bound`. The openai client builds its objects
@@ -1027,14 +1028,14 @@ class ModelClient:
         except (AttributeError, TypeError, KeyError, IndexError, ValueError) as exc:
             raise _Malformed(f"unexpected response shape ({type(exc).__name__}: {_short(str(exc), 120)})") from exc
 
-    def _parse_fields(self, resp: Any, *, chat: bool):
+    def _parse_fields(self, resp: Any, *, chat: bool) -> tuple[Any, ...]:
         choices = None if isinstance(resp, (str, bytes)) else getattr(resp, "choices", None)
         if not isinstance(choices, list) or not choices:
             raise _Malformed("no choices in the response body")
         choice = choices[0]
         if isinstance(choice, (str, bytes, int, float, list)) or choice is None:
             raise _Malformed(f"the first choice is a {type(choice).__name__}, not an object")
-        tool_calls: tuple[dict, ...] = ()
+        tool_calls: tuple[dict[str, Any], ...] = ()
         size = 0
         if chat:
             msg = getattr(choice, "message", None)
@@ -1114,7 +1115,7 @@ class _Fields:
 
     __slots__ = ("_d",)
 
-    def __init__(self, d: dict) -> None:
+    def __init__(self, d: dict[str, Any]) -> None:
         self._d = d
 
     def __getattr__(self, name: str) -> Any:
@@ -1142,7 +1143,7 @@ def _call_error(message: str, attempts: int, cls: type[Exception] = UnitCallErro
     return exc
 
 
-def _worst(r) -> Usage:
+def _worst(r: Reservation) -> Usage:
     return Usage(r.tokens_in, r.tokens_out)
 
 

@@ -397,7 +397,7 @@ class Ledger:
             raise RuntimeError(f"reservation {r.id} settled twice")
         self.reserved_usd = max(0.0, self.reserved_usd - self._left.pop(r.id, r.amount_usd))
 
-    def _write(self, event: dict, *, strict: bool = False) -> None:
+    def _write(self, event: dict[str, Any], *, strict: bool = False) -> None:
         """Append one event. No room: `strict` raises `DiskFull`; otherwise the event
         stays in memory only (the totals are right; a resume counts the reservation as
         spent) and `disk_full` refuses every later reservation."""

@@ -460,7 +460,8 @@ def _secret_matches(rule: _SecretRule, text: str, pos: int = 0, endpos: int | No
         for m in rx.finditer(text, pos, len(text) if endpos is None else endpos):
             s, e = m.span(rule.group)
             if rule.kind == "jwt":  # detect-secrets' pattern stops before the signature
-                e = _JWT_TAIL.match(text, e).end()
+                tail = _JWT_TAIL.match(text, e)
+                e = tail.end() if tail is not None else e
                 while e > s and text[e - 1] == ".":
                     e -= 1
             elif rule.kind == "private_key":
@@ -1242,20 +1243,20 @@ def scan_outputs(suite: Any, samples: Mapping[tuple[str, str, int], Any]) -> Out
     findings = []
     for kind in sorted(by_kind, key=lambda k: (not KINDS[k].secret, k)):
         hit = by_kind[kind]
-        k = KINDS[kind]
+        spec = KINDS[kind]
         leaked = sum(1 for r in hit if kind in r["from_context"])
         items = ", ".join(f"{r['case_id']}/{r['arm']}/{r['index']}" for r in hit[:5])
         more = f" and {len(hit) - 5} more" if len(hit) > 5 else ""
         context = ""
-        if k.secret and leaked:
+        if spec.secret and leaked:
             context = f"; {leaked} repeat one the case gave the model: the model leaks a secret from its context"
         elif leaked:
             context = f"; {leaked} repeat the case's own input"
-        article = "an" if k.label[0].lower() in "aeiou" else "a"
+        article = "an" if spec.label[0].lower() in "aeiou" else "a"
         findings.append(
             (
-                "HIGH" if k.secret else "MEDIUM",
-                f"privacy: {len(hit)} output(s) contain {article} {k.label} [{kind}]{context} "
+                "HIGH" if spec.secret else "MEDIUM",
+                f"privacy: {len(hit)} output(s) contain {article} {spec.label} [{kind}]{context} "
                 f"({items}{more}); "
                 "results.jsonl holds them: keep the run folder private and share reports made with "
                 "`evalkit report --redact`",

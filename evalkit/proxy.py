@@ -288,7 +288,10 @@ def _call_arguments(body: dict[str, Any], chat: bool) -> tuple[dict[str, Any], b
     stream, and whether the stream should end with usage; `_Refusal` for what cannot be
     metered exactly."""
     body = dict(body)
-    bad = lambda msg: _Refusal(400, f"evalkit: {msg}", "invalid_request_error", "invalid_request")  # noqa: E731
+
+    def bad(msg: str) -> _Refusal:
+        return _Refusal(400, f"evalkit: {msg}", "invalid_request_error", "invalid_request")
+
     stream = bool(body.pop("stream", False))
     opts = body.pop("stream_options", None)
     include_usage = bool(isinstance(opts, dict) and opts.get("include_usage"))

@@ -68,6 +68,11 @@ class CaseReplay:
         return [(n, [next((t for t in turns if t.number == n), None) for turns in per_arm]) for n in numbers]
 
 
+def _row_key(r: dict[str, Any]) -> tuple[str, str, int]:
+    """A run file line's (case, arm, index)."""
+    return str(r["case_id"]), str(r["arm"]), int(r["index"])
+
+
 def _rows(path: Path) -> list[dict[str, Any]]:
     return list(iter_jsonl(path)) if path.exists() else []
 
@@ -80,7 +85,7 @@ class _RunFiles:
         if not (self.path / "config.json").is_file():
             raise InputError("not a run folder (no config.json)", self.path)
         self.meta = RunFolder(self.path).read_meta()
-        key = lambda r: (str(r["case_id"]), str(r["arm"]), int(r["index"]))  # noqa: E731
+        key = _row_key
         self.samples = {key(r): r for r in _rows(self.path / RESULTS)}
         self.grades = {key(r): r for r in _rows(self.path / GRADES)}
         self.errors = {key(r): str(r.get("error")) for r in _rows(self.path / ERRORS)}
@@ -176,7 +181,8 @@ def _sent(call: dict[str, Any], previous: dict[str, Any] | None) -> str:
     req = call.get("request") or {}
     before = (previous or {}).get("request") or {}
     if isinstance(req.get("prompt"), str):
-        prompt, old = req["prompt"], before.get("prompt")
+        prompt: str = req["prompt"]
+        old = before.get("prompt")
         return prompt[len(old) :] if isinstance(old, str) and prompt.startswith(old) else prompt
     messages = list(req.get("messages") or [])
     old_n = len(before.get("messages") or []) if previous is not None else 0

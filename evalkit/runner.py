@@ -47,11 +47,11 @@ import gc
 import hashlib
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from tqdm import tqdm
 
@@ -107,7 +107,8 @@ def config_snapshot(config: Config) -> dict[str, Any]:
         return dict(config.raw)
     d = dataclasses.asdict(config)
     d.pop("raw", None)
-    return json.loads(json.dumps(d, default=str))
+    out: dict[str, Any] = json.loads(json.dumps(d, default=str))
+    return out
 
 
 def config_hash(snapshot: dict[str, Any]) -> str:
@@ -310,8 +311,9 @@ class _Engine:
                 sample = self.sample_of(key, c)
         except BudgetExhausted as exc:
             self.stop("budget exhausted")
-            if getattr(exc, "attempts", 0):  # refused on a retry: the key paid and errored
-                self._error(key, f"{type(exc).__name__}: {exc}", exc.attempts, getattr(exc, "cost_usd", None))
+            attempts = int(getattr(exc, "attempts", 0))
+            if attempts:  # refused on a retry: the key paid and errored
+                self._error(key, f"{type(exc).__name__}: {exc}", attempts, getattr(exc, "cost_usd", None))
             return
         except CeilingBreached as exc:
             self.stop("ceiling breached")
@@ -324,8 +326,9 @@ class _Engine:
             # The run stopped while this key waited to retry: no further attempt was
             # paid. A key that made earlier attempts says so; one that made none is
             # simply not run, like a key the dispatcher skipped.
-            if getattr(exc, "attempts", 0):
-                self._error(key, f"{type(exc).__name__}: {exc}", exc.attempts, getattr(exc, "cost_usd", None))
+            attempts = int(getattr(exc, "attempts", 0))
+            if attempts:
+                self._error(key, f"{type(exc).__name__}: {exc}", attempts, getattr(exc, "cost_usd", None))
             return
         except (InputTooLong, UnitCallError, ReplayMiss) as exc:
             self._error(
@@ -646,7 +649,7 @@ async def _run_in_folder(
             "ci": ci,
         }
 
-    def execute(folder: RunFolder) -> Any:
+    def execute(folder: RunFolder) -> Coroutine[Any, Any, RunResult]:
         return _execute(
             suite,
             folder,
@@ -816,12 +819,12 @@ async def _execute(
         total=total,
         samples_ran=samples_ran,
         samples_total=samples_total,
-        reason=summary["reason"],
-        spend_usd=summary["spend_usd"],
+        reason=cast("str | None", summary["reason"]),
+        spend_usd=cast(float, summary["spend_usd"]),
         avoided_usd=ledger.avoided_usd,
         cap_usd=ledger.cap_usd,
         per_arm=per_arm,
-        exit_code=summary["exit_code"],
+        exit_code=cast(int, summary["exit_code"]),
         privacy=dict(privacy or {}),
         stop_detail=engine.stop_detail,
     )

