@@ -42,8 +42,8 @@ from .runload import (
     Run,
     as_run,
     case_order,
-    grade_map,
-    grade_passed,
+    grade_values,
+    passed_value,
     pick_arm,
     require_graded,
     run_verdicts,
@@ -163,7 +163,7 @@ def paired_trials(run: Run | str | Path, baseline: str, treatment: str) -> list[
     says why: no data is never a win, a loss or a tie."""
     run = as_run(run)
     require_graded(run)
-    grades = grade_map(run)
+    grades = grade_values(run, ("passed", "error"))
     errors = {
         (str(r["case_id"]), str(r["arm"]), int(r["index"])): str(r.get("error") or "error")
         for r in run.errors.to_dict("records")
@@ -173,8 +173,9 @@ def paired_trials(run: Run | str | Path, baseline: str, treatment: str) -> list[
         if a in (baseline, treatment):
             errored_idx[c].add(i)
     present: dict[tuple[str, str], set[int]] = defaultdict(set)
-    for r in run.samples[["case_id", "arm", "index"]].itertuples(index=False):
-        present[(str(r.case_id), str(r.arm))].add(int(r.index))
+    s = run.samples
+    for case_id, arm_name, index in zip(s["case_id"].tolist(), s["arm"].tolist(), s["index"].tolist(), strict=True):
+        present[(str(case_id), str(arm_name))].add(int(index))
     k = int(run.config.get("k") or 0)
     out: list[PairedTrial] = []
     for case in case_order(run):
@@ -192,9 +193,9 @@ def paired_trials(run: Run | str | Path, baseline: str, treatment: str) -> list[
                     status[arm] = None
                     continue
                 g = grades.get(key)
-                status[arm] = ok = grade_passed(g)
+                status[arm] = ok = None if g is None else passed_value(g[0])
                 if ok is None:
-                    why = "not graded" if g is None else f"ungraded ({g.get('error') or 'grader error'})"
+                    why = "not graded" if g is None else f"ungraded ({g[1] or 'grader error'})"
                     bad.append(f"{arm}: {why}")
             b, t = status[baseline], status[treatment]
             if bad:
@@ -363,7 +364,7 @@ def conformance_verdict(
     if threshold is not None and not 0 <= threshold <= 1:
         raise InputError(f"threshold must be in [0, 1], got {threshold!r}", json_path="threshold")
     arm = pick_arm(run, arm, "name one")
-    grades = grade_map(run)
+    grades = grade_values(run, ("passed", "error", "checks"))
     errors = {
         (str(r["case_id"]), int(r["index"])): str(r.get("error") or "error")
         for r in run.errors.to_dict("records")
@@ -373,8 +374,9 @@ def conformance_verdict(
     for c, i in errors:
         errored[c].add(i)
     present: dict[str, set[int]] = defaultdict(set)
-    for r in run.samples[run.samples["arm"] == arm][["case_id", "index"]].itertuples(index=False):
-        present[str(r.case_id)].add(int(r.index))
+    s = run.samples[run.samples["arm"] == arm]
+    for case_id, index in zip(s["case_id"].tolist(), s["index"].tolist(), strict=True):
+        present[str(case_id)].add(int(index))
     k = int(run.config.get("k") or 0)
     met = below = 0
     below_trials: list[str] = []
@@ -387,12 +389,12 @@ def conformance_verdict(
                 problems.append(f"{tag}: " + (f"errored ({errors[(case, i)]})" if (case, i) in errors else "no sample"))
                 continue
             g = grades.get((case, arm, i))
-            ok = grade_passed(g)
+            ok = None if g is None else passed_value(g[0])
             if ok is None or g is None:
-                problems.append(f"{tag}: " + ("not graded" if g is None else f"ungraded ({g.get('error')})"))
+                problems.append(f"{tag}: " + ("not graded" if g is None else f"ungraded ({g[1]})"))
                 continue
             if threshold is not None:
-                checks = g.get("checks") or []
+                checks = g[2] or []
                 share = (sum(1 for c in checks if c.get("passed")) / len(checks)) if checks else float(ok)
                 ok = share >= threshold
             if ok:
