@@ -22,7 +22,18 @@ import pandas as pd
 from ._io import RUN_JSON_BYTES, iter_jsonl, read_json_object
 from .errors import InputError
 from .formats import suite_source
-from .layout import CASE_TABLE, CASES_FILE, GRADES, GRADES_SUMMARY, LEDGER, SUMMARY_JSON, VERDICTS
+from .layout import (
+    CASE_TABLE,
+    CASES_FILE,
+    ERRORS,
+    GRADES,
+    GRADES_SUMMARY,
+    LEDGER,
+    RESULTS,
+    RUN_CONFIG,
+    SUMMARY_JSON,
+    VERDICTS,
+)
 from .records import CaseRow, CaseTable, Grade, GradesSummary, RunVerdicts, Sample
 from .runs import RunFolder, config_arm_names, find_suite_dir
 
@@ -112,14 +123,21 @@ def _grade_row(d: dict[str, Any]) -> dict[str, Any]:
 # A reused kernel (see `run_notebooks`) runs several notebooks on the same run; parsing
 # results.jsonl and grades.jsonl is the largest per-notebook cost after the imports, so
 # the parsed run is kept in this module (which `%reset -f` leaves alone), keyed by the
-# folder and the size and mtime of every file in it: a run that changed is read again.
+# folder and the size and mtime of each file the load reads: a run that changed is read
+# again. Files it does not read (verdicts.json, which `evalkit report` writes while its
+# kernels load the run ahead of the notebooks; the ledger, read on first use) do not count.
 _RUN_CACHE: dict[Path, tuple[tuple[Any, ...], Any]] = {}
 _RUN_CACHE_LOCK = threading.Lock()
+_LOADED_FILES = frozenset({RUN_CONFIG, SUMMARY_JSON, RESULTS, GRADES, ERRORS})
 
 
 def _run_signature(path: Path) -> tuple[Any, ...]:
     return tuple(
-        sorted((e.name, st.st_size, st.st_mtime_ns) for e in os.scandir(path) if e.is_file() and (st := e.stat()))
+        sorted(
+            (e.name, st.st_size, st.st_mtime_ns)
+            for e in os.scandir(path)
+            if e.name in _LOADED_FILES and e.is_file() and (st := e.stat())
+        )
     )
 
 
