@@ -177,17 +177,17 @@ def paired_trials(run: Run | str | Path, baseline: str, treatment: str) -> list[
     for case_id, arm_name, index in zip(s["case_id"].tolist(), s["arm"].tolist(), s["index"].tolist(), strict=True):
         present[(str(case_id), str(arm_name))].add(int(index))
     k = int(run.config.get("k") or 0)
+    planned = set(range(k))  # planned indices (0-based), also those that never produced a line
     out: list[PairedTrial] = []
     for case in case_order(run):
-        idx = present[(case, baseline)] | present[(case, treatment)] | errored_idx[case]
-        if k:
-            idx |= set(range(k))  # planned indices (0-based) that never produced a line
+        has = {arm: present[(case, arm)] for arm in (baseline, treatment)}
+        idx = has[baseline] | has[treatment] | errored_idx[case] | planned
         for i in sorted(idx):
             status: dict[str, bool | None] = {}
             bad = []
             for arm in (baseline, treatment):
                 key = (case, arm, i)
-                if i not in present[(case, arm)]:
+                if i not in has[arm]:
                     why = f"errored ({errors[key]})" if key in errors else "no sample (unmatched)"
                     bad.append(f"{arm}: {why}")
                     status[arm] = None
