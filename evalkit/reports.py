@@ -39,7 +39,7 @@ from .errors import InputError
 from .gates import gate, load_baseline
 from .grading import summarize_run, write_summary
 from .judge import judge_trust, load_human_labels, read_pairwise, run_judge_scores
-from .layout import BASELINE_FILE, GRADES, HUMAN_LABELS_FILE, MICROTEST_MARKER, RUN_CONFIG
+from .layout import BASELINE_FILE, GRADES, HUMAN_LABELS_FILE, MICROTEST_MARKER, RESULTS, RUN_CONFIG
 from .microtest import analyse
 from .nb import REDACT_ENV
 from .plans import find_plan, load_plan
@@ -426,8 +426,9 @@ def report_run(
 ) -> ReportResult:
     """Execute and render every notebook that applies to `run_dir` (or those named in
     `notebooks`) into `reports_dir/<run>/`, write the run's manifest and rebuild
-    `reports_dir/index.html`. Notebooks run in lanes sized to the cores when `parallel`;
-    see `run_notebooks` for `reuse_kernels`. `pandalm_dir`: PandaLM's data, for the judge
+    `reports_dir/index.html`. Notebooks run in lanes sized to the cores when `parallel`
+    (`workers` lanes when given; one for a run past `ONE_LANE_RUN_BYTES`, as each lane
+    loads the run); see `run_notebooks` for `reuse_kernels`. `pandalm_dir`: PandaLM's data, for the judge
     calibration notebook to calibrate on as well. `plan` and `baseline`: the plan and
     baseline to hold the run to (default: the suite's). Before any notebook runs, what
     the report concludes is written to the run's `verdicts.json` (`conclude`). `redact`:
@@ -460,7 +461,7 @@ def report_run(
     # The lanes' kernels start, import and load the run while this process decides what
     # the report concludes (the notebooks display it, so they wait for it).
     lanes = _Lanes(
-        _lane_count(_fewest_notebooks(source, inputs, notebooks), parallel, workers),
+        _lane_count(_fewest_notebooks(source, inputs, notebooks), parallel, workers, source),
         reuse_kernels=reuse_kernels,
         warm_up=_WARM_UP.format(run_dir=str(source)),
     )
@@ -478,7 +479,7 @@ def report_run(
             if name in plans:
                 plans[name].update(extra)
         out_dir.mkdir(parents=True, exist_ok=True)
-        lanes.grow(_lane_count(len(plans), parallel, workers))
+        lanes.grow(_lane_count(len(plans), parallel, workers, source))
         results = lanes.run(plans, out_dir, source_dir=source_dir)
     finally:
         lanes.close()
@@ -528,8 +529,27 @@ def run_notebooks(
         lanes.close()
 
 
-def _lane_count(n_notebooks: int, parallel: bool, workers: int | None) -> int:
-    return 1 if not parallel else max(1, min(n_notebooks, workers or os.cpu_count() or 1))
+# Every lane's kernel loads the run (`nb.open_run`): past this many bytes of results and
+# grades (about 40,000 samples) that load costs more than a second lane saves on a
+# 2-core machine, so `report_run` uses one lane unless told `workers`. Measured on a
+# 100,000-sample run (86 MB; benchmarks/bench_report_scale.py): one lane 22 s of CPU,
+# two lanes 30 s (each loads the run, 3.5 s), and one lane the faster on a busy machine.
+ONE_LANE_RUN_BYTES = 32 * 2**20
+
+
+def _lane_count(n_notebooks: int, parallel: bool, workers: int | None, run: Path | None = None) -> int:
+    """The lanes for `n_notebooks`: 1 unless `parallel`; else `workers`, or the cores,
+    or 1 for a run whose results and grades exceed `ONE_LANE_RUN_BYTES`; never more
+    than the notebooks."""
+    if not parallel:
+        return 1
+    if workers is None and run is not None and _run_bytes(run) > ONE_LANE_RUN_BYTES:
+        return 1
+    return max(1, min(n_notebooks, workers or os.cpu_count() or 1))
+
+
+def _run_bytes(run: Path) -> int:
+    return sum((run / name).stat().st_size for name in (RESULTS, GRADES) if (run / name).is_file())
 
 
 # What a lane's kernel runs while it waits for its first notebook (`_Lanes` with
