@@ -46,7 +46,7 @@ from .records import (
     SetScore,
     gate_failure_causes,
 )
-from .runload import Run, as_run, case_order, case_table, grade_map, grade_passed, pick_arm, suite_dir_of
+from .runload import Run, as_run, case_order, case_table, grade_values, passed_value, pick_arm, suite_dir_of
 from .verdicts import record_verdicts
 
 __all__ = [  # the records a gate makes, importable from here
@@ -73,25 +73,24 @@ def run_metrics(run: Run | str | Path, *, arm: str | None = None, k: int | None 
     arm = pick_arm(run, arm, "name the one to gate with --arm")
     table = case_table(run)
     sets = {c.id: c.set for c in table.cases}
-    grades = grade_map(run)
+    grades = grade_values(run, ("passed", "judge_cost_usd", "judge_version"))
     samples = run.samples[run.samples["arm"] == arm]
     per: dict[str, dict[str, Any]] = {}
     judge_versions: Counter[str] = Counter()
-    for row in samples.to_dict("records"):
-        cid = str(row["case_id"])
-        d = per.setdefault(cid, {"tags": tuple(row.get("tags") or ()), "n": 0, "c": 0, "costs": [], "ungraded": 0})
-        g = grades.get((cid, arm, int(row["index"])))
-        ok = grade_passed(g)
+    columns = ("case_id", "tags", "index", "cost_usd", "cost_avoided_usd")
+    for case_id, tags, index, cost, avoided in zip(*(samples[c].tolist() for c in columns), strict=True):
+        cid = str(case_id)
+        d = per.get(cid)
+        if d is None:
+            d = per[cid] = {"tags": tuple(tags or ()), "n": 0, "c": 0, "costs": [], "ungraded": 0}
+        g = grades.get((cid, arm, int(index)))
+        ok = None if g is None else passed_value(g[0])
         d["n"] += 1
         d["c"] += ok is True
         d["ungraded"] += ok is None
-        d["costs"].append(
-            list_price(
-                _num(row.get("cost_usd")), _num(row.get("cost_avoided_usd")), _num((g or {}).get("judge_cost_usd"))
-            )
-        )
-        if g and isinstance(g.get("judge_version"), str):
-            judge_versions[g["judge_version"]] += 1
+        d["costs"].append(list_price(_num(cost), _num(avoided), _num(None if g is None else g[1])))
+        if g is not None and isinstance(g[2], str):
+            judge_versions[g[2]] += 1
     kk = int(k or run.config.get("k") or max((d["n"] for d in per.values()), default=1))
     order = [c for c in case_order(run) if c in per]
     cases = tuple(

@@ -7,8 +7,10 @@ concern (`suite`, `runner`, `graders`, ...). Every record is a frozen dataclass.
 from __future__ import annotations
 
 import difflib
+import functools
 import re
-from collections.abc import Iterable
+import types
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
@@ -761,8 +763,14 @@ class RunMetrics:
     judge_version: str | None = None
     sets_from: str = "case table"  # where the cases' sets came from (an old run: its suite)
 
-    def by_id(self) -> dict[str, CaseResult]:
-        return {c.case_id: c for c in self.cases}
+    def by_id(self) -> Mapping[str, CaseResult]:
+        """Case id -> its counts: built once per record (it is frozen) and read-only, as
+        callers ask for it once per case (a page lists the planned cases not run)."""
+        return self._by_id
+
+    @functools.cached_property
+    def _by_id(self) -> Mapping[str, CaseResult]:
+        return types.MappingProxyType({c.case_id: c for c in self.cases})
 
     def select(self, ids: Iterable[str] | None = None) -> list[CaseResult]:
         """The cases `ids` names (all of them for None), in the order given."""

@@ -20,6 +20,7 @@ import html
 import inspect
 import json
 import logging
+import math
 import os
 import queue
 import re
@@ -40,13 +41,13 @@ from .errors import InputError
 from .gates import gate, load_baseline
 from .grading import summarize_run, write_summary
 from .judge import load_human_labels
-from .layout import BASELINE_FILE, GRADES, HUMAN_LABELS_FILE, MICROTEST_MARKER, RUN_CONFIG, TRAJECTORIES
+from .layout import BASELINE_FILE, GRADES, HUMAN_LABELS_FILE, MICROTEST_MARKER, RESULTS, RUN_CONFIG, TRAJECTORIES
 from .microtest import analyse
 from .nb import REDACT_ENV
 from .plans import find_plan, load_plan
 from .records import RunVerdicts
 from .report_index import CSP, NOTEBOOKS, TITLES, build_index, write_manifest
-from .runload import grades_summary, judge_trust_notice, load_run
+from .runload import Run, as_run, grades_summary, judge_trust_notice, load_run
 from .runs import RunFolder, config_arm_names, find_suite_dir
 from .verdicts import conformance_verdict, record_verdicts
 
@@ -126,14 +127,15 @@ def report_inputs(run_dir: str | Path, *, plan: str | Path | None = None, baseli
     )
 
 
-def conclude(run_dir: str | Path, inputs: Inputs) -> RunVerdicts:
+def conclude(run_dir: Run | str | Path, inputs: Inputs) -> RunVerdicts:
     """What the report concludes, written to the run's `verdicts.json` before any
     notebook runs (the notebooks and the index display it): the two-arm verdict held to
     the plan (a two-arm graded run), the gate against the baseline (a graded run whose
     arms include the baseline's), whether the judge may be trusted (as
     what grading decided), the conformance verdict (a single-arm graded run) and a micro-test's
-    result. A run ingested from another tool without a grades summary gets one first."""
-    run = load_run(run_dir)
+    result. A run ingested from another tool without a grades summary gets one first.
+    `run_dir`: the run folder, or the run loaded from it (`runload.load_run`)."""
+    run = as_run(run_dir)
     path = Path(run.path)
     graded = len(run.grades) > 0
     if graded and grades_summary(path) is None:
@@ -178,10 +180,12 @@ def plan_notebooks(
     *,
     pandalm_dir: str | Path | None = None,
     inputs: Inputs | None = None,
+    loaded: Run | None = None,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """Which notebooks apply to a run, with their papermill parameters (the plan, the
     baseline and the human labels among them, as `report_inputs` found them), and why
-    the others do not. Reads only the run folder's small files (no samples).
+    the others do not. Reads only the run folder's small files (no samples), and its
+    grades for judge scores unless `loaded` (the run, loaded) has them at hand.
     `pandalm_dir`: PandaLM's data, on which `judge_calibration` calibrates a judge as
     well."""
     run = Path(run_dir).resolve()
@@ -205,7 +209,7 @@ def plan_notebooks(
         skipped["skill_comparison"] = (
             "needs exactly two arms" if len(arms) != 2 else "the run is not graded (run `evalkit grade` first)"
         )
-    has_judge_scores = graded and _grades_have_judge(run / GRADES)
+    has_judge_scores = graded and _grades_have_judge(run / GRADES, loaded)
     has_judge = bool((meta.get("config") or {}).get("judge")) if isinstance(meta.get("config"), dict) else False
     if has_judge_scores or has_judge or inputs.human_labels is not None:
         plans["judge_calibration"] = {
@@ -236,9 +240,18 @@ def plan_notebooks(
     return plans, skipped
 
 
-def _grades_have_judge(path: Path) -> bool:
+def _grades_have_judge(path: Path, loaded: Run | None = None) -> bool:
     """Whether any grade of `grades.jsonl` carries a judge score (read by the run files'
-    one reader: a bad line is an InputError naming it, as every later step would say)."""
+    one reader: a bad line is an InputError naming it, as every later step would say).
+    From `loaded`'s grades when they settle it: every score null (the usual ungraded-by-
+    a-judge run: no line parsed twice), or one a number; NaN there (a missing key, or a
+    NaN in the file) is read from the file, whose lines tell the two apart."""
+    if loaded is not None and len(loaded.grades):
+        scores = loaded.grades["judge_score"].tolist()
+        if all(v is None for v in scores):
+            return False
+        if any(v is not None and not (isinstance(v, float) and math.isnan(v)) for v in scores):
+            return True
     return any(g.get("judge_score") is not None for g in iter_jsonl(path))
 
 
@@ -401,6 +414,16 @@ def _harden(page: str) -> str:
     return page.replace("<head>", "<head>\n" + meta, 1) if "<head>" in page else meta + page
 
 
+def _fewest_notebooks(run: Path, inputs: Inputs, notebooks: Sequence[str] | None) -> int:
+    """How many notebooks at least will run (`plan_notebooks` says exactly, later): the
+    lanes started ahead of them (`report_run`) are no more than that; more are added
+    once the plan is known."""
+    if notebooks:
+        return len(set(notebooks))
+    arms = config_arm_names(RunFolder(run).read_meta())
+    return 1 + (run / GRADES).exists() + (len(arms) >= 2 or inputs.plan is not None)
+
+
 def report_run(
     run_dir: str | Path,
     reports_dir: str | Path = "reports",
@@ -418,8 +441,9 @@ def report_run(
 ) -> ReportResult:
     """Execute and render every notebook that applies to `run_dir` (or those named in
     `notebooks`) into `reports_dir/<run>/`, write the run's manifest and rebuild
-    `reports_dir/index.html`. Notebooks run in lanes sized to the cores when `parallel`;
-    see `run_notebooks` for `reuse_kernels`. `pandalm_dir`: PandaLM's data, for the judge
+    `reports_dir/index.html`. Notebooks run in lanes sized to the cores when `parallel`
+    (`workers` lanes when given; one for a run past `ONE_LANE_RUN_BYTES`, as each lane
+    loads the run); see `run_notebooks` for `reuse_kernels`. `pandalm_dir`: PandaLM's data, for the judge
     calibration notebook to calibrate on as well. `plan` and `baseline`: the plan and
     baseline to hold the run to (default: the suite's). Before any notebook runs, what
     the report concludes is written to the run's `verdicts.json` (`conclude`). `redact`:
@@ -490,28 +514,38 @@ def _render_run(
     """`report_run` once the folder the notebooks read (`source`: the run, or its
     redacted copy) is known."""
     inputs = report_inputs(run, plan=plan, baseline=baseline)
-    conclude(source, inputs)
-    plans, skipped = plan_notebooks(source, out_dir, pandalm_dir=pandalm_dir, inputs=inputs)
     if notebooks:
         unknown = [n for n in notebooks if n not in NOTEBOOKS]
         if unknown:
             raise InputError(f"unknown notebook(s) {', '.join(unknown)}; known: {', '.join(NOTEBOOKS)}")
-        for n in notebooks:
-            if n not in plans:
-                raise InputError(f"notebook {n} does not apply to this run: {skipped.get(n, 'unknown')}", run)
-        plans = {n: p for n, p in plans.items() if n in notebooks}
-    for name, extra in (extra_parameters or {}).items():
-        if name in plans:
-            plans[name].update(extra)
-    out_dir.mkdir(parents=True, exist_ok=True)
     before = os.environ.get(REDACT_ENV)
     if redacted is not None:
         os.environ[REDACT_ENV] = "1"  # the kernels started for these notebooks inherit it
+    # The lanes' kernels start, import and load the run while this process decides what
+    # the report concludes (the notebooks display it, so they wait for it).
+    lanes = _Lanes(
+        _lane_count(_fewest_notebooks(source, inputs, notebooks), parallel, workers, source),
+        reuse_kernels=reuse_kernels,
+        warm_up=_WARM_UP.format(run_dir=str(source)),
+    )
     try:
-        results = run_notebooks(
-            plans, out_dir, parallel=parallel, source_dir=source_dir, workers=workers, reuse_kernels=reuse_kernels
-        )
+        loaded = load_run(source)
+        conclude(loaded, inputs)
+        plans, skipped = plan_notebooks(source, out_dir, pandalm_dir=pandalm_dir, inputs=inputs, loaded=loaded)
+        del loaded  # the kernels have their own copy: this one need not stay in memory
+        if notebooks:
+            for n in notebooks:
+                if n not in plans:
+                    raise InputError(f"notebook {n} does not apply to this run: {skipped.get(n, 'unknown')}", run)
+            plans = {n: p for n, p in plans.items() if n in notebooks}
+        for name, extra in (extra_parameters or {}).items():
+            if name in plans:
+                plans[name].update(extra)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        lanes.grow(_lane_count(len(plans), parallel, workers, source))
+        results = lanes.run(plans, out_dir, source_dir=source_dir)
     finally:
+        lanes.close()
         if redacted is not None and before is None:
             os.environ.pop(REDACT_ENV, None)
     write_manifest(source, out_dir, results, skipped, run_dir=run)
@@ -559,66 +593,173 @@ def run_notebooks(
     A kernel that died or cannot be reset is replaced. Without it every notebook gets a
     fresh kernel, as papermill does by default. (papermill is thread-safe when no `cwd`
     is set.)"""
-    names = sorted(plans, key=lambda n: _COST_ORDER.index(n) if n in _COST_ORDER else -1)
-    if not names:
-        return []
-    n_lanes = 1 if not parallel else max(1, min(len(names), workers or os.cpu_count() or 1))
-    todo: queue.Queue[str] = queue.Queue()
-    for n in names:
-        todo.put(n)
-    done: list[NotebookReport] = []
-    lock = threading.Lock()
+    lanes = _Lanes(_lane_count(len(plans), parallel, workers), reuse_kernels=reuse_kernels)
+    try:
+        return lanes.run(plans, out_dir, source_dir=source_dir)
+    finally:
+        lanes.close()
 
-    def lane() -> None:
+
+# Every lane's kernel loads the run (`nb.open_run`): past this many bytes of results and
+# grades (about 40,000 samples) that load costs more than a second lane saves on a
+# 2-core machine, so `report_run` uses one lane unless told `workers`. Measured on a
+# 100,000-sample run (86 MB; benchmarks/bench_report_scale.py): one lane 22 s of CPU,
+# two lanes 30 s (each loads the run, 3.5 s), and one lane the faster on a busy machine.
+ONE_LANE_RUN_BYTES = 32 * 2**20
+
+
+def _lane_count(n_notebooks: int, parallel: bool, workers: int | None, run: Path | None = None) -> int:
+    """The lanes for `n_notebooks`: 1 unless `parallel`; else `workers`, or the cores,
+    or 1 for a run whose results and grades exceed `ONE_LANE_RUN_BYTES`; never more
+    than the notebooks."""
+    if not parallel:
+        return 1
+    if workers is None and run is not None and _run_bytes(run) > ONE_LANE_RUN_BYTES:
+        return 1
+    return max(1, min(n_notebooks, workers or os.cpu_count() or 1))
+
+
+def _run_bytes(run: Path) -> int:
+    return sum((run / name).stat().st_size for name in (RESULTS, GRADES) if (run / name).is_file())
+
+
+# What a lane's kernel runs while it waits for its first notebook (`_Lanes` with
+# `warm_up`): the imports every notebook makes, and the run loaded into `runload`'s cache
+# (`nb.open_run`), so the notebooks start with both done. Any failure is left for the
+# notebook to meet and report.
+_WARM_UP = """def _evalkit_warm_up(run_dir):
+    try:
+        import matplotlib.pyplot, numpy, pandas
+        from evalkit import nb
+        nb.open_run(run_dir)
+    except Exception:
+        pass
+_evalkit_warm_up({run_dir!r})
+del _evalkit_warm_up
+"""
+
+
+class _Lanes:
+    """The report's lanes (threads), started before the notebooks are known: with
+    `reuse_kernels`, each lane starts its kernel at once and runs `warm_up` in it
+    (`_WARM_UP` for a run folder), so kernel start-up, the imports and the run's loading
+    happen while the caller still works (`report_run` decides what the report
+    concludes meanwhile). `run` hands the lanes their notebooks and waits for them;
+    `close` ends lanes that got none and stops their kernels."""
+
+    def __init__(self, n: int, *, reuse_kernels: bool = True, warm_up: str | None = None) -> None:
+        self.n = max(1, n)
+        self.reuse_kernels = reuse_kernels
+        self.warm_up = warm_up
+        self.todo: queue.Queue[str] = queue.Queue()
+        self.go = threading.Event()
+        self.cancelled = False
+        self.plans: Mapping[str, Mapping[str, Any]] = {}
+        self.out_dir = Path(".")
+        self.source_dir: str | Path | None = None
+        self.done: list[NotebookReport] = []
+        self.lock = threading.Lock()
+        self.threads = [
+            threading.Thread(target=self._lane, name=f"evalkit-report-{i}", daemon=True) for i in range(self.n)
+        ]
+        # one lane with nothing to start ahead runs in the caller's thread, as it always did
+        self.inline = self.n == 1 and not (reuse_kernels and warm_up)
+        if not self.inline:
+            for t in self.threads:
+                t.start()
+
+    def grow(self, n: int) -> None:
+        """At least `n` lanes (the ones added start no kernel ahead: their work is known)."""
+        if n <= len(self.threads):
+            return
+        added = [
+            threading.Thread(target=self._lane, args=(False,), name=f"evalkit-report-{i}", daemon=True)
+            for i in range(len(self.threads), n)
+        ]
+        if self.inline:  # the one lane was to run in the caller's thread: it gets a thread too
+            self.inline = False
+            added = self.threads + added
+        self.threads = list(dict.fromkeys(self.threads + added))
+        for t in added:
+            t.start()
+
+    def run(
+        self, plans: Mapping[str, Mapping[str, Any]], out_dir: str | Path, *, source_dir: str | Path | None = None
+    ) -> list[NotebookReport]:
+        names = sorted(plans, key=lambda n: _COST_ORDER.index(n) if n in _COST_ORDER else -1)
+        self.plans, self.out_dir, self.source_dir = plans, Path(out_dir), source_dir
+        for n in names:
+            self.todo.put(n)
+        self.go.set()
+        if self.inline:
+            self._lane()
+        else:
+            for t in self.threads:
+                t.join()
+        done = list(self.done)
+        for name in sorted(set(names) - {r.name for r in done}):  # a lane that died: never a silent success
+            done.append(
+                NotebookReport(
+                    name=name,
+                    ipynb=self.out_dir / f"{name}.ipynb",
+                    html=None,
+                    sidecar=None,
+                    seconds=0.0,
+                    error="not executed: its report lane ended early",
+                )
+            )
+        order = {n: i for i, n in enumerate(NOTEBOOKS)}
+        return sorted(done, key=lambda r: order.get(r.name, len(order)))
+
+    def close(self) -> None:
+        self.cancelled = True
+        self.go.set()
+        if not self.inline:
+            for t in self.threads:
+                t.join()
+
+    def _lane(self, ahead: bool = True) -> None:
         kernel = None
         try:
-            while True:
+            if ahead and self.reuse_kernels and self.warm_up:
                 try:
-                    name = todo.get_nowait()
+                    kernel = _ready_kernel(None)
+                    kc = kernel.client()
+                    kc.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
+                    try:
+                        _run_code(kc, self.warm_up, timeout_s=600)
+                    finally:
+                        kc.stop_channels()
+                except Exception:  # a kernel that does not start here is started (or reported) below
+                    if kernel is not None:
+                        _stop_kernel(kernel)
+                    kernel = None
+            self.go.wait()
+            while not self.cancelled:
+                try:
+                    name = self.todo.get_nowait()
                 except queue.Empty:
                     return
                 t0 = time.perf_counter()
                 try:
-                    if reuse_kernels:
+                    if self.reuse_kernels:
                         kernel = _ready_kernel(kernel)
-                    rep = execute(name, plans[name], out_dir, source_dir=source_dir, km=kernel)
+                    rep = execute(name, self.plans[name], self.out_dir, source_dir=self.source_dir, km=kernel)
                 except Exception as exc:  # a kernel that does not start: this notebook failed, said so
                     kernel = None
                     rep = NotebookReport(
                         name=name,
-                        ipynb=Path(out_dir) / f"{name}.ipynb",
+                        ipynb=self.out_dir / f"{name}.ipynb",
                         html=None,
                         sidecar=None,
                         seconds=time.perf_counter() - t0,
                         error=f"{type(exc).__name__}: {exc}",
                     )
-                with lock:
-                    done.append(rep)
+                with self.lock:
+                    self.done.append(rep)
         finally:
             if kernel is not None:
                 _stop_kernel(kernel)
-
-    if n_lanes == 1:
-        lane()
-    else:
-        threads = [threading.Thread(target=lane, name=f"evalkit-report-{i}", daemon=True) for i in range(n_lanes)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    for name in sorted(set(names) - {r.name for r in done}):  # a lane that died: never a silent success
-        done.append(
-            NotebookReport(
-                name=name,
-                ipynb=Path(out_dir) / f"{name}.ipynb",
-                html=None,
-                sidecar=None,
-                seconds=0.0,
-                error="not executed: its report lane ended early",
-            )
-        )
-    order = {n: i for i, n in enumerate(NOTEBOOKS)}
-    return sorted(done, key=lambda r: order.get(r.name, len(order)))
 
 
 # Between two notebooks in one kernel: forget the first one's variables, figures and
@@ -673,9 +814,14 @@ def _ready_kernel(km: Any) -> Any:
 
 
 def _reset_namespace(kc: Any, *, timeout_s: float) -> bool:
-    """Run `_RESET` in the kernel and wait for its reply on the shell channel (a reply
+    """Run `_RESET` in the kernel (`_run_code`); True when it ran without error."""
+    return _run_code(kc, _RESET, timeout_s=timeout_s)
+
+
+def _run_code(kc: Any, code: str, *, timeout_s: float) -> bool:
+    """Run `code` in the kernel and wait for its reply on the shell channel (a reply
     comes only once it has run); True when it ran without error."""
-    msg_id = kc.execute(_RESET, silent=True, store_history=False, allow_stdin=False)
+    msg_id = kc.execute(code, silent=True, store_history=False, allow_stdin=False)
     deadline = time.monotonic() + timeout_s
     while True:
         reply = _await(kc.get_shell_msg(timeout=max(0.0, deadline - time.monotonic())))

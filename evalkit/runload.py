@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import math
 import os
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,18 @@ import pandas as pd
 from ._io import RUN_JSON_BYTES, iter_jsonl, read_json_object
 from .errors import InputError
 from .formats import suite_source
-from .layout import CASE_TABLE, CASES_FILE, GRADES, GRADES_SUMMARY, LEDGER, SUMMARY_JSON, VERDICTS
+from .layout import (
+    CASE_TABLE,
+    CASES_FILE,
+    ERRORS,
+    GRADES,
+    GRADES_SUMMARY,
+    LEDGER,
+    RESULTS,
+    RUN_CONFIG,
+    SUMMARY_JSON,
+    VERDICTS,
+)
 from .records import CaseRow, CaseTable, Grade, GradesSummary, RunVerdicts, Sample
 from .runs import RunFolder, config_arm_names, find_suite_dir
 
@@ -51,16 +64,23 @@ ERROR_COLUMNS: tuple[str, ...] = ("case_id", "arm", "index", "error", "attempts"
 class Run:
     """A run folder loaded for analysis. DataFrames have stable columns even when empty:
     `samples` (Sample fields, usage flattened to `prompt_tokens`/`completion_tokens`),
-    `grades` (Grade fields, `checks` a list of dicts), `ledger` (one row per event),
-    `errors` (one row per failed key)."""
+    `grades` (Grade fields, `checks` a list of dicts), `errors` (one row per failed key),
+    and `ledger` (one row per event), read from `ledger.jsonl` the first time it is
+    asked for: no verdict, gate or report page reads it, and it is as large as the
+    results (several events per sample)."""
 
     path: Path
     config: dict[str, Any]
     summary: dict[str, Any]
     samples: pd.DataFrame
     grades: pd.DataFrame
-    ledger: pd.DataFrame
     errors: pd.DataFrame
+
+    @functools.cached_property
+    def ledger(self) -> pd.DataFrame:
+        """The run's `ledger.jsonl`, one row per event (read once, on first use)."""
+        lp = Path(self.path) / LEDGER
+        return _frame(list(iter_jsonl(lp)) if lp.exists() else [], LEDGER_COLUMNS)
 
     def arm_names(self) -> list[str]:
         """The run's arms in config order, then any others its samples name."""
@@ -83,26 +103,41 @@ def _frame(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> pd.DataFrame
 
 
 def _sample_row(d: dict[str, Any]) -> dict[str, Any]:
-    row = {k: v for k, v in d.items() if k != "usage"}
-    u = d.get("usage") or {}
-    row["prompt_tokens"] = u.get("prompt_tokens")
-    row["completion_tokens"] = u.get("completion_tokens")
-    row["tags"] = list(d.get("tags") or [])
-    row["tool_calls"] = list(d.get("tool_calls") or [])
-    return row
+    """A `results.jsonl` object as a samples row, changed in place (the objects are the
+    loader's own, fresh from the parser): `usage` flattened, `tags` and `tool_calls`
+    lists. The keys keep their order (the extra columns' order follows it)."""
+    u = d.pop("usage", None) or {}
+    d["prompt_tokens"] = u.get("prompt_tokens")
+    d["completion_tokens"] = u.get("completion_tokens")
+    d["tags"] = list(d.get("tags") or [])
+    d["tool_calls"] = list(d.get("tool_calls") or [])
+    return d
+
+
+def _grade_row(d: dict[str, Any]) -> dict[str, Any]:
+    """A `grades.jsonl` object as a grades row, changed in place: `checks` a list."""
+    d["checks"] = list(d.get("checks") or [])
+    return d
 
 
 # A reused kernel (see `run_notebooks`) runs several notebooks on the same run; parsing
 # results.jsonl and grades.jsonl is the largest per-notebook cost after the imports, so
 # the parsed run is kept in this module (which `%reset -f` leaves alone), keyed by the
-# folder and the size and mtime of every file in it: a run that changed is read again.
+# folder and the size and mtime of each file the load reads: a run that changed is read
+# again. Files it does not read (verdicts.json, which `evalkit report` writes while its
+# kernels load the run ahead of the notebooks; the ledger, read on first use) do not count.
 _RUN_CACHE: dict[Path, tuple[tuple[Any, ...], Any]] = {}
 _RUN_CACHE_LOCK = threading.Lock()
+_LOADED_FILES = frozenset({RUN_CONFIG, SUMMARY_JSON, RESULTS, GRADES, ERRORS})
 
 
 def _run_signature(path: Path) -> tuple[Any, ...]:
     return tuple(
-        sorted((e.name, st.st_size, st.st_mtime_ns) for e in os.scandir(path) if e.is_file() and (st := e.stat()))
+        sorted(
+            (e.name, st.st_size, st.st_mtime_ns)
+            for e in os.scandir(path)
+            if e.name in _LOADED_FILES and e.is_file() and (st := e.stat())
+        )
     )
 
 
@@ -117,18 +152,10 @@ def _read_run(path: str | Path) -> Run:
     if sp.exists():
         summary = read_json_object(sp, SUMMARY_JSON, limit=RUN_JSON_BYTES)
     samples = _frame([_sample_row(d) for d in folder.results()], SAMPLE_COLUMNS)
-    grades_rows = []
     gp = p / GRADES
-    if gp.exists():
-        for d in iter_jsonl(gp):
-            d = dict(d)
-            d["checks"] = list(d.get("checks") or [])
-            grades_rows.append(d)
-    grades = _frame(grades_rows, GRADE_COLUMNS)
-    lp = p / LEDGER
-    ledger = _frame(list(iter_jsonl(lp)) if lp.exists() else [], LEDGER_COLUMNS)
+    grades = _frame([_grade_row(d) for d in iter_jsonl(gp)] if gp.exists() else [], GRADE_COLUMNS)
     errors = _frame(folder.errors(), ERROR_COLUMNS)
-    return Run(path=p, config=config, summary=summary, samples=samples, grades=grades, ledger=ledger, errors=errors)
+    return Run(path=p, config=config, summary=summary, samples=samples, grades=grades, errors=errors)
 
 
 def load_run(path: str | Path, *, cache: bool = False) -> Run:
@@ -161,7 +188,6 @@ def load_run(path: str | Path, *, cache: bool = False) -> Run:
         summary=copy.deepcopy(run.summary),
         samples=run.samples.copy(),
         grades=run.grades.copy(),
-        ledger=run.ledger.copy(),
         errors=run.errors.copy(),
     )
 
@@ -190,17 +216,32 @@ def require_graded(run: Run) -> None:
         raise InputError("run is not graded (no grades.jsonl): run `evalkit grade` first", Path(run.path) / GRADES)
 
 
-def grade_map(run: Run) -> dict[tuple[str, str, int], dict[str, Any]]:
-    out: dict[tuple[str, str, int], dict[str, Any]] = {}
-    for row in run.grades.to_dict("records"):
-        out[(str(row["case_id"]), str(row["arm"]), int(row["index"]))] = row
-    return out
+GradeKey = tuple[str, str, int]  # (case id, arm, index)
+
+
+def grade_map(run: Run) -> dict[GradeKey, dict[str, Any]]:
+    """Each grade row, as a dict, by its key (the last row of a key wins). For a few
+    columns of every grade, `grade_values` is much cheaper."""
+    return {(str(r["case_id"]), str(r["arm"]), int(r["index"])): r for r in run.grades.to_dict("records")}
+
+
+def grade_values(run: Run, columns: Sequence[str]) -> dict[GradeKey, tuple[Any, ...]]:
+    """The named columns of each grade, as a tuple, by its key (the last row of a key
+    wins, as in `grade_map`): read column by column, with no dict per row, which counts
+    at 100,000 grades."""
+    g = run.grades
+    keys = zip(g["case_id"].tolist(), g["arm"].tolist(), g["index"].tolist(), strict=True)
+    values = zip(*(g[c].tolist() for c in columns), strict=True)
+    return {(str(c), str(a), int(i)): v for (c, a, i), v in zip(keys, values, strict=True)}
 
 
 def grade_passed(row: dict[str, Any] | None) -> bool | None:
-    if row is None:
-        return None
-    v = row.get("passed")
+    """Whether a grade row passed; None when there is no row or it has no verdict."""
+    return None if row is None else passed_value(row.get("passed"))
+
+
+def passed_value(v: Any) -> bool | None:
+    """A grade's `passed` value as a verdict: None when it is null or NaN."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return None
     return bool(v)

@@ -42,8 +42,8 @@ from .runload import (
     Run,
     as_run,
     case_order,
-    grade_map,
-    grade_passed,
+    grade_values,
+    passed_value,
     pick_arm,
     require_graded,
     run_verdicts,
@@ -163,7 +163,8 @@ def paired_trials(run: Run | str | Path, baseline: str, treatment: str) -> list[
     says why: no data is never a win, a loss or a tie."""
     run = as_run(run)
     require_graded(run)
-    grades = grade_map(run)
+    held_col = ("judge_held",) if "judge_held" in run.grades.columns else ()  # older runs have no held results
+    grades = grade_values(run, ("passed", "error", *held_col))
     errors = {
         (str(r["case_id"]), str(r["arm"]), int(r["index"])): str(r.get("error") or "error")
         for r in run.errors.to_dict("records")
@@ -173,32 +174,30 @@ def paired_trials(run: Run | str | Path, baseline: str, treatment: str) -> list[
         if a in (baseline, treatment):
             errored_idx[c].add(i)
     present: dict[tuple[str, str], set[int]] = defaultdict(set)
-    for r in run.samples[["case_id", "arm", "index"]].itertuples(index=False):
-        present[(str(r.case_id), str(r.arm))].add(int(r.index))
+    s = run.samples
+    for case_id, arm_name, index in zip(s["case_id"].tolist(), s["arm"].tolist(), s["index"].tolist(), strict=True):
+        present[(str(case_id), str(arm_name))].add(int(index))
     k = int(run.config.get("k") or 0)
+    planned = set(range(k))  # planned indices (0-based), also those that never produced a line
     out: list[PairedTrial] = []
     for case in case_order(run):
-        idx = present[(case, baseline)] | present[(case, treatment)] | errored_idx[case]
-        if k:
-            idx |= set(range(k))  # planned indices (0-based) that never produced a line
+        has = {arm: present[(case, arm)] for arm in (baseline, treatment)}
+        idx = has[baseline] | has[treatment] | errored_idx[case] | planned
         for i in sorted(idx):
             status: dict[str, bool | None] = {}
             bad = []
             for arm in (baseline, treatment):
                 key = (case, arm, i)
-                if i not in present[(case, arm)]:
+                if i not in has[arm]:
                     why = f"errored ({errors[key]})" if key in errors else "no sample (unmatched)"
                     bad.append(f"{arm}: {why}")
                     status[arm] = None
                     continue
                 g = grades.get(key)
-                status[arm] = ok = grade_passed(g)
+                status[arm] = ok = None if g is None else passed_value(g[0])
                 if ok is None:
-                    why = (
-                        "not graded"
-                        if g is None
-                        else f"ungraded ({g.get('error') or g.get('judge_held') or 'grader error'})"
-                    )
+                    held = g[2] if g is not None and len(g) > 2 else None
+                    why = "not graded" if g is None else f"ungraded ({_said(g[1]) or _said(held) or 'grader error'})"
                     bad.append(f"{arm}: {why}")
             b, t = status[baseline], status[treatment]
             if bad:
@@ -373,7 +372,7 @@ def conformance_verdict(
     if threshold is not None and not 0 <= threshold <= 1:
         raise InputError(f"threshold must be in [0, 1], got {threshold!r}", json_path="threshold")
     arm = pick_arm(run, arm, "name one")
-    grades = grade_map(run)
+    grades = grade_values(run, ("passed", "error", "checks"))
     errors = {
         (str(r["case_id"]), int(r["index"])): str(r.get("error") or "error")
         for r in run.errors.to_dict("records")
@@ -383,8 +382,9 @@ def conformance_verdict(
     for c, i in errors:
         errored[c].add(i)
     present: dict[str, set[int]] = defaultdict(set)
-    for r in run.samples[run.samples["arm"] == arm][["case_id", "index"]].itertuples(index=False):
-        present[str(r.case_id)].add(int(r.index))
+    s = run.samples[run.samples["arm"] == arm]
+    for case_id, index in zip(s["case_id"].tolist(), s["index"].tolist(), strict=True):
+        present[str(case_id)].add(int(index))
     k = int(run.config.get("k") or 0)
     met = below = 0
     below_trials: list[str] = []
@@ -397,12 +397,12 @@ def conformance_verdict(
                 problems.append(f"{tag}: " + (f"errored ({errors[(case, i)]})" if (case, i) in errors else "no sample"))
                 continue
             g = grades.get((case, arm, i))
-            ok = grade_passed(g)
+            ok = None if g is None else passed_value(g[0])
             if ok is None or g is None:
-                problems.append(f"{tag}: " + ("not graded" if g is None else f"ungraded ({g.get('error')})"))
+                problems.append(f"{tag}: " + ("not graded" if g is None else f"ungraded ({g[1]})"))
                 continue
             if threshold is not None:
-                checks = g.get("checks") or []
+                checks = g[2] or []
                 share = (sum(1 for c in checks if c.get("passed")) / len(checks)) if checks else float(ok)
                 ok = share >= threshold
             if ok:
@@ -474,3 +474,11 @@ def run_plan(run: Run, plan_path: str | Path | None = None) -> Plan | None:
     `plan.json` (`plans.find_plan`), else none."""
     path = plan_path if plan_path is not None else find_plan(suite_dir_of(run))
     return load_plan(path) if path is not None else None
+
+
+def _said(v: Any) -> str | None:
+    """A grade's text field (an error, why a judge result is held) or None when it has
+    none (null, NaN from a DataFrame column, empty)."""
+    if v is None or (isinstance(v, float) and v != v) or v == "":
+        return None
+    return str(v)

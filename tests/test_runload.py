@@ -1,0 +1,220 @@
+"""A run folder loaded for analysis (evalkit.runload).
+
+The loader was made fast for 100,000-sample runs (rows rebuilt in place, the ledger read
+on first use, lookups by column); these tests hold it to the straightforward reading it
+replaced (`reference_load` below: every line parsed by `json.loads`, one new dict per
+row, `DataFrame.from_records`), value for value and type for type, on the committed
+v0.1 run and on a seeded random run folder with odd values.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from evalkit import gates, runload, verdicts
+
+DATA_RUN = Path(__file__).parent / "data" / "runs" / "v0.1" / "runs" / "20261201-094733"
+
+
+# -- the reference: the loader as it was before it was made fast -------------------------
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(raw) for raw in path.read_bytes().split(b"\n") if raw.strip()]
+
+
+def _frame(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> pd.DataFrame:
+    if not rows:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
+    df = pd.DataFrame.from_records(rows)
+    for c in columns:
+        if c not in df.columns:
+            df[c] = None
+    return df[list(columns) + [c for c in df.columns if c not in columns]]
+
+
+def _sample_row(d: dict[str, Any]) -> dict[str, Any]:
+    row = {k: v for k, v in d.items() if k != "usage"}
+    u = d.get("usage") or {}
+    row["prompt_tokens"] = u.get("prompt_tokens")
+    row["completion_tokens"] = u.get("completion_tokens")
+    row["tags"] = list(d.get("tags") or [])
+    row["tool_calls"] = list(d.get("tool_calls") or [])
+    return row
+
+
+def reference_load(p: Path) -> dict[str, pd.DataFrame]:
+    grades = []
+    for d in _lines(p / "grades.jsonl"):
+        d = dict(d)
+        d["checks"] = list(d.get("checks") or [])
+        grades.append(d)
+    return {
+        "samples": _frame([_sample_row(d) for d in _lines(p / "results.jsonl")], runload.SAMPLE_COLUMNS),
+        "grades": _frame(grades, runload.GRADE_COLUMNS),
+        "ledger": _frame(_lines(p / "ledger.jsonl"), runload.LEDGER_COLUMNS),
+        "errors": _frame(_lines(p / "errors.jsonl"), runload.ERROR_COLUMNS),
+    }
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal and of the same type, all the way down (NaN equals NaN; None is not NaN)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float) and math.isnan(a):
+        return math.isnan(b)
+    if isinstance(a, list | tuple):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
+def assert_same_frame(got: pd.DataFrame, want: pd.DataFrame, name: str) -> None:
+    assert list(got.columns) == list(want.columns), name
+    assert [str(t) for t in got.dtypes] == [str(t) for t in want.dtypes], name
+    assert got.index.equals(want.index), name
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+    for c in want.columns:
+        for i, (x, y) in enumerate(zip(got[c].tolist(), want[c].tolist(), strict=True)):
+            assert same(x, y), f"{name}.{c}[{i}]: {x!r} != {y!r}"
+
+
+def assert_loads_like_reference(path: Path) -> runload.Run:
+    want = reference_load(path)
+    for cache in (False, True, True):  # the cached copy too, first and second time
+        run = runload.load_run(path, cache=cache)
+        for name, df in want.items():
+            assert_same_frame(getattr(run, name), df, name)
+    return run
+
+
+# -- a seeded random run folder with odd values -------------------------------------------
+
+
+ODD_TEXT = ["Paris", "", "naïve café ☕", "日本語", "emoji 😀 and \u2028 line sep", "tab\tand\nnewline", '"quoted"', "\\"]
+
+
+def _odd_value(rnd: random.Random) -> Any:
+    return rnd.choice([None, 0, -1, 2**40, 1.5, -0.0, 1e-300, True, False, rnd.choice(ODD_TEXT), [], {"x": None}])
+
+
+def write_odd_run(root: Path, seed: int, n: int = 400) -> Path:
+    rnd = random.Random(seed)
+    run = root / "runs" / "20260101-000000"
+    run.mkdir(parents=True)
+    cases = [f"case-{i}" if i % 5 else f"cas é {i}" for i in range(n // 8)]
+    (run / "config.json").write_text(
+        json.dumps({"suite": None, "arms": ["baseline", "guided"], "k": 4, "cases": cases})
+    )
+    results, grades, ledger, errors = [], [], [], []
+    for i in range(n):
+        case, arm, index = rnd.choice(cases), rnd.choice(["baseline", "guided", "other ✓"]), rnd.randrange(6)
+        r: dict[str, Any] = {"case_id": case, "arm": arm, "index": index}
+        for key, choices in (
+            ("tags", [["a"], [], None, ["ü", "b"]]),
+            ("output", ODD_TEXT + [None]),
+            ("tool_calls", [[], None, [{"name": "f", "arguments": "{}"}]]),
+            ("usage", [None, {}, {"prompt_tokens": 3}, {"prompt_tokens": 10, "completion_tokens": 2}]),
+            ("latency_ms", [12.5, 0, None]),
+            ("cost_usd", [1e-6, 0.0, None, 3]),
+            ("cost_avoided_usd", [0.0, 2e-7]),
+            ("cached", [True, False, None]),
+            ("seed", [7, 2**31 - 1, None]),
+        ):
+            if rnd.random() < 0.85:  # sometimes the key is missing altogether
+                r[key] = rnd.choice(choices)
+        if rnd.random() < 0.1:
+            r[f"extra_{rnd.randrange(3)}"] = _odd_value(rnd)
+        results.append(r)
+        if rnd.random() < 0.9:
+            g: dict[str, Any] = {"case_id": case, "arm": arm, "index": index}
+            for key, choices in (
+                ("passed", [True, False, None]),
+                ("checks", [[], None, [{"name": "contains", "passed": False, "reason": "no «Paris»"}]]),
+                ("judge_score", [None, 3, 4.5]),
+                ("judge_cost_usd", [0.0, 1e-5, None]),
+                ("judge_version", [None, "rubric-v1"]),
+                ("error", [None, "grader crashed ☠"]),
+            ):
+                if rnd.random() < 0.85:
+                    g[key] = rnd.choice(choices)
+            grades.append(g)
+        ledger.append({"t": i * 0.5, "event": rnd.choice(["reserve", "settle", "release"]), "amount_usd": 1e-6})
+        if rnd.random() < 0.05:
+            errors.append({"case_id": case, "arm": arm, "index": index, "error": "HTTP 500 ✗", "attempts": 3})
+    for name, rows in (("results", results), ("grades", grades), ("ledger", ledger), ("errors", errors)):
+        with open(run / f"{name}.jsonl", "w", encoding="utf-8") as fh:
+            for row in rows:  # both spellings a writer may use: escaped and raw UTF-8
+                fh.write(json.dumps(row, ensure_ascii=rnd.random() < 0.5) + "\n")
+                if rnd.random() < 0.02:
+                    fh.write("\n")  # a blank line is skipped
+    return run
+
+
+def test_committed_v01_run_loads_like_the_reference():
+    assert_loads_like_reference(DATA_RUN)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_odd_run_loads_like_the_reference(tmp_path, seed):
+    run = assert_loads_like_reference(write_odd_run(tmp_path, seed))
+    assert len(run.samples) == 400 and len(run.grades) > 300
+
+
+def test_ungraded_run_has_empty_frames_with_their_columns(tmp_path):
+    run_dir = write_odd_run(tmp_path, 4)
+    for name in ("grades", "ledger", "errors"):
+        (run_dir / f"{name}.jsonl").unlink()
+    run = assert_loads_like_reference(run_dir)
+    assert list(run.grades.columns) == list(runload.GRADE_COLUMNS) and not len(run.grades)
+    assert list(run.ledger.columns) == list(runload.LEDGER_COLUMNS) and not len(run.ledger)
+
+
+def test_grade_values_are_the_grade_rows_columns(tmp_path):
+    """`grade_values` (by column) names the same value as `grade_map` (a dict per row) for
+    every key, duplicates included (the last row of a key wins in both)."""
+    run = runload.load_run(write_odd_run(tmp_path, 5))
+    rows = runload.grade_map(run)
+    cols = ("passed", "error", "checks", "judge_cost_usd", "judge_version")
+    values = runload.grade_values(run, cols)
+    assert list(values) == list(rows)
+    for key, row in rows.items():
+        assert all(same(v, row[c]) for c, v in zip(cols, values[key], strict=True)), key
+        assert runload.passed_value(values[key][0]) == runload.grade_passed(row)
+
+
+def test_verdicts_and_metrics_read_the_odd_run(tmp_path):
+    """The analyses that read grades by column give what a row-by-row reading gives."""
+    run = runload.load_run(write_odd_run(tmp_path, 6))
+    rows = runload.grade_map(run)
+    trials = verdicts.paired_trials(run, "baseline", "guided")
+    for t in trials:
+        for arm, got in (("baseline", t.baseline_passed), ("guided", t.treatment_passed)):
+            row = rows.get((t.case_id, arm, t.index))
+            present = ((run.samples["case_id"] == t.case_id) & (run.samples["arm"] == arm)
+                       & (run.samples["index"] == t.index)).any()
+            assert got == (runload.grade_passed(row) if present else None)
+    m = gates.run_metrics(run, arm="guided")
+    s = run.samples[run.samples["arm"] == "guided"]
+    for case in m.cases:
+        mine = s[s["case_id"] == case.case_id]
+        passed = [runload.grade_passed(rows.get((case.case_id, "guided", int(i)))) for i in mine["index"]]
+        assert (case.n, case.c, case.ungraded) == (len(mine), passed.count(True), passed.count(None))
+    assert m.by_id() is m.by_id() and list(m.by_id()) == [c.case_id for c in m.cases]
+
+
+def test_the_ledger_is_read_when_first_asked_for(tmp_path):
+    run_dir = write_odd_run(tmp_path, 7)
+    run = runload.load_run(run_dir)
+    assert "ledger" not in vars(run)  # not read by the load
+    assert len(run.ledger) == 400 and run.ledger is run.ledger  # read once, then kept
