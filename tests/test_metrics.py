@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from evalkit import metrics
+from evalkit import fmt, metrics
 from evalkit.cli import main
 from evalkit.records import Baseline
 from evalkit.serve import ScriptedServer
@@ -192,11 +192,12 @@ def test_index_and_notebook_pages(made, raw):
     assert row and f"base {raw['sample_pass_rate']:.1%}" in html.unescape(row.group(0))
     assert "sample pass rate" in made["index"] and "success rate" not in made["index"]
     page = (made["pages"] / "run_summary.html").read_text(encoding="utf-8")
-    for key in ("sample_pass_rate", "cost_per_case_usd", "cost_per_sample_usd", "cache_avoided_usd"):
-        assert f"<td>{raw[key]:.4g}</td>" in page, key
+    assert f"<td>{fmt.pct(raw['sample_pass_rate'])} (" in page  # with its interval, in percent
+    for key in ("cost_per_case_usd", "cost_per_sample_usd", "cache_avoided_usd"):
+        assert f"<td>{fmt.usd(raw[key])}</td>" in page, key
     side = json.loads((made["pages"] / "run_summary.json").read_text())
     assert side["arms"]["base"]["sample_pass_rate"] == pytest.approx(raw["sample_pass_rate"])
     assert side["gate"]["checks"][0]["current"] == pytest.approx(raw["gated_case_score"])
     pk = (made["pages"] / "pass_at_k.html").read_text(encoding="utf-8")
     for scores in raw["set_scores"].values():
-        assert f"<td>{sum(scores) / len(scores):.4g}</td>" in pk
+        assert f"<td>{fmt.pct(sum(scores) / len(scores))}</td>" in pk

@@ -1,0 +1,94 @@
+"""A README-loop run for looking at the reports: 15 cases, k=5, two arms, a judged case,
+a plan that asked for more cases than the suite has, made against the scripted server
+(no model needed). Used by tests/test_reports_browser.py, and by hand:
+
+    .venv/bin/python tests/browser_run.py OUT_DIR   # prints the index path
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+CAPITALS = {
+    "France": "Paris", "Japan": "Tokyo", "Italy": "Rome", "Egypt": "Cairo", "Peru": "Lima",
+    "Chile": "Santiago", "Kenya": "Nairobi", "Norway": "Oslo", "Myanmar": "Naypyidaw", "Greece": "Athens",
+}
+SYMBOLS = {"Gold": "Au", "Iron": "Fe", "Silver": "Ag", "Lead": "Pb"}
+K = 5
+
+
+def make_suite(root: Path, base_url: str) -> Path:
+    suite = root / "evals" / "factual"
+    for sub in ("guidance", "judge"):
+        (suite / sub).mkdir(parents=True, exist_ok=True)
+    cases = [{"id": f"capital-{c.lower()}", "input": f"What is the capital of {c}?", "expected": cap,
+              "tags": ["capital"] + (["golden"] if i < 3 else []), "set": "regression" if i < 3 else "capability",
+              "checks": [{"kind": "contains", "value": cap, "case_fold": True}]}
+             for i, (c, cap) in enumerate(CAPITALS.items())]
+    cases += [{"id": f"symbol-{e.lower()}", "input": f"What is the chemical symbol for {e}?", "expected": s,
+               "tags": ["symbol"], "checks": [{"kind": "regex", "pattern": f"(?<![A-Za-z]){s}(?![a-z])"}]}
+              for e, s in SYMBOLS.items()]
+    cases.append({"id": "judged-canberra", "input": "Why is Canberra the capital of Australia?",
+                  "expected": {"rubric": "Says it was a compromise between Sydney and Melbourne."},
+                  "tags": ["judged"]})
+    (suite / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
+    (suite / "prompt.txt").write_text("${guidance}Q: ${input}\nA:")
+    (suite / "guidance" / "skilled.md").write_text("GUIDED: answer with the name only.\n")
+    (suite / "judge" / "rubric-v1.md").write_text("5: correct and concise. 1: wrong.\n")
+    (suite / "judge" / "prompt-v1.md").write_text(
+        "Rubric: ${rubric}\nQuestion: ${input}\nCriteria: ${expected}\nAnswer: ${output}\nGive a score.\n")
+    cfg = {"mode": "completion", "template": "prompt.txt",
+           "generator": {"model": "gen-model", "base_url": base_url, "api_key_env": "EVALKIT_TEST_KEY"},
+           "judge": {"model": "judge-model", "base_url": base_url, "api_key_env": "EVALKIT_TEST_KEY"},
+           "k": K, "cost_cap_usd": 1.0, "max_tokens_in": 256, "max_tokens_out": 24,
+           "price": {"in_per_mtok": 0.1, "out_per_mtok": 0.4}, "judge_price": {"in_per_mtok": 0.15, "out_per_mtok": 0.6},
+           "gate": {"max_success_drop_points": 5, "max_cost_increase_pct": 20}, "temperature": 0.8, "seed": 7,
+           "concurrency": 4, "arms": [{"name": "baseline"}, {"name": "skilled", "guidance": "guidance/skilled.md"}]}
+    (suite / "config.json").write_text(json.dumps(cfg, indent=1))
+    return suite
+
+
+def script() -> dict:
+    rules: list[dict] = [
+        {"match": ["Give a score", "compromise"], "text": "SCORE: 5 REASON: names the compromise"},
+        {"match": "Give a score", "text": "SCORE: 2 REASON: does not name the compromise"},
+        {"match": "Myanmar", "texts": ["Yangon", "Rangoon"]},
+    ]
+    for country, cap in list(CAPITALS.items()) + list(SYMBOLS.items()):
+        rules.append({"match": ["GUIDED", country], "texts": [cap, "unknown"], "weights": [0.85, 0.15]})
+        rules.append({"match": country, "texts": [cap, "I think it is Springfield"], "weights": [0.5, 0.5]})
+    rules.append({"match": "Canberra", "texts": ["A compromise between Sydney and Melbourne.", "Because."]})
+    return {"rules": rules, "default": {"text": "unknown"}}
+
+
+def make(root: Path) -> dict:
+    """Run, grade, plan (48 cases asked), compare, report; returns the paths."""
+    from click.testing import CliRunner
+
+    from evalkit.cli import main
+    from evalkit.grading import grade_run
+    from evalkit.runner import run_suite
+    from evalkit.serve import ScriptedServer
+
+    os.environ.setdefault("EVALKIT_TEST_KEY", "test-key")
+    out = root / "reports"
+    with ScriptedServer(script()) as srv:
+        suite = make_suite(root, srv.base_url)
+        res = run_suite(suite, progress=False)
+        grade_run(res.path)
+    cli = CliRunner()
+    power = cli.invoke(main, ["power", "--win-rate", "0.75", "--tie-rate", "0.3", "--alpha", "0.05",
+                              "--power", "0.8", "--write", str(suite)])
+    comp = cli.invoke(main, ["compare", str(res.path), "--baseline", "baseline", "--treatment", "skilled"])
+    rep = cli.invoke(main, ["report", str(res.path), "--reports-dir", str(out)])
+    return {"suite": suite, "run": Path(res.path), "out": out, "pages": out / Path(res.path).name,
+            "power": power, "compare": comp, "report": rep}
+
+
+if __name__ == "__main__":
+    made = make(Path(sys.argv[1]))
+    for k in ("power", "compare", "report"):
+        print(f"== {k} (exit {made[k].exit_code})\n{made[k].output}")
