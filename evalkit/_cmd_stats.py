@@ -46,6 +46,11 @@ def _fail_on(kind: str, fail_on: tuple[str, ...]) -> None:
 )
 @click.option("--alpha", type=float, default=None, help="Significance level (default: the plan's, else 0.05).")
 @click.option("--fail-on", multiple=True, type=click.Choice(FAIL_KINDS), help="Exit 1 on this verdict (repeatable).")
+@click.option(
+    "--require-plan",
+    is_flag=True,
+    help="Exit 1 unless the run followed a pre-registered plan (for CI: no exploratory or cut-short verdict passes).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @ci_output_options
 def compare_cmd(
@@ -55,6 +60,7 @@ def compare_cmd(
     plan_path: Path | None,
     alpha: float | None,
     fail_on: tuple[str, ...],
+    require_plan: bool,
     as_json: bool,
     junit: Path | None,
     markdown: Path | None,
@@ -81,6 +87,13 @@ def compare_cmd(
         )
 
     emit_ci(report, junit, markdown)
+    if require_plan and (v.plan_check is None or not v.plan_check.ok):
+        click.echo(
+            "error: --require-plan: "
+            + ("no pre-registered plan" if v.plan_check is None else "the run did not follow its plan"),
+            err=True,
+        )
+        raise SystemExit(1)
     _fail_on(v.kind, fail_on)
 
 
@@ -130,6 +143,7 @@ def verdict_cmd(
     help="Record the plan in this suite folder (evals/<unit>/plan.json).",
 )
 @click.option("--sequential", is_flag=True, help="Plan a sequential sign test (stops once settled).")
+@click.option("--force", is_flag=True, help="With --write: replace an existing plan.json (a new pre-registration).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def power_cmd(
     win_rate: float,
@@ -138,18 +152,25 @@ def power_cmd(
     power_: float,
     write_dir: Path | None,
     sequential: bool,
+    force: bool,
     as_json: bool,
 ) -> None:
-    """Discordant pairs and cases the exact sign test needs (exact and approximate)."""
+    """Discordant pairs and cases the exact sign test needs (exact and approximate).
+
+    With --write, the plan is pre-registered in the suite; an existing plan.json is never
+    replaced without --force, and a suite with fewer cases than the plan needs is warned of."""
     # lazy: the statistics (scipy) load only when the command runs
-    from .plans import load_plan, plan_power, write_plan
+    from .plans import load_plan, plan_power, suite_shortfall, write_plan
 
     plan = plan_power(win_rate, tie_rate, alpha, power_, sequential=sequential)
     text = plan.render()
     if write_dir is not None:
-        path = write_plan(plan, write_dir)
+        path = write_plan(plan, write_dir, force=force)
         plan = load_plan(path)
         text += f"\nplan written: {path}"
+        short = suite_shortfall(plan, write_dir)
+        if short:
+            click.echo(f"warning: {short}", err=True)
     _emit(plan.to_json(), as_json, text)
 
 

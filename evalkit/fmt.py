@@ -15,6 +15,10 @@ import math
 from typing import Any
 
 NO_DATA = "-"
+# One colour per arm, by the arm's place in the run's (or suite's) arm list, on every page
+# and in the index: the notebooks' figures (`nb.arm_colors`) and the index's trend use it.
+ARM_PALETTE = ("#4c72b0", "#dd8452", "#55a868", "#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#ccb974")
+NEUTRAL = "#9e9e9e"  # a group that is no arm (all arms pooled)
 
 
 def missing(x: Any) -> bool:

@@ -180,8 +180,8 @@ def setup_plots() -> None:
     )
 
 
-ARM_PALETTE = ("#4c72b0", "#dd8452", "#55a868", "#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#ccb974")
-NEUTRAL = "#9e9e9e"  # a group that is no arm (all arms pooled)
+ARM_PALETTE = fmt.ARM_PALETTE
+NEUTRAL = fmt.NEUTRAL
 
 
 def arm_colors(names: list[str], order: list[str] | None = None, neutral: str | None = None) -> list[str]:

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from . import stats
 from ._io import read_json_object, suite_folder_of, write_atomic
-from .errors import InputError
+from .errors import EvalkitError, InputError
 from .layout import CONFIG_FILE, PLAN_FILE
 from .records import SEQUENTIAL_SIGN_TEST, SIGN_TEST, Plan, PlanCheck
 
@@ -105,9 +105,10 @@ def _sequential_design(win_rate: float, tie_rate: float, alpha: float, power: fl
     }
 
 
-def write_plan(plan: Plan, suite_dir: str | Path) -> Path:
+def write_plan(plan: Plan, suite_dir: str | Path, *, force: bool = False) -> Path:
     """Write `plan.json` into the suite folder (atomically). The plan's seed defaults to
-    the suite's `config.json` seed, so the run that follows is the one planned."""
+    the suite's `config.json` seed, so the run that follows is the one planned. An
+    existing plan is a pre-registration: it is replaced only with `force`."""
     d = Path(suite_dir)
     if not d.is_dir():
         raise InputError("suite folder not found", d)
@@ -118,8 +119,34 @@ def write_plan(plan: Plan, suite_dir: str | Path) -> Path:
             if isinstance(seed, int):
                 plan = replace(plan, seed=seed)
     path = d / PLAN_FILE
+    if not force and os.path.lexists(path):
+        raise InputError(
+            "a plan is already pre-registered here; replacing it silently would undo the pre-registration "
+            "(pass --force to write a new plan, and commit the change)",
+            path,
+        )
     write_atomic(path, json.dumps(plan.to_json(), indent=2) + "\n")
     return path
+
+
+def suite_shortfall(plan: Plan, suite_dir: str | Path) -> str | None:
+    """A sentence when the suite has fewer cases than the plan needs (one vote per case:
+    repeating cases cannot make up for missing ones); None when it has enough, or when the
+    suite cannot be read (lint reports that)."""
+    if plan.unit != "case":
+        return None
+    from .loader import load_suite  # lazy: the suite loader loads only when a plan is written
+
+    try:
+        n = len(load_suite(suite_dir).cases)
+    except EvalkitError:
+        return None
+    if n >= plan.n_trials:
+        return None
+    return (
+        f"the suite has {n} cases, the plan needs {plan.n_trials} (one vote per case): a run of this suite "
+        f"cannot follow the plan; add {plan.n_trials - n} cases, or plan for a larger effect"
+    )
 
 
 def load_plan(path: str | Path) -> Plan:

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
+from . import fmt
 from .errors import InputError
 
 Json = Any
@@ -548,6 +549,16 @@ class Verdict:
     def render(self) -> str:
         """A few lines for a terminal or a PR comment."""
         lines = [f"verdict: {self.kind}"]
+        if self.plan_check is not None:  # second: a verdict that did not follow its plan says so first
+            pc = self.plan_check
+            lines.append(
+                "plan: "
+                + ("followed" if pc.ok else "NOT followed: " + "; ".join(pc.flags) + " (not the pre-registered test)")
+            )
+        elif self.baseline_arm:
+            lines.append(
+                "plan: none (exploratory: no pre-registered plan.json; write one with `evalkit power --write`)"
+            )
         if self.baseline_arm:
             lines.append(f"arms: treatment {self.treatment_arm!r} vs baseline {self.baseline_arm!r}")
         lines.append(f"unit of the test: {self.unit}")
@@ -573,15 +584,12 @@ class Verdict:
             pd_ = self.paired
             lines.append(
                 f"all {pd_.n} graded paired trials, clustered on case ({pd_.n_clusters} clusters): "
-                f"treatment - baseline pass rate {pd_.mean:+.3f} (SE {_fmt3(pd_.se)}, "
-                f"95% CI {_fmt3(pd_.low)} to {_fmt3(pd_.high)}), correlation {_fmt3(pd_.correlation)}"
+                f"treatment - baseline pass rate {fmt.points(pd_.mean)} (SE {fmt.points(pd_.se)}, "
+                f"95% CI {fmt.points(pd_.low)} to {fmt.points(pd_.high)}), correlation {_fmt3(pd_.correlation)}"
             )
         if self.sequential:
             s = self.sequential
             lines.append(f"sequential: {s['decision']} after {s['n_used']} of {s['n_available']} units")
-        if self.plan_check is not None:
-            pc = self.plan_check
-            lines.append("plan: " + ("followed" if pc.ok else "NOT followed: " + "; ".join(pc.flags)))
         lines.append(f"reason: {self.reason}")
         for prob in self.problems[:20]:
             lines.append(f"  - {prob}")

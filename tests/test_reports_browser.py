@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests import browser_run
+import browser_run
 
 LEAK = re.compile(r"nan%|\bNone\b|\bTrue\b|\bFalse\b")
 CHECK_ID = "ek-browser-check"
