@@ -14,19 +14,12 @@ from pathlib import Path
 
 import click
 
+from . import fmt
 from ._cliopts import ci_output_options, emit_ci
 from ._text import printable
 from .errors import InputError
 from .layout import GRADES, GRADES_SUMMARY
 from .records import GradesSummary
-
-
-def _fmt(v: object) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:.3f}"
-    return str(v)
 
 
 @click.command("grade")
@@ -150,7 +143,19 @@ PRINTED = (
 
 
 def _score(v: float | None, se: float | None) -> str:
-    return "-" if v is None else f"{v:.3f}" + ("" if se is None else f" (SE {se:.3f})")
+    return fmt.pct(v) + ("" if v is None or fmt.missing(se) else f" (SE {fmt.points(se).removeprefix('+')})")
+
+
+def _metric(name: str, v: object) -> str:
+    """One metric as people read it: dollars for `_usd`, milliseconds for `_ms`, a
+    percentage for a rate, '-' for not measured."""
+    if name.endswith("_usd"):
+        return fmt.usd(v)
+    if name.endswith("_ms"):
+        return fmt.ms(v)
+    if name.endswith(("_rate", "_correctness", "_golden", "_should_refuse")):
+        return fmt.pct(v)
+    return fmt.cell(v)
 
 
 def summary_lines(s: GradesSummary, run_path: Path) -> list[str]:
@@ -166,14 +171,21 @@ def summary_lines(s: GradesSummary, run_path: Path) -> list[str]:
         lines.append(
             f"judge: {s.judge_model} {s.judge_version}"
             f"{' (same model as generator: override)' if s.judge_same_model_override else ''}; "
-            f"spend ${s.judge_spend_usd:.6f}, {s.cache_hits} cached answers"
+            f"spend {fmt.usd(s.judge_spend_usd)}, {s.cache_hits} cached answers"
         )
     if s.judge_trust is not None and s.judge_trust.n_labels:
         lines.append(f"judge against human labels: {s.judge_trust.reason}")
+    # each metric for all arms pooled and for each arm apart (arms are compared, not pooled)
+    columns = [("all arms", m)] + [(arm, a.overall) for arm, a in s.per_arm.items()]
+    if len(columns) == 2:
+        columns = columns[1:]  # one arm: its column is the pooled one
+    width = max(12, *(len(name) + 2 for name, _ in columns))
+    lines.append("  " + f"{'metric':28s}" + "".join(f"{name:>{width}s}" for name, _ in columns))
     for name in PRINTED:
-        v = getattr(m, name)
-        shown = f"{v:.6g}" if name.endswith("_usd") and isinstance(v, float) else _fmt(v)  # dollars: 6 digits
-        lines.append(f"  {name:28s} {shown}")
+        cells = [_metric(name, getattr(g, name)) for _, g in columns]
+        if all(c == fmt.NO_DATA for c in cells):
+            continue  # not measured on this run (no case of that kind): not printed
+        lines.append(f"  {name:28s}" + "".join(f"{c:>{width}s}" for c in cells))
     for arm, a in s.per_arm.items():
         lines.append(f"arm {arm} (k={s.k}): set/tag, cases, pass@k, pass^k, gated case score")
         groups = [("all", a.scores)] if a.scores else []
@@ -189,7 +201,7 @@ def summary_lines(s: GradesSummary, run_path: Path) -> list[str]:
         p = s.pairwise
         lines.append(
             f"pairwise {p['treatment']} vs {p['baseline']}: {p['wins']}W/{p['ties']}T/{p['losses']}L, "
-            f"{p['errored']} errored, position consistency {_fmt(p['position_consistency'])}"
+            f"{p['errored']} errored, position consistency {fmt.pct(p['position_consistency'])}"
         )
     return lines
 

@@ -180,11 +180,12 @@ def test_cli_lines(made, raw):
     def value(name: str) -> str:
         return next(x.split()[-1] for x in lines if x.strip().startswith(name + " "))
 
-    assert value("sample_pass_rate") == f"{raw['sample_pass_rate']:.3f}"
+    # one arm: its column is the only one; the CLI formats through evalkit.fmt (percent, dollars)
+    assert value("sample_pass_rate") == fmt.pct(raw["sample_pass_rate"])
     for key in ("cost_per_sample_usd", "cost_per_case_usd", "paid_usd", "cache_avoided_usd"):
-        assert value(key) == f"{raw[key]:.6g}", key
+        assert value(key) == fmt.usd(raw[key]), key
     all_row = next(x for x in lines if x.strip().startswith("all "))
-    assert f"gated {raw['gated_case_score']:.3f}" in all_row
+    assert f"gated {fmt.pct(raw['gated_case_score'])}" in all_row
 
 
 def test_index_and_notebook_pages(made, raw):
