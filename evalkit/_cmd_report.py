@@ -67,7 +67,8 @@ def report_cmd(
     """Record what the run concludes in its verdicts.json (two-arm verdict and plan check,
     gate, judge trust), execute the notebooks that apply to RUN with papermill, render
     them to HTML in REPORTS_DIR/<run>/ and rebuild REPORTS_DIR/index.html; print the
-    index's path. Exit 1 when a notebook failed (its page shows the error)."""
+    index's path. Exit 1 when a notebook failed (its page shows the error), or when the
+    run has nothing to report (no sample, or not graded)."""
     # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
     from . import reports
 
@@ -91,6 +92,9 @@ def report_cmd(
     if not result.ok:
         failed = [nb.name for nb in result.notebooks if not nb.ok]
         click.echo(f"error: {len(failed)} of {len(result.notebooks)} notebook(s) failed: {', '.join(failed)}", err=True)
+        sys.exit(1)
+    if result.nothing:
+        click.echo(f"error: {result.nothing}", err=True)
         sys.exit(1)
 
 

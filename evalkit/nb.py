@@ -25,7 +25,7 @@ from .failures import Failures
 from .layout import RUN_CONFIG
 from .plans import load_plan
 from .records import GradesSummary, RunVerdicts, Verdict
-from .runload import Run, grades_summary, load_run, run_verdicts, sample_texts
+from .runload import Run, grades_summary, load_run, report_state, run_verdicts, sample_texts
 from .verdicts import two_arm_verdict
 
 __all__ = ["sample_texts"]  # the samples joined with their grades, for the notebooks
@@ -221,18 +221,9 @@ def legend_outside(ax: Any, **kwargs: Any) -> None:
 
 def run_state(run: Run, summary: GradesSummary | None) -> tuple[str, str] | None:
     """What a page must say before any number: (banner kind, text) for a run with no
-    sample, an ungraded run or an INCOMPLETE one; None for a complete graded run."""
-    meta = run.summary or {}
-    if not len(run.samples):
-        return "regression", "Nothing to report: this run has no sample (it made no successful model call)."
-    if summary is None:
-        return "inconclusive", "Not graded: no number below is a result. Run `evalkit grade` on this run first."
-    if meta and not meta.get("complete", True):
-        return "inconclusive", (
-            f"INCOMPLETE: {meta.get('ran')} of {meta.get('total')} cases ran ({meta.get('reason')}). "
-            "Missing samples count as failures below."
-        )
-    return None
+    sample, an ungraded run or an INCOMPLETE one (`runload.report_state`); None for a
+    complete graded run."""
+    return report_state(run, summary)
 
 
 def show_state(run: Run, summary: GradesSummary | None) -> tuple[str, str] | None:

@@ -125,6 +125,7 @@ def write_manifest(run: Path, out_dir: Path, results: Iterable[NotebookPage], sk
         "complete": summary.get("complete"),
         "spend_usd": summary.get("spend_usd"),
         "cache_avoided_usd": summary.get("avoided_usd"),
+        "graded": grades is not None,
         "headline_metric": "sample_pass_rate",
         "headline": headline,
         "cost_per_case_usd": costs,
@@ -278,7 +279,9 @@ def build_index(reports_dir: str | Path) -> Path:
             for nb in m.get("notebooks") or []
             if nb.get("html")
         )
-        rates = ", ".join(f"{e(str(a))} {_pct(v)}" for a, v in (m.get("headline") or {}).items()) or "&mdash;"
+        rates = ", ".join(f"{e(str(a))} {_pct(v)}" for a, v in (m.get("headline") or {}).items()) or (
+            "<span class='warn'>not graded: nothing to report</span>" if m.get("graded") is False else "&mdash;"
+        )
         spend = m.get("spend_usd")
         complete = "" if m.get("complete") in (True, None) else " <span class='warn'>INCOMPLETE</span>"
         rows.append(

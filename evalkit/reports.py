@@ -44,7 +44,7 @@ from .nb import REDACT_ENV
 from .plans import find_plan, load_plan
 from .records import RunVerdicts
 from .report_index import CSP, NOTEBOOKS, TITLES, build_index, write_manifest
-from .runload import grades_summary, load_run
+from .runload import NOTHING_TO_REPORT, grades_summary, load_run, report_state
 from .runs import RunFolder, config_arm_names, find_suite_dir
 from .verdicts import conformance_verdict, record_verdicts, two_arm_verdict
 
@@ -91,6 +91,7 @@ class ReportResult:
     notebooks: tuple[NotebookReport, ...]
     skipped: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
+    nothing: str | None = None  # why the run has nothing to report (no sample, not graded), else None
 
     @property
     def ok(self) -> bool:
@@ -461,6 +462,8 @@ def report_run(
     index = build_index(reports_dir)
     if redacted is not None:
         privacy.verify_redacted(redacted, [out_dir, index])
+    loaded = load_run(source)
+    state = report_state(loaded, grades_summary(loaded))
     return ReportResult(
         run_dir=run,
         out_dir=out_dir.resolve(),
@@ -468,6 +471,7 @@ def report_run(
         notebooks=tuple(results),
         skipped=skipped,
         seconds=time.perf_counter() - t0,
+        nothing=state[1] if state is not None and state[0] == NOTHING_TO_REPORT else None,
     )
 
 

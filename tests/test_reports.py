@@ -472,3 +472,23 @@ def test_microtest_refuses_a_variant_that_cannot_be_an_arm(tmp_path, name, text,
     f.write_bytes(text) if isinstance(text, bytes) else f.write_text(text)
     r = CliRunner().invoke(main, ["microtest", str(tmp_path), "--variants", str(variants)])
     assert r.exit_code == 2 and message in r.output and str(f) in r.output, r.output
+
+
+def test_an_ungraded_or_empty_run_says_so_first_and_report_exits_1(tmp_path):
+    """Nothing to report is said at the top of each page and in the exit status, never 'No findings.'."""
+    from conftest import make_run
+
+    ungraded = make_run(tmp_path, "ungraded", {("c1", "a"): [True, False]}, k=2)
+    (ungraded / "grades.jsonl").unlink()  # never graded
+    empty = make_run(tmp_path, "empty", {("c1", "a"): ["missing", "missing"]}, k=2, complete=False)
+    out = tmp_path / "reports"
+    for run, said in ((ungraded, "Nothing to report yet: this run is not graded"),
+                      (empty, "Nothing to report: this run has no sample")):
+        rep = CliRunner().invoke(main, ["report", str(run), "--reports-dir", str(out), "--only", "run_summary"])
+        assert rep.exit_code == 1, rep.output
+        assert f"error: {said}" in rep.output
+        page = (out / run.name / "run_summary.html").read_text(encoding="utf-8")
+        assert said in page and page.index(said) < page.index("Metrics per arm")
+        assert "No findings.</b>" not in page
+    index = (out / "index.html").read_text(encoding="utf-8")
+    assert "not graded: nothing to report" in index
