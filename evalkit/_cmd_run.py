@@ -48,6 +48,7 @@ from .errors import InputError
     help="Run even though the privacy scan found personal data or secrets in the suite "
     "(recorded in the run's config.json); by default the run refuses before any call.",
 )
+@click.option("--lenient-keys", is_flag=True, help="Ignore unknown config keys (a warning) instead of refusing to run.")
 @ci_output_options
 def run_cmd(
     suite: str,
@@ -62,6 +63,7 @@ def run_cmd(
     no_progress: bool,
     ci: bool,
     allow_private_data: bool,
+    lenient_keys: bool,
     junit: Path | None,
     markdown: Path | None,
 ) -> None:
@@ -75,12 +77,15 @@ def run_cmd(
     if replay_only and no_cache:
         raise InputError("--replay-only needs the response cache; drop --no-cache")
     target: object = suite
-    if ci:
+    if ci or lenient_keys:
         # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
         from .loader import load_suite
         from .suite import ci_suite
 
-        target = ci_suite(load_suite(suite))
+        loaded = load_suite(suite, lenient_keys=lenient_keys)
+        for w in loaded.warnings if lenient_keys else ():
+            click.echo(f"warning: {w}", err=True)
+        target = ci_suite(loaded) if ci else loaded
     result = run_suite(
         target,
         arms=arm_list,

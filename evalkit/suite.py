@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import difflib
 import json
 import math
 import os
@@ -304,7 +305,11 @@ class _Reader:
     def unknown_keys(self, obj: dict, known: set[str], jp: str, what: str) -> None:
         for key in obj:
             if key not in known and not is_comment_key(str(key)):
-                self.warn(f"{jp}.{key}", f"unknown key {key!r} in {what} (ignored)", strict_error=True)
+                close = difflib.get_close_matches(str(key), sorted(known), n=1, cutoff=0.6)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                self.fx.unknown_key(
+                    f"unknown key {key!r} in {what}{hint}", self.path, self.line_for(f"{jp}.{key}"), f"{jp}.{key}"
+                )
 
     def _present(self, obj: dict, key: str, kp: str, *, required: bool) -> Any:
         """`obj[key]`, or `_ABSENT` (with an error when the key is required)."""
