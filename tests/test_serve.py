@@ -548,3 +548,20 @@ def test_serve_without_a_command_exits_1_when_its_server_dies(tmp_path):
             proc.kill()
             proc.wait()
     assert rc == 1 and "killed by SIGSEGV (signal 11)" in err and url in err
+
+
+def test_serve_help_shows_a_working_script_and_points_to_the_format():
+    import re as _re
+
+    from click.testing import CliRunner as _Runner
+
+    from evalkit.cli import main as _main
+    from evalkit.serve import load_script as _load
+
+    out = _Runner().invoke(_main, ["serve", "--help"]).output
+    assert 'docs/formats.md, "Scripted server script"' in out
+    example = _re.search(r"(\{\"rules\".*?\]\})\n", out, _re.S).group(1)
+    script = _load(json.loads(example))  # the example in --help is a valid script
+    assert script["default"] == {"text": "unknown"}
+    formats = (__import__("pathlib").Path(__file__).resolve().parents[1] / "docs" / "formats.md").read_text(encoding="utf-8")
+    assert "## Scripted server script (`evalkit serve --scripted FILE`)" in formats and '"faults": [' in formats
