@@ -150,11 +150,42 @@ def write_sidecar(name: str, numbers: Mapping[str, Any], directory: str | Path |
     return path
 
 
+RUN_GLOBS = ("runs/*", "*/runs/*", "evals/*/runs/*")  # where an empty run_dir looks, under the current directory
+
+
+def newest_run(root: str | Path | None = None) -> Path | None:
+    """The newest run folder under `root` (default: the current directory, where
+    JupyterLab starts a notebook's kernel): in its suite's `runs/` (`root` is a suite),
+    its suites' (`root` is `evals/`) or its project's (`evals/*/runs/`); newest by the
+    run's recorded creation time, then its folder name. None when there is none."""
+    base = Path(root) if root is not None else Path.cwd()
+    found = {p.resolve() for g in RUN_GLOBS for p in base.glob(g) if (p / RUN_CONFIG).is_file()}
+
+    def created(p: Path) -> tuple[str, str]:
+        try:
+            c = json.loads((p / RUN_CONFIG).read_text(encoding="utf-8")).get("created")
+        except (OSError, ValueError, AttributeError):
+            c = None
+        return (str(c or ""), p.name)
+
+    return max(found, key=created) if found else None
+
+
 def resolve_run(run_dir: str | Path | None) -> Path:
-    """The run folder a notebook analyses: its `run_dir` parameter, which must name a run
-    folder (a notebook opened by hand sets it; `evalkit report` always does)."""
+    """The run folder a notebook analyses: its `run_dir` parameter (`evalkit report`
+    always sets it), or, left empty in a notebook opened by hand, the newest run under
+    the current directory's suite (`newest_run`), said on the page; none found is an
+    error that says where it looked."""
     if not run_dir:
-        raise InputError("no run_dir given: set the notebook's run_dir parameter to a run folder")
+        found = newest_run()
+        if found is None:
+            raise InputError(
+                "no run_dir given and no run found under the current directory "
+                f"(looked in {', '.join(RUN_GLOBS)}): set the notebook's run_dir parameter to a run folder",
+                Path.cwd(),
+            )
+        say(f"run_dir was empty: showing the newest run under {Path.cwd()}: {found}")
+        return found
     p = Path(run_dir).expanduser()
     if not (p / RUN_CONFIG).exists():
         raise InputError("not a run folder (no config.json)", p)
