@@ -549,10 +549,18 @@ def judge_trust(
         return JudgeTrust(0, None, None, None, trusted=None, reason=f"{why}: the judge is uncalibrated", **base)
     ag = stats.agreement([j for j, _ in scored], [h for _, h in scored], labels=[1, 2, 3, 4, 5])
     trusted = ag.exact >= EXACT_AGREEMENT_BAR and ag.within_one >= WITHIN_ONE_AGREEMENT_BAR
+    missed = [
+        f"the {name} bar ({value:.0%}, needs {bar:.0%})"
+        for name, value, bar in (
+            ("exact-agreement", ag.exact, EXACT_AGREEMENT_BAR),
+            ("within-one", ag.within_one, WITHIN_ONE_AGREEMENT_BAR),
+        )
+        if value < bar
+    ]
     reason = (
         f"{ag.exact:.0%} exact and {ag.within_one:.0%} within-one agreement with people on {ag.n} item(s) "
         f"(bars {EXACT_AGREEMENT_BAR:.0%} / {WITHIN_ONE_AGREEMENT_BAR:.0%})"
-        + ("" if trusted else ": rewrite the rubric, then label again")
+        + ("" if trusted else f": misses {' and '.join(missed)}; rewrite the rubric, then label again")
         + (f"; only {ag.n} item(s), under {HUMAN_SAMPLE_MIN}: too noisy to act on" if ag.n < HUMAN_SAMPLE_MIN else "")
     )
     return JudgeTrust(

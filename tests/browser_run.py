@@ -18,6 +18,7 @@ CAPITALS = {
 }
 SYMBOLS = {"Gold": "Au", "Iron": "Fe", "Silver": "Ag", "Lead": "Pb"}
 K = 5
+PANDALM = Path(__file__).resolve().parents[2] / "shared" / "data" / "pandalm"  # the reference data, when present
 
 
 def make_suite(root: Path, base_url: str) -> Path:
@@ -83,7 +84,8 @@ def make(root: Path) -> dict:
     power = cli.invoke(main, ["power", "--win-rate", "0.75", "--tie-rate", "0.3", "--alpha", "0.05",
                               "--power", "0.8", "--write", str(suite)])
     comp = cli.invoke(main, ["compare", str(res.path), "--baseline", "baseline", "--treatment", "skilled"])
-    rep = cli.invoke(main, ["report", str(res.path), "--reports-dir", str(out)])
+    extra = ["--pandalm-dir", str(PANDALM)] if (PANDALM / "testset-v1.json").exists() else []
+    rep = cli.invoke(main, ["report", str(res.path), "--reports-dir", str(out), *extra])
     return {"suite": suite, "run": Path(res.path), "out": out, "pages": out / Path(res.path).name,
             "power": power, "compare": comp, "report": rep}
 

@@ -241,6 +241,14 @@ def test_judge_trust_against_human_labels():
     good = judge_trust(many, {f"i{i}/x/0": 1 + i % 5 if i < 13 else 1 + (i + 1) % 5 for i in range(20)})
     # 13 of 20 exact (65% >= 60%) but a shift of one is within one except 5 -> 1 (2 items): 18/20 = 90%
     assert (good.exact, good.within_one, good.trusted) == (0.65, 0.9, True)
+    assert "misses" not in good.reason
+    # the README loop's case: 71% exact clears its bar; 84% within one misses the 90% bar, and the reason says which
+    n = 100
+    human = {f"j{i}/x/0": 2 + i % 2 for i in range(n)}
+    near = judge_trust([HumanLabel(k, k.split("/")[0], "x", 0, v) for k, v in human.items()],
+                       {k: v + (0 if i < 71 else 1 if i < 84 else 2) for i, (k, v) in enumerate(human.items())})
+    assert (near.exact, near.within_one, near.trusted) == (0.71, 0.84, False)
+    assert "misses the within-one bar (84%, needs 90%)" in near.reason and "exact-agreement bar" not in near.reason
 
 
 def test_human_labels_from_a_fifo_or_out_of_the_suite_are_refused_without_hanging(tmp_path):

@@ -175,7 +175,7 @@ def test_pages_have_their_sections(made):
         "run_summary": ["Metrics per arm", "Per tag", "Latency and cost", "Against the baseline", "Findings"],
         "pass_at_k": ["Per set and per tag", "Capability and regression gates", "Passes sometimes, not reliably"],
         "skill_comparison": ["Verdict:", "unit of the test", "Trial by trial", "The sequential path", "Cost of each arm"],
-        "judge_calibration": ["This run&#x27;s judge", "Real data: PandaLM", "exact"],
+        "judge_calibration": ["This run&#x27;s judge", "Reference, not this run&#x27;s judge: PandaLM", "Reference only (not this run&#x27;s judge)", "exact"],
         "power_planning": ["Trials a planned comparison needs", "This suite&#x27;s plan and this run"],
     }
     for name, sections in expect.items():
