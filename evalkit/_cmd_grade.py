@@ -143,7 +143,7 @@ PRINTED = (
 
 
 def _score(v: float | None, se: float | None) -> str:
-    return fmt.pct(v) + ("" if v is None or fmt.missing(se) else f" (SE {fmt.points(se).removeprefix('+')})")
+    return fmt.pct(v) + ("" if v is None or fmt.missing(se) else f" (SE {fmt.points(se, signed=False)})")
 
 
 def _metric(name: str, v: object) -> str:

@@ -62,11 +62,12 @@ def pct_ci(rate: Any, low: Any, high: Any, digits: int = 1) -> str:
     return f"{pct(rate, digits)} ({pct_range(low, high, digits)})"
 
 
-def points(x: Any, digits: int = 1) -> str:
-    """A difference of two rates, in percentage points with a sign: `+40.0 pts`."""
+def points(x: Any, digits: int = 1, *, signed: bool = True) -> str:
+    """A difference of two rates in percentage points, with its sign (`+40.0 pts`), or
+    without one for a spread such as a standard error (`signed=False`: `7.8 pts`)."""
     if missing(x):
         return NO_DATA
-    return f"{float(x) * 100:+.{digits}f} pts"
+    return f"{float(x) * 100:{'+' if signed else ''}.{digits}f} pts"
 
 
 def usd(x: Any) -> str:

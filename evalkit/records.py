@@ -584,7 +584,7 @@ class Verdict:
             pd_ = self.paired
             lines.append(
                 f"all {pd_.n} graded paired trials, clustered on case ({pd_.n_clusters} clusters): "
-                f"treatment - baseline pass rate {fmt.points(pd_.mean)} (SE {fmt.points(pd_.se)}, "
+                f"treatment - baseline pass rate {fmt.points(pd_.mean)} (SE {fmt.points(pd_.se, signed=False)}, "
                 f"95% CI {fmt.points(pd_.low)} to {fmt.points(pd_.high)}), correlation {_fmt3(pd_.correlation)}"
             )
         if self.sequential:

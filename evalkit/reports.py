@@ -350,16 +350,19 @@ def _export(nb: Any, resources: dict[str, Any]) -> str:
 
 
 def params_table_html(parameters: Mapping[str, Any], title: str) -> str:
-    """The header of a report page: its title and the parameters it ran with (escaped)."""
+    """The header of a report page: when it was rendered and the parameters it ran with
+    (escaped), folded; the notebook's own first heading is the page's title (`title` names
+    the page in the line, never as a second heading)."""
     rows = "".join(
         f"<tr><td><code>{html.escape(str(k))}</code></td><td>{html.escape(json.dumps(v))}</td></tr>"
         for k, v in parameters.items()
     )
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
     return (
-        f"<h1>{html.escape(title)}</h1><p>Rendered {html.escape(stamp)} by <code>evalkit report</code>. "
-        f"Parameters:</p><table class='ek-params'><thead><tr><th>parameter</th><th>value</th></tr></thead>"
-        f"<tbody>{rows}</tbody></table>"
+        f"<details class='ek-header'><summary>{html.escape(title)}: rendered {html.escape(stamp)} by "
+        f"<code>evalkit report</code> (click for the parameters)</summary>"
+        f"<table class='ek-params'><thead><tr><th>parameter</th><th>value</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table></details>"
     )
 
 

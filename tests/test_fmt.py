@@ -42,3 +42,6 @@ def test_pvalue_and_points_and_counts():
     assert fmt.pvalue(0.0004883) == "0.00049" and fmt.pvalue(0.031) == "0.031" and fmt.pvalue(1.0) == "1"
     assert fmt.points(0.4) == "+40.0 pts" and fmt.points(-0.012) == "-1.2 pts"
     assert fmt.count(1, "case") == "1 case" and fmt.count(3, "repetition") == "3 repetitions"
+def test_points_unsigned():
+    from evalkit import fmt
+    assert fmt.points(0.078, signed=False) == "7.8 pts"

@@ -33,10 +33,12 @@ window.addEventListener('load', function () {{
                    .map(function (i) {{ return (i.getAttribute('src') || '').slice(0, 60); }});
   var body = document.body.cloneNode(true);
   body.querySelectorAll('pre, code, script, style, textarea').forEach(function (e) {{ e.remove(); }});
+  var height = document.documentElement.scrollHeight;  // before the probe's own output is added
   var out = document.createElement('textarea');
   out.id = '{CHECK_ID}';
+  out.style.display = 'none';
   out.textContent = JSON.stringify({{images: imgs.length, broken: broken, text: body.textContent,
-                              height: document.documentElement.scrollHeight}});
+                              height: height}});
   document.body.appendChild(out);
 }});
 </script>"""
@@ -73,8 +75,8 @@ def render(binary: str, page: Path, screenshot: Path) -> dict[str, Any]:
     probe.write_text(text.replace("</body>", PROBE + "</body>", 1) if "</body>" in text else text + PROBE,
                      encoding="utf-8")
     try:
-        dom = _chrome(binary, "--virtual-time-budget=5000", "--dump-dom", probe.as_uri())
-        m = re.search(rf'<textarea id="{CHECK_ID}">(.*?)</textarea>', dom.stdout, re.S)
+        dom = _chrome(binary, "--window-size=1200,800", "--virtual-time-budget=5000", "--dump-dom", probe.as_uri())
+        m = re.search(rf'<textarea id="{CHECK_ID}"[^>]*>(.*?)</textarea>', dom.stdout, re.S)
         assert m, f"{page.name}: the browser did not finish the page (exit {dom.returncode}): {dom.stderr[-800:]}"
         seen = json.loads(html.unescape(m.group(1)))
         height = min(max(int(seen["height"]), 600), 16000)
