@@ -129,3 +129,9 @@ def test_the_probe_catches_a_broken_image_and_a_leaked_value(tmp_path: Path) -> 
     seen = render(binary, page, tmp_path / "bad.png")
     assert seen["images"] == 1 and len(seen["broken"]) == 1
     assert LEAK.findall(seen["text"]) == ["nan%", "None"]
+
+
+def test_without_chromium_the_test_fails_saying_how_to_install_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no browser on this PATH
+    with pytest.raises(pytest.fail.Exception, match="apt-get install chromium"):
+        chromium()
