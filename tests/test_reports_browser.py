@@ -10,38 +10,35 @@ without it the test fails, saying how to install it.
 
 from __future__ import annotations
 
-import html
+import asyncio
+import base64
 import json
 import re
 import shutil
 import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tornado.websocket import websocket_connect
 
 import browser_run
 
 LEAK = re.compile(r"nan%|\bNone\b|\bTrue\b|\bFalse\b")
-CHECK_ID = "ek-browser-check"
-# Run on load, in the page itself: which images did not decode, the text outside code and
-# model output, and the page's height (for a full-page screenshot).
-PROBE = f"""<script>
-window.addEventListener('load', function () {{
-  var imgs = Array.prototype.slice.call(document.images);
-  var broken = imgs.filter(function (i) {{ return !(i.complete && i.naturalWidth > 0); }})
-                   .map(function (i) {{ return (i.getAttribute('src') || '').slice(0, 60); }});
-  var body = document.body.cloneNode(true);
-  body.querySelectorAll('pre, code, script, style, textarea').forEach(function (e) {{ e.remove(); }});
-  var height = document.documentElement.scrollHeight;  // before the probe's own output is added
-  var out = document.createElement('textarea');
-  out.id = '{CHECK_ID}';
-  out.style.display = 'none';
-  out.textContent = JSON.stringify({{images: imgs.length, broken: broken, text: body.textContent,
-                              height: height}});
-  document.body.appendChild(out);
-}});
-</script>"""
+# Evaluated in each loaded page through the DevTools protocol (the page itself, with its
+# Content-Security-Policy, is not changed): which images did not decode, the text outside
+# code and model output, and the page's height for a full-page screenshot.
+PROBE = """(() => {
+  const imgs = Array.from(document.images);
+  const broken = imgs.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => (i.getAttribute('src') || '').slice(0, 60));
+  const body = document.body.cloneNode(true);
+  body.querySelectorAll('pre, code, script, style, textarea').forEach(e => e.remove());
+  return {images: imgs.length, broken: broken, text: body.textContent, height: document.documentElement.scrollHeight};
+})()"""
+WIDTH = 1200
 HOW_TO_INSTALL = (
     "headless Chromium is needed for the browser test of the reports: install Debian's package "
     "(`sudo apt-get install chromium`; `make test` does it when run as root or with passwordless sudo)"
@@ -57,34 +54,100 @@ def chromium() -> str:
     pytest.fail(HOW_TO_INSTALL)
 
 
-def _chrome(binary: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [binary, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
-         "--disable-extensions", "--allow-file-access-from-files", *args],
-        capture_output=True, text=True, timeout=60, check=False,
-    )
+class Browser:
+    """One headless Chromium driven over the DevTools protocol (tornado's websocket
+    client, already installed with Jupyter): load a page, wait for its load event,
+    evaluate the probe, take a full-page screenshot. Hand-written rather than
+    Playwright/Selenium: those download their own browsers or drivers; this uses the
+    system's Chromium and nothing else."""
 
+    def __init__(self, binary: str, profile: Path) -> None:
+        self.proc = subprocess.Popen(
+            [binary, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
+             "--disable-extensions", "--remote-debugging-port=0", f"--user-data-dir={profile}",
+             f"--window-size={WIDTH},800", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        port_file = profile / "DevToolsActivePort"
+        deadline = time.monotonic() + 30
+        while not (port_file.exists() and port_file.read_text().strip()):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.close()
+                pytest.fail(f"headless Chromium did not start ({binary}, exit {self.proc.returncode})")
+            time.sleep(0.05)
+        port = int(port_file.read_text().split()[0])
+        targets = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json", timeout=10))
+        self.url = next(t["webSocketDebuggerUrl"] for t in targets if t["type"] == "page")
+        self.loop = asyncio.new_event_loop()
 
-def render(binary: str, page: Path, screenshot: Path) -> dict[str, Any]:
-    """What the browser made of `page` (images, broken ones, visible text, height), and a
-    full-page screenshot of it at `screenshot`."""
-    probe = page.with_name(f".probe-{page.name}")
-    # the pages forbid scripts (Content-Security-Policy); the probe's copy allows its own
-    # inline one and keeps every other rule (images only from data: URIs)
-    text = page.read_text(encoding="utf-8").replace("script-src 'none'", "script-src 'unsafe-inline'")
-    probe.write_text(text.replace("</body>", PROBE + "</body>", 1) if "</body>" in text else text + PROBE,
-                     encoding="utf-8")
-    try:
-        dom = _chrome(binary, "--window-size=1200,800", "--virtual-time-budget=5000", "--dump-dom", probe.as_uri())
-        m = re.search(rf'<textarea id="{CHECK_ID}"[^>]*>(.*?)</textarea>', dom.stdout, re.S)
-        assert m, f"{page.name}: the browser did not finish the page (exit {dom.returncode}): {dom.stderr[-800:]}"
-        seen = json.loads(html.unescape(m.group(1)))
+        async def connect() -> Any:
+            return await websocket_connect(self.url, max_message_size=1 << 28)
+
+        self.ws = self.loop.run_until_complete(connect())
+        self.n = 0
+        self.events: list[dict[str, Any]] = []
+        self.call("Page.enable")
+
+    async def _call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        self.n += 1
+        await self.ws.write_message(json.dumps({"id": self.n, "method": method, "params": params}))
+        while True:
+            msg = await asyncio.wait_for(self.ws.read_message(), timeout=30)
+            assert msg is not None, "Chromium closed the DevTools connection"
+            d = json.loads(msg)
+            if d.get("id") == self.n:
+                assert "error" not in d, f"{method}: {d['error']}"
+                return d.get("result", {})
+            self.events.append(d)
+
+    async def _event(self, name: str) -> None:
+        while not any(e.get("method") == name for e in self.events):
+            msg = await asyncio.wait_for(self.ws.read_message(), timeout=30)
+            assert msg is not None, "Chromium closed the DevTools connection"
+            self.events.append(json.loads(msg))
+
+    def call(self, method: str, **params: Any) -> dict[str, Any]:
+        return self.loop.run_until_complete(self._call(method, params))
+
+    def render(self, page: Path, screenshot: Path) -> dict[str, Any]:
+        """What the browser made of `page` (images, broken ones, visible text, height),
+        and a full-page screenshot of it at `screenshot`."""
+        self.events.clear()
+        self.call("Emulation.setDeviceMetricsOverride", width=WIDTH, height=800, deviceScaleFactor=1, mobile=False)
+        self.call("Page.navigate", url=page.resolve().as_uri())
+        self.loop.run_until_complete(self._event("Page.loadEventFired"))
+        seen = self.call("Runtime.evaluate", expression=PROBE, returnByValue=True)["result"]["value"]
         height = min(max(int(seen["height"]), 600), 16000)
-        shot = _chrome(binary, f"--window-size=1200,{height}", f"--screenshot={screenshot}", page.as_uri())
-        assert screenshot.exists(), f"{page.name}: no screenshot: {shot.stderr[-800:]}"
+        self.call("Emulation.setDeviceMetricsOverride", width=WIDTH, height=height, deviceScaleFactor=1, mobile=False)
+        shot = self.call("Page.captureScreenshot", format="png")
+        screenshot.write_bytes(base64.b64decode(shot["data"]))
+        return seen
+
+    def close(self) -> None:
+        if getattr(self, "loop", None) is not None:
+
+            async def shut() -> None:
+                if getattr(self, "ws", None) is not None:
+                    self.ws.close()
+                await asyncio.sleep(0)
+
+            self.loop.run_until_complete(shut())
+            self.loop.close()
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
+    b = Browser(chromium(), tmp_path_factory.mktemp("chromium-profile"))
+    try:
+        yield b
     finally:
-        probe.unlink(missing_ok=True)
-    return seen
+        b.close()
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +155,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return browser_run.make(tmp_path_factory.mktemp("browser"))
 
 
-def test_every_page_renders_without_broken_images_or_python_values(made: dict[str, Any]) -> None:
-    binary = chromium()
+def test_every_page_renders_without_broken_images_or_python_values(made: dict[str, Any], browser: Browser) -> None:
     assert made["report"].exit_code == 0, made["report"].output
     index = made["out"] / "index.html"
     pages = [index] + sorted(made["pages"].glob("*.html"))
@@ -106,7 +168,7 @@ def test_every_page_renders_without_broken_images_or_python_values(made: dict[st
     shots.mkdir(exist_ok=True)
     problems = []
     for page in pages:
-        seen = render(binary, page, shots / f"{page.stem}.png")
+        seen = browser.render(page, shots / f"{page.stem}.png")
         if page != index:
             assert seen["images"] > 0, f"{page.name}: no figure"
         if seen["broken"]:
@@ -118,15 +180,14 @@ def test_every_page_renders_without_broken_images_or_python_values(made: dict[st
     assert sorted(p.name for p in shots.glob("*.png")) == sorted(f"{p.stem}.png" for p in pages)
 
 
-def test_the_probe_catches_a_broken_image_and_a_leaked_value(tmp_path: Path) -> None:
-    binary = chromium()
+def test_the_probe_catches_a_broken_image_and_a_leaked_value(tmp_path: Path, browser: Browser) -> None:
     page = tmp_path / "bad.html"
     page.write_text(
         "<html><body><p>rate nan% and None</p><pre>True in model output is fine</pre>"
         "<img src='data:image/png;base64,AAAA'></body></html>",
         encoding="utf-8",
     )
-    seen = render(binary, page, tmp_path / "bad.png")
+    seen = browser.render(page, tmp_path / "bad.png")
     assert seen["images"] == 1 and len(seen["broken"]) == 1
     assert LEAK.findall(seen["text"]) == ["nan%", "None"]
 
