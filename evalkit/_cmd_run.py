@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from . import fmt
 from ._cliopts import ci_output_options, emit_ci
 from .errors import InputError
 
@@ -101,7 +102,8 @@ def run_cmd(
     )
     click.echo(f"run folder: {result.path}")
     click.echo(
-        f"spend: ${result.spend_usd:.6f} of cap ${result.cap_usd:.6f} (avoided by the cache: ${result.avoided_usd:.6f})"
+        f"spend: {fmt.usd(result.spend_usd)} of cap {fmt.usd(result.cap_usd)} "
+        f"(avoided by the cache: {fmt.usd(result.avoided_usd)})"
     )
     for arm, c in result.per_arm.items():
         click.echo(f"{arm}: {c['samples']} samples, {c['errors']} errors")

@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from . import fmt
 from .errors import EvalkitError
 
 
@@ -75,7 +76,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         _say(f"run folder {result.path} ({time.monotonic() - t_run:.1f}s)")
         died = server.exit_reason()
-    _say(f"spend ${result.spend_usd:.6f} of cap ${result.cap_usd:.2f} (cache avoided ${result.avoided_usd:.6f})")
+    _say(
+        f"spend {fmt.usd(result.spend_usd)} of cap {fmt.usd(result.cap_usd)} "
+        f"(cache avoided {fmt.usd(result.avoided_usd)})"
+    )
     if died:
         _say("the embedded model server died during the run: not grading or reporting it")
         return 1
@@ -85,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         a = graded.summary.per_arm.get(arm)
         m = a.overall if a is not None else None
         rate = m.sample_pass_rate if m is not None else None
-        shown = f"{rate:.1%}" if rate is not None else "n/a"
+        shown = fmt.pct(rate)
         expected = m.n_expected if m is not None else 0
         graded_n = m.n_graded if m is not None else 0
         _say(f"sample pass rate {arm}: {shown} of {expected} samples ({graded_n} graded)")
@@ -96,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         v = compare(result.path, arms[0], arms[1], plan=plan.path or None)  # recorded in verdicts.json
         _say(
             f"verdict {arms[1]} vs {arms[0]}: {v.kind} ({v.wins}W/{v.ties}T/{v.losses}L, "
-            f"p={v.p_value:.4g}, unit: {v.unit})"
+            f"p={fmt.pvalue(v.p_value)}, unit: {v.unit})"
             if v.p_value is not None
             else f"verdict: {v.kind} ({v.reason})"
         )

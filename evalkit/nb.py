@@ -90,7 +90,7 @@ def table_html(data: Any, *, caption: str | None = None, index: bool = False, ma
     shown = df.astype(object).map(fmt.cell) if len(df.columns) else df
     if index:
         shown.index = [fmt.cell(i) for i in shown.index]
-    out = shown.to_html(escape=True, index=index, border=0, classes="ek-table", na_rep=fmt.NO_DATA)
+    out = str(shown.to_html(escape=True, index=index, border=0, classes="ek-table", na_rep=fmt.NO_DATA))
     cap = f"<div class='ek-caption'><b>{html.escape(caption)}</b></div>" if caption else ""
     tail = f"<div><i>{fmt.count(more, 'more row')} not shown</i></div>" if more > 0 else ""
     return cap + out + tail
