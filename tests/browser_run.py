@@ -1,6 +1,6 @@
 """A README-loop run for looking at the reports: 15 cases, k=5, two arms, a judged case,
 a plan that asked for more cases than the suite has, made against the scripted server
-(no model needed). Used by tests/test_reports_browser.py, and by hand:
+(no model needed); and a micro-test whose only variant is worse than the control. Used by tests/test_reports_browser.py, and by hand:
 
     .venv/bin/python tests/browser_run.py OUT_DIR   # prints the index path
 """
@@ -65,6 +65,35 @@ def script() -> dict:
     return {"rules": rules, "default": {"text": "unknown"}}
 
 
+def make_microtest_suite(root: Path) -> tuple[Path, Path]:
+    """A chat unit whose task tempts a disclaimer, and one wording of the guidance against it."""
+    suite = root / "evals" / "notes"
+    suite.mkdir(parents=True)
+    cases = [{"id": f"task-{i}", "input": f"Write the note for version {i}.", "expected": "no disclaimer",
+              "tags": ["tempting"], "checks": [{"kind": "regex", "pattern": "^(?!.*as an ai)", "flags": "is"}]}
+             for i in range(2)]
+    (suite / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
+    (suite / "system.txt").write_text("You write release notes.\n${guidance}")
+    (suite / "prompt.txt").write_text("${input}")
+    cfg = {"mode": "chat", "template": "prompt.txt", "system": "system.txt",
+           "generator": {"model": "gen-model", "base_url": None, "api_key_env": "EVALKIT_TEST_KEY"},
+           "judge": {"model": "judge-model", "base_url": None, "api_key_env": "EVALKIT_TEST_KEY"},
+           "k": 5, "cost_cap_usd": 1.0, "max_tokens_in": 256, "max_tokens_out": 32, "seed": 3, "temperature": 0.7,
+           "price": {"in_per_mtok": 0.1, "out_per_mtok": 0.4}, "judge_price": {"in_per_mtok": 0.1, "out_per_mtok": 0.4},
+           "arms": [{"name": "default"}]}
+    (suite / "config.json").write_text(json.dumps(cfg))
+    variants = root / "variants"
+    variants.mkdir()
+    (variants / "quote.md").write_text('Never say "As an AI".\n')
+    return suite, variants
+
+
+MICRO_SCRIPT = {"rules": [
+    {"match": "Never say", "text": "As an AI, here are the notes."},  # the variant makes it worse
+    {"match": "release notes", "texts": ["As an AI, I cannot.", "Notes: faster reports."], "weights": [0.4, 0.6]},
+], "default": {"text": "unknown"}}
+
+
 def make(root: Path) -> dict:
     """Run, grade, plan (48 cases asked), compare, report; returns the paths."""
     from click.testing import CliRunner
@@ -86,11 +115,17 @@ def make(root: Path) -> dict:
     comp = cli.invoke(main, ["compare", str(res.path), "--baseline", "baseline", "--treatment", "skilled"])
     extra = ["--pandalm-dir", str(PANDALM)] if (PANDALM / "testset-v1.json").exists() else []
     rep = cli.invoke(main, ["report", str(res.path), "--reports-dir", str(out), *extra])
+    msuite, variants = make_microtest_suite(root)
+    with ScriptedServer(MICRO_SCRIPT) as srv:
+        micro = cli.invoke(main, ["microtest", str(msuite), "--variants", str(variants), "--reps", "5",
+                                  "--base-url", srv.base_url, "--reports-dir", str(out), "--no-progress"])
+    micro_run = next(line.split(": ", 1)[1] for line in micro.output.splitlines() if line.startswith("run folder: "))
     return {"suite": suite, "run": Path(res.path), "out": out, "pages": out / Path(res.path).name,
-            "power": power, "compare": comp, "report": rep}
+            "power": power, "compare": comp, "report": rep, "micro": micro,
+            "micro_pages": out / Path(micro_run).name}
 
 
 if __name__ == "__main__":
     made = make(Path(sys.argv[1]))
-    for k in ("power", "compare", "report"):
+    for k in ("power", "compare", "report", "micro"):
         print(f"== {k} (exit {made[k].exit_code})\n{made[k].output}")

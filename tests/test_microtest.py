@@ -3,42 +3,18 @@ never "best" and the exit status says so; counts name their unit; a re-run says 
 answers came from the response cache, and --no-cache draws fresh samples."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+import browser_run
 from evalkit.cli import main
 from evalkit.serve import ScriptedServer
 
 
-def _suite(root: Path) -> tuple[Path, Path]:
-    suite = root / "evals" / "notes"
-    suite.mkdir(parents=True)
-    cases = [{"id": f"task-{i}", "input": f"Write the note for version {i}.", "expected": "no disclaimer",
-              "tags": ["tempting"], "checks": [{"kind": "regex", "pattern": "^(?!.*as an ai)", "flags": "is"}]}
-             for i in range(2)]
-    (suite / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
-    (suite / "system.txt").write_text("You write release notes.\n${guidance}")
-    (suite / "prompt.txt").write_text("${input}")
-    cfg = {"mode": "chat", "template": "prompt.txt", "system": "system.txt",
-           "generator": {"model": "gen-model", "base_url": None, "api_key_env": "EVALKIT_TEST_KEY"},
-           "judge": {"model": "judge-model", "base_url": None, "api_key_env": "EVALKIT_TEST_KEY"},
-           "k": 5, "cost_cap_usd": 1.0, "max_tokens_in": 256, "max_tokens_out": 32, "seed": 3, "temperature": 0.7,
-           "price": {"in_per_mtok": 0.1, "out_per_mtok": 0.4}, "judge_price": {"in_per_mtok": 0.1, "out_per_mtok": 0.4},
-           "arms": [{"name": "default"}]}
-    (suite / "config.json").write_text(json.dumps(cfg))
-    variants = root / "variants"
-    variants.mkdir()
-    (variants / "quote.md").write_text('Never say "As an AI".\n')
-    return suite, variants
-
-
-SCRIPT = {"rules": [
-    {"match": "Never say", "text": "As an AI, here are the notes."},  # the variant makes it worse
-    {"match": "release notes", "texts": ["As an AI, I cannot.", "Notes: faster reports."], "weights": [0.4, 0.6]},
-], "default": {"text": "unknown"}}
+_suite = browser_run.make_microtest_suite
+SCRIPT = browser_run.MICRO_SCRIPT
 
 
 @pytest.fixture

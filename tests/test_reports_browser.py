@@ -157,18 +157,21 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def test_every_page_renders_without_broken_images_or_python_values(made: dict[str, Any], browser: Browser) -> None:
     assert made["report"].exit_code == 0, made["report"].output
+    assert made["micro"].exit_code == 1, made["micro"].output  # its only variant does not help
     index = made["out"] / "index.html"
-    pages = [index] + sorted(made["pages"].glob("*.html"))
+    pages = [index] + sorted(made["pages"].glob("*.html")) + sorted(made["micro_pages"].glob("*.html"))
     names = {p.stem for p in pages}
-    assert {"run_summary", "pass_at_k", "skill_comparison", "judge_calibration", "power_planning"} <= names
+    assert {"run_summary", "pass_at_k", "skill_comparison", "judge_calibration", "power_planning", "micro_test"} <= names
     # every report page the index links to is among those rendered
     linked = set(re.findall(r"href=['\"]([^'\"]+\.html)['\"]", index.read_text(encoding="utf-8")))
     assert linked and all((index.parent / h).resolve() in {p.resolve() for p in pages} for h in linked), linked
-    shots = made["pages"] / "screenshots"
+    shots = made["pages"] / "screenshots"  # the index's and the run's; the micro-test's beside its own pages
     shots.mkdir(exist_ok=True)
+    (made["micro_pages"] / "screenshots").mkdir(exist_ok=True)
     problems = []
     for page in pages:
-        seen = browser.render(page, shots / f"{page.stem}.png")
+        where = made["micro_pages"] / "screenshots" if page.parent == made["micro_pages"] else shots
+        seen = browser.render(page, where / f"{page.stem}.png")
         if page != index:
             assert seen["images"] > 0, f"{page.name}: no figure"
         if seen["broken"]:
@@ -177,7 +180,8 @@ def test_every_page_renders_without_broken_images_or_python_values(made: dict[st
             around = seen["text"][max(m.start() - 60, 0) : m.end() + 60].replace("\n", " ")
             problems.append(f"{page.name}: {m.group(0)!r} in {around!r}")
     assert not problems, "\n".join(problems)
-    assert sorted(p.name for p in shots.glob("*.png")) == sorted(f"{p.stem}.png" for p in pages)
+    assert sorted(p.name for p in shots.glob("*.png")) == sorted(f"{p.stem}.png" for p in pages if p.parent != made["micro_pages"])
+    assert (made["micro_pages"] / "screenshots" / "micro_test.png").exists()
 
 
 def test_the_probe_catches_a_broken_image_and_a_leaked_value(tmp_path: Path, browser: Browser) -> None:
