@@ -9,7 +9,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-SUITE  := data/factual
+SUITE  := data/factual data/agent
 LOCKS  := requirements/build.txt requirements/lock.txt requirements/llama.txt
 PIP    := $(BIN)/python -m pip install --quiet --no-deps
 PYTEST_ARGS ?=
@@ -34,7 +34,12 @@ PANDALM := ../shared/data/pandalm
 demo: $(STAMP)
 	$(BIN)/python -m evalkit.demo $(SUITE) $(if $(wildcard $(PANDALM)/testset-v1.json),--pandalm-dir $(PANDALM))
 
+# The checks first (each fails the target when not clean): lint, formatting, types
+# (configured in pyproject.toml), then the tests.
 test: $(STAMP) browser
+	$(BIN)/ruff check evalkit
+	$(BIN)/ruff format --check evalkit
+	$(BIN)/mypy
 	@$(BIN)/python -m pytest -p no:cacheprovider $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; that is a failure" >&2; exit 1; fi; \
 	exit $$rc

@@ -1,25 +1,31 @@
 """CLI subcommands for grade and judge (registered by evalkit.cli).
 
-`evalkit grade RUN [--judge-base-url URL] [--judge-version vN] [--pairwise BASE,TREAT]`
-grades a run folder; `evalkit grade --eval-file evals.json --outputs DIR -k 5
-[--compat-wildcards]` grades an agent-evals outputs folder as its harness does;
-`evalkit judge sample RUN -n 20 [--seed S]` draws judged items for human labelling.
+`evalkit grade RUN [--judge-base-url URL] [--judge-version vN] [--pairwise BASE,TREAT]
+[--labels FILE] [--allow-uncalibrated-judge]` grades a run folder; `evalkit grade
+--eval-file evals.json --outputs DIR -k 5 [--compat-wildcards]` grades an agent-evals
+outputs folder as its harness does. `evalkit judge sample RUN -n 20 --to FILE` draws
+judged items into a label file, `evalkit judge label FILE` writes the labelling notebook
+for it, `evalkit judge calibrate RUN` records the judge's agreement with the labels in
+the suite's `judge/calibration.json`.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from . import fmt
-from ._cliopts import ci_output_options, emit_ci
+from ._cliopts import batch_from, batch_options, ci_output_options, echo_text, emit_ci
 from ._text import printable
 from .errors import InputError
 from .layout import GRADES, GRADES_SUMMARY
 from .records import GradesSummary
+
+if TYPE_CHECKING:  # for annotations only: ciout loads with the command
+    from .ciout import CiReport
 
 
 @click.command("grade")
@@ -44,6 +50,21 @@ from .records import GradesSummary
     type=click.Path(exists=True),
     help="The suite to grade against (default: the one the run names).",
 )
+@click.option(
+    "--labels",
+    "labels_path",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Human label file to calibrate the judge against (default: the suite's judge/human-sample.jsonl).",
+)
+@click.option(
+    "--allow-uncalibrated-judge",
+    "allow_uncalibrated",
+    is_flag=True,
+    default=None,
+    help="Let judged pass/fail count although the judge is not calibrated (recorded on every judged line "
+    "and shown on every report page; config: allow_uncalibrated_judge).",
+)
 @click.option("--eval-file", type=click.Path(), default=None, help="agent-evals mode: the evals.json file.")
 @click.option(
     "--outputs", type=click.Path(), default=None, help="agent-evals mode: folder of <case-id>/sample-<n>.txt files."
@@ -55,6 +76,7 @@ from .records import GradesSummary
     help="agent-evals mode: treat * ? [..] in a contains expectation as PowerShell -like wildcards, "
     "as run-evals.ps1 did (default: literal).",
 )
+@batch_options
 @ci_output_options
 def grade_cmd(
     run: str | None,
@@ -62,17 +84,27 @@ def grade_cmd(
     judge_version: str | None,
     pairwise: str | None,
     suite_path: str | None,
+    labels_path: str | None,
+    allow_uncalibrated: bool | None,
     eval_file: str | None,
     outputs: str | None,
     k: int,
     compat_wildcards: bool,
     junit: Path | None,
     markdown: Path | None,
+    batch: bool,
+    batch_max_requests: int | None,
+    batch_max_bytes: int | None,
+    batch_poll_s: float | None,
+    no_wait: bool,
 ) -> None:
     """Grade a run folder (writes grades.jsonl and grades-summary.json; exit 1 when
     samples are missing or unjudged), or an agent-evals outputs folder (exit 1 on a
     failed gate)."""
+    options = batch_from(batch, batch_max_requests, batch_max_bytes, batch_poll_s, no_wait)
     if eval_file or outputs:
+        if options is not None:
+            raise InputError("--batch applies to grading a run folder (its judge calls)")
         if run:
             raise InputError("give either RUN or --eval-file/--outputs, not both")
         if not (eval_file and outputs):
@@ -82,10 +114,10 @@ def grade_cmd(
 
         report = grade_outputs(eval_file, outputs, k, compat_wildcards=compat_wildcards)
         for w in report.warnings:
-            click.echo(f"WARNING: {w}", err=True)
-        click.echo(render(report), nl=False)
+            echo_text(f"WARNING: {w}", err=True)
+        echo_text(render(report), nl=False)  # case ids and reasons from the outputs folder
 
-        def ci():  # noqa: ANN202 - a CiReport, built only when asked for
+        def ci() -> CiReport:  # built only when asked for
             # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
             from .ciout import eval_file_report
 
@@ -108,18 +140,35 @@ def grade_cmd(
     # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
     from .grading import grade_run
 
-    result = grade_run(run, suite_path, judge_base_url=judge_base_url, judge_version=judge_version, pairwise=pair)
+    result = grade_run(
+        run,
+        suite_path,
+        judge_base_url=judge_base_url,
+        judge_version=judge_version,
+        pairwise=pair,
+        labels=labels_path,
+        allow_uncalibrated_judge=allow_uncalibrated or None,
+        batch=options,
+    )
     for line in summary_lines(result.summary, result.run_path):
-        click.echo(printable(line))
+        echo_text(line)
     for f in result.findings:
-        click.echo(printable(str(f)))
+        echo_text(str(f))
     click.echo(f"summary: {result.run_path / GRADES_SUMMARY}")
     s = result.summary
     if not result.complete:
         stopped = f" (grading stopped: {s.stop_reason})" if s.stop_reason else ""
-        click.echo(f"INCOMPLETE: graded {s.n_graded}/{s.n_expected} expected samples{stopped}", err=True)
-        if s.stop_detail:
-            click.echo(s.stop_detail, err=True)
+        echo_text(f"INCOMPLETE: graded {s.n_graded}/{s.n_expected} expected samples{stopped}", err=True)
+        for line in (s.stop_detail or "").splitlines():  # a dead server's log tail, line by line
+            echo_text(line, err=True)
+    if result.held:
+        click.echo(
+            f"JUDGE NOT TRUSTED: {result.held} judged sample(s) held (not counted as passes); see the findings",
+            err=True,
+        )
+    pw_errored = (s.pairwise or {}).get("errored")
+    if pw_errored:
+        click.echo(f"PAIRWISE INCOMPLETE: {pw_errored} pairwise trial(s) errored or unmatched", err=True)
     sys.exit(result.exit_code)
 
 
@@ -173,8 +222,10 @@ def summary_lines(s: GradesSummary, run_path: Path) -> list[str]:
             f"{' (same model as generator: override)' if s.judge_same_model_override else ''}; "
             f"spend {fmt.usd(s.judge_spend_usd)}, {s.cache_hits} cached answers"
         )
-    if s.judge_trust is not None and s.judge_trust.n_labels:
-        lines.append(f"judge against human labels: {s.judge_trust.reason}")
+    trust = s.judge_trust
+    if trust is not None:
+        state = "trusted" if trust.trusted and not trust.opt_out else "OPT-OUT" if trust.opt_out else "HELD"
+        lines.append(f"judge trust: {state}: {trust.reason}")
     # each metric for all arms pooled and for each arm apart (arms are compared, not pooled)
     columns = [("all arms", m)] + [(arm, a.overall) for arm, a in s.per_arm.items()]
     if len(columns) == 2:
@@ -208,21 +259,87 @@ def summary_lines(s: GradesSummary, run_path: Path) -> list[str]:
 
 @click.group("judge")
 def judge_group() -> None:
-    """The LLM judge: human-label sampling."""
+    """The LLM judge: human labels and calibration."""
 
 
 @judge_group.command("sample")
 @click.argument("run", type=click.Path(file_okay=False))
 @click.option("-n", "n", type=int, default=20, show_default=True, help="How many judged items to draw.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the draw (reproducible).")
-def judge_sample_cmd(run: str, n: int, seed: int) -> None:
-    """Print n judged items of a graded run as judge/human-sample.jsonl lines to fill in
-    (score 1-5, rater); the judge's own score is not shown."""
+@click.option(
+    "--to",
+    "to",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the label file here (e.g. the suite's judge/human-sample.jsonl); default: print the lines.",
+)
+@click.option("--force", is_flag=True, help="Replace an existing label file (its labels are lost).")
+def judge_sample_cmd(run: str, n: int, seed: int, to: str | None, force: bool) -> None:
+    """Draw n judged items of a graded run for people to label: each line holds the case
+    input, the rubric, the output and an empty score (and the hashes that bind a label
+    to what was read); the judge's own score is not shown. Label them in JupyterLab with
+    `evalkit judge label FILE`."""
     # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
-    from .judge import sample_for_labelling
+    from .labelling import draw_items, label_lines_text, write_label_file
 
-    for item in sample_for_labelling(run, n, seed):
-        click.echo(json.dumps(item))  # ASCII: any output text, escaped, is safe on a terminal and reads back equal
+    items = draw_items(run, n, seed)
+    if to is None:
+        click.echo(label_lines_text(items), nl=False)  # any output text stored losslessly, one line per item
+        return
+    path = write_label_file(items, to, force=force)
+    click.echo(f"wrote {len(items)} item(s) to label: {path}")
+    click.echo(f"label them in JupyterLab: evalkit judge label {path}")
+
+
+@judge_group.command("label")
+@click.argument("labels_file", type=click.Path(dir_okay=False))
+@click.option("--rater", default="", help="Your name, recorded on each label (several people may label one file).")
+@click.option(
+    "--notebook", "notebook", type=click.Path(dir_okay=False), default=None, help="Where to write the notebook."
+)
+def judge_label_cmd(labels_file: str, rater: str, notebook: str | None) -> None:
+    """Write the labelling notebook for LABELS_FILE (parameters set) and say how to open it."""
+    # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
+    from .labelling import label_notebook
+
+    path = label_notebook(labels_file, notebook, rater=rater)
+    click.echo(f"wrote {path}")
+    click.echo(f"open it in JupyterLab and run all cells: jupyter lab {path}")
+
+
+@judge_group.command("calibrate")
+@click.argument("run", type=click.Path(file_okay=False))
+@click.option(
+    "--labels",
+    "labels_path",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="The label file (default: the suite's judge/human-sample.jsonl).",
+)
+@click.option(
+    "--suite",
+    "suite_path",
+    default=None,
+    type=click.Path(exists=True),
+    help="The suite (default: the one the run names).",
+)
+def judge_calibrate_cmd(run: str, labels_path: str | None, suite_path: str | None) -> None:
+    """Record the judge's agreement with the labels of RUN in the suite's
+    judge/calibration.json (exit 1 when it does not clear the bars). Later gradings by
+    this same judge (model, endpoint, prompt and rubric) trust it; any other judge does not."""
+    # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
+    from .grading import resolve_suite, run_calibration
+    from .judge import write_calibration
+    from .runs import RunFolder
+
+    cal = run_calibration(run, suite_path, labels=labels_path)
+    suite = resolve_suite(Path(run), RunFolder(run).read_meta(), suite_path)
+    path = write_calibration(suite.path, cal)
+    click.echo(printable(f"judge {cal.judge.model} at {cal.judge.base_url} ({cal.judge.version}): {cal.summary()}"))
+    click.echo(f"recorded in {path}: commit it beside the judge files")
+    if not cal.passed:
+        click.echo(f"NOT CALIBRATED: {cal.reason}", err=True)
+        sys.exit(1)
 
 
 COMMANDS: list[click.Command] = [grade_cmd, judge_group]

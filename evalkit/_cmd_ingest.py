@@ -7,6 +7,8 @@ from pathlib import Path
 import click
 
 from . import ingest as _ingest
+from ._cliopts import echo_text
+from .layout import SUMMARY_MD
 
 
 @click.command("ingest")
@@ -83,10 +85,10 @@ def ingest_cmd(
         compat_wildcards=compat_wildcards,
     )
     click.echo(str(dest))
-    with open(dest / "summary.md", encoding="utf-8") as fh:
+    with open(dest / SUMMARY_MD, encoding="utf-8") as fh:
         first = fh.readline().strip()
     if first.startswith("INCOMPLETE"):
-        click.echo(first, err=True)  # the run folder is written; gate and compare will refuse it as incomplete
+        echo_text(first, err=True)  # the run folder is written; gate and compare will refuse it as incomplete
 
 
 COMMANDS: list[click.Command] = [ingest_cmd]

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from ._cliopts import echo_text
+
 MIN_REPS = 5  # microtest.MIN_REPS, here so `--help` need not import the library
 
 
@@ -25,7 +27,7 @@ MIN_REPS = 5  # microtest.MIN_REPS, here so `--help` need not import the library
     multiple=True,
     metavar="NAME",
     help="Run only this notebook (repeatable): run_summary, pass_at_k, skill_comparison, "
-    "judge_calibration, power_planning, micro_test.",
+    "judge_calibration, power_planning, micro_test, replay.",
 )
 @click.option("--serial", is_flag=True, help="Execute the notebooks one after another (default: in parallel).")
 @click.option(
@@ -84,7 +86,7 @@ def report_cmd(
     )
     for nb in result.notebooks:
         status = "ok" if nb.ok else f"FAILED: {nb.error}"
-        click.echo(f"{nb.name}: {nb.html or nb.ipynb} ({nb.seconds:.1f} s) {status}", err=True)
+        echo_text(f"{nb.name}: {nb.html or nb.ipynb} ({nb.seconds:.1f} s) {status}", err=True)
     for name, why in result.skipped.items():
         if not only:
             click.echo(f"{name}: skipped ({why})", err=True)
@@ -202,10 +204,10 @@ def microtest_cmd(
     click.echo(f"report: {nb.html}")
     found = run_verdicts(result.path).microtest
     if found is not None:
-        click.echo(found.conclusion)
+        echo_text(found.conclusion)
     click.echo(str(rep.index))
     if not nb.ok:
-        click.echo(f"error: the micro_test notebook failed: {nb.error}", err=True)
+        echo_text(f"error: the micro_test notebook failed: {nb.error}", err=True)
         sys.exit(1)
     if result.exit_code:
         sys.exit(result.exit_code)

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from . import fmt
-from ._cliopts import ci_output_options, emit_ci
+from ._cliopts import batch_from, batch_options, ci_output_options, emit_ci
 from .errors import InputError
+
+if TYPE_CHECKING:  # for annotations only: ciout loads with the command
+    from .ciout import CiReport
+    from .records import Suite
 
 
 @click.command("run")
@@ -50,6 +55,7 @@ from .errors import InputError
     "(recorded in the run's config.json); by default the run refuses before any call.",
 )
 @click.option("--lenient-keys", is_flag=True, help="Ignore unknown config keys (a warning) instead of refusing to run.")
+@batch_options
 @ci_output_options
 def run_cmd(
     suite: str,
@@ -67,17 +73,26 @@ def run_cmd(
     lenient_keys: bool,
     junit: Path | None,
     markdown: Path | None,
+    batch: bool,
+    batch_max_requests: int | None,
+    batch_max_bytes: int | None,
+    batch_poll_s: float | None,
+    no_wait: bool,
 ) -> None:
-    """Sample every case x arm k times under the cost cap; exit 1 when INCOMPLETE."""
-    # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
-    from .runner import run_suite
+    """Sample every case x arm k times under the cost cap; exit 1 when INCOMPLETE.
+
+    With --batch the samples go through the provider's Batch API (evalkit.batch); a
+    --resume, with --batch or without, first collects the batches a run left open."""
+    from .runner import run_suite  # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
+
+    options = batch_from(batch, batch_max_requests, batch_max_bytes, batch_poll_s, no_wait)
 
     arm_list = [a.strip() for a in arms.split(",") if a.strip()] if arms is not None else None
     if arm_list is not None and not arm_list:
         raise InputError("--arms is empty")
     if replay_only and no_cache:
         raise InputError("--replay-only needs the response cache; drop --no-cache")
-    target: object = suite
+    target: Suite | str = suite
     if ci or lenient_keys:
         # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
         from .loader import load_suite
@@ -99,6 +114,7 @@ def run_cmd(
         cache=not no_cache,
         sample_files=not no_sample_files,
         allow_private_data=allow_private_data,
+        batch=options,
     )
     click.echo(f"run folder: {result.path}")
     click.echo(
@@ -115,7 +131,7 @@ def run_cmd(
             err=True,
         )
 
-    def report():  # noqa: ANN202 - a CiReport, built only when asked for
+    def report() -> CiReport:  # built only when asked for
         # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
         from .ciout import run_report
 

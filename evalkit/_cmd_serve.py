@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ._cliopts import echo_text
 from .endpoints import GENERATOR_URL_ENV, SERVED_ENV
 
 if TYPE_CHECKING:
@@ -108,7 +109,7 @@ def serve(
         sys.exit(rc if rc >= 0 else 128 - rc)
 
 
-def _serve(server: "ScriptedServer | ServerProcess", command: tuple[str, ...]) -> int | None:
+def _serve(server: ScriptedServer | ServerProcess, command: tuple[str, ...]) -> int | None:
     """Serve until Ctrl-C (no command: returns None) or run `command`: its status. The
     server is watched all along: when it dies, the reason goes to stderr and to the
     status file the command's evalkit runs watch (`endpoints`), and the status is
@@ -127,7 +128,7 @@ def _serve(server: "ScriptedServer | ServerProcess", command: tuple[str, ...]) -
                     time.sleep(0.2)
             except KeyboardInterrupt:
                 return None
-            click.echo(f"error: {reason}", err=True)
+            echo_text(f"error: {reason}", err=True)  # the server's log tail
             return 1
         with tempfile.TemporaryDirectory(prefix="evalkit-serve-") as tmp:
             status = Path(tmp) / "server-status.txt"
@@ -173,9 +174,7 @@ def _serve(server: "ScriptedServer | ServerProcess", command: tuple[str, ...]) -
     return rc
 
 
-def _watch_server(
-    server: "ScriptedServer | ServerProcess", status: Path, done: threading.Event, died: list[str]
-) -> None:
+def _watch_server(server: ScriptedServer | ServerProcess, status: Path, done: threading.Event, died: list[str]) -> None:
     """Until `done`: every 50 ms ask the server's watch; when it reports, write the
     reason to `status` (atomically; the command's runs stop on it) and to stderr."""
     from ._io import write_atomic  # imported here, off the command's critical path
@@ -185,7 +184,7 @@ def _watch_server(
         if reason:
             write_atomic(status, reason + "\n")
             died.append(reason)
-            click.echo(f"error: {reason}", err=True)
+            echo_text(f"error: {reason}", err=True)
             return
 
 

@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from ._cliopts import ci_output_options, emit_ci
+from ._cliopts import ci_output_options, echo_text, emit_ci
+from .errors import EvalkitError
+
+if TYPE_CHECKING:  # for annotations only: ciout loads with the command
+    from .ciout import CiReport
 
 FAIL_KINDS = ("regression", "inconclusive", "no-improvement")
 
@@ -25,7 +29,10 @@ FAIL_KINDS = ("regression", "inconclusive", "no-improvement")
 def _emit(obj: dict[str, Any], as_json: bool, text: str) -> None:
     from ._io import jsonable  # NaN and infinities become null, numpy scalars plain numbers
 
-    click.echo(json.dumps(jsonable(obj), indent=2) if as_json else text)
+    if as_json:
+        click.echo(json.dumps(jsonable(obj), indent=2))  # ASCII: control characters escaped
+    else:
+        echo_text(text)  # a verdict's problems quote endpoint error messages
 
 
 def _fail_on(kind: str, fail_on: tuple[str, ...]) -> None:
@@ -35,8 +42,20 @@ def _fail_on(kind: str, fail_on: tuple[str, ...]) -> None:
 
 @click.command("compare")
 @click.argument("run", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--baseline", "baseline_arm", required=True, help="Name of the baseline arm.")
-@click.option("--treatment", "treatment_arm", required=True, help="Name of the treatment arm.")
+@click.option("--baseline", "baseline_arm", default=None, help="Name of the baseline arm.")
+@click.option("--treatment", "treatment_arm", default=None, help="Name of the treatment arm.")
+@click.option(
+    "--arm",
+    "single_arm",
+    default=None,
+    help="One arm's single-arm conformance verdict (the default for a run with one arm).",
+)
+@click.option(
+    "--threshold",
+    type=click.FloatRange(0, 1),
+    default=None,
+    help="Conformance: a trial meets it when this share of its checks passed (default: its grade passed).",
+)
 @click.option(
     "--plan",
     "plan_path",
@@ -45,6 +64,14 @@ def _fail_on(kind: str, fail_on: tuple[str, ...]) -> None:
     help="Pre-registered plan.json (default: the suite's plan.json when there is one).",
 )
 @click.option("--alpha", type=float, default=None, help="Significance level (default: the plan's, else 0.05).")
+@click.option(
+    "--judge",
+    "judge",
+    type=click.Choice(["direct", "pairwise"]),
+    default=None,
+    help="What the verdict rests on: each sample's pass/fail (direct) or the pairwise judge's tally "
+    "(pairwise.jsonl); default: the suite's verdict_judge, else direct.",
+)
 @click.option("--fail-on", multiple=True, type=click.Choice(FAIL_KINDS), help="Exit 1 on this verdict (repeatable).")
 @click.option(
     "--require-plan",
@@ -55,30 +82,61 @@ def _fail_on(kind: str, fail_on: tuple[str, ...]) -> None:
 @ci_output_options
 def compare_cmd(
     run: Path,
-    baseline_arm: str,
-    treatment_arm: str,
+    baseline_arm: str | None,
+    treatment_arm: str | None,
+    single_arm: str | None,
+    threshold: float | None,
     plan_path: Path | None,
     alpha: float | None,
+    judge: str | None,
     fail_on: tuple[str, ...],
     require_plan: bool,
     as_json: bool,
     junit: Path | None,
     markdown: Path | None,
 ) -> None:
-    """Two-arm verdict of a graded RUN: exact sign test, one vote per case; recorded in
-    the run's verdicts.json."""
+    """Verdict of a graded RUN: two arms, the exact sign test, one vote per case, on each
+    sample's pass/fail or on the pairwise judge (--judge); one arm (a suite with no
+    baseline, or --arm), the conformance tally: pass, regression or inconclusive.
+    Recorded in the run's verdicts.json."""
     # lazy: the statistics (scipy) load only when the command runs
+    from .compare import compare
     from .gates import run_metrics
     from .runload import as_run
-    from .verdicts import compare
+    from .verdicts import conformance_verdict, record_verdicts
 
     loaded = as_run(run)
-    v = compare(loaded, baseline_arm, treatment_arm, plan=plan_path, alpha=alpha)
+    if single_arm is not None or (baseline_arm is None and treatment_arm is None):
+        if baseline_arm or treatment_arm:
+            raise click.UsageError("--arm is a single-arm verdict: give it without --baseline and --treatment")
+        arms = loaded.arm_names()
+        if single_arm is None and len(arms) != 1:
+            raise click.UsageError(
+                f"the run has arms {', '.join(arms)}: name --baseline and --treatment, or --arm for one arm's "
+                "conformance verdict"
+            )
+        cv = conformance_verdict(loaded, threshold, arm=single_arm)
+        record_verdicts(loaded.path, conformance=cv)
+        _emit(cv.to_json(), as_json, cv.render())
+
+        def conformance() -> CiReport:  # built only when asked for
+            # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
+            from .ciout import conformance_report
+
+            return conformance_report(cv, loaded, fail_on)
+
+        emit_ci(conformance, junit, markdown)
+        _fail_on(cv.kind, fail_on)
+        return
+    if baseline_arm is None or treatment_arm is None:
+        raise click.UsageError("a two-arm verdict needs both --baseline and --treatment")
+
+    v = compare(loaded, baseline_arm, treatment_arm, plan=plan_path, alpha=alpha, judge=judge)
     note = f"plan: {v.plan_check.plan}" if v.plan_check is not None and plan_path is None else None
     text = v.render() + (f"\n{note}" if note else "")
     _emit(v.to_json(), as_json, text)
 
-    def report():  # noqa: ANN202 - a CiReport, built only when asked for
+    def report() -> CiReport:  # built only when asked for
         # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
         from .ciout import compare_report
 
@@ -168,7 +226,13 @@ def power_cmd(
         path = write_plan(plan, write_dir, force=force)
         plan = load_plan(path)
         text += f"\nplan written: {path}"
-        short = suite_shortfall(plan, write_dir)
+        from .loader import load_suite  # lazy: the suite loader loads only when a plan is written
+
+        try:
+            n_cases: int | None = len(load_suite(write_dir, lenient_keys=True).cases)
+        except EvalkitError:
+            n_cases = None  # a suite that cannot be read: `evalkit lint` says why
+        short = suite_shortfall(plan, n_cases) if n_cases is not None else None
         if short:
             click.echo(f"warning: {short}", err=True)
     _emit(plan.to_json(), as_json, text)
@@ -205,7 +269,7 @@ def gate_cmd(
     res = gate_run(run, baseline_path, arm=arm, runner_exit=runner_exit)
     _emit(res.to_json(), as_json, res.render())
 
-    def report():  # noqa: ANN202 - a CiReport, built only when asked for
+    def report() -> CiReport:  # built only when asked for
         # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
         from .ciout import gate_report
 

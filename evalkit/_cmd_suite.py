@@ -9,7 +9,8 @@ from pathlib import Path
 import click
 
 from . import loader, suite
-from .layout import CONFIG_FILE
+from ._cliopts import echo_text
+from .layout import CASES_FILE, CONFIG_FILE
 from .records import set_gate
 
 
@@ -35,12 +36,22 @@ from .records import set_gate
     default=None,
     help="--ci: the repository root (default: the nearest folder above the suite with .git).",
 )
-def init_cmd(unit_dir: Path, ci: str | None, watch: tuple[str, ...], repo_root: Path | None) -> None:
+@click.option(
+    "--evalkit-spec",
+    default=None,
+    metavar="SPEC",
+    help='--ci: what the workflow pip-installs evalkit from: "evalkit @ git+https://...@COMMIT", a wheel URL, '
+    "or a path inside the repository (default: where this evalkit was installed from; never the bare name, "
+    "which on PyPI is another project).",
+)
+def init_cmd(
+    unit_dir: Path, ci: str | None, watch: tuple[str, ...], repo_root: Path | None, evalkit_spec: str | None
+) -> None:
     """Scaffold a suite folder UNIT_DIR (e.g. evals/my-unit) with a commented config,
     two example cases, a prompt template, guidance and judge files; with --ci github,
     also the workflow that runs, grades and gates it on pull requests."""
-    if ci is None and (watch or repo_root):
-        raise click.UsageError("--watch and --repo-root go with --ci")
+    if ci is None and (watch or repo_root or evalkit_spec):
+        raise click.UsageError("--watch, --repo-root and --evalkit-spec go with --ci")
     existing = ci is not None and (unit_dir / CONFIG_FILE).is_file()
     if not existing:
         dest = suite.scaffold_suite(unit_dir)
@@ -49,10 +60,12 @@ def init_cmd(unit_dir: Path, ci: str | None, watch: tuple[str, ...], repo_root: 
         # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
         from .workflow import write_github_workflow
 
-        wf = write_github_workflow(loader.load_suite(unit_dir), repo_root=repo_root, watch=watch)
+        wf = write_github_workflow(
+            loader.load_suite(unit_dir), repo_root=repo_root, watch=watch, requirement=evalkit_spec
+        )
         click.echo(f"created {wf} (caps and thresholds stay in {unit_dir / CONFIG_FILE}; it never writes a baseline)")
     if not existing:
-        click.echo(f"next: edit {dest / 'cases.jsonl'} and {dest / 'config.json'}, then `evalkit lint {dest}`")
+        click.echo(f"next: edit {dest / CASES_FILE} and {dest / CONFIG_FILE}, then `evalkit lint {dest}`")
 
 
 @click.command("lint")
@@ -67,9 +80,9 @@ def lint_cmd(suite_path: Path, strict: bool, lenient_keys: bool) -> None:
     there are only warnings or none."""
     report = loader.lint_suite(suite_path, strict=strict, lenient_keys=lenient_keys)
     for finding in report.errors:
-        click.echo(str(finding), err=True)
+        echo_text(str(finding), err=True)  # a message may quote the suite's files
     for finding in report.warnings:
-        click.echo(str(finding))
+        echo_text(str(finding))
     summary = f"{report.suite}: {len(report.errors)} error(s), {len(report.warnings)} warning(s)"
     if report.errors:
         click.echo(summary, err=True)
@@ -104,7 +117,7 @@ def import_cmd(file: Path, dest: Path, guidance: Path | None, redact: bool) -> N
         dest,
         guidance=guidance,
         redact=redact,  # lints what it writes
-        on_warning=lambda w: click.echo(str(w)),
+        on_warning=lambda w: echo_text(str(w)),
     )
     loaded = loader.load_suite(out)
     click.echo(f"imported {file} -> {out} ({len(loaded.cases)} cases)")
@@ -116,7 +129,7 @@ def import_cmd(file: Path, dest: Path, guidance: Path | None, redact: bool) -> N
 
         click.echo(f"{redaction_summary(out / REDACTION_LOG)}; log: {out / REDACTION_LOG}")
     for warning in loaded.warnings:
-        click.echo(warning)
+        echo_text(warning)
 
 
 COMMANDS: list[click.Command] = [init_cmd, lint_cmd, import_cmd]

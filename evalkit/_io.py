@@ -281,7 +281,7 @@ def json_lines(data: str | bytes) -> Iterator[JsonLine]:
     """Every non-blank line of a JSON-lines text (`str`, or `bytes` of UTF-8), parsed,
     with its line number: the one JSON-lines reader (`iter_jsonl` for run files,
     `cases.jsonl`, `judge/human-sample.jsonl`). Each caller decides what a bad line is."""
-    lines = data.split(b"\n") if isinstance(data, bytes) else data.split("\n")
+    lines: Sequence[str | bytes] = data.split(b"\n") if isinstance(data, bytes) else data.split("\n")
     last = len(lines) - 1  # lines[last] is empty when the text ends with a newline
     for i, raw in enumerate(lines):
         if not raw.strip():

@@ -25,4 +25,4 @@ def jsonschema() -> ModuleType:
     finally:
         if blocked:
             del sys.modules["rfc3987_syntax"]
-    return module
+    return module  # type: ignore[no-any-return]  # jsonschema ships no stubs

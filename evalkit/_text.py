@@ -21,6 +21,8 @@ a terminal as they are. This module holds the three rules evalkit applies everyw
   DEL, C1 such as the one-byte CSI U+009B), bidirectional overrides and lone surrogates
   shown as escapes (``\\x1b``, ``\\u202e``), so untrusted text can neither move the
   cursor, recolour, retitle or clear a terminal, nor reorder what is shown.
+  `visible` applies the same rule to a block of text (an HTML ``<pre>``), keeping its
+  newlines and tabs.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ from typing import Any
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_INVISIBLE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)  # less \n \t
 
 
 def storable_json(obj: Any, **kwargs: Any) -> str:
@@ -63,14 +68,14 @@ def sendable(obj: Any) -> Any:
         return _LONE_SURROGATE.sub("\ufffd", obj) if has_lone_surrogate(obj) else obj
     if isinstance(obj, list):
         out = [sendable(x) for x in obj]
-        return obj if all(a is b for a, b in zip(out, obj)) else out
+        return obj if all(a is b for a, b in zip(out, obj, strict=True)) else out
     if isinstance(obj, dict):
         new = {k: sendable(v) for k, v in obj.items()}
         return obj if all(new[k] is v for k, v in obj.items()) else new
     return obj
 
 
-def _escape(m: re.Match) -> str:
+def _escape(m: re.Match[str]) -> str:
     n = ord(m.group())
     return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}"
 
@@ -82,3 +87,12 @@ def printable(text: str) -> str:
     if text.isascii() and text.isprintable():
         return text
     return _UNPRINTABLE.sub(_escape, text)
+
+
+def visible(text: str) -> str:
+    """`text` for a block on a page (see the module docstring): as `printable`, but its
+    newlines and tabs kept."""
+    text = str(text)
+    if text.isascii() and text.isprintable():
+        return text
+    return _INVISIBLE.sub(_escape, text)

@@ -348,7 +348,9 @@ def _table(headers: list[str], rows: list[list[Any]]) -> list[str]:
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
 
     def fmt(vals: list[str]) -> str:
-        return " ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(vals, widths, numeric)).rstrip()
+        return " ".join(
+            v.rjust(w) if num else v.ljust(w) for v, w, num in zip(vals, widths, numeric, strict=True)
+        ).rstrip()
 
     return [fmt(headers), fmt(["-" * len(h) for h in headers]), *(fmt(r) for r in cells)]
 

@@ -8,6 +8,15 @@ from typing import Any
 
 import regex
 
+# Options of the trajectory checks (besides `kind`): graded over an agent's trajectory
+# (evalkit.units validates them, evalkit.graders implements them).
+TRAJECTORY_CHECK_OPTIONS: dict[str, set[str]] = {
+    "forbidden_tools": {"tools", "calls"},
+    "max_turns": {"max"},
+    "tool_errors": {"max"},
+    "skill_activation": {"skill", "preflight", "expect"},
+}
+
 CHECK_KINDS = (
     "exact",
     "contains",
@@ -18,6 +27,7 @@ CHECK_KINDS = (
     "refusal",
     "activation",
     "scorer",
+    *TRAJECTORY_CHECK_OPTIONS,  # forbidden_tools, max_turns, tool_errors, skill_activation
 )
 
 
@@ -27,11 +37,12 @@ CHECK_OPTIONS: dict[str, set[str]] = {
     "contains": {"value", "case_fold", "trim"},
     "regex": {"pattern", "flags", "case_fold", "fullmatch", "timeout_s"},
     "json_schema": {"schema"},
-    "tool_calls": {"calls", "ignore_args"},
+    "tool_calls": {"calls", "ignore_args", "mode"},
     "grounding": {"context"},
     "refusal": {"should_refuse", "patterns"},
     "activation": {"marker", "tool", "expect"},
     "scorer": {"file", "function"},
+    **TRAJECTORY_CHECK_OPTIONS,
 }
 
 
@@ -55,7 +66,7 @@ def regex_flags(flags: Any) -> int | None:
     if isinstance(flags, str):
         names = [flags] if flags.lower() in REGEX_FLAGS else list(flags)
     elif isinstance(flags, (list, tuple)) and all(isinstance(x, str) for x in flags):
-        names = flags
+        names = [str(x) for x in flags]
     else:
         return None
     value = 0

@@ -15,7 +15,12 @@ check, the spend and the top failures.
 
 Model output and reasons quoted from it are untrusted text: control characters that XML
 1.0 cannot carry are dropped, and the Markdown escapes HTML and Markdown syntax (and
-breaks `@mentions`) so an answer cannot inject markup into a PR comment.
+breaks `@mentions`) so an answer cannot inject markup into a PR comment. Both files are
+published (a job summary, a PR comment, a test-report artifact), so every text either
+carries (names, messages, details, reasons, table cells, the headline) has each
+personal value or secret the privacy scanner detects replaced by its kind's placeholder
+first (`evalkit.privacy.redact_shown`: `<API_KEY>`, `<EMAIL>`): a check's reason that
+quotes a model leaking a token shows the placeholder, never the token.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ._io import write_atomic
 from .layout import RESULTS, SUMMARY_JSON
-from .records import COST_RISE_PREFIXES, SCORE_DROP_PREFIXES
+from .records import COST_RISE_PREFIXES, SCORE_DROP_PREFIXES, judge_line
 from .runs import RunFolder, config_arm_names, iter_jsonl
 
 if TYPE_CHECKING:
@@ -71,7 +76,7 @@ class CiReport:
     sections: tuple[str, ...] = ()
     properties: dict[str, str] = field(default_factory=dict)
 
-    def counts(self) -> Counter:
+    def counts(self) -> Counter[str]:
         return Counter(c.outcome for c in self.cases)
 
 
@@ -81,16 +86,25 @@ _XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]|~])")  # links, code, emphasis, tables (text never starts a line)
 
 
+def _published(s: Any) -> str:
+    """`s` as a published file may show it: personal data and secrets replaced by their
+    kinds' placeholders (before any cut, so a value is never half shown)."""
+    from .privacy import redact_shown  # lazy: the privacy scanners compile their patterns on import
+
+    return redact_shown(str(s))
+
+
 def _xml_text(s: Any) -> str:
-    """Text XML 1.0 can carry: the control characters it forbids are dropped."""
-    return _XML_BAD.sub("", str(s))[:MAX_TEXT]
+    """Text XML 1.0 can carry, and may publish: the control characters it forbids are
+    dropped, personal data and secrets replaced (`_published`)."""
+    return _XML_BAD.sub("", _published(s))[:MAX_TEXT]
 
 
 def md_escape(s: Any, limit: int = 160) -> str:
-    """Untrusted text as inert Markdown on one line: HTML escaped, Markdown punctuation
-    backslash-escaped, `@` broken so no one is mentioned, newlines folded, cut to
-    `limit` characters."""
-    text = " ".join(_XML_BAD.sub("", str(s)).split())
+    """Untrusted text as inert Markdown on one line: personal data and secrets replaced
+    (`_published`), HTML escaped, Markdown punctuation backslash-escaped, `@` broken so
+    no one is mentioned, newlines folded, cut to `limit` characters."""
+    text = " ".join(_XML_BAD.sub("", _published(s)).split())
     if len(text) > limit:
         text = text[: limit - 1] + "…"
     text = html.escape(text, quote=False)
@@ -101,6 +115,11 @@ def _num(x: Any, fmt: str = ".3f") -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "n/a"
     return format(x, fmt)
+
+
+def _gate_value(kind: str, x: Any) -> str:
+    """A gate check's value: a score to three places, a cost in dollars."""
+    return _num(x, ".3f") if kind == "score" else "$" + _num(x, ".4g")
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
@@ -139,7 +158,8 @@ def junit_xml(report: CiReport) -> bytes:
         elif c.detail:
             ET.SubElement(tc, "system-out").text = _xml_text(c.detail)
     ET.indent(root)
-    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
+    xml: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
+    return xml + b"\n"
 
 
 def markdown(report: CiReport) -> str:
@@ -193,7 +213,7 @@ def _first_failure(grade: dict[str, Any]) -> str:
     return str(grade.get("error") or "failed")
 
 
-def top_failures(run: Any, metrics: "RunMetrics", n: int = TOP_FAILURES) -> list[tuple[str, str, str, str]]:
+def top_failures(run: Any, metrics: RunMetrics, n: int = TOP_FAILURES) -> list[tuple[str, str, str, str]]:
     """The `n` cases of `metrics` with the fewest passes (ungraded counted as fails):
     (case id, set, `c/n`, the first failing check's reason)."""
     grades: dict[str, dict[str, Any]] = {}
@@ -226,7 +246,7 @@ def _plan_section(check: Any, none: str = "no pre-registered plan") -> str:
 # --------------------------------------------------------------------------- gate
 
 
-def gate_report(res: "GateResult", run: Any = None, metrics: "RunMetrics | None" = None) -> CiReport:
+def gate_report(res: GateResult, run: Any = None, metrics: RunMetrics | None = None) -> CiReport:
     """`evalkit gate`: one testcase per gate check (the gated case score overall and per tag, the cost per case);
     a breach beyond noise is a failure with its reason; a run that did not finish cleanly
     is one errored testcase (no rate was read); a baseline that cannot be compared is a
@@ -275,15 +295,14 @@ def gate_report(res: "GateResult", run: Any = None, metrics: "RunMetrics | None"
     if res.read_rates and res.checks:
         rows = []
         for c in res.checks:
-            fmt = (lambda v: _num(v, ".3f")) if c.kind == "score" else (lambda v: "$" + _num(v, ".4g"))
             unit = " pts" if c.kind == "score" else "%"
             result = "FAIL" if c.failed else ("within noise" if c.exceeded else "ok")
             rows.append(
                 [
                     md_escape(c.label, 60),
                     str(c.n_cases),
-                    fmt(c.baseline),
-                    fmt(c.current),
+                    _gate_value(c.kind, c.baseline),
+                    _gate_value(c.kind, c.current),
                     f"{c.change:+.1f}{unit}",
                     _num(c.p_adjusted, ".3g"),
                     result,
@@ -328,15 +347,19 @@ def _summary_of(run_path: str) -> dict[str, Any] | None:
 
 
 def compare_report(
-    v: "Verdict",
+    v: Verdict,
     run: Any = None,
-    base: "RunMetrics | None" = None,
-    treat: "RunMetrics | None" = None,
+    base: RunMetrics | None = None,
+    treat: RunMetrics | None = None,
     fail_on: tuple[str, ...] = (),
 ) -> CiReport:
-    """`evalkit compare`: one testcase per case (its vote; a case the treatment lost is
-    a failure, an errored or unmatched case an error), then the verdict itself, which
-    fails when its kind is one of `fail_on` (as the exit status does)."""
+    """`evalkit compare`: one testcase per case (its vote), then the verdict itself, which
+    fails when its kind is one of `fail_on` (as the exit status does). The document is red
+    exactly when the command exits 1: only then is a case the treatment lost a failure and
+    an errored or unmatched case an error (they say why the verdict failed); otherwise
+    every case passes with its vote as its output, since one lost case is no failure of a
+    comparison that is decided over all of them."""
+
     cls = "evalkit.compare"
     bm = base.by_id() if base is not None else {}
     tm = treat.by_id() if treat is not None else {}
@@ -347,15 +370,17 @@ def compare_report(
             (f"baseline {b.c}/{b.n}" if b else "baseline -") + ", " + (f"treatment {t.c}/{t.n}" if t else "treatment -")
         )
 
+    failing = v.kind in fail_on
     cases = []
     for cid, vote in v.case_votes:
         if vote == "loss":
-            cases.append(TestCase(cid, cls, "failure", f"the treatment lost this case ({counts(cid)})", counts(cid)))
+            why = f"the treatment lost this case ({counts(cid)})"
+            cases.append(TestCase(cid, cls, "failure" if failing else "passed", why if failing else "", why))
         elif vote == "errored":
-            cases.append(TestCase(cid, cls, "error", f"a trial errored or is unmatched: no vote ({counts(cid)})"))
+            why = f"a trial errored or is unmatched: no vote ({counts(cid)})"
+            cases.append(TestCase(cid, cls, "error" if failing else "passed", why if failing else "", why))
         else:
             cases.append(TestCase(cid, cls, "passed", "", f"{vote} ({counts(cid)})"))
-    failing = v.kind in fail_on
     cases.append(
         TestCase(
             "verdict",
@@ -378,6 +403,7 @@ def compare_report(
     ]
     sections = [
         "**Verdict:** " + md_escape(f"{v.kind}: {v.reason}", 600),
+        "**Judge:** " + md_escape(judge_line(v.judge, v.judge_checks), 300),
         _table(["treatment", "baseline", "tally (cases)", "errored", "sign-test p", "alpha"], rows),
         _plan_section(v.plan_check),
         spend_section(getattr(run, "summary", None)),
@@ -400,7 +426,29 @@ def compare_report(
 # --------------------------------------------------------------------------- grade --eval-file
 
 
-def eval_file_report(rep: "CompatReport") -> CiReport:
+def conformance_report(cv: Any, run: Any = None, fail_on: tuple[str, ...] = ()) -> CiReport:
+    """`evalkit compare` on one arm: one testcase per trial below the threshold (a
+    failure) or errored or missing (an error), then the conformance verdict, which fails
+    when its kind is one of `fail_on`."""
+    cls = "evalkit.conformance"
+    cases = [TestCase(t, cls, "failure", "below the threshold") for t in cv.below_trials]
+    for p in cv.problems:
+        name, _, why = str(p).partition(": ")
+        cases.append(TestCase(name, cls, "error", why or "errored"))
+    failing = cv.kind in fail_on
+    text = f"{cv.kind}: {cv.reason}"
+    cases.append(TestCase("verdict", cls, "failure" if failing else "passed", text if failing else "", text))
+    rows = [[md_escape(cv.arm or "-", 60), str(cv.n_trials), str(cv.met), str(cv.below), str(cv.errored)]]
+    sections = [
+        "**Verdict:** " + md_escape(text, 600),
+        _table(["arm", "trials", "met", "below", "errored or missing"], rows),
+        spend_section(getattr(run, "summary", None)),
+    ]
+    headline = f"conformance {cv.kind}" + (" (a failure: --fail-on)" if failing else "")
+    return CiReport("compare", not failing, headline, tuple(cases), tuple(sections))
+
+
+def eval_file_report(rep: CompatReport) -> CiReport:
     """`evalkit grade --eval-file`: one testcase per case; a case that misses its gate is
     a failure (which metric, how many samples passed), a case with gate `none` is
     skipped (shown, never gated)."""
@@ -451,7 +499,7 @@ def eval_file_report(rep: "CompatReport") -> CiReport:
 # --------------------------------------------------------------------------- run
 
 
-def run_report(result: "RunResult") -> CiReport:
+def run_report(result: RunResult) -> CiReport:
     """`evalkit run`: one testcase per case x arm; a key that errored is an error with the
     last error's message, a key never attempted (the run stopped, e.g. at the cost cap)
     is an error too (INCOMPLETE is never a pass), and the run itself is one more

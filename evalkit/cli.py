@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import Any
 
 import click
 
@@ -22,6 +23,7 @@ _COMMANDS = {
     "lint": "_cmd_suite",
     "import": "_cmd_suite",
     "run": "_cmd_run",
+    "batch": "_cmd_batch",
     "serve": "_cmd_serve",
     "grade": "_cmd_grade",
     "judge": "_cmd_grade",
@@ -36,6 +38,7 @@ _COMMANDS = {
     "privacy": "_cmd_privacy",
     "report": "_cmd_report",
     "microtest": "_cmd_report",
+    "replay": "_cmd_replay",
 }
 
 
@@ -47,16 +50,19 @@ class _Group(click.Group):
         module = _COMMANDS.get(name)
         if module is None:
             return None
-        for cmd in importlib.import_module(f".{module}", __package__).COMMANDS:
+        commands: list[click.Command] = importlib.import_module(f".{module}", __package__).COMMANDS
+        for cmd in commands:
             if cmd.name == name:
                 return cmd
         raise RuntimeError(f"evalkit.{module} defines no command {name!r}")  # a wiring bug
 
-    def invoke(self, ctx: click.Context):
+    def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except EvalkitError as exc:
-            click.echo(f"error: {exc}", err=True)
+            from ._cliopts import echo_text  # lazy: as every command module
+
+            echo_text(f"error: {exc}", err=True)  # a message may quote a file or an endpoint
             sys.exit(exc.exit_code)
 
 

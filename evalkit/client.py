@@ -30,8 +30,18 @@ costs is decided by what may have been billed, and nothing else:
   connection is acquired), and a request whose bytes were refused by a closing
   connection (aiohttp's "Cannot write to closing transport": the headers go out with the
   body in that one write, and a body cut short under its Content-Length is no request
-  any server can process). On the httpx transport (`EVALKIT_HTTP=httpx`): its
-  `ConnectError`, `ConnectTimeout` and `PoolTimeout`.
+  any server can process), a URL the client cannot request (aiohttp's
+  `NonHttpUrlClientError`, `InvalidUrlClientError`; httpx's `UnsupportedProtocol`), and
+  any error the HTTP client raised on this side before a response arrived for the
+  attempt (a header it refuses to serialize, say: "the HTTP client refused to send the
+  request"). That last kind is told apart by the response hook, which marks the attempt
+  (`_ATTEMPT`) when an answer's status line arrives: without the mark, an error that is
+  not the transport's (every failure once a socket is in use surfaces as an openai
+  `APIConnectionError`) came from building the request. It is not retried (the same
+  request fails the same way) and counts as a connection failure, so a run of them
+  stops the run as a dead endpoint does. On the httpx transport (`EVALKIT_HTTP=httpx`):
+  its `ConnectError`, `ConnectTimeout`, `PoolTimeout` and `LocalProtocolError` (h11
+  refused to serialize the request).
 * anything else that may have reached the server (a connection reset or closed after
   the request was written, a read timeout, a malformed or implausible body): the full
   reservation, because the call may have been billed and evalkit cannot know. The
@@ -57,7 +67,9 @@ waits that long again. `should_stop` is asked before every attempt and during th
 a run that has stopped (ceiling breached, budget exhausted, disk full, its watched
 server died) sends no further paid retry and waits for none. A client with no base URL
 is refused (`InputError`) unless replay-only: evalkit never lets the openai client pick
-its default host.
+its default host. So is a base URL no request can go to (`endpoints.check_base_url`:
+http(s) with a host, no credentials) and an API key no HTTP header can carry
+(`check_endpoint`): both are known before any request, and no reservation is made.
 
 A request text with a lone surrogate (a model's output shown to the judge) is sent with
 U+FFFD in its place: UTF-8, and so HTTP, cannot carry it (`evalkit._text.sendable`).
@@ -67,6 +79,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import email.utils
 import hashlib
 import json
@@ -75,8 +88,9 @@ import os
 import random
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlparse
 
 import aiohttp
@@ -89,11 +103,14 @@ except ImportError:  # pragma: no cover - an older openai
 
 from ._text import sendable
 from .cache import ResponseCache
+from .endpoints import check_base_url
 from .errors import BudgetExhausted, CeilingBreached, InputError, InputTooLong, ReplayMiss, UnitCallError
 from .ledger import Ledger, reported_usage, unusable_usage
 from .records import Endpoint, Price, Usage
-from .tokens import TokenCounter
+from .tokens import TokenCounter, utf8_len
 
+# The request fields evalkit sets itself; `complete(extra=...)` cannot replace them.
+_OWN_FIELDS = frozenset({"model", "max_tokens", "prompt", "messages", "tools", "temperature", "seed", "stop"})
 RETRY_STATUSES = frozenset({408, 409})  # plus every 5xx, and the rate limits below
 RATE_LIMIT_STATUSES = frozenset({429, 503, 529})  # retried within the key's time budget
 BACKOFF_BASE_S = 0.25
@@ -136,6 +153,18 @@ class Completion:
     cached: bool
     cost_avoided_usd: float
     attempts: int
+
+
+@dataclass
+class CallProgress:
+    """What a call in flight has cost so far, kept up to date by `ModelClient.complete`
+    (mutable for that reason): the reader (`evalkit.session`) still knows, when the call
+    is cancelled mid-way, how many requests the endpoint received and what the ledger
+    charged for them."""
+
+    attempts: int = 0  # attempts sent (or being sent)
+    cost_usd: float = 0.0  # charged for attempts that failed or were cut
+    on_send: Callable[[], None] | None = None  # called before the first attempt is reserved and sent
 
 
 def canonical_json(obj: Any) -> str:
@@ -211,6 +240,7 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return out
 
 
+_URL_ERRORS = (aiohttp.NonHttpUrlClientError, aiohttp.InvalidUrlClientError, httpx2.UnsupportedProtocol)
 _DNS_ERRORS = tuple(c for c in (getattr(aiohttp, "ClientConnectorDNSError", None), socket.gaierror) if c)
 
 
@@ -225,6 +255,8 @@ def transport_failure(exc: BaseException, timeout_s: float) -> tuple[str, str]:
     `APITimeoutError` for both; the cause chain still tells them apart."""
     chain = _chain(exc)
     for e in chain:
+        if isinstance(e, _URL_ERRORS):  # raised before any connection is made
+            return "not sent", f"the URL cannot be requested ({type(e).__name__}: {_short(str(e), 120)})"
         if isinstance(e, _DNS_ERRORS):
             return "not sent", f"DNS lookup failed: {_short(str(e), 120)}"
         if isinstance(e, ConnectionRefusedError):
@@ -243,6 +275,8 @@ def transport_failure(exc: BaseException, timeout_s: float) -> tuple[str, str]:
                 return "not sent", f"connect timeout after {timeout_s:g}s"
             if isinstance(e, httpx2.ConnectError):
                 return "not sent", f"cannot connect: {_short(str(e) or type(e).__name__, 120)}"
+            if isinstance(e, httpx2.LocalProtocolError):  # h11 refused to serialize the request
+                return "not sent", f"the HTTP client refused to send the request: {_short(str(e), 120)}"
     for e in chain:
         if isinstance(e, aiohttp.ClientConnectionError) and not isinstance(e, TimeoutError):
             return "connection error", f"connection error: {_short(str(e), 200)}"
@@ -275,13 +309,39 @@ def _utf8_size(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
+def _key_problem(key: str) -> str | None:
+    """Why `key` cannot go in an HTTP Authorization header (the HTTP library would refuse
+    to send the request), or None. Names the character's kind and place, never the key."""
+    for i, ch in enumerate(key, 1):
+        if ch in "\r\n":
+            kind = "a line break (a trailing newline from a file or `echo`?)"
+        elif ch.isspace():
+            kind = "whitespace"
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            kind = "a control character"
+        elif ord(ch) > 0x7E:
+            kind = "a non-ASCII character"
+        else:
+            continue
+        return f"it holds {kind} at character {i} of {len(key)}"
+    return None
+
+
 def check_endpoint(endpoint: Endpoint, base_url: str | None = None, replay_only: bool = False) -> str:
     """The API key for `endpoint`, read from the environment variable its config names.
     A loopback server (or a replay-only run) takes any key; elsewhere a missing key is an
-    `InputError`."""
+    `InputError`. So is a key no HTTP header can carry (a newline, whitespace, a control
+    or non-ASCII character): no request could be sent with it. The message names the
+    variable, never the key."""
     url = base_url or endpoint.base_url
     api_key = os.environ.get(endpoint.api_key_env)
     if api_key:
+        problem = _key_problem(api_key)
+        if problem is not None:
+            raise InputError(
+                f"environment variable {endpoint.api_key_env} (the API key for {endpoint.model!r}) cannot be sent: "
+                f"{problem}; an HTTP header cannot carry it, so no request would leave (the value is not shown)"
+            )
         return api_key
     if (url and _is_loopback(url)) or replay_only:
         return "evalkit-loopback"  # local servers take any key
@@ -300,6 +360,21 @@ def _http_client(timeout_s: float, on_response: Callable[[Any], Any]):
     return openai.DefaultAioHttpClient(timeout=timeout_s, event_hooks=hooks)
 
 
+class _Attempt:
+    """One attempt's state, seen by the response hook through `_ATTEMPT`: `answered`
+    once a response (its status line and headers) arrived for it."""
+
+    __slots__ = ("answered",)
+
+    def __init__(self) -> None:
+        self.answered = False
+
+
+# The attempt the running task is making: the response hook runs in the task that sends
+# the request, so each of many concurrent attempts marks its own.
+_ATTEMPT: contextvars.ContextVar[_Attempt | None] = contextvars.ContextVar("evalkit_attempt", default=None)
+
+
 class CallStopped(UnitCallError):
     """The run stopped (ceiling breached, budget exhausted, endpoint unreachable, disk
     full, its watched server died) before this call's next attempt: no further paid
@@ -308,6 +383,9 @@ class CallStopped(UnitCallError):
 
 class _Malformed(Exception):
     """The endpoint answered 200 with a body that is not a completion."""
+
+
+MalformedResponse = _Malformed  # the public name (`ModelClient.parse_body` raises it)
 
 
 class _BodyTooLarge(_Malformed):
@@ -443,6 +521,7 @@ class ModelClient:
         rate_limit_budget_s: float = RATE_LIMIT_BUDGET_S,
         max_connection_failures: int = MAX_CONNECTION_FAILURES,
         concurrency: int = 32,
+        cache_endpoint: str | None = None,
     ) -> None:
         if price is None:
             raise InputError(f"no price for model {endpoint.model!r}: refusing to run")
@@ -457,6 +536,10 @@ class ModelClient:
         self.max_tokens_in = int(max_tokens_in)
         self.max_tokens_out = int(max_tokens_out)
         self.cache = cache
+        # The endpoint the cache's entries are keyed by (`endpoints.endpoint_key` of the base
+        # URL): an answer is replayed only to a request for the server that gave it. None:
+        # entries without an endpoint (the judge's cache, for now).
+        self.cache_endpoint = cache_endpoint
         self.replay_only = replay_only
         self.max_attempts = int(max_attempts)
         self.timeout_s = float(timeout_s)
@@ -469,6 +552,8 @@ class ModelClient:
                 f"no base URL for the {role} model {endpoint.model!r}; evalkit never falls back to "
                 "the openai client's default host"
             )
+        if self.base_url:  # one a request can go to: http(s), a host, no credentials
+            check_base_url(self.base_url, f"the {role}'s base_url")
 
         self.unreachable: str | None = None  # "endpoint unreachable: <url> (<cause>)" once it is
         self.rate_limited_out: str | None = None  # set when a key waited out its whole rate_limit_budget_s
@@ -502,6 +587,9 @@ class ModelClient:
         """httpx response hook: no completion body is read past `body_bound`. A body
         with a Content-Length is read to that length and no further, so it is checked
         here; one without (chunked) is counted as it is read."""
+        mark = _ATTEMPT.get()
+        if mark is not None:
+            mark.answered = True
         strict = response.status_code < 400
         length = response.headers.get("content-length")
         if length is not None and length.isdigit() and "transfer-encoding" not in response.headers:
@@ -535,65 +623,48 @@ class ModelClient:
         sample_index: int = 0,
         key: str = "",
         should_stop: Callable[[], str | None] | None = None,
+        max_tokens: int | None = None,
+        extra: dict[str, Any] | None = None,
+        call: int | None = None,
+        sample: str | None = None,
+        progress: CallProgress | None = None,
     ) -> Completion:
         """Make one call (or replay it from the cache); see the module docstring.
 
         `should_stop` is asked before every attempt (the first and each retry); when it
         returns a reason, or the endpoint is unreachable, no further attempt is paid for
-        and `CallStopped` is raised."""
-        if (prompt is None) == (messages is None):
-            raise ValueError("give exactly one of prompt (completions) or messages (chat)")
-        if prompt is not None and tools:
-            raise ValueError("tools need chat mode (messages)")
-        prompt, messages = sendable(prompt), sendable(messages)
-        body: dict[str, Any] = {"model": self.endpoint.model, "max_tokens": self.max_tokens_out}
-        if prompt is not None:
-            body["prompt"] = prompt
-        else:
-            body["messages"] = messages
-            if tools:
-                body["tools"] = tools
-        if temperature is not None:
-            body["temperature"] = temperature
-        if seed is not None:
-            body["seed"] = seed
-        if stop:
-            body["stop"] = list(stop)
-        rhash = request_hash(body)
+        and `CallStopped` is raised.
 
-        n_in, method = await self.counter.measure(
-            prompt=prompt, messages=messages, tools=tools, limit=self.max_tokens_in
+        For calls made on an agent's behalf (`evalkit.proxy`, `evalkit.agents`):
+        `max_tokens` asks for fewer output tokens than `max_tokens_out` (the reservation
+        is then that much smaller; a larger one is cut to the ceiling); `extra` holds
+        further request fields sent as they are (`top_p`, `tool_choice`, ...: part of the
+        request and its hash); `call` is the call's ordinal within its sample and `sample`
+        the sample's identity (``case/arm``; its index is `sample_index`), both part of the
+        cache key, so a request made twice in one sample, or by two arms or cases, gets
+        its own answer while an identical re-run of the sample replays each. `progress`,
+        when given, is kept up to date with the attempts sent and the cost charged for
+        those that failed (`CallProgress`)."""
+        body = self.request_body(
+            prompt=prompt,
+            messages=messages,
+            tools=tools,
+            temperature=temperature,
+            seed=seed,
+            stop=stop,
+            max_tokens=max_tokens,
+            extra=extra,
         )
-        if n_in > self.max_tokens_in:
-            raise InputTooLong(
-                f"{key or 'request'}: input is {n_in} tokens ({method}), over max_tokens_in {self.max_tokens_in}"
-            )
-
-        if self.cache is not None:
-            hit = self.cache.get(self.endpoint.model, rhash, sample_index)
-            if hit is not None:
-                avoided = float(hit.get("cost_usd", 0.0))
-                self.ledger.record_avoided(avoided, key)
-                u = hit.get("usage") or {}
-                return Completion(
-                    text=hit.get("text", ""),
-                    tool_calls=tuple(hit.get("tool_calls") or ()),
-                    finish_reason=hit.get("finish_reason"),
-                    usage=Usage(int(u.get("prompt_tokens", 0)), int(u.get("completion_tokens", 0))),
-                    latency_ms=0.0,
-                    cost_usd=0.0,
-                    model=hit.get("model", self.endpoint.model),
-                    system_fingerprint=hit.get("system_fingerprint"),
-                    request_hash=rhash,
-                    cached=True,
-                    cost_avoided_usd=avoided,
-                    attempts=0,
-                )
-            if self.replay_only:
-                raise ReplayMiss(
-                    f"{key or 'request'}: no cached response (request {rhash[:12]}, "
-                    f"sample {sample_index}) and --replay-only is set"
-                )
+        tokens_out = int(body["max_tokens"])  # the reservation's output ceiling: what the call may use
+        rhash = request_hash(body)
+        ckey = rhash
+        if call is not None:  # an agent's call: one answer per sample (case, arm, index) and ordinal
+            ckey = request_hash({"request": rhash, "call": int(call), "sample": sample or ""})
+        await self.check_input(body, key)
+        hit = self.replay(rhash, sample_index, key, cache_key=ckey)
+        if hit is not None:
+            return hit
+        prog = progress if progress is not None else CallProgress()
 
         label = key or "request"
         causes = _Causes()
@@ -612,9 +683,11 @@ class ModelClient:
                 if stopped:
                     causes.note(f"stopped before attempt {attempt}: {stopped}")
                     raise _call_error(f"{label}: {causes}", attempt - 1, CallStopped)
+                if attempt == 1 and prog.on_send is not None:  # before anything is reserved: may raise DiskFull
+                    prog.on_send()
                 try:
                     r = self.ledger.reserve(
-                        self.role, self.endpoint.model, self.price, self.max_tokens_in, self.max_tokens_out, key
+                        self.role, self.endpoint.model, self.price, self.max_tokens_in, tokens_out, key
                     )
                 except BudgetExhausted as exc:
                     if attempt == 1:
@@ -623,6 +696,9 @@ class ModelClient:
                     causes.note(f"attempt {attempt} refused: {exc}")
                     raise _call_error(f"{label}: {causes}", attempt - 1, BudgetExhausted) from exc
                 t0 = time.perf_counter()
+                mark = _Attempt()
+                _ATTEMPT.set(mark)
+                prog.attempts = attempt
                 try:
                     resp = await self._send(body)
                     latency_ms = (time.perf_counter() - t0) * 1000
@@ -631,7 +707,7 @@ class ModelClient:
                 except openai.APIStatusError as exc:
                     self._answered()
                     status = exc.status_code
-                    self.ledger.settle_failed(r, None, f"HTTP {status}")
+                    prog.cost_usd += self.ledger.settle_failed(r, None, f"HTTP {status}")
                     cause = f"HTTP {status}: {_short(exc.message)}"
                     retry_after = _retry_after_s(exc.response.headers if exc.response is not None else None)
                     if is_rate_limit(exc):
@@ -647,25 +723,42 @@ class ModelClient:
                         self._connection_failed(cause)
                     if reason == "not sent":
                         self.ledger.release_unsent(r, cause)
+                        prog.attempts -= 1
                         cause = f"not sent ($0): {cause}"
                     else:
-                        self.ledger.settle_failed(r, _worst(r), reason, cause)
-                except (_Malformed, ValueError) as exc:  # the server answered with no completion
-                    self._answered()
-                    self.ledger.settle_failed(r, _worst(r), "malformed response")
-                    cause = f"malformed response: {_short(str(exc))}"
-                except Exception as exc:  # anything else the client library raised on this body
-                    self.ledger.settle_failed(r, _worst(r), "malformed response")
-                    cause = f"malformed response: {type(exc).__name__}: {_short(str(exc))}"
+                        prog.cost_usd += self.ledger.settle_failed(r, _worst(r), reason, cause)
+                except Exception as exc:
+                    if not mark.answered and not isinstance(exc, _Malformed):
+                        # Raised on this side before any answer: not a transport error
+                        # (every failure once a socket is in use reaches us as an
+                        # APIConnectionError), so the HTTP client refused to build or
+                        # send the request. Nothing left: $0, not retried (the same
+                        # request fails the same way), and a run of them stops the run
+                        # as a dead endpoint does.
+                        unsent = (
+                            f"the HTTP client refused to send the request ({type(exc).__name__}: {_short(str(exc))})"
+                        )
+                        self.ledger.release_unsent(r, unsent)
+                        prog.attempts -= 1
+                        self._connection_failed(f"not sent: {unsent}")
+                        causes.add(attempt, f"not sent ($0): {unsent}")
+                        raise _call_error(f"{label}: {causes} (not retried)", attempt) from exc
+                    prog.cost_usd += self.ledger.settle_failed(r, _worst(r), "malformed response")
+                    if isinstance(exc, (_Malformed, ValueError)):  # the server answered with no completion
+                        self._answered()
+                        cause = f"malformed response: {_short(str(exc))}"
+                    else:  # anything else the client library raised on this body
+                        cause = f"malformed response: {type(exc).__name__}: {_short(str(exc))}"
                 except BaseException:
                     # Cancelled or interrupted mid-call: it may have been billed.
-                    self.ledger.settle_failed(r, _worst(r), "interrupted")
+                    prog.cost_usd += self.ledger.settle_failed(r, _worst(r), "interrupted")
                     raise
                 else:
                     self._throttle.answered()
                     return self._settle(
                         r,
                         rhash,
+                        ckey,
                         sample_index,
                         label,
                         attempt,
@@ -679,6 +772,7 @@ class ModelClient:
                         latency_ms,
                     )
             finally:
+                _ATTEMPT.set(None)
                 self._throttle.release()
             causes.add(attempt, cause)
             if limited_wait is not None:  # a rate limit: wait it out while the key's budget lasts
@@ -696,17 +790,156 @@ class ModelClient:
                         f"{self.rate_limit_budget_s:g}; {causes}",
                         attempt,
                     )
-                await _pause(limited_wait, should_stop)
+                await pause(limited_wait, should_stop)
                 continue
             failures += 1
             if failures >= self.max_attempts:
                 raise _call_error(f"{label}: failed after {attempt} attempts; {causes}", attempt)
-            await _pause(backoff_s(failures, retry_after, self._rng), should_stop)
+            await pause(backoff_s(failures, retry_after, self._rng), should_stop)
+
+    def request_body(
+        self,
+        *,
+        prompt: str | None = None,
+        messages: list[dict] | None = None,
+        tools: list[dict] | None = None,
+        temperature: float | None = None,
+        seed: int | None = None,
+        stop: list[str] | None = None,
+        max_tokens: int | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """The request body `complete` sends for these arguments (and a provider batch
+        sends as a line's `body`, `evalkit.batch`): the model, `max_tokens` (at most
+        `max_tokens_out`, which it is when not given), the `extra` fields not evalkit's
+        own, the prompt or messages (sendable text) and the parameters given."""
+        if (prompt is None) == (messages is None):
+            raise ValueError("give exactly one of prompt (completions) or messages (chat)")
+        if prompt is not None and tools:
+            raise ValueError("tools need chat mode (messages)")
+        prompt, messages = sendable(prompt), sendable(messages)
+        tokens_out = self.max_tokens_out if max_tokens is None else max(1, min(int(max_tokens), self.max_tokens_out))
+        body: dict[str, Any] = {"model": self.endpoint.model, "max_tokens": tokens_out}
+        if extra:
+            body.update({k: v for k, v in sendable(extra).items() if k not in _OWN_FIELDS})
+        if prompt is not None:
+            body["prompt"] = prompt
+        else:
+            body["messages"] = messages
+            if tools:
+                body["tools"] = tools
+        if temperature is not None:
+            body["temperature"] = temperature
+        if seed is not None:
+            body["seed"] = seed
+        if stop:
+            body["stop"] = list(stop)
+        return body
+
+    async def check_input(self, body: dict[str, Any], key: str = "") -> None:
+        """`InputTooLong` when the body's input is over `max_tokens_in` (`tokens`): the
+        prompt or messages and the tool definitions, plus the UTF-8 size of the JSON of
+        every further field (`response_format`'s schema, `logit_bias`, ...: what a
+        provider may read as input), a bound for any byte-level tokenizer."""
+        extra = {k: v for k, v in body.items() if k not in _OWN_FIELDS}
+        n_extra = utf8_len(json.dumps(extra, separators=(",", ":"), ensure_ascii=False)) if extra else 0
+        n_in, method = await self.counter.measure(
+            prompt=body.get("prompt"),
+            messages=body.get("messages"),
+            tools=body.get("tools"),
+            limit=self.max_tokens_in - n_extra,
+        )
+        if n_extra:
+            n_in, method = n_in + n_extra, f"{method} + {n_extra} bytes of further fields"
+        if n_in > self.max_tokens_in:
+            raise InputTooLong(
+                f"{key or 'request'}: input is {n_in} tokens ({method}), over max_tokens_in {self.max_tokens_in}"
+            )
+
+    def replay(
+        self, rhash: str, sample_index: int, key: str = "", *, cache_key: str | None = None
+    ) -> Completion | None:
+        """The cached answer to request `rhash` for `sample_index` ($0, its cost recorded
+        as avoided), or None when there is none (`ReplayMiss` when replay-only).
+        `cache_key` (default `rhash`) is what the answer is stored under: an agent's call
+        adds its ordinal within the sample."""
+        if self.cache is None:
+            return None
+        hit = self.cache.get(self.endpoint.model, cache_key or rhash, sample_index, endpoint=self.cache_endpoint)
+        if hit is not None:
+            avoided = float(hit.get("cost_usd", 0.0))
+            self.ledger.record_avoided(avoided, key)
+            u = hit.get("usage") or {}
+            return Completion(
+                text=hit.get("text", ""),
+                tool_calls=tuple(hit.get("tool_calls") or ()),
+                finish_reason=hit.get("finish_reason"),
+                usage=Usage(int(u.get("prompt_tokens", 0)), int(u.get("completion_tokens", 0))),
+                latency_ms=0.0,
+                cost_usd=0.0,
+                model=hit.get("model", self.endpoint.model),
+                system_fingerprint=hit.get("system_fingerprint"),
+                request_hash=rhash,
+                cached=True,
+                cost_avoided_usd=avoided,
+                attempts=0,
+            )
+        if self.replay_only:
+            where = f" from {self.cache_endpoint}" if self.cache_endpoint else ""
+            raise ReplayMiss(
+                f"{key or 'request'}: no cached response{where} (request {rhash[:12]}, "
+                f"sample {sample_index}) and --replay-only is set; answers are cached per endpoint"
+                + ("" if self.cache_endpoint else ": give the base URL of the one that answered")
+            )
+        return None
+
+    def parse_body(self, body: Any, *, chat: bool) -> tuple[Any, ...]:
+        """(text, tool calls, finish reason, raw usage, fingerprint, model) from a
+        response body as JSON (a batch result line's `response.body`), checked as every
+        online answer is (the caller bounds its size: `body_bound`); `MalformedResponse`
+        for any shape that is not a completion."""
+        if not isinstance(body, dict):
+            raise _Malformed(f"the response body is a {type(body).__name__}, not an object")
+        return self._parse(_Fields(body), chat=chat)
+
+    def settle_answer(
+        self,
+        r: Any,
+        rhash: str,
+        sample_index: int,
+        key: str,
+        parsed: tuple[Any, ...],
+        latency_ms: float,
+        settle: Callable[[Usage, str | None], float],
+        attempts: int = 1,
+    ) -> Completion:
+        """Settle an answer that did not come through `complete` (a batch line) as
+        `complete` settles its own: the cache first, then `settle(usage, untrusted)` on
+        the ledger; `r` holds the line's ceilings. Raises as `complete` does."""
+        text, tool_calls, finish, usage, fingerprint, model = parsed
+        return self._settle(
+            r,
+            rhash,
+            rhash,
+            sample_index,
+            key or "request",
+            attempts,
+            _Causes(),
+            text,
+            tool_calls,
+            finish,
+            usage,
+            fingerprint,
+            model,
+            latency_ms,
+            settle=settle,
+        )
 
     def _settle(
         self,
         r,
         rhash: str,
+        ckey: str,
         sample_index: int,
         label: str,
         attempt: int,
@@ -718,11 +951,13 @@ class ModelClient:
         fingerprint: str | None,
         model: str,
         latency_ms: float,
+        settle: Callable[[Usage, str | None], float] | None = None,
     ) -> Completion:
         """Settle a finished call: store the answer in the cache first (committed before
-        it is used, when the cache commits each put), then settle it on the ledger. Raises
-        `CeilingBreached`, or `UnitCallError` for untrusted usage (not retried: a server
-        whose accounting is wrong would be paid at the worst case again)."""
+        it is used, when the cache commits each put), then settle it on the ledger (or
+        with `settle`, a batch line's charge). Raises `CeilingBreached`, or
+        `UnitCallError` for untrusted usage (not retried: a server whose accounting is
+        wrong would be paid at the worst case again)."""
         if isinstance(usage, _Unusable):
             settled, untrusted = _worst(r), unusable_usage(usage.raw)
         else:
@@ -732,7 +967,7 @@ class ModelClient:
         if self.cache is not None and untrusted is None and within:
             self.cache.put(
                 self.endpoint.model,
-                rhash,
+                ckey,
                 sample_index,
                 {
                     "text": text,
@@ -743,9 +978,10 @@ class ModelClient:
                     "system_fingerprint": fingerprint,
                 },
                 r.price.cost(settled.prompt_tokens, settled.completion_tokens),
+                endpoint=self.cache_endpoint,
             )
         try:
-            cost = self.ledger.settle(r, settled, untrusted=untrusted)
+            cost = self.ledger.settle(r, settled, untrusted=untrusted) if settle is None else settle(settled, untrusted)
         except CeilingBreached as exc:
             exc.attempts = attempt  # type: ignore[attr-defined]
             raise
@@ -769,9 +1005,13 @@ class ModelClient:
 
     async def _send(self, body: dict[str, Any]) -> Any:
         assert self._openai is not None, "a replay-only client without a base URL sends nothing"
+        own = {k: v for k, v in body.items() if k in _OWN_FIELDS}
+        rest = {k: v for k, v in body.items() if k not in _OWN_FIELDS}
+        if rest:  # fields an agent sent (`extra`): as they are, whatever this SDK version names
+            own["extra_body"] = rest
         if "messages" in body:
-            return await self._openai.chat.completions.create(**body)
-        return await self._openai.completions.create(**body)
+            return await self._openai.chat.completions.create(**own)
+        return await self._openai.completions.create(**own)
 
     def _parse(self, resp: Any, *, chat: bool):
         """(text, tool calls, finish reason, raw usage, fingerprint, model) from a
@@ -850,7 +1090,7 @@ class ModelClient:
         await self.counter.aclose()
 
 
-async def _pause(seconds: float, should_stop: Callable[[], str | None] | None) -> None:
+async def pause(seconds: float, should_stop: Callable[[], str | None] | None) -> None:
     """The backoff before a retry, cut short once `should_stop` reports (asked at once
     and every 50 ms): a call that failed because its server died (a watched server,
     `endpoints`) stops promptly instead of waiting out its backoff."""
@@ -864,6 +1104,29 @@ async def _pause(seconds: float, should_stop: Callable[[], str | None] | None) -
         if left <= 0:
             return
         await asyncio.sleep(min(left, 0.05))
+
+
+class _Fields:
+    """A JSON object read by attribute, as `_parse_fields` reads the openai client's
+    response objects (a missing key reads None; nested objects and lists of them
+    likewise; any other value as it is). The openai client's own `construct` gives the
+    same view at about ten times the cost, which a 100,000-line batch pays in full."""
+
+    __slots__ = ("_d",)
+
+    def __init__(self, d: dict) -> None:
+        self._d = d
+
+    def __getattr__(self, name: str) -> Any:
+        return _fields(self._d.get(name))
+
+
+def _fields(v: Any) -> Any:
+    if isinstance(v, dict):
+        return _Fields(v)
+    if isinstance(v, list):
+        return [_fields(x) for x in v]
+    return v
 
 
 @dataclass(frozen=True)

@@ -40,11 +40,12 @@ import os
 import random
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import yaml
@@ -187,7 +188,7 @@ class _Key:
 _STABLE_KEYS = frozenset({"metadata", "evaluation_pairs", *METADATA_FIELDS, *PAIR_FIELDS, *DIFFICULTIES})
 
 
-def _part(parent: Any, key: str, parent_path: tuple) -> Any:
+def _part(parent: Any, key: str, parent_path: tuple[Any, ...]) -> Any:
     """The path part for `key` inside `parent`: its name when it is a contract field,
     else its position."""
     dynamic = parent_path[-1:] == ("population_coverage",)
@@ -321,7 +322,7 @@ def check_structure(
     own = diags is None
     d = diags if diags is not None else _Diagnostics(limits.diagnostics)
     nodes = nodes_before
-    stack: list[tuple[Any, int, tuple, str]] = [(doc, 1, (), "root")]
+    stack: list[tuple[Any, int, tuple[Any, ...], str]] = [(doc, 1, (), "root")]
     try:
         while stack:
             node, depth, path, role = stack.pop()
@@ -478,7 +479,7 @@ def _decode_row(
 ) -> dict[str, Json] | None:
     values: dict[str, Json] = {}
     ok = True
-    for name, raw in zip(CSV_HEADER, record):
+    for name, raw in zip(CSV_HEADER, record, strict=False):  # a short record: its missing cells stay empty
         cell = unescape_cell(raw)
         where = f"csv line {line}, field {name}"
         if name in LIST_FIELDS:
@@ -545,6 +546,7 @@ def load_schema(path: str | os.PathLike[str] | None = None) -> Json:
     """The contract's JSON Schema (the packaged `schemas/dataset-v1.json` by default),
     checked against the Draft 2020-12 meta-schema. `InputError` when it cannot be set up."""
     Draft202012Validator, SchemaError = jsonschema().Draft202012Validator, jsonschema().SchemaError
+    where = os.fspath(path) if path is not None else SCHEMA_RESOURCE
     try:
         if path is None:
             text = resources.files("evalkit").joinpath(SCHEMA_RESOURCE).read_text(encoding="utf-8")
@@ -553,13 +555,9 @@ def load_schema(path: str | os.PathLike[str] | None = None) -> Json:
         schema = json.loads(text)
         Draft202012Validator.check_schema(schema)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(
-            f"dataset schema cannot be loaded: {exc.__class__.__name__}", path or SCHEMA_RESOURCE
-        ) from None
+        raise InputError(f"dataset schema cannot be loaded: {exc.__class__.__name__}", where) from None
     except SchemaError as exc:
-        raise InputError(
-            f"dataset schema is not a valid Draft 2020-12 schema: {exc.message}", path or SCHEMA_RESOURCE
-        ) from None
+        raise InputError(f"dataset schema is not a valid Draft 2020-12 schema: {exc.message}", where) from None
     return schema
 
 
@@ -586,11 +584,13 @@ _PATTERN_MESSAGES = {
     "^[A-Za-z0-9][A-Za-z0-9._-]*$": "must start with a letter or digit and use only letters, digits, '.', '_' and '-'",
     "^[0-9]+\\.[0-9]+\\.[0-9]+$": "must be a version MAJOR.MINOR.PATCH",
     "^[^\\u0000]*$": "must not contain a NUL character",
-    "^[^;\\s](?:[^;\\r\\n\\u0000]*[^;\\s])?$": "must not contain ';' or a line break, nor start or end with white space",
+    "^[^;\\s](?:[^;\\r\\n\\u0000]*[^;\\s])?$": (
+        "must not contain ';' or a line break, nor start or end with white space"
+    ),
 }
 
 
-def _schema_message(err: Any) -> list[tuple[tuple, str]]:
+def _schema_message(err: Any) -> list[tuple[tuple[Any, ...], str]]:
     """Messages for one jsonschema error, built from the schema keyword and the schema's
     own values, never from the instance (which may be pair content)."""
     kw, val, inst = err.validator, err.validator_value, err.instance
@@ -630,8 +630,8 @@ def _schema_message(err: Any) -> list[tuple[tuple, str]]:
     return [((), f"violates schema keyword {kw!r}")]
 
 
-def _render_path(doc: Json, parts: Iterable[Any]) -> tuple:
-    out: tuple = ()
+def _render_path(doc: Json, parts: Iterable[Any]) -> tuple[Any, ...]:
+    out: tuple[Any, ...] = ()
     node = doc
     for p in parts:
         if isinstance(p, int):
@@ -658,7 +658,7 @@ def _norm(value: Json) -> Json:
     return value
 
 
-def _rule_diagnostics(doc: dict, rows: list[CsvRow], d: _Diagnostics) -> None:
+def _rule_diagnostics(doc: dict[str, Any], rows: list[CsvRow], d: _Diagnostics) -> None:
     md = doc["metadata"]
     pairs = doc["evaluation_pairs"]
     # 1. unique pair ids
@@ -730,10 +730,11 @@ def _rule_diagnostics(doc: dict, rows: list[CsvRow], d: _Diagnostics) -> None:
         else:
             row_of[rid] = row
     for rid, i in first_index.items():
-        row = row_of.get(rid)
-        if row is None:
+        found = row_of.get(rid)
+        if found is None:
             d.add(_j(("evaluation_pairs", i)), "has no CSV row")
             continue
+        row = found
         for name in PAIR_FIELDS[1:]:
             if _norm(row.values[name]) != _norm(pairs[i][name]):
                 d.add(f"csv line {row.line}, field {name}", f"differs from {_j(('evaluation_pairs', i, name))[5:]}")
@@ -741,7 +742,7 @@ def _rule_diagnostics(doc: dict, rows: list[CsvRow], d: _Diagnostics) -> None:
 
 # --- validation entry points ----------------------------------------------------------------
 def _parse_json(text: str, shown: str) -> Json:
-    def pairs_hook(items: list[tuple[str, Any]]) -> dict:
+    def pairs_hook(items: list[tuple[str, Any]]) -> dict[str, Any]:
         obj = dict(items)
         if len(obj) != len(items):
             raise ValueError("an object repeats a property name")
@@ -899,7 +900,7 @@ def json_text(dataset: dict[str, Json]) -> str:
 
 
 # --- authoring: new ---------------------------------------------------------------------------
-class _SourceLoader(yaml.SafeLoader):
+class _SourceLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no type stubs
     """YAML without aliases (no billion-laughs expansion) and without implicit dates
     (a date stays the string the author wrote)."""
 
@@ -1008,7 +1009,7 @@ def build_dataset(source: dict[str, Json], *, today: date | None = None) -> tupl
         if k in md_in and md_in[k] != derived[k]
     ]
     defaults = {
-        "created_date": (today or datetime.now(timezone.utc).date()).isoformat(),
+        "created_date": (today or datetime.now(UTC).date()).isoformat(),
         "version": "1.0.0",
         "review_state": "draft",
         "validation_status": "ai-generated",
@@ -1088,7 +1089,7 @@ def load_dataset(
             ]
             + [InputError(e, os.fspath(json_path)) for e in result.errors[1:]]
         )
-    return doc  # type: ignore[return-value]  # a valid dataset is an object
+    return doc  # type: ignore[no-any-return]  # a valid dataset is an object
 
 
 # --- authoring: sample --------------------------------------------------------------------------

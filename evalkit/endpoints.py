@@ -16,6 +16,13 @@ None of them: `InputError` (exit 2) before any request, naming the config key an
 other ways to set it. `OPENAI_BASE_URL` is not a source. A replay-only run makes no
 model request and may go without one.
 
+**A URL a request can go to.** Whatever its source, a base URL is `http://` or
+`https://` with a host, no whitespace or control character, and no credentials
+(`user:password@`: the HTTP library refuses to send one beside the API key's
+Authorization header, and a password in a URL lands in logs and run records). Anything
+else is an `InputError` naming the source (`check_base_url`), before any request,
+with the URL's password masked; the API key goes in the variable `api_key_env` names.
+
 **The served server.** `evalkit serve -- COMMAND` runs COMMAND with `EVALKIT_BASE_URL`
 set and `EVALKIT_SERVED` holding a JSON object: `base_url`; `model`, the one model the
 server answers as (null: the scripted server without a `model`, which answers any);
@@ -39,9 +46,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
+from typing import Any
+from urllib.parse import urlsplit
 
 from .errors import InputError
 from .records import Endpoint
@@ -66,7 +76,67 @@ def _same_model(a: str, b: str) -> bool:
     return a.strip().casefold() == b.strip().casefold()
 
 
-def served() -> dict | None:
+def masked_url(url: str) -> str:
+    """`url` with the password of any `user:password@` replaced by `***` (for messages)."""
+    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/@?#:]*):[^/@?#]*@", r"\1:***@", url)
+
+
+def base_url_problem(url: str) -> str | None:
+    """Why `url` cannot be a base URL (see the module docstring), or None when it can."""
+    bad = next((ch for ch in url if ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F), None)
+    if bad is not None:
+        return f"it holds a whitespace or control character ({bad!r}): a request line cannot carry it"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a port that is not a number in range
+    except ValueError as exc:
+        return f"it is not a URL ({exc})"
+    if parts.scheme.lower() not in ("http", "https"):
+        scheme = f"scheme {parts.scheme!r}" if parts.scheme else "no scheme"
+        return f"it has {scheme}: evalkit speaks only http:// and https://"
+    if "@" in parts.netloc:
+        return (
+            "it holds credentials (user:password@): the HTTP client refuses to send them beside the API key, "
+            "and a password in a URL lands in logs and run records; put the key in the variable api_key_env "
+            "names and drop the credentials from the URL"
+        )
+    if not parts.hostname:
+        return "it has no host"
+    return None
+
+
+def endpoint_key(url: str) -> str:
+    """`url` normalized as the identity of the server it reaches (what the response cache
+    keys answers by): scheme and host lower-cased, a default port dropped, no trailing
+    slash, no credentials. `http://LOCALHOST:80/v1/` and `http://localhost/v1` are one
+    endpoint; `localhost` and `127.0.0.1` are two (nothing proves they are one server)."""
+    parts = urlsplit(url.strip())
+    scheme, host = parts.scheme.lower(), (parts.hostname or "").lower()
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if ":" in host:
+        host = f"[{host}]"  # an IPv6 literal
+    netloc = host if port is None or (scheme, port) in (("http", 80), ("https", 443)) else f"{host}:{port}"
+    path = parts.path.rstrip("/")
+    return f"{scheme}://{netloc}{path}" + (f"?{parts.query}" if parts.query else "")
+
+
+def check_base_url(url: str, source: str, config_path: str | Path | None = None, json_path: str | None = None) -> str:
+    """`url` when a request can go to it, else an `InputError` naming `source` (a flag, an
+    environment variable, a config key) and the URL with its password masked."""
+    problem = base_url_problem(url)
+    if problem is not None:
+        raise InputError(
+            f"the base URL {masked_url(url)!r} from {source} cannot be used: {problem}",
+            config_path,
+            json_path=json_path,
+        )
+    return url
+
+
+def served() -> dict[str, Any] | None:
     """The server `evalkit serve -- COMMAND` runs for this process (`EVALKIT_SERVED`),
     or None outside serve. A value that is not the JSON serve writes is an InputError."""
     raw = os.environ.get(SERVED_ENV)
@@ -99,6 +169,13 @@ def resolve_base_url(
     env_name, json_path, flag, kwarg = _ROLES[role]
     server = served()
     url = override or os.environ.get(env_name) or endpoint.base_url
+    if url:
+        if override:
+            check_base_url(url, f"{flag} (Python: {kwarg}=...)")
+        elif os.environ.get(env_name):
+            check_base_url(url, f"environment variable {env_name}")
+        else:
+            check_base_url(url, f"{json_path} in config.json", config_path, json_path)
     if not url and role == "judge" and server is not None:
         if server.get("model") is not None and not _same_model(str(server["model"]), endpoint.model):
             raise InputError(
@@ -111,7 +188,7 @@ def resolve_base_url(
                 config_path,
                 json_path=json_path,
             )
-        url = server["base_url"]
+        url = check_base_url(server["base_url"], f"environment variable {SERVED_ENV}")
     if not url:
         if replay_only:
             return None

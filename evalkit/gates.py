@@ -20,7 +20,7 @@ import math
 import os
 from collections import Counter
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ from .metrics import cost_per_case, gated_case_score, gated_case_score_estimate,
 from .records import (
     GATE_CAUSE_COST,
     GATE_CAUSE_INCOMPLETE,
+    GATE_CAUSE_JUDGE,
     GATE_CAUSE_NOT_COMPARABLE,
     GATE_CAUSE_SCORE,
     Baseline,
@@ -51,6 +52,7 @@ from .verdicts import record_verdicts
 __all__ = [  # the records a gate makes, importable from here
     "GATE_CAUSE_COST",
     "GATE_CAUSE_INCOMPLETE",
+    "GATE_CAUSE_JUDGE",
     "GATE_CAUSE_NOT_COMPARABLE",
     "GATE_CAUSE_SCORE",
     "Baseline",
@@ -317,8 +319,35 @@ def gate(
     if alpha is not None:
         t = replace(t, alpha=alpha)
     cur = gate_run_metrics(run, baseline_path, arm=arm, baseline=baseline)
+    held = _judge_held(run, cur.arm)
+    if held:
+        return GateResult(
+            passed=False,
+            reasons=(held,),
+            read_rates=False,
+            thresholds=t,
+            alpha=t.alpha,
+            run=str(run_path),
+            baseline=str(baseline_path),
+            arm=cur.arm,
+        )
     return gate_metrics(
         cur, baseline, t, n_resamples=n_resamples, seed=seed, run_label=str(run_path), baseline_label=str(baseline_path)
+    )
+
+
+def _judge_held(run: Run, arm: str | None) -> str | None:
+    """Why the gate reads no rate of `arm` when its grading held judged results (the
+    judge is not trusted): their pass/fail must not move a gate either way."""
+    g = run.grades
+    if not len(g) or "judge_held" not in g.columns:
+        return None
+    rows = g[(g["arm"] == arm) & g["judge_held"].notna() & g["passed"].isna()]
+    if not len(rows):
+        return None
+    return (
+        f"{GATE_CAUSE_JUDGE}: {len(rows)} judged sample(s) of arm {arm} held ({rows['judge_held'].iloc[0]}): "
+        "the gate reads no rate until the judge is calibrated or the suite opts out"
     )
 
 
@@ -357,7 +386,8 @@ def _checks_against(
     raw: list[tuple[str, str, int, float, float, float, float, float | None]] = []
     if base.k != cur.k:
         reasons.append(
-            f"k changed from the baseline's {base.k} to {cur.k}: pass@k/pass^k are not comparable; accept a new baseline"
+            f"k changed from the baseline's {base.k} to {cur.k}: pass@k/pass^k are not comparable; "
+            "accept a new baseline"
         )
         return raw
     bm, cm = base.by_id(), cur.by_id()
@@ -552,7 +582,7 @@ def accept_baseline(
         run_stamp=m.run_stamp,
         run=str(run.path),
         summary=BASELINE_SUMMARY_FILE,
-        accepted=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        accepted=datetime.now(UTC).isoformat(timespec="seconds"),
     )
     run_md = Path(run.path) / SUMMARY_MD
     body = run_md.read_text(encoding="utf-8", errors="replace") if run_md.exists() else "(the run has no summary.md)\n"

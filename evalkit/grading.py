@@ -4,7 +4,9 @@ metrics and findings. Writes `grades.jsonl` and `grades-summary.json` (docs/form
 Re-grading replaces both files and never calls the generator: it reads `results.jsonl`.
 Judge answers are kept in the run folder's response cache (`judge-cache.sqlite`), so a
 re-grade with unchanged judge files replays them at $0; judge calls that are made
-reserve and settle on the run's own `ledger.jsonl` under the run's cost cap.
+reserve and settle on the run's own `ledger.jsonl` under the run's cost cap: the one the
+run's `config.json` records (`runner.run_cap_usd`; a CI run's `ci.cost_cap_usd`), so the
+generator and the judge of one run spend under one cap.
 
 A sample missing from `results.jsonl` is not a pass: every rate divides by the samples
 the run was expected to produce (cases x arms x k), and each group states how many were
@@ -32,45 +34,92 @@ and per arm, pass@k and pass^k with their SE and the gated case score, overall
 (`scores`), per set (`per_set_scores`) and per tag (`per_tag_scores`).
 
 Identical (case, output) pairs are judged once per grading pass and share the answer.
+
+**A judge you can trust.** A judged sample's pass/fail counts only when the judge is
+trusted (`judge.decide_trust`): calibrated against people on this rubric (at least 20
+fresh labels on this run, or the suite's accepted `judge/calibration.json` record for
+this very judge: model, endpoint, prompt and rubric hashes), or the user opted out
+(`allow_uncalibrated_judge` / `--allow-uncalibrated-judge`, recorded on every judged
+line as `judge_uncalibrated_override` and in `judge_trust`). Otherwise the sample is
+*held*: its line keeps the judge's score and `judge_passed`, `judge_held` says why,
+`passed` is None unless a deterministic check already failed it (then False: the judge
+could not have passed it), and no rate, gate or verdict reads the judge's answer: held
+samples are counted (`n_held`) and are never passes. Grading exits 1 while any judged
+result is held, or any pairwise trial errored.
+
+The judge cache is scoped to the judge (`judge.cache_scope`: model, endpoint, judge
+files), so a re-grade against another judge server or other judge files asks again. A
+grading without the pairwise judge removes an earlier `pairwise.jsonl`; with it, every
+planned (judged case, index) gets a line, an arm's missing sample an errored one.
+
+`grade_run(batch=...)` (`evalkit grade RUN --batch`) makes the judge calls through the
+provider's Batch API instead (`evalkit.batch.JudgeBatches`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from . import metrics
-from ._io import iter_jsonl, write_atomic
+from ._io import RUN_JSON_BYTES, iter_jsonl, read_json_object, write_atomic
 from ._text import storable_json
 from .cache import ResponseCache
 from .endpoints import Watch, combine, resolve_base_url, served_watch
-from .errors import InputError
-from .findings import Finding, by_severity
-from .graders import activation_observed, grade_sample, is_refusal, require_scored
+from .errors import InputError, JudgeError
+from .findings import Finding, Level, by_severity
+from .graders import AgentFacts, activation_observed, grade_sample, is_refusal, require_scored
 from .judge import (
     HUMAN_SAMPLE_MIN,
+    Calibration,
+    HumanLabel,
+    JudgedItem,
     JudgeFiles,
+    JudgeIdentity,
     JudgeScore,
+    JudgeTrust,
+    LabelMatch,
     PairOutcome,
+    cache_scope,
+    calibrate,
     check_judge_model,
+    decide_trust,
+    item_id,
+    item_rubric_sha256,
     judge_direct,
+    judge_identity,
     judge_pair,
-    judge_trust,
     judge_versions,
+    load_human_labels,
     load_judge_files,
+    match_labels,
+    pairwise_bias,
     position_consistency,
-    run_judge_scores,
+    read_calibrations,
     suite_human_labels,
+    text_sha256,
+    trajectory_text,
+    unmatched_pair,
 )
-from .layout import CONFIG_FILE, GRADES, GRADES_SUMMARY, JUDGE_CACHE, LEDGER, PAIRWISE, RESULTS, RUN_CONFIG
+from .layout import (
+    CONFIG_FILE,
+    GRADES,
+    GRADES_SUMMARY,
+    HUMAN_LABELS_FILE,
+    JUDGE_CACHE,
+    LEDGER,
+    PAIRWISE,
+    RESULTS,
+    RUN_CONFIG,
+    trajectory_relpath,
+)
 from .ledger import Ledger
 from .loader import load_suite
 from .privacy import scan_outputs
@@ -83,15 +132,21 @@ from .records import (
     Grade,
     GradesSummary,
     GroupMetrics,
-    JudgeTrust,
     Sample,
     SetScore,
     Suite,
 )
-from .runload import case_table
+from .records import JudgeTrust as JudgeTrustRecord
+from .runload import case_table, judge_trust_notice
 from .runs import RunFolder, find_suite_dir, grade_from_dict, grade_to_dict, sample_from_dict
+from .trajectories import read_trajectory
 
-__all__ = ["GRADES_SUMMARY", "JUDGE_CACHE", "PAIRWISE"]  # the file names, importable from here as before
+__all__ = [
+    "GRADES_SUMMARY",
+    "JUDGE_CACHE",
+    "PAIRWISE",
+    "judge_trust_notice",
+]  # the file names, importable from here as before
 
 GOLDEN_TAG = "golden"
 SHOULD_REFUSE_TAGS = ("should-refuse", "should_refuse")
@@ -114,15 +169,24 @@ class GradeResult:
         return self.summary.complete
 
     @property
+    def held(self) -> int:
+        """Judged samples whose pass/fail is held (the judge is not trusted)."""
+        return self.summary.overall.n_held
+
+    @property
     def exit_code(self) -> int:
-        """0 when every expected sample was graded, 1 otherwise (missing or judge error)."""
-        return 0 if self.complete else 1
+        """0 when every expected sample was graded, no judged result is held and no
+        pairwise trial errored; 1 otherwise."""
+        pw_errored = int((self.summary.pairwise or {}).get("errored") or 0)
+        return 0 if self.complete and not self.held and not pw_errored else 1
 
 
 # ------------------------------------------------------------------------- loading
 
 
-def _resolve_suite(run: Path, meta: dict[str, Any], suite: Suite | str | Path | None) -> Suite:
+def resolve_suite(run: Path, meta: dict[str, Any], suite: Suite | str | Path | None) -> Suite:
+    """The suite to grade `run` against: `suite` (loaded when a path), else the one its
+    `config.json` (`meta`) names; `InputError` when it cannot be found."""
     if isinstance(suite, Suite):
         return suite
     # lenient on unknown keys: the run that is graded already accepted its suite (`run` and
@@ -142,7 +206,9 @@ def _resolve_suite(run: Path, meta: dict[str, Any], suite: Suite | str | Path | 
     )
 
 
-def _read_samples(run: Path) -> dict[Key, Sample]:
+def read_samples(run: Path) -> dict[Key, Sample]:
+    """The run's samples (`results.jsonl`) by (case, arm, index); the first line of a
+    key wins (a resumed run may repeat one)."""
     samples: dict[Key, Sample] = {}
     p = run / RESULTS
     if not p.exists():
@@ -171,8 +237,16 @@ def _should_refuse(case: Case) -> bool:
     return any(c.kind == "refusal" and c.options.get("should_refuse", True) for c in case.checks)
 
 
-def _activation(case: Case, sample: Sample) -> bool | None:
+def _activation(case: Case, sample: Sample, checks_run: list[CheckResult] | None = None) -> bool | None:
     checks = [c for c in case.checks if c.kind == "activation"]
+    skill = [i for i, c in enumerate(case.checks) if c.kind == "skill_activation"]
+    if skill and checks_run is not None:  # an agent's skill: its check says whether it was used
+        skill_dir = ((sample.agent or {}).get("skill_dir")) if sample.agent else None
+        seen = []
+        for i in skill:
+            expect = case.checks[i].options.get("expect", bool(skill_dir) and case.intent != "non-activation")
+            seen.append(checks_run[i].passed == bool(expect))
+        return any(seen)
     if not checks:
         return None
     return any(
@@ -190,10 +264,16 @@ def _grade_line(
     js: JudgeScore | None,
     judge_error: str | None,
     override: bool,
+    trust: JudgeTrust | None = None,
 ) -> Grade:
+    """One sample's grade. A judge score counts among the checks only when `trust`
+    says the judge is trusted; otherwise the judge's result is kept beside the checks
+    (`judge_passed`) and held (`judge_held`), and the sample's `passed` is what the
+    deterministic checks alone can decide: False when one failed, else None."""
     checks = list(checks)
     error = judge_error
     score = reason = version = model = None
+    judge_passed = held = None
     cost = 0.0
     if js is not None:
         version, model, cost = js.version, js.model, js.cost_usd
@@ -201,13 +281,23 @@ def _grade_line(
             error = f"judge error: {js.error}"
         else:
             score, reason = js.score, js.reason
-            ok = score >= case.judge_threshold
-            checks.append(
-                CheckResult(
-                    "judge", ok, "" if ok else f"judge score {score} < threshold {case.judge_threshold}: {reason}"
-                )
+            judge_passed = score is not None and score >= case.judge_threshold
+            check = CheckResult(
+                "judge",
+                judge_passed,
+                "" if judge_passed else f"judge score {score} < threshold {case.judge_threshold}: {reason}",
             )
-    passed: bool | None = None if error else all(c.passed for c in checks)
+            if trust is None or trust.trusted:
+                checks.append(check)
+            else:
+                held = f"judge not trusted: {trust.reason}"
+    passed: bool | None
+    if error:
+        passed = None
+    elif held:
+        passed = False if not all(c.passed for c in checks) else None
+    else:
+        passed = all(c.passed for c in checks)
     return Grade(
         case_id=case.id,
         arm=sample.arm,
@@ -218,23 +308,54 @@ def _grade_line(
         judge_score=score,
         judge_reason=reason,
         judge_cost_usd=cost,
-        activated=_activation(case, sample),
+        activated=_activation(case, sample, checks),
         error=error,
         judge_model=model,
         judge_same_model_override=bool(override and case.judged),
+        judge_passed=judge_passed,
+        judge_held=held,
+        judge_uncalibrated_override=bool(case.judged and trust is not None and trust.opt_out and score is not None),
     )
+
+
+def _agent_facts(run: Path, suite: Suite, sample: Sample) -> AgentFacts | None:
+    """What the trajectory checks of an agent unit's sample read (None for a prompt
+    unit's): the trajectory itself only when a check asks for it."""
+    if sample.agent is None:
+        return None
+
+    arm = next((a for a in suite.config.arms if a.name == sample.arm), None)
+    key = (sample.case_id, sample.arm, int(sample.index))
+    return AgentFacts.of(sample, arm, lambda: read_trajectory(run, *key))
 
 
 def judge_endpoint(suite: Suite, judge_base_url: str | None = None) -> Endpoint:
     """The judge's model and the base URL its calls go to (`endpoints.resolve_base_url`:
     the override, `EVALKIT_JUDGE_BASE_URL`, `$.judge.base_url`, the server `evalkit
-    serve` runs). `InputError` when there is no judge or no URL, before any request."""
+    serve` runs). `InputError` when there is no judge, no URL, or no key a request can
+    carry, before any request."""
     judge = suite.config.judge
     config_file = Path(suite.path) / CONFIG_FILE if Path(suite.path).is_dir() else Path(suite.path)
     if judge is None:
         raise InputError("the suite has judged cases but config.json has no judge", config_file, json_path="$.judge")
     url = resolve_base_url("judge", judge, judge_base_url, config_path=config_file)
-    return Endpoint(judge.model, url, judge.api_key_env)
+    endpoint = Endpoint(judge.model, url, judge.api_key_env)
+    from .client import check_endpoint  # lazy: openai's client is the heaviest import of a grade
+
+    check_endpoint(endpoint)  # a missing key, or one no header can carry: refused before the ledger is opened
+    return endpoint
+
+
+@dataclass(frozen=True)
+class _PairTodo:
+    """One pairwise trial to ask: the texts of both arms (outputs or trajectories)."""
+
+    case: Case
+    index: int
+    baseline: str
+    treatment: str
+    subject: str
+    arms: tuple[str, str]
 
 
 async def _judge_all(
@@ -244,8 +365,10 @@ async def _judge_all(
     endpoint: Endpoint,
     run: Path,
     cap: float,
-    pairs_todo: list[tuple[Case, int, Sample, Sample]],
+    pairs_todo: list[_PairTodo],
     watch: Any,
+    scope: str = "",
+    batch: Any = None,
 ) -> tuple[dict[Key, JudgeScore], list[PairOutcome], dict[str, Any]]:
     from .client import ModelClient  # lazy: openai's client is the heaviest import of a grade
 
@@ -253,7 +376,7 @@ async def _judge_all(
     ledger = Ledger.resume(cap, run / LEDGER)
     # batch=1: each judge answer is committed before it is used, so a grade killed
     # mid-way never pays twice for a judge key (the cache is its only record).
-    cache = ResponseCache(run / JUDGE_CACHE, batch=1)
+    cache = ResponseCache(run / JUDGE_CACHE, batch=1, scope=scope)
     spent_before = ledger.committed_usd
     client = ModelClient(
         endpoint,
@@ -274,12 +397,22 @@ async def _judge_all(
     scores: dict[Key, JudgeScore] = {}
     stopped: list[str] = []  # the watch's reason once it reported: no judge call after it
 
+    def halted() -> list[str]:
+        """Why no further judge call may go out, as the runner says it: the watch's cause
+        first, then a dead or endlessly rate-limiting endpoint, then the cap."""
+        causes = [stopped[0].partition("\n")[0]] if stopped else []
+        causes += [c for c in (client.unreachable, client.rate_limited_out) if c]
+        if ledger.refusals:
+            causes.append("budget exhausted")
+        return causes
+
     def should_stop() -> str | None:
         if not stopped and watch is not None:
             reason = watch()
             if reason:
                 stopped.append(reason.strip())
-        return stopped[0].partition("\n")[0] if stopped else None
+        causes = halted()
+        return causes[0] if causes else None
 
     # Identical (case, output) pairs make identical judge requests: ask once, in a fixed
     # order, and share the answer (the first line carries the cost, the rest $0, as a
@@ -288,7 +421,7 @@ async def _judge_all(
     for case, s in todo:
         groups.setdefault((case.id, s.output), []).append((case, s))
 
-    async def one(members: list[tuple[Case, Sample]]) -> None:
+    async def one(members: list[tuple[Case, Sample]], client: Any) -> None:
         case, s = members[0]
         async with sem:
             js = await judge_direct(
@@ -303,36 +436,56 @@ async def _judge_all(
         for i, (_, m) in enumerate(members):
             scores[(case.id, m.arm, int(m.index))] = js if i == 0 else dataclasses.replace(js, cost_usd=0.0)
 
-    async def pair(case: Case, index: int, base: Sample, treat: Sample) -> PairOutcome:
+    async def pair(t: _PairTodo, client: Any) -> PairOutcome:
         async with sem:
             return await judge_pair(
                 client,
                 files,
-                case,
-                base.output,
-                treat.output,
-                index=index,
-                key=f"pair/{case.id}/{index}",
+                t.case,
+                t.baseline,
+                t.treatment,
+                index=t.index,
+                key=f"pair/{t.case.id}/{t.index}",
                 seed=config.seed,
                 should_stop=should_stop,
+                subject=t.subject,
+                arms=t.arms,
             )
 
+    async def ask(client: Any) -> list[PairOutcome]:  # every judge call of the pass, through `client`
+        await asyncio.gather(*(one(members, client) for members in groups.values()))
+        return list(await asyncio.gather(*(pair(t, client) for t in pairs_todo)))
+
+    batched = None
     try:
-        await asyncio.gather(*(one(members) for members in groups.values()))
-        outcomes = list(await asyncio.gather(*(pair(*p) for p in pairs_todo)))
+        from .batch import JudgeBatches, has_open  # the provider's Batch API (evalkit.batch)
+
+        if batch is not None or has_open(run, "judge"):
+            batched = JudgeBatches(client, run, config, batch, watch=should_stop)
+            await batched.take_over()  # an earlier grading's open batches: no longer counted as spent
+            spent_before = ledger.committed_usd
+            outcomes = await batched.run(ask)
+        else:
+            outcomes = await ask(client)
     finally:
         await client.aclose()
-        stats = {
-            "judge_spend_usd": ledger.committed_usd - spent_before,
+        in_flight = ledger.reserved_usd if ledger.reserved_usd > 1e-12 else 0.0  # not the rounding of settles
+        stats: dict[str, Any] = {
+            # judge batches still running count at their worst case, as a later session counts them
+            "judge_spend_usd": ledger.committed_usd + in_flight - spent_before,
             "cache_hits": cache.hits,
-            "run_spend_usd": ledger.committed_usd,
+            "run_spend_usd": ledger.committed_usd + in_flight,
             "cap_usd": cap,
         }
+        causes = halted()
+        if causes:
+            stats["stop_reason"] = "; ".join(dict.fromkeys(c.strip() for c in causes))
         if stopped:
-            cause, _, detail = stopped[0].partition("\n")
-            stats["stop_reason"] = cause.strip()
+            detail = stopped[0].partition("\n")[2]
             if detail.strip("\n"):
                 stats["stop_detail"] = detail.strip("\n")
+        elif batched is not None and batched.causes:
+            stats["stop_reason"] = "; ".join(batched.causes)
         ledger.close()
         cache.close()
     return scores, outcomes, stats
@@ -349,6 +502,32 @@ def _run_sync(coro: Any) -> Any:
         return pool.submit(asyncio.run, coro).result()
 
 
+def trajectory_path(run: Path, case_id: str, arm: str, index: int) -> Path:
+    """Where an agent run keeps one sample's trajectory (n from 1, as `samples/`)."""
+    return run / trajectory_relpath(case_id, arm, int(index))
+
+
+def _pair_todo(run: Path, case: Case, index: int, base: Sample, treat: Sample, arms: tuple[str, str]) -> _PairTodo:
+    """A pairwise trial on the two samples' trajectories when both have one (the judge
+    then sees what each agent did, not only its last words), else on their outputs.
+    A trajectory that cannot be read is a trial on the outputs (said in the subject)."""
+    tb, tt = trajectory_path(run, case.id, arms[0], index), trajectory_path(run, case.id, arms[1], index)
+    if tb.is_file() and tt.is_file():
+        try:
+            return _PairTodo(case, index, trajectory_text(tb), trajectory_text(tt), "trajectory", arms)
+        except (JudgeError, OSError):
+            pass
+    return _PairTodo(case, index, base.output, treat.output, "output", arms)
+
+
+def default_pairwise_arms(config: Any, run_arms: Sequence[str]) -> tuple[str, str] | None:
+    """The arms `verdict_judge: "pairwise"` compares when `--pairwise` is not given: the
+    config's first arm as the baseline, its second as the treatment (both must be in
+    the run); None when there are not two."""
+    names = [a.name for a in config.arms if a.name in run_arms]
+    return (names[0], names[1]) if len(names) >= 2 else None
+
+
 @RunFolder.holding_lock  # one process per run folder (runs.RunFolder.lock)
 def grade_run(
     run_path: str | Path,
@@ -358,6 +537,9 @@ def grade_run(
     judge_version: str | None = None,
     pairwise: tuple[str, str] | None = None,
     watch: Watch | None = None,
+    allow_uncalibrated_judge: bool | None = None,
+    labels: str | Path | None = None,
+    batch: Any = None,
 ) -> GradeResult:
     """Grade every sample of a run folder and write `grades.jsonl` and
     `grades-summary.json` (replacing earlier ones, atomically).
@@ -365,25 +547,49 @@ def grade_run(
     `suite` defaults to the suite the run names; `judge_base_url` overrides the judge
     endpoint; `judge_version` pins `vN` (default: the highest); `pairwise=(baseline,
     treatment)` also asks the pairwise judge on every judged case/index both arms ran
-    and writes `pairwise.jsonl`. `watch` (e.g. `LocalModelServer.exit_reason` of the
-    judge's server) is asked before every judge attempt: once it reports, no judge call
-    goes out, the rest are judge errors and the summary says why (`stop_reason`,
-    `stop_detail`, a HIGH finding). Raises `InputError` (nothing written) for a case
-    with neither a check nor a rubric, a bad check, a judge that is the generator's model
-    without the override, or a judge with no base URL (`judge_endpoint`).
+    and writes `pairwise.jsonl` (default: the config's first two arms when its
+    `verdict_judge` is "pairwise"; without it an earlier `pairwise.jsonl` is removed).
+    `labels` is the human label file to calibrate against (default: the suite's
+    `judge/human-sample.jsonl`); `allow_uncalibrated_judge` (default: the config's)
+    lets an uncalibrated judge's pass/fail count, recorded. `watch` (e.g.
+    `LocalModelServer.exit_reason` of the judge's server) is asked before every judge
+    attempt: once it reports, no judge call goes out, the rest are judge errors and the
+    summary says why (`stop_reason`, `stop_detail`, a HIGH finding). Raises
+    `InputError` (nothing written) for a case with neither a check nor a rubric, a bad
+    check, a bad label file, a judge that is the generator's model without the
+    override, or a judge with no base URL (`judge_endpoint`), or `batch` without
+    `judge_batch_price`. `batch` (`evalkit.batch.BatchOptions`) sends the judge calls
+    through the provider's Batch API at `judge_batch_price`, on the run's ledger; judge
+    batches an earlier grading left open are collected first either way.
     """
     run = Path(run_path)
     meta = RunFolder(run).read_meta()
-    suite_obj = _resolve_suite(run, meta, suite)
+    suite_obj = resolve_suite(run, meta, suite)
     config = suite_obj.config
+    opt_out = config.allow_uncalibrated_judge if allow_uncalibrated_judge is None else bool(allow_uncalibrated_judge)
+    if batch is not None:  # judge batches are reserved and charged at the batch price: refuse before any work
+        from .batch import check_ready  # lazy: evalkit.batch only for --batch
+
+        check_ready(config, "judge", Path(suite_obj.path) / CONFIG_FILE)
     cases = {c.id: c for c in suite_obj.cases}
-    samples = _read_samples(run)
+    samples = read_samples(run)
     expected = _expected_keys(meta, samples)
     planned_cases = sorted({k[0] for k in expected} | {k[0] for k in samples})
     for cid in planned_cases:
         if cid in cases:
             require_scored(cases[cid])
     findings: list[Finding] = []
+    run_arms = sorted({k[1] for k in expected} | {k[1] for k in samples})
+    if pairwise is None and config.verdict_judge == "pairwise":
+        pairwise = default_pairwise_arms(config, run_arms)
+        if pairwise is None:
+            findings.append(
+                Finding(
+                    "HIGH",
+                    'verdict_judge is "pairwise" but the run has fewer than two of the config\'s arms: '
+                    "no pairwise judge was asked",
+                )
+            )
 
     # Deterministic checks first; they raise InputError on a bad check (nothing written).
     det: dict[Key, list[CheckResult]] = {}
@@ -393,7 +599,7 @@ def grade_run(
         if case is None:
             unknown[key] = f"case {key[0]!r} is not in the suite any more: not graded"
             continue
-        det[key] = grade_sample(case, samples[key], suite_obj.path)
+        det[key] = grade_sample(case, samples[key], suite_obj.path, _agent_facts(run, suite_obj, samples[key]))
 
     judged_keys = [k for k in sorted(det) if cases[k[0]].judged]
     files: JudgeFiles | None = None
@@ -407,7 +613,7 @@ def grade_run(
                 findings.append(Finding("HIGH", f"judged case {cid!r} has no rubric file (judge/rubric-vN.md)"))
         else:
             files = load_judge_files(suite_obj.path, judge_version)
-        if override:
+        if override and config.judge is not None:  # check_judge_model refused a config without a judge
             findings.append(
                 Finding(
                     "HIGH",
@@ -416,30 +622,51 @@ def grade_run(
                 )
             )
 
-    # The human labels are read (and refused when bad) before any judge call is paid for.
-    labels = suite_human_labels(suite_obj.path) if files is not None else None
+    # The human labels and accepted calibrations are read (and refused when bad) before
+    # any judge call is paid for.
+    label_list: list[HumanLabel] | None = None
+    records: list[Calibration] = []
+    labels_where: str | None = None
+    if files is not None:
+        if labels is not None:
+            label_list, labels_where = load_human_labels(labels), str(labels)
+        else:
+            label_list = suite_human_labels(suite_obj.path)
+            labels_where = HUMAN_LABELS_FILE if label_list is not None else None
+        records = read_calibrations(suite_obj.path)
 
-    pairs_todo: list[tuple[Case, int, Sample, Sample]] = []
+    pairs_todo: list[_PairTodo] = []
+    unmatched: list[PairOutcome] = []
     if pairwise:
         base_arm, treat_arm = pairwise
-        run_arms = {k[1] for k in expected} | {k[1] for k in samples}
         for arm in pairwise:
             if arm not in run_arms:
                 raise InputError(
-                    f"pairwise arm {arm!r} is not in the run (arms: {', '.join(sorted(run_arms))})",
+                    f"pairwise arm {arm!r} is not in the run (arms: {', '.join(run_arms)})",
                     run / RUN_CONFIG,
                     json_path="$.arms",
                 )
-        for cid, arm, idx in judged_keys:
-            if arm == base_arm and (cid, treat_arm, idx) in samples:
-                pairs_todo.append((cases[cid], idx, samples[(cid, base_arm, idx)], samples[(cid, treat_arm, idx)]))
+        planned_pairs = sorted(
+            {(c, i) for c, a, i in expected | set(samples) if a in pairwise and c in cases and cases[c].judged}
+        )
+        for cid, idx in planned_pairs:
+            kb, kt = (cid, base_arm, idx), (cid, treat_arm, idx)
+            if kb in det and kt in det:
+                pairs_todo.append(_pair_todo(run, cases[cid], idx, samples[kb], samples[kt], pairwise))
+            else:
+                gone = " and ".join(a for a, k in ((base_arm, kb), (treat_arm, kt)) if k not in samples) or "?"
+                unmatched.append(unmatched_pair(cid, idx, f"no {gone} sample", pairwise))
 
     scores: dict[Key, JudgeScore] = {}
     outcomes: list[PairOutcome] = []
-    judge_stats: dict[str, Any] = {"judge_spend_usd": 0.0, "cache_hits": 0}
+    from .runner import run_cap_usd  # the run's recorded cap (a CI run's ci.cost_cap_usd): one cap for all
+
+    cap = run_cap_usd(meta, config.cost_cap_usd)
+    judge_stats: dict[str, Any] = {"judge_spend_usd": 0.0, "cache_hits": 0, "cap_usd": cap}
+    identity: JudgeIdentity | None = None
     if files is not None and (judged_keys or pairs_todo):
         endpoint = judge_endpoint(suite_obj, judge_base_url)
-        cap = float((meta.get("config") or {}).get("cost_cap_usd") or config.cost_cap_usd)
+        identity = judge_identity(files, endpoint.model, endpoint.base_url)
         scores, outcomes, judge_stats = _run_sync(
             _judge_all(
                 suite_obj,
@@ -450,6 +677,8 @@ def grade_run(
                 cap,
                 pairs_todo,
                 combine(watch, served_watch(endpoint.base_url)),
+                cache_scope(identity),
+                batch,
             )
         )
         if judge_stats.get("stop_reason"):
@@ -460,6 +689,20 @@ def grade_run(
                     "left have no score (not counted as passes)",
                 )
             )
+    case_pos = {c: i for i, c in enumerate(planned_cases)}
+    outcomes = sorted(outcomes + unmatched, key=lambda o: (case_pos.get(o.case_id, len(case_pos)), o.index))
+
+    # Calibration: the labels that match what this judge scored here, this judge's
+    # accepted records, and the decision whether its pass/fail may count.
+    trust: JudgeTrust | None = None
+    match = None
+    if files is not None and identity is not None:
+        judged = judged_items(((k, js.score) for k, js in scores.items()), samples, files, cases)
+        run_cal = None
+        if label_list:
+            match = match_labels(label_list, judged)
+            run_cal = calibrate(match, identity, run=run.name, labels_file=labels_where) if match.n_fresh else None
+        trust = decide_trust(identity, run_cal, records, opt_out=opt_out)
 
     grades: list[Grade] = []
     for key in sorted(samples):
@@ -470,41 +713,158 @@ def grade_run(
         case = cases[key[0]]
         js = scores.get(key) if case.judged else None
         jerr = no_judge_files if case.judged and files is None else None
-        grades.append(_grade_line(case, s, det[key], js, jerr, override))
+        grades.append(_grade_line(case, s, det[key], js, jerr, override, trust))
 
     leaks = scan_outputs(suite_obj, samples)  # personal data and secrets in the outputs (no value is kept)
-    findings += [Finding(level, message) for level, message in leaks.findings]
-    table = case_table(run)
-    trust = (
-        judge_trust(labels, run_judge_scores(grade_to_dict(g) for g in grades), outcomes)
-        if labels is not None and files is not None
-        else None
-    )
+    findings += [Finding(cast(Level, level), message) for level, message in leaks.findings]
+    findings += judge_trust_findings(trust, match, grades)
+    pw = None
+    if pairwise:
+        bias = pairwise_bias(outcomes, same_model=override)
+        findings += [Finding(cast(Level, level), message) for level, message in bias.findings]
+        pw = pairwise_summary(outcomes, pairwise, bias)
     summary = summarize(
         meta,
         samples,
         grades,
         expected,
-        table,
+        case_table(run),
         cases=cases,
         findings=findings,
         run=str(run),
         suite=suite_obj.path,
-        judge_trust=trust,
+        judge=identity.to_json() if identity else None,
+        judge_trust=JudgeTrustRecord.from_json(trust.to_json()) if trust else None,
+        human_agreement=_agreement_block(trust, match),
         judge_model=config.judge.model if config.judge else None,
         judge_files=(files.rubric_path, files.prompt_path) if files else (),
         judge_version=files.version if files else None,
         judge_same_model_override=override,
         privacy=leaks.summary,
-        pairwise=pairwise_summary(outcomes, pairwise) if pairwise else None,
+        pairwise=pw,
         **judge_stats,
     )
     lines = "".join(storable_json(grade_to_dict(g)) + "\n" for g in grades)  # any text the judge sent
     write_atomic(run / GRADES, lines)
     if pairwise:
-        write_atomic(run / PAIRWISE, "".join(json.dumps(dataclasses.asdict(o)) + "\n" for o in outcomes))
+        write_atomic(run / PAIRWISE, "".join(storable_json(o.to_json()) + "\n" for o in outcomes))
+    else:
+        (run / PAIRWISE).unlink(missing_ok=True)  # an earlier grading's: it no longer describes this one
     write_summary(run, summary)
     return GradeResult(run, tuple(grades), summary, tuple(findings), tuple(outcomes))
+
+
+def judged_items(
+    scored: Iterable[tuple[Key, int | None]], samples: dict[Key, Sample], files: JudgeFiles, cases: dict[str, Case]
+) -> dict[str, JudgedItem]:
+    """Item id -> what the judge scored (score, output and rubric hashes), for the
+    scored keys (`None` scores skipped) that have a sample and a case."""
+    return {
+        item_id(*k): JudgedItem(int(score), text_sha256(samples[k].output), item_rubric_sha256(files, cases[k[0]]))
+        for k, score in scored
+        if score is not None and k in samples and k[0] in cases
+    }
+
+
+def run_label_match(
+    run_path: str | Path, suite: Suite | str | Path | None = None, *, labels: str | Path | None = None
+) -> tuple[LabelMatch, JudgeIdentity, str]:
+    """A label file (default: the suite's `judge/human-sample.jsonl`) held against the
+    outputs the judge scored in a graded run (`judge.match_labels`), with the identity
+    of that judge and where the labels came from. No model call: the judge's scores are
+    in `grades.jsonl`, its identity in `grades-summary.json`. `InputError` when the run
+    was not graded by a judge, or the judge files changed since it was."""
+    run = Path(run_path)
+    meta = RunFolder(run).read_meta()
+    suite_obj = resolve_suite(run, meta, suite)
+    sp = run / GRADES_SUMMARY
+    if not sp.exists():
+        raise InputError("no grades-summary.json: run `evalkit grade` on the run first", run)
+    summary = read_json_object(sp, GRADES_SUMMARY, limit=RUN_JSON_BYTES)
+    try:
+        ident = JudgeIdentity.from_json(summary.get("judge"))
+    except ValueError:
+        raise InputError(
+            "the grading recorded no judge identity (no judged sample, or graded by an older evalkit): grade again",
+            sp,
+            json_path="$.judge",
+        ) from None
+    files = load_judge_files(suite_obj.path, ident.version)
+    now = judge_identity(files, ident.model, ident.base_url)
+    if not now.matches(ident):
+        raise InputError(
+            f"the judge files changed since this run was graded ({'; '.join(now.changes_from(ident))}): grade it again",
+            Path(files.rubric_path).parent,
+        )
+    if labels is not None:
+        label_list, where = load_human_labels(labels), str(labels)
+    else:
+        label_list, where = suite_human_labels(suite_obj.path) or [], HUMAN_LABELS_FILE
+    cases = {c.id: c for c in suite_obj.cases}
+    scored = [((g["case_id"], g["arm"], int(g["index"])), g.get("judge_score")) for g in iter_jsonl(run / GRADES)]
+    return match_labels(label_list, judged_items(scored, read_samples(run), files, cases)), ident, where
+
+
+def run_calibration(
+    run_path: str | Path, suite: Suite | str | Path | None = None, *, labels: str | Path | None = None
+) -> Calibration:
+    """The calibration of the judge that graded `run_path`, on the labels that match its
+    judged outputs (`run_label_match`): what `evalkit judge calibrate` records.
+    `InputError` also when no label matches."""
+    match, ident, where = run_label_match(run_path, suite, labels=labels)
+    if not match.n_fresh:
+        raise InputError(f"no label matches this run's judged outputs: {match.describe()}", where)
+    return calibrate(match, ident, run=Path(run_path).name, labels_file=where)
+
+
+def _agreement_block(trust: JudgeTrust | None, match: Any) -> dict[str, Any] | None:
+    """`grades-summary.json`'s `human_agreement`: this run's fresh-label figures (exact,
+    within one, kappa and its interval) and the label counts; None without labels."""
+    if match is None:
+        return None
+    cal = trust.calibration if trust else None
+    figures = {
+        k: getattr(cal, k) if cal else None
+        for k in ("exact", "within_one", "kappa", "kappa_se", "kappa_low", "kappa_high", "passed")
+    }
+    return {"n": match.n_fresh, **figures, "labels": match.counts()}
+
+
+def judge_trust_findings(trust: JudgeTrust | None, match: Any, grades: Sequence[Grade]) -> list[Finding]:
+    """The findings a judge's calibration and trust call for (see `judge.JudgeTrust`)."""
+    if trust is None:
+        return []
+    out: list[Finding] = []
+    held = [g for g in grades if g.judge_held]
+    undecided = sum(1 for g in held if g.passed is None)
+    if held:
+        out.append(
+            Finding(
+                "HIGH",
+                f"judged results held: {trust.reason}. {len(held)} judged sample(s) keep their score but count in no "
+                f"rate, gate or verdict ({undecided} not passed for that alone); calibrate the judge "
+                "(`evalkit judge sample RUN -n 20 --to FILE`, label, grade again, `evalkit judge calibrate RUN`) "
+                "or opt out with allow_uncalibrated_judge",
+            )
+        )
+    if trust.opt_out:
+        out.append(
+            Finding(
+                "HIGH",
+                f"judged pass/fail counts although the judge is not calibrated: {trust.reason}",
+            )
+        )
+    cal = trust.calibration
+    if cal is not None and cal.n:
+        level: Level = "LOW" if cal.passed else ("HIGH" if cal.n >= HUMAN_SAMPLE_MIN else "MEDIUM")
+        out.append(Finding(level, f"judge calibration on this run's labels: {cal.summary()}"))
+    elif trust.record is not None and trust.basis == "calibration.json":
+        out.append(Finding("LOW" if trust.record.passed else "HIGH", f"judge {trust.reason}"))
+    if match is not None and (match.n_stale or match.n_unverifiable or match.n_unfilled or match.n_unmatched):
+        out.append(Finding("MEDIUM", f"human labels: {match.describe()}"))
+    for msg in trust.invalidated:
+        out.append(Finding("MEDIUM", f"judge changed since calibration: {msg}"))
+    return out
 
 
 # ----------------------------------------------------------------------- metrics
@@ -526,9 +886,10 @@ def group_metrics(
     need the suite's cases are measured only on rows that have one."""
     exp = set(expected)
     present = {(g.case_id, g.arm, g.index) for _, _, g in rows}
-    graded = [r for r in rows if r[2].passed is not None]
-    passed = sum(1 for r in graded if r[2].passed)
-    correct = sum(1 for _, _, g in graded if all(c.passed for c in g.checks if c.name != "activation"))
+    decided = [r for r in rows if r[2].passed is not None]
+    held = [r for r in rows if r[2].passed is None and r[2].judge_held]
+    passed = sum(1 for r in decided if r[2].passed)
+    correct = sum(1 for _, _, g in decided if all(c.passed for c in g.checks if c.name != "activation"))
 
     def check_rate(name: str, want: bool) -> tuple[float | None, int]:
         hits = [c.passed for _, _, g in rows for c in g.checks if c.name == name]
@@ -549,9 +910,10 @@ def group_metrics(
     judged = [g.judge_score for _, _, g in rows if g.judge_score is not None]
     return GroupMetrics(
         n_expected=len(exp),
-        n_graded=len(graded),
+        n_graded=len(decided) + len(held),
         n_missing=len(exp - present),
-        n_errored=len(rows) - len(graded),
+        n_errored=len(rows) - len(decided) - len(held),
+        n_held=len(held),
         n_samples=len(rows),
         n_cases=cost.n_cases,
         sample_pass_rate=metrics.sample_pass_rate(passed, len(exp)),
@@ -668,7 +1030,7 @@ def summarize(
         and len(grades) == len(rows)
         and overall.n_graded == overall.n_expected
     )
-    _findings(overall, per_arm, meta, cases, extra.get("judge_trust"), findings)
+    _findings(overall, per_arm, meta, cases, findings)
     findings[:] = by_severity(findings)
     return GradesSummary(
         complete=complete,
@@ -688,12 +1050,11 @@ def _findings(
     per_arm: dict[str, ArmSummary],
     meta: dict[str, Any],
     cases: dict[str, Case],
-    trust: JudgeTrust | None,
     findings: list[Finding],
 ) -> None:
     """The findings a grades summary derives: missing samples, refusals where there
     should be none (or none where there should be), latency tails, judge errors, an
-    unseeded config, a judge that disagrees with people."""
+    unseeded config (the judge's calibration and trust: `judge_trust_findings`)."""
     if overall.n_missing:
         findings.append(
             Finding(
@@ -708,7 +1069,8 @@ def _findings(
             findings.append(
                 Finding(
                     "HIGH",
-                    f"arm {a}: refusal rate {m.refusal_rate_golden:.0%} on golden cases (should be 0): a correctness bug",
+                    f"arm {a}: refusal rate {m.refusal_rate_golden:.0%} on golden cases (should be 0): "
+                    "a correctness bug",
                 )
             )
         if m.refusal_rate_should_refuse is not None and m.refusal_rate_should_refuse < 1:
@@ -739,17 +1101,6 @@ def _findings(
         findings.append(
             Finding("MEDIUM", f"the config has no {missing}: two runs of one prompt will differ and a gate will flap")
         )
-    if trust is not None and trust.n_labels:
-        if trust.n_labels < HUMAN_SAMPLE_MIN:
-            findings.append(
-                Finding(
-                    "MEDIUM",
-                    f"human sample has {trust.n_labels} item(s), under {HUMAN_SAMPLE_MIN}: "
-                    "judge agreement is too noisy to act on",
-                )
-            )
-        if trust.trusted is False:
-            findings.append(Finding("HIGH", f"judge agrees with humans {trust.reason}"))
 
 
 def write_summary(run: str | Path, summary: GradesSummary) -> Path:
@@ -765,17 +1116,18 @@ def summarize_run(run: str | Path) -> GradesSummary:
     (or, without a plan, those it has a sample or an error for)."""
     folder = RunFolder(run)
     meta = folder.read_meta()
-    samples = _read_samples(Path(run))
+    samples = read_samples(Path(run))
     grades = [grade_from_dict(d) for d in iter_jsonl(Path(run) / GRADES)] if (Path(run) / GRADES).exists() else []
     errors = {(str(e["case_id"]), str(e["arm"]), int(e["index"])) for e in folder.errors()}
     expected = set(samples) | errors
     return summarize(meta, samples, grades, expected, case_table(run), findings=[], run=str(run), source="ingest")
 
 
-def pairwise_summary(outcomes: Sequence[PairOutcome], arms: tuple[str, str]) -> dict[str, Any]:
-    """Wins (treatment better), losses, ties, errored trials and position consistency."""
+def pairwise_summary(outcomes: Sequence[PairOutcome], arms: tuple[str, str], bias: Any = None) -> dict[str, Any]:
+    """Wins (treatment better), losses, ties, errored trials, position consistency and
+    (given `judge.pairwise_bias`'s result) the bias checks, per trial."""
     count = {k: sum(1 for o in outcomes if o.outcome == k) for k in ("treatment", "baseline", "tie", "error")}
-    return {
+    out = {
         "baseline": arms[0],
         "treatment": arms[1],
         "n_trials": len(outcomes),
@@ -785,4 +1137,8 @@ def pairwise_summary(outcomes: Sequence[PairOutcome], arms: tuple[str, str]) -> 
         "errored": count["error"],
         "position_consistency": position_consistency(outcomes),
         "inconsistent": sum(1 for o in outcomes if o.consistent is False),
+        "subjects": sorted({o.subject for o in outcomes if o.outcome != "error" or o.first or o.second}),
     }
+    if bias is not None:
+        out["bias"] = bias.to_json()
+    return out

@@ -27,14 +27,15 @@ import struct
 import tempfile
 import zipfile
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import regex as _regex
 
-from ._io import check_regular_file, iter_jsonl, read_file_bytes, write_atomic
+from ._io import JsonLine, check_regular_file, iter_jsonl, json_lines, read_file_bytes, write_atomic
 from .agentevals import _sample_files, load_eval_file, match_sample, read_sample_file
 from .errors import InputError
 from .layout import GRADES, RESULTS
@@ -47,6 +48,7 @@ INSPECT_LOG_VERSIONS = (1, 2)  # inspect-ai's EvalLog.version values this reader
 PROMPTFOO_RESULT_VERSIONS = (2, 3)
 REWARD_TOL = 1e-6
 MAX_SOURCE_BYTES = 512 * 1024 * 1024
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,14 @@ class Ingested:
     notes: tuple[str, ...] = ()
     errors: tuple[dict[str, Any], ...] = ()  # keys the source tried and failed: never a pass
     case_sets: dict[str, str] = field(default_factory=dict)  # case -> set, when the source has sets
+
+    @classmethod
+    def of_file(
+        cls, source: str, path: Path, name: str, samples: list[Sample], grades: list[Grade], **fields: Any
+    ) -> Ingested:
+        """What a reader of one source file found: the file named and hashed (`fields`:
+        the rest, by name)."""
+        return cls(source, str(path), _sha256(path), name, tuple(samples), tuple(grades), **fields)
 
     @property
     def arms(self) -> tuple[str, ...]:
@@ -116,6 +126,59 @@ def _read_json(path: Path, data: bytes | None = None, member: str | None = None)
         raise InputError(f"not valid JSON: {exc.msg}", where, exc.lineno) from None
 
 
+def _get(obj: Mapping[str, Any], key: str, kind: type[_T]) -> _T:
+    """`obj[key]` when it is a `kind` (a dict, a list), else an empty one."""
+    value = obj.get(key)
+    return value if isinstance(value, kind) else kind()
+
+
+def _add_result(
+    samples: list[Sample],
+    grades: list[Grade],
+    check: CheckResult,
+    *,
+    case_id: str,
+    arm: str,
+    index: int,
+    tags: tuple[str, ...],
+    model: str,
+    output: str = "",
+    tool_calls: tuple[Any, ...] = (),
+    finish_reason: str | None = None,
+    usage: Usage | None = None,
+    latency_ms: float = 0.0,
+    cost_usd: float = 0.0,
+    request_hash: str = "",
+) -> None:
+    """One result of another harness as evalkit's sample and its grade (one check, the
+    harness's own verdict): seed 0 and no token counts unless the source records them."""
+    samples.append(
+        Sample(
+            case_id=case_id,
+            tags=tags,
+            arm=arm,
+            index=index,
+            seed=0,
+            model=model,
+            output=output,
+            tool_calls=tool_calls,
+            finish_reason=finish_reason,
+            usage=usage or Usage(0, 0),
+            latency_ms=latency_ms,
+            cost_usd=cost_usd,
+            request_hash=request_hash,
+        )
+    )
+    grades.append(Grade(case_id=case_id, arm=arm, index=index, passed=check.passed, checks=(check,)))
+
+
+def _json_line(item: JsonLine, path: Path) -> Any:
+    """The value of one line of a JSON-lines source, or an InputError naming the line."""
+    if item.error is not None:
+        raise InputError(f"not a JSON line: {item.error}", path, item.line)
+    return item.value
+
+
 def _int(value: Any, what: str, path: Path, *, line: int | None = None, json_path: str | None = None) -> int:
     """An integer field of the source (an epoch, a trial number), or a clear InputError."""
     if isinstance(value, bool) or not isinstance(value, (int, str)):
@@ -126,7 +189,7 @@ def _int(value: Any, what: str, path: Path, *, line: int | None = None, json_pat
         raise InputError(f"{what} {value!r} is not an integer", path, line, json_path) from None
 
 
-def _usage(d: dict | None) -> Usage:
+def _usage(d: dict[str, Any] | None) -> Usage:
     d = d or {}
     return Usage(
         int(d.get("prompt_tokens", d.get("input_tokens", d.get("prompt", 0))) or 0),
@@ -258,7 +321,7 @@ def _zip_member(p: Path, zf: zipfile.ZipFile, name: str) -> bytes:
     return data
 
 
-def _inspect_parts(p: Path) -> tuple[dict, list[dict]]:
+def _inspect_parts(p: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """(header, samples) from an inspect log, `.eval` (zip) or `.json`."""
     with open(p, "rb") as fh:
         is_zip = fh.read(2) == b"PK"
@@ -370,39 +433,27 @@ def read_inspect_log(
                 usage_total.prompt_tokens + uu.prompt_tokens, usage_total.completion_tokens + uu.completion_tokens
             )
         meta = s.get("metadata") or {}
-        tags = meta.get("tags") if isinstance(meta.get("tags"), list) else []
+        tags = _get(meta, "tags", list)
         tool_calls = tuple(
             {"name": tc.get("function"), "arguments": tc.get("arguments")}
             for m in (s.get("messages") or [])
             if m.get("role") == "assistant"
             for tc in (m.get("tool_calls") or [])
         )
-        samples.append(
-            Sample(
-                case_id=cid,
-                tags=tuple(str(t) for t in tags) or ("inspect",),
-                arm=arm_name,
-                index=index,
-                seed=0,
-                model=model,
-                output=str(text),
-                tool_calls=tool_calls,
-                finish_reason=((output.get("choices") or [{}])[0].get("stop_reason")),
-                usage=usage_total,
-                latency_ms=float(s.get("total_time") or 0.0) * 1000.0,
-                cost_usd=0.0,
-                request_hash="",
-            )
-        )
-        grades.append(
-            Grade(
-                case_id=cid,
-                arm=arm_name,
-                index=index,
-                passed=passed,
-                checks=(CheckResult(f"inspect:{name}", passed, "" if passed else reason),),
-                error=None,
-            )
+        _add_result(
+            samples,
+            grades,
+            CheckResult(f"inspect:{name}", passed, "" if passed else reason),
+            case_id=cid,
+            arm=arm_name,
+            index=index,
+            tags=tuple(str(t) for t in tags) or ("inspect",),
+            model=model,
+            output=str(text),
+            tool_calls=tool_calls,
+            finish_reason=((output.get("choices") or [{}])[0].get("stop_reason")),
+            usage=usage_total,
+            latency_ms=float(s.get("total_time") or 0.0) * 1000.0,
         )
     if not samples and not errors:
         raise InputError(f"the log has no samples (status {status!r}): nothing to analyse", p)
@@ -414,26 +465,24 @@ def read_inspect_log(
         reasons.append(f"{len(errors)} inspect sample(s) errored")
     if status != "success" or (expected and tried != expected):
         reasons.append(f"inspect log status {status!r}, {len(samples)}/{expected or '?'} samples scored")
-    return Ingested(
+    return Ingested.of_file(
         "inspect-ai",
-        str(p),
-        _sha256(p),
+        p,
         task,
-        tuple(samples),
-        tuple(grades),
-        complete,
-        "; ".join(reasons) or None,
-        expected,
-        {arm_name: model},
-        (),
-        tuple(errors),
+        samples,
+        grades,
+        complete=complete,
+        reason="; ".join(reasons) or None,
+        expected_keys=expected,
+        models={arm_name: model},
+        errors=tuple(errors),
     )
 
 
 # ---------------------------------------------------------------------------- promptfoo
 
 
-def _promptfoo_identity(test_case: dict, row_vars: Any) -> str:
+def _promptfoo_identity(test_case: dict[str, Any], row_vars: Any) -> str:
     """The test's identity: its whole `testCase` (vars after expansion, asserts, options,
     description, metadata), canonical JSON. promptfoo gives every repeat its own
     `testIdx` and writes no repeat index, so repeats are the rows of one identity."""
@@ -467,7 +516,7 @@ def _asserts_label(asserts: Any) -> str:
     return "; ".join(parts)[:80]
 
 
-def _promptfoo_case_ids(tests: dict[str, dict]) -> dict[str, str]:
+def _promptfoo_case_ids(tests: dict[str, dict[str, Any]]) -> dict[str, str]:
     """Identity -> a readable case id: the test's `metadata.id`, else its description
     (the display name), else its vars; when one name covers several identities (one
     description over a var expansion, two tests of the same vars with different
@@ -475,8 +524,8 @@ def _promptfoo_case_ids(tests: dict[str, dict]) -> dict[str, str]:
     apart. Ids
     depend only on the tests themselves, so two outputs of one config pair up."""
 
-    def base(tc: dict) -> str:
-        meta = tc.get("metadata") if isinstance(tc.get("metadata"), dict) else {}
+    def base(tc: dict[str, Any]) -> str:
+        meta = _get(tc, "metadata", dict)
         name = meta.get("id") or tc.get("description")
         if name is not None and str(name).strip():
             return " ".join(str(name).split())
@@ -532,12 +581,12 @@ def read_promptfoo(path: str | Path, *, arm: str | None = None) -> Ingested:
     if not isinstance(rows, list):
         raise InputError("results.results must be a list", p, json_path="$.results.results")
 
-    def _label(r: dict) -> str:
+    def _label(r: dict[str, Any]) -> str:
         prov = r.get("provider") or {}
         return str((prov.get("label") or prov.get("id")) if isinstance(prov, dict) else prov)
 
-    def _prompt_label(r: dict) -> str:
-        pr = r.get("prompt") if isinstance(r.get("prompt"), dict) else {}
+    def _prompt_label(r: dict[str, Any]) -> str:
+        pr = _get(r, "prompt", dict)
         return str(pr.get("label") or f"p{r.get('promptIdx', 0)}")
 
     for i, r in enumerate(rows):
@@ -599,36 +648,25 @@ def read_promptfoo(path: str | Path, *, arm: str | None = None) -> Ingested:
         passed = bool(r["success"])
         reason = "" if passed else str((r.get("gradingResult") or {}).get("reason") or r.get("error") or "failed")
         tags = tuple(str(v) for v in ((test_case.get("metadata") or {}).get("tags") or ())) or ("promptfoo",)
-        samples.append(
-            Sample(
-                case_id=cid,
-                tags=tags,
-                arm=arm_name,
-                index=index,
-                seed=0,
-                model=models[arm_name],
-                output=text,
-                tool_calls=(),
-                finish_reason=resp.get("finishReason"),
-                usage=_usage(tu),
-                latency_ms=float(r.get("latencyMs") or 0.0),
-                cost_usd=float(r.get("cost") or 0.0),
-                request_hash="",
-            )
-        )
-        grades.append(
-            Grade(
-                case_id=cid,
-                arm=arm_name,
-                index=index,
-                passed=passed,
-                checks=(CheckResult("promptfoo:assertions", passed, reason),),
-            )
+        _add_result(
+            samples,
+            grades,
+            CheckResult("promptfoo:assertions", passed, reason),
+            case_id=cid,
+            arm=arm_name,
+            index=index,
+            tags=tags,
+            model=models[arm_name],
+            output=text,
+            finish_reason=resp.get("finishReason"),
+            usage=_usage(tu),
+            latency_ms=float(r.get("latencyMs") or 0.0),
+            cost_usd=float(r.get("cost") or 0.0),
         )
     name = str(data.get("evalId") or p.stem)
-    reason = f"{len(errors)} promptfoo result(s) errored" if errors else None
+    incomplete = f"{len(errors)} promptfoo result(s) errored" if errors else None
     notes = [f"{len(tests)} distinct tests"]
-    repeat = (data.get("runtimeOptions") or {}).get("repeat") if isinstance(data.get("runtimeOptions"), dict) else None
+    repeat = _get(data, "runtimeOptions", dict).get("repeat")
     if isinstance(repeat, int) and repeat > 0:
         notes.append(f"--repeat {repeat}")
         uneven = sorted(c for (c, _), n in counters.items() if n != repeat)
@@ -637,19 +675,18 @@ def read_promptfoo(path: str | Path, *, arm: str | None = None) -> Ingested:
                 f"{len(uneven)} case(s) do not have {repeat} rows per arm (identical tests merge): "
                 + ", ".join(uneven[:5])
             )
-    return Ingested(
+    return Ingested.of_file(
         "promptfoo",
-        str(p),
-        _sha256(p),
+        p,
         name,
-        tuple(samples),
-        tuple(grades),
-        not errors,
-        reason,
-        len(samples) + len(errors),
-        models,
-        tuple(notes),
-        tuple(errors),
+        samples,
+        grades,
+        complete=not errors,
+        reason=incomplete,
+        expected_keys=len(samples) + len(errors),
+        models=models,
+        notes=tuple(notes),
+        errors=tuple(errors),
     )
 
 
@@ -668,14 +705,7 @@ def read_tau_bench(path: str | Path, *, arm: str | None = None) -> Ingested:
             records = [records]
         lines = [(i + 1, r) for i, r in enumerate(records)]
     except (json.JSONDecodeError, UnicodeDecodeError):
-        lines = []
-        for n, raw in enumerate(text.splitlines(), 1):
-            if not raw.strip():
-                continue
-            try:
-                lines.append((n, json.loads(raw)))
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise InputError(f"not a JSON line: {exc}", p, n) from None
+        lines = [(item.line, _json_line(item, p)) for item in json_lines(text)]
     arm_name = arm or p.name.split(".")[0]
     trials: dict[str, dict[int, tuple[int, float]]] = {}  # case -> trial number -> (line, reward)
     for n, r in lines:
@@ -700,45 +730,26 @@ def read_tau_bench(path: str | Path, *, arm: str | None = None) -> Ingested:
         for index, trial in enumerate(sorted(by_trial)):
             reward = by_trial[trial][1]
             passed = abs(reward - 1.0) <= REWARD_TOL
-            samples.append(
-                Sample(
-                    case_id=cid,
-                    tags=("tau-bench",),
-                    arm=arm_name,
-                    index=index,
-                    seed=0,
-                    model=arm_name,
-                    output="",
-                    tool_calls=(),
-                    finish_reason=None,
-                    usage=Usage(0, 0),
-                    latency_ms=0.0,
-                    cost_usd=0.0,
-                    request_hash="",
-                )
-            )
-            grades.append(
-                Grade(
-                    case_id=cid,
-                    arm=arm_name,
-                    index=index,
-                    passed=passed,
-                    checks=(CheckResult("reward", passed, "" if passed else f"trial {trial}: reward={reward:g}"),),
-                )
+            _add_result(
+                samples,
+                grades,
+                CheckResult("reward", passed, "" if passed else f"trial {trial}: reward={reward:g}"),
+                case_id=cid,
+                arm=arm_name,
+                index=index,
+                tags=("tau-bench",),
+                model=arm_name,
             )
     if not samples:
         raise InputError("no trials in the file", p)
-    return Ingested(
+    return Ingested.of_file(
         "tau-bench",
-        str(p),
-        _sha256(p),
+        p,
         p.name.split(".")[0],
-        tuple(samples),
-        tuple(grades),
-        True,
-        None,
-        len(samples),
-        {arm_name: arm_name},
+        samples,
+        grades,
+        expected_keys=len(samples),
+        models={arm_name: arm_name},
     )
 
 
@@ -751,7 +762,7 @@ _LM_PER_RESPONSE_FILTERS = ("regex", "lowercase", "uppercase", "remove_whitespac
 LM_EVAL_REGEX_TIMEOUT_S = 1.0
 
 
-def _lm_filter_one(step: dict, text: str) -> str:
+def _lm_filter_one(step: dict[str, Any], text: str) -> str:
     """One per-response lm-eval filter step on one response. Why by hand: lm-eval is not a
     dependency; these few steps are lm-eval 0.4's `RegexFilter` (findall, group_select,
     the first non-empty group of a tuple, strip, fallback `[invalid]`), `LowercaseFilter`,
@@ -765,7 +776,7 @@ def _lm_filter_one(step: dict, text: str) -> str:
     if fn == "remove_whitespace":
         return text.strip()
     pattern = step.get("regex_pattern", r"#### (\-?[0-9\.\,]+)")
-    fallback = step.get("fallback", "[invalid]")
+    fallback = str(step.get("fallback", "[invalid]"))
     found = _regex.findall(pattern, text, timeout=LM_EVAL_REGEX_TIMEOUT_S)
     if not found:
         return fallback
@@ -774,10 +785,10 @@ def _lm_filter_one(step: dict, text: str) -> str:
         m = next((x for x in m if x), None)
         if m is None:
             return fallback
-    return m.strip()
+    return str(m).strip()
 
 
-def lm_exact_match(prediction: str, reference: str, options: dict) -> bool:
+def lm_exact_match(prediction: str, reference: str, options: dict[str, Any]) -> bool:
     """lm-eval's `exact_match` (its `exact_match_hf_evaluate`) for one prediction:
     `regexes_to_ignore` removed from both, then `ignore_case`, `ignore_punctuation`,
     `ignore_numbers`, then string equality."""
@@ -795,7 +806,7 @@ def lm_exact_match(prediction: str, reference: str, options: dict) -> bool:
     return p == r
 
 
-def _lm_results_config(p: Path, task: str, date: str | None) -> tuple[dict | None, dict | None]:
+def _lm_results_config(p: Path, task: str, date: str | None) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """(results_<date>.json beside the samples file, its config of `task`), when there."""
     if date is None:
         return None, None
@@ -838,14 +849,9 @@ def read_lm_eval(
     m = LM_EVAL_SAMPLES.fullmatch(p.name)
     task = m.group("task") if m else p.stem.removeprefix("samples_")
     results, cfg = _lm_results_config(p, task, m.group("date") if m else None)
-    records: list[tuple[int, dict]] = []
-    for n, raw in enumerate(p.read_bytes().splitlines(), 1):
-        if not raw.strip():
-            continue
-        try:
-            rec = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise InputError(f"not a JSON line: {exc}", p, n) from None
+    records: list[tuple[int, dict[str, Any]]] = []
+    for item in json_lines(p.read_bytes()):
+        n, rec = item.line, _json_line(item, p)
         if not isinstance(rec, dict) or "doc_id" not in rec or "resps" not in rec:
             raise InputError("an lm-eval sample line needs doc_id and resps (written by --log_samples)", p, n)
         records.append((n, rec))
@@ -857,8 +863,8 @@ def read_lm_eval(
         raise InputError(f"no filter {chosen!r} in the file (it has {', '.join(filters)})", p)
     model = str((results or {}).get("model_name") or p.parent.name or "lm-eval")
     arm_name = arm or re.sub(r"[^A-Za-z0-9_.-]+", "_", model)
-    chain: list[dict] | None = [{"function": "take_first"}] if chosen == "none" else None
-    metric_opts: dict = {}
+    chain: list[dict[str, Any]] | None = [{"function": "take_first"}] if chosen == "none" else None
+    metric_opts: dict[str, Any] = {}
     if cfg is not None:
         for f in cfg.get("filter_list") or ():
             if isinstance(f, dict) and f.get("name") == chosen and isinstance(f.get("filter"), list):
@@ -885,7 +891,7 @@ def read_lm_eval(
         if doc_id in seen:
             raise InputError(f"doc {doc_id} appears twice for filter {chosen!r}", p, n)
         seen.add(doc_id)
-        names = rec.get("metrics") if isinstance(rec.get("metrics"), list) else []
+        names = _get(rec, "metrics", list)
         name = metric or (names[0] if names else None)
         if name is None or name not in rec:
             raise InputError(
@@ -898,7 +904,7 @@ def read_lm_eval(
         texts = [x for x in first if isinstance(x, str)] if first is not None else []
         target = str(rec.get("target", ""))
         graded: list[tuple[str, bool, str]]
-        if per_repeat and name == "exact_match" and len(texts) > 1 and len(texts) == len(first):
+        if per_repeat and chain and first and name == "exact_match" and len(texts) > 1 and len(texts) == len(first):
             repeats_seen.add(len(texts))
             identical += len(set(texts)) == 1
             graded = []
@@ -933,25 +939,17 @@ def read_lm_eval(
                 )
             ]
         for j, (text, ok, why) in enumerate(graded):
-            samples.append(
-                Sample(
-                    case_id=cid,
-                    tags=(task,),
-                    arm=arm_name,
-                    index=j,
-                    seed=0,
-                    model=model,
-                    output=text,
-                    tool_calls=(),
-                    finish_reason=None,
-                    usage=Usage(0, 0),
-                    latency_ms=0.0,
-                    cost_usd=0.0,
-                    request_hash=str(rec.get("prompt_hash") or ""),
-                )
-            )
-            grades.append(
-                Grade(case_id=cid, arm=arm_name, index=j, passed=ok, checks=(CheckResult(f"lm-eval:{name}", ok, why),))
+            _add_result(
+                samples,
+                grades,
+                CheckResult(f"lm-eval:{name}", ok, why),
+                case_id=cid,
+                arm=arm_name,
+                index=j,
+                tags=(task,),
+                model=model,
+                output=text,
+                request_hash=str(rec.get("prompt_hash") or ""),
             )
     if reduced:
         notes.append(
@@ -967,19 +965,18 @@ def read_lm_eval(
     effective = ((results or {}).get("n-samples") or {}).get(task, {})
     expected_docs = effective.get("effective") if isinstance(effective, dict) else None
     complete = not isinstance(expected_docs, int) or expected_docs == len(seen)
-    reason = None if complete else f"lm-eval planned {expected_docs} docs, the file has {len(seen)}"
-    return Ingested(
+    incomplete = None if complete else f"lm-eval planned {expected_docs} docs, the file has {len(seen)}"
+    return Ingested.of_file(
         "lm-eval",
-        str(p),
-        _sha256(p),
+        p,
         task,
-        tuple(samples),
-        tuple(grades),
-        complete,
-        reason,
-        len(samples),
-        {arm_name: model},
-        tuple(notes),
+        samples,
+        grades,
+        complete=complete,
+        reason=incomplete,
+        expected_keys=len(samples),
+        models={arm_name: model},
+        notes=tuple(notes),
     )
 
 
@@ -1011,31 +1008,16 @@ def read_agent_evals(
                 reason = "" if ok else f"{case.match} {case.expect!r} not found"
             except TimeoutError:
                 ok, reason = False, "regex timed out"
-            samples.append(
-                Sample(
-                    case_id=case.id,
-                    tags=(case.set,),
-                    arm=arm,
-                    index=index,
-                    seed=0,
-                    model=arm,
-                    output=text,
-                    tool_calls=(),
-                    finish_reason=None,
-                    usage=Usage(0, 0),
-                    latency_ms=0.0,
-                    cost_usd=0.0,
-                    request_hash="",
-                )
-            )
-            grades.append(
-                Grade(
-                    case_id=case.id,
-                    arm=arm,
-                    index=index,
-                    passed=ok,
-                    checks=(CheckResult(f"agent-evals:{case.match}", ok, reason),),
-                )
+            _add_result(
+                samples,
+                grades,
+                CheckResult(f"agent-evals:{case.match}", ok, reason),
+                case_id=case.id,
+                arm=arm,
+                index=index,
+                tags=(case.set,),
+                model=arm,
+                output=text,
             )
     digest = hashlib.sha256((_sha256(out) + _sha256(Path(eval_file))).encode()).hexdigest()
     missing = [c.id for c in cases if not (out / c.id).is_dir()]
@@ -1088,7 +1070,7 @@ def read_source(path: str | Path, fmt: str | None = None, **options: Any) -> Ing
     raise InputError(f"unknown format {fmt!r} (known: {', '.join(FORMATS)})")
 
 
-def _summary(parts: list[Ingested], samples: list[Sample], grades: list[Grade]) -> tuple[dict, str]:
+def _summary(parts: list[Ingested], samples: list[Sample], grades: list[Grade]) -> tuple[dict[str, Any], str]:
     complete = all(p.complete for p in parts)
     reasons = [p.reason for p in parts if p.reason]
     cases = list(dict.fromkeys(s.case_id for s in samples))
@@ -1173,7 +1155,7 @@ def write_ingested(parts: list[Ingested], dest: str | Path) -> Path:
         "cases": cases,
         "cases_per_arm": per_arm_cases,
         "case_sets": {c: st for p in parts for c, st in p.case_sets.items()},
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "config": {"generator": {"model": next(iter(parts[0].models.values()), None)}},
     }
     dest.parent.mkdir(parents=True, exist_ok=True)

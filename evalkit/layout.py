@@ -17,6 +17,7 @@ SYSTEM_FILE = "system.txt"  # the default system template (chat mode)
 GITIGNORE = ".gitignore"
 JUDGE_DIR = "judge"
 HUMAN_LABELS_FILE = "judge/human-sample.jsonl"
+CALIBRATION_FILE = "judge/calibration.json"  # the judge calibrations `evalkit judge calibrate` accepted
 SCORERS_DIR = "scorers"
 GUIDANCE_DIR = "guidance"
 PLAN_FILE = "plan.json"
@@ -55,6 +56,8 @@ PAIRWISE = "pairwise.jsonl"
 JUDGE_CACHE = "judge-cache.sqlite"
 VERDICTS = "verdicts.json"  # what compare, gate and report concluded
 MICROTEST_MARKER = "microtest.json"  # written by `evalkit microtest`
+TRAJECTORIES = "trajectories"  # an agent unit's trajectories/<case>/<arm>/sample-<n>.jsonl, n from 1
+BATCHES = "batches.json"  # the provider batches of `run --batch` / `grade --batch` (evalkit.batch)
 
 # --- a reports folder `reports/` -----------------------------------------------------------
 INDEX_HTML = "index.html"
@@ -66,6 +69,11 @@ def sample_relpath(case_id: str, arm: str, index: int) -> str:
     """`samples/<case>/<arm>/sample-<n>.txt`, n from 1 (the agent-evals layout), relative
     to the run folder."""
     return f"{SAMPLES_DIR}/{case_id}/{arm}/sample-{index + 1}.txt"
+
+
+def trajectory_relpath(case_id: str, arm: str, index: int) -> str:
+    """``trajectories/<case>/<arm>/sample-<n>.jsonl`` (n from 1), relative to the run folder."""
+    return f"{TRAJECTORIES}/{case_id}/{arm}/sample-{index + 1}.jsonl"
 
 
 def judge_file(name: str) -> tuple[str, int] | None:

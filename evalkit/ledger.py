@@ -18,6 +18,15 @@ server (`release_unsent`: a refused connection, a failed DNS lookup, a connect t
 a request that could not be written) is released at $0 with reason `"not sent"` and
 its cause; anything that may have been processed stays charged as the client decides.
 
+A provider batch (`evalkit.batch`) is one reservation for all its lines (`reserve` with
+`extra={"lines": n}`, key ``batch/<name>``), reserved before the batch is uploaded;
+each result line is settled against it with `charge` (its cost committed, one line's
+worst case freed), and whatever is left is closed with `settle_failed` once the batch
+has ended. A batch outlives a process: `resume` keeps every reservation an earlier
+session left open (`orphan`), and `adopt` moves one into this session (an `adopt`
+event), so the process that collects a batch settles the reservation the one that
+submitted it made, and the cap holds across both.
+
 A full disk never loses money: a `reserve` whose line cannot be written is undone and
 raises `DiskFull` (the call is not sent); a settle whose line cannot be written keeps
 the reservation's line open on disk, which a resume counts as spent at its full
@@ -34,6 +43,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ._io import iter_jsonl
 from .errors import BudgetExhausted, CeilingBreached, DiskFull, InputError
@@ -71,8 +81,13 @@ class Ledger:
         self.avoided_usd = 0.0
         self.breaches = 0  # settles that reported more than their reservation (this file, all runs)
         self.untrusted = 0  # settles whose reported usage was not a non-negative integer
+        self.refusals = 0  # reservations this object refused (budget exhausted)
         self._ids = itertools.count(1)
         self._open: dict[int, Reservation] = {}
+        self._left: dict[int, float] = {}  # what a partly charged reservation still holds
+        # Reservations earlier sessions left open, by key: ((run_epoch, id), amount left,
+        # the keys charged against it), for `adopt`.
+        self.orphans: dict[str, tuple[tuple[Any, Any], float, set[str]]] = {}
         self._lock = threading.Lock()  # a thread lock also serialises asyncio tasks
         # Reservation ids restart at 1 in every process: the epoch tells apart the ids
         # of two ledgers appending to one file (a resumed run, a grading pass).
@@ -85,7 +100,7 @@ class Ledger:
             self._log = AppendLog(self._path, fsync=bool(os.environ.get("EVALKIT_FSYNC")))
 
     @classmethod
-    def resume(cls, cap_usd: float, path: str | Path) -> "Ledger":
+    def resume(cls, cap_usd: float, path: str | Path) -> Ledger:
         """Open an existing ledger file and carry its committed spend forward.
 
         Reservations left open by a killed run are counted as spent: the call may have
@@ -93,17 +108,32 @@ class Ledger:
         """
         committed = avoided = 0.0
         breaches = untrusted = 0
-        open_amounts: dict[int, float] = {}
+        open_amounts: dict[tuple[Any, Any], float] = {}  # (run_epoch, id) -> what it still holds
+        keys: dict[tuple[Any, Any], str] = {}
+        charged: dict[tuple[Any, Any], set[str]] = {}
         p = Path(path)
         if p.exists():
             # a torn last line is dropped with a warning; a bad line before it is an
             # InputError, never skipped
             for ev in iter_jsonl(p):
                 kind = ev.get("event")
+                rid = (ev.get("run_epoch", 0), ev.get("id"))
                 if kind == "reserve":
-                    open_amounts[(ev.get("run_epoch", 0), ev["id"])] = ev["amount_usd"]
-                elif kind in ("settle", "release"):
-                    open_amounts.pop((ev.get("run_epoch", 0), ev["id"]), None)
+                    open_amounts[rid] = ev["amount_usd"]
+                    keys[rid] = ev.get("key", "")
+                elif kind == "adopt":  # an open reservation moved into a later session
+                    src = (ev.get("from_epoch", 0), ev.get("from_id"))
+                    open_amounts[rid] = open_amounts.pop(src, 0.0)
+                    keys[rid] = keys.pop(src, ev.get("key", ""))
+                    charged[rid] = charged.pop(src, set())
+                elif kind in ("settle", "release", "charge"):
+                    if kind == "charge":  # one line of a batch: frees its worst case, commits its cost
+                        if rid in open_amounts:
+                            open_amounts[rid] = max(0.0, open_amounts[rid] - max(0.0, ev.get("released_usd", 0.0)))
+                            charged.setdefault(rid, set()).add(ev.get("line", ""))
+                    else:
+                        open_amounts.pop(rid, None)
+                        charged.pop(rid, None)
                     committed += max(0.0, ev.get("cost_usd", 0.0))  # a negative line never lowers spend
                     breaches += bool(ev.get("breach"))
                     untrusted += bool(ev.get("untrusted"))
@@ -111,15 +141,24 @@ class Ledger:
                     avoided += ev.get("avoided_usd", 0.0)
             committed += sum(open_amounts.values())
         led = cls(cap_usd, p, committed_usd=committed)
+        led.orphans = {keys.get(rid, ""): (rid, left, charged.get(rid, set())) for rid, left in open_amounts.items()}
         led.avoided_usd = avoided
         led.breaches = breaches
         led.untrusted = untrusted
         return led
 
     def reserve(
-        self, role: str, model: str, price: Price, tokens_in: int, tokens_out: int, key: str = ""
+        self,
+        role: str,
+        model: str,
+        price: Price,
+        tokens_in: int,
+        tokens_out: int,
+        key: str = "",
+        extra: dict[str, Any] | None = None,
     ) -> Reservation:
-        """Hold the worst case of one call, or raise `BudgetExhausted`."""
+        """Hold the worst case of one call (or of a batch's lines: their summed
+        ceilings, `extra` noting how many), or raise `BudgetExhausted`."""
         if price is None:
             raise InputError(f"no price for model {model!r}: refusing to run")
         amount = price.cost(tokens_in, tokens_out)
@@ -127,6 +166,7 @@ class Ledger:
             if self.disk_full is not None:
                 raise DiskFull(self.disk_full.path, self.disk_full.strerror)
             if self.committed_usd + self.reserved_usd + amount > self.cap_usd + 1e-12:
+                self.refusals += 1
                 self._write(
                     {
                         "event": "refuse",
@@ -155,6 +195,7 @@ class Ledger:
                     "tokens_in": tokens_in,
                     "tokens_out": tokens_out,
                     "amount_usd": amount,
+                    **(extra or {}),
                 },
                 strict=True,
             )
@@ -243,6 +284,103 @@ class Ledger:
         have been billed."""
         self.settle_failed(r, None, "not sent", cause)
 
+    def charge(
+        self,
+        r: Reservation,
+        usage: Usage,
+        *,
+        tokens_in: int,
+        tokens_out: int,
+        line: str,
+        untrusted: str | None = None,
+        reason: str | None = None,
+    ) -> float:
+        """Settle one line of a batch reservation `r`: commit what `usage` costs and free
+        one line's worst case (`tokens_in` in, `tokens_out` out), leaving `r` open for
+        the other lines. `line` is the line's key; `reason` says why a line that gave no
+        answer costs what it does. Raises `CeilingBreached` (after committing) when the
+        line reports more than its ceilings, like `settle`."""
+        for n in (usage.prompt_tokens, usage.completion_tokens):
+            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+                raise ValueError(f"charge needs non-negative integer token counts, got {usage!r}")
+        cost = r.price.cost(usage.prompt_tokens, usage.completion_tokens)
+        freed = r.price.cost(tokens_in, tokens_out)
+        breached = usage.prompt_tokens > tokens_in or usage.completion_tokens > tokens_out
+        with self._lock:
+            if r.id not in self._open:
+                raise RuntimeError(f"reservation {r.id} is closed")
+            left = self._left.get(r.id, r.amount_usd)
+            freed = min(freed, left)
+            self._left[r.id] = left - freed
+            self.reserved_usd = max(0.0, self.reserved_usd - freed)
+            self.committed_usd += cost
+            self.breaches += breached
+            event: dict[str, Any] = {
+                "event": "charge",
+                "id": r.id,
+                "role": r.role,
+                "model": r.model,
+                "key": r.key,
+                "line": line,
+                "prompt_tokens": usage.prompt_tokens,
+                "completion_tokens": usage.completion_tokens,
+                "cost_usd": cost,
+                "released_usd": freed,
+                "committed_usd": self.committed_usd,
+                "breach": breached,
+            }
+            if untrusted:
+                self.untrusted += 1
+                event["untrusted"] = untrusted
+            if reason:
+                event["reason"] = reason
+            self._write(event)
+        if breached:
+            raise CeilingBreached(
+                f"ceiling breached: {r.model} reported {usage.prompt_tokens} in / {usage.completion_tokens} out "
+                f"tokens for {line}, reserved {tokens_in} / {tokens_out}"
+            )
+        return cost
+
+    def left_usd(self, r: Reservation) -> float:
+        """What the open reservation `r` still holds (less than its amount once lines
+        were charged against it)."""
+        with self._lock:
+            return self._left.get(r.id, r.amount_usd)
+
+    def adopt(
+        self, key: str, role: str, model: str, price: Price, tokens_in: int, tokens_out: int
+    ) -> tuple[Reservation, set[str]] | None:
+        """Move the reservation an earlier session left open under `key` into this one
+        (an `adopt` event), or None when there is none. Returns it, with what it still
+        holds as its amount, and the line keys already charged against it. Its amount
+        stops counting as spent and counts as reserved again, as it did for the session
+        that made it."""
+        with self._lock:
+            found = self.orphans.get(key)
+            if found is None:
+                return None
+            (epoch, old_id), left, charged = found
+            r = Reservation(next(self._ids), role, model, price, tokens_in, tokens_out, left, key)
+            self._write(
+                {
+                    "event": "adopt",
+                    "id": r.id,
+                    "role": role,
+                    "model": model,
+                    "key": key,
+                    "from_epoch": epoch,
+                    "from_id": old_id,
+                    "amount_usd": left,
+                },
+                strict=True,
+            )
+            del self.orphans[key]
+            self._open[r.id] = r
+            self.committed_usd = max(0.0, self.committed_usd - left)
+            self.reserved_usd += left
+            return r, set(charged)
+
     def record_avoided(self, amount_usd: float, key: str = "") -> None:
         """A cache hit: $0 spent, `amount_usd` avoided."""
         with self._lock:
@@ -257,7 +395,7 @@ class Ledger:
     def _close(self, r: Reservation) -> None:
         if self._open.pop(r.id, None) is None:
             raise RuntimeError(f"reservation {r.id} settled twice")
-        self.reserved_usd = max(0.0, self.reserved_usd - r.amount_usd)
+        self.reserved_usd = max(0.0, self.reserved_usd - self._left.pop(r.id, r.amount_usd))
 
     def _write(self, event: dict, *, strict: bool = False) -> None:
         """Append one event. No room: `strict` raises `DiskFull`; otherwise the event
@@ -284,7 +422,7 @@ def reported_usage(r: Reservation, prompt_tokens: object, completion_tokens: obj
     """
     raws = (("prompt_tokens", prompt_tokens, r.tokens_in), ("completion_tokens", completion_tokens, r.tokens_out))
     counts = [_count(raw) for _, raw, _ in raws]
-    problems = [f"{name}={_show(raw)}" for (name, raw, _), n in zip(raws, counts) if n is None]
+    problems = [f"{name}={_show(raw)}" for (name, raw, _), n in zip(raws, counts, strict=True) if n is None]
     if not problems:
         return Usage(int(counts[0]), int(counts[1])), None  # type: ignore[arg-type]
     settled = [max(reserved, _ceil_count(raw) or 0) for _, raw, reserved in raws]

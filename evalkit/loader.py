@@ -74,8 +74,9 @@ def import_suite(
     with a typed placeholder (`evalkit.privacy.redact_imported`) and writes what it did to
     `redaction-log.json`."""
     imported = read_foreign(src)
-    for w in imported.warnings if on_warning is not None else ():
-        on_warning(w)
+    if on_warning is not None:
+        for w in imported.warnings:
+            on_warning(w)
     config = dict(imported.config)
     files = dict(imported.files)
     if guidance is not None:

@@ -20,15 +20,18 @@ import pandas as pd
 from . import failures as failures_mod
 from . import fmt, stats
 from ._io import jsonable, write_atomic
+from ._text import visible
+from .compare import compare_arms
 from .errors import InputError
 from .failures import Failures
-from .layout import RUN_CONFIG
+from .judge import PairOutcome
+from .judge import read_pairwise as _read_pairwise
+from .layout import PAIRWISE, RUN_CONFIG
 from .plans import load_plan
-from .records import GradesSummary, RunVerdicts, Verdict
+from .records import GradesSummary, RunVerdicts, Verdict, judge_line
 from .runload import Run, grades_summary, load_run, report_state, run_verdicts, sample_texts
-from .verdicts import two_arm_verdict
 
-__all__ = ["sample_texts"]  # the samples joined with their grades, for the notebooks
+__all__ = ["judge_line", "sample_texts"]  # what a verdict rests on; the samples joined with their grades
 
 REDACT_ENV = "EVALKIT_REDACT"  # set for the kernels of a redacted report: `text_html` and `table_html` redact
 
@@ -56,7 +59,7 @@ def _shown(text: str) -> str:
 
 def text_html(text: Any, *, title: str | None = None, pre: bool = True, max_chars: int = 4000) -> str:
     """The escaped HTML `show_text` displays (for callers that build a page)."""
-    s = _shown("" if text is None else str(text))
+    s = visible(_shown("" if text is None else str(text)))  # control and bidi characters as escapes
     cut = ""
     if len(s) > max_chars:
         cut = f" [... {len(s) - max_chars} more characters not shown]"
@@ -279,7 +282,8 @@ def open_run(run_dir: str | Path | None) -> Run:
 
 def arms_of(run: Any) -> list[str]:
     """The run's arms in config order, then any others its samples name (`Run.arm_names`)."""
-    return run.arm_names()
+    names: list[str] = run.arm_names()
+    return names
 
 
 def pick_arms(run: Any, baseline: str = "", treatment: str = "") -> tuple[str, str]:
@@ -343,20 +347,33 @@ def grades(run: Run) -> GradesSummary | None:
     return grades_summary(run)
 
 
+def grades_json(run: Run) -> dict[str, Any]:
+    """The run's grades summary as `grades-summary.json` holds it (the typed record's
+    JSON), {} when it is not graded: for pages that show its parts as recorded."""
+    s = grades_summary(run)
+    return s.to_json() if s is not None else {}
+
+
 def verdicts(run: Run) -> RunVerdicts:
     """What compare, gate and report concluded about the run (`verdicts.json`)."""
     return run_verdicts(run)
 
 
-def comparison(run: Run, baseline: str, treatment: str, plan: str = "") -> Verdict:
-    """The two-arm verdict `evalkit report` (or `compare`) recorded for these arms, or,
-    in a notebook opened by hand on a run with none, the same verdict computed now
-    (`verdicts.two_arm_verdict`, held to `plan` when one is named)."""
+def comparison(run: Run, baseline: str, treatment: str, plan: str = "", judge: str = "") -> Verdict:
+    """The two-arm verdict `evalkit report` (or `compare`) recorded for these arms (and,
+    when `judge` is named, resting on that judge), or, in a notebook opened by hand on a
+    run with none, the same verdict computed now (`compare.compare_arms`, held to `plan`
+    when one is named; `judge` empty: the suite's `verdict_judge`)."""
     recorded = run_verdicts(run).comparison(baseline, treatment)
-    if recorded is not None:
+    if recorded is not None and (not judge or recorded.judge == judge):
         return recorded
     p = load_plan(plan) if plan else None
-    return two_arm_verdict(run, baseline, treatment, alpha=p.alpha if p else 0.05, plan=p)
+    return compare_arms(run, baseline, treatment, judge=judge or None, alpha=p.alpha if p else 0.05, plan=p)
+
+
+def read_pairwise(run: Run) -> list[PairOutcome]:
+    """The pairwise judge's outcomes of a run (`pairwise.jsonl`), none when it has none."""
+    return _read_pairwise(Path(run.path) / PAIRWISE)
 
 
 PANDALM_JUDGES = {
@@ -412,4 +429,5 @@ def read_sidecar(directory: str | Path, name: str) -> dict[str, Any] | None:
     p = Path(directory) / f"{name}.json"
     if not p.exists():
         return None
-    return json.loads(p.read_text(encoding="utf-8"))
+    data: dict[str, Any] = json.loads(p.read_text(encoding="utf-8"))
+    return data

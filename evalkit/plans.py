@@ -12,13 +12,13 @@ import json
 import math
 import os
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 from . import stats
 from ._io import read_json_object, suite_folder_of, write_atomic
-from .errors import EvalkitError, InputError
+from .errors import InputError
 from .layout import CONFIG_FILE, PLAN_FILE
 from .records import SEQUENTIAL_SIGN_TEST, SIGN_TEST, Plan, PlanCheck
 
@@ -28,11 +28,16 @@ __all__ = ["SEQUENTIAL_SIGN_TEST", "SIGN_TEST", "Plan", "PlanCheck"]
 class Tested(Protocol):
     """What `check_against_plan` reads of a verdict (`records.Verdict`)."""
 
-    test: str
-    alpha: float
-    unit: str
-    n_trials: int
-    sequential: dict[str, Any] | None
+    @property
+    def test(self) -> str: ...
+    @property
+    def alpha(self) -> float: ...
+    @property
+    def unit(self) -> str: ...
+    @property
+    def n_trials(self) -> int: ...
+    @property
+    def sequential(self) -> dict[str, Any] | None: ...
 
 
 def find_plan(suite_dir: str | Path | None) -> Path | None:
@@ -77,7 +82,7 @@ def plan_power(
         n_discordant_first=ss.discordant_first,
         n_discordant_approx=ss.discordant_approx,
         seed=seed,
-        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        created=datetime.now(UTC).isoformat(timespec="seconds"),
         sequential=seq,
     )
 
@@ -85,7 +90,7 @@ def plan_power(
 def _sequential_design(win_rate: float, tie_rate: float, alpha: float, power: float, ss: Any) -> dict[str, Any]:
     """The sequential design: the `stats.SequentialSignTest` arguments (`params`) and
     what they give at the planned effect (exact operating characteristics)."""
-    params = {"win_rate": max(win_rate, 1 - win_rate), "alpha": alpha, "power": power}
+    params: dict[str, Any] = {"win_rate": max(win_rate, 1 - win_rate), "alpha": alpha, "power": power}
     seq = stats.SequentialSignTest(**params)
     oc = seq.operating_characteristics(params["win_rate"], tie_rate)
     return {
@@ -129,23 +134,14 @@ def write_plan(plan: Plan, suite_dir: str | Path, *, force: bool = False) -> Pat
     return path
 
 
-def suite_shortfall(plan: Plan, suite_dir: str | Path) -> str | None:
-    """A sentence when the suite has fewer cases than the plan needs (one vote per case:
-    repeating cases cannot make up for missing ones); None when it has enough, or when the
-    suite cannot be read (lint reports that)."""
-    if plan.unit != "case":
-        return None
-    from .loader import load_suite  # lazy: the suite loader loads only when a plan is written
-
-    try:
-        n = len(load_suite(suite_dir, lenient_keys=True).cases)
-    except EvalkitError:
-        return None
-    if n >= plan.n_trials:
+def suite_shortfall(plan: Plan, n_cases: int) -> str | None:
+    """A sentence when a suite of `n_cases` cases has fewer than the plan needs (one vote
+    per case: repeating cases cannot make up for missing ones); None when it has enough."""
+    if plan.unit != "case" or n_cases >= plan.n_trials:
         return None
     return (
-        f"the suite has {n} cases, the plan needs {plan.n_trials} (one vote per case): a run of this suite "
-        f"cannot follow the plan; add {plan.n_trials - n} cases, or plan for a larger effect"
+        f"the suite has {n_cases} cases, the plan needs {plan.n_trials} (one vote per case): a run of this suite "
+        f"cannot follow the plan; add {plan.n_trials - n_cases} cases, or plan for a larger effect"
     )
 
 

@@ -62,10 +62,11 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from ._io import MAX_CONFIG_BYTES, json_line_index, line_of, parse_json_object, read_text_file
 from .errors import InputError, InputErrors, RedactionIncomplete
@@ -245,7 +246,7 @@ def _matches(
         pos = max(e, s + 1)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _stdnum(module: str) -> Any:
     import importlib
 
@@ -486,8 +487,19 @@ class Scanner:
         rules = _secret_rules()
         self._text_rules = tuple(r for r in rules if not r.numeric)
         self._numeric_rules = tuple(r for r in rules if r.numeric)
+        self._keys: dict[str, bool] = {}
 
     # -- public ----------------------------------------------------------------------
+    def holds(self, key: str) -> bool:
+        """Whether `key` (a property name: short, and the same few over and over) holds
+        any sensitive value. Cached."""
+        hit = self._keys.get(key)
+        if hit is None:
+            if len(self._keys) > 4096:
+                self._keys.clear()
+            hit = self._keys[key] = bool(self.scan(key))
+        return hit
+
     def scan(self, text: str) -> list[Detection]:
         """Every sensitive value in `text`, in order, overlaps resolved (one kind per
         span)."""
@@ -552,6 +564,8 @@ class Scanner:
         out: list[Detection] = []
         luhn = _stdnum("stdnum.luhn")
         for m in _matches(_CARD_CANDIDATE, text, "", a, b):
+            if m.start() >= 2 and text[m.start() - 1] in ".," and text[m.start() - 2].isdigit():
+                continue  # the fraction of a decimal: 0.3888888888888889 is no Diners card
             digits = m.group(0).replace(" ", "").replace("-", "")
             brand = _card_brand(digits)
             if brand and luhn.is_valid(digits):
@@ -682,23 +696,48 @@ def value_hash(norm: str) -> str:
 
 
 # --- walking JSON ---------------------------------------------------------------------
-def iter_strings(obj: Any, path: str = "$", skip: frozenset[str] = frozenset()) -> Iterator[tuple[str, str]]:
-    """Every string value under `obj` with its JSON path (`$.a.b[2]`); keys named in
-    `skip` are not entered (at any depth). Keys themselves are not scanned."""
+def key_segment(path: str, key: str, n: int, sc: Scanner | None) -> str:
+    """`path` extended by property `key` (the `n`th of its object, from 1): `path.key`,
+    or `path[key n]` when `sc` finds a sensitive value in the key itself, so that no
+    JSON path a diagnostic prints repeats what it found."""
+    return f"{path}[key {n}]" if sc is not None and sc.holds(key) else f"{path}.{key}"
+
+
+def walk_strings(
+    obj: Any, path: str = "$", skip: frozenset[str] = frozenset(), sc: Scanner | None = None, shown: str | None = None
+) -> Iterator[tuple[str, str, str]]:
+    """(JSON path, path to show, text) of every string under `obj`, property names
+    included (a key is at the path of its value; personal data in a key is still
+    personal data). The path to show has each key that holds a finding of `sc`
+    replaced by its place (`key_segment`); keys named in `skip` are not entered (at any
+    depth)."""
+    shown = path if shown is None else shown
     if isinstance(obj, str):
-        yield path, obj
+        yield path, shown, obj
     elif isinstance(obj, dict):
-        for k, v in obj.items():
+        for n, (k, v) in enumerate(obj.items(), start=1):
             if k in skip:
                 continue
+            kp, ks = f"{path}.{k}", key_segment(shown, k, n, sc)
+            yield kp, ks, k
             if isinstance(v, str):  # the common case, without a call
-                yield f"{path}.{k}", v
+                yield kp, ks, v
             elif isinstance(v, (dict, list)):
-                yield from iter_strings(v, f"{path}.{k}", skip)
+                yield from walk_strings(v, kp, skip, sc, ks)
     elif isinstance(obj, list):
         for i, v in enumerate(obj):
             if isinstance(v, (str, dict, list)):
-                yield from iter_strings(v, f"{path}[{i}]", skip)
+                yield from walk_strings(v, f"{path}[{i}]", skip, sc, f"{shown}[{i}]")
+
+
+def iter_strings(
+    obj: Any, path: str = "$", skip: frozenset[str] = frozenset(), sc: Scanner | None = None
+) -> Iterator[tuple[str, str]]:
+    """Every string under `obj`, property names included, with the JSON path to show
+    (`$.a.b[2]`; a key holding a finding of `sc` shown as `[key n]`, see
+    `walk_strings`); keys named in `skip` are not entered (at any depth)."""
+    for _, shown, text in walk_strings(obj, path, skip, sc):
+        yield shown, text
 
 
 # --- the allow-list -------------------------------------------------------------------
@@ -915,14 +954,15 @@ def scan_object(
     case_id: str | None = None,
     skip: frozenset[str] = frozenset(),
 ) -> list[PrivacyFinding]:
-    """The findings in the strings of a JSON value, each at its JSON path (and `line`, or
-    the line `line_for` gives the path)."""
+    """The findings in the strings of a JSON value, property names included, each at its
+    JSON path (and `line`, or the line `line_for` gives the path); a key that holds a
+    finding is shown by its place (`[key 3]`), never its text."""
     sc = policy.scanner
     items = []
-    for jp, s in iter_strings(obj, prefix, skip):
+    for jp, shown, s in walk_strings(obj, prefix, skip, sc):
         for d in sc.scan(s):
             if not policy.allows(d, case_id):
-                items.append((path, line if line_for is None else line_for(jp), jp, case_id, d))
+                items.append((path, line if line_for is None else line_for(jp), shown, case_id, d))
     return _group(items)
 
 
@@ -967,8 +1007,9 @@ def suite_policy(src: SuiteSource) -> tuple[Policy, list[tuple[str, int | None, 
 
 
 def _suite_text_files(src: SuiteSource) -> list[str]:
-    """The suite's text files a unit or a judge reads: templates, guidance, judge files,
-    scorers (relative paths, each once, only those that exist inside the folder)."""
+    """The suite's text files a unit or a judge reads: templates, guidance, the arms'
+    skill files (`<skill_dir>/SKILL.md`), judge files, scorers (relative paths, each
+    once, only those that exist inside the folder)."""
     cfg = src.config if isinstance(src.config, dict) else {}
     names: list[str] = []
     for key in ("template", "system"):
@@ -980,6 +1021,8 @@ def _suite_text_files(src: SuiteSource) -> list[str]:
     for arm in cfg.get("arms") or []:
         if isinstance(arm, dict) and isinstance(arm.get("guidance"), str):
             names.append(arm["guidance"])
+        if isinstance(arm, dict) and isinstance(arm.get("skill_dir"), str):  # an agent's skill (evalkit.agents)
+            names.append(arm["skill_dir"].rstrip("/") + "/SKILL.md")
     for folder in ("guidance", "judge", "scorers"):
         names += [f"{folder}/{n}" for n in src.listdir(folder) if not n.startswith(".")]
     if src.files is not None:
@@ -1123,14 +1166,14 @@ def output_detections(output: str | None, tool_calls: Iterable[Any], sc: Scanner
     if output:
         found += [("output", d) for d in sc.scan(output)]
     for i, call in enumerate(tool_calls or ()):
-        for jp, s in iter_strings(call, f"tool_calls[{i}]", frozenset({"id"})):
+        for jp, s in iter_strings(call, f"tool_calls[{i}]", frozenset({"id"}), sc):
             if jp.endswith((".arguments", ".function.arguments")) and s.strip().startswith(("{", "[")):
                 try:
                     parsed = json.loads(s)
                 except json.JSONDecodeError:
                     parsed = None
                 if parsed is not None:
-                    found += [(sub, d) for sub, t in iter_strings(parsed, jp) for d in sc.scan(t)]
+                    found += [(sub, d) for sub, t in iter_strings(parsed, jp, sc=sc) for d in sc.scan(t)]
                     continue
             found += [(jp, d) for d in sc.scan(s)]
     return found
@@ -1293,12 +1336,18 @@ class Redactor:
         return "".join(parts)
 
     def json(self, obj: Any, path: str = "$", where: Mapping[str, Any] | None = None) -> Any:
-        """A copy of a JSON value with every string redacted, each event carrying its JSON
-        path. Property names are kept (they are field names, tags, case ids)."""
+        """A copy of a JSON value with every string redacted, property names included (a
+        tool call's argument may be named by an email address), each event carrying its
+        JSON path as redacted, so no path in the log repeats a value. Field names, tags
+        and case ids hold nothing to replace and stay as they are."""
         if isinstance(obj, str):
             return self.text(obj, {**(where or {}), "json_path": path})
         if isinstance(obj, dict):
-            return {k: self.json(v, f"{path}.{k}", where) for k, v in obj.items()}
+            out: dict[str, Any] = {}
+            for k, v in obj.items():
+                key = self.text(k, {**(where or {}), "json_path": path, "property_name": True}) if len(k) >= 6 else k
+                out[key] = self.json(v, f"{path}.{key}", where)
+            return out
         if isinstance(obj, list):
             return [self.json(v, f"{path}[{i}]", where) for i, v in enumerate(obj)]
         return obj
@@ -1419,9 +1468,40 @@ def _forms(value: str) -> set[str]:
     return forms | {json.dumps(f, ensure_ascii=a)[1:-1] for f in list(forms) for a in (True, False)}
 
 
-def leaking_files(paths: Iterable[Any], values: Iterable[str]) -> list[Any]:
+_MARKUP = re.compile(r"(?is)<(script|style)\b.*?</\1\s*>|<!--.*?-->|<[^>]*>")
+# notebook outputs that are pictures, not text: base64 or drawing data no reader sees as words
+_PICTURES = frozenset({"image/png", "image/jpeg", "image/gif", "image/svg+xml", "application/pdf"})
+
+
+def _written_texts(f: Path) -> Iterator[str]:
+    """What a reader of file `f` can see, for the scanner: an HTML page's text (markup,
+    scripts, styles and inline images dropped, entities decoded), a JSON or notebook
+    file's strings and property names (not its numbers: 0.3888888888888889 is no card;
+    not a notebook's pictures), a JSON-lines file's likewise, line by line, anything
+    else as text."""
+    text = f.read_text(encoding="utf-8", errors="replace")
+    if f.suffix in (".html", ".htm"):
+        yield html.unescape(_MARKUP.sub(" ", text))
+        return
+    if f.suffix in (".json", ".ipynb", ".jsonl"):
+        docs: list[Any] = []
+        for raw in text.splitlines() if f.suffix == ".jsonl" else [text]:
+            try:
+                docs.append(json.loads(raw))
+            except json.JSONDecodeError:
+                yield raw
+        for doc in docs:
+            for _, s in iter_strings(doc, skip=_PICTURES):
+                yield s
+        return
+    yield text
+
+
+def leaking_files(paths: Iterable[Any], values: Iterable[str], sc: Scanner | None = None) -> list[Any]:
     """The files under `paths` (files or folders, recursively) that still hold one of
-    `values` in any of its written forms (raw, HTML-escaped, JSON-escaped)."""
+    `values` in any of its written forms (raw, HTML-escaped, JSON-escaped), or, with
+    `sc`, any value of any kind `sc` detects in what a reader of the file sees
+    (`_written_texts`)."""
     forms = [f for v in values for f in _forms(v)]
     out = []
     files: list[Path] = []
@@ -1432,21 +1512,24 @@ def leaking_files(paths: Iterable[Any], values: Iterable[str]) -> list[Any]:
         plain = html.unescape(text)
         if any(form in text or form in plain for form in forms):
             out.append(f)
+        elif sc is not None and any(sc.scan(t) for t in _written_texts(f)):
+            out.append(f)
     return out
 
 
 def verify_redacted(redacted: RedactedRun, paths: Iterable[Any]) -> None:
-    """Check that no file under `paths` holds a value the redaction replaced; a file that
-    does is removed (it must not be shared) and `RedactionIncomplete` names it (never the
-    value)."""
-    bad = leaking_files(paths, redacted.values)
+    """Check every file under `paths`: none may hold a value the redaction replaced, nor
+    any value of any kind the scanner detects (a page may show text that never went
+    through the redacted copy). A file that does is removed (it must not be shared) and
+    `RedactionIncomplete` names it (never the value)."""
+    bad = leaking_files(paths, redacted.values, scanner())
     for f in bad:
         f.unlink()
     if bad:
         raise RedactionIncomplete(
             "redaction incomplete: removed "
             + ", ".join(str(f) for f in bad)
-            + ", which still held a value the redaction replaced"
+            + ", which still held personal data or a secret (a value the redaction replaced, or one it detects)"
         )
 
 
@@ -1479,7 +1562,7 @@ def redact_dataset(dataset: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str
     pairs = dataset.get("evaluation_pairs") or []
     texts = [{k: p[k] for k in DATASET_TEXT_FIELDS if k in p} for p in pairs]
     done = redact_cases(texts, r, where=lambda i, _: {"pair": pairs[i].get("id"), "index": i})
-    new_pairs = [{**p, **d} for p, d in zip(pairs, done)]
+    new_pairs = [{**p, **d} for p, d in zip(pairs, done, strict=True)]
     r.begin()
     md = dict(dataset.get("metadata") or {})
     for k, v in md.items():

@@ -106,11 +106,31 @@ class Endpoint:
 
 @dataclass(frozen=True)
 class Arm:
-    """One arm of a comparison: a name and the optional guidance text it adds."""
+    """One arm of a comparison: a name and the optional guidance text it adds, or the
+    skill folder an agent unit is given (`skill_dir`)."""
 
     name: str
     guidance_file: str | None = None  # relative to the suite folder
     guidance: str | None = None  # the file's text, loaded
+    skill_dir: str | None = None  # relative to the suite folder: the skill an agent of this arm loads
+    skill: str | None = None  # the skill_dir's SKILL.md text, loaded ("" when it has none)
+
+
+UnitKind = Literal["prompt", "agent", "command", "python"]
+
+
+@dataclass(frozen=True)
+class Unit:
+    """What a sample runs (`config.json` -> `unit`): the prompt template (`prompt`, the
+    default), evalkit's own tool loop (`agent`, at most `max_turns` model calls), the
+    user's agent program (`command`: `argv`, killed after `timeout_s`), or a Python
+    function (`python`: `callable` as ``pkg.module:function``). See `evalkit.agents`."""
+
+    kind: UnitKind = "prompt"
+    max_turns: int = 8
+    argv: tuple[str, ...] = ()
+    timeout_s: float = 300.0
+    callable: str | None = None
 
 
 @dataclass(frozen=True)
@@ -150,11 +170,18 @@ class Config:
     stop: tuple[str, ...] = ()
     tools: tuple[Json, ...] = ()
     allow_same_judge_model: bool = False
+    # Judged pass/fail counts only for a calibrated judge, unless this opts out (recorded
+    # on every judged grade line and shown on every report page).
+    allow_uncalibrated_judge: bool = False
+    verdict_judge: Literal["direct", "pairwise"] = "direct"  # which judge `compare` rests the verdict on
     timeout_s: float = 60.0
     max_attempts: int = 6
     ci_cost_cap_usd: float | None = None  # `ci.cost_cap_usd`: the lower cap of `evalkit run --ci`
     rate_limit_budget_s: float = 300.0  # per key: how long 429/503/overload answers are waited out
     max_connection_failures: int = 8  # in a row with no answer: the endpoint is unreachable, the run stops
+    batch_price: Price | None = None  # `batch_price`: what `run --batch` reserves and charges (evalkit.batch)
+    judge_batch_price: Price | None = None  # `judge_batch_price`: the same for `grade --batch`
+    unit: Unit = field(default_factory=Unit)
     raw: dict[str, Json] = field(default_factory=dict, compare=False, repr=False)
 
     def arm(self, name: str) -> Arm:
@@ -205,6 +232,12 @@ class Sample:
     system_fingerprint: str | None = None
     cached: bool = False
     cost_avoided_usd: float = 0.0
+    # Agent units (`evalkit.agents`): model calls made, and what the trajectory says
+    # (`trajectory`: its path in the run folder; `stop`, `tool_errors`, `model_calls`, ...).
+    # `tool_calls` then holds every tool call of every turn, in order; usage, cost and
+    # latency are the sample's totals.
+    turns: int | None = None
+    agent: dict[str, Json] | None = None
 
 
 @dataclass(frozen=True)
@@ -220,7 +253,11 @@ class CheckResult:
 class Grade:
     """One line of `grades.jsonl`: every check of one sample, and the verdict.
 
-    `passed` is None when the sample could not be graded (judge error): never a pass.
+    `passed` is None when the sample could not be graded (judge error, `error` says
+    why), or when its deterministic checks passed and the judge's pass/fail is held
+    (`judge_held` says why: the judge is not calibrated): never a pass. `judge_passed`
+    is what the judge's score said against the threshold, kept whether or not it
+    counts; a held judge's result is not among `checks`.
     """
 
     case_id: str
@@ -236,6 +273,9 @@ class Grade:
     error: str | None = None
     judge_model: str | None = None
     judge_same_model_override: bool = False  # judge = generator model, allowed by config (recorded)
+    judge_passed: bool | None = None
+    judge_held: str | None = None
+    judge_uncalibrated_override: bool = False  # counted although uncalibrated: the user opted out (recorded)
 
 
 # ==========================================================================================
@@ -347,9 +387,10 @@ class PairedDifference:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> PairedDifference:
         nan = float("nan")
-        return cls(
-            **{f.name: (nan if d.get(f.name) is None and f.type == "float" else d.get(f.name)) for f in fields(cls)}
-        )
+        kw: dict[str, Any] = {
+            f.name: (nan if d.get(f.name) is None and f.type == "float" else d.get(f.name)) for f in fields(cls)
+        }
+        return cls(**kw)
 
 
 # --- plans -----------------------------------------------------------------------------------
@@ -468,10 +509,25 @@ class PlanCheck:
 # --- verdicts -----------------------------------------------------------------------------
 
 VerdictKind = Literal["pass", "regression", "no-improvement", "inconclusive"]
+ConformanceKind = Literal["pass", "regression", "inconclusive"]
 
 
-def _fmt3(x: float | None) -> str:
-    return "n/a" if x is None or x != x else f"{x:.3f}"
+def judge_line(judge: str, checks: dict[str, Any] | None) -> str:
+    """What a verdict rests on, in words (`evalkit.compare` fills `judge_checks`)."""
+    c = checks or {}
+    if judge == "pairwise":
+        pc, bar = c.get("position_consistency"), c.get("position_consistency_bar") or 0.0
+        bits = [f"position consistency {fmt.pct(pc, 0)} (bar {fmt.pct(bar, 0)})"]
+        bits.append("trusted" if c.get("trusted") else "NOT trusted")
+        if c.get("opt_out"):
+            bits.append("by opt-out (uncalibrated)")
+        return "the pairwise judge (" + ", ".join(bits) + ")"
+    text = "each sample's pass/fail (deterministic checks"
+    if c.get("judged"):
+        text += ", and the direct judge: " + ("trusted" if c.get("trusted") else "NOT trusted, judged results held")
+        if c.get("opt_out"):
+            text += " by opt-out (uncalibrated)"
+    return text + ")"
 
 
 @dataclass(frozen=True)
@@ -513,6 +569,8 @@ class Verdict:
     sequential: dict[str, Any] | None = None
     plan_check: PlanCheck | None = None
     case_votes: tuple[tuple[str, str], ...] = ()  # (case, win / loss / tie / errored), in case order
+    judge: str = "direct"  # what the votes rest on: "direct" pass/fail, or the "pairwise" judge (evalkit.compare)
+    judge_checks: dict[str, Any] | None = None  # what was checked of that judge (evalkit.compare)
 
     @property
     def discordant(self) -> int:
@@ -562,8 +620,8 @@ class Verdict:
         if self.baseline_arm:
             lines.append(f"arms: treatment {self.treatment_arm!r} vs baseline {self.baseline_arm!r}")
         lines.append(f"unit of the test: {self.unit}")
-        p = "n/a" if self.p_value is None else f"{self.p_value:.4g}"
-        p1 = "n/a" if self.p_one_sided is None else f"{self.p_one_sided:.4g}"
+        lines.append(f"judge: {judge_line(self.judge, self.judge_checks)}")
+        p, p1 = fmt.pvalue(self.p_value), fmt.pvalue(self.p_one_sided)
         lines.append(
             f"tally: {self.wins}W/{self.ties}T/{self.losses}L, {self.errored} errored/unmatched, "
             f"{self.n_trials} units, {self.discordant} discordant"
@@ -585,7 +643,7 @@ class Verdict:
             lines.append(
                 f"all {pd_.n} graded paired trials, clustered on case ({pd_.n_clusters} clusters): "
                 f"treatment - baseline pass rate {fmt.points(pd_.mean)} (SE {fmt.points(pd_.se, signed=False)}, "
-                f"95% CI {fmt.points(pd_.low)} to {fmt.points(pd_.high)}), correlation {_fmt3(pd_.correlation)}"
+                f"95% CI {fmt.points(pd_.low)} to {fmt.points(pd_.high)}), correlation {fmt.number(pd_.correlation)}"
             )
         if self.sequential:
             s = self.sequential
@@ -606,7 +664,7 @@ class ConformanceVerdict:
 
     SCHEMA = "evalkit.conformance/1"
 
-    kind: Literal["pass", "regression", "inconclusive"]
+    kind: ConformanceKind
     unit: str
     n_trials: int
     met: int
@@ -629,6 +687,19 @@ class ConformanceVerdict:
         kw = {f.name: d[f.name] for f in fields(cls) if f.name in d}
         kw["below_trials"], kw["problems"] = tuple(d.get("below_trials") or ()), tuple(d.get("problems") or ())
         return cls(**kw)
+
+    def render(self) -> str:
+        """A few lines for a terminal or a PR comment."""
+        rule = "each case's own rule" if self.threshold is None else f"share of checks >= {self.threshold:g}"
+        lines = [
+            f"verdict: {self.kind} (single-arm conformance{f' of arm {self.arm!r}' if self.arm else ''})",
+            f"trials: {self.n_trials}: {self.met} met the threshold ({rule}), {self.below} below, "
+            f"{self.errored} errored or missing",
+            f"reason: {self.reason}",
+        ]
+        lines += [f"  below: {t}" for t in self.below_trials[:20]]
+        lines += [f"  {p}" for p in self.problems[:20]]
+        return "\n".join(lines)
 
 
 # --- what a gate reads of a run -----------------------------------------------------------
@@ -744,6 +815,7 @@ GATE_CAUSE_INCOMPLETE = "incomplete run"
 GATE_CAUSE_SCORE = "case score drop"
 GATE_CAUSE_COST = "cost increase"
 GATE_CAUSE_NOT_COMPARABLE = "not comparable with the baseline"
+GATE_CAUSE_JUDGE = "judge not trusted"  # judged results held (evalkit.grading): no rate was read
 # Reasons that mean the gate failed without reading a rate (the run did not finish cleanly).
 NOT_CLEAN_PREFIXES = ("the runner exited", "no summary", "summary.json is not valid", "INCOMPLETE")
 SCORE_DROP_PREFIXES = ("case-score drop", "success-rate drop")  # the second: gates of evalkit 0.1
@@ -751,12 +823,14 @@ COST_RISE_PREFIXES = ("cost-per-case increase", "cost-per-task increase")
 
 
 def gate_failure_causes(reasons: Iterable[str], read_rates: bool | None = None) -> list[str]:
-    """Why a gate failed, from its reasons: `incomplete run` when it failed on the run's
-    exit status or summary without reading any rate (never a regression: nothing was
-    measured), otherwise `case score drop` and/or `cost increase`, or `not comparable
-    with the baseline` (k changed, no shared case, short cases). Empty for a gate that
-    passed."""
+    """Why a gate failed, from its reasons: `judge not trusted` when judged results were
+    held, `incomplete run` when it failed on the run's exit status or summary without
+    reading any rate (never a regression: nothing was measured), otherwise `case score
+    drop` and/or `cost increase`, or `not comparable with the baseline` (k changed, no
+    shared case, short cases). Empty for a gate that passed."""
     reasons = [str(r) for r in reasons]
+    if any(r.startswith(GATE_CAUSE_JUDGE) for r in reasons):
+        return [GATE_CAUSE_JUDGE]
     if read_rates is False or any(r.startswith(NOT_CLEAN_PREFIXES) for r in reasons):
         return [GATE_CAUSE_INCOMPLETE]
     causes = []
@@ -809,7 +883,7 @@ class GateCheck:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> GateCheck:
-        kw = {f.name: d.get(f.name) for f in fields(cls)}
+        kw: dict[str, Any] = {f.name: d.get(f.name) for f in fields(cls)}
         kw["kind"] = "score" if d.get("kind") == "success" else d.get("kind")  # 0.1 called it success
         return cls(**kw)
 
@@ -842,7 +916,7 @@ class GateResult:
         """A measured worsening (a case-score drop or a cost increase), not a run that
         could not be compared: only this is shown as a regression."""
         causes = set(self.causes)
-        return bool(causes) and not ({GATE_CAUSE_INCOMPLETE, GATE_CAUSE_NOT_COMPARABLE} & causes)
+        return bool(causes) and not ({GATE_CAUSE_INCOMPLETE, GATE_CAUSE_NOT_COMPARABLE, GATE_CAUSE_JUDGE} & causes)
 
     def to_json(self) -> dict[str, Any]:
         t = self.thresholds
@@ -1079,6 +1153,7 @@ class GroupMetrics:
     n_graded: int = 0
     n_missing: int = 0
     n_errored: int = 0
+    n_held: int = 0  # graded, but the judge's pass/fail is held (not trusted): never a pass
     n_samples: int = 0
     n_cases: int = 0
     sample_pass_rate: float | None = None
@@ -1162,57 +1237,71 @@ class ArmSummary:
 
 @dataclass(frozen=True)
 class JudgeTrust:
-    """May the LLM judge be trusted on this rubric? Its scores against the suite's human
-    labels on the items both scored (`judge.judge_trust`): exact and within-one agreement
-    and Cohen's kappa (`stats.agreement`), held to the bars; and, for a pairwise judge,
-    the share of pairs judged the same with the answers swapped. `trusted` is None when
-    there is nothing to hold it to (no labelled item the judge scored)."""
+    """Whether the judge's pass/fail counted, as the grading recorded it
+    (`grades-summary.json` -> `judge_trust`, written from `judge.decide_trust`):
+    `trusted`, on what `basis` ("labels": this run's fresh human labels;
+    "calibration.json": the suite's accepted record for this very judge; "opt-out";
+    "none"), why, whether the user opted out, this run's own `calibration` and the
+    accepted `record` used (as JSON objects: `judge.Calibration.to_json`), and the
+    accepted records that were void for this judge. `trusted` is None only for a summary
+    of an older evalkit that recorded agreement without a decision."""
 
-    SCHEMA = "evalkit.judge-trust/1"
+    SCHEMA = "evalkit.judge-trust/2"
 
-    n: int
-    exact: float | None
-    within_one: float | None
-    kappa: float | None
-    exact_bar: float
-    within_one_bar: float
-    min_items: int
     trusted: bool | None
+    basis: str
     reason: str
-    n_labels: int = 0
-    n_judged: int = 0
-    position_consistency: float | None = None
-    n_pairwise: int = 0
-    kappa_linear: float | None = None
-    kappa_quadratic: float | None = None
-    confusion: tuple[tuple[int, ...], ...] = ()
+    opt_out: bool = False
+    calibration: dict[str, Any] | None = None
+    record: dict[str, Any] | None = None
+    invalidated: tuple[str, ...] = ()
+
+    @property
+    def n_labels(self) -> int:
+        """Fresh human labels this run's calibration rests on (0 without one)."""
+        return int((self.calibration or {}).get("n") or 0)
 
     def to_json(self) -> dict[str, Any]:
-        d = {
+        return {
             "schema": self.SCHEMA,
-            **{f.name: (_num_or_none(v) if isinstance(v, float) else v) for f, v in _items(self)},
+            "trusted": self.trusted,
+            "basis": self.basis,
+            "reason": self.reason,
+            "opt_out": self.opt_out,
+            "calibration": self.calibration,
+            "record": self.record,
+            "invalidated": list(self.invalidated),
         }
-        d["confusion"] = [list(r) for r in self.confusion]
-        return d
 
     @classmethod
     def from_json(cls, d: Any) -> JudgeTrust:
-        d = _check_schema(d, cls.SCHEMA, "a judge trust record")
-        if "exact_bar" not in d:  # evalkit 0.1's `human_agreement`: {"n", "exact", "within_one"}
+        if not isinstance(d, dict):
+            raise InputError(f"a judge trust record must be a JSON object, got {type(d).__name__}", json_path="$")
+        if "basis" in d:
             return cls(
-                int(d.get("n") or 0),
-                d.get("exact"),
-                d.get("within_one"),
-                None,
-                0.6,
-                0.9,
-                20,
-                None,
-                "recorded by evalkit 0.1 without a verdict",
+                trusted=d.get("trusted"),
+                basis=str(d.get("basis") or "none"),
+                reason=str(d.get("reason") or ""),
+                opt_out=bool(d.get("opt_out")),
+                calibration=d.get("calibration") if isinstance(d.get("calibration"), dict) else None,
+                record=d.get("record") if isinstance(d.get("record"), dict) else None,
+                invalidated=tuple(str(x) for x in d.get("invalidated") or ()),
             )
-        kw = {f.name: d[f.name] for f in fields(cls) if f.name in d}
-        kw["confusion"] = tuple(tuple(int(x) for x in r) for r in d.get("confusion") or ())
-        return cls(**kw)
+        # evalkit 0.1's `human_agreement` ({"n", "exact", "within_one"}) and 1's agreement
+        # record: figures without a decision on them
+        n = int(d.get("n") or 0)
+        exact, within = d.get("exact"), d.get("within_one")
+        figures = (
+            f"{exact:.0%} exact / {within:.0%} within one on {n} label(s)"
+            if isinstance(exact, (int, float)) and isinstance(within, (int, float))
+            else f"{n} label(s)"
+        )
+        return cls(
+            trusted=d.get("trusted") if isinstance(d.get("trusted"), bool) else None,
+            basis="none",
+            reason=str(d.get("reason") or f"recorded by an older evalkit without a verdict: {figures}"),
+            calibration={"n": n, "exact": exact, "within_one": within} if n else None,
+        )
 
 
 @dataclass(frozen=True)
@@ -1235,7 +1324,9 @@ class GradesSummary:
     judge_files: tuple[str, ...] = ()
     judge_model: str | None = None
     judge_same_model_override: bool = False
+    judge: dict[str, Any] | None = None  # the judge's identity (`judge.JudgeIdentity.to_json`)
     judge_trust: JudgeTrust | None = None
+    human_agreement: dict[str, Any] | None = None  # the figures of this run's calibration, if any
     judge_spend_usd: float = 0.0
     cache_hits: int = 0
     run_spend_usd: float | None = None
@@ -1282,7 +1373,9 @@ class GradesSummary:
             "overall": self.overall.to_json(),
             "per_tag": {t: m.to_json() for t, m in self.per_tag.items()},
             "per_arm": {a: s.to_json() for a, s in self.per_arm.items()},
+            "judge": self.judge,
             "judge_trust": self.judge_trust.to_json() if self.judge_trust else None,
+            "human_agreement": self.human_agreement,
             "judge_spend_usd": self.judge_spend_usd,
             "cache_hits": self.cache_hits,
             "run_spend_usd": self.run_spend_usd,
@@ -1298,6 +1391,7 @@ class GradesSummary:
     def from_json(cls, d: Any) -> GradesSummary:
         d = _check_schema(d, cls.SCHEMA, "a grades summary")
         trust = d.get("judge_trust") or d.get("human_agreement")
+        agreement = d.get("human_agreement") if d.get("judge_trust") else None
         return cls(
             complete=bool(d.get("complete")),
             k=d.get("k"),
@@ -1310,7 +1404,9 @@ class GradesSummary:
             judge_files=tuple(d.get("judge_files") or ()),
             judge_model=d.get("judge_model"),
             judge_same_model_override=bool(d.get("judge_same_model_override")),
+            judge=d.get("judge") if isinstance(d.get("judge"), dict) else None,
             judge_trust=JudgeTrust.from_json(trust) if trust else None,
+            human_agreement=agreement if isinstance(agreement, dict) else None,
             judge_spend_usd=float(d.get("judge_spend_usd") or 0.0),
             cache_hits=int(d.get("cache_hits") or 0),
             run_spend_usd=d.get("run_spend_usd"),

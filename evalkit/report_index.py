@@ -17,8 +17,15 @@ from typing import Any, Protocol
 from . import fmt
 from ._io import RUN_JSON_BYTES, jsonable, read_json_object, write_atomic
 from .layout import INDEX_HTML, MANIFEST, SUMMARY_JSON
-from .records import GATE_CAUSE_INCOMPLETE, GATE_CAUSE_NOT_COMPARABLE, GateResult, RunVerdicts, gate_failure_causes
-from .runload import grades_summary, run_verdicts
+from .records import (
+    GATE_CAUSE_INCOMPLETE,
+    GATE_CAUSE_JUDGE,
+    GATE_CAUSE_NOT_COMPARABLE,
+    GateResult,
+    RunVerdicts,
+    gate_failure_causes,
+)
+from .runload import grades_summary, judge_trust_notice, run_verdicts
 from .runs import RunFolder, config_arm_names
 
 # The notebooks a report can hold (evalkit/notebooks/<name>.ipynb), in page order, and their titles.
@@ -29,6 +36,7 @@ NOTEBOOKS: tuple[str, ...] = (
     "judge_calibration",
     "power_planning",
     "micro_test",
+    "replay",
 )
 TITLES = {
     "run_summary": "Run summary",
@@ -37,18 +45,23 @@ TITLES = {
     "judge_calibration": "Judge calibration",
     "power_planning": "Power planning",
     "micro_test": "Micro-test",
+    "replay": "Replay",
 }
 
 
 class NotebookPage(Protocol):
     """What the manifest records of an executed notebook (`reports.NotebookReport`)."""
 
-    name: str
-    ipynb: Path
-    html: Path | None
-    seconds: float
-    error: str | None
-
+    @property
+    def name(self) -> str: ...
+    @property
+    def ipynb(self) -> Path: ...
+    @property
+    def html(self) -> Path | None: ...
+    @property
+    def seconds(self) -> float: ...
+    @property
+    def error(self) -> str | None: ...
     @property
     def ok(self) -> bool: ...
 
@@ -72,6 +85,7 @@ def verdict_entries(v: RunVerdicts, complete: bool | None = None) -> list[dict[s
             "baseline": c.baseline_arm,
             "treatment": c.treatment_arm,
             "p_value": c.p_value,
+            "judge": c.judge,
             "plan_followed": None if c.plan_check is None else c.plan_check.ok,
         }
         if c.plan_check is not None and not c.plan_check.ok:
@@ -87,8 +101,8 @@ def verdict_entries(v: RunVerdicts, complete: bool | None = None) -> list[dict[s
     if v.gate is not None:
         out.append(gate_verdict(v.gate, complete=complete))
     if v.conformance is not None:
-        c = v.conformance
-        out.append({"kind": c.kind, "label": f"conformance {c.kind}", "text": f"arm {c.arm}: {c.reason}"})
+        cv = v.conformance
+        out.append({"kind": cv.kind, "label": f"conformance {cv.kind}", "text": f"arm {cv.arm}: {cv.reason}"})
     if v.microtest is not None:
         out.append({"kind": "micro-test", "text": v.microtest.conclusion})
     if v.judge_trust is not None and v.judge_trust.trusted is not None:
@@ -103,11 +117,20 @@ def verdict_entries(v: RunVerdicts, complete: bool | None = None) -> list[dict[s
     return out
 
 
-def write_manifest(run: Path, out_dir: Path, results: Iterable[NotebookPage], skipped: Mapping[str, str]) -> Path:
+def write_manifest(
+    run: Path,
+    out_dir: Path,
+    results: Iterable[NotebookPage],
+    skipped: Mapping[str, str],
+    *,
+    run_dir: Path | None = None,
+) -> Path:
     """`reports/<run>/report.json`: what the index shows for the run (date, suite, arms,
-    spend, the headline rate of each arm, verdicts) and where each notebook's page is.
-    It reads the files the earlier steps wrote: `summary.json`, `grades-summary.json`
-    (the sample pass rate and cost per case of each arm) and `verdicts.json`."""
+    spend, the headline rate of each arm, verdicts, the judge's notice) and where each
+    notebook's page is. It reads the files the earlier steps wrote: `summary.json`,
+    `grades-summary.json` (the sample pass rate and cost per case of each arm) and
+    `verdicts.json`. `run`: the folder the notebooks read; `run_dir`: the run folder it
+    stands for (a redacted copy's original), `run` unless given."""
     meta = RunFolder(run).read_meta()
     summary_p = run / SUMMARY_JSON
     summary = read_json_object(summary_p, SUMMARY_JSON, limit=RUN_JSON_BYTES) if summary_p.exists() else {}
@@ -116,13 +139,14 @@ def write_manifest(run: Path, out_dir: Path, results: Iterable[NotebookPage], sk
     costs = {a: s.overall.cost_per_case_usd for a, s in grades.per_arm.items()} if grades else {}
     manifest = {
         "run": run.name,
-        "run_dir": str(run),
+        "run_dir": str(run_dir if run_dir is not None else run),
         "created": meta.get("created"),
         "suite": meta.get("suite_name") or Path(str(meta.get("suite") or "")).name or None,
         "source": meta.get("source"),
         "arms": config_arm_names(meta),
         "k": meta.get("k"),
         "complete": summary.get("complete"),
+        "judge_notice": judge_trust_notice(run),
         "spend_usd": summary.get("spend_usd"),
         "cache_avoided_usd": summary.get("avoided_usd"),
         "graded": grades is not None,
@@ -168,7 +192,9 @@ def gate_verdict(gate: GateResult | Mapping[str, Any], *, complete: bool | None 
     causes = list(gate.get("causes") or gate_failure_causes(gate.get("reasons") or (), gate.get("read_rates")))
     if complete is False and not gate.get("reasons") and not gate.get("causes"):
         causes = [GATE_CAUSE_INCOMPLETE]  # an older manifest without reasons, for a run known INCOMPLETE
-    regression = bool(causes) and not ({GATE_CAUSE_INCOMPLETE, GATE_CAUSE_NOT_COMPARABLE} & set(causes))
+    regression = bool(causes) and not (
+        {GATE_CAUSE_INCOMPLETE, GATE_CAUSE_NOT_COMPARABLE, GATE_CAUSE_JUDGE} & set(causes)
+    )
     why = "; ".join(str(r) for r in gate.get("reasons") or ())
     return {
         "kind": "regression" if regression else "inconclusive",
@@ -219,7 +245,7 @@ def trend_svg(
                 + " ".join(f"{x:.1f},{y:.1f}" for x, y in pts)
                 + "'/>"
             )
-        for (x, y), (i, v) in zip(pts, [(i, v) for i, v in enumerate(vals) if v is not None]):
+        for (x, y), (i, v) in zip(pts, [(i, v) for i, v in enumerate(vals) if v is not None], strict=True):
             parts.append(
                 f"<circle cx='{x:.1f}' cy='{y:.1f}' r='2.5' fill='{color}'>"
                 f"<title>{html.escape(str(labels[i]))}: {float(v):.1%}</title></circle>"
@@ -267,6 +293,7 @@ def build_index(reports_dir: str | Path) -> Path:
                     f"<span class='{e(str(v.get('style') or v['kind']))}'>{e(str(v.get('label') or v['kind']))}</span>"
                     + (f" {e(str(v.get('treatment')))} vs {e(str(v.get('baseline')))}" if v.get("baseline") else "")
                     + (f" (p = {e(fmt.pvalue(v['p_value']))})" if v.get("p_value") is not None else "")
+                    + (f", {e(str(v['judge']))} judge" if v.get("judge") else "")
                     + (f": {e(str(v.get('text')))}" if v.get("text") else "")
                 )
                 for v in m.get("verdicts") or []
@@ -284,6 +311,8 @@ def build_index(reports_dir: str | Path) -> Path:
         )
         spend = m.get("spend_usd")
         complete = "" if m.get("complete") in (True, None) else " <span class='warn'>INCOMPLETE</span>"
+        if m.get("judge_notice"):
+            complete += f"<br><span class='warn'>{e(str(m['judge_notice']))}</span>"
         rows.append(
             f"<tr><td>{e(str(m.get('created') or ''))}</td><td><code>{e(m['_dir'])}</code>{complete}</td>"
             f"<td>{e(str(m.get('suite') or ''))}</td><td>{e(', '.join(str(a) for a in m.get('arms') or []))}</td>"

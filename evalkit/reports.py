@@ -24,29 +24,31 @@ import os
 import queue
 import re
 import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from . import privacy
-from ._io import read_json_object, write_atomic
+from ._io import iter_jsonl, read_json_object, write_atomic
+from .compare import compare_arms
 from .errors import InputError
 from .gates import gate, load_baseline
 from .grading import summarize_run, write_summary
-from .judge import judge_trust, load_human_labels, read_pairwise, run_judge_scores
-from .layout import BASELINE_FILE, GRADES, HUMAN_LABELS_FILE, MICROTEST_MARKER, RUN_CONFIG
+from .judge import load_human_labels
+from .layout import BASELINE_FILE, GRADES, HUMAN_LABELS_FILE, MICROTEST_MARKER, RUN_CONFIG, TRAJECTORIES
 from .microtest import analyse
 from .nb import REDACT_ENV
 from .plans import find_plan, load_plan
 from .records import RunVerdicts
 from .report_index import CSP, NOTEBOOKS, TITLES, build_index, write_manifest
-from .runload import NOTHING_TO_REPORT, grades_summary, load_run, report_state
+from .runload import NOTHING_TO_REPORT, grades_summary, judge_trust_notice, load_run, report_state
 from .runs import RunFolder, config_arm_names, find_suite_dir
-from .verdicts import conformance_verdict, record_verdicts, two_arm_verdict
+from .verdicts import conformance_verdict, record_verdicts
 
 __all__ = ["MICROTEST_MARKER", "NOTEBOOKS", "TITLES"]
 
@@ -129,8 +131,8 @@ def conclude(run_dir: str | Path, inputs: Inputs) -> RunVerdicts:
     """What the report concludes, written to the run's `verdicts.json` before any
     notebook runs (the notebooks and the index display it): the two-arm verdict held to
     the plan (a two-arm graded run), the gate against the baseline (a graded run whose
-    arms include the baseline's), whether the judge may be trusted (judge scores and
-    human labels), the conformance verdict (a single-arm graded run) and a micro-test's
+    arms include the baseline's), whether the judge may be trusted (as
+    what grading decided), the conformance verdict (a single-arm graded run) and a micro-test's
     result. A run ingested from another tool without a grades summary gets one first."""
     run = load_run(run_dir)
     path = Path(run.path)
@@ -143,7 +145,7 @@ def conclude(run_dir: str | Path, inputs: Inputs) -> RunVerdicts:
     if graded and len(arms) == 2 and not (path / MICROTEST_MARKER).exists():
         bl, tr = two_arms(arms)
         p = load_plan(inputs.plan) if inputs.plan is not None else None
-        comparison = two_arm_verdict(run, bl, tr, alpha=p.alpha if p else 0.05, plan=p)
+        comparison = compare_arms(run, bl, tr, alpha=p.alpha if p else 0.05, plan=p)
     if graded and inputs.baseline is not None:
         b = load_baseline(inputs.baseline)
         if b.arm in arms or (b.arm is None and len(arms) == 1):
@@ -151,9 +153,11 @@ def conclude(run_dir: str | Path, inputs: Inputs) -> RunVerdicts:
     if graded and len(arms) == 1:
         parts["conformance"] = conformance_verdict(run, arm=arms[0])
     if graded and inputs.human_labels is not None:
-        labels = load_human_labels(inputs.human_labels, root=inputs.human_labels.parent.parent)
-        scores = run_judge_scores(run.grades.to_dict("records"))
-        parts["judge_trust"] = judge_trust(labels, scores, read_pairwise(path))
+        # a label file the notebooks cannot read is bad input: said now (exit 2), before any notebook runs
+        load_human_labels(inputs.human_labels, root=inputs.human_labels.parent.parent)
+    summary = grades_summary(path) if graded else None
+    if summary is not None and summary.judge_trust is not None:
+        parts["judge_trust"] = summary.judge_trust  # what grading decided (`judge.decide_trust`)
     marker = path / MICROTEST_MARKER
     if marker.exists():
         m = read_json_object(marker, MICROTEST_MARKER)
@@ -226,20 +230,17 @@ def plan_notebooks(
                 skipped[name] = "a micro-test run"
     else:
         skipped["micro_test"] = "not a micro-test run (see `evalkit microtest`)"
+    if (run / TRAJECTORIES).is_dir():  # an agent unit's run (evalkit.agents): its trajectories side by side
+        plans["replay"] = dict(base)
+    else:
+        skipped["replay"] = "no trajectories (not an agent unit's run)"
     return plans, skipped
 
 
 def _grades_have_judge(path: Path) -> bool:
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if '"judge_score": null' in line or '"judge_score"' not in line:
-                continue
-            try:
-                if json.loads(line).get("judge_score") is not None:
-                    return True
-            except json.JSONDecodeError:
-                continue
-    return False
+    """Whether any grade of `grades.jsonl` carries a judge score (read by the run files'
+    one reader: a bad line is an InputError naming it, as every later step would say)."""
+    return any(g.get("judge_score") is not None for g in iter_jsonl(path))
 
 
 # ------------------------------------------------------------------------------ execution and rendering
@@ -343,6 +344,7 @@ def _export(nb: Any, resources: dict[str, Any]) -> str:
         exp = _EXPORTERS.pop() if _EXPORTERS else None
     if exp is None:
         exp = _new_exporter()
+    body: str
     body, _ = exp.from_notebook_node(nb, resources=resources)
     with _EXPORTERS_LOCK:
         _EXPORTERS.append(exp)
@@ -357,13 +359,16 @@ def params_table_html(parameters: Mapping[str, Any], title: str) -> str:
         f"<tr><td><code>{html.escape(str(k))}</code></td><td>{html.escape(json.dumps(v))}</td></tr>"
         for k, v in parameters.items()
     )
-    stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    stamp = datetime.now(UTC).isoformat(timespec="seconds")
     return (
         f"<details class='ek-header'><summary>{html.escape(title)}: rendered {html.escape(stamp)} by "
         f"<code>evalkit report</code> (click for the parameters)</summary>"
         f"<table class='ek-params'><thead><tr><th>parameter</th><th>value</th></tr></thead>"
         f"<tbody>{rows}</tbody></table></details>"
     )
+
+
+_NOTICE_STYLE = "background:#fff8e1;color:#8a6d00;border-left:6px solid #8a6d00;padding:0.5em 1em"
 
 
 def render_html(ipynb: str | Path, parameters: Mapping[str, Any], *, title: str) -> Path:
@@ -375,7 +380,11 @@ def render_html(ipynb: str | Path, parameters: Mapping[str, Any], *, title: str)
     src = Path(ipynb)
     nb = nbformat.read(src, as_version=4)
     header = nbformat.v4.new_code_cell(source="")
-    header.outputs = [nbformat.v4.new_output("display_data", data={"text/html": params_table_html(parameters, title)})]
+    head = params_table_html(parameters, title)
+    notice = judge_trust_notice(parameters.get("run_dir"))
+    if notice:  # on every page of the run: the judge's pass/fail is held, or counts by opt-out
+        head += f"<p class='ek-judge-notice' style='{_NOTICE_STYLE}'><b>{html.escape(notice)}</b></p>"
+    header.outputs = [nbformat.v4.new_output("display_data", data={"text/html": head})]
     # the injected-parameters cell has no output; drop it so the page starts with the table
     nb.cells = [header] + [c for c in nb.cells if "injected-parameters" not in c.get("metadata", {}).get("tags", [])]
     body = _export(nb, {"metadata": {"name": title}})
@@ -417,11 +426,13 @@ def report_run(
     see `run_notebooks` for `reuse_kernels`. `pandalm_dir`: PandaLM's data, for the judge
     calibration notebook to calibrate on as well. `plan` and `baseline`: the plan and
     baseline to hold the run to (default: the suite's). Before any notebook runs, what
-    the report concludes is written to the run's `verdicts.json` (`conclude`). `redact`: the notebooks read a copy of the
-    run with every detected personal value and secret replaced by a typed placeholder
-    (`evalkit.privacy.redact_run`, kept in the report folder), the run's report folder is
-    made anew, and every page written, the index included, is checked to hold none of
-    the replaced values."""
+    the report concludes is written to the run's `verdicts.json` (`conclude`). `redact`:
+    the notebooks read a copy of the run with every detected personal value and secret
+    replaced by a typed placeholder (`evalkit.privacy.redact_run`, made in a temporary
+    folder outside the report folder and removed once the pages are rendered: the report
+    folder is what gets shared), the run's report folder is made anew, and every file
+    written, the index included, is checked to hold none of the replaced values and
+    nothing the scanner detects."""
     t0 = time.perf_counter()
     run = Path(run_dir)
     if not (run / RUN_CONFIG).exists():
@@ -432,10 +443,56 @@ def report_run(
     if redact:
         if out_dir.exists():
             shutil.rmtree(out_dir)  # no page of an earlier, unredacted report may stay beside it
-        redacted = privacy.redact_run(
-            run, out_dir / privacy.REDACTED_RUN / run.name, log=out_dir / privacy.REDACTION_LOG
-        )
+        copy_root = Path(tempfile.mkdtemp(prefix=f"evalkit-{privacy.REDACTED_RUN}-"))
+        try:
+            redacted = privacy.redact_run(run, copy_root / run.name, log=out_dir / privacy.REDACTION_LOG)
+        except BaseException:
+            shutil.rmtree(copy_root, ignore_errors=True)
+            raise
         source = Path(redacted.path)
+    try:
+        return _render_run(
+            run,
+            source,
+            redacted,
+            out_dir,
+            reports_dir,
+            notebooks,
+            parallel,
+            source_dir,
+            extra_parameters,
+            workers,
+            reuse_kernels,
+            t0,
+            pandalm_dir=pandalm_dir,
+            plan=plan,
+            baseline=baseline,
+        )
+    finally:
+        if redacted is not None:
+            shutil.rmtree(Path(redacted.path).parent, ignore_errors=True)  # the copy is no part of the report
+
+
+def _render_run(
+    run: Path,
+    source: Path,
+    redacted: Any,
+    out_dir: Path,
+    reports_dir: str | Path,
+    notebooks: Sequence[str] | None,
+    parallel: bool,
+    source_dir: str | Path | None,
+    extra_parameters: Mapping[str, Mapping[str, Any]] | None,
+    workers: int | None,
+    reuse_kernels: bool,
+    t0: float,
+    *,
+    pandalm_dir: str | Path | None = None,
+    plan: str | Path | None = None,
+    baseline: str | Path | None = None,
+) -> ReportResult:
+    """`report_run` once the folder the notebooks read (`source`: the run, or its
+    redacted copy) is known."""
     inputs = report_inputs(run, plan=plan, baseline=baseline)
     conclude(source, inputs)
     plans, skipped = plan_notebooks(source, out_dir, pandalm_dir=pandalm_dir, inputs=inputs)
@@ -461,7 +518,7 @@ def report_run(
     finally:
         if redacted is not None and before is None:
             os.environ.pop(REDACT_ENV, None)
-    write_manifest(source, out_dir, results, skipped)
+    write_manifest(source, out_dir, results, skipped, run_dir=run)
     index = build_index(reports_dir)
     if redacted is not None:
         privacy.verify_redacted(redacted, [out_dir, index])
@@ -479,7 +536,15 @@ def report_run(
 
 
 # Slowest first, so the pool is not left waiting on one long notebook at the end.
-_COST_ORDER = ("judge_calibration", "pass_at_k", "run_summary", "power_planning", "skill_comparison", "micro_test")
+_COST_ORDER = (
+    "judge_calibration",
+    "pass_at_k",
+    "run_summary",
+    "power_planning",
+    "skill_comparison",
+    "replay",
+    "micro_test",
+)
 
 
 def run_notebooks(
@@ -505,7 +570,7 @@ def run_notebooks(
     if not names:
         return []
     n_lanes = 1 if not parallel else max(1, min(len(names), workers or os.cpu_count() or 1))
-    todo: "queue.Queue[str]" = queue.Queue()
+    todo: queue.Queue[str] = queue.Queue()
     for n in names:
         todo.put(n)
     done: list[NotebookReport] = []
@@ -622,7 +687,7 @@ def _reset_namespace(kc: Any, *, timeout_s: float) -> bool:
     while True:
         reply = _await(kc.get_shell_msg(timeout=max(0.0, deadline - time.monotonic())))
         if reply.get("parent_header", {}).get("msg_id") == msg_id:
-            return reply["content"]["status"] == "ok"
+            return bool(reply["content"]["status"] == "ok")
 
 
 def _stop_kernel(km: Any) -> None:

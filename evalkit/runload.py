@@ -115,7 +115,7 @@ def _read_run(path: str | Path) -> Run:
     summary: dict[str, Any] = {}
     sp = p / SUMMARY_JSON
     if sp.exists():
-        summary = read_json_object(sp, "summary.json", limit=RUN_JSON_BYTES)
+        summary = read_json_object(sp, SUMMARY_JSON, limit=RUN_JSON_BYTES)
     samples = _frame([_sample_row(d) for d in folder.results()], SAMPLE_COLUMNS)
     grades_rows = []
     gp = p / GRADES
@@ -337,3 +337,27 @@ def sample_texts(run: Any) -> Any:
         for c in ("passed", "reasons", "judge_score", "judge_reason"):
             base[c] = None
     return base
+
+
+def judge_trust_notice(run_path: str | Path | None) -> str | None:
+    """The line every report page of a run shows about its judge, or None when there is
+    nothing to warn about: judged results held (the judge is not trusted), or counted
+    by opt-out although the judge is not calibrated. Read from `grades-summary.json`;
+    a summary that cannot be read says nothing here (the run's pages say why)."""
+    if not run_path or not (Path(run_path) / GRADES_SUMMARY).is_file():
+        return None
+    try:
+        summary = grades_summary(run_path)
+    except InputError:
+        return None
+    trust = summary.judge_trust if summary is not None else None
+    if summary is None or trust is None or trust.trusted is None:
+        return None
+    if trust.opt_out:
+        return f"Judge not calibrated: its pass/fail counts only because the suite opted out. {trust.reason}"
+    if not trust.trusted:
+        return (
+            f"Judge not trusted: {summary.overall.n_held} judged sample(s) held, counted as not passed in every "
+            f"rate, gate and verdict. {trust.reason}"
+        )
+    return None

@@ -19,6 +19,10 @@ is refused before it calls anything.
 Keys are drawn lazily from one iterator by `concurrency` workers, so the tasks (and the
 memory) of a run do not grow with k x cases.
 
+With `batch` (`evalkit run --batch`), the missing keys go to the provider's Batch API
+instead, on the same ledger (`evalkit.batch`); a resume with or without it first
+collects the batches an earlier session left open.
+
 Once the run stops (ceiling breached, budget exhausted, endpoint unreachable or
 endlessly rate-limiting, disk full, the watched model server exited), no further paid
 call goes out: the dispatcher checks before every key and the client before every
@@ -43,17 +47,19 @@ import gc
 import hashlib
 import json
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from tqdm import tqdm
 
+from . import batch as batches
 from ._text import printable
 from .cache import ResponseCache
 from .client import CallStopped, ModelClient, check_endpoint
-from .endpoints import Watch, combine, resolve_base_url, served_watch
+from .endpoints import Watch, combine, endpoint_key, resolve_base_url, served_watch
 from .errors import BudgetExhausted, CeilingBreached, DiskFull, InputError, InputTooLong, ReplayMiss, UnitCallError
 from .layout import CACHE_FILE
 from .ledger import Ledger
@@ -110,7 +116,8 @@ def config_hash(snapshot: dict[str, Any]) -> str:
 
 def input_hashes(suite: Suite, arms: list[Arm]) -> dict[str, str]:
     """sha256 of each text the unit's inputs are rendered from: the prompt template, the
-    system template, each run arm's guidance and the cases. Stored in the run's
+    system template, each run arm's guidance and skill, the cases and an agent unit's
+    program files (`evalkit.agents.program_files`). Stored in the run's
     `config.json` so a resume can name what changed (config.json alone does not hold
     these texts)."""
 
@@ -124,8 +131,15 @@ def input_hashes(suite: Suite, arms: list[Arm]) -> dict[str, str]:
         out[f"system template ({raw.get('system') or 'system.txt'})"] = sha(config.system)
     for a in arms:
         out[f"guidance of arm {a.name!r} ({a.guidance_file or 'none'})"] = sha(a.guidance or "")
+        if a.skill_dir:
+            out[f"skill of arm {a.name!r} ({a.skill_dir})"] = sha(a.skill or "")
     cases = [{k: v for k, v in dataclasses.asdict(c).items() if k != "line"} for c in suite.cases]
     out["cases"] = sha(json.dumps(cases, sort_keys=True, ensure_ascii=False, default=str))
+    from .agents import program_files  # the agent program under test: a changed one is a new run
+
+    root = Path(suite.path).resolve()
+    for p in program_files(suite):
+        out[f"agent program ({p.relative_to(root).as_posix()})"] = hashlib.sha256(p.read_bytes()).hexdigest()
     return out
 
 
@@ -147,6 +161,11 @@ def _format_summary_md(suite: Suite, res: dict[str, Any]) -> str:
     lines.append(
         f"- spend: ${res['spend_usd']:.6f} of cap ${res['cap_usd']:.6f}"
         f" (avoided by the cache: ${res['avoided_usd']:.6f})"
+        + (
+            f"; ${res['in_flight_usd']:.6f} of it is the worst case of batches still running"
+            if res.get("in_flight_usd")
+            else ""
+        )
     )
     lines.append("")
     lines.append("| arm | samples | errors |")
@@ -188,6 +207,7 @@ class _Engine:
         self._tools = list(self.config.tools) or None
         self._stop = list(self.config.stop) or None
         self._concurrency = self.config.concurrency
+        self.agents: Any = None  # an agents.AgentRunner for agent, command and python units
         self.bar = tqdm(
             total=pending,
             disable=not progress,
@@ -257,32 +277,45 @@ class _Engine:
         )
         self.bar.update(1)
 
-    async def one(self, key: Key) -> None:
+    def call_args(self, key: Key) -> dict[str, Any]:
+        """The request arguments of a key (`ModelClient.complete` / `request_body`): its
+        rendered prompt or messages, the config's parameters and its derived seed."""
         case_id, arm_name, index = key
-        case, arm = self.cases[case_id], self.arms[arm_name]
-        seed = derive_seed(self.config.seed, case_id, arm_name, index)
         rendered = self.prompts[(case_id, arm_name)]
         kw: dict[str, Any] = (
             {"messages": rendered, "tools": self._tools} if isinstance(rendered, list) else {"prompt": rendered}
         )
+        kw.update(
+            temperature=self.config.temperature,
+            seed=derive_seed(self.config.seed, case_id, arm_name, index),
+            stop=self._stop,
+        )
+        return kw
+
+    async def one(self, key: Key) -> None:
+        case_id, arm_name, index = key
         try:
-            c = await self.client.complete(
-                **kw,
-                temperature=self.config.temperature,
-                seed=seed,
-                stop=self._stop,
-                sample_index=index,
-                key=f"{case_id}/{arm_name}/{index}",
-                should_stop=self.should_stop,
-            )
+            if self.agents is not None:  # an agent unit: many calls, one sample (evalkit.agents)
+                seed = derive_seed(self.config.seed, case_id, arm_name, index)
+                sample = await self.agents.sample(
+                    self.cases[case_id], self.arms[arm_name], index, seed, self.prompts.get((case_id, arm_name))
+                )
+            else:  # the prompt unit: one call
+                c = await self.client.complete(
+                    **self.call_args(key),
+                    sample_index=index,
+                    key=f"{case_id}/{arm_name}/{index}",
+                    should_stop=self.should_stop,
+                )
+                sample = self.sample_of(key, c)
         except BudgetExhausted as exc:
             self.stop("budget exhausted")
             if getattr(exc, "attempts", 0):  # refused on a retry: the key paid and errored
-                self._error(key, f"{type(exc).__name__}: {exc}", exc.attempts)
+                self._error(key, f"{type(exc).__name__}: {exc}", exc.attempts, getattr(exc, "cost_usd", None))
             return
         except CeilingBreached as exc:
             self.stop("ceiling breached")
-            self._error(key, str(exc), getattr(exc, "attempts", 1))
+            self._error(key, str(exc), getattr(exc, "attempts", 1), getattr(exc, "cost_usd", None))
             return
         except DiskFull as exc:  # the ledger could not record a reservation: nothing was sent
             self.stop(str(exc))
@@ -292,36 +325,52 @@ class _Engine:
             # paid. A key that made earlier attempts says so; one that made none is
             # simply not run, like a key the dispatcher skipped.
             if getattr(exc, "attempts", 0):
-                self._error(key, f"{type(exc).__name__}: {exc}", exc.attempts)
+                self._error(key, f"{type(exc).__name__}: {exc}", exc.attempts, getattr(exc, "cost_usd", None))
             return
         except (InputTooLong, UnitCallError, ReplayMiss) as exc:
-            self._error(key, f"{type(exc).__name__}: {exc}", getattr(exc, "attempts", 0))
+            self._error(
+                key, f"{type(exc).__name__}: {exc}", getattr(exc, "attempts", 0), getattr(exc, "cost_usd", None)
+            )
             self.should_stop()  # an unreachable endpoint stops the run now, not at the next key
             return
         except Exception as exc:  # noqa: BLE001 - a response nobody foresaw fails its sample, not the run
             self._error(key, f"unexpected {type(exc).__name__}: {exc}", getattr(exc, "attempts", 0))
             return
+        self.append(key, sample)
+
+    def sample_of(self, key: Key, c: Any) -> Sample:
+        """A finished call of the prompt unit (a `client.Completion`) as the key's
+        `results.jsonl` line."""
+        case_id, arm_name, index = key
+        return Sample(
+            case_id=case_id,
+            tags=self.cases[case_id].tags,
+            arm=arm_name,
+            index=index,
+            seed=derive_seed(self.config.seed, case_id, arm_name, index),
+            model=c.model,
+            output=c.text,
+            tool_calls=c.tool_calls,
+            finish_reason=c.finish_reason,
+            usage=c.usage,
+            latency_ms=round(c.latency_ms, 3),
+            cost_usd=c.cost_usd,
+            request_hash=c.request_hash,
+            system_fingerprint=c.system_fingerprint,
+            cached=c.cached,
+            cost_avoided_usd=c.cost_avoided_usd,
+        )
+
+    def record(self, key: Key, c: Any) -> None:
+        """Append a finished call (a `client.Completion`: a provider batch's line) as the
+        key's sample."""
+        self.append(key, self.sample_of(key, c))
+
+    def append(self, key: Key, sample: Sample) -> None:
+        """Append the key's finished sample to `results.jsonl`."""
+        case_id, arm_name, _ = key
         try:
-            self.folder.append_result(
-                Sample(
-                    case_id=case_id,
-                    tags=case.tags,
-                    arm=arm_name,
-                    index=index,
-                    seed=seed,
-                    model=c.model,
-                    output=c.text,
-                    tool_calls=c.tool_calls,
-                    finish_reason=c.finish_reason,
-                    usage=c.usage,
-                    latency_ms=round(c.latency_ms, 3),
-                    cost_usd=c.cost_usd,
-                    request_hash=c.request_hash,
-                    system_fingerprint=c.system_fingerprint,
-                    cached=c.cached,
-                    cost_avoided_usd=c.cost_avoided_usd,
-                )
-            )
+            self.folder.append_result(sample)
         except DiskFull as exc:  # paid and on the ledger; its answer is in the cache when that had room
             self.stop(str(exc))
             return
@@ -329,10 +378,14 @@ class _Engine:
         self.done_per_case[case_id] += 1
         self._tick()
 
-    def _error(self, key: Key, message: str, attempts: int) -> None:
+    def error(self, key: Key, message: str, attempts: int) -> None:
+        """Record that a key failed (its `errors.jsonl` line)."""
+        self._error(key, message, attempts)
+
+    def _error(self, key: Key, message: str, attempts: int, cost_usd: float | None = None) -> None:
         self.errored[key] = message
         try:
-            self.folder.append_error(key[0], key[1], key[2], message, attempts)
+            self.folder.append_error(key[0], key[1], key[2], message, attempts, cost_usd)
         except DiskFull as exc:
             self.stop(str(exc))
         self._tick()
@@ -361,6 +414,24 @@ class _Engine:
 _FIRST_CAUSES = ("endpoint unreachable", "disk full", "rate limited")
 
 
+def run_is_ci(config: Config) -> bool:
+    """Whether `config` is a suite's config under its CI cap (`suite.ci_suite`, `evalkit
+    run --ci`): lint holds `ci.cost_cap_usd` below `cost_cap_usd`, so the two cannot be
+    told apart only when they are one number, which lint refuses."""
+    return config.ci_cost_cap_usd is not None and config.cost_cap_usd == config.ci_cost_cap_usd
+
+
+def run_cap_usd(meta: dict[str, Any], fallback: float) -> float:
+    """The cost cap a run folder spends under, generator and judge together: the one its
+    `config.json` records (`cost_cap_usd`, the CI cap for a CI run), else (a run from
+    before evalkit recorded it, or from another tool) the config snapshot's, else
+    `fallback`."""
+    for value in (meta.get("cost_cap_usd"), (meta.get("config") or {}).get("cost_cap_usd")):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            return float(value)
+    return float(fallback)
+
+
 def _plan(suite: Suite, arms: list[Arm], k: int) -> Iterator[Key]:
     """Every (case, arm, index) key of a run, in order, one at a time."""
     return ((c.id, a.name, i) for c in suite.cases for a in arms for i in range(k))
@@ -380,6 +451,7 @@ async def run_suite_async(
     sample_files: bool = True,
     allow_private_data: bool = False,
     watch: Watch | None = None,
+    batch: batches.BatchOptions | None = None,
 ) -> RunResult:
     """The async core of `run_suite`."""
     if not isinstance(suite, Suite):
@@ -404,6 +476,7 @@ async def run_suite_async(
                 sample_files=sample_files,
                 allow_private_data=allow_private_data,
                 watch=watch,
+                batch=batch,
             )
     from .suite import default_runs_dir  # a `runs` symlink out of the suite is refused
 
@@ -422,6 +495,7 @@ async def run_suite_async(
         sample_files=sample_files,
         allow_private_data=allow_private_data,
         watch=watch,
+        batch=batch,
     )
 
 
@@ -440,12 +514,25 @@ async def _run_in_folder(
     sample_files: bool,
     allow_private_data: bool = False,
     watch: Watch | None = None,
+    batch: batches.BatchOptions | None = None,
 ) -> RunResult:
     """Check the inputs, then run (a new folder is created and locked only once every
     check passed; a resumed one is already locked by the caller)."""
     config = suite.config
+    if batch is not None:  # a provider batch needs its price, and calls (evalkit.batch)
+        if replay_only:
+            raise InputError("--replay-only makes no calls, so it takes no --batch")
+        if config.unit.kind != "prompt":  # an agent's calls each wait on the answer before
+            raise InputError(
+                f"--batch sends independent calls; a {config.unit.kind} unit's calls each depend on the answer "
+                "before (run it online)",
+                Path(suite.path) / "config.json",
+                json_path="$.unit.kind",
+            )
+        batches.check_ready(config, config_path=Path(suite.path) / "config.json")
     snapshot = config_snapshot(config)
     chash = config_hash(snapshot)
+    ci = run_is_ci(config)
     if resume:
         assert folder is not None
         meta = folder.read_meta()
@@ -469,6 +556,20 @@ async def _run_in_folder(
             )
         arms, k = run_arms, run_k
         folder.sample_files = bool(meta.get("sample_files", True))  # keep the run's layout whole
+        recorded_cap = meta.get("cost_cap_usd")
+        if isinstance(recorded_cap, (int, float)) and not isinstance(recorded_cap, bool):
+            if ci and not meta.get("ci"):
+                raise InputError(
+                    f"--ci: this run was not a CI run (it runs under cost_cap_usd ${recorded_cap:g}); resume it "
+                    "without --ci, or start a new run with --ci",
+                    folder.path / "config.json",
+                    json_path="$.ci",
+                )
+            # the cap the run started under, whatever this resume was given (a CI run stays
+            # under ci.cost_cap_usd without --ci): the whole run spends under one cap
+            config = dataclasses.replace(config, cost_cap_usd=float(recorded_cap))
+            suite = dataclasses.replace(suite, config=config)
+            ci = bool(meta.get("ci"))
     names = list(arms) if arms is not None else [a.name for a in config.arms]
     if not names:
         raise InputError("no arms to run", Path(suite.path) / "config.json", json_path="$.arms")
@@ -493,7 +594,12 @@ async def _run_in_folder(
     # leaves no half-made run folder.
     from .suite import render_prompt
 
-    prompts = {(c.id, a.name): render_prompt(config, c, a) for c in suite.cases for a in arm_objs}
+    unit = config.unit
+    prompts = (
+        {(c.id, a.name): render_prompt(config, c, a) for c in suite.cases for a in arm_objs}
+        if unit.kind in ("prompt", "agent")  # a command or python unit gets the case as JSON
+        else {}
+    )
     inputs = input_hashes(suite, arm_objs)
     inputs_hash = config_hash(inputs)
     if resume and folder is not None:
@@ -517,6 +623,9 @@ async def _run_in_folder(
         write_atomic(folder.path / "config.json", json.dumps(meta, indent=2) + "\n")
     check_endpoint(config.generator, base_url, replay_only)
     watch = combine(watch, served_watch(base_url))
+    from .agents import prepare  # a command's program, a python unit's function: found before any write
+
+    target = prepare(suite)
 
     if not resume:
         meta = {
@@ -529,34 +638,41 @@ async def _run_in_folder(
             "arms": names,
             "k": k,
             "cases": [c.id for c in suite.cases],
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "created": datetime.now(UTC).isoformat(timespec="seconds"),
             "source": "evalkit",
             "sample_files": sample_files,
             "privacy": privacy,
+            "cost_cap_usd": config.cost_cap_usd,  # the cap this run (and its grading) spends under
+            "ci": ci,
         }
+
+    def execute(folder: RunFolder) -> Any:
+        return _execute(
+            suite,
+            folder,
+            arm_objs,
+            k,
+            prompts,
+            base_url,
+            runs_root,
+            replay_only,
+            progress,
+            cache,
+            privacy,
+            watch=watch,
+            batch=batch,
+            target=target,
+        )
+
+    if not resume:
         with runs_dir_lock(runs_root):  # one run at a time per runs folder (and its response cache)
             folder = RunFolder.create(runs_root, meta)
             folder.write_case_table(CaseTable.from_cases(suite.cases))  # the cases as this run sees them
             folder.sample_files = sample_files
             with folder.lock():
-                return await _execute(
-                    suite,
-                    folder,
-                    arm_objs,
-                    k,
-                    prompts,
-                    base_url,
-                    runs_root,
-                    replay_only,
-                    progress,
-                    cache,
-                    privacy,
-                    watch=watch,
-                )
+                return await execute(folder)
     assert folder is not None
-    return await _execute(
-        suite, folder, arm_objs, k, prompts, base_url, runs_root, replay_only, progress, cache, privacy, watch=watch
-    )
+    return await execute(folder)
 
 
 async def _execute(
@@ -573,6 +689,8 @@ async def _execute(
     privacy: dict[str, Any] | None = None,
     *,
     watch: Watch | None = None,
+    batch: batches.BatchOptions | None = None,
+    target: Any = None,
 ) -> RunResult:
     """Run the keys of the plan (cases x arms x k) that `folder` lacks, under its lock
     and the runs folder's, and write the summary."""
@@ -585,7 +703,7 @@ async def _execute(
         if key[0] in planned[0] and key[1] in planned[1] and 0 <= key[2] < k
     }
     samples_total = len(suite.cases) * len(arm_objs) * k
-    pending = (key for key in _plan(suite, arm_objs, k) if key not in done_before)
+    pending: Iterator[Key] = (key for key in _plan(suite, arm_objs, k) if key not in done_before)
     interrupted: BaseException | None = None
     start_cause: str | None = None
     # Each resource is closed however the run ends, even when building the next one or
@@ -619,6 +737,7 @@ async def _execute(
             rate_limit_budget_s=config.rate_limit_budget_s,
             max_connection_failures=config.max_connection_failures,
             concurrency=config.concurrency,
+            cache_endpoint=endpoint_key(base_url) if base_url else None,  # answers are the server's own
         )
         stack.push_async_callback(client.aclose)
         engine = _Engine(
@@ -626,7 +745,16 @@ async def _execute(
         )
         if start_cause is not None:
             engine.stop(start_cause)
+        if config.unit.kind != "prompt":  # evalkit.agents: the tool loop, or a program behind the proxy
+            from .agents import AgentRunner
+
+            engine.agents = await AgentRunner(
+                suite, folder.path, client, should_stop=engine.should_stop, on_stop=engine.stop, target=target
+            ).start()
+            stack.push_async_callback(engine.agents.aclose)
         try:
+            if batch is not None or batches.has_open(folder.path):  # a provider batch (evalkit.batch)
+                pending = await batches.run_keys(engine, pending, k, batch, base_url)
             await engine.run(pending, config.concurrency)
         except (asyncio.CancelledError, KeyboardInterrupt) as exc:
             # Ctrl-C: the calls in flight were settled at their worst case by the client;
@@ -652,6 +780,9 @@ async def _execute(
     if ledger.breaches and "ceiling breached" not in engine.stop_causes:
         engine.stop("ceiling breached in an earlier session")  # never hidden on a resume
     reason = engine.stop_reason
+    # A provider batch still running holds its reservation: spent until collected, as a
+    # resume counts it (below the ledger's tolerance: the rounding of settled calls).
+    in_flight = ledger.reserved_usd if ledger.reserved_usd > 1e-12 else 0.0
     if not complete and reason is None:
         reason = f"{len(engine.errored)} sample(s) errored" if engine.errored else "samples missing"
     summary = {
@@ -661,7 +792,7 @@ async def _execute(
         "samples_ran": samples_ran,
         "samples_total": samples_total,
         "reason": None if complete else reason,
-        "spend_usd": ledger.committed_usd,
+        "spend_usd": ledger.committed_usd + in_flight,
         "avoided_usd": ledger.avoided_usd,
         "cap_usd": ledger.cap_usd,
         "ceiling_breaches": ledger.breaches,
@@ -669,6 +800,8 @@ async def _execute(
         "per_arm": per_arm,
         "exit_code": 0 if complete else 1,
     }
+    if in_flight:
+        summary["in_flight_usd"] = in_flight
     if engine.stop_detail:
         summary["stop_detail"] = engine.stop_detail
     folder.release_space()
@@ -684,7 +817,7 @@ async def _execute(
         samples_ran=samples_ran,
         samples_total=samples_total,
         reason=summary["reason"],
-        spend_usd=ledger.committed_usd,
+        spend_usd=summary["spend_usd"],
         avoided_usd=ledger.avoided_usd,
         cap_usd=ledger.cap_usd,
         per_arm=per_arm,
@@ -694,8 +827,8 @@ async def _execute(
     )
     if not complete:
         print(printable(result.incomplete_line or ""), file=sys.stderr, flush=True)
-        if result.stop_detail:
-            print(printable(result.stop_detail), file=sys.stderr, flush=True)
+        for line in (result.stop_detail or "").splitlines():  # each line made printable, not the block
+            print(printable(line), file=sys.stderr, flush=True)
     if interrupted is not None:
         raise interrupted
     return result
@@ -715,6 +848,7 @@ def run_suite(
     sample_files: bool = True,
     allow_private_data: bool = False,
     watch: Watch | None = None,
+    batch: batches.BatchOptions | None = None,
 ) -> RunResult:
     """Run cases x arms x k samples of a suite (a `Suite` or its folder) and write a run
     folder; see the module docstring. `base_url` overrides `EVALKIT_BASE_URL` and the
@@ -722,7 +856,8 @@ def run_suite(
     `cache=False` neither reads nor writes the response cache; `sample_files=False` skips
     the per-sample text files; `watch` (e.g. `LocalModelServer.exit_reason`) is asked
     before every sample and attempt, and a reason from it stops the run at once,
-    INCOMPLETE (`endpoints` says more). Raises `InputError` on bad input before anything
+    INCOMPLETE (`endpoints` says more); `batch` (`evalkit.batch.BatchOptions`) sends
+    the missing keys through the provider's Batch API. Raises `InputError` on bad input before anything
     is written, personal data or secrets in the suite included (`evalkit.privacy.run_gate`)
     unless `allow_private_data`."""
     with _frozen_heap():
@@ -740,6 +875,7 @@ def run_suite(
                 sample_files=sample_files,
                 allow_private_data=allow_private_data,
                 watch=watch,
+                batch=batch,
             )
         )
 

@@ -21,7 +21,7 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -184,7 +184,13 @@ def sample_to_dict(sample: Sample) -> dict[str, Any]:
     d["tags"] = list(sample.tags)
     d["tool_calls"] = list(sample.tool_calls)
     d["usage"] = {"prompt_tokens": sample.usage.prompt_tokens, "completion_tokens": sample.usage.completion_tokens}
+    for name in _AGENT_FIELDS:  # a prompt unit's line stays as it was
+        if d[name] is None:
+            del d[name]
     return d
+
+
+_AGENT_FIELDS = ("turns", "agent")
 
 
 def sample_from_dict(d: dict[str, Any]) -> Sample:
@@ -262,16 +268,16 @@ class RunFolder:
         self._fsync = bool(os.environ.get("EVALKIT_FSYNC"))
         self._dirs: set[Path] = set()
         self._inline_files = 0
-        self._writer = None
+        self._writer: SampleWriter | None = None
         self._can_offload = True
 
     @classmethod
-    def create(cls, runs_dir: str | Path, meta: dict[str, Any], stamp: str | None = None) -> "RunFolder":
+    def create(cls, runs_dir: str | Path, meta: dict[str, Any], stamp: str | None = None) -> RunFolder:
         """Make a new `runs_dir/<UTC stamp>/` (a suffix when the stamp is taken) and
         write its `config.json`."""
         root = Path(runs_dir)
         root.mkdir(parents=True, exist_ok=True)
-        base = stamp or datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+        base = stamp or datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         for n in range(1, 10_000):
             p = root / (base if n == 1 else f"{base}-{n}")
             try:
@@ -292,7 +298,7 @@ class RunFolder:
     # -- one process at a time -----------------------------------------------------------
 
     @contextlib.contextmanager
-    def lock(self) -> Iterator["RunFolder"]:
+    def lock(self) -> Iterator[RunFolder]:
         """Hold an exclusive lock on this run folder (`flock` on `run.lock`) for the block.
 
         Two processes on one run folder (two resumes, a run while grading writes) would
@@ -397,18 +403,14 @@ class RunFolder:
             self._write_sample_text(sample)
         self._append(RESULTS, sample_to_dict(sample))
 
-    def append_error(self, case_id: str, arm: str, index: int, error: str, attempts: int) -> None:
-        self._append(
-            ERRORS,
-            {
-                "case_id": case_id,
-                "arm": arm,
-                "index": index,
-                "error": error,
-                "attempts": attempts,
-                "t": round(time.time(), 3),
-            },
-        )
+    def append_error(
+        self, case_id: str, arm: str, index: int, error: str, attempts: int, cost_usd: float | None = None
+    ) -> None:
+        line: dict[str, Any] = {"case_id": case_id, "arm": arm, "index": index, "error": error, "attempts": attempts}
+        if cost_usd is not None:  # an agent sample: what its calls were charged
+            line["cost_usd"] = cost_usd
+        line["t"] = round(time.time(), 3)
+        self._append(ERRORS, line)
 
     def write_case_table(self, table: CaseTable) -> None:
         """Write `case-table.json`: the cases as this run sees them (sets, tags, judged),
@@ -473,7 +475,7 @@ class RunFolder:
                     stacklevel=2,
                 )
 
-    def __enter__(self) -> "RunFolder":
+    def __enter__(self) -> RunFolder:
         return self
 
     def __exit__(self, *exc: object) -> None:

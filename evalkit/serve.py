@@ -53,7 +53,8 @@ Semantics, including what the contract leaves open (additions are marked *):
   error), `drop` (the connection is closed with no response: the openai client raises
   `APIConnectionError`), `slow` (*`delay_s`, default
   1.0, then the normal answer), `malformed` (200, JSON content type, a body that is not
-  JSON: openai 3.x raises `json.JSONDecodeError`, a `ValueError`), `over_usage` (the normal answer reporting *`completion_tokens` (absolute) or
+  JSON: openai 3.x raises `json.JSONDecodeError`, a `ValueError`), `over_usage` (the
+  normal answer reporting *`completion_tokens` (absolute) or
   `factor` x max(max_tokens, 1) + 1 completion tokens, *factor default 10), *`503`
   (an overloaded server: HTTP 503 `overloaded_error` with `Retry-After` as for 429).
   *`after_s` / `until_s` make a fault active only in that window of seconds since the
@@ -88,6 +89,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from ._batchserve import BATCH_SCHEMA
 from .errors import EvalkitError, InputError
 
 FAULT_KINDS = ("429", "500", "503", "drop", "slow", "malformed", "over_usage")
@@ -163,6 +165,7 @@ SCRIPT_SCHEMA: dict = {
             },
         },
         "latency_s": {"type": "number", "minimum": 0},
+        "batch": BATCH_SCHEMA,
         "seed": {"type": "integer"},
         "system_fingerprint": {"type": "string"},
     },
@@ -308,6 +311,10 @@ class ScriptedServer:
         self._thread: threading.Thread | None = None
         self._runner: Any = None
         self._stopped: str | None = None  # exit_reason after stop()
+        from ._batchserve import BatchStore
+
+        self.batches = BatchStore(self, self.script.get("batch") or {})
+        self.batch_stats = self.batches.stats  # {"uploads", "batches", "lines", "cancels"}
 
     # -- lifecycle ---------------------------------------------------------------------
     @property
@@ -317,7 +324,7 @@ class ScriptedServer:
             raise EvalkitError("the scripted server is not started")
         return f"http://{self.host}:{self.port}/v1"
 
-    def start(self) -> "ScriptedServer":
+    def start(self) -> ScriptedServer:
         """Bind and serve in a daemon thread; returns once the port accepts connections."""
         if self._thread is not None:
             return self
@@ -361,6 +368,7 @@ class ScriptedServer:
         app.router.add_post("/v1/chat/completions", self._handle_chat)
         app.router.add_get("/v1/models", self._handle_models)
         app.router.add_post("/extras/tokenize/count", self._handle_tokenize_count)
+        self.batches.add_routes(app)
         app.router.add_route("*", "/{tail:.*}", self._handle_unknown)
         # No access log: the benchmark drives thousands of calls through this server.
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.5)
@@ -374,6 +382,10 @@ class ScriptedServer:
         if self._thread is None or self._loop is None:
             return
         loop, thread = self._loop, self._thread
+        try:
+            asyncio.run_coroutine_threadsafe(self.batches.aclose(), loop).result(timeout=10)
+        except Exception:  # its tasks and files are the server's own: never keep the thread alive for them
+            pass
         try:
             asyncio.run_coroutine_threadsafe(self._runner.cleanup(), loop).result(timeout=10)
         except Exception:  # a failed cleanup must not keep the thread alive
@@ -396,7 +408,7 @@ class ScriptedServer:
             return self._stopped
         return None if self._thread.is_alive() else f"the scripted server at {self.base_url} stopped serving"
 
-    def __enter__(self) -> "ScriptedServer":
+    def __enter__(self) -> ScriptedServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -445,41 +457,62 @@ class ScriptedServer:
             raise _BadRequest("request body must be a JSON object")
         return body
 
+    def _admit(self, body: dict, chat: bool) -> tuple[str, dict | None]:
+        """Record one model request and check it: its request text and the fault to
+        inject (None), or `_BadRequest`. Online calls and batch lines alike."""
+        self.requests.append(body)
+        self.stats["requests"] += 1
+        text = self._request_text(body, chat)
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            raise _BadRequest("'model' is required")
+        if self._model is not None and model != self._model:
+            raise _BadRequest(f"The model `{model}` does not exist", status=404, code="model_not_found")
+        if body.get("stream"):
+            raise _BadRequest("the scripted server does not stream; send stream=false")
+        return text, self._pick_fault(text)
+
+    @staticmethod
+    def _fault_error(fault: dict) -> tuple[int, dict, dict[str, str]] | None:
+        """(status, error body, headers) of a fault that answers with an HTTP error."""
+        kind = fault["kind"]
+        if kind in ("429", "503"):
+            wait = float(fault.get("retry_after", 0.1))
+            headers = {"Retry-After": f"{wait:g}", "retry-after-ms": str(int(round(wait * 1000)))}
+            if kind == "429":
+                return (
+                    429,
+                    _error_body("Rate limit reached (scripted fault).", "requests", "rate_limit_exceeded"),
+                    headers,
+                )
+            return (
+                503,
+                _error_body("The server is overloaded (scripted fault).", "overloaded_error", "overloaded"),
+                headers,
+            )
+        if kind == "500":
+            return (
+                500,
+                _error_body("The server had an error while processing your request (scripted fault).", "server_error"),
+                {},
+            )
+        return None
+
     async def _handle_model_call(self, request: Any, chat: bool) -> Any:
         from aiohttp import web
 
         try:
             body = await self._json_body(request)
-            self.requests.append(body)
-            self.stats["requests"] += 1
-            text = self._request_text(body, chat)
-            model = body.get("model")
-            if not isinstance(model, str) or not model:
-                raise _BadRequest("'model' is required")
-            if self._model is not None and model != self._model:
-                raise _BadRequest(f"The model `{model}` does not exist", status=404, code="model_not_found")
-            if body.get("stream"):
-                raise _BadRequest("the scripted server does not stream; send stream=false")
+            text, fault = self._admit(body, chat)
         except _BadRequest as exc:
             etype = "invalid_request_error"
             return self._error(exc.status, str(exc), etype, exc.code)
 
-        fault = self._pick_fault(text)
         kind = fault["kind"] if fault else None
-        if kind in ("429", "503"):
-            wait = float(fault.get("retry_after", 0.1))
-            resp = (
-                self._error(429, "Rate limit reached (scripted fault).", "requests", "rate_limit_exceeded")
-                if kind == "429"
-                else self._error(503, "The server is overloaded (scripted fault).", "overloaded_error", "overloaded")
-            )
-            resp.headers["Retry-After"] = f"{wait:g}"
-            resp.headers["retry-after-ms"] = str(int(round(wait * 1000)))
-            return resp
-        if kind == "500":
-            return self._error(
-                500, "The server had an error while processing your request (scripted fault).", "server_error"
-            )
+        failed = self._fault_error(fault) if fault else None
+        if failed is not None:
+            status, payload, headers = failed
+            return web.json_response(payload, status=status, headers=headers)
         if kind == "drop":
             # Close the socket with no response, as a crashed upstream would.
             if request.transport is not None:
@@ -498,6 +531,33 @@ class ScriptedServer:
         except _BadRequest as exc:
             return self._error(exc.status, str(exc), "invalid_request_error", exc.code)
         return web.json_response(payload)
+
+    def batch_answer(self, body: Any, endpoint: str) -> tuple[int | None, Any, float]:
+        """One line of a batch, through the rules and faults of an online call to
+        `endpoint`: (status code, response body, seconds to wait first); status None for
+        a line the `drop` fault loses (no result at all). A `malformed` fault answers 200
+        with a body that is a string, not a completion; `latency_s` does not apply (a
+        batch's pace is its own, `batch.lines_per_s`)."""
+        chat = endpoint == "/v1/chat/completions"
+        if not isinstance(body, dict):
+            return 400, _error_body("request body must be a JSON object", "invalid_request_error"), 0.0
+        try:
+            text, fault = self._admit(body, chat)
+        except _BadRequest as exc:
+            return exc.status, _error_body(str(exc), "invalid_request_error", exc.code), 0.0
+        kind = fault["kind"] if fault else None
+        failed = self._fault_error(fault) if fault else None
+        if failed is not None:
+            return failed[0], failed[1], 0.0
+        if kind == "drop":
+            return None, None, 0.0
+        delay = float(fault.get("delay_s", 1.0)) if fault is not None and kind == "slow" else 0.0
+        if kind == "malformed":
+            return 200, '{"id": "cmpl-malformed", "choices": [{"te', delay
+        try:
+            return 200, self._answer(body, text, chat, fault if kind == "over_usage" else None), delay
+        except _BadRequest as exc:
+            return exc.status, _error_body(str(exc), "invalid_request_error", exc.code), delay
 
     def _error(self, status: int, message: str, etype: str, code: str | None = None) -> Any:
         from aiohttp import web
@@ -728,7 +788,7 @@ class ServerProcess:
     def _argv(self) -> list[str]:
         return [a.replace("{host}", self.host).replace("{port}", str(self.port)) for a in self.command]
 
-    def start(self) -> "ServerProcess":
+    def start(self) -> ServerProcess:
         """Start the server and block until it answers (or raise with its log tail)."""
         if self._proc is not None:
             return self
@@ -867,7 +927,7 @@ class ServerProcess:
             self._exit = f"the {self.description} at {self.base_url} (pid {proc.pid}) was stopped"
         self._cleanup()
 
-    def __enter__(self) -> "ServerProcess":
+    def __enter__(self) -> ServerProcess:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -906,7 +966,7 @@ class LocalModelServer(ServerProcess):
         self.n_ctx = n_ctx
         self.n_threads = n_threads
 
-    def start(self) -> "LocalModelServer":
+    def start(self) -> LocalModelServer:
         """Start the server and block until it answers (or raise with its log tail)."""
         if self._proc is not None:
             return self
@@ -938,5 +998,5 @@ class LocalModelServer(ServerProcess):
         super().start()
         return self
 
-    def __enter__(self) -> "LocalModelServer":
+    def __enter__(self) -> LocalModelServer:
         return self.start()

@@ -27,10 +27,10 @@ Three meanings of "pass@k" and "pass^k" users meet
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from scipy import stats as _st
@@ -253,7 +253,7 @@ def plugin_pass_hat_k(n: int, c: int, k: int) -> float:
     return (c / n) ** k
 
 
-def _suite(counts: Iterable[tuple[int, int]], k: int, per_case) -> Estimate:
+def _suite(counts: Iterable[tuple[int, int]], k: int, per_case: Callable[[int, int, int], float]) -> Estimate:
     values = [per_case(int(n), int(c), k) for n, c in counts]
     if not values:
         _fail("no cases: a suite-level estimate needs at least one (n, c) pair")
@@ -347,7 +347,7 @@ def _clustered_se(resid: np.ndarray, codes: np.ndarray) -> float:
     return float(math.sqrt(float(np.sum(sums**2))) / resid.size)
 
 
-def mean_and_se(values: Sequence[float], clusters: Sequence[Hashable] | None = None) -> Estimate:
+def mean_and_se(values: Iterable[float], clusters: Sequence[Hashable] | None = None) -> Estimate:
     """Mean of per-item scores with its standard error.
 
     Without `clusters`: the CLT SE, sample SD (ddof=1) / sqrt(n). With `clusters` (one
@@ -478,7 +478,8 @@ def _critical_values(d_max: int, alpha: float) -> np.ndarray:
     d = np.arange(d_max + 1)
     c = _st.binom.ppf(alpha / 2, d, 0.5)
     c = np.where(2 * _st.binom.cdf(c, d, 0.5) <= alpha, c, c - 1)
-    return np.maximum(c, -1).astype(int)
+    out: np.ndarray = np.maximum(c, -1).astype(int)
+    return out
 
 
 def sign_test_critical_value(discordant: int, alpha: float = 0.05) -> int:
@@ -689,7 +690,7 @@ def agreement(a: Sequence[Hashable], b: Sequence[Hashable], labels: Sequence[Has
         _fail("no items to compare")
     if labels is None:
         try:
-            cats = tuple(sorted(set(xa) | set(xb)))
+            cats = tuple(sorted(set(xa) | set(xb)))  # type: ignore[type-var]  # unorderable: TypeError, below
         except TypeError:
             cats = tuple(dict.fromkeys(xa + xb))
     else:
@@ -775,26 +776,24 @@ def krippendorff_alpha(
                 _fail(f"ratings {sorted(set(map(str, outside)))} are outside value_domain {list(value_domain)!r}")
         return math.nan
     numeric = all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in present)
+    index: dict[Any, int] | None = None  # label -> position, for labels that are not numbers
+    domain = None
     if value_domain is not None:
-        index = {v: i for i, v in enumerate(value_domain)}
-        bad = [v for v in present if v not in index]
+        places = {v: i for i, v in enumerate(value_domain)}
+        bad = [v for v in present if v not in places]
         if bad:
             _fail(f"ratings {sorted(set(map(str, bad)))} are outside value_domain {list(value_domain)!r}")
-        if numeric:
-            data = np.array([[math.nan if missing(v) else float(v) for v in r] for r in rows])
-            domain = np.array([float(v) for v in value_domain])
-        else:
-            data = np.array([[math.nan if missing(v) else float(index[v]) for v in r] for r in rows])
-            domain = np.arange(len(value_domain), dtype=float)
-    elif numeric:
-        data = np.array([[math.nan if missing(v) else float(v) for v in r] for r in rows])
-        domain = None
-    else:
+        domain = np.asarray(list(value_domain), dtype=float) if numeric else np.arange(len(value_domain), dtype=float)
+        index = None if numeric else places
+    elif not numeric:
         if level != "nominal":
             _fail(f"non-numeric labels at level {level!r} need an ordered value_domain")
         index = {v: i for i, v in enumerate(dict.fromkeys(present))}
-        data = np.array([[math.nan if missing(v) else float(index[v]) for v in r] for r in rows])
-        domain = None
+
+    def value(v: Any) -> float:
+        return math.nan if missing(v) else float(v if index is None else index[v])
+
+    data = np.array([[value(v) for v in r] for r in rows])
     return float(krippendorff.alpha(reliability_data=data, level_of_measurement=level, value_domain=domain))
 
 

@@ -19,9 +19,10 @@ import os
 import re
 import shutil
 import string
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import regex
 
@@ -35,12 +36,14 @@ from ._io import (
     json_lines,
     line_of,
     new_temp_dir,
+    outside_message,
     outside_root,
     parse_json_object,
     read_text_file,
 )
 from ._jsonschema import jsonschema
-from .checks import CHECK_KINDS, CHECK_OPTIONS, regex_flags
+from .checks import CHECK_KINDS, CHECK_OPTIONS, TRAJECTORY_CHECK_OPTIONS, regex_flags
+from .endpoints import base_url_problem, masked_url
 from .errors import InputError
 from .findings import Findings
 from .layout import (
@@ -65,9 +68,11 @@ from .records import (
     Json,
     Price,
     Suite,
+    Unit,
     set_gate,
     ungated_set_warning,
 )
+from .units import check_fixtures, check_trajectory_options, parse_unit
 
 __all__ = [  # re-exported for the callers that read limits and case sets from here
     "CASE_SETS",
@@ -136,18 +141,24 @@ CONFIG_KEYS = {
     "stop",
     "tools",
     "allow_same_judge_model",
+    "allow_uncalibrated_judge",
+    "verdict_judge",
     "timeout_s",
     "max_attempts",
     "ci",
     "rate_limit_budget_s",
     "max_connection_failures",
+    "batch_price",
+    "judge_batch_price",
+    "unit",
 }
 REQUIRED_CONFIG_KEYS = ("generator", "cost_cap_usd", "max_tokens_in", "max_tokens_out", "price", "judge_price")
 ENDPOINT_KEYS = {"model", "base_url", "api_key_env"}
 PRICE_KEYS = {"in_per_mtok", "out_per_mtok"}
 GATE_KEYS = {"max_success_drop_points", "max_cost_increase_pct", "min_tag_cases", "alpha"}
 CI_KEYS = {"cost_cap_usd"}
-ARM_KEYS = {"name", "guidance"}
+ARM_KEYS = {"name", "guidance", "skill_dir"}
+SKILL_FILE = "SKILL.md"  # in an arm's skill_dir: the skill an agent of that arm loads
 
 
 def is_comment_key(key: str) -> bool:
@@ -282,7 +293,8 @@ def native_source(root: Path, fx: Findings) -> SuiteSource | None:
     except InputError as exc:
         fx.add(exc)
         return None
-    name = config.get("name") if isinstance(config.get("name"), str) and config.get("name") else root.name
+    given = config.get("name")
+    name = given if isinstance(given, str) and given else root.name
     return SuiteSource(root, name, config, str(config_path), lines, cases)
 
 
@@ -302,7 +314,7 @@ class _Reader:
     def warn(self, jp: str, msg: str, strict_error: bool = False) -> None:
         self.fx.warn(msg, self.path, self.line_for(jp), jp, strict_error=strict_error)
 
-    def unknown_keys(self, obj: dict, known: set[str], jp: str, what: str) -> None:
+    def unknown_keys(self, obj: dict[str, Any], known: set[str], jp: str, what: str) -> None:
         for key in obj:
             if key not in known and not is_comment_key(str(key)):
                 close = difflib.get_close_matches(str(key), sorted(known), n=1, cutoff=0.6)
@@ -311,17 +323,39 @@ class _Reader:
                     f"unknown key {key!r} in {what}{hint}", self.path, self.line_for(f"{jp}.{key}"), f"{jp}.{key}"
                 )
 
-    def _present(self, obj: dict, key: str, kp: str, *, required: bool) -> Any:
-        """`obj[key]`, or `_ABSENT` (with an error when the key is required)."""
+    def objects(
+        self, items: list[Any], jp: str, known: Collection[str], noun: str, shape: str
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Each item of the list at `jp` that is an object, with its JSON path: an item that
+        is not one is an error (`a <noun> must be <shape>`), a key not in `known` a warning
+        (not strict: the importers of other tools' files read their lists through this)."""
+        for i, item in enumerate(items):
+            at = f"{jp}[{i}]"
+            if not isinstance(item, dict):
+                self.err(at, f"a {noun} must be {shape}")
+                continue
+            for key in item:
+                if key not in known:
+                    self.warn(f"{at}.{key}", f"unknown key {key!r} in {noun} (ignored)")
+            yield at, item
+
+    def _present(
+        self, obj: dict[str, Any], key: str, kp: str, *, required: bool, default: Any, nullable: bool
+    ) -> tuple[bool, Any]:
+        """(True, `obj[key]`) when there is a value to check; else (False, what to return):
+        `default` when the key is absent (an error when it is required), None when it is
+        null and null is allowed."""
         if key not in obj:
             if required:
                 self.err(kp, f"missing required key {key!r}")
-            return _ABSENT
-        return obj[key]
+            return False, default
+        if obj[key] is None and nullable:
+            return False, None
+        return True, obj[key]
 
     def number(
         self,
-        obj: dict,
+        obj: dict[str, Any],
         key: str,
         jp: str,
         *,
@@ -334,11 +368,9 @@ class _Reader:
         nullable: bool = False,
     ) -> Any:
         kp = f"{jp}.{key}"
-        v = self._present(obj, key, kp, required=required)
-        if v is _ABSENT:
-            return default
-        if v is None and nullable:
-            return None
+        given, v = self._present(obj, key, kp, required=required, default=default, nullable=nullable)
+        if not given:
+            return v
         kind = "an integer" if integer else "a number"
         if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)):
             self.err(kp, f"{key} must be {kind}, got {json.dumps(v)}")
@@ -359,7 +391,7 @@ class _Reader:
 
     def text(
         self,
-        obj: dict,
+        obj: dict[str, Any],
         key: str,
         jp: str,
         *,
@@ -369,11 +401,9 @@ class _Reader:
         nonempty: bool = True,
     ) -> Any:
         kp = f"{jp}.{key}"
-        v = self._present(obj, key, kp, required=required)
-        if v is _ABSENT:
-            return default
-        if v is None and nullable:
-            return None
+        given, v = self._present(obj, key, kp, required=required, default=default, nullable=nullable)
+        if not given:
+            return v
         if not isinstance(v, str):
             self.err(kp, f"{key} must be a string, got {json.dumps(v)}")
             return default
@@ -382,7 +412,7 @@ class _Reader:
             return default
         return v
 
-    def boolean(self, obj: dict, key: str, jp: str, default: bool = False) -> bool:
+    def boolean(self, obj: dict[str, Any], key: str, jp: str, default: bool = False) -> bool:
         if key not in obj:
             return default
         v = obj[key]
@@ -434,7 +464,9 @@ def _endpoint(r: _Reader, obj: Any, jp: str, what: str, required: bool) -> Endpo
     model = r.text(obj, "model", jp, required=True)
     base_url = r.text(obj, "base_url", jp, nullable=True)
     if isinstance(base_url, str) and not re.match(r"^https?://", base_url):
-        r.err(f"{jp}.base_url", f"base_url must start with http:// or https://, got {base_url!r}")
+        r.err(f"{jp}.base_url", f"base_url must start with http:// or https://, got {masked_url(base_url)!r}")
+    elif isinstance(base_url, str) and (problem := base_url_problem(base_url)) is not None:
+        r.err(f"{jp}.base_url", f"base_url {masked_url(base_url)!r} cannot be used: {problem}")
     key_env = r.text(obj, "api_key_env", jp, default="OPENAI_API_KEY")
     if isinstance(key_env, str) and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key_env):
         r.err(f"{jp}.api_key_env", "api_key_env must name an environment variable (not hold a key)")
@@ -443,7 +475,7 @@ def _endpoint(r: _Reader, obj: Any, jp: str, what: str, required: bool) -> Endpo
     return Endpoint(model=model, base_url=base_url, api_key_env=key_env or "OPENAI_API_KEY")
 
 
-def _price(r: _Reader, cfg: dict, key: str) -> Price | None:
+def _price(r: _Reader, cfg: dict[str, Any], key: str) -> Price | None:
     jp = f"$.{key}"
     if key not in cfg:
         r.err(
@@ -486,11 +518,15 @@ def _positive_number(obj: Any, key: str, *, zero_ok: bool = False) -> float | No
     return float(v) if (v > 0 or (zero_ok and v == 0)) else None
 
 
-def _check_calls_fit(r: _Reader, cfg: dict, price_key: str, role: str) -> None:
+def _check_calls_fit(r: _Reader, cfg: dict[str, Any], price_key: str, role: str, *, ci: bool = False) -> None:
     """An error when not one call fits under the cap at its worst case: the ledger would
     refuse the first reservation and the run could never sample anything. Checked on
-    the values as written, even those over a limit (so 10**9 tokens says both)."""
-    cap, tin, tout = (_positive_number(cfg, k) for k in ("cost_cap_usd", "max_tokens_in", "max_tokens_out"))
+    the values as written, even those over a limit (so 10**9 tokens says both). `ci`:
+    the CI cap (`ci.cost_cap_usd`, which `run --ci` and its grading spend under)
+    instead of `cost_cap_usd`."""
+    cap_name = "ci.cost_cap_usd" if ci else "cost_cap_usd"
+    cap = _positive_number(cfg.get("ci") if ci else cfg, "cost_cap_usd")
+    tin, tout = (_positive_number(cfg, k) for k in ("max_tokens_in", "max_tokens_out"))
     price = cfg.get(price_key)
     pin, pout = (_positive_number(price, k, zero_ok=True) for k in ("in_per_mtok", "out_per_mtok"))
     if None in (cap, tin, tout, pin, pout):
@@ -498,14 +534,32 @@ def _check_calls_fit(r: _Reader, cfg: dict, price_key: str, role: str) -> None:
     assert cap is not None and tin is not None and tout is not None and pin is not None and pout is not None
     worst = Price(pin, pout).cost(int(tin), int(tout))  # what the ledger reserves for one call
     if worst > cap + 1e-12:  # the ledger's own tolerance
-        jp = "$.max_tokens_out" if tout * pout >= tin * pin else "$.max_tokens_in"
+        if ci:
+            jp = "$.ci.cost_cap_usd"
+        else:
+            jp = "$.max_tokens_out" if tout * pout >= tin * pin else "$.max_tokens_in"
+        never = "a CI run could never grade" if ci and role == "judge" else "the run could never sample"
         r.err(
             jp,
             f"one {role} call costs up to ${worst:.6g} (max_tokens_in {int(tin)} x {price_key}.in_per_mtok "
             f"{pin:g} + max_tokens_out {int(tout)} x {price_key}.out_per_mtok {pout:g}, per million tokens), "
-            f"over cost_cap_usd ${cap:g}: 0 calls fit under the cap, the run could never sample; lower the "
+            f"over {cap_name} ${cap:g}: 0 calls fit under the cap, {never}; lower the "
             "token ceilings or raise the cap",
         )
+
+
+def _batch_price_above(r: _Reader, cfg: dict[str, Any], key: str, online: str) -> None:
+    """A warning when a batch price is above its online price: providers charge less for
+    a batch (OpenAI: half), so the number is likely a typo or a swap."""
+    b, o = cfg.get(key), cfg.get(online)
+    for name in ("in_per_mtok", "out_per_mtok"):
+        bv, ov = _positive_number(b, name, zero_ok=True), _positive_number(o, name, zero_ok=True)
+        if bv is not None and ov is not None and bv > ov:
+            r.warn(
+                f"$.{key}.{name}",
+                f"{key}.{name} {bv:g} is above {online}.{name} {ov:g}: a provider batch costs less than "
+                "an online call (OpenAI: half); check the two prices",
+            )
 
 
 def _same_model(a: Endpoint, b: Endpoint) -> bool:
@@ -544,6 +598,19 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
             )
     if uses_judge and cfg.get("judge") is None:
         r.err("$.judge", "the suite has judged cases (expected.rubric) but config has no judge")
+    allow_uncalibrated = r.boolean(cfg, "allow_uncalibrated_judge", "$")
+    if allow_uncalibrated:
+        r.warn(
+            "$.allow_uncalibrated_judge",
+            "allow_uncalibrated_judge: judged pass/fail counts without a calibration against people "
+            "(recorded on every judged line and shown on every report page)",
+        )
+    verdict_judge = cfg.get("verdict_judge", "direct")
+    if verdict_judge not in ("direct", "pairwise"):
+        r.err("$.verdict_judge", f'verdict_judge must be "direct" or "pairwise", got {json.dumps(verdict_judge)}')
+        verdict_judge = "direct"
+    elif verdict_judge == "pairwise" and cfg.get("judge") is None:
+        r.err("$.verdict_judge", 'verdict_judge "pairwise" needs a judge')
 
     temperature = r.number(cfg, "temperature", "$", minimum=0, maximum=2, nullable=True)
     seed = r.number(cfg, "seed", "$", integer=True, nullable=True, minimum=-MAX_SEED - 1, maximum=MAX_SEED)
@@ -565,6 +632,13 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
     _check_calls_fit(r, cfg, "price", "generator")
     if cfg.get("judge") is not None:
         _check_calls_fit(r, cfg, "judge_price", "judge")
+    # Optional: the Batch API's prices (`run --batch`, `grade --batch`), bounded as `price` is.
+    batch_prices = {}
+    for key, online, role in (("batch_price", "price", "generator"), ("judge_batch_price", "judge_price", "judge")):
+        if key in cfg:
+            batch_prices[key] = _price(r, cfg, key)
+            _check_calls_fit(r, cfg, key, f"{role} batch")
+            _batch_price_above(r, cfg, key, online)
 
     gate = GateThresholds()
     if "gate" in cfg:
@@ -595,6 +669,10 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
                     f"the CI cost cap ({ci_cap:g}) must be lower than the local cost_cap_usd ({cap:g})",
                 )
                 ci_cap = None
+            elif ci_cap is not None:  # `run --ci` and its grading spend under this cap
+                _check_calls_fit(r, cfg, "price", "generator", ci=True)
+                if cfg.get("judge") is not None:
+                    _check_calls_fit(r, cfg, "judge_price", "judge", ci=True)
 
     stop: tuple[str, ...] = ()
     if "stop" in cfg:
@@ -614,20 +692,35 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
             r.err("$.tools", "tools must be a list of tool objects")
         else:
             tools = tuple(t)
-            if mode != "chat":
+            raw_unit = cfg.get("unit")
+            program = isinstance(raw_unit, dict) and raw_unit.get("kind") in ("command", "python")
+            if mode != "chat" and not program:  # a program's tools are answered at EVALKIT_TOOLS_URL
                 r.err("$.tools", "tools need chat mode (the completions endpoint has no tools)")
 
-    # templates
+    unit = parse_unit(r, cfg.get("unit"), mode)
+    # templates: a command or python unit renders none (the case goes to the program as JSON)
+    # a broken command or python unit (reported above) still renders no template: no second, spurious error
+    raw_unit = cfg.get("unit")
+    kind = unit.kind if unit is not None else raw_unit.get("kind") if isinstance(raw_unit, dict) else raw_unit
+    own_program = kind in ("command", "python")
     template_file = cfg.get("template", "prompt.txt")
-    template = _rel_file(src, r, template_file, "$.template", "template")
+    template: str | None
+    if own_program:
+        if "template" in cfg or "system" in cfg:
+            r.warn("$.template" if "template" in cfg else "$.system", f"a {kind} unit uses no template (ignored)")
+        template = ""
+    else:
+        template = _rel_file(src, r, template_file, "$.template", "template")
     identifiers: set[str] = set()
-    if template is not None:
+    if template is not None and not own_program:
         ids = _template_identifiers(template, r, "$.template", f"template {template_file!r}")
         identifiers |= ids or set()
         if not template.strip():
             r.err("$.template", f"template {template_file!r} is empty")
     system = None
-    if "system" in cfg and cfg["system"] is not None:
+    if own_program:
+        pass
+    elif "system" in cfg and cfg["system"] is not None:
         if mode != "chat":
             r.err("$.system", "a system template needs chat mode")
         else:
@@ -637,10 +730,19 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
     if system is not None:
         identifiers |= _template_identifiers(system, r, "$.system", "system template") or set()
 
-    arms = _validate_arms(src, r, cfg, identifiers)
+    arms = _validate_arms(src, r, cfg, identifiers, unit)
+    if verdict_judge == "pairwise" and arms is not None and len(arms) < 2:
+        r.err("$.verdict_judge", 'verdict_judge "pairwise" compares two arms: the config has one')
 
-    if not generator or None in (cap, tin, tout, price, judge_price, template) or arms is None:
+    if (
+        not generator
+        or None in (cap, tin, tout, template, unit)
+        or price is None
+        or judge_price is None
+        or arms is None
+    ):
         return None
+    assert unit is not None
     return Config(
         generator=generator,
         judge=judge,
@@ -661,16 +763,23 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
         stop=stop,
         tools=tools,
         allow_same_judge_model=allow_same,
+        allow_uncalibrated_judge=allow_uncalibrated,
+        verdict_judge=verdict_judge,
         timeout_s=float(timeout_s),
         max_attempts=int(attempts),
         ci_cost_cap_usd=None if ci_cap is None else float(ci_cap),
         rate_limit_budget_s=float(rate_budget),
         max_connection_failures=int(conn_failures),
+        batch_price=batch_prices.get("batch_price"),
+        judge_batch_price=batch_prices.get("judge_batch_price"),
+        unit=unit,
         raw=dict(cfg),
     )
 
 
-def _validate_arms(src: SuiteSource, r: _Reader, cfg: dict, identifiers: set[str]) -> tuple[Arm, ...] | None:
+def _validate_arms(
+    src: SuiteSource, r: _Reader, cfg: dict[str, Any], identifiers: set[str], unit: Unit | None = None
+) -> tuple[Arm, ...] | None:
     raw = cfg.get("arms", [{"name": "baseline"}])
     if not isinstance(raw, list) or not raw:
         r.err("$.arms", 'arms must be a non-empty list of {"name", "guidance"}')
@@ -704,25 +813,71 @@ def _validate_arms(src: SuiteSource, r: _Reader, cfg: dict, identifiers: set[str
                 ok = False
             elif not guidance.strip():
                 r.warn(f"{jp}.guidance", f"guidance file {guidance_file!r} is empty")
-            if guidance is not None and "guidance" not in identifiers:
+            if guidance is not None and "guidance" not in identifiers and not _program_unit(unit):
                 r.err(
                     f"{jp}.guidance",
                     f"arm {name!r} has guidance but no template uses ${{guidance}}: "
                     "every arm would send the same prompt",
                 )
                 ok = False
-        arms.append(Arm(name=name, guidance_file=guidance_file, guidance=guidance))
-    texts: dict[str, str] = {}
+        skill_dir, skill = a.get("skill_dir"), None
+        if skill_dir is not None:
+            skill = _skill_text(src, r, skill_dir, f"{jp}.skill_dir", unit, identifiers)
+            if skill is None:
+                ok = False
+        arms.append(Arm(name=name, guidance_file=guidance_file, guidance=guidance, skill_dir=skill_dir, skill=skill))
+    texts: dict[tuple[str, str], str] = {}
     for a in arms:
-        key = (a.guidance or "").strip()
+        key = ((a.guidance or "").strip(), a.skill_dir or "")
         if key in texts:
-            r.warn("$.arms", f"arms {texts[key]!r} and {a.name!r} send the same guidance: they measure nothing")
+            what = "guidance and skill" if a.skill_dir else "guidance"
+            r.warn("$.arms", f"arms {texts[key]!r} and {a.name!r} send the same {what}: they measure nothing")
         texts.setdefault(key, a.name)
     return tuple(arms) if ok else None
 
 
+def _program_unit(unit: Any) -> bool:
+    """A unit that renders no template (`command`, `python`): guidance goes to the program."""
+    return unit is not None and unit.kind in ("command", "python")
+
+
+def _skill_text(src: SuiteSource, r: _Reader, rel: Any, jp: str, unit: Any, identifiers: set[str]) -> str | None:
+    """The `SKILL.md` text of an arm's `skill_dir` (a folder inside the suite), or None
+    after reporting why it cannot be used."""
+    kind = getattr(unit, "kind", "prompt")
+    if kind == "prompt":
+        r.err(jp, 'skill_dir is for agent units ("unit": {"kind": "agent" | "command" | "python"}); use guidance')
+        return None
+    if not isinstance(rel, str) or not rel.strip() or os.path.isabs(rel) or ".." in Path(rel).parts:
+        r.err(jp, "skill_dir must be a folder relative to the suite folder (no absolute path, no '..')")
+        return None
+    folder = Path(src.root) / rel
+    if not folder.is_dir():
+        r.err(jp, f"skill_dir {rel!r} is not a folder in {src.root}")
+        return None
+    outside = outside_root(folder, src.root)
+    if outside is not None:
+        r.err(jp, f"skill_dir {rel!r}: {outside_message(outside, src.root)}")
+        return None
+    if kind == "agent" and "skill" not in identifiers:
+        r.err(jp, "an agent unit gives the skill to the model as ${skill}: no template uses it")
+        return None
+    if not src.exists(f"{rel.rstrip('/')}/{SKILL_FILE}"):
+        if kind == "agent":
+            r.err(jp, f"skill_dir {rel!r} has no {SKILL_FILE} (the text ${{skill}} stands for)")
+            return None
+        return ""  # the program reads the folder as it likes
+    try:
+        return src.read(f"{rel.rstrip('/')}/{SKILL_FILE}")
+    except InputError as exc:
+        r.fx.add(exc)
+        return None
+
+
 # --- cases ----------------------------------------------------------------------------
-def _check_options(kind: str, opts: dict, r: _Reader, jp: str, case: dict, src: SuiteSource) -> bool:
+def _check_options(
+    kind: str, opts: dict[str, Any], r: _Reader, jp: str, case: dict[str, Any], src: SuiteSource
+) -> bool:
     """Validate one check's options; fill `value` from a string `expected` where the kind
     compares against it. Returns False when the check is unusable."""
     ok = True
@@ -782,7 +937,10 @@ def _check_options(kind: str, opts: dict, r: _Reader, jp: str, case: dict, src: 
             r.err(f"{jp}.schema", f"not a valid JSON Schema: {exc.message}")
             ok = False
         opts.setdefault("schema", schema)
+    elif kind in TRAJECTORY_CHECK_OPTIONS:
+        ok = check_trajectory_options(r, kind, opts, jp)
     elif kind == "tool_calls":
+        ok = check_trajectory_options(r, kind, opts, jp)
         calls = opts.get("calls", expected if isinstance(expected, list) else None)
         if not isinstance(calls, list):
             r.err(jp, 'a tool_calls check needs "calls" (or a list "expected"): [{"name", "arguments"}]')
@@ -859,9 +1017,14 @@ def _check_options(kind: str, opts: dict, r: _Reader, jp: str, case: dict, src: 
     return ok
 
 
-def _validate_case(raw: dict, file: str, line: int | None, prefix: str, fx: Findings, src: SuiteSource) -> Case | None:
+def _validate_case(
+    raw: dict[str, Any], file: str, line: int | None, prefix: str, fx: Findings, src: SuiteSource
+) -> Case | None:
     r = _Reader(fx, file, lambda jp: line)
-    j = lambda sub: prefix + sub  # noqa: E731 - JSON path inside this case
+
+    def j(sub: str) -> str:  # a JSON path inside this case
+        return prefix + sub
+
     r.unknown_keys(raw, CASE_KEYS, prefix, "case")
     ok = True
 
@@ -887,6 +1050,7 @@ def _validate_case(raw: dict, file: str, line: int | None, prefix: str, fx: Find
             if not re.fullmatch(r"[_a-zA-Z][_a-zA-Z0-9]*", key):
                 r.err(j(f".input.{key}"), label + f"input key {key!r} cannot be a template variable name")
                 ok = False
+        ok = check_fixtures(r, inp, j(".input"), label) and ok
 
     tags = raw.get("tags", _ABSENT)
     if tags is _ABSENT:
@@ -1109,7 +1273,8 @@ def _suite_warnings(
     if config is not None:
         _check_run_size(config, len(cases), src, fx)
         for c in cases:
-            _check_render(config, c, src, fx)
+            if not _program_unit(config.unit):
+                _check_render(config, c, src, fx)
 
 
 def run_size_problem(n_cases: int, n_arms: int, k: int) -> str | None:
@@ -1228,8 +1393,10 @@ def template_variables(case: Case, arm: Arm | None) -> dict[str, str]:
         variables["input"] = case.input
     variables.setdefault("context", case.context or "")
     variables.setdefault("guidance", (arm.guidance or "") if arm is not None else "")
+    variables.setdefault("skill", (arm.skill or "") if arm is not None else "")
     if arm is not None:
         variables["guidance"] = arm.guidance or ""
+        variables["skill"] = arm.skill or ""
     return variables
 
 

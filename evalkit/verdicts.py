@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,6 +30,7 @@ from .plans import check_against_plan, find_plan, load_plan
 from .records import (
     SEQUENTIAL_SIGN_TEST,
     SIGN_TEST,
+    ConformanceKind,
     ConformanceVerdict,
     Plan,
     PlanCheck,
@@ -101,6 +102,7 @@ def verdict_from_tally(
     # one-sided in the direction observed (wins ahead: "treatment better")
     p1 = st.p_one_sided if wins >= losses else st.p_one_sided_losses
     discordant = wins + losses
+    kind: VerdictKind
     if errored or unmatched:
         bits = []
         if errored:
@@ -137,6 +139,9 @@ def verdict_from_tally(
     )
 
 
+Outcome = Literal["win", "loss", "tie", "errored"]  # of one paired trial
+
+
 @dataclass(frozen=True)
 class PairedTrial:
     """One (case, index) of a two-arm comparison: whether each arm's sample passed (None
@@ -147,7 +152,7 @@ class PairedTrial:
     index: int
     baseline_passed: bool | None
     treatment_passed: bool | None
-    outcome: Literal["win", "loss", "tie", "errored"]
+    outcome: Outcome
     problem: str | None = None
 
 
@@ -189,15 +194,34 @@ def paired_trials(run: Run | str | Path, baseline: str, treatment: str) -> list[
                 g = grades.get(key)
                 status[arm] = ok = grade_passed(g)
                 if ok is None:
-                    why = "not graded" if g is None else f"ungraded ({g.get('error') or 'grader error'})"
+                    why = (
+                        "not graded"
+                        if g is None
+                        else f"ungraded ({g.get('error') or g.get('judge_held') or 'grader error'})"
+                    )
                     bad.append(f"{arm}: {why}")
             b, t = status[baseline], status[treatment]
             if bad:
                 out.append(PairedTrial(case, i, b, t, "errored", "; ".join(bad)))
             else:
-                outcome = "win" if t and not b else "loss" if b and not t else "tie"
+                outcome: Outcome = "win" if t and not b else "loss" if b and not t else "tie"
                 out.append(PairedTrial(case, i, b, t, outcome))
     return out
+
+
+def check_two_arms(run: Run, baseline: str, treatment: str) -> None:
+    """`InputError` unless `baseline` and `treatment` are two different arms of a graded `run`."""
+    arms = run.arm_names()
+    for name, arm in (("--baseline", baseline), ("--treatment", treatment)):
+        if arm not in arms:
+            raise InputError(
+                f"{name} arm {arm!r} is not in the run (arms: {', '.join(arms) or 'none'})",
+                Path(run.path) / RUN_CONFIG,
+                json_path="$.arms",
+            )
+    if baseline == treatment:
+        raise InputError("--baseline and --treatment name the same arm", json_path="arms")
+    require_graded(run)
 
 
 def two_arm_verdict(
@@ -221,16 +245,7 @@ def two_arm_verdict(
     paired differences).
     """
     run = as_run(run)
-    arms = run.arm_names()
-    for name, arm in (("--baseline", baseline), ("--treatment", treatment)):
-        if arm not in arms:
-            raise InputError(
-                f"{name} arm {arm!r} is not in the run (arms: {', '.join(arms) or 'none'})",
-                Path(run.path) / RUN_CONFIG,
-                json_path="$.arms",
-            )
-    if baseline == treatment:
-        raise InputError("--baseline and --treatment name the same arm", json_path="arms")
+    check_two_arms(run, baseline, treatment)
     trials = paired_trials(run, baseline, treatment)
     problems = [f"{t.case_id}#{t.index}: {t.problem}" for t in trials if t.problem]
     problem_cases = {t.case_id for t in trials if t.problem}
@@ -318,6 +333,7 @@ def _apply_sequential(v: Verdict, votes: list[int], plan: Plan) -> Verdict:
     }
     if v.errored:
         return replace(v, test=SEQUENTIAL_SIGN_TEST, sequential=info)
+    kind: VerdictKind
     if st.decision == "continue":
         kind, reason = "inconclusive", (f"the sequential test has not settled after {st.trials} unit(s): keep sampling")
     else:
@@ -382,7 +398,7 @@ def conformance_verdict(
                 continue
             g = grades.get((case, arm, i))
             ok = grade_passed(g)
-            if ok is None:
+            if ok is None or g is None:
                 problems.append(f"{tag}: " + ("not graded" if g is None else f"ungraded ({g.get('error')})"))
                 continue
             if threshold is not None:
@@ -395,6 +411,7 @@ def conformance_verdict(
                 below += 1
                 below_trials.append(tag)
     n = met + below + len(problems)
+    kind: ConformanceKind
     if problems:
         kind, reason = "inconclusive", f"{len(problems)} trial(s) errored or missing: they prove nothing"
     elif n == 0:
@@ -447,7 +464,7 @@ def record_verdicts(
         )
         if value is not _UNSET
     }
-    v = replace(v, run=path.name, updated=datetime.now(timezone.utc).isoformat(timespec="seconds"), **changes)
+    v = replace(v, run=path.name, updated=datetime.now(UTC).isoformat(timespec="seconds"), **changes)
     RunFolder(path).write_verdicts(v)
     return v
 
@@ -457,23 +474,3 @@ def run_plan(run: Run, plan_path: str | Path | None = None) -> Plan | None:
     `plan.json` (`plans.find_plan`), else none."""
     path = plan_path if plan_path is not None else find_plan(suite_dir_of(run))
     return load_plan(path) if path is not None else None
-
-
-def compare(
-    run: Run | str | Path,
-    baseline: str,
-    treatment: str,
-    *,
-    plan: str | Path | None = None,
-    alpha: float | None = None,
-) -> Verdict:
-    """`evalkit compare`: the two-arm verdict of a graded run held to its plan
-    (`run_plan`; alpha from the plan unless given, else 0.05), recorded in the run's
-    `verdicts.json`."""
-    loaded = as_run(run)
-    p = run_plan(loaded, plan)
-    v = two_arm_verdict(
-        loaded, baseline, treatment, alpha=alpha if alpha is not None else (p.alpha if p else 0.05), plan=p
-    )
-    record_verdicts(loaded.path, comparison=v)
-    return v

@@ -1,6 +1,9 @@
 """A README-loop run for looking at the reports: 15 cases, k=5, two arms, a judged case,
 a plan that asked for more cases than the suite has, made against the scripted server
-(no model needed); and a micro-test whose only variant is worse than the control. Used by tests/test_reports_browser.py, and by hand:
+(no model needed); a micro-test whose only variant is worse than the control; and a
+two-arm agent run (tool calls answered from fixtures, hostile model text) for the replay
+page. Used by tests/test_reports_browser.py (and the agent suite by tests/test_replay.py,
+the micro-test suite by tests/test_microtest.py), and by hand:
 
     .venv/bin/python tests/browser_run.py OUT_DIR   # prints the index path
 """
@@ -94,6 +97,54 @@ MICRO_SCRIPT = {"rules": [
 ], "default": {"text": "unknown"}}
 
 
+# An agent unit: the skilled arm's prompt carries the skill text, so it looks the answer up
+# (a tool call answered from the case's fixture); the baseline guesses. The answer and the
+# tool result carry hostile text: markup, a terminal escape, a bidi override.
+HOSTILE = "<script>alert(1)</script>\x1b[31mRED\u202e"
+AGENT_CONFIG = {
+    "mode": "chat", "template": "prompt.txt",
+    "generator": {"model": "scripted", "api_key_env": "EVALKIT_TEST_KEY"},
+    "temperature": 0.0, "seed": 3, "k": 2, "concurrency": 2, "cost_cap_usd": 1.0,
+    "max_tokens_in": 4000, "max_tokens_out": 40,
+    "price": {"in_per_mtok": 1.0, "out_per_mtok": 2.0}, "judge_price": {"in_per_mtok": 1.0, "out_per_mtok": 2.0},
+    "unit": {"kind": "agent", "max_turns": 3},
+    "tools": [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}],
+    "arms": [{"name": "baseline"}, {"name": "skilled", "skill_dir": "skill"}],
+}
+AGENT_SCRIPT = {"rules": [
+    {"match": "FOUND", "text": "The answer is 42 " + HOSTILE},
+    {"match": "LOOK IT UP", "tool_calls": [{"name": "lookup", "arguments": {"q": "answer"}}]},
+    {"match": "question", "text": "I guess 7."},
+]}
+
+
+def make_agent_suite(root: Path) -> Path:
+    suite = root / "suite"
+    (suite / "skill").mkdir(parents=True)
+    (suite / "skill" / "SKILL.md").write_text("LOOK IT UP before you answer.\n")
+    (suite / "prompt.txt").write_text("${skill}The question: ${question}")
+    (suite / "config.json").write_text(json.dumps(AGENT_CONFIG))
+    fixtures = {"lookup": {"result": "FOUND: 42 " + HOSTILE}}
+    cases = [{"id": f"q{i}", "input": {"question": f"question {i}", "tool_results": fixtures}, "tags": ["golden"],
+              "checks": [{"kind": "contains", "value": "42"}, {"kind": "skill_activation"}]} for i in range(2)]
+    (suite / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
+    return suite
+
+
+def make_agent_run(root: Path) -> Path:
+    """The agent suite run against the scripted server and graded; its run folder."""
+    from evalkit.grading import grade_run
+    from evalkit.runner import run_suite
+    from evalkit.serve import ScriptedServer
+
+    suite = make_agent_suite(root)
+    with ScriptedServer(AGENT_SCRIPT) as srv:
+        res = run_suite(suite, runs_dir=root / "runs", base_url=srv.base_url, progress=False)
+    assert res.complete, res
+    grade_run(res.path)
+    return Path(res.path)
+
+
 def make(root: Path) -> dict:
     """Run, grade, plan (48 cases asked), compare, report; returns the paths."""
     from click.testing import CliRunner
@@ -120,12 +171,14 @@ def make(root: Path) -> dict:
         micro = cli.invoke(main, ["microtest", str(msuite), "--variants", str(variants), "--reps", "5",
                                   "--base-url", srv.base_url, "--reports-dir", str(out), "--no-progress"])
     micro_run = next(line.split(": ", 1)[1] for line in micro.output.splitlines() if line.startswith("run folder: "))
+    agent_run = make_agent_run(root / "agent")
+    agent = cli.invoke(main, ["report", str(agent_run), "--reports-dir", str(out), "--only", "replay"])
     return {"suite": suite, "run": Path(res.path), "out": out, "pages": out / Path(res.path).name,
             "power": power, "compare": comp, "report": rep, "micro": micro,
-            "micro_pages": out / Path(micro_run).name}
+            "micro_pages": out / Path(micro_run).name, "agent": agent, "agent_pages": out / agent_run.name}
 
 
 if __name__ == "__main__":
     made = make(Path(sys.argv[1]))
-    for k in ("power", "compare", "report", "micro"):
+    for k in ("power", "compare", "report", "micro", "agent"):
         print(f"== {k} (exit {made[k].exit_code})\n{made[k].output}")

@@ -43,6 +43,20 @@ def test_get_put_keys_and_first_writer_wins(tmp_path):
     assert mode == "wal"
 
 
+def test_a_scope_keeps_answers_to_the_caller_that_asked(tmp_path):
+    """The judge's cache is scoped (endpoint, judge files): the same model name and request
+    from another judge is a miss, and an unscoped cache sees neither scoped entry."""
+    path = tmp_path / "judge.sqlite"
+    with ResponseCache(path, scope="judge-at-8080") as a:
+        a.put("judge-model", "h", 0, {"text": "SCORE: 5 REASON: a"}, 0.1)
+        assert a.get("judge-model", "h", 0)["text"] == "SCORE: 5 REASON: a"
+    with ResponseCache(path, scope="judge-at-9090") as b:
+        assert b.get("judge-model", "h", 0) is None
+        b.put("judge-model", "h", 0, {"text": "SCORE: 1 REASON: b"}, 0.1)
+    assert ResponseCache(path, scope="judge-at-8080").get("judge-model", "h", 0)["text"].endswith("a")
+    assert ResponseCache(path).get("judge-model", "h", 0) is None
+
+
 _WRITER = """
 import sys
 from evalkit.cache import ResponseCache
@@ -107,3 +121,53 @@ def test_replay_only_miss_is_an_error_and_a_hit_is_free(tmp_path):
                            progress=False)
         assert srv.stats["requests"] == n
     assert replay.complete and replay.spend_usd == 0 and replay.exit_code == 0
+
+
+def test_answers_are_replayed_only_to_the_endpoint_that_gave_them(tmp_path):
+    """Two servers serving the same model name: the second run used to replay the
+    first server's cached answers and record them as its samples."""
+    suite = write_suite(tmp_path / "suite", 2)
+    runs = tmp_path / "runs"
+    with ScriptedServer({"rules": [{"match": "Peru", "text": "Lima"}]}) as a, \
+            ScriptedServer({"rules": [{"match": "Peru", "text": "Cusco"}]}) as b:
+        first = run_suite(suite, runs_dir=runs, base_url=a.base_url, progress=False)
+        other = run_suite(suite, runs_dir=runs, base_url=b.base_url, progress=False)
+        assert b.stats["requests"] == 12  # asked, not replayed from a's answers
+        again = run_suite(suite, runs_dir=runs, base_url=a.base_url + "/", progress=False)  # the same endpoint
+        assert a.stats["requests"] == 12
+    assert set(load_run(first.path).samples.output) == {"Lima"}
+    assert set(load_run(other.path).samples.output) == {"Cusco"} and other.avoided_usd == 0
+    assert set(load_run(again.path).samples.output) == {"Lima"} and again.spend_usd == 0
+
+
+def test_entries_without_an_endpoint_stay_readable_and_are_misses_for_an_endpoint(tmp_path):
+    """A cache file from before (entries keyed without an endpoint: the judge's are still
+    written so) answers a lookup without an endpoint as before; a lookup for an endpoint
+    does not take them, since nothing says which server gave them."""
+    import sqlite3
+
+    path = tmp_path / "old.sqlite"
+    with sqlite3.connect(path) as conn:  # the table as evalkit wrote it before the endpoint key
+        conn.execute("CREATE TABLE responses (model TEXT NOT NULL, request_hash TEXT NOT NULL, sample_index "
+                     "INTEGER NOT NULL, response TEXT NOT NULL, cost_usd REAL NOT NULL, created REAL NOT NULL, "
+                     "PRIMARY KEY (model, request_hash, sample_index))")
+        conn.execute("INSERT INTO responses VALUES ('m', 'h', 0, '{\"text\": \"old\"}', 0.5, 0)")
+    with ResponseCache(path) as cache:
+        assert cache.get("m", "h", 0) == {"text": "old", "cost_usd": 0.5}
+        assert cache.get("m", "h", 0, endpoint="http://127.0.0.1:1/v1") is None
+        cache.put("m", "h", 0, {"text": "new"}, 0.25, endpoint="http://127.0.0.1:1/v1")
+        cache.put("m", "h", 0, {"text": "other server"}, 0.25, endpoint="http://127.0.0.1:2/v1")
+    with ResponseCache(path) as cache:
+        assert cache.get("m", "h", 0, endpoint="http://127.0.0.1:1/v1")["text"] == "new"
+        assert cache.get("m", "h", 0, endpoint="http://127.0.0.1:2/v1")["text"] == "other server"
+        assert cache.get("m", "h", 0)["text"] == "old" and len(cache) == 3
+
+
+def test_the_endpoint_key_is_the_normalized_base_url():
+    from evalkit.endpoints import endpoint_key
+
+    assert endpoint_key("HTTP://LocalHost:80/v1/") == endpoint_key("http://localhost/v1") == "http://localhost/v1"
+    assert endpoint_key("https://api.example.org:443/v1") == "https://api.example.org/v1"
+    assert endpoint_key("http://127.0.0.1:8080/v1") != endpoint_key("http://localhost:8080/v1")
+    assert endpoint_key("http://[::1]:9/v1/") == "http://[::1]:9/v1"
+    assert endpoint_key("http://127.0.0.1:1/v1") != endpoint_key("http://127.0.0.1:2/v1")

@@ -150,18 +150,22 @@ def test_gate_pass_and_compare(pipeline, tmp_path, monkeypatch):
     cases = read_junit(tmp_path / "c.xml")
     assert list(cases)[-1] == "verdict" and len(cases) == 11
     votes = dict(v["case_votes"])
-    for cid, vote in votes.items():
-        assert cases[cid].is_failure == (vote == "loss") and cases[cid].is_error == (vote == "errored")
+    # no --fail-on: the verdict is the output, not a failure, and the document is green as
+    # the exit status is; each case's vote is its output
+    assert all(c.is_passed for c in cases.values())
     lost = [cid for cid, vote in votes.items() if vote == "loss"]
-    assert lost and cases[lost[0]].result[0].message.startswith("the treatment lost this case (baseline ")
-    assert cases["verdict"].is_passed  # no --fail-on: the verdict is the output, not a failure
+    assert lost and cases[lost[0]].system_out.startswith("the treatment lost this case (baseline ")
     md = (tmp_path / "c.md").read_text()
     assert md.startswith(f"## evalkit compare: verdict {v['kind']}\n")
     assert f"| guided | base | {v['wins']}W / {v['ties']}T / {v['losses']}L |" in md
     assert "**Plan check:** no pre-registered plan" in md and lost[0] in md.split("**Top failures**")[1]
     res = cli("compare", runs["bad"], "--baseline", "base", "--treatment", "guided", "--fail-on", v["kind"],
               "--junit", tmp_path / "c2.xml")
-    assert res.exit_code == 1 and read_junit(tmp_path / "c2.xml")["verdict"].is_failure
+    failed = read_junit(tmp_path / "c2.xml")
+    assert res.exit_code == 1 and failed["verdict"].is_failure
+    for cid, vote in votes.items():  # red: the lost cases say why
+        assert failed[cid].is_failure == (vote == "loss") and failed[cid].is_error == (vote == "errored")
+    assert failed[lost[0]].result[0].message.startswith("the treatment lost this case (baseline ")
 
 
 def test_eval_file_junit_failures_and_gate_none(tmp_path):
@@ -206,3 +210,43 @@ def test_junit_carries_hostile_text_as_valid_xml(tmp_path):
     msg = cases["c1"].result[0].message
     assert msg == "bad [31m <failure/> ]]> & \"quotes\"  end"
     assert cases["c2"].is_error and cases["c3"].is_skipped and cases["c4"].is_passed
+
+
+TOKEN = "ghp_" + "Zq8rT2mVx9LkPw4Hn7Jc3Ba6Ys5Ud1Ef0GiK"  # GitHub's classic token format: 36 characters
+
+
+def test_ci_outputs_never_publish_a_secret_a_model_leaked(pipeline, tmp_path):
+    """A check's reason quotes the output (`exact: output 'the admin token is ghp_...'
+    != expected 'Paris'`): it went into the top-failures table of $GITHUB_STEP_SUMMARY
+    and the JUnit message as is. Now both show the placeholder."""
+    suite = _pipeline_suite(tmp_path / "evals" / "exact", 6)
+    cases = [json.loads(x) for x in (suite / "cases.jsonl").read_text().splitlines()]
+    (suite / "cases.jsonl").write_text("".join(json.dumps({**c, "checks": [{"kind": "exact"}]}) + "\n"
+                                               for c in cases))
+    with ScriptedServer(GOOD) as srv:
+        r = cli("run", suite, "--base-url", srv.base_url, "--no-progress", "--no-cache")
+    assert cli("grade", run_folder(r.stdout)).exit_code in (0, 1)
+    assert cli("baseline", "accept", run_folder(r.stdout), "--arm", "guided").exit_code == 0
+    leaky = {"rules": [{"match": ["Answer in one word", "France 0?"], "text": f"the admin token is {TOKEN}"}]
+             + GOOD["rules"]}
+    with ScriptedServer(leaky) as srv:
+        r = cli("run", suite, "--base-url", srv.base_url, "--no-progress", "--no-cache")
+        assert r.exit_code == 0, r.output
+    run = run_folder(r.stdout)
+    g = cli("grade", run)
+    assert "[HIGH] privacy" in g.output and TOKEN not in g.output
+    assert TOKEN in (run / "grades.jsonl").read_text()  # the reason quotes it in the private run folder
+    junit, md = tmp_path / "gate.xml", tmp_path / "gate.md"
+    res = cli("gate", run, "--baseline", suite / "baseline.json", "--arm", "guided", "--junit", junit,
+              "--markdown", md)
+    assert res.exit_code == 0, res.output  # one case of six: within noise; its failure is still listed
+    text = md.read_text()
+    top = text.split("**Top failures**")[1]
+    assert "case-00" in top and "the admin token is &lt;API\\_KEY&gt;" in top, top
+    for path in (junit, md):
+        assert TOKEN not in path.read_text() and "ghp_" not in path.read_text()
+    read_junit(junit)  # still a valid document
+    # the run's own JUnit and Markdown, and compare's, go through the same writers
+    from evalkit import ciout
+    assert TOKEN not in ciout.junit_xml(ciout.CiReport("t", False, TOKEN, (ciout.TestCase(
+        TOKEN, "c", "failure", f"output {TOKEN}", f"detail {TOKEN}"),), (md_escape(TOKEN),))).decode()

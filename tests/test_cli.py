@@ -30,3 +30,16 @@ def test_a_quick_command_does_not_import_the_notebook_stack() -> None:
 def test_unknown_command_is_a_usage_error() -> None:
     res = CliRunner().invoke(cli.main, ["frobnicate"])
     assert res.exit_code == 2 and "No such command" in res.output
+
+
+def test_an_error_message_quoting_a_control_sequence_is_printed_inert(tmp_path) -> None:
+    """Error messages quote what a user's file or an endpoint said (here an arm name
+    from the command line): the terminal sees escapes, never the sequence itself."""
+    from conftest import write_engine_suite
+
+    suite = write_engine_suite(tmp_path / "s", [{"id": "c1", "input": "France?", "expected": "Paris",
+                                                 "tags": ["t"]}])
+    res = CliRunner().invoke(cli.main, ["run", str(suite), "--arms", "base,\x1b]0;PWNED\x07", "--base-url",
+                                        "http://127.0.0.1:9/v1"])
+    assert res.exit_code == 2 and "unknown arm" in res.stderr
+    assert "\x1b" not in res.stderr and "\\x1b]0;PWNED\\x07" in res.stderr

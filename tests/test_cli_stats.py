@@ -249,3 +249,30 @@ def test_end_to_end_run_grade_compare_gate(tmp_path, monkeypatch):
     res = json.loads(gate.stdout)
     assert gate.returncode == 1 and res["read_rates"] is False and res["reasons"][0].startswith("INCOMPLETE")
     assert (suite / "baseline.json").read_text() == before
+
+
+def test_compare_never_prints_an_endpoints_control_sequences(tmp_path, monkeypatch):
+    """An HTTP 400 whose message holds a terminal escape (`\\x1b]0;PWNED-TITLE\\x07` sets
+    the window title): it reached the terminal raw through the verdict's problems.
+    Now every line is printable: the sequence shown as escapes, never run."""
+    from test_client import HostileServer, completion_body
+
+    monkeypatch.setenv("EVALKIT_TEST_KEY", "test")
+    suite = _pipeline_suite(tmp_path / "evals" / "capitals", 4)
+    hostile = "bad \x1b]0;PWNED-TITLE\x07 request \u202e"
+
+    def answer(body):
+        if "France 1?" in body.get("prompt", "") and "Answer in one word" in body["prompt"]:
+            return 400, {"error": {"message": hostile, "type": "invalid_request_error"}}
+        return completion_body("Paris")
+
+    with HostileServer(answer) as srv:
+        r = cli("run", str(suite), "--base-url", srv.base_url, "--no-progress", "--no-cache")
+    assert r.exit_code == 1, r.output  # the case's guided samples errored
+    run = r.stdout.split("run folder: ")[1].splitlines()[0].strip()
+    assert cli("grade", run).exit_code in (0, 1)
+    res = cli("compare", run, "--baseline", "base", "--treatment", "guided")
+    assert res.exit_code == 0, res.output
+    assert "PWNED-TITLE" in res.output  # the problem is shown ...
+    assert "\x1b" not in res.output and "\x07" not in res.output and "\u202e" not in res.output  # ... inert
+    assert "\\x1b]0;PWNED-TITLE\\x07" in res.output

@@ -1,14 +1,13 @@
 """The evaluation dataset contract (issue 7): `evalkit dataset validate | new | sample |
 to-suite`. Fixtures are built here, written to a temporary working directory, and run
-through the real CLI; each validation asserts its exit code, the shape of what it
-printed, and that it finished well under a second."""
+through the real CLI; each validation asserts its exit code and the shape of what it
+printed. How long validation takes is measured in benchmarks/bench_dataset.py, not here."""
 from __future__ import annotations
 
 import csv
 import io
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,6 @@ POPS = ["Field technician", "Dispatcher", "New hire"]
 HEADER = ["id", "query", "expected_response", "category", "difficulty", "populations",
           "tools_expected", "source_reference", "needs_sme_review", "notes"]
 SECRET = "SECRET-PAIR-CONTENT-7731"
-FAST_S = 1.0  # every validation of a fixture, hostile ones included
 
 
 # --- builders ------------------------------------------------------------------------------
@@ -101,15 +99,13 @@ class Workspace:
         self.write("d.csv", csv_text)
 
     def cli(self, *args: str):
-        t0 = time.perf_counter()
-        result = self.runner.invoke(main, list(args), catch_exceptions=False)
-        return result, time.perf_counter() - t0
+        return self.runner.invoke(main, list(args), catch_exceptions=False)
 
     def validate(self, json_name: str = "d.json", csv_name: str = "d.csv"):
-        """(exit code, parsed stdout or None, stderr, seconds)."""
-        r, dt = self.cli("dataset", "validate", "--json", json_name, "--csv", csv_name)
+        """(exit code, parsed stdout or None, stderr)."""
+        r = self.cli("dataset", "validate", "--json", json_name, "--csv", csv_name)
         payload = json.loads(r.stdout) if r.stdout.strip() else None
-        return r.exit_code, payload, r.stderr, dt
+        return r.exit_code, payload, r.stderr
 
 
 @pytest.fixture
@@ -119,29 +115,26 @@ def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Workspace:
 
 
 def assert_valid(ws: Workspace) -> None:
-    code, out, err, dt = ws.validate()
+    code, out, err = ws.validate()
     assert (code, out, err) == (0, {"valid": True, "errors": []}, "")
-    assert dt < FAST_S
 
 
 def invalid(ws: Workspace) -> list[str]:
     """Run validate expecting a contract failure (exit 1); return the diagnostics."""
-    code, out, err, dt = ws.validate()
+    code, out, err = ws.validate()
     assert code == 1, (code, out, err)
     assert set(out) == {"valid", "errors"} and out["valid"] is False and out["errors"]
     assert all(isinstance(e, str) for e in out["errors"]) and len(out["errors"]) <= 50
     assert err == ""
-    assert dt < FAST_S
     return out["errors"]
 
 
 def exit2(ws: Workspace, json_name: str = "d.json", csv_name: str = "d.csv") -> str:
     """Run validate expecting an exit-2 error: message on stderr only."""
-    code, out, err, dt = ws.validate(json_name, csv_name)
+    code, out, err = ws.validate(json_name, csv_name)
     assert code == 2, (code, out, err)
     assert out is None  # nothing on stdout
     assert err.startswith("error: ") or "Usage:" in err
-    assert dt < FAST_S
     return err
 
 
@@ -711,7 +704,7 @@ def test_json_parse_errors_are_exit_2(ws):
 def test_missing_file_and_missing_option(ws):
     ws.put(mkdataset(basic_pairs()))
     assert "file not found" in exit2(ws, json_name="nope.json")
-    r, _ = ws.cli("dataset", "validate", "--json", "d.json")
+    r = ws.cli("dataset", "validate", "--json", "d.json")
     assert r.exit_code == 2 and r.stdout == "" and "--csv" in r.stderr
 
 
@@ -775,7 +768,7 @@ def source_pairs(n_per_level: int = 3) -> str:
 
 def test_new_writes_both_forms_from_one_source(ws):
     ws.write("src.yaml", SOURCE_YAML.format(pairs=source_pairs()))
-    r, _ = ws.cli("dataset", "new", "src.yaml", "--json", "d.json", "--csv", "d.csv")
+    r = ws.cli("dataset", "new", "src.yaml", "--json", "d.json", "--csv", "d.csv")
     assert r.exit_code == 0, r.stderr
     assert "metadata.total_pairs" in r.stderr  # the source's stale count was recomputed
     doc = json.loads((ws.root / "d.json").read_text())
@@ -787,7 +780,7 @@ def test_new_writes_both_forms_from_one_source(ws):
     assert [p["id"] for p in doc["evaluation_pairs"]][:3] == ["001", "002", "003"]
     assert "'=Observable" in (ws.root / "d.csv").read_text()  # escaped for spreadsheets
     assert_valid(ws)
-    r, _ = ws.cli("dataset", "new", "src.yaml", "--json", "d.json", "--csv", "d.csv")
+    r = ws.cli("dataset", "new", "src.yaml", "--json", "d.json", "--csv", "d.csv")
     assert r.exit_code == 2 and "refusing to overwrite" in r.stderr
 
 
@@ -797,7 +790,7 @@ def test_new_writes_files_with_ordinary_permissions(ws):
     ws.write("src.yaml", SOURCE_YAML.format(pairs=source_pairs()))
     old = os.umask(0o022)
     try:
-        r, _ = ws.cli("dataset", "new", "src.yaml", "--json", "d.json", "--csv", "d.csv")
+        r = ws.cli("dataset", "new", "src.yaml", "--json", "d.json", "--csv", "d.csv")
     finally:
         os.umask(old)
     assert r.exit_code == 0, r.stderr
@@ -808,7 +801,7 @@ def test_new_writes_files_with_ordinary_permissions(ws):
 def test_new_refuses_an_invalid_source_and_writes_nothing(ws):
     ws.write("src.yaml", SOURCE_YAML.format(pairs=source_pairs()).replace("source_reference: manual.txt",
                                                                           "notes: no source"))
-    r, _ = ws.cli("dataset", "new", "src.yaml", "--json", "d.json", "--csv", "d.csv")
+    r = ws.cli("dataset", "new", "src.yaml", "--json", "d.json", "--csv", "d.csv")
     assert r.exit_code == 2 and r.stdout == ""
     assert "a grounding pair needs a source_reference" in r.stderr
     assert not (ws.root / "d.json").exists() and not (ws.root / "d.csv").exists()
@@ -817,13 +810,13 @@ def test_new_refuses_an_invalid_source_and_writes_nothing(ws):
 
 def test_new_refuses_yaml_aliases(ws):
     ws.write("src.yaml", "a: &x [1, 2]\nb: *x\n")
-    r, _ = ws.cli("dataset", "new", "src.yaml", "--json", "d.json", "--csv", "d.csv")
+    r = ws.cli("dataset", "new", "src.yaml", "--json", "d.json", "--csv", "d.csv")
     assert r.exit_code == 2 and "aliases are not allowed" in r.stderr
 
 
 def make_source_dataset(ws: Workspace, n_per_level: int = 4) -> None:
     ws.write("src.yaml", SOURCE_YAML.format(pairs=source_pairs(n_per_level)))
-    r, _ = ws.cli("dataset", "new", "src.yaml", "--json", "d.json", "--csv", "d.csv")
+    r = ws.cli("dataset", "new", "src.yaml", "--json", "d.json", "--csv", "d.csv")
     assert r.exit_code == 0, r.stderr
 
 
@@ -840,7 +833,7 @@ def test_sample_is_stratified_seeded_and_advances_review_state(ws):
              for lvl in ("easy", "grounding", "hard", "negative", "safety")}
     assert sizes == dict.fromkeys(sizes, 4)  # proportional: 20 of 30, equal strata
 
-    r, _ = ws.cli("dataset", "sample", "--json", "d.json", "--csv", "d.csv", "--out", "review.csv",
+    r = ws.cli("dataset", "sample", "--json", "d.json", "--csv", "d.csv", "--out", "review.csv",
                   "--size", "8", "--seed", "1")
     assert r.exit_code == 0, r.stderr
     sheet = list(csv.DictReader(io.StringIO((ws.root / "review.csv").read_text(), newline="")))
@@ -848,16 +841,16 @@ def test_sample_is_stratified_seeded_and_advances_review_state(ws):
     assert all(row["review_feedback"] == "" and row["expected_response"].startswith("'=") for row in sheet)
     assert json.loads((ws.root / "d.json").read_text())["metadata"]["review_state"] == "sampled"
     assert_valid(ws)
-    r, _ = ws.cli("dataset", "sample", "--json", "d.json", "--csv", "d.csv", "--confirm")
+    r = ws.cli("dataset", "sample", "--json", "d.json", "--csv", "d.csv", "--confirm")
     assert r.exit_code == 0 and "confirmed" in r.stdout
     assert json.loads((ws.root / "d.json").read_text())["metadata"]["review_state"] == "confirmed"
-    r, _ = ws.cli("dataset", "sample", "--json", "d.json", "--csv", "d.csv", "--out", "again.csv")
+    r = ws.cli("dataset", "sample", "--json", "d.json", "--csv", "d.csv", "--out", "again.csv")
     assert r.exit_code == 2 and "already confirmed" in r.stderr
 
 
 def test_confirm_needs_a_sampled_dataset(ws):
     make_source_dataset(ws)
-    r, _ = ws.cli("dataset", "sample", "--json", "d.json", "--csv", "d.csv", "--confirm")
+    r = ws.cli("dataset", "sample", "--json", "d.json", "--csv", "d.csv", "--confirm")
     assert r.exit_code == 2 and "review_state is draft" in r.stderr
     assert json.loads((ws.root / "d.json").read_text())["metadata"]["review_state"] == "draft"
 
@@ -873,7 +866,7 @@ def test_small_sample_still_covers_each_population_first(ws):
 def test_to_suite_maps_pairs_to_cases(ws):
     make_source_dataset(ws, 2)
     ws.write("ctx/manual.txt", "Hold the red button for five seconds.")
-    r, _ = ws.cli("dataset", "to-suite", "--json", "d.json", "--csv", "d.csv", "--out", "evals/fs",
+    r = ws.cli("dataset", "to-suite", "--json", "d.json", "--csv", "d.csv", "--out", "evals/fs",
                   "--context-dir", "ctx")
     assert r.exit_code == 0, r.stderr
     cases = [json.loads(line) for line in (ws.root / "evals/fs/cases.jsonl").read_text().splitlines()]
@@ -900,18 +893,18 @@ def test_to_suite_refuses_an_invalid_dataset(ws):
     doc = json.loads((ws.root / "d.json").read_text())
     doc["metadata"]["total_pairs"] = 1
     ws.write("d.json", json.dumps(doc))
-    r, _ = ws.cli("dataset", "to-suite", "--json", "d.json", "--csv", "d.csv", "--out", "evals/fs")
+    r = ws.cli("dataset", "to-suite", "--json", "d.json", "--csv", "d.csv", "--out", "evals/fs")
     assert r.exit_code == 2 and "dataset is not valid" in r.stderr
     assert not (ws.root / "evals").exists()
 
 
 def test_end_to_end_new_validate_to_suite_lint(ws):
     make_source_dataset(ws, 3)
-    code, out, err, _ = ws.validate()
+    code, out, err = ws.validate()
     assert (code, out) == (0, {"valid": True, "errors": []})
-    r, _ = ws.cli("dataset", "to-suite", "--json", "d.json", "--csv", "d.csv", "--out", "evals/field-service")
+    r = ws.cli("dataset", "to-suite", "--json", "d.json", "--csv", "d.csv", "--out", "evals/field-service")
     assert r.exit_code == 0, r.stderr
-    r, _ = ws.cli("lint", "evals/field-service")
+    r = ws.cli("lint", "evals/field-service")
     assert r.exit_code == 0, r.stderr
     assert "0 error(s)" in r.stdout
     from evalkit.loader import load_suite
@@ -930,7 +923,7 @@ def test_converted_suite_runs_through_sampler_and_graders(ws, monkeypatch):
 
     make_source_dataset(ws, 1)
     ws.write("ctx/manual.txt", "Hold the red button for five seconds.")
-    r, _ = ws.cli("dataset", "to-suite", "--json", "d.json", "--csv", "d.csv", "--out", "evals/fs",
+    r = ws.cli("dataset", "to-suite", "--json", "d.json", "--csv", "d.csv", "--out", "evals/fs",
                   "--context-dir", "ctx")
     assert r.exit_code == 0, r.stderr
     monkeypatch.setenv("EVALKIT_API_KEY", "local")

@@ -171,3 +171,47 @@ def test_the_python_api_refuses_a_run_with_no_base_url_and_writes_nothing(tmp_pa
     from evalkit.records import Price
     with pytest.raises(InputError, match="never falls back"):
         ModelClient(GEN, Price(1.0, 1.0), Ledger(1.0), max_tokens_in=8, max_tokens_out=8)
+
+
+@pytest.mark.parametrize("source", ["override", "env", "config", "served"])
+def test_a_base_url_no_request_can_go_to_is_refused_naming_its_source(source, monkeypatch, tmp_path):
+    bad = "http://u:p4ssw0rd@127.0.0.1:9/v1"
+    endpoint = Endpoint("gen-model", bad if source == "config" else None, "K")
+    if source == "env":
+        monkeypatch.setenv(GENERATOR_URL_ENV, bad)
+    if source == "served":
+        _served(monkeypatch, bad, None)
+        endpoint = Endpoint("judge-model", None, "K")
+    with pytest.raises(InputError) as e:
+        resolve_base_url("judge" if source == "served" else "generator", endpoint,
+                         bad if source == "override" else None, config_path=tmp_path / "config.json")
+    msg = str(e.value)
+    assert "credentials" in msg and "p4ssw0rd" not in msg and "http://u:***@127.0.0.1:9/v1" in msg
+    named = {"override": "--base-url", "env": GENERATOR_URL_ENV, "config": "$.generator.base_url",
+             "served": SERVED_ENV}[source]
+    assert named in msg
+    if source == "config":
+        assert e.value.json_path == "$.generator.base_url" and str(tmp_path / "config.json") in msg
+
+
+@pytest.mark.parametrize("env, args, named", [
+    ({"EVALKIT_TEST_KEY": "sk-abc123\n"}, [], "EVALKIT_TEST_KEY"),
+    ({"EVALKIT_TEST_KEY": "sk-abc123"}, ["--base-url", "http://u:p4ssw0rd@{host}/v1"], "--base-url"),
+    ({"EVALKIT_TEST_KEY": "sk-abc123"}, ["--base-url", "ftp://{host}/v1"], "scheme 'ftp'"),
+])
+def test_a_run_that_could_send_nothing_exits_2_before_writing_anything(tmp_path, env, args, named):
+    """Before the fix each of these made every key "malformed response" (or "connection
+    error") at its worst case until the cap was spent, the server receiving nothing."""
+    from evalkit.serve import ScriptedServer
+    suite = write_engine_suite(tmp_path / "suite", CASES)
+    with ScriptedServer({"default": {"text": "Paris"}}) as srv:
+        host = srv.base_url.split("//")[1].split("/")[0]
+        args = [a.format(host=host) for a in args] or ["--base-url", srv.base_url]
+        full = {**{k: v for k, v in os.environ.items() if not k.startswith("EVALKIT_")}, **env}
+        proc = subprocess.run([sys.executable, "-m", "evalkit.cli", "run", str(suite), "--no-progress",
+                               "--runs-dir", str(tmp_path / "runs"), *args],
+                              env=full, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert srv.stats["requests"] == 0
+    assert proc.returncode == 2, proc.stderr
+    assert named in proc.stderr and "p4ssw0rd" not in proc.stderr + proc.stdout and "sk-abc" not in proc.stderr
+    assert not (tmp_path / "runs").exists()  # nothing written

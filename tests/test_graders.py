@@ -25,7 +25,7 @@ def make_sample(output: str, tool_calls=()) -> Sample:
 
 def test_registry_has_the_stable_names():
     assert set(GRADERS) == {"exact", "contains", "regex", "json_schema", "tool_calls", "grounding", "refusal",
-                            "activation", "scorer"}
+                            "activation", "scorer", "forbidden_tools", "max_turns", "tool_errors", "skill_activation"}
 
 
 # ---------------------------------------------------------------- exact / contains
@@ -399,3 +399,63 @@ def test_regex_timeout_cannot_be_switched_off():
     for bad in (None, 0, -1, "1", 1e9):
         with pytest.raises(InputError, match="timeout_s"):
             regex("abc", pattern="b", timeout_s=bad)
+
+
+# -------------------------------------------------------------- trajectory checks
+
+TRACE = [{"name": "search", "arguments": {"q": "a"}}, {"name": "read", "arguments": '{"path": "x"}'},
+         {"name": "search", "arguments": {"q": "b"}}]
+
+
+def test_tool_call_trace_modes_across_every_turn():
+    tc = GRADERS["tool_calls"]
+    want = [{"name": "search", "arguments": {"q": "b"}}, {"name": "search", "arguments": {"q": "a"}}]
+    assert not tc(calls=want, trace=TRACE).passed  # exact: same calls, same order
+    assert not tc(calls=want, trace=TRACE, mode="any_order").passed  # the read call is extra
+    assert tc(calls=want + [{"name": "read", "arguments": {"path": "x"}}], trace=TRACE, mode="any_order").passed
+    assert tc(calls=want, trace=TRACE, mode="subset_any_order").passed
+    r = tc(calls=want, trace=TRACE, mode="subset")
+    assert not r.passed and r.reason.startswith("expected call 2 (search")  # b comes after a: not in order
+    assert tc(calls=want[::-1], trace=TRACE, mode="subset").passed
+    assert tc(calls=[{"name": "search", "arguments": {"q": "zzz"}}] * 2, trace=[TRACE[0], TRACE[2]],
+              mode="any_order", ignore_args=["search.q"]).passed
+    r = tc(calls=[TRACE[0], TRACE[0]], trace=TRACE, mode="subset_any_order")
+    assert not r.passed and "expected call 2" in r.reason  # one made call cannot stand for two
+
+
+def test_forbidden_tools_by_name_or_by_arguments():
+    fb = GRADERS["forbidden_tools"]
+    assert fb(tools=["send_email"], trace=TRACE).passed
+    r = fb(tools=["read"], trace=TRACE)
+    assert not r.passed and r.reason == 'call 2 is to forbidden tool read {"path": "x"}'
+    assert fb(calls=[{"name": "search", "arguments": {"q": "c"}}], trace=TRACE).passed
+    r = fb(calls=[{"name": "search", "arguments": {"q": "b"}}], trace=TRACE)
+    assert not r.passed and r.reason.startswith("call 3 is a forbidden call search")
+
+
+def test_max_turns_and_tool_errors():
+    assert GRADERS["max_turns"](max=2, turns=2).passed and GRADERS["max_turns"](max=1).passed  # a prompt: one call
+    r = GRADERS["max_turns"](max=2, turns=3)
+    assert not r.passed and r.reason == "3 model calls, more than max 2"
+    assert GRADERS["tool_errors"](errors=[]).passed
+    r = GRADERS["tool_errors"](errors=[{"name": "w", "error": "no fixture"}])
+    assert not r.passed and r.reason == "1 tool error(s), more than max 0: w: no fixture"
+    assert GRADERS["tool_errors"](max=1, errors=[{"name": "w", "error": "x"}]).passed
+
+
+def test_skill_activation_by_a_preflight_line_a_read_of_its_file_or_its_text_sent():
+    sa = GRADERS["skill_activation"]
+    assert sa("PRE-FLIGHT: using skill weather-lookup\nIt rains.", skill="weather-lookup").passed
+    assert sa("ok", skill="weather-lookup", texts=["Preflight check, weather-lookup loaded", "ok"]).passed
+    r = sa("PRE-FLIGHT: using skill other", skill="weather-lookup")
+    assert not r.passed and r.name == "activation" and "did not activate" in r.reason
+    read = [{"name": "read_file", "arguments": {"path": "skills/weather-lookup/SKILL.md"}}]
+    assert sa("", skill="weather-lookup", trace=read).passed
+    body = "---\nname: w\n---\n# Weather lookup\nAlways call get_weather before you answer.\n"
+    sent = "You are an agent.\n# Weather lookup\n  Always call get_weather before you answer.\nQuestion: ..."
+    assert sa("", skill="weather-lookup", skill_text=body, sent=sent).passed
+    assert not sa("", skill="weather-lookup", skill_text=body, sent="You are an agent.").passed
+    # an arm without the skill must not claim it
+    r = sa("PRE-FLIGHT: using skill weather-lookup", skill="weather-lookup", expect=False)
+    assert not r.passed and r.reason.endswith("a pre-flight line names it")
+    assert sa("PRE-FLIGHT: skill x", preflight=r"^PRE-FLIGHT: skill x$").passed

@@ -61,7 +61,11 @@ JUDGE_SCRIPT = {
 
 
 def write_suite(root: Path, *, judge_model: str = "judge-model", allow_same: bool = False,
-                cases: list[dict] = CASES, seed: int | None = 7, judge_files: bool = True) -> Path:
+                cases: list[dict] = CASES, seed: int | None = 7, judge_files: bool = True,
+                opt_out: bool = True, extra: dict | None = None) -> Path:
+    """A suite on disk. `opt_out` (allow_uncalibrated_judge) lets the judge count without
+    human labels: the tests that are not about calibration use it; tests/test_calibration.py
+    grades without it."""
     suite = root / "suite"
     (suite / "judge").mkdir(parents=True)
     config = {
@@ -79,6 +83,9 @@ def write_suite(root: Path, *, judge_model: str = "judge-model", allow_same: boo
         config["seed"] = seed
     if allow_same:
         config["allow_same_judge_model"] = True
+    if opt_out:
+        config["allow_uncalibrated_judge"] = True
+    config.update(extra or {})
     (suite / "config.json").write_text(json.dumps(config), encoding="utf-8")
     (suite / "prompt.txt").write_text("Q: ${input}\nA:", encoding="utf-8")
     (suite / "system.txt").write_text(GEN_SYSTEM, encoding="utf-8")
@@ -306,7 +313,11 @@ def test_cli_grade_and_judge_sample(tmp_path, judge_server):
     assert len(items) == 4 and all(i["score"] is None and "judge_score" not in i for i in items)
     assert all(i["item"].split("/")[0] in ("open-1", "inject") for i in items)
     again = runner.invoke(main, ["judge", "sample", str(run), "-n", "4", "--seed", "3"])
-    assert again.stdout == res.stdout
+
+    def undated(text: str) -> list[dict]:  # the same draw; only the time it was drawn differs
+        return [{k: v for k, v in json.loads(ln).items() if k != "drawn"} for ln in text.splitlines()]
+
+    assert undated(again.stdout) == undated(res.stdout)
     res = runner.invoke(main, ["grade"])
     assert res.exit_code == 2
 
@@ -572,3 +583,135 @@ def test_judge_text_with_lone_surrogates_and_controls_is_stored_and_read_back(tm
     assert out.stdout.isascii() and "\x1b" not in out.stdout  # safe on a terminal ...
     items = [json.loads(ln) for ln in out.stdout.splitlines()]
     assert "ANSWER-GOOD lone \ud800 Seine" in {i["output"] for i in items}  # ... and read back equal
+
+
+def test_the_judge_cache_is_keyed_by_endpoint_and_judge_files(tmp_path, judge_server):
+    suite = write_suite(tmp_path)
+    run = write_run(tmp_path, suite)
+    grade_run(run, judge_base_url=judge_server.base_url)
+    assert judge_server.stats["requests"] == 5
+    with ScriptedServer(JUDGE_SCRIPT) as other:  # the same model name served elsewhere
+        again = grade_run(run, judge_base_url=other.base_url)
+    assert other.stats["requests"] == 5 and again.summary.cache_hits == 0
+    assert grade_run(run, judge_base_url=judge_server.base_url).summary.cache_hits == 5  # its own answers
+    (suite / "judge" / "prompt-v1.md").write_text(JUDGE_PROMPT_TEMPLATE + "\nBe strict.\n", encoding="utf-8")
+    grade_run(run, judge_base_url=judge_server.base_url)
+    assert judge_server.stats["requests"] == 10  # other judge files: asked again
+
+
+def test_a_held_judge_result_leaves_a_failed_check_failed_and_an_unknown_pass_unknown(tmp_path, judge_server):
+    cases = [{"id": "both", "input": "Describe Paris", "expected": {"rubric": "Mentions the Seine"},
+              "tags": ["open"], "checks": [{"kind": "contains", "value": "Seine"}]}]
+    suite = write_suite(tmp_path, cases=cases, opt_out=False)
+    run = write_run(tmp_path, suite, {"both": ["ANSWER-GOOD Seine", "ANSWER-GOOD no river", "ANSWER-MEH Seine"]})
+    res = grade_run(run, judge_base_url=judge_server.base_url)
+    g = grades(run)
+    first, second, third = (g[("both", "baseline", i)] for i in range(3))
+    assert first["passed"] is None and first["judge_passed"] is True and first["judge_held"]
+    assert second["passed"] is False and second["judge_held"]  # the contains check failed: no judge could pass it
+    assert third["passed"] is None and third["judge_passed"] is False and third["judge_score"] == 3
+    assert all(c["name"] != "judge" for line in g.values() for c in line["checks"])
+    m = res.summary.overall
+    assert (m.n_graded, m.n_held, m.n_errored, m.sample_pass_rate) == (3, 2, 0, 0.0)
+    assert res.complete and res.exit_code == 1 and res.held == 2
+    assert res.summary.judge_trust is not None and not res.summary.judge_trust.trusted
+
+
+def test_pairwise_compares_trajectories_when_both_arms_have_them(tmp_path):
+    script = {"model": "judge-model", "rules": [
+        {"match": "trajectory A>>>", "text": "WINNER: TIE REASON: same route"},
+        {"match": "Output A:", "text": "WINNER: A REASON: outputs"}],
+        "default": {"text": "SCORE: 4 REASON: fine"}}
+    cases = [c for c in CASES if c["id"] == "open-1"]
+    suite = write_suite(tmp_path, cases=cases)
+    run = write_run(tmp_path, suite, {"open-1": ["ANSWER one", "ANSWER two", "ANSWER three"]},
+                    arms=("baseline", "treatment"))
+    for arm in ("baseline", "treatment"):
+        t = run / "trajectories" / "open-1" / arm / "sample-1.jsonl"  # index 0 only
+        t.parent.mkdir(parents=True, exist_ok=True)
+        t.write_text(json.dumps({"type": "tool", "name": "search", "result": f"{arm} found it"}) + "\n")
+    with ScriptedServer(script) as srv:
+        res = grade_run(run, judge_base_url=srv.base_url, pairwise=("baseline", "treatment"))
+        asked = [b["messages"][1]["content"] for b in srv.requests if "Output A:" in b["messages"][1]["content"]
+                 or "Trajectory A:" in b["messages"][1]["content"]]
+    by_index = {o.index: o for o in res.pairs}
+    assert by_index[0].subject == "trajectory" and by_index[1].subject == "output"
+    assert sum("baseline found it" in a for a in asked) == 2 and res.summary.pairwise["subjects"] == [
+        "output", "trajectory"]
+
+
+def test_a_ci_run_and_its_grading_spend_under_the_ci_cap_not_the_local_one(tmp_path):
+    """`run --ci` runs under ci.cost_cap_usd; grading used to take the local cap from the
+    run's config snapshot, so run + grade in CI spent past the CI cap. The run records
+    its cap, and the judge spends under it on the run's one ledger."""
+    from evalkit.ledger import Ledger
+    from evalkit.runner import run_suite
+    from evalkit.suite import ci_suite
+
+    cases = [{"id": f"open-{i}", "input": f"Describe city {i}", "expected": {"rubric": "Mentions a river"},
+              "tags": ["open"]} for i in range(4)]
+    suite = write_suite(tmp_path, cases=cases)
+    cfg = json.loads((suite / "config.json").read_text())
+    cfg.update(k=5, max_tokens_in=1000, ci={"cost_cap_usd": 0.02},
+               judge_price={"in_per_mtok": 10.0, "out_per_mtok": 10.0})
+    (suite / "config.json").write_text(json.dumps(cfg))
+    gen_script = {"model": "gen-model", "rules": [{"texts": [f"ANSWER-GOOD river number {j}" for j in range(8)]}]}
+    with ScriptedServer(gen_script) as gen, ScriptedServer(JUDGE_SCRIPT) as judge:
+        run = run_suite(ci_suite(load_suite(suite)), base_url=gen.base_url, progress=False)
+        assert run.complete and run.cap_usd == 0.02
+        meta = json.loads((run.path / "config.json").read_text())
+        assert meta["cost_cap_usd"] == 0.02 and meta["ci"] is True
+        res = grade_run(run.path, judge_base_url=judge.base_url)
+        judge_calls = judge.stats["requests"]
+    spent = Ledger.resume(1.0, run.path / "ledger.jsonl").committed_usd
+    assert spent <= 0.02 + 1e-12, spent
+    assert res.summary.cap_usd == 0.02
+    assert 0 < judge_calls and res.summary.overall.judge_errors > 0  # the cap bound: some went unjudged
+    assert not res.complete
+
+
+def test_grading_against_a_dead_judge_says_endpoint_unreachable(tmp_path):
+    """Nothing listens at the judge's URL: grading stopped quickly at $0 but said only
+    `INCOMPLETE: graded 0/N expected samples`, with stop_reason None. Now the summary,
+    a HIGH finding and the INCOMPLETE line on stderr name the endpoint and the cause."""
+    import socket
+    import time
+
+    cases = [{"id": f"open-{i}", "input": f"Describe city {i}", "expected": {"rubric": "Names a river"},
+              "tags": ["open"]} for i in range(20)]
+    outputs = {c["id"]: [f"ANSWER-GOOD {c['id']} {j}" for j in range(3)] for c in cases}
+    suite = write_suite(tmp_path, cases=cases)
+    run = write_run(tmp_path, suite, outputs)
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    t0 = time.monotonic()
+    res = CliRunner().invoke(main, ["grade", str(run), "--judge-base-url", dead])
+    took = time.monotonic() - t0
+    assert res.exit_code == 1 and took < 20
+    summary = json.loads((run / GRADES_SUMMARY).read_text())
+    want = f"endpoint unreachable: {dead} (connection refused)"
+    assert summary["stop_reason"] == want and summary["judge_spend_usd"] == 0
+    assert summary["findings"][0]["level"] == "HIGH" and want in summary["findings"][0]["message"]
+    incomplete = [line for line in res.stderr.splitlines() if line.startswith("INCOMPLETE")]
+    assert incomplete == [f"INCOMPLETE: graded 0/60 expected samples (grading stopped: {want})"], res.stderr
+
+
+def test_grade_prints_a_dead_servers_log_tail_line_by_line_and_escaped(tmp_path, monkeypatch):
+    """`evalkit grade` under `evalkit serve` whose server has died (its status file
+    written): the log tail was echoed raw, control sequences and all."""
+    cases = [{"id": "open-1", "input": "Describe Paris", "expected": {"rubric": "Mentions the Seine"},
+              "tags": ["open"]}]
+    suite = write_suite(tmp_path, cases=cases)
+    run = write_run(tmp_path, suite, {"open-1": ["ANSWER-GOOD a", "ANSWER-GOOD b", "ANSWER-GOOD c"]})
+    status = tmp_path / "status.txt"
+    status.write_text("the llama.cpp server (pid 7) exited: killed by SIGSEGV (signal 11)\n"
+                      "its log ends:\nload ok\n\x1b]0;PWNED\x07boom\n")
+    with ScriptedServer(JUDGE_SCRIPT) as srv:
+        monkeypatch.setenv("EVALKIT_SERVED", json.dumps({"base_url": srv.base_url, "model": "judge-model",
+                                                         "status_file": str(status), "pid": None}))
+        res = CliRunner().invoke(main, ["grade", str(run), "--judge-base-url", srv.base_url])
+        assert srv.stats["requests"] == 0
+    err = res.stderr.splitlines()
+    assert res.exit_code == 1 and "its log ends:" in err and "load ok" in err
+    assert "\\x1b]0;PWNED\\x07boom" in err and "\x1b" not in res.stderr

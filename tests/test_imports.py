@@ -1,11 +1,16 @@
 """Imports point down: no cycle among evalkit's modules (function-level imports counted),
-and an import inside a function only where it keeps a heavy import lazy, saying so."""
+an import inside a function only where it keeps a heavy import lazy, saying so, and
+docs/architecture.md's module map naming every module, each in a layer no import of it
+points above."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "evalkit"
 
@@ -145,3 +150,66 @@ def test_fast_commands_do_not_load_the_heavy_stack():
         out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60, cwd=root)
         code_, _, heavy = out.stdout.strip().rpartition("\n")[2].partition(" ")
         assert code_ == "0" and heavy == "", (args, out.stdout[-500:], out.stderr[-2000:])
+
+
+# --------------------------------------------------------------------------- the module map
+
+ARCHITECTURE = PKG.parent / "docs" / "architecture.md"
+LAYER_HEADING = re.compile(r"^### Layer (\d+): ")
+MAP_ROW = re.compile(r"^\| `(evalkit(?:\.[\w.]+)?)` \|")
+
+
+def module_map(text: str) -> dict[str, int]:
+    """docs/architecture.md's module map: module -> its layer number. A module listed
+    twice is an error (one home per module)."""
+    layers: dict[str, int] = {}
+    layer: int | None = None
+    twice = []
+    for line in text.splitlines():
+        if m := LAYER_HEADING.match(line):
+            layer = int(m.group(1))
+        elif (m := MAP_ROW.match(line)) and layer is not None:
+            if m.group(1) in layers:
+                twice.append(m.group(1))
+            layers[m.group(1)] = layer
+    assert not twice, f"listed twice in the module map: {twice}"
+    return layers
+
+
+def map_problems(layers: dict[str, int], graph: dict[str, set[tuple[str, int, bool]]]) -> list[str]:
+    """What is wrong with a module map against the package's imports: modules it does not
+    list, modules it lists that do not exist, imports that point to a later layer."""
+    problems = [f"{m}: not in the module map" for m in sorted(set(graph) - set(layers))]
+    problems += [f"{m}: listed, but no such module" for m in sorted(set(layers) - set(graph))]
+    for m, edges in sorted(graph.items()):
+        for target, line, _ in sorted(edges):
+            if m in layers and target in layers and layers[target] > layers[m]:
+                problems.append(
+                    f"{m} (layer {layers[m]}) imports {target} (layer {layers[target]}) at line {line}: it points up"
+                )
+    return problems
+
+
+def test_the_module_map_lists_every_module_and_imports_point_down_its_layers():
+    """docs/architecture.md names every module of the package, only those, each once, and
+    every import (function-level ones too) goes to the same layer or one above it."""
+    layers = module_map(ARCHITECTURE.read_text(encoding="utf-8"))
+    assert len(layers) > 40, "the module map was not found (### Layer N: headings, | `evalkit.x` | rows)"
+    assert map_problems(layers, imports()) == []
+
+
+def test_the_module_map_check_sees_a_missing_an_extra_and_an_upward_module():
+    """The check itself, on a doctored map: a module left out, one that does not exist,
+    and one moved below a module it imports are each reported."""
+    layers = module_map(ARCHITECTURE.read_text(encoding="utf-8"))
+    graph = imports()
+    doctored = {m: n for m, n in layers.items() if m != "evalkit.metrics"}
+    doctored["evalkit.nosuch"] = 1
+    doctored["evalkit.records"] = max(layers.values())  # everything that imports records now points up
+    problems = map_problems(doctored, graph)
+    assert "evalkit.metrics: not in the module map" in problems
+    assert "evalkit.nosuch: listed, but no such module" in problems
+    assert any(p.startswith("evalkit.stats (layer 2) imports evalkit.records") for p in problems), problems
+    row = "| `evalkit.stats` | again |"
+    with pytest.raises(AssertionError, match="listed twice"):
+        module_map(f"### Layer 1: a\n\n{row}\n{row}\n")

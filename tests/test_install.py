@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from evalkit.grading import grade_run
+from evalkit.labelling import TOOL_NOTEBOOKS
 from evalkit.reports import NOTEBOOKS
 from evalkit.runner import run_suite
 from evalkit.serve import ScriptedServer
@@ -54,8 +55,8 @@ def wheel(tmp_path_factory) -> Path:
 
 def test_the_wheel_holds_the_package_and_its_data_and_nothing_else(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {f"evalkit/notebooks/{n}.ipynb" for n in NOTEBOOKS} <= names
-    assert "evalkit/templates/judge-pairwise-v1.md" in names and "evalkit/schemas/dataset-v1.json" in names
+    assert {f"evalkit/notebooks/{n}.ipynb" for n in NOTEBOOKS + TOOL_NOTEBOOKS} <= names
+    assert "evalkit/templates/judge-pairwise-v2.md" in names and "evalkit/schemas/dataset-v1.json" in names
     # every file of the package in the checkout ships (a new notebook or template left out fails here)
     package = {f for f in _checkout_files() if f.startswith("evalkit/") and "__pycache__" not in f}
     assert package - names == set()

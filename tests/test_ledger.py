@@ -236,3 +236,60 @@ def test_resume_refuses_a_ledger_with_a_bad_line_before_its_end(tmp_path):
     with pytest.raises(InputError) as ei:
         Ledger.resume(10.0, p)
     assert ei.value.line == 2 and str(p) in str(ei.value)
+
+
+# -- batches: one reservation, charged line by line, adopted by a later session ---------
+
+def test_a_batch_reservation_is_charged_line_by_line_and_its_rest_closed(tmp_path):
+    p = tmp_path / "ledger.jsonl"
+    line = PRICE.cost(100, 10)
+    led = Ledger(4 * line, p)
+    r = led.reserve("generator", "m", PRICE, 3 * 100, 3 * 10, key="batch/generator-1", extra={"lines": 3})
+    assert led.reserved_usd == pytest.approx(3 * line)
+    with pytest.raises(BudgetExhausted):  # the batch holds three lines' worst case: two more do not fit
+        led.reserve("generator", "m", PRICE, 200, 20, key="x")
+    cost = led.charge(r, Usage(40, 4), tokens_in=100, tokens_out=10, line="c/a/0")
+    assert cost == pytest.approx(PRICE.cost(40, 4))
+    assert led.reserved_usd == pytest.approx(2 * line) and led.left_usd(r) == pytest.approx(2 * line)
+    led.charge(r, Usage(0, 0), tokens_in=100, tokens_out=10, line="c/a/1", reason="HTTP 500")
+    with pytest.raises(CeilingBreached):  # over the line's own ceilings, though within the batch's
+        led.charge(r, Usage(150, 4), tokens_in=100, tokens_out=10, line="c/a/2")
+    assert led.breaches == 1 and led.reserved_usd == pytest.approx(0.0, abs=1e-15)
+    led.settle_failed(r, None, "batch completed")
+    assert led.reserved_usd == 0.0
+    assert led.committed_usd == pytest.approx(PRICE.cost(40, 4) + PRICE.cost(150, 4))
+    led.close()
+    events = list(iter_jsonl(p))
+    assert [e["event"] for e in events] == ["reserve", "refuse", "charge", "charge", "charge", "release"]
+    assert events[0]["lines"] == 3 and events[3]["reason"] == "HTTP 500" and events[4]["breach"] is True
+    again = Ledger.resume(1.0, p)
+    assert again.committed_usd == pytest.approx(led.committed_usd) and again.breaches == 1 and not again.orphans
+
+
+def test_a_batch_left_open_counts_as_spent_until_a_later_session_adopts_it(tmp_path):
+    p = tmp_path / "ledger.jsonl"
+    line = PRICE.cost(100, 10)
+    led = Ledger(1.0, p)
+    r = led.reserve("generator", "m", PRICE, 400, 40, key="batch/generator-1", extra={"lines": 4})
+    led.charge(r, Usage(10, 1), tokens_in=100, tokens_out=10, line="c/a/0")
+    led.close()  # killed: the batch is still running at the provider
+
+    second = Ledger.resume(1.0, p)
+    spent = PRICE.cost(10, 1) + 3 * line  # what was charged, plus the three lines that may yet be billed
+    assert second.committed_usd == pytest.approx(spent)
+    assert set(second.orphans) == {"batch/generator-1"} and second.orphans["batch/generator-1"][2] == {"c/a/0"}
+    held, charged = second.adopt("batch/generator-1", "generator", "m", PRICE, 400, 40)
+    assert charged == {"c/a/0"} and held.amount_usd == pytest.approx(3 * line)
+    assert second.committed_usd == pytest.approx(PRICE.cost(10, 1)) and second.reserved_usd == pytest.approx(3 * line)
+    assert second.adopt("batch/generator-1", "generator", "m", PRICE, 400, 40) is None  # once
+    second.charge(held, Usage(20, 2), tokens_in=100, tokens_out=10, line="c/a/1")
+    second.close()  # killed again, after adopting it
+
+    third = Ledger.resume(1.0, p)  # the chain of adoptions is followed
+    assert third.committed_usd == pytest.approx(PRICE.cost(10, 1) + PRICE.cost(20, 2) + 2 * line)
+    held, charged = third.adopt("batch/generator-1", "generator", "m", PRICE, 400, 40)
+    assert charged == {"c/a/0", "c/a/1"} and held.amount_usd == pytest.approx(2 * line)
+    third.settle_failed(held, Usage(100, 10), "batch completed", "1 line counted as processed, with no result")
+    third.close()
+    final = Ledger.resume(1.0, p)
+    assert final.committed_usd == pytest.approx(PRICE.cost(10, 1) + PRICE.cost(20, 2) + line) and not final.orphans

@@ -1,7 +1,8 @@
 """One meaning per number (evalkit.metrics): each metric computed here from the raw files
 of one run (results.jsonl, grades.jsonl, ledger.jsonl), by hand, and checked in every
 place that shows it: grades-summary.json, baseline.json, the gate's output, verdicts.json,
-the index page, the notebooks' pages and the CLI's lines."""
+the index page and each run's report.json, the notebooks' pages and the CLI's lines
+(`run`, `grade`, `gate`)."""
 from __future__ import annotations
 
 import html
@@ -69,21 +70,23 @@ def made(tmp_path_factory):
         "temperature": 0.8, "seed": 11, "k": K, "concurrency": 2, "cost_cap_usd": 1.0,
         "max_tokens_in": 2000, "max_tokens_out": 8,
         "price": {"in_per_mtok": 1.0, "out_per_mtok": 2.0}, "judge_price": {"in_per_mtok": 3.0, "out_per_mtok": 6.0},
-        "gate": {"min_tag_cases": 2}, "arms": [{"name": "base"}]}))
+        "gate": {"min_tag_cases": 2}, "arms": [{"name": "base"}],
+        # the judge's pass/fail must count for these numbers: no calibration here, so opt out (recorded)
+        "allow_uncalibrated_judge": True}))
     import os
 
     os.environ.setdefault("EVALKIT_TEST_KEY", "test")
     with ScriptedServer(GEN) as gen, ScriptedServer(JUDGE) as judge:
         invoke("run", suite, "--base-url", gen.base_url, "--k", 2, "--no-progress")  # warms the response cache
-        out = invoke("run", suite, "--base-url", gen.base_url, "--no-progress")
-        run = Path(next(x.split(": ", 1)[1] for x in out.splitlines() if x.startswith("run folder: ")))
+        run_out = invoke("run", suite, "--base-url", gen.base_url, "--no-progress")
+        run = Path(next(x.split(": ", 1)[1] for x in run_out.splitlines() if x.startswith("run folder: ")))
         grade_out = invoke("grade", run, "--judge-base-url", judge.base_url)
     invoke("baseline", "accept", run)
     gate_json = json.loads(invoke("gate", run, "--baseline", suite / "baseline.json", "--json"))
     gate_text = invoke("gate", run, "--baseline", suite / "baseline.json")
     reports = root / "reports"
     invoke("report", run, "--reports-dir", reports, "--only", "run_summary", "--only", "pass_at_k")
-    return {"suite": suite, "run": run, "grade": grade_out, "gate_json": gate_json, "gate_text": gate_text,
+    return {"suite": suite, "run": run, "run_out": run_out, "grade": grade_out, "gate_json": gate_json, "gate_text": gate_text,
             "pages": reports / run.name, "index": (reports / "index.html").read_text(encoding="utf-8")}
 
 
@@ -109,6 +112,8 @@ def raw(made):
         return float(all(c)) if sets[case] == "regression" else float(any(c))
 
     gated = [c for c in per_case if sets[c] != "exploratory"]
+    tags = {c["id"]: c["tags"] for c in CASES}
+    per_tag = {t: [score(c) for c in gated if t in tags[c]] for t in sorted({t for c in gated for t in tags[c]})}
     ledger = _jsonl(run / "ledger.jsonl")
     settled = {role: math.fsum(e["cost_usd"] for e in ledger if e["event"] == "settle" and e["role"] == role)
                for role in ("generator", "judge")}
@@ -116,6 +121,7 @@ def raw(made):
         "sample_pass_rate": passed / expected,
         "gated_case_score": math.fsum(score(c) for c in gated) / len(gated),
         "set_scores": {s: [score(c) for c in gated if sets[c] == s] for s in ("capability", "regression")},
+        "tag_scores": per_tag,
         "cost_per_sample_usd": math.fsum(list_price.values()) / len(results),
         "cost_per_case_usd": math.fsum(list_price.values()) / len(list_price),
         "paid_usd": math.fsum(r["cost_usd"] for r in results) + math.fsum(g["judge_cost_usd"] for g in grades.values()),
@@ -156,6 +162,8 @@ def test_baseline(made, raw):
     assert b["cost_per_case_usd"] == pytest.approx(raw["cost_per_case_usd"])
     for name, scores in raw["set_scores"].items():
         assert b["per_set"][name]["gated_case_score"] == pytest.approx(sum(scores) / len(scores))
+    assert b["per_tag"] == pytest.approx({t: sum(v) / len(v) for t, v in raw["tag_scores"].items()})
+    assert b["per_tag_cases"] == {t: len(v) for t, v in raw["tag_scores"].items()}
     m = Baseline.from_json(b).metrics
     assert metrics.gated_case_score(m) == pytest.approx(raw["gated_case_score"])
 
@@ -165,6 +173,13 @@ def test_gate_and_verdicts(made, raw):
     score, cost = checks[("score", "overall")], checks[("cost", "per case")]
     assert score["current"] == pytest.approx(raw["gated_case_score"]) == score["baseline"]
     assert cost["current"] == pytest.approx(raw["cost_per_case_usd"]) == cost["baseline"]
+    min_tag_cases = 2  # the suite's gate.min_tag_cases
+    tag_checks = {g.removeprefix("tag:"): c for (kind, g), c in checks.items() if kind == "score" and g != "overall"}
+    gated_tags = {t: v for t, v in raw["tag_scores"].items() if len(v) >= min_tag_cases}
+    assert set(tag_checks) == set(gated_tags)
+    for tag, scores in gated_tags.items():
+        assert tag_checks[tag]["current"] == pytest.approx(sum(scores) / len(scores)), tag
+        assert tag_checks[tag]["n_cases"] == len(scores), tag
     recorded = json.loads((made["run"] / "verdicts.json").read_text())["gate"]
     assert {(c["kind"], c["group"]): c["current"] for c in recorded["checks"]} == {
         k: c["current"] for k, c in checks.items()}
@@ -175,6 +190,9 @@ def test_gate_and_verdicts(made, raw):
 
 
 def test_cli_lines(made, raw):
+    spend = next(x for x in made["run_out"].splitlines() if x.startswith("spend: "))
+    assert f"{fmt.usd(raw['paid_generator_usd'])} of cap" in spend  # `run` has paid the generator only
+    assert f"(avoided by the cache: {fmt.usd(raw['cache_avoided_usd'])})" in spend
     lines = made["grade"].splitlines()
 
     def value(name: str) -> str:
@@ -188,9 +206,22 @@ def test_cli_lines(made, raw):
     assert f"gated {fmt.pct(raw['gated_case_score'])}" in all_row
 
 
+def test_report_manifest(made, raw):
+    """reports/<run>/report.json, which the index is built from."""
+    m = json.loads((made["pages"] / "report.json").read_text())
+    assert m["headline_metric"] == "sample_pass_rate"
+    assert m["headline"]["base"] == pytest.approx(raw["sample_pass_rate"])
+    assert m["cost_per_case_usd"]["base"] == pytest.approx(raw["cost_per_case_usd"])
+    assert m["cache_avoided_usd"] == pytest.approx(raw["cache_avoided_usd"])
+    assert m["spend_usd"] == pytest.approx(raw["paid_generator_usd"])  # the run's spend: before grading
+
+
 def test_index_and_notebook_pages(made, raw):
     row = re.search(r"<tr><td>[^<]*</td><td><code>" + re.escape(made["run"].name) + r".*?</tr>", made["index"])
     assert row and f"base {raw['sample_pass_rate']:.1%}" in html.unescape(row.group(0))
+    assert f"<td>{fmt.usd(raw['paid_generator_usd'])}</td>" in row.group(0)
+    # the trend, whose last (and only) run this is
+    assert f"one run so far (a trend needs two): base {fmt.pct(raw['sample_pass_rate'])}" in made["index"]
     assert "sample pass rate" in made["index"] and "success rate" not in made["index"]
     page = (made["pages"] / "run_summary.html").read_text(encoding="utf-8")
     assert f"<td>{fmt.pct(raw['sample_pass_rate'])} (" in page  # with its interval, in percent

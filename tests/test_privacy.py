@@ -654,3 +654,99 @@ def test_privacy_scan_names_places_and_exits_1(tmp_path):
     assert CliRunner().invoke(main, ["privacy", "scan", str(FACTUAL / "cases.jsonl")]).exit_code == 0
 
 
+
+
+# --- property names: scanned, never printed in a path, redacted ---------------------------------
+def test_personal_data_in_a_property_name_is_found_and_no_path_repeats_it(tmp_path):
+    """A check's schema names a property by an email address and describes it with a
+    phone number: the key was never scanned, and the phone number's JSON path printed the
+    address (`...properties.jane.doe@acme-mail.com.description`)."""
+    suite = tmp_path / "factual"
+    shutil.copytree(FACTUAL, suite, ignore=shutil.ignore_patterns("runs"))
+    cases = [json.loads(x) for x in (suite / "cases.jsonl").read_text().splitlines()]
+    cases[0]["checks"] = [{"kind": "json_schema", "schema": {
+        "type": "object", "properties": {"name": {"type": "string"},
+                                         EMAIL: {"type": "string", "description": f"call {PHONE}"}}}}]
+    (suite / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
+    res = CliRunner().invoke(main, ["lint", str(suite), "--strict"])
+    assert res.exit_code == 2
+    found = privacy_lines(res.stderr)
+    where = [(line.split(": error: ")[1].split(": privacy:")[0], line.split(" [")[-1].split("]")[0])
+             for line in found]
+    assert where == [("$.checks[0].schema.properties[key 2]", "email"),
+                     ("$.checks[0].schema.properties[key 2].description", "phone")], found
+    assert EMAIL not in res.output and "acme-mail" not in res.output
+    # the scan of a JSON file says the same
+    (tmp_path / "doc.json").write_text(json.dumps({"by_user": {EMAIL: 1}}))
+    [f] = privacy.scan_file(tmp_path / "doc.json")
+    assert (f.kind, f.json_path) == ("email", "$.by_user[key 1]")
+
+
+CHAT_TOOLS_CONFIG = {
+    "mode": "chat", "template": "prompt.txt",
+    "generator": {"model": "gen-model", "base_url": None, "api_key_env": "EVALKIT_API_KEY"},
+    "temperature": 0.0, "seed": 1, "k": 1, "concurrency": 2, "cost_cap_usd": 0.05,
+    "max_tokens_in": 512, "max_tokens_out": 64,
+    "price": {"in_per_mtok": 0.1, "out_per_mtok": 0.4}, "judge_price": {"in_per_mtok": 0.1, "out_per_mtok": 0.4},
+    "arms": [{"name": "baseline"}],
+    "tools": [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}],
+}
+
+
+def test_an_argument_name_holding_an_email_is_flagged_and_redacted_and_no_copy_is_shared(tmp_path, monkeypatch):
+    """A tool call whose argument is named by an email address: grade listed it under a
+    path holding the address, and `report --redact` left it in the run copy it kept
+    inside the shared report folder (`reports/<run>/redacted-run/<run>/results.jsonl`)."""
+    from evalkit.grading import grade_run
+
+    suite = tmp_path / "tools"
+    suite.mkdir()
+    (suite / "config.json").write_text(json.dumps(CHAT_TOOLS_CONFIG))
+    (suite / "prompt.txt").write_text("${input}")
+    (suite / "cases.jsonl").write_text(json.dumps(
+        {"id": "who", "input": "Look the customer up.", "expected": [{"name": "lookup", "arguments": {}}],
+         "tags": ["tools"],
+         "checks": [{"kind": "tool_calls"}]}) + "\n")
+    monkeypatch.setenv("EVALKIT_API_KEY", "test-key")
+    script = {"rules": [{"tool_calls": [{"name": "lookup", "arguments": {EMAIL: "find this one"}}]}]}
+    with ScriptedServer(script) as srv:
+        res = CliRunner().invoke(main, ["run", str(suite), "--base-url", srv.base_url, "--no-progress"])
+    assert res.exit_code == 0, res.output
+    run = Path(next(line.split(": ", 1)[1] for line in res.stdout.splitlines() if line.startswith("run folder: ")))
+    assert EMAIL in (run / "results.jsonl").read_text()  # what the model sent, kept in the run (private)
+    result = grade_run(run)
+    assert result.summary.privacy["samples"][0]["where"] == ["tool_calls[0].arguments[key 1]"]
+    assert [f.level for f in result.findings if "[email]" in f.message] == ["MEDIUM"]
+    assert EMAIL not in (run / "grades-summary.json").read_text()
+    reports = tmp_path / "reports"
+    res = CliRunner().invoke(main, ["report", str(run), "--reports-dir", str(reports), "--redact"])
+    assert res.exit_code == 0, res.output
+    assert not list(reports.rglob(privacy.REDACTED_RUN)) and not list(reports.rglob("results.jsonl"))
+    assert_absent_from_files(reports, (EMAIL,))
+    assert not privacy.leaking_files([reports], (), privacy.scanner())  # nothing of any kind, anywhere
+    log = json.loads((reports / run.name / privacy.REDACTION_LOG).read_text())
+    keyed = [e for e in log["replacements"] if e.get("property_name")]
+    assert keyed and all(e["kind"] == "email" for e in keyed) and EMAIL not in json.dumps(log)
+    # the redacted copy itself: the key replaced by its placeholder
+    red = privacy.redact_run(run, tmp_path / "copy" / run.name)
+    [row] = [json.loads(x) for x in (Path(red.path) / "results.jsonl").read_text().splitlines()]
+    assert row["tool_calls"][0]["arguments"] == {"<EMAIL_1>": "find this one"}
+
+
+def test_verification_finds_any_kind_of_value_in_any_file_not_only_those_replaced(tmp_path):
+    """`verify_redacted` looked only for the values the redaction replaced: a page showing
+    a phone number that never went through the redacted copy passed."""
+    folder = tmp_path / "r"
+    folder.mkdir()
+    (folder / "page.html").write_text(f"<p>Escalate to {PHONE}</p>")
+    (folder / "side.json").write_text(json.dumps({"note": {EMAIL: "seen"}}))
+    # what is not personal data: numbers (a float's digits pass Luhn), markup, pictures
+    (folder / "ok.html").write_text('<p>rate 0.3888888888888889</p><img src="data:image/png;base64,QUtJQQ==">')
+    (folder / "ok.ipynb").write_text(json.dumps({"cells": [{"outputs": [{"data": {
+        "image/png": "iVBORw0KGgo" + "A" * 400, "text/plain": "0.3888888888888889"}}]}]}))
+    red = privacy.RedactedRun(tmp_path / "copy", frozenset())
+    with pytest.raises(RedactionIncomplete) as exc:
+        privacy.verify_redacted(red, [folder])
+    assert not (folder / "page.html").exists() and not (folder / "side.json").exists()
+    assert (folder / "ok.html").exists() and (folder / "ok.ipynb").exists()
+    assert PHONE not in str(exc.value) and EMAIL not in str(exc.value)

@@ -7,6 +7,7 @@ onerror=alert(1)>`) and a hostile judge justification; the pages must show them 
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from evalkit import gates, nb, reports, stats
+from evalkit import gates, labelling, nb, reports, stats
 from evalkit.cli import main
 from evalkit.grading import grade_run
 from evalkit.runner import run_suite
@@ -61,7 +62,8 @@ def _two_arm_suite(root: Path, base_url: str) -> Path:
     cfg = {"mode": "completion", "template": "prompt.txt",
            "generator": {"model": "gen-model", "base_url": base_url, "api_key_env": "EVALKIT_TEST_KEY"},
            "judge": {"model": "judge-model", "base_url": base_url, "api_key_env": "EVALKIT_TEST_KEY"},
-           "k": K, **_price(), "arms": [{"name": "baseline"}, {"name": "skilled", "guidance": "guidance/skilled.md"}]}
+           "k": K, **_price(), "arms": [{"name": "baseline"}, {"name": "skilled", "guidance": "guidance/skilled.md"}],
+           "allow_uncalibrated_judge": True}  # six judged samples cannot calibrate a judge: the suite opts out
     (suite / "config.json").write_text(json.dumps(cfg, indent=1))
     return suite
 
@@ -121,10 +123,13 @@ def made(tmp_path_factory):
         res = run_suite(suite, progress=False)
         grade_run(res.path)
     gates.accept_baseline(res.path, suite, arm="skilled")  # the run is gated against itself: PASS
-    labels = [{"item": f"judged-why/{arm}/{i}", "score": s, "rater": rater}
-              for arm in ("baseline", "skilled") for i in range(K)
-              for rater, s in (("ann", 4 if i % 2 == 0 else 2), ("bo", 4))]
-    (suite / "judge" / "human-sample.jsonl").write_text("".join(json.dumps(x) + "\n" for x in labels))
+    # two people label every judged sample (drawn by `judge sample`, labelled through the labelling class)
+    to = labelling.write_label_file(labelling.draw_items(res.path, 20), suite / "judge" / "human-sample.jsonl")
+    for rater in ("ann", "bo"):
+        session = labelling.LabelSession(to, rater=rater)
+        for i in range(len(session)):
+            session.go(i)
+            session.set_score(4 if rater == "bo" or session.current["index"] % 2 == 0 else 2)
     runner = CliRunner()
     rep = runner.invoke(main, ["report", str(res.path), "--reports-dir", str(out), "--pandalm-dir", str(PANDALM)])
     msuite, variants = _microtest_suite(root)
@@ -160,8 +165,21 @@ def test_report_cli_renders_every_applicable_notebook(made):
         assert "def " not in re.sub(r"<style.*?</style>", "", page, flags=re.S), f"{name} shows code"
     assert not (pages / "micro_test.html").exists()  # not a micro-test run
     manifest = json.loads((pages / "report.json").read_text())
-    assert manifest["skipped"] == {"micro_test": "not a micro-test run (see `evalkit microtest`)"}
+    assert manifest["skipped"] == {"micro_test": "not a micro-test run (see `evalkit microtest`)",
+                                   "replay": "no trajectories (not an agent unit's run)"}
     assert all(nb["ok"] for nb in manifest["notebooks"])
+
+
+def test_every_page_and_the_index_say_the_judge_counts_by_opt_out(made):
+    notice = "Judge not calibrated: its pass/fail counts only because the suite opted out."
+    for page in made["pages"].glob("*.html"):
+        assert notice in page.read_text(encoding="utf-8"), page.name
+    index = (made["out"] / "index.html").read_text(encoding="utf-8")
+    assert notice in index and "direct judge" in index  # the verdict says what it rests on
+    sc = json.loads((made["pages"] / "skill_comparison.json").read_text())
+    assert sc["judge"] == "direct"
+    grades = _jsonl(made["run"] / "grades.jsonl")
+    assert all(g["judge_uncalibrated_override"] for g in grades if g["judge_score"] is not None)
 
 
 def html_param(page: str, name: str, value: str) -> bool:
@@ -280,10 +298,13 @@ def test_judge_calibration_on_run_and_pandalm(made):
     grades = _jsonl(made["run"] / "grades.jsonl")
     judge = {f"{g['case_id']}/{g['arm']}/{g['index']}": g["judge_score"] for g in grades if g["judge_score"] is not None}
     labels = _jsonl(made["run"].parents[1] / "judge" / "human-sample.jsonl")
-    pairs = [(judge[x["item"]], x["score"]) for x in labels if x["item"] in judge]
+    outputs = {f"{d['case_id']}/{d['arm']}/{d['index']}": d["output"] for d in _jsonl(made["run"] / "results.jsonl")}
+    # a label counts when it names the output the judge scored (its sha256), as the page says
+    pairs = [(judge[x["item"]], x["score"]) for x in labels
+             if x["item"] in judge and x["output_sha256"] == hashlib.sha256(outputs[x["item"]].encode()).hexdigest()]
     ag = stats.agreement([j for j, _ in pairs], [h for _, h in pairs], labels=[1, 2, 3, 4, 5])
     run = side["run"]
-    assert run["n_pairs"] == len(pairs) == 12
+    assert run["labels"]["fresh"] == len(pairs) == 12 and run["labels"]["stale"] == 0
     assert (run["exact"], run["within_one"]) == pytest.approx((ag.exact, ag.within_one))
     assert run["confusion"] == [list(r) for r in ag.confusion]
     # real data, not ours: the judge against the majority of three annotators
@@ -397,7 +418,8 @@ def test_plan_notebooks_follows_the_run(tmp_path):
     (run / "config.json").write_text(json.dumps({"arms": ["only"], "k": 1, "cases": [], "suite": str(tmp_path / "no")}))
     plans, skipped = reports.plan_notebooks(run, tmp_path / "out")
     assert list(plans) == ["run_summary"]
-    assert set(skipped) == {"pass_at_k", "skill_comparison", "judge_calibration", "power_planning", "micro_test"}
+    assert set(skipped) == {"pass_at_k", "skill_comparison", "judge_calibration", "power_planning", "micro_test",
+                            "replay"}
     (run / "grades.jsonl").write_text(json.dumps({"case_id": "a", "arm": "only", "index": 0, "judge_score": 3}) + "\n")
     plans, _ = reports.plan_notebooks(run, tmp_path / "out")
     assert set(plans) == {"run_summary", "pass_at_k", "judge_calibration"}
@@ -492,3 +514,23 @@ def test_an_ungraded_or_empty_run_says_so_first_and_report_exits_1(tmp_path):
         assert "No findings.</b>" not in page
     index = (out / "index.html").read_text(encoding="utf-8")
     assert "not graded: nothing to report" in index
+
+
+def test_skill_comparison_on_the_pairwise_judge_says_so(tmp_path):
+    from test_compare import FAIR, two_arm_run
+
+    from evalkit.serve import ScriptedServer
+
+    _, run = two_arm_run(tmp_path, extra={"verdict_judge": "pairwise", "allow_uncalibrated_judge": True})
+    with ScriptedServer(FAIR) as srv:
+        grade_run(run, judge_base_url=srv.base_url)
+    rep = reports.report_run(run, tmp_path / "reports", notebooks=["skill_comparison"])
+    assert rep.ok, [nb.error for nb in rep.notebooks]
+    page = (rep.out_dir / "skill_comparison.html").read_text(encoding="utf-8")
+    assert "Verdict: pass" in page and "the pairwise judge (position consistency 100%" in page
+    assert "Pairwise trials" in page and "Judge not calibrated" in page
+    side = json.loads((rep.out_dir / "skill_comparison.json").read_text())
+    assert (side["judge"], side["wins"], side["ties"], side["losses"]) == ("pairwise", 7, 1, 0)
+    manifest = json.loads((rep.out_dir / "report.json").read_text())
+    assert manifest["verdicts"][0]["judge"] == "pairwise"
+    assert "pairwise judge" in (tmp_path / "reports" / "index.html").read_text(encoding="utf-8")

@@ -1,21 +1,34 @@
-"""The reports as a reader sees them: the index and every report page of a README-loop run
-(tests/browser_run.py, against the scripted server), rendered in headless Chromium.
+"""The reports as a reader sees them: the index, every report page of a README-loop run,
+the micro-test page and the replay page of an agent run (tests/browser_run.py, against
+the scripted server), rendered in headless Chromium.
 
 A page fails on an image the browser could not decode, or on text outside code and model
 output (`pre`, `code`) that matches `nan%`, `None`, `True` or `False`: Python leaking onto
 a page. Screenshots of every page are saved under the report folder (`screenshots/`) for
 review. Chromium is Debian's `chromium` package (`make test` installs it where it can);
 without it the test fails, saying how to install it.
+
+Chromium runs in its own process group, killed whole when the test ends, fails, or is
+interrupted (the fixture's `finally`, and `atexit` for an exit that skips it), and it dies
+with the test process even when that one is killed outright (`PR_SET_PDEATHSIG`): a
+headless browser left behind keeps burning a CPU.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import base64
+import contextlib
+import ctypes
+import functools
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -45,6 +58,36 @@ HOW_TO_INSTALL = (
 )
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGKILL when the test process dies (Linux's
+    PR_SET_PDEATHSIG), so not even a killed pytest leaves Chromium running."""
+    if sys.platform.startswith("linux"):
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """Chromium and every process it started (its own process group): SIGTERM, then
+    SIGKILL to whatever is left after 5 s. Safe to call twice."""
+    try:
+        pgid = os.getpgid(proc.pid)
+    except ProcessLookupError:
+        pgid = None
+    if pgid is not None and pgid != os.getpgid(0):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+    if pgid is not None and pgid != os.getpgid(0):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)  # the renderers and helpers too, even once the leader has gone
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    proc.wait()
+
+
 def chromium() -> str:
     """The Chromium binary, or a failure saying how to install it (never a skip)."""
     for name in ("chromium", "chromium-browser", "google-chrome"):
@@ -67,12 +110,22 @@ class Browser:
              "--disable-extensions", "--remote-debugging-port=0", f"--user-data-dir={profile}",
              f"--window-size={WIDTH},800", "about:blank"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: killed whole (`kill_group`)
+            preexec_fn=_die_with_parent,
         )
+        self._at_exit = functools.partial(kill_group, self.proc)
+        atexit.register(self._at_exit)  # an interrupted or crashed session that skips `close`
+        try:
+            self._connect(binary, profile)
+        except BaseException:
+            self.close()
+            raise
+
+    def _connect(self, binary: str, profile: Path) -> None:
         port_file = profile / "DevToolsActivePort"
         deadline = time.monotonic() + 30
         while not (port_file.exists() and port_file.read_text().strip()):
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.close()
                 pytest.fail(f"headless Chromium did not start ({binary}, exit {self.proc.returncode})")
             time.sleep(0.05)
         port = int(port_file.read_text().split()[0])
@@ -124,21 +177,24 @@ class Browser:
         return seen
 
     def close(self) -> None:
-        if getattr(self, "loop", None) is not None:
-
-            async def shut() -> None:
-                if getattr(self, "ws", None) is not None:
-                    self.ws.close()
-                await asyncio.sleep(0)
-
-            self.loop.run_until_complete(shut())
-            self.loop.close()
-        self.proc.terminate()
+        """Close the DevTools connection, then kill Chromium's whole process group, whatever
+        state the connection was left in."""
         try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+            loop = getattr(self, "loop", None)
+            if loop is not None and not loop.is_closed():
+
+                async def shut() -> None:
+                    if getattr(self, "ws", None) is not None:
+                        self.ws.close()
+                    await asyncio.sleep(0)
+
+                try:
+                    loop.run_until_complete(shut())
+                finally:
+                    loop.close()
+        finally:
+            kill_group(self.proc)
+            atexit.unregister(self._at_exit)
 
 
 @pytest.fixture(scope="module")
@@ -158,21 +214,25 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def test_every_page_renders_without_broken_images_or_python_values(made: dict[str, Any], browser: Browser) -> None:
     assert made["report"].exit_code == 0, made["report"].output
     assert made["micro"].exit_code == 1, made["micro"].output  # its only variant does not help
+    assert made["agent"].exit_code == 0, made["agent"].output
     index = made["out"] / "index.html"
-    pages = [index] + sorted(made["pages"].glob("*.html")) + sorted(made["micro_pages"].glob("*.html"))
+    pages = ([index] + sorted(made["pages"].glob("*.html")) + sorted(made["micro_pages"].glob("*.html"))
+             + sorted(made["agent_pages"].glob("*.html")))
     names = {p.stem for p in pages}
-    assert {"run_summary", "pass_at_k", "skill_comparison", "judge_calibration", "power_planning", "micro_test"} <= names
+    assert {"run_summary", "pass_at_k", "skill_comparison", "judge_calibration", "power_planning", "micro_test",
+            "replay"} <= names
     # every report page the index links to is among those rendered
     linked = set(re.findall(r"href=['\"]([^'\"]+\.html)['\"]", index.read_text(encoding="utf-8")))
     assert linked and all((index.parent / h).resolve() in {p.resolve() for p in pages} for h in linked), linked
     shots = made["pages"] / "screenshots"  # the index's and the run's; the micro-test's beside its own pages
-    shots.mkdir(exist_ok=True)
-    (made["micro_pages"] / "screenshots").mkdir(exist_ok=True)
+    others = (made["micro_pages"], made["agent_pages"])  # their screenshots beside their own pages
+    for d in (shots, *(o / "screenshots" for o in others)):
+        d.mkdir(exist_ok=True)
     problems = []
     for page in pages:
-        where = made["micro_pages"] / "screenshots" if page.parent == made["micro_pages"] else shots
+        where = page.parent / "screenshots" if page.parent in others else shots
         seen = browser.render(page, where / f"{page.stem}.png")
-        if page != index:
+        if page != index and page.stem != "replay":  # the replay page is tables of text, no figure
             assert seen["images"] > 0, f"{page.name}: no figure"
         if seen["broken"]:
             problems.append(f"{page.name}: {len(seen['broken'])} broken image(s): {seen['broken']}")
@@ -180,8 +240,11 @@ def test_every_page_renders_without_broken_images_or_python_values(made: dict[st
             around = seen["text"][max(m.start() - 60, 0) : m.end() + 60].replace("\n", " ")
             problems.append(f"{page.name}: {m.group(0)!r} in {around!r}")
     assert not problems, "\n".join(problems)
-    assert sorted(p.name for p in shots.glob("*.png")) == sorted(f"{p.stem}.png" for p in pages if p.parent != made["micro_pages"])
+    assert sorted(p.name for p in shots.glob("*.png")) == sorted(f"{p.stem}.png" for p in pages if p.parent not in others)
     assert (made["micro_pages"] / "screenshots" / "micro_test.png").exists()
+    assert (made["agent_pages"] / "screenshots" / "replay.png").exists()
+    replay = (made["agent_pages"] / "replay.html").read_text(encoding="utf-8")
+    assert "<script>alert" not in replay and "tool lookup(" in replay  # the agent's hostile text, escaped
 
 
 def test_the_probe_catches_a_broken_image_and_a_leaked_value(tmp_path: Path, browser: Browser) -> None:
@@ -200,3 +263,42 @@ def test_without_chromium_the_test_fails_saying_how_to_install_it(tmp_path: Path
     monkeypatch.setenv("PATH", str(tmp_path))  # no browser on this PATH
     with pytest.raises(pytest.fail.Exception, match="apt-get install chromium"):
         chromium()
+
+
+def _group_gone(pgid: int, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_closing_the_browser_leaves_no_chromium_process(tmp_path: Path) -> None:
+    b = Browser(chromium(), tmp_path / "profile")
+    pgid = os.getpgid(b.proc.pid)
+    assert pgid != os.getpgid(0)  # its own group, so killing it cannot touch pytest
+    b.close()
+    assert _group_gone(pgid, 5), "Chromium processes left after close"
+    b.close()  # twice is harmless
+
+
+def test_a_killed_test_process_takes_chromium_with_it(tmp_path: Path) -> None:
+    """The orphan case: pytest killed outright (no finally, no atexit) must not leave
+    headless Chromium running."""
+    code = (
+        "import os, signal, sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]);"
+        "import test_reports_browser as t; b = t.Browser(t.chromium(), Path(sys.argv[2]));"
+        "print(os.getpgid(b.proc.pid), flush=True); os.kill(os.getpid(), signal.SIGKILL)"
+    )
+    child = subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent), str(tmp_path / "profile")],
+                           capture_output=True, text=True, timeout=60)
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    pgid = int(child.stdout.split()[0])
+    try:
+        assert _group_gone(pgid, 10), "Chromium outlived the killed test process"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)  # never leave it behind, even when the check fails

@@ -565,3 +565,131 @@ def test_serve_help_shows_a_working_script_and_points_to_the_format():
     assert script["default"] == {"text": "unknown"}
     formats = (__import__("pathlib").Path(__file__).resolve().parents[1] / "docs" / "formats.md").read_text(encoding="utf-8")
     assert "## Scripted server script (`evalkit serve --scripted FILE`)" in formats and '"faults": [' in formats
+
+
+# -- the Batch API: /v1/files and /v1/batches, through the official client ---------------
+
+def _batch_file(lines: list[dict]) -> bytes:
+    return "".join(json.dumps(x) + "\n" for x in lines).encode()
+
+
+def _line(cid: str, prompt: str, seed: int = 3, url: str = "/v1/completions") -> dict:
+    return {"custom_id": cid, "method": "POST", "url": url,
+            "body": {"model": "m", "prompt": prompt, "max_tokens": 5, "seed": seed}}
+
+
+def _until_done(client: openai.OpenAI, batch_id: str, timeout_s: float = 20.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        b = client.batches.retrieve(batch_id)
+        if b.status in ("completed", "failed", "expired", "cancelled"):
+            return b
+        time.sleep(0.02)
+    raise AssertionError(f"batch {batch_id} never ended")
+
+
+def _results(client: openai.OpenAI, file_id: str | None) -> dict[str, dict]:
+    if file_id is None:
+        return {}
+    return {x["custom_id"]: x for x in map(json.loads, client.files.content(file_id).text.splitlines())}
+
+
+BATCH_SCRIPT = {"rules": [{"match": "country", "texts": ["Paris", "Lima", "Rome"]}],
+                "faults": [{"kind": "500", "match": "broken"}]}
+
+
+def test_files_upload_retrieve_list_content_and_delete():
+    with ScriptedServer(BATCH_SCRIPT) as srv:
+        client = openai.OpenAI(base_url=srv.base_url, api_key="k", max_retries=0)
+        data = _batch_file([_line("a", "country 1")])
+        f = client.files.create(file=("in.jsonl", data, "application/jsonl"), purpose="batch")
+        assert (f.object, f.bytes, f.filename, f.purpose) == ("file", len(data), "in.jsonl", "batch")
+        assert client.files.retrieve(f.id).id == f.id
+        assert client.files.content(f.id).read() == data
+        other = client.files.create(file=("x.txt", b"hello", "text/plain"), purpose="user_data")
+        assert [x.id for x in client.files.list(purpose="batch")] == [f.id]
+        assert {x.id for x in client.files.list()} == {f.id, other.id}
+        assert client.files.delete(other.id).deleted is True
+        with pytest.raises(openai.NotFoundError):
+            client.files.retrieve(other.id)
+        with pytest.raises(openai.BadRequestError):
+            client.files.create(file=("x", b"x", "text/plain"), purpose="nonsense")  # type: ignore[arg-type]
+        assert srv.batch_stats["uploads"] == 2
+
+
+def test_a_batch_answers_each_line_as_the_same_online_call_would_and_files_the_errors():
+    with ScriptedServer(BATCH_SCRIPT) as srv:
+        client = openai.OpenAI(base_url=srv.base_url, api_key="k", max_retries=0)
+        online = {s: client.completions.create(model="m", prompt="country 1", max_tokens=5, seed=s).choices[0].text
+                  for s in range(6)}
+        lines = [_line(f"s{s}", "country 1", seed=s) for s in range(6)] + [_line("bad", "broken one")]
+        f = client.files.create(file=("in.jsonl", _batch_file(lines), "application/jsonl"), purpose="batch")
+        b = client.batches.create(input_file_id=f.id, endpoint="/v1/completions", completion_window="24h",
+                                  metadata={"evalkit_run": "r"})
+        assert b.status == "validating" and b.metadata == {"evalkit_run": "r"}
+        b = _until_done(client, b.id)
+        assert b.status == "completed" and b.completed_at and b.output_file_id and b.error_file_id
+        assert (b.request_counts.total, b.request_counts.completed, b.request_counts.failed) == (7, 6, 1)
+        out, err = _results(client, b.output_file_id), _results(client, b.error_file_id)
+        assert {cid: x["response"]["body"]["choices"][0]["text"] for cid, x in out.items()} == {
+            f"s{s}": t for s, t in online.items()}
+        assert all(x["response"]["status_code"] == 200 and x["error"] is None for x in out.values())
+        assert err["bad"]["response"]["status_code"] == 500 and "error" in err["bad"]["response"]["body"]
+        assert [x.id for x in client.batches.list()][0] == b.id
+        with pytest.raises(openai.ConflictError):
+            client.batches.cancel(b.id)  # it has ended
+        assert srv.batch_stats["lines"] == 7 and srv.stats["requests"] == 6 + 7
+
+
+def test_a_batch_that_breaks_the_rules_fails_validation_and_runs_nothing():
+    with ScriptedServer({**BATCH_SCRIPT, "batch": {"max_requests": 3}}) as srv:
+        client = openai.OpenAI(base_url=srv.base_url, api_key="k", max_retries=0)
+        bad = [_line("a", "country 1"), _line("a", "country 2"), _line("b", "country 3", url="/v1/chat/completions")]
+        data = _batch_file(bad) + b"not json\n"
+        f = client.files.create(file=("in.jsonl", data, "application/jsonl"), purpose="batch")
+        b = _until_done(client, client.batches.create(input_file_id=f.id, endpoint="/v1/completions",
+                                                      completion_window="24h").id)
+        assert b.status == "failed" and b.failed_at and b.output_file_id is None
+        codes = [(e.code, e.line) for e in b.errors.data]
+        assert codes == [("duplicate_custom_id", 2), ("mismatched_url", 3), ("invalid_json_line", 4),
+                         ("too_many_requests", 4)]
+        assert srv.stats["requests"] == 0
+        with pytest.raises(openai.BadRequestError):
+            client.batches.create(input_file_id="file-nope", endpoint="/v1/completions", completion_window="24h")
+        with pytest.raises(openai.BadRequestError):
+            client.batches.create(input_file_id=f.id, endpoint="/v1/embeddings", completion_window="24h")
+
+
+def test_a_batch_expires_half_done_or_is_cancelled_and_the_rest_never_runs():
+    script = {**BATCH_SCRIPT, "batch": {"lines_per_s": 50, "faults": [{"kind": "expire", "after_lines": 3, "times": 1}]}}
+    with ScriptedServer(script) as srv:
+        client = openai.OpenAI(base_url=srv.base_url, api_key="k", max_retries=0)
+        data = _batch_file([_line(f"k{i}", "country 1", seed=i) for i in range(8)])
+        f = client.files.create(file=("in.jsonl", data, "application/jsonl"), purpose="batch")
+        expired = _until_done(client, client.batches.create(input_file_id=f.id, endpoint="/v1/completions",
+                                                            completion_window="24h").id)
+        assert expired.status == "expired" and expired.expired_at and expired.request_counts.completed == 3
+        err = _results(client, expired.error_file_id)
+        assert sorted(err) == [f"k{i}" for i in range(3, 8)]
+        assert {x["error"]["code"] for x in err.values()} == {"batch_expired"} and all(
+            x["response"] is None for x in err.values())
+        slow = client.batches.create(input_file_id=f.id, endpoint="/v1/completions", completion_window="24h")
+        deadline = time.monotonic() + 10
+        while client.batches.retrieve(slow.id).request_counts.completed < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert client.batches.cancel(slow.id).status == "cancelling"
+        done = _until_done(client, slow.id)
+        assert done.status == "cancelled" and done.cancelled_at
+        ran = done.request_counts.completed
+        assert 2 <= ran < 8 and len(_results(client, done.output_file_id)) == ran
+        assert {x["error"]["code"] for x in _results(client, done.error_file_id).values()} == {"batch_cancelled"}
+        assert srv.batch_stats["cancels"] == 1
+
+
+def test_a_bad_batch_section_of_a_script_names_its_json_path():
+    with pytest.raises(InputError) as exc:
+        load_script({"default": {"text": "x"}, "batch": {"faults": [{"kind": "explode"}]}})
+    assert exc.value.json_path == "$.batch.faults[0].kind"
+    with pytest.raises(InputError) as exc:
+        load_script({"default": {"text": "x"}, "batch": {"max_requests": 0}})
+    assert exc.value.json_path == "$.batch.max_requests"

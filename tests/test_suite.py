@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from evalkit.errors import InputError, InputErrors
-from evalkit.records import Case, Check, Suite
+from evalkit.records import Case, Check, Price, Suite
 from evalkit.loader import lint_suite, load_suite
 from evalkit.suite import case_id_problem, load_cases, load_config, render_prompt, safe_case_id, scaffold_suite
 
@@ -556,3 +556,40 @@ def test_gate_alpha_is_a_documented_key(tmp_path):
     for bad in (0, 1.5, "0.1"):
         report = lint_suite(write_suite(tmp_path / f"bad{bad}", {**BASE_CONFIG, "gate": {"alpha": bad}}))
         assert any(f.json_path == "$.gate.alpha" for f in report.errors), (bad, report.errors)
+def test_a_base_url_with_credentials_is_a_lint_error_that_masks_the_password(tmp_path):
+    cfg = {**BASE_CONFIG, "generator": {**BASE_CONFIG["generator"], "base_url": "http://u:p4ssw0rd@127.0.0.1:9/v1"}}
+    report = lint_suite(write_suite(tmp_path / "unit", cfg))
+    (err,) = [e for e in report.errors if e.json_path == "$.generator.base_url"]
+    assert "credentials" in err.message and "p4ssw0rd" not in str(err) and "u:***@" in err.message
+
+
+def test_a_ci_cap_no_call_fits_under_is_an_error_for_the_generator_and_the_judge(tmp_path):
+    """ci.cost_cap_usd too small for one call used to lint clean, and `run --ci` made a
+    folder and ended "budget exhausted" at $0."""
+    # generator worst case 512 x $0.1 + 16 x $0.4 per Mtok = $0.0000576; judge $0.0000864
+    errors, _ = _config_findings(tmp_path, ci={"cost_cap_usd": 0.00007})
+    fit = [f for f in errors if "0 calls fit" in f.message]
+    assert [(f.json_path, f.message.split(" call ")[0]) for f in fit] == [("$.ci.cost_cap_usd", "one judge")], fit
+    assert "over ci.cost_cap_usd $7e-05" in fit[0].message and "could never grade" in fit[0].message
+    errors, _ = _config_findings(tmp_path / "b", ci={"cost_cap_usd": 0.00005})
+    fit = [f for f in errors if "0 calls fit" in f.message]
+    assert [f.message.split(" call ")[0] for f in fit] == ["one generator", "one judge"]
+    assert all(f.json_path == "$.ci.cost_cap_usd" for f in fit)
+
+
+def test_the_batch_prices_are_bounded_as_price_is_and_one_batch_line_must_fit_the_cap(tmp_path):
+    prices = {"batch_price": {"in_per_mtok": 0.05, "out_per_mtok": 0.2},
+              "judge_batch_price": {"in_per_mtok": 0.075, "out_per_mtok": 0.3}}
+    suite = load_suite(write_suite(tmp_path / "ok", {**BASE_CONFIG, **prices}))
+    assert suite.config.batch_price == Price(0.05, 0.2) and suite.config.judge_batch_price == Price(0.075, 0.3)
+    assert load_suite(write_suite(tmp_path / "none")).config.batch_price is None  # optional: only --batch needs it
+    errors, _ = _config_findings(tmp_path / "neg", batch_price={"in_per_mtok": -1, "out_per_mtok": 0.2})
+    assert any(f.json_path == "$.batch_price.in_per_mtok" for f in errors), [str(f) for f in errors]
+    errors, _ = _config_findings(tmp_path / "big", judge_batch_price={"in_per_mtok": 0.1, "out_per_mtok": 10**6})
+    assert any(f.json_path == "$.judge_batch_price.out_per_mtok" and "at most 10000" in f.message for f in errors)
+    errors, _ = _config_findings(tmp_path / "key", batch_price={"in_per_mtok": 0.1, "out_mtok": 0.2})
+    assert any(f.json_path.startswith("$.batch_price") for f in errors)
+    errors, _ = _config_findings(tmp_path / "fit", batch_price={"in_per_mtok": 9000, "out_per_mtok": 9000})
+    assert any("one generator batch call costs up to" in f.message for f in errors)
+    _, warnings = _config_findings(tmp_path / "above", batch_price={"in_per_mtok": 0.2, "out_per_mtok": 0.2})
+    assert [f.json_path for f in warnings if "batch costs less" in f.message] == ["$.batch_price.in_per_mtok"]

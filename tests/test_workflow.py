@@ -7,19 +7,24 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import junitparser
+import pytest
 import xmlschema
 import yaml
 from click.testing import CliRunner
 
 from evalkit.cli import main
+from evalkit.errors import InputError
 from evalkit.serve import ScriptedServer
+from evalkit.workflow import install_spec, installed_origin, spec_from_origin
 
 BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = xmlschema.XMLSchema(str(Path(__file__).parent / "data" / "junit" / "junit.xsd"))
 RIGHT = {"rules": [{"match": "France", "text": "Paris"}, {"match": "Italy", "text": "Rome"}]}
 WRONG = {"rules": [{"match": "France", "text": "Lyon"}, {"match": "Italy", "text": "HACKED Rome"}]}
@@ -45,9 +50,17 @@ def _condition(expr: str | None, ok: bool, env: dict[str, str]) -> bool:
     return value
 
 
-def run_workflow(doc: dict, repo: Path, secrets: dict[str, str], variables: dict[str, str]) -> list[tuple[str, int]]:
-    """Execute the job's run steps (not `uses:` actions, not the pip install) in order.
-    Returns (step name, exit status) for each step that ran."""
+# The install step, run offline: no index, no dependencies (this environment has them),
+# no build isolation (setuptools is here), into a scratch folder that nothing imports from.
+OFFLINE_PIP = {"PIP_NO_INDEX": "1", "PIP_NO_DEPS": "1", "PIP_NO_BUILD_ISOLATION": "0", "PIP_NO_CACHE_DIR": "1",
+               "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+
+
+def run_workflow(doc: dict, repo: Path, secrets: dict[str, str], variables: dict[str, str],
+                 pip_target: Path | None = None) -> list[tuple[str, int]]:
+    """Execute the job's run steps (not `uses:` actions) in order; the pip install only
+    with `pip_target` (offline, into that folder). Returns (step name, exit status) for
+    each step that ran."""
     job = doc["jobs"]["evalkit"]
     github_env, summary = repo / ".gh-env", repo / ".gh-summary.md"
     github_env.write_text("")
@@ -63,9 +76,14 @@ def run_workflow(doc: dict, repo: Path, secrets: dict[str, str], variables: dict
     ran: list[tuple[str, int]] = []
     ok = True
     for step in job["steps"]:
-        if "run" not in step or "pip install" in step["run"]:
+        if "run" not in step or ("pip install" in step["run"] and pip_target is None):
             continue
         env = dict(base)
+        if "pip install" in step["run"]:
+            env.update(OFFLINE_PIP, PIP_TARGET=str(pip_target))
+        for k, v in step.get("env", {}).items():
+            assert "${{" not in str(v), v
+            env[k] = str(v)
         for line in github_env.read_text().splitlines():
             k, _, v = line.partition("=")
             env[k] = v
@@ -78,14 +96,27 @@ def run_workflow(doc: dict, repo: Path, secrets: dict[str, str], variables: dict
     return ran
 
 
+def _vendor_evalkit(repo: Path) -> Path:
+    """A copy of this checkout's files (git's list) at repo/vendor/evalkit: a source of
+    evalkit inside the repository, as a user who vendors it has."""
+    dest = repo / "vendor" / "evalkit"
+    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=ROOT,
+                         capture_output=True, check=True)
+    for f in (f for f in out.stdout.decode().split("\0") if f and (ROOT / f).is_file()):
+        (dest / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / f, dest / f)
+    return dest
+
+
 def _setup(tmp_path: Path) -> tuple[Path, Path, dict]:
     repo = tmp_path / "repo"
     repo.mkdir()
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    _vendor_evalkit(repo)
     cwd = os.getcwd()
     os.chdir(repo)
     try:
-        res = cli("init", "evals/unit", "--ci", "github", "--watch", "agent/src/**")
+        res = cli("init", "evals/unit", "--ci", "github", "--watch", "agent/src/**", "--evalkit-spec", "vendor/evalkit")
     finally:
         os.chdir(cwd)
     assert res.exit_code == 0, res.output
@@ -124,6 +155,13 @@ def test_generated_workflow_shape(tmp_path):
     assert "accept" not in "\n".join(runs)
     env = doc["jobs"]["evalkit"]["env"]
     assert env["EVALKIT_API_KEY"] == "${{ secrets.EVALKIT_API_KEY }}"
+    # evalkit comes from the source given, never the bare name (PyPI's `evalkit` is another project)
+    install = next(s for s in steps if "pip install" in s.get("run", ""))
+    assert install["env"]["EVALKIT_SPEC"] == "./vendor/evalkit" and "$EVALKIT_SPEC" in install["run"]
+    assert not re.search(r"pip install\s+\"?evalkit\b", text)
+    # the uploaded report is rendered redacted: outputs may hold what a model leaked
+    report = next(s for s in steps if s.get("name") == "Report")
+    assert "evalkit report " in report["run"] and report["run"].rstrip().endswith("--redact")
     # an existing workflow is not overwritten; a suite without a ci block is refused
     cwd = os.getcwd()
     os.chdir(repo)
@@ -160,9 +198,14 @@ def test_workflow_steps_pass_then_fail_against_the_scripted_server(tmp_path):
         finally:
             del os.environ["EVALKIT_API_KEY"]
         baseline = (suite / "baseline.json").read_bytes()
-        ran = run_workflow(doc, repo, secrets, {"EVALKIT_BASE_URL": srv.base_url})
+        target = tmp_path / "pip-target"
+        ran = run_workflow(doc, repo, secrets, {"EVALKIT_BASE_URL": srv.base_url}, pip_target=target)
+    # the install step built and installed evalkit from the repository's own copy
+    assert (target / "evalkit" / "__init__.py").is_file()
+    [record] = target.glob("evalkit-*.dist-info/direct_url.json")
+    assert json.loads(record.read_text())["url"] == (repo / "vendor" / "evalkit").resolve().as_uri()
     names = [n for n, _ in ran]
-    assert names == ["Lint the suite", "Run under the suite's CI cost cap", "Grade",
+    assert names == ["Install evalkit", "Lint the suite", "Run under the suite's CI cost cap", "Grade",
                      "Gate against the committed baseline", "Report"], ran
     assert all(rc == 0 for _, rc in ran), ran
     env = dict(line.split("=", 1) for line in (repo / ".gh-env").read_text().splitlines())
@@ -171,6 +214,8 @@ def test_workflow_steps_pass_then_fail_against_the_scripted_server(tmp_path):
     cfg = json.loads((suite / "config.json").read_text())
     assert summary["complete"] and summary["cap_usd"] == cfg["ci"]["cost_cap_usd"] < cfg["cost_cap_usd"]
     assert summary["avoided_usd"] > 0  # the local run's answers came from the response cache
+    # grading spends under the run's recorded CI cap too: one cap for the whole CI run
+    assert json.loads((run_dir / "grades-summary.json").read_text())["cap_usd"] == cfg["ci"]["cost_cap_usd"]
     gate_xml = repo / "reports" / "evalkit" / "gate.xml"
     SCHEMA.validate(str(gate_xml))
     assert all(c.is_passed for s in junitparser.JUnitXml.fromfile(str(gate_xml)) for c in s)
@@ -194,3 +239,64 @@ def test_workflow_steps_pass_then_fail_against_the_scripted_server(tmp_path):
     assert cases["case score overall"].is_failure
     assert (repo / ".gh-summary.md").read_text().startswith("## evalkit gate: FAIL: case score drop")
     assert (suite / "baseline.json").read_bytes() == baseline
+
+
+COMMIT = "4f1c0c3d0b6d8a3e5f4e1a2b3c4d5e6f70819a2b"
+
+
+def test_the_install_source_follows_the_installed_origin(tmp_path):
+    """PEP 610 records (the shapes pip writes) map to what CI can install; an origin CI
+    cannot reach is refused with a message that says how to give one."""
+    repo = tmp_path / "repo"
+    (repo / "vendor" / "evalkit").mkdir(parents=True)
+    vcs = {"url": "https://github.com/acme/evalkit.git", "vcs_info": {"vcs": "git", "commit_id": COMMIT,
+                                                                       "requested_revision": "main"}}
+    assert spec_from_origin(vcs, repo) == f"evalkit @ git+https://github.com/acme/evalkit.git@{COMMIT}"
+    assert spec_from_origin({**vcs, "subdirectory": "py"}, repo).endswith(f"@{COMMIT}#subdirectory=py")
+    archive = {"url": "https://example.org/evalkit-0.1.0-py3-none-any.whl",
+               "archive_info": {"hashes": {"sha256": "ab" * 32}}}
+    assert spec_from_origin(archive, repo) == f"evalkit @ {archive['url']}#sha256={'ab' * 32}"
+    folder = {"url": (repo / "vendor" / "evalkit").as_uri(), "dir_info": {"editable": True}}
+    assert spec_from_origin(folder, repo) == "./vendor/evalkit"
+    refused = [None,  # from an index: the name would resolve to PyPI's unrelated `evalkit`
+               {"url": (tmp_path / "elsewhere").as_uri(), "dir_info": {}},
+               {"url": (tmp_path / "clone").as_uri(), "vcs_info": {"vcs": "git", "commit_id": COMMIT}},
+               {"url": "https://github.com/acme/evalkit.git", "vcs_info": {"vcs": "git"}}]
+    for origin in refused:
+        with pytest.raises(InputError, match="--evalkit-spec") as e:
+            spec_from_origin(origin, repo)
+        assert "unrelated project" in str(e.value)
+    # the evalkit these tests run: an editable install of this checkout
+    assert spec_from_origin(installed_origin(), ROOT) == "./"
+    with pytest.raises(InputError, match="outside the repository"):
+        spec_from_origin(installed_origin(), repo)
+
+
+def test_an_evalkit_spec_that_would_install_someone_elses_package_is_refused(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    (repo / "vendor" / "evalkit").mkdir(parents=True)
+    monkeypatch.chdir(repo)
+    for bare in ("evalkit", "evalkit==0.1.0", "EvalKit[local]>=0.1", "evalkit ; python_version>'3'"):
+        with pytest.raises(InputError, match="unrelated project"):
+            install_spec(bare, repo)
+    for unreachable in ("evalkit @ file:///home/me/evalkit", str(tmp_path), "vendor/nothing"):
+        with pytest.raises(InputError, match="--evalkit-spec"):
+            install_spec(unreachable, repo)
+    url = f"evalkit @ git+https://github.com/acme/evalkit@{COMMIT}"
+    assert install_spec(url, repo) == url
+    assert install_spec(f"git+https://github.com/acme/evalkit@{COMMIT}", repo).endswith(COMMIT)
+    assert install_spec("vendor/evalkit", repo) == install_spec(str(repo / "vendor" / "evalkit"), repo) \
+        == "./vendor/evalkit"
+
+
+def test_init_ci_without_a_source_ci_can_reach_exits_2_and_says_how_to_give_one(tmp_path, monkeypatch):
+    """This evalkit is an editable install of a checkout outside the new repository: the
+    workflow used to say `pip install "evalkit==0.1.0"`, PyPI's unrelated project, in a
+    job that holds the API keys."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    monkeypatch.chdir(repo)
+    res = cli("init", "evals/unit", "--ci", "github")
+    assert res.exit_code == 2 and "--evalkit-spec" in res.output and "unrelated project" in res.output
+    assert not (repo / ".github").exists()

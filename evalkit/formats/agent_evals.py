@@ -53,14 +53,8 @@ def read_agent_evals(path: str | Path) -> ImportedSuite:
     if not doc["cases"]:
         raise InputError('the "cases" list is empty', p, line_of(lines, "$.cases"), "$.cases")
     cases: list[tuple[int | None, str, dict[str, Any]]] = []
-    for i, c in enumerate(doc["cases"]):
-        jp = f"$.cases[{i}]"
-        if not isinstance(c, dict):
-            err(jp, 'a case must be an object {"id", "set", "prompt", "expect", "match"}')
-            continue
-        for key in c:
-            if key not in AGENT_EVALS_CASE_KEYS:
-                warn(f"{jp}.{key}", f"unknown key {key!r} in case (ignored)")
+    shape = 'an object {"id", "set", "prompt", "expect", "match"}'
+    for jp, c in reader.objects(doc["cases"], "$.cases", AGENT_EVALS_CASE_KEYS, "case", shape):
         # The same rules as `evalkit grade --eval-file` (agentevals.load_eval_file), so a
         # file one accepts the other reads alike: set and match case-insensitive, an
         # empty match is contains, the prompt optional.

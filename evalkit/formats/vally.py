@@ -142,14 +142,9 @@ def read_vally(path: str | Path) -> ImportedSuite:
         if isinstance(s, dict) and isinstance(s.get("name"), str) and s["name"].strip()
     }
     used_ids: set[str] = set()
-    for i, s in enumerate(stimuli):
-        jp = f"$.stimuli[{i}]"
-        if not isinstance(s, dict):
-            err(jp, "a stimulus must be a mapping with name and prompt")
-            continue
-        for key in s:
-            if key not in VALLY_STIMULUS_KEYS:
-                warn(f"{jp}.{key}", f"unknown key {key!r} in stimulus (ignored)")
+    for jp, s in reader.objects(
+        stimuli, "$.stimuli", VALLY_STIMULUS_KEYS, "stimulus", "a mapping with name and prompt"
+    ):
         sname, prompt = s.get("name"), s.get("prompt")
         if not isinstance(sname, str) or not sname.strip():
             err(f"{jp}.name", "stimulus needs a non-empty 'name'")
