@@ -14,7 +14,7 @@ LOCKS  := requirements/build.txt requirements/lock.txt requirements/llama.txt
 PIP    := $(BIN)/python -m pip install --quiet --no-deps
 PYTEST_ARGS ?=
 
-.PHONY: demo test install lock bench clean
+.PHONY: demo test install lock bench clean browser
 
 $(STAMP): pyproject.toml $(LOCKS) tools/install-llama.sh
 	rm -rf $(VENV)
@@ -36,13 +36,17 @@ demo: $(STAMP)
 
 # The checks first (each fails the target when not clean): lint, formatting, types
 # (configured in pyproject.toml), then the tests.
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/ruff check evalkit
 	$(BIN)/ruff format --check evalkit
 	$(BIN)/mypy
 	@$(BIN)/python -m pytest -p no:cacheprovider $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; that is a failure" >&2; exit 1; fi; \
 	exit $$rc
+
+# headless Chromium for the browser test of the reports (apt-get where missing and allowed)
+browser:
+	@tools/install-chromium.sh
 
 lock:
 	tools/lock.sh

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from . import fmt
 from ._cliopts import batch_from, batch_options, ci_output_options, echo_text, emit_ci
 from ._text import printable
 from .errors import InputError
@@ -25,14 +26,6 @@ from .records import GradesSummary
 
 if TYPE_CHECKING:  # for annotations only: ciout loads with the command
     from .ciout import CiReport
-
-
-def _fmt(v: object) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:.3f}"
-    return str(v)
 
 
 @click.command("grade")
@@ -199,7 +192,19 @@ PRINTED = (
 
 
 def _score(v: float | None, se: float | None) -> str:
-    return "-" if v is None else f"{v:.3f}" + ("" if se is None else f" (SE {se:.3f})")
+    return fmt.pct(v) + ("" if v is None or fmt.missing(se) else f" (SE {fmt.points(se, signed=False)})")
+
+
+def _metric(name: str, v: object) -> str:
+    """One metric as people read it: dollars for `_usd`, milliseconds for `_ms`, a
+    percentage for a rate, '-' for not measured."""
+    if name.endswith("_usd"):
+        return fmt.usd(v)
+    if name.endswith("_ms"):
+        return fmt.ms(v)
+    if name.endswith(("_rate", "_correctness", "_golden", "_should_refuse")):
+        return fmt.pct(v)
+    return fmt.cell(v)
 
 
 def summary_lines(s: GradesSummary, run_path: Path) -> list[str]:
@@ -215,16 +220,23 @@ def summary_lines(s: GradesSummary, run_path: Path) -> list[str]:
         lines.append(
             f"judge: {s.judge_model} {s.judge_version}"
             f"{' (same model as generator: override)' if s.judge_same_model_override else ''}; "
-            f"spend ${s.judge_spend_usd:.6f}, {s.cache_hits} cached answers"
+            f"spend {fmt.usd(s.judge_spend_usd)}, {s.cache_hits} cached answers"
         )
     trust = s.judge_trust
     if trust is not None:
         state = "trusted" if trust.trusted and not trust.opt_out else "OPT-OUT" if trust.opt_out else "HELD"
         lines.append(f"judge trust: {state}: {trust.reason}")
+    # each metric for all arms pooled and for each arm apart (arms are compared, not pooled)
+    columns = [("all arms", m)] + [(arm, a.overall) for arm, a in s.per_arm.items()]
+    if len(columns) == 2:
+        columns = columns[1:]  # one arm: its column is the pooled one
+    width = max(12, *(len(name) + 2 for name, _ in columns))
+    lines.append("  " + f"{'metric':28s}" + "".join(f"{name:>{width}s}" for name, _ in columns))
     for name in PRINTED:
-        v = getattr(m, name)
-        shown = f"{v:.6g}" if name.endswith("_usd") and isinstance(v, float) else _fmt(v)  # dollars: 6 digits
-        lines.append(f"  {name:28s} {shown}")
+        cells = [_metric(name, getattr(g, name)) for _, g in columns]
+        if all(c == fmt.NO_DATA for c in cells):
+            continue  # not measured on this run (no case of that kind): not printed
+        lines.append(f"  {name:28s}" + "".join(f"{c:>{width}s}" for c in cells))
     for arm, a in s.per_arm.items():
         lines.append(f"arm {arm} (k={s.k}): set/tag, cases, pass@k, pass^k, gated case score")
         groups = [("all", a.scores)] if a.scores else []
@@ -240,7 +252,7 @@ def summary_lines(s: GradesSummary, run_path: Path) -> list[str]:
         p = s.pairwise
         lines.append(
             f"pairwise {p['treatment']} vs {p['baseline']}: {p['wins']}W/{p['ties']}T/{p['losses']}L, "
-            f"{p['errored']} errored, position consistency {_fmt(p['position_consistency'])}"
+            f"{p['errored']} errored, position consistency {fmt.pct(p['position_consistency'])}"
         )
     return lines
 

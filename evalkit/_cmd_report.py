@@ -69,7 +69,8 @@ def report_cmd(
     """Record what the run concludes in its verdicts.json (two-arm verdict and plan check,
     gate, judge trust), execute the notebooks that apply to RUN with papermill, render
     them to HTML in REPORTS_DIR/<run>/ and rebuild REPORTS_DIR/index.html; print the
-    index's path. Exit 1 when a notebook failed (its page shows the error)."""
+    index's path. Exit 1 when a notebook failed (its page shows the error), or when the
+    run has nothing to report (no sample, or not graded)."""
     # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
     from . import reports
 
@@ -93,6 +94,9 @@ def report_cmd(
     if not result.ok:
         failed = [nb.name for nb in result.notebooks if not nb.ok]
         click.echo(f"error: {len(failed)} of {len(result.notebooks)} notebook(s) failed: {', '.join(failed)}", err=True)
+        sys.exit(1)
+    if result.nothing:
+        click.echo(f"error: {result.nothing}", err=True)
         sys.exit(1)
 
 
@@ -133,6 +137,11 @@ def report_cmd(
 @click.option("--reports-dir", default="reports", show_default=True, type=click.Path(file_okay=False))
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option(
+    "--no-cache",
+    is_flag=True,
+    help="Fresh samples: neither read nor write the response cache (a re-run otherwise replays its repetitions).",
+)
+@click.option(
     "--allow-private-data",
     is_flag=True,
     help="Run even though the privacy scan found personal data or secrets in the suite or a variant "
@@ -148,11 +157,16 @@ def microtest_cmd(
     runs_dir: str | None,
     reports_dir: str,
     no_progress: bool,
+    no_cache: bool,
     allow_private_data: bool,
 ) -> None:
     """Settle the wording of one piece of guidance: run every variant in VARIANTS and a
     no-guidance control on UNIT's cases, REPS fresh-context repetitions each, grade,
-    and render the micro_test notebook. Prints the report and its conclusion."""
+    and render the micro_test notebook. Prints the report and its conclusion.
+
+    Exit 0 when a variant beats the control; 1 when none does (the guidance does not
+    help), when the control shows nothing to fix, or when the run is INCOMPLETE or the
+    notebook failed; 2 on bad input."""
     # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
     from . import microtest, reports
     from .grading import grade_run, judge_endpoint
@@ -172,9 +186,17 @@ def microtest_cmd(
         runs_dir=runs_dir,
         base_url=base_url,
         progress=not no_progress,
+        cache=not no_cache,
         allow_private_data=allow_private_data,
     )
     grade_run(result.path, suite, judge_base_url=judge_base_url)
+    cached, total = microtest.cached_samples(result.path)
+    if cached:
+        click.echo(
+            f"note: {cached} of {total} samples came from the response cache (an earlier identical run), "
+            "not fresh repetitions; pass --no-cache for fresh samples",
+            err=True,
+        )
     microtest.write_marker(result.path, files, reps, flag_pattern)
     rep = reports.report_run(result.path, reports_dir, notebooks=["micro_test"])
     nb = rep.notebooks[0]
@@ -187,7 +209,9 @@ def microtest_cmd(
     if not nb.ok:
         echo_text(f"error: the micro_test notebook failed: {nb.error}", err=True)
         sys.exit(1)
-    sys.exit(result.exit_code)
+    if result.exit_code:
+        sys.exit(result.exit_code)
+    sys.exit(0 if found is not None and found.kind == "pass" else 1)  # for scripts: did a variant help?
 
 
 COMMANDS: list[click.Command] = [report_cmd, microtest_cmd]

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from . import fmt
 from ._cliopts import batch_from, batch_options, ci_output_options, emit_ci
 from .errors import InputError
 
@@ -53,6 +54,7 @@ if TYPE_CHECKING:  # for annotations only: ciout loads with the command
     help="Run even though the privacy scan found personal data or secrets in the suite "
     "(recorded in the run's config.json); by default the run refuses before any call.",
 )
+@click.option("--lenient-keys", is_flag=True, help="Ignore unknown config keys (a warning) instead of refusing to run.")
 @batch_options
 @ci_output_options
 def run_cmd(
@@ -68,6 +70,7 @@ def run_cmd(
     no_progress: bool,
     ci: bool,
     allow_private_data: bool,
+    lenient_keys: bool,
     junit: Path | None,
     markdown: Path | None,
     batch: bool,
@@ -90,12 +93,15 @@ def run_cmd(
     if replay_only and no_cache:
         raise InputError("--replay-only needs the response cache; drop --no-cache")
     target: Suite | str = suite
-    if ci:
+    if ci or lenient_keys:
         # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
         from .loader import load_suite
         from .suite import ci_suite
 
-        target = ci_suite(load_suite(suite))
+        loaded = load_suite(suite, lenient_keys=lenient_keys)
+        for w in loaded.warnings if lenient_keys else ():
+            click.echo(f"warning: {w}", err=True)
+        target = ci_suite(loaded) if ci else loaded
     result = run_suite(
         target,
         arms=arm_list,
@@ -112,7 +118,8 @@ def run_cmd(
     )
     click.echo(f"run folder: {result.path}")
     click.echo(
-        f"spend: ${result.spend_usd:.6f} of cap ${result.cap_usd:.6f} (avoided by the cache: ${result.avoided_usd:.6f})"
+        f"spend: {fmt.usd(result.spend_usd)} of cap {fmt.usd(result.cap_usd)} "
+        f"(avoided by the cache: {fmt.usd(result.avoided_usd)})"
     )
     for arm, c in result.per_arm.items():
         click.echo(f"{arm}: {c['samples']} samples, {c['errors']} errors")

@@ -49,7 +49,7 @@ def _raise_terminated(signum: int, frame: object) -> None:
     "script",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Serve this script (JSON/YAML) instead of the embedded model.",
+    help="Serve this script (JSON/YAML: rules, default, faults) instead of the embedded model.",
 )
 @click.option(
     "--model",
@@ -73,6 +73,18 @@ def serve(
     model), then stop the server and exit with the command's status. A server that dies
     stops the command's evalkit runs and grades at once, INCOMPLETE, with its exit status
     and log tail.
+
+    A script for --scripted answers the first rule whose `match` is in the prompt, else
+    the default, after any matching fault (429, 500, 503, drop, slow, malformed,
+    over_usage), for example:
+
+    \b
+      {"rules": [{"match": "France", "text": "Paris"},
+                 {"match": "Peru", "texts": ["Lima", "Cusco"], "weights": [0.7, 0.3]}],
+       "default": {"text": "unknown"},
+       "faults": [{"kind": "429", "retry_after": 0.05, "times": 2}]}
+
+    The whole format: docs/formats.md, "Scripted server script".
     """
     # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
     from .serve import LocalModelServer, ScriptedServer

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ._cliopts import ci_output_options, echo_text, emit_ci
+from .errors import EvalkitError
 
 if TYPE_CHECKING:  # for annotations only: ciout loads with the command
     from .ciout import CiReport
@@ -72,6 +73,11 @@ def _fail_on(kind: str, fail_on: tuple[str, ...]) -> None:
     "(pairwise.jsonl); default: the suite's verdict_judge, else direct.",
 )
 @click.option("--fail-on", multiple=True, type=click.Choice(FAIL_KINDS), help="Exit 1 on this verdict (repeatable).")
+@click.option(
+    "--require-plan",
+    is_flag=True,
+    help="Exit 1 unless the run followed a pre-registered plan (for CI: no exploratory or cut-short verdict passes).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @ci_output_options
 def compare_cmd(
@@ -84,6 +90,7 @@ def compare_cmd(
     alpha: float | None,
     judge: str | None,
     fail_on: tuple[str, ...],
+    require_plan: bool,
     as_json: bool,
     junit: Path | None,
     markdown: Path | None,
@@ -138,6 +145,13 @@ def compare_cmd(
         )
 
     emit_ci(report, junit, markdown)
+    if require_plan and (v.plan_check is None or not v.plan_check.ok):
+        click.echo(
+            "error: --require-plan: "
+            + ("no pre-registered plan" if v.plan_check is None else "the run did not follow its plan"),
+            err=True,
+        )
+        raise SystemExit(1)
     _fail_on(v.kind, fail_on)
 
 
@@ -187,6 +201,7 @@ def verdict_cmd(
     help="Record the plan in this suite folder (evals/<unit>/plan.json).",
 )
 @click.option("--sequential", is_flag=True, help="Plan a sequential sign test (stops once settled).")
+@click.option("--force", is_flag=True, help="With --write: replace an existing plan.json (a new pre-registration).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def power_cmd(
     win_rate: float,
@@ -195,18 +210,31 @@ def power_cmd(
     power_: float,
     write_dir: Path | None,
     sequential: bool,
+    force: bool,
     as_json: bool,
 ) -> None:
-    """Discordant pairs and cases the exact sign test needs (exact and approximate)."""
+    """Discordant pairs and cases the exact sign test needs (exact and approximate).
+
+    With --write, the plan is pre-registered in the suite; an existing plan.json is never
+    replaced without --force, and a suite with fewer cases than the plan needs is warned of."""
     # lazy: the statistics (scipy) load only when the command runs
-    from .plans import load_plan, plan_power, write_plan
+    from .plans import load_plan, plan_power, suite_shortfall, write_plan
 
     plan = plan_power(win_rate, tie_rate, alpha, power_, sequential=sequential)
     text = plan.render()
     if write_dir is not None:
-        path = write_plan(plan, write_dir)
+        path = write_plan(plan, write_dir, force=force)
         plan = load_plan(path)
         text += f"\nplan written: {path}"
+        from .loader import load_suite  # lazy: the suite loader loads only when a plan is written
+
+        try:
+            n_cases: int | None = len(load_suite(write_dir, lenient_keys=True).cases)
+        except EvalkitError:
+            n_cases = None  # a suite that cannot be read: `evalkit lint` says why
+        short = suite_shortfall(plan, n_cases) if n_cases is not None else None
+        if short:
+            click.echo(f"warning: {short}", err=True)
     _emit(plan.to_json(), as_json, text)
 
 

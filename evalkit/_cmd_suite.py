@@ -70,12 +70,15 @@ def init_cmd(
 
 @click.command("lint")
 @click.argument("suite_path", metavar="SUITE", type=click.Path(path_type=Path))
-@click.option("--strict", is_flag=True, help="Fail on format warnings too (unknown keys and options).")
-def lint_cmd(suite_path: Path, strict: bool) -> None:
+@click.option("--strict", is_flag=True, help="Fail on format warnings too (unknown check options).")
+@click.option(
+    "--lenient-keys", is_flag=True, help="An unknown key is a warning (ignored) instead of an error ('did you mean')."
+)
+def lint_cmd(suite_path: Path, strict: bool, lenient_keys: bool) -> None:
     """Validate SUITE (a suite folder, an evals.json or an eval.yaml) without calling any
     model. Prints each finding as `path:line: level: message`; exits 2 on errors, 0 when
     there are only warnings or none."""
-    report = loader.lint_suite(suite_path, strict=strict)
+    report = loader.lint_suite(suite_path, strict=strict, lenient_keys=lenient_keys)
     for finding in report.errors:
         echo_text(str(finding), err=True)  # a message may quote the suite's files
     for finding in report.warnings:

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from . import fmt
 from .errors import EvalkitError
 
 DEFAULT_SUITES = ("data/factual", "data/agent")
@@ -72,7 +73,7 @@ def _analyse(suite: Any, plan: Any, result: Any, reports_dir: str, pandalm_dir: 
         a = graded.summary.per_arm.get(arm)
         m = a.overall if a is not None else None
         rate = m.sample_pass_rate if m is not None else None
-        shown = f"{rate:.1%}" if rate is not None else "n/a"
+        shown = fmt.pct(rate)
         expected = m.n_expected if m is not None else 0
         graded_n = m.n_graded if m is not None else 0
         _say(f"{suite.name}: sample pass rate {arm}: {shown} of {expected} samples ({graded_n} graded)")
@@ -82,7 +83,7 @@ def _analyse(suite: Any, plan: Any, result: Any, reports_dir: str, pandalm_dir: 
         v = compare(result.path, arms[0], arms[1], plan=plan.path or None)  # recorded in verdicts.json
         _say(
             f"{suite.name}: verdict {arms[1]} vs {arms[0]}: {v.kind} ({v.wins}W/{v.ties}T/{v.losses}L, "
-            f"p={v.p_value:.4g}, unit: {v.unit})"
+            f"p={fmt.pvalue(v.p_value)}, unit: {v.unit})"
             if v.p_value is not None
             else f"{suite.name}: verdict: {v.kind} ({v.reason})"
         )
@@ -136,8 +137,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             _say(f"{suite.name}: run folder {result.path} ({time.monotonic() - t_run:.1f}s)")
             _say(
-                f"{suite.name}: spend ${result.spend_usd:.6f} of cap ${result.cap_usd:.2f} "
-                f"(cache avoided ${result.avoided_usd:.6f})"
+                f"{suite.name}: spend {fmt.usd(result.spend_usd)} of cap {fmt.usd(result.cap_usd)} "
+                f"(cache avoided {fmt.usd(result.avoided_usd)})"
             )
             results.append(result)
             if server.exit_reason():

@@ -78,8 +78,9 @@ class Findings:
     """Collects lint findings during one validation pass; `strict` turns format warnings
     into errors."""
 
-    def __init__(self, strict: bool) -> None:
+    def __init__(self, strict: bool, *, lenient_keys: bool = False) -> None:
         self.strict = strict
+        self.lenient_keys = lenient_keys  # an unknown key is a warning ("ignored"), not an error
         self.errors: list[Finding] = []
         self.warnings: list[Finding] = []
 
@@ -100,6 +101,19 @@ class Findings:
             self.errors.append(Finding("error", message, path, line, json_path))
         else:
             self.warnings.append(Finding("warning", message, path, line, json_path))
+
+    def unknown_key(self, message: str, path: str, line: int | None = None, json_path: str | None = None) -> None:
+        """An unknown key: an error (a typo such as `temprature` would silently change the
+        run), or with `lenient_keys` a warning that it is ignored (an error again under strict)."""
+        if self.lenient_keys:
+            self.warn(message + " (ignored: --lenient-keys)", path, line, json_path, strict_error=True)
+        else:
+            self.error(
+                message + " (fix it, start it with // to make it a comment, or pass --lenient-keys to ignore it)",
+                path,
+                line,
+                json_path,
+            )
 
     def add(self, exc: InputError) -> None:
         for e in exc.errors if isinstance(exc, InputErrors) else [exc]:

@@ -1147,6 +1147,19 @@ class Calibration:
         )
 
 
+def missed_bars(exact: float, within_one: float) -> list[str]:
+    """The agreement bars a judge misses, each named with its figure and the bar
+    (`the within-one bar (84%, needs 90%)`); empty when it clears both."""
+    return [
+        f"the {name} bar ({value:.0%}, needs {bar:.0%})"
+        for name, value, bar in (
+            ("exact-agreement", exact, EXACT_AGREEMENT_BAR),
+            ("within-one", within_one, WITHIN_ONE_AGREEMENT_BAR),
+        )
+        if value < bar
+    ]
+
+
 def calibrate(
     match: LabelMatch, identity: JudgeIdentity, *, run: str | None = None, labels_file: str | None = None
 ) -> Calibration:
@@ -1184,7 +1197,9 @@ def calibrate(
     if low:
         reason = (
             f"below the bars: {ag.exact:.0%} exact / {ag.within_one:.0%} within one (want "
-            f"{EXACT_AGREEMENT_BAR:.0%} / {WITHIN_ONE_AGREEMENT_BAR:.0%}): rewrite the rubric, then label again"
+            f"{EXACT_AGREEMENT_BAR:.0%} / {WITHIN_ONE_AGREEMENT_BAR:.0%}): "
+            f"misses {' and '.join(missed_bars(ag.exact, ag.within_one))}; "
+            "rewrite the rubric, then label again"
         )
     elif short:
         reason = f"only {n} fresh label(s), under {HUMAN_SAMPLE_MIN}: too few to trust the agreement"

@@ -134,12 +134,12 @@ def _privacy(src: SuiteSource, fx: Findings) -> None:
         fx.warn(f.message, f.path, f.line, f.json_path, strict_error=True)
 
 
-def load_suite(path: str | Path, *, strict: bool = False) -> Suite:
+def load_suite(path: str | Path, *, strict: bool = False, lenient_keys: bool = False) -> Suite:
     """Load and validate a suite: a folder `evals/<unit>/`, or an agent-evals `evals.json`
     or Vally `eval.yaml` read directly. Raises `InputError`/`InputErrors` naming every bad
-    place; warnings (unknown keys, thin coverage) are kept on `Suite.warnings`, and unknown
-    keys become errors under `strict`."""
-    fx = Findings(strict)
+    place (an unknown key included, with a "did you mean"; `lenient_keys` makes it a
+    warning, kept on `Suite.warnings` with the others, and an error again under `strict`)."""
+    fx = Findings(strict, lenient_keys=lenient_keys)
     src = source_for(path, fx)
     suite = validate(src, fx) if src is not None else None
     fx.raise_errors()
@@ -147,11 +147,11 @@ def load_suite(path: str | Path, *, strict: bool = False) -> Suite:
     return suite
 
 
-def lint_suite(path: str | Path, strict: bool = False) -> LintReport:
+def lint_suite(path: str | Path, strict: bool = False, *, lenient_keys: bool = False) -> LintReport:
     """Validate a suite without calling any model: every error and warning with its place,
     the privacy scan's findings and the side files of a native suite included (warnings;
-    errors under `strict`)."""
-    fx = Findings(strict)
+    errors under `strict`); an unknown key is an error unless `lenient_keys`."""
+    fx = Findings(strict, lenient_keys=lenient_keys)
     src = source_for(path, fx)
     if src is None:
         return fx.report(str(path))

@@ -5,7 +5,8 @@ Each variant file becomes an arm beside `control`; the suite's cases run REPS
 fresh-context repetitions each; `analyse` counts the flagged outputs (a regex, or a
 sample that fails its checks) and the distinct answer shapes of each arm, and concludes:
 a control that shows no failure means there is nothing to fix; otherwise the best
-variant (fewest flags, then fewest shapes) passes when it flags less than the control.
+variant (fewest flags, then fewest shapes) among those that flag less than the control
+passes, and when none does, the guidance does not help (no variant is called best).
 The micro_test notebook displays the conclusion and every flagged output.
 """
 
@@ -21,7 +22,7 @@ from typing import Any
 import pandas as pd
 import regex
 
-from . import stats
+from . import fmt, stats
 from ._io import MAX_TEXT_BYTES, read_text_file, write_atomic
 from .errors import InputError
 from .layout import CONFIG_FILE, MICROTEST_MARKER
@@ -151,11 +152,29 @@ def answer_shape(text: Any, words: int = 8) -> str:
 
 
 def flagged_samples(run: Run | str | Path, flag_pattern: str = "") -> pd.DataFrame:
-    """The run's samples (`runload.sample_texts`) with `flagged` and `shape` columns."""
-    st = sample_texts(as_run(run))
+    """The run's samples (`runload.sample_texts`) with `flagged` and `shape` columns, in
+    repetition order (arm, case, repetition)."""
+    run = as_run(run)
+    order = {a: i for i, a in enumerate(run.arm_names())}
+    st = sample_texts(run)
+    st = (
+        st.assign(_arm=st["arm"].map(order))
+        .sort_values(["_arm", "case_id", "index"], kind="stable")
+        .drop(columns="_arm")
+        .reset_index(drop=True)
+    )
     st["flagged"] = flag_outputs(st, flag_pattern)
     st["shape"] = st["output"].map(answer_shape)
     return st
+
+
+def cached_samples(run: Run | str | Path) -> tuple[int, int]:
+    """(samples answered from the response cache, samples) of a run: a re-run of a
+    micro-test replays its repetitions, so they are not fresh."""
+    s = as_run(run).samples
+    if not len(s) or "cached" not in s.columns:
+        return 0, len(s)
+    return int(s["cached"].fillna(False).astype(bool).sum()), len(s)
 
 
 def analyse(run: Run | str | Path, control: str = CONTROL, flag_pattern: str = "") -> MicrotestResult:
@@ -183,24 +202,41 @@ def analyse(run: Run | str | Path, control: str = CONTROL, flag_pattern: str = "
         )
     ctrl = out[control]
     variants = {a: v for a, v in out.items() if a != control}
+    sc = st[st["arm"] == control]
+    n_cases = int(sc["case_id"].nunique())
+    per_case = sc.groupby("case_id").size()
+    reps = int(per_case.max()) if len(per_case) else 0
+    unit = f"samples: {fmt.count(n_cases, 'case')} x {fmt.count(reps, 'repetition')} per case"
     best = None
     if ctrl.flagged == 0:
         conclusion = (
-            f"Nothing to fix: the control shows no failure in {ctrl.samples} repetition(s). "
-            "Do not author this guidance."
+            f"Nothing to fix: the control shows no failure in {ctrl.samples} {unit}. Do not author this guidance."
         )
         kind = "no-improvement"
     elif not variants:
-        conclusion = f"The control fails in {ctrl.flagged} of {ctrl.samples} repetitions; no variant ran."
+        conclusion = f"The control is flagged in {ctrl.flagged} of {ctrl.samples} {unit}; no variant ran."
         kind = "inconclusive"
     else:
-        best = min(variants, key=lambda a: (variants[a].rate or 0.0, variants[a].shapes))
-        b = variants[best]
-        conclusion = (
-            f"The control fails in {ctrl.flagged} of {ctrl.samples} repetition(s). Best variant: {best}, "
-            f"{b.flagged} of {b.samples} flagged, {b.shapes} answer shape(s)."
-        )
-        if b.shapes > max(1, b.samples // 2):
-            conclusion += " Its answers still scatter: tighten the form of the wording before adding words."
-        kind = "pass" if (b.rate or 0.0) < (ctrl.rate or 0.0) else "no-improvement"
+        # the best is chosen only among the variants that flag less than the control: a
+        # variant that does not beat the control is never "best"
+        beating = {a: v for a, v in variants.items() if (v.rate or 0.0) < (ctrl.rate or 0.0)}
+        head = f"The control is flagged in {ctrl.flagged} of {ctrl.samples} {unit}."
+        if beating:
+            best = min(beating, key=lambda a: (beating[a].rate or 0.0, beating[a].shapes))
+            b = beating[best]
+            conclusion = (
+                f"{head} Best variant: {best}, flagged in {b.flagged} of {b.samples}, "
+                f"{fmt.count(b.shapes, 'answer shape')}."
+            )
+            if b.shapes > max(1, b.samples // 2):
+                conclusion += " Its answers still scatter: tighten the form of the wording before adding words."
+            kind = "pass"
+        else:
+            least = min(variants, key=lambda a: (variants[a].rate or 0.0, variants[a].shapes))
+            v = variants[least]
+            conclusion = (
+                f"{head} No variant beats the control (the least flagged, {least}, in {v.flagged} of "
+                f"{v.samples}): this guidance does not help as worded. Do not ship it."
+            )
+            kind = "no-improvement"
     return MicrotestResult(control, flag_pattern, out, kind, conclusion, ctrl.flagged == 0, best)

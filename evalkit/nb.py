@@ -17,17 +17,19 @@ from typing import Any
 
 import pandas as pd
 
-from . import stats
+from . import failures as failures_mod
+from . import fmt, stats
 from ._io import jsonable, write_atomic
 from ._text import visible
 from .compare import compare_arms
 from .errors import InputError
+from .failures import Failures
 from .judge import PairOutcome
 from .judge import read_pairwise as _read_pairwise
 from .layout import PAIRWISE, RUN_CONFIG
 from .plans import load_plan
 from .records import GradesSummary, RunVerdicts, Verdict, judge_line
-from .runload import Run, grades_summary, load_run, run_verdicts, sample_texts
+from .runload import Run, grades_summary, load_run, report_state, run_verdicts, sample_texts
 
 __all__ = ["judge_line", "sample_texts"]  # what a verdict rests on; the samples joined with their grades
 
@@ -69,21 +71,18 @@ def text_html(text: Any, *, title: str | None = None, pre: bool = True, max_char
     return f"<div class='ek-text'>{head}<p>{body}</p></div>"
 
 
-def table(
-    data: Any, *, caption: str | None = None, index: bool = False, max_rows: int = 200, float_format: str = "{:.4g}"
-) -> None:
-    """Display a table of run data with every cell escaped (`DataFrame.to_html(escape=True)`).
+def table(data: Any, *, caption: str | None = None, index: bool = False, max_rows: int = 200) -> None:
+    """Display a table of run data with every cell escaped (`DataFrame.to_html(escape=True)`)
+    and formatted by `fmt.cell` (`-` for no data, yes/no for booleans, no scientific notation).
 
     `data` is a DataFrame, a list of dicts, or a dict of columns. More than `max_rows`
     rows are cut, and the table says how many were left out."""
     from IPython.display import HTML, display  # lazy: IPython is there only in a notebook's kernel
 
-    display(HTML(table_html(data, caption=caption, index=index, max_rows=max_rows, float_format=float_format)))
+    display(HTML(table_html(data, caption=caption, index=index, max_rows=max_rows)))
 
 
-def table_html(
-    data: Any, *, caption: str | None = None, index: bool = False, max_rows: int = 200, float_format: str = "{:.4g}"
-) -> str:
+def table_html(data: Any, *, caption: str | None = None, index: bool = False, max_rows: int = 200) -> str:
     """The escaped HTML `table` displays."""
     df = data if isinstance(data, pd.DataFrame) else pd.DataFrame(data)
     if os.environ.get(REDACT_ENV):
@@ -91,25 +90,56 @@ def table_html(
     more = len(df) - max_rows
     if more > 0:
         df = df.head(max_rows)
-
-    def fmt(v: Any) -> str:
-        return (
-            float_format.format(v)
-            if isinstance(v, float) and not math.isnan(v)
-            else ("" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v))
-        )
-
-    out: str = df.to_html(
-        escape=True, index=index, border=0, classes="ek-table", na_rep="", float_format=lambda v: fmt(float(v))
-    )
+    shown = df.astype(object).map(fmt.cell) if len(df.columns) else df
+    if index:
+        shown.index = [fmt.cell(i) for i in shown.index]
+    out = str(shown.to_html(escape=True, index=index, border=0, classes="ek-table", na_rep=fmt.NO_DATA))
     cap = f"<div class='ek-caption'><b>{html.escape(caption)}</b></div>" if caption else ""
-    tail = f"<div><i>{more} more row(s) not shown</i></div>" if more > 0 else ""
+    tail = f"<div><i>{fmt.count(more, 'more row')} not shown</i></div>" if more > 0 else ""
     return cap + out + tail
+
+
+def folded_table(data: Any, *, summary: str, max_rows: int = 200) -> None:
+    """`table`, folded away under a one-line `summary` the reader clicks to open."""
+    from IPython.display import HTML, display  # lazy: IPython is there only in a notebook's kernel
+
+    body = table_html(data, max_rows=max_rows)
+    display(HTML(f"<details class='ek-folded'><summary>{html.escape(summary)}</summary>{body}</details>"))
 
 
 def say(text: str) -> None:
     """Display a sentence the notebook built from numbers (escaped, as a paragraph)."""
     show_text(text, pre=False)
+
+
+def failures_html(f: Failures) -> str:
+    """The escaped HTML of a failures view: one block per case-arm (passes of samples),
+    each failing sample's reasons and output, and what was left out."""
+    parts = [text_html(f.summary(), pre=False)]
+    for c in f.cases:
+        head = f"{c.case_id} on {c.arm}: {c.passed} of {fmt.count(c.n, 'sample')} passed" + (
+            " (flaky)" if c.flaky else ""
+        )
+        body = []
+        for s in c.samples:
+            out = "(no answer)" if s.output is None else s.output
+            body.append(text_html(clip(out, 600), title=f"sample {s.index}: {s.why()}"))
+        if c.samples_left_out:
+            body.append(text_html(f"{fmt.count(c.samples_left_out, 'more failing sample')} not shown", pre=False))
+        parts.append(
+            f"<details class='ek-failure' open><summary><b>{html.escape(_shown(head))}</b></summary>"
+            f"<div style='margin-left:1.2em'>{''.join(body)}</div></details>"
+        )
+    return "".join(parts)
+
+
+def show_failures(run: Run, *, arms: list[str] | None = None, max_cases: int = failures_mod.MAX_CASES) -> Failures:
+    """Display why each case failed (`failures.failures`), grouped by case; returns what it showed."""
+    from IPython.display import HTML, display  # lazy: IPython is there only in a notebook's kernel
+
+    f = failures_mod.failures(run, arms=arms, max_cases=max_cases)
+    display(HTML(failures_html(f)))
+    return f
 
 
 def write_sidecar(name: str, numbers: Mapping[str, Any], directory: str | Path | None = None) -> Path | None:
@@ -123,11 +153,42 @@ def write_sidecar(name: str, numbers: Mapping[str, Any], directory: str | Path |
     return path
 
 
+RUN_GLOBS = ("runs/*", "*/runs/*", "evals/*/runs/*")  # where an empty run_dir looks, under the current directory
+
+
+def newest_run(root: str | Path | None = None) -> Path | None:
+    """The newest run folder under `root` (default: the current directory, where
+    JupyterLab starts a notebook's kernel): in its suite's `runs/` (`root` is a suite),
+    its suites' (`root` is `evals/`) or its project's (`evals/*/runs/`); newest by the
+    run's recorded creation time, then its folder name. None when there is none."""
+    base = Path(root) if root is not None else Path.cwd()
+    found = {p.resolve() for g in RUN_GLOBS for p in base.glob(g) if (p / RUN_CONFIG).is_file()}
+
+    def created(p: Path) -> tuple[str, str]:
+        try:
+            c = json.loads((p / RUN_CONFIG).read_text(encoding="utf-8")).get("created")
+        except (OSError, ValueError, AttributeError):
+            c = None
+        return (str(c or ""), p.name)
+
+    return max(found, key=created) if found else None
+
+
 def resolve_run(run_dir: str | Path | None) -> Path:
-    """The run folder a notebook analyses: its `run_dir` parameter, which must name a run
-    folder (a notebook opened by hand sets it; `evalkit report` always does)."""
+    """The run folder a notebook analyses: its `run_dir` parameter (`evalkit report`
+    always sets it), or, left empty in a notebook opened by hand, the newest run under
+    the current directory's suite (`newest_run`), said on the page; none found is an
+    error that says where it looked."""
     if not run_dir:
-        raise InputError("no run_dir given: set the notebook's run_dir parameter to a run folder")
+        found = newest_run()
+        if found is None:
+            raise InputError(
+                "no run_dir given and no run found under the current directory "
+                f"(looked in {', '.join(RUN_GLOBS)}): set the notebook's run_dir parameter to a run folder",
+                Path.cwd(),
+            )
+        say(f"run_dir was empty: showing the newest run under {Path.cwd()}: {found}")
+        return found
     p = Path(run_dir).expanduser()
     if not (p / RUN_CONFIG).exists():
         raise InputError("not a run folder (no config.json)", p)
@@ -151,6 +212,60 @@ def setup_plots() -> None:
             "axes.formatter.use_mathtext": False,
         }
     )
+
+
+ARM_PALETTE = fmt.ARM_PALETTE
+NEUTRAL = fmt.NEUTRAL
+
+
+def arm_colors(names: list[str], order: list[str] | None = None, neutral: str | None = None) -> list[str]:
+    """One colour per arm, the same on every page of a run: the arm's place in `order`
+    (the run's arms, `arms_of`; default `names`) picks it from `ARM_PALETTE`; `neutral`
+    names a group that is no arm (grey)."""
+    order = list(order) if order is not None else [n for n in names if n != neutral]
+    out = []
+    for n in names:
+        if n == neutral:
+            out.append(NEUTRAL)
+        elif n in order:
+            out.append(ARM_PALETTE[order.index(n) % len(ARM_PALETTE)])
+        else:
+            out.append(ARM_PALETTE[(len(order) + names.index(n)) % len(ARM_PALETTE)])
+    return out
+
+
+def percent_axis(axis: Any) -> None:
+    """Tick labels of a rate axis in percent (0% to 100%), with no offset or exponent."""
+    from matplotlib.ticker import FuncFormatter  # lazy: only a notebook that draws loads matplotlib
+
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: fmt.pct(v, 0)))
+
+
+def money_axis(axis: Any) -> None:
+    """Tick labels of a money axis as `fmt.usd` writes them (no `1e-5` offset)."""
+    from matplotlib.ticker import FuncFormatter  # lazy: only a notebook that draws loads matplotlib
+
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: fmt.usd(v)))
+
+
+def legend_outside(ax: Any, **kwargs: Any) -> None:
+    """A legend to the right of the plot area, where it covers no data."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False, **kwargs)
+
+
+def run_state(run: Run, summary: GradesSummary | None) -> tuple[str, str] | None:
+    """What a page must say before any number: (banner kind, text) for a run with no
+    sample, an ungraded run or an INCOMPLETE one (`runload.report_state`); None for a
+    complete graded run."""
+    return report_state(run, summary)
+
+
+def show_state(run: Run, summary: GradesSummary | None) -> tuple[str, str] | None:
+    """Display `run_state` as a banner (nothing for a complete graded run)."""
+    state = run_state(run, summary)
+    if state is not None:
+        banner(*state)
+    return state
 
 
 def plain(label: Any) -> str:
@@ -217,6 +332,14 @@ def rate_interval(rate: float | None, n: int | None, method: str = "wilson") -> 
     if rate is None or not n:
         return None
     return stats.proportion_interval(int(round(float(rate) * int(n))), int(n), method=method)
+
+
+def score_interval(value: float | None, se: float | None, n: int = 2) -> tuple[float | None, float | None]:
+    """The 95% normal interval of a suite-level score from its standard error across cases
+    (`stats.Estimate.interval`), or (None, None) when there is none (a single case, no SE)."""
+    if fmt.missing(value) or fmt.missing(se) or value is None or se is None:
+        return None, None
+    return stats.Estimate(float(value), float(se), n).interval()
 
 
 def grades(run: Run) -> GradesSummary | None:

@@ -110,9 +110,10 @@ def _sequential_design(win_rate: float, tie_rate: float, alpha: float, power: fl
     }
 
 
-def write_plan(plan: Plan, suite_dir: str | Path) -> Path:
+def write_plan(plan: Plan, suite_dir: str | Path, *, force: bool = False) -> Path:
     """Write `plan.json` into the suite folder (atomically). The plan's seed defaults to
-    the suite's `config.json` seed, so the run that follows is the one planned."""
+    the suite's `config.json` seed, so the run that follows is the one planned. An
+    existing plan is a pre-registration: it is replaced only with `force`."""
     d = Path(suite_dir)
     if not d.is_dir():
         raise InputError("suite folder not found", d)
@@ -123,8 +124,25 @@ def write_plan(plan: Plan, suite_dir: str | Path) -> Path:
             if isinstance(seed, int):
                 plan = replace(plan, seed=seed)
     path = d / PLAN_FILE
+    if not force and os.path.lexists(path):
+        raise InputError(
+            "a plan is already pre-registered here; replacing it silently would undo the pre-registration "
+            "(pass --force to write a new plan, and commit the change)",
+            path,
+        )
     write_atomic(path, json.dumps(plan.to_json(), indent=2) + "\n")
     return path
+
+
+def suite_shortfall(plan: Plan, n_cases: int) -> str | None:
+    """A sentence when a suite of `n_cases` cases has fewer than the plan needs (one vote
+    per case: repeating cases cannot make up for missing ones); None when it has enough."""
+    if plan.unit != "case" or n_cases >= plan.n_trials:
+        return None
+    return (
+        f"the suite has {n_cases} cases, the plan needs {plan.n_trials} (one vote per case): a run of this suite "
+        f"cannot follow the plan; add {plan.n_trials - n_cases} cases, or plan for a larger effect"
+    )
 
 
 def load_plan(path: str | Path) -> Plan:

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
+from . import fmt
 from .errors import InputError
 
 Json = Any
@@ -513,16 +514,12 @@ VerdictKind = Literal["pass", "regression", "no-improvement", "inconclusive"]
 ConformanceKind = Literal["pass", "regression", "inconclusive"]
 
 
-def _fmt3(x: float | None) -> str:
-    return "n/a" if x is None or x != x else f"{x:.3f}"
-
-
 def judge_line(judge: str, checks: dict[str, Any] | None) -> str:
     """What a verdict rests on, in words (`evalkit.compare` fills `judge_checks`)."""
     c = checks or {}
     if judge == "pairwise":
         pc, bar = c.get("position_consistency"), c.get("position_consistency_bar") or 0.0
-        bits = [f"position consistency {'n/a' if pc is None else f'{pc:.0%}'} (bar {bar:.0%})"]
+        bits = [f"position consistency {fmt.pct(pc, 0)} (bar {fmt.pct(bar, 0)})"]
         bits.append("trusted" if c.get("trusted") else "NOT trusted")
         if c.get("opt_out"):
             bits.append("by opt-out (uncalibrated)")
@@ -612,12 +609,21 @@ class Verdict:
     def render(self) -> str:
         """A few lines for a terminal or a PR comment."""
         lines = [f"verdict: {self.kind}"]
+        if self.plan_check is not None:  # second: a verdict that did not follow its plan says so first
+            pc = self.plan_check
+            lines.append(
+                "plan: "
+                + ("followed" if pc.ok else "NOT followed: " + "; ".join(pc.flags) + " (not the pre-registered test)")
+            )
+        elif self.baseline_arm:
+            lines.append(
+                "plan: none (exploratory: no pre-registered plan.json; write one with `evalkit power --write`)"
+            )
         if self.baseline_arm:
             lines.append(f"arms: treatment {self.treatment_arm!r} vs baseline {self.baseline_arm!r}")
         lines.append(f"unit of the test: {self.unit}")
         lines.append(f"judge: {judge_line(self.judge, self.judge_checks)}")
-        p = "n/a" if self.p_value is None else f"{self.p_value:.4g}"
-        p1 = "n/a" if self.p_one_sided is None else f"{self.p_one_sided:.4g}"
+        p, p1 = fmt.pvalue(self.p_value), fmt.pvalue(self.p_one_sided)
         lines.append(
             f"tally: {self.wins}W/{self.ties}T/{self.losses}L, {self.errored} errored/unmatched, "
             f"{self.n_trials} units, {self.discordant} discordant"
@@ -638,15 +644,12 @@ class Verdict:
             pd_ = self.paired
             lines.append(
                 f"all {pd_.n} graded paired trials, clustered on case ({pd_.n_clusters} clusters): "
-                f"treatment - baseline pass rate {pd_.mean:+.3f} (SE {_fmt3(pd_.se)}, "
-                f"95% CI {_fmt3(pd_.low)} to {_fmt3(pd_.high)}), correlation {_fmt3(pd_.correlation)}"
+                f"treatment - baseline pass rate {fmt.points(pd_.mean)} (SE {fmt.points(pd_.se, signed=False)}, "
+                f"95% CI {fmt.points(pd_.low)} to {fmt.points(pd_.high)}), correlation {fmt.number(pd_.correlation)}"
             )
         if self.sequential:
             s = self.sequential
             lines.append(f"sequential: {s['decision']} after {s['n_used']} of {s['n_available']} units")
-        if self.plan_check is not None:
-            pc = self.plan_check
-            lines.append("plan: " + ("followed" if pc.ok else "NOT followed: " + "; ".join(pc.flags)))
         lines.append(f"reason: {self.reason}")
         for prob in self.problems[:20]:
             lines.append(f"  - {prob}")

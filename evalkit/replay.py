@@ -8,7 +8,7 @@ the run folder alone (`trajectories/`, `results.jsonl`, `grades.jsonl`, `errors.
 
 Everything shown is untrusted data (model output, tool results, a program's stderr):
 `render_text` makes each line `printable` for a terminal (`evalkit replay`);
-`render_html` escapes every piece through `reports.text_html` (the replay notebook).
+`render_html` escapes every piece through `nb.text_html` (the replay notebook).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import fmt
 from ._io import iter_jsonl
 from ._text import printable, visible
 from .errors import InputError
@@ -173,7 +174,11 @@ def _clip(text: Any, n: int = SHOWN_CHARS) -> str:
 
 
 def _args(args: Any) -> str:
-    return args if isinstance(args, str) else json.dumps(args, ensure_ascii=False, sort_keys=True)
+    """Tool arguments or a tool result as shown: a string as it is, anything else as JSON
+    (never Python's repr, with its None/True/False); no value at all as `-`."""
+    if args is None:
+        return fmt.NO_DATA
+    return args if isinstance(args, str) else json.dumps(args, ensure_ascii=False, sort_keys=True, default=str)
 
 
 def _sent(call: dict[str, Any], previous: dict[str, Any] | None) -> str:
@@ -209,24 +214,28 @@ def turn_lines(turn: Turn, previous: dict[str, Any] | None) -> list[str]:
             out.append(f"sent: {_clip(sent)}")
         status = c.get("status")
         if status != "ok":
-            out.append(f"{str(status).upper()}: {_clip(c.get('error'), 300)}")
+            out.append(f"{str(status or 'no status').upper()}: {_clip(c.get('error') or fmt.NO_DATA, 300)}")
         ans = c.get("answer") or {}
         if ans:
             if ans.get("text"):
                 out.append(f"answer: {_clip(ans['text'])}")
             for tc in ans.get("tool_calls") or ():
-                out.append(f"asks: {tc.get('name')}({_clip(_args(tc.get('arguments')), 300)})")
+                out.append(f"asks: {tc.get('name') or fmt.NO_DATA}({_clip(_args(tc.get('arguments')), 300)})")
         u = c.get("usage") or {}
-        cost = f"${float(c.get('cost_usd') or 0):.6f}"
-        tokens = f"{u.get('prompt_tokens', 0)}+{u.get('completion_tokens', 0)} tokens" if u else "no usage"
+        tokens = (
+            f"{fmt.number(u.get('prompt_tokens') or 0)}+{fmt.number(u.get('completion_tokens') or 0)} tokens"
+            if u
+            else "no usage"
+        )
         extra = ", cached" if c.get("cached") else ""
-        out.append(f"cost {cost}, {tokens}, {c.get('latency_ms', 0):.0f} ms{extra}")
+        latency = fmt.ms(c.get("latency_ms")) if not fmt.missing(c.get("latency_ms")) else "latency not recorded"
+        out.append(f"cost {fmt.usd(c.get('cost_usd') or 0)}, {tokens}, {latency}{extra}")
     for t in turn.tools:
-        head = f"tool {t.get('name')}({_clip(_args(t.get('arguments')), 300)})"
+        head = f"tool {t.get('name') or fmt.NO_DATA}({_clip(_args(t.get('arguments')), 300)})"
         if t.get("error"):
             out.append(f"{head} -> ERROR: {_clip(t.get('error'), 300)}")
         else:
-            out.append(f"{head} -> {_clip(t.get('result'), 300)}")
+            out.append(f"{head} -> {_clip(_args(t.get('result')), 300)}")
     return out
 
 
@@ -236,8 +245,8 @@ def _arm_head(a: ArmReplay) -> list[str]:
     if s:
         agent = s.get("agent") or {}
         lines.append(
-            f"{s.get('turns') if s.get('turns') is not None else 1} model call(s), "
-            f"{len(s.get('tool_calls') or [])} tool call(s), ${float(s.get('cost_usd') or 0):.6f}"
+            f"{fmt.count(s.get('turns') if s.get('turns') is not None else 1, 'model call')}, "
+            f"{fmt.count(len(s.get('tool_calls') or []), 'tool call')}, {fmt.usd(s.get('cost_usd') or 0)}"
             + (f", stop: {agent.get('stop')}" if agent.get("stop") else "")
         )
     for ch in (a.grade or {}).get("checks") or ():
@@ -299,19 +308,16 @@ def _wrap(line: str, width: int) -> list[str]:
 
 def render_html(rep: CaseReplay) -> str:
     """The replay as an HTML table, one column per arm, every text escaped
-    (`reports.text_html`, which also redacts in a redacted report)."""
+    (`nb.text_html`, which also redacts in a redacted report)."""
 
     def e(text: str) -> str:  # control and bidi characters as escapes, then HTML-escaped
         return html.escape(visible(text))
 
-    head = "".join(f"<th>{e(a.arm)} &mdash; {e(a.outcome)}</th>" for a in rep.arms)
+    head = "".join(f"<th style='text-align:left'>{e(a.arm)} &mdash; {e(a.outcome)}</th>" for a in rep.arms)
     body = []
     for label, cells in _cells(rep):
-        width = f"{100 // max(1, len(cells))}%"
-        tds = "".join(
-            f"<td style='vertical-align:top;width:{width}'>{text_html(chr(10).join(c), max_chars=20_000)}</td>"
-            for c in cells
-        )
+        style = f"vertical-align:top;text-align:left;width:{100 // max(1, len(cells))}%"
+        tds = "".join(f"<td style='{style}'>{text_html(chr(10).join(c), max_chars=20_000)}</td>" for c in cells)
         body.append(f"<tr><th>{e(label)}</th>{tds}</tr>")
     caption = f"case {rep.case_id}, sample {rep.index + 1}"
     return (

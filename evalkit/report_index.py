@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from . import fmt
 from ._io import RUN_JSON_BYTES, jsonable, read_json_object, write_atomic
 from .layout import INDEX_HTML, MANIFEST, SUMMARY_JSON
 from .records import (
@@ -79,20 +80,24 @@ def verdict_entries(v: RunVerdicts, complete: bool | None = None) -> list[dict[s
     whether the judge may be trusted."""
     out: list[dict[str, Any]] = []
     for c in v.comparisons:
-        out.append(
-            {
-                "kind": c.kind,
-                "baseline": c.baseline_arm,
-                "treatment": c.treatment_arm,
-                "p_value": c.p_value,
-                "judge": c.judge,
-                **(
-                    {"text": "plan NOT followed: " + "; ".join(c.plan_check.flags)}
-                    if c.plan_check and not c.plan_check.ok
-                    else {}
-                ),
-            }
-        )
+        entry: dict[str, Any] = {
+            "kind": c.kind,
+            "baseline": c.baseline_arm,
+            "treatment": c.treatment_arm,
+            "p_value": c.p_value,
+            "judge": c.judge,
+            "plan_followed": None if c.plan_check is None else c.plan_check.ok,
+        }
+        if c.plan_check is not None and not c.plan_check.ok:
+            # a verdict that did not follow its plan is never shown as a plain (green) pass
+            entry.update(
+                label=f"{c.kind}, plan NOT followed",
+                style="inconclusive",
+                text="plan NOT followed: " + "; ".join(c.plan_check.flags),
+            )
+        elif c.plan_check is None:
+            entry.update(label=f"{c.kind} (no plan)", text="exploratory: no pre-registered plan")
+        out.append(entry)
     if v.gate is not None:
         out.append(gate_verdict(v.gate, complete=complete))
     if v.conformance is not None:
@@ -144,6 +149,7 @@ def write_manifest(
         "judge_notice": judge_trust_notice(run),
         "spend_usd": summary.get("spend_usd"),
         "cache_avoided_usd": summary.get("avoided_usd"),
+        "graded": grades is not None,
         "headline_metric": "sample_pass_rate",
         "headline": headline,
         "cost_per_case_usd": costs,
@@ -210,9 +216,6 @@ def load_manifests(reports_dir: str | Path) -> list[dict[str, Any]]:
     return out
 
 
-_PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
-
-
 def trend_svg(
     series: Mapping[str, Sequence[float | None]], labels: Sequence[str], *, width: int = 320, height: int = 90
 ) -> str:
@@ -234,7 +237,7 @@ def trend_svg(
         f"<text x='8' y='{pad_t + h}' font-size='9'>0%</text>",
     ]
     for j, (name, vals) in enumerate(series.items()):
-        color = _PALETTE[j % len(_PALETTE)]
+        color = fmt.ARM_PALETTE[j % len(fmt.ARM_PALETTE)]  # the colour the arm has on every page
         pts = [xy(i, float(v)) for i, v in enumerate(vals) if v is not None]
         if len(pts) > 1:
             parts.append(
@@ -256,7 +259,7 @@ def trend_svg(
 
 
 def _pct(v: Any) -> str:
-    return "n/a" if v is None else f"{float(v):.1%}"
+    return fmt.pct(v)
 
 
 _INDEX_CSS = """
@@ -287,9 +290,9 @@ def build_index(reports_dir: str | Path) -> Path:
         verdicts = (
             "<br>".join(
                 (
-                    f"<span class='{e(v['kind'])}'>{e(str(v.get('label') or v['kind']))}</span>"
+                    f"<span class='{e(str(v.get('style') or v['kind']))}'>{e(str(v.get('label') or v['kind']))}</span>"
                     + (f" {e(str(v.get('treatment')))} vs {e(str(v.get('baseline')))}" if v.get("baseline") else "")
-                    + (f" (p = {float(v['p_value']):.3g})" if v.get("p_value") is not None else "")
+                    + (f" (p = {e(fmt.pvalue(v['p_value']))})" if v.get("p_value") is not None else "")
                     + (f", {e(str(v['judge']))} judge" if v.get("judge") else "")
                     + (f": {e(str(v.get('text')))}" if v.get("text") else "")
                 )
@@ -303,7 +306,9 @@ def build_index(reports_dir: str | Path) -> Path:
             for nb in m.get("notebooks") or []
             if nb.get("html")
         )
-        rates = ", ".join(f"{e(str(a))} {_pct(v)}" for a, v in (m.get("headline") or {}).items()) or "&mdash;"
+        rates = ", ".join(f"{e(str(a))} {_pct(v)}" for a, v in (m.get("headline") or {}).items()) or (
+            "<span class='warn'>not graded: nothing to report</span>" if m.get("graded") is False else "&mdash;"
+        )
         spend = m.get("spend_usd")
         complete = "" if m.get("complete") in (True, None) else " <span class='warn'>INCOMPLETE</span>"
         if m.get("judge_notice"):
@@ -312,7 +317,7 @@ def build_index(reports_dir: str | Path) -> Path:
             f"<tr><td>{e(str(m.get('created') or ''))}</td><td><code>{e(m['_dir'])}</code>{complete}</td>"
             f"<td>{e(str(m.get('suite') or ''))}</td><td>{e(', '.join(str(a) for a in m.get('arms') or []))}</td>"
             f"<td>{rates}</td><td>{verdicts}</td>"
-            f"<td>{'&mdash;' if spend is None else f'${float(spend):.6f}'}</td><td>{links}</td></tr>"
+            f"<td>{e(fmt.usd(spend))}</td><td>{links}</td></tr>"
         )
     trends = []
     by_suite: dict[str, list[dict[str, Any]]] = {}
@@ -322,7 +327,14 @@ def build_index(reports_dir: str | Path) -> Path:
         arms = list(dict.fromkeys(a for m in ms for a in (m.get("headline") or {})))
         series = {a: [(m.get("headline") or {}).get(a) for m in ms] for a in arms}
         labels = [m["_dir"] for m in ms]
-        chart = trend_svg(series, labels) if arms else "<i>no graded runs</i>"
+        if not arms:
+            chart = "<i>no graded runs</i>"
+        elif len(ms) == 1:  # one point per arm is no trend
+            chart = "one run so far (a trend needs two): " + e(
+                ", ".join(f"{a} {fmt.pct(vals[0])}" for a, vals in series.items())
+            )
+        else:
+            chart = trend_svg(series, labels)
         trends.append(f"<tr><td>{e(suite)}</td><td>{len(ms)}</td><td>{chart}</td></tr>")
     page = (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"

@@ -47,7 +47,7 @@ from .nb import REDACT_ENV
 from .plans import find_plan, load_plan
 from .records import RunVerdicts
 from .report_index import CSP, NOTEBOOKS, TITLES, build_index, write_manifest
-from .runload import Run, as_run, grades_summary, judge_trust_notice, load_run
+from .runload import NOTHING_TO_REPORT, Run, as_run, grades_summary, judge_trust_notice, load_run, report_state
 from .runs import RunFolder, config_arm_names, find_suite_dir
 from .verdicts import conformance_verdict, record_verdicts
 
@@ -94,6 +94,7 @@ class ReportResult:
     notebooks: tuple[NotebookReport, ...]
     skipped: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
+    nothing: str | None = None  # why the run has nothing to report (no sample, not graded), else None
 
     @property
     def ok(self) -> bool:
@@ -364,16 +365,19 @@ def _export(nb: Any, resources: dict[str, Any]) -> str:
 
 
 def params_table_html(parameters: Mapping[str, Any], title: str) -> str:
-    """The header of a report page: its title and the parameters it ran with (escaped)."""
+    """The header of a report page: when it was rendered and the parameters it ran with
+    (escaped), folded; the notebook's own first heading is the page's title (`title` names
+    the page in the line, never as a second heading)."""
     rows = "".join(
         f"<tr><td><code>{html.escape(str(k))}</code></td><td>{html.escape(json.dumps(v))}</td></tr>"
         for k, v in parameters.items()
     )
     stamp = datetime.now(UTC).isoformat(timespec="seconds")
     return (
-        f"<h1>{html.escape(title)}</h1><p>Rendered {html.escape(stamp)} by <code>evalkit report</code>. "
-        f"Parameters:</p><table class='ek-params'><thead><tr><th>parameter</th><th>value</th></tr></thead>"
-        f"<tbody>{rows}</tbody></table>"
+        f"<details class='ek-header'><summary>{html.escape(title)}: rendered {html.escape(stamp)} by "
+        f"<code>evalkit report</code> (click for the parameters)</summary>"
+        f"<table class='ek-params'><thead><tr><th>parameter</th><th>value</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table></details>"
     )
 
 
@@ -531,6 +535,7 @@ def _render_run(
     try:
         loaded = load_run(source)
         conclude(loaded, inputs)
+        state = report_state(loaded, grades_summary(loaded))  # an empty or ungraded run: said, and exit 1
         plans, skipped = plan_notebooks(source, out_dir, pandalm_dir=pandalm_dir, inputs=inputs, loaded=loaded)
         del loaded  # the kernels have their own copy: this one need not stay in memory
         if notebooks:
@@ -559,6 +564,7 @@ def _render_run(
         notebooks=tuple(results),
         skipped=skipped,
         seconds=time.perf_counter() - t0,
+        nothing=state[1] if state is not None and state[0] == NOTHING_TO_REPORT else None,
     )
 
 

@@ -322,6 +322,29 @@ def grades_summary(run: Run | str | Path) -> GradesSummary | None:
         raise InputError(exc.message, p, json_path=exc.json_path) from None
 
 
+NOTHING_TO_REPORT = "regression"  # the banner kind of a run with nothing to report
+
+
+def report_state(run: Run, summary: GradesSummary | None) -> tuple[str, str] | None:
+    """What a report must say before any number: (banner kind, sentence) for a run with
+    no sample or no grades (kind `NOTHING_TO_REPORT`: `evalkit report` exits 1) and for an
+    INCOMPLETE one; None for a complete graded run."""
+    meta = run.summary or {}
+    if not len(run.samples):
+        return NOTHING_TO_REPORT, "Nothing to report: this run has no sample (no model call succeeded)."
+    if summary is None:
+        return NOTHING_TO_REPORT, (
+            "Nothing to report yet: this run is not graded, so no rate, verdict or finding below is a result. "
+            "Run `evalkit grade` on it first."
+        )
+    if meta and not meta.get("complete", True):
+        return "inconclusive", (
+            f"INCOMPLETE: {meta.get('ran')} of {meta.get('total')} cases ran ({meta.get('reason')}). "
+            "Missing samples count as failures below."
+        )
+    return None
+
+
 def run_verdicts(run: Run | str | Path) -> RunVerdicts:
     """The run's `verdicts.json` (what compare, gate and report concluded), typed; empty
     verdicts when there is none yet."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import difflib
 import json
 import math
 import os
@@ -316,7 +317,11 @@ class _Reader:
     def unknown_keys(self, obj: dict[str, Any], known: set[str], jp: str, what: str) -> None:
         for key in obj:
             if key not in known and not is_comment_key(str(key)):
-                self.warn(f"{jp}.{key}", f"unknown key {key!r} in {what} (ignored)", strict_error=True)
+                close = difflib.get_close_matches(str(key), sorted(known), n=1, cutoff=0.6)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                self.fx.unknown_key(
+                    f"unknown key {key!r} in {what}{hint}", self.path, self.line_for(f"{jp}.{key}"), f"{jp}.{key}"
+                )
 
     def objects(
         self, items: list[Any], jp: str, known: Collection[str], noun: str, shape: str

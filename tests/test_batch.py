@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from evalkit import fmt
 from evalkit.batch import BATCHES, BatchOptions, batch_cancel, batch_status
 from evalkit.cli import main
 from evalkit.grading import grade_run
@@ -144,7 +145,7 @@ def test_the_report_set_renders_for_a_batch_run(tmp_path):
     rep = report_run(res.path, tmp_path / "reports", notebooks=["run_summary"])
     assert rep.ok, [n.error for n in rep.notebooks]
     html = (rep.out_dir / "run_summary.html").read_text()
-    assert f"{graded.summary.overall.sample_pass_rate:.4f}" in html  # the number grading wrote, shown
+    assert f"<td>{fmt.pct(graded.summary.overall.sample_pass_rate)} (" in html  # the number grading wrote, shown
 
 
 # -- limits, cap, price ------------------------------------------------------------------

@@ -14,6 +14,7 @@ from evalkit import stats
 from evalkit.cli import main
 from evalkit.serve import ScriptedServer
 
+import browser_run
 from conftest import make_run, make_suite, two_arm
 
 
@@ -105,6 +106,44 @@ def test_compare_cli_with_plan(tmp_path):
     assert r.exit_code == 1
     r = CliRunner().invoke(main, ["compare", str(run), "--baseline", "baseline", "--treatment", "nope"])
     assert r.exit_code == 2 and "not in the run" in r.output
+
+
+def test_compare_says_the_plan_first_and_require_plan_fails_a_run_that_did_not_follow_it(tmp_path):
+    suite = make_suite(tmp_path, {f"c{i}": {} for i in range(8)})
+    run = make_run(tmp_path, "r", two_arm({f"c{i}": ([False, False], [True, False]) for i in range(8)}), k=2,
+                   suite=suite)
+    r = cli("compare", str(run), "--baseline", "baseline", "--treatment", "skilled")
+    assert r.output.splitlines()[:2] == ["verdict: pass", "plan: none (exploratory: no pre-registered plan.json; "
+                                         "write one with `evalkit power --write`)"]
+    r = CliRunner().invoke(main, ["compare", str(run), "--baseline", "baseline", "--treatment", "skilled",
+                                  "--require-plan"])
+    assert r.exit_code == 1 and "--require-plan: no pre-registered plan" in r.output
+    w = CliRunner().invoke(main, ["power", "--win-rate", "0.8", "--alpha", "0.05", "--power", "0.8", "--write",
+                                  str(suite)])
+    assert w.exit_code == 0 and "warning" not in w.output  # a suite that cannot load is lint's to report
+    real = browser_run.make_suite(tmp_path / "real", "http://127.0.0.1:9/v1")  # 15 valid cases
+    w = CliRunner().invoke(main, ["power", "--win-rate", "0.8", "--alpha", "0.05", "--power", "0.8", "--write",
+                                  str(real)])
+    need = json.loads((real / "plan.json").read_text())["n_trials"]
+    assert w.exit_code == 0 and (f"warning: the suite has 15 cases, the plan needs {need} (one vote per case)"
+                                 in w.output), w.output
+    r = CliRunner().invoke(main, ["compare", str(run), "--baseline", "baseline", "--treatment", "skilled",
+                                  "--require-plan"])
+    assert r.exit_code == 1 and r.output.splitlines()[1].startswith("plan: NOT followed: stopped short: 8 of")
+    assert "--require-plan: the run did not follow its plan" in r.output
+
+
+def test_power_write_never_replaces_a_plan_silently(tmp_path):
+    suite = make_suite(tmp_path, {f"c{i}": {} for i in range(40)})
+    args = ["power", "--win-rate", "0.8", "--alpha", "0.05", "--power", "0.8", "--write", str(suite)]
+    first = CliRunner().invoke(main, args)
+    assert first.exit_code == 0
+    before = (suite / "plan.json").read_bytes()
+    again = CliRunner().invoke(main, args[:2] + ["0.7"] + args[3:])
+    assert again.exit_code == 2 and "already pre-registered" in again.output and "--force" in again.output
+    assert (suite / "plan.json").read_bytes() == before
+    forced = CliRunner().invoke(main, args[:2] + ["0.7"] + args[3:] + ["--force"])
+    assert forced.exit_code == 0 and json.loads((suite / "plan.json").read_text())["win_rate"] == 0.7
 
 
 def test_gate_baseline_and_noise_cli(tmp_path):

@@ -168,12 +168,13 @@ def test_judge_model_identical_to_generator(tmp_path):
     assert r.exit_code == 0 and "warning: $.allow_same_judge_model" in r.output
 
 
-def test_unknown_keys_warn_then_fail_under_strict(tmp_path):
+def test_unknown_keys_fail_with_did_you_mean_and_warn_under_lenient_keys(tmp_path):
     root = write_suite(tmp_path / "u", dict(BASE_CONFIG, cost_cap=1.0))
-    r = lint(root)
+    assert_bad(lint(root), "error: $.cost_cap: unknown key 'cost_cap' in config; did you mean 'cost_cap_usd'?")
+    r = lint(root, "--lenient-keys")
     assert r.exit_code == 0
     assert f"{root / 'config.json'}:" in r.output and "warning: $.cost_cap: unknown key 'cost_cap'" in r.output
-    assert_bad(lint(root, "--strict"), "error: $.cost_cap: unknown key 'cost_cap'")
+    assert_bad(lint(root, "--lenient-keys", "--strict"), "error: $.cost_cap: unknown key 'cost_cap'")
 
 
 def test_cases_file_over_size_limit(tmp_path):
@@ -247,3 +248,10 @@ def test_lint_exits_2_on_a_fifo_human_sample_and_a_config_no_call_fits(tmp_path)
                "error: $.max_tokens_out: one generator call costs up to $400",
                "0 calls fit under the cap")
     assert f"{root / 'config.json'}:" in r.output
+
+
+def test_run_refuses_a_config_typo_before_any_call(tmp_path):
+    root = write_suite(tmp_path / "u", dict(BASE_CONFIG, temprature=0.2))
+    r = CliRunner().invoke(main, ["run", str(root), "--base-url", "http://127.0.0.1:9/v1", "--no-progress"])
+    assert r.exit_code == 2 and "unknown key 'temprature' in config; did you mean 'temperature'?" in r.output
+    assert not (root / "runs").exists()

@@ -232,6 +232,23 @@ def test_agreement_with_human_labels():
     assert (ag.exact, ag.within_one) == (0.65, 0.9)
 
 
+def test_calibration_reason_names_the_bar_it_misses(tmp_path):
+    """The README loop's case: 71% exact clears its bar; 84% within one misses the 90% bar,
+    and the reason says which (and only that one)."""
+    from evalkit.judge import JudgedItem, calibrate, judge_identity, match_labels, text_sha256
+
+    judged, labels = {}, []
+    for i in range(100):
+        human = 2 + i % 2
+        judged[f"c{i}/x/0"] = JudgedItem(human + (0 if i < 71 else 1 if i < 84 else 2), text_sha256("o"),
+                                         text_sha256("r"))
+        labels.append(_label(i, human))
+    ident = judge_identity(load_judge_files(judge_dir(tmp_path)), "judge-model", None)
+    near = calibrate(match_labels(labels, judged), ident, run="run-a")
+    assert (near.exact, near.within_one, near.passed) == (0.71, 0.84, False)
+    assert "misses the within-one bar (84%, needs 90%)" in near.reason and "exact-agreement bar" not in near.reason
+
+
 def test_human_labels_from_a_fifo_or_out_of_the_suite_are_refused_without_hanging(tmp_path):
     import os
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from evalkit import metrics
+from evalkit import fmt, metrics
 from evalkit.cli import main
 from evalkit.records import Baseline
 from evalkit.serve import ScriptedServer
@@ -191,18 +191,19 @@ def test_gate_and_verdicts(made, raw):
 
 def test_cli_lines(made, raw):
     spend = next(x for x in made["run_out"].splitlines() if x.startswith("spend: "))
-    assert f"${raw['paid_generator_usd']:.6f} of cap" in spend  # `run` has paid the generator only
-    assert f"(avoided by the cache: ${raw['cache_avoided_usd']:.6f})" in spend
+    assert f"{fmt.usd(raw['paid_generator_usd'])} of cap" in spend  # `run` has paid the generator only
+    assert f"(avoided by the cache: {fmt.usd(raw['cache_avoided_usd'])})" in spend
     lines = made["grade"].splitlines()
 
     def value(name: str) -> str:
         return next(x.split()[-1] for x in lines if x.strip().startswith(name + " "))
 
-    assert value("sample_pass_rate") == f"{raw['sample_pass_rate']:.3f}"
+    # one arm: its column is the only one; the CLI formats through evalkit.fmt (percent, dollars)
+    assert value("sample_pass_rate") == fmt.pct(raw["sample_pass_rate"])
     for key in ("cost_per_sample_usd", "cost_per_case_usd", "paid_usd", "cache_avoided_usd"):
-        assert value(key) == f"{raw[key]:.6g}", key
+        assert value(key) == fmt.usd(raw[key]), key
     all_row = next(x for x in lines if x.strip().startswith("all "))
-    assert f"gated {raw['gated_case_score']:.3f}" in all_row
+    assert f"gated {fmt.pct(raw['gated_case_score'])}" in all_row
 
 
 def test_report_manifest(made, raw):
@@ -218,15 +219,17 @@ def test_report_manifest(made, raw):
 def test_index_and_notebook_pages(made, raw):
     row = re.search(r"<tr><td>[^<]*</td><td><code>" + re.escape(made["run"].name) + r".*?</tr>", made["index"])
     assert row and f"base {raw['sample_pass_rate']:.1%}" in html.unescape(row.group(0))
-    assert f"<td>${raw['paid_generator_usd']:.6f}</td>" in row.group(0)
-    assert f"base (latest {raw['sample_pass_rate']:.1%})" in made["index"]  # the trend, whose last run this is
+    assert f"<td>{fmt.usd(raw['paid_generator_usd'])}</td>" in row.group(0)
+    # the trend, whose last (and only) run this is
+    assert f"one run so far (a trend needs two): base {fmt.pct(raw['sample_pass_rate'])}" in made["index"]
     assert "sample pass rate" in made["index"] and "success rate" not in made["index"]
     page = (made["pages"] / "run_summary.html").read_text(encoding="utf-8")
-    for key in ("sample_pass_rate", "cost_per_case_usd", "cost_per_sample_usd", "cache_avoided_usd"):
-        assert f"<td>{raw[key]:.4g}</td>" in page, key
+    assert f"<td>{fmt.pct(raw['sample_pass_rate'])} (" in page  # with its interval, in percent
+    for key in ("cost_per_case_usd", "cost_per_sample_usd", "cache_avoided_usd"):
+        assert f"<td>{fmt.usd(raw[key])}</td>" in page, key
     side = json.loads((made["pages"] / "run_summary.json").read_text())
     assert side["arms"]["base"]["sample_pass_rate"] == pytest.approx(raw["sample_pass_rate"])
     assert side["gate"]["checks"][0]["current"] == pytest.approx(raw["gated_case_score"])
     pk = (made["pages"] / "pass_at_k.html").read_text(encoding="utf-8")
     for scores in raw["set_scores"].values():
-        assert f"<td>{sum(scores) / len(scores):.4g}</td>" in pk
+        assert f"<td>{fmt.pct(sum(scores) / len(scores))}</td>" in pk

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from evalkit import microtest, nb, stats
 
@@ -20,3 +21,23 @@ def test_text_helpers_escape():
     # a missing or null grade is never a pass, whatever type pandas gives it
     assert [microtest.is_pass(v) for v in (True, np.True_, False, np.False_, None, float("nan"))] == \
         [True, True, False, False, False, False]
+
+
+def test_an_empty_run_dir_picks_the_newest_run_under_the_current_directory(tmp_path, monkeypatch):
+    import json as _json
+
+    from evalkit.errors import InputError
+
+    suite = tmp_path / "evals" / "unit"
+    for name, created in (("20260101-000000", "2026-01-01T00:00:00+00:00"),
+                          ("20260301-000000", "2026-03-01T00:00:00+00:00"),
+                          ("20260201-000000", "2026-02-01T00:00:00+00:00")):
+        (suite / "runs" / name).mkdir(parents=True)
+        (suite / "runs" / name / "config.json").write_text(_json.dumps({"created": created}))
+    newest = (suite / "runs" / "20260301-000000").resolve()
+    for where in (tmp_path, tmp_path / "evals", suite):  # the project, its evals/, the suite itself
+        monkeypatch.chdir(where)
+        assert nb.newest_run() == newest and nb.resolve_run("") == newest
+    monkeypatch.chdir(tmp_path / "evals" / "unit" / "runs")  # no suite here: none is guessed elsewhere
+    with pytest.raises(InputError, match="no run found under the current directory"):
+        nb.resolve_run("")

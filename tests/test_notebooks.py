@@ -53,6 +53,26 @@ def test_committed_without_outputs(path: Path):
 
 
 @pytest.mark.parametrize("path", _notebooks(), ids=lambda p: p.stem)
+def test_metadata_is_what_jupyterlab_would_write(path: Path):
+    """JupyterLab marks a notebook modified on opening when the kernel's kernelspec or
+    language_info differs from the file's (it writes the kernel's into the model), or
+    when nbformat_minor < 5 (it adds cell ids). Measured in JupyterLab 4 (headless
+    Chromium): the committed metadata of evalkit 1.0 (language_info {"name": "python"})
+    opened dirty; the kernel's full language_info opens clean, on the same Python."""
+    import sys
+
+    from ipykernel.ipkernel import IPythonKernel
+
+    nb = nbformat.read(path, as_version=4)
+    assert (nb.nbformat, nb.nbformat_minor) == (4, 5) and all(c.get("id") for c in nb.cells)
+    assert nb.metadata["kernelspec"] == {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+    want = dict(IPythonKernel.language_info)
+    got = dict(nb.metadata["language_info"])
+    assert {k: v for k, v in got.items() if k != "version"} == {k: v for k, v in want.items() if k != "version"}
+    assert got["version"].startswith(f"{sys.version_info.major}.{sys.version_info.minor}.")
+
+
+@pytest.mark.parametrize("path", _notebooks(), ids=lambda p: p.stem)
 def test_first_code_cell_is_typed_commented_parameters(path: Path):
     nb = nbformat.read(path, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]

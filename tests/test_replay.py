@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+import browser_run
 from evalkit.cli import main
 from evalkit.grading import grade_run
 from evalkit.replay import default_arms, pick_cases, replay_case
@@ -17,42 +18,13 @@ from evalkit.reports import report_run
 from evalkit.runner import run_suite
 from evalkit.serve import ScriptedServer
 
-HOSTILE = "<script>alert(1)</script>\x1b[31mRED\u202e"
-CONFIG = {
-    "mode": "chat", "template": "prompt.txt",
-    "generator": {"model": "scripted", "api_key_env": "EVALKIT_TEST_KEY"},
-    "temperature": 0.0, "seed": 3, "k": 2, "concurrency": 2, "cost_cap_usd": 1.0,
-    "max_tokens_in": 4000, "max_tokens_out": 40,
-    "price": {"in_per_mtok": 1.0, "out_per_mtok": 2.0}, "judge_price": {"in_per_mtok": 1.0, "out_per_mtok": 2.0},
-    "unit": {"kind": "agent", "max_turns": 3},
-    "tools": [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}],
-    "arms": [{"name": "baseline"}, {"name": "skilled", "skill_dir": "skill"}],
-}
-# The skilled arm's prompt carries the skill text: it looks the answer up; the baseline guesses.
-SCRIPT = {"rules": [
-    {"match": "FOUND", "text": "The answer is 42 " + HOSTILE},
-    {"match": "LOOK IT UP", "tool_calls": [{"name": "lookup", "arguments": {"q": "answer"}}]},
-    {"match": "question", "text": "I guess 7."},
-]}
+# the agent suite is shared with the browser test of the reports (tests/browser_run.py)
+SCRIPT = browser_run.AGENT_SCRIPT
 
 
 @pytest.fixture(scope="module")
 def agent_run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("replay")
-    suite = root / "suite"
-    (suite / "skill").mkdir(parents=True)
-    (suite / "skill" / "SKILL.md").write_text("LOOK IT UP before you answer.\n")
-    (suite / "prompt.txt").write_text("${skill}The question: ${question}")
-    (suite / "config.json").write_text(json.dumps(CONFIG))
-    fixtures = {"lookup": {"result": "FOUND: 42 " + HOSTILE}}
-    cases = [{"id": f"q{i}", "input": {"question": f"question {i}", "tool_results": fixtures}, "tags": ["golden"],
-              "checks": [{"kind": "contains", "value": "42"}, {"kind": "skill_activation"}]} for i in range(2)]
-    (suite / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
-    with ScriptedServer(SCRIPT) as srv:
-        res = run_suite(suite, runs_dir=root / "runs", base_url=srv.base_url, progress=False)
-    assert res.complete
-    grade_run(res.path)
-    return res.path
+    return browser_run.make_agent_run(tmp_path_factory.mktemp("replay"))
 
 
 def test_the_replay_pairs_the_arms_turn_by_turn(agent_run):
@@ -88,7 +60,7 @@ def test_the_replay_page_shows_two_arms_side_by_side_with_everything_escaped(age
     assert nb.ok, nb.error
     page = nb.html.read_text()
     assert page.count("ek-replay") >= 2  # both picked cases
-    assert "<th>baseline — failed</th><th>skilled — passed</th>" in page
+    assert '<th style="text-align:left">baseline — failed</th><th style="text-align:left">skilled — passed</th>' in page
     assert "<script>alert" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "tool lookup({\"q\": \"answer\"}) -&gt; FOUND: 42" in page
     side = json.loads((tmp_path / "reports" / agent_run.name / "replay.json").read_text())

@@ -193,7 +193,7 @@ def test_pages_have_their_sections(made):
         "run_summary": ["Metrics per arm", "Per tag", "Latency and cost", "Against the baseline", "Findings"],
         "pass_at_k": ["Per set and per tag", "Capability and regression gates", "Passes sometimes, not reliably"],
         "skill_comparison": ["Verdict:", "unit of the test", "Trial by trial", "The sequential path", "Cost of each arm"],
-        "judge_calibration": ["This run&#x27;s judge", "Real data: PandaLM", "exact"],
+        "judge_calibration": ["This run&#x27;s judge", "Reference, not this run&#x27;s judge: PandaLM", "Reference only (not this run&#x27;s judge)", "exact"],
         "power_planning": ["Trials a planned comparison needs", "This suite&#x27;s plan and this run"],
     }
     for name, sections in expect.items():
@@ -405,7 +405,8 @@ def test_index_lists_runs_with_trend(made):
     for key in ("run", "micro_run"):
         assert made[key].name in index
     assert "capitals" in index and "disclaimer" in index
-    assert "<svg" in index and "polyline" not in index.split("capitals", 1)[0]  # one run per suite: points only
+    # one run per suite: no chart of one point per arm, the rates in words, in percent
+    assert "<svg" not in index and "one run so far (a trend needs two): control 0%, firm 100%" in index
     assert "Content-Security-Policy" in index
     assert 'href=\'' + made["run"].name + "/skill_comparison.html'" in index
 
@@ -493,6 +494,26 @@ def test_microtest_refuses_a_variant_that_cannot_be_an_arm(tmp_path, name, text,
     f.write_bytes(text) if isinstance(text, bytes) else f.write_text(text)
     r = CliRunner().invoke(main, ["microtest", str(tmp_path), "--variants", str(variants)])
     assert r.exit_code == 2 and message in r.output and str(f) in r.output, r.output
+
+
+def test_an_ungraded_or_empty_run_says_so_first_and_report_exits_1(tmp_path):
+    """Nothing to report is said at the top of each page and in the exit status, never 'No findings.'."""
+    from conftest import make_run
+
+    ungraded = make_run(tmp_path, "ungraded", {("c1", "a"): [True, False]}, k=2)
+    (ungraded / "grades.jsonl").unlink()  # never graded
+    empty = make_run(tmp_path, "empty", {("c1", "a"): ["missing", "missing"]}, k=2, complete=False)
+    out = tmp_path / "reports"
+    for run, said in ((ungraded, "Nothing to report yet: this run is not graded"),
+                      (empty, "Nothing to report: this run has no sample")):
+        rep = CliRunner().invoke(main, ["report", str(run), "--reports-dir", str(out), "--only", "run_summary"])
+        assert rep.exit_code == 1, rep.output
+        assert f"error: {said}" in rep.output
+        page = (out / run.name / "run_summary.html").read_text(encoding="utf-8")
+        assert said in page and page.index(said) < page.index("Metrics per arm")
+        assert "No findings.</b>" not in page
+    index = (out / "index.html").read_text(encoding="utf-8")
+    assert "not graded: nothing to report" in index
 
 
 def test_skill_comparison_on_the_pairwise_judge_says_so(tmp_path):

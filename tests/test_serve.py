@@ -179,12 +179,14 @@ def test_503_is_an_overloaded_server_with_retry_after():
 
 
 def test_a_fault_window_counts_from_the_start():
-    script = {"default": {"text": "ok"}, "faults": [{"kind": "500", "until_s": 0.3}, {"kind": "429", "after_s": 0.6}]}
+    # windows wide enough that a loaded machine's slow first request still lands in the first
+    script = {"default": {"text": "ok"}, "faults": [{"kind": "500", "until_s": 1.5}, {"kind": "429", "after_s": 3.0}]}
     with ScriptedServer(script) as srv:
+        t0 = time.monotonic()  # the server's clock started a moment before
         codes = [httpx.post(srv.base_url + "/completions", json={"model": "m", "prompt": "go"}).status_code]
-        time.sleep(0.35)
+        time.sleep(max(0.0, t0 + 2.0 - time.monotonic()))
         codes.append(httpx.post(srv.base_url + "/completions", json={"model": "m", "prompt": "go"}).status_code)
-        time.sleep(0.35)
+        time.sleep(max(0.0, t0 + 3.5 - time.monotonic()))
         codes.append(httpx.post(srv.base_url + "/completions", json={"model": "m", "prompt": "go"}).status_code)
     assert codes == [500, 200, 429]
 
@@ -548,6 +550,23 @@ def test_serve_without_a_command_exits_1_when_its_server_dies(tmp_path):
             proc.kill()
             proc.wait()
     assert rc == 1 and "killed by SIGSEGV (signal 11)" in err and url in err
+
+
+def test_serve_help_shows_a_working_script_and_points_to_the_format():
+    import re as _re
+
+    from click.testing import CliRunner as _Runner
+
+    from evalkit.cli import main as _main
+    from evalkit.serve import load_script as _load
+
+    out = _Runner().invoke(_main, ["serve", "--help"]).output
+    assert 'docs/formats.md, "Scripted server script"' in out
+    example = _re.search(r"(\{\"rules\".*?\]\})\n", out, _re.S).group(1)
+    script = _load(json.loads(example))  # the example in --help is a valid script
+    assert script["default"] == {"text": "unknown"}
+    formats = (__import__("pathlib").Path(__file__).resolve().parents[1] / "docs" / "formats.md").read_text(encoding="utf-8")
+    assert "## Scripted server script (`evalkit serve --scripted FILE`)" in formats and '"faults": [' in formats
 
 
 # -- the Batch API: /v1/files and /v1/batches, through the official client ---------------

@@ -216,18 +216,24 @@ def test_judged_case_needs_a_judge(tmp_path):
     assert any(f.json_path == "$.judge" for f in report.errors)
 
 
-def test_unknown_keys_warn_and_fail_under_strict(tmp_path):
+def test_unknown_keys_are_errors_with_did_you_mean_and_lenient_behind_a_flag(tmp_path):
     cfg = dict(BASE_CONFIG, temprature=0.5, **{"// note": "comments are fine"})
-    cases = [dict(CASES[0], colour="red")] + CASES[1:]
+    cases = [dict(CASES[0], colour="red", **{"// why": "a comment in a case"})] + CASES[1:]
     root = write_suite(tmp_path / "unit", cfg, cases)
-    suite = load_suite(root)
-    assert any("'temprature'" in w for w in suite.warnings)
-    assert any("'colour'" in w for w in suite.warnings)
+    with pytest.raises(InputErrors) as ei:
+        load_suite(root)
+    by_path = {e.json_path: e for e in ei.value.errors}
+    assert set(by_path) == {"$.temprature", "$.colour"}  # comments (// keys) are not errors
+    t = by_path["$.temprature"]
+    assert "did you mean 'temperature'?" in t.message and t.line is not None and t.path.endswith("config.json")
+    assert "--lenient-keys" in t.message and "did you mean" not in by_path["$.colour"].message
+    suite = load_suite(root, lenient_keys=True)
+    assert suite.config.temperature == BASE_CONFIG.get("temperature")  # the typo ignored, as the warning says
+    assert any("'temprature'" in w and "(ignored: --lenient-keys)" in w for w in suite.warnings)
     assert not any("// note" in w for w in suite.warnings)
     with pytest.raises(InputErrors) as ei:
-        load_suite(root, strict=True)
-    paths = {e.json_path for e in ei.value.errors}
-    assert {"$.temprature", "$.colour"} <= paths
+        load_suite(root, strict=True, lenient_keys=True)
+    assert {"$.temprature", "$.colour"} <= {e.json_path for e in ei.value.errors}
 
 
 def test_sets_other_than_capability_and_regression_warn_with_gate_none(tmp_path):
