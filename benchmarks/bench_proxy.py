@@ -229,15 +229,16 @@ def command_run(server_url: str, samples: int, repeats: int) -> dict:
                 cpus.append(time.process_time() - c0)
                 assert res.complete and res.samples_ran == res.samples_total, res
                 print(f"  rep {rep + 1}: evalkit {walls['evalkit'][-1]:.1f} s", flush=True)
-        calls = [e for p in (res.path / "trajectories").rglob("*.jsonl") for e in iter_jsonl(p)
+        lines = [e for p in (res.path / "trajectories").rglob("*.jsonl") for e in iter_jsonl(p)
                  if e["type"] == "model_call"]
+        calls = [e for e in lines if e.get("status") != "sent"]  # each call's outcome line (its "sent" line before)
         reserves = sum(1 for e in iter_jsonl(res.path / "ledger.jsonl") if e["event"] == "reserve")
         graded = grade_run(res.path)
         passed = sum(1 for g in graded.grades if g.passed)
     wall, bare = statistics.median(walls["evalkit"]), statistics.median(walls["bare"])
     return {
         "samples": res.samples_total, "concurrency": CONCURRENCY, "repeats": repeats,
-        "model_calls": len(calls), "trajectory_model_call_lines": len(calls),
+        "model_calls": len(calls), "trajectory_model_call_lines": len(lines),
         "ledger_reservations": reserves, "passed": passed,
         "wall_s": [round(w, 2) for w in walls["evalkit"]], "median_wall_s": round(wall, 2),
         "samples_per_s": round(res.samples_total / wall, 1),
