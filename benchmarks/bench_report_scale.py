@@ -39,43 +39,13 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench_batch import K, write_suite  # the same suite as bench_batch.py (this folder is on sys.path)
+
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "report_scale.json"
-K = 10
 TARGET_S = 15.0
 WEIGHTS = {"baseline": [0.5, 0.3, 0.2], "guided": [0.8, 0.15, 0.05]}
 CITIES = ["Paris", "Lyon", "Nice"]
-
-
-def write_suite(root: Path, n_samples: int, k: int = K) -> Path:
-    """The suite of bench_batch.py: n_samples / (2k) cases, two arms."""
-    n_cases = n_samples // (2 * k)
-    root.mkdir(parents=True)
-    config = {
-        "mode": "completion",
-        "template": "prompt.txt",
-        "generator": {"model": "scripted", "api_key_env": "EVALKIT_BENCH_KEY"},
-        "temperature": 0.8,
-        "seed": 1234,
-        "k": k,
-        "concurrency": 32,
-        "cost_cap_usd": 1000.0,
-        "max_tokens_in": 512,
-        "max_tokens_out": 16,
-        "price": {"in_per_mtok": 0.1, "out_per_mtok": 0.4},
-        "judge_price": {"in_per_mtok": 0.1, "out_per_mtok": 0.4},
-        "arms": [{"name": "baseline"}, {"name": "guided", "guidance": "guided.md"}],
-        "stop": ["\n"],
-    }
-    (root / "config.json").write_text(json.dumps(config))
-    (root / "prompt.txt").write_text("${guidance}Q: ${input}\nA:")
-    (root / "guided.md").write_text("Answer with one word.\n")
-    with open(root / "cases.jsonl", "w") as fh:
-        for i in range(n_cases):
-            tags = ["bench", "golden" if i % 10 == 0 else f"group-{i % 7}"]
-            case = {"id": f"case-{i:05d}", "input": f"What is the capital of country number {i}?", "expected": "Paris"}
-            fh.write(json.dumps({**case, "tags": tags}) + "\n")
-    return root
 
 
 def write_run(suite_dir: Path, runs_dir: Path, k: int = K, seed: int = 20261201) -> Path:
