@@ -50,7 +50,8 @@ def kinds(events):
 class HostileServer:
     """A real HTTP server on loopback answering every completion request with the body
     `answer(request)` returns: shapes the scripted server refuses to produce (negative or
-    fractional usage, a dict where the text goes). `answer` may return `(status, body)`;
+    fractional usage, a dict where the text goes). `answer` may return `(status, body)`,
+    and bytes for a body sent as they are;
     `chunked=True` sends the body without a Content-Length. No tokenizer endpoint (404)."""
 
     def __init__(self, answer, chunked: bool = False) -> None:
@@ -72,7 +73,7 @@ class HostileServer:
                 outer.requests.append(body)
                 answer = outer.answer(body)
                 status, answer = answer if isinstance(answer, tuple) else (200, answer)
-                data = json.dumps(answer).encode()
+                data = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
                 if chunked:
@@ -173,6 +174,27 @@ def test_malformed_shapes_fail_the_call_with_the_cause(tmp_path, chat, body, cau
     assert isinstance(exc, UnitCallError) and "malformed response" in str(exc) and cause in str(exc), str(exc)
     assert kinds(events) == ["reserve", "release"] * 2  # charged in full, no output invented
     assert all(e["cost_usd"] == pytest.approx(PRICE.cost(64, 8)) for e in events if e["event"] == "release")
+
+
+def test_a_body_that_is_not_json_is_a_malformed_response(tmp_path):
+    with HostileServer(lambda _: b"<html>502 from a gateway</html>") as srv:
+        exc, events = call(srv, tmp_path, max_attempts=2, prompt="hi")
+        assert len(srv.requests) == 2
+    assert isinstance(exc, UnitCallError) and "malformed response: the response body is not JSON" in str(exc)
+    assert kinds(events) == ["reserve", "release"] * 2
+
+
+def test_tool_call_arguments_sent_as_an_object_are_kept_as_plain_json(tmp_path):
+    """The answer is read as plain JSON (not the SDK's objects): arguments a server sends
+    as an object, not as a JSON string, are recorded as that object, storable as JSON."""
+    calls = [{"id": "t1", "type": "function", "function": {"name": "lookup", "arguments": {"city": ["Paris", {"n": 1}]}}}]
+    body = completion_body(chat=True, choices=[{"index": 0, "message": {"role": "assistant", "content": None,
+                                                                        "tool_calls": calls},
+                                                "finish_reason": "tool_calls"}])
+    with HostileServer(lambda _: body) as srv:
+        c, _ = call(srv, tmp_path, messages=[{"role": "user", "content": "hi"}])
+    assert c.tool_calls == ({"name": "lookup", "arguments": {"city": ["Paris", {"n": 1}]}, "id": "t1"},)
+    assert json.loads(json.dumps(c.tool_calls)) == list(c.tool_calls) and c.text == "" and c.finish_reason == "tool_calls"
 
 
 def test_the_stop_flag_is_checked_before_every_attempt(tmp_path):
