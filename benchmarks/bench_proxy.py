@@ -1,21 +1,23 @@
 """The metering proxy: its added latency per call, and a 1,000-sample command-unit run.
 
 1. Latency. One openai client (the sync one a user's agent would use, keep-alive on)
-   calls the scripted server (zero latency, its own process) directly, through a
-   forward-only proxy (aiohttp, each call passed on through the official openai client
-   and nothing else: the floor for a proxy that, as evalkit must, calls the endpoint
-   through that client), and through evalkit's metering proxy (its own process: the
-   proxy, a sample session writing its trajectory, the run's ModelClient with ledger and
-   response cache, as in a run), in alternating blocks. Every prompt is unique, so the
-   cache never answers. `added_ms` is the difference of the medians (target <= 1 ms
-   median on loopback); `metering_ms` is evalkit's share of it.
+   calls the scripted server (zero latency, its own process) directly, through two
+   forward-only proxies (aiohttp; each call passed on through aiohttp alone, `raw`, or
+   through the official openai client as evalkit calls it, `sdk`: the floor for a proxy
+   that, as evalkit must, calls the endpoint through that client), and through evalkit's
+   metering proxy (its own process: the proxy, a sample session writing its trajectory,
+   the run's ModelClient with ledger and response cache, as in a run), in alternating
+   blocks, over several rounds. Every prompt is unique, so the cache never answers.
+   `added_ms` is the difference of the medians (target <= 1 ms median on loopback);
+   `metering_ms` is evalkit's share of it; `hop_cpu_ms_per_call` the CPU each
+   forwarding process spends a call, steadier than wall times on a shared machine.
 2. A command unit: 1,000 samples (100 cases x k 10) of a small stdlib agent
    (`proxy_agent.py`: two completions and one tool call each) run by `run_suite` at
    concurrency 8, against the same program run 1,000 times by a bare asyncio loop straight
    at the server (no proxy, no ledger, no trajectory), alternating (`--repeats` each).
    Both spawn one process a sample.
 
-    .venv/bin/python benchmarks/bench_proxy.py [--calls 3000] [--samples 1000] [--repeats 2]
+    .venv/bin/python benchmarks/bench_proxy.py [--calls 6000] [--rounds 3] [--samples 1000] [--repeats 2]
 
 Writes `benchmarks/results/proxy.json`. Wall times on a shared 2-core machine are noisy:
 the load average is recorded with them.
@@ -80,22 +82,31 @@ async def main(upstream):
 asyncio.run(main(sys.argv[1]))
 """
 
-# The floor: a proxy that only forwards each completion through the official openai
-# client (as evalkit must call every endpoint) and answers with its JSON: no ledger, no
-# cache, no trajectory. What evalkit's proxy adds on top of it is its metering.
+# The floors: proxies that only forward each completion and answer with its JSON: no
+# ledger, no cache, no trajectory. `sdk` calls the endpoint through the official openai
+# client exactly as evalkit does (`client.post(path, cast_to=bytes, body=...)`,
+# `ModelClient._send`), as evalkit must call every endpoint; `raw` through aiohttp alone,
+# to show what the SDK itself costs a call. What evalkit's proxy adds on top of `sdk` is
+# its metering.
 _FORWARD = """
 import asyncio, sys
-import openai
+import aiohttp, openai
 from aiohttp import web
 
-async def main(upstream):
-    client = openai.AsyncOpenAI(base_url=upstream, api_key="bench", max_retries=0,
-                                http_client=openai.DefaultAioHttpClient())
+async def main(upstream, kind):
+    if kind == "sdk":
+        client = openai.AsyncOpenAI(base_url=upstream, api_key="bench", max_retries=0,
+                                    http_client=openai.DefaultAioHttpClient())
+        async def call(body):
+            return await client.post("/completions", cast_to=bytes, body=body)
+    else:
+        session = aiohttp.ClientSession()
+        async def call(body):
+            async with session.post(upstream + "/completions", json=body) as r:
+                return await r.read()
 
     async def completions(request):
-        body = await request.json()
-        r = await client.completions.create(**body)
-        return web.Response(text=r.model_dump_json(), content_type="application/json")
+        return web.Response(body=await call(await request.json()), content_type="application/json")
 
     app = web.Application()
     app.router.add_post("/v1/completions", completions)
@@ -105,9 +116,9 @@ async def main(upstream):
     await site.start()
     print(f"http://127.0.0.1:{runner.addresses[0][1]}/v1", flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
-    await runner.cleanup(); await client.close()
+    await runner.cleanup()
 
-asyncio.run(main(sys.argv[1]))
+asyncio.run(main(sys.argv[1], sys.argv[2]))
 """
 
 
@@ -125,23 +136,40 @@ def _stop(proc: subprocess.Popen) -> None:
     proc.wait(timeout=30)
 
 
-def latency(urls: dict[str, str], calls: int, block: int = 50) -> dict:
-    """Per-call latency (ms) of the same client at each URL (`direct`, `forward`,
-    `proxy`), in alternating blocks so that load on the machine hits them alike."""
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process `pid` so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def latency(urls: dict[str, str], calls: int, pids: dict[str, int], rounds: int = 3, block: int = 50) -> dict:
+    """Per-call latency (ms) of the same client at each URL (`direct`, `raw`, `sdk`,
+    `proxy`), in alternating blocks so that load on the machine hits them alike, in
+    `rounds` rounds (the machine's speed drifts over minutes: each round's medians are
+    kept); and the CPU each forwarding process spends a call (`pids`)."""
     clients = {name: openai.OpenAI(base_url=url, api_key="bench", max_retries=0) for name, url in urls.items()}
     times: dict[str, list[float]] = {name: [] for name in urls}
+    cpu: dict[str, float] = {name: 0.0 for name in pids}
+    per_round: list[dict[str, float]] = []
     n = 0
     for c in clients.values():  # warm up every path
         for _ in range(20):
             n += 1
             c.completions.create(model="scripted", prompt=f"warm {n}", max_tokens=16)
-    while len(times["proxy"]) < calls // len(urls):
-        for name, c in clients.items():
-            for _ in range(block):
-                n += 1
-                t0 = time.perf_counter()
-                c.completions.create(model="scripted", prompt=f"Question number {n}?", max_tokens=16, seed=n)
-                times[name].append((time.perf_counter() - t0) * 1000)
+    each = calls // len(urls) // rounds
+    for _ in range(rounds):
+        start = {name: len(v) for name, v in times.items()}
+        while len(times["proxy"]) - start["proxy"] < each:
+            for name, c in clients.items():
+                c0 = _cpu_s(pids[name]) if name in pids else 0.0
+                for _ in range(block):
+                    n += 1
+                    t0 = time.perf_counter()
+                    c.completions.create(model="scripted", prompt=f"Question number {n}?", max_tokens=16, seed=n)
+                    times[name].append((time.perf_counter() - t0) * 1000)
+                if name in pids:
+                    cpu[name] += _cpu_s(pids[name]) - c0
+        per_round.append({k: round(statistics.median(v[start[k]:]), 3) for k, v in times.items()})
     for c in clients.values():
         c.close()
 
@@ -151,14 +179,20 @@ def latency(urls: dict[str, str], calls: int, block: int = 50) -> dict:
     med = {k: round(statistics.median(v), 3) for k, v in times.items()}
     return {
         "calls_each": len(times["proxy"]),
+        "rounds": rounds,
         "median_ms": med,
         "p90_ms": {k: q(v, 90) for k, v in times.items()},
         "p99_ms": {k: q(v, 99) for k, v in times.items()},
+        "round_median_ms": per_round,
+        "round_added_ms": [round(r["proxy"] - r["direct"], 3) for r in per_round],
         "added_ms": round(med["proxy"] - med["direct"], 3),
-        # a proxy that forwards through the official openai client and does nothing else
-        "forward_only_added_ms": round(med["forward"] - med["direct"], 3),
-        # what evalkit's metering (session, client, ledger, cache, trajectory) adds to that
-        "metering_ms": round(med["proxy"] - med["forward"], 3),
+        # proxies that only forward: through aiohttp alone, and through the official openai client as evalkit does
+        "raw_forward_added_ms": round(med["raw"] - med["direct"], 3),
+        "sdk_forward_added_ms": round(med["sdk"] - med["direct"], 3),
+        # what evalkit's metering (session, client, ledger, cache, trajectory) adds to the latter
+        "metering_ms": round(med["proxy"] - med["sdk"], 3),
+        # CPU each forwarding process spends a call (its user + system time over the calls it served)
+        "hop_cpu_ms_per_call": {k: round(v * 1000 / len(times[k]), 3) for k, v in cpu.items()},
         "target_added_ms": 1.0,
         "meets_target": med["proxy"] - med["direct"] <= 1.0,
     }
@@ -251,24 +285,27 @@ def command_run(server_url: str, samples: int, repeats: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--calls", type=int, default=3000, help="latency calls, split over the three paths")
+    ap.add_argument("--calls", type=int, default=6000, help="latency calls, split over the four paths")
+    ap.add_argument("--rounds", type=int, default=3, help="latency rounds (each alternates the paths)")
     ap.add_argument("--samples", type=int, default=1000)
     ap.add_argument("--repeats", type=int, default=2, help="of the command-unit run and of its bare loop")
     ap.add_argument("--out", default=str(HERE / "results" / "proxy.json"))
     args = ap.parse_args()
     server, server_url = _start(_SERVER)
     try:
-        proxy, proxy_url = _start(_PROXY, server_url)
-        forward, forward_url = _start(_FORWARD, server_url)
+        procs = {"raw": _start(_FORWARD, server_url, "raw"), "sdk": _start(_FORWARD, server_url, "sdk"),
+                 "proxy": _start(_PROXY, server_url)}
         try:
-            lat = latency({"direct": server_url, "forward": forward_url, "proxy": proxy_url}, args.calls)
+            urls = {"direct": server_url, **{name: url for name, (_, url) in procs.items()}}
+            lat = latency(urls, args.calls, {name: p.pid for name, (p, _) in procs.items()}, rounds=args.rounds)
         finally:
-            _stop(proxy)
-            _stop(forward)
+            for p, _ in procs.values():
+                _stop(p)
         print(f"latency: direct median {lat['median_ms']['direct']} ms, through evalkit's proxy "
-              f"{lat['median_ms']['proxy']} ms: added {lat['added_ms']} ms (target <= 1); a forward-only proxy "
-              f"on the openai client adds {lat['forward_only_added_ms']} ms, evalkit's metering "
-              f"{lat['metering_ms']} ms", flush=True)
+              f"{lat['median_ms']['proxy']} ms: added {lat['added_ms']} ms (target <= 1; by round "
+              f"{lat['round_added_ms']}); forwarding alone adds {lat['raw_forward_added_ms']} ms through aiohttp, "
+              f"{lat['sdk_forward_added_ms']} ms through the openai client; evalkit's metering "
+              f"{lat['metering_ms']} ms; CPU a call {lat['hop_cpu_ms_per_call']}", flush=True)
         run = command_run(server_url, args.samples, args.repeats)
         print(f"command unit: {run['samples']} samples in {run['median_wall_s']} s ({run['samples_per_s']}/s), "
               f"bare loop {run['median_bare_loop_wall_s']} s (ratio {run['ratio_to_bare']})", flush=True)
