@@ -348,6 +348,13 @@ class ScriptedServer:
             try:
                 loop.run_forever()
             finally:
+                # As asyncio.run ends a loop: handlers still waiting (a slow answer to a
+                # client that went away) are cancelled and finished, not left pending.
+                pending = asyncio.all_tasks(loop)
+                for task in pending:
+                    task.cancel()
+                if pending:
+                    loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
                 loop.close()
 
         self._loop = loop
