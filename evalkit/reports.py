@@ -29,6 +29,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -273,6 +274,30 @@ def execute(
     `out_dir/<name>.html`. A failing notebook is still rendered (showing the error);
     its `error` says what failed. `km`: a started kernel to run in (see `run_notebooks`);
     None starts a fresh one, as papermill does by default."""
+    ran = _execute(name, parameters, out_dir, source_dir=source_dir, title=title, timeout_s=timeout_s, km=km)
+    return ran if isinstance(ran, NotebookReport) else _render(ran)
+
+
+@dataclass(frozen=True)
+class _Executed:
+    """A notebook papermill ran (or failed to run): what `_render` needs to finish its
+    report. `seconds`: the execution's."""
+
+    name: str
+    parameters: Mapping[str, Any]
+    ipynb: Path
+    title: str
+    seconds: float
+    error: str | None
+
+
+def _execute(
+    name: str, parameters: Mapping[str, Any], out_dir: str | Path, **options: Any
+) -> NotebookReport | _Executed:
+    """`execute` up to the render (`options`: its `source_dir`, `title`, `timeout_s` and
+    `km`): the executed notebook, or the final report of one that is not there."""
+    source_dir, title, km = options.get("source_dir"), options.get("title"), options.get("km")
+    timeout_s = options.get("timeout_s", 600)
     import papermill as pm  # lazy: papermill and the Jupyter stack load only when a report runs
 
     src = Path(source_dir or notebooks_dir()) / f"{name}.ipynb"
@@ -311,19 +336,26 @@ def execute(
         error = f"{exc.ename}: {exc.evalue}"
     except Exception as exc:  # kernel died, timeout: still report what happened
         error = f"{type(exc).__name__}: {exc}"
-    page = None
-    if dst.exists():
+    return _Executed(name, parameters, dst, title or TITLES.get(name, name), time.perf_counter() - t0, error)
+
+
+def _render(ran: _Executed) -> NotebookReport:
+    """The rest of `execute`: the executed notebook rendered (when papermill wrote it),
+    its report; `seconds` counts the execution and the render."""
+    t0 = time.perf_counter()
+    error, page = ran.error, None
+    if ran.ipynb.exists():
         try:
-            page = render_html(dst, parameters, title=title or TITLES.get(name, name))
+            page = render_html(ran.ipynb, ran.parameters, title=ran.title)
         except Exception as exc:  # a render failure must not hide the execution result
             error = error or f"render failed: {type(exc).__name__}: {exc}"
-    side = out / f"{name}.json"
+    side = ran.ipynb.with_suffix(".json")
     return NotebookReport(
-        name=name,
-        ipynb=dst,
+        name=ran.name,
+        ipynb=ran.ipynb,
         html=page,
         sidecar=side if side.exists() else None,
-        seconds=time.perf_counter() - t0,
+        seconds=ran.seconds + time.perf_counter() - t0,
         error=error,
     )
 
@@ -650,13 +682,22 @@ del _evalkit_warm_up
 """
 
 
+def _pageless(out_dir: Path, name: str, error: str, seconds: float = 0.0) -> NotebookReport:
+    """The report of a notebook that failed before it had a page, saying why."""
+    return NotebookReport(
+        name=name, ipynb=out_dir / f"{name}.ipynb", html=None, sidecar=None, seconds=seconds, error=error
+    )
+
+
 class _Lanes:
     """The report's lanes (threads), started before the notebooks are known: with
     `reuse_kernels`, each lane starts its kernel at once and runs `warm_up` in it
     (`_WARM_UP` for a run folder), so kernel start-up, the imports and the run's loading
     happen while the caller still works (`report_run` decides what the report
     concludes meanwhile). `run` hands the lanes their notebooks and waits for them;
-    `close` ends lanes that got none and stops their kernels."""
+    `close` ends lanes that got none and stops their kernels. Each executed notebook is
+    rendered to HTML on one more thread (`_render`) while its lane runs the next one in
+    its kernel (another process), so a render costs a lane no time."""
 
     def __init__(self, n: int, *, reuse_kernels: bool = True, warm_up: str | None = None) -> None:
         self.n = max(1, n)
@@ -669,6 +710,8 @@ class _Lanes:
         self.out_dir = Path(".")
         self.source_dir: str | Path | None = None
         self.done: list[NotebookReport] = []
+        self.renderer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evalkit-render")
+        self.rendering: list[tuple[str, Future[NotebookReport]]] = []
         self.lock = threading.Lock()
         self.threads = [
             threading.Thread(target=self._lane, name=f"evalkit-report-{i}", daemon=True) for i in range(self.n)
@@ -708,17 +751,13 @@ class _Lanes:
             for t in self.threads:
                 t.join()
         done = list(self.done)
+        for name, page in self.rendering:
+            try:
+                done.append(page.result())
+            except Exception as exc:  # never a silent success
+                done.append(_pageless(self.out_dir, name, f"render failed: {type(exc).__name__}: {exc}"))
         for name in sorted(set(names) - {r.name for r in done}):  # a lane that died: never a silent success
-            done.append(
-                NotebookReport(
-                    name=name,
-                    ipynb=self.out_dir / f"{name}.ipynb",
-                    html=None,
-                    sidecar=None,
-                    seconds=0.0,
-                    error="not executed: its report lane ended early",
-                )
-            )
+            done.append(_pageless(self.out_dir, name, "not executed: its report lane ended early"))
         order = {n: i for i, n in enumerate(NOTEBOOKS)}
         return sorted(done, key=lambda r: order.get(r.name, len(order)))
 
@@ -728,6 +767,7 @@ class _Lanes:
         if not self.inline:
             for t in self.threads:
                 t.join()
+        self.renderer.shutdown(wait=True)
 
     def _lane(self, ahead: bool = True) -> None:
         kernel = None
@@ -755,19 +795,16 @@ class _Lanes:
                 try:
                     if self.reuse_kernels:
                         kernel = _ready_kernel(kernel)
-                    rep = execute(name, self.plans[name], self.out_dir, source_dir=self.source_dir, km=kernel)
+                    ran = _execute(name, self.plans[name], self.out_dir, source_dir=self.source_dir, km=kernel)
                 except Exception as exc:  # a kernel that does not start: this notebook failed, said so
                     kernel = None
-                    rep = NotebookReport(
-                        name=name,
-                        ipynb=self.out_dir / f"{name}.ipynb",
-                        html=None,
-                        sidecar=None,
-                        seconds=time.perf_counter() - t0,
-                        error=f"{type(exc).__name__}: {exc}",
-                    )
+                    ran = _pageless(self.out_dir, name, f"{type(exc).__name__}: {exc}", time.perf_counter() - t0)
+                if isinstance(ran, _Executed):  # rendered while this lane runs its next notebook
+                    with self.lock:
+                        self.rendering.append((name, self.renderer.submit(_render, ran)))
+                    continue
                 with self.lock:
-                    self.done.append(rep)
+                    self.done.append(ran)
         finally:
             if kernel is not None:
                 _stop_kernel(kernel)
