@@ -28,7 +28,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -37,6 +37,7 @@ from typing import Any
 
 from . import privacy
 from ._io import iter_jsonl, read_json_object, write_atomic
+from ._jsonschema import jsonschema
 from .compare import compare_arms
 from .errors import InputError
 from .gates import gate, load_baseline
@@ -298,7 +299,7 @@ def _execute(
     `km`): the executed notebook, or the final report of one that is not there."""
     source_dir, title, km = options.get("source_dir"), options.get("title"), options.get("km")
     timeout_s = options.get("timeout_s", 600)
-    import papermill as pm  # lazy: papermill and the Jupyter stack load only when a report runs
+    pm = _papermill()
 
     src = Path(source_dir or notebooks_dir()) / f"{name}.ipynb"
     out = Path(out_dir)
@@ -420,6 +421,7 @@ def render_html(ipynb: str | Path, parameters: Mapping[str, Any], *, title: str)
     """Render an executed notebook to a self-contained HTML page beside it: no code,
     images as data URIs, the parameters as a table first, and a content security
     policy that allows no script and no outside resource."""
+    jsonschema()  # before nbformat, which validates with it: see `_papermill`
     import nbformat  # lazy: the Jupyter stack loads only when a report runs
 
     src = Path(ipynb)
@@ -778,7 +780,7 @@ class _Lanes:
                     kc = kernel.client()
                     kc.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
                     try:
-                        _run_code(kc, self.warm_up, timeout_s=600)
+                        _run_code(kc, self.warm_up, timeout_s=600, meanwhile=_import_papermill)
                     finally:
                         kc.stop_channels()
                 except Exception:  # a kernel that does not start here is started (or reported) below
@@ -825,6 +827,21 @@ del _evalkit_reset
 """
 
 
+def _papermill() -> Any:
+    """papermill, imported after jsonschema is imported without its IRI grammar
+    (`_jsonschema`): nbformat validates notebooks with jsonschema, and no notebook schema
+    uses an `iri` format, yet that grammar was a second of papermill's 1.4 s import."""
+    jsonschema()
+    import papermill  # lazy: papermill and the Jupyter stack load only when a report runs
+
+    return papermill
+
+
+def _import_papermill() -> None:
+    """`_papermill`, while a lane's kernel warms up rather than when its first notebook is due."""
+    _papermill()
+
+
 def _await(value: Any) -> Any:
     if inspect.isawaitable(value):
         from jupyter_core.utils import ensure_event_loop  # lazy: the Jupyter stack loads only when a report runs
@@ -866,10 +883,13 @@ def _reset_namespace(kc: Any, *, timeout_s: float) -> bool:
     return _run_code(kc, _RESET, timeout_s=timeout_s)
 
 
-def _run_code(kc: Any, code: str, *, timeout_s: float) -> bool:
+def _run_code(kc: Any, code: str, *, timeout_s: float, meanwhile: Callable[[], None] | None = None) -> bool:
     """Run `code` in the kernel and wait for its reply on the shell channel (a reply
-    comes only once it has run); True when it ran without error."""
+    comes only once it has run); True when it ran without error. `meanwhile`: what this
+    process does while the kernel runs it, once it is sent."""
     msg_id = kc.execute(code, silent=True, store_history=False, allow_stdin=False)
+    if meanwhile is not None:
+        meanwhile()
     deadline = time.monotonic() + timeout_s
     while True:
         reply = _await(kc.get_shell_msg(timeout=max(0.0, deadline - time.monotonic())))
