@@ -567,6 +567,7 @@ def _render_run(
         warm_up=_WARM_UP.format(run_dir=str(source)),
     )
     try:
+        lanes.wait_launched()
         loaded = load_run(source)
         conclude(loaded, inputs)
         state = report_state(loaded, grades_summary(loaded))  # an empty or ungraded run: said, and exit 1
@@ -715,6 +716,7 @@ class _Lanes:
         self.renderer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evalkit-render")
         self.rendering: list[tuple[str, Future[NotebookReport]]] = []
         self.lock = threading.Lock()
+        self.launched = threading.Semaphore(0)  # one release per lane that started (or failed to start) its kernel
         self.threads = [
             threading.Thread(target=self._lane, name=f"evalkit-report-{i}", daemon=True) for i in range(self.n)
         ]
@@ -723,6 +725,18 @@ class _Lanes:
         if not self.inline:
             for t in self.threads:
                 t.start()
+
+    def wait_launched(self, timeout_s: float = 30.0) -> None:
+        """Wait (at most `timeout_s`) until each lane that starts a kernel ahead has its
+        kernel's process launched: launching takes a lane a few tenths of a second of this
+        process's interpreter, seconds when its other threads keep that busy (loading a
+        large run), and the kernel's own start-up, imports and load wait for it."""
+        if self.inline or not (self.reuse_kernels and self.warm_up):
+            return
+        deadline = time.monotonic() + timeout_s
+        for _ in self.threads:
+            if not self.launched.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                return
 
     def grow(self, n: int) -> None:
         """At least `n` lanes (the ones added start no kernel ahead: their work is known)."""
@@ -776,7 +790,10 @@ class _Lanes:
         try:
             if ahead and self.reuse_kernels and self.warm_up:
                 try:
-                    kernel = _ready_kernel(None)
+                    try:
+                        kernel = _ready_kernel(None)
+                    finally:
+                        self.launched.release()
                     kc = kernel.client()
                     kc.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
                     try:
