@@ -644,8 +644,9 @@ def run_notebooks(
 # Every lane's kernel loads the run (`nb.open_run`): past this many bytes of results and
 # grades (about 40,000 samples) that load costs more than a second lane saves on a
 # 2-core machine, so `report_run` uses one lane unless told `workers`. Measured on a
-# 100,000-sample run (86 MB; benchmarks/bench_report_scale.py): one lane 22 s of CPU,
-# two lanes 30 s (each loads the run, 3.5 s), and one lane the faster on a busy machine.
+# 100,000-sample run (86 MB; benchmarks/bench_report_scale.py): one lane 9.5 s wall and
+# 13.4 s of CPU, two lanes 9.2 s and 17 s (each kernel loads the run, 1.9 s): a third
+# of a second for a quarter more CPU on a machine that is shared.
 ONE_LANE_RUN_BYTES = 32 * 2**20
 
 
