@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import fmt
+from .runload import keyed_values
 
 MAX_CASES = 15  # case-arms shown in full on a page
 MAX_SAMPLES = 3  # failing samples shown per case-arm
@@ -106,50 +107,69 @@ def _opt(v: Any) -> Any:
     return None if fmt.missing(v) else v
 
 
+def _index(item: Any) -> int:
+    return item.index if isinstance(item, FailedSample) else int(item[0])
+
+
+def _failed(item: Any) -> FailedSample:
+    """A failing sample as `failures` met it, (index, output, grade values or None), as
+    the record a page shows (an errored key is one already)."""
+    if isinstance(item, FailedSample):
+        return item
+    index, output, g = item
+    if g is None:  # no grade: never a pass
+        return FailedSample(index, _opt(output), (), None, None, "not graded")
+    _, checks, judge_score, judge_reason, error = g
+    return FailedSample(
+        index, _opt(output), _checks(checks), _opt(judge_score), _opt(judge_reason), _opt(error) or None
+    )
+
+
 def failures(
     run: Any, *, arms: list[str] | None = None, max_cases: int = MAX_CASES, max_samples: int = MAX_SAMPLES
 ) -> Failures:
     """The failing samples of `run` (a `runload.Run`), grouped by case and arm: cases that
     never passed first (fewest passes first), then flaky ones; errored keys (no answer)
-    count as failing samples, ungraded ones too (a missing grade is never a pass)."""
+    count as failing samples, ungraded ones too (a missing grade is never a pass).
+
+    Read column by column (`runload.keyed_values`), with a `FailedSample` made only for
+    the samples shown: a 100,000-sample run has that many rows, on two pages."""
     samples = run.samples
     grades = run.grades
-    by_key: dict[tuple[str, str, int], dict[str, Any]] = {}
-    if len(grades):
-        for g in grades.to_dict("records"):
-            by_key[(str(g["case_id"]), str(g["arm"]), int(g["index"]))] = g
-    groups: dict[tuple[str, str], list[tuple[bool, FailedSample]]] = {}
+    by_key = keyed_values(grades, ("passed", "checks", "judge_score", "judge_reason", "error")) if len(grades) else {}
+    # per case-arm: [samples, passed, the failing samples as met: (index, output, grade values or None)];
+    # a `FailedSample` is made only for the few a page shows
+    groups: dict[tuple[str, str], list[Any]] = {}
     if len(samples):
-        for s in samples.to_dict("records"):
-            key = (str(s["case_id"]), str(s["arm"]), int(s["index"]))
+        cols = (samples[c].tolist() for c in ("case_id", "arm", "index", "output"))
+        for case_id, arm, index, output in zip(*cols, strict=True):
+            key = (str(case_id), str(arm), int(index))
             if arms is not None and key[1] not in arms:
                 continue
-            g = by_key.get(key, {})
-            ok = g.get("passed") is True
-            fs = FailedSample(
-                index=key[2],
-                output=_opt(s.get("output")),
-                checks=_checks(g.get("checks")),
-                judge_score=_opt(g.get("judge_score")),
-                judge_reason=_opt(g.get("judge_reason")),
-                error=_opt(g.get("error")) or (None if g else "not graded"),
-            )
-            groups.setdefault(key[:2], []).append((ok, fs))
+            group = groups.get(key[:2])
+            if group is None:
+                group = groups[key[:2]] = [0, 0, []]
+            group[0] += 1
+            g = by_key.get(key)
+            if g is not None and g[0] is True:
+                group[1] += 1
+            else:
+                group[2].append((key[2], output, g))
     if len(run.errors):
         for e in run.errors.to_dict("records"):
             if arms is not None and str(e["arm"]) not in arms:
                 continue
-            fs = FailedSample(int(e["index"]), None, (), None, None, str(e.get("error") or "errored"))
-            groups.setdefault((str(e["case_id"]), str(e["arm"])), []).append((False, fs))
+            group = groups.setdefault((str(e["case_id"]), str(e["arm"])), [0, 0, []])
+            group[0] += 1
+            group[2].append(FailedSample(int(e["index"]), None, (), None, None, str(e.get("error") or "errored")))
     failing = []
-    for (case, arm), items in groups.items():
-        bad = sorted((fs for ok, fs in items if not ok), key=lambda fs: fs.index)
+    for (case, arm), (n, passed, bad) in groups.items():
         if bad:
-            failing.append((case, arm, len(items), len(items) - len(bad), bad))
+            failing.append((case, arm, n, passed, sorted(bad, key=_index)))
     failing.sort(key=lambda t: (t[3] > 0, t[3] / t[2], t[0], t[1]))
     shown = failing[:max_cases]
     cases = tuple(
-        CaseFailures(case, arm, n, passed, tuple(bad[:max_samples]), max(len(bad) - max_samples, 0))
+        CaseFailures(case, arm, n, passed, tuple(_failed(b) for b in bad[:max_samples]), max(len(bad) - max_samples, 0))
         for case, arm, n, passed, bad in shown
     )
     return Failures(

@@ -28,7 +28,8 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,6 +37,7 @@ from typing import Any
 
 from . import privacy
 from ._io import iter_jsonl, read_json_object, write_atomic
+from ._jsonschema import jsonschema
 from .compare import compare_arms
 from .errors import InputError
 from .gates import gate, load_baseline
@@ -273,7 +275,31 @@ def execute(
     `out_dir/<name>.html`. A failing notebook is still rendered (showing the error);
     its `error` says what failed. `km`: a started kernel to run in (see `run_notebooks`);
     None starts a fresh one, as papermill does by default."""
-    import papermill as pm  # lazy: papermill and the Jupyter stack load only when a report runs
+    ran = _execute(name, parameters, out_dir, source_dir=source_dir, title=title, timeout_s=timeout_s, km=km)
+    return ran if isinstance(ran, NotebookReport) else _render(ran)
+
+
+@dataclass(frozen=True)
+class _Executed:
+    """A notebook papermill ran (or failed to run): what `_render` needs to finish its
+    report. `seconds`: the execution's."""
+
+    name: str
+    parameters: Mapping[str, Any]
+    ipynb: Path
+    title: str
+    seconds: float
+    error: str | None
+
+
+def _execute(
+    name: str, parameters: Mapping[str, Any], out_dir: str | Path, **options: Any
+) -> NotebookReport | _Executed:
+    """`execute` up to the render (`options`: its `source_dir`, `title`, `timeout_s` and
+    `km`): the executed notebook, or the final report of one that is not there."""
+    source_dir, title, km = options.get("source_dir"), options.get("title"), options.get("km")
+    timeout_s = options.get("timeout_s", 600)
+    pm = _papermill()
 
     src = Path(source_dir or notebooks_dir()) / f"{name}.ipynb"
     out = Path(out_dir)
@@ -311,19 +337,26 @@ def execute(
         error = f"{exc.ename}: {exc.evalue}"
     except Exception as exc:  # kernel died, timeout: still report what happened
         error = f"{type(exc).__name__}: {exc}"
-    page = None
-    if dst.exists():
+    return _Executed(name, parameters, dst, title or TITLES.get(name, name), time.perf_counter() - t0, error)
+
+
+def _render(ran: _Executed) -> NotebookReport:
+    """The rest of `execute`: the executed notebook rendered (when papermill wrote it),
+    its report; `seconds` counts the execution and the render."""
+    t0 = time.perf_counter()
+    error, page = ran.error, None
+    if ran.ipynb.exists():
         try:
-            page = render_html(dst, parameters, title=title or TITLES.get(name, name))
+            page = render_html(ran.ipynb, ran.parameters, title=ran.title)
         except Exception as exc:  # a render failure must not hide the execution result
             error = error or f"render failed: {type(exc).__name__}: {exc}"
-    side = out / f"{name}.json"
+    side = ran.ipynb.with_suffix(".json")
     return NotebookReport(
-        name=name,
-        ipynb=dst,
+        name=ran.name,
+        ipynb=ran.ipynb,
         html=page,
         sidecar=side if side.exists() else None,
-        seconds=time.perf_counter() - t0,
+        seconds=ran.seconds + time.perf_counter() - t0,
         error=error,
     )
 
@@ -388,6 +421,7 @@ def render_html(ipynb: str | Path, parameters: Mapping[str, Any], *, title: str)
     """Render an executed notebook to a self-contained HTML page beside it: no code,
     images as data URIs, the parameters as a table first, and a content security
     policy that allows no script and no outside resource."""
+    jsonschema()  # before nbformat, which validates with it: see `_papermill`
     import nbformat  # lazy: the Jupyter stack loads only when a report runs
 
     src = Path(ipynb)
@@ -533,6 +567,7 @@ def _render_run(
         warm_up=_WARM_UP.format(run_dir=str(source)),
     )
     try:
+        lanes.wait_launched()
         loaded = load_run(source)
         conclude(loaded, inputs)
         state = report_state(loaded, grades_summary(loaded))  # an empty or ungraded run: said, and exit 1
@@ -609,8 +644,9 @@ def run_notebooks(
 # Every lane's kernel loads the run (`nb.open_run`): past this many bytes of results and
 # grades (about 40,000 samples) that load costs more than a second lane saves on a
 # 2-core machine, so `report_run` uses one lane unless told `workers`. Measured on a
-# 100,000-sample run (86 MB; benchmarks/bench_report_scale.py): one lane 22 s of CPU,
-# two lanes 30 s (each loads the run, 3.5 s), and one lane the faster on a busy machine.
+# 100,000-sample run (86 MB; benchmarks/bench_report_scale.py): one lane 9.5 s wall and
+# 13.4 s of CPU, two lanes 9.2 s and 17 s (each kernel loads the run, 1.9 s): a third
+# of a second for a quarter more CPU on a machine that is shared.
 ONE_LANE_RUN_BYTES = 32 * 2**20
 
 
@@ -631,18 +667,30 @@ def _run_bytes(run: Path) -> int:
 
 # What a lane's kernel runs while it waits for its first notebook (`_Lanes` with
 # `warm_up`): the imports every notebook makes, and the run loaded into `runload`'s cache
-# (`nb.open_run`), so the notebooks start with both done. Any failure is left for the
-# notebook to meet and report.
+# (`nb.open_run`), so the notebooks start with both done. Then what is in memory (the
+# modules, the cached run: a million objects for 100,000 samples) is frozen out of the
+# garbage collector's scans (`gc.freeze`): it lives as long as the kernel, and every full
+# collection walked it, the two of each reset between notebooks (`%reset` and `_RESET`)
+# 0.8 s of them. Any failure is left for the notebook to meet and report.
 _WARM_UP = """def _evalkit_warm_up(run_dir):
     try:
+        import gc
         import matplotlib.pyplot, numpy, pandas
         from evalkit import nb
         nb.open_run(run_dir)
+        gc.freeze()
     except Exception:
         pass
 _evalkit_warm_up({run_dir!r})
 del _evalkit_warm_up
 """
+
+
+def _pageless(out_dir: Path, name: str, error: str, seconds: float = 0.0) -> NotebookReport:
+    """The report of a notebook that failed before it had a page, saying why."""
+    return NotebookReport(
+        name=name, ipynb=out_dir / f"{name}.ipynb", html=None, sidecar=None, seconds=seconds, error=error
+    )
 
 
 class _Lanes:
@@ -651,7 +699,9 @@ class _Lanes:
     (`_WARM_UP` for a run folder), so kernel start-up, the imports and the run's loading
     happen while the caller still works (`report_run` decides what the report
     concludes meanwhile). `run` hands the lanes their notebooks and waits for them;
-    `close` ends lanes that got none and stops their kernels."""
+    `close` ends lanes that got none and stops their kernels. Each executed notebook is
+    rendered to HTML on one more thread (`_render`) while its lane runs the next one in
+    its kernel (another process), so a render costs a lane no time."""
 
     def __init__(self, n: int, *, reuse_kernels: bool = True, warm_up: str | None = None) -> None:
         self.n = max(1, n)
@@ -664,7 +714,10 @@ class _Lanes:
         self.out_dir = Path(".")
         self.source_dir: str | Path | None = None
         self.done: list[NotebookReport] = []
+        self.renderer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evalkit-render")
+        self.rendering: list[tuple[str, Future[NotebookReport]]] = []
         self.lock = threading.Lock()
+        self.launched = threading.Semaphore(0)  # one release per lane that started (or failed to start) its kernel
         self.threads = [
             threading.Thread(target=self._lane, name=f"evalkit-report-{i}", daemon=True) for i in range(self.n)
         ]
@@ -673,6 +726,18 @@ class _Lanes:
         if not self.inline:
             for t in self.threads:
                 t.start()
+
+    def wait_launched(self, timeout_s: float = 30.0) -> None:
+        """Wait (at most `timeout_s`) until each lane that starts a kernel ahead has its
+        kernel's process launched: launching takes a lane a few tenths of a second of this
+        process's interpreter, seconds when its other threads keep that busy (loading a
+        large run), and the kernel's own start-up, imports and load wait for it."""
+        if self.inline or not (self.reuse_kernels and self.warm_up):
+            return
+        deadline = time.monotonic() + timeout_s
+        for _ in self.threads:
+            if not self.launched.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                return
 
     def grow(self, n: int) -> None:
         """At least `n` lanes (the ones added start no kernel ahead: their work is known)."""
@@ -703,17 +768,13 @@ class _Lanes:
             for t in self.threads:
                 t.join()
         done = list(self.done)
+        for name, page in self.rendering:
+            try:
+                done.append(page.result())
+            except Exception as exc:  # never a silent success
+                done.append(_pageless(self.out_dir, name, f"render failed: {type(exc).__name__}: {exc}"))
         for name in sorted(set(names) - {r.name for r in done}):  # a lane that died: never a silent success
-            done.append(
-                NotebookReport(
-                    name=name,
-                    ipynb=self.out_dir / f"{name}.ipynb",
-                    html=None,
-                    sidecar=None,
-                    seconds=0.0,
-                    error="not executed: its report lane ended early",
-                )
-            )
+            done.append(_pageless(self.out_dir, name, "not executed: its report lane ended early"))
         order = {n: i for i, n in enumerate(NOTEBOOKS)}
         return sorted(done, key=lambda r: order.get(r.name, len(order)))
 
@@ -723,17 +784,21 @@ class _Lanes:
         if not self.inline:
             for t in self.threads:
                 t.join()
+        self.renderer.shutdown(wait=True)
 
     def _lane(self, ahead: bool = True) -> None:
         kernel = None
         try:
             if ahead and self.reuse_kernels and self.warm_up:
                 try:
-                    kernel = _ready_kernel(None)
+                    try:
+                        kernel = _ready_kernel(None)
+                    finally:
+                        self.launched.release()
                     kc = kernel.client()
                     kc.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
                     try:
-                        _run_code(kc, self.warm_up, timeout_s=600)
+                        _run_code(kc, self.warm_up, timeout_s=600, meanwhile=_import_papermill)
                     finally:
                         kc.stop_channels()
                 except Exception:  # a kernel that does not start here is started (or reported) below
@@ -750,19 +815,16 @@ class _Lanes:
                 try:
                     if self.reuse_kernels:
                         kernel = _ready_kernel(kernel)
-                    rep = execute(name, self.plans[name], self.out_dir, source_dir=self.source_dir, km=kernel)
+                    ran = _execute(name, self.plans[name], self.out_dir, source_dir=self.source_dir, km=kernel)
                 except Exception as exc:  # a kernel that does not start: this notebook failed, said so
                     kernel = None
-                    rep = NotebookReport(
-                        name=name,
-                        ipynb=self.out_dir / f"{name}.ipynb",
-                        html=None,
-                        sidecar=None,
-                        seconds=time.perf_counter() - t0,
-                        error=f"{type(exc).__name__}: {exc}",
-                    )
+                    ran = _pageless(self.out_dir, name, f"{type(exc).__name__}: {exc}", time.perf_counter() - t0)
+                if isinstance(ran, _Executed):  # rendered while this lane runs its next notebook
+                    with self.lock:
+                        self.rendering.append((name, self.renderer.submit(_render, ran)))
+                    continue
                 with self.lock:
-                    self.done.append(rep)
+                    self.done.append(ran)
         finally:
             if kernel is not None:
                 _stop_kernel(kernel)
@@ -781,6 +843,21 @@ def _evalkit_reset():
 _evalkit_reset()
 del _evalkit_reset
 """
+
+
+def _papermill() -> Any:
+    """papermill, imported after jsonschema is imported without its IRI grammar
+    (`_jsonschema`): nbformat validates notebooks with jsonschema, and no notebook schema
+    uses an `iri` format, yet that grammar was a second of papermill's 1.4 s import."""
+    jsonschema()
+    import papermill  # lazy: papermill and the Jupyter stack load only when a report runs
+
+    return papermill
+
+
+def _import_papermill() -> None:
+    """`_papermill`, while a lane's kernel warms up rather than when its first notebook is due."""
+    _papermill()
 
 
 def _await(value: Any) -> Any:
@@ -824,10 +901,13 @@ def _reset_namespace(kc: Any, *, timeout_s: float) -> bool:
     return _run_code(kc, _RESET, timeout_s=timeout_s)
 
 
-def _run_code(kc: Any, code: str, *, timeout_s: float) -> bool:
+def _run_code(kc: Any, code: str, *, timeout_s: float, meanwhile: Callable[[], None] | None = None) -> bool:
     """Run `code` in the kernel and wait for its reply on the shell channel (a reply
-    comes only once it has run); True when it ran without error."""
+    comes only once it has run); True when it ran without error. `meanwhile`: what this
+    process does while the kernel runs it, once it is sent."""
     msg_id = kc.execute(code, silent=True, store_history=False, allow_stdin=False)
+    if meanwhile is not None:
+        meanwhile()
     deadline = time.monotonic() + timeout_s
     while True:
         reply = _await(kc.get_shell_msg(timeout=max(0.0, deadline - time.monotonic())))

@@ -219,6 +219,15 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     References: Chen et al. 2021, "Evaluating Large Language Models Trained on Code"
     (HumanEval), section 2.1 and its numpy estimator.
     """
+    return _pass_at_k(n, c, k)
+
+
+# pass@k and pass^k of a case depend on (n, c, k) alone, and a suite's cases share a few
+# of those (k samples each, c from 0 to k): a 100,000-sample report asks for 200,000
+# values, 121 of them different. Cached by value (10 and 10.0 are one key, and give one
+# value); a call that is refused raises every time.
+@lru_cache(maxsize=4096)
+def _pass_at_k(n: int, c: int, k: int) -> float:
     _check_counts(n, c, k)
     if n - c < k:
         return 1.0
@@ -234,6 +243,11 @@ def pass_hat_k(n: int, c: int, k: int) -> float:
     References: Yao et al. 2024, "tau-bench: A Benchmark for Tool-Agent-User Interaction
     in Real-World Domains", section 3 (pass^k).
     """
+    return _pass_hat_k(n, c, k)
+
+
+@lru_cache(maxsize=4096)
+def _pass_hat_k(n: int, c: int, k: int) -> float:
     _check_counts(n, c, k)
     if c < k:
         return 0.0

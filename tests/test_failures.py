@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from conftest import make_run
 
 from evalkit import nb
@@ -48,3 +50,58 @@ def test_capped_with_what_was_left_out(tmp_path):
     assert "Left out: 2 case-arms and 4 more failing samples." in f.summary()
     page = nb.failures_html(f)
     assert "vague &lt;b&gt;" in page and "1 more failing sample not shown" in page
+
+
+def _reference_failures(run, arms=None, max_cases=15, max_samples=3):
+    """The failures view as first written (a dict per sample and per grade row): the fast
+    one (columns, a record only for a failing sample) must give exactly what it gave."""
+    from evalkit.failures import CaseFailures, FailedSample, Failures, _checks, _opt
+
+    by_key = {}
+    for g in run.grades.to_dict("records") if len(run.grades) else ():
+        by_key[(str(g["case_id"]), str(g["arm"]), int(g["index"]))] = g
+    groups = {}
+    for s in run.samples.to_dict("records") if len(run.samples) else ():
+        key = (str(s["case_id"]), str(s["arm"]), int(s["index"]))
+        if arms is not None and key[1] not in arms:
+            continue
+        g = by_key.get(key, {})
+        fs = FailedSample(key[2], _opt(s.get("output")), _checks(g.get("checks")), _opt(g.get("judge_score")),
+                          _opt(g.get("judge_reason")), _opt(g.get("error")) or (None if g else "not graded"))
+        groups.setdefault(key[:2], []).append((g.get("passed") is True, fs))
+    for e in run.errors.to_dict("records") if len(run.errors) else ():
+        if arms is None or str(e["arm"]) in arms:
+            fs = FailedSample(int(e["index"]), None, (), None, None, str(e.get("error") or "errored"))
+            groups.setdefault((str(e["case_id"]), str(e["arm"])), []).append((False, fs))
+    failing = []
+    for (case, arm), items in groups.items():
+        bad = sorted((fs for ok, fs in items if not ok), key=lambda fs: fs.index)
+        if bad:
+            failing.append((case, arm, len(items), len(items) - len(bad), bad))
+    failing.sort(key=lambda t: (t[3] > 0, t[3] / t[2], t[0], t[1]))
+    cases = tuple(CaseFailures(c, a, n, p, tuple(b[:max_samples]), max(len(b) - max_samples, 0))
+                  for c, a, n, p, b in failing[:max_cases])
+    return Failures(cases, len(failing) - len(cases),
+                    sum(c.samples_left_out for c in cases) + sum(len(t[4]) for t in failing[max_cases:]),
+                    sum(len(t[4]) for t in failing))
+
+
+@pytest.mark.parametrize("seed", [11, 12])
+def test_the_failures_view_is_the_row_by_row_reading(tmp_path, seed):
+    """On a seeded run with odd values (missing keys, null and odd verdicts, duplicate keys,
+    samples without a grade, errors, a third arm), every case-arm, sample and count is the
+    one a dict-per-row reading gives, with and without an arm filter and a cap."""
+    from test_runload import write_odd_run
+
+    path = write_odd_run(tmp_path, seed)
+    lines = [json.loads(x) for x in (path / "grades.jsonl").read_text(encoding="utf-8").splitlines() if x.strip()]
+    for g in lines[::7]:  # empty strings, which a page shows as nothing, as it shows None
+        g.update(error="", judge_reason="", passed=False)
+    (path / "grades.jsonl").write_text("".join(json.dumps(g) + "\n" for g in lines), encoding="utf-8")
+    run = load_run(path)
+    assert len(run.errors) and len(run.samples) > len(run.grades)
+    for kw in ({"max_cases": 10**6, "max_samples": 10**6}, {}, {"arms": ["guided"], "max_cases": 10**6},
+               {"arms": ["other ✓", "baseline"], "max_cases": 4, "max_samples": 1}):
+        want = _reference_failures(run, **kw)
+        assert failures(run, **kw) == want, kw
+    assert want.n_failed_samples > 0

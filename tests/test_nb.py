@@ -41,3 +41,23 @@ def test_an_empty_run_dir_picks_the_newest_run_under_the_current_directory(tmp_p
     monkeypatch.chdir(tmp_path / "evals" / "unit" / "runs")  # no suite here: none is guessed elsewhere
     with pytest.raises(InputError, match="no run found under the current directory"):
         nb.resolve_run("")
+
+
+def test_records_frame_is_the_frame_of_the_records_dicts(tmp_path):
+    """`records_frame` of the paired trials of a seeded odd run (errored trials with their
+    problem, ungraded sides) is the frame of their `asdict` dicts: columns, dtypes, values
+    and each value's type; no records, an empty frame as well."""
+    import dataclasses
+
+    import pandas as pd
+    from test_runload import same, write_odd_run
+
+    from evalkit import runload, verdicts
+
+    trials = verdicts.paired_trials(runload.load_run(write_odd_run(tmp_path, 8)), "baseline", "guided")
+    assert {t.outcome for t in trials} >= {"errored", "tie"} and any(t.baseline_passed is None for t in trials)
+    got, want = nb.records_frame(trials), pd.DataFrame([dataclasses.asdict(t) for t in trials])
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+    assert list(got.dtypes) == list(want.dtypes)
+    assert all(same(x, y) for c in want for x, y in zip(got[c].tolist(), want[c].tolist(), strict=True))
+    pd.testing.assert_frame_equal(nb.records_frame([]), pd.DataFrame([]))

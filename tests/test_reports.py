@@ -460,6 +460,36 @@ def test_fresh_kernel_per_notebook_and_a_failing_notebook(tmp_path):
         assert res["run_summary"].ok and ">42 False" in res["run_summary"].html.read_text()
 
 
+def test_a_page_that_cannot_be_rendered_fails_its_notebook_alone(tmp_path, monkeypatch):
+    """Pages are rendered on their own thread while the lane runs the next notebook: one
+    that cannot be rendered is that notebook's failure (its executed .ipynb kept), and
+    every other notebook still gets its page."""
+    import nbformat
+
+    src = tmp_path / "nbs"
+    src.mkdir()
+    for name in ("pass_at_k", "run_summary", "power_planning"):
+        nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                               "language": "python"}})
+        p = nbformat.v4.new_code_cell('run_dir: str = ""  # run', metadata={"tags": ["parameters"]})
+        nb.cells = [p, nbformat.v4.new_code_cell(f"print('page of {name}')")]
+        nbformat.write(nb, src / f"{name}.ipynb")
+    real = reports.render_html
+
+    def render(ipynb, parameters, *, title):
+        if Path(ipynb).stem == "run_summary":
+            raise OSError("disk gone")
+        return real(ipynb, parameters, title=title)
+
+    monkeypatch.setattr(reports, "render_html", render)
+    plans = {n: {"run_dir": "r"} for n in ("pass_at_k", "run_summary", "power_planning")}
+    res = {r.name: r for r in reports.run_notebooks(plans, tmp_path / "out", source_dir=src, parallel=False)}
+    assert res["run_summary"].error == "render failed: OSError: disk gone" and res["run_summary"].html is None
+    assert res["run_summary"].ipynb.exists()
+    for name in ("pass_at_k", "power_planning"):
+        assert res[name].ok and f"page of {name}" in res[name].html.read_text()
+
+
 def test_ingested_tau_bench_run_summarised_from_grades(tmp_path):
     """A run ingested from tau-bench carries its grades: `ingest` writes the grades
     summary from them, with the same sample pass rate `evalkit grade` defines."""

@@ -218,3 +218,22 @@ def test_the_ledger_is_read_when_first_asked_for(tmp_path):
     run = runload.load_run(run_dir)
     assert "ledger" not in vars(run)  # not read by the load
     assert len(run.ledger) == 400 and run.ledger is run.ledger  # read once, then kept
+
+
+def test_keyed_values_look_up_what_the_key_indexed_frame_holds(tmp_path):
+    """`keyed_values` of `sample_texts` (what the comparison page looks each trial's texts
+    up in) holds, for every key of the frame, the values a DataFrame indexed by the key
+    gives for a unique key, and the last row's for a duplicated one; no other key."""
+    run = runload.load_run(write_odd_run(tmp_path, 7))
+    texts = runload.sample_texts(run)
+    got = runload.keyed_values(texts, ("output", "reasons"))
+    indexed = texts.set_index(["case_id", "arm", "index"])
+    dup = indexed.index.duplicated(keep=False)
+    assert dup.any() and (~dup).any()
+    assert set(got) == {(str(c), str(a), int(i)) for c, a, i in indexed.index}
+    for (key, row), is_dup in zip(indexed.iterrows(), dup, strict=True):
+        if not is_dup:
+            assert same(got[key][0], indexed["output"].get(key)) and same(got[key][1], indexed["reasons"].get(key))
+    last = texts.drop_duplicates(["case_id", "arm", "index"], keep="last")
+    for r in last.itertuples(index=False):
+        assert same(got[(r.case_id, r.arm, r.index)], (r.output, r.reasons))

@@ -43,6 +43,63 @@ def test_iter_jsonl_names_file_and_line_of_a_bad_middle_line(tmp_path):
     assert ei.value.line == 2 and str(p) in str(ei.value)
 
 
+def _reference_json_lines(data: bytes | str) -> list[tuple]:
+    """The JSON-lines reading the fast one replaced: each non-blank line (its bytes, for
+    bytes) through `json.loads`, with its number, its value or its error, and whether it
+    is the last."""
+    lines = data.split(b"\n" if isinstance(data, bytes) else "\n")
+    out = []
+    for i, raw in enumerate(lines):
+        if not raw.strip():
+            continue
+        try:
+            out.append((i + 1, json.loads(raw), None, False))
+        except json.JSONDecodeError as exc:
+            out.append((i + 1, None, f"malformed JSON: {exc.msg} (column {exc.colno})", i == len(lines) - 1))
+        except UnicodeDecodeError as exc:
+            out.append((i + 1, None, f"invalid UTF-8 at byte {exc.start} of the line", i == len(lines) - 1))
+    return out
+
+
+ODD_LINES = [
+    b'{"a": 1}', b'  {"a": 1}  ', b'{"a": 1}\r', b'\xef\xbb\xbf{"bom": 1}', b'{"a": 1} {"b": 2}', b'{"a": 1},{"b": 2}',
+    b'[1, 2]', b'3', b'"x"', b'null', b'{"x": NaN, "y": -Infinity}', b'{"big": 123456789012345678901234567890}',
+    b'{"f": 1e-320, "g": -0.0, "h": 0.1}', b'{"s": "\\ud800 lone", "t": "\\u2028", "u": "\xe2\x80\xa8 raw"}',
+    b'{"dup": 1, "dup": 2}', b'{"nested": {"a": [{"b": null}]}}', b'{"a": 1', b'{"a": }', b'{}', b'{ }',
+    b'\xc2\xa0', b'\x00{"a": 1}', b'{"a": "\x01 control"}', b'\t', b'\x0b\x0c', b'{"a": 1}\x0c',
+    b'{"k\xc3\xa9": "caf\xc3\xa9 \xf0\x9f\x98\x80"}', b'}{', b'{"a": "}"}', b'{"a": 1}}',
+    b'{"in": "\xef\xbb\xbf"}', b'\xef\xbb\xbf  {"a": 1}', b'\xef\xbb\xbf',
+]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_json_lines_reads_every_line_as_json_loads_of_its_bytes(seed):
+    """The fast reader (decode once, one scan per object line) gives, line for line, the
+    value, error, line number and torn flag of `json.loads` on each line's bytes: odd
+    lines (a BOM, NUL, CR, two objects, arrays, NaN, huge ints, lone surrogates, Unicode
+    spaces, controls) in seeded orders, with and without a bad UTF-8 byte somewhere (the
+    file then read line by line) and a last line with no newline after it."""
+    import random
+
+    from evalkit._io import json_lines
+
+    rnd = random.Random(seed)
+    lines = [rnd.choice(ODD_LINES) for _ in range(60)] + [b"", b"   "]
+    rnd.shuffle(lines)
+    if seed % 2:
+        lines.insert(rnd.randrange(len(lines)), b'{"bad": "\xff"}')
+    for tail in (b"\n", b""):
+        data = b"\n".join(lines) + tail
+        got = [(x.line, x.value, x.error, x.torn) for x in json_lines(data)]
+        want = _reference_json_lines(data)
+        assert len(got) == len(want)
+        for g, w in zip(got, want, strict=True):
+            assert g[0] == w[0] and g[2:] == w[2:], (g, w)
+            assert json.dumps(g[1]) == json.dumps(w[1]) and type(g[1]) is type(w[1]), (g, w)  # NaN too
+    text = "\n".join(x.decode("utf-8", "replace") for x in lines)  # a str is read as before too
+    assert [(x.line, x.error, x.torn) for x in json_lines(text)] == [w[:1] + w[2:] for w in _reference_json_lines(text)]
+
+
 def test_repair_cuts_the_fragment_so_the_next_append_is_a_whole_line(tmp_path):
     p = tmp_path / "x.jsonl"
     p.write_bytes(b'{"a": 1}\n{"a": 2, "b"')

@@ -88,6 +88,23 @@ def test_pass_k_are_averages_over_k_subsets():
         assert S.pass_hat_k(n, c, k) == pytest.approx(np.mean([all(s) for s in subsets]))
 
 
+def test_cached_pass_k_values_are_the_computed_ones_for_every_spelling_of_the_counts():
+    """pass@k and pass^k are cached by (n, c, k): whatever spelling of a count comes first
+    (int, float, numpy int), each call gets the value computed afresh for its own
+    arguments, bit for bit; a refused call raises every time, cached or not."""
+    for fn, raw in ((S.pass_at_k, S._pass_at_k.__wrapped__), (S.pass_hat_k, S._pass_hat_k.__wrapped__)):
+        for n in range(1, 13):
+            for c in range(n + 1):
+                for k in range(1, n + 1):
+                    for spelling in ((float(n), c, k), (np.int64(n), np.int64(c), k), (n, c, float(k)), (n, c, k)):
+                        assert fn(*spelling) == raw(*spelling) and type(fn(*spelling)) is float
+        for _ in range(2):
+            with pytest.raises(S.StatsInputError):
+                fn(3, 4, 1)
+            with pytest.raises(S.StatsInputError):
+                fn(3, 1, 4)
+
+
 def test_harness_booleans_and_plugin_differ_as_documented():
     # n == k: the estimators are the harness's per-case booleans.
     assert S.pass_at_k(3, 1, 3) == 1.0 and S.pass_at_k(3, 0, 3) == 0.0
