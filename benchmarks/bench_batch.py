@@ -120,7 +120,7 @@ def child(step: str, args: list[str]) -> dict:
         from evalkit.grading import grade_run
 
         g = grade_run(args[0])
-        out = {"graded": g.summary["n_graded"], "success_rate": g.summary["overall"]["success_rate"]}
+        out = {"graded": g.summary.n_graded, "sample_pass_rate": g.summary.overall.sample_pass_rate}
     elif step == "report":
         from evalkit.reports import report_run
 
@@ -140,24 +140,10 @@ def child(step: str, args: list[str]) -> dict:
         out = {"every_key_once": ok, "keys": count}
         if len(args) > 1:
             out["equals"] = outputs == keys_once(Path(args[1]))[2]
-    elif step == "breakdown":  # where the report set's time goes, piece by piece
-        from evalkit import reports, verdicts
-        from evalkit.runs import load_run
+    elif step == "breakdown":  # where the report set's time goes, piece by piece: as bench_report_scale.py says it
+        from bench_report_scale import child as report_scale_step
 
-        def timed(fn) -> float:
-            t = time.perf_counter()
-            fn()
-            return round(time.perf_counter() - t, 3)
-
-        run = load_run(args[0])
-        out = {
-            "runs.load_run_s": timed(lambda: load_run(args[0])),
-            "reports.load_run_s (load and the copies a notebook gets)": timed(lambda: reports.load_run(args[0])),
-            "verdicts.run_metrics_s per arm": {
-                a: timed(lambda a=a: verdicts.run_metrics(run, arm=a)) for a in reports.arms_of(run)
-            },
-            "verdicts.two_arm_verdict_s": timed(lambda: verdicts.two_arm_verdict(run, "baseline", "guided")),
-        }
+        out = report_scale_step("breakdown", args)
     out["wall_s"] = round(time.perf_counter() - t0, 3)
     return out
 

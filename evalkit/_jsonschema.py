@@ -1,4 +1,4 @@
-"""Import jsonschema without its optional IRI grammar.
+"""Import jsonschema without its optional IRI grammar (and papermill after it).
 
 Why: when the optional package `rfc3987_syntax` is installed (the Jupyter stack brings
 it), `import jsonschema` compiles its IRI grammar with lark at import time, about a
@@ -26,3 +26,13 @@ def jsonschema() -> ModuleType:
         if blocked:
             del sys.modules["rfc3987_syntax"]
     return module  # type: ignore[no-any-return]  # jsonschema ships no stubs
+
+
+def papermill() -> ModuleType:
+    """The `papermill` module, imported after `jsonschema` (above): nbformat validates
+    notebooks with jsonschema, and no notebook schema uses an `iri` format, yet that
+    grammar was a second of papermill's 1.4 s import."""
+    jsonschema()
+    import papermill as module  # lazy: papermill and the Jupyter stack load only when a notebook is run or written
+
+    return module  # type: ignore[no-any-return]  # papermill ships no stubs

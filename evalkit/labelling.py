@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ._io import iter_jsonl, write_atomic
+from ._jsonschema import papermill
 from ._text import storable_json
 from .errors import InputError
 from .judge import (
@@ -414,7 +415,7 @@ def label_notebook(labels_file: str | Path, out: str | Path | None = None, *, ra
     """Write the `label_judge` notebook with its parameters set for `labels_file` (and
     `rater`) beside it, ready to open in JupyterLab (papermill's prepare-only mode: no
     cell is run). Returns the notebook's path."""
-    import papermill as pm  # lazy: papermill loads only when a labelling notebook is written
+    pm = papermill()  # lazy: papermill loads only when a labelling notebook is written
 
     from .reports import notebooks_dir  # lazy: reports loads the Jupyter stack
 

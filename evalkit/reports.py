@@ -37,7 +37,7 @@ from typing import Any
 
 from . import privacy
 from ._io import iter_jsonl, read_json_object, write_atomic
-from ._jsonschema import jsonschema
+from ._jsonschema import jsonschema, papermill
 from .compare import compare_arms
 from .errors import InputError
 from .gates import gate, load_baseline
@@ -299,7 +299,7 @@ def _execute(
     `km`): the executed notebook, or the final report of one that is not there."""
     source_dir, title, km = options.get("source_dir"), options.get("title"), options.get("km")
     timeout_s = options.get("timeout_s", 600)
-    pm = _papermill()
+    pm = papermill()
 
     src = Path(source_dir or notebooks_dir()) / f"{name}.ipynb"
     out = Path(out_dir)
@@ -421,7 +421,7 @@ def render_html(ipynb: str | Path, parameters: Mapping[str, Any], *, title: str)
     """Render an executed notebook to a self-contained HTML page beside it: no code,
     images as data URIs, the parameters as a table first, and a content security
     policy that allows no script and no outside resource."""
-    jsonschema()  # before nbformat, which validates with it: see `_papermill`
+    jsonschema()  # before nbformat, which validates with it: see `_jsonschema.papermill`
     import nbformat  # lazy: the Jupyter stack loads only when a report runs
 
     src = Path(ipynb)
@@ -845,19 +845,9 @@ del _evalkit_reset
 """
 
 
-def _papermill() -> Any:
-    """papermill, imported after jsonschema is imported without its IRI grammar
-    (`_jsonschema`): nbformat validates notebooks with jsonschema, and no notebook schema
-    uses an `iri` format, yet that grammar was a second of papermill's 1.4 s import."""
-    jsonschema()
-    import papermill  # lazy: papermill and the Jupyter stack load only when a report runs
-
-    return papermill
-
-
 def _import_papermill() -> None:
-    """`_papermill`, while a lane's kernel warms up rather than when its first notebook is due."""
-    _papermill()
+    """`papermill()`, while a lane's kernel warms up rather than when its first notebook is due."""
+    papermill()
 
 
 def _await(value: Any) -> Any:
