@@ -10,14 +10,29 @@ first imported in this process; the package itself stays importable for anyone e
 from __future__ import annotations
 
 import sys
+import threading
 from types import ModuleType
+
+# The first import is made by one thread at a time (a report's lanes import papermill at
+# once): two that both blocked the grammar's package would both unblock it (a KeyError),
+# and one could be handed the module another is still executing (`sys.modules` holds it
+# from the start), without its names yet.
+_LOCK = threading.Lock()
+_IMPORTED: list[ModuleType] = []
 
 
 def jsonschema() -> ModuleType:
     """The `jsonschema` module, imported without compiling the IRI grammar."""
-    if "jsonschema" in sys.modules:
-        return sys.modules["jsonschema"]
-    blocked = "rfc3987_syntax" not in sys.modules
+    if _IMPORTED:
+        return _IMPORTED[0]
+    with _LOCK:
+        if not _IMPORTED:
+            _IMPORTED.append(_import_jsonschema())
+    return _IMPORTED[0]
+
+
+def _import_jsonschema() -> ModuleType:
+    blocked = "jsonschema" not in sys.modules and "rfc3987_syntax" not in sys.modules
     if blocked:
         sys.modules["rfc3987_syntax"] = None  # type: ignore[assignment]  # makes its import fail fast
     try:

@@ -1080,8 +1080,8 @@ class ModelClient:
             usage = (u.get("prompt_tokens"), u.get("completion_tokens"))
         elif isinstance(u, (str, bytes, int, float, list, tuple)):
             usage = _Unusable(_raw(u))  # not an object of token counts
-        elif u is not None:
-            usage = (getattr(u, "prompt_tokens", None), getattr(u, "completion_tokens", None))
+        elif u is not None:  # the counts as the data sent (a count that is an object named as one)
+            usage = (_raw(getattr(u, "prompt_tokens", None)), _raw(getattr(u, "completion_tokens", None)))
         fingerprint = getattr(resp, "system_fingerprint", None)
         model = getattr(resp, "model", None)
         return (

@@ -219,7 +219,17 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     References: Chen et al. 2021, "Evaluating Large Language Models Trained on Code"
     (HumanEval), section 2.1 and its numpy estimator.
     """
-    return _pass_at_k(n, c, k)
+    return _cached(_pass_at_k, n, c, k)
+
+
+def _cached(fn: Any, n: int, c: int, k: int) -> float:
+    """`fn(n, c, k)` from its cache, or computed as it is when a count cannot be a cache
+    key (a 0-d numpy array): the cache must not narrow what the function takes."""
+    try:
+        hash((n, c, k))
+    except TypeError:
+        return float(fn.__wrapped__(n, c, k))
+    return float(fn(n, c, k))
 
 
 # pass@k and pass^k of a case depend on (n, c, k) alone, and a suite's cases share a few
@@ -243,7 +253,7 @@ def pass_hat_k(n: int, c: int, k: int) -> float:
     References: Yao et al. 2024, "tau-bench: A Benchmark for Tool-Agent-User Interaction
     in Real-World Domains", section 3 (pass^k).
     """
-    return _pass_hat_k(n, c, k)
+    return _cached(_pass_hat_k, n, c, k)
 
 
 @lru_cache(maxsize=4096)

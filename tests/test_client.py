@@ -135,6 +135,24 @@ def test_untrusted_usage_is_settled_at_the_reservation_and_fails_the_call(tmp_pa
     assert "not a non-negative integer" in settle["untrusted"] and not settle["breach"]
 
 
+def test_counts_that_are_objects_are_named_as_json_in_the_ledger_and_the_cause(tmp_path):
+    """The answer is read through an attribute view of its JSON: a count that is an object
+    (or a list of them) is named as the data the server sent, never as that view's repr
+    (an address that differs each run, stored in the ledger's journal)."""
+    usage = {"prompt_tokens": [{"a": 1}], "completion_tokens": {"n": 1}}
+    with HostileServer(lambda body: completion_body(usage=usage)) as srv:
+        exc, events = call(srv, tmp_path, prompt="Capital of France?", key="c/a/0")
+    (settle,) = [e for e in events if e["event"] == "settle"]
+    assert "prompt_tokens=[{'a': 1}], completion_tokens={'n': 1}" in settle["untrusted"], settle["untrusted"]
+    assert "prompt_tokens=[{'a': 1}], completion_tokens={'n': 1}" in str(exc)
+    client = ModelClient(ENDPOINT, PRICE, Ledger(1.0), max_tokens_in=64, max_tokens_out=8, base_url=srv.base_url)
+    try:  # a batch line's body is read the same way
+        raw_usage = client.parse_body(completion_body(usage=usage), chat=False)[3]
+    finally:
+        asyncio.run(client.aclose())
+    assert raw_usage == ([{"a": 1}], {"n": 1})
+
+
 def test_fractional_usage_over_the_reservation_rounds_up_and_breaches(tmp_path):
     usage = {"prompt_tokens": 3, "completion_tokens": 8.01}  # 8 reserved: rounded up to 9
     with HostileServer(lambda body: completion_body(usage=usage)) as srv:

@@ -105,6 +105,15 @@ def test_cached_pass_k_values_are_the_computed_ones_for_every_spelling_of_the_co
                 fn(3, 1, 4)
 
 
+def test_pass_k_takes_counts_that_cannot_be_cache_keys_as_it_always_did():
+    """A count the cache cannot hash (a 0-d numpy array, as `np.asarray` of a count
+    gives) is computed as before the cache, not refused with a TypeError."""
+    for fn, raw in ((S.pass_at_k, S._pass_at_k.__wrapped__), (S.pass_hat_k, S._pass_hat_k.__wrapped__)):
+        assert fn(np.asarray(10), 3, np.asarray(2)) == raw(10, 3, 2) == fn(10, 3, 2)
+        with pytest.raises(S.StatsInputError):
+            fn(np.asarray(3), 4, 1)
+
+
 def test_harness_booleans_and_plugin_differ_as_documented():
     # n == k: the estimators are the harness's per-case booleans.
     assert S.pass_at_k(3, 1, 3) == 1.0 and S.pass_at_k(3, 0, 3) == 0.0
