@@ -293,12 +293,17 @@ class _Executed:
 
 
 def _execute(
-    name: str, parameters: Mapping[str, Any], out_dir: str | Path, **options: Any
+    name: str,
+    parameters: Mapping[str, Any],
+    out_dir: str | Path,
+    *,
+    source_dir: str | Path | None = None,
+    title: str | None = None,
+    timeout_s: float = 600,
+    km: Any = None,
 ) -> NotebookReport | _Executed:
-    """`execute` up to the render (`options`: its `source_dir`, `title`, `timeout_s` and
-    `km`): the executed notebook, or the final report of one that is not there."""
-    source_dir, title, km = options.get("source_dir"), options.get("title"), options.get("km")
-    timeout_s = options.get("timeout_s", 600)
+    """`execute` up to the render: the executed notebook, or the final report of one
+    that is not there."""
     pm = papermill()
 
     src = Path(source_dir or notebooks_dir()) / f"{name}.ipynb"
@@ -798,7 +803,8 @@ class _Lanes:
                     kc = kernel.client()
                     kc.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
                     try:
-                        _run_code(kc, self.warm_up, timeout_s=600, meanwhile=_import_papermill)
+                        # papermill is imported while the kernel warms up, not when its first notebook is due
+                        _run_code(kc, self.warm_up, timeout_s=600, meanwhile=papermill)
                     finally:
                         kc.stop_channels()
                 except Exception:  # a kernel that does not start here is started (or reported) below
@@ -845,11 +851,6 @@ del _evalkit_reset
 """
 
 
-def _import_papermill() -> None:
-    """`papermill()`, while a lane's kernel warms up rather than when its first notebook is due."""
-    papermill()
-
-
 def _await(value: Any) -> Any:
     if inspect.isawaitable(value):
         from jupyter_core.utils import ensure_event_loop  # lazy: the Jupyter stack loads only when a report runs
@@ -891,7 +892,7 @@ def _reset_namespace(kc: Any, *, timeout_s: float) -> bool:
     return _run_code(kc, _RESET, timeout_s=timeout_s)
 
 
-def _run_code(kc: Any, code: str, *, timeout_s: float, meanwhile: Callable[[], None] | None = None) -> bool:
+def _run_code(kc: Any, code: str, *, timeout_s: float, meanwhile: Callable[[], object] | None = None) -> bool:
     """Run `code` in the kernel and wait for its reply on the shell channel (a reply
     comes only once it has run); True when it ran without error. `meanwhile`: what this
     process does while the kernel runs it, once it is sent."""
