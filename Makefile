@@ -32,7 +32,7 @@ install: $(STAMP)
 PANDALM := ../shared/data/pandalm
 
 demo: $(STAMP)
-	$(BIN)/python -m evalkit.demo $(SUITE) $(if $(wildcard $(PANDALM)/testset-v1.json),--pandalm-dir $(PANDALM))
+	$(BIN)/python -m evalkit._cli.demo $(SUITE) $(if $(wildcard $(PANDALM)/testset-v1.json),--pandalm-dir $(PANDALM))
 
 # The checks first (each fails the target when not clean): lint, formatting, types
 # (configured in pyproject.toml), then the tests.

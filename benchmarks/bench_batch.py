@@ -44,7 +44,7 @@ K = 10
 
 _SERVER = """
 import sys
-from evalkit.serve import ScriptedServer
+from evalkit.calls.serve import ScriptedServer
 cities = ["Paris", "Lyon", "Nice"]
 script = {"rules": [{"match": ["capital", "one word"], "texts": cities, "weights": [0.8, 0.15, 0.05]},
                     {"match": "capital", "texts": cities, "weights": [0.5, 0.3, 0.2]}],
@@ -98,8 +98,8 @@ def child(step: str, args: list[str]) -> dict:
     t0 = time.perf_counter()
     out: dict = {}
     if step in ("batch", "online"):
-        from evalkit.batch import BatchOptions
-        from evalkit.runner import run_suite
+        from evalkit.running.batch import BatchOptions
+        from evalkit.running.runner import run_suite
 
         suite, runs, url, sample_files = args[0], args[1], args[2], args[3] == "1"
         res = run_suite(
@@ -117,12 +117,12 @@ def child(step: str, args: list[str]) -> dict:
             "spend_usd": round(res.spend_usd, 6),
         }
     elif step == "grade":
-        from evalkit.grading import grade_run
+        from evalkit.conclusions.grading import grade_run
 
         g = grade_run(args[0])
         out = {"graded": g.summary.n_graded, "sample_pass_rate": g.summary.overall.sample_pass_rate}
     elif step == "report":
-        from evalkit.reports import report_run
+        from evalkit.telling.reports import report_run
 
         rep = report_run(args[0], args[1])
         sizes = {p.name: p.stat().st_size for p in Path(rep.out_dir).glob("*.html")}

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from test_dataset import mkdataset, mkpair, to_csv  # noqa: E402  (the test suite's own builders)
 
-from evalkit.cli import main  # noqa: E402
+from evalkit._cli.main import main  # noqa: E402
 
 
 def validate_s(folder: Path, doc: dict, pairs: list[dict], repeat: int) -> tuple[float, int]:

@@ -46,9 +46,9 @@ import threading
 import time
 from pathlib import Path
 
-from evalkit.records import Arm, Case, Config, Endpoint, GateThresholds, Price, Suite
-from evalkit.runner import derive_seed, run_suite
-from evalkit.runs import iter_jsonl
+from evalkit.foundations.records import Arm, Case, Config, Endpoint, GateThresholds, Price, Suite
+from evalkit.running.runner import derive_seed, run_suite
+from evalkit.suites.runs import iter_jsonl
 
 HERE = Path(__file__).resolve().parent
 CONCURRENCY = 32
@@ -58,7 +58,7 @@ SEED = 1234
 # arrives (before any fault is applied), so the log is the server's own truth.
 _SERVER = """
 import json, sys
-from evalkit.serve import ScriptedServer
+from evalkit.calls.serve import ScriptedServer
 script, log_path, port = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 log = open(log_path, "a", buffering=1)
 

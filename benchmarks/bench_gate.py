@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from evalkit import gates as G
-from evalkit import verdicts as V
-from evalkit.records import GateThresholds
+from evalkit.conclusions import gates as G
+from evalkit.conclusions import verdicts as V
+from evalkit.foundations.records import GateThresholds
 
 SHAPES = [(20, 3), (40, 5), (100, 3), (100, 1)]
 

@@ -19,9 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from evalkit.agentevals import grade_outputs
-from evalkit.graders import grade_sample, regex
-from evalkit.records import Case, Check, Sample, Usage
+from evalkit.conclusions.agentevals import grade_outputs
+from evalkit.checking.graders import grade_sample, regex
+from evalkit.foundations.records import Case, Check, Sample, Usage
 
 SCHEMA = {"type": "object", "required": ["city"], "properties": {"city": {"type": "string"}}}
 CASES = [

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from openai import OpenAI
 
-from evalkit.serve import LocalModelServer, default_model_path
+from evalkit.calls.serve import LocalModelServer, default_model_path
 
 SUITE = Path(__file__).resolve().parent.parent / "data" / "factual"
 

@@ -26,8 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from evalkit import privacy
-from evalkit.loader import lint_suite, load_suite
+from evalkit.suites import privacy
+from evalkit.suites.loader import lint_suite, load_suite
 
 ROOT = Path(__file__).resolve().parents[1]
 PANDALM = ROOT.parent / "shared" / "data" / "pandalm" / "testset-v1.json"

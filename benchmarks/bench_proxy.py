@@ -44,7 +44,7 @@ CONCURRENCY = 8
 
 _SERVER = """
 import sys
-from evalkit.serve import ScriptedServer
+from evalkit.calls.serve import ScriptedServer
 script = {"rules": [{"match": "RESULT", "text": "the answer"}, {"match": "Question", "text": "CALL lookup(x)"}],
           "default": {"text": "ok"}, "latency_s": 0.0}
 with ScriptedServer(script) as srv:
@@ -55,14 +55,14 @@ with ScriptedServer(script) as srv:
 _PROXY = """
 import asyncio, sys, tempfile
 from pathlib import Path
-from evalkit.cache import ResponseCache
-from evalkit.client import ModelClient
-from evalkit.ledger import Ledger
-from evalkit.proxy import MeteringProxy
-from evalkit.records import Endpoint, Price
-from evalkit.session import SampleSession
-from evalkit.trajectories import TrajectoryWriter
-from evalkit.units import ToolFixtures
+from evalkit.calls.cache import ResponseCache
+from evalkit.calls.client import ModelClient
+from evalkit.calls.ledger import Ledger
+from evalkit.calls.proxy import MeteringProxy
+from evalkit.foundations.records import Endpoint, Price
+from evalkit.calls.session import SampleSession
+from evalkit.suites.trajectories import TrajectoryWriter
+from evalkit.suites.units import ToolFixtures
 
 async def main(upstream):
     tmp = Path(tempfile.mkdtemp())
@@ -243,9 +243,9 @@ async def bare_processes(server_url: str, samples: int) -> float:
 def command_run(server_url: str, samples: int, repeats: int) -> dict:
     """`repeats` evalkit runs and as many bare loops, alternating (bare first, then
     evalkit first, ...), so that load on the machine hits both alike."""
-    from evalkit.grading import grade_run
-    from evalkit.runner import run_suite
-    from evalkit.runs import iter_jsonl
+    from evalkit.conclusions.grading import grade_run
+    from evalkit.running.runner import run_suite
+    from evalkit.suites.runs import iter_jsonl
 
     walls: dict[str, list[float]] = {"evalkit": [], "bare": []}
     cpus: list[float] = []

@@ -50,9 +50,9 @@ CITIES = ["Paris", "Lyon", "Nice"]
 
 def write_run(suite_dir: Path, runs_dir: Path, k: int = K, seed: int = 20261201) -> Path:
     """A finished run of the suite, written with evalkit's writers from a seeded draw."""
-    from evalkit.loader import load_suite
-    from evalkit.records import CaseTable, Sample, Usage
-    from evalkit.runs import RunFolder
+    from evalkit.suites.loader import load_suite
+    from evalkit.foundations.records import CaseTable, Sample, Usage
+    from evalkit.suites.runs import RunFolder
 
     suite = load_suite(suite_dir)
     config = json.loads((suite_dir / "config.json").read_text())
@@ -135,12 +135,14 @@ def child(step: str, args: list[str]) -> dict:
         run = write_run(suite, Path(args[2]))
         out = {"run": str(run)}
     elif step == "grade":
-        from evalkit.grading import grade_run
+        from evalkit.conclusions.grading import grade_run
 
         g = grade_run(args[0])
         out = {"graded": g.summary.n_graded}
     elif step == "breakdown":
-        from evalkit import gates, runload, verdicts
+        from evalkit.conclusions import gates
+        from evalkit.suites import runload
+        from evalkit.conclusions import verdicts
 
         def timed(fn) -> float:
             t = time.perf_counter()

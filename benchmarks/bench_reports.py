@@ -2,7 +2,7 @@
 
 The run: 100 cases x 2 arms x k = 10 against the scripted server (10 judged cases, a
 judge and 20 human labels, so every notebook of a two-arm run applies), graded. The
-report: `evalkit.reports.report_run` with every applicable notebook (run_summary,
+report: `evalkit.telling.reports.report_run` with every applicable notebook (run_summary,
 pass_at_k, skill_comparison, judge_calibration with PandaLM when ../shared/data is
 there, power_planning), executed with papermill in parallel and rendered to HTML.
 
@@ -15,7 +15,7 @@ notebook (papermill's default).
 Lower bounds on the same machinery: the empty notebooks plus a cell importing
 matplotlib.pyplot alone (with and without as many one-line figures as the report
 shows); plus the imports every report notebook makes (matplotlib,
-pandas, evalkit.stats with scipy and statsmodels); plus those imports and as many
+pandas, evalkit.numbers.stats with scipy and statsmodels); plus those imports and as many
 one-line figures as the report shows. A report cannot cost less than what it must import.
 
 Each is repeated and the fastest kept (the machine may be shared). Wall time and CPU
@@ -41,10 +41,10 @@ from pathlib import Path
 
 import nbformat
 
-from evalkit import reports
-from evalkit.grading import grade_run
-from evalkit.runner import run_suite
-from evalkit.serve import ScriptedServer
+from evalkit.telling import reports
+from evalkit.conclusions.grading import grade_run
+from evalkit.running.runner import run_suite
+from evalkit.calls.serve import ScriptedServer
 
 RESULTS = Path(__file__).resolve().parent / "results" / "reports.json"
 
@@ -116,7 +116,7 @@ BLANK_FIGURE = "fig, ax = plt.subplots()\nax.plot([0, 1], [0, 1])\nplt.show()"
 
 def bare_content_notebooks(folder: Path, names: list[str], imports: str, figures: dict[str, int] | None) -> Path:
     """The empty notebooks plus only what any report notebook must do: run `imports`
-    (the libraries the notebooks use: matplotlib, pandas, evalkit.stats with scipy and
+    (the libraries the notebooks use: matplotlib, pandas, evalkit.numbers.stats with scipy and
     statsmodels; or matplotlib alone) and, when `figures` is given, show that many
     one-line figures. Timing these bounds from below what the real report can cost on
     this machinery."""

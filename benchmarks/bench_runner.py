@@ -36,9 +36,9 @@ from pathlib import Path
 
 import openai
 
-from evalkit.records import Arm, Case, Config, Endpoint, GateThresholds, Price, Suite
-from evalkit.runner import derive_seed, run_suite
-from evalkit.suite import render_prompt
+from evalkit.foundations.records import Arm, Case, Config, Endpoint, GateThresholds, Price, Suite
+from evalkit.running.runner import derive_seed, run_suite
+from evalkit.suites.suite import render_prompt
 
 HERE = Path(__file__).resolve().parent
 CONCURRENCY = 32
@@ -46,7 +46,7 @@ CONCURRENCY = 32
 
 _SERVER = """
 import sys
-from evalkit.serve import ScriptedServer
+from evalkit.calls.serve import ScriptedServer
 script = {"rules": [{"match": "capital", "texts": ["Paris", "Lyon", "Nice"]}],
           "default": {"text": "unknown"}, "latency_s": 0.0}
 with ScriptedServer(script) as srv:

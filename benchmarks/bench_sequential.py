@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from evalkit.runs import write_atomic
-from evalkit.stats import SequentialDesign, SequentialSignTest, sign_test, sign_test_power, sign_test_sample_size
+from evalkit.suites.runs import write_atomic
+from evalkit.numbers.stats import SequentialDesign, SequentialSignTest, sign_test, sign_test_power, sign_test_sample_size
 
 HERE = Path(__file__).resolve().parent
 WIN_RATES = (0.5, 0.65, 0.75, 0.9)

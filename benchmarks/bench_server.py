@@ -12,7 +12,7 @@ import time
 
 from openai import AsyncOpenAI
 
-from evalkit.serve import ScriptedServer
+from evalkit.calls.serve import ScriptedServer
 
 SCRIPT = {
     "rules": [{"match": "capital of France", "texts": ["Paris", "Lyon", "Paris, France"], "weights": [6, 1, 3]}],

@@ -1,35 +1,182 @@
 """evalkit: measure LLM prompts, skills and agents with numbers you can defend.
 
 The public surface is small: the record types, `load_suite`, `run_suite`, `grade_run`,
-`load_run`, the statistics in `evalkit.stats`, the verdicts in `evalkit.verdicts`, the
-power plans in `evalkit.plans`, the gates and baselines in `evalkit.gates`, and
+`load_run`, the statistics in `evalkit.numbers.stats`, the verdicts in `evalkit.conclusions.verdicts`, the
+power plans in `evalkit.numbers.plans`, the gates and baselines in `evalkit.conclusions.gates`, and
 `report_run`. Everything else may change freely.
 Heavy modules are imported on first use, so `import evalkit` stays fast.
+
+The package's folders are its layers, each importing only from the ones before it
+(docs/architecture.md, checked by tests/test_imports.py):
+
+    foundations  errors, file names, safe files, text, formatting, records, findings
+    numbers      pure statistics, one definition per metric, power plans
+    checking     deterministic graders and the LLM judge
+    suites       suites (native and imported), datasets, privacy, units, run folders
+    calls        the ledger, caches, the one client, servers, the metering proxy
+    running      the sampling engine, agents, the Batch API
+    conclusions  grading a run, verdicts, gates and baselines, ingest, micro-tests
+    telling      notebook helpers, reports and the index, failures, replay, CI outputs
+    _cli         the `evalkit` command, one module per command group
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+from types import ModuleType
 from typing import Any
 
-from .errors import BudgetExhausted, CeilingBreached, EvalkitError, InputError, JudgeError, ReplayMiss, UnitCallError
-from .records import Arm, Case, Check, CheckResult, Config, Endpoint, Grade, Price, Sample, Suite, Usage
+from evalkit.foundations.errors import (
+    BudgetExhausted,
+    CeilingBreached,
+    EvalkitError,
+    InputError,
+    JudgeError,
+    ReplayMiss,
+    UnitCallError,
+)
+from evalkit.foundations.records import (
+    Arm,
+    Case,
+    Check,
+    CheckResult,
+    Config,
+    Endpoint,
+    Grade,
+    Price,
+    Sample,
+    Suite,
+    Usage,
+)
 
 __version__ = "0.1.0"
 
-_LAZY = {
-    "load_suite": ("loader", "load_suite"),
-    "lint_suite": ("loader", "lint_suite"),
-    "run_suite": ("runner", "run_suite"),
-    "grade_run": ("grading", "grade_run"),
-    "load_run": ("runload", "load_run"),
-    "Run": ("runload", "Run"),
-    "Ledger": ("ledger", "Ledger"),
-    "two_arm_verdict": ("verdicts", "two_arm_verdict"),
-    "verdict_from_tally": ("verdicts", "verdict_from_tally"),
-    "gate": ("gates", "gate"),
-    "report_run": ("reports", "report_run"),
+# Where each module of the flat layout (evalkit <= 0.1) lives now. `import evalkit.numbers.stats`,
+# `from evalkit.calls.serve import LocalModelServer` and every other import of the flat names
+# keep working: they are the same module objects as the new paths (_FlatNames below).
+MOVED = {
+    "errors": "foundations.errors",
+    "layout": "foundations.layout",
+    "checks": "foundations.checks",
+    "_text": "foundations._text",
+    "fmt": "foundations.fmt",
+    "_jsonschema": "foundations._jsonschema",
+    "tokens": "foundations.tokens",
+    "_io": "foundations._io",
+    "records": "foundations.records",
+    "findings": "foundations.findings",
+    "stats": "numbers.stats",
+    "metrics": "numbers.metrics",
+    "plans": "numbers.plans",
+    "graders": "checking.graders",
+    "judge": "checking.judge",
+    "endpoints": "suites.endpoints",
+    "units": "suites.units",
+    "suite": "suites.suite",
+    "formats": "suites.formats",
+    "dataset": "suites.dataset",
+    "privacy": "suites.privacy",
+    "loader": "suites.loader",
+    "workflow": "suites.workflow",
+    "runs": "suites.runs",
+    "_samplewriter": "suites._samplewriter",
+    "trajectories": "suites.trajectories",
+    "runload": "suites.runload",
+    "cache": "calls.cache",
+    "ledger": "calls.ledger",
+    "client": "calls.client",
+    "_batchserve": "calls._batchserve",
+    "serve": "calls.serve",
+    "session": "calls.session",
+    "proxy": "calls.proxy",
+    "agents": "running.agents",
+    "batch": "running.batch",
+    "runner": "running.runner",
+    "grading": "conclusions.grading",
+    "agentevals": "conclusions.agentevals",
+    "ingest": "conclusions.ingest",
+    "verdicts": "conclusions.verdicts",
+    "compare": "conclusions.compare",
+    "gates": "conclusions.gates",
+    "microtest": "conclusions.microtest",
+    "failures": "telling.failures",
+    "nb": "telling.nb",
+    "report_index": "telling.report_index",
+    "reports": "telling.reports",
+    "labelling": "telling.labelling",
+    "replay": "telling.replay",
+    "ciout": "telling.ciout",
+    "cli": "_cli.main",
+    "_cliopts": "_cli.options",
+    "_cmd_suite": "_cli.suite",
+    "_cmd_run": "_cli.run",
+    "_cmd_grade": "_cli.grade",
+    "_cmd_stats": "_cli.stats",
+    "_cmd_report": "_cli.report",
+    "_cmd_replay": "_cli.replay",
+    "_cmd_batch": "_cli.batch",
+    "_cmd_ingest": "_cli.ingest",
+    "_cmd_dataset": "_cli.dataset",
+    "_cmd_privacy": "_cli.privacy",
+    "_cmd_serve": "_cli.serve",
+    "demo": "_cli.demo",
 }
+
+
+def moved_name(name: str) -> str | None:
+    """`evalkit.<flat>[.rest]` -> the module's name in the layer folders, else None."""
+    head, _, rest = name.partition(".")
+    if head != __name__ or not rest:
+        return None
+    flat, _, tail = rest.partition(".")
+    if flat not in MOVED:
+        return None
+    return f"{__name__}.{MOVED[flat]}" + (f".{tail}" if tail else "")
+
+
+class _FlatNames(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports of a flat name answer with the module at its new path, the same object.
+
+    Written by hand because no library aliases module paths: a re-export module per old
+    name would be a second module object (two `__name__`s, isinstance and monkeypatching
+    that see different things) and would put the flat names back in `ls evalkit/`.
+    """
+
+    def find_spec(self, fullname: str, path: Any = None, target: ModuleType | None = None) -> Any:
+        if moved_name(fullname) is None:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        new = moved_name(spec.name)
+        assert new is not None
+        return importlib.import_module(new)
+
+    def exec_module(self, module: ModuleType) -> None:
+        """The module was executed under its own name already."""
+
+
+if not any(isinstance(f, _FlatNames) for f in sys.meta_path):
+    sys.meta_path.insert(0, _FlatNames())
+
+_LAZY = {
+    "load_suite": ("suites.loader", "load_suite"),
+    "lint_suite": ("suites.loader", "lint_suite"),
+    "run_suite": ("running.runner", "run_suite"),
+    "grade_run": ("conclusions.grading", "grade_run"),
+    "load_run": ("suites.runload", "load_run"),
+    "Run": ("suites.runload", "Run"),
+    "Ledger": ("calls.ledger", "Ledger"),
+    "two_arm_verdict": ("conclusions.verdicts", "two_arm_verdict"),
+    "verdict_from_tally": ("conclusions.verdicts", "verdict_from_tally"),
+    "gate": ("conclusions.gates", "gate"),
+    "report_run": ("telling.reports", "report_run"),
+}
+# The public modules, by the names the documentation uses (`evalkit.numbers.stats.sign_test`).
 _SUBMODULES = {
     "stats",
     "verdicts",
@@ -75,5 +222,5 @@ def __getattr__(name: str) -> Any:
         module, attr = _LAZY[name]
         return getattr(importlib.import_module(f".{module}", __name__), attr)
     if name in _SUBMODULES:
-        return importlib.import_module(f".{name}", __name__)
+        return importlib.import_module(f".{MOVED[name]}", __name__)
     raise AttributeError(f"module 'evalkit' has no attribute {name!r}")

@@ -133,9 +133,9 @@ def make_agent_suite(root: Path) -> Path:
 
 def make_agent_run(root: Path) -> Path:
     """The agent suite run against the scripted server and graded; its run folder."""
-    from evalkit.grading import grade_run
-    from evalkit.runner import run_suite
-    from evalkit.serve import ScriptedServer
+    from evalkit.conclusions.grading import grade_run
+    from evalkit.running.runner import run_suite
+    from evalkit.calls.serve import ScriptedServer
 
     suite = make_agent_suite(root)
     with ScriptedServer(AGENT_SCRIPT) as srv:
@@ -149,10 +149,10 @@ def make(root: Path) -> dict:
     """Run, grade, plan (48 cases asked), compare, report; returns the paths."""
     from click.testing import CliRunner
 
-    from evalkit.cli import main
-    from evalkit.grading import grade_run
-    from evalkit.runner import run_suite
-    from evalkit.serve import ScriptedServer
+    from evalkit._cli.main import main
+    from evalkit.conclusions.grading import grade_run
+    from evalkit.running.runner import run_suite
+    from evalkit.calls.serve import ScriptedServer
 
     os.environ.setdefault("EVALKIT_TEST_KEY", "test-key")
     out = root / "reports"

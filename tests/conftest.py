@@ -73,7 +73,7 @@ def run_evalkit_limited(*args: str | Path, timeout: float = 60, memory_bytes: in
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
 
-    return subprocess.run([sys.executable, "-c", "from evalkit.cli import main; main()", *map(str, args)],
+    return subprocess.run([sys.executable, "-c", "from evalkit._cli.main import main; main()", *map(str, args)],
                           capture_output=True, text=True, timeout=timeout, preexec_fn=limit, cwd=cwd)
 
 

@@ -1,4 +1,4 @@
-"""evalkit._jsonschema: jsonschema (and papermill) imported without the IRI grammar, from
+"""evalkit.foundations._jsonschema: jsonschema (and papermill) imported without the IRI grammar, from
 any number of threads at once (a report's lanes import papermill while their kernels warm
 up)."""
 
@@ -15,7 +15,7 @@ RACE = textwrap.dedent(
     """
     import sys, threading
     assert "jsonschema" not in sys.modules
-    import evalkit._jsonschema as J
+    import evalkit.foundations._jsonschema as J
     src = open(J.__file__).read().splitlines()
     line = next(i + 1 for i, s in enumerate(src) if s.strip() == "if blocked:")
     barrier = threading.Barrier(2, timeout=1)

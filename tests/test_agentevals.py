@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from evalkit.agentevals import EvalCase, grade_outputs, match_sample, render, wildcard_to_regex
-from evalkit.cli import main
-from evalkit.errors import InputError
+from evalkit.conclusions.agentevals import EvalCase, grade_outputs, match_sample, render, wildcard_to_regex
+from evalkit._cli.main import main
+from evalkit.foundations.errors import InputError
 
 CASES = [
     {"id": "cap-exact", "set": "capability", "prompt": "capital of France?", "expect": " PARIS ", "match": "exact"},
@@ -184,7 +184,7 @@ def test_regex_timeout_fails_the_sample_not_the_run(tmp_path):
 
 
 _GRADE_IN_SUBPROCESS = (
-    "import sys; from evalkit.cli import main; "
+    "import sys; from evalkit._cli.main import main; "
     "main(['grade', '--eval-file', sys.argv[1], '--outputs', sys.argv[2], '-k', '1', '--compat-wildcards'])"
 )
 

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from evalkit.grading import grade_run
-from evalkit.runner import run_suite
-from evalkit._io import iter_jsonl
-from evalkit.runload import load_run
-from evalkit.serve import ScriptedServer
-from evalkit.trajectories import read_trajectory
+from evalkit.conclusions.grading import grade_run
+from evalkit.running.runner import run_suite
+from evalkit.foundations._io import iter_jsonl
+from evalkit.suites.runload import load_run
+from evalkit.calls.serve import ScriptedServer
+from evalkit.suites.trajectories import read_trajectory
 
 AGENTS = Path(__file__).parent / "data" / "agents"
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "the weather in a city",
@@ -152,7 +152,7 @@ def test_the_tool_loop_stops_at_max_turns_and_the_sample_fails(tmp_path):
 def test_a_program_that_loops_forever_calling_the_model_is_stopped_at_the_cap(tmp_path):
     from click.testing import CliRunner
 
-    from evalkit.cli import main
+    from evalkit._cli.main import main
 
     worst = (4000 * 1.0 + 40 * 2.0) / 1e6
     cap = worst * 12
@@ -231,7 +231,7 @@ def test_an_identical_rerun_of_a_deterministic_agent_replays_at_no_cost(tmp_path
 
 
 def _spawn(suite: Path, runs: Path, base_url: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "evalkit.cli", "run", str(suite), "--runs-dir", str(runs),
+    return subprocess.Popen([sys.executable, "-m", "evalkit._cli.main", "run", str(suite), "--runs-dir", str(runs),
                              "--base-url", base_url, "--no-progress"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
 
@@ -385,7 +385,7 @@ def test_python_units_sync_and_async_and_a_runaway_one_stopped_at_the_cap(tmp_pa
 
 
 def test_a_missing_program_or_callable_is_refused_before_anything_is_written(tmp_path):
-    from evalkit.errors import InputError
+    from evalkit.foundations.errors import InputError
 
     cases = [{"id": "a", "input": "q", "tags": ["golden"], "checks": [{"kind": "contains", "value": "x"}]}]
     suite = write_suite(tmp_path / "s1", cases, {"kind": "command", "argv": ["./nope.sh"]})
@@ -401,7 +401,7 @@ def test_a_missing_program_or_callable_is_refused_before_anything_is_written(tmp
 def test_the_demo_agent_runs_on_the_embedded_model_through_the_proxy(tmp_path):
     import shutil
 
-    from evalkit.serve import LocalModelServer
+    from evalkit.calls.serve import LocalModelServer
 
     src = Path(__file__).resolve().parent.parent / "data" / "agent"
     suite = tmp_path / "agent"

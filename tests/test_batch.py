@@ -18,15 +18,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from evalkit import fmt
-from evalkit.batch import BATCHES, BatchOptions, batch_cancel, batch_status
-from evalkit.cli import main
-from evalkit.grading import grade_run
-from evalkit.runner import run_suite
-from evalkit._io import iter_jsonl
-from evalkit.runload import load_run
-from evalkit.serve import ScriptedServer
-from evalkit.verdicts import two_arm_verdict
+from evalkit.foundations import fmt
+from evalkit.running.batch import BATCHES, BatchOptions, batch_cancel, batch_status
+from evalkit._cli.main import main
+from evalkit.conclusions.grading import grade_run
+from evalkit.running.runner import run_suite
+from evalkit.foundations._io import iter_jsonl
+from evalkit.suites.runload import load_run
+from evalkit.calls.serve import ScriptedServer
+from evalkit.conclusions.verdicts import two_arm_verdict
 
 from conftest import write_engine_suite
 
@@ -136,7 +136,7 @@ def test_a_batch_run_is_the_online_run_key_for_key_and_grades_and_compares_the_s
 
 
 def test_the_report_set_renders_for_a_batch_run(tmp_path):
-    from evalkit.reports import report_run
+    from evalkit.telling.reports import report_run
 
     suite = write_suite(tmp_path / "suite", 4)
     with ScriptedServer(SCRIPT) as srv:
@@ -238,7 +238,7 @@ def test_batch_needs_a_batch_price_and_calls_and_bad_flags_exit_2_before_anythin
 # -- durable: a SIGKILL never uploads twice --------------------------------------------
 
 def _spawn(suite: Path, runs: Path, base_url: str, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "evalkit.cli", "run", str(suite), "--runs-dir", str(runs),
+    return subprocess.Popen([sys.executable, "-m", "evalkit._cli.main", "run", str(suite), "--runs-dir", str(runs),
                              "--base-url", base_url, "--no-progress", "--batch", "--batch-poll-s", "0.05", *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 

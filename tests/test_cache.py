@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from evalkit.cache import ResponseCache
-from evalkit.runner import run_suite
-from evalkit.runload import load_run
-from evalkit.serve import ScriptedServer
+from evalkit.calls.cache import ResponseCache
+from evalkit.running.runner import run_suite
+from evalkit.suites.runload import load_run
+from evalkit.calls.serve import ScriptedServer
 
 from conftest import write_engine_suite
 
@@ -59,7 +59,7 @@ def test_a_scope_keeps_answers_to_the_caller_that_asked(tmp_path):
 
 _WRITER = """
 import sys
-from evalkit.cache import ResponseCache
+from evalkit.calls.cache import ResponseCache
 path, worker, n, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 cache = ResponseCache(path, batch=batch)
 for i in range(n):
@@ -164,7 +164,7 @@ def test_entries_without_an_endpoint_stay_readable_and_are_misses_for_an_endpoin
 
 
 def test_the_endpoint_key_is_the_normalized_base_url():
-    from evalkit.endpoints import endpoint_key
+    from evalkit.suites.endpoints import endpoint_key
 
     assert endpoint_key("HTTP://LocalHost:80/v1/") == endpoint_key("http://localhost/v1") == "http://localhost/v1"
     assert endpoint_key("https://api.example.org:443/v1") == "https://api.example.org/v1"

@@ -15,9 +15,9 @@ import pytest
 import xmlschema
 from click.testing import CliRunner
 
-from evalkit.ciout import md_escape
-from evalkit.cli import main
-from evalkit.serve import ScriptedServer
+from evalkit.telling.ciout import md_escape
+from evalkit._cli.main import main
+from evalkit.calls.serve import ScriptedServer
 
 from test_agentevals import write_fixture
 from test_cli_stats import _pipeline_suite
@@ -198,7 +198,7 @@ def test_md_escape_makes_model_text_inert():
 def test_junit_carries_hostile_text_as_valid_xml(tmp_path):
     """Reasons quoted from model output (control characters, markup, a CDATA end) still
     make a document that validates and reads back with the text intact but inert."""
-    from evalkit.ciout import CiReport, TestCase, write_junit
+    from evalkit.telling.ciout import CiReport, TestCase, write_junit
 
     nasty = "bad \x01\x1b[31m <failure/> ]]> & \"quotes\" \ufffe end"
     rep = CiReport("evalkit gate", False, "FAIL", (TestCase("c1", "evalkit.x", "failure", nasty, nasty),
@@ -247,6 +247,6 @@ def test_ci_outputs_never_publish_a_secret_a_model_leaked(pipeline, tmp_path):
         assert TOKEN not in path.read_text() and "ghp_" not in path.read_text()
     read_junit(junit)  # still a valid document
     # the run's own JUnit and Markdown, and compare's, go through the same writers
-    from evalkit import ciout
+    from evalkit.telling import ciout
     assert TOKEN not in ciout.junit_xml(ciout.CiReport("t", False, TOKEN, (ciout.TestCase(
         TOKEN, "c", "failure", f"output {TOKEN}", f"detail {TOKEN}"),), (md_escape(TOKEN),))).decode()

@@ -7,12 +7,12 @@ import sys
 
 from click.testing import CliRunner
 
-from evalkit import cli
+from evalkit._cli import main as cli
 
 
 def test_every_command_module_is_mapped_and_resolves() -> None:
     modules = set(cli._COMMANDS.values())
-    defined = {c.name: m for m in modules for c in importlib.import_module(f"evalkit.{m}").COMMANDS}
+    defined = {c.name: m for m in modules for c in importlib.import_module(f"evalkit._cli.{m}").COMMANDS}
     assert defined == cli._COMMANDS
     for name in cli._COMMANDS:
         res = CliRunner().invoke(cli.main, [name, "--help"])
@@ -20,7 +20,7 @@ def test_every_command_module_is_mapped_and_resolves() -> None:
 
 
 def test_a_quick_command_does_not_import_the_notebook_stack() -> None:
-    code = ("import sys; from evalkit.cli import main\n"
+    code = ("import sys; from evalkit._cli.main import main\n"
             "try:\n    main(['ingest', '--help'])\nexcept SystemExit:\n    pass\n"
             "print(sorted(m for m in ('scipy', 'papermill', 'matplotlib') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

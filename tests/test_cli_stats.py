@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from evalkit import stats
-from evalkit.cli import main
-from evalkit.serve import ScriptedServer
+from evalkit.numbers import stats
+from evalkit._cli.main import main
+from evalkit.calls.serve import ScriptedServer
 
 import browser_run
 from conftest import make_run, make_suite, two_arm

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from evalkit.cli import main
-from evalkit.suite import MAX_CASES_BYTES, MAX_CONFIG_BYTES
+from evalkit._cli.main import main
+from evalkit.suites.suite import MAX_CASES_BYTES, MAX_CONFIG_BYTES
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -11,13 +11,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from evalkit.client import CallStopped, ModelClient, backoff_s, request_hash
-from evalkit.errors import CeilingBreached, InputError, InputTooLong, UnitCallError
-from evalkit.ledger import Ledger
-from evalkit.records import Endpoint, Price
-from evalkit.runs import iter_jsonl
-from evalkit.serve import ScriptedServer
-from evalkit.tokens import TokenCounter, byte_bound, local_tiktoken, utf8_len
+from evalkit.calls.client import CallStopped, ModelClient, backoff_s, request_hash
+from evalkit.foundations.errors import CeilingBreached, InputError, InputTooLong, UnitCallError
+from evalkit.calls.ledger import Ledger
+from evalkit.foundations.records import Endpoint, Price
+from evalkit.suites.runs import iter_jsonl
+from evalkit.calls.serve import ScriptedServer
+from evalkit.foundations.tokens import TokenCounter, byte_bound, local_tiktoken, utf8_len
 
 PRICE = Price(in_per_mtok=1.0, out_per_mtok=2.0)
 ENDPOINT = Endpoint("scripted", None, "EVALKIT_TEST_KEY")
@@ -324,7 +324,7 @@ def test_ceilings_and_sampling_parameters_reach_the_api(tmp_path):
 
 
 def test_an_agents_call_asks_fewer_tokens_sends_its_own_fields_and_is_cached_by_its_ordinal(tmp_path):
-    from evalkit.cache import ResponseCache
+    from evalkit.calls.cache import ResponseCache
 
     async def go(srv):
         led = Ledger(1.0, tmp_path / "ledger.jsonl")
@@ -468,7 +468,7 @@ def test_counter_falls_back_to_bytes_without_a_tokenizer_and_never_downloads(tmp
 def test_counts_against_the_embedded_models_own_tokenizer(tmp_path):
     """The real tokenizer of a real model: the endpoint count is what the completion
     reports, and the byte bound is never below it."""
-    from evalkit.serve import LocalModelServer
+    from evalkit.calls.serve import LocalModelServer
 
     prompts = [t for t in TEXTS if t] + ["Answer each question.\n\nQ: What is the capital of France?\nA:"]
     with LocalModelServer(n_ctx=1024) as srv:
@@ -773,7 +773,7 @@ def test_backoff_with_retry_after_spreads_the_retries():
 
 @pytest.mark.parametrize("chunked", [False, True])
 def test_a_body_over_the_bound_is_cut_off_and_charged_as_malformed(tmp_path, chunked):
-    from evalkit.client import body_bound
+    from evalkit.calls.client import body_bound
     text = "y" * 5_000_000  # a 5 MB answer to an 8-token request
     with HostileServer(lambda _: completion_body(text=text, usage={"prompt_tokens": 3, "completion_tokens": 1}),
                        chunked=chunked) as srv:
@@ -787,7 +787,7 @@ def test_a_body_over_the_bound_is_cut_off_and_charged_as_malformed(tmp_path, chu
 
 
 def test_text_far_longer_than_max_tokens_allows_is_no_sample(tmp_path):
-    from evalkit.client import text_bound
+    from evalkit.calls.client import text_bound
     # One 20 kB "word": the scripted server counts it as 1 token, the body is small, but
     # no 8-token answer is 20 kB long.
     with ScriptedServer({"default": {"text": "x" * 20_000}}) as srv:

@@ -1,4 +1,4 @@
-"""A judge you can trust, end to end: the pairwise verdict (`evalkit.compare`), judge
+"""A judge you can trust, end to end: the pairwise verdict (`evalkit.conclusions.compare`), judge
 calibration bound to what was labelled, and judged results gated on it.
 
 Judges are scripted servers of our own over real HTTP through the official client: a
@@ -14,13 +14,15 @@ import pytest
 from click.testing import CliRunner
 from test_grading import write_run, write_suite
 
-from evalkit import gates, labelling, records
-from evalkit.cli import main
-from evalkit.compare import compare_arms
-from evalkit.errors import InputError
-from evalkit.grading import grade_run
-from evalkit.records import GradesSummary
-from evalkit.serve import ScriptedServer
+from evalkit.conclusions import gates
+from evalkit.telling import labelling
+from evalkit.foundations import records
+from evalkit._cli.main import main
+from evalkit.conclusions.compare import compare_arms
+from evalkit.foundations.errors import InputError
+from evalkit.conclusions.grading import grade_run
+from evalkit.foundations.records import GradesSummary
+from evalkit.calls.serve import ScriptedServer
 
 ARMS = ("baseline", "treatment")
 JUDGED = [{"id": f"c{i}", "input": f"Task {i}", "expected": {"rubric": "Says GOOD"}, "tags": ["open"]}

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from evalkit.cli import main
-from evalkit.records import GateResult, GradesSummary
-from evalkit.runload import case_table, grades_summary, load_run, run_verdicts
-from evalkit.serve import ScriptedServer
+from evalkit._cli.main import main
+from evalkit.foundations.records import GateResult, GradesSummary
+from evalkit.suites.runload import case_table, grades_summary, load_run, run_verdicts
+from evalkit.calls.serve import ScriptedServer
 
 FIXTURE = Path(__file__).parent / "data" / "runs" / "v0.1"
 STAMP = "20261201-094733"

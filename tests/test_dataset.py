@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from evalkit import dataset as ds
-from evalkit.cli import main
-from evalkit.errors import InputError, InputErrors
+from evalkit.suites import dataset as ds
+from evalkit._cli.main import main
+from evalkit.foundations.errors import InputError, InputErrors
 
 POPS = ["Field technician", "Dispatcher", "New hire"]
 HEADER = ["id", "query", "expected_response", "category", "difficulty", "populations",
@@ -907,7 +907,7 @@ def test_end_to_end_new_validate_to_suite_lint(ws):
     r = ws.cli("lint", "evals/field-service")
     assert r.exit_code == 0, r.stderr
     assert "0 error(s)" in r.stdout
-    from evalkit.loader import load_suite
+    from evalkit.suites.loader import load_suite
 
     suite = load_suite(ws.root / "evals/field-service")
     assert len(suite.cases) == 15 and all(c.judged for c in suite.cases)
@@ -916,10 +916,10 @@ def test_end_to_end_new_validate_to_suite_lint(ws):
 def test_converted_suite_runs_through_sampler_and_graders(ws, monkeypatch):
     """The suite from `to-suite` runs on a real OpenAI-compatible server on loopback (the
     scripted one) and its deterministic checks grade the samples."""
-    from evalkit.graders import grade_sample
-    from evalkit.runner import run_suite
-    from evalkit.serve import ScriptedServer
-    from evalkit.loader import load_suite
+    from evalkit.checking.graders import grade_sample
+    from evalkit.running.runner import run_suite
+    from evalkit.calls.serve import ScriptedServer
+    from evalkit.suites.loader import load_suite
 
     make_source_dataset(ws, 1)
     ws.write("ctx/manual.txt", "Hold the red button for five seconds.")

@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from evalkit.endpoints import (GENERATOR_URL_ENV, JUDGE_URL_ENV, SERVED_ENV, process_gone, resolve_base_url,
-                               served_watch, status_file_watch)
-from evalkit.errors import InputError
-from evalkit.records import Endpoint
-from evalkit.runner import run_suite
+from evalkit.suites.endpoints import GENERATOR_URL_ENV, JUDGE_URL_ENV, SERVED_ENV, process_gone, resolve_base_url, served_watch, status_file_watch
+from evalkit.foundations.errors import InputError
+from evalkit.foundations.records import Endpoint
+from evalkit.running.runner import run_suite
 
 from conftest import write_engine_suite
 
@@ -144,7 +143,7 @@ def test_a_run_with_no_base_url_is_refused_before_any_connection(tmp_path):
                    ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")},
                 "NO_PROXY": "", "no_proxy": ""})
     try:
-        proc = subprocess.run([sys.executable, "-m", "evalkit.cli", "run", str(suite), "--no-progress",
+        proc = subprocess.run([sys.executable, "-m", "evalkit._cli.main", "run", str(suite), "--no-progress",
                                "--runs-dir", str(tmp_path / "runs")],
                               env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
         time.sleep(0.2)  # a connection in flight would be queued by now
@@ -166,9 +165,9 @@ def test_the_python_api_refuses_a_run_with_no_base_url_and_writes_nothing(tmp_pa
     assert e.value.json_path == "$.generator.base_url"
     assert not (tmp_path / "runs").exists()
     # a bare ModelClient without a URL is refused too: nothing builds an openai client on its default host
-    from evalkit.client import ModelClient
-    from evalkit.ledger import Ledger
-    from evalkit.records import Price
+    from evalkit.calls.client import ModelClient
+    from evalkit.calls.ledger import Ledger
+    from evalkit.foundations.records import Price
     with pytest.raises(InputError, match="never falls back"):
         ModelClient(GEN, Price(1.0, 1.0), Ledger(1.0), max_tokens_in=8, max_tokens_out=8)
 
@@ -202,13 +201,13 @@ def test_a_base_url_no_request_can_go_to_is_refused_naming_its_source(source, mo
 def test_a_run_that_could_send_nothing_exits_2_before_writing_anything(tmp_path, env, args, named):
     """Before the fix each of these made every key "malformed response" (or "connection
     error") at its worst case until the cap was spent, the server receiving nothing."""
-    from evalkit.serve import ScriptedServer
+    from evalkit.calls.serve import ScriptedServer
     suite = write_engine_suite(tmp_path / "suite", CASES)
     with ScriptedServer({"default": {"text": "Paris"}}) as srv:
         host = srv.base_url.split("//")[1].split("/")[0]
         args = [a.format(host=host) for a in args] or ["--base-url", srv.base_url]
         full = {**{k: v for k, v in os.environ.items() if not k.startswith("EVALKIT_")}, **env}
-        proc = subprocess.run([sys.executable, "-m", "evalkit.cli", "run", str(suite), "--no-progress",
+        proc = subprocess.run([sys.executable, "-m", "evalkit._cli.main", "run", str(suite), "--no-progress",
                                "--runs-dir", str(tmp_path / "runs"), *args],
                               env=full, capture_output=True, text=True, timeout=120, cwd=tmp_path)
         assert srv.stats["requests"] == 0

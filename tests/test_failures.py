@@ -8,9 +8,9 @@ import pytest
 
 from conftest import make_run
 
-from evalkit import nb
-from evalkit.failures import failures
-from evalkit.runload import load_run
+from evalkit.telling import nb
+from evalkit.telling.failures import failures
+from evalkit.suites.runload import load_run
 
 
 def _run(tmp_path):
@@ -55,7 +55,7 @@ def test_capped_with_what_was_left_out(tmp_path):
 def _reference_failures(run, arms=None, max_cases=15, max_samples=3):
     """The failures view as first written (a dict per sample and per grade row): the fast
     one (columns, a record only for a failing sample) must give exactly what it gave."""
-    from evalkit.failures import CaseFailures, FailedSample, Failures, _checks, _opt
+    from evalkit.telling.failures import CaseFailures, FailedSample, Failures, _checks, _opt
 
     by_key = {}
     for g in run.grades.to_dict("records") if len(run.grades) else ():

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from evalkit import fmt
+from evalkit.foundations import fmt
 
 
 @pytest.mark.parametrize("x, want", [(0.4, "40.0%"), (1.0, "100%"), (0.0, "0%"), (0.6533, "65.3%"),
@@ -43,5 +43,5 @@ def test_pvalue_and_points_and_counts():
     assert fmt.points(0.4) == "+40.0 pts" and fmt.points(-0.012) == "-1.2 pts"
     assert fmt.count(1, "case") == "1 case" and fmt.count(3, "repetition") == "3 repetitions"
 def test_points_unsigned():
-    from evalkit import fmt
+    from evalkit.foundations import fmt
     assert fmt.points(0.078, signed=False) == "7.8 pts"

@@ -1,4 +1,4 @@
-"""Gates, baselines and run-to-run noise (evalkit.gates).
+"""Gates, baselines and run-to-run noise (evalkit.conclusions.gates).
 
 Run folders are written into tmp_path by hand (conftest.make_run, following
 docs/formats.md).
@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from conftest import make_run, make_suite
 
-from evalkit import gates as G
-from evalkit import metrics
-from evalkit.errors import EvalkitError
-from evalkit.records import GateThresholds
+from evalkit.conclusions import gates as G
+from evalkit.numbers import metrics
+from evalkit.foundations.errors import EvalkitError
+from evalkit.foundations.records import GateThresholds
 
 
 def _gate_pair(tmp_path, base_outs, cur_outs, *, k, tags=None, sets=None, base_costs=None, cur_costs=None,

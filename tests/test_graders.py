@@ -5,10 +5,9 @@ import time
 
 import pytest
 
-from evalkit.errors import InputError
-from evalkit.graders import (GRADERS, REFUSAL_PATTERNS, activation, contains, exact, extract_claims, grade_sample,
-                             grounding, is_refusal, json_schema, regex, refusal, scorer, tool_calls)
-from evalkit.records import Case, Check, Sample, Usage
+from evalkit.foundations.errors import InputError
+from evalkit.checking.graders import GRADERS, REFUSAL_PATTERNS, activation, contains, exact, extract_claims, grade_sample, grounding, is_refusal, json_schema, regex, refusal, scorer, tool_calls
+from evalkit.foundations.records import Case, Check, Sample, Usage
 
 
 def make_case(**kw) -> Case:

@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from evalkit.cli import main
-from evalkit.errors import InputError
-from evalkit.grading import GRADES_SUMMARY, grade_run
-from evalkit.records import Case, Sample, Usage
-from evalkit.runs import RunFolder, iter_jsonl
-from evalkit.serve import ScriptedServer
-from evalkit.loader import load_suite
-from evalkit.suite import JUDGE_PROMPT_TEMPLATE
+from evalkit._cli.main import main
+from evalkit.foundations.errors import InputError
+from evalkit.conclusions.grading import GRADES_SUMMARY, grade_run
+from evalkit.foundations.records import Case, Sample, Usage
+from evalkit.suites.runs import RunFolder, iter_jsonl
+from evalkit.calls.serve import ScriptedServer
+from evalkit.suites.loader import load_suite
+from evalkit.suites.suite import JUDGE_PROMPT_TEMPLATE
 
 GEN_SYSTEM = "GENERATOR-SYSTEM-PROMPT: you are a helpful travel bot"
 
@@ -354,7 +354,7 @@ def test_pairwise_two_arms(tmp_path):
 
 
 def test_end_to_end_run_then_grade_makes_no_generator_calls(tmp_path):
-    from evalkit.runner import run_suite
+    from evalkit.running.runner import run_suite
 
     cases = [c for c in CASES if c["id"] in ("cap-fr", "open-1", "weather")]
     suite = write_suite(tmp_path, cases=cases)
@@ -450,8 +450,8 @@ def _serve_grade(script: Path, run: Path) -> "subprocess.CompletedProcess[str]":
     import sys
     env = {k: v for k, v in os.environ.items() if k not in ("EVALKIT_BASE_URL", "EVALKIT_JUDGE_BASE_URL",
                                                             "EVALKIT_SERVED")}
-    return subprocess.run([sys.executable, "-m", "evalkit.cli", "serve", "--scripted", str(script), "--",
-                           sys.executable, "-m", "evalkit.cli", "grade", str(run)],
+    return subprocess.run([sys.executable, "-m", "evalkit._cli.main", "serve", "--scripted", str(script), "--",
+                           sys.executable, "-m", "evalkit._cli.main", "grade", str(run)],
                           capture_output=True, text=True, timeout=120, env=env)
 
 
@@ -486,7 +486,7 @@ def test_a_watched_judge_server_that_dies_stops_grading_at_once(tmp_path):
     import threading
     import time
 
-    from evalkit.serve import ServerProcess
+    from evalkit.calls.serve import ServerProcess
 
     cases = [{"id": f"open-{i}", "input": f"Describe city {i}", "expected": {"rubric": "Names a river"},
               "tags": ["open"]} for i in range(10)]
@@ -503,7 +503,7 @@ def test_a_watched_judge_server_that_dies_stops_grading_at_once(tmp_path):
         events = list(iter_jsonl(p)) if p.exists() else []
         return collections.Counter(e["key"] for e in events if e["event"] == "reserve" and e["role"] == "judge")
 
-    with ServerProcess([sys.executable, "-m", "evalkit.cli", "serve", "--scripted", str(script), "--port", "{port}"],
+    with ServerProcess([sys.executable, "-m", "evalkit._cli.main", "serve", "--scripted", str(script), "--port", "{port}"],
                        model_name="judge-model", startup_timeout_s=60) as srv:
         def kill() -> None:
             deadline = time.monotonic() + 60
@@ -543,7 +543,7 @@ def test_a_grade_killed_mid_way_never_pays_twice_for_a_judge_key(tmp_path):
                                               for c in cases})
     ledger = run / "ledger.jsonl"
     with ScriptedServer({**JUDGE_SCRIPT, "latency_s": 0.02}) as srv:
-        proc = subprocess.Popen([sys.executable, "-m", "evalkit.cli", "grade", str(run), "--judge-base-url",
+        proc = subprocess.Popen([sys.executable, "-m", "evalkit._cli.main", "grade", str(run), "--judge-base-url",
                                  srv.base_url], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -644,9 +644,9 @@ def test_a_ci_run_and_its_grading_spend_under_the_ci_cap_not_the_local_one(tmp_p
     """`run --ci` runs under ci.cost_cap_usd; grading used to take the local cap from the
     run's config snapshot, so run + grade in CI spent past the CI cap. The run records
     its cap, and the judge spends under it on the run's one ledger."""
-    from evalkit.ledger import Ledger
-    from evalkit.runner import run_suite
-    from evalkit.suite import ci_suite
+    from evalkit.calls.ledger import Ledger
+    from evalkit.running.runner import run_suite
+    from evalkit.suites.suite import ci_suite
 
     cases = [{"id": f"open-{i}", "input": f"Describe city {i}", "expected": {"rubric": "Mentions a river"},
               "tags": ["open"]} for i in range(4)]

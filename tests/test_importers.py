@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from evalkit.errors import InputError
-from evalkit.formats.agent_evals import read_agent_evals
-from evalkit.formats.vally import parse_duration, read_vally
-from evalkit.loader import import_suite, lint_suite, load_suite, write_native_suite
-from evalkit.suite import render_prompt
+from evalkit.foundations.errors import InputError
+from evalkit.suites.formats.agent_evals import read_agent_evals
+from evalkit.suites.formats.vally import parse_duration, read_vally
+from evalkit.suites.loader import import_suite, lint_suite, load_suite, write_native_suite
+from evalkit.suites.suite import render_prompt
 
 AGENT_EVALS = {
     "cases": [
@@ -126,7 +126,7 @@ def test_agent_evals_other_sets_import_with_gate_none(tmp_path):
     and the evals.json read directly agree."""
     from click.testing import CliRunner
 
-    from evalkit.cli import main
+    from evalkit._cli.main import main
 
     doc = {"cases": AGENT_EVALS["cases"][:2] + [
         {"id": "explore-1", "set": "exploratory", "prompt": "p", "expect": "x"},
@@ -276,8 +276,8 @@ def test_a_run_of_an_evals_json_suite_finds_its_suite_and_case_sets(tmp_path):
     # Review finding: the suite lookup wanted cases.jsonl, so every case of an
     # evals.json suite counted as capability (gated on pass@k, not pass^k).
     # A run of evalkit 0.1 kept no case table: its sets are read from that suite.
-    from evalkit.runload import case_table
-    from evalkit.runs import find_suite_dir
+    from evalkit.suites.runload import case_table
+    from evalkit.suites.runs import find_suite_dir
 
     suite = tmp_path / "pdf-skill"
     write(suite / "evals.json", json.dumps(AGENT_EVALS))
@@ -295,7 +295,7 @@ def test_a_run_of_an_evals_json_suite_finds_its_suite_and_case_sets(tmp_path):
 def test_agent_evals_rules_match_evalkit_grade(tmp_path):
     # Review finding: the importer and `evalkit grade --eval-file` disagreed on the same
     # file (case of set/match, an empty match, a missing prompt, a missing set).
-    from evalkit.agentevals import load_eval_file
+    from evalkit.conclusions.agentevals import load_eval_file
 
     doc = {"cases": [{"id": "a", "set": "Regression", "prompt": "p", "expect": "x+", "match": "Regex"},
                      {"id": "b", "set": "capability", "expect": "ok", "match": ""}]}

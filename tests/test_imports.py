@@ -104,8 +104,8 @@ def test_the_cycle_check_sees_a_cycle(tmp_path, monkeypatch):
 # Modules other work owns (the run engine, the client, the servers, the privacy scan):
 # their imports are held to the cycle rule above, their comments are theirs to write.
 COMMENTS_EXEMPT = {
-    "evalkit.runner", "evalkit.client", "evalkit.ledger", "evalkit.cache", "evalkit.serve",
-    "evalkit.tokens", "evalkit._samplewriter", "evalkit.privacy",
+    "evalkit.running.runner", "evalkit.calls.client", "evalkit.calls.ledger", "evalkit.calls.cache",
+    "evalkit.calls.serve", "evalkit.foundations.tokens", "evalkit.suites._samplewriter", "evalkit.suites.privacy",
 }
 
 
@@ -127,7 +127,7 @@ def test_every_import_inside_a_function_says_why():
                     i = node.lineno - 1  # walk up the run of import lines (blank lines between them too)
                     while i > 0 and (not lines[i - 1].strip() or lines[i - 1].lstrip().startswith(("import ", "from "))):
                         i -= 1
-                    run = lines[i : node.lineno]
+                    run = lines[i : node.end_lineno]  # a wrapped import's comment may sit on a later line
                     above = lines[i - 1].strip() if i > 0 else ""
                     if not any("#" in ln for ln in run) and not above.startswith("#"):
                         bare.append(f"{path.relative_to(PKG.parent)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
@@ -140,7 +140,7 @@ def test_fast_commands_do_not_load_the_heavy_stack():
     code = (
         "import sys\n"
         "from click.testing import CliRunner\n"
-        "from evalkit.cli import main\n"
+        "from evalkit._cli.main import main\n"
         "r = CliRunner().invoke(main, sys.argv[1:])\n"
         "heavy = sorted(m for m in ('pandas', 'scipy', 'papermill', 'matplotlib', 'openai') if m in sys.modules)\n"
         "print(r.exit_code, ','.join(heavy))\n"
@@ -155,19 +155,28 @@ def test_fast_commands_do_not_load_the_heavy_stack():
 # --------------------------------------------------------------------------- the module map
 
 ARCHITECTURE = PKG.parent / "docs" / "architecture.md"
-LAYER_HEADING = re.compile(r"^### Layer (\d+): ")
+LAYER_HEADING = re.compile(r"^### Layer (\d+): .*\(`evalkit/(?:(\w+)/|__init__\.py)`\)$")
 MAP_ROW = re.compile(r"^\| `(evalkit(?:\.[\w.]+)?)` \|")
+
+
+def layer_folders(text: str) -> dict[int, str | None]:
+    """Each layer's folder (`### Layer N: title (`evalkit/<folder>/`)`); None for the
+    top-level `evalkit/__init__.py`."""
+    return {int(m.group(1)): m.group(2) for line in text.splitlines() if (m := LAYER_HEADING.match(line))}
 
 
 def module_map(text: str) -> dict[str, int]:
     """docs/architecture.md's module map: module -> its layer number. A module listed
-    twice is an error (one home per module)."""
+    twice is an error (one home per module). A layer folder's own `__init__` belongs to
+    its layer without a row."""
     layers: dict[str, int] = {}
     layer: int | None = None
     twice = []
     for line in text.splitlines():
         if m := LAYER_HEADING.match(line):
             layer = int(m.group(1))
+            if m.group(2):
+                layers[f"evalkit.{m.group(2)}"] = layer
         elif (m := MAP_ROW.match(line)) and layer is not None:
             if m.group(1) in layers:
                 twice.append(m.group(1))
@@ -178,16 +187,84 @@ def module_map(text: str) -> dict[str, int]:
 
 def map_problems(layers: dict[str, int], graph: dict[str, set[tuple[str, int, bool]]]) -> list[str]:
     """What is wrong with a module map against the package's imports: modules it does not
-    list, modules it lists that do not exist, imports that point to a later layer."""
+    list, modules it lists that do not exist, imports that point to a later layer, and
+    imports of a name that is no module of the package (a flat name of evalkit 0.1)."""
     problems = [f"{m}: not in the module map" for m in sorted(set(graph) - set(layers))]
     problems += [f"{m}: listed, but no such module" for m in sorted(set(layers) - set(graph))]
     for m, edges in sorted(graph.items()):
         for target, line, _ in sorted(edges):
-            if m in layers and target in layers and layers[target] > layers[m]:
+            if target not in graph:
+                problems.append(f"{m} imports {target} at line {line}: no such module (a flat name? evalkit.MOVED)")
+            elif m in layers and target in layers and layers[target] > layers[m]:
                 problems.append(
                     f"{m} (layer {layers[m]}) imports {target} (layer {layers[target]}) at line {line}: it points up"
                 )
     return problems
+
+
+def test_every_module_sits_in_its_layers_folder():
+    """The folders are the layers: a module listed under `### Layer N (evalkit/F/)` is
+    `evalkit.F.<name>`, and no module lives outside a layer folder but the public API."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    folders = layer_folders(text)
+    assert len(folders) >= 9, folders
+    wrong = []
+    for module, layer in module_map(text).items():
+        folder = folders[layer]
+        expected = "evalkit" if folder is None else f"evalkit.{folder}"
+        if module != expected and not module.startswith(expected + "."):
+            wrong.append(f"{module} is listed in layer {layer} (evalkit/{folder or '__init__.py'})")
+    assert not wrong, wrong
+    flat = sorted(p.name for p in PKG.glob("*.py") if p.name != "__init__.py")
+    assert flat == [], f"modules outside the layer folders: {flat}"
+
+
+def test_each_layer_folder_says_what_it_holds_and_may_import():
+    """Each folder's `__init__` is a docstring saying what lives there and what it may
+    import, and nothing else (the public names are re-exported by `evalkit/__init__`)."""
+    for folder in layer_folders(ARCHITECTURE.read_text(encoding="utf-8")).values():
+        if folder is None:
+            continue
+        tree = ast.parse((PKG / folder / "__init__.py").read_text(encoding="utf-8"))
+        doc = ast.get_docstring(tree) or ""
+        assert "May import" in doc, f"evalkit/{folder}/__init__.py: no 'May import' line"
+        assert len(tree.body) == 1, f"evalkit/{folder}/__init__.py holds more than its docstring"
+
+
+def test_every_flat_name_of_evalkit_0_1_still_imports_as_the_same_module():
+    """`import evalkit.stats`, `from evalkit.serve import LocalModelServer` (README) and
+    every other flat name answer with the module at its new path, one object, not a copy;
+    the documented names `evalkit.stats.sign_test` and friends resolve."""
+    code = (
+        "import importlib, sys, evalkit\n"
+        "bad = [f for f, new in evalkit.MOVED.items()\n"
+        "       if importlib.import_module('evalkit.' + f) is not importlib.import_module('evalkit.' + new)]\n"
+        "from evalkit.serve import LocalModelServer\n"
+        "from evalkit.formats.vally import read_vally\n"
+        "import evalkit.formats.vally as v\n"
+        "assert v is sys.modules['evalkit.suites.formats.vally'], 'a second copy of a submodule'\n"
+        "assert LocalModelServer.__module__ == 'evalkit.calls.serve'\n"
+        "for name in ('stats.sign_test', 'stats.pass_hat_k', 'stats.pass_at_k', 'verdicts.two_arm_verdict', 'gates.gate'):\n"
+        "    mod, _, attr = name.partition('.')\n"
+        "    assert callable(getattr(getattr(evalkit, mod), attr)), name\n"
+        "for name in evalkit.__all__:\n"
+        "    getattr(evalkit, name)\n"
+        "print('bad', bad)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=PKG.parent)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == "bad []", out.stdout
+
+
+def test_the_flat_name_table_covers_every_module_of_evalkit_0_1():
+    """evalkit.MOVED names a home for each flat module of 0.1 (tests/data/runs/v0.1 era),
+    and each home exists."""
+    import evalkit
+
+    known = set(modules())
+    missing = sorted(f for f, new in evalkit.MOVED.items() if f"evalkit.{new}" not in known)
+    assert not missing, missing
+    assert len(evalkit.MOVED) >= 60
 
 
 def test_the_module_map_lists_every_module_and_imports_point_down_its_layers():
@@ -203,13 +280,15 @@ def test_the_module_map_check_sees_a_missing_an_extra_and_an_upward_module():
     and one moved below a module it imports are each reported."""
     layers = module_map(ARCHITECTURE.read_text(encoding="utf-8"))
     graph = imports()
-    doctored = {m: n for m, n in layers.items() if m != "evalkit.metrics"}
+    doctored = {m: n for m, n in layers.items() if m != "evalkit.numbers.metrics"}
     doctored["evalkit.nosuch"] = 1
-    doctored["evalkit.records"] = max(layers.values())  # everything that imports records now points up
+    graph = {**graph, "evalkit.numbers.plans": graph["evalkit.numbers.plans"] | {("evalkit.stats", 1, False)}}
+    doctored["evalkit.foundations.records"] = max(layers.values())  # everything that imports records now points up
     problems = map_problems(doctored, graph)
-    assert "evalkit.metrics: not in the module map" in problems
+    assert "evalkit.numbers.metrics: not in the module map" in problems
     assert "evalkit.nosuch: listed, but no such module" in problems
-    assert any(p.startswith("evalkit.stats (layer 2) imports evalkit.records") for p in problems), problems
-    row = "| `evalkit.stats` | again |"
+    assert any(p.startswith("evalkit.numbers.plans imports evalkit.stats at line 1: no such module") for p in problems)
+    assert any(p.startswith("evalkit.numbers.stats (layer 2) imports evalkit.foundations.records") for p in problems), problems
+    row = "| `evalkit.numbers.stats` | again |"
     with pytest.raises(AssertionError, match="listed twice"):
-        module_map(f"### Layer 1: a\n\n{row}\n{row}\n")
+        module_map(f"### Layer 1: a (`evalkit/numbers/`)\n\n{row}\n{row}\n")

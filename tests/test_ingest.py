@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from evalkit import stats
-from evalkit.cli import main
-from evalkit.runload import load_run
+from evalkit.numbers import stats
+from evalkit._cli.main import main
+from evalkit.suites.runload import load_run
 
 HERE = Path(__file__).parent
 FIXTURES = HERE / "data" / "ingest"
@@ -129,9 +129,9 @@ def test_agent_evals_outputs_folder(tmp_path: Path) -> None:
 def test_agent_evals_ingest_keeps_each_case_set(tmp_path: Path) -> None:
     """The harness's sets travel into the ingested run, so its metrics gate a regression
     case on pass^k, a capability case on pass@k and an exploratory one not at all."""
-    from evalkit.gates import run_metrics
-    from evalkit.metrics import gated_case_score, score_of
-    from evalkit.runload import grades_summary
+    from evalkit.conclusions.gates import run_metrics
+    from evalkit.numbers.metrics import gated_case_score, score_of
+    from evalkit.suites.runload import grades_summary
 
     ev = tmp_path / "evals.json"
     ev.write_text(json.dumps({"cases": [

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from evalkit.grading import grade_run
-from evalkit.labelling import TOOL_NOTEBOOKS
-from evalkit.reports import NOTEBOOKS
-from evalkit.runner import run_suite
-from evalkit.serve import ScriptedServer
+from evalkit.conclusions.grading import grade_run
+from evalkit.telling.labelling import TOOL_NOTEBOOKS
+from evalkit.telling.reports import NOTEBOOKS
+from evalkit.running.runner import run_suite
+from evalkit.calls.serve import ScriptedServer
 
 from test_reports import _two_arm_script, _two_arm_suite
 
@@ -60,6 +60,9 @@ def test_the_wheel_holds_the_package_and_its_data_and_nothing_else(wheel):
     # every file of the package in the checkout ships (a new notebook or template left out fails here)
     package = {f for f in _checkout_files() if f.startswith("evalkit/") and "__pycache__" not in f}
     assert package - names == set()
+    # the notebooks sit at the top of the checkout (notebooks/) and ship as evalkit/notebooks/
+    notebooks = {f"evalkit/{f}" for f in _checkout_files() if f.startswith("notebooks/") and f.endswith(".ipynb")}
+    assert len(notebooks) >= len(NOTEBOOKS) and notebooks - names == set()
     top = {n.split("/")[0] for n in names}
     assert top == {"evalkit", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}
     assert not any(n.startswith(("tests/", "data/", "benchmarks/", "notebooks/")) for n in names)
@@ -95,7 +98,7 @@ def test_evalkit_report_from_an_installed_wheel_outside_the_checkout(wheel, tmp_
     env["PATH"] = f"{fresh / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     outside = tmp_path / "elsewhere"
     outside.mkdir()
-    where = subprocess.run([str(fresh_py), "-c", "import evalkit, evalkit.reports as r; print(evalkit.__file__); "
+    where = subprocess.run([str(fresh_py), "-c", "import evalkit, evalkit.telling.reports as r; print(evalkit.__file__); "
                             "print(r.notebooks_dir()); from jupyter_client.kernelspec import get_kernel_spec; "
                             "print(get_kernel_spec('python3').argv[0])"], capture_output=True, text=True, env=env,
                            cwd=outside, check=True).stdout.split()

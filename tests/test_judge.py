@@ -8,14 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from evalkit.client import ModelClient
-from evalkit.errors import InputError, JudgeError
-from evalkit.judge import (JUDGE_SYSTEM, HumanLabel, PairOutcome, check_judge_model, direct_messages,
-                           judge_direct, judge_pair, labelled_pairs, load_human_labels, load_judge_files,
-                           pairwise_messages, parse_score, parse_winner, position_consistency)
-from evalkit.ledger import Ledger
-from evalkit.records import Case, Config, Endpoint, GateThresholds, Price
-from evalkit.serve import ScriptedServer
+from evalkit.calls.client import ModelClient
+from evalkit.foundations.errors import InputError, JudgeError
+from evalkit.checking.judge import JUDGE_SYSTEM, HumanLabel, PairOutcome, check_judge_model, direct_messages, judge_direct, judge_pair, labelled_pairs, load_human_labels, load_judge_files, pairwise_messages, parse_score, parse_winner, position_consistency
+from evalkit.calls.ledger import Ledger
+from evalkit.foundations.records import Case, Config, Endpoint, GateThresholds, Price
+from evalkit.calls.serve import ScriptedServer
 
 CASE = Case(id="open-1", input="Describe Paris", expected={"rubric": "Mentions the Seine"}, tags=("open",),
             rubric="Mentions the Seine")
@@ -214,7 +212,7 @@ def test_load_human_labels_and_errors(tmp_path):
 def test_agreement_with_human_labels():
     """What a calibration rests on: the judge's score against each human label on the
     items both scored (`labelled_pairs`), measured by `stats.agreement`."""
-    from evalkit import stats
+    from evalkit.numbers import stats
 
     labels = [HumanLabel("a/x/0", "a", "x", 0, 4), HumanLabel("b/x/0", "b", "x", 0, 2),
               HumanLabel("c/x/0", "c", "x", 0, 5), HumanLabel("d/x/0", "d", "x", 0, 3)]
@@ -235,7 +233,7 @@ def test_agreement_with_human_labels():
 def test_calibration_reason_names_the_bar_it_misses(tmp_path):
     """The README loop's case: 71% exact clears its bar; 84% within one misses the 90% bar,
     and the reason says which (and only that one)."""
-    from evalkit.judge import JudgedItem, calibrate, judge_identity, match_labels, text_sha256
+    from evalkit.checking.judge import JudgedItem, calibrate, judge_identity, match_labels, text_sha256
 
     judged, labels = {}, []
     for i in range(100):
@@ -253,7 +251,7 @@ def test_human_labels_from_a_fifo_or_out_of_the_suite_are_refused_without_hangin
     import os
 
     from conftest import fifo_watchdog
-    from evalkit.judge import suite_human_labels
+    from evalkit.checking.judge import suite_human_labels
 
     suite = tmp_path / "suite"
     (suite / "judge").mkdir(parents=True)
@@ -281,7 +279,7 @@ def test_human_labels_from_a_fifo_or_out_of_the_suite_are_refused_without_hangin
 
 
 def test_identity_names_what_changed_and_scopes_the_cache(tmp_path):
-    from evalkit.judge import JudgeIdentity, cache_scope, judge_identity, normalize_base_url
+    from evalkit.checking.judge import JudgeIdentity, cache_scope, judge_identity, normalize_base_url
 
     files = load_judge_files(judge_dir(tmp_path))
     a = judge_identity(files, "judge-model", "HTTP://127.0.0.1:8080/v1/")
@@ -299,7 +297,7 @@ def test_identity_names_what_changed_and_scopes_the_cache(tmp_path):
 
 
 def test_a_trajectory_is_compared_as_data_with_its_own_labels(tmp_path):
-    from evalkit.judge import trajectory_text
+    from evalkit.checking.judge import trajectory_text
 
     files = load_judge_files(judge_dir(tmp_path))
     p = tmp_path / "sample-1.jsonl"
@@ -327,14 +325,14 @@ def test_a_trajectory_is_compared_as_data_with_its_own_labels(tmp_path):
 
 
 def _label(i: int, score: int | None, out: str = "o", rub: str = "r", rater: str | None = None) -> HumanLabel:
-    from evalkit.judge import text_sha256
+    from evalkit.checking.judge import text_sha256
 
     return HumanLabel(f"c{i}/x/0", f"c{i}", "x", 0, score, rater, i + 1, text_sha256(out), text_sha256(rub),
                       text_sha256("p"), "v1", "run-a")
 
 
 def test_labels_count_only_on_the_output_and_rubric_they_were_given_for():
-    from evalkit.judge import JudgedItem, match_labels, text_sha256
+    from evalkit.checking.judge import JudgedItem, match_labels, text_sha256
 
     judged = {f"c{i}/x/0": JudgedItem(4, text_sha256("o"), text_sha256("r")) for i in range(6)}
     labels = [_label(0, 4), _label(1, 3), _label(2, 5, out="another run's output"), _label(3, 5, rub="old rubric"),
@@ -352,7 +350,7 @@ def test_kappa_and_its_interval_against_an_independent_computation(tmp_path):
     large-sample standard error by Fleiss, Cohen & Everitt 1969 (eq. 13) written out here."""
     import math
 
-    from evalkit.judge import JudgedItem, calibrate, judge_identity, match_labels, text_sha256
+    from evalkit.checking.judge import JudgedItem, calibrate, judge_identity, match_labels, text_sha256
 
     cells = [(5, 5)] * 20 + [(5, 4)] * 5 + [(4, 5)] * 10 + [(4, 4)] * 15  # (judge, human)
     judged, labels = {}, []
@@ -378,7 +376,7 @@ def test_kappa_and_its_interval_against_an_independent_computation(tmp_path):
 
 
 def test_trust_needs_twenty_fresh_labels_at_the_bars_or_a_record_of_this_very_judge(tmp_path):
-    from evalkit.judge import Calibration, decide_trust, judge_identity
+    from evalkit.checking.judge import Calibration, decide_trust, judge_identity
 
     files = load_judge_files(judge_dir(tmp_path))
     me = judge_identity(files, "judge-model", "http://127.0.0.1:1/v1")
@@ -403,7 +401,7 @@ def test_trust_needs_twenty_fresh_labels_at_the_bars_or_a_record_of_this_very_ju
 
 
 def test_calibration_file_keeps_one_record_per_judge(tmp_path):
-    from evalkit.judge import Calibration, judge_identity, read_calibrations, write_calibration
+    from evalkit.checking.judge import Calibration, judge_identity, read_calibrations, write_calibration
 
     files = load_judge_files(judge_dir(tmp_path))
     a, b = (judge_identity(files, "judge-model", f"http://127.0.0.1:{p}/v1") for p in (1, 2))
@@ -433,7 +431,7 @@ def _pair(case, i, outcome, consistent=True, lb=10, lt=10, arms=("b", "t")):
 def test_pairwise_bias_thresholds_and_the_exact_length_test():
     import math
 
-    from evalkit.judge import POSITION_CONSISTENCY_BAR, pairwise_bias
+    from evalkit.checking.judge import POSITION_CONSISTENCY_BAR, pairwise_bias
 
     # 14 of 16 decisive pairs went to the longer text: p = 2 (C(16,14) + C(16,15) + C(16,16)) / 2^16
     outs = [_pair(f"c{i}", 0, "treatment", lb=5, lt=9) for i in range(14)]
@@ -455,7 +453,7 @@ def test_pairwise_bias_thresholds_and_the_exact_length_test():
 
 
 def test_pairwise_tally_is_one_vote_per_case_and_errors_never_lose():
-    from evalkit.judge import pairwise_tally
+    from evalkit.checking.judge import pairwise_tally
 
     outs = [_pair("a", 0, "treatment"), _pair("a", 1, "tie"),  # a: +1 -> win
             _pair("b", 0, "baseline"), _pair("b", 1, "baseline"),  # b: loss

@@ -12,13 +12,13 @@ import pytest
 from click.testing import CliRunner
 from test_compare import FAIR, two_arm_run
 
-from evalkit import labelling
-from evalkit.cli import main
-from evalkit.errors import InputError
-from evalkit.grading import grade_run
-from evalkit.judge import load_human_labels, text_sha256
-from evalkit.reports import KERNEL, notebooks_dir
-from evalkit.serve import ScriptedServer
+from evalkit.telling import labelling
+from evalkit._cli.main import main
+from evalkit.foundations.errors import InputError
+from evalkit.conclusions.grading import grade_run
+from evalkit.checking.judge import load_human_labels, text_sha256
+from evalkit.telling.reports import KERNEL, notebooks_dir
+from evalkit.calls.serve import ScriptedServer
 
 
 @pytest.fixture(scope="module")

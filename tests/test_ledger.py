@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from evalkit.errors import BudgetExhausted, CeilingBreached, InputError
-from evalkit.ledger import Ledger
-from evalkit.records import Price, Usage
-from evalkit.runner import run_suite
-from evalkit.runload import load_run
-from evalkit.runs import TornLineWarning, iter_jsonl
-from evalkit.serve import ScriptedServer
+from evalkit.foundations.errors import BudgetExhausted, CeilingBreached, InputError
+from evalkit.calls.ledger import Ledger
+from evalkit.foundations.records import Price, Usage
+from evalkit.running.runner import run_suite
+from evalkit.suites.runload import load_run
+from evalkit.suites.runs import TornLineWarning, iter_jsonl
+from evalkit.calls.serve import ScriptedServer
 
 from conftest import write_engine_suite
 

@@ -1,4 +1,4 @@
-"""One meaning per number (evalkit.metrics): each metric computed here from the raw files
+"""One meaning per number (evalkit.numbers.metrics): each metric computed here from the raw files
 of one run (results.jsonl, grades.jsonl, ledger.jsonl), by hand, and checked in every
 place that shows it: grades-summary.json, baseline.json, the gate's output, verdicts.json,
 the index page and each run's report.json, the notebooks' pages and the CLI's lines
@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from evalkit import fmt, metrics
-from evalkit.cli import main
-from evalkit.records import Baseline
-from evalkit.serve import ScriptedServer
+from evalkit.foundations import fmt
+from evalkit.numbers import metrics
+from evalkit._cli.main import main
+from evalkit.foundations.records import Baseline
+from evalkit.calls.serve import ScriptedServer
 
 K = 3
 CASES = [
@@ -198,7 +199,7 @@ def test_cli_lines(made, raw):
     def value(name: str) -> str:
         return next(x.split()[-1] for x in lines if x.strip().startswith(name + " "))
 
-    # one arm: its column is the only one; the CLI formats through evalkit.fmt (percent, dollars)
+    # one arm: its column is the only one; the CLI formats through evalkit.foundations.fmt (percent, dollars)
     assert value("sample_pass_rate") == fmt.pct(raw["sample_pass_rate"])
     for key in ("cost_per_sample_usd", "cost_per_case_usd", "paid_usd", "cache_avoided_usd"):
         assert value(key) == fmt.usd(raw[key]), key

@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 import browser_run
-from evalkit.cli import main
-from evalkit.serve import ScriptedServer
+from evalkit._cli.main import main
+from evalkit.calls.serve import ScriptedServer
 
 
 _suite = browser_run.make_microtest_suite

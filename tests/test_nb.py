@@ -1,4 +1,4 @@
-"""The notebook helpers (evalkit.nb): every way a page shows run data escapes it."""
+"""The notebook helpers (evalkit.telling.nb): every way a page shows run data escapes it."""
 from __future__ import annotations
 
 import math
@@ -6,7 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from evalkit import microtest, nb, stats
+from evalkit.conclusions import microtest
+from evalkit.telling import nb
+from evalkit.numbers import stats
 
 SCRIPT_TAG = "<script>alert(1)</script>"
 IMG_TAG = "<img src=x onerror=alert(1)>"
@@ -26,7 +28,7 @@ def test_text_helpers_escape():
 def test_an_empty_run_dir_picks_the_newest_run_under_the_current_directory(tmp_path, monkeypatch):
     import json as _json
 
-    from evalkit.errors import InputError
+    from evalkit.foundations.errors import InputError
 
     suite = tmp_path / "evals" / "unit"
     for name, created in (("20260101-000000", "2026-01-01T00:00:00+00:00"),
@@ -52,7 +54,8 @@ def test_records_frame_is_the_frame_of_the_records_dicts(tmp_path):
     import pandas as pd
     from test_runload import same, write_odd_run
 
-    from evalkit import runload, verdicts
+    from evalkit.suites import runload
+    from evalkit.conclusions import verdicts
 
     trials = verdicts.paired_trials(runload.load_run(write_odd_run(tmp_path, 8)), "baseline", "guided")
     assert {t.outcome for t in trials} >= {"errored", "tie"} and any(t.baseline_passed is None for t in trials)

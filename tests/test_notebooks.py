@@ -1,6 +1,6 @@
 """The committed notebooks are clean, diffable and parameterized.
 
-Every notebook in `evalkit/notebooks/` is valid nbformat 4, has no outputs, execution counts
+Every notebook in `notebooks/` is valid nbformat 4, has no outputs, execution counts
 or papermill/widget state committed, and starts its code with one cell tagged
 `parameters` holding one typed, commented line per parameter (so that
 `papermill --help-notebook` documents each one). Notebooks put run data on the page only
@@ -17,10 +17,10 @@ import pytest
 from papermill.inspection import _infer_parameters
 from papermill.iorw import load_notebook_node
 
-from evalkit.labelling import TOOL_NOTEBOOKS
-from evalkit.reports import NOTEBOOKS
+from evalkit.telling.labelling import TOOL_NOTEBOOKS
+from evalkit.telling.reports import NOTEBOOKS
 
-NB_DIR = Path(__file__).resolve().parent.parent / "evalkit" / "notebooks"
+NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 PARAM_LINE = re.compile(r"^(?P<name>[a-z_][a-z0-9_]*): (?P<type>[a-z]+(\[[a-z]+\])?) = (?P<value>.+?)  # (?P<help>\S.*)$")
 TYPES = {"str": str, "int": int, "float": (float, int), "bool": bool, "list": list}
 RAW_HTML = re.compile(r"\b(HTML|Markdown|Javascript|IFrame)\s*\(|_repr_html_|\.style\b|escape\s*=\s*False|unsafe_allow")

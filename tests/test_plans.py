@@ -1,4 +1,4 @@
-"""Power plans, pre-registration and the plan check (evalkit.plans)."""
+"""Power plans, pre-registration and the plan check (evalkit.numbers.plans)."""
 from __future__ import annotations
 
 import json
@@ -6,11 +6,11 @@ import json
 import pytest
 from conftest import make_run, make_suite, two_arm
 
-from evalkit import gates as G
-from evalkit import plans as P
-from evalkit import stats
-from evalkit import verdicts as V
-from evalkit.errors import InputError
+from evalkit.conclusions import gates as G
+from evalkit.numbers import plans as P
+from evalkit.numbers import stats
+from evalkit.conclusions import verdicts as V
+from evalkit.foundations.errors import InputError
 
 
 def test_plan_write_load_and_check(tmp_path):

@@ -1,4 +1,4 @@
-"""Personal data and secrets (evalkit.privacy): planted values of every kind found, their
+"""Personal data and secrets (evalkit.suites.privacy): planted values of every kind found, their
 look-alikes left alone, the allow-list, and the hooks: lint, dataset validate and new,
 import, run, grade and report --redact. Every diagnostic names where and what kind, and
 never the value: each test checks the planted values are absent from what was printed
@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from evalkit import privacy
-from evalkit.cli import main
-from evalkit.errors import InputError, RedactionIncomplete
-from evalkit.serve import ScriptedServer
-from evalkit.loader import lint_suite
+from evalkit.suites import privacy
+from evalkit._cli.main import main
+from evalkit.foundations.errors import InputError, RedactionIncomplete
+from evalkit.calls.serve import ScriptedServer
+from evalkit.suites.loader import lint_suite
 
 ROOT = Path(__file__).resolve().parents[1]
 FACTUAL = ROOT / "data" / "factual"
@@ -576,7 +576,7 @@ def test_grade_flags_a_leaked_key_high_and_personal_data_medium(leaky):
 
 
 def test_an_allow_list_lets_synthetic_personal_data_through_in_outputs_but_never_a_key(leaky, tmp_path):
-    from evalkit.grading import grade_run
+    from evalkit.conclusions.grading import grade_run
 
     suite = tmp_path / "s"
     shutil.copytree(leaky["suite"], suite, ignore=shutil.ignore_patterns("runs"))
@@ -590,7 +590,7 @@ def test_an_allow_list_lets_synthetic_personal_data_through_in_outputs_but_never
 def test_report_redact_shows_none_of_the_planted_values(leaky, tmp_path):
     """The issue's "done when": `report --redact` shows none of the four planted values
     on any page, notebook or sidecar of the report folder, nor in the index."""
-    from evalkit.grading import grade_run
+    from evalkit.conclusions.grading import grade_run
 
     run = leaky["run"]
     grade_run(run)
@@ -621,7 +621,7 @@ def test_a_page_that_still_holds_a_value_is_removed(tmp_path):
 
 
 def test_a_redacted_reports_text_helpers_redact_what_they_show(monkeypatch):
-    from evalkit import nb
+    from evalkit.telling import nb
 
     text = f"call {PHONE} or write to {EMAIL}"
     assert PHONE in nb.text_html(text)
@@ -697,7 +697,7 @@ def test_an_argument_name_holding_an_email_is_flagged_and_redacted_and_no_copy_i
     """A tool call whose argument is named by an email address: grade listed it under a
     path holding the address, and `report --redact` left it in the run copy it kept
     inside the shared report folder (`reports/<run>/redacted-run/<run>/results.jsonl`)."""
-    from evalkit.grading import grade_run
+    from evalkit.conclusions.grading import grade_run
 
     suite = tmp_path / "tools"
     suite.mkdir()

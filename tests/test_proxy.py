@@ -9,15 +9,15 @@ from pathlib import Path
 import openai
 import pytest
 
-from evalkit.client import ModelClient
-from evalkit.ledger import Ledger
-from evalkit.proxy import MeteringProxy
-from evalkit.records import Endpoint, Price
-from evalkit.runs import iter_jsonl
-from evalkit.serve import ScriptedServer
-from evalkit.session import SampleSession
-from evalkit.trajectories import TrajectoryWriter, read_trajectory
-from evalkit.units import ToolFixtures
+from evalkit.calls.client import ModelClient
+from evalkit.calls.ledger import Ledger
+from evalkit.calls.proxy import MeteringProxy
+from evalkit.foundations.records import Endpoint, Price
+from evalkit.suites.runs import iter_jsonl
+from evalkit.calls.serve import ScriptedServer
+from evalkit.calls.session import SampleSession
+from evalkit.suites.trajectories import TrajectoryWriter, read_trajectory
+from evalkit.suites.units import ToolFixtures
 
 PRICE = Price(1.0, 2.0)
 
@@ -180,9 +180,9 @@ REFUSED = (
 
 @pytest.mark.parametrize("mode", ["n2", "badjson", "unknown", "notool", "image"])
 def test_a_request_refused_before_metering_errors_the_sample_of_a_real_program(tmp_path, mode):
-    from evalkit.grading import grade_run
-    from evalkit.runner import run_suite
-    from evalkit.runload import load_run
+    from evalkit.conclusions.grading import grade_run
+    from evalkit.running.runner import run_suite
+    from evalkit.suites.runload import load_run
 
     suite = tmp_path / "suite"
     suite.mkdir()

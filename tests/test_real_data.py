@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evalkit import stats as S
+from evalkit.numbers import stats as S
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 if not DATA.exists():  # only a checkout without the shared data may skip

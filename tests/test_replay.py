@@ -11,12 +11,12 @@ import pytest
 from click.testing import CliRunner
 
 import browser_run
-from evalkit.cli import main
-from evalkit.grading import grade_run
-from evalkit.replay import default_arms, pick_cases, replay_case
-from evalkit.reports import report_run
-from evalkit.runner import run_suite
-from evalkit.serve import ScriptedServer
+from evalkit._cli.main import main
+from evalkit.conclusions.grading import grade_run
+from evalkit.telling.replay import default_arms, pick_cases, replay_case
+from evalkit.telling.reports import report_run
+from evalkit.running.runner import run_suite
+from evalkit.calls.serve import ScriptedServer
 
 # the agent suite is shared with the browser test of the reports (tests/browser_run.py)
 SCRIPT = browser_run.AGENT_SCRIPT
@@ -96,8 +96,8 @@ def test_a_single_arm_run_gets_the_conformance_verdict_in_compare_the_report_and
 
 
 def test_the_replay_html_shows_control_and_bidi_characters_as_visible_escapes(agent_run):
-    from evalkit.replay import render_html
-    from evalkit.nb import text_html
+    from evalkit.telling.replay import render_html
+    from evalkit.telling.nb import text_html
 
     page = render_html(replay_case(agent_run, "q0", ["baseline", "skilled"], 0))
     assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", page)

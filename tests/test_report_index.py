@@ -1,4 +1,4 @@
-"""The reports index (evalkit.report_index): one row per run, trends per suite, gate
+"""The reports index (evalkit.telling.report_index): one row per run, trends per suite, gate
 entries labelled by their cause."""
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import json
 
 from conftest import make_run, make_suite
 
-from evalkit import gates, report_index, verdicts
+from evalkit.conclusions import gates
+from evalkit.telling import report_index
+from evalkit.conclusions import verdicts
 
 def test_index_trend_across_runs_of_a_suite(tmp_path):
     """The index draws one line per arm across runs of the same suite (no kernels)."""
@@ -68,7 +70,7 @@ def test_report_conclusions_of_a_single_arm_run(tmp_path):
     """`evalkit report` writes what it concludes to verdicts.json before any notebook: a
     single-arm run gets the conformance verdict (every trial ran and passed, or which did
     not), gated against the baseline it finds; the index shows both from that file."""
-    from evalkit import reports
+    from evalkit.telling import reports
 
     outs = {(f"c{i}", "x"): [True] * 3 for i in range(6)}
     suite = make_suite(tmp_path, {f"c{i}": {} for i in range(6)})

@@ -1,6 +1,6 @@
 """Reports end to end: real runs against the scripted server, every notebook executed
 through papermill (once per test session: kernels are slow), rendered to HTML, with
-sidecar numbers checked against `evalkit.stats` computed here from the raw run files.
+sidecar numbers checked against `evalkit.numbers.stats` computed here from the raw run files.
 
 The runs hold hostile model output (`<script>alert(1)</script>`, `<img src=x
 onerror=alert(1)>`) and a hostile judge justification; the pages must show them as text.
@@ -18,11 +18,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from evalkit import gates, labelling, nb, reports, stats
-from evalkit.cli import main
-from evalkit.grading import grade_run
-from evalkit.runner import run_suite
-from evalkit.serve import ScriptedServer
+from evalkit.conclusions import gates
+from evalkit.telling import labelling
+from evalkit.telling import nb
+from evalkit.telling import reports
+from evalkit.numbers import stats
+from evalkit._cli.main import main
+from evalkit.conclusions.grading import grade_run
+from evalkit.running.runner import run_suite
+from evalkit.calls.serve import ScriptedServer
 
 PANDALM = Path(__file__).resolve().parents[2] / "shared" / "data" / "pandalm"
 SCRIPT_TAG = "<script>alert(1)</script>"
@@ -493,7 +497,7 @@ def test_a_page_that_cannot_be_rendered_fails_its_notebook_alone(tmp_path, monke
 def test_ingested_tau_bench_run_summarised_from_grades(tmp_path):
     """A run ingested from tau-bench carries its grades: `ingest` writes the grades
     summary from them, with the same sample pass rate `evalkit grade` defines."""
-    from evalkit.runload import grades_summary
+    from evalkit.suites.runload import grades_summary
 
     trials = PANDALM.parent / "tau-bench" / "gpt-4o-airline.trials.jsonl"
     assert trials.exists(), "../shared/data/tau-bench is missing"
@@ -549,7 +553,7 @@ def test_an_ungraded_or_empty_run_says_so_first_and_report_exits_1(tmp_path):
 def test_skill_comparison_on_the_pairwise_judge_says_so(tmp_path):
     from test_compare import FAIR, two_arm_run
 
-    from evalkit.serve import ScriptedServer
+    from evalkit.calls.serve import ScriptedServer
 
     _, run = two_arm_run(tmp_path, extra={"verdict_judge": "pairwise", "allow_uncalibrated_judge": True})
     with ScriptedServer(FAIR) as srv:

@@ -1,4 +1,4 @@
-"""A run folder loaded for analysis (evalkit.runload).
+"""A run folder loaded for analysis (evalkit.suites.runload).
 
 The loader was made fast for 100,000-sample runs (rows rebuilt in place, the ledger read
 on first use, lookups by column); these tests hold it to the straightforward reading it
@@ -18,7 +18,9 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from evalkit import gates, runload, verdicts
+from evalkit.conclusions import gates
+from evalkit.suites import runload
+from evalkit.conclusions import verdicts
 
 DATA_RUN = Path(__file__).parent / "data" / "runs" / "v0.1" / "runs" / "20261201-094733"
 

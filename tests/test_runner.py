@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from evalkit.errors import InputError
-from evalkit.runner import derive_seed, run_suite
-from evalkit.runload import load_run
-from evalkit.runs import iter_jsonl
-from evalkit.serve import ScriptedServer
+from evalkit.foundations.errors import InputError
+from evalkit.running.runner import derive_seed, run_suite
+from evalkit.suites.runload import load_run
+from evalkit.suites.runs import iter_jsonl
+from evalkit.calls.serve import ScriptedServer
 
 from conftest import write_engine_suite
 
@@ -36,7 +36,7 @@ def cli(*args: str):
     """`evalkit run ...` through click in this process (a subprocess pays every import
     again); the SIGKILL test below runs the real command in its own process."""
     from click.testing import CliRunner
-    from evalkit.cli import main
+    from evalkit._cli.main import main
     return CliRunner().invoke(main, ["run", *args, "--no-progress"])
 
 
@@ -152,7 +152,7 @@ def test_chat_mode_sends_messages_and_tools(tmp_path):
 
 def _spawn_run(suite, runs, base_url: str, **env: str) -> subprocess.Popen:
     """`evalkit run` in a process of its own (to be killed or raced), output discarded."""
-    return subprocess.Popen([sys.executable, "-m", "evalkit.cli", "run", str(suite), "--runs-dir", str(runs),
+    return subprocess.Popen([sys.executable, "-m", "evalkit._cli.main", "run", str(suite), "--runs-dir", str(runs),
                              "--base-url", base_url, "--no-progress"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **env})
 
@@ -281,7 +281,7 @@ def test_two_processes_never_share_a_run_folder(tmp_path):
             while time.monotonic() < deadline and not list(runs.glob("*/results.jsonl")):
                 time.sleep(0.01)
             folder = next(runs.glob("*/results.jsonl")).parent
-            second = subprocess.run([sys.executable, "-m", "evalkit.cli", "run", str(suite), "--resume", str(folder),
+            second = subprocess.run([sys.executable, "-m", "evalkit._cli.main", "run", str(suite), "--resume", str(folder),
                                      "--base-url", srv.base_url, "--no-progress"],
                                     capture_output=True, text=True, timeout=60)
             assert second.returncode == 2, second.stderr
@@ -302,7 +302,7 @@ def test_two_processes_never_share_a_run_folder(tmp_path):
 def test_the_heap_frozen_for_a_run_is_handed_back_and_a_callers_freeze_left_alone(tmp_path):
     import gc
 
-    from evalkit.runner import _frozen_heap
+    from evalkit.running.runner import _frozen_heap
 
     assert gc.get_freeze_count() == 0
     with _frozen_heap():
@@ -419,13 +419,13 @@ def test_a_watched_server_that_dies_stops_the_run_at_once_naming_the_signal_and_
     mid-run: the run stops at once, INCOMPLETE, the summary names the signal and the
     server's last log line, no key is retried against the dead port, and the spend is
     what the calls made before the crash cost, far below the cap."""
-    from evalkit.serve import ServerProcess
+    from evalkit.calls.serve import ServerProcess
 
     script = tmp_path / "script.json"
     script.write_text(json.dumps({**SCRIPT, "latency_s": 0.2}))
     suite = write_suite(tmp_path / "suite", 20, k=3, concurrency=4, max_attempts=4)
     runs = tmp_path / "runs"
-    with ServerProcess([sys.executable, "-m", "evalkit.cli", "serve", "--scripted", str(script), "--port", "{port}"],
+    with ServerProcess([sys.executable, "-m", "evalkit._cli.main", "serve", "--scripted", str(script), "--port", "{port}"],
                        startup_timeout_s=60) as srv:
         killed = kill_when_results(runs, 6, srv.pid)
         res = run_suite(suite, runs_dir=runs, base_url=srv.base_url, progress=False, watch=srv.exit_reason)
@@ -594,13 +594,13 @@ def test_two_runs_of_a_suite_at_once_never_pay_twice(tmp_path):
     slow_tail = {**SCRIPT, "latency_s": 0.01,
                  "faults": [{"kind": "slow", "delay_s": 12.0, "match": "country 11", "times": 1}]}
     with ScriptedServer(slow_tail) as srv:
-        first = subprocess.Popen([sys.executable, "-m", "evalkit.cli", "run", str(suite), "--runs-dir", str(runs),
+        first = subprocess.Popen([sys.executable, "-m", "evalkit._cli.main", "run", str(suite), "--runs-dir", str(runs),
                                   "--base-url", srv.base_url, "--no-progress"],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not list(runs.glob("*/results.jsonl")):
             time.sleep(0.01)
-        second = subprocess.run([sys.executable, "-m", "evalkit.cli", "run", str(suite), "--runs-dir", str(runs),
+        second = subprocess.run([sys.executable, "-m", "evalkit._cli.main", "run", str(suite), "--runs-dir", str(runs),
                                  "--base-url", srv.base_url, "--no-progress"],
                                 capture_output=True, text=True, timeout=60)
         out, err = first.communicate(timeout=120)
@@ -618,7 +618,7 @@ def test_tasks_are_fed_through_a_bounded_queue(tmp_path):
     # 1.9 GB before the first call).
     import asyncio
 
-    from evalkit.runner import run_suite_async
+    from evalkit.running.runner import run_suite_async
 
     suite = write_suite(tmp_path / "suite", 1, k=400, concurrency=4)
     peak = 0
@@ -711,7 +711,7 @@ def test_a_file_size_limit_stops_the_run_incomplete_and_a_resume_completes(tmp_p
 
     suite = _disk_suite(tmp_path)
     runs = tmp_path / "runs"
-    cmd = [sys.executable, "-m", "evalkit.cli", "run", str(suite), "--runs-dir", str(runs), "--no-progress",
+    cmd = [sys.executable, "-m", "evalkit._cli.main", "run", str(suite), "--runs-dir", str(runs), "--no-progress",
            "--no-cache"]  # SQLite reports EFBIG as an I/O error, not as a full disk: the tmpfs test covers it
 
     def limit_files():
@@ -722,7 +722,7 @@ def test_a_file_size_limit_stops_the_run_incomplete_and_a_resume_completes(tmp_p
                             preexec_fn=limit_files)
         (folder,) = [p for p in runs.iterdir() if p.is_dir()]
         run1 = {"rc": p1.returncode, "out": p1.stdout, "err": p1.stderr, "root": runs, **_snapshot(folder)}
-        p2 = subprocess.run([sys.executable, "-m", "evalkit.cli", "run", str(suite), "--resume", str(folder),
+        p2 = subprocess.run([sys.executable, "-m", "evalkit._cli.main", "run", str(suite), "--resume", str(folder),
                              "--base-url", srv.base_url, "--no-progress"], capture_output=True, text=True, timeout=120)
     _check_full_then_resumed(run1, {"rc": p2.returncode, "err": p2.stderr}, runs, "File too large")
 
@@ -760,7 +760,7 @@ def test_a_full_disk_stops_the_run_incomplete_and_a_resume_completes_once_space_
     runs = mnt / "runs"
     py = shlex.quote(sys.executable)
     with ScriptedServer(SCRIPT) as srv:
-        run = f"{py} -m evalkit.cli run {shlex.quote(str(suite))} --base-url {srv.base_url} --no-progress"
+        run = f"{py} -m evalkit._cli.main run {shlex.quote(str(suite))} --base-url {srv.base_url} --no-progress"
         # 2 MiB of tmpfs, 1.8 MiB of it taken: the run fills the rest (each sample file
         # takes a 4 KiB page; the helper process writes them from the first), stops; the
         # filler is deleted and the resume finishes.

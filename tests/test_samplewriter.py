@@ -5,7 +5,7 @@ import struct
 import subprocess
 import sys
 
-from evalkit._samplewriter import SampleWriter
+from evalkit.suites._samplewriter import SampleWriter
 
 
 def _frame(rel: str, data: bytes) -> bytes:
@@ -14,7 +14,7 @@ def _frame(rel: str, data: bytes) -> bytes:
 
 
 def _child(root, stdin: bytes) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "evalkit._samplewriter", str(root)], input=stdin,
+    return subprocess.run([sys.executable, "-m", "evalkit.suites._samplewriter", str(root)], input=stdin,
                           capture_output=True, timeout=60)
 
 

@@ -16,8 +16,8 @@ import httpx
 import openai
 import pytest
 
-from evalkit.errors import InputError
-from evalkit.serve import ScriptedServer, count_words, load_script
+from evalkit.foundations.errors import InputError
+from evalkit.calls.serve import ScriptedServer, count_words, load_script
 
 SCRIPT = {
     "model": "scripted",
@@ -318,7 +318,7 @@ def test_serve_command_passes_url_and_exit_status(tmp_path):
         sys.exit(3)
     """)
     proc = subprocess.run(
-        [sys.executable, "-m", "evalkit.cli", "serve", "--scripted", str(script), "--", sys.executable, "-c", child],
+        [sys.executable, "-m", "evalkit._cli.main", "serve", "--scripted", str(script), "--", sys.executable, "-c", child],
         capture_output=True, text=True, timeout=120)
     assert proc.returncode == 3, proc.stderr
     assert proc.stdout.strip() == "Paris is the capital of France"
@@ -327,7 +327,7 @@ def test_serve_command_passes_url_and_exit_status(tmp_path):
 def test_serve_command_rejects_bad_script_with_exit_2(tmp_path):
     from click.testing import CliRunner
 
-    from evalkit.cli import main
+    from evalkit._cli.main import main
 
     script = tmp_path / "script.json"
     script.write_text('{"rules": [{"match": "a"}]}')
@@ -340,7 +340,7 @@ def test_serve_command_rejects_bad_script_with_exit_2(tmp_path):
 
 @pytest.mark.local_model
 def test_embedded_model_answers_a_few_shot_capital_prompt():
-    from evalkit.serve import LocalModelServer
+    from evalkit.calls.serve import LocalModelServer
 
     prompt = ("Q: What is the capital of Italy?\nA: Rome\n"
               "Q: What is the capital of Japan?\nA: Tokyo\n"
@@ -360,8 +360,8 @@ def test_embedded_model_answers_a_few_shot_capital_prompt():
 
 @pytest.mark.local_model
 def test_embedded_server_that_dies_reports_its_log(tmp_path):
-    from evalkit.errors import EvalkitError
-    from evalkit.serve import LocalModelServer
+    from evalkit.foundations.errors import EvalkitError
+    from evalkit.calls.serve import LocalModelServer
 
     junk = tmp_path / "not-a-model.gguf"
     junk.write_bytes(b"this is not a GGUF file")
@@ -389,8 +389,8 @@ CRASH_ON_COMPLETION = textwrap.dedent("""
 
 
 def test_a_server_process_that_dies_on_its_first_completion_fails_the_smoke_naming_the_signal_and_log():
-    from evalkit.errors import EvalkitError
-    from evalkit.serve import ServerProcess
+    from evalkit.foundations.errors import EvalkitError
+    from evalkit.calls.serve import ServerProcess
 
     srv = ServerProcess([sys.executable, "-c", CRASH_ON_COMPLETION, "{port}"], model_name="m", startup_timeout_s=60)
     with srv:
@@ -405,11 +405,11 @@ def test_a_server_process_that_dies_on_its_first_completion_fails_the_smoke_nami
 
 
 def test_a_server_process_watch_names_an_exit_status_and_reports_a_stop(tmp_path):
-    from evalkit.serve import ServerProcess
+    from evalkit.calls.serve import ServerProcess
 
     script = tmp_path / "script.json"
     script.write_text(json.dumps(SCRIPT))
-    srv = ServerProcess([sys.executable, "-m", "evalkit.cli", "serve", "--scripted", str(script), "--port", "{port}"],
+    srv = ServerProcess([sys.executable, "-m", "evalkit._cli.main", "serve", "--scripted", str(script), "--port", "{port}"],
                         model_name="scripted", startup_timeout_s=60)
     assert srv.exit_reason() is None  # not started: nothing to say
     with srv:
@@ -440,7 +440,7 @@ def _embedded_suite(root, n_cases: int = 8):
 def _reserves_per_key(run) -> dict:
     import collections
 
-    from evalkit.runs import iter_jsonl
+    from evalkit.suites.runs import iter_jsonl
     return collections.Counter(e["key"] for e in iter_jsonl(run / "ledger.jsonl") if e["event"] == "reserve")
 
 
@@ -453,8 +453,8 @@ def test_the_embedded_server_killed_by_sigsegv_mid_run_stops_the_run_at_once(tmp
     import signal
     import threading
 
-    from evalkit.runner import run_suite
-    from evalkit.serve import LocalModelServer
+    from evalkit.running.runner import run_suite
+    from evalkit.calls.serve import LocalModelServer
 
     suite = _embedded_suite(tmp_path / "suite")
     runs = tmp_path / "runs"
@@ -501,7 +501,7 @@ def test_serve_watches_the_embedded_server_for_its_commands_run(tmp_path):
         import glob, json, os, signal, subprocess, sys, time
         served = json.loads(os.environ["EVALKIT_SERVED"])
         assert os.environ["EVALKIT_BASE_URL"] == served["base_url"] and served["model"] == "gemma-3-270m"
-        run = subprocess.Popen([sys.executable, "-m", "evalkit.cli", "run", {str(suite)!r}, "--no-progress",
+        run = subprocess.Popen([sys.executable, "-m", "evalkit._cli.main", "run", {str(suite)!r}, "--no-progress",
                                 "--runs-dir", {str(runs)!r}])
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and run.poll() is None:
@@ -517,7 +517,7 @@ def test_serve_watches_the_embedded_server_for_its_commands_run(tmp_path):
     """)
     env = {k: v for k, v in __import__("os").environ.items() if k not in ("EVALKIT_BASE_URL", "EVALKIT_SERVED")}
     env["EVALKIT_TEST_KEY"] = "local"
-    proc = subprocess.run([sys.executable, "-m", "evalkit.cli", "serve", "--n-ctx", "512", "--",
+    proc = subprocess.run([sys.executable, "-m", "evalkit._cli.main", "serve", "--n-ctx", "512", "--",
                            sys.executable, "-c", wrapper], capture_output=True, text=True, timeout=240, env=env)
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert proc.returncode == 1 and out["rc"] == 1, proc.stderr
@@ -536,7 +536,7 @@ def test_serve_without_a_command_exits_1_when_its_server_dies(tmp_path):
     import os
     import signal
 
-    proc = subprocess.Popen([sys.executable, "-m", "evalkit.cli", "serve", "--n-ctx", "512"],
+    proc = subprocess.Popen([sys.executable, "-m", "evalkit._cli.main", "serve", "--n-ctx", "512"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         url = proc.stdout.readline().strip()  # printed once the server answered its start-up completion
@@ -557,8 +557,8 @@ def test_serve_help_shows_a_working_script_and_points_to_the_format():
 
     from click.testing import CliRunner as _Runner
 
-    from evalkit.cli import main as _main
-    from evalkit.serve import load_script as _load
+    from evalkit._cli.main import main as _main
+    from evalkit.calls.serve import load_script as _load
 
     out = _Runner().invoke(_main, ["serve", "--help"]).output
     assert 'docs/formats.md, "Scripted server script"' in out

@@ -1,6 +1,6 @@
-"""evalkit.stats against independent references, published tables and seeded simulations.
+"""evalkit.numbers.stats against independent references, published tables and seeded simulations.
 
-No reference value here was made by the calls evalkit.stats wraps (scipy, statsmodels,
+No reference value here was made by the calls evalkit.numbers.stats wraps (scipy, statsmodels,
 krippendorff). They live in tests/data, each with the command that made it:
 
 - tests/data/stats_exact.json: exact enumeration in rational arithmetic from the
@@ -29,8 +29,8 @@ import numpy as np
 import pytest
 from scipy import stats as st
 
-from evalkit import stats as S
-from evalkit.errors import InputError
+from evalkit.numbers import stats as S
+from evalkit.foundations.errors import InputError
 
 DATA = Path(__file__).parent / "data"
 EXACT = json.loads((DATA / "stats_exact.json").read_text())
@@ -640,6 +640,6 @@ def test_sequential_refuses_a_cap_too_small_for_the_power():
 
 def test_sequential_sign_test_takes_a_whole_float_max_discordant():
     # Review finding: 40.0 passed the check and then failed building the design.
-    from evalkit.stats import SequentialSignTest
+    from evalkit.numbers.stats import SequentialSignTest
 
     assert SequentialSignTest(max_discordant=40.0).design == SequentialSignTest(max_discordant=40).design

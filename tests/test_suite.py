@@ -1,4 +1,4 @@
-"""Suite loading, validation and prompt rendering (evalkit.suite), on suites written into
+"""Suite loading, validation and prompt rendering (evalkit.suites.suite), on suites written into
 tmp_path by each test."""
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from evalkit.errors import InputError, InputErrors
-from evalkit.records import Case, Check, Price, Suite
-from evalkit.loader import lint_suite, load_suite
-from evalkit.suite import case_id_problem, load_cases, load_config, render_prompt, safe_case_id, scaffold_suite
+from evalkit.foundations.errors import InputError, InputErrors
+from evalkit.foundations.records import Case, Check, Price, Suite
+from evalkit.suites.loader import lint_suite, load_suite
+from evalkit.suites.suite import case_id_problem, load_cases, load_config, render_prompt, safe_case_id, scaffold_suite
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -257,7 +257,7 @@ def test_sets_other_than_capability_and_regression_warn_with_gate_none(tmp_path)
     ([0.01], "$.ci", "ci must be an object"),
 ])
 def test_ci_block_is_a_lower_cap(tmp_path, ci, where, message):
-    from evalkit.suite import ci_suite
+    from evalkit.suites.suite import ci_suite
 
     ok = load_suite(write_suite(tmp_path / "ok", dict(BASE_CONFIG, ci={"cost_cap_usd": 0.01})))
     assert ok.config.ci_cost_cap_usd == 0.01 and ok.config.cost_cap_usd == 0.05
@@ -420,7 +420,7 @@ def test_human_labels_plan_and_baseline_are_linted(tmp_path):
 
 
 def test_a_file_over_its_size_limit_is_refused_with_the_limit(tmp_path):
-    from evalkit._io import MAX_LABELS_BYTES
+    from evalkit.foundations._io import MAX_LABELS_BYTES
 
     root = write_suite(tmp_path / "unit")
     with open(root / "judge" / "human-sample.jsonl", "wb") as fh:
@@ -432,7 +432,7 @@ def test_a_file_over_its_size_limit_is_refused_with_the_limit(tmp_path):
 
 
 def test_reader_refuses_a_device_and_a_folder_before_reading(tmp_path):
-    from evalkit._io import read_file_bytes, read_text_file
+    from evalkit.foundations._io import read_file_bytes, read_text_file
 
     with pytest.raises(InputError, match="not a regular file: it is a character device"):
         read_file_bytes("/dev/zero", limit=None)  # never read: it would never end
@@ -444,7 +444,7 @@ def test_reader_refuses_a_device_and_a_folder_before_reading(tmp_path):
 
 
 def test_runs_symlink_out_of_the_suite_is_a_lint_warning_and_refused_as_the_default(tmp_path):
-    from evalkit.suite import default_runs_dir
+    from evalkit.suites.suite import default_runs_dir
 
     root = write_suite(tmp_path / "unit")
     (tmp_path / "scratch").mkdir()
@@ -534,7 +534,7 @@ def test_more_samples_than_the_cap_covers_is_a_warning_with_both_counts(tmp_path
 
 
 def test_case_and_sample_counts_are_within_their_limits(tmp_path, monkeypatch):
-    import evalkit.suite as S
+    import evalkit.suites.suite as S
 
     monkeypatch.setattr(S, "MAX_CASES", 4)
     report = lint_suite(write_suite(tmp_path / "unit"))

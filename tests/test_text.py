@@ -1,10 +1,10 @@
-"""evalkit._text: any text an endpoint can send, stored losslessly and shown safely."""
+"""evalkit.foundations._text: any text an endpoint can send, stored losslessly and shown safely."""
 from __future__ import annotations
 
 import json
 import sqlite3
 
-from evalkit._text import from_wtf8, printable, sendable, storable_json, wtf8
+from evalkit.foundations._text import from_wtf8, printable, sendable, storable_json, wtf8
 
 NASTY = ["lone \ud800 surrogate", "\udfff first", "NUL \x00 and \x07 bell", "\x1b[2J\x1b]0;title\x07",
          "C1 CSI \x9b31m", "\u202e reversed \u2066", "東京 naïve 🇫🇷", "", "plain ascii"]

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from evalkit.errors import InputError, InputErrors
-from evalkit.privacy import run_gate
-from evalkit.records import Unit
-from evalkit.loader import lint_suite, load_suite
-from evalkit.units import ToolFixtures
+from evalkit.foundations.errors import InputError, InputErrors
+from evalkit.suites.privacy import run_gate
+from evalkit.foundations.records import Unit
+from evalkit.suites.loader import lint_suite, load_suite
+from evalkit.suites.units import ToolFixtures
 
 BASE = {
     "mode": "chat", "template": "prompt.txt",

@@ -1,4 +1,4 @@
-"""Two-arm and single-arm verdicts (evalkit.verdicts).
+"""Two-arm and single-arm verdicts (evalkit.conclusions.verdicts).
 
 Run folders are written into tmp_path by hand (conftest.make_run, following
 docs/formats.md), so each test controls exactly which trial passed, errored or is
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from conftest import make_run, two_arm
 
-from evalkit import stats
-from evalkit import verdicts as V
-from evalkit.errors import InputError
+from evalkit.numbers import stats
+from evalkit.conclusions import verdicts as V
+from evalkit.foundations.errors import InputError
 
 
 def test_seed_example_9w_4t_2l_is_no_improvement():

@@ -18,10 +18,10 @@ import xmlschema
 import yaml
 from click.testing import CliRunner
 
-from evalkit.cli import main
-from evalkit.errors import InputError
-from evalkit.serve import ScriptedServer
-from evalkit.workflow import install_spec, installed_origin, spec_from_origin
+from evalkit._cli.main import main
+from evalkit.foundations.errors import InputError
+from evalkit.calls.serve import ScriptedServer
+from evalkit.suites.workflow import install_spec, installed_origin, spec_from_origin
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parent.parent

@@ -81,7 +81,7 @@ def make_errored_log(log_dir: str | Path) -> Path:
     from inspect_ai.scorer import includes
     from inspect_ai.solver import generate
 
-    from evalkit.serve import ScriptedServer
+    from evalkit.calls.serve import ScriptedServer
 
     with ScriptedServer(ERRORED_SCRIPT) as server:
         task = Task(dataset=[Sample(input=f"What is the capital of {c}?", target=a, id=f"cap-{c.lower()}")

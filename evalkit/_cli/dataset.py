@@ -1,0 +1,126 @@
+"""CLI subcommands for evaluation datasets: `evalkit dataset validate | new | sample |
+to-suite` (registered by evalkit._cli.main). Thin over `evalkit.suites.dataset`."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+
+@click.group("dataset")
+def dataset_group() -> None:
+    """Evaluation datasets (JSON + CSV companion, contract v1): validate, author, sample
+    for review, convert to a suite."""
+
+
+@dataset_group.command("validate")
+@click.option("--json", "json_path", required=True, help="The dataset's JSON file.")
+@click.option("--csv", "csv_path", required=True, help="The dataset's CSV companion.")
+@click.option("--strict", is_flag=True, help="Personal data or a secret in the dataset makes it invalid.")
+@click.option(
+    "--privacy",
+    "privacy_file",
+    default=None,
+    help="A privacy.json allow-list for the synthetic look-alikes the dataset holds on purpose.",
+)
+def validate_cmd(json_path: str, csv_path: str, strict: bool, privacy_file: str | None) -> None:
+    """Check both files against the contract, and scan them for personal data and
+    secrets. Prints {"valid": ..., "errors": [...]} (and "warnings": [...], the privacy
+    findings, when there are any; errors under --strict); exits 0 when valid, 1 on
+    contract failures, 2 (stderr only) when a file cannot be read, decoded or parsed, a
+    path leaves the working directory, or the schema cannot be set up."""
+    from evalkit.suites.dataset import (
+        validate_files,  # lazy: the dataset contract loads jsonschema, numpy and the privacy scanner
+    )
+
+    result = validate_files(json_path, csv_path, strict=strict, privacy=privacy_file)
+    click.echo(json.dumps(result.as_json(), ensure_ascii=False))
+    sys.exit(0 if result.valid else 1)
+
+
+@dataset_group.command("new")
+@click.argument("source")
+@click.option("--json", "json_out", required=True, help="The dataset JSON file to write.")
+@click.option("--csv", "csv_out", required=True, help="The CSV companion to write.")
+@click.option("--force", is_flag=True, help="Overwrite existing files.")
+@click.option(
+    "--redact",
+    is_flag=True,
+    help="Replace personal data and secrets with typed placeholders (<EMAIL_1>, the same value the same "
+    "placeholder within a pair); <json stem>.redaction-log.json records what was replaced where.",
+)
+def new_cmd(source: str, json_out: str, csv_out: str, force: bool, redact: bool) -> None:
+    """Write both forms of a dataset from one authoring SOURCE (.json, .yaml or .yml:
+    metadata and evaluation_pairs; the counts are computed from the pairs). Spreadsheet
+    formula cells in the CSV are escaped with a leading '. Personal data and secrets in
+    the source are reported as notes (never their values)."""
+    from evalkit.suites.dataset import (
+        new_dataset,  # lazy: the dataset contract loads jsonschema, numpy and the privacy scanner
+    )
+
+    ds, notes = new_dataset(source, json_out, csv_out, force=force, redact=redact)
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
+    md = ds["metadata"]
+    click.echo(f"wrote {json_out} and {csv_out} ({md['total_pairs']} pairs, review_state {md['review_state']})")
+
+
+@dataset_group.command("sample")
+@click.option("--json", "json_path", required=True, help="The dataset's JSON file.")
+@click.option("--csv", "csv_path", required=True, help="The dataset's CSV companion.")
+@click.option("--out", "out_path", help="The review sheet to write (CSV with a review_feedback column).")
+@click.option("--size", default=10, show_default=True, type=click.IntRange(min=1), help="Pairs to draw.")
+@click.option("--seed", default=1234, show_default=True, type=int, help="Seed of the draw.")
+@click.option(
+    "--confirm",
+    is_flag=True,
+    help="Instead of drawing: mark a sampled dataset confirmed once the review's feedback is in.",
+)
+@click.option("--force", is_flag=True, help="Overwrite an existing review sheet.")
+def sample_cmd(
+    json_path: str, csv_path: str, out_path: str | None, size: int, seed: int, confirm: bool, force: bool
+) -> None:
+    """Draw a review sample stratified by difficulty and population (review_state draft
+    -> sampled), or with --confirm move a sampled dataset to confirmed."""
+    from evalkit.suites.dataset import (  # lazy: the dataset contract loads jsonschema and numpy
+        confirm_dataset,
+        sample_dataset,
+    )
+
+    if confirm:
+        if out_path:
+            raise click.UsageError("--confirm draws nothing: drop --out")
+        state = confirm_dataset(json_path, csv_path)
+        click.echo(f"review_state: {state}")
+        return
+    if not out_path:
+        raise click.UsageError("--out is required to draw a sample")
+    chosen, state = sample_dataset(json_path, csv_path, out_path, size=size, seed=seed, force=force)
+    by_level: dict[str, int] = {}
+    for p in chosen:
+        by_level[p["difficulty"]] = by_level.get(p["difficulty"], 0) + 1
+    populations = sorted({n for p in chosen for n in p["populations"]})
+    click.echo(
+        f"wrote {out_path}: {len(chosen)} pairs "
+        f"({', '.join(f'{k} {v}' for k, v in by_level.items())}; {len(populations)} populations); "
+        f"review_state: {state}"
+    )
+
+
+@dataset_group.command("to-suite")
+@click.option("--json", "json_path", required=True, help="The dataset's JSON file.")
+@click.option("--csv", "csv_path", required=True, help="The dataset's CSV companion.")
+@click.option("--out", "dest", required=True, help="The suite folder to create (must not exist, or be empty).")
+@click.option("--context-dir", help="Folder of grounding source texts, named by each pair's source_reference.")
+def to_suite_cmd(json_path: str, csv_path: str, dest: str, context_dir: str | None) -> None:
+    """Convert a valid dataset into a native suite: one case per pair, difficulty and
+    populations as tags, expected tools as checks, a refusal check on safety pairs."""
+    from evalkit.suites.loader import dataset_to_suite  # lazy: the loader brings the privacy scanner (detect_secrets)
+
+    out = dataset_to_suite(json_path, csv_path, dest, context_dir=context_dir)
+    click.echo(f"wrote suite {out}; next: `evalkit lint {dest}`")
+
+
+COMMANDS: list[click.Command] = [dataset_group]

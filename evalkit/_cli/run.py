@@ -1,0 +1,146 @@
+"""CLI subcommands for run (registered by evalkit._cli.main)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from evalkit._cli.options import batch_from, batch_options, ci_output_options, emit_ci
+from evalkit.foundations import fmt
+from evalkit.foundations.errors import InputError
+
+if TYPE_CHECKING:  # for annotations only: ciout loads with the command
+    from evalkit.foundations.records import Suite
+    from evalkit.telling.ciout import CiReport
+
+
+@click.command("run")
+@click.argument("suite", type=click.Path(file_okay=True, dir_okay=True))
+@click.option("--arms", default=None, help="Comma-separated arm names (default: every arm in the config).")
+@click.option("--k", "k", type=int, default=None, help="Samples per case and arm (default: the config's k).")
+@click.option(
+    "--runs-dir", type=click.Path(file_okay=False), default=None, help="Where run folders go (default: SUITE/runs)."
+)
+@click.option(
+    "--base-url",
+    envvar="EVALKIT_BASE_URL",
+    default=None,
+    help="OpenAI-compatible base URL; overrides the config (env: EVALKIT_BASE_URL).",
+)
+@click.option(
+    "--resume",
+    "resume",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Run only the samples missing from this run folder.",
+)
+@click.option("--replay-only", is_flag=True, help="Answer only from the response cache; a miss is an error.")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the response cache.")
+@click.option(
+    "--no-sample-files",
+    is_flag=True,
+    help="Skip samples/<case>/<arm>/sample-<n>.txt (results.jsonl holds the same text).",
+)
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+@click.option(
+    "--ci", "ci", is_flag=True, help="Run under the config's ci.cost_cap_usd (lower than the local cap), as CI does."
+)
+@click.option(
+    "--allow-private-data",
+    is_flag=True,
+    help="Run even though the privacy scan found personal data or secrets in the suite "
+    "(recorded in the run's config.json); by default the run refuses before any call.",
+)
+@click.option("--lenient-keys", is_flag=True, help="Ignore unknown config keys (a warning) instead of refusing to run.")
+@batch_options
+@ci_output_options
+def run_cmd(
+    suite: str,
+    arms: str | None,
+    k: int | None,
+    runs_dir: str | None,
+    base_url: str | None,
+    resume: str | None,
+    replay_only: bool,
+    no_cache: bool,
+    no_sample_files: bool,
+    no_progress: bool,
+    ci: bool,
+    allow_private_data: bool,
+    lenient_keys: bool,
+    junit: Path | None,
+    markdown: Path | None,
+    batch: bool,
+    batch_max_requests: int | None,
+    batch_max_bytes: int | None,
+    batch_poll_s: float | None,
+    no_wait: bool,
+) -> None:
+    """Sample every case x arm k times under the cost cap; exit 1 when INCOMPLETE.
+
+    With --batch the samples go through the provider's Batch API (evalkit.running.batch); a
+    --resume, with --batch or without, first collects the batches a run left open."""
+    from evalkit.running.runner import (
+        run_suite,  # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
+    )
+
+    options = batch_from(batch, batch_max_requests, batch_max_bytes, batch_poll_s, no_wait)
+
+    arm_list = [a.strip() for a in arms.split(",") if a.strip()] if arms is not None else None
+    if arm_list is not None and not arm_list:
+        raise InputError("--arms is empty")
+    if replay_only and no_cache:
+        raise InputError("--replay-only needs the response cache; drop --no-cache")
+    target: Suite | str = suite
+    if ci or lenient_keys:
+        # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
+        from evalkit.suites.loader import load_suite
+        from evalkit.suites.suite import ci_suite
+
+        loaded = load_suite(suite, lenient_keys=lenient_keys)
+        for w in loaded.warnings if lenient_keys else ():
+            click.echo(f"warning: {w}", err=True)
+        target = ci_suite(loaded) if ci else loaded
+    result = run_suite(
+        target,
+        arms=arm_list,
+        k=k,
+        runs_dir=runs_dir,
+        base_url=base_url or None,
+        resume=resume,
+        replay_only=replay_only,
+        progress=not no_progress,
+        cache=not no_cache,
+        sample_files=not no_sample_files,
+        allow_private_data=allow_private_data,
+        batch=options,
+    )
+    click.echo(f"run folder: {result.path}")
+    click.echo(
+        f"spend: {fmt.usd(result.spend_usd)} of cap {fmt.usd(result.cap_usd)} "
+        f"(avoided by the cache: {fmt.usd(result.avoided_usd)})"
+    )
+    for arm, c in result.per_arm.items():
+        click.echo(f"{arm}: {c['samples']} samples, {c['errors']} errors")
+    if result.privacy.get("allowed"):
+        kinds = ", ".join(f"{kind} {n}" for kind, n in result.privacy.get("by_kind", {}).items())
+        click.echo(
+            f"privacy: {result.privacy['findings']} finding(s) let through by --allow-private-data "
+            f"({kinds}); recorded in config.json",
+            err=True,
+        )
+
+    def report() -> CiReport:  # built only when asked for
+        # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
+        from evalkit.telling.ciout import run_report
+
+        return run_report(result)
+
+    emit_ci(report, junit, markdown)
+    sys.exit(result.exit_code)
+
+
+COMMANDS: list[click.Command] = [run_cmd]

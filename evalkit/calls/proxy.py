@@ -1,0 +1,466 @@
+"""The metering proxy: an OpenAI-compatible server on 127.0.0.1 for the user's own agent.
+
+A command or python unit (`evalkit.running.agents`) talks to this server instead of its model
+endpoint. Started once per run, it serves each sample under its own token, in the URL
+(``http://127.0.0.1:PORT/s/<token>/v1``, what `OPENAI_BASE_URL` is set to) or as the API
+key (``Authorization: Bearer <token>`` on ``/v1/...``), and hands every call to that
+sample's `evalkit.calls.session.SampleSession`, which meters it through the run's one
+`ModelClient` (ledger reserve and settle, cache, retries: `evalkit.calls.client`) and writes
+it to the sample's trajectory. Nothing reaches the endpoint that the ledger did not
+reserve first.
+
+Endpoints (under either prefix):
+
+* ``POST .../v1/chat/completions`` and ``POST .../v1/completions``: the suite's generator
+  model answers, whatever model the request names (the ledger prices that one; the name
+  asked for is recorded). `max_tokens` (or `max_completion_tokens`) above the suite's
+  `max_tokens_out`, or missing, is set to it; a smaller one is kept, and reserved as
+  such. `tools` (function tools) and the fields in `FORWARDED_FIELDS` (`tool_choice`,
+  `top_p`, `response_format`, ...) go through as sent; any other field, a non-text
+  content part, a built-in tool, `n` (and `best_of`) other than 1 and logprobs are
+  refused: one answer a call, and nothing billed that the reservation does not cover.
+  ``"stream": true`` is answered as server-sent events (a role chunk, the content, the
+  tool calls, the finish reason, a usage chunk when ``stream_options.include_usage``,
+  ``[DONE]``) built from one non-streamed upstream call: the upstream usage is then the
+  one the ledger settles, and the answer is read under the client's size bound before
+  the agent sees any of it.
+* ``GET .../v1/models``: the generator model.
+* ``POST .../evalkit/tools`` (`EVALKIT_TOOLS_URL`): ``{"name", "arguments"}`` answered
+  from the case's fixtures as ``{"content", "error"}``; with ``"result"`` or ``"error"``
+  in the body, a tool the agent ran itself, recorded as reported.
+
+Errors are OpenAI error bodies (``{"error": {"message", "type", "code"}}``) with
+``x-should-retry: false``, so the official clients raise at once instead of retrying
+what evalkit already decided: 402 ``budget_exhausted`` (the call does not fit under
+the cap), 400 ``context_length_exceeded`` (over `max_tokens_in`) and ``invalid_request``,
+401 (an unknown token, or a sample that is over), 409 ``run_stopped`` (the run has
+stopped), 502 ``upstream_failed`` (the endpoint failed after evalkit's retries, or
+breached a ceiling), 507 (disk full), 404 (an endpoint the proxy does not serve). Every
+such error makes the sample errored, a request refused before metering (a body that is
+not JSON, a field the proxy does not serve) too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from evalkit.calls.client import CallStopped, Completion
+from evalkit.calls.session import SampleSession
+from evalkit.foundations._text import storable_json
+from evalkit.foundations.errors import (
+    BudgetExhausted,
+    CeilingBreached,
+    DiskFull,
+    InputTooLong,
+    ReplayMiss,
+    UnitCallError,
+)
+
+MAX_BODY_BYTES = 32 * 1024 * 1024
+# The request fields forwarded as sent besides those the proxy reads itself: none
+# changes what a call costs beyond what its reservation covers (its input is counted
+# with their JSON size, `ModelClient.check_input`). Every other field is refused, for
+# it may bill what the ledger did not reserve (`service_tier`, `prediction`, `audio`,
+# `web_search_options`, `functions`, ...). docs/formats.md lists them.
+FORWARDED_FIELDS = frozenset(
+    {
+        "top_p",
+        "tool_choice",
+        "parallel_tool_calls",
+        "response_format",
+        "user",
+        "frequency_penalty",
+        "presence_penalty",
+        "logit_bias",
+        "metadata",
+    }
+)
+MESSAGE_FIELDS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id"})  # a message's, the same rule
+TOKEN_PREFIX = "ek-"
+
+
+@dataclass(frozen=True)
+class SampleEndpoint:
+    """Where one sample's agent sends its calls: `base_url` (OpenAI-style, with `/v1`),
+    `api_key` (the token), and `tools_url`."""
+
+    token: str
+    base_url: str
+    api_key: str
+    tools_url: str
+
+
+class _Refusal(Exception):
+    def __init__(self, status: int, message: str, etype: str, code: str) -> None:
+        super().__init__(message)
+        self.status, self.etype, self.code = status, etype, code
+
+
+def _refusal_of(exc: BaseException) -> _Refusal:
+    """The HTTP error an agent gets for a call the session refused or that failed."""
+    text = f"evalkit: {exc}"
+    if isinstance(exc, BudgetExhausted):
+        return _Refusal(402, text + " (the run's cost cap)", "insufficient_quota", "budget_exhausted")
+    if isinstance(exc, InputTooLong):
+        return _Refusal(400, text, "invalid_request_error", "context_length_exceeded")
+    if isinstance(exc, CallStopped):
+        return _Refusal(409, text, "run_stopped", "run_stopped")
+    if isinstance(exc, DiskFull):
+        return _Refusal(507, text, "server_error", "disk_full")
+    if isinstance(exc, (CeilingBreached, UnitCallError, ReplayMiss)):
+        return _Refusal(502, text, "upstream_error", "upstream_failed")
+    return _Refusal(502, f"evalkit: unexpected {type(exc).__name__}: {exc}", "upstream_error", "upstream_failed")
+
+
+def _error_response(status: int, message: str, etype: str, code: str) -> web.Response:
+    body = {"error": {"message": message, "type": etype, "param": None, "code": code}}
+    return web.Response(
+        status=status,
+        text=storable_json(body),
+        content_type="application/json",
+        headers={"x-should-retry": "false"},
+    )
+
+
+class MeteringProxy:
+    """The proxy server (see the module docstring). Runs on the caller's event loop:
+    `await start()`, `open(session)` per sample, `await close(token)`, `await aclose()`."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, model: str) -> None:
+        self.host, self.port, self.model = host, port, model
+        self._sessions: dict[str, SampleSession] = {}
+        self._runner: web.AppRunner | None = None
+        self.requests = 0
+
+    @property
+    def root(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def start(self) -> MeteringProxy:
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        for prefix in ("/s/{token}", ""):
+            app.router.add_post(prefix + "/v1/chat/completions", self._chat)
+            app.router.add_post(prefix + "/v1/completions", self._completions)
+            app.router.add_get(prefix + "/v1/models", self._models)
+            app.router.add_post(prefix + "/evalkit/tools", self._tools)
+        app.router.add_route("*", "/{tail:.*}", self._unknown)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        return self
+
+    async def aclose(self) -> None:
+        for session in list(self._sessions.values()):
+            await session.finish("the run ended")
+        self._sessions.clear()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def open(self, session: SampleSession) -> SampleEndpoint:
+        """Serve `session` under a new token; returns its URLs."""
+        token = TOKEN_PREFIX + secrets.token_urlsafe(18)
+        self._sessions[token] = session
+        base = f"{self.root}/s/{token}"
+        return SampleEndpoint(token, f"{base}/v1", token, f"{base}/evalkit/tools")
+
+    async def close(self, token: str, reason: str) -> None:
+        """Stop serving the sample of `token`: later calls get 401; calls in flight are cut."""
+        session = self._sessions.pop(token, None)
+        if session is not None:
+            await session.finish(reason)
+
+    # -- handlers ------------------------------------------------------------------------
+
+    def _session(self, request: web.Request) -> SampleSession:
+        session = self._find(request)
+        if session is None:
+            raise _Refusal(
+                401,
+                "evalkit: unknown sample token, or the sample is over (each sample has its own "
+                "base URL and key, in OPENAI_BASE_URL and OPENAI_API_KEY)",
+                "invalid_request_error",
+                "invalid_api_key",
+            )
+        return session
+
+    def _find(self, request: web.Request, token: str | None = None) -> SampleSession | None:
+        """The sample a request is for, by the token in its URL (or `token`) or its key."""
+        token = token or request.match_info.get("token")
+        if token is None:
+            auth = request.headers.get("Authorization", "")
+            token = auth[7:].strip() if auth[:7].lower() == "bearer " else request.headers.get("api-key", "").strip()
+        return self._sessions.get(token or "")
+
+    def _refuse(self, session: SampleSession | None, r: _Refusal) -> web.Response:
+        """The agent's HTTP error for a request refused before anything was metered; its
+        sample (when known) is errored, so a refused call is never part of a pass."""
+        if session is not None:
+            exc = UnitCallError(f"the metering proxy refused a request ({r.status} {r.code}): {r}")
+            exc.attempts = 0  # type: ignore[attr-defined]
+            session.fail(exc)
+        return _error_response(r.status, str(r), r.etype, r.code)
+
+    async def _body(self, request: web.Request) -> dict[str, Any]:
+        try:
+            body = await request.json(loads=json.loads)
+        except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
+            raise _Refusal(
+                400, f"evalkit: the request body is not JSON: {exc}", "invalid_request_error", "invalid_json"
+            ) from None
+        if not isinstance(body, dict):
+            raise _Refusal(
+                400, "evalkit: the request body must be a JSON object", "invalid_request_error", "invalid_json"
+            )
+        return body
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, chat=True)
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, chat=False)
+
+    async def _serve(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+        self.requests += 1
+        session: SampleSession | None = None
+        try:
+            session = self._session(request)
+            body = await self._body(request)
+            kw, stream, include_usage = _call_arguments(body, chat)
+        except _Refusal as r:
+            return self._refuse(session, r)
+        task = asyncio.current_task()
+        if task is not None:
+            session.track(task)
+        try:
+            c = await session.model_call(**kw, stream=stream)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure is the agent's HTTP error, and the sample's
+            refusal = _refusal_of(exc)
+            return _error_response(refusal.status, str(refusal), refusal.etype, refusal.code)
+        made = int(time.time())
+        rid = f"{'chatcmpl' if chat else 'cmpl'}-evalkit-{session.calls}-{secrets.token_hex(4)}"
+        if stream:
+            return await _stream(request, c, rid, made, chat=chat, include_usage=include_usage)
+        return web.Response(text=storable_json(_answer(c, rid, made, chat=chat)), content_type="application/json")
+
+    async def _models(self, request: web.Request) -> web.Response:
+        try:
+            self._session(request)
+        except _Refusal as r:
+            return _error_response(r.status, str(r), r.etype, r.code)
+        data = [{"id": self.model, "object": "model", "created": 0, "owned_by": "evalkit"}]
+        return web.json_response({"object": "list", "data": data})
+
+    async def _tools(self, request: web.Request) -> web.Response:
+        session: SampleSession | None = None
+        try:
+            session = self._session(request)
+            body = await self._body(request)
+            name = body.get("name")
+            if not isinstance(name, str) or not name:
+                raise _Refusal(400, 'evalkit: a tool call needs "name"', "invalid_request_error", "invalid_tool_call")
+            call_id = body.get("id") if isinstance(body.get("id"), str) else None
+            reported: dict[str, Any] | None = {k: body[k] for k in ("result", "error") if k in body} or None
+            answer = session.tool(name, body.get("arguments", {}), call_id, reported=reported)
+        except _Refusal as r:
+            return self._refuse(session, r)
+        except DiskFull as exc:
+            return _error_response(507, f"evalkit: {exc}", "server_error", "disk_full")
+        return web.Response(
+            text=storable_json({"content": answer.content, "error": answer.error}), content_type="application/json"
+        )
+
+    async def _unknown(self, request: web.Request) -> web.Response:
+        parts = request.path.split("/")
+        token = parts[2] if len(parts) > 2 and parts[1] == "s" else None
+        why = _Refusal(
+            404, f"evalkit: no such endpoint {request.method} {request.path}", "invalid_request_error", "not_found"
+        )
+        return self._refuse(self._find(request, token), why)
+
+
+def _call_arguments(body: dict[str, Any], chat: bool) -> tuple[dict[str, Any], bool, bool]:
+    """`SampleSession.model_call` keywords from a request body, whether it asks for a
+    stream, and whether the stream should end with usage; `_Refusal` for what cannot be
+    metered exactly."""
+    body = dict(body)
+
+    def bad(msg: str) -> _Refusal:
+        return _Refusal(400, f"evalkit: {msg}", "invalid_request_error", "invalid_request")
+
+    stream = bool(body.pop("stream", False))
+    opts = body.pop("stream_options", None)
+    include_usage = bool(isinstance(opts, dict) and opts.get("include_usage"))
+    for name in ("n", "best_of"):
+        if body.get(name) not in (None, 1):
+            raise bad(f"{name}={body[name]!r}: the proxy serves one answer a call (the reservation covers one)")
+        body.pop(name, None)
+    if not chat and body.get("echo"):
+        raise bad("echo is not served (the answer would hold the prompt's tokens too)")
+    for name in ("echo", "logprobs", "top_logprobs"):
+        if body.get(name) not in (None, False, 0):
+            raise bad(f"{name}={body[name]!r} is not served (an answer carries no logprobs)")
+        body.pop(name, None)
+    wanted = [v for v in (body.pop("max_tokens", None), body.pop("max_completion_tokens", None)) if v is not None]
+    for v in wanted:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise bad(f"max_tokens must be a positive integer, got {v!r}")
+    kw: dict[str, Any] = {"max_tokens": min(wanted) if wanted else None}
+    model = body.pop("model", None)
+    kw["requested_model"] = model if isinstance(model, str) else None
+    if chat:
+        messages = body.pop("messages", None)
+        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+            raise bad("messages must be a non-empty list of message objects")
+        _check_messages(messages, bad)
+        kw["messages"] = messages
+        tools = body.pop("tools", None)
+        if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+            raise bad("tools must be a list of tool objects")
+        for i, t in enumerate(tools or ()):
+            if t.get("type", "function") != "function":  # a provider's built-in tool bills its own use
+                raise bad(f"tools[{i}].type={t['type']!r} is not served (only function tools are metered)")
+        kw["tools"] = tools or None
+    else:
+        prompt = body.pop("prompt", None)
+        if not isinstance(prompt, str):
+            raise bad("prompt must be one string (the proxy serves one prompt a call)")
+        kw["prompt"] = prompt
+        if body.get("tools"):
+            raise bad("tools need the chat completions endpoint")
+        body.pop("tools", None)
+    temperature = body.pop("temperature", None)
+    if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))):
+        raise bad(f"temperature must be a number, got {temperature!r}")
+    kw["temperature"] = temperature
+    seed = body.pop("seed", None)
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise bad(f"seed must be an integer, got {seed!r}")
+    kw["seed"] = seed
+    stop = body.pop("stop", None)
+    if isinstance(stop, str):
+        stop = [stop]
+    if stop is not None and not (isinstance(stop, list) and all(isinstance(s, str) for s in stop)):
+        raise bad("stop must be a string or a list of strings")
+    kw["stop"] = stop or None
+    body = {k: v for k, v in body.items() if v is not None}  # null: the field's default, as if absent
+    for name in body:
+        if name not in FORWARDED_FIELDS:
+            raise bad(f"the field {name!r} is not served (it may bill what the reservation does not cover)")
+    kw["extra"] = body or None  # top_p, tool_choice, response_format, user, ...: sent as they are
+    return kw, stream, include_usage
+
+
+def _check_messages(messages: list[dict[str, Any]], bad: Any) -> None:
+    """`_Refusal` (from `bad`) naming the first message field or content part the proxy
+    cannot meter: a field outside `MESSAGE_FIELDS`, a part other than text (an image, an
+    audio clip or a file costs input tokens a text bound does not see)."""
+    for i, m in enumerate(messages):
+        for name, value in m.items():
+            if name not in MESSAGE_FIELDS and value is not None:
+                raise bad(f"messages[{i}].{name} is not served (it may bill what the reservation does not cover)")
+        content = m.get("content")
+        if isinstance(content, list):
+            for j, part in enumerate(content):
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                if kind != "text" or not isinstance(part.get("text"), str):
+                    raise bad(
+                        f"messages[{i}].content[{j}] of type {kind!r} is not served (only text parts are metered)"
+                    )
+
+
+def openai_tool_calls(tool_calls: Any, id_prefix: str = "call_evalkit_") -> list[dict[str, Any]]:
+    """Tool calls as evalkit records them (`{"name", "arguments", "id"}`) in the OpenAI
+    message shape, arguments as a JSON string; a call without an id gets `id_prefix` + i."""
+    out = []
+    for i, tc in enumerate(tool_calls):
+        args = tc.get("arguments")
+        out.append(
+            {
+                "id": tc.get("id") or f"{id_prefix}{i}",
+                "type": "function",
+                "function": {
+                    "name": tc.get("name"),
+                    "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False),
+                },
+            }
+        )
+    return out
+
+
+def _usage(c: Completion) -> dict[str, int]:
+    u = c.usage
+    return {
+        "prompt_tokens": u.prompt_tokens,
+        "completion_tokens": u.completion_tokens,
+        "total_tokens": u.prompt_tokens + u.completion_tokens,
+    }
+
+
+def _answer(c: Completion, rid: str, made: int, *, chat: bool) -> dict[str, Any]:
+    """The OpenAI response body for a finished call."""
+    finish = c.finish_reason or ("tool_calls" if c.tool_calls else "stop")
+    if chat:
+        message: dict[str, Any] = {"role": "assistant", "content": c.text if (c.text or not c.tool_calls) else None}
+        if c.tool_calls:
+            message["tool_calls"] = openai_tool_calls(c.tool_calls)
+        choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
+        obj = "chat.completion"
+    else:
+        choice = {"index": 0, "text": c.text, "finish_reason": finish, "logprobs": None}
+        obj = "text_completion"
+    return {
+        "id": rid,
+        "object": obj,
+        "created": made,
+        "model": c.model,
+        "system_fingerprint": c.system_fingerprint,
+        "choices": [choice],
+        "usage": _usage(c),
+    }
+
+
+async def _stream(
+    request: web.Request, c: Completion, rid: str, made: int, *, chat: bool, include_usage: bool
+) -> web.StreamResponse:
+    """The answer as server-sent events (see the module docstring)."""
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await resp.prepare(request)
+    finish = c.finish_reason or ("tool_calls" if c.tool_calls else "stop")
+    head = {"id": rid, "created": made, "model": c.model, "system_fingerprint": c.system_fingerprint}
+    chunks: list[dict[str, Any]] = []
+    if chat:
+        head["object"] = "chat.completion.chunk"
+        deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
+        if c.text:
+            deltas.append({"content": c.text})
+        calls = openai_tool_calls(c.tool_calls)
+        if calls:
+            deltas.append({"tool_calls": [{"index": i, **tc} for i, tc in enumerate(calls)]})
+        for d in deltas:
+            chunks.append({**head, "choices": [{"index": 0, "delta": d, "finish_reason": None, "logprobs": None}]})
+        chunks.append({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": finish, "logprobs": None}]})
+    else:
+        head["object"] = "text_completion"
+        if c.text:
+            chunks.append({**head, "choices": [{"index": 0, "text": c.text, "finish_reason": None, "logprobs": None}]})
+        chunks.append({**head, "choices": [{"index": 0, "text": "", "finish_reason": finish, "logprobs": None}]})
+    if include_usage:
+        for ch in chunks:
+            ch["usage"] = None
+        chunks.append({**head, "choices": [], "usage": _usage(c)})
+    data = "".join(f"data: {storable_json(ch)}\n\n" for ch in chunks) + "data: [DONE]\n\n"
+    await resp.write(data.encode("utf-8", "surrogatepass"))
+    await resp.write_eof()
+    return resp

@@ -1,0 +1,300 @@
+"""One agent sample's calls: every model call metered through the run's `ModelClient`,
+every tool call answered from the case's fixtures, both written to the sample's
+trajectory as they happen.
+
+A `SampleSession` is what evalkit's own tool loop (`evalkit.running.agents`) and the metering
+proxy (`evalkit.calls.proxy`, for a user's agent program) call into, so there is one rule for
+what a call costs and what a trajectory holds, whoever makes the call:
+
+* a model call goes through `ModelClient.complete` (count, reserve, call, retry, cache,
+  settle: `evalkit.calls.client`) with the sample (case, arm, index) and the call's ordinal as
+  its cache key, so two arms or cases never share a sampled answer while an identical
+  re-run of a deterministic agent replays every call at $0;
+* a call that does not fit under the cap, is over `max_tokens_in`, breaches a ceiling or
+  fails after its retries is recorded (`status` ``refused`` or ``failed``) and makes the
+  sample errored: `failure` holds the first such exception, and the run's stop cause
+  (budget exhausted, ceiling breached, disk full) is reported at once through `on_stop`;
+* a tool call gets its fixture's answer (`evalkit.suites.units.ToolFixtures`), never a real
+  side effect; an agent that ran a tool itself can report what it got (`reported`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+from evalkit.calls.client import CallProgress, CallStopped, Completion, ModelClient
+from evalkit.foundations.errors import BudgetExhausted, CeilingBreached, DiskFull, InputTooLong
+from evalkit.foundations.records import Usage
+from evalkit.suites.trajectories import TrajectoryWriter
+from evalkit.suites.units import ToolAnswer, ToolFixtures, _as_text, canonical_arguments
+
+Key = tuple[str, str, int]
+
+
+def stop_cause(exc: BaseException) -> str | None:
+    """The run's stop cause a failed call implies (as the runner names it), or None."""
+    if isinstance(exc, BudgetExhausted) and not isinstance(exc, CallStopped):
+        return "budget exhausted"
+    if isinstance(exc, CeilingBreached):
+        return "ceiling breached"
+    if isinstance(exc, DiskFull):
+        return str(exc)
+    return None
+
+
+class SampleSession:
+    """The calls of one sample (`key` = case, arm, index); see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        client: ModelClient,
+        key: Key,
+        writer: TrajectoryWriter,
+        fixtures: ToolFixtures,
+        should_stop: Callable[[], str | None],
+        on_stop: Callable[[str], None],
+    ) -> None:
+        self.client = client
+        self.key = key
+        self.writer = writer
+        self.fixtures = fixtures
+        self._should_stop = should_stop
+        self._on_stop = on_stop
+        self.calls = 0  # model calls made (ordinal of the last)
+        self.attempts = 0  # HTTP requests the endpoint received for them
+        self.cached_calls = 0
+        self.usage_in = 0
+        self.usage_out = 0
+        self.cost_usd = 0.0
+        self.avoided_usd = 0.0
+        self.tool_calls: list[dict[str, Any]] = []  # executed (or reported) tool calls, in order
+        self.answer_tool_calls: list[dict[str, Any]] = []  # the tool calls the model's answers asked for
+        self.tool_errors: list[dict[str, Any]] = []
+        self.failure: BaseException | None = None  # the first refused or failed call
+        self.failed_call: int | None = None
+        self.revoked: str | None = None  # set when the sample is over: later calls are refused
+        self.last: Completion | None = None
+        self.inflight: set[asyncio.Task[Any]] = set()
+        self._hashes: list[str] = []
+        self.started = time.monotonic()
+
+    @property
+    def label(self) -> str:
+        case_id, arm, index = self.key
+        return f"{case_id}/{arm}/{index}"
+
+    def should_stop(self) -> str | None:
+        """Why no further call of this sample may go out (the sample is over, it failed,
+        or the run stopped), else None; asked by the client before every attempt."""
+        if self.revoked is not None:
+            return self.revoked
+        return self._should_stop()
+
+    def fail(self, exc: BaseException, call: int | None = None) -> None:
+        """Record a refused or failed call: the sample is errored; a budget, ceiling or
+        disk stop is passed on to the run at once."""
+        if self.failure is None:
+            self.failure, self.failed_call = exc, call
+        cause = stop_cause(exc)
+        if cause is not None:
+            self._on_stop(cause)
+
+    async def model_call(
+        self,
+        *,
+        prompt: str | None = None,
+        messages: list[dict[str, Any]] | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        temperature: float | None = None,
+        seed: int | None = None,
+        stop: list[str] | None = None,
+        max_tokens: int | None = None,
+        extra: dict[str, Any] | None = None,
+        requested_model: str | None = None,
+        stream: bool = False,
+    ) -> Completion:
+        """One model call of the sample, through the client; its trajectory line is
+        written when it ends, however it ends. Raises what the client raises (and
+        records it as the sample's failure), `CallStopped` once the sample is over."""
+        self.calls += 1
+        n = self.calls
+        params: dict[str, Any] = {
+            "max_tokens": min(max_tokens or self.client.max_tokens_out, self.client.max_tokens_out)
+        }
+        for name, value in (("temperature", temperature), ("seed", seed), ("stop", stop)):
+            if value is not None:
+                params[name] = value
+        params.update(extra or {})
+        request: dict[str, Any] = {"prompt": prompt} if prompt is not None else {"messages": messages}
+        if tools:
+            request["tools"] = tools
+        request["params"] = params
+        line: dict[str, Any] = {"call": n, "endpoint": "completion" if prompt is not None else "chat"}
+        if requested_model is not None and requested_model != self.client.endpoint.model:
+            line["requested_model"] = requested_model
+        line["request"] = request
+        if stream:
+            line["stream"] = True
+        t0 = time.perf_counter()
+        # What the call made the endpoint receive and cost, however it ends; its "sent"
+        # line is written before its first attempt goes out, so a killed run leaves a
+        # line for every request the endpoint received (the outcome line supersedes it).
+        progress = CallProgress(on_send=lambda: self._write_sent(line))
+        try:
+            c = await self.client.complete(
+                prompt=prompt,
+                messages=messages,
+                tools=tools,
+                temperature=temperature,
+                seed=seed,
+                stop=stop,
+                sample_index=self.key[2],
+                sample=f"{self.key[0]}/{self.key[1]}",
+                key=f"{self.label}#{n}",
+                should_stop=self.should_stop,
+                max_tokens=max_tokens,
+                extra=extra,
+                call=n,
+                progress=progress,
+            )
+        except asyncio.CancelledError:
+            self.attempts += progress.attempts
+            self.cost_usd += progress.cost_usd
+            line["cost_usd"] = progress.cost_usd
+            why = "the sample ended while this call was in flight"
+            self._write_call(line, "cancelled", None, t0, why, progress.attempts)
+            raise
+        except BaseException as exc:
+            attempts = int(getattr(exc, "attempts", 0) or 0)
+            self.attempts += attempts
+            self.cost_usd += progress.cost_usd  # what its failed attempts were charged
+            line["cost_usd"] = progress.cost_usd
+            refused = isinstance(exc, (BudgetExhausted, InputTooLong)) and not attempts
+            status = "refused" if refused or (isinstance(exc, CallStopped) and not attempts) else "failed"
+            self._write_call(line, status, None, t0, f"{type(exc).__name__}: {exc}", attempts)
+            self.fail(exc, n)
+            raise
+        self.attempts += c.attempts
+        self.cached_calls += bool(c.cached)
+        self.usage_in += c.usage.prompt_tokens
+        self.usage_out += c.usage.completion_tokens
+        self.cost_usd += c.cost_usd
+        self.avoided_usd += c.cost_avoided_usd
+        self.answer_tool_calls.extend(c.tool_calls)
+        self._hashes.append(c.request_hash)
+        self.last = c
+        self._write_call(line, "ok", c, t0, None, c.attempts)
+        return c
+
+    def _write_sent(self, line: dict[str, Any]) -> None:
+        try:
+            self.writer.write("model_call", {**line, "status": "sent"})
+        except DiskFull as exc:
+            self.fail(exc, line["call"])
+            raise
+
+    def _write_call(
+        self,
+        line: dict[str, Any],
+        status: str,
+        c: Completion | None,
+        t0: float,
+        error: str | None,
+        attempts: int | None,
+    ) -> None:
+        line["status"] = status
+        if c is not None:
+            line["answer"] = {"text": c.text, "tool_calls": list(c.tool_calls), "finish_reason": c.finish_reason}
+            line["usage"] = {"prompt_tokens": c.usage.prompt_tokens, "completion_tokens": c.usage.completion_tokens}
+            line["cost_usd"] = c.cost_usd
+            line["latency_ms"] = round(c.latency_ms, 3)
+            line["cached"] = c.cached
+            line["request_hash"] = c.request_hash
+            if c.cached:
+                line["cost_avoided_usd"] = c.cost_avoided_usd
+        else:
+            line["latency_ms"] = round((time.perf_counter() - t0) * 1000, 3)
+        line["attempts"] = attempts
+        if error is not None:
+            line["error"] = error
+        try:
+            self.writer.write("model_call", line)
+        except DiskFull as exc:
+            self.fail(exc, line["call"])
+            raise
+
+    def tool(
+        self, name: str, arguments: Any, call_id: str | None = None, *, reported: dict[str, Any] | None = None
+    ) -> ToolAnswer:
+        """A tool call of the sample: answered from the fixtures, or (`reported`:
+        ``{"result": ...}`` or ``{"error": ...}``) run by the agent itself and recorded as
+        it says. Written to the trajectory; a failed one counts as a tool error."""
+        if reported is not None:
+            err = reported.get("error")
+            result = reported.get("result")
+            answer = ToolAnswer(  # as a fixture's: a string as it is, any other JSON as JSON
+                "" if result is None else _as_text(result),
+                None if err in (None, False, "") else _as_text(err),
+                "reported",
+            )
+        else:
+            answer = self.fixtures.answer(name, arguments)
+        args = canonical_arguments(arguments)
+        entry: dict[str, Any] = {"name": name, "arguments": args}
+        if call_id:
+            entry["id"] = call_id
+        self.tool_calls.append(entry)
+        if answer.error is not None:
+            self.tool_errors.append({"name": name, "error": answer.error})
+        line = {
+            "turn": self.calls,
+            "name": name,
+            "arguments": args,
+            "id": call_id,
+            "result": answer.content,
+            "error": answer.error,
+            "source": answer.source,
+        }
+        try:
+            self.writer.write("tool", line)
+        except DiskFull as exc:
+            self.fail(exc)
+            raise
+        return answer
+
+    @property
+    def usage(self) -> Usage:
+        return Usage(self.usage_in, self.usage_out)
+
+    def trace(self) -> list[dict[str, Any]]:
+        """The sample's tool calls in order: those executed through evalkit (the tool
+        loop's, or a program's at its tools URL), else those the model's answers asked
+        for (a program that runs its tools itself and reports none)."""
+        return list(self.tool_calls) if self.tool_calls else list(self.answer_tool_calls)
+
+    def trajectory_hash(self) -> str:
+        """sha256 over the request hashes of the sample's calls, in order."""
+        return hashlib.sha256("\n".join(self._hashes).encode("ascii")).hexdigest()
+
+    def track(self, task: asyncio.Task[Any]) -> None:
+        """Count `task` (a proxy request being answered) as in flight for this sample."""
+        self.inflight.add(task)
+        task.add_done_callback(self.inflight.discard)
+
+    async def finish(self, reason: str) -> None:
+        """The sample is over: refuse its later calls, and cut those still in flight
+        (each is written to the trajectory as cancelled; the client charges what may
+        have been billed)."""
+        if self.revoked is None:
+            self.revoked = f"the sample {self.label} has ended ({reason})"
+        me = asyncio.current_task()
+        pending = [t for t in self.inflight if t is not me and not t.done()]
+        for t in pending:
+            t.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)

@@ -1,0 +1,8 @@
+"""Conclusions: what a run's samples mean.
+
+Grading a run folder (`grading`, and `agentevals` for agent-evals sample folders),
+another harness's results made a run folder (`ingest`), two-arm and conformance verdicts
+(`verdicts`, `compare`), gates against a baseline (`gates`) and micro-tests (`microtest`).
+
+May import: every folder above it, up to `running`.
+"""

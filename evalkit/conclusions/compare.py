@@ -1,0 +1,207 @@
+"""Which judge a two-arm verdict rests on: pass/fail, or the pairwise judge.
+
+`compare_arms` is what `evalkit compare` and the skill-comparison page call:
+
+* `judge="direct"`: `verdicts.two_arm_verdict` over each sample's pass/fail (its
+  deterministic checks and the direct judge's score against the case threshold). A
+  judged sample whose pass/fail the grading held (the judge is not trusted: not
+  calibrated, and no opt-out) casts no vote: its case is errored and the verdict says
+  why; it never moves the tally.
+* `judge="pairwise"`: `pairwise_verdict`, the tally of the position-swapped pairwise
+  judge (`pairwise.jsonl`, written by `evalkit grade --pairwise BASE,TREAT`): one vote
+  per case, the majority of its repeats; a repeat counts only when both orders were
+  asked (orders that disagree make it a tie); a case with an errored or unmatched
+  repeat casts no vote, and any such case makes the verdict inconclusive. The verdict
+  is also inconclusive when the pairwise judge is position-biased (consistency under
+  `judge.POSITION_CONSISTENCY_BAR`) or not trusted (`judge.JudgeTrust`), naming why.
+* `judge=None`: the suite's choice, `verdict_judge` in the config the run recorded
+  (default "direct").
+
+`compare` is `evalkit compare`: `compare_arms` held to the run's plan, recorded in the
+run's `verdicts.json`.
+
+Every verdict records the judge it rests on (`Verdict.judge`) and what was checked of
+it (`Verdict.judge_checks`).
+
+References: Dixon & Mood 1946 (the sign test, via `verdicts.verdict_from_tally`); Zheng
+et al. 2023, arXiv:2306.05685 (position consistency of LLM judges).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from evalkit.checking.judge import POSITION_CONSISTENCY_BAR, pairwise_bias, pairwise_tally, read_pairwise
+from evalkit.conclusions import verdicts as V
+from evalkit.foundations._io import RUN_JSON_BYTES, read_json_object
+from evalkit.foundations.errors import InputError
+from evalkit.foundations.layout import GRADES_SUMMARY, PAIRWISE
+from evalkit.foundations.records import SEQUENTIAL_SIGN_TEST, Plan, Verdict
+from evalkit.numbers.plans import check_against_plan
+from evalkit.suites.runload import Run, as_run, case_order
+
+JUDGES = ("direct", "pairwise")
+UNIT_PAIRWISE_CASE = "case (one vote per case: the majority of its repeats' pairwise judgements, both orders asked)"
+
+
+def grades_summary(run: Run) -> dict[str, Any]:
+    """The run's `grades-summary.json`, or {} when it has none (an ingested run)."""
+    p = Path(run.path) / GRADES_SUMMARY
+    return read_json_object(p, GRADES_SUMMARY, limit=RUN_JSON_BYTES) if p.exists() else {}
+
+
+def verdict_judge_of(run: Run) -> str:
+    """The judge the run's suite chose for its verdicts (`verdict_judge`), "direct" by default."""
+    cfg = run.config.get("config")
+    choice = (cfg.get("verdict_judge") if isinstance(cfg, dict) else None) or "direct"
+    return choice if choice in JUDGES else "direct"
+
+
+def _trust_reason(summary: dict[str, Any]) -> tuple[bool, str, bool]:
+    """(trusted, why, opted out) from a grading's `judge_trust`."""
+    trust = summary.get("judge_trust")
+    if not isinstance(trust, dict):
+        return False, "the grading recorded no judge trust (graded by an older evalkit, or without a judge)", False
+    return bool(trust.get("trusted")), str(trust.get("reason") or ""), bool(trust.get("opt_out"))
+
+
+def pairwise_verdict(
+    run: Run | str | Path, baseline: str, treatment: str, *, alpha: float = 0.05, plan: Plan | None = None
+) -> Verdict:
+    """The two-arm verdict from the pairwise judge's tally (see the module docstring).
+    `InputError` when the run has no `pairwise.jsonl` from its latest grading, or one
+    asked for other arms."""
+    run = as_run(run)
+    V.check_two_arms(run, baseline, treatment)
+    summary = grades_summary(run)
+    path = Path(run.path) / PAIRWISE
+    if not path.exists() or not isinstance(summary.get("pairwise"), dict):
+        raise InputError(
+            "no pairwise judge in the latest grading: grade with `evalkit grade RUN --pairwise "
+            f'{baseline},{treatment}` (or set "verdict_judge": "pairwise" in config.json)',
+            path,
+        )
+    outcomes = read_pairwise(path)
+    tally = pairwise_tally(outcomes, baseline, treatment, case_order=case_order(run), k=int(run.config.get("k") or 0))
+    v = V.verdict_from_tally(tally.wins, tally.ties, tally.losses, tally.errored, alpha=alpha, unit=UNIT_PAIRWISE_CASE)
+    n_bad = sum(1 for p in tally.problems)
+    if tally.errored:
+        v = replace(
+            v,
+            reason=f"{n_bad} pairwise trial(s) in {tally.errored} case(s) errored or unmatched: those cases "
+            "cast no vote, and no data is not a passing result",
+        )
+    v = replace(
+        v,
+        n_pairs=tally.n_pairs,
+        problems=tally.problems,
+        baseline_arm=baseline,
+        treatment_arm=treatment,
+        case_votes=tally.case_votes,
+    )
+    if plan is not None:
+        if plan.test == SEQUENTIAL_SIGN_TEST:
+            v = V._apply_sequential(v, list(tally.votes), plan)
+        v = replace(v, plan_check=check_against_plan(v, plan))
+    bias = pairwise_bias(outcomes, same_model=bool(summary.get("judge_same_model_override")))
+    trusted, why, opted = _trust_reason(summary)
+    blockers = []
+    if bias.position_biased:
+        blockers.append(
+            f"position bias: the pairwise judge kept its answer in {bias.position_consistency:.0%} of "
+            f"{bias.n_pairs - bias.n_errored} swapped pair(s), under the {POSITION_CONSISTENCY_BAR:.0%} bar: "
+            "the order the texts were shown in would decide the verdict"
+        )
+    if not trusted:
+        blockers.append(f"the judge is not trusted: {why}")
+    if blockers:
+        v = replace(v, kind="inconclusive", reason="; ".join(blockers) + f" (the tally would say: {v.reason})")
+    checks = {
+        "position_consistency": bias.position_consistency,
+        "position_consistency_bar": POSITION_CONSISTENCY_BAR,
+        "position_biased": bias.position_biased,
+        "inconsistent_tie_share": bias.inconsistent_tie_share,
+        "length_preference": {
+            "decisive_pairs": bias.n_length_decisive,
+            "longer_won": bias.longer_won,
+            "shorter_won": bias.shorter_won,
+            "p_value": bias.length_p_value,
+            "biased": bias.length_biased,
+        },
+        "same_model": bias.same_model,
+        "trusted": trusted,
+        "trust": why,
+        "opt_out": opted,
+        "subjects": sorted({o.subject for o in outcomes}),
+        "findings": [{"level": lv, "message": m} for lv, m in bias.findings],
+    }
+    return replace(v, judge="pairwise", judge_checks=checks)
+
+
+def direct_verdict(
+    run: Run | str | Path, baseline: str, treatment: str, *, alpha: float = 0.05, plan: Plan | None = None
+) -> Verdict:
+    """`verdicts.two_arm_verdict` over pass/fail, saying when held judged results (an
+    untrusted judge) kept cases from voting."""
+    run = as_run(run)
+    v = V.two_arm_verdict(run, baseline, treatment, alpha=alpha, plan=plan)
+    summary = grades_summary(run)
+    trusted, why, opted = _trust_reason(summary)
+    g = run.grades
+    held = 0
+    held_cases: set[str] = set()
+    if len(g) and "judge_held" in g.columns:
+        rows = g[g["arm"].isin([baseline, treatment]) & g["judge_held"].notna() & g["passed"].isna()]
+        held, held_cases = len(rows), {str(c) for c in rows["case_id"]}
+    if held:
+        v = replace(
+            v,
+            reason=f"judged results held: {held} judged sample(s) in {len(held_cases)} case(s) cast no vote "
+            f"because the judge is not trusted ({why}); {v.reason}",
+        )
+    judged = bool(summary.get("judge"))
+    checks: dict[str, Any] = {"judged": judged, "trusted": trusted if judged else None}
+    checks |= {"trust": why if judged else None, "opt_out": opted, "held_samples": held}
+    return replace(v, judge="direct", judge_checks=checks)
+
+
+def compare_arms(
+    run: Run | str | Path,
+    baseline: str,
+    treatment: str,
+    *,
+    judge: str | None = None,
+    alpha: float = 0.05,
+    plan: Plan | None = None,
+) -> Verdict:
+    """The two-arm verdict of a graded run, resting on `judge` (None: the suite's
+    `verdict_judge`); see the module docstring."""
+    run = as_run(run)
+    choice = judge or verdict_judge_of(run)
+    if choice not in JUDGES:
+        raise InputError(f"judge must be one of {', '.join(JUDGES)}, got {choice!r}", json_path="judge")
+    if choice == "pairwise":
+        return pairwise_verdict(run, baseline, treatment, alpha=alpha, plan=plan)
+    return direct_verdict(run, baseline, treatment, alpha=alpha, plan=plan)
+
+
+def compare(
+    run: Run | str | Path,
+    baseline: str,
+    treatment: str,
+    *,
+    plan: str | Path | None = None,
+    alpha: float | None = None,
+    judge: str | None = None,
+) -> Verdict:
+    """`evalkit compare`: the two-arm verdict of a graded run (`compare_arms`, resting on
+    `judge`) held to its plan (`verdicts.run_plan`; alpha from the plan unless given,
+    else 0.05), recorded in the run's `verdicts.json`."""
+    loaded = as_run(run)
+    p = V.run_plan(loaded, plan)
+    a = alpha if alpha is not None else (p.alpha if p else 0.05)
+    v = compare_arms(loaded, baseline, treatment, judge=judge, alpha=a, plan=p)
+    V.record_verdicts(loaded.path, comparison=v)
+    return v

@@ -1,0 +1,776 @@
+"""Gates, baselines and run-to-run noise: a run held against an accepted baseline.
+
+* `run_metrics` reads per-case counts of one arm of a graded run (`RunMetrics`).
+* `gate` compares a run to an accepted baseline and fails on a gated case score drop or a cost
+  increase beyond its thresholds and beyond run-to-run noise; a run that did not finish
+  cleanly fails without any rate being read.
+* `accept_baseline` is the separate, deliberate act that writes one.
+* `noise` says whether the gate thresholds sit above run-to-run noise.
+
+References: Chen et al. 2021 (pass@k); Yao et al. 2024, tau-bench (pass^k); Good 2005,
+"Permutation, Parametric and Bootstrap Tests of Hypotheses" (the within-case
+permutation test the gate uses); Phipson & Smyth 2010; Holm 1979; Miller 2024, "Adding
+Error Bars to Evals" (arXiv:2411.00640; clustered paired standard errors).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import Counter
+from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evalkit.conclusions.verdicts import record_verdicts
+from evalkit.foundations._io import RUN_JSON_BYTES, read_json_object, suite_folder_of, write_atomic
+from evalkit.foundations.errors import EvalkitError, InputError
+from evalkit.foundations.layout import BASELINE_FILE, BASELINE_SUMMARY_FILE, RUN_CONFIG, SUMMARY_JSON, SUMMARY_MD
+from evalkit.foundations.records import (
+    GATE_CAUSE_COST,
+    GATE_CAUSE_INCOMPLETE,
+    GATE_CAUSE_JUDGE,
+    GATE_CAUSE_NOT_COMPARABLE,
+    GATE_CAUSE_SCORE,
+    Baseline,
+    CaseResult,
+    GateCheck,
+    GateResult,
+    GateThresholds,
+    RunMetrics,
+    SetScore,
+    gate_failure_causes,
+)
+from evalkit.numbers import stats
+from evalkit.numbers.metrics import (
+    cost_per_case,
+    gated_case_score,
+    gated_case_score_estimate,
+    list_price,
+    score_of,
+    score_table,
+)
+from evalkit.suites.runload import (
+    Run,
+    as_run,
+    case_order,
+    case_table,
+    grade_values,
+    passed_value,
+    pick_arm,
+    suite_dir_of,
+)
+
+__all__ = [  # the records a gate makes, importable from here
+    "GATE_CAUSE_COST",
+    "GATE_CAUSE_INCOMPLETE",
+    "GATE_CAUSE_JUDGE",
+    "GATE_CAUSE_NOT_COMPARABLE",
+    "GATE_CAUSE_SCORE",
+    "Baseline",
+    "CaseResult",
+    "GateCheck",
+    "GateResult",
+    "RunMetrics",
+    "gate_failure_causes",
+]
+
+
+def run_metrics(run: Run | str | Path, *, arm: str | None = None, k: int | None = None) -> RunMetrics:
+    """Per-case counts of one arm of a graded run (`records.RunMetrics`): samples, passes,
+    each sample's list-price cost, and the case's set and tags as the run recorded them
+    (`runload.case_table`). A sample without a grade, or whose grade is null, counts in
+    n and never in c."""
+    run = as_run(run)
+    arm = pick_arm(run, arm, "name the one to gate with --arm")
+    table = case_table(run)
+    sets = {c.id: c.set for c in table.cases}
+    grades = grade_values(run, ("passed", "judge_cost_usd", "judge_version"))
+    samples = run.samples[run.samples["arm"] == arm]
+    per: dict[str, dict[str, Any]] = {}
+    judge_versions: Counter[str] = Counter()
+    columns = ("case_id", "tags", "index", "cost_usd", "cost_avoided_usd")
+    for case_id, tags, index, cost, avoided in zip(*(samples[c].tolist() for c in columns), strict=True):
+        cid = str(case_id)
+        d = per.get(cid)
+        if d is None:
+            d = per[cid] = {"tags": tuple(tags or ()), "n": 0, "c": 0, "costs": [], "ungraded": 0}
+        g = grades.get((cid, arm, int(index)))
+        ok = None if g is None else passed_value(g[0])
+        d["n"] += 1
+        d["c"] += ok is True
+        d["ungraded"] += ok is None
+        d["costs"].append(list_price(_num(cost), _num(avoided), _num(None if g is None else g[1])))
+        if g is not None and isinstance(g[2], str):
+            judge_versions[g[2]] += 1
+    kk = int(k or run.config.get("k") or max((d["n"] for d in per.values()), default=1))
+    order = [c for c in case_order(run) if c in per]
+    cases = tuple(
+        CaseResult(
+            case_id=c,
+            set=sets.get(c, "capability"),
+            tags=per[c]["tags"],
+            n=per[c]["n"],
+            c=per[c]["c"],
+            costs=tuple(per[c]["costs"]),
+            ungraded=per[c]["ungraded"],
+        )
+        for c in order
+    )
+    return RunMetrics(
+        k=kk,
+        cases=cases,
+        arm=arm,
+        run_stamp=Path(run.path).name,
+        config_hash=run.config.get("config_hash"),
+        judge_version=judge_versions.most_common(1)[0][0] if judge_versions else None,
+        sets_from=table.source,
+    )
+
+
+def _num(x: Any) -> float:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return 0.0
+    return 0.0 if math.isnan(v) else v
+
+
+class _Null:
+    """Monte Carlo null distribution of two runs of one model on the same cases.
+
+    Under "same model", the 2k samples of a case are exchangeable between the two runs:
+    conditional on a case's total passes, the current run's count is hypergeometric, and
+    its sample costs are a random subset of the pooled costs. Drawing those per case
+    gives the run-to-run noise of any group's gated case score (pass@k / pass^k) and of
+    its cost per case, with the case set held fixed. No library offers this
+    stratified permutation test for pass@k-transformed scores, hence the numpy code.
+
+    References: Good 2005, "Permutation, Parametric and Bootstrap Tests of Hypotheses",
+    ch. 3 (stratified permutation tests); Phipson & Smyth 2010 ((b+1)/(B+1) p-values).
+    """
+
+    def __init__(self, cur: RunMetrics, base: RunMetrics, ids: list[str], n_resamples: int, seed: int) -> None:
+        self.ids = ids
+        self.B = int(n_resamples)
+        rng = np.random.default_rng(seed)
+        cm, bm = cur.by_id(), base.by_id()
+        m = len(ids)
+        nr = np.array([cm[i].n for i in ids])
+        nb = np.array([bm[i].n for i in ids])
+        cr = np.array([cm[i].c for i in ids])
+        cb = np.array([bm[i].c for i in ids])
+        total = cr + cb
+        width = int(max(nr.max(initial=0), nb.max(initial=0))) + 1
+        tab_r = np.full((m, width), np.nan)
+        tab_b = np.full((m, width), np.nan)
+        for j, i in enumerate(ids):
+            s = cm[i].set
+            tab_r[j, : nr[j] + 1] = score_table(s, int(nr[j]), cur.k)
+            tab_b[j, : nb[j] + 1] = score_table(s, int(nb[j]), cur.k)
+        cols = np.arange(m)
+        self.obs_diff = tab_r[cols, cr] - tab_b[cols, cb]  # per case, current - baseline
+        x = rng.hypergeometric(total, (nr + nb) - total, nr, size=(self.B, m)) if m else np.zeros((self.B, 0), int)
+        self.null_diff = tab_r[cols[None, :], x] - tab_b[cols[None, :], total[None, :] - x]
+        # costs: the current run's share of each case's pooled sample costs
+        self.obs_cost = (np.array([sum(cm[i].costs) for i in ids]), np.array([sum(bm[i].costs) for i in ids]))
+        pooled = [np.array(cm[i].costs + bm[i].costs, dtype=float) for i in ids]
+        width_c = max((len(x) for x in pooled), default=0)
+        padded = np.zeros((m, width_c))
+        keys = rng.random((self.B, m, width_c), dtype=np.float32)
+        for j, x in enumerate(pooled):
+            padded[j, : x.size] = x
+            keys[:, j, x.size :] = np.inf  # padding sorts last, never drawn
+        # a uniformly random subset of nr[j] of each case's pooled costs goes to the current run
+        order = keys.argsort(axis=2)
+        drawn = np.take_along_axis(np.broadcast_to(padded, keys.shape), order, axis=2)
+        take = np.arange(width_c)[None, None, :] < nr[None, :, None]
+        null_r = (drawn * take).sum(axis=2)
+        null_b = padded.sum(axis=1)[None, :] - null_r
+        self.null_cost = (null_r, null_b)
+
+    def score(self, mask: np.ndarray) -> tuple[float, np.ndarray]:
+        """Observed and null change of the group's gated case score (current - baseline)."""
+        return float(self.obs_diff[mask].mean()), self.null_diff[:, mask].mean(axis=1)
+
+    def cost(self) -> tuple[float, np.ndarray]:
+        """Observed and null relative change of the cost per case (current / baseline - 1)."""
+        r, b = self.obs_cost
+        nr, nb = self.null_cost
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return float(r.sum() / b.sum() - 1) if b.sum() > 0 else math.nan, nr.sum(axis=1) / nb.sum(axis=1) - 1
+
+    def p_worse(self, obs: float, null: np.ndarray, worse_is_lower: bool) -> float:
+        hits = np.sum(null <= obs + 1e-12) if worse_is_lower else np.sum(null >= obs - 1e-12)
+        return float((1 + hits) / (1 + self.B))
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (same values as statsmodels
+    `multipletests(method="holm")`, which this replaces only because that function runs
+    a full `gc.collect()` on every call: 0.1 s each in a loaded process, too slow for
+    the gate's seeded simulations).
+
+    References: Holm 1979, "A simple sequentially rejective multiple test procedure",
+    Scand. J. Statist. 6(2).
+    """
+    m = len(p_values)
+    order = np.argsort(p_values, kind="stable")
+    adj = np.empty(m)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        adj[i] = running
+    return [float(x) for x in adj]
+
+
+def thresholds_from(cfg: dict[str, Any] | None) -> GateThresholds:
+    """The gate thresholds of a config snapshot (`config.json` -> `gate`; defaults for
+    the keys it lacks). `gate.alpha` is the noise guard's level, in (0, 1]."""
+    g = (cfg or {}).get("gate") or {}
+    d = GateThresholds()
+    try:
+        t = GateThresholds(
+            max_success_drop_points=float(g.get("max_success_drop_points", d.max_success_drop_points)),
+            max_cost_increase_pct=float(g.get("max_cost_increase_pct", d.max_cost_increase_pct)),
+            min_tag_cases=int(g.get("min_tag_cases", d.min_tag_cases)),
+            alpha=float(g.get("alpha", d.alpha)),
+        )
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"gate thresholds must be numbers: {exc}", json_path="$.gate") from None
+    if not 0 < t.alpha <= 1:
+        raise InputError(f"gate alpha must be in (0, 1], got {t.alpha!r}", json_path="$.gate.alpha")
+    return t
+
+
+def run_not_clean(run_path: Path, summary: dict[str, Any] | None, runner_exit: int | None) -> list[str]:
+    """Why a run cannot be gated or accepted, from the runner's exit status and the
+    run's `summary.json` alone (its `complete` and `exit_code`): empty when it finished
+    cleanly."""
+    reasons = []
+    if runner_exit:
+        reasons.append(f"the runner exited {runner_exit}")
+    if summary is None:
+        sp = run_path / SUMMARY_JSON
+        if not sp.exists():
+            return reasons + ["no summary.json: the run did not finish"]
+        try:
+            summary = read_json_object(sp, SUMMARY_JSON, limit=RUN_JSON_BYTES)
+        except InputError:
+            return reasons + ["summary.json is not valid JSON: the run did not finish cleanly"]
+    if not isinstance(summary, dict) or not summary:
+        return reasons + ["no summary: the run did not finish"]
+    if summary.get("complete") is not True:
+        reasons.append(
+            f"INCOMPLETE: {summary.get('ran', '?')}/{summary.get('total', '?')} cases "
+            f"({summary.get('reason') or 'no reason given'})"
+        )
+    if summary.get("exit_code") not in (0, None):
+        reasons.append(f"the runner exited {summary.get('exit_code')}")
+    return reasons
+
+
+def load_baseline(path: str | Path) -> Baseline:
+    """Read `baseline.json` (`records.Baseline`): ours, evalkit 0.1's, or the agent-evals
+    shape (`success_rate`, `cost_per_task_usd`, `per_tag`)."""
+    p = Path(path)
+    if not os.path.lexists(p):
+        raise InputError("baseline not found (accept one with `evalkit baseline accept RUN`)", p)
+    raw = read_json_object(p, "a baseline", limit=RUN_JSON_BYTES, root=suite_folder_of(p))
+    try:
+        return Baseline.from_json(raw)
+    except InputError as exc:
+        raise InputError(exc.message, p, json_path=exc.json_path) from None
+
+
+def gate(
+    run: Run | str | Path,
+    baseline_path: str | Path,
+    thresholds: GateThresholds | None = None,
+    *,
+    arm: str | None = None,
+    alpha: float | None = None,
+    runner_exit: int | None = None,
+    n_resamples: int = 2000,
+    seed: int = 0,
+) -> GateResult:
+    """Gate a run against an accepted baseline. It never writes a baseline.
+
+    Fails, without reading any rate, on a non-zero runner exit or a `summary.json` that
+    is missing or INCOMPLETE. Otherwise, on the cases both share, fails on a drop of the
+    gated case score (`evalkit.numbers.metrics`) above `max_success_drop_points` overall or on
+    any tag with at least `min_tag_cases` cases, or a cost-per-case increase above
+    `max_cost_increase_pct` percent (thresholds from the run's `config.json` `gate`
+    unless given). Each case's set is the one the run recorded (`case-table.json`), never
+    the suite as it is today. A breach fails the gate when it is also beyond run-to-run
+    noise: its one-sided p-value under the within-case permutation null (`_Null`),
+    Holm-adjusted across all checks, is <= alpha (`gate.alpha`, default 0.05; 1 turns
+    the noise guard off). This keeps the false-alarm rate on two runs of one model at
+    most alpha.
+
+    References: Holm 1979, Scand. J. Statist. 6(2) (`holm`);
+    Good 2005 (permutation tests); Chen et al. 2021 and Yao et al. 2024 (pass@k, pass^k).
+    """
+    run_path = Path(run.path) if isinstance(run, Run) else Path(run)
+    summary = run.summary if isinstance(run, Run) else None
+    bad = run_not_clean(run_path, summary, runner_exit)
+    if bad:
+        return GateResult(
+            passed=False,
+            reasons=tuple(bad),
+            read_rates=False,
+            thresholds=thresholds or GateThresholds(),
+            run=str(run_path),
+            baseline=str(baseline_path),
+            arm=arm,
+        )
+    baseline = load_baseline(baseline_path)
+    run = as_run(run)
+    t = thresholds or thresholds_from(run.config.get("config") or {})
+    if alpha is not None:
+        t = replace(t, alpha=alpha)
+    cur = gate_run_metrics(run, baseline_path, arm=arm, baseline=baseline)
+    held = _judge_held(run, cur.arm)
+    if held:
+        return GateResult(
+            passed=False,
+            reasons=(held,),
+            read_rates=False,
+            thresholds=t,
+            alpha=t.alpha,
+            run=str(run_path),
+            baseline=str(baseline_path),
+            arm=cur.arm,
+        )
+    return gate_metrics(
+        cur, baseline, t, n_resamples=n_resamples, seed=seed, run_label=str(run_path), baseline_label=str(baseline_path)
+    )
+
+
+def _judge_held(run: Run, arm: str | None) -> str | None:
+    """Why the gate reads no rate of `arm` when its grading held judged results (the
+    judge is not trusted): their pass/fail must not move a gate either way."""
+    g = run.grades
+    if not len(g) or "judge_held" not in g.columns:
+        return None
+    rows = g[(g["arm"] == arm) & g["judge_held"].notna() & g["passed"].isna()]
+    if not len(rows):
+        return None
+    return (
+        f"{GATE_CAUSE_JUDGE}: {len(rows)} judged sample(s) of arm {arm} held ({rows['judge_held'].iloc[0]}): "
+        "the gate reads no rate until the judge is calibrated or the suite opts out"
+    )
+
+
+def _note_ungated(notes: list[str], cur: RunMetrics, ids: list[str]) -> None:
+    by_id = cur.by_id()
+    ungated = [i for i in ids if not by_id[i].gated]
+    if ungated:
+        sets = ", ".join(dict.fromkeys(by_id[i].set for i in ungated))
+        notes.append(
+            f"{len(ungated)} case(s) in sets with gate none ({sets}): shown, never gated; their cost is counted"
+        )
+
+
+def gate_run_metrics(
+    run: Run | str | Path, baseline_path: str | Path, *, arm: str | None = None, baseline: Baseline | None = None
+) -> RunMetrics:
+    """The run's metrics exactly as `gate` reads them: the baseline's arm unless `arm`
+    is given."""
+    run = as_run(run)
+    baseline = baseline if baseline is not None else load_baseline(baseline_path)
+    if arm is None and baseline.arm in run.arm_names():
+        arm = baseline.arm
+    return run_metrics(run, arm=arm)
+
+
+def _checks_against(
+    cur: RunMetrics,
+    base: RunMetrics,
+    t: GateThresholds,
+    n_resamples: int,
+    seed: int,
+    reasons: list[str],
+    notes: list[str],
+) -> list[tuple[str, str, int, float, float, float, float, float | None]]:
+    """The checks of a gate against a baseline with per-case data (the noise guard on)."""
+    raw: list[tuple[str, str, int, float, float, float, float, float | None]] = []
+    if base.k != cur.k:
+        reasons.append(
+            f"k changed from the baseline's {base.k} to {cur.k}: pass@k/pass^k are not comparable; "
+            "accept a new baseline"
+        )
+        return raw
+    bm, cm = base.by_id(), cur.by_id()
+    ids = [c.case_id for c in cur.cases if c.case_id in bm]
+    new = [c.case_id for c in cur.cases if c.case_id not in bm]
+    gone = [i for i in bm if i not in cm]
+    if new:
+        notes.append(f"{len(new)} case(s) not in the baseline, not gated: {', '.join(new[:10])}")
+    if gone:
+        notes.append(f"{len(gone)} baseline case(s) missing from this run: {', '.join(gone[:10])}")
+    if not ids:
+        reasons.append("no case in common with the baseline")
+        return raw
+    short = [i for i in ids if cm[i].n < cur.k or bm[i].n < cur.k]
+    if short:
+        reasons.append(f"{len(short)} case(s) have fewer than k={cur.k} samples: {', '.join(short[:10])}")
+        return raw
+    null = _Null(cur, base, ids, n_resamples, seed)
+    gated = [i for i in ids if cm[i].gated]
+    _note_ungated(notes, cur, ids)
+    groups = [("overall", gated)] + [
+        (f"tag:{tag}", members) for tag, members in cur.tags(gated).items() if len(members) >= t.min_tag_cases
+    ]
+    for name, members in groups if gated else ():
+        obs, nd = null.score(np.isin(np.array(ids), members))
+        b, c = gated_case_score(base, members), gated_case_score(cur, members)
+        raw.append(
+            ("score", name, len(members), b, c, 100 * obs, t.max_success_drop_points, null.p_worse(obs, nd, True))
+        )
+    obs_c, nd_c = null.cost()
+    if math.isnan(obs_c):
+        notes.append("baseline cost is zero: cost not gated")
+    else:
+        b, c = cost_per_case(base, ids), cost_per_case(cur, ids)
+        raw.append(
+            ("cost", "per case", len(ids), b, c, 100 * obs_c, t.max_cost_increase_pct, null.p_worse(obs_c, nd_c, False))
+        )
+    return raw
+
+
+def _checks_without_cases(
+    cur: RunMetrics, baseline: Baseline, t: GateThresholds, notes: list[str]
+) -> list[tuple[str, str, int, float, float, float, float, float | None]]:
+    """The checks of a gate against a baseline of rates only (the agent-evals shape):
+    thresholds without the noise guard."""
+    notes.append("baseline has no per-case data (agent-evals shape): thresholds applied without the noise guard")
+    raw: list[tuple[str, str, int, float, float, float, float, float | None]] = []
+    ids = [c.case_id for c in cur.cases]
+    gated = [c.case_id for c in cur.cases if c.gated]
+    _note_ungated(notes, cur, ids)
+    groups = [("overall", gated, baseline.gated_case_score)] if gated else []
+    for tag, members in cur.tags(gated).items():
+        if len(members) >= t.min_tag_cases and tag in baseline.per_tag:
+            groups.append((f"tag:{tag}", members, baseline.per_tag[tag]))
+    for name, members, b in groups:
+        c = gated_case_score(cur, members)
+        raw.append(("score", name, len(members), b, c, 100 * (c - b), t.max_success_drop_points, None))
+    bc = baseline.cost_per_case_usd
+    if bc:
+        cc = cost_per_case(cur)
+        raw.append(("cost", "per case", len(ids), bc, cc, 100 * (cc / bc - 1), t.max_cost_increase_pct, None))
+    return raw
+
+
+def gate_metrics(
+    cur: RunMetrics,
+    baseline: Baseline | RunMetrics,
+    t: GateThresholds,
+    *,
+    n_resamples: int = 2000,
+    seed: int = 0,
+    run_label: str = "",
+    baseline_label: str = "",
+) -> GateResult:
+    """The rate-reading half of `gate`, on metrics already extracted: `baseline` with
+    per-case data (a `RunMetrics`, or a `Baseline` holding one) turns the noise guard on;
+    a `Baseline` of rates only (agent-evals shape) applies the thresholds alone."""
+    reasons: list[str] = []
+    notes: list[str] = []
+    ungraded = sum(c.ungraded for c in cur.cases)
+    if ungraded:
+        notes.append(f"{ungraded} sample(s) ungraded: counted as failures, never as passes")
+    if cur.sets_from != "case table" and not cur.sets_from.startswith(("run", "ingest")):
+        notes.append(f"case sets: {cur.sets_from}")
+    base = baseline if isinstance(baseline, RunMetrics) else baseline.metrics
+    if base is not None:
+        raw_checks = _checks_against(cur, base, t, n_resamples, seed, reasons, notes)
+    else:
+        assert isinstance(baseline, Baseline)
+        raw_checks = _checks_without_cases(cur, baseline, t, notes)
+    adj = holm([rc[7] for rc in raw_checks if rc[7] is not None])
+    checks = []
+    for kind, group, n, b, c_, change, thr, p in raw_checks:
+        p_adj = float(adj.pop(0)) if p is not None else None
+        # `change` is signed current - baseline: the score fails on a drop (change < -thr),
+        # cost on an increase (change > thr).
+        worsening = -change if kind == "score" else change
+        exceeded = worsening > thr + 1e-9
+        failed = exceeded and (p_adj is None or p_adj <= t.alpha)
+        check = GateCheck(kind, group, n, b, c_, change, thr, exceeded, p, p_adj, failed)
+        checks.append(check)
+        unit = " points" if kind == "score" else "%"
+        if failed:
+            what = "case-score drop" if kind == "score" else "cost-per-case increase"
+            reasons.append(
+                f"{what} {group}: {change:+.1f}{unit} (beyond {thr:g}{unit})"
+                + (f" (p = {p_adj:.3g})" if p_adj is not None else "")
+            )
+        elif exceeded:
+            notes.append(
+                f"{check.label}: change {change:+.1f}{unit} breaches {thr:g} but is within run-to-run noise "
+                f"(adjusted p = {p_adj:.3g} > {t.alpha:g}); run `evalkit noise` on two baseline runs"
+            )
+    return GateResult(
+        passed=not reasons,
+        reasons=tuple(reasons),
+        read_rates=True,
+        checks=tuple(checks),
+        notes=tuple(notes),
+        thresholds=t,
+        alpha=t.alpha,
+        run=run_label,
+        baseline=baseline_label,
+        arm=cur.arm,
+    )
+
+
+def accept_baseline(
+    run: Run | str | Path, suite_dir: str | Path | None = None, *, arm: str | None = None
+) -> tuple[Path, Path]:
+    """Accept a run as the suite's baseline: write `baseline.json` (`records.Baseline`:
+    the gated case score overall, per tag and per set, the cost per case, and the
+    per-case counts the gate's noise guard needs) and `baseline-summary.md` (the run's
+    summary, the provenance), each through a temporary file and a rename. Refuses a run
+    that did not finish cleanly or has ungraded samples: such a run can never become a
+    baseline. Gates never call this.
+    """
+    run = as_run(run)
+    bad = run_not_clean(Path(run.path), run.summary, None)
+    if bad:
+        raise EvalkitError("refusing to accept this run as a baseline: " + "; ".join(bad))
+    if suite_dir is None:
+        suite_dir = suite_dir_of(run)
+        if suite_dir is None:
+            raise InputError(
+                "cannot find the run's suite folder: pass --to SUITE_DIR",
+                Path(run.path) / RUN_CONFIG,
+                json_path="$.suite",
+            )
+    suite_dir = Path(suite_dir)
+    if not suite_dir.is_dir():
+        raise InputError("suite folder not found", suite_dir)
+    m = run_metrics(run, arm=arm)
+    ungraded = [c.case_id for c in m.cases if c.ungraded]
+    if ungraded:
+        raise EvalkitError(
+            f"refusing to accept a run with ungraded samples (cases {', '.join(ungraded[:10])}): re-grade it first"
+        )
+    if not m.cases:
+        raise EvalkitError("refusing to accept a run with no samples")
+    gated = [c.case_id for c in m.cases if c.gated]
+    if not gated:
+        raise EvalkitError("refusing to accept a run with no gated case (every set has gate none)")
+    tags = m.tags(gated)
+    per_set = {}
+    for s in ("capability", "regression"):
+        ids = [c.case_id for c in m.cases if c.set == s]
+        est = gated_case_score_estimate(m, ids)
+        if est is not None:
+            per_set[s] = SetScore(
+                n_cases=len(ids),
+                k=m.k,
+                pass_at_k=est.value if s == "capability" else None,
+                pass_at_k_se=est.se if s == "capability" else None,
+                pass_hat_k=est.value if s == "regression" else None,
+                pass_hat_k_se=est.se if s == "regression" else None,
+                gate="pass@k" if s == "capability" else "pass^k",
+                gated_case_score=est.value,
+                gated_case_score_se=est.se,
+                n_gated=len(ids),
+            )
+    overall = gated_case_score_estimate(m)
+    assert overall is not None
+    doc = Baseline(
+        gated_case_score=overall.value,
+        gated_case_score_se=overall.se,
+        cost_per_case_usd=cost_per_case(m),
+        metrics=m,
+        per_tag={t: gated_case_score(m, ids) for t, ids in tags.items()},
+        per_tag_cases={t: len(ids) for t, ids in tags.items()},
+        per_set=per_set,
+        run_stamp=m.run_stamp,
+        run=str(run.path),
+        summary=BASELINE_SUMMARY_FILE,
+        accepted=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+    run_md = Path(run.path) / SUMMARY_MD
+    body = run_md.read_text(encoding="utf-8", errors="replace") if run_md.exists() else "(the run has no summary.md)\n"
+    head = [
+        f"# Baseline: run {m.run_stamp}",
+        "",
+        f"Accepted {doc.accepted} from `{run.path}` (arm `{m.arm}`, k = {m.k}, "
+        f"config hash {m.config_hash or 'n/a'}, judge {m.judge_version or 'n/a'}).",
+        "",
+        "| metric | value |",
+        "|---|---|",
+        f"| gated case score (capability pass@{m.k}, regression pass^{m.k}) | {overall.value:.3f} |",
+        f"| cost per case (USD, list price) | {doc.cost_per_case_usd:.6f} |",
+    ]
+    head += [f"| tag `{t}` ({len(ids)} cases) | {doc.per_tag[t]:.3f} |" for t, ids in tags.items()]
+    text_md = "\n".join(head) + "\n\n## Run summary\n\n" + body
+    bj, bs = suite_dir / BASELINE_FILE, suite_dir / BASELINE_SUMMARY_FILE
+    # The summary first: a baseline.json never points at a summary that is not there yet.
+    write_atomic(bs, text_md)
+    write_atomic(bj, json.dumps(doc.to_json(), indent=2) + "\n")
+    return bj, bs
+
+
+def _nan_none(x: float | None) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
+
+
+@dataclass(frozen=True)
+class NoiseCheck:
+    """Run-to-run noise of one gated quantity: the observed change b - a (points or
+    percent), its clustered paired SE over cases (the score only), `noise95` the change
+    two runs of one model stay within 95% of the time (the within-case permutation
+    null), the gate threshold, and whether the threshold sits above that noise."""
+
+    kind: str
+    group: str
+    n_cases: int
+    observed: float
+    se: float | None
+    noise95: float
+    threshold: float
+    above_noise: bool
+
+
+@dataclass(frozen=True)
+class NoiseReport:
+    """`ok` when every gate threshold sits above run-to-run noise and the two runs do
+    not already differ by more than a threshold."""
+
+    ok: bool
+    checks: tuple[NoiseCheck, ...]
+    notes: tuple[str, ...]
+    thresholds: GateThresholds
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["notes"] = list(self.notes)
+        return d
+
+    def render(self) -> str:
+        lines = [
+            (
+                "thresholds sit above the run-to-run noise"
+                if self.ok
+                else "thresholds do NOT sit above the run-to-run noise"
+            )
+        ]
+        lines.append(f"{'quantity':<28} {'cases':>5} {'b - a':>8} {'SE':>7} {'noise95':>8} {'threshold':>9}  verdict")
+        for c in self.checks:
+            u = "pts" if c.kind == "score" else "%"
+            se = "-" if c.se is None else f"{c.se:.2f}"
+            verdict = "above noise" if c.above_noise else "TOO TIGHT"
+            if abs(c.observed) > c.threshold:
+                verdict += ", runs differ by more than the threshold"
+            lines.append(
+                f"{c.kind + ' ' + c.group:<28} {c.n_cases:>5} {c.observed:>+8.2f} {se:>7} {c.noise95:>8.2f} "
+                f"{c.threshold:>6g} {u:<3} {verdict}"
+            )
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def noise(
+    run_a: Run | str | Path,
+    run_b: Run | str | Path,
+    thresholds: GateThresholds | None = None,
+    *,
+    arm: str | None = None,
+    n_resamples: int = 4000,
+    seed: int = 0,
+) -> NoiseReport:
+    """Compare two runs of the same config: does each gate threshold sit above their
+    run-to-run noise? For the gated case score overall and per tag with enough cases,
+    and for the cost per case: the observed change, its clustered paired SE (cases are the
+    clusters), and the 95th percentile of |change| under the within-case permutation
+    null. A threshold at or below that percentile would fail unchanged prompts more
+    than 5% of the time without the gate's noise guard; two runs that differ by more
+    than the threshold mean it is too tight or the seed is not honoured.
+
+    References: Miller 2024, arXiv:2411.00640 (clustered paired SE); Good 2005
+    (permutation null).
+    """
+    a, b = as_run(run_a), as_run(run_b)
+    notes: list[str] = []
+    ha, hb = a.config.get("config_hash"), b.config.get("config_hash")
+    if ha and hb and ha != hb:
+        notes.append(f"the runs have different config hashes ({ha[:12]} vs {hb[:12]}): not the same config")
+    t = thresholds or thresholds_from(a.config.get("config") or {})
+    for r in (a, b):
+        bad = run_not_clean(Path(r.path), r.summary, None)
+        if bad:
+            raise EvalkitError(f"{r.path}: " + "; ".join(bad) + ": its rates are not comparable")
+    ma = run_metrics(a, arm=arm)
+    mb = run_metrics(b, arm=arm)
+    if ma.k != mb.k:
+        raise InputError(f"the runs have different k ({ma.k} and {mb.k})", json_path="k")
+    am = ma.by_id()
+    ids = [c.case_id for c in mb.cases if c.case_id in am and am[c.case_id].n >= ma.k and c.n >= ma.k]
+    if len(ids) < 2:
+        raise InputError("the runs share fewer than two fully sampled cases")
+    null = _Null(mb, ma, ids, n_resamples, seed)
+    checks = []
+    groups = [("overall", ids)] + [(f"tag:{tag}", m) for tag, m in mb.tags(ids).items() if len(m) >= t.min_tag_cases]
+    bm = mb.by_id()
+    for name, members in groups:
+        mask = np.isin(np.array(ids), members)
+        obs, nd = null.score(mask)
+        sa = [score_of(ma, am[i]) for i in members]
+        sb = [score_of(mb, bm[i]) for i in members]
+        se = stats.paired_difference(sb, sa).se if len(members) >= 2 else math.nan
+        n95 = float(np.quantile(np.abs(nd), 0.95)) * 100
+        checks.append(
+            NoiseCheck(
+                "score",
+                name,
+                len(members),
+                100 * obs,
+                _nan_none(100 * se),
+                n95,
+                t.max_success_drop_points,
+                t.max_success_drop_points > n95,
+            )
+        )
+    obs_c, nd_c = null.cost()
+    if not math.isnan(obs_c):
+        n95 = float(np.nanquantile(np.abs(nd_c), 0.95)) * 100
+        checks.append(
+            NoiseCheck(
+                "cost",
+                "per case",
+                len(ids),
+                100 * obs_c,
+                None,
+                n95,
+                t.max_cost_increase_pct,
+                t.max_cost_increase_pct > n95,
+            )
+        )
+    ok = all(c.above_noise and abs(c.observed) <= c.threshold for c in checks)
+    return NoiseReport(ok=ok, checks=tuple(checks), notes=tuple(notes), thresholds=t)
+
+
+def gate_run(
+    run: Run | str | Path,
+    baseline_path: str | Path,
+    *,
+    arm: str | None = None,
+    runner_exit: int | None = None,
+) -> GateResult:
+    """`evalkit gate`: `gate`, then the result recorded in the run's `verdicts.json`
+    (when RUN is a run folder), where the report and the index read it."""
+    res = gate(run, baseline_path, arm=arm, runner_exit=runner_exit)
+    path = Path(run.path) if isinstance(run, Run) else Path(run)
+    if (path / RUN_CONFIG).is_file():
+        record_verdicts(path, gate=res)
+    return res

@@ -1,0 +1,1146 @@
+"""Grade a run folder: deterministic checks, then the judge for judged cases, then
+metrics and findings. Writes `grades.jsonl` and `grades-summary.json` (docs/formats.md).
+
+Re-grading replaces both files and never calls the generator: it reads `results.jsonl`.
+Judge answers are kept in the run folder's response cache (`judge-cache.sqlite`), so a
+re-grade with unchanged judge files replays them at $0; judge calls that are made
+reserve and settle on the run's own `ledger.jsonl` under the run's cost cap: the one the
+run's `config.json` records (`runner.run_cap_usd`; a CI run's `ci.cost_cap_usd`), so the
+generator and the judge of one run spend under one cap.
+
+A sample missing from `results.jsonl` is not a pass: every rate divides by the samples
+the run was expected to produce (cases x arms x k), and each group states how many were
+expected, graded, missing and errored. A judge error leaves `passed` null on its line.
+
+Metrics of a group (`grades-summary.json` -> `overall`, `per_tag`, `per_arm`):
+
+* `sample_pass_rate`: samples whose every check (judge included) passed / expected
+  samples (`evalkit.numbers.metrics`; evalkit 0.1 called it `success_rate`);
+* `correct_rate`: the same ignoring `activation` checks, so "bad output" is told apart
+  from "the guidance never triggered" (`activation_rate`: samples with an activation
+  check, on cases that should activate, whose marker or loading tool call appeared;
+  `false_activation_rate`: the same on `intent: non-activation` cases);
+* `tool_call_correctness`: passed / all `tool_calls` checks;
+* `hallucination_rate`: failed / all `grounding` checks (a sample with any ungrounded
+  number, date or quoted name counts once; the check's reason lists the misses);
+* `refusal_rate`: samples `graders.is_refusal` flags, overall, on `golden`-tagged cases,
+  and on should-refuse cases (a `refusal` check, or tag `should-refuse`);
+* `latency_p50_ms` / `latency_p95_ms` of the graded samples;
+* `cost_per_sample_usd` / `cost_per_case_usd`: list price (generator + what the cache
+  avoided + judge) per sample and per case, with `paid_usd` and `cache_avoided_usd`
+  beside them (`evalkit.numbers.metrics` defines each once);
+
+and per arm, pass@k and pass^k with their SE and the gated case score, overall
+(`scores`), per set (`per_set_scores`) and per tag (`per_tag_scores`).
+
+Identical (case, output) pairs are judged once per grading pass and share the answer.
+
+**A judge you can trust.** A judged sample's pass/fail counts only when the judge is
+trusted (`judge.decide_trust`): calibrated against people on this rubric (at least 20
+fresh labels on this run, or the suite's accepted `judge/calibration.json` record for
+this very judge: model, endpoint, prompt and rubric hashes), or the user opted out
+(`allow_uncalibrated_judge` / `--allow-uncalibrated-judge`, recorded on every judged
+line as `judge_uncalibrated_override` and in `judge_trust`). Otherwise the sample is
+*held*: its line keeps the judge's score and `judge_passed`, `judge_held` says why,
+`passed` is None unless a deterministic check already failed it (then False: the judge
+could not have passed it), and no rate, gate or verdict reads the judge's answer: held
+samples are counted (`n_held`) and are never passes. Grading exits 1 while any judged
+result is held, or any pairwise trial errored.
+
+The judge cache is scoped to the judge (`judge.cache_scope`: model, endpoint, judge
+files), so a re-grade against another judge server or other judge files asks again. A
+grading without the pairwise judge removes an earlier `pairwise.jsonl`; with it, every
+planned (judged case, index) gets a line, an arm's missing sample an errored one.
+
+`grade_run(batch=...)` (`evalkit grade RUN --batch`) makes the judge calls through the
+provider's Batch API instead (`evalkit.running.batch.JudgeBatches`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+
+from evalkit.calls.cache import ResponseCache
+from evalkit.calls.ledger import Ledger
+from evalkit.checking.graders import AgentFacts, activation_observed, grade_sample, is_refusal, require_scored
+from evalkit.checking.judge import (
+    HUMAN_SAMPLE_MIN,
+    Calibration,
+    HumanLabel,
+    JudgedItem,
+    JudgeFiles,
+    JudgeIdentity,
+    JudgeScore,
+    JudgeTrust,
+    LabelMatch,
+    PairOutcome,
+    cache_scope,
+    calibrate,
+    check_judge_model,
+    decide_trust,
+    item_id,
+    item_rubric_sha256,
+    judge_direct,
+    judge_identity,
+    judge_pair,
+    judge_versions,
+    load_human_labels,
+    load_judge_files,
+    match_labels,
+    pairwise_bias,
+    position_consistency,
+    read_calibrations,
+    suite_human_labels,
+    text_sha256,
+    trajectory_text,
+    unmatched_pair,
+)
+from evalkit.foundations._io import RUN_JSON_BYTES, iter_jsonl, read_json_object, write_atomic
+from evalkit.foundations._text import storable_json
+from evalkit.foundations.errors import InputError, JudgeError
+from evalkit.foundations.findings import Finding, Level, by_severity
+from evalkit.foundations.layout import (
+    CONFIG_FILE,
+    GRADES,
+    GRADES_SUMMARY,
+    HUMAN_LABELS_FILE,
+    JUDGE_CACHE,
+    LEDGER,
+    PAIRWISE,
+    RESULTS,
+    RUN_CONFIG,
+    trajectory_relpath,
+)
+from evalkit.foundations.records import (
+    ArmSummary,
+    Case,
+    CaseTable,
+    CheckResult,
+    Endpoint,
+    Grade,
+    GradesSummary,
+    GroupMetrics,
+    Sample,
+    SetScore,
+    Suite,
+)
+from evalkit.foundations.records import JudgeTrust as JudgeTrustRecord
+from evalkit.numbers import metrics
+from evalkit.suites.endpoints import Watch, combine, resolve_base_url, served_watch
+from evalkit.suites.loader import load_suite
+from evalkit.suites.privacy import scan_outputs
+from evalkit.suites.runload import case_table, judge_trust_notice
+from evalkit.suites.runs import RunFolder, find_suite_dir, grade_from_dict, grade_to_dict, sample_from_dict
+from evalkit.suites.trajectories import read_trajectory
+
+__all__ = [
+    "GRADES_SUMMARY",
+    "JUDGE_CACHE",
+    "PAIRWISE",
+    "judge_trust_notice",
+]  # the file names, importable from here as before
+
+GOLDEN_TAG = "golden"
+SHOULD_REFUSE_TAGS = ("should-refuse", "should_refuse")
+
+Key = tuple[str, str, int]
+
+
+@dataclass(frozen=True)
+class GradeResult:
+    """What `grade_run` wrote: the grade lines, the summary dict, the findings."""
+
+    run_path: Path
+    grades: tuple[Grade, ...]
+    summary: GradesSummary
+    findings: tuple[Finding, ...]
+    pairs: tuple[PairOutcome, ...] = ()
+
+    @property
+    def complete(self) -> bool:
+        return self.summary.complete
+
+    @property
+    def held(self) -> int:
+        """Judged samples whose pass/fail is held (the judge is not trusted)."""
+        return self.summary.overall.n_held
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every expected sample was graded, no judged result is held and no
+        pairwise trial errored; 1 otherwise."""
+        pw_errored = int((self.summary.pairwise or {}).get("errored") or 0)
+        return 0 if self.complete and not self.held and not pw_errored else 1
+
+
+# ------------------------------------------------------------------------- loading
+
+
+def resolve_suite(run: Path, meta: dict[str, Any], suite: Suite | str | Path | None) -> Suite:
+    """The suite to grade `run` against: `suite` (loaded when a path), else the one its
+    `config.json` (`meta`) names; `InputError` when it cannot be found."""
+    if isinstance(suite, Suite):
+        return suite
+    # lenient on unknown keys: the run that is graded already accepted its suite (`run` and
+    # `lint` are where a typo stops, unless `--lenient-keys` let it through there)
+    if suite is not None:
+        return load_suite(suite, lenient_keys=True)
+    ref = meta.get("suite")
+    if not ref:
+        raise InputError("the run's config.json names no suite: pass the suite path", run / RUN_CONFIG)
+    if Path(ref).is_file():  # a suite given as its evals.json / eval.yaml file
+        return load_suite(ref, lenient_keys=True)
+    found = find_suite_dir(run, ref)
+    if found is not None:
+        return load_suite(found, lenient_keys=True)
+    raise InputError(
+        f"the run's suite {ref!r} was not found: pass the suite path", run / RUN_CONFIG, json_path="$.suite"
+    )
+
+
+def read_samples(run: Path) -> dict[Key, Sample]:
+    """The run's samples (`results.jsonl`) by (case, arm, index); the first line of a
+    key wins (a resumed run may repeat one)."""
+    samples: dict[Key, Sample] = {}
+    p = run / RESULTS
+    if not p.exists():
+        return samples
+    for d in iter_jsonl(p):
+        s = sample_from_dict(d)
+        samples.setdefault((s.case_id, s.arm, int(s.index)), s)  # a resumed run may repeat a line
+    return samples
+
+
+def _expected_keys(meta: dict[str, Any], samples: dict[Key, Sample]) -> set[Key]:
+    """The keys the run planned (cases x arms x k), or for a run that did not say, those
+    it has a sample for."""
+    cases, arms, k = meta.get("cases"), meta.get("arms"), meta.get("k")
+    if isinstance(cases, list) and isinstance(arms, list) and isinstance(k, int):
+        return {(c, a, i) for c in cases for a in arms for i in range(k)}
+    return set(samples)  # a run from another tool that did not say what it planned
+
+
+# ----------------------------------------------------------------------- grading
+
+
+def _should_refuse(case: Case) -> bool:
+    if any(t in SHOULD_REFUSE_TAGS for t in case.tags):
+        return True
+    return any(c.kind == "refusal" and c.options.get("should_refuse", True) for c in case.checks)
+
+
+def _activation(case: Case, sample: Sample, checks_run: list[CheckResult] | None = None) -> bool | None:
+    checks = [c for c in case.checks if c.kind == "activation"]
+    skill = [i for i, c in enumerate(case.checks) if c.kind == "skill_activation"]
+    if skill and checks_run is not None:  # an agent's skill: its check says whether it was used
+        skill_dir = ((sample.agent or {}).get("skill_dir")) if sample.agent else None
+        seen = []
+        for i in skill:
+            expect = case.checks[i].options.get("expect", bool(skill_dir) and case.intent != "non-activation")
+            seen.append(checks_run[i].passed == bool(expect))
+        return any(seen)
+    if not checks:
+        return None
+    return any(
+        activation_observed(
+            sample.output, sample.tool_calls, marker=c.options.get("marker"), tool=c.options.get("tool")
+        )
+        for c in checks
+    )
+
+
+def _grade_line(
+    case: Case,
+    sample: Sample,
+    checks: list[CheckResult],
+    js: JudgeScore | None,
+    judge_error: str | None,
+    override: bool,
+    trust: JudgeTrust | None = None,
+) -> Grade:
+    """One sample's grade. A judge score counts among the checks only when `trust`
+    says the judge is trusted; otherwise the judge's result is kept beside the checks
+    (`judge_passed`) and held (`judge_held`), and the sample's `passed` is what the
+    deterministic checks alone can decide: False when one failed, else None."""
+    checks = list(checks)
+    error = judge_error
+    score = reason = version = model = None
+    judge_passed = held = None
+    cost = 0.0
+    if js is not None:
+        version, model, cost = js.version, js.model, js.cost_usd
+        if js.error:
+            error = f"judge error: {js.error}"
+        else:
+            score, reason = js.score, js.reason
+            judge_passed = score is not None and score >= case.judge_threshold
+            check = CheckResult(
+                "judge",
+                judge_passed,
+                "" if judge_passed else f"judge score {score} < threshold {case.judge_threshold}: {reason}",
+            )
+            if trust is None or trust.trusted:
+                checks.append(check)
+            else:
+                held = f"judge not trusted: {trust.reason}"
+    passed: bool | None
+    if error:
+        passed = None
+    elif held:
+        passed = False if not all(c.passed for c in checks) else None
+    else:
+        passed = all(c.passed for c in checks)
+    return Grade(
+        case_id=case.id,
+        arm=sample.arm,
+        index=int(sample.index),
+        passed=passed,
+        checks=tuple(checks),
+        judge_version=version,
+        judge_score=score,
+        judge_reason=reason,
+        judge_cost_usd=cost,
+        activated=_activation(case, sample, checks),
+        error=error,
+        judge_model=model,
+        judge_same_model_override=bool(override and case.judged),
+        judge_passed=judge_passed,
+        judge_held=held,
+        judge_uncalibrated_override=bool(case.judged and trust is not None and trust.opt_out and score is not None),
+    )
+
+
+def _agent_facts(run: Path, suite: Suite, sample: Sample) -> AgentFacts | None:
+    """What the trajectory checks of an agent unit's sample read (None for a prompt
+    unit's): the trajectory itself only when a check asks for it."""
+    if sample.agent is None:
+        return None
+
+    arm = next((a for a in suite.config.arms if a.name == sample.arm), None)
+    key = (sample.case_id, sample.arm, int(sample.index))
+    return AgentFacts.of(sample, arm, lambda: read_trajectory(run, *key))
+
+
+def judge_endpoint(suite: Suite, judge_base_url: str | None = None) -> Endpoint:
+    """The judge's model and the base URL its calls go to (`endpoints.resolve_base_url`:
+    the override, `EVALKIT_JUDGE_BASE_URL`, `$.judge.base_url`, the server `evalkit
+    serve` runs). `InputError` when there is no judge, no URL, or no key a request can
+    carry, before any request."""
+    judge = suite.config.judge
+    config_file = Path(suite.path) / CONFIG_FILE if Path(suite.path).is_dir() else Path(suite.path)
+    if judge is None:
+        raise InputError("the suite has judged cases but config.json has no judge", config_file, json_path="$.judge")
+    url = resolve_base_url("judge", judge, judge_base_url, config_path=config_file)
+    endpoint = Endpoint(judge.model, url, judge.api_key_env)
+    from evalkit.calls.client import check_endpoint  # lazy: openai's client is the heaviest import of a grade
+
+    check_endpoint(endpoint)  # a missing key, or one no header can carry: refused before the ledger is opened
+    return endpoint
+
+
+@dataclass(frozen=True)
+class _PairTodo:
+    """One pairwise trial to ask: the texts of both arms (outputs or trajectories)."""
+
+    case: Case
+    index: int
+    baseline: str
+    treatment: str
+    subject: str
+    arms: tuple[str, str]
+
+
+async def _judge_all(
+    suite: Suite,
+    files: JudgeFiles,
+    todo: list[tuple[Case, Sample]],
+    endpoint: Endpoint,
+    run: Path,
+    cap: float,
+    pairs_todo: list[_PairTodo],
+    watch: Any,
+    scope: str = "",
+    batch: Any = None,
+) -> tuple[dict[Key, JudgeScore], list[PairOutcome], dict[str, Any]]:
+    from evalkit.calls.client import ModelClient  # lazy: openai's client is the heaviest import of a grade
+
+    config = suite.config
+    ledger = Ledger.resume(cap, run / LEDGER)
+    # batch=1: each judge answer is committed before it is used, so a grade killed
+    # mid-way never pays twice for a judge key (the cache is its only record).
+    cache = ResponseCache(run / JUDGE_CACHE, batch=1, scope=scope)
+    spent_before = ledger.committed_usd
+    client = ModelClient(
+        endpoint,
+        config.judge_price,
+        ledger,
+        role="judge",
+        max_tokens_in=config.max_tokens_in,
+        max_tokens_out=config.max_tokens_out,
+        cache=cache,
+        max_attempts=config.max_attempts,
+        timeout_s=config.timeout_s,
+        base_url=endpoint.base_url,
+        rate_limit_budget_s=config.rate_limit_budget_s,
+        max_connection_failures=config.max_connection_failures,
+        concurrency=config.concurrency,
+    )
+    sem = asyncio.Semaphore(max(1, config.concurrency))
+    scores: dict[Key, JudgeScore] = {}
+    stopped: list[str] = []  # the watch's reason once it reported: no judge call after it
+
+    def halted() -> list[str]:
+        """Why no further judge call may go out, as the runner says it: the watch's cause
+        first, then a dead or endlessly rate-limiting endpoint, then the cap."""
+        causes = [stopped[0].partition("\n")[0]] if stopped else []
+        causes += [c for c in (client.unreachable, client.rate_limited_out) if c]
+        if ledger.refusals:
+            causes.append("budget exhausted")
+        return causes
+
+    def should_stop() -> str | None:
+        if not stopped and watch is not None:
+            reason = watch()
+            if reason:
+                stopped.append(reason.strip())
+        causes = halted()
+        return causes[0] if causes else None
+
+    # Identical (case, output) pairs make identical judge requests: ask once, in a fixed
+    # order, and share the answer (the first line carries the cost, the rest $0, as a
+    # cache hit would), so the number of paid calls does not depend on timing.
+    groups: dict[tuple[str, str], list[tuple[Case, Sample]]] = {}
+    for case, s in todo:
+        groups.setdefault((case.id, s.output), []).append((case, s))
+
+    async def one(members: list[tuple[Case, Sample]], client: Any) -> None:
+        case, s = members[0]
+        async with sem:
+            js = await judge_direct(
+                client,
+                files,
+                case,
+                s.output,
+                key=f"judge/{case.id}/{s.arm}/{s.index}",
+                seed=config.seed,
+                should_stop=should_stop,
+            )
+        for i, (_, m) in enumerate(members):
+            scores[(case.id, m.arm, int(m.index))] = js if i == 0 else dataclasses.replace(js, cost_usd=0.0)
+
+    async def pair(t: _PairTodo, client: Any) -> PairOutcome:
+        async with sem:
+            return await judge_pair(
+                client,
+                files,
+                t.case,
+                t.baseline,
+                t.treatment,
+                index=t.index,
+                key=f"pair/{t.case.id}/{t.index}",
+                seed=config.seed,
+                should_stop=should_stop,
+                subject=t.subject,
+                arms=t.arms,
+            )
+
+    async def ask(client: Any) -> list[PairOutcome]:  # every judge call of the pass, through `client`
+        await asyncio.gather(*(one(members, client) for members in groups.values()))
+        return list(await asyncio.gather(*(pair(t, client) for t in pairs_todo)))
+
+    batched = None
+    try:
+        from evalkit.running.batch import JudgeBatches, has_open  # the provider's Batch API (evalkit.running.batch)
+
+        if batch is not None or has_open(run, "judge"):
+            batched = JudgeBatches(client, run, config, batch, watch=should_stop)
+            await batched.take_over()  # an earlier grading's open batches: no longer counted as spent
+            spent_before = ledger.committed_usd
+            outcomes = await batched.run(ask)
+        else:
+            outcomes = await ask(client)
+    finally:
+        await client.aclose()
+        in_flight = ledger.reserved_usd if ledger.reserved_usd > 1e-12 else 0.0  # not the rounding of settles
+        stats: dict[str, Any] = {
+            # judge batches still running count at their worst case, as a later session counts them
+            "judge_spend_usd": ledger.committed_usd + in_flight - spent_before,
+            "cache_hits": cache.hits,
+            "run_spend_usd": ledger.committed_usd + in_flight,
+            "cap_usd": cap,
+        }
+        causes = halted()
+        if causes:
+            stats["stop_reason"] = "; ".join(dict.fromkeys(c.strip() for c in causes))
+        if stopped:
+            detail = stopped[0].partition("\n")[2]
+            if detail.strip("\n"):
+                stats["stop_detail"] = detail.strip("\n")
+        elif batched is not None and batched.causes:
+            stats["stop_reason"] = "; ".join(batched.causes)
+        ledger.close()
+        cache.close()
+    return scores, outcomes, stats
+
+
+def _run_sync(coro: Any) -> Any:
+    """`asyncio.run`, or the same in a worker thread when an event loop is already
+    running in this thread (a notebook kernel)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+def trajectory_path(run: Path, case_id: str, arm: str, index: int) -> Path:
+    """Where an agent run keeps one sample's trajectory (n from 1, as `samples/`)."""
+    return run / trajectory_relpath(case_id, arm, int(index))
+
+
+def _pair_todo(run: Path, case: Case, index: int, base: Sample, treat: Sample, arms: tuple[str, str]) -> _PairTodo:
+    """A pairwise trial on the two samples' trajectories when both have one (the judge
+    then sees what each agent did, not only its last words), else on their outputs.
+    A trajectory that cannot be read is a trial on the outputs (said in the subject)."""
+    tb, tt = trajectory_path(run, case.id, arms[0], index), trajectory_path(run, case.id, arms[1], index)
+    if tb.is_file() and tt.is_file():
+        try:
+            return _PairTodo(case, index, trajectory_text(tb), trajectory_text(tt), "trajectory", arms)
+        except (JudgeError, OSError):
+            pass
+    return _PairTodo(case, index, base.output, treat.output, "output", arms)
+
+
+def default_pairwise_arms(config: Any, run_arms: Sequence[str]) -> tuple[str, str] | None:
+    """The arms `verdict_judge: "pairwise"` compares when `--pairwise` is not given: the
+    config's first arm as the baseline, its second as the treatment (both must be in
+    the run); None when there are not two."""
+    names = [a.name for a in config.arms if a.name in run_arms]
+    return (names[0], names[1]) if len(names) >= 2 else None
+
+
+@RunFolder.holding_lock  # one process per run folder (runs.RunFolder.lock)
+def grade_run(
+    run_path: str | Path,
+    suite: Suite | str | Path | None = None,
+    *,
+    judge_base_url: str | None = None,
+    judge_version: str | None = None,
+    pairwise: tuple[str, str] | None = None,
+    watch: Watch | None = None,
+    allow_uncalibrated_judge: bool | None = None,
+    labels: str | Path | None = None,
+    batch: Any = None,
+) -> GradeResult:
+    """Grade every sample of a run folder and write `grades.jsonl` and
+    `grades-summary.json` (replacing earlier ones, atomically).
+
+    `suite` defaults to the suite the run names; `judge_base_url` overrides the judge
+    endpoint; `judge_version` pins `vN` (default: the highest); `pairwise=(baseline,
+    treatment)` also asks the pairwise judge on every judged case/index both arms ran
+    and writes `pairwise.jsonl` (default: the config's first two arms when its
+    `verdict_judge` is "pairwise"; without it an earlier `pairwise.jsonl` is removed).
+    `labels` is the human label file to calibrate against (default: the suite's
+    `judge/human-sample.jsonl`); `allow_uncalibrated_judge` (default: the config's)
+    lets an uncalibrated judge's pass/fail count, recorded. `watch` (e.g.
+    `LocalModelServer.exit_reason` of the judge's server) is asked before every judge
+    attempt: once it reports, no judge call goes out, the rest are judge errors and the
+    summary says why (`stop_reason`, `stop_detail`, a HIGH finding). Raises
+    `InputError` (nothing written) for a case with neither a check nor a rubric, a bad
+    check, a bad label file, a judge that is the generator's model without the
+    override, or a judge with no base URL (`judge_endpoint`), or `batch` without
+    `judge_batch_price`. `batch` (`evalkit.running.batch.BatchOptions`) sends the judge calls
+    through the provider's Batch API at `judge_batch_price`, on the run's ledger; judge
+    batches an earlier grading left open are collected first either way.
+    """
+    run = Path(run_path)
+    meta = RunFolder(run).read_meta()
+    suite_obj = resolve_suite(run, meta, suite)
+    config = suite_obj.config
+    opt_out = config.allow_uncalibrated_judge if allow_uncalibrated_judge is None else bool(allow_uncalibrated_judge)
+    if batch is not None:  # judge batches are reserved and charged at the batch price: refuse before any work
+        from evalkit.running.batch import check_ready  # lazy: evalkit.running.batch only for --batch
+
+        check_ready(config, "judge", Path(suite_obj.path) / CONFIG_FILE)
+    cases = {c.id: c for c in suite_obj.cases}
+    samples = read_samples(run)
+    expected = _expected_keys(meta, samples)
+    planned_cases = sorted({k[0] for k in expected} | {k[0] for k in samples})
+    for cid in planned_cases:
+        if cid in cases:
+            require_scored(cases[cid])
+    findings: list[Finding] = []
+    run_arms = sorted({k[1] for k in expected} | {k[1] for k in samples})
+    if pairwise is None and config.verdict_judge == "pairwise":
+        pairwise = default_pairwise_arms(config, run_arms)
+        if pairwise is None:
+            findings.append(
+                Finding(
+                    "HIGH",
+                    'verdict_judge is "pairwise" but the run has fewer than two of the config\'s arms: '
+                    "no pairwise judge was asked",
+                )
+            )
+
+    # Deterministic checks first; they raise InputError on a bad check (nothing written).
+    det: dict[Key, list[CheckResult]] = {}
+    unknown: dict[Key, str] = {}
+    for key in sorted(samples):
+        case = cases.get(key[0])
+        if case is None:
+            unknown[key] = f"case {key[0]!r} is not in the suite any more: not graded"
+            continue
+        det[key] = grade_sample(case, samples[key], suite_obj.path, _agent_facts(run, suite_obj, samples[key]))
+
+    judged_keys = [k for k in sorted(det) if cases[k[0]].judged]
+    files: JudgeFiles | None = None
+    override = False
+    no_judge_files = None
+    if judged_keys or pairwise:
+        override = check_judge_model(config, {samples[k].model for k in judged_keys})
+        if not judge_versions(suite_obj.path) and judge_version is None:
+            no_judge_files = "no judge/rubric-vN.md and judge/prompt-vN.md: judged cases cannot be scored"
+            for cid in sorted({k[0] for k in judged_keys}):
+                findings.append(Finding("HIGH", f"judged case {cid!r} has no rubric file (judge/rubric-vN.md)"))
+        else:
+            files = load_judge_files(suite_obj.path, judge_version)
+        if override and config.judge is not None:  # check_judge_model refused a config without a judge
+            findings.append(
+                Finding(
+                    "HIGH",
+                    f"the judge is the generator's model ({config.judge.model}), "
+                    "allowed by allow_same_judge_model: judge scores are not independent",
+                )
+            )
+
+    # The human labels and accepted calibrations are read (and refused when bad) before
+    # any judge call is paid for.
+    label_list: list[HumanLabel] | None = None
+    records: list[Calibration] = []
+    labels_where: str | None = None
+    if files is not None:
+        if labels is not None:
+            label_list, labels_where = load_human_labels(labels), str(labels)
+        else:
+            label_list = suite_human_labels(suite_obj.path)
+            labels_where = HUMAN_LABELS_FILE if label_list is not None else None
+        records = read_calibrations(suite_obj.path)
+
+    pairs_todo: list[_PairTodo] = []
+    unmatched: list[PairOutcome] = []
+    if pairwise:
+        base_arm, treat_arm = pairwise
+        for arm in pairwise:
+            if arm not in run_arms:
+                raise InputError(
+                    f"pairwise arm {arm!r} is not in the run (arms: {', '.join(run_arms)})",
+                    run / RUN_CONFIG,
+                    json_path="$.arms",
+                )
+        planned_pairs = sorted(
+            {(c, i) for c, a, i in expected | set(samples) if a in pairwise and c in cases and cases[c].judged}
+        )
+        for cid, idx in planned_pairs:
+            kb, kt = (cid, base_arm, idx), (cid, treat_arm, idx)
+            if kb in det and kt in det:
+                pairs_todo.append(_pair_todo(run, cases[cid], idx, samples[kb], samples[kt], pairwise))
+            else:
+                gone = " and ".join(a for a, k in ((base_arm, kb), (treat_arm, kt)) if k not in samples) or "?"
+                unmatched.append(unmatched_pair(cid, idx, f"no {gone} sample", pairwise))
+
+    scores: dict[Key, JudgeScore] = {}
+    outcomes: list[PairOutcome] = []
+    from evalkit.running.runner import (
+        run_cap_usd,  # the run's recorded cap (a CI run's ci.cost_cap_usd): one cap for all
+    )
+
+    cap = run_cap_usd(meta, config.cost_cap_usd)
+    judge_stats: dict[str, Any] = {"judge_spend_usd": 0.0, "cache_hits": 0, "cap_usd": cap}
+    identity: JudgeIdentity | None = None
+    if files is not None and (judged_keys or pairs_todo):
+        endpoint = judge_endpoint(suite_obj, judge_base_url)
+        identity = judge_identity(files, endpoint.model, endpoint.base_url)
+        scores, outcomes, judge_stats = _run_sync(
+            _judge_all(
+                suite_obj,
+                files,
+                [(cases[k[0]], samples[k]) for k in judged_keys],
+                endpoint,
+                run,
+                cap,
+                pairs_todo,
+                combine(watch, served_watch(endpoint.base_url)),
+                cache_scope(identity),
+                batch,
+            )
+        )
+        if judge_stats.get("stop_reason"):
+            findings.append(
+                Finding(
+                    "HIGH",
+                    f"grading stopped: {judge_stats['stop_reason']}; the judged samples "
+                    "left have no score (not counted as passes)",
+                )
+            )
+    case_pos = {c: i for i, c in enumerate(planned_cases)}
+    outcomes = sorted(outcomes + unmatched, key=lambda o: (case_pos.get(o.case_id, len(case_pos)), o.index))
+
+    # Calibration: the labels that match what this judge scored here, this judge's
+    # accepted records, and the decision whether its pass/fail may count.
+    trust: JudgeTrust | None = None
+    match = None
+    if files is not None and identity is not None:
+        judged = judged_items(((k, js.score) for k, js in scores.items()), samples, files, cases)
+        run_cal = None
+        if label_list:
+            match = match_labels(label_list, judged)
+            run_cal = calibrate(match, identity, run=run.name, labels_file=labels_where) if match.n_fresh else None
+        trust = decide_trust(identity, run_cal, records, opt_out=opt_out)
+
+    grades: list[Grade] = []
+    for key in sorted(samples):
+        s = samples[key]
+        if key in unknown:
+            grades.append(Grade(key[0], key[1], key[2], None, (), error=unknown[key]))
+            continue
+        case = cases[key[0]]
+        js = scores.get(key) if case.judged else None
+        jerr = no_judge_files if case.judged and files is None else None
+        grades.append(_grade_line(case, s, det[key], js, jerr, override, trust))
+
+    leaks = scan_outputs(suite_obj, samples)  # personal data and secrets in the outputs (no value is kept)
+    findings += [Finding(cast(Level, level), message) for level, message in leaks.findings]
+    findings += judge_trust_findings(trust, match, grades)
+    pw = None
+    if pairwise:
+        bias = pairwise_bias(outcomes, same_model=override)
+        findings += [Finding(cast(Level, level), message) for level, message in bias.findings]
+        pw = pairwise_summary(outcomes, pairwise, bias)
+    summary = summarize(
+        meta,
+        samples,
+        grades,
+        expected,
+        case_table(run),
+        cases=cases,
+        findings=findings,
+        run=str(run),
+        suite=suite_obj.path,
+        judge=identity.to_json() if identity else None,
+        judge_trust=JudgeTrustRecord.from_json(trust.to_json()) if trust else None,
+        human_agreement=_agreement_block(trust, match),
+        judge_model=config.judge.model if config.judge else None,
+        judge_files=(files.rubric_path, files.prompt_path) if files else (),
+        judge_version=files.version if files else None,
+        judge_same_model_override=override,
+        privacy=leaks.summary,
+        pairwise=pw,
+        **judge_stats,
+    )
+    lines = "".join(storable_json(grade_to_dict(g)) + "\n" for g in grades)  # any text the judge sent
+    write_atomic(run / GRADES, lines)
+    if pairwise:
+        write_atomic(run / PAIRWISE, "".join(storable_json(o.to_json()) + "\n" for o in outcomes))
+    else:
+        (run / PAIRWISE).unlink(missing_ok=True)  # an earlier grading's: it no longer describes this one
+    write_summary(run, summary)
+    return GradeResult(run, tuple(grades), summary, tuple(findings), tuple(outcomes))
+
+
+def judged_items(
+    scored: Iterable[tuple[Key, int | None]], samples: dict[Key, Sample], files: JudgeFiles, cases: dict[str, Case]
+) -> dict[str, JudgedItem]:
+    """Item id -> what the judge scored (score, output and rubric hashes), for the
+    scored keys (`None` scores skipped) that have a sample and a case."""
+    return {
+        item_id(*k): JudgedItem(int(score), text_sha256(samples[k].output), item_rubric_sha256(files, cases[k[0]]))
+        for k, score in scored
+        if score is not None and k in samples and k[0] in cases
+    }
+
+
+def run_label_match(
+    run_path: str | Path, suite: Suite | str | Path | None = None, *, labels: str | Path | None = None
+) -> tuple[LabelMatch, JudgeIdentity, str]:
+    """A label file (default: the suite's `judge/human-sample.jsonl`) held against the
+    outputs the judge scored in a graded run (`judge.match_labels`), with the identity
+    of that judge and where the labels came from. No model call: the judge's scores are
+    in `grades.jsonl`, its identity in `grades-summary.json`. `InputError` when the run
+    was not graded by a judge, or the judge files changed since it was."""
+    run = Path(run_path)
+    meta = RunFolder(run).read_meta()
+    suite_obj = resolve_suite(run, meta, suite)
+    sp = run / GRADES_SUMMARY
+    if not sp.exists():
+        raise InputError("no grades-summary.json: run `evalkit grade` on the run first", run)
+    summary = read_json_object(sp, GRADES_SUMMARY, limit=RUN_JSON_BYTES)
+    try:
+        ident = JudgeIdentity.from_json(summary.get("judge"))
+    except ValueError:
+        raise InputError(
+            "the grading recorded no judge identity (no judged sample, or graded by an older evalkit): grade again",
+            sp,
+            json_path="$.judge",
+        ) from None
+    files = load_judge_files(suite_obj.path, ident.version)
+    now = judge_identity(files, ident.model, ident.base_url)
+    if not now.matches(ident):
+        raise InputError(
+            f"the judge files changed since this run was graded ({'; '.join(now.changes_from(ident))}): grade it again",
+            Path(files.rubric_path).parent,
+        )
+    if labels is not None:
+        label_list, where = load_human_labels(labels), str(labels)
+    else:
+        label_list, where = suite_human_labels(suite_obj.path) or [], HUMAN_LABELS_FILE
+    cases = {c.id: c for c in suite_obj.cases}
+    scored = [((g["case_id"], g["arm"], int(g["index"])), g.get("judge_score")) for g in iter_jsonl(run / GRADES)]
+    return match_labels(label_list, judged_items(scored, read_samples(run), files, cases)), ident, where
+
+
+def run_calibration(
+    run_path: str | Path, suite: Suite | str | Path | None = None, *, labels: str | Path | None = None
+) -> Calibration:
+    """The calibration of the judge that graded `run_path`, on the labels that match its
+    judged outputs (`run_label_match`): what `evalkit judge calibrate` records.
+    `InputError` also when no label matches."""
+    match, ident, where = run_label_match(run_path, suite, labels=labels)
+    if not match.n_fresh:
+        raise InputError(f"no label matches this run's judged outputs: {match.describe()}", where)
+    return calibrate(match, ident, run=Path(run_path).name, labels_file=where)
+
+
+def _agreement_block(trust: JudgeTrust | None, match: Any) -> dict[str, Any] | None:
+    """`grades-summary.json`'s `human_agreement`: this run's fresh-label figures (exact,
+    within one, kappa and its interval) and the label counts; None without labels."""
+    if match is None:
+        return None
+    cal = trust.calibration if trust else None
+    figures = {
+        k: getattr(cal, k) if cal else None
+        for k in ("exact", "within_one", "kappa", "kappa_se", "kappa_low", "kappa_high", "passed")
+    }
+    return {"n": match.n_fresh, **figures, "labels": match.counts()}
+
+
+def judge_trust_findings(trust: JudgeTrust | None, match: Any, grades: Sequence[Grade]) -> list[Finding]:
+    """The findings a judge's calibration and trust call for (see `judge.JudgeTrust`)."""
+    if trust is None:
+        return []
+    out: list[Finding] = []
+    held = [g for g in grades if g.judge_held]
+    undecided = sum(1 for g in held if g.passed is None)
+    if held:
+        out.append(
+            Finding(
+                "HIGH",
+                f"judged results held: {trust.reason}. {len(held)} judged sample(s) keep their score but count in no "
+                f"rate, gate or verdict ({undecided} not passed for that alone); calibrate the judge "
+                "(`evalkit judge sample RUN -n 20 --to FILE`, label, grade again, `evalkit judge calibrate RUN`) "
+                "or opt out with allow_uncalibrated_judge",
+            )
+        )
+    if trust.opt_out:
+        out.append(
+            Finding(
+                "HIGH",
+                f"judged pass/fail counts although the judge is not calibrated: {trust.reason}",
+            )
+        )
+    cal = trust.calibration
+    if cal is not None and cal.n:
+        level: Level = "LOW" if cal.passed else ("HIGH" if cal.n >= HUMAN_SAMPLE_MIN else "MEDIUM")
+        out.append(Finding(level, f"judge calibration on this run's labels: {cal.summary()}"))
+    elif trust.record is not None and trust.basis == "calibration.json":
+        out.append(Finding("LOW" if trust.record.passed else "HIGH", f"judge {trust.reason}"))
+    if match is not None and (match.n_stale or match.n_unverifiable or match.n_unfilled or match.n_unmatched):
+        out.append(Finding("MEDIUM", f"human labels: {match.describe()}"))
+    for msg in trust.invalidated:
+        out.append(Finding("MEDIUM", f"judge changed since calibration: {msg}"))
+    return out
+
+
+# ----------------------------------------------------------------------- metrics
+
+Row = tuple[Case | None, Sample, Grade]  # a graded sample and its case (None: a run of another tool)
+
+
+def _rate(num: int, den: int) -> float | None:
+    return num / den if den else None
+
+
+def group_metrics(
+    expected: Iterable[Key], rows: Sequence[Row], refused_by_key: dict[Key, bool] | None = None
+) -> GroupMetrics:
+    """The metrics of one group of samples (all, an arm, a tag; `records.GroupMetrics`).
+    `expected`: the keys the run planned for the group; `rows`: its graded samples with
+    their cases; `refused_by_key`: each sample's `graders.is_refusal`, computed once for
+    all the groups (None: no refusal rates, for a run of another tool). The checks that
+    need the suite's cases are measured only on rows that have one."""
+    exp = set(expected)
+    present = {(g.case_id, g.arm, g.index) for _, _, g in rows}
+    decided = [r for r in rows if r[2].passed is not None]
+    held = [r for r in rows if r[2].passed is None and r[2].judge_held]
+    passed = sum(1 for r in decided if r[2].passed)
+    correct = sum(1 for _, _, g in decided if all(c.passed for c in g.checks if c.name != "activation"))
+
+    def check_rate(name: str, want: bool) -> tuple[float | None, int]:
+        hits = [c.passed for _, _, g in rows for c in g.checks if c.name == name]
+        return _rate(sum(1 for h in hits if h == want), len(hits)), len(hits)
+
+    tool_rate, tool_n = check_rate("tool_calls", True)
+    halluc_rate, ground_n = check_rate("grounding", False)
+    with_case = [(c, s, g) for c, s, g in rows if c is not None]
+    refused = [(c, refused_by_key[(g.case_id, g.arm, g.index)]) for c, _, g in with_case] if refused_by_key else []
+    golden = [r for c, r in refused if GOLDEN_TAG in c.tags]
+    should = [r for c, r in refused if _should_refuse(c)]
+    act = [g.activated for c, _, g in with_case if g.activated is not None and c.intent != "non-activation"]
+    silent = [g.activated for c, _, g in with_case if g.activated is not None and c.intent == "non-activation"]
+    lat = [float(s.latency_ms) for _, s, _ in rows]
+    cost = metrics.costs(
+        [(s.case_id, float(s.cost_usd), float(s.cost_avoided_usd), float(g.judge_cost_usd)) for _, s, g in rows]
+    )
+    judged = [g.judge_score for _, _, g in rows if g.judge_score is not None]
+    return GroupMetrics(
+        n_expected=len(exp),
+        n_graded=len(decided) + len(held),
+        n_missing=len(exp - present),
+        n_errored=len(rows) - len(decided) - len(held),
+        n_held=len(held),
+        n_samples=len(rows),
+        n_cases=cost.n_cases,
+        sample_pass_rate=metrics.sample_pass_rate(passed, len(exp)),
+        correct_rate=metrics.sample_pass_rate(correct, len(exp)),
+        tool_call_correctness=tool_rate,
+        n_tool_call_checks=tool_n,
+        hallucination_rate=halluc_rate,
+        n_grounding_checks=ground_n,
+        refusal_rate=_rate(sum(r for _, r in refused), len(refused)),
+        refusal_rate_golden=_rate(sum(golden), len(golden)),
+        n_golden=len(golden),
+        refusal_rate_should_refuse=_rate(sum(should), len(should)),
+        n_should_refuse=len(should),
+        activation_rate=_rate(sum(act), len(act)),
+        n_activation=len(act),
+        false_activation_rate=_rate(sum(silent), len(silent)),
+        n_non_activation=len(silent),
+        latency_p50_ms=float(np.percentile(lat, 50)) if lat else None,
+        latency_p95_ms=float(np.percentile(lat, 95)) if lat else None,
+        generator_cost_usd=cost.generator_usd,
+        judge_cost_usd=cost.judge_usd,
+        paid_usd=cost.paid_usd,
+        cache_avoided_usd=cost.cache_avoided_usd,
+        cost_per_sample_usd=cost.cost_per_sample_usd,
+        cost_per_case_usd=cost.cost_per_case_usd,
+        judge_mean_score=float(np.mean(judged)) if judged else None,
+        n_judged=len(judged),
+        judge_errors=sum(1 for c, _, g in with_case if c.judged and g.judge_score is None),
+        n_judged_samples=sum(1 for c, _, _ in with_case if c.judged),
+    )
+
+
+def arm_scores(
+    expected: set[Key], grades: Sequence[Grade], table: CaseTable, k: int
+) -> tuple[SetScore, dict[str, SetScore], dict[str, SetScore]]:
+    """pass@k, pass^k and the gated case score of one arm, overall, per set and per tag
+    (`metrics.set_score`), each case counted over the samples the run planned for it
+    (a missing or ungraded sample is a failure), with its set and tags as the run saw
+    them."""
+    rows = table.by_id()
+    n: dict[str, int] = {}
+    c: dict[str, int] = {}
+    for case, _, _ in expected:
+        n[case] = n.get(case, 0) + 1
+    for g in grades:
+        if (g.case_id, g.arm, g.index) in expected and g.passed:
+            c[g.case_id] = c.get(g.case_id, 0) + 1
+    entry = {cid: (rows[cid].set if cid in rows else "capability", n[cid], c.get(cid, 0)) for cid in n}
+    by_set: dict[str, list[tuple[str, int, int]]] = {}
+    by_tag: dict[str, list[tuple[str, int, int]]] = {}
+    for cid, e in entry.items():
+        by_set.setdefault(e[0], []).append(e)
+        for t in rows[cid].tags if cid in rows else ():
+            by_tag.setdefault(t, []).append(e)
+    return (
+        metrics.set_score(list(entry.values()), k),
+        {s: metrics.set_score(v, k) for s, v in sorted(by_set.items())},
+        {t: metrics.set_score(v, k) for t, v in sorted(by_tag.items())},
+    )
+
+
+def summarize(
+    meta: dict[str, Any],
+    samples: dict[Key, Sample],
+    grades: Sequence[Grade],
+    expected: set[Key],
+    table: CaseTable,
+    *,
+    cases: dict[str, Case] | None = None,
+    findings: list[Finding],
+    run: str = "",
+    source: str = "grade",
+    **extra: Any,
+) -> GradesSummary:
+    """The grades summary (`records.GradesSummary`): overall, per tag, per arm (and per
+    arm per tag, set and tag scores), with the findings it derives appended to
+    `findings` (sorted, most severe first). `cases`: the suite's cases (None for a run of
+    another tool: the checks that need them are not measured); tags and sets come from
+    the run's case table."""
+    cases = cases or {}
+    rows: list[Row] = [
+        (cases.get(g.case_id), samples[(g.case_id, g.arm, g.index)], g)
+        for g in grades
+        if (g.case_id, g.arm, g.index) in samples and (not cases or g.case_id in cases)
+    ]
+    tag_of = {c.id: set(c.tags) for c in table.cases}
+    # once per sample: every sample is in 2 x (1 + its tags) groups, each regex is timed
+    refused = {(g.case_id, g.arm, g.index): is_refusal(s.output) for _, s, g in rows} if cases else None
+
+    def block(exp: set[Key], rs: list[Row]) -> tuple[GroupMetrics, dict[str, GroupMetrics]]:
+        tags = sorted({t for key in exp for t in tag_of.get(key[0], ())})
+        per_tag = {
+            t: group_metrics(
+                {key for key in exp if t in tag_of.get(key[0], ())},
+                [r for r in rs if t in tag_of.get(r[2].case_id, ())],
+                refused,
+            )
+            for t in tags
+        }
+        return group_metrics(exp, rs, refused), per_tag
+
+    overall, per_tag = block(expected, rows)
+    k = int(meta.get("k") or max((i + 1 for _, _, i in expected), default=0))
+    arms = sorted({key[1] for key in expected} | {g.arm for g in grades})
+    per_arm = {}
+    for a in arms:
+        exp_a = {key for key in expected if key[1] == a}
+        m, pt = block(exp_a, [r for r in rows if r[2].arm == a])
+        scores, per_set_scores, per_tag_scores = arm_scores(exp_a, [g for g in grades if g.arm == a], table, k)
+        per_arm[a] = ArmSummary(m, pt, per_set_scores, per_tag_scores, scores)
+    complete = (
+        overall.n_missing == 0
+        and overall.n_errored == 0
+        and len(grades) == len(rows)
+        and overall.n_graded == overall.n_expected
+    )
+    _findings(overall, per_arm, meta, cases, findings)
+    findings[:] = by_severity(findings)
+    return GradesSummary(
+        complete=complete,
+        k=k or None,
+        overall=overall,
+        per_tag=per_tag,
+        per_arm=per_arm,
+        run=run,
+        findings=tuple(f.to_json() for f in findings),
+        source=source,
+        **extra,
+    )
+
+
+def _findings(
+    overall: GroupMetrics,
+    per_arm: dict[str, ArmSummary],
+    meta: dict[str, Any],
+    cases: dict[str, Case],
+    findings: list[Finding],
+) -> None:
+    """The findings a grades summary derives: missing samples, refusals where there
+    should be none (or none where there should be), latency tails, judge errors, an
+    unseeded config (the judge's calibration and trust: `judge_trust_findings`)."""
+    if overall.n_missing:
+        findings.append(
+            Finding(
+                "HIGH",
+                f"INCOMPLETE: {overall.n_expected - overall.n_missing}/{overall.n_expected} expected samples "
+                "are in results.jsonl; the missing ones count as failures",
+            )
+        )
+    for a, b in per_arm.items():
+        m = b.overall
+        if m.refusal_rate_golden:
+            findings.append(
+                Finding(
+                    "HIGH",
+                    f"arm {a}: refusal rate {m.refusal_rate_golden:.0%} on golden cases (should be 0): "
+                    "a correctness bug",
+                )
+            )
+        if m.refusal_rate_should_refuse is not None and m.refusal_rate_should_refuse < 1:
+            findings.append(
+                Finding(
+                    "HIGH",
+                    f"arm {a}: refusal rate {m.refusal_rate_should_refuse:.0%} on should-refuse cases (should be 100%)",
+                )
+            )
+        if m.latency_p50_ms and m.latency_p95_ms is not None and m.latency_p95_ms > 3 * m.latency_p50_ms:
+            findings.append(
+                Finding(
+                    "MEDIUM",
+                    f"arm {a}: p95 latency {m.latency_p95_ms:.0f} ms is more than 3x "
+                    f"p50 {m.latency_p50_ms:.0f} ms (a retry loop or a tool timeout?)",
+                )
+            )
+        if m.judge_errors:
+            findings.append(
+                Finding(
+                    "MEDIUM",
+                    f"arm {a}: {m.judge_errors} judged sample(s) have no score (judge error): not counted as passes",
+                )
+            )
+    snap = meta.get("config") if isinstance(meta.get("config"), dict) else None
+    if cases and snap is not None and (snap.get("seed") is None or snap.get("temperature") is None):
+        missing = " and ".join(x for x in ("seed", "temperature") if snap.get(x) is None)
+        findings.append(
+            Finding("MEDIUM", f"the config has no {missing}: two runs of one prompt will differ and a gate will flap")
+        )
+
+
+def write_summary(run: str | Path, summary: GradesSummary) -> Path:
+    """Write `grades-summary.json` (any text the judge sent, stored losslessly)."""
+    path = Path(run) / GRADES_SUMMARY
+    write_atomic(path, storable_json(summary.to_json(), indent=2) + "\n")
+    return path
+
+
+def summarize_run(run: str | Path) -> GradesSummary:
+    """The grades summary of a run folder that carries its own grades (a run of another
+    tool, `evalkit ingest`): the metrics that need no suite, over the keys it planned
+    (or, without a plan, those it has a sample or an error for)."""
+    folder = RunFolder(run)
+    meta = folder.read_meta()
+    samples = read_samples(Path(run))
+    grades = [grade_from_dict(d) for d in iter_jsonl(Path(run) / GRADES)] if (Path(run) / GRADES).exists() else []
+    errors = {(str(e["case_id"]), str(e["arm"]), int(e["index"])) for e in folder.errors()}
+    expected = set(samples) | errors
+    return summarize(meta, samples, grades, expected, case_table(run), findings=[], run=str(run), source="ingest")
+
+
+def pairwise_summary(outcomes: Sequence[PairOutcome], arms: tuple[str, str], bias: Any = None) -> dict[str, Any]:
+    """Wins (treatment better), losses, ties, errored trials, position consistency and
+    (given `judge.pairwise_bias`'s result) the bias checks, per trial."""
+    count = {k: sum(1 for o in outcomes if o.outcome == k) for k in ("treatment", "baseline", "tie", "error")}
+    out = {
+        "baseline": arms[0],
+        "treatment": arms[1],
+        "n_trials": len(outcomes),
+        "wins": count["treatment"],
+        "losses": count["baseline"],
+        "ties": count["tie"],
+        "errored": count["error"],
+        "position_consistency": position_consistency(outcomes),
+        "inconsistent": sum(1 for o in outcomes if o.consistent is False),
+        "subjects": sorted({o.subject for o in outcomes if o.outcome != "error" or o.first or o.second}),
+    }
+    if bias is not None:
+        out["bias"] = bias.to_json()
+    return out

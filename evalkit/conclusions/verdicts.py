@@ -1,0 +1,484 @@
+"""Verdicts: what the statistics of `evalkit.numbers.stats` mean for a run.
+
+* `two_arm_verdict` pairs a run's baseline and treatment samples by (case, index), casts
+  one vote per case (the unit that was sampled: repeats of one case must not inflate n)
+  and turns the tally into `pass | regression | no-improvement | inconclusive` with the
+  exact sign test. A clustered paired analysis of all trials is shown alongside; a
+  pre-registered plan (`evalkit.numbers.plans`) is checked, and a sequential plan is run.
+* `verdict_from_tally` is the same verdict for a tally from elsewhere.
+* `conformance_verdict` is the single-arm verdict: every trial ran and met the threshold.
+
+References: Dixon & Mood 1946 (the sign test); Miller 2024, "Adding Error Bars to Evals"
+(arXiv:2411.00640; clustered and paired standard errors); Wald 1945; Armitage,
+McPherson & Rowe 1969 (the sequential sign test).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from evalkit.foundations.errors import InputError
+from evalkit.foundations.layout import RUN_CONFIG
+from evalkit.foundations.records import (
+    SEQUENTIAL_SIGN_TEST,
+    SIGN_TEST,
+    ConformanceKind,
+    ConformanceVerdict,
+    Plan,
+    PlanCheck,
+    RunVerdicts,
+    Verdict,
+    VerdictKind,
+)
+from evalkit.numbers import stats
+from evalkit.numbers.plans import check_against_plan, find_plan, load_plan
+from evalkit.suites.runload import (
+    Run,
+    as_run,
+    case_order,
+    grade_values,
+    passed_value,
+    pick_arm,
+    require_graded,
+    run_verdicts,
+    suite_dir_of,
+)
+from evalkit.suites.runs import RunFolder
+
+__all__ = ["SEQUENTIAL_SIGN_TEST", "SIGN_TEST", "ConformanceVerdict", "PlanCheck", "Verdict", "VerdictKind"]
+
+
+MIN_TRIALS = 5
+# Below six discordant pairs no tally reaches p <= 0.05 two-sided: 5W/0L gives 0.0625.
+MIN_DISCORDANT = 6
+UNIT_CASE = "case (one vote per case: the majority of its repeats' wins and losses)"
+UNIT_TRIAL = "trial (the tally as given)"
+
+
+# ---------------------------------------------------------------------------------------
+# Verdicts
+# ---------------------------------------------------------------------------------------
+
+
+def verdict_from_tally(
+    wins: int,
+    ties: int,
+    losses: int,
+    errored: int = 0,
+    trials: int | None = None,
+    *,
+    alpha: float = 0.05,
+    unit: str = UNIT_TRIAL,
+) -> Verdict:
+    """The verdict for a win/tie/loss tally.
+
+    `inconclusive` when any trial errored or was unmatched (`trials` larger than the
+    tally accounts for), with fewer than 5 trials, or fewer than 6 discordant pairs
+    (below six no tally can reach p <= 0.05); otherwise `pass` / `regression` when the
+    exact two-sided sign test (ties dropped) gives p <= alpha with wins / losses ahead,
+    `no-improvement` when it does not. A missing result is never a pass.
+
+    References: Dixon & Mood 1946, "The statistical sign test", JASA 41:557-566.
+    """
+    for name, v in (("wins", wins), ("ties", ties), ("losses", losses), ("errored", errored)):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 0:
+            raise InputError(f"{name} must be a non-negative integer, got {v!r}", json_path=name)
+    if not 0 < alpha < 1:
+        raise InputError(f"alpha must be in (0, 1), got {alpha!r}", json_path="alpha")
+    counted = wins + ties + losses + errored
+    if trials is None:
+        trials = counted
+    if trials < counted:
+        raise InputError(f"trials ({trials}) is fewer than wins+ties+losses+errored ({counted})", json_path="trials")
+    unmatched = trials - counted
+    st = stats.sign_test(int(wins), int(losses), int(ties))
+    p = st.p_value
+    # one-sided in the direction observed (wins ahead: "treatment better")
+    p1 = st.p_one_sided if wins >= losses else st.p_one_sided_losses
+    discordant = wins + losses
+    kind: VerdictKind
+    if errored or unmatched:
+        bits = []
+        if errored:
+            bits.append(f"{errored} trial(s) errored")
+        if unmatched:
+            bits.append(f"{unmatched} trial(s) unmatched")
+        kind, reason = "inconclusive", " and ".join(bits) + ": no data is not a passing result"
+    elif trials < MIN_TRIALS:
+        kind, reason = "inconclusive", f"{trials} trial(s), fewer than the minimum {MIN_TRIALS}"
+    elif discordant < MIN_DISCORDANT:
+        kind, reason = (
+            "inconclusive",
+            (f"{discordant} discordant pair(s), fewer than {MIN_DISCORDANT}: no tally below six can reach p <= 0.05"),
+        )
+    elif p <= alpha:
+        if wins > losses:
+            kind, reason = "pass", f"significant advantage for the treatment (p = {p:.4g} <= {alpha:g})"
+        else:
+            kind, reason = "regression", f"significant advantage for the baseline (p = {p:.4g} <= {alpha:g})"
+    else:
+        kind, reason = "no-improvement", f"the margin is indistinguishable from chance (p = {p:.4g} > {alpha:g})"
+    return Verdict(
+        kind=kind,
+        unit=unit,
+        wins=int(wins),
+        losses=int(losses),
+        ties=int(ties),
+        errored=int(errored + unmatched),
+        n_trials=int(trials),
+        p_value=p,
+        p_one_sided=p1,
+        reason=reason,
+        alpha=alpha,
+    )
+
+
+Outcome = Literal["win", "loss", "tie", "errored"]  # of one paired trial
+
+
+@dataclass(frozen=True)
+class PairedTrial:
+    """One (case, index) of a two-arm comparison: whether each arm's sample passed (None
+    when it has no grade), the pair's `outcome` (`win`: only the treatment passed,
+    `loss`: only the baseline, `tie`, or `errored`) and, for an errored one, why."""
+
+    case_id: str
+    index: int
+    baseline_passed: bool | None
+    treatment_passed: bool | None
+    outcome: Outcome
+    problem: str | None = None
+
+
+def paired_trials(run: Run | str | Path, baseline: str, treatment: str) -> list[PairedTrial]:
+    """Every paired trial of two arms of a graded run, in the run's case order: each
+    planned case and index (k of them per case), and any other index a sample or an
+    error names. A trial with an errored, missing or ungraded sample is `errored` and
+    says why: no data is never a win, a loss or a tie."""
+    run = as_run(run)
+    require_graded(run)
+    held_col = ("judge_held",) if "judge_held" in run.grades.columns else ()  # older runs have no held results
+    grades = grade_values(run, ("passed", "error", *held_col))
+    errors = {
+        (str(r["case_id"]), str(r["arm"]), int(r["index"])): str(r.get("error") or "error")
+        for r in run.errors.to_dict("records")
+    }
+    errored_idx: dict[str, set[int]] = defaultdict(set)
+    for c, a, i in errors:
+        if a in (baseline, treatment):
+            errored_idx[c].add(i)
+    present: dict[tuple[str, str], set[int]] = defaultdict(set)
+    s = run.samples
+    for case_id, arm_name, index in zip(s["case_id"].tolist(), s["arm"].tolist(), s["index"].tolist(), strict=True):
+        present[(str(case_id), str(arm_name))].add(int(index))
+    k = int(run.config.get("k") or 0)
+    planned = set(range(k))  # planned indices (0-based), also those that never produced a line
+    out: list[PairedTrial] = []
+    for case in case_order(run):
+        has = {arm: present[(case, arm)] for arm in (baseline, treatment)}
+        idx = has[baseline] | has[treatment] | errored_idx[case] | planned
+        for i in sorted(idx):
+            status: dict[str, bool | None] = {}
+            bad = []
+            for arm in (baseline, treatment):
+                key = (case, arm, i)
+                if i not in has[arm]:
+                    why = f"errored ({errors[key]})" if key in errors else "no sample (unmatched)"
+                    bad.append(f"{arm}: {why}")
+                    status[arm] = None
+                    continue
+                g = grades.get(key)
+                status[arm] = ok = None if g is None else passed_value(g[0])
+                if ok is None:
+                    held = g[2] if g is not None and len(g) > 2 else None
+                    why = "not graded" if g is None else f"ungraded ({_said(g[1]) or _said(held) or 'grader error'})"
+                    bad.append(f"{arm}: {why}")
+            b, t = status[baseline], status[treatment]
+            if bad:
+                out.append(PairedTrial(case, i, b, t, "errored", "; ".join(bad)))
+            else:
+                outcome: Outcome = "win" if t and not b else "loss" if b and not t else "tie"
+                out.append(PairedTrial(case, i, b, t, outcome))
+    return out
+
+
+def check_two_arms(run: Run, baseline: str, treatment: str) -> None:
+    """`InputError` unless `baseline` and `treatment` are two different arms of a graded `run`."""
+    arms = run.arm_names()
+    for name, arm in (("--baseline", baseline), ("--treatment", treatment)):
+        if arm not in arms:
+            raise InputError(
+                f"{name} arm {arm!r} is not in the run (arms: {', '.join(arms) or 'none'})",
+                Path(run.path) / RUN_CONFIG,
+                json_path="$.arms",
+            )
+    if baseline == treatment:
+        raise InputError("--baseline and --treatment name the same arm", json_path="arms")
+    require_graded(run)
+
+
+def two_arm_verdict(
+    run: Run | str | Path, baseline: str, treatment: str, *, alpha: float = 0.05, plan: Plan | None = None
+) -> Verdict:
+    """Compare two arms of one graded run.
+
+    Samples are paired by (case, index). A pair is a win when only the treatment
+    passed, a loss when only the baseline passed, a tie otherwise. Each case casts one
+    vote, the majority of its repeats' wins and losses (a win when its repeats won more
+    often than they lost; equivalently the sign of the difference of the two arms'
+    passes on that case), so k repeats never inflate n. An errored, ungraded or
+    unmatched trial (including a planned case/index that has no sample) makes the
+    verdict inconclusive and is named in `problems`; its case casts no vote and counts
+    once in `errored`, and the p-value is then on the clean votes only. The clustered paired difference of
+    all trials (Miller 2024) is attached. With a `plan`, the run is checked against it,
+    and a sequential plan runs `stats.SequentialSignTest` over the case votes in the
+    run's case order.
+
+    References: Dixon & Mood 1946 (sign test); Miller 2024, arXiv:2411.00640 (clustered
+    paired differences).
+    """
+    run = as_run(run)
+    check_two_arms(run, baseline, treatment)
+    trials = paired_trials(run, baseline, treatment)
+    problems = [f"{t.case_id}#{t.index}: {t.problem}" for t in trials if t.problem]
+    problem_cases = {t.case_id for t in trials if t.problem}
+    outcome_by_case: dict[str, list[int]] = defaultdict(list)
+    pair_a: list[float] = []
+    pair_b: list[float] = []
+    pair_cluster: list[str] = []
+    for t in trials:
+        if t.problem:
+            continue
+        outcome_by_case[t.case_id].append({"win": 1, "loss": -1}.get(t.outcome, 0))
+        pair_a.append(float(bool(t.treatment_passed)))
+        pair_b.append(float(bool(t.baseline_passed)))
+        pair_cluster.append(t.case_id)
+    n_pairs, n_problem = len(trials), len(problems)
+    wins = losses = ties = 0
+    votes: list[int] = []
+    case_votes: list[tuple[str, str]] = []
+    for case in case_order(run):
+        outs = outcome_by_case.get(case)
+        # A case is one unit: a case with any errored, ungraded or unmatched trial casts
+        # no vote (its clean repeats alone are not the case's majority) and counts once
+        # as errored, so wins + ties + losses + errored == units.
+        if case in problem_cases:
+            case_votes.append((case, "errored"))
+            continue
+        if not outs:
+            continue
+        net = sum(outs)
+        vote = 1 if net > 0 else -1 if net < 0 else 0
+        votes.append(vote)
+        case_votes.append((case, "win" if vote == 1 else "loss" if vote == -1 else "tie"))
+        wins += vote == 1
+        losses += vote == -1
+        ties += vote == 0
+    errored_units = len(problem_cases)
+    v = verdict_from_tally(wins, ties, losses, errored_units, None, alpha=alpha, unit=UNIT_CASE)
+    if errored_units:
+        v = replace(
+            v,
+            reason=f"{n_problem} trial(s) in {errored_units} case(s) errored or unmatched: those "
+            "cases cast no vote, and no data is not a passing result",
+        )
+    v = replace(
+        v,
+        n_pairs=n_pairs,
+        problems=tuple(problems),
+        baseline_arm=baseline,
+        treatment_arm=treatment,
+        case_votes=tuple(case_votes),
+    )
+    if len(pair_a) >= 2:  # the clustered SE needs two pairs
+        v = replace(v, paired=stats.paired_difference(pair_a, pair_b, clusters=pair_cluster))
+    if plan is not None:
+        if plan.test == SEQUENTIAL_SIGN_TEST:
+            v = _apply_sequential(v, votes, plan)
+        v = replace(v, plan_check=check_against_plan(v, plan))
+    return v
+
+
+def _apply_sequential(v: Verdict, votes: list[int], plan: Plan) -> Verdict:
+    """Run the plan's sequential sign test over the case votes in the run's case order;
+    the verdict follows its decision (still inconclusive when any trial errored). The
+    path records the state after each unit.
+
+    References: Wald 1945; Armitage, McPherson & Rowe 1969 (via stats.SequentialSignTest).
+    """
+    seq = stats.SequentialSignTest(**plan.sequential_params())
+    path: list[dict[str, Any]] = []
+    for vote in votes:
+        st = seq.update(vote)
+        path.append(
+            {"trials": st.trials, "wins": st.wins, "losses": st.losses, "ties": st.ties, "decision": st.decision}
+        )
+        if st.decision != "continue":
+            break
+    st = seq.state
+    info = {
+        "decision": st.decision,
+        "n_used": st.trials,
+        "n_available": len(votes),
+        "path": path,
+        "params": plan.sequential_params(),
+        "max_discordant": seq.design.max_discordant,
+    }
+    if v.errored:
+        return replace(v, test=SEQUENTIAL_SIGN_TEST, sequential=info)
+    kind: VerdictKind
+    if st.decision == "continue":
+        kind, reason = "inconclusive", (f"the sequential test has not settled after {st.trials} unit(s): keep sampling")
+    else:
+        kind, reason = st.decision, f"sequential sign test settled on {st.decision} after {st.trials} unit(s)"
+    p = stats.sign_test(st.wins, st.losses, st.ties)
+    return replace(
+        v,
+        kind=kind,
+        reason=reason,
+        test=SEQUENTIAL_SIGN_TEST,
+        sequential=info,
+        wins=st.wins,
+        losses=st.losses,
+        ties=st.ties,
+        n_trials=st.trials,
+        p_value=p.p_value,
+        p_one_sided=p.p_one_sided if st.wins >= st.losses else p.p_one_sided_losses,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Single-arm conformance
+# ---------------------------------------------------------------------------------------
+
+
+def conformance_verdict(
+    run: Run | str | Path, threshold: float | None = None, *, arm: str | None = None
+) -> ConformanceVerdict:
+    """The single-arm conformance verdict of a graded run (one arm).
+
+    A trial meets the threshold when its grade passed (`threshold` None: each case's own
+    rule, e.g. its judge threshold) or, with a numeric `threshold` in [0, 1], when the
+    share of its checks that passed is at least `threshold`. Errored, ungraded and
+    missing trials make it inconclusive: a missing result is never a pass.
+    """
+    run = as_run(run)
+    if threshold is not None and not 0 <= threshold <= 1:
+        raise InputError(f"threshold must be in [0, 1], got {threshold!r}", json_path="threshold")
+    arm = pick_arm(run, arm, "name one")
+    grades = grade_values(run, ("passed", "error", "checks"))
+    errors = {
+        (str(r["case_id"]), int(r["index"])): str(r.get("error") or "error")
+        for r in run.errors.to_dict("records")
+        if str(r["arm"]) == arm
+    }
+    errored: dict[str, set[int]] = defaultdict(set)
+    for c, i in errors:
+        errored[c].add(i)
+    present: dict[str, set[int]] = defaultdict(set)
+    s = run.samples[run.samples["arm"] == arm]
+    for case_id, index in zip(s["case_id"].tolist(), s["index"].tolist(), strict=True):
+        present[str(case_id)].add(int(index))
+    k = int(run.config.get("k") or 0)
+    met = below = 0
+    below_trials: list[str] = []
+    problems: list[str] = []
+    for case in case_order(run):
+        idx = present[case] | errored[case] | (set(range(k)) if k else set())
+        for i in sorted(idx):
+            tag = f"{case}#{i}"
+            if i not in present[case]:
+                problems.append(f"{tag}: " + (f"errored ({errors[(case, i)]})" if (case, i) in errors else "no sample"))
+                continue
+            g = grades.get((case, arm, i))
+            ok = None if g is None else passed_value(g[0])
+            if ok is None or g is None:
+                problems.append(f"{tag}: " + ("not graded" if g is None else f"ungraded ({g[1]})"))
+                continue
+            if threshold is not None:
+                checks = g[2] or []
+                share = (sum(1 for c in checks if c.get("passed")) / len(checks)) if checks else float(ok)
+                ok = share >= threshold
+            if ok:
+                met += 1
+            else:
+                below += 1
+                below_trials.append(tag)
+    n = met + below + len(problems)
+    kind: ConformanceKind
+    if problems:
+        kind, reason = "inconclusive", f"{len(problems)} trial(s) errored or missing: they prove nothing"
+    elif n == 0:
+        kind, reason = "inconclusive", "no trials"
+    elif below:
+        kind, reason = "regression", f"{below} of {n} trial(s) fell below the threshold"
+    else:
+        kind, reason = "pass", f"all {n} trial(s) ran and met the threshold"
+    return ConformanceVerdict(
+        kind=kind,
+        unit="trial",
+        n_trials=n,
+        met=met,
+        below=below,
+        errored=len(problems),
+        threshold=threshold,
+        reason=reason,
+        below_trials=tuple(below_trials),
+        problems=tuple(problems),
+        arm=arm,
+    )
+
+
+_UNSET: Any = object()
+
+
+def record_verdicts(
+    run_path: str | Path,
+    *,
+    comparison: Verdict | None = None,
+    gate: Any = _UNSET,
+    judge_trust: Any = _UNSET,
+    conformance: Any = _UNSET,
+    microtest: Any = _UNSET,
+) -> RunVerdicts:
+    """Write what a step concluded into the run's `verdicts.json` (`records.RunVerdicts`):
+    each part given replaces that part (a comparison replaces the one of the same two
+    arms), the others stay as they were. Returns what was written."""
+    path = Path(run_path)
+    v = run_verdicts(path)
+    if comparison is not None:
+        v = v.with_comparison(comparison)
+    changes = {
+        name: value
+        for name, value in (
+            ("gate", gate),
+            ("judge_trust", judge_trust),
+            ("conformance", conformance),
+            ("microtest", microtest),
+        )
+        if value is not _UNSET
+    }
+    v = replace(v, run=path.name, updated=datetime.now(UTC).isoformat(timespec="seconds"), **changes)
+    RunFolder(path).write_verdicts(v)
+    return v
+
+
+def run_plan(run: Run, plan_path: str | Path | None = None) -> Plan | None:
+    """The plan a run is held to: the one named, else its suite's pre-registered
+    `plan.json` (`plans.find_plan`), else none."""
+    path = plan_path if plan_path is not None else find_plan(suite_dir_of(run))
+    return load_plan(path) if path is not None else None
+
+
+def _said(v: Any) -> str | None:
+    """A grade's text field (an error, why a judge result is held) or None when it has
+    none (null, NaN from a DataFrame column, empty)."""
+    if v is None or (isinstance(v, float) and v != v) or v == "":
+        return None
+    return str(v)

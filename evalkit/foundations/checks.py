@@ -1,0 +1,77 @@
+"""The check kinds a case may declare (`cases.jsonl` -> `checks[]`), the options each
+understands, and the regex flags they take: what `suite` validates against and what
+`graders` implements, defined once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import regex
+
+# Options of the trajectory checks (besides `kind`): graded over an agent's trajectory
+# (evalkit.suites.units validates them, evalkit.checking.graders implements them).
+TRAJECTORY_CHECK_OPTIONS: dict[str, set[str]] = {
+    "forbidden_tools": {"tools", "calls"},
+    "max_turns": {"max"},
+    "tool_errors": {"max"},
+    "skill_activation": {"skill", "preflight", "expect"},
+}
+
+CHECK_KINDS = (
+    "exact",
+    "contains",
+    "regex",
+    "json_schema",
+    "tool_calls",
+    "grounding",
+    "refusal",
+    "activation",
+    "scorer",
+    *TRAJECTORY_CHECK_OPTIONS,  # forbidden_tools, max_turns, tool_errors, skill_activation
+)
+
+
+# Options each check kind understands (besides `kind`); anything else is an unknown key.
+CHECK_OPTIONS: dict[str, set[str]] = {
+    "exact": {"value", "trim", "case_fold", "collapse_whitespace"},
+    "contains": {"value", "case_fold", "trim"},
+    "regex": {"pattern", "flags", "case_fold", "fullmatch", "timeout_s"},
+    "json_schema": {"schema"},
+    "tool_calls": {"calls", "ignore_args", "mode"},
+    "grounding": {"context"},
+    "refusal": {"should_refuse", "patterns"},
+    "activation": {"marker", "tool", "expect"},
+    "scorer": {"file", "function"},
+    **TRAJECTORY_CHECK_OPTIONS,
+}
+
+
+REGEX_FLAGS = {
+    "i": regex.IGNORECASE,
+    "m": regex.MULTILINE,
+    "s": regex.DOTALL,
+    "x": regex.VERBOSE,
+    "ignorecase": regex.IGNORECASE,
+    "multiline": regex.MULTILINE,
+    "dotall": regex.DOTALL,
+    "verbose": regex.VERBOSE,
+}
+
+
+def regex_flags(flags: Any) -> int | None:
+    """Regex `flags` as the graders take them: letters (`"is"`), one name (`"dotall"`) or a
+    list of names/letters. None when they are not valid."""
+    if flags is None or flags == "":
+        return 0
+    if isinstance(flags, str):
+        names = [flags] if flags.lower() in REGEX_FLAGS else list(flags)
+    elif isinstance(flags, (list, tuple)) and all(isinstance(x, str) for x in flags):
+        names = [str(x) for x in flags]
+    else:
+        return None
+    value = 0
+    for name in names:
+        if name.lower() not in REGEX_FLAGS:
+            return None
+        value |= REGEX_FLAGS[name.lower()]
+    return value

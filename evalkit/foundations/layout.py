@@ -1,0 +1,83 @@
+"""Every file name of a suite folder, a runs folder, a run folder and a report folder,
+in one place (docs/formats.md describes what each holds).
+
+A leaf: it imports nothing of evalkit, so every module can name a file without pulling
+in the module that writes it.
+"""
+
+from __future__ import annotations
+
+import re
+
+# --- a suite folder `evals/<unit>/` ------------------------------------------------------
+CASES_FILE = "cases.jsonl"
+CONFIG_FILE = "config.json"
+PROMPT_FILE = "prompt.txt"  # the default template
+SYSTEM_FILE = "system.txt"  # the default system template (chat mode)
+GITIGNORE = ".gitignore"
+JUDGE_DIR = "judge"
+HUMAN_LABELS_FILE = "judge/human-sample.jsonl"
+CALIBRATION_FILE = "judge/calibration.json"  # the judge calibrations `evalkit judge calibrate` accepted
+SCORERS_DIR = "scorers"
+GUIDANCE_DIR = "guidance"
+PLAN_FILE = "plan.json"
+BASELINE_FILE = "baseline.json"
+BASELINE_SUMMARY_FILE = "baseline-summary.md"
+PRIVACY_FILE = "privacy.json"  # the suite's allow-list and scan settings
+REDACTION_LOG = "redaction-log.json"  # what `import --redact` / `report --redact` replaced
+RUNS_DIR = "runs"  # where `evalkit run` writes run folders by default
+
+# Judge files: `judge/rubric-vN.md` and `judge/prompt-vN.md`; N is the judge version.
+JUDGE_FILE = re.compile(r"^(rubric|prompt)-v(\d+)\.md$")
+
+# Suites of other tools that `load_suite` reads directly (evalkit.suites.formats).
+AGENT_EVALS_NAMES = ("evals.json",)
+VALLY_NAMES = ("eval.yaml", "eval.yml")
+FOREIGN_SUITE_NAMES = AGENT_EVALS_NAMES + VALLY_NAMES
+
+# --- a runs folder `<suite>/runs/` -------------------------------------------------------
+RUNS_LOCK = "runs.lock"  # held by the one run (or resume) using the folder and its cache
+CACHE_FILE = "cache.sqlite"  # the response cache every run in the folder shares
+
+# --- a run folder `runs/<stamp>/` ----------------------------------------------------------
+RUN_CONFIG = "config.json"  # what the run was: the config snapshot, arms, k, cases, hashes
+CASE_TABLE = "case-table.json"  # the cases as the run saw them (id, set, tags, judged)
+RESULTS = "results.jsonl"
+ERRORS = "errors.jsonl"
+LEDGER = "ledger.jsonl"
+SUMMARY_JSON = "summary.json"
+SUMMARY_MD = "summary.md"
+SAMPLES_DIR = "samples"
+LOCK = "run.lock"
+SPACE_RESERVE = ".space-reserve"  # freed when the disk fills, so the summary still fits
+GRADES = "grades.jsonl"
+GRADES_SUMMARY = "grades-summary.json"
+PAIRWISE = "pairwise.jsonl"
+JUDGE_CACHE = "judge-cache.sqlite"
+VERDICTS = "verdicts.json"  # what compare, gate and report concluded
+MICROTEST_MARKER = "microtest.json"  # written by `evalkit microtest`
+TRAJECTORIES = "trajectories"  # an agent unit's trajectories/<case>/<arm>/sample-<n>.jsonl, n from 1
+BATCHES = "batches.json"  # the provider batches of `run --batch` / `grade --batch` (evalkit.running.batch)
+
+# --- a reports folder `reports/` -----------------------------------------------------------
+INDEX_HTML = "index.html"
+MANIFEST = "report.json"  # reports/<run>/report.json: what the index shows for the run
+REDACTED_RUN = "redacted-run"  # reports/<run>/redacted-run/<run>/: the copy a redacted report reads
+
+
+def sample_relpath(case_id: str, arm: str, index: int) -> str:
+    """`samples/<case>/<arm>/sample-<n>.txt`, n from 1 (the agent-evals layout), relative
+    to the run folder."""
+    return f"{SAMPLES_DIR}/{case_id}/{arm}/sample-{index + 1}.txt"
+
+
+def trajectory_relpath(case_id: str, arm: str, index: int) -> str:
+    """``trajectories/<case>/<arm>/sample-<n>.jsonl`` (n from 1), relative to the run folder."""
+    return f"{TRAJECTORIES}/{case_id}/{arm}/sample-{index + 1}.jsonl"
+
+
+def judge_file(name: str) -> tuple[str, int] | None:
+    """(`rubric` or `prompt`, N) for a judge file name `rubric-vN.md` / `prompt-vN.md`,
+    else None."""
+    m = JUDGE_FILE.match(name)
+    return (m.group(1), int(m.group(2))) if m else None

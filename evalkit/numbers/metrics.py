@@ -1,0 +1,140 @@
+"""One definition per number: every metric a page, a file or a CLI line shows is computed
+here, once, and named for what it is (docs/formats.md, "Metrics").
+
+* **sample pass rate**: samples whose every check (judge included) passed / the samples
+  the run was expected to produce. A missing or errored sample is a failure.
+* **case score**: a case's pass@k (capability) or pass^k (regression) from its n samples
+  with c passes, by the unbiased estimators of `evalkit.numbers.stats`; a case in another set
+  is gated on neither (gate `none`).
+* **gated case score**: the mean of the case scores over a group's gated cases (what a
+  gate and a baseline read; `max_success_drop_points` is a drop of it in points).
+* **cost per sample** / **cost per case**: at list price, what the samples would have
+  cost without the response cache: generator cost paid + cost the cache avoided + judge
+  cost, per sample that ran, and per case (the sum over its samples, averaged over the
+  cases; about k times the cost per sample). List price, so a run replayed from the
+  cache costs what a live one would and a gate compares like with like.
+* **paid** and **cache avoided**: what was paid for those samples (generator + judge)
+  and what the cache saved, shown beside the costs. (A run's `spend_usd` in
+  `summary.json` is the ledger's total, errored calls included.)
+
+References: Chen et al. 2021 (pass@k); Yao et al. 2024, tau-bench (pass^k); Miller 2024,
+"Adding Error Bars to Evals", arXiv:2411.00640 (the SE across cases).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from evalkit.foundations.records import NO_GATE, CaseResult, RunMetrics, SetScore, set_gate
+from evalkit.numbers import stats
+
+
+def sample_pass_rate(passed: int, expected: int) -> float | None:
+    """Passed / expected samples; None when none was expected."""
+    return passed / expected if expected else None
+
+
+def case_score(case_set: str, n: int, c: int, k: int) -> float:
+    """pass^k for a regression case, pass@k for any other (capability, or a set with
+    gate `none`, whose score is shown but never gated)."""
+    return stats.pass_hat_k(n, c, k) if case_set == "regression" else stats.pass_at_k(n, c, k)
+
+
+@functools.lru_cache(maxsize=4096)
+def score_table(case_set: str, n: int, k: int) -> tuple[float, ...]:
+    """A case's score for every pass count c = 0..n (the gate's permutation null indexes it)."""
+    return tuple(case_score(case_set, n, c, k) for c in range(n + 1))
+
+
+def score_of(m: RunMetrics, case: CaseResult) -> float:
+    """The case score of one case of `m`, at `m.k`."""
+    return score_table(case.set, case.n, m.k)[case.c]
+
+
+def gated_case_score(m: RunMetrics, ids: Iterable[str] | None = None) -> float:
+    """The mean case score over the gated cases among `ids` (all for None); NaN when
+    there is none."""
+    sel = [c for c in m.select(ids) if c.gated]
+    return math.fsum(score_of(m, c) for c in sel) / len(sel) if sel else math.nan
+
+
+def gated_case_score_estimate(m: RunMetrics, ids: Iterable[str] | None = None) -> stats.Estimate | None:
+    """`gated_case_score` with its standard error across cases (None without a gated case)."""
+    sel = [c for c in m.select(ids) if c.gated]
+    return stats.mean_and_se([score_of(m, c) for c in sel]) if sel else None
+
+
+def cost_per_case(m: RunMetrics, ids: Iterable[str] | None = None) -> float:
+    """The mean over the cases among `ids` of their samples' list-price cost; NaN without
+    a case."""
+    sel = m.select(ids)
+    return math.fsum(math.fsum(c.costs) for c in sel) / len(sel) if sel else math.nan
+
+
+def list_price(paid_generator: float, avoided: float, judge: float) -> float:
+    """A sample's cost at list price: what it would have cost without the cache."""
+    return paid_generator + avoided + judge
+
+
+@dataclass(frozen=True)
+class Costs:
+    """The cost figures of a group of samples (see the module notes)."""
+
+    n_samples: int
+    n_cases: int
+    generator_usd: float  # paid
+    judge_usd: float  # paid
+    cache_avoided_usd: float
+    cost_per_sample_usd: float | None
+    cost_per_case_usd: float | None
+
+    @property
+    def paid_usd(self) -> float:
+        return self.generator_usd + self.judge_usd
+
+
+def costs(samples: Sequence[tuple[str, float, float, float]]) -> Costs:
+    """The cost figures of samples given as (case id, generator cost paid, cost the cache
+    avoided, judge cost)."""
+    per_case: dict[str, float] = {}
+    for case, gen, avoided, judge in samples:
+        per_case[case] = per_case.get(case, 0.0) + list_price(gen, avoided, judge)
+    total = math.fsum(per_case.values())
+    return Costs(
+        n_samples=len(samples),
+        n_cases=len(per_case),
+        generator_usd=math.fsum(s[1] for s in samples),
+        judge_usd=math.fsum(s[3] for s in samples),
+        cache_avoided_usd=math.fsum(s[2] for s in samples),
+        cost_per_sample_usd=total / len(samples) if samples else None,
+        cost_per_case_usd=total / len(per_case) if per_case else None,
+    )
+
+
+def set_score(cases: Sequence[tuple[str, int, int]], k: int) -> SetScore:
+    """pass@k, pass^k and the gated case score (means over cases, SE across cases) of
+    cases given as (set, n, c) at `k`. A case with fewer than k samples counts its
+    missing ones as failures (n is raised to k)."""
+    counts = [(max(n, k), c) for _, n, c in cases]
+    sets = {s for s, _, _ in cases}
+    gate = set_gate(next(iter(sets))) if len(sets) == 1 else "mixed"
+    if not counts or k < 1:
+        return SetScore(len(cases), k, None, None, None, None, gate)
+    at, hat = stats.suite_pass_at_k(counts, k), stats.suite_pass_hat_k(counts, k)
+    gated = [case_score(s, max(n, k), c, k) for s, n, c in cases if set_gate(s) != NO_GATE]
+    est = stats.mean_and_se(gated) if gated else None
+    return SetScore(
+        n_cases=len(cases),
+        k=k,
+        pass_at_k=at.value,
+        pass_at_k_se=at.se,
+        pass_hat_k=hat.value,
+        pass_hat_k_se=hat.se,
+        gate=gate,
+        gated_case_score=est.value if est else None,
+        gated_case_score_se=est.se if est else None,
+        n_gated=len(gated),
+    )

@@ -1,0 +1,194 @@
+"""Power plans and pre-registration: how many units a two-arm comparison needs, the plan
+written to the suite (`evals/<unit>/plan.json`) before the run, and a verdict held
+against it (`check_against_plan`).
+
+References: Dixon & Mood 1946 (the sign test); Connor 1987, Biometrics 43(1); Chernick
+& Liu 2002 (saw-toothed exact power); Wald 1945 (sequential tests).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from evalkit.foundations._io import read_json_object, suite_folder_of, write_atomic
+from evalkit.foundations.errors import InputError
+from evalkit.foundations.layout import CONFIG_FILE, PLAN_FILE
+from evalkit.foundations.records import SEQUENTIAL_SIGN_TEST, SIGN_TEST, Plan, PlanCheck
+from evalkit.numbers import stats
+
+__all__ = ["SEQUENTIAL_SIGN_TEST", "SIGN_TEST", "Plan", "PlanCheck"]
+
+
+class Tested(Protocol):
+    """What `check_against_plan` reads of a verdict (`records.Verdict`)."""
+
+    @property
+    def test(self) -> str: ...
+    @property
+    def alpha(self) -> float: ...
+    @property
+    def unit(self) -> str: ...
+    @property
+    def n_trials(self) -> int: ...
+    @property
+    def sequential(self) -> dict[str, Any] | None: ...
+
+
+def find_plan(suite_dir: str | Path | None) -> Path | None:
+    """The suite's pre-registered `plan.json`, when it has one (the one place that looks)."""
+    if suite_dir is None:
+        return None
+    p = Path(suite_dir) / PLAN_FILE
+    return p if os.path.lexists(p) else None
+
+
+def plan_power(
+    win_rate: float,
+    tie_rate: float = 0.0,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    *,
+    sequential: bool = False,
+    seed: int | None = None,
+) -> Plan:
+    """Plan a two-arm comparison: the discordant pairs and units (cases) the exact sign
+    test needs to detect `win_rate` with `power` at `alpha`, exact and approximate.
+
+    References: Dixon & Mood 1946; Connor 1987, Biometrics 43(1); Chernick & Liu 2002
+    (saw-toothed exact power) via `stats.sign_test_sample_size`.
+    """
+    ss = stats.sign_test_sample_size(win_rate, tie_rate, alpha, power)
+    seq = None
+    test = SIGN_TEST
+    if sequential:
+        test = SEQUENTIAL_SIGN_TEST
+        seq = _sequential_design(win_rate, tie_rate, alpha, power, ss)
+    return Plan(
+        test=test,
+        alpha=alpha,
+        power=power,
+        win_rate=win_rate,
+        tie_rate=tie_rate,
+        n_trials=ss.trials_stable,
+        n_trials_first=ss.trials_first,
+        n_trials_approx=ss.trials_approx,
+        n_discordant=ss.discordant_stable,
+        n_discordant_first=ss.discordant_first,
+        n_discordant_approx=ss.discordant_approx,
+        seed=seed,
+        created=datetime.now(UTC).isoformat(timespec="seconds"),
+        sequential=seq,
+    )
+
+
+def _sequential_design(win_rate: float, tie_rate: float, alpha: float, power: float, ss: Any) -> dict[str, Any]:
+    """The sequential design: the `stats.SequentialSignTest` arguments (`params`) and
+    what they give at the planned effect (exact operating characteristics)."""
+    params: dict[str, Any] = {"win_rate": max(win_rate, 1 - win_rate), "alpha": alpha, "power": power}
+    seq = stats.SequentialSignTest(**params)
+    oc = seq.operating_characteristics(params["win_rate"], tie_rate)
+    return {
+        "params": params,
+        "max_discordant": seq.design.max_discordant,
+        "type_i_error": seq.design.type_i_error,
+        "power_exact": seq.design.power_exact,
+        "expected_discordant": oc.expected_discordant,
+        "expected_trials": oc.expected_trials,
+        # Both fixed designs: exact power is a sawtooth, so the first n reaching the
+        # target (what the benchmark compares with) and the n from which it stays there.
+        "fixed_trials": ss.trials_stable,
+        "fixed_trials_stable": ss.trials_stable,
+        "fixed_trials_first": ss.trials_first,
+        "ratio_to_fixed_first": oc.expected_trials / ss.trials_first,
+        "ratio_to_fixed_stable": oc.expected_trials / ss.trials_stable,
+    }
+
+
+def write_plan(plan: Plan, suite_dir: str | Path, *, force: bool = False) -> Path:
+    """Write `plan.json` into the suite folder (atomically). The plan's seed defaults to
+    the suite's `config.json` seed, so the run that follows is the one planned. An
+    existing plan is a pre-registration: it is replaced only with `force`."""
+    d = Path(suite_dir)
+    if not d.is_dir():
+        raise InputError("suite folder not found", d)
+    if plan.seed is None:
+        cfg = d / CONFIG_FILE
+        if cfg.exists():
+            seed = read_json_object(cfg, "config", root=d).get("seed")
+            if isinstance(seed, int):
+                plan = replace(plan, seed=seed)
+    path = d / PLAN_FILE
+    if not force and os.path.lexists(path):
+        raise InputError(
+            "a plan is already pre-registered here; replacing it silently would undo the pre-registration "
+            "(pass --force to write a new plan, and commit the change)",
+            path,
+        )
+    write_atomic(path, json.dumps(plan.to_json(), indent=2) + "\n")
+    return path
+
+
+def suite_shortfall(plan: Plan, n_cases: int) -> str | None:
+    """A sentence when a suite of `n_cases` cases has fewer than the plan needs (one vote
+    per case: repeating cases cannot make up for missing ones); None when it has enough."""
+    if plan.unit != "case" or n_cases >= plan.n_trials:
+        return None
+    return (
+        f"the suite has {n_cases} cases, the plan needs {plan.n_trials} (one vote per case): a run of this suite "
+        f"cannot follow the plan; add {plan.n_trials - n_cases} cases, or plan for a larger effect"
+    )
+
+
+def load_plan(path: str | Path) -> Plan:
+    """Read a `plan.json` (a suite folder is accepted too). A plan in a suite folder must
+    resolve inside it (`suite.read_file_bytes`)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / PLAN_FILE
+    if not os.path.lexists(p):
+        raise InputError("plan not found (write one with `evalkit power --write`)", p)
+    raw = read_json_object(p, "a plan", root=suite_folder_of(p))
+    try:
+        plan = Plan.from_json(raw)
+    except InputError as exc:
+        raise InputError(exc.message, p, json_path=exc.json_path) from None
+    return replace(plan, path=str(p))
+
+
+def check_against_plan(verdict: Tested, plan: Plan) -> PlanCheck:
+    """Hold a verdict to its plan: flag a changed test, alpha or unit, a run that
+    stopped short of the planned units (for a sequential plan: stopped before the test
+    settled), and one that ran past them (topping up a noisy comparison)."""
+    flags: list[str] = []
+    if verdict.test != plan.test:
+        flags.append(f"changed the test: planned {plan.test!r}, ran {verdict.test!r}")
+    if not math.isclose(verdict.alpha, plan.alpha):
+        flags.append(f"changed alpha: planned {plan.alpha:g}, ran {verdict.alpha:g}")
+    if not verdict.unit.startswith(plan.unit):
+        flags.append(f"changed the unit: planned {plan.unit!r}, ran {verdict.unit.split(' ')[0]!r}")
+    n = verdict.n_trials
+    if plan.test == SEQUENTIAL_SIGN_TEST and verdict.sequential:
+        if verdict.sequential.get("decision") == "continue":
+            flags.append(
+                f"stopped short: the sequential test had not settled after "
+                f"{verdict.sequential.get('n_available')} units"
+            )
+    elif n < plan.n_trials:
+        flags.append(f"stopped short: {n} of {plan.n_trials} planned units")
+    elif n > plan.n_trials and plan.test == SIGN_TEST:
+        flags.append(f"ran past the plan: {n} units against {plan.n_trials} planned")
+    return PlanCheck(
+        ok=not flags,
+        flags=tuple(flags),
+        planned_trials=plan.n_trials,
+        observed_trials=n,
+        plan_test=plan.test,
+        verdict_test=verdict.test,
+        plan=plan.path,
+    )

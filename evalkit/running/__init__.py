@@ -1,0 +1,7 @@
+"""Running: k samples per case and arm, under the cost cap.
+
+The sampling engine (`runner`), agents as the unit under test (`agents`), and runs and
+gradings through a provider's Batch API (`batch`).
+
+May import: every folder above it: `foundations`, `numbers`, `checking`, `suites`, `calls`.
+"""

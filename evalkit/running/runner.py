@@ -1,0 +1,908 @@
+"""The sampling engine: k samples per case and arm, under the cost cap, resumable.
+
+`run_suite` renders each (case, arm) with `suite.render_prompt`, calls the unit through
+`ModelClient` for every sample index with its own derived seed, and appends each
+finished sample to the run folder as it lands. It stops dispatching when the ledger
+refuses a reservation (budget exhausted) or a response breaches a ceiling; samples that
+did not run have no line, and the summary starts with ``INCOMPLETE: ...``.
+
+Resume (`resume=RUN_DIR`) reads `results.jsonl` and the ledger, runs only the missing
+(case, arm, index) keys, and carries the spend forward (calls left in flight by a killed
+run count as spent), so a finished key is never paid twice and the cap covers the whole
+run. It refuses when the suite's config, a template, an arm's guidance or the cases
+changed since the run started (hashes in the run's `config.json`). A run holds the run
+folder's lock (`RunFolder.lock`) and the runs folder's (`runs.runs_dir_lock`) from start
+to end: a second process on the same folder, or a second run in the same runs folder
+(which would share its response cache and pay again for what the first has in flight),
+is refused before it calls anything.
+
+Keys are drawn lazily from one iterator by `concurrency` workers, so the tasks (and the
+memory) of a run do not grow with k x cases.
+
+With `batch` (`evalkit run --batch`), the missing keys go to the provider's Batch API
+instead, on the same ledger (`evalkit.running.batch`); a resume with or without it first
+collects the batches an earlier session left open.
+
+Once the run stops (ceiling breached, budget exhausted, endpoint unreachable or
+endlessly rate-limiting, disk full, the watched model server exited), no further paid
+call goes out: the dispatcher checks before every key and the client before every
+attempt and during its backoff. The INCOMPLETE reason names every stop cause that
+occurred, a ceiling breach always first, then what made the run impossible to go on
+(`endpoint unreachable: <url> (<cause>)`, `disk full: <file> (<error>)`, `rate limited:
+<url> (...)`), and `summary.json` counts `ceiling_breaches` and `untrusted_usage`. A
+full disk frees the run folder's `.space-reserve` so the summary is still written;
+terminal lines and the INCOMPLETE line are `printable`. A watch (`run_suite(watch=...)`,
+and the server `evalkit serve` runs, see `endpoints`) that reports stops the run the
+same way: its first line is the cause, the rest (a dead server's log tail)
+`stop_detail`, shown under the INCOMPLETE line in `summary.md` and on stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import gc
+import hashlib
+import json
+import sys
+from collections.abc import Coroutine, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, cast
+
+from tqdm import tqdm
+
+from evalkit.calls.cache import ResponseCache
+from evalkit.calls.client import CallStopped, ModelClient, check_endpoint
+from evalkit.calls.ledger import Ledger
+from evalkit.foundations._text import printable
+from evalkit.foundations.errors import (
+    BudgetExhausted,
+    CeilingBreached,
+    DiskFull,
+    InputError,
+    InputTooLong,
+    ReplayMiss,
+    UnitCallError,
+)
+from evalkit.foundations.layout import CACHE_FILE
+from evalkit.foundations.records import Arm, CaseTable, Config, Sample, Suite
+from evalkit.running import batch as batches
+from evalkit.suites.endpoints import Watch, combine, endpoint_key, resolve_base_url, served_watch
+from evalkit.suites.runs import RunFolder, runs_dir_lock, write_atomic
+
+Key = tuple[str, str, int]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What a run did. `ran`/`total` count cases (a case ran when all its samples in
+    every arm finished); `exit_code` is 0 when complete, 1 when INCOMPLETE."""
+
+    path: Path
+    complete: bool
+    ran: int
+    total: int
+    samples_ran: int
+    samples_total: int
+    reason: str | None
+    spend_usd: float
+    avoided_usd: float
+    cap_usd: float
+    per_arm: dict[str, dict[str, int]]
+    exit_code: int
+    privacy: dict[str, Any] = dataclasses.field(default_factory=dict)  # config.json's record (evalkit.suites.privacy)
+    stop_detail: str | None = None  # what a watch said beyond the cause (a dead server's log tail)
+
+    @property
+    def incomplete_line(self) -> str | None:
+        return None if self.complete else f"INCOMPLETE: {self.ran}/{self.total} cases ({self.reason})"
+
+
+def derive_seed(config_seed: int | None, case_id: str, arm: str, index: int) -> int:
+    """A sample's seed: a stable hash of (config seed, case id, arm, index), below 2**31
+    so every server accepts it. Stable across processes and Python versions."""
+    raw = f"{config_seed if config_seed is not None else 0}\x1f{case_id}\x1f{arm}\x1f{index}"
+    return int.from_bytes(hashlib.sha256(raw.encode("utf-8")).digest()[:8], "big") % (2**31 - 1)
+
+
+def config_snapshot(config: Config) -> dict[str, Any]:
+    """The config as JSON: the file's own text when loaded from one, else the record."""
+    if config.raw:
+        return dict(config.raw)
+    d = dataclasses.asdict(config)
+    d.pop("raw", None)
+    out: dict[str, Any] = json.loads(json.dumps(d, default=str))
+    return out
+
+
+def config_hash(snapshot: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(snapshot, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def input_hashes(suite: Suite, arms: list[Arm]) -> dict[str, str]:
+    """sha256 of each text the unit's inputs are rendered from: the prompt template, the
+    system template, each run arm's guidance and skill, the cases and an agent unit's
+    program files (`evalkit.running.agents.program_files`). Stored in the run's
+    `config.json` so a resume can name what changed (config.json alone does not hold
+    these texts)."""
+
+    def sha(text: str) -> str:
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    config = suite.config
+    raw = config.raw or {}
+    out = {f"prompt template ({raw.get('template', 'prompt.txt')})": sha(config.template)}
+    if config.system is not None:
+        out[f"system template ({raw.get('system') or 'system.txt'})"] = sha(config.system)
+    for a in arms:
+        out[f"guidance of arm {a.name!r} ({a.guidance_file or 'none'})"] = sha(a.guidance or "")
+        if a.skill_dir:
+            out[f"skill of arm {a.name!r} ({a.skill_dir})"] = sha(a.skill or "")
+    cases = [{k: v for k, v in dataclasses.asdict(c).items() if k != "line"} for c in suite.cases]
+    out["cases"] = sha(json.dumps(cases, sort_keys=True, ensure_ascii=False, default=str))
+    from evalkit.running.agents import program_files  # the agent program under test: a changed one is a new run
+
+    root = Path(suite.path).resolve()
+    for p in program_files(suite):
+        out[f"agent program ({p.relative_to(root).as_posix()})"] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def _changed_inputs(before: dict[str, str], now: dict[str, str]) -> list[str]:
+    return [name for name in list(before) + [n for n in now if n not in before] if before.get(name) != now.get(name)]
+
+
+def _format_summary_md(suite: Suite, res: dict[str, Any]) -> str:
+    lines = []
+    if not res["complete"]:
+        lines.append(printable(f"INCOMPLETE: {res['ran']}/{res['total']} cases ({res['reason']})"))
+        if res.get("stop_detail"):
+            lines.append("")
+            lines.extend("    " + printable(line) for line in res["stop_detail"].splitlines())
+        lines.append("")
+    lines.append(f"# Run of {suite.name}")
+    lines.append("")
+    lines.append(f"- cases complete: {res['ran']}/{res['total']}; samples: {res['samples_ran']}/{res['samples_total']}")
+    lines.append(
+        f"- spend: ${res['spend_usd']:.6f} of cap ${res['cap_usd']:.6f}"
+        f" (avoided by the cache: ${res['avoided_usd']:.6f})"
+        + (
+            f"; ${res['in_flight_usd']:.6f} of it is the worst case of batches still running"
+            if res.get("in_flight_usd")
+            else ""
+        )
+    )
+    lines.append("")
+    lines.append("| arm | samples | errors |")
+    lines.append("|---|---:|---:|")
+    for arm, c in res["per_arm"].items():
+        lines.append(f"| {arm} | {c['samples']} | {c['errors']} |")
+    return "\n".join(lines) + "\n"
+
+
+class _Engine:
+    def __init__(
+        self,
+        suite: Suite,
+        arms: list[Arm],
+        folder: RunFolder,
+        ledger: Ledger,
+        client: ModelClient,
+        rcache: ResponseCache | None,
+        pending: int,
+        progress: bool,
+        prompts: dict[tuple[str, str], Any],
+        watch: Watch | None = None,
+    ) -> None:
+        self.config = suite.config
+        self.cases = {c.id: c for c in suite.cases}
+        self.arms = {a.name: a for a in arms}
+        self.folder = folder
+        self.ledger = ledger
+        self.client = client
+        self.rcache = rcache
+        self.stop_causes: list[str] = []  # in the order they occurred, each once
+        self.watch = watch
+        self.stop_detail: str | None = None  # the watch's detail lines (a dead server's log tail)
+        self.errored: dict[Key, str] = {}
+        # Counts, not sets of keys: memory stays flat however many samples a run has.
+        self.done_per_arm: collections.Counter[str] = collections.Counter()
+        self.done_per_case: collections.Counter[str] = collections.Counter()
+        self.prompts = prompts
+        self._tools = list(self.config.tools) or None
+        self._stop = list(self.config.stop) or None
+        self._concurrency = self.config.concurrency
+        self.agents: Any = None  # an agents.AgentRunner for agent, command and python units
+        self.bar = tqdm(
+            total=pending,
+            disable=not progress,
+            unit="sample",
+            dynamic_ncols=True,
+            desc=printable(suite.name),
+            file=sys.stderr,
+        )
+
+    @property
+    def done(self) -> int:
+        return sum(self.done_per_arm.values())
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Every stop cause that occurred, a ceiling breach first, then an unreachable
+        endpoint or a full disk ("ceiling breached; budget exhausted"); None while the
+        run goes on. Asks the watch first (a server that died stops the run here, before
+        the next key or attempt)."""
+        if self.watch is not None:
+            self._ask_watch()
+        if not self.stop_causes:
+            return None
+
+        def rank(c: str) -> tuple[int, int]:
+            first = 0 if c.startswith("ceiling breached") else 1 if c.startswith(_FIRST_CAUSES) else 2
+            return first, self.stop_causes.index(c)
+
+        return "; ".join(sorted(self.stop_causes, key=rank))
+
+    def stop(self, cause: str) -> None:
+        """Record a stop cause once; a full disk once, the first file that had no room."""
+        kind = cause.split(":", 1)[0]
+        if cause not in self.stop_causes and not (
+            kind == "disk full" and any(c.startswith("disk full:") for c in self.stop_causes)
+        ):
+            self.stop_causes.append(cause)
+
+    def _ask_watch(self) -> None:
+        assert self.watch is not None
+        reason = self.watch()
+        if reason:
+            self.watch = None  # it said why; the run has stopped
+            cause, _, detail = reason.strip().partition("\n")
+            self.stop(cause.strip())
+            self.stop_detail = detail.strip("\n") or None
+
+    def should_stop(self) -> str | None:
+        """The stop reason, after folding in what the ledger, the cache and the client
+        found (a full disk, an unreachable or endlessly rate-limiting endpoint); asked
+        before every key and every attempt."""
+        if self.ledger.disk_full is not None:
+            self.stop(str(self.ledger.disk_full))
+        if self.rcache is not None and self.rcache.write_error is not None:
+            self.stop(str(self.rcache.write_error))
+        for halted in (self.client.unreachable, self.client.rate_limited_out):
+            if halted is not None:
+                self.stop(halted)
+        return self.stop_reason
+
+    def _tick(self) -> None:
+        limit = self.client.concurrency_limit
+        throttled = f" concurrency={limit}/{self._concurrency}" if limit < self._concurrency else ""
+        self.bar.set_postfix_str(
+            f"errors={len(self.errored)} spend=${self.ledger.committed_usd:.4f}/${self.ledger.cap_usd:.4f}{throttled}",
+            refresh=False,
+        )
+        self.bar.update(1)
+
+    def call_args(self, key: Key) -> dict[str, Any]:
+        """The request arguments of a key (`ModelClient.complete` / `request_body`): its
+        rendered prompt or messages, the config's parameters and its derived seed."""
+        case_id, arm_name, index = key
+        rendered = self.prompts[(case_id, arm_name)]
+        kw: dict[str, Any] = (
+            {"messages": rendered, "tools": self._tools} if isinstance(rendered, list) else {"prompt": rendered}
+        )
+        kw.update(
+            temperature=self.config.temperature,
+            seed=derive_seed(self.config.seed, case_id, arm_name, index),
+            stop=self._stop,
+        )
+        return kw
+
+    async def one(self, key: Key) -> None:
+        case_id, arm_name, index = key
+        try:
+            if self.agents is not None:  # an agent unit: many calls, one sample (evalkit.running.agents)
+                seed = derive_seed(self.config.seed, case_id, arm_name, index)
+                sample = await self.agents.sample(
+                    self.cases[case_id], self.arms[arm_name], index, seed, self.prompts.get((case_id, arm_name))
+                )
+            else:  # the prompt unit: one call
+                c = await self.client.complete(
+                    **self.call_args(key),
+                    sample_index=index,
+                    key=f"{case_id}/{arm_name}/{index}",
+                    should_stop=self.should_stop,
+                )
+                sample = self.sample_of(key, c)
+        except BudgetExhausted as exc:
+            self.stop("budget exhausted")
+            attempts = int(getattr(exc, "attempts", 0))
+            if attempts:  # refused on a retry: the key paid and errored
+                self._error(key, f"{type(exc).__name__}: {exc}", attempts, getattr(exc, "cost_usd", None))
+            return
+        except CeilingBreached as exc:
+            self.stop("ceiling breached")
+            self._error(key, str(exc), getattr(exc, "attempts", 1), getattr(exc, "cost_usd", None))
+            return
+        except DiskFull as exc:  # the ledger could not record a reservation: nothing was sent
+            self.stop(str(exc))
+            return
+        except CallStopped as exc:
+            # The run stopped while this key waited to retry: no further attempt was
+            # paid. A key that made earlier attempts says so; one that made none is
+            # simply not run, like a key the dispatcher skipped.
+            attempts = int(getattr(exc, "attempts", 0))
+            if attempts:
+                self._error(key, f"{type(exc).__name__}: {exc}", attempts, getattr(exc, "cost_usd", None))
+            return
+        except (InputTooLong, UnitCallError, ReplayMiss) as exc:
+            self._error(
+                key, f"{type(exc).__name__}: {exc}", getattr(exc, "attempts", 0), getattr(exc, "cost_usd", None)
+            )
+            self.should_stop()  # an unreachable endpoint stops the run now, not at the next key
+            return
+        except Exception as exc:  # noqa: BLE001 - a response nobody foresaw fails its sample, not the run
+            self._error(key, f"unexpected {type(exc).__name__}: {exc}", getattr(exc, "attempts", 0))
+            return
+        self.append(key, sample)
+
+    def sample_of(self, key: Key, c: Any) -> Sample:
+        """A finished call of the prompt unit (a `client.Completion`) as the key's
+        `results.jsonl` line."""
+        case_id, arm_name, index = key
+        return Sample(
+            case_id=case_id,
+            tags=self.cases[case_id].tags,
+            arm=arm_name,
+            index=index,
+            seed=derive_seed(self.config.seed, case_id, arm_name, index),
+            model=c.model,
+            output=c.text,
+            tool_calls=c.tool_calls,
+            finish_reason=c.finish_reason,
+            usage=c.usage,
+            latency_ms=round(c.latency_ms, 3),
+            cost_usd=c.cost_usd,
+            request_hash=c.request_hash,
+            system_fingerprint=c.system_fingerprint,
+            cached=c.cached,
+            cost_avoided_usd=c.cost_avoided_usd,
+        )
+
+    def record(self, key: Key, c: Any) -> None:
+        """Append a finished call (a `client.Completion`: a provider batch's line) as the
+        key's sample."""
+        self.append(key, self.sample_of(key, c))
+
+    def append(self, key: Key, sample: Sample) -> None:
+        """Append the key's finished sample to `results.jsonl`."""
+        case_id, arm_name, _ = key
+        try:
+            self.folder.append_result(sample)
+        except DiskFull as exc:  # paid and on the ledger; its answer is in the cache when that had room
+            self.stop(str(exc))
+            return
+        self.done_per_arm[arm_name] += 1
+        self.done_per_case[case_id] += 1
+        self._tick()
+
+    def error(self, key: Key, message: str, attempts: int) -> None:
+        """Record that a key failed (its `errors.jsonl` line)."""
+        self._error(key, message, attempts)
+
+    def _error(self, key: Key, message: str, attempts: int, cost_usd: float | None = None) -> None:
+        self.errored[key] = message
+        try:
+            self.folder.append_error(key[0], key[1], key[2], message, attempts, cost_usd)
+        except DiskFull as exc:
+            self.stop(str(exc))
+        self._tick()
+
+    async def run(self, keys: Iterator[Key], concurrency: int) -> None:
+        """Run `keys` with `concurrency` workers drawing from the one iterator: at most
+        that many keys are in progress (and that many tasks exist), however many keys a
+        run has. A worker stops drawing once the run stops."""
+
+        async def worker() -> None:
+            for key in keys:
+                if self.should_stop() is not None:
+                    return
+                await self.one(key)
+
+        workers = [asyncio.ensure_future(worker()) for _ in range(max(1, concurrency))]
+        try:
+            await asyncio.gather(*workers)
+        finally:
+            for t in workers:
+                t.cancel()
+            self.bar.close()
+
+
+# Stop causes shown right after a ceiling breach: they say why nothing more could run.
+_FIRST_CAUSES = ("endpoint unreachable", "disk full", "rate limited")
+
+
+def run_is_ci(config: Config) -> bool:
+    """Whether `config` is a suite's config under its CI cap (`suite.ci_suite`, `evalkit
+    run --ci`): lint holds `ci.cost_cap_usd` below `cost_cap_usd`, so the two cannot be
+    told apart only when they are one number, which lint refuses."""
+    return config.ci_cost_cap_usd is not None and config.cost_cap_usd == config.ci_cost_cap_usd
+
+
+def run_cap_usd(meta: dict[str, Any], fallback: float) -> float:
+    """The cost cap a run folder spends under, generator and judge together: the one its
+    `config.json` records (`cost_cap_usd`, the CI cap for a CI run), else (a run from
+    before evalkit recorded it, or from another tool) the config snapshot's, else
+    `fallback`."""
+    for value in (meta.get("cost_cap_usd"), (meta.get("config") or {}).get("cost_cap_usd")):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            return float(value)
+    return float(fallback)
+
+
+def _plan(suite: Suite, arms: list[Arm], k: int) -> Iterator[Key]:
+    """Every (case, arm, index) key of a run, in order, one at a time."""
+    return ((c.id, a.name, i) for c in suite.cases for a in arms for i in range(k))
+
+
+async def run_suite_async(
+    suite: Suite | str | Path,
+    *,
+    arms: list[str] | None = None,
+    k: int | None = None,
+    runs_dir: str | Path | None = None,
+    base_url: str | None = None,
+    resume: str | Path | None = None,
+    replay_only: bool = False,
+    progress: bool = True,
+    cache: bool = True,
+    sample_files: bool = True,
+    allow_private_data: bool = False,
+    watch: Watch | None = None,
+    batch: batches.BatchOptions | None = None,
+) -> RunResult:
+    """The async core of `run_suite`."""
+    if not isinstance(suite, Suite):
+        from evalkit.suites.loader import load_suite
+
+        suite = load_suite(suite)
+    if resume is not None:
+        folder = RunFolder(resume)  # its layout (sample files or not) comes from its config.json
+        folder.read_meta()  # not a run folder: say so before creating anything in it
+        with folder.lock(), runs_dir_lock(Path(resume).parent):
+            return await _run_in_folder(
+                suite,
+                folder,
+                arms=arms,
+                k=k,
+                runs_root=Path(resume).parent,
+                base_url=base_url,
+                resume=True,
+                replay_only=replay_only,
+                progress=progress,
+                cache=cache,
+                sample_files=sample_files,
+                allow_private_data=allow_private_data,
+                watch=watch,
+                batch=batch,
+            )
+    from evalkit.suites.suite import default_runs_dir  # a `runs` symlink out of the suite is refused
+
+    runs_root = Path(runs_dir) if runs_dir is not None else default_runs_dir(suite.path)
+    return await _run_in_folder(
+        suite,
+        None,
+        arms=arms,
+        k=k,
+        runs_root=runs_root,
+        base_url=base_url,
+        resume=False,
+        replay_only=replay_only,
+        progress=progress,
+        cache=cache,
+        sample_files=sample_files,
+        allow_private_data=allow_private_data,
+        watch=watch,
+        batch=batch,
+    )
+
+
+async def _run_in_folder(
+    suite: Suite,
+    folder: RunFolder | None,
+    *,
+    arms: list[str] | None,
+    k: int | None,
+    runs_root: Path,
+    base_url: str | None,
+    resume: bool,
+    replay_only: bool,
+    progress: bool,
+    cache: bool,
+    sample_files: bool,
+    allow_private_data: bool = False,
+    watch: Watch | None = None,
+    batch: batches.BatchOptions | None = None,
+) -> RunResult:
+    """Check the inputs, then run (a new folder is created and locked only once every
+    check passed; a resumed one is already locked by the caller)."""
+    config = suite.config
+    if batch is not None:  # a provider batch needs its price, and calls (evalkit.running.batch)
+        if replay_only:
+            raise InputError("--replay-only makes no calls, so it takes no --batch")
+        if config.unit.kind != "prompt":  # an agent's calls each wait on the answer before
+            raise InputError(
+                f"--batch sends independent calls; a {config.unit.kind} unit's calls each depend on the answer "
+                "before (run it online)",
+                Path(suite.path) / "config.json",
+                json_path="$.unit.kind",
+            )
+        batches.check_ready(config, config_path=Path(suite.path) / "config.json")
+    snapshot = config_snapshot(config)
+    chash = config_hash(snapshot)
+    ci = run_is_ci(config)
+    if resume:
+        assert folder is not None
+        meta = folder.read_meta()
+        if meta.get("config_hash") != chash:
+            raise InputError(
+                "the suite's config.json changed since this run started; start a new run instead of resuming",
+                folder.path / "config.json",
+                json_path="$.config_hash",
+            )
+        run_arms, run_k = list(meta["arms"]), int(meta["k"])
+        if arms is not None and list(arms) != run_arms:
+            raise InputError(f"--arms {','.join(arms)} differs from the run's arms {','.join(run_arms)}")
+        if k is not None and int(k) != run_k:
+            raise InputError(f"--k {k} differs from the run's k {run_k}")
+        present = {x.id for x in suite.cases}
+        missing = [c for c in meta.get("cases", []) if c not in present]
+        if missing:
+            raise InputError(
+                f"cases of the run are no longer in the suite: {', '.join(missing[:5])}",
+                Path(suite.path) / "cases.jsonl",
+            )
+        arms, k = run_arms, run_k
+        folder.sample_files = bool(meta.get("sample_files", True))  # keep the run's layout whole
+        recorded_cap = meta.get("cost_cap_usd")
+        if isinstance(recorded_cap, (int, float)) and not isinstance(recorded_cap, bool):
+            if ci and not meta.get("ci"):
+                raise InputError(
+                    f"--ci: this run was not a CI run (it runs under cost_cap_usd ${recorded_cap:g}); resume it "
+                    "without --ci, or start a new run with --ci",
+                    folder.path / "config.json",
+                    json_path="$.ci",
+                )
+            # the cap the run started under, whatever this resume was given (a CI run stays
+            # under ci.cost_cap_usd without --ci): the whole run spends under one cap
+            config = dataclasses.replace(config, cost_cap_usd=float(recorded_cap))
+            suite = dataclasses.replace(suite, config=config)
+            ci = bool(meta.get("ci"))
+    names = list(arms) if arms is not None else [a.name for a in config.arms]
+    if not names:
+        raise InputError("no arms to run", Path(suite.path) / "config.json", json_path="$.arms")
+    known = {a.name for a in config.arms}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise InputError(
+            f"unknown arm(s) {', '.join(unknown)}; the config has {', '.join(sorted(known))}",
+            Path(suite.path) / "config.json",
+            json_path="$.arms",
+        )
+    if len(set(names)) != len(names):
+        raise InputError(f"arm named twice in {','.join(names)}")
+    k = int(k if k is not None else config.k)
+    from evalkit.suites.suite import run_size_problem  # the limits lint holds the config's k to, on --k and --arms too
+
+    problem = run_size_problem(len(suite.cases), len(names), k)
+    if problem:
+        raise InputError(problem)
+    arm_objs = [config.arm(n) for n in names]
+    # Render every prompt and check the endpoint before writing anything: bad input
+    # leaves no half-made run folder.
+    from evalkit.suites.suite import render_prompt
+
+    unit = config.unit
+    prompts = (
+        {(c.id, a.name): render_prompt(config, c, a) for c in suite.cases for a in arm_objs}
+        if unit.kind in ("prompt", "agent")  # a command or python unit gets the case as JSON
+        else {}
+    )
+    inputs = input_hashes(suite, arm_objs)
+    inputs_hash = config_hash(inputs)
+    if resume and folder is not None:
+        before = meta.get("inputs")
+        if isinstance(before, dict) and meta.get("inputs_hash") != inputs_hash:
+            changed = _changed_inputs(before, inputs)
+            raise InputError(
+                f"changed since this run started: {'; '.join(changed)}; start a new run instead of resuming",
+                folder.path / "config.json",
+                json_path="$.inputs",
+            )
+    # personal data and secrets never reach an endpoint unless the user says so (evalkit.suites.privacy)
+    from evalkit.suites.privacy import run_gate
+
+    privacy = run_gate(suite, allowed=allow_private_data, recorded=meta.get("privacy") if resume else None)
+    base_url = resolve_base_url(
+        "generator", config.generator, base_url, replay_only=replay_only, config_path=Path(suite.path) / "config.json"
+    )
+    if resume and folder is not None and privacy.get("allowed") and not (meta.get("privacy") or {}).get("allowed"):
+        meta["privacy"] = privacy  # the flag given on this resume: the run's record says so
+        write_atomic(folder.path / "config.json", json.dumps(meta, indent=2) + "\n")
+    check_endpoint(config.generator, base_url, replay_only)
+    watch = combine(watch, served_watch(base_url))
+    from evalkit.running.agents import prepare  # a command's program, a python unit's function: found before any write
+
+    target = prepare(suite)
+
+    if not resume:
+        meta = {
+            "suite": str(suite.path),
+            "suite_name": suite.name,
+            "config": snapshot,
+            "config_hash": chash,
+            "inputs": inputs,
+            "inputs_hash": inputs_hash,
+            "arms": names,
+            "k": k,
+            "cases": [c.id for c in suite.cases],
+            "created": datetime.now(UTC).isoformat(timespec="seconds"),
+            "source": "evalkit",
+            "sample_files": sample_files,
+            "privacy": privacy,
+            "cost_cap_usd": config.cost_cap_usd,  # the cap this run (and its grading) spends under
+            "ci": ci,
+        }
+
+    def execute(folder: RunFolder) -> Coroutine[Any, Any, RunResult]:
+        return _execute(
+            suite,
+            folder,
+            arm_objs,
+            k,
+            prompts,
+            base_url,
+            runs_root,
+            replay_only,
+            progress,
+            cache,
+            privacy,
+            watch=watch,
+            batch=batch,
+            target=target,
+        )
+
+    if not resume:
+        with runs_dir_lock(runs_root):  # one run at a time per runs folder (and its response cache)
+            folder = RunFolder.create(runs_root, meta)
+            folder.write_case_table(CaseTable.from_cases(suite.cases))  # the cases as this run sees them
+            folder.sample_files = sample_files
+            with folder.lock():
+                return await execute(folder)
+    assert folder is not None
+    return await execute(folder)
+
+
+async def _execute(
+    suite: Suite,
+    folder: RunFolder,
+    arm_objs: list[Arm],
+    k: int,
+    prompts: dict[tuple[str, str], Any],
+    base_url: str | None,
+    runs_root: Path,
+    replay_only: bool,
+    progress: bool,
+    cache: bool,
+    privacy: dict[str, Any] | None = None,
+    *,
+    watch: Watch | None = None,
+    batch: batches.BatchOptions | None = None,
+    target: Any = None,
+) -> RunResult:
+    """Run the keys of the plan (cases x arms x k) that `folder` lacks, under its lock
+    and the runs folder's, and write the summary."""
+    config = suite.config
+    rows = folder.results()
+    planned = {c.id for c in suite.cases}, {a.name for a in arm_objs}
+    done_before = {
+        key
+        for key in ((r["case_id"], r["arm"], int(r["index"])) for r in rows)
+        if key[0] in planned[0] and key[1] in planned[1] and 0 <= key[2] < k
+    }
+    samples_total = len(suite.cases) * len(arm_objs) * k
+    pending: Iterator[Key] = (key for key in _plan(suite, arm_objs, k) if key not in done_before)
+    interrupted: BaseException | None = None
+    start_cause: str | None = None
+    # Each resource is closed however the run ends, even when building the next one or
+    # closing another fails (the cache flushes its last rows, the sample writer drains).
+    async with contextlib.AsyncExitStack() as stack:
+        stack.callback(folder.close)
+        try:
+            folder.reserve_space()  # freed if the disk fills, so the summary still fits
+            if rows and folder.sample_files:
+                folder.repair_sample_files(rows)  # a kill (or a full disk) can leave samples without their file
+        except DiskFull as exc:
+            start_cause = str(exc)
+        del rows
+        ledger = Ledger.resume(config.cost_cap_usd, folder.ledger_path)
+        stack.callback(ledger.close)
+        rcache = ResponseCache(runs_root / CACHE_FILE) if (cache or replay_only) else None
+        if rcache is not None:
+            stack.callback(rcache.close)
+        client = ModelClient(
+            config.generator,
+            config.price,
+            ledger,
+            role="generator",
+            max_tokens_in=config.max_tokens_in,
+            max_tokens_out=config.max_tokens_out,
+            cache=rcache,
+            replay_only=replay_only,
+            max_attempts=config.max_attempts,
+            timeout_s=config.timeout_s,
+            base_url=base_url,
+            rate_limit_budget_s=config.rate_limit_budget_s,
+            max_connection_failures=config.max_connection_failures,
+            concurrency=config.concurrency,
+            cache_endpoint=endpoint_key(base_url) if base_url else None,  # answers are the server's own
+        )
+        stack.push_async_callback(client.aclose)
+        engine = _Engine(
+            suite, arm_objs, folder, ledger, client, rcache, samples_total - len(done_before), progress, prompts, watch
+        )
+        if start_cause is not None:
+            engine.stop(start_cause)
+        if config.unit.kind != "prompt":  # evalkit.running.agents: the tool loop, or a program behind the proxy
+            from evalkit.running.agents import AgentRunner
+
+            engine.agents = await AgentRunner(
+                suite, folder.path, client, should_stop=engine.should_stop, on_stop=engine.stop, target=target
+            ).start()
+            stack.push_async_callback(engine.agents.aclose)
+        try:
+            if batch is not None or batches.has_open(folder.path):  # a provider batch (evalkit.running.batch)
+                pending = await batches.run_keys(engine, pending, k, batch, base_url)
+            await engine.run(pending, config.concurrency)
+        except (asyncio.CancelledError, KeyboardInterrupt) as exc:
+            # Ctrl-C: the calls in flight were settled at their worst case by the client;
+            # write the INCOMPLETE summary, then let the interruption go on.
+            interrupted = exc
+            engine.stop("interrupted")
+    engine.should_stop()  # what closing found (the cache's last flush) counts too
+
+    per_arm = {a.name: {"samples": 0, "errors": 0} for a in arm_objs}
+    by_case: collections.Counter[str] = collections.Counter(engine.done_per_case)
+    for c, a, _ in done_before:
+        per_arm[a]["samples"] += 1
+        by_case[c] += 1
+    for a, n in engine.done_per_arm.items():
+        per_arm[a]["samples"] += n
+    for _, a, _ in engine.errored:
+        per_arm[a]["errors"] += 1
+    per_case_total = len(arm_objs) * k
+    ran = sum(1 for c in suite.cases if by_case.get(c.id, 0) == per_case_total)
+    total = len(suite.cases)
+    samples_ran = len(done_before) + engine.done
+    complete = samples_ran == samples_total
+    if ledger.breaches and "ceiling breached" not in engine.stop_causes:
+        engine.stop("ceiling breached in an earlier session")  # never hidden on a resume
+    reason = engine.stop_reason
+    # A provider batch still running holds its reservation: spent until collected, as a
+    # resume counts it (below the ledger's tolerance: the rounding of settled calls).
+    in_flight = ledger.reserved_usd if ledger.reserved_usd > 1e-12 else 0.0
+    if not complete and reason is None:
+        reason = f"{len(engine.errored)} sample(s) errored" if engine.errored else "samples missing"
+    summary = {
+        "complete": complete,
+        "ran": ran,
+        "total": total,
+        "samples_ran": samples_ran,
+        "samples_total": samples_total,
+        "reason": None if complete else reason,
+        "spend_usd": ledger.committed_usd + in_flight,
+        "avoided_usd": ledger.avoided_usd,
+        "cap_usd": ledger.cap_usd,
+        "ceiling_breaches": ledger.breaches,
+        "untrusted_usage": ledger.untrusted,
+        "per_arm": per_arm,
+        "exit_code": 0 if complete else 1,
+    }
+    if in_flight:
+        summary["in_flight_usd"] = in_flight
+    if engine.stop_detail:
+        summary["stop_detail"] = engine.stop_detail
+    folder.release_space()
+    try:
+        folder.write_summary(summary, _format_summary_md(suite, summary))
+    except DiskFull as exc:  # even the freed reserve was taken: say so, the run folder stays resumable
+        print(f"evalkit: summary not written ({printable(str(exc))})", file=sys.stderr, flush=True)
+    result = RunResult(
+        path=folder.path,
+        complete=complete,
+        ran=ran,
+        total=total,
+        samples_ran=samples_ran,
+        samples_total=samples_total,
+        reason=cast("str | None", summary["reason"]),
+        spend_usd=cast(float, summary["spend_usd"]),
+        avoided_usd=ledger.avoided_usd,
+        cap_usd=ledger.cap_usd,
+        per_arm=per_arm,
+        exit_code=cast(int, summary["exit_code"]),
+        privacy=dict(privacy or {}),
+        stop_detail=engine.stop_detail,
+    )
+    if not complete:
+        print(printable(result.incomplete_line or ""), file=sys.stderr, flush=True)
+        for line in (result.stop_detail or "").splitlines():  # each line made printable, not the block
+            print(printable(line), file=sys.stderr, flush=True)
+    if interrupted is not None:
+        raise interrupted
+    return result
+
+
+def run_suite(
+    suite: Suite | str | Path,
+    *,
+    arms: list[str] | None = None,
+    k: int | None = None,
+    runs_dir: str | Path | None = None,
+    base_url: str | None = None,
+    resume: str | Path | None = None,
+    replay_only: bool = False,
+    progress: bool = True,
+    cache: bool = True,
+    sample_files: bool = True,
+    allow_private_data: bool = False,
+    watch: Watch | None = None,
+    batch: batches.BatchOptions | None = None,
+) -> RunResult:
+    """Run cases x arms x k samples of a suite (a `Suite` or its folder) and write a run
+    folder; see the module docstring. `base_url` overrides `EVALKIT_BASE_URL` and the
+    config's generator URL (with none of them the run is refused: `endpoints`);
+    `cache=False` neither reads nor writes the response cache; `sample_files=False` skips
+    the per-sample text files; `watch` (e.g. `LocalModelServer.exit_reason`) is asked
+    before every sample and attempt, and a reason from it stops the run at once,
+    INCOMPLETE (`endpoints` says more); `batch` (`evalkit.running.batch.BatchOptions`) sends
+    the missing keys through the provider's Batch API. Raises `InputError` on bad input before anything
+    is written, personal data or secrets in the suite included (`evalkit.suites.privacy.run_gate`)
+    unless `allow_private_data`."""
+    with _frozen_heap():
+        return asyncio.run(
+            run_suite_async(
+                suite,
+                arms=arms,
+                k=k,
+                runs_dir=runs_dir,
+                base_url=base_url,
+                resume=resume,
+                replay_only=replay_only,
+                progress=progress,
+                cache=cache,
+                sample_files=sample_files,
+                allow_private_data=allow_private_data,
+                watch=watch,
+                batch=batch,
+            )
+        )
+
+
+@contextlib.contextmanager
+def _frozen_heap() -> Iterator[None]:
+    """Keep the objects that exist before a run (imported modules: pandas alone brings
+    over 100,000) out of the garbage collector's scans during it: a run allocates a few
+    objects per call, each oldest-generation collection walked the whole heap, and that
+    was about a tenth of a fast run's CPU. The objects are handed back afterwards. Left
+    alone when the caller already froze objects of its own."""
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()

@@ -1,0 +1,83 @@
+"""Suites of other tools, read into the parts a native suite has (`suite.SuiteSource`):
+agent-evals `evals.json` (`agent_evals`), Vally/SKRAFT `eval.yaml` (`vally`), and an
+evaluation dataset (`dataset`, for `evalkit dataset to-suite`). Each importer points
+every place at the foreign file, so `evalkit.suites.suite` validates them with messages that
+point into it.
+
+`source_for` finds what a path names: a native suite folder (`suite.native_source`), or
+a foreign file read through the importers.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from evalkit.foundations._io import outside_message, outside_root
+from evalkit.foundations.errors import InputError
+from evalkit.foundations.findings import Findings
+from evalkit.foundations.layout import AGENT_EVALS_NAMES, CASES_FILE, CONFIG_FILE, FOREIGN_SUITE_NAMES
+from evalkit.suites.formats.agent_evals import read_agent_evals
+from evalkit.suites.formats.base import ImportedSuite
+from evalkit.suites.formats.vally import read_vally
+from evalkit.suites.suite import SuiteSource, native_source
+
+
+def read_foreign(path: str | Path) -> ImportedSuite:
+    """Read an agent-evals `evals.json` or a Vally `eval.yaml` (chosen by name, then by
+    extension)."""
+    p = Path(path)
+    name = p.name.lower()
+    if name in AGENT_EVALS_NAMES or (name.endswith(".json") and name not in (CONFIG_FILE,)):
+        return read_agent_evals(p)
+    if name.endswith((".yaml", ".yml")):
+        return read_vally(p)
+    raise InputError("unknown suite file: expected a suite folder, an agent-evals evals.json or a Vally eval.yaml", p)
+
+
+def source_for(path: str | Path, fx: Findings) -> SuiteSource | None:
+    """Find what `path` names: a suite folder, a `cases.jsonl` or `config.json` inside one,
+    or a foreign file (`evals.json`, `eval.yaml`) read through the importers. Problems
+    go to `fx` (None when there is no source to validate)."""
+    p = Path(path)
+    if not p.exists():
+        fx.error("no such file or folder", str(p))
+        return None
+    if not p.is_dir() and p.name in (CASES_FILE, CONFIG_FILE):
+        p = p.parent
+    if p.is_dir():
+        if os.path.lexists(p / CASES_FILE) or os.path.lexists(p / CONFIG_FILE):
+            return native_source(p, fx)
+        for foreign in FOREIGN_SUITE_NAMES:
+            if os.path.lexists(p / foreign):
+                real = outside_root(p / foreign, p)
+                if real is not None:
+                    fx.error(outside_message(real, p), str(p / foreign))
+                    return None
+                p = p / foreign
+                break
+        else:
+            fx.error(
+                f"not a suite: no {CASES_FILE} and {CONFIG_FILE}, and no {' or '.join(FOREIGN_SUITE_NAMES)}", str(p)
+            )
+            return None
+    try:
+        imported = read_foreign(p)
+    except InputError as exc:
+        fx.add(exc)
+        fx.replay_warnings(getattr(exc, "warnings", ()))
+        return None
+    fx.replay_warnings(imported.warnings)
+    return imported.source()
+
+
+def suite_source(path: str | Path) -> SuiteSource:
+    """What a validation pass reads from `path` (a suite folder, or a foreign file through
+    the importers), for passes of other modules (the privacy scan); `InputError` when
+    there is no suite there."""
+    fx = Findings(strict=False)
+    src = source_for(path, fx)
+    fx.raise_errors()
+    if src is None:
+        raise InputError("not a suite", path)
+    return src

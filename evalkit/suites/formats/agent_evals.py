@@ -1,0 +1,135 @@
+"""agent-evals `evals.json` -> suite parts: `{"cases": [{"id", "set", "prompt", "expect",
+"match"}]}`, read by the same rules as `evalkit grade --eval-file`
+(`evalkit.conclusions.agentevals`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import regex
+
+from evalkit.foundations._io import MAX_CASES_BYTES, json_error, json_line_index, line_of, read_text_file
+from evalkit.foundations.errors import InputError
+from evalkit.foundations.findings import Findings
+from evalkit.foundations.layout import PROMPT_FILE
+from evalkit.foundations.records import SET_NAME
+from evalkit.suites.formats.base import IMPORT_PROMPT, ImportedSuite, default_config, raise_with_warnings, slugify
+from evalkit.suites.suite import _Reader
+
+MATCH_MODES = ("exact", "contains", "regex")  # `match` of a case, read case-insensitively; absent: contains
+
+
+AGENT_EVALS_CASE_KEYS = {"id", "set", "prompt", "expect", "match"}
+
+
+def read_agent_evals(path: str | Path) -> ImportedSuite:
+    """agent-evals `{"cases": [{"id", "set", "prompt", "expect", "match"}]}`.
+
+    That harness trims outputs and expectations and matches case-insensitively in all
+    three modes (`contains` by default); the checks written here keep those semantics
+    (`trim`/`case_fold`, regex flag `i`). Its `contains` treats `*` and `?` as wildcards;
+    ours matches literally, so such expectations get a warning.
+    """
+    p = Path(path)
+    text = read_text_file(p, limit=MAX_CASES_BYTES)
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(json_error(exc), p, exc.lineno) from None
+    lines = json_line_index(text)
+    fx = Findings(strict=False)
+
+    # (the importer's findings are not strict; lint replays its warnings as strict ones)
+    reader = _Reader(fx, str(p), lambda jp: line_of(lines, jp))
+    err, warn = reader.err, reader.warn
+
+    if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
+        raise InputError('an agent-evals file must be an object with a "cases" list', p, 1, "$")
+    for key in doc:
+        if key != "cases":
+            warn(f"$.{key}", f"unknown key {key!r} (ignored)")
+    if not doc["cases"]:
+        raise InputError('the "cases" list is empty', p, line_of(lines, "$.cases"), "$.cases")
+    cases: list[tuple[int | None, str, dict[str, Any]]] = []
+    shape = 'an object {"id", "set", "prompt", "expect", "match"}'
+    for jp, c in reader.objects(doc["cases"], "$.cases", AGENT_EVALS_CASE_KEYS, "case", shape):
+        # The same rules as `evalkit grade --eval-file` (agentevals.load_eval_file), so a
+        # file one accepts the other reads alike: set and match case-insensitive, an
+        # empty match is contains, the prompt optional.
+        ok = True
+        for key in ("id", "expect"):
+            if not isinstance(c.get(key), str):
+                err(f"{jp}.{key}", f"missing or non-string {key!r}")
+                ok = False
+        if not isinstance(c.get("prompt", ""), str):
+            err(f"{jp}.prompt", "prompt must be a string")
+            ok = False
+        match = c.get("match") or "contains"
+        if not isinstance(match, str) or match.lower() not in MATCH_MODES:
+            err(f"{jp}.match", f"unknown match type {json.dumps(match)}; expected exact, contains or regex")
+            ok = False
+        case_set = c.get("set")
+        if case_set is None:
+            case_set = "capability"
+            warn(
+                f"{jp}.set",
+                "no set: imported as capability (agent-evals' run-evals.ps1 skips the gate of "
+                "such a case, and `evalkit grade --eval-file` refuses it)",
+            )
+        elif not isinstance(case_set, str) or not case_set.strip():
+            err(f"{jp}.set", f"set must be a nonempty string, got {json.dumps(case_set)}")
+            ok = False
+        elif not SET_NAME.fullmatch(case_set.strip().lower()):
+            # any set is accepted (gate "none" unless capability or regression), as a native set name
+            warn(
+                f"{jp}.set",
+                f"set {json.dumps(case_set)} imported as {slugify(case_set)!r} (a set name is "
+                "lowercase letters, digits, '.', '_' and '-')",
+            )
+            case_set = slugify(case_set)
+        if not ok:
+            continue
+        match, case_set = match.lower(), case_set.strip().lower()
+        expect = c["expect"].strip()
+        if not expect:
+            err(f"{jp}.expect", "expect is empty: it would match any output")
+            continue
+        if match == "exact":
+            check = {"kind": "exact", "value": expect, "trim": True, "case_fold": True}
+        elif match == "contains":
+            check = {"kind": "contains", "value": expect, "case_fold": True}
+            if "*" in expect or "?" in expect:
+                warn(
+                    f"{jp}.expect",
+                    "agent-evals treats * and ? in a contains expectation as wildcards; "
+                    "evalkit matches them literally (use match: regex for a pattern)",
+                )
+        else:
+            try:
+                regex.compile(expect, regex.IGNORECASE)
+            except regex.error as exc:
+                err(f"{jp}.expect", f"regex does not compile: {exc}")
+                continue
+            check = {"kind": "regex", "pattern": expect, "flags": "i"}
+        cases.append(
+            (
+                line_of(lines, jp),
+                jp,
+                {
+                    "id": c["id"],
+                    "input": c.get("prompt", ""),
+                    "expected": c["expect"],
+                    "tags": [case_set],
+                    "set": case_set,
+                    "checks": [check],
+                },
+            )
+        )
+    raise_with_warnings(fx)
+    name = p.parent.name or p.stem
+    config = default_config(name, f"imported from agent-evals {p.name}", source=f"agent-evals {p.name}")
+    return ImportedSuite(
+        "agent-evals", str(p), name, config, tuple(cases), {PROMPT_FILE: IMPORT_PROMPT}, tuple(fx.warnings)
+    )

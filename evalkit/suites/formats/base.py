@@ -1,0 +1,99 @@
+"""What every importer builds: a foreign suite turned into native suite parts in memory
+(`ImportedSuite`), with the local defaults an imported suite gets (it carries no model
+settings of its own)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evalkit.foundations.errors import InputError
+from evalkit.foundations.findings import Finding, Findings
+from evalkit.suites.suite import SuiteSource, local_model_note
+from evalkit.suites.suite import default_config as suite_default_config
+
+# Local defaults for an imported suite, which carries no model settings of its own: the
+# embedded model (`evalkit serve`), its address given by `evalkit run --base-url`.
+IMPORT_PROMPT = "${guidance}${input}\n"
+
+
+IMPORT_RUBRIC = """# Rubric v1 (imported suite)
+
+Each judged case lists its own criteria (the rubric of the case). Score on this scale:
+5: meets every criterion of the case.
+4: meets the criteria with a minor gap.
+3: meets about half of the criteria.
+2: meets one criterion at most.
+1: meets none, is off-task, or is empty.
+"""
+
+
+def default_config(
+    name: str, description: str, *, k: int = 5, timeout_s: float | None = None, source: str = ""
+) -> dict[str, Any]:
+    """The config written for an imported suite: `suite.default_config` (the one default,
+    local and lint-clean), with caps sized for the embedded model's 2048-token context."""
+    extra: dict[str, Any] = {} if timeout_s is None else {"timeout_s": timeout_s}
+    return suite_default_config(
+        {
+            "// imported": f"imported from {source}; edit the model settings below before a paid run",
+            "name": name,
+            "description": description,
+        },
+        {
+            "generator": local_model_note("the embedded local model"),
+            "cost_cap_usd": (
+                "caps",
+                "local defaults: a small cap and token ceilings sized for the embedded model's 2048-token context",
+            ),
+        },
+        k=k,
+        cost_cap_usd=0.5,
+        max_tokens_in=1536,
+        max_tokens_out=256,
+        **extra,
+    )
+
+
+@dataclass(frozen=True)
+class ImportedSuite:
+    """A foreign suite turned into native parts, still in memory."""
+
+    format: str  # "agent-evals" | "vally"
+    path: str  # the foreign file
+    name: str
+    config: dict[str, Any]
+    cases: tuple[tuple[int | None, str, dict[str, Any]], ...]  # (line, JSON path in the file, case)
+    files: dict[str, str] = field(default_factory=dict)  # prompt.txt, judge files
+    warnings: tuple[Finding, ...] = ()
+
+    def source(self) -> SuiteSource:
+        """A `SuiteSource` whose every place points into the foreign file."""
+        p = Path(self.path)
+        return SuiteSource(
+            root=p.parent,
+            name=self.name,
+            config=self.config,
+            config_path=str(p),
+            config_lines={},
+            cases=[(str(p), line, jp, dict(c)) for line, jp, c in self.cases],
+            files=dict(self.files),
+            is_native=False,
+        )
+
+
+def raise_with_warnings(fx: Findings) -> None:
+    """Raise the errors found, carrying the warnings along so lint can print both."""
+    try:
+        fx.raise_errors()
+    except InputError as exc:
+        exc.warnings = tuple(fx.warnings)  # type: ignore[attr-defined]
+        raise
+
+
+def slugify(name: str) -> str:
+    """A stable, file-name-safe case id from a stimulus name."""
+    s = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    return s[:100].rstrip("-") or "stimulus"

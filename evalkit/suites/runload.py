@@ -1,0 +1,430 @@
+"""A run folder loaded for analysis: its files as pandas DataFrames with stable columns
+(`load_run`), and the questions every analysis asks of one (which arms, which cases in
+which order, which samples passed). Notebooks, verdicts and gates read runs through here;
+nothing here writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import functools
+import gc
+import math
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from evalkit.foundations._io import RUN_JSON_BYTES, iter_jsonl, read_json_object
+from evalkit.foundations.errors import InputError
+from evalkit.foundations.layout import (
+    CASE_TABLE,
+    CASES_FILE,
+    ERRORS,
+    GRADES,
+    GRADES_SUMMARY,
+    LEDGER,
+    RESULTS,
+    RUN_CONFIG,
+    SUMMARY_JSON,
+    VERDICTS,
+)
+from evalkit.foundations.records import CaseRow, CaseTable, Grade, GradesSummary, RunVerdicts, Sample
+from evalkit.suites.formats import suite_source
+from evalkit.suites.runs import RunFolder, config_arm_names, find_suite_dir
+
+# Stable column orders: notebooks, stats, ingest and gate code rely on them.
+SAMPLE_COLUMNS: tuple[str, ...] = tuple(
+    c
+    for f in dataclasses.fields(Sample)
+    for c in (("prompt_tokens", "completion_tokens") if f.name == "usage" else (f.name,))
+)
+GRADE_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Grade))
+LEDGER_COLUMNS: tuple[str, ...] = (
+    "t",
+    "run_epoch",
+    "event",
+    "id",
+    "role",
+    "model",
+    "key",
+    "amount_usd",
+    "cost_usd",
+    "prompt_tokens",
+    "completion_tokens",
+)
+ERROR_COLUMNS: tuple[str, ...] = ("case_id", "arm", "index", "error", "attempts")
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run folder loaded for analysis. DataFrames have stable columns even when empty:
+    `samples` (Sample fields, usage flattened to `prompt_tokens`/`completion_tokens`),
+    `grades` (Grade fields, `checks` a list of dicts), `errors` (one row per failed key),
+    and `ledger` (one row per event), read from `ledger.jsonl` the first time it is
+    asked for: no verdict, gate or report page reads it, and it is as large as the
+    results (several events per sample)."""
+
+    path: Path
+    config: dict[str, Any]
+    summary: dict[str, Any]
+    samples: pd.DataFrame
+    grades: pd.DataFrame
+    errors: pd.DataFrame
+
+    @functools.cached_property
+    def ledger(self) -> pd.DataFrame:
+        """The run's `ledger.jsonl`, one row per event (read once, on first use)."""
+        lp = Path(self.path) / LEDGER
+        return _frame(list(iter_jsonl(lp)) if lp.exists() else [], LEDGER_COLUMNS)
+
+    def arm_names(self) -> list[str]:
+        """The run's arms in config order, then any others its samples name."""
+        out = config_arm_names(self.config)
+        for a in self.samples["arm"].dropna().unique().tolist() if len(self.samples) else ():
+            if a not in out:
+                out.append(str(a))
+        return out
+
+
+def _frame(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> pd.DataFrame:
+    if not rows:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
+    df = pd.DataFrame.from_records(rows)
+    for c in columns:
+        if c not in df.columns:
+            df[c] = None
+    extra = [c for c in df.columns if c not in columns]
+    return df[list(columns) + extra]
+
+
+def _sample_row(d: dict[str, Any]) -> dict[str, Any]:
+    """A `results.jsonl` object as a samples row, changed in place (the objects are the
+    loader's own, fresh from the parser): `usage` flattened, `tags` and `tool_calls`
+    lists. The keys keep their order (the extra columns' order follows it)."""
+    u = d.pop("usage", None) or {}
+    d["prompt_tokens"] = u.get("prompt_tokens")
+    d["completion_tokens"] = u.get("completion_tokens")
+    d["tags"] = list(d.get("tags") or [])
+    d["tool_calls"] = list(d.get("tool_calls") or [])
+    return d
+
+
+def _grade_row(d: dict[str, Any]) -> dict[str, Any]:
+    """A `grades.jsonl` object as a grades row, changed in place: `checks` a list."""
+    d["checks"] = list(d.get("checks") or [])
+    return d
+
+
+# A reused kernel (see `run_notebooks`) runs several notebooks on the same run; parsing
+# results.jsonl and grades.jsonl is the largest per-notebook cost after the imports, so
+# the parsed run is kept in this module (which `%reset -f` leaves alone), keyed by the
+# folder and the size and mtime of each file the load reads: a run that changed is read
+# again. Files it does not read (verdicts.json, which `evalkit report` writes while its
+# kernels load the run ahead of the notebooks; the ledger, read on first use) do not count.
+_RUN_CACHE: dict[Path, tuple[tuple[Any, ...], Any]] = {}
+_RUN_CACHE_LOCK = threading.Lock()
+_LOADED_FILES = frozenset({RUN_CONFIG, SUMMARY_JSON, RESULTS, GRADES, ERRORS})
+
+
+def _run_signature(path: Path) -> tuple[Any, ...]:
+    return tuple(
+        sorted(
+            (e.name, st.st_size, st.st_mtime_ns)
+            for e in os.scandir(path)
+            if e.name in _LOADED_FILES and e.is_file() and (st := e.stat())
+        )
+    )
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """No garbage collection while a run's lines are parsed: every object made then lives
+    on (the run's rows), yet the collector's oldest generation walks the whole growing
+    heap every so often: 40% of the time of loading a 100,000-sample run (3.1 s, now
+    1.9 s). Resumed after (by the caller that paused it, when several threads load)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _read_run(path: str | Path) -> Run:
+    p = Path(path)
+    if not p.is_dir():
+        raise InputError("run folder not found", p)
+    folder = RunFolder(p)
+    config = folder.read_meta()
+    summary: dict[str, Any] = {}
+    sp = p / SUMMARY_JSON
+    if sp.exists():
+        summary = read_json_object(sp, SUMMARY_JSON, limit=RUN_JSON_BYTES)
+    gp = p / GRADES
+    with _collector_paused():
+        samples = _frame([_sample_row(d) for d in folder.results()], SAMPLE_COLUMNS)
+        grades = _frame([_grade_row(d) for d in iter_jsonl(gp)] if gp.exists() else [], GRADE_COLUMNS)
+        errors = _frame(folder.errors(), ERROR_COLUMNS)
+    return Run(path=p, config=config, summary=summary, samples=samples, grades=grades, errors=errors)
+
+
+def load_run(path: str | Path, *, cache: bool = False) -> Run:
+    """Load a run folder (ours, or one ingested from another tool) into DataFrames.
+
+    `cache`: keep the parsed run in this process while the folder's files are unchanged
+    (size and mtime of each), for the notebooks a reused kernel runs one after another;
+    every call still gets its own copy of the config, summary and DataFrames, so one
+    caller's edits never reach the next."""
+    p = Path(path)
+    if not cache:
+        return _read_run(p)
+    if not p.is_dir():
+        raise InputError("run folder not found", p)
+    key = p.resolve()
+    sig = _run_signature(key)
+    with _RUN_CACHE_LOCK:
+        hit = _RUN_CACHE.get(key)
+    if hit is None or hit[0] != sig:
+        run = _read_run(p)
+        if _run_signature(key) == sig:  # not written to while it was read
+            with _RUN_CACHE_LOCK:
+                _RUN_CACHE.clear()  # one run per report: keep memory flat across runs
+                _RUN_CACHE[key] = (sig, run)
+    else:
+        run = hit[1]
+    return dataclasses.replace(
+        run,
+        config=copy.deepcopy(run.config),
+        summary=copy.deepcopy(run.summary),
+        samples=run.samples.copy(),
+        grades=run.grades.copy(),
+        errors=run.errors.copy(),
+    )
+
+
+def as_run(run: Run | str | Path) -> Run:
+    """A loaded `Run` (loading it when given a path)."""
+    return run if isinstance(run, Run) else load_run(run)
+
+
+def pick_arm(run: Run, arm: str | None, hint: str) -> str:
+    """`arm` checked against the run's arms, or the run's only arm when None; then the
+    run must be graded. `hint` finishes the message when the run has several arms."""
+    arms = run.arm_names()
+    if arm is None:
+        if len(arms) != 1:
+            raise InputError(f"the run has arms {arms}: {hint}", json_path="arm")
+        arm = arms[0]
+    elif arm not in arms:
+        raise InputError(f"arm {arm!r} is not in the run (arms: {', '.join(arms) or 'none'})", json_path="arm")
+    require_graded(run)
+    return arm
+
+
+def require_graded(run: Run) -> None:
+    if len(run.samples) and not len(run.grades):
+        raise InputError("run is not graded (no grades.jsonl): run `evalkit grade` first", Path(run.path) / GRADES)
+
+
+GradeKey = tuple[str, str, int]  # (case id, arm, index)
+
+
+def grade_map(run: Run) -> dict[GradeKey, dict[str, Any]]:
+    """Each grade row, as a dict, by its key (the last row of a key wins). For a few
+    columns of every grade, `grade_values` is much cheaper."""
+    return {(str(r["case_id"]), str(r["arm"]), int(r["index"])): r for r in run.grades.to_dict("records")}
+
+
+def grade_values(run: Run, columns: Sequence[str]) -> dict[GradeKey, tuple[Any, ...]]:
+    """The named columns of each grade, as a tuple, by its key (the last row of a key
+    wins, as in `grade_map`): read column by column, with no dict per row, which counts
+    at 100,000 grades."""
+    return keyed_values(run.grades, columns)
+
+
+def keyed_values(frame: pd.DataFrame, columns: Sequence[str]) -> dict[GradeKey, tuple[Any, ...]]:
+    """The named columns of each row of `frame` (one with `case_id`, `arm` and `index`
+    columns: the samples, the grades, `sample_texts`), as a tuple, by its key; the last
+    row of a key wins. Looking a key up here is a dict look-up; on a DataFrame indexed by
+    the key, each `.get` rebuilds the index's uniqueness check (milliseconds a key: minutes
+    for the trials of a 100,000-sample run)."""
+    keys = zip(frame["case_id"].tolist(), frame["arm"].tolist(), frame["index"].tolist(), strict=True)
+    values = zip(*(frame[c].tolist() for c in columns), strict=True)
+    return {(str(c), str(a), int(i)): v for (c, a, i), v in zip(keys, values, strict=True)}
+
+
+def grade_passed(row: dict[str, Any] | None) -> bool | None:
+    """Whether a grade row passed; None when there is no row or it has no verdict."""
+    return None if row is None else passed_value(row.get("passed"))
+
+
+def passed_value(v: Any) -> bool | None:
+    """A grade's `passed` value as a verdict: None when it is null or NaN."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    return bool(v)
+
+
+def case_order(run: Run) -> list[str]:
+    """The run's planned cases in order, then any case that has samples but was not
+    planned (an ingested run)."""
+    order = dict.fromkeys(str(c) for c in (run.config.get("cases") or []))
+    order.update(dict.fromkeys(str(c) for c in run.samples["case_id"].tolist()))
+    return list(order)
+
+
+def suite_dir_of(run: Run) -> Path | None:
+    """The run's suite folder, when it still exists (`runs.find_suite_dir`)."""
+    return find_suite_dir(run.path, run.config.get("suite"))
+
+
+def _path_of(run: Run | str | Path) -> Path:
+    return Path(run.path) if isinstance(run, Run) else Path(run)
+
+
+def case_table(run: Run | str | Path) -> CaseTable:
+    """The cases as the run saw them (`case-table.json`, written when it started), so an
+    old run is read as it was, whatever its suite says today. A run folder without one
+    (evalkit 0.1) has it rebuilt, and `source` says from what: the sets an ingested run
+    recorded (`case_sets` in its config.json), else the suite's `cases.jsonl` as it is
+    now (the only record 0.1 kept), else every case `capability`; tags from the samples."""
+    run = as_run(run)
+    p = Path(run.path) / CASE_TABLE
+    if p.exists():
+        try:
+            return CaseTable.from_json(read_json_object(p, CASE_TABLE, limit=RUN_JSON_BYTES))
+        except InputError as exc:
+            raise InputError(exc.message, p, json_path=exc.json_path) from None
+    tags: dict[str, tuple[str, ...]] = {}
+    for r in run.samples[["case_id", "tags"]].itertuples(index=False) if len(run.samples) else ():
+        tags.setdefault(str(r.case_id), tuple(r.tags or ()))
+    ids = case_order(run)
+    sets = {str(k): str(v) for k, v in (run.config.get("case_sets") or {}).items()}
+    source = "rebuilt from the case_sets of the run's config.json"
+    if not sets:
+        sets, source = _suite_case_sets(run)
+    return CaseTable(
+        tuple(CaseRow(c, sets.get(c, "capability"), tags.get(c, ()), False) for c in ids),
+        source,
+    )
+
+
+def _suite_case_sets(run: Run) -> tuple[dict[str, str], str]:
+    """Case id -> set from the run's suite as it is now (its `cases.jsonl`, or the
+    evals.json / eval.yaml it was read from), for a run of evalkit 0.1, which recorded no
+    case table; and the note that says so."""
+    suite = suite_dir_of(run)
+    if suite is None:
+        return {}, "rebuilt without a suite: every case capability (the run predates case-table.json)"
+    try:
+        src = suite_source(suite)
+    except InputError:
+        return {}, f"rebuilt without a readable suite at {suite}: every case capability"
+    out = {}
+    for _, _, _, obj in src.cases:
+        if isinstance(obj, dict) and "id" in obj:
+            out[str(obj["id"])] = str(obj.get("set") or "capability")
+    where = CASES_FILE if src.is_native else Path(src.config_path).name
+    return out, f"rebuilt from the suite's {where} as it is now (the run predates case-table.json)"
+
+
+def grades_summary(run: Run | str | Path) -> GradesSummary | None:
+    """The run's `grades-summary.json` (written by `evalkit grade`, or `evalkit ingest`),
+    typed; None when the run is not graded."""
+    p = _path_of(run) / GRADES_SUMMARY
+    if not p.exists():
+        return None
+    try:
+        return GradesSummary.from_json(read_json_object(p, GRADES_SUMMARY, limit=RUN_JSON_BYTES))
+    except InputError as exc:
+        raise InputError(exc.message, p, json_path=exc.json_path) from None
+
+
+NOTHING_TO_REPORT = "regression"  # the banner kind of a run with nothing to report
+
+
+def report_state(run: Run, summary: GradesSummary | None) -> tuple[str, str] | None:
+    """What a report must say before any number: (banner kind, sentence) for a run with
+    no sample or no grades (kind `NOTHING_TO_REPORT`: `evalkit report` exits 1) and for an
+    INCOMPLETE one; None for a complete graded run."""
+    meta = run.summary or {}
+    if not len(run.samples):
+        return NOTHING_TO_REPORT, "Nothing to report: this run has no sample (no model call succeeded)."
+    if summary is None:
+        return NOTHING_TO_REPORT, (
+            "Nothing to report yet: this run is not graded, so no rate, verdict or finding below is a result. "
+            "Run `evalkit grade` on it first."
+        )
+    if meta and not meta.get("complete", True):
+        return "inconclusive", (
+            f"INCOMPLETE: {meta.get('ran')} of {meta.get('total')} cases ran ({meta.get('reason')}). "
+            "Missing samples count as failures below."
+        )
+    return None
+
+
+def run_verdicts(run: Run | str | Path) -> RunVerdicts:
+    """The run's `verdicts.json` (what compare, gate and report concluded), typed; empty
+    verdicts when there is none yet."""
+    path = _path_of(run)
+    p = path / VERDICTS
+    if not p.exists():
+        return RunVerdicts(run=path.name)
+    try:
+        return RunVerdicts.from_json(read_json_object(p, VERDICTS, limit=RUN_JSON_BYTES))
+    except InputError as exc:
+        raise InputError(exc.message, p, json_path=exc.json_path) from None
+
+
+def sample_texts(run: Any) -> Any:
+    """Samples joined with their grades: case_id, arm, index, output, passed, reasons
+    (the failed checks' reasons), judge_score, judge_reason."""
+    s = run.samples
+    cols = ["case_id", "arm", "index", "output"]
+    base = s[cols].copy() if len(s) else pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
+    g = run.grades
+    if len(g):
+        gg = g[["case_id", "arm", "index", "passed", "checks", "judge_score", "judge_reason"]].copy()
+        gg["reasons"] = gg["checks"].map(
+            lambda cs: "; ".join(
+                f"{c.get('name')}: {c.get('reason')}" for c in (cs or []) if not c.get("passed") and c.get("reason")
+            )
+        )
+        gg = gg.drop(columns=["checks"])
+        base = base.merge(gg, on=["case_id", "arm", "index"], how="left")
+    else:
+        for c in ("passed", "reasons", "judge_score", "judge_reason"):
+            base[c] = None
+    return base
+
+
+def judge_trust_notice(run_path: str | Path | None) -> str | None:
+    """The line every report page of a run shows about its judge, or None when there is
+    nothing to warn about: judged results held (the judge is not trusted), or counted
+    by opt-out although the judge is not calibrated. Read from `grades-summary.json`;
+    a summary that cannot be read says nothing here (the run's pages say why)."""
+    if not run_path or not (Path(run_path) / GRADES_SUMMARY).is_file():
+        return None
+    try:
+        summary = grades_summary(run_path)
+    except InputError:
+        return None
+    trust = summary.judge_trust if summary is not None else None
+    if summary is None or trust is None or trust.trusted is None:
+        return None
+    if trust.opt_out:
+        return f"Judge not calibrated: its pass/fail counts only because the suite opted out. {trust.reason}"
+    if not trust.trusted:
+        return (
+            f"Judge not trusted: {summary.overall.n_held} judged sample(s) held, counted as not passed in every "
+            f"rate, gate and verdict. {trust.reason}"
+        )
+    return None

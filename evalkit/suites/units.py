@@ -1,0 +1,269 @@
+"""What a sample runs, as a suite declares it: the `unit` of `config.json`, the tool
+fixtures of a case (`input.tool_results`) and the options of the trajectory checks.
+
+Parsing and validation only (no process is started, no model called): `evalkit.suites.suite`
+calls these while it validates a suite, reporting every problem with its file, line and
+JSON path; `evalkit.running.agents` and `evalkit.calls.proxy` use `ToolFixtures` to answer tool calls.
+
+``config.json`` -> ``unit`` (absent: the prompt template, as before)::
+
+    {"kind": "prompt"}
+    {"kind": "agent", "max_turns": 6}                     # evalkit's own tool loop (chat mode)
+    {"kind": "command", "argv": ["{python}", "agent.py"], "timeout_s": 120}
+    {"kind": "python", "callable": "my_agent.main:run", "timeout_s": 120}
+
+In `argv`, ``{python}`` is the interpreter evalkit runs on and ``{suite}`` the suite
+folder; the program runs in the suite folder. A case's fixtures::
+
+    "input": {"question": "...", "tool_results": {
+        "get_weather": [{"arguments": {"city": "Oslo"}, "result": "rain, 12 C"},
+                        {"result": "no such city"}],            # no arguments: the default
+        "*": {"error": "this tool is not available"}}}          # any other tool
+
+An entry answers a call whose arguments equal its `arguments` (after JSON parsing); an
+entry without `arguments` answers any other call of that tool; ``"*"`` answers any tool
+with no entry of its own. `result` is any JSON value (text is sent as it is, anything
+else as JSON); `error` makes the call a failed one (the model sees the message as the
+tool's result, and the trajectory records the error). A call nothing answers is a tool
+error too: ``no fixture for tool 'x' with arguments {...}``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from evalkit.foundations.checks import TRAJECTORY_CHECK_OPTIONS  # noqa: F401 - validated here, defined with the other check kinds
+from evalkit.foundations.records import Json, Unit
+
+UNIT_KINDS = ("prompt", "agent", "command", "python")
+AGENT_KINDS = ("agent", "command", "python")  # the units with trajectories
+UNIT_KEYS = {
+    "prompt": {"kind"},
+    "agent": {"kind", "max_turns"},
+    "command": {"kind", "argv", "timeout_s"},
+    "python": {"kind", "callable", "timeout_s"},
+}
+MAX_TURNS = 1_000
+MAX_UNIT_TIMEOUT_S = 86_400.0
+FIXTURES_KEY = "tool_results"  # in a case's input object
+ANY_TOOL = "*"
+CALLABLE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
+TOOL_CALL_MODES = ("exact", "any_order", "subset", "subset_any_order")
+
+
+class Reader(Protocol):
+    """What validation needs of `evalkit.suites.suite`'s reader: report a problem at a JSON path."""
+
+    def err(self, jp: str, msg: str) -> None: ...
+
+    def warn(self, jp: str, msg: str, strict_error: bool = False) -> None: ...
+
+
+def parse_unit(r: Reader, raw: Any, mode: str) -> Unit | None:
+    """The `unit` of a config (`raw`: its JSON value, None when absent), or None after
+    reporting what is wrong with it."""
+    if raw is None:
+        return Unit()
+    jp = "$.unit"
+    if isinstance(raw, str):
+        raw = {"kind": raw}
+    if not isinstance(raw, dict):
+        r.err(jp, 'unit must be an object {"kind": "prompt" | "agent" | "command" | "python", ...}')
+        return None
+    kind = raw.get("kind")
+    if kind not in UNIT_KINDS:
+        r.err(f"{jp}.kind", f"unit kind must be one of {', '.join(UNIT_KINDS)}, got {json.dumps(kind)}")
+        return None
+    for key in raw:
+        if key not in UNIT_KEYS[kind] and not str(key).startswith("//"):
+            r.warn(f"{jp}.{key}", f"unknown key {key!r} for a {kind} unit (ignored)", strict_error=True)
+    ok = True
+    max_turns, argv, timeout_s, target = 8, (), 300.0, None
+    if kind == "agent":
+        if mode != "chat":
+            r.err(f"{jp}.kind", 'an agent unit runs evalkit\'s tool loop in chat mode: set "mode": "chat"')
+            ok = False
+        v = raw.get("max_turns", 8)
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_TURNS:
+            r.err(f"{jp}.max_turns", f"max_turns must be an integer from 1 to {MAX_TURNS}, got {json.dumps(v)}")
+            ok = False
+        else:
+            max_turns = v
+    if kind in ("command", "python"):
+        v = raw.get("timeout_s", 300.0)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= MAX_UNIT_TIMEOUT_S:
+            r.err(f"{jp}.timeout_s", f"timeout_s must be a number of seconds in (0, {MAX_UNIT_TIMEOUT_S:g}]")
+            ok = False
+        else:
+            timeout_s = float(v)
+    if kind == "command":
+        v = raw.get("argv")
+        if not isinstance(v, list) or not v or not all(isinstance(x, str) and x for x in v):
+            r.err(f"{jp}.argv", 'a command unit needs "argv": a non-empty list of non-empty strings')
+            ok = False
+        else:
+            argv = tuple(v)
+    if kind == "python":
+        v = raw.get("callable")
+        if not isinstance(v, str) or not CALLABLE_RE.fullmatch(v):
+            r.err(f"{jp}.callable", f'a python unit needs "callable": "pkg.module:function", got {json.dumps(v)}')
+            ok = False
+        else:
+            target = v
+    if not ok:
+        return None
+    return Unit(kind=kind, max_turns=max_turns, argv=argv, timeout_s=timeout_s, callable=target)
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+def canonical_arguments(args: Any) -> Any:
+    """Tool-call arguments as compared: a JSON string is parsed (an empty one is {}), a
+    string that is not JSON stays a string."""
+    if isinstance(args, str):
+        try:
+            return json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError:
+            return args
+    return {} if args is None else args
+
+
+@dataclass(frozen=True)
+class ToolAnswer:
+    """What a tool call got: `content` (what the model sees), and `error` (why it failed,
+    None when it did not); `source` says where the answer came from (`fixture`,
+    `default`, `any-tool default`, `no fixture`, `unknown tool`)."""
+
+    content: str
+    error: str | None
+    source: str
+
+
+def _as_text(value: Json) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+class ToolFixtures:
+    """The tool results of one case (`input.tool_results`): no real side effect, ever."""
+
+    def __init__(self, fixtures: Mapping[str, Any] | None, declared: tuple[str, ...] | None = None) -> None:
+        self._by_tool: dict[str, list[dict[str, Any]]] = {}
+        for name, entries in (fixtures or {}).items():
+            self._by_tool[str(name)] = list(entries) if isinstance(entries, list) else [entries]
+        self._declared = set(declared) if declared else None
+
+    @classmethod
+    def of_case(cls, case_input: Any, declared: tuple[str, ...] | None = None) -> ToolFixtures:
+        fx = case_input.get(FIXTURES_KEY) if isinstance(case_input, dict) else None
+        return cls(fx if isinstance(fx, dict) else None, declared)
+
+    def answer(self, name: str, arguments: Any) -> ToolAnswer:
+        """The answer to a call of tool `name` with `arguments` (see the module docstring)."""
+        if self._declared is not None and name not in self._declared:
+            return ToolAnswer(
+                f"error: unknown tool {name!r} (declared: {', '.join(sorted(self._declared))})",
+                f"unknown tool {name!r}",
+                "unknown tool",
+            )
+        args = canonical_arguments(arguments)
+        entries = self._by_tool.get(name)
+        source = "fixture"
+        if entries is None:
+            entries, source = self._by_tool.get(ANY_TOOL, []), "any-tool default"
+        chosen = next((e for e in entries if "arguments" in e and canonical_arguments(e["arguments"]) == args), None)
+        if chosen is None:
+            chosen = next((e for e in entries if "arguments" not in e), None)
+            source = "default" if source == "fixture" else source
+        if chosen is None:
+            shown = json.dumps(args, ensure_ascii=False, sort_keys=True) if not isinstance(args, str) else args
+            why = f"no fixture for tool {name!r} with arguments {shown}"
+            return ToolAnswer(f"error: {why}", why, "no fixture")
+        if "error" in chosen:
+            return ToolAnswer(f"error: {_as_text(chosen['error'])}", _as_text(chosen["error"]), source)
+        return ToolAnswer(_as_text(chosen.get("result")), None, source)
+
+
+def check_fixtures(r: Reader, case_input: Any, jp: str, label: str) -> bool:
+    """Report malformed `input.tool_results` of a case; True when they are usable."""
+    if not isinstance(case_input, dict) or FIXTURES_KEY not in case_input:
+        return True
+    fx = case_input[FIXTURES_KEY]
+    where = f"{jp}.{FIXTURES_KEY}"
+    if not isinstance(fx, dict):
+        r.err(where, label + f"{FIXTURES_KEY} must be an object: tool name -> an entry or a list of entries")
+        return False
+    ok = True
+    for name, entries in fx.items():
+        items = entries if isinstance(entries, list) else [entries]
+        for i, e in enumerate(items):
+            ej = f"{where}.{name}" + (f"[{i}]" if isinstance(entries, list) else "")
+            if not isinstance(e, dict):
+                r.err(ej, label + 'a tool fixture is an object {"arguments"?, "result" | "error"}')
+                ok = False
+                continue
+            unknown = set(e) - {"arguments", "result", "error"}
+            for key in sorted(unknown):
+                r.warn(f"{ej}.{key}", label + f"unknown key {key!r} in a tool fixture (ignored)", strict_error=True)
+            if ("result" in e) == ("error" in e):
+                r.err(ej, label + 'a tool fixture needs exactly one of "result" or "error"')
+                ok = False
+            if "arguments" in e and not isinstance(e["arguments"], (dict, str)):
+                r.err(f"{ej}.arguments", label + "arguments must be an object (or a JSON string)")
+                ok = False
+    return ok
+
+
+def check_trajectory_options(r: Reader, kind: str, opts: dict[str, Any], jp: str) -> bool:
+    """Validate the options of a trajectory check (`TRAJECTORY_CHECK_OPTIONS`) or the
+    `mode` of a `tool_calls` check; True when usable."""
+    ok = True
+    if kind == "tool_calls":
+        mode = opts.get("mode", "exact")
+        if mode not in TOOL_CALL_MODES:
+            r.err(f"{jp}.mode", f"mode must be one of {', '.join(TOOL_CALL_MODES)}, got {json.dumps(mode)}")
+            ok = False
+    elif kind == "forbidden_tools":
+        tools, calls = opts.get("tools", []), opts.get("calls", [])
+        if not isinstance(tools, list) or not all(isinstance(t, str) and t for t in tools):
+            r.err(f"{jp}.tools", "tools must be a list of tool names")
+            ok = False
+        if not isinstance(calls, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("name"), str) and isinstance(c.get("arguments", {}), dict)
+            for c in calls
+        ):
+            r.err(f"{jp}.calls", 'calls must be a list of {"name": str, "arguments": object (a subset to match)}')
+            ok = False
+        if ok and not tools and not calls:
+            r.err(jp, 'a forbidden_tools check needs "tools" (names) or "calls" (name and arguments)')
+            ok = False
+    elif kind in ("max_turns", "tool_errors"):
+        v = opts.get("max", _MISSING if kind == "max_turns" else 0)
+        if isinstance(v, bool) or not isinstance(v, int) or v < (1 if kind == "max_turns" else 0):
+            least = 1 if kind == "max_turns" else 0
+            r.err(f"{jp}.max", f'a {kind} check needs "max": an integer of at least {least}')
+            ok = False
+    elif kind == "skill_activation":
+        for key in ("skill", "preflight"):
+            if key in opts and (not isinstance(opts[key], str) or not opts[key]):
+                r.err(f"{jp}.{key}", f"{key} must be a non-empty string")
+                ok = False
+        if "preflight" in opts and isinstance(opts["preflight"], str):
+            import regex  # lazy: only for a preflight pattern
+
+            try:
+                regex.compile(opts["preflight"], regex.IGNORECASE)
+            except regex.error as exc:
+                r.err(f"{jp}.preflight", f"regex does not compile: {exc}")
+                ok = False
+        if "expect" in opts and not isinstance(opts["expect"], bool):
+            r.err(f"{jp}.expect", "expect must be true or false")
+            ok = False
+    return ok
+
+
+_MISSING = object()

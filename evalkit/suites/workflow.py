@@ -1,0 +1,324 @@
+"""CI workflow recipes: `evalkit init SUITE --ci github` writes
+`.github/workflows/evalkit.yml` for a suite.
+
+The workflow runs on pull requests that touch the suite (`evals/`: cases, prompt
+template, guidance, model config, baseline), prompt files, skill and agent files, or
+the paths given with `--watch`; it restores the response cache (so an unchanged case
+replays at $0), runs `evalkit run --ci` (the suite's own `ci.cost_cap_usd`, lower than
+the local cap), grades, gates against the committed baseline (`--runner-exit` carries
+an INCOMPLETE run into the gate, which fails it), renders the report with `--redact`
+(the artifact is shared; the gate's JUnit and Markdown redact what they quote too),
+saves the cache and uploads `reports/`. Thresholds and caps live in `config.json`, never in the YAML;
+the workflow never writes a baseline (accepting one stays a deliberate, reviewed act).
+
+Run steps pass values only through `$GITHUB_ENV` and environment variables, never
+through `${{ }}` expressions inside a script, so no pull-request text is ever pasted
+into a shell line.
+
+**Which evalkit the workflow installs.** Never the bare name: PyPI's `evalkit` is an
+unrelated project, and the job holds the API keys. `install_spec` gives pip the source
+the user has: `--evalkit-spec` (a PEP 508 `name @ URL`, a VCS or archive URL, or a path
+inside the repository), else the installed distribution's origin as pip recorded it
+(PEP 610 `direct_url.json`): a VCS URL pinned at its commit, an archive URL with its
+hash, or a folder inside the repository (as `./PATH`, which the checkout holds). A local
+clone or folder outside the repository, a `file://` URL, or an install from an index
+(no `direct_url.json`) leaves no source CI can reach: `InputError` saying how to give
+one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib.metadata import PackageNotFoundError, distribution
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from evalkit.foundations._io import write_atomic
+from evalkit.foundations.errors import InputError
+from evalkit.foundations.layout import CACHE_FILE
+from evalkit.foundations.records import Suite
+
+WORKFLOW_PATH = Path(".github") / "workflows" / "evalkit.yml"
+CI_KINDS = ("github",)
+# Paths whose change can move a suite's numbers besides the suite folder itself.
+DEFAULT_WATCH = (
+    "evals/**",
+    "prompts/**",
+    "**/*.prompt.md",
+    "**/*.prompty",
+    "**/*.instructions.md",
+    "**/*.agent.md",
+    "**/SKILL.md",
+    "skills/**",
+    "agents/**",
+    "agent/**",
+)
+REPORTS_DIR = "reports"
+CI_OUT = "reports/evalkit"
+
+
+def repo_root_of(path: Path) -> Path:
+    """The nearest folder above `path` (or `path`) holding `.git`; else the current folder."""
+    p = path.resolve()
+    for d in (p, *p.parents):
+        if (d / ".git").exists():
+            return d
+    return Path.cwd().resolve()
+
+
+SPEC_HELP = (
+    "pass --evalkit-spec with where CI can get evalkit: a VCS URL at a commit "
+    '("evalkit @ git+https://github.com/ORG/evalkit@COMMIT"), a wheel URL, or a path inside the repository '
+    "(vendor/evalkit); PyPI's 'evalkit' is an unrelated project, so the workflow never installs it by name"
+)
+
+
+def installed_origin() -> dict[str, Any] | None:
+    """The installed evalkit's PEP 610 `direct_url.json` (where pip got it), or None when
+    it came from an index (or is not installed as a distribution)."""
+    try:
+        text = distribution("evalkit").read_text("direct_url.json")
+    except PackageNotFoundError:
+        return None
+    try:
+        data = json.loads(text) if text else None
+    except json.JSONDecodeError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _file_path(url: str) -> Path | None:
+    parts = urlsplit(url)
+    return Path(unquote(parts.path)) if parts.scheme == "file" else None
+
+
+def _inside(path: Path, root: Path, what: str) -> str:
+    """`path` as `./REL` from the repository root, or an InputError: CI sees only the checkout."""
+    try:
+        rel = path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        raise InputError(f"{what} {path}, outside the repository {root}: CI cannot see it; {SPEC_HELP}") from None
+    return "./" if rel == "." else f"./{rel}"
+
+
+def spec_from_origin(origin: dict[str, Any] | None, repo_root: Path) -> str:
+    """What `pip install` needs to get the evalkit whose PEP 610 record is `origin` in a
+    checkout of `repo_root` (see the module docstring); InputError when CI cannot reach it."""
+    if not origin or not isinstance(origin.get("url"), str):
+        raise InputError(
+            f"this evalkit was installed from a package index or without a record of its source: {SPEC_HELP}"
+        )
+    url = origin["url"]
+    sub = origin.get("subdirectory")
+    local = _file_path(url)
+    vcs, archive = origin.get("vcs_info"), origin.get("archive_info")
+    if isinstance(vcs, dict):
+        commit = vcs.get("commit_id")
+        if local is not None:
+            raise InputError(
+                f"this evalkit was installed from the local clone {local}, which CI cannot see: {SPEC_HELP}"
+            )
+        if not isinstance(commit, str) or not commit:
+            raise InputError(f"this evalkit's VCS origin {url} records no commit: {SPEC_HELP}")
+        return f"evalkit @ {vcs.get('vcs', 'git')}+{url}@{commit}" + (f"#subdirectory={sub}" if sub else "")
+    if isinstance(archive, dict):
+        if local is not None:
+            return _inside(local, repo_root, "this evalkit was installed from the archive")
+        hashes: dict[str, Any] = archive["hashes"] if isinstance(archive.get("hashes"), dict) else {}
+        sha = hashes.get("sha256") or (archive.get("hash", "").partition("sha256=")[2] or None)
+        return f"evalkit @ {url}" + (f"#sha256={sha}" if sha and "#" not in url else "")
+    if local is not None:  # dir_info: a folder, editable or not
+        folder = local / sub if sub else local
+        return _inside(folder, repo_root, "this evalkit was installed from the folder")
+    raise InputError(f"this evalkit's recorded origin {url} is neither a VCS URL, an archive nor a folder: {SPEC_HELP}")
+
+
+# A bare PEP 508 requirement: a name, maybe extras, version specifiers or markers, and no
+# `@ URL`. packaging's Requirement would parse it, but packaging is no dependency of
+# evalkit; all that matters here is the name and that no URL follows it.
+_BARE_REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*(\[[^\]]*\])?\s*([<>=!~;(].*)?$")
+
+
+def install_spec(spec: str | None, repo_root: str | Path) -> str:
+    """What the workflow's `pip install` gets evalkit from: `spec` (`--evalkit-spec`)
+    checked, else `spec_from_origin(installed_origin())`. A bare `evalkit` (with or
+    without a version) is refused: on PyPI it is another project."""
+    root = Path(repo_root)
+    if spec is None:
+        return spec_from_origin(installed_origin(), root)
+    text = spec.strip()
+    if not text or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in text):
+        raise InputError(f"--evalkit-spec is empty or holds a control character: {SPEC_HELP}")
+    bare = _BARE_REQUIREMENT.match(text)
+    looks_like_path = text.startswith((".", "/", "~")) or ("/" in text.split("@")[0] and "://" not in text)
+    if bare and not looks_like_path:
+        if re.sub(r"[-_.]+", "-", bare.group(1)).lower() == "evalkit":
+            raise InputError(f"--evalkit-spec {text!r} names the package 'evalkit' on an index: {SPEC_HELP}")
+        return text  # another name, on an index the user chose
+    if ("@" in text and not looks_like_path) or "://" in text:
+        if "file:" in text:
+            raise InputError(f"--evalkit-spec {text!r} is a file:// URL, which CI cannot reach: {SPEC_HELP}")
+        return text  # `name @ URL`, or a VCS or archive URL
+    path = Path(text).expanduser()
+    if not path.exists():
+        raise InputError(f"--evalkit-spec {text!r}: no such file or folder: {SPEC_HELP}")
+    return _inside(path, root, "--evalkit-spec")
+
+
+def _q(s: str) -> str:
+    """A YAML double-quoted scalar (JSON strings are valid YAML)."""
+    return json.dumps(s)
+
+
+def github_workflow(
+    suite: Suite,
+    suite_rel: str,
+    *,
+    watch: tuple[str, ...] = (),
+    requirement: str | None = None,
+    repo_root: str | Path | None = None,
+) -> str:
+    """The text of `.github/workflows/evalkit.yml` for `suite`, whose folder is
+    `suite_rel` relative to the repository root (`repo_root`, found from the suite
+    unless given). `requirement`: `--evalkit-spec` (see `install_spec`)."""
+    cfg = suite.config
+    if cfg.ci_cost_cap_usd is None:
+        raise InputError(
+            'the config has no ci block: add "ci": {"cost_cap_usd": N} (lower than cost_cap_usd) '
+            "before generating a CI workflow",
+            Path(suite.path) / "config.json",
+            json_path="$.ci",
+        )
+    suite_rel = suite_rel.strip("/") or "."
+    keys = [e.api_key_env for e in (cfg.generator, cfg.judge) if e is not None and e.api_key_env]
+    paths = list(dict.fromkeys([*DEFAULT_WATCH, f"{suite_rel}/**", *watch, str(WORKFLOW_PATH)]))
+    cache = f"{suite_rel}/runs/{CACHE_FILE}"
+    req = install_spec(requirement, repo_root if repo_root is not None else repo_root_of(Path(suite.path)))
+    env_lines = [
+        f"      EVALKIT_SUITE: {_q(suite_rel)}",
+        "      # optional overrides of the config's endpoints (repository variables)",
+        "      EVALKIT_BASE_URL: ${{ vars.EVALKIT_BASE_URL }}",
+        "      EVALKIT_JUDGE_BASE_URL: ${{ vars.EVALKIT_JUDGE_BASE_URL }}",
+    ]
+    env_lines += [f"      {k}: ${{{{ secrets.{k} }}}}" for k in dict.fromkeys(keys)]
+    path_lines = "\n".join(f"      - {_q(p)}" for p in paths)
+    return f"""# Written by `evalkit init {suite_rel} --ci github`. Edit freely; re-run init only on a new suite.
+# Caps and gate thresholds live in {suite_rel}/config.json (`ci.cost_cap_usd`, `gate`), not here.
+# This workflow never writes a baseline: accept one with `evalkit baseline accept RUN` in a
+# change of its own, reviewed by someone else.
+name: evalkit
+
+on:
+  pull_request:
+    paths:
+{path_lines}
+  workflow_dispatch:
+
+permissions:
+  contents: read
+
+concurrency:
+  group: evalkit-${{{{ github.ref }}}}
+  cancel-in-progress: true
+
+jobs:
+  evalkit:
+    runs-on: ubuntu-latest
+    timeout-minutes: 60
+    env:
+{chr(10).join(env_lines)}
+    steps:
+      - uses: actions/checkout@v4
+
+      - uses: actions/setup-python@v5
+        with:
+          python-version: "3.11"
+
+      # evalkit from where it was installed when this file was written (`--evalkit-spec`, or
+      # its recorded origin): never by the bare name, which on PyPI is an unrelated project.
+      - name: Install evalkit
+        env:
+          EVALKIT_SPEC: {_q(req)}
+        run: python -m pip install "$EVALKIT_SPEC"
+
+      # Cached answers are keyed by their exact request, so the newest cache serves any run.
+      - name: Restore the response cache
+        id: responses
+        uses: actions/cache/restore@v4
+        with:
+          path: {cache}
+          key: evalkit-responses-${{{{ github.run_id }}}}
+          restore-keys: evalkit-responses-
+
+      - name: Lint the suite
+        run: evalkit lint "$EVALKIT_SUITE"
+
+      - name: Run under the suite's CI cost cap
+        run: |
+          mkdir -p {CI_OUT}
+          set +e
+          evalkit run "$EVALKIT_SUITE" --ci --no-progress --junit {CI_OUT}/run.xml > {CI_OUT}/run.log 2>&1
+          rc=$?
+          set -e
+          cat {CI_OUT}/run.log
+          run_dir=$(sed -n 's/^run folder: //p' {CI_OUT}/run.log | tail -n 1)
+          echo "EVALKIT_RUN_EXIT=$rc" >> "$GITHUB_ENV"
+          echo "EVALKIT_RUN=$run_dir" >> "$GITHUB_ENV"
+          if [ -z "$run_dir" ]; then echo "evalkit run wrote no run folder (exit $rc)"; exit "$rc"; fi
+
+      - name: Grade
+        if: ${{{{ !cancelled() && env.EVALKIT_RUN != '' }}}}
+        run: evalkit grade "$EVALKIT_RUN" || echo "evalkit grade exited $? (the gate reads the run's state)"
+
+      - name: Gate against the committed baseline
+        if: ${{{{ !cancelled() && env.EVALKIT_RUN != '' }}}}
+        run: >-
+          evalkit gate "$EVALKIT_RUN" --baseline "$EVALKIT_SUITE/baseline.json"
+          --runner-exit "$EVALKIT_RUN_EXIT"
+          --junit {CI_OUT}/gate.xml --markdown "$GITHUB_STEP_SUMMARY"
+
+      # The report folder is uploaded for anyone who can read this repository's runs:
+      # rendered with --redact, so personal data and secrets in model outputs (a key a model
+      # leaked, which grade flags HIGH) show as placeholders. The run folder is not uploaded.
+      - name: Report
+        if: ${{{{ always() && env.EVALKIT_RUN != '' }}}}
+        run: evalkit report "$EVALKIT_RUN" --reports-dir {REPORTS_DIR} --redact
+
+      - name: Save the response cache
+        if: ${{{{ always() }}}}
+        uses: actions/cache/save@v4
+        with:
+          path: {cache}
+          key: ${{{{ steps.responses.outputs.cache-primary-key }}}}
+
+      - name: Upload the report folder
+        if: ${{{{ always() }}}}
+        uses: actions/upload-artifact@v4
+        with:
+          name: evalkit-report
+          path: {REPORTS_DIR}/
+          if-no-files-found: warn
+"""
+
+
+def write_github_workflow(
+    suite: Suite, *, repo_root: str | Path | None = None, watch: tuple[str, ...] = (), requirement: str | None = None
+) -> Path:
+    """Write `.github/workflows/evalkit.yml` under the repository root (found from the
+    suite folder unless given); refuses to overwrite an existing one. `requirement`:
+    `--evalkit-spec` (`install_spec` checks it, or finds the installed origin)."""
+    suite_dir = Path(suite.path).resolve()
+    root = Path(repo_root).resolve() if repo_root is not None else repo_root_of(suite_dir)
+    try:
+        rel = suite_dir.relative_to(root).as_posix()
+    except ValueError:
+        raise InputError(f"the suite folder is not inside the repository root {root}", suite_dir) from None
+    dest = root / WORKFLOW_PATH
+    if dest.exists():
+        raise InputError("a workflow already exists (edit it, or remove it to write a new one)", dest)
+    text = github_workflow(suite, rel, watch=watch, requirement=requirement, repo_root=root)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(dest, text)
+    return dest

@@ -1,0 +1,8 @@
+"""Telling: pages, the index and CI outputs, from what earlier steps wrote.
+
+The failures view (`failures`), what notebooks call (`nb`), reports executed and rendered
+(`reports`) with their index (`report_index`), human labels for the judge (`labelling`),
+trajectories side by side (`replay`), and JUnit XML and Markdown (`ciout`).
+
+May import: every folder above it, up to `conclusions`.
+"""

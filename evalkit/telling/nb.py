@@ -1,0 +1,446 @@
+"""What the notebooks call: the only ways they put run data on a page (`show_text`,
+`table`, `say`, `banner`: model outputs, case inputs and judge justifications are
+untrusted text, and every one escapes it), one look for every figure, and the small
+questions a page asks of a loaded run. The package computes; a notebook displays what
+these return and what `grade`, `compare` and `gate` wrote.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from evalkit.checking.judge import PairOutcome
+from evalkit.checking.judge import read_pairwise as _read_pairwise
+from evalkit.conclusions.compare import compare_arms
+from evalkit.foundations import fmt
+from evalkit.foundations._io import jsonable, write_atomic
+from evalkit.foundations._text import visible
+from evalkit.foundations.errors import InputError
+from evalkit.foundations.layout import PAIRWISE, RUN_CONFIG
+from evalkit.foundations.records import GradesSummary, RunVerdicts, Verdict, judge_line
+from evalkit.numbers import stats
+from evalkit.numbers.plans import load_plan
+from evalkit.suites.runload import Run, grades_summary, load_run, report_state, run_verdicts, sample_texts
+from evalkit.telling import failures as failures_mod
+from evalkit.telling.failures import Failures
+
+__all__ = ["judge_line", "sample_texts"]  # what a verdict rests on; the samples joined with their grades
+
+REDACT_ENV = "EVALKIT_REDACT"  # set for the kernels of a redacted report: `text_html` and `table_html` redact
+
+
+def show_text(text: Any, *, title: str | None = None, pre: bool = True, max_chars: int = 4000) -> None:
+    """Display untrusted text (a model output, case input, judge justification), escaped.
+
+    `pre` keeps line breaks and spacing (outputs); otherwise it is a paragraph (prose
+    built from run data). Text over `max_chars` is cut, and says so."""
+    from IPython.display import HTML, display  # lazy: IPython is there only in a notebook's kernel
+
+    display(HTML(text_html(text, title=title, pre=pre, max_chars=max_chars)))
+
+
+def _shown(text: str) -> str:
+    """Text as a page shows it: with personal data and secrets replaced while a redacted
+    report renders (`evalkit report --redact` sets `EVALKIT_REDACT` for its kernels), so
+    text the notebooks read from outside the redacted run (PandaLM's items) is redacted too."""
+    if not os.environ.get(REDACT_ENV):
+        return text
+    from evalkit.suites.privacy import redact_shown  # lazy: the privacy scanner loads only for a redacted report
+
+    return redact_shown(text)
+
+
+def text_html(text: Any, *, title: str | None = None, pre: bool = True, max_chars: int = 4000) -> str:
+    """The escaped HTML `show_text` displays (for callers that build a page)."""
+    s = visible(_shown("" if text is None else str(text)))  # control and bidi characters as escapes
+    cut = ""
+    if len(s) > max_chars:
+        cut = f" [... {len(s) - max_chars} more characters not shown]"
+        s = s[:max_chars]
+    body = html.escape(s, quote=True) + html.escape(cut)
+    head = f"<div class='ek-title'><b>{html.escape(str(title))}</b></div>" if title is not None else ""
+    if pre:
+        return f"<div class='ek-text'>{head}<pre style='white-space:pre-wrap;margin:0.2em 0 0.6em 0'>{body}</pre></div>"
+    return f"<div class='ek-text'>{head}<p>{body}</p></div>"
+
+
+def table(data: Any, *, caption: str | None = None, index: bool = False, max_rows: int = 200) -> None:
+    """Display a table of run data with every cell escaped (`DataFrame.to_html(escape=True)`)
+    and formatted by `fmt.cell` (`-` for no data, yes/no for booleans, no scientific notation).
+
+    `data` is a DataFrame, a list of dicts, or a dict of columns. More than `max_rows`
+    rows are cut, and the table says how many were left out."""
+    from IPython.display import HTML, display  # lazy: IPython is there only in a notebook's kernel
+
+    display(HTML(table_html(data, caption=caption, index=index, max_rows=max_rows)))
+
+
+def table_html(data: Any, *, caption: str | None = None, index: bool = False, max_rows: int = 200) -> str:
+    """The escaped HTML `table` displays."""
+    df = data if isinstance(data, pd.DataFrame) else pd.DataFrame(data)
+    if os.environ.get(REDACT_ENV):
+        df = df.map(lambda v: _shown(v) if isinstance(v, str) else v)
+    more = len(df) - max_rows
+    if more > 0:
+        df = df.head(max_rows)
+    shown = df.astype(object).map(fmt.cell) if len(df.columns) else df
+    if index:
+        shown.index = [fmt.cell(i) for i in shown.index]
+    out = str(shown.to_html(escape=True, index=index, border=0, classes="ek-table", na_rep=fmt.NO_DATA))
+    cap = f"<div class='ek-caption'><b>{html.escape(caption)}</b></div>" if caption else ""
+    tail = f"<div><i>{fmt.count(more, 'more row')} not shown</i></div>" if more > 0 else ""
+    return cap + out + tail
+
+
+def folded_table(data: Any, *, summary: str, max_rows: int = 200) -> None:
+    """`table`, folded away under a one-line `summary` the reader clicks to open."""
+    from IPython.display import HTML, display  # lazy: IPython is there only in a notebook's kernel
+
+    body = table_html(data, max_rows=max_rows)
+    display(HTML(f"<details class='ek-folded'><summary>{html.escape(summary)}</summary>{body}</details>"))
+
+
+def records_frame(records: Sequence[Any]) -> pd.DataFrame:
+    """A DataFrame of dataclass records (`verdicts.paired_trials`), one row each, their
+    fields as columns in field order, the values as they are: the frame
+    `pd.DataFrame([dataclasses.asdict(r) for r in records])` gives, without a deep copy
+    of every record (50,000 trials: 0.28 s, now 0.04 s). No records: an empty frame."""
+    if not records:
+        return pd.DataFrame()
+    names = [f.name for f in dataclasses.fields(records[0])]
+    return pd.DataFrame.from_records([tuple(getattr(r, n) for n in names) for r in records], columns=names)
+
+
+def say(text: str) -> None:
+    """Display a sentence the notebook built from numbers (escaped, as a paragraph)."""
+    show_text(text, pre=False)
+
+
+def failures_html(f: Failures) -> str:
+    """The escaped HTML of a failures view: one block per case-arm (passes of samples),
+    each failing sample's reasons and output, and what was left out."""
+    parts = [text_html(f.summary(), pre=False)]
+    for c in f.cases:
+        head = f"{c.case_id} on {c.arm}: {c.passed} of {fmt.count(c.n, 'sample')} passed" + (
+            " (flaky)" if c.flaky else ""
+        )
+        body = []
+        for s in c.samples:
+            out = "(no answer)" if s.output is None else s.output
+            body.append(text_html(clip(out, 600), title=f"sample {s.index}: {s.why()}"))
+        if c.samples_left_out:
+            body.append(text_html(f"{fmt.count(c.samples_left_out, 'more failing sample')} not shown", pre=False))
+        parts.append(
+            f"<details class='ek-failure' open><summary><b>{html.escape(_shown(head))}</b></summary>"
+            f"<div style='margin-left:1.2em'>{''.join(body)}</div></details>"
+        )
+    return "".join(parts)
+
+
+def show_failures(run: Run, *, arms: list[str] | None = None, max_cases: int = failures_mod.MAX_CASES) -> Failures:
+    """Display why each case failed (`failures.failures`), grouped by case; returns what it showed."""
+    from IPython.display import HTML, display  # lazy: IPython is there only in a notebook's kernel
+
+    f = failures_mod.failures(run, arms=arms, max_cases=max_cases)
+    display(HTML(failures_html(f)))
+    return f
+
+
+def write_sidecar(name: str, numbers: Mapping[str, Any], directory: str | Path | None = None) -> Path | None:
+    """Write a notebook's key numbers to `<directory>/<name>.json` (atomically), so that
+    tests and the index read them without parsing HTML. No directory (a notebook opened
+    by hand): nothing is written, and None is returned."""
+    if not directory:
+        return None
+    path = Path(directory) / f"{name}.json"
+    write_atomic(path, json.dumps(jsonable(dict(numbers)), indent=2, sort_keys=True, allow_nan=False) + "\n")
+    return path
+
+
+RUN_GLOBS = ("runs/*", "*/runs/*", "evals/*/runs/*")  # where an empty run_dir looks, under the current directory
+
+
+def newest_run(root: str | Path | None = None) -> Path | None:
+    """The newest run folder under `root` (default: the current directory, where
+    JupyterLab starts a notebook's kernel): in its suite's `runs/` (`root` is a suite),
+    its suites' (`root` is `evals/`) or its project's (`evals/*/runs/`); newest by the
+    run's recorded creation time, then its folder name. None when there is none."""
+    base = Path(root) if root is not None else Path.cwd()
+    found = {p.resolve() for g in RUN_GLOBS for p in base.glob(g) if (p / RUN_CONFIG).is_file()}
+
+    def created(p: Path) -> tuple[str, str]:
+        try:
+            c = json.loads((p / RUN_CONFIG).read_text(encoding="utf-8")).get("created")
+        except (OSError, ValueError, AttributeError):
+            c = None
+        return (str(c or ""), p.name)
+
+    return max(found, key=created) if found else None
+
+
+def resolve_run(run_dir: str | Path | None) -> Path:
+    """The run folder a notebook analyses: its `run_dir` parameter (`evalkit report`
+    always sets it), or, left empty in a notebook opened by hand, the newest run under
+    the current directory's suite (`newest_run`), said on the page; none found is an
+    error that says where it looked."""
+    if not run_dir:
+        found = newest_run()
+        if found is None:
+            raise InputError(
+                "no run_dir given and no run found under the current directory "
+                f"(looked in {', '.join(RUN_GLOBS)}): set the notebook's run_dir parameter to a run folder",
+                Path.cwd(),
+            )
+        say(f"run_dir was empty: showing the newest run under {Path.cwd()}: {found}")
+        return found
+    p = Path(run_dir).expanduser()
+    if not (p / RUN_CONFIG).exists():
+        raise InputError("not a run folder (no config.json)", p)
+    return p.resolve()
+
+
+def setup_plots() -> None:
+    """One look for every notebook's figures (PNG, embedded in the HTML)."""
+    import matplotlib as mpl  # lazy: only a notebook that draws loads matplotlib
+
+    mpl.rcParams.update(
+        {
+            "figure.figsize": (7.5, 3.6),
+            "figure.dpi": 96,
+            "axes.grid": True,
+            "grid.alpha": 0.3,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+            "font.size": 9,
+            "text.usetex": False,
+            "axes.formatter.use_mathtext": False,
+        }
+    )
+
+
+ARM_PALETTE = fmt.ARM_PALETTE
+NEUTRAL = fmt.NEUTRAL
+
+
+def arm_colors(names: list[str], order: list[str] | None = None, neutral: str | None = None) -> list[str]:
+    """One colour per arm, the same on every page of a run: the arm's place in `order`
+    (the run's arms, `arms_of`; default `names`) picks it from `ARM_PALETTE`; `neutral`
+    names a group that is no arm (grey)."""
+    order = list(order) if order is not None else [n for n in names if n != neutral]
+    out = []
+    for n in names:
+        if n == neutral:
+            out.append(NEUTRAL)
+        elif n in order:
+            out.append(ARM_PALETTE[order.index(n) % len(ARM_PALETTE)])
+        else:
+            out.append(ARM_PALETTE[(len(order) + names.index(n)) % len(ARM_PALETTE)])
+    return out
+
+
+def percent_axis(axis: Any) -> None:
+    """Tick labels of a rate axis in percent (0% to 100%), with no offset or exponent."""
+    from matplotlib.ticker import FuncFormatter  # lazy: only a notebook that draws loads matplotlib
+
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: fmt.pct(v, 0)))
+
+
+def money_axis(axis: Any) -> None:
+    """Tick labels of a money axis as `fmt.usd` writes them (no `1e-5` offset)."""
+    from matplotlib.ticker import FuncFormatter  # lazy: only a notebook that draws loads matplotlib
+
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: fmt.usd(v)))
+
+
+def legend_outside(ax: Any, **kwargs: Any) -> None:
+    """A legend to the right of the plot area, where it covers no data."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False, **kwargs)
+
+
+def run_state(run: Run, summary: GradesSummary | None) -> tuple[str, str] | None:
+    """What a page must say before any number: (banner kind, text) for a run with no
+    sample, an ungraded run or an INCOMPLETE one (`runload.report_state`); None for a
+    complete graded run."""
+    return report_state(run, summary)
+
+
+def show_state(run: Run, summary: GradesSummary | None) -> tuple[str, str] | None:
+    """Display `run_state` as a banner (nothing for a complete graded run)."""
+    state = run_state(run, summary)
+    if state is not None:
+        banner(*state)
+    return state
+
+
+def plain(label: Any) -> str:
+    """A label safe for matplotlib: `$` would start mathtext (and fail on odd input)."""
+    return str(label).replace("$", r"\$")
+
+
+def open_run(run_dir: str | Path | None) -> Run:
+    """The run a notebook analyses (`resolve_run`), loaded with `runload.load_run(...,
+    cache=True)`: parsed once per process while its files are unchanged, a fresh copy
+    for every notebook."""
+    return load_run(resolve_run(run_dir), cache=True)
+
+
+def arms_of(run: Any) -> list[str]:
+    """The run's arms in config order, then any others its samples name (`Run.arm_names`)."""
+    names: list[str] = run.arm_names()
+    return names
+
+
+def pick_arms(run: Any, baseline: str = "", treatment: str = "") -> tuple[str, str]:
+    """The baseline and treatment arms of a two-arm run: the names given, else the arm
+    called baseline/control/no-guidance (or the first) and the other one."""
+    arms = arms_of(run)
+    if not baseline:
+        baseline = next((a for a in arms if a in ("baseline", "control", "no-guidance")), arms[0] if arms else "")
+    if not treatment:
+        treatment = next((a for a in arms if a != baseline), "")
+    return baseline, treatment
+
+
+_BANNER_COLORS = {
+    "pass": ("#e8f5e9", "#1b5e20"),
+    "regression": ("#ffebee", "#b71c1c"),
+    "no-improvement": ("#f5f5f5", "#424242"),
+    "inconclusive": ("#fff8e1", "#8a6d00"),
+}
+
+
+def banner(kind: str, text: str) -> None:
+    """Display a conclusion in a coloured box (`kind`: pass, regression,
+    no-improvement, inconclusive); the text is escaped."""
+    from IPython.display import HTML, display  # lazy: IPython is there only in a notebook's kernel
+
+    bg, fg = _BANNER_COLORS.get(kind, _BANNER_COLORS["no-improvement"])
+    display(
+        HTML(
+            f"<div class='ek-banner ek-{html.escape(kind)}' style='background:{bg};color:{fg};"
+            f"border-left:6px solid {fg};padding:0.6em 1em;margin:0.6em 0;font-size:1.05em'>"
+            f"<b>{html.escape(str(text))}</b></div>"
+        )
+    )
+
+
+def clip(text: Any, n: int = 200) -> str:
+    """`text` cut to `n` characters, with an ellipsis when cut."""
+    s = "" if text is None or (isinstance(text, float) and math.isnan(text)) else str(text)
+    return s if len(s) <= n else s[: n - 1] + "\u2026"
+
+
+def rate_interval(rate: float | None, n: int | None, method: str = "wilson") -> Any:
+    """The `stats.proportion_interval` of a rate over `n` (successes = rate * n, rounded),
+    or None when there is no rate."""
+    if rate is None or not n:
+        return None
+    return stats.proportion_interval(int(round(float(rate) * int(n))), int(n), method=method)
+
+
+def score_interval(value: float | None, se: float | None, n: int = 2) -> tuple[float | None, float | None]:
+    """The 95% normal interval of a suite-level score from its standard error across cases
+    (`stats.Estimate.interval`), or (None, None) when there is none (a single case, no SE)."""
+    if fmt.missing(value) or fmt.missing(se) or value is None or se is None:
+        return None, None
+    return stats.Estimate(float(value), float(se), n).interval()
+
+
+def grades(run: Run) -> GradesSummary | None:
+    """The run's grades summary (`grades-summary.json`, typed), None when it is not graded."""
+    return grades_summary(run)
+
+
+def grades_json(run: Run) -> dict[str, Any]:
+    """The run's grades summary as `grades-summary.json` holds it (the typed record's
+    JSON), {} when it is not graded: for pages that show its parts as recorded."""
+    s = grades_summary(run)
+    return s.to_json() if s is not None else {}
+
+
+def verdicts(run: Run) -> RunVerdicts:
+    """What compare, gate and report concluded about the run (`verdicts.json`)."""
+    return run_verdicts(run)
+
+
+def comparison(run: Run, baseline: str, treatment: str, plan: str = "", judge: str = "") -> Verdict:
+    """The two-arm verdict `evalkit report` (or `compare`) recorded for these arms (and,
+    when `judge` is named, resting on that judge), or, in a notebook opened by hand on a
+    run with none, the same verdict computed now (`compare.compare_arms`, held to `plan`
+    when one is named; `judge` empty: the suite's `verdict_judge`)."""
+    recorded = run_verdicts(run).comparison(baseline, treatment)
+    if recorded is not None and (not judge or recorded.judge == judge):
+        return recorded
+    p = load_plan(plan) if plan else None
+    return compare_arms(run, baseline, treatment, judge=judge or None, alpha=p.alpha if p else 0.05, plan=p)
+
+
+def read_pairwise(run: Run) -> list[PairOutcome]:
+    """The pairwise judge's outcomes of a run (`pairwise.jsonl`), none when it has none."""
+    return _read_pairwise(Path(run.path) / PAIRWISE)
+
+
+PANDALM_JUDGES = {
+    "gpt-3.5-turbo": ("gpt-3.5-turbo-testset-v1.json", "gpt"),
+    "pandalm-7b": ("pandalm-7b-testset-v1.json", "pandalm"),
+}
+
+
+def load_pandalm(directory: str | Path, judge: str = "gpt-3.5-turbo") -> Any:
+    """PandaLM's pairwise test set with one judge's verdicts, one row per item:
+    `idx`, `instruction`, `annotator1..3` and their majority `human`, the judge's
+    `judge` label and `judge_reason`, `malformed` (the judge's answer was not 1, 2, 0 or
+    Tie). Labels are "0" (tie), "1" (response 1 better), "2" (response 2 better); a
+    judge's "Tie" or unparseable answer counts as "0", the source's convention."""
+    d = Path(directory)
+    if judge not in PANDALM_JUDGES:
+        raise InputError(f"unknown PandaLM judge {judge!r}; known: {', '.join(PANDALM_JUDGES)}")
+    fname, prefix = PANDALM_JUDGES[judge]
+    try:
+        items = json.loads((d / "testset-v1.json").read_text(encoding="utf-8"))
+        answers = json.loads((d / fname).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"cannot read the PandaLM data: {exc.strerror}", exc.filename) from None
+    by_idx = {int(a["idx"]): a for a in answers}
+    rows = []
+    for it in items:
+        votes = [str(it[f"annotator{i}"]) for i in (1, 2, 3)]
+        top = max(set(votes), key=votes.count)
+        if votes.count(top) < 2:
+            continue  # no majority among three: no human label (none in the published set)
+        a = by_idx.get(int(it["idx"]))
+        raw = None if a is None else str(a.get(f"{prefix}_result"))
+        label = raw if raw in ("0", "1", "2") else "0"
+        rows.append(
+            {
+                "idx": int(it["idx"]),
+                "instruction": it.get("instruction"),
+                "annotator1": votes[0],
+                "annotator2": votes[1],
+                "annotator3": votes[2],
+                "human": top,
+                "judge": label,
+                "judge_raw": raw,
+                "malformed": raw not in ("0", "1", "2", "Tie"),
+                "judge_reason": None if a is None else a.get(f"{prefix}_reason"),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def read_sidecar(directory: str | Path, name: str) -> dict[str, Any] | None:
+    """A notebook's sidecar numbers, or None when it did not write one."""
+    p = Path(directory) / f"{name}.json"
+    if not p.exists():
+        return None
+    data: dict[str, Any] = json.loads(p.read_text(encoding="utf-8"))
+    return data

@@ -1,0 +1,937 @@
+"""Shareable reports: papermill notebooks executed and rendered to self-contained HTML.
+
+`report_run` decides which notebooks in `notebooks/` (at the top of the checkout; a wheel
+has them as package data; `EVALKIT_NOTEBOOKS` names a folder of your own instead) apply to a run
+folder, executes them with papermill (kernel `python3`) in parallel, renders each to one
+HTML file with nbconvert (images embedded as data URIs, code hidden, the parameters as a
+table at the top) into `reports/<run>/` beside the executed `.ipynb`, and rebuilds
+`reports/index.html` (`evalkit.telling.report_index`). A notebook that cannot run (not found, a
+kernel that does not start, an error in a cell) is a failed notebook in the result,
+never an exception in a worker thread; `ReportResult.ok` is then False and `evalkit
+report` exits 1. The notebooks call `evalkit.telling.nb` for everything they share.
+
+Why hand-written: papermill executes and nbconvert renders, but neither decides which
+notebooks apply to a run.
+"""
+
+from __future__ import annotations
+
+import html
+import inspect
+import json
+import logging
+import math
+import os
+import queue
+import re
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from evalkit.checking.judge import load_human_labels
+from evalkit.conclusions.compare import compare_arms
+from evalkit.conclusions.gates import gate, load_baseline
+from evalkit.conclusions.grading import summarize_run, write_summary
+from evalkit.conclusions.microtest import analyse
+from evalkit.conclusions.verdicts import conformance_verdict, record_verdicts
+from evalkit.foundations._io import iter_jsonl, read_json_object, write_atomic
+from evalkit.foundations._jsonschema import jsonschema, papermill
+from evalkit.foundations.errors import InputError
+from evalkit.foundations.layout import (
+    BASELINE_FILE,
+    GRADES,
+    HUMAN_LABELS_FILE,
+    MICROTEST_MARKER,
+    RESULTS,
+    RUN_CONFIG,
+    TRAJECTORIES,
+)
+from evalkit.foundations.records import RunVerdicts
+from evalkit.numbers.plans import find_plan, load_plan
+from evalkit.suites import privacy
+from evalkit.suites.runload import (
+    NOTHING_TO_REPORT,
+    Run,
+    as_run,
+    grades_summary,
+    judge_trust_notice,
+    load_run,
+    report_state,
+)
+from evalkit.suites.runs import RunFolder, config_arm_names, find_suite_dir
+from evalkit.telling.nb import REDACT_ENV
+from evalkit.telling.report_index import CSP, NOTEBOOKS, TITLES, build_index, write_manifest
+
+__all__ = ["MICROTEST_MARKER", "NOTEBOOKS", "TITLES"]
+
+KERNEL = "python3"
+# Kernels log a warning per start about plain-text TCP on loopback; reports are batch
+# jobs, so only errors from the kernel process itself reach the user's terminal.
+KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
+NOTEBOOKS_ENV = "EVALKIT_NOTEBOOKS"
+
+
+def notebooks_dir() -> Path:
+    """Where the notebooks are: `EVALKIT_NOTEBOOKS` (a folder of your own versions), else
+    `notebooks/` at the top of the checkout, which an installed wheel carries as
+    `evalkit/notebooks/` (pyproject.toml maps the folder in)."""
+    env = os.environ.get(NOTEBOOKS_ENV)
+    if env:
+        return Path(env)
+    package = Path(__file__).resolve().parents[1]
+    wheel = package / "notebooks"
+    return wheel if wheel.is_dir() else package.parent / "notebooks"
+
+
+@dataclass(frozen=True)
+class NotebookReport:
+    """One executed notebook: where its files are, how long it took, and its error."""
+
+    name: str
+    ipynb: Path
+    html: Path | None
+    sidecar: Path | None
+    seconds: float
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    """What `report_run` made: the run's report folder, the index, each notebook's
+    outcome, and the notebooks that did not apply (with the reason)."""
+
+    run_dir: Path
+    out_dir: Path
+    index: Path
+    notebooks: tuple[NotebookReport, ...]
+    skipped: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+    nothing: str | None = None  # why the run has nothing to report (no sample, not graded), else None
+
+    @property
+    def ok(self) -> bool:
+        return all(n.ok for n in self.notebooks)
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """The files a report reads besides the run folder, found once (`report_inputs`) and
+    passed to the notebooks as parameters: the pre-registered plan, the accepted
+    baseline, the human labels; None where there is none."""
+
+    plan: Path | None = None
+    baseline: Path | None = None
+    human_labels: Path | None = None
+
+
+def report_inputs(run_dir: str | Path, *, plan: str | Path | None = None, baseline: str | Path | None = None) -> Inputs:
+    """The report's inputs: `plan` and `baseline` as given, else the run's suite's
+    `plan.json` and `baseline.json` when there are; its human labels when there are."""
+    run = Path(run_dir)
+    meta = RunFolder(run).read_meta()
+    suite = find_suite_dir(run, meta.get("suite"))
+    if baseline is None and suite is not None and (suite / BASELINE_FILE).is_file():
+        baseline = suite / BASELINE_FILE
+    labels = suite / HUMAN_LABELS_FILE if suite is not None and os.path.lexists(suite / HUMAN_LABELS_FILE) else None
+    return Inputs(
+        plan=Path(plan) if plan is not None else find_plan(suite),
+        baseline=Path(baseline) if baseline is not None else None,
+        human_labels=labels,
+    )
+
+
+def conclude(run_dir: Run | str | Path, inputs: Inputs) -> RunVerdicts:
+    """What the report concludes, written to the run's `verdicts.json` before any
+    notebook runs (the notebooks and the index display it): the two-arm verdict held to
+    the plan (a two-arm graded run), the gate against the baseline (a graded run whose
+    arms include the baseline's), whether the judge may be trusted (as
+    what grading decided), the conformance verdict (a single-arm graded run) and a micro-test's
+    result. A run ingested from another tool without a grades summary gets one first.
+    `run_dir`: the run folder, or the run loaded from it (`runload.load_run`)."""
+    run = as_run(run_dir)
+    path = Path(run.path)
+    graded = len(run.grades) > 0
+    if graded and grades_summary(path) is None:
+        write_summary(path, summarize_run(path))  # a run ingested by evalkit 0.1
+    arms = run.arm_names()
+    parts: dict[str, Any] = {}
+    comparison = None
+    if graded and len(arms) == 2 and not (path / MICROTEST_MARKER).exists():
+        bl, tr = two_arms(arms)
+        p = load_plan(inputs.plan) if inputs.plan is not None else None
+        comparison = compare_arms(run, bl, tr, alpha=p.alpha if p else 0.05, plan=p)
+    if graded and inputs.baseline is not None:
+        b = load_baseline(inputs.baseline)
+        if b.arm in arms or (b.arm is None and len(arms) == 1):
+            parts["gate"] = gate(run, inputs.baseline, arm=b.arm if b.arm in arms else None)
+    if graded and len(arms) == 1:
+        parts["conformance"] = conformance_verdict(run, arm=arms[0])
+    if graded and inputs.human_labels is not None:
+        # a label file the notebooks cannot read is bad input: said now (exit 2), before any notebook runs
+        load_human_labels(inputs.human_labels, root=inputs.human_labels.parent.parent)
+    summary = grades_summary(path) if graded else None
+    if summary is not None and summary.judge_trust is not None:
+        parts["judge_trust"] = summary.judge_trust  # what grading decided (`judge.decide_trust`)
+    marker = path / MICROTEST_MARKER
+    if marker.exists():
+        m = read_json_object(marker, MICROTEST_MARKER)
+        parts["microtest"] = analyse(run, str(m.get("control") or "control"), str(m.get("flag_pattern") or ""))
+    return record_verdicts(path, comparison=comparison, **parts)
+
+
+def two_arms(arms: Sequence[str]) -> tuple[str, str]:
+    """The baseline and treatment of a two-arm run: the arm called baseline or control
+    (else the first), then the other."""
+    if arms[0] in ("baseline", "control") or arms[1] not in ("baseline", "control"):
+        return arms[0], arms[1]
+    return arms[1], arms[0]
+
+
+def plan_notebooks(
+    run_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    pandalm_dir: str | Path | None = None,
+    inputs: Inputs | None = None,
+    loaded: Run | None = None,
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Which notebooks apply to a run, with their papermill parameters (the plan, the
+    baseline and the human labels among them, as `report_inputs` found them), and why
+    the others do not. Reads only the run folder's small files (no samples), and its
+    grades for judge scores unless `loaded` (the run, loaded) has them at hand.
+    `pandalm_dir`: PandaLM's data, on which `judge_calibration` calibrates a judge as
+    well."""
+    run = Path(run_dir).resolve()
+    inputs = inputs or report_inputs(run)
+    meta = RunFolder(run).read_meta()
+    arms = config_arm_names(meta)
+    graded = (run / GRADES).exists()
+    base = {"run_dir": str(run), "report_dir": str(Path(out_dir).resolve())}
+    plan = str(inputs.plan.resolve()) if inputs.plan is not None else ""
+    plans: dict[str, dict[str, Any]] = {}
+    skipped: dict[str, str] = {}
+    plans["run_summary"] = {**base, "baseline": str(inputs.baseline.resolve()) if inputs.baseline else ""}
+    if graded:
+        plans["pass_at_k"] = dict(base)
+    else:
+        skipped["pass_at_k"] = "the run is not graded (run `evalkit grade` first)"
+    if len(arms) == 2 and graded:
+        bl, tr = two_arms(arms)
+        plans["skill_comparison"] = {**base, "baseline": bl, "treatment": tr, "plan": plan}
+    else:
+        skipped["skill_comparison"] = (
+            "needs exactly two arms" if len(arms) != 2 else "the run is not graded (run `evalkit grade` first)"
+        )
+    has_judge_scores = graded and _grades_have_judge(run / GRADES, loaded)
+    has_judge = bool((meta.get("config") or {}).get("judge")) if isinstance(meta.get("config"), dict) else False
+    if has_judge_scores or has_judge or inputs.human_labels is not None:
+        plans["judge_calibration"] = {
+            **base,
+            "human_labels": str(inputs.human_labels.resolve()) if inputs.human_labels else "",
+        }
+        if pandalm_dir is not None:
+            plans["judge_calibration"]["pandalm_dir"] = str(Path(pandalm_dir).resolve())
+    else:
+        skipped["judge_calibration"] = "no judge, no judge scores and no human labels"
+    if len(arms) >= 2 or inputs.plan is not None:
+        plans["power_planning"] = {**base, "interactive": False, "plan": plan}
+    else:
+        skipped["power_planning"] = "a single-arm run with no pre-registered plan"
+    if (run / MICROTEST_MARKER).exists():
+        plans["micro_test"] = dict(base)
+        # a micro-test's report is the micro-test: the two-arm and power notebooks do not fit
+        for name in ("skill_comparison", "power_planning"):
+            if name in plans:
+                plans.pop(name)
+                skipped[name] = "a micro-test run"
+    else:
+        skipped["micro_test"] = "not a micro-test run (see `evalkit microtest`)"
+    if (run / TRAJECTORIES).is_dir():  # an agent unit's run (evalkit.running.agents): its trajectories side by side
+        plans["replay"] = dict(base)
+    else:
+        skipped["replay"] = "no trajectories (not an agent unit's run)"
+    return plans, skipped
+
+
+def _grades_have_judge(path: Path, loaded: Run | None = None) -> bool:
+    """Whether any grade of `grades.jsonl` carries a judge score (read by the run files'
+    one reader: a bad line is an InputError naming it, as every later step would say).
+    From `loaded`'s grades when they settle it: every score null (the usual ungraded-by-
+    a-judge run: no line parsed twice), or one a number; NaN there (a missing key, or a
+    NaN in the file) is read from the file, whose lines tell the two apart."""
+    if loaded is not None and len(loaded.grades):
+        scores = loaded.grades["judge_score"].tolist()
+        if all(v is None for v in scores):
+            return False
+        if any(v is not None and not (isinstance(v, float) and math.isnan(v)) for v in scores):
+            return True
+    return any(g.get("judge_score") is not None for g in iter_jsonl(path))
+
+
+# ------------------------------------------------------------------------------ execution and rendering
+
+
+def execute(
+    name: str,
+    parameters: Mapping[str, Any],
+    out_dir: str | Path,
+    *,
+    source_dir: str | Path | None = None,
+    title: str | None = None,
+    timeout_s: float = 600,
+    km: Any = None,
+) -> NotebookReport:
+    """Execute one notebook with papermill into `out_dir/<name>.ipynb` and render
+    `out_dir/<name>.html`. A failing notebook is still rendered (showing the error);
+    its `error` says what failed. `km`: a started kernel to run in (see `run_notebooks`);
+    None starts a fresh one, as papermill does by default."""
+    ran = _execute(name, parameters, out_dir, source_dir=source_dir, title=title, timeout_s=timeout_s, km=km)
+    return ran if isinstance(ran, NotebookReport) else _render(ran)
+
+
+@dataclass(frozen=True)
+class _Executed:
+    """A notebook papermill ran (or failed to run): what `_render` needs to finish its
+    report. `seconds`: the execution's."""
+
+    name: str
+    parameters: Mapping[str, Any]
+    ipynb: Path
+    title: str
+    seconds: float
+    error: str | None
+
+
+def _execute(
+    name: str,
+    parameters: Mapping[str, Any],
+    out_dir: str | Path,
+    *,
+    source_dir: str | Path | None = None,
+    title: str | None = None,
+    timeout_s: float = 600,
+    km: Any = None,
+) -> NotebookReport | _Executed:
+    """`execute` up to the render: the executed notebook, or the final report of one
+    that is not there."""
+    pm = papermill()
+
+    src = Path(source_dir or notebooks_dir()) / f"{name}.ipynb"
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    dst = out / f"{name}.ipynb"
+    (out / f"{name}.json").unlink(missing_ok=True)  # a stale sidecar must not outlive a failed run
+    t0 = time.perf_counter()
+    if not src.is_file():
+        if source_dir is not None:
+            where = "the source folder given"
+        elif os.environ.get(NOTEBOOKS_ENV):
+            where = f"the folder {NOTEBOOKS_ENV} names"
+        else:
+            where = "the evalkit package's own notebooks: this install is not whole"
+        dst.unlink(missing_ok=True)  # no stale page or notebook from an earlier report
+        (out / f"{name}.html").unlink(missing_ok=True)
+        return NotebookReport(
+            name=name, ipynb=dst, html=None, sidecar=None, seconds=0.0, error=f"notebook not found: {src} ({where})"
+        )
+    error = None
+    try:
+        extra = {"km": km} if km is not None else {"extra_arguments": KERNEL_ARGS}
+        pm.execute_notebook(
+            str(src),
+            str(dst),
+            parameters=dict(parameters),
+            kernel_name=KERNEL,
+            progress_bar=False,
+            log_output=False,
+            request_save_on_cell_execute=False,
+            execution_timeout=timeout_s,
+            **extra,
+        )
+    except pm.PapermillExecutionError as exc:
+        error = f"{exc.ename}: {exc.evalue}"
+    except Exception as exc:  # kernel died, timeout: still report what happened
+        error = f"{type(exc).__name__}: {exc}"
+    return _Executed(name, parameters, dst, title or TITLES.get(name, name), time.perf_counter() - t0, error)
+
+
+def _render(ran: _Executed) -> NotebookReport:
+    """The rest of `execute`: the executed notebook rendered (when papermill wrote it),
+    its report; `seconds` counts the execution and the render."""
+    t0 = time.perf_counter()
+    error, page = ran.error, None
+    if ran.ipynb.exists():
+        try:
+            page = render_html(ran.ipynb, ran.parameters, title=ran.title)
+        except Exception as exc:  # a render failure must not hide the execution result
+            error = error or f"render failed: {type(exc).__name__}: {exc}"
+    side = ran.ipynb.with_suffix(".json")
+    return NotebookReport(
+        name=ran.name,
+        ipynb=ran.ipynb,
+        html=page,
+        sidecar=side if side.exists() else None,
+        seconds=ran.seconds + time.perf_counter() - t0,
+        error=error,
+    )
+
+
+# An exporter registers filters on itself on every call, so two threads must not share
+# one at the same time; building one (traitlets, the Jinja environment, the template) is
+# the largest fixed cost of a render, so finished exporters wait here for the next page,
+# across lanes and across runs.
+_EXPORTERS: list[Any] = []
+_EXPORTERS_LOCK = threading.Lock()
+
+
+def _new_exporter() -> Any:
+    from nbconvert import HTMLExporter  # lazy: nbconvert (Jinja, traitlets) loads only to render
+
+    log = logging.getLogger("evalkit.telling.reports.nbconvert")
+    log.setLevel(logging.ERROR)  # "alternative text is missing" on every matplotlib figure
+    return HTMLExporter(
+        template_name="lab",
+        exclude_input=True,
+        exclude_input_prompt=True,
+        exclude_output_prompt=True,
+        embed_images=True,
+        log=log,
+    )
+
+
+def _export(nb: Any, resources: dict[str, Any]) -> str:
+    """`HTMLExporter.from_notebook_node` on an exporter no other thread is using."""
+    with _EXPORTERS_LOCK:
+        exp = _EXPORTERS.pop() if _EXPORTERS else None
+    if exp is None:
+        exp = _new_exporter()
+    body: str
+    body, _ = exp.from_notebook_node(nb, resources=resources)
+    with _EXPORTERS_LOCK:
+        _EXPORTERS.append(exp)
+    return body
+
+
+def params_table_html(parameters: Mapping[str, Any], title: str) -> str:
+    """The header of a report page: when it was rendered and the parameters it ran with
+    (escaped), folded; the notebook's own first heading is the page's title (`title` names
+    the page in the line, never as a second heading)."""
+    rows = "".join(
+        f"<tr><td><code>{html.escape(str(k))}</code></td><td>{html.escape(json.dumps(v))}</td></tr>"
+        for k, v in parameters.items()
+    )
+    stamp = datetime.now(UTC).isoformat(timespec="seconds")
+    return (
+        f"<details class='ek-header'><summary>{html.escape(title)}: rendered {html.escape(stamp)} by "
+        f"<code>evalkit report</code> (click for the parameters)</summary>"
+        f"<table class='ek-params'><thead><tr><th>parameter</th><th>value</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table></details>"
+    )
+
+
+_NOTICE_STYLE = "background:#fff8e1;color:#8a6d00;border-left:6px solid #8a6d00;padding:0.5em 1em"
+
+
+def render_html(ipynb: str | Path, parameters: Mapping[str, Any], *, title: str) -> Path:
+    """Render an executed notebook to a self-contained HTML page beside it: no code,
+    images as data URIs, the parameters as a table first, and a content security
+    policy that allows no script and no outside resource."""
+    jsonschema()  # before nbformat, which validates with it: see `_jsonschema.papermill`
+    import nbformat  # lazy: the Jupyter stack loads only when a report runs
+
+    src = Path(ipynb)
+    nb = nbformat.read(src, as_version=4)
+    header = nbformat.v4.new_code_cell(source="")
+    head = params_table_html(parameters, title)
+    notice = judge_trust_notice(parameters.get("run_dir"))
+    if notice:  # on every page of the run: the judge's pass/fail is held, or counts by opt-out
+        head += f"<p class='ek-judge-notice' style='{_NOTICE_STYLE}'><b>{html.escape(notice)}</b></p>"
+    header.outputs = [nbformat.v4.new_output("display_data", data={"text/html": head})]
+    # the injected-parameters cell has no output; drop it so the page starts with the table
+    nb.cells = [header] + [c for c in nb.cells if "injected-parameters" not in c.get("metadata", {}).get("tags", [])]
+    body = _export(nb, {"metadata": {"name": title}})
+    body = _harden(body)
+    dst = src.with_suffix(".html")
+    write_atomic(dst, body)
+    return dst
+
+
+_SCRIPT_RE = re.compile(r"<script\b[^>]*>.*?</script\s*>", re.S | re.I)
+
+
+def _harden(page: str) -> str:
+    """Drop the template's own scripts (MathJax and widget loaders from a CDN: a report
+    is read offline and runs nothing) and add the content security policy."""
+    page = _SCRIPT_RE.sub("", page)
+    meta = f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+    return page.replace("<head>", "<head>\n" + meta, 1) if "<head>" in page else meta + page
+
+
+def _fewest_notebooks(run: Path, inputs: Inputs, notebooks: Sequence[str] | None) -> int:
+    """How many notebooks at least will run (`plan_notebooks` says exactly, later): the
+    lanes started ahead of them (`report_run`) are no more than that; more are added
+    once the plan is known."""
+    if notebooks:
+        return len(set(notebooks))
+    arms = config_arm_names(RunFolder(run).read_meta())
+    return 1 + (run / GRADES).exists() + (len(arms) >= 2 or inputs.plan is not None)
+
+
+def report_run(
+    run_dir: str | Path,
+    reports_dir: str | Path = "reports",
+    notebooks: Sequence[str] | None = None,
+    parallel: bool = True,
+    *,
+    source_dir: str | Path | None = None,
+    extra_parameters: Mapping[str, Mapping[str, Any]] | None = None,
+    workers: int | None = None,
+    reuse_kernels: bool = True,
+    redact: bool = False,
+    pandalm_dir: str | Path | None = None,
+    plan: str | Path | None = None,
+    baseline: str | Path | None = None,
+) -> ReportResult:
+    """Execute and render every notebook that applies to `run_dir` (or those named in
+    `notebooks`) into `reports_dir/<run>/`, write the run's manifest and rebuild
+    `reports_dir/index.html`. Notebooks run in lanes sized to the cores when `parallel`
+    (`workers` lanes when given; one for a run past `ONE_LANE_RUN_BYTES`, as each lane
+    loads the run); see `run_notebooks` for `reuse_kernels`. `pandalm_dir`: PandaLM's data, for the judge
+    calibration notebook to calibrate on as well. `plan` and `baseline`: the plan and
+    baseline to hold the run to (default: the suite's). Before any notebook runs, what
+    the report concludes is written to the run's `verdicts.json` (`conclude`). `redact`:
+    the notebooks read a copy of the run with every detected personal value and secret
+    replaced by a typed placeholder (`evalkit.suites.privacy.redact_run`, made in a temporary
+    folder outside the report folder and removed once the pages are rendered: the report
+    folder is what gets shared), the run's report folder is made anew, and every file
+    written, the index included, is checked to hold none of the replaced values and
+    nothing the scanner detects."""
+    t0 = time.perf_counter()
+    run = Path(run_dir)
+    if not (run / RUN_CONFIG).exists():
+        raise InputError("not a run folder (no config.json)", run)
+    run = run.resolve()
+    out_dir = Path(reports_dir) / run.name
+    source, redacted = run, None  # the folder the notebooks read
+    if redact:
+        if out_dir.exists():
+            shutil.rmtree(out_dir)  # no page of an earlier, unredacted report may stay beside it
+        copy_root = Path(tempfile.mkdtemp(prefix=f"evalkit-{privacy.REDACTED_RUN}-"))
+        try:
+            redacted = privacy.redact_run(run, copy_root / run.name, log=out_dir / privacy.REDACTION_LOG)
+        except BaseException:
+            shutil.rmtree(copy_root, ignore_errors=True)
+            raise
+        source = Path(redacted.path)
+    try:
+        return _render_run(
+            run,
+            source,
+            redacted,
+            out_dir,
+            reports_dir,
+            notebooks,
+            parallel,
+            source_dir,
+            extra_parameters,
+            workers,
+            reuse_kernels,
+            t0,
+            pandalm_dir=pandalm_dir,
+            plan=plan,
+            baseline=baseline,
+        )
+    finally:
+        if redacted is not None:
+            shutil.rmtree(Path(redacted.path).parent, ignore_errors=True)  # the copy is no part of the report
+
+
+def _render_run(
+    run: Path,
+    source: Path,
+    redacted: Any,
+    out_dir: Path,
+    reports_dir: str | Path,
+    notebooks: Sequence[str] | None,
+    parallel: bool,
+    source_dir: str | Path | None,
+    extra_parameters: Mapping[str, Mapping[str, Any]] | None,
+    workers: int | None,
+    reuse_kernels: bool,
+    t0: float,
+    *,
+    pandalm_dir: str | Path | None = None,
+    plan: str | Path | None = None,
+    baseline: str | Path | None = None,
+) -> ReportResult:
+    """`report_run` once the folder the notebooks read (`source`: the run, or its
+    redacted copy) is known."""
+    inputs = report_inputs(run, plan=plan, baseline=baseline)
+    if notebooks:
+        unknown = [n for n in notebooks if n not in NOTEBOOKS]
+        if unknown:
+            raise InputError(f"unknown notebook(s) {', '.join(unknown)}; known: {', '.join(NOTEBOOKS)}")
+    before = os.environ.get(REDACT_ENV)
+    if redacted is not None:
+        os.environ[REDACT_ENV] = "1"  # the kernels started for these notebooks inherit it
+    # The lanes' kernels start, import and load the run while this process decides what
+    # the report concludes (the notebooks display it, so they wait for it).
+    lanes = _Lanes(
+        _lane_count(_fewest_notebooks(source, inputs, notebooks), parallel, workers, source),
+        reuse_kernels=reuse_kernels,
+        warm_up=_WARM_UP.format(run_dir=str(source)),
+    )
+    try:
+        lanes.wait_launched()
+        loaded = load_run(source)
+        conclude(loaded, inputs)
+        state = report_state(loaded, grades_summary(loaded))  # an empty or ungraded run: said, and exit 1
+        plans, skipped = plan_notebooks(source, out_dir, pandalm_dir=pandalm_dir, inputs=inputs, loaded=loaded)
+        del loaded  # the kernels have their own copy: this one need not stay in memory
+        if notebooks:
+            for n in notebooks:
+                if n not in plans:
+                    raise InputError(f"notebook {n} does not apply to this run: {skipped.get(n, 'unknown')}", run)
+            plans = {n: p for n, p in plans.items() if n in notebooks}
+        for name, extra in (extra_parameters or {}).items():
+            if name in plans:
+                plans[name].update(extra)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        lanes.grow(_lane_count(len(plans), parallel, workers, source))
+        results = lanes.run(plans, out_dir, source_dir=source_dir)
+    finally:
+        lanes.close()
+        if redacted is not None and before is None:
+            os.environ.pop(REDACT_ENV, None)
+    write_manifest(source, out_dir, results, skipped, run_dir=run)
+    index = build_index(reports_dir)
+    if redacted is not None:
+        privacy.verify_redacted(redacted, [out_dir, index])
+    return ReportResult(
+        run_dir=run,
+        out_dir=out_dir.resolve(),
+        index=index,
+        notebooks=tuple(results),
+        skipped=skipped,
+        seconds=time.perf_counter() - t0,
+        nothing=state[1] if state is not None and state[0] == NOTHING_TO_REPORT else None,
+    )
+
+
+# Slowest first, so the pool is not left waiting on one long notebook at the end.
+_COST_ORDER = (
+    "judge_calibration",
+    "pass_at_k",
+    "run_summary",
+    "power_planning",
+    "skill_comparison",
+    "replay",
+    "micro_test",
+)
+
+
+def run_notebooks(
+    plans: Mapping[str, Mapping[str, Any]],
+    out_dir: str | Path,
+    *,
+    parallel: bool = True,
+    source_dir: str | Path | None = None,
+    workers: int | None = None,
+    reuse_kernels: bool = True,
+) -> list[NotebookReport]:
+    """Execute and render the planned notebooks, in as many lanes (threads) as there are
+    cores when `parallel`; each lane takes the next notebook from a shared queue.
+
+    With `reuse_kernels` each lane starts one kernel and runs its notebooks in it one
+    after another, clearing the namespace (`%reset -f`, figures closed, matplotlib
+    defaults restored) between them: a notebook then pays for kernel start-up and the
+    imports of pandas, scipy and matplotlib once per lane instead of once per notebook.
+    A kernel that died or cannot be reset is replaced. Without it every notebook gets a
+    fresh kernel, as papermill does by default. (papermill is thread-safe when no `cwd`
+    is set.)"""
+    lanes = _Lanes(_lane_count(len(plans), parallel, workers), reuse_kernels=reuse_kernels)
+    try:
+        return lanes.run(plans, out_dir, source_dir=source_dir)
+    finally:
+        lanes.close()
+
+
+# Every lane's kernel loads the run (`nb.open_run`): past this many bytes of results and
+# grades (about 40,000 samples) that load costs more than a second lane saves on a
+# 2-core machine, so `report_run` uses one lane unless told `workers`. Measured on a
+# 100,000-sample run (86 MB; benchmarks/bench_report_scale.py): one lane 9.5 s wall and
+# 13.4 s of CPU, two lanes 9.2 s and 17 s (each kernel loads the run, 1.9 s): a third
+# of a second for a quarter more CPU on a machine that is shared.
+ONE_LANE_RUN_BYTES = 32 * 2**20
+
+
+def _lane_count(n_notebooks: int, parallel: bool, workers: int | None, run: Path | None = None) -> int:
+    """The lanes for `n_notebooks`: 1 unless `parallel`; else `workers`, or the cores,
+    or 1 for a run whose results and grades exceed `ONE_LANE_RUN_BYTES`; never more
+    than the notebooks."""
+    if not parallel:
+        return 1
+    if workers is None and run is not None and _run_bytes(run) > ONE_LANE_RUN_BYTES:
+        return 1
+    return max(1, min(n_notebooks, workers or os.cpu_count() or 1))
+
+
+def _run_bytes(run: Path) -> int:
+    return sum((run / name).stat().st_size for name in (RESULTS, GRADES) if (run / name).is_file())
+
+
+# What a lane's kernel runs while it waits for its first notebook (`_Lanes` with
+# `warm_up`): the imports every notebook makes, and the run loaded into `runload`'s cache
+# (`nb.open_run`), so the notebooks start with both done. Then what is in memory (the
+# modules, the cached run: a million objects for 100,000 samples) is frozen out of the
+# garbage collector's scans (`gc.freeze`): it lives as long as the kernel, and every full
+# collection walked it, the two of each reset between notebooks (`%reset` and `_RESET`)
+# 0.8 s of them. Any failure is left for the notebook to meet and report.
+_WARM_UP = """def _evalkit_warm_up(run_dir):
+    try:
+        import gc
+        import matplotlib.pyplot, numpy, pandas
+        from evalkit import nb
+        nb.open_run(run_dir)
+        gc.freeze()
+    except Exception:
+        pass
+_evalkit_warm_up({run_dir!r})
+del _evalkit_warm_up
+"""
+
+
+def _pageless(out_dir: Path, name: str, error: str, seconds: float = 0.0) -> NotebookReport:
+    """The report of a notebook that failed before it had a page, saying why."""
+    return NotebookReport(
+        name=name, ipynb=out_dir / f"{name}.ipynb", html=None, sidecar=None, seconds=seconds, error=error
+    )
+
+
+class _Lanes:
+    """The report's lanes (threads), started before the notebooks are known: with
+    `reuse_kernels`, each lane starts its kernel at once and runs `warm_up` in it
+    (`_WARM_UP` for a run folder), so kernel start-up, the imports and the run's loading
+    happen while the caller still works (`report_run` decides what the report
+    concludes meanwhile). `run` hands the lanes their notebooks and waits for them;
+    `close` ends lanes that got none and stops their kernels. Each executed notebook is
+    rendered to HTML on one more thread (`_render`) while its lane runs the next one in
+    its kernel (another process), so a render costs a lane no time."""
+
+    def __init__(self, n: int, *, reuse_kernels: bool = True, warm_up: str | None = None) -> None:
+        self.n = max(1, n)
+        self.reuse_kernels = reuse_kernels
+        self.warm_up = warm_up
+        self.todo: queue.Queue[str] = queue.Queue()
+        self.go = threading.Event()
+        self.cancelled = False
+        self.plans: Mapping[str, Mapping[str, Any]] = {}
+        self.out_dir = Path(".")
+        self.source_dir: str | Path | None = None
+        self.done: list[NotebookReport] = []
+        self.renderer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evalkit-render")
+        self.rendering: list[tuple[str, Future[NotebookReport]]] = []
+        self.lock = threading.Lock()
+        self.launched = threading.Semaphore(0)  # one release per lane that started (or failed to start) its kernel
+        self.threads = [
+            threading.Thread(target=self._lane, name=f"evalkit-report-{i}", daemon=True) for i in range(self.n)
+        ]
+        # one lane with nothing to start ahead runs in the caller's thread, as it always did
+        self.inline = self.n == 1 and not (reuse_kernels and warm_up)
+        if not self.inline:
+            for t in self.threads:
+                t.start()
+
+    def wait_launched(self, timeout_s: float = 30.0) -> None:
+        """Wait (at most `timeout_s`) until each lane that starts a kernel ahead has its
+        kernel's process launched: launching takes a lane a few tenths of a second of this
+        process's interpreter, seconds when its other threads keep that busy (loading a
+        large run), and the kernel's own start-up, imports and load wait for it."""
+        if self.inline or not (self.reuse_kernels and self.warm_up):
+            return
+        deadline = time.monotonic() + timeout_s
+        for _ in self.threads:
+            if not self.launched.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                return
+
+    def grow(self, n: int) -> None:
+        """At least `n` lanes (the ones added start no kernel ahead: their work is known)."""
+        if n <= len(self.threads):
+            return
+        added = [
+            threading.Thread(target=self._lane, args=(False,), name=f"evalkit-report-{i}", daemon=True)
+            for i in range(len(self.threads), n)
+        ]
+        if self.inline:  # the one lane was to run in the caller's thread: it gets a thread too
+            self.inline = False
+            added = self.threads + added
+        self.threads = list(dict.fromkeys(self.threads + added))
+        for t in added:
+            t.start()
+
+    def run(
+        self, plans: Mapping[str, Mapping[str, Any]], out_dir: str | Path, *, source_dir: str | Path | None = None
+    ) -> list[NotebookReport]:
+        names = sorted(plans, key=lambda n: _COST_ORDER.index(n) if n in _COST_ORDER else -1)
+        self.plans, self.out_dir, self.source_dir = plans, Path(out_dir), source_dir
+        for n in names:
+            self.todo.put(n)
+        self.go.set()
+        if self.inline:
+            self._lane()
+        else:
+            for t in self.threads:
+                t.join()
+        done = list(self.done)
+        for name, page in self.rendering:
+            try:
+                done.append(page.result())
+            except Exception as exc:  # never a silent success
+                done.append(_pageless(self.out_dir, name, f"render failed: {type(exc).__name__}: {exc}"))
+        for name in sorted(set(names) - {r.name for r in done}):  # a lane that died: never a silent success
+            done.append(_pageless(self.out_dir, name, "not executed: its report lane ended early"))
+        order = {n: i for i, n in enumerate(NOTEBOOKS)}
+        return sorted(done, key=lambda r: order.get(r.name, len(order)))
+
+    def close(self) -> None:
+        self.cancelled = True
+        self.go.set()
+        if not self.inline:
+            for t in self.threads:
+                t.join()
+        self.renderer.shutdown(wait=True)
+
+    def _lane(self, ahead: bool = True) -> None:
+        kernel = None
+        try:
+            if ahead and self.reuse_kernels and self.warm_up:
+                try:
+                    try:
+                        kernel = _ready_kernel(None)
+                    finally:
+                        self.launched.release()
+                    kc = kernel.client()
+                    kc.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
+                    try:
+                        # papermill is imported while the kernel warms up, not when its first notebook is due
+                        _run_code(kc, self.warm_up, timeout_s=600, meanwhile=papermill)
+                    finally:
+                        kc.stop_channels()
+                except Exception:  # a kernel that does not start here is started (or reported) below
+                    if kernel is not None:
+                        _stop_kernel(kernel)
+                    kernel = None
+            self.go.wait()
+            while not self.cancelled:
+                try:
+                    name = self.todo.get_nowait()
+                except queue.Empty:
+                    return
+                t0 = time.perf_counter()
+                try:
+                    if self.reuse_kernels:
+                        kernel = _ready_kernel(kernel)
+                    ran = _execute(name, self.plans[name], self.out_dir, source_dir=self.source_dir, km=kernel)
+                except Exception as exc:  # a kernel that does not start: this notebook failed, said so
+                    kernel = None
+                    ran = _pageless(self.out_dir, name, f"{type(exc).__name__}: {exc}", time.perf_counter() - t0)
+                if isinstance(ran, _Executed):  # rendered while this lane runs its next notebook
+                    with self.lock:
+                        self.rendering.append((name, self.renderer.submit(_render, ran)))
+                    continue
+                with self.lock:
+                    self.done.append(ran)
+        finally:
+            if kernel is not None:
+                _stop_kernel(kernel)
+
+
+# Between two notebooks in one kernel: forget the first one's variables, figures and
+# matplotlib settings; imported modules stay (that is the saving).
+_RESET = """%reset -f
+def _evalkit_reset():
+    import gc, sys
+    if "matplotlib.pyplot" in sys.modules:
+        import matplotlib.pyplot as plt
+        plt.close("all")
+        plt.rcdefaults()
+    gc.collect()
+_evalkit_reset()
+del _evalkit_reset
+"""
+
+
+def _await(value: Any) -> Any:
+    if inspect.isawaitable(value):
+        from jupyter_core.utils import ensure_event_loop  # lazy: the Jupyter stack loads only when a report runs
+
+        return ensure_event_loop().run_until_complete(value)
+    return value
+
+
+def _ready_kernel(km: Any) -> Any:
+    """A started kernel with a clean namespace, on this thread's event loop (the one
+    nbclient uses here): `km` reset, or a new kernel when there is none or it is unusable.
+
+    The reset goes over the shell channel alone and waits for its reply: no IOPub
+    subscription, so no `wait_for_ready` (which ends by waiting for 0.2 s of silence on
+    IOPub) before each reused notebook."""
+    if km is not None:
+        kc = None
+        try:
+            if _await(km.is_alive()):
+                kc = km.client()
+                kc.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
+                if _reset_namespace(kc, timeout_s=60):
+                    return km
+        except Exception:  # a kernel that cannot be reset is replaced, never reused
+            pass
+        finally:
+            if kc is not None:
+                kc.stop_channels()
+        _stop_kernel(km)
+    from jupyter_client.manager import AsyncKernelManager  # lazy: the Jupyter stack loads only when a report runs
+
+    km = AsyncKernelManager(kernel_name=KERNEL)
+    _await(km.start_kernel(extra_arguments=KERNEL_ARGS))
+    return km
+
+
+def _reset_namespace(kc: Any, *, timeout_s: float) -> bool:
+    """Run `_RESET` in the kernel (`_run_code`); True when it ran without error."""
+    return _run_code(kc, _RESET, timeout_s=timeout_s)
+
+
+def _run_code(kc: Any, code: str, *, timeout_s: float, meanwhile: Callable[[], object] | None = None) -> bool:
+    """Run `code` in the kernel and wait for its reply on the shell channel (a reply
+    comes only once it has run); True when it ran without error. `meanwhile`: what this
+    process does while the kernel runs it, once it is sent."""
+    msg_id = kc.execute(code, silent=True, store_history=False, allow_stdin=False)
+    if meanwhile is not None:
+        meanwhile()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        reply = _await(kc.get_shell_msg(timeout=max(0.0, deadline - time.monotonic())))
+        if reply.get("parent_header", {}).get("msg_id") == msg_id:
+            return bool(reply["content"]["status"] == "ok")
+
+
+def _stop_kernel(km: Any) -> None:
+    try:
+        _await(km.shutdown_kernel(now=True))
+    except Exception:  # already gone
+        pass
+
+
+# ------------------------------------------------------------------------------ manifest and index
