@@ -60,6 +60,15 @@ Semantics, including what the contract leaves open (additions are marked *):
   *`after_s` / `until_s` make a fault active only in that window of seconds since the
   server started (a 20 s storm of 429s: `{"kind": "429", "rate": 0.5, "until_s": 20}`).
 * `latency_s` delays every model answer; no sleep at all when it is 0.
+* *`POST /v1/responses` (the Responses API, `evalkit.responses_api`): the same rules
+  and faults, the request text being its `instructions`, message texts and
+  ``function_call_output`` outputs joined by newlines; `tool_calls` become
+  ``function_call`` output items (their `id`, else a derived one, is the call id);
+  `max_output_tokens` cuts as `max_tokens` does (status ``incomplete``); usage is
+  `input_tokens` / `output_tokens` (a rule's `usage` names them as `prompt_tokens` /
+  `completion_tokens`). ``"stream": true`` is answered with the Responses events
+  (``response.created`` ... ``response.completed``); `no_responses: true` in the
+  script answers this endpoint 404, as a server without a Responses API does.
 * Endpoints: `POST /v1/completions`, `POST /v1/chat/completions`, `GET /v1/models`,
   `POST /extras/tokenize/count` (`{"input": str}` -> `{"count": n}`, the same word count
   as usage; llama-cpp-python's server answers the same path with its tokenizer's count).
@@ -91,6 +100,7 @@ from typing import Any
 
 from ._batchserve import BATCH_SCHEMA
 from .errors import EvalkitError, InputError
+from .responses_api import input_text, response_body, sse, stream_events, usage_body
 
 FAULT_KINDS = ("429", "500", "503", "drop", "slow", "malformed", "over_usage")
 LOCAL_MODEL_ALIAS = "gemma-3-270m"
@@ -168,6 +178,7 @@ SCRIPT_SCHEMA: dict[str, Any] = {
         "batch": BATCH_SCHEMA,
         "seed": {"type": "integer"},
         "system_fingerprint": {"type": "string"},
+        "no_responses": {"type": "boolean"},
     },
 }
 
@@ -375,6 +386,8 @@ class ScriptedServer:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/completions", self._handle_completions)
         app.router.add_post("/v1/chat/completions", self._handle_chat)
+        if not self.script.get("no_responses"):
+            app.router.add_post("/v1/responses", self._handle_responses)
         app.router.add_get("/v1/models", self._handle_models)
         app.router.add_post("/extras/tokenize/count", self._handle_tokenize_count)
         self.batches.add_routes(app)
@@ -456,6 +469,9 @@ class ScriptedServer:
     async def _handle_chat(self, request: Any) -> Any:
         return await self._handle_model_call(request, chat=True)
 
+    async def _handle_responses(self, request: Any) -> Any:
+        return await self._handle_model_call(request, chat=True, responses=True)
+
     async def _json_body(self, request: Any) -> dict[str, Any]:
         raw = await request.read()
         try:
@@ -466,18 +482,23 @@ class ScriptedServer:
             raise _BadRequest("request body must be a JSON object")
         return body
 
-    def _admit(self, body: dict[str, Any], chat: bool) -> tuple[str, dict[str, Any] | None]:
+    def _admit(self, body: dict[str, Any], chat: bool, responses: bool = False) -> tuple[str, dict[str, Any] | None]:
         """Record one model request and check it: its request text and the fault to
         inject (None), or `_BadRequest`. Online calls and batch lines alike."""
         self.requests.append(body)
         self.stats["requests"] += 1
-        text = self._request_text(body, chat)
+        if responses:
+            if not isinstance(body.get("input"), (str, list)) or not body.get("input"):
+                raise _BadRequest("'input' must be a non-empty string or list of items")
+            text = input_text(body)
+        else:
+            text = self._request_text(body, chat)
         model = body.get("model")
         if not isinstance(model, str) or not model:
             raise _BadRequest("'model' is required")
         if self._model is not None and model != self._model:
             raise _BadRequest(f"The model `{model}` does not exist", status=404, code="model_not_found")
-        if body.get("stream"):
+        if body.get("stream") and not responses:
             raise _BadRequest("the scripted server does not stream; send stream=false")
         return text, self._pick_fault(text)
 
@@ -507,12 +528,12 @@ class ScriptedServer:
             )
         return None
 
-    async def _handle_model_call(self, request: Any, chat: bool) -> Any:
+    async def _handle_model_call(self, request: Any, chat: bool, responses: bool = False) -> Any:
         from aiohttp import web
 
         try:
             body = await self._json_body(request)
-            text, fault = self._admit(body, chat)
+            text, fault = self._admit(body, chat, responses)
         except _BadRequest as exc:
             etype = "invalid_request_error"
             return self._error(exc.status, str(exc), etype, exc.code)
@@ -536,9 +557,18 @@ class ScriptedServer:
                 status=200, body=b'{"id": "cmpl-malformed", "choices": [{"te', content_type="application/json"
             )
         try:
-            payload = self._answer(body, text, chat, fault if kind == "over_usage" else None)
+            if responses:
+                payload = self._responses_answer(body, text, fault if kind == "over_usage" else None)
+            else:
+                payload = self._answer(body, text, chat, fault if kind == "over_usage" else None)
         except _BadRequest as exc:
             return self._error(exc.status, str(exc), "invalid_request_error", exc.code)
+        if responses and body.get("stream"):
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+            await resp.prepare(request)
+            await resp.write(sse(stream_events(payload)))
+            await resp.write_eof()
+            return resp
         return web.json_response(payload)
 
     def batch_answer(self, body: Any, endpoint: str) -> tuple[int | None, Any, float]:
@@ -686,6 +716,29 @@ class ScriptedServer:
             "choices": choices,
             "usage": usage,
         }
+
+    def _responses_answer(self, body: dict[str, Any], text: str, over_usage: dict[str, Any] | None) -> dict[str, Any]:
+        """A Responses API answer: the chat answer's rules, cuts and usage, as a
+        ``response`` object (see the module docstring)."""
+        limit = body.get("max_output_tokens")
+        chat = self._answer({"model": body.get("model"), "max_tokens": limit}, text, True, over_usage)
+        choice = chat["choices"][0]
+        message = choice["message"]
+        calls = [
+            {"name": tc["function"]["name"], "arguments": tc["function"]["arguments"], "id": tc["id"]}
+            for tc in message.get("tool_calls") or ()
+        ]
+        u = chat["usage"]
+        return response_body(
+            rid=uuid.uuid4().hex[:24],
+            created_at=chat["created"],
+            model=chat["model"],
+            text=message.get("content") or "",
+            tool_calls=calls,
+            finish_reason=choice["finish_reason"],
+            usage=usage_body(u["prompt_tokens"], u["completion_tokens"]),
+            request=body,
+        )
 
     @staticmethod
     def _tool_calls(rule: dict[str, Any], seed: Any, rule_key: str, index: int) -> list[dict[str, Any]]:

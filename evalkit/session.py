@@ -117,10 +117,13 @@ class SampleSession:
         extra: dict[str, Any] | None = None,
         requested_model: str | None = None,
         stream: bool = False,
+        responses_input: Any = None,
     ) -> Completion:
         """One model call of the sample, through the client; its trajectory line is
         written when it ends, however it ends. Raises what the client raises (and
-        records it as the sample's failure), `CallStopped` once the sample is over."""
+        records it as the sample's failure), `CallStopped` once the sample is over.
+        `responses_input`: a Responses API call (endpoint ``responses`` in the
+        trajectory, its request's ``input`` recorded as sent)."""
         self.calls += 1
         n = self.calls
         params: dict[str, Any] = {
@@ -130,11 +133,18 @@ class SampleSession:
             if value is not None:
                 params[name] = value
         params.update(extra or {})
-        request: dict[str, Any] = {"prompt": prompt} if prompt is not None else {"messages": messages}
+        request: dict[str, Any] = (
+            {"prompt": prompt}
+            if prompt is not None
+            else {"input": responses_input}
+            if responses_input is not None
+            else {"messages": messages}
+        )
         if tools:
             request["tools"] = tools
         request["params"] = params
-        line: dict[str, Any] = {"call": n, "endpoint": "completion" if prompt is not None else "chat"}
+        endpoint = "completion" if prompt is not None else "responses" if responses_input is not None else "chat"
+        line: dict[str, Any] = {"call": n, "endpoint": endpoint}
         if requested_model is not None and requested_model != self.client.endpoint.model:
             line["requested_model"] = requested_model
         line["request"] = request
@@ -161,6 +171,7 @@ class SampleSession:
                 extra=extra,
                 call=n,
                 progress=progress,
+                responses_input=responses_input,
             )
         except asyncio.CancelledError:
             self.attempts += progress.attempts
