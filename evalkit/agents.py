@@ -76,6 +76,27 @@ MAX_OUTPUT_BYTES = 1024 * 1024  # a program's stdout: more is an errored sample
 STDERR_TAIL_BYTES = 4096
 POLL_S = 0.05  # how often a sample in flight checks whether it must stop
 _FAILURES = (BudgetExhausted, CeilingBreached, DiskFull, InputTooLong, ReplayMiss, UnitCallError)
+# Known agent-framework telemetry, off in an agent program's environment (whatever
+# evalkit's own environment says): a trace exporter posts each sample to a third party,
+# with the sample's token, outside the proxy, and takes time the sample is measured by
+# (openai-agents' tracing doubled a sample's duration). docs/formats.md lists them.
+TELEMETRY_OFF = {
+    "OPENAI_AGENTS_DISABLE_TRACING": "1",  # openai-agents: traces posted to the provider
+    "LANGCHAIN_TRACING_V2": "false",  # langchain / langgraph: LangSmith tracing (either prefix)
+    "LANGCHAIN_TRACING": "false",
+    "LANGSMITH_TRACING": "false",
+    "LANGSMITH_TRACING_V2": "false",
+    "LOGFIRE_SEND_TO_LOGFIRE": "false",  # pydantic-ai: Logfire export
+    "PYDANTIC_AI_NO_BANNER": "1",  # pydantic-ai: its first-run banner
+    "OTEL_SDK_DISABLED": "true",  # OpenTelemetry exporters (pydantic-ai's, smolagents' openinference)
+    "HF_HUB_DISABLE_TELEMETRY": "1",  # smolagents / huggingface_hub
+    "LITELLM_TELEMETRY": "False",  # smolagents' LiteLLMModel
+    "CREWAI_DISABLE_TELEMETRY": "true",
+    "HAYSTACK_TELEMETRY_ENABLED": "False",
+    "ANONYMIZED_TELEMETRY": "False",  # chromadb
+    "GRADIO_ANALYTICS_ENABLED": "False",  # smolagents' GradioUI
+    "DO_NOT_TRACK": "1",  # the cross-tool convention
+}
 
 
 def tool_names(config: Config) -> tuple[str, ...] | None:
@@ -211,14 +232,16 @@ def child_env(config: Config, ep: SampleEndpoint) -> dict[str, str]:
     """The environment of a command unit's process: the proxy in place of the endpoint,
     and no endpoint key in sight: the generator's and judge's key variables and every
     ``*_API_KEY`` (another provider's, which the program could call unmetered) are
-    removed; ``OPENAI_API_KEY`` and ``EVALKIT_API_KEY`` are the sample's proxy token."""
+    removed; ``OPENAI_API_KEY`` and ``EVALKIT_API_KEY`` are the sample's proxy token.
+    Known framework telemetry is off (`TELEMETRY_OFF`)."""
     env = dict(os.environ)
-    drop = {"EVALKIT_SERVED", "EVALKIT_JUDGE_BASE_URL", config.generator.api_key_env}
+    drop = {"EVALKIT_SERVED", "EVALKIT_JUDGE_BASE_URL", "LOGFIRE_TOKEN", config.generator.api_key_env}
     drop.update(name for name in env if name.upper().endswith("_API_KEY"))
     if config.judge is not None:
         drop.add(config.judge.api_key_env)
     for name in drop:
         env.pop(name, None)
+    env.update(TELEMETRY_OFF)
     env.update(
         {
             "OPENAI_BASE_URL": ep.base_url,
@@ -655,4 +678,13 @@ def _decode(data: bytes) -> str:
     return data.decode("utf-8", "replace")
 
 
-__all__ = ["AgentRunner", "child_env", "load_callable", "prepare", "program_argv", "program_files", "tool_names"]
+__all__ = [
+    "TELEMETRY_OFF",
+    "AgentRunner",
+    "child_env",
+    "load_callable",
+    "prepare",
+    "program_argv",
+    "program_files",
+    "tool_names",
+]

@@ -1,0 +1,52 @@
+"""The example agents of examples/agents/, one per framework, each unchanged in its
+framework's default mode (openai-agents, pydantic-ai's and langchain's Responses API;
+smolagents' chat completions), run as real processes through evalkit's metering proxy
+against the scripted server their suite ships: every call metered (one ledger
+reservation per request the server received), each graded on its whole trajectory."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from evalkit._io import iter_jsonl
+from evalkit.grading import grade_run
+from evalkit.runner import run_suite
+from evalkit.serve import ScriptedServer
+from evalkit.trajectories import read_trajectory
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "agents"
+# framework folder -> the endpoint its default mode calls
+FRAMEWORKS = {"openai_agents": "responses", "pydantic_ai": "responses", "langgraph": "responses",
+              "smolagents": "chat"}
+
+
+@pytest.mark.parametrize("framework", sorted(FRAMEWORKS))
+def test_an_unchanged_framework_agent_is_metered_call_for_call_and_graded_on_its_trajectory(framework, tmp_path):
+    suite = EXAMPLES / framework
+    with ScriptedServer(suite / "script.json") as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+        bodies = list(srv.requests)
+    assert res.complete, res.reason
+    endpoint = FRAMEWORKS[framework]
+    # the framework's own API reached the server, never streamed upstream, under the ceiling
+    assert all(("input" in b) == (endpoint == "responses") for b in bodies)
+    ceiling = json.loads((suite / "config.json").read_text())["max_tokens_out"]
+    assert all(b.get("max_output_tokens", b.get("max_tokens")) == ceiling for b in bodies)
+    ledger = list(iter_jsonl(res.path / "ledger.jsonl"))
+    reserves = [e for e in ledger if e["event"] == "reserve"]
+    assert len(reserves) == len(bodies) == 4  # two cases, two calls each: metered call for call
+    assert res.spend_usd > 0
+    for case_id, n_tools in (("oslo", 1), ("two-cities", 2)):
+        t = read_trajectory(res.path, case_id, "baseline", 0)
+        calls = t.model_calls
+        assert [c["endpoint"] for c in calls] == [endpoint, endpoint] and all(c["status"] == "ok" for c in calls)
+        asked = calls[0]["answer"]["tool_calls"]
+        assert [tc["name"] for tc in asked] == ["get_weather"] * n_tools
+        assert all(tc["id"].startswith("call_") for tc in asked)  # with the model's call ids
+        assert len([e for e in t.events if e["type"] == "tool"]) == n_tools  # answered from the fixtures
+        assert t.end["status"] == "finished" and t.end["exit_status"] == 0
+    grades = grade_run(res.path).grades
+    assert len(grades) == 2 and all(g.passed for g in grades), [(g.case_id, g.checks) for g in grades]
+    assert {c.name for g in grades for c in g.checks} == {"tool_calls", "contains"}
