@@ -122,7 +122,7 @@ def run_cmd(
         f"(avoided by the cache: {fmt.usd(result.avoided_usd)})"
     )
     for arm, c in result.per_arm.items():
-        click.echo(f"{arm}: {c['samples']} samples, {c['errors']} errors")
+        click.echo(f"{arm}: {c['samples']} samples, {c['errors']} errors, {c.get('missing', 0)} missing")
     if result.privacy.get("allowed"):
         kinds = ", ".join(f"{kind} {n}" for kind, n in result.privacy.get("by_kind", {}).items())
         click.echo(

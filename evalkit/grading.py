@@ -723,6 +723,7 @@ def grade_run(
         bias = pairwise_bias(outcomes, same_model=override)
         findings += [Finding(cast(Level, level), message) for level, message in bias.findings]
         pw = pairwise_summary(outcomes, pairwise, bias)
+    run_errors = {(str(e["case_id"]), str(e["arm"]), int(e["index"])) for e in RunFolder(run).errors()}
     summary = summarize(
         meta,
         samples,
@@ -732,6 +733,7 @@ def grade_run(
         cases=cases,
         findings=findings,
         run=str(run),
+        run_errors=run_errors,
         suite=suite_obj.path,
         judge=identity.to_json() if identity else None,
         judge_trust=JudgeTrustRecord.from_json(trust.to_json()) if trust else None,
@@ -877,13 +879,18 @@ def _rate(num: int, den: int) -> float | None:
 
 
 def group_metrics(
-    expected: Iterable[Key], rows: Sequence[Row], refused_by_key: dict[Key, bool] | None = None
+    expected: Iterable[Key],
+    rows: Sequence[Row],
+    refused_by_key: dict[Key, bool] | None = None,
+    run_errors: Iterable[Key] = (),
 ) -> GroupMetrics:
     """The metrics of one group of samples (all, an arm, a tag; `records.GroupMetrics`).
     `expected`: the keys the run planned for the group; `rows`: its graded samples with
     their cases; `refused_by_key`: each sample's `graders.is_refusal`, computed once for
     all the groups (None: no refusal rates, for a run of another tool). The checks that
-    need the suite's cases are measured only on rows that have one."""
+    need the suite's cases are measured only on rows that have one. `run_errors`: the
+    keys the run recorded an error for (`errors.jsonl`): with no result, errored, not
+    missing (`metrics.missing_and_errored`)."""
     exp = set(expected)
     present = {(g.case_id, g.arm, g.index) for _, _, g in rows}
     decided = [r for r in rows if r[2].passed is not None]
@@ -908,11 +915,12 @@ def group_metrics(
         [(s.case_id, float(s.cost_usd), float(s.cost_avoided_usd), float(g.judge_cost_usd)) for _, s, g in rows]
     )
     judged = [g.judge_score for _, _, g in rows if g.judge_score is not None]
+    n_missing, n_errored = metrics.missing_and_errored(exp, present, run_errors, len(rows) - len(decided) - len(held))
     return GroupMetrics(
         n_expected=len(exp),
         n_graded=len(decided) + len(held),
-        n_missing=len(exp - present),
-        n_errored=len(rows) - len(decided) - len(held),
+        n_missing=n_missing,
+        n_errored=n_errored,
         n_held=len(held),
         n_samples=len(rows),
         n_cases=cost.n_cases,
@@ -986,14 +994,16 @@ def summarize(
     findings: list[Finding],
     run: str = "",
     source: str = "grade",
+    run_errors: Iterable[Key] = (),
     **extra: Any,
 ) -> GradesSummary:
     """The grades summary (`records.GradesSummary`): overall, per tag, per arm (and per
     arm per tag, set and tag scores), with the findings it derives appended to
     `findings` (sorted, most severe first). `cases`: the suite's cases (None for a run of
     another tool: the checks that need them are not measured); tags and sets come from
-    the run's case table."""
+    the run's case table. `run_errors`: the keys the run recorded an error for."""
     cases = cases or {}
+    errs = set(run_errors)
     rows: list[Row] = [
         (cases.get(g.case_id), samples[(g.case_id, g.arm, g.index)], g)
         for g in grades
@@ -1010,10 +1020,11 @@ def summarize(
                 {key for key in exp if t in tag_of.get(key[0], ())},
                 [r for r in rs if t in tag_of.get(r[2].case_id, ())],
                 refused,
+                errs,
             )
             for t in tags
         }
-        return group_metrics(exp, rs, refused), per_tag
+        return group_metrics(exp, rs, refused, errs), per_tag
 
     overall, per_tag = block(expected, rows)
     k = int(meta.get("k") or max((i + 1 for _, _, i in expected), default=0))
@@ -1055,12 +1066,14 @@ def _findings(
     """The findings a grades summary derives: missing samples, refusals where there
     should be none (or none where there should be), latency tails, judge errors, an
     unseeded config (the judge's calibration and trust: `judge_trust_findings`)."""
-    if overall.n_missing:
+    run_errored = overall.n_errored - (overall.n_samples - overall.n_graded)  # less the grading errors
+    if overall.n_missing or run_errored > 0:
         findings.append(
             Finding(
                 "HIGH",
-                f"INCOMPLETE: {overall.n_expected - overall.n_missing}/{overall.n_expected} expected samples "
-                "are in results.jsonl; the missing ones count as failures",
+                f"INCOMPLETE: {overall.n_expected - overall.n_missing - run_errored}/{overall.n_expected} expected "
+                f"samples are in results.jsonl ({overall.n_missing} missing, {run_errored} errored); "
+                "they count as failures",
             )
         )
     for a, b in per_arm.items():
@@ -1120,7 +1133,9 @@ def summarize_run(run: str | Path) -> GradesSummary:
     grades = [grade_from_dict(d) for d in iter_jsonl(Path(run) / GRADES)] if (Path(run) / GRADES).exists() else []
     errors = {(str(e["case_id"]), str(e["arm"]), int(e["index"])) for e in folder.errors()}
     expected = set(samples) | errors
-    return summarize(meta, samples, grades, expected, case_table(run), findings=[], run=str(run), source="ingest")
+    return summarize(
+        meta, samples, grades, expected, case_table(run), findings=[], run=str(run), source="ingest", run_errors=errors
+    )
 
 
 def pairwise_summary(outcomes: Sequence[PairOutcome], arms: tuple[str, str], bias: Any = None) -> dict[str, Any]:

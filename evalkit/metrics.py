@@ -13,6 +13,12 @@ here, once, and named for what it is (docs/formats.md, "Metrics").
   cost, per sample that ran, and per case (the sum over its samples, averaged over the
   cases; about k times the cost per sample). List price, so a run replayed from the
   cache costs what a live one would and a gate compares like with like.
+* **errored** and **missing** (`missing_and_errored`): the two ways an expected sample
+  has no verdict, one meaning in `summary.json`, `grade`, the report and the index. An
+  *errored* sample ran and gave no usable result: the run recorded an error for it
+  (an `errors.jsonl` line, no result), or its grading failed (a judge error). A
+  *missing* one has neither a result nor an error: it never ran (the run stopped
+  first). Both are failures.
 * **paid** and **cache avoided**: what was paid for those samples (generator + judge)
   and what the cache saved, shown beside the costs. (A run's `spend_usd` in
   `summary.json` is the ledger's total, errored calls included.)
@@ -30,6 +36,21 @@ from dataclasses import dataclass
 
 from . import stats
 from .records import NO_GATE, CaseResult, RunMetrics, SetScore, set_gate
+
+
+def missing_and_errored(
+    expected: Iterable[tuple[str, str, int]],
+    results: Iterable[tuple[str, str, int]],
+    run_errors: Iterable[tuple[str, str, int]],
+    grading_errors: int = 0,
+) -> tuple[int, int]:
+    """(missing, errored) among the `expected` sample keys (case, arm, index), given
+    those with a result, those the run recorded an error for, and how many results
+    could not be graded (see the module docstring). A key with a result and an earlier
+    error (it errored, then a resume ran it) is neither."""
+    no_result = set(expected) - set(results)
+    errored = no_result & set(run_errors)
+    return len(no_result) - len(errored), len(errored) + int(grading_errors)
 
 
 def sample_pass_rate(passed: int, expected: int) -> float | None:

@@ -46,6 +46,7 @@ import dataclasses
 import gc
 import hashlib
 import json
+import re
 import sys
 from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass
@@ -56,6 +57,7 @@ from typing import Any, cast
 from tqdm import tqdm
 
 from . import batch as batches
+from . import metrics
 from ._text import printable
 from .cache import ResponseCache
 from .client import CallStopped, ModelClient, check_endpoint
@@ -89,9 +91,33 @@ class RunResult:
     privacy: dict[str, Any] = dataclasses.field(default_factory=dict)  # config.json's record (evalkit.privacy)
     stop_detail: str | None = None  # what a watch said beyond the cause (a dead server's log tail)
 
+    error_reasons: tuple[str, ...] = ()  # the first distinct errors of samples without a result (at most 3)
+
     @property
     def incomplete_line(self) -> str | None:
         return None if self.complete else f"INCOMPLETE: {self.ran}/{self.total} cases ({self.reason})"
+
+
+MAX_ERROR_REASONS = 3
+
+
+def error_reasons(lines: list[dict[str, Any]], without: set[Key], limit: int = MAX_ERROR_REASONS) -> tuple[str, ...]:
+    """The first `limit` distinct reasons among `errors.jsonl` `lines` for samples not in
+    `without` (those with a result): each error with its sample's own labels (``case/arm/i:``,
+    ``case/arm/i#n:``, ``call n:``, ``attempt n:``) taken out, so samples that failed the
+    same way show one reason."""
+    out: list[str] = []
+    for e in lines:
+        key = (str(e.get("case_id")), str(e.get("arm")), int(e.get("index", -1)))
+        if key in without:
+            continue
+        label = re.escape(f"{key[0]}/{key[1]}/{key[2]}")
+        text = re.sub(rf"{label}(#\d+)?: |\b(call|attempt) \d+: ", "", str(e.get("error", "")))
+        if text not in out:
+            out.append(text)
+            if len(out) >= limit:
+                break
+    return tuple(out)
 
 
 def derive_seed(config_seed: int | None, case_id: str, arm: str, index: int) -> int:
@@ -152,6 +178,9 @@ def _format_summary_md(suite: Suite, res: dict[str, Any]) -> str:
     lines = []
     if not res["complete"]:
         lines.append(printable(f"INCOMPLETE: {res['ran']}/{res['total']} cases ({res['reason']})"))
+        for why in res.get("error_reasons") or ():
+            lines.append("")
+            lines.append(printable(f"- error: {why}"))
         if res.get("stop_detail"):
             lines.append("")
             lines.extend("    " + printable(line) for line in res["stop_detail"].splitlines())
@@ -773,8 +802,20 @@ async def _execute(
         by_case[c] += 1
     for a, n in engine.done_per_arm.items():
         per_arm[a]["samples"] += n
-    for _, a, _ in engine.errored:
-        per_arm[a]["errors"] += 1
+    # errored and missing as `metrics.missing_and_errored` defines them for every page
+    run_errors = folder.errors()
+    errored_keys = {(str(e["case_id"]), str(e["arm"]), int(e["index"])) for e in run_errors} | set(engine.errored)
+    finished = folder.finished_keys() if errored_keys else set(done_before)  # read only when some sample errored
+    for a in arm_objs:
+        expected_a = list(_plan(suite, [a], k))
+        if errored_keys:
+            missing, errored = metrics.missing_and_errored(expected_a, finished, errored_keys)
+        else:
+            missing, errored = len(expected_a) - per_arm[a.name]["samples"], 0
+        per_arm[a.name].update(errors=errored, missing=missing)
+    n_errored = sum(c["errors"] for c in per_arm.values())
+    n_missing = sum(c["missing"] for c in per_arm.values())
+    reasons = error_reasons(run_errors, finished) if n_errored else ()
     per_case_total = len(arm_objs) * k
     ran = sum(1 for c in suite.cases if by_case.get(c.id, 0) == per_case_total)
     total = len(suite.cases)
@@ -787,7 +828,9 @@ async def _execute(
     # resume counts it (below the ledger's tolerance: the rounding of settled calls).
     in_flight = ledger.reserved_usd if ledger.reserved_usd > 1e-12 else 0.0
     if not complete and reason is None:
-        reason = f"{len(engine.errored)} sample(s) errored" if engine.errored else "samples missing"
+        reason = f"{n_errored} sample(s) errored" if n_errored else "samples missing"
+        if n_errored and n_missing:
+            reason += f", {n_missing} missing"
     summary = {
         "complete": complete,
         "ran": ran,
@@ -800,9 +843,13 @@ async def _execute(
         "cap_usd": ledger.cap_usd,
         "ceiling_breaches": ledger.breaches,
         "untrusted_usage": ledger.untrusted,
+        "samples_errored": n_errored,
+        "samples_missing": n_missing,
         "per_arm": per_arm,
         "exit_code": 0 if complete else 1,
     }
+    if reasons:
+        summary["error_reasons"] = list(reasons)
     if in_flight:
         summary["in_flight_usd"] = in_flight
     if engine.stop_detail:
@@ -827,9 +874,12 @@ async def _execute(
         exit_code=cast(int, summary["exit_code"]),
         privacy=dict(privacy or {}),
         stop_detail=engine.stop_detail,
+        error_reasons=reasons,
     )
     if not complete:
         print(printable(result.incomplete_line or ""), file=sys.stderr, flush=True)
+        for why in result.error_reasons:  # why samples errored, not only how many
+            print(printable(f"  error: {why}"), file=sys.stderr, flush=True)
         for line in (result.stop_detail or "").splitlines():  # each line made printable, not the block
             print(printable(line), file=sys.stderr, flush=True)
     if interrupted is not None:
