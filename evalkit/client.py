@@ -1176,7 +1176,7 @@ class ModelClient:
                 calls.append(call)
                 size += _utf8_size(name) + _utf8_size(raw)
             elif kind != "reasoning":
-                raise _Malformed(f"output[{i}] is of type {_kind(kind) if kind is None else repr(kind)}, not served")
+                raise _Malformed(f"output[{i}] is an item of type {kind!r}, which the proxy does not pass on")
         text = "".join(texts)
         size += _utf8_size(text)
         if size > self._text_bound:

@@ -831,7 +831,7 @@ async def _execute(
         reason = f"{n_errored} sample(s) errored" if n_errored else "samples missing"
         if n_errored and n_missing:
             reason += f", {n_missing} missing"
-    summary = {
+    summary: dict[str, Any] = {
         "complete": complete,
         "ran": ran,
         "total": total,

@@ -126,9 +126,8 @@ class SampleSession:
         trajectory, its request's ``input`` recorded as sent)."""
         self.calls += 1
         n = self.calls
-        params: dict[str, Any] = {
-            "max_tokens": min(max_tokens or self.client.max_tokens_out, self.client.max_tokens_out)
-        }
+        ceiling = "max_tokens" if responses_input is None else "max_output_tokens"  # as the wire names it
+        params: dict[str, Any] = {ceiling: min(max_tokens or self.client.max_tokens_out, self.client.max_tokens_out)}
         for name, value in (("temperature", temperature), ("seed", seed), ("stop", stop)):
             if value is not None:
                 params[name] = value

@@ -122,7 +122,7 @@ def test_responses_plain_streamed_tools_and_parallel_tools_are_metered_and_recor
     calls = t.model_calls
     assert [c["endpoint"] for c in calls] == ["responses"] * 6 and all(c["status"] == "ok" for c in calls)
     assert calls[0]["requested_model"] == "gpt-x" and calls[0]["request"]["input"] == "hello"
-    assert calls[0]["request"]["params"]["instructions"] == "be brief"
+    assert calls[0]["request"]["params"] == {"max_output_tokens": 20, "instructions": "be brief", "metadata": {"k": "v"}}
     assert calls[1]["answer"]["tool_calls"] == [{"name": "lookup", "arguments": {"q": "a"}, "id": "call_model_1"}]
     assert [tc["arguments"] for tc in calls[3]["answer"]["tool_calls"]] == [{"q": "a"}, {"q": "b"}]
     assert all(tc["id"].startswith("call_") for tc in calls[3]["answer"]["tool_calls"])

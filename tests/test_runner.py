@@ -66,7 +66,9 @@ def test_run_folder_records(tmp_path):
     assert run.config["cases"] == ["case-00", "case-01"] and len(run.config["config_hash"]) == 64
     assert run.summary == {"complete": True, "ran": 2, "total": 2, "samples_ran": 8, "samples_total": 8,
                            "reason": None, "spend_usd": res.spend_usd, "avoided_usd": 0.0, "cap_usd": 1.0,
-                           "ceiling_breaches": 0, "untrusted_usage": 0, "per_arm": {"base": {"samples": 4, "errors": 0}, "guided": {"samples": 4, "errors": 0}},
+                           "ceiling_breaches": 0, "untrusted_usage": 0, "samples_errored": 0, "samples_missing": 0,
+                           "per_arm": {"base": {"samples": 4, "errors": 0, "missing": 0},
+                                       "guided": {"samples": 4, "errors": 0, "missing": 0}},
                            "exit_code": 0}
     assert not (res.path / "summary.md").read_text().startswith("INCOMPLETE")
     for row in run.samples.itertuples():
