@@ -236,3 +236,22 @@ def test_evalkit_run_prints_why_a_responses_agent_failed_on_an_endpoint_without_
     assert graded.exit_code == 1 and "(0 missing, 2 errored)" in graded.output, graded.output
     gs = json.loads((folder / "grades-summary.json").read_text())
     assert (gs["overall"]["n_missing"], gs["overall"]["n_errored"]) == (0, 2)
+
+
+def test_the_scripted_server_answers_the_responses_api_itself_streamed_and_not():
+    with ScriptedServer(SCRIPT) as srv:
+        oc = openai.OpenAI(base_url=srv.base_url, api_key="x", max_retries=0)
+        r = oc.responses.create(model="m", input="both", tools=TOOLS)
+        assert [(o.type, o.name) for o in r.output] == [("function_call", "lookup")] * 2
+        assert len({o.call_id for o in r.output}) == 2 and r.usage.input_tokens == 1
+        with oc.responses.stream(model="m", input="say it", max_output_tokens=2) as st:
+            events = list(st)
+        text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+        last = events[-1]  # cut: the stream ends as the Responses API ends it, without response.completed
+        assert text == "one two" and last.type == "response.incomplete"
+        assert last.response.incomplete_details.reason == "max_output_tokens" and last.response.usage.output_tokens == 2
+        assert srv.stats["requests"] == 2 and srv.requests[1]["stream"] is True
+    with ScriptedServer({**SCRIPT, "no_responses": True}) as srv:
+        oc = openai.OpenAI(base_url=srv.base_url, api_key="x", max_retries=0)
+        with pytest.raises(openai.NotFoundError):
+            oc.responses.create(model="m", input="hello")
