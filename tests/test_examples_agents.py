@@ -50,3 +50,26 @@ def test_an_unchanged_framework_agent_is_metered_call_for_call_and_graded_on_its
     grades = grade_run(res.path).grades
     assert len(grades) == 2 and all(g.passed for g in grades), [(g.case_id, g.checks) for g in grades]
     assert {c.name for g in grades for c in g.checks} == {"tool_calls", "contains"}
+
+
+def test_known_framework_telemetry_is_off_in_the_agents_environment_whatever_evalkits_says(tmp_path, monkeypatch):
+    from evalkit.agents import TELEMETRY_OFF
+
+    monkeypatch.setenv("LANGCHAIN_TRACING_V2", "true")  # the user's shell turned tracing on for their own work
+    monkeypatch.setenv("OPENAI_AGENTS_DISABLE_TRACING", "0")
+    monkeypatch.setenv("LOGFIRE_TOKEN", "pylf_v1_secret")
+    names = sorted(TELEMETRY_OFF) + ["LOGFIRE_TOKEN"]
+    script = f"import json, os; print(json.dumps({{k: os.environ.get(k) for k in {names!r}}}))"
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    config = json.loads((EXAMPLES / "openai_agents" / "config.json").read_text())
+    config["unit"] = {"kind": "command", "argv": ["{python}", "-c", script], "timeout_s": 30}
+    (suite / "config.json").write_text(json.dumps(config))
+    (suite / "cases.jsonl").write_text(json.dumps({"id": "env", "input": {"question": "?"}, "tags": ["golden"],
+                                                   "checks": [{"kind": "contains", "value": "TRACING"}]}) + "\n")
+    with ScriptedServer({"default": {"text": "unused"}}) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+    assert res.complete, res.reason
+    seen = json.loads(read_trajectory(res.path, "env", "baseline", 0).end["output"])
+    assert seen == {**TELEMETRY_OFF, "LOGFIRE_TOKEN": None}
+    assert seen["OPENAI_AGENTS_DISABLE_TRACING"] == "1" and seen["LANGCHAIN_TRACING_V2"] == "false"
