@@ -742,6 +742,7 @@ def grade_run(
         judge_same_model_override=override,
         privacy=leaks.summary,
         pairwise=pw,
+        judged_rates=judged_rates(grades, cases, case_table(run), human_scores(match), config.judged_estimate),
         **judge_stats,
     )
     lines = "".join(storable_json(grade_to_dict(g)) + "\n" for g in grades)  # any text the judge sent
@@ -1142,3 +1143,141 @@ def pairwise_summary(outcomes: Sequence[PairOutcome], arms: tuple[str, str], bia
     if bias is not None:
         out["bias"] = bias.to_json()
     return out
+
+
+# ----------------------------------------------------------------------- judged rates, corrected by people
+
+PPI_ADJUST = 1.0  # pseudo-observations per (human, judge) cell in the corrected interval (stats.ppi_mean)
+PPI_MIN_LABELS = 2  # labelled judged samples a group needs for a corrected rate
+
+
+@dataclass(frozen=True)
+class _JudgedRow:
+    """One judged sample as the rates see it: its arm, set and tags, whether the judge
+    (with the deterministic checks) passed it, and, when a person labelled it, whether
+    the person's score (with the same checks) passes it."""
+
+    arm: str
+    set: str
+    tags: tuple[str, ...]
+    judge_pass: bool
+    human_pass: bool | None
+
+
+def _rate_block(rows: Sequence[_JudgedRow], estimate: str) -> dict[str, Any]:
+    """The judge-only and corrected rate of one group of judged samples (see
+    `judged_rates`)."""
+    from . import stats  # lazy: scipy and statsmodels only when a run has judged samples
+
+    big_n = len(rows)
+    passed = sum(1 for r in rows if r.judge_pass)
+    ci = stats.proportion_interval(passed, big_n)
+    labelled = [r for r in rows if r.human_pass is not None]
+    out: dict[str, Any] = {
+        "estimate": estimate,
+        "judge_only": {
+            "rate": passed / big_n,
+            "n": big_n,
+            "N": big_n,
+            "low": ci.low,
+            "high": ci.high,
+            "method": ci.method,
+        },
+        "human": {"rate": _rate(sum(1 for r in labelled if r.human_pass), len(labelled)), "n": len(labelled)},
+        "corrected": None,
+        "bias": None,
+    }
+    if len(labelled) >= PPI_MIN_LABELS:
+        e = stats.ppi_mean(
+            [float(bool(r.human_pass)) for r in labelled],
+            [float(r.judge_pass) for r in labelled],
+            [float(r.judge_pass) for r in rows],
+            adjust=PPI_ADJUST,
+        )
+        out["corrected"] = {
+            "rate": e.value,
+            "n": e.n,
+            "N": e.N,
+            "low": e.low,
+            "high": e.high,
+            "se": e.se,
+            "lam": e.lam,
+            "adjust": e.adjust,
+            "clt_low": e.clt_low,
+            "clt_high": e.clt_high,
+            "method": "ppi++",
+        }
+        out["bias"] = {"value": e.bias, "low": e.bias_low, "high": e.bias_high, "n": e.n}
+    return out
+
+
+def judged_rates(
+    grades: Sequence[Grade], cases: dict[str, Case], table: CaseTable, human: dict[str, int], estimate: str = "judge"
+) -> dict[str, Any] | None:
+    """`grades-summary.json`'s `judged_rates`: for the judged samples (a judged case's
+    samples the judge scored), overall and per arm, per set and per tag, the judge-only
+    sample pass rate (`judge_only`, Wilson interval over the N judged samples) and,
+    where people labelled at least `PPI_MIN_LABELS` of them, the prediction-powered rate
+    (`corrected`: `stats.ppi_mean` with PPI++ power tuning, its 95% interval over the n
+    labelled and N judged samples) and the judge's bias on the labelled ones (judge minus
+    human, with its interval). A sample passes for the judge when its deterministic
+    checks and the judge's score pass, for a person when the same checks and the
+    person's score pass (several raters: the lower median of their scores). `human`: item id -> a
+    person's score (`human_scores`). `estimate` ("judge" or "corrected", the config's
+    `judged_estimate`) says which one verdicts and the gate rest on. None: no judged
+    sample.
+
+    References: Angelopoulos et al. 2023 (Science); Angelopoulos, Duchi & Zrnic 2023 (PPI++).
+    """
+    rows_by_id = table.by_id()
+    rows: list[_JudgedRow] = []
+    for g in grades:
+        case = cases.get(g.case_id)
+        if case is None or not case.judged or g.judge_passed is None or g.judge_score is None:
+            continue
+        det_ok = all(c.passed for c in g.checks if c.name != "judge")
+        row = rows_by_id.get(g.case_id)
+        hs = human.get(item_id(g.case_id, g.arm, g.index))
+        rows.append(
+            _JudgedRow(
+                g.arm,
+                row.set if row else case.set,
+                tuple(row.tags) if row else tuple(case.tags),
+                det_ok and bool(g.judge_passed),
+                None if hs is None else det_ok and hs >= case.judge_threshold,
+            )
+        )
+    if not rows:
+        return None
+    per_arm: dict[str, Any] = {}
+    for arm in sorted({r.arm for r in rows}):
+        ra = [r for r in rows if r.arm == arm]
+        per_arm[arm] = {
+            "overall": _rate_block(ra, estimate),
+            "per_set": {s: _rate_block([r for r in ra if r.set == s], estimate) for s in sorted({r.set for r in ra})},
+            "per_tag": {
+                t: _rate_block([r for r in ra if t in r.tags], estimate)
+                for t in sorted({t for r in ra for t in r.tags})
+            },
+        }
+    return {
+        "estimate": estimate,
+        "n_labelled": sum(1 for r in rows if r.human_pass is not None),
+        "n_judged": len(rows),
+        "min_labels": PPI_MIN_LABELS,
+        "adjust": PPI_ADJUST,
+        "overall": _rate_block(rows, estimate),
+        "per_arm": per_arm,
+    }
+
+
+def human_scores(match: LabelMatch | None) -> dict[str, int]:
+    """Item id -> the score people gave a judged output, from the fresh labels of a
+    `LabelMatch` (several raters: the median of their scores, rounded down)."""
+    if match is None:
+        return {}
+    by_item: dict[str, list[int]] = {}
+    for lab, _ in match.fresh:
+        if lab.score is not None:
+            by_item.setdefault(lab.item, []).append(int(lab.score))
+    return {item: sorted(s)[(len(s) - 1) // 2] for item, s in by_item.items()}

@@ -143,6 +143,7 @@ CONFIG_KEYS = {
     "allow_same_judge_model",
     "allow_uncalibrated_judge",
     "verdict_judge",
+    "judged_estimate",
     "timeout_s",
     "max_attempts",
     "ci",
@@ -609,7 +610,14 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
     if verdict_judge not in ("direct", "pairwise"):
         r.err("$.verdict_judge", f'verdict_judge must be "direct" or "pairwise", got {json.dumps(verdict_judge)}')
         verdict_judge = "direct"
-    elif verdict_judge == "pairwise" and cfg.get("judge") is None:
+    judged_estimate = cfg.get("judged_estimate", "judge")
+    if judged_estimate not in ("judge", "corrected"):
+        r.err(
+            "$.judged_estimate",
+            f'judged_estimate must be "judge" or "corrected", got {json.dumps(judged_estimate)}',
+        )
+        judged_estimate = "judge"
+    if verdict_judge == "pairwise" and cfg.get("judge") is None:
         r.err("$.verdict_judge", 'verdict_judge "pairwise" needs a judge')
 
     temperature = r.number(cfg, "temperature", "$", minimum=0, maximum=2, nullable=True)
@@ -765,6 +773,7 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
         allow_same_judge_model=allow_same,
         allow_uncalibrated_judge=allow_uncalibrated,
         verdict_judge=verdict_judge,
+        judged_estimate=judged_estimate,
         timeout_s=float(timeout_s),
         max_attempts=int(attempts),
         ci_cost_cap_usd=None if ci_cap is None else float(ci_cap),
