@@ -1,0 +1,121 @@
+"""Corrected judged rates end to end: a 500-sample run judged by a generous judge on
+the scripted server, 40 of its samples labelled by "people" (the label file `judge
+sample` draws, filled in), graded; `grades-summary.json` gives the judge-only and the
+prediction-powered rate, the latter equal to ppi-python to 1e-9 and covering the human
+rate the test knows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import ppi_py
+import pytest
+
+from evalkit import labelling
+from evalkit.grading import GRADES_SUMMARY, grade_run, judged_rates
+from evalkit.records import Case, CaseTable, Check, CheckResult, Grade, GradesSummary, Sample, Usage
+from evalkit.runs import RunFolder, iter_jsonl
+from evalkit.serve import ScriptedServer
+from test_grading import write_suite
+
+N_CASES, K = 100, 5
+# the judge is generous: it passes the SLY outputs people fail (+8 points of 500)
+JUDGE = {
+    "model": "judge-model",
+    "rules": [
+        {"match": "ANSWER-GOOD", "text": "SCORE: 5 REASON: meets the rubric"},
+        {"match": "ANSWER-SLY", "text": "SCORE: 4 REASON: looks fine"},
+        {"match": "ANSWER-STERN", "text": "SCORE: 2 REASON: too short"},
+        {"match": "ANSWER-BAD", "text": "SCORE: 1 REASON: misses the rubric"},
+    ],
+    "default": {"text": "SCORE: 1 REASON: ?"},
+}
+HUMAN = {"GOOD": 5, "SLY": 2, "STERN": 5, "BAD": 1}
+
+
+def kind_of(i: int) -> str:
+    """Sample i's kind: 280 GOOD, 45 SLY, 5 STERN, 170 BAD (human rate 57%, judge 65%)."""
+    r = (i * 37) % 500
+    return "GOOD" if r < 280 else "SLY" if r < 325 else "STERN" if r < 330 else "BAD"
+
+
+def _run(root: Path, suite: Path) -> Path:
+    cases = [json.loads(ln) for ln in (suite / "cases.jsonl").read_text().splitlines()]
+    meta = {"suite": str(suite), "suite_name": "suite", "config": json.loads((suite / "config.json").read_text()),
+            "arms": ["baseline"], "k": K, "cases": [c["id"] for c in cases], "source": "evalkit"}
+    folder = RunFolder.create(root / "runs", meta)
+    for ci, c in enumerate(cases):
+        for i in range(K):
+            n = ci * K + i
+            folder.append_result(Sample(
+                case_id=c["id"], tags=tuple(c["tags"]), arm="baseline", index=i, seed=7, model="gen-model",
+                output=f"ANSWER-{kind_of(n)} number {n}", tool_calls=(), finish_reason="stop", usage=Usage(10, 5),
+                latency_ms=100.0, cost_usd=0.00002, request_hash=f"h{n}"))
+    folder.close()
+    return folder.path
+
+
+def test_forty_labels_correct_a_generous_judge_as_ppi_python_does(tmp_path):
+    cases = [{"id": f"open-{c:03d}", "input": f"Describe {c}", "expected": {"rubric": "Accurate"},
+              "tags": ["open", "even" if c % 2 == 0 else "odd"], **({"set": "regression"} if c < 50 else {})}
+             for c in range(N_CASES)]
+    suite = write_suite(tmp_path, cases=cases, extra={"k": K, "cost_cap_usd": 5.0, "judged_estimate": "corrected"})
+    run = _run(tmp_path, suite)
+    with ScriptedServer(JUDGE) as srv:
+        grade_run(run, judge_base_url=srv.base_url)
+        items = labelling.draw_items(run, 40, seed=3)
+        for it in items:  # a person scores each drawn output
+            it["score"], it["rater"] = HUMAN[it["output"].split()[0].removeprefix("ANSWER-")], "ana"
+        labelling.write_label_file(items, suite / "judge" / "human-sample.jsonl")
+        res = grade_run(run, judge_base_url=srv.base_url)  # the judge replays at $0
+    summary = json.loads((run / GRADES_SUMMARY).read_text())
+    jr = summary["judged_rates"]
+    assert GradesSummary.from_json(summary).judged_rates == jr == res.summary.judged_rates
+    assert jr["estimate"] == "corrected" and jr["n_labelled"] == 40 and jr["n_judged"] == 500
+    kinds = [kind_of(n) for n in range(500)]
+    human_rate = sum(HUMAN[k] >= 4 for k in kinds) / 500
+    judge_rate = sum(k in ("GOOD", "SLY") for k in kinds) / 500
+    block = jr["overall"]
+    assert block["judge_only"]["rate"] == pytest.approx(judge_rate) and block["judge_only"]["N"] == 500
+    assert not block["judge_only"]["low"] <= human_rate <= block["judge_only"]["high"]  # 8 points off, "sure"
+    cor = block["corrected"]
+    assert (cor["n"], cor["N"]) == (40, 500)
+    assert cor["low"] <= human_rate <= cor["high"]
+    # ppi-python on the same vectors: the labelled items' human and judge pass, the judge on all 500
+    by_item = {f"{g['case_id']}/{g['arm']}/{g['index']}": g for g in iter_jsonl(run / "grades.jsonl")}
+    Y = np.array([float(it["score"] >= 4) for it in items])
+    Yh = np.array([float(by_item[it["item"]]["judge_passed"]) for it in items])
+    Yu = np.array([float(g["judge_passed"]) for g in by_item.values()])
+    assert cor["rate"] == pytest.approx(float(np.squeeze(ppi_py.ppi_mean_pointestimate(Y, Yh, Yu))), abs=1e-9)
+    low, high = ppi_py.ppi_mean_ci(Y, Yh, Yu, alpha=0.05)
+    assert (cor["clt_low"], cor["clt_high"]) == pytest.approx((float(low[0]), float(high[0])), abs=1e-9)
+    assert jr["overall"]["bias"]["value"] == pytest.approx(float((Yh - Y).mean()), abs=1e-12)
+    # per arm, per set and per tag, each over its own samples
+    arm = jr["per_arm"]["baseline"]
+    assert set(arm["per_set"]) == {"regression", "capability"} and set(arm["per_tag"]) == {"open", "even", "odd"}
+    assert arm["per_set"]["regression"]["judge_only"]["N"] == 250
+    assert arm["per_tag"]["open"] == arm["overall"]
+
+
+def test_a_failed_check_fails_both_a_lone_label_corrects_nothing_and_unjudged_samples_are_left_out():
+    case = Case("j", "q", {"rubric": "r"}, ("t",), rubric="r", checks=(Check("contains", {"value": "x"}),))
+    plain = Case("p", "q", "x", ("t",))
+    det_fail = (CheckResult("contains", False, "no x"), CheckResult("judge", True))
+    grades = [
+        Grade("j", "a", 0, False, det_fail, judge_score=5, judge_passed=True),  # the check fails: no pass for anyone
+        Grade("j", "a", 1, True, (CheckResult("contains", True),), judge_score=5, judge_passed=True),
+        Grade("j", "a", 2, None, (), error="judge error: x"),  # no score: not a judged sample
+        Grade("p", "a", 0, True, (CheckResult("contains", True),)),  # not a judged case
+    ]
+    cases, table = {"j": case, "p": plain}, CaseTable.from_cases([case, plain])
+    assert judged_rates(grades[3:], cases, table, {}) is None
+    one = judged_rates(grades, cases, table, {"j/a/0": 5})
+    assert one is not None and one["n_judged"] == 2 and one["n_labelled"] == 1
+    assert one["overall"]["judge_only"]["rate"] == 0.5
+    assert one["overall"]["human"] == {"rate": 0.0, "n": 1}  # the person's 5 does not undo the failed check
+    assert one["overall"]["corrected"] is None and one["estimate"] == "judge"
+    two = judged_rates(grades, cases, table, {"j/a/0": 5, "j/a/1": 2})
+    assert two is not None and two["overall"]["corrected"]["n"] == 2
+    assert two["overall"]["bias"]["value"] == pytest.approx(0.5)  # the judge passed one the person failed
