@@ -281,6 +281,7 @@ class Grade:
     judge_passed: bool | None = None
     judge_held: str | None = None
     judge_uncalibrated_override: bool = False  # counted although uncalibrated: the user opted out (recorded)
+    judge_unstable: bool = False  # asked again (`grade --judge-repeats`), its verdict flipped
 
 
 # ==========================================================================================

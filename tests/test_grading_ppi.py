@@ -119,3 +119,68 @@ def test_a_failed_check_fails_both_a_lone_label_corrects_nothing_and_unjudged_sa
     two = judged_rates(grades, cases, table, {"j/a/0": 5, "j/a/1": 2})
     assert two is not None and two["overall"]["corrected"]["n"] == 2
     assert two["overall"]["bias"]["value"] == pytest.approx(0.5)  # the judge passed one the person failed
+
+
+FLIP_JUDGE = {
+    "model": "judge-model",
+    "rules": [
+        {"match": "ANSWER-FLAKY", "texts": ["SCORE: 5 REASON: fine", "SCORE: 2 REASON: not fine"]},  # by seed
+        {"match": "ANSWER-GOOD", "text": "SCORE: 5 REASON: meets the rubric"},
+    ],
+    "default": {"text": "SCORE: 1 REASON: misses it"},
+}
+
+
+def test_judge_repeats_measure_flips_mark_unstable_samples_and_replay_at_zero(tmp_path):
+    cases = [{"id": f"open-{c}", "input": f"Describe {c}", "expected": {"rubric": "Accurate"}, "tags": ["open"]}
+             for c in range(4)]
+    suite = write_suite(tmp_path, cases=cases, extra={"k": 2})
+    cases_out = {0: "ANSWER-FLAKY a", 1: "ANSWER-GOOD b", 2: "ANSWER-BAD c", 3: "ANSWER-FLAKY d"}
+    meta = {"suite": str(suite), "suite_name": "suite", "config": json.loads((suite / "config.json").read_text()),
+            "arms": ["baseline"], "k": 2, "cases": [c["id"] for c in cases], "source": "evalkit"}
+    folder = RunFolder.create(tmp_path / "runs", meta)
+    for c in range(4):
+        for i in range(2):
+            folder.append_result(Sample(
+                case_id=f"open-{c}", tags=("open",), arm="baseline", index=i, seed=7, model="gen-model",
+                output=cases_out[c], tool_calls=(), finish_reason="stop", usage=Usage(10, 5), latency_ms=100.0,
+                cost_usd=0.00002, request_hash=f"h{c}{i}"))
+    folder.close()
+    run = folder.path
+    with ScriptedServer(FLIP_JUDGE) as srv:
+        res = grade_run(run, judge_base_url=srv.base_url, judge_repeats=6)
+        asked = srv.stats["requests"]
+        again = grade_run(run, judge_base_url=srv.base_url, judge_repeats=6)
+        assert srv.stats["requests"] == asked  # the repeats replay from the judge cache
+    # 4 distinct (case, output) items, each asked 6 times: 4 + 4 * 5 requests
+    assert asked == 24
+    c = res.summary.judge_consistency["per_version"]["v1"]
+    assert c["n_items"] == 4 and c["repeats"] == 6 and c["n_asks"] == 20
+    assert set(c["unstable"]) <= {"open-0/baseline/0", "open-3/baseline/0"} and c["unstable"]
+    assert 0 < c["flip_rate"] <= 10 / 20 and c["straddle_share"] == len(c["unstable"]) / 4
+    assert again.summary.judge_consistency == res.summary.judge_consistency
+    assert again.summary.judge_spend_usd == 0
+    lines = {(g["case_id"], g["index"]): g for g in iter_jsonl(run / "grades.jsonl")}
+    for (cid, i), g in lines.items():
+        flaky = f"{cid}/baseline/0" in c["unstable"]
+        assert g["judge_unstable"] is flaky  # both samples of a flipping output are marked
+    assert not lines[("open-1", 0)]["judge_unstable"] and not lines[("open-2", 1)]["judge_unstable"]
+    assert any("flips" in f["message"] and f["level"] == "MEDIUM" for f in res.summary.findings)
+    # the failures view marks the unstable samples
+    from evalkit.failures import failures
+    from evalkit.runload import load_run
+
+    view = failures(load_run(run))
+    whys = {(fc.case_id, s.index): s.why() for fc in view.cases for s in fc.samples}
+    flagged = {k for k, w in whys.items() if "UNSTABLE" in w}
+    assert flagged and all(f"{cid}/baseline/0" in c["unstable"] for cid, _ in flagged)
+    # ledger: the repeats are judge calls on the run's ledger
+    settles = [e for e in iter_jsonl(run / "ledger.jsonl") if e["event"] == "settle" and e["role"] == "judge"]
+    assert len(settles) == 24
+
+
+def test_judge_repeats_must_be_positive(tmp_path):
+    from evalkit.errors import InputError
+
+    with pytest.raises(InputError, match="judge-repeats"):
+        grade_run(tmp_path, judge_repeats=0)
