@@ -145,7 +145,7 @@ def failures(
     the samples shown: a 100,000-sample run has that many rows, on two pages."""
     samples = run.samples
     grades = run.grades
-    columns = ("passed", "checks", "judge_score", "judge_reason", "error")
+    columns: tuple[str, ...] = ("passed", "checks", "judge_score", "judge_reason", "error")
     columns += ("judge_unstable",) if "judge_unstable" in grades.columns else ()  # graded with --judge-repeats
     by_key = keyed_values(grades, columns) if len(grades) else {}
     # per case-arm: [samples, passed, the failing samples as met: (index, output, grade values or None)];
