@@ -1395,3 +1395,84 @@ def consistency(asks: Mapping[str, Sequence[int]], thresholds: Mapping[str, int]
         "score_change_share": sum(1 for s in items.values() if len(set(s)) > 1) / len(items) if items else None,
         "unstable": unstable,
     }
+
+
+# ----------------------------------------------------------------------- rubric and judge findings (lint)
+
+# Model families: a judge from the generator's family shares its failure modes and rates
+# its own style higher (Panickssery et al. 2024, "LLM Evaluators Recognize and Favor Their
+# Own Generations"). A model name belongs to the first family whose pattern matches it
+# (case-insensitive, after any "provider/" prefix).
+MODEL_FAMILIES: tuple[tuple[str, str], ...] = (
+    ("openai-gpt-4o", r"(gpt-4o|chatgpt-4o)"),
+    ("openai-gpt-4.1", r"gpt-4\.1"),
+    ("openai-gpt-4", r"gpt-4"),
+    ("openai-gpt-3.5", r"gpt-3\.5"),
+    ("openai-gpt-5", r"gpt-5"),
+    ("openai-o-series", r"o[134](-|$)"),
+    ("anthropic-claude", r"claude"),
+    ("google-gemini", r"gemini"),
+    ("google-gemma", r"gemma"),
+    ("meta-llama", r"(meta-)?llama"),
+    ("mistral", r"(mistral|mixtral|ministral|codestral)"),
+    ("qwen", r"qwen"),
+    ("deepseek", r"deepseek"),
+    ("microsoft-phi", r"phi-?\d"),
+    ("xai-grok", r"grok"),
+    ("cohere-command", r"command"),
+)
+
+
+def model_family(model: str) -> str | None:
+    """The family of a model name (`MODEL_FAMILIES`), None for a name it does not know."""
+    name = model.strip().casefold().rsplit("/", 1)[-1]
+    for family, pattern in MODEL_FAMILIES:
+        if re.match(pattern, name):
+            return family
+    return None
+
+
+def same_family(a: str, b: str) -> bool:
+    """Two different model names of one known family (gpt-4o and gpt-4o-mini, two claude-*)."""
+    fa = model_family(a)
+    return fa is not None and fa == model_family(b) and not same_model(a, b)
+
+
+# A scored few-shot example in a rubric file: a line that starts (after markdown marks)
+# with "Example" and gives its score, e.g. "Example (score 5): ..." or "### Example: score 2".
+_RUBRIC_EXAMPLE = re.compile(r"(?im)^[\s#>*_-]*example\b[^\n]*?\bscore\b\D{0,3}([1-5])\b")
+
+
+def rubric_examples(rubric: str) -> list[int]:
+    """The scores of the scored few-shot examples a rubric file holds (`_RUBRIC_EXAMPLE`)."""
+    return [int(m.group(1)) for m in _RUBRIC_EXAMPLE.finditer(rubric)]
+
+
+_LEAD = re.compile(
+    r"^\s*(?:the\s+)?(?:(?:answer|output|reply|response|result)\s*(?:is|should be|must be|equals|=|:)|"
+    r"(?:says|states|mentions|names|gives|returns|answers|outputs|contains|includes))\s*",
+    re.IGNORECASE,
+)
+_NUMBER = re.compile(r"^[-+]?\$?\d[\d,]*(?:\.\d+)?\s*%?$")
+_JSON_SHAPE = re.compile(r"\bjson\b", re.IGNORECASE)
+_JSON_PARTS = re.compile(r"\b(fields?|keys?|propert(?:y|ies)|object|array|schema|valid)\b", re.IGNORECASE)
+
+
+def deterministic_alternative(rubric: str) -> tuple[str, str] | None:
+    """The deterministic check that could decide a judged case instead of the judge, and
+    why, when its rubric asks for something a program can check: a JSON shape
+    (`json_schema`), a number (`regex`), or a short exact answer (`contains`); None
+    when it reads like open-ended quality."""
+    text = " ".join(rubric.split())
+    if _JSON_SHAPE.search(text) and _JSON_PARTS.search(text):
+        return "json_schema", "the rubric asks about a JSON shape"
+    rest = _LEAD.sub("", text, count=1)
+    led = rest != text  # "The answer is ...", "Mentions ...": the rubric names an answer
+    answer = rest.strip().strip(".").strip()
+    quoted = len(answer) > 2 and answer[0] == answer[-1] and answer[0] in "'\"`"
+    answer = answer.strip("'\"`").strip()
+    if _NUMBER.match(answer):
+        return "regex", f"the expected answer is the number {answer}"
+    if answer and (led or quoted) and len(text) <= 60 and len(answer.split()) <= 3 and len(answer) <= 40:
+        return "contains", f"the expected answer is the short text {answer!r}"
+    return None
