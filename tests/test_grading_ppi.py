@@ -26,7 +26,8 @@ JUDGE = {
     "model": "judge-model",
     "rules": [
         {"match": "ANSWER-GOOD", "text": "SCORE: 5 REASON: meets the rubric"},
-        {"match": "ANSWER-SLY", "text": "SCORE: 4 REASON: looks fine"},
+        # asked again at other seeds it sometimes says 2: seed 7 (the grading's) picks the 4, seed 8 the 2
+        {"match": "ANSWER-SLY", "texts": ["SCORE: 2 REASON: not quite", "SCORE: 4 REASON: looks fine"]},
         {"match": "ANSWER-STERN", "text": "SCORE: 2 REASON: too short"},
         {"match": "ANSWER-BAD", "text": "SCORE: 1 REASON: misses the rubric"},
     ],
@@ -69,7 +70,7 @@ def test_forty_labels_correct_a_generous_judge_as_ppi_python_does(tmp_path):
         for it in items:  # a person scores each drawn output
             it["score"], it["rater"] = HUMAN[it["output"].split()[0].removeprefix("ANSWER-")], "ana"
         labelling.write_label_file(items, suite / "judge" / "human-sample.jsonl")
-        res = grade_run(run, judge_base_url=srv.base_url)  # the judge replays at $0
+        res = grade_run(run, judge_base_url=srv.base_url, judge_repeats=3)  # the judge replays at $0; 100 asks more
     summary = json.loads((run / GRADES_SUMMARY).read_text())
     jr = summary["judged_rates"]
     assert GradesSummary.from_json(summary).judged_rates == jr == res.summary.judged_rates
@@ -97,6 +98,25 @@ def test_forty_labels_correct_a_generous_judge_as_ppi_python_does(tmp_path):
     assert set(arm["per_set"]) == {"regression", "capability"} and set(arm["per_tag"]) == {"open", "even", "odd"}
     assert arm["per_set"]["regression"]["judge_only"]["N"] == 250
     assert arm["per_tag"]["open"] == arm["overall"]
+    # the judge asked 3 times on 50 items: the SLY ones flip once in two repeats
+    cons = summary["judge_consistency"]["per_version"]["v1"]
+    assert cons["n_items"] == 50 and cons["n_asks"] == 100 and cons["unstable"]
+    assert all(by_item[i]["judge_score"] == 4 for i in cons["unstable"])
+    assert cons["flip_rate"] == pytest.approx(len(cons["unstable"]) / 100)
+    # the calibration page shows the corrected rate first, the judge-only one, the bias and the flip rate
+    from evalkit.reports import report_run
+
+    rep = report_run(run, tmp_path / "reports", notebooks=["judge_calibration"], parallel=False)
+    page = (tmp_path / "reports" / run.name / "judge_calibration.html").read_text()
+    side = json.loads((tmp_path / "reports" / run.name / "judge_calibration.json").read_text())
+    assert rep is not None and side["run"]["judged_rates"]["overall"] == jr["overall"]
+    assert side["run"]["judge_consistency"] == summary["judge_consistency"]
+    from evalkit import fmt
+
+    assert f"Corrected judged sample pass rate {fmt.pct_ci(cor['rate'], cor['low'], cor['high'])}" in page
+    assert page.index("corrected (95% CI)") < page.index("judge only (95% CI)")
+    assert fmt.pct(cons["flip_rate"]) in page and "flip rate" in page
+    assert "Verdicts and the gate rest on the corrected estimate" in page
 
 
 def test_a_failed_check_fails_both_a_lone_label_corrects_nothing_and_unjudged_samples_are_left_out():
