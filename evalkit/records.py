@@ -880,7 +880,9 @@ class GateCheck:
 
     @property
     def label(self) -> str:
-        """`case score overall`, `case score tag:x`, `cost per case`."""
+        """`case score overall`, `case score tag:x`, `cost per case`, `judged sample pass rate (corrected)`."""
+        if self.kind == "judged":
+            return "judged sample pass rate (corrected)"
         return f"case score {self.group}" if self.kind == "score" else "cost per case"
 
     def to_json(self) -> dict[str, Any]:
@@ -994,9 +996,9 @@ class GateResult:
             f"{'check':<28} {'cases':>5} {'baseline':>10} {'current':>10} {'change':>9} {'p(noise)':>9}  result"
         )
         for c in self.checks:
-            unit = " pts" if c.kind == "score" else "%"
-            shown = f"{c.baseline:.3f}" if c.kind == "score" else f"${c.baseline:.4g}"
-            now = f"{c.current:.3f}" if c.kind == "score" else f"${c.current:.4g}"
+            unit = " pts" if c.kind != "cost" else "%"
+            shown = f"{c.baseline:.3f}" if c.kind != "cost" else f"${c.baseline:.4g}"
+            now = f"{c.current:.3f}" if c.kind != "cost" else f"${c.current:.4g}"
             p = "-" if c.p_adjusted is None else f"{c.p_adjusted:.3g}"
             res = "FAIL" if c.failed else ("within noise" if c.exceeded else "ok")
             lines.append(f"{c.label:<28} {c.n_cases:>5} {shown:>10} {now:>10} {c.change:>+7.1f}{unit:<3}{p:>8}  {res}")

@@ -204,3 +204,66 @@ def test_judge_repeats_must_be_positive(tmp_path):
 
     with pytest.raises(InputError, match="judge-repeats"):
         grade_run(tmp_path, judge_repeats=0)
+
+
+def _kinds_run(root: Path, suite: Path, kinds: list[str]) -> Path:
+    cases = [json.loads(ln) for ln in (suite / "cases.jsonl").read_text().splitlines()]
+    meta = {"suite": str(suite), "suite_name": "suite", "config": json.loads((suite / "config.json").read_text()),
+            "arms": ["baseline"], "k": K, "cases": [c["id"] for c in cases], "source": "evalkit"}
+    folder = RunFolder.create(root / "runs", meta)
+    for ci, c in enumerate(cases):
+        for i in range(K):
+            n = ci * K + i
+            folder.append_result(Sample(
+                case_id=c["id"], tags=tuple(c["tags"]), arm="baseline", index=i, seed=7, model="gen-model",
+                output=f"ANSWER-{kinds[n]} number {n} of {root.name}", tool_calls=(), finish_reason="stop",
+                usage=Usage(10, 5), latency_ms=100.0, cost_usd=0.00002, request_hash=f"{root.name}{n}"))
+    folder.close()
+    folder.write_summary({"complete": True, "ran": len(kinds), "total": len(kinds), "reason": None, "spend_usd": 0.002,
+                          "avoided_usd": 0.0, "cap_usd": 5.0, "per_arm": {}, "exit_code": 0}, "# Summary\n")
+    return folder.path
+
+
+def _label(run: Path, suite: Path, n: int) -> None:
+    items = labelling.draw_items(run, n, seed=5)
+    for it in items:
+        it["score"], it["rater"] = HUMAN[it["output"].split()[0].removeprefix("ANSWER-")], "ana"
+    labelling.write_label_file(items, suite / "judge" / "human-sample.jsonl", force=True)
+
+
+def test_the_gate_rests_on_the_corrected_rate_when_the_config_says_so(tmp_path):
+    """Two runs the judge cannot tell apart (the same samples pass for it), but people
+    fail a quarter of the current run's: the judge-based case score does not move, the
+    corrected judged rate drops 25 points, and with "judged_estimate": "corrected" the
+    gate fails on it and says so; without labels it reads no rate."""
+    from evalkit.gates import accept_baseline, gate
+
+    cases = [{"id": f"open-{c:02d}", "input": f"Describe {c}", "expected": {"rubric": "Accurate"}, "tags": ["open"]}
+             for c in range(20)]
+    suite = write_suite(tmp_path, cases=cases, extra={"k": K, "cost_cap_usd": 5.0, "judged_estimate": "corrected"})
+    before = ["GOOD" if n % 20 < 12 else "SLY" if n % 20 < 13 else "BAD" for n in range(100)]
+    after = ["SLY" if k == "GOOD" and n % 20 < 5 else k for n, k in enumerate(before)]  # judge-pass: the same
+    with ScriptedServer(JUDGE) as srv:
+        base_run = _kinds_run(tmp_path / "a", suite, before)
+        grade_run(base_run, judge_base_url=srv.base_url)
+        _label(base_run, suite, 40)
+        grade_run(base_run, judge_base_url=srv.base_url)
+        accept_baseline(base_run, suite)
+        cur_run = _kinds_run(tmp_path / "b", suite, after)
+        grade_run(cur_run, judge_base_url=srv.base_url)
+        (suite / "judge" / "human-sample.jsonl").unlink()
+        grade_run(cur_run, judge_base_url=srv.base_url)
+        unlabelled = gate(cur_run, suite / "baseline.json")
+        _label(cur_run, suite, 40)
+        grade_run(cur_run, judge_base_url=srv.base_url)
+        res = gate(cur_run, suite / "baseline.json")
+    assert not unlabelled.passed and not unlabelled.read_rates
+    assert unlabelled.causes == ["judge not trusted"] and "0 fresh human label" in unlabelled.reasons[0]
+    score = next(c for c in res.checks if c.kind == "score" and c.group == "overall")
+    assert score.change == 0 and not score.failed  # the judge alone sees no change
+    judged = next(c for c in res.checks if c.kind == "judged")
+    assert judged.change < -15 and judged.failed and judged.p_value < 0.05
+    assert not res.passed and res.causes == ["case score drop"]
+    assert any("judged:corrected" in r for r in res.reasons)
+    assert any("rest on the corrected estimate" in n for n in res.notes)
+    assert "judged sample pass rate (corrected)" in res.render()
