@@ -106,7 +106,7 @@ def test_forty_labels_correct_a_generous_judge_as_ppi_python_does(tmp_path):
     # the calibration page shows the corrected rate first, the judge-only one, the bias and the flip rate
     from evalkit.reports import report_run
 
-    rep = report_run(run, tmp_path / "reports", notebooks=["judge_calibration"], parallel=False)
+    rep = report_run(run, tmp_path / "reports", notebooks=["judge_calibration", "run_summary"], parallel=False)
     page = (tmp_path / "reports" / run.name / "judge_calibration.html").read_text()
     side = json.loads((tmp_path / "reports" / run.name / "judge_calibration.json").read_text())
     assert rep is not None and side["run"]["judged_rates"]["overall"] == jr["overall"]
@@ -117,6 +117,9 @@ def test_forty_labels_correct_a_generous_judge_as_ppi_python_does(tmp_path):
     assert page.index("corrected (95% CI)") < page.index("judge only (95% CI)")
     assert fmt.pct(cons["flip_rate"]) in page and "flip rate" in page
     assert "Verdicts and the gate rest on the corrected estimate" in page
+    summary_page = (tmp_path / "reports" / run.name / "run_summary.html").read_text()
+    assert fmt.pct_ci(cor["rate"], cor["low"], cor["high"]) in summary_page
+    assert summary_page.index("corrected (95% CI)") < summary_page.index("judge only (95% CI)")
 
 
 def test_a_failed_check_fails_both_a_lone_label_corrects_nothing_and_unjudged_samples_are_left_out():
