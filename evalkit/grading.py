@@ -849,6 +849,8 @@ def grade_run(
         bias = pairwise_bias(outcomes, same_model=override)
         findings += [Finding(cast(Level, level), message) for level, message in bias.findings]
         pw = pairwise_summary(outcomes, pairwise, bias)
+    rates = judged_rates(grades, cases, case_table(run), human_scores(match), config.judged_estimate)
+    findings += judged_rate_findings(rates)
     summary = summarize(
         meta,
         samples,
@@ -868,7 +870,7 @@ def grade_run(
         judge_same_model_override=override,
         privacy=leaks.summary,
         pairwise=pw,
-        judged_rates=judged_rates(grades, cases, case_table(run), human_scores(match), config.judged_estimate),
+        judged_rates=rates,
         judge_consistency=consistency_block,
         **judge_stats,
     )
@@ -1396,6 +1398,28 @@ def judged_rates(
         "overall": _rate_block(rows, estimate),
         "per_arm": per_arm,
     }
+
+
+def judged_rate_findings(rates: dict[str, Any] | None) -> list[Finding]:
+    """A MEDIUM finding per arm whose judge is measurably off: the judge's bias interval
+    (judge minus human, on the labelled samples) excludes 0, so the judge-only rate is
+    not the rate people would give (the corrected one is)."""
+    out: list[Finding] = []
+    for arm, blocks in ((rates or {}).get("per_arm") or {}).items():
+        b = blocks["overall"]
+        bias, cor = b.get("bias"), b.get("corrected")
+        if bias and cor and (bias["low"] > 0 or bias["high"] < 0):
+            out.append(
+                Finding(
+                    "MEDIUM",
+                    f"arm {arm}: the judge is {'more generous' if bias['value'] > 0 else 'harsher'} than people by "
+                    f"{abs(bias['value']) * 100:.1f} points (95% interval {bias['low'] * 100:+.1f} to "
+                    f"{bias['high'] * 100:+.1f}, {bias['n']} labels): its judged pass rate "
+                    f"{b['judge_only']['rate']:.1%} corrected by the labels is {cor['rate']:.1%} "
+                    f"({cor['low']:.1%} to {cor['high']:.1%})",
+                )
+            )
+    return out
 
 
 def human_scores(match: LabelMatch | None) -> dict[str, int]:

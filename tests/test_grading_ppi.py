@@ -120,6 +120,11 @@ def test_forty_labels_correct_a_generous_judge_as_ppi_python_does(tmp_path):
     summary_page = (tmp_path / "reports" / run.name / "run_summary.html").read_text()
     assert fmt.pct_ci(cor["rate"], cor["low"], cor["high"]) in summary_page
     assert summary_page.index("corrected (95% CI)") < summary_page.index("judge only (95% CI)")
+    from evalkit._cmd_grade import summary_lines
+
+    printed = "\n".join(summary_lines(res.summary, run))
+    assert f"judged sample pass rate: corrected {fmt.pct_ci(cor['rate'], cor['low'], cor['high'])}" in printed
+    assert "judge v1 consistency: 50 item(s) asked 3 times" in printed
 
 
 def test_a_failed_check_fails_both_a_lone_label_corrects_nothing_and_unjudged_samples_are_left_out():
@@ -270,3 +275,17 @@ def test_the_gate_rests_on_the_corrected_rate_when_the_config_says_so(tmp_path):
     assert any("judged:corrected" in r for r in res.reasons)
     assert any("rest on the corrected estimate" in n for n in res.notes)
     assert "judged sample pass rate (corrected)" in res.render()
+
+
+def test_a_judge_measurably_off_is_a_medium_finding_and_one_within_noise_is_not():
+    from evalkit.grading import judged_rate_findings
+
+    def rates(low: float, high: float) -> dict:
+        block = {"judge_only": {"rate": 0.65}, "corrected": {"rate": 0.57, "low": 0.5, "high": 0.64},
+                 "bias": {"value": (low + high) / 2, "low": low, "high": high, "n": 40}}
+        return {"per_arm": {"baseline": {"overall": block}}}
+
+    (f,) = judged_rate_findings(rates(0.02, 0.14))
+    assert f.level == "MEDIUM" and "more generous than people by 8.0 points" in f.message and "57.0%" in f.message
+    assert judged_rate_findings(rates(-0.02, 0.18)) == [] and judged_rate_findings(None) == []
+    assert "harsher" in judged_rate_findings(rates(-0.2, -0.01))[0].message
