@@ -178,16 +178,23 @@ def test_judge_repeats_measure_flips_mark_unstable_samples_and_replay_at_zero(tm
     with ScriptedServer(FLIP_JUDGE) as srv:
         res = grade_run(run, judge_base_url=srv.base_url, judge_repeats=6)
         asked = srv.stats["requests"]
-        again = grade_run(run, judge_base_url=srv.base_url, judge_repeats=6)
+        from click.testing import CliRunner
+
+        from evalkit.cli import main
+
+        cli = CliRunner().invoke(main, ["grade", str(run), "--judge-base-url", srv.base_url, "--judge-repeats", "6"])
         assert srv.stats["requests"] == asked  # the repeats replay from the judge cache
+    assert cli.exit_code == 0, cli.output
+    assert "judge v1 consistency: 4 item(s) asked 6 times, flip rate" in cli.output
+    again = GradesSummary.from_json(json.loads((run / GRADES_SUMMARY).read_text()))
     # 4 distinct (case, output) items, each asked 6 times: 4 + 4 * 5 requests
     assert asked == 24
     c = res.summary.judge_consistency["per_version"]["v1"]
     assert c["n_items"] == 4 and c["repeats"] == 6 and c["n_asks"] == 20
     assert set(c["unstable"]) <= {"open-0/baseline/0", "open-3/baseline/0"} and c["unstable"]
     assert 0 < c["flip_rate"] <= 10 / 20 and c["straddle_share"] == len(c["unstable"]) / 4
-    assert again.summary.judge_consistency == res.summary.judge_consistency
-    assert again.summary.judge_spend_usd == 0
+    assert again.judge_consistency == res.summary.judge_consistency
+    assert again.judge_spend_usd == 0
     lines = {(g["case_id"], g["index"]): g for g in iter_jsonl(run / "grades.jsonl")}
     for (cid, i), g in lines.items():
         flaky = f"{cid}/baseline/0" in c["unstable"]
