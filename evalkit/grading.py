@@ -514,7 +514,8 @@ async def _judge_repeats(
     """The judge asked `repeats - 1` more times on each of `todo` (`grade
     --judge-repeats`), at `REPEAT_TEMPERATURE` with seeds seed + 1 .. seed + repeats - 1,
     on the run's ledger under the same cap and through the judge cache (a regrade
-    replays them at $0). Returns each item's extra scores and what they cost."""
+    replays them at $0), as online calls even when the grading used `--batch`. Returns
+    each item's extra scores and what they cost."""
     config = suite.config
     ledger = Ledger.resume(cap, run / LEDGER)
     cache = ResponseCache(run / JUDGE_CACHE, batch=1, scope=scope)
@@ -803,6 +804,14 @@ def grade_run(
             "max_items": REPEAT_ITEMS,
             "per_version": {files.version: {**block, "repeats": int(judge_repeats), "errors": errors}},
         }
+        if errors:
+            findings.append(
+                Finding(
+                    "MEDIUM",
+                    f"judge consistency: {errors} of {block['n_asks'] + errors} repeated ask(s) got no score "
+                    "(judge error, or the cap): the flip rate is over the rest",
+                )
+            )
         flipped = {(k[0], samples[k].output) for k in picked if item_id(*k) in set(block["unstable"])}
         unstable = {k for k in scores if (k[0], samples[k].output) in flipped}
         if block["unstable"]:
