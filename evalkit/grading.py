@@ -1285,69 +1285,6 @@ def pairwise_summary(outcomes: Sequence[PairOutcome], arms: tuple[str, str], bia
 
 # ----------------------------------------------------------------------- judged rates, corrected by people
 
-PPI_ADJUST = 1.0  # pseudo-observations per (human, judge) cell in the corrected interval (stats.ppi_mean)
-PPI_MIN_LABELS = 2  # labelled judged samples a group needs for a corrected rate
-
-
-@dataclass(frozen=True)
-class _JudgedRow:
-    """One judged sample as the rates see it: its arm, set and tags, whether the judge
-    (with the deterministic checks) passed it, and, when a person labelled it, whether
-    the person's score (with the same checks) passes it."""
-
-    arm: str
-    set: str
-    tags: tuple[str, ...]
-    judge_pass: bool
-    human_pass: bool | None
-
-
-def _rate_block(rows: Sequence[_JudgedRow], estimate: str) -> dict[str, Any]:
-    """The judge-only and corrected rate of one group of judged samples (see
-    `judged_rates`)."""
-    from . import stats  # lazy: scipy and statsmodels only when a run has judged samples
-
-    big_n = len(rows)
-    passed = sum(1 for r in rows if r.judge_pass)
-    ci = stats.proportion_interval(passed, big_n)
-    labelled = [r for r in rows if r.human_pass is not None]
-    out: dict[str, Any] = {
-        "estimate": estimate,
-        "judge_only": {
-            "rate": passed / big_n,
-            "n": big_n,
-            "N": big_n,
-            "low": ci.low,
-            "high": ci.high,
-            "method": ci.method,
-        },
-        "human": {"rate": _rate(sum(1 for r in labelled if r.human_pass), len(labelled)), "n": len(labelled)},
-        "corrected": None,
-        "bias": None,
-    }
-    if len(labelled) >= PPI_MIN_LABELS:
-        e = stats.ppi_mean(
-            [float(bool(r.human_pass)) for r in labelled],
-            [float(r.judge_pass) for r in labelled],
-            [float(r.judge_pass) for r in rows],
-            adjust=PPI_ADJUST,
-        )
-        out["corrected"] = {
-            "rate": e.value,
-            "n": e.n,
-            "N": e.N,
-            "low": e.low,
-            "high": e.high,
-            "se": e.se,
-            "lam": e.lam,
-            "adjust": e.adjust,
-            "clt_low": e.clt_low,
-            "clt_high": e.clt_high,
-            "method": "ppi++",
-        }
-        out["bias"] = {"value": e.bias, "low": e.bias_low, "high": e.bias_high, "n": e.n}
-    return out
-
 
 def judged_rates(
     grades: Sequence[Grade], cases: dict[str, Case], table: CaseTable, human: dict[str, int], estimate: str = "judge"
@@ -1355,7 +1292,7 @@ def judged_rates(
     """`grades-summary.json`'s `judged_rates`: for the judged samples (a judged case's
     samples the judge scored), overall and per arm, per set and per tag, the judge-only
     sample pass rate (`judge_only`, Wilson interval over the N judged samples) and,
-    where people labelled at least `PPI_MIN_LABELS` of them, the prediction-powered rate
+    where people labelled at least `metrics.PPI_MIN_LABELS` of them, the prediction-powered rate
     (`corrected`: `stats.ppi_mean` with PPI++ power tuning, its 95% interval over the n
     labelled and N judged samples) and the judge's bias on the labelled ones (judge minus
     human, with its interval). A sample passes for the judge when its deterministic
@@ -1368,7 +1305,7 @@ def judged_rates(
     References: Angelopoulos et al. 2023 (Science); Angelopoulos, Duchi & Zrnic 2023 (PPI++).
     """
     rows_by_id = table.by_id()
-    rows: list[_JudgedRow] = []
+    rows: list[metrics.JudgedRow] = []
     for g in grades:
         case = cases.get(g.case_id)
         if case is None or not case.judged or g.judge_passed is None or g.judge_score is None:
@@ -1377,7 +1314,7 @@ def judged_rates(
         row = rows_by_id.get(g.case_id)
         hs = human.get(item_id(g.case_id, g.arm, g.index))
         rows.append(
-            _JudgedRow(
+            metrics.JudgedRow(
                 g.arm,
                 row.set if row else case.set,
                 tuple(row.tags) if row else tuple(case.tags),
@@ -1391,10 +1328,13 @@ def judged_rates(
     for arm in sorted({r.arm for r in rows}):
         ra = [r for r in rows if r.arm == arm]
         per_arm[arm] = {
-            "overall": _rate_block(ra, estimate),
-            "per_set": {s: _rate_block([r for r in ra if r.set == s], estimate) for s in sorted({r.set for r in ra})},
+            "overall": metrics.judged_rate_block(ra, estimate),
+            "per_set": {
+                s: metrics.judged_rate_block([r for r in ra if r.set == s], estimate)
+                for s in sorted({r.set for r in ra})
+            },
             "per_tag": {
-                t: _rate_block([r for r in ra if t in r.tags], estimate)
+                t: metrics.judged_rate_block([r for r in ra if t in r.tags], estimate)
                 for t in sorted({t for r in ra for t in r.tags})
             },
         }
@@ -1402,9 +1342,9 @@ def judged_rates(
         "estimate": estimate,
         "n_labelled": sum(1 for r in rows if r.human_pass is not None),
         "n_judged": len(rows),
-        "min_labels": PPI_MIN_LABELS,
-        "adjust": PPI_ADJUST,
-        "overall": _rate_block(rows, estimate),
+        "min_labels": metrics.PPI_MIN_LABELS,
+        "adjust": metrics.PPI_ADJUST,
+        "overall": metrics.judged_rate_block(rows, estimate),
         "per_arm": per_arm,
     }
 
