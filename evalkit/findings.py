@@ -45,7 +45,8 @@ class Finding:
             return f"[{self.level}] {self.message}"
         where = self.path + (f":{self.line}" if self.line is not None else "")
         where_json = f"{self.json_path}: " if self.json_path else ""
-        return f"{where}: {self.level}: {where_json}{self.message} [{self.severity}]"
+        weight = f" [{self.weight}]" if self.weight else ""  # an error is HIGH, a warning MEDIUM unless it says
+        return f"{where}: {self.level}: {where_json}{self.message}{weight}"
 
     def as_error(self) -> InputError:
         return InputError(self.message, self.path or None, self.line, self.json_path)
