@@ -102,3 +102,13 @@ def test_silent_on_data_factual_and_the_init_scaffold(tmp_path):
                    "expected": {"rubric": "A clear explanation of tides for a child, with the moon's pull"}})
     (dest / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in judged))
     assert _ours(lint_suite(dest)) == []  # the scaffolded rubric has its two scored examples
+
+
+def test_judged_estimate_is_judge_or_corrected(tmp_path):
+    from evalkit.loader import load_suite
+
+    bad = lint_suite(write_suite(tmp_path / "bad", dict(BASE_CONFIG, judged_estimate="human"), OPEN))
+    assert any(f.json_path == "$.judged_estimate" and '"human"' in f.message for f in bad.errors)
+    good = write_suite(tmp_path / "good", dict(BASE_CONFIG, judged_estimate="corrected"), OPEN)
+    assert load_suite(good).config.judged_estimate == "corrected"
+    assert load_suite(write_suite(tmp_path / "plain", BASE_CONFIG, OPEN)).config.judged_estimate == "judge"
