@@ -65,6 +65,14 @@ if TYPE_CHECKING:  # for annotations only: ciout loads with the command
     help="Let judged pass/fail count although the judge is not calibrated (recorded on every judged line "
     "and shown on every report page; config: allow_uncalibrated_judge).",
 )
+@click.option(
+    "--judge-repeats",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Ask the judge R times (R - 1 more, at temperature 1 with other seeds) on up to 50 of the items it "
+    "scored: its flip rate per rubric version, and flipping samples marked unstable.",
+)
 @click.option("--eval-file", type=click.Path(), default=None, help="agent-evals mode: the evals.json file.")
 @click.option(
     "--outputs", type=click.Path(), default=None, help="agent-evals mode: folder of <case-id>/sample-<n>.txt files."
@@ -86,6 +94,7 @@ def grade_cmd(
     suite_path: str | None,
     labels_path: str | None,
     allow_uncalibrated: bool | None,
+    judge_repeats: int,
     eval_file: str | None,
     outputs: str | None,
     k: int,
@@ -149,6 +158,7 @@ def grade_cmd(
         labels=labels_path,
         allow_uncalibrated_judge=allow_uncalibrated or None,
         batch=options,
+        judge_repeats=judge_repeats,
     )
     for line in summary_lines(result.summary, result.run_path):
         echo_text(line)
@@ -253,6 +263,23 @@ def summary_lines(s: GradesSummary, run_path: Path) -> list[str]:
         lines.append(
             f"pairwise {p['treatment']} vs {p['baseline']}: {p['wins']}W/{p['ties']}T/{p['losses']}L, "
             f"{p['errored']} errored, position consistency {fmt.pct(p['position_consistency'])}"
+        )
+    jr = (s.judged_rates or {}).get("overall")
+    if jr:
+        jo, cor = jr["judge_only"], jr.get("corrected")
+        judge_only = f"judge only {fmt.pct_ci(jo['rate'], jo['low'], jo['high'])} of N={jo['N']}"
+        if cor:
+            lines.append(
+                f"judged sample pass rate: corrected {fmt.pct_ci(cor['rate'], cor['low'], cor['high'])} "
+                f"(n={cor['n']} labels, N={cor['N']}); {judge_only}; judge bias {fmt.points(jr['bias']['value'])}"
+                f"; verdicts rest on the {s.judged_rates and s.judged_rates['estimate']} estimate"
+            )
+        else:
+            lines.append(f"judged sample pass rate: {judge_only} (no corrected rate: fewer than 2 labels)")
+    for version, c in ((s.judge_consistency or {}).get("per_version") or {}).items():
+        lines.append(
+            f"judge {version} consistency: {c['n_items']} item(s) asked {c['repeats']} times, flip rate "
+            f"{fmt.pct(c['flip_rate'])}, straddling the threshold {fmt.pct(c['straddle_share'])}"
         )
     return lines
 

@@ -84,6 +84,9 @@ def lint_cmd(suite_path: Path, strict: bool, lenient_keys: bool) -> None:
     for finding in report.warnings:
         echo_text(str(finding))
     summary = f"{report.suite}: {len(report.errors)} error(s), {len(report.warnings)} warning(s)"
+    weights = Counter(f.severity for f in report.findings)
+    if weights:
+        summary += " (" + ", ".join(f"{weights[w]} {w}" for w in ("HIGH", "MEDIUM", "LOW") if weights[w]) + ")"
     if report.errors:
         click.echo(summary, err=True)
         sys.exit(2)

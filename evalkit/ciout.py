@@ -119,7 +119,7 @@ def _num(x: Any, fmt: str = ".3f") -> str:
 
 def _gate_value(kind: str, x: Any) -> str:
     """A gate check's value: a score to three places, a cost in dollars."""
-    return _num(x, ".3f") if kind == "score" else "$" + _num(x, ".4g")
+    return _num(x, ".3f") if kind != "cost" else "$" + _num(x, ".4g")
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
@@ -269,7 +269,7 @@ def gate_report(res: GateResult, run: Any = None, metrics: RunMetrics | None = N
         cases.append(TestCase("comparable with the baseline", cls, "failure" if other else "passed", "; ".join(other)))
         for c in res.checks:
             name = c.label
-            unit = " points" if c.kind == "score" else "%"
+            unit = " points" if c.kind != "cost" else "%"
             detail = (
                 f"baseline {_num(c.baseline, '.4g')}, current {_num(c.current, '.4g')}, change "
                 f"{c.change:+.1f}{unit} (threshold {c.threshold:g}{unit}), cases {c.n_cases}, "
@@ -281,7 +281,7 @@ def gate_report(res: GateResult, run: Any = None, metrics: RunMetrics | None = N
                         r
                         for r in failed_reasons
                         if c.group in r
-                        and r.startswith(SCORE_DROP_PREFIXES if c.kind == "score" else COST_RISE_PREFIXES)
+                        and r.startswith(SCORE_DROP_PREFIXES if c.kind != "cost" else COST_RISE_PREFIXES)
                     ),
                     detail,
                 )
@@ -295,7 +295,7 @@ def gate_report(res: GateResult, run: Any = None, metrics: RunMetrics | None = N
     if res.read_rates and res.checks:
         rows = []
         for c in res.checks:
-            unit = " pts" if c.kind == "score" else "%"
+            unit = " pts" if c.kind != "cost" else "%"
             result = "FAIL" if c.failed else ("within noise" if c.exceeded else "ok")
             rows.append(
                 [

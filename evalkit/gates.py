@@ -46,7 +46,17 @@ from .records import (
     SetScore,
     gate_failure_causes,
 )
-from .runload import Run, as_run, case_order, case_table, grade_values, passed_value, pick_arm, suite_dir_of
+from .runload import (
+    Run,
+    as_run,
+    case_order,
+    case_table,
+    grade_values,
+    grades_summary,
+    passed_value,
+    pick_arm,
+    suite_dir_of,
+)
 from .verdicts import record_verdicts
 
 __all__ = [  # the records a gate makes, importable from here
@@ -330,8 +340,109 @@ def gate(
             baseline=str(baseline_path),
             arm=cur.arm,
         )
-    return gate_metrics(
+    result = gate_metrics(
         cur, baseline, t, n_resamples=n_resamples, seed=seed, run_label=str(run_path), baseline_label=str(baseline_path)
+    )
+    if (run.config.get("config") or {}).get("judged_estimate") == "corrected":
+        result = _judged_check(result, run, cur.arm, baseline, baseline_path, t)
+    return result
+
+
+def _arm_judged(run_path: Path | str | None, arm: str | None) -> dict[str, Any] | None:
+    """The judged-rate block of `arm` in a run's `grades-summary.json`
+    (`grading.judged_rates`), None when it has none (or the run is not there)."""
+    if not run_path or not Path(run_path).is_dir():
+        return None
+    gs = grades_summary(run_path)
+    jr = gs.judged_rates if gs is not None else None
+    block = ((jr or {}).get("per_arm") or {}).get(arm or "")
+    return block.get("overall") if isinstance(block, dict) else None
+
+
+def _rate_and_se(block: dict[str, Any]) -> tuple[float, float, str]:
+    """A judged-rate block's corrected rate and SE when people labelled it, else the
+    judge-only rate with the SE its Wilson interval implies; and which one it is."""
+    z = 1.959963984540054  # the 97.5% normal quantile: the blocks carry 95% intervals
+    if block.get("corrected"):
+        c = block["corrected"]
+        return float(c["rate"]), float(c["high"] - c["low"]) / (2 * z), "corrected"
+    jo = block["judge_only"]
+    return float(jo["rate"]), float(jo["high"] - jo["low"]) / (2 * z), "judge only"
+
+
+def _judged_check(
+    result: GateResult, run: Run, arm: str | None, baseline: Baseline, baseline_path: str | Path, t: GateThresholds
+) -> GateResult:
+    """`"judged_estimate": "corrected"`: the gate also rests on the corrected judged
+    sample pass rate (`grading.judged_rates`, PPI++): without one (fewer than 2 labels
+    on the arm's judged samples) it reads no rate (judge not trusted); with one, a drop
+    from the baseline run's judged rate (its corrected one, else its judge-only one)
+    beyond `max_success_drop_points` fails the gate when it is also beyond noise: a
+    one-sided z-test on the two rates' standard errors, at `alpha` (not in the Holm
+    family of the case checks). The notes say which estimate the gate rested on."""
+    cur = _arm_judged(run.path, arm)
+    if cur is None:
+        return result  # no judged sample on this arm: nothing rests on a judge
+    if not cur.get("corrected"):
+        n = (cur.get("human") or {}).get("n", 0)
+        return replace(
+            result,
+            passed=False,
+            read_rates=False,
+            checks=(),
+            reasons=(
+                f'{GATE_CAUSE_JUDGE}: judged_estimate is "corrected" but arm {arm} has {n} fresh human label(s) '
+                "on its judged samples (at least 2 needed): label some (`evalkit judge sample RUN -n 40`) and grade "
+                "again",
+            ),
+        )
+    c = cur["corrected"]
+    notes = [
+        f"judged rates rest on the corrected estimate (PPI++ from {c['n']} labels of {c['N']} judged samples): "
+        f"{100 * c['rate']:.1f}% [{100 * c['low']:.1f}, {100 * c['high']:.1f}], the judge alone "
+        f"{100 * cur['judge_only']['rate']:.1f}%"
+    ]
+    base = _arm_judged(baseline.run, baseline.arm)
+    if base is None:
+        notes.append("the baseline run records no judged rate: the corrected rate is shown, not compared")
+        return replace(result, notes=result.notes + tuple(notes))
+    (rc, sc, _), (rb, sb, kind_b) = _rate_and_se(cur), _rate_and_se(base)
+    change = 100 * (rc - rb)
+    se = 100 * math.hypot(sc, sb)
+    # one-sided: P(Z <= change / se), the normal lower tail (a drop is negative)
+    p = 0.5 * math.erfc(-change / se / math.sqrt(2)) if se > 0 else (0.0 if change < 0 else 1.0)
+    exceeded = -change > t.max_success_drop_points + 1e-9
+    failed = exceeded and p <= t.alpha
+    check = GateCheck(
+        "judged",
+        "judged:corrected",
+        int(c["N"]),
+        rb,
+        rc,
+        change,
+        t.max_success_drop_points,
+        exceeded,
+        p,
+        p,
+        failed,
+    )
+    reasons = list(result.reasons)
+    if failed:
+        reasons.append(
+            f"case-score drop judged:corrected: {change:+.1f} points in the corrected judged sample pass rate "
+            f"against the baseline's {kind_b} one (beyond {t.max_success_drop_points:g} points) (p = {p:.3g})"
+        )
+    elif exceeded:
+        notes.append(
+            f"corrected judged rate: change {change:+.1f} points breaches {t.max_success_drop_points:g} but is within "
+            f"its interval's noise (p = {p:.3g} > {t.alpha:g})"
+        )
+    return replace(
+        result,
+        passed=not reasons,
+        reasons=tuple(reasons),
+        checks=result.checks + (check,),
+        notes=result.notes + tuple(notes),
     )
 
 

@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import random
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -78,6 +79,8 @@ from .findings import Finding, Level, by_severity
 from .graders import AgentFacts, activation_observed, grade_sample, is_refusal, require_scored
 from .judge import (
     HUMAN_SAMPLE_MIN,
+    REPEAT_ITEMS,
+    REPEAT_TEMPERATURE,
     Calibration,
     HumanLabel,
     JudgedItem,
@@ -90,6 +93,7 @@ from .judge import (
     cache_scope,
     calibrate,
     check_judge_model,
+    consistency,
     decide_trust,
     item_id,
     item_rubric_sha256,
@@ -358,27 +362,11 @@ class _PairTodo:
     arms: tuple[str, str]
 
 
-async def _judge_all(
-    suite: Suite,
-    files: JudgeFiles,
-    todo: list[tuple[Case, Sample]],
-    endpoint: Endpoint,
-    run: Path,
-    cap: float,
-    pairs_todo: list[_PairTodo],
-    watch: Any,
-    scope: str = "",
-    batch: Any = None,
-) -> tuple[dict[Key, JudgeScore], list[PairOutcome], dict[str, Any]]:
+def _judge_client(config: Any, endpoint: Endpoint, ledger: Ledger, cache: ResponseCache) -> Any:
+    """The judge's `ModelClient` on the run's ledger and the judge cache."""
     from .client import ModelClient  # lazy: openai's client is the heaviest import of a grade
 
-    config = suite.config
-    ledger = Ledger.resume(cap, run / LEDGER)
-    # batch=1: each judge answer is committed before it is used, so a grade killed
-    # mid-way never pays twice for a judge key (the cache is its only record).
-    cache = ResponseCache(run / JUDGE_CACHE, batch=1, scope=scope)
-    spent_before = ledger.committed_usd
-    client = ModelClient(
+    return ModelClient(
         endpoint,
         config.judge_price,
         ledger,
@@ -393,6 +381,27 @@ async def _judge_all(
         max_connection_failures=config.max_connection_failures,
         concurrency=config.concurrency,
     )
+
+
+async def _judge_all(
+    suite: Suite,
+    files: JudgeFiles,
+    todo: list[tuple[Case, Sample]],
+    endpoint: Endpoint,
+    run: Path,
+    cap: float,
+    pairs_todo: list[_PairTodo],
+    watch: Any,
+    scope: str = "",
+    batch: Any = None,
+) -> tuple[dict[Key, JudgeScore], list[PairOutcome], dict[str, Any]]:
+    config = suite.config
+    ledger = Ledger.resume(cap, run / LEDGER)
+    # batch=1: each judge answer is committed before it is used, so a grade killed
+    # mid-way never pays twice for a judge key (the cache is its only record).
+    cache = ResponseCache(run / JUDGE_CACHE, batch=1, scope=scope)
+    spent_before = ledger.committed_usd
+    client = _judge_client(config, endpoint, ledger, cache)
     sem = asyncio.Semaphore(max(1, config.concurrency))
     scores: dict[Key, JudgeScore] = {}
     stopped: list[str] = []  # the watch's reason once it reported: no judge call after it
@@ -491,6 +500,76 @@ async def _judge_all(
     return scores, outcomes, stats
 
 
+async def _judge_repeats(
+    suite: Suite,
+    files: JudgeFiles,
+    todo: list[tuple[Case, Sample]],
+    repeats: int,
+    endpoint: Endpoint,
+    run: Path,
+    cap: float,
+    watch: Any,
+    scope: str,
+) -> tuple[dict[Key, list[JudgeScore]], float]:
+    """The judge asked `repeats - 1` more times on each of `todo` (`grade
+    --judge-repeats`), at `REPEAT_TEMPERATURE` with seeds seed + 1 .. seed + repeats - 1,
+    on the run's ledger under the same cap and through the judge cache (a regrade
+    replays them at $0), as online calls even when the grading used `--batch`. Returns
+    each item's extra scores and what they cost."""
+    config = suite.config
+    ledger = Ledger.resume(cap, run / LEDGER)
+    cache = ResponseCache(run / JUDGE_CACHE, batch=1, scope=scope)
+    spent_before = ledger.committed_usd
+    client = _judge_client(config, endpoint, ledger, cache)
+    sem = asyncio.Semaphore(max(1, config.concurrency))
+    out: dict[Key, list[JudgeScore]] = {}
+    base_seed = config.seed or 0
+
+    def should_stop() -> str | None:
+        reason = watch() if watch is not None else None
+        causes = [c for c in (reason, client.unreachable, client.rate_limited_out) if c]
+        if ledger.refusals:
+            causes.append("budget exhausted")
+        return str(causes[0]) if causes else None
+
+    async def one(case: Case, s: Sample, r: int) -> tuple[Key, int, JudgeScore]:
+        async with sem:
+            js = await judge_direct(
+                client,
+                files,
+                case,
+                s.output,
+                key=f"judge-repeat/{case.id}/{s.arm}/{s.index}/{r}",
+                seed=base_seed + r,
+                should_stop=should_stop,
+                temperature=REPEAT_TEMPERATURE,
+            )
+        return (case.id, s.arm, int(s.index)), r, js
+
+    try:
+        done = await asyncio.gather(*(one(c, s, r) for c, s in todo for r in range(1, repeats)))
+    finally:
+        await client.aclose()
+        spent = ledger.committed_usd - spent_before
+        ledger.close()
+        cache.close()
+    for key, _, js in sorted(done, key=lambda t: (t[0], t[1])):
+        out.setdefault(key, []).append(js)
+    return out, spent
+
+
+def repeat_items(scored: dict[Key, JudgeScore], samples: dict[Key, Sample], seed: int | None) -> list[Key]:
+    """The judged samples `grade --judge-repeats` asks again: one per distinct (case,
+    output) the judge scored without error (identical outputs share one answer), at most
+    `REPEAT_ITEMS` of them, drawn with the config's seed."""
+    first: dict[tuple[str, str], Key] = {}
+    for key in sorted(scored):
+        if scored[key].score is not None:
+            first.setdefault((key[0], samples[key].output), key)
+    reps = sorted(first.values())
+    return sorted(random.Random(seed or 0).sample(reps, min(REPEAT_ITEMS, len(reps))))
+
+
 def _run_sync(coro: Any) -> Any:
     """`asyncio.run`, or the same in a worker thread when an event loop is already
     running in this thread (a notebook kernel)."""
@@ -540,6 +619,7 @@ def grade_run(
     allow_uncalibrated_judge: bool | None = None,
     labels: str | Path | None = None,
     batch: Any = None,
+    judge_repeats: int = 1,
 ) -> GradeResult:
     """Grade every sample of a run folder and write `grades.jsonl` and
     `grades-summary.json` (replacing earlier ones, atomically).
@@ -561,7 +641,12 @@ def grade_run(
     `judge_batch_price`. `batch` (`evalkit.batch.BatchOptions`) sends the judge calls
     through the provider's Batch API at `judge_batch_price`, on the run's ledger; judge
     batches an earlier grading left open are collected first either way.
+    `judge_repeats` R > 1 asks the judge R - 1 more times on up to `REPEAT_ITEMS` of
+    the items it scored (`_judge_repeats`): `judge_consistency` in the summary, and the
+    samples whose verdict flipped marked `judge_unstable`. `InputError` for R < 1.
     """
+    if int(judge_repeats) != judge_repeats or judge_repeats < 1:
+        raise InputError(f"--judge-repeats must be a positive integer, got {judge_repeats!r}")
     run = Path(run_path)
     meta = RunFolder(run).read_meta()
     suite_obj = resolve_suite(run, meta, suite)
@@ -689,6 +774,55 @@ def grade_run(
                     "left have no score (not counted as passes)",
                 )
             )
+    unstable: set[Key] = set()
+    consistency_block: dict[str, Any] | None = None
+    if files is not None and identity is not None and judge_repeats > 1 and not judge_stats.get("stop_reason"):
+        picked = repeat_items(scores, samples, config.seed)
+        extra, spent = _run_sync(
+            _judge_repeats(
+                suite_obj,
+                files,
+                [(cases[k[0]], samples[k]) for k in picked],
+                int(judge_repeats),
+                judge_endpoint(suite_obj, judge_base_url),
+                run,
+                cap,
+                combine(watch, served_watch(identity.base_url)),
+                cache_scope(identity),
+            )
+        )
+        judge_stats["judge_spend_usd"] = judge_stats.get("judge_spend_usd", 0.0) + spent
+        asks = {
+            item_id(*k): [int(s) for s in [scores[k].score, *(js.score for js in extra.get(k, []))] if s is not None]
+            for k in picked
+        }
+        block = consistency(asks, {item_id(*k): cases[k[0]].judge_threshold for k in picked})
+        errors = sum(1 for k in picked for js in extra.get(k, []) if js.score is None)
+        consistency_block = {
+            "repeats": int(judge_repeats),
+            "temperature": REPEAT_TEMPERATURE,
+            "max_items": REPEAT_ITEMS,
+            "per_version": {files.version: {**block, "repeats": int(judge_repeats), "errors": errors}},
+        }
+        if errors:
+            findings.append(
+                Finding(
+                    "MEDIUM",
+                    f"judge consistency: {errors} of {block['n_asks'] + errors} repeated ask(s) got no score "
+                    "(judge error, or the cap): the flip rate is over the rest",
+                )
+            )
+        flipped = {(k[0], samples[k].output) for k in picked if item_id(*k) in set(block["unstable"])}
+        unstable = {k for k in scores if (k[0], samples[k].output) in flipped}
+        if block["unstable"]:
+            findings.append(
+                Finding(
+                    "MEDIUM",
+                    f"judge {files.version} flips: asked {judge_repeats} times, {len(block['unstable'])} of "
+                    f"{block['n_items']} item(s) got verdicts on both sides of the threshold (flip rate "
+                    f"{block['flip_rate']:.0%}); their samples are marked unstable",
+                )
+            )
     case_pos = {c: i for i, c in enumerate(planned_cases)}
     outcomes = sorted(outcomes + unmatched, key=lambda o: (case_pos.get(o.case_id, len(case_pos)), o.index))
 
@@ -713,7 +847,8 @@ def grade_run(
         case = cases[key[0]]
         js = scores.get(key) if case.judged else None
         jerr = no_judge_files if case.judged and files is None else None
-        grades.append(_grade_line(case, s, det[key], js, jerr, override, trust))
+        line = _grade_line(case, s, det[key], js, jerr, override, trust)
+        grades.append(dataclasses.replace(line, judge_unstable=True) if key in unstable else line)
 
     leaks = scan_outputs(suite_obj, samples)  # personal data and secrets in the outputs (no value is kept)
     findings += [Finding(cast(Level, level), message) for level, message in leaks.findings]
@@ -724,6 +859,8 @@ def grade_run(
         findings += [Finding(cast(Level, level), message) for level, message in bias.findings]
         pw = pairwise_summary(outcomes, pairwise, bias)
     run_errors = {(str(e["case_id"]), str(e["arm"]), int(e["index"])) for e in RunFolder(run).errors()}
+    rates = judged_rates(grades, cases, case_table(run), human_scores(match), config.judged_estimate)
+    findings += judged_rate_findings(rates)
     summary = summarize(
         meta,
         samples,
@@ -744,6 +881,8 @@ def grade_run(
         judge_same_model_override=override,
         privacy=leaks.summary,
         pairwise=pw,
+        judged_rates=rates,
+        judge_consistency=consistency_block,
         **judge_stats,
     )
     lines = "".join(storable_json(grade_to_dict(g)) + "\n" for g in grades)  # any text the judge sent
@@ -1157,3 +1296,103 @@ def pairwise_summary(outcomes: Sequence[PairOutcome], arms: tuple[str, str], bia
     if bias is not None:
         out["bias"] = bias.to_json()
     return out
+
+
+# ----------------------------------------------------------------------- judged rates, corrected by people
+
+
+def judged_rates(
+    grades: Sequence[Grade], cases: dict[str, Case], table: CaseTable, human: dict[str, int], estimate: str = "judge"
+) -> dict[str, Any] | None:
+    """`grades-summary.json`'s `judged_rates`: for the judged samples (a judged case's
+    samples the judge scored), overall and per arm, per set and per tag, the judge-only
+    sample pass rate (`judge_only`, Wilson interval over the N judged samples) and,
+    where people labelled at least `metrics.PPI_MIN_LABELS` of them, the prediction-powered rate
+    (`corrected`: `stats.ppi_mean` with PPI++ power tuning, its 95% interval over the n
+    labelled and N judged samples) and the judge's bias on the labelled ones (judge minus
+    human, with its interval). A sample passes for the judge when its deterministic
+    checks and the judge's score pass, for a person when the same checks and the
+    person's score pass (several raters: the lower median of their scores). `human`: item id -> a
+    person's score (`human_scores`). `estimate` ("judge" or "corrected", the config's
+    `judged_estimate`) says which one verdicts and the gate rest on. None: no judged
+    sample.
+
+    References: Angelopoulos et al. 2023 (Science); Angelopoulos, Duchi & Zrnic 2023 (PPI++).
+    """
+    rows_by_id = table.by_id()
+    rows: list[metrics.JudgedRow] = []
+    for g in grades:
+        case = cases.get(g.case_id)
+        if case is None or not case.judged or g.judge_passed is None or g.judge_score is None:
+            continue
+        det_ok = all(c.passed for c in g.checks if c.name != "judge")
+        row = rows_by_id.get(g.case_id)
+        hs = human.get(item_id(g.case_id, g.arm, g.index))
+        rows.append(
+            metrics.JudgedRow(
+                g.arm,
+                row.set if row else case.set,
+                tuple(row.tags) if row else tuple(case.tags),
+                det_ok and bool(g.judge_passed),
+                None if hs is None else det_ok and hs >= case.judge_threshold,
+            )
+        )
+    if not rows:
+        return None
+    per_arm: dict[str, Any] = {}
+    for arm in sorted({r.arm for r in rows}):
+        ra = [r for r in rows if r.arm == arm]
+        per_arm[arm] = {
+            "overall": metrics.judged_rate_block(ra, estimate),
+            "per_set": {
+                s: metrics.judged_rate_block([r for r in ra if r.set == s], estimate)
+                for s in sorted({r.set for r in ra})
+            },
+            "per_tag": {
+                t: metrics.judged_rate_block([r for r in ra if t in r.tags], estimate)
+                for t in sorted({t for r in ra for t in r.tags})
+            },
+        }
+    return {
+        "estimate": estimate,
+        "n_labelled": sum(1 for r in rows if r.human_pass is not None),
+        "n_judged": len(rows),
+        "min_labels": metrics.PPI_MIN_LABELS,
+        "adjust": metrics.PPI_ADJUST,
+        "overall": metrics.judged_rate_block(rows, estimate),
+        "per_arm": per_arm,
+    }
+
+
+def judged_rate_findings(rates: dict[str, Any] | None) -> list[Finding]:
+    """A MEDIUM finding per arm whose judge is measurably off: the judge's bias interval
+    (judge minus human, on the labelled samples) excludes 0, so the judge-only rate is
+    not the rate people would give (the corrected one is)."""
+    out: list[Finding] = []
+    for arm, blocks in ((rates or {}).get("per_arm") or {}).items():
+        b = blocks["overall"]
+        bias, cor = b.get("bias"), b.get("corrected")
+        if bias and cor and (bias["low"] > 0 or bias["high"] < 0):
+            out.append(
+                Finding(
+                    "MEDIUM",
+                    f"arm {arm}: the judge is {'more generous' if bias['value'] > 0 else 'harsher'} than people by "
+                    f"{abs(bias['value']) * 100:.1f} points (95% interval {bias['low'] * 100:+.1f} to "
+                    f"{bias['high'] * 100:+.1f}, {bias['n']} labels): its judged pass rate "
+                    f"{b['judge_only']['rate']:.1%} corrected by the labels is {cor['rate']:.1%} "
+                    f"({cor['low']:.1%} to {cor['high']:.1%})",
+                )
+            )
+    return out
+
+
+def human_scores(match: LabelMatch | None) -> dict[str, int]:
+    """Item id -> the score people gave a judged output, from the fresh labels of a
+    `LabelMatch` (several raters: the median of their scores, rounded down)."""
+    if match is None:
+        return {}
+    by_item: dict[str, list[int]] = {}
+    for lab, _ in match.fresh:
+        if lab.score is not None:
+            by_item.setdefault(lab.item, []).append(int(lab.score))
+    return {item: sorted(s)[(len(s) - 1) // 2] for item, s in by_item.items()}

@@ -19,6 +19,9 @@ here, once, and named for what it is (docs/formats.md, "Metrics").
   (an `errors.jsonl` line, no result), or its grading failed (a judge error). A
   *missing* one has neither a result nor an error: it never ran (the run stopped
   first). Both are failures.
+* **judged sample pass rate**: over the judged samples the judge scored, the share that
+  pass (checks and judge); given two ways (`judged_rate_block`): the judge's own, and
+  corrected by the human labels (PPI++) where people labelled some of them.
 * **paid** and **cache avoided**: what was paid for those samples (generator + judge)
   and what the cache saved, shown beside the costs. (A run's `spend_usd` in
   `summary.json` is the ledger's total, errored calls included.)
@@ -33,6 +36,7 @@ import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from . import stats
 from .records import NO_GATE, CaseResult, RunMetrics, SetScore, set_gate
@@ -159,3 +163,76 @@ def set_score(cases: Sequence[tuple[str, int, int]], k: int) -> SetScore:
         gated_case_score_se=est.se if est else None,
         n_gated=len(gated),
     )
+
+
+PPI_ADJUST = 1.0  # pseudo-observations per (human, judge) cell in the corrected interval (stats.ppi_mean)
+PPI_MIN_LABELS = 2  # labelled judged samples a group needs for a corrected rate
+
+
+@dataclass(frozen=True)
+class JudgedRow:
+    """One judged sample as the rates see it: its arm, set and tags, whether the judge
+    (with the deterministic checks) passed it, and, when a person labelled it, whether
+    the person's score (with the same checks) passes it."""
+
+    arm: str
+    set: str
+    tags: tuple[str, ...]
+    judge_pass: bool
+    human_pass: bool | None
+
+
+def judged_rate_block(rows: Sequence[JudgedRow], estimate: str) -> dict[str, Any]:
+    """The **judged sample pass rate** of one group of judged samples, two ways: the
+    judge's own (`judge_only`: passed for the judge / N, Wilson interval) and, with at
+    least `PPI_MIN_LABELS` labelled samples, `corrected` by the human labels (the PPI++
+    estimate, `stats.ppi_mean` with `adjust=PPI_ADJUST`), with the labels' own rate
+    (`human`) and the judge's bias (judge minus human on the labelled samples). The block
+    `grades-summary.json` keeps per group (`grading.judged_rates`).
+
+    References: Angelopoulos et al. 2023, Science 382 (PPI); Angelopoulos, Duchi & Zrnic
+    2023, arXiv:2311.01453 (PPI++).
+    """
+    big_n = len(rows)
+    passed = sum(1 for r in rows if r.judge_pass)
+    ci = stats.proportion_interval(passed, big_n)
+    labelled = [r for r in rows if r.human_pass is not None]
+    out: dict[str, Any] = {
+        "estimate": estimate,
+        "judge_only": {
+            "rate": passed / big_n,
+            "n": big_n,
+            "N": big_n,
+            "low": ci.low,
+            "high": ci.high,
+            "method": ci.method,
+        },
+        "human": {
+            "rate": (sum(1 for r in labelled if r.human_pass) / len(labelled)) if labelled else None,
+            "n": len(labelled),
+        },
+        "corrected": None,
+        "bias": None,
+    }
+    if len(labelled) >= PPI_MIN_LABELS:
+        e = stats.ppi_mean(
+            [float(bool(r.human_pass)) for r in labelled],
+            [float(r.judge_pass) for r in labelled],
+            [float(r.judge_pass) for r in rows],
+            adjust=PPI_ADJUST,
+        )
+        out["corrected"] = {
+            "rate": e.value,
+            "n": e.n,
+            "N": e.N,
+            "low": e.low,
+            "high": e.high,
+            "se": e.se,
+            "lam": e.lam,
+            "adjust": e.adjust,
+            "clt_low": e.clt_low,
+            "clt_high": e.clt_high,
+            "method": "ppi++",
+        }
+        out["bias"] = {"value": e.bias, "low": e.bias_low, "high": e.bias_high, "n": e.n}
+    return out

@@ -443,3 +443,57 @@ def read_sidecar(directory: str | Path, name: str) -> dict[str, Any] | None:
         return None
     data: dict[str, Any] = json.loads(p.read_text(encoding="utf-8"))
     return data
+
+
+def judged_rate_rows(judged: Mapping[str, Any] | None) -> list[dict[str, str]]:
+    """The judged rates of `grades-summary.json`'s `judged_rates` as table rows, one per
+    group (all samples, each arm, its sets and tags): the corrected rate first where
+    people labelled enough of the group, then the judge-only rate, the human labels'
+    own rate and the judge's bias, each with its 95% interval. [] without judged
+    samples. The numbers are `grading.judged_rates`'; this only formats them."""
+    if not judged:
+        return []
+    groups: list[tuple[str, str, Mapping[str, Any]]] = [("all arms", "all judged samples", judged["overall"])]
+    for arm, blocks in (judged.get("per_arm") or {}).items():
+        groups.append((arm, "all judged samples", blocks["overall"]))
+        groups += [(arm, f"set {s}", b) for s, b in (blocks.get("per_set") or {}).items()]
+        groups += [(arm, f"tag {t}", b) for t, b in (blocks.get("per_tag") or {}).items()]
+    rows = []
+    for arm, group, b in groups:
+        jo, cor, bias, human = b["judge_only"], b.get("corrected"), b.get("bias"), b.get("human") or {}
+        rows.append(
+            {
+                "arm": arm,
+                "group": group,
+                "corrected (95% CI)": fmt.pct_ci(cor["rate"], cor["low"], cor["high"]) if cor else fmt.NO_DATA,
+                "labelled n / judged N": f"{cor['n'] if cor else human.get('n', 0)} / {jo['N']}",
+                "judge only (95% CI)": fmt.pct_ci(jo["rate"], jo["low"], jo["high"]),
+                "human labels alone": fmt.pct(human.get("rate")),
+                "judge bias (95% CI)": (
+                    f"{fmt.points(bias['value'])} ({fmt.points(bias['low'])} to {fmt.points(bias['high'])})"
+                    if bias
+                    else fmt.NO_DATA
+                ),
+            }
+        )
+    return rows
+
+
+def consistency_rows(consistency: Mapping[str, Any] | None) -> list[dict[str, str]]:
+    """`grades-summary.json`'s `judge_consistency` (`grade --judge-repeats`) as table
+    rows, one per rubric version: items re-asked, asks per item, flip rate and the share
+    of items whose verdict straddles the threshold. [] when the judge was asked once."""
+    if not consistency:
+        return []
+    return [
+        {
+            "rubric": version,
+            "items re-asked": str(v["n_items"]),
+            "asks per item": str(v["repeats"]),
+            "flip rate": fmt.pct(v["flip_rate"]),
+            "straddling the threshold": fmt.pct(v["straddle_share"]),
+            "score changes": fmt.pct(v["score_change_share"]),
+            "unstable items": ", ".join(v["unstable"][:10]) + (" ..." if len(v["unstable"]) > 10 else ""),
+        }
+        for version, v in (consistency.get("per_version") or {}).items()
+    ]

@@ -176,6 +176,9 @@ class Config:
     # on every judged grade line and shown on every report page).
     allow_uncalibrated_judge: bool = False
     verdict_judge: Literal["direct", "pairwise"] = "direct"  # which judge `compare` rests the verdict on
+    # which estimate of a judged rate verdicts and the gate rest on: the judge's own, or the
+    # prediction-powered one corrected by the human labels (grading.judged_rates)
+    judged_estimate: Literal["judge", "corrected"] = "judge"
     timeout_s: float = 60.0
     max_attempts: int = 6
     ci_cost_cap_usd: float | None = None  # `ci.cost_cap_usd`: the lower cap of `evalkit run --ci`
@@ -278,6 +281,7 @@ class Grade:
     judge_passed: bool | None = None
     judge_held: str | None = None
     judge_uncalibrated_override: bool = False  # counted although uncalibrated: the user opted out (recorded)
+    judge_unstable: bool = False  # asked again (`grade --judge-repeats`), its verdict flipped
 
 
 # ==========================================================================================
@@ -876,7 +880,9 @@ class GateCheck:
 
     @property
     def label(self) -> str:
-        """`case score overall`, `case score tag:x`, `cost per case`."""
+        """`case score overall`, `case score tag:x`, `cost per case`, `judged sample pass rate (corrected)`."""
+        if self.kind == "judged":
+            return "judged sample pass rate (corrected)"
         return f"case score {self.group}" if self.kind == "score" else "cost per case"
 
     def to_json(self) -> dict[str, Any]:
@@ -990,9 +996,9 @@ class GateResult:
             f"{'check':<28} {'cases':>5} {'baseline':>10} {'current':>10} {'change':>9} {'p(noise)':>9}  result"
         )
         for c in self.checks:
-            unit = " pts" if c.kind == "score" else "%"
-            shown = f"{c.baseline:.3f}" if c.kind == "score" else f"${c.baseline:.4g}"
-            now = f"{c.current:.3f}" if c.kind == "score" else f"${c.current:.4g}"
+            unit = " pts" if c.kind != "cost" else "%"
+            shown = f"{c.baseline:.3f}" if c.kind != "cost" else f"${c.baseline:.4g}"
+            now = f"{c.current:.3f}" if c.kind != "cost" else f"${c.current:.4g}"
             p = "-" if c.p_adjusted is None else f"{c.p_adjusted:.3g}"
             res = "FAIL" if c.failed else ("within noise" if c.exceeded else "ok")
             lines.append(f"{c.label:<28} {c.n_cases:>5} {shown:>10} {now:>10} {c.change:>+7.1f}{unit:<3}{p:>8}  {res}")
@@ -1345,6 +1351,11 @@ class GradesSummary:
     pairwise: dict[str, Any] | None = None
     findings: tuple[Any, ...] = ()  # findings.Finding as JSON objects {"level", "message"}
     source: str = "grade"  # grade | ingest
+    # judge-only and prediction-powered (human-corrected) rates of the judged samples
+    # (`grading.judged_rates`; formats.md, "Corrected judged rates"); None: no judged sample
+    judged_rates: dict[str, Any] | None = None
+    # the judge asked again on a sample of items (`grade --judge-repeats`): flip rates per rubric version
+    judge_consistency: dict[str, Any] | None = None
 
     @property
     def n_expected(self) -> int:
@@ -1393,6 +1404,8 @@ class GradesSummary:
             "privacy": self.privacy,
             **({"pairwise": self.pairwise} if self.pairwise is not None else {}),
             "findings": [dict(f) for f in self.findings],
+            **({"judged_rates": self.judged_rates} if self.judged_rates is not None else {}),
+            **({"judge_consistency": self.judge_consistency} if self.judge_consistency is not None else {}),
         }
 
     @classmethod
@@ -1425,6 +1438,8 @@ class GradesSummary:
             pairwise=d.get("pairwise"),
             findings=tuple(d.get("findings") or ()),
             source=str(d.get("source") or "grade"),
+            judged_rates=d.get("judged_rates") if isinstance(d.get("judged_rates"), dict) else None,
+            judge_consistency=d.get("judge_consistency") if isinstance(d.get("judge_consistency"), dict) else None,
         )
 
 

@@ -45,7 +45,8 @@ from ._jsonschema import jsonschema
 from .checks import CHECK_KINDS, CHECK_OPTIONS, TRAJECTORY_CHECK_OPTIONS, regex_flags
 from .endpoints import base_url_problem, masked_url
 from .errors import InputError
-from .findings import Findings
+from .findings import Findings, Weight
+from .judge import deterministic_alternative, model_family, rubric_examples, same_family
 from .layout import (
     CASES_FILE,
     CONFIG_FILE,
@@ -143,6 +144,7 @@ CONFIG_KEYS = {
     "allow_same_judge_model",
     "allow_uncalibrated_judge",
     "verdict_judge",
+    "judged_estimate",
     "timeout_s",
     "max_attempts",
     "ci",
@@ -311,8 +313,8 @@ class _Reader:
     def err(self, jp: str, msg: str) -> None:
         self.fx.error(msg, self.path, self.line_for(jp), jp)
 
-    def warn(self, jp: str, msg: str, strict_error: bool = False) -> None:
-        self.fx.warn(msg, self.path, self.line_for(jp), jp, strict_error=strict_error)
+    def warn(self, jp: str, msg: str, strict_error: bool = False, weight: Weight | None = None) -> None:
+        self.fx.warn(msg, self.path, self.line_for(jp), jp, strict_error=strict_error, weight=weight)
 
     def unknown_keys(self, obj: dict[str, Any], known: set[str], jp: str, what: str) -> None:
         for key in obj:
@@ -596,6 +598,14 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
                 f"judge model {judge.model!r} is the same as the generator's: a model favours its "
                 'own output; use a different judge or set "allow_same_judge_model": true',
             )
+    elif generator and judge and same_family(judge.model, generator.model):
+        r.warn(
+            "$.judge.model",
+            f"judge model {judge.model!r} is from the generator's model family ({model_family(judge.model)}, "
+            f"generator {generator.model!r}): same-family models share failure modes and rate their own style "
+            "higher; prefer a judge from another family",
+            weight="MEDIUM",
+        )
     if uses_judge and cfg.get("judge") is None:
         r.err("$.judge", "the suite has judged cases (expected.rubric) but config has no judge")
     allow_uncalibrated = r.boolean(cfg, "allow_uncalibrated_judge", "$")
@@ -609,7 +619,14 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
     if verdict_judge not in ("direct", "pairwise"):
         r.err("$.verdict_judge", f'verdict_judge must be "direct" or "pairwise", got {json.dumps(verdict_judge)}')
         verdict_judge = "direct"
-    elif verdict_judge == "pairwise" and cfg.get("judge") is None:
+    judged_estimate = cfg.get("judged_estimate", "judge")
+    if judged_estimate not in ("judge", "corrected"):
+        r.err(
+            "$.judged_estimate",
+            f'judged_estimate must be "judge" or "corrected", got {json.dumps(judged_estimate)}',
+        )
+        judged_estimate = "judge"
+    if verdict_judge == "pairwise" and cfg.get("judge") is None:
         r.err("$.verdict_judge", 'verdict_judge "pairwise" needs a judge')
 
     temperature = r.number(cfg, "temperature", "$", minimum=0, maximum=2, nullable=True)
@@ -765,6 +782,7 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
         allow_same_judge_model=allow_same,
         allow_uncalibrated_judge=allow_uncalibrated,
         verdict_judge=verdict_judge,
+        judged_estimate=judged_estimate,
         timeout_s=float(timeout_s),
         max_attempts=int(attempts),
         ci_cost_cap_usd=None if ci_cap is None else float(ci_cap),
@@ -1253,6 +1271,9 @@ def _suite_warnings(
                 cases_path,
                 c.line or None,
             )
+    judged = [c for c in cases if c.judged]
+    if judged and rubric_files:
+        _rubric_findings(src, rubric_files[-1], judged, cases_path, fx)
     for c in cases:
         if c.judged and not rubric_files:
             fx.warn(f"case {c.id!r} is judged but there is no judge/rubric-vN.md file", cases_path, c.line or None)
@@ -1275,6 +1296,35 @@ def _suite_warnings(
         for c in cases:
             if not _program_unit(config.unit):
                 _check_render(config, c, src, fx)
+
+
+def _rubric_findings(src: SuiteSource, rubric_file: str, judged: list[Case], cases_path: str, fx: Findings) -> None:
+    """The seeds' rubric findings: the rubric the judge will use (the highest version)
+    with no scored few-shot example (MEDIUM: the judge calibrates on general taste, not
+    on the task), and each judged case a deterministic check could decide (LOW, naming
+    the check: `judge.deterministic_alternative`)."""
+    try:
+        text = src.read(rubric_file)
+    except InputError:  # unreadable: _judge_files reported it
+        return
+    if text.strip() and not rubric_examples(text):
+        fx.warn(
+            "the rubric has no scored few-shot example: add two or three, e.g. a line 'Example (score 5): ...' "
+            "and 'Example (score 2): ...', so the judge calibrates on the task rather than on general taste",
+            src.display(rubric_file),
+            weight="MEDIUM",
+        )
+    for c in judged:
+        alt = deterministic_alternative(c.rubric or "")
+        if alt is not None:
+            fx.warn(
+                f"judged case {c.id!r}: {alt[1]}: a deterministic {alt[0]!r} check could decide it instead of "
+                "the judge (deterministic before judged)",
+                cases_path,
+                c.line or None,
+                "$.expected.rubric",
+                weight="LOW",
+            )
 
 
 def run_size_problem(n_cases: int, n_arms: int, k: int) -> str | None:
@@ -1566,7 +1616,11 @@ def scaffold_files(unit: str) -> dict[str, str]:
         "prompt.txt": "${guidance}Q: ${input}\nA:",
         "guidance/skilled.md": "Answer with the name only.\n\nQ: What is the capital of Spain?\nA: Madrid\n\n",
         "judge/rubric-v1.md": f"# Rubric for {unit}, v1\n\n5: fully correct and concise.\n"
-        "3: partly correct.\n1: wrong, empty or off-task.\n",
+        "3: partly correct.\n1: wrong, empty or off-task.\n\n"
+        "Scored examples (replace them with two or three of your task's own outputs, a good and a bad one):\n\n"
+        "Example (score 5): Q: What is the capital of Spain? A: Madrid. Correct, and nothing else.\n"
+        "Example (score 2): Q: What is the capital of Spain? A: Spain's biggest city is Barcelona, "
+        "so probably that. Wrong, and padded.\n",
         "judge/prompt-v1.md": JUDGE_PROMPT_TEMPLATE,
         "scorers/README.md": "Optional Python checks: def score(output: str, case: dict) -> bool | (bool, str)\n"
         'Use one from cases.jsonl with {"kind": "scorer", "file": "scorers/name.py"}.\n',
