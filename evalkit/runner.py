@@ -65,6 +65,7 @@ from .layout import CACHE_FILE
 from .ledger import Ledger
 from .records import Arm, CaseTable, Config, Sample, Suite
 from .runs import RunFolder, runs_dir_lock, write_atomic
+from .sandbox import NOT_CONTAINED
 
 Key = tuple[str, str, int]
 
@@ -158,6 +159,9 @@ def _format_summary_md(suite: Suite, res: dict[str, Any]) -> str:
         lines.append("")
     lines.append(f"# Run of {suite.name}")
     lines.append("")
+    if res.get("isolation") == "none":
+        lines.append(f"**{NOT_CONTAINED}**")
+        lines.append("")
     lines.append(f"- cases complete: {res['ran']}/{res['total']}; samples: {res['samples_ran']}/{res['samples_total']}")
     lines.append(
         f"- spend: ${res['spend_usd']:.6f} of cap ${res['cap_usd']:.6f}"
@@ -646,6 +650,7 @@ async def _run_in_folder(
             "sample_files": sample_files,
             "privacy": privacy,
             "cost_cap_usd": config.cost_cap_usd,  # the cap this run (and its grading) spends under
+            "isolation": config.unit.isolation if config.unit.kind in ("command", "python") else None,
             "ci": ci,
         }
 
@@ -805,6 +810,8 @@ async def _execute(
     }
     if in_flight:
         summary["in_flight_usd"] = in_flight
+    if config.unit.kind in ("command", "python"):  # evalkit.sandbox: whether the program was contained
+        summary["isolation"] = config.unit.isolation
     if engine.stop_detail:
         summary["stop_detail"] = engine.stop_detail
     folder.release_space()
@@ -828,6 +835,8 @@ async def _execute(
         privacy=dict(privacy or {}),
         stop_detail=engine.stop_detail,
     )
+    if summary.get("isolation") == "none":
+        print(f"evalkit: {NOT_CONTAINED}", file=sys.stderr, flush=True)
     if not complete:
         print(printable(result.incomplete_line or ""), file=sys.stderr, flush=True)
         for line in (result.stop_detail or "").splitlines():  # each line made printable, not the block
