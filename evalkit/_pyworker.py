@@ -64,7 +64,7 @@ def _main(args: list[str], out: Any) -> int:
         out.write(json.dumps({"ok": True}) + "\n")
         return 0
     case = json.loads(sys.stdin.buffer.read().decode("utf-8", "surrogatepass"))
-    import openai
+    import openai  # lazy: an import check (--check) never loads the SDK
 
     kw: dict[str, Any] = {
         "base_url": os.environ["OPENAI_BASE_URL"],
