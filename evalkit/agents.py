@@ -12,26 +12,28 @@ from the case's fixtures, and both are written to the sample's trajectory
   fixtures and sent back as a ``tool`` message; the loop ends at an answer with no tool
   call (`stop` ``final``), after `max_turns` model calls (``max_turns``: graded as a
   failure), or when a call is refused (the cap: the sample is errored).
-* ``command``: the user's own agent, any language. Per sample evalkit runs `argv` in the
-  suite folder, in a session of its own, with the case as JSON on stdin (`id`, `input`,
+* ``command``: the user's own agent, any language. Per sample evalkit runs `argv` in a
+  fresh working directory, in the sandbox (`evalkit.sandbox`, unless the unit says
+  ``"isolation": "none"``) and a session of its own, with the case as JSON on stdin (`id`, `input`,
   `arm`, `index`, `seed`, `model`, `max_tokens`, `temperature`, `tools_url`, and
   `skill_dir` (absolute), `guidance`, `tools` when set) and `OPENAI_BASE_URL`,
   `OPENAI_API_KEY` (also `OPENAI_API_BASE`, `EVALKIT_BASE_URL`, `EVALKIT_API_KEY`),
   `EVALKIT_TOOLS_URL` and `EVALKIT_MODEL` pointing at the metering proxy
-  (`evalkit.proxy`); the generator's and judge's key variables and every other
-  ``*_API_KEY`` are removed from its environment. Its stdout (at most
-  `MAX_OUTPUT_BYTES`) is the output; the exit status, the last `STDERR_TAIL_BYTES` of
+  (`evalkit.proxy`), in an allow-listed environment (`child_env`: nothing else of
+  evalkit's). Its stdout (at most `MAX_OUTPUT_BYTES`), or what it wrote to
+  ``$EVALKIT_OUTPUT_FILE`` (its stdout then kept as a log), is the output; the exit status, the last `STDERR_TAIL_BYTES` of
   stderr and the duration are recorded. A non-zero exit,
   a timeout (`timeout_s`, the whole sample) or a refused or failed model call errors the
   sample, and the program's whole process group is killed at once (so is every sample
   in flight when the run stops).
-* ``python``: the same contract in process: ``fn(case, client)`` gets the same dict (a
-  copy of its own: what it changes reaches no other sample) and
-  an `openai.OpenAI` client (an `AsyncOpenAI` one for an ``async def``) bound to the
-  proxy, and returns the output string. Its module is loaded from its file in the suite
-  folder, fresh each run, the folder on `sys.path` while the run lasts. A synchronous
-  function runs in a daemon thread; one that outlives its timeout cannot be killed, but
-  its sample is over and every later call it makes is refused.
+* ``python``: the same contract out of process: per sample a worker
+  (`evalkit._pyworker`) is started as a command is, in the same sandbox and
+  environment; ``fn(case, client)`` gets the same dict and an `openai.OpenAI` client
+  (an `AsyncOpenAI` one for an ``async def``) bound to the proxy, and returns the output
+  string. The upstream client and key never exist in its process. Its module is
+  imported there from the suite folder (first on its `sys.path`), so each run reads it
+  fresh; at the run's start a worker imports it once to check it (`check_callable`),
+  and evalkit's own process never runs it. One that outlives its timeout is killed.
 """
 
 from __future__ import annotations
