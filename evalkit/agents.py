@@ -21,8 +21,8 @@ from the case's fixtures, and both are written to the sample's trajectory
   `EVALKIT_TOOLS_URL` and `EVALKIT_MODEL` pointing at the metering proxy
   (`evalkit.proxy`), in an allow-listed environment (`child_env`: nothing else of
   evalkit's). Its stdout (at most `MAX_OUTPUT_BYTES`), or what it wrote to
-  ``$EVALKIT_OUTPUT_FILE`` (its stdout then kept as a log), is the output; the exit status, the last `STDERR_TAIL_BYTES` of
-  stderr and the duration are recorded. A non-zero exit,
+  ``$EVALKIT_OUTPUT_FILE`` (its stdout then kept as a log), is the output; the exit
+  status, the last `STDERR_TAIL_BYTES` of stderr and the duration are recorded. A non-zero exit,
   a timeout (`timeout_s`, the whole sample) or a refused or failed model call errors the
   sample, and the program's whole process group is killed at once (so is every sample
   in flight when the run stops).
