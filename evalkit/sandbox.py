@@ -5,7 +5,8 @@ Each sample's process runs as ``bwrap ... -- python -I -S _forwarder.py PORT SOC
 ARGV`` (`command`): new user, PID, IPC, UTS and network namespaces; the host's root
 filesystem bound read-only, with the folders that could hold the endpoint's address or
 key hidden under empty read-only tmpfs mounts (the suite folder, the run folder, the
-runs folder, evalkit's working directory and ``$HOME``: `hidden_paths`), then bound
+runs folder, evalkit's working directory and ``$HOME``: `hidden_paths`; and
+`ALWAYS_HIDDEN`, where the host's services keep their Unix sockets), then bound
 back read-only only what the program needs (the interpreter's prefixes, the argv's
 files, the python unit's module, the arms' skill folders, `unit.read_only_paths`); a
 fresh writable working directory of its own (its cwd and ``$HOME``); a tmpfs ``/tmp``;
@@ -27,6 +28,7 @@ asks for the sandbox is refused before anything is written (`require`).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import shutil
@@ -156,10 +158,16 @@ def interpreter_paths() -> tuple[Path, ...]:
     return tuple(dict.fromkeys(Path(p).resolve() for p in (sys.prefix, sys.base_prefix, real.parent.parent)))
 
 
+# Always hidden: where the host keeps its services' Unix sockets (a read-only bind does
+# not stop a connect(); the network namespace stops only abstract and TCP sockets).
+ALWAYS_HIDDEN = ("/run", "/var/run", "/var/tmp")
+
+
 def bwrap_argv(jail: Jail, argv: list[str], *, binary: str | None = None) -> list[str]:
     """The bubblewrap command line that runs `argv` in `jail` (see the module docstring)."""
     out = [binary or bwrap_binary() or "bwrap", *NAMESPACES, "--die-with-parent", "--new-session"]
     out += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    jail = dataclasses.replace(jail, hidden=hidden_paths(*jail.hidden, *ALWAYS_HIDDEN))
     for h in jail.hidden:
         if h != Path("/tmp") and not h.is_relative_to("/tmp"):
             out += ["--tmpfs", str(h)]

@@ -92,10 +92,17 @@ def test_a_hostile_agent_finds_no_key_reaches_only_the_proxy_writes_only_its_wor
     host.listen(8)
     host.settimeout(0.2)
     marker = "evalkit-hostile-" + uuid.uuid4().hex
+    run_dir = Path("/run") if os.access("/run", os.W_OK) else Path("/var/tmp")
+    unix_path = run_dir / f"{marker}.sock"
+    unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    unix.bind(str(unix_path))
+    unix.listen(8)
+    unix.settimeout(0.2)
     with ScriptedServer({"default": {"text": "hello from the proxy"}}) as srv:
         upstream = srv.base_url
         upstream_port = int(upstream.split(":")[2].split("/")[0])
-        cases = [{"id": "h", "input": {"host_port": host.getsockname()[1], "upstream_port": upstream_port},
+        cases = [{"id": "h", "input": {"host_port": host.getsockname()[1], "upstream_port": upstream_port,
+                                       "unix_path": str(unix_path)},
                   "tags": ["golden"], "checks": [{"kind": "contains", "value": "x"}]}]
         unit = {"kind": "command", "argv": ["{python}", str(AGENTS / "hostile.py"), "{suite}", marker],
                 "timeout_s": 10, "keep_workdir": True}
@@ -103,9 +110,11 @@ def test_a_hostile_agent_finds_no_key_reaches_only_the_proxy_writes_only_its_wor
         before = (suite / "cases.jsonl").read_bytes()
         res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
         requests = srv.stats["requests"]
-    with pytest.raises(TimeoutError):  # nothing of the sandbox ever reached the host's own loopback server
-        host.accept()
-    host.close()
+    for listener in (host, unix):  # nothing of the sandbox ever reached the host's own servers
+        with pytest.raises(TimeoutError):
+            listener.accept()
+        listener.close()
+    unix_path.unlink()
     assert not res.complete and requests == 1  # timed out; its one model call went through the proxy
     [call] = read_trajectory(res.path, "h", "baseline", 0).model_calls
     assert call["status"] == "ok"

@@ -3,7 +3,8 @@ what it got to report.json in its working directory (kept by the suite), then ma
 model call through the proxy, leaves a setsid child behind and hangs past its timeout.
 
 argv: SUITE_DIR MARKER. The case input names the host's own loopback port to try
-(`host_port`) and the upstream's (`upstream_port`)."""
+(`host_port`), the upstream's (`upstream_port`) and a Unix socket of the host's own
+(`unix_path`)."""
 import json
 import os
 import socket
@@ -64,6 +65,13 @@ for label, port in (("host_port", case["input"]["host_port"]), ("upstream_port",
             report["connect"][label] = "connected"
     except OSError as exc:
         report["connect"][label] = f"refused: {exc}"
+try:  # a Unix socket of the host's own (where services keep theirs)
+    u = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    u.settimeout(2)
+    u.connect(case["input"]["unix_path"])
+    report["connect"]["host_unix_socket"] = "connected"
+except OSError as exc:
+    report["connect"]["host_unix_socket"] = f"refused: {exc}"
 try:
     socket.create_connection(("1.1.1.1", 80), timeout=2).close()
     report["connect"]["internet"] = "connected"
