@@ -10,7 +10,9 @@
    trajectory, ledger, cache, against the scripted server) straight on its TCP port
    from the host, and from inside a sandbox through the forwarder and the proxy's Unix
    socket, in alternating blocks over several rounds; `hop_added_ms` is the difference
-   of the medians (target <= 0.3 ms on top of the proxy's own figure, proxy.json).
+   of the medians (target <= 0.3 ms on top of the proxy's own figure, proxy.json), and
+   `forwarder_cpu_ms_per_call` the CPU the forwarder spends a call (read from the
+   host's /proc while it runs), steadier than wall times on a loaded machine.
 
     .venv/bin/python benchmarks/bench_sandbox.py [--starts 60] [--calls 600] [--rounds 3]
 
@@ -23,7 +25,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import socket
 import statistics
 import subprocess
@@ -81,7 +82,8 @@ for i in range(n):
     t0 = time.perf_counter()
     c.completions.create(model="scripted", prompt=f"Question {tag} {i}?", max_tokens=16, seed=i)
     out.append((time.perf_counter() - t0) * 1000)
-print(json.dumps(out))
+print(json.dumps(out), flush=True)
+sys.stdin.read()  # held open until the host has read the forwarder's CPU
 """
 
 
@@ -92,11 +94,23 @@ def _jail(work: Path, sock: Path | None, port: int) -> sandbox.Jail:
     return sandbox.Jail(work, sock, port, hidden, sandbox.interpreter_paths())
 
 
-def _children_cpu_ms() -> float:
-    """User + system CPU (ms) of every child reaped so far, their descendants included:
-    steadier than wall time on a loaded machine (the kernel's namespace work is system time)."""
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (r.ru_utime + r.ru_stime) * 1000
+def _cpu_ms(pid: int) -> float:
+    """User + system CPU (ms) of host process `pid` so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def _forwarder_pid(port: int) -> int | None:
+    """The host pid of the forwarder serving `port` inside a sandbox (its command line)."""
+    want = f"forwarder.py\0{port}\0".encode()
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                if want in Path(f"/proc/{p}/cmdline").read_bytes():
+                    return int(p)
+            except OSError:
+                continue
+    return None
 
 
 def _unix_listener(path: Path) -> socket.socket:
@@ -115,30 +129,30 @@ def startup(n: int, block: int = 10) -> dict:
     argv = [sys.executable, "-I", "-S", "-c", "pass"]
     env = sandbox.environment({}, work)
     boxed = sandbox.bwrap_argv(_jail(work, tmp / "proxy.sock", 40000 + os.getpid() % 20000), argv)
-    times: dict[str, list[float]] = {"none": [], "sandbox": []}
-    cpu: dict[str, list[float]] = {"none": [], "sandbox": []}
-    for _ in range(2):  # warm the page cache for both
-        subprocess.run(argv, env=env, cwd=work, check=True)
-        subprocess.run(boxed, env=env, cwd=work, check=True)
+    bare_box = sandbox.bwrap_argv(_jail(work, None, 0), argv)  # the namespaces and mounts alone, no forwarder
+    arms = {"none": argv, "bwrap_only": bare_box, "sandbox": boxed}
+    times: dict[str, list[float]] = {name: [] for name in arms}
+    for _ in range(2):  # warm the page cache for each
+        for cmd in arms.values():
+            subprocess.run(cmd, env=env, cwd=work, check=True)
     while len(times["sandbox"]) < n:
-        for name, cmd in (("none", argv), ("sandbox", boxed)):
+        for name, cmd in arms.items():
             for _ in range(block):
-                c0, t0 = _children_cpu_ms(), time.perf_counter()
+                t0 = time.perf_counter()
                 subprocess.run(cmd, env=env, cwd=work, check=True, start_new_session=True,
                                stdin=subprocess.DEVNULL)
                 times[name].append((time.perf_counter() - t0) * 1000)
-                cpu[name].append(_children_cpu_ms() - c0)
     listener.close()
     med = {k: round(statistics.median(v), 3) for k, v in times.items()}
     added = round(med["sandbox"] - med["none"], 3)
-    cpu_mean = {k: round(statistics.fmean(v), 3) for k, v in cpu.items()}
     return {"starts_each": len(times["sandbox"]), "median_ms": med, "added_ms": added,
-            "cpu_ms_mean": cpu_mean, "cpu_added_ms": round(cpu_mean["sandbox"] - cpu_mean["none"], 3),
+            # of which bubblewrap's namespaces and mounts (the rest: the forwarder's interpreter start)
+            "bwrap_only_added_ms": round(med["bwrap_only"] - med["none"], 3),
             "p90_ms": {k: round(statistics.quantiles(v, n=10)[8], 3) for k, v in times.items()},
             "target_added_ms": 50.0, "meets_target": added <= 50.0}
 
 
-def hop(calls: int, rounds: int, startup_cpu_ms: float) -> dict:
+def hop(calls: int, rounds: int) -> dict:
     """Per-call latency (ms) of an agent calling the proxy directly and through the
     sandbox's forwarder and Unix socket."""
     tmp = Path(tempfile.mkdtemp(prefix="evalkit-bench-"))
@@ -153,17 +167,21 @@ def hop(calls: int, rounds: int, startup_cpu_ms: float) -> dict:
     boxed = sandbox.bwrap_argv(_jail(work, sock, port), [sys.executable, "-c", _CLIENT])
     per = max(1, calls // rounds)
     times: dict[str, list[float]] = {"direct": [], "unix_hop": []}
-    cpu = {"direct": 0.0, "unix_hop": 0.0}
+    forwarder_cpu_ms = 0.0
     per_round = []
     try:
         for r in range(rounds):
             got = {}
             for name, cmd in (("direct", direct), ("unix_hop", boxed)):
-                c0 = _children_cpu_ms()
-                done = subprocess.run([*cmd, url, str(per), f"{name}-{r}"], env=env, cwd=work, check=True,
-                                      capture_output=True, text=True)
-                cpu[name] += _children_cpu_ms() - c0
-                got[name] = json.loads(done.stdout.strip().splitlines()[-1])
+                proc = subprocess.Popen([*cmd, url, str(per), f"{name}-{r}"], env=env, cwd=work, text=True,
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                assert proc.stdout is not None and proc.stdin is not None
+                got[name] = json.loads(proc.stdout.readline())
+                fwd = _forwarder_pid(port) if name == "unix_hop" else None
+                if fwd is not None:
+                    forwarder_cpu_ms += _cpu_ms(fwd)  # its start-up included: an upper bound per call
+                proc.stdin.close()
+                proc.wait(timeout=60)
                 times[name] += got[name]
             per_round.append({k: round(statistics.median(v), 3) for k, v in got.items()})
     finally:
@@ -174,9 +192,9 @@ def hop(calls: int, rounds: int, startup_cpu_ms: float) -> dict:
     return {"calls_each": len(times["direct"]), "rounds": rounds, "median_ms": med, "round_median_ms": per_round,
             "round_added_ms": [round(r["unix_hop"] - r["direct"], 3) for r in per_round],
             "hop_added_ms": added, "target_added_ms": 0.3, "meets_target": added <= 0.3,
-            # the CPU the sandboxed agent side spends a call more (the forwarder's copy), its start-up taken off
-            "hop_cpu_ms_per_call": round((cpu["unix_hop"] - cpu["direct"] - rounds * startup_cpu_ms)
-                                         / len(times["direct"]), 4)}
+            # the CPU the forwarder spent per call it carried (its start-up and 10 warm-up calls included:
+            # an upper bound): what the hop costs, steadier than wall times on a loaded machine
+            "forwarder_cpu_ms_per_call": round(forwarder_cpu_ms / len(times["unix_hop"]), 4)}
 
 
 def main() -> None:
@@ -197,7 +215,7 @@ def main() -> None:
         "load_avg_before": [round(x, 2) for x in load0],
     }
     result["startup"] = startup(args.starts)
-    result["unix_socket_hop"] = hop(args.calls, args.rounds, result["startup"]["cpu_added_ms"])
+    result["unix_socket_hop"] = hop(args.calls, args.rounds)
     result.update({
         "load_avg_after": [round(x, 2) for x in os.getloadavg()],
     })

@@ -11,15 +11,16 @@ evalkit: it runs under ``-S`` so it starts in a few milliseconds. Written by han
 because no library does this byte copy without costing the start-up it saves.
 """
 
-from __future__ import annotations
-
+# The C modules under `socket` and `threading`, and no `__future__`: no Python-level
+# import at start-up (`socket` alone pulls in enum and selectors): a sample's start-up
+# is what this costs.
+import _socket
+import _thread
 import os
-import socket
 import sys
-import threading
 
 
-def _copy(src: socket.socket, dst: socket.socket) -> None:
+def _copy(src: _socket.socket, dst: _socket.socket) -> None:
     try:
         while data := src.recv(65536):
             dst.sendall(data)
@@ -27,43 +28,52 @@ def _copy(src: socket.socket, dst: socket.socket) -> None:
         pass
     finally:
         try:
-            dst.shutdown(socket.SHUT_WR)
+            dst.shutdown(_socket.SHUT_WR)
         except OSError:
             pass
 
 
-def _serve_one(conn: socket.socket, path: str) -> None:
+def _serve_one(conn: _socket.socket, path: str) -> None:
     try:
-        up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        up = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         up.connect(path)
     except OSError:
         conn.close()
         return
-    back = threading.Thread(target=_copy, args=(up, conn), daemon=True)
-    back.start()
+    back_done = _thread.allocate_lock()
+    back_done.acquire()
+
+    def back() -> None:
+        try:
+            _copy(up, conn)
+        finally:
+            back_done.release()
+
+    _thread.start_new_thread(back, ())
     _copy(conn, up)
-    back.join()
+    back_done.acquire()
     conn.close()
     up.close()
 
 
-def _serve(listener: socket.socket, path: str) -> None:
+def _serve(listener: _socket.socket, path: str) -> None:
     while True:
         try:
-            conn, _ = listener.accept()
+            fd, _ = listener._accept()  # type: ignore[attr-defined]  # _socket's accept: a descriptor
         except OSError:
             return
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        threading.Thread(target=_serve_one, args=(conn, path), daemon=True).start()
+        conn = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM, 0, fd)
+        conn.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+        _thread.start_new_thread(_serve_one, (conn, path))
 
 
 def main(args: list[str]) -> int:
     port, path, sep, *argv = args
     if sep != "--" or not argv:
-        print("usage: _forwarder.py PORT SOCKET -- ARGV...", file=sys.stderr)
+        sys.stderr.write("usage: _forwarder.py PORT SOCKET -- ARGV...\n")
         return 2
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+    listener.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", int(port)))
     listener.listen(128)
     pid = os.fork()
@@ -72,12 +82,12 @@ def main(args: list[str]) -> int:
         try:
             os.execvp(argv[0], argv)
         except OSError as exc:
-            print(f"evalkit sandbox: could not start {argv[0]!r}: {exc.strerror or exc}", file=sys.stderr)
+            sys.stderr.write(f"evalkit sandbox: could not start {argv[0]!r}: {exc.strerror or exc}\n")
         os._exit(127)
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):  # the program's pipes are its own: their end is its exit
         os.dup2(null, fd)
-    threading.Thread(target=_serve, args=(listener, path), daemon=True).start()
+    _thread.start_new_thread(_serve, (listener, path))
     _, status = os.waitpid(pid, 0)
     code = os.waitstatus_to_exitcode(status)
     return 128 - code if code < 0 else code

@@ -257,3 +257,36 @@ def test_an_empty_trace_under_declared_and_checked_tools_is_a_finding_not_a_sile
     assert res.complete, res.reason
     found = [f.message for f in grade_run(res.path).findings]
     assert any(m.startswith("trajectory may be incomplete: 1 sample(s) (q/baseline/0)") for m in found), found
+
+
+def test_read_only_paths_and_the_argv_files_are_all_a_program_sees_of_its_suite(tmp_path):
+    suite = tmp_path / "suite"
+    (suite / "data").mkdir(parents=True)
+    (suite / "data" / "facts.txt").write_text("the listed data")
+    (suite / "unlisted.txt").write_text("never seen")
+    (suite / "agent.py").write_text(
+        "import json, os, sys\n"
+        "json.load(sys.stdin)\n"
+        "here = os.path.dirname(os.path.abspath(__file__))\n"
+        "seen = {}\n"
+        "for name in ('data/facts.txt', 'unlisted.txt', 'config.json'):\n"
+        "    try:\n"
+        "        seen[name] = open(os.path.join(here, name)).read()\n"
+        "    except OSError as exc:\n"
+        "        seen[name] = type(exc).__name__\n"
+        "try:\n"
+        "    open(os.path.join(here, 'data', 'new.txt'), 'w')\n"
+        "    seen['write'] = 'written'\n"
+        "except OSError as exc:\n"
+        "    seen['write'] = type(exc).__name__\n"
+        "print(json.dumps({'seen': seen, 'cwd': os.getcwd(), 'home': os.environ['HOME']}))\n")
+    cases = [{"id": "r", "input": "q", "tags": ["golden"], "checks": [{"kind": "contains", "value": "seen"}]}]
+    write_suite(suite, cases, {"kind": "command", "argv": ["{python}", "agent.py"], "read_only_paths": ["data"]})
+    with ScriptedServer({"default": {"text": "x"}}) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+    assert res.complete, res.reason
+    out = json.loads(load_run(res.path).samples.output.iloc[0])
+    assert out["seen"] == {"data/facts.txt": "the listed data", "unlisted.txt": "FileNotFoundError",
+                           "config.json": "FileNotFoundError", "write": "OSError"}
+    assert out["cwd"] == out["home"] and not out["cwd"].startswith(str(suite))
+    assert not (suite / "data" / "new.txt").exists() and not Path(out["cwd"]).exists()  # its workdir was discarded
