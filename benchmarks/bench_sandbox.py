@@ -106,7 +106,8 @@ def _forwarder_pid(port: int) -> int | None:
     for p in os.listdir("/proc"):
         if p.isdigit():
             try:
-                if want in Path(f"/proc/{p}/cmdline").read_bytes():
+                cmd = Path(f"/proc/{p}/cmdline").read_bytes()
+                if want in cmd and b"--unshare-net" not in cmd:  # the forwarder, not the bwrap processes
                     return int(p)
             except OSError:
                 continue
