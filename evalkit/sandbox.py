@@ -171,8 +171,9 @@ def bwrap_argv(jail: Jail, argv: list[str], *, binary: str | None = None) -> lis
     for h in jail.hidden:
         if h != Path("/tmp") and not h.is_relative_to("/tmp"):
             out += ["--tmpfs", str(h)]
-    for p in jail.read_only:
-        if p.exists():
+    covered = (*jail.hidden, Path("/tmp"))
+    for p in jail.read_only:  # what the read-only root shows already needs no mount of its own
+        if p.exists() and any(p == h or p.is_relative_to(h) for h in covered):
             out += ["--ro-bind", str(p), str(p)]
     out += ["--bind", str(jail.workdir), str(jail.workdir)]
     out += ["--ro-bind", str(FORWARDER), FORWARDER_INSIDE, "--ro-bind", str(WORKER), WORKER_INSIDE]
