@@ -61,7 +61,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -331,6 +331,43 @@ def _agent_facts(run: Path, suite: Suite, sample: Sample) -> AgentFacts | None:
     arm = next((a for a in suite.config.arms if a.name == sample.arm), None)
     key = (sample.case_id, sample.arm, int(sample.index))
     return AgentFacts.of(sample, arm, lambda: read_trajectory(run, *key))
+
+
+TRACE_CHECKS = ("forbidden_tools", "tool_calls")  # checks that read the trace of a sample's tool calls
+INCOMPLETE_TRAJECTORY = "trajectory may be incomplete"
+
+
+def _incomplete_trajectory_findings(
+    config: Any, cases: Mapping[str, Case], samples: Mapping[Key, Sample], det: Mapping[Key, Any]
+) -> list[Finding]:
+    """A finding for the samples of a user's program (command or python unit) whose
+    model asked for no tool and that reported no tool call, while the suite declares
+    tools and the case checks the trace: a program that runs its tools inside
+    generated code leaves an empty trace, which a `forbidden_tools` check would pass
+    in silence."""
+    if not config.tools:
+        return []
+    found = [
+        k
+        for k in sorted(det)
+        if (samples[k].agent or {}).get("unit") in ("command", "python")
+        and not samples[k].tool_calls
+        and any(c.kind in TRACE_CHECKS for c in cases[k[0]].checks)
+    ]
+    if not found:
+        return []
+    shown = ", ".join(f"{c}/{a}/{i}" for c, a, i in found[:5])
+    if len(found) > 5:
+        shown += f" and {len(found) - 5} more"
+    return [
+        Finding(
+            "MEDIUM",
+            f"{INCOMPLETE_TRAJECTORY}: {len(found)} sample(s) ({shown}) reported no tool call and their model "
+            "asked for none, while the suite declares tools and checks them: a program that runs its tools "
+            "itself (inside generated code) must report each at EVALKIT_TOOLS_URL, or its trace checks "
+            "(forbidden_tools, tool_calls) see nothing",
+        )
+    ]
 
 
 def judge_endpoint(suite: Suite, judge_base_url: str | None = None) -> Endpoint:
@@ -685,6 +722,8 @@ def grade_run(
             unknown[key] = f"case {key[0]!r} is not in the suite any more: not graded"
             continue
         det[key] = grade_sample(case, samples[key], suite_obj.path, _agent_facts(run, suite_obj, samples[key]))
+
+    findings += _incomplete_trajectory_findings(config, cases, samples, det)
 
     judged_keys = [k for k in sorted(det) if cases[k[0]].judged]
     files: JudgeFiles | None = None

@@ -31,6 +31,7 @@ from .layout import PAIRWISE, RUN_CONFIG
 from .plans import load_plan
 from .records import GradesSummary, RunVerdicts, Verdict, judge_line
 from .runload import Run, grades_summary, load_run, report_state, run_verdicts, sample_texts
+from .sandbox import NOT_CONTAINED
 
 __all__ = ["judge_line", "sample_texts"]  # what a verdict rests on; the samples joined with their grades
 
@@ -272,8 +273,20 @@ def run_state(run: Run, summary: GradesSummary | None) -> tuple[str, str] | None
     return report_state(run, summary)
 
 
+def not_contained(run: Run) -> str | None:
+    """The line every page of a run shows when its program under test ran unsandboxed
+    (``"isolation": "none"``, recorded in the run's config.json and summary.json:
+    `evalkit.sandbox`), else None."""
+    recorded = (run.summary or {}).get("isolation") or (run.config or {}).get("isolation")
+    return NOT_CONTAINED if recorded == "none" else None
+
+
 def show_state(run: Run, summary: GradesSummary | None) -> tuple[str, str] | None:
-    """Display `run_state` as a banner (nothing for a complete graded run)."""
+    """Display `run_state` as a banner (nothing for a complete graded run), and the
+    `not_contained` line first when the program under test was not sandboxed."""
+    uncontained = not_contained(run)
+    if uncontained is not None:
+        banner("regression", uncontained)
     state = run_state(run, summary)
     if state is not None:
         banner(*state)

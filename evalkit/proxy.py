@@ -41,7 +41,12 @@ Endpoints (under either prefix):
 * ``GET .../v1/models``: the generator model.
 * ``POST .../evalkit/tools`` (`EVALKIT_TOOLS_URL`): ``{"name", "arguments"}`` answered
   from the case's fixtures as ``{"content", "error"}``; with ``"result"`` or ``"error"``
-  in the body, a tool the agent ran itself, recorded as reported.
+  in the body, a tool the agent ran itself, recorded as reported. ``"id"`` (or
+  ``"call_id"``, ``"tool_call_id"``) is the model's id of the call: the trace is then in
+  the model's order whatever order the tools finished in (`SampleSession.trace`).
+
+`listen_unix` serves the same routes on a Unix socket too: a sandboxed program's one
+way out (`evalkit.sandbox`).
 
 Errors are OpenAI error bodies (``{"error": {"message", "type", "code"}}``) with
 ``x-should-retry: false``, so the official clients raise at once instead of retrying
@@ -58,6 +63,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import secrets
 import time
 from dataclasses import dataclass
@@ -188,6 +194,16 @@ class MeteringProxy:
         await site.start()
         self.port = self._runner.addresses[0][1]
         return self
+
+    async def listen_unix(self, path: str) -> str:
+        """Serve the same routes on a Unix socket at `path` too (what a sandboxed program
+        reaches, through the forwarder inside its sandbox: `evalkit.sandbox`); the
+        socket is made readable and writable by its owner only. Returns `path`."""
+        assert self._runner is not None, "start() first"
+        site = web.UnixSite(self._runner, path)
+        await site.start()
+        os.chmod(path, 0o600)
+        return path
 
     async def aclose(self) -> None:
         for session in list(self._sessions.values()):
@@ -341,7 +357,9 @@ class MeteringProxy:
             name = body.get("name")
             if not isinstance(name, str) or not name:
                 raise _Refusal(400, 'evalkit: a tool call needs "name"', "invalid_request_error", "invalid_tool_call")
-            call_id = body.get("id") if isinstance(body.get("id"), str) else None
+            # the model's call id, under any of the names the frameworks use for it
+            ids = [body.get(k) for k in ("id", "call_id", "tool_call_id")]
+            call_id = next((v for v in ids if isinstance(v, str) and v), None)
             reported: dict[str, Any] | None = {k: body[k] for k in ("result", "error") if k in body} or None
             answer = session.tool(name, body.get("arguments", {}), call_id, reported=reported)
         except _Refusal as r:

@@ -133,6 +133,11 @@ class Unit:
     argv: tuple[str, ...] = ()
     timeout_s: float = 300.0
     callable: str | None = None
+    # command and python units (evalkit.sandbox): "sandbox" (bubblewrap) or "none"
+    isolation: str = "sandbox"
+    keep_workdir: bool = False  # keep each sample's working directory in the run folder
+    read_only_paths: tuple[str, ...] = ()  # suite-relative paths bound read-only into the sandbox
+    env: tuple[str, ...] = ()  # names of evalkit's environment variables passed to the program
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,7 @@ from .layout import CACHE_FILE
 from .ledger import Ledger
 from .records import Arm, CaseTable, Config, Sample, Suite
 from .runs import RunFolder, runs_dir_lock, write_atomic
+from .sandbox import NOT_CONTAINED
 
 Key = tuple[str, str, int]
 
@@ -187,6 +188,9 @@ def _format_summary_md(suite: Suite, res: dict[str, Any]) -> str:
         lines.append("")
     lines.append(f"# Run of {suite.name}")
     lines.append("")
+    if res.get("isolation") == "none":
+        lines.append(f"**{NOT_CONTAINED}**")
+        lines.append("")
     lines.append(f"- cases complete: {res['ran']}/{res['total']}; samples: {res['samples_ran']}/{res['samples_total']}")
     lines.append(
         f"- spend: ${res['spend_usd']:.6f} of cap ${res['cap_usd']:.6f}"
@@ -675,6 +679,7 @@ async def _run_in_folder(
             "sample_files": sample_files,
             "privacy": privacy,
             "cost_cap_usd": config.cost_cap_usd,  # the cap this run (and its grading) spends under
+            "isolation": config.unit.isolation if config.unit.kind in ("command", "python") else None,
             "ci": ci,
         }
 
@@ -852,6 +857,8 @@ async def _execute(
         summary["error_reasons"] = list(reasons)
     if in_flight:
         summary["in_flight_usd"] = in_flight
+    if config.unit.kind in ("command", "python"):  # evalkit.sandbox: whether the program was contained
+        summary["isolation"] = config.unit.isolation
     if engine.stop_detail:
         summary["stop_detail"] = engine.stop_detail
     folder.release_space()
@@ -876,6 +883,8 @@ async def _execute(
         stop_detail=engine.stop_detail,
         error_reasons=reasons,
     )
+    if summary.get("isolation") == "none":
+        print(f"evalkit: {NOT_CONTAINED}", file=sys.stderr, flush=True)
     if not complete:
         print(printable(result.incomplete_line or ""), file=sys.stderr, flush=True)
         for why in result.error_reasons:  # why samples errored, not only how many

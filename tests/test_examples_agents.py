@@ -53,7 +53,7 @@ def test_an_unchanged_framework_agent_is_metered_call_for_call_and_graded_on_its
 
 
 def test_known_framework_telemetry_is_off_in_the_agents_environment_whatever_evalkits_says(tmp_path, monkeypatch):
-    from evalkit.agents import TELEMETRY_OFF
+    from evalkit.sandbox import TELEMETRY_OFF
 
     monkeypatch.setenv("LANGCHAIN_TRACING_V2", "true")  # the user's shell turned tracing on for their own work
     monkeypatch.setenv("OPENAI_AGENTS_DISABLE_TRACING", "0")
