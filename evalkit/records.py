@@ -141,12 +141,16 @@ class GateThresholds:
     score above `max_success_drop_points` (percentage points) overall or on any tag with
     >= `min_tag_cases` cases, or a cost-per-case increase above `max_cost_increase_pct`
     percent, when the change is also beyond run-to-run noise (Holm-adjusted one-sided
-    p <= `alpha`)."""
+    p <= `alpha`). A gate whose gated set is too small to detect a drop of
+    `max_success_drop_points` at `alpha` (`GatePower`) is UNDERPOWERED: a failure, or
+    with `on_underpowered` "warn" a warning. The default of 3 points is the seed's
+    (`001_524732e6341b4025.txt`, step 6)."""
 
-    max_success_drop_points: float = 5.0
+    max_success_drop_points: float = 3.0
     max_cost_increase_pct: float = 20.0
     min_tag_cases: int = 5
     alpha: float = 0.05  # a breach fails only when beyond run-to-run noise at this level (1: no noise guard)
+    on_underpowered: Literal["fail", "warn"] = "fail"
 
 
 @dataclass(frozen=True)
@@ -824,6 +828,9 @@ GATE_CAUSE_SCORE = "case score drop"
 GATE_CAUSE_COST = "cost increase"
 GATE_CAUSE_NOT_COMPARABLE = "not comparable with the baseline"
 GATE_CAUSE_JUDGE = "judge not trusted"  # judged results held (evalkit.grading): no rate was read
+GATE_CAUSE_UNDERPOWERED = "underpowered"  # the gated set cannot detect a drop of the threshold
+UNDERPOWERED_PREFIX = "UNDERPOWERED"
+GATE_POWER = 0.8  # the power at which the gate's detectable drop is computed
 # Reasons that mean the gate failed without reading a rate (the run did not finish cleanly).
 NOT_CLEAN_PREFIXES = ("the runner exited", "no summary", "summary.json is not valid", "INCOMPLETE")
 SCORE_DROP_PREFIXES = ("case-score drop", "success-rate drop")  # the second: gates of evalkit 0.1
@@ -846,6 +853,8 @@ def gate_failure_causes(reasons: Iterable[str], read_rates: bool | None = None) 
         causes.append(GATE_CAUSE_SCORE)
     if any(r.startswith(COST_RISE_PREFIXES) for r in reasons):
         causes.append(GATE_CAUSE_COST)
+    if any(r.startswith(UNDERPOWERED_PREFIX) for r in reasons):
+        causes.append(GATE_CAUSE_UNDERPOWERED)
     if reasons and not causes:
         causes.append(GATE_CAUSE_NOT_COMPARABLE)
     return causes
@@ -897,6 +906,50 @@ class GateCheck:
 
 
 @dataclass(frozen=True)
+class GatePower:
+    """What the gate can see: the smallest drop of the overall gated case score (points)
+    that `n_cases` gated cases detect at the gate's one-sided `alpha` with `power`
+    (`stats.detectable_drop`, planned at `planning_rate`: the baseline's score shrunk by
+    Laplace's rule), the threshold, the gated cases a drop of the threshold would need
+    (`stats.cases_for_drop`), whether the gate is underpowered (detectable drop above
+    the threshold) and what an underpowered gate does (`on_underpowered`)."""
+
+    n_cases: int
+    alpha: float
+    power: float
+    planning_rate: float
+    detectable_drop_points: float
+    threshold_points: float
+    cases_needed: int
+    underpowered: bool
+    on_underpowered: str = "fail"
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, d: Any) -> GatePower:
+        return cls(
+            n_cases=int(d["n_cases"]),
+            alpha=float(d["alpha"]),
+            power=float(d["power"]),
+            planning_rate=float(d["planning_rate"]),
+            detectable_drop_points=float(d["detectable_drop_points"]),
+            threshold_points=float(d["threshold_points"]),
+            cases_needed=int(d["cases_needed"]),
+            underpowered=bool(d["underpowered"]),
+            on_underpowered=str(d.get("on_underpowered", "fail")),
+        )
+
+    def describe(self) -> str:
+        return (
+            f"{self.n_cases} gated case(s) detect a drop of {self.detectable_drop_points:.1f} points or more "
+            f"(one-sided alpha {self.alpha:g}, power {self.power:.0%}, planned at a {self.planning_rate:.1%} score), "
+            f"the threshold is {self.threshold_points:g} points: a drop of it needs {self.cases_needed:,} gated cases"
+        )
+
+
+@dataclass(frozen=True)
 class GateResult:
     """The gate's outcome. `read_rates` is False when it failed on the run's exit status
     or INCOMPLETE summary without reading any rate."""
@@ -913,6 +966,15 @@ class GateResult:
     run: str = ""
     baseline: str = ""
     arm: str | None = None
+    power: GatePower | None = None  # what the gate can see (None: it read no rate)
+
+    @property
+    def status(self) -> str:
+        """PASS, FAIL (a measured regression or a run that cannot be compared), or
+        UNDERPOWERED (failed only because the suite cannot see its threshold)."""
+        if self.passed:
+            return "PASS"
+        return "UNDERPOWERED" if self.causes == [GATE_CAUSE_UNDERPOWERED] else "FAIL"
 
     @property
     def causes(self) -> list[str]:
@@ -924,6 +986,7 @@ class GateResult:
         """A measured worsening (a case-score drop or a cost increase), not a run that
         could not be compared: only this is shown as a regression."""
         causes = set(self.causes)
+        causes.discard(GATE_CAUSE_UNDERPOWERED)  # a gate that cannot see measured no worsening
         return bool(causes) and not ({GATE_CAUSE_INCOMPLETE, GATE_CAUSE_NOT_COMPARABLE, GATE_CAUSE_JUDGE} & causes)
 
     def to_json(self) -> dict[str, Any]:
@@ -941,11 +1004,14 @@ class GateResult:
                 "max_cost_increase_pct": t.max_cost_increase_pct,
                 "min_tag_cases": t.min_tag_cases,
                 "alpha": t.alpha,
+                "on_underpowered": t.on_underpowered,
             },
             "alpha": self.alpha,
             "run": self.run,
             "baseline": self.baseline,
             "arm": self.arm,
+            "status": self.status,
+            "power": self.power.to_json() if self.power is not None else None,
         }
 
     @classmethod
@@ -961,7 +1027,13 @@ class GateResult:
             thresholds=GateThresholds(
                 **{
                     k: t[k]
-                    for k in ("max_success_drop_points", "max_cost_increase_pct", "min_tag_cases", "alpha")
+                    for k in (
+                        "max_success_drop_points",
+                        "max_cost_increase_pct",
+                        "min_tag_cases",
+                        "alpha",
+                        "on_underpowered",
+                    )
                     if k in t
                 }
             ),
@@ -969,11 +1041,12 @@ class GateResult:
             run=str(d.get("run") or ""),
             baseline=str(d.get("baseline") or ""),
             arm=d.get("arm"),
+            power=GatePower.from_json(d["power"]) if isinstance(d.get("power"), dict) else None,
         )
 
     def render(self) -> str:
         lines = [
-            f"Gate: {'PASS' if self.passed else 'FAIL: ' + ' / '.join(self.causes)}"
+            f"Gate: {self.status if self.status != 'FAIL' else 'FAIL: ' + ' / '.join(self.causes)}"
             + ("" if self.passed else f" ({'; '.join(self.reasons)})")
         ]
         if not self.read_rates:
@@ -996,6 +1069,8 @@ class GateResult:
             p = "-" if c.p_adjusted is None else f"{c.p_adjusted:.3g}"
             res = "FAIL" if c.failed else ("within noise" if c.exceeded else "ok")
             lines.append(f"{c.label:<28} {c.n_cases:>5} {shown:>10} {now:>10} {c.change:>+7.1f}{unit:<3}{p:>8}  {res}")
+        if self.power is not None:
+            lines.append(f"power: {self.power.describe()}")
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 

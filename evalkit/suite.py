@@ -22,7 +22,7 @@ import string
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 import regex
 
@@ -155,7 +155,7 @@ CONFIG_KEYS = {
 REQUIRED_CONFIG_KEYS = ("generator", "cost_cap_usd", "max_tokens_in", "max_tokens_out", "price", "judge_price")
 ENDPOINT_KEYS = {"model", "base_url", "api_key_env"}
 PRICE_KEYS = {"in_per_mtok", "out_per_mtok"}
-GATE_KEYS = {"max_success_drop_points", "max_cost_increase_pct", "min_tag_cases", "alpha"}
+GATE_KEYS = {"max_success_drop_points", "max_cost_increase_pct", "min_tag_cases", "alpha", "on_underpowered"}
 CI_KEYS = {"cost_cap_usd"}
 ARM_KEYS = {"name", "guidance", "skill_dir"}
 SKILL_FILE = "SKILL.md"  # in an arm's skill_dir: the skill an agent of that arm loads
@@ -518,6 +518,16 @@ def _positive_number(obj: Any, key: str, *, zero_ok: bool = False) -> float | No
     return float(v) if (v > 0 or (zero_ok and v == 0)) else None
 
 
+def _on_underpowered(r: _Reader, g: dict[str, Any]) -> Literal["fail", "warn"]:
+    """`gate.on_underpowered`: "fail" (the default: an UNDERPOWERED gate exits 1) or
+    "warn" (a suite that accepts a gate too small to see its threshold)."""
+    v = g.get("on_underpowered", "fail")
+    if v not in ("fail", "warn"):
+        r.err("$.gate.on_underpowered", f'on_underpowered must be "fail" or "warn", got {v!r}')
+        return "fail"
+    return cast(Literal["fail", "warn"], v)
+
+
 def _check_calls_fit(r: _Reader, cfg: dict[str, Any], price_key: str, role: str, *, ci: bool = False) -> None:
     """An error when not one call fits under the cap at its worst case: the ledger would
     refuse the first reservation and the run could never sample anything. Checked on
@@ -648,11 +658,12 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
         else:
             r.unknown_keys(g, GATE_KEYS, "$.gate", "gate")
             gate = GateThresholds(
-                float(r.number(g, "max_success_drop_points", "$.gate", minimum=0, maximum=100, default=5.0)),
+                float(r.number(g, "max_success_drop_points", "$.gate", minimum=0, maximum=100, default=3.0)),
                 float(r.number(g, "max_cost_increase_pct", "$.gate", minimum=0, default=20.0)),
                 int(r.number(g, "min_tag_cases", "$.gate", integer=True, positive=True, maximum=MAX_CASES, default=5)),
                 # the noise guard's level: a breach fails only when beyond run-to-run noise (1: off)
                 float(r.number(g, "alpha", "$.gate", positive=True, maximum=1, default=0.05)),
+                _on_underpowered(r, g),
             )
 
     ci_cap = None
