@@ -47,6 +47,7 @@ from .endpoints import base_url_problem, masked_url
 from .errors import InputError
 from .findings import Findings
 from .layout import (
+    BASELINE_FILE,
     CASES_FILE,
     CONFIG_FILE,
     HUMAN_LABELS_FILE,
@@ -1236,6 +1237,40 @@ def _judge_files(src: SuiteSource, fx: Findings) -> tuple[list[str], list[str]]:
     return [rel for _, rel in sorted(rubrics)], [rel for _, rel in sorted(prompts)]
 
 
+def _gate_power_warning(src: SuiteSource, cases: list[Case], config: Config | None, where: str, fx: Findings) -> None:
+    """A warning when the gated set is too small for the gate to detect a drop of its
+    threshold (`stats.detectable_drop`, planned at the baseline's score when
+    `baseline.json` exists, else at 50%, the rate that needs the most cases): the gate
+    would say UNDERPOWERED (or warn, with `gate.on_underpowered` "warn")."""
+    if config is None:
+        return
+    t = config.gate
+    n = sum(set_gate(c.set) != NO_GATE for c in cases)
+    if not n or t.alpha >= 1 or t.max_success_drop_points <= 0:
+        return
+    # lazy: scipy loads only when a suite is linted, not on `evalkit --help`
+    from . import stats
+
+    score, at = 0.5, "a 50% score (no baseline yet)"
+    try:
+        b = json.loads((src.root / BASELINE_FILE).read_text(encoding="utf-8"))
+        if isinstance(b, dict) and isinstance(b.get("gated_case_score"), (int, float)):
+            score, at = min(1.0, max(0.0, float(b["gated_case_score"]))), "the baseline's score"
+    except (OSError, ValueError):
+        pass
+    p = stats.planning_rate(score, n)
+    drop = 100 * stats.detectable_drop(n, p, t.alpha)
+    if drop > t.max_success_drop_points + 1e-9:
+        need = stats.cases_for_drop(t.max_success_drop_points / 100, p, t.alpha)
+        what = "warns" if t.on_underpowered == "warn" else "says UNDERPOWERED and exits 1"
+        fx.warn(
+            f"{n} gated case(s) can detect a drop of {drop:.1f} points or more at alpha {t.alpha:g} "
+            f"(80% power, planned at {at}), above the gate's {t.max_success_drop_points:g}-point threshold: "
+            f"the gate {what}; a drop of {t.max_success_drop_points:g} points needs {need:,} gated cases",
+            where,
+        )
+
+
 def _suite_warnings(
     src: SuiteSource,
     cases: list[Case],
@@ -1264,6 +1299,7 @@ def _suite_warnings(
                 cases_path,
                 c.line or None,
             )
+    _gate_power_warning(src, cases, config, cases_path, fx)
     for c in cases:
         if c.judged and not rubric_files:
             fx.warn(f"case {c.id!r} is judged but there is no judge/rubric-vN.md file", cases_path, c.line or None)
