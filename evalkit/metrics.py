@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from . import stats
-from .records import NO_GATE, CaseResult, RunMetrics, SetScore, set_gate
+from .records import NO_GATE, CaseResult, CurvePoint, RunMetrics, SetScore, set_gate
 
 
 def sample_pass_rate(passed: int, expected: int) -> float | None:
@@ -114,6 +114,18 @@ def costs(samples: Sequence[tuple[str, float, float, float]]) -> Costs:
     )
 
 
+def pass_curve(counts: Sequence[tuple[int, int]], k: int) -> tuple[CurvePoint, ...]:
+    """pass@j and pass^j with their SE across cases for j = 1..k, from (n, c) per case
+    (n >= k): the curve, not only its last point (tau-bench reports pass^1..pass^k).
+
+    References: Chen et al. 2021 (pass@k); Yao et al. 2024, tau-bench (pass^k)."""
+    out = []
+    for j in range(1, k + 1):
+        at, hat = stats.suite_pass_at_k(counts, j), stats.suite_pass_hat_k(counts, j)
+        out.append(CurvePoint(j, at.value, at.se, hat.value, hat.se))
+    return tuple(out)
+
+
 def set_score(cases: Sequence[tuple[str, int, int]], k: int) -> SetScore:
     """pass@k, pass^k and the gated case score (means over cases, SE across cases) of
     cases given as (set, n, c) at `k`. A case with fewer than k samples counts its
@@ -127,6 +139,7 @@ def set_score(cases: Sequence[tuple[str, int, int]], k: int) -> SetScore:
     gated = [case_score(s, max(n, k), c, k) for s, n, c in cases if set_gate(s) != NO_GATE]
     est = stats.mean_and_se(gated) if gated else None
     return SetScore(
+        curve=pass_curve(counts, k),
         n_cases=len(cases),
         k=k,
         pass_at_k=at.value,

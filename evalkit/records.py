@@ -1079,6 +1079,32 @@ class GateResult:
 
 
 @dataclass(frozen=True)
+class CurvePoint:
+    """pass@j and pass^j (means over cases of the unbiased per-case estimators, with
+    their SE across cases) at one j <= k: a point of the curve that `SetScore.curve`
+    holds for j = 1..k.
+
+    References: Chen et al. 2021 (pass@k); Yao et al. 2024, tau-bench (pass^k)."""
+
+    j: int
+    pass_at_j: float | None
+    pass_at_j_se: float | None
+    pass_hat_j: float | None
+    pass_hat_j_se: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: (_num_or_none(v) if isinstance(v, float) else v) for f, v in _items(self)}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> CurvePoint:
+        def num(key: str) -> float | None:
+            v = d.get(key)
+            return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+        return cls(int(d["j"]), num("pass_at_j"), num("pass_at_j_se"), num("pass_hat_j"), num("pass_hat_j_se"))
+
+
+@dataclass(frozen=True)
 class SetScore:
     """The gated case score of one set or tag of an arm at the run's k: pass@k and pass^k
     (means over its cases, with the SE across cases) and the score it is gated on
@@ -1095,13 +1121,17 @@ class SetScore:
     gated_case_score: float | None = None
     gated_case_score_se: float | None = None
     n_gated: int = 0
+    curve: tuple[CurvePoint, ...] = ()  # pass@j and pass^j for j = 1..k (files before it: empty)
 
     def to_json(self) -> dict[str, Any]:
-        return {f.name: (_num_or_none(v) if isinstance(v, float) else v) for f, v in _items(self)}
+        d = {f.name: (_num_or_none(v) if isinstance(v, float) else v) for f, v in _items(self) if f.name != "curve"}
+        d["curve"] = [p.to_json() for p in self.curve]
+        return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> SetScore:
-        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+        curve = tuple(CurvePoint.from_json(p) for p in d.get("curve") or () if isinstance(p, dict))
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d and f.name != "curve"}, curve=curve)
 
 
 def _items(obj: Any) -> list[tuple[Any, Any]]:

@@ -1520,7 +1520,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "max_tokens_out": 24,
     "price": {"in_per_mtok": 0.10, "out_per_mtok": 0.40},
     "judge_price": {"in_per_mtok": 0.15, "out_per_mtok": 0.60},
-    "gate": {"max_success_drop_points": 5, "max_cost_increase_pct": 20},
+    "gate": {"max_success_drop_points": 3, "max_cost_increase_pct": 20},
     "arms": [{"name": "baseline"}],
 }
 

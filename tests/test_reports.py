@@ -34,7 +34,7 @@ K = 3
 def _price() -> dict:
     return {"cost_cap_usd": 5.0, "max_tokens_in": 512, "max_tokens_out": 32,
             "price": {"in_per_mtok": 0.1, "out_per_mtok": 0.4}, "judge_price": {"in_per_mtok": 0.15, "out_per_mtok": 0.6},
-            "gate": {"max_success_drop_points": 5, "max_cost_increase_pct": 20}, "temperature": 0.8, "seed": 7,
+            "gate": {"max_success_drop_points": 5, "max_cost_increase_pct": 20, "on_underpowered": "warn"}, "temperature": 0.8, "seed": 7,
             "concurrency": 8}
 
 
