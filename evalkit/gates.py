@@ -76,7 +76,7 @@ def run_metrics(run: Run | str | Path, *, arm: str | None = None, k: int | None 
     arm = pick_arm(run, arm, "name the one to gate with --arm")
     table = case_table(run)
     sets = {c.id: c.set for c in table.cases}
-    grades = grade_values(run, ("passed", "judge_cost_usd", "judge_version"))
+    grades = grade_values(run, ("passed", "judge_cost_usd", "judge_version", "judge_cost_avoided_usd"))
     samples = run.samples[run.samples["arm"] == arm]
     per: dict[str, dict[str, Any]] = {}
     judge_versions: Counter[str] = Counter()
@@ -91,7 +91,9 @@ def run_metrics(run: Run | str | Path, *, arm: str | None = None, k: int | None 
         d["n"] += 1
         d["c"] += ok is True
         d["ungraded"] += ok is None
-        d["costs"].append(list_price(_num(cost), _num(avoided), _num(None if g is None else g[1])))
+        d["costs"].append(
+            list_price(_num(cost), _num(avoided), _num(None if g is None else g[1]), _num(None if g is None else g[3]))
+        )
         if g is not None and isinstance(g[2], str):
             judge_versions[g[2]] += 1
     kk = int(k or run.config.get("k") or max((d["n"] for d in per.values()), default=1))

@@ -489,6 +489,34 @@ class Ledger:
                 raise
 
 
+def role_spend(path: str | Path, role: str) -> float:
+    """What calls of `role` ("generator" | "judge") cost over every session of the ledger
+    file at `path`: their settled, released and charged costs, and each reservation left
+    open at what it still holds (as `Ledger.resume` counts it). 0 without a file."""
+    p = Path(path)
+    if not p.exists():
+        return 0.0
+    spent = 0.0
+    open_amounts: dict[tuple[Any, Any], float] = {}
+    for ev in iter_jsonl(p):
+        if ev.get("role", role) != role and ev.get("event") != "adopt":
+            continue
+        kind = ev.get("event")
+        rid = (ev.get("run_epoch", 0), ev.get("id"))
+        if kind == "reserve" and ev.get("role") == role:
+            open_amounts[rid] = float(ev.get("amount_usd", 0.0))
+        elif kind == "adopt" and ev.get("role") == role:
+            open_amounts[rid] = open_amounts.pop((ev.get("from_epoch", 0), ev.get("from_id")), 0.0)
+        elif kind in ("settle", "release", "charge"):
+            if kind == "charge":
+                if rid in open_amounts:
+                    open_amounts[rid] = max(0.0, open_amounts[rid] - max(0.0, ev.get("released_usd", 0.0)))
+            else:
+                open_amounts.pop(rid, None)
+            spent += max(0.0, ev.get("cost_usd", 0.0))
+    return spent + sum(open_amounts.values())
+
+
 def _resolve(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)

@@ -282,6 +282,12 @@ class Grade:
     judge_passed: bool | None = None
     judge_held: str | None = None
     judge_uncalibrated_override: bool = False  # counted although uncalibrated: the user opted out (recorded)
+    # What the judge's answer cost when first paid and a cache hit avoided now (the
+    # judge's list price is judge_cost_usd + judge_cost_avoided_usd), and its tokens
+    # (the seed's judge_tokens_in/out; None: no judge answer). Lines before: 0 / None.
+    judge_cost_avoided_usd: float = 0.0
+    judge_tokens_in: int | None = None
+    judge_tokens_out: int | None = None
 
 
 # ==========================================================================================
@@ -1289,13 +1295,14 @@ class GroupMetrics:
     generator_cost_usd: float = 0.0
     judge_cost_usd: float = 0.0
     paid_usd: float = 0.0
-    cache_avoided_usd: float | None = 0.0
+    cache_avoided_usd: float | None = 0.0  # generator and judge caches
     cost_per_sample_usd: float | None = None
     cost_per_case_usd: float | None = None
     judge_mean_score: float | None = None
     n_judged: int = 0
     judge_errors: int = 0
     n_judged_samples: int = 0
+    judge_cache_avoided_usd: float = 0.0  # the judge cache's part of cache_avoided_usd
 
     RENAMED = {"success_rate": "sample_pass_rate"}  # evalkit 0.1's keys
 
@@ -1440,10 +1447,13 @@ class GradesSummary:
     judge: dict[str, Any] | None = None  # the judge's identity (`judge.JudgeIdentity.to_json`)
     judge_trust: JudgeTrust | None = None
     human_agreement: dict[str, Any] | None = None  # the figures of this run's calibration, if any
-    judge_spend_usd: float = 0.0
+    judge_spend_usd: float = 0.0  # paid for the judge by this grading pass
     cache_hits: int = 0
     run_spend_usd: float | None = None
     cap_usd: float | None = None
+    # paid for the judge over every pass on the run's ledger (a stopped pass and the one
+    # that finished it), open reservations at their worst case; None: not recorded
+    judge_ledger_usd: float | None = None
     stop_reason: str | None = None
     stop_detail: str | None = None
     privacy: dict[str, Any] | None = None
@@ -1493,6 +1503,7 @@ class GradesSummary:
             "cache_hits": self.cache_hits,
             "run_spend_usd": self.run_spend_usd,
             "cap_usd": self.cap_usd,
+            "judge_ledger_usd": self.judge_ledger_usd,
             **({"stop_reason": self.stop_reason} if self.stop_reason else {}),
             **({"stop_detail": self.stop_detail} if self.stop_detail else {}),
             "privacy": self.privacy,
@@ -1524,6 +1535,7 @@ class GradesSummary:
             cache_hits=int(d.get("cache_hits") or 0),
             run_spend_usd=d.get("run_spend_usd"),
             cap_usd=d.get("cap_usd"),
+            judge_ledger_usd=d.get("judge_ledger_usd"),
             stop_reason=d.get("stop_reason"),
             stop_detail=d.get("stop_detail"),
             privacy=d.get("privacy"),

@@ -715,3 +715,73 @@ def test_grade_prints_a_dead_servers_log_tail_line_by_line_and_escaped(tmp_path,
     err = res.stderr.splitlines()
     assert res.exit_code == 1 and "its log ends:" in err and "load ok" in err
     assert "\\x1b]0;PWNED\\x07boom" in err and "\x1b" not in res.stderr
+
+
+# --- one cost, whatever path made it (issue 26) ---------------------------------------------
+
+def _cost_suite(tmp_path):
+    cases = [c for c in CASES if c["id"] in ("cap-fr", "open-1", "weather")]
+    suite = write_suite(tmp_path, cases=cases, extra={"gate": {"on_underpowered": "warn", "min_tag_cases": 5}})
+    gen_script = {"model": "gen-model", "rules": [
+        {"match": "France", "text": "Paris"}, {"match": "Describe", "text": "ANSWER-GOOD Seine"},
+        {"match": "weather", "tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}]}],
+        "default": {"text": "?"}}
+    return suite, gen_script
+
+
+def test_a_regrade_from_the_judge_cache_keeps_the_cost_per_case_and_says_what_was_paid(tmp_path):
+    from evalkit.runner import run_suite
+
+    suite, gen_script = _cost_suite(tmp_path)
+    with ScriptedServer(gen_script) as gen, ScriptedServer(JUDGE_SCRIPT) as judge:
+        run = run_suite(str(suite), base_url=gen.base_url, progress=False).path
+        first = grade_run(run, judge_base_url=judge.base_url)
+        calls = judge.stats["requests"]
+        again = grade_run(run, judge_base_url=judge.base_url)
+        assert judge.stats["requests"] == calls  # every judge answer from judge-cache.sqlite
+    a, b = first.summary, again.summary
+    # the judge paid the first time: 3 judged samples (open-1 x k=3) with one output,
+    # judged once and shared (the first line carries the cost), at $3/M in + $6/M out
+    judge_lines = [g for g in first.grades if g.judge_score is not None]
+    assert len(judge_lines) == 3 and all(g.judge_tokens_in and g.judge_tokens_out for g in judge_lines)
+    paid = sum(g.judge_cost_usd for g in judge_lines)
+    one = judge_lines[0]
+    assert paid == pytest.approx((3 * one.judge_tokens_in + 6 * one.judge_tokens_out) / 1e6) and paid > 0
+    assert a.judge_spend_usd == pytest.approx(paid) and a.overall.judge_cache_avoided_usd == 0.0
+    # the re-grade paid nothing and says so; what the cache avoided is what was first paid
+    assert b.judge_spend_usd == 0.0 and b.overall.judge_cost_usd == 0.0
+    assert b.overall.judge_cache_avoided_usd == pytest.approx(paid)
+    assert [(g.judge_tokens_in, g.judge_tokens_out) for g in again.grades if g.judge_score is not None] == [
+        (g.judge_tokens_in, g.judge_tokens_out) for g in judge_lines]
+    # one cost per case (list price) on both paths; the ledger holds the judge's total
+    assert b.overall.cost_per_case_usd == pytest.approx(a.overall.cost_per_case_usd, rel=1e-12)
+    assert a.judge_ledger_usd == pytest.approx(paid) and b.judge_ledger_usd == pytest.approx(paid)
+
+
+def test_run_grade_accept_identical_run_grade_gate_passes(tmp_path):
+    """run + grade (+ a re-grade from the judge cache, the issue's case) + baseline
+    accept + an identical run (answers from the response cache) + grade + gate: PASS,
+    the cost per case unchanged (the re-grade's cached judge answers counted $0, so the
+    baseline's cost per case fell and the next gate failed on a cost increase)."""
+    from click.testing import CliRunner
+
+    from evalkit import gates
+    from evalkit.cli import main
+    from evalkit.runner import run_suite
+
+    suite, gen_script = _cost_suite(tmp_path)
+    with ScriptedServer(gen_script) as gen, ScriptedServer(JUDGE_SCRIPT) as judge:
+        first = run_suite(str(suite), base_url=gen.base_url, progress=False).path
+        grade_run(first, judge_base_url=judge.base_url)
+        grade_run(first, judge_base_url=judge.base_url)  # re-graded from the judge cache, then accepted
+        gates.accept_baseline(first, suite)
+        gen_calls = gen.stats["requests"]
+        second = run_suite(str(suite), base_url=gen.base_url, progress=False).path
+        res = grade_run(second, judge_base_url=judge.base_url)  # the judge cache is the run's own: paid again
+        assert gen.stats["requests"] == gen_calls  # every generator answer from the response cache
+    o = res.summary.overall
+    assert o.generator_cost_usd == 0.0 and o.cache_avoided_usd > 0 and o.judge_cost_usd > 0
+    out = CliRunner().invoke(main, ["gate", str(second), "--baseline", str(suite / "baseline.json")])
+    assert out.exit_code == 0 and out.output.startswith("Gate: PASS"), out.output
+    cost = next(c for c in gates.gate(second, suite / "baseline.json").checks if c.kind == "cost")
+    assert cost.change == pytest.approx(0.0, abs=1e-9)
