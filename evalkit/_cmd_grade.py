@@ -170,6 +170,11 @@ def grade_cmd(
     pw_errored = (s.pairwise or {}).get("errored")
     if pw_errored:
         click.echo(f"PAIRWISE INCOMPLETE: {pw_errored} pairwise trial(s) errored or unmatched", err=True)
+    from .results import results_block, suite_baseline
+
+    echo_text("")
+    for line in results_block(s, result.run_path, suite_baseline(s.suite)):
+        echo_text(line)
     sys.exit(result.exit_code)
 
 

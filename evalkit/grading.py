@@ -137,6 +137,7 @@ from .records import (
     Suite,
 )
 from .records import JudgeTrust as JudgeTrustRecord
+from .results import write_summary_md
 from .runload import case_table, judge_trust_notice
 from .runs import RunFolder, find_suite_dir, grade_from_dict, grade_to_dict, sample_from_dict
 from .trajectories import read_trajectory
@@ -1116,9 +1117,11 @@ def _findings(
 
 
 def write_summary(run: str | Path, summary: GradesSummary) -> Path:
-    """Write `grades-summary.json` (any text the judge sent, stored losslessly)."""
+    """Write `grades-summary.json` (any text the judge sent, stored losslessly), and the
+    metric table overall and per tag into the run's `summary.md` (`results`)."""
     path = Path(run) / GRADES_SUMMARY
     write_atomic(path, storable_json(summary.to_json(), indent=2) + "\n")
+    write_summary_md(run, summary)
     return path
 
 

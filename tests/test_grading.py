@@ -785,3 +785,42 @@ def test_run_grade_accept_identical_run_grade_gate_passes(tmp_path):
     assert out.exit_code == 0 and out.output.startswith("Gate: PASS"), out.output
     cost = next(c for c in gates.gate(second, suite / "baseline.json").checks if c.kind == "cost")
     assert cost.change == pytest.approx(0.0, abs=1e-9)
+
+
+def test_summary_md_holds_the_metric_table_and_grade_ends_with_the_results_block(tmp_path):
+    from click.testing import CliRunner
+
+    from evalkit import gates
+    from evalkit.cli import main
+    from evalkit.runner import run_suite
+
+    suite, gen_script = _cost_suite(tmp_path)
+    with ScriptedServer(gen_script) as gen, ScriptedServer(JUDGE_SCRIPT) as judge:
+        run = run_suite(str(suite), base_url=gen.base_url, progress=False).path
+        first = CliRunner().invoke(main, ["grade", str(run), "--judge-base-url", judge.base_url])
+        gates.accept_baseline(run, suite)
+        again = CliRunner().invoke(main, ["grade", str(run), "--judge-base-url", judge.base_url])
+    assert first.exit_code == 0 and again.exit_code == 0, first.output
+    s = json.loads((run / "grades-summary.json").read_text())
+    md = (run / "summary.md").read_text()
+    assert md.count("## Metrics (evalkit grade)") == 1  # a re-grade replaces the section
+    # every case passes (cap-fr Paris, open-1 judged 5, weather's tool call): 3 cases x 3
+    table = md.split("## Metrics (evalkit grade)")[1]
+    tags = sorted(s["per_tag"])
+    assert "| Metric | Overall | " + " | ".join(tags) + " |" in table
+    assert "| Success rate | 1.00 |" in table
+    cost = s["overall"]["cost_per_case_usd"]
+    assert cost > 0 and "| Cost per case | $" in table
+    out = again.output.splitlines()
+    start = next(i for i, line in enumerate(out) if line.startswith("RESULTS — "))
+    block = out[start:]
+    assert block[3] == "Run:     complete"
+    header = next(line for line in block if line.startswith("Metric"))
+    assert header.split()[-2:] == ["vs", "baseline"]  # the suite has baseline.json now
+    assert any(line.startswith("Cost per case") and line.rstrip().endswith("+0%") for line in block)
+    assert any(line.startswith("Gated case score (baseline)") and "+0.0 pts" in line for line in block)
+    assert block[-1] == "Judge agreement   no human labels on this run (agreement not measured)"
+    before = first.output.splitlines()
+    assert not any(line.startswith("Metric") and line.endswith("vs baseline") for line in before)  # no column yet
+    assert before[-1] == "vs baseline: no baseline.json in the suite (`evalkit baseline accept` writes one)"
+    print("\n".join(block))
