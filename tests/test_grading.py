@@ -542,6 +542,9 @@ def test_a_grade_killed_mid_way_never_pays_twice_for_a_judge_key(tmp_path):
     run = write_run(tmp_path, suite, outputs={c["id"]: [f"ANSWER-GOOD {c['id']} take {i}" for i in range(3)]
                                               for c in cases})
     ledger = run / "ledger.jsonl"
+    import shutil
+
+    clean = shutil.copytree(run, tmp_path / "clean")  # the same run, graded in one pass below
     with ScriptedServer({**JUDGE_SCRIPT, "latency_s": 0.02}) as srv:
         proc = subprocess.Popen([sys.executable, "-m", "evalkit.cli", "grade", str(run), "--judge-base-url",
                                  srv.base_url], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -556,7 +559,15 @@ def test_a_grade_killed_mid_way_never_pays_twice_for_a_judge_key(tmp_path):
         paid = {e["key"] for e in first if e["event"] == "settle"}
         assert 30 <= len(paid) < 120, len(paid)  # it really died mid-way
         again = grade_run(run, judge_base_url=srv.base_url)
+        whole = grade_run(clean, judge_base_url=srv.base_url)
     assert again.complete
+    # one cost per case (list price) for the killed-and-resumed grade and the one-pass
+    # grade; the resumed pass says it paid only the rest, the ledger what every pass paid
+    a, w = again.summary, whole.summary
+    assert a.overall.cost_per_case_usd == pytest.approx(w.overall.cost_per_case_usd, rel=1e-12)
+    assert a.judge_spend_usd < w.judge_spend_usd
+    assert a.judge_spend_usd + a.overall.judge_cache_avoided_usd == pytest.approx(w.judge_spend_usd)
+    assert a.judge_ledger_usd >= w.judge_spend_usd - 1e-12  # in-flight reservations at the kill count in full
     later = [e for e in iter_jsonl(ledger) if e["run_epoch"] not in {x["run_epoch"] for x in first}]
     paid_again = {e["key"] for e in later if e["event"] == "reserve"} & paid
     assert not paid_again  # every answer paid before the kill was committed before it was used
