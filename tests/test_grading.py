@@ -835,3 +835,33 @@ def test_summary_md_holds_the_metric_table_and_grade_ends_with_the_results_block
     assert not any(line.startswith("Metric") and line.endswith("vs baseline") for line in before)  # no column yet
     assert before[-1] == "vs baseline: no baseline.json in the suite (`evalkit baseline accept` writes one)"
     print("\n".join(block))
+
+
+def test_the_judge_waits_for_money_in_flight_under_a_cap_of_1_4_worst_case_calls(tmp_path):
+    # Judge worst case: 40,000 in x $3/M + 40 out x $6/M = $0.12024; the cap, 1.4 of it
+    # ($0.168336), holds one judge reservation at a time. 30 distinct judged outputs,
+    # concurrency 4: each answer really costs ~$0.0005 (~150 words in, ~10 out), so all
+    # 30 (~$0.015) fit under the $0.048 that leaves room for the next worst case.
+    # Before the cap waited, three of every four judge calls were refused at once.
+    cases = [{"id": f"open-{i:02d}", "input": f"Describe city {i}", "expected": {"rubric": "Mentions a river"},
+              "tags": ["open"]} for i in range(10)]
+    worst = (40_000 * 3.0 + 40 * 6.0) / 1e6
+    suite = write_suite(tmp_path, cases=cases,
+                        extra={"max_tokens_in": 40_000, "concurrency": 4, "cost_cap_usd": worst * 1.4})
+    run = write_run(tmp_path, suite, outputs={c["id"]: [f"ANSWER-GOOD {c['id']} take {i}" for i in range(3)]
+                                              for c in cases})
+    with ScriptedServer({**JUDGE_SCRIPT, "latency_s": 0.01}) as srv:
+        res = grade_run(run, judge_base_url=srv.base_url)
+    assert res.complete and all(g.judge_score == 5 for g in res.grades), res.summary.stop_reason
+    committed = reserved = 0.0
+    open_: dict = {}
+    for ev in iter_jsonl(run / "ledger.jsonl"):
+        key = (ev["run_epoch"], ev.get("id"))
+        if ev["event"] == "reserve":
+            open_[key] = ev["amount_usd"]
+            reserved += ev["amount_usd"]
+        elif ev["event"] in ("settle", "release"):
+            reserved -= open_.pop(key)
+            committed += ev["cost_usd"]
+        assert committed + reserved <= worst * 1.4 + 1e-12 and len(open_) <= 1
+    assert not any(ev["event"] == "refuse" for ev in iter_jsonl(run / "ledger.jsonl"))
