@@ -67,7 +67,10 @@ def fraction(x: Any, digits: int = 3) -> str:
     0.42 -> '.420'; '-' for no data."""
     if missing(x):
         return NO_DATA
-    return f"{float(x):.{digits}f}".replace("0.", ".", 1) if float(x) < 1 else f"{float(x):.{digits}f}"
+    text = f"{float(x) + 0.0:.{digits}f}"  # + 0.0: no "-0.000"
+    if text.startswith(("0.", "-0.")):
+        text = text.replace("0.", ".", 1)
+    return "." + "0" * digits if text == "-." + "0" * digits else text
 
 
 def curve(values: Any, digits: int = 3) -> str:
