@@ -170,6 +170,7 @@ def grade_cmd(
     pw_errored = (s.pairwise or {}).get("errored")
     if pw_errored:
         click.echo(f"PAIRWISE INCOMPLETE: {pw_errored} pairwise trial(s) errored or unmatched", err=True)
+    # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
     from .results import results_block, suite_baseline
 
     echo_text("")

@@ -43,6 +43,7 @@ from ._io import (
 )
 from ._jsonschema import jsonschema
 from .checks import CHECK_KINDS, CHECK_OPTIONS, TRAJECTORY_CHECK_OPTIONS, regex_flags
+from .detectable import cases_for_drop, detectable_drop, planning_rate
 from .endpoints import base_url_problem, masked_url
 from .errors import InputError
 from .findings import Findings
@@ -1239,7 +1240,7 @@ def _judge_files(src: SuiteSource, fx: Findings) -> tuple[list[str], list[str]]:
 
 def _gate_power_warning(src: SuiteSource, cases: list[Case], config: Config | None, where: str, fx: Findings) -> None:
     """A warning when the gated set is too small for the gate to detect a drop of its
-    threshold (`stats.detectable_drop`, planned at the baseline's score when
+    threshold (`detectable.detectable_drop`, planned at the baseline's score when
     `baseline.json` exists, else at 50%, the rate that needs the most cases): the gate
     would say UNDERPOWERED (or warn, with `gate.on_underpowered` "warn")."""
     if config is None:
@@ -1248,9 +1249,6 @@ def _gate_power_warning(src: SuiteSource, cases: list[Case], config: Config | No
     n = sum(set_gate(c.set) != NO_GATE for c in cases)
     if not n or t.alpha >= 1 or t.max_success_drop_points <= 0:
         return
-    # lazy: scipy loads only when a suite is linted, not on `evalkit --help`
-    from . import stats
-
     score, at = 0.5, "a 50% score (no baseline yet)"
     try:
         b = json.loads((src.root / BASELINE_FILE).read_text(encoding="utf-8"))
@@ -1258,10 +1256,10 @@ def _gate_power_warning(src: SuiteSource, cases: list[Case], config: Config | No
             score, at = min(1.0, max(0.0, float(b["gated_case_score"]))), "the baseline's score"
     except (OSError, ValueError):
         pass
-    p = stats.planning_rate(score, n)
-    drop = 100 * stats.detectable_drop(n, p, t.alpha)
+    p = planning_rate(score, n)
+    drop = 100 * detectable_drop(n, p, t.alpha)
     if drop > t.max_success_drop_points + 1e-9:
-        need = stats.cases_for_drop(t.max_success_drop_points / 100, p, t.alpha)
+        need = cases_for_drop(t.max_success_drop_points / 100, p, t.alpha)
         what = "warns" if t.on_underpowered == "warn" else "says UNDERPOWERED and exits 1"
         fx.warn(
             f"{n} gated case(s) can detect a drop of {drop:.1f} points or more at alpha {t.alpha:g} "
