@@ -12,6 +12,7 @@ the suite's `judge/calibration.json`.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,7 +23,7 @@ from ._cliopts import batch_from, batch_options, ci_output_options, echo_text, e
 from ._text import printable
 from .errors import InputError
 from .layout import GRADES, GRADES_SUMMARY
-from .records import GradesSummary
+from .records import CurvePoint, GradesSummary
 
 if TYPE_CHECKING:  # for annotations only: ciout loads with the command
     from .ciout import CiReport
@@ -179,6 +180,12 @@ def grade_cmd(
     pw_errored = (s.pairwise or {}).get("errored")
     if pw_errored:
         click.echo(f"PAIRWISE INCOMPLETE: {pw_errored} pairwise trial(s) errored or unmatched", err=True)
+    # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
+    from .results import results_block, suite_baseline
+
+    echo_text("")
+    for line in results_block(s, result.run_path, suite_baseline(s.suite)):
+        echo_text(line)
     sys.exit(result.exit_code)
 
 
@@ -215,6 +222,17 @@ def _metric(name: str, v: object) -> str:
     if name.endswith(("_rate", "_correctness", "_golden", "_should_refuse")):
         return fmt.pct(v)
     return fmt.cell(v)
+
+
+def curve_lines(curve: Sequence[CurvePoint]) -> list[str]:
+    """The pass@j and pass^j curve j = 1..k of one group, compact: two lines."""
+    js = f"j=1..{len(curve)}"
+    out = []
+    for label, val, se in (("pass@j", "pass_at_j", "pass_at_j_se"), ("pass^j", "pass_hat_j", "pass_hat_j_se")):
+        vals = fmt.curve([getattr(p, val) for p in curve])
+        ses = fmt.curve([getattr(p, se) for p in curve])
+        out.append(f"  curve {label} {js}: {vals} (SE {ses})")
+    return out
 
 
 def summary_lines(s: GradesSummary, run_path: Path) -> list[str]:
@@ -258,6 +276,8 @@ def summary_lines(s: GradesSummary, run_path: Path) -> list[str]:
                 f"  {name:26s} {v.n_cases:>4}  pass@k {_score(v.pass_at_k, v.pass_at_k_se)}  "
                 f"pass^k {_score(v.pass_hat_k, v.pass_hat_k_se)}  gated {gated}"
             )
+        if a.scores and len(a.scores.curve) > 1:  # the curve j = 1..k (each set's and tag's: in the JSON)
+            lines += curve_lines(a.scores.curve)
     if s.pairwise:
         p = s.pairwise
         lines.append(

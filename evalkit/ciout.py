@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ._io import write_atomic
 from .layout import RESULTS, SUMMARY_JSON
-from .records import COST_RISE_PREFIXES, SCORE_DROP_PREFIXES, judge_line
+from .records import COST_RISE_PREFIXES, SCORE_DROP_PREFIXES, UNDERPOWERED_PREFIX, judge_line
 from .runs import RunFolder, config_arm_names, iter_jsonl
 
 if TYPE_CHECKING:
@@ -265,8 +265,22 @@ def gate_report(res: GateResult, run: Any = None, metrics: RunMetrics | None = N
         )
     else:
         failed_reasons = {r for r in res.reasons if r.startswith(SCORE_DROP_PREFIXES + COST_RISE_PREFIXES)}
-        other = [r for r in res.reasons if r not in failed_reasons]
+        weak = [r for r in res.reasons if r.startswith(UNDERPOWERED_PREFIX)]
+        other = [r for r in res.reasons if r not in failed_reasons and r not in weak]
         cases.append(TestCase("comparable with the baseline", cls, "failure" if other else "passed", "; ".join(other)))
+        if res.power is not None:
+            # UNDERPOWERED is an error, never a pass: the gate could not see its threshold
+            pw = res.power.describe()
+            outcome: Outcome = "error" if weak else "passed"
+            cases.append(
+                TestCase(
+                    "power",
+                    cls,
+                    outcome,
+                    "; ".join(weak),
+                    pw + (" (warned)" if res.power.underpowered and not weak else ""),
+                )
+            )
         for c in res.checks:
             name = c.label
             unit = " points" if c.kind != "cost" else "%"
@@ -288,7 +302,7 @@ def gate_report(res: GateResult, run: Any = None, metrics: RunMetrics | None = N
                 cases.append(TestCase(name, cls, "failure", why, detail))
             else:
                 cases.append(TestCase(name, cls, "passed", "", detail + (" (within noise)" if c.exceeded else "")))
-    headline = "PASS" if res.passed else "FAIL: " + " / ".join(res.causes)
+    headline = res.status if res.status != "FAIL" else "FAIL: " + " / ".join(res.causes)
     sections = []
     if res.reasons and not res.passed:
         sections.append("**Why:** " + md_escape("; ".join(res.reasons), 600))

@@ -700,9 +700,15 @@ class ModelClient:
                 if attempt == 1 and prog.on_send is not None:  # before anything is reserved: may raise DiskFull
                     prog.on_send()
                 try:
-                    r = self.ledger.reserve(
+                    # waits while calls in flight may free room (Ledger.reserve_waiting)
+                    r = await self.ledger.reserve_waiting(
                         self.role, self.endpoint.model, self.price, self.max_tokens_in, tokens_out, key
                     )
+                    stopped = (should_stop() if should_stop is not None else None) or self.unreachable
+                    if stopped:  # the run stopped while this reservation waited: nothing sent
+                        self.ledger.release_unsent(r, f"stopped: {stopped}")
+                        causes.note(f"stopped before attempt {attempt}: {stopped}")
+                        raise _call_error(f"{label}: {causes}", attempt - 1, CallStopped)
                 except BudgetExhausted as exc:
                     if attempt == 1:
                         raise

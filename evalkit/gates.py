@@ -37,9 +37,12 @@ from .records import (
     GATE_CAUSE_JUDGE,
     GATE_CAUSE_NOT_COMPARABLE,
     GATE_CAUSE_SCORE,
+    GATE_POWER,
+    UNDERPOWERED_PREFIX,
     Baseline,
     CaseResult,
     GateCheck,
+    GatePower,
     GateResult,
     GateThresholds,
     RunMetrics,
@@ -83,7 +86,7 @@ def run_metrics(run: Run | str | Path, *, arm: str | None = None, k: int | None 
     arm = pick_arm(run, arm, "name the one to gate with --arm")
     table = case_table(run)
     sets = {c.id: c.set for c in table.cases}
-    grades = grade_values(run, ("passed", "judge_cost_usd", "judge_version"))
+    grades = grade_values(run, ("passed", "judge_cost_usd", "judge_version", "judge_cost_avoided_usd"))
     samples = run.samples[run.samples["arm"] == arm]
     per: dict[str, dict[str, Any]] = {}
     judge_versions: Counter[str] = Counter()
@@ -98,7 +101,9 @@ def run_metrics(run: Run | str | Path, *, arm: str | None = None, k: int | None 
         d["n"] += 1
         d["c"] += ok is True
         d["ungraded"] += ok is None
-        d["costs"].append(list_price(_num(cost), _num(avoided), _num(None if g is None else g[1])))
+        d["costs"].append(
+            list_price(_num(cost), _num(avoided), _num(None if g is None else g[1]), _num(None if g is None else g[3]))
+        )
         if g is not None and isinstance(g[2], str):
             judge_versions[g[2]] += 1
     kk = int(k or run.config.get("k") or max((d["n"] for d in per.values()), default=1))
@@ -233,12 +238,42 @@ def thresholds_from(cfg: dict[str, Any] | None) -> GateThresholds:
             max_cost_increase_pct=float(g.get("max_cost_increase_pct", d.max_cost_increase_pct)),
             min_tag_cases=int(g.get("min_tag_cases", d.min_tag_cases)),
             alpha=float(g.get("alpha", d.alpha)),
+            on_underpowered=g.get("on_underpowered", d.on_underpowered),
         )
     except (TypeError, ValueError) as exc:
         raise InputError(f"gate thresholds must be numbers: {exc}", json_path="$.gate") from None
     if not 0 < t.alpha <= 1:
         raise InputError(f"gate alpha must be in (0, 1], got {t.alpha!r}", json_path="$.gate.alpha")
+    if t.on_underpowered not in ("fail", "warn"):
+        raise InputError(
+            f'gate on_underpowered must be "fail" or "warn", got {t.on_underpowered!r}',
+            json_path="$.gate.on_underpowered",
+        )
     return t
+
+
+def gate_power(n_cases: int, baseline_score: float, t: GateThresholds) -> GatePower:
+    """What a gate of `n_cases` gated cases at a baseline score can see: the smallest
+    drop it detects at its alpha (`stats.detectable_drop`, power `GATE_POWER`, planned
+    at the baseline's score shrunk by Laplace's rule) against its threshold.
+
+    References: Cohen 1988, ch. 6 (see `stats.detectable_drop`).
+    """
+    p = stats.planning_rate(min(1.0, max(0.0, baseline_score)), n_cases)
+    drop = stats.detectable_drop(n_cases, p, t.alpha, GATE_POWER)
+    thr = t.max_success_drop_points
+    needed = stats.cases_for_drop(thr / 100, p, t.alpha, GATE_POWER) if thr > 0 else 0
+    return GatePower(
+        n_cases=n_cases,
+        alpha=t.alpha,
+        power=GATE_POWER,
+        planning_rate=p,
+        detectable_drop_points=100 * drop,
+        threshold_points=thr,
+        cases_needed=needed,
+        underpowered=100 * drop > thr + 1e-9,
+        on_underpowered=t.on_underpowered,
+    )
 
 
 def run_not_clean(run_path: Path, summary: dict[str, Any] | None, runner_exit: int | None) -> list[str]:
@@ -588,6 +623,7 @@ def gate_metrics(
     else:
         assert isinstance(baseline, Baseline)
         raw_checks = _checks_without_cases(cur, baseline, t, notes)
+    power = next((gate_power(rc[2], rc[3], t) for rc in raw_checks if rc[0] == "score" and rc[1] == "overall"), None)
     adj = holm([rc[7] for rc in raw_checks if rc[7] is not None])
     checks = []
     for kind, group, n, b, c_, change, thr, p in raw_checks:
@@ -611,6 +647,11 @@ def gate_metrics(
                 f"{check.label}: change {change:+.1f}{unit} breaches {thr:g} but is within run-to-run noise "
                 f"(adjusted p = {p_adj:.3g} > {t.alpha:g}); run `evalkit noise` on two baseline runs"
             )
+    if power is not None and power.underpowered:
+        if t.on_underpowered == "warn":
+            notes.append(f"warning: {UNDERPOWERED_PREFIX} (gate.on_underpowered warn): {power.describe()}")
+        else:
+            reasons.append(f"{UNDERPOWERED_PREFIX}: {power.describe()}")
     return GateResult(
         passed=not reasons,
         reasons=tuple(reasons),
@@ -622,6 +663,7 @@ def gate_metrics(
         run=run_label,
         baseline=baseline_label,
         arm=cur.arm,
+        power=power,
     )
 
 

@@ -124,7 +124,7 @@ from .layout import (
     RUN_CONFIG,
     trajectory_relpath,
 )
-from .ledger import Ledger
+from .ledger import Ledger, role_spend
 from .loader import load_suite
 from .privacy import scan_outputs
 from .records import (
@@ -141,6 +141,7 @@ from .records import (
     Suite,
 )
 from .records import JudgeTrust as JudgeTrustRecord
+from .results import write_summary_md
 from .runload import case_table, judge_trust_notice
 from .runs import RunFolder, find_suite_dir, grade_from_dict, grade_to_dict, sample_from_dict
 from .trajectories import read_trajectory
@@ -278,9 +279,11 @@ def _grade_line(
     error = judge_error
     score = reason = version = model = None
     judge_passed = held = None
-    cost = 0.0
+    cost = avoided = 0.0
+    tokens_in = tokens_out = None
     if js is not None:
         version, model, cost = js.version, js.model, js.cost_usd
+        avoided, tokens_in, tokens_out = js.cost_avoided_usd, js.tokens_in, js.tokens_out
         if js.error:
             error = f"judge error: {js.error}"
         else:
@@ -319,6 +322,9 @@ def _grade_line(
         judge_passed=judge_passed,
         judge_held=held,
         judge_uncalibrated_override=bool(case.judged and trust is not None and trust.opt_out and score is not None),
+        judge_cost_avoided_usd=avoided,
+        judge_tokens_in=tokens_in,
+        judge_tokens_out=tokens_out,
     )
 
 
@@ -480,7 +486,9 @@ async def _judge_all(
                 should_stop=should_stop,
             )
         for i, (_, m) in enumerate(members):
-            scores[(case.id, m.arm, int(m.index))] = js if i == 0 else dataclasses.replace(js, cost_usd=0.0)
+            # a shared answer is paid (or avoided) once: its list price on the first line only
+            shared = dataclasses.replace(js, cost_usd=0.0, cost_avoided_usd=0.0)
+            scores[(case.id, m.arm, int(m.index))] = js if i == 0 else shared
 
     async def pair(t: _PairTodo, client: Any) -> PairOutcome:
         async with sem:
@@ -805,6 +813,7 @@ def grade_run(
                 batch,
             )
         )
+        judge_stats["judge_ledger_usd"] = role_spend(run / LEDGER, "judge")  # every pass, this one included
         if judge_stats.get("stop_reason"):
             findings.append(
                 Finding(
@@ -1090,7 +1099,10 @@ def group_metrics(
     silent = [g.activated for c, _, g in with_case if g.activated is not None and c.intent == "non-activation"]
     lat = [float(s.latency_ms) for _, s, _ in rows]
     cost = metrics.costs(
-        [(s.case_id, float(s.cost_usd), float(s.cost_avoided_usd), float(g.judge_cost_usd)) for _, s, g in rows]
+        [
+            (s.case_id, float(s.cost_usd), float(s.cost_avoided_usd), float(g.judge_cost_usd), g.judge_cost_avoided_usd)
+            for _, s, g in rows
+        ]
     )
     judged = [g.judge_score for _, _, g in rows if g.judge_score is not None]
     n_missing, n_errored = metrics.missing_and_errored(exp, present, run_errors, len(rows) - len(decided) - len(held))
@@ -1123,6 +1135,7 @@ def group_metrics(
         judge_cost_usd=cost.judge_usd,
         paid_usd=cost.paid_usd,
         cache_avoided_usd=cost.cache_avoided_usd,
+        judge_cache_avoided_usd=cost.judge_cache_avoided_usd,
         cost_per_sample_usd=cost.cost_per_sample_usd,
         cost_per_case_usd=cost.cost_per_case_usd,
         judge_mean_score=float(np.mean(judged)) if judged else None,
@@ -1295,9 +1308,11 @@ def _findings(
 
 
 def write_summary(run: str | Path, summary: GradesSummary) -> Path:
-    """Write `grades-summary.json` (any text the judge sent, stored losslessly)."""
+    """Write `grades-summary.json` (any text the judge sent, stored losslessly), and the
+    metric table overall and per tag into the run's `summary.md` (`results`)."""
     path = Path(run) / GRADES_SUMMARY
     write_atomic(path, storable_json(summary.to_json(), indent=2) + "\n")
+    write_summary_md(run, summary)
     return path
 
 

@@ -433,6 +433,11 @@ class JudgeScore:
     cached: bool = False
     error: str | None = None
     raw: str | None = None
+    # what a cached answer cost when it was first paid ($0 paid now), and the answer's
+    # tokens (None when no answer came): list price = cost_usd + cost_avoided_usd
+    cost_avoided_usd: float = 0.0
+    tokens_in: int | None = None
+    tokens_out: int | None = None
 
 
 _CALL_ERRORS = (JudgeError, UnitCallError, InputTooLong, ReplayMiss, BudgetExhausted)
@@ -475,8 +480,28 @@ async def judge_direct(
             comp.cached,
             error=f"JudgeError: {exc}",
             raw=comp.text,
+            **_answer_cost(comp),
         )
-    return JudgeScore(score, reason, files.version, comp.model or model, comp.cost_usd, comp.cached, raw=comp.text)
+    return JudgeScore(
+        score,
+        reason,
+        files.version,
+        comp.model or model,
+        comp.cost_usd,
+        comp.cached,
+        raw=comp.text,
+        **_answer_cost(comp),
+    )
+
+
+def _answer_cost(comp: Any) -> dict[str, Any]:
+    """What a judge answer cost beside what was paid for it now: the cost a cache hit
+    avoided (the answer's cost when first paid) and its tokens."""
+    return {
+        "cost_avoided_usd": float(comp.cost_avoided_usd),
+        "tokens_in": int(comp.usage.prompt_tokens),
+        "tokens_out": int(comp.usage.completion_tokens),
+    }
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import stats
-from .records import NO_GATE, CaseResult, RunMetrics, SetScore, set_gate
+from .records import NO_GATE, CaseResult, CurvePoint, RunMetrics, SetScore, set_gate
 
 
 def missing_and_errored(
@@ -99,9 +99,12 @@ def cost_per_case(m: RunMetrics, ids: Iterable[str] | None = None) -> float:
     return math.fsum(math.fsum(c.costs) for c in sel) / len(sel) if sel else math.nan
 
 
-def list_price(paid_generator: float, avoided: float, judge: float) -> float:
-    """A sample's cost at list price: what it would have cost without the cache."""
-    return paid_generator + avoided + judge
+def list_price(paid_generator: float, avoided: float, judge: float, judge_avoided: float = 0.0) -> float:
+    """A sample's cost at list price: what it would have cost without the cache. Paid
+    now plus what the caches avoided, for the generator and the judge alike (a cached
+    answer's avoided cost is what it cost when first paid), so a first grade, a re-grade
+    from the judge cache, a resumed grade and an identical run give one number."""
+    return paid_generator + avoided + judge + judge_avoided
 
 
 @dataclass(frozen=True)
@@ -112,31 +115,46 @@ class Costs:
     n_cases: int
     generator_usd: float  # paid
     judge_usd: float  # paid
-    cache_avoided_usd: float
+    cache_avoided_usd: float  # generator and judge
     cost_per_sample_usd: float | None
     cost_per_case_usd: float | None
+    judge_cache_avoided_usd: float = 0.0  # the judge's part of cache_avoided_usd
 
     @property
     def paid_usd(self) -> float:
         return self.generator_usd + self.judge_usd
 
 
-def costs(samples: Sequence[tuple[str, float, float, float]]) -> Costs:
-    """The cost figures of samples given as (case id, generator cost paid, cost the cache
-    avoided, judge cost)."""
+def costs(samples: Sequence[tuple[str, float, float, float, float]]) -> Costs:
+    """The cost figures of samples given as (case id, generator cost paid, cost the
+    response cache avoided, judge cost paid, cost the judge cache avoided)."""
     per_case: dict[str, float] = {}
-    for case, gen, avoided, judge in samples:
-        per_case[case] = per_case.get(case, 0.0) + list_price(gen, avoided, judge)
+    for case, gen, avoided, judge, judge_avoided in samples:
+        per_case[case] = per_case.get(case, 0.0) + list_price(gen, avoided, judge, judge_avoided)
     total = math.fsum(per_case.values())
+    judge_avoided_usd = math.fsum(s[4] for s in samples)
     return Costs(
         n_samples=len(samples),
         n_cases=len(per_case),
         generator_usd=math.fsum(s[1] for s in samples),
         judge_usd=math.fsum(s[3] for s in samples),
-        cache_avoided_usd=math.fsum(s[2] for s in samples),
+        cache_avoided_usd=math.fsum(s[2] for s in samples) + judge_avoided_usd,
         cost_per_sample_usd=total / len(samples) if samples else None,
         cost_per_case_usd=total / len(per_case) if per_case else None,
+        judge_cache_avoided_usd=judge_avoided_usd,
     )
+
+
+def pass_curve(counts: Sequence[tuple[int, int]], k: int) -> tuple[CurvePoint, ...]:
+    """pass@j and pass^j with their SE across cases for j = 1..k, from (n, c) per case
+    (n >= k): the curve, not only its last point (tau-bench reports pass^1..pass^k).
+
+    References: Chen et al. 2021 (pass@k); Yao et al. 2024, tau-bench (pass^k)."""
+    out = []
+    for j in range(1, k + 1):
+        at, hat = stats.suite_pass_at_k(counts, j), stats.suite_pass_hat_k(counts, j)
+        out.append(CurvePoint(j, at.value, at.se, hat.value, hat.se))
+    return tuple(out)
 
 
 def set_score(cases: Sequence[tuple[str, int, int]], k: int) -> SetScore:
@@ -152,6 +170,7 @@ def set_score(cases: Sequence[tuple[str, int, int]], k: int) -> SetScore:
     gated = [case_score(s, max(n, k), c, k) for s, n, c in cases if set_gate(s) != NO_GATE]
     est = stats.mean_and_se(gated) if gated else None
     return SetScore(
+        curve=pass_curve(counts, k),
         n_cases=len(cases),
         k=k,
         pass_at_k=at.value,

@@ -146,12 +146,16 @@ class GateThresholds:
     score above `max_success_drop_points` (percentage points) overall or on any tag with
     >= `min_tag_cases` cases, or a cost-per-case increase above `max_cost_increase_pct`
     percent, when the change is also beyond run-to-run noise (Holm-adjusted one-sided
-    p <= `alpha`)."""
+    p <= `alpha`). A gate whose gated set is too small to detect a drop of
+    `max_success_drop_points` at `alpha` (`GatePower`) is UNDERPOWERED: a failure, or
+    with `on_underpowered` "warn" a warning. The default of 3 points is the seed's
+    (`001_524732e6341b4025.txt`, step 6)."""
 
-    max_success_drop_points: float = 5.0
+    max_success_drop_points: float = 3.0
     max_cost_increase_pct: float = 20.0
     min_tag_cases: int = 5
     alpha: float = 0.05  # a breach fails only when beyond run-to-run noise at this level (1: no noise guard)
+    on_underpowered: Literal["fail", "warn"] = "fail"
 
 
 @dataclass(frozen=True)
@@ -287,6 +291,12 @@ class Grade:
     judge_held: str | None = None
     judge_uncalibrated_override: bool = False  # counted although uncalibrated: the user opted out (recorded)
     judge_unstable: bool = False  # asked again (`grade --judge-repeats`), its verdict flipped
+    # What the judge's answer cost when first paid and a cache hit avoided now (the
+    # judge's list price is judge_cost_usd + judge_cost_avoided_usd), and its tokens
+    # (the seed's judge_tokens_in/out; None: no judge answer). Lines before: 0 / None.
+    judge_cost_avoided_usd: float = 0.0
+    judge_tokens_in: int | None = None
+    judge_tokens_out: int | None = None
 
 
 # ==========================================================================================
@@ -833,6 +843,9 @@ GATE_CAUSE_SCORE = "case score drop"
 GATE_CAUSE_COST = "cost increase"
 GATE_CAUSE_NOT_COMPARABLE = "not comparable with the baseline"
 GATE_CAUSE_JUDGE = "judge not trusted"  # judged results held (evalkit.grading): no rate was read
+GATE_CAUSE_UNDERPOWERED = "underpowered"  # the gated set cannot detect a drop of the threshold
+UNDERPOWERED_PREFIX = "UNDERPOWERED"
+GATE_POWER = 0.8  # the power at which the gate's detectable drop is computed
 # Reasons that mean the gate failed without reading a rate (the run did not finish cleanly).
 NOT_CLEAN_PREFIXES = ("the runner exited", "no summary", "summary.json is not valid", "INCOMPLETE")
 SCORE_DROP_PREFIXES = ("case-score drop", "success-rate drop")  # the second: gates of evalkit 0.1
@@ -855,6 +868,8 @@ def gate_failure_causes(reasons: Iterable[str], read_rates: bool | None = None) 
         causes.append(GATE_CAUSE_SCORE)
     if any(r.startswith(COST_RISE_PREFIXES) for r in reasons):
         causes.append(GATE_CAUSE_COST)
+    if any(r.startswith(UNDERPOWERED_PREFIX) for r in reasons):
+        causes.append(GATE_CAUSE_UNDERPOWERED)
     if reasons and not causes:
         causes.append(GATE_CAUSE_NOT_COMPARABLE)
     return causes
@@ -908,6 +923,50 @@ class GateCheck:
 
 
 @dataclass(frozen=True)
+class GatePower:
+    """What the gate can see: the smallest drop of the overall gated case score (points)
+    that `n_cases` gated cases detect at the gate's one-sided `alpha` with `power`
+    (`stats.detectable_drop`, planned at `planning_rate`: the baseline's score shrunk by
+    Laplace's rule), the threshold, the gated cases a drop of the threshold would need
+    (`stats.cases_for_drop`), whether the gate is underpowered (detectable drop above
+    the threshold) and what an underpowered gate does (`on_underpowered`)."""
+
+    n_cases: int
+    alpha: float
+    power: float
+    planning_rate: float
+    detectable_drop_points: float
+    threshold_points: float
+    cases_needed: int
+    underpowered: bool
+    on_underpowered: str = "fail"
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, d: Any) -> GatePower:
+        return cls(
+            n_cases=int(d["n_cases"]),
+            alpha=float(d["alpha"]),
+            power=float(d["power"]),
+            planning_rate=float(d["planning_rate"]),
+            detectable_drop_points=float(d["detectable_drop_points"]),
+            threshold_points=float(d["threshold_points"]),
+            cases_needed=int(d["cases_needed"]),
+            underpowered=bool(d["underpowered"]),
+            on_underpowered=str(d.get("on_underpowered", "fail")),
+        )
+
+    def describe(self) -> str:
+        return (
+            f"{self.n_cases} gated case(s) detect a drop of {self.detectable_drop_points:.1f} points or more "
+            f"(one-sided alpha {self.alpha:g}, power {self.power:.0%}, planned at a {self.planning_rate:.1%} score), "
+            f"the threshold is {self.threshold_points:g} points: a drop of it needs {self.cases_needed:,} gated cases"
+        )
+
+
+@dataclass(frozen=True)
 class GateResult:
     """The gate's outcome. `read_rates` is False when it failed on the run's exit status
     or INCOMPLETE summary without reading any rate."""
@@ -924,6 +983,15 @@ class GateResult:
     run: str = ""
     baseline: str = ""
     arm: str | None = None
+    power: GatePower | None = None  # what the gate can see (None: it read no rate)
+
+    @property
+    def status(self) -> str:
+        """PASS, FAIL (a measured regression or a run that cannot be compared), or
+        UNDERPOWERED (failed only because the suite cannot see its threshold)."""
+        if self.passed:
+            return "PASS"
+        return "UNDERPOWERED" if self.causes == [GATE_CAUSE_UNDERPOWERED] else "FAIL"
 
     @property
     def causes(self) -> list[str]:
@@ -935,6 +1003,7 @@ class GateResult:
         """A measured worsening (a case-score drop or a cost increase), not a run that
         could not be compared: only this is shown as a regression."""
         causes = set(self.causes)
+        causes.discard(GATE_CAUSE_UNDERPOWERED)  # a gate that cannot see measured no worsening
         return bool(causes) and not ({GATE_CAUSE_INCOMPLETE, GATE_CAUSE_NOT_COMPARABLE, GATE_CAUSE_JUDGE} & causes)
 
     def to_json(self) -> dict[str, Any]:
@@ -952,11 +1021,14 @@ class GateResult:
                 "max_cost_increase_pct": t.max_cost_increase_pct,
                 "min_tag_cases": t.min_tag_cases,
                 "alpha": t.alpha,
+                "on_underpowered": t.on_underpowered,
             },
             "alpha": self.alpha,
             "run": self.run,
             "baseline": self.baseline,
             "arm": self.arm,
+            "status": self.status,
+            "power": self.power.to_json() if self.power is not None else None,
         }
 
     @classmethod
@@ -972,7 +1044,13 @@ class GateResult:
             thresholds=GateThresholds(
                 **{
                     k: t[k]
-                    for k in ("max_success_drop_points", "max_cost_increase_pct", "min_tag_cases", "alpha")
+                    for k in (
+                        "max_success_drop_points",
+                        "max_cost_increase_pct",
+                        "min_tag_cases",
+                        "alpha",
+                        "on_underpowered",
+                    )
                     if k in t
                 }
             ),
@@ -980,11 +1058,12 @@ class GateResult:
             run=str(d.get("run") or ""),
             baseline=str(d.get("baseline") or ""),
             arm=d.get("arm"),
+            power=GatePower.from_json(d["power"]) if isinstance(d.get("power"), dict) else None,
         )
 
     def render(self) -> str:
         lines = [
-            f"Gate: {'PASS' if self.passed else 'FAIL: ' + ' / '.join(self.causes)}"
+            f"Gate: {self.status if self.status != 'FAIL' else 'FAIL: ' + ' / '.join(self.causes)}"
             + ("" if self.passed else f" ({'; '.join(self.reasons)})")
         ]
         if not self.read_rates:
@@ -1007,11 +1086,39 @@ class GateResult:
             p = "-" if c.p_adjusted is None else f"{c.p_adjusted:.3g}"
             res = "FAIL" if c.failed else ("within noise" if c.exceeded else "ok")
             lines.append(f"{c.label:<28} {c.n_cases:>5} {shown:>10} {now:>10} {c.change:>+7.1f}{unit:<3}{p:>8}  {res}")
+        if self.power is not None:
+            lines.append(f"power: {self.power.describe()}")
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
 
 # --- baselines ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    """pass@j and pass^j (means over cases of the unbiased per-case estimators, with
+    their SE across cases) at one j <= k: a point of the curve that `SetScore.curve`
+    holds for j = 1..k.
+
+    References: Chen et al. 2021 (pass@k); Yao et al. 2024, tau-bench (pass^k)."""
+
+    j: int
+    pass_at_j: float | None
+    pass_at_j_se: float | None
+    pass_hat_j: float | None
+    pass_hat_j_se: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: (_num_or_none(v) if isinstance(v, float) else v) for f, v in _items(self)}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> CurvePoint:
+        def num(key: str) -> float | None:
+            v = d.get(key)
+            return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+        return cls(int(d["j"]), num("pass_at_j"), num("pass_at_j_se"), num("pass_hat_j"), num("pass_hat_j_se"))
 
 
 @dataclass(frozen=True)
@@ -1031,13 +1138,17 @@ class SetScore:
     gated_case_score: float | None = None
     gated_case_score_se: float | None = None
     n_gated: int = 0
+    curve: tuple[CurvePoint, ...] = ()  # pass@j and pass^j for j = 1..k (files before it: empty)
 
     def to_json(self) -> dict[str, Any]:
-        return {f.name: (_num_or_none(v) if isinstance(v, float) else v) for f, v in _items(self)}
+        d = {f.name: (_num_or_none(v) if isinstance(v, float) else v) for f, v in _items(self) if f.name != "curve"}
+        d["curve"] = [p.to_json() for p in self.curve]
+        return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> SetScore:
-        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+        curve = tuple(CurvePoint.from_json(p) for p in d.get("curve") or () if isinstance(p, dict))
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d and f.name != "curve"}, curve=curve)
 
 
 def _items(obj: Any) -> list[tuple[Any, Any]]:
@@ -1195,13 +1306,14 @@ class GroupMetrics:
     generator_cost_usd: float = 0.0
     judge_cost_usd: float = 0.0
     paid_usd: float = 0.0
-    cache_avoided_usd: float | None = 0.0
+    cache_avoided_usd: float | None = 0.0  # generator and judge caches
     cost_per_sample_usd: float | None = None
     cost_per_case_usd: float | None = None
     judge_mean_score: float | None = None
     n_judged: int = 0
     judge_errors: int = 0
     n_judged_samples: int = 0
+    judge_cache_avoided_usd: float = 0.0  # the judge cache's part of cache_avoided_usd
 
     RENAMED = {"success_rate": "sample_pass_rate"}  # evalkit 0.1's keys
 
@@ -1346,10 +1458,13 @@ class GradesSummary:
     judge: dict[str, Any] | None = None  # the judge's identity (`judge.JudgeIdentity.to_json`)
     judge_trust: JudgeTrust | None = None
     human_agreement: dict[str, Any] | None = None  # the figures of this run's calibration, if any
-    judge_spend_usd: float = 0.0
+    judge_spend_usd: float = 0.0  # paid for the judge by this grading pass
     cache_hits: int = 0
     run_spend_usd: float | None = None
     cap_usd: float | None = None
+    # paid for the judge over every pass on the run's ledger (a stopped pass and the one
+    # that finished it), open reservations at their worst case; None: not recorded
+    judge_ledger_usd: float | None = None
     stop_reason: str | None = None
     stop_detail: str | None = None
     privacy: dict[str, Any] | None = None
@@ -1404,6 +1519,7 @@ class GradesSummary:
             "cache_hits": self.cache_hits,
             "run_spend_usd": self.run_spend_usd,
             "cap_usd": self.cap_usd,
+            "judge_ledger_usd": self.judge_ledger_usd,
             **({"stop_reason": self.stop_reason} if self.stop_reason else {}),
             **({"stop_detail": self.stop_detail} if self.stop_detail else {}),
             "privacy": self.privacy,
@@ -1437,6 +1553,7 @@ class GradesSummary:
             cache_hits=int(d.get("cache_hits") or 0),
             run_spend_usd=d.get("run_spend_usd"),
             cap_usd=d.get("cap_usd"),
+            judge_ledger_usd=d.get("judge_ledger_usd"),
             stop_reason=d.get("stop_reason"),
             stop_detail=d.get("stop_detail"),
             privacy=d.get("privacy"),

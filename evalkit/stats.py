@@ -35,6 +35,7 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats as _st
 
+from .detectable import cases_for_drop, detectable_drop, planning_rate
 from .errors import InputError
 from .records import PairedDifference
 
@@ -53,6 +54,9 @@ __all__ = [
     "SequentialSignTest",
     "pass_at_k",
     "pass_hat_k",
+    "detectable_drop",
+    "cases_for_drop",
+    "planning_rate",
     "plugin_pass_hat_k",
     "suite_pass_at_k",
     "suite_pass_hat_k",

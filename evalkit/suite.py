@@ -22,7 +22,7 @@ import string
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 import regex
 
@@ -43,11 +43,13 @@ from ._io import (
 )
 from ._jsonschema import jsonschema
 from .checks import CHECK_KINDS, CHECK_OPTIONS, TRAJECTORY_CHECK_OPTIONS, regex_flags
+from .detectable import cases_for_drop, detectable_drop, planning_rate
 from .endpoints import base_url_problem, masked_url
 from .errors import InputError
 from .findings import Findings, Weight
 from .judge import deterministic_alternative, model_family, rubric_examples, same_family
 from .layout import (
+    BASELINE_FILE,
     CASES_FILE,
     CONFIG_FILE,
     HUMAN_LABELS_FILE,
@@ -157,7 +159,7 @@ CONFIG_KEYS = {
 REQUIRED_CONFIG_KEYS = ("generator", "cost_cap_usd", "max_tokens_in", "max_tokens_out", "price", "judge_price")
 ENDPOINT_KEYS = {"model", "base_url", "api_key_env"}
 PRICE_KEYS = {"in_per_mtok", "out_per_mtok"}
-GATE_KEYS = {"max_success_drop_points", "max_cost_increase_pct", "min_tag_cases", "alpha"}
+GATE_KEYS = {"max_success_drop_points", "max_cost_increase_pct", "min_tag_cases", "alpha", "on_underpowered"}
 CI_KEYS = {"cost_cap_usd"}
 ARM_KEYS = {"name", "guidance", "skill_dir"}
 SKILL_FILE = "SKILL.md"  # in an arm's skill_dir: the skill an agent of that arm loads
@@ -520,6 +522,16 @@ def _positive_number(obj: Any, key: str, *, zero_ok: bool = False) -> float | No
     return float(v) if (v > 0 or (zero_ok and v == 0)) else None
 
 
+def _on_underpowered(r: _Reader, g: dict[str, Any]) -> Literal["fail", "warn"]:
+    """`gate.on_underpowered`: "fail" (the default: an UNDERPOWERED gate exits 1) or
+    "warn" (a suite that accepts a gate too small to see its threshold)."""
+    v = g.get("on_underpowered", "fail")
+    if v not in ("fail", "warn"):
+        r.err("$.gate.on_underpowered", f'on_underpowered must be "fail" or "warn", got {v!r}')
+        return "fail"
+    return cast(Literal["fail", "warn"], v)
+
+
 def _check_calls_fit(r: _Reader, cfg: dict[str, Any], price_key: str, role: str, *, ci: bool = False) -> None:
     """An error when not one call fits under the cap at its worst case: the ledger would
     refuse the first reservation and the run could never sample anything. Checked on
@@ -665,11 +677,12 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
         else:
             r.unknown_keys(g, GATE_KEYS, "$.gate", "gate")
             gate = GateThresholds(
-                float(r.number(g, "max_success_drop_points", "$.gate", minimum=0, maximum=100, default=5.0)),
+                float(r.number(g, "max_success_drop_points", "$.gate", minimum=0, maximum=100, default=3.0)),
                 float(r.number(g, "max_cost_increase_pct", "$.gate", minimum=0, default=20.0)),
                 int(r.number(g, "min_tag_cases", "$.gate", integer=True, positive=True, maximum=MAX_CASES, default=5)),
                 # the noise guard's level: a breach fails only when beyond run-to-run noise (1: off)
                 float(r.number(g, "alpha", "$.gate", positive=True, maximum=1, default=0.05)),
+                _on_underpowered(r, g),
             )
 
     ci_cap = None
@@ -1243,6 +1256,37 @@ def _judge_files(src: SuiteSource, fx: Findings) -> tuple[list[str], list[str]]:
     return [rel for _, rel in sorted(rubrics)], [rel for _, rel in sorted(prompts)]
 
 
+def _gate_power_warning(src: SuiteSource, cases: list[Case], config: Config | None, where: str, fx: Findings) -> None:
+    """A warning when the gated set is too small for the gate to detect a drop of its
+    threshold (`detectable.detectable_drop`, planned at the baseline's score when
+    `baseline.json` exists, else at 50%, the rate that needs the most cases): the gate
+    would say UNDERPOWERED (or warn, with `gate.on_underpowered` "warn")."""
+    if config is None:
+        return
+    t = config.gate
+    n = sum(set_gate(c.set) != NO_GATE for c in cases)
+    if not n or t.alpha >= 1 or t.max_success_drop_points <= 0:
+        return
+    score, at = 0.5, "a 50% score (no baseline yet)"
+    try:
+        b = json.loads((src.root / BASELINE_FILE).read_text(encoding="utf-8"))
+        if isinstance(b, dict) and isinstance(b.get("gated_case_score"), (int, float)):
+            score, at = min(1.0, max(0.0, float(b["gated_case_score"]))), "the baseline's score"
+    except (OSError, ValueError):
+        pass
+    p = planning_rate(score, n)
+    drop = 100 * detectable_drop(n, p, t.alpha)
+    if drop > t.max_success_drop_points + 1e-9:
+        need = cases_for_drop(t.max_success_drop_points / 100, p, t.alpha)
+        what = "warns" if t.on_underpowered == "warn" else "says UNDERPOWERED and exits 1"
+        fx.warn(
+            f"{n} gated case(s) can detect a drop of {drop:.1f} points or more at alpha {t.alpha:g} "
+            f"(80% power, planned at {at}), above the gate's {t.max_success_drop_points:g}-point threshold: "
+            f"the gate {what}; a drop of {t.max_success_drop_points:g} points needs {need:,} gated cases",
+            where,
+        )
+
+
 def _suite_warnings(
     src: SuiteSource,
     cases: list[Case],
@@ -1271,6 +1315,7 @@ def _suite_warnings(
                 cases_path,
                 c.line or None,
             )
+    _gate_power_warning(src, cases, config, cases_path, fx)
     judged = [c for c in cases if c.judged]
     if judged and rubric_files:
         _rubric_findings(src, rubric_files[-1], judged, cases_path, fx)
@@ -1523,7 +1568,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "max_tokens_out": 24,
     "price": {"in_per_mtok": 0.10, "out_per_mtok": 0.40},
     "judge_price": {"in_per_mtok": 0.15, "out_per_mtok": 0.60},
-    "gate": {"max_success_drop_points": 5, "max_cost_increase_pct": 20},
+    "gate": {"max_success_drop_points": 3, "max_cost_increase_pct": 20},
     "arms": [{"name": "baseline"}],
 }
 

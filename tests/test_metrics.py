@@ -70,7 +70,7 @@ def made(tmp_path_factory):
         "temperature": 0.8, "seed": 11, "k": K, "concurrency": 2, "cost_cap_usd": 1.0,
         "max_tokens_in": 2000, "max_tokens_out": 8,
         "price": {"in_per_mtok": 1.0, "out_per_mtok": 2.0}, "judge_price": {"in_per_mtok": 3.0, "out_per_mtok": 6.0},
-        "gate": {"min_tag_cases": 2}, "arms": [{"name": "base"}],
+        "gate": {"min_tag_cases": 2, "on_underpowered": "warn"}, "arms": [{"name": "base"}],  # 5 gated cases
         # the judge's pass/fail must count for these numbers: no calibration here, so opt out (recorded)
         "allow_uncalibrated_judge": True}))
     import os

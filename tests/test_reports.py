@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from evalkit import gates, labelling, nb, reports, stats
+from evalkit import fmt, gates, labelling, nb, reports, stats
 from evalkit.cli import main
 from evalkit.grading import grade_run
 from evalkit.runner import run_suite
@@ -34,7 +34,7 @@ K = 3
 def _price() -> dict:
     return {"cost_cap_usd": 5.0, "max_tokens_in": 512, "max_tokens_out": 32,
             "price": {"in_per_mtok": 0.1, "out_per_mtok": 0.4}, "judge_price": {"in_per_mtok": 0.15, "out_per_mtok": 0.6},
-            "gate": {"max_success_drop_points": 5, "max_cost_increase_pct": 20}, "temperature": 0.8, "seed": 7,
+            "gate": {"max_success_drop_points": 5, "max_cost_increase_pct": 20, "on_underpowered": "warn"}, "temperature": 0.8, "seed": 7,
             "concurrency": 8}
 
 
@@ -234,6 +234,14 @@ def test_pass_at_k_sidecar_matches_stats(made):
     page = _html(made, "pass_at_k")
     for case in side["arms"]["baseline"]["flaky"]:
         assert case in page  # called out by name
+    # the per-set curves j = 1..k of grades-summary.json, as `evalkit grade` prints them
+    summary = json.loads((made["run"] / "grades-summary.json").read_text())
+    assert "pass^j, j=1..k" in page and "pass@j, j=1..k" in page
+    for arm, a in summary["per_arm"].items():
+        for name, v in a["per_set_scores"].items():
+            assert [p["j"] for p in v["curve"]] == [1, 2, 3]
+            assert side["per_set"][arm][name]["curve"] == v["curve"]
+            assert fmt.curve([p["pass_hat_j"] for p in v["curve"]]) in page
 
 
 def test_run_summary_sidecar_matches_counts(made):
