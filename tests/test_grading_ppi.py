@@ -255,7 +255,8 @@ def test_the_gate_rests_on_the_corrected_rate_when_the_config_says_so(tmp_path):
 
     cases = [{"id": f"open-{c:02d}", "input": f"Describe {c}", "expected": {"rubric": "Accurate"}, "tags": ["open"]}
              for c in range(20)]
-    suite = write_suite(tmp_path, cases=cases, extra={"k": K, "cost_cap_usd": 5.0, "judged_estimate": "corrected"})
+    suite = write_suite(tmp_path, cases=cases, extra={"k": K, "cost_cap_usd": 5.0, "judged_estimate": "corrected",
+                                                      "gate": {"on_underpowered": "warn"}})  # 20 cases: underpowered
     before = ["GOOD" if n % 20 < 12 else "SLY" if n % 20 < 13 else "BAD" for n in range(100)]
     after = ["SLY" if k == "GOOD" and n % 20 < 5 else k for n, k in enumerate(before)]  # judge-pass: the same
     with ScriptedServer(JUDGE) as srv:
