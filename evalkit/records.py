@@ -231,17 +231,19 @@ class Config:
         changes = {k: v for k, v in own.items() if k in a.overrides}
         return replace(self, **changes)
 
-    def arm_settings(self, arm: Arm | str) -> dict[str, Any]:
+    def arm_settings(self, arm: Arm | str, base_url: str | None = None) -> dict[str, Any]:
         """What a report header and a run's `config.json` say of an arm: its model, the
-        endpoint's host (never the full URL: no path, no credentials), its sampling
-        parameters and the keys it sets over the suite's."""
+        endpoint's host (of `base_url`, where its calls went, else its config's; never
+        the full URL: no path, no credentials), its sampling parameters and the keys it
+        sets over the suite's."""
         a = self.arm(arm) if isinstance(arm, str) else arm
         c = self.for_arm(a)
         host = None
-        if c.generator.base_url:
+        url = base_url or c.generator.base_url
+        if url:
             from urllib.parse import urlsplit
 
-            host = urlsplit(c.generator.base_url).hostname
+            host = urlsplit(url).hostname
         return {
             "model": c.generator.model,
             "host": host,

@@ -710,7 +710,7 @@ async def _run_in_folder(
             "cost_cap_usd": config.cost_cap_usd,  # the cap this run (and its grading) spends under
             "ci": ci,
             # each arm's model, endpoint host and parameters, as the reports name them
-            "arm_settings": {a.name: config.arm_settings(a) for a in arm_objs},
+            "arm_settings": {a.name: config.arm_settings(a, arm_urls[a.name]) for a in arm_objs},
         }
 
     def execute(folder: RunFolder) -> Coroutine[Any, Any, RunResult]:
