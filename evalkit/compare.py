@@ -229,9 +229,7 @@ def holm_corrected(v: Verdict, p_adjusted: float | None, alpha: float, n_pairs: 
         side = "treatment" if v.wins > v.losses else "baseline"
         kind: VerdictKind = "pass" if v.wins > v.losses else "regression"
         return replace(v, kind=kind, reason=f"significant advantage for the {side} ({note} <= {alpha:g})")
-    return replace(
-        v, kind="no-improvement", reason=f"the margin is indistinguishable from chance ({note} > {alpha:g})"
-    )
+    return replace(v, kind="no-improvement", reason=f"the margin is indistinguishable from chance ({note} > {alpha:g})")
 
 
 def compare_many(
@@ -263,6 +261,8 @@ def compare_many(
     _, adjusted, _, _ = multipletests(ps, alpha=a, method="holm")
     adj = [float(x) for x in adjusted]
     corrected = tuple(holm_corrected(v, q, a, len(pairs)) for v, q in zip(raw, adj, strict=True))
+    matrix = ArmComparisons(arms=tuple(names), control=control, alpha=a, pairs=corrected, p_adjusted=tuple(adj))
     for v in corrected:
         V.record_verdicts(loaded.path, comparison=v)
-    return ArmComparisons(arms=tuple(names), control=control, alpha=a, pairs=corrected, p_adjusted=tuple(adj))
+    V.record_verdicts(loaded.path, arm_comparisons=matrix)
+    return matrix

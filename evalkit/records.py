@@ -1669,6 +1669,7 @@ class RunVerdicts:
     microtest: MicrotestResult | None = None
     plan: str | None = None  # the plan file the comparisons were held to
     updated: str = ""
+    arm_comparisons: ArmComparisons | None = None  # a run of more than two arms: every pair, Holm-corrected
 
     def comparison(self, baseline: str, treatment: str) -> Verdict | None:
         return next((v for v in self.comparisons if (v.baseline_arm, v.treatment_arm) == (baseline, treatment)), None)
@@ -1692,6 +1693,7 @@ class RunVerdicts:
             "judge_trust": self.judge_trust.to_json() if self.judge_trust else None,
             "conformance": self.conformance.to_json() if self.conformance else None,
             "microtest": self.microtest.to_json() if self.microtest else None,
+            "arm_comparisons": self.arm_comparisons.to_json() if self.arm_comparisons else None,
         }
 
     @classmethod
@@ -1706,4 +1708,5 @@ class RunVerdicts:
             microtest=MicrotestResult.from_json(d["microtest"]) if d.get("microtest") else None,
             plan=d.get("plan"),
             updated=str(d.get("updated") or ""),
+            arm_comparisons=ArmComparisons.from_json(d["arm_comparisons"]) if d.get("arm_comparisons") else None,
         )
