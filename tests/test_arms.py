@@ -221,3 +221,57 @@ def test_power_with_more_arms_plans_each_pair_at_alpha_over_m(tmp_path):
     assert three["comparisons"] == 3 and three["correction"] == "holm" and three["alpha"] == 0.05
     assert three["n_discordant"] == at_third["n_discordant"] > two["n_discordant"]
     assert ctrl["comparisons"] == 2 and two["n_discordant"] < ctrl["n_discordant"] <= three["n_discordant"]
+
+
+def test_the_skill_comparison_page_of_three_arms_shows_the_matrix_and_each_arms_model(tmp_path):
+    from evalkit import reports
+    from evalkit.report_index import build_index
+
+    run = three_arm_run(tmp_path)
+    meta = json.loads((run / "config.json").read_text())
+    meta["arm_settings"] = {"a": {"model": "m-old", "host": "api.example.com", "temperature": 0.8},
+                            "b": {"model": "m-new <b>", "host": "api.example.com", "temperature": 0.8,
+                                  "overrides": ["generator", "price"]},
+                            "c": {"model": "m-old", "host": "127.0.0.1", "temperature": 0.2,
+                                  "overrides": ["temperature"]}}
+    (run / "config.json").write_text(json.dumps(meta))
+    rep = reports.report_run(run, tmp_path / "reports", notebooks=["skill_comparison"])
+    assert rep.ok, [nb.error for nb in rep.notebooks]
+    page = (rep.out_dir / "skill_comparison.html").read_text(encoding="utf-8")
+    assert "Every pair of arms" in page and "Holm-corrected across the pairs" in page
+    recorded = json.loads((run / "verdicts.json").read_text())["arm_comparisons"]
+    for row in recorded["pairs"]:  # the matrix on the page is the one verdicts.json holds
+        assert row["kind"] in page
+    _, adjusted, _, _ = multipletests([r["p_value"] for r in recorded["pairs"]], method="holm")
+    assert [r["p_adjusted"] for r in recorded["pairs"]] == pytest.approx(list(adjusted), rel=1e-12)
+    # the header: each arm's model (escaped), host and parameters
+    assert "m-new &lt;b&gt;" in page and "api.example.com" in page and "ek-arms" in page
+    index = build_index(tmp_path / "reports").read_text(encoding="utf-8")
+    assert "suite unit (1 run(s))" in index and "(m-new &lt;b&gt;)" in index and "(m-old)" in index
+
+
+def test_the_upgrade_gate_an_arm_on_the_new_model_against_the_baseline_of_the_old(tmp_path):
+    suite = arm_suite(tmp_path / "suite", arms=[{"name": "baseline"}])
+    cli = CliRunner()
+    with ScriptedServer(SCRIPT) as srv:
+        first = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+        assert cli.invoke(main, ["grade", str(first.path)]).exit_code == 0
+        accepted = cli.invoke(main, ["baseline", "accept", str(first.path), "--arm", "baseline"])
+        assert accepted.exit_code == 0, accepted.output
+        # today's model pinned in `baseline`; an arm with the new one added, run, graded, gated
+        cfg = json.loads((suite / "config.json").read_text())
+        cfg["arms"].append({"name": "new", "generator": {"model": "m-new"},
+                            "price": {"in_per_mtok": 1.0, "out_per_mtok": 2.0}})
+        (suite / "config.json").write_text(json.dumps(cfg))
+        second = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+        assert {b["model"] for b in srv.requests[N_CASES * K:]} == {"m-new"}  # baseline replayed from the cache
+    assert cli.invoke(main, ["grade", str(second.path)]).exit_code == 0
+    out = cli.invoke(main, ["gate", str(second.path), "--baseline", str(suite / "baseline.json"), "--arm", "new",
+                            "--json"])
+    assert out.exit_code in (0, 1), out.output
+    res = json.loads(out.output)
+    assert res["arm"] == "new"
+    assert any("arm new (model m-new, host 127.0.0.1) against the baseline accepted on arm baseline (model m-old)"
+               in n for n in res["notes"]), res["notes"]
+    # the same answers (the scripted server ignores the model): the new model passes the gate
+    assert res["passed"] and out.exit_code == 0
