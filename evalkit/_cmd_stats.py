@@ -180,7 +180,7 @@ def _compare_many(
     """`compare` on more than two arms (`compare.compare_many`): the table, and the pair
     asked for (--baseline, --treatment) in full; --fail-on reads that pair's corrected
     verdict, or every pair's when none is asked for."""
-    from .compare import compare_many
+    from .compare import compare_many  # lazy: the statistics (scipy) load only when the command runs
 
     if (baseline_arm is None) != (treatment_arm is None):
         raise click.UsageError("name both --baseline and --treatment for the pair to show in full, or neither")

@@ -47,6 +47,7 @@ from .records import (
     gate_failure_causes,
 )
 from .runload import Run, as_run, case_order, case_table, grade_values, passed_value, pick_arm, suite_dir_of
+from .runs import RunFolder, config_arm_settings
 from .verdicts import record_verdicts
 
 __all__ = [  # the records a gate makes, importable from here
@@ -769,7 +770,6 @@ def upgrade_note(run_path: Path, baseline_path: str | Path, arm: str | None) -> 
     """ "arm NEW (model M, host H) against the baseline accepted on arm OLD (model M0)":
     what an upgrade gate compares, from the two runs' `config.json` (`arm_settings`);
     None when either side's model is not known or the arm is not named."""
-    from .runs import RunFolder, config_arm_settings
 
     def settings(folder: Path) -> dict[str, dict[str, Any]]:
         try:

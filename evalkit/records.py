@@ -13,6 +13,7 @@ import types
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from . import fmt
 from .errors import InputError
@@ -241,8 +242,6 @@ class Config:
         host = None
         url = base_url or c.generator.base_url
         if url:
-            from urllib.parse import urlsplit
-
             host = urlsplit(url).hostname
         return {
             "model": c.generator.model,

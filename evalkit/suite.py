@@ -1544,10 +1544,16 @@ def default_runs_dir(suite_path: str | Path) -> Path:
     return p
 
 
+_ARM_TEXTS = (("template", "prompt template"), ("system", "system template"))
+
+
 def _check_render(config: Config, case: Case, src: SuiteSource, fx: Findings) -> None:
     """Every placeholder of the templates must have a value for this case."""
     variables = template_variables(case, None)
-    for text, what in ((config.template, "template"), (config.system, "system template")):
+    texts = [(config.template, "template"), (config.system, "system template")]
+    for a in config.arms:  # an arm's own prompt or system file renders the same cases
+        texts += [(getattr(a, key), f"arm {a.name!r}'s {what}") for key, what in _ARM_TEXTS if key in a.overrides]
+    for text, what in texts:
         if text is None:
             continue
         missing = set(string.Template(text).get_identifiers()) - set(variables)
