@@ -275,3 +275,23 @@ def test_the_upgrade_gate_an_arm_on_the_new_model_against_the_baseline_of_the_ol
                in n for n in res["notes"]), res["notes"]
     # the same answers (the scripted server ignores the model): the new model passes the gate
     assert res["passed"] and out.exit_code == 0
+
+
+def test_an_agent_arm_runs_its_own_model_and_its_own_program_argv(tmp_path):
+    from test_agents import AGENTS
+    from test_agents import write_suite as write_agent_suite
+
+    cases = [{"id": "a", "input": {"question": "q"}, "tags": ["golden"], "checks": [{"kind": "contains", "value": "x"}]}]
+    unit = {"kind": "command", "argv": ["{python}", str(AGENTS / "plain_http.py")]}  # one model call, then its text
+    arms = [{"name": "baseline"},
+            {"name": "new", "generator": {"model": "m-new"}, "price": {"in_per_mtok": 3.0, "out_per_mtok": 7.0}},
+            {"name": "broken", "unit": {"argv": ["{python}", str(AGENTS / "plain_http.py"), "--exit", "5"]}}]
+    suite = write_agent_suite(tmp_path / "suite", cases, unit, k=1, arms=arms)
+    with ScriptedServer({"default": {"text": "x"}}) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+        models = sorted(b["model"] for b in srv.requests)
+    assert models == ["m-new", "scripted", "scripted"]  # each program's call went out with its arm's model
+    done = {r["arm"]: r for r in iter_jsonl(res.path / "results.jsonl")}
+    assert set(done) == {"baseline", "new"} and done["new"]["model"] == "m-new"
+    errors = {e["arm"]: e["error"] for e in iter_jsonl(res.path / "errors.jsonl")}
+    assert set(errors) == {"broken"} and "5" in errors["broken"]  # its own argv: exit status 5
