@@ -115,7 +115,9 @@ def compare_cmd(
 
     loaded = as_run(run)
     if single_arm is None and (len(loaded.arm_names()) > 2 or control is not None):
-        _compare_many(loaded, baseline_arm, treatment_arm, control, plan_path, alpha, judge, fail_on, as_json)
+        _compare_many(
+            loaded, baseline_arm, treatment_arm, control, plan_path, alpha, judge, fail_on, as_json, junit, markdown
+        )
         return
     if single_arm is not None or (baseline_arm is None and treatment_arm is None):
         if baseline_arm or treatment_arm:
@@ -176,14 +178,19 @@ def _compare_many(
     judge: str | None,
     fail_on: tuple[str, ...],
     as_json: bool,
+    junit: Path | None = None,
+    markdown: Path | None = None,
 ) -> None:
     """`compare` on more than two arms (`compare.compare_many`): the table, and the pair
-    asked for (--baseline, --treatment) in full; --fail-on reads that pair's corrected
-    verdict, or every pair's when none is asked for."""
+    asked for (--baseline, --treatment) in full (its corrected verdict is what --junit
+    and --markdown report); --fail-on reads that pair's corrected verdict, or every
+    pair's when none is asked for."""
     from .compare import compare_many  # lazy: the statistics (scipy) load only when the command runs
 
     if (baseline_arm is None) != (treatment_arm is None):
         raise click.UsageError("name both --baseline and --treatment for the pair to show in full, or neither")
+    if baseline_arm is None and (junit is not None or markdown is not None):
+        raise click.UsageError("--junit and --markdown report one pair: name it with --baseline and --treatment")
     matrix = compare_many(loaded, control=control, plan=plan_path, alpha=alpha, judge=judge)
     text = matrix.render()
     out: dict[str, Any] = matrix.to_json()
@@ -198,6 +205,22 @@ def _compare_many(
         text += f"\n\n{baseline_arm} vs {treatment_arm} (Holm-corrected verdict):\n" + asked[0].render()
         out["asked"] = {"baseline": baseline_arm, "treatment": treatment_arm}
         kinds = [asked[0].kind]
+        pair_verdict = asked[0]
+
+        def report() -> CiReport:  # built only when asked for
+            # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
+            from .ciout import compare_report
+            from .gates import run_metrics
+
+            return compare_report(
+                pair_verdict,
+                loaded,
+                run_metrics(loaded, arm=baseline_arm),
+                run_metrics(loaded, arm=treatment_arm),
+                fail_on,
+            )
+
+        emit_ci(report, junit, markdown)
     _emit(out, as_json, text)
     for kind in kinds:
         _fail_on(kind, fail_on)

@@ -199,8 +199,12 @@ def test_compare_on_three_arms_is_holm_corrected_as_statsmodels(tmp_path):
         assert (row["kind"] in ("pass", "regression")) == bool(rej)
     # the uncorrected a-vs-c is significant (p < 0.05), the corrected one is not
     assert raw[1][2] < 0.05 < adjusted[1] and got["pairs"][1]["kind"] == "no-improvement"
-    text = CliRunner().invoke(main, ["compare", str(run), "--baseline", "a", "--treatment", "c"])
-    assert text.exit_code == 0 and "Holm" in text.output and "a vs c (Holm-corrected verdict)" in text.output
+    md = tmp_path / "pair.md"
+    text = CliRunner().invoke(main, ["compare", str(run), "--baseline", "a", "--treatment", "c", "--markdown", str(md),
+                                     "--fail-on", "no-improvement"])
+    assert "Holm" in text.output and "a vs c (Holm-corrected verdict)" in text.output
+    assert text.exit_code == 1 and "NO-IMPROVEMENT" in md.read_text().upper()  # the corrected verdict, not p = 0.039
+    assert CliRunner().invoke(main, ["compare", str(run), "--junit", str(tmp_path / "j.xml")]).exit_code == 2
     control = json.loads(CliRunner().invoke(main, ["compare", str(run), "--control", "b", "--json"]).output)
     assert [(r["baseline"], r["treatment"]) for r in control["pairs"]] == [("b", "a"), ("b", "c")]
     _, adj2, _, _ = multipletests([raw[0][2], raw[2][2]], method="holm")  # b vs a: the same two-sided p
