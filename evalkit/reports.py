@@ -437,7 +437,7 @@ def arms_table_html(run_dir: Any) -> str:
         return ""
 
     def cell(v: Any) -> str:
-        return html.escape("suite's" if v is None else str(v))
+        return html.escape("not set" if v is None else str(v))
 
     rows = "".join(
         f"<tr><td>{html.escape(arm)}</td><td><code>{cell(st.get('model'))}</code></td>"
