@@ -618,6 +618,13 @@ def _render_run(
                     raise InputError(f"notebook {n} does not apply to this run: {skipped.get(n, 'unknown')}", run)
             plans = {n: p for n, p in plans.items() if n in notebooks}
         for name, extra in (extra_parameters or {}).items():
+            if name == "skill_comparison":  # the pair shown in full must be two of the run's arms
+                arms = config_arm_names(RunFolder(source).read_meta())
+                bad = [a for a in (extra.get("baseline"), extra.get("treatment")) if a and a not in arms]
+                if bad:
+                    raise InputError(
+                        f"--pair: {', '.join(map(str, bad))} is not an arm of the run ({', '.join(arms)})", run
+                    )
             if name in plans:
                 plans[name].update(extra)
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -250,6 +250,14 @@ def test_the_skill_comparison_page_of_three_arms_shows_the_matrix_and_each_arms_
     assert [r["p_adjusted"] for r in recorded["pairs"]] == pytest.approx(list(adjusted), rel=1e-12)
     # the header: each arm's model (escaped), host and parameters
     assert "m-new &lt;b&gt;" in page and "api.example.com" in page and "ek-arms" in page
+    out = CliRunner().invoke(main, ["report", str(run), "--only", "skill_comparison", "--pair", "b,c",
+                                    "--reports-dir", str(tmp_path / "reports")])
+    assert out.exit_code == 0, out.output
+    page = (rep.out_dir / "skill_comparison.html").read_text(encoding="utf-8")
+    assert "c against b" in page and "Every pair of arms" in page  # the pair asked for, in full, and the matrix
+    bad = CliRunner().invoke(main, ["report", str(run), "--only", "skill_comparison", "--pair", "b,zz",
+                                    "--reports-dir", str(tmp_path / "reports")])
+    assert bad.exit_code == 2 and "zz" in bad.output
     index = build_index(tmp_path / "reports").read_text(encoding="utf-8")
     assert "suite unit (1 run(s))" in index and "(m-new &lt;b&gt;)" in index and "(m-old)" in index
 
