@@ -10,6 +10,7 @@ import click
 
 from . import fmt
 from ._cliopts import batch_from, batch_options, ci_output_options, emit_ci
+from ._text import printable
 from .errors import InputError
 
 if TYPE_CHECKING:  # for annotations only: ciout loads with the command
@@ -121,8 +122,17 @@ def run_cmd(
         f"spend: {fmt.usd(result.spend_usd)} of cap {fmt.usd(result.cap_usd)} "
         f"(avoided by the cache: {fmt.usd(result.avoided_usd)})"
     )
-    for arm, c in result.per_arm.items():
-        click.echo(f"{arm}: {c['samples']} samples, {c['errors']} errors, {c.get('missing', 0)} missing")
+    for arm, c in result.per_arm.items():  # each arm's model and money (its own price, on the one ledger)
+        click.echo(
+            f"{arm}: {c['samples']} samples, {c['errors']} errors, {c.get('missing', 0)} missing"
+            + (f"; model {printable(str(c['model']))}" if c.get("model") else "")
+            + (
+                f"; paid {fmt.usd(c['paid_usd'])}, avoided {fmt.usd(c.get('avoided_usd', 0.0))}, "
+                f"{fmt.usd(c.get('cost_per_case_usd', 0.0))} per case"
+                if "paid_usd" in c
+                else ""
+            )
+        )
     if result.privacy.get("allowed"):
         kinds = ", ".join(f"{kind} {n}" for kind, n in result.privacy.get("by_kind", {}).items())
         click.echo(

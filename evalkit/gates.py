@@ -60,6 +60,7 @@ from .runload import (
     pick_arm,
     suite_dir_of,
 )
+from .runs import RunFolder, config_arm_settings
 from .verdicts import record_verdicts
 
 __all__ = [  # the records a gate makes, importable from here
@@ -905,9 +906,43 @@ def gate_run(
     runner_exit: int | None = None,
 ) -> GateResult:
     """`evalkit gate`: `gate`, then the result recorded in the run's `verdicts.json`
-    (when RUN is a run folder), where the report and the index read it."""
+    (when RUN is a run folder), where the report and the index read it. The result
+    notes the model the gated arm ran and the one the baseline was accepted on (the
+    upgrade gate: an arm on the new model against the baseline of the old one)."""
     res = gate(run, baseline_path, arm=arm, runner_exit=runner_exit)
     path = Path(run.path) if isinstance(run, Run) else Path(run)
+    models = upgrade_note(path, baseline_path, res.arm)
+    if models:
+        res = replace(res, notes=(*res.notes, models))
     if (path / RUN_CONFIG).is_file():
         record_verdicts(path, gate=res)
     return res
+
+
+def upgrade_note(run_path: Path, baseline_path: str | Path, arm: str | None) -> str | None:
+    """ "arm NEW (model M, host H) against the baseline accepted on arm OLD (model M0)":
+    what an upgrade gate compares, from the two runs' `config.json` (`arm_settings`);
+    None when either side's model is not known or the arm is not named."""
+
+    def settings(folder: Path) -> dict[str, dict[str, Any]]:
+        try:
+            return config_arm_settings(RunFolder(folder).read_meta())
+        except (OSError, EvalkitError):
+            return {}
+
+    if arm is None:
+        return None
+    now = settings(run_path).get(arm) or {}
+    try:
+        b = load_baseline(baseline_path)
+    except EvalkitError:
+        return None
+    then = settings(Path(b.run)).get(b.arm or "") if b.run else None
+    if not now.get("model") or not then or not then.get("model"):
+        return None
+    host = f", host {now['host']}" if now.get("host") else ""
+    same = "the same model" if now["model"] == then["model"] else "another model"
+    return (
+        f"arm {arm} (model {now['model']}{host}) against the baseline accepted on arm {b.arm} "
+        f"(model {then['model']}): {same}"
+    )

@@ -576,3 +576,56 @@ def _show(raw: object, n: int = 40) -> str:
         else repr(raw)
     )
     return s if len(s) <= n else s[: n - 3] + "..."
+
+
+def spend_by_arm(path: str | Path, role: str = "generator") -> dict[str, dict[str, float]]:
+    """What a run's `role` calls cost per arm, read from its `ledger.jsonl`: `paid_usd`
+    (settled calls, failed attempts included, and reservations a killed session left
+    open, counted at their full amount as `Ledger.resume` does) and `avoided_usd` (cache
+    hits). The arm is the middle part of a call's key ``case/arm/index``; a batch's lines
+    are charged by their line key. What no key names an arm of (a closed batch's
+    remainder) is under ``""``."""
+    out: dict[str, dict[str, float]] = {}
+    open_amounts: dict[tuple[Any, Any], tuple[str, float]] = {}
+    roles: dict[tuple[Any, Any], str] = {}
+
+    def arm_of(key: object) -> str:
+        parts = str(key or "").split("/")
+        return parts[1] if len(parts) >= 3 and parts[0] not in ("batch", "judge", "pair") else ""
+
+    def add(arm: str, what: str, usd: float) -> None:
+        row = out.setdefault(arm, {"paid_usd": 0.0, "avoided_usd": 0.0})
+        row[what] += max(0.0, float(usd))
+
+    p = Path(path)
+    if not p.exists():
+        return out
+    for ev in iter_jsonl(p):
+        kind = ev.get("event")
+        rid = (ev.get("run_epoch", 0), ev.get("id"))
+        if kind == "reserve":
+            roles[rid] = str(ev.get("role", ""))
+            if roles[rid] == role:
+                open_amounts[rid] = (arm_of(ev.get("key")), float(ev.get("amount_usd", 0.0)))
+        elif kind == "adopt":
+            src = (ev.get("from_epoch", 0), ev.get("from_id"))
+            roles[rid] = roles.pop(src, str(ev.get("role", role)))
+            if src in open_amounts:
+                open_amounts[rid] = open_amounts.pop(src)
+        elif kind in ("settle", "release", "charge"):
+            if roles.get(rid, ev.get("role")) != role:
+                continue
+            arm = arm_of(ev.get("line")) if kind == "charge" else open_amounts.get(rid, (arm_of(ev.get("key")), 0))[0]
+            add(arm, "paid_usd", ev.get("cost_usd", 0.0))
+            if kind == "charge" and rid in open_amounts:
+                a, left = open_amounts[rid]
+                open_amounts[rid] = (a, max(0.0, left - max(0.0, ev.get("released_usd", 0.0))))
+            elif kind != "charge":
+                open_amounts.pop(rid, None)
+        elif kind == "cache_hit" and role == "generator":
+            key = str(ev.get("key", ""))
+            if arm_of(key):
+                add(arm_of(key), "avoided_usd", ev.get("avoided_usd", 0.0))
+    for arm, left in open_amounts.values():
+        add(arm, "paid_usd", left)
+    return out

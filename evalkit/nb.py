@@ -396,6 +396,35 @@ def comparison(run: Run, baseline: str, treatment: str, plan: str = "", judge: s
     return compare_arms(run, baseline, treatment, judge=judge or None, alpha=p.alpha if p else 0.05, plan=p)
 
 
+def arm_matrix(run: Run) -> dict[str, Any] | None:
+    """A run of more than two arms: the comparisons `compare` (or `report`) recorded,
+    every pair Holm-corrected (`records.ArmComparisons`), as a caption and one table row
+    per pair; None for a run of two arms or none recorded."""
+    m = run_verdicts(run).arm_comparisons
+    if m is None:
+        return None
+    rows = [
+        {
+            "baseline": v.baseline_arm,
+            "treatment": v.treatment_arm,
+            "wins": v.wins,
+            "ties": v.ties,
+            "losses": v.losses,
+            "errored": v.errored,
+            "p (two-sided)": fmt.pvalue(v.p_value),
+            "p (Holm)": fmt.pvalue(q),
+            "verdict (corrected)": v.kind,
+        }
+        for v, q in zip(m.pairs, m.p_adjusted, strict=True)
+    ]
+    how = f"{m.control} against each other arm" if m.control else "every pair"
+    caption = (
+        f"{len(m.arms)} arms ({', '.join(m.arms)}): {how}, {len(m.pairs)} comparisons, exact sign test per pair, "
+        f"Holm-corrected across the pairs at alpha {m.alpha:g}."
+    )
+    return {"caption": caption, "rows": rows}
+
+
 def read_pairwise(run: Run) -> list[PairOutcome]:
     """The pairwise judge's outcomes of a run (`pairwise.jsonl`), none when it has none."""
     return _read_pairwise(Path(run.path) / PAIRWISE)

@@ -13,6 +13,7 @@ import types
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from . import fmt
 from .errors import InputError
@@ -116,6 +117,22 @@ class Arm:
     guidance: str | None = None  # the file's text, loaded
     skill_dir: str | None = None  # relative to the suite folder: the skill an agent of this arm loads
     skill: str | None = None  # the skill_dir's SKILL.md text, loaded ("" when it has none)
+    # What the arm sets of the suite's own settings (`config.json` -> `arms[i]`): each is
+    # used only when its config key is in `overrides` (so an arm can set one to null);
+    # everything else comes from the suite (`Config.for_arm`).
+    generator: Endpoint | None = None  # the suite's generator with the arm's keys over it
+    price: Price | None = None
+    batch_price: Price | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    max_tokens_out: int | None = None
+    template_file: str | None = None  # `prompt`: relative to the suite folder
+    template: str | None = None  # its text, loaded
+    system_file: str | None = None  # `system`: relative to the suite folder
+    system: str | None = None  # its text, loaded
+    unit: Unit | None = None  # the suite's unit with the arm's `unit` fields over it
+    overrides: tuple[str, ...] = ()  # the config keys this arm sets ("generator", "price", ...)
 
 
 UnitKind = Literal["prompt", "agent", "command", "python"]
@@ -197,12 +214,57 @@ class Config:
     judge_batch_price: Price | None = None  # `judge_batch_price`: the same for `grade --batch`
     unit: Unit = field(default_factory=Unit)
     raw: dict[str, Json] = field(default_factory=dict, compare=False, repr=False)
+    top_p: float | None = None  # nucleus sampling, sent when set (an arm may set its own)
 
     def arm(self, name: str) -> Arm:
         for a in self.arms:
             if a.name == name:
                 return a
         raise KeyError(name)
+
+    def for_arm(self, arm: Arm | str) -> Config:
+        """The config an arm's samples run under: the suite's, with what the arm sets
+        (`Arm.overrides`: its generator, prices, parameters, templates, unit) in place.
+        An arm that sets nothing runs under the suite's config itself."""
+        a = self.arm(arm) if isinstance(arm, str) else arm
+        if not a.overrides:
+            return self
+        own: dict[str, Any] = {
+            "generator": a.generator,
+            "price": a.price,
+            "batch_price": a.batch_price,
+            "temperature": a.temperature,
+            "top_p": a.top_p,
+            "seed": a.seed,
+            "max_tokens_out": a.max_tokens_out,
+            "template": a.template,
+            "system": a.system,
+            "unit": a.unit,
+        }
+        changes = {k: v for k, v in own.items() if k in a.overrides}
+        return replace(self, **changes)
+
+    def arm_settings(self, arm: Arm | str, base_url: str | None = None) -> dict[str, Any]:
+        """What a report header and a run's `config.json` say of an arm: its model, the
+        endpoint's host (of `base_url`, where its calls went, else its config's; never
+        the full URL: no path, no credentials), its sampling parameters and the keys it
+        sets over the suite's."""
+        a = self.arm(arm) if isinstance(arm, str) else arm
+        c = self.for_arm(a)
+        host = None
+        url = base_url or c.generator.base_url
+        if url:
+            host = urlsplit(url).hostname
+        return {
+            "model": c.generator.model,
+            "host": host,
+            "temperature": c.temperature,
+            "top_p": c.top_p,
+            "seed": c.seed,
+            "max_tokens_out": c.max_tokens_out,
+            "price": {"in_per_mtok": c.price.in_per_mtok, "out_per_mtok": c.price.out_per_mtok},
+            "overrides": list(a.overrides),
+        }
 
 
 @dataclass(frozen=True)
@@ -450,6 +512,12 @@ class Plan:
     created: str = ""
     sequential: dict[str, Any] | None = None
     path: str = field(default="", compare=False)  # the file it was read from (not written)
+    # More than two arms (`power --arms N`): the comparisons the family holds (every pair,
+    # or a control against each other arm) and the correction across them; each pair is
+    # planned at alpha / comparisons, the level Holm's first step tests the smallest p at.
+    arms: int = 2
+    comparisons: int = 1
+    correction: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": self.SCHEMA, **{f.name: getattr(self, f.name) for f in fields(self) if f.name != "path"}}
@@ -480,6 +548,14 @@ class Plan:
             f"test: {self.test} ({how}, ties dropped), unit: {self.unit}",
             f"alpha {self.alpha:g}, power {self.power:g}, expected win rate {self.win_rate:g} of non-tied "
             f"units, tie rate {self.tie_rate:g}",
+        ]
+        if self.comparisons > 1:
+            lines.append(
+                f"{self.arms} arms, {self.comparisons} comparisons, {self.correction}-corrected: each pair is "
+                f"planned at alpha {self.alpha:g} / {self.comparisons} = {self.alpha / self.comparisons:.4g} "
+                "(the level Holm's first step tests at: the power holds for every pair)"
+            )
+        lines += [
             f"discordant pairs needed (exact): {self.n_discordant} (power stays >= {self.power:g} from here; "
             f"first reached at {self.n_discordant_first}); normal approximation {self.n_discordant_approx}",
             f"{self.unit}s needed (exact): {self.n_trials} (first reached at {self.n_trials_first}); "
@@ -1630,6 +1706,88 @@ class MicrotestResult:
 
 
 @dataclass(frozen=True)
+class ArmComparisons:
+    """`evalkit compare` on a run of more than two arms: every pair's sign-test verdict
+    (or, with a `control` arm, the control against each other arm), with Holm's
+    correction across the pairs. `pairs` are the corrected verdicts (each keeps its own
+    uncorrected `p_value`; its kind and reason follow `p_adjusted`, the Holm-adjusted
+    p-value at the family's `alpha`); a pair that was inconclusive stays so.
+
+    References: Holm 1979, Scand. J. Statist. 6(2); Dixon & Mood 1946 (the sign test)."""
+
+    SCHEMA = "evalkit.arm-comparisons/1"
+
+    arms: tuple[str, ...]
+    control: str | None
+    alpha: float
+    pairs: tuple[Verdict, ...]
+    p_adjusted: tuple[float | None, ...]
+    correction: str = "holm"
+
+    def pair(self, baseline: str, treatment: str) -> tuple[Verdict, float | None] | None:
+        """The corrected verdict of one pair and its adjusted p-value, or None."""
+        for v, p in zip(self.pairs, self.p_adjusted, strict=True):
+            if (v.baseline_arm, v.treatment_arm) == (baseline, treatment):
+                return v, p
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": self.SCHEMA,
+            "arms": list(self.arms),
+            "control": self.control,
+            "alpha": self.alpha,
+            "correction": self.correction,
+            "pairs": [
+                {
+                    "baseline": v.baseline_arm,
+                    "treatment": v.treatment_arm,
+                    "kind": v.kind,
+                    "wins": v.wins,
+                    "ties": v.ties,
+                    "losses": v.losses,
+                    "errored": v.errored,
+                    "p_value": _num_or_none(v.p_value),
+                    "p_adjusted": _num_or_none(p),
+                    "verdict": v.to_json(),
+                }
+                for v, p in zip(self.pairs, self.p_adjusted, strict=True)
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ArmComparisons:
+        rows = d.get("pairs") or []
+        return cls(
+            arms=tuple(d.get("arms") or ()),
+            control=d.get("control"),
+            alpha=float(d.get("alpha", 0.05)),
+            pairs=tuple(Verdict.from_json(r["verdict"]) for r in rows),
+            p_adjusted=tuple(r.get("p_adjusted") for r in rows),
+            correction=str(d.get("correction", "holm")),
+        )
+
+    def render(self) -> str:
+        """The one table: each pair's tally, p-value, Holm-adjusted p-value and verdict."""
+        how = f"{self.control} against each other arm" if self.control else "every pair"
+        lines = [
+            f"{len(self.arms)} arms ({', '.join(self.arms)}), {len(self.pairs)} comparison(s): {how}; exact "
+            f"two-sided sign test per pair, one vote per case, Holm-corrected across the pairs at alpha "
+            f"{self.alpha:g}",
+            "",
+            f"{'baseline':<16} {'treatment':<16} {'W/T/L (err)':>14} {'p':>9} {'p (Holm)':>9}  verdict",
+        ]
+        for v, p in zip(self.pairs, self.p_adjusted, strict=True):
+            tally = f"{v.wins}/{v.ties}/{v.losses} ({v.errored})"
+            raw = "n/a" if v.p_value is None else f"{v.p_value:.4g}"
+            adj = "n/a" if p is None else f"{p:.4g}"
+            lines.append(
+                f"{str(v.baseline_arm):<16} {str(v.treatment_arm):<16} {tally:>14} {raw:>9} {adj:>9}  {v.kind.upper()}"
+            )
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
 class RunVerdicts:
     """`verdicts.json` in a run folder: what `compare`, `gate` and `report` concluded
     about the run, written before any notebook runs, read by the notebooks and the
@@ -1647,6 +1805,7 @@ class RunVerdicts:
     microtest: MicrotestResult | None = None
     plan: str | None = None  # the plan file the comparisons were held to
     updated: str = ""
+    arm_comparisons: ArmComparisons | None = None  # a run of more than two arms: every pair, Holm-corrected
 
     def comparison(self, baseline: str, treatment: str) -> Verdict | None:
         return next((v for v in self.comparisons if (v.baseline_arm, v.treatment_arm) == (baseline, treatment)), None)
@@ -1670,6 +1829,7 @@ class RunVerdicts:
             "judge_trust": self.judge_trust.to_json() if self.judge_trust else None,
             "conformance": self.conformance.to_json() if self.conformance else None,
             "microtest": self.microtest.to_json() if self.microtest else None,
+            "arm_comparisons": self.arm_comparisons.to_json() if self.arm_comparisons else None,
         }
 
     @classmethod
@@ -1684,4 +1844,5 @@ class RunVerdicts:
             microtest=MicrotestResult.from_json(d["microtest"]) if d.get("microtest") else None,
             plan=d.get("plan"),
             updated=str(d.get("updated") or ""),
+            arm_comparisons=ArmComparisons.from_json(d["arm_comparisons"]) if d.get("arm_comparisons") else None,
         )

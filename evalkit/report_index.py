@@ -26,7 +26,7 @@ from .records import (
     gate_failure_causes,
 )
 from .runload import grades_summary, judge_trust_notice, run_verdicts
-from .runs import RunFolder, config_arm_names
+from .runs import RunFolder, config_arm_names, config_arm_settings
 
 # The notebooks a report can hold (evalkit/notebooks/<name>.ipynb), in page order, and their titles.
 NOTEBOOKS: tuple[str, ...] = (
@@ -144,6 +144,7 @@ def write_manifest(
         "suite": meta.get("suite_name") or Path(str(meta.get("suite") or "")).name or None,
         "source": meta.get("source"),
         "arms": config_arm_names(meta),
+        "arm_models": {a: st.get("model") for a, st in config_arm_settings(meta).items()},
         "k": meta.get("k"),
         "complete": summary.get("complete"),
         "judge_notice": judge_trust_notice(run),
@@ -258,6 +259,15 @@ def trend_svg(
     return "".join(parts)
 
 
+def _arms_cell(m: Mapping[str, Any]) -> str:
+    """The arms of a run, each with the model it ran (escaped): `arm (model)`."""
+    models = m.get("arm_models") or {}
+    return "<br>".join(
+        html.escape(str(a)) + (f" <span class='model'>({html.escape(str(models[a]))})</span>" if models.get(a) else "")
+        for a in m.get("arms") or []
+    )
+
+
 def _pct(v: Any) -> str:
     return fmt.pct(v)
 
@@ -281,7 +291,15 @@ def build_index(reports_dir: str | Path) -> Path:
     runs.sort(key=lambda m: (m.get("created") or "", m["_dir"]))
     e = html.escape
     rows = []
-    for m in reversed(runs):
+    # grouped by suite (the suites in name order), each suite's runs newest first
+    grouped = sorted(reversed(runs), key=lambda m: str(m.get("suite") or "(no suite)"))
+    current: str | None = None
+    for m in grouped:
+        suite_name = str(m.get("suite") or "(no suite)")
+        if suite_name != current:
+            current = suite_name
+            n_runs = sum(1 for r in runs if str(r.get("suite") or "(no suite)") == suite_name)
+            rows.append(f"<tr class='suite'><th colspan='8'>suite {e(suite_name)} ({n_runs} run(s))</th></tr>")
         for i, v in enumerate(m.get("verdicts") or []):
             # a manifest written before gate entries carried their cause: "gate FAIL (...)"
             # was labelled regression even for an incomplete run; label it by cause now.
@@ -315,7 +333,7 @@ def build_index(reports_dir: str | Path) -> Path:
             complete += f"<br><span class='warn'>{e(str(m['judge_notice']))}</span>"
         rows.append(
             f"<tr><td>{e(str(m.get('created') or ''))}</td><td><code>{e(m['_dir'])}</code>{complete}</td>"
-            f"<td>{e(str(m.get('suite') or ''))}</td><td>{e(', '.join(str(a) for a in m.get('arms') or []))}</td>"
+            f"<td>{e(str(m.get('suite') or ''))}</td><td>{_arms_cell(m)}</td>"
             f"<td>{rates}</td><td>{verdicts}</td>"
             f"<td>{e(fmt.usd(spend))}</td><td>{links}</td></tr>"
         )

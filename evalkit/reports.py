@@ -38,8 +38,8 @@ from typing import Any
 from . import privacy
 from ._io import iter_jsonl, read_json_object, write_atomic
 from ._jsonschema import jsonschema, papermill
-from .compare import compare_arms
-from .errors import InputError
+from .compare import compare_arms, compare_many
+from .errors import EvalkitError, InputError
 from .gates import gate, load_baseline
 from .grading import summarize_run, write_summary
 from .judge import load_human_labels
@@ -50,7 +50,7 @@ from .plans import find_plan, load_plan
 from .records import RunVerdicts
 from .report_index import CSP, NOTEBOOKS, TITLES, build_index, write_manifest
 from .runload import NOTHING_TO_REPORT, Run, as_run, grades_summary, judge_trust_notice, load_run, report_state
-from .runs import RunFolder, config_arm_names, find_suite_dir
+from .runs import RunFolder, config_arm_names, config_arm_settings, find_suite_dir
 from .verdicts import conformance_verdict, record_verdicts
 
 __all__ = ["MICROTEST_MARKER", "NOTEBOOKS", "TITLES"]
@@ -150,6 +150,9 @@ def conclude(run_dir: Run | str | Path, inputs: Inputs) -> RunVerdicts:
         bl, tr = two_arms(arms)
         p = load_plan(inputs.plan) if inputs.plan is not None else None
         comparison = compare_arms(run, bl, tr, alpha=p.alpha if p else 0.05, plan=p)
+    elif graded and len(arms) > 2 and not (path / MICROTEST_MARKER).exists():
+        # every pair, Holm-corrected across the pairs, each recorded in verdicts.json
+        compare_many(run, arms, plan=inputs.plan)
     if graded and inputs.baseline is not None:
         b = load_baseline(inputs.baseline)
         if b.arm in arms or (b.arm is None and len(arms) == 1):
@@ -171,10 +174,10 @@ def conclude(run_dir: Run | str | Path, inputs: Inputs) -> RunVerdicts:
 
 def two_arms(arms: Sequence[str]) -> tuple[str, str]:
     """The baseline and treatment of a two-arm run: the arm called baseline or control
-    (else the first), then the other."""
-    if arms[0] in ("baseline", "control") or arms[1] not in ("baseline", "control"):
-        return arms[0], arms[1]
-    return arms[1], arms[0]
+    (else the first), then the other; of a run of more arms, that baseline and the first
+    other arm (the pair its skill-comparison page shows in full)."""
+    base = next((a for a in arms if a in ("baseline", "control")), arms[0])
+    return base, next(a for a in arms if a != base)
 
 
 def plan_notebooks(
@@ -205,12 +208,13 @@ def plan_notebooks(
         plans["pass_at_k"] = dict(base)
     else:
         skipped["pass_at_k"] = "the run is not graded (run `evalkit grade` first)"
-    if len(arms) == 2 and graded:
+    if len(arms) >= 2 and graded:
+        # more arms: the page shows every pair's corrected verdict, and this pair in full
         bl, tr = two_arms(arms)
         plans["skill_comparison"] = {**base, "baseline": bl, "treatment": tr, "plan": plan}
     else:
         skipped["skill_comparison"] = (
-            "needs exactly two arms" if len(arms) != 2 else "the run is not graded (run `evalkit grade` first)"
+            "needs two arms or more" if len(arms) < 2 else "the run is not graded (run `evalkit grade` first)"
         )
     has_judge_scores = graded and _grades_have_judge(run / GRADES, loaded)
     has_judge = bool((meta.get("config") or {}).get("judge")) if isinstance(meta.get("config"), dict) else False
@@ -419,6 +423,36 @@ def params_table_html(parameters: Mapping[str, Any], title: str) -> str:
     )
 
 
+def arms_table_html(run_dir: Any) -> str:
+    """The arms of a report page's run, each with its model, the host its calls went to
+    and its sampling parameters (`runs.config_arm_settings`), escaped; "" when the page
+    has no run."""
+    if not run_dir:
+        return ""
+    try:
+        settings = config_arm_settings(RunFolder(Path(str(run_dir))).read_meta())
+    except (OSError, EvalkitError):
+        return ""
+    if not settings:
+        return ""
+
+    def cell(v: Any) -> str:
+        return html.escape("not set" if v is None else str(v))
+
+    rows = "".join(
+        f"<tr><td>{html.escape(arm)}</td><td><code>{cell(st.get('model'))}</code></td>"
+        f"<td>{cell(st.get('host'))}</td><td>{cell(st.get('temperature'))}</td><td>{cell(st.get('top_p'))}</td>"
+        f"<td>{cell(st.get('seed'))}</td><td>{cell(st.get('max_tokens_out'))}</td>"
+        f"<td>{html.escape(', '.join(str(o) for o in st.get('overrides') or []) or 'none')}</td></tr>"
+        for arm, st in settings.items()
+    )
+    return (
+        "<table class='ek-arms'><thead><tr><th>arm</th><th>model</th><th>endpoint host</th><th>temperature</th>"
+        "<th>top_p</th><th>seed</th><th>max_tokens_out</th><th>set over the suite</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
+    )
+
+
 _NOTICE_STYLE = "background:#fff8e1;color:#8a6d00;border-left:6px solid #8a6d00;padding:0.5em 1em"
 
 
@@ -432,7 +466,7 @@ def render_html(ipynb: str | Path, parameters: Mapping[str, Any], *, title: str)
     src = Path(ipynb)
     nb = nbformat.read(src, as_version=4)
     header = nbformat.v4.new_code_cell(source="")
-    head = params_table_html(parameters, title)
+    head = params_table_html(parameters, title) + arms_table_html(parameters.get("run_dir"))
     notice = judge_trust_notice(parameters.get("run_dir"))
     if notice:  # on every page of the run: the judge's pass/fail is held, or counts by opt-out
         head += f"<p class='ek-judge-notice' style='{_NOTICE_STYLE}'><b>{html.escape(notice)}</b></p>"
@@ -584,6 +618,13 @@ def _render_run(
                     raise InputError(f"notebook {n} does not apply to this run: {skipped.get(n, 'unknown')}", run)
             plans = {n: p for n, p in plans.items() if n in notebooks}
         for name, extra in (extra_parameters or {}).items():
+            if name == "skill_comparison":  # the pair shown in full must be two of the run's arms
+                arms = config_arm_names(RunFolder(source).read_meta())
+                bad = [a for a in (extra.get("baseline"), extra.get("treatment")) if a and a not in arms]
+                if bad:
+                    raise InputError(
+                        f"--pair: {', '.join(map(str, bad))} is not an arm of the run ({', '.join(arms)})", run
+                    )
             if name in plans:
                 plans[name].update(extra)
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -64,7 +64,7 @@ from .client import CallStopped, ModelClient, check_endpoint
 from .endpoints import Watch, combine, endpoint_key, resolve_base_url, served_watch
 from .errors import BudgetExhausted, CeilingBreached, DiskFull, InputError, InputTooLong, ReplayMiss, UnitCallError
 from .layout import CACHE_FILE
-from .ledger import Ledger
+from .ledger import Ledger, spend_by_arm
 from .records import Arm, CaseTable, Config, Sample, Suite
 from .runs import RunFolder, runs_dir_lock, write_atomic
 from .sandbox import NOT_CONTAINED
@@ -87,7 +87,7 @@ class RunResult:
     spend_usd: float
     avoided_usd: float
     cap_usd: float
-    per_arm: dict[str, dict[str, int]]
+    per_arm: dict[str, dict[str, Any]]
     exit_code: int
     privacy: dict[str, Any] = dataclasses.field(default_factory=dict)  # config.json's record (evalkit.privacy)
     stop_detail: str | None = None  # what a watch said beyond the cause (a dead server's log tail)
@@ -161,6 +161,10 @@ def input_hashes(suite: Suite, arms: list[Arm]) -> dict[str, str]:
         out[f"guidance of arm {a.name!r} ({a.guidance_file or 'none'})"] = sha(a.guidance or "")
         if a.skill_dir:
             out[f"skill of arm {a.name!r} ({a.skill_dir})"] = sha(a.skill or "")
+        for what, name in (("template", "prompt template"), ("system", "system template")):
+            if what in a.overrides:  # an arm's own prompt or system file
+                text = getattr(a, what)
+                out[f"{name} of arm {a.name!r} ({getattr(a, what + '_file') or 'none'})"] = sha(text or "")
     cases = [{k: v for k, v in dataclasses.asdict(c).items() if k != "line"} for c in suite.cases]
     out["cases"] = sha(json.dumps(cases, sort_keys=True, ensure_ascii=False, default=str))
     from .agents import program_files  # the agent program under test: a changed one is a new run
@@ -202,10 +206,14 @@ def _format_summary_md(suite: Suite, res: dict[str, Any]) -> str:
         )
     )
     lines.append("")
-    lines.append("| arm | samples | errors |")
-    lines.append("|---|---:|---:|")
+    lines.append("| arm | model | samples | errors | paid | avoided | cost per case |")
+    lines.append("|---|---|---:|---:|---:|---:|---:|")
     for arm, c in res["per_arm"].items():
-        lines.append(f"| {arm} | {c['samples']} | {c['errors']} |")
+        lines.append(
+            f"| {arm} | {printable(str(c.get('model', '')))} | {c['samples']} | {c['errors']} "
+            f"| ${c.get('paid_usd', 0.0):.6f} | ${c.get('avoided_usd', 0.0):.6f} "
+            f"| ${c.get('cost_per_case_usd', 0.0):.6f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -222,8 +230,13 @@ class _Engine:
         progress: bool,
         prompts: dict[tuple[str, str], Any],
         watch: Watch | None = None,
+        clients: dict[str, ModelClient] | None = None,
     ) -> None:
         self.config = suite.config
+        # Each arm's config (`Config.for_arm`) and client: arms on one model, endpoint and
+        # price share a client; all share the one ledger and the one response cache.
+        self.arm_configs = {a.name: suite.config.for_arm(a) for a in arms}
+        self.clients = clients or {a.name: client for a in arms}
         self.cases = {c.id: c for c in suite.cases}
         self.arms = {a.name: a for a in arms}
         self.folder = folder
@@ -242,6 +255,7 @@ class _Engine:
         self._stop = list(self.config.stop) or None
         self._concurrency = self.config.concurrency
         self.agents: Any = None  # an agents.AgentRunner for agent, command and python units
+        self.arm_agents: dict[str, Any] = {}  # each arm's AgentRunner (its own unit and client)
         self.bar = tqdm(
             total=pending,
             disable=not progress,
@@ -297,10 +311,20 @@ class _Engine:
             self.stop(str(self.ledger.disk_full))
         if self.rcache is not None and self.rcache.write_error is not None:
             self.stop(str(self.rcache.write_error))
-        for halted in (self.client.unreachable, self.client.rate_limited_out):
-            if halted is not None:
-                self.stop(halted)
+        for client in {id(c): c for c in self.clients.values()}.values():
+            for halted in (client.unreachable, client.rate_limited_out):
+                if halted is not None:
+                    self.stop(halted)
         return self.stop_reason
+
+    def client_of(self, arm_name: str) -> ModelClient:
+        """The client an arm's calls go through (its model, endpoint and price)."""
+        return self.clients[arm_name]
+
+    def seed_of(self, key: Key) -> int:
+        """A key's derived seed, from its arm's seed (the suite's unless the arm sets one)."""
+        case_id, arm_name, index = key
+        return derive_seed(self.arm_configs[arm_name].seed, case_id, arm_name, index)
 
     def _tick(self) -> None:
         limit = self.client.concurrency_limit
@@ -319,23 +343,22 @@ class _Engine:
         kw: dict[str, Any] = (
             {"messages": rendered, "tools": self._tools} if isinstance(rendered, list) else {"prompt": rendered}
         )
-        kw.update(
-            temperature=self.config.temperature,
-            seed=derive_seed(self.config.seed, case_id, arm_name, index),
-            stop=self._stop,
-        )
+        arm_config = self.arm_configs[arm_name]
+        kw.update(temperature=arm_config.temperature, seed=self.seed_of(key), stop=self._stop)
+        if arm_config.top_p is not None:
+            kw["extra"] = {"top_p": arm_config.top_p}
         return kw
 
     async def one(self, key: Key) -> None:
         case_id, arm_name, index = key
         try:
             if self.agents is not None:  # an agent unit: many calls, one sample (evalkit.agents)
-                seed = derive_seed(self.config.seed, case_id, arm_name, index)
-                sample = await self.agents.sample(
+                seed = self.seed_of(key)
+                sample = await self.arm_agents.get(arm_name, self.agents).sample(
                     self.cases[case_id], self.arms[arm_name], index, seed, self.prompts.get((case_id, arm_name))
                 )
             else:  # the prompt unit: one call
-                c = await self.client.complete(
+                c = await self.client_of(arm_name).complete(
                     **self.call_args(key),
                     sample_index=index,
                     key=f"{case_id}/{arm_name}/{index}",
@@ -383,7 +406,7 @@ class _Engine:
             tags=self.cases[case_id].tags,
             arm=arm_name,
             index=index,
-            seed=derive_seed(self.config.seed, case_id, arm_name, index),
+            seed=self.seed_of(key),
             model=c.model,
             output=c.text,
             tool_calls=c.tool_calls,
@@ -466,6 +489,28 @@ def run_cap_usd(meta: dict[str, Any], fallback: float) -> float:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
             return float(value)
     return float(fallback)
+
+
+def arm_base_url(config: Config, arm: Arm, suite_url: str | None) -> str | None:
+    """Where an arm's calls go: its own `generator.base_url` when it sets one other than
+    the suite's, else the suite generator's resolved URL (`--base-url`, the environment,
+    the config: `endpoints.resolve_base_url`)."""
+    own = config.for_arm(arm).generator.base_url
+    if "generator" in arm.overrides and own and own != config.generator.base_url:
+        return own
+    return suite_url
+
+
+def arm_suite(suite: Suite, arm: Arm) -> Suite:
+    """The suite as one arm runs it: its config is the arm's (`Config.for_arm`)."""
+    arm_config = suite.config.for_arm(arm)
+    return suite if arm_config is suite.config else dataclasses.replace(suite, config=arm_config)
+
+
+def _client_identity(config: Config, url: str | None) -> tuple[Any, ...]:
+    """What makes two arms' calls need two clients: model, endpoint, key, price, ceiling."""
+    g = config.generator
+    return (g.model, url, g.api_key_env, config.price, config.max_tokens_out)
 
 
 def _plan(suite: Suite, arms: list[Arm], k: int) -> Iterator[Key]:
@@ -632,7 +677,7 @@ async def _run_in_folder(
 
     unit = config.unit
     prompts = (
-        {(c.id, a.name): render_prompt(config, c, a) for c in suite.cases for a in arm_objs}
+        {(c.id, a.name): render_prompt(config.for_arm(a), c, a) for c in suite.cases for a in arm_objs}
         if unit.kind in ("prompt", "agent")  # a command or python unit gets the case as JSON
         else {}
     )
@@ -659,9 +704,26 @@ async def _run_in_folder(
         write_atomic(folder.path / "config.json", json.dumps(meta, indent=2) + "\n")
     check_endpoint(config.generator, base_url, replay_only)
     watch = combine(watch, served_watch(base_url))
+    # An arm with its own endpoint (`generator.base_url` of its own) sends there; every
+    # other arm goes where the suite's generator does. Each arm's key is checked now.
+    arm_urls = {a.name: arm_base_url(config, a, base_url) for a in arm_objs}
+    groups = {_client_identity(config.for_arm(a), arm_urls[a.name]) for a in arm_objs}
+    if len(groups) > 1 and (batch is not None or (resume and folder is not None and batches.has_open(folder.path))):
+        raise InputError(
+            "--batch sends one batch per endpoint, and the arms "
+            f"{', '.join(a.name for a in arm_objs)} run on {len(groups)} models, endpoints or prices: run them "
+            "one batch at a time (--arms NAME --batch on each)",
+            Path(suite.path) / "config.json",
+            json_path="$.arms",
+        )
+    for a in arm_objs:
+        check_endpoint(config.for_arm(a).generator, arm_urls[a.name], replay_only)
+        if arm_urls[a.name] != base_url:
+            watch = combine(watch, served_watch(arm_urls[a.name]))
     from .agents import prepare  # a command's program, a python unit's function: found before any write
 
     target = prepare(suite)
+    targets = {a.name: prepare(arm_suite(suite, a)) for a in arm_objs if "unit" in a.overrides}
 
     if not resume:
         meta = {
@@ -681,6 +743,8 @@ async def _run_in_folder(
             "cost_cap_usd": config.cost_cap_usd,  # the cap this run (and its grading) spends under
             "isolation": config.unit.isolation if config.unit.kind in ("command", "python") else None,
             "ci": ci,
+            # each arm's model, endpoint host and parameters, as the reports name them
+            "arm_settings": {a.name: config.arm_settings(a, arm_urls[a.name]) for a in arm_objs},
         }
 
     def execute(folder: RunFolder) -> Coroutine[Any, Any, RunResult]:
@@ -699,6 +763,8 @@ async def _run_in_folder(
             watch=watch,
             batch=batch,
             target=target,
+            arm_urls=arm_urls,
+            targets=targets,
         )
 
     if not resume:
@@ -728,6 +794,8 @@ async def _execute(
     watch: Watch | None = None,
     batch: batches.BatchOptions | None = None,
     target: Any = None,
+    arm_urls: dict[str, str | None] | None = None,
+    targets: dict[str, Any] | None = None,
 ) -> RunResult:
     """Run the keys of the plan (cases x arms x k) that `folder` lacks, under its lock
     and the runs folder's, and write the summary."""
@@ -759,36 +827,69 @@ async def _execute(
         rcache = ResponseCache(runs_root / CACHE_FILE) if (cache or replay_only) else None
         if rcache is not None:
             stack.callback(rcache.close)
-        client = ModelClient(
-            config.generator,
-            config.price,
-            ledger,
-            role="generator",
-            max_tokens_in=config.max_tokens_in,
-            max_tokens_out=config.max_tokens_out,
-            cache=rcache,
-            replay_only=replay_only,
-            max_attempts=config.max_attempts,
-            timeout_s=config.timeout_s,
-            base_url=base_url,
-            rate_limit_budget_s=config.rate_limit_budget_s,
-            max_connection_failures=config.max_connection_failures,
-            concurrency=config.concurrency,
-            cache_endpoint=endpoint_key(base_url) if base_url else None,  # answers are the server's own
-        )
+
+        def make_client(arm_config: Config, url: str | None) -> ModelClient:
+            return ModelClient(
+                arm_config.generator,
+                arm_config.price,
+                ledger,
+                role="generator",
+                max_tokens_in=config.max_tokens_in,
+                max_tokens_out=arm_config.max_tokens_out,
+                cache=rcache,
+                replay_only=replay_only,
+                max_attempts=config.max_attempts,
+                timeout_s=config.timeout_s,
+                base_url=url,
+                rate_limit_budget_s=config.rate_limit_budget_s,
+                max_connection_failures=config.max_connection_failures,
+                concurrency=config.concurrency,
+                cache_endpoint=endpoint_key(url) if url else None,  # answers are the server's own
+            )
+
+        client = make_client(config, base_url)
         stack.push_async_callback(client.aclose)
+        # One client per distinct (model, endpoint, price, output ceiling) of the arms: each
+        # reservation is at its arm's own worst case, each request carries its arm's model.
+        clients: dict[str, ModelClient] = {}
+        shared: dict[tuple[Any, ...], ModelClient] = {_client_identity(config, base_url): client}
+        for arm in arm_objs:
+            arm_config = config.for_arm(arm)
+            url = (arm_urls or {}).get(arm.name, base_url)
+            ident = _client_identity(arm_config, url)
+            if ident not in shared:
+                shared[ident] = make_client(arm_config, url)
+                stack.push_async_callback(shared[ident].aclose)
+            clients[arm.name] = shared[ident]
         engine = _Engine(
-            suite, arm_objs, folder, ledger, client, rcache, samples_total - len(done_before), progress, prompts, watch
+            suite,
+            arm_objs,
+            folder,
+            ledger,
+            client,
+            rcache,
+            samples_total - len(done_before),
+            progress,
+            prompts,
+            watch,
+            clients=clients,
         )
         if start_cause is not None:
             engine.stop(start_cause)
         if config.unit.kind != "prompt":  # evalkit.agents: the tool loop, or a program behind the proxy
             from .agents import AgentRunner
 
-            engine.agents = await AgentRunner(
-                suite, folder.path, client, should_stop=engine.should_stop, on_stop=engine.stop, target=target
-            ).start()
-            stack.push_async_callback(engine.agents.aclose)
+            for arm in arm_objs:  # each arm its own runner: its unit, its model's client
+                engine.arm_agents[arm.name] = runner = await AgentRunner(
+                    arm_suite(suite, arm),
+                    folder.path,
+                    clients[arm.name],
+                    should_stop=engine.should_stop,
+                    on_stop=engine.stop,
+                    target=(targets or {}).get(arm.name, target),
+                ).start()
+                stack.push_async_callback(runner.aclose)
+                engine.agents = engine.agents or runner
         try:
             if batch is not None or batches.has_open(folder.path):  # a provider batch (evalkit.batch)
                 pending = await batches.run_keys(engine, pending, k, batch, base_url)
@@ -800,7 +901,7 @@ async def _execute(
             engine.stop("interrupted")
     engine.should_stop()  # what closing found (the cache's last flush) counts too
 
-    per_arm = {a.name: {"samples": 0, "errors": 0} for a in arm_objs}
+    per_arm: dict[str, dict[str, Any]] = {a.name: {"samples": 0, "errors": 0} for a in arm_objs}
     by_case: collections.Counter[str] = collections.Counter(engine.done_per_case)
     for c, a, _ in done_before:
         per_arm[a]["samples"] += 1
@@ -821,6 +922,13 @@ async def _execute(
     n_errored = sum(c["errors"] for c in per_arm.values())
     n_missing = sum(c["missing"] for c in per_arm.values())
     reasons = error_reasons(run_errors, finished) if n_errored else ()
+    spend = spend_by_arm(folder.ledger_path)
+    for arm in arm_objs:  # each arm's own money: what its calls paid and what the cache saved it
+        row = spend.get(arm.name, {})
+        per_arm[arm.name]["paid_usd"] = row.get("paid_usd", 0.0)
+        per_arm[arm.name]["avoided_usd"] = row.get("avoided_usd", 0.0)
+        per_arm[arm.name]["cost_per_case_usd"] = row.get("paid_usd", 0.0) / max(1, len(suite.cases))
+        per_arm[arm.name]["model"] = config.for_arm(arm).generator.model
     per_case_total = len(arm_objs) * k
     ran = sum(1 for c in suite.cases if by_case.get(c.id, 0) == per_case_total)
     total = len(suite.cases)

@@ -155,13 +155,28 @@ CONFIG_KEYS = {
     "batch_price",
     "judge_batch_price",
     "unit",
+    "top_p",
 }
 REQUIRED_CONFIG_KEYS = ("generator", "cost_cap_usd", "max_tokens_in", "max_tokens_out", "price", "judge_price")
 ENDPOINT_KEYS = {"model", "base_url", "api_key_env"}
 PRICE_KEYS = {"in_per_mtok", "out_per_mtok"}
 GATE_KEYS = {"max_success_drop_points", "max_cost_increase_pct", "min_tag_cases", "alpha", "on_underpowered"}
 CI_KEYS = {"cost_cap_usd"}
-ARM_KEYS = {"name", "guidance", "skill_dir"}
+# An arm's own settings over the suite's (`Config.for_arm`): a model upgrade, another
+# endpoint, other sampling parameters, another prompt, another agent program.
+ARM_OVERRIDE_KEYS = (
+    "generator",
+    "price",
+    "batch_price",
+    "temperature",
+    "top_p",
+    "seed",
+    "max_tokens_out",
+    "prompt",
+    "system",
+    "unit",
+)
+ARM_KEYS = {"name", "guidance", "skill_dir", *ARM_OVERRIDE_KEYS}
 SKILL_FILE = "SKILL.md"  # in an arm's skill_dir: the skill an agent of that arm loads
 
 
@@ -426,6 +441,21 @@ class _Reader:
         return v
 
 
+class _ArmReader(_Reader):
+    """A `_Reader` for one arm's settings: every message starts with the arm's name, so
+    a problem of an arm's model or price says which arm it is."""
+
+    def __init__(self, r: _Reader, arm: str) -> None:
+        super().__init__(r.fx, r.path, r.line_for)
+        self.arm = arm
+
+    def err(self, jp: str, msg: str) -> None:
+        super().err(jp, f"arm {self.arm!r}: {msg}")
+
+    def warn(self, jp: str, msg: str, strict_error: bool = False, weight: Weight | None = None) -> None:
+        super().warn(jp, f"arm {self.arm!r}: {msg}", strict_error, weight)
+
+
 # --- the suite folder's files -----------------------------------------------------------
 def _rel_file(src: SuiteSource, r: _Reader, rel: Any, jp: str, what: str) -> str | None:
     """Read a file named in the config, refusing paths that leave the suite folder."""
@@ -479,8 +509,8 @@ def _endpoint(r: _Reader, obj: Any, jp: str, what: str, required: bool) -> Endpo
     return Endpoint(model=model, base_url=base_url, api_key_env=key_env or "OPENAI_API_KEY")
 
 
-def _price(r: _Reader, cfg: dict[str, Any], key: str) -> Price | None:
-    jp = f"$.{key}"
+def _price(r: _Reader, cfg: dict[str, Any], key: str, at: str = "$") -> Price | None:
+    jp = f"{at}.{key}"
     if key not in cfg:
         r.err(
             jp,
@@ -532,7 +562,9 @@ def _on_underpowered(r: _Reader, g: dict[str, Any]) -> Literal["fail", "warn"]:
     return cast(Literal["fail", "warn"], v)
 
 
-def _check_calls_fit(r: _Reader, cfg: dict[str, Any], price_key: str, role: str, *, ci: bool = False) -> None:
+def _check_calls_fit(
+    r: _Reader, cfg: dict[str, Any], price_key: str, role: str, *, ci: bool = False, at: str = "$"
+) -> None:
     """An error when not one call fits under the cap at its worst case: the ledger would
     refuse the first reservation and the run could never sample anything. Checked on
     the values as written, even those over a limit (so 10**9 tokens says both). `ci`:
@@ -551,7 +583,7 @@ def _check_calls_fit(r: _Reader, cfg: dict[str, Any], price_key: str, role: str,
         if ci:
             jp = "$.ci.cost_cap_usd"
         else:
-            jp = "$.max_tokens_out" if tout * pout >= tin * pin else "$.max_tokens_in"
+            jp = f"{at}.max_tokens_out" if tout * pout >= tin * pin else "$.max_tokens_in"
         never = "a CI run could never grade" if ci and role == "judge" else "the run could never sample"
         r.err(
             jp,
@@ -562,7 +594,7 @@ def _check_calls_fit(r: _Reader, cfg: dict[str, Any], price_key: str, role: str,
         )
 
 
-def _batch_price_above(r: _Reader, cfg: dict[str, Any], key: str, online: str) -> None:
+def _batch_price_above(r: _Reader, cfg: dict[str, Any], key: str, online: str, at: str = "$") -> None:
     """A warning when a batch price is above its online price: providers charge less for
     a batch (OpenAI: half), so the number is likely a typo or a swap."""
     b, o = cfg.get(key), cfg.get(online)
@@ -570,7 +602,7 @@ def _batch_price_above(r: _Reader, cfg: dict[str, Any], key: str, online: str) -
         bv, ov = _positive_number(b, name, zero_ok=True), _positive_number(o, name, zero_ok=True)
         if bv is not None and ov is not None and bv > ov:
             r.warn(
-                f"$.{key}.{name}",
+                f"{at}.{key}.{name}",
                 f"{key}.{name} {bv:g} is above {online}.{name} {ov:g}: a provider batch costs less than "
                 "an online call (OpenAI: half); check the two prices",
             )
@@ -642,6 +674,7 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
         r.err("$.verdict_judge", 'verdict_judge "pairwise" needs a judge')
 
     temperature = r.number(cfg, "temperature", "$", minimum=0, maximum=2, nullable=True)
+    top_p = r.number(cfg, "top_p", "$", minimum=0, maximum=1, nullable=True)
     seed = r.number(cfg, "seed", "$", integer=True, nullable=True, minimum=-MAX_SEED - 1, maximum=MAX_SEED)
     k = r.number(cfg, "k", "$", integer=True, positive=True, maximum=MAX_K, default=5)
     concurrency = r.number(cfg, "concurrency", "$", integer=True, positive=True, maximum=MAX_CONCURRENCY, default=4)
@@ -760,7 +793,8 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
     if system is not None:
         identifiers |= _template_identifiers(system, r, "$.system", "system template") or set()
 
-    arms = _validate_arms(src, r, cfg, identifiers, unit)
+    suite_side = _SuiteSide(mode, generator, judge, allow_same, identifiers, ci_cap is not None)
+    arms = _validate_arms(src, r, cfg, identifiers, unit, suite_side)
     if verdict_judge == "pairwise" and arms is not None and len(arms) < 2:
         r.err("$.verdict_judge", 'verdict_judge "pairwise" compares two arms: the config has one')
 
@@ -805,11 +839,160 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
         judge_batch_price=batch_prices.get("judge_batch_price"),
         unit=unit,
         raw=dict(cfg),
+        top_p=None if top_p is None else float(top_p),
     )
 
 
+@dataclass(frozen=True)
+class _SuiteSide:
+    """What an arm's settings are checked against: the suite's mode, generator, judge,
+    template placeholders and whether it has a CI cap."""
+
+    mode: str
+    generator: Endpoint | None
+    judge: Endpoint | None
+    allow_same_judge_model: bool
+    identifiers: set[str]
+    ci: bool
+
+
+def _arm_overrides(
+    src: SuiteSource, r: _Reader, cfg: dict[str, Any], a: dict[str, Any], jp: str, unit: Unit | None, side: _SuiteSide
+) -> dict[str, Any] | None:
+    """The settings an arm sets over the suite's (`Arm` fields, with `overrides`), checked
+    as the suite's own are, each message naming the arm; None after reporting a problem."""
+    ar = _ArmReader(r, str(a.get("name")))
+    out: dict[str, Any] = {}
+    set_keys: list[str] = []
+    ok = True
+    raw_gen = cfg.get("generator")
+    base_gen: dict[str, Any] = raw_gen if isinstance(raw_gen, dict) else {}
+    gen = side.generator
+    if "generator" in a:
+        g = a["generator"]
+        if not isinstance(g, dict):
+            ar.err(f"{jp}.generator", "generator must be an object with model, base_url, api_key_env")
+            return None
+        merged = {k: v for k, v in base_gen.items() if k in ENDPOINT_KEYS} | g
+        gen = _endpoint(ar, merged, f"{jp}.generator", f"arm {ar.arm!r}'s generator", required=True)
+        if gen is None:
+            return None
+        out["generator"] = gen
+        set_keys.append("generator")
+    new_model = gen is not None and side.generator is not None and not _same_model(gen, side.generator)
+    if gen is not None and side.judge is not None and _same_model(gen, side.judge) and "generator" in a:
+        if side.allow_same_judge_model:
+            ar.warn(f"{jp}.generator.model", f"judge model {side.judge.model!r} is this arm's model; allowed")
+        else:
+            ar.err(
+                f"{jp}.generator.model",
+                f"judge model {side.judge.model!r} is the same as this arm's generator: a model favours its own "
+                'output; use a different judge or set "allow_same_judge_model": true',
+            )
+            ok = False
+    for key in ("price", "batch_price"):
+        if key in a:
+            p = _price(ar, a, key, jp)
+            if p is None:
+                ok = False
+            out[key] = p
+            set_keys.append(key)
+        elif new_model:
+            assert gen is not None and side.generator is not None
+            if key == "price":
+                ar.err(
+                    f"{jp}.price",
+                    f"missing key 'price' for model {gen.model!r}: the suite's price is for {side.generator.model!r}; "
+                    'an arm that runs another model sets its own price {"in_per_mtok": ..., "out_per_mtok": ...}',
+                )
+                ok = False
+            else:  # the suite's batch price is another model's: this arm has none (`run --batch` refuses it)
+                out[key] = None
+                set_keys.append(key)
+    if "batch_price" in a and out.get("batch_price") is not None:
+        _batch_price_above(ar, a if "price" in a else {**a, "price": cfg.get("price")}, "batch_price", "price", jp)
+    bounds: dict[str, dict[str, Any]] = {
+        "temperature": {"minimum": 0, "maximum": 2, "nullable": True},
+        "top_p": {"minimum": 0, "maximum": 1, "nullable": True},
+        "seed": {"integer": True, "nullable": True, "minimum": -MAX_SEED - 1, "maximum": MAX_SEED},
+        "max_tokens_out": {"integer": True, "positive": True, "maximum": MAX_TOKENS},
+    }
+    for key, kw in bounds.items():
+        if key in a:
+            before = len(r.fx.errors)
+            v = ar.number(a, key, jp, **kw)
+            if len(r.fx.errors) > before:
+                ok = False
+            out[key] = None if v is None else (int(v) if kw.get("integer") else float(v))
+            set_keys.append(key)
+    # the worst case of one of this arm's calls under the caps
+    fit = {
+        **cfg,
+        "price": a.get("price", cfg.get("price")),
+        "max_tokens_out": a.get("max_tokens_out", cfg.get("max_tokens_out")),
+    }
+    if "price" in fit and ("price" in a or "max_tokens_out" in a):  # else the suite's own check said it
+        _check_calls_fit(ar, fit, "price", "generator", at=jp)
+        if side.ci:
+            _check_calls_fit(ar, fit, "price", "generator", ci=True, at=jp)
+    if "batch_price" in a and isinstance(a.get("batch_price"), dict):
+        _check_calls_fit(ar, {**fit, "batch_price": a["batch_price"]}, "batch_price", "generator batch", at=jp)
+    own_program = _program_unit(unit)
+    for key, field_name, what in (("prompt", "template", "template"), ("system", "system", "system template")):
+        if key not in a:
+            continue
+        if own_program:
+            ar.err(f"{jp}.{key}", f"a {getattr(unit, 'kind', '')} unit uses no template")
+            ok = False
+            continue
+        if key == "system" and side.mode != "chat":
+            ar.err(f"{jp}.system", "a system template needs chat mode")
+            ok = False
+            continue
+        text = _rel_file(src, ar, a[key], f"{jp}.{key}", what)
+        if text is None:
+            ok = False
+            continue
+        ids = _template_identifiers(text, ar, f"{jp}.{key}", f"{what} {a[key]!r}")
+        if ids is None:
+            ok = False
+        if not text.strip():
+            ar.err(f"{jp}.{key}", f"{what} {a[key]!r} is empty")
+            ok = False
+        out[field_name], out[f"{field_name}_file"] = text, a[key]
+        set_keys.append(field_name)
+    if "unit" in a:
+        raw_unit = cfg.get("unit") or {"kind": "prompt"}
+        base = {"kind": raw_unit} if isinstance(raw_unit, str) else dict(raw_unit) if isinstance(raw_unit, dict) else {}
+        given = a["unit"]
+        if not isinstance(given, dict):
+            ar.err(f"{jp}.unit", "an arm's unit must be an object of the suite unit's fields it changes (argv, ...)")
+            return None
+        if "kind" in given and given["kind"] != base.get("kind", "prompt"):
+            ar.err(
+                f"{jp}.unit.kind",
+                f"an arm cannot change the unit's kind ({base.get('kind', 'prompt')!r} in the suite): "
+                "make it a suite of its own",
+            )
+            return None
+        u = parse_unit(ar, base | given, side.mode, jp=f"{jp}.unit")
+        if u is None:
+            return None
+        out["unit"] = u
+        set_keys.append("unit")
+    if not ok:
+        return None
+    out["overrides"] = tuple(set_keys)
+    return out
+
+
 def _validate_arms(
-    src: SuiteSource, r: _Reader, cfg: dict[str, Any], identifiers: set[str], unit: Unit | None = None
+    src: SuiteSource,
+    r: _Reader,
+    cfg: dict[str, Any],
+    identifiers: set[str],
+    unit: Unit | None = None,
+    side: _SuiteSide | None = None,
 ) -> tuple[Arm, ...] | None:
     raw = cfg.get("arms", [{"name": "baseline"}])
     if not isinstance(raw, list) or not raw:
@@ -824,11 +1007,18 @@ def _validate_arms(
             r.err(jp, 'an arm must be an object {"name", "guidance"}')
             ok = False
             continue
-        r.unknown_keys(a, ARM_KEYS, jp, "arm")
         name = r.text(a, "name", jp, required=True)
+        r.unknown_keys(a, ARM_KEYS, jp, f"arm {name!r}" if isinstance(name, str) else "arm")
         if name is None:
             ok = False
             continue
+        own: dict[str, Any] = {}
+        if side is not None and any(key in a for key in ARM_OVERRIDE_KEYS):
+            got = _arm_overrides(src, r, cfg, a, jp, unit, side)
+            if got is None:
+                ok = False
+            else:
+                own = got
         problem = case_id_problem(name)
         if problem:
             r.err(f"{jp}.name", f"arm name {name!r} is not safe as a folder name: {problem}")
@@ -844,7 +1034,10 @@ def _validate_arms(
                 ok = False
             elif not guidance.strip():
                 r.warn(f"{jp}.guidance", f"guidance file {guidance_file!r} is empty")
-            if guidance is not None and "guidance" not in identifiers and not _program_unit(unit):
+            arm_ids = identifiers | {
+                i for t in (own.get("template"), own.get("system")) if t for i in string.Template(t).get_identifiers()
+            }
+            if guidance is not None and "guidance" not in arm_ids and not _program_unit(unit):
                 r.err(
                     f"{jp}.guidance",
                     f"arm {name!r} has guidance but no template uses ${{guidance}}: "
@@ -856,10 +1049,13 @@ def _validate_arms(
             skill = _skill_text(src, r, skill_dir, f"{jp}.skill_dir", unit, identifiers)
             if skill is None:
                 ok = False
-        arms.append(Arm(name=name, guidance_file=guidance_file, guidance=guidance, skill_dir=skill_dir, skill=skill))
-    texts: dict[tuple[str, str], str] = {}
+        arms.append(
+            Arm(name=name, guidance_file=guidance_file, guidance=guidance, skill_dir=skill_dir, skill=skill, **own)
+        )
+    texts: dict[tuple[str, str, str], str] = {}
     for a in arms:
-        key = ((a.guidance or "").strip(), a.skill_dir or "")
+        own_settings = json.dumps({k: repr(getattr(a, k, None)) for k in a.overrides}, sort_keys=True)
+        key = ((a.guidance or "").strip(), a.skill_dir or "", own_settings)
         if key in texts:
             what = "guidance and skill" if a.skill_dir else "guidance"
             r.warn("$.arms", f"arms {texts[key]!r} and {a.name!r} send the same {what}: they measure nothing")
@@ -1396,10 +1592,15 @@ def _check_run_size(config: Config, n_cases: int, src: SuiteSource, fx: Findings
     if problem:
         fx.error(problem, src.config_path, line, "$.k")
         return
-    worst = config.price.cost(config.max_tokens_in, config.max_tokens_out)
+    # each arm at its own worst case (its price and max_tokens_out, `Config.for_arm`)
+    arm_worst = [
+        config.for_arm(a).price.cost(config.max_tokens_in, config.for_arm(a).max_tokens_out) for a in config.arms
+    ]
+    worst = max(arm_worst)
     planned = n_cases * len(config.arms) * config.k
-    if worst > 0 and planned * worst > config.cost_cap_usd + 1e-12:
-        fit = int(config.cost_cap_usd / worst + 1e-9)
+    total_worst = n_cases * config.k * sum(arm_worst)
+    if worst > 0 and total_worst > config.cost_cap_usd + 1e-12:
+        fit = int(config.cost_cap_usd / (sum(arm_worst) / len(arm_worst)) + 1e-9)
         fx.warn(
             f"cost_cap_usd ${config.cost_cap_usd:g} covers {fit} generator call(s) at their worst case "
             f"(${worst:.6g} each); the run plans {planned} ({n_cases} cases x {len(config.arms)} arms x k "
@@ -1438,10 +1639,16 @@ def default_runs_dir(suite_path: str | Path) -> Path:
     return p
 
 
+_ARM_TEXTS = (("template", "prompt template"), ("system", "system template"))
+
+
 def _check_render(config: Config, case: Case, src: SuiteSource, fx: Findings) -> None:
     """Every placeholder of the templates must have a value for this case."""
     variables = template_variables(case, None)
-    for text, what in ((config.template, "template"), (config.system, "system template")):
+    texts = [(config.template, "template"), (config.system, "system template")]
+    for a in config.arms:  # an arm's own prompt or system file renders the same cases
+        texts += [(getattr(a, key), f"arm {a.name!r}'s {what}") for key, what in _ARM_TEXTS if key in a.overrides]
+    for text, what in texts:
         if text is None:
             continue
         missing = set(string.Template(text).get_identifiers()) - set(variables)

@@ -66,12 +66,11 @@ class Reader(Protocol):
     def warn(self, jp: str, msg: str, strict_error: bool = False) -> None: ...
 
 
-def parse_unit(r: Reader, raw: Any, mode: str) -> Unit | None:
+def parse_unit(r: Reader, raw: Any, mode: str, jp: str = "$.unit") -> Unit | None:
     """The `unit` of a config (`raw`: its JSON value, None when absent), or None after
-    reporting what is wrong with it."""
+    reporting what is wrong with it. `jp`: where it is (an arm's `unit` is its own)."""
     if raw is None:
         return Unit()
-    jp = "$.unit"
     if isinstance(raw, str):
         raw = {"kind": raw}
     if not isinstance(raw, dict):
