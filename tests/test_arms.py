@@ -263,7 +263,8 @@ def test_the_skill_comparison_page_of_three_arms_shows_the_matrix_and_each_arms_
 
 
 def test_the_upgrade_gate_an_arm_on_the_new_model_against_the_baseline_of_the_old(tmp_path):
-    suite = arm_suite(tmp_path / "suite", arms=[{"name": "baseline"}])
+    # two cases cannot see a 3-point drop: the gate warns of that instead of failing (h26)
+    suite = arm_suite(tmp_path / "suite", arms=[{"name": "baseline"}], gate={"on_underpowered": "warn"})
     cli = CliRunner()
     with ScriptedServer(SCRIPT) as srv:
         first = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
