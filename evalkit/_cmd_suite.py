@@ -52,6 +52,13 @@ def init_cmd(
     also the workflow that runs, grades and gates it on pull requests."""
     if ci is None and (watch or repo_root or evalkit_spec):
         raise click.UsageError("--watch, --repo-root and --evalkit-spec go with --ci")
+    if ci is not None:
+        # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
+        from .workflow import check_workflow_text
+
+        check_workflow_text(str(unit_dir), "the suite path")  # before anything is scaffolded
+        for w in watch:
+            check_workflow_text(w, "the --watch pattern")
     existing = ci is not None and (unit_dir / CONFIG_FILE).is_file()
     if not existing:
         dest = suite.scaffold_suite(unit_dir)
