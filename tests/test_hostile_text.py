@@ -154,3 +154,16 @@ def test_compare_ci_outputs_leave_no_secret_in_any_form(graded):
         if f.exists():
             assert not _leaks(f.read_text(encoding="utf-8")), f.name
     assert junit.exists() and md.exists(), res.output
+
+
+def test_report_redact_keeps_the_replay_page_of_an_agent_run(tmp_path):
+    import browser_run
+
+    run = browser_run.make_agent_run(tmp_path / "agent")
+    out = tmp_path / "reports"
+    res = CliRunner().invoke(main, ["report", str(run), "--reports-dir", str(out), "--redact",
+                                    "--only", "replay"])
+    assert res.exit_code == 0, res.output
+    page = (out / run.name / "replay.html").read_text(encoding="utf-8")
+    assert page.count("ek-replay") >= 2 and "tool lookup" in page
+    assert "<script>alert" not in page
