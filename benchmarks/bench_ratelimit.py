@@ -122,11 +122,11 @@ def inspect_side(samples: int, work: Path, cap_s: float) -> dict:
         )
         try:
             out, _ = proc.communicate(timeout=cap_s)
-            finished = True
-        except subprocess.TimeoutExpired:
+            exited = True
+        except subprocess.TimeoutExpired:  # killed: what the server counted stands
             proc.kill()
             out, _ = proc.communicate()
-            finished = False
+            exited = False
         wall = time.perf_counter() - t0
         fig = _server_figures(srv, wall)
     line = next((ln for ln in out.splitlines() if ln.startswith("INSPECT ")), None)
@@ -135,8 +135,8 @@ def inspect_side(samples: int, work: Path, cap_s: float) -> dict:
         planned=samples,
         results=done,
         lost=None if done is None else samples - done,
-        finished=finished,
-        status=line.split()[1] if line else f"stopped after {cap_s:g} s" if not finished else out[-400:],
+        exited_within_cap=exited,  # the process ended by itself within --cap-s (after writing its log)
+        status=line.split()[1] if line else f"stopped after {cap_s:g} s" if not exited else out[-400:],
     )
     return fig
 

@@ -193,7 +193,7 @@ def check_workflow_text(text: str, what: str) -> str:
     return text
 
 
-class _Dumper(yaml.SafeDumper):
+class _Dumper(yaml.SafeDumper):  # type: ignore[misc]  # PyYAML ships no types
     """PyYAML's safe dumper, with multi-line strings (the run scripts) as literal blocks."""
 
 
@@ -340,7 +340,9 @@ def github_workflow(
             }
         },
     }
-    body = yaml.dump(doc, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=4096, default_flow_style=False)
+    body = str(
+        yaml.dump(doc, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=4096, default_flow_style=False)
+    )
     return _HEADER + body
 
 
