@@ -53,14 +53,17 @@ def _suite(root: Path, url: str) -> Path:
     (suite / "judge").mkdir(parents=True)
     cases = [{"id": f"leak-{i}", "input": f"Leak number {i}", "expected": {"rubric": "Says nothing private."},
               "tags": ["leak"]} for i in range(len(FORMS))]
+    cases.append({"id": "tools", "input": "Call the tool", "expected": "x", "tags": ["tools"],
+                  "checks": [{"kind": "contains", "value": "x"}]})
     cases.append({"id": "hostile", "input": "Say the hostile thing", "expected": "x", "tags": ["text"],
                   "checks": [{"kind": "contains", "value": "x"}]})
     (suite / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
-    (suite / "prompt.txt").write_text("${guidance}Q: ${input}\nA:")
+    (suite / "prompt.txt").write_text("${input}")
+    (suite / "system.txt").write_text("${guidance}You answer questions.")
     (suite / "guided.md").write_text("GUIDED ")
     (suite / "judge" / "rubric-v1.md").write_text("5: private. 1: leaks.\n")
     (suite / "judge" / "prompt-v1.md").write_text("Rubric: ${rubric}\nAnswer: ${output}\nGive a score.\n")
-    cfg = {"mode": "completion", "template": "prompt.txt",
+    cfg = {"mode": "chat", "template": "prompt.txt", "system": "system.txt",
            "generator": {"model": "gen-model", "base_url": url, "api_key_env": "EVALKIT_TEST_KEY"},
            "judge": {"model": "judge-model", "base_url": url, "api_key_env": "EVALKIT_TEST_KEY"},
            "k": 2, "cost_cap_usd": 5.0, "max_tokens_in": 512, "max_tokens_out": 64, "temperature": 0.8, "seed": 7,
@@ -76,6 +79,9 @@ def _script() -> dict:
              for i, form in enumerate(FORMS)]
     rules += [{"match": f"Leak number {i}", "text": form} for i, form in enumerate(FORMS)]
     rules.append({"match": "hostile", "texts": [HOSTILE, HOSTILE + " x"]})
+    rules.append({"match": "Call the tool", "tool_calls": [{"name": "send", "arguments": {
+        "to": "jane.doe%40acmecorp.io", "auth": "Basic " + BASIC, "token": "\\u0067hp_" + TOKEN[4:],
+        "card": "4111 1111\n1111 1111", "split": TOKEN[:14] + "\u200b" + TOKEN[14:]}}]})
     return {"rules": rules, "default": {"text": "unknown"}}
 
 
@@ -119,6 +125,8 @@ def test_every_form_is_in_the_run_as_planted(graded):
     _, run = graded
     text = (run / "results.jsonl").read_text() + (run / "grades.jsonl").read_text()
     assert "\\ud800" in text and "%40acmecorp" in text and "&#64;" in text
+    tools = [r for r in map(json.loads, (run / "results.jsonl").read_text().splitlines()) if r["case_id"] == "tools"]
+    assert tools and all(r["tool_calls"][0]["arguments"]["to"] == "jane.doe%40acmecorp.io" for r in tools)
 
 
 def test_a_plain_report_renders_any_text(graded):

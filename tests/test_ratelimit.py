@@ -91,3 +91,18 @@ def test_one_pacer_per_endpoint_is_shared_and_a_429_holds_it() -> None:
     assert p.refused(1.0) > 4.0 and p.holds == 1  # a shorter Retry-After inside a hold does not shorten it
     assert parse_duration("6m0s") == 360.0 and parse_duration("20ms") == 0.02 and parse_duration("1.5s") == 1.5
     assert parse_duration("soon") is None
+
+
+def test_the_judge_is_paced_by_the_same_client(tmp_path: Path) -> None:
+    from test_grading import JUDGE_SCRIPT, write_run, write_suite
+
+    suite = write_suite(tmp_path / "suite", opt_out=True)
+    run = write_run(tmp_path, suite)
+    script = {**JUDGE_SCRIPT, "rate_limit": {"requests_per_min": 120, "burst_s": 1.0}}  # 2 per second
+    with ScriptedServer(script) as srv:
+        res = CliRunner().invoke(main, ["grade", str(run), "--judge-base-url", srv.base_url])
+        refused, admitted = srv.rate_limit.refused, srv.rate_limit.admitted
+    assert res.exit_code == 0, res.output
+    judged = [g for g in iter_jsonl(run / "grades.jsonl") if g.get("judge_score") is not None]
+    assert len(judged) == 6 and admitted >= 5  # identical outputs of one case share one call
+    assert refused <= 8, refused  # the first burst only: the judge's concurrency at most
