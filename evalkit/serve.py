@@ -60,6 +60,13 @@ Semantics, including what the contract leaves open (additions are marked *):
   *`after_s` / `until_s` make a fault active only in that window of seconds since the
   server started (a 20 s storm of 429s: `{"kind": "429", "rate": 0.5, "until_s": 20}`).
 * `latency_s` delays every model answer; no sleep at all when it is 0.
+* *`rate_limit` (`RateLimit`): `requests_per_min` and/or `tokens_per_min` enforced as
+  providers do, each a bucket of `burst_s` (default 1) seconds' worth refilled
+  continuously; a request's tokens are its prompt's words plus its `max_tokens`. A
+  request that does not fit gets a 429 with `Retry-After` and `retry-after-ms`, and with
+  `count_refused` (default true) it is counted against the limit anyway; every answer
+  carries OpenAI's `x-ratelimit-*` headers unless `headers` is false. Checked before the
+  faults; `stats["rate_limited"]` counts the refusals.
 * Endpoints: `POST /v1/completions`, `POST /v1/chat/completions`, `GET /v1/models`,
   `POST /extras/tokenize/count` (`{"input": str}` -> `{"count": n}`, the same word count
   as usage; llama-cpp-python's server answers the same path with its tokenizer's count).
