@@ -175,3 +175,13 @@ def test_report_redact_keeps_the_replay_page_of_an_agent_run(tmp_path):
     page = (out / run.name / "replay.html").read_text(encoding="utf-8")
     assert page.count("ek-replay") >= 2 and "tool lookup" in page
     assert "<script>alert" not in page
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_each_form_is_replaced_where_it_stands(form: str) -> None:
+    from evalkit.privacy import Redactor
+
+    out = Redactor().text(form)
+    assert re.search(r"<[A-Z_]+_1>", out) and not _leaks(out), out
+    # what the form said around the value stays as written
+    assert out.split("<")[0] == form.split(" ")[0] + " " or out.startswith("Authorization: Basic <")
