@@ -106,3 +106,28 @@ def test_the_judge_is_paced_by_the_same_client(tmp_path: Path) -> None:
     judged = [g for g in iter_jsonl(run / "grades.jsonl") if g.get("judge_score") is not None]
     assert len(judged) == 6 and admitted >= 5  # identical outputs of one case share one call
     assert refused <= 8, refused  # the first burst only: the judge's concurrency at most
+
+
+def test_an_agents_calls_through_the_proxy_are_paced_by_the_same_client(tmp_path: Path) -> None:
+    import asyncio
+
+    from test_proxy import _setup, _teardown
+
+    script = {"default": {"text": "one two"}, "rate_limit": {"requests_per_min": 600, "burst_s": 1.0}}
+
+    async def go(url: str) -> list[str]:
+        things = await _setup(tmp_path, url)
+        ep = things[5]
+        agent = openai.AsyncOpenAI(base_url=ep.base_url, api_key=ep.api_key, max_retries=0)
+        outs = await asyncio.gather(
+            *(agent.completions.create(model="m", prompt=f"call {i}", max_tokens=5) for i in range(40))
+        )
+        await agent.close()
+        await _teardown(*things)
+        return [o.choices[0].text for o in outs]
+
+    with ScriptedServer(script) as srv:
+        texts = asyncio.run(go(srv.base_url))
+        refused, admitted = srv.rate_limit.refused, srv.rate_limit.admitted
+    assert texts == ["one two"] * 40 and admitted == 40  # every agent call answered, none lost
+    assert refused <= 32, refused  # the first burst only (the client's 32 in flight, 10 fit)
