@@ -165,7 +165,7 @@ def grade_cmd(
         echo_text(line)
     for f in result.findings:
         echo_text(str(f))
-    click.echo(f"summary: {result.run_path / GRADES_SUMMARY}")
+    echo_text(f"summary: {result.run_path / GRADES_SUMMARY}")
     s = result.summary
     if not result.complete:
         stopped = f" (grading stopped: {s.stop_reason})" if s.stop_reason else ""
@@ -179,7 +179,7 @@ def grade_cmd(
         )
     pw_errored = (s.pairwise or {}).get("errored")
     if pw_errored:
-        click.echo(f"PAIRWISE INCOMPLETE: {pw_errored} pairwise trial(s) errored or unmatched", err=True)
+        echo_text(f"PAIRWISE INCOMPLETE: {pw_errored} pairwise trial(s) errored or unmatched", err=True)
     # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
     from .results import results_block, suite_baseline
 
@@ -334,8 +334,8 @@ def judge_sample_cmd(run: str, n: int, seed: int, to: str | None, force: bool) -
         click.echo(label_lines_text(items), nl=False)  # any output text stored losslessly, one line per item
         return
     path = write_label_file(items, to, force=force)
-    click.echo(f"wrote {len(items)} item(s) to label: {path}")
-    click.echo(f"label them in JupyterLab: evalkit judge label {path}")
+    echo_text(f"wrote {len(items)} item(s) to label: {path}")
+    echo_text(f"label them in JupyterLab: evalkit judge label {path}")
 
 
 @judge_group.command("label")
@@ -350,8 +350,8 @@ def judge_label_cmd(labels_file: str, rater: str, notebook: str | None) -> None:
     from .labelling import label_notebook
 
     path = label_notebook(labels_file, notebook, rater=rater)
-    click.echo(f"wrote {path}")
-    click.echo(f"open it in JupyterLab and run all cells: jupyter lab {path}")
+    echo_text(f"wrote {path}")
+    echo_text(f"open it in JupyterLab and run all cells: jupyter lab {path}")
 
 
 @judge_group.command("calibrate")
@@ -383,9 +383,9 @@ def judge_calibrate_cmd(run: str, labels_path: str | None, suite_path: str | Non
     suite = resolve_suite(Path(run), RunFolder(run).read_meta(), suite_path)
     path = write_calibration(suite.path, cal)
     click.echo(printable(f"judge {cal.judge.model} at {cal.judge.base_url} ({cal.judge.version}): {cal.summary()}"))
-    click.echo(f"recorded in {path}: commit it beside the judge files")
+    echo_text(f"recorded in {path}: commit it beside the judge files")
     if not cal.passed:
-        click.echo(f"NOT CALIBRATED: {cal.reason}", err=True)
+        echo_text(f"NOT CALIBRATED: {cal.reason}", err=True)
         sys.exit(1)
 
 

@@ -104,14 +104,14 @@ def report_cmd(
         echo_text(f"{nb.name}: {nb.html or nb.ipynb} ({nb.seconds:.1f} s) {status}", err=True)
     for name, why in result.skipped.items():
         if not only:
-            click.echo(f"{name}: skipped ({why})", err=True)
-    click.echo(str(result.index))
+            echo_text(f"{name}: skipped ({why})", err=True)
+    echo_text(str(result.index))
     if not result.ok:
         failed = [nb.name for nb in result.notebooks if not nb.ok]
-        click.echo(f"error: {len(failed)} of {len(result.notebooks)} notebook(s) failed: {', '.join(failed)}", err=True)
+        echo_text(f"error: {len(failed)} of {len(result.notebooks)} notebook(s) failed: {', '.join(failed)}", err=True)
         sys.exit(1)
     if result.nothing:
-        click.echo(f"error: {result.nothing}", err=True)
+        echo_text(f"error: {result.nothing}", err=True)
         sys.exit(1)
 
 
@@ -215,12 +215,12 @@ def microtest_cmd(
     microtest.write_marker(result.path, files, reps, flag_pattern)
     rep = reports.report_run(result.path, reports_dir, notebooks=["micro_test"])
     nb = rep.notebooks[0]
-    click.echo(f"run folder: {result.path}")
-    click.echo(f"report: {nb.html}")
+    echo_text(f"run folder: {result.path}")
+    echo_text(f"report: {nb.html}")
     found = run_verdicts(result.path).microtest
     if found is not None:
         echo_text(found.conclusion)
-    click.echo(str(rep.index))
+    echo_text(str(rep.index))
     if not nb.ok:
         echo_text(f"error: the micro_test notebook failed: {nb.error}", err=True)
         sys.exit(1)

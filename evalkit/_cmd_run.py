@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from . import fmt
-from ._cliopts import batch_from, batch_options, ci_output_options, emit_ci
+from ._cliopts import batch_from, batch_options, ci_output_options, echo_text, emit_ci
 from ._text import printable
 from .errors import InputError
 
@@ -101,7 +101,7 @@ def run_cmd(
 
         loaded = load_suite(suite, lenient_keys=lenient_keys)
         for w in loaded.warnings if lenient_keys else ():
-            click.echo(f"warning: {w}", err=True)
+            echo_text(f"warning: {w}", err=True)
         target = ci_suite(loaded) if ci else loaded
     result = run_suite(
         target,
@@ -117,13 +117,13 @@ def run_cmd(
         allow_private_data=allow_private_data,
         batch=options,
     )
-    click.echo(f"run folder: {result.path}")
+    echo_text(f"run folder: {result.path}")
     click.echo(
         f"spend: {fmt.usd(result.spend_usd)} of cap {fmt.usd(result.cap_usd)} "
         f"(avoided by the cache: {fmt.usd(result.avoided_usd)})"
     )
     for arm, c in result.per_arm.items():  # each arm's model and money (its own price, on the one ledger)
-        click.echo(
+        echo_text(
             f"{arm}: {c['samples']} samples, {c['errors']} errors, {c.get('missing', 0)} missing"
             + (f"; model {printable(str(c['model']))}" if c.get("model") else "")
             + (

@@ -147,7 +147,7 @@ def _serve(server: ScriptedServer | ServerProcess, command: tuple[str, ...]) -> 
             try:
                 proc = subprocess.Popen(list(command), env=env)
             except OSError as exc:
-                click.echo(f"error: cannot run {command[0]!r}: {exc.strerror or exc}", err=True)
+                echo_text(f"error: cannot run {command[0]!r}: {exc.strerror or exc}", err=True)
                 return 127
             done = threading.Event()
             died: list[str] = []

@@ -318,7 +318,7 @@ def power_cmd(
             n_cases = None  # a suite that cannot be read: `evalkit lint` says why
         short = suite_shortfall(plan, n_cases) if n_cases is not None else None
         if short:
-            click.echo(f"warning: {short}", err=True)
+            echo_text(f"warning: {short}", err=True)
     _emit(plan.to_json(), as_json, text)
 
 
@@ -388,7 +388,7 @@ def baseline_accept_cmd(run: Path, suite_dir: Path | None, arm: str | None) -> N
     from .gates import accept_baseline
 
     bj, bs = accept_baseline(run, suite_dir, arm=arm)
-    click.echo(f"wrote {bj}\nwrote {bs}\ncommit both in a change of their own, reviewed by someone else")
+    echo_text(f"wrote {bj}\nwrote {bs}\ncommit both in a change of their own, reviewed by someone else")
 
 
 @click.command("noise")

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ._io import write_atomic
+from .errors import RedactionIncomplete
 from .layout import RESULTS, SUMMARY_JSON
 from .records import COST_RISE_PREFIXES, SCORE_DROP_PREFIXES, UNDERPOWERED_PREFIX, judge_line
 from .runs import RunFolder, config_arm_names, iter_jsonl
@@ -167,12 +168,24 @@ def markdown(report: CiReport) -> str:
     return "\n\n".join([f"## {report.title}: {md_escape(report.headline, 300)}", *report.sections]) + "\n"
 
 
+def _checked(p: Path) -> Path:
+    """`p` as written, read back by the privacy scanner (entities, escapes and the other
+    decoded forms included): a file that still shows a value is removed and
+    `RedactionIncomplete` names it (never the value), as a redacted report's files are."""
+    from .privacy import leaking_files, scanner  # lazy: as `_published`
+
+    if leaking_files([p], [], scanner()):
+        p.unlink()
+        raise RedactionIncomplete(f"redaction incomplete: removed {p}, which still held personal data or a secret")
+    return p
+
+
 def write_junit(report: CiReport, path: str | Path) -> Path:
-    """Write the JUnit XML atomically (parent folders made)."""
+    """Write the JUnit XML atomically (parent folders made), then check what it shows."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(p, junit_xml(report).decode("utf-8"))
-    return p
+    return _checked(p)
 
 
 def write_markdown(report: CiReport, path: str | Path) -> Path:
@@ -182,12 +195,16 @@ def write_markdown(report: CiReport, path: str | Path) -> Path:
     text = markdown(report)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary and p.resolve() == Path(summary).resolve():
+        from .privacy import scanner  # lazy: as `_published`
+
+        if scanner().scan(text):  # checked before it is appended: other steps' text stays
+            raise RedactionIncomplete(f"redaction incomplete: nothing appended to {p}, which would show a secret")
         with open(p, "a", encoding="utf-8") as fh:
             fh.write(text + "\n")
         return p
     p.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(p, text)
-    return p
+    return _checked(p)
 
 
 # --------------------------------------------------------------------------- shared parts

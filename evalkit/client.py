@@ -106,6 +106,7 @@ from .cache import ResponseCache
 from .endpoints import check_base_url
 from .errors import BudgetExhausted, CeilingBreached, InputError, InputTooLong, ReplayMiss, UnitCallError
 from .ledger import Ledger, Reservation, reported_usage, unusable_usage
+from .ratelimit import pacer_for
 from .records import Endpoint, Price, Usage
 from .responses_api import input_messages, no_responses_api
 from .tokens import TokenCounter, utf8_len
@@ -564,6 +565,8 @@ class ModelClient:
         self._text_bound = text_bound(self.max_tokens_out)
         self._body_bound = body_bound(self.max_tokens_out)
         self._throttle = _Throttle(concurrency)
+        # The endpoint's rate limit, learned and shared with every client of it (evalkit.ratelimit).
+        self.pacer = pacer_for(self.base_url, endpoint.model)
         api_key = check_endpoint(endpoint, self.base_url, replay_only)
         # A replay-only client without a URL never sends: it gets no openai client at all.
         self._openai = (
@@ -593,6 +596,7 @@ class ModelClient:
         mark = _ATTEMPT.get()
         if mark is not None:
             mark.answered = True
+        self.pacer.observe(response.headers)
         strict = response.status_code < 400
         length = response.headers.get("content-length")
         if length is not None and length.isdigit() and "transfer-encoding" not in response.headers:
@@ -679,6 +683,7 @@ class ModelClient:
         if hit is not None:
             return hit
         prog = progress if progress is not None else CallProgress()
+        pace_tokens = tokens_out + utf8_len(canonical_json(body)) // 4  # what a provider counts, estimated
 
         label = key or "request"
         causes = _Causes()
@@ -689,6 +694,7 @@ class ModelClient:
         while True:
             attempt += 1
             cause, retry_after, limited_wait = "", None, None
+            await self.pacer.acquire(pace_tokens)
             await self._throttle.acquire()
             try:
                 stopped = (
@@ -739,7 +745,9 @@ class ModelClient:
                     if is_rate_limit(exc):
                         self._throttle.rate_limited()
                         limited += 1
-                        limited_wait = backoff_s(limited, retry_after, self._rng, RATE_LIMIT_BACKOFF_MAX_S)
+                        # Every worker of the endpoint holds until Retry-After (the pacer), not this one alone.
+                        headers = exc.response.headers if exc.response is not None else None
+                        limited_wait = self.pacer.refused(retry_after, headers)
                     elif status not in RETRY_STATUSES and status < 500:
                         causes.add(attempt, cause)
                         raise _call_error(f"{label}: {causes} (not retried)", attempt) from exc
@@ -781,6 +789,7 @@ class ModelClient:
                     raise
                 else:
                     self._throttle.answered()
+                    self.pacer.answered()
                     return self._settle(
                         r,
                         rhash,

@@ -92,11 +92,13 @@ def table_html(data: Any, *, caption: str | None = None, index: bool = False, ma
     more = len(df) - max_rows
     if more > 0:
         df = df.head(max_rows)
-    shown = df.astype(object).map(fmt.cell) if len(df.columns) else df
+    # every cell through `visible`: a NUL, an ESC or a lone surrogate in an output is shown
+    # as an escape (and the page can be written as UTF-8), never as the raw character
+    shown = df.astype(object).map(lambda v: visible(fmt.cell(v))) if len(df.columns) else df
     if index:
-        shown.index = [fmt.cell(i) for i in shown.index]
+        shown.index = [visible(fmt.cell(i)) for i in shown.index]
     out = str(shown.to_html(escape=True, index=index, border=0, classes="ek-table", na_rep=fmt.NO_DATA))
-    cap = f"<div class='ek-caption'><b>{html.escape(caption)}</b></div>" if caption else ""
+    cap = f"<div class='ek-caption'><b>{html.escape(visible(caption))}</b></div>" if caption else ""
     tail = f"<div><i>{fmt.count(more, 'more row')} not shown</i></div>" if more > 0 else ""
     return cap + out + tail
 

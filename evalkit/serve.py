@@ -69,6 +69,13 @@ Semantics, including what the contract leaves open (additions are marked *):
   `completion_tokens`). ``"stream": true`` is answered with the Responses events
   (``response.created`` ... ``response.completed``); `no_responses: true` in the
   script answers this endpoint 404, as a server without a Responses API does.
+* *`rate_limit` (`RateLimit`): `requests_per_min` and/or `tokens_per_min` enforced as
+  providers do, each a bucket of `burst_s` (default 1) seconds' worth refilled
+  continuously; a request's tokens are its prompt's words plus its `max_tokens`. A
+  request that does not fit gets a 429 with `Retry-After` and `retry-after-ms`, and with
+  `count_refused` (default true) it is counted against the limit anyway; every answer
+  carries OpenAI's `x-ratelimit-*` headers unless `headers` is false. Checked before the
+  faults; `stats["rate_limited"]` counts the refusals.
 * Endpoints: `POST /v1/completions`, `POST /v1/chat/completions`, `GET /v1/models`,
   `POST /extras/tokenize/count` (`{"input": str}` -> `{"count": n}`, the same word count
   as usage; llama-cpp-python's server answers the same path with its tokenizer's count).
@@ -82,6 +89,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import os
 import random
 import re
@@ -175,6 +183,18 @@ SCRIPT_SCHEMA: dict[str, Any] = {
             },
         },
         "latency_s": {"type": "number", "minimum": 0},
+        "rate_limit": {
+            "type": "object",
+            "additionalProperties": False,
+            "minProperties": 1,
+            "properties": {
+                "requests_per_min": {"type": "number", "exclusiveMinimum": 0},
+                "tokens_per_min": {"type": "number", "exclusiveMinimum": 0},
+                "burst_s": {"type": "number", "exclusiveMinimum": 0},
+                "headers": {"type": "boolean"},
+                "count_refused": {"type": "boolean"},
+            },
+        },
         "batch": BATCH_SCHEMA,
         "seed": {"type": "integer"},
         "system_fingerprint": {"type": "string"},
@@ -295,6 +315,92 @@ def _error_body(message: str, etype: str, code: str | None = None, param: str | 
     return {"error": {"message": message, "type": etype, "param": param, "code": code}}
 
 
+class _Bucket:
+    """One limit (requests or tokens per minute) as providers enforce it: a bucket of
+    `burst_s` seconds' worth that refills continuously. A refused request is counted
+    too (`count_refused`): it takes its share, so the level can go below zero, down to
+    a minute's worth of debt, and a client that retries into 429s stays refused."""
+
+    def __init__(self, per_min: float, burst_s: float, count_refused: bool) -> None:
+        self.per_min = per_min
+        self.rate = per_min / 60.0
+        self.capacity = max(1.0, self.rate * burst_s)
+        self.level = self.capacity
+        self.count_refused = count_refused
+        self._at = time.monotonic()
+
+    def refill(self, now: float) -> None:
+        self.level = min(self.capacity, self.level + (now - self._at) * self.rate)
+        self._at = now
+
+    def wait_for(self, amount: float) -> float:
+        """Seconds until `amount` fits (0 when it does now)."""
+        return max(0.0, (min(amount, self.capacity) - self.level) / self.rate)
+
+    def take(self, amount: float, admitted: bool) -> None:
+        if admitted or self.count_refused:
+            self.level = max(-self.per_min, self.level - amount)
+
+    def headers(self, kind: str) -> dict[str, str]:
+        return {
+            f"x-ratelimit-limit-{kind}": f"{self.per_min:g}",
+            f"x-ratelimit-remaining-{kind}": str(max(0, int(self.level))),
+            f"x-ratelimit-reset-{kind}": f"{(self.capacity - self.level) / self.rate:.3f}s",
+        }
+
+
+class RateLimit:
+    """The scripted server's `rate_limit`: requests and tokens per minute, enforced as
+    providers do (a refused request counts against the limit; 429 with Retry-After and,
+    unless `headers` is false, OpenAI's `x-ratelimit-*` headers on every answer). A
+    request's tokens are its prompt's words plus its `max_tokens`, as providers count
+    the requested output against the limit."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        burst = float(spec.get("burst_s", 1.0))
+        counted = bool(spec.get("count_refused", True))
+        rpm, tpm = spec.get("requests_per_min"), spec.get("tokens_per_min")
+        self.requests = _Bucket(float(rpm), burst, counted) if rpm else None
+        self.tokens = _Bucket(float(tpm), burst, counted) if tpm else None
+        self.send_headers = bool(spec.get("headers", True))
+        self.admitted = 0
+        self.refused = 0
+        self.first_at: float | None = None  # monotonic time of the first request checked
+        self.last_admitted_at: float | None = None
+        self._lock = threading.Lock()
+
+    def check(self, tokens: int) -> tuple[float | None, dict[str, str]]:
+        """(None, headers) when the request is admitted, else (Retry-After seconds, headers)."""
+        with self._lock:
+            now = time.monotonic()
+            if self.first_at is None:
+                self.first_at = now
+            buckets = [(b, float(n)) for b, n in ((self.requests, 1), (self.tokens, tokens)) if b is not None]
+            for b, _ in buckets:
+                b.refill(now)
+            wait = max((b.wait_for(n) for b, n in buckets), default=0.0)
+            admitted = wait <= 0
+            for b, n in buckets:
+                b.take(n, admitted)
+            if admitted:
+                self.admitted += 1
+                self.last_admitted_at = now
+            else:
+                self.refused += 1
+                # after this refusal's own share: the time until the next request fits
+                wait = max(b.wait_for(n) for b, n in buckets)
+            headers: dict[str, str] = {}
+            if self.send_headers:
+                if self.requests is not None:
+                    headers.update(self.requests.headers("requests"))
+                if self.tokens is not None:
+                    headers.update(self.tokens.headers("tokens"))
+            if not admitted:
+                headers["Retry-After"] = f"{wait:.3f}"
+                headers["retry-after-ms"] = str(max(1, math.ceil(wait * 1000)))
+            return (None if admitted else wait), headers
+
+
 class ScriptedServer:
     """A real OpenAI-compatible HTTP server on loopback that answers from a script.
 
@@ -326,6 +432,9 @@ class ScriptedServer:
         self._stopped: str | None = None  # exit_reason after stop()
         from ._batchserve import BatchStore
 
+        self.rate_limit = RateLimit(self.script["rate_limit"]) if self.script.get("rate_limit") else None
+        if self.rate_limit is not None:
+            self.stats["rate_limited"] = 0  # requests refused by `rate_limit` (each counted against it)
         self.batches = BatchStore(self, self.script.get("batch") or {})
         self.batch_stats = self.batches.stats  # {"uploads", "batches", "lines", "cancels"}
 
@@ -538,6 +647,20 @@ class ScriptedServer:
             etype = "invalid_request_error"
             return self._error(exc.status, str(exc), etype, exc.code)
 
+        limit_headers: dict[str, str] = {}
+        if self.rate_limit is not None:
+            wait, limit_headers = self.rate_limit.check(self._limit_tokens(body, text))
+            self.stats["rate_limited"] = self.rate_limit.refused
+            if wait is not None:
+                return web.json_response(
+                    _error_body(
+                        f"Rate limit reached: retry after {wait:.3f}s (scripted rate limit).",
+                        "requests",
+                        "rate_limit_exceeded",
+                    ),
+                    status=429,
+                    headers=limit_headers,
+                )
         kind = fault["kind"] if fault else None
         failed = self._fault_error(fault) if fault else None
         if failed is not None:
@@ -564,12 +687,20 @@ class ScriptedServer:
         except _BadRequest as exc:
             return self._error(exc.status, str(exc), "invalid_request_error", exc.code)
         if responses and body.get("stream"):
-            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+            resp = web.StreamResponse(
+                headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", **limit_headers}
+            )
             await resp.prepare(request)
             await resp.write(sse(stream_events(payload)))
             await resp.write_eof()
             return resp
-        return web.json_response(payload)
+        return web.json_response(payload, headers=limit_headers)
+
+    @staticmethod
+    def _limit_tokens(body: dict[str, Any], text: str) -> int:
+        """What a rate limit counts for a request: its prompt's words plus the output it asks for."""
+        asked = body.get("max_tokens", body.get("max_completion_tokens", body.get("max_output_tokens", 16)))
+        return count_words(text) + (asked if isinstance(asked, int) and asked > 0 else 16)
 
     def batch_answer(self, body: Any, endpoint: str) -> tuple[int | None, Any, float]:
         """One line of a batch, through the rules and faults of an online call to

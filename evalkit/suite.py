@@ -42,6 +42,7 @@ from ._io import (
     read_text_file,
 )
 from ._jsonschema import jsonschema
+from ._text import printable
 from .checks import CHECK_KINDS, CHECK_OPTIONS, TRAJECTORY_CHECK_OPTIONS, regex_flags
 from .detectable import cases_for_drop, detectable_drop, planning_rate
 from .endpoints import base_url_problem, masked_url
@@ -1923,7 +1924,8 @@ def ci_suite(suite: Suite) -> Suite:
 def scaffold_suite(path: str | Path) -> Path:
     """Create a new suite folder for `evalkit init` (refuses a non-empty folder)."""
     dest = Path(path)
-    return write_suite_atomically(dest, scaffold_files(dest.name))
+    # The name is shown in the files' text: an undecodable byte of it as an escape (`_text.printable`).
+    return write_suite_atomically(dest, scaffold_files(printable(dest.name)))
 
 
 def load_cases(path: str | Path) -> tuple[Case, ...]:
