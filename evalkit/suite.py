@@ -1113,9 +1113,19 @@ def _validate_case(
                 ok = False
                 continue
             opts = {k: v for k, v in c.items() if k != "kind"}
+            # an unknown option is an unknown key (an error with a "did you mean", a warning
+            # under --lenient-keys): a misspelt `case_fodl` would otherwise be ignored silently
             for key in opts:
-                if key not in CHECK_OPTIONS[kind]:
-                    r.warn(f"{cj}.{key}", label + f"unknown option {key!r} for a {kind} check", strict_error=True)
+                if key not in CHECK_OPTIONS[kind] and not is_comment_key(str(key)):
+                    close = difflib.get_close_matches(str(key), sorted(CHECK_OPTIONS[kind]), n=1, cutoff=0.6)
+                    hint = f"; did you mean {close[0]!r}?" if close else ""
+                    known = ", ".join(sorted(CHECK_OPTIONS[kind]))
+                    r.fx.unknown_key(
+                        label + f"unknown option {key!r} for a {kind} check{hint} (its options: {known})",
+                        r.path,
+                        r.line_for(f"{cj}.{key}"),
+                        f"{cj}.{key}",
+                    )
             if _check_options(kind, opts, r, cj, raw, src):
                 checks.append(Check(kind, opts))
             else:

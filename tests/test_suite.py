@@ -593,3 +593,17 @@ def test_the_batch_prices_are_bounded_as_price_is_and_one_batch_line_must_fit_th
     assert any("one generator batch call costs up to" in f.message for f in errors)
     _, warnings = _config_findings(tmp_path / "above", batch_price={"in_per_mtok": 0.2, "out_per_mtok": 0.2})
     assert [f.json_path for f in warnings if "batch costs less" in f.message] == ["$.batch_price.in_per_mtok"]
+
+
+def test_an_unknown_check_option_is_an_error_with_did_you_mean_and_a_warning_when_lenient(tmp_path):
+    # issue 33: `"case_fodl": true` was a warning and the check then ran case-sensitive
+    cases = [dict(CASES[0], checks=[{"kind": "contains", "value": "paris", "case_fodl": True, "// why": "a comment"}])]
+    root = write_suite(tmp_path / "unit", BASE_CONFIG, cases + CASES[1:])
+    report = lint_suite(root)
+    bad = [e for e in report.errors if e.json_path == "$.checks[0].case_fodl"]
+    assert len(bad) == 1 and "did you mean 'case_fold'?" in bad[0].message and bad[0].line == 1
+    assert not any("// why" in (e.json_path or "") for e in report.errors + report.warnings)
+    with pytest.raises(InputError, match="did you mean 'case_fold'"):
+        load_suite(root)
+    suite = load_suite(root, lenient_keys=True)
+    assert any("'case_fodl'" in w and "(ignored: --lenient-keys)" in w for w in suite.warnings)
