@@ -153,7 +153,7 @@ CONFIG_KEYS = {
     "unit",
 }
 REQUIRED_CONFIG_KEYS = ("generator", "cost_cap_usd", "max_tokens_in", "max_tokens_out", "price", "judge_price")
-ENDPOINT_KEYS = {"model", "base_url", "api_key_env"}
+ENDPOINT_KEYS = {"model", "base_url", "api_key_env", "cache_identity"}
 PRICE_KEYS = {"in_per_mtok", "out_per_mtok"}
 GATE_KEYS = {"max_success_drop_points", "max_cost_increase_pct", "min_tag_cases", "alpha"}
 CI_KEYS = {"cost_cap_usd"}
@@ -470,9 +470,14 @@ def _endpoint(r: _Reader, obj: Any, jp: str, what: str, required: bool) -> Endpo
     key_env = r.text(obj, "api_key_env", jp, default="OPENAI_API_KEY")
     if isinstance(key_env, str) and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key_env):
         r.err(f"{jp}.api_key_env", "api_key_env must name an environment variable (not hold a key)")
+    identity = r.text(obj, "cache_identity", jp, nullable=True)
+    if isinstance(identity, str) and not identity.strip():
+        r.err(f"{jp}.cache_identity", "cache_identity must be a non-empty string (or null: the base URL)")
     if model is None:
         return None
-    return Endpoint(model=model, base_url=base_url, api_key_env=key_env or "OPENAI_API_KEY")
+    return Endpoint(
+        model=model, base_url=base_url, api_key_env=key_env or "OPENAI_API_KEY", cache_identity=identity or None
+    )
 
 
 def _price(r: _Reader, cfg: dict[str, Any], key: str) -> Price | None:

@@ -715,3 +715,63 @@ def test_grade_prints_a_dead_servers_log_tail_line_by_line_and_escaped(tmp_path,
     err = res.stderr.splitlines()
     assert res.exit_code == 1 and "its log ends:" in err and "load ok" in err
     assert "\\x1b]0;PWNED\\x07boom" in err and "\x1b" not in res.stderr
+
+
+# --- the latency-tail finding (issue 33): only on retries, or past what contention explains
+
+def _tail_run(tmp_path: Path, script: dict, monkeypatch) -> Path:
+    from evalkit.runner import run_suite
+    from evalkit.suite import scaffold_suite
+
+    monkeypatch.setenv("EVALKIT_API_KEY", "local")
+    monkeypatch.delenv("EVALKIT_SERVED", raising=False)
+    suite = tmp_path / "unit"
+    scaffold_suite(suite)
+    with ScriptedServer(script) as srv:
+        result = run_suite(suite, base_url=srv.base_url, progress=False, cache=False, runs_dir=tmp_path / "runs")
+    grade_run(result.path)
+    return Path(result.path)
+
+
+def _latency_findings(run: Path) -> list[str]:
+    summary = json.loads((run / GRADES_SUMMARY).read_text())
+    return [f["message"] for f in summary["findings"] if "p95 latency" in f["message"]]
+
+
+TAIL_RULES = {"rules": [{"match": "France", "text": " Paris"}, {"match": "Italy", "text": " Rome"}]}
+
+
+def test_a_scripted_servers_injected_delays_are_never_a_latency_finding(tmp_path, monkeypatch):
+    # 2 of each arm's 10 answers delayed 0.3 s: p95 far past 3x p50, with no retry
+    script = {**TAIL_RULES, "faults": [{"kind": "slow", "delay_s": 0.3, "times": 4}]}
+    run = _tail_run(tmp_path, script, monkeypatch)
+    summary = json.loads((run / GRADES_SUMMARY).read_text())
+    lat = [a["overall"] for a in summary["per_arm"].values()]
+    assert any(m["latency_p95_ms"] > 3 * m["latency_p50_ms"] for m in lat)  # the tail the old rule fired on
+    assert _latency_findings(run) == []
+
+
+def test_the_latency_finding_fires_with_retries_on_the_ledger_and_says_so(tmp_path, monkeypatch):
+    # an endpoint that is not the scripted one (its own fingerprint): two 500s retried, and a tail
+    script = {**TAIL_RULES, "system_fingerprint": "fp_provider",
+              "faults": [{"kind": "500", "times": 2}, {"kind": "slow", "delay_s": 0.3, "times": 4}]}
+    run = _tail_run(tmp_path, script, monkeypatch)
+    [msg] = [m for m in _latency_findings(run)][:1]
+    assert "failed attempt(s) retried on the ledger" in msg
+    # the same tail with no retry: within what contention explains (10x p50 and 10 s above it)
+    script = {**TAIL_RULES, "system_fingerprint": "fp_provider",
+              "faults": [{"kind": "slow", "delay_s": 0.3, "times": 4}]}
+    assert _latency_findings(_tail_run(tmp_path / "b", script, monkeypatch)) == []
+
+
+def test_an_unexplained_tail_past_the_documented_bound_is_a_finding():
+    from evalkit import grading
+    from evalkit.records import GroupMetrics
+
+    base = GroupMetrics(**{f.name: None for f in dataclasses.fields(GroupMetrics) if f.default is dataclasses.MISSING})
+    m = dataclasses.replace(base, latency_p50_ms=800.0, latency_p95_ms=8_000.0)
+    assert grading._latency_finding("a", m, 0, False) is None  # 10x but only 7.2 s above p50: contention
+    m = dataclasses.replace(base, latency_p50_ms=1_500.0, latency_p95_ms=20_000.0)
+    f = grading._latency_finding("a", m, 0, False)
+    assert f is not None and "past what CPU contention explains" in f.message
+    assert grading._latency_finding("a", m, 0, True) is None  # never on the scripted server
