@@ -241,7 +241,8 @@ def test_metrics_and_findings(tmp_path, judge_server):
     levels = [(f["level"], f["message"]) for f in s["findings"]]
     assert any(lv == "HIGH" and "golden" in msg for lv, msg in levels)
     assert any(lv == "HIGH" and "should-refuse" in msg for lv, msg in levels)
-    assert any(lv == "MEDIUM" and "p95" in msg for lv, msg in levels)
+    # a tail of 3x p50 with no failed attempt on the ledger is within what contention explains (issue 33)
+    assert not any("p95" in msg for lv, msg in levels)
     assert any(lv == "MEDIUM" and "seed" in msg for lv, msg in levels)
     assert [f.level for f in res.findings] == sorted((f.level for f in res.findings),
                                                      key=["HIGH", "MEDIUM", "LOW"].index)
