@@ -127,7 +127,7 @@ def test_install_llama_shows_progress_and_fails_with_the_compiles_status_and_log
 
 def test_the_makefiles_editable_install_prints_no_build_backend_warning(tmp_path):
     """`make install`'s editable step, as the Makefile runs it (its environment included),
-    into a prefix of its own from a copy of the checkout: no setuptools banner (the license
+    into a fresh virtualenv from a copy of the checkout: no setuptools banner (the license
     as a TOML table, the editable-install notice) that reads like an error."""
     import os
     import shutil
@@ -142,9 +142,19 @@ def test_the_makefiles_editable_install_prints_no_build_backend_warning(tmp_path
     for f in (f for f in listed if f and (ROOT / f).is_file() and not f.startswith(("tests/", "data/"))):
         (src / f).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / f, src / f)
-    # into a prefix of its own (this environment's setuptools builds it, as make install's does)
-    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                           "--no-index", "--prefix", str(tmp_path / "prefix"), "-e", str(src)],
+    # a fresh virtualenv that sees this one's packages (setuptools builds it, as make install's
+    # does) through a .pth file, but not its evalkit (the .pth files of a .pth-added folder are
+    # not read): pip installs there and leaves this environment's editable evalkit alone
+    import sysconfig
+
+    fresh = tmp_path / "fresh"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(fresh)], check=True, timeout=120)
+    fresh_py = fresh / "bin" / "python"
+    site = Path(subprocess.run([str(fresh_py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    (site / "zz_test_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(fresh_py), "install", "--quiet", "--no-deps",
+                           "--no-build-isolation", "--no-index", "-e", str(src)],
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "Warning" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr

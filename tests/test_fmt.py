@@ -45,3 +45,17 @@ def test_pvalue_and_points_and_counts():
 def test_points_unsigned():
     from evalkit import fmt
     assert fmt.points(0.078, signed=False) == "7.8 pts"
+
+
+def test_a_correlation_that_is_not_defined_says_why():
+    # issue 33: "correlation -" with no reason when one arm passed every paired sample
+    import math
+
+    from evalkit import fmt as _fmt
+    from evalkit.stats import paired_difference
+
+    pdiff = paired_difference([1.0, 1.0, 1.0, 1.0], [1.0, 0.0, 1.0, 0.0])  # the first arm never varies
+    assert math.isnan(pdiff.correlation)
+    shown = _fmt.correlation(pdiff.correlation)
+    assert shown.startswith("- (undefined: an arm passed or failed every paired sample")
+    assert _fmt.correlation(0.25) == "0.25"
