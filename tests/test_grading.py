@@ -729,7 +729,9 @@ def _tail_run(tmp_path: Path, script: dict, monkeypatch) -> Path:
     suite = tmp_path / "unit"
     scaffold_suite(suite)
     with ScriptedServer(script) as srv:
-        result = run_suite(suite, base_url=srv.base_url, progress=False, cache=False, runs_dir=tmp_path / "runs")
+        # one arm: every injected fault lands in it
+        result = run_suite(suite, arms=["baseline"], base_url=srv.base_url, progress=False, cache=False,
+                           runs_dir=tmp_path / "runs")
     grade_run(result.path)
     return Path(result.path)
 
@@ -743,8 +745,8 @@ TAIL_RULES = {"rules": [{"match": "France", "text": " Paris"}, {"match": "Italy"
 
 
 def test_a_scripted_servers_injected_delays_are_never_a_latency_finding(tmp_path, monkeypatch):
-    # 2 of each arm's 10 answers delayed 0.3 s: p95 far past 3x p50, with no retry
-    script = {**TAIL_RULES, "faults": [{"kind": "slow", "delay_s": 0.3, "times": 4}]}
+    # 2 of the arm's 10 answers delayed 1 s: p95 far past 3x p50, with no retry
+    script = {**TAIL_RULES, "faults": [{"kind": "slow", "delay_s": 1.0, "times": 2}]}
     run = _tail_run(tmp_path, script, monkeypatch)
     summary = json.loads((run / GRADES_SUMMARY).read_text())
     lat = [a["overall"] for a in summary["per_arm"].values()]
@@ -755,13 +757,13 @@ def test_a_scripted_servers_injected_delays_are_never_a_latency_finding(tmp_path
 def test_the_latency_finding_fires_with_retries_on_the_ledger_and_says_so(tmp_path, monkeypatch):
     # an endpoint that is not the scripted one (its own fingerprint): two 500s retried, and a tail
     script = {**TAIL_RULES, "system_fingerprint": "fp_provider",
-              "faults": [{"kind": "500", "times": 2}, {"kind": "slow", "delay_s": 0.3, "times": 4}]}
+              "faults": [{"kind": "500", "times": 2}, {"kind": "slow", "delay_s": 1.0, "times": 2}]}
     run = _tail_run(tmp_path, script, monkeypatch)
-    [msg] = [m for m in _latency_findings(run)][:1]
-    assert "failed attempt(s) retried on the ledger" in msg
+    [msg] = _latency_findings(run)
+    assert msg.startswith("arm baseline: p95 latency") and "with 2 failed attempt(s) retried on the ledger" in msg
     # the same tail with no retry: within what contention explains (10x p50 and 10 s above it)
     script = {**TAIL_RULES, "system_fingerprint": "fp_provider",
-              "faults": [{"kind": "slow", "delay_s": 0.3, "times": 4}]}
+              "faults": [{"kind": "slow", "delay_s": 1.0, "times": 2}]}
     assert _latency_findings(_tail_run(tmp_path / "b", script, monkeypatch)) == []
 
 
