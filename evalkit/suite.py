@@ -473,6 +473,10 @@ def _endpoint(r: _Reader, obj: Any, jp: str, what: str, required: bool) -> Endpo
     identity = r.text(obj, "cache_identity", jp, nullable=True)
     if isinstance(identity, str) and not identity.strip():
         r.err(f"{jp}.cache_identity", "cache_identity must be a non-empty string (or null: the base URL)")
+    elif identity is not None and what != "generator":
+        # the judge's answers are cached per run, scoped to its identity (model, endpoint,
+        # judge files), which its calibration is recorded for: not renamed by a key
+        r.err(f"{jp}.cache_identity", "cache_identity is the generator's (the response cache); the judge has none")
     if model is None:
         return None
     return Endpoint(

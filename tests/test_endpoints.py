@@ -254,3 +254,18 @@ def test_cache_identity_in_config_is_read_and_an_empty_one_refused(tmp_path):
     cfg["generator"]["cache_identity"] = " "
     (suite / "config.json").write_text(_json.dumps(cfg))
     assert any(e.json_path == "$.generator.cache_identity" for e in lint_suite(suite).errors)
+
+
+def test_cache_identity_is_the_generators_only(tmp_path):
+    import json as _json
+
+    from evalkit.loader import lint_suite
+    from evalkit.suite import scaffold_suite
+
+    suite = tmp_path / "unit"
+    scaffold_suite(suite)
+    cfg = _json.loads((suite / "config.json").read_text())
+    cfg["judge"]["cache_identity"] = "my-judge"
+    (suite / "config.json").write_text(_json.dumps(cfg))
+    [err] = [e for e in lint_suite(suite).errors if e.json_path == "$.judge.cache_identity"]
+    assert "the generator's" in err.message
