@@ -223,9 +223,12 @@ def plan_notebooks(
         )
     has_judge_scores = graded and _grades_have_judge(run / GRADES, loaded)
     has_pairwise = (run / PAIRWISE).is_file() and (run / PAIRWISE).stat().st_size > 0
+    has_judge = bool((meta.get("config") or {}).get("judge")) if isinstance(meta.get("config"), dict) else False
     # A page only where it has something to show: a judge configured for a suite with no
-    # judged case has nothing to calibrate (PandaLM's reference is shown when asked for).
-    if has_judge_scores or has_pairwise or inputs.human_labels is not None or pandalm_dir is not None:
+    # judged case has nothing of this run's to calibrate (PandaLM's reference, when asked
+    # for, is shown for a run that has a judge).
+    reference = pandalm_dir is not None and has_judge
+    if has_judge_scores or has_pairwise or inputs.human_labels is not None or reference:
         plans["judge_calibration"] = {
             **base,
             "human_labels": str(inputs.human_labels.resolve()) if inputs.human_labels else "",

@@ -578,6 +578,10 @@ def test_judge_calibration_is_made_only_with_something_to_calibrate(tmp_path):
     assert skipped["judge_calibration"].startswith("nothing to calibrate: no judge score, no pairwise trial")
     plans, _ = reports.plan_notebooks(run, tmp_path / "out", pandalm_dir=tmp_path)  # PandaLM's reference asked for
     assert "judge_calibration" in plans
+    no_judge = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**no_judge, "config": {}}))
+    plans, _ = reports.plan_notebooks(run, tmp_path / "out", pandalm_dir=tmp_path)  # no judge: no reference page
+    assert "judge_calibration" not in plans
     (run / "pairwise.jsonl").write_text(json.dumps({"case_id": "c", "index": 0}) + "\n")
     plans, _ = reports.plan_notebooks(run, tmp_path / "out")
     assert "judge_calibration" in plans
