@@ -1031,7 +1031,10 @@ def summarize(
         and overall.n_graded == overall.n_expected
     )
     scripted = {a for a in arms if _all_scripted([s for key, s in samples.items() if key[1] == a])}
-    _findings(overall, per_arm, meta, cases, findings, _failed_attempts(run, arms), scripted)
+    failed = _failed_attempts(run, arms)
+    for (_, a, _), s in samples.items():  # an agent's tool calls that timed out count as well
+        failed[a] = failed.get(a, 0) + _tool_timeouts(s)
+    _findings(overall, per_arm, meta, cases, findings, failed, scripted)
     findings[:] = by_severity(findings)
     return GradesSummary(
         complete=complete,
@@ -1077,6 +1080,14 @@ def _failed_attempts(run: str, arms: Sequence[str]) -> dict[str, int]:
     return out
 
 
+def _tool_timeouts(sample: Sample) -> int:
+    """The tool calls of an agent's sample that failed by timing out (its trajectory's
+    `tool_errors`)."""
+    errors = (sample.agent or {}).get("tool_errors") or []
+    texts = [str(e.get("error")).lower() for e in errors if isinstance(e, dict)]
+    return sum(1 for t in texts if "timed out" in t or "timeout" in t)
+
+
 def _all_scripted(samples: Sequence[Sample]) -> bool:
     """Whether every sample was answered by evalkit's scripted server (its fingerprint)."""
     return bool(samples) and all(s.system_fingerprint == SCRIPTED_FINGERPRINT for s in samples)
@@ -1084,9 +1095,9 @@ def _all_scripted(samples: Sequence[Sample]) -> bool:
 
 def _latency_finding(arm: str, m: GroupMetrics, failed: int, scripted: bool) -> Finding | None:
     """The MEDIUM latency-tail finding of one arm, or None: with failed attempts on the
-    ledger past `LATENCY_TAIL_RATIO` x p50; with none, past the bound contention cannot
-    explain (`LATENCY_TAIL_RATIO_UNEXPLAINED` x p50 and `LATENCY_TAIL_MIN_GAP_MS` above
-    it); never on the scripted server."""
+    ledger or timed-out tool calls (`failed`), past `LATENCY_TAIL_RATIO` x p50; with
+    none, past the bound contention cannot explain (`LATENCY_TAIL_RATIO_UNEXPLAINED` x
+    p50 and `LATENCY_TAIL_MIN_GAP_MS` above it); never on the scripted server."""
     p50, p95 = m.latency_p50_ms, m.latency_p95_ms
     if not p50 or p95 is None or scripted:
         return None
@@ -1094,7 +1105,7 @@ def _latency_finding(arm: str, m: GroupMetrics, failed: int, scripted: bool) -> 
         return Finding(
             "MEDIUM",
             f"arm {arm}: p95 latency {p95:.0f} ms is more than {LATENCY_TAIL_RATIO:g}x p50 {p50:.0f} ms, "
-            f"with {failed} failed attempt(s) retried on the ledger (a retry loop?)",
+            f"with {failed} failed attempt(s) retried on the ledger or tool call(s) timed out (a retry loop?)",
         )
     if p95 > LATENCY_TAIL_RATIO_UNEXPLAINED * p50 and p95 - p50 >= LATENCY_TAIL_MIN_GAP_MS:
         return Finding(

@@ -778,3 +778,16 @@ def test_an_unexplained_tail_past_the_documented_bound_is_a_finding():
     f = grading._latency_finding("a", m, 0, False)
     assert f is not None and "past what CPU contention explains" in f.message
     assert grading._latency_finding("a", m, 0, True) is None  # never on the scripted server
+
+
+def test_an_agents_timed_out_tool_calls_count_as_the_evidence_of_a_tail():
+    from evalkit import grading
+
+    def sample(errors):
+        return Sample("c", ("t",), "a", 0, 1, "m", "out", (), "stop", Usage(1, 1), 10.0, 0.0, "h",
+                      agent={"tool_errors": errors})
+
+    assert grading._tool_timeouts(sample([{"name": "lookup", "error": "timed out after 5s"},
+                                          {"name": "lookup", "error": "no such city"},
+                                          {"name": "fetch", "error": "ReadTimeout"}])) == 2
+    assert grading._tool_timeouts(sample([])) == 0
