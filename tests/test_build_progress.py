@@ -158,3 +158,24 @@ def test_the_makefiles_editable_install_prints_no_build_backend_warning(tmp_path
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "Warning" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
+
+def test_a_real_compiles_log_gives_its_stages_and_steps():
+    """tests/data/install/llama-build-real.log: the log of `make install`'s compile of
+    llama-cpp-python 0.3.36 (pip -v, scikit-build-core 1.1.2, CMake 4.4.5, ninja, 140
+    steps) recorded on 2026-12-01 by tools/install-llama.sh on this branch, each line cut
+    to 160 characters (the compiler command lines run to 1,500); the copy was taken while
+    the wheel was being installed, so it ends before "Created ...whl" (the terminal showed
+    "wheel made: llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl" 3 s later)."""
+    tool = _tool()
+    ticks = iter(range(0, 100_000, 5))
+    out = io.StringIO()
+    real = ROOT / "tests" / "data" / "install" / "llama-build-real.log"
+    tool.follow(io.StringIO(real.read_text(encoding="utf-8")), out, None, now=lambda: float(next(ticks)))
+    said = [line.split("] ", 1)[1] for line in out.getvalue().splitlines()]
+    assert [s for s in said if not s.startswith("build step")] == [
+        "scikit-build-core 1.1.2: building the wheel", "CMake configure", "CMake configure done", "build with Ninja",
+        "installing into the wheel"]
+    steps = [s for s in said if s.startswith("build step")]
+    assert steps[0] == "build step 1 of 140 (0%)" and steps[-1] == "build step 140 of 140 (100%)"
+    assert 11 <= len(steps) <= 30  # the tenths and a line each quiet minute, not 140 lines

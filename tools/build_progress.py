@@ -6,7 +6,7 @@ never silent; the whole log goes to the file given as the first argument.
 
 Printed: the stages (the sdist unpacked, CMake configure, its end, the build, the
 install into the wheel, the wheel made), "build step N of M" from ninja's ``[N/M]``
-lines (the first, the last, each further tenth, and at least one a minute), and any
+lines (the first, the last, each further tenth, and the next after a quiet minute), and any
 line that reports an error. Written by hand: a dozen regexes over a stream, which no
 library offers as such. Run by tools/install-llama.sh; tests/test_build_progress.py
 feeds it a recorded log.
