@@ -22,7 +22,9 @@ $(STAMP): pyproject.toml $(LOCKS) tools/install-llama.sh
 	$(PIP) --require-hashes -r requirements/build.txt
 	$(PIP) --require-hashes --only-binary=:all: -r requirements/lock.txt
 	tools/install-llama.sh $(BIN)/python requirements/llama.txt
-	$(PIP) --no-build-isolation -e .
+	# setuptools' "Editable installation" notice is a BuildBackendWarning banner that reads
+	# like an error: it says nothing that applies here (no evalkit/ folder shadows the package)
+	PYTHONWARNINGS="ignore:Editable installation" $(PIP) --no-build-isolation -e .
 	$(BIN)/python -m pip check
 	$(BIN)/python -m ipykernel install --prefix $(VENV) --name python3 >/dev/null
 	touch $(STAMP)

@@ -192,3 +192,12 @@ def plan_check(pc: Any) -> tuple[str, str]:
             f"Followed its pre-registered plan{where}: {pc.observed_trials} of {pc.planned_trials} planned units."
         )
     return "regression", f"Did NOT follow its pre-registered plan{where}: " + "; ".join(pc.flags) + "."
+
+
+def correlation(x: Any) -> str:
+    """The correlation of two arms' paired results (`PairedDifference.correlation`): the
+    number, or `-` with why there is none (an arm that passed, or failed, every paired
+    sample does not vary, and a correlation with a constant is undefined)."""
+    if missing(x):
+        return f"{NO_DATA} (undefined: an arm passed or failed every paired sample, so its results do not vary)"
+    return number(x)

@@ -105,6 +105,9 @@ class Endpoint:
     model: str
     base_url: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
+    # What the response cache keys this endpoint's answers by (`endpoints.cache_identity`):
+    # None for the base URL (or, under `evalkit serve`, the served model's identity)
+    cache_identity: str | None = None
 
 
 @dataclass(frozen=True)
@@ -740,7 +743,8 @@ class Verdict:
             lines.append(
                 f"all {pd_.n} graded paired trials, clustered on case ({pd_.n_clusters} clusters): "
                 f"treatment - baseline pass rate {fmt.points(pd_.mean)} (SE {fmt.points(pd_.se, signed=False)}, "
-                f"95% CI {fmt.points(pd_.low)} to {fmt.points(pd_.high)}), correlation {fmt.number(pd_.correlation)}"
+                f"95% CI {fmt.points(pd_.low)} to {fmt.points(pd_.high)}), "
+                f"correlation {fmt.correlation(pd_.correlation)}"
             )
         if self.sequential:
             s = self.sequential

@@ -277,7 +277,7 @@ body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;mar
 table{border-collapse:collapse;margin:0.5em 0 1.5em 0}th,td{border:1px solid #ddd;padding:4px 8px;vertical-align:top;
 font-size:13px}th{background:#f4f4f4;text-align:left}.pass{color:#1a7f37;font-weight:bold}
 .regression{color:#c62828;font-weight:bold}.inconclusive{color:#8a6d00}.no-improvement{color:#555}
-.warn{color:#c62828}code{font-size:12px}
+.warn{color:#c62828}code{font-size:12px}.skipped{color:#666;font-size:12px}
 """
 
 
@@ -324,6 +324,13 @@ def build_index(reports_dir: str | Path) -> Path:
             for nb in m.get("notebooks") or []
             if nb.get("html")
         )
+        skipped = m.get("skipped") or {}
+        if isinstance(skipped, dict) and skipped:  # the pages not made, each with why (nothing to show)
+            links += (
+                "<br><span class='skipped'>not made: "
+                + "; ".join(f"{e(TITLES.get(str(name), str(name)))} ({e(str(why))})" for name, why in skipped.items())
+                + "</span>"
+            )
         rates = ", ".join(f"{e(str(a))} {_pct(v)}" for a, v in (m.get("headline") or {}).items()) or (
             "<span class='warn'>not graded: nothing to report</span>" if m.get("graded") is False else "&mdash;"
         )

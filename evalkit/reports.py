@@ -43,7 +43,16 @@ from .errors import EvalkitError, InputError
 from .gates import gate, load_baseline
 from .grading import summarize_run, write_summary
 from .judge import load_human_labels
-from .layout import BASELINE_FILE, GRADES, HUMAN_LABELS_FILE, MICROTEST_MARKER, RESULTS, RUN_CONFIG, TRAJECTORIES
+from .layout import (
+    BASELINE_FILE,
+    GRADES,
+    HUMAN_LABELS_FILE,
+    MICROTEST_MARKER,
+    PAIRWISE,
+    RESULTS,
+    RUN_CONFIG,
+    TRAJECTORIES,
+)
 from .microtest import analyse
 from .nb import REDACT_ENV
 from .plans import find_plan, load_plan
@@ -217,8 +226,13 @@ def plan_notebooks(
             "needs two arms or more" if len(arms) < 2 else "the run is not graded (run `evalkit grade` first)"
         )
     has_judge_scores = graded and _grades_have_judge(run / GRADES, loaded)
+    has_pairwise = (run / PAIRWISE).is_file() and (run / PAIRWISE).stat().st_size > 0
     has_judge = bool((meta.get("config") or {}).get("judge")) if isinstance(meta.get("config"), dict) else False
-    if has_judge_scores or has_judge or inputs.human_labels is not None:
+    # A page only where it has something to show: a judge configured for a suite with no
+    # judged case has nothing of this run's to calibrate (PandaLM's reference, when asked
+    # for, is shown for a run that has a judge).
+    reference = pandalm_dir is not None and has_judge
+    if has_judge_scores or has_pairwise or inputs.human_labels is not None or reference:
         plans["judge_calibration"] = {
             **base,
             "human_labels": str(inputs.human_labels.resolve()) if inputs.human_labels else "",
@@ -226,7 +240,7 @@ def plan_notebooks(
         if pandalm_dir is not None:
             plans["judge_calibration"]["pandalm_dir"] = str(Path(pandalm_dir).resolve())
     else:
-        skipped["judge_calibration"] = "no judge, no judge scores and no human labels"
+        skipped["judge_calibration"] = "nothing to calibrate: no judge score, no pairwise trial and no human label"
     if len(arms) >= 2 or inputs.plan is not None:
         plans["power_planning"] = {**base, "interactive": False, "plan": plan}
     else:

@@ -61,7 +61,7 @@ from . import metrics
 from ._text import printable
 from .cache import ResponseCache
 from .client import CallStopped, ModelClient, check_endpoint
-from .endpoints import Watch, combine, endpoint_key, resolve_base_url, served_watch
+from .endpoints import Watch, cache_identity, combine, resolve_base_url, served_watch
 from .errors import BudgetExhausted, CeilingBreached, DiskFull, InputError, InputTooLong, ReplayMiss, UnitCallError
 from .layout import CACHE_FILE
 from .ledger import Ledger, spend_by_arm
@@ -844,7 +844,8 @@ async def _execute(
                 rate_limit_budget_s=config.rate_limit_budget_s,
                 max_connection_failures=config.max_connection_failures,
                 concurrency=config.concurrency,
-                cache_endpoint=endpoint_key(url) if url else None,  # answers are the server's own
+                # answers are the server's own, keyed by what they depend on (not a serve's port)
+                cache_endpoint=cache_identity(arm_config.generator, url) if url else None,
             )
 
         client = make_client(config, base_url)

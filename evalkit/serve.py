@@ -446,6 +446,13 @@ class ScriptedServer:
             raise EvalkitError("the scripted server is not started")
         return f"http://{self.host}:{self.port}/v1"
 
+    @property
+    def cache_identity(self) -> str:
+        """What this server's answers depend on, as the response cache keys them (not its
+        port): the script, as loaded."""
+        script = json.dumps(self.script, sort_keys=True, separators=(",", ":"), default=str)
+        return f"scripted:sha256={hashlib.sha256(script.encode('utf-8')).hexdigest()[:32]}"
+
     def start(self) -> ScriptedServer:
         """Bind and serve in a daemon thread; returns once the port accepts connections."""
         if self._thread is not None:
@@ -898,6 +905,29 @@ def _free_port(host: str) -> int:
         return port
 
 
+# The port `evalkit serve` takes when none is given and it is free: the same base URL from
+# one serve to the next, for tools that remember it (the response cache does not need it:
+# it keys a served model by `cache_identity`, never by its port).
+DEFAULT_PORT = 18181
+
+
+def default_port(host: str = "127.0.0.1") -> int:
+    """`DEFAULT_PORT` when it can be bound on `host` now, else 0 (a free port: another
+    server holds the default one)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, DEFAULT_PORT))
+        except OSError:
+            return 0
+    return DEFAULT_PORT
+
+
+def file_sha256(path: str | Path) -> str:
+    """The sha256 of a file's bytes (hex), read in chunks by hashlib."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
 def default_model_path() -> Path:
     """The embedded Gemma 3 270M base model (Q4_K_M GGUF), assembled once.
 
@@ -978,6 +1008,12 @@ class ServerProcess:
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
+
+    @property
+    def cache_identity(self) -> str | None:
+        """What the server's answers depend on, as the response cache keys them, or None
+        when unknown (then its URL is its identity)."""
+        return None
 
     def _argv(self) -> list[str]:
         return [a.replace("{host}", self.host).replace("{port}", str(self.port)) for a in self.command]
@@ -1159,6 +1195,7 @@ class LocalModelServer(ServerProcess):
         self.model_path = Path(model_path) if model_path is not None else None
         self.n_ctx = n_ctx
         self.n_threads = n_threads
+        self._identity: str | None = None
 
     def start(self) -> LocalModelServer:
         """Start the server and block until it answers (or raise with its log tail)."""
@@ -1191,6 +1228,27 @@ class LocalModelServer(ServerProcess):
             self.command += ["--n_threads", str(self.n_threads), "--n_threads_batch", str(self.n_threads)]
         super().start()
         return self
+
+    @property
+    def cache_identity(self) -> str | None:
+        """The model file's sha256 and the settings the answers depend on (context size,
+        an explicit thread count, llama-cpp-python's version), not the port: two serves
+        of one model answer one request alike, so the second replays the first's answers.
+        None before `start` has found the model."""
+        if self.model_path is None:
+            return None
+        if self._identity is None:
+            from importlib.metadata import PackageNotFoundError, version
+
+            try:
+                llama = version("llama-cpp-python")
+            except PackageNotFoundError:
+                llama = "unknown"
+            threads = f";n_threads={self.n_threads}" if self.n_threads else ""
+            self._identity = (
+                f"llama.cpp:gguf-sha256={file_sha256(self.model_path)};n_ctx={self.n_ctx}{threads};llama_cpp={llama}"
+            )
+        return self._identity
 
     def __enter__(self) -> LocalModelServer:
         return self.start()

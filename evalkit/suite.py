@@ -159,7 +159,7 @@ CONFIG_KEYS = {
     "top_p",
 }
 REQUIRED_CONFIG_KEYS = ("generator", "cost_cap_usd", "max_tokens_in", "max_tokens_out", "price", "judge_price")
-ENDPOINT_KEYS = {"model", "base_url", "api_key_env"}
+ENDPOINT_KEYS = {"model", "base_url", "api_key_env", "cache_identity"}
 PRICE_KEYS = {"in_per_mtok", "out_per_mtok"}
 GATE_KEYS = {"max_success_drop_points", "max_cost_increase_pct", "min_tag_cases", "alpha", "on_underpowered"}
 CI_KEYS = {"cost_cap_usd"}
@@ -505,9 +505,18 @@ def _endpoint(r: _Reader, obj: Any, jp: str, what: str, required: bool) -> Endpo
     key_env = r.text(obj, "api_key_env", jp, default="OPENAI_API_KEY")
     if isinstance(key_env, str) and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key_env):
         r.err(f"{jp}.api_key_env", "api_key_env must name an environment variable (not hold a key)")
+    identity = r.text(obj, "cache_identity", jp, nullable=True)
+    if isinstance(identity, str) and not identity.strip():
+        r.err(f"{jp}.cache_identity", "cache_identity must be a non-empty string (or null: the base URL)")
+    elif identity is not None and what != "generator":
+        # the judge's answers are cached per run, scoped to its identity (model, endpoint,
+        # judge files), which its calibration is recorded for: not renamed by a key
+        r.err(f"{jp}.cache_identity", "cache_identity is the generator's (the response cache); the judge has none")
     if model is None:
         return None
-    return Endpoint(model=model, base_url=base_url, api_key_env=key_env or "OPENAI_API_KEY")
+    return Endpoint(
+        model=model, base_url=base_url, api_key_env=key_env or "OPENAI_API_KEY", cache_identity=identity or None
+    )
 
 
 def _price(r: _Reader, cfg: dict[str, Any], key: str, at: str = "$") -> Price | None:
@@ -1341,9 +1350,19 @@ def _validate_case(
                 ok = False
                 continue
             opts = {k: v for k, v in c.items() if k != "kind"}
+            # an unknown option is an unknown key (an error with a "did you mean", a warning
+            # under --lenient-keys): a misspelt `case_fodl` would otherwise be ignored silently
             for key in opts:
-                if key not in CHECK_OPTIONS[kind]:
-                    r.warn(f"{cj}.{key}", label + f"unknown option {key!r} for a {kind} check", strict_error=True)
+                if key not in CHECK_OPTIONS[kind] and not is_comment_key(str(key)):
+                    close = difflib.get_close_matches(str(key), sorted(CHECK_OPTIONS[kind]), n=1, cutoff=0.6)
+                    hint = f"; did you mean {close[0]!r}?" if close else ""
+                    known = ", ".join(sorted(CHECK_OPTIONS[kind]))
+                    r.fx.unknown_key(
+                        label + f"unknown option {key!r} for a {kind} check{hint} (its options: {known})",
+                        r.path,
+                        r.line_for(f"{cj}.{key}"),
+                        f"{cj}.{key}",
+                    )
             if _check_options(kind, opts, r, cj, raw, src):
                 checks.append(Check(kind, opts))
             else:

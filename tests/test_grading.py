@@ -241,7 +241,8 @@ def test_metrics_and_findings(tmp_path, judge_server):
     levels = [(f["level"], f["message"]) for f in s["findings"]]
     assert any(lv == "HIGH" and "golden" in msg for lv, msg in levels)
     assert any(lv == "HIGH" and "should-refuse" in msg for lv, msg in levels)
-    assert any(lv == "MEDIUM" and "p95" in msg for lv, msg in levels)
+    # a tail of 3x p50 with no failed attempt on the ledger is within what contention explains (issue 33)
+    assert not any("p95" in msg for lv, msg in levels)
     assert any(lv == "MEDIUM" and "seed" in msg for lv, msg in levels)
     assert [f.level for f in res.findings] == sorted((f.level for f in res.findings),
                                                      key=["HIGH", "MEDIUM", "LOW"].index)
@@ -865,3 +866,78 @@ def test_the_judge_waits_for_money_in_flight_under_a_cap_of_1_4_worst_case_calls
             committed += ev["cost_usd"]
         assert committed + reserved <= worst * 1.4 + 1e-12 and len(open_) <= 1
     assert not any(ev["event"] == "refuse" for ev in iter_jsonl(run / "ledger.jsonl"))
+
+
+# --- the latency-tail finding (issue 33): only on retries, or past what contention explains
+
+def _tail_run(tmp_path: Path, script: dict, monkeypatch) -> Path:
+    from evalkit.runner import run_suite
+    from evalkit.suite import scaffold_suite
+
+    monkeypatch.setenv("EVALKIT_API_KEY", "local")
+    monkeypatch.delenv("EVALKIT_SERVED", raising=False)
+    suite = tmp_path / "unit"
+    scaffold_suite(suite)
+    with ScriptedServer(script) as srv:
+        # one arm: every injected fault lands in it
+        result = run_suite(suite, arms=["baseline"], base_url=srv.base_url, progress=False, cache=False,
+                           runs_dir=tmp_path / "runs")
+    grade_run(result.path)
+    return Path(result.path)
+
+
+def _latency_findings(run: Path) -> list[str]:
+    summary = json.loads((run / GRADES_SUMMARY).read_text())
+    return [f["message"] for f in summary["findings"] if "p95 latency" in f["message"]]
+
+
+TAIL_RULES = {"rules": [{"match": "France", "text": " Paris"}, {"match": "Italy", "text": " Rome"}]}
+
+
+def test_a_scripted_servers_injected_delays_are_never_a_latency_finding(tmp_path, monkeypatch):
+    # 2 of the arm's 10 answers delayed 1 s: p95 far past 3x p50, with no retry
+    script = {**TAIL_RULES, "faults": [{"kind": "slow", "delay_s": 1.0, "times": 2}]}
+    run = _tail_run(tmp_path, script, monkeypatch)
+    summary = json.loads((run / GRADES_SUMMARY).read_text())
+    lat = [a["overall"] for a in summary["per_arm"].values()]
+    assert any(m["latency_p95_ms"] > 3 * m["latency_p50_ms"] for m in lat)  # the tail the old rule fired on
+    assert _latency_findings(run) == []
+
+
+def test_the_latency_finding_fires_with_retries_on_the_ledger_and_says_so(tmp_path, monkeypatch):
+    # an endpoint that is not the scripted one (its own fingerprint): two 500s retried, and a tail
+    script = {**TAIL_RULES, "system_fingerprint": "fp_provider",
+              "faults": [{"kind": "500", "times": 2}, {"kind": "slow", "delay_s": 1.0, "times": 2}]}
+    run = _tail_run(tmp_path, script, monkeypatch)
+    [msg] = _latency_findings(run)
+    assert msg.startswith("arm baseline: p95 latency") and "with 2 failed attempt(s) retried on the ledger" in msg
+    # the same tail with no retry: within what contention explains (10x p50 and 10 s above it)
+    script = {**TAIL_RULES, "system_fingerprint": "fp_provider",
+              "faults": [{"kind": "slow", "delay_s": 1.0, "times": 2}]}
+    assert _latency_findings(_tail_run(tmp_path / "b", script, monkeypatch)) == []
+
+
+def test_an_unexplained_tail_past_the_documented_bound_is_a_finding():
+    from evalkit import grading
+    from evalkit.records import GroupMetrics
+
+    base = GroupMetrics(**{f.name: None for f in dataclasses.fields(GroupMetrics) if f.default is dataclasses.MISSING})
+    m = dataclasses.replace(base, latency_p50_ms=800.0, latency_p95_ms=8_000.0)
+    assert grading._latency_finding("a", m, 0, False) is None  # 10x but only 7.2 s above p50: contention
+    m = dataclasses.replace(base, latency_p50_ms=1_500.0, latency_p95_ms=20_000.0)
+    f = grading._latency_finding("a", m, 0, False)
+    assert f is not None and "past what CPU contention explains" in f.message
+    assert grading._latency_finding("a", m, 0, True) is None  # never on the scripted server
+
+
+def test_an_agents_timed_out_tool_calls_count_as_the_evidence_of_a_tail():
+    from evalkit import grading
+
+    def sample(errors):
+        return Sample("c", ("t",), "a", 0, 1, "m", "out", (), "stop", Usage(1, 1), 10.0, 0.0, "h",
+                      agent={"tool_errors": errors})
+
+    assert grading._tool_timeouts(sample([{"name": "lookup", "error": "timed out after 5s"},
+                                          {"name": "lookup", "error": "no such city"},
+                                          {"name": "fetch", "error": "ReadTimeout"}])) == 2
+    assert grading._tool_timeouts(sample([])) == 0

@@ -572,3 +572,24 @@ def test_skill_comparison_on_the_pairwise_judge_says_so(tmp_path):
     manifest = json.loads((rep.out_dir / "report.json").read_text())
     assert manifest["verdicts"][0]["judge"] == "pairwise"
     assert "pairwise judge" in (tmp_path / "reports" / "index.html").read_text(encoding="utf-8")
+
+
+def test_judge_calibration_is_made_only_with_something_to_calibrate(tmp_path):
+    # issue 33: a suite with a judge configured but no judged case rendered "nothing to calibrate"
+    run = tmp_path / "run1"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"arms": ["a", "b"], "k": 1, "cases": [], "suite": str(tmp_path / "no"),
+                                                 "config": {"judge": {"model": "judge-model"}}}))
+    (run / "grades.jsonl").write_text(json.dumps({"case_id": "c", "arm": "a", "index": 0, "judge_score": None}) + "\n")
+    plans, skipped = reports.plan_notebooks(run, tmp_path / "out")
+    assert "judge_calibration" not in plans
+    assert skipped["judge_calibration"].startswith("nothing to calibrate: no judge score, no pairwise trial")
+    plans, _ = reports.plan_notebooks(run, tmp_path / "out", pandalm_dir=tmp_path)  # PandaLM's reference asked for
+    assert "judge_calibration" in plans
+    no_judge = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**no_judge, "config": {}}))
+    plans, _ = reports.plan_notebooks(run, tmp_path / "out", pandalm_dir=tmp_path)  # no judge: no reference page
+    assert "judge_calibration" not in plans
+    (run / "pairwise.jsonl").write_text(json.dumps({"case_id": "c", "index": 0}) + "\n")
+    plans, _ = reports.plan_notebooks(run, tmp_path / "out")
+    assert "judge_calibration" in plans

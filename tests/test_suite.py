@@ -613,3 +613,17 @@ def test_lint_warns_when_the_gated_set_cannot_see_the_threshold(tmp_path):
     text = "\n".join(str(w) for w in lint_suite(root).warnings)
     assert "detect a drop of 55.0 points or more" in text and "planned at the baseline's score" in text
     assert "the gate warns" in text
+
+
+def test_an_unknown_check_option_is_an_error_with_did_you_mean_and_a_warning_when_lenient(tmp_path):
+    # issue 33: `"case_fodl": true` was a warning and the check then ran case-sensitive
+    cases = [dict(CASES[0], checks=[{"kind": "contains", "value": "paris", "case_fodl": True, "// why": "a comment"}])]
+    root = write_suite(tmp_path / "unit", BASE_CONFIG, cases + CASES[1:])
+    report = lint_suite(root)
+    bad = [e for e in report.errors if e.json_path == "$.checks[0].case_fodl"]
+    assert len(bad) == 1 and "did you mean 'case_fold'?" in bad[0].message and bad[0].line == 1
+    assert not any("// why" in (e.json_path or "") for e in report.errors + report.warnings)
+    with pytest.raises(InputError, match="did you mean 'case_fold'"):
+        load_suite(root)
+    suite = load_suite(root, lenient_keys=True)
+    assert any("'case_fodl'" in w and "(ignored: --lenient-keys)" in w for w in suite.warnings)
