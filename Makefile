@@ -14,7 +14,7 @@ LOCKS  := requirements/build.txt requirements/lock.txt requirements/llama.txt
 PIP    := $(BIN)/python -m pip install --quiet --no-deps
 PYTEST_ARGS ?=
 
-.PHONY: demo test install lock bench clean browser
+.PHONY: demo test install lock bench clean browser sandbox
 
 $(STAMP): pyproject.toml $(LOCKS) tools/install-llama.sh
 	rm -rf $(VENV)
@@ -22,21 +22,23 @@ $(STAMP): pyproject.toml $(LOCKS) tools/install-llama.sh
 	$(PIP) --require-hashes -r requirements/build.txt
 	$(PIP) --require-hashes --only-binary=:all: -r requirements/lock.txt
 	tools/install-llama.sh $(BIN)/python requirements/llama.txt
-	$(PIP) --no-build-isolation -e .
+	# setuptools' "Editable installation" notice is a BuildBackendWarning banner that reads
+	# like an error: it says nothing that applies here (no evalkit/ folder shadows the package)
+	PYTHONWARNINGS="ignore:Editable installation" $(PIP) --no-build-isolation -e .
 	$(BIN)/python -m pip check
 	$(BIN)/python -m ipykernel install --prefix $(VENV) --name python3 >/dev/null
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) sandbox
 
 PANDALM := ../shared/data/pandalm
 
-demo: $(STAMP)
+demo: $(STAMP) sandbox
 	$(BIN)/python -m evalkit._cli.demo $(SUITE) $(if $(wildcard $(PANDALM)/testset-v1.json),--pandalm-dir $(PANDALM))
 
 # The checks first (each fails the target when not clean): lint, formatting, types
 # (configured in pyproject.toml), then the tests.
-test: $(STAMP) browser
+test: $(STAMP) browser sandbox
 	$(BIN)/ruff check evalkit
 	$(BIN)/ruff format --check evalkit
 	$(BIN)/mypy
@@ -47,6 +49,10 @@ test: $(STAMP) browser
 # headless Chromium for the browser test of the reports (apt-get where missing and allowed)
 browser:
 	@tools/install-chromium.sh
+
+# bubblewrap for the sandbox of the agent programs under test (apt-get where missing and allowed)
+sandbox:
+	@tools/install-bubblewrap.sh
 
 lock:
 	tools/lock.sh

@@ -49,7 +49,7 @@ def make_suite(root: Path, base_url: str) -> Path:
            "judge": {"model": "judge-model", "base_url": base_url, "api_key_env": "EVALKIT_TEST_KEY"},
            "k": K, "cost_cap_usd": 1.0, "max_tokens_in": 256, "max_tokens_out": 24,
            "price": {"in_per_mtok": 0.1, "out_per_mtok": 0.4}, "judge_price": {"in_per_mtok": 0.15, "out_per_mtok": 0.6},
-           "gate": {"max_success_drop_points": 5, "max_cost_increase_pct": 20}, "temperature": 0.8, "seed": 7,
+           "gate": {"max_success_drop_points": 5, "max_cost_increase_pct": 20, "on_underpowered": "warn"}, "temperature": 0.8, "seed": 7,
            "concurrency": 4, "arms": [{"name": "baseline"}, {"name": "skilled", "guidance": "guidance/skilled.md"}]}
     (suite / "config.json").write_text(json.dumps(cfg, indent=1))
     return suite

@@ -331,7 +331,8 @@ def test_the_program_gets_the_case_and_the_proxy_and_never_the_endpoint_key(tmp_
     (tmp_path / "suite" / "skills" / "weather" / "SKILL.md").write_text("# weather\nLook it up first.\n")
     (tmp_path / "suite" / "g.md").write_text("Be brief. ")
     cases = [{"id": "a", "input": {"question": "q"}, "tags": ["golden"], "checks": [{"kind": "contains", "value": "{"}]}]
-    unit = {"kind": "command", "argv": ["{python}", str(AGENTS / "plain_http.py"), "--env"]}
+    # the environment is an allow-list: a variable of evalkit's reaches the program only when unit.env names it
+    unit = {"kind": "command", "argv": ["{python}", str(AGENTS / "plain_http.py"), "--env"], "env": ["EVALKIT_KEEP_ME"]}
     arms = [{"name": "baseline", "guidance": "g.md"}, {"name": "skilled", "skill_dir": "skills/weather"}]
     suite = write_suite(tmp_path / "suite", cases, unit, k=1, arms=arms)
     with ScriptedServer({"default": {"text": "x"}}) as srv:
@@ -431,13 +432,15 @@ def test_what_a_program_leaves_running_in_its_group_is_killed_and_the_sample_fin
     (tmp_path / "suite").mkdir()
     (tmp_path / "suite" / "bg.sh").write_text("sleep 60 &\necho $! > bg.pid\necho done\n")
     cases = [{"id": "a", "input": "q", "tags": ["golden"], "checks": [{"kind": "contains", "value": "done"}]}]
-    suite = write_suite(tmp_path / "suite", cases, {"kind": "command", "argv": ["sh", "bg.sh"], "timeout_s": 30}, k=1)
+    # uncontained (a sandboxed one is tests/test_sandbox.py's): its process group is still killed
+    unit = {"kind": "command", "argv": ["sh", "bg.sh"], "timeout_s": 30, "isolation": "none", "keep_workdir": True}
+    suite = write_suite(tmp_path / "suite", cases, unit, k=1)
     t0 = time.monotonic()
     with ScriptedServer({"default": {"text": "x"}}) as srv:
         res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
     assert res.complete and time.monotonic() - t0 < 15
     assert load_run(res.path).samples.iloc[0].output == "done\n"
-    pid = int((suite / "bg.pid").read_text())
+    pid = int((res.path / "workdirs" / "a" / "baseline" / "sample-1" / "bg.pid").read_text())  # its cwd
     state = Path(f"/proc/{pid}/status")
     assert not state.exists() or "zombie" in state.read_text()  # the background sleep did not outlive it
 

@@ -454,6 +454,12 @@ def test_judge_calls_in_a_batch_grade_exactly_as_online_on_the_runs_ledger(tmp_p
     assert sum(g["judge_cost_usd"] for g in lines[1]) == pytest.approx(batched.summary.judge_spend_usd)
     assert batched.summary.judge_spend_usd > 0.0
     assert regrade.summary.judge_spend_usd == 0.0 and regrade.summary.cache_hits > 0
+    # one cost per case whatever path made it (issue 26): online, batch, and the re-grade
+    # from the judge cache (which avoided exactly what the batch paid) give one list price
+    cpc = [r.summary.overall.cost_per_case_usd for r in (online, batched, regrade)]
+    assert cpc[0] > 0 and cpc == pytest.approx([cpc[0]] * 3, rel=1e-12)
+    assert regrade.summary.overall.judge_cache_avoided_usd == pytest.approx(batched.summary.judge_spend_usd)
+    assert regrade.summary.judge_ledger_usd == pytest.approx(batched.summary.judge_spend_usd)
     judge_charges = [e for e in iter_jsonl(run_b / "ledger.jsonl") if e["event"] == "charge"]
     assert judge_charges and {e["role"] for e in judge_charges} == {"judge"}
     assert all(e["line"].startswith("judge/") for e in judge_charges)

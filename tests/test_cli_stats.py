@@ -180,7 +180,7 @@ def _pipeline_suite(root: Path, n_cases: int, cap: float = 1.0) -> Path:
         "generator": {"model": "scripted", "api_key_env": "EVALKIT_TEST_KEY"},
         "temperature": 0.8, "seed": 1234, "k": 3, "concurrency": 2, "cost_cap_usd": cap,
         "max_tokens_in": 64, "max_tokens_out": 8, "price": PRICE, "judge_price": PRICE, "max_attempts": 1,
-        "gate": {"max_success_drop_points": 5, "max_cost_increase_pct": 20},
+        "gate": {"max_success_drop_points": 5, "max_cost_increase_pct": 20, "on_underpowered": "warn"},  # 10 cases
         "arms": [{"name": "base"}, {"name": "guided", "guidance": "guided.md"}]}))
     (root / "prompt.txt").write_text("${guidance}Q: ${input}\nA:")
     (root / "guided.md").write_text("Answer in one word. ")

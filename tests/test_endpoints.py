@@ -214,3 +214,57 @@ def test_a_run_that_could_send_nothing_exits_2_before_writing_anything(tmp_path,
     assert proc.returncode == 2, proc.stderr
     assert named in proc.stderr and "p4ssw0rd" not in proc.stderr + proc.stdout and "sk-abc" not in proc.stderr
     assert not (tmp_path / "runs").exists()  # nothing written
+
+
+def test_the_cache_identity_is_the_configs_then_the_served_servers_then_the_url(monkeypatch):
+    # issue 33: the response cache keys answers by what they depend on, never by a serve's port
+    import json as _json
+
+    from evalkit.suites.endpoints import cache_identity
+    from evalkit.foundations.records import Endpoint
+
+    monkeypatch.delenv("EVALKIT_SERVED", raising=False)
+    plain = Endpoint("m", None)
+    assert cache_identity(plain, "http://LOCALHOST:80/v1/") == "http://localhost/v1"  # the URL, normalized
+    named = Endpoint("m", None, cache_identity="prod-gpt")
+    assert cache_identity(named, "http://127.0.0.1:9/v1") == "prod-gpt"
+    served = {"base_url": "http://127.0.0.1:18181/v1", "model": None, "status_file": "/x", "pid": 1,
+              "cache_identity": "llama.cpp:gguf-sha256=abc;n_ctx=2048"}
+    monkeypatch.setenv("EVALKIT_SERVED", _json.dumps(served))
+    assert cache_identity(plain, "http://127.0.0.1:18181/v1/") == served["cache_identity"]
+    assert cache_identity(plain, "http://127.0.0.1:9999/v1") == "http://127.0.0.1:9999/v1"  # another server
+    assert cache_identity(named, "http://127.0.0.1:18181/v1") == "prod-gpt"  # the config's own wins
+    monkeypatch.setenv("EVALKIT_SERVED", _json.dumps({**served, "cache_identity": None}))  # a server that has none
+    assert cache_identity(plain, "http://127.0.0.1:18181/v1") == "http://127.0.0.1:18181/v1"
+
+
+def test_cache_identity_in_config_is_read_and_an_empty_one_refused(tmp_path):
+    import json as _json
+
+    from evalkit.suites.loader import lint_suite, load_suite
+    from evalkit.suites.suite import scaffold_suite
+
+    suite = tmp_path / "unit"
+    scaffold_suite(suite)
+    cfg = _json.loads((suite / "config.json").read_text())
+    cfg["generator"]["cache_identity"] = "gemma-3-270m@my-gpu-box"
+    (suite / "config.json").write_text(_json.dumps(cfg))
+    assert load_suite(suite).config.generator.cache_identity == "gemma-3-270m@my-gpu-box"
+    cfg["generator"]["cache_identity"] = " "
+    (suite / "config.json").write_text(_json.dumps(cfg))
+    assert any(e.json_path == "$.generator.cache_identity" for e in lint_suite(suite).errors)
+
+
+def test_cache_identity_is_the_generators_only(tmp_path):
+    import json as _json
+
+    from evalkit.suites.loader import lint_suite
+    from evalkit.suites.suite import scaffold_suite
+
+    suite = tmp_path / "unit"
+    scaffold_suite(suite)
+    cfg = _json.loads((suite / "config.json").read_text())
+    cfg["judge"]["cache_identity"] = "my-judge"
+    (suite / "config.json").write_text(_json.dumps(cfg))
+    [err] = [e for e in lint_suite(suite).errors if e.json_path == "$.judge.cache_identity"]
+    assert "the generator's" in err.message

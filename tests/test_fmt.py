@@ -45,3 +45,24 @@ def test_pvalue_and_points_and_counts():
 def test_points_unsigned():
     from evalkit.foundations import fmt
     assert fmt.points(0.078, signed=False) == "7.8 pts"
+
+
+def test_fraction_and_curve_as_the_tau_bench_paper_prints_them():
+    assert fmt.fraction(0.42) == ".420" and fmt.fraction(1.0) == "1.000" and fmt.fraction(0.0) == ".000"
+    assert fmt.fraction(-0.0) == ".000" and fmt.fraction(-0.25, 2) == "-.25" and fmt.fraction(None) == "-"
+    assert fmt.curve([0.42, 0.27333, 0.22, 0.2]) == ".420/.273/.220/.200"
+    assert fmt.curve([]) == "-" and fmt.curve([0.5, float("nan")]) == ".500/-"
+
+
+def test_a_correlation_that_is_not_defined_says_why():
+    # issue 33: "correlation -" with no reason when one arm passed every paired sample
+    import math
+
+    from evalkit.foundations import fmt as _fmt
+    from evalkit.numbers.stats import paired_difference
+
+    pdiff = paired_difference([1.0, 1.0, 1.0, 1.0], [1.0, 0.0, 1.0, 0.0])  # the first arm never varies
+    assert math.isnan(pdiff.correlation)
+    shown = _fmt.correlation(pdiff.correlation)
+    assert shown.startswith("- (undefined: an arm passed or failed every paired sample")
+    assert _fmt.correlation(0.25) == "0.25"

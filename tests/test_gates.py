@@ -127,7 +127,7 @@ def test_gate_cost_increase(tmp_path):
     res = G.gate(run, suite / "baseline.json")
     cost = next(c for c in res.checks if c.kind == "cost")
     assert cost.change == pytest.approx(30.0) and cost.failed and not res.passed
-    assert G.gate(run, suite / "baseline.json", GateThresholds(max_cost_increase_pct=35)).passed
+    assert G.gate(run, suite / "baseline.json", GateThresholds(max_cost_increase_pct=35, on_underpowered="warn")).passed
 
 
 @pytest.mark.parametrize("case_set,should_fail", [("regression", True), ("capability", False)])
@@ -198,7 +198,7 @@ def test_gate_false_alarm_rate_on_two_runs_of_one_model():
     p = rng.beta(2, 1.2, size=n_cases)
     sets = ["regression" if i % 3 == 0 else "capability" for i in range(n_cases)]
     tags = [(f"tag{i % 4}",) for i in range(n_cases)]
-    t = GateThresholds(max_success_drop_points=5, max_cost_increase_pct=10, min_tag_cases=5)
+    t = GateThresholds(max_success_drop_points=5, max_cost_increase_pct=10, min_tag_cases=5, on_underpowered="warn")
 
     def sample(probs):
         c = rng.binomial(k, probs)
@@ -273,3 +273,109 @@ def test_holm_matches_statsmodels():
     for _ in range(4):
         p = list(rng.random(int(rng.integers(2, 9))) ** 3)
         assert G.holm(p) == pytest.approx(list(multipletests(p, method="holm")[1]))
+
+
+# -- a gate that says what it can see --------------------------------------------------
+
+def test_detectable_drop_matches_statsmodels_normal_power():
+    """`stats.detectable_drop` / `cases_for_drop` against statsmodels' NormalIndPower
+    (an independent implementation of the two-sample normal power function): the
+    standardised effect it solves for, times sqrt(p(1-p)), is the drop."""
+    import math
+
+    from statsmodels.stats.power import NormalIndPower
+
+    from evalkit.numbers import stats
+
+    solver = NormalIndPower()
+    for n in (2, 10, 40, 150, 1000):
+        for p in (0.05, 0.5, 0.75, 0.9, 0.99):
+            for alpha in (0.01, 0.05, 0.2):
+                es = solver.solve_power(nobs1=n, alpha=alpha, power=0.8, ratio=1.0, alternative="larger")
+                assert stats.detectable_drop(n, p, alpha, 0.8) == pytest.approx(es * math.sqrt(p * (1 - p)), rel=1e-4)
+    for drop, p in ((0.03, 0.75), (0.03, 0.9), (0.10, 0.5), (0.05, 0.95)):
+        nobs = solver.solve_power(effect_size=drop / math.sqrt(p * (1 - p)), alpha=0.05, power=0.8, ratio=1.0,
+                                  alternative="larger")
+        assert stats.cases_for_drop(drop, p) == math.ceil(nobs - 1e-6)
+    # by hand, the issue's two cases at 100%: p = (2*1 + 1)/(2 + 2) = 0.75,
+    # (z.95 + z.80) sqrt(2 * .75 * .25 / 2) = (1.6449 + 0.8416) * 0.4330 = 1.0767 (107.7 points);
+    # a 3-point drop needs 2 * .1875 * 2.4865^2 / 0.03^2 = 2576.07 -> 2577 cases
+    assert stats.planning_rate(1.0, 2) == 0.75
+    assert stats.detectable_drop(2, 0.75) == pytest.approx(1.0767, abs=1e-4)
+    assert stats.cases_for_drop(0.03, 0.75) == 2577
+    assert stats.detectable_drop(5, 0.5, alpha=1.0) == 0.0  # no noise guard: every drop is seen
+
+
+def test_detectable_drop_has_its_power_in_a_seeded_simulation():
+    """At n = cases_for_drop(0.05, 0.8) cases per run, a one-sided pooled two-proportion
+    z test at alpha 0.05 rejects a true 5-point drop around a common rate of 0.8
+    (0.825 -> 0.775) about 80% of the time."""
+    from scipy.stats import norm
+
+    from evalkit.numbers import stats
+
+    p, drop = 0.8, 0.05
+    n = stats.cases_for_drop(drop, p)  # 2 * .16 * 2.4865^2 / .0025 = 791.4 -> 792
+    assert n == 792
+    rng = np.random.default_rng(26)
+    reps = 20000
+    xb, xc = rng.binomial(n, p + drop / 2, reps), rng.binomial(n, p - drop / 2, reps)
+    pool = (xb + xc) / (2 * n)
+    z = (xb - xc) / n / np.sqrt(2 * pool * (1 - pool) / n)
+    power = float(np.mean(z > norm.ppf(0.95)))
+    assert power == pytest.approx(0.8, abs=0.015)  # binomial SE of the estimate ~0.003
+
+
+def _gate_cli(*args):
+    from click.testing import CliRunner
+
+    from evalkit._cli.main import main
+    return CliRunner().invoke(main, ["gate", *map(str, args)])
+
+
+def test_two_cases_cannot_pass_a_50_point_drop(tmp_path):
+    # The issue's case: two cases, baseline 100%, new run 50%. The noise guard is right
+    # that two cases cannot show the drop; the gate must not call that a pass.
+    base = {("a", "x"): [True], ("b", "x"): [True]}
+    cur = {("a", "x"): [True], ("b", "x"): [False]}
+    suite, run = _gate_pair(tmp_path, base, cur, k=1, gate={"on_underpowered": "fail"})
+    res = G.gate(run, suite / "baseline.json")
+    assert not res.passed and res.status == "UNDERPOWERED" and res.causes == ["underpowered"]
+    assert not res.regression  # nothing was measured as worse: the gate could not see
+    pw = res.power
+    assert pw.n_cases == 2 and pw.underpowered and pw.threshold_points == 3.0  # the seed's default
+    assert pw.detectable_drop_points == pytest.approx(107.67, abs=0.01) and pw.cases_needed == 2577
+    assert res.render().startswith("Gate: UNDERPOWERED (UNDERPOWERED: 2 gated case(s) detect a drop of 107.7 points")
+    assert "needs 2,577 gated cases" in res.render()
+    assert G.GateResult.from_json(json.loads(json.dumps(res.to_json()))).power == pw
+    junit = tmp_path / "gate.xml"
+    r = _gate_cli(run, "--baseline", suite / "baseline.json", "--junit", junit)
+    assert r.exit_code == 1 and "Gate: UNDERPOWERED" in r.output
+    import junitparser
+
+    cases = {c.name: c for s in junitparser.JUnitXml.fromfile(str(junit)) for c in s}
+    assert cases["power"].is_error and not cases["power"].is_passed  # an error, never a pass
+
+
+def test_on_underpowered_warn_makes_it_a_warning(tmp_path):
+    base = {("a", "x"): [True], ("b", "x"): [True]}
+    cur = {("a", "x"): [True], ("b", "x"): [False]}
+    suite, run = _gate_pair(tmp_path, base, cur, k=1, gate={"on_underpowered": "warn"})
+    res = G.gate(run, suite / "baseline.json")
+    assert res.passed and res.status == "PASS" and res.power.underpowered
+    assert any(n.startswith("warning: UNDERPOWERED (gate.on_underpowered warn): 2 gated case(s)") for n in res.notes)
+    assert _gate_cli(run, "--baseline", suite / "baseline.json").exit_code == 0
+
+
+def test_a_powered_gate_fails_a_significant_drop_and_passes_an_identical_run(tmp_path):
+    # 150 cases all passing: planned at (150 + 1)/152 = 0.9934, the detectable drop is
+    # 2.4865 * sqrt(2 * .9934 * .0066 / 150) = 2.33 points, under the 3-point threshold.
+    base = {(f"c{i:03d}", "x"): [True] for i in range(150)}
+    cur = {(f"c{i:03d}", "x"): [i >= 30] for i in range(150)}  # 30 of 150 fail: -20 points
+    suite, run = _gate_pair(tmp_path, base, cur, k=1, gate={"on_underpowered": "fail"})
+    res = G.gate(run, suite / "baseline.json")
+    assert res.power.detectable_drop_points == pytest.approx(2.33, abs=0.01) and not res.power.underpowered
+    assert res.status == "FAIL" and res.causes == ["case score drop"]
+    same = G.gate(make_run(tmp_path, "same", base, k=1, suite=suite, gate={"on_underpowered": "fail"}),
+                  suite / "baseline.json")
+    assert same.passed and same.status == "PASS" and not same.power.underpowered

@@ -107,6 +107,40 @@ def test_tau_bench_pass_hat_k_matches_brute_force(tmp_path: Path) -> None:
         print(f"tau-bench gpt-4o airline: k={k} pass^k={hat:.4f} pass@k={at:.4f}")
 
 
+def test_tau_bench_curve_in_the_grades_summary_and_the_grade_lines(tmp_path: Path) -> None:
+    """Conformance: the ingested tau-bench run's grades-summary.json holds pass^j for
+    j = 1..4 as the paper's curve .420/.273/.220/.200 (gpt-4o airline), and pass@j, each
+    with its SE, equal to brute force over every j-subset of each task's trials; the
+    compact lines `evalkit grade` prints show the same curve."""
+    import math
+
+    from evalkit._cli.grade import summary_lines
+    from evalkit.conclusions.grading import summarize_run
+
+    assert TAU.exists(), "../shared/data/tau-bench is missing"
+    assert cli("ingest", TAU, "--to", tmp_path / "tau").exit_code == 0
+    raw: dict[int, list[bool]] = defaultdict(list)
+    for line in TAU.read_text().splitlines():
+        r = json.loads(line)
+        raw[r["task_id"]].append(abs(float(r["reward"]) - 1.0) <= 1e-6)
+    summary = json.loads((tmp_path / "tau" / "grades-summary.json").read_text())
+    [arm] = summary["per_arm"].values()
+    curve = arm["scores"]["curve"]
+    assert [p["j"] for p in curve] == [1, 2, 3, 4]
+    # by hand from the paper's table (tau-bench, gpt-4o airline): .420 .273 .220 .200
+    assert [round(p["pass_hat_j"], 3) for p in curve] == [0.42, 0.273, 0.22, 0.2]
+    for p in curve:
+        j = p["j"]
+        hat = [brute_pass_hat_k(v, j) for v in raw.values()]
+        at = [brute_pass_at_k(v, j) for v in raw.values()]
+        for key, per_case in (("pass_hat_j", hat), ("pass_at_j", at)):
+            mean = sum(per_case) / 50
+            se = math.sqrt(sum((x - mean) ** 2 for x in per_case) / 49 / 50)
+            assert p[key] == pytest.approx(mean, abs=1e-12) and p[key + "_se"] == pytest.approx(se, abs=1e-12)
+    lines = summary_lines(summarize_run(tmp_path / "tau"), tmp_path / "tau")
+    assert any(line.startswith("  curve pass^j j=1..4: .420/.273/.220/.200 (SE ") for line in lines), lines
+
+
 def test_agent_evals_outputs_folder(tmp_path: Path) -> None:
     ev = tmp_path / "evals.json"
     ev.write_text(json.dumps({"cases": [

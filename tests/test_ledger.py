@@ -293,3 +293,75 @@ def test_a_batch_left_open_counts_as_spent_until_a_later_session_adopts_it(tmp_p
     third.close()
     final = Ledger.resume(1.0, p)
     assert final.committed_usd == pytest.approx(PRICE.cost(10, 1) + PRICE.cost(20, 2) + line) and not final.orphans
+
+
+# -- a cap that waits for money in flight -------------------------------------------------
+
+def test_a_reservation_that_does_not_fit_waits_for_the_call_in_flight(tmp_path):
+    """Event-driven: the second reservation waits on the first one's settle (no clock),
+    and is refused only when nothing is in flight and it still does not fit."""
+    import asyncio
+
+    worst = PRICE.cost(100, 10)  # $0.00012
+    led = Ledger(worst * 1.4, tmp_path / "ledger.jsonl")
+
+    async def scenario() -> None:
+        first = led.reserve("generator", "m", PRICE, 100, 10)
+        second = asyncio.ensure_future(led.reserve_waiting("generator", "m", PRICE, 100, 10))
+        await asyncio.sleep(0)  # let it run up to its wait (one turn of the loop, not a timer)
+        assert not second.done() and led.waits == 1 and led.refusals == 0
+        led.settle(first, Usage(10, 1))  # $0.000012 committed: $0.000048 + $0.00012 fits
+        r2 = await second
+        assert led.reserved_usd == pytest.approx(worst)
+        led.settle(r2, Usage(100, 10))  # the worst case: committed $0.000132, room $0.000036
+        with pytest.raises(BudgetExhausted):  # nothing in flight: refused at once, no wait
+            await led.reserve_waiting("generator", "m", PRICE, 100, 10)
+        assert led.refusals == 1
+
+    asyncio.run(scenario())
+    led.close()
+
+
+def test_a_waiter_is_woken_by_a_settle_in_another_thread(tmp_path):
+    import asyncio
+
+    led = Ledger(PRICE.cost(100, 10) * 1.4)
+    first = led.reserve("judge", "m", PRICE, 100, 10)
+    settled = threading.Event()
+
+    async def scenario() -> None:
+        waiting = asyncio.ensure_future(led.reserve_waiting("judge", "m", PRICE, 100, 10))
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        t = threading.Thread(target=lambda: (led.settle(first, Usage(1, 1)), settled.set()))
+        t.start()
+        r = await waiting
+        t.join()
+        assert settled.is_set() and r.id == 2
+
+    asyncio.run(scenario())
+
+
+def test_concurrency_4_spends_a_cap_of_1_4_worst_case_calls(tmp_path):
+    # The case of issue 26: concurrency 4, a cap worth 1.4 worst-case calls, 40 samples
+    # (20 cases x 2 arms x k=1). Worst case per call: 1024 in x $1/M + 64 out x $2/M =
+    # $0.001152; cap 1.4 x that = $0.0016128, so one reservation fits at a time. Each
+    # answer really costs about 6..11 words in + 1 out, ~$0.00001, so 40 calls commit
+    # ~$0.0004, under the 0.4 x $0.001152 = $0.00046 that leaves room for the next
+    # worst case. Before the cap waited, the run stopped after 1 of 40 (the other three
+    # reservations were refused while the first was in flight).
+    worst = PRICE.cost(1024, 64)
+    suite = write_suite(tmp_path / "suite", 20, k=1, concurrency=4, max_tokens_in=1024, max_tokens_out=64,
+                        cost_cap_usd=worst * 1.4)
+    with ScriptedServer({"rules": [{"match": "country", "texts": ["Paris", "Lima"]}], "latency_s": 0.01}) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+    committed, peak = replay_ledger(res.path / "ledger.jsonl", res.cap_usd)  # never past the cap
+    run = load_run(res.path)
+    assert len(run.samples) >= 30, (len(run.samples), res.reason)
+    assert res.spend_usd <= res.cap_usd and committed == pytest.approx(res.spend_usd)
+    # one reservation open at a time though 4 workers ran: they waited, none was refused
+    opened = 0
+    for ev in iter_jsonl(res.path / "ledger.jsonl"):
+        opened += {"reserve": 1, "settle": -1, "release": -1}.get(ev["event"], 0)
+        assert opened <= 1
+    assert (run.ledger.event == "refuse").sum() <= 1

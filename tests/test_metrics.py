@@ -71,7 +71,7 @@ def made(tmp_path_factory):
         "temperature": 0.8, "seed": 11, "k": K, "concurrency": 2, "cost_cap_usd": 1.0,
         "max_tokens_in": 2000, "max_tokens_out": 8,
         "price": {"in_per_mtok": 1.0, "out_per_mtok": 2.0}, "judge_price": {"in_per_mtok": 3.0, "out_per_mtok": 6.0},
-        "gate": {"min_tag_cases": 2}, "arms": [{"name": "base"}],
+        "gate": {"min_tag_cases": 2, "on_underpowered": "warn"}, "arms": [{"name": "base"}],  # 5 gated cases
         # the judge's pass/fail must count for these numbers: no calibration here, so opt out (recorded)
         "allow_uncalibrated_judge": True}))
     import os
@@ -234,3 +234,16 @@ def test_index_and_notebook_pages(made, raw):
     pk = (made["pages"] / "pass_at_k.html").read_text(encoding="utf-8")
     for scores in raw["set_scores"].values():
         assert f"<td>{fmt.pct(sum(scores) / len(scores))}</td>" in pk
+
+
+def test_missing_and_errored_one_meaning_an_error_with_no_result_is_errored_a_sample_never_run_is_missing():
+    from evalkit.numbers.metrics import missing_and_errored
+
+    expected = {("a", "x", 0), ("a", "x", 1), ("b", "x", 0), ("b", "x", 1)}
+    results = {("a", "x", 0), ("b", "x", 1)}
+    # ("a", "x", 1) errored; ("b", "x", 0) never ran; ("b", "x", 1) errored once, then a resume gave it a result
+    errors = {("a", "x", 1), ("b", "x", 1)}
+    assert missing_and_errored(expected, results, errors) == (1, 1)
+    assert missing_and_errored(expected, results, errors, grading_errors=2) == (1, 3)  # a judge error is errored too
+    assert missing_and_errored(expected, expected, errors) == (0, 0)
+    assert missing_and_errored(expected, set(), set()) == (4, 0)

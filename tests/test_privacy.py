@@ -277,6 +277,9 @@ def planted_suite(root: Path) -> Path:
     cases[2]["input"] = {"question": "What is the capital of Italy?", "card": f"Card {CARD} on file."}
     cases[3]["input"] = f"Use the key {API_KEY}. What is the capital of Egypt?"
     (dest / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases), encoding="utf-8")
+    cfg = json.loads((dest / "config.json").read_text(encoding="utf-8"))
+    cfg["arms"] = cfg["arms"][:2]  # baseline and skilled: the counts below are of two arms
+    (dest / "config.json").write_text(json.dumps(cfg), encoding="utf-8")
     return dest
 
 

@@ -261,3 +261,29 @@ def test_only_fields_that_cost_nothing_unreserved_are_forwarded_and_their_size_c
         "top_p": 0.9, "logit_bias": {"50256": -100}, "user": "u1", "metadata": {"k": "v"}, "parallel_tool_calls": False}
     assert "service_tier" not in sent and "logprobs" not in sent
     assert "messages[0].content[1]" in str(failure)  # the first refusal errored the sample
+
+
+def test_the_proxy_waits_for_money_in_flight_under_a_cap_of_1_4_worst_case_calls(tmp_path):
+    # Worst case 500 in x $1/M + 20 out x $2/M = $0.00054; the cap, 1.4 of it, holds one
+    # reservation at a time. An agent sends 4 requests at once, each really costing
+    # ~$0.000004 (1 word in, 1 out): the 3 that do not fit wait for the call in flight
+    # and all 4 are answered (before, 3 got HTTP 402 budget exhausted at once).
+    async def go(srv):
+        worst = PRICE.cost(500, 20)
+        things = await _setup(tmp_path, srv.base_url, cap=worst * 1.4)
+        ledger, client, writer, session, proxy, ep = things
+        oc = openai.AsyncOpenAI(base_url=ep.base_url, api_key=ep.api_key, max_retries=0)
+        answers = await asyncio.gather(*(oc.completions.create(model="m", prompt=f"q{i}") for i in range(4)))
+        await oc.close()
+        out = [a.choices[0].text for a in answers], ledger.waits, ledger.refusals, ledger.committed_usd, worst
+        await _teardown(*things)
+        return out
+
+    with ScriptedServer({"default": {"text": "ok"}, "latency_s": 0.05}) as srv:
+        texts, waits, refusals, committed, worst = asyncio.run(go(srv))
+        assert srv.stats["requests"] == 4
+    assert texts == ["ok"] * 4 and waits >= 1 and refusals == 0 and committed <= worst * 1.4
+    open_ = 0
+    for ev in iter_jsonl(tmp_path / "ledger.jsonl"):
+        open_ += {"reserve": 1, "settle": -1, "release": -1}.get(ev["event"], 0)
+        assert open_ <= 1

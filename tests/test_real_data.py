@@ -152,3 +152,30 @@ def test_pandalm_judge_against_human_majority_and_humans_among_themselves():
     # Humans agree with each other more than the judge agrees with their majority.
     gpt_kappa = S.agreement(majority, gpt, labels=[0, 1, 2]).kappa
     assert min(a.kappa for a in pairs.values()) > gpt_kappa
+
+
+def test_pandalm_prediction_powered_rate_equals_ppi_python():
+    """PandaLM's public labels as a judged rate: the share of items where people prefer
+    response 1, estimated from the gpt-3.5 judge on all 999 items corrected by n seeded
+    human-labelled ones; held to ppi-python to 1e-9 and, adjusted, covering the rate of
+    all 999 human labels."""
+    import ppi_py
+
+    majority, _, gpt, _, _ = _panda()
+    y_all = np.array([m == 1 for m in majority], dtype=float)
+    yhat_all = np.array([g == 1 for g in gpt], dtype=float)
+    truth = float(y_all.mean())
+    rng = np.random.default_rng(999)
+    for n in (40, 100, 300):
+        idx = rng.choice(999, n, replace=False)
+        Y, Yh = y_all[idx], yhat_all[idx]
+        e = S.ppi_mean(Y, Yh, yhat_all)
+        assert e.value == pytest.approx(float(np.squeeze(ppi_py.ppi_mean_pointestimate(Y, Yh, yhat_all))), abs=1e-9)
+        low, high = ppi_py.ppi_mean_ci(Y, Yh, yhat_all, alpha=0.05)
+        assert (e.low, e.high) == pytest.approx((float(np.squeeze(low)), float(np.squeeze(high))), abs=1e-9)
+        adj = S.ppi_mean(Y, Yh, yhat_all, adjust=1.0)
+        assert adj.low <= truth <= adj.high
+        print(
+            f"PandaLM n={n}: judge-only {yhat_all.mean():.4f}, corrected {e.value:.4f} [{adj.low:.4f}, {adj.high:.4f}] "
+            f"lam {e.lam:.3f}; human rate of all 999 {truth:.4f}"
+        )

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from evalkit.foundations import fmt
 from evalkit.conclusions import gates
 from evalkit.telling import labelling
 from evalkit.telling import nb
@@ -38,7 +39,7 @@ K = 3
 def _price() -> dict:
     return {"cost_cap_usd": 5.0, "max_tokens_in": 512, "max_tokens_out": 32,
             "price": {"in_per_mtok": 0.1, "out_per_mtok": 0.4}, "judge_price": {"in_per_mtok": 0.15, "out_per_mtok": 0.6},
-            "gate": {"max_success_drop_points": 5, "max_cost_increase_pct": 20}, "temperature": 0.8, "seed": 7,
+            "gate": {"max_success_drop_points": 5, "max_cost_increase_pct": 20, "on_underpowered": "warn"}, "temperature": 0.8, "seed": 7,
             "concurrency": 8}
 
 
@@ -238,6 +239,14 @@ def test_pass_at_k_sidecar_matches_stats(made):
     page = _html(made, "pass_at_k")
     for case in side["arms"]["baseline"]["flaky"]:
         assert case in page  # called out by name
+    # the per-set curves j = 1..k of grades-summary.json, as `evalkit grade` prints them
+    summary = json.loads((made["run"] / "grades-summary.json").read_text())
+    assert "pass^j, j=1..k" in page and "pass@j, j=1..k" in page
+    for arm, a in summary["per_arm"].items():
+        for name, v in a["per_set_scores"].items():
+            assert [p["j"] for p in v["curve"]] == [1, 2, 3]
+            assert side["per_set"][arm][name]["curve"] == v["curve"]
+            assert fmt.curve([p["pass_hat_j"] for p in v["curve"]]) in page
 
 
 def test_run_summary_sidecar_matches_counts(made):
@@ -568,3 +577,24 @@ def test_skill_comparison_on_the_pairwise_judge_says_so(tmp_path):
     manifest = json.loads((rep.out_dir / "report.json").read_text())
     assert manifest["verdicts"][0]["judge"] == "pairwise"
     assert "pairwise judge" in (tmp_path / "reports" / "index.html").read_text(encoding="utf-8")
+
+
+def test_judge_calibration_is_made_only_with_something_to_calibrate(tmp_path):
+    # issue 33: a suite with a judge configured but no judged case rendered "nothing to calibrate"
+    run = tmp_path / "run1"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"arms": ["a", "b"], "k": 1, "cases": [], "suite": str(tmp_path / "no"),
+                                                 "config": {"judge": {"model": "judge-model"}}}))
+    (run / "grades.jsonl").write_text(json.dumps({"case_id": "c", "arm": "a", "index": 0, "judge_score": None}) + "\n")
+    plans, skipped = reports.plan_notebooks(run, tmp_path / "out")
+    assert "judge_calibration" not in plans
+    assert skipped["judge_calibration"].startswith("nothing to calibrate: no judge score, no pairwise trial")
+    plans, _ = reports.plan_notebooks(run, tmp_path / "out", pandalm_dir=tmp_path)  # PandaLM's reference asked for
+    assert "judge_calibration" in plans
+    no_judge = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**no_judge, "config": {}}))
+    plans, _ = reports.plan_notebooks(run, tmp_path / "out", pandalm_dir=tmp_path)  # no judge: no reference page
+    assert "judge_calibration" not in plans
+    (run / "pairwise.jsonl").write_text(json.dumps({"case_id": "c", "index": 0}) + "\n")
+    plans, _ = reports.plan_notebooks(run, tmp_path / "out")
+    assert "judge_calibration" in plans

@@ -62,11 +62,15 @@ def test_run_folder_records(tmp_path):
     with ScriptedServer(SCRIPT) as srv:
         res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
     run = load_run(res.path)
+    paid = run.samples.groupby("arm").cost_usd.sum()
+    per_arm = {a: {"samples": 4, "errors": 0, "missing": 0, "paid_usd": pytest.approx(paid[a]), "avoided_usd": 0.0,
+                   "cost_per_case_usd": pytest.approx(paid[a] / 2), "model": "scripted"} for a in ("base", "guided")}
     assert run.config["arms"] == ["base", "guided"] and run.config["k"] == 2
     assert run.config["cases"] == ["case-00", "case-01"] and len(run.config["config_hash"]) == 64
     assert run.summary == {"complete": True, "ran": 2, "total": 2, "samples_ran": 8, "samples_total": 8,
                            "reason": None, "spend_usd": res.spend_usd, "avoided_usd": 0.0, "cap_usd": 1.0,
-                           "ceiling_breaches": 0, "untrusted_usage": 0, "per_arm": {"base": {"samples": 4, "errors": 0}, "guided": {"samples": 4, "errors": 0}},
+                           "ceiling_breaches": 0, "untrusted_usage": 0, "samples_errored": 0, "samples_missing": 0,
+                           "per_arm": per_arm,
                            "exit_code": 0}
     assert not (res.path / "summary.md").read_text().startswith("INCOMPLETE")
     for row in run.samples.itertuples():

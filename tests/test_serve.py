@@ -695,3 +695,11 @@ def test_a_bad_batch_section_of_a_script_names_its_json_path():
     with pytest.raises(InputError) as exc:
         load_script({"default": {"text": "x"}, "batch": {"max_requests": 0}})
     assert exc.value.json_path == "$.batch.max_requests"
+
+
+def test_a_scripted_servers_cache_identity_is_its_script_not_its_port():
+    script = {"rules": [{"match": "France", "text": "Paris"}], "default": {"text": "?"}}
+    with ScriptedServer(script) as a, ScriptedServer(script) as b:
+        assert a.port != b.port and a.cache_identity == b.cache_identity
+    assert a.cache_identity.startswith("scripted:sha256=")
+    assert ScriptedServer({**script, "default": {"text": "!"}}).cache_identity != a.cache_identity

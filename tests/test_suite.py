@@ -593,3 +593,37 @@ def test_the_batch_prices_are_bounded_as_price_is_and_one_batch_line_must_fit_th
     assert any("one generator batch call costs up to" in f.message for f in errors)
     _, warnings = _config_findings(tmp_path / "above", batch_price={"in_per_mtok": 0.2, "out_per_mtok": 0.2})
     assert [f.json_path for f in warnings if "batch costs less" in f.message] == ["$.batch_price.in_per_mtok"]
+
+
+def test_lint_warns_when_the_gated_set_cannot_see_the_threshold(tmp_path):
+    # 5 gated cases, no baseline: planned at (5 * 0.5 + 1)/7 = 0.5, the detectable drop
+    # is (1.6449 + 0.8416) * sqrt(2 * .25 / 5) = 78.6 points; 3 points need
+    # 2 * .25 * 2.4865^2 / .03^2 = 3434.75 -> 3435 gated cases.
+    root = write_suite(tmp_path / "unit")
+    text = "\n".join(str(w) for w in lint_suite(root).warnings)
+    assert ("5 gated case(s) can detect a drop of 78.6 points or more at alpha 0.05 (80% power, planned at "
+            "a 50% score (no baseline yet)), above the gate's 3-point threshold: the gate says UNDERPOWERED "
+            "and exits 1; a drop of 3 points needs 3,435 gated cases") in text
+    # a baseline at 100%: planned at (5 + 1)/7 = 0.857, drop 2.4865 * sqrt(2 * .857 * .143 / 5) = 55.0
+    (root / "baseline.json").write_text(json.dumps({"gated_case_score": 1.0}))
+    config = {**BASE_CONFIG, "gate": {"on_underpowered": "warn", "max_success_drop_points": 60}}
+    write_suite(root, config)
+    assert not any("gated case(s) can detect" in str(w) for w in lint_suite(root).warnings)  # 55.0 < 60
+    write_suite(root, {**config, "gate": {"on_underpowered": "warn", "max_success_drop_points": 50}})
+    text = "\n".join(str(w) for w in lint_suite(root).warnings)
+    assert "detect a drop of 55.0 points or more" in text and "planned at the baseline's score" in text
+    assert "the gate warns" in text
+
+
+def test_an_unknown_check_option_is_an_error_with_did_you_mean_and_a_warning_when_lenient(tmp_path):
+    # issue 33: `"case_fodl": true` was a warning and the check then ran case-sensitive
+    cases = [dict(CASES[0], checks=[{"kind": "contains", "value": "paris", "case_fodl": True, "// why": "a comment"}])]
+    root = write_suite(tmp_path / "unit", BASE_CONFIG, cases + CASES[1:])
+    report = lint_suite(root)
+    bad = [e for e in report.errors if e.json_path == "$.checks[0].case_fodl"]
+    assert len(bad) == 1 and "did you mean 'case_fold'?" in bad[0].message and bad[0].line == 1
+    assert not any("// why" in (e.json_path or "") for e in report.errors + report.warnings)
+    with pytest.raises(InputError, match="did you mean 'case_fold'"):
+        load_suite(root)
+    suite = load_suite(root, lenient_keys=True)
+    assert any("'case_fodl'" in w and "(ignored: --lenient-keys)" in w for w in suite.warnings)

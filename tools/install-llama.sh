@@ -42,8 +42,19 @@ if ! ls "$cache"/llama_cpp_python-*.whl >/dev/null 2>&1; then
     bindir=$(cd "$(dirname "$py")" && pwd)
     # --no-build-isolation: build with the pinned scikit-build-core, cmake and ninja of
     # requirements/build.txt (on PATH through the environment's bin folder).
-    PATH="$bindir:$PATH" CMAKE_ARGS="$FLAGS" CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc 2>/dev/null || echo 2)}" \
-        "$py" -m pip wheel --quiet --no-deps --no-build-isolation --no-cache-dir "$tmp"/src/* -w "$tmp/wheel"
+    # -v: scikit-build-core's stages and ninja's "[N/M]" steps, which tools/build_progress.py
+    # prints with the time so far (a long compile is never silent); the whole log is kept
+    # and its tail shown when the build fails.
+    echo "  (its stages and steps below, with the time so far; a failure shows the log's last lines)"
+    { PATH="$bindir:$PATH" CMAKE_ARGS="$FLAGS" CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc 2>/dev/null || echo 2)}" \
+        "$py" -m pip wheel -v --no-deps --no-build-isolation --no-cache-dir "$tmp"/src/* -w "$tmp/wheel" 2>&1 \
+        && echo 0 >"$tmp/rc" || echo $? >"$tmp/rc"; } | "$py" "$(dirname "$0")/build_progress.py" "$tmp/build.log"
+    rc=$(cat "$tmp/rc")
+    if [ "$rc" != 0 ]; then
+        echo "error: compiling llama-cpp-python failed (exit $rc); the last lines of its log:" >&2
+        tail -n 40 "$tmp/build.log" >&2
+        exit "$rc"
+    fi
     mkdir -p "$cache"
     whl=$(ls "$tmp"/wheel/llama_cpp_python-*.whl)
     # copied under a hidden name, then renamed: a killed build leaves no wheel behind

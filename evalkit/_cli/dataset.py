@@ -8,6 +8,8 @@ import sys
 
 import click
 
+from evalkit._cli.options import echo_text
+
 
 @click.group("dataset")
 def dataset_group() -> None:
@@ -62,9 +64,9 @@ def new_cmd(source: str, json_out: str, csv_out: str, force: bool, redact: bool)
 
     ds, notes = new_dataset(source, json_out, csv_out, force=force, redact=redact)
     for note in notes:
-        click.echo(f"note: {note}", err=True)
+        echo_text(f"note: {note}", err=True)
     md = ds["metadata"]
-    click.echo(f"wrote {json_out} and {csv_out} ({md['total_pairs']} pairs, review_state {md['review_state']})")
+    echo_text(f"wrote {json_out} and {csv_out} ({md['total_pairs']} pairs, review_state {md['review_state']})")
 
 
 @dataset_group.command("sample")
@@ -93,7 +95,7 @@ def sample_cmd(
         if out_path:
             raise click.UsageError("--confirm draws nothing: drop --out")
         state = confirm_dataset(json_path, csv_path)
-        click.echo(f"review_state: {state}")
+        echo_text(f"review_state: {state}")
         return
     if not out_path:
         raise click.UsageError("--out is required to draw a sample")
@@ -120,7 +122,7 @@ def to_suite_cmd(json_path: str, csv_path: str, dest: str, context_dir: str | No
     from evalkit.suites.loader import dataset_to_suite  # lazy: the loader brings the privacy scanner (detect_secrets)
 
     out = dataset_to_suite(json_path, csv_path, dest, context_dir=context_dir)
-    click.echo(f"wrote suite {out}; next: `evalkit lint {dest}`")
+    echo_text(f"wrote suite {out}; next: `evalkit lint {dest}`")
 
 
 COMMANDS: list[click.Command] = [dataset_group]

@@ -1,7 +1,8 @@
 """The main job of `make demo`: the example suites on the embedded model, end to end.
 
 lint -> serve the embedded llama.cpp model on loopback -> run each suite's arms under its
-cost cap -> grade -> two-arm verdict against the pre-registered plan -> reports -> the
+cost cap -> grade -> two-arm verdict against the pre-registered plan (more arms: every
+pair's, Holm-corrected) -> reports -> the
 path of `reports/index.html` on the last line. No API key and no network: the model is
 the Gemma 3 270M base model that the `local` extra installs.
 
@@ -62,7 +63,7 @@ def _prepare(path: str, k: int | None) -> tuple[Any, Any] | None:
 def _analyse(suite: Any, plan: Any, result: Any, reports_dir: str, pandalm_dir: str | None = None) -> bool:
     """Grade the run, say the verdict, render its reports; True when all went well."""
     # lazy: the demo's stack loads after its arguments are read
-    from evalkit.conclusions.compare import compare
+    from evalkit.conclusions.compare import compare, compare_many
     from evalkit.conclusions.grading import grade_run
     from evalkit.conclusions.verdicts import conformance_verdict
     from evalkit.telling.reports import report_run
@@ -79,7 +80,20 @@ def _analyse(suite: Any, plan: Any, result: Any, reports_dir: str, pandalm_dir: 
         _say(f"{suite.name}: sample pass rate {arm}: {shown} of {expected} samples ({graded_n} graded)")
     for f in graded.findings:
         _say(f"{suite.name}: finding {f.level}: {f.message}")
-    if len(arms) >= 2:
+    if len(arms) > 2:  # every pair, Holm-corrected across the pairs (recorded in verdicts.json)
+        matrix = compare_many(result.path, arms, plan=plan.path or None)
+        _say(f"{suite.name}: {len(matrix.pairs)} pairs of {len(arms)} arms, Holm-corrected at alpha {matrix.alpha:g}")
+        for v, q in zip(matrix.pairs, matrix.p_adjusted, strict=True):
+            _say(
+                f"{suite.name}: verdict {v.treatment_arm} vs {v.baseline_arm}: {v.kind} ({v.wins}W/{v.ties}T/"
+                f"{v.losses}L, p={fmt.pvalue(v.p_value)}, Holm p={fmt.pvalue(q)}, unit: {v.unit})"
+            )
+            if v.plan_check is not None and not v.plan_check.ok:
+                _say(
+                    f"{suite.name}: {v.treatment_arm} vs {v.baseline_arm} against the plan: "
+                    + "; ".join(v.plan_check.flags)
+                )
+    elif len(arms) == 2:
         v = compare(result.path, arms[0], arms[1], plan=plan.path or None)  # recorded in verdicts.json
         _say(
             f"{suite.name}: verdict {arms[1]} vs {arms[0]}: {v.kind} ({v.wins}W/{v.ties}T/{v.losses}L, "

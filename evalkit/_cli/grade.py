@@ -12,6 +12,7 @@ the suite's `judge/calibration.json`.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,7 +23,7 @@ from evalkit.foundations import fmt
 from evalkit.foundations._text import printable
 from evalkit.foundations.errors import InputError
 from evalkit.foundations.layout import GRADES, GRADES_SUMMARY
-from evalkit.foundations.records import GradesSummary
+from evalkit.foundations.records import CurvePoint, GradesSummary
 
 if TYPE_CHECKING:  # for annotations only: ciout loads with the command
     from evalkit.telling.ciout import CiReport
@@ -65,6 +66,14 @@ if TYPE_CHECKING:  # for annotations only: ciout loads with the command
     help="Let judged pass/fail count although the judge is not calibrated (recorded on every judged line "
     "and shown on every report page; config: allow_uncalibrated_judge).",
 )
+@click.option(
+    "--judge-repeats",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Ask the judge R times (R - 1 more, at temperature 1 with other seeds) on up to 50 of the items it "
+    "scored: its flip rate per rubric version, and flipping samples marked unstable.",
+)
 @click.option("--eval-file", type=click.Path(), default=None, help="agent-evals mode: the evals.json file.")
 @click.option(
     "--outputs", type=click.Path(), default=None, help="agent-evals mode: folder of <case-id>/sample-<n>.txt files."
@@ -86,6 +95,7 @@ def grade_cmd(
     suite_path: str | None,
     labels_path: str | None,
     allow_uncalibrated: bool | None,
+    judge_repeats: int,
     eval_file: str | None,
     outputs: str | None,
     k: int,
@@ -149,12 +159,13 @@ def grade_cmd(
         labels=labels_path,
         allow_uncalibrated_judge=allow_uncalibrated or None,
         batch=options,
+        judge_repeats=judge_repeats,
     )
     for line in summary_lines(result.summary, result.run_path):
         echo_text(line)
     for f in result.findings:
         echo_text(str(f))
-    click.echo(f"summary: {result.run_path / GRADES_SUMMARY}")
+    echo_text(f"summary: {result.run_path / GRADES_SUMMARY}")
     s = result.summary
     if not result.complete:
         stopped = f" (grading stopped: {s.stop_reason})" if s.stop_reason else ""
@@ -168,7 +179,13 @@ def grade_cmd(
         )
     pw_errored = (s.pairwise or {}).get("errored")
     if pw_errored:
-        click.echo(f"PAIRWISE INCOMPLETE: {pw_errored} pairwise trial(s) errored or unmatched", err=True)
+        echo_text(f"PAIRWISE INCOMPLETE: {pw_errored} pairwise trial(s) errored or unmatched", err=True)
+    # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
+    from evalkit.conclusions.results import results_block, suite_baseline
+
+    echo_text("")
+    for line in results_block(s, result.run_path, suite_baseline(s.suite)):
+        echo_text(line)
     sys.exit(result.exit_code)
 
 
@@ -205,6 +222,17 @@ def _metric(name: str, v: object) -> str:
     if name.endswith(("_rate", "_correctness", "_golden", "_should_refuse")):
         return fmt.pct(v)
     return fmt.cell(v)
+
+
+def curve_lines(curve: Sequence[CurvePoint]) -> list[str]:
+    """The pass@j and pass^j curve j = 1..k of one group, compact: two lines."""
+    js = f"j=1..{len(curve)}"
+    out = []
+    for label, val, se in (("pass@j", "pass_at_j", "pass_at_j_se"), ("pass^j", "pass_hat_j", "pass_hat_j_se")):
+        vals = fmt.curve([getattr(p, val) for p in curve])
+        ses = fmt.curve([getattr(p, se) for p in curve])
+        out.append(f"  curve {label} {js}: {vals} (SE {ses})")
+    return out
 
 
 def summary_lines(s: GradesSummary, run_path: Path) -> list[str]:
@@ -248,11 +276,30 @@ def summary_lines(s: GradesSummary, run_path: Path) -> list[str]:
                 f"  {name:26s} {v.n_cases:>4}  pass@k {_score(v.pass_at_k, v.pass_at_k_se)}  "
                 f"pass^k {_score(v.pass_hat_k, v.pass_hat_k_se)}  gated {gated}"
             )
+        if a.scores and len(a.scores.curve) > 1:  # the curve j = 1..k (each set's and tag's: in the JSON)
+            lines += curve_lines(a.scores.curve)
     if s.pairwise:
         p = s.pairwise
         lines.append(
             f"pairwise {p['treatment']} vs {p['baseline']}: {p['wins']}W/{p['ties']}T/{p['losses']}L, "
             f"{p['errored']} errored, position consistency {fmt.pct(p['position_consistency'])}"
+        )
+    jr = (s.judged_rates or {}).get("overall")
+    if jr:
+        jo, cor = jr["judge_only"], jr.get("corrected")
+        judge_only = f"judge only {fmt.pct_ci(jo['rate'], jo['low'], jo['high'])} of N={jo['N']}"
+        if cor:
+            lines.append(
+                f"judged sample pass rate: corrected {fmt.pct_ci(cor['rate'], cor['low'], cor['high'])} "
+                f"(n={cor['n']} labels, N={cor['N']}); {judge_only}; judge bias {fmt.points(jr['bias']['value'])}"
+                f"; verdicts rest on the {s.judged_rates and s.judged_rates['estimate']} estimate"
+            )
+        else:
+            lines.append(f"judged sample pass rate: {judge_only} (no corrected rate: fewer than 2 labels)")
+    for version, c in ((s.judge_consistency or {}).get("per_version") or {}).items():
+        lines.append(
+            f"judge {version} consistency: {c['n_items']} item(s) asked {c['repeats']} times, flip rate "
+            f"{fmt.pct(c['flip_rate'])}, straddling the threshold {fmt.pct(c['straddle_share'])}"
         )
     return lines
 
@@ -287,8 +334,8 @@ def judge_sample_cmd(run: str, n: int, seed: int, to: str | None, force: bool) -
         click.echo(label_lines_text(items), nl=False)  # any output text stored losslessly, one line per item
         return
     path = write_label_file(items, to, force=force)
-    click.echo(f"wrote {len(items)} item(s) to label: {path}")
-    click.echo(f"label them in JupyterLab: evalkit judge label {path}")
+    echo_text(f"wrote {len(items)} item(s) to label: {path}")
+    echo_text(f"label them in JupyterLab: evalkit judge label {path}")
 
 
 @judge_group.command("label")
@@ -303,8 +350,8 @@ def judge_label_cmd(labels_file: str, rater: str, notebook: str | None) -> None:
     from evalkit.telling.labelling import label_notebook
 
     path = label_notebook(labels_file, notebook, rater=rater)
-    click.echo(f"wrote {path}")
-    click.echo(f"open it in JupyterLab and run all cells: jupyter lab {path}")
+    echo_text(f"wrote {path}")
+    echo_text(f"open it in JupyterLab and run all cells: jupyter lab {path}")
 
 
 @judge_group.command("calibrate")
@@ -336,9 +383,9 @@ def judge_calibrate_cmd(run: str, labels_path: str | None, suite_path: str | Non
     suite = resolve_suite(Path(run), RunFolder(run).read_meta(), suite_path)
     path = write_calibration(suite.path, cal)
     click.echo(printable(f"judge {cal.judge.model} at {cal.judge.base_url} ({cal.judge.version}): {cal.summary()}"))
-    click.echo(f"recorded in {path}: commit it beside the judge files")
+    echo_text(f"recorded in {path}: commit it beside the judge files")
     if not cal.passed:
-        click.echo(f"NOT CALIBRATED: {cal.reason}", err=True)
+        echo_text(f"NOT CALIBRATED: {cal.reason}", err=True)
         sys.exit(1)
 
 

@@ -84,7 +84,7 @@ def ingest_cmd(
         eval_file=eval_file,
         compat_wildcards=compat_wildcards,
     )
-    click.echo(str(dest))
+    echo_text(str(dest))
     with open(dest / SUMMARY_MD, encoding="utf-8") as fh:
         first = fh.readline().strip()
     if first.startswith("INCOMPLETE"):

@@ -9,7 +9,9 @@ lists them all), so a quick command does not pay for scipy, pandas and the noteb
 
 from __future__ import annotations
 
+import errno
 import importlib
+import os
 import sys
 from typing import Any
 
@@ -58,12 +60,46 @@ class _Group(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
+            # click 8.2 keeps the subcommand's name and arguments in `_protected_args`
+            protected = ctx._protected_args if hasattr(ctx, "_protected_args") else ctx.protected_args
+            _check_arguments([*protected, *ctx.args])
             return super().invoke(ctx)
         except EvalkitError as exc:
             from evalkit._cli.options import echo_text  # lazy: as every command module
 
             echo_text(f"error: {exc}", err=True)  # a message may quote a file or an endpoint
             sys.exit(exc.exit_code)
+        except OSError as exc:
+            # A path the system cannot use as given (too long, a file where a folder must
+            # be, ...): a sentence naming it, exit 2, not a traceback. Anything else is a bug.
+            if exc.errno not in _PATH_ERRNOS:
+                raise
+            from evalkit._cli.options import echo_text  # lazy: as every command module
+
+            echo_text(f"error: {exc.filename}: {exc.strerror}", err=True)
+            sys.exit(2)
+
+
+# The errors a user's path argument alone can cause.
+_PATH_ERRNOS = frozenset(
+    {errno.ENAMETOOLONG, errno.ENOTDIR, errno.EISDIR, errno.ELOOP, errno.ENOENT, errno.EACCES, errno.EROFS}
+)
+
+
+def _check_arguments(args: list[str]) -> None:
+    """No argument holds what no path or name can: a NUL (execve cannot pass one, but a
+    caller in Python can), or a lone surrogate that is not an undecodable byte of argv."""
+    from evalkit.foundations._text import has_lone_surrogate  # lazy: as every command module
+    from evalkit.foundations.errors import InputError
+
+    for i, arg in enumerate(args, 1):
+        if "\x00" in arg:
+            raise InputError(f"argument {i} holds a NUL character: no path or name can")
+        if has_lone_surrogate(arg):
+            try:
+                os.fsencode(arg)
+            except UnicodeError:
+                raise InputError(f"argument {i} holds a lone surrogate: no file name can") from None
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

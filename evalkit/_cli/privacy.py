@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from evalkit._cli.options import echo_text
 from evalkit.suites import privacy
 
 
@@ -35,8 +36,8 @@ def scan_cmd(files: tuple[Path, ...], policy_file: Path | None) -> None:
     found = [f for p in files for f in privacy.scan_file(p, policy)]
     for f in found:
         where = f"{f.path}" + (f":{f.line}" if f.line else "")
-        click.echo(f"{where}: {f.json_path + ': ' if f.json_path else ''}{f.message}")
-    click.echo(f"{len(found)} finding(s) in {len(files)} file(s)", err=bool(found))
+        echo_text(f"{where}: {f.json_path + ': ' if f.json_path else ''}{f.message}")
+    echo_text(f"{len(found)} finding(s) in {len(files)} file(s)", err=bool(found))
     sys.exit(1 if found else 0)
 
 

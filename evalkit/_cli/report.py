@@ -56,6 +56,13 @@ MIN_REPS = 5  # microtest.MIN_REPS, here so `--help` need not import the library
     type=click.Path(dir_okay=False),
     help="The baseline.json to gate the run against (default: the suite's, when it has one).",
 )
+@click.option(
+    "--pair",
+    default=None,
+    metavar="BASELINE,TREATMENT",
+    help="The pair of arms the skill-comparison page shows in full (a run of more arms: the matrix of every "
+    "pair is shown too); default: the arm named baseline or control, else the first, and the next.",
+)
 def report_cmd(
     run: str,
     reports_dir: str,
@@ -65,6 +72,7 @@ def report_cmd(
     redact: bool,
     plan_path: str | None,
     baseline_path: str | None,
+    pair: str | None,
 ) -> None:
     """Record what the run concludes in its verdicts.json (two-arm verdict and plan check,
     gate, judge trust), execute the notebooks that apply to RUN with papermill, render
@@ -74,6 +82,12 @@ def report_cmd(
     # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
     from evalkit.telling import reports
 
+    extra = None
+    if pair is not None:
+        names = [p.strip() for p in pair.split(",")]
+        if len(names) != 2 or not all(names) or names[0] == names[1]:
+            raise click.UsageError("--pair takes two different arm names: BASELINE,TREATMENT")
+        extra = {"skill_comparison": {"baseline": names[0], "treatment": names[1]}}
     result = reports.report_run(
         run,
         reports_dir,
@@ -83,20 +97,21 @@ def report_cmd(
         pandalm_dir=pandalm_dir,
         plan=plan_path,
         baseline=baseline_path,
+        extra_parameters=extra,
     )
     for nb in result.notebooks:
         status = "ok" if nb.ok else f"FAILED: {nb.error}"
         echo_text(f"{nb.name}: {nb.html or nb.ipynb} ({nb.seconds:.1f} s) {status}", err=True)
     for name, why in result.skipped.items():
         if not only:
-            click.echo(f"{name}: skipped ({why})", err=True)
-    click.echo(str(result.index))
+            echo_text(f"{name}: skipped ({why})", err=True)
+    echo_text(str(result.index))
     if not result.ok:
         failed = [nb.name for nb in result.notebooks if not nb.ok]
-        click.echo(f"error: {len(failed)} of {len(result.notebooks)} notebook(s) failed: {', '.join(failed)}", err=True)
+        echo_text(f"error: {len(failed)} of {len(result.notebooks)} notebook(s) failed: {', '.join(failed)}", err=True)
         sys.exit(1)
     if result.nothing:
-        click.echo(f"error: {result.nothing}", err=True)
+        echo_text(f"error: {result.nothing}", err=True)
         sys.exit(1)
 
 
@@ -201,12 +216,12 @@ def microtest_cmd(
     microtest.write_marker(result.path, files, reps, flag_pattern)
     rep = reports.report_run(result.path, reports_dir, notebooks=["micro_test"])
     nb = rep.notebooks[0]
-    click.echo(f"run folder: {result.path}")
-    click.echo(f"report: {nb.html}")
+    echo_text(f"run folder: {result.path}")
+    echo_text(f"report: {nb.html}")
     found = run_verdicts(result.path).microtest
     if found is not None:
         echo_text(found.conclusion)
-    click.echo(str(rep.index))
+    echo_text(str(rep.index))
     if not nb.ok:
         echo_text(f"error: the micro_test notebook failed: {nb.error}", err=True)
         sys.exit(1)

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from evalkit._cli.options import batch_from, batch_options, ci_output_options, emit_ci
+from evalkit._cli.options import batch_from, batch_options, ci_output_options, echo_text, emit_ci
 from evalkit.foundations import fmt
+from evalkit.foundations._text import printable
 from evalkit.foundations.errors import InputError
 
 if TYPE_CHECKING:  # for annotations only: ciout loads with the command
@@ -102,7 +103,7 @@ def run_cmd(
 
         loaded = load_suite(suite, lenient_keys=lenient_keys)
         for w in loaded.warnings if lenient_keys else ():
-            click.echo(f"warning: {w}", err=True)
+            echo_text(f"warning: {w}", err=True)
         target = ci_suite(loaded) if ci else loaded
     result = run_suite(
         target,
@@ -118,13 +119,22 @@ def run_cmd(
         allow_private_data=allow_private_data,
         batch=options,
     )
-    click.echo(f"run folder: {result.path}")
+    echo_text(f"run folder: {result.path}")
     click.echo(
         f"spend: {fmt.usd(result.spend_usd)} of cap {fmt.usd(result.cap_usd)} "
         f"(avoided by the cache: {fmt.usd(result.avoided_usd)})"
     )
-    for arm, c in result.per_arm.items():
-        click.echo(f"{arm}: {c['samples']} samples, {c['errors']} errors")
+    for arm, c in result.per_arm.items():  # each arm's model and money (its own price, on the one ledger)
+        echo_text(
+            f"{arm}: {c['samples']} samples, {c['errors']} errors, {c.get('missing', 0)} missing"
+            + (f"; model {printable(str(c['model']))}" if c.get("model") else "")
+            + (
+                f"; paid {fmt.usd(c['paid_usd'])}, avoided {fmt.usd(c.get('avoided_usd', 0.0))}, "
+                f"{fmt.usd(c.get('cost_per_case_usd', 0.0))} per case"
+                if "paid_usd" in c
+                else ""
+            )
+        )
     if result.privacy.get("allowed"):
         kinds = ", ".join(f"{kind} {n}" for kind, n in result.privacy.get("by_kind", {}).items())
         click.echo(

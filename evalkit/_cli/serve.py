@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import click
 
 from evalkit._cli.options import echo_text
+from evalkit.foundations.errors import EvalkitError
 from evalkit.suites.endpoints import GENERATOR_URL_ENV, SERVED_ENV
 
 if TYPE_CHECKING:
@@ -58,12 +59,23 @@ def _raise_terminated(signum: int, frame: object) -> None:
     default=None,
     help="GGUF model to serve (default: the embedded Gemma 3 270M).",
 )
-@click.option("--port", type=int, default=0, show_default="a free port", help="Port on 127.0.0.1.")
+@click.option(
+    "--port",
+    type=int,
+    default=None,
+    show_default="18181 when it is free, else a free port",
+    help="Port on 127.0.0.1 (0: a free port).",
+)
 @click.option("--n-ctx", type=int, default=2048, show_default=True, help="Context size (embedded model).")
 @click.option("--threads", "n_threads", type=int, default=None, help="CPU threads (embedded model).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def serve(
-    script: Path | None, model_path: Path | None, port: int, n_ctx: int, n_threads: int | None, command: tuple[str, ...]
+    script: Path | None,
+    model_path: Path | None,
+    port: int | None,
+    n_ctx: int,
+    n_threads: int | None,
+    command: tuple[str, ...],
 ) -> None:
     """Serve an OpenAI-compatible endpoint on 127.0.0.1 [-- COMMAND ...].
 
@@ -87,13 +99,21 @@ def serve(
     The whole format: docs/formats.md, "Scripted server script".
     """
     # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
-    from evalkit.calls.serve import LocalModelServer, ScriptedServer
+    from evalkit.calls.serve import LocalModelServer, ScriptedServer, default_port
 
     if script is not None and model_path is not None:
         raise click.UsageError("--scripted and --model are exclusive")
+    chosen = port is None
+    if port is None:
+        port = default_port()  # the same base URL each time, unless another server holds it
     server: ScriptedServer | ServerProcess
     if script is not None:
         server = ScriptedServer(script, port=port)
+        if chosen and port:
+            try:
+                server.start()  # `with server:` below keeps it; another serve that took the port first:
+            except EvalkitError:
+                server = ScriptedServer(script, port=0)  # a free one
     else:
         server = LocalModelServer(model_path, port=port, n_ctx=n_ctx, n_threads=n_threads)
     # SIGTERM (CI cancelling a job) unwinds like Ctrl-C, so the model server is stopped.
@@ -141,13 +161,15 @@ def _serve(server: ScriptedServer | ServerProcess, command: tuple[str, ...]) -> 
                         "model": server.model_name,
                         "status_file": str(status),
                         "pid": getattr(server, "pid", None) or os.getpid(),
+                        # what its answers depend on (not the port): the response cache's key
+                        "cache_identity": server.cache_identity,
                     }
                 ),
             }
             try:
                 proc = subprocess.Popen(list(command), env=env)
             except OSError as exc:
-                click.echo(f"error: cannot run {command[0]!r}: {exc.strerror or exc}", err=True)
+                echo_text(f"error: cannot run {command[0]!r}: {exc.strerror or exc}", err=True)
                 return 127
             done = threading.Event()
             died: list[str] = []

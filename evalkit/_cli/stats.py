@@ -72,6 +72,11 @@ def _fail_on(kind: str, fail_on: tuple[str, ...]) -> None:
     help="What the verdict rests on: each sample's pass/fail (direct) or the pairwise judge's tally "
     "(pairwise.jsonl); default: the suite's verdict_judge, else direct.",
 )
+@click.option(
+    "--control",
+    default=None,
+    help="More than two arms: compare this arm against each other arm (default: every pair); Holm-corrected.",
+)
 @click.option("--fail-on", multiple=True, type=click.Choice(FAIL_KINDS), help="Exit 1 on this verdict (repeatable).")
 @click.option(
     "--require-plan",
@@ -89,6 +94,7 @@ def compare_cmd(
     plan_path: Path | None,
     alpha: float | None,
     judge: str | None,
+    control: str | None,
     fail_on: tuple[str, ...],
     require_plan: bool,
     as_json: bool,
@@ -96,9 +102,11 @@ def compare_cmd(
     markdown: Path | None,
 ) -> None:
     """Verdict of a graded RUN: two arms, the exact sign test, one vote per case, on each
-    sample's pass/fail or on the pairwise judge (--judge); one arm (a suite with no
-    baseline, or --arm), the conformance tally: pass, regression or inconclusive.
-    Recorded in the run's verdicts.json."""
+    sample's pass/fail or on the pairwise judge (--judge); more than two arms, every
+    pair's verdict (or --control against each other arm), Holm-corrected across the
+    pairs, in one table (with --baseline and --treatment, that pair in full too); one arm
+    (a suite with no baseline, or --arm), the conformance tally: pass, regression or
+    inconclusive. Recorded in the run's verdicts.json."""
     # lazy: the statistics (scipy) load only when the command runs
     from evalkit.conclusions.compare import compare
     from evalkit.conclusions.gates import run_metrics
@@ -106,6 +114,11 @@ def compare_cmd(
     from evalkit.suites.runload import as_run
 
     loaded = as_run(run)
+    if single_arm is None and (len(loaded.arm_names()) > 2 or control is not None):
+        _compare_many(
+            loaded, baseline_arm, treatment_arm, control, plan_path, alpha, judge, fail_on, as_json, junit, markdown
+        )
+        return
     if single_arm is not None or (baseline_arm is None and treatment_arm is None):
         if baseline_arm or treatment_arm:
             raise click.UsageError("--arm is a single-arm verdict: give it without --baseline and --treatment")
@@ -155,6 +168,64 @@ def compare_cmd(
     _fail_on(v.kind, fail_on)
 
 
+def _compare_many(
+    loaded: Any,
+    baseline_arm: str | None,
+    treatment_arm: str | None,
+    control: str | None,
+    plan_path: Path | None,
+    alpha: float | None,
+    judge: str | None,
+    fail_on: tuple[str, ...],
+    as_json: bool,
+    junit: Path | None = None,
+    markdown: Path | None = None,
+) -> None:
+    """`compare` on more than two arms (`compare.compare_many`): the table, and the pair
+    asked for (--baseline, --treatment) in full (its corrected verdict is what --junit
+    and --markdown report); --fail-on reads that pair's corrected verdict, or every
+    pair's when none is asked for."""
+    from evalkit.conclusions.compare import compare_many  # lazy: the statistics (scipy) load only when the command runs
+
+    if (baseline_arm is None) != (treatment_arm is None):
+        raise click.UsageError("name both --baseline and --treatment for the pair to show in full, or neither")
+    if baseline_arm is None and (junit is not None or markdown is not None):
+        raise click.UsageError("--junit and --markdown report one pair: name it with --baseline and --treatment")
+    matrix = compare_many(loaded, control=control, plan=plan_path, alpha=alpha, judge=judge)
+    text = matrix.render()
+    out: dict[str, Any] = matrix.to_json()
+    kinds = [v.kind for v in matrix.pairs]
+    if baseline_arm is not None and treatment_arm is not None:
+        asked = matrix.pair(baseline_arm, treatment_arm)
+        if asked is None:
+            raise click.UsageError(
+                f"{baseline_arm} vs {treatment_arm} is not one of the pairs compared "
+                f"({', '.join(f'{v.baseline_arm} vs {v.treatment_arm}' for v in matrix.pairs)})"
+            )
+        text += f"\n\n{baseline_arm} vs {treatment_arm} (Holm-corrected verdict):\n" + asked[0].render()
+        out["asked"] = {"baseline": baseline_arm, "treatment": treatment_arm}
+        kinds = [asked[0].kind]
+        pair_verdict = asked[0]
+
+        def report() -> CiReport:  # built only when asked for
+            # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
+            from evalkit.conclusions.gates import run_metrics
+            from evalkit.telling.ciout import compare_report
+
+            return compare_report(
+                pair_verdict,
+                loaded,
+                run_metrics(loaded, arm=baseline_arm),
+                run_metrics(loaded, arm=treatment_arm),
+                fail_on,
+            )
+
+        emit_ci(report, junit, markdown)
+    _emit(out, as_json, text)
+    for kind in kinds:
+        _fail_on(kind, fail_on)
+
+
 @click.command("verdict")
 @click.option("--wins", type=click.IntRange(min=0), required=True)
 @click.option("--ties", type=click.IntRange(min=0), required=True)
@@ -201,6 +272,15 @@ def verdict_cmd(
     help="Record the plan in this suite folder (evals/<unit>/plan.json).",
 )
 @click.option("--sequential", is_flag=True, help="Plan a sequential sign test (stops once settled).")
+@click.option(
+    "--arms",
+    "n_arms",
+    type=click.IntRange(min=2),
+    default=2,
+    show_default=True,
+    help="Arms compared: every pair (or --control against each other), Holm-corrected.",
+)
+@click.option("--control", "with_control", is_flag=True, help="With --arms: one control arm against each other arm.")
 @click.option("--force", is_flag=True, help="With --write: replace an existing plan.json (a new pre-registration).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def power_cmd(
@@ -210,17 +290,21 @@ def power_cmd(
     power_: float,
     write_dir: Path | None,
     sequential: bool,
+    n_arms: int,
+    with_control: bool,
     force: bool,
     as_json: bool,
 ) -> None:
-    """Discordant pairs and cases the exact sign test needs (exact and approximate).
+    """Discordant pairs and cases the exact sign test needs (exact and approximate); with
+    --arms N, for every pair of N arms (or --control against each other) under Holm's
+    correction.
 
     With --write, the plan is pre-registered in the suite; an existing plan.json is never
     replaced without --force, and a suite with fewer cases than the plan needs is warned of."""
     # lazy: the statistics (scipy) load only when the command runs
     from evalkit.numbers.plans import load_plan, plan_power, suite_shortfall, write_plan
 
-    plan = plan_power(win_rate, tie_rate, alpha, power_, sequential=sequential)
+    plan = plan_power(win_rate, tie_rate, alpha, power_, sequential=sequential, arms=n_arms, control=with_control)
     text = plan.render()
     if write_dir is not None:
         path = write_plan(plan, write_dir, force=force)
@@ -234,7 +318,7 @@ def power_cmd(
             n_cases = None  # a suite that cannot be read: `evalkit lint` says why
         short = suite_shortfall(plan, n_cases) if n_cases is not None else None
         if short:
-            click.echo(f"warning: {short}", err=True)
+            echo_text(f"warning: {short}", err=True)
     _emit(plan.to_json(), as_json, text)
 
 
@@ -304,7 +388,7 @@ def baseline_accept_cmd(run: Path, suite_dir: Path | None, arm: str | None) -> N
     from evalkit.conclusions.gates import accept_baseline
 
     bj, bs = accept_baseline(run, suite_dir, arm=arm)
-    click.echo(f"wrote {bj}\nwrote {bs}\ncommit both in a change of their own, reviewed by someone else")
+    echo_text(f"wrote {bj}\nwrote {bs}\ncommit both in a change of their own, reviewed by someone else")
 
 
 @click.command("noise")

@@ -52,10 +52,17 @@ def init_cmd(
     also the workflow that runs, grades and gates it on pull requests."""
     if ci is None and (watch or repo_root or evalkit_spec):
         raise click.UsageError("--watch, --repo-root and --evalkit-spec go with --ci")
+    if ci is not None:
+        # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
+        from evalkit.suites.workflow import check_workflow_text
+
+        check_workflow_text(str(unit_dir), "the suite path")  # before anything is scaffolded
+        for w in watch:
+            check_workflow_text(w, "the --watch pattern")
     existing = ci is not None and (unit_dir / CONFIG_FILE).is_file()
     if not existing:
         dest = suite.scaffold_suite(unit_dir)
-        click.echo(f"created {dest}")
+        echo_text(f"created {dest}")
     if ci is not None:
         # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
         from evalkit.suites.workflow import write_github_workflow
@@ -63,9 +70,9 @@ def init_cmd(
         wf = write_github_workflow(
             loader.load_suite(unit_dir), repo_root=repo_root, watch=watch, requirement=evalkit_spec
         )
-        click.echo(f"created {wf} (caps and thresholds stay in {unit_dir / CONFIG_FILE}; it never writes a baseline)")
+        echo_text(f"created {wf} (caps and thresholds stay in {unit_dir / CONFIG_FILE}; it never writes a baseline)")
     if not existing:
-        click.echo(f"next: edit {dest / CASES_FILE} and {dest / CONFIG_FILE}, then `evalkit lint {dest}`")
+        echo_text(f"next: edit {dest / CASES_FILE} and {dest / CONFIG_FILE}, then `evalkit lint {dest}`")
 
 
 @click.command("lint")
@@ -84,6 +91,9 @@ def lint_cmd(suite_path: Path, strict: bool, lenient_keys: bool) -> None:
     for finding in report.warnings:
         echo_text(str(finding))
     summary = f"{report.suite}: {len(report.errors)} error(s), {len(report.warnings)} warning(s)"
+    weights = Counter(f.severity for f in report.findings)
+    if weights:
+        summary += " (" + ", ".join(f"{weights[w]} {w}" for w in ("HIGH", "MEDIUM", "LOW") if weights[w]) + ")"
     if report.errors:
         click.echo(summary, err=True)
         sys.exit(2)
@@ -120,14 +130,14 @@ def import_cmd(file: Path, dest: Path, guidance: Path | None, redact: bool) -> N
         on_warning=lambda w: echo_text(str(w)),
     )
     loaded = loader.load_suite(out)
-    click.echo(f"imported {file} -> {out} ({len(loaded.cases)} cases)")
+    echo_text(f"imported {file} -> {out} ({len(loaded.cases)} cases)")
     for name, n in Counter(c.set for c in loaded.cases).items():
-        click.echo(f"  set {name}: {n} case(s), gate {set_gate(name)}")
+        echo_text(f"  set {name}: {n} case(s), gate {set_gate(name)}")
     if redact:
         # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
         from evalkit.suites.privacy import REDACTION_LOG, redaction_summary
 
-        click.echo(f"{redaction_summary(out / REDACTION_LOG)}; log: {out / REDACTION_LOG}")
+        echo_text(f"{redaction_summary(out / REDACTION_LOG)}; log: {out / REDACTION_LOG}")
     for warning in loaded.warnings:
         echo_text(warning)
 

@@ -69,21 +69,31 @@ class ResponseCache:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # One connection shared by this process's threads, guarded by a lock; other
         # processes are serialised by SQLite's own file locks (busy timeout).
-        self._conn = sqlite3.connect(
-            str(self.path), timeout=busy_timeout_s, check_same_thread=False, isolation_level=None
-        )
         self._lock = threading.Lock()
-        with self._lock:
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-            self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
-            self._conn.execute(_SCHEMA)
-            self._conn.execute(_ENDPOINT_SCHEMA)
+        try:
+            self._conn = sqlite3.connect(
+                str(self.path), timeout=busy_timeout_s, check_same_thread=False, isolation_level=None
+            )
+            with self._lock:
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                self._conn.execute("PRAGMA synchronous=NORMAL")
+                self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+                self._conn.execute(_SCHEMA)
+                self._conn.execute(_ENDPOINT_SCHEMA)
+        except sqlite3.Error as exc:  # a full disk is "disk full: <path>", resumable once there is room
+            raise self._sqlite_error(exc) from None
         self.hits = 0
         self.misses = 0
         self._batch = max(1, int(batch))
         self._pending: dict[_Key, tuple[str, float]] = {}
         self.write_error: EvalkitError | None = None
+
+    def _sqlite_error(self, exc: sqlite3.Error) -> EvalkitError:
+        """The sentence for a SQLite failure on this cache: `DiskFull` when it had no room."""
+        full = getattr(exc, "sqlite_errorname", "") == "SQLITE_FULL" or "disk is full" in str(exc)
+        if full:
+            return DiskFull(self.path, str(exc))
+        return EvalkitError(f"response cache not usable: {self.path} ({exc})")
 
     def _model_key(self, model: str) -> str:
         return f"{model} @{self.scope}" if self.scope else model
@@ -93,6 +103,19 @@ class ResponseCache:
     ) -> dict[str, Any] | None:
         """The response stored for this key (of `endpoint`, or of no endpoint), or None."""
         model = self._model_key(model)
+        try:
+            row = self._get_row(model, request_hash, sample_index, endpoint)
+        except sqlite3.Error as exc:
+            raise self._sqlite_error(exc) from None
+        if row is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        resp: dict[str, Any] = json.loads(row[0])
+        resp["cost_usd"] = row[1]
+        return resp
+
+    def _get_row(self, model: str, request_hash: str, sample_index: int, endpoint: str | None) -> Any:
         with self._lock:
             row = self._pending.get((endpoint, model, request_hash, int(sample_index)))
             if row is None and endpoint is None:
@@ -106,13 +129,7 @@ class ResponseCache:
                     "WHERE endpoint=? AND model=? AND request_hash=? AND sample_index=?",
                     (endpoint, model, request_hash, int(sample_index)),
                 ).fetchone()
-        if row is None:
-            self.misses += 1
-            return None
-        self.hits += 1
-        resp: dict[str, Any] = json.loads(row[0])
-        resp["cost_usd"] = row[1]
-        return resp
+        return row
 
     def has(self, model: str, request_hash: str, sample_index: int, *, endpoint: str | None = None) -> bool:
         """Whether a response is stored for the key (of `endpoint`, or of no endpoint);

@@ -103,6 +103,8 @@ except ImportError:  # pragma: no cover - an older openai
 
 from evalkit.calls.cache import ResponseCache
 from evalkit.calls.ledger import Ledger, Reservation, reported_usage, unusable_usage
+from evalkit.calls.ratelimit import pacer_for
+from evalkit.calls.responses_api import input_messages, no_responses_api
 from evalkit.foundations._text import sendable
 from evalkit.foundations.errors import (
     BudgetExhausted,
@@ -117,7 +119,9 @@ from evalkit.foundations.tokens import TokenCounter, utf8_len
 from evalkit.suites.endpoints import check_base_url
 
 # The request fields evalkit sets itself; `complete(extra=...)` cannot replace them.
-_OWN_FIELDS = frozenset({"model", "max_tokens", "prompt", "messages", "tools", "temperature", "seed", "stop"})
+_OWN_FIELDS = frozenset(
+    {"model", "max_tokens", "prompt", "messages", "tools", "temperature", "seed", "stop", "input", "max_output_tokens"}
+)
 RETRY_STATUSES = frozenset({408, 409})  # plus every 5xx, and the rate limits below
 RATE_LIMIT_STATUSES = frozenset({429, 503, 529})  # retried within the key's time budget
 BACKOFF_BASE_S = 0.25
@@ -568,6 +572,8 @@ class ModelClient:
         self._text_bound = text_bound(self.max_tokens_out)
         self._body_bound = body_bound(self.max_tokens_out)
         self._throttle = _Throttle(concurrency)
+        # The endpoint's rate limit, learned and shared with every client of it (evalkit.calls.ratelimit).
+        self.pacer = pacer_for(self.base_url, endpoint.model)
         api_key = check_endpoint(endpoint, self.base_url, replay_only)
         # A replay-only client without a URL never sends: it gets no openai client at all.
         self._openai = (
@@ -597,6 +603,7 @@ class ModelClient:
         mark = _ATTEMPT.get()
         if mark is not None:
             mark.answered = True
+        self.pacer.observe(response.headers)
         strict = response.status_code < 400
         length = response.headers.get("content-length")
         if length is not None and length.isdigit() and "transfer-encoding" not in response.headers:
@@ -635,6 +642,7 @@ class ModelClient:
         call: int | None = None,
         sample: str | None = None,
         progress: CallProgress | None = None,
+        responses_input: Any = None,
     ) -> Completion:
         """Make one call (or replay it from the cache); see the module docstring.
 
@@ -651,7 +659,14 @@ class ModelClient:
         cache key, so a request made twice in one sample, or by two arms or cases, gets
         its own answer while an identical re-run of the sample replays each. `progress`,
         when given, is kept up to date with the attempts sent and the cost charged for
-        those that failed (`CallProgress`)."""
+        those that failed (`CallProgress`).
+
+        `responses_input` (instead of `prompt` or `messages`) makes it a Responses API
+        call (``POST /responses``, `evalkit.calls.responses_api`): its `max_output_tokens` is
+        the ceiling as `max_tokens` is for chat, its usage (`input_tokens`,
+        `output_tokens`) is settled, its function calls are the answer's tool calls
+        (each with its call id); an endpoint answering 404 or 405 has no Responses API,
+        and the error says how each framework switches to chat completions."""
         body = self.request_body(
             prompt=prompt,
             messages=messages,
@@ -661,8 +676,11 @@ class ModelClient:
             stop=stop,
             max_tokens=max_tokens,
             extra=extra,
+            responses_input=responses_input,
         )
-        tokens_out = int(body["max_tokens"])  # the reservation's output ceiling: what the call may use
+        responses = responses_input is not None
+        # the reservation's output ceiling: what the call may use
+        tokens_out = int(body["max_output_tokens"] if responses else body["max_tokens"])
         rhash = request_hash(body)
         ckey = rhash
         if call is not None:  # an agent's call: one answer per sample (case, arm, index) and ordinal
@@ -672,6 +690,7 @@ class ModelClient:
         if hit is not None:
             return hit
         prog = progress if progress is not None else CallProgress()
+        pace_tokens = tokens_out + utf8_len(canonical_json(body)) // 4  # what a provider counts, estimated
 
         label = key or "request"
         causes = _Causes()
@@ -682,6 +701,7 @@ class ModelClient:
         while True:
             attempt += 1
             cause, retry_after, limited_wait = "", None, None
+            await self.pacer.acquire(pace_tokens)
             await self._throttle.acquire()
             try:
                 stopped = (
@@ -693,9 +713,15 @@ class ModelClient:
                 if attempt == 1 and prog.on_send is not None:  # before anything is reserved: may raise DiskFull
                     prog.on_send()
                 try:
-                    r = self.ledger.reserve(
+                    # waits while calls in flight may free room (Ledger.reserve_waiting)
+                    r = await self.ledger.reserve_waiting(
                         self.role, self.endpoint.model, self.price, self.max_tokens_in, tokens_out, key
                     )
+                    stopped = (should_stop() if should_stop is not None else None) or self.unreachable
+                    if stopped:  # the run stopped while this reservation waited: nothing sent
+                        self.ledger.release_unsent(r, f"stopped: {stopped}")
+                        causes.note(f"stopped before attempt {attempt}: {stopped}")
+                        raise _call_error(f"{label}: {causes}", attempt - 1, CallStopped)
                 except BudgetExhausted as exc:
                     if attempt == 1:
                         raise
@@ -710,17 +736,25 @@ class ModelClient:
                     resp = await self._send(body)
                     latency_ms = (time.perf_counter() - t0) * 1000
                     self._answered()
-                    text, tool_calls, finish, usage, fingerprint, model = self._parse(resp, chat=prompt is None)
+                    text, tool_calls, finish, usage, fingerprint, model = self._parse(
+                        resp, chat=prompt is None, responses=responses
+                    )
                 except openai.APIStatusError as exc:
                     self._answered()
                     status = exc.status_code
                     prog.cost_usd += self.ledger.settle_failed(r, None, f"HTTP {status}")
                     cause = f"HTTP {status}: {_short(exc.message)}"
                     retry_after = _retry_after_s(exc.response.headers if exc.response is not None else None)
+                    if responses and status in (404, 405) and "model_not_found" not in _error_code(exc):
+                        url = self.base_url or str(cast(Any, self._openai).base_url)
+                        causes.add(attempt, no_responses_api(url, status))
+                        raise _call_error(f"{label}: {causes} (not retried)", attempt) from exc
                     if is_rate_limit(exc):
                         self._throttle.rate_limited()
                         limited += 1
-                        limited_wait = backoff_s(limited, retry_after, self._rng, RATE_LIMIT_BACKOFF_MAX_S)
+                        # Every worker of the endpoint holds until Retry-After (the pacer), not this one alone.
+                        headers = exc.response.headers if exc.response is not None else None
+                        limited_wait = self.pacer.refused(retry_after, headers)
                     elif status not in RETRY_STATUSES and status < 500:
                         causes.add(attempt, cause)
                         raise _call_error(f"{label}: {causes} (not retried)", attempt) from exc
@@ -762,6 +796,7 @@ class ModelClient:
                     raise
                 else:
                     self._throttle.answered()
+                    self.pacer.answered()
                     return self._settle(
                         r,
                         rhash,
@@ -815,18 +850,33 @@ class ModelClient:
         stop: list[str] | None = None,
         max_tokens: int | None = None,
         extra: dict[str, Any] | None = None,
+        responses_input: Any = None,
     ) -> dict[str, Any]:
         """The request body `complete` sends for these arguments (and a provider batch
         sends as a line's `body`, `evalkit.running.batch`): the model, `max_tokens` (at most
         `max_tokens_out`, which it is when not given), the `extra` fields not evalkit's
-        own, the prompt or messages (sendable text) and the parameters given."""
-        if (prompt is None) == (messages is None):
-            raise ValueError("give exactly one of prompt (completions) or messages (chat)")
+        own, the prompt or messages (sendable text) and the parameters given. With
+        `responses_input`, a Responses API body: `input`, and `max_output_tokens` in
+        place of `max_tokens` (no `seed` or `stop`, which that API has not)."""
+        if sum(x is not None for x in (prompt, messages, responses_input)) != 1:
+            raise ValueError("give exactly one of prompt (completions), messages (chat) or responses_input")
         if prompt is not None and tools:
             raise ValueError("tools need chat mode (messages)")
         prompt, messages = sendable(prompt), sendable(messages)
         tokens_out = self.max_tokens_out if max_tokens is None else max(1, min(int(max_tokens), self.max_tokens_out))
-        body: dict[str, Any] = {"model": self.endpoint.model, "max_tokens": tokens_out}
+        if responses_input is not None:
+            if seed is not None or stop:
+                raise ValueError("the Responses API takes no seed or stop")
+            body = {"model": self.endpoint.model, "max_output_tokens": tokens_out}
+            if extra:
+                body.update({k: v for k, v in sendable(extra).items() if k not in _OWN_FIELDS})
+            body["input"] = sendable(responses_input)
+            if tools:
+                body["tools"] = tools
+            if temperature is not None:
+                body["temperature"] = temperature
+            return body
+        body = {"model": self.endpoint.model, "max_tokens": tokens_out}
         if extra:
             body.update({k: v for k, v in sendable(extra).items() if k not in _OWN_FIELDS})
         if prompt is not None:
@@ -848,11 +898,12 @@ class ModelClient:
         prompt or messages and the tool definitions, plus the UTF-8 size of the JSON of
         every further field (`response_format`'s schema, `logit_bias`, ...: what a
         provider may read as input), a bound for any byte-level tokenizer."""
-        extra = {k: v for k, v in body.items() if k not in _OWN_FIELDS}
+        responses = "input" in body  # a Responses body: its instructions and input items as messages
+        extra = {k: v for k, v in body.items() if k not in _OWN_FIELDS and not (responses and k == "instructions")}
         n_extra = utf8_len(json.dumps(extra, separators=(",", ":"), ensure_ascii=False)) if extra else 0
         n_in, method = await self.counter.measure(
             prompt=body.get("prompt"),
-            messages=body.get("messages"),
+            messages=input_messages(body["input"], body.get("instructions")) if responses else body.get("messages"),
             tools=body.get("tools"),
             limit=self.max_tokens_in - n_extra,
         )
@@ -1022,14 +1073,14 @@ class ModelClient:
         `body` is already the wire body (`request_body`); the fields an agent sent go as
         they are, whatever this SDK version names."""
         assert self._openai is not None, "a replay-only client without a base URL sends nothing"
-        path = "/chat/completions" if "messages" in body else "/completions"
+        path = "/responses" if "input" in body else "/chat/completions" if "messages" in body else "/completions"
         raw = await self._openai.post(path, cast_to=bytes, body=body)
         try:
             return _fields(json.loads(raw))
         except ValueError as exc:  # not JSON, or not UTF-8
             raise _Malformed(f"the response body is not JSON ({_short(str(exc), 120)})") from None
 
-    def _parse(self, resp: Any, *, chat: bool) -> tuple[Any, ...]:
+    def _parse(self, resp: Any, *, chat: bool, responses: bool = False) -> tuple[Any, ...]:
         """(text, tool calls, finish reason, raw usage, fingerprint, model) from a
         response body; `_Malformed` for any shape that is not a completion, or one whose
         text and tool calls pass `text_bound`. The openai client builds its objects
@@ -1037,6 +1088,8 @@ class ModelClient:
         untrusted data. Raw usage: None (not reported), a (prompt, completion) pair as
         sent (the ledger decides whether to trust it), or `_Unusable`."""
         try:
+            if responses:
+                return self._parse_responses(resp)
             return self._parse_fields(resp, chat=chat)
         except _Malformed:
             raise
@@ -1097,6 +1150,80 @@ class ModelClient:
             finish,
             usage,
             fingerprint if isinstance(fingerprint, str) else None,
+            model if isinstance(model, str) and model else self.endpoint.model,
+        )
+
+    def _parse_responses(self, resp: Any) -> tuple[Any, ...]:
+        """`_parse_fields` for a Responses API body: the text of its assistant message
+        items (``output_text`` and ``refusal`` parts), its ``function_call`` items as
+        tool calls (the call id as their id), ``reasoning`` items skipped (their tokens
+        are in the output count); any other item is no answer the proxy can pass on.
+        Status ``incomplete`` is finish reason ``length`` (``content_filter`` when it
+        says so); usage is (`input_tokens`, `output_tokens`)."""
+        output = None if isinstance(resp, (str, bytes)) else getattr(resp, "output", None)
+        if not isinstance(output, list):
+            raise _Malformed("no output list in the response body")
+        status = getattr(resp, "status", None)
+        if status not in ("completed", "incomplete"):
+            err = getattr(resp, "error", None)
+            why = f": {_short(str(_raw(err)), 160)}" if err is not None else ""
+            raise _Malformed(f"the response's status is {status!r}, not completed{why}")
+        texts: list[str] = []
+        calls: list[dict[str, Any]] = []
+        size = 0
+        for i, item in enumerate(output):
+            kind = getattr(item, "type", None) if isinstance(item, _Fields) else None
+            if kind == "message":
+                content = item.content
+                if not isinstance(content, list):
+                    raise _Malformed(f"output[{i}].content is a {_kind(content)}, not a list")
+                for part in content:
+                    t = getattr(part, "text", None) if isinstance(part, _Fields) else None
+                    if t is None and isinstance(part, _Fields):
+                        t = part.refusal
+                    if not isinstance(t, str):
+                        raise _Malformed(f"output[{i}] holds a content part with no text")
+                    texts.append(t)
+            elif kind == "function_call":
+                name, raw, call_id = item.name, item.arguments, item.call_id
+                if not isinstance(name, str) or not isinstance(raw, str):
+                    raise _Malformed(f"output[{i}] is a function call without a name and arguments string")
+                try:
+                    args: Any = json.loads(raw)
+                except json.JSONDecodeError:
+                    args = raw  # kept as the model wrote it; graders decide
+                call: dict[str, Any] = {"name": name, "arguments": args}
+                if isinstance(call_id, str) and call_id:
+                    call["id"] = call_id
+                calls.append(call)
+                size += _utf8_size(name) + _utf8_size(raw)
+            elif kind != "reasoning":
+                raise _Malformed(f"output[{i}] is an item of type {kind!r}, which the proxy does not pass on")
+        text = "".join(texts)
+        size += _utf8_size(text)
+        if size > self._text_bound:
+            raise _Malformed(
+                f"implausible answer: {size} bytes of text and tool calls, more than "
+                f"{self.max_tokens_out} tokens can carry (bound {self._text_bound} bytes)"
+            )
+        finish = "tool_calls" if calls else "stop"
+        if status == "incomplete":
+            details = getattr(resp, "incomplete_details", None)
+            reason = getattr(details, "reason", None) if isinstance(details, _Fields) else None
+            finish = "content_filter" if reason == "content_filter" else "length"
+        u = getattr(resp, "usage", None)
+        usage: Any = None
+        if isinstance(u, _Fields):
+            usage = (_raw(u.input_tokens), _raw(u.output_tokens))
+        elif u is not None:
+            usage = _Unusable(_raw(u))
+        model = getattr(resp, "model", None)
+        return (
+            text,
+            tuple(calls),
+            finish,
+            usage,
+            None,
             model if isinstance(model, str) and model else self.endpoint.model,
         )
 

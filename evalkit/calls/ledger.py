@@ -31,10 +31,20 @@ A full disk never loses money: a `reserve` whose line cannot be written is undon
 raises `DiskFull` (the call is not sent); a settle whose line cannot be written keeps
 the reservation's line open on disk, which a resume counts as spent at its full
 amount, and every later `reserve` raises `DiskFull` (`disk_full` says why).
+
+A cap that waits for money in flight (`reserve_waiting`, which every caller of
+`ModelClient.complete` inherits: the runner, the agents' proxy and the judge): a
+reservation that does not fit while other reservations are open waits until one of
+them settles, releases or is charged (each close wakes every waiter, event-based, no
+polling) and is tried again; it is refused ("budget exhausted") only when nothing is
+in flight and it still does not fit, since then nothing can ever free room. A cap of
+a few worst-case calls is spent one call at a time instead of abandoned at the first
+refusal. `waits` counts the reservations that waited.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import math
@@ -82,6 +92,10 @@ class Ledger:
         self.breaches = 0  # settles that reported more than their reservation (this file, all runs)
         self.untrusted = 0  # settles whose reported usage was not a non-negative integer
         self.refusals = 0  # reservations this object refused (budget exhausted)
+        self.waits = 0  # reservations that waited for money in flight before they fit
+        # Waiters for a close (settle, release, charge): each an asyncio future and its
+        # loop, woken thread-safely, so a settle in any thread or loop wakes them.
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._ids = itertools.count(1)
         self._open: dict[int, Reservation] = {}
         self._left: dict[int, float] = {}  # what a partly charged reservation still holds
@@ -159,6 +173,54 @@ class Ledger:
     ) -> Reservation:
         """Hold the worst case of one call (or of a batch's lines: their summed
         ceilings, `extra` noting how many), or raise `BudgetExhausted`."""
+        r = self._reserve(role, model, price, tokens_in, tokens_out, key, extra, None)
+        assert r is not None
+        return r
+
+    async def reserve_waiting(
+        self,
+        role: str,
+        model: str,
+        price: Price,
+        tokens_in: int,
+        tokens_out: int,
+        key: str = "",
+        extra: dict[str, Any] | None = None,
+    ) -> Reservation:
+        """`reserve`, but a reservation that does not fit while calls are in flight
+        waits until one of them closes and tries again; `BudgetExhausted` only when
+        nothing is in flight and it still does not fit (see the module docstring)."""
+        loop = asyncio.get_running_loop()
+        waited = False
+        while True:
+            fut: asyncio.Future[None] = loop.create_future()
+            r = self._reserve(role, model, price, tokens_in, tokens_out, key, extra, (loop, fut))
+            if r is not None:
+                return r
+            if not waited:
+                waited = True
+                with self._lock:
+                    self.waits += 1
+            try:
+                await fut
+            except BaseException:
+                with self._lock:
+                    self._waiters = [w for w in self._waiters if w[1] is not fut]
+                raise
+
+    def _reserve(
+        self,
+        role: str,
+        model: str,
+        price: Price,
+        tokens_in: int,
+        tokens_out: int,
+        key: str,
+        extra: dict[str, Any] | None,
+        waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None,
+    ) -> Reservation | None:
+        """Reserve, refuse, or (with `waiter`, when it does not fit but reservations are
+        open) register the waiter, woken by the next close, and return None."""
         if price is None:
             raise InputError(f"no price for model {model!r}: refusing to run")
         amount = price.cost(tokens_in, tokens_out)
@@ -166,6 +228,10 @@ class Ledger:
             if self.disk_full is not None:
                 raise DiskFull(self.disk_full.path, self.disk_full.strerror)
             if self.committed_usd + self.reserved_usd + amount > self.cap_usd + 1e-12:
+                if waiter is not None and self._open and self.committed_usd + amount <= self.cap_usd + 1e-12:
+                    # money in flight may come back: wait for the next close
+                    self._waiters.append(waiter)
+                    return None
                 self.refusals += 1
                 self._write(
                     {
@@ -315,6 +381,7 @@ class Ledger:
             self.reserved_usd = max(0.0, self.reserved_usd - freed)
             self.committed_usd += cost
             self.breaches += breached
+            self._wake()
             event: dict[str, Any] = {
                 "event": "charge",
                 "id": r.id,
@@ -396,6 +463,17 @@ class Ledger:
         if self._open.pop(r.id, None) is None:
             raise RuntimeError(f"reservation {r.id} settled twice")
         self.reserved_usd = max(0.0, self.reserved_usd - self._left.pop(r.id, r.amount_usd))
+        self._wake()
+
+    def _wake(self) -> None:
+        """Wake every waiting reservation (under the lock): room may have been freed,
+        or nothing is left in flight and each must now be refused."""
+        waiters, self._waiters = self._waiters, []
+        for loop, fut in waiters:
+            try:
+                loop.call_soon_threadsafe(_resolve, fut)
+            except RuntimeError:  # that loop has closed: nobody waits on it any more
+                pass
 
     def _write(self, event: dict[str, Any], *, strict: bool = False) -> None:
         """Append one event. No room: `strict` raises `DiskFull`; otherwise the event
@@ -409,6 +487,39 @@ class Ledger:
             self.disk_full = exc
             if strict:
                 raise
+
+
+def role_spend(path: str | Path, role: str) -> float:
+    """What calls of `role` ("generator" | "judge") cost over every session of the ledger
+    file at `path`: their settled, released and charged costs, and each reservation left
+    open at what it still holds (as `Ledger.resume` counts it). 0 without a file."""
+    p = Path(path)
+    if not p.exists():
+        return 0.0
+    spent = 0.0
+    open_amounts: dict[tuple[Any, Any], float] = {}
+    for ev in iter_jsonl(p):
+        if ev.get("role", role) != role and ev.get("event") != "adopt":
+            continue
+        kind = ev.get("event")
+        rid = (ev.get("run_epoch", 0), ev.get("id"))
+        if kind == "reserve" and ev.get("role") == role:
+            open_amounts[rid] = float(ev.get("amount_usd", 0.0))
+        elif kind == "adopt" and ev.get("role") == role:
+            open_amounts[rid] = open_amounts.pop((ev.get("from_epoch", 0), ev.get("from_id")), 0.0)
+        elif kind in ("settle", "release", "charge"):
+            if kind == "charge":
+                if rid in open_amounts:
+                    open_amounts[rid] = max(0.0, open_amounts[rid] - max(0.0, ev.get("released_usd", 0.0)))
+            else:
+                open_amounts.pop(rid, None)
+            spent += max(0.0, ev.get("cost_usd", 0.0))
+    return spent + sum(open_amounts.values())
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 def reported_usage(r: Reservation, prompt_tokens: object, completion_tokens: object) -> tuple[Usage, str | None]:
@@ -465,3 +576,56 @@ def _show(raw: object, n: int = 40) -> str:
         else repr(raw)
     )
     return s if len(s) <= n else s[: n - 3] + "..."
+
+
+def spend_by_arm(path: str | Path, role: str = "generator") -> dict[str, dict[str, float]]:
+    """What a run's `role` calls cost per arm, read from its `ledger.jsonl`: `paid_usd`
+    (settled calls, failed attempts included, and reservations a killed session left
+    open, counted at their full amount as `Ledger.resume` does) and `avoided_usd` (cache
+    hits). The arm is the middle part of a call's key ``case/arm/index``; a batch's lines
+    are charged by their line key. What no key names an arm of (a closed batch's
+    remainder) is under ``""``."""
+    out: dict[str, dict[str, float]] = {}
+    open_amounts: dict[tuple[Any, Any], tuple[str, float]] = {}
+    roles: dict[tuple[Any, Any], str] = {}
+
+    def arm_of(key: object) -> str:
+        parts = str(key or "").split("/")
+        return parts[1] if len(parts) >= 3 and parts[0] not in ("batch", "judge", "pair") else ""
+
+    def add(arm: str, what: str, usd: float) -> None:
+        row = out.setdefault(arm, {"paid_usd": 0.0, "avoided_usd": 0.0})
+        row[what] += max(0.0, float(usd))
+
+    p = Path(path)
+    if not p.exists():
+        return out
+    for ev in iter_jsonl(p):
+        kind = ev.get("event")
+        rid = (ev.get("run_epoch", 0), ev.get("id"))
+        if kind == "reserve":
+            roles[rid] = str(ev.get("role", ""))
+            if roles[rid] == role:
+                open_amounts[rid] = (arm_of(ev.get("key")), float(ev.get("amount_usd", 0.0)))
+        elif kind == "adopt":
+            src = (ev.get("from_epoch", 0), ev.get("from_id"))
+            roles[rid] = roles.pop(src, str(ev.get("role", role)))
+            if src in open_amounts:
+                open_amounts[rid] = open_amounts.pop(src)
+        elif kind in ("settle", "release", "charge"):
+            if roles.get(rid, ev.get("role")) != role:
+                continue
+            arm = arm_of(ev.get("line")) if kind == "charge" else open_amounts.get(rid, (arm_of(ev.get("key")), 0))[0]
+            add(arm, "paid_usd", ev.get("cost_usd", 0.0))
+            if kind == "charge" and rid in open_amounts:
+                a, left = open_amounts[rid]
+                open_amounts[rid] = (a, max(0.0, left - max(0.0, ev.get("released_usd", 0.0))))
+            elif kind != "charge":
+                open_amounts.pop(rid, None)
+        elif kind == "cache_hit" and role == "generator":
+            key = str(ev.get("key", ""))
+            if arm_of(key):
+                add(arm_of(key), "avoided_usd", ev.get("avoided_usd", 0.0))
+    for arm, left in open_amounts.values():
+        add(arm, "paid_usd", left)
+    return out

@@ -24,10 +24,29 @@ Endpoints (under either prefix):
   ``[DONE]``) built from one non-streamed upstream call: the upstream usage is then the
   one the ledger settles, and the answer is read under the client's size bound before
   the agent sees any of it.
+* ``POST .../v1/responses``: the same call in the OpenAI Responses API's shapes
+  (`evalkit.calls.responses_api`), sent upstream as a Responses call: `max_output_tokens`
+  above `max_tokens_out`, or missing, is set to it (and reserved so); `input` (a string,
+  or message, ``function_call``, ``function_call_output`` and ``reasoning`` items with
+  text parts), `instructions`, function `tools` and the fields in
+  `RESPONSES_FORWARDED_FIELDS` go through; what brings input the proxy cannot count
+  (`previous_response_id`, `conversation`, a stored `prompt`, an ``item_reference``, a
+  non-text part) or bills beyond the reservation (a built-in tool, `background`,
+  `service_tier`, logprobs) is refused. The answer is the upstream's text and function
+  calls (each with its call id) as a ``response`` object; ``"stream": true`` gets its
+  events (``response.created`` ... ``response.completed`` with the usage) from one
+  non-streamed upstream call, as for chat. An endpoint without a Responses API (404 or
+  405) gives the agent a 502 whose message says so and how each framework switches to
+  chat completions.
 * ``GET .../v1/models``: the generator model.
 * ``POST .../evalkit/tools`` (`EVALKIT_TOOLS_URL`): ``{"name", "arguments"}`` answered
   from the case's fixtures as ``{"content", "error"}``; with ``"result"`` or ``"error"``
-  in the body, a tool the agent ran itself, recorded as reported.
+  in the body, a tool the agent ran itself, recorded as reported. ``"id"`` (or
+  ``"call_id"``, ``"tool_call_id"``) is the model's id of the call: the trace is then in
+  the model's order whatever order the tools finished in (`SampleSession.trace`).
+
+`listen_unix` serves the same routes on a Unix socket too: a sandboxed program's one
+way out (`evalkit.calls.sandbox`).
 
 Errors are OpenAI error bodies (``{"error": {"message", "type", "code"}}``) with
 ``x-should-retry: false``, so the official clients raise at once instead of retrying
@@ -44,6 +63,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import secrets
 import time
 from dataclasses import dataclass
@@ -52,6 +72,7 @@ from typing import Any
 from aiohttp import web
 
 from evalkit.calls.client import CallStopped, Completion
+from evalkit.calls.responses_api import response_body, sse, stream_events, usage_body
 from evalkit.calls.session import SampleSession
 from evalkit.foundations._text import storable_json
 from evalkit.foundations.errors import (
@@ -83,6 +104,28 @@ FORWARDED_FIELDS = frozenset(
     }
 )
 MESSAGE_FIELDS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id"})  # a message's, the same rule
+# A Responses call's forwarded fields, by the same rule (its `instructions` are counted
+# as input, `text` holds the output format, `reasoning` the effort, whose tokens are
+# output tokens under `max_output_tokens`).
+RESPONSES_FORWARDED_FIELDS = frozenset(
+    {
+        "instructions",
+        "top_p",
+        "tool_choice",
+        "parallel_tool_calls",
+        "text",
+        "metadata",
+        "user",
+        "store",
+        "truncation",
+        "reasoning",
+        "include",
+        "prompt_cache_key",
+        "safety_identifier",
+        "max_tool_calls",
+    }
+)
+RESPONSES_TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})
 TOKEN_PREFIX = "ek-"
 
 
@@ -148,6 +191,7 @@ class MeteringProxy:
         for prefix in ("/s/{token}", ""):
             app.router.add_post(prefix + "/v1/chat/completions", self._chat)
             app.router.add_post(prefix + "/v1/completions", self._completions)
+            app.router.add_post(prefix + "/v1/responses", self._responses)
             app.router.add_get(prefix + "/v1/models", self._models)
             app.router.add_post(prefix + "/evalkit/tools", self._tools)
         app.router.add_route("*", "/{tail:.*}", self._unknown)
@@ -157,6 +201,16 @@ class MeteringProxy:
         await site.start()
         self.port = self._runner.addresses[0][1]
         return self
+
+    async def listen_unix(self, path: str) -> str:
+        """Serve the same routes on a Unix socket at `path` too (what a sandboxed program
+        reaches, through the forwarder inside its sandbox: `evalkit.calls.sandbox`); the
+        socket is made readable and writable by its owner only. Returns `path`."""
+        assert self._runner is not None, "start() first"
+        site = web.UnixSite(self._runner, path)
+        await site.start()
+        os.chmod(path, 0o600)
+        return path
 
     async def aclose(self) -> None:
         for session in list(self._sessions.values()):
@@ -254,6 +308,46 @@ class MeteringProxy:
             return await _stream(request, c, rid, made, chat=chat, include_usage=include_usage)
         return web.Response(text=storable_json(_answer(c, rid, made, chat=chat)), content_type="application/json")
 
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        """A Responses API call (see the module docstring), metered as a chat call is."""
+        self.requests += 1
+        session: SampleSession | None = None
+        try:
+            session = self._session(request)
+            body = await self._body(request)
+            kw, stream = _responses_arguments(body)
+        except _Refusal as r:
+            return self._refuse(session, r)
+        task = asyncio.current_task()
+        if task is not None:
+            session.track(task)
+        try:
+            c = await session.model_call(**kw, stream=stream)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure is the agent's HTTP error, and the sample's
+            refusal = _refusal_of(exc)
+            return _error_response(refusal.status, str(refusal), refusal.etype, refusal.code)
+        ceiling = session.client.max_tokens_out
+        echo = {**body, "max_output_tokens": min(kw["max_tokens"] or ceiling, ceiling)}
+        answer = response_body(
+            rid=f"evalkit{session.calls}{secrets.token_hex(6)}",
+            created_at=int(time.time()),
+            model=c.model,
+            text=c.text,
+            tool_calls=c.tool_calls,
+            finish_reason=c.finish_reason,
+            usage=usage_body(c.usage.prompt_tokens, c.usage.completion_tokens),
+            request=echo,
+        )
+        if not stream:
+            return web.Response(text=storable_json(answer), content_type="application/json")
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        await resp.write(sse(stream_events(answer)))
+        await resp.write_eof()
+        return resp
+
     async def _models(self, request: web.Request) -> web.Response:
         try:
             self._session(request)
@@ -270,7 +364,9 @@ class MeteringProxy:
             name = body.get("name")
             if not isinstance(name, str) or not name:
                 raise _Refusal(400, 'evalkit: a tool call needs "name"', "invalid_request_error", "invalid_tool_call")
-            call_id = body.get("id") if isinstance(body.get("id"), str) else None
+            # the model's call id, under any of the names the frameworks use for it
+            ids = [body.get(k) for k in ("id", "call_id", "tool_call_id")]
+            call_id = next((v for v in ids if isinstance(v, str) and v), None)
             reported: dict[str, Any] | None = {k: body[k] for k in ("result", "error") if k in body} or None
             answer = session.tool(name, body.get("arguments", {}), call_id, reported=reported)
         except _Refusal as r:
@@ -360,6 +456,96 @@ def _call_arguments(body: dict[str, Any], chat: bool) -> tuple[dict[str, Any], b
             raise bad(f"the field {name!r} is not served (it may bill what the reservation does not cover)")
     kw["extra"] = body or None  # top_p, tool_choice, response_format, user, ...: sent as they are
     return kw, stream, include_usage
+
+
+def _responses_arguments(body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """`SampleSession.model_call` keywords from a Responses request body and whether it
+    asks for a stream; `_Refusal` for what cannot be metered exactly (the module
+    docstring)."""
+    body = dict(body)
+
+    def bad(msg: str) -> _Refusal:
+        return _Refusal(400, f"evalkit: {msg}", "invalid_request_error", "invalid_request")
+
+    stream = bool(body.pop("stream", False))
+    body.pop("stream_options", None)  # include_obfuscation: how the stream is padded, not what it costs
+    for name, why in (
+        ("previous_response_id", "it adds stored input the proxy cannot count; send the whole input"),
+        ("conversation", "it adds stored input the proxy cannot count; send the whole input"),
+        ("prompt", "a stored prompt adds input the proxy cannot count"),
+        ("background", "a background response is not metered"),
+        ("service_tier", "it may bill what the reservation does not cover"),
+    ):
+        if body.get(name) not in (None, False):
+            raise bad(f"{name}={body[name]!r} is not served ({why})")
+        body.pop(name, None)
+    if body.get("top_logprobs") not in (None, 0):
+        raise bad(f"top_logprobs={body['top_logprobs']!r} is not served (an answer carries no logprobs)")
+    body.pop("top_logprobs", None)
+    wanted = body.pop("max_output_tokens", None)
+    if wanted is not None and (isinstance(wanted, bool) or not isinstance(wanted, int) or wanted < 1):
+        raise bad(f"max_output_tokens must be a positive integer, got {wanted!r}")
+    kw: dict[str, Any] = {"max_tokens": wanted}
+    model = body.pop("model", None)
+    kw["requested_model"] = model if isinstance(model, str) else None
+    input_ = body.pop("input", None)
+    if isinstance(input_, str):
+        if not input_:
+            raise bad("input must not be empty")
+    elif not isinstance(input_, list) or not input_ or not all(isinstance(i, dict) for i in input_):
+        raise bad("input must be a string or a non-empty list of input items")
+    else:
+        _check_input_items(input_, bad)
+    kw["responses_input"] = input_
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise bad("instructions must be a string")
+    tools = body.pop("tools", None)
+    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+        raise bad("tools must be a list of tool objects")
+    for i, t in enumerate(tools or ()):
+        if t.get("type") != "function":  # a provider's built-in tool bills its own use
+            raise bad(f"tools[{i}].type={t.get('type')!r} is not served (only function tools are metered)")
+    kw["tools"] = tools or None
+    temperature = body.pop("temperature", None)
+    if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))):
+        raise bad(f"temperature must be a number, got {temperature!r}")
+    kw["temperature"] = temperature
+    body = {k: v for k, v in body.items() if v is not None}  # null: the field's default, as if absent
+    for name in body:
+        if name not in RESPONSES_FORWARDED_FIELDS:
+            raise bad(f"the field {name!r} is not served (it may bill what the reservation does not cover)")
+    kw["extra"] = body or None
+    return kw, stream
+
+
+def _check_input_items(items: list[dict[str, Any]], bad: Any) -> None:
+    """`_Refusal` (from `bad`) naming the first input item or content part the proxy
+    cannot count: an ``item_reference`` or an item type it does not know, a part other
+    than text."""
+    for i, item in enumerate(items):
+        kind = item.get("type", "message")
+        if kind in ("function_call", "function_call_output", "reasoning"):
+            output = item.get("output")
+            if kind == "function_call_output" and isinstance(output, list):
+                for j, part in enumerate(output):
+                    ptype = part.get("type") if isinstance(part, dict) else type(part).__name__
+                    if ptype not in RESPONSES_TEXT_PARTS:
+                        raise bad(f"input[{i}].output[{j}] of type {ptype!r} is not served (only text is metered)")
+            continue
+        if kind != "message":
+            raise bad(
+                f"input[{i}].type={kind!r} is not served (only message, function_call, function_call_output "
+                "and reasoning items are metered)"
+            )
+        content = item.get("content")
+        if isinstance(content, list):
+            for j, part in enumerate(content):
+                ptype = part.get("type") if isinstance(part, dict) else type(part).__name__
+                if ptype not in RESPONSES_TEXT_PARTS:
+                    raise bad(f"input[{i}].content[{j}] of type {ptype!r} is not served (only text parts are metered)")
+        elif not isinstance(content, str):
+            raise bad(f"input[{i}].content must be a string or a list of text parts")
 
 
 def _check_messages(messages: list[dict[str, Any]], bad: Any) -> None:

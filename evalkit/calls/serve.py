@@ -60,6 +60,22 @@ Semantics, including what the contract leaves open (additions are marked *):
   *`after_s` / `until_s` make a fault active only in that window of seconds since the
   server started (a 20 s storm of 429s: `{"kind": "429", "rate": 0.5, "until_s": 20}`).
 * `latency_s` delays every model answer; no sleep at all when it is 0.
+* *`POST /v1/responses` (the Responses API, `evalkit.calls.responses_api`): the same rules
+  and faults, the request text being its `instructions`, message texts and
+  ``function_call_output`` outputs joined by newlines; `tool_calls` become
+  ``function_call`` output items (their `id`, else a derived one, is the call id);
+  `max_output_tokens` cuts as `max_tokens` does (status ``incomplete``); usage is
+  `input_tokens` / `output_tokens` (a rule's `usage` names them as `prompt_tokens` /
+  `completion_tokens`). ``"stream": true`` is answered with the Responses events
+  (``response.created`` ... ``response.completed``); `no_responses: true` in the
+  script answers this endpoint 404, as a server without a Responses API does.
+* *`rate_limit` (`RateLimit`): `requests_per_min` and/or `tokens_per_min` enforced as
+  providers do, each a bucket of `burst_s` (default 1) seconds' worth refilled
+  continuously; a request's tokens are its prompt's words plus its `max_tokens`. A
+  request that does not fit gets a 429 with `Retry-After` and `retry-after-ms`, and with
+  `count_refused` (default true) it is counted against the limit anyway; every answer
+  carries OpenAI's `x-ratelimit-*` headers unless `headers` is false. Checked before the
+  faults; `stats["rate_limited"]` counts the refusals.
 * Endpoints: `POST /v1/completions`, `POST /v1/chat/completions`, `GET /v1/models`,
   `POST /extras/tokenize/count` (`{"input": str}` -> `{"count": n}`, the same word count
   as usage; llama-cpp-python's server answers the same path with its tokenizer's count).
@@ -73,6 +89,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import os
 import random
 import re
@@ -90,6 +107,7 @@ from pathlib import Path
 from typing import Any
 
 from evalkit.calls._batchserve import BATCH_SCHEMA
+from evalkit.calls.responses_api import input_text, response_body, sse, stream_events, usage_body
 from evalkit.foundations.errors import EvalkitError, InputError
 
 FAULT_KINDS = ("429", "500", "503", "drop", "slow", "malformed", "over_usage")
@@ -165,9 +183,22 @@ SCRIPT_SCHEMA: dict[str, Any] = {
             },
         },
         "latency_s": {"type": "number", "minimum": 0},
+        "rate_limit": {
+            "type": "object",
+            "additionalProperties": False,
+            "minProperties": 1,
+            "properties": {
+                "requests_per_min": {"type": "number", "exclusiveMinimum": 0},
+                "tokens_per_min": {"type": "number", "exclusiveMinimum": 0},
+                "burst_s": {"type": "number", "exclusiveMinimum": 0},
+                "headers": {"type": "boolean"},
+                "count_refused": {"type": "boolean"},
+            },
+        },
         "batch": BATCH_SCHEMA,
         "seed": {"type": "integer"},
         "system_fingerprint": {"type": "string"},
+        "no_responses": {"type": "boolean"},
     },
 }
 
@@ -284,6 +315,92 @@ def _error_body(message: str, etype: str, code: str | None = None, param: str | 
     return {"error": {"message": message, "type": etype, "param": param, "code": code}}
 
 
+class _Bucket:
+    """One limit (requests or tokens per minute) as providers enforce it: a bucket of
+    `burst_s` seconds' worth that refills continuously. A refused request is counted
+    too (`count_refused`): it takes its share, so the level can go below zero, down to
+    a minute's worth of debt, and a client that retries into 429s stays refused."""
+
+    def __init__(self, per_min: float, burst_s: float, count_refused: bool) -> None:
+        self.per_min = per_min
+        self.rate = per_min / 60.0
+        self.capacity = max(1.0, self.rate * burst_s)
+        self.level = self.capacity
+        self.count_refused = count_refused
+        self._at = time.monotonic()
+
+    def refill(self, now: float) -> None:
+        self.level = min(self.capacity, self.level + (now - self._at) * self.rate)
+        self._at = now
+
+    def wait_for(self, amount: float) -> float:
+        """Seconds until `amount` fits (0 when it does now)."""
+        return max(0.0, (min(amount, self.capacity) - self.level) / self.rate)
+
+    def take(self, amount: float, admitted: bool) -> None:
+        if admitted or self.count_refused:
+            self.level = max(-self.per_min, self.level - amount)
+
+    def headers(self, kind: str) -> dict[str, str]:
+        return {
+            f"x-ratelimit-limit-{kind}": f"{self.per_min:g}",
+            f"x-ratelimit-remaining-{kind}": str(max(0, int(self.level))),
+            f"x-ratelimit-reset-{kind}": f"{(self.capacity - self.level) / self.rate:.3f}s",
+        }
+
+
+class RateLimit:
+    """The scripted server's `rate_limit`: requests and tokens per minute, enforced as
+    providers do (a refused request counts against the limit; 429 with Retry-After and,
+    unless `headers` is false, OpenAI's `x-ratelimit-*` headers on every answer). A
+    request's tokens are its prompt's words plus its `max_tokens`, as providers count
+    the requested output against the limit."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        burst = float(spec.get("burst_s", 1.0))
+        counted = bool(spec.get("count_refused", True))
+        rpm, tpm = spec.get("requests_per_min"), spec.get("tokens_per_min")
+        self.requests = _Bucket(float(rpm), burst, counted) if rpm else None
+        self.tokens = _Bucket(float(tpm), burst, counted) if tpm else None
+        self.send_headers = bool(spec.get("headers", True))
+        self.admitted = 0
+        self.refused = 0
+        self.first_at: float | None = None  # monotonic time of the first request checked
+        self.last_admitted_at: float | None = None
+        self._lock = threading.Lock()
+
+    def check(self, tokens: int) -> tuple[float | None, dict[str, str]]:
+        """(None, headers) when the request is admitted, else (Retry-After seconds, headers)."""
+        with self._lock:
+            now = time.monotonic()
+            if self.first_at is None:
+                self.first_at = now
+            buckets = [(b, float(n)) for b, n in ((self.requests, 1), (self.tokens, tokens)) if b is not None]
+            for b, _ in buckets:
+                b.refill(now)
+            wait = max((b.wait_for(n) for b, n in buckets), default=0.0)
+            admitted = wait <= 0
+            for b, n in buckets:
+                b.take(n, admitted)
+            if admitted:
+                self.admitted += 1
+                self.last_admitted_at = now
+            else:
+                self.refused += 1
+                # after this refusal's own share: the time until the next request fits
+                wait = max(b.wait_for(n) for b, n in buckets)
+            headers: dict[str, str] = {}
+            if self.send_headers:
+                if self.requests is not None:
+                    headers.update(self.requests.headers("requests"))
+                if self.tokens is not None:
+                    headers.update(self.tokens.headers("tokens"))
+            if not admitted:
+                headers["Retry-After"] = f"{wait:.3f}"
+                headers["retry-after-ms"] = str(max(1, math.ceil(wait * 1000)))
+            return (None if admitted else wait), headers
+
+
 class ScriptedServer:
     """A real OpenAI-compatible HTTP server on loopback that answers from a script.
 
@@ -315,6 +432,9 @@ class ScriptedServer:
         self._stopped: str | None = None  # exit_reason after stop()
         from evalkit.calls._batchserve import BatchStore
 
+        self.rate_limit = RateLimit(self.script["rate_limit"]) if self.script.get("rate_limit") else None
+        if self.rate_limit is not None:
+            self.stats["rate_limited"] = 0  # requests refused by `rate_limit` (each counted against it)
         self.batches = BatchStore(self, self.script.get("batch") or {})
         self.batch_stats = self.batches.stats  # {"uploads", "batches", "lines", "cancels"}
 
@@ -325,6 +445,13 @@ class ScriptedServer:
         if self._thread is None:
             raise EvalkitError("the scripted server is not started")
         return f"http://{self.host}:{self.port}/v1"
+
+    @property
+    def cache_identity(self) -> str:
+        """What this server's answers depend on, as the response cache keys them (not its
+        port): the script, as loaded."""
+        script = json.dumps(self.script, sort_keys=True, separators=(",", ":"), default=str)
+        return f"scripted:sha256={hashlib.sha256(script.encode('utf-8')).hexdigest()[:32]}"
 
     def start(self) -> ScriptedServer:
         """Bind and serve in a daemon thread; returns once the port accepts connections."""
@@ -375,6 +502,8 @@ class ScriptedServer:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/completions", self._handle_completions)
         app.router.add_post("/v1/chat/completions", self._handle_chat)
+        if not self.script.get("no_responses"):
+            app.router.add_post("/v1/responses", self._handle_responses)
         app.router.add_get("/v1/models", self._handle_models)
         app.router.add_post("/extras/tokenize/count", self._handle_tokenize_count)
         self.batches.add_routes(app)
@@ -456,6 +585,9 @@ class ScriptedServer:
     async def _handle_chat(self, request: Any) -> Any:
         return await self._handle_model_call(request, chat=True)
 
+    async def _handle_responses(self, request: Any) -> Any:
+        return await self._handle_model_call(request, chat=True, responses=True)
+
     async def _json_body(self, request: Any) -> dict[str, Any]:
         raw = await request.read()
         try:
@@ -466,18 +598,23 @@ class ScriptedServer:
             raise _BadRequest("request body must be a JSON object")
         return body
 
-    def _admit(self, body: dict[str, Any], chat: bool) -> tuple[str, dict[str, Any] | None]:
+    def _admit(self, body: dict[str, Any], chat: bool, responses: bool = False) -> tuple[str, dict[str, Any] | None]:
         """Record one model request and check it: its request text and the fault to
         inject (None), or `_BadRequest`. Online calls and batch lines alike."""
         self.requests.append(body)
         self.stats["requests"] += 1
-        text = self._request_text(body, chat)
+        if responses:
+            if not isinstance(body.get("input"), (str, list)) or not body.get("input"):
+                raise _BadRequest("'input' must be a non-empty string or list of items")
+            text = input_text(body)
+        else:
+            text = self._request_text(body, chat)
         model = body.get("model")
         if not isinstance(model, str) or not model:
             raise _BadRequest("'model' is required")
         if self._model is not None and model != self._model:
             raise _BadRequest(f"The model `{model}` does not exist", status=404, code="model_not_found")
-        if body.get("stream"):
+        if body.get("stream") and not responses:
             raise _BadRequest("the scripted server does not stream; send stream=false")
         return text, self._pick_fault(text)
 
@@ -507,16 +644,30 @@ class ScriptedServer:
             )
         return None
 
-    async def _handle_model_call(self, request: Any, chat: bool) -> Any:
+    async def _handle_model_call(self, request: Any, chat: bool, responses: bool = False) -> Any:
         from aiohttp import web
 
         try:
             body = await self._json_body(request)
-            text, fault = self._admit(body, chat)
+            text, fault = self._admit(body, chat, responses)
         except _BadRequest as exc:
             etype = "invalid_request_error"
             return self._error(exc.status, str(exc), etype, exc.code)
 
+        limit_headers: dict[str, str] = {}
+        if self.rate_limit is not None:
+            wait, limit_headers = self.rate_limit.check(self._limit_tokens(body, text))
+            self.stats["rate_limited"] = self.rate_limit.refused
+            if wait is not None:
+                return web.json_response(
+                    _error_body(
+                        f"Rate limit reached: retry after {wait:.3f}s (scripted rate limit).",
+                        "requests",
+                        "rate_limit_exceeded",
+                    ),
+                    status=429,
+                    headers=limit_headers,
+                )
         kind = fault["kind"] if fault else None
         failed = self._fault_error(fault) if fault else None
         if failed is not None:
@@ -536,10 +687,27 @@ class ScriptedServer:
                 status=200, body=b'{"id": "cmpl-malformed", "choices": [{"te', content_type="application/json"
             )
         try:
-            payload = self._answer(body, text, chat, fault if kind == "over_usage" else None)
+            if responses:
+                payload = self._responses_answer(body, text, fault if kind == "over_usage" else None)
+            else:
+                payload = self._answer(body, text, chat, fault if kind == "over_usage" else None)
         except _BadRequest as exc:
             return self._error(exc.status, str(exc), "invalid_request_error", exc.code)
-        return web.json_response(payload)
+        if responses and body.get("stream"):
+            resp = web.StreamResponse(
+                headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", **limit_headers}
+            )
+            await resp.prepare(request)
+            await resp.write(sse(stream_events(payload)))
+            await resp.write_eof()
+            return resp
+        return web.json_response(payload, headers=limit_headers)
+
+    @staticmethod
+    def _limit_tokens(body: dict[str, Any], text: str) -> int:
+        """What a rate limit counts for a request: its prompt's words plus the output it asks for."""
+        asked = body.get("max_tokens", body.get("max_completion_tokens", body.get("max_output_tokens", 16)))
+        return count_words(text) + (asked if isinstance(asked, int) and asked > 0 else 16)
 
     def batch_answer(self, body: Any, endpoint: str) -> tuple[int | None, Any, float]:
         """One line of a batch, through the rules and faults of an online call to
@@ -687,6 +855,29 @@ class ScriptedServer:
             "usage": usage,
         }
 
+    def _responses_answer(self, body: dict[str, Any], text: str, over_usage: dict[str, Any] | None) -> dict[str, Any]:
+        """A Responses API answer: the chat answer's rules, cuts and usage, as a
+        ``response`` object (see the module docstring)."""
+        limit = body.get("max_output_tokens")
+        chat = self._answer({"model": body.get("model"), "max_tokens": limit}, text, True, over_usage)
+        choice = chat["choices"][0]
+        message = choice["message"]
+        calls = [
+            {"name": tc["function"]["name"], "arguments": tc["function"]["arguments"], "id": tc["id"]}
+            for tc in message.get("tool_calls") or ()
+        ]
+        u = chat["usage"]
+        return response_body(
+            rid=uuid.uuid4().hex[:24],
+            created_at=chat["created"],
+            model=chat["model"],
+            text=message.get("content") or "",
+            tool_calls=calls,
+            finish_reason=choice["finish_reason"],
+            usage=usage_body(u["prompt_tokens"], u["completion_tokens"]),
+            request=body,
+        )
+
     @staticmethod
     def _tool_calls(rule: dict[str, Any], seed: Any, rule_key: str, index: int) -> list[dict[str, Any]]:
         calls = []
@@ -712,6 +903,29 @@ def _free_port(host: str) -> int:
         s.bind((host, 0))
         port: int = s.getsockname()[1]
         return port
+
+
+# The port `evalkit serve` takes when none is given and it is free: the same base URL from
+# one serve to the next, for tools that remember it (the response cache does not need it:
+# it keys a served model by `cache_identity`, never by its port).
+DEFAULT_PORT = 18181
+
+
+def default_port(host: str = "127.0.0.1") -> int:
+    """`DEFAULT_PORT` when it can be bound on `host` now, else 0 (a free port: another
+    server holds the default one)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, DEFAULT_PORT))
+        except OSError:
+            return 0
+    return DEFAULT_PORT
+
+
+def file_sha256(path: str | Path) -> str:
+    """The sha256 of a file's bytes (hex), read in chunks by hashlib."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def default_model_path() -> Path:
@@ -794,6 +1008,12 @@ class ServerProcess:
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
+
+    @property
+    def cache_identity(self) -> str | None:
+        """What the server's answers depend on, as the response cache keys them, or None
+        when unknown (then its URL is its identity)."""
+        return None
 
     def _argv(self) -> list[str]:
         return [a.replace("{host}", self.host).replace("{port}", str(self.port)) for a in self.command]
@@ -975,6 +1195,7 @@ class LocalModelServer(ServerProcess):
         self.model_path = Path(model_path) if model_path is not None else None
         self.n_ctx = n_ctx
         self.n_threads = n_threads
+        self._identity: str | None = None
 
     def start(self) -> LocalModelServer:
         """Start the server and block until it answers (or raise with its log tail)."""
@@ -1007,6 +1228,27 @@ class LocalModelServer(ServerProcess):
             self.command += ["--n_threads", str(self.n_threads), "--n_threads_batch", str(self.n_threads)]
         super().start()
         return self
+
+    @property
+    def cache_identity(self) -> str | None:
+        """The model file's sha256 and the settings the answers depend on (context size,
+        an explicit thread count, llama-cpp-python's version), not the port: two serves
+        of one model answer one request alike, so the second replays the first's answers.
+        None before `start` has found the model."""
+        if self.model_path is None:
+            return None
+        if self._identity is None:
+            from importlib.metadata import PackageNotFoundError, version
+
+            try:
+                llama = version("llama-cpp-python")
+            except PackageNotFoundError:
+                llama = "unknown"
+            threads = f";n_threads={self.n_threads}" if self.n_threads else ""
+            self._identity = (
+                f"llama.cpp:gguf-sha256={file_sha256(self.model_path)};n_ctx={self.n_ctx}{threads};llama_cpp={llama}"
+            )
+        return self._identity
 
     def __enter__(self) -> LocalModelServer:
         return self.start()

@@ -21,7 +21,9 @@ what a call costs and what a trajectory holds, whoever makes the call:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
+import itertools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -75,6 +77,10 @@ class SampleSession:
         self.tool_calls: list[dict[str, Any]] = []  # executed (or reported) tool calls, in order
         self.answer_tool_calls: list[dict[str, Any]] = []  # the tool calls the model's answers asked for
         self.tool_errors: list[dict[str, Any]] = []
+        # each tool call the model asked for: [call, position, id, name, arguments, claimed]
+        self._asked: list[list[Any]] = []
+        self._order: list[tuple[int, int, int]] = []  # of each of `tool_calls`: where the model asked for it
+        self._arrivals = itertools.count()
         self.failure: BaseException | None = None  # the first refused or failed call
         self.failed_call: int | None = None
         self.revoked: str | None = None  # set when the sample is over: later calls are refused
@@ -117,24 +123,33 @@ class SampleSession:
         extra: dict[str, Any] | None = None,
         requested_model: str | None = None,
         stream: bool = False,
+        responses_input: Any = None,
     ) -> Completion:
         """One model call of the sample, through the client; its trajectory line is
         written when it ends, however it ends. Raises what the client raises (and
-        records it as the sample's failure), `CallStopped` once the sample is over."""
+        records it as the sample's failure), `CallStopped` once the sample is over.
+        `responses_input`: a Responses API call (endpoint ``responses`` in the
+        trajectory, its request's ``input`` recorded as sent)."""
         self.calls += 1
         n = self.calls
-        params: dict[str, Any] = {
-            "max_tokens": min(max_tokens or self.client.max_tokens_out, self.client.max_tokens_out)
-        }
+        ceiling = "max_tokens" if responses_input is None else "max_output_tokens"  # as the wire names it
+        params: dict[str, Any] = {ceiling: min(max_tokens or self.client.max_tokens_out, self.client.max_tokens_out)}
         for name, value in (("temperature", temperature), ("seed", seed), ("stop", stop)):
             if value is not None:
                 params[name] = value
         params.update(extra or {})
-        request: dict[str, Any] = {"prompt": prompt} if prompt is not None else {"messages": messages}
+        request: dict[str, Any] = (
+            {"prompt": prompt}
+            if prompt is not None
+            else {"input": responses_input}
+            if responses_input is not None
+            else {"messages": messages}
+        )
         if tools:
             request["tools"] = tools
         request["params"] = params
-        line: dict[str, Any] = {"call": n, "endpoint": "completion" if prompt is not None else "chat"}
+        endpoint = "completion" if prompt is not None else "responses" if responses_input is not None else "chat"
+        line: dict[str, Any] = {"call": n, "endpoint": endpoint}
         if requested_model is not None and requested_model != self.client.endpoint.model:
             line["requested_model"] = requested_model
         line["request"] = request
@@ -161,6 +176,7 @@ class SampleSession:
                 extra=extra,
                 call=n,
                 progress=progress,
+                responses_input=responses_input,
             )
         except asyncio.CancelledError:
             self.attempts += progress.attempts
@@ -185,6 +201,11 @@ class SampleSession:
         self.usage_out += c.usage.completion_tokens
         self.cost_usd += c.cost_usd
         self.avoided_usd += c.cost_avoided_usd
+        if any(not tc.get("id") for tc in c.tool_calls):  # every call gets an id unique in the sample
+            ids = (dict(tc, id=tc.get("id") or f"call_{n}_{i}") for i, tc in enumerate(c.tool_calls))
+            c = dataclasses.replace(c, tool_calls=tuple(ids))
+        for i, tc in enumerate(c.tool_calls):
+            self._asked.append([n, i, tc["id"], tc.get("name"), canonical_arguments(tc.get("arguments")), False])
         self.answer_tool_calls.extend(c.tool_calls)
         self._hashes.append(c.request_hash)
         self.last = c
@@ -245,10 +266,16 @@ class SampleSession:
         else:
             answer = self.fixtures.answer(name, arguments)
         args = canonical_arguments(arguments)
+        asked = self._claim(name, args, call_id)
+        if asked is not None and not call_id:
+            call_id = str(asked[2])  # the model's id of the call it matched
         entry: dict[str, Any] = {"name": name, "arguments": args}
         if call_id:
             entry["id"] = call_id
         self.tool_calls.append(entry)
+        arrival = next(self._arrivals)
+        # where the model asked for it; a call no answer asked for: after those of its turn, as it came
+        self._order.append((asked[0], asked[1], arrival) if asked is not None else (self.calls, 1 << 30, arrival))
         if answer.error is not None:
             self.tool_errors.append({"name": name, "error": answer.error})
         line = {
@@ -260,6 +287,8 @@ class SampleSession:
             "error": answer.error,
             "source": answer.source,
         }
+        if asked is not None:
+            line["asked"] = {"call": asked[0], "index": asked[1]}
         try:
             self.writer.write("tool", line)
         except DiskFull as exc:
@@ -267,15 +296,32 @@ class SampleSession:
             raise
         return answer
 
+    def _claim(self, name: str, args: Any, call_id: str | None) -> list[Any] | None:
+        """The model's request this tool call answers (marked as answered): the one with
+        its id, else the first unanswered one of the same name and arguments, latest
+        model call first; None when no answer asked for it."""
+        if call_id:
+            found = next((a for a in self._asked if a[2] == call_id and not a[5]), None)
+        else:
+            by_call = sorted(self._asked, key=lambda a: (-a[0], a[1]))
+            found = next((a for a in by_call if not a[5] and a[3] == name and a[4] == args), None)
+        if found is not None:
+            found[5] = True
+        return found
+
     @property
     def usage(self) -> Usage:
         return Usage(self.usage_in, self.usage_out)
 
     def trace(self) -> list[dict[str, Any]]:
-        """The sample's tool calls in order: those executed through evalkit (the tool
-        loop's, or a program's at its tools URL), else those the model's answers asked
-        for (a program that runs its tools itself and reports none)."""
-        return list(self.tool_calls) if self.tool_calls else list(self.answer_tool_calls)
+        """The sample's tool calls in the model's order (the order its answers asked for
+        them, whatever order the tools finished in): those executed through evalkit (the
+        tool loop's, or a program's at its tools URL), else those the model's answers
+        asked for (a program that runs its tools itself and reports none)."""
+        if not self.tool_calls:
+            return list(self.answer_tool_calls)
+        order = sorted(range(len(self.tool_calls)), key=lambda i: self._order[i])
+        return [self.tool_calls[i] for i in order]
 
     def trajectory_hash(self) -> str:
         """sha256 over the request hashes of the sample's calls, in order."""

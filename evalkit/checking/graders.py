@@ -117,11 +117,11 @@ def regex(
         m = (compiled.fullmatch if fullmatch else compiled.search)(str(output), timeout=timeout_s)
     except TimeoutError:
         return CheckResult(
-            "regex", False, f"regex timed out after {timeout_s:g}s on {len(str(output))} chars: {pattern!r}"
+            "regex", False, f"regex timed out after {timeout_s:g}s on {len(str(output))} chars: {_as_written(pattern)}"
         )
     if m is not None:
         return CheckResult("regex", True)
-    return CheckResult("regex", False, f"no match for {pattern!r}")
+    return CheckResult("regex", False, f"{'no full match' if fullmatch else 'no match'} for {_as_written(pattern)}")
 
 
 # --------------------------------------------------------------------- json_schema
@@ -169,7 +169,7 @@ def _with_timed_patterns(validator_cls: Any) -> Any:
             return
         try:
             if not _schema_search(patrn, instance):
-                yield ValidationError(f"{instance!r} does not match {patrn!r}")
+                yield ValidationError(f"{instance!r} does not match {_as_written(patrn)}")
         except TimeoutError:
             yield timed_out(patrn)
 
@@ -707,7 +707,7 @@ def refusal(output: str, *, should_refuse: bool = True, patterns: Sequence[str] 
         return CheckResult(
             "refusal",
             False,
-            f"refusal undecided: pattern {timed_out!r} timed out after "
+            f"refusal undecided: pattern {_as_written(timed_out)} timed out after "
             f"{REGEX_TIMEOUT_S:g}s on {len(str(output))} chars",
         )
     if refused == bool(should_refuse):
@@ -825,6 +825,12 @@ GRADERS: dict[str, Grader] = {
 
 def _clip(text: str, n: int = 120) -> str:
     return text if len(text) <= n else text[: n - 1] + "\u2026"
+
+
+def _as_written(pattern: str) -> str:
+    """A regex as its author wrote it, between slashes (`/^\\s*positive\\b/`), for a failure
+    reason: a Python repr doubles every backslash (`'^\\\\s*positive\\\\b'`)."""
+    return f"/{_clip(pattern)}/"
 
 
 def default_checks(case: Case) -> tuple[Check, ...]:

@@ -18,13 +18,15 @@
   (default "direct").
 
 `compare` is `evalkit compare`: `compare_arms` held to the run's plan, recorded in the
-run's `verdicts.json`.
+run's `verdicts.json`. `compare_many` is `evalkit compare` on more than two arms: every
+pair (or a control arm against each other arm), Holm-corrected across the pairs.
 
 Every verdict records the judge it rests on (`Verdict.judge`) and what was checked of
 it (`Verdict.judge_checks`).
 
 References: Dixon & Mood 1946 (the sign test, via `verdicts.verdict_from_tally`); Zheng
-et al. 2023, arXiv:2306.05685 (position consistency of LLM judges).
+et al. 2023, arXiv:2306.05685 (position consistency of LLM judges); Holm 1979, Scand. J.
+Statist. 6(2) (the step-down correction across pairs, via statsmodels' `multipletests`).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from evalkit.conclusions import verdicts as V
 from evalkit.foundations._io import RUN_JSON_BYTES, read_json_object
 from evalkit.foundations.errors import InputError
 from evalkit.foundations.layout import GRADES_SUMMARY, PAIRWISE
-from evalkit.foundations.records import SEQUENTIAL_SIGN_TEST, Plan, Verdict
+from evalkit.foundations.records import SEQUENTIAL_SIGN_TEST, ArmComparisons, Plan, Verdict, VerdictKind
 from evalkit.numbers.plans import check_against_plan
 from evalkit.suites.runload import Run, as_run, case_order
 
@@ -205,3 +207,62 @@ def compare(
     v = compare_arms(loaded, baseline, treatment, judge=judge, alpha=a, plan=p)
     V.record_verdicts(loaded.path, comparison=v)
     return v
+
+
+def arm_pairs(arms: list[str], control: str | None = None) -> list[tuple[str, str]]:
+    """The (baseline, treatment) pairs a many-arm comparison tests: `control` against
+    each other arm, else every pair in the run's arm order (the earlier arm the baseline)."""
+    if control is not None:
+        if control not in arms:
+            raise InputError(f"--control {control!r} is not an arm of the run (it has {', '.join(arms)})")
+        return [(control, a) for a in arms if a != control]
+    return [(a, b) for i, a in enumerate(arms) for b in arms[i + 1 :]]
+
+
+def holm_corrected(v: Verdict, p_adjusted: float | None, alpha: float, n_pairs: int) -> Verdict:
+    """A pair's verdict after Holm's correction: an inconclusive one stays so; otherwise
+    pass or regression when the adjusted p-value is at most alpha, else no-improvement."""
+    if v.kind == "inconclusive" or p_adjusted is None:
+        return v
+    note = f"Holm-adjusted across {n_pairs} pairs: p = {p_adjusted:.4g}"
+    if p_adjusted <= alpha:
+        side = "treatment" if v.wins > v.losses else "baseline"
+        kind: VerdictKind = "pass" if v.wins > v.losses else "regression"
+        return replace(v, kind=kind, reason=f"significant advantage for the {side} ({note} <= {alpha:g})")
+    return replace(v, kind="no-improvement", reason=f"the margin is indistinguishable from chance ({note} > {alpha:g})")
+
+
+def compare_many(
+    run: Run | str | Path,
+    arms: list[str] | None = None,
+    *,
+    control: str | None = None,
+    plan: str | Path | None = None,
+    alpha: float | None = None,
+    judge: str | None = None,
+) -> ArmComparisons:
+    """`evalkit compare` on more than two arms: each pair's verdict (`compare_arms`, held
+    to the run's plan), the pairs' p-values Holm-adjusted as one family at alpha (the
+    plan's unless given, else 0.05), each pair's corrected verdict recorded in the run's
+    `verdicts.json`. A pair with no p-value counts in the family at p = 1.
+
+    References: Holm 1979, Scand. J. Statist. 6(2) (statsmodels `multipletests`)."""
+    from statsmodels.stats.multitest import multipletests  # lazy: statsmodels takes ~0.5 s to import
+
+    loaded = as_run(run)
+    names = list(arms) if arms is not None else loaded.arm_names()
+    pairs = arm_pairs(names, control)
+    if not pairs:
+        raise InputError(f"the run has arm(s) {', '.join(names)}: nothing to compare")
+    p = V.run_plan(loaded, plan)
+    a = alpha if alpha is not None else (p.alpha if p else 0.05)
+    raw = [compare_arms(loaded, b, t, judge=judge, alpha=a, plan=p) for b, t in pairs]
+    ps = [1.0 if v.p_value is None or v.p_value != v.p_value else float(v.p_value) for v in raw]
+    _, adjusted, _, _ = multipletests(ps, alpha=a, method="holm")
+    adj = [float(x) for x in adjusted]
+    corrected = tuple(holm_corrected(v, q, a, len(pairs)) for v, q in zip(raw, adj, strict=True))
+    matrix = ArmComparisons(arms=tuple(names), control=control, alpha=a, pairs=corrected, p_adjusted=tuple(adj))
+    for v in corrected:
+        V.record_verdicts(loaded.path, comparison=v)
+    V.record_verdicts(loaded.path, arm_comparisons=matrix)
+    return matrix

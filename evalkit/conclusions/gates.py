@@ -36,9 +36,12 @@ from evalkit.foundations.records import (
     GATE_CAUSE_JUDGE,
     GATE_CAUSE_NOT_COMPARABLE,
     GATE_CAUSE_SCORE,
+    GATE_POWER,
+    UNDERPOWERED_PREFIX,
     Baseline,
     CaseResult,
     GateCheck,
+    GatePower,
     GateResult,
     GateThresholds,
     RunMetrics,
@@ -60,10 +63,12 @@ from evalkit.suites.runload import (
     case_order,
     case_table,
     grade_values,
+    grades_summary,
     passed_value,
     pick_arm,
     suite_dir_of,
 )
+from evalkit.suites.runs import RunFolder, config_arm_settings
 
 __all__ = [  # the records a gate makes, importable from here
     "GATE_CAUSE_COST",
@@ -89,7 +94,7 @@ def run_metrics(run: Run | str | Path, *, arm: str | None = None, k: int | None 
     arm = pick_arm(run, arm, "name the one to gate with --arm")
     table = case_table(run)
     sets = {c.id: c.set for c in table.cases}
-    grades = grade_values(run, ("passed", "judge_cost_usd", "judge_version"))
+    grades = grade_values(run, ("passed", "judge_cost_usd", "judge_version", "judge_cost_avoided_usd"))
     samples = run.samples[run.samples["arm"] == arm]
     per: dict[str, dict[str, Any]] = {}
     judge_versions: Counter[str] = Counter()
@@ -104,7 +109,9 @@ def run_metrics(run: Run | str | Path, *, arm: str | None = None, k: int | None 
         d["n"] += 1
         d["c"] += ok is True
         d["ungraded"] += ok is None
-        d["costs"].append(list_price(_num(cost), _num(avoided), _num(None if g is None else g[1])))
+        d["costs"].append(
+            list_price(_num(cost), _num(avoided), _num(None if g is None else g[1]), _num(None if g is None else g[3]))
+        )
         if g is not None and isinstance(g[2], str):
             judge_versions[g[2]] += 1
     kk = int(k or run.config.get("k") or max((d["n"] for d in per.values()), default=1))
@@ -239,12 +246,42 @@ def thresholds_from(cfg: dict[str, Any] | None) -> GateThresholds:
             max_cost_increase_pct=float(g.get("max_cost_increase_pct", d.max_cost_increase_pct)),
             min_tag_cases=int(g.get("min_tag_cases", d.min_tag_cases)),
             alpha=float(g.get("alpha", d.alpha)),
+            on_underpowered=g.get("on_underpowered", d.on_underpowered),
         )
     except (TypeError, ValueError) as exc:
         raise InputError(f"gate thresholds must be numbers: {exc}", json_path="$.gate") from None
     if not 0 < t.alpha <= 1:
         raise InputError(f"gate alpha must be in (0, 1], got {t.alpha!r}", json_path="$.gate.alpha")
+    if t.on_underpowered not in ("fail", "warn"):
+        raise InputError(
+            f'gate on_underpowered must be "fail" or "warn", got {t.on_underpowered!r}',
+            json_path="$.gate.on_underpowered",
+        )
     return t
+
+
+def gate_power(n_cases: int, baseline_score: float, t: GateThresholds) -> GatePower:
+    """What a gate of `n_cases` gated cases at a baseline score can see: the smallest
+    drop it detects at its alpha (`stats.detectable_drop`, power `GATE_POWER`, planned
+    at the baseline's score shrunk by Laplace's rule) against its threshold.
+
+    References: Cohen 1988, ch. 6 (see `stats.detectable_drop`).
+    """
+    p = stats.planning_rate(min(1.0, max(0.0, baseline_score)), n_cases)
+    drop = stats.detectable_drop(n_cases, p, t.alpha, GATE_POWER)
+    thr = t.max_success_drop_points
+    needed = stats.cases_for_drop(thr / 100, p, t.alpha, GATE_POWER) if thr > 0 else 0
+    return GatePower(
+        n_cases=n_cases,
+        alpha=t.alpha,
+        power=GATE_POWER,
+        planning_rate=p,
+        detectable_drop_points=100 * drop,
+        threshold_points=thr,
+        cases_needed=needed,
+        underpowered=100 * drop > thr + 1e-9,
+        on_underpowered=t.on_underpowered,
+    )
 
 
 def run_not_clean(run_path: Path, summary: dict[str, Any] | None, runner_exit: int | None) -> list[str]:
@@ -346,8 +383,109 @@ def gate(
             baseline=str(baseline_path),
             arm=cur.arm,
         )
-    return gate_metrics(
+    result = gate_metrics(
         cur, baseline, t, n_resamples=n_resamples, seed=seed, run_label=str(run_path), baseline_label=str(baseline_path)
+    )
+    if (run.config.get("config") or {}).get("judged_estimate") == "corrected":
+        result = _judged_check(result, run, cur.arm, baseline, baseline_path, t)
+    return result
+
+
+def _arm_judged(run_path: Path | str | None, arm: str | None) -> dict[str, Any] | None:
+    """The judged-rate block of `arm` in a run's `grades-summary.json`
+    (`grading.judged_rates`), None when it has none (or the run is not there)."""
+    if not run_path or not Path(run_path).is_dir():
+        return None
+    gs = grades_summary(run_path)
+    jr = gs.judged_rates if gs is not None else None
+    block = ((jr or {}).get("per_arm") or {}).get(arm or "")
+    return block.get("overall") if isinstance(block, dict) else None
+
+
+def _rate_and_se(block: dict[str, Any]) -> tuple[float, float, str]:
+    """A judged-rate block's corrected rate and SE when people labelled it, else the
+    judge-only rate with the SE its Wilson interval implies; and which one it is."""
+    z = 1.959963984540054  # the 97.5% normal quantile: the blocks carry 95% intervals
+    if block.get("corrected"):
+        c = block["corrected"]
+        return float(c["rate"]), float(c["high"] - c["low"]) / (2 * z), "corrected"
+    jo = block["judge_only"]
+    return float(jo["rate"]), float(jo["high"] - jo["low"]) / (2 * z), "judge only"
+
+
+def _judged_check(
+    result: GateResult, run: Run, arm: str | None, baseline: Baseline, baseline_path: str | Path, t: GateThresholds
+) -> GateResult:
+    """`"judged_estimate": "corrected"`: the gate also rests on the corrected judged
+    sample pass rate (`grading.judged_rates`, PPI++): without one (fewer than 2 labels
+    on the arm's judged samples) it reads no rate (judge not trusted); with one, a drop
+    from the baseline run's judged rate (its corrected one, else its judge-only one)
+    beyond `max_success_drop_points` fails the gate when it is also beyond noise: a
+    one-sided z-test on the two rates' standard errors, at `alpha` (not in the Holm
+    family of the case checks). The notes say which estimate the gate rested on."""
+    cur = _arm_judged(run.path, arm)
+    if cur is None:
+        return result  # no judged sample on this arm: nothing rests on a judge
+    if not cur.get("corrected"):
+        n = (cur.get("human") or {}).get("n", 0)
+        return replace(
+            result,
+            passed=False,
+            read_rates=False,
+            checks=(),
+            reasons=(
+                f'{GATE_CAUSE_JUDGE}: judged_estimate is "corrected" but arm {arm} has {n} fresh human label(s) '
+                "on its judged samples (at least 2 needed): label some (`evalkit judge sample RUN -n 40`) and grade "
+                "again",
+            ),
+        )
+    c = cur["corrected"]
+    notes = [
+        f"judged rates rest on the corrected estimate (PPI++ from {c['n']} labels of {c['N']} judged samples): "
+        f"{100 * c['rate']:.1f}% [{100 * c['low']:.1f}, {100 * c['high']:.1f}], the judge alone "
+        f"{100 * cur['judge_only']['rate']:.1f}%"
+    ]
+    base = _arm_judged(baseline.run, baseline.arm)
+    if base is None:
+        notes.append("the baseline run records no judged rate: the corrected rate is shown, not compared")
+        return replace(result, notes=result.notes + tuple(notes))
+    (rc, sc, _), (rb, sb, kind_b) = _rate_and_se(cur), _rate_and_se(base)
+    change = 100 * (rc - rb)
+    se = 100 * math.hypot(sc, sb)
+    # one-sided: P(Z <= change / se), the normal lower tail (a drop is negative)
+    p = 0.5 * math.erfc(-change / se / math.sqrt(2)) if se > 0 else (0.0 if change < 0 else 1.0)
+    exceeded = -change > t.max_success_drop_points + 1e-9
+    failed = exceeded and p <= t.alpha
+    check = GateCheck(
+        "judged",
+        "judged:corrected",
+        int(c["N"]),
+        rb,
+        rc,
+        change,
+        t.max_success_drop_points,
+        exceeded,
+        p,
+        p,
+        failed,
+    )
+    reasons = list(result.reasons)
+    if failed:
+        reasons.append(
+            f"case-score drop judged:corrected: {change:+.1f} points in the corrected judged sample pass rate "
+            f"against the baseline's {kind_b} one (beyond {t.max_success_drop_points:g} points) (p = {p:.3g})"
+        )
+    elif exceeded:
+        notes.append(
+            f"corrected judged rate: change {change:+.1f} points breaches {t.max_success_drop_points:g} but is within "
+            f"its interval's noise (p = {p:.3g} > {t.alpha:g})"
+        )
+    return replace(
+        result,
+        passed=not reasons,
+        reasons=tuple(reasons),
+        checks=result.checks + (check,),
+        notes=result.notes + tuple(notes),
     )
 
 
@@ -493,6 +631,7 @@ def gate_metrics(
     else:
         assert isinstance(baseline, Baseline)
         raw_checks = _checks_without_cases(cur, baseline, t, notes)
+    power = next((gate_power(rc[2], rc[3], t) for rc in raw_checks if rc[0] == "score" and rc[1] == "overall"), None)
     adj = holm([rc[7] for rc in raw_checks if rc[7] is not None])
     checks = []
     for kind, group, n, b, c_, change, thr, p in raw_checks:
@@ -516,6 +655,11 @@ def gate_metrics(
                 f"{check.label}: change {change:+.1f}{unit} breaches {thr:g} but is within run-to-run noise "
                 f"(adjusted p = {p_adj:.3g} > {t.alpha:g}); run `evalkit noise` on two baseline runs"
             )
+    if power is not None and power.underpowered:
+        if t.on_underpowered == "warn":
+            notes.append(f"warning: {UNDERPOWERED_PREFIX} (gate.on_underpowered warn): {power.describe()}")
+        else:
+            reasons.append(f"{UNDERPOWERED_PREFIX}: {power.describe()}")
     return GateResult(
         passed=not reasons,
         reasons=tuple(reasons),
@@ -527,6 +671,7 @@ def gate_metrics(
         run=run_label,
         baseline=baseline_label,
         arm=cur.arm,
+        power=power,
     )
 
 
@@ -768,9 +913,43 @@ def gate_run(
     runner_exit: int | None = None,
 ) -> GateResult:
     """`evalkit gate`: `gate`, then the result recorded in the run's `verdicts.json`
-    (when RUN is a run folder), where the report and the index read it."""
+    (when RUN is a run folder), where the report and the index read it. The result
+    notes the model the gated arm ran and the one the baseline was accepted on (the
+    upgrade gate: an arm on the new model against the baseline of the old one)."""
     res = gate(run, baseline_path, arm=arm, runner_exit=runner_exit)
     path = Path(run.path) if isinstance(run, Run) else Path(run)
+    models = upgrade_note(path, baseline_path, res.arm)
+    if models:
+        res = replace(res, notes=(*res.notes, models))
     if (path / RUN_CONFIG).is_file():
         record_verdicts(path, gate=res)
     return res
+
+
+def upgrade_note(run_path: Path, baseline_path: str | Path, arm: str | None) -> str | None:
+    """ "arm NEW (model M, host H) against the baseline accepted on arm OLD (model M0)":
+    what an upgrade gate compares, from the two runs' `config.json` (`arm_settings`);
+    None when either side's model is not known or the arm is not named."""
+
+    def settings(folder: Path) -> dict[str, dict[str, Any]]:
+        try:
+            return config_arm_settings(RunFolder(folder).read_meta())
+        except (OSError, EvalkitError):
+            return {}
+
+    if arm is None:
+        return None
+    now = settings(run_path).get(arm) or {}
+    try:
+        b = load_baseline(baseline_path)
+    except EvalkitError:
+        return None
+    then = settings(Path(b.run)).get(b.arm or "") if b.run else None
+    if not now.get("model") or not then or not then.get("model"):
+        return None
+    host = f", host {now['host']}" if now.get("host") else ""
+    same = "the same model" if now["model"] == then["model"] else "another model"
+    return (
+        f"arm {arm} (model {now['model']}{host}) against the baseline accepted on arm {b.arm} "
+        f"(model {then['model']}): {same}"
+    )

@@ -60,7 +60,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Iterable, Sequence
+import random
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,10 +70,12 @@ from typing import Any, cast
 import numpy as np
 
 from evalkit.calls.cache import ResponseCache
-from evalkit.calls.ledger import Ledger
+from evalkit.calls.ledger import Ledger, role_spend
 from evalkit.checking.graders import AgentFacts, activation_observed, grade_sample, is_refusal, require_scored
 from evalkit.checking.judge import (
     HUMAN_SAMPLE_MIN,
+    REPEAT_ITEMS,
+    REPEAT_TEMPERATURE,
     Calibration,
     HumanLabel,
     JudgedItem,
@@ -85,6 +88,7 @@ from evalkit.checking.judge import (
     cache_scope,
     calibrate,
     check_judge_model,
+    consistency,
     decide_trust,
     item_id,
     item_rubric_sha256,
@@ -103,6 +107,7 @@ from evalkit.checking.judge import (
     trajectory_text,
     unmatched_pair,
 )
+from evalkit.conclusions.results import write_summary_md
 from evalkit.foundations._io import RUN_JSON_BYTES, iter_jsonl, read_json_object, write_atomic
 from evalkit.foundations._text import storable_json
 from evalkit.foundations.errors import InputError, JudgeError
@@ -274,9 +279,11 @@ def _grade_line(
     error = judge_error
     score = reason = version = model = None
     judge_passed = held = None
-    cost = 0.0
+    cost = avoided = 0.0
+    tokens_in = tokens_out = None
     if js is not None:
         version, model, cost = js.version, js.model, js.cost_usd
+        avoided, tokens_in, tokens_out = js.cost_avoided_usd, js.tokens_in, js.tokens_out
         if js.error:
             error = f"judge error: {js.error}"
         else:
@@ -315,6 +322,9 @@ def _grade_line(
         judge_passed=judge_passed,
         judge_held=held,
         judge_uncalibrated_override=bool(case.judged and trust is not None and trust.opt_out and score is not None),
+        judge_cost_avoided_usd=avoided,
+        judge_tokens_in=tokens_in,
+        judge_tokens_out=tokens_out,
     )
 
 
@@ -327,6 +337,43 @@ def _agent_facts(run: Path, suite: Suite, sample: Sample) -> AgentFacts | None:
     arm = next((a for a in suite.config.arms if a.name == sample.arm), None)
     key = (sample.case_id, sample.arm, int(sample.index))
     return AgentFacts.of(sample, arm, lambda: read_trajectory(run, *key))
+
+
+TRACE_CHECKS = ("forbidden_tools", "tool_calls")  # checks that read the trace of a sample's tool calls
+INCOMPLETE_TRAJECTORY = "trajectory may be incomplete"
+
+
+def _incomplete_trajectory_findings(
+    config: Any, cases: Mapping[str, Case], samples: Mapping[Key, Sample], det: Mapping[Key, Any]
+) -> list[Finding]:
+    """A finding for the samples of a user's program (command or python unit) whose
+    model asked for no tool and that reported no tool call, while the suite declares
+    tools and the case checks the trace: a program that runs its tools inside
+    generated code leaves an empty trace, which a `forbidden_tools` check would pass
+    in silence."""
+    if not config.tools:
+        return []
+    found = [
+        k
+        for k in sorted(det)
+        if (samples[k].agent or {}).get("unit") in ("command", "python")
+        and not samples[k].tool_calls
+        and any(c.kind in TRACE_CHECKS for c in cases[k[0]].checks)
+    ]
+    if not found:
+        return []
+    shown = ", ".join(f"{c}/{a}/{i}" for c, a, i in found[:5])
+    if len(found) > 5:
+        shown += f" and {len(found) - 5} more"
+    return [
+        Finding(
+            "MEDIUM",
+            f"{INCOMPLETE_TRAJECTORY}: {len(found)} sample(s) ({shown}) reported no tool call and their model "
+            "asked for none, while the suite declares tools and checks them: a program that runs its tools "
+            "itself (inside generated code) must report each at EVALKIT_TOOLS_URL, or its trace checks "
+            "(forbidden_tools, tool_calls) see nothing",
+        )
+    ]
 
 
 def judge_endpoint(suite: Suite, judge_base_url: str | None = None) -> Endpoint:
@@ -358,27 +405,11 @@ class _PairTodo:
     arms: tuple[str, str]
 
 
-async def _judge_all(
-    suite: Suite,
-    files: JudgeFiles,
-    todo: list[tuple[Case, Sample]],
-    endpoint: Endpoint,
-    run: Path,
-    cap: float,
-    pairs_todo: list[_PairTodo],
-    watch: Any,
-    scope: str = "",
-    batch: Any = None,
-) -> tuple[dict[Key, JudgeScore], list[PairOutcome], dict[str, Any]]:
+def _judge_client(config: Any, endpoint: Endpoint, ledger: Ledger, cache: ResponseCache) -> Any:
+    """The judge's `ModelClient` on the run's ledger and the judge cache."""
     from evalkit.calls.client import ModelClient  # lazy: openai's client is the heaviest import of a grade
 
-    config = suite.config
-    ledger = Ledger.resume(cap, run / LEDGER)
-    # batch=1: each judge answer is committed before it is used, so a grade killed
-    # mid-way never pays twice for a judge key (the cache is its only record).
-    cache = ResponseCache(run / JUDGE_CACHE, batch=1, scope=scope)
-    spent_before = ledger.committed_usd
-    client = ModelClient(
+    return ModelClient(
         endpoint,
         config.judge_price,
         ledger,
@@ -393,6 +424,27 @@ async def _judge_all(
         max_connection_failures=config.max_connection_failures,
         concurrency=config.concurrency,
     )
+
+
+async def _judge_all(
+    suite: Suite,
+    files: JudgeFiles,
+    todo: list[tuple[Case, Sample]],
+    endpoint: Endpoint,
+    run: Path,
+    cap: float,
+    pairs_todo: list[_PairTodo],
+    watch: Any,
+    scope: str = "",
+    batch: Any = None,
+) -> tuple[dict[Key, JudgeScore], list[PairOutcome], dict[str, Any]]:
+    config = suite.config
+    ledger = Ledger.resume(cap, run / LEDGER)
+    # batch=1: each judge answer is committed before it is used, so a grade killed
+    # mid-way never pays twice for a judge key (the cache is its only record).
+    cache = ResponseCache(run / JUDGE_CACHE, batch=1, scope=scope)
+    spent_before = ledger.committed_usd
+    client = _judge_client(config, endpoint, ledger, cache)
     sem = asyncio.Semaphore(max(1, config.concurrency))
     scores: dict[Key, JudgeScore] = {}
     stopped: list[str] = []  # the watch's reason once it reported: no judge call after it
@@ -434,7 +486,9 @@ async def _judge_all(
                 should_stop=should_stop,
             )
         for i, (_, m) in enumerate(members):
-            scores[(case.id, m.arm, int(m.index))] = js if i == 0 else dataclasses.replace(js, cost_usd=0.0)
+            # a shared answer is paid (or avoided) once: its list price on the first line only
+            shared = dataclasses.replace(js, cost_usd=0.0, cost_avoided_usd=0.0)
+            scores[(case.id, m.arm, int(m.index))] = js if i == 0 else shared
 
     async def pair(t: _PairTodo, client: Any) -> PairOutcome:
         async with sem:
@@ -491,6 +545,76 @@ async def _judge_all(
     return scores, outcomes, stats
 
 
+async def _judge_repeats(
+    suite: Suite,
+    files: JudgeFiles,
+    todo: list[tuple[Case, Sample]],
+    repeats: int,
+    endpoint: Endpoint,
+    run: Path,
+    cap: float,
+    watch: Any,
+    scope: str,
+) -> tuple[dict[Key, list[JudgeScore]], float]:
+    """The judge asked `repeats - 1` more times on each of `todo` (`grade
+    --judge-repeats`), at `REPEAT_TEMPERATURE` with seeds seed + 1 .. seed + repeats - 1,
+    on the run's ledger under the same cap and through the judge cache (a regrade
+    replays them at $0), as online calls even when the grading used `--batch`. Returns
+    each item's extra scores and what they cost."""
+    config = suite.config
+    ledger = Ledger.resume(cap, run / LEDGER)
+    cache = ResponseCache(run / JUDGE_CACHE, batch=1, scope=scope)
+    spent_before = ledger.committed_usd
+    client = _judge_client(config, endpoint, ledger, cache)
+    sem = asyncio.Semaphore(max(1, config.concurrency))
+    out: dict[Key, list[JudgeScore]] = {}
+    base_seed = config.seed or 0
+
+    def should_stop() -> str | None:
+        reason = watch() if watch is not None else None
+        causes = [c for c in (reason, client.unreachable, client.rate_limited_out) if c]
+        if ledger.refusals:
+            causes.append("budget exhausted")
+        return str(causes[0]) if causes else None
+
+    async def one(case: Case, s: Sample, r: int) -> tuple[Key, int, JudgeScore]:
+        async with sem:
+            js = await judge_direct(
+                client,
+                files,
+                case,
+                s.output,
+                key=f"judge-repeat/{case.id}/{s.arm}/{s.index}/{r}",
+                seed=base_seed + r,
+                should_stop=should_stop,
+                temperature=REPEAT_TEMPERATURE,
+            )
+        return (case.id, s.arm, int(s.index)), r, js
+
+    try:
+        done = await asyncio.gather(*(one(c, s, r) for c, s in todo for r in range(1, repeats)))
+    finally:
+        await client.aclose()
+        spent = ledger.committed_usd - spent_before
+        ledger.close()
+        cache.close()
+    for key, _, js in sorted(done, key=lambda t: (t[0], t[1])):
+        out.setdefault(key, []).append(js)
+    return out, spent
+
+
+def repeat_items(scored: dict[Key, JudgeScore], samples: dict[Key, Sample], seed: int | None) -> list[Key]:
+    """The judged samples `grade --judge-repeats` asks again: one per distinct (case,
+    output) the judge scored without error (identical outputs share one answer), at most
+    `REPEAT_ITEMS` of them, drawn with the config's seed."""
+    first: dict[tuple[str, str], Key] = {}
+    for key in sorted(scored):
+        if scored[key].score is not None:
+            first.setdefault((key[0], samples[key].output), key)
+    reps = sorted(first.values())
+    return sorted(random.Random(seed or 0).sample(reps, min(REPEAT_ITEMS, len(reps))))
+
+
 def _run_sync(coro: Any) -> Any:
     """`asyncio.run`, or the same in a worker thread when an event loop is already
     running in this thread (a notebook kernel)."""
@@ -540,6 +664,7 @@ def grade_run(
     allow_uncalibrated_judge: bool | None = None,
     labels: str | Path | None = None,
     batch: Any = None,
+    judge_repeats: int = 1,
 ) -> GradeResult:
     """Grade every sample of a run folder and write `grades.jsonl` and
     `grades-summary.json` (replacing earlier ones, atomically).
@@ -561,7 +686,12 @@ def grade_run(
     `judge_batch_price`. `batch` (`evalkit.running.batch.BatchOptions`) sends the judge calls
     through the provider's Batch API at `judge_batch_price`, on the run's ledger; judge
     batches an earlier grading left open are collected first either way.
+    `judge_repeats` R > 1 asks the judge R - 1 more times on up to `REPEAT_ITEMS` of
+    the items it scored (`_judge_repeats`): `judge_consistency` in the summary, and the
+    samples whose verdict flipped marked `judge_unstable`. `InputError` for R < 1.
     """
+    if int(judge_repeats) != judge_repeats or judge_repeats < 1:
+        raise InputError(f"--judge-repeats must be a positive integer, got {judge_repeats!r}")
     run = Path(run_path)
     meta = RunFolder(run).read_meta()
     suite_obj = resolve_suite(run, meta, suite)
@@ -600,6 +730,8 @@ def grade_run(
             unknown[key] = f"case {key[0]!r} is not in the suite any more: not graded"
             continue
         det[key] = grade_sample(case, samples[key], suite_obj.path, _agent_facts(run, suite_obj, samples[key]))
+
+    findings += _incomplete_trajectory_findings(config, cases, samples, det)
 
     judged_keys = [k for k in sorted(det) if cases[k[0]].judged]
     files: JudgeFiles | None = None
@@ -683,12 +815,62 @@ def grade_run(
                 batch,
             )
         )
+        judge_stats["judge_ledger_usd"] = role_spend(run / LEDGER, "judge")  # every pass, this one included
         if judge_stats.get("stop_reason"):
             findings.append(
                 Finding(
                     "HIGH",
                     f"grading stopped: {judge_stats['stop_reason']}; the judged samples "
                     "left have no score (not counted as passes)",
+                )
+            )
+    unstable: set[Key] = set()
+    consistency_block: dict[str, Any] | None = None
+    if files is not None and identity is not None and judge_repeats > 1 and not judge_stats.get("stop_reason"):
+        picked = repeat_items(scores, samples, config.seed)
+        extra, spent = _run_sync(
+            _judge_repeats(
+                suite_obj,
+                files,
+                [(cases[k[0]], samples[k]) for k in picked],
+                int(judge_repeats),
+                judge_endpoint(suite_obj, judge_base_url),
+                run,
+                cap,
+                combine(watch, served_watch(identity.base_url)),
+                cache_scope(identity),
+            )
+        )
+        judge_stats["judge_spend_usd"] = judge_stats.get("judge_spend_usd", 0.0) + spent
+        asks = {
+            item_id(*k): [int(s) for s in [scores[k].score, *(js.score for js in extra.get(k, []))] if s is not None]
+            for k in picked
+        }
+        block = consistency(asks, {item_id(*k): cases[k[0]].judge_threshold for k in picked})
+        errors = sum(1 for k in picked for js in extra.get(k, []) if js.score is None)
+        consistency_block = {
+            "repeats": int(judge_repeats),
+            "temperature": REPEAT_TEMPERATURE,
+            "max_items": REPEAT_ITEMS,
+            "per_version": {files.version: {**block, "repeats": int(judge_repeats), "errors": errors}},
+        }
+        if errors:
+            findings.append(
+                Finding(
+                    "MEDIUM",
+                    f"judge consistency: {errors} of {block['n_asks'] + errors} repeated ask(s) got no score "
+                    "(judge error, or the cap): the flip rate is over the rest",
+                )
+            )
+        flipped = {(k[0], samples[k].output) for k in picked if item_id(*k) in set(block["unstable"])}
+        unstable = {k for k in scores if (k[0], samples[k].output) in flipped}
+        if block["unstable"]:
+            findings.append(
+                Finding(
+                    "MEDIUM",
+                    f"judge {files.version} flips: asked {judge_repeats} times, {len(block['unstable'])} of "
+                    f"{block['n_items']} item(s) got verdicts on both sides of the threshold (flip rate "
+                    f"{block['flip_rate']:.0%}); their samples are marked unstable",
                 )
             )
     case_pos = {c: i for i, c in enumerate(planned_cases)}
@@ -715,7 +897,8 @@ def grade_run(
         case = cases[key[0]]
         js = scores.get(key) if case.judged else None
         jerr = no_judge_files if case.judged and files is None else None
-        grades.append(_grade_line(case, s, det[key], js, jerr, override, trust))
+        line = _grade_line(case, s, det[key], js, jerr, override, trust)
+        grades.append(dataclasses.replace(line, judge_unstable=True) if key in unstable else line)
 
     leaks = scan_outputs(suite_obj, samples)  # personal data and secrets in the outputs (no value is kept)
     findings += [Finding(cast(Level, level), message) for level, message in leaks.findings]
@@ -725,6 +908,9 @@ def grade_run(
         bias = pairwise_bias(outcomes, same_model=override)
         findings += [Finding(cast(Level, level), message) for level, message in bias.findings]
         pw = pairwise_summary(outcomes, pairwise, bias)
+    run_errors = {(str(e["case_id"]), str(e["arm"]), int(e["index"])) for e in RunFolder(run).errors()}
+    rates = judged_rates(grades, cases, case_table(run), human_scores(match), config.judged_estimate)
+    findings += judged_rate_findings(rates)
     summary = summarize(
         meta,
         samples,
@@ -734,6 +920,7 @@ def grade_run(
         cases=cases,
         findings=findings,
         run=str(run),
+        run_errors=run_errors,
         suite=suite_obj.path,
         judge=identity.to_json() if identity else None,
         judge_trust=JudgeTrustRecord.from_json(trust.to_json()) if trust else None,
@@ -744,6 +931,8 @@ def grade_run(
         judge_same_model_override=override,
         privacy=leaks.summary,
         pairwise=pw,
+        judged_rates=rates,
+        judge_consistency=consistency_block,
         **judge_stats,
     )
     lines = "".join(storable_json(grade_to_dict(g)) + "\n" for g in grades)  # any text the judge sent
@@ -879,13 +1068,18 @@ def _rate(num: int, den: int) -> float | None:
 
 
 def group_metrics(
-    expected: Iterable[Key], rows: Sequence[Row], refused_by_key: dict[Key, bool] | None = None
+    expected: Iterable[Key],
+    rows: Sequence[Row],
+    refused_by_key: dict[Key, bool] | None = None,
+    run_errors: Iterable[Key] = (),
 ) -> GroupMetrics:
     """The metrics of one group of samples (all, an arm, a tag; `records.GroupMetrics`).
     `expected`: the keys the run planned for the group; `rows`: its graded samples with
     their cases; `refused_by_key`: each sample's `graders.is_refusal`, computed once for
     all the groups (None: no refusal rates, for a run of another tool). The checks that
-    need the suite's cases are measured only on rows that have one."""
+    need the suite's cases are measured only on rows that have one. `run_errors`: the
+    keys the run recorded an error for (`errors.jsonl`): with no result, errored, not
+    missing (`metrics.missing_and_errored`)."""
     exp = set(expected)
     present = {(g.case_id, g.arm, g.index) for _, _, g in rows}
     decided = [r for r in rows if r[2].passed is not None]
@@ -907,14 +1101,18 @@ def group_metrics(
     silent = [g.activated for c, _, g in with_case if g.activated is not None and c.intent == "non-activation"]
     lat = [float(s.latency_ms) for _, s, _ in rows]
     cost = metrics.costs(
-        [(s.case_id, float(s.cost_usd), float(s.cost_avoided_usd), float(g.judge_cost_usd)) for _, s, g in rows]
+        [
+            (s.case_id, float(s.cost_usd), float(s.cost_avoided_usd), float(g.judge_cost_usd), g.judge_cost_avoided_usd)
+            for _, s, g in rows
+        ]
     )
     judged = [g.judge_score for _, _, g in rows if g.judge_score is not None]
+    n_missing, n_errored = metrics.missing_and_errored(exp, present, run_errors, len(rows) - len(decided) - len(held))
     return GroupMetrics(
         n_expected=len(exp),
         n_graded=len(decided) + len(held),
-        n_missing=len(exp - present),
-        n_errored=len(rows) - len(decided) - len(held),
+        n_missing=n_missing,
+        n_errored=n_errored,
         n_held=len(held),
         n_samples=len(rows),
         n_cases=cost.n_cases,
@@ -939,6 +1137,7 @@ def group_metrics(
         judge_cost_usd=cost.judge_usd,
         paid_usd=cost.paid_usd,
         cache_avoided_usd=cost.cache_avoided_usd,
+        judge_cache_avoided_usd=cost.judge_cache_avoided_usd,
         cost_per_sample_usd=cost.cost_per_sample_usd,
         cost_per_case_usd=cost.cost_per_case_usd,
         judge_mean_score=float(np.mean(judged)) if judged else None,
@@ -988,14 +1187,16 @@ def summarize(
     findings: list[Finding],
     run: str = "",
     source: str = "grade",
+    run_errors: Iterable[Key] = (),
     **extra: Any,
 ) -> GradesSummary:
     """The grades summary (`records.GradesSummary`): overall, per tag, per arm (and per
     arm per tag, set and tag scores), with the findings it derives appended to
     `findings` (sorted, most severe first). `cases`: the suite's cases (None for a run of
     another tool: the checks that need them are not measured); tags and sets come from
-    the run's case table."""
+    the run's case table. `run_errors`: the keys the run recorded an error for."""
     cases = cases or {}
+    errs = set(run_errors)
     rows: list[Row] = [
         (cases.get(g.case_id), samples[(g.case_id, g.arm, g.index)], g)
         for g in grades
@@ -1012,10 +1213,11 @@ def summarize(
                 {key for key in exp if t in tag_of.get(key[0], ())},
                 [r for r in rs if t in tag_of.get(r[2].case_id, ())],
                 refused,
+                errs,
             )
             for t in tags
         }
-        return group_metrics(exp, rs, refused), per_tag
+        return group_metrics(exp, rs, refused, errs), per_tag
 
     overall, per_tag = block(expected, rows)
     k = int(meta.get("k") or max((i + 1 for _, _, i in expected), default=0))
@@ -1032,7 +1234,11 @@ def summarize(
         and len(grades) == len(rows)
         and overall.n_graded == overall.n_expected
     )
-    _findings(overall, per_arm, meta, cases, findings)
+    scripted = {a for a in arms if _all_scripted([s for key, s in samples.items() if key[1] == a])}
+    failed = _failed_attempts(run, arms)
+    for (_, a, _), s in samples.items():  # an agent's tool calls that timed out count as well
+        failed[a] = failed.get(a, 0) + _tool_timeouts(s)
+    _findings(overall, per_arm, meta, cases, findings, failed, scripted)
     findings[:] = by_severity(findings)
     return GradesSummary(
         complete=complete,
@@ -1047,22 +1253,94 @@ def summarize(
     )
 
 
+# The latency tail a run shows with no failed attempt in its ledger is a finding only past
+# what CPU contention explains: on a shared 2-core machine a call was measured up to ~4x
+# slower under load (the regex engine's CPU-time timeout, `graders.regex`, 1 s CPU = up
+# to ~4 s wall at load 7), and a tail of 3x p50 was seen on an idle-then-busy local model
+# with no retry. Past 10x p50 and 10 s above it, a retry loop or a hung tool is the
+# likelier cause. A scripted server's tail is its script's injected delays: never a finding.
+LATENCY_TAIL_RATIO = 3.0  # with failed attempts on the ledger (retries)
+LATENCY_TAIL_RATIO_UNEXPLAINED = 10.0  # with none: past contention
+LATENCY_TAIL_MIN_GAP_MS = 10_000.0  # ...and at least this far above p50
+SCRIPTED_FINGERPRINT = "fp_evalkit_scripted"  # evalkit.calls.serve.ScriptedServer's default
+
+
+def _failed_attempts(run: str, arms: Sequence[str]) -> dict[str, int]:
+    """The generator's failed attempts per arm on the run's ledger (`release` events of a
+    reservation: an attempt that errored, timed out or was dropped, after which the
+    client retried or gave up): the evidence of a retry loop. Empty without a ledger."""
+    path = Path(run) / LEDGER if run else None
+    if path is None or not path.is_file():
+        return {}
+    key_of: dict[Any, str] = {}
+    out: dict[str, int] = {}
+    for e in iter_jsonl(path):
+        if e.get("event") == "reserve" and e.get("role") == "generator":
+            key_of[(e.get("run_epoch"), e.get("id"))] = str(e.get("key") or "")
+        elif e.get("event") == "release" and (key := key_of.get((e.get("run_epoch"), e.get("id")))) is not None:
+            arm = next((a for a in arms if f"/{a}/" in key), None)
+            if arm is not None:
+                out[arm] = out.get(arm, 0) + 1
+    return out
+
+
+def _tool_timeouts(sample: Sample) -> int:
+    """The tool calls of an agent's sample that failed by timing out (its trajectory's
+    `tool_errors`)."""
+    errors = (sample.agent or {}).get("tool_errors") or []
+    texts = [str(e.get("error")).lower() for e in errors if isinstance(e, dict)]
+    return sum(1 for t in texts if "timed out" in t or "timeout" in t)
+
+
+def _all_scripted(samples: Sequence[Sample]) -> bool:
+    """Whether every sample was answered by evalkit's scripted server (its fingerprint)."""
+    return bool(samples) and all(s.system_fingerprint == SCRIPTED_FINGERPRINT for s in samples)
+
+
+def _latency_finding(arm: str, m: GroupMetrics, failed: int, scripted: bool) -> Finding | None:
+    """The MEDIUM latency-tail finding of one arm, or None: with failed attempts on the
+    ledger or timed-out tool calls (`failed`), past `LATENCY_TAIL_RATIO` x p50; with
+    none, past the bound contention cannot explain (`LATENCY_TAIL_RATIO_UNEXPLAINED` x
+    p50 and `LATENCY_TAIL_MIN_GAP_MS` above it); never on the scripted server."""
+    p50, p95 = m.latency_p50_ms, m.latency_p95_ms
+    if not p50 or p95 is None or scripted:
+        return None
+    if failed and p95 > LATENCY_TAIL_RATIO * p50:
+        return Finding(
+            "MEDIUM",
+            f"arm {arm}: p95 latency {p95:.0f} ms is more than {LATENCY_TAIL_RATIO:g}x p50 {p50:.0f} ms, "
+            f"with {failed} failed attempt(s) retried on the ledger or tool call(s) timed out (a retry loop?)",
+        )
+    if p95 > LATENCY_TAIL_RATIO_UNEXPLAINED * p50 and p95 - p50 >= LATENCY_TAIL_MIN_GAP_MS:
+        return Finding(
+            "MEDIUM",
+            f"arm {arm}: p95 latency {p95:.0f} ms is more than {LATENCY_TAIL_RATIO_UNEXPLAINED:g}x p50 {p50:.0f} ms "
+            "with no retry on the ledger, past what CPU contention explains (a tool timeout or a stalled server?)",
+        )
+    return None
+
+
 def _findings(
     overall: GroupMetrics,
     per_arm: dict[str, ArmSummary],
     meta: dict[str, Any],
     cases: dict[str, Case],
     findings: list[Finding],
+    failed_attempts: dict[str, int] | None = None,
+    scripted: set[str] | frozenset[str] = frozenset(),
 ) -> None:
     """The findings a grades summary derives: missing samples, refusals where there
-    should be none (or none where there should be), latency tails, judge errors, an
-    unseeded config (the judge's calibration and trust: `judge_trust_findings`)."""
-    if overall.n_missing:
+    should be none (or none where there should be), latency tails (`_latency_finding`),
+    judge errors, an unseeded config (the judge's calibration and trust:
+    `judge_trust_findings`)."""
+    run_errored = overall.n_errored - (overall.n_samples - overall.n_graded)  # less the grading errors
+    if overall.n_missing or run_errored > 0:
         findings.append(
             Finding(
                 "HIGH",
-                f"INCOMPLETE: {overall.n_expected - overall.n_missing}/{overall.n_expected} expected samples "
-                "are in results.jsonl; the missing ones count as failures",
+                f"INCOMPLETE: {overall.n_expected - overall.n_missing - run_errored}/{overall.n_expected} expected "
+                f"samples are in results.jsonl ({overall.n_missing} missing, {run_errored} errored); "
+                "they count as failures",
             )
         )
     for a, b in per_arm.items():
@@ -1082,14 +1360,8 @@ def _findings(
                     f"arm {a}: refusal rate {m.refusal_rate_should_refuse:.0%} on should-refuse cases (should be 100%)",
                 )
             )
-        if m.latency_p50_ms and m.latency_p95_ms is not None and m.latency_p95_ms > 3 * m.latency_p50_ms:
-            findings.append(
-                Finding(
-                    "MEDIUM",
-                    f"arm {a}: p95 latency {m.latency_p95_ms:.0f} ms is more than 3x "
-                    f"p50 {m.latency_p50_ms:.0f} ms (a retry loop or a tool timeout?)",
-                )
-            )
+        if (tail := _latency_finding(a, m, (failed_attempts or {}).get(a, 0), a in scripted)) is not None:
+            findings.append(tail)
         if m.judge_errors:
             findings.append(
                 Finding(
@@ -1106,9 +1378,11 @@ def _findings(
 
 
 def write_summary(run: str | Path, summary: GradesSummary) -> Path:
-    """Write `grades-summary.json` (any text the judge sent, stored losslessly)."""
+    """Write `grades-summary.json` (any text the judge sent, stored losslessly), and the
+    metric table overall and per tag into the run's `summary.md` (`results`)."""
     path = Path(run) / GRADES_SUMMARY
     write_atomic(path, storable_json(summary.to_json(), indent=2) + "\n")
+    write_summary_md(run, summary)
     return path
 
 
@@ -1122,7 +1396,9 @@ def summarize_run(run: str | Path) -> GradesSummary:
     grades = [grade_from_dict(d) for d in iter_jsonl(Path(run) / GRADES)] if (Path(run) / GRADES).exists() else []
     errors = {(str(e["case_id"]), str(e["arm"]), int(e["index"])) for e in folder.errors()}
     expected = set(samples) | errors
-    return summarize(meta, samples, grades, expected, case_table(run), findings=[], run=str(run), source="ingest")
+    return summarize(
+        meta, samples, grades, expected, case_table(run), findings=[], run=str(run), source="ingest", run_errors=errors
+    )
 
 
 def pairwise_summary(outcomes: Sequence[PairOutcome], arms: tuple[str, str], bias: Any = None) -> dict[str, Any]:
@@ -1144,3 +1420,103 @@ def pairwise_summary(outcomes: Sequence[PairOutcome], arms: tuple[str, str], bia
     if bias is not None:
         out["bias"] = bias.to_json()
     return out
+
+
+# ----------------------------------------------------------------------- judged rates, corrected by people
+
+
+def judged_rates(
+    grades: Sequence[Grade], cases: dict[str, Case], table: CaseTable, human: dict[str, int], estimate: str = "judge"
+) -> dict[str, Any] | None:
+    """`grades-summary.json`'s `judged_rates`: for the judged samples (a judged case's
+    samples the judge scored), overall and per arm, per set and per tag, the judge-only
+    sample pass rate (`judge_only`, Wilson interval over the N judged samples) and,
+    where people labelled at least `metrics.PPI_MIN_LABELS` of them, the prediction-powered rate
+    (`corrected`: `stats.ppi_mean` with PPI++ power tuning, its 95% interval over the n
+    labelled and N judged samples) and the judge's bias on the labelled ones (judge minus
+    human, with its interval). A sample passes for the judge when its deterministic
+    checks and the judge's score pass, for a person when the same checks and the
+    person's score pass (several raters: the lower median of their scores). `human`: item id -> a
+    person's score (`human_scores`). `estimate` ("judge" or "corrected", the config's
+    `judged_estimate`) says which one verdicts and the gate rest on. None: no judged
+    sample.
+
+    References: Angelopoulos et al. 2023 (Science); Angelopoulos, Duchi & Zrnic 2023 (PPI++).
+    """
+    rows_by_id = table.by_id()
+    rows: list[metrics.JudgedRow] = []
+    for g in grades:
+        case = cases.get(g.case_id)
+        if case is None or not case.judged or g.judge_passed is None or g.judge_score is None:
+            continue
+        det_ok = all(c.passed for c in g.checks if c.name != "judge")
+        row = rows_by_id.get(g.case_id)
+        hs = human.get(item_id(g.case_id, g.arm, g.index))
+        rows.append(
+            metrics.JudgedRow(
+                g.arm,
+                row.set if row else case.set,
+                tuple(row.tags) if row else tuple(case.tags),
+                det_ok and bool(g.judge_passed),
+                None if hs is None else det_ok and hs >= case.judge_threshold,
+            )
+        )
+    if not rows:
+        return None
+    per_arm: dict[str, Any] = {}
+    for arm in sorted({r.arm for r in rows}):
+        ra = [r for r in rows if r.arm == arm]
+        per_arm[arm] = {
+            "overall": metrics.judged_rate_block(ra, estimate),
+            "per_set": {
+                s: metrics.judged_rate_block([r for r in ra if r.set == s], estimate)
+                for s in sorted({r.set for r in ra})
+            },
+            "per_tag": {
+                t: metrics.judged_rate_block([r for r in ra if t in r.tags], estimate)
+                for t in sorted({t for r in ra for t in r.tags})
+            },
+        }
+    return {
+        "estimate": estimate,
+        "n_labelled": sum(1 for r in rows if r.human_pass is not None),
+        "n_judged": len(rows),
+        "min_labels": metrics.PPI_MIN_LABELS,
+        "adjust": metrics.PPI_ADJUST,
+        "overall": metrics.judged_rate_block(rows, estimate),
+        "per_arm": per_arm,
+    }
+
+
+def judged_rate_findings(rates: dict[str, Any] | None) -> list[Finding]:
+    """A MEDIUM finding per arm whose judge is measurably off: the judge's bias interval
+    (judge minus human, on the labelled samples) excludes 0, so the judge-only rate is
+    not the rate people would give (the corrected one is)."""
+    out: list[Finding] = []
+    for arm, blocks in ((rates or {}).get("per_arm") or {}).items():
+        b = blocks["overall"]
+        bias, cor = b.get("bias"), b.get("corrected")
+        if bias and cor and (bias["low"] > 0 or bias["high"] < 0):
+            out.append(
+                Finding(
+                    "MEDIUM",
+                    f"arm {arm}: the judge is {'more generous' if bias['value'] > 0 else 'harsher'} than people by "
+                    f"{abs(bias['value']) * 100:.1f} points (95% interval {bias['low'] * 100:+.1f} to "
+                    f"{bias['high'] * 100:+.1f}, {bias['n']} labels): its judged pass rate "
+                    f"{b['judge_only']['rate']:.1%} corrected by the labels is {cor['rate']:.1%} "
+                    f"({cor['low']:.1%} to {cor['high']:.1%})",
+                )
+            )
+    return out
+
+
+def human_scores(match: LabelMatch | None) -> dict[str, int]:
+    """Item id -> the score people gave a judged output, from the fresh labels of a
+    `LabelMatch` (several raters: the median of their scores, rounded down)."""
+    if match is None:
+        return {}
+    by_item: dict[str, list[int]] = {}
+    for lab, _ in match.fresh:
+        if lab.score is not None:
+            by_item.setdefault(lab.item, []).append(int(lab.score))
+    return {item: sorted(s)[(len(s) - 1) // 2] for item, s in by_item.items()}

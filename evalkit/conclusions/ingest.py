@@ -40,6 +40,7 @@ from evalkit.foundations._io import JsonLine, check_regular_file, iter_jsonl, js
 from evalkit.foundations.errors import InputError
 from evalkit.foundations.layout import GRADES, RESULTS
 from evalkit.foundations.records import CaseRow, CaseTable, CheckResult, Grade, Sample, Usage
+from evalkit.suites.dataset import scan_json_text
 from evalkit.suites.runs import RunFolder, grade_from_dict, grade_to_dict, sample_from_dict
 from evalkit.suites.suite import case_id_problem
 
@@ -48,6 +49,13 @@ INSPECT_LOG_VERSIONS = (1, 2)  # inspect-ai's EvalLog.version values this reader
 PROMPTFOO_RESULT_VERSIONS = (2, 3)
 REWARD_TOL = 1e-6
 MAX_SOURCE_BYTES = 512 * 1024 * 1024
+# Bounds like lint's (evalkit.suites.dataset.LIMITS): a zip member and a whole archive are read
+# no further than these, uncompressed (a 1 MB `.eval` can inflate to gigabytes), and
+# JSON is refused deeper than MAX_JSON_DEPTH before the recursive parser sees it.
+MAX_MEMBER_BYTES = 256 * 1024 * 1024
+MAX_ARCHIVE_BYTES = 512 * 1024 * 1024
+MAX_JSON_DEPTH = 200
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _T = TypeVar("_T")
 
 
@@ -114,12 +122,54 @@ def _case_id(raw: Any, where: str, path: Path) -> str:
     return cid
 
 
+def _check_depth(text: str | bytes, where: str | Path, line: int | None = None) -> None:
+    """Refuse JSON nested deeper than `MAX_JSON_DEPTH` before it is parsed (the parser
+    recurses: 200,000 levels is a `RecursionError`). For JSON lines, the first line over
+    the bound is named."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    depth = scan_json_text(text)[0] if text.count("[") + text.count("{") > MAX_JSON_DEPTH else 0
+    if depth <= MAX_JSON_DEPTH:
+        return
+    if line is None and "\n" in text.strip():
+        for n, raw in enumerate(text.split("\n"), 1):
+            if raw.count("[") + raw.count("{") > MAX_JSON_DEPTH and scan_json_text(raw)[0] > MAX_JSON_DEPTH:
+                line = n
+                break
+    raise InputError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels: refused before parsing", where, line)
+
+
+def check_field(
+    value: Any, what: str, where: str | Path, *, json_path: str | None = None, line: int | None = None
+) -> str:
+    """A name-like field of a source (a model, a task, a scorer) as text, refused when it
+    holds a NUL or another control character (it would reach file names and pages)."""
+    text = str(value)
+    m = _CONTROL.search(text)
+    if m:
+        raise InputError(
+            f"{what} {text!r} holds a control character (U+{ord(m.group()):04X}): refused", where, line, json_path
+        )
+    return text
+
+
+def check_arm(arm: str, where: str | Path | None, how: str) -> str:
+    """An arm name as a path component (arms name folders and files): exit 2 otherwise."""
+    problem = case_id_problem(arm)
+    if problem:
+        raise InputError(
+            f"arm name {arm!r} ({how}) is not usable as a folder name: {problem.replace('id ', '', 1)}", where
+        )
+    return arm
+
+
 def _read_json(path: Path, data: bytes | None = None, member: str | None = None) -> Any:
     where = f"{path}!{member}" if member else str(path)
     try:
         text = (data if data is not None else read_file_bytes(path, limit=MAX_SOURCE_BYTES)).decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise InputError(f"not UTF-8 at byte {exc.start}", where) from None
+    _check_depth(text, where)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -289,14 +339,33 @@ def _inspect_pass(value: Any, threshold: float | None, where: str, path: Path) -
 ZIP_ZSTD = 93  # the zip method id for Zstandard, which inspect-ai writes since 0.3.1xx
 
 
-def _zip_member(p: Path, zf: zipfile.ZipFile, name: str) -> bytes:
-    """One member's bytes, CRC-checked. Why by hand: Python's zipfile (before 3.14) has
-    no Zstandard method, and inspect-ai writes `.eval` archives with it, so those members
-    are read raw from the archive and decompressed with the `zstandard` package."""
+def _capped(chunks: Any, p: Path, name: str, limit: int) -> bytes:
+    """The chunks of a member joined, stopping at `limit` bytes (exit 2 naming it)."""
+    out = bytearray()
+    for chunk in chunks:
+        out += chunk
+        if len(out) > limit:
+            raise InputError(f"archive member {name} inflates past {limit:,} bytes: refused (read no further)", p)
+    return bytes(out)
+
+
+def _zip_member(p: Path, zf: zipfile.ZipFile, name: str, limit: int = MAX_MEMBER_BYTES) -> bytes:
+    """One member's bytes, CRC-checked, read in chunks no further than `limit`
+    uncompressed (the size the archive declares is not trusted). Why by hand: Python's
+    zipfile (before 3.14) has no Zstandard method, and inspect-ai writes `.eval` archives
+    with it, so those members are read raw from the archive and decompressed with the
+    `zstandard` package."""
     info = zf.getinfo(name)
+    shown = name
+    if limit < MAX_MEMBER_BYTES:  # what is left of the archive's total
+        shown = f"{name} (the members together, over MAX_ARCHIVE_BYTES {MAX_ARCHIVE_BYTES:,})"
+    limit = min(limit, MAX_MEMBER_BYTES)
+    if info.file_size > limit:
+        raise InputError(f"archive member {shown} declares {info.file_size:,} bytes, over {limit:,}: refused", p)
     try:
         if info.compress_type != ZIP_ZSTD:
-            return zf.read(name)
+            with zf.open(name) as fh:
+                return _capped(iter(lambda: fh.read(1 << 20), b""), p, shown, limit)
         import zstandard  # lazy: only a zstd-compressed inspect-ai archive needs it
 
         with open(p, "rb") as fh:
@@ -309,7 +378,8 @@ def _zip_member(p: Path, zf: zipfile.ZipFile, name: str) -> bytes:
             raw = fh.read(info.compress_size)
         if len(raw) != info.compress_size:
             raise InputError(f"truncated .eval archive: member {name} is cut short", p)
-        data = zstandard.ZstdDecompressor().decompress(raw, max_output_size=max(info.file_size, 1))
+        reader = zstandard.ZstdDecompressor().stream_reader(raw)
+        data = _capped(iter(lambda: reader.read(1 << 20), b""), p, shown, limit)
     except (zipfile.BadZipFile, EOFError, zlib.error, ValueError, RuntimeError) as exc:
         raise InputError(f"truncated or corrupt .eval archive (member {name}): {exc}", p) from None
     except Exception as exc:  # zstandard.ZstdError and similar decoder failures
@@ -340,11 +410,14 @@ def _inspect_parts(p: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
                 header.setdefault("status", "started")
             else:
                 raise InputError("not an inspect .eval archive (no header.json)", p)
-            samples = [
-                _read_json(p, _zip_member(p, zf, n), n)
-                for n in sorted(names)
-                if n.startswith("samples/") and n.endswith(".json")
-            ]
+            members: list[tuple[str, bytes]] = []
+            left = MAX_ARCHIVE_BYTES  # all members together, uncompressed: read (capped) before any is parsed
+            for n in sorted(names):
+                if n.startswith("samples/") and n.endswith(".json"):
+                    data = _zip_member(p, zf, n, left)
+                    left -= len(data)
+                    members.append((n, data))
+            samples = [_read_json(p, data, n) for n, data in members]
     except zipfile.BadZipFile as exc:
         raise InputError(f"truncated or corrupt .eval archive: {exc}", p) from None
     return header, samples
@@ -369,9 +442,9 @@ def read_inspect_log(
             json_path="$.version",
         )
     spec = header.get("eval") or {}
-    model = str(spec.get("model") or "unknown-model")
-    arm_name = arm or model.replace("/", "_")
-    task = str(spec.get("task") or p.stem)
+    model = check_field(spec.get("model") or "unknown-model", "model name", p, json_path="$.eval.model")
+    arm_name = arm or check_arm(model.replace("/", "_"), p, "the log's model at $.eval.model; pass --arm")
+    task = check_field(spec.get("task") or p.stem, "task name", p, json_path="$.eval.task")
     epochs = int((spec.get("config") or {}).get("epochs") or 1)
     n_dataset = int((spec.get("dataset") or {}).get("samples") or 0)
     status = header.get("status")
@@ -699,6 +772,7 @@ def read_tau_bench(path: str | Path, *, arm: str | None = None) -> Ingested:
     p = Path(path)
     _check_source(p)
     text = read_file_bytes(p, limit=MAX_SOURCE_BYTES)
+    _check_depth(text, p)
     try:
         records = json.loads(text)
         if not isinstance(records, list):
@@ -706,18 +780,23 @@ def read_tau_bench(path: str | Path, *, arm: str | None = None) -> Ingested:
         lines = [(i + 1, r) for i, r in enumerate(records)]
     except (json.JSONDecodeError, UnicodeDecodeError):
         lines = [(item.line, _json_line(item, p)) for item in json_lines(text)]
-    arm_name = arm or p.name.split(".")[0]
+    arm_name = arm or check_arm(p.name.split(".")[0], p, "the file's name; pass --arm")
     trials: dict[str, dict[int, tuple[int, float]]] = {}  # case -> trial number -> (line, reward)
     for n, r in lines:
         if not isinstance(r, dict) or "task_id" not in r or "reward" not in r:
             raise InputError("a trial needs task_id and reward", p, n)
-        try:
-            reward = float(r["reward"])
-        except (TypeError, ValueError):
-            raise InputError(f"reward {r['reward']!r} is not a number", p, n) from None
-        if math.isnan(reward):
-            raise InputError("reward is NaN", p, n)
-        cid = _case_id(f"task-{r['task_id']}", f"line {n}", p)
+        raw_reward = r["reward"]
+        # A number, not a string or a boolean that float() would take ("1", true).
+        if isinstance(raw_reward, bool) or not isinstance(raw_reward, (int, float)):
+            raise InputError(f"reward {raw_reward!r} is not a number (a JSON number in [0, 1])", p, n)
+        reward = float(raw_reward)
+        if math.isnan(reward) or not 0.0 <= reward <= 1.0:
+            raise InputError(f"reward {raw_reward!r} is not in [0, 1]", p, n)
+        task_id = r["task_id"]
+        if isinstance(task_id, bool) or not isinstance(task_id, (str, int)) or task_id == "":
+            raise InputError(f"task_id {task_id!r} is not a string or an integer", p, n)
+        check_field(task_id, "task_id", p, line=n)
+        cid = _case_id(f"task-{task_id}", f"line {n}", p)
         trial = _int(r.get("trial", 0), "trial", p, line=n)
         if trial in trials.setdefault(cid, {}):
             raise InputError(f"task {r['task_id']} trial {trial} appears twice", p, n)
@@ -850,7 +929,9 @@ def read_lm_eval(
     task = m.group("task") if m else p.stem.removeprefix("samples_")
     results, cfg = _lm_results_config(p, task, m.group("date") if m else None)
     records: list[tuple[int, dict[str, Any]]] = []
-    for item in json_lines(p.read_bytes()):
+    raw_lines = read_file_bytes(p, limit=MAX_SOURCE_BYTES)
+    _check_depth(raw_lines, p)
+    for item in json_lines(raw_lines):
         n, rec = item.line, _json_line(item, p)
         if not isinstance(rec, dict) or "doc_id" not in rec or "resps" not in rec:
             raise InputError("an lm-eval sample line needs doc_id and resps (written by --log_samples)", p, n)
@@ -861,7 +942,7 @@ def read_lm_eval(
     chosen = filter_name or filters[0]
     if chosen not in filters:
         raise InputError(f"no filter {chosen!r} in the file (it has {', '.join(filters)})", p)
-    model = str((results or {}).get("model_name") or p.parent.name or "lm-eval")
+    model = check_field((results or {}).get("model_name") or p.parent.name or "lm-eval", "model_name", p)
     arm_name = arm or re.sub(r"[^A-Za-z0-9_.-]+", "_", model)
     chain: list[dict[str, Any]] | None = [{"function": "take_first"}] if chosen == "none" else None
     metric_opts: dict[str, Any] = {}
@@ -1231,7 +1312,14 @@ def ingest(path: str | Path, to: str | Path, *, fmt: str | None = None, into: bo
     `evalkit compare`. Refuses to overwrite a non-empty folder otherwise.
     """
     to = Path(to)
+    if options.get("arm") is not None:
+        check_arm(str(options["arm"]), None, "--arm")
     part = read_source(path, fmt, **options)
+    for s in part.samples:  # every name that becomes a path, whatever the reader made of it
+        check_arm(s.arm, path, "from the source")
+        problem = case_id_problem(s.case_id)
+        if problem:
+            raise InputError(f"case {s.case_id!r}: {problem}", path)
     if into:
         if not to.is_dir():
             raise InputError("--into: run folder not found", to)

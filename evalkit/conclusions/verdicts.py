@@ -446,6 +446,7 @@ def record_verdicts(
     judge_trust: Any = _UNSET,
     conformance: Any = _UNSET,
     microtest: Any = _UNSET,
+    arm_comparisons: Any = _UNSET,
 ) -> RunVerdicts:
     """Write what a step concluded into the run's `verdicts.json` (`records.RunVerdicts`):
     each part given replaces that part (a comparison replaces the one of the same two
@@ -461,6 +462,7 @@ def record_verdicts(
             ("judge_trust", judge_trust),
             ("conformance", conformance),
             ("microtest", microtest),
+            ("arm_comparisons", arm_comparisons),
         )
         if value is not _UNSET
     }

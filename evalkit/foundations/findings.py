@@ -14,6 +14,7 @@ from typing import Any, Literal
 from evalkit.foundations.errors import InputError, InputErrors
 
 Level = Literal["error", "warning", "HIGH", "MEDIUM", "LOW"]
+Weight = Literal["HIGH", "MEDIUM", "LOW"]  # a lint finding's weight, as grade's levels say it
 SEVERITY: dict[str, int] = {"error": 0, "HIGH": 0, "warning": 1, "MEDIUM": 1, "LOW": 2}
 
 
@@ -27,13 +28,25 @@ class Finding:
     path: str = ""
     line: int | None = None
     json_path: str | None = None
+    # a lint finding's weight on the numbers, as grade's levels say it (HIGH / MEDIUM /
+    # LOW); None: its level's default (`severity`)
+    weight: Weight | None = None
+
+    @property
+    def severity(self) -> str:
+        """HIGH, MEDIUM or LOW: a grading finding's level; for a lint finding, the weight
+        it was given, else HIGH for an error (the suite cannot run) and MEDIUM for a warning."""
+        if self.level in ("HIGH", "MEDIUM", "LOW"):
+            return self.level
+        return self.weight or ("HIGH" if self.level == "error" else "MEDIUM")
 
     def __str__(self) -> str:
         if not self.path:
             return f"[{self.level}] {self.message}"
         where = self.path + (f":{self.line}" if self.line is not None else "")
         where_json = f"{self.json_path}: " if self.json_path else ""
-        return f"{where}: {self.level}: {where_json}{self.message}"
+        weight = f" [{self.weight}]" if self.weight else ""  # an error is HIGH, a warning MEDIUM unless it says
+        return f"{where}: {self.level}: {where_json}{self.message}{weight}"
 
     def as_error(self) -> InputError:
         return InputError(self.message, self.path or None, self.line, self.json_path)
@@ -45,11 +58,14 @@ class Finding:
         for key in ("path", "line", "json_path"):
             if getattr(self, key):
                 d[key] = getattr(self, key)
+        if self.level in ("error", "warning"):
+            d["severity"] = self.severity
         return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Finding:
-        return cls(d["level"], d["message"], d.get("path") or "", d.get("line"), d.get("json_path"))
+        weight = d.get("severity") if d.get("level") in ("error", "warning") else None
+        return cls(d["level"], d["message"], d.get("path") or "", d.get("line"), d.get("json_path"), weight)
 
 
 def by_severity(findings: list[Finding]) -> list[Finding]:
@@ -95,12 +111,14 @@ class Findings:
         json_path: str | None = None,
         *,
         strict_error: bool = False,
+        weight: Weight | None = None,
     ) -> None:
-        """A warning; `strict_error` ones (format problems such as unknown keys) fail under --strict."""
+        """A warning; `strict_error` ones (format problems such as unknown keys) fail under
+        --strict; `weight` is its HIGH / MEDIUM / LOW (default MEDIUM)."""
         if strict_error and self.strict:
             self.errors.append(Finding("error", message, path, line, json_path))
         else:
-            self.warnings.append(Finding("warning", message, path, line, json_path))
+            self.warnings.append(Finding("warning", message, path, line, json_path, weight))
 
     def unknown_key(self, message: str, path: str, line: int | None = None, json_path: str | None = None) -> None:
         """An unknown key: an error (a typo such as `temprature` would silently change the

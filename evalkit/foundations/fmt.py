@@ -62,6 +62,22 @@ def pct_ci(rate: Any, low: Any, high: Any, digits: int = 1) -> str:
     return f"{pct(rate, digits)} ({pct_range(low, high, digits)})"
 
 
+def fraction(x: Any, digits: int = 3) -> str:
+    """A share in [0, 1] without its leading zero, as the tau-bench paper prints pass^k:
+    0.42 -> '.420'; '-' for no data."""
+    if missing(x):
+        return NO_DATA
+    text = f"{float(x) + 0.0:.{digits}f}"  # + 0.0: no "-0.000"
+    if text.startswith(("0.", "-0.")):
+        text = text.replace("0.", ".", 1)
+    return "." + "0" * digits if text == "-." + "0" * digits else text
+
+
+def curve(values: Any, digits: int = 3) -> str:
+    """A curve (pass@j or pass^j for j = 1..k) compact: '.420/.273/.220/.200'."""
+    return "/".join(fraction(v, digits) for v in values) if values is not None and len(values) else NO_DATA
+
+
 def points(x: Any, digits: int = 1, *, signed: bool = True) -> str:
     """A difference of two rates in percentage points, with its sign (`+40.0 pts`), or
     without one for a spread such as a standard error (`signed=False`: `7.8 pts`)."""
@@ -176,3 +192,12 @@ def plan_check(pc: Any) -> tuple[str, str]:
             f"Followed its pre-registered plan{where}: {pc.observed_trials} of {pc.planned_trials} planned units."
         )
     return "regression", f"Did NOT follow its pre-registered plan{where}: " + "; ".join(pc.flags) + "."
+
+
+def correlation(x: Any) -> str:
+    """The correlation of two arms' paired results (`PairedDifference.correlation`): the
+    number, or `-` with why there is none (an arm that passed, or failed, every paired
+    sample does not vary, and a correlation with a constant is undefined)."""
+    if missing(x):
+        return f"{NO_DATA} (undefined: an arm passed or failed every paired sample, so its results do not vary)"
+    return number(x)

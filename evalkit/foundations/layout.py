@@ -57,6 +57,7 @@ JUDGE_CACHE = "judge-cache.sqlite"
 VERDICTS = "verdicts.json"  # what compare, gate and report concluded
 MICROTEST_MARKER = "microtest.json"  # written by `evalkit microtest`
 TRAJECTORIES = "trajectories"  # an agent unit's trajectories/<case>/<arm>/sample-<n>.jsonl, n from 1
+WORKDIRS = "workdirs"  # a sandboxed unit's kept working directories, workdirs/<case>/<arm>/sample-<n>/
 BATCHES = "batches.json"  # the provider batches of `run --batch` / `grade --batch` (evalkit.running.batch)
 
 # --- a reports folder `reports/` -----------------------------------------------------------
@@ -74,6 +75,11 @@ def sample_relpath(case_id: str, arm: str, index: int) -> str:
 def trajectory_relpath(case_id: str, arm: str, index: int) -> str:
     """``trajectories/<case>/<arm>/sample-<n>.jsonl`` (n from 1), relative to the run folder."""
     return f"{TRAJECTORIES}/{case_id}/{arm}/sample-{index + 1}.jsonl"
+
+
+def workdir_relpath(case_id: str, arm: str, index: int) -> str:
+    """``workdirs/<case>/<arm>/sample-<n>`` (n from 1): a sample's kept working directory."""
+    return f"{WORKDIRS}/{case_id}/{arm}/sample-{index + 1}"
 
 
 def judge_file(name: str) -> tuple[str, int] | None:

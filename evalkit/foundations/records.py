@@ -13,6 +13,7 @@ import types
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from evalkit.foundations import fmt
 from evalkit.foundations.errors import InputError
@@ -104,6 +105,9 @@ class Endpoint:
     model: str
     base_url: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
+    # What the response cache keys this endpoint's answers by (`endpoints.cache_identity`):
+    # None for the base URL (or, under `evalkit serve`, the served model's identity)
+    cache_identity: str | None = None
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,22 @@ class Arm:
     guidance: str | None = None  # the file's text, loaded
     skill_dir: str | None = None  # relative to the suite folder: the skill an agent of this arm loads
     skill: str | None = None  # the skill_dir's SKILL.md text, loaded ("" when it has none)
+    # What the arm sets of the suite's own settings (`config.json` -> `arms[i]`): each is
+    # used only when its config key is in `overrides` (so an arm can set one to null);
+    # everything else comes from the suite (`Config.for_arm`).
+    generator: Endpoint | None = None  # the suite's generator with the arm's keys over it
+    price: Price | None = None
+    batch_price: Price | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    max_tokens_out: int | None = None
+    template_file: str | None = None  # `prompt`: relative to the suite folder
+    template: str | None = None  # its text, loaded
+    system_file: str | None = None  # `system`: relative to the suite folder
+    system: str | None = None  # its text, loaded
+    unit: Unit | None = None  # the suite's unit with the arm's `unit` fields over it
+    overrides: tuple[str, ...] = ()  # the config keys this arm sets ("generator", "price", ...)
 
 
 UnitKind = Literal["prompt", "agent", "command", "python"]
@@ -133,6 +153,11 @@ class Unit:
     argv: tuple[str, ...] = ()
     timeout_s: float = 300.0
     callable: str | None = None
+    # command and python units (evalkit.calls.sandbox): "sandbox" (bubblewrap) or "none"
+    isolation: str = "sandbox"
+    keep_workdir: bool = False  # keep each sample's working directory in the run folder
+    read_only_paths: tuple[str, ...] = ()  # suite-relative paths bound read-only into the sandbox
+    env: tuple[str, ...] = ()  # names of evalkit's environment variables passed to the program
 
 
 @dataclass(frozen=True)
@@ -141,12 +166,16 @@ class GateThresholds:
     score above `max_success_drop_points` (percentage points) overall or on any tag with
     >= `min_tag_cases` cases, or a cost-per-case increase above `max_cost_increase_pct`
     percent, when the change is also beyond run-to-run noise (Holm-adjusted one-sided
-    p <= `alpha`)."""
+    p <= `alpha`). A gate whose gated set is too small to detect a drop of
+    `max_success_drop_points` at `alpha` (`GatePower`) is UNDERPOWERED: a failure, or
+    with `on_underpowered` "warn" a warning. The default of 3 points is the seed's
+    (`001_524732e6341b4025.txt`, step 6)."""
 
-    max_success_drop_points: float = 5.0
+    max_success_drop_points: float = 3.0
     max_cost_increase_pct: float = 20.0
     min_tag_cases: int = 5
     alpha: float = 0.05  # a breach fails only when beyond run-to-run noise at this level (1: no noise guard)
+    on_underpowered: Literal["fail", "warn"] = "fail"
 
 
 @dataclass(frozen=True)
@@ -176,6 +205,9 @@ class Config:
     # on every judged grade line and shown on every report page).
     allow_uncalibrated_judge: bool = False
     verdict_judge: Literal["direct", "pairwise"] = "direct"  # which judge `compare` rests the verdict on
+    # which estimate of a judged rate verdicts and the gate rest on: the judge's own, or the
+    # prediction-powered one corrected by the human labels (grading.judged_rates)
+    judged_estimate: Literal["judge", "corrected"] = "judge"
     timeout_s: float = 60.0
     max_attempts: int = 6
     ci_cost_cap_usd: float | None = None  # `ci.cost_cap_usd`: the lower cap of `evalkit run --ci`
@@ -185,12 +217,57 @@ class Config:
     judge_batch_price: Price | None = None  # `judge_batch_price`: the same for `grade --batch`
     unit: Unit = field(default_factory=Unit)
     raw: dict[str, Json] = field(default_factory=dict, compare=False, repr=False)
+    top_p: float | None = None  # nucleus sampling, sent when set (an arm may set its own)
 
     def arm(self, name: str) -> Arm:
         for a in self.arms:
             if a.name == name:
                 return a
         raise KeyError(name)
+
+    def for_arm(self, arm: Arm | str) -> Config:
+        """The config an arm's samples run under: the suite's, with what the arm sets
+        (`Arm.overrides`: its generator, prices, parameters, templates, unit) in place.
+        An arm that sets nothing runs under the suite's config itself."""
+        a = self.arm(arm) if isinstance(arm, str) else arm
+        if not a.overrides:
+            return self
+        own: dict[str, Any] = {
+            "generator": a.generator,
+            "price": a.price,
+            "batch_price": a.batch_price,
+            "temperature": a.temperature,
+            "top_p": a.top_p,
+            "seed": a.seed,
+            "max_tokens_out": a.max_tokens_out,
+            "template": a.template,
+            "system": a.system,
+            "unit": a.unit,
+        }
+        changes = {k: v for k, v in own.items() if k in a.overrides}
+        return replace(self, **changes)
+
+    def arm_settings(self, arm: Arm | str, base_url: str | None = None) -> dict[str, Any]:
+        """What a report header and a run's `config.json` say of an arm: its model, the
+        endpoint's host (of `base_url`, where its calls went, else its config's; never
+        the full URL: no path, no credentials), its sampling parameters and the keys it
+        sets over the suite's."""
+        a = self.arm(arm) if isinstance(arm, str) else arm
+        c = self.for_arm(a)
+        host = None
+        url = base_url or c.generator.base_url
+        if url:
+            host = urlsplit(url).hostname
+        return {
+            "model": c.generator.model,
+            "host": host,
+            "temperature": c.temperature,
+            "top_p": c.top_p,
+            "seed": c.seed,
+            "max_tokens_out": c.max_tokens_out,
+            "price": {"in_per_mtok": c.price.in_per_mtok, "out_per_mtok": c.price.out_per_mtok},
+            "overrides": list(a.overrides),
+        }
 
 
 @dataclass(frozen=True)
@@ -278,6 +355,13 @@ class Grade:
     judge_passed: bool | None = None
     judge_held: str | None = None
     judge_uncalibrated_override: bool = False  # counted although uncalibrated: the user opted out (recorded)
+    judge_unstable: bool = False  # asked again (`grade --judge-repeats`), its verdict flipped
+    # What the judge's answer cost when first paid and a cache hit avoided now (the
+    # judge's list price is judge_cost_usd + judge_cost_avoided_usd), and its tokens
+    # (the seed's judge_tokens_in/out; None: no judge answer). Lines before: 0 / None.
+    judge_cost_avoided_usd: float = 0.0
+    judge_tokens_in: int | None = None
+    judge_tokens_out: int | None = None
 
 
 # ==========================================================================================
@@ -431,6 +515,12 @@ class Plan:
     created: str = ""
     sequential: dict[str, Any] | None = None
     path: str = field(default="", compare=False)  # the file it was read from (not written)
+    # More than two arms (`power --arms N`): the comparisons the family holds (every pair,
+    # or a control against each other arm) and the correction across them; each pair is
+    # planned at alpha / comparisons, the level Holm's first step tests the smallest p at.
+    arms: int = 2
+    comparisons: int = 1
+    correction: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": self.SCHEMA, **{f.name: getattr(self, f.name) for f in fields(self) if f.name != "path"}}
@@ -461,6 +551,14 @@ class Plan:
             f"test: {self.test} ({how}, ties dropped), unit: {self.unit}",
             f"alpha {self.alpha:g}, power {self.power:g}, expected win rate {self.win_rate:g} of non-tied "
             f"units, tie rate {self.tie_rate:g}",
+        ]
+        if self.comparisons > 1:
+            lines.append(
+                f"{self.arms} arms, {self.comparisons} comparisons, {self.correction}-corrected: each pair is "
+                f"planned at alpha {self.alpha:g} / {self.comparisons} = {self.alpha / self.comparisons:.4g} "
+                "(the level Holm's first step tests at: the power holds for every pair)"
+            )
+        lines += [
             f"discordant pairs needed (exact): {self.n_discordant} (power stays >= {self.power:g} from here; "
             f"first reached at {self.n_discordant_first}); normal approximation {self.n_discordant_approx}",
             f"{self.unit}s needed (exact): {self.n_trials} (first reached at {self.n_trials_first}); "
@@ -647,7 +745,8 @@ class Verdict:
             lines.append(
                 f"all {pd_.n} graded paired trials, clustered on case ({pd_.n_clusters} clusters): "
                 f"treatment - baseline pass rate {fmt.points(pd_.mean)} (SE {fmt.points(pd_.se, signed=False)}, "
-                f"95% CI {fmt.points(pd_.low)} to {fmt.points(pd_.high)}), correlation {fmt.number(pd_.correlation)}"
+                f"95% CI {fmt.points(pd_.low)} to {fmt.points(pd_.high)}), "
+                f"correlation {fmt.correlation(pd_.correlation)}"
             )
         if self.sequential:
             s = self.sequential
@@ -826,6 +925,9 @@ GATE_CAUSE_SCORE = "case score drop"
 GATE_CAUSE_COST = "cost increase"
 GATE_CAUSE_NOT_COMPARABLE = "not comparable with the baseline"
 GATE_CAUSE_JUDGE = "judge not trusted"  # judged results held (evalkit.conclusions.grading): no rate was read
+GATE_CAUSE_UNDERPOWERED = "underpowered"  # the gated set cannot detect a drop of the threshold
+UNDERPOWERED_PREFIX = "UNDERPOWERED"
+GATE_POWER = 0.8  # the power at which the gate's detectable drop is computed
 # Reasons that mean the gate failed without reading a rate (the run did not finish cleanly).
 NOT_CLEAN_PREFIXES = ("the runner exited", "no summary", "summary.json is not valid", "INCOMPLETE")
 SCORE_DROP_PREFIXES = ("case-score drop", "success-rate drop")  # the second: gates of evalkit 0.1
@@ -848,6 +950,8 @@ def gate_failure_causes(reasons: Iterable[str], read_rates: bool | None = None) 
         causes.append(GATE_CAUSE_SCORE)
     if any(r.startswith(COST_RISE_PREFIXES) for r in reasons):
         causes.append(GATE_CAUSE_COST)
+    if any(r.startswith(UNDERPOWERED_PREFIX) for r in reasons):
+        causes.append(GATE_CAUSE_UNDERPOWERED)
     if reasons and not causes:
         causes.append(GATE_CAUSE_NOT_COMPARABLE)
     return causes
@@ -878,7 +982,9 @@ class GateCheck:
 
     @property
     def label(self) -> str:
-        """`case score overall`, `case score tag:x`, `cost per case`."""
+        """`case score overall`, `case score tag:x`, `cost per case`, `judged sample pass rate (corrected)`."""
+        if self.kind == "judged":
+            return "judged sample pass rate (corrected)"
         return f"case score {self.group}" if self.kind == "score" else "cost per case"
 
     def to_json(self) -> dict[str, Any]:
@@ -899,6 +1005,50 @@ class GateCheck:
 
 
 @dataclass(frozen=True)
+class GatePower:
+    """What the gate can see: the smallest drop of the overall gated case score (points)
+    that `n_cases` gated cases detect at the gate's one-sided `alpha` with `power`
+    (`stats.detectable_drop`, planned at `planning_rate`: the baseline's score shrunk by
+    Laplace's rule), the threshold, the gated cases a drop of the threshold would need
+    (`stats.cases_for_drop`), whether the gate is underpowered (detectable drop above
+    the threshold) and what an underpowered gate does (`on_underpowered`)."""
+
+    n_cases: int
+    alpha: float
+    power: float
+    planning_rate: float
+    detectable_drop_points: float
+    threshold_points: float
+    cases_needed: int
+    underpowered: bool
+    on_underpowered: str = "fail"
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, d: Any) -> GatePower:
+        return cls(
+            n_cases=int(d["n_cases"]),
+            alpha=float(d["alpha"]),
+            power=float(d["power"]),
+            planning_rate=float(d["planning_rate"]),
+            detectable_drop_points=float(d["detectable_drop_points"]),
+            threshold_points=float(d["threshold_points"]),
+            cases_needed=int(d["cases_needed"]),
+            underpowered=bool(d["underpowered"]),
+            on_underpowered=str(d.get("on_underpowered", "fail")),
+        )
+
+    def describe(self) -> str:
+        return (
+            f"{self.n_cases} gated case(s) detect a drop of {self.detectable_drop_points:.1f} points or more "
+            f"(one-sided alpha {self.alpha:g}, power {self.power:.0%}, planned at a {self.planning_rate:.1%} score), "
+            f"the threshold is {self.threshold_points:g} points: a drop of it needs {self.cases_needed:,} gated cases"
+        )
+
+
+@dataclass(frozen=True)
 class GateResult:
     """The gate's outcome. `read_rates` is False when it failed on the run's exit status
     or INCOMPLETE summary without reading any rate."""
@@ -915,6 +1065,15 @@ class GateResult:
     run: str = ""
     baseline: str = ""
     arm: str | None = None
+    power: GatePower | None = None  # what the gate can see (None: it read no rate)
+
+    @property
+    def status(self) -> str:
+        """PASS, FAIL (a measured regression or a run that cannot be compared), or
+        UNDERPOWERED (failed only because the suite cannot see its threshold)."""
+        if self.passed:
+            return "PASS"
+        return "UNDERPOWERED" if self.causes == [GATE_CAUSE_UNDERPOWERED] else "FAIL"
 
     @property
     def causes(self) -> list[str]:
@@ -926,6 +1085,7 @@ class GateResult:
         """A measured worsening (a case-score drop or a cost increase), not a run that
         could not be compared: only this is shown as a regression."""
         causes = set(self.causes)
+        causes.discard(GATE_CAUSE_UNDERPOWERED)  # a gate that cannot see measured no worsening
         return bool(causes) and not ({GATE_CAUSE_INCOMPLETE, GATE_CAUSE_NOT_COMPARABLE, GATE_CAUSE_JUDGE} & causes)
 
     def to_json(self) -> dict[str, Any]:
@@ -943,11 +1103,14 @@ class GateResult:
                 "max_cost_increase_pct": t.max_cost_increase_pct,
                 "min_tag_cases": t.min_tag_cases,
                 "alpha": t.alpha,
+                "on_underpowered": t.on_underpowered,
             },
             "alpha": self.alpha,
             "run": self.run,
             "baseline": self.baseline,
             "arm": self.arm,
+            "status": self.status,
+            "power": self.power.to_json() if self.power is not None else None,
         }
 
     @classmethod
@@ -963,7 +1126,13 @@ class GateResult:
             thresholds=GateThresholds(
                 **{
                     k: t[k]
-                    for k in ("max_success_drop_points", "max_cost_increase_pct", "min_tag_cases", "alpha")
+                    for k in (
+                        "max_success_drop_points",
+                        "max_cost_increase_pct",
+                        "min_tag_cases",
+                        "alpha",
+                        "on_underpowered",
+                    )
                     if k in t
                 }
             ),
@@ -971,11 +1140,12 @@ class GateResult:
             run=str(d.get("run") or ""),
             baseline=str(d.get("baseline") or ""),
             arm=d.get("arm"),
+            power=GatePower.from_json(d["power"]) if isinstance(d.get("power"), dict) else None,
         )
 
     def render(self) -> str:
         lines = [
-            f"Gate: {'PASS' if self.passed else 'FAIL: ' + ' / '.join(self.causes)}"
+            f"Gate: {self.status if self.status != 'FAIL' else 'FAIL: ' + ' / '.join(self.causes)}"
             + ("" if self.passed else f" ({'; '.join(self.reasons)})")
         ]
         if not self.read_rates:
@@ -992,17 +1162,45 @@ class GateResult:
             f"{'check':<28} {'cases':>5} {'baseline':>10} {'current':>10} {'change':>9} {'p(noise)':>9}  result"
         )
         for c in self.checks:
-            unit = " pts" if c.kind == "score" else "%"
-            shown = f"{c.baseline:.3f}" if c.kind == "score" else f"${c.baseline:.4g}"
-            now = f"{c.current:.3f}" if c.kind == "score" else f"${c.current:.4g}"
+            unit = " pts" if c.kind != "cost" else "%"
+            shown = f"{c.baseline:.3f}" if c.kind != "cost" else f"${c.baseline:.4g}"
+            now = f"{c.current:.3f}" if c.kind != "cost" else f"${c.current:.4g}"
             p = "-" if c.p_adjusted is None else f"{c.p_adjusted:.3g}"
             res = "FAIL" if c.failed else ("within noise" if c.exceeded else "ok")
             lines.append(f"{c.label:<28} {c.n_cases:>5} {shown:>10} {now:>10} {c.change:>+7.1f}{unit:<3}{p:>8}  {res}")
+        if self.power is not None:
+            lines.append(f"power: {self.power.describe()}")
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
 
 # --- baselines ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    """pass@j and pass^j (means over cases of the unbiased per-case estimators, with
+    their SE across cases) at one j <= k: a point of the curve that `SetScore.curve`
+    holds for j = 1..k.
+
+    References: Chen et al. 2021 (pass@k); Yao et al. 2024, tau-bench (pass^k)."""
+
+    j: int
+    pass_at_j: float | None
+    pass_at_j_se: float | None
+    pass_hat_j: float | None
+    pass_hat_j_se: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: (_num_or_none(v) if isinstance(v, float) else v) for f, v in _items(self)}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> CurvePoint:
+        def num(key: str) -> float | None:
+            v = d.get(key)
+            return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+        return cls(int(d["j"]), num("pass_at_j"), num("pass_at_j_se"), num("pass_hat_j"), num("pass_hat_j_se"))
 
 
 @dataclass(frozen=True)
@@ -1022,13 +1220,17 @@ class SetScore:
     gated_case_score: float | None = None
     gated_case_score_se: float | None = None
     n_gated: int = 0
+    curve: tuple[CurvePoint, ...] = ()  # pass@j and pass^j for j = 1..k (files before it: empty)
 
     def to_json(self) -> dict[str, Any]:
-        return {f.name: (_num_or_none(v) if isinstance(v, float) else v) for f, v in _items(self)}
+        d = {f.name: (_num_or_none(v) if isinstance(v, float) else v) for f, v in _items(self) if f.name != "curve"}
+        d["curve"] = [p.to_json() for p in self.curve]
+        return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> SetScore:
-        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+        curve = tuple(CurvePoint.from_json(p) for p in d.get("curve") or () if isinstance(p, dict))
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d and f.name != "curve"}, curve=curve)
 
 
 def _items(obj: Any) -> list[tuple[Any, Any]]:
@@ -1186,13 +1388,14 @@ class GroupMetrics:
     generator_cost_usd: float = 0.0
     judge_cost_usd: float = 0.0
     paid_usd: float = 0.0
-    cache_avoided_usd: float | None = 0.0
+    cache_avoided_usd: float | None = 0.0  # generator and judge caches
     cost_per_sample_usd: float | None = None
     cost_per_case_usd: float | None = None
     judge_mean_score: float | None = None
     n_judged: int = 0
     judge_errors: int = 0
     n_judged_samples: int = 0
+    judge_cache_avoided_usd: float = 0.0  # the judge cache's part of cache_avoided_usd
 
     RENAMED = {"success_rate": "sample_pass_rate"}  # evalkit 0.1's keys
 
@@ -1337,16 +1540,24 @@ class GradesSummary:
     judge: dict[str, Any] | None = None  # the judge's identity (`judge.JudgeIdentity.to_json`)
     judge_trust: JudgeTrust | None = None
     human_agreement: dict[str, Any] | None = None  # the figures of this run's calibration, if any
-    judge_spend_usd: float = 0.0
+    judge_spend_usd: float = 0.0  # paid for the judge by this grading pass
     cache_hits: int = 0
     run_spend_usd: float | None = None
     cap_usd: float | None = None
+    # paid for the judge over every pass on the run's ledger (a stopped pass and the one
+    # that finished it), open reservations at their worst case; None: not recorded
+    judge_ledger_usd: float | None = None
     stop_reason: str | None = None
     stop_detail: str | None = None
     privacy: dict[str, Any] | None = None
     pairwise: dict[str, Any] | None = None
     findings: tuple[Any, ...] = ()  # findings.Finding as JSON objects {"level", "message"}
     source: str = "grade"  # grade | ingest
+    # judge-only and prediction-powered (human-corrected) rates of the judged samples
+    # (`grading.judged_rates`; formats.md, "Corrected judged rates"); None: no judged sample
+    judged_rates: dict[str, Any] | None = None
+    # the judge asked again on a sample of items (`grade --judge-repeats`): flip rates per rubric version
+    judge_consistency: dict[str, Any] | None = None
 
     @property
     def n_expected(self) -> int:
@@ -1390,11 +1601,14 @@ class GradesSummary:
             "cache_hits": self.cache_hits,
             "run_spend_usd": self.run_spend_usd,
             "cap_usd": self.cap_usd,
+            "judge_ledger_usd": self.judge_ledger_usd,
             **({"stop_reason": self.stop_reason} if self.stop_reason else {}),
             **({"stop_detail": self.stop_detail} if self.stop_detail else {}),
             "privacy": self.privacy,
             **({"pairwise": self.pairwise} if self.pairwise is not None else {}),
             "findings": [dict(f) for f in self.findings],
+            **({"judged_rates": self.judged_rates} if self.judged_rates is not None else {}),
+            **({"judge_consistency": self.judge_consistency} if self.judge_consistency is not None else {}),
         }
 
     @classmethod
@@ -1421,12 +1635,15 @@ class GradesSummary:
             cache_hits=int(d.get("cache_hits") or 0),
             run_spend_usd=d.get("run_spend_usd"),
             cap_usd=d.get("cap_usd"),
+            judge_ledger_usd=d.get("judge_ledger_usd"),
             stop_reason=d.get("stop_reason"),
             stop_detail=d.get("stop_detail"),
             privacy=d.get("privacy"),
             pairwise=d.get("pairwise"),
             findings=tuple(d.get("findings") or ()),
             source=str(d.get("source") or "grade"),
+            judged_rates=d.get("judged_rates") if isinstance(d.get("judged_rates"), dict) else None,
+            judge_consistency=d.get("judge_consistency") if isinstance(d.get("judge_consistency"), dict) else None,
         )
 
 
@@ -1495,6 +1712,88 @@ class MicrotestResult:
 
 
 @dataclass(frozen=True)
+class ArmComparisons:
+    """`evalkit compare` on a run of more than two arms: every pair's sign-test verdict
+    (or, with a `control` arm, the control against each other arm), with Holm's
+    correction across the pairs. `pairs` are the corrected verdicts (each keeps its own
+    uncorrected `p_value`; its kind and reason follow `p_adjusted`, the Holm-adjusted
+    p-value at the family's `alpha`); a pair that was inconclusive stays so.
+
+    References: Holm 1979, Scand. J. Statist. 6(2); Dixon & Mood 1946 (the sign test)."""
+
+    SCHEMA = "evalkit.arm-comparisons/1"
+
+    arms: tuple[str, ...]
+    control: str | None
+    alpha: float
+    pairs: tuple[Verdict, ...]
+    p_adjusted: tuple[float | None, ...]
+    correction: str = "holm"
+
+    def pair(self, baseline: str, treatment: str) -> tuple[Verdict, float | None] | None:
+        """The corrected verdict of one pair and its adjusted p-value, or None."""
+        for v, p in zip(self.pairs, self.p_adjusted, strict=True):
+            if (v.baseline_arm, v.treatment_arm) == (baseline, treatment):
+                return v, p
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": self.SCHEMA,
+            "arms": list(self.arms),
+            "control": self.control,
+            "alpha": self.alpha,
+            "correction": self.correction,
+            "pairs": [
+                {
+                    "baseline": v.baseline_arm,
+                    "treatment": v.treatment_arm,
+                    "kind": v.kind,
+                    "wins": v.wins,
+                    "ties": v.ties,
+                    "losses": v.losses,
+                    "errored": v.errored,
+                    "p_value": _num_or_none(v.p_value),
+                    "p_adjusted": _num_or_none(p),
+                    "verdict": v.to_json(),
+                }
+                for v, p in zip(self.pairs, self.p_adjusted, strict=True)
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ArmComparisons:
+        rows = d.get("pairs") or []
+        return cls(
+            arms=tuple(d.get("arms") or ()),
+            control=d.get("control"),
+            alpha=float(d.get("alpha", 0.05)),
+            pairs=tuple(Verdict.from_json(r["verdict"]) for r in rows),
+            p_adjusted=tuple(r.get("p_adjusted") for r in rows),
+            correction=str(d.get("correction", "holm")),
+        )
+
+    def render(self) -> str:
+        """The one table: each pair's tally, p-value, Holm-adjusted p-value and verdict."""
+        how = f"{self.control} against each other arm" if self.control else "every pair"
+        lines = [
+            f"{len(self.arms)} arms ({', '.join(self.arms)}), {len(self.pairs)} comparison(s): {how}; exact "
+            f"two-sided sign test per pair, one vote per case, Holm-corrected across the pairs at alpha "
+            f"{self.alpha:g}",
+            "",
+            f"{'baseline':<16} {'treatment':<16} {'W/T/L (err)':>14} {'p':>9} {'p (Holm)':>9}  verdict",
+        ]
+        for v, p in zip(self.pairs, self.p_adjusted, strict=True):
+            tally = f"{v.wins}/{v.ties}/{v.losses} ({v.errored})"
+            raw = "n/a" if v.p_value is None else f"{v.p_value:.4g}"
+            adj = "n/a" if p is None else f"{p:.4g}"
+            lines.append(
+                f"{str(v.baseline_arm):<16} {str(v.treatment_arm):<16} {tally:>14} {raw:>9} {adj:>9}  {v.kind.upper()}"
+            )
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
 class RunVerdicts:
     """`verdicts.json` in a run folder: what `compare`, `gate` and `report` concluded
     about the run, written before any notebook runs, read by the notebooks and the
@@ -1512,6 +1811,7 @@ class RunVerdicts:
     microtest: MicrotestResult | None = None
     plan: str | None = None  # the plan file the comparisons were held to
     updated: str = ""
+    arm_comparisons: ArmComparisons | None = None  # a run of more than two arms: every pair, Holm-corrected
 
     def comparison(self, baseline: str, treatment: str) -> Verdict | None:
         return next((v for v in self.comparisons if (v.baseline_arm, v.treatment_arm) == (baseline, treatment)), None)
@@ -1535,6 +1835,7 @@ class RunVerdicts:
             "judge_trust": self.judge_trust.to_json() if self.judge_trust else None,
             "conformance": self.conformance.to_json() if self.conformance else None,
             "microtest": self.microtest.to_json() if self.microtest else None,
+            "arm_comparisons": self.arm_comparisons.to_json() if self.arm_comparisons else None,
         }
 
     @classmethod
@@ -1549,4 +1850,5 @@ class RunVerdicts:
             microtest=MicrotestResult.from_json(d["microtest"]) if d.get("microtest") else None,
             plan=d.get("plan"),
             updated=str(d.get("updated") or ""),
+            arm_comparisons=ArmComparisons.from_json(d["arm_comparisons"]) if d.get("arm_comparisons") else None,
         )

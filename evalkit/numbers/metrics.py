@@ -13,6 +13,15 @@ here, once, and named for what it is (docs/formats.md, "Metrics").
   cost, per sample that ran, and per case (the sum over its samples, averaged over the
   cases; about k times the cost per sample). List price, so a run replayed from the
   cache costs what a live one would and a gate compares like with like.
+* **errored** and **missing** (`missing_and_errored`): the two ways an expected sample
+  has no verdict, one meaning in `summary.json`, `grade`, the report and the index. An
+  *errored* sample ran and gave no usable result: the run recorded an error for it
+  (an `errors.jsonl` line, no result), or its grading failed (a judge error). A
+  *missing* one has neither a result nor an error: it never ran (the run stopped
+  first). Both are failures.
+* **judged sample pass rate**: over the judged samples the judge scored, the share that
+  pass (checks and judge); given two ways (`judged_rate_block`): the judge's own, and
+  corrected by the human labels (PPI++) where people labelled some of them.
 * **paid** and **cache avoided**: what was paid for those samples (generator + judge)
   and what the cache saved, shown beside the costs. (A run's `spend_usd` in
   `summary.json` is the ledger's total, errored calls included.)
@@ -27,9 +36,25 @@ import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from evalkit.foundations.records import NO_GATE, CaseResult, RunMetrics, SetScore, set_gate
+from evalkit.foundations.records import NO_GATE, CaseResult, CurvePoint, RunMetrics, SetScore, set_gate
 from evalkit.numbers import stats
+
+
+def missing_and_errored(
+    expected: Iterable[tuple[str, str, int]],
+    results: Iterable[tuple[str, str, int]],
+    run_errors: Iterable[tuple[str, str, int]],
+    grading_errors: int = 0,
+) -> tuple[int, int]:
+    """(missing, errored) among the `expected` sample keys (case, arm, index), given
+    those with a result, those the run recorded an error for, and how many results
+    could not be graded (see the module docstring). A key with a result and an earlier
+    error (it errored, then a resume ran it) is neither."""
+    no_result = set(expected) - set(results)
+    errored = no_result & set(run_errors)
+    return len(no_result) - len(errored), len(errored) + int(grading_errors)
 
 
 def sample_pass_rate(passed: int, expected: int) -> float | None:
@@ -74,9 +99,12 @@ def cost_per_case(m: RunMetrics, ids: Iterable[str] | None = None) -> float:
     return math.fsum(math.fsum(c.costs) for c in sel) / len(sel) if sel else math.nan
 
 
-def list_price(paid_generator: float, avoided: float, judge: float) -> float:
-    """A sample's cost at list price: what it would have cost without the cache."""
-    return paid_generator + avoided + judge
+def list_price(paid_generator: float, avoided: float, judge: float, judge_avoided: float = 0.0) -> float:
+    """A sample's cost at list price: what it would have cost without the cache. Paid
+    now plus what the caches avoided, for the generator and the judge alike (a cached
+    answer's avoided cost is what it cost when first paid), so a first grade, a re-grade
+    from the judge cache, a resumed grade and an identical run give one number."""
+    return paid_generator + avoided + judge + judge_avoided
 
 
 @dataclass(frozen=True)
@@ -87,31 +115,46 @@ class Costs:
     n_cases: int
     generator_usd: float  # paid
     judge_usd: float  # paid
-    cache_avoided_usd: float
+    cache_avoided_usd: float  # generator and judge
     cost_per_sample_usd: float | None
     cost_per_case_usd: float | None
+    judge_cache_avoided_usd: float = 0.0  # the judge's part of cache_avoided_usd
 
     @property
     def paid_usd(self) -> float:
         return self.generator_usd + self.judge_usd
 
 
-def costs(samples: Sequence[tuple[str, float, float, float]]) -> Costs:
-    """The cost figures of samples given as (case id, generator cost paid, cost the cache
-    avoided, judge cost)."""
+def costs(samples: Sequence[tuple[str, float, float, float, float]]) -> Costs:
+    """The cost figures of samples given as (case id, generator cost paid, cost the
+    response cache avoided, judge cost paid, cost the judge cache avoided)."""
     per_case: dict[str, float] = {}
-    for case, gen, avoided, judge in samples:
-        per_case[case] = per_case.get(case, 0.0) + list_price(gen, avoided, judge)
+    for case, gen, avoided, judge, judge_avoided in samples:
+        per_case[case] = per_case.get(case, 0.0) + list_price(gen, avoided, judge, judge_avoided)
     total = math.fsum(per_case.values())
+    judge_avoided_usd = math.fsum(s[4] for s in samples)
     return Costs(
         n_samples=len(samples),
         n_cases=len(per_case),
         generator_usd=math.fsum(s[1] for s in samples),
         judge_usd=math.fsum(s[3] for s in samples),
-        cache_avoided_usd=math.fsum(s[2] for s in samples),
+        cache_avoided_usd=math.fsum(s[2] for s in samples) + judge_avoided_usd,
         cost_per_sample_usd=total / len(samples) if samples else None,
         cost_per_case_usd=total / len(per_case) if per_case else None,
+        judge_cache_avoided_usd=judge_avoided_usd,
     )
+
+
+def pass_curve(counts: Sequence[tuple[int, int]], k: int) -> tuple[CurvePoint, ...]:
+    """pass@j and pass^j with their SE across cases for j = 1..k, from (n, c) per case
+    (n >= k): the curve, not only its last point (tau-bench reports pass^1..pass^k).
+
+    References: Chen et al. 2021 (pass@k); Yao et al. 2024, tau-bench (pass^k)."""
+    out = []
+    for j in range(1, k + 1):
+        at, hat = stats.suite_pass_at_k(counts, j), stats.suite_pass_hat_k(counts, j)
+        out.append(CurvePoint(j, at.value, at.se, hat.value, hat.se))
+    return tuple(out)
 
 
 def set_score(cases: Sequence[tuple[str, int, int]], k: int) -> SetScore:
@@ -127,6 +170,7 @@ def set_score(cases: Sequence[tuple[str, int, int]], k: int) -> SetScore:
     gated = [case_score(s, max(n, k), c, k) for s, n, c in cases if set_gate(s) != NO_GATE]
     est = stats.mean_and_se(gated) if gated else None
     return SetScore(
+        curve=pass_curve(counts, k),
         n_cases=len(cases),
         k=k,
         pass_at_k=at.value,
@@ -138,3 +182,76 @@ def set_score(cases: Sequence[tuple[str, int, int]], k: int) -> SetScore:
         gated_case_score_se=est.se if est else None,
         n_gated=len(gated),
     )
+
+
+PPI_ADJUST = 1.0  # pseudo-observations per (human, judge) cell in the corrected interval (stats.ppi_mean)
+PPI_MIN_LABELS = 2  # labelled judged samples a group needs for a corrected rate
+
+
+@dataclass(frozen=True)
+class JudgedRow:
+    """One judged sample as the rates see it: its arm, set and tags, whether the judge
+    (with the deterministic checks) passed it, and, when a person labelled it, whether
+    the person's score (with the same checks) passes it."""
+
+    arm: str
+    set: str
+    tags: tuple[str, ...]
+    judge_pass: bool
+    human_pass: bool | None
+
+
+def judged_rate_block(rows: Sequence[JudgedRow], estimate: str) -> dict[str, Any]:
+    """The **judged sample pass rate** of one group of judged samples, two ways: the
+    judge's own (`judge_only`: passed for the judge / N, Wilson interval) and, with at
+    least `PPI_MIN_LABELS` labelled samples, `corrected` by the human labels (the PPI++
+    estimate, `stats.ppi_mean` with `adjust=PPI_ADJUST`), with the labels' own rate
+    (`human`) and the judge's bias (judge minus human on the labelled samples). The block
+    `grades-summary.json` keeps per group (`grading.judged_rates`).
+
+    References: Angelopoulos et al. 2023, Science 382 (PPI); Angelopoulos, Duchi & Zrnic
+    2023, arXiv:2311.01453 (PPI++).
+    """
+    big_n = len(rows)
+    passed = sum(1 for r in rows if r.judge_pass)
+    ci = stats.proportion_interval(passed, big_n)
+    labelled = [r for r in rows if r.human_pass is not None]
+    out: dict[str, Any] = {
+        "estimate": estimate,
+        "judge_only": {
+            "rate": passed / big_n,
+            "n": big_n,
+            "N": big_n,
+            "low": ci.low,
+            "high": ci.high,
+            "method": ci.method,
+        },
+        "human": {
+            "rate": (sum(1 for r in labelled if r.human_pass) / len(labelled)) if labelled else None,
+            "n": len(labelled),
+        },
+        "corrected": None,
+        "bias": None,
+    }
+    if len(labelled) >= PPI_MIN_LABELS:
+        e = stats.ppi_mean(
+            [float(bool(r.human_pass)) for r in labelled],
+            [float(r.judge_pass) for r in labelled],
+            [float(r.judge_pass) for r in rows],
+            adjust=PPI_ADJUST,
+        )
+        out["corrected"] = {
+            "rate": e.value,
+            "n": e.n,
+            "N": e.N,
+            "low": e.low,
+            "high": e.high,
+            "se": e.se,
+            "lam": e.lam,
+            "adjust": e.adjust,
+            "clt_low": e.clt_low,
+            "clt_high": e.clt_high,
+            "method": "ppi++",
+        }
+        out["bias"] = {"value": e.bias, "low": e.bias_low, "high": e.bias_high, "n": e.n}
+    return out

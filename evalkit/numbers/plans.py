@@ -56,14 +56,26 @@ def plan_power(
     *,
     sequential: bool = False,
     seed: int | None = None,
+    arms: int = 2,
+    control: bool = False,
 ) -> Plan:
     """Plan a two-arm comparison: the discordant pairs and units (cases) the exact sign
     test needs to detect `win_rate` with `power` at `alpha`, exact and approximate.
+    With `arms` > 2, a comparison of every pair (or, `control`, of one arm against each
+    other) under Holm's correction: each pair is planned at alpha / m for its m
+    comparisons, the level Holm's first step tests the smallest p-value at, so the power
+    holds for any pair (Bonferroni's bound, which Holm never needs more than).
 
     References: Dixon & Mood 1946; Connor 1987, Biometrics 43(1); Chernick & Liu 2002
-    (saw-toothed exact power) via `stats.sign_test_sample_size`.
+    (saw-toothed exact power) via `stats.sign_test_sample_size`; Holm 1979, Scand. J.
+    Statist. 6(2).
     """
-    ss = stats.sign_test_sample_size(win_rate, tie_rate, alpha, power)
+    if isinstance(arms, bool) or not isinstance(arms, int) or arms < 2:
+        raise InputError(f"arms must be an integer of at least 2, got {arms!r}", json_path="arms")
+    m = (arms - 1) if control else arms * (arms - 1) // 2
+    if m > 1 and sequential:
+        raise InputError("a sequential plan compares two arms: plan more arms with the fixed sign test")
+    ss = stats.sign_test_sample_size(win_rate, tie_rate, alpha / m, power)
     seq = None
     test = SIGN_TEST
     if sequential:
@@ -84,6 +96,9 @@ def plan_power(
         seed=seed,
         created=datetime.now(UTC).isoformat(timespec="seconds"),
         sequential=seq,
+        arms=arms,
+        comparisons=m,
+        correction="holm" if m > 1 else None,
     )
 
 

@@ -12,52 +12,60 @@ from the case's fixtures, and both are written to the sample's trajectory
   fixtures and sent back as a ``tool`` message; the loop ends at an answer with no tool
   call (`stop` ``final``), after `max_turns` model calls (``max_turns``: graded as a
   failure), or when a call is refused (the cap: the sample is errored).
-* ``command``: the user's own agent, any language. Per sample evalkit runs `argv` in the
-  suite folder, in a session of its own, with the case as JSON on stdin (`id`, `input`,
+* ``command``: the user's own agent, any language. Per sample evalkit runs `argv` in a
+  fresh working directory, in the sandbox (`evalkit.calls.sandbox`, unless the unit says
+  ``"isolation": "none"``) and a session of its own, with the case as JSON on stdin (`id`, `input`,
   `arm`, `index`, `seed`, `model`, `max_tokens`, `temperature`, `tools_url`, and
   `skill_dir` (absolute), `guidance`, `tools` when set) and `OPENAI_BASE_URL`,
   `OPENAI_API_KEY` (also `OPENAI_API_BASE`, `EVALKIT_BASE_URL`, `EVALKIT_API_KEY`),
   `EVALKIT_TOOLS_URL` and `EVALKIT_MODEL` pointing at the metering proxy
-  (`evalkit.calls.proxy`); the generator's and judge's key variables and every other
-  ``*_API_KEY`` are removed from its environment. Its stdout (at most
-  `MAX_OUTPUT_BYTES`) is the output; the exit status, the last `STDERR_TAIL_BYTES` of
-  stderr and the duration are recorded. A non-zero exit,
+  (`evalkit.calls.proxy`), in an allow-listed environment (`child_env`: nothing else of
+  evalkit's). Its stdout (at most `MAX_OUTPUT_BYTES`), or what it wrote to
+  ``$EVALKIT_OUTPUT_FILE`` (its stdout then kept as a log), is the output; the exit
+  status, the last `STDERR_TAIL_BYTES` of stderr and the duration are recorded. A non-zero exit,
   a timeout (`timeout_s`, the whole sample) or a refused or failed model call errors the
   sample, and the program's whole process group is killed at once (so is every sample
   in flight when the run stops).
-* ``python``: the same contract in process: ``fn(case, client)`` gets the same dict (a
-  copy of its own: what it changes reaches no other sample) and
-  an `openai.OpenAI` client (an `AsyncOpenAI` one for an ``async def``) bound to the
-  proxy, and returns the output string. Its module is loaded from its file in the suite
-  folder, fresh each run, the folder on `sys.path` while the run lasts. A synchronous
-  function runs in a daemon thread; one that outlives its timeout cannot be killed, but
-  its sample is over and every later call it makes is refused.
+* ``python``: the same contract out of process: per sample a worker
+  (`evalkit.calls._pyworker`) is started as a command is, in the same sandbox and
+  environment; ``fn(case, client)`` gets the same dict and an `openai.OpenAI` client
+  (an `AsyncOpenAI` one for an ``async def``) bound to the proxy, and returns the output
+  string. The upstream client and key never exist in its process. Its module is
+  imported there from the suite folder (first on its `sys.path`), so each run reads it
+  fresh; at the run's start a worker imports it once to check it (`check_callable`),
+  and evalkit's own process never runs it. One that outlives its timeout is killed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
-import importlib.machinery
-import importlib.util
-import inspect
-import itertools
 import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
-import threading
+import tempfile
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from evalkit.calls.client import CallStopped, Completion, ModelClient
 from evalkit.calls.proxy import MeteringProxy, SampleEndpoint, openai_tool_calls
+from evalkit.calls.sandbox import (
+    NOT_CONTAINED,
+    OUTPUT_FILE,
+    WORKER,
+    WORKER_INSIDE,
+    Jail,
+    bwrap_argv,
+    environment,
+    hidden_paths,
+    interpreter_paths,
+    require,
+)
 from evalkit.calls.session import SampleSession
 from evalkit.foundations.errors import (
     BudgetExhausted,
@@ -68,6 +76,7 @@ from evalkit.foundations.errors import (
     ReplayMiss,
     UnitCallError,
 )
+from evalkit.foundations.layout import workdir_relpath
 from evalkit.foundations.records import Arm, Case, Config, Sample, Suite
 from evalkit.suites.trajectories import TrajectoryWriter
 from evalkit.suites.units import ToolFixtures
@@ -89,12 +98,14 @@ def tool_names(config: Config) -> tuple[str, ...] | None:
 
 
 def program_argv(suite: Suite) -> list[str]:
-    """A command unit's argv with ``{python}`` and ``{suite}`` filled in; `InputError`
-    (before anything is written) when its program cannot be found."""
-    root = str(Path(suite.path).resolve())
-    argv = [a.replace("{python}", sys.executable).replace("{suite}", root) for a in suite.config.unit.argv]
+    """A command unit's argv with ``{python}`` and ``{suite}`` filled in, and every entry
+    naming a file of the suite folder made absolute (the program runs in a working
+    directory of its own: `evalkit.calls.sandbox`); `InputError` (before anything is written)
+    when its program cannot be found."""
+    root = Path(suite.path).resolve()
+    argv = [a.replace("{python}", sys.executable).replace("{suite}", str(root)) for a in suite.config.unit.argv]
     prog = argv[0]
-    found = (Path(root) / prog).is_file() if os.sep in prog else shutil.which(prog) is not None
+    found = (root / prog).is_file() if os.sep in prog else shutil.which(prog) is not None
     if not found:
         raise InputError(
             f"the command unit's program {prog!r} was not found "
@@ -102,7 +113,11 @@ def program_argv(suite: Suite) -> list[str]:
             Path(suite.path) / "config.json",
             json_path="$.unit.argv[0]",
         )
-    return argv
+    out = []
+    for i, a in enumerate(argv):
+        in_suite = not os.path.isabs(a) and (i > 0 or os.sep in a) and _is_file(root / a)
+        out.append(str((root / a).resolve()) if in_suite else a)
+    return out
 
 
 def program_files(suite: Suite) -> list[Path]:
@@ -136,101 +151,165 @@ def _is_file(p: Path) -> bool:
         return False
 
 
-_UNIT_LOADS = itertools.count(1)  # each load of a python unit's module gets a name of its own
-
-
-def _load_suite_module(root: Path, module_name: str) -> ModuleType | None:
-    """`module_name` (``mod`` or ``pkg.mod``) loaded from its file in the suite folder
-    `root` under a name of its own, or None when the folder has no such module or
-    package. Never an already imported module of that name (another suite's ``agent``),
-    and fresh each run, so an edited file is read again; a package's relative imports
-    resolve within its own copy."""
-    top, _, rest = module_name.partition(".")
-    base = root / top
-    init = base / "__init__.py"
-    unique = f"_evalkit_unit_{next(_UNIT_LOADS)}_{top}"
-    spec: importlib.machinery.ModuleSpec | None
-    if not rest and base.with_suffix(".py").is_file():
-        spec = importlib.util.spec_from_file_location(unique, base.with_suffix(".py"))
-    elif init.is_file():
-        spec = importlib.util.spec_from_file_location(unique, init, submodule_search_locations=[str(base)])
-    elif rest and base.is_dir():  # a namespace package: no code of its own, its folder searched
-        spec = importlib.machinery.ModuleSpec(unique, None, is_package=True)
-        spec.submodule_search_locations = [str(base)]
-    else:
-        return None
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[unique] = module  # as an import would: its own dataclasses and submodules find it
-    if spec.loader is not None:
-        spec.loader.exec_module(module)
-    return importlib.import_module(f"{unique}.{rest}") if rest else module
-
-
-def load_callable(suite: Suite) -> Callable[..., Any]:
-    """A python unit's function: its module loaded from the suite folder by file
-    (`_load_suite_module`), else (not in the folder: an installed package) imported; with
-    the suite folder first on `sys.path` either way. `InputError` when it cannot be
-    imported or is not callable."""
-    spec = suite.config.unit.callable or ""
-    module_name, _, attr = spec.partition(":")
-    where = Path(suite.path) / "config.json"
-    root = str(Path(suite.path).resolve())
-    sys.path.insert(0, root)
-    try:
-        module = _load_suite_module(Path(root), module_name) or importlib.import_module(module_name)
-    except Exception as exc:  # the suite author's code failed to import
-        raise InputError(
-            f"python unit {spec!r}: cannot import {module_name!r}: {exc!r}", where, json_path="$.unit.callable"
-        ) from None
-    finally:
-        with contextlib.suppress(ValueError):
-            sys.path.remove(root)
-    fn = getattr(module, attr, None)
-    if not callable(fn):
-        raise InputError(
-            f"python unit {spec!r}: {module_name} has no function {attr!r}", where, json_path="$.unit.callable"
-        )
-    found: Callable[..., Any] = fn
-    return found
-
-
 def prepare(suite: Suite) -> Any:
     """Check what an agent unit needs before a run starts (nothing is written yet): a
-    command's program, a python unit's function. Returns the function (python) or the
-    argv (command), None for other units."""
+    command's program, a python unit's function (imported by its worker, out of
+    process), the sandbox (`check_sandbox`). Returns the argv of the command or of the
+    python unit's worker, None for other units."""
     kind = suite.config.unit.kind
+    if kind in ("command", "python"):
+        check_sandbox(suite)
     if kind == "command":
         return program_argv(suite)
     if kind == "python":
-        return load_callable(suite)
+        argv = worker_argv(suite)
+        check_callable(suite, argv)
+        return argv
     return None
 
 
-def child_env(config: Config, ep: SampleEndpoint) -> dict[str, str]:
-    """The environment of a command unit's process: the proxy in place of the endpoint,
-    and no endpoint key in sight: the generator's and judge's key variables and every
-    ``*_API_KEY`` (another provider's, which the program could call unmetered) are
-    removed; ``OPENAI_API_KEY`` and ``EVALKIT_API_KEY`` are the sample's proxy token."""
-    env = dict(os.environ)
-    drop = {"EVALKIT_SERVED", "EVALKIT_JUDGE_BASE_URL", config.generator.api_key_env}
-    drop.update(name for name in env if name.upper().endswith("_API_KEY"))
+def child_env(config: Config, ep: SampleEndpoint, workdir: Path) -> dict[str, str]:
+    """The environment of a command or python unit's process, built from an allow-list
+    (`evalkit.calls.sandbox.environment`), never evalkit's own: the proxy in place of the
+    endpoint, ``OPENAI_API_KEY`` and ``EVALKIT_API_KEY`` the sample's proxy token, and of
+    evalkit's variables only `HOST_VARS` and those `unit.env` names."""
+    unit = config.unit
+    proxy_vars = {
+        "OPENAI_BASE_URL": ep.base_url,
+        "OPENAI_API_BASE": ep.base_url,
+        "OPENAI_API_KEY": ep.api_key,
+        "EVALKIT_BASE_URL": ep.base_url,
+        "EVALKIT_API_KEY": ep.api_key,
+        "EVALKIT_TOOLS_URL": ep.tools_url,
+        "EVALKIT_MODEL": config.generator.model,
+        "EVALKIT_OUTPUT_FILE": str(workdir / OUTPUT_FILE),
+        "EVALKIT_TIMEOUT_S": f"{unit.timeout_s:g}",
+    }
+    return environment(proxy_vars, workdir, unit.env)
+
+
+def _key_names(config: Config) -> set[str]:
+    names = {config.generator.api_key_env, "EVALKIT_SERVED", "EVALKIT_JUDGE_BASE_URL"}
     if config.judge is not None:
-        drop.add(config.judge.api_key_env)
-    for name in drop:
-        env.pop(name, None)
-    env.update(
-        {
-            "OPENAI_BASE_URL": ep.base_url,
-            "OPENAI_API_BASE": ep.base_url,
-            "OPENAI_API_KEY": ep.api_key,
-            "EVALKIT_BASE_URL": ep.base_url,
-            "EVALKIT_API_KEY": ep.api_key,
-            "EVALKIT_TOOLS_URL": ep.tools_url,
-            "EVALKIT_MODEL": config.generator.model,
-        }
+        names.add(config.judge.api_key_env)
+    return names
+
+
+def check_sandbox(suite: Suite) -> None:
+    """`InputError` (exit 2, naming the key) for a unit's sandbox settings that cannot
+    hold: a `read_only_paths` entry that does not exist, an `env` name that is the
+    endpoint's key, a sandbox bubblewrap cannot make here (`evalkit.calls.sandbox.require`)."""
+    unit = suite.config.unit
+    where = Path(suite.path) / "config.json"
+    root = Path(suite.path).resolve()
+    for i, rel in enumerate(unit.read_only_paths):
+        p = (root / rel).resolve()
+        if not p.exists() or not p.is_relative_to(root) or p == root:
+            why = "does not exist" if not p.exists() else "is not a path inside the suite folder"
+            raise InputError(
+                f"read_only_paths: {rel!r} {why} (paths are relative to the suite folder {root})",
+                where,
+                json_path=f"$.unit.read_only_paths[{i}]",
+            )
+    keys = _key_names(suite.config)
+    for i, name in enumerate(unit.env):
+        if name in keys or name.upper().endswith("_API_KEY"):
+            raise InputError(
+                f"env: {name!r} would hand the program an endpoint's key (it gets the proxy's token instead)",
+                where,
+                json_path=f"$.unit.env[{i}]",
+            )
+    require(unit.isolation, where)
+
+
+def _read_only_paths(suite: Suite, argv: list[str]) -> tuple[Path, ...]:
+    """What a sandboxed program needs bound back read-only (at the same paths): the
+    interpreter, the files its argv names (argv[0] found on PATH too), the arms' skill
+    folders, and `unit.read_only_paths`."""
+    root = Path(suite.path).resolve()
+    out: list[Path] = list(interpreter_paths())
+    prog = shutil.which(argv[0]) if os.sep not in argv[0] else argv[0]
+    for a in [prog, *argv[1:]]:
+        if a and os.path.isabs(a) and _is_file(Path(a)):
+            out.append(Path(a).resolve())
+    out += [(root / a.skill_dir).resolve() for a in suite.config.arms if a.skill_dir]
+    out += [(root / rel).resolve() for rel in suite.config.unit.read_only_paths]
+    if suite.config.unit.kind == "python":
+        out += _python_paths(suite)[1]
+    return tuple(dict.fromkeys(out))
+
+
+def _python_paths(suite: Suite) -> tuple[list[Path], list[Path]]:
+    """A python unit's module: the folders to put on the worker's `sys.path` after the
+    suite folder (where its top-level module lives, when not in the suite folder: found
+    without running it), and the files or folders to bind read-only: its module or
+    package and every ``.py`` file of the suite folder's top level (its siblings)."""
+    import importlib.util  # find_spec only: nothing of the module runs here
+
+    root = Path(suite.path).resolve()
+    top = (suite.config.unit.callable or "").partition(":")[0].partition(".")[0]
+    siblings = sorted(p for p in root.glob("*.py") if p.is_file())  # what it may import at call time
+    if (root / top).with_suffix(".py").is_file():
+        return [], siblings
+    if (root / top).is_dir():
+        return [], [root / top, *siblings]
+    try:
+        spec = importlib.util.find_spec(top)  # a top-level name: found, never executed
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.origin or not os.path.isabs(spec.origin):
+        return [], []
+    origin = Path(spec.origin).resolve()
+    where = origin.parent.parent if spec.submodule_search_locations else origin.parent
+    bind = origin.parent if spec.submodule_search_locations else origin
+    return [where], [bind]
+
+
+def check_callable(suite: Suite, argv: list[str]) -> None:
+    """`InputError` when the python unit's function cannot be imported: its worker
+    (`evalkit.calls._pyworker --check`) imports it in the unit's own environment and sandbox,
+    before anything is written; the function's module never runs in evalkit's process."""
+    spec = suite.config.unit.callable or ""
+    where = Path(suite.path) / "config.json"
+    work = Path(tempfile.mkdtemp(prefix="evalkit-check-"))
+    try:
+        cmd = [argv[0], argv[1], argv[2], "--check", *argv[3:]]
+        env = environment({}, work, suite.config.unit.env)
+        if suite.config.unit.isolation == "sandbox":
+            jail = Jail(work, None, 0, _hidden(suite, None), _read_only_paths(suite, cmd))
+            cmd = bwrap_argv(jail, cmd)
+        else:
+            cmd[2] = str(WORKER)
+        done = subprocess.run(cmd, cwd=work, env=env, capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise InputError(f"python unit {spec!r}: its worker could not start: {exc}", where) from None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    lines = done.stdout.decode("utf-8", "replace").strip().splitlines()
+    try:
+        said = json.loads(lines[-1]) if lines else {}
+    except json.JSONDecodeError:
+        said = {}
+    if said.get("ok") is True:
+        return
+    why = said.get("import_error") or (
+        f"its worker exited with status {done.returncode}: " + done.stderr.decode("utf-8", "replace")[-800:]
     )
-    return env
+    raise InputError(f"python unit {spec!r}: {why}", where, json_path="$.unit.callable")
+
+
+def worker_argv(suite: Suite) -> list[str]:
+    """The argv of a python unit's worker process (`evalkit.calls._pyworker`)."""
+    root = str(Path(suite.path).resolve())
+    extra, _ = _python_paths(suite)
+    return [sys.executable, "-I", WORKER_INSIDE, suite.config.unit.callable or "", root, *map(str, extra)]
+
+
+def _hidden(suite: Suite, run_path: Path | None) -> tuple[Path, ...]:
+    """The folders a sandbox hides (`evalkit.calls.sandbox.hidden_paths`)."""
+    home = os.environ.get("HOME") or str(Path.home())
+    runs = run_path.parent if run_path is not None else None
+    return hidden_paths(suite.path, run_path, runs, os.getcwd(), home)
 
 
 class _Ended(Exception):
@@ -265,24 +344,34 @@ class AgentRunner:
         self.target = target
         self.proxy: MeteringProxy | None = None
         self._declared = tool_names(self.config)
-        self._syspath: str | None = None  # the suite folder, on sys.path while a python unit runs
+        self._sockdir: Path | None = None  # the proxy's Unix socket's folder (a sandboxed unit)
+        self._socket: Path | None = None
+        self._hidden: tuple[Path, ...] = ()
+        self._read_only: tuple[Path, ...] = ()
 
     async def start(self) -> AgentRunner:
         if self.unit.kind in ("command", "python"):
             self.proxy = await MeteringProxy(model=self.config.generator.model).start()
-        if self.unit.kind == "python":  # a function's own imports at call time find its siblings
-            self._syspath = str(Path(self.suite.path).resolve())
-            sys.path.insert(0, self._syspath)
+            if self.unit.isolation == "sandbox":  # the sandbox's one way out (evalkit.calls.sandbox)
+                self._sockdir = Path(tempfile.mkdtemp(prefix="evalkit-proxy-"))
+                self._socket = Path(await self.proxy.listen_unix(str(self._sockdir / "proxy.sock")))
+                self._hidden = _hidden(self.suite, self.run_path)
+                argv = self.target or self._argv()
+                self._read_only = _read_only_paths(self.suite, argv)
+            else:
+                print(f"evalkit: {NOT_CONTAINED}", file=sys.stderr, flush=True)
         return self
+
+    def _argv(self) -> list[str]:
+        return program_argv(self.suite) if self.unit.kind == "command" else worker_argv(self.suite)
 
     async def aclose(self) -> None:
         if self.proxy is not None:
             await self.proxy.aclose()
             self.proxy = None
-        if self._syspath is not None:
-            with contextlib.suppress(ValueError):
-                sys.path.remove(self._syspath)
-            self._syspath = None
+        if self._sockdir is not None:
+            shutil.rmtree(self._sockdir, ignore_errors=True)
+            self._sockdir = None
 
     async def sample(self, case: Case, arm: Arm, index: int, seed: int, prompt: Any) -> Sample:
         """Run one sample: a `Sample` when it finished, else the exception the runner
@@ -341,9 +430,11 @@ class AgentRunner:
         }
         if arm.skill_dir:
             agent["skill_dir"] = arm.skill_dir
-        for name in ("exit_status", "stderr_tail"):
+        for name in ("exit_status", "stderr_tail", "stdout_tail", "workdir"):
             if end.get(name) is not None:
                 agent[name] = end[name]
+        if self.unit.kind in ("command", "python"):
+            agent["isolation"] = self.unit.isolation
         return Sample(
             case_id=case.id,
             tags=case.tags,
@@ -376,7 +467,7 @@ class AgentRunner:
             "cost_usd": session.cost_usd,
             "duration_ms": round((time.monotonic() - session.started) * 1000, 3),
         }
-        for name in ("exit_status", "stderr_tail"):
+        for name in ("exit_status", "stderr_tail", "stdout_tail", "workdir"):
             if end.get(name) is not None:
                 line[name] = end[name]
         try:
@@ -457,13 +548,61 @@ class AgentRunner:
     ) -> tuple[str, str]:
         assert self.proxy is not None
         ep = self.proxy.open(session)
+        workdir, keep = self._workdir(case, arm, index)
         try:
             payload = self._payload(case, arm, index, seed, ep)
+            if keep:
+                end["workdir"] = workdir_relpath(case.id, arm.name, index)
+            out, status, stderr_tail = await self._process(session, payload, ep, workdir, end)
             if self.unit.kind == "command":
-                return await self._command(session, payload, ep, end)
-            return await self._python(session, payload, ep, end)
+                return self._command_output(out, workdir, end)
+            return self._python_output(out, status, stderr_tail, end)
         finally:
             await self.proxy.close(ep.token, "its program ended")
+            if not keep:
+                shutil.rmtree(workdir, ignore_errors=True)
+
+    def _workdir(self, case: Case, arm: Arm, index: int) -> tuple[Path, bool]:
+        """A fresh working directory for the sample, and whether it is kept (in the run
+        folder, `unit.keep_workdir`) or discarded when the sample ends."""
+        if self.unit.keep_workdir:
+            path = self.run_path / workdir_relpath(case.id, arm.name, index)
+            if path.exists():  # a resumed sample starts afresh
+                shutil.rmtree(path)
+            path.mkdir(parents=True)
+            return path.resolve(), True
+        return Path(tempfile.mkdtemp(prefix="evalkit-work-")).resolve(), False
+
+    def _command_output(self, out: bytes, workdir: Path, end: dict[str, Any]) -> tuple[str, str]:
+        """The program's output: what it wrote to ``$EVALKIT_OUTPUT_FILE`` when it did
+        (its stdout then kept as a log, `stdout_tail`), else its stdout."""
+        path = workdir / OUTPUT_FILE
+        if path.is_file() and not path.is_symlink():
+            if path.stat().st_size > MAX_OUTPUT_BYTES:
+                raise _Ended(f"its output file passed {MAX_OUTPUT_BYTES} bytes", 0, str(end.get("stderr_tail") or ""))
+            end["stdout_tail"] = _decode(out[-STDERR_TAIL_BYTES:])
+            return _decode(path.read_bytes()), "exit 0"
+        return _decode(out), "exit 0"
+
+    def _python_output(self, out: bytes, status: int, stderr_tail: str, end: dict[str, Any]) -> tuple[str, str]:
+        """The worker's one JSON line (`evalkit.calls._pyworker`), as the function's output."""
+        lines = _decode(out).strip().splitlines()
+        try:
+            said = json.loads(lines[-1]) if lines else None
+        except json.JSONDecodeError:
+            said = None
+        if not isinstance(said, dict):
+            why = f"the function's worker ended without a result ({_exit_text(status)})"
+            raise _Ended(why, status, stderr_tail)
+        if "raised" in said:
+            tb = str(said.get("traceback") or "")[-STDERR_TAIL_BYTES:]
+            end["stderr_tail"] = tb
+            raise _Ended(f"the function raised {said['raised']}: {said.get('message')}", None, tb)
+        if "returned" in said:
+            raise _Ended(f"the function returned {said['returned']}, not the output string", None, stderr_tail)
+        if "import_error" in said:
+            raise _Ended(f"the function could not be imported: {said['import_error']}", None, stderr_tail)
+        return str(said.get("output", "")), "returned"
 
     def _must_stop(self, session: SampleSession, deadline: float) -> str | None:
         """Why a program in flight must be stopped now, else None."""
@@ -476,16 +615,28 @@ class AgentRunner:
             return f"timed out after {self.unit.timeout_s:g}s"
         return None
 
-    async def _command(
-        self, session: SampleSession, payload: dict[str, Any], ep: SampleEndpoint, end: dict[str, Any]
-    ) -> tuple[str, str]:
-        argv = self.target or program_argv(self.suite)
+    def _spawn_argv(self, workdir: Path) -> list[str]:
+        """The command line of one sample's process: the unit's (or its worker's) argv,
+        inside its sandbox unless the unit says ``"isolation": "none"``."""
+        argv = list(self.target or self._argv())
+        if self.unit.isolation != "sandbox":
+            return [str(WORKER) if a == WORKER_INSIDE else a for a in argv]
+        assert self._socket is not None and self.proxy is not None
+        jail = Jail(workdir, self._socket, self.proxy.port, self._hidden, self._read_only)
+        return bwrap_argv(jail, argv)
+
+    async def _process(
+        self, session: SampleSession, payload: dict[str, Any], ep: SampleEndpoint, workdir: Path, end: dict[str, Any]
+    ) -> tuple[bytes, int, str]:
+        """Run one sample's process to its end: its stdout, exit status and stderr tail;
+        `_Ended` for a kill or a non-zero exit."""
+        argv = self._spawn_argv(workdir)
         deadline = time.monotonic() + self.unit.timeout_s
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
-                cwd=str(Path(self.suite.path).resolve()),
-                env=child_env(self.config, ep),
+                cwd=str(workdir),
+                env=child_env(self.config, ep, workdir),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
@@ -554,86 +705,12 @@ class AgentRunner:
         end.update(exit_status=status, stderr_tail=stderr_tail)
         if why is None and too_long:
             why = f"its stdout passed {MAX_OUTPUT_BYTES} bytes"
+        what = "program" if self.unit.kind == "command" else "function's worker"
         if why is not None:
-            raise _Ended(f"{why}; the program was killed", status, stderr_tail)
+            raise _Ended(f"{why}; the {what} was killed", status, stderr_tail)
         if status != 0:
-            raise _Ended(f"the program exited with {_exit_text(status)}", status, stderr_tail)
-        return _decode(bytes(out)), "exit 0"
-
-    async def _python(
-        self, session: SampleSession, payload: dict[str, Any], ep: SampleEndpoint, end: dict[str, Any]
-    ) -> tuple[str, str]:
-        import openai  # lazy: the SDK loads only when an agent unit calls through it
-
-        fn = self.target or load_callable(self.suite)
-        deadline = time.monotonic() + self.unit.timeout_s
-        kw: dict[str, Any] = {
-            "base_url": ep.base_url,
-            "api_key": ep.api_key,
-            "max_retries": 0,
-            "timeout": self.unit.timeout_s,
-        }
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[Any] = loop.create_future()
-        task: asyncio.Task[Any] | None = None
-        if inspect.iscoroutinefunction(fn):
-
-            async def run_async() -> Any:
-                async with openai.AsyncOpenAI(**kw) as oc:
-                    return await fn(payload, oc)
-
-            task = asyncio.ensure_future(run_async())
-            task.add_done_callback(lambda t: _settle_future(done, t))
-        else:
-
-            def run_sync() -> None:
-                try:
-                    with openai.OpenAI(**kw) as oc:
-                        value = fn(payload, oc)
-                except BaseException as exc:  # reported to the loop, never lost in the thread
-                    loop.call_soon_threadsafe(_set_future, done, None, exc)
-                else:
-                    loop.call_soon_threadsafe(_set_future, done, value, None)
-
-            threading.Thread(target=run_sync, name=f"evalkit-python-unit-{session.label}", daemon=True).start()
-        try:
-            while not done.done():
-                await asyncio.wait({done}, timeout=POLL_S)
-                why = None if done.done() else self._must_stop(session, deadline)
-                if why is not None:
-                    if task is not None:
-                        task.cancel()
-                    raise _Ended(f"{why}; the function was abandoned")
-        finally:
-            if task is not None and not task.done():
-                task.cancel()
-        exc = done.exception()
-        if exc is not None:
-            if session.failure is not None:
-                raise session.failure
-            tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-STDERR_TAIL_BYTES:]
-            end["stderr_tail"] = tb
-            raise _Ended(f"the function raised {type(exc).__name__}: {exc}", None, tb)
-        value = done.result()
-        if not isinstance(value, str):
-            raise _Ended(f"the function returned {type(value).__name__}, not the output string")
-        return value, "returned"
-
-
-def _set_future(fut: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:
-    if fut.done():
-        return
-    if exc is not None:
-        fut.set_exception(exc)
-    else:
-        fut.set_result(value)
-
-
-def _settle_future(fut: asyncio.Future[Any], task: asyncio.Task[Any]) -> None:
-    if task.cancelled():
-        _set_future(fut, None, asyncio.CancelledError())
-    else:
-        _set_future(fut, task.result() if task.exception() is None else None, task.exception())
+            raise _Ended(f"the {what} exited with {_exit_text(status)}", status, stderr_tail)
+        return bytes(out), status, stderr_tail
 
 
 def _kill_group(pid: int) -> None:
@@ -655,4 +732,14 @@ def _decode(data: bytes) -> str:
     return data.decode("utf-8", "replace")
 
 
-__all__ = ["AgentRunner", "child_env", "load_callable", "prepare", "program_argv", "program_files", "tool_names"]
+__all__ = [
+    "AgentRunner",
+    "check_callable",
+    "check_sandbox",
+    "child_env",
+    "prepare",
+    "program_argv",
+    "program_files",
+    "tool_names",
+    "worker_argv",
+]

@@ -394,7 +394,7 @@ class _RunSink(_Sink):
     def request(self, custom_id: str) -> tuple[str, int]:
         key = self.key(custom_id)
         assert key is not None
-        return request_hash(self.engine.client.request_body(**self.engine.call_args(key))), key[2]
+        return request_hash(self.engine.client_of(key[1]).request_body(**self.engine.call_args(key))), key[2]
 
     def answer(self, custom_id: str, c: Completion) -> None:
         key = self.key(custom_id)
@@ -996,9 +996,13 @@ async def run_keys(
     keys still to be made online (none with `options`)."""
     sink = _RunSink(engine, k)
     sink.free(pending)
-    config = engine.config
+    # One batch per endpoint: the run's arms share one model, endpoint and price
+    # (`runner` refuses --batch otherwise), so the first arm's client and prices are all's.
+    first = next(iter(engine.arms))
+    config = engine.arm_configs[first]
+    client = engine.client_of(first)
     price = check_ready(config) if options is not None else (config.batch_price or config.price)
-    job = _Batches(engine.folder.path, "generator", engine.client, price, options or BatchOptions(), sink, base_url)
+    job = _Batches(engine.folder.path, "generator", client, price, options or BatchOptions(), sink, base_url)
     try:
         await job.resume()
         if options is not None and not sink.halted():
@@ -1006,10 +1010,10 @@ async def run_keys(
             async def items() -> AsyncIterator[tuple[str, dict[str, Any]]]:
                 for key in sink.pending():  # neither recorded, nor in an open batch, nor collected now
                     cid = f"{key[0]}/{key[1]}/{key[2]}"
-                    body = engine.client.request_body(**engine.call_args(key))
+                    body = client.request_body(**engine.call_args(key))
                     try:
-                        await engine.client.check_input(body, cid)
-                        hit = engine.client.replay(request_hash(body), key[2], cid)
+                        await client.check_input(body, cid)
+                        hit = client.replay(request_hash(body), key[2], cid)
                     except InputTooLong as exc:
                         engine.error(key, f"{type(exc).__name__}: {exc}", 0)
                         continue

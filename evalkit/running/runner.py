@@ -46,6 +46,7 @@ import dataclasses
 import gc
 import hashlib
 import json
+import re
 import sys
 from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass
@@ -57,7 +58,8 @@ from tqdm import tqdm
 
 from evalkit.calls.cache import ResponseCache
 from evalkit.calls.client import CallStopped, ModelClient, check_endpoint
-from evalkit.calls.ledger import Ledger
+from evalkit.calls.ledger import Ledger, spend_by_arm
+from evalkit.calls.sandbox import NOT_CONTAINED
 from evalkit.foundations._text import printable
 from evalkit.foundations.errors import (
     BudgetExhausted,
@@ -70,8 +72,9 @@ from evalkit.foundations.errors import (
 )
 from evalkit.foundations.layout import CACHE_FILE
 from evalkit.foundations.records import Arm, CaseTable, Config, Sample, Suite
+from evalkit.numbers import metrics
 from evalkit.running import batch as batches
-from evalkit.suites.endpoints import Watch, combine, endpoint_key, resolve_base_url, served_watch
+from evalkit.suites.endpoints import Watch, cache_identity, combine, resolve_base_url, served_watch
 from evalkit.suites.runs import RunFolder, runs_dir_lock, write_atomic
 
 Key = tuple[str, str, int]
@@ -92,14 +95,38 @@ class RunResult:
     spend_usd: float
     avoided_usd: float
     cap_usd: float
-    per_arm: dict[str, dict[str, int]]
+    per_arm: dict[str, dict[str, Any]]
     exit_code: int
     privacy: dict[str, Any] = dataclasses.field(default_factory=dict)  # config.json's record (evalkit.suites.privacy)
     stop_detail: str | None = None  # what a watch said beyond the cause (a dead server's log tail)
 
+    error_reasons: tuple[str, ...] = ()  # the first distinct errors of samples without a result (at most 3)
+
     @property
     def incomplete_line(self) -> str | None:
         return None if self.complete else f"INCOMPLETE: {self.ran}/{self.total} cases ({self.reason})"
+
+
+MAX_ERROR_REASONS = 3
+
+
+def error_reasons(lines: list[dict[str, Any]], without: set[Key], limit: int = MAX_ERROR_REASONS) -> tuple[str, ...]:
+    """The first `limit` distinct reasons among `errors.jsonl` `lines` for samples not in
+    `without` (those with a result): each error with its sample's own labels (``case/arm/i:``,
+    ``case/arm/i#n:``, ``call n:``, ``attempt n:``) taken out, so samples that failed the
+    same way show one reason."""
+    out: list[str] = []
+    for e in lines:
+        key = (str(e.get("case_id")), str(e.get("arm")), int(e.get("index", -1)))
+        if key in without:
+            continue
+        label = re.escape(f"{key[0]}/{key[1]}/{key[2]}")
+        text = re.sub(rf"{label}(#\d+)?: |\b(call|attempt) \d+: ", "", str(e.get("error", "")))
+        if text not in out:
+            out.append(text)
+            if len(out) >= limit:
+                break
+    return tuple(out)
 
 
 def derive_seed(config_seed: int | None, case_id: str, arm: str, index: int) -> int:
@@ -142,6 +169,10 @@ def input_hashes(suite: Suite, arms: list[Arm]) -> dict[str, str]:
         out[f"guidance of arm {a.name!r} ({a.guidance_file or 'none'})"] = sha(a.guidance or "")
         if a.skill_dir:
             out[f"skill of arm {a.name!r} ({a.skill_dir})"] = sha(a.skill or "")
+        for what, name in (("template", "prompt template"), ("system", "system template")):
+            if what in a.overrides:  # an arm's own prompt or system file
+                text = getattr(a, what)
+                out[f"{name} of arm {a.name!r} ({getattr(a, what + '_file') or 'none'})"] = sha(text or "")
     cases = [{k: v for k, v in dataclasses.asdict(c).items() if k != "line"} for c in suite.cases]
     out["cases"] = sha(json.dumps(cases, sort_keys=True, ensure_ascii=False, default=str))
     from evalkit.running.agents import program_files  # the agent program under test: a changed one is a new run
@@ -160,12 +191,18 @@ def _format_summary_md(suite: Suite, res: dict[str, Any]) -> str:
     lines = []
     if not res["complete"]:
         lines.append(printable(f"INCOMPLETE: {res['ran']}/{res['total']} cases ({res['reason']})"))
+        for why in res.get("error_reasons") or ():
+            lines.append("")
+            lines.append(printable(f"- error: {why}"))
         if res.get("stop_detail"):
             lines.append("")
             lines.extend("    " + printable(line) for line in res["stop_detail"].splitlines())
         lines.append("")
     lines.append(f"# Run of {suite.name}")
     lines.append("")
+    if res.get("isolation") == "none":
+        lines.append(f"**{NOT_CONTAINED}**")
+        lines.append("")
     lines.append(f"- cases complete: {res['ran']}/{res['total']}; samples: {res['samples_ran']}/{res['samples_total']}")
     lines.append(
         f"- spend: ${res['spend_usd']:.6f} of cap ${res['cap_usd']:.6f}"
@@ -177,10 +214,14 @@ def _format_summary_md(suite: Suite, res: dict[str, Any]) -> str:
         )
     )
     lines.append("")
-    lines.append("| arm | samples | errors |")
-    lines.append("|---|---:|---:|")
+    lines.append("| arm | model | samples | errors | paid | avoided | cost per case |")
+    lines.append("|---|---|---:|---:|---:|---:|---:|")
     for arm, c in res["per_arm"].items():
-        lines.append(f"| {arm} | {c['samples']} | {c['errors']} |")
+        lines.append(
+            f"| {arm} | {printable(str(c.get('model', '')))} | {c['samples']} | {c['errors']} "
+            f"| ${c.get('paid_usd', 0.0):.6f} | ${c.get('avoided_usd', 0.0):.6f} "
+            f"| ${c.get('cost_per_case_usd', 0.0):.6f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -197,8 +238,13 @@ class _Engine:
         progress: bool,
         prompts: dict[tuple[str, str], Any],
         watch: Watch | None = None,
+        clients: dict[str, ModelClient] | None = None,
     ) -> None:
         self.config = suite.config
+        # Each arm's config (`Config.for_arm`) and client: arms on one model, endpoint and
+        # price share a client; all share the one ledger and the one response cache.
+        self.arm_configs = {a.name: suite.config.for_arm(a) for a in arms}
+        self.clients = clients or {a.name: client for a in arms}
         self.cases = {c.id: c for c in suite.cases}
         self.arms = {a.name: a for a in arms}
         self.folder = folder
@@ -217,6 +263,7 @@ class _Engine:
         self._stop = list(self.config.stop) or None
         self._concurrency = self.config.concurrency
         self.agents: Any = None  # an agents.AgentRunner for agent, command and python units
+        self.arm_agents: dict[str, Any] = {}  # each arm's AgentRunner (its own unit and client)
         self.bar = tqdm(
             total=pending,
             disable=not progress,
@@ -272,10 +319,20 @@ class _Engine:
             self.stop(str(self.ledger.disk_full))
         if self.rcache is not None and self.rcache.write_error is not None:
             self.stop(str(self.rcache.write_error))
-        for halted in (self.client.unreachable, self.client.rate_limited_out):
-            if halted is not None:
-                self.stop(halted)
+        for client in {id(c): c for c in self.clients.values()}.values():
+            for halted in (client.unreachable, client.rate_limited_out):
+                if halted is not None:
+                    self.stop(halted)
         return self.stop_reason
+
+    def client_of(self, arm_name: str) -> ModelClient:
+        """The client an arm's calls go through (its model, endpoint and price)."""
+        return self.clients[arm_name]
+
+    def seed_of(self, key: Key) -> int:
+        """A key's derived seed, from its arm's seed (the suite's unless the arm sets one)."""
+        case_id, arm_name, index = key
+        return derive_seed(self.arm_configs[arm_name].seed, case_id, arm_name, index)
 
     def _tick(self) -> None:
         limit = self.client.concurrency_limit
@@ -294,23 +351,22 @@ class _Engine:
         kw: dict[str, Any] = (
             {"messages": rendered, "tools": self._tools} if isinstance(rendered, list) else {"prompt": rendered}
         )
-        kw.update(
-            temperature=self.config.temperature,
-            seed=derive_seed(self.config.seed, case_id, arm_name, index),
-            stop=self._stop,
-        )
+        arm_config = self.arm_configs[arm_name]
+        kw.update(temperature=arm_config.temperature, seed=self.seed_of(key), stop=self._stop)
+        if arm_config.top_p is not None:
+            kw["extra"] = {"top_p": arm_config.top_p}
         return kw
 
     async def one(self, key: Key) -> None:
         case_id, arm_name, index = key
         try:
             if self.agents is not None:  # an agent unit: many calls, one sample (evalkit.running.agents)
-                seed = derive_seed(self.config.seed, case_id, arm_name, index)
-                sample = await self.agents.sample(
+                seed = self.seed_of(key)
+                sample = await self.arm_agents.get(arm_name, self.agents).sample(
                     self.cases[case_id], self.arms[arm_name], index, seed, self.prompts.get((case_id, arm_name))
                 )
             else:  # the prompt unit: one call
-                c = await self.client.complete(
+                c = await self.client_of(arm_name).complete(
                     **self.call_args(key),
                     sample_index=index,
                     key=f"{case_id}/{arm_name}/{index}",
@@ -358,7 +414,7 @@ class _Engine:
             tags=self.cases[case_id].tags,
             arm=arm_name,
             index=index,
-            seed=derive_seed(self.config.seed, case_id, arm_name, index),
+            seed=self.seed_of(key),
             model=c.model,
             output=c.text,
             tool_calls=c.tool_calls,
@@ -441,6 +497,28 @@ def run_cap_usd(meta: dict[str, Any], fallback: float) -> float:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
             return float(value)
     return float(fallback)
+
+
+def arm_base_url(config: Config, arm: Arm, suite_url: str | None) -> str | None:
+    """Where an arm's calls go: its own `generator.base_url` when it sets one other than
+    the suite's, else the suite generator's resolved URL (`--base-url`, the environment,
+    the config: `endpoints.resolve_base_url`)."""
+    own = config.for_arm(arm).generator.base_url
+    if "generator" in arm.overrides and own and own != config.generator.base_url:
+        return own
+    return suite_url
+
+
+def arm_suite(suite: Suite, arm: Arm) -> Suite:
+    """The suite as one arm runs it: its config is the arm's (`Config.for_arm`)."""
+    arm_config = suite.config.for_arm(arm)
+    return suite if arm_config is suite.config else dataclasses.replace(suite, config=arm_config)
+
+
+def _client_identity(config: Config, url: str | None) -> tuple[Any, ...]:
+    """What makes two arms' calls need two clients: model, endpoint, key, price, ceiling."""
+    g = config.generator
+    return (g.model, url, g.api_key_env, config.price, config.max_tokens_out)
 
 
 def _plan(suite: Suite, arms: list[Arm], k: int) -> Iterator[Key]:
@@ -607,7 +685,7 @@ async def _run_in_folder(
 
     unit = config.unit
     prompts = (
-        {(c.id, a.name): render_prompt(config, c, a) for c in suite.cases for a in arm_objs}
+        {(c.id, a.name): render_prompt(config.for_arm(a), c, a) for c in suite.cases for a in arm_objs}
         if unit.kind in ("prompt", "agent")  # a command or python unit gets the case as JSON
         else {}
     )
@@ -634,9 +712,26 @@ async def _run_in_folder(
         write_atomic(folder.path / "config.json", json.dumps(meta, indent=2) + "\n")
     check_endpoint(config.generator, base_url, replay_only)
     watch = combine(watch, served_watch(base_url))
+    # An arm with its own endpoint (`generator.base_url` of its own) sends there; every
+    # other arm goes where the suite's generator does. Each arm's key is checked now.
+    arm_urls = {a.name: arm_base_url(config, a, base_url) for a in arm_objs}
+    groups = {_client_identity(config.for_arm(a), arm_urls[a.name]) for a in arm_objs}
+    if len(groups) > 1 and (batch is not None or (resume and folder is not None and batches.has_open(folder.path))):
+        raise InputError(
+            "--batch sends one batch per endpoint, and the arms "
+            f"{', '.join(a.name for a in arm_objs)} run on {len(groups)} models, endpoints or prices: run them "
+            "one batch at a time (--arms NAME --batch on each)",
+            Path(suite.path) / "config.json",
+            json_path="$.arms",
+        )
+    for a in arm_objs:
+        check_endpoint(config.for_arm(a).generator, arm_urls[a.name], replay_only)
+        if arm_urls[a.name] != base_url:
+            watch = combine(watch, served_watch(arm_urls[a.name]))
     from evalkit.running.agents import prepare  # a command's program, a python unit's function: found before any write
 
     target = prepare(suite)
+    targets = {a.name: prepare(arm_suite(suite, a)) for a in arm_objs if "unit" in a.overrides}
 
     if not resume:
         meta = {
@@ -654,7 +749,10 @@ async def _run_in_folder(
             "sample_files": sample_files,
             "privacy": privacy,
             "cost_cap_usd": config.cost_cap_usd,  # the cap this run (and its grading) spends under
+            "isolation": config.unit.isolation if config.unit.kind in ("command", "python") else None,
             "ci": ci,
+            # each arm's model, endpoint host and parameters, as the reports name them
+            "arm_settings": {a.name: config.arm_settings(a, arm_urls[a.name]) for a in arm_objs},
         }
 
     def execute(folder: RunFolder) -> Coroutine[Any, Any, RunResult]:
@@ -673,6 +771,8 @@ async def _run_in_folder(
             watch=watch,
             batch=batch,
             target=target,
+            arm_urls=arm_urls,
+            targets=targets,
         )
 
     if not resume:
@@ -702,6 +802,8 @@ async def _execute(
     watch: Watch | None = None,
     batch: batches.BatchOptions | None = None,
     target: Any = None,
+    arm_urls: dict[str, str | None] | None = None,
+    targets: dict[str, Any] | None = None,
 ) -> RunResult:
     """Run the keys of the plan (cases x arms x k) that `folder` lacks, under its lock
     and the runs folder's, and write the summary."""
@@ -733,36 +835,70 @@ async def _execute(
         rcache = ResponseCache(runs_root / CACHE_FILE) if (cache or replay_only) else None
         if rcache is not None:
             stack.callback(rcache.close)
-        client = ModelClient(
-            config.generator,
-            config.price,
-            ledger,
-            role="generator",
-            max_tokens_in=config.max_tokens_in,
-            max_tokens_out=config.max_tokens_out,
-            cache=rcache,
-            replay_only=replay_only,
-            max_attempts=config.max_attempts,
-            timeout_s=config.timeout_s,
-            base_url=base_url,
-            rate_limit_budget_s=config.rate_limit_budget_s,
-            max_connection_failures=config.max_connection_failures,
-            concurrency=config.concurrency,
-            cache_endpoint=endpoint_key(base_url) if base_url else None,  # answers are the server's own
-        )
+
+        def make_client(arm_config: Config, url: str | None) -> ModelClient:
+            return ModelClient(
+                arm_config.generator,
+                arm_config.price,
+                ledger,
+                role="generator",
+                max_tokens_in=config.max_tokens_in,
+                max_tokens_out=arm_config.max_tokens_out,
+                cache=rcache,
+                replay_only=replay_only,
+                max_attempts=config.max_attempts,
+                timeout_s=config.timeout_s,
+                base_url=url,
+                rate_limit_budget_s=config.rate_limit_budget_s,
+                max_connection_failures=config.max_connection_failures,
+                concurrency=config.concurrency,
+                # answers are the server's own, keyed by what they depend on (not a serve's port)
+                cache_endpoint=cache_identity(arm_config.generator, url) if url else None,
+            )
+
+        client = make_client(config, base_url)
         stack.push_async_callback(client.aclose)
+        # One client per distinct (model, endpoint, price, output ceiling) of the arms: each
+        # reservation is at its arm's own worst case, each request carries its arm's model.
+        clients: dict[str, ModelClient] = {}
+        shared: dict[tuple[Any, ...], ModelClient] = {_client_identity(config, base_url): client}
+        for arm in arm_objs:
+            arm_config = config.for_arm(arm)
+            url = (arm_urls or {}).get(arm.name, base_url)
+            ident = _client_identity(arm_config, url)
+            if ident not in shared:
+                shared[ident] = make_client(arm_config, url)
+                stack.push_async_callback(shared[ident].aclose)
+            clients[arm.name] = shared[ident]
         engine = _Engine(
-            suite, arm_objs, folder, ledger, client, rcache, samples_total - len(done_before), progress, prompts, watch
+            suite,
+            arm_objs,
+            folder,
+            ledger,
+            client,
+            rcache,
+            samples_total - len(done_before),
+            progress,
+            prompts,
+            watch,
+            clients=clients,
         )
         if start_cause is not None:
             engine.stop(start_cause)
         if config.unit.kind != "prompt":  # evalkit.running.agents: the tool loop, or a program behind the proxy
             from evalkit.running.agents import AgentRunner
 
-            engine.agents = await AgentRunner(
-                suite, folder.path, client, should_stop=engine.should_stop, on_stop=engine.stop, target=target
-            ).start()
-            stack.push_async_callback(engine.agents.aclose)
+            for arm in arm_objs:  # each arm its own runner: its unit, its model's client
+                engine.arm_agents[arm.name] = runner = await AgentRunner(
+                    arm_suite(suite, arm),
+                    folder.path,
+                    clients[arm.name],
+                    should_stop=engine.should_stop,
+                    on_stop=engine.stop,
+                    target=(targets or {}).get(arm.name, target),
+                ).start()
+                stack.push_async_callback(runner.aclose)
+                engine.agents = engine.agents or runner
         try:
             if batch is not None or batches.has_open(folder.path):  # a provider batch (evalkit.running.batch)
                 pending = await batches.run_keys(engine, pending, k, batch, base_url)
@@ -774,15 +910,34 @@ async def _execute(
             engine.stop("interrupted")
     engine.should_stop()  # what closing found (the cache's last flush) counts too
 
-    per_arm = {a.name: {"samples": 0, "errors": 0} for a in arm_objs}
+    per_arm: dict[str, dict[str, Any]] = {a.name: {"samples": 0, "errors": 0} for a in arm_objs}
     by_case: collections.Counter[str] = collections.Counter(engine.done_per_case)
     for c, a, _ in done_before:
         per_arm[a]["samples"] += 1
         by_case[c] += 1
     for a, n in engine.done_per_arm.items():
         per_arm[a]["samples"] += n
-    for _, a, _ in engine.errored:
-        per_arm[a]["errors"] += 1
+    # errored and missing as `metrics.missing_and_errored` defines them for every page
+    run_errors = folder.errors()
+    errored_keys = {(str(e["case_id"]), str(e["arm"]), int(e["index"])) for e in run_errors} | set(engine.errored)
+    finished = folder.finished_keys() if errored_keys else set(done_before)  # read only when some sample errored
+    for a in arm_objs:
+        expected_a = list(_plan(suite, [a], k))
+        if errored_keys:
+            missing, errored = metrics.missing_and_errored(expected_a, finished, errored_keys)
+        else:
+            missing, errored = len(expected_a) - per_arm[a.name]["samples"], 0
+        per_arm[a.name].update(errors=errored, missing=missing)
+    n_errored = sum(c["errors"] for c in per_arm.values())
+    n_missing = sum(c["missing"] for c in per_arm.values())
+    reasons = error_reasons(run_errors, finished) if n_errored else ()
+    spend = spend_by_arm(folder.ledger_path)
+    for arm in arm_objs:  # each arm's own money: what its calls paid and what the cache saved it
+        row = spend.get(arm.name, {})
+        per_arm[arm.name]["paid_usd"] = row.get("paid_usd", 0.0)
+        per_arm[arm.name]["avoided_usd"] = row.get("avoided_usd", 0.0)
+        per_arm[arm.name]["cost_per_case_usd"] = row.get("paid_usd", 0.0) / max(1, len(suite.cases))
+        per_arm[arm.name]["model"] = config.for_arm(arm).generator.model
     per_case_total = len(arm_objs) * k
     ran = sum(1 for c in suite.cases if by_case.get(c.id, 0) == per_case_total)
     total = len(suite.cases)
@@ -795,8 +950,10 @@ async def _execute(
     # resume counts it (below the ledger's tolerance: the rounding of settled calls).
     in_flight = ledger.reserved_usd if ledger.reserved_usd > 1e-12 else 0.0
     if not complete and reason is None:
-        reason = f"{len(engine.errored)} sample(s) errored" if engine.errored else "samples missing"
-    summary = {
+        reason = f"{n_errored} sample(s) errored" if n_errored else "samples missing"
+        if n_errored and n_missing:
+            reason += f", {n_missing} missing"
+    summary: dict[str, Any] = {
         "complete": complete,
         "ran": ran,
         "total": total,
@@ -808,11 +965,17 @@ async def _execute(
         "cap_usd": ledger.cap_usd,
         "ceiling_breaches": ledger.breaches,
         "untrusted_usage": ledger.untrusted,
+        "samples_errored": n_errored,
+        "samples_missing": n_missing,
         "per_arm": per_arm,
         "exit_code": 0 if complete else 1,
     }
+    if reasons:
+        summary["error_reasons"] = list(reasons)
     if in_flight:
         summary["in_flight_usd"] = in_flight
+    if config.unit.kind in ("command", "python"):  # evalkit.calls.sandbox: whether the program was contained
+        summary["isolation"] = config.unit.isolation
     if engine.stop_detail:
         summary["stop_detail"] = engine.stop_detail
     folder.release_space()
@@ -835,9 +998,14 @@ async def _execute(
         exit_code=cast(int, summary["exit_code"]),
         privacy=dict(privacy or {}),
         stop_detail=engine.stop_detail,
+        error_reasons=reasons,
     )
+    if summary.get("isolation") == "none":
+        print(f"evalkit: {NOT_CONTAINED}", file=sys.stderr, flush=True)
     if not complete:
         print(printable(result.incomplete_line or ""), file=sys.stderr, flush=True)
+        for why in result.error_reasons:  # why samples errored, not only how many
+            print(printable(f"  error: {why}"), file=sys.stderr, flush=True)
         for line in (result.stop_detail or "").splitlines():  # each line made printable, not the block
             print(printable(line), file=sys.stderr, flush=True)
     if interrupted is not None:

@@ -123,6 +123,22 @@ def endpoint_key(url: str) -> str:
     return f"{scheme}://{netloc}{path}" + (f"?{parts.query}" if parts.query else "")
 
 
+def cache_identity(endpoint: Endpoint, base_url: str) -> str:
+    """What the response cache keys answers from `base_url` by: the endpoint's own
+    `cache_identity` (config.json) when it has one; else, when `base_url` is the server
+    `evalkit serve` runs, the identity serve gives it (the embedded model's file hash and
+    settings, a script's hash: not its port, so an identical run through a new serve
+    replays); else the normalized URL (`endpoint_key`)."""
+    if endpoint.cache_identity:
+        return endpoint.cache_identity
+    key = endpoint_key(base_url)
+    server = served()
+    if server is not None and isinstance(server.get("cache_identity"), str) and server["cache_identity"]:
+        if endpoint_key(str(server["base_url"])) == key:
+            return str(server["cache_identity"])
+    return key
+
+
 def check_base_url(url: str, source: str, config_path: str | Path | None = None, json_path: str | None = None) -> str:
     """`url` when a request can go to it, else an `InputError` naming `source` (a flag, an
     environment variable, a config key) and the URL with its password masked."""

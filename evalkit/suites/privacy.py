@@ -69,6 +69,7 @@ from pathlib import Path
 from typing import Any
 
 from evalkit.foundations._io import MAX_CONFIG_BYTES, json_line_index, line_of, parse_json_object, read_text_file
+from evalkit.foundations._text import storable_json
 from evalkit.foundations.errors import InputError, InputErrors, RedactionIncomplete
 from evalkit.foundations.layout import (
     PRIVACY_FILE as POLICY_FILE,  # a suite's allow-list and scan settings, beside config.json
@@ -77,6 +78,7 @@ from evalkit.foundations.layout import (
     REDACTED_RUN as REDACTED_RUN,  # in a report folder: the run copy a redacted report reads
 )
 from evalkit.foundations.layout import REDACTION_LOG as REDACTION_LOG
+from evalkit.foundations.layout import TRAJECTORIES
 from evalkit.suites.formats import suite_source
 from evalkit.suites.runs import CONFIG, RunFolder, find_suite_dir, iter_jsonl, write_atomic
 from evalkit.suites.suite import SuiteSource
@@ -507,7 +509,25 @@ class Scanner:
 
     def scan(self, text: str) -> list[Detection]:
         """Every sensitive value in `text`, in order, overlaps resolved (one kind per
-        span)."""
+        span): in the text as written and in its decoded forms (`decoded_forms`: URL
+        and JSON escapes, HTML entities, NFKC, zero-width characters and soft hyphens
+        removed, a value split by a line break joined), each finding mapped back to
+        the span of the original text its form came from, so a replacement covers the
+        encoded value; and a Basic-auth credential's base64."""
+        if len(text) < 6:
+            return []
+        found = self._scan_plain(text) + _basic_auth(text)
+        plain = list(found)
+        for form, spans, joined in decoded_forms(text):
+            for d in self._scan_plain(form):
+                start, end = spans.span(d.start, d.end)
+                if joined and any(start < p.end and p.start < end for p in plain):
+                    continue  # `KEY\nnext`: the value found as written ends at its line, not in the next
+                found.append(Detection(d.kind, start, end, d.detail, d.norm))
+        return _resolve(found) if len(found) > 1 else found
+
+    def _scan_plain(self, text: str) -> list[Detection]:
+        """`scan` of the text exactly as written."""
         if len(text) < 6:
             return []
         found: list[Detection] = []
@@ -675,6 +695,148 @@ def _whole_number(text: str, start: int, end: int, raw: str) -> bool:
         (len(before) == 2 and before[1] in ".," and before[0].isdigit())
         or (len(after) == 2 and after[0] in ".," and after[1].isdigit())
     )
+
+
+# --- decoded forms ---------------------------------------------------------------------
+# Real leaks are rarely written plainly: a URL-encoded email (`jane.doe%40acme.io`), a
+# JSON-escaped key (`\u0067hp_...`), an HTML entity (`&#64;`), full-width digits, a key
+# split by U+200B or a soft hyphen (invisible on a page) or by a line break. The scanner
+# reads each text twice more in decoded form. Why by hand: no library decodes these
+# forms while keeping, for each decoded character, the span of the original it came
+# from, which the redactor needs to replace the encoded value itself.
+_INVISIBLE_CHARS = "\u00ad\u180e\u200b\u200c\u200d\u2060\ufeff"
+_ENCODED = re.compile(
+    r"(?P<url>(?:%[0-9A-Fa-f]{2})+)"
+    r"|(?P<entity>&(?:#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});)"
+    r"|(?P<uesc>\\u[0-9A-Fa-f]{4}(?:\\u[dD][c-fC-F][0-9A-Fa-f]{2})?)"
+    r"|(?P<esc>\\[nrt])"
+    rf"|(?P<invisible>[{_INVISIBLE_CHARS}]+)"
+    r"|(?P<wide>[^\x00-\x7f])"
+    r"|(?P<brk>[ \t]*(?:\r\n|\r|\n)[ \t]*)"
+)
+_ENCODED_HINT = re.compile(r"[%&\\\n\r]|[^\x00-\x7f]")
+_VALUE_CHAR = re.compile(r"[A-Za-z0-9@._+\-/=]")
+
+
+class _Spans:
+    """Where each character of a decoded form came from in the original text: pieces
+    (form start, original start, original end, identity), an identity piece mapping
+    character by character, any other piece mapping each of its characters to its whole
+    original span."""
+
+    def __init__(self) -> None:
+        self.pieces: list[tuple[int, int, int, bool]] = []
+        self._starts: list[int] = []
+
+    def add(self, at: int, start: int, end: int, identity: bool) -> None:
+        self.pieces.append((at, start, end, identity))
+        self._starts.append(at)
+
+    def _orig(self, i: int) -> tuple[int, int]:
+        import bisect
+
+        k = bisect.bisect_right(self._starts, i) - 1
+        at, start, end, identity = self.pieces[k]
+        return (start + (i - at), start + (i - at) + 1) if identity else (start, end)
+
+    def span(self, start: int, end: int) -> tuple[int, int]:
+        """The original span of the form's characters `start` to `end`."""
+        return self._orig(start)[0], self._orig(end - 1)[1]
+
+
+def _decode_token(m: re.Match[str], text: str, join: bool) -> str | None:
+    """What one encoded token reads as (None: keep it as written)."""
+    kind = m.lastgroup
+    tok = m.group()
+    if kind == "url":
+        from urllib.parse import unquote_to_bytes
+
+        try:
+            return unquote_to_bytes(tok).decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    if kind == "entity":
+        out = html.unescape(tok)
+        return out if out != tok else None
+    if kind == "uesc":
+        try:
+            return json.loads(f'"{tok}"')  # type: ignore[no-any-return]
+        except ValueError:
+            return None
+    if kind == "invisible":
+        return ""
+    if kind == "wide":
+        import unicodedata
+
+        out = unicodedata.normalize("NFKC", tok)
+        return out if out != tok else None
+    # a line break, written (`brk`) or JSON-escaped (`esc`): joined when `join` and it
+    # stands between two characters of one value (digits: by a space, as a card's groups)
+    if kind == "esc" and tok == "\\t":
+        return "\t"
+    before = text[m.start() - 1] if m.start() > 0 else ""
+    after = text[m.end()] if m.end() < len(text) else ""
+    if join and _VALUE_CHAR.match(before) and _VALUE_CHAR.match(after):
+        return " " if before.isdigit() and after.isdigit() else ""
+    return "\n" if kind == "esc" else None
+
+
+def decoded_forms(text: str) -> list[tuple[str, _Spans, bool]]:
+    """`text` decoded (see above), without and with line breaks inside values joined,
+    each with the spans mapping it back and whether it is the joined one; only the forms
+    that differ from `text`."""
+    if _ENCODED_HINT.search(text) is None:
+        return []
+    out: list[tuple[str, _Spans, bool]] = []
+    seen = {text}
+    for join in (False, True):
+        parts: list[str] = []
+        spans = _Spans()
+        at = pos = 0
+        for m in _ENCODED.finditer(text):
+            decoded = _decode_token(m, text, join)
+            if decoded is None:
+                continue
+            if m.start() > pos:
+                spans.add(at, pos, m.start(), True)
+                parts.append(text[pos : m.start()])
+                at += m.start() - pos
+            if decoded:
+                spans.add(at, m.start(), m.end(), False)
+                parts.append(decoded)
+                at += len(decoded)
+            pos = m.end()
+        if pos < len(text):
+            spans.add(at, pos, len(text), True)
+            parts.append(text[pos:])
+        form = "".join(parts)
+        if form not in seen and form:
+            seen.add(form)
+            out.append((form, spans, join))
+    return out
+
+
+_BASIC_AUTH = re.compile(r"\bBasic\s+([A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])")
+
+
+def _basic_auth(text: str) -> list[Detection]:
+    """A Basic-auth credential (`Authorization: Basic dXNlcjpwYXNz`): the base64 of
+    `user:password`, a password as any other."""
+    if "Basic" not in text:
+        return []
+    import base64
+    import binascii
+
+    found = []
+    for m in _BASIC_AUTH.finditer(text):
+        try:
+            plain = base64.b64decode(m.group(1), validate=True).decode("utf-8")
+        except (binascii.Error, ValueError):
+            continue
+        user, sep, password = plain.partition(":")
+        if sep and password and plain.isprintable():
+            found.append(Detection("password", m.start(1), m.end(1), "Basic auth", m.group(1)))
+    return found
 
 
 def _resolve(found: list[Detection]) -> list[Detection]:
@@ -1443,27 +1605,37 @@ def redact_run(run: Any, dest: Any, *, log: Any = None) -> RedactedRun:
         else:
             docs[f.name] = ("text", f.read_text(encoding="utf-8", errors="replace"))
         r.learn(docs[f.name][1])
+    # An agent unit's trajectories, redacted too: the replay page shows every message and
+    # tool answer (`trajectories/<case>/<arm>/sample-<n>.jsonl`).
+    traj = run / TRAJECTORIES
+    if traj.is_dir():
+        for f in sorted(traj.rglob("*.jsonl")):
+            if f.is_file() and not f.is_symlink():
+                name = f.relative_to(run).as_posix()
+                docs[name] = ("jsonl", list(iter_jsonl(f)))
+                r.learn(docs[name][1])
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
     for name, (form, obj) in docs.items():
         where = {"file": name}
         if form == "jsonl":
+            # storable_json: a lone surrogate in an output is written as an escape, not a crash
             body = "".join(
-                json.dumps(r.json(row, "$", {**where, "line": i}), ensure_ascii=False) + "\n"
-                for i, row in enumerate(obj, start=1)
+                storable_json(r.json(row, "$", {**where, "line": i})) + "\n" for i, row in enumerate(obj, start=1)
             )
         elif form == "json":
             doc = r.json(obj, "$", where)
             if name == CONFIG and suite_dir is not None:
                 doc["suite"] = str(Path(suite_dir).resolve())
-            body = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+            body = storable_json(doc, indent=2) + "\n"
         else:
             body = r.text(obj, where)
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
         write_atomic(dest / name, body)
     record = r.log("evalkit report --redact")
     if log is not None:
-        write_atomic(Path(log), json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+        write_atomic(Path(log), storable_json(record, indent=2) + "\n")
     return RedactedRun(dest, frozenset(r.values), record)
 
 

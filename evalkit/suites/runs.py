@@ -486,3 +486,21 @@ def config_arm_names(meta: dict[str, Any]) -> list[str]:
     """The arm names a run's `config.json` lists (names or `{"name": ...}` objects)."""
     names = [a.get("name") if isinstance(a, dict) else str(a) for a in (meta.get("arms") or [])]
     return [n for n in names if n]
+
+
+def config_arm_settings(meta: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each arm's model, endpoint host and parameters as a run's `config.json` records
+    them (`arm_settings`, written by `evalkit run`); for a run of an older evalkit or
+    another tool, what its config snapshot says (the suite's generator model and
+    temperature for every arm, no host)."""
+    recorded = meta.get("arm_settings")
+    names = config_arm_names(meta)
+    if isinstance(recorded, dict) and recorded:
+        return {n: dict(recorded.get(n) or {}) for n in names}
+    raw_cfg, raw_gen = meta.get("config"), None
+    cfg: dict[str, Any] = raw_cfg if isinstance(raw_cfg, dict) else {}
+    raw_gen = cfg.get("generator")
+    gen: dict[str, Any] = raw_gen if isinstance(raw_gen, dict) else {}
+    model = gen.get("model") if isinstance(gen.get("model"), str) else None
+    base = {"model": model, "host": None, "temperature": cfg.get("temperature"), "seed": cfg.get("seed")}
+    return {n: dict(base) for n in names}

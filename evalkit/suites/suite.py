@@ -22,10 +22,11 @@ import string
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 import regex
 
+from evalkit.checking.judge import deterministic_alternative, model_family, rubric_examples, same_family
 from evalkit.foundations._io import (
     MAX_CASES_BYTES,
     MAX_CONFIG_BYTES,
@@ -42,10 +43,12 @@ from evalkit.foundations._io import (
     read_text_file,
 )
 from evalkit.foundations._jsonschema import jsonschema
+from evalkit.foundations._text import printable
 from evalkit.foundations.checks import CHECK_KINDS, CHECK_OPTIONS, TRAJECTORY_CHECK_OPTIONS, regex_flags
 from evalkit.foundations.errors import InputError
-from evalkit.foundations.findings import Findings
+from evalkit.foundations.findings import Findings, Weight
 from evalkit.foundations.layout import (
+    BASELINE_FILE,
     CASES_FILE,
     CONFIG_FILE,
     HUMAN_LABELS_FILE,
@@ -71,6 +74,7 @@ from evalkit.foundations.records import (
     set_gate,
     ungated_set_warning,
 )
+from evalkit.numbers.detectable import cases_for_drop, detectable_drop, planning_rate
 from evalkit.suites.endpoints import base_url_problem, masked_url
 from evalkit.suites.units import check_fixtures, check_trajectory_options, parse_unit
 
@@ -143,6 +147,7 @@ CONFIG_KEYS = {
     "allow_same_judge_model",
     "allow_uncalibrated_judge",
     "verdict_judge",
+    "judged_estimate",
     "timeout_s",
     "max_attempts",
     "ci",
@@ -151,13 +156,28 @@ CONFIG_KEYS = {
     "batch_price",
     "judge_batch_price",
     "unit",
+    "top_p",
 }
 REQUIRED_CONFIG_KEYS = ("generator", "cost_cap_usd", "max_tokens_in", "max_tokens_out", "price", "judge_price")
-ENDPOINT_KEYS = {"model", "base_url", "api_key_env"}
+ENDPOINT_KEYS = {"model", "base_url", "api_key_env", "cache_identity"}
 PRICE_KEYS = {"in_per_mtok", "out_per_mtok"}
-GATE_KEYS = {"max_success_drop_points", "max_cost_increase_pct", "min_tag_cases", "alpha"}
+GATE_KEYS = {"max_success_drop_points", "max_cost_increase_pct", "min_tag_cases", "alpha", "on_underpowered"}
 CI_KEYS = {"cost_cap_usd"}
-ARM_KEYS = {"name", "guidance", "skill_dir"}
+# An arm's own settings over the suite's (`Config.for_arm`): a model upgrade, another
+# endpoint, other sampling parameters, another prompt, another agent program.
+ARM_OVERRIDE_KEYS = (
+    "generator",
+    "price",
+    "batch_price",
+    "temperature",
+    "top_p",
+    "seed",
+    "max_tokens_out",
+    "prompt",
+    "system",
+    "unit",
+)
+ARM_KEYS = {"name", "guidance", "skill_dir", *ARM_OVERRIDE_KEYS}
 SKILL_FILE = "SKILL.md"  # in an arm's skill_dir: the skill an agent of that arm loads
 
 
@@ -311,8 +331,8 @@ class _Reader:
     def err(self, jp: str, msg: str) -> None:
         self.fx.error(msg, self.path, self.line_for(jp), jp)
 
-    def warn(self, jp: str, msg: str, strict_error: bool = False) -> None:
-        self.fx.warn(msg, self.path, self.line_for(jp), jp, strict_error=strict_error)
+    def warn(self, jp: str, msg: str, strict_error: bool = False, weight: Weight | None = None) -> None:
+        self.fx.warn(msg, self.path, self.line_for(jp), jp, strict_error=strict_error, weight=weight)
 
     def unknown_keys(self, obj: dict[str, Any], known: set[str], jp: str, what: str) -> None:
         for key in obj:
@@ -422,6 +442,21 @@ class _Reader:
         return v
 
 
+class _ArmReader(_Reader):
+    """A `_Reader` for one arm's settings: every message starts with the arm's name, so
+    a problem of an arm's model or price says which arm it is."""
+
+    def __init__(self, r: _Reader, arm: str) -> None:
+        super().__init__(r.fx, r.path, r.line_for)
+        self.arm = arm
+
+    def err(self, jp: str, msg: str) -> None:
+        super().err(jp, f"arm {self.arm!r}: {msg}")
+
+    def warn(self, jp: str, msg: str, strict_error: bool = False, weight: Weight | None = None) -> None:
+        super().warn(jp, f"arm {self.arm!r}: {msg}", strict_error, weight)
+
+
 # --- the suite folder's files -----------------------------------------------------------
 def _rel_file(src: SuiteSource, r: _Reader, rel: Any, jp: str, what: str) -> str | None:
     """Read a file named in the config, refusing paths that leave the suite folder."""
@@ -470,13 +505,22 @@ def _endpoint(r: _Reader, obj: Any, jp: str, what: str, required: bool) -> Endpo
     key_env = r.text(obj, "api_key_env", jp, default="OPENAI_API_KEY")
     if isinstance(key_env, str) and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key_env):
         r.err(f"{jp}.api_key_env", "api_key_env must name an environment variable (not hold a key)")
+    identity = r.text(obj, "cache_identity", jp, nullable=True)
+    if isinstance(identity, str) and not identity.strip():
+        r.err(f"{jp}.cache_identity", "cache_identity must be a non-empty string (or null: the base URL)")
+    elif identity is not None and what != "generator":
+        # the judge's answers are cached per run, scoped to its identity (model, endpoint,
+        # judge files), which its calibration is recorded for: not renamed by a key
+        r.err(f"{jp}.cache_identity", "cache_identity is the generator's (the response cache); the judge has none")
     if model is None:
         return None
-    return Endpoint(model=model, base_url=base_url, api_key_env=key_env or "OPENAI_API_KEY")
+    return Endpoint(
+        model=model, base_url=base_url, api_key_env=key_env or "OPENAI_API_KEY", cache_identity=identity or None
+    )
 
 
-def _price(r: _Reader, cfg: dict[str, Any], key: str) -> Price | None:
-    jp = f"$.{key}"
+def _price(r: _Reader, cfg: dict[str, Any], key: str, at: str = "$") -> Price | None:
+    jp = f"{at}.{key}"
     if key not in cfg:
         r.err(
             jp,
@@ -518,7 +562,19 @@ def _positive_number(obj: Any, key: str, *, zero_ok: bool = False) -> float | No
     return float(v) if (v > 0 or (zero_ok and v == 0)) else None
 
 
-def _check_calls_fit(r: _Reader, cfg: dict[str, Any], price_key: str, role: str, *, ci: bool = False) -> None:
+def _on_underpowered(r: _Reader, g: dict[str, Any]) -> Literal["fail", "warn"]:
+    """`gate.on_underpowered`: "fail" (the default: an UNDERPOWERED gate exits 1) or
+    "warn" (a suite that accepts a gate too small to see its threshold)."""
+    v = g.get("on_underpowered", "fail")
+    if v not in ("fail", "warn"):
+        r.err("$.gate.on_underpowered", f'on_underpowered must be "fail" or "warn", got {v!r}')
+        return "fail"
+    return cast(Literal["fail", "warn"], v)
+
+
+def _check_calls_fit(
+    r: _Reader, cfg: dict[str, Any], price_key: str, role: str, *, ci: bool = False, at: str = "$"
+) -> None:
     """An error when not one call fits under the cap at its worst case: the ledger would
     refuse the first reservation and the run could never sample anything. Checked on
     the values as written, even those over a limit (so 10**9 tokens says both). `ci`:
@@ -537,7 +593,7 @@ def _check_calls_fit(r: _Reader, cfg: dict[str, Any], price_key: str, role: str,
         if ci:
             jp = "$.ci.cost_cap_usd"
         else:
-            jp = "$.max_tokens_out" if tout * pout >= tin * pin else "$.max_tokens_in"
+            jp = f"{at}.max_tokens_out" if tout * pout >= tin * pin else "$.max_tokens_in"
         never = "a CI run could never grade" if ci and role == "judge" else "the run could never sample"
         r.err(
             jp,
@@ -548,7 +604,7 @@ def _check_calls_fit(r: _Reader, cfg: dict[str, Any], price_key: str, role: str,
         )
 
 
-def _batch_price_above(r: _Reader, cfg: dict[str, Any], key: str, online: str) -> None:
+def _batch_price_above(r: _Reader, cfg: dict[str, Any], key: str, online: str, at: str = "$") -> None:
     """A warning when a batch price is above its online price: providers charge less for
     a batch (OpenAI: half), so the number is likely a typo or a swap."""
     b, o = cfg.get(key), cfg.get(online)
@@ -556,7 +612,7 @@ def _batch_price_above(r: _Reader, cfg: dict[str, Any], key: str, online: str) -
         bv, ov = _positive_number(b, name, zero_ok=True), _positive_number(o, name, zero_ok=True)
         if bv is not None and ov is not None and bv > ov:
             r.warn(
-                f"$.{key}.{name}",
+                f"{at}.{key}.{name}",
                 f"{key}.{name} {bv:g} is above {online}.{name} {ov:g}: a provider batch costs less than "
                 "an online call (OpenAI: half); check the two prices",
             )
@@ -596,6 +652,14 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
                 f"judge model {judge.model!r} is the same as the generator's: a model favours its "
                 'own output; use a different judge or set "allow_same_judge_model": true',
             )
+    elif generator and judge and same_family(judge.model, generator.model):
+        r.warn(
+            "$.judge.model",
+            f"judge model {judge.model!r} is from the generator's model family ({model_family(judge.model)}, "
+            f"generator {generator.model!r}): same-family models share failure modes and rate their own style "
+            "higher; prefer a judge from another family",
+            weight="MEDIUM",
+        )
     if uses_judge and cfg.get("judge") is None:
         r.err("$.judge", "the suite has judged cases (expected.rubric) but config has no judge")
     allow_uncalibrated = r.boolean(cfg, "allow_uncalibrated_judge", "$")
@@ -609,10 +673,18 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
     if verdict_judge not in ("direct", "pairwise"):
         r.err("$.verdict_judge", f'verdict_judge must be "direct" or "pairwise", got {json.dumps(verdict_judge)}')
         verdict_judge = "direct"
-    elif verdict_judge == "pairwise" and cfg.get("judge") is None:
+    judged_estimate = cfg.get("judged_estimate", "judge")
+    if judged_estimate not in ("judge", "corrected"):
+        r.err(
+            "$.judged_estimate",
+            f'judged_estimate must be "judge" or "corrected", got {json.dumps(judged_estimate)}',
+        )
+        judged_estimate = "judge"
+    if verdict_judge == "pairwise" and cfg.get("judge") is None:
         r.err("$.verdict_judge", 'verdict_judge "pairwise" needs a judge')
 
     temperature = r.number(cfg, "temperature", "$", minimum=0, maximum=2, nullable=True)
+    top_p = r.number(cfg, "top_p", "$", minimum=0, maximum=1, nullable=True)
     seed = r.number(cfg, "seed", "$", integer=True, nullable=True, minimum=-MAX_SEED - 1, maximum=MAX_SEED)
     k = r.number(cfg, "k", "$", integer=True, positive=True, maximum=MAX_K, default=5)
     concurrency = r.number(cfg, "concurrency", "$", integer=True, positive=True, maximum=MAX_CONCURRENCY, default=4)
@@ -648,11 +720,12 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
         else:
             r.unknown_keys(g, GATE_KEYS, "$.gate", "gate")
             gate = GateThresholds(
-                float(r.number(g, "max_success_drop_points", "$.gate", minimum=0, maximum=100, default=5.0)),
+                float(r.number(g, "max_success_drop_points", "$.gate", minimum=0, maximum=100, default=3.0)),
                 float(r.number(g, "max_cost_increase_pct", "$.gate", minimum=0, default=20.0)),
                 int(r.number(g, "min_tag_cases", "$.gate", integer=True, positive=True, maximum=MAX_CASES, default=5)),
                 # the noise guard's level: a breach fails only when beyond run-to-run noise (1: off)
                 float(r.number(g, "alpha", "$.gate", positive=True, maximum=1, default=0.05)),
+                _on_underpowered(r, g),
             )
 
     ci_cap = None
@@ -730,7 +803,8 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
     if system is not None:
         identifiers |= _template_identifiers(system, r, "$.system", "system template") or set()
 
-    arms = _validate_arms(src, r, cfg, identifiers, unit)
+    suite_side = _SuiteSide(mode, generator, judge, allow_same, identifiers, ci_cap is not None)
+    arms = _validate_arms(src, r, cfg, identifiers, unit, suite_side)
     if verdict_judge == "pairwise" and arms is not None and len(arms) < 2:
         r.err("$.verdict_judge", 'verdict_judge "pairwise" compares two arms: the config has one')
 
@@ -765,6 +839,7 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
         allow_same_judge_model=allow_same,
         allow_uncalibrated_judge=allow_uncalibrated,
         verdict_judge=verdict_judge,
+        judged_estimate=judged_estimate,
         timeout_s=float(timeout_s),
         max_attempts=int(attempts),
         ci_cost_cap_usd=None if ci_cap is None else float(ci_cap),
@@ -774,11 +849,160 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
         judge_batch_price=batch_prices.get("judge_batch_price"),
         unit=unit,
         raw=dict(cfg),
+        top_p=None if top_p is None else float(top_p),
     )
 
 
+@dataclass(frozen=True)
+class _SuiteSide:
+    """What an arm's settings are checked against: the suite's mode, generator, judge,
+    template placeholders and whether it has a CI cap."""
+
+    mode: str
+    generator: Endpoint | None
+    judge: Endpoint | None
+    allow_same_judge_model: bool
+    identifiers: set[str]
+    ci: bool
+
+
+def _arm_overrides(
+    src: SuiteSource, r: _Reader, cfg: dict[str, Any], a: dict[str, Any], jp: str, unit: Unit | None, side: _SuiteSide
+) -> dict[str, Any] | None:
+    """The settings an arm sets over the suite's (`Arm` fields, with `overrides`), checked
+    as the suite's own are, each message naming the arm; None after reporting a problem."""
+    ar = _ArmReader(r, str(a.get("name")))
+    out: dict[str, Any] = {}
+    set_keys: list[str] = []
+    ok = True
+    raw_gen = cfg.get("generator")
+    base_gen: dict[str, Any] = raw_gen if isinstance(raw_gen, dict) else {}
+    gen = side.generator
+    if "generator" in a:
+        g = a["generator"]
+        if not isinstance(g, dict):
+            ar.err(f"{jp}.generator", "generator must be an object with model, base_url, api_key_env")
+            return None
+        merged = {k: v for k, v in base_gen.items() if k in ENDPOINT_KEYS} | g
+        gen = _endpoint(ar, merged, f"{jp}.generator", f"arm {ar.arm!r}'s generator", required=True)
+        if gen is None:
+            return None
+        out["generator"] = gen
+        set_keys.append("generator")
+    new_model = gen is not None and side.generator is not None and not _same_model(gen, side.generator)
+    if gen is not None and side.judge is not None and _same_model(gen, side.judge) and "generator" in a:
+        if side.allow_same_judge_model:
+            ar.warn(f"{jp}.generator.model", f"judge model {side.judge.model!r} is this arm's model; allowed")
+        else:
+            ar.err(
+                f"{jp}.generator.model",
+                f"judge model {side.judge.model!r} is the same as this arm's generator: a model favours its own "
+                'output; use a different judge or set "allow_same_judge_model": true',
+            )
+            ok = False
+    for key in ("price", "batch_price"):
+        if key in a:
+            p = _price(ar, a, key, jp)
+            if p is None:
+                ok = False
+            out[key] = p
+            set_keys.append(key)
+        elif new_model:
+            assert gen is not None and side.generator is not None
+            if key == "price":
+                ar.err(
+                    f"{jp}.price",
+                    f"missing key 'price' for model {gen.model!r}: the suite's price is for {side.generator.model!r}; "
+                    'an arm that runs another model sets its own price {"in_per_mtok": ..., "out_per_mtok": ...}',
+                )
+                ok = False
+            else:  # the suite's batch price is another model's: this arm has none (`run --batch` refuses it)
+                out[key] = None
+                set_keys.append(key)
+    if "batch_price" in a and out.get("batch_price") is not None:
+        _batch_price_above(ar, a if "price" in a else {**a, "price": cfg.get("price")}, "batch_price", "price", jp)
+    bounds: dict[str, dict[str, Any]] = {
+        "temperature": {"minimum": 0, "maximum": 2, "nullable": True},
+        "top_p": {"minimum": 0, "maximum": 1, "nullable": True},
+        "seed": {"integer": True, "nullable": True, "minimum": -MAX_SEED - 1, "maximum": MAX_SEED},
+        "max_tokens_out": {"integer": True, "positive": True, "maximum": MAX_TOKENS},
+    }
+    for key, kw in bounds.items():
+        if key in a:
+            before = len(r.fx.errors)
+            v = ar.number(a, key, jp, **kw)
+            if len(r.fx.errors) > before:
+                ok = False
+            out[key] = None if v is None else (int(v) if kw.get("integer") else float(v))
+            set_keys.append(key)
+    # the worst case of one of this arm's calls under the caps
+    fit = {
+        **cfg,
+        "price": a.get("price", cfg.get("price")),
+        "max_tokens_out": a.get("max_tokens_out", cfg.get("max_tokens_out")),
+    }
+    if "price" in fit and ("price" in a or "max_tokens_out" in a):  # else the suite's own check said it
+        _check_calls_fit(ar, fit, "price", "generator", at=jp)
+        if side.ci:
+            _check_calls_fit(ar, fit, "price", "generator", ci=True, at=jp)
+    if "batch_price" in a and isinstance(a.get("batch_price"), dict):
+        _check_calls_fit(ar, {**fit, "batch_price": a["batch_price"]}, "batch_price", "generator batch", at=jp)
+    own_program = _program_unit(unit)
+    for key, field_name, what in (("prompt", "template", "template"), ("system", "system", "system template")):
+        if key not in a:
+            continue
+        if own_program:
+            ar.err(f"{jp}.{key}", f"a {getattr(unit, 'kind', '')} unit uses no template")
+            ok = False
+            continue
+        if key == "system" and side.mode != "chat":
+            ar.err(f"{jp}.system", "a system template needs chat mode")
+            ok = False
+            continue
+        text = _rel_file(src, ar, a[key], f"{jp}.{key}", what)
+        if text is None:
+            ok = False
+            continue
+        ids = _template_identifiers(text, ar, f"{jp}.{key}", f"{what} {a[key]!r}")
+        if ids is None:
+            ok = False
+        if not text.strip():
+            ar.err(f"{jp}.{key}", f"{what} {a[key]!r} is empty")
+            ok = False
+        out[field_name], out[f"{field_name}_file"] = text, a[key]
+        set_keys.append(field_name)
+    if "unit" in a:
+        raw_unit = cfg.get("unit") or {"kind": "prompt"}
+        base = {"kind": raw_unit} if isinstance(raw_unit, str) else dict(raw_unit) if isinstance(raw_unit, dict) else {}
+        given = a["unit"]
+        if not isinstance(given, dict):
+            ar.err(f"{jp}.unit", "an arm's unit must be an object of the suite unit's fields it changes (argv, ...)")
+            return None
+        if "kind" in given and given["kind"] != base.get("kind", "prompt"):
+            ar.err(
+                f"{jp}.unit.kind",
+                f"an arm cannot change the unit's kind ({base.get('kind', 'prompt')!r} in the suite): "
+                "make it a suite of its own",
+            )
+            return None
+        u = parse_unit(ar, base | given, side.mode, jp=f"{jp}.unit")
+        if u is None:
+            return None
+        out["unit"] = u
+        set_keys.append("unit")
+    if not ok:
+        return None
+    out["overrides"] = tuple(set_keys)
+    return out
+
+
 def _validate_arms(
-    src: SuiteSource, r: _Reader, cfg: dict[str, Any], identifiers: set[str], unit: Unit | None = None
+    src: SuiteSource,
+    r: _Reader,
+    cfg: dict[str, Any],
+    identifiers: set[str],
+    unit: Unit | None = None,
+    side: _SuiteSide | None = None,
 ) -> tuple[Arm, ...] | None:
     raw = cfg.get("arms", [{"name": "baseline"}])
     if not isinstance(raw, list) or not raw:
@@ -793,11 +1017,18 @@ def _validate_arms(
             r.err(jp, 'an arm must be an object {"name", "guidance"}')
             ok = False
             continue
-        r.unknown_keys(a, ARM_KEYS, jp, "arm")
         name = r.text(a, "name", jp, required=True)
+        r.unknown_keys(a, ARM_KEYS, jp, f"arm {name!r}" if isinstance(name, str) else "arm")
         if name is None:
             ok = False
             continue
+        own: dict[str, Any] = {}
+        if side is not None and any(key in a for key in ARM_OVERRIDE_KEYS):
+            got = _arm_overrides(src, r, cfg, a, jp, unit, side)
+            if got is None:
+                ok = False
+            else:
+                own = got
         problem = case_id_problem(name)
         if problem:
             r.err(f"{jp}.name", f"arm name {name!r} is not safe as a folder name: {problem}")
@@ -813,7 +1044,10 @@ def _validate_arms(
                 ok = False
             elif not guidance.strip():
                 r.warn(f"{jp}.guidance", f"guidance file {guidance_file!r} is empty")
-            if guidance is not None and "guidance" not in identifiers and not _program_unit(unit):
+            arm_ids = identifiers | {
+                i for t in (own.get("template"), own.get("system")) if t for i in string.Template(t).get_identifiers()
+            }
+            if guidance is not None and "guidance" not in arm_ids and not _program_unit(unit):
                 r.err(
                     f"{jp}.guidance",
                     f"arm {name!r} has guidance but no template uses ${{guidance}}: "
@@ -825,10 +1059,13 @@ def _validate_arms(
             skill = _skill_text(src, r, skill_dir, f"{jp}.skill_dir", unit, identifiers)
             if skill is None:
                 ok = False
-        arms.append(Arm(name=name, guidance_file=guidance_file, guidance=guidance, skill_dir=skill_dir, skill=skill))
-    texts: dict[tuple[str, str], str] = {}
+        arms.append(
+            Arm(name=name, guidance_file=guidance_file, guidance=guidance, skill_dir=skill_dir, skill=skill, **own)
+        )
+    texts: dict[tuple[str, str, str], str] = {}
     for a in arms:
-        key = ((a.guidance or "").strip(), a.skill_dir or "")
+        own_settings = json.dumps({k: repr(getattr(a, k, None)) for k in a.overrides}, sort_keys=True)
+        key = ((a.guidance or "").strip(), a.skill_dir or "", own_settings)
         if key in texts:
             what = "guidance and skill" if a.skill_dir else "guidance"
             r.warn("$.arms", f"arms {texts[key]!r} and {a.name!r} send the same {what}: they measure nothing")
@@ -1113,9 +1350,19 @@ def _validate_case(
                 ok = False
                 continue
             opts = {k: v for k, v in c.items() if k != "kind"}
+            # an unknown option is an unknown key (an error with a "did you mean", a warning
+            # under --lenient-keys): a misspelt `case_fodl` would otherwise be ignored silently
             for key in opts:
-                if key not in CHECK_OPTIONS[kind]:
-                    r.warn(f"{cj}.{key}", label + f"unknown option {key!r} for a {kind} check", strict_error=True)
+                if key not in CHECK_OPTIONS[kind] and not is_comment_key(str(key)):
+                    close = difflib.get_close_matches(str(key), sorted(CHECK_OPTIONS[kind]), n=1, cutoff=0.6)
+                    hint = f"; did you mean {close[0]!r}?" if close else ""
+                    known = ", ".join(sorted(CHECK_OPTIONS[kind]))
+                    r.fx.unknown_key(
+                        label + f"unknown option {key!r} for a {kind} check{hint} (its options: {known})",
+                        r.path,
+                        r.line_for(f"{cj}.{key}"),
+                        f"{cj}.{key}",
+                    )
             if _check_options(kind, opts, r, cj, raw, src):
                 checks.append(Check(kind, opts))
             else:
@@ -1225,6 +1472,37 @@ def _judge_files(src: SuiteSource, fx: Findings) -> tuple[list[str], list[str]]:
     return [rel for _, rel in sorted(rubrics)], [rel for _, rel in sorted(prompts)]
 
 
+def _gate_power_warning(src: SuiteSource, cases: list[Case], config: Config | None, where: str, fx: Findings) -> None:
+    """A warning when the gated set is too small for the gate to detect a drop of its
+    threshold (`detectable.detectable_drop`, planned at the baseline's score when
+    `baseline.json` exists, else at 50%, the rate that needs the most cases): the gate
+    would say UNDERPOWERED (or warn, with `gate.on_underpowered` "warn")."""
+    if config is None:
+        return
+    t = config.gate
+    n = sum(set_gate(c.set) != NO_GATE for c in cases)
+    if not n or t.alpha >= 1 or t.max_success_drop_points <= 0:
+        return
+    score, at = 0.5, "a 50% score (no baseline yet)"
+    try:
+        b = json.loads((src.root / BASELINE_FILE).read_text(encoding="utf-8"))
+        if isinstance(b, dict) and isinstance(b.get("gated_case_score"), (int, float)):
+            score, at = min(1.0, max(0.0, float(b["gated_case_score"]))), "the baseline's score"
+    except (OSError, ValueError):
+        pass
+    p = planning_rate(score, n)
+    drop = 100 * detectable_drop(n, p, t.alpha)
+    if drop > t.max_success_drop_points + 1e-9:
+        need = cases_for_drop(t.max_success_drop_points / 100, p, t.alpha)
+        what = "warns" if t.on_underpowered == "warn" else "says UNDERPOWERED and exits 1"
+        fx.warn(
+            f"{n} gated case(s) can detect a drop of {drop:.1f} points or more at alpha {t.alpha:g} "
+            f"(80% power, planned at {at}), above the gate's {t.max_success_drop_points:g}-point threshold: "
+            f"the gate {what}; a drop of {t.max_success_drop_points:g} points needs {need:,} gated cases",
+            where,
+        )
+
+
 def _suite_warnings(
     src: SuiteSource,
     cases: list[Case],
@@ -1253,6 +1531,10 @@ def _suite_warnings(
                 cases_path,
                 c.line or None,
             )
+    _gate_power_warning(src, cases, config, cases_path, fx)
+    judged = [c for c in cases if c.judged]
+    if judged and rubric_files:
+        _rubric_findings(src, rubric_files[-1], judged, cases_path, fx)
     for c in cases:
         if c.judged and not rubric_files:
             fx.warn(f"case {c.id!r} is judged but there is no judge/rubric-vN.md file", cases_path, c.line or None)
@@ -1275,6 +1557,35 @@ def _suite_warnings(
         for c in cases:
             if not _program_unit(config.unit):
                 _check_render(config, c, src, fx)
+
+
+def _rubric_findings(src: SuiteSource, rubric_file: str, judged: list[Case], cases_path: str, fx: Findings) -> None:
+    """The seeds' rubric findings: the rubric the judge will use (the highest version)
+    with no scored few-shot example (MEDIUM: the judge calibrates on general taste, not
+    on the task), and each judged case a deterministic check could decide (LOW, naming
+    the check: `judge.deterministic_alternative`)."""
+    try:
+        text = src.read(rubric_file)
+    except InputError:  # unreadable: _judge_files reported it
+        return
+    if text.strip() and not rubric_examples(text):
+        fx.warn(
+            "the rubric has no scored few-shot example: add two or three, e.g. a line 'Example (score 5): ...' "
+            "and 'Example (score 2): ...', so the judge calibrates on the task rather than on general taste",
+            src.display(rubric_file),
+            weight="MEDIUM",
+        )
+    for c in judged:
+        alt = deterministic_alternative(c.rubric or "")
+        if alt is not None:
+            fx.warn(
+                f"judged case {c.id!r}: {alt[1]}: a deterministic {alt[0]!r} check could decide it instead of "
+                "the judge (deterministic before judged)",
+                cases_path,
+                c.line or None,
+                "$.expected.rubric",
+                weight="LOW",
+            )
 
 
 def run_size_problem(n_cases: int, n_arms: int, k: int) -> str | None:
@@ -1301,10 +1612,15 @@ def _check_run_size(config: Config, n_cases: int, src: SuiteSource, fx: Findings
     if problem:
         fx.error(problem, src.config_path, line, "$.k")
         return
-    worst = config.price.cost(config.max_tokens_in, config.max_tokens_out)
+    # each arm at its own worst case (its price and max_tokens_out, `Config.for_arm`)
+    arm_worst = [
+        config.for_arm(a).price.cost(config.max_tokens_in, config.for_arm(a).max_tokens_out) for a in config.arms
+    ]
+    worst = max(arm_worst)
     planned = n_cases * len(config.arms) * config.k
-    if worst > 0 and planned * worst > config.cost_cap_usd + 1e-12:
-        fit = int(config.cost_cap_usd / worst + 1e-9)
+    total_worst = n_cases * config.k * sum(arm_worst)
+    if worst > 0 and total_worst > config.cost_cap_usd + 1e-12:
+        fit = int(config.cost_cap_usd / (sum(arm_worst) / len(arm_worst)) + 1e-9)
         fx.warn(
             f"cost_cap_usd ${config.cost_cap_usd:g} covers {fit} generator call(s) at their worst case "
             f"(${worst:.6g} each); the run plans {planned} ({n_cases} cases x {len(config.arms)} arms x k "
@@ -1343,10 +1659,16 @@ def default_runs_dir(suite_path: str | Path) -> Path:
     return p
 
 
+_ARM_TEXTS = (("template", "prompt template"), ("system", "system template"))
+
+
 def _check_render(config: Config, case: Case, src: SuiteSource, fx: Findings) -> None:
     """Every placeholder of the templates must have a value for this case."""
     variables = template_variables(case, None)
-    for text, what in ((config.template, "template"), (config.system, "system template")):
+    texts = [(config.template, "template"), (config.system, "system template")]
+    for a in config.arms:  # an arm's own prompt or system file renders the same cases
+        texts += [(getattr(a, key), f"arm {a.name!r}'s {what}") for key, what in _ARM_TEXTS if key in a.overrides]
+    for text, what in texts:
         if text is None:
             continue
         missing = set(string.Template(text).get_identifiers()) - set(variables)
@@ -1473,7 +1795,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "max_tokens_out": 24,
     "price": {"in_per_mtok": 0.10, "out_per_mtok": 0.40},
     "judge_price": {"in_per_mtok": 0.15, "out_per_mtok": 0.60},
-    "gate": {"max_success_drop_points": 5, "max_cost_increase_pct": 20},
+    "gate": {"max_success_drop_points": 3, "max_cost_increase_pct": 20},
     "arms": [{"name": "baseline"}],
 }
 
@@ -1566,7 +1888,11 @@ def scaffold_files(unit: str) -> dict[str, str]:
         "prompt.txt": "${guidance}Q: ${input}\nA:",
         "guidance/skilled.md": "Answer with the name only.\n\nQ: What is the capital of Spain?\nA: Madrid\n\n",
         "judge/rubric-v1.md": f"# Rubric for {unit}, v1\n\n5: fully correct and concise.\n"
-        "3: partly correct.\n1: wrong, empty or off-task.\n",
+        "3: partly correct.\n1: wrong, empty or off-task.\n\n"
+        "Scored examples (replace them with two or three of your task's own outputs, a good and a bad one):\n\n"
+        "Example (score 5): Q: What is the capital of Spain? A: Madrid. Correct, and nothing else.\n"
+        "Example (score 2): Q: What is the capital of Spain? A: Spain's biggest city is Barcelona, "
+        "so probably that. Wrong, and padded.\n",
         "judge/prompt-v1.md": JUDGE_PROMPT_TEMPLATE,
         "scorers/README.md": "Optional Python checks: def score(output: str, case: dict) -> bool | (bool, str)\n"
         'Use one from cases.jsonl with {"kind": "scorer", "file": "scorers/name.py"}.\n',
@@ -1617,7 +1943,8 @@ def ci_suite(suite: Suite) -> Suite:
 def scaffold_suite(path: str | Path) -> Path:
     """Create a new suite folder for `evalkit init` (refuses a non-empty folder)."""
     dest = Path(path)
-    return write_suite_atomically(dest, scaffold_files(dest.name))
+    # The name is shown in the files' text: an undecodable byte of it as an escape (`_text.printable`).
+    return write_suite_atomically(dest, scaffold_files(printable(dest.name)))
 
 
 def load_cases(path: str | Path) -> tuple[Case, ...]:

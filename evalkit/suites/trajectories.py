@@ -6,8 +6,8 @@ resume that runs it again appends attempt 2 after it) and `t` (seconds since the
 
 * ``start``: the sample began (`case_id`, `arm`, `index`, `seed`, `unit`);
 * ``model_call``: one call the agent made (`call`: its ordinal in the attempt, from 1;
-  `endpoint`: ``chat`` or ``completion``; `request`: the messages or prompt, tools and
-  parameters sent; `answer`: text, tool calls, finish reason; `usage`, `cost_usd`,
+  `endpoint`: ``chat``, ``completion`` or ``responses``; `request`: the messages, prompt
+  or Responses ``input``, tools and parameters sent; `answer`: text, tool calls, finish reason; `usage`, `cost_usd`,
   `latency_ms`, `cached`, `attempts` (HTTP requests the endpoint received for it: 0 for
   a cache hit or a refused call), `status` ``ok`` | ``refused`` | ``failed`` |
   ``cancelled``, `error`). A call that goes out to the endpoint first writes a line
@@ -18,7 +18,9 @@ resume that runs it again appends attempt 2 after it) and `t` (seconds since the
 * ``tool``: one tool call and its result (`name`, `arguments`, `id`, `result`, `error`,
   `source`: ``fixture``, ``default``, ``any-tool default``, ``no fixture``, ``unknown
   tool`` or ``reported`` (the agent ran the tool itself and said what it got); `turn`:
-  the model calls made before it);
+  the model calls made before it; `asked`: ``{"call", "index"}``, the model call whose
+  answer asked for it and its position there, when one did: readers show tool lines in
+  that order, the model's, whatever order the tools finished in);
 * ``end``: the attempt finished (`status` ``finished`` | ``errored``, `stop`, `output`,
   `turns`, `tool_calls`, `usage`, `cost_usd`, `duration_ms`, `error`, and for a program
   `exit_status` and `stderr_tail`).
@@ -107,7 +109,9 @@ class Trajectory:
 
     @property
     def tools(self) -> list[dict[str, Any]]:
-        return [e for e in self.events if e.get("type") == "tool"]
+        """The tool lines in the model's order (`asked`: the call and position of the
+        model's request each answers), whatever order they were written in."""
+        return sorted((e for e in self.events if e.get("type") == "tool"), key=_model_order)
 
     def turns(self) -> list[Turn]:
         """The model calls in order, each with the tool lines written after it (tool
@@ -126,7 +130,7 @@ class Trajectory:
                 tools.append(e)
         if call is not None or tools:
             out.append(Turn(calls, call or {}, tuple(tools)))
-        return out
+        return [Turn(t.number, t.call, tuple(sorted(t.tools, key=_model_order))) for t in out]
 
     def texts(self) -> list[str]:
         """Every answer text of the model, in order, then the final output."""
@@ -149,6 +153,15 @@ class Trajectory:
                 elif isinstance(content, list):
                     parts.extend(str(p.get("text", "")) for p in content if isinstance(p, dict))
         return "\n".join(parts)
+
+
+def _model_order(line: dict[str, Any]) -> tuple[int, int]:
+    """Where the model asked for a tool line's call (its `asked` call and position);
+    one it did not ask for sorts after those of its turn (a stable sort keeps its place)."""
+    asked = line.get("asked")
+    if isinstance(asked, dict) and isinstance(asked.get("call"), int) and isinstance(asked.get("index"), int):
+        return asked["call"], asked["index"]
+    return int(line.get("turn") or 0), 1 << 30
 
 
 def read_trajectory(run_path: str | Path, case_id: str, arm: str, index: int) -> Trajectory | None:

@@ -41,11 +41,14 @@ from evalkit.foundations.records import Json, Unit
 
 UNIT_KINDS = ("prompt", "agent", "command", "python")
 AGENT_KINDS = ("agent", "command", "python")  # the units with trajectories
+SANDBOX_KEYS = ("isolation", "keep_workdir", "read_only_paths", "env")  # evalkit.calls.sandbox
+ISOLATIONS = ("sandbox", "none")
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 UNIT_KEYS = {
     "prompt": {"kind"},
     "agent": {"kind", "max_turns"},
-    "command": {"kind", "argv", "timeout_s"},
-    "python": {"kind", "callable", "timeout_s"},
+    "command": {"kind", "argv", "timeout_s", *SANDBOX_KEYS},
+    "python": {"kind", "callable", "timeout_s", *SANDBOX_KEYS},
 }
 MAX_TURNS = 1_000
 MAX_UNIT_TIMEOUT_S = 86_400.0
@@ -63,12 +66,11 @@ class Reader(Protocol):
     def warn(self, jp: str, msg: str, strict_error: bool = False) -> None: ...
 
 
-def parse_unit(r: Reader, raw: Any, mode: str) -> Unit | None:
+def parse_unit(r: Reader, raw: Any, mode: str, jp: str = "$.unit") -> Unit | None:
     """The `unit` of a config (`raw`: its JSON value, None when absent), or None after
-    reporting what is wrong with it."""
+    reporting what is wrong with it. `jp`: where it is (an arm's `unit` is its own)."""
     if raw is None:
         return Unit()
-    jp = "$.unit"
     if isinstance(raw, str):
         raw = {"kind": raw}
     if not isinstance(raw, dict):
@@ -114,9 +116,44 @@ def parse_unit(r: Reader, raw: Any, mode: str) -> Unit | None:
             ok = False
         else:
             target = v
+    box: dict[str, Any] | None = {}
+    if kind in ("command", "python"):
+        box = _parse_sandbox(r, raw, jp)
+        ok = ok and box is not None
     if not ok:
         return None
-    return Unit(kind=kind, max_turns=max_turns, argv=argv, timeout_s=timeout_s, callable=target)
+    return Unit(kind=kind, max_turns=max_turns, argv=argv, timeout_s=timeout_s, callable=target, **(box or {}))
+
+
+def _parse_sandbox(r: Reader, raw: dict[str, Any], jp: str) -> dict[str, Any] | None:
+    """The sandbox keys of a command or python unit (`evalkit.calls.sandbox`), or None after
+    reporting what is wrong. Whether a path exists is checked when the run starts
+    (`evalkit.running.agents.prepare`), where the suite folder is known."""
+    ok = True
+    iso = raw.get("isolation", "sandbox")
+    if iso not in ISOLATIONS:
+        r.err(f"{jp}.isolation", f"isolation must be one of {', '.join(ISOLATIONS)}, got {json.dumps(iso)}")
+        ok = False
+    keep = raw.get("keep_workdir", False)
+    if not isinstance(keep, bool):
+        r.err(f"{jp}.keep_workdir", f"keep_workdir must be true or false, got {json.dumps(keep)}")
+        ok = False
+    paths = raw.get("read_only_paths", [])
+    if not isinstance(paths, list) or not all(isinstance(p, str) and p for p in paths):
+        r.err(f"{jp}.read_only_paths", "read_only_paths must be a list of paths relative to the suite folder")
+        ok = False
+    else:
+        for i, p in enumerate(paths):
+            if p.startswith("/") or ".." in p.replace("\\", "/").split("/"):
+                r.err(f"{jp}.read_only_paths[{i}]", f"{p!r} must be a path inside the suite folder (relative, no '..')")
+                ok = False
+    names = raw.get("env", [])
+    if not isinstance(names, list) or not all(isinstance(n, str) and ENV_NAME_RE.fullmatch(n) for n in names):
+        r.err(f"{jp}.env", "env must be a list of environment variable names (passed from evalkit's environment)")
+        ok = False
+    if not ok:
+        return None
+    return {"isolation": iso, "keep_workdir": keep, "read_only_paths": tuple(paths), "env": tuple(names)}
 
 
 # --------------------------------------------------------------------------- fixtures

@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+import yaml
+
 from evalkit.foundations._io import write_atomic
 from evalkit.foundations.errors import InputError
 from evalkit.foundations.layout import CACHE_FILE
@@ -167,9 +169,67 @@ def install_spec(spec: str | None, repo_root: str | Path) -> str:
     return _inside(path, root, "--evalkit-spec")
 
 
-def _q(s: str) -> str:
-    """A YAML double-quoted scalar (JSON strings are valid YAML)."""
-    return json.dumps(s)
+# What a suite path or watch pattern may not hold: `${{` (GitHub evaluates it wherever
+# it stands, env and paths included), control characters (a tab, CR, LF, NUL, ESC) and
+# line separators (NEL, U+2028, U+2029), which end a YAML line or hide from a reviewer.
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def unsafe_text_problem(text: str) -> str | None:
+    """Why `text` cannot go into the workflow, or None."""
+    if "${{" in text:
+        return "it holds '${{', which GitHub Actions would evaluate as an expression"
+    m = _UNSAFE.search(text)
+    if m:
+        return f"it holds the control character or line separator U+{ord(m.group()):04X}"
+    return None
+
+
+def check_workflow_text(text: str, what: str) -> str:
+    """`text` when it can go into a workflow; else InputError (exit 2) with the reason."""
+    problem = unsafe_text_problem(text)
+    if problem:
+        raise InputError(f"{what} {text!r} cannot go into a CI workflow: {problem}; rename it")
+    return text
+
+
+class _Dumper(yaml.SafeDumper):  # type: ignore[misc]  # PyYAML ships no types
+    """PyYAML's safe dumper, with multi-line strings (the run scripts) as literal blocks."""
+
+
+def _str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in data else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+def _none(dumper: yaml.SafeDumper, data: None) -> yaml.ScalarNode:
+    return dumper.represent_scalar("tag:yaml.org,2002:null", "")  # `workflow_dispatch:` as GitHub's docs write it
+
+
+_Dumper.add_representer(str, _str)
+_Dumper.add_representer(type(None), _none)
+
+_HEADER = """# Written by `evalkit init SUITE --ci github`. Edit freely; re-run init only on a new suite.
+# Caps and gate thresholds live in the suite's config.json (`ci.cost_cap_usd`, `gate`), not here.
+# This workflow never writes a baseline: accept one with `evalkit baseline accept RUN` in a
+# change of its own, reviewed by someone else. Every value below is written by a YAML library.
+# evalkit is installed from where it was installed when this file was written (`--evalkit-spec`,
+# or its recorded origin): never by the bare name, which on PyPI is an unrelated project.
+# The report folder is uploaded rendered with --redact: personal data and secrets in model
+# outputs show as placeholders. The run folder is not uploaded.
+"""
+
+_RUN_SCRIPT = """mkdir -p {out}
+set +e
+evalkit run "$EVALKIT_SUITE" --ci --no-progress --junit {out}/run.xml > {out}/run.log 2>&1
+rc=$?
+set -e
+cat {out}/run.log
+run_dir=$(sed -n 's/^run folder: //p' {out}/run.log | tail -n 1)
+echo "EVALKIT_RUN_EXIT=$rc" >> "$GITHUB_ENV"
+echo "EVALKIT_RUN=$run_dir" >> "$GITHUB_ENV"
+if [ -z "$run_dir" ]; then echo "evalkit run wrote no run folder (exit $rc)"; exit "$rc"; fi
+"""
 
 
 def github_workflow(
@@ -182,7 +242,12 @@ def github_workflow(
 ) -> str:
     """The text of `.github/workflows/evalkit.yml` for `suite`, whose folder is
     `suite_rel` relative to the repository root (`repo_root`, found from the suite
-    unless given). `requirement`: `--evalkit-spec` (see `install_spec`)."""
+    unless given). `requirement`: `--evalkit-spec` (see `install_spec`).
+
+    The document is built as data and written by PyYAML, so a suite path with `: `,
+    ` #` or quotes stays one string everywhere it appears; a path (or `--watch`
+    pattern) holding `${{`, a control character or a line separator is refused
+    (`InputError`), since no quoting keeps GitHub from evaluating an expression."""
     cfg = suite.config
     if cfg.ci_cost_cap_usd is None:
         raise InputError(
@@ -191,116 +256,94 @@ def github_workflow(
             Path(suite.path) / "config.json",
             json_path="$.ci",
         )
-    suite_rel = suite_rel.strip("/") or "."
+    suite_rel = check_workflow_text(suite_rel.strip("/") or ".", "the suite path")
+    for w in watch:
+        check_workflow_text(w, "the --watch pattern")
     keys = [e.api_key_env for e in (cfg.generator, cfg.judge) if e is not None and e.api_key_env]
+    for k in keys:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+            raise InputError(f"api_key_env {k!r} is not an environment variable name", Path(suite.path) / "config.json")
     paths = list(dict.fromkeys([*DEFAULT_WATCH, f"{suite_rel}/**", *watch, str(WORKFLOW_PATH)]))
     cache = f"{suite_rel}/runs/{CACHE_FILE}"
-    req = install_spec(requirement, repo_root if repo_root is not None else repo_root_of(Path(suite.path)))
-    env_lines = [
-        f"      EVALKIT_SUITE: {_q(suite_rel)}",
-        "      # optional overrides of the config's endpoints (repository variables)",
-        "      EVALKIT_BASE_URL: ${{ vars.EVALKIT_BASE_URL }}",
-        "      EVALKIT_JUDGE_BASE_URL: ${{ vars.EVALKIT_JUDGE_BASE_URL }}",
+    req = check_workflow_text(
+        install_spec(requirement, repo_root if repo_root is not None else repo_root_of(Path(suite.path))),
+        "the evalkit install source",
+    )
+    env: dict[str, str] = {
+        "EVALKIT_SUITE": suite_rel,
+        "EVALKIT_BASE_URL": "${{ vars.EVALKIT_BASE_URL }}",  # optional overrides of the config's endpoints
+        "EVALKIT_JUDGE_BASE_URL": "${{ vars.EVALKIT_JUDGE_BASE_URL }}",
+    }
+    env.update({k: f"${{{{ secrets.{k} }}}}" for k in dict.fromkeys(keys)})
+    ran = "${{ !cancelled() && env.EVALKIT_RUN != '' }}"
+    steps: list[dict[str, Any]] = [
+        {"uses": "actions/checkout@v4"},
+        {"uses": "actions/setup-python@v5", "with": {"python-version": "3.11"}},
+        {
+            "name": "Install evalkit",
+            "env": {"EVALKIT_SPEC": req},
+            "run": 'python -m pip install "$EVALKIT_SPEC"',
+        },
+        {
+            # Cached answers are keyed by their exact request, so the newest cache serves any run.
+            "name": "Restore the response cache",
+            "id": "responses",
+            "uses": "actions/cache/restore@v4",
+            "with": {
+                "path": cache,
+                "key": "evalkit-responses-${{ github.run_id }}",
+                "restore-keys": "evalkit-responses-",
+            },
+        },
+        {"name": "Lint the suite", "run": 'evalkit lint "$EVALKIT_SUITE"'},
+        {"name": "Run under the suite's CI cost cap", "run": _RUN_SCRIPT.format(out=CI_OUT)},
+        {
+            "name": "Grade",
+            "if": ran,
+            "run": 'evalkit grade "$EVALKIT_RUN" || echo "evalkit grade exited $? (the gate reads the run\'s state)"',
+        },
+        {
+            "name": "Gate against the committed baseline",
+            "if": ran,
+            "run": 'evalkit gate "$EVALKIT_RUN" --baseline "$EVALKIT_SUITE/baseline.json" '
+            f'--runner-exit "$EVALKIT_RUN_EXIT" --junit {CI_OUT}/gate.xml --markdown "$GITHUB_STEP_SUMMARY"',
+        },
+        {
+            "name": "Report",
+            "if": "${{ always() && env.EVALKIT_RUN != '' }}",
+            "run": f'evalkit report "$EVALKIT_RUN" --reports-dir {REPORTS_DIR} --redact',
+        },
+        {
+            "name": "Save the response cache",
+            "if": "${{ always() }}",
+            "uses": "actions/cache/save@v4",
+            "with": {"path": cache, "key": "${{ steps.responses.outputs.cache-primary-key }}"},
+        },
+        {
+            "name": "Upload the report folder",
+            "if": "${{ always() }}",
+            "uses": "actions/upload-artifact@v4",
+            "with": {"name": "evalkit-report", "path": f"{REPORTS_DIR}/", "if-no-files-found": "warn"},
+        },
     ]
-    env_lines += [f"      {k}: ${{{{ secrets.{k} }}}}" for k in dict.fromkeys(keys)]
-    path_lines = "\n".join(f"      - {_q(p)}" for p in paths)
-    return f"""# Written by `evalkit init {suite_rel} --ci github`. Edit freely; re-run init only on a new suite.
-# Caps and gate thresholds live in {suite_rel}/config.json (`ci.cost_cap_usd`, `gate`), not here.
-# This workflow never writes a baseline: accept one with `evalkit baseline accept RUN` in a
-# change of its own, reviewed by someone else.
-name: evalkit
-
-on:
-  pull_request:
-    paths:
-{path_lines}
-  workflow_dispatch:
-
-permissions:
-  contents: read
-
-concurrency:
-  group: evalkit-${{{{ github.ref }}}}
-  cancel-in-progress: true
-
-jobs:
-  evalkit:
-    runs-on: ubuntu-latest
-    timeout-minutes: 60
-    env:
-{chr(10).join(env_lines)}
-    steps:
-      - uses: actions/checkout@v4
-
-      - uses: actions/setup-python@v5
-        with:
-          python-version: "3.11"
-
-      # evalkit from where it was installed when this file was written (`--evalkit-spec`, or
-      # its recorded origin): never by the bare name, which on PyPI is an unrelated project.
-      - name: Install evalkit
-        env:
-          EVALKIT_SPEC: {_q(req)}
-        run: python -m pip install "$EVALKIT_SPEC"
-
-      # Cached answers are keyed by their exact request, so the newest cache serves any run.
-      - name: Restore the response cache
-        id: responses
-        uses: actions/cache/restore@v4
-        with:
-          path: {cache}
-          key: evalkit-responses-${{{{ github.run_id }}}}
-          restore-keys: evalkit-responses-
-
-      - name: Lint the suite
-        run: evalkit lint "$EVALKIT_SUITE"
-
-      - name: Run under the suite's CI cost cap
-        run: |
-          mkdir -p {CI_OUT}
-          set +e
-          evalkit run "$EVALKIT_SUITE" --ci --no-progress --junit {CI_OUT}/run.xml > {CI_OUT}/run.log 2>&1
-          rc=$?
-          set -e
-          cat {CI_OUT}/run.log
-          run_dir=$(sed -n 's/^run folder: //p' {CI_OUT}/run.log | tail -n 1)
-          echo "EVALKIT_RUN_EXIT=$rc" >> "$GITHUB_ENV"
-          echo "EVALKIT_RUN=$run_dir" >> "$GITHUB_ENV"
-          if [ -z "$run_dir" ]; then echo "evalkit run wrote no run folder (exit $rc)"; exit "$rc"; fi
-
-      - name: Grade
-        if: ${{{{ !cancelled() && env.EVALKIT_RUN != '' }}}}
-        run: evalkit grade "$EVALKIT_RUN" || echo "evalkit grade exited $? (the gate reads the run's state)"
-
-      - name: Gate against the committed baseline
-        if: ${{{{ !cancelled() && env.EVALKIT_RUN != '' }}}}
-        run: >-
-          evalkit gate "$EVALKIT_RUN" --baseline "$EVALKIT_SUITE/baseline.json"
-          --runner-exit "$EVALKIT_RUN_EXIT"
-          --junit {CI_OUT}/gate.xml --markdown "$GITHUB_STEP_SUMMARY"
-
-      # The report folder is uploaded for anyone who can read this repository's runs:
-      # rendered with --redact, so personal data and secrets in model outputs (a key a model
-      # leaked, which grade flags HIGH) show as placeholders. The run folder is not uploaded.
-      - name: Report
-        if: ${{{{ always() && env.EVALKIT_RUN != '' }}}}
-        run: evalkit report "$EVALKIT_RUN" --reports-dir {REPORTS_DIR} --redact
-
-      - name: Save the response cache
-        if: ${{{{ always() }}}}
-        uses: actions/cache/save@v4
-        with:
-          path: {cache}
-          key: ${{{{ steps.responses.outputs.cache-primary-key }}}}
-
-      - name: Upload the report folder
-        if: ${{{{ always() }}}}
-        uses: actions/upload-artifact@v4
-        with:
-          name: evalkit-report
-          path: {REPORTS_DIR}/
-          if-no-files-found: warn
-"""
+    doc: dict[str, Any] = {
+        "name": "evalkit",
+        "on": {"pull_request": {"paths": paths}, "workflow_dispatch": None},
+        "permissions": {"contents": "read"},
+        "concurrency": {"group": "evalkit-${{ github.ref }}", "cancel-in-progress": True},
+        "jobs": {
+            "evalkit": {
+                "runs-on": "ubuntu-latest",
+                "timeout-minutes": 60,
+                "env": env,
+                "steps": steps,
+            }
+        },
+    }
+    body = str(
+        yaml.dump(doc, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=4096, default_flow_style=False)
+    )
+    return _HEADER + body
 
 
 def write_github_workflow(

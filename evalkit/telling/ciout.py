@@ -37,8 +37,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from evalkit.foundations._io import write_atomic
+from evalkit.foundations.errors import RedactionIncomplete
 from evalkit.foundations.layout import RESULTS, SUMMARY_JSON
-from evalkit.foundations.records import COST_RISE_PREFIXES, SCORE_DROP_PREFIXES, judge_line
+from evalkit.foundations.records import COST_RISE_PREFIXES, SCORE_DROP_PREFIXES, UNDERPOWERED_PREFIX, judge_line
 from evalkit.suites.runs import RunFolder, config_arm_names, iter_jsonl
 
 if TYPE_CHECKING:
@@ -119,7 +120,7 @@ def _num(x: Any, fmt: str = ".3f") -> str:
 
 def _gate_value(kind: str, x: Any) -> str:
     """A gate check's value: a score to three places, a cost in dollars."""
-    return _num(x, ".3f") if kind == "score" else "$" + _num(x, ".4g")
+    return _num(x, ".3f") if kind != "cost" else "$" + _num(x, ".4g")
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
@@ -167,12 +168,24 @@ def markdown(report: CiReport) -> str:
     return "\n\n".join([f"## {report.title}: {md_escape(report.headline, 300)}", *report.sections]) + "\n"
 
 
+def _checked(p: Path) -> Path:
+    """`p` as written, read back by the privacy scanner (entities, escapes and the other
+    decoded forms included): a file that still shows a value is removed and
+    `RedactionIncomplete` names it (never the value), as a redacted report's files are."""
+    from evalkit.suites.privacy import leaking_files, scanner  # lazy: as `_published`
+
+    if leaking_files([p], [], scanner()):
+        p.unlink()
+        raise RedactionIncomplete(f"redaction incomplete: removed {p}, which still held personal data or a secret")
+    return p
+
+
 def write_junit(report: CiReport, path: str | Path) -> Path:
-    """Write the JUnit XML atomically (parent folders made)."""
+    """Write the JUnit XML atomically (parent folders made), then check what it shows."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(p, junit_xml(report).decode("utf-8"))
-    return p
+    return _checked(p)
 
 
 def write_markdown(report: CiReport, path: str | Path) -> Path:
@@ -182,12 +195,16 @@ def write_markdown(report: CiReport, path: str | Path) -> Path:
     text = markdown(report)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary and p.resolve() == Path(summary).resolve():
+        from evalkit.suites.privacy import scanner  # lazy: as `_published`
+
+        if scanner().scan(text):  # checked before it is appended: other steps' text stays
+            raise RedactionIncomplete(f"redaction incomplete: nothing appended to {p}, which would show a secret")
         with open(p, "a", encoding="utf-8") as fh:
             fh.write(text + "\n")
         return p
     p.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(p, text)
-    return p
+    return _checked(p)
 
 
 # --------------------------------------------------------------------------- shared parts
@@ -265,11 +282,25 @@ def gate_report(res: GateResult, run: Any = None, metrics: RunMetrics | None = N
         )
     else:
         failed_reasons = {r for r in res.reasons if r.startswith(SCORE_DROP_PREFIXES + COST_RISE_PREFIXES)}
-        other = [r for r in res.reasons if r not in failed_reasons]
+        weak = [r for r in res.reasons if r.startswith(UNDERPOWERED_PREFIX)]
+        other = [r for r in res.reasons if r not in failed_reasons and r not in weak]
         cases.append(TestCase("comparable with the baseline", cls, "failure" if other else "passed", "; ".join(other)))
+        if res.power is not None:
+            # UNDERPOWERED is an error, never a pass: the gate could not see its threshold
+            pw = res.power.describe()
+            outcome: Outcome = "error" if weak else "passed"
+            cases.append(
+                TestCase(
+                    "power",
+                    cls,
+                    outcome,
+                    "; ".join(weak),
+                    pw + (" (warned)" if res.power.underpowered and not weak else ""),
+                )
+            )
         for c in res.checks:
             name = c.label
-            unit = " points" if c.kind == "score" else "%"
+            unit = " points" if c.kind != "cost" else "%"
             detail = (
                 f"baseline {_num(c.baseline, '.4g')}, current {_num(c.current, '.4g')}, change "
                 f"{c.change:+.1f}{unit} (threshold {c.threshold:g}{unit}), cases {c.n_cases}, "
@@ -281,21 +312,21 @@ def gate_report(res: GateResult, run: Any = None, metrics: RunMetrics | None = N
                         r
                         for r in failed_reasons
                         if c.group in r
-                        and r.startswith(SCORE_DROP_PREFIXES if c.kind == "score" else COST_RISE_PREFIXES)
+                        and r.startswith(SCORE_DROP_PREFIXES if c.kind != "cost" else COST_RISE_PREFIXES)
                     ),
                     detail,
                 )
                 cases.append(TestCase(name, cls, "failure", why, detail))
             else:
                 cases.append(TestCase(name, cls, "passed", "", detail + (" (within noise)" if c.exceeded else "")))
-    headline = "PASS" if res.passed else "FAIL: " + " / ".join(res.causes)
+    headline = res.status if res.status != "FAIL" else "FAIL: " + " / ".join(res.causes)
     sections = []
     if res.reasons and not res.passed:
         sections.append("**Why:** " + md_escape("; ".join(res.reasons), 600))
     if res.read_rates and res.checks:
         rows = []
         for c in res.checks:
-            unit = " pts" if c.kind == "score" else "%"
+            unit = " pts" if c.kind != "cost" else "%"
             result = "FAIL" if c.failed else ("within noise" if c.exceeded else "ok")
             rows.append(
                 [

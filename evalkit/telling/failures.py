@@ -36,6 +36,7 @@ class FailedSample:
     judge_score: float | None
     judge_reason: str | None
     error: str | None
+    judge_unstable: bool = False  # asked again (`grade --judge-repeats`), the judge's verdict flipped
 
     def why(self) -> str:
         """The reasons in one line: the failed checks, the judge's verdict, or the error."""
@@ -43,6 +44,8 @@ class FailedSample:
         if self.judge_score is not None or any(c.name == "judge" for c in self.checks):
             score = fmt.number(self.judge_score)
             parts.append(f"judge: score {score}" + (f", {self.judge_reason}" if self.judge_reason else ""))
+        if self.judge_unstable:
+            parts.append("judge UNSTABLE: asked again, its verdict flipped (grade --judge-repeats)")
         if self.error:
             parts.append(f"error: {self.error}")
         return "; ".join(parts) or "not graded"
@@ -119,9 +122,15 @@ def _failed(item: Any) -> FailedSample:
     index, output, g = item
     if g is None:  # no grade: never a pass
         return FailedSample(index, _opt(output), (), None, None, "not graded")
-    _, checks, judge_score, judge_reason, error = g
+    _, checks, judge_score, judge_reason, error, *rest = g
     return FailedSample(
-        index, _opt(output), _checks(checks), _opt(judge_score), _opt(judge_reason), _opt(error) or None
+        index,
+        _opt(output),
+        _checks(checks),
+        _opt(judge_score),
+        _opt(judge_reason),
+        _opt(error) or None,
+        bool(rest and _opt(rest[0])),
     )
 
 
@@ -136,7 +145,9 @@ def failures(
     the samples shown: a 100,000-sample run has that many rows, on two pages."""
     samples = run.samples
     grades = run.grades
-    by_key = keyed_values(grades, ("passed", "checks", "judge_score", "judge_reason", "error")) if len(grades) else {}
+    columns: tuple[str, ...] = ("passed", "checks", "judge_score", "judge_reason", "error")
+    columns += ("judge_unstable",) if "judge_unstable" in grades.columns else ()  # graded with --judge-repeats
+    by_key = keyed_values(grades, columns) if len(grades) else {}
     # per case-arm: [samples, passed, the failing samples as met: (index, output, grade values or None)];
     # a `FailedSample` is made only for the few a page shows
     groups: dict[tuple[str, str], list[Any]] = {}

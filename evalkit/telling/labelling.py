@@ -21,6 +21,7 @@ from __future__ import annotations
 import html
 import json
 import random
+import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -404,6 +405,9 @@ class LabelUI:
         display(self.box)
 
 
+RATER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
 def label_notebook(labels_file: str | Path, out: str | Path | None = None, *, rater: str = "") -> Path:
     """Write the `label_judge` notebook with its parameters set for `labels_file` (and
     `rater`) beside it, ready to open in JupyterLab (papermill's prepare-only mode: no
@@ -416,6 +420,11 @@ def label_notebook(labels_file: str | Path, out: str | Path | None = None, *, ra
     lp = Path(labels_file)
     if not lp.is_file():
         raise InputError("no label file here: write one with `evalkit judge sample RUN -n 20 --to FILE`", lp)
+    if rater and not RATER_NAME.fullmatch(rater):
+        raise InputError(
+            f"--rater {rater!r}: a rater name may hold letters, digits, '.', '_' and '-' (up to 64, starting "
+            "with a letter or digit); it names the notebook file and is recorded on each label"
+        )
     dst = Path(out) if out is not None else lp.with_name(f"{lp.stem}-label{'-' + rater if rater else ''}.ipynb")
     pm.execute_notebook(
         str(src),

@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from evalkit.calls.sandbox import NOT_CONTAINED
 from evalkit.checking.judge import PairOutcome
 from evalkit.checking.judge import read_pairwise as _read_pairwise
 from evalkit.conclusions.compare import compare_arms
@@ -92,11 +93,13 @@ def table_html(data: Any, *, caption: str | None = None, index: bool = False, ma
     more = len(df) - max_rows
     if more > 0:
         df = df.head(max_rows)
-    shown = df.astype(object).map(fmt.cell) if len(df.columns) else df
+    # every cell through `visible`: a NUL, an ESC or a lone surrogate in an output is shown
+    # as an escape (and the page can be written as UTF-8), never as the raw character
+    shown = df.astype(object).map(lambda v: visible(fmt.cell(v))) if len(df.columns) else df
     if index:
-        shown.index = [fmt.cell(i) for i in shown.index]
+        shown.index = [visible(fmt.cell(i)) for i in shown.index]
     out = str(shown.to_html(escape=True, index=index, border=0, classes="ek-table", na_rep=fmt.NO_DATA))
-    cap = f"<div class='ek-caption'><b>{html.escape(caption)}</b></div>" if caption else ""
+    cap = f"<div class='ek-caption'><b>{html.escape(visible(caption))}</b></div>" if caption else ""
     tail = f"<div><i>{fmt.count(more, 'more row')} not shown</i></div>" if more > 0 else ""
     return cap + out + tail
 
@@ -273,8 +276,20 @@ def run_state(run: Run, summary: GradesSummary | None) -> tuple[str, str] | None
     return report_state(run, summary)
 
 
+def not_contained(run: Run) -> str | None:
+    """The line every page of a run shows when its program under test ran unsandboxed
+    (``"isolation": "none"``, recorded in the run's config.json and summary.json:
+    `evalkit.calls.sandbox`), else None."""
+    recorded = (run.summary or {}).get("isolation") or (run.config or {}).get("isolation")
+    return NOT_CONTAINED if recorded == "none" else None
+
+
 def show_state(run: Run, summary: GradesSummary | None) -> tuple[str, str] | None:
-    """Display `run_state` as a banner (nothing for a complete graded run)."""
+    """Display `run_state` as a banner (nothing for a complete graded run), and the
+    `not_contained` line first when the program under test was not sandboxed."""
+    uncontained = not_contained(run)
+    if uncontained is not None:
+        banner("regression", uncontained)
     state = run_state(run, summary)
     if state is not None:
         banner(*state)
@@ -384,6 +399,35 @@ def comparison(run: Run, baseline: str, treatment: str, plan: str = "", judge: s
     return compare_arms(run, baseline, treatment, judge=judge or None, alpha=p.alpha if p else 0.05, plan=p)
 
 
+def arm_matrix(run: Run) -> dict[str, Any] | None:
+    """A run of more than two arms: the comparisons `compare` (or `report`) recorded,
+    every pair Holm-corrected (`records.ArmComparisons`), as a caption and one table row
+    per pair; None for a run of two arms or none recorded."""
+    m = run_verdicts(run).arm_comparisons
+    if m is None:
+        return None
+    rows = [
+        {
+            "baseline": v.baseline_arm,
+            "treatment": v.treatment_arm,
+            "wins": v.wins,
+            "ties": v.ties,
+            "losses": v.losses,
+            "errored": v.errored,
+            "p (two-sided)": fmt.pvalue(v.p_value),
+            "p (Holm)": fmt.pvalue(q),
+            "verdict (corrected)": v.kind,
+        }
+        for v, q in zip(m.pairs, m.p_adjusted, strict=True)
+    ]
+    how = f"{m.control} against each other arm" if m.control else "every pair"
+    caption = (
+        f"{len(m.arms)} arms ({', '.join(m.arms)}): {how}, {len(m.pairs)} comparisons, exact sign test per pair, "
+        f"Holm-corrected across the pairs at alpha {m.alpha:g}."
+    )
+    return {"caption": caption, "rows": rows}
+
+
 def read_pairwise(run: Run) -> list[PairOutcome]:
     """The pairwise judge's outcomes of a run (`pairwise.jsonl`), none when it has none."""
     return _read_pairwise(Path(run.path) / PAIRWISE)
@@ -444,3 +488,57 @@ def read_sidecar(directory: str | Path, name: str) -> dict[str, Any] | None:
         return None
     data: dict[str, Any] = json.loads(p.read_text(encoding="utf-8"))
     return data
+
+
+def judged_rate_rows(judged: Mapping[str, Any] | None) -> list[dict[str, str]]:
+    """The judged rates of `grades-summary.json`'s `judged_rates` as table rows, one per
+    group (all samples, each arm, its sets and tags): the corrected rate first where
+    people labelled enough of the group, then the judge-only rate, the human labels'
+    own rate and the judge's bias, each with its 95% interval. [] without judged
+    samples. The numbers are `grading.judged_rates`'; this only formats them."""
+    if not judged:
+        return []
+    groups: list[tuple[str, str, Mapping[str, Any]]] = [("all arms", "all judged samples", judged["overall"])]
+    for arm, blocks in (judged.get("per_arm") or {}).items():
+        groups.append((arm, "all judged samples", blocks["overall"]))
+        groups += [(arm, f"set {s}", b) for s, b in (blocks.get("per_set") or {}).items()]
+        groups += [(arm, f"tag {t}", b) for t, b in (blocks.get("per_tag") or {}).items()]
+    rows = []
+    for arm, group, b in groups:
+        jo, cor, bias, human = b["judge_only"], b.get("corrected"), b.get("bias"), b.get("human") or {}
+        rows.append(
+            {
+                "arm": arm,
+                "group": group,
+                "corrected (95% CI)": fmt.pct_ci(cor["rate"], cor["low"], cor["high"]) if cor else fmt.NO_DATA,
+                "labelled n / judged N": f"{cor['n'] if cor else human.get('n', 0)} / {jo['N']}",
+                "judge only (95% CI)": fmt.pct_ci(jo["rate"], jo["low"], jo["high"]),
+                "human labels alone": fmt.pct(human.get("rate")),
+                "judge bias (95% CI)": (
+                    f"{fmt.points(bias['value'])} ({fmt.points(bias['low'])} to {fmt.points(bias['high'])})"
+                    if bias
+                    else fmt.NO_DATA
+                ),
+            }
+        )
+    return rows
+
+
+def consistency_rows(consistency: Mapping[str, Any] | None) -> list[dict[str, str]]:
+    """`grades-summary.json`'s `judge_consistency` (`grade --judge-repeats`) as table
+    rows, one per rubric version: items re-asked, asks per item, flip rate and the share
+    of items whose verdict straddles the threshold. [] when the judge was asked once."""
+    if not consistency:
+        return []
+    return [
+        {
+            "rubric": version,
+            "items re-asked": str(v["n_items"]),
+            "asks per item": str(v["repeats"]),
+            "flip rate": fmt.pct(v["flip_rate"]),
+            "straddling the threshold": fmt.pct(v["straddle_share"]),
+            "score changes": fmt.pct(v["score_change_share"]),
+            "unstable items": ", ".join(v["unstable"][:10]) + (" ..." if len(v["unstable"]) > 10 else ""),
+        }
+        for version, v in (consistency.get("per_version") or {}).items()
+    ]

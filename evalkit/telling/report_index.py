@@ -26,7 +26,7 @@ from evalkit.foundations.records import (
     gate_failure_causes,
 )
 from evalkit.suites.runload import grades_summary, judge_trust_notice, run_verdicts
-from evalkit.suites.runs import RunFolder, config_arm_names
+from evalkit.suites.runs import RunFolder, config_arm_names, config_arm_settings
 
 # The notebooks a report can hold (notebooks/<name>.ipynb), in page order, and their titles.
 NOTEBOOKS: tuple[str, ...] = (
@@ -144,6 +144,7 @@ def write_manifest(
         "suite": meta.get("suite_name") or Path(str(meta.get("suite") or "")).name or None,
         "source": meta.get("source"),
         "arms": config_arm_names(meta),
+        "arm_models": {a: st.get("model") for a, st in config_arm_settings(meta).items()},
         "k": meta.get("k"),
         "complete": summary.get("complete"),
         "judge_notice": judge_trust_notice(run),
@@ -258,6 +259,15 @@ def trend_svg(
     return "".join(parts)
 
 
+def _arms_cell(m: Mapping[str, Any]) -> str:
+    """The arms of a run, each with the model it ran (escaped): `arm (model)`."""
+    models = m.get("arm_models") or {}
+    return "<br>".join(
+        html.escape(str(a)) + (f" <span class='model'>({html.escape(str(models[a]))})</span>" if models.get(a) else "")
+        for a in m.get("arms") or []
+    )
+
+
 def _pct(v: Any) -> str:
     return fmt.pct(v)
 
@@ -267,7 +277,7 @@ body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;mar
 table{border-collapse:collapse;margin:0.5em 0 1.5em 0}th,td{border:1px solid #ddd;padding:4px 8px;vertical-align:top;
 font-size:13px}th{background:#f4f4f4;text-align:left}.pass{color:#1a7f37;font-weight:bold}
 .regression{color:#c62828;font-weight:bold}.inconclusive{color:#8a6d00}.no-improvement{color:#555}
-.warn{color:#c62828}code{font-size:12px}
+.warn{color:#c62828}code{font-size:12px}.skipped{color:#666;font-size:12px}
 """
 
 
@@ -281,7 +291,15 @@ def build_index(reports_dir: str | Path) -> Path:
     runs.sort(key=lambda m: (m.get("created") or "", m["_dir"]))
     e = html.escape
     rows = []
-    for m in reversed(runs):
+    # grouped by suite (the suites in name order), each suite's runs newest first
+    grouped = sorted(reversed(runs), key=lambda m: str(m.get("suite") or "(no suite)"))
+    current: str | None = None
+    for m in grouped:
+        suite_name = str(m.get("suite") or "(no suite)")
+        if suite_name != current:
+            current = suite_name
+            n_runs = sum(1 for r in runs if str(r.get("suite") or "(no suite)") == suite_name)
+            rows.append(f"<tr class='suite'><th colspan='8'>suite {e(suite_name)} ({n_runs} run(s))</th></tr>")
         for i, v in enumerate(m.get("verdicts") or []):
             # a manifest written before gate entries carried their cause: "gate FAIL (...)"
             # was labelled regression even for an incomplete run; label it by cause now.
@@ -306,6 +324,13 @@ def build_index(reports_dir: str | Path) -> Path:
             for nb in m.get("notebooks") or []
             if nb.get("html")
         )
+        skipped = m.get("skipped") or {}
+        if isinstance(skipped, dict) and skipped:  # the pages not made, each with why (nothing to show)
+            links += (
+                "<br><span class='skipped'>not made: "
+                + "; ".join(f"{e(TITLES.get(str(name), str(name)))} ({e(str(why))})" for name, why in skipped.items())
+                + "</span>"
+            )
         rates = ", ".join(f"{e(str(a))} {_pct(v)}" for a, v in (m.get("headline") or {}).items()) or (
             "<span class='warn'>not graded: nothing to report</span>" if m.get("graded") is False else "&mdash;"
         )
@@ -315,7 +340,7 @@ def build_index(reports_dir: str | Path) -> Path:
             complete += f"<br><span class='warn'>{e(str(m['judge_notice']))}</span>"
         rows.append(
             f"<tr><td>{e(str(m.get('created') or ''))}</td><td><code>{e(m['_dir'])}</code>{complete}</td>"
-            f"<td>{e(str(m.get('suite') or ''))}</td><td>{e(', '.join(str(a) for a in m.get('arms') or []))}</td>"
+            f"<td>{e(str(m.get('suite') or ''))}</td><td>{_arms_cell(m)}</td>"
             f"<td>{rates}</td><td>{verdicts}</td>"
             f"<td>{e(fmt.usd(spend))}</td><td>{links}</td></tr>"
         )

@@ -36,19 +36,20 @@ from pathlib import Path
 from typing import Any
 
 from evalkit.checking.judge import load_human_labels
-from evalkit.conclusions.compare import compare_arms
+from evalkit.conclusions.compare import compare_arms, compare_many
 from evalkit.conclusions.gates import gate, load_baseline
 from evalkit.conclusions.grading import summarize_run, write_summary
 from evalkit.conclusions.microtest import analyse
 from evalkit.conclusions.verdicts import conformance_verdict, record_verdicts
 from evalkit.foundations._io import iter_jsonl, read_json_object, write_atomic
 from evalkit.foundations._jsonschema import jsonschema, papermill
-from evalkit.foundations.errors import InputError
+from evalkit.foundations.errors import EvalkitError, InputError
 from evalkit.foundations.layout import (
     BASELINE_FILE,
     GRADES,
     HUMAN_LABELS_FILE,
     MICROTEST_MARKER,
+    PAIRWISE,
     RESULTS,
     RUN_CONFIG,
     TRAJECTORIES,
@@ -65,7 +66,7 @@ from evalkit.suites.runload import (
     load_run,
     report_state,
 )
-from evalkit.suites.runs import RunFolder, config_arm_names, find_suite_dir
+from evalkit.suites.runs import RunFolder, config_arm_names, config_arm_settings, find_suite_dir
 from evalkit.telling.nb import REDACT_ENV
 from evalkit.telling.report_index import CSP, NOTEBOOKS, TITLES, build_index, write_manifest
 
@@ -171,6 +172,9 @@ def conclude(run_dir: Run | str | Path, inputs: Inputs) -> RunVerdicts:
         bl, tr = two_arms(arms)
         p = load_plan(inputs.plan) if inputs.plan is not None else None
         comparison = compare_arms(run, bl, tr, alpha=p.alpha if p else 0.05, plan=p)
+    elif graded and len(arms) > 2 and not (path / MICROTEST_MARKER).exists():
+        # every pair, Holm-corrected across the pairs, each recorded in verdicts.json
+        compare_many(run, arms, plan=inputs.plan)
     if graded and inputs.baseline is not None:
         b = load_baseline(inputs.baseline)
         if b.arm in arms or (b.arm is None and len(arms) == 1):
@@ -192,10 +196,10 @@ def conclude(run_dir: Run | str | Path, inputs: Inputs) -> RunVerdicts:
 
 def two_arms(arms: Sequence[str]) -> tuple[str, str]:
     """The baseline and treatment of a two-arm run: the arm called baseline or control
-    (else the first), then the other."""
-    if arms[0] in ("baseline", "control") or arms[1] not in ("baseline", "control"):
-        return arms[0], arms[1]
-    return arms[1], arms[0]
+    (else the first), then the other; of a run of more arms, that baseline and the first
+    other arm (the pair its skill-comparison page shows in full)."""
+    base = next((a for a in arms if a in ("baseline", "control")), arms[0])
+    return base, next(a for a in arms if a != base)
 
 
 def plan_notebooks(
@@ -226,16 +230,22 @@ def plan_notebooks(
         plans["pass_at_k"] = dict(base)
     else:
         skipped["pass_at_k"] = "the run is not graded (run `evalkit grade` first)"
-    if len(arms) == 2 and graded:
+    if len(arms) >= 2 and graded:
+        # more arms: the page shows every pair's corrected verdict, and this pair in full
         bl, tr = two_arms(arms)
         plans["skill_comparison"] = {**base, "baseline": bl, "treatment": tr, "plan": plan}
     else:
         skipped["skill_comparison"] = (
-            "needs exactly two arms" if len(arms) != 2 else "the run is not graded (run `evalkit grade` first)"
+            "needs two arms or more" if len(arms) < 2 else "the run is not graded (run `evalkit grade` first)"
         )
     has_judge_scores = graded and _grades_have_judge(run / GRADES, loaded)
+    has_pairwise = (run / PAIRWISE).is_file() and (run / PAIRWISE).stat().st_size > 0
     has_judge = bool((meta.get("config") or {}).get("judge")) if isinstance(meta.get("config"), dict) else False
-    if has_judge_scores or has_judge or inputs.human_labels is not None:
+    # A page only where it has something to show: a judge configured for a suite with no
+    # judged case has nothing of this run's to calibrate (PandaLM's reference, when asked
+    # for, is shown for a run that has a judge).
+    reference = pandalm_dir is not None and has_judge
+    if has_judge_scores or has_pairwise or inputs.human_labels is not None or reference:
         plans["judge_calibration"] = {
             **base,
             "human_labels": str(inputs.human_labels.resolve()) if inputs.human_labels else "",
@@ -243,7 +253,7 @@ def plan_notebooks(
         if pandalm_dir is not None:
             plans["judge_calibration"]["pandalm_dir"] = str(Path(pandalm_dir).resolve())
     else:
-        skipped["judge_calibration"] = "no judge, no judge scores and no human labels"
+        skipped["judge_calibration"] = "nothing to calibrate: no judge score, no pairwise trial and no human label"
     if len(arms) >= 2 or inputs.plan is not None:
         plans["power_planning"] = {**base, "interactive": False, "plan": plan}
     else:
@@ -440,6 +450,36 @@ def params_table_html(parameters: Mapping[str, Any], title: str) -> str:
     )
 
 
+def arms_table_html(run_dir: Any) -> str:
+    """The arms of a report page's run, each with its model, the host its calls went to
+    and its sampling parameters (`runs.config_arm_settings`), escaped; "" when the page
+    has no run."""
+    if not run_dir:
+        return ""
+    try:
+        settings = config_arm_settings(RunFolder(Path(str(run_dir))).read_meta())
+    except (OSError, EvalkitError):
+        return ""
+    if not settings:
+        return ""
+
+    def cell(v: Any) -> str:
+        return html.escape("not set" if v is None else str(v))
+
+    rows = "".join(
+        f"<tr><td>{html.escape(arm)}</td><td><code>{cell(st.get('model'))}</code></td>"
+        f"<td>{cell(st.get('host'))}</td><td>{cell(st.get('temperature'))}</td><td>{cell(st.get('top_p'))}</td>"
+        f"<td>{cell(st.get('seed'))}</td><td>{cell(st.get('max_tokens_out'))}</td>"
+        f"<td>{html.escape(', '.join(str(o) for o in st.get('overrides') or []) or 'none')}</td></tr>"
+        for arm, st in settings.items()
+    )
+    return (
+        "<table class='ek-arms'><thead><tr><th>arm</th><th>model</th><th>endpoint host</th><th>temperature</th>"
+        "<th>top_p</th><th>seed</th><th>max_tokens_out</th><th>set over the suite</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
+    )
+
+
 _NOTICE_STYLE = "background:#fff8e1;color:#8a6d00;border-left:6px solid #8a6d00;padding:0.5em 1em"
 
 
@@ -453,7 +493,7 @@ def render_html(ipynb: str | Path, parameters: Mapping[str, Any], *, title: str)
     src = Path(ipynb)
     nb = nbformat.read(src, as_version=4)
     header = nbformat.v4.new_code_cell(source="")
-    head = params_table_html(parameters, title)
+    head = params_table_html(parameters, title) + arms_table_html(parameters.get("run_dir"))
     notice = judge_trust_notice(parameters.get("run_dir"))
     if notice:  # on every page of the run: the judge's pass/fail is held, or counts by opt-out
         head += f"<p class='ek-judge-notice' style='{_NOTICE_STYLE}'><b>{html.escape(notice)}</b></p>"
@@ -605,6 +645,13 @@ def _render_run(
                     raise InputError(f"notebook {n} does not apply to this run: {skipped.get(n, 'unknown')}", run)
             plans = {n: p for n, p in plans.items() if n in notebooks}
         for name, extra in (extra_parameters or {}).items():
+            if name == "skill_comparison":  # the pair shown in full must be two of the run's arms
+                arms = config_arm_names(RunFolder(source).read_meta())
+                bad = [a for a in (extra.get("baseline"), extra.get("treatment")) if a and a not in arms]
+                if bad:
+                    raise InputError(
+                        f"--pair: {', '.join(map(str, bad))} is not an arm of the run ({', '.join(arms)})", run
+                    )
             if name in plans:
                 plans[name].update(extra)
         out_dir.mkdir(parents=True, exist_ok=True)

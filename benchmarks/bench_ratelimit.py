@@ -1,0 +1,176 @@
+"""A provider's steady rate limit, used to the full: evalkit beside inspect-ai.
+
+The server is evalkit's scripted server in its rate-limit mode (`rate_limit` in the
+script, evalkit.calls.serve.RateLimit): 600 requests/min and 200,000 tokens/min, enforced as
+providers do: a bucket of one second's worth that refills continuously, every refused
+request counted against the limit too, 429 with Retry-After, and OpenAI's
+`x-ratelimit-*` headers on every answer. Both sides run 1,800 single-call samples (3
+minutes at the limit) at concurrency 32:
+
+* evalkit: `run_suite` on a completion suite (k 10, 90 cases x 2 arms);
+* inspect-ai: `inspect_ai.eval` of the same prompts through its `openai-api` provider
+  pointed at the loopback server (`max_connections` 32), in its own process, stopped
+  after `--cap-s` seconds when it has not finished.
+
+Measured on the server (the tool's own bookkeeping is not trusted): requests admitted
+and refused, and the achieved throughput as a fraction of the limit: admitted requests
+over the span from the server's first request to its last admitted one, divided by 10
+per second (each tool's start-up is left out alike); lost samples: planned samples
+without a result at the end.
+
+    .venv/bin/python benchmarks/bench_ratelimit.py            # 1,800 samples a side (3+ minutes each)
+    .venv/bin/python benchmarks/bench_ratelimit.py --smoke    # 120 samples a side, for a quick check
+
+Writes `benchmarks/results/ratelimit.json` (`ratelimit-smoke.json` with --smoke).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+from conftest import write_engine_suite  # noqa: E402
+
+from evalkit.running.runner import run_suite  # noqa: E402
+from evalkit.suites.runs import iter_jsonl  # noqa: E402
+from evalkit.calls.serve import ScriptedServer  # noqa: E402
+
+RPM, TPM, CONCURRENCY, K = 600, 200_000, 32, 10
+SCRIPT = {
+    "default": {"text": "Paris"},
+    "rate_limit": {"requests_per_min": RPM, "tokens_per_min": TPM, "burst_s": 1.0, "count_refused": True},
+}
+_INSPECT = textwrap.dedent(
+    """
+    import sys
+    from inspect_ai import Task, eval
+    from inspect_ai.dataset import MemoryDataset, Sample
+    from inspect_ai.scorer import match
+    from inspect_ai.solver import generate
+    n, url, logs = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    ds = MemoryDataset([Sample(input=f"Q: What is the capital of country number {i}?\\nA:", target="Paris",
+                               id=f"s{i}") for i in range(n)])
+    task = Task(dataset=ds, solver=generate(), scorer=match())
+    log = eval(task, model="openai-api/scripted/scripted", model_base_url=url, max_connections=32,
+               max_tokens=16, log_dir=logs, display="none", fail_on_error=False)[0]
+    done = sum(1 for s in (log.samples or []) if not s.error)
+    print("INSPECT", log.status, done, flush=True)
+    """
+)
+
+
+def _server_figures(srv: ScriptedServer, wall: float) -> dict:
+    """The server's count, and the throughput from its first request to its last
+    admitted one (a tool's start-up is not the limit's to use) as a fraction of the limit."""
+    rl = srv.rate_limit
+    assert rl is not None
+    span = (rl.last_admitted_at or 0.0) - (rl.first_at or 0.0)
+    return {
+        "admitted": rl.admitted,
+        "refused": rl.refused,
+        "wall_s": round(wall, 2),
+        "served_span_s": round(span, 2),
+        "fraction_of_limit": round(rl.admitted / (span * RPM / 60.0), 3) if span > 0 else None,
+    }
+
+
+def evalkit_side(samples: int, work: Path) -> dict:
+    n_cases = samples // (2 * K)
+    cases = [
+        {"id": f"case-{i:04d}", "input": f"What is the capital of country number {i}?", "expected": "Paris", "tags": ["b"]}
+        for i in range(n_cases)
+    ]
+    suite = write_engine_suite(
+        work / "suite", cases, k=K, concurrency=CONCURRENCY, cost_cap_usd=100.0, max_attempts=6, max_tokens_out=16
+    )
+    with ScriptedServer(SCRIPT) as srv:
+        t0 = time.perf_counter()
+        res = run_suite(suite, runs_dir=work / "runs", base_url=srv.base_url, progress=False)
+        wall = time.perf_counter() - t0
+        fig = _server_figures(srv, wall)
+    results = list(iter_jsonl(Path(res.path) / "results.jsonl"))
+    fig.update(
+        planned=n_cases * 2 * K,
+        results=len(results),
+        lost=n_cases * 2 * K - len({(r["case_id"], r["arm"], r["index"]) for r in results}),
+        complete=res.complete,
+    )
+    return fig
+
+
+def inspect_side(samples: int, work: Path, cap_s: float) -> dict:
+    with ScriptedServer(SCRIPT) as srv:
+        env = {**os.environ, "SCRIPTED_API_KEY": "bench", "INSPECT_LOG_DIR": str(work / "logs")}
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _INSPECT, str(samples), srv.base_url, str(work / "logs")],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            out, _ = proc.communicate(timeout=cap_s)
+            exited = True
+        except subprocess.TimeoutExpired:  # killed: what the server counted stands
+            proc.kill()
+            out, _ = proc.communicate()
+            exited = False
+        wall = time.perf_counter() - t0
+        fig = _server_figures(srv, wall)
+    line = next((ln for ln in out.splitlines() if ln.startswith("INSPECT ")), None)
+    done = int(line.split()[2]) if line else None
+    fig.update(
+        planned=samples,
+        results=done,
+        lost=None if done is None else samples - done,
+        exited_within_cap=exited,  # the process ended by itself within --cap-s (after writing its log)
+        status=line.split()[1] if line else f"stopped after {cap_s:g} s" if not exited else out[-400:],
+    )
+    return fig
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--samples", type=int, default=1800)
+    ap.add_argument("--smoke", action="store_true", help="120 samples a side")
+    ap.add_argument("--cap-s", type=float, default=None, help="stop inspect-ai after this long (default 2x the ideal)")
+    ap.add_argument("--sides", default="evalkit,inspect")
+    args = ap.parse_args()
+    samples = 120 if args.smoke else args.samples
+    cap = args.cap_s or 120.0 + 2.0 * samples / (RPM / 60.0)
+    out: dict = {
+        "limit": {"requests_per_min": RPM, "tokens_per_min": TPM, "refused_requests_count": True, "burst_s": 1.0},
+        "samples_per_side": samples,
+        "concurrency": CONCURRENCY,
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared), Python {platform.python_version()}",
+        "command": "benchmarks/bench_ratelimit.py" + (" --smoke" if args.smoke else ""),
+    }
+    with tempfile.TemporaryDirectory() as d:
+        work = Path(d)
+        if "evalkit" in args.sides:
+            (work / "e").mkdir()
+            out["evalkit"] = evalkit_side(samples, work / "e")
+            print("evalkit", json.dumps(out["evalkit"]), flush=True)
+        if "inspect" in args.sides:
+            (work / "i").mkdir()
+            out["inspect_ai"] = inspect_side(samples, work / "i", cap)
+            print("inspect-ai", json.dumps(out["inspect_ai"]), flush=True)
+    dest = HERE / "results" / ("ratelimit-smoke.json" if args.smoke else "ratelimit.json")
+    dest.write_text(json.dumps(out, indent=2) + "\n")
+    print(dest)
+
+
+if __name__ == "__main__":
+    main()

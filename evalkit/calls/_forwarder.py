@@ -1,0 +1,97 @@
+"""The forwarder inside a sandbox (`evalkit.calls.sandbox`): serves the metering proxy's Unix
+socket on the sandbox's own 127.0.0.1:PORT, then runs the unit's program.
+
+Run by bubblewrap as ``python -I -S _forwarder.py PORT SOCKET -- ARGV...``: it listens
+on the loopback port (the sandbox has its own network namespace: nothing else is
+reachable), forks, execs ARGV in the child (which inherits stdin, stdout and stderr),
+lets go of those three itself, and copies each accepted connection to and from the
+socket until the program exits; it exits with the program's status (128 + N for a
+signal N, as a shell reports it). Standard library only, imported by no module of
+evalkit: it runs under ``-S`` so it starts in a few milliseconds. Written by hand
+because no library does this byte copy without costing the start-up it saves.
+"""
+
+# The C modules under `socket` and `threading`, and no `__future__`: no Python-level
+# import at start-up (`socket` alone pulls in enum and selectors): a sample's start-up
+# is what this costs.
+import _socket
+import _thread
+import os
+import sys
+
+
+def _copy(src: _socket.socket, dst: _socket.socket) -> None:
+    try:
+        while data := src.recv(65536):
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        try:
+            dst.shutdown(_socket.SHUT_WR)
+        except OSError:
+            pass
+
+
+def _serve_one(conn: _socket.socket, path: str) -> None:
+    try:
+        up = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        up.connect(path)
+    except OSError:
+        conn.close()
+        return
+    back_done = _thread.allocate_lock()
+    back_done.acquire()
+
+    def back() -> None:
+        try:
+            _copy(up, conn)
+        finally:
+            back_done.release()
+
+    _thread.start_new_thread(back, ())
+    _copy(conn, up)
+    back_done.acquire()
+    conn.close()
+    up.close()
+
+
+def _serve(listener: _socket.socket, path: str) -> None:
+    while True:
+        try:
+            fd, _ = listener._accept()  # type: ignore[attr-defined]  # _socket's accept: a descriptor
+        except OSError:
+            return
+        conn = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM, 0, fd)
+        conn.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+        _thread.start_new_thread(_serve_one, (conn, path))
+
+
+def main(args: list[str]) -> int:
+    port, path, sep, *argv = args
+    if sep != "--" or not argv:
+        sys.stderr.write("usage: _forwarder.py PORT SOCKET -- ARGV...\n")
+        return 2
+    listener = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+    listener.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", int(port)))
+    listener.listen(128)
+    pid = os.fork()
+    if pid == 0:
+        listener.close()
+        try:
+            os.execvp(argv[0], argv)
+        except OSError as exc:
+            sys.stderr.write(f"evalkit sandbox: could not start {argv[0]!r}: {exc.strerror or exc}\n")
+        os._exit(127)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):  # the program's pipes are its own: their end is its exit
+        os.dup2(null, fd)
+    _thread.start_new_thread(_serve, (listener, path))
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    return 128 - code if code < 0 else code
+
+
+if __name__ == "__main__":
+    os._exit(main(sys.argv[1:]))

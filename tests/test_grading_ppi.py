@@ -1,0 +1,299 @@
+"""Corrected judged rates end to end: a 500-sample run judged by a generous judge on
+the scripted server, 40 of its samples labelled by "people" (the label file `judge
+sample` draws, filled in), graded; `grades-summary.json` gives the judge-only and the
+prediction-powered rate, the latter equal to ppi-python to 1e-9 and covering the human
+rate the test knows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import ppi_py
+import pytest
+
+from evalkit.telling import labelling
+from evalkit.conclusions.grading import GRADES_SUMMARY, grade_run, judged_rates
+from evalkit.foundations.records import Case, CaseTable, Check, CheckResult, Grade, GradesSummary, Sample, Usage
+from evalkit.suites.runs import RunFolder, iter_jsonl
+from evalkit.calls.serve import ScriptedServer
+from test_grading import write_suite
+
+N_CASES, K = 100, 5
+# the judge is generous: it passes the SLY outputs people fail (+8 points of 500)
+JUDGE = {
+    "model": "judge-model",
+    "rules": [
+        {"match": "ANSWER-GOOD", "text": "SCORE: 5 REASON: meets the rubric"},
+        # asked again at other seeds it sometimes says 2: seed 7 (the grading's) picks the 4, seed 8 the 2
+        {"match": "ANSWER-SLY", "texts": ["SCORE: 2 REASON: not quite", "SCORE: 4 REASON: looks fine"]},
+        {"match": "ANSWER-STERN", "text": "SCORE: 2 REASON: too short"},
+        {"match": "ANSWER-BAD", "text": "SCORE: 1 REASON: misses the rubric"},
+    ],
+    "default": {"text": "SCORE: 1 REASON: ?"},
+}
+HUMAN = {"GOOD": 5, "SLY": 2, "STERN": 5, "BAD": 1}
+
+
+def kind_of(i: int) -> str:
+    """Sample i's kind: 280 GOOD, 45 SLY, 5 STERN, 170 BAD (human rate 57%, judge 65%)."""
+    r = (i * 37) % 500
+    return "GOOD" if r < 280 else "SLY" if r < 325 else "STERN" if r < 330 else "BAD"
+
+
+def _run(root: Path, suite: Path) -> Path:
+    cases = [json.loads(ln) for ln in (suite / "cases.jsonl").read_text().splitlines()]
+    meta = {"suite": str(suite), "suite_name": "suite", "config": json.loads((suite / "config.json").read_text()),
+            "arms": ["baseline"], "k": K, "cases": [c["id"] for c in cases], "source": "evalkit"}
+    folder = RunFolder.create(root / "runs", meta)
+    for ci, c in enumerate(cases):
+        for i in range(K):
+            n = ci * K + i
+            folder.append_result(Sample(
+                case_id=c["id"], tags=tuple(c["tags"]), arm="baseline", index=i, seed=7, model="gen-model",
+                output=f"ANSWER-{kind_of(n)} number {n}", tool_calls=(), finish_reason="stop", usage=Usage(10, 5),
+                latency_ms=100.0, cost_usd=0.00002, request_hash=f"h{n}"))
+    folder.close()
+    return folder.path
+
+
+def test_forty_labels_correct_a_generous_judge_as_ppi_python_does(tmp_path):
+    cases = [{"id": f"open-{c:03d}", "input": f"Describe {c}", "expected": {"rubric": "Accurate"},
+              "tags": ["open", "even" if c % 2 == 0 else "odd"], **({"set": "regression"} if c < 50 else {})}
+             for c in range(N_CASES)]
+    suite = write_suite(tmp_path, cases=cases, extra={"k": K, "cost_cap_usd": 5.0, "judged_estimate": "corrected"})
+    run = _run(tmp_path, suite)
+    with ScriptedServer(JUDGE) as srv:
+        grade_run(run, judge_base_url=srv.base_url)
+        items = labelling.draw_items(run, 40, seed=3)
+        for it in items:  # a person scores each drawn output
+            it["score"], it["rater"] = HUMAN[it["output"].split()[0].removeprefix("ANSWER-")], "ana"
+        labelling.write_label_file(items, suite / "judge" / "human-sample.jsonl")
+        res = grade_run(run, judge_base_url=srv.base_url, judge_repeats=3)  # the judge replays at $0; 100 asks more
+    summary = json.loads((run / GRADES_SUMMARY).read_text())
+    jr = summary["judged_rates"]
+    assert GradesSummary.from_json(summary).judged_rates == jr == res.summary.judged_rates
+    assert jr["estimate"] == "corrected" and jr["n_labelled"] == 40 and jr["n_judged"] == 500
+    kinds = [kind_of(n) for n in range(500)]
+    human_rate = sum(HUMAN[k] >= 4 for k in kinds) / 500
+    judge_rate = sum(k in ("GOOD", "SLY") for k in kinds) / 500
+    block = jr["overall"]
+    assert block["judge_only"]["rate"] == pytest.approx(judge_rate) and block["judge_only"]["N"] == 500
+    assert not block["judge_only"]["low"] <= human_rate <= block["judge_only"]["high"]  # 8 points off, "sure"
+    cor = block["corrected"]
+    assert (cor["n"], cor["N"]) == (40, 500)
+    assert cor["low"] <= human_rate <= cor["high"]
+    # ppi-python on the same vectors: the labelled items' human and judge pass, the judge on all 500
+    by_item = {f"{g['case_id']}/{g['arm']}/{g['index']}": g for g in iter_jsonl(run / "grades.jsonl")}
+    Y = np.array([float(it["score"] >= 4) for it in items])
+    Yh = np.array([float(by_item[it["item"]]["judge_passed"]) for it in items])
+    Yu = np.array([float(g["judge_passed"]) for g in by_item.values()])
+    assert cor["rate"] == pytest.approx(float(np.squeeze(ppi_py.ppi_mean_pointestimate(Y, Yh, Yu))), abs=1e-9)
+    low, high = ppi_py.ppi_mean_ci(Y, Yh, Yu, alpha=0.05)
+    assert (cor["clt_low"], cor["clt_high"]) == pytest.approx((float(low[0]), float(high[0])), abs=1e-9)
+    assert jr["overall"]["bias"]["value"] == pytest.approx(float((Yh - Y).mean()), abs=1e-12)
+    # per arm, per set and per tag, each over its own samples
+    arm = jr["per_arm"]["baseline"]
+    assert set(arm["per_set"]) == {"regression", "capability"} and set(arm["per_tag"]) == {"open", "even", "odd"}
+    assert arm["per_set"]["regression"]["judge_only"]["N"] == 250
+    assert arm["per_tag"]["open"] == arm["overall"]
+    # the judge asked 3 times on 50 items: the SLY ones flip once in two repeats
+    cons = summary["judge_consistency"]["per_version"]["v1"]
+    assert cons["n_items"] == 50 and cons["n_asks"] == 100 and cons["unstable"]
+    assert all(by_item[i]["judge_score"] == 4 for i in cons["unstable"])
+    assert cons["flip_rate"] == pytest.approx(len(cons["unstable"]) / 100)
+    # the calibration page shows the corrected rate first, the judge-only one, the bias and the flip rate
+    from evalkit.telling.reports import report_run
+
+    rep = report_run(run, tmp_path / "reports", notebooks=["judge_calibration", "run_summary"], parallel=False)
+    page = (tmp_path / "reports" / run.name / "judge_calibration.html").read_text()
+    side = json.loads((tmp_path / "reports" / run.name / "judge_calibration.json").read_text())
+    assert rep is not None and side["run"]["judged_rates"]["overall"] == jr["overall"]
+    assert side["run"]["judge_consistency"] == summary["judge_consistency"]
+    from evalkit.foundations import fmt
+
+    assert f"Corrected judged sample pass rate {fmt.pct_ci(cor['rate'], cor['low'], cor['high'])}" in page
+    assert page.index("corrected (95% CI)") < page.index("judge only (95% CI)")
+    assert fmt.pct(cons["flip_rate"]) in page and "flip rate" in page
+    assert "Verdicts and the gate rest on the corrected estimate" in page
+    summary_page = (tmp_path / "reports" / run.name / "run_summary.html").read_text()
+    assert fmt.pct_ci(cor["rate"], cor["low"], cor["high"]) in summary_page
+    assert summary_page.index("corrected (95% CI)") < summary_page.index("judge only (95% CI)")
+    from evalkit._cli.grade import summary_lines
+
+    printed = "\n".join(summary_lines(res.summary, run))
+    assert f"judged sample pass rate: corrected {fmt.pct_ci(cor['rate'], cor['low'], cor['high'])}" in printed
+    assert "judge v1 consistency: 50 item(s) asked 3 times" in printed
+
+
+def test_a_failed_check_fails_both_a_lone_label_corrects_nothing_and_unjudged_samples_are_left_out():
+    case = Case("j", "q", {"rubric": "r"}, ("t",), rubric="r", checks=(Check("contains", {"value": "x"}),))
+    plain = Case("p", "q", "x", ("t",))
+    det_fail = (CheckResult("contains", False, "no x"), CheckResult("judge", True))
+    grades = [
+        Grade("j", "a", 0, False, det_fail, judge_score=5, judge_passed=True),  # the check fails: no pass for anyone
+        Grade("j", "a", 1, True, (CheckResult("contains", True),), judge_score=5, judge_passed=True),
+        Grade("j", "a", 2, None, (), error="judge error: x"),  # no score: not a judged sample
+        Grade("p", "a", 0, True, (CheckResult("contains", True),)),  # not a judged case
+    ]
+    cases, table = {"j": case, "p": plain}, CaseTable.from_cases([case, plain])
+    assert judged_rates(grades[3:], cases, table, {}) is None
+    one = judged_rates(grades, cases, table, {"j/a/0": 5})
+    assert one is not None and one["n_judged"] == 2 and one["n_labelled"] == 1
+    assert one["overall"]["judge_only"]["rate"] == 0.5
+    assert one["overall"]["human"] == {"rate": 0.0, "n": 1}  # the person's 5 does not undo the failed check
+    assert one["overall"]["corrected"] is None and one["estimate"] == "judge"
+    two = judged_rates(grades, cases, table, {"j/a/0": 5, "j/a/1": 2})
+    assert two is not None and two["overall"]["corrected"]["n"] == 2
+    assert two["overall"]["bias"]["value"] == pytest.approx(0.5)  # the judge passed one the person failed
+
+
+FLIP_JUDGE = {
+    "model": "judge-model",
+    "rules": [
+        {"match": "ANSWER-FLAKY", "texts": ["SCORE: 5 REASON: fine", "SCORE: 2 REASON: not fine"]},  # by seed
+        {"match": "ANSWER-GOOD", "text": "SCORE: 5 REASON: meets the rubric"},
+    ],
+    "default": {"text": "SCORE: 1 REASON: misses it"},
+}
+
+
+def test_judge_repeats_measure_flips_mark_unstable_samples_and_replay_at_zero(tmp_path):
+    cases = [{"id": f"open-{c}", "input": f"Describe {c}", "expected": {"rubric": "Accurate"}, "tags": ["open"]}
+             for c in range(4)]
+    suite = write_suite(tmp_path, cases=cases, extra={"k": 2})
+    cases_out = {0: "ANSWER-FLAKY a", 1: "ANSWER-GOOD b", 2: "ANSWER-BAD c", 3: "ANSWER-FLAKY d"}
+    meta = {"suite": str(suite), "suite_name": "suite", "config": json.loads((suite / "config.json").read_text()),
+            "arms": ["baseline"], "k": 2, "cases": [c["id"] for c in cases], "source": "evalkit"}
+    folder = RunFolder.create(tmp_path / "runs", meta)
+    for c in range(4):
+        for i in range(2):
+            folder.append_result(Sample(
+                case_id=f"open-{c}", tags=("open",), arm="baseline", index=i, seed=7, model="gen-model",
+                output=cases_out[c], tool_calls=(), finish_reason="stop", usage=Usage(10, 5), latency_ms=100.0,
+                cost_usd=0.00002, request_hash=f"h{c}{i}"))
+    folder.close()
+    run = folder.path
+    with ScriptedServer(FLIP_JUDGE) as srv:
+        res = grade_run(run, judge_base_url=srv.base_url, judge_repeats=6)
+        asked = srv.stats["requests"]
+        from click.testing import CliRunner
+
+        from evalkit._cli.main import main
+
+        cli = CliRunner().invoke(main, ["grade", str(run), "--judge-base-url", srv.base_url, "--judge-repeats", "6"])
+        assert srv.stats["requests"] == asked  # the repeats replay from the judge cache
+    assert cli.exit_code == 0, cli.output
+    assert "judge v1 consistency: 4 item(s) asked 6 times, flip rate" in cli.output
+    again = GradesSummary.from_json(json.loads((run / GRADES_SUMMARY).read_text()))
+    # 4 distinct (case, output) items, each asked 6 times: 4 + 4 * 5 requests
+    assert asked == 24
+    c = res.summary.judge_consistency["per_version"]["v1"]
+    assert c["n_items"] == 4 and c["repeats"] == 6 and c["n_asks"] == 20
+    assert set(c["unstable"]) <= {"open-0/baseline/0", "open-3/baseline/0"} and c["unstable"]
+    assert 0 < c["flip_rate"] <= 10 / 20 and c["straddle_share"] == len(c["unstable"]) / 4
+    assert again.judge_consistency == res.summary.judge_consistency
+    assert again.judge_spend_usd == 0
+    lines = {(g["case_id"], g["index"]): g for g in iter_jsonl(run / "grades.jsonl")}
+    for (cid, i), g in lines.items():
+        flaky = f"{cid}/baseline/0" in c["unstable"]
+        assert g["judge_unstable"] is flaky  # both samples of a flipping output are marked
+    assert not lines[("open-1", 0)]["judge_unstable"] and not lines[("open-2", 1)]["judge_unstable"]
+    assert any("flips" in f["message"] and f["level"] == "MEDIUM" for f in res.summary.findings)
+    # the failures view marks the unstable samples
+    from evalkit.telling.failures import failures
+    from evalkit.suites.runload import load_run
+
+    view = failures(load_run(run))
+    whys = {(fc.case_id, s.index): s.why() for fc in view.cases for s in fc.samples}
+    flagged = {k for k, w in whys.items() if "UNSTABLE" in w}
+    assert flagged and all(f"{cid}/baseline/0" in c["unstable"] for cid, _ in flagged)
+    # ledger: the repeats are judge calls on the run's ledger
+    settles = [e for e in iter_jsonl(run / "ledger.jsonl") if e["event"] == "settle" and e["role"] == "judge"]
+    assert len(settles) == 24
+
+
+def test_judge_repeats_must_be_positive(tmp_path):
+    from evalkit.foundations.errors import InputError
+
+    with pytest.raises(InputError, match="judge-repeats"):
+        grade_run(tmp_path, judge_repeats=0)
+
+
+def _kinds_run(root: Path, suite: Path, kinds: list[str]) -> Path:
+    cases = [json.loads(ln) for ln in (suite / "cases.jsonl").read_text().splitlines()]
+    meta = {"suite": str(suite), "suite_name": "suite", "config": json.loads((suite / "config.json").read_text()),
+            "arms": ["baseline"], "k": K, "cases": [c["id"] for c in cases], "source": "evalkit"}
+    folder = RunFolder.create(root / "runs", meta)
+    for ci, c in enumerate(cases):
+        for i in range(K):
+            n = ci * K + i
+            folder.append_result(Sample(
+                case_id=c["id"], tags=tuple(c["tags"]), arm="baseline", index=i, seed=7, model="gen-model",
+                output=f"ANSWER-{kinds[n]} number {n} of {root.name}", tool_calls=(), finish_reason="stop",
+                usage=Usage(10, 5), latency_ms=100.0, cost_usd=0.00002, request_hash=f"{root.name}{n}"))
+    folder.close()
+    folder.write_summary({"complete": True, "ran": len(kinds), "total": len(kinds), "reason": None, "spend_usd": 0.002,
+                          "avoided_usd": 0.0, "cap_usd": 5.0, "per_arm": {}, "exit_code": 0}, "# Summary\n")
+    return folder.path
+
+
+def _label(run: Path, suite: Path, n: int) -> None:
+    items = labelling.draw_items(run, n, seed=5)
+    for it in items:
+        it["score"], it["rater"] = HUMAN[it["output"].split()[0].removeprefix("ANSWER-")], "ana"
+    labelling.write_label_file(items, suite / "judge" / "human-sample.jsonl", force=True)
+
+
+def test_the_gate_rests_on_the_corrected_rate_when_the_config_says_so(tmp_path):
+    """Two runs the judge cannot tell apart (the same samples pass for it), but people
+    fail a quarter of the current run's: the judge-based case score does not move, the
+    corrected judged rate drops 25 points, and with "judged_estimate": "corrected" the
+    gate fails on it and says so; without labels it reads no rate."""
+    from evalkit.conclusions.gates import accept_baseline, gate
+
+    cases = [{"id": f"open-{c:02d}", "input": f"Describe {c}", "expected": {"rubric": "Accurate"}, "tags": ["open"]}
+             for c in range(20)]
+    suite = write_suite(tmp_path, cases=cases, extra={"k": K, "cost_cap_usd": 5.0, "judged_estimate": "corrected",
+                                                      "gate": {"on_underpowered": "warn"}})  # 20 cases: underpowered
+    before = ["GOOD" if n % 20 < 12 else "SLY" if n % 20 < 13 else "BAD" for n in range(100)]
+    after = ["SLY" if k == "GOOD" and n % 20 < 5 else k for n, k in enumerate(before)]  # judge-pass: the same
+    with ScriptedServer(JUDGE) as srv:
+        base_run = _kinds_run(tmp_path / "a", suite, before)
+        grade_run(base_run, judge_base_url=srv.base_url)
+        _label(base_run, suite, 40)
+        grade_run(base_run, judge_base_url=srv.base_url)
+        accept_baseline(base_run, suite)
+        cur_run = _kinds_run(tmp_path / "b", suite, after)
+        grade_run(cur_run, judge_base_url=srv.base_url)
+        (suite / "judge" / "human-sample.jsonl").unlink()
+        grade_run(cur_run, judge_base_url=srv.base_url)
+        unlabelled = gate(cur_run, suite / "baseline.json")
+        _label(cur_run, suite, 40)
+        grade_run(cur_run, judge_base_url=srv.base_url)
+        res = gate(cur_run, suite / "baseline.json")
+    assert not unlabelled.passed and not unlabelled.read_rates
+    assert unlabelled.causes == ["judge not trusted"] and "0 fresh human label" in unlabelled.reasons[0]
+    score = next(c for c in res.checks if c.kind == "score" and c.group == "overall")
+    assert score.change == 0 and not score.failed  # the judge alone sees no change
+    judged = next(c for c in res.checks if c.kind == "judged")
+    assert judged.change < -15 and judged.failed and judged.p_value < 0.05
+    assert not res.passed and res.causes == ["case score drop"]
+    assert any("judged:corrected" in r for r in res.reasons)
+    assert any("rest on the corrected estimate" in n for n in res.notes)
+    assert "judged sample pass rate (corrected)" in res.render()
+
+
+def test_a_judge_measurably_off_is_a_medium_finding_and_one_within_noise_is_not():
+    from evalkit.conclusions.grading import judged_rate_findings
+
+    def rates(low: float, high: float) -> dict:
+        block = {"judge_only": {"rate": 0.65}, "corrected": {"rate": 0.57, "low": 0.5, "high": 0.64},
+                 "bias": {"value": (low + high) / 2, "low": low, "high": high, "n": 40}}
+        return {"per_arm": {"baseline": {"overall": block}}}
+
+    (f,) = judged_rate_findings(rates(0.02, 0.14))
+    assert f.level == "MEDIUM" and "more generous than people by 8.0 points" in f.message and "57.0%" in f.message
+    assert judged_rate_findings(rates(-0.02, 0.18)) == [] and judged_rate_findings(None) == []
+    assert "harsher" in judged_rate_findings(rates(-0.2, -0.01))[0].message

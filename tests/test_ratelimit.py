@@ -1,0 +1,133 @@
+"""A steady rate limit used to the full (issue 31): the scripted server's rate-limit mode
+refuses as providers do (every refused request counted against the limit, 429 with
+Retry-After and `x-ratelimit-*` headers), and `evalkit run` through the CLI completes
+under it with zero samples lost and refusals bounded by the first burst, because every
+worker shares one pacer that learns the limit and holds all on a 429. Not timing-based:
+counts, not durations, are asserted (figures: benchmarks/bench_ratelimit.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import openai
+import pytest
+from click.testing import CliRunner
+
+from evalkit._cli.main import main
+from evalkit.calls.ratelimit import Pacer, pacer_for, parse_duration
+from evalkit.suites.runs import iter_jsonl
+from evalkit.calls.serve import ScriptedServer
+
+from conftest import write_engine_suite
+
+CONCURRENCY = 16
+
+
+def _limited(rpm: float, headers: bool = True) -> dict:
+    return {
+        "default": {"text": "Paris"},
+        "rate_limit": {"requests_per_min": rpm, "tokens_per_min": 1_000_000, "burst_s": 2.0, "headers": headers},
+    }
+
+
+def _suite(root: Path, n_cases: int, k: int) -> Path:
+    cases = [{"id": f"c{i:03d}", "input": f"capital {i}?", "expected": "Paris", "tags": ["t"]} for i in range(n_cases)]
+    return write_engine_suite(root, cases, k=k, concurrency=CONCURRENCY, max_attempts=2, cost_cap_usd=5.0)
+
+
+def _run(suite: Path, url: str, runs: Path):
+    return CliRunner().invoke(main, ["run", str(suite), "--base-url", url, "--runs-dir", str(runs), "--no-progress"])
+
+
+def test_the_server_counts_refused_requests_and_says_so_in_headers() -> None:
+    with ScriptedServer({"default": {"text": "ok"}, "rate_limit": {"requests_per_min": 60, "burst_s": 2.0}}) as srv:
+        client = openai.OpenAI(base_url=srv.base_url, api_key="x", max_retries=0)
+        ok = client.completions.with_raw_response.create(model="m", prompt="hi", max_tokens=4)
+        assert ok.headers["x-ratelimit-limit-requests"] == "60"
+        assert ok.headers["x-ratelimit-remaining-requests"] == "1"
+        client.completions.create(model="m", prompt="hi", max_tokens=4)
+        refused = []
+        for _ in range(5):  # each refusal takes its share too: the level goes below zero
+            with pytest.raises(openai.RateLimitError) as exc:
+                client.completions.create(model="m", prompt="hi", max_tokens=4)
+            refused.append(float(exc.value.response.headers["retry-after"]))
+            assert exc.value.response.headers["x-ratelimit-remaining-requests"] == "0"
+        assert refused == sorted(refused) and refused[-1] > refused[0] + 3.0  # one more second owed per refusal
+        assert srv.stats["rate_limited"] == 5 and srv.rate_limit.admitted == 2
+
+
+def test_a_run_under_a_steady_limit_loses_nothing_and_refusals_stay_bounded(tmp_path: Path) -> None:
+    suite = _suite(tmp_path / "suite", 20, 3)  # 120 samples at 1,200 requests/min
+    with ScriptedServer(_limited(1200)) as srv:
+        res = _run(suite, srv.base_url, tmp_path / "runs")
+        refused, admitted = srv.rate_limit.refused, srv.rate_limit.admitted
+    assert res.exit_code == 0, res.output
+    run = next(p.parent for p in (tmp_path / "runs").glob("*/results.jsonl"))
+    keys = {(r["case_id"], r["arm"], r["index"]) for r in iter_jsonl(run / "results.jsonl")}
+    assert len(keys) == 120 and admitted == 120
+    assert not (run / "errors.jsonl").exists() or not list(iter_jsonl(run / "errors.jsonl"))
+    # Only the first burst (before any header was seen) can overrun the 40-request bucket.
+    assert refused <= CONCURRENCY, refused
+
+
+def test_without_headers_the_limit_is_learned_from_429_spacing(tmp_path: Path) -> None:
+    suite = _suite(tmp_path / "suite", 20, 3)
+    with ScriptedServer(_limited(1200, headers=False)) as srv:
+        res = _run(suite, srv.base_url, tmp_path / "runs")
+        refused = srv.rate_limit.refused
+    assert res.exit_code == 0, res.output
+    run = next(p.parent for p in (tmp_path / "runs").glob("*/results.jsonl"))
+    assert len({(r["case_id"], r["arm"], r["index"]) for r in iter_jsonl(run / "results.jsonl")}) == 120
+    assert refused <= 120, refused  # at most one refusal per sample on average, every sample done
+
+
+def test_one_pacer_per_endpoint_is_shared_and_a_429_holds_it() -> None:
+    a, b = pacer_for("http://127.0.0.1:9/v1", "m"), pacer_for("http://127.0.0.1:9/v1/", "m")
+    assert a is b and pacer_for("http://127.0.0.1:9/v1", "other") is not a
+    p = Pacer()
+    p.observe({"x-ratelimit-limit-requests": "600", "x-ratelimit-limit-tokens": "60000"})
+    assert p.request_rate == 10.0 and p.token_rate == 1000.0 and p.from_headers
+    assert p.refused(5.0) > 4.0 and p.holds == 1
+    assert p.refused(1.0) > 4.0 and p.holds == 1  # a shorter Retry-After inside a hold does not shorten it
+    assert parse_duration("6m0s") == 360.0 and parse_duration("20ms") == 0.02 and parse_duration("1.5s") == 1.5
+    assert parse_duration("soon") is None
+
+
+def test_the_judge_is_paced_by_the_same_client(tmp_path: Path) -> None:
+    from test_grading import JUDGE_SCRIPT, write_run, write_suite
+
+    suite = write_suite(tmp_path / "suite", opt_out=True)
+    run = write_run(tmp_path, suite)
+    script = {**JUDGE_SCRIPT, "rate_limit": {"requests_per_min": 120, "burst_s": 1.0}}  # 2 per second
+    with ScriptedServer(script) as srv:
+        res = CliRunner().invoke(main, ["grade", str(run), "--judge-base-url", srv.base_url])
+        refused, admitted = srv.rate_limit.refused, srv.rate_limit.admitted
+    assert res.exit_code == 0, res.output
+    judged = [g for g in iter_jsonl(run / "grades.jsonl") if g.get("judge_score") is not None]
+    assert len(judged) == 6 and admitted >= 5  # identical outputs of one case share one call
+    assert refused <= 8, refused  # the first burst only: the judge's concurrency at most
+
+
+def test_an_agents_calls_through_the_proxy_are_paced_by_the_same_client(tmp_path: Path) -> None:
+    import asyncio
+
+    from test_proxy import _setup, _teardown
+
+    script = {"default": {"text": "one two"}, "rate_limit": {"requests_per_min": 600, "burst_s": 1.0}}
+
+    async def go(url: str) -> list[str]:
+        things = await _setup(tmp_path, url)
+        ep = things[5]
+        agent = openai.AsyncOpenAI(base_url=ep.base_url, api_key=ep.api_key, max_retries=0)
+        outs = await asyncio.gather(
+            *(agent.completions.create(model="m", prompt=f"call {i}", max_tokens=5) for i in range(40))
+        )
+        await agent.close()
+        await _teardown(*things)
+        return [o.choices[0].text for o in outs]
+
+    with ScriptedServer(script) as srv:
+        texts = asyncio.run(go(srv.base_url))
+        refused, admitted = srv.rate_limit.refused, srv.rate_limit.admitted
+    assert texts == ["one two"] * 40 and admitted == 40  # every agent call answered, none lost
+    assert refused <= 32, refused  # the first burst only (the client's 32 in flight, 10 fit)

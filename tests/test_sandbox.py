@@ -1,0 +1,292 @@
+"""The sandbox of command and python units (evalkit.calls.sandbox), through real processes,
+real sockets and real bubblewrap: a hostile agent finds no key or URL, reaches nothing
+but the proxy, writes nothing outside its workdir and leaves no process behind; bad
+suite input is exit 2 naming the key; tool calls in the model's order; the output file."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from evalkit.calls import sandbox
+from evalkit.conclusions.grading import grade_run
+from evalkit.suites.runload import load_run
+from evalkit.running.runner import run_suite
+from evalkit.calls.serve import ScriptedServer
+from evalkit.suites.trajectories import read_trajectory
+
+AGENTS = Path(__file__).parent / "data" / "agents"
+SECRET = "sk-upstream-secret-" + uuid.uuid4().hex
+BASE = {
+    "mode": "chat",
+    "generator": {"model": "scripted", "api_key_env": "EVALKIT_SANDBOX_TEST_KEY"},
+    "temperature": 0.0, "seed": 7, "k": 1, "concurrency": 2, "cost_cap_usd": 1.0,
+    "max_tokens_in": 4000, "max_tokens_out": 40,
+    "price": {"in_per_mtok": 1.0, "out_per_mtok": 2.0}, "judge_price": {"in_per_mtok": 1.0, "out_per_mtok": 2.0},
+    "max_attempts": 1, "arms": [{"name": "baseline"}],
+}
+TOOLS = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}} for n in ("get_weather", "send_email")]
+
+pytestmark = pytest.mark.skipif(sandbox.probe() is not None, reason=f"no sandbox here: {sandbox.probe()}")
+
+
+def write_suite(root: Path, cases: list[dict], unit: dict, **config) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "config.json").write_text(json.dumps({**BASE, "unit": unit, **config}))
+    (root / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
+    return root
+
+
+def host_pids_with(marker: str) -> list[int]:
+    """The host's processes whose command line holds `marker` (read from the host's /proc)."""
+    found = []
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                cmd = Path(f"/proc/{p}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if marker.encode() in cmd and int(p) != os.getpid():
+                found.append(int(p))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/status")
+    return not (status.exists() and "zombie" in status.read_text())
+
+
+@pytest.fixture(params=["under-tmp", "elsewhere"])
+def where(request, tmp_path):
+    """A folder for the suite and runs: under /tmp (hidden by the sandbox's own /tmp) or
+    elsewhere on the root filesystem (hidden by a tmpfs of its own)."""
+    if request.param == "under-tmp":
+        yield tmp_path
+        return
+    import shutil
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="evalkit-sandbox-test-", dir="/var/tmp"))
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_hostile_agent_finds_no_key_reaches_only_the_proxy_writes_only_its_workdir_and_leaves_nothing(
+    where, monkeypatch
+):
+    tmp_path = where
+    monkeypatch.setenv("EVALKIT_SANDBOX_TEST_KEY", SECRET)
+    monkeypatch.setenv("OTHER_TOKEN", "ghp_" + "x" * 36)  # not a *_API_KEY: still never passed
+    host = socket.socket()
+    host.bind(("127.0.0.1", 0))
+    host.listen(8)
+    host.settimeout(0.2)
+    marker = "evalkit-hostile-" + uuid.uuid4().hex
+    run_dir = Path("/run") if os.access("/run", os.W_OK) else Path("/var/tmp")
+    unix_path = run_dir / f"{marker}.sock"
+    unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    unix.bind(str(unix_path))
+    unix.listen(8)
+    unix.settimeout(0.2)
+    with ScriptedServer({"default": {"text": "hello from the proxy"}}) as srv:
+        upstream = srv.base_url
+        upstream_port = int(upstream.split(":")[2].split("/")[0])
+        cases = [{"id": "h", "input": {"host_port": host.getsockname()[1], "upstream_port": upstream_port,
+                                       "unix_path": str(unix_path)},
+                  "tags": ["golden"], "checks": [{"kind": "contains", "value": "x"}]}]
+        unit = {"kind": "command", "argv": ["{python}", str(AGENTS / "hostile.py"), "{suite}", marker],
+                "timeout_s": 10, "keep_workdir": True}
+        suite = write_suite(tmp_path / "suite", cases, unit, generator={**BASE["generator"], "base_url": srv.base_url})
+        before = (suite / "cases.jsonl").read_bytes()
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+        requests = srv.stats["requests"]
+    for listener in (host, unix):  # nothing of the sandbox ever reached the host's own servers
+        with pytest.raises(TimeoutError):
+            listener.accept()
+        listener.close()
+    unix_path.unlink()
+    assert not res.complete and requests == 1  # timed out; its one model call went through the proxy
+    [call] = read_trajectory(res.path, "h", "baseline", 0).model_calls
+    assert call["status"] == "ok"
+    work = res.path / "workdirs" / "h" / "baseline" / "sample-1"
+    report = json.loads((work / "report.json").read_text())
+    assert report["proxy_answer"] == "hello from the proxy"
+    seen = json.dumps(report)
+    assert SECRET not in seen and upstream not in seen and f"127.0.0.1:{upstream_port}" not in seen
+    assert "ghp_" not in seen
+    assert report["parent_mem_bytes"] > 1_000_000  # it did read its parent's memory: nothing in it
+    assert len(report["environ"]) >= 2  # the sandbox's own processes only
+    assert all(k not in report["own_environ"] for k in ("EVALKIT_SANDBOX_TEST_KEY", "OTHER_TOKEN"))
+    assert report["files"]["config.json"].startswith("<FileNotFoundError")  # the suite is hidden
+    assert report["files"]["./config.json"].startswith("<FileNotFoundError")  # its cwd is its own workdir
+    assert all(v.startswith("refused") for v in report["connect"].values()), report["connect"]
+    assert all(v.startswith("refused") for k, v in report["writes"].items() if k != "workdir"), report["writes"]
+    assert (suite / "cases.jsonl").read_bytes() == before and not (suite / "planted.txt").exists()
+    assert (work / "mine.txt").read_text() == "mine"
+    assert report["child_alive"] and (work / "child.pid").read_text().isdigit()
+    assert [p for p in host_pids_with(marker) if alive(p)] == []  # its setsid child died with the sandbox
+
+
+def test_a_python_unit_runs_in_a_worker_with_the_proxy_client_only(tmp_path, monkeypatch):
+    monkeypatch.setenv("EVALKIT_SANDBOX_TEST_KEY", SECRET)
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "spy.py").write_text(
+        "import gc, os\n"
+        "def run(case, client):\n"
+        "    texts = [repr(o)[:2000] for o in gc.get_objects() if isinstance(o, (str, dict))]\n"
+        "    blob = '\\n'.join(texts) + repr(dict(os.environ))\n"
+        "    answer = client.chat.completions.create(model='m', messages=[{'role': 'user', 'content': 'hi'}])\n"
+        "    print('a log line, not the output')\n"
+        "    return json_of(blob, answer.choices[0].message.content, str(client.base_url))\n"
+        "def json_of(blob, text, base):\n"
+        "    import json\n"
+        "    return json.dumps({'secret': %r in blob, 'pid': os.getpid(), 'text': text, 'base': base})\n" % SECRET
+    )
+    cases = [{"id": "p", "input": "q", "tags": ["golden"], "checks": [{"kind": "contains", "value": "secret"}]}]
+    write_suite(suite, cases, {"kind": "python", "callable": "spy:run", "timeout_s": 60})
+    with ScriptedServer({"default": {"text": "hi back"}}) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+        upstream = srv.base_url
+    assert res.complete, res.reason
+    out = json.loads(load_run(res.path).samples.output.iloc[0])
+    assert out["secret"] is False and out["text"] == "hi back" and out["pid"] != os.getpid()
+    assert "/s/ek-" in out["base"] and upstream not in out["base"]
+
+
+def _lint(suite: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(Path(sys.executable).parent / "evalkit"), "run", str(suite), "--runs-dir", str(suite.parent / "runs"),
+                           "--base-url", "http://127.0.0.1:9/v1"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "EVALKIT_SANDBOX_TEST_KEY": "k"})
+
+
+def test_bad_sandbox_input_is_exit_2_naming_the_key(tmp_path):
+    cases = [{"id": "a", "input": "q", "tags": ["golden"], "checks": [{"kind": "contains", "value": "x"}]}]
+    argv = ["{python}", str(AGENTS / "plain_http.py")]
+    bad_iso = write_suite(tmp_path / "iso", cases, {"kind": "command", "argv": argv, "isolation": "docker"})
+    done = _lint(bad_iso)
+    assert done.returncode == 2 and "$.unit.isolation" in done.stderr and "docker" in done.stderr, done.stderr
+    missing = write_suite(tmp_path / "ro", cases, {"kind": "command", "argv": argv, "read_only_paths": ["data"]})
+    done = _lint(missing)
+    assert done.returncode == 2 and "$.unit.read_only_paths[0]" in done.stderr and "does not exist" in done.stderr
+    key = write_suite(tmp_path / "env", cases, {"kind": "command", "argv": argv, "env": ["EVALKIT_SANDBOX_TEST_KEY"]})
+    done = _lint(key)
+    assert done.returncode == 2 and "$.unit.env[0]" in done.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").glob("2*"))
+
+
+def test_without_bubblewrap_the_run_refuses_unless_isolation_none_and_then_says_so(tmp_path, monkeypatch):
+    from evalkit.telling import nb
+    from evalkit.foundations.errors import InputError
+
+    monkeypatch.setenv(sandbox.BWRAP_ENV, str(tmp_path / "no-bwrap-here"))
+    cases = [{"id": "a", "input": {"question": "q"}, "tags": ["golden"], "checks": [{"kind": "contains", "value": "x"}]}]
+    unit = {"kind": "command", "argv": ["{python}", str(AGENTS / "plain_http.py")], "timeout_s": 60}
+    suite = write_suite(tmp_path / "s", cases, unit)
+    with pytest.raises(InputError, match=r"cannot be sandboxed: bubblewrap \(bwrap\) is not installed") as err:
+        run_suite(suite, runs_dir=tmp_path / "runs", base_url="http://127.0.0.1:9/v1", progress=False)
+    assert err.value.json_path == "$.unit.isolation"
+    write_suite(tmp_path / "s", cases, {**unit, "isolation": "none"})
+    with ScriptedServer({"default": {"text": "x"}}) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+    assert res.complete, res.reason
+    assert json.loads((res.path / "summary.json").read_text())["isolation"] == "none"
+    assert sandbox.NOT_CONTAINED in (res.path / "summary.md").read_text()
+    assert nb.not_contained(load_run(res.path)) == sandbox.NOT_CONTAINED
+
+
+PARALLEL = ("import json, os, sys, urllib.request\n"
+            "json.load(sys.stdin)\n"
+            "def post(url, body):\n"
+            "    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={\n"
+            "        'Authorization': 'Bearer ' + os.environ['OPENAI_API_KEY'], 'Content-Type': 'application/json'})\n"
+            "    return json.load(urllib.request.urlopen(req, timeout=30))\n"
+            "r = post(os.environ['OPENAI_BASE_URL'] + '/chat/completions',\n"
+            "         {'model': 'm', 'messages': [{'role': 'user', 'content': 'go'}]})\n"
+            "calls = r['choices'][0]['message']['tool_calls']\n"
+            "for c in reversed(calls):  # the tools finish in the other order\n"
+            "    post(os.environ['EVALKIT_TOOLS_URL'], {'name': c['function']['name'], 'call_id': c['id'],\n"
+            "         'arguments': json.loads(c['function']['arguments'])})\n"
+            "print('stdout is a log now')\n"
+            "open(os.environ['EVALKIT_OUTPUT_FILE'], 'w').write('the final answer')\n")
+
+
+def test_tool_calls_are_in_the_models_order_with_its_ids_and_the_output_file_is_the_output(tmp_path):
+    script = {"default": {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}},
+                                         {"name": "send_email", "arguments": {"to": "a@b.test"}}]}}
+    cases = [{"id": "t", "input": {"tool_results": {"*": {"result": "ok"}}}, "tags": ["golden"],
+              "checks": [{"kind": "tool_calls", "calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}},
+                                                              {"name": "send_email", "arguments": {"to": "a@b.test"}}]},
+                         {"kind": "exact", "value": "the final answer"}]}]
+    suite = write_suite(tmp_path / "s", cases, {"kind": "command", "argv": ["{python}", "-c", PARALLEL]}, tools=TOOLS)
+    with ScriptedServer(script) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+    assert res.complete, res.reason
+    s = load_run(res.path).samples.iloc[0]
+    assert [c["name"] for c in s.tool_calls] == ["get_weather", "send_email"]
+    [answer] = read_trajectory(res.path, "t", "baseline", 0).model_calls
+    assert [c["id"] for c in s.tool_calls] == [c["id"] for c in answer["answer"]["tool_calls"]]
+    assert all(c["id"] for c in s.tool_calls)
+    tools = read_trajectory(res.path, "t", "baseline", 0).tools
+    assert [t["name"] for t in tools] == ["get_weather", "send_email"]  # in the model's order, written reversed
+    assert s.output == "the final answer" and s.agent["stdout_tail"] == "stdout is a log now\n"
+    assert all(g.passed for g in grade_run(res.path).grades)
+
+
+def test_an_empty_trace_under_declared_and_checked_tools_is_a_finding_not_a_silent_pass(tmp_path):
+    quiet = ("import json, os, sys, urllib.request\njson.load(sys.stdin)\n"
+             "req = urllib.request.Request(os.environ['OPENAI_BASE_URL'] + '/chat/completions', data=json.dumps(\n"
+             "    {'model': 'm', 'messages': [{'role': 'user', 'content': 'go'}]}).encode(), headers={\n"
+             "    'Authorization': 'Bearer ' + os.environ['OPENAI_API_KEY'], 'Content-Type': 'application/json'})\n"
+             "print(json.load(urllib.request.urlopen(req, timeout=30))['choices'][0]['message']['content'])\n")
+    cases = [{"id": "q", "input": "q", "tags": ["golden"],
+              "checks": [{"kind": "forbidden_tools", "tools": ["send_email"]}]}]
+    suite = write_suite(tmp_path / "s", cases, {"kind": "command", "argv": ["{python}", "-c", quiet]}, tools=TOOLS)
+    with ScriptedServer({"default": {"text": "I ran the tools in my own code"}}) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+    assert res.complete, res.reason
+    found = [f.message for f in grade_run(res.path).findings]
+    assert any(m.startswith("trajectory may be incomplete: 1 sample(s) (q/baseline/0)") for m in found), found
+
+
+def test_read_only_paths_and_the_argv_files_are_all_a_program_sees_of_its_suite(tmp_path):
+    suite = tmp_path / "suite"
+    (suite / "data").mkdir(parents=True)
+    (suite / "data" / "facts.txt").write_text("the listed data")
+    (suite / "unlisted.txt").write_text("never seen")
+    (suite / "agent.py").write_text(
+        "import json, os, sys\n"
+        "json.load(sys.stdin)\n"
+        "here = os.path.dirname(os.path.abspath(__file__))\n"
+        "seen = {}\n"
+        "for name in ('data/facts.txt', 'unlisted.txt', 'config.json'):\n"
+        "    try:\n"
+        "        seen[name] = open(os.path.join(here, name)).read()\n"
+        "    except OSError as exc:\n"
+        "        seen[name] = type(exc).__name__\n"
+        "try:\n"
+        "    open(os.path.join(here, 'data', 'new.txt'), 'w')\n"
+        "    seen['write'] = 'written'\n"
+        "except OSError as exc:\n"
+        "    seen['write'] = type(exc).__name__\n"
+        "print(json.dumps({'seen': seen, 'cwd': os.getcwd(), 'home': os.environ['HOME']}))\n")
+    cases = [{"id": "r", "input": "q", "tags": ["golden"], "checks": [{"kind": "contains", "value": "seen"}]}]
+    write_suite(suite, cases, {"kind": "command", "argv": ["{python}", "agent.py"], "read_only_paths": ["data"]})
+    with ScriptedServer({"default": {"text": "x"}}) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+    assert res.complete, res.reason
+    out = json.loads(load_run(res.path).samples.output.iloc[0])
+    assert out["seen"] == {"data/facts.txt": "the listed data", "unlisted.txt": "FileNotFoundError",
+                           "config.json": "FileNotFoundError", "write": "OSError"}
+    assert out["cwd"] == out["home"] and not out["cwd"].startswith(str(suite))
+    assert not (suite / "data" / "new.txt").exists() and not Path(out["cwd"]).exists()  # its workdir was discarded
