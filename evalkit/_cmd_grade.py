@@ -138,11 +138,9 @@ def grade_cmd(
             raise InputError("--pairwise takes two different arm names: BASELINE,TREATMENT")
         pair = (parts[0], parts[1])
     # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
-    from .grading import grade_run
+    from .grading import GradeOptions, grade_run
 
-    result = grade_run(
-        run,
-        suite_path,
+    opts = GradeOptions(
         judge_base_url=judge_base_url,
         judge_version=judge_version,
         pairwise=pair,
@@ -150,6 +148,7 @@ def grade_cmd(
         allow_uncalibrated_judge=allow_uncalibrated or None,
         batch=options,
     )
+    result = grade_run(run, suite_path, opts)
     for line in summary_lines(result.summary, result.run_path):
         echo_text(line)
     for f in result.findings:

@@ -869,3 +869,26 @@ def test_resume_refuses_a_changed_agent_program_naming_the_file(tmp_path):
         with pytest.raises(InputError, match=r"changed since this run started: agent program \(mypkg/words.py\)"):
             run_suite(suite, base_url=srv.base_url, resume=second.path, progress=False)
     assert len(list(iter_jsonl(first.path / "results.jsonl"))) == 2  # index 0 of each arm: the refused resume wrote nothing
+
+
+def test_run_options_are_one_record_and_the_keywords_build_the_same_one(tmp_path):
+    """`RunOptions` handed down whole: a record run and a keyword run of one suite make
+    the same samples; keywords replace the record's fields; a misspelt keyword is a
+    TypeError before anything is called or written."""
+    from evalkit.runner import RunOptions
+
+    suite = write_suite(tmp_path / "suite", 2, k=2)
+    with ScriptedServer(SCRIPT) as srv:
+        opts = RunOptions(runs_dir=tmp_path / "a", base_url=srv.base_url, progress=False, k=1, arms=["guided"])
+        by_record = run_suite(suite, opts)
+        by_keywords = run_suite(suite, runs_dir=tmp_path / "b", base_url=srv.base_url, progress=False, k=1,
+                                arms=["guided"], cache=False)
+        mixed = run_suite(suite, opts, runs_dir=tmp_path / "c", sample_files=False, cache=False)
+        with pytest.raises(TypeError, match="sampel_files"):
+            run_suite(suite, opts, sampel_files=False)
+        assert len(srv.requests) == 6  # three runs of 2 keys, each in its own runs folder; the misspelt one none
+    for res in (by_record, by_keywords, mixed):
+        assert res.complete and res.samples_total == 2 and list(res.per_arm) == ["guided"]
+    assert sorted(load_run(by_record.path).samples.output) == sorted(load_run(by_keywords.path).samples.output)
+    assert not (mixed.path / "samples").exists() and (by_record.path / "samples").is_dir()
+    assert not (tmp_path / "runs").exists() and opts.k == 1  # the record is not changed by a run
