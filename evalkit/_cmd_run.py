@@ -83,10 +83,8 @@ def run_cmd(
 
     With --batch the samples go through the provider's Batch API (evalkit.batch); a
     --resume, with --batch or without, first collects the batches a run left open."""
-    from .runner import (
-        RunOptions,
-        run_suite,
-    )  # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
+    # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
+    from .runner import RunOptions, run_suite
 
     options = batch_from(batch, batch_max_requests, batch_max_bytes, batch_poll_s, no_wait)
 
