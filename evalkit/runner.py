@@ -51,20 +51,22 @@ from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from tqdm import tqdm
 
-from . import batch as batches
 from ._text import printable
 from .cache import ResponseCache
 from .client import CallStopped, ModelClient, check_endpoint
 from .endpoints import Watch, combine, endpoint_key, resolve_base_url, served_watch
 from .errors import BudgetExhausted, CeilingBreached, DiskFull, InputError, InputTooLong, ReplayMiss, UnitCallError
-from .layout import CACHE_FILE
+from .layout import BATCHES, CACHE_FILE
 from .ledger import Ledger
 from .records import Arm, CaseTable, Config, Sample, Suite
 from .runs import RunFolder, runs_dir_lock, write_atomic
+
+if TYPE_CHECKING:
+    from . import batch as batches
 
 Key = tuple[str, str, int]
 
@@ -505,6 +507,8 @@ async def _run_in_folder(suite: Suite, folder: RunFolder | None, opts: RunOption
                 Path(suite.path) / "config.json",
                 json_path="$.unit.kind",
             )
+        from . import batch as batches  # lazy: evalkit.batch only for a run that sends or left batches
+
         batches.check_ready(config, config_path=Path(suite.path) / "config.json")
     snapshot = config_snapshot(config)
     chash = config_hash(snapshot)
@@ -723,8 +727,11 @@ async def _execute(
             ).start()
             stack.push_async_callback(engine.agents.aclose)
         try:
-            if batch is not None or batches.has_open(folder.path):  # a provider batch (evalkit.batch)
-                pending = await batches.run_keys(engine, pending, k, batch, base_url)
+            if batch is not None or (folder.path / BATCHES).exists():  # a provider batch (evalkit.batch)
+                from . import batch as batches  # lazy: evalkit.batch only for a run that sends or left batches
+
+                if batch is not None or batches.has_open(folder.path):
+                    pending = await batches.run_keys(engine, pending, k, batch, base_url)
             await engine.run(pending, config.concurrency)
         except (asyncio.CancelledError, KeyboardInterrupt) as exc:
             # Ctrl-C: the calls in flight were settled at their worst case by the client;

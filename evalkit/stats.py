@@ -33,10 +33,22 @@ from functools import lru_cache
 from typing import Any, Literal
 
 import numpy as np
-from scipy import stats as _st
 
 from .errors import InputError
 from .records import PairedDifference
+
+
+class _ScipyStats:
+    """`scipy.stats`, imported on first use: it costs most of a second to import, and
+    `evalkit verdict` (the sign test, exact integer arithmetic here) needs none of it."""
+
+    def __getattr__(self, name: str) -> Any:
+        from scipy import stats  # lazy: see the class docstring
+
+        return getattr(stats, name)
+
+
+_st = _ScipyStats()
 
 __all__ = [
     "StatsInputError",
@@ -445,7 +457,7 @@ def _check_tally(**counts: int) -> None:
 
 def sign_test(wins: int, losses: int, ties: int = 0) -> SignTest:
     """Exact sign test of wins against losses with ties dropped: a binomial test of
-    `wins` out of `wins + losses` at p = 1/2 (scipy `binomtest`), two-sided and both
+    `wins` out of `wins + losses` at p = 1/2 (exact, as scipy `binomtest`), two-sided and both
     one-sided p-values. With no discordant pair every p-value is 1.
 
     References: Dixon & Mood 1946, "The Statistical Sign Test", JASA 41(236) (ties
@@ -456,9 +468,19 @@ def sign_test(wins: int, losses: int, ties: int = 0) -> SignTest:
     n = wins + losses
     if n == 0:
         return SignTest(wins, losses, ties, 0, 1.0, 1.0, 1.0)
-    p2 = _st.binomtest(wins, n, 0.5, alternative="two-sided").pvalue
-    pg = _st.binomtest(wins, n, 0.5, alternative="greater").pvalue
-    pl = _st.binomtest(wins, n, 0.5, alternative="less").pvalue
+    # At p = 1/2 every binomial tail is a sum of binomial coefficients over 2^n: summed
+    # exactly in integers (math.comb) rather than through scipy.stats.binomtest, whose
+    # import costs `evalkit verdict` most of a second; the two-sided p-value is twice
+    # the smaller tail (the distribution is symmetric), capped at 1, as binomtest's.
+    # Held to binomtest and to R's binom.test in tests/test_stats.py.
+    whole = 2**n
+
+    def at_most(k: int) -> float:  # P(W <= k), correctly rounded
+        return float(sum(math.comb(n, i) for i in range(k + 1)) / whole)
+
+    p2 = min(1.0, 2 * at_most(min(wins, losses)))
+    pg = at_most(losses)  # P(W >= wins) = P(L <= losses)
+    pl = at_most(wins)
     return SignTest(wins, losses, ties, n, float(p2), float(pg), float(pl))
 
 
