@@ -589,20 +589,20 @@ def test_with_no_sample_files_and_the_helper_process_the_text_is_stored_too(tmp_
 def test_two_runs_of_a_suite_at_once_never_pay_twice(tmp_path):
     suite = write_suite(tmp_path / "suite", 12, k=3, concurrency=2)
     runs = tmp_path / "runs"
-    # One key of case-11 answers after 12 s: the first run is surely still going when the
-    # second starts, even on a loaded machine where a process takes seconds to import.
+    # One key of case-11 is held by the server until the second run has been refused:
+    # the first run is surely still going when the second starts (events, not a delay).
     slow_tail = {**SCRIPT, "latency_s": 0.01,
-                 "faults": [{"kind": "slow", "delay_s": 12.0, "match": "country 11", "times": 1}]}
+                 "faults": [{"kind": "slow", "hold": True, "match": "country 11", "times": 1}]}
     with ScriptedServer(slow_tail) as srv:
         first = subprocess.Popen([sys.executable, "-m", "evalkit.cli", "run", str(suite), "--runs-dir", str(runs),
                                   "--base-url", srv.base_url, "--no-progress"],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not list(runs.glob("*/results.jsonl")):
-            time.sleep(0.01)
+        assert srv.held.wait(timeout=120), "the first run never reached its held key"
         second = subprocess.run([sys.executable, "-m", "evalkit.cli", "run", str(suite), "--runs-dir", str(runs),
                                  "--base-url", srv.base_url, "--no-progress"],
                                 capture_output=True, text=True, timeout=60)
+        assert first.poll() is None  # still holding its locks while the second was refused
+        srv.release()
         out, err = first.communicate(timeout=120)
         requests = srv.stats["requests"]
     assert first.returncode == 0, err
