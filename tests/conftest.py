@@ -207,3 +207,14 @@ def short_regex_timeout(monkeypatch):
 
     monkeypatch.setattr(graders, "REGEX_TIMEOUT_S", 0.05)
     monkeypatch.setattr(agentevals, "REGEX_TIMEOUT_S", 0.05)
+
+
+@pytest.fixture
+def fast_backoff(monkeypatch):
+    """The client's retry backoff from 1 ms instead of `client.BACKOFF_BASE_S` (0.25 s,
+    doubling): a test of what retries do need not wait out real backoffs. The real
+    schedule is kept by test_client::test_backoff_grows_and_honours_retry_after and the
+    tests that leave this fixture out."""
+    from evalkit import client
+
+    monkeypatch.setattr(client, "BACKOFF_BASE_S", 0.001)

@@ -508,7 +508,7 @@ def test_a_storm_of_rate_limits_is_ridden_out_and_the_run_completes(tmp_path):
     assert sum(e["cost_usd"] for e in ledger if e["event"] == "release") == 0  # a refusal costs nothing
 
 
-def test_the_fault_mix_completes_every_key_once_within_the_cap(tmp_path):
+def test_the_fault_mix_completes_every_key_once_within_the_cap(tmp_path, fast_backoff):
     suite = write_suite(tmp_path / "suite", 30, k=2, concurrency=8, max_attempts=6, timeout_s=2.0)
     script = {**SCRIPT, "seed": 7, "faults": [{"kind": "429", "rate": 0.10, "retry_after": 0.05},
                                               {"kind": "500", "rate": 0.05 / 0.9},
