@@ -274,12 +274,13 @@ def test_model_text_that_is_not_a_string_errors_the_sample_and_the_run_still_wri
 def test_two_processes_never_share_a_run_folder(tmp_path):
     suite = write_suite(tmp_path / "suite", 12, k=3, concurrency=2)
     runs = tmp_path / "runs"
-    with ScriptedServer({**SCRIPT, "latency_s": 0.1}) as srv:
+    # The last case's first key is held by the server: the first run is surely still
+    # going while the second tries its folder (events, not a latency it might outrun).
+    held = {**SCRIPT, "latency_s": 0.01, "faults": [{"kind": "slow", "hold": True, "match": "country 11", "times": 1}]}
+    with ScriptedServer(held) as srv:
         first = _spawn_run(suite, runs, srv.base_url)
         try:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and not list(runs.glob("*/results.jsonl")):
-                time.sleep(0.01)
+            assert srv.held.wait(timeout=120), "the first run never reached its held key"
             folder = next(runs.glob("*/results.jsonl")).parent
             second = subprocess.run([sys.executable, "-m", "evalkit.cli", "run", str(suite), "--resume", str(folder),
                                      "--base-url", srv.base_url, "--no-progress"],
@@ -289,9 +290,11 @@ def test_two_processes_never_share_a_run_folder(tmp_path):
             assert "Traceback" not in second.stderr
             # The refused process opened no ledger and wrote no line: one writer only.
             assert len({e["run_epoch"] for e in iter_jsonl(folder / "ledger.jsonl")}) == 1
+            assert first.poll() is None  # still running, holding the folder's lock
         finally:
             os.kill(first.pid, signal.SIGKILL)  # the kernel drops its lock with it
             first.wait()
+            srv.release()
         assert not (folder / "summary.json").exists()
         res = run_suite(suite, base_url=srv.base_url, resume=folder, progress=False)
     assert res.complete
