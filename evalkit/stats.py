@@ -455,6 +455,9 @@ def _check_tally(**counts: int) -> None:
             _fail(f"{name} must be a non-negative integer, got {v!r}")
 
 
+EXACT_SIGN_MAX_N = 5000  # integer tails up to here (a few ms); scipy's binomtest beyond
+
+
 def sign_test(wins: int, losses: int, ties: int = 0) -> SignTest:
     """Exact sign test of wins against losses with ties dropped: a binomial test of
     `wins` out of `wins + losses` at p = 1/2 (exact, as scipy `binomtest`), two-sided and both
@@ -472,7 +475,13 @@ def sign_test(wins: int, losses: int, ties: int = 0) -> SignTest:
     # exactly in integers rather than through scipy.stats.binomtest, whose
     # import costs `evalkit verdict` most of a second; the two-sided p-value is twice
     # the smaller tail (the distribution is symmetric), capped at 1, as binomtest's.
-    # Held to binomtest and to R's binom.test in tests/test_stats.py.
+    # Held to binomtest and to R's binom.test in tests/test_stats.py. Past EXACT_SIGN_MAX_N
+    # pairs the big integers cost more than the import: scipy's binomtest does it then.
+    if n > EXACT_SIGN_MAX_N:
+        p2 = _st.binomtest(wins, n, 0.5, alternative="two-sided").pvalue
+        pg = _st.binomtest(wins, n, 0.5, alternative="greater").pvalue
+        pl = _st.binomtest(wins, n, 0.5, alternative="less").pvalue
+        return SignTest(wins, losses, ties, n, float(p2), float(pg), float(pl))
     whole = 2**n
 
     def count_at_most(k: int) -> int:  # sum of C(n, i) for i <= k, the coefficients built up in turn
