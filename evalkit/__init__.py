@@ -21,6 +21,7 @@ _LAZY = {
     "load_suite": ("loader", "load_suite"),
     "lint_suite": ("loader", "lint_suite"),
     "run_suite": ("runner", "run_suite"),
+    "RunOptions": ("runner", "RunOptions"),
     "grade_run": ("grading", "grade_run"),
     "load_run": ("runload", "load_run"),
     "Run": ("runload", "Run"),
