@@ -14,7 +14,7 @@ LOCKS  := requirements/build.txt requirements/lock.txt requirements/llama.txt
 PIP    := $(BIN)/python -m pip install --quiet --no-deps
 PYTEST_ARGS ?=
 
-.PHONY: demo test install lock bench clean browser sandbox
+.PHONY: demo test install lock bench bench-smoke clean browser sandbox
 
 $(STAMP): pyproject.toml $(LOCKS) tools/install-llama.sh
 	rm -rf $(VENV)
@@ -37,7 +37,8 @@ demo: $(STAMP) sandbox
 	$(BIN)/python -m evalkit._cli.demo $(SUITE) $(if $(wildcard $(PANDALM)/testset-v1.json),--pandalm-dir $(PANDALM))
 
 # The checks first (each fails the target when not clean): lint, formatting, types
-# (configured in pyproject.toml), then the tests.
+# (configured in pyproject.toml), then the tests, then every benchmark at its smallest
+# size (bench-smoke).
 test: $(STAMP) browser sandbox
 	$(BIN)/ruff check evalkit
 	$(BIN)/ruff format --check evalkit
@@ -45,6 +46,7 @@ test: $(STAMP) browser sandbox
 	@$(BIN)/python -m pytest -p no:cacheprovider $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; that is a failure" >&2; exit 1; fi; \
 	exit $$rc
+	$(BIN)/python benchmarks/smoke.py
 
 # headless Chromium for the browser test of the reports (apt-get where missing and allowed)
 browser:
@@ -59,6 +61,11 @@ lock:
 
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+# Every benchmark at its smallest size (`--smoke`, figures to a temporary folder): one
+# that no longer runs fails here, as part of `make test`, not at the next `make bench`.
+bench-smoke: $(STAMP)
+	$(BIN)/python benchmarks/smoke.py
 
 clean:
 	rm -rf $(VENV) reports .pytest_cache

@@ -19,7 +19,7 @@ from `wait4`) is its own:
 * `grade` of the 100,000-sample batch run (deterministic checks), and `report`: every
   notebook that applies (`reports.report_run`), its wall time and the size of the HTML.
 
-    .venv/bin/python benchmarks/bench_batch.py [--sizes 10000,100000] [--sample-files]
+    .venv/bin/python benchmarks/bench_batch.py [--sizes 10000,100000] [--sample-files] [--smoke]
 
 Writes `benchmarks/results/batch.json`.
 """
@@ -37,6 +37,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import _smoke
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "batch.json"
@@ -201,10 +203,12 @@ def main() -> None:
     ap.add_argument("--no-online", action="store_true")
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    _smoke.add(ap)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(args.child[0], args.child[1:])), flush=True)
         return
+    _smoke.apply(args, RESULTS, sizes="200")
 
     sizes = [int(x) for x in args.sizes.split(",")]
     work = Path(tempfile.mkdtemp(prefix="evalkit-bench-batch-"))
@@ -246,10 +250,11 @@ def main() -> None:
             "requests": [lo, n],
             "peak_rss_mib": {str(lo): [], str(n): []},
         }
-        for rep in range(2):
-            for size, kk in ((lo, K), (n, k)):
-                suite = write_suite(work / f"suite-k{kk}-{rep}", size, k=kk)
-                r = measure("batch", str(suite), str(work / f"runs-batch-k{kk}-{rep}"), url, sf)
+        for rep in range(1 if args.smoke else 2):
+            # one pair of sizes (with one size, --sizes 10000, both are the same run: made once)
+            for size, kk in dict.fromkeys(((lo, K), (n, k))):
+                suite = write_suite(work / f"suite-{size}-k{kk}-{rep}", size, k=kk)
+                r = measure("batch", str(suite), str(work / f"runs-batch-{size}-k{kk}-{rep}"), url, sf)
                 assert check(r["run"])["every_key_once"], "a key is missing or twice"
                 same["peak_rss_mib"][str(size)].append(r["peak_rss_mib"])
                 same.setdefault("wall_s", {}).setdefault(str(size), []).append(r["wall_s"])
@@ -258,7 +263,8 @@ def main() -> None:
         run = Path(result["runs"][biggest]["batch"]["run"])
         result["grade"] = measure("grade", str(run))
         result["report"] = measure("report", str(run), str(work / "reports"))
-        result["report_breakdown"] = measure("breakdown", str(run))
+        if not args.smoke:  # bench_report_scale.py's own smoke runs the breakdown
+            result["report_breakdown"] = measure("breakdown", str(run))
     finally:
         assert server.stdin is not None
         server.stdin.close()

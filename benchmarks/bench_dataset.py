@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import _smoke  # --smoke (benchmarks/_smoke.py; this folder is on sys.path)
 from click.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,7 +48,9 @@ def validate_s(folder: Path, doc: dict, pairs: list[dict], repeat: int) -> tuple
 def main_() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
+    _smoke.add(ap)
     args = ap.parse_args()
+    dest = _smoke.apply(args, ROOT / "benchmarks" / "results" / "dataset.json", repeat=1)
     pairs = [mkpair(i, "easy") for i in range(1000)]
     broken = [mkpair(i, "easy", query="") for i in range(1000)]
     out = {"machine": platform.machine(), "python": platform.python_version(), "repeat": args.repeat, "cases": {}}
@@ -62,7 +65,6 @@ def main_() -> None:
             s, code = validate_s(folder, doc, ps, args.repeat)
             out["cases"][name] = {"median_s": round(s, 4), "exit_code": code}
             print(f"{name}: {s:.3f} s (exit {code})")
-    dest = ROOT / "benchmarks" / "results" / "dataset.json"
     dest.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {dest}")
 

@@ -46,7 +46,9 @@ import threading
 import time
 from pathlib import Path
 
-from evalkit.foundations.records import Arm, Case, Config, Endpoint, GateThresholds, Price, Suite
+import _smoke  # --smoke (benchmarks/_smoke.py; this folder is on sys.path)
+from evalkit.suites.loader import load_suite
+from evalkit.foundations.records import Suite
 from evalkit.running.runner import derive_seed, run_suite
 from evalkit.suites.runs import iter_jsonl
 
@@ -83,20 +85,28 @@ STORM = [{"kind": "429", "rate": 0.5, "retry_after": 1.0, "until_s": 20.0}]
 
 
 def make_suite(calls: int, root: Path) -> Suite:
+    """The suite of `calls` completions, written to `root` and loaded from there, as a
+    user's suite is (the run's privacy gate and input hashes read its files)."""
     k = 10
     n_cases = max(1, calls // (k * 2))
-    cases = tuple(Case(id=f"case-{i:04d}", input=f"What is the capital of country number {i}?", expected="Paris",
-                       tags=("bench",)) for i in range(n_cases))
-    arms = (Arm("baseline"), Arm("guided", guidance="Answer with one word.\n"))
     # Worst case per call: 512 in + 16 out at $0.1/$0.4 per Mtok; the cap allows every
     # key 3 charged attempts, far more than the faults need.
     worst = (512 * 0.1 + 16 * 0.4) / 1e6
-    cfg = Config(generator=Endpoint("scripted", None, "EVALKIT_BENCH_KEY"), judge=None, mode="completion",
-                 template="${guidance}Q: ${input}\nA:", system=None, temperature=0.8, seed=SEED, k=k,
-                 concurrency=CONCURRENCY, cost_cap_usd=round(3 * worst * n_cases * k * 2, 6), max_tokens_in=512,
-                 max_tokens_out=16, price=Price(0.1, 0.4), judge_price=Price(0.1, 0.4), gate=GateThresholds(),
-                 arms=arms, stop=("\n",))
-    return Suite(path=str(root), name="faults", config=cfg, cases=cases)
+    root.mkdir(parents=True, exist_ok=True)
+    config = {
+        "generator": {"model": "scripted", "api_key_env": "EVALKIT_BENCH_KEY"}, "mode": "completion",
+        "template": "prompt.txt", "temperature": 0.8, "seed": SEED, "k": k, "concurrency": CONCURRENCY,
+        "cost_cap_usd": round(3 * worst * n_cases * k * 2, 6), "max_tokens_in": 512, "max_tokens_out": 16,
+        "price": {"in_per_mtok": 0.1, "out_per_mtok": 0.4}, "judge_price": {"in_per_mtok": 0.1, "out_per_mtok": 0.4},
+        "arms": [{"name": "baseline"}, {"name": "guided", "guidance": "guided.md"}], "stop": ["\n"],
+    }
+    (root / "config.json").write_text(json.dumps(config))
+    (root / "prompt.txt").write_text("${guidance}Q: ${input}\nA:")
+    (root / "guided.md").write_text("Answer with one word.\n")
+    (root / "cases.jsonl").write_text("".join(
+        json.dumps({"id": f"case-{i:04d}", "input": f"What is the capital of country number {i}?",
+                    "expected": "Paris", "tags": ["bench"]}) + "\n" for i in range(n_cases)))
+    return load_suite(root)
 
 
 class Server:
@@ -184,8 +194,8 @@ def measure(suite: Suite, folder: Path, log: Path) -> dict:
     }
 
 
-def scenario(name: str, calls: int, work: Path) -> dict:
-    suite = make_suite(calls if name != "storm" else 600, work)
+def scenario(name: str, calls: int, work: Path, storm_calls: int = 600) -> dict:
+    suite = make_suite(calls if name != "storm" else storm_calls, work / "suite")
     faults = {"mix": MIX, "storm": STORM, "outage": MIX}[name]
     log, runs = work / f"{name}-requests.log", work / f"{name}-runs"
     server = Server({**TEXTS, "faults": faults, "seed": 7}, log, _free_port())
@@ -200,10 +210,12 @@ def scenario(name: str, calls: int, work: Path) -> dict:
         killed = threading.Event()
         killed_at: list[float] = []
 
-        def outage() -> None:  # kill the server after ~600 samples, start it again 3 s later
+        at = max(1, min(600, calls * 3 // 10))  # 600 samples of the 2,000; a smaller run, its 30%
+
+        def outage() -> None:  # kill the server after `at` samples, start it again 3 s later
             while not killed.is_set():
                 found = list(runs.glob("*/results.jsonl"))
-                if found and found[0].read_bytes().count(b"\n") >= 600:
+                if found and found[0].read_bytes().count(b"\n") >= at:
                     server.kill()
                     killed_at.append(time.perf_counter())
                     killed.set()
@@ -214,6 +226,8 @@ def scenario(name: str, calls: int, work: Path) -> dict:
         res = run_suite(suite, runs_dir=runs, base_url=url, progress=False)
         killed.set()
         watcher.join()
+        if not killed_at:  # the run finished before the watcher saw `at` samples: the server still runs
+            server.kill()
         stopped_after = time.perf_counter() - killed_at[0] if killed_at else None
         sessions.append({"wall_s": round(time.perf_counter() - t0, 2), "complete": res.complete,
                          "reason": res.reason, "samples_ran": res.samples_ran,
@@ -240,14 +254,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenarios", default="mix,storm,outage")
     ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--storm-calls", type=int, default=600, help="the rate-limit storm's calls")
     ap.add_argument("--out", default=str(HERE / "results" / "faults.json"))
+    _smoke.add(ap)
     args = ap.parse_args()
+    _smoke.apply(args, HERE / "results" / "faults.json", calls=40, storm_calls=40)
     results = {}
     with tempfile.TemporaryDirectory() as d:
         for name in args.scenarios.split(","):
             work = Path(d) / name
             work.mkdir()
-            results[name] = scenario(name, args.calls, work)
+            results[name] = scenario(name, args.calls, work, args.storm_calls)
     targets = {n: r["lost"] == 0 and r["duplicated"] == 0 and r["spend_within_cap"] and r["phantom_usd"] == 0
                and r["complete"] for n, r in results.items()}
     doc = {"benchmark": "fault soak: lost/duplicated samples, spend against the cap, phantom charges",

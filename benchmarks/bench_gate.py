@@ -14,11 +14,13 @@ Writes `benchmarks/results/gate.json`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import time
 from pathlib import Path
 
+import _smoke  # --smoke (benchmarks/_smoke.py; this folder is on sys.path)
 import numpy as np
 
 from evalkit.conclusions import gates as G
@@ -45,8 +47,11 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=1000)
     ap.add_argument("--resamples", type=int, default=1000)
     ap.add_argument("--drop", type=float, default=0.15)
+    _smoke.add(ap)
     args = ap.parse_args()
+    dest = _smoke.apply(args, Path(__file__).parent / "results" / "gate.json", reps=5, resamples=50)
     t = GateThresholds(max_success_drop_points=5, max_cost_increase_pct=10, min_tag_cases=5)
+    plain = dataclasses.replace(t, alpha=1.0)  # no noise guard: the thresholds alone
     out = {"python": platform.python_version(), "reps": args.reps, "resamples": args.resamples,
            "thresholds": {"points": 5, "cost_pct": 10, "min_tag_cases": 5}, "drop": args.drop, "shapes": []}
     for n_cases, k in SHAPES:
@@ -58,7 +63,7 @@ def main() -> None:
         for r in range(args.reps):
             a, b = sample(p), sample(p)
             guarded += not G.gate_metrics(a, b, t, n_resamples=args.resamples, seed=r).passed
-            naive += not G.gate_metrics(a, b, t, alpha=1.0, n_resamples=50, seed=r).passed
+            naive += not G.gate_metrics(a, b, plain, n_resamples=50, seed=r).passed
         lowered = np.clip(p - args.drop, 0, 1)
         detected = sum(not G.gate_metrics(sample(lowered), sample(p), t, n_resamples=args.resamples, seed=r).passed
                        for r in range(max(100, args.reps // 5)))
@@ -77,9 +82,8 @@ def main() -> None:
             "pass", "regression")
     out["sign_verdict_false_positive"] = hits / n_tallies
     print(json.dumps({"sign_verdict_false_positive": hits / n_tallies, "tallies": n_tallies}))
-    res = Path(__file__).parent / "results"
-    res.mkdir(exist_ok=True)
-    (res / "gate.json").write_text(json.dumps(out, indent=2) + "\n")
+    dest.parent.mkdir(exist_ok=True)
+    dest.write_text(json.dumps(out, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import _smoke  # --smoke (benchmarks/_smoke.py; this folder is on sys.path)
 from evalkit.conclusions.agentevals import grade_outputs
 from evalkit.checking.graders import grade_sample, regex
 from evalkit.foundations.records import Case, Check, Sample, Usage
@@ -49,7 +50,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--samples", type=int, default=20000)
     ap.add_argument("--cases", type=int, default=500)
+    _smoke.add(ap)
     args = ap.parse_args()
+    out = _smoke.apply(args, Path(__file__).parent / "results" / "grading.json", samples=200, cases=10)
 
     work = [(CASES[i % len(CASES)], sample(CASES[i % len(CASES)], i)) for i in range(args.samples)]
     t0 = time.perf_counter()
@@ -84,7 +87,6 @@ def main() -> None:
         "hostile_regex": {"pattern": "(a+)+$", "input_chars": 5001, "timeout_s": 1.0, "seconds": round(hostile_s, 3)},
         "agent_evals": {"cases": args.cases, "samples": args.cases * 5, "seconds": round(compat_s, 3)},
     }
-    out = Path(__file__).parent / "results" / "grading.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

@@ -14,6 +14,7 @@ import string
 import time
 from pathlib import Path
 
+import _smoke  # --smoke (benchmarks/_smoke.py; this folder is on sys.path)
 from openai import OpenAI
 
 from evalkit.calls.serve import LocalModelServer, default_model_path
@@ -36,7 +37,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--threads", type=int, default=None, help="llama.cpp threads (default: the server's)")
     ap.add_argument("--calls", type=int, default=30)
+    _smoke.add(ap)
     args = ap.parse_args()
+    _smoke.apply(args, Path("local_model.txt"), calls=1)  # prints its figures, writes none
     default_model_path()  # assemble once, outside the timing
     arms = {"baseline": "", "skilled": (SUITE / "guidance" / "skilled.md").read_text().rstrip() + "\n\n"}
     t0 = time.perf_counter()

@@ -26,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import _smoke  # --smoke (benchmarks/_smoke.py; this folder is on sys.path)
 from evalkit.suites import privacy
 from evalkit.suites.loader import lint_suite, load_suite
 
@@ -109,7 +110,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", type=int, default=1000)
     ap.add_argument("--kib", type=int, default=16)
+    _smoke.add(ap)
     args = ap.parse_args()
+    out = _smoke.apply(args, Path(__file__).parent / "results" / "privacy.json", cases=50, kib=1)
     texts, source = corpus()
     cases = case_texts(args.cases, args.kib * 1024, texts)
     sc = privacy.scanner()
@@ -152,7 +155,6 @@ def main() -> None:
         "redact_cases": {"seconds": round(redact_s, 3)},
         "detect_secrets_1_5": detect_secrets_figures(cases),
     }
-    out = Path(__file__).parent / "results" / "privacy.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

@@ -36,6 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import _smoke  # --smoke (benchmarks/_smoke.py; this folder is on sys.path)
 import openai
 
 HERE = Path(__file__).resolve().parent
@@ -290,7 +291,9 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=1000)
     ap.add_argument("--repeats", type=int, default=2, help="of the command-unit run and of its bare loop")
     ap.add_argument("--out", default=str(HERE / "results" / "proxy.json"))
+    _smoke.add(ap)
     args = ap.parse_args()
+    _smoke.apply(args, HERE / "results" / "proxy.json", calls=40, rounds=1, samples=20, repeats=1)
     server, server_url = _start(_SERVER)
     try:
         procs = {"raw": _start(_FORWARD, server_url, "raw"), "sdk": _start(_FORWARD, server_url, "sdk"),

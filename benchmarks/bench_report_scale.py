@@ -39,6 +39,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import _smoke  # --smoke (benchmarks/_smoke.py; this folder is on sys.path)
 from bench_batch import K, write_suite  # the same suite as bench_batch.py (this folder is on sys.path)
 
 HERE = Path(__file__).resolve().parent
@@ -210,10 +211,12 @@ def main() -> None:
     ap.add_argument("--run", help="report on this graded run folder instead of making one")
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    _smoke.add(ap)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(args.child[0], args.child[1:])), flush=True)
         return
+    _smoke.apply(args, RESULTS, samples=200, repeat=1)
 
     work = Path(tempfile.mkdtemp(prefix="evalkit-bench-report-scale-"))
     result: dict = {

@@ -26,6 +26,7 @@ import platform
 import time
 from pathlib import Path
 
+import _smoke  # --smoke (benchmarks/_smoke.py; this folder is on sys.path)
 import numpy as np
 
 from evalkit.suites.runs import write_atomic
@@ -119,7 +120,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=100_000)
     ap.add_argument("--seed", type=int, default=2024)
+    _smoke.add(ap)
     args = ap.parse_args()
+    dest = _smoke.apply(args, HERE / "results" / "sequential.json", reps=500)
     rng = np.random.default_rng(args.seed)
     started = time.perf_counter()
 
@@ -195,7 +198,6 @@ def main() -> None:
         "python": platform.python_version(),
         "machine": platform.machine(),
     }
-    dest = HERE / "results" / "sequential.json"
     write_atomic(dest, json.dumps(out, indent=1) + "\n")
     print(f"wrote {dest} in {out['seconds']:.1f} s")
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from pathlib import Path
 
+import _smoke  # --smoke (benchmarks/_smoke.py; this folder is on sys.path)
 from openai import AsyncOpenAI
 
 from evalkit.calls.serve import ScriptedServer
@@ -51,7 +53,9 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--chat", action="store_true", help="use the chat endpoint instead of completions")
+    _smoke.add(ap)
     args = ap.parse_args()
+    _smoke.apply(args, Path("server.txt"), calls=50)  # prints its figures, writes none
     with ScriptedServer(SCRIPT) as srv:
         wall = asyncio.run(bare_loop(srv.base_url, args.calls, args.concurrency, args.chat))
         served = srv.stats["requests"]

@@ -167,6 +167,7 @@ _LAZY = {
     "load_suite": ("suites.loader", "load_suite"),
     "lint_suite": ("suites.loader", "lint_suite"),
     "run_suite": ("running.runner", "run_suite"),
+    "RunOptions": ("running.runner", "RunOptions"),
     "grade_run": ("conclusions.grading", "grade_run"),
     "load_run": ("suites.runload", "load_run"),
     "Run": ("suites.runload", "Run"),

@@ -199,3 +199,28 @@ def two_arm(cases: dict[str, tuple[list, list]]) -> dict[tuple[str, str], list]:
         out[(cid, "baseline")] = b
         out[(cid, "skilled")] = t
     return out
+
+
+@pytest.fixture
+def short_regex_timeout(monkeypatch):
+    """The `regex` engine's timeout at 0.05 s instead of REGEX_TIMEOUT_S (1 s) in graders
+    and agentevals: a test of what a timed-out pattern does need not wait out the real
+    limit. The real one is kept by test_graders::test_regex_catastrophic_backtracking_
+    fails_in_about_a_second and test_agentevals::test_compat_wildcards_backtracking_
+    pattern_fails_the_sample_and_never_hangs (a subprocess)."""
+    from evalkit.conclusions import agentevals
+    from evalkit.checking import graders
+
+    monkeypatch.setattr(graders, "REGEX_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(agentevals, "REGEX_TIMEOUT_S", 0.05)
+
+
+@pytest.fixture
+def fast_backoff(monkeypatch):
+    """The client's retry backoff from 1 ms instead of `client.BACKOFF_BASE_S` (0.25 s,
+    doubling): a test of what retries do need not wait out real backoffs. The real
+    schedule is kept by test_client::test_backoff_grows_and_honours_retry_after and the
+    tests that leave this fixture out."""
+    from evalkit.calls import client
+
+    monkeypatch.setattr(client, "BACKOFF_BASE_S", 0.001)

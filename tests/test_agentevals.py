@@ -174,7 +174,7 @@ def test_other_sets_are_shown_with_gate_none_and_never_fail_the_gate(tmp_path):
     assert "WARNING:" in res.stderr and "gate \"none\"" in res.stderr
 
 
-def test_regex_timeout_fails_the_sample_not_the_run(tmp_path):
+def test_regex_timeout_fails_the_sample_not_the_run(tmp_path, short_regex_timeout):
     ev, out = write_fixture(tmp_path, cases=[{"id": "r", "set": "capability", "prompt": "p",
                                               "expect": "(a+)+$", "match": "regex"}],
                             samples={"r": ["a" * 4000 + "!", "aaa"]})
@@ -203,7 +203,7 @@ def test_compat_wildcards_backtracking_pattern_fails_the_sample_and_never_hangs(
     assert res.stdout.splitlines()[-1] == "FAIL: 1 eval case(s) failed the gate: w"
 
 
-def test_compat_wildcards_timeout_is_a_failed_sample_with_the_reason(tmp_path):
+def test_compat_wildcards_timeout_is_a_failed_sample_with_the_reason(tmp_path, short_regex_timeout):
     ev, out = write_fixture(tmp_path, cases=[{"id": "w", "set": "capability", "prompt": "p",
                                               "expect": "a*a*a*a*a*a*a*a*a*a*a*a*b"}],
                             samples={"w": ["a" * 10000, "xx " + "a" * 12 + "b yy"]})

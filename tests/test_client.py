@@ -663,7 +663,7 @@ def test_consecutive_connection_failures_make_the_endpoint_unreachable(tmp_path)
     assert f"stopped before attempt {a.attempts + 1}: {unreachable}" in str(a)
 
 
-def test_an_answer_resets_the_connection_failure_count(tmp_path):
+def test_an_answer_resets_the_connection_failure_count(tmp_path, fast_backoff):
     script = {"default": {"text": "ok"}, "faults": [{"kind": "drop", "times": 2}, {"kind": "500", "times": 1},
                                                     {"kind": "drop", "times": 2}]}
     with ScriptedServer(script) as srv:

@@ -128,6 +128,18 @@ def _accepted_nothing(s: socket.socket) -> bool:
     return False
 
 
+def _run_cli(args: list[str], env: dict[str, str]):
+    """`evalkit ARGS` through click in this process with exactly `env` as the environment
+    (every other variable unset for the call): what a fresh process would see, without
+    paying for one (the process boundary is not what these tests test)."""
+    from click.testing import CliRunner
+
+    from evalkit._cli.main import main
+
+    unset: dict[str, str | None] = {k: None for k in os.environ if k not in env}
+    return CliRunner().invoke(main, args, env={**unset, **env})
+
+
 def test_a_run_with_no_base_url_is_refused_before_any_connection(tmp_path):
     """`evalkit run` with no URL from any source, a key set, and the openai client's own
     fallbacks pointed at listening sockets: OPENAI_BASE_URL (which the client reads when
@@ -143,13 +155,14 @@ def test_a_run_with_no_base_url_is_refused_before_any_connection(tmp_path):
                    ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")},
                 "NO_PROXY": "", "no_proxy": ""})
     try:
-        proc = subprocess.run([sys.executable, "-m", "evalkit._cli.main", "run", str(suite), "--no-progress",
-                               "--runs-dir", str(tmp_path / "runs")],
-                              env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
-        time.sleep(0.2)  # a connection in flight would be queued by now
-        assert proc.returncode == 2, proc.stderr
-        assert "$.generator.base_url" in proc.stderr and str(suite / "config.json") in proc.stderr
-        assert "--base-url" in proc.stderr and GENERATOR_URL_ENV in proc.stderr
+        # In this process (the openai client and its transports read these variables when
+        # built, wherever that is): once the command has returned, a connection it made
+        # would already wait in a listener's backlog, as the kernel completes a loopback
+        # handshake before connect() returns.
+        res = _run_cli(["run", str(suite), "--no-progress", "--runs-dir", str(tmp_path / "runs")], env)
+        assert res.exit_code == 2, res.stderr
+        assert "$.generator.base_url" in res.stderr and str(suite / "config.json") in res.stderr
+        assert "--base-url" in res.stderr and GENERATOR_URL_ENV in res.stderr
         assert _accepted_nothing(fallback) and _accepted_nothing(proxy)
     finally:
         fallback.close()
@@ -207,12 +220,10 @@ def test_a_run_that_could_send_nothing_exits_2_before_writing_anything(tmp_path,
         host = srv.base_url.split("//")[1].split("/")[0]
         args = [a.format(host=host) for a in args] or ["--base-url", srv.base_url]
         full = {**{k: v for k, v in os.environ.items() if not k.startswith("EVALKIT_")}, **env}
-        proc = subprocess.run([sys.executable, "-m", "evalkit._cli.main", "run", str(suite), "--no-progress",
-                               "--runs-dir", str(tmp_path / "runs"), *args],
-                              env=full, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        res = _run_cli(["run", str(suite), "--no-progress", "--runs-dir", str(tmp_path / "runs"), *args], full)
         assert srv.stats["requests"] == 0
-    assert proc.returncode == 2, proc.stderr
-    assert named in proc.stderr and "p4ssw0rd" not in proc.stderr + proc.stdout and "sk-abc" not in proc.stderr
+    assert res.exit_code == 2, res.stderr
+    assert named in res.stderr and "p4ssw0rd" not in res.stderr + res.stdout and "sk-abc" not in res.stderr
     assert not (tmp_path / "runs").exists()  # nothing written
 
 

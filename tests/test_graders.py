@@ -361,7 +361,7 @@ def test_unknown_check_kind_is_input_error():
 HOSTILE_X = "x" * 5000  # (x+x+)+y backtracks exponentially on a run of x with no y
 
 
-def test_refusal_pathological_custom_pattern_is_a_failed_check_with_the_reason():
+def test_refusal_pathological_custom_pattern_is_a_failed_check_with_the_reason(short_regex_timeout):
     for should_refuse in (True, False):  # undecided is never a pass, either way
         r = refusal(HOSTILE_X, should_refuse=should_refuse, patterns=["(x+x+)+y"])
         assert not r.passed and "timed out" in r.reason and "(x+x+)+y" in r.reason
@@ -371,7 +371,7 @@ def test_refusal_pathological_custom_pattern_is_a_failed_check_with_the_reason()
     assert refusal("I cannot help with that. " + HOSTILE_X, patterns=["(x+x+)+y"]).passed
 
 
-def test_refusal_custom_pattern_through_grade_sample_does_not_crash_grading():
+def test_refusal_custom_pattern_through_grade_sample_does_not_crash_grading(short_regex_timeout):
     case = make_case(expected="", checks=(Check("refusal", {"patterns": ["(x+x+)+y"]}),))
     (r,) = grade_sample(case, make_sample(HOSTILE_X), None)
     assert not r.passed and "timed out" in r.reason
@@ -380,7 +380,7 @@ def test_refusal_custom_pattern_through_grade_sample_does_not_crash_grading():
         grade_sample(bad, make_sample("I cannot help."), None)
 
 
-def test_json_schema_patterns_run_with_a_timeout():
+def test_json_schema_patterns_run_with_a_timeout(short_regex_timeout):
     r = json_schema('{"a": "%s"}' % HOSTILE_X, schema={"properties": {"a": {"type": "string", "pattern": "(x+x+)+y"}}})
     assert not r.passed and r.reason.startswith("$.a: pattern '(x+x+)+y' timed out")
     r = json_schema('{"%s": 1}' % HOSTILE_X, schema={"patternProperties": {"(x+x+)+y": {}}, "additionalProperties": False})

@@ -198,6 +198,26 @@ def test_regrade_replays_the_judge_at_zero_cost(tmp_path, judge_server):
     assert len(list(iter_jsonl(run / "grades.jsonl"))) == 24  # replaced, not appended
 
 
+def test_grade_options_are_one_record_and_the_keywords_build_the_same_one(tmp_path, judge_server):
+    """`GradeOptions` handed down whole: a grading from the record and one from keywords
+    score alike (the second replays the first's judge answers); a misspelt keyword is a
+    TypeError before anything is written."""
+    from evalkit.conclusions.grading import GradeOptions
+
+    suite = write_suite(tmp_path)
+    run = write_run(tmp_path, suite)
+    by_record = grade_run(run, None, GradeOptions(judge_base_url=judge_server.base_url))
+    n_requests = judge_server.stats["requests"]
+    grades_before = (run / "grades.jsonl").read_bytes()
+    with pytest.raises(TypeError, match="judge_base_ulr"):
+        grade_run(run, judge_base_ulr=judge_server.base_url)
+    assert (run / "grades.jsonl").read_bytes() == grades_before
+    by_keywords = grade_run(run, judge_base_url=judge_server.base_url)
+    assert judge_server.stats["requests"] == n_requests and by_keywords.summary.cache_hits == 5
+    scores = lambda r: {(g.case_id, g.arm, g.index): g.judge_score for g in r.grades}  # noqa: E731
+    assert scores(by_record) == scores(by_keywords) and len(by_record.grades) == 24
+
+
 def test_malformed_judge_answer_is_an_error_not_a_pass(tmp_path, judge_server):
     outputs = dict(OUTPUTS, **{"open-1": ["ANSWER-GARBLED", "ANSWER-GOOD", "ANSWER-GOOD"]})
     suite = write_suite(tmp_path)

@@ -5,6 +5,7 @@ points above."""
 from __future__ import annotations
 
 import ast
+import json
 import re
 import subprocess
 import sys
@@ -135,21 +136,38 @@ def test_every_import_inside_a_function_says_why():
 
 
 def test_fast_commands_do_not_load_the_heavy_stack():
-    """`evalkit --help` and `evalkit lint` never import pandas, scipy, papermill or
-    matplotlib (measured: docs/architecture.md)."""
+    """`evalkit --help`, `lint` and `verdict` never import pandas, scipy, papermill,
+    matplotlib or openai; `power` none but scipy (its exact binomial power curves)
+    (measured: benchmarks/results/startup.json). One interpreter for all of them: each
+    command runs in a fresh copy of it (a fork), so what one imports is its own."""
     code = (
-        "import sys\n"
+        "import json, os, sys\n"
         "from click.testing import CliRunner\n"
-        "from evalkit._cli.main import main\n"
-        "r = CliRunner().invoke(main, sys.argv[1:])\n"
-        "heavy = sorted(m for m in ('pandas', 'scipy', 'papermill', 'matplotlib', 'openai') if m in sys.modules)\n"
-        "print(r.exit_code, ','.join(heavy))\n"
+        "for args in json.loads(sys.argv[1]):\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        from evalkit._cli.main import main\n"
+        "        r = CliRunner().invoke(main, args)\n"
+        "        heavy = sorted(m for m in ('pandas', 'scipy', 'papermill', 'matplotlib', 'openai') if m in sys.modules)\n"
+        "        print(json.dumps([args[0], r.exit_code, heavy]), flush=True)\n"
+        "        os._exit(0)\n"
+        "    os.waitpid(pid, 0)\n"
     )
     root = PKG.parent
-    for args in (["--help"], ["lint", str(root / "data" / "factual")]):
-        out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60, cwd=root)
-        code_, _, heavy = out.stdout.strip().rpartition("\n")[2].partition(" ")
-        assert code_ == "0" and heavy == "", (args, out.stdout[-500:], out.stderr[-2000:])
+    commands = {
+        "--help": [],
+        "lint": [str(root / "data" / "factual")],
+        "verdict": ["--wins", "10", "--ties", "2", "--losses", "1"],
+        "power": ["--win-rate", "0.7", "--alpha", "0.05", "--power", "0.8"],
+    }
+    allowed = {"power": ["scipy"]}
+    out = subprocess.run([sys.executable, "-c", code, json.dumps([[c, *a] for c, a in commands.items()])],
+                         capture_output=True, text=True, timeout=120, cwd=root)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("[\"")]
+    seen = {name: (rc, heavy) for name, rc, heavy in map(json.loads, lines)}
+    assert set(seen) == set(commands), (out.stdout[-500:], out.stderr[-2000:])
+    for name, (rc, heavy) in seen.items():
+        assert rc == 0 and heavy == allowed.get(name, []), (name, rc, heavy, out.stderr[-2000:])
 
 
 # --------------------------------------------------------------------------- the module map
@@ -292,3 +310,16 @@ def test_the_module_map_check_sees_a_missing_an_extra_and_an_upward_module():
     row = "| `evalkit.numbers.stats` | again |"
     with pytest.raises(AssertionError, match="listed twice"):
         module_map(f"### Layer 1: a (`evalkit/numbers/`)\n\n{row}\n{row}\n")
+
+
+def test_a_run_loads_evalkit_batch_only_when_it_sends_or_left_batches():
+    """The runner and `evalkit run` import `evalkit.running.batch` only for a run with
+    --batch or a run folder with batches.json (openai's own types load with `import
+    openai`, which every run that calls a model needs)."""
+    code = (
+        "import sys\n"
+        "import evalkit.running.runner, evalkit._cli.run, evalkit._cli.main\n"
+        "print(sorted(m for m in sys.modules if m == 'evalkit.running.batch'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=PKG.parent)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", (out.stdout, out.stderr[-2000:])

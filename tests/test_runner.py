@@ -278,12 +278,13 @@ def test_model_text_that_is_not_a_string_errors_the_sample_and_the_run_still_wri
 def test_two_processes_never_share_a_run_folder(tmp_path):
     suite = write_suite(tmp_path / "suite", 12, k=3, concurrency=2)
     runs = tmp_path / "runs"
-    with ScriptedServer({**SCRIPT, "latency_s": 0.1}) as srv:
+    # The last case's first key is held by the server: the first run is surely still
+    # going while the second tries its folder (events, not a latency it might outrun).
+    held = {**SCRIPT, "latency_s": 0.01, "faults": [{"kind": "slow", "hold": True, "match": "country 11", "times": 1}]}
+    with ScriptedServer(held) as srv:
         first = _spawn_run(suite, runs, srv.base_url)
         try:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and not list(runs.glob("*/results.jsonl")):
-                time.sleep(0.01)
+            assert srv.held.wait(timeout=120), "the first run never reached its held key"
             folder = next(runs.glob("*/results.jsonl")).parent
             second = subprocess.run([sys.executable, "-m", "evalkit._cli.main", "run", str(suite), "--resume", str(folder),
                                      "--base-url", srv.base_url, "--no-progress"],
@@ -293,9 +294,11 @@ def test_two_processes_never_share_a_run_folder(tmp_path):
             assert "Traceback" not in second.stderr
             # The refused process opened no ledger and wrote no line: one writer only.
             assert len({e["run_epoch"] for e in iter_jsonl(folder / "ledger.jsonl")}) == 1
+            assert first.poll() is None  # still running, holding the folder's lock
         finally:
             os.kill(first.pid, signal.SIGKILL)  # the kernel drops its lock with it
             first.wait()
+            srv.release()
         assert not (folder / "summary.json").exists()
         res = run_suite(suite, base_url=srv.base_url, resume=folder, progress=False)
     assert res.complete
@@ -512,7 +515,7 @@ def test_a_storm_of_rate_limits_is_ridden_out_and_the_run_completes(tmp_path):
     assert sum(e["cost_usd"] for e in ledger if e["event"] == "release") == 0  # a refusal costs nothing
 
 
-def test_the_fault_mix_completes_every_key_once_within_the_cap(tmp_path):
+def test_the_fault_mix_completes_every_key_once_within_the_cap(tmp_path, fast_backoff):
     suite = write_suite(tmp_path / "suite", 30, k=2, concurrency=8, max_attempts=6, timeout_s=2.0)
     script = {**SCRIPT, "seed": 7, "faults": [{"kind": "429", "rate": 0.10, "retry_after": 0.05},
                                               {"kind": "500", "rate": 0.05 / 0.9},
@@ -593,20 +596,20 @@ def test_with_no_sample_files_and_the_helper_process_the_text_is_stored_too(tmp_
 def test_two_runs_of_a_suite_at_once_never_pay_twice(tmp_path):
     suite = write_suite(tmp_path / "suite", 12, k=3, concurrency=2)
     runs = tmp_path / "runs"
-    # One key of case-11 answers after 12 s: the first run is surely still going when the
-    # second starts, even on a loaded machine where a process takes seconds to import.
+    # One key of case-11 is held by the server until the second run has been refused:
+    # the first run is surely still going when the second starts (events, not a delay).
     slow_tail = {**SCRIPT, "latency_s": 0.01,
-                 "faults": [{"kind": "slow", "delay_s": 12.0, "match": "country 11", "times": 1}]}
+                 "faults": [{"kind": "slow", "hold": True, "match": "country 11", "times": 1}]}
     with ScriptedServer(slow_tail) as srv:
         first = subprocess.Popen([sys.executable, "-m", "evalkit._cli.main", "run", str(suite), "--runs-dir", str(runs),
                                   "--base-url", srv.base_url, "--no-progress"],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not list(runs.glob("*/results.jsonl")):
-            time.sleep(0.01)
+        assert srv.held.wait(timeout=120), "the first run never reached its held key"
         second = subprocess.run([sys.executable, "-m", "evalkit._cli.main", "run", str(suite), "--runs-dir", str(runs),
                                  "--base-url", srv.base_url, "--no-progress"],
                                 capture_output=True, text=True, timeout=60)
+        assert first.poll() is None  # still holding its locks while the second was refused
+        srv.release()
         out, err = first.communicate(timeout=120)
         requests = srv.stats["requests"]
     assert first.returncode == 0, err
@@ -873,3 +876,26 @@ def test_resume_refuses_a_changed_agent_program_naming_the_file(tmp_path):
         with pytest.raises(InputError, match=r"changed since this run started: agent program \(mypkg/words.py\)"):
             run_suite(suite, base_url=srv.base_url, resume=second.path, progress=False)
     assert len(list(iter_jsonl(first.path / "results.jsonl"))) == 2  # index 0 of each arm: the refused resume wrote nothing
+
+
+def test_run_options_are_one_record_and_the_keywords_build_the_same_one(tmp_path):
+    """`RunOptions` handed down whole: a record run and a keyword run of one suite make
+    the same samples; keywords replace the record's fields; a misspelt keyword is a
+    TypeError before anything is called or written."""
+    from evalkit.running.runner import RunOptions
+
+    suite = write_suite(tmp_path / "suite", 2, k=2)
+    with ScriptedServer(SCRIPT) as srv:
+        opts = RunOptions(runs_dir=tmp_path / "a", base_url=srv.base_url, progress=False, k=1, arms=["guided"])
+        by_record = run_suite(suite, opts)
+        by_keywords = run_suite(suite, runs_dir=tmp_path / "b", base_url=srv.base_url, progress=False, k=1,
+                                arms=["guided"], cache=False)
+        mixed = run_suite(suite, opts, runs_dir=tmp_path / "c", sample_files=False, cache=False)
+        with pytest.raises(TypeError, match="sampel_files"):
+            run_suite(suite, opts, sampel_files=False)
+        assert len(srv.requests) == 6  # three runs of 2 keys, each in its own runs folder; the misspelt one none
+    for res in (by_record, by_keywords, mixed):
+        assert res.complete and res.samples_total == 2 and list(res.per_arm) == ["guided"]
+    assert sorted(load_run(by_record.path).samples.output) == sorted(load_run(by_keywords.path).samples.output)
+    assert not (mixed.path / "samples").exists() and (by_record.path / "samples").is_dir()
+    assert not (tmp_path / "runs").exists() and opts.k == 1  # the record is not changed by a run

@@ -52,3 +52,24 @@ def test_send_after_the_child_died_says_so(tmp_path):
     w.kill()
     assert not w.send("samples/c/base/sample-1.txt", "x" * 200_000)
     assert w.finish(timeout_s=60)[0] is False
+
+
+def test_a_child_that_does_not_read_never_blocks_send_and_finish_delivers_every_file(tmp_path):
+    """A full pipe (the child stopped: a slow disk, or no core for it on a loaded
+    machine) leaves `send` returning at once, the frames waiting in the parent; once the
+    child goes on, `finish` hands over every one, in order, and each file is whole."""
+    import os
+    import signal
+
+    w = SampleWriter(tmp_path)
+    os.kill(w._proc.pid, signal.SIGSTOP)  # it reads nothing until continued
+    try:
+        texts = {f"samples/c/a/sample-{i}.txt": f"{i}:" + "x" * 50_000 for i in range(60)}  # 3 MB: past any pipe
+        for rel, text in texts.items():
+            assert w.send(rel, text)  # returns while the child is stopped: it would hang if it blocked
+        assert w._pending  # what the pipe could not take waits in the parent
+    finally:
+        os.kill(w._proc.pid, signal.SIGCONT)
+    ok, err = w.finish(timeout_s=60)
+    assert ok and not err
+    assert {str(p.relative_to(tmp_path)): p.read_text() for p in tmp_path.rglob("*.txt")} == texts

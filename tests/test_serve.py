@@ -703,3 +703,26 @@ def test_a_scripted_servers_cache_identity_is_its_script_not_its_port():
         assert a.port != b.port and a.cache_identity == b.cache_identity
     assert a.cache_identity.startswith("scripted:sha256=")
     assert ScriptedServer({**script, "default": {"text": "!"}}).cache_identity != a.cache_identity
+
+
+def test_a_held_slow_fault_answers_only_once_released_and_says_it_holds():
+    """`slow` with "hold": the request waits for `release()` (tests wait on `held`, not
+    on a delay); once released it gets the normal answer and later ones are not held."""
+    import threading
+
+    from evalkit.calls.serve import ScriptedServer
+
+    script = {"rules": [{"match": "capital", "texts": ["Paris"]}],
+              "faults": [{"kind": "slow", "hold": True, "times": 1}]}
+    with ScriptedServer(script) as srv:
+        client = openai.OpenAI(base_url=srv.base_url, api_key="k", max_retries=0, timeout=60)
+        answers: list[str] = []
+        t = threading.Thread(target=lambda: answers.append(
+            client.completions.create(model="m", prompt="capital?", max_tokens=4).choices[0].text))
+        t.start()
+        assert srv.held.wait(timeout=60)
+        assert t.is_alive() and answers == []  # held: no answer before the release
+        srv.release()
+        t.join(timeout=60)
+        assert answers == ["Paris"]
+        assert client.completions.create(model="m", prompt="capital?", max_tokens=4).choices[0].text == "Paris"

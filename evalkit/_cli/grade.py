@@ -148,11 +148,9 @@ def grade_cmd(
             raise InputError("--pairwise takes two different arm names: BASELINE,TREATMENT")
         pair = (parts[0], parts[1])
     # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
-    from evalkit.conclusions.grading import grade_run
+    from evalkit.conclusions.grading import GradeOptions, grade_run
 
-    result = grade_run(
-        run,
-        suite_path,
+    opts = GradeOptions(
         judge_base_url=judge_base_url,
         judge_version=judge_version,
         pairwise=pair,
@@ -161,6 +159,7 @@ def grade_cmd(
         batch=options,
         judge_repeats=judge_repeats,
     )
+    result = grade_run(run, suite_path, opts)
     for line in summary_lines(result.summary, result.run_path):
         echo_text(line)
     for f in result.findings:

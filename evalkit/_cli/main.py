@@ -93,8 +93,10 @@ def _check_arguments(args: list[str]) -> None:
     from evalkit.foundations.errors import InputError
 
     for i, arg in enumerate(args, 1):
+        option = args[i - 2] if i > 1 and args[i - 2].startswith("--") else None
+        which = f"argument {i} (the value of {option})" if option else f"argument {i}"
         if "\x00" in arg:
-            raise InputError(f"argument {i} holds a NUL character: no path or name can")
+            raise InputError(f"{which} holds a NUL character: no path or name can")
         if has_lone_surrogate(arg):
             try:
                 os.fsencode(arg)

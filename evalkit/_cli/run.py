@@ -84,9 +84,8 @@ def run_cmd(
 
     With --batch the samples go through the provider's Batch API (evalkit.running.batch); a
     --resume, with --batch or without, first collects the batches a run left open."""
-    from evalkit.running.runner import (
-        run_suite,  # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
-    )
+    # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
+    from evalkit.running.runner import RunOptions, run_suite
 
     options = batch_from(batch, batch_max_requests, batch_max_bytes, batch_poll_s, no_wait)
 
@@ -105,8 +104,7 @@ def run_cmd(
         for w in loaded.warnings if lenient_keys else ():
             echo_text(f"warning: {w}", err=True)
         target = ci_suite(loaded) if ci else loaded
-    result = run_suite(
-        target,
+    opts = RunOptions(
         arms=arm_list,
         k=k,
         runs_dir=runs_dir,
@@ -119,6 +117,7 @@ def run_cmd(
         allow_private_data=allow_private_data,
         batch=options,
     )
+    result = run_suite(target, opts)
     echo_text(f"run folder: {result.path}")
     click.echo(
         f"spend: {fmt.usd(result.spend_usd)} of cap {fmt.usd(result.cap_usd)} "

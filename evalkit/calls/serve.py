@@ -52,7 +52,9 @@ Semantics, including what the contract leaves open (additions are marked *):
   <retry_after>` seconds, *default 0.1, *plus `retry-after-ms`), `500` (OpenAI server
   error), `drop` (the connection is closed with no response: the openai client raises
   `APIConnectionError`), `slow` (*`delay_s`, default
-  1.0, then the normal answer), `malformed` (200, JSON content type, a body that is not
+  1.0, then the normal answer; *`"hold": true` instead holds the answer until
+  `ScriptedServer.release()`, setting `ScriptedServer.held` as a request is held:
+  tests wait on those events, not on the clock), `malformed` (200, JSON content type, a body that is not
   JSON: openai 3.x raises `json.JSONDecodeError`, a `ValueError`), `over_usage` (the
   normal answer reporting *`completion_tokens` (absolute) or
   `factor` x max(max_tokens, 1) + 1 completion tokens, *factor default 10), *`503`
@@ -175,6 +177,7 @@ SCRIPT_SCHEMA: dict[str, Any] = {
                     "rate": {"type": "number", "minimum": 0, "maximum": 1},
                     "retry_after": {"type": "number", "minimum": 0},
                     "delay_s": {"type": "number", "minimum": 0},
+                    "hold": {"type": "boolean"},
                     "completion_tokens": {"type": "integer", "minimum": 0},
                     "factor": {"type": "number", "minimum": 1},
                     "after_s": {"type": "number", "minimum": 0},
@@ -430,6 +433,8 @@ class ScriptedServer:
         self._thread: threading.Thread | None = None
         self._runner: Any = None
         self._stopped: str | None = None  # exit_reason after stop()
+        self.held = threading.Event()  # set once a `slow` fault with "hold" holds a request
+        self._released = threading.Event()  # release(): held requests answer, later ones are not held
         from evalkit.calls._batchserve import BatchStore
 
         self.rate_limit = RateLimit(self.script["rate_limit"]) if self.script.get("rate_limit") else None
@@ -515,8 +520,13 @@ class ScriptedServer:
         await site.start()
         self.port = self._runner.addresses[0][1]
 
+    def release(self) -> None:
+        """Answer the requests a `slow` fault with "hold" holds, and hold no more."""
+        self._released.set()
+
     def stop(self) -> None:
         """Close the server and its thread (requests in flight are cut off)."""
+        self._released.set()  # a held request must not keep an executor thread waiting
         if self._thread is None or self._loop is None:
             return
         loop, thread = self._loop, self._thread
@@ -679,7 +689,11 @@ class ScriptedServer:
                 request.transport.abort()
             raise asyncio.CancelledError()
         if kind == "slow" and fault is not None:
-            await asyncio.sleep(float(fault.get("delay_s", 1.0)))
+            if fault.get("hold"):
+                self.held.set()
+                await asyncio.get_running_loop().run_in_executor(None, self._released.wait)
+            else:
+                await asyncio.sleep(float(fault.get("delay_s", 1.0)))
         if self._latency > 0:
             await asyncio.sleep(self._latency)
         if kind == "malformed":

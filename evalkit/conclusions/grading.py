@@ -652,24 +652,32 @@ def default_pairwise_arms(config: Any, run_arms: Sequence[str]) -> tuple[str, st
     return (names[0], names[1]) if len(names) >= 2 else None
 
 
+@dataclass(frozen=True)
+class GradeOptions:
+    """How `grade_run` grades a run (each field is described there), built once by the
+    caller (`evalkit grade` from its flags, `grade_run` from its keyword arguments) and
+    handed down whole: adding an option is one field here."""
+
+    judge_base_url: str | None = None
+    judge_version: str | None = None
+    pairwise: tuple[str, str] | None = None
+    watch: Watch | None = None
+    allow_uncalibrated_judge: bool | None = None
+    labels: str | Path | None = None
+    batch: Any = None  # an evalkit.running.batch.BatchOptions (not imported: evalkit.running.batch only for --batch)
+    judge_repeats: int = 1
+
+
 @RunFolder.holding_lock  # one process per run folder (runs.RunFolder.lock)
 def grade_run(
-    run_path: str | Path,
-    suite: Suite | str | Path | None = None,
-    *,
-    judge_base_url: str | None = None,
-    judge_version: str | None = None,
-    pairwise: tuple[str, str] | None = None,
-    watch: Watch | None = None,
-    allow_uncalibrated_judge: bool | None = None,
-    labels: str | Path | None = None,
-    batch: Any = None,
-    judge_repeats: int = 1,
+    run_path: str | Path, suite: Suite | str | Path | None = None, options: GradeOptions | None = None, **fields: Any
 ) -> GradeResult:
     """Grade every sample of a run folder and write `grades.jsonl` and
     `grades-summary.json` (replacing earlier ones, atomically).
 
-    `suite` defaults to the suite the run names; `judge_base_url` overrides the judge
+    How is one `GradeOptions` (`options`), or its fields as keyword arguments, or both
+    (the keywords replace the options' fields). `suite` defaults to the suite the run
+    names; `judge_base_url` overrides the judge
     endpoint; `judge_version` pins `vN` (default: the highest); `pairwise=(baseline,
     treatment)` also asks the pairwise judge on every judged case/index both arms ran
     and writes `pairwise.jsonl` (default: the config's first two arms when its
@@ -690,6 +698,10 @@ def grade_run(
     the items it scored (`_judge_repeats`): `judge_consistency` in the summary, and the
     samples whose verdict flipped marked `judge_unstable`. `InputError` for R < 1.
     """
+    opts = dataclasses.replace(options or GradeOptions(), **fields)
+    judge_base_url, judge_version, pairwise, watch = opts.judge_base_url, opts.judge_version, opts.pairwise, opts.watch
+    allow_uncalibrated_judge, labels, batch = opts.allow_uncalibrated_judge, opts.labels, opts.batch
+    judge_repeats = opts.judge_repeats
     if int(judge_repeats) != judge_repeats or judge_repeats < 1:
         raise InputError(f"--judge-repeats must be a positive integer, got {judge_repeats!r}")
     run = Path(run_path)

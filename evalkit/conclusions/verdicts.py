@@ -19,7 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -38,18 +38,10 @@ from evalkit.foundations.records import (
 )
 from evalkit.numbers import stats
 from evalkit.numbers.plans import check_against_plan, find_plan, load_plan
-from evalkit.suites.runload import (
-    Run,
-    as_run,
-    case_order,
-    grade_values,
-    passed_value,
-    pick_arm,
-    require_graded,
-    run_verdicts,
-    suite_dir_of,
-)
 from evalkit.suites.runs import RunFolder
+
+if TYPE_CHECKING:
+    from evalkit.suites.runload import Run
 
 __all__ = ["SEQUENTIAL_SIGN_TEST", "SIGN_TEST", "ConformanceVerdict", "PlanCheck", "Verdict", "VerdictKind"]
 
@@ -161,6 +153,9 @@ def paired_trials(run: Run | str | Path, baseline: str, treatment: str) -> list[
     planned case and index (k of them per case), and any other index a sample or an
     error names. A trial with an errored, missing or ungraded sample is `errored` and
     says why: no data is never a win, a loss or a tie."""
+    # lazy: pandas only where a run is read (`evalkit verdict` on a tally stays light)
+    from evalkit.suites.runload import as_run, case_order, grade_values, passed_value, require_graded
+
     run = as_run(run)
     require_graded(run)
     held_col = ("judge_held",) if "judge_held" in run.grades.columns else ()  # older runs have no held results
@@ -220,6 +215,9 @@ def check_two_arms(run: Run, baseline: str, treatment: str) -> None:
             )
     if baseline == treatment:
         raise InputError("--baseline and --treatment name the same arm", json_path="arms")
+    # lazy: pandas only where a run is read (`evalkit verdict` on a tally stays light)
+    from evalkit.suites.runload import require_graded
+
     require_graded(run)
 
 
@@ -243,6 +241,9 @@ def two_arm_verdict(
     References: Dixon & Mood 1946 (sign test); Miller 2024, arXiv:2411.00640 (clustered
     paired differences).
     """
+    # lazy: pandas only where a run is read (`evalkit verdict` on a tally stays light)
+    from evalkit.suites.runload import as_run, case_order
+
     run = as_run(run)
     check_two_arms(run, baseline, treatment)
     trials = paired_trials(run, baseline, treatment)
@@ -368,6 +369,9 @@ def conformance_verdict(
     share of its checks that passed is at least `threshold`. Errored, ungraded and
     missing trials make it inconclusive: a missing result is never a pass.
     """
+    # lazy: pandas only where a run is read (`evalkit verdict` on a tally stays light)
+    from evalkit.suites.runload import as_run, case_order, grade_values, passed_value, pick_arm
+
     run = as_run(run)
     if threshold is not None and not 0 <= threshold <= 1:
         raise InputError(f"threshold must be in [0, 1], got {threshold!r}", json_path="threshold")
@@ -451,6 +455,9 @@ def record_verdicts(
     """Write what a step concluded into the run's `verdicts.json` (`records.RunVerdicts`):
     each part given replaces that part (a comparison replaces the one of the same two
     arms), the others stay as they were. Returns what was written."""
+    # lazy: pandas only where a run is read (`evalkit verdict` on a tally stays light)
+    from evalkit.suites.runload import run_verdicts
+
     path = Path(run_path)
     v = run_verdicts(path)
     if comparison is not None:
@@ -474,6 +481,9 @@ def record_verdicts(
 def run_plan(run: Run, plan_path: str | Path | None = None) -> Plan | None:
     """The plan a run is held to: the one named, else its suite's pre-registered
     `plan.json` (`plans.find_plan`), else none."""
+    # lazy: pandas only where a run is read (`evalkit verdict` on a tally stays light)
+    from evalkit.suites.runload import suite_dir_of
+
     path = plan_path if plan_path is not None else find_plan(suite_dir_of(run))
     return load_plan(path) if path is not None else None
 

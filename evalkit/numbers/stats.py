@@ -33,11 +33,23 @@ from functools import lru_cache
 from typing import Any, Literal
 
 import numpy as np
-from scipy import stats as _st
 
 from evalkit.foundations.errors import InputError
 from evalkit.foundations.records import PairedDifference
 from evalkit.numbers.detectable import cases_for_drop, detectable_drop, planning_rate
+
+
+class _ScipyStats:
+    """`scipy.stats`, imported on first use: it costs most of a second to import, and
+    `evalkit verdict` (the sign test, exact integer arithmetic here) needs none of it."""
+
+    def __getattr__(self, name: str) -> Any:
+        from scipy import stats  # lazy: see the class docstring
+
+        return getattr(stats, name)
+
+
+_st = _ScipyStats()
 
 __all__ = [
     "StatsInputError",
@@ -449,9 +461,12 @@ def _check_tally(**counts: int) -> None:
             _fail(f"{name} must be a non-negative integer, got {v!r}")
 
 
+EXACT_SIGN_MAX_N = 5000  # integer tails up to here (a few ms); scipy's binomtest beyond
+
+
 def sign_test(wins: int, losses: int, ties: int = 0) -> SignTest:
     """Exact sign test of wins against losses with ties dropped: a binomial test of
-    `wins` out of `wins + losses` at p = 1/2 (scipy `binomtest`), two-sided and both
+    `wins` out of `wins + losses` at p = 1/2 (exact, as scipy `binomtest`), two-sided and both
     one-sided p-values. With no discordant pair every p-value is 1.
 
     References: Dixon & Mood 1946, "The Statistical Sign Test", JASA 41(236) (ties
@@ -462,9 +477,34 @@ def sign_test(wins: int, losses: int, ties: int = 0) -> SignTest:
     n = wins + losses
     if n == 0:
         return SignTest(wins, losses, ties, 0, 1.0, 1.0, 1.0)
-    p2 = _st.binomtest(wins, n, 0.5, alternative="two-sided").pvalue
-    pg = _st.binomtest(wins, n, 0.5, alternative="greater").pvalue
-    pl = _st.binomtest(wins, n, 0.5, alternative="less").pvalue
+    # At p = 1/2 every binomial tail is a sum of binomial coefficients over 2^n: summed
+    # exactly in integers rather than through scipy.stats.binomtest, whose
+    # import costs `evalkit verdict` most of a second; the two-sided p-value is twice
+    # the smaller tail (the distribution is symmetric), capped at 1, as binomtest's.
+    # Held to binomtest and to R's binom.test in tests/test_stats.py. Past EXACT_SIGN_MAX_N
+    # pairs the big integers cost more than the import: scipy's binomtest does it then.
+    if n > EXACT_SIGN_MAX_N:
+        p2 = _st.binomtest(wins, n, 0.5, alternative="two-sided").pvalue
+        pg = _st.binomtest(wins, n, 0.5, alternative="greater").pvalue
+        pl = _st.binomtest(wins, n, 0.5, alternative="less").pvalue
+        return SignTest(wins, losses, ties, n, float(p2), float(pg), float(pl))
+    whole = 2**n
+
+    def count_at_most(k: int) -> int:  # sum of C(n, i) for i <= k, the coefficients built up in turn
+        c = total = 1
+        for i in range(k):
+            c = c * (n - i) // (i + 1)
+            total += c
+        return total
+
+    def at_most(k: int) -> float:  # P(W <= k), correctly rounded; the shorter tail summed
+        if k >= n:
+            return 1.0
+        return float((count_at_most(k) if 2 * k < n else whole - count_at_most(n - k - 1)) / whole)
+
+    p2 = min(1.0, 2 * at_most(min(wins, losses)))
+    pg = at_most(losses)  # P(W >= wins) = P(L <= losses)
+    pl = at_most(wins)
     return SignTest(wins, losses, ties, n, float(p2), float(pg), float(pl))
 
 

@@ -52,7 +52,7 @@ from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from tqdm import tqdm
 
@@ -70,12 +70,14 @@ from evalkit.foundations.errors import (
     ReplayMiss,
     UnitCallError,
 )
-from evalkit.foundations.layout import CACHE_FILE
+from evalkit.foundations.layout import BATCHES, CACHE_FILE
 from evalkit.foundations.records import Arm, CaseTable, Config, Sample, Suite
 from evalkit.numbers import metrics
-from evalkit.running import batch as batches
 from evalkit.suites.endpoints import Watch, cache_identity, combine, resolve_base_url, served_watch
 from evalkit.suites.runs import RunFolder, runs_dir_lock, write_atomic
+
+if TYPE_CHECKING:
+    from evalkit.running import batch as batches
 
 Key = tuple[str, str, int]
 
@@ -127,6 +129,31 @@ def error_reasons(lines: list[dict[str, Any]], without: set[Key], limit: int = M
             if len(out) >= limit:
                 break
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run a suite: built once by the caller (`evalkit run` from its flags,
+    `run_suite` from its keyword arguments) and handed down whole, so that adding an
+    option is one field here. `arms`/`k` default to the config's (a resume takes the
+    run's); `base_url` overrides `EVALKIT_BASE_URL` and the config's generator URL;
+    `resume` is a run folder to finish; `cache=False` neither reads nor writes the
+    response cache; `sample_files=False` skips the per-sample text files; `watch` is
+    asked before every sample and attempt (`endpoints`); `batch` sends the missing keys
+    through the provider's Batch API (`evalkit.running.batch`)."""
+
+    arms: list[str] | None = None
+    k: int | None = None
+    runs_dir: str | Path | None = None
+    base_url: str | None = None
+    resume: str | Path | None = None
+    replay_only: bool = False
+    progress: bool = True
+    cache: bool = True
+    sample_files: bool = True
+    allow_private_data: bool = False
+    watch: Watch | None = None
+    batch: batches.BatchOptions | None = None
 
 
 def derive_seed(config_seed: int | None, case_id: str, arm: str, index: int) -> int:
@@ -526,88 +553,36 @@ def _plan(suite: Suite, arms: list[Arm], k: int) -> Iterator[Key]:
     return ((c.id, a.name, i) for c in suite.cases for a in arms for i in range(k))
 
 
-async def run_suite_async(
-    suite: Suite | str | Path,
-    *,
-    arms: list[str] | None = None,
-    k: int | None = None,
-    runs_dir: str | Path | None = None,
-    base_url: str | None = None,
-    resume: str | Path | None = None,
-    replay_only: bool = False,
-    progress: bool = True,
-    cache: bool = True,
-    sample_files: bool = True,
-    allow_private_data: bool = False,
-    watch: Watch | None = None,
-    batch: batches.BatchOptions | None = None,
-) -> RunResult:
+async def run_suite_async(suite: Suite | str | Path, options: RunOptions | None = None, **fields: Any) -> RunResult:
     """The async core of `run_suite`."""
+    opts = _options(options, fields)
     if not isinstance(suite, Suite):
         from evalkit.suites.loader import load_suite
 
         suite = load_suite(suite)
-    if resume is not None:
-        folder = RunFolder(resume)  # its layout (sample files or not) comes from its config.json
+    if opts.resume is not None:
+        folder = RunFolder(opts.resume)  # its layout (sample files or not) comes from its config.json
         folder.read_meta()  # not a run folder: say so before creating anything in it
-        with folder.lock(), runs_dir_lock(Path(resume).parent):
-            return await _run_in_folder(
-                suite,
-                folder,
-                arms=arms,
-                k=k,
-                runs_root=Path(resume).parent,
-                base_url=base_url,
-                resume=True,
-                replay_only=replay_only,
-                progress=progress,
-                cache=cache,
-                sample_files=sample_files,
-                allow_private_data=allow_private_data,
-                watch=watch,
-                batch=batch,
-            )
+        with folder.lock(), runs_dir_lock(Path(opts.resume).parent):
+            return await _run_in_folder(suite, folder, opts, runs_root=Path(opts.resume).parent)
     from evalkit.suites.suite import default_runs_dir  # a `runs` symlink out of the suite is refused
 
-    runs_root = Path(runs_dir) if runs_dir is not None else default_runs_dir(suite.path)
-    return await _run_in_folder(
-        suite,
-        None,
-        arms=arms,
-        k=k,
-        runs_root=runs_root,
-        base_url=base_url,
-        resume=False,
-        replay_only=replay_only,
-        progress=progress,
-        cache=cache,
-        sample_files=sample_files,
-        allow_private_data=allow_private_data,
-        watch=watch,
-        batch=batch,
-    )
+    runs_root = Path(opts.runs_dir) if opts.runs_dir is not None else default_runs_dir(suite.path)
+    return await _run_in_folder(suite, None, opts, runs_root=runs_root)
 
 
-async def _run_in_folder(
-    suite: Suite,
-    folder: RunFolder | None,
-    *,
-    arms: list[str] | None,
-    k: int | None,
-    runs_root: Path,
-    base_url: str | None,
-    resume: bool,
-    replay_only: bool,
-    progress: bool,
-    cache: bool,
-    sample_files: bool,
-    allow_private_data: bool = False,
-    watch: Watch | None = None,
-    batch: batches.BatchOptions | None = None,
-) -> RunResult:
+def _options(options: RunOptions | None, fields: dict[str, Any]) -> RunOptions:
+    """`options` (or the defaults) with `fields` (run_suite's keyword arguments) set:
+    an unknown name is a TypeError, as for any keyword argument."""
+    return dataclasses.replace(options or RunOptions(), **fields) if fields else options or RunOptions()
+
+
+async def _run_in_folder(suite: Suite, folder: RunFolder | None, opts: RunOptions, *, runs_root: Path) -> RunResult:
     """Check the inputs, then run (a new folder is created and locked only once every
-    check passed; a resumed one is already locked by the caller)."""
+    check passed; a resumed one, `folder`, is already locked by the caller)."""
     config = suite.config
+    arms, k, base_url, replay_only, batch = opts.arms, opts.k, opts.base_url, opts.replay_only, opts.batch
+    resume = folder is not None
     if batch is not None:  # a provider batch needs its price, and calls (evalkit.running.batch)
         if replay_only:
             raise InputError("--replay-only makes no calls, so it takes no --batch")
@@ -618,6 +593,10 @@ async def _run_in_folder(
                 Path(suite.path) / "config.json",
                 json_path="$.unit.kind",
             )
+        from evalkit.running import (
+            batch as batches,  # lazy: evalkit.running.batch only for a run that sends or left batches
+        )
+
         batches.check_ready(config, config_path=Path(suite.path) / "config.json")
     snapshot = config_snapshot(config)
     chash = config_hash(snapshot)
@@ -703,7 +682,7 @@ async def _run_in_folder(
     # personal data and secrets never reach an endpoint unless the user says so (evalkit.suites.privacy)
     from evalkit.suites.privacy import run_gate
 
-    privacy = run_gate(suite, allowed=allow_private_data, recorded=meta.get("privacy") if resume else None)
+    privacy = run_gate(suite, allowed=opts.allow_private_data, recorded=meta.get("privacy") if resume else None)
     base_url = resolve_base_url(
         "generator", config.generator, base_url, replay_only=replay_only, config_path=Path(suite.path) / "config.json"
     )
@@ -711,12 +690,19 @@ async def _run_in_folder(
         meta["privacy"] = privacy  # the flag given on this resume: the run's record says so
         write_atomic(folder.path / "config.json", json.dumps(meta, indent=2) + "\n")
     check_endpoint(config.generator, base_url, replay_only)
-    watch = combine(watch, served_watch(base_url))
+    watch = combine(opts.watch, served_watch(base_url))
     # An arm with its own endpoint (`generator.base_url` of its own) sends there; every
     # other arm goes where the suite's generator does. Each arm's key is checked now.
     arm_urls = {a.name: arm_base_url(config, a, base_url) for a in arm_objs}
     groups = {_client_identity(config.for_arm(a), arm_urls[a.name]) for a in arm_objs}
-    if len(groups) > 1 and (batch is not None or (resume and folder is not None and batches.has_open(folder.path))):
+    left_open = False
+    if len(groups) > 1 and folder is not None and (folder.path / BATCHES).exists():
+        from evalkit.running import (
+            batch as batches,  # lazy: evalkit.running.batch only for a run that sends or left batches
+        )
+
+        left_open = batches.has_open(folder.path)
+    if len(groups) > 1 and (batch is not None or left_open):
         raise InputError(
             "--batch sends one batch per endpoint, and the arms "
             f"{', '.join(a.name for a in arm_objs)} run on {len(groups)} models, endpoints or prices: run them "
@@ -746,7 +732,7 @@ async def _run_in_folder(
             "cases": [c.id for c in suite.cases],
             "created": datetime.now(UTC).isoformat(timespec="seconds"),
             "source": "evalkit",
-            "sample_files": sample_files,
+            "sample_files": opts.sample_files,
             "privacy": privacy,
             "cost_cap_usd": config.cost_cap_usd,  # the cap this run (and its grading) spends under
             "isolation": config.unit.isolation if config.unit.kind in ("command", "python") else None,
@@ -755,21 +741,18 @@ async def _run_in_folder(
             "arm_settings": {a.name: config.arm_settings(a, arm_urls[a.name]) for a in arm_objs},
         }
 
+    # the options as this run resolved them: its arms, k, endpoint and watch
+    opts = dataclasses.replace(opts, arms=names, k=k, base_url=base_url, watch=watch)
+
     def execute(folder: RunFolder) -> Coroutine[Any, Any, RunResult]:
         return _execute(
             suite,
             folder,
+            opts,
             arm_objs,
-            k,
             prompts,
-            base_url,
             runs_root,
-            replay_only,
-            progress,
-            cache,
             privacy,
-            watch=watch,
-            batch=batch,
             target=target,
             arm_urls=arm_urls,
             targets=targets,
@@ -779,7 +762,7 @@ async def _run_in_folder(
         with runs_dir_lock(runs_root):  # one run at a time per runs folder (and its response cache)
             folder = RunFolder.create(runs_root, meta)
             folder.write_case_table(CaseTable.from_cases(suite.cases))  # the cases as this run sees them
-            folder.sample_files = sample_files
+            folder.sample_files = opts.sample_files
             with folder.lock():
                 return await execute(folder)
     assert folder is not None
@@ -789,25 +772,22 @@ async def _run_in_folder(
 async def _execute(
     suite: Suite,
     folder: RunFolder,
+    opts: RunOptions,
     arm_objs: list[Arm],
-    k: int,
     prompts: dict[tuple[str, str], Any],
-    base_url: str | None,
     runs_root: Path,
-    replay_only: bool,
-    progress: bool,
-    cache: bool,
     privacy: dict[str, Any] | None = None,
     *,
-    watch: Watch | None = None,
-    batch: batches.BatchOptions | None = None,
     target: Any = None,
     arm_urls: dict[str, str | None] | None = None,
     targets: dict[str, Any] | None = None,
 ) -> RunResult:
     """Run the keys of the plan (cases x arms x k) that `folder` lacks, under its lock
-    and the runs folder's, and write the summary."""
+    and the runs folder's, and write the summary. `opts` is as `_run_in_folder`
+    resolved it (its `k`, `base_url` and `watch` are the run's)."""
     config = suite.config
+    assert opts.k is not None
+    k, base_url, replay_only, batch = opts.k, opts.base_url, opts.replay_only, opts.batch
     rows = folder.results()
     planned = {c.id for c in suite.cases}, {a.name for a in arm_objs}
     done_before = {
@@ -832,7 +812,7 @@ async def _execute(
         del rows
         ledger = Ledger.resume(config.cost_cap_usd, folder.ledger_path)
         stack.callback(ledger.close)
-        rcache = ResponseCache(runs_root / CACHE_FILE) if (cache or replay_only) else None
+        rcache = ResponseCache(runs_root / CACHE_FILE) if (opts.cache or replay_only) else None
         if rcache is not None:
             stack.callback(rcache.close)
 
@@ -878,9 +858,9 @@ async def _execute(
             client,
             rcache,
             samples_total - len(done_before),
-            progress,
+            opts.progress,
             prompts,
-            watch,
+            opts.watch,
             clients=clients,
         )
         if start_cause is not None:
@@ -900,8 +880,13 @@ async def _execute(
                 stack.push_async_callback(runner.aclose)
                 engine.agents = engine.agents or runner
         try:
-            if batch is not None or batches.has_open(folder.path):  # a provider batch (evalkit.running.batch)
-                pending = await batches.run_keys(engine, pending, k, batch, base_url)
+            if batch is not None or (folder.path / BATCHES).exists():  # a provider batch (evalkit.running.batch)
+                from evalkit.running import (
+                    batch as batches,  # lazy: evalkit.running.batch only for a run that sends or left batches
+                )
+
+                if batch is not None or batches.has_open(folder.path):
+                    pending = await batches.run_keys(engine, pending, k, batch, base_url)
             await engine.run(pending, config.concurrency)
         except (asyncio.CancelledError, KeyboardInterrupt) as exc:
             # Ctrl-C: the calls in flight were settled at their worst case by the client;
@@ -1013,50 +998,21 @@ async def _execute(
     return result
 
 
-def run_suite(
-    suite: Suite | str | Path,
-    *,
-    arms: list[str] | None = None,
-    k: int | None = None,
-    runs_dir: str | Path | None = None,
-    base_url: str | None = None,
-    resume: str | Path | None = None,
-    replay_only: bool = False,
-    progress: bool = True,
-    cache: bool = True,
-    sample_files: bool = True,
-    allow_private_data: bool = False,
-    watch: Watch | None = None,
-    batch: batches.BatchOptions | None = None,
-) -> RunResult:
+def run_suite(suite: Suite | str | Path, options: RunOptions | None = None, **fields: Any) -> RunResult:
     """Run cases x arms x k samples of a suite (a `Suite` or its folder) and write a run
-    folder; see the module docstring. `base_url` overrides `EVALKIT_BASE_URL` and the
-    config's generator URL (with none of them the run is refused: `endpoints`);
-    `cache=False` neither reads nor writes the response cache; `sample_files=False` skips
-    the per-sample text files; `watch` (e.g. `LocalModelServer.exit_reason`) is asked
-    before every sample and attempt, and a reason from it stops the run at once,
-    INCOMPLETE (`endpoints` says more); `batch` (`evalkit.running.batch.BatchOptions`) sends
-    the missing keys through the provider's Batch API. Raises `InputError` on bad input before anything
-    is written, personal data or secrets in the suite included (`evalkit.suites.privacy.run_gate`)
-    unless `allow_private_data`."""
+    folder; see the module docstring. How is one `RunOptions` (`options`), or its fields
+    as keyword arguments (`run_suite(suite, k=3, base_url=...)`), or both (the keywords
+    replace the options' fields): `base_url` overrides `EVALKIT_BASE_URL` and the
+    config's generator URL (with none of them the run is refused: `endpoints`); `watch`
+    (e.g. `LocalModelServer.exit_reason`) is asked before every sample and attempt, and
+    a reason from it stops the run at once, INCOMPLETE (`endpoints` says more); `batch`
+    (`evalkit.running.batch.BatchOptions`) sends the missing keys through the provider's Batch
+    API. Raises `InputError` on bad input before anything is written, personal data or
+    secrets in the suite included (`evalkit.suites.privacy.run_gate`) unless
+    `allow_private_data`."""
+    opts = _options(options, fields)
     with _frozen_heap():
-        return asyncio.run(
-            run_suite_async(
-                suite,
-                arms=arms,
-                k=k,
-                runs_dir=runs_dir,
-                base_url=base_url,
-                resume=resume,
-                replay_only=replay_only,
-                progress=progress,
-                cache=cache,
-                sample_files=sample_files,
-                allow_private_data=allow_private_data,
-                watch=watch,
-                batch=batch,
-            )
-        )
+        return asyncio.run(run_suite_async(suite, opts))
 
 
 @contextlib.contextmanager

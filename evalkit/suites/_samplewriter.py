@@ -6,16 +6,19 @@ time on some (measured on an ext4 VM, varying run to run), which on a fast endpo
 third of a run's CPU. A thread does not help: it needs the GIL back after every system
 call and waits behind the busy event loop. So a child process with its own interpreter
 does the file work on another core, fed whole frames over a pipe; the runner's share is
-one `write` to the pipe per sample. No library offers this, hence this module.
+one non-blocking `write` to the pipe per sample (a full pipe never blocks it: the frames
+wait in its memory, bounded, and go out with the next one or when the run ends). No
+library offers this, hence this module.
 
 Protocol: frames of `!II` (path length, data length), the path relative to the run
 folder (UTF-8), then the data (the text as WTF-8, `evalkit.foundations._text.wtf8`). The child
 writes each file to a temporary name and renames it, ignores SIGINT (Ctrl-C reaches the
 whole process group: it drains what it was sent and ends at end of input, so a parent
-killed by any signal loses nothing that reached the pipe), and exits 1 naming the files
-it could not write. `results.jsonl` stays the record of what finished: the parent
-repairs missing sample files from it when the child fails, and a resumed run repairs
-them before it goes on.
+killed by any signal loses nothing that reached the pipe; frames still waiting in the
+parent's memory are repaired by the resume, as their samples have their lines), and
+exits 1 naming the files it could not write. `results.jsonl` stays the record of what
+finished: the parent repairs missing sample files from it when the child fails, and a
+resumed run repairs them before it goes on.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ from evalkit.foundations._text import wtf8
 _HEADER = struct.Struct("!II")
 _F_SETPIPE_SZ = 1031  # Linux fcntl: a bigger pipe lets the runner get ahead of a slow disk
 _PIPE_BYTES = 1 << 20
+# Frames the pipe had no room for wait in the parent's memory, up to this many bytes;
+# past it `send` blocks until the child catches up (a disk slower than the run).
+_PENDING_BYTES = 16 << 20
 
 
 def write_text_atomic(root: Path, rel: str, data: bytes, made: set[Path]) -> None:
@@ -90,23 +96,49 @@ class SampleWriter:
             fcntl.fcntl(self._fd, _F_SETPIPE_SZ, _PIPE_BYTES)
         except (ImportError, OSError):  # not Linux, or over the system's pipe-max-size
             pass
+        # Non-blocking: a full pipe (the child behind a slow disk, or not scheduled on a
+        # loaded machine) never stalls the runner's event loop in `send`; what does not
+        # fit waits in `_pending` and goes out on the next `send` or at `finish`.
+        os.set_blocking(self._fd, False)
+        self._pending = bytearray()
 
     def send(self, rel: str, text: str) -> bool:
         """Queue `text` for `root/rel`; False when the child can no longer take it."""
         if not self.ok:
             return False
         path, data = rel.encode("utf-8"), wtf8(text)  # any text, a lone surrogate included
-        frame = memoryview(_HEADER.pack(len(path), len(data)) + path + data)
+        self._pending += _HEADER.pack(len(path), len(data))
+        self._pending += path
+        self._pending += data
+        self._flush(block=len(self._pending) > _PENDING_BYTES)
+        return self.ok
+
+    def _flush(self, block: bool) -> None:
+        """Write what the pipe takes of the pending frames, in order (all of them when
+        `block`); a child that is gone turns `ok` False."""
         try:
-            while frame:
-                frame = frame[os.write(self._fd, frame) :]
+            if block:
+                os.set_blocking(self._fd, True)
+            view = memoryview(self._pending)
+            written = 0
+            try:
+                while written < len(view):
+                    written += os.write(self._fd, view[written:])
+            except BlockingIOError:
+                pass  # the pipe is full: the rest waits for the next send
+            finally:
+                view.release()
+                del self._pending[:written]
+                if block:
+                    os.set_blocking(self._fd, False)
         except OSError:  # BrokenPipeError: the child died
             self.ok = False
-        return self.ok
 
     def finish(self, timeout_s: float | None = None) -> tuple[bool, str]:
         """Close the pipe and wait for the child to write everything; (all written,
         the child's error text)."""
+        if self.ok and self._pending:
+            self._flush(block=True)
         try:
             self._stdin.close()
         except OSError:

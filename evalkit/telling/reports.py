@@ -528,6 +528,24 @@ def _fewest_notebooks(run: Path, inputs: Inputs, notebooks: Sequence[str] | None
     return 1 + (run / GRADES).exists() + (len(arms) >= 2 or inputs.plan is not None)
 
 
+@dataclass(frozen=True)
+class ReportOptions:
+    """How `report_run` reports a run, built once from its arguments and handed down
+    whole (see `report_run` for each): adding an option is a field here and its keyword
+    there."""
+
+    notebooks: Sequence[str] | None = None
+    parallel: bool = True
+    source_dir: str | Path | None = None
+    extra_parameters: Mapping[str, Mapping[str, Any]] | None = None
+    workers: int | None = None
+    reuse_kernels: bool = True
+    redact: bool = False
+    pandalm_dir: str | Path | None = None
+    plan: str | Path | None = None
+    baseline: str | Path | None = None
+
+
 def report_run(
     run_dir: str | Path,
     reports_dir: str | Path = "reports",
@@ -558,6 +576,18 @@ def report_run(
     written, the index included, is checked to hold none of the replaced values and
     nothing the scanner detects."""
     t0 = time.perf_counter()
+    opts = ReportOptions(
+        notebooks=notebooks,
+        parallel=parallel,
+        source_dir=source_dir,
+        extra_parameters=extra_parameters,
+        workers=workers,
+        reuse_kernels=reuse_kernels,
+        redact=redact,
+        pandalm_dir=pandalm_dir,
+        plan=plan,
+        baseline=baseline,
+    )
     run = Path(run_dir)
     if not (run / RUN_CONFIG).exists():
         raise InputError("not a run folder (no config.json)", run)
@@ -575,49 +605,19 @@ def report_run(
             raise
         source = Path(redacted.path)
     try:
-        return _render_run(
-            run,
-            source,
-            redacted,
-            out_dir,
-            reports_dir,
-            notebooks,
-            parallel,
-            source_dir,
-            extra_parameters,
-            workers,
-            reuse_kernels,
-            t0,
-            pandalm_dir=pandalm_dir,
-            plan=plan,
-            baseline=baseline,
-        )
+        return _render_run(run, source, redacted, out_dir, reports_dir, opts, t0)
     finally:
         if redacted is not None:
             shutil.rmtree(Path(redacted.path).parent, ignore_errors=True)  # the copy is no part of the report
 
 
 def _render_run(
-    run: Path,
-    source: Path,
-    redacted: Any,
-    out_dir: Path,
-    reports_dir: str | Path,
-    notebooks: Sequence[str] | None,
-    parallel: bool,
-    source_dir: str | Path | None,
-    extra_parameters: Mapping[str, Mapping[str, Any]] | None,
-    workers: int | None,
-    reuse_kernels: bool,
-    t0: float,
-    *,
-    pandalm_dir: str | Path | None = None,
-    plan: str | Path | None = None,
-    baseline: str | Path | None = None,
+    run: Path, source: Path, redacted: Any, out_dir: Path, reports_dir: str | Path, opts: ReportOptions, t0: float
 ) -> ReportResult:
     """`report_run` once the folder the notebooks read (`source`: the run, or its
     redacted copy) is known."""
-    inputs = report_inputs(run, plan=plan, baseline=baseline)
+    notebooks, parallel, workers, pandalm_dir = opts.notebooks, opts.parallel, opts.workers, opts.pandalm_dir
+    inputs = report_inputs(run, plan=opts.plan, baseline=opts.baseline)
     if notebooks:
         unknown = [n for n in notebooks if n not in NOTEBOOKS]
         if unknown:
@@ -629,7 +629,7 @@ def _render_run(
     # the report concludes (the notebooks display it, so they wait for it).
     lanes = _Lanes(
         _lane_count(_fewest_notebooks(source, inputs, notebooks), parallel, workers, source),
-        reuse_kernels=reuse_kernels,
+        reuse_kernels=opts.reuse_kernels,
         warm_up=_WARM_UP.format(run_dir=str(source)),
     )
     try:
@@ -644,7 +644,7 @@ def _render_run(
                 if n not in plans:
                     raise InputError(f"notebook {n} does not apply to this run: {skipped.get(n, 'unknown')}", run)
             plans = {n: p for n, p in plans.items() if n in notebooks}
-        for name, extra in (extra_parameters or {}).items():
+        for name, extra in (opts.extra_parameters or {}).items():
             if name == "skill_comparison":  # the pair shown in full must be two of the run's arms
                 arms = config_arm_names(RunFolder(source).read_meta())
                 bad = [a for a in (extra.get("baseline"), extra.get("treatment")) if a and a not in arms]
@@ -656,7 +656,7 @@ def _render_run(
                 plans[name].update(extra)
         out_dir.mkdir(parents=True, exist_ok=True)
         lanes.grow(_lane_count(len(plans), parallel, workers, source))
-        results = lanes.run(plans, out_dir, source_dir=source_dir)
+        results = lanes.run(plans, out_dir, source_dir=opts.source_dir)
     finally:
         lanes.close()
         if redacted is not None and before is None:
