@@ -12,7 +12,8 @@ STAMP  := $(VENV)/.installed
 SUITE  := data/factual data/agent
 LOCKS  := requirements/build.txt requirements/lock.txt requirements/llama.txt
 PIP    := $(BIN)/python -m pip install --quiet --no-deps
-PYTEST_ARGS ?=
+# two workers (pytest-xdist): the suite is safe in parallel (free ports, its own folders)
+PYTEST_ARGS ?= -n 2
 
 .PHONY: demo test install lock bench bench-smoke clean browser sandbox
 
