@@ -1,8 +1,8 @@
 """evalkit: measure LLM prompts, skills and agents with numbers you can defend.
 
 The public surface is small: the record types, `load_suite`, `run_suite`, `grade_run`,
-`load_run`, the statistics in `evalkit.numbers.stats`, the verdicts in `evalkit.conclusions.verdicts`, the
-power plans in `evalkit.numbers.plans`, the gates and baselines in `evalkit.conclusions.gates`, and
+`load_run`, the statistics in `evalkit.stats`, the verdicts in `evalkit.verdicts`, the
+power plans in `evalkit.plans`, the gates and baselines in `evalkit.gates`, and
 `report_run`. Everything else may change freely.
 Heavy modules are imported on first use, so `import evalkit` stays fast.
 
@@ -55,9 +55,10 @@ from evalkit.foundations.records import (
 
 __version__ = "0.1.0"
 
-# Where each module of the flat layout (evalkit <= 0.1) lives now. `import evalkit.numbers.stats`,
-# `from evalkit.calls.serve import LocalModelServer` and every other import of the flat names
-# keep working: they are the same module objects as the new paths (_FlatNames below).
+# Where each module of the flat layout (evalkit <= 0.1) lives now. `import evalkit.stats`,
+# `from evalkit.serve import LocalModelServer`, `python -m evalkit.demo` and every other
+# use of the flat names keep working: they are the same module objects as the new paths
+# (_FlatNames below). Modules new since 0.1 have only their folder's name.
 MOVED = {
     "errors": "foundations.errors",
     "layout": "foundations.layout",
@@ -147,9 +148,15 @@ class _FlatNames(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """
 
     def find_spec(self, fullname: str, path: Any = None, target: ModuleType | None = None) -> Any:
-        if moved_name(fullname) is None:
+        new = moved_name(fullname)
+        if new is None:
             return None
-        return importlib.util.spec_from_loader(fullname, self)
+        found = importlib.util.find_spec(new)  # finds, does not execute
+        if found is None:
+            return None
+        return importlib.util.spec_from_loader(
+            fullname, self, origin=found.origin, is_package=found.submodule_search_locations is not None
+        )
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
         new = moved_name(spec.name)
@@ -158,6 +165,22 @@ class _FlatNames(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         """The module was executed under its own name already."""
+
+    def _target_loader(self, fullname: str) -> tuple[str, Any]:
+        new = moved_name(fullname)
+        spec = importlib.util.find_spec(new) if new else None
+        if new is None or spec is None or spec.loader is None:
+            raise ImportError(f"no module named {fullname!r}", name=fullname)
+        return new, spec.loader
+
+    def get_code(self, fullname: str) -> Any:
+        """`python -m evalkit.demo` (runpy asks the loader for the code): the new module's."""
+        new, loader = self._target_loader(fullname)
+        return loader.get_code(new)
+
+    def is_package(self, fullname: str) -> bool:
+        new, loader = self._target_loader(fullname)
+        return bool(loader.is_package(new))
 
 
 if not any(isinstance(f, _FlatNames) for f in sys.meta_path):
@@ -177,7 +200,7 @@ _LAZY = {
     "gate": ("conclusions.gates", "gate"),
     "report_run": ("telling.reports", "report_run"),
 }
-# The public modules, by the names the documentation uses (`evalkit.numbers.stats.sign_test`).
+# The public modules, by the names the documentation uses (`evalkit.stats.sign_test`).
 _SUBMODULES = {
     "stats",
     "verdicts",

@@ -78,7 +78,7 @@ def test_each_arm_sends_its_model_pays_its_price_and_replays_its_own_answers(tmp
     per_arm = run.summary["per_arm"]
     assert per_arm["new"]["paid_usd"] == pytest.approx(6 * new_call)
     assert per_arm["base"]["paid_usd"] == pytest.approx(6 * old_call) == per_arm["topp"]["paid_usd"]
-    assert per_arm["new"]["cost_per_case_usd"] == pytest.approx(6 * new_call / N_CASES)
+    assert per_arm["new"]["paid_per_case_usd"] == pytest.approx(6 * new_call / N_CASES)
     assert per_arm["new"]["model"] == "m-new" and per_arm["base"]["model"] == "m-old"
     assert res.spend_usd == pytest.approx(6 * new_call + 12 * old_call)
     # Each reservation at its arm's own worst case: 64 tokens in (the suite's ceiling) and

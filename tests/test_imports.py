@@ -272,6 +272,11 @@ def test_every_flat_name_of_evalkit_0_1_still_imports_as_the_same_module():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=PKG.parent)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip() == "bad []", out.stdout
+    # `python -m` a flat name runs the module at its new path (runpy asks the alias for its code)
+    for flat in ("evalkit.cli", "evalkit.demo"):
+        out = subprocess.run([sys.executable, "-m", flat, "--help"], capture_output=True, text=True, timeout=120,
+                             cwd=PKG.parent)
+        assert out.returncode == 0 and "usage" in out.stdout.lower(), (flat, out.stdout[-500:], out.stderr[-2000:])
 
 
 def test_the_flat_name_table_covers_every_module_of_evalkit_0_1():

@@ -64,7 +64,7 @@ def test_run_folder_records(tmp_path):
     run = load_run(res.path)
     paid = run.samples.groupby("arm").cost_usd.sum()
     per_arm = {a: {"samples": 4, "errors": 0, "missing": 0, "paid_usd": pytest.approx(paid[a]), "avoided_usd": 0.0,
-                   "cost_per_case_usd": pytest.approx(paid[a] / 2), "model": "scripted"} for a in ("base", "guided")}
+                   "paid_per_case_usd": pytest.approx(paid[a] / 2), "model": "scripted"} for a in ("base", "guided")}
     assert run.config["arms"] == ["base", "guided"] and run.config["k"] == 2
     assert run.config["cases"] == ["case-00", "case-01"] and len(run.config["config_hash"]) == 64
     assert run.summary == {"complete": True, "ran": 2, "total": 2, "samples_ran": 8, "samples_total": 8,
@@ -507,7 +507,9 @@ def test_a_storm_of_rate_limits_is_ridden_out_and_the_run_completes(tmp_path):
     with ScriptedServer(script) as srv:
         res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
         limited = srv.stats["faults"]["429"] + srv.stats["faults"]["503"]
-    assert limited >= 20
+    # the storm happened; the pacer holds every worker on a refusal, so fewer requests
+    # meet it than when each worker retried alone (about 20 then, often under 20 now)
+    assert limited >= 8
     assert res.complete and res.samples_ran == 48, res.reason
     keys = collections.Counter((r["case_id"], r["arm"], r["index"]) for r in iter_jsonl(res.path / "results.jsonl"))
     assert len(keys) == 48 and set(keys.values()) == {1}

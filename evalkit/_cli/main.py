@@ -52,7 +52,7 @@ class _Group(click.Group):
         module = _COMMANDS.get(name)
         if module is None:
             return None
-        commands: list[click.Command] = importlib.import_module(f".{module}", __package__).COMMANDS
+        commands: list[click.Command] = importlib.import_module(f"evalkit._cli.{module}").COMMANDS
         for cmd in commands:
             if cmd.name == name:
                 return cmd

@@ -129,7 +129,7 @@ def run_cmd(
             + (f"; model {printable(str(c['model']))}" if c.get("model") else "")
             + (
                 f"; paid {fmt.usd(c['paid_usd'])}, avoided {fmt.usd(c.get('avoided_usd', 0.0))}, "
-                f"{fmt.usd(c.get('cost_per_case_usd', 0.0))} per case"
+                f"{fmt.usd(c.get('paid_per_case_usd', 0.0))} paid per case"
                 if "paid_usd" in c
                 else ""
             )

@@ -1,6 +1,7 @@
 """Conclusions: what a run's samples mean.
 
-Grading a run folder (`grading`, and `agentevals` for agent-evals sample folders),
+Grading a run folder (`grading`, and `agentevals` for agent-evals sample folders) and
+the RESULTS block `evalkit grade` ends with (`results`),
 another harness's results made a run folder (`ingest`), two-arm and conformance verdicts
 (`verdicts`, `compare`), gates against a baseline (`gates`) and micro-tests (`microtest`).
 

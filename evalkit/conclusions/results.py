@@ -147,7 +147,8 @@ def results_block(s: GradesSummary, run: str | Path, baseline: Baseline | None =
         vs.append(change)
     for i, r in enumerate(rows):
         if r[0] == "Cost per case" and baseline is not None and baseline.cost_per_case_usd:
-            now = s.overall.cost_per_case_usd
+            # like with like: the baseline's is one arm's cost per case, so this is that arm's
+            now = s.per_arm[arm].overall.cost_per_case_usd if arm is not None and arm in s.per_arm else None
             if now is not None:
                 vs[i] = f"{100 * (now / baseline.cost_per_case_usd - 1):+.0f}%"
     header = header + (["vs baseline"] if baseline is not None else [])

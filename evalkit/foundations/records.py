@@ -1042,8 +1042,13 @@ class GatePower:
 
     def describe(self) -> str:
         return (
-            f"{self.n_cases} gated case(s) detect a drop of {self.detectable_drop_points:.1f} points or more "
-            f"(one-sided alpha {self.alpha:g}, power {self.power:.0%}, planned at a {self.planning_rate:.1%} score), "
+            f"{self.n_cases} gated case(s) detect "
+            + (
+                f"a drop of {self.detectable_drop_points:.1f} points or more "
+                if self.detectable_drop_points <= 100
+                else "no drop (not even 100 points) "
+            )
+            + f"(one-sided alpha {self.alpha:g}, power {self.power:.0%}, planned at a {self.planning_rate:.1%} score), "
             f"the threshold is {self.threshold_points:g} points: a drop of it needs {self.cases_needed:,} gated cases"
         )
 

@@ -190,6 +190,7 @@ def child_env(config: Config, ep: SampleEndpoint, workdir: Path) -> dict[str, st
 
 def _key_names(config: Config) -> set[str]:
     names = {config.generator.api_key_env, "EVALKIT_SERVED", "EVALKIT_JUDGE_BASE_URL"}
+    names.update(config.for_arm(a).generator.api_key_env for a in config.arms)  # an arm's own endpoint key
     if config.judge is not None:
         names.add(config.judge.api_key_env)
     return names

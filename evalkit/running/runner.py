@@ -241,13 +241,13 @@ def _format_summary_md(suite: Suite, res: dict[str, Any]) -> str:
         )
     )
     lines.append("")
-    lines.append("| arm | model | samples | errors | paid | avoided | cost per case |")
+    lines.append("| arm | model | samples | errors | paid | avoided | paid per case |")
     lines.append("|---|---|---:|---:|---:|---:|---:|")
     for arm, c in res["per_arm"].items():
         lines.append(
             f"| {arm} | {printable(str(c.get('model', '')))} | {c['samples']} | {c['errors']} "
             f"| ${c.get('paid_usd', 0.0):.6f} | ${c.get('avoided_usd', 0.0):.6f} "
-            f"| ${c.get('cost_per_case_usd', 0.0):.6f} |"
+            f"| ${c.get('paid_per_case_usd', 0.0):.6f} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -543,9 +543,10 @@ def arm_suite(suite: Suite, arm: Arm) -> Suite:
 
 
 def _client_identity(config: Config, url: str | None) -> tuple[Any, ...]:
-    """What makes two arms' calls need two clients: model, endpoint, key, price, ceiling."""
+    """What makes two arms' calls need two clients: model, endpoint, key, price, batch
+    price, ceiling (two batch prices are two batches: each line is reserved at its own)."""
     g = config.generator
-    return (g.model, url, g.api_key_env, config.price, config.max_tokens_out)
+    return (g.model, url, g.api_key_env, config.price, config.batch_price, config.max_tokens_out)
 
 
 def _plan(suite: Suite, arms: list[Arm], k: int) -> Iterator[Key]:
@@ -597,7 +598,9 @@ async def _run_in_folder(suite: Suite, folder: RunFolder | None, opts: RunOption
             batch as batches,  # lazy: evalkit.running.batch only for a run that sends or left batches
         )
 
-        batches.check_ready(config, config_path=Path(suite.path) / "config.json")
+        # each arm's own batch price (an unknown arm name is refused below, with the others)
+        for a in [x for x in config.arms if not arms or x.name in arms]:
+            batches.check_ready(config.for_arm(a), config_path=Path(suite.path) / "config.json")
     snapshot = config_snapshot(config)
     chash = config_hash(snapshot)
     ci = run_is_ci(config)
@@ -921,7 +924,8 @@ async def _execute(
         row = spend.get(arm.name, {})
         per_arm[arm.name]["paid_usd"] = row.get("paid_usd", 0.0)
         per_arm[arm.name]["avoided_usd"] = row.get("avoided_usd", 0.0)
-        per_arm[arm.name]["cost_per_case_usd"] = row.get("paid_usd", 0.0) / max(1, len(suite.cases))
+        # what was paid this time, per case: not `cost_per_case_usd` (list price, from the grades)
+        per_arm[arm.name]["paid_per_case_usd"] = row.get("paid_usd", 0.0) / max(1, len(suite.cases))
         per_arm[arm.name]["model"] = config.for_arm(arm).generator.model
     per_case_total = len(arm_objs) * k
     ran = sum(1 for c in suite.cases if by_case.get(c.id, 0) == per_case_total)

@@ -1495,8 +1495,10 @@ def _gate_power_warning(src: SuiteSource, cases: list[Case], config: Config | No
     if drop > t.max_success_drop_points + 1e-9:
         need = cases_for_drop(t.max_success_drop_points / 100, p, t.alpha)
         what = "warns" if t.on_underpowered == "warn" else "says UNDERPOWERED and exits 1"
+        # past 100 points no drop of a rate is detectable at all: say so, not "124.3 points"
+        seen = f"a drop of {drop:.1f} points or more" if drop <= 100 else "no drop (not even 100 points)"
         fx.warn(
-            f"{n} gated case(s) can detect a drop of {drop:.1f} points or more at alpha {t.alpha:g} "
+            f"{n} gated case(s) can detect {seen} at alpha {t.alpha:g} "
             f"(80% power, planned at {at}), above the gate's {t.max_success_drop_points:g}-point threshold: "
             f"the gate {what}; a drop of {t.max_success_drop_points:g} points needs {need:,} gated cases",
             where,
