@@ -131,3 +131,25 @@ def test_an_agents_calls_through_the_proxy_are_paced_by_the_same_client(tmp_path
         refused, admitted = srv.rate_limit.refused, srv.rate_limit.admitted
     assert texts == ["one two"] * 40 and admitted == 40  # every agent call answered, none lost
     assert refused <= 32, refused  # the first burst only (the client's 32 in flight, 10 fit)
+
+
+def test_a_pace_that_would_outlast_the_keys_budget_stops_the_run_at_once_and_costs_nothing(tmp_path: Path) -> None:
+    """A tiny token limit (here 300 tokens/min, from the server's own headers) would park
+    every later call for minutes: the pacer says how long instead of sleeping it, and the
+    run stops INCOMPLETE with `rate limited`, the unsent calls at $0 (review of issue 31)."""
+    cases = [{"id": f"c{i}", "input": f"capital {i}?", "expected": "Paris", "tags": ["t"]} for i in range(6)]
+    suite = write_engine_suite(tmp_path / "suite", cases, k=1, concurrency=1, max_attempts=2, cost_cap_usd=5.0,
+                               rate_limit_budget_s=5.0)
+    script = {"default": {"text": "Paris"}, "rate_limit": {"tokens_per_min": 300, "burst_s": 60.0, "headers": True}}
+    with ScriptedServer(script) as srv:
+        res = _run(suite, srv.base_url, tmp_path / "runs")
+        admitted = srv.rate_limit.admitted
+    assert res.exit_code == 1, res.output
+    assert "rate limited" in res.output and "past rate_limit_budget_s 5" in res.output, res.output
+    assert 1 <= admitted < 6
+    run = next(p.parent for p in (tmp_path / "runs").glob("*/results.jsonl"))
+    ledger = list(iter_jsonl(run / "ledger.jsonl"))
+    # what was sent is what was paid for; nothing else was charged
+    settled = [e for e in ledger if e["event"] == "settle"]
+    assert len(settled) == admitted and all(e["cost_usd"] > 0 for e in settled)
+    assert all(e.get("cost_usd", 0.0) == 0 for e in ledger if e["event"] not in ("reserve", "settle"))

@@ -701,7 +701,20 @@ class ModelClient:
         while True:
             attempt += 1
             cause, retry_after, limited_wait = "", None, None
-            await self.pacer.acquire(pace_tokens)
+            budget_left = self.rate_limit_budget_s - (time.monotonic() - started)
+            too_long = await self.pacer.acquire(pace_tokens, max_wait_s=max(0.0, budget_left))
+            if too_long is not None:  # the pace the endpoint allows would outlast the key's budget
+                url = self.base_url or str(cast(Any, self._openai).base_url)
+                if self.rate_limited_out is None:
+                    self.rate_limited_out = (
+                        f"rate limited: {url} (its rate limit would make a key wait {too_long:.0f}s, "
+                        f"past rate_limit_budget_s {self.rate_limit_budget_s:g})"
+                    )
+                raise _call_error(
+                    f"{label}: the endpoint's rate limit would hold this call {too_long:.1f}s, past "
+                    f"rate_limit_budget_s {self.rate_limit_budget_s:g}; {causes}",
+                    attempt - 1,
+                )
             await self._throttle.acquire()
             try:
                 stopped = (

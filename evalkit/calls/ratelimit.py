@@ -102,17 +102,22 @@ class Pacer:
             self._next_tokens = max(start, self._next_tokens) + tokens / (self.token_rate * PACE_FRACTION)
         return start
 
-    async def acquire(self, tokens: int = 0) -> None:
-        """Wait for this request's start slot (`tokens`: its estimated token count)."""
+    async def acquire(self, tokens: int = 0, max_wait_s: float = math.inf) -> float | None:
+        """Wait for this request's start slot (`tokens`: its estimated token count). When
+        the slot is more than `max_wait_s` away (what is left of the caller's rate-limit
+        budget: a tiny token limit or a hostile header could park it for an hour), wait
+        nothing and return how long it would have been; None once the slot is reached."""
         while True:
             now = time.monotonic()
             epoch = self._epoch
             start = self._reserve(tokens, now)
             if start <= now:
-                return
+                return None
+            if start - now > max_wait_s:
+                return start - now
             await asyncio.sleep(start - now)
             if epoch == self._epoch:
-                return
+                return None
 
     def held_for(self) -> float:
         """Seconds left of the current hold (0 when none)."""
