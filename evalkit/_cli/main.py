@@ -41,6 +41,7 @@ _COMMANDS = {
     "report": "report",
     "microtest": "report",
     "replay": "replay",
+    "analyze": "analyze",
 }
 
 

@@ -159,7 +159,7 @@ def compare_cmd(
     text = v.render() + (f"\n{note}" if note else "")
     out = v.to_json()
     if unit == "trial":  # beside the case-level verdict, never instead of it
-        from evalkit.conclusions.verdicts import skraft_trial_verdict
+        from evalkit.conclusions.verdicts import skraft_trial_verdict  # lazy: scipy, only for this option
 
         sv = skraft_trial_verdict(loaded, baseline_arm, treatment_arm, alpha=v.alpha)
         text += (
