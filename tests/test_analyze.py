@@ -146,3 +146,7 @@ def test_lint_and_analyze_of_a_suite_read_its_prompt_and_guidance_files(tmp_path
     assert out.exit_code == 1
     assert f"{suite / 'guidance.md'}:2:1: error: Never 'answer french' here, Always 'answer french' at line 1:1" \
         in out.stdout
+    # run says the same before its plan (and --plan-only spends nothing)
+    out = CliRunner().invoke(main, ["run", str(suite), "--plan-only"])
+    assert out.exit_code == 0, out.output
+    assert f"warning: {suite / 'guidance.md'}:2:1: analyze error: Never 'answer french' here" in out.stderr

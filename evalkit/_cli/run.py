@@ -104,6 +104,7 @@ def run_cmd(
         raise InputError("--replay-only needs the response cache; drop --no-cache")
     # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
     from evalkit.conclusions.results import plan_block
+    from evalkit.suites.analyze import analyze_files, suite_prompt_files
     from evalkit.suites.loader import load_suite
     from evalkit.suites.suite import ci_suite
 
@@ -111,6 +112,8 @@ def run_cmd(
     for w in loaded.warnings if lenient_keys else ():
         echo_text(f"warning: {w}", err=True)
     target: Suite = ci_suite(loaded) if ci else loaded
+    for f in analyze_files(suite_prompt_files(target))[1]:  # `evalkit analyze` on its prompt files, as lint does
+        echo_text(f"warning: {f.file}:{f.line}:{f.col}: analyze {f.severity}: {f.message} [{f.rule}]", err=True)
     unknown = sorted(set(arm_list or ()) - {a.name for a in target.config.arms})
     if not unknown:  # an unknown arm is the runner's error, with its wording
         # the seed's plan, before the first call (seed 001: "present the plan")
