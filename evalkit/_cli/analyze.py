@@ -1,5 +1,6 @@
-"""CLI subcommand `analyze` (registered by evalkit._cli.main): static findings on prompt
-and skill files. Thin over `evalkit.suites.analyze`."""
+"""CLI subcommands `analyze` and `tokens` (registered by evalkit._cli.main): static findings
+on prompt and skill files, and a skill's context cost. Thin over `evalkit.suites.analyze`
+and `evalkit.suites.skills`."""
 
 from __future__ import annotations
 
@@ -49,4 +50,26 @@ def analyze_cmd(paths: tuple[str, ...], fmt: str, output: str | None) -> None:
     sys.exit(1 if errors else 0)
 
 
-COMMANDS: list[click.Command] = [analyze_cmd]
+@click.command("tokens")
+@click.argument("skill_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
+@click.option(
+    "--model", default="gpt-4o", show_default=True, help="Whose tokenizer (exact when tiktoken has it cached)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def tokens_cmd(skill_dirs: tuple[str, ...], model: str, as_json: bool) -> None:
+    """A skill's context cost in tokens, counted offline: its catalogue entry (name and
+    description, in every session), SKILL.md (on activation) and each other file (on
+    demand); exact with the model's cached tiktoken encoding, else an upper bound."""
+    # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
+    import json
+
+    from evalkit.suites.skills import skill_tokens
+
+    found = [skill_tokens(d, model) for d in skill_dirs]
+    if as_json:
+        click.echo(json.dumps([t.to_json() for t in found], indent=2, ensure_ascii=False))
+    else:
+        echo_text("\n\n".join(t.render() for t in found))
+
+
+COMMANDS: list[click.Command] = [analyze_cmd, tokens_cmd]

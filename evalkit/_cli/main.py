@@ -42,6 +42,7 @@ _COMMANDS = {
     "microtest": "report",
     "replay": "replay",
     "analyze": "analyze",
+    "tokens": "analyze",
 }
 
 
