@@ -1,0 +1,112 @@
+"""Waza `eval.yaml` (microsoft/waza) read by `evalkit import` and `lint` (issue 32, item 3):
+told from a Vally spec by its fields, task files found by their globs, trials as k, the
+graders with a check kind mapped, the others refused by name. Fixtures in Waza's own
+shapes (its examples/preflight and examples/grader-showcase)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from evalkit._cli.main import main
+from evalkit.checking.graders import GRADERS
+from evalkit.suites.loader import lint_suite, load_suite
+
+SPEC = """\
+name: pdf-skill
+description: |
+  Converts PDFs.
+skill: pdf
+schemaVersion: "1.0"
+config:
+  trials_per_task: 3
+  timeout_seconds: 120
+  executor: mock
+graders:
+  - type: text
+    name: no_critical_errors
+    config:
+      regex_not_match:
+        - "(?i)fatal error"
+tasks:
+  - "tasks/*.yaml"
+"""
+PRESERVE = """\
+id: preserve-record
+name: Preserve an existing local record
+inputs:
+  prompt: Inspect record.json without modifying it or creating unrelated.json.
+  files:
+    - path: record.json
+graders:
+  - name: record-present
+    type: file
+    config:
+      must_exist: [record.json]
+  - name: unrelated-absent
+    type: file
+    config:
+      must_not_exist: [unrelated.json]
+"""
+EXPLAIN = """\
+id: explain
+inputs:
+  prompt: Explain what the converter does.
+graders:
+  - name: mentions
+    type: text
+    config: {contains: [Markdown], regex_match: ["\\\\bheadings?\\\\b"]}
+"""
+
+
+def spec(root: Path, text: str = SPEC) -> Path:
+    (root / "tasks").mkdir(parents=True)
+    (root / "eval.yaml").write_text(text)
+    (root / "tasks" / "preserve.yaml").write_text(PRESERVE)
+    (root / "tasks" / "explain.yaml").write_text(EXPLAIN)
+    return root / "eval.yaml"
+
+
+def test_a_waza_spec_imports_as_a_suite_with_its_tasks_trials_and_graders(tmp_path):
+    f = spec(tmp_path / "pdf")
+    out = CliRunner().invoke(main, ["import", str(f), "--to", str(tmp_path / "evals" / "pdf")])
+    assert out.exit_code == 0, out.output
+    suite = load_suite(tmp_path / "evals" / "pdf")
+    assert suite.config.k == 3
+    by_id = {c.id: [(k.kind, dict(k.options)) for k in c.checks] for c in suite.cases}
+    no_fatal = ("regex", {"pattern": "\\A(?!.*(?:(?i)fatal error))", "flags": "s"})
+    assert by_id == {
+        "explain": [no_fatal, ("contains", {"value": "Markdown"}), ("regex", {"pattern": "\\bheadings?\\b"})],
+        "preserve-record": [no_fatal, ("file_exists", {"path": "record.json", "expect": True}),
+                            ("file_exists", {"path": "unrelated.json", "expect": False})],
+    }
+    report = lint_suite(f)  # the spec read directly: the same suite, with its warnings
+    assert report.ok, [str(e) for e in report.errors]
+    assert any("input files are not copied" in w.message and w.path.endswith("preserve.yaml")
+               for w in report.warnings)
+
+
+def test_regex_not_match_fails_exactly_when_the_pattern_occurs():
+    check = {"pattern": "\\A(?!.*(?:(?i)fatal error))", "flags": "s"}
+    assert GRADERS["regex"]("all good\nno problem", **check).passed
+    assert not GRADERS["regex"]("line one\nFATAL ERROR: disk", **check).passed
+
+
+def test_graders_with_no_check_kind_are_refused_by_name(tmp_path):
+    text = SPEC.replace("graders:\n  - type: text", "graders:\n  - type: code\n    name: has_output\n"
+                                                     "    config:\n      assertions: ['len(output) > 0']\n"
+                                                     "  - type: text", 1)
+    f = spec(tmp_path / "pdf", text)
+    out = CliRunner().invoke(main, ["import", str(f), "--to", str(tmp_path / "dest")])
+    assert out.exit_code == 2
+    assert 'grader "has_output" of type "code" has no evalkit check kind' in out.output
+    assert f"{f}:" in out.output and not (tmp_path / "dest").exists()
+
+
+def test_a_vally_spec_is_still_read_as_vally(tmp_path):
+    f = tmp_path / "v" / "eval.yaml"
+    f.parent.mkdir()
+    f.write_text("name: v\nstimuli:\n  - name: a\n    prompt: p\n    graders:\n      - type: contains\n"
+                 "        value: x\n")
+    assert [c.id for c in load_suite(f).cases] == ["a"]
