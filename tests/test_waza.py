@@ -110,3 +110,51 @@ def test_a_vally_spec_is_still_read_as_vally(tmp_path):
     f.write_text("name: v\nstimuli:\n  - name: a\n    prompt: p\n    graders:\n      - type: contains\n"
                  "        value: x\n")
     assert [c.id for c in load_suite(f).cases] == ["a"]
+
+
+def waza_run(number: int, status: str, output: str = "ready", validations: dict | None = None) -> dict:
+    return {"run_number": number, "attempts": 1, "status": status, "duration_ms": 10,
+            "validations": validations or {"answer": {"identifier": "answer", "type": "text",
+                                                      "passed": status == "passed", "score": 1, "weight": 1}},
+            "session_digest": {"session_id": "s", "usage": {"input_tokens": 100, "output_tokens": 20}},
+            "tool_events": [{"turn": 1, "sequence": 1, "tool_name": "read_file", "args": {"path": "note.txt"},
+                             "result": "ready", "success": True}],
+            "final_output": output}
+
+
+# Waza's result JSON (microsoft/waza internal/testdata/compatibility/v1/results-1.4.json's shape)
+RESULTS = {
+    "schemaVersion": "1.4", "eval_id": "pdf-run", "skill": "pdf", "eval_name": "pdf-skill",
+    "timestamp": "2026-01-01T00:00:00Z",
+    "config": {"runs_per_test": 3, "model_id": "gpt-4o", "engine_type": "copilot-sdk", "timeout_sec": 30},
+    "summary": {"total_tests": 2, "succeeded": 1, "failed": 1, "errors": 0},
+    "tasks": [
+        {"test_id": "explain", "display_name": "Explain", "status": "failed",
+         "runs": [waza_run(1, "passed"), waza_run(2, "failed", "no"), waza_run(3, "passed")]},
+        {"test_id": "preserve-record", "status": "passed",
+         "runs": [waza_run(2, "passed"), waza_run(1, "passed"), waza_run(3, "error")]},
+    ],
+}
+
+
+def test_ingest_reads_waza_results_and_an_errored_run_is_never_a_pass(tmp_path):
+    import json
+
+    from evalkit.suites.runload import load_run
+
+    f = tmp_path / "results.json"
+    f.write_text(json.dumps(RESULTS))
+    out = CliRunner().invoke(main, ["ingest", str(f), "--to", str(tmp_path / "run")])
+    assert out.exit_code == 0, out.output  # ingest wrote the run; the run says INCOMPLETE, and a gate fails it
+    assert (tmp_path / "run" / "summary.md").read_text().startswith("INCOMPLETE: 1/2 cases (1 waza run(s) errored)")
+    run = load_run(tmp_path / "run")
+    assert run.config["source"] == "waza"
+    got = {(r.case_id, int(r.index)): bool(r.passed) for r in run.grades.itertuples()}
+    assert got == {("explain", 0): True, ("explain", 1): False, ("explain", 2): True,
+                   ("preserve-record", 0): True, ("preserve-record", 1): True}
+    [err] = run.errors.to_dict("records")
+    assert (err["case_id"], err["index"]) == ("preserve-record", 2) and "status 'error'" in err["error"]
+    sample = run.samples[(run.samples.case_id == "explain") & (run.samples["index"] == 1)].iloc[0]
+    assert sample.output == "no" and sample.model == "gpt-4o"
+    reasons = [c["reason"] for g in run.grades.itertuples() for c in g.checks if not c["passed"]]
+    assert reasons == ["failed validations: answer"]
