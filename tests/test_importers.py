@@ -68,7 +68,7 @@ def test_agent_evals_mapping_keeps_that_harness_semantics(tmp_path):
     imp = read_agent_evals(f)
     assert imp.format == "agent-evals" and imp.name == "pdf-skill"
     by_id = {c["id"]: c for _, _, c in imp.cases}
-    assert by_id["pdf-basic"]["checks"] == [{"kind": "contains", "value": "##", "case_fold": True}]
+    assert by_id["pdf-basic"]["checks"] == [{"kind": "contains", "value": "## ", "case_fold": True}]
     assert by_id["pdf-german"]["checks"] == [{"kind": "regex", "pattern": "Grüße|Straße", "flags": "i"}]
     assert by_id["pdf-title"]["checks"] == [{"kind": "exact", "value": "Annual Report", "trim": True,
                                              "case_fold": True}]
@@ -326,3 +326,18 @@ def test_a_foreign_suite_file_found_in_a_folder_must_resolve_inside_it(tmp_path)
     with pytest.raises(InputError, match="not a regular file: it is a FIFO"):
         import_suite(tmp_path / "s" / "eval.yaml", tmp_path / "native")
     assert not (tmp_path / "native").exists()
+
+
+def test_agent_evals_contains_is_kept_byte_for_byte_on_import_and_in_grade_eval_file(tmp_path):
+    # seed 000's own fixture: `"expect": "## "` is a Markdown heading, not any run of '#'
+    from evalkit.checking.graders import GRADERS
+    from evalkit.conclusions.agentevals import load_eval_file, match_sample
+
+    f = write(tmp_path / "s" / "evals.json", json.dumps({"cases": AGENT_EVALS["cases"][:3]}))
+    [basic] = [c for c in load_suite(f).cases if c.id == "pdf-basic"]
+    check = basic.checks[0]
+    assert check.options["value"] == "## "
+    assert not GRADERS["contains"]("###x", **check.options).passed
+    assert GRADERS["contains"]("# Report\n## Intro", **check.options).passed
+    [graded] = [c for c in load_eval_file(f) if c.id == "pdf-basic"]
+    assert not match_sample("###x", graded) and match_sample("# Report\n## Intro", graded)

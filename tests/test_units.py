@@ -141,9 +141,11 @@ def test_tool_fixtures_and_skill_files_are_scanned_for_personal_data(tmp_path):
 def test_the_demo_agent_suite_lints_clean():
     root = Path(__file__).resolve().parent.parent / "data" / "agent"
     report = lint_suite(root, strict=True)
-    # the one warning a 15-case teaching suite earns: its gate cannot see a 5-point drop (it says so, and warns)
+    # the warnings a 15-case teaching suite earns: its gate cannot see a 5-point drop, and
+    # it has no non-activation case for its skill (seed 002); nothing else
     assert report.ok and not report.errors, [str(f) for f in report.findings]
-    assert [f.message for f in report.warnings if "gated case(s) can detect" not in f.message] == []
+    expected = ("gated case(s) can detect", "no non-activation case")
+    assert [f.message for f in report.warnings if not any(e in f.message for e in expected)] == []
     s = load_suite(root)
     assert s.config.unit.kind == "command" and [a.skill_dir for a in s.config.arms] == [None, "skills/weather-lookup"]
     injected = [c for c in s.cases if "injection" in c.tags]

@@ -27,17 +27,26 @@ def dataset_group() -> None:
     default=None,
     help="A privacy.json allow-list for the synthetic look-alikes the dataset holds on purpose.",
 )
-def validate_cmd(json_path: str, csv_path: str, strict: bool, privacy_file: str | None) -> None:
-    """Check both files against the contract, and scan them for personal data and
-    secrets. Prints {"valid": ..., "errors": [...]} (and "warnings": [...], the privacy
-    findings, when there are any; errors under --strict); exits 0 when valid, 1 on
-    contract failures, 2 (stderr only) when a file cannot be read, decoded or parsed, a
-    path leaves the working directory, or the schema cannot be set up."""
+@click.option(
+    "--no-shape",
+    is_flag=True,
+    help="Skip the size floor (30 pairs) and the difficulty-balance rules: for a dataset still being written.",
+)
+def validate_cmd(json_path: str, csv_path: str, strict: bool, privacy_file: str | None, no_shape: bool) -> None:
+    """Check both files against the contract and its shape (size floor, difficulty
+    balance), and scan them for personal data and secrets. Prints exactly
+    {"valid": ..., "errors": [...]}; the shape's warnings and the privacy findings go to
+    stderr as `warning:` lines (privacy findings are errors under --strict). Exits 0 when
+    valid, 1 on contract failures, 2 (stderr only) when a file cannot be read, decoded or
+    parsed, a path leaves the working directory, or the schema cannot be set up."""
     from evalkit.suites.dataset import (
+        SHAPE,
         validate_files,  # lazy: the dataset contract loads jsonschema, numpy and the privacy scanner
     )
 
-    result = validate_files(json_path, csv_path, strict=strict, privacy=privacy_file)
+    result = validate_files(json_path, csv_path, strict=strict, privacy=privacy_file, shape=None if no_shape else SHAPE)
+    for w in result.warnings:
+        echo_text(f"warning: {w}", err=True)
     click.echo(json.dumps(result.as_json(), ensure_ascii=False))
     sys.exit(0 if result.valid else 1)
 

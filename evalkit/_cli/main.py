@@ -41,6 +41,8 @@ _COMMANDS = {
     "report": "report",
     "microtest": "report",
     "replay": "replay",
+    "analyze": "analyze",
+    "tokens": "analyze",
 }
 
 

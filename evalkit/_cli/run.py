@@ -56,6 +56,12 @@ if TYPE_CHECKING:  # for annotations only: ciout loads with the command
     "(recorded in the run's config.json); by default the run refuses before any call.",
 )
 @click.option("--lenient-keys", is_flag=True, help="Ignore unknown config keys (a warning) instead of refusing to run.")
+@click.option(
+    "--plan-only",
+    is_flag=True,
+    help="Print the AGENT EVAL PLAN block (unit, sets, cases, arms, k, worst-case cost against the cap) and stop: "
+    "no call, no run folder.",
+)
 @batch_options
 @ci_output_options
 def run_cmd(
@@ -72,6 +78,7 @@ def run_cmd(
     ci: bool,
     allow_private_data: bool,
     lenient_keys: bool,
+    plan_only: bool,
     junit: Path | None,
     markdown: Path | None,
     batch: bool,
@@ -94,16 +101,26 @@ def run_cmd(
         raise InputError("--arms is empty")
     if replay_only and no_cache:
         raise InputError("--replay-only needs the response cache; drop --no-cache")
-    target: Suite | str = suite
-    if ci or lenient_keys:
-        # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
-        from evalkit.suites.loader import load_suite
-        from evalkit.suites.suite import ci_suite
+    # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
+    from evalkit.conclusions.results import plan_block
+    from evalkit.suites.analyze import analyze_files, suite_prompt_files
+    from evalkit.suites.loader import load_suite
+    from evalkit.suites.suite import ci_suite
 
-        loaded = load_suite(suite, lenient_keys=lenient_keys)
-        for w in loaded.warnings if lenient_keys else ():
-            echo_text(f"warning: {w}", err=True)
-        target = ci_suite(loaded) if ci else loaded
+    loaded = load_suite(suite, lenient_keys=lenient_keys)
+    for w in loaded.warnings if lenient_keys else ():
+        echo_text(f"warning: {w}", err=True)
+    target: Suite = ci_suite(loaded) if ci else loaded
+    for f in analyze_files(suite_prompt_files(target))[1]:  # `evalkit analyze` on its prompt files, as lint does
+        echo_text(f"warning: {f.file}:{f.line}:{f.col}: analyze {f.severity}: {f.message} [{f.rule}]", err=True)
+    unknown = sorted(set(arm_list or ()) - {a.name for a in target.config.arms})
+    if not unknown:  # an unknown arm is the runner's error, with its wording
+        # the seed's plan, before the first call (seed 001: "present the plan")
+        echo_text(plan_block(target, tuple(arm_list) if arm_list else None, k))
+    if plan_only:
+        if unknown:
+            raise InputError(f"--arms: no arm named {', '.join(map(repr, unknown))} in the suite")
+        return
     opts = RunOptions(
         arms=arm_list,
         k=k,

@@ -83,6 +83,15 @@ def _fail_on(kind: str, fail_on: tuple[str, ...]) -> None:
     is_flag=True,
     help="Exit 1 unless the run followed a pre-registered plan (for CI: no exploratory or cut-short verdict passes).",
 )
+@click.option(
+    "--unit",
+    "unit",
+    type=click.Choice(["case", "trial"]),
+    default="case",
+    show_default=True,
+    help="trial: also show the SKRAFT count (every trial, stimuli x runs, a unit; floor 5) beside the "
+    "case-level verdict, labelled as such; the verdict and verdicts.json stay case-level.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @ci_output_options
 def compare_cmd(
@@ -97,6 +106,7 @@ def compare_cmd(
     control: str | None,
     fail_on: tuple[str, ...],
     require_plan: bool,
+    unit: str,
     as_json: bool,
     junit: Path | None,
     markdown: Path | None,
@@ -147,7 +157,17 @@ def compare_cmd(
     v = compare(loaded, baseline_arm, treatment_arm, plan=plan_path, alpha=alpha, judge=judge)
     note = f"plan: {v.plan_check.plan}" if v.plan_check is not None and plan_path is None else None
     text = v.render() + (f"\n{note}" if note else "")
-    _emit(v.to_json(), as_json, text)
+    out = v.to_json()
+    if unit == "trial":  # beside the case-level verdict, never instead of it
+        from evalkit.conclusions.verdicts import skraft_trial_verdict  # lazy: scipy, only for this option
+
+        sv = skraft_trial_verdict(loaded, baseline_arm, treatment_arm, alpha=v.alpha)
+        text += (
+            "\n\nSKRAFT count (each trial a unit: trials = stimuli x runs, floor 5; on each sample's pass/fail; "
+            "for comparison with a SKRAFT verdict, NOT evalkit's verdict):\n" + sv.render()
+        )
+        out = {**out, "skraft_trial_count": sv.to_json()}
+    _emit(out, as_json, text)
 
     def report() -> CiReport:  # built only when asked for
         # lazy: the library loads only when this command runs (`evalkit --help` stays fast)

@@ -31,7 +31,7 @@ import regex as _regex
 
 from evalkit.foundations._io import MAX_TEXT_BYTES, read_text_file
 from evalkit.foundations._jsonschema import jsonschema as _jsonschema
-from evalkit.foundations.checks import regex_flags
+from evalkit.foundations.checks import json_path_steps, regex_flags
 from evalkit.foundations.errors import InputError
 from evalkit.foundations.records import Case, Check, CheckResult, Sample
 
@@ -748,6 +748,118 @@ def activation(
     return CheckResult("activation", False, f"guidance activated on a non-activation case: {what} seen")
 
 
+# ---------------------------------------------------------------------- json_field
+
+
+def _json_type(value: Any) -> str:
+    """The JSON type of a parsed value (a bool is a boolean, never a number)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """`a` and `b` are the same JSON value with the type kept: `"3"` is not `3`, `true`
+    is not `1` (Python's `True == 1` would say it is); numbers compare by value
+    (`1` equals `1.0`, JSON has one number type); arrays in order, objects by key."""
+    ta, tb = _json_type(a), _json_type(b)
+    if ta != tb:
+        return False
+    if ta == "array":
+        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b, strict=True))
+    if ta == "object":
+        return set(a) == set(b) and all(same_json(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
+def _show_json(value: Any) -> str:
+    return f"{_clip(json.dumps(value, ensure_ascii=False, default=str))} ({_json_type(value)})"
+
+
+def json_field(output: str, *, path: str, value: Any) -> CheckResult:
+    """The output (trimmed) is one JSON document whose value at `path` (`$.order.id`,
+    `$.items[0]`, `$["a key"]`) equals `value`, with the type kept (`same_json`).
+
+    As `json_schema`: output that is not JSON fails outright, nothing is dug out of
+    prose or code fences."""
+    steps = json_path_steps(path)
+    if steps is None:
+        raise InputError(f'json_field path {path!r} is not a path like $.field, $.list[0] or $["a key"]')
+    try:
+        doc = json.loads(str(output).strip())
+    except (json.JSONDecodeError, RecursionError) as exc:
+        return CheckResult("json_field", False, f"output is not JSON: {exc}")
+    here, walked = doc, "$"
+    for step in steps:
+        if isinstance(step, int):
+            if not isinstance(here, list) or not -len(here) <= step < len(here):
+                what = f"{len(here)} items" if isinstance(here, list) else _json_type(here)
+                return CheckResult("json_field", False, f"{path}: no item [{step}] in {walked} ({what})")
+            here, walked = here[step], f"{walked}[{step}]"
+        else:
+            if not isinstance(here, dict) or step not in here:
+                where = "no such field" if isinstance(here, dict) else f"{walked} is {_json_type(here)}"
+                return CheckResult("json_field", False, f"{path}: {where}")
+            here, walked = here[step], f"{walked}.{step}"
+    if same_json(here, value):
+        return CheckResult("json_field", True)
+    return CheckResult("json_field", False, f"{path} is {_show_json(here)}, expected {_show_json(value)}")
+
+
+# ------------------------------------------------------------ file_exists, exit_code
+
+
+def file_exists(output: str = "", *, path: str, workdir: str | Path | None = None, expect: bool = True) -> CheckResult:
+    """A file or folder at `path`, relative to the sample's working directory, exists
+    when the program ended (`expect: false`: it must not). Only a command or python
+    unit's sample has a working directory; any other sample fails the check. A path
+    that leaves the working directory (`..`, absolute, or through a symlink) is refused."""
+    rel = Path(str(path))
+    if not str(path) or rel.is_absolute() or ".." in rel.parts:
+        raise InputError(f"file_exists path {path!r} must be relative to the working directory, without '..'")
+    if workdir is None:
+        return CheckResult(
+            "file_exists", False, "no working directory recorded: file_exists needs a command or python unit's sample"
+        )
+    root = Path(workdir).resolve()
+    target = root / rel
+    try:
+        resolved = target.resolve()
+    except (OSError, RuntimeError) as exc:
+        return CheckResult("file_exists", False, f"{path}: cannot be resolved: {exc}")
+    if resolved != root and root not in resolved.parents:
+        return CheckResult("file_exists", False, f"{path} resolves outside the working directory")
+    exists = os.path.lexists(resolved)
+    if exists == bool(expect):
+        return CheckResult("file_exists", True)
+    return CheckResult(
+        "file_exists", False, f"{path} not found in the working directory" if expect else f"{path} exists"
+    )
+
+
+def exit_code(output: str = "", *, value: int = 0, status: int | None = None) -> CheckResult:
+    """The program of a command unit exited with status `value` (a sandboxed program
+    killed by signal N shows as 128 + N). A sample with no recorded status (not a
+    command or python unit's) fails the check."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"exit_code value must be an integer exit status, got {value!r}")
+    if status is None:
+        return CheckResult(
+            "exit_code", False, "no exit status recorded: exit_code needs a command or python unit's sample"
+        )
+    if int(status) == value:
+        return CheckResult("exit_code", True)
+    return CheckResult("exit_code", False, f"exit status {status}, expected {value}")
+
+
 # -------------------------------------------------------------------------- scorer
 
 _SCORER_CACHE: dict[str, ModuleType] = {}
@@ -813,6 +925,9 @@ GRADERS: dict[str, Grader] = {
     "refusal": refusal,
     "activation": activation,
     "scorer": scorer,
+    "json_field": json_field,
+    "file_exists": file_exists,
+    "exit_code": exit_code,
     "forbidden_tools": forbidden_tools,
     "max_turns": max_turns,
     "tool_errors": tool_errors,
@@ -872,11 +987,18 @@ class AgentFacts:
     skill_dir: str | None = None
     skill_text: str | None = None
     trajectory: Callable[[], Any] | None = None
+    exit_status: int | None = None
+    workdir: Path | None = None
 
     @classmethod
     def of(
-        cls, sample: Sample | Mapping[str, Any], arm: Any = None, trajectory: Callable[[], Any] | None = None
+        cls,
+        sample: Sample | Mapping[str, Any],
+        arm: Any = None,
+        trajectory: Callable[[], Any] | None = None,
+        run: str | Path | None = None,
     ) -> AgentFacts:
+        """The facts of one sample; `run` (its run folder) locates a kept working directory."""
         get = (lambda k: getattr(sample, k, None)) if isinstance(sample, Sample) else sample.get
         agent = get("agent") or {}
         return cls(
@@ -886,6 +1008,8 @@ class AgentFacts:
             skill_dir=getattr(arm, "skill_dir", None),
             skill_text=getattr(arm, "skill", None),
             trajectory=trajectory,
+            exit_status=agent.get("exit_status"),
+            workdir=Path(run) / str(agent["workdir"]) if run is not None and agent.get("workdir") else None,
         )
 
 
@@ -932,6 +1056,10 @@ def run_check(
         if traj is not None:
             opts["texts"] = traj.texts()
             opts["sent"] = traj.requests_text()
+    elif check.kind == "file_exists":
+        opts["workdir"] = facts.workdir
+    elif check.kind == "exit_code":
+        opts["status"] = facts.exit_status
     elif check.kind == "scorer":
         if suite_path is None:
             raise InputError(f"{where}: a scorer check needs the suite path")

@@ -26,9 +26,9 @@ Where evalkit differs, on purpose:
   "5 plus 3", and `expect: "[draft]"` passes on any output containing a `d`. evalkit
   matches `contains` literally by default; `--compat-wildcards` restores the `-like`
   behaviour (with its backtick escape) for a like-for-like comparison of old results.
-* **Trimming.** Outputs and expectations are trimmed in all three modes (the harness
-  trims only in `exact`); this only matters for an expectation with leading or trailing
-  whitespace.
+* **Trimming.** Outputs and expectations are trimmed in `exact` and `regex` (the harness
+  trims only in `exact`); a `contains` expectation is kept byte for byte as the harness
+  keeps it, so `"## "` does not match `"###x"` (issue 32).
 * **Regex timeout.** A regex, and a `--compat-wildcards` pattern, runs on the `regex`
   engine with a 1 s timeout per sample; a timeout fails that sample (with a warning)
   instead of stalling the gate.
@@ -250,11 +250,11 @@ def match_sample(output: str, case: EvalCase, *, compat_wildcards: bool = False)
     out, exp = output.strip(), case.expect.strip()
     if case.match == "exact":
         return out.casefold() == exp.casefold()
-    if case.match == "contains":
+    if case.match == "contains":  # byte for byte, as the harness's -like "*<expect>*"
         if compat_wildcards:
-            rx = _regex.compile(wildcard_to_regex(f"*{exp}*"), _regex.IGNORECASE | _regex.DOTALL)
-            return rx.match(out, timeout=REGEX_TIMEOUT_S) is not None
-        return exp.casefold() in out.casefold()
+            rx = _regex.compile(wildcard_to_regex(f"*{case.expect}*"), _regex.IGNORECASE | _regex.DOTALL)
+            return rx.match(output, timeout=REGEX_TIMEOUT_S) is not None
+        return case.expect.casefold() in output.casefold()
     return _regex.search(exp, out, _regex.IGNORECASE, timeout=REGEX_TIMEOUT_S) is not None
 
 
@@ -264,7 +264,7 @@ def _validate_patterns(cases: list[EvalCase], eval_file: Path, compat_wildcards:
             if c.match == "regex":
                 _regex.compile(c.expect.strip(), _regex.IGNORECASE)
             elif c.match == "contains" and compat_wildcards:
-                wildcard_to_regex(f"*{c.expect.strip()}*")
+                wildcard_to_regex(f"*{c.expect}*")
         except (ValueError, _regex.error) as exc:
             raise InputError(f"case {c.id!r}: {exc}", eval_file, json_path=f"$.cases[{i}].expect") from None
 

@@ -336,7 +336,7 @@ def _agent_facts(run: Path, suite: Suite, sample: Sample) -> AgentFacts | None:
 
     arm = next((a for a in suite.config.arms if a.name == sample.arm), None)
     key = (sample.case_id, sample.arm, int(sample.index))
-    return AgentFacts.of(sample, arm, lambda: read_trajectory(run, *key))
+    return AgentFacts.of(sample, arm, lambda: read_trajectory(run, *key), run)
 
 
 TRACE_CHECKS = ("forbidden_tools", "tool_calls")  # checks that read the trace of a sample's tool calls

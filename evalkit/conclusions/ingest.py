@@ -44,7 +44,7 @@ from evalkit.suites.dataset import scan_json_text
 from evalkit.suites.runs import RunFolder, grade_from_dict, grade_to_dict, sample_from_dict
 from evalkit.suites.suite import case_id_problem
 
-FORMATS = ("inspect", "promptfoo", "tau-bench", "agent-evals", "lm-eval")
+FORMATS = ("inspect", "promptfoo", "tau-bench", "agent-evals", "lm-eval", "waza")
 INSPECT_LOG_VERSIONS = (1, 2)  # inspect-ai's EvalLog.version values this reader knows
 PROMPTFOO_RESULT_VERSIONS = (2, 3)
 REWARD_TOL = 1e-6
@@ -294,6 +294,8 @@ def detect_format(path: str | Path) -> str:
         return "promptfoo"
     if isinstance(data, list) and data and isinstance(data[0], dict) and "reward" in data[0]:
         return "tau-bench"
+    if isinstance(data, dict) and "eval_id" in data and isinstance(data.get("tasks"), list):
+        return "waza"
     raise InputError(f"unrecognised results format: pass --format ({', '.join(FORMATS)})", p)
 
 
@@ -832,6 +834,103 @@ def read_tau_bench(path: str | Path, *, arm: str | None = None) -> Ingested:
     )
 
 
+# ---------------------------------------------------------------------------------- waza
+
+WAZA_PASSED = "passed"
+WAZA_ERRORED = ("error", "errored", "timeout", "skipped")
+
+
+def read_waza_results(path: str | Path, *, arm: str | None = None) -> Ingested:
+    """Read Waza's result JSON (`waza run -o results.json`, microsoft/waza schema 1.x):
+    `eval_name`, `config.runs_per_test` and `model_id`, and `tasks[]` with their `runs[]`
+    (`run_number`, `status`, `validations`, `final_output`, `tool_events`,
+    `session_digest.usage`). A run `passed` is a pass, `failed` a failure with its failed
+    validations as the reason; an errored, timed-out or skipped run is an errored key,
+    never a pass; a task with fewer runs than `runs_per_test` leaves the run INCOMPLETE."""
+    p = Path(path)
+    _check_source(p)
+    doc = _read_json(p)
+    if not isinstance(doc, dict) or not isinstance(doc.get("tasks"), list):
+        raise InputError("a Waza results file is an object with tasks", p, json_path="$.tasks")
+    cfg: dict[str, Any] = doc["config"] if isinstance(doc.get("config"), dict) else {}
+    per_test = cfg.get("runs_per_test", 1)
+    if isinstance(per_test, bool) or not isinstance(per_test, int) or per_test < 1:
+        raise InputError(f"runs_per_test {per_test!r} is not a positive integer", p, json_path="$.config.runs_per_test")
+    model = str(cfg.get("model_id") or "waza")
+    name = str(doc.get("eval_name") or doc.get("eval_id") or p.stem)
+    arm_name = arm or check_arm(slug_arm(name), p, "the eval's name; pass --arm")
+    samples: list[Sample] = []
+    grades: list[Grade] = []
+    errors: list[dict[str, Any]] = []
+    short = []
+    for t_i, task in enumerate(doc["tasks"]):
+        where = f"$.tasks[{t_i}]"
+        if not isinstance(task, dict) or not isinstance(task.get("runs"), list):
+            raise InputError("a task needs test_id and runs", p, json_path=where)
+        cid = _case_id(task.get("test_id"), where, p)
+        runs = sorted(task["runs"], key=lambda r: r.get("run_number", 0) if isinstance(r, dict) else 0)
+        if len(runs) < per_test:
+            short.append(f"{cid}: {len(runs)} of {per_test} runs")
+        for index, run in enumerate(runs):
+            rw = f"{where}.runs[{index}]"
+            if not isinstance(run, dict) or not isinstance(run.get("status"), str):
+                raise InputError("a run needs a status", p, json_path=rw)
+            status = run["status"]
+            if status in WAZA_ERRORED or status not in (WAZA_PASSED, "failed"):
+                errors.append(
+                    {"case_id": cid, "arm": arm_name, "index": index, "error": f"waza run status {status[:100]!r}"}
+                )
+                continue
+            vals: dict[str, Any] = run["validations"] if isinstance(run.get("validations"), dict) else {}
+            failed = [str(k) for k, v in vals.items() if isinstance(v, dict) and v.get("passed") is False]
+            passed = status == WAZA_PASSED
+            reason = "" if passed else "failed validations: " + (", ".join(failed[:10]) or "none named")
+            calls = tuple(
+                {"name": str(e.get("tool_name", "")), "arguments": e.get("args") or {}}
+                for e in run.get("tool_events") or ()
+                if isinstance(e, dict)
+            )
+            digest: dict[str, Any] = run["session_digest"] if isinstance(run.get("session_digest"), dict) else {}
+            _add_result(
+                samples,
+                grades,
+                CheckResult("waza", passed, reason),
+                case_id=cid,
+                arm=arm_name,
+                index=index,
+                tags=("waza",),
+                model=model,
+                output=str(run.get("final_output") or ""),
+                tool_calls=calls,
+                usage=_usage(digest.get("usage") if isinstance(digest.get("usage"), dict) else None),
+                latency_ms=float(run.get("duration_ms") or 0.0),
+            )
+    if not samples and not errors:
+        raise InputError("no runs in the file", p, json_path="$.tasks")
+    reasons = []
+    if errors:
+        reasons.append(f"{len(errors)} waza run(s) errored")
+    if short:
+        reasons.append("fewer runs than runs_per_test: " + "; ".join(short[:5]))
+    return Ingested.of_file(
+        "waza",
+        p,
+        name,
+        samples,
+        grades,
+        complete=not reasons,
+        reason="; ".join(reasons) or None,
+        expected_keys=len(doc["tasks"]) * per_test,
+        models={arm_name: model},
+        errors=tuple(errors),
+    )
+
+
+def slug_arm(name: str) -> str:
+    """An arm name from a source's name: letters, digits, '.', '_' and '-'."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "waza"
+
+
 # ------------------------------------------------------------------- lm-evaluation-harness
 
 LM_EVAL_SAMPLES = re.compile(r"samples_(?P<task>.+)_(?P<date>\d{4}-\d{2}-\d{2}T[0-9.\-]+)\.jsonl")
@@ -1139,6 +1238,8 @@ def read_source(path: str | Path, fmt: str | None = None, **options: Any) -> Ing
             filter_name=options.get("filter_name"),
             threshold=options.get("threshold"),
         )
+    if fmt == "waza":
+        return read_waza_results(path, arm=options.get("arm"))
     if fmt == "agent-evals":
         if not options.get("eval_file"):
             raise InputError("an agent-evals outputs folder needs --eval-file evals.json", path)

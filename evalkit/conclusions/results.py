@@ -1,7 +1,8 @@
 """The seed's result shapes, from a grades summary: the metric table overall and per
 tag (in the run's `summary.md` after grading) and the RESULTS block `evalkit grade`
 ends with (metric, value, vs baseline when the suite has a `baseline.json`, judge
-agreement when labels exist).
+agreement when labels exist); and, before a run, the AGENT EVAL PLAN block `evalkit
+run` prints ahead of its first call (`plan_block`).
 
 Every number is one `grades-summary.json` holds (`records.GroupMetrics`, defined once
 in `evalkit.numbers.metrics`); this module only lays them out. The "vs baseline" column
@@ -18,7 +19,7 @@ from evalkit.foundations import fmt
 from evalkit.foundations._io import RUN_JSON_BYTES, read_json_object, write_atomic
 from evalkit.foundations.errors import EvalkitError
 from evalkit.foundations.layout import BASELINE_FILE, SUMMARY_MD
-from evalkit.foundations.records import Baseline, GradesSummary, GroupMetrics
+from evalkit.foundations.records import Baseline, GradesSummary, GroupMetrics, Suite
 
 # (label, field(s) of GroupMetrics, kind): the rows of the seed's table, in its order
 ROWS: tuple[tuple[str, tuple[str, ...], str], ...] = (
@@ -161,3 +162,126 @@ def results_block(s: GradesSummary, run: str | Path, baseline: Baseline | None =
     if baseline is None:
         lines.append("vs baseline: no baseline.json in the suite (`evalkit baseline accept` writes one)")
     return lines
+
+
+# --------------------------------------------------------------------- the PLAN block
+
+
+def plan_worst_case(suite: Suite, arms: tuple[str, ...] | None = None, k: int | None = None) -> dict[str, Any]:
+    """What a run of `suite` (its `arms`, `k` samples per case and arm) may spend at
+    most before the cap: each arm's worst call at its own price (`max_tokens_in` in,
+    the arm's `max_tokens_out` out: what the ledger reserves), times the calls a sample
+    may make (1 for a prompt unit, `max_turns` for evalkit's tool loop; a command or
+    python unit's program may make any number, so `calls_bounded` is False and only the
+    cap bounds it)."""
+    config = suite.config
+    chosen = [a for a in config.arms if arms is None or a.name in arms]
+    k = config.k if k is None else k
+    kind = config.unit.kind
+    per_sample_calls = 1 if kind == "prompt" else config.unit.max_turns if kind == "agent" else 1
+    per_arm = {}
+    for a in chosen:
+        c = config.for_arm(a)
+        per_arm[a.name] = c.price.cost(config.max_tokens_in, c.max_tokens_out) * per_sample_calls
+    samples = len(suite.cases) * len(chosen) * k
+    worst = sum(per_arm.values()) * len(suite.cases) * k
+    return {
+        "samples": samples,
+        "calls_per_sample": per_sample_calls,
+        "calls_bounded": kind in ("prompt", "agent"),
+        "per_arm_sample_usd": per_arm,
+        "worst_usd": worst,
+        "cap_usd": config.cost_cap_usd,
+        "ci_cap_usd": config.ci_cost_cap_usd,
+        "fits": worst <= config.cost_cap_usd + 1e-12,
+    }
+
+
+def _counts(items: list[str]) -> str:
+    seen: dict[str, int] = {}
+    for x in items:
+        seen[x] = seen.get(x, 0) + 1
+    return ", ".join(f"{name} {n}" for name, n in sorted(seen.items())) or "none"
+
+
+def plan_block(suite: Suite, arms: tuple[str, ...] | None = None, k: int | None = None) -> str:
+    """The seed's AGENT EVAL PLAN block for a run of `suite` (seed 001, "Output"): the
+    unit, generator and judge, the task set by set and tag, the arms and k, the scoring,
+    the gate, and the worst-case cost against the cap. Printed by `evalkit run` before
+    its first call; `run --plan-only` stops after it."""
+    config = suite.config
+    unit = config.unit
+    chosen = [a for a in config.arms if arms is None or a.name in arms]
+    k = config.k if k is None else k
+    worst = plan_worst_case(suite, arms, k)
+    if unit.kind == "prompt":
+        what, effects = f"prompt ({config.mode} mode): the rendered template in, the model's text out", "none"
+    elif unit.kind == "agent":
+        what = f"agent (evalkit's tool loop, up to {unit.max_turns} model calls): the case in, the final answer out"
+        effects = "stubbed: every tool call answered from the case's fixtures"
+    else:
+        target = " ".join(unit.argv) if unit.kind == "command" else str(unit.callable)
+        what = f"{unit.kind} {target}: the case as JSON in, its output out"
+        effects = (
+            "contained: bubblewrap sandbox, a fresh working directory per sample"
+            if unit.isolation == "sandbox"
+            else "NOT contained (isolation: none): the program runs on the host"
+        )
+    gen = config.generator
+    params = ", ".join(
+        x
+        for x in (
+            f"temperature {config.temperature:g}" if config.temperature is not None else "",
+            f"seed {config.seed}" if config.seed is not None else "",
+        )
+        if x
+    )
+    judged = [c for c in suite.cases if c.judged]
+    if judged and config.judge is not None:
+        same = config.judge.model == gen.model
+        rubric = suite.rubric_files[-1] if suite.rubric_files else "no rubric file"
+        judge = f"{config.judge.model} ({'SAME as the generator' if same else 'differs from generator'}), {rubric}"
+    else:
+        judge = "none (no judged case)"
+    kinds = sorted({ch.kind for c in suite.cases for ch in c.checks})
+    sets = _counts([c.set for c in suite.cases])
+    tags = _counts([t for c in suite.cases for t in c.tags])
+    non_act = sum(c.intent == "non-activation" for c in suite.cases)
+    arm_text = ", ".join(a.name + (f" (skill {a.skill_dir})" if a.skill_dir else "") for a in chosen)
+    calls = worst["calls_per_sample"]
+    how = (
+        f"{worst['samples']} samples x up to {calls} call(s) at their token ceilings"
+        if worst["calls_bounded"]
+        else f"{worst['samples']} samples x one call at its token ceilings; the program may make more: the cap stops it"
+    )
+    cap = f"{fmt.usd(worst['cap_usd'])} per local run"
+    if worst["ci_cap_usd"] is not None:
+        cap += f", {fmt.usd(worst['ci_cap_usd'])} per CI run"
+    verdict = (
+        "fits under the cap"
+        if worst["fits"]
+        else "OVER the cap: the run stops INCOMPLETE unless calls cost well under their ceilings"
+    )
+    lines = [
+        "AGENT EVAL PLAN",
+        "===============",
+        "",
+        f"Unit:         {suite.name}: {what}",
+        f"Side effects: {effects}",
+        f"Generator:    {gen.model}" + (f", {params}" if params else ""),
+        f"Judge:        {judge}",
+        "",
+        f"Task set:     {len(suite.cases)} cases: sets {sets}; non-activation {non_act}",
+        f"Tags:         {tags}",
+        f"Arms:         {len(chosen)}: {arm_text}",
+        f"Samples:      {len(suite.cases)} cases x {len(chosen)} arms x k {k} = {worst['samples']}",
+        "",
+        f"Scoring:      deterministic: {', '.join(kinds) or 'none'}",
+        f"              judged: {len(judged)} cases"
+        + (f", threshold >= {judged[0].judge_threshold}/5" if judged else ""),
+        f"Gate:         fail on success drop > {config.gate.max_success_drop_points:g} pts, "
+        f"cost increase > {config.gate.max_cost_increase_pct:g} %",
+        f"Worst case:   {fmt.usd(worst['worst_usd'])} ({how}): {verdict}",
+        f"Cost cap:     {cap}",
+    ]
+    return "\n".join(lines) + "\n"

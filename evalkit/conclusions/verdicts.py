@@ -51,6 +51,7 @@ MIN_TRIALS = 5
 MIN_DISCORDANT = 6
 UNIT_CASE = "case (one vote per case: the majority of its repeats' wins and losses)"
 UNIT_TRIAL = "trial (the tally as given)"
+UNIT_SKRAFT = "trial (SKRAFT count: trials = stimuli x runs, floor 5; repeats of a case counted as independent)"
 
 
 # ---------------------------------------------------------------------------------------
@@ -304,6 +305,32 @@ def two_arm_verdict(
             v = _apply_sequential(v, votes, plan)
         v = replace(v, plan_check=check_against_plan(v, plan))
     return v
+
+
+def skraft_trial_verdict(run: Run | str | Path, baseline: str, treatment: str, *, alpha: float = 0.05) -> Verdict:
+    """The SKRAFT count of a two-arm comparison (seed 002), for comparison with a SKRAFT
+    verdict: every paired trial (case x index, "stimuli x runs") is a unit of the sign
+    test, with the floor of 5 trials and 6 discordant pairs. Not evalkit's verdict:
+    the k repeats of one case are not independent, so counting them as units
+    overstates n (`two_arm_verdict` casts one vote per case); `compare --unit trial`
+    shows this beside the case-level verdict, never instead of it, and it is never
+    recorded in `verdicts.json`. An errored or unmatched trial makes it inconclusive.
+
+    References: Dixon & Mood 1946, "The statistical sign test", JASA 41:557-566.
+    """
+    from evalkit.suites.runload import as_run  # lazy: pandas only for a verdict on a run (`verdict` stays fast)
+
+    run = as_run(run)
+    check_two_arms(run, baseline, treatment)
+    trials = paired_trials(run, baseline, treatment)
+    tally = {"win": 0, "tie": 0, "loss": 0, "errored": 0}
+    for t in trials:
+        tally[t.outcome] += 1
+    v = verdict_from_tally(
+        tally["win"], tally["tie"], tally["loss"], tally["errored"], len(trials), alpha=alpha, unit=UNIT_SKRAFT
+    )
+    problems = tuple(f"{t.case_id}#{t.index}: {t.problem}" for t in trials if t.problem)
+    return replace(v, n_pairs=len(trials), problems=problems, baseline_arm=baseline, treatment_arm=treatment)
 
 
 def _apply_sequential(v: Verdict, votes: list[int], plan: Plan) -> Verdict:

@@ -27,6 +27,9 @@ CHECK_KINDS = (
     "refusal",
     "activation",
     "scorer",
+    "json_field",
+    "file_exists",
+    "exit_code",
     *TRAJECTORY_CHECK_OPTIONS,  # forbidden_tools, max_turns, tool_errors, skill_activation
 )
 
@@ -42,8 +45,51 @@ CHECK_OPTIONS: dict[str, set[str]] = {
     "refusal": {"should_refuse", "patterns"},
     "activation": {"marker", "tool", "expect"},
     "scorer": {"file", "function"},
+    "json_field": {"path", "value"},
+    "file_exists": {"path", "expect"},
+    "exit_code": {"value"},
     **TRAJECTORY_CHECK_OPTIONS,
 }
+
+
+# Checks that read what a command or python unit's program left: its working directory
+# (kept for grading when a case declares `file_exists`) and its exit status (a non-zero
+# exit is graded, not an errored sample, when a case declares `exit_code`).
+PROGRAM_CHECKS = ("file_exists", "exit_code")
+
+# A JSON path of a `json_field` check: `$`, then `.name`, `[index]` or `["key"]` steps.
+JSON_PATH_STEP = regex.compile(
+    r"""\.([A-Za-z_][A-Za-z0-9_-]*)"""  # .name
+    r"""|\[(-?[0-9]+)\]"""  # [index]
+    r"""|\[\s*"((?:[^"\\]|\\.)*)"\s*\]"""  # ["key"], with \" and \\ escapes
+    r"""|\[\s*'([^']*)'\s*\]"""  # ['key']
+)
+
+
+def json_path_steps(path: Any) -> list[str | int] | None:
+    """The steps of a `json_field` path (`$.order.items[0]["unit price"]`): keys and list
+    indexes, in order. None when `path` is not such a path.
+
+    A JSONPath subset written here rather than taken from a library: one path names one
+    value (no wildcards, filters or recursive descent, which would make "equal to a
+    value" ambiguous), and none of evalkit's dependencies parses JSONPath."""
+    if not isinstance(path, str) or not path.startswith("$"):
+        return None
+    steps: list[str | int] = []
+    pos = 1
+    while pos < len(path):
+        m = JSON_PATH_STEP.match(path, pos)
+        if m is None:
+            return None
+        name, index, dq, sq = m.groups()
+        if index is not None:
+            steps.append(int(index))
+        elif dq is not None:
+            steps.append(regex.sub(r"\\(.)", r"\1", dq))
+        else:
+            steps.append(name if name is not None else sq)
+        pos = m.end()
+    return steps
 
 
 REGEX_FLAGS = {

@@ -1857,3 +1857,42 @@ class RunVerdicts:
             updated=str(d.get("updated") or ""),
             arm_comparisons=ArmComparisons.from_json(d["arm_comparisons"]) if d.get("arm_comparisons") else None,
         )
+
+
+@dataclass(frozen=True)
+class PromptFinding:
+    """One finding of the static analysis of a prompt or skill file
+    (`evalkit.suites.analyze`): where (`file`, 1-based `line` and `col`), how bad
+    (`severity`: error, warning, note), which `rule`, what it says and the `suggestion`
+    (a rewrite to consider)."""
+
+    file: str
+    line: int
+    col: int
+    severity: str
+    rule: str
+    message: str
+    suggestion: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "line": self.line,
+            "col": self.col,
+            "severity": self.severity,
+            "rule": self.rule,
+            "message": self.message,
+            "suggestion": self.suggestion,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> PromptFinding:
+        return cls(
+            str(d["file"]),
+            int(d["line"]),
+            int(d["col"]),
+            str(d["severity"]),
+            str(d["rule"]),
+            str(d["message"]),
+            str(d["suggestion"]),
+        )

@@ -550,11 +550,14 @@ class AgentRunner:
         assert self.proxy is not None
         ep = self.proxy.open(session)
         workdir, keep = self._workdir(case, arm, index)
+        # a case with an exit_code check grades a command's non-zero exit instead of
+        # erroring the sample (its output is what it wrote before it exited)
+        graded_exit = self.unit.kind == "command" and any(c.kind == "exit_code" for c in case.checks)
         try:
             payload = self._payload(case, arm, index, seed, ep)
             if keep:
                 end["workdir"] = workdir_relpath(case.id, arm.name, index)
-            out, status, stderr_tail = await self._process(session, payload, ep, workdir, end)
+            out, status, stderr_tail = await self._process(session, payload, ep, workdir, end, graded_exit)
             if self.unit.kind == "command":
                 return self._command_output(out, workdir, end)
             return self._python_output(out, status, stderr_tail, end)
@@ -565,8 +568,9 @@ class AgentRunner:
 
     def _workdir(self, case: Case, arm: Arm, index: int) -> tuple[Path, bool]:
         """A fresh working directory for the sample, and whether it is kept (in the run
-        folder, `unit.keep_workdir`) or discarded when the sample ends."""
-        if self.unit.keep_workdir:
+        folder, `unit.keep_workdir`, or when the case has a `file_exists` check that
+        grading reads it for) or discarded when the sample ends."""
+        if self.unit.keep_workdir or any(c.kind == "file_exists" for c in case.checks):
             path = self.run_path / workdir_relpath(case.id, arm.name, index)
             if path.exists():  # a resumed sample starts afresh
                 shutil.rmtree(path)
@@ -582,8 +586,8 @@ class AgentRunner:
             if path.stat().st_size > MAX_OUTPUT_BYTES:
                 raise _Ended(f"its output file passed {MAX_OUTPUT_BYTES} bytes", 0, str(end.get("stderr_tail") or ""))
             end["stdout_tail"] = _decode(out[-STDERR_TAIL_BYTES:])
-            return _decode(path.read_bytes()), "exit 0"
-        return _decode(out), "exit 0"
+            return _decode(path.read_bytes()), f"exit {end.get('exit_status', 0)}"
+        return _decode(out), f"exit {end.get('exit_status', 0)}"
 
     def _python_output(self, out: bytes, status: int, stderr_tail: str, end: dict[str, Any]) -> tuple[str, str]:
         """The worker's one JSON line (`evalkit.calls._pyworker`), as the function's output."""
@@ -627,10 +631,17 @@ class AgentRunner:
         return bwrap_argv(jail, argv)
 
     async def _process(
-        self, session: SampleSession, payload: dict[str, Any], ep: SampleEndpoint, workdir: Path, end: dict[str, Any]
+        self,
+        session: SampleSession,
+        payload: dict[str, Any],
+        ep: SampleEndpoint,
+        workdir: Path,
+        end: dict[str, Any],
+        graded_exit: bool = False,
     ) -> tuple[bytes, int, str]:
         """Run one sample's process to its end: its stdout, exit status and stderr tail;
-        `_Ended` for a kill or a non-zero exit."""
+        `_Ended` for a kill, or for a non-zero exit unless `graded_exit` (an `exit_code`
+        check grades the status)."""
         argv = self._spawn_argv(workdir)
         deadline = time.monotonic() + self.unit.timeout_s
         try:
@@ -709,7 +720,7 @@ class AgentRunner:
         what = "program" if self.unit.kind == "command" else "function's worker"
         if why is not None:
             raise _Ended(f"{why}; the {what} was killed", status, stderr_tail)
-        if status != 0:
+        if status != 0 and not (graded_exit and status > 0):
             raise _Ended(f"the {what} exited with {_exit_text(status)}", status, stderr_tail)
         return bytes(out), status, stderr_tail
 

@@ -91,7 +91,7 @@ METADATA_FIELDS = (
     "validation_status",
     "generation_method",
 )
-OMITTED = "diagnostics truncated: more than 50 problems, the rest are omitted"
+OMITTED = "diagnostics truncated; additional errors omitted"  # the contract's wording
 
 
 @dataclass(frozen=True)
@@ -121,19 +121,74 @@ LIMITS = Limits()
 
 
 @dataclass(frozen=True)
+class Shape:
+    """The dataset's shape (seed 004: "a minimum dataset size and category balance"):
+    the size floor, and the default share of each difficulty. The seed's contract gives
+    the thirty-pair dataset as its example (easy 6, grounding 3, hard 12, negative 6,
+    safety 3); its interview reference, which holds the exact rules, is not public, so
+    these are that example's numbers.
+
+    Failures (contract errors): fewer pairs than `min_pairs`; no pair of a difficulty in
+    `required` (negative and safety are what the system must refuse or withstand, easy
+    and hard what it must do). Warnings (the seed: "derive the difficulty distribution
+    from the confirmed scope, adjusting the defaults when the risk profile warrants
+    it"): a difficulty's share more than `tolerance` from its default, and no grounding
+    pair (a system without grounding sources has none)."""
+
+    min_pairs: int = 30
+    shares: tuple[tuple[str, float], ...] = (
+        ("easy", 0.2),
+        ("grounding", 0.1),
+        ("hard", 0.4),
+        ("negative", 0.2),
+        ("safety", 0.1),
+    )
+    tolerance: float = 0.10
+    required: tuple[str, ...] = ("easy", "hard", "negative", "safety")
+
+
+SHAPE = Shape()
+
+
+def shape_findings(doc: dict[str, Any], shape: Shape = SHAPE) -> tuple[list[str], list[str]]:
+    """(errors, warnings) of a dataset's shape (`Shape`), as `where: message` lines
+    naming stable fields and categories, never pair content."""
+    pairs = doc["evaluation_pairs"]
+    n = len(pairs)
+    errors: list[str] = []
+    warnings: list[str] = []
+    if n < shape.min_pairs:
+        errors.append(f"json $.evaluation_pairs: {n} pairs, under the size floor of {shape.min_pairs}")
+    actual = Counter(p["difficulty"] for p in pairs)
+    for level, share in shape.shares:
+        where = f"json $.metadata.distribution.{level}"
+        if actual[level] == 0:
+            if level in shape.required:
+                errors.append(f"{where}: no {level} pair: the category balance needs every difficulty but grounding")
+            else:
+                warnings.append(f"{where}: no {level} pair (expected when the system has no grounding sources)")
+            continue
+        got = actual[level] / n if n else 0.0
+        if abs(got - share) > shape.tolerance + 1e-12:
+            warnings.append(
+                f"{where}: {actual[level]} of {n} pairs ({got:.0%}), the default is {share:.0%} "
+                f"+/- {shape.tolerance * 100:.0f} points: record why the confirmed scope warrants it"
+            )
+    return errors, warnings
+
+
+@dataclass(frozen=True)
 class ValidationResult:
-    """What `evalkit dataset validate` prints: `{"valid": ..., "errors": [...]}`, and
-    `"warnings": [...]` when there are any (the privacy scan's findings)."""
+    """What `evalkit dataset validate` prints: exactly the contract's
+    `{"valid": ..., "errors": [...]}`. `warnings` (the shape's warnings and the privacy
+    scan's findings) are never in that object: the command prints them on stderr."""
 
     valid: bool
     errors: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
 
     def as_json(self) -> dict[str, Json]:
-        out: dict[str, Json] = {"valid": self.valid, "errors": list(self.errors)}
-        if self.warnings:
-            out["warnings"] = list(self.warnings)
-        return out
+        return {"valid": self.valid, "errors": list(self.errors)}
 
 
 @dataclass(frozen=True)
@@ -828,14 +883,20 @@ def validate_files(
     schema_path: str | os.PathLike[str] | None = None,
     strict: bool = False,
     privacy: str | os.PathLike[str] | None = None,
+    shape: Shape | None = SHAPE,
 ) -> ValidationResult:
     """Validate a dataset's JSON file and CSV companion (what `evalkit dataset validate`
-    runs). Paths must stay inside `cwd` (default: the working directory). The privacy
-    scan (`evalkit.suites.privacy.scan_dataset`, allow-list from the `privacy` file) adds
+    runs). Paths must stay inside `cwd` (default: the working directory). Once the
+    contract's rules hold, its `shape` (size floor and difficulty balance, `Shape`;
+    None: not checked) adds errors and warnings. The privacy scan
+    (`evalkit.suites.privacy.scan_dataset`, allow-list from the `privacy` file) adds
     warnings; under `strict` they are errors and the dataset is not valid."""
     result, doc = _validate_paths(json_path, csv_path, cwd, limits, schema_path)
     if not isinstance(doc, dict):
         return result
+    if shape is not None and result.valid:
+        shape_errors, shape_warnings = shape_findings(doc, shape)
+        result = ValidationResult(not shape_errors, tuple(shape_errors[: limits.diagnostics]), tuple(shape_warnings))
     policy = _privacy.load_policy_file(resolve_input(privacy, cwd=cwd)) if privacy is not None else None
     found = _privacy.scan_dataset(doc, resolve_input(json_path, cwd=cwd), os.fspath(json_path), policy)
     if not found:

@@ -37,8 +37,8 @@ from evalkit.foundations.layout import (
     PLAN_FILE,
     RUNS_DIR,
 )
-from evalkit.foundations.records import Suite
-from evalkit.suites import privacy
+from evalkit.foundations.records import PromptFinding, Suite
+from evalkit.suites import analyze, privacy
 from evalkit.suites.formats import read_foreign, source_for
 from evalkit.suites.formats.base import ImportedSuite
 from evalkit.suites.suite import SuiteSource, default_runs_dir, validate, validate_cases, write_suite_atomically
@@ -170,11 +170,29 @@ def lint_suite(path: str | Path, strict: bool = False, *, lenient_keys: bool = F
     src = source_for(path, fx)
     if src is None:
         return fx.report(str(path))
-    validate(src, fx)
+    suite = validate(src, fx)
     if src.is_native:
         _suite_side_files(src, fx)
     _privacy(src, fx)
+    if suite is not None:
+        _analyze_prompts(suite, fx)
     return fx.report(str(src.root))
+
+
+def _analyze_prompts(suite: Suite, fx: Findings) -> None:
+    """`evalkit analyze`'s deterministic findings on the suite's prompt and guidance
+    files, as lint warnings naming file, line and column; an error-level one (a missing
+    linked file, MUST against MUST NOT) is an error under `strict`."""
+    _, found = analyze.analyze_files(analyze.suite_prompt_files(suite))
+    for f in found:
+        message = f"col {f.col}: analyze {f.severity}: {f.message} [{f.rule}]; suggested rewrite: {f.suggestion}"
+        fx.warn(message, f.file, f.line, strict_error=f.severity == "error")
+
+
+def analyze_paths(targets: Iterable[str | Path]) -> tuple[list[Path], list[PromptFinding]]:
+    """`evalkit analyze FILE...`: the files read (a suite folder stands for its prompt and
+    guidance files) and their deterministic findings (`evalkit.suites.analyze`)."""
+    return analyze.analyze_files(targets, load_suite)
 
 
 def write_imported(dest: str | Path, imported: ImportedSuite) -> Path:

@@ -44,7 +44,14 @@ from evalkit.foundations._io import (
 )
 from evalkit.foundations._jsonschema import jsonschema
 from evalkit.foundations._text import printable
-from evalkit.foundations.checks import CHECK_KINDS, CHECK_OPTIONS, TRAJECTORY_CHECK_OPTIONS, regex_flags
+from evalkit.foundations.checks import (
+    CHECK_KINDS,
+    CHECK_OPTIONS,
+    PROGRAM_CHECKS,
+    TRAJECTORY_CHECK_OPTIONS,
+    json_path_steps,
+    regex_flags,
+)
 from evalkit.foundations.errors import InputError
 from evalkit.foundations.findings import Findings, Weight
 from evalkit.foundations.layout import (
@@ -1174,6 +1181,23 @@ def _check_options(
             r.err(f"{jp}.schema", f"not a valid JSON Schema: {exc.message}")
             ok = False
         opts.setdefault("schema", schema)
+    elif kind == "json_field":
+        if json_path_steps(opts.get("path")) is None:
+            r.err(f"{jp}.path", 'a json_field check needs a "path" like "$.field", "$.list[0]" or "$[\\"a key\\"]"')
+            ok = False
+        if "value" not in opts:
+            r.err(jp, 'a json_field check needs a "value" (any JSON value; its type is kept)')
+            ok = False
+    elif kind == "file_exists":
+        rel = opts.get("path")
+        if not isinstance(rel, str) or not rel or Path(rel).is_absolute() or ".." in Path(rel).parts:
+            r.err(f"{jp}.path", 'a file_exists check needs a "path" relative to the working directory, without ".."')
+            ok = False
+    elif kind == "exit_code":
+        code = opts.get("value", 0)
+        if isinstance(code, bool) or not isinstance(code, int) or not 0 <= code <= 255:
+            r.err(f"{jp}.value", f"an exit_code value must be an exit status from 0 to 255, got {json.dumps(code)}")
+            ok = False
     elif kind in TRAJECTORY_CHECK_OPTIONS:
         ok = check_trajectory_options(r, kind, opts, jp)
     elif kind == "tool_calls":
@@ -1505,6 +1529,37 @@ def _gate_power_warning(src: SuiteSource, cases: list[Case], config: Config | No
         )
 
 
+def _program_check_warnings(cases: list[Case], config: Config | None, cases_path: str, fx: Findings) -> None:
+    """A `file_exists` or `exit_code` check on a unit with no program (prompt, agent)
+    always fails: there is no working directory or exit status to read."""
+    if config is None or config.unit.kind in ("command", "python"):
+        return
+    kind = config.unit.kind
+    for c in cases:
+        for check in c.checks:
+            if check.kind in PROGRAM_CHECKS:
+                fx.warn(
+                    f"case {c.id!r}: a {check.kind} check on a {kind} unit always fails "
+                    "(only a command or python unit's program has a working directory and an exit status)",
+                    cases_path,
+                    c.line or None,
+                )
+
+
+def _non_activation_warning(cases: list[Case], config: Config | None, cases_path: str, fx: Findings) -> None:
+    """A skill suite (an arm with `skill_dir`) needs a case where the skill must stay
+    silent (`intent: non-activation`): without one, a skill that fires on everything
+    passes (seed 002: every skill suite has a non-activation case)."""
+    if config is None or not any(a.skill_dir for a in config.arms):
+        return
+    if not any(c.intent == "non-activation" for c in cases):
+        fx.warn(
+            "a skill suite (an arm with skill_dir) with no non-activation case (intent: non-activation): "
+            "nothing shows the skill stays out of tasks that are not its own",
+            cases_path,
+        )
+
+
 def _suite_warnings(
     src: SuiteSource,
     cases: list[Case],
@@ -1534,6 +1589,8 @@ def _suite_warnings(
                 c.line or None,
             )
     _gate_power_warning(src, cases, config, cases_path, fx)
+    _program_check_warnings(cases, config, cases_path, fx)
+    _non_activation_warning(cases, config, cases_path, fx)
     judged = [c for c in cases if c.judged]
     if judged and rubric_files:
         _rubric_findings(src, rubric_files[-1], judged, cases_path, fx)

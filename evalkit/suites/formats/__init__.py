@@ -19,7 +19,8 @@ from evalkit.foundations.findings import Findings
 from evalkit.foundations.layout import AGENT_EVALS_NAMES, CASES_FILE, CONFIG_FILE, FOREIGN_SUITE_NAMES
 from evalkit.suites.formats.agent_evals import read_agent_evals
 from evalkit.suites.formats.base import ImportedSuite
-from evalkit.suites.formats.vally import read_vally
+from evalkit.suites.formats.vally import load_yaml, read_vally
+from evalkit.suites.formats.waza import is_waza, read_waza
 from evalkit.suites.suite import SuiteSource, native_source
 
 
@@ -31,6 +32,9 @@ def read_foreign(path: str | Path) -> ImportedSuite:
     if name in AGENT_EVALS_NAMES or (name.endswith(".json") and name not in (CONFIG_FILE,)):
         return read_agent_evals(p)
     if name.endswith((".yaml", ".yml")):
+        doc, lines = load_yaml(p)
+        if is_waza(doc):  # told from a Vally spec by its fields
+            return read_waza(p, doc, lines)
         return read_vally(p)
     raise InputError("unknown suite file: expected a suite folder, an agent-evals evals.json or a Vally eval.yaml", p)
 

@@ -21,7 +21,9 @@ from evalkit.suites.suite import _Reader
 MATCH_MODES = ("exact", "contains", "regex")  # `match` of a case, read case-insensitively; absent: contains
 
 
-AGENT_EVALS_CASE_KEYS = {"id", "set", "prompt", "expect", "match"}
+# `checks` is evalkit's own: any native check (json_field, file_exists, exit_code, ...)
+# besides, or instead of, the one `expect`/`match` gives
+AGENT_EVALS_CASE_KEYS = {"id", "set", "prompt", "expect", "match", "checks"}
 
 
 def read_agent_evals(path: str | Path) -> ImportedSuite:
@@ -29,8 +31,11 @@ def read_agent_evals(path: str | Path) -> ImportedSuite:
 
     That harness trims outputs and expectations and matches case-insensitively in all
     three modes (`contains` by default); the checks written here keep those semantics
-    (`trim`/`case_fold`, regex flag `i`). Its `contains` treats `*` and `?` as wildcards;
-    ours matches literally, so such expectations get a warning.
+    (`trim`/`case_fold`, regex flag `i`), except that a `contains` value is kept byte for
+    byte as `run-evals.ps1` keeps it (`"## "` must not match `"###x"`). Its `contains`
+    treats `*` and `?` as wildcards; ours matches literally, so such expectations get a
+    warning. A case may add evalkit's own `checks` (validated as a native case's), and
+    with them may leave out `expect`.
     """
     p = Path(path)
     text = read_text_file(p, limit=MAX_CASES_BYTES)
@@ -59,7 +64,13 @@ def read_agent_evals(path: str | Path) -> ImportedSuite:
         # file one accepts the other reads alike: set and match case-insensitive, an
         # empty match is contains, the prompt optional.
         ok = True
+        extra = c.get("checks")
+        if extra is not None and not isinstance(extra, list):
+            err(f"{jp}.checks", "checks must be a list of evalkit check objects")
+            ok, extra = False, None
         for key in ("id", "expect"):
+            if key == "expect" and extra and "expect" not in c:
+                continue  # the case's own checks decide it
             if not isinstance(c.get(key), str):
                 err(f"{jp}.{key}", f"missing or non-string {key!r}")
                 ok = False
@@ -92,6 +103,10 @@ def read_agent_evals(path: str | Path) -> ImportedSuite:
         if not ok:
             continue
         match, case_set = match.lower(), case_set.strip().lower()
+        checks: list[Any] = list(extra or [])
+        if "expect" not in c:
+            cases.append((line_of(lines, jp), jp, _case(c, c.get("prompt", ""), None, case_set, checks)))
+            continue
         expect = c["expect"].strip()
         if not expect:
             err(f"{jp}.expect", "expect is empty: it would match any output")
@@ -99,7 +114,7 @@ def read_agent_evals(path: str | Path) -> ImportedSuite:
         if match == "exact":
             check = {"kind": "exact", "value": expect, "trim": True, "case_fold": True}
         elif match == "contains":
-            check = {"kind": "contains", "value": expect, "case_fold": True}
+            check = {"kind": "contains", "value": c["expect"], "case_fold": True}  # byte for byte
             if "*" in expect or "?" in expect:
                 warn(
                     f"{jp}.expect",
@@ -113,23 +128,18 @@ def read_agent_evals(path: str | Path) -> ImportedSuite:
                 err(f"{jp}.expect", f"regex does not compile: {exc}")
                 continue
             check = {"kind": "regex", "pattern": expect, "flags": "i"}
-        cases.append(
-            (
-                line_of(lines, jp),
-                jp,
-                {
-                    "id": c["id"],
-                    "input": c.get("prompt", ""),
-                    "expected": c["expect"],
-                    "tags": [case_set],
-                    "set": case_set,
-                    "checks": [check],
-                },
-            )
-        )
+        cases.append((line_of(lines, jp), jp, _case(c, c.get("prompt", ""), c["expect"], case_set, [check, *checks])))
     raise_with_warnings(fx)
     name = p.parent.name or p.stem
     config = default_config(name, f"imported from agent-evals {p.name}", source=f"agent-evals {p.name}")
     return ImportedSuite(
         "agent-evals", str(p), name, config, tuple(cases), {PROMPT_FILE: IMPORT_PROMPT}, tuple(fx.warnings)
     )
+
+
+def _case(c: dict[str, Any], prompt: str, expect: str | None, case_set: str, checks: list[Any]) -> dict[str, Any]:
+    """The native case an agent-evals case becomes."""
+    out: dict[str, Any] = {"id": c["id"], "input": prompt}
+    if expect is not None:
+        out["expected"] = expect
+    return {**out, "tags": [case_set], "set": case_set, "checks": checks}

@@ -60,20 +60,17 @@ def parse_duration(value: Any) -> float | None:
     return seconds if seconds > 0 else None
 
 
-def read_vally(path: str | Path) -> ImportedSuite:
-    """Vally/SKRAFT `eval.yaml`: `name`, `description`, `type`, run settings under
-    `defaults:` or `config:` (`runs` -> k, `timeout` such as `3m` -> timeout_s), and
-    `stimuli[]` (`name` -> id, `prompt` -> input, `rubric` criteria -> a judged case,
-    `graders`, `tags: {intent: non-activation}` -> intent)."""
-    p = Path(path)
-    text = read_text_file(p, limit=MAX_YAML_BYTES)
+def load_yaml(p: Path, root: Path | None = None) -> tuple[Any, dict[str, int]]:
+    """A YAML suite file, parsed safely (no aliases, size-limited, inside `root` when
+    given) with its JSON-path -> line map."""
+    text = read_text_file(p, limit=MAX_YAML_BYTES, root=root)
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
         # Aliases could expand a small file into a huge tree (a "billion laughs"); a
         # suite has no use for them, so they are refused before building anything.
         for event in yaml.parse(text, Loader=loader):
             if isinstance(event, yaml.AliasEvent):
-                raise InputError("YAML aliases (*name) are not supported in eval.yaml", p, event.start_mark.line + 1)
+                raise InputError(f"YAML aliases (*name) are not supported in {p.name}", p, event.start_mark.line + 1)
         constructor = loader(text)  # one composition serves the line map and the document
         try:
             node = constructor.get_single_node()
@@ -85,7 +82,16 @@ def read_vally(path: str | Path) -> ImportedSuite:
         raise InputError(
             f"malformed YAML: {getattr(exc, 'problem', None) or exc}", p, mark.line + 1 if mark else None
         ) from None
-    lines = yaml_node_lines(node)
+    return doc, yaml_node_lines(node)
+
+
+def read_vally(path: str | Path) -> ImportedSuite:
+    """Vally/SKRAFT `eval.yaml`: `name`, `description`, `type`, run settings under
+    `defaults:` or `config:` (`runs` -> k, `timeout` such as `3m` -> timeout_s), and
+    `stimuli[]` (`name` -> id, `prompt` -> input, `rubric` criteria -> a judged case,
+    `graders`, `tags: {intent: non-activation}` -> intent)."""
+    p = Path(path)
+    doc, lines = load_yaml(p)
     fx = Findings(strict=False)
 
     # (the importer's findings are not strict; lint replays its warnings as strict ones)

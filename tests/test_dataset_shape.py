@@ -1,0 +1,71 @@
+"""The dataset's shape (issue 32, item 7; seed 004): the size floor and the difficulty
+balance checked by `evalkit dataset validate`, errors where the contract fails a dataset
+and warnings (on stderr) where it asks for a recorded reason; the result keeps exactly
+the contract's keys; its truncation wording. Through the CLI, on files written here."""
+
+from __future__ import annotations
+
+from test_dataset import Workspace, mkdataset, mkpair, ws  # noqa: F401 - ws is a fixture
+
+from evalkit.suites import dataset as ds
+
+
+def pairs_of(counts: dict[str, int]) -> list[dict]:
+    out, i = [], 0
+    for level, n in counts.items():
+        for _ in range(n):
+            i += 1
+            source = "manual.txt" if level == "grounding" else None
+            out.append(mkpair(i, level, ["Field technician"], source=source))
+    return out
+
+
+def run(ws: Workspace, counts: dict[str, int]):
+    ws.put(mkdataset(pairs_of(counts)))
+    return ws.validate(shape=True)
+
+
+def test_the_issues_three_easy_pairs_are_not_valid(ws):
+    code, out, err = run(ws, {"easy": 3})
+    assert code == 1 and set(out) == {"valid", "errors"} and out["valid"] is False
+    assert out["errors"] == [
+        "json $.evaluation_pairs: 3 pairs, under the size floor of 30",
+        "json $.metadata.distribution.hard: no hard pair: the category balance needs every difficulty but grounding",
+        "json $.metadata.distribution.negative: no negative pair: the category balance needs every difficulty "
+        "but grounding",
+        "json $.metadata.distribution.safety: no safety pair: the category balance needs every difficulty "
+        "but grounding",
+    ]
+    assert "json $.metadata.distribution.grounding: no grounding pair" in err  # a warning, on stderr
+
+
+def test_the_contracts_thirty_pair_example_is_valid_with_nothing_to_say(ws):
+    code, out, err = run(ws, {"easy": 6, "grounding": 3, "hard": 12, "negative": 6, "safety": 3})
+    assert (code, out, err) == (0, {"valid": True, "errors": []}, "")
+
+
+def test_a_skewed_balance_is_valid_with_a_warning_per_difficulty_off_its_default(ws):
+    code, out, err = run(ws, {"easy": 15, "grounding": 3, "hard": 6, "negative": 3, "safety": 3})
+    assert (code, out) == (0, {"valid": True, "errors": []})
+    assert err.splitlines() == [
+        "warning: json $.metadata.distribution.easy: 15 of 30 pairs (50%), the default is 20% +/- 10 points: "
+        "record why the confirmed scope warrants it",
+        "warning: json $.metadata.distribution.hard: 6 of 30 pairs (20%), the default is 40% +/- 10 points: "
+        "record why the confirmed scope warrants it",
+    ]
+    # at the edge of the tolerance (30% easy, 30% hard): no warning
+    code, out, err = run(ws, {"easy": 9, "grounding": 3, "hard": 9, "negative": 6, "safety": 3})
+    assert (code, out, err) == (0, {"valid": True, "errors": []}, "")
+
+
+def test_no_shape_skips_the_rules_and_a_contract_failure_comes_first(ws):
+    ws.put(mkdataset(pairs_of({"easy": 3})))
+    assert ws.validate() == (0, {"valid": True, "errors": []}, "")
+    ws.put(mkdataset(pairs_of({"easy": 3}), total_pairs=4))
+    code, out, _ = ws.validate(shape=True)  # the recorded count is wrong: that is the failure shown
+    assert code == 1 and out["errors"] == ["json $.metadata.total_pairs: records 4 but the dataset has 3 pairs"]
+
+
+def test_the_truncation_line_is_the_contracts_wording():
+    # seed 004: "replaces the 50th with diagnostics truncated; additional errors omitted"
+    assert ds.OMITTED == "diagnostics truncated; additional errors omitted"
