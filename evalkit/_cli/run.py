@@ -14,8 +14,19 @@ from evalkit.foundations._text import printable
 from evalkit.foundations.errors import InputError
 
 if TYPE_CHECKING:  # for annotations only: ciout loads with the command
-    from evalkit.foundations.records import Suite
+    from evalkit.foundations.records import Executor, Suite
     from evalkit.telling.ciout import CiReport
+
+
+def ray_executor(address: str | None) -> Executor | None:
+    """`--ray [ADDRESS]` as an `Executor` (None without the flag: the config's)."""
+    if address is None:
+        return None
+    from evalkit.foundations.records import Executor  # lazy, as the library is (`evalkit --help` stays fast)
+
+    if not address.strip():
+        raise InputError("--ray needs an address: auto, local, HOST:PORT or ray://HOST:PORT")
+    return Executor(kind="ray", address=None if address == "local" else address)
 
 
 @click.command("run")
@@ -55,6 +66,16 @@ if TYPE_CHECKING:  # for annotations only: ciout loads with the command
     help="Run even though the privacy scan found personal data or secrets in the suite "
     "(recorded in the run's config.json); by default the run refuses before any call.",
 )
+@click.option(
+    "--ray",
+    "ray_address",
+    is_flag=False,
+    flag_value="auto",
+    default=None,
+    metavar="[ADDRESS]",
+    help="Run each sample of a command or python unit as a Ray task: on the cluster `ray start` made here "
+    "(no ADDRESS: auto), at HOST:PORT or ray://HOST:PORT, or on a new local one (local). evalkit.running.executors.",
+)
 @click.option("--lenient-keys", is_flag=True, help="Ignore unknown config keys (a warning) instead of refusing to run.")
 @click.option(
     "--plan-only",
@@ -79,6 +100,7 @@ def run_cmd(
     allow_private_data: bool,
     lenient_keys: bool,
     plan_only: bool,
+    ray_address: str | None,
     junit: Path | None,
     markdown: Path | None,
     batch: bool,
@@ -133,6 +155,7 @@ def run_cmd(
         sample_files=not no_sample_files,
         allow_private_data=allow_private_data,
         batch=options,
+        executor=ray_executor(ray_address),
     )
     result = run_suite(target, opts)
     echo_text(f"run folder: {result.path}")

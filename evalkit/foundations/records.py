@@ -142,6 +142,28 @@ UnitKind = Literal["prompt", "agent", "command", "python"]
 
 
 @dataclass(frozen=True)
+class Resources:
+    """What one sample of a command or python unit holds of a Ray node while it runs
+    (`unit.resources`, `evalkit.running.executors`): CPUs, memory in bytes, and custom resources
+    by name (as `ray start --resources` declares them). A local run ignores it."""
+
+    num_cpus: float = 1.0
+    memory: int | None = None
+    custom: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class Executor:
+    """Where a run's samples execute (`config.json` -> `executor`, or `evalkit run --ray`):
+    ``local`` (this process, the default) or ``ray``: one Ray task per sample on the
+    cluster at `address` (``auto``: the one `ray start` made on this machine; a
+    ``host:port`` or ``ray://`` address; None: a new local one). `evalkit.running.executors`."""
+
+    kind: Literal["local", "ray"] = "local"
+    address: str | None = None
+
+
+@dataclass(frozen=True)
 class Unit:
     """What a sample runs (`config.json` -> `unit`): the prompt template (`prompt`, the
     default), evalkit's own tool loop (`agent`, at most `max_turns` model calls), the
@@ -158,6 +180,7 @@ class Unit:
     keep_workdir: bool = False  # keep each sample's working directory in the run folder
     read_only_paths: tuple[str, ...] = ()  # suite-relative paths bound read-only into the sandbox
     env: tuple[str, ...] = ()  # names of evalkit's environment variables passed to the program
+    resources: Resources = field(default_factory=Resources)  # what a sample holds of a Ray node
 
 
 @dataclass(frozen=True)
@@ -218,6 +241,7 @@ class Config:
     unit: Unit = field(default_factory=Unit)
     raw: dict[str, Json] = field(default_factory=dict, compare=False, repr=False)
     top_p: float | None = None  # nucleus sampling, sent when set (an arm may set its own)
+    executor: Executor = field(default_factory=Executor)  # where samples run (evalkit.running.executors)
 
     def arm(self, name: str) -> Arm:
         for a in self.arms:

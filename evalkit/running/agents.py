@@ -334,8 +334,10 @@ class AgentRunner:
         should_stop: Callable[[], str | None],
         on_stop: Callable[[str], None],
         target: Any = None,
+        executor: Any = None,
     ) -> None:
         self.suite = suite
+        self.executor = executor  # an evalkit.running.executors.RayExecutor: each sample's process is a Ray task
         self.config = suite.config
         self.unit = suite.config.unit
         self.run_path = Path(run_path)
@@ -496,6 +498,8 @@ class AgentRunner:
             err = cls(f"{session.label}: {message}")
         err.attempts = session.attempts  # type: ignore[attr-defined]
         err.cost_usd = session.cost_usd  # type: ignore[attr-defined]
+        if getattr(failure, "requeue", False):  # its Ray node died: the runner runs it once more
+            err.requeue = True  # type: ignore[attr-defined]
         return err
 
     # -- evalkit's own tool loop -----------------------------------------------------------
@@ -642,6 +646,8 @@ class AgentRunner:
         """Run one sample's process to its end: its stdout, exit status and stderr tail;
         `_Ended` for a kill, or for a non-zero exit unless `graded_exit` (an `exit_code`
         check grades the status)."""
+        if self.executor is not None:
+            return await self._remote_process(session, payload, ep, workdir, end)
         argv = self._spawn_argv(workdir)
         deadline = time.monotonic() + self.unit.timeout_s
         try:
@@ -723,6 +729,43 @@ class AgentRunner:
         if status != 0 and not (graded_exit and status > 0):
             raise _Ended(f"the {what} exited with {_exit_text(status)}", status, stderr_tail)
         return bytes(out), status, stderr_tail
+
+    async def _remote_process(
+        self, session: SampleSession, payload: dict[str, Any], ep: SampleEndpoint, workdir: Path, end: dict[str, Any]
+    ) -> tuple[bytes, int, str]:
+        """`_process` on a Ray node (`evalkit.running.executors`): the same argv, environment and
+        case, the program's output file copied back into `workdir`, and the same endings."""
+        assert self.proxy is not None
+        spec = {
+            "argv": list(self.target or self._argv()),
+            "sandbox": self.unit.isolation == "sandbox",
+            "hidden": [str(p) for p in self._hidden],
+            "read_only": [str(p) for p in self._read_only],
+            "proxy": (self.proxy.host, self.proxy.port),
+            "env": child_env(self.config, ep, workdir),
+            "driver_workdir": str(workdir),
+            "payload": payload,
+            "timeout_s": self.unit.timeout_s,
+            "max_output": MAX_OUTPUT_BYTES,
+            "tail_bytes": STDERR_TAIL_BYTES,
+        }
+        got = await self.executor.run(spec, self.unit.resources, lambda: self._must_stop(session, float("inf")), POLL_S)
+        what = "program" if self.unit.kind == "command" else "function's worker"
+        if "failed" in got:  # the task died with its node or worker: errored, and run once more
+            lost = _Ended(str(got["failed"]))
+            lost.requeue = True  # type: ignore[attr-defined]
+            raise lost
+        if "start_error" in got:
+            raise _Ended(str(got["start_error"]))
+        if got.get("output_file") is not None:
+            (workdir / OUTPUT_FILE).write_bytes(got["output_file"])
+        status, stderr_tail, out = int(got["status"]), str(got.get("stderr_tail", "")), bytes(got.get("out", b""))
+        end.update(exit_status=status, stderr_tail=stderr_tail)
+        if got.get("why"):
+            raise _Ended(f"{got['why']}; the {what} was killed", status, stderr_tail)
+        if status != 0:
+            raise _Ended(f"the {what} exited with {_exit_text(status)}", status, stderr_tail)
+        return out, status, stderr_tail
 
 
 def _kill_group(pid: int) -> None:

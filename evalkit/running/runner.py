@@ -71,7 +71,7 @@ from evalkit.foundations.errors import (
     UnitCallError,
 )
 from evalkit.foundations.layout import BATCHES, CACHE_FILE
-from evalkit.foundations.records import Arm, CaseTable, Config, Sample, Suite
+from evalkit.foundations.records import Arm, CaseTable, Config, Executor, Sample, Suite
 from evalkit.numbers import metrics
 from evalkit.suites.endpoints import Watch, cache_identity, combine, resolve_base_url, served_watch
 from evalkit.suites.runs import RunFolder, runs_dir_lock, write_atomic
@@ -140,7 +140,8 @@ class RunOptions:
     `resume` is a run folder to finish; `cache=False` neither reads nor writes the
     response cache; `sample_files=False` skips the per-sample text files; `watch` is
     asked before every sample and attempt (`endpoints`); `batch` sends the missing keys
-    through the provider's Batch API (`evalkit.running.batch`)."""
+    through the provider's Batch API (`evalkit.running.batch`); `executor` (`evalkit run --ray`)
+    runs each sample of a command or python unit as a Ray task (`evalkit.running.executors`)."""
 
     arms: list[str] | None = None
     k: int | None = None
@@ -154,6 +155,7 @@ class RunOptions:
     allow_private_data: bool = False
     watch: Watch | None = None
     batch: batches.BatchOptions | None = None
+    executor: Executor | None = None  # where samples run; None: the config's (`evalkit.running.executors`)
 
 
 def derive_seed(config_seed: int | None, case_id: str, arm: str, index: int) -> int:
@@ -291,6 +293,8 @@ class _Engine:
         self._concurrency = self.config.concurrency
         self.agents: Any = None  # an agents.AgentRunner for agent, command and python units
         self.arm_agents: dict[str, Any] = {}  # each arm's AgentRunner (its own unit and client)
+        self.remote: Any = None  # an evalkit.running.executors.RayExecutor when samples run on Ray
+        self.requeued: set[Key] = set()  # keys run again after their Ray node died (once each)
         self.bar = tqdm(
             total=pending,
             disable=not progress,
@@ -365,7 +369,8 @@ class _Engine:
         limit = self.client.concurrency_limit
         throttled = f" concurrency={limit}/{self._concurrency}" if limit < self._concurrency else ""
         self.bar.set_postfix_str(
-            f"errors={len(self.errored)} spend=${self.ledger.committed_usd:.4f}/${self.ledger.cap_usd:.4f}{throttled}",
+            f"errors={len(self.errored)} spend=${self.ledger.committed_usd:.4f}/${self.ledger.cap_usd:.4f}{throttled}"
+            + (f" {self.remote.progress()}" if self.remote is not None else ""),
             refresh=False,
         )
         self.bar.update(1)
@@ -426,6 +431,11 @@ class _Engine:
                 key, f"{type(exc).__name__}: {exc}", getattr(exc, "attempts", 0), getattr(exc, "cost_usd", None)
             )
             self.should_stop()  # an unreachable endpoint stops the run now, not at the next key
+            if getattr(exc, "requeue", False) and key not in self.requeued and self.should_stop() is None:
+                # its Ray node died mid-sample (evalkit.running.executors): errored (its calls stay paid), run once more
+                self.requeued.add(key)
+                del self.errored[key]
+                await self.one(key)
             return
         except Exception as exc:  # noqa: BLE001 - a response nobody foresaw fails its sample, not the run
             self._error(key, f"unexpected {type(exc).__name__}: {exc}", getattr(exc, "attempts", 0))
@@ -721,6 +731,14 @@ async def _run_in_folder(suite: Suite, folder: RunFolder | None, opts: RunOption
 
     target = prepare(suite)
     targets = {a.name: prepare(arm_suite(suite, a)) for a in arm_objs if "unit" in a.overrides}
+    from evalkit.running.executors import open_executor  # a Ray cluster joined now (exit 2 if not), before any write
+
+    remote = open_executor(
+        opts.executor or config.executor,
+        [arm_suite(suite, a).config for a in arm_objs],
+        Path(suite.path) / "config.json",
+        from_flag=opts.executor is not None,
+    )
 
     if not resume:
         meta = {
@@ -759,17 +777,22 @@ async def _run_in_folder(suite: Suite, folder: RunFolder | None, opts: RunOption
             target=target,
             arm_urls=arm_urls,
             targets=targets,
+            remote=remote,
         )
 
-    if not resume:
-        with runs_dir_lock(runs_root):  # one run at a time per runs folder (and its response cache)
-            folder = RunFolder.create(runs_root, meta)
-            folder.write_case_table(CaseTable.from_cases(suite.cases))  # the cases as this run sees them
-            folder.sample_files = opts.sample_files
-            with folder.lock():
-                return await execute(folder)
-    assert folder is not None
-    return await execute(folder)
+    try:
+        if not resume:
+            with runs_dir_lock(runs_root):  # one run at a time per runs folder (and its response cache)
+                folder = RunFolder.create(runs_root, meta)
+                folder.write_case_table(CaseTable.from_cases(suite.cases))  # the cases as this run sees them
+                folder.sample_files = opts.sample_files
+                with folder.lock():
+                    return await execute(folder)
+        assert folder is not None
+        return await execute(folder)
+    finally:
+        if remote is not None:  # the Ray connection this run made (evalkit.running.executors)
+            remote.close()
 
 
 async def _execute(
@@ -784,6 +807,7 @@ async def _execute(
     target: Any = None,
     arm_urls: dict[str, str | None] | None = None,
     targets: dict[str, Any] | None = None,
+    remote: Any = None,
 ) -> RunResult:
     """Run the keys of the plan (cases x arms x k) that `folder` lacks, under its lock
     and the runs folder's, and write the summary. `opts` is as `_run_in_folder`
@@ -866,6 +890,7 @@ async def _execute(
             opts.watch,
             clients=clients,
         )
+        engine.remote = remote
         if start_cause is not None:
             engine.stop(start_cause)
         if config.unit.kind != "prompt":  # evalkit.running.agents: the tool loop, or a program behind the proxy
@@ -879,6 +904,7 @@ async def _execute(
                     should_stop=engine.should_stop,
                     on_stop=engine.stop,
                     target=(targets or {}).get(arm.name, target),
+                    executor=remote,
                 ).start()
                 stack.push_async_callback(runner.aclose)
                 engine.agents = engine.agents or runner

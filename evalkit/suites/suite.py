@@ -73,6 +73,7 @@ from evalkit.foundations.records import (
     Check,
     Config,
     Endpoint,
+    Executor,
     GateThresholds,
     Json,
     Price,
@@ -83,7 +84,7 @@ from evalkit.foundations.records import (
 )
 from evalkit.numbers.detectable import cases_for_drop, detectable_drop, planning_rate
 from evalkit.suites.endpoints import base_url_problem, masked_url
-from evalkit.suites.units import check_fixtures, check_trajectory_options, parse_unit
+from evalkit.suites.units import check_fixtures, check_trajectory_options, parse_executor, parse_unit
 
 __all__ = [  # re-exported for the callers that read limits and case sets from here
     "CASE_SETS",
@@ -164,6 +165,7 @@ CONFIG_KEYS = {
     "judge_batch_price",
     "unit",
     "top_p",
+    "executor",
 }
 REQUIRED_CONFIG_KEYS = ("generator", "cost_cap_usd", "max_tokens_in", "max_tokens_out", "price", "judge_price")
 ENDPOINT_KEYS = {"model", "base_url", "api_key_env", "cache_identity"}
@@ -778,6 +780,7 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
                 r.err("$.tools", "tools need chat mode (the completions endpoint has no tools)")
 
     unit = parse_unit(r, cfg.get("unit"), mode)
+    executor = parse_executor(r, cfg.get("executor"))
     # templates: a command or python unit renders none (the case goes to the program as JSON)
     # a broken command or python unit (reported above) still renders no template: no second, spurious error
     raw_unit = cfg.get("unit")
@@ -817,7 +820,7 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
 
     if (
         not generator
-        or None in (cap, tin, tout, template, unit)
+        or None in (cap, tin, tout, template, unit, executor)
         or price is None
         or judge_price is None
         or arms is None
@@ -857,6 +860,7 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
         unit=unit,
         raw=dict(cfg),
         top_p=None if top_p is None else float(top_p),
+        executor=executor or Executor(),
     )
 
 

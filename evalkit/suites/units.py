@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from evalkit.foundations.checks import TRAJECTORY_CHECK_OPTIONS  # noqa: F401 - validated here, defined with the other check kinds
-from evalkit.foundations.records import Json, Unit
+from evalkit.foundations.records import Executor, Json, Resources, Unit
 
 UNIT_KINDS = ("prompt", "agent", "command", "python")
 AGENT_KINDS = ("agent", "command", "python")  # the units with trajectories
@@ -47,9 +47,12 @@ ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 UNIT_KEYS = {
     "prompt": {"kind"},
     "agent": {"kind", "max_turns"},
-    "command": {"kind", "argv", "timeout_s", *SANDBOX_KEYS},
-    "python": {"kind", "callable", "timeout_s", *SANDBOX_KEYS},
+    "command": {"kind", "argv", "timeout_s", "resources", *SANDBOX_KEYS},
+    "python": {"kind", "callable", "timeout_s", "resources", *SANDBOX_KEYS},
 }
+RESOURCE_KEYS = ("num_cpus", "memory", "custom")  # unit.resources (evalkit.running.executors)
+EXECUTOR_KINDS = ("local", "ray")
+EXECUTOR_KEYS = ("kind", "address")
 MAX_TURNS = 1_000
 MAX_UNIT_TIMEOUT_S = 86_400.0
 FIXTURES_KEY = "tool_results"  # in a case's input object
@@ -120,6 +123,10 @@ def parse_unit(r: Reader, raw: Any, mode: str, jp: str = "$.unit") -> Unit | Non
     if kind in ("command", "python"):
         box = _parse_sandbox(r, raw, jp)
         ok = ok and box is not None
+        res = parse_resources(r, raw.get("resources"), f"{jp}.resources")
+        ok = ok and res is not None
+        if box is not None and res is not None:
+            box["resources"] = res
     if not ok:
         return None
     return Unit(kind=kind, max_turns=max_turns, argv=argv, timeout_s=timeout_s, callable=target, **(box or {}))
@@ -154,6 +161,80 @@ def _parse_sandbox(r: Reader, raw: dict[str, Any], jp: str) -> dict[str, Any] | 
     if not ok:
         return None
     return {"isolation": iso, "keep_workdir": keep, "read_only_paths": tuple(paths), "env": tuple(names)}
+
+
+def parse_resources(r: Reader, raw: Any, jp: str) -> Resources | None:
+    """`unit.resources` (None when absent: one CPU), or None after reporting what is
+    wrong: ``{"num_cpus": 1, "memory": BYTES, "custom": {"NAME": AMOUNT}}``, what each
+    sample's Ray task asks of a node (`evalkit.running.executors`)."""
+    if raw is None:
+        return Resources()
+    if not isinstance(raw, dict):
+        r.err(jp, 'resources must be an object {"num_cpus": 1, "memory": BYTES, "custom": {"NAME": AMOUNT}}')
+        return None
+    ok = True
+    for key in raw:
+        if key not in RESOURCE_KEYS and not str(key).startswith("//"):
+            r.err(f"{jp}.{key}", f"unknown key {key!r} in resources (one of {', '.join(RESOURCE_KEYS)})")
+            ok = False
+
+    def amount(v: Any) -> bool:
+        return not isinstance(v, bool) and isinstance(v, (int, float)) and 0 <= v < 1e12
+
+    cpus = raw.get("num_cpus", 1)
+    if not amount(cpus):
+        r.err(f"{jp}.num_cpus", f"num_cpus must be a number of CPUs, 0 or more, got {json.dumps(cpus)}")
+        ok = False
+    memory = raw.get("memory")
+    if memory is not None and (not amount(memory) or not isinstance(memory, int)):
+        r.err(f"{jp}.memory", f"memory must be a whole number of bytes, got {json.dumps(memory)}")
+        ok = False
+    custom = raw.get("custom", {})
+    if not isinstance(custom, dict):
+        r.err(f"{jp}.custom", 'custom must be an object {"NAME": AMOUNT} of the resources a node declares')
+        ok = False
+        custom = {}
+    for name, v in custom.items():
+        if name in ("CPU", "GPU", "memory", "object_store_memory") or not amount(v):
+            r.err(f"{jp}.custom.{name}", f"custom resource {name!r} must be a name of its own with an amount >= 0")
+            ok = False
+    if not ok:
+        return None
+    return Resources(
+        num_cpus=float(cpus),
+        memory=memory,
+        custom=tuple(sorted((str(k), float(v)) for k, v in custom.items())),
+    )
+
+
+def parse_executor(r: Reader, raw: Any, jp: str = "$.executor") -> Executor | None:
+    """`executor` of a config (None when absent: local), or None after reporting what is
+    wrong: ``{"kind": "ray", "address": "auto" | "HOST:PORT" | "ray://..." | null}``."""
+    if raw is None:
+        return Executor()
+    if not isinstance(raw, dict):
+        r.err(jp, 'executor must be an object {"kind": "local" | "ray", "address": ...}')
+        return None
+    ok = True
+    for key in raw:
+        if key not in EXECUTOR_KEYS and not str(key).startswith("//"):
+            r.err(f"{jp}.{key}", f"unknown key {key!r} in executor (one of {', '.join(EXECUTOR_KEYS)})")
+            ok = False
+    kind = raw.get("kind", "local")
+    if kind not in EXECUTOR_KINDS:
+        r.err(f"{jp}.kind", f"executor kind must be one of {', '.join(EXECUTOR_KINDS)}, got {json.dumps(kind)}")
+        return None
+    address = raw.get("address")
+    if address is not None and (not isinstance(address, str) or not address.strip()):
+        shape = '"auto", "HOST:PORT", "ray://HOST:PORT" or null'
+        r.err(f"{jp}.address", f"address must be {shape}, got {json.dumps(address)}")
+        ok = False
+    elif address is not None and kind == "local":
+        r.err(f"{jp}.address", 'an address needs "kind": "ray"')
+        ok = False
+    if not ok:
+        return None
+    return Executor(kind=kind, address=address)
 
 
 # --------------------------------------------------------------------------- fixtures

@@ -1,0 +1,349 @@
+"""Samples of command units as Ray tasks (evalkit.running.executors) on a real two-node Ray
+cluster on this machine (`ray.cluster_utils.Cluster`, one CPU each), against the
+scripted server over real HTTP: a Ray run writes what a local run writes, key for key;
+a runaway agent on both nodes never passes the driver's cap; an unreachable cluster is
+exit 2 before anything is written or spent; bad `executor` and `unit.resources` keys
+are exit 2 naming the key."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from evalkit.calls import sandbox
+from evalkit._cli.main import main
+from evalkit.foundations.errors import InputError
+from evalkit.conclusions.grading import grade_run
+from evalkit.suites.loader import load_suite
+from evalkit.foundations.records import Executor
+from evalkit.running.runner import run_suite
+from evalkit.calls.serve import ScriptedServer
+from evalkit.suites.trajectories import read_trajectory
+
+AGENTS = Path(__file__).parent / "data" / "agents"
+BASE = {
+    "mode": "chat",
+    "generator": {"model": "scripted", "api_key_env": "EVALKIT_RAY_TEST_KEY"},
+    "temperature": 0.0, "seed": 7, "k": 2, "concurrency": 2, "cost_cap_usd": 1.0,
+    "max_tokens_in": 4000, "max_tokens_out": 40,
+    "price": {"in_per_mtok": 1.0, "out_per_mtok": 2.0}, "judge_price": {"in_per_mtok": 1.0, "out_per_mtok": 2.0},
+    "max_attempts": 1, "arms": [{"name": "baseline"}],
+}
+# two model calls per sample: a tool call answered from the fixtures, then the answer
+SCRIPT = {"rules": [
+    {"match": "RESULT: rain", "text": "It rains in Oslo."},
+    {"match": "Question", "text": "CALL get_weather(Oslo)"},
+]}
+FIXTURES = {"get_weather": [{"result": "rain, 12 C"}]}
+# what differs between any two runs, local or not: times, the run's own ids and paths
+VOLATILE = {"latency_ms", "duration_ms", "run_id", "created", "trajectory_id"}
+
+needs_sandbox = pytest.mark.skipif(sandbox.probe() is not None, reason=f"no sandbox here: {sandbox.probe()}")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Two Ray nodes of one CPU each on this machine, started once for the module."""
+    cluster_utils = pytest.importorskip("ray.cluster_utils")
+    Cluster = cluster_utils.Cluster
+
+    args = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024}
+    c = Cluster(initialize_head=True, head_node_args={**args, "include_dashboard": False})
+    c.add_node(**args, resources={"far": 1})  # a custom resource: only this node has it
+    c.wait_for_nodes()
+    yield c
+    c.shutdown()
+
+
+def write_suite(root: Path, cases: list[dict], unit: dict, **config) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "config.json").write_text(json.dumps({**BASE, "unit": unit, **config}))
+    (root / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
+    return root
+
+
+def weather_cases(n: int) -> list[dict]:
+    return [{"id": f"c{i}", "input": {"question": f"weather {i}?", "tool_results": FIXTURES}, "tags": ["golden"],
+             "checks": [{"kind": "contains", "value": "rains" if i % 2 == 0 else "snows"}]} for i in range(n)]
+
+
+def stable(value):
+    """`value` without what differs between two runs of one suite (times, ids)."""
+    if isinstance(value, dict):
+        return {k: stable(v) for k, v in value.items() if k not in VOLATILE}
+    if isinstance(value, list):
+        return [stable(v) for v in value]
+    return value
+
+
+def by_key(path: Path) -> dict[tuple, dict]:
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {(r["case_id"], r["arm"], r["index"]): stable(r) for r in rows}
+
+
+@needs_sandbox
+def test_a_ray_run_writes_what_a_local_run_writes_key_for_key(tmp_path, cluster, capfd):
+    unit = {"kind": "command", "argv": ["{python}", str(AGENTS / "plain_http.py"), "--turns", "3"], "timeout_s": 60,
+            "resources": {"num_cpus": 1}}
+    suite = write_suite(tmp_path / "suite", weather_cases(3), unit)
+    with ScriptedServer(SCRIPT) as srv:
+        local = run_suite(suite, runs_dir=tmp_path / "local", base_url=srv.base_url, progress=False, cache=False)
+        served_local = srv.stats["requests"]
+        remote = run_suite(suite, runs_dir=tmp_path / "ray", base_url=srv.base_url, progress=False, cache=False,
+                           executor=Executor(kind="ray", address=cluster.address))
+        served = srv.stats["requests"] - served_local
+    assert local.complete and remote.complete, (local.reason, remote.reason)
+    assert served == served_local == 3 * 2 * 2  # two model calls per sample, each run paid its own
+    assert remote.spend_usd == pytest.approx(local.spend_usd)
+    assert "ray: 6 sample process(es) ran on" in capfd.readouterr().err
+    left, right = by_key(local.path / "results.jsonl"), by_key(remote.path / "results.jsonl")
+    assert sorted(left) == sorted(right) and len(left) == 6
+    for key in left:
+        assert left[key] == right[key], key
+        assert right[key]["usage"]["prompt_tokens"] > 0 and right[key]["agent"]["model_calls"] == 2
+    for res in (local, remote):
+        grade_run(res.path)
+    g_left, g_right = by_key(local.path / "grades.jsonl"), by_key(remote.path / "grades.jsonl")
+    assert g_left == g_right and {g["passed"] for g in g_right.values()} == {True, False}
+    # the trajectories are the same events, call for call
+    for key in left:
+        a, b = (read_trajectory(res.path, *key) for res in (local, remote))
+        assert a is not None and b is not None and a.finished and b.finished
+        assert [e["type"] for e in a.events] == [e["type"] for e in b.events]
+        assert [stable(c.get("usage")) for c in a.model_calls] == [stable(c.get("usage")) for c in b.model_calls]
+
+
+def test_an_uncontained_program_on_a_node_reaches_the_proxy_through_the_relay_and_sees_no_key(
+    tmp_path, cluster, monkeypatch
+):
+    """``"isolation": "none"``: the relay listens on the node's loopback and the
+    program's URLs point at it; the upstream key set in the driver's environment is not
+    in the program's."""
+    monkeypatch.setenv("EVALKIT_TEST_KEY", "sk-upstream-only-in-the-driver")  # the env suite's upstream key
+    unit = {"kind": "command", "argv": ["{python}", str(AGENTS / "plain_http.py"), "--turns", "3"], "timeout_s": 60,
+            "isolation": "none"}
+    suite = write_suite(tmp_path / "suite", weather_cases(1), unit, k=1)
+    env_unit = {**unit, "argv": [*unit["argv"], "--env"]}
+    env_suite = write_suite(tmp_path / "env-suite", weather_cases(1), env_unit, k=1,
+                            generator={"model": "scripted", "api_key_env": "EVALKIT_TEST_KEY"})
+    with ScriptedServer(SCRIPT) as srv:
+        ray_exec = Executor(kind="ray", address=cluster.address)
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False, executor=ray_exec)
+        seen = run_suite(env_suite, runs_dir=tmp_path / "env-runs", base_url=srv.base_url, progress=False,
+                         executor=ray_exec)
+        requests = srv.stats["requests"]
+    assert res.complete and seen.complete and requests == 2
+    [row] = [json.loads(x) for x in (res.path / "results.jsonl").read_text().splitlines()]
+    assert row["output"].strip() == "It rains in Oslo." and row["agent"]["model_calls"] == 2
+    [env_row] = [json.loads(x) for x in (seen.path / "results.jsonl").read_text().splitlines()]
+    said = json.loads(env_row["output"])["seen"]
+    assert said["OPENAI_BASE_URL"] and said["OPENAI_API_KEY"] and not said["EVALKIT_TEST_KEY"]
+
+
+@needs_sandbox
+def test_a_runaway_agent_on_both_nodes_never_passes_the_drivers_cap(tmp_path, cluster, capfd):
+    worst = (4000 * 1.0 + 40 * 2.0) / 1e6
+    cap = worst * 10
+    cases = [{"id": f"r{i}", "input": {"question": "loop"}, "tags": ["golden"],
+              "checks": [{"kind": "contains", "value": "x"}]} for i in range(2)]
+    unit = {"kind": "command", "argv": ["{python}", str(AGENTS / "plain_http.py"), "--forever"], "timeout_s": 120}
+    suite = write_suite(tmp_path / "suite", cases, unit, cost_cap_usd=cap, k=2)
+    heavy = {"prompt_tokens": 3000, "completion_tokens": 30}  # each call costs most of its ceiling
+    # the first call of each of the two loops is held until both are: one loop on each node
+    script = {"rules": [{"match": "loop", "text": "CALL get_weather(Oslo)", "usage": heavy}], "latency_s": 0.005,
+              "faults": [{"kind": "slow", "hold": True, "times": 2}]}
+    import threading
+    import time
+
+    out: dict = {}
+    with ScriptedServer(script) as srv:
+        runner = threading.Thread(target=lambda: out.update(res=run_suite(
+            suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False,
+            executor=Executor(kind="ray", address=cluster.address))))
+        runner.start()
+        assert srv.held.wait(120)  # the first loop's first call is held ...
+        deadline = time.monotonic() + 120
+        while srv.stats["faults"]["slow"] < 2 and time.monotonic() < deadline and runner.is_alive():
+            time.sleep(0.02)  # ... and the second's: the server's counter, polled under a deadline
+        both = srv.stats["faults"]["slow"] == 2
+        srv.release()
+        runner.join(180)
+        requests = srv.stats["requests"]
+    assert both, "the two loops never ran at once"
+    res = out["res"]
+    err = capfd.readouterr().err
+    assert not res.complete and "budget exhausted" in (res.reason or "")
+    paid_by_server = requests * (3000 * 1.0 + 30 * 2.0) / 1e6  # what the endpoint served, priced independently
+    assert res.spend_usd <= cap + 1e-12 and paid_by_server <= cap + 1e-12
+    assert requests >= 3  # the loops did run until the cap refused them
+    ledger = [json.loads(x) for x in (res.path / "ledger.jsonl").read_text().splitlines()]
+    assert requests == sum(1 for e in ledger if e["event"] == "reserve")  # every call reserved on the one ledger
+    assert any(e["event"] == "refuse" for e in ledger)
+    assert "sample process(es) ran on 2 node(s)" in err, err  # the runaway loops ran on both nodes
+
+
+@needs_sandbox
+def test_a_driver_killed_mid_run_then_resumed_with_ray_runs_every_key_once_and_pays_nothing_twice(tmp_path, cluster):
+    """The driver (a real `evalkit run --ray` process) is SIGKILLed while its third
+    sample's first call is held at the server; `--resume RUN --ray` finishes the run."""
+    import collections
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    unit = {"kind": "command", "argv": ["{python}", str(AGENTS / "plain_http.py"), "--turns", "3"], "timeout_s": 60}
+    suite = write_suite(tmp_path / "suite", weather_cases(3), unit, k=1, concurrency=1)
+    runs = tmp_path / "runs"
+    script = {**SCRIPT, "faults": [{"kind": "slow", "hold": True, "times": 1, "match": "weather 2?"}]}
+    with ScriptedServer(script) as srv:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "evalkit._cli.main", "run", str(suite), "--runs-dir", str(runs), "--base-url",
+             srv.base_url, "--no-progress", "--ray", cluster.address],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={**os.environ, "EVALKIT_RAY_TEST_KEY": "sk-test"},
+        )
+        try:
+            assert srv.held.wait(120), "the run never reached its third sample"
+        finally:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+        [folder] = list(runs.glob("2*"))
+        assert not (folder / "summary.json").exists()
+        before = {(r["case_id"], r["arm"], r["index"]) for r in map(json.loads, (folder / "results.jsonl").open())}
+        assert before == {("c0", "baseline", 0), ("c1", "baseline", 0)}
+        epoch1 = {json.loads(x)["run_epoch"] for x in (folder / "ledger.jsonl").read_text().splitlines()}
+        srv.release()
+        res = run_suite(suite, resume=folder, base_url=srv.base_url, progress=False,
+                        executor=Executor(kind="ray", address=cluster.address))
+    assert res.complete and res.exit_code == 0, res.reason
+    rows = [json.loads(x) for x in (folder / "results.jsonl").read_text().splitlines()]
+    keys = collections.Counter((r["case_id"], r["arm"], r["index"]) for r in rows)
+    assert len(keys) == 3 and set(keys.values()) == {1}
+    later = [json.loads(x) for x in (folder / "ledger.jsonl").read_text().splitlines()]
+    later = [e for e in later if e["run_epoch"] not in epoch1]
+    touched = {e["key"].split("#")[0] for e in later if e["event"] == "reserve"}
+    assert touched == {"c2/baseline/0"}  # only the cut sample ran again: a finished one was not paid twice
+    t = read_trajectory(folder, "c2", "baseline", 0)
+    assert t is not None and t.attempt == 2 and t.finished
+
+
+@needs_sandbox
+def test_a_node_that_dies_mid_sample_errors_it_and_it_runs_once_more_elsewhere(tmp_path, cluster):
+    """The sample needs the custom resource only the worker node has; that node is
+    killed while the sample's first call is held at the server; a new node with the
+    resource joins; the sample is errored (its call paid) and runs once more there."""
+    import threading
+
+    unit = {"kind": "command", "argv": ["{python}", str(AGENTS / "plain_http.py"), "--turns", "3"], "timeout_s": 120,
+            "resources": {"num_cpus": 1, "custom": {"far": 1}}}
+    suite = write_suite(tmp_path / "suite", weather_cases(1), unit, k=1)
+    script = {**SCRIPT, "faults": [{"kind": "slow", "hold": True, "times": 1}]}
+    out: dict = {}
+    with ScriptedServer(script) as srv:
+        runner = threading.Thread(target=lambda: out.update(res=run_suite(
+            suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False,
+            executor=Executor(kind="ray", address=cluster.address))))
+        runner.start()
+        assert srv.held.wait(120)  # the sample is mid-call, on the node with the resource
+        [far] = list(cluster.worker_nodes)  # the one node besides the head: the one with "far"
+        cluster.remove_node(far, allow_graceful=False)
+        cluster.add_node(num_cpus=1, object_store_memory=80 * 1024 * 1024, resources={"far": 1})
+        srv.release()
+        runner.join(180)
+        requests = srv.stats["requests"]
+    res = out["res"]
+    assert res.complete, res.reason
+    errors = [json.loads(x) for x in (res.path / "errors.jsonl").read_text().splitlines()]
+    assert len(errors) == 1 and "the Ray task failed" in errors[0]["error"], errors
+    [row] = [json.loads(x) for x in (res.path / "results.jsonl").read_text().splitlines()]
+    assert row["agent"]["attempt"] == 2 and row["agent"]["model_calls"] == 2
+    ledger = [json.loads(x) for x in (res.path / "ledger.jsonl").read_text().splitlines()]
+    # the lost attempt's held call was sent and stays paid (or settled at its worst case): 1 + 2 calls
+    assert sum(1 for e in ledger if e["event"] == "reserve") == 3 == requests
+
+
+def test_the_progress_line_shows_each_sample_in_flight_on_its_node(tmp_path, cluster):
+    """A task says where it started: while its program blocks (on a FIFO the test opens
+    afterwards), the progress suffix counts it on its node."""
+    import asyncio
+    import os
+    import re
+    import sys
+
+    from evalkit.running.executors import RayExecutor
+    from evalkit.foundations.records import Resources
+
+    fifo = tmp_path / "go"
+    os.mkfifo(fifo)
+    program = f"import sys; sys.stdin.read(); open({str(fifo)!r}).read(); print('went')"
+    spec = {"argv": [sys.executable, "-c", program], "sandbox": False, "hidden": [], "read_only": [],
+            "proxy": ("127.0.0.1", 9), "env": {"PATH": os.environ.get("PATH", "")}, "driver_workdir": str(tmp_path),
+            "payload": {}, "timeout_s": 60, "max_output": 1024, "tail_bytes": 256}
+    ex = RayExecutor(Executor(kind="ray", address=cluster.address)).connect()
+    try:
+        async def main():
+            run = asyncio.ensure_future(ex.run(spec, Resources(), lambda: None, 0.05))
+            assert await asyncio.to_thread(ex.started.wait, 60)
+            line = ex.progress()
+            await asyncio.to_thread(lambda: open(fifo, "w").close())  # the program may go on
+            return line, await run, ex.progress()
+
+        during, got, after = asyncio.run(main())
+    finally:
+        ex.close()
+    assert re.fullmatch(r"ray in flight 1 \([0-9a-f]{8}:1\); done per node -", during), during
+    assert got["status"] == 0 and got["out"] == b"went\n"
+    assert re.fullmatch(r"ray in flight 0 \(-\); done per node [0-9a-f]{8}:1", after), after
+
+
+def test_an_unreachable_cluster_is_exit_2_before_anything_is_written(tmp_path):
+    unit = {"kind": "command", "argv": ["{python}", str(AGENTS / "plain_http.py")], "timeout_s": 10}
+    suite = write_suite(tmp_path / "suite", weather_cases(1), unit)
+    free = socket.socket()
+    free.bind(("127.0.0.1", 0))
+    port = free.getsockname()[1]
+    free.close()  # nothing listens there now
+    with ScriptedServer(SCRIPT) as srv:
+        proc = CliRunner().invoke(main, ["run", str(suite), "--runs-dir", str(tmp_path / "runs"), "--base-url",
+                                         srv.base_url, "--no-progress", "--ray", f"127.0.0.1:{port}"])
+        requests = srv.stats["requests"]
+    assert proc.exit_code == 2, proc.output
+    assert f"the Ray cluster at 127.0.0.1:{port} (--ray) cannot be reached" in proc.output
+    assert requests == 0 and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "where", "words"),
+    [
+        ({"executor": {"kind": "ray", "adress": "auto"}}, "$.executor.adress", "unknown key 'adress'"),
+        ({"executor": {"kind": "spark"}}, "$.executor.kind", "executor kind must be one of local, ray"),
+        ({"executor": {"kind": "ray", "address": 6379}}, "$.executor.address", "address must be"),
+        ({"unit_resources": {"num_cpu": 1}}, "$.unit.resources.num_cpu", "unknown key 'num_cpu'"),
+        ({"unit_resources": {"memory": 1.5}}, "$.unit.resources.memory", "whole number of bytes"),
+        ({"unit_resources": {"custom": {"GPU": 1}}}, "$.unit.resources.custom.GPU", "a name of its own"),
+    ],
+)
+def test_bad_executor_and_resources_keys_are_exit_2_naming_the_key(tmp_path, change, where, words):
+    unit = {"kind": "command", "argv": ["{python}", str(AGENTS / "plain_http.py")]}
+    if "unit_resources" in change:
+        unit["resources"] = change.pop("unit_resources")
+    suite = write_suite(tmp_path / "suite", weather_cases(1), unit, **change)
+    with pytest.raises(InputError) as exc:
+        load_suite(suite)
+    assert where in str(exc.value) and words in str(exc.value)
+    assert exc.value.exit_code == 2
+
+
+def test_valid_resources_and_executor_are_read_into_the_config(tmp_path):
+    unit = {"kind": "command", "argv": ["{python}", str(AGENTS / "plain_http.py")],
+            "resources": {"num_cpus": 0.5, "memory": 1 << 20, "custom": {"agent_slot": 1}}}
+    suite = write_suite(tmp_path / "suite", weather_cases(1), unit, executor={"kind": "ray", "address": "auto"})
+    config = load_suite(suite).config
+    assert config.executor == Executor(kind="ray", address="auto")
+    assert (config.unit.resources.num_cpus, config.unit.resources.memory) == (0.5, 1 << 20)
+    assert config.unit.resources.custom == (("agent_slot", 1.0),)
