@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import _smoke  # benchmarks/_smoke.py: --smoke, the smallest size
+
 from evalkit.suites.runload import load_run
 from evalkit.running.runner import run_suite
 from evalkit.calls.serve import ScriptedServer
@@ -36,11 +38,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", type=int, default=100)
     ap.add_argument("--multiple", type=float, default=1.4, help="the cap in worst-case calls")
+    _smoke.add(ap)
     args = ap.parse_args()
+    path = _smoke.apply(args, Path(__file__).resolve().parent / "results" / "cap.json", cases=6)
+    concurrencies = (1, 4) if args.smoke else CONCURRENCY
     worst = (1024 * 1.0 + 64 * 2.0) / 1e6
     cap = worst * args.multiple
     rows = []
-    for conc in CONCURRENCY:
+    for conc in concurrencies:
         with tempfile.TemporaryDirectory() as tmp:
             cases = [{"id": f"case-{i:03d}", "input": f"capital of country {i}", "expected": "Paris",
                       "tags": ["capital"]} for i in range(args.cases)]
@@ -59,7 +64,6 @@ def main() -> None:
               f"${cap:.6f}, {n / cap:,.0f} samples per $ of cap, {wall:.2f}s ({res.reason or 'complete'})")
     out = {"python": platform.python_version(), "worst_case_usd": worst, "cap_multiple": args.multiple,
            "rows": rows}
-    path = Path(__file__).resolve().parent / "results" / "cap.json"
     path.write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {path}")
 

@@ -30,6 +30,8 @@ import platform
 import time
 from pathlib import Path
 
+import _smoke  # benchmarks/_smoke.py: --smoke, the smallest size
+
 import numpy as np
 
 from evalkit.numbers.stats import ppi_mean, proportion_interval
@@ -71,7 +73,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=2027)
+    _smoke.add(ap)
     args = ap.parse_args()
+    json_out = _smoke.apply(args, RESULTS / "ppi_coverage.json", reps=20)
+    png_out = json_out.with_suffix(".png")
     rng = np.random.default_rng(args.seed)
     t0 = time.perf_counter()
     rows = {n: simulate(n, args.reps, rng) for n in (20, 40, 80)}
@@ -83,8 +88,8 @@ def main() -> None:
             print(f"{n:>4}  {name:<12} {v['coverage']:>9.4f} {v['mean_width']:>11.4f}")
     in_band = all(BAND[0] <= r["corrected"]["coverage"] <= BAND[1] for r in rows.values())
     print(f"corrected coverage in {BAND[0]:.1%}-{BAND[1]:.1%} at every n: {in_band}  ({wall:.1f} s)")
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "ppi_coverage.json").write_text(
+    json_out.parent.mkdir(exist_ok=True)
+    json_out.write_text(
         json.dumps(
             {
                 "N": N,
@@ -118,7 +123,7 @@ def main() -> None:
     a2.set(xlabel="human labels n", ylabel="mean width", title="interval width")
     a1.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(RESULTS / "ppi_coverage.png", dpi=100)
+    fig.savefig(png_out, dpi=100)
 
 
 if __name__ == "__main__":

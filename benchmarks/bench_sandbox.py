@@ -33,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import _smoke  # benchmarks/_smoke.py: --smoke, the smallest size
+
 from bench_proxy import _SERVER, _start, _stop
 
 from evalkit.calls import sandbox
@@ -203,7 +205,9 @@ def main() -> None:
     ap.add_argument("--starts", type=int, default=60)
     ap.add_argument("--calls", type=int, default=600)
     ap.add_argument("--rounds", type=int, default=3)
+    _smoke.add(ap)
     args = ap.parse_args()
+    out = _smoke.apply(args, HERE / "results" / "sandbox.json", starts=3, calls=20, rounds=1)
     why = sandbox.probe()
     if why is not None:
         raise SystemExit(f"bench_sandbox: no sandbox on this machine: {why}")
@@ -220,7 +224,6 @@ def main() -> None:
     result.update({
         "load_avg_after": [round(x, 2) for x in os.getloadavg()],
     })
-    out = HERE / "results" / "sandbox.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
 
