@@ -19,9 +19,9 @@ per second (each tool's start-up is left out alike); lost samples: planned sampl
 without a result at the end.
 
     .venv/bin/python benchmarks/bench_ratelimit.py            # 1,800 samples a side (3+ minutes each)
-    .venv/bin/python benchmarks/bench_ratelimit.py --smoke    # 120 samples a side, for a quick check
+    .venv/bin/python benchmarks/bench_ratelimit.py --smoke    # 30 samples a side, to prove it runs
 
-Writes `benchmarks/results/ratelimit.json` (`ratelimit-smoke.json` with --smoke).
+Writes `benchmarks/results/ratelimit.json` (with --smoke, a file in the smoke folder).
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
+
+import _smoke  # benchmarks/_smoke.py: --smoke, the smallest size
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
@@ -144,11 +146,12 @@ def inspect_side(samples: int, work: Path, cap_s: float) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--samples", type=int, default=1800)
-    ap.add_argument("--smoke", action="store_true", help="120 samples a side")
     ap.add_argument("--cap-s", type=float, default=None, help="stop inspect-ai after this long (default 2x the ideal)")
     ap.add_argument("--sides", default="evalkit,inspect")
+    _smoke.add(ap)
     args = ap.parse_args()
-    samples = 120 if args.smoke else args.samples
+    dest = _smoke.apply(args, HERE / "results" / "ratelimit.json", samples=30)  # --smoke: 30 a side, ~10 s
+    samples = args.samples
     cap = args.cap_s or 120.0 + 2.0 * samples / (RPM / 60.0)
     out: dict = {
         "limit": {"requests_per_min": RPM, "tokens_per_min": TPM, "refused_requests_count": True, "burst_s": 1.0},
@@ -167,7 +170,6 @@ def main() -> None:
             (work / "i").mkdir()
             out["inspect_ai"] = inspect_side(samples, work / "i", cap)
             print("inspect-ai", json.dumps(out["inspect_ai"]), flush=True)
-    dest = HERE / "results" / ("ratelimit-smoke.json" if args.smoke else "ratelimit.json")
     dest.write_text(json.dumps(out, indent=2) + "\n")
     print(dest)
 
