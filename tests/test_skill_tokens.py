@@ -6,11 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 
 from evalkit._cli.main import main
-from evalkit.foundations.tokens import local_tiktoken
 
 SKILL = "---\nname: pdf\ndescription: Convert PDF files to Markdown, keeping headings.\n---\n# PDF\n\nRead references/tables.md for tables. Grüße.\n"
 
@@ -37,13 +35,6 @@ def test_the_byte_bound_per_stage_when_no_tokenizer_is_cached(tmp_path):
     assert doc["total"] == doc["activation"] + doc["on_demand"]["references/tables.md"]
     text = CliRunner().invoke(main, ["tokens", str(folder), "--model", "no-such-model"]).stdout
     assert text.startswith(f"pdf ({folder}): tokens, at most (utf-8 byte bound)")
-
-
-@pytest.mark.skipif(local_tiktoken("gpt-4o") is None, reason="no cached tiktoken encoding on this machine")
-def test_exact_with_a_cached_tiktoken_encoding(tmp_path):
-    [doc] = json.loads(CliRunner().invoke(main, ["tokens", str(skill(tmp_path)), "--json"]).stdout)
-    enc = local_tiktoken("gpt-4o")
-    assert doc["exact"] and doc["activation"] == len(enc.encode(SKILL))
 
 
 def test_a_folder_without_skill_md_is_exit_2(tmp_path):
