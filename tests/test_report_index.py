@@ -86,3 +86,20 @@ def test_report_conclusions_of_a_single_arm_run(tmp_path):
     report_index.write_manifest(run, pages, [], {})
     row = _index_row(report_index.build_index(tmp_path / "reports").read_text(encoding="utf-8"), "cur")
     assert "conformance regression" in row and "gate passed" in row
+
+
+def test_a_run_whose_program_was_not_contained_says_so_on_the_index(tmp_path):
+    """"isolation": "none" (issue 25): every page and the index say the program under test
+    was not contained; a sandboxed run's row says nothing of it."""
+    outs = {("c0", "x"): [True, True]}
+    pages = tmp_path / "reports"
+    for name, isolation in (("open", "none"), ("boxed", "bwrap")):
+        run = make_run(tmp_path, name, outs, k=2)
+        summary = json.loads((run / "summary.json").read_text())
+        (run / "summary.json").write_text(json.dumps({**summary, "isolation": isolation}))
+        (pages / name).mkdir(parents=True)
+        report_index.write_manifest(run, pages / name, [], {})
+    assert json.loads((pages / "open" / report_index.MANIFEST).read_text())["not_contained"].startswith(
+        "the program under test was NOT contained")
+    index = report_index.build_index(pages).read_text()
+    assert "NOT contained" in _index_row(index, "open") and "NOT contained" not in _index_row(index, "boxed")

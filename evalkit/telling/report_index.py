@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from evalkit.calls.sandbox import NOT_CONTAINED
 from evalkit.foundations import fmt
 from evalkit.foundations._io import RUN_JSON_BYTES, jsonable, read_json_object, write_atomic
 from evalkit.foundations.layout import INDEX_HTML, MANIFEST, SUMMARY_JSON
@@ -148,6 +149,8 @@ def write_manifest(
         "k": meta.get("k"),
         "complete": summary.get("complete"),
         "judge_notice": judge_trust_notice(run),
+        # the program under test ran unsandboxed: the index says so, as every page does
+        "not_contained": NOT_CONTAINED if (summary.get("isolation") or meta.get("isolation")) == "none" else None,
         "spend_usd": summary.get("spend_usd"),
         "cache_avoided_usd": summary.get("avoided_usd"),
         "graded": grades is not None,
@@ -338,6 +341,8 @@ def build_index(reports_dir: str | Path) -> Path:
         complete = "" if m.get("complete") in (True, None) else " <span class='warn'>INCOMPLETE</span>"
         if m.get("judge_notice"):
             complete += f"<br><span class='warn'>{e(str(m['judge_notice']))}</span>"
+        if m.get("not_contained"):
+            complete += f"<br><span class='warn'>{e(str(m['not_contained']))}</span>"
         rows.append(
             f"<tr><td>{e(str(m.get('created') or ''))}</td><td><code>{e(m['_dir'])}</code>{complete}</td>"
             f"<td>{e(str(m.get('suite') or ''))}</td><td>{_arms_cell(m)}</td>"
