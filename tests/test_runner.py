@@ -397,7 +397,11 @@ def test_a_config_no_call_fits_under_and_an_oversized_k_are_refused_before_a_fol
 
 
 def reserves_per_key(run_path: Path) -> collections.Counter:
-    return collections.Counter(e["key"] for e in iter_jsonl(run_path / "ledger.jsonl") if e["event"] == "reserve")
+    """Reservations per key that went out: one released "not sent" (the run stopped while
+    it waited for room, Ledger.reserve_waiting) never reached the server and is no attempt."""
+    lines = list(iter_jsonl(run_path / "ledger.jsonl"))
+    unsent = {e["id"] for e in lines if e.get("reason") == "not sent"}
+    return collections.Counter(e["key"] for e in lines if e["event"] == "reserve" and e["id"] not in unsent)
 
 
 def kill_when_results(runs: Path, n: int, pid: int, sig: int = signal.SIGSEGV, timeout_s: float = 120) -> dict:

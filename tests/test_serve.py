@@ -441,7 +441,11 @@ def _reserves_per_key(run) -> dict:
     import collections
 
     from evalkit.suites.runs import iter_jsonl
-    return collections.Counter(e["key"] for e in iter_jsonl(run / "ledger.jsonl") if e["event"] == "reserve")
+
+    # a reservation released "not sent" (the run stopped while it waited) never went out
+    lines = list(iter_jsonl(run / "ledger.jsonl"))
+    unsent = {e["id"] for e in lines if e.get("reason") == "not sent"}
+    return collections.Counter(e["key"] for e in lines if e["event"] == "reserve" and e["id"] not in unsent)
 
 
 @pytest.mark.local_model
