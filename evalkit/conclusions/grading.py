@@ -348,9 +348,10 @@ def _incomplete_trajectory_findings(
 ) -> list[Finding]:
     """A finding for the samples of a user's program (command or python unit) whose
     model asked for no tool and that reported no tool call, while the suite declares
-    tools and the case checks the trace: a program that runs its tools inside
-    generated code leaves an empty trace, which a `forbidden_tools` check would pass
-    in silence."""
+    tools and a trace check of the case PASSED on that empty trace: a program that runs
+    its tools inside generated code leaves an empty trace, which a `forbidden_tools`
+    check would pass in silence. An empty trace that fails a check (a `tool_calls`
+    that expected a call) is already a visible failure, not a silent pass."""
     if not config.tools:
         return []
     found = [
@@ -358,7 +359,7 @@ def _incomplete_trajectory_findings(
         for k in sorted(det)
         if (samples[k].agent or {}).get("unit") in ("command", "python")
         and not samples[k].tool_calls
-        and any(c.kind in TRACE_CHECKS for c in cases[k[0]].checks)
+        and any(r.passed and r.name.split(":")[0] in TRACE_CHECKS for r in det[k])
     ]
     if not found:
         return []
