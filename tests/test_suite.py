@@ -535,12 +535,13 @@ def test_more_samples_than_the_cap_covers_is_a_warning_with_both_counts(tmp_path
 
 def test_case_and_sample_counts_are_within_their_limits(tmp_path, monkeypatch):
     import evalkit.suites.suite as S
+    import evalkit.suites.suite_cases as C  # where the case-count check reads MAX_CASES since the split
 
-    monkeypatch.setattr(S, "MAX_CASES", 4)
+    monkeypatch.setattr(C, "MAX_CASES", 4)
     report = lint_suite(write_suite(tmp_path / "unit"))
     assert any(f.path.endswith("cases.jsonl") and f.message == "5 cases, over the limit of 4 cases per suite"
                for f in report.errors)
-    monkeypatch.setattr(S, "MAX_CASES", 100)
+    monkeypatch.setattr(C, "MAX_CASES", 100)
     monkeypatch.setattr(S, "MAX_SAMPLES_PER_RUN", 29)
     report = lint_suite(write_suite(tmp_path / "unit2"))
     assert any(f.json_path == "$.k" and f.path.endswith("config.json") and
