@@ -6,6 +6,13 @@ A source is validated completely and returned as immutable records (`evalkit.fou
 Every problem is reported with the place it came from (file, line, JSON path).
 `evalkit.suites.loader` finds the source (`load_suite`, `lint_suite`) and adds what only lint
 checks; nothing here calls a model or executes suite code.
+
+The parts live beside this module, each one concern: `suite_source` (limits, keys, case
+ids, `SuiteSource`, the typed reader), `suite_settings` (what a suite and its arms share:
+endpoint, price, the calls a cap covers), `suite_config`, `suite_arms`, `suite_cases` and
+`suite_scaffold` (the default config and the files `evalkit init` writes). This module
+holds the suite-level checks, `validate`, prompt rendering and the loaders, and
+re-exports the parts' names.
 """
 
 from __future__ import annotations
