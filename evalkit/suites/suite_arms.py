@@ -22,13 +22,18 @@ from evalkit.foundations.records import (
     Endpoint,
     Unit,
 )
-from evalkit.suites.suite_settings import _batch_price_above, _check_calls_fit, _endpoint, _price, _same_model
+from evalkit.suites.suite_settings import (
+    SAMPLING_BOUNDS,
+    _batch_price_above,
+    _check_calls_fit,
+    _endpoint,
+    _price,
+    _same_model,
+)
 from evalkit.suites.suite_source import (
     ARM_KEYS,
     ARM_OVERRIDE_KEYS,
     ENDPOINT_KEYS,
-    MAX_SEED,
-    MAX_TOKENS,
     SKILL_FILE,
     SuiteSource,
     _ArmReader,
@@ -108,13 +113,7 @@ def _arm_overrides(
                 set_keys.append(key)
     if "batch_price" in a and out.get("batch_price") is not None:
         _batch_price_above(ar, a if "price" in a else {**a, "price": cfg.get("price")}, "batch_price", "price", jp)
-    bounds: dict[str, dict[str, Any]] = {
-        "temperature": {"minimum": 0, "maximum": 2, "nullable": True},
-        "top_p": {"minimum": 0, "maximum": 1, "nullable": True},
-        "seed": {"integer": True, "nullable": True, "minimum": -MAX_SEED - 1, "maximum": MAX_SEED},
-        "max_tokens_out": {"integer": True, "positive": True, "maximum": MAX_TOKENS},
-    }
-    for key, kw in bounds.items():
+    for key, kw in SAMPLING_BOUNDS.items():
         if key in a:
             before = len(r.fx.errors)
             v = ar.number(a, key, jp, **kw)

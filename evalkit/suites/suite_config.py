@@ -19,6 +19,7 @@ from evalkit.foundations.records import (
 )
 from evalkit.suites.suite_arms import _SuiteSide, _validate_arms
 from evalkit.suites.suite_settings import (
+    SAMPLING_BOUNDS,
     _batch_price_above,
     _check_calls_fit,
     _endpoint,
@@ -37,7 +38,6 @@ from evalkit.suites.suite_source import (
     MAX_COST_CAP_USD,
     MAX_K,
     MAX_RATE_LIMIT_BUDGET_S,
-    MAX_SEED,
     MAX_TIMEOUT_S,
     MAX_TOKENS,
     REQUIRED_CONFIG_KEYS,
@@ -110,14 +110,14 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
     if verdict_judge == "pairwise" and cfg.get("judge") is None:
         r.err("$.verdict_judge", 'verdict_judge "pairwise" needs a judge')
 
-    temperature = r.number(cfg, "temperature", "$", minimum=0, maximum=2, nullable=True)
-    top_p = r.number(cfg, "top_p", "$", minimum=0, maximum=1, nullable=True)
-    seed = r.number(cfg, "seed", "$", integer=True, nullable=True, minimum=-MAX_SEED - 1, maximum=MAX_SEED)
+    temperature = r.number(cfg, "temperature", "$", **SAMPLING_BOUNDS["temperature"])
+    top_p = r.number(cfg, "top_p", "$", **SAMPLING_BOUNDS["top_p"])
+    seed = r.number(cfg, "seed", "$", **SAMPLING_BOUNDS["seed"])
     k = r.number(cfg, "k", "$", integer=True, positive=True, maximum=MAX_K, default=5)
     concurrency = r.number(cfg, "concurrency", "$", integer=True, positive=True, maximum=MAX_CONCURRENCY, default=4)
     cap = r.number(cfg, "cost_cap_usd", "$", positive=True, maximum=MAX_COST_CAP_USD)
     tin = r.number(cfg, "max_tokens_in", "$", integer=True, positive=True, maximum=MAX_TOKENS)
-    tout = r.number(cfg, "max_tokens_out", "$", integer=True, positive=True, maximum=MAX_TOKENS)
+    tout = r.number(cfg, "max_tokens_out", "$", **SAMPLING_BOUNDS["max_tokens_out"])
     timeout_s = r.number(cfg, "timeout_s", "$", positive=True, maximum=MAX_TIMEOUT_S, default=60.0)
     attempts = r.number(cfg, "max_attempts", "$", integer=True, positive=True, maximum=MAX_ATTEMPTS, default=6)
     rate_budget = r.number(

@@ -14,7 +14,16 @@ from evalkit.foundations.records import (
     Price,
 )
 from evalkit.suites.endpoints import base_url_problem, masked_url
-from evalkit.suites.suite_source import ENDPOINT_KEYS, MAX_PRICE_PER_MTOK, PRICE_KEYS, _Reader
+from evalkit.suites.suite_source import ENDPOINT_KEYS, MAX_PRICE_PER_MTOK, MAX_SEED, MAX_TOKENS, PRICE_KEYS, _Reader
+
+# The bounds of the sampling settings a suite sets and an arm may override (`_Reader.number`'s
+# keywords): one table, so that the suite and each arm are held to the same limits.
+SAMPLING_BOUNDS: dict[str, dict[str, Any]] = {
+    "temperature": {"minimum": 0, "maximum": 2, "nullable": True},
+    "top_p": {"minimum": 0, "maximum": 1, "nullable": True},
+    "seed": {"integer": True, "nullable": True, "minimum": -MAX_SEED - 1, "maximum": MAX_SEED},
+    "max_tokens_out": {"integer": True, "positive": True, "maximum": MAX_TOKENS},
+}
 
 
 def _endpoint(r: _Reader, obj: Any, jp: str, what: str, required: bool) -> Endpoint | None:
