@@ -67,6 +67,9 @@ from typing import Any
 
 from evalkit.foundations._io import json_line_index, line_of, read_text_file
 from evalkit.foundations.layout import (
+    PRIVACY_FILE as POLICY_FILE,  # a suite's allow-list and scan settings, beside config.json
+)
+from evalkit.foundations.layout import (
     REDACTED_RUN as REDACTED_RUN,  # in a report folder: the run copy a redacted report reads
 )
 from evalkit.foundations.layout import REDACTION_LOG as REDACTION_LOG
@@ -142,6 +145,7 @@ __all__ = [  # re-exported: the names this module held before it was split
     "MAX_LISTED_SAMPLES",
     "MIN_KNOWN_CHARS",
     "OutputScan",
+    "POLICY_FILE",
     "POLICY_KEYS",
     "Policy",
     "PrivacyFinding",
