@@ -308,3 +308,28 @@ def test_an_agent_arm_runs_its_own_model_and_its_own_program_argv(tmp_path):
     assert set(done) == {"baseline", "new"} and done["new"]["model"] == "m-new"
     errors = {e["arm"]: e["error"] for e in iter_jsonl(res.path / "errors.jsonl")}
     assert set(errors) == {"broken"} and "5" in errors["broken"]  # its own argv: exit status 5
+
+
+def test_a_secret_in_an_arms_own_system_or_prompt_file_refuses_the_run_naming_the_file(tmp_path, monkeypatch):
+    # The privacy gate scans what reaches the model: an arm's own `system` and `prompt`
+    # files are sent as its requests are, so they are scanned as the suite's templates are.
+    monkeypatch.setenv("EVALKIT_API_KEY", "test-key")
+    key = "ghp_" + "Q7wZ2kR9xN4mV1bT8cY3hJ6fL0pD5sGaE2uK"  # a GitHub token's shape (36 characters after ghp_)
+    suite = arm_suite(tmp_path / "suite", mode="chat", arms=[
+        {"name": "base"}, {"name": "sys", "system": "arm-system.txt"}, {"name": "own", "prompt": "arm-prompt.txt"}])
+    (suite / "arm-system.txt").write_text(f"You answer in one word.\nThe deploy token is {key}\n")
+    (suite / "arm-prompt.txt").write_text("Q: ${input}\nOne word:")
+    with ScriptedServer(SCRIPT) as srv:
+        res = CliRunner().invoke(main, ["run", str(suite), "--base-url", srv.base_url, "--k", "1", "--no-progress"])
+        assert srv.stats["requests"] == 0  # refused before any call
+    assert res.exit_code == 2, res.output
+    found = [ln for ln in res.stderr.splitlines() if "privacy:" in ln and "[api_key]" in ln]
+    assert len(found) == 1 and f"{suite / 'arm-system.txt'}:2" in found[0], res.stderr
+    assert key not in res.output  # the value itself is never repeated
+    assert not (suite / "runs").exists()
+    # The same secret moved to the arm's own prompt file: found there.
+    (suite / "arm-system.txt").write_text("You answer in one word.\n")
+    (suite / "arm-prompt.txt").write_text(f"token {key}\nQ: ${{input}}\nOne word:")
+    res = CliRunner().invoke(main, ["run", str(suite), "--base-url", "http://127.0.0.1:9/v1", "--k", "1",
+                                    "--no-progress"])
+    assert res.exit_code == 2 and f"{suite / 'arm-prompt.txt'}:1" in res.stderr, res.output
