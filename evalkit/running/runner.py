@@ -29,7 +29,8 @@ Keys are drawn lazily from one iterator by `concurrency` workers, so the tasks (
 memory) of a run do not grow with k x cases.
 
 With `batch` (`evalkit run --batch`), the missing keys go to the provider's Batch API
-instead, on the same ledger (`evalkit.running.batch`); a resume with or without it first
+instead, on the same ledger (`evalkit.running.batch`), one batch per (endpoint, model,
+price) group of arms, each reserved at its own batch price; a resume with or without it first
 collects the batches an earlier session left open.
 
 Once the run stops (ceiling breached, budget exhausted, endpoint unreachable or
@@ -788,22 +789,6 @@ async def _run_in_folder(suite: Suite, folder: RunFolder | None, opts: RunOption
     else:
         every_url = {a.name: arm_base_url(config, a, base_url) for a in config.arms}
         seeds = {n: s for n, s in seed_names(config, every_url).items() if n in names}
-    groups = {_client_identity(config.for_arm(a), arm_urls[a.name]) for a in arm_objs}
-    left_open = False
-    if len(groups) > 1 and folder is not None and (folder.path / BATCHES).exists():
-        from evalkit.running import (
-            batch as batches,  # lazy: evalkit.running.batch only for a run that sends or left batches
-        )
-
-        left_open = batches.has_open(folder.path)
-    if len(groups) > 1 and (batch is not None or left_open):
-        raise InputError(
-            "--batch sends one batch per endpoint, and the arms "
-            f"{', '.join(a.name for a in arm_objs)} run on {len(groups)} models, endpoints or prices: run them "
-            "one batch at a time (--arms NAME --batch on each)",
-            Path(suite.path) / "config.json",
-            json_path="$.arms",
-        )
     for a in arm_objs:
         check_endpoint(config.for_arm(a).generator, arm_urls[a.name], replay_only)
         if arm_urls[a.name] != base_url:
