@@ -50,7 +50,8 @@ lines, a second result for a line and a line longer than `client.body_bound` are
 recorded (counted in the batch's `outcome`), a line with no result is an error. Memory
 of a run does not grow with the number of requests: lines are written as they are made,
 results are read as they stream back, and it keeps one 4-byte slot per planned key
-(the judge keeps its answers for the second pass, as a grading holds its samples).
+(and the request key of each line of a twin arm, `runner.seed_names`; the judge keeps
+its answers for the second pass, as a grading holds its samples).
 """
 
 from __future__ import annotations
