@@ -390,13 +390,13 @@ def test_arms_with_another_seed_or_without_the_cache_do_not_share(tmp_path):
 
 
 def test_a_run_folder_from_before_seed_names_resumes_with_each_arms_own_seeds(tmp_path):
-    # A run stopped part way (a watch that reports after a few samples); its config.json
-    # then loses `seed_names`, as a folder written before they existed has none.
+    # A run stopped part way (a watch that reports once the server has had 3 requests: the
+    # calls in flight finish, no further key starts); its config.json then loses
+    # `seed_names`, as a folder written before they existed has none.
     suite = arm_suite(tmp_path / "suite", arms=TWINS[:2])
-    asked = iter(range(10_000))
     with ScriptedServer(SCRIPT) as srv:
         res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False,
-                        watch=lambda: "stopped by the test" if next(asked) >= 3 else None)
+                        watch=lambda: "stopped by the test" if len(srv.requests) >= 3 else None)
     assert not res.complete
     before = {(r.case_id, r.arm, r.index) for r in load_run(res.path).samples.itertuples()}
     assert 0 < len(before) < 2 * N_CASES * K
