@@ -308,3 +308,108 @@ def test_an_agent_arm_runs_its_own_model_and_its_own_program_argv(tmp_path):
     assert set(done) == {"baseline", "new"} and done["new"]["model"] == "m-new"
     errors = {e["arm"]: e["error"] for e in iter_jsonl(res.path / "errors.jsonl")}
     assert set(errors) == {"broken"} and "5" in errors["broken"]  # its own argv: exit status 5
+
+
+def test_a_secret_in_an_arms_own_system_or_prompt_file_refuses_the_run_naming_the_file(tmp_path, monkeypatch):
+    # The privacy gate scans what reaches the model: an arm's own `system` and `prompt`
+    # files are sent as its requests are, so they are scanned as the suite's templates are.
+    monkeypatch.setenv("EVALKIT_API_KEY", "test-key")
+    key = "ghp_" + "Q7wZ2kR9xN4mV1bT8cY3hJ6fL0pD5sGaE2uK"  # a GitHub token's shape (36 characters after ghp_)
+    suite = arm_suite(tmp_path / "suite", mode="chat", arms=[
+        {"name": "base"}, {"name": "sys", "system": "arm-system.txt"}, {"name": "own", "prompt": "arm-prompt.txt"}])
+    (suite / "arm-system.txt").write_text(f"You answer in one word.\nThe deploy token is {key}\n")
+    (suite / "arm-prompt.txt").write_text("Q: ${input}\nOne word:")
+    with ScriptedServer(SCRIPT) as srv:
+        res = CliRunner().invoke(main, ["run", str(suite), "--base-url", srv.base_url, "--k", "1", "--no-progress"])
+        assert srv.stats["requests"] == 0  # refused before any call
+    assert res.exit_code == 2, res.output
+    found = [ln for ln in res.stderr.splitlines() if "privacy:" in ln and "[api_key]" in ln]
+    assert len(found) == 1 and f"{suite / 'arm-system.txt'}:2" in found[0], res.stderr
+    assert key not in res.output  # the value itself is never repeated
+    assert not (suite / "runs").exists()
+    # The same secret moved to the arm's own prompt file: found there.
+    (suite / "arm-system.txt").write_text("You answer in one word.\n")
+    (suite / "arm-prompt.txt").write_text(f"token {key}\nQ: ${{input}}\nOne word:")
+    res = CliRunner().invoke(main, ["run", str(suite), "--base-url", "http://127.0.0.1:9/v1", "--k", "1",
+                                    "--no-progress"])
+    assert res.exit_code == 2 and f"{suite / 'arm-prompt.txt'}:1" in res.stderr, res.output
+
+
+TWINS = [
+    {"name": "base"},
+    {"name": "copy", "generator": {"model": "m-old"}},  # the suite's model spelled out: the same requests
+    {"name": "other", "generator": {"model": "m-other"}, "price": {"in_per_mtok": 1.0, "out_per_mtok": 2.0}},
+]
+
+
+def test_two_arms_that_differ_only_by_name_share_each_request_and_other_models_never_do(tmp_path):
+    suite = arm_suite(tmp_path / "suite", arms=TWINS)  # concurrency 4: twins' keys are in flight together
+    with ScriptedServer(SCRIPT) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+        sent = list(srv.requests)
+    assert res.complete
+    # The server's log: base's and other's requests, each once; copy's are base's, never sent again.
+    assert len(sent) == 2 * N_CASES * K
+    assert sorted(b["model"] for b in sent) == ["m-old"] * (N_CASES * K) + ["m-other"] * (N_CASES * K)
+    assert len({json.dumps(b, sort_keys=True) for b in sent}) == len(sent)
+    run = load_run(res.path)
+    rows = {(r.case_id, r.arm, r.index): r for r in run.samples.itertuples()}
+    for c in range(N_CASES):
+        for i in range(K):
+            base, copy, other = (rows[(f"c{c}", a, i)] for a in ("base", "copy", "other"))
+            assert copy.output == base.output and copy.seed == base.seed and copy.request_hash == base.request_hash
+            assert copy.cached and not base.cached and not other.cached  # the twin replayed, at $0
+            assert other.model == "m-other" and other.request_hash != base.request_hash
+    # By hand: 10 tokens in, 2 out per call at 1 / 2 USD per Mtok = $0.000014; 6 calls for base,
+    # 6 for other, none for copy, whose 6 answers are counted as avoided.
+    call = (10 * 1.0 + 2 * 2.0) / 1e6
+    assert res.per_arm["copy"]["paid_usd"] == 0 and res.per_arm["copy"]["avoided_usd"] == pytest.approx(6 * call)
+    assert res.per_arm["base"]["paid_usd"] == pytest.approx(6 * call) == res.per_arm["other"]["paid_usd"]
+    assert res.spend_usd == pytest.approx(12 * call)
+    meta = json.loads((res.path / "config.json").read_text())
+    assert meta["seed_names"] == {"base": "base", "copy": "base", "other": "other"}
+    # Across runs, from the response cache: the twin alone replays base's answers, nothing is sent.
+    with ScriptedServer(SCRIPT) as srv:
+        run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False, arms=["base"])
+        n = len(srv.requests)  # answers are keyed by the server that gave them: fill the cache here
+        alone = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False, arms=["copy"])
+        assert n == N_CASES * K and len(srv.requests) == n
+    assert alone.complete and alone.spend_usd == 0 and load_run(alone.path).samples.cached.all()
+
+
+def test_arms_with_another_seed_or_without_the_cache_do_not_share(tmp_path):
+    arms = [{"name": "base"}, {"name": "reseeded", "seed": 99}, {"name": "copy"}]
+    suite = arm_suite(tmp_path / "suite", arms=arms)
+    with ScriptedServer(SCRIPT) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False, cache=False)
+        # No response cache: every sample is its own call, twins included (nothing to replay from).
+        assert res.complete and len(srv.requests) == 3 * N_CASES * K
+    seeds = {(r.arm, r.case_id, r.index): r.seed for r in load_run(res.path).samples.itertuples()}
+    assert all(seeds[("copy", c, i)] == seeds[("base", c, i)] != seeds[("reseeded", c, i)]
+               for (_, c, i) in seeds)
+
+
+def test_a_run_folder_from_before_seed_names_resumes_with_each_arms_own_seeds(tmp_path):
+    # A run stopped part way (a watch that reports once the server has had 3 requests: the
+    # calls in flight finish, no further key starts); its config.json then loses
+    # `seed_names`, as a folder written before they existed has none.
+    suite = arm_suite(tmp_path / "suite", arms=TWINS[:2])
+    with ScriptedServer(SCRIPT) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False,
+                        watch=lambda: "stopped by the test" if len(srv.requests) >= 3 else None)
+    assert not res.complete
+    before = {(r.case_id, r.arm, r.index) for r in load_run(res.path).samples.itertuples()}
+    assert 0 < len(before) < 2 * N_CASES * K
+    meta_path = res.path / "config.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["seed_names"]
+    meta_path.write_text(json.dumps(meta))
+    with ScriptedServer(SCRIPT) as srv:
+        again = run_suite(suite, base_url=srv.base_url, resume=res.path, progress=False)
+    assert again.complete
+    rows = list(iter_jsonl(res.path / "results.jsonl"))
+    keys = [(r["case_id"], r["arm"], int(r["index"])) for r in rows]
+    assert len(keys) == len(set(keys)) == 2 * N_CASES * K  # no key made twice
+    for r in rows:  # the seeds the run started with: each arm's own name
+        if (r["case_id"], r["arm"], int(r["index"])) not in before:
+            assert r["seed"] == derive_seed(1234, r["case_id"], r["arm"], int(r["index"]))

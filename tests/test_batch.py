@@ -592,3 +592,98 @@ def test_a_judge_batch_stop_says_to_grade_again_and_a_too_long_input_keeps_its_r
     assert "--resume" not in reason  # grade has no --resume
     long = next(x for x in g.grades if x.case_id == "open-1" and x.index == 0)
     assert long.passed is None and "InputTooLong" in long.error and "over max_tokens_in" in long.error
+
+
+# -- arms on other models: one batch per endpoint, model and price ------------------------
+
+ARM_SCRIPT = {"rules": [{"match": "country", "texts": ["Paris", "Lima", "Rome"],
+                         "usage": {"prompt_tokens": 10, "completion_tokens": 2}}]}
+NEW_PRICE, NEW_HALF = {"in_per_mtok": 3.0, "out_per_mtok": 7.0}, {"in_per_mtok": 1.5, "out_per_mtok": 3.5}
+
+
+def test_arms_on_two_models_go_in_one_batch_each_at_their_own_batch_price_and_replay_per_arm(tmp_path):
+    import openai
+
+    arms = [{"name": "base"},
+            {"name": "new", "generator": {"model": "m-new"}, "price": NEW_PRICE, "batch_price": NEW_HALF},
+            {"name": "copy"}]  # base's twin: the same requests, each sent once
+    suite = write_suite(tmp_path / "suite", 3, k=2, arms=arms)
+    runs = tmp_path / "runs"
+    with ScriptedServer(ARM_SCRIPT) as srv:
+        res = run_suite(suite, runs_dir=runs, base_url=srv.base_url, progress=False, batch=fast())
+        assert res.complete, res.reason
+        assert srv.batch_stats["uploads"] == srv.batch_stats["batches"] == 2 and srv.batch_stats["lines"] == 12
+        # The server's own record of the two batches: every line of one carries base's model
+        # (copy's requests are base's, not sent twice), every line of the other m-new.
+        api = openai.OpenAI(base_url=srv.base_url, api_key="test")
+        models, arms_of = [], []
+        for b in api.batches.list():
+            lines = [json.loads(x) for x in api.files.content(b.input_file_id).text.splitlines() if x.strip()]
+            models.append({line["body"]["model"] for line in lines})
+            arms_of.append({line["custom_id"].split("/")[1] for line in lines})
+            assert len(lines) == 6
+        api.close()
+    assert sorted(map(sorted, models)) == [["m-new"], ["scripted"]]
+    assert sorted(map(sorted, arms_of)) == [["base"], ["new"]]
+    entries = json.loads((res.path / BATCHES).read_text())["batches"]
+    assert {e["model"]: (e["arms"], e["price"]) for e in entries} == {
+        "scripted": (["base", "copy"], HALF), "m-new": (["new"], NEW_HALF)}
+    # By hand. Each line: 10 tokens in, 2 out. base at its batch price 0.5 / 1.0 USD per Mtok:
+    # 10 x 0.5 + 2 x 1.0 = 7 USD per M lines = $0.000007; new at 1.5 / 3.5: 15 + 7 = $0.000022.
+    # Each batch reserved whole at its worst case, 6 lines x (64 in x in-price + 8 out x out-price):
+    # base 6 x (32 + 8) = $0.000240, new 6 x (96 + 28) = $0.000744.
+    base_line, new_line = 7e-6, 22e-6
+    reserved = sorted(round(e["amount_usd"], 12) for e in iter_jsonl(res.path / "ledger.jsonl")
+                      if e["event"] == "reserve")
+    assert reserved == [pytest.approx(240e-6), pytest.approx(744e-6)]
+    rows = results(res.path)
+    for (c, arm, i), r in rows.items():
+        assert r["model"] == ("m-new" if arm == "new" else "scripted")
+        assert r["cost_usd"] == pytest.approx({"base": base_line, "new": new_line, "copy": 0.0}[arm])
+        if arm == "copy":  # the twin replayed base's answer from the cache, once base's batch was collected
+            assert r["cached"] and r["output"] == rows[(c, "base", i)]["output"]
+            assert r["cost_avoided_usd"] == pytest.approx(base_line)
+    assert res.per_arm["base"]["paid_usd"] == pytest.approx(6 * base_line)
+    assert res.per_arm["new"]["paid_usd"] == pytest.approx(6 * new_line)
+    assert res.per_arm["copy"]["paid_usd"] == 0 and res.per_arm["copy"]["avoided_usd"] == pytest.approx(6 * base_line)
+    assert res.spend_usd == pytest.approx(6 * base_line + 6 * new_line)
+    committed, left = walk_ledger(res.path / "ledger.jsonl", 1.0)
+    assert left == pytest.approx(0.0, abs=1e-12) and committed == pytest.approx(res.spend_usd)
+    # Replay from the cache, per arm: the same server (answers are keyed by the endpoint
+    # that gave them), nothing sent, no batch made, each arm its own answers.
+    with ScriptedServer(ARM_SCRIPT) as srv:
+        first = run_suite(suite, runs_dir=runs, base_url=srv.base_url, progress=False, batch=fast())
+        n, batches = len(srv.requests), srv.batch_stats["batches"]
+        again = run_suite(suite, runs_dir=runs, base_url=srv.base_url, progress=False, batch=fast())
+        assert len(srv.requests) == n and srv.batch_stats["batches"] == batches == 2
+    assert first.complete and again.complete and again.spend_usd == 0
+    one, two = results(first.path), results(again.path)
+    assert all(r["cached"] for r in two.values())
+    assert {k: (r["output"], r["model"]) for k, r in two.items()} == {k: (r["output"], r["model"]) for k, r in one.items()}
+    spend = again.per_arm
+    assert spend["new"]["avoided_usd"] == pytest.approx(6 * new_line)
+    assert spend["base"]["avoided_usd"] == pytest.approx(6 * base_line) == spend["copy"]["avoided_usd"]
+
+
+def test_batches_of_two_models_left_open_are_each_collected_by_resume_and_the_twin_replays(tmp_path):
+    arms = [{"name": "base"},
+            {"name": "new", "generator": {"model": "m-new"}, "price": NEW_PRICE, "batch_price": NEW_HALF},
+            {"name": "copy"}]
+    suite = write_suite(tmp_path / "suite", 3, k=2, arms=arms)
+    with ScriptedServer(ARM_SCRIPT) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False,
+                        batch=BatchOptions(poll_s=0.02, wait=False))
+        assert not res.complete and "2 batch(es) submitted and not collected yet" in res.reason
+        assert res.samples_ran == 0 and srv.batch_stats["batches"] == 2
+        again = run_suite(suite, base_url=srv.base_url, resume=res.path, progress=False)  # online: collects both
+        assert srv.batch_stats["batches"] == 2 and srv.batch_stats["lines"] == 12
+        assert len(srv.requests) == 12  # the batch lines only: copy's keys replayed, none sent online
+    assert again.complete, again.reason
+    rows = results(res.path)
+    assert all(rows[(c, "copy", i)]["cached"] and rows[(c, "copy", i)]["output"] == rows[(c, "base", i)]["output"]
+               for c, arm, i in rows if arm == "base")
+    assert {e["state"] for e in json.loads((res.path / BATCHES).read_text())["batches"]} == {"collected"}
+    assert again.per_arm["new"]["paid_usd"] == pytest.approx(6 * 22e-6)
+    assert again.per_arm["base"]["paid_usd"] == pytest.approx(6 * 7e-6) and again.per_arm["copy"]["paid_usd"] == 0
+    committed, left = walk_ledger(res.path / "ledger.jsonl", 1.0)
+    assert left == pytest.approx(0.0, abs=1e-12) and committed == pytest.approx(again.spend_usd)

@@ -10,7 +10,8 @@ response cache). Lines are streamed to files of at most `max_requests` lines and
 a file), each uploaded with ``client.files.create(file=..., purpose="batch")`` and run
 with ``client.batches.create(input_file_id=..., endpoint=..., completion_window="24h")``
 through the official openai client. `evalkit grade RUN --batch` (`JudgeBatches`) does
-the same for the judge's calls.
+the same for the judge's calls. Arms on other models, endpoints or prices get batches of
+their own (`_Group`: one batch per endpoint), each reserved at its own `batch_price`.
 
 **The ledger.** Before a file is uploaded, its worst case (every line at its token
 ceilings, at `batch_price` / `judge_batch_price`) is reserved on the run's one ledger
@@ -49,7 +50,8 @@ lines, a second result for a line and a line longer than `client.body_bound` are
 recorded (counted in the batch's `outcome`), a line with no result is an error. Memory
 of a run does not grow with the number of requests: lines are written as they are made,
 results are read as they stream back, and it keeps one 4-byte slot per planned key
-(the judge keeps its answers for the second pass, as a grading holds its samples).
+(and the request key of each line of a twin arm, `runner.seed_names`; the judge keeps
+its answers for the second pass, as a grading holds its samples).
 """
 
 from __future__ import annotations
@@ -391,6 +393,12 @@ class _RunSink(_Sink):
                     if self._slots[base + i] == 0:
                         yield c, a, i
 
+    twin_line: Callable[[str, Any], None] | None = None  # `run_keys`: notes a twin arm's line
+
+    def learn(self, custom_id: str, body: dict[str, Any]) -> None:
+        if self.twin_line is not None:
+            self.twin_line(custom_id, body)
+
     def request(self, custom_id: str) -> tuple[str, int]:
         key = self.key(custom_id)
         assert key is not None
@@ -436,8 +444,12 @@ class _Batches:
         options: BatchOptions,
         sink: _Sink,
         base_url: str | None,
+        group: _Group | None = None,
     ) -> None:
-        self.log = BatchLog(run_dir)
+        # The batches of one (endpoint, model, price) group of arms share the run's one
+        # `batches.json` and its slot numbers with the other groups' (`run_keys`).
+        self.group = group
+        self.log = group.log if group is not None else BatchLog(run_dir)
         self.run_dir = run_dir
         self.role = role
         # what the user does next, in a stop reason: a judge's batches are grading's, which has no --resume
@@ -455,9 +467,14 @@ class _Batches:
         self._providers: dict[str, Provider] = {}
         self._held: dict[str, tuple[Reservation, set[str]]] = {}  # batch name -> its reservation, lines charged
         self._shown: dict[str, int] = {}  # batch name -> lines the bar shows as done by the provider
-        self._slot_of = {e["name"]: i + 1 for i, e in enumerate(self.log.entries)}
+        self._slot_of = group.slots if group is not None else {e["name"]: i + 1 for i, e in enumerate(self.log.entries)}
 
     # -- providers and slots -------------------------------------------------------------
+
+    def _open(self) -> list[dict[str, Any]]:
+        """The open batches of this role that are this job's: its group's (a batch
+        records the arms of its lines), every one when it has no group."""
+        return [e for e in self.log.open(self.role) if self.group is None or self.group.owns(e)]
 
     def _provider(self, entry: dict[str, Any]) -> Provider:
         url = entry["base_url"]
@@ -490,7 +507,7 @@ class _Batches:
     async def resume(self) -> None:
         """Take over the batches an earlier session left open: mark their lines, adopt
         their reservations, and finish uploading or creating any that a kill cut short."""
-        for entry in self.log.open(self.role):
+        for entry in self._open():
             slot = self._slot(entry)
             for cid, body in self._input_ids(entry, bodies=True):
                 self.sink.learn(cid, body)
@@ -594,6 +611,7 @@ class _Batches:
             "ledger_key": f"batch/{part.name}",
             "model": self.client.endpoint.model,
             "base_url": self.base_url,
+            **({"arms": list(self.group.arms)} if self.group is not None else {}),
             "api_key_env": self.client.endpoint.api_key_env,
             "endpoint": ENDPOINTS[self.sink.chat],
             "completion_window": self.options.completion_window,
@@ -724,7 +742,7 @@ class _Batches:
         is open or nothing more can be done this session."""
         failures = 0
         while True:
-            live = [e for e in self.log.open(self.role) if e["state"] == "submitted"]
+            live = [e for e in self._open() if e["state"] == "submitted"]
             if not live or self.sink.halted():
                 return
             for entry in live:
@@ -756,7 +774,7 @@ class _Batches:
                         return
                 else:
                     self._progress(entry, b)
-            if any(e["state"] == "submitted" for e in self.log.open(self.role)):
+            if any(e["state"] == "submitted" for e in self._open()):
                 await pause(self.options.poll_s, self.sink.halted)
 
     def _progress(self, entry: dict[str, Any], b: Any) -> None:
@@ -983,6 +1001,24 @@ async def _aiter(items: Any) -> AsyncIterator[Any]:
 # --------------------------------------------------------------------- the generator
 
 
+@dataclass
+class _Group:
+    """The arms of a run whose calls go through one client (one model, endpoint, key,
+    price, batch price and output ceiling: `runner._client_identity`): one batch per
+    group, on the run's one ledger and `batches.json` (`log`, `slots`: shared by every
+    group). A batch written before batches were grouped names no arms: it is the first
+    group's (a run could then batch only one group)."""
+
+    arms: tuple[str, ...]
+    log: BatchLog
+    slots: dict[str, int]
+    first: bool = False
+
+    def owns(self, entry: dict[str, Any]) -> bool:
+        arms = entry.get("arms")
+        return bool(set(arms) & set(self.arms)) if isinstance(arms, list) and arms else self.first
+
+
 async def run_keys(
     engine: Any,
     pending: Iterator[tuple[str, str, int]],
@@ -993,39 +1029,90 @@ async def run_keys(
     """The batch part of a run (`runner._execute`): collect the batches an earlier
     session left open, then, with `options` (`--batch`), submit every key of `pending`
     that the response cache cannot answer as batch lines and wait for them; returns the
-    keys still to be made online (none with `options`)."""
+    keys still to be made online (none with `options`).
+
+    One batch per endpoint: the arms are grouped by the client their calls go through
+    (`engine.clients`: model, endpoint, price, batch price), each group's lines go to
+    batches of its own, sent to its endpoint with its model, reserved at its own worst
+    case (`batch_price`) on the one ledger. Arms that send the same requests
+    (`engine.twins`) send each once: the twin's key replays the answer from the
+    response cache once the batch holding it is collected."""
     sink = _RunSink(engine, k)
     sink.free(pending)
-    # One batch per endpoint: the run's arms share one model, endpoint and price
-    # (`runner` refuses --batch otherwise), so the first arm's client and prices are all's.
-    first = next(iter(engine.arms))
-    config = engine.arm_configs[first]
-    client = engine.client_of(first)
-    price = check_ready(config) if options is not None else (config.batch_price or config.price)
-    job = _Batches(engine.folder.path, "generator", client, price, options or BatchOptions(), sink, base_url)
-    try:
-        await job.resume()
-        if options is not None and not sink.halted():
+    log = BatchLog(engine.folder.path)
+    slots = {e["name"]: i + 1 for i, e in enumerate(log.entries)}
+    by_client: dict[int, list[str]] = {}
+    for arm in engine.arms:
+        by_client.setdefault(id(engine.client_of(arm)), []).append(arm)
+    jobs: list[tuple[_Batches, ModelClient, set[str]]] = []
+    for n, names in enumerate(by_client.values()):
+        config = engine.arm_configs[names[0]]
+        client = engine.client_of(names[0])
+        price = check_ready(config) if options is not None else (config.batch_price or config.price)
+        group = _Group(tuple(names), log, slots, first=n == 0)
+        url = client.base_url or base_url
+        job = _Batches(engine.folder.path, "generator", client, price, options or BatchOptions(), sink, url, group)
+        jobs.append((job, client, set(names)))
+    twins: set[str] = set(getattr(engine, "twins", ()))
+    sent: set[tuple[Any, ...]] = set()  # (endpoint, model, request hash, index) of a twin's line in a batch
+    waiting: list[tuple[str, str, int]] = []  # twins' keys whose request is another key's line
 
-            async def items() -> AsyncIterator[tuple[str, dict[str, Any]]]:
+    def ident(client: ModelClient, rhash: str, index: int) -> tuple[Any, ...]:
+        return client.cache_endpoint, client.endpoint.model, rhash, index
+
+    def twin_line(cid: str, body: Any) -> None:  # a line of a batch an earlier session left open
+        key = sink.key(cid)
+        if key is not None and key[1] in twins and isinstance(body, dict):
+            sent.add(ident(engine.client_of(key[1]), request_hash(body), key[2]))
+
+    sink.twin_line = twin_line
+    try:
+        for job, _, _ in jobs:
+            await job.resume()
+        for job, client, arms in jobs if options is not None else ():
+            if sink.halted():
+                break
+
+            async def items(
+                client: ModelClient = client, arms: set[str] = arms
+            ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
                 for key in sink.pending():  # neither recorded, nor in an open batch, nor collected now
+                    if key[1] not in arms:
+                        continue
                     cid = f"{key[0]}/{key[1]}/{key[2]}"
                     body = client.request_body(**engine.call_args(key))
+                    rhash = request_hash(body)
                     try:
                         await client.check_input(body, cid)
-                        hit = client.replay(request_hash(body), key[2], cid)
+                        hit = client.replay(rhash, key[2], cid)
                     except InputTooLong as exc:
                         engine.error(key, f"{type(exc).__name__}: {exc}", 0)
                         continue
                     if hit is not None:
                         engine.record(key, hit)
                         continue
+                    if key[1] in twins:
+                        same = ident(client, rhash, key[2])
+                        if same in sent:  # its twin's line carries this very request: replayed below
+                            waiting.append(key)
+                            continue
+                        sent.add(same)
                     yield cid, body
 
             await job.submit(items())
         if options is None or options.wait:
-            await job.wait()
-        still = len(job.log.open("generator"))
+            for job, _, _ in jobs:
+                await job.wait()
+        for key in waiting:  # the answers of the twins' lines are in the cache now (when they ran)
+            if sink.slot(f"{key[0]}/{key[1]}/{key[2]}") != 0 or sink.halted():
+                continue
+            client = engine.client_of(key[1])
+            body = client.request_body(**engine.call_args(key))
+            hit = client.replay(request_hash(body), key[2], f"{key[0]}/{key[1]}/{key[2]}")
+            if hit is not None:
+                engine.record(key, hit)
+                sink.set_slot(f"{key[0]}/{key[1]}/{key[2]}", _HANDLED)
+        still = len(log.open("generator"))
         if still and options is not None and not options.wait:
             engine.stop(f"{still} batch(es) submitted and not collected yet (--no-wait): --resume collects them")
         elif still:
@@ -1034,7 +1121,8 @@ async def run_keys(
                 "`evalkit run --resume` collects them"
             )
     finally:
-        await job.aclose()
+        for job, _, _ in jobs:
+            await job.aclose()
     if options is not None:
         return iter(())
     return sink.pending()

@@ -16,11 +16,21 @@ to end: a second process on the same folder, or a second run in the same runs fo
 (which would share its response cache and pay again for what the first has in flight),
 is refused before it calls anything.
 
+Two arms that differ only by name (`request_identity`: the same model, endpoint,
+parameters, templates, guidance and skill) derive their seeds from one name (`seed_names`:
+the first such arm's), so they send the same requests: with the response cache on, each
+goes out once in a run and the twin replays its answer ($0, counted as avoided), and a
+later run replays both. Arms that differ in anything else, a model above all, never share
+an answer: the model and every parameter are in the request and its cache key. The names
+are recorded in the run's `config.json` (`seed_names`); a run folder without them (from
+before) derives each arm's seeds from its own name on resume, as it did when it started.
+
 Keys are drawn lazily from one iterator by `concurrency` workers, so the tasks (and the
 memory) of a run do not grow with k x cases.
 
 With `batch` (`evalkit run --batch`), the missing keys go to the provider's Batch API
-instead, on the same ledger (`evalkit.running.batch`); a resume with or without it first
+instead, on the same ledger (`evalkit.running.batch`), one batch per (endpoint, model,
+price) group of arms, each reserved at its own batch price; a resume with or without it first
 collects the batches an earlier session left open.
 
 Once the run stops (ceiling breached, budget exhausted, endpoint unreachable or
@@ -57,7 +67,7 @@ from typing import TYPE_CHECKING, Any, cast
 from tqdm import tqdm
 
 from evalkit.calls.cache import ResponseCache
-from evalkit.calls.client import CallStopped, ModelClient, check_endpoint
+from evalkit.calls.client import CallStopped, ModelClient, check_endpoint, request_hash
 from evalkit.calls.ledger import Ledger, spend_by_arm
 from evalkit.calls.sandbox import NOT_CONTAINED
 from evalkit.foundations._text import printable
@@ -165,6 +175,39 @@ def derive_seed(config_seed: int | None, case_id: str, arm: str, index: int) -> 
     return int.from_bytes(hashlib.sha256(raw.encode("utf-8")).digest()[:8], "big") % (2**31 - 1)
 
 
+def request_identity(config: Config, arm: Arm, url: str | None) -> tuple[Any, ...]:
+    """What an arm's requests are made of, its name aside: the model and the endpoint
+    its calls go to, its sampling parameters and output ceiling, its templates, unit,
+    guidance and skill (everything `Config.for_arm` and `render_prompt` read). Two arms
+    with one identity send the same requests."""
+    c = config.for_arm(arm)
+    g = c.generator
+    where = cache_identity(g, url) if url else g.base_url
+    return (g.model, where, c.temperature, c.top_p, c.seed, c.max_tokens_out, c.template, c.system, c.unit) + (
+        arm.guidance,
+        arm.skill_dir,
+        arm.skill,
+    )
+
+
+def seed_names(config: Config, urls: dict[str, str | None]) -> dict[str, str]:
+    """The name each arm's seeds are derived from (`derive_seed`): the first arm of the
+    config (in its order) with the same `request_identity`, so two arms that differ only
+    by name send the same requests and share their answers (in one run, and across runs
+    through the response cache), while every other arm keeps its own name and the seeds
+    it always had. `urls` is where each arm's calls go (`arm_base_url`); an arm not in it
+    is matched at its config's URL."""
+    first: list[tuple[tuple[Any, ...], str]] = []
+    out: dict[str, str] = {}
+    for a in config.arms:
+        ident = request_identity(config, a, urls.get(a.name, config.for_arm(a).generator.base_url))
+        # a list scanned by equality: an identity holds records, not all of them hashable
+        out[a.name] = next((name for other, name in first if other == ident), a.name)
+        if out[a.name] == a.name:
+            first.append((ident, a.name))
+    return out
+
+
 def config_snapshot(config: Config) -> dict[str, Any]:
     """The config as JSON: the file's own text when loaded from one, else the record."""
     if config.raw:
@@ -268,6 +311,7 @@ class _Engine:
         prompts: dict[tuple[str, str], Any],
         watch: Watch | None = None,
         clients: dict[str, ModelClient] | None = None,
+        seeds: dict[str, str] | None = None,
     ) -> None:
         self.config = suite.config
         # Each arm's config (`Config.for_arm`) and client: arms on one model, endpoint and
@@ -280,6 +324,13 @@ class _Engine:
         self.ledger = ledger
         self.client = client
         self.rcache = rcache
+        # The name each arm's seeds derive from (`seed_names`); arms sharing one send the
+        # same requests: with a response cache, each such request goes out once per run
+        # (`_first_of_twins`), its twins replay its answer at $0.
+        self.seed_names = {a.name: (seeds or {}).get(a.name, a.name) for a in arms}
+        shared_names = collections.Counter(self.seed_names.values())
+        self.twins = {a for a, s in self.seed_names.items() if shared_names[s] > 1} if rcache is not None else set()
+        self._in_flight: dict[tuple[Any, ...], asyncio.Event] = {}
         self.stop_causes: list[str] = []  # in the order they occurred, each once
         self.watch = watch
         self.stop_detail: str | None = None  # the watch's detail lines (a dead server's log tail)
@@ -361,9 +412,30 @@ class _Engine:
         return self.clients[arm_name]
 
     def seed_of(self, key: Key) -> int:
-        """A key's derived seed, from its arm's seed (the suite's unless the arm sets one)."""
+        """A key's derived seed, from its arm's seed (the suite's unless the arm sets one)
+        and its arm's seed name (`seed_names`: the arm's own, unless an earlier arm sends
+        the same requests)."""
         case_id, arm_name, index = key
-        return derive_seed(self.arm_configs[arm_name].seed, case_id, arm_name, index)
+        return derive_seed(self.arm_configs[arm_name].seed, case_id, self.seed_names[arm_name], index)
+
+    @contextlib.asynccontextmanager
+    async def _first_of_twins(self, arm_name: str, client: ModelClient, args: dict[str, Any], index: int) -> Any:
+        """Hold a twin arm's key (`twins`) while another key with the very same request
+        (endpoint, model, body, sample index: the response cache's key) is in flight, so
+        the request is sent once and the key after it replays the answer from the cache
+        (or, when the first failed, makes its own attempt)."""
+        if arm_name not in self.twins:
+            yield
+            return
+        ident = (client.cache_endpoint, client.endpoint.model, request_hash(client.request_body(**args)), index)
+        while (busy := self._in_flight.get(ident)) is not None:
+            await busy.wait()
+        done = self._in_flight[ident] = asyncio.Event()
+        try:
+            yield
+        finally:
+            del self._in_flight[ident]
+            done.set()
 
     def _tick(self) -> None:
         limit = self.client.concurrency_limit
@@ -398,12 +470,14 @@ class _Engine:
                     self.cases[case_id], self.arms[arm_name], index, seed, self.prompts.get((case_id, arm_name))
                 )
             else:  # the prompt unit: one call
-                c = await self.client_of(arm_name).complete(
-                    **self.call_args(key),
-                    sample_index=index,
-                    key=f"{case_id}/{arm_name}/{index}",
-                    should_stop=self.should_stop,
-                )
+                client, args = self.client_of(arm_name), self.call_args(key)
+                async with self._first_of_twins(arm_name, client, args, index):
+                    c = await client.complete(
+                        **args,
+                        sample_index=index,
+                        key=f"{case_id}/{arm_name}/{index}",
+                        should_stop=self.should_stop,
+                    )
                 sample = self.sample_of(key, c)
         except BudgetExhausted as exc:
             self.stop("budget exhausted")
@@ -707,22 +781,14 @@ async def _run_in_folder(suite: Suite, folder: RunFolder | None, opts: RunOption
     # An arm with its own endpoint (`generator.base_url` of its own) sends there; every
     # other arm goes where the suite's generator does. Each arm's key is checked now.
     arm_urls = {a.name: arm_base_url(config, a, base_url) for a in arm_objs}
-    groups = {_client_identity(config.for_arm(a), arm_urls[a.name]) for a in arm_objs}
-    left_open = False
-    if len(groups) > 1 and folder is not None and (folder.path / BATCHES).exists():
-        from evalkit.running import (
-            batch as batches,  # lazy: evalkit.running.batch only for a run that sends or left batches
-        )
-
-        left_open = batches.has_open(folder.path)
-    if len(groups) > 1 and (batch is not None or left_open):
-        raise InputError(
-            "--batch sends one batch per endpoint, and the arms "
-            f"{', '.join(a.name for a in arm_objs)} run on {len(groups)} models, endpoints or prices: run them "
-            "one batch at a time (--arms NAME --batch on each)",
-            Path(suite.path) / "config.json",
-            json_path="$.arms",
-        )
+    # Each arm's seed name (`seed_names`), as the run recorded it: a run folder from before
+    # arms could share seeds derives every arm's from its own name, as it always did.
+    if resume:
+        recorded_seeds = meta.get("seed_names")
+        seeds = {str(a): str(b) for a, b in recorded_seeds.items()} if isinstance(recorded_seeds, dict) else {}
+    else:
+        every_url = {a.name: arm_base_url(config, a, base_url) for a in config.arms}
+        seeds = {n: s for n, s in seed_names(config, every_url).items() if n in names}
     for a in arm_objs:
         check_endpoint(config.for_arm(a).generator, arm_urls[a.name], replay_only)
         if arm_urls[a.name] != base_url:
@@ -760,6 +826,7 @@ async def _run_in_folder(suite: Suite, folder: RunFolder | None, opts: RunOption
             "ci": ci,
             # each arm's model, endpoint host and parameters, as the reports name them
             "arm_settings": {a.name: config.arm_settings(a, arm_urls[a.name]) for a in arm_objs},
+            "seed_names": seeds,  # the name each arm's seeds derive from (`seed_names`)
         }
 
     # the options as this run resolved them: its arms, k, endpoint and watch
@@ -778,6 +845,7 @@ async def _run_in_folder(suite: Suite, folder: RunFolder | None, opts: RunOption
             arm_urls=arm_urls,
             targets=targets,
             remote=remote,
+            seeds=seeds,
         )
 
     try:
@@ -808,6 +876,7 @@ async def _execute(
     arm_urls: dict[str, str | None] | None = None,
     targets: dict[str, Any] | None = None,
     remote: Any = None,
+    seeds: dict[str, str] | None = None,
 ) -> RunResult:
     """Run the keys of the plan (cases x arms x k) that `folder` lacks, under its lock
     and the runs folder's, and write the summary. `opts` is as `_run_in_folder`
@@ -889,6 +958,7 @@ async def _execute(
             prompts,
             opts.watch,
             clients=clients,
+            seeds=seeds,
         )
         engine.remote = remote
         if start_cause is not None:

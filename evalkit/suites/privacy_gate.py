@@ -90,6 +90,9 @@ def _suite_text_files(src: SuiteSource) -> list[str]:
             names.append(arm["guidance"])
         if isinstance(arm, dict) and isinstance(arm.get("skill_dir"), str):  # an agent's skill (evalkit.running.agents)
             names.append(arm["skill_dir"].rstrip("/") + "/SKILL.md")
+        for key in ("prompt", "system"):  # an arm's own prompt and system templates (issue 28)
+            if isinstance(arm, dict) and isinstance(arm.get(key), str):
+                names.append(arm[key])
     for folder in ("guidance", "judge", "scorers"):
         names += [f"{folder}/{n}" for n in src.listdir(folder) if not n.startswith(".")]
     if src.files is not None:
