@@ -427,6 +427,44 @@ def _judge_client(config: Any, endpoint: Endpoint, ledger: Ledger, cache: Respon
     )
 
 
+@dataclass
+class _JudgeSession:
+    """What every judge pass of a grade (`_judge_all`, `_judge_repeats`) calls through:
+    the run's ledger resumed under the cap, the judge cache, the judge's client on
+    both, and the semaphore of the config's concurrency."""
+
+    ledger: Ledger
+    cache: ResponseCache
+    client: Any
+    sem: asyncio.Semaphore
+    spent_before: float
+
+    @classmethod
+    def open(cls, config: Any, endpoint: Endpoint, run: Path, cap: float, scope: str) -> _JudgeSession:
+        ledger = Ledger.resume(cap, run / LEDGER)
+        # batch=1: each judge answer is committed before it is used, so a grade killed
+        # mid-way never pays twice for a judge key (the cache is its only record).
+        cache = ResponseCache(run / JUDGE_CACHE, batch=1, scope=scope)
+        client = _judge_client(config, endpoint, ledger, cache)
+        return cls(ledger, cache, client, asyncio.Semaphore(max(1, config.concurrency)), ledger.committed_usd)
+
+    def causes(self) -> list[str]:
+        """Why no further judge call may go out, after the watch's cause: a dead or
+        endlessly rate-limiting endpoint, a judge cache that can no longer store what is
+        paid for (a full disk: the cache is a judge answer's only record, so an answer
+        paid now would be paid again on resume), then the cap."""
+        causes = [c for c in (self.client.unreachable, self.client.rate_limited_out) if c]
+        if self.cache.write_error is not None:
+            causes.append(str(self.cache.write_error))
+        if self.ledger.refusals:
+            causes.append("budget exhausted")
+        return causes
+
+    def close(self) -> None:
+        self.ledger.close()
+        self.cache.close()
+
+
 async def _judge_all(
     suite: Suite,
     files: JudgeFiles,
@@ -440,24 +478,16 @@ async def _judge_all(
     batch: Any = None,
 ) -> tuple[dict[Key, JudgeScore], list[PairOutcome], dict[str, Any]]:
     config = suite.config
-    ledger = Ledger.resume(cap, run / LEDGER)
-    # batch=1: each judge answer is committed before it is used, so a grade killed
-    # mid-way never pays twice for a judge key (the cache is its only record).
-    cache = ResponseCache(run / JUDGE_CACHE, batch=1, scope=scope)
-    spent_before = ledger.committed_usd
-    client = _judge_client(config, endpoint, ledger, cache)
-    sem = asyncio.Semaphore(max(1, config.concurrency))
+    session = _JudgeSession.open(config, endpoint, run, cap, scope)
+    ledger, cache, client, sem = session.ledger, session.cache, session.client, session.sem
+    spent_before = session.spent_before
     scores: dict[Key, JudgeScore] = {}
     stopped: list[str] = []  # the watch's reason once it reported: no judge call after it
 
     def halted() -> list[str]:
         """Why no further judge call may go out, as the runner says it: the watch's cause
-        first, then a dead or endlessly rate-limiting endpoint, then the cap."""
-        causes = [stopped[0].partition("\n")[0]] if stopped else []
-        causes += [c for c in (client.unreachable, client.rate_limited_out) if c]
-        if ledger.refusals:
-            causes.append("budget exhausted")
-        return causes
+        first, then the session's (`_JudgeSession.causes`)."""
+        return ([stopped[0].partition("\n")[0]] if stopped else []) + session.causes()
 
     def should_stop() -> str | None:
         if not stopped and watch is not None:
@@ -541,8 +571,7 @@ async def _judge_all(
                 stats["stop_detail"] = detail.strip("\n")
         elif batched is not None and batched.causes:
             stats["stop_reason"] = "; ".join(batched.causes)
-        ledger.close()
-        cache.close()
+        session.close()
     return scores, outcomes, stats
 
 
@@ -563,25 +592,19 @@ async def _judge_repeats(
     replays them at $0), as online calls even when the grading used `--batch`. Returns
     each item's extra scores and what they cost."""
     config = suite.config
-    ledger = Ledger.resume(cap, run / LEDGER)
-    cache = ResponseCache(run / JUDGE_CACHE, batch=1, scope=scope)
-    spent_before = ledger.committed_usd
-    client = _judge_client(config, endpoint, ledger, cache)
-    sem = asyncio.Semaphore(max(1, config.concurrency))
+    session = _JudgeSession.open(config, endpoint, run, cap, scope)
     out: dict[Key, list[JudgeScore]] = {}
     base_seed = config.seed or 0
 
     def should_stop() -> str | None:
         reason = watch() if watch is not None else None
-        causes = [c for c in (reason, client.unreachable, client.rate_limited_out) if c]
-        if ledger.refusals:
-            causes.append("budget exhausted")
+        causes = ([reason] if reason else []) + session.causes()
         return str(causes[0]) if causes else None
 
     async def one(case: Case, s: Sample, r: int) -> tuple[Key, int, JudgeScore]:
-        async with sem:
+        async with session.sem:
             js = await judge_direct(
-                client,
+                session.client,
                 files,
                 case,
                 s.output,
@@ -595,10 +618,9 @@ async def _judge_repeats(
     try:
         done = await asyncio.gather(*(one(c, s, r) for c, s in todo for r in range(1, repeats)))
     finally:
-        await client.aclose()
-        spent = ledger.committed_usd - spent_before
-        ledger.close()
-        cache.close()
+        await session.client.aclose()
+        spent = session.ledger.committed_usd - session.spent_before
+        session.close()
     for key, _, js in sorted(done, key=lambda t: (t[0], t[1])):
         out.setdefault(key, []).append(js)
     return out, spent
