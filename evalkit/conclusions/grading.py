@@ -944,7 +944,10 @@ def grade_run(
         findings += [Finding(cast(Level, level), message) for level, message in bias.findings]
         pw = pairwise_summary(outcomes, pairwise, bias)
     run_errors = {(str(e["case_id"]), str(e["arm"]), int(e["index"])) for e in RunFolder(run).errors()}
-    rates = judged_rates(grades, cases, case_table(run), human_scores(match), config.judged_estimate)
+    k_run = int(meta.get("k") or max((i + 1 for _, _, i in expected), default=0))
+    rates = judged_rates(
+        grades, cases, case_table(run), human_scores(match), config.judged_estimate, expected=expected, k=k_run
+    )
     findings += judged_rate_findings(rates)
     summary = summarize(
         meta,
@@ -1461,7 +1464,13 @@ def pairwise_summary(outcomes: Sequence[PairOutcome], arms: tuple[str, str], bia
 
 
 def judged_rates(
-    grades: Sequence[Grade], cases: dict[str, Case], table: CaseTable, human: dict[str, int], estimate: str = "judge"
+    grades: Sequence[Grade],
+    cases: dict[str, Case],
+    table: CaseTable,
+    human: dict[str, int],
+    estimate: str = "judge",
+    expected: set[Key] | None = None,
+    k: int | None = None,
 ) -> dict[str, Any] | None:
     """`grades-summary.json`'s `judged_rates`: for the judged samples (a judged case's
     samples the judge scored), overall and per arm, per set and per tag, the judge-only
@@ -1474,7 +1483,9 @@ def judged_rates(
     person's score pass (several raters: the lower median of their scores). `human`: item id -> a
     person's score (`human_scores`). `estimate` ("judge" or "corrected", the config's
     `judged_estimate`) says which one verdicts and the gate rest on. None: no judged
-    sample.
+    sample. Given the run's `expected` keys and `k`, each arm also carries
+    `gated_case_score`: the gated case score with its judged part corrected
+    (`judged_case_score`, `metrics.corrected_gated_case_score`).
 
     References: Angelopoulos et al. 2023 (Science); Angelopoulos, Duchi & Zrnic 2023 (PPI++).
     """
@@ -1512,6 +1523,10 @@ def judged_rates(
                 for t in sorted({t for r in ra for t in r.tags})
             },
         }
+        if expected is not None and k:
+            block = judged_case_score(arm, grades, cases, table, human, expected, k)
+            if block is not None:
+                per_arm[arm]["gated_case_score"] = block
     return {
         "estimate": estimate,
         "n_labelled": sum(1 for r in rows if r.human_pass is not None),
@@ -1521,6 +1536,65 @@ def judged_rates(
         "overall": metrics.judged_rate_block(rows, estimate),
         "per_arm": per_arm,
     }
+
+
+def judged_case_score(
+    arm: str,
+    grades: Sequence[Grade],
+    cases: dict[str, Case],
+    table: CaseTable,
+    human: dict[str, int],
+    expected: set[Key],
+    k: int,
+) -> dict[str, Any] | None:
+    """`metrics.corrected_gated_case_score` of one arm: each case over the samples the
+    run planned for it (a missing or ungraded sample fails for the judge and for
+    people, as `arm_scores` counts it), its set as the run saw it. A judge-scored
+    sample passes for the judge when its checks and the judge's score pass (whether or
+    not the judge is trusted), for people when the same checks and the person's score
+    pass; a judged case is labelled when people scored every one of its judge-scored
+    samples (and it has at least one)."""
+    rows = table.by_id()
+    by_key = {(g.case_id, g.arm, g.index): g for g in grades}
+    n: dict[str, int] = {}
+    c_judge: dict[str, int] = {}
+    c_human: dict[str, int] = {}
+    scored: dict[str, int] = {}
+    unlabelled: set[str] = set()
+    for key in sorted(e for e in expected if e[1] == arm):
+        cid = key[0]
+        n[cid] = n.get(cid, 0) + 1
+        g = by_key.get(key)
+        case = cases.get(cid)
+        if g is None:
+            continue
+        if case is not None and case.judged and g.judge_passed is not None and g.judge_score is not None:
+            det_ok = all(c.passed for c in g.checks if c.name != "judge")
+            c_judge[cid] = c_judge.get(cid, 0) + int(det_ok and bool(g.judge_passed))
+            scored[cid] = scored.get(cid, 0) + 1
+            hs = human.get(item_id(*key))
+            if hs is None:
+                unlabelled.add(cid)
+            else:
+                c_human[cid] = c_human.get(cid, 0) + int(det_ok and hs >= case.judge_threshold)
+        elif g.passed:
+            c_judge[cid] = c_judge.get(cid, 0) + 1
+            c_human[cid] = c_human.get(cid, 0) + 1
+    entries = []
+    for cid in sorted(n):
+        case = cases.get(cid)
+        judged = bool(case is not None and case.judged)
+        labelled = judged and scored.get(cid, 0) > 0 and cid not in unlabelled
+        entries.append(
+            metrics.JudgedCase(
+                rows[cid].set if cid in rows else (case.set if case is not None else "capability"),
+                n[cid],
+                c_judge.get(cid, 0),
+                c_human.get(cid, 0) if labelled else None,
+                judged,
+            )
+        )
+    return metrics.corrected_gated_case_score(entries, k)
 
 
 def judged_rate_findings(rates: dict[str, Any] | None) -> list[Finding]:
