@@ -297,3 +297,96 @@ def test_a_judge_measurably_off_is_a_medium_finding_and_one_within_noise_is_not(
     assert f.level == "MEDIUM" and "more generous than people by 8.0 points" in f.message and "57.0%" in f.message
     assert judged_rate_findings(rates(-0.02, 0.18)) == [] and judged_rate_findings(None) == []
     assert "harsher" in judged_rate_findings(rates(-0.2, -0.01))[0].message
+
+
+# --- the gated case score's judged part, corrected (issue 27) ---------------------------------
+
+def _case_score_suite(tmp_path: Path, extra: dict | None = None) -> Path:
+    """20 judged cases and 4 deterministic ones (a `contains` check), k = 3, capability."""
+    judged = [{"id": f"open-{c:02d}", "input": f"Describe {c}", "expected": {"rubric": "Accurate"}, "tags": ["open"]}
+              for c in range(20)]
+    det = [{"id": f"det-{c}", "input": f"Do {c}", "expected": "done", "tags": ["det"],
+            "checks": [{"kind": "contains", "value": "done"}]} for c in range(4)]
+    return write_suite(tmp_path, cases=judged + det, extra={"k": 3, "cost_cap_usd": 5.0, **(extra or {})})
+
+
+def _case_kind(c: int) -> str:
+    """Judged case c's kind, the same for its 3 samples: c % 5 in 0..2 GOOD (judge and
+    people pass), 3 SLY (the judge passes, people fail), 4 BAD (both fail)."""
+    return ("GOOD", "GOOD", "GOOD", "SLY", "BAD")[c % 5]
+
+
+def _case_score_run(root: Path, suite: Path, kind=_case_kind) -> Path:
+    cases = [json.loads(ln) for ln in (suite / "cases.jsonl").read_text().splitlines()]
+    meta = {"suite": str(suite), "suite_name": "suite", "config": json.loads((suite / "config.json").read_text()),
+            "arms": ["baseline"], "k": 3, "cases": [c["id"] for c in cases], "source": "evalkit"}
+    folder = RunFolder.create(root / "runs", meta)
+    for c in cases:
+        for i in range(3):
+            if c["id"].startswith("det-"):
+                out = "nope" if c["id"] == "det-3" else "done"  # det-3 fails its check, the others pass
+            else:
+                out = f"ANSWER-{kind(int(c['id'][5:]))} case {c['id']} take {i} of {root.name}"
+            folder.append_result(Sample(
+                case_id=c["id"], tags=tuple(c["tags"]), arm="baseline", index=i, seed=7, model="gen-model",
+                output=out, tool_calls=(), finish_reason="stop", usage=Usage(10, 5), latency_ms=100.0,
+                cost_usd=0.00002, request_hash=f"{root.name}{c['id']}{i}"))
+    folder.close()
+    folder.write_summary({"complete": True, "ran": len(cases), "total": len(cases), "reason": None,
+                          "spend_usd": 0.0, "avoided_usd": 0.0, "cap_usd": 5.0, "per_arm": {}, "exit_code": 0},
+                         "# Summary\n")
+    return folder.path
+
+
+def _label_cases(run: Path, suite: Path, case_ids: set[str]) -> None:
+    """People score every judged sample of `case_ids` (the whole cases), nothing else."""
+    items = [it for it in labelling.draw_items(run, 10_000, seed=1) if it["item"].split("/")[0] in case_ids]
+    for it in items:
+        it["score"], it["rater"] = HUMAN[it["output"].split()[0].removeprefix("ANSWER-")], "ana"
+    labelling.write_label_file(items, suite / "judge" / "human-sample.jsonl", force=True)
+
+
+def test_the_gated_case_scores_judged_part_is_corrected_by_whole_labelled_cases_as_ppi_python_does(tmp_path):
+    suite = _case_score_suite(tmp_path, {"judged_estimate": "corrected"})
+    run = _case_score_run(tmp_path, suite)
+    with ScriptedServer(JUDGE) as srv:
+        grade_run(run, judge_base_url=srv.base_url)
+        # cases 0..9 labelled whole (30 samples), and one sample of case 10: case 10 is not labelled
+        _label_cases(run, suite, {f"open-{c:02d}" for c in range(10)})
+        lab = suite / "judge" / "human-sample.jsonl"
+        extra = next(it for it in labelling.draw_items(run, 10_000, seed=1) if it["item"].startswith("open-10/"))
+        extra["score"], extra["rater"] = 5, "ana"
+        labelling.write_label_file([*[json.loads(x) for x in lab.read_text().splitlines()], extra], lab, force=True)
+        res = grade_run(run, judge_base_url=srv.base_url)
+    summary = json.loads((run / GRADES_SUMMARY).read_text())
+    block = summary["judged_rates"]["per_arm"]["baseline"]["gated_case_score"]
+    assert res.summary.judged_rates["per_arm"]["baseline"]["gated_case_score"] == block
+    # By hand. Capability, n = k = 3: a case scores 1 when any sample passes. Judged
+    # stratum (N_j = 20): GOOD and SLY cases pass for the judge, 16 of 20 = 0.8; people
+    # pass the 12 GOOD ones, 0.6. Labelled: cases 0..9 (6 GOOD, 2 SLY, 2 BAD): people
+    # 6/10, the judge 8/10. PPI++: lam * 0.8 + (0.6 - lam * 0.8) = 0.6 whatever lam.
+    # Deterministic stratum (N_d = 4): det-0..2 pass, det-3 fails: 0.75. Judge only:
+    # (3 + 16) / 24 = 0.791667; corrected: (3 + 20 * 0.6) / 24 = 0.625.
+    assert (block["n_cases"], block["n_judged_cases"], block["n_labelled_cases"]) == (24, 20, 10)
+    assert block["judge_only"]["score"] == pytest.approx(19 / 24, abs=1e-12)
+    assert block["judge_only"]["score"] == pytest.approx(summary["per_arm"]["baseline"]["scores"]["gated_case_score"])
+    part = block["judged_part"]
+    assert part["judge_only"]["score"] == pytest.approx(0.8) and part["human"] == {"score": 0.6, "n": 10}
+    cor = part["corrected"]
+    assert cor["score"] == pytest.approx(0.6, abs=1e-12) and (cor["n"], cor["N"]) == (10, 20)
+    # ppi-python on the same case scores: the labelled cases' human and judge scores, the judge's on all 20
+    y = np.array([1.0] * 3 + [0.0, 0.0] + [1.0] * 3 + [0.0, 0.0])  # cases 0..9 for people
+    yh = np.array([1.0] * 4 + [0.0] + [1.0] * 4 + [0.0])  # ... and for the judge
+    yu = np.array([0.0 if c % 5 == 4 else 1.0 for c in range(20)])
+    assert cor["score"] == pytest.approx(float(np.squeeze(ppi_py.ppi_mean_pointestimate(y, yh, yu))), abs=1e-9)
+    low, high = ppi_py.ppi_mean_ci(y, yh, yu, alpha=0.05)
+    assert (cor["clt_low"], cor["clt_high"]) == pytest.approx((float(low[0]), float(high[0])), abs=1e-9)
+    assert cor["adjust"] == 1.0  # 0/1 case scores: the interval takes the add-one cells, as the sample rates do
+    whole = block["corrected"]
+    assert whole["score"] == pytest.approx(0.625, abs=1e-12) and whole["n_deterministic"] == 4
+    # stratified SE: (4/24)^2 x se_d^2 + (20/24)^2 x se_ppi^2, se_d = sd([1,1,1,0]) / 2 = 0.25
+    se = float(np.hypot(4 / 24 * np.std([1, 1, 1, 0], ddof=1) / 2, 20 / 24 * cor["se"]))
+    assert whole["se"] == pytest.approx(se, rel=1e-12)
+    assert (whole["low"], whole["high"]) == pytest.approx((0.625 - 1.959963984540054 * se,
+                                                          0.625 + 1.959963984540054 * se), rel=1e-12)
+    assert whole["low"] < 0.625 < whole["high"]  # ten labelled cases: a wide interval (0.40 to 0.85)
