@@ -390,3 +390,43 @@ def test_the_gated_case_scores_judged_part_is_corrected_by_whole_labelled_cases_
     assert (whole["low"], whole["high"]) == pytest.approx((0.625 - 1.959963984540054 * se,
                                                           0.625 + 1.959963984540054 * se), rel=1e-12)
     assert whole["low"] < 0.625 < whole["high"]  # ten labelled cases: a wide interval (0.40 to 0.85)
+
+
+def test_the_gate_rests_on_the_corrected_gated_case_score_and_says_so(tmp_path):
+    """Two runs the judge cannot tell apart (the same cases pass for it: 19 of 24), but
+    people pass 4 judged cases of 20 in the current run against 12 in the baseline:
+    with "judged_estimate": "corrected" the gate fails on the corrected gated case
+    score and says what it rested on."""
+    from evalkit.conclusions.gates import accept_baseline, gate
+
+    suite = _case_score_suite(tmp_path, {"judged_estimate": "corrected", "gate": {"on_underpowered": "warn"}})
+    labelled = {f"open-{c:02d}" for c in range(10)}
+    # the current run: GOOD cases with c % 5 in (0, 1) turn SLY (still a pass for the judge)
+    worse = lambda c: "SLY" if c % 5 in (0, 1) else _case_kind(c)  # noqa: E731
+    with ScriptedServer(JUDGE) as srv:
+        base_run = _case_score_run(tmp_path / "a", suite)
+        grade_run(base_run, judge_base_url=srv.base_url)
+        _label_cases(base_run, suite, labelled)
+        grade_run(base_run, judge_base_url=srv.base_url)
+        accept_baseline(base_run, suite)
+        cur_run = _case_score_run(tmp_path / "b", suite, worse)
+        grade_run(cur_run, judge_base_url=srv.base_url)
+        _label_cases(cur_run, suite, labelled)
+        grade_run(cur_run, judge_base_url=srv.base_url)
+        res = gate(cur_run, suite / "baseline.json")
+    cs = json.loads((cur_run / GRADES_SUMMARY).read_text())["judged_rates"]["per_arm"]["baseline"]["gated_case_score"]
+    # by hand: the labelled cases 0..9 pass for people when c % 5 == 2 (2 of 10), for the
+    # judge 8 of 10, all 20: 16; PPI++: lam * 0.8 + (0.2 - lam * 0.8) = 0.2; the whole
+    # score (3 + 20 * 0.2) / 24 = 0.291667 against the baseline's 0.625: -33.3 points
+    assert cs["judged_part"]["corrected"]["score"] == pytest.approx(0.2, abs=1e-12)
+    assert cs["corrected"]["score"] == pytest.approx(7 / 24, abs=1e-12)
+    score = next(c for c in res.checks if c.kind == "score" and c.group == "overall")
+    assert score.change == 0 and not score.failed  # the judge alone sees no change
+    check = next(c for c in res.checks if c.group == "judged:case-score")
+    assert check.baseline == pytest.approx(0.625, abs=1e-12) and check.current == pytest.approx(7 / 24, abs=1e-12)
+    assert check.change == pytest.approx(100 * (7 / 24 - 0.625)) and check.failed and check.p_value < 0.05
+    assert not res.passed and "case score drop" in res.causes
+    assert any(r.startswith("case-score drop judged:case-score") for r in res.reasons)
+    assert any("the gated case score rests on the corrected estimate" in n and "10 labelled of 20 judged cases" in n
+               for n in res.notes)
+    assert "gated case score (corrected)" in res.render()

@@ -1006,8 +1006,11 @@ class GateCheck:
 
     @property
     def label(self) -> str:
-        """`case score overall`, `case score tag:x`, `cost per case`, `judged sample pass rate (corrected)`."""
+        """`case score overall`, `case score tag:x`, `cost per case`, `judged sample pass rate (corrected)`,
+        `gated case score (corrected)`."""
         if self.kind == "judged":
+            if self.group == "judged:case-score":
+                return "gated case score (corrected)"
             return "judged sample pass rate (corrected)"
         return f"case score {self.group}" if self.kind == "score" else "cost per case"
 
