@@ -430,3 +430,84 @@ def test_the_gate_rests_on_the_corrected_gated_case_score_and_says_so(tmp_path):
     assert any("the gated case score rests on the corrected estimate" in n and "10 labelled of 20 judged cases" in n
                for n in res.notes)
     assert "gated case score (corrected)" in res.render()
+
+
+# --- a two-arm verdict resting on the corrected estimate (issue 27) ---------------------------
+
+def _two_arm_kind(arm: str, c: int) -> str:
+    """Each sample's kind, the same for a case's 3 samples. baseline: c % 5 in 0..2 GOOD,
+    3 SLY, 4 BAD; treatment: c % 5 in 0..1 GOOD, 2..4 SLY. The judge passes GOOD and SLY,
+    people GOOD only: for the judge the treatment wins the c % 5 == 4 cases (BAD -> SLY);
+    for people it loses the c % 5 == 2 ones (GOOD -> SLY)."""
+    if arm == "baseline":
+        return ("GOOD", "GOOD", "GOOD", "SLY", "BAD")[c % 5]
+    return ("GOOD", "GOOD", "SLY", "SLY", "SLY")[c % 5]
+
+
+def test_a_verdict_resting_on_the_corrected_estimate_counts_people_where_they_labelled_and_says_so(tmp_path):
+    from evalkit.conclusions.compare import compare_arms
+
+    n_cases = 40
+    cases = [{"id": f"open-{c:02d}", "input": f"Describe {c}", "expected": {"rubric": "Accurate"}, "tags": ["open"]}
+             for c in range(n_cases)]
+    arms = [{"name": "baseline"}, {"name": "treatment"}]
+    suite = write_suite(tmp_path, cases=cases,
+                        extra={"k": 3, "cost_cap_usd": 5.0, "judged_estimate": "corrected", "arms": arms})
+    meta = {"suite": str(suite), "suite_name": "suite", "config": json.loads((suite / "config.json").read_text()),
+            "arms": ["baseline", "treatment"], "k": 3, "cases": [c["id"] for c in cases], "source": "evalkit"}
+    folder = RunFolder.create(tmp_path / "runs", meta)
+    for c in range(n_cases):
+        for arm in ("baseline", "treatment"):
+            for i in range(3):
+                folder.append_result(Sample(
+                    case_id=f"open-{c:02d}", tags=("open",), arm=arm, index=i, seed=7, model="gen-model",
+                    output=f"ANSWER-{_two_arm_kind(arm, c)} case {c} {arm} take {i}", tool_calls=(),
+                    finish_reason="stop", usage=Usage(10, 5), latency_ms=100.0, cost_usd=0.00002,
+                    request_hash=f"{c}{arm}{i}"))
+    folder.close()
+    run = folder.path
+    with ScriptedServer(JUDGE) as srv:
+        grade_run(run, judge_base_url=srv.base_url)
+        judge_only = compare_arms(run, "baseline", "treatment")  # no label yet: nothing to correct with
+        # people label every sample of cases 0..19 in both arms (120 of the 240)
+        items = [it for it in labelling.draw_items(run, 10_000, seed=1) if int(it["item"][5:7]) < 20]
+        for it in items:
+            it["score"], it["rater"] = HUMAN[it["output"].split()[0].removeprefix("ANSWER-")], "ana"
+        labelling.write_label_file(items, suite / "judge" / "human-sample.jsonl")
+        grade_run(run, judge_base_url=srv.base_url)
+    v = compare_arms(run, "baseline", "treatment")
+    # without labels an arm has no corrected rate: inconclusive, naming it (the tally: 8 wins)
+    assert judge_only.kind == "inconclusive" and "arm baseline has 0 fresh human label(s)" in judge_only.reason
+    assert (judge_only.wins, judge_only.losses) == (8, 0)
+    # by hand: cases 0..19 vote by people (c % 5 == 2: a loss, 4 cases), 20..39 by the
+    # judge (c % 5 == 4: a win, 4 cases): 4 wins, 4 losses, 32 ties; sign test p = 1
+    assert (v.wins, v.losses, v.ties) == (4, 4, 32) and v.kind == "no-improvement"
+    assert v.p_value == pytest.approx(1.0)
+    cor = v.judge_checks["corrected"]
+    assert cor["estimate"] == "corrected" and cor["human_votes"] == 120
+    # ppi-python on each arm: the labelled samples' human and judge pass, the judge on all 120
+    lines = {(g["case_id"], g["arm"], g["index"]): g for g in iter_jsonl(run / "grades.jsonl")}
+    z = 1.959963984540054
+    est, se_clt = {}, {}
+    for arm in ("baseline", "treatment"):
+        keys = sorted(k for k in lines if k[1] == arm)
+        lab = [k for k in keys if int(k[0][5:]) < 20]
+        y = np.array([float(_two_arm_kind(arm, int(k[0][5:])) == "GOOD") for k in lab])
+        yh = np.array([float(lines[k]["judge_passed"]) for k in lab])
+        yu = np.array([float(lines[k]["judge_passed"]) for k in keys])
+        est[arm] = float(np.squeeze(ppi_py.ppi_mean_pointestimate(y, yh, yu)))
+        low, high = ppi_py.ppi_mean_ci(y, yh, yu, alpha=0.05)
+        se_clt[arm] = (float(high[0]) - float(low[0])) / (2 * z)
+        assert cor[arm]["corrected"]["rate"] == pytest.approx(est[arm], abs=1e-9)
+    # by hand: baseline, people pass 36 of 60 labelled (0.6), the judge 48 of 60 there and
+    # 96 of 120 in all (0.8 both): 0.6 whatever lam; treatment: people 24 of 60 (0.4), the
+    # judge 120 of 120: 0.4; the difference -0.2
+    assert est["baseline"] == pytest.approx(0.6, abs=1e-12) and est["treatment"] == pytest.approx(0.4, abs=1e-12)
+    d = cor["difference"]
+    assert d["value"] == pytest.approx(est["treatment"] - est["baseline"], abs=1e-9)
+    half = z * float(np.hypot(se_clt["baseline"], se_clt["treatment"]))
+    assert (d["clt_low"], d["clt_high"]) == pytest.approx((d["value"] - half, d["value"] + half), abs=1e-9)
+    assert d["high"] < 0  # people: the treatment is worse, beyond its interval
+    assert "people's labels in place of the judge on 120 labelled sample(s)" in v.reason
+    assert "difference -20.0 points" in v.reason
+    assert "corrected judged pass rate difference -20.0 points" in v.render()

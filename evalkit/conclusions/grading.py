@@ -1483,7 +1483,10 @@ def judged_rates(
     person's score pass (several raters: the lower median of their scores). `human`: item id -> a
     person's score (`human_scores`). `estimate` ("judge" or "corrected", the config's
     `judged_estimate`) says which one verdicts and the gate rest on. None: no judged
-    sample. Given the run's `expected` keys and `k`, each arm also carries
+    sample. `human_pass`: item id -> whether the sample passes for people (its checks
+    and the person's score), for every labelled judged sample: what a verdict resting on
+    the corrected estimate counts in place of the judge (`compare.direct_verdict`).
+    Given the run's `expected` keys and `k`, each arm also carries
     `gated_case_score`: the gated case score with its judged part corrected
     (`judged_case_score`, `metrics.corrected_gated_case_score`).
 
@@ -1491,6 +1494,7 @@ def judged_rates(
     """
     rows_by_id = table.by_id()
     rows: list[metrics.JudgedRow] = []
+    human_pass: dict[str, bool] = {}
     for g in grades:
         case = cases.get(g.case_id)
         if case is None or not case.judged or g.judge_passed is None or g.judge_score is None:
@@ -1498,6 +1502,8 @@ def judged_rates(
         det_ok = all(c.passed for c in g.checks if c.name != "judge")
         row = rows_by_id.get(g.case_id)
         hs = human.get(item_id(g.case_id, g.arm, g.index))
+        if hs is not None:
+            human_pass[item_id(g.case_id, g.arm, g.index)] = det_ok and hs >= case.judge_threshold
         rows.append(
             metrics.JudgedRow(
                 g.arm,
@@ -1535,6 +1541,7 @@ def judged_rates(
         "adjust": metrics.PPI_ADJUST,
         "overall": metrics.judged_rate_block(rows, estimate),
         "per_arm": per_arm,
+        "human_pass": dict(sorted(human_pass.items())),
     }
 
 

@@ -651,6 +651,15 @@ def judge_line(judge: str, checks: dict[str, Any] | None) -> str:
         text += ", and the direct judge: " + ("trusted" if c.get("trusted") else "NOT trusted, judged results held")
         if c.get("opt_out"):
             text += " by opt-out (uncalibrated)"
+    cor = c.get("corrected") if isinstance(c.get("corrected"), dict) else None
+    if cor is not None:  # judged_estimate "corrected" (evalkit.conclusions.compare._rest_on_corrected)
+        text += f"; people's labels in place of the judge on {cor.get('human_votes', 0)} labelled sample(s)"
+        d = cor.get("difference")
+        if isinstance(d, dict):
+            text += (
+                f"; corrected judged pass rate difference {100 * d['value']:+.1f} points "
+                f"[{100 * d['low']:+.1f}, {100 * d['high']:+.1f}] (PPI++ per arm)"
+            )
     return text + ")"
 
 

@@ -369,3 +369,31 @@ def corrected_gated_case_score(cases: Sequence[JudgedCase], k: int) -> dict[str,
         "method": "ppi++ on the judged cases, stratified",
     }
     return out
+
+
+def corrected_rate_difference(baseline: dict[str, Any], treatment: dict[str, Any]) -> dict[str, Any]:
+    """Treatment minus baseline of two arms' corrected judged sample pass rates (the
+    `corrected` parts of `judged_rate_block`), with a 95% normal interval of SE
+    sqrt(se_b^2 + se_t^2): each arm's PPI++ estimate is computed on its own samples and
+    labels, and the covariance the two arms' shared cases give them is left out; it is
+    positive when a case that is hard for one arm is hard for the other, so the interval
+    is conservative then. `clt_low`..`clt_high` is the same from the arms' plain CLT
+    intervals (ppi-python's `ppi_mean_ci` on each arm), `low`..`high` from the intervals
+    evalkit reports.
+
+    References: Angelopoulos et al. 2023, Science 382 (PPI); Angelopoulos, Duchi & Zrnic
+    2023, arXiv:2311.01453 (PPI++).
+    """
+    z = 1.959963984540054  # the 97.5% normal quantile: the blocks carry 95% intervals
+    value = float(treatment["rate"]) - float(baseline["rate"])
+    se = math.hypot(float(treatment["se"]), float(baseline["se"]))
+    clt = math.hypot(*((float(b["clt_high"]) - float(b["clt_low"])) / (2 * z) for b in (treatment, baseline)))
+    return {
+        "value": value,
+        "se": se,
+        "low": value - z * se,
+        "high": value + z * se,
+        "clt_low": value - z * clt,
+        "clt_high": value + z * clt,
+        "method": "ppi++ per arm, independent arms (conservative under positive case correlation)",
+    }
