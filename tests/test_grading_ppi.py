@@ -390,6 +390,12 @@ def test_the_gated_case_scores_judged_part_is_corrected_by_whole_labelled_cases_
     assert (whole["low"], whole["high"]) == pytest.approx((0.625 - 1.959963984540054 * se,
                                                           0.625 + 1.959963984540054 * se), rel=1e-12)
     assert whole["low"] < 0.625 < whole["high"]  # ten labelled cases: a wide interval (0.40 to 0.85)
+    from evalkit._cli.grade import summary_lines
+    from evalkit.foundations import fmt
+
+    printed = "\n".join(summary_lines(res.summary, run))
+    assert (f"gated case score (baseline): corrected {fmt.pct_ci(0.625, whole['low'], whole['high'])} "
+            "(judged part PPI++ from n=10 labelled of N=20 judged cases)") in printed
 
 
 def test_the_gate_rests_on_the_corrected_gated_case_score_and_says_so(tmp_path):
