@@ -89,3 +89,72 @@ def test_grade_on_a_full_disk_says_disk_full_and_resumes(tmp_path: Path) -> None
     assert f"disk full: {mnt}/run/" in out, out
     assert "RC1=1" in out and "RC2=0" in out, out
     assert int(out.strip().splitlines()[-1]) == 24  # every sample graded once there was room
+
+
+def test_a_grade_stopped_by_a_full_disk_and_resumed_reports_the_ledgers_judge_spend(tmp_path: Path) -> None:
+    """Issue 26: a grade stopped by a really full disk mid-way (the judge cache could not
+    store what was paid) and completed once there is room reports what the ledger holds
+    of the judge (`judge_ledger_usd`), what it paid this time, what the cache replayed,
+    and a whole grade's cost per case, not `judge_spend_usd 0.0` beside a ledger of
+    settled judge calls."""
+    import json
+    import shutil
+
+    from evalkit.conclusions.grading import grade_run
+    from evalkit.suites.runs import iter_jsonl
+
+    prefix = _private_tmpfs()
+    if prefix is None:
+        pytest.skip("no private mount namespace here (not root, and no user namespaces): needs a real full disk")
+    # 40 judged cases x 3 distinct outputs: 120 judge calls, 2 at a time. Each asks 210
+    # tokens in and 7 out at $3/M + $6/M: $0.000672 a call, $0.08064 for all 120; with
+    # the generator's 120 x $0.00002, a case costs 3 x (0.000672 + 0.00002) = $0.002076.
+    cases = [{"id": f"open-{i:02d}", "input": f"Describe city {i}", "expected": {"rubric": "Mentions a river"},
+              "tags": ["open"]} for i in range(40)]
+    suite = write_suite(tmp_path, cases=cases)
+    run = write_run(tmp_path, suite, outputs={c["id"]: [f"ANSWER-GOOD {c['id']} take {i}" for i in range(3)]
+                                              for c in cases})
+    clean = shutil.copytree(run, tmp_path / "clean")
+    mnt, out_dir = tmp_path / "mnt", tmp_path / "out"
+    mnt.mkdir()
+    out_dir.mkdir()
+    with ScriptedServer(JUDGE_SCRIPT) as srv:
+        grade = f"{sys.executable} -m evalkit._cli.main grade {mnt}/run --judge-base-url {srv.base_url}"
+        # 40 free pages (160 KiB) once the disk is otherwise full: room for the judge
+        # cache to open and store a few answers (its WAL grows a page or more a commit),
+        # not for all 120
+        script = (
+            f"mount -t tmpfs -o size=2m tmpfs {mnt} && cp -r {run} {mnt}/run && "
+            f"dd if=/dev/zero of={mnt}/slack bs=4k count=40 2>/dev/null && "
+            f"(dd if=/dev/zero of={mnt}/filler bs=4k 2>/dev/null || true) && rm {mnt}/slack\n"
+            f"{grade} > {out_dir}/first.txt 2>&1; echo \"RC1=$?\"; cp {mnt}/run/ledger.jsonl {out_dir}/ledger1.jsonl; "
+            f"rm {mnt}/filler; {grade} >/dev/null 2>&1; echo \"RC2=$?\"; cp -r {mnt}/run {out_dir}/run"
+        )
+        p = subprocess.run([*prefix, "sh", "-c", script], capture_output=True, text=True, timeout=300)
+        whole = grade_run(clean, judge_base_url=srv.base_url).summary  # the same run graded in one pass
+    first = (out_dir / "first.txt").read_text()
+    assert "RC1=1" in p.stdout and "RC2=0" in p.stdout, (p.stdout, p.stderr, first)
+    assert f"disk full: {mnt}/run/" in first and "Traceback" not in first, first
+    settled1 = [e for e in iter_jsonl(out_dir / "ledger1.jsonl") if e["event"] == "settle"]
+    assert 0 < len(settled1) < 120, len(settled1)  # it really stopped mid-way, having paid
+    assert all(e["role"] == "judge" and e["cost_usd"] == pytest.approx(0.000672) for e in settled1)
+    s = json.loads((out_dir / "run" / "grades-summary.json").read_text())
+    o = s["overall"]
+    assert s["complete"] and o["n_graded"] == 120
+    ledger = list(iter_jsonl(out_dir / "run" / "ledger.jsonl"))
+    settled = [e for e in ledger if e["event"] == "settle"]
+    # the ledger's judge spend: every settled call of both passes, at $0.000672 each
+    assert s["judge_ledger_usd"] == pytest.approx(0.000672 * len(settled), rel=1e-9)
+    assert s["judge_ledger_usd"] == pytest.approx(sum(e["cost_usd"] for e in settled), rel=1e-9)
+    # this pass paid for what the cache did not hold; the cache replayed the rest at
+    # what it cost when first paid, so paid + avoided is a whole grade's judge cost
+    paid_now = len(settled) - len(settled1)
+    assert s["judge_spend_usd"] == pytest.approx(0.000672 * paid_now, rel=1e-9) and paid_now > 0
+    assert o["judge_cache_avoided_usd"] == pytest.approx(0.000672 * s["cache_hits"], rel=1e-9)
+    assert s["judge_spend_usd"] + o["judge_cache_avoided_usd"] == pytest.approx(0.08064, rel=1e-9)
+    assert whole.judge_spend_usd == pytest.approx(0.08064, rel=1e-9)
+    # the full cache stopped the judge at once: paid and lost are at most the answer it
+    # could not store and the one other call in flight (concurrency 2)
+    assert len(settled1) - 2 <= s["cache_hits"] <= len(settled1)
+    assert o["cost_per_case_usd"] == pytest.approx(0.002076, rel=1e-9)
+    assert o["cost_per_case_usd"] == pytest.approx(whole.overall.cost_per_case_usd, rel=1e-12)

@@ -961,3 +961,62 @@ def test_an_agents_timed_out_tool_calls_count_as_the_evidence_of_a_tail():
                                           {"name": "lookup", "error": "no such city"},
                                           {"name": "fetch", "error": "ReadTimeout"}])) == 2
     assert grading._tool_timeouts(sample([])) == 0
+
+
+def _as_promptfoo(run: Path, dest: Path) -> Path:
+    """The run's results as promptfoo's `-o results.json` (version 3) would hold them:
+    one row per sample, the test named by its case id (`description`), the provider
+    labelled with the arm, the output, the token usage and what the call cost."""
+    rows = []
+    for i, r in enumerate(iter_jsonl(run / "results.jsonl")):
+        out = r["output"] or json.dumps(r["tool_calls"])
+        rows.append({"testIdx": i, "promptIdx": 0, "success": True, "failureReason": 0,
+                     "provider": {"id": r["model"], "label": r["arm"]},
+                     "prompt": {"label": "prompt"}, "testCase": {"description": r["case_id"]},
+                     "response": {"output": out, "tokenUsage": {"prompt": r["usage"]["prompt_tokens"],
+                                                                "completion": r["usage"]["completion_tokens"]}},
+                     "latencyMs": r["latency_ms"], "cost": r["cost_usd"] + r.get("cost_avoided_usd", 0.0)})
+    dest.write_text(json.dumps({"evalId": "pf", "results": {"version": 3, "results": rows}}), encoding="utf-8")
+    return dest
+
+
+def test_an_ingested_run_graded_gives_the_same_cost_per_case_and_says_what_was_paid(tmp_path):
+    """An evalkit run, then the same answers brought back through `evalkit ingest` (as
+    promptfoo's output, with the usage and cost each call had) and graded against the
+    suite: one cost per case (list price) on both paths; the ingested grade says it
+    paid the judge this time (its folder has no judge cache) and no generator call."""
+    from evalkit.conclusions.ingest import ingest
+    from evalkit.running.runner import run_suite
+
+    suite, gen_script = _cost_suite(tmp_path)
+    with ScriptedServer(gen_script) as gen, ScriptedServer(JUDGE_SCRIPT) as judge:
+        run = run_suite(str(suite), base_url=gen.base_url, progress=False).path
+        first = grade_run(run, judge_base_url=judge.base_url)
+        pf = _as_promptfoo(run, tmp_path / "promptfoo.json")
+        ingested = ingest(pf, tmp_path / "ingested")
+        gen_calls, judge_calls = gen.stats["requests"], judge.stats["requests"]
+        on_ingest = json.loads((ingested / "grades-summary.json").read_text())
+        graded = grade_run(ingested, suite, judge_base_url=judge.base_url)
+        assert gen.stats["requests"] == gen_calls  # grading never asks the generator
+        assert judge.stats["requests"] == judge_calls + 1  # open-1's one output x 3 samples: one judge call
+        regraded = grade_run(ingested, suite, judge_base_url=judge.base_url)
+        assert judge.stats["requests"] == judge_calls + 1  # the ingested folder's own judge cache answered
+    a, g, r = first.summary.overall, graded.summary.overall, regraded.summary.overall
+    samples = list(iter_jsonl(run / "results.jsonl"))
+    # 3 cases x k=3 samples; the generator's cost is what each scripted call cost, the
+    # same sum on the ingested lines (promptfoo's `cost`)
+    gen_usd = sum(s["cost_usd"] for s in samples)
+    assert len(samples) == 9 and gen_usd > 0
+    assert on_ingest["overall"]["cost_per_case_usd"] == pytest.approx(gen_usd / 3, rel=1e-12)  # no judge yet
+    assert g.generator_cost_usd == pytest.approx(gen_usd, rel=1e-12) == a.generator_cost_usd
+    # the judge: paid once per path, one call for open-1's three identical outputs
+    assert a.judge_cost_usd > 0 and g.judge_cost_usd == pytest.approx(a.judge_cost_usd, rel=1e-12)
+    assert graded.summary.judge_spend_usd == pytest.approx(first.summary.judge_spend_usd, rel=1e-12)
+    assert graded.summary.judge_ledger_usd == pytest.approx(graded.summary.judge_spend_usd, rel=1e-12)
+    # (gen + judge) / 3 cases on every path, measured: ($0.000135 for the 9 generator
+    # calls + $0.000663 for the one judge call) / 3 = $0.000266; the re-grade paid
+    # nothing and says so
+    want = (gen_usd + a.judge_cost_usd) / 3
+    for m in (a, g, r):
+        assert m.cost_per_case_usd == pytest.approx(want, rel=1e-12)
+    assert regraded.summary.judge_spend_usd == 0.0 and r.judge_cache_avoided_usd == pytest.approx(g.judge_cost_usd)

@@ -297,3 +297,223 @@ def test_a_judge_measurably_off_is_a_medium_finding_and_one_within_noise_is_not(
     assert f.level == "MEDIUM" and "more generous than people by 8.0 points" in f.message and "57.0%" in f.message
     assert judged_rate_findings(rates(-0.02, 0.18)) == [] and judged_rate_findings(None) == []
     assert "harsher" in judged_rate_findings(rates(-0.2, -0.01))[0].message
+
+
+# --- the gated case score's judged part, corrected (issue 27) ---------------------------------
+
+def _case_score_suite(tmp_path: Path, extra: dict | None = None) -> Path:
+    """20 judged cases and 4 deterministic ones (a `contains` check), k = 3, capability."""
+    judged = [{"id": f"open-{c:02d}", "input": f"Describe {c}", "expected": {"rubric": "Accurate"}, "tags": ["open"]}
+              for c in range(20)]
+    det = [{"id": f"det-{c}", "input": f"Do {c}", "expected": "done", "tags": ["det"],
+            "checks": [{"kind": "contains", "value": "done"}]} for c in range(4)]
+    return write_suite(tmp_path, cases=judged + det, extra={"k": 3, "cost_cap_usd": 5.0, **(extra or {})})
+
+
+def _case_kind(c: int) -> str:
+    """Judged case c's kind, the same for its 3 samples: c % 5 in 0..2 GOOD (judge and
+    people pass), 3 SLY (the judge passes, people fail), 4 BAD (both fail)."""
+    return ("GOOD", "GOOD", "GOOD", "SLY", "BAD")[c % 5]
+
+
+def _case_score_run(root: Path, suite: Path, kind=_case_kind) -> Path:
+    cases = [json.loads(ln) for ln in (suite / "cases.jsonl").read_text().splitlines()]
+    meta = {"suite": str(suite), "suite_name": "suite", "config": json.loads((suite / "config.json").read_text()),
+            "arms": ["baseline"], "k": 3, "cases": [c["id"] for c in cases], "source": "evalkit"}
+    folder = RunFolder.create(root / "runs", meta)
+    for c in cases:
+        for i in range(3):
+            if c["id"].startswith("det-"):
+                out = "nope" if c["id"] == "det-3" else "done"  # det-3 fails its check, the others pass
+            else:
+                out = f"ANSWER-{kind(int(c['id'][5:]))} case {c['id']} take {i} of {root.name}"
+            folder.append_result(Sample(
+                case_id=c["id"], tags=tuple(c["tags"]), arm="baseline", index=i, seed=7, model="gen-model",
+                output=out, tool_calls=(), finish_reason="stop", usage=Usage(10, 5), latency_ms=100.0,
+                cost_usd=0.00002, request_hash=f"{root.name}{c['id']}{i}"))
+    folder.close()
+    folder.write_summary({"complete": True, "ran": len(cases), "total": len(cases), "reason": None,
+                          "spend_usd": 0.0, "avoided_usd": 0.0, "cap_usd": 5.0, "per_arm": {}, "exit_code": 0},
+                         "# Summary\n")
+    return folder.path
+
+
+def _label_cases(run: Path, suite: Path, case_ids: set[str]) -> None:
+    """People score every judged sample of `case_ids` (the whole cases), nothing else."""
+    items = [it for it in labelling.draw_items(run, 10_000, seed=1) if it["item"].split("/")[0] in case_ids]
+    for it in items:
+        it["score"], it["rater"] = HUMAN[it["output"].split()[0].removeprefix("ANSWER-")], "ana"
+    labelling.write_label_file(items, suite / "judge" / "human-sample.jsonl", force=True)
+
+
+def test_the_gated_case_scores_judged_part_is_corrected_by_whole_labelled_cases_as_ppi_python_does(tmp_path):
+    suite = _case_score_suite(tmp_path, {"judged_estimate": "corrected"})
+    run = _case_score_run(tmp_path, suite)
+    with ScriptedServer(JUDGE) as srv:
+        grade_run(run, judge_base_url=srv.base_url)
+        # cases 0..9 labelled whole (30 samples), and one sample of case 10: case 10 is not labelled
+        _label_cases(run, suite, {f"open-{c:02d}" for c in range(10)})
+        lab = suite / "judge" / "human-sample.jsonl"
+        extra = next(it for it in labelling.draw_items(run, 10_000, seed=1) if it["item"].startswith("open-10/"))
+        extra["score"], extra["rater"] = 5, "ana"
+        labelling.write_label_file([*[json.loads(x) for x in lab.read_text().splitlines()], extra], lab, force=True)
+        res = grade_run(run, judge_base_url=srv.base_url)
+    summary = json.loads((run / GRADES_SUMMARY).read_text())
+    block = summary["judged_rates"]["per_arm"]["baseline"]["gated_case_score"]
+    assert res.summary.judged_rates["per_arm"]["baseline"]["gated_case_score"] == block
+    # By hand. Capability, n = k = 3: a case scores 1 when any sample passes. Judged
+    # stratum (N_j = 20): GOOD and SLY cases pass for the judge, 16 of 20 = 0.8; people
+    # pass the 12 GOOD ones, 0.6. Labelled: cases 0..9 (6 GOOD, 2 SLY, 2 BAD): people
+    # 6/10, the judge 8/10. PPI++: lam * 0.8 + (0.6 - lam * 0.8) = 0.6 whatever lam.
+    # Deterministic stratum (N_d = 4): det-0..2 pass, det-3 fails: 0.75. Judge only:
+    # (3 + 16) / 24 = 0.791667; corrected: (3 + 20 * 0.6) / 24 = 0.625.
+    assert (block["n_cases"], block["n_judged_cases"], block["n_labelled_cases"]) == (24, 20, 10)
+    assert block["judge_only"]["score"] == pytest.approx(19 / 24, abs=1e-12)
+    assert block["judge_only"]["score"] == pytest.approx(summary["per_arm"]["baseline"]["scores"]["gated_case_score"])
+    part = block["judged_part"]
+    assert part["judge_only"]["score"] == pytest.approx(0.8) and part["human"] == {"score": 0.6, "n": 10}
+    cor = part["corrected"]
+    assert cor["score"] == pytest.approx(0.6, abs=1e-12) and (cor["n"], cor["N"]) == (10, 20)
+    # ppi-python on the same case scores: the labelled cases' human and judge scores, the judge's on all 20
+    y = np.array([1.0] * 3 + [0.0, 0.0] + [1.0] * 3 + [0.0, 0.0])  # cases 0..9 for people
+    yh = np.array([1.0] * 4 + [0.0] + [1.0] * 4 + [0.0])  # ... and for the judge
+    yu = np.array([0.0 if c % 5 == 4 else 1.0 for c in range(20)])
+    assert cor["score"] == pytest.approx(float(np.squeeze(ppi_py.ppi_mean_pointestimate(y, yh, yu))), abs=1e-9)
+    low, high = ppi_py.ppi_mean_ci(y, yh, yu, alpha=0.05)
+    assert (cor["clt_low"], cor["clt_high"]) == pytest.approx((float(low[0]), float(high[0])), abs=1e-9)
+    assert cor["adjust"] == 1.0  # 0/1 case scores: the interval takes the add-one cells, as the sample rates do
+    whole = block["corrected"]
+    assert whole["score"] == pytest.approx(0.625, abs=1e-12) and whole["n_deterministic"] == 4
+    # stratified SE: (4/24)^2 x se_d^2 + (20/24)^2 x se_ppi^2, se_d = sd([1,1,1,0]) / 2 = 0.25
+    se = float(np.hypot(4 / 24 * np.std([1, 1, 1, 0], ddof=1) / 2, 20 / 24 * cor["se"]))
+    assert whole["se"] == pytest.approx(se, rel=1e-12)
+    assert (whole["low"], whole["high"]) == pytest.approx((0.625 - 1.959963984540054 * se,
+                                                          0.625 + 1.959963984540054 * se), rel=1e-12)
+    assert whole["low"] < 0.625 < whole["high"]  # ten labelled cases: a wide interval (0.40 to 0.85)
+    from evalkit._cli.grade import summary_lines
+    from evalkit.foundations import fmt
+
+    printed = "\n".join(summary_lines(res.summary, run))
+    assert (f"gated case score (baseline): corrected {fmt.pct_ci(0.625, whole['low'], whole['high'])} "
+            "(judged part PPI++ from n=10 labelled of N=20 judged cases)") in printed
+
+
+def test_the_gate_rests_on_the_corrected_gated_case_score_and_says_so(tmp_path):
+    """Two runs the judge cannot tell apart (the same cases pass for it: 19 of 24), but
+    people pass 4 judged cases of 20 in the current run against 12 in the baseline:
+    with "judged_estimate": "corrected" the gate fails on the corrected gated case
+    score and says what it rested on."""
+    from evalkit.conclusions.gates import accept_baseline, gate
+
+    suite = _case_score_suite(tmp_path, {"judged_estimate": "corrected", "gate": {"on_underpowered": "warn"}})
+    labelled = {f"open-{c:02d}" for c in range(10)}
+    # the current run: GOOD cases with c % 5 in (0, 1) turn SLY (still a pass for the judge)
+    worse = lambda c: "SLY" if c % 5 in (0, 1) else _case_kind(c)  # noqa: E731
+    with ScriptedServer(JUDGE) as srv:
+        base_run = _case_score_run(tmp_path / "a", suite)
+        grade_run(base_run, judge_base_url=srv.base_url)
+        _label_cases(base_run, suite, labelled)
+        grade_run(base_run, judge_base_url=srv.base_url)
+        accept_baseline(base_run, suite)
+        cur_run = _case_score_run(tmp_path / "b", suite, worse)
+        grade_run(cur_run, judge_base_url=srv.base_url)
+        _label_cases(cur_run, suite, labelled)
+        grade_run(cur_run, judge_base_url=srv.base_url)
+        res = gate(cur_run, suite / "baseline.json")
+    cs = json.loads((cur_run / GRADES_SUMMARY).read_text())["judged_rates"]["per_arm"]["baseline"]["gated_case_score"]
+    # by hand: the labelled cases 0..9 pass for people when c % 5 == 2 (2 of 10), for the
+    # judge 8 of 10, all 20: 16; PPI++: lam * 0.8 + (0.2 - lam * 0.8) = 0.2; the whole
+    # score (3 + 20 * 0.2) / 24 = 0.291667 against the baseline's 0.625: -33.3 points
+    assert cs["judged_part"]["corrected"]["score"] == pytest.approx(0.2, abs=1e-12)
+    assert cs["corrected"]["score"] == pytest.approx(7 / 24, abs=1e-12)
+    score = next(c for c in res.checks if c.kind == "score" and c.group == "overall")
+    assert score.change == 0 and not score.failed  # the judge alone sees no change
+    check = next(c for c in res.checks if c.group == "judged:case-score")
+    assert check.baseline == pytest.approx(0.625, abs=1e-12) and check.current == pytest.approx(7 / 24, abs=1e-12)
+    assert check.change == pytest.approx(100 * (7 / 24 - 0.625)) and check.failed and check.p_value < 0.05
+    assert not res.passed and "case score drop" in res.causes
+    assert any(r.startswith("case-score drop judged:case-score") for r in res.reasons)
+    assert any("the gated case score rests on the corrected estimate" in n and "10 labelled of 20 judged cases" in n
+               for n in res.notes)
+    assert "gated case score (corrected)" in res.render()
+
+
+# --- a two-arm verdict resting on the corrected estimate (issue 27) ---------------------------
+
+def _two_arm_kind(arm: str, c: int) -> str:
+    """Each sample's kind, the same for a case's 3 samples. baseline: c % 5 in 0..2 GOOD,
+    3 SLY, 4 BAD; treatment: c % 5 in 0..1 GOOD, 2..4 SLY. The judge passes GOOD and SLY,
+    people GOOD only: for the judge the treatment wins the c % 5 == 4 cases (BAD -> SLY);
+    for people it loses the c % 5 == 2 ones (GOOD -> SLY)."""
+    if arm == "baseline":
+        return ("GOOD", "GOOD", "GOOD", "SLY", "BAD")[c % 5]
+    return ("GOOD", "GOOD", "SLY", "SLY", "SLY")[c % 5]
+
+
+def test_a_verdict_resting_on_the_corrected_estimate_counts_people_where_they_labelled_and_says_so(tmp_path):
+    from evalkit.conclusions.compare import compare_arms
+
+    n_cases = 40
+    cases = [{"id": f"open-{c:02d}", "input": f"Describe {c}", "expected": {"rubric": "Accurate"}, "tags": ["open"]}
+             for c in range(n_cases)]
+    arms = [{"name": "baseline"}, {"name": "treatment"}]
+    suite = write_suite(tmp_path, cases=cases,
+                        extra={"k": 3, "cost_cap_usd": 5.0, "judged_estimate": "corrected", "arms": arms})
+    meta = {"suite": str(suite), "suite_name": "suite", "config": json.loads((suite / "config.json").read_text()),
+            "arms": ["baseline", "treatment"], "k": 3, "cases": [c["id"] for c in cases], "source": "evalkit"}
+    folder = RunFolder.create(tmp_path / "runs", meta)
+    for c in range(n_cases):
+        for arm in ("baseline", "treatment"):
+            for i in range(3):
+                folder.append_result(Sample(
+                    case_id=f"open-{c:02d}", tags=("open",), arm=arm, index=i, seed=7, model="gen-model",
+                    output=f"ANSWER-{_two_arm_kind(arm, c)} case {c} {arm} take {i}", tool_calls=(),
+                    finish_reason="stop", usage=Usage(10, 5), latency_ms=100.0, cost_usd=0.00002,
+                    request_hash=f"{c}{arm}{i}"))
+    folder.close()
+    run = folder.path
+    with ScriptedServer(JUDGE) as srv:
+        grade_run(run, judge_base_url=srv.base_url)
+        judge_only = compare_arms(run, "baseline", "treatment")  # no label yet: nothing to correct with
+        # people label every sample of cases 0..19 in both arms (120 of the 240)
+        items = [it for it in labelling.draw_items(run, 10_000, seed=1) if int(it["item"][5:7]) < 20]
+        for it in items:
+            it["score"], it["rater"] = HUMAN[it["output"].split()[0].removeprefix("ANSWER-")], "ana"
+        labelling.write_label_file(items, suite / "judge" / "human-sample.jsonl")
+        grade_run(run, judge_base_url=srv.base_url)
+    v = compare_arms(run, "baseline", "treatment")
+    # without labels an arm has no corrected rate: inconclusive, naming it (the tally: 8 wins)
+    assert judge_only.kind == "inconclusive" and "arm baseline has 0 fresh human label(s)" in judge_only.reason
+    assert (judge_only.wins, judge_only.losses) == (8, 0)
+    # by hand: cases 0..19 vote by people (c % 5 == 2: a loss, 4 cases), 20..39 by the
+    # judge (c % 5 == 4: a win, 4 cases): 4 wins, 4 losses, 32 ties; sign test p = 1
+    assert (v.wins, v.losses, v.ties) == (4, 4, 32) and v.kind == "no-improvement"
+    assert v.p_value == pytest.approx(1.0)
+    cor = v.judge_checks["corrected"]
+    assert cor["estimate"] == "corrected" and cor["human_votes"] == 120
+    # ppi-python on each arm: the labelled samples' human and judge pass, the judge on all 120
+    lines = {(g["case_id"], g["arm"], g["index"]): g for g in iter_jsonl(run / "grades.jsonl")}
+    z = 1.959963984540054
+    est, se_clt = {}, {}
+    for arm in ("baseline", "treatment"):
+        keys = sorted(k for k in lines if k[1] == arm)
+        lab = [k for k in keys if int(k[0][5:]) < 20]
+        y = np.array([float(_two_arm_kind(arm, int(k[0][5:])) == "GOOD") for k in lab])
+        yh = np.array([float(lines[k]["judge_passed"]) for k in lab])
+        yu = np.array([float(lines[k]["judge_passed"]) for k in keys])
+        est[arm] = float(np.squeeze(ppi_py.ppi_mean_pointestimate(y, yh, yu)))
+        low, high = ppi_py.ppi_mean_ci(y, yh, yu, alpha=0.05)
+        se_clt[arm] = (float(high[0]) - float(low[0])) / (2 * z)
+        assert cor[arm]["corrected"]["rate"] == pytest.approx(est[arm], abs=1e-9)
+    # by hand: baseline, people pass 36 of 60 labelled (0.6), the judge 48 of 60 there and
+    # 96 of 120 in all (0.8 both): 0.6 whatever lam; treatment: people 24 of 60 (0.4), the
+    # judge 120 of 120: 0.4; the difference -0.2
+    assert est["baseline"] == pytest.approx(0.6, abs=1e-12) and est["treatment"] == pytest.approx(0.4, abs=1e-12)
+    d = cor["difference"]
+    assert d["value"] == pytest.approx(est["treatment"] - est["baseline"], abs=1e-9)
+    half = z * float(np.hypot(se_clt["baseline"], se_clt["treatment"]))
+    assert (d["clt_low"], d["clt_high"]) == pytest.approx((d["value"] - half, d["value"] + half), abs=1e-9)
+    assert d["high"] < 0  # people: the treatment is worse, beyond its interval
+    assert "people's labels in place of the judge on 120 labelled sample(s)" in v.reason
+    assert "difference -20.0 points" in v.reason
+    assert "corrected judged pass rate difference -20.0 points" in v.render()

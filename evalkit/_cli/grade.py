@@ -295,6 +295,15 @@ def summary_lines(s: GradesSummary, run_path: Path) -> list[str]:
             )
         else:
             lines.append(f"judged sample pass rate: {judge_only} (no corrected rate: fewer than 2 labels)")
+    for arm, blocks in ((s.judged_rates or {}).get("per_arm") or {}).items():
+        cs = blocks.get("gated_case_score") or {}
+        cc = cs.get("corrected")
+        if cc:
+            lines.append(
+                f"gated case score ({arm}): corrected {fmt.pct_ci(cc['score'], cc['low'], cc['high'])} "
+                f"(judged part PPI++ from n={cc['n']} labelled of N={cc['N']} judged cases); "
+                f"judge only {fmt.pct(cs['judge_only']['score'])}"
+            )
     for version, c in ((s.judge_consistency or {}).get("per_version") or {}).items():
         lines.append(
             f"judge {version} consistency: {c['n_items']} item(s) asked {c['repeats']} times, flip rate "

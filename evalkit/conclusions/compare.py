@@ -148,8 +148,12 @@ def direct_verdict(
     """`verdicts.two_arm_verdict` over pass/fail, saying when held judged results (an
     untrusted judge) kept cases from voting."""
     run = as_run(run)
-    v = V.two_arm_verdict(run, baseline, treatment, alpha=alpha, plan=plan)
     summary = grades_summary(run)
+    cfg = run.config.get("config")
+    corrected = isinstance(cfg, dict) and cfg.get("judged_estimate") == "corrected"
+    rates = summary.get("judged_rates") if isinstance(summary.get("judged_rates"), dict) else None
+    overrides = _human_overrides(rates, (baseline, treatment)) if corrected else {}
+    v = V.two_arm_verdict(run, baseline, treatment, alpha=alpha, plan=plan, overrides=overrides)
     trusted, why, opted = _trust_reason(summary)
     g = run.grades
     held = 0
@@ -166,7 +170,71 @@ def direct_verdict(
     judged = bool(summary.get("judge"))
     checks: dict[str, Any] = {"judged": judged, "trusted": trusted if judged else None}
     checks |= {"trust": why if judged else None, "opt_out": opted, "held_samples": held}
+    if corrected and rates is not None:
+        v, checks = _rest_on_corrected(v, checks, rates, baseline, treatment, len(overrides))
     return replace(v, judge="direct", judge_checks=checks)
+
+
+def _human_overrides(rates: dict[str, Any] | None, arms: tuple[str, str]) -> dict[tuple[str, str, int], bool]:
+    """(case, arm, index) -> people's pass/fail for the labelled judged samples of `arms`
+    (`judged_rates.human_pass` of the grading)."""
+    out: dict[tuple[str, str, int], bool] = {}
+    for item, ok in ((rates or {}).get("human_pass") or {}).items():
+        case, arm, index = str(item).rsplit("/", 2)
+        if arm in arms:
+            out[(case, arm, int(index))] = bool(ok)
+    return out
+
+
+def _rest_on_corrected(
+    v: Verdict, checks: dict[str, Any], rates: dict[str, Any], baseline: str, treatment: str, n_human: int
+) -> tuple[Verdict, dict[str, Any]]:
+    """`"judged_estimate": "corrected"`: the sign test's votes counted people's verdict
+    in place of the judge's on every labelled judged sample (`_human_overrides`); beside
+    it, each arm's corrected judged sample pass rate (`grading.judged_rates`, PPI++) and
+    their difference (`metrics.corrected_rate_difference`). An arm with judged samples
+    but fewer than 2 labels has no corrected rate: the verdict is inconclusive, naming
+    it, as the gate reads no rate then.
+
+    References: Dixon & Mood 1946 (sign test); Angelopoulos et al. 2023, Science 382
+    (PPI); Angelopoulos, Duchi & Zrnic 2023, arXiv:2311.01453 (PPI++)."""
+    from evalkit.numbers.metrics import corrected_rate_difference  # lazy: the metrics import scipy
+
+    per_arm = rates.get("per_arm") or {}
+    blocks = {a: (per_arm.get(a) or {}).get("overall") for a in (baseline, treatment)}
+    block: dict[str, Any] = {"estimate": "corrected", "human_votes": n_human, "difference": None}
+    for a, b in blocks.items():
+        if isinstance(b, dict):
+            block[a] = {"judge_only": b["judge_only"]["rate"], "corrected": b.get("corrected")}
+    missing = [a for a, b in blocks.items() if isinstance(b, dict) and not b.get("corrected")]
+    reason = v.reason
+    if missing:
+        n = {a: ((blocks[a] or {}).get("human") or {}).get("n", 0) for a in missing}
+        why = ", ".join(f"arm {a} has {n[a]} fresh human label(s)" for a in missing)
+        v = replace(
+            v,
+            kind="inconclusive",
+            reason=f'judged_estimate is "corrected" but {why} on its judged samples (at least 2 needed): label '
+            f"some (`evalkit judge sample RUN -n 40`) and grade again (the tally would say: {reason})",
+        )
+    elif all(isinstance(b, dict) for b in blocks.values()):
+        bb, bt = _as_block(blocks[baseline]), _as_block(blocks[treatment])
+        d = corrected_rate_difference(bb["corrected"], bt["corrected"])
+        block["difference"] = d
+        v = replace(
+            v,
+            reason=f"{reason}; votes count people's labels in place of the judge on {n_human} labelled sample(s); "
+            f"corrected judged pass rate {100 * bt['corrected']['rate']:.1f}% vs {100 * bb['corrected']['rate']:.1f}%, "
+            f"difference {100 * d['value']:+.1f} points [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}] (PPI++)",
+        )
+    else:
+        v = replace(v, reason=f"{reason}; votes count people's labels in place of the judge on {n_human} sample(s)")
+    return v, {**checks, "corrected": block}
+
+
+def _as_block(b: Any) -> dict[str, Any]:
+    """A judged-rate block read from `grades-summary.json` (a JSON object)."""
+    return b if isinstance(b, dict) else {}
 
 
 def compare_arms(

@@ -445,48 +445,118 @@ def _judged_check(
         f"{100 * c['rate']:.1f}% [{100 * c['low']:.1f}, {100 * c['high']:.1f}], the judge alone "
         f"{100 * cur['judge_only']['rate']:.1f}%"
     ]
+    checks: list[GateCheck] = []
+    reasons = list(result.reasons)
     base = _arm_judged(baseline.run, baseline.arm)
     if base is None:
         notes.append("the baseline run records no judged rate: the corrected rate is shown, not compared")
-        return replace(result, notes=result.notes + tuple(notes))
-    (rc, sc, _), (rb, sb, kind_b) = _rate_and_se(cur), _rate_and_se(base)
+    else:
+        (rc, sc, _), (rb, sb, kind_b) = _rate_and_se(cur), _rate_and_se(base)
+        check, why = _z_check("judged:corrected", int(c["N"]), (rb, sb), (rc, sc), t)
+        checks.append(check)
+        if check.failed:
+            reasons.append(
+                f"case-score drop judged:corrected: {check.change:+.1f} points in the corrected judged sample pass "
+                f"rate against the baseline's {kind_b} one (beyond {t.max_success_drop_points:g} points) "
+                f"(p = {check.p_value:.3g})"
+            )
+        elif why:
+            notes.append(f"corrected judged rate: {why}")
+    case_check, case_reason, case_notes = _judged_case_score_check(run, arm, baseline, t)
+    checks += [case_check] if case_check else []
+    reasons += [case_reason] if case_reason else []
+    notes += case_notes
+    return replace(
+        result,
+        passed=not reasons,
+        reasons=tuple(reasons),
+        checks=result.checks + tuple(checks),
+        notes=result.notes + tuple(notes),
+    )
+
+
+def _z_check(
+    group: str, n: int, base: tuple[float, float], cur: tuple[float, float], t: GateThresholds
+) -> tuple[GateCheck, str | None]:
+    """A gate check of a corrected judged quantity (a rate or a score in [0, 1], with
+    its SE) against the baseline's: a drop beyond `max_success_drop_points` fails when
+    a one-sided z-test on the two SEs also calls it beyond noise at `alpha` (outside
+    the Holm family of the case checks). Returns the check and, for a breach within
+    noise, the sentence saying so."""
+    (rb, sb), (rc, sc) = base, cur
     change = 100 * (rc - rb)
     se = 100 * math.hypot(sc, sb)
     # one-sided: P(Z <= change / se), the normal lower tail (a drop is negative)
     p = 0.5 * math.erfc(-change / se / math.sqrt(2)) if se > 0 else (0.0 if change < 0 else 1.0)
     exceeded = -change > t.max_success_drop_points + 1e-9
     failed = exceeded and p <= t.alpha
-    check = GateCheck(
-        "judged",
-        "judged:corrected",
-        int(c["N"]),
-        rb,
-        rc,
-        change,
-        t.max_success_drop_points,
-        exceeded,
-        p,
-        p,
-        failed,
-    )
-    reasons = list(result.reasons)
-    if failed:
-        reasons.append(
-            f"case-score drop judged:corrected: {change:+.1f} points in the corrected judged sample pass rate "
-            f"against the baseline's {kind_b} one (beyond {t.max_success_drop_points:g} points) (p = {p:.3g})"
+    check = GateCheck("judged", group, n, rb, rc, change, t.max_success_drop_points, exceeded, p, p, failed)
+    why = None
+    if exceeded and not failed:
+        why = (
+            f"change {change:+.1f} points breaches {t.max_success_drop_points:g} but is within its interval's "
+            f"noise (p = {p:.3g} > {t.alpha:g})"
         )
-    elif exceeded:
-        notes.append(
-            f"corrected judged rate: change {change:+.1f} points breaches {t.max_success_drop_points:g} but is within "
-            f"its interval's noise (p = {p:.3g} > {t.alpha:g})"
+    return check, why
+
+
+def _arm_case_score(run_path: Path | str | None, arm: str | None) -> dict[str, Any] | None:
+    """The corrected gated case score block of `arm` in a run's `grades-summary.json`
+    (`grading.judged_case_score`), None when it has none."""
+    if not run_path or not Path(run_path).is_dir():
+        return None
+    gs = grades_summary(run_path)
+    jr = gs.judged_rates if gs is not None else None
+    block = ((jr or {}).get("per_arm") or {}).get(arm or "")
+    cs = block.get("gated_case_score") if isinstance(block, dict) else None
+    return cs if isinstance(cs, dict) else None
+
+
+def _judged_case_score_check(
+    run: Run, arm: str | None, baseline: Baseline, t: GateThresholds
+) -> tuple[GateCheck | None, str | None, list[str]]:
+    """`"judged_estimate": "corrected"`: the gated case score with its judged part
+    corrected (`metrics.corrected_gated_case_score`) against the baseline's (its
+    corrected one, else its judge-only one, else the baseline file's), by `_z_check`.
+    Without enough whole labelled cases the note says the case checks rest on the
+    judge. Returns the check, the failure reason and the notes."""
+    cur = _arm_case_score(run.path, arm)
+    if cur is None:
+        return None, None, []
+    cor = cur.get("corrected")
+    if not cor:
+        return (
+            None,
+            None,
+            [
+                f"the gated case score's judged part has {cur['n_labelled_cases']} labelled case(s) of "
+                f"{cur['n_judged_cases']} (at least 2 needed; a case is labelled when people scored all its judged "
+                "samples): the case-score checks rest on the judge alone"
+            ],
         )
-    return replace(
-        result,
-        passed=not reasons,
-        reasons=tuple(reasons),
-        checks=result.checks + (check,),
-        notes=result.notes + tuple(notes),
-    )
+    notes = [
+        f"the gated case score rests on the corrected estimate (its judged part PPI++ from {cor['n']} labelled "
+        f"of {cor['N']} judged cases): {100 * cor['score']:.1f}% [{100 * cor['low']:.1f}, {100 * cor['high']:.1f}], "
+        f"the judge alone {100 * cur['judge_only']['score']:.1f}%"
+    ]
+    base = _arm_case_score(baseline.run, baseline.arm)
+    if base is not None and base.get("corrected"):
+        rb, sb, kind = float(base["corrected"]["score"]), float(base["corrected"]["se"]), "corrected"
+    elif base is not None:
+        rb, sb, kind = float(base["judge_only"]["score"]), float(base["judge_only"]["se"] or 0.0), "judge-only"
+    else:
+        rb, sb, kind = baseline.gated_case_score, float(baseline.gated_case_score_se or 0.0), "accepted"
+    check, why = _z_check("judged:case-score", int(cur["n_cases"]), (rb, sb), (cor["score"], cor["se"]), t)
+    reason = None
+    if check.failed:
+        reason = (
+            f"case-score drop judged:case-score: {check.change:+.1f} points in the gated case score with its judged "
+            f"part corrected against the baseline's {kind} one (beyond {t.max_success_drop_points:g} points) "
+            f"(p = {check.p_value:.3g})"
+        )
+    elif why:
+        notes.append(f"corrected gated case score: {why}")
+    return check, reason, notes
 
 
 def _judge_held(run: Run, arm: str | None) -> str | None:

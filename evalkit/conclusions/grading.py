@@ -427,6 +427,44 @@ def _judge_client(config: Any, endpoint: Endpoint, ledger: Ledger, cache: Respon
     )
 
 
+@dataclass
+class _JudgeSession:
+    """What every judge pass of a grade (`_judge_all`, `_judge_repeats`) calls through:
+    the run's ledger resumed under the cap, the judge cache, the judge's client on
+    both, and the semaphore of the config's concurrency."""
+
+    ledger: Ledger
+    cache: ResponseCache
+    client: Any
+    sem: asyncio.Semaphore
+    spent_before: float
+
+    @classmethod
+    def open(cls, config: Any, endpoint: Endpoint, run: Path, cap: float, scope: str) -> _JudgeSession:
+        ledger = Ledger.resume(cap, run / LEDGER)
+        # batch=1: each judge answer is committed before it is used, so a grade killed
+        # mid-way never pays twice for a judge key (the cache is its only record).
+        cache = ResponseCache(run / JUDGE_CACHE, batch=1, scope=scope)
+        client = _judge_client(config, endpoint, ledger, cache)
+        return cls(ledger, cache, client, asyncio.Semaphore(max(1, config.concurrency)), ledger.committed_usd)
+
+    def causes(self) -> list[str]:
+        """Why no further judge call may go out, after the watch's cause: a dead or
+        endlessly rate-limiting endpoint, a judge cache that can no longer store what is
+        paid for (a full disk: the cache is a judge answer's only record, so an answer
+        paid now would be paid again on resume), then the cap."""
+        causes = [c for c in (self.client.unreachable, self.client.rate_limited_out) if c]
+        if self.cache.write_error is not None:
+            causes.append(str(self.cache.write_error))
+        if self.ledger.refusals:
+            causes.append("budget exhausted")
+        return causes
+
+    def close(self) -> None:
+        self.ledger.close()
+        self.cache.close()
+
+
 async def _judge_all(
     suite: Suite,
     files: JudgeFiles,
@@ -440,24 +478,16 @@ async def _judge_all(
     batch: Any = None,
 ) -> tuple[dict[Key, JudgeScore], list[PairOutcome], dict[str, Any]]:
     config = suite.config
-    ledger = Ledger.resume(cap, run / LEDGER)
-    # batch=1: each judge answer is committed before it is used, so a grade killed
-    # mid-way never pays twice for a judge key (the cache is its only record).
-    cache = ResponseCache(run / JUDGE_CACHE, batch=1, scope=scope)
-    spent_before = ledger.committed_usd
-    client = _judge_client(config, endpoint, ledger, cache)
-    sem = asyncio.Semaphore(max(1, config.concurrency))
+    session = _JudgeSession.open(config, endpoint, run, cap, scope)
+    ledger, cache, client, sem = session.ledger, session.cache, session.client, session.sem
+    spent_before = session.spent_before
     scores: dict[Key, JudgeScore] = {}
     stopped: list[str] = []  # the watch's reason once it reported: no judge call after it
 
     def halted() -> list[str]:
         """Why no further judge call may go out, as the runner says it: the watch's cause
-        first, then a dead or endlessly rate-limiting endpoint, then the cap."""
-        causes = [stopped[0].partition("\n")[0]] if stopped else []
-        causes += [c for c in (client.unreachable, client.rate_limited_out) if c]
-        if ledger.refusals:
-            causes.append("budget exhausted")
-        return causes
+        first, then the session's (`_JudgeSession.causes`)."""
+        return ([stopped[0].partition("\n")[0]] if stopped else []) + session.causes()
 
     def should_stop() -> str | None:
         if not stopped and watch is not None:
@@ -541,8 +571,7 @@ async def _judge_all(
                 stats["stop_detail"] = detail.strip("\n")
         elif batched is not None and batched.causes:
             stats["stop_reason"] = "; ".join(batched.causes)
-        ledger.close()
-        cache.close()
+        session.close()
     return scores, outcomes, stats
 
 
@@ -563,25 +592,19 @@ async def _judge_repeats(
     replays them at $0), as online calls even when the grading used `--batch`. Returns
     each item's extra scores and what they cost."""
     config = suite.config
-    ledger = Ledger.resume(cap, run / LEDGER)
-    cache = ResponseCache(run / JUDGE_CACHE, batch=1, scope=scope)
-    spent_before = ledger.committed_usd
-    client = _judge_client(config, endpoint, ledger, cache)
-    sem = asyncio.Semaphore(max(1, config.concurrency))
+    session = _JudgeSession.open(config, endpoint, run, cap, scope)
     out: dict[Key, list[JudgeScore]] = {}
     base_seed = config.seed or 0
 
     def should_stop() -> str | None:
         reason = watch() if watch is not None else None
-        causes = [c for c in (reason, client.unreachable, client.rate_limited_out) if c]
-        if ledger.refusals:
-            causes.append("budget exhausted")
+        causes = ([reason] if reason else []) + session.causes()
         return str(causes[0]) if causes else None
 
     async def one(case: Case, s: Sample, r: int) -> tuple[Key, int, JudgeScore]:
-        async with sem:
+        async with session.sem:
             js = await judge_direct(
-                client,
+                session.client,
                 files,
                 case,
                 s.output,
@@ -595,10 +618,9 @@ async def _judge_repeats(
     try:
         done = await asyncio.gather(*(one(c, s, r) for c, s in todo for r in range(1, repeats)))
     finally:
-        await client.aclose()
-        spent = ledger.committed_usd - spent_before
-        ledger.close()
-        cache.close()
+        await session.client.aclose()
+        spent = session.ledger.committed_usd - session.spent_before
+        session.close()
     for key, _, js in sorted(done, key=lambda t: (t[0], t[1])):
         out.setdefault(key, []).append(js)
     return out, spent
@@ -922,7 +944,10 @@ def grade_run(
         findings += [Finding(cast(Level, level), message) for level, message in bias.findings]
         pw = pairwise_summary(outcomes, pairwise, bias)
     run_errors = {(str(e["case_id"]), str(e["arm"]), int(e["index"])) for e in RunFolder(run).errors()}
-    rates = judged_rates(grades, cases, case_table(run), human_scores(match), config.judged_estimate)
+    k_run = int(meta.get("k") or max((i + 1 for _, _, i in expected), default=0))
+    rates = judged_rates(
+        grades, cases, case_table(run), human_scores(match), config.judged_estimate, expected=expected, k=k_run
+    )
     findings += judged_rate_findings(rates)
     summary = summarize(
         meta,
@@ -1439,7 +1464,13 @@ def pairwise_summary(outcomes: Sequence[PairOutcome], arms: tuple[str, str], bia
 
 
 def judged_rates(
-    grades: Sequence[Grade], cases: dict[str, Case], table: CaseTable, human: dict[str, int], estimate: str = "judge"
+    grades: Sequence[Grade],
+    cases: dict[str, Case],
+    table: CaseTable,
+    human: dict[str, int],
+    estimate: str = "judge",
+    expected: set[Key] | None = None,
+    k: int | None = None,
 ) -> dict[str, Any] | None:
     """`grades-summary.json`'s `judged_rates`: for the judged samples (a judged case's
     samples the judge scored), overall and per arm, per set and per tag, the judge-only
@@ -1452,12 +1483,18 @@ def judged_rates(
     person's score pass (several raters: the lower median of their scores). `human`: item id -> a
     person's score (`human_scores`). `estimate` ("judge" or "corrected", the config's
     `judged_estimate`) says which one verdicts and the gate rest on. None: no judged
-    sample.
+    sample. `human_pass`: item id -> whether the sample passes for people (its checks
+    and the person's score), for every labelled judged sample: what a verdict resting on
+    the corrected estimate counts in place of the judge (`compare.direct_verdict`).
+    Given the run's `expected` keys and `k`, each arm also carries
+    `gated_case_score`: the gated case score with its judged part corrected
+    (`judged_case_score`, `metrics.corrected_gated_case_score`).
 
     References: Angelopoulos et al. 2023 (Science); Angelopoulos, Duchi & Zrnic 2023 (PPI++).
     """
     rows_by_id = table.by_id()
     rows: list[metrics.JudgedRow] = []
+    human_pass: dict[str, bool] = {}
     for g in grades:
         case = cases.get(g.case_id)
         if case is None or not case.judged or g.judge_passed is None or g.judge_score is None:
@@ -1465,6 +1502,8 @@ def judged_rates(
         det_ok = all(c.passed for c in g.checks if c.name != "judge")
         row = rows_by_id.get(g.case_id)
         hs = human.get(item_id(g.case_id, g.arm, g.index))
+        if hs is not None:
+            human_pass[item_id(g.case_id, g.arm, g.index)] = det_ok and hs >= case.judge_threshold
         rows.append(
             metrics.JudgedRow(
                 g.arm,
@@ -1490,6 +1529,10 @@ def judged_rates(
                 for t in sorted({t for r in ra for t in r.tags})
             },
         }
+        if expected is not None and k:
+            block = judged_case_score(arm, grades, cases, table, human, expected, k)
+            if block is not None:
+                per_arm[arm]["gated_case_score"] = block
     return {
         "estimate": estimate,
         "n_labelled": sum(1 for r in rows if r.human_pass is not None),
@@ -1498,7 +1541,67 @@ def judged_rates(
         "adjust": metrics.PPI_ADJUST,
         "overall": metrics.judged_rate_block(rows, estimate),
         "per_arm": per_arm,
+        "human_pass": dict(sorted(human_pass.items())),
     }
+
+
+def judged_case_score(
+    arm: str,
+    grades: Sequence[Grade],
+    cases: dict[str, Case],
+    table: CaseTable,
+    human: dict[str, int],
+    expected: set[Key],
+    k: int,
+) -> dict[str, Any] | None:
+    """`metrics.corrected_gated_case_score` of one arm: each case over the samples the
+    run planned for it (a missing or ungraded sample fails for the judge and for
+    people, as `arm_scores` counts it), its set as the run saw it. A judge-scored
+    sample passes for the judge when its checks and the judge's score pass (whether or
+    not the judge is trusted), for people when the same checks and the person's score
+    pass; a judged case is labelled when people scored every one of its judge-scored
+    samples (and it has at least one)."""
+    rows = table.by_id()
+    by_key = {(g.case_id, g.arm, g.index): g for g in grades}
+    n: dict[str, int] = {}
+    c_judge: dict[str, int] = {}
+    c_human: dict[str, int] = {}
+    scored: dict[str, int] = {}
+    unlabelled: set[str] = set()
+    for key in sorted(e for e in expected if e[1] == arm):
+        cid = key[0]
+        n[cid] = n.get(cid, 0) + 1
+        g = by_key.get(key)
+        case = cases.get(cid)
+        if g is None:
+            continue
+        if case is not None and case.judged and g.judge_passed is not None and g.judge_score is not None:
+            det_ok = all(c.passed for c in g.checks if c.name != "judge")
+            c_judge[cid] = c_judge.get(cid, 0) + int(det_ok and bool(g.judge_passed))
+            scored[cid] = scored.get(cid, 0) + 1
+            hs = human.get(item_id(*key))
+            if hs is None:
+                unlabelled.add(cid)
+            else:
+                c_human[cid] = c_human.get(cid, 0) + int(det_ok and hs >= case.judge_threshold)
+        elif g.passed:
+            c_judge[cid] = c_judge.get(cid, 0) + 1
+            c_human[cid] = c_human.get(cid, 0) + 1
+    entries = []
+    for cid in sorted(n):
+        case = cases.get(cid)
+        judged = bool(case is not None and case.judged)
+        labelled = judged and scored.get(cid, 0) > 0 and cid not in unlabelled
+        entries.append(
+            metrics.JudgedCase(
+                rows[cid].set if cid in rows else (case.set if case is not None else "capability"),
+                n[cid],
+                c_judge.get(cid, 0),
+                c_human.get(cid, 0) if labelled else None,
+                judged,
+            )
+        )
+    return metrics.corrected_gated_case_score(entries, k)
 
 
 def judged_rate_findings(rates: dict[str, Any] | None) -> list[Finding]:

@@ -16,6 +16,7 @@ McPherson & Rowe 1969 (the sequential sign test).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -149,11 +150,15 @@ class PairedTrial:
     problem: str | None = None
 
 
-def paired_trials(run: Run | str | Path, baseline: str, treatment: str) -> list[PairedTrial]:
+def paired_trials(
+    run: Run | str | Path, baseline: str, treatment: str, overrides: Mapping[tuple[str, str, int], bool] | None = None
+) -> list[PairedTrial]:
     """Every paired trial of two arms of a graded run, in the run's case order: each
     planned case and index (k of them per case), and any other index a sample or an
     error names. A trial with an errored, missing or ungraded sample is `errored` and
-    says why: no data is never a win, a loss or a tie."""
+    says why: no data is never a win, a loss or a tie. `overrides`: (case, arm, index)
+    -> pass/fail that replaces a graded sample's own (people's verdict on a labelled
+    judged sample, `compare.direct_verdict` with the corrected estimate)."""
     # lazy: pandas only where a run is read (`evalkit verdict` on a tally stays light)
     from evalkit.suites.runload import as_run, case_order, grade_values, passed_value, require_graded
 
@@ -191,6 +196,8 @@ def paired_trials(run: Run | str | Path, baseline: str, treatment: str) -> list[
                     continue
                 g = grades.get(key)
                 status[arm] = ok = None if g is None else passed_value(g[0])
+                if g is not None and overrides and key in overrides:
+                    status[arm] = ok = bool(overrides[key])
                 if ok is None:
                     held = g[2] if g is not None and len(g) > 2 else None
                     why = "not graded" if g is None else f"ungraded ({_said(g[1]) or _said(held) or 'grader error'})"
@@ -223,7 +230,13 @@ def check_two_arms(run: Run, baseline: str, treatment: str) -> None:
 
 
 def two_arm_verdict(
-    run: Run | str | Path, baseline: str, treatment: str, *, alpha: float = 0.05, plan: Plan | None = None
+    run: Run | str | Path,
+    baseline: str,
+    treatment: str,
+    *,
+    alpha: float = 0.05,
+    plan: Plan | None = None,
+    overrides: Mapping[tuple[str, str, int], bool] | None = None,
 ) -> Verdict:
     """Compare two arms of one graded run.
 
@@ -237,7 +250,7 @@ def two_arm_verdict(
     once in `errored`, and the p-value is then on the clean votes only. The clustered paired difference of
     all trials (Miller 2024) is attached. With a `plan`, the run is checked against it,
     and a sequential plan runs `stats.SequentialSignTest` over the case votes in the
-    run's case order.
+    run's case order. `overrides` replace graded samples' pass/fail (`paired_trials`).
 
     References: Dixon & Mood 1946 (sign test); Miller 2024, arXiv:2411.00640 (clustered
     paired differences).
@@ -247,7 +260,7 @@ def two_arm_verdict(
 
     run = as_run(run)
     check_two_arms(run, baseline, treatment)
-    trials = paired_trials(run, baseline, treatment)
+    trials = paired_trials(run, baseline, treatment, overrides)
     problems = [f"{t.case_id}#{t.index}: {t.problem}" for t in trials if t.problem]
     problem_cases = {t.case_id for t in trials if t.problem}
     outcome_by_case: dict[str, list[int]] = defaultdict(list)

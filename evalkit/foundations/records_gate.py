@@ -37,6 +37,15 @@ def judge_line(judge: str, checks: dict[str, Any] | None) -> str:
         text += ", and the direct judge: " + ("trusted" if c.get("trusted") else "NOT trusted, judged results held")
         if c.get("opt_out"):
             text += " by opt-out (uncalibrated)"
+    cor = c.get("corrected") if isinstance(c.get("corrected"), dict) else None
+    if cor is not None:  # judged_estimate "corrected" (evalkit.conclusions.compare._rest_on_corrected)
+        text += f"; people's labels in place of the judge on {cor.get('human_votes', 0)} labelled sample(s)"
+        d = cor.get("difference")
+        if isinstance(d, dict):
+            text += (
+                f"; corrected judged pass rate difference {100 * d['value']:+.1f} points "
+                f"[{100 * d['low']:+.1f}, {100 * d['high']:+.1f}] (PPI++ per arm)"
+            )
     return text + ")"
 
 
@@ -392,8 +401,11 @@ class GateCheck:
 
     @property
     def label(self) -> str:
-        """`case score overall`, `case score tag:x`, `cost per case`, `judged sample pass rate (corrected)`."""
+        """`case score overall`, `case score tag:x`, `cost per case`, `judged sample pass rate (corrected)`,
+        `gated case score (corrected)`."""
         if self.kind == "judged":
+            if self.group == "judged:case-score":
+                return "gated case score (corrected)"
             return "judged sample pass rate (corrected)"
         return f"case score {self.group}" if self.kind == "score" else "cost per case"
 

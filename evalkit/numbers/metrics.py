@@ -22,6 +22,10 @@ here, once, and named for what it is (docs/formats.md, "Metrics").
 * **judged sample pass rate**: over the judged samples the judge scored, the share that
   pass (checks and judge); given two ways (`judged_rate_block`): the judge's own, and
   corrected by the human labels (PPI++) where people labelled some of them.
+* **corrected gated case score** (`corrected_gated_case_score`): the gated case score
+  with its judged part (the judged cases' mean case score) corrected by the human
+  labels (PPI++ over cases), where people labelled every judged sample of at least
+  `PPI_MIN_LABELS` judged cases.
 * **paid** and **cache avoided**: what was paid for those samples (generator + judge)
   and what the cache saved, shown beside the costs. (A run's `spend_usd` in
   `summary.json` is the ledger's total, errored calls included.)
@@ -255,3 +259,141 @@ def judged_rate_block(rows: Sequence[JudgedRow], estimate: str) -> dict[str, Any
         }
         out["bias"] = {"value": e.bias, "low": e.bias_low, "high": e.bias_high, "n": e.n}
     return out
+
+
+# The SD of one case's score is at most 1/2 (a score lies in [0, 1]): the SE a stratum
+# of one deterministic case is given in the corrected gated case score, where its own
+# spread cannot be estimated.
+MAX_CASE_SCORE_SD = 0.5
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+@dataclass(frozen=True)
+class JudgedCase:
+    """One case of an arm as the corrected gated case score sees it: its set, the
+    samples the run planned for it (`n`), the passes the judge's verdicts give it
+    (`c_judge`, with the deterministic checks) and, when people labelled every one of
+    its judge-scored samples, the passes their scores give it (`c_human`, None: not
+    labelled); `judged`: a judged case (else its score holds no judge and is exact)."""
+
+    set: str
+    n: int
+    c_judge: int
+    c_human: int | None
+    judged: bool
+
+
+def corrected_gated_case_score(cases: Sequence[JudgedCase], k: int) -> dict[str, Any] | None:
+    """The gated case score of one arm with its **judged part corrected** by the human
+    labels. The gated cases fall in two strata fixed by the suite: deterministic cases,
+    whose case scores hold no judge, and judged cases, whose case scores come from the
+    judge's verdicts. The judged stratum's mean is estimated by PPI++ over cases
+    (`stats.ppi_mean`): the judge's case score on all N judged cases, corrected by the
+    judge-minus-human case score on the n *labelled* cases (a case is labelled when
+    people scored every one of its judge-scored samples; its human case score counts the
+    samples whose checks and human score pass). With `adjust=PPI_ADJUST` when every case
+    score is 0 or 1 (n = k: pass@k and pass^k are then 0/1), else 0 (plain PPI++).
+    The whole score is the stratified mean (N_d deterministic, N_j judged, N_g gated):
+    (sum of the deterministic scores + N_j * theta) / N_g, with SE
+    sqrt((N_d/N_g)^2 se_d^2 + (N_j/N_g)^2 se_ppi^2), se_d the deterministic stratum's SE
+    across its cases (`MAX_CASE_SCORE_SD` for a stratum of one), and a 95% normal
+    interval. `judge_only` is the plain gated case score (`gated_case_score`, SE across
+    cases). None when the arm has no gated judged case; `corrected` None with fewer than
+    `PPI_MIN_LABELS` labelled judged cases.
+
+    References: Angelopoulos et al. 2023, Science 382 (PPI); Angelopoulos, Duchi & Zrnic
+    2023, arXiv:2311.01453 (PPI++); Cochran 1977, Sampling Techniques, ch. 5 (the
+    stratified mean and its variance).
+    """
+    gated = [c for c in cases if set_gate(c.set) != NO_GATE]
+    judged = [c for c in gated if c.judged]
+    if not judged:
+        return None
+
+    def score(c: JudgedCase, passes: int) -> float:
+        return case_score(c.set, max(c.n, k), passes, k)
+
+    z = 1.959963984540054  # the 97.5% normal quantile
+    every = stats.mean_and_se([score(c, c.c_judge) for c in gated])
+    yhat_all = [score(c, c.c_judge) for c in judged]
+    part = stats.mean_and_se(yhat_all)
+    labelled = [c for c in judged if c.c_human is not None]
+    y = [score(c, int(c.c_human)) for c in labelled if c.c_human is not None]
+    out: dict[str, Any] = {
+        "n_cases": len(gated),
+        "n_judged_cases": len(judged),
+        "n_labelled_cases": len(labelled),
+        "judge_only": {"score": every.value, "se": _finite(every.se), "N": len(gated)},
+        "judged_part": {
+            "judge_only": {"score": part.value, "se": _finite(part.se), "N": len(judged)},
+            "human": {"score": math.fsum(y) / len(y) if y else None, "n": len(y)},
+            "corrected": None,
+        },
+        "corrected": None,
+    }
+    if len(labelled) < PPI_MIN_LABELS:
+        return out
+    yhat = [score(c, c.c_judge) for c in labelled]
+    binary = all(v in (0.0, 1.0) for v in (*y, *yhat_all))
+    adjust = PPI_ADJUST if binary else 0.0
+    e = stats.ppi_mean(y, yhat, yhat_all, adjust=adjust)
+    out["judged_part"]["corrected"] = {
+        "score": e.value,
+        "n": e.n,
+        "N": e.N,
+        "low": e.low,
+        "high": e.high,
+        "se": e.se,
+        "lam": e.lam,
+        "adjust": e.adjust,
+        "clt_low": e.clt_low,
+        "clt_high": e.clt_high,
+        "method": "ppi++",
+    }
+    det = [score(c, c.c_judge) for c in gated if not c.judged]
+    n_g, n_d, n_j = len(gated), len(det), len(judged)
+    se_d = (stats.mean_and_se(det).se if n_d > 1 else MAX_CASE_SCORE_SD) if det else 0.0
+    value = (math.fsum(det) + n_j * e.value) / n_g
+    se = math.hypot(n_d / n_g * se_d, n_j / n_g * e.se)
+    out["corrected"] = {
+        "score": value,
+        "se": se,
+        "low": value - z * se,
+        "high": value + z * se,
+        "n": e.n,
+        "N": e.N,
+        "n_deterministic": n_d,
+        "method": "ppi++ on the judged cases, stratified",
+    }
+    return out
+
+
+def corrected_rate_difference(baseline: dict[str, Any], treatment: dict[str, Any]) -> dict[str, Any]:
+    """Treatment minus baseline of two arms' corrected judged sample pass rates (the
+    `corrected` parts of `judged_rate_block`), with a 95% normal interval of SE
+    sqrt(se_b^2 + se_t^2): each arm's PPI++ estimate is computed on its own samples and
+    labels, and the covariance the two arms' shared cases give them is left out; it is
+    positive when a case that is hard for one arm is hard for the other, so the interval
+    is conservative then. `clt_low`..`clt_high` is the same from the arms' plain CLT
+    intervals (ppi-python's `ppi_mean_ci` on each arm), `low`..`high` from the intervals
+    evalkit reports.
+
+    References: Angelopoulos et al. 2023, Science 382 (PPI); Angelopoulos, Duchi & Zrnic
+    2023, arXiv:2311.01453 (PPI++).
+    """
+    z = 1.959963984540054  # the 97.5% normal quantile: the blocks carry 95% intervals
+    value = float(treatment["rate"]) - float(baseline["rate"])
+    se = math.hypot(float(treatment["se"]), float(baseline["se"]))
+    clt = math.hypot(*((float(b["clt_high"]) - float(b["clt_low"])) / (2 * z) for b in (treatment, baseline)))
+    return {
+        "value": value,
+        "se": se,
+        "low": value - z * se,
+        "high": value + z * se,
+        "clt_low": value - z * clt,
+        "clt_high": value + z * clt,
+        "method": "ppi++ per arm, independent arms (conservative under positive case correlation)",
+    }
