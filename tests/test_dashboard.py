@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from click.testing import CliRunner
 
 import browser_run
 from test_reports_browser import LEAK, Browser, chromium
+from test_waza import spec as waza_spec
 
 from evalkit._cli.main import main
 from evalkit.telling import dashboard
@@ -68,6 +70,10 @@ def _make_tree(root: Path) -> dict[str, Any]:
     (orphan / "references").mkdir(parents=True)
     (orphan / "SKILL.md").write_text(_skill_md(ORPHAN_NAME, ORPHAN_DESC, "Read references/guide.md first.\n"))
     (orphan / "references" / "guide.md").write_text("A guide the agent reads on demand.\n" * 20)
+    pdf = root / "skills" / "pdf"
+    pdf.mkdir(parents=True)
+    (pdf / "SKILL.md").write_text(_skill_md("pdf", "Converts PDFs.", "Convert the PDF to Markdown.\n"))
+    waza_spec(root / "waza")  # a Waza eval.yaml with `skill: pdf` and two task files
     browser_run.make_suite(root, "http://127.0.0.1:9/v1")  # root/evals/factual: a prompt suite, no skill
     broken = root / "broken"
     broken.mkdir()
@@ -111,7 +117,7 @@ VERDICT_KEYS = ("kind", "wins", "ties", "losses", "errored", "n_trials", "p_valu
 
 def test_each_skill_is_listed_with_its_coverage_and_an_uncovered_one_says_so(tree: dict[str, Any]) -> None:
     d = tree["after"]
-    assert sorted(s["path"] for s in d["skills"]) == ["agent/skill", "skills/orphan"]
+    assert sorted(s["path"] for s in d["skills"]) == ["agent/skill", "skills/orphan", "skills/pdf"]
     orphan = _skill(d, "skills/orphan")
     assert orphan["name"] == ORPHAN_NAME and orphan["description"] == ORPHAN_DESC
     assert orphan["covered"] is False and orphan["coverage"] == []
@@ -121,16 +127,21 @@ def test_each_skill_is_listed_with_its_coverage_and_an_uncovered_one_says_so(tre
     assert (c["suite"], c["suite_path"], c["arm"], c["baseline"]) == ("agent", "agent", "skilled", "baseline")
     assert c["cases"] == 4 and c["sets"] == {"capability": 3, "regression": 1} and c["non_activation_cases"] == 1
     suites = {s["path"]: s for s in d["suites"]}
-    assert set(suites) == {"agent", "evals/factual", "broken"}
+    assert set(suites) == {"agent", "evals/factual", "broken", "waza"}
     assert suites["agent"]["skills"] == ["agent/skill"] and suites["agent"]["runs"] == 2
     assert suites["evals/factual"]["skills"] == [] and suites["evals/factual"]["error"] is None
     assert "cases.jsonl" in suites["broken"]["error"]
+    # a Waza spec names the skill it evaluates (`skill: pdf`); no arm loads it, so no verdict
+    (w,) = _skill(d, "skills/pdf")["coverage"]
+    assert (w["suite_path"], w["arm"], w["how"], w["cases"]) == ("waza", None, "named by eval.yaml's skill field", 2)
+    assert w["verdict"] is None and "no arm of the suite loads the skill's folder" in w["no_verdict"]
+    assert suites["waza"]["skills"] == ["skills/pdf"]
     row = next(r for r in tree["page"].split("<tr class='skill'>") if "skills/orphan" in r)
     assert "<span class='uncovered'>uncovered</span>" in row
 
 
 def test_the_context_cost_is_what_evalkit_tokens_counts(tree: dict[str, Any]) -> None:
-    for path in ("agent/skill", "skills/orphan"):
+    for path in ("agent/skill", "skills/orphan", "skills/pdf"):
         out = CliRunner().invoke(main, ["tokens", str(tree["root"] / path), "--json"])
         assert out.exit_code == 0, out.output
         (counted,) = json.loads(out.stdout)
@@ -192,6 +203,17 @@ def test_the_dashboard_writes_nothing_into_run_folders(tree: dict[str, Any]) -> 
     assert not (tree["runs"][0] / "verdicts.json").exists()
 
 
+def test_the_shipped_data_folder(tmp_path: Path) -> None:
+    """The repository's own suites: data/agent's arm `skilled` loads skills/weather-lookup;
+    data/factual covers no skill."""
+    data = Path(__file__).resolve().parents[1] / "data"
+    path, d = dashboard.write_dashboard(data, tmp_path / "d.html")
+    (s,) = [s for s in d.skills if s.path == "agent/skills/weather-lookup"]
+    assert [(c.suite, c.arm, c.baseline) for c in s.coverage] == [("agent", "skilled", "baseline")]
+    assert {su.path: su.skills for su in d.suites} == {"agent": ("agent/skills/weather-lookup",), "factual": ()}
+    assert "weather-lookup" in path.read_text(encoding="utf-8")
+
+
 def test_a_root_that_is_not_a_folder_is_refused(tmp_path: Path) -> None:
     out = CliRunner().invoke(main, ["dashboard", str(tmp_path / "nowhere")])
     assert out.exit_code == 2 and "not a folder" in out.output
@@ -216,9 +238,8 @@ def test_the_page_in_headless_chromium(tree: dict[str, Any], tmp_path: Path) -> 
     assert d["scripts"] == 0 and d["imgs"] == 0 and d["svgs"] == 2  # the hostile markup stayed text
     assert d["uncovered"] == 1 and HOSTILE_NAME in d["names"] and ORPHAN_NAME in d["names"]
     assert "uncovered: no suite has an arm with this folder as skill_dir" in " ".join(seen["text"].split())
-    assert d["links"] and all(urllib.request.url2pathname(h.removeprefix("file://")) and
-                              Path(urllib.request.url2pathname(h.removeprefix("file://"))).is_file()
-                              for h in d["links"]), d["links"]
+    targets = [Path(urllib.parse.unquote(urllib.parse.urlparse(h).path)) for h in d["links"]]
+    assert targets and all(t.is_file() for t in targets), d["links"]  # each report link resolves
     assert (tmp_path / "dashboard.png").stat().st_size > 0
 
 

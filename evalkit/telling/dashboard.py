@@ -28,11 +28,14 @@ import html
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
+
+import yaml
 
 from evalkit.foundations import fmt
 from evalkit.foundations._io import RUN_JSON_BYTES, read_json_object, write_atomic
@@ -45,6 +48,7 @@ from evalkit.foundations.layout import (
     REDACTED_RUN,
     RESULTS,
     RUN_CONFIG,
+    VALLY_NAMES,
 )
 from evalkit.foundations.records import RunVerdicts, Verdict
 from evalkit.suites.runs import RunFolder, config_arm_names, find_suite_dir
@@ -108,14 +112,17 @@ class SkillVerdict:
 
 @dataclass(frozen=True)
 class Coverage:
-    """How one suite covers one skill: the arm that loads it, the baseline it is
-    compared with, the suite's cases, their sets, its non-activation cases, its last runs
-    (oldest first) and the latest verdict (or why there is none)."""
+    """How one suite covers one skill: the arm that loads it (`skill_dir`), or none when
+    a Vally or Waza spec only names it (`skill:`), the baseline it is compared with, the
+    suite's cases, their sets, its non-activation cases, its last runs (oldest first)
+    and the latest verdict (or why there is none)."""
 
     suite: str
     suite_path: str
-    arm: str
+    arm: str | None  # None: the spec names the skill (`skill:`), no arm loads its folder
     baseline: str | None
+    how: str  # "skill_dir", or "named by <spec file>'s skill field"
+    arms: tuple[str, ...]  # the arms the trend shows
     cases: int
     sets: tuple[tuple[str, int], ...]
     non_activation: int
@@ -130,6 +137,7 @@ class Coverage:
             "suite_path": self.suite_path,
             "arm": self.arm,
             "baseline": self.baseline,
+            "how": self.how,
             "cases": self.cases,
             "sets": dict(self.sets),
             "non_activation_cases": self.non_activation,
@@ -225,6 +233,12 @@ def _walk(root: Path) -> _Found:
         here = Path(dirpath)
         files = set(filenames)
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in _SKIP)
+        suite_here = (CASES_FILE in files and CONFIG_FILE in files) or bool(files & set(FOREIGN_SUITE_NAMES))
+        if SKILL_FILE in files:  # its own files (a report.json asset, say) make it no run or report
+            found.skills.append(here)
+            if suite_here:  # a Waza spec beside its SKILL.md
+                found.suites.append(here)
+            continue
         if RUN_CONFIG in files and RESULTS in files:
             found.runs.append(here)
             dirnames[:] = []
@@ -233,9 +247,7 @@ def _walk(root: Path) -> _Found:
             found.reports.append(here)
             dirnames[:] = []
             continue
-        if SKILL_FILE in files:
-            found.skills.append(here)
-        if (CASES_FILE in files and CONFIG_FILE in files) or files & set(FOREIGN_SUITE_NAMES):
+        if suite_here:
             found.suites.append(here)
     return found
 
@@ -296,6 +308,21 @@ def _skill_verdict(run: Path, baseline: str, treatment: str) -> Verdict:
     return compare_arms(loaded, baseline, treatment, alpha=plan.alpha if plan else 0.05, plan=plan)
 
 
+def _named_skill(suite_dir: Path) -> tuple[str | None, str | None]:
+    """(the spec file, the skill it names): a Vally or Waza `eval.yaml` evaluates the
+    skill its top-level `skill` names (its arms do not load the folder)."""
+    for name in VALLY_NAMES:
+        p = suite_dir / name
+        if p.is_file():
+            try:
+                doc = yaml.safe_load(p.read_text(encoding="utf-8"))
+            except (yaml.YAMLError, OSError, UnicodeDecodeError):
+                return name, None  # load_suite said why it could not read it
+            skill = doc.get("skill") if isinstance(doc, dict) else None
+            return name, skill.strip() if isinstance(skill, str) and skill.strip() else None
+    return None, None
+
+
 def build_dashboard(root: str | Path, options: DashboardOptions | None = None) -> Dashboard:
     """The catalogue of every skill and suite under `root` (see the module notes)."""
     # lazy: loading suites and runs pulls in the validators and (for verdicts) pandas
@@ -326,7 +353,19 @@ def build_dashboard(root: str | Path, options: DashboardOptions | None = None) -
     for lst in runs_of.values():
         lst.sort(key=lambda t: (t[0], t[1]))
 
-    skill_dirs = {s.resolve(): s for s in found.skills}
+    skills_at: dict[Path, tuple[Path, SkillTokens, str]] = {}
+
+    def add_skill(sdir: Path) -> None:
+        try:
+            tokens = skill_tokens(sdir, opts.model)
+            text = (sdir / SKILL_FILE).read_text(encoding="utf-8", errors="replace")
+        except (InputError, OSError) as exc:
+            problems.append(f"skill {_rel(sdir, base)}: not read ({exc})")
+            return
+        skills_at[sdir.resolve()] = (sdir, tokens, str(_front_matter(text).get("description") or ""))
+
+    for sdir in found.skills:
+        add_skill(sdir)
     covers: dict[Path, list[Coverage]] = {}
     suites: list[SuiteEntry] = []
     for sdir in found.suites:
@@ -337,49 +376,63 @@ def build_dashboard(root: str | Path, options: DashboardOptions | None = None) -
         except EvalkitError as exc:
             suites.append(SuiteEntry(rel, sdir.name, None, (), 0, (), len(srun), error=str(exc)))
             continue
+        names = tuple(a.name for a in suite.config.arms)
         covered: list[str] = []
         for arm in suite.config.arms:
             if not arm.skill_dir:
                 continue
             target = (sdir / arm.skill_dir).resolve()
+            if target not in skills_at:
+                add_skill(target)  # a skill_dir the walk did not reach (a hidden folder)
             covered.append(_rel(target, base))
-            if target not in skill_dirs:
-                skill_dirs[target] = target  # a skill_dir the walk did not reach (a hidden folder)
             others = [a for a in suite.config.arms if a.name != arm.name]
             baseline = next((a.name for a in others if not a.skill_dir), others[0].name if others else None)
+            arms = tuple(a for a in (baseline, arm.name) if a is not None)
             covers.setdefault(target, []).append(
-                _coverage(suite.name, rel, arm.name, baseline, suite.cases, srun, pages, base, opts, run_verdicts)
+                _coverage(
+                    suite.name,
+                    rel,
+                    arm.name,
+                    baseline,
+                    "skill_dir",
+                    arms,
+                    suite.cases,
+                    srun,
+                    pages,
+                    base,
+                    opts,
+                    run_verdicts,
+                )
             )
+        spec, named = _named_skill(sdir)
+        if named:
+            for target, (skdir, tokens, _) in skills_at.items():
+                if named in (tokens.skill, skdir.name) and _rel(target, base) not in covered:
+                    covered.append(_rel(target, base))
+                    covers.setdefault(target, []).append(
+                        _coverage(
+                            suite.name,
+                            rel,
+                            None,
+                            None,
+                            f"named by {spec}'s skill field",
+                            names,
+                            suite.cases,
+                            srun,
+                            pages,
+                            base,
+                            opts,
+                            run_verdicts,
+                        )
+                    )
         suites.append(
-            SuiteEntry(
-                rel,
-                suite.name,
-                suite.config.unit.kind,
-                tuple(a.name for a in suite.config.arms),
-                len(suite.cases),
-                tuple(covered),
-                len(srun),
-            )
+            SuiteEntry(rel, suite.name, suite.config.unit.kind, names, len(suite.cases), tuple(covered), len(srun))
         )
 
-    skills: list[SkillEntry] = []
-    for resolved, sdir in sorted(skill_dirs.items(), key=lambda kv: _rel(kv[1], base)):
-        try:
-            tokens = skill_tokens(sdir, opts.model)
-            text = (sdir / SKILL_FILE).read_text(encoding="utf-8", errors="replace")
-        except (InputError, OSError) as exc:
-            problems.append(f"skill {_rel(sdir, base)}: not read ({exc})")
-            continue
-        front = _front_matter(text)
-        skills.append(
-            SkillEntry(
-                path=_rel(sdir, base),
-                name=tokens.skill,
-                description=str(front.get("description") or ""),
-                tokens=tokens,
-                coverage=tuple(covers.get(resolved, ())),
-            )
-        )
+    skills = [
+        SkillEntry(_rel(sdir, base), tokens.skill, desc, tokens, tuple(covers.get(resolved, ())))
+        for resolved, (sdir, tokens, desc) in sorted(skills_at.items(), key=lambda kv: _rel(kv[1][0], base))
+    ]
     links = frozenset(r.report for s in skills for c in s.coverage for r in c.runs if r.report)
     return Dashboard(str(base), tuple(skills), tuple(suites), tuple(problems), links)
 
@@ -387,8 +440,10 @@ def build_dashboard(root: str | Path, options: DashboardOptions | None = None) -
 def _coverage(
     suite: str,
     suite_rel: str,
-    arm: str,
+    arm: str | None,
     baseline: str | None,
+    how: str,
+    arms: tuple[str, ...],
     cases: Any,
     runs: list[tuple[str, str, Path, dict[str, Any]]],
     pages: dict[Path, str],
@@ -410,7 +465,7 @@ def _coverage(
                 complete = read_json_object(summary_p, "summary.json", limit=RUN_JSON_BYTES).get("complete")
             except InputError:
                 complete = None
-        shown = {a: rates.get(a) for a in (baseline, arm) if a is not None}
+        shown = {a: rates.get(a) for a in arms}
         points.append(
             RunPoint(name, _rel(path, root), created or None, graded, complete, shown, pages.get(path.resolve()))
         )
@@ -424,7 +479,9 @@ def _coverage(
         ),
         None,
     )
-    if baseline is None:
+    if arm is None:
+        why = "no arm of the suite loads the skill's folder (skill_dir): no skill-vs-baseline verdict"
+    elif baseline is None:
         why = "the suite has no other arm to compare the skill arm with"
     elif latest is None:
         why = "no graded run of the suite has both arms" if runs else "the suite has not been run"
@@ -442,6 +499,8 @@ def _coverage(
         suite_rel,
         arm,
         baseline,
+        how,
+        arms,
         len(cases),
         tuple(sorted(sets.items())),
         non_activation,
@@ -459,7 +518,7 @@ table{border-collapse:collapse;margin:0.5em 0 1.5em 0}th,td{border:1px solid #dd
 font-size:13px}th{background:#f4f4f4;text-align:left}.pass{color:#1a7f37;font-weight:bold}
 .regression{color:#c62828;font-weight:bold}.inconclusive{color:#8a6d00}.no-improvement{color:#555}
 .warn{color:#c62828}.uncovered{color:#c62828;font-weight:bold}code{font-size:12px}.small{color:#555;font-size:12px}
-table.runs td,table.runs th{font-size:12px;padding:2px 6px}
+table.runs td,table.runs th{font-size:12px;padding:2px 6px}pre{white-space:pre-wrap;font-size:12px;margin:0}
 """
 
 
@@ -496,7 +555,7 @@ def _trend_html(c: Coverage, page_dir: Path, root: Path) -> str:
     e = html.escape
     if not c.runs:
         return "<i>no runs</i>"
-    arms = [a for a in (c.baseline, c.arm) if a is not None]
+    arms = list(c.arms)
     series = {a: [r.rates.get(a) for r in c.runs] for a in arms}
     graded = [r for r in c.runs if r.graded]
     if len(graded) >= 2:
@@ -533,7 +592,8 @@ def _coverage_html(c: Coverage) -> str:
         "that are not its own)"
     )
     return (
-        f"suite <b>{e(c.suite)}</b> <code>{e(c.suite_path)}</code>, arm <code>{e(c.arm)}</code>"
+        f"suite <b>{e(c.suite)}</b> <code>{e(c.suite_path)}</code>, "
+        + (f"arm <code>{e(c.arm)}</code>" if c.arm else e(c.how))
         + (f" vs <code>{e(c.baseline)}</code>" if c.baseline else "")
         + f"<br>{c.cases} case(s); sets: {sets}; {na}"
     )
@@ -649,8 +709,6 @@ def _handler(root: Path, options: DashboardOptions) -> type[BaseHTTPRequestHandl
                 d = build_dashboard(root, options)
                 self._send(200, render_html(d, root).encode("utf-8"), _TYPES[".html"])
                 return
-            from urllib.parse import unquote
-
             rel = unquote(path.lstrip("/"))
             d = build_dashboard(root, options)
             if rel in d.links and (root / rel).is_file():
@@ -706,18 +764,12 @@ def serve_dashboard(
             signal.signal(signal.SIGTERM, previous)
 
 
-def iter_uncovered(d: Dashboard) -> Iterator[SkillEntry]:
-    """The skills no suite covers."""
-    return (s for s in d.skills if not s.coverage)
-
-
 __all__ = [
     "DASHBOARD_HTML",
     "Dashboard",
     "DashboardOptions",
     "ServeOptions",
     "build_dashboard",
-    "iter_uncovered",
     "render_html",
     "serve_dashboard",
     "write_dashboard",
