@@ -237,7 +237,7 @@ def test_the_page_in_headless_chromium(tree: dict[str, Any], tmp_path: Path) -> 
     assert seen["broken"] == [] and not LEAK.findall(seen["text"]), LEAK.findall(seen["text"])
     assert d["scripts"] == 0 and d["imgs"] == 0 and d["svgs"] == 2  # the hostile markup stayed text
     assert d["uncovered"] == 1 and HOSTILE_NAME in d["names"] and ORPHAN_NAME in d["names"]
-    assert "uncovered: no suite has an arm with this folder as skill_dir" in " ".join(seen["text"].split())
+    assert "uncovered: no suite that loads has an arm with this folder as skill_dir, or names it" in " ".join(seen["text"].split())
     targets = [Path(urllib.parse.unquote(urllib.parse.urlparse(h).path)) for h in d["links"]]
     assert targets and all(t.is_file() for t in targets), d["links"]  # each report link resolves
     assert (tmp_path / "dashboard.png").stat().st_size > 0
@@ -277,3 +277,46 @@ def test_serve_previews_the_page_over_http_and_stops_cleanly(tree: dict[str, Any
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_an_unreadable_grading_is_said_and_the_verdict_comes_from_the_last_readable_one(tmp_path: Path) -> None:
+    """Three hand-made runs of a skill suite (no server): the newest one's
+    grades-summary.json is corrupt; its row says so, the verdict is the previous run's
+    (what compare prints for it), and `--last 2` keeps the two newest runs."""
+    from conftest import make_run, two_arm
+
+    from evalkit.conclusions.grading import summarize_run, write_summary
+
+    suite = tmp_path / "s"
+    (suite / "skill").mkdir(parents=True)
+    (suite / "skill" / "SKILL.md").write_text("Look it up.\n")
+    (suite / "prompt.txt").write_text("${skill}${question}")
+    (suite / "config.json").write_text(json.dumps(browser_run.AGENT_CONFIG))
+    cases = {f"c{i}": {} for i in range(6)}
+    (suite / "cases.jsonl").write_text("".join(
+        json.dumps({"id": c, "input": {"question": c}, "tags": ["t"], "checks": [{"kind": "contains", "value": "x"}]})
+        + "\n"
+        for c in cases))
+    outcomes = [two_arm({c: ([False], [True]) for c in cases}),
+                two_arm({c: ([i % 2 == 0], [i < 5]) for i, c in enumerate(cases)}),
+                two_arm({c: ([True], [False]) for c in cases})]
+    runs = [make_run(suite, f"r{i + 1}", o, k=1, suite=suite) for i, o in enumerate(outcomes)]
+    for run in runs:
+        write_summary(run, summarize_run(run))
+    (runs[2] / "grades-summary.json").write_text("{not json")
+    d = dashboard.build_dashboard(tmp_path)
+    ((c,),) = [s.coverage for s in d.skills]
+    assert [r.run for r in c.runs] == ["r1", "r2", "r3"]
+    assert c.runs[2].graded is False and "grades-summary.json" in (c.runs[2].problem or "")
+    assert c.runs[1].rates == {"baseline": 0.5, "skilled": 5 / 6}
+    assert c.verdict is not None and c.verdict.run == "r2" and c.verdict.recorded is False
+    printed = CliRunner().invoke(main, ["compare", str(runs[1]), "--baseline", "baseline", "--treatment", "skilled",
+                                        "--json"])
+    assert printed.exit_code == 0, printed.output
+    out = json.loads(printed.stdout)
+    assert {k: getattr(c.verdict.verdict, k) for k in VERDICT_KEYS} == {k: out[k] for k in VERDICT_KEYS}
+    assert (out["wins"], out["ties"], out["losses"]) == (2, 4, 0)  # c1, c3 won; c5 failed in both arms
+    page = dashboard.render_html(d)
+    assert "grades not read:" in page and "r3" in page
+    last2 = dashboard.build_dashboard(tmp_path, dashboard.DashboardOptions(last=2))
+    assert [r.run for r in last2.skills[0].coverage[0].runs] == ["r2", "r3"]

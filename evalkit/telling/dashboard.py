@@ -86,6 +86,7 @@ class RunPoint:
     complete: bool | None
     rates: dict[str, float | None]
     report: str | None = None
+    problem: str | None = None  # why its grades-summary.json could not be read
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -96,6 +97,7 @@ class RunPoint:
             "complete": self.complete,
             "sample_pass_rate": dict(self.rates),
             "report": self.report,
+            "problem": self.problem,
         }
 
 
@@ -283,15 +285,19 @@ def _report_pages(reports: list[Path], root: Path) -> dict[Path, str]:
     return out
 
 
-def _rates(run: Path) -> tuple[bool, dict[str, float | None]]:
-    """(graded, each arm's sample pass rate): the headline of reports/index.html, from
-    the run's grades-summary.json (`report_index.write_manifest` reads it the same way)."""
+def _rates(run: Path) -> tuple[bool, dict[str, float | None], str | None]:
+    """(graded, each arm's sample pass rate, why not read): the headline of
+    reports/index.html, from the run's grades-summary.json (`report_index.write_manifest`
+    reads it the same way); one that cannot be read is no grading, and says why."""
     from evalkit.suites.runload import grades_summary  # lazy: pandas, only where runs are read
 
-    g = grades_summary(run)
+    try:
+        g = grades_summary(run)
+    except InputError as exc:
+        return False, {}, str(exc)
     if g is None:
-        return False, {}
-    return True, {a: s.overall.sample_pass_rate for a, s in g.per_arm.items()}
+        return False, {}, None
+    return True, {a: s.overall.sample_pass_rate for a, s in g.per_arm.items()}, None
 
 
 def _skill_verdict(run: Path, baseline: str, treatment: str) -> Verdict:
@@ -325,9 +331,8 @@ def _named_skill(suite_dir: Path) -> tuple[str | None, str | None]:
 
 def build_dashboard(root: str | Path, options: DashboardOptions | None = None) -> Dashboard:
     """The catalogue of every skill and suite under `root` (see the module notes)."""
-    # lazy: loading suites and runs pulls in the validators and (for verdicts) pandas
+    # lazy: the suite validators load only when a dashboard is built
     from evalkit.suites.loader import load_suite
-    from evalkit.suites.runload import run_verdicts
 
     opts = options or DashboardOptions()
     base = Path(root)
@@ -401,7 +406,6 @@ def build_dashboard(root: str | Path, options: DashboardOptions | None = None) -
                     pages,
                     base,
                     opts,
-                    run_verdicts,
                 )
             )
         spec, named = _named_skill(sdir)
@@ -422,7 +426,6 @@ def build_dashboard(root: str | Path, options: DashboardOptions | None = None) -
                             pages,
                             base,
                             opts,
-                            run_verdicts,
                         )
                     )
         suites.append(
@@ -449,7 +452,6 @@ def _coverage(
     pages: dict[Path, str],
     root: Path,
     opts: DashboardOptions,
-    run_verdicts: Callable[[Path], RunVerdicts],
 ) -> Coverage:
     sets: dict[str, int] = {}
     for c in cases:
@@ -457,7 +459,7 @@ def _coverage(
     non_activation = sum(1 for c in cases if c.intent == NON_ACTIVATION)
     points: list[RunPoint] = []
     for created, name, path, _meta in runs[-max(1, opts.last) :]:
-        graded, rates = _rates(path)
+        graded, rates, unread = _rates(path)
         summary_p = path / "summary.json"
         complete = None
         if summary_p.is_file():
@@ -467,7 +469,9 @@ def _coverage(
                 complete = None
         shown = {a: rates.get(a) for a in arms}
         points.append(
-            RunPoint(name, _rel(path, root), created or None, graded, complete, shown, pages.get(path.resolve()))
+            RunPoint(
+                name, _rel(path, root), created or None, graded, complete, shown, pages.get(path.resolve()), unread
+            )
         )
     verdict: SkillVerdict | None = None
     why: str | None = None
@@ -486,9 +490,11 @@ def _coverage(
     elif latest is None:
         why = "no graded run of the suite has both arms" if runs else "the suite has not been run"
     else:
+        from evalkit.suites.runload import run_verdicts  # lazy: pandas, only where a graded run is read
+
         name, path, _ = latest
-        recorded = run_verdicts(path).comparison(baseline, arm)
         try:
+            recorded = run_verdicts(path).comparison(baseline, arm)
             v = recorded if recorded is not None else _skill_verdict(path, baseline, arm)
         except EvalkitError as exc:
             why = f"run {name}: {exc}"
@@ -569,8 +575,12 @@ def _trend_html(c: Coverage, page_dir: Path, root: Path) -> str:
         + _link(r.report, r.run, page_dir, root)
         + ("" if r.complete in (True, None) else " <span class='warn'>INCOMPLETE</span>")
         + "</td>"
-        + "".join(
-            f"<td>{e(fmt.pct(r.rates.get(a)))}</td>" if r.graded else "<td class='small'>not graded</td>" for a in arms
+        + (
+            "".join(f"<td>{e(fmt.pct(r.rates.get(a)))}</td>" for a in arms)
+            if r.graded
+            else f"<td colspan='{len(arms)}' class='warn'>grades not read: {e(r.problem)}</td>"
+            if r.problem
+            else f"<td colspan='{len(arms)}' class='small'>not graded</td>"
         )
         + "</tr>"
         for r in reversed(c.runs)
@@ -623,7 +633,8 @@ def render_html(d: Dashboard, page_dir: str | Path | None = None) -> str:
         if not s.coverage:
             rows.append(
                 f"<tr class='skill'>{head}<td colspan='3'><span class='uncovered'>uncovered</span>: "
-                "no suite has an arm with this folder as skill_dir</td></tr>"
+                "no suite that loads has an arm with this folder as skill_dir, "
+                "or names it (a Vally or Waza spec)</td></tr>"
             )
             continue
         for i, c in enumerate(s.coverage):
