@@ -320,3 +320,14 @@ def test_an_unreadable_grading_is_said_and_the_verdict_comes_from_the_last_reada
     assert "grades not read:" in page and "r3" in page
     last2 = dashboard.build_dashboard(tmp_path, dashboard.DashboardOptions(last=2))
     assert [r.run for r in last2.skills[0].coverage[0].runs] == ["r2", "r3"]
+
+
+def test_serve_on_a_port_in_use_is_refused(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = CliRunner().invoke(main, ["dashboard", str(tmp_path), "--serve", "--port", str(port)])
+    assert out.exit_code == 2 and f"cannot listen on 127.0.0.1:{port}" in out.output

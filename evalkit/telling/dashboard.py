@@ -759,13 +759,17 @@ def serve_dashboard(
     opts = options or DashboardOptions()
     base = Path(root)
     build_dashboard(base, opts)  # a bad ROOT fails here, before anything listens
-    server = ThreadingHTTPServer(("127.0.0.1", (serve or ServeOptions()).port), _handler(base, opts))
+    port = (serve or ServeOptions()).port
+    try:
+        server = ThreadingHTTPServer(("127.0.0.1", port), _handler(base, opts))
+    except OSError as exc:
+        raise InputError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}") from None
     server.daemon_threads = True
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main else None
     try:
-        host, port = server.server_address[:2]
-        ready(f"http://{host!s}:{port}/")
+        host, bound = server.server_address[:2]
+        ready(f"http://{host!s}:{bound}/")
         server.serve_forever()
     except KeyboardInterrupt:
         pass
