@@ -7,6 +7,8 @@ helpers), and previewed by `--serve` over HTTP, stopped by SIGTERM and by Ctrl-C
 
 from __future__ import annotations
 
+import contextlib
+import html
 import json
 import os
 import re
@@ -16,6 +18,7 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -231,31 +234,64 @@ def test_the_page_in_headless_chromium(tree: dict[str, Any], tmp_path: Path) -> 
             links: Array.from(document.links).map(a => a.href),
             uncovered: Array.from(document.querySelectorAll('.uncovered')).length,
             names: Array.from(document.querySelectorAll('tr.skill td b')).map(e => e.textContent)}))()""")
+        # the same page served by --serve, and the report link followed there
+        with _serving(tree["root"], tmp_path / "served.html") as (_, url):
+            b.events.clear()
+            b.call("Page.navigate", url=url)
+            b.loop.run_until_complete(b._event("Page.loadEventFired"))
+            served = b.call("Runtime.evaluate", returnByValue=True, expression="""(() => ({
+                title: document.title, links: Array.from(document.links).map(a => a.href),
+                scripts: document.scripts.length}))()""")["result"]["value"]
+            report_link = served["links"][0]
+            b.events.clear()
+            b.call("Page.navigate", url=report_link)
+            b.loop.run_until_complete(b._event("Page.loadEventFired"))
+            followed = b.call("Runtime.evaluate", returnByValue=True, expression="""(() => ({
+                href: location.href, title: document.title, text: document.body.innerText}))()""")["result"]["value"]
     finally:
         b.close()
+    assert served["title"] == "evalkit skills dashboard" and served["scripts"] == 0
+    assert report_link.startswith(url) and followed["href"] == report_link
+    report = tree["root"] / "reports" / tree["runs"][-1].name / "run_summary.html"
+    title = re.search(r"<title>(.*?)</title>", report.read_text("utf-8"), re.S)
+    assert title is not None and followed["title"] == html.unescape(title.group(1)).strip()  # the report itself
     d = dom["result"]["value"]
     assert seen["broken"] == [] and not LEAK.findall(seen["text"]), LEAK.findall(seen["text"])
     assert d["scripts"] == 0 and d["imgs"] == 0 and d["svgs"] == 2  # the hostile markup stayed text
     assert d["uncovered"] == 1 and HOSTILE_NAME in d["names"] and ORPHAN_NAME in d["names"]
-    assert "uncovered: no suite that loads has an arm with this folder as skill_dir, or names it" in " ".join(seen["text"].split())
+    text = " ".join(seen["text"].split())
+    assert "uncovered: no suite that loads has an arm with this folder as skill_dir, or names it" in text
     targets = [Path(urllib.parse.unquote(urllib.parse.urlparse(h).path)) for h in d["links"]]
     assert targets and all(t.is_file() for t in targets), d["links"]  # each report link resolves
     assert (tmp_path / "dashboard.png").stat().st_size > 0
 
 
-@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl-c"])
-def test_serve_previews_the_page_over_http_and_stops_cleanly(tree: dict[str, Any], tmp_path: Path,
-                                                             stop: signal.Signals) -> None:
+@contextlib.contextmanager
+def _serving(root: Path, out: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """`evalkit dashboard ROOT --serve` as a real process, and the URL it printed (read
+    from its first line: no waiting on the clock); killed if a test leaves it running."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "evalkit._cli.main", "dashboard", str(tree["root"]), "--serve",
-         "--out", str(tmp_path / "d.html")],
+        [sys.executable, "-m", "evalkit._cli.main", "dashboard", str(root), "--serve", "--out", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
-        line = proc.stdout.readline()  # waits for the URL line, not the clock
+        line = proc.stdout.readline()
         m = re.match(r"serving the dashboard at (http://127\.0\.0\.1:\d+/) ", line)
-        assert m, (line, proc.poll())
-        url = m.group(1)
+        assert m, (line, proc.poll(), proc.stderr.read() if proc.poll() is not None and proc.stderr else "")
+        yield proc, m.group(1)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        for f in (proc.stdout, proc.stderr):
+            if f is not None:
+                f.close()
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl-c"])
+def test_serve_previews_the_page_over_http_and_stops_cleanly(tree: dict[str, Any], tmp_path: Path,
+                                                             stop: signal.Signals) -> None:
+    with _serving(tree["root"], tmp_path / "d.html") as (proc, url):
         with urllib.request.urlopen(url, timeout=30) as r:
             body = r.read().decode("utf-8")
             assert r.status == 200 and "default-src 'none'" in r.headers["Content-Security-Policy"]
@@ -264,7 +300,7 @@ def test_serve_previews_the_page_over_http_and_stops_cleanly(tree: dict[str, Any
         assert f"<a href='{report}'>" in body  # served at /, links relative to ROOT
         with urllib.request.urlopen(url + report, timeout=30) as r:
             assert r.status == 200 and r.read() == (tree["root"] / report).read_bytes()
-        for other in ("agent/config.json", "agent/skill/SKILL.md", "../etc/passwd"):
+        for other in ("agent/config.json", "agent/skill/SKILL.md", "../etc/passwd", "reports/index.html"):
             with pytest.raises(urllib.error.HTTPError) as err:
                 urllib.request.urlopen(url + other, timeout=30)
             assert err.value.code == 404, other  # only the page and the reports it links to
@@ -273,53 +309,6 @@ def test_serve_previews_the_page_over_http_and_stops_cleanly(tree: dict[str, Any
         assert rc == 0, proc.stderr.read() if proc.stderr else rc
         with pytest.raises(urllib.error.URLError):
             urllib.request.urlopen(url, timeout=5)  # the socket is closed
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-
-def test_an_unreadable_grading_is_said_and_the_verdict_comes_from_the_last_readable_one(tmp_path: Path) -> None:
-    """Three hand-made runs of a skill suite (no server): the newest one's
-    grades-summary.json is corrupt; its row says so, the verdict is the previous run's
-    (what compare prints for it), and `--last 2` keeps the two newest runs."""
-    from conftest import make_run, two_arm
-
-    from evalkit.conclusions.grading import summarize_run, write_summary
-
-    suite = tmp_path / "s"
-    (suite / "skill").mkdir(parents=True)
-    (suite / "skill" / "SKILL.md").write_text("Look it up.\n")
-    (suite / "prompt.txt").write_text("${skill}${question}")
-    (suite / "config.json").write_text(json.dumps(browser_run.AGENT_CONFIG))
-    cases = {f"c{i}": {} for i in range(6)}
-    (suite / "cases.jsonl").write_text("".join(
-        json.dumps({"id": c, "input": {"question": c}, "tags": ["t"], "checks": [{"kind": "contains", "value": "x"}]})
-        + "\n"
-        for c in cases))
-    outcomes = [two_arm({c: ([False], [True]) for c in cases}),
-                two_arm({c: ([i % 2 == 0], [i < 5]) for i, c in enumerate(cases)}),
-                two_arm({c: ([True], [False]) for c in cases})]
-    runs = [make_run(suite, f"r{i + 1}", o, k=1, suite=suite) for i, o in enumerate(outcomes)]
-    for run in runs:
-        write_summary(run, summarize_run(run))
-    (runs[2] / "grades-summary.json").write_text("{not json")
-    d = dashboard.build_dashboard(tmp_path)
-    ((c,),) = [s.coverage for s in d.skills]
-    assert [r.run for r in c.runs] == ["r1", "r2", "r3"]
-    assert c.runs[2].graded is False and "grades-summary.json" in (c.runs[2].problem or "")
-    assert c.runs[1].rates == {"baseline": 0.5, "skilled": 5 / 6}
-    assert c.verdict is not None and c.verdict.run == "r2" and c.verdict.recorded is False
-    printed = CliRunner().invoke(main, ["compare", str(runs[1]), "--baseline", "baseline", "--treatment", "skilled",
-                                        "--json"])
-    assert printed.exit_code == 0, printed.output
-    out = json.loads(printed.stdout)
-    assert {k: getattr(c.verdict.verdict, k) for k in VERDICT_KEYS} == {k: out[k] for k in VERDICT_KEYS}
-    assert (out["wins"], out["ties"], out["losses"]) == (2, 4, 0)  # c1, c3 won; c5 failed in both arms
-    page = dashboard.render_html(d)
-    assert "grades not read:" in page and "r3" in page
-    last2 = dashboard.build_dashboard(tmp_path, dashboard.DashboardOptions(last=2))
-    assert [r.run for r in last2.skills[0].coverage[0].runs] == ["r2", "r3"]
 
 
 def test_serve_on_a_port_in_use_is_refused(tmp_path: Path) -> None:
