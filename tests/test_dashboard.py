@@ -320,3 +320,47 @@ def test_serve_on_a_port_in_use_is_refused(tmp_path: Path) -> None:
         port = taken.getsockname()[1]
         out = CliRunner().invoke(main, ["dashboard", str(tmp_path), "--serve", "--port", str(port)])
     assert out.exit_code == 2 and f"cannot listen on 127.0.0.1:{port}" in out.output
+
+
+def test_an_unreadable_grading_is_said_and_the_verdict_comes_from_the_last_readable_one(tmp_path: Path) -> None:
+    """Three hand-made runs of a skill suite (no server): the newest one's
+    grades-summary.json is corrupt; its row says so, the verdict is the previous run's
+    (what compare prints for it), and `--last 2` keeps the two newest runs."""
+    from conftest import make_run, two_arm
+
+    from evalkit.conclusions.grading import summarize_run, write_summary
+
+    suite = tmp_path / "s"
+    (suite / "skill").mkdir(parents=True)
+    (suite / "skill" / "SKILL.md").write_text("Look it up.\n")
+    (suite / "prompt.txt").write_text("${skill}${question}")
+    (suite / "config.json").write_text(json.dumps(browser_run.AGENT_CONFIG))
+    cases = {f"c{i}": {} for i in range(6)}
+    (suite / "cases.jsonl").write_text("".join(
+        json.dumps({"id": c, "input": {"question": c}, "tags": ["t"], "checks": [{"kind": "contains", "value": "x"}]})
+        + "\n"
+        for c in cases))
+    outcomes = [two_arm({c: ([False], [True]) for c in cases}),
+                two_arm({c: ([i % 2 == 0], [i < 5]) for i, c in enumerate(cases)}),
+                two_arm({c: ([True], [False]) for c in cases})]
+    runs = [make_run(suite, f"r{i + 1}", o, k=1, suite=suite) for i, o in enumerate(outcomes)]
+    for run in runs:
+        write_summary(run, summarize_run(run))
+    (runs[2] / "grades-summary.json").write_text("{not json")
+    d = dashboard.build_dashboard(tmp_path)
+    ((c,),) = [s.coverage for s in d.skills]
+    assert [r.run for r in c.runs] == ["r1", "r2", "r3"]
+    assert c.runs[2].graded is False and "grades-summary.json" in (c.runs[2].problem or "")
+    assert c.runs[1].rates == {"baseline": 0.5, "skilled": 5 / 6}
+    assert c.verdict is not None and c.verdict.run == "r2" and c.verdict.recorded is False
+    printed = CliRunner().invoke(main, ["compare", str(runs[1]), "--baseline", "baseline", "--treatment", "skilled",
+                                        "--json"])
+    assert printed.exit_code == 0, printed.output
+    out = json.loads(printed.stdout)
+    assert {k: getattr(c.verdict.verdict, k) for k in VERDICT_KEYS} == {k: out[k] for k in VERDICT_KEYS}
+    assert (out["wins"], out["ties"], out["losses"]) == (2, 4, 0)  # c1, c3 won; c5 failed in both arms
+    page = dashboard.render_html(d)
+    assert "grades not read:" in page and "r3" in page
+    last2 = dashboard.build_dashboard(tmp_path, dashboard.DashboardOptions(last=2))
+    assert [r.run for r in last2.skills[0].coverage[0].runs] == ["r2", "r3"]
+    assert "the last 2 runs at most" in dashboard.render_html(last2)

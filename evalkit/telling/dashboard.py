@@ -209,6 +209,7 @@ class Dashboard:
     suites: tuple[SuiteEntry, ...]
     problems: tuple[str, ...] = ()
     links: frozenset[str] = field(default_factory=frozenset)  # the report pages linked, relative to root
+    last: int = LAST_RUNS  # the runs a trend shows at most
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -437,7 +438,7 @@ def build_dashboard(root: str | Path, options: DashboardOptions | None = None) -
         for resolved, (sdir, tokens, desc) in sorted(skills_at.items(), key=lambda kv: _rel(kv[1][0], base))
     ]
     links = frozenset(r.report for s in skills for c in s.coverage for r in c.runs if r.report)
-    return Dashboard(str(base), tuple(skills), tuple(suites), tuple(problems), links)
+    return Dashboard(str(base), tuple(skills), tuple(suites), tuple(problems), links, opts.last)
 
 
 def _coverage(
@@ -669,9 +670,10 @@ def render_html(d: Dashboard, page_dir: str | Path | None = None) -> str:
         "<p class='small'>Context cost: the tokens an agent carries for the skill, counted offline as "
         "<code>evalkit tokens</code> counts them (catalogue: name and description, in every session; activation: "
         "SKILL.md; on demand: the folder's other files). Coverage: the suites with an arm whose skill_dir is the "
-        "skill's folder. Verdict: that arm against the baseline arm in the suite's latest graded run, the exact sign "
-        "test with one vote per case, as <code>evalkit compare</code> records it. Trend: each arm's sample pass rate "
-        f"per run (the rate reports/index.html shows), the last {LAST_RUNS} runs at most, oldest first.</p>"
+        "skill's folder, and the Vally or Waza specs whose skill field names it. Verdict: that arm against the "
+        "baseline arm in the suite's latest graded run, the exact sign test with one vote per case, as "
+        "<code>evalkit compare</code> records it. Trend: each arm's sample pass rate per run (the rate "
+        f"reports/index.html shows), the last {d.last} runs at most, oldest first.</p>"
         "<h2>Skills</h2><table><thead><tr><th>skill</th><th>context cost (tokens)</th><th>coverage</th>"
         "<th>latest verdict</th><th>sample pass rate per run</th></tr></thead><tbody>"
         + "".join(rows)
