@@ -35,8 +35,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-import yaml
-
 from evalkit.foundations import fmt
 from evalkit.foundations._io import RUN_JSON_BYTES, read_json_object, write_atomic
 from evalkit.foundations.errors import EvalkitError, InputError
@@ -51,6 +49,7 @@ from evalkit.foundations.layout import (
     VALLY_NAMES,
 )
 from evalkit.foundations.records import RunVerdicts, Verdict
+from evalkit.suites.formats.vally import load_yaml
 from evalkit.suites.runs import RunFolder, config_arm_names, find_suite_dir
 from evalkit.suites.skills import SkillTokens, _front_matter, skill_tokens
 from evalkit.suites.suite import SKILL_FILE
@@ -302,9 +301,9 @@ def _rates(run: Path) -> tuple[bool, dict[str, float | None], str | None]:
 
 
 def _skill_verdict(run: Path, baseline: str, treatment: str) -> Verdict:
-    """What `evalkit compare RUN --baseline B --treatment T` records: the comparison in
-    the run's verdicts.json, else `compare_arms` held to the run's plan as `compare`
-    holds it (alpha from the plan, else 0.05), not written."""
+    """The verdict `evalkit compare RUN --baseline B --treatment T` would record, for a
+    run it has not been run on: `compare_arms` held to the run's plan as `compare` holds
+    it (alpha from the plan, else 0.05), not written."""
     # lazy: the statistics (scipy, pandas) load only for a dashboard with graded runs
     from evalkit.conclusions import verdicts as V
     from evalkit.conclusions.compare import compare_arms
@@ -322,9 +321,9 @@ def _named_skill(suite_dir: Path) -> tuple[str | None, str | None]:
         p = suite_dir / name
         if p.is_file():
             try:
-                doc = yaml.safe_load(p.read_text(encoding="utf-8"))
-            except (yaml.YAMLError, OSError, UnicodeDecodeError):
-                return name, None  # load_suite said why it could not read it
+                doc, _ = load_yaml(p, suite_dir)  # as the importer reads it: size-limited, no aliases
+            except InputError:
+                return name, None
             skill = doc.get("skill") if isinstance(doc, dict) else None
             return name, skill.strip() if isinstance(skill, str) and skill.strip() else None
     return None, None
