@@ -304,6 +304,10 @@ def test_serve_previews_the_page_over_http_and_stops_cleanly(tree: dict[str, Any
             with pytest.raises(urllib.error.HTTPError) as err:
                 urllib.request.urlopen(url + other, timeout=30)
             assert err.value.code == 404, other  # only the page and the reports it links to
+        forged = urllib.request.Request(url, headers={"Host": "attacker.example"})
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(forged, timeout=30)
+        assert err.value.code == 403  # another host name for the loopback (DNS rebinding) is refused
         proc.send_signal(stop)
         rc = proc.wait(timeout=30)
         assert rc == 0, proc.stderr.read() if proc.stderr else rc

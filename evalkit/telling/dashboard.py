@@ -713,16 +713,25 @@ _TYPES = {".html": "text/html; charset=utf-8", ".json": "application/json", ".pn
 def _handler(root: Path, options: DashboardOptions) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         """GET / : the dashboard, rebuilt on each request; GET /<page>: a report page the
-        dashboard links to; anything else 404 (nothing else under ROOT is served)."""
+        dashboard links to; anything else 404 (nothing else under ROOT is served). A
+        request naming another host than the loopback one is refused (403): a page on
+        the web cannot reach the preview through a name of its own (DNS rebinding)."""
 
         def do_GET(self) -> None:  # noqa: N802 (the http.server name)
+            port = getattr(self.server, "server_port", None)  # HTTPServer sets it when it binds
+            if self.headers.get("Host") not in (f"127.0.0.1:{port}", f"localhost:{port}"):
+                self._send(403, b"forbidden: not a loopback host\n", "text/plain; charset=utf-8")
+                return
             path = self.path.split("?", 1)[0]
-            if path in ("/", "/" + DASHBOARD_HTML):
+            try:
                 d = build_dashboard(root, options)
+            except EvalkitError as exc:  # ROOT changed under the preview: say so, as the CLI would
+                self._send(500, f"error: {exc}\n".encode("utf-8", "replace"), "text/plain; charset=utf-8")
+                return
+            if path in ("/", "/" + DASHBOARD_HTML):
                 self._send(200, render_html(d, root).encode("utf-8"), _TYPES[".html"])
                 return
             rel = unquote(path.lstrip("/"))
-            d = build_dashboard(root, options)
             if rel in d.links and (root / rel).is_file():
                 self._send(200, (root / rel).read_bytes(), _TYPES.get(Path(rel).suffix, "application/octet-stream"))
                 return
