@@ -43,6 +43,7 @@ _COMMANDS = {
     "replay": "replay",
     "analyze": "analyze",
     "tokens": "analyze",
+    "ci": "ci",
 }
 
 
