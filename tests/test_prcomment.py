@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from github_stub import BOT, GitHubStub
 
 from evalkit._cli.main import main
-from evalkit.foundations.errors import InputError
+from evalkit.foundations.errors import InputError, RedactionIncomplete
 from evalkit.telling.prcomment import MAX_BODY, comment_body, marker, pull_request_from_env
 
 SECRET = "sk-proj-Qw3rTy7UiOp9AsDfGh2JkLzXcVbNm4Qw8ErTy6Ui"
@@ -140,6 +140,8 @@ def test_the_body_names_a_missing_summary_keeps_the_marker_safe_and_fits_github(
     assert m.startswith("<!-- evalkit:") and m.count("-->") == 1 and "\n" not in m and "<script>" not in m
     with pytest.raises(InputError):
         marker("  ")
+    with pytest.raises(RedactionIncomplete):  # the marker is kept as written, so it must hold no value
+        comment_body(f"evals/{EMAIL}", [md])
     # the pull request's number comes from the event as Actions writes it, for each event kind
     ev = tmp_path / "ev.json"
     base = {"GITHUB_REPOSITORY": "o/r", "GITHUB_EVENT_PATH": str(ev)}

@@ -156,12 +156,19 @@ def _redacted(text: str) -> str:
     """`text` with every detected personal value or secret replaced by its kind's
     placeholder; RedactionIncomplete when the scanner still finds one (never sent)."""
     # lazy: the privacy scanners compile their patterns on import
-    from evalkit.suites.privacy import redact_shown, scanner
+    from evalkit.suites.privacy import redact_shown
 
     out = redact_shown(text)
-    if scanner().scan(out):
-        raise RedactionIncomplete("redaction incomplete: the pull-request comment would show a secret; not sent")
+    _refuse_shown(out)
     return out
+
+
+def _refuse_shown(text: str) -> None:
+    """RedactionIncomplete when the privacy scanner finds any value in `text`."""
+    from evalkit.suites.privacy import scanner  # lazy: as `_redacted`
+
+    if scanner().scan(text):
+        raise RedactionIncomplete("redaction incomplete: the pull-request comment would show a secret; not sent")
 
 
 def comment_body(suite: str, files: Sequence[Path], footer: str = "") -> str:
@@ -181,9 +188,10 @@ def comment_body(suite: str, files: Sequence[Path], footer: str = "") -> str:
             parts.append(f"_{p.name} was not written: that step did not finish._")
     if not found:
         raise InputError(f"none of the Markdown files exists ({', '.join(str(f) for f in files)}): nothing to post")
-    head = f"{marker(suite)}\n### evalkit: {md_escape(suite, 200)}"
-    text = "\n\n".join([head, *parts, *([footer] if footer else [])]) + "\n"
-    text = _redacted(text)
+    head = f"### evalkit: {md_escape(suite, 200)}"
+    # the marker stays as written (the next run finds the comment by it); the rest is redacted
+    text = f"{marker(suite)}\n" + _redacted("\n\n".join([head, *parts, *([footer] if footer else [])]) + "\n")
+    _refuse_shown(text)  # the marker too: a suite named by an address is refused, not posted
     if len(text) > MAX_BODY:
         note = "\n\n_(cut: the full summary is in the job's summary and the uploaded report)_\n"
         text = text[: MAX_BODY - len(note)] + note
