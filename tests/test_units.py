@@ -141,15 +141,18 @@ def test_tool_fixtures_and_skill_files_are_scanned_for_personal_data(tmp_path):
 def test_the_demo_agent_suite_lints_clean():
     root = Path(__file__).resolve().parent.parent / "data" / "agent"
     report = lint_suite(root, strict=True)
-    # the warnings a 15-case teaching suite earns: its gate cannot see a 5-point drop, and
-    # it has no non-activation case for its skill (seed 002); nothing else
+    # the one warning a 15-case teaching suite earns: its gate cannot see a 5-point drop;
+    # nothing else (its arithmetic case is the skill's non-activation case, seed 002)
     assert report.ok and not report.errors, [str(f) for f in report.findings]
-    expected = ("gated case(s) can detect", "no non-activation case")
-    assert [f.message for f in report.warnings if not any(e in f.message for e in expected)] == []
+    assert [f.message for f in report.warnings if "gated case(s) can detect" not in f.message] == []
     s = load_suite(root)
     assert s.config.unit.kind == "command" and [a.skill_dir for a in s.config.arms] == [None, "skills/weather-lookup"]
     injected = [c for c in s.cases if "injection" in c.tags]
     assert injected and all(any(ch.kind == "forbidden_tools" for ch in c.checks) for c in injected)
+    # the non-activation case: a question outside the weather skill, where no tool may be called
+    [silent] = [c for c in s.cases if c.intent == "non-activation"]
+    assert silent.id == "arithmetic" and any(ch.kind == "tool_calls" and ch.options["calls"] == []
+                                             for ch in silent.checks)
 
 
 def test_a_broken_program_unit_is_reported_once_not_also_as_a_missing_template(tmp_path):

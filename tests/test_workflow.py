@@ -18,6 +18,8 @@ import xmlschema
 import yaml
 from click.testing import CliRunner
 
+from github_stub import BOT, GitHubStub
+
 from evalkit._cli.main import main
 from evalkit.foundations.errors import InputError
 from evalkit.calls.serve import ScriptedServer
@@ -28,6 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = xmlschema.XMLSchema(str(Path(__file__).parent / "data" / "junit" / "junit.xsd"))
 RIGHT = {"rules": [{"match": "France", "text": "Paris"}, {"match": "Italy", "text": "Rome"}]}
 WRONG = {"rules": [{"match": "France", "text": "Lyon"}, {"match": "Italy", "text": "HACKED Rome"}]}
+COMPARE = "Compare the arms (a regression fails the job)"
+COMMENT = "Comment on the pull request"
 
 
 def cli(*args: object):
@@ -57,33 +61,41 @@ OFFLINE_PIP = {"PIP_NO_INDEX": "1", "PIP_NO_DEPS": "1", "PIP_NO_BUILD_ISOLATION"
 
 
 def run_workflow(doc: dict, repo: Path, secrets: dict[str, str], variables: dict[str, str],
-                 pip_target: Path | None = None) -> list[tuple[str, int]]:
+                 pip_target: Path | None = None, runner: dict[str, str] | None = None,
+                 skip: tuple[str, ...] = ()) -> list[tuple[str, int]]:
     """Execute the job's run steps (not `uses:` actions) in order; the pip install only
-    with `pip_target` (offline, into that folder). Returns (step name, exit status) for
+    with `pip_target` (offline, into that folder). `runner`: the GITHUB_* variables a
+    runner sets (the event file, the repository, the API's URL); `skip`: names of steps
+    a test leaves out (the slow report, where another test covers it). A failed step with
+    `continue-on-error` does not fail the job. Returns (step name, exit status) for
     each step that ran."""
     job = doc["jobs"]["evalkit"]
     github_env, summary = repo / ".gh-env", repo / ".gh-summary.md"
     github_env.write_text("")
+
+    def expand(v: object) -> str:
+        """A job or step env value: only `secrets.` and `vars.` expressions, as GitHub fills them."""
+        v = re.sub(r"\$\{\{ secrets\.(\w+) \}\}", lambda m: secrets.get(m.group(1), ""), str(v))
+        v = re.sub(r"\$\{\{ vars\.(\w+) \}\}", lambda m: variables.get(m.group(1), ""), v)
+        assert "${{" not in v, v
+        return v
+
     base = {k: v for k, v in os.environ.items() if not k.startswith(("EVALKIT_", "GITHUB_"))}
     base["PATH"] = f"{BIN}{os.pathsep}{base.get('PATH', '')}"
     for k, v in job["env"].items():
-        v = str(v)
-        v = re.sub(r"\$\{\{ secrets\.(\w+) \}\}", lambda m: secrets.get(m.group(1), ""), v)
-        v = re.sub(r"\$\{\{ vars\.(\w+) \}\}", lambda m: variables.get(m.group(1), ""), v)
-        assert "${{" not in v, v
-        base[k] = v
+        base[k] = expand(v)
+    base.update(runner or {})
     base.update(GITHUB_ENV=str(github_env), GITHUB_STEP_SUMMARY=str(summary))
     ran: list[tuple[str, int]] = []
     ok = True
     for step in job["steps"]:
-        if "run" not in step or ("pip install" in step["run"] and pip_target is None):
+        if "run" not in step or ("pip install" in step["run"] and pip_target is None) or step.get("name") in skip:
             continue
         env = dict(base)
         if "pip install" in step["run"]:
             env.update(OFFLINE_PIP, PIP_TARGET=str(pip_target))
         for k, v in step.get("env", {}).items():
-            assert "${{" not in str(v), v
-            env[k] = str(v)
+            env[k] = expand(v)
         for line in github_env.read_text().splitlines():
             k, _, v = line.partition("=")
             env[k] = v
@@ -92,7 +104,7 @@ def run_workflow(doc: dict, repo: Path, secrets: dict[str, str], variables: dict
         assert "${{" not in step["run"], f"expression inside a script: {step['name']}"
         rc = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=repo, env=env, timeout=300).returncode
         ran.append((step.get("name", "?"), rc))
-        ok = ok and rc == 0
+        ok = ok and (rc == 0 or step.get("continue-on-error") is True)
     return ran
 
 
@@ -143,8 +155,23 @@ def test_generated_workflow_shape(tmp_path):
     assert upload["with"]["path"] == "reports/" and upload["if"] == "${{ always() }}"
     assert uses.index(restore["uses"]) < uses.index(save["uses"])
     runs = [s["run"] for s in steps if "run" in s]
-    order = [next(i for i, r in enumerate(runs) if f"evalkit {c} " in r) for c in ("run", "grade", "gate")]
+    order = [next(i for i, r in enumerate(runs) if f"evalkit {c} " in r)
+             for c in ("run", "grade", "gate", "compare", "report", "ci comment")]
     assert order == sorted(order)
+    # compare holds the suite's two arms (the plan.json beside them is compare's default) and
+    # fails the job on a regression; it runs after the gate whatever the gate said
+    cmp_step = next(s for s in steps if "evalkit compare " in s.get("run", ""))
+    assert cmp_step["env"] == {"EVALKIT_BASELINE_ARM": "baseline", "EVALKIT_TREATMENT_ARM": "skilled"}
+    assert "--fail-on regression" in cmp_step["run"] and cmp_step["if"].startswith("${{ !cancelled()")
+    assert "--markdown reports/evalkit/compare.md" in cmp_step["run"]
+    # the comment: the job's token in that step alone, never deciding the job, the only write permission
+    comment = next(s for s in steps if "evalkit ci comment " in s.get("run", ""))
+    assert comment["env"] == {"GITHUB_TOKEN": "${{ secrets.GITHUB_TOKEN }}"} and comment["continue-on-error"] is True
+    assert comment["if"] == "${{ always() && env.EVALKIT_RUN != '' }}"
+    assert "reports/evalkit/gate.md reports/evalkit/compare.md" in comment["run"]
+    assert [s for s in steps if "GITHUB_TOKEN" in json.dumps(s)] == [comment] and "GITHUB_TOKEN" not in doc[
+        "jobs"]["evalkit"]["env"]
+    assert doc["permissions"] == {"contents": "read", "pull-requests": "write"}
     assert "--ci" in next(r for r in runs if "evalkit run " in r)
     # thresholds and caps live in config.json, not in the YAML; no baseline is ever written
     cfg = json.loads((suite / "config.json").read_text())
@@ -209,7 +236,7 @@ def test_workflow_steps_pass_then_fail_against_the_scripted_server(tmp_path):
     assert json.loads(record.read_text())["url"] == (repo / "vendor" / "evalkit").resolve().as_uri()
     names = [n for n, _ in ran]
     assert names == ["Install evalkit", "Lint the suite", "Run under the suite's CI cost cap", "Grade",
-                     "Gate against the committed baseline", "Report"], ran
+                     "Gate against the committed baseline", COMPARE, "Report", COMMENT], ran
     assert all(rc == 0 for _, rc in ran), ran
     env = dict(line.split("=", 1) for line in (repo / ".gh-env").read_text().splitlines())
     run_dir = repo / env["EVALKIT_RUN"]
@@ -237,10 +264,84 @@ def test_workflow_steps_pass_then_fail_against_the_scripted_server(tmp_path):
         ran = run_workflow(doc, repo, secrets, {"EVALKIT_BASE_URL": srv.base_url})
     status = dict(ran)
     assert status["Run under the suite's CI cost cap"] == 0 and status["Gate against the committed baseline"] == 1
+    assert status[COMPARE] == 0  # both arms fail every case: ties, inconclusive, no regression of one arm
     assert "Report" in status  # `always()`: the report folder is still produced and uploaded
     cases = {c.name: c for s in junitparser.JUnitXml.fromfile(str(gate_xml)) for c in s}
     assert cases["case score overall"].is_failure
     assert (repo / ".gh-summary.md").read_text().startswith("## evalkit gate: FAIL: case score drop")
+    assert (suite / "baseline.json").read_bytes() == baseline
+
+
+# Eight capitals: the baseline (no guidance) answers each right; the skilled arm's
+# guidance ("Answer with the name only.") gets an answer that leaks a key, on every case.
+CAPITALS = {"France": "Paris", "Italy": "Rome", "Peru": "Lima", "Japan": "Tokyo", "Kenya": "Nairobi",
+            "Canada": "Ottawa", "Egypt": "Cairo", "Norway": "Oslo"}
+LEAKED = "sk-proj-Qw3rTy7UiOp9AsDfGh2JkLzXcVbNm4Qw8ErTy6Ui"
+REGRESSING = {"rules": [{"match": "name only", "text": f"I cannot say; try key {LEAKED}"},
+                        *({"match": c, "text": city} for c, city in CAPITALS.items())]}
+PR_TOKEN = "ghs_jobtoken"
+
+
+def test_a_regression_fails_the_job_at_compare_and_the_verdict_is_posted_once_on_the_pull_request(tmp_path):
+    """The skill makes every case worse, in the baseline it was accepted at too: the gate
+    (against that baseline) passes, compare's sign test says regression and fails the job;
+    the comment step posts the gate's and compare's Markdown, redacted, on the pull
+    request through the GitHub API stub, and the next run of the job edits that comment."""
+    repo, suite, doc = _setup(tmp_path)
+    cfg = json.loads((suite / "config.json").read_text())
+    cfg["gate"]["on_underpowered"] = "warn"
+    cfg["k"] = 2
+    (suite / "config.json").write_text(json.dumps(cfg))
+    cases = [{"id": f"capital-{c.lower()}", "input": f"What is the capital of {c}?", "expected": city,
+              "tags": ["golden"], "checks": [{"kind": "exact", "value": city}]}  # its failure quotes the output
+             for c, city in CAPITALS.items()]
+    (suite / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
+    secrets = {"EVALKIT_API_KEY": "test-key", "EVALKIT_JUDGE_KEY": "judge-key", "GITHUB_TOKEN": PR_TOKEN}
+    os.environ.pop("EVALKIT_BASE_URL", None)
+    with ScriptedServer(REGRESSING) as srv, GitHubStub(PR_TOKEN) as gh:
+        os.environ["EVALKIT_API_KEY"] = "test-key"
+        try:  # the committed baseline: the skilled arm as it is (it already fails)
+            r = cli("run", suite, "--base-url", srv.base_url, "--no-progress")
+            assert r.exit_code == 0, r.output
+            local = Path(r.stdout.split("run folder: ")[1].splitlines()[0].strip())
+            assert cli("grade", local).exit_code == 0
+            assert cli("baseline", "accept", local, "--arm", "skilled").exit_code == 0
+        finally:
+            del os.environ["EVALKIT_API_KEY"]
+        baseline = (suite / "baseline.json").read_bytes()
+        runner = {k: v for k, v in gh.env(tmp_path).items() if k != "GITHUB_TOKEN"}  # the token is a secret
+        # the report step renders the notebooks (slow); the pass/fail test runs it after a failure
+        ran = run_workflow(doc, repo, secrets, {"EVALKIT_BASE_URL": srv.base_url}, runner=runner, skip=("Report",))
+        status = dict(ran)
+        assert status["Gate against the committed baseline"] == 0, ran
+        assert status[COMPARE] == 1  # the regression fails the job
+        assert status[COMMENT] == 0  # and is still posted
+        env = dict(line.split("=", 1) for line in (repo / ".gh-env").read_text().splitlines())
+        [v] = json.loads((repo / env["EVALKIT_RUN"] / "verdicts.json").read_text())["comparisons"]
+        assert (v["kind"], v["wins"], v["losses"]) == ("regression", 0, 8)
+        assert [(r.method, r.path) for r in gh.requests] == [("GET", "/repos/acme/widgets/issues/7/comments"),
+                                                              ("POST", "/repos/acme/widgets/issues/7/comments")]
+        assert all(r.headers["authorization"] == f"Bearer {PR_TOKEN}" for r in gh.requests)
+        body = gh.requests[-1].body["body"]
+        assert body.startswith("<!-- evalkit:evals/unit -->\n")
+        assert "## evalkit gate: PASS" in body
+        assert "## evalkit compare: verdict regression (a failure: --fail-on)" in body
+        assert "0W / 0T / 8L" in body
+        assert "[run 4242](https://github.com/acme/widgets/actions/runs/4242)" in body
+        # the model's leak, quoted by the failed check's reason, is posted as its placeholder
+        assert "exact: output 'I cannot say; try key &lt;API\\_KEY&gt;' != expected 'Paris'" in body
+        assert not any(LEAKED in json.dumps(r.body) for r in gh.requests)
+        summary = (repo / ".gh-summary.md").read_text()  # the job summary holds both verdicts too
+        assert summary.index("## evalkit gate: PASS") < summary.index("## evalkit compare: verdict regression")
+        [ours] = gh.comments[7]
+        assert ours["user"] == BOT
+
+        # the next push runs the job again: the same comment is edited, no second one
+        ran = run_workflow(doc, repo, secrets, {"EVALKIT_BASE_URL": srv.base_url}, runner=runner, skip=("Report",))
+        assert dict(ran)[COMPARE] == 1 and dict(ran)[COMMENT] == 0
+    assert [r.method for r in gh.requests] == ["GET", "POST", "GET", "PATCH"]
+    assert gh.requests[-1].path == f"/repos/acme/widgets/issues/comments/{ours['id']}"
+    assert len(gh.comments[7]) == 1 and "verdict regression" in ours["body"]
     assert (suite / "baseline.json").read_bytes() == baseline
 
 
@@ -303,3 +404,38 @@ def test_init_ci_without_a_source_ci_can_reach_exits_2_and_says_how_to_give_one(
     res = cli("init", "evals/unit", "--ci", "github")
     assert res.exit_code == 2 and "--evalkit-spec" in res.output and "unrelated project" in res.output
     assert not (repo / ".github").exists()
+
+
+def test_a_one_arm_suite_gets_an_advisory_conformance_step_and_a_hostile_arm_name_is_refused(tmp_path):
+    """Seed 002: a single-arm (agent) suite's verdict is published but stays advisory, so
+    its compare step has no --fail-on; an arm name goes into the YAML only as a value."""
+    from evalkit.suites.loader import load_suite
+    from evalkit.suites.workflow import github_workflow
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    cwd = os.getcwd()
+    os.chdir(repo)
+    try:
+        assert cli("init", "evals/one").exit_code == 0
+    finally:
+        os.chdir(cwd)
+    suite = repo / "evals" / "one"
+    cfg = json.loads((suite / "config.json").read_text())
+    spec = f"evalkit @ git+https://github.com/acme/evalkit@{COMMIT}"
+    (suite / "config.json").write_text(json.dumps({**cfg, "arms": [{"name": "agent"}]}))
+    doc = yaml.safe_load(github_workflow(load_suite(suite), "evals/one", requirement=spec, repo_root=repo))
+    steps = doc["jobs"]["evalkit"]["steps"]
+    [step] = [s for s in steps if "evalkit compare " in s.get("run", "")]
+    assert step["name"] == "Conformance of the one arm (advisory)" and step["env"] == {"EVALKIT_ARM": "agent"}
+    assert '--arm "$EVALKIT_ARM"' in step["run"] and "--fail-on" not in step["run"]
+    # more arms: the one called baseline against the first other, as the report's comparison page
+    arms = [{"name": "model-b"}, {"name": "baseline"}, {"name": "model-c"}]
+    (suite / "config.json").write_text(json.dumps({**cfg, "arms": arms}))
+    doc = yaml.safe_load(github_workflow(load_suite(suite), "evals/one", requirement=spec, repo_root=repo))
+    [step] = [s for s in doc["jobs"]["evalkit"]["steps"] if "evalkit compare " in s.get("run", "")]
+    assert step["env"] == {"EVALKIT_BASELINE_ARM": "baseline", "EVALKIT_TREATMENT_ARM": "model-b"}
+    (suite / "config.json").write_text(json.dumps({**cfg, "arms": [{"name": "a${{ secrets.X }}"}, {"name": "b"}]}))
+    hostile = load_suite(suite)  # a name that is a fine folder name, and a GitHub expression
+    with pytest.raises(InputError, match="the arm name .* cannot go into a CI workflow"):
+        github_workflow(hostile, "evals/one", requirement=spec, repo_root=repo)

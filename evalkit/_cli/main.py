@@ -44,6 +44,7 @@ _COMMANDS = {
     "analyze": "analyze",
     "tokens": "analyze",
     "dashboard": "dashboard",
+    "ci": "ci",
 }
 
 

@@ -6,9 +6,14 @@ template, guidance, model config, baseline), prompt files, skill and agent files
 the paths given with `--watch`; it restores the response cache (so an unchanged case
 replays at $0), runs `evalkit run --ci` (the suite's own `ci.cost_cap_usd`, lower than
 the local cap), grades, gates against the committed baseline (`--runner-exit` carries
-an INCOMPLETE run into the gate, which fails it), renders the report with `--redact`
-(the artifact is shared; the gate's JUnit and Markdown redact what they quote too),
-saves the cache and uploads `reports/`. Thresholds and caps live in `config.json`, never in the YAML;
+an INCOMPLETE run into the gate, which fails it), compares the suite's arms (`evalkit
+compare`, held to the suite's `plan.json` when it has one; a two-arm or larger suite's
+`regression` verdict fails the job, a one-arm suite's conformance verdict is advisory, as
+seed 002 keeps an agent suite), renders the report with `--redact` (the artifact is
+shared; the gate's and compare's JUnit and Markdown redact what they quote too), posts
+the gate's and compare's Markdown as the suite's one pull-request comment (`evalkit ci
+comment`, with the job's `GITHUB_TOKEN`; it never decides the job), saves the cache and
+uploads `reports/`. Thresholds and caps live in `config.json`, never in the YAML;
 the workflow never writes a baseline (accepting one stays a deliberate, reviewed act).
 
 Run steps pass values only through `$GITHUB_ENV` and environment variables, never
@@ -217,7 +222,33 @@ _HEADER = """# Written by `evalkit init SUITE --ci github`. Edit freely; re-run 
 # or its recorded origin): never by the bare name, which on PyPI is an unrelated project.
 # The report folder is uploaded rendered with --redact: personal data and secrets in model
 # outputs show as placeholders. The run folder is not uploaded.
+# After the gate, compare holds the suite's arms to its plan.json; a regression verdict fails
+# the job. The last step posts both summaries (redacted) as the suite's one pull-request
+# comment, with the job's GITHUB_TOKEN in that step alone: hence `pull-requests: write`.
 """
+
+# A verdict step: the command writes its Markdown to its own file (the comment step posts
+# it), which is then added to the job's summary; the step exits as the command did.
+_VERDICT_SCRIPT = """rm -f {md}
+set +e
+{command} --junit {xml} --markdown {md}
+rc=$?
+set -e
+if [ -f {md} ]; then cat {md} >> "$GITHUB_STEP_SUMMARY"; fi
+exit "$rc"
+"""
+
+
+def compare_arms(suite: Suite) -> tuple[str, str] | None:
+    """The pair the workflow's compare step holds to the plan: the arm named baseline or
+    control (else the first), against the first other arm (the rule of the reports'
+    skill-comparison page); None for a one-arm suite."""
+    names = [a.name for a in suite.config.arms]
+    if len(names) < 2:
+        return None
+    base = next((a for a in names if a in ("baseline", "control")), names[0])
+    return base, next(a for a in names if a != base)
+
 
 _RUN_SCRIPT = """mkdir -p {out}
 set +e
@@ -276,6 +307,23 @@ def github_workflow(
     }
     env.update({k: f"${{{{ secrets.{k} }}}}" for k in dict.fromkeys(keys)})
     ran = "${{ !cancelled() && env.EVALKIT_RUN != '' }}"
+    pair = compare_arms(suite)
+    arms_env: dict[str, str]
+    if pair is not None:
+        arms_env = {
+            "EVALKIT_BASELINE_ARM": check_workflow_text(pair[0], "the arm name"),
+            "EVALKIT_TREATMENT_ARM": check_workflow_text(pair[1], "the arm name"),
+        }
+        compare_cmd = (
+            'evalkit compare "$EVALKIT_RUN" --baseline "$EVALKIT_BASELINE_ARM" '
+            '--treatment "$EVALKIT_TREATMENT_ARM" --fail-on regression'
+        )
+        compare_name = "Compare the arms (a regression fails the job)"
+    else:  # seed 002: a one-arm (agent) suite's verdict is published but advisory
+        arms_env = {"EVALKIT_ARM": check_workflow_text(suite.config.arms[0].name, "the arm name")}
+        compare_cmd = 'evalkit compare "$EVALKIT_RUN" --arm "$EVALKIT_ARM"'
+        compare_name = "Conformance of the one arm (advisory)"
+    gate_md, compare_md = f"{CI_OUT}/gate.md", f"{CI_OUT}/compare.md"
     steps: list[dict[str, Any]] = [
         {"uses": "actions/checkout@v4"},
         {"uses": "actions/setup-python@v5", "with": {"python-version": "3.11"}},
@@ -305,13 +353,34 @@ def github_workflow(
         {
             "name": "Gate against the committed baseline",
             "if": ran,
-            "run": 'evalkit gate "$EVALKIT_RUN" --baseline "$EVALKIT_SUITE/baseline.json" '
-            f'--runner-exit "$EVALKIT_RUN_EXIT" --junit {CI_OUT}/gate.xml --markdown "$GITHUB_STEP_SUMMARY"',
+            "run": _VERDICT_SCRIPT.format(
+                command='evalkit gate "$EVALKIT_RUN" --baseline "$EVALKIT_SUITE/baseline.json" '
+                '--runner-exit "$EVALKIT_RUN_EXIT"',
+                xml=f"{CI_OUT}/gate.xml",
+                md=gate_md,
+            ),
+        },
+        {
+            # after the gate, whatever it said: both verdicts reach the summary and the comment
+            "name": compare_name,
+            "if": ran,
+            "env": arms_env,
+            "run": _VERDICT_SCRIPT.format(command=compare_cmd, xml=f"{CI_OUT}/compare.xml", md=compare_md),
         },
         {
             "name": "Report",
             "if": "${{ always() && env.EVALKIT_RUN != '' }}",
             "run": f'evalkit report "$EVALKIT_RUN" --reports-dir {REPORTS_DIR} --redact',
+        },
+        {
+            # One comment per suite, updated on each push; without a pull request (a manual
+            # run) or a token it posts nothing. A fork's read-only token cannot comment:
+            # the comment never decides the job, the verdict steps do.
+            "name": "Comment on the pull request",
+            "if": "${{ always() && env.EVALKIT_RUN != '' }}",
+            "continue-on-error": True,
+            "env": {"GITHUB_TOKEN": "${{ secrets.GITHUB_TOKEN }}"},
+            "run": f'evalkit ci comment --suite "$EVALKIT_SUITE" {gate_md} {compare_md}',
         },
         {
             "name": "Save the response cache",
@@ -329,7 +398,7 @@ def github_workflow(
     doc: dict[str, Any] = {
         "name": "evalkit",
         "on": {"pull_request": {"paths": paths}, "workflow_dispatch": None},
-        "permissions": {"contents": "read"},
+        "permissions": {"contents": "read", "pull-requests": "write"},  # write: the comment step only
         "concurrency": {"group": "evalkit-${{ github.ref }}", "cancel-in-progress": True},
         "jobs": {
             "evalkit": {

@@ -2,7 +2,8 @@
 
 The failures view (`failures`), what notebooks call (`nb`), reports executed and rendered
 (`reports`) with their index (`report_index`), human labels for the judge (`labelling`),
-trajectories side by side (`replay`), and JUnit XML and Markdown (`ciout`).
+trajectories side by side (`replay`), JUnit XML and Markdown (`ciout`), and that
+Markdown as a suite's pull-request comment (`prcomment`).
 
 May import: every folder above it, up to `conclusions`.
 """

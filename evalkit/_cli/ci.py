@@ -1,0 +1,41 @@
+"""CLI subcommand group `ci` (registered by evalkit._cli.main): `ci comment`, the
+pull-request comment of the workflow `evalkit init --ci github` writes. Thin over
+`evalkit.telling.prcomment`.
+
+Exit statuses of `ci comment`: 0 when the comment was created or updated, or nothing
+was to be sent (no `GITHUB_TOKEN`, or the event is no pull request's: it says which);
+1 when GitHub refused a call or could not be reached, or the redacted body still showed
+a secret (nothing sent); 2 on bad input (no Markdown file exists, a malformed
+`GITHUB_REPOSITORY` or event file, a `GITHUB_API_URL` that is neither https nor loopback).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from evalkit._cli.options import echo_text
+
+
+@click.group("ci")
+def ci_group() -> None:
+    """What a CI job does besides run, grade, gate and compare."""
+
+
+@ci_group.command("comment")
+@click.argument("markdown", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--suite", required=True, help="The suite's name (its path): one comment per suite, found by a marker.")
+def comment_cmd(markdown: tuple[Path, ...], suite: str) -> None:
+    """Post the MARKDOWN files (the gate's and compare's --markdown), redacted, as the
+    suite's comment on the pull request, or update the one posted before (found by the
+    hidden marker <!-- evalkit:SUITE -->). Reads GITHUB_TOKEN, GITHUB_REPOSITORY,
+    GITHUB_EVENT_PATH and GITHUB_API_URL as GitHub Actions sets them; without a token or
+    a pull request, nothing is sent."""
+    # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
+    from evalkit.telling.prcomment import comment_on_pull_request
+
+    echo_text(comment_on_pull_request(suite, markdown).render())
+
+
+COMMANDS: list[click.Command] = [ci_group]
