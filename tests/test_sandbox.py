@@ -365,6 +365,9 @@ def test_each_forwarder_serves_the_proxy_socket_on_loopback_from_the_first_conne
         assert killed.returncode == 128 + 15  # a signal's death as a shell reports it
         missing = run("no-such-program-here")
         assert missing.returncode == 127 and "could not start 'no-such-program-here'" in missing.stderr
+        # none of the forwarder's processes (its server, its connections') outlives its sandbox
+        mine = [p for p in host_pids_with(f"\0{port}\0{sandbox.SOCKET_INSIDE}\0--\0") if alive(p)]
+        assert mine == []
     finally:
         listener.close()
 
