@@ -3,7 +3,8 @@
 1. Start-up. The same trivial program (`python -I -S -c pass`) started and waited for
    the way evalkit starts a sample's process, bare (``"isolation": "none"``) and in the
    sandbox (bubblewrap with the run's hidden and bound paths, the forwarder started
-   first, serving a real Unix socket), in alternating blocks; `added_ms` is the
+   first, serving a real Unix socket), one start of each in turn (so a load that
+   drifts falls on every arm alike); `added_ms` is the
    difference of the medians (target <= 50 ms), with the compiled forwarder
    (`make sandbox`); `python_forwarder_added_ms` the same with the python one it falls
    back to, `bwrap_only_added_ms` bubblewrap's namespaces and mounts alone (no
@@ -18,7 +19,7 @@
    `forwarder_cpu_ms_per_call` the CPU the forwarder spends a call (read from the
    host's /proc while it runs), steadier than wall times on a loaded machine.
 
-    .venv/bin/python benchmarks/bench_sandbox.py [--starts 60] [--calls 600] [--rounds 3]
+    .venv/bin/python benchmarks/bench_sandbox.py [--starts 100] [--calls 600] [--rounds 3]
 
 Writes `benchmarks/results/sandbox.json`. Wall times on a shared 2-core machine are
 noisy: the load average is recorded with them.
@@ -134,7 +135,7 @@ def _unix_listener(path: Path) -> socket.socket:
     return s
 
 
-def startup(n: int, block: int = 10) -> dict:
+def startup(n: int, block: int = 1) -> dict:
     """Wall time (ms) to start and reap a trivial program, bare and sandboxed."""
     tmp = Path(tempfile.mkdtemp(prefix="evalkit-bench-"))
     work = tmp / "work"
@@ -226,7 +227,7 @@ def hop(calls: int, rounds: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--starts", type=int, default=60)
+    ap.add_argument("--starts", type=int, default=100)
     ap.add_argument("--calls", type=int, default=600)
     ap.add_argument("--rounds", type=int, default=3)
     _smoke.add(ap)
