@@ -53,9 +53,15 @@ test: $(STAMP) browser sandbox
 browser:
 	@tools/install-chromium.sh
 
-# bubblewrap for the sandbox of the agent programs under test (apt-get where missing and allowed)
-sandbox:
+# bubblewrap for the sandbox of the agent programs under test (apt-get where missing and allowed),
+# and the forwarder inside it compiled from C (no interpreter start per sample; where the
+# compiler fails, it says so and sandboxes use the python forwarder)
+FORWARDER := $(VENV)/libexec/evalkit-forwarder
+sandbox: $(FORWARDER)
 	@tools/install-bubblewrap.sh
+
+$(FORWARDER): evalkit/calls/_forwarder.c $(STAMP)
+	@$(BIN)/python -m evalkit.calls.sandbox build
 
 lock:
 	tools/lock.sh

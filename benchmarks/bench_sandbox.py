@@ -3,8 +3,13 @@
 1. Start-up. The same trivial program (`python -I -S -c pass`) started and waited for
    the way evalkit starts a sample's process, bare (``"isolation": "none"``) and in the
    sandbox (bubblewrap with the run's hidden and bound paths, the forwarder started
-   first, serving a real Unix socket), in alternating blocks; `added_ms` is the
-   difference of the medians (target <= 50 ms).
+   first, serving a real Unix socket), one start of each in turn (so a load that
+   drifts falls on every arm alike); `added_ms` is the
+   difference of the medians (target <= 50 ms), with the compiled forwarder
+   (`make sandbox`); `python_forwarder_added_ms` the same with the python one it falls
+   back to, `bwrap_only_added_ms` bubblewrap's namespaces and mounts alone (no
+   forwarder: the floor of any forwarder), and `bwrap_minimal_added_ms` bubblewrap
+   with nothing but ``--ro-bind / /`` (what starting it at all costs).
 2. The Unix-socket hop. One openai client program (keep-alive, as an agent) calls
    evalkit's metering proxy (its own process, as in bench_proxy.py: session,
    trajectory, ledger, cache, against the scripted server) straight on its TCP port
@@ -14,7 +19,7 @@
    `forwarder_cpu_ms_per_call` the CPU the forwarder spends a call (read from the
    host's /proc while it runs), steadier than wall times on a loaded machine.
 
-    .venv/bin/python benchmarks/bench_sandbox.py [--starts 60] [--calls 600] [--rounds 3]
+    .venv/bin/python benchmarks/bench_sandbox.py [--starts 100] [--calls 600] [--rounds 3]
 
 Writes `benchmarks/results/sandbox.json`. Wall times on a shared 2-core machine are
 noisy: the load average is recorded with them.
@@ -97,23 +102,30 @@ def _jail(work: Path, sock: Path | None, port: int) -> sandbox.Jail:
 
 
 def _cpu_ms(pid: int) -> float:
-    """User + system CPU (ms) of host process `pid` so far (Linux /proc)."""
+    """CPU time (ms) of host process `pid` so far (Linux /proc: schedstat's nanoseconds
+    where the kernel keeps them, else user + system in clock ticks, 10 ms coarse)."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e6
+    except (OSError, ValueError, IndexError):
+        pass
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
 
 
-def _forwarder_pid(port: int) -> int | None:
-    """The host pid of the forwarder serving `port` inside a sandbox (its command line)."""
-    want = f"forwarder.py\0{port}\0".encode()
+def _forwarder_pids(port: int) -> list[int]:
+    """The host pids of the forwarder serving `port` inside a sandbox (its command line;
+    the compiled one's server and connection processes too)."""
+    want = f"\0{port}\0{sandbox.SOCKET_INSIDE}\0--\0".encode()
+    found = []
     for p in os.listdir("/proc"):
         if p.isdigit():
             try:
                 cmd = Path(f"/proc/{p}/cmdline").read_bytes()
                 if want in cmd and b"--unshare-net" not in cmd:  # the forwarder, not the bwrap processes
-                    return int(p)
+                    found.append(int(p))
             except OSError:
                 continue
-    return None
+    return found
 
 
 def _unix_listener(path: Path) -> socket.socket:
@@ -123,7 +135,7 @@ def _unix_listener(path: Path) -> socket.socket:
     return s
 
 
-def startup(n: int, block: int = 10) -> dict:
+def startup(n: int, block: int = 1) -> dict:
     """Wall time (ms) to start and reap a trivial program, bare and sandboxed."""
     tmp = Path(tempfile.mkdtemp(prefix="evalkit-bench-"))
     work = tmp / "work"
@@ -131,9 +143,18 @@ def startup(n: int, block: int = 10) -> dict:
     listener = _unix_listener(tmp / "proxy.sock")
     argv = [sys.executable, "-I", "-S", "-c", "pass"]
     env = sandbox.environment({}, work)
-    boxed = sandbox.bwrap_argv(_jail(work, tmp / "proxy.sock", 40000 + os.getpid() % 20000), argv)
+    jail = _jail(work, tmp / "proxy.sock", 40000 + os.getpid() % 20000)
+    boxed = sandbox.bwrap_argv(jail, argv)
+    os.environ[sandbox.FORWARDER_ENV] = "python"
+    try:
+        boxed_python = sandbox.bwrap_argv(jail, argv)
+    finally:
+        del os.environ[sandbox.FORWARDER_ENV]
     bare_box = sandbox.bwrap_argv(_jail(work, None, 0), argv)  # the namespaces and mounts alone, no forwarder
-    arms = {"none": argv, "bwrap_only": bare_box, "sandbox": boxed}
+    # bubblewrap at its least (the host's root, no namespace of its own): what starting bwrap at all costs
+    minimal = [sandbox.bwrap_binary() or "bwrap", "--ro-bind", "/", "/", *argv]
+    arms = {"none": argv, "bwrap_minimal": minimal, "bwrap_only": bare_box, "sandbox": boxed,
+            "sandbox_python_forwarder": boxed_python}
     times: dict[str, list[float]] = {name: [] for name in arms}
     for _ in range(2):  # warm the page cache for each
         for cmd in arms.values():
@@ -149,8 +170,12 @@ def startup(n: int, block: int = 10) -> dict:
     med = {k: round(statistics.median(v), 3) for k, v in times.items()}
     added = round(med["sandbox"] - med["none"], 3)
     return {"starts_each": len(times["sandbox"]), "median_ms": med, "added_ms": added,
-            # of which bubblewrap's namespaces and mounts (the rest: the forwarder's interpreter start)
+            # of which bubblewrap's namespaces and mounts (the rest: the forwarder's start)
             "bwrap_only_added_ms": round(med["bwrap_only"] - med["none"], 3),
+            "bwrap_minimal_added_ms": round(med["bwrap_minimal"] - med["none"], 3),
+            # the fallback where the compiled forwarder is not built: an interpreter start more
+            "python_forwarder_added_ms": round(med["sandbox_python_forwarder"] - med["none"], 3),
+            "forwarder": "compiled" if sandbox.forwarder_binary() else "python (the compiled one not built)",
             "p90_ms": {k: round(statistics.quantiles(v, n=10)[8], 3) for k, v in times.items()},
             "target_added_ms": 50.0, "meets_target": added <= 50.0}
 
@@ -180,8 +205,7 @@ def hop(calls: int, rounds: int) -> dict:
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
                 assert proc.stdout is not None and proc.stdin is not None
                 got[name] = json.loads(proc.stdout.readline())
-                fwd = _forwarder_pid(port) if name == "unix_hop" else None
-                if fwd is not None:
+                for fwd in _forwarder_pids(port) if name == "unix_hop" else []:
                     forwarder_cpu_ms += _cpu_ms(fwd)  # its start-up included: an upper bound per call
                 proc.stdin.close()
                 proc.wait(timeout=60)
@@ -197,12 +221,13 @@ def hop(calls: int, rounds: int) -> dict:
             "hop_added_ms": added, "target_added_ms": 0.3, "meets_target": added <= 0.3,
             # the CPU the forwarder spent per call it carried (its start-up and 10 warm-up calls included:
             # an upper bound): what the hop costs, steadier than wall times on a loaded machine
-            "forwarder_cpu_ms_per_call": round(forwarder_cpu_ms / len(times["unix_hop"]), 4)}
+            "forwarder_cpu_ms_per_call": round(forwarder_cpu_ms / len(times["unix_hop"]), 4),
+            "forwarder": "compiled" if sandbox.forwarder_binary() else "python"}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--starts", type=int, default=60)
+    ap.add_argument("--starts", type=int, default=100)
     ap.add_argument("--calls", type=int, default=600)
     ap.add_argument("--rounds", type=int, default=3)
     _smoke.add(ap)

@@ -66,11 +66,14 @@ def alive(pid: int) -> bool:
     return not (status.exists() and "zombie" in status.read_text())
 
 
-@pytest.fixture(params=["under-tmp", "elsewhere"])
-def where(request, tmp_path):
+@pytest.fixture(params=["under-tmp", "elsewhere", "under-tmp-python-forwarder"])
+def where(request, tmp_path, monkeypatch):
     """A folder for the suite and runs: under /tmp (hidden by the sandbox's own /tmp) or
-    elsewhere on the root filesystem (hidden by a tmpfs of its own)."""
-    if request.param == "under-tmp":
+    elsewhere on the root filesystem (hidden by a tmpfs of its own); and under /tmp with
+    the python forwarder (the fallback where the compiled one is not built)."""
+    if request.param.startswith("under-tmp"):
+        if request.param.endswith("python-forwarder"):
+            monkeypatch.setenv(sandbox.FORWARDER_ENV, "python")
         yield tmp_path
         return
     import shutil
@@ -290,3 +293,95 @@ def test_read_only_paths_and_the_argv_files_are_all_a_program_sees_of_its_suite(
                            "config.json": "FileNotFoundError", "write": "OSError"}
     assert out["cwd"] == out["home"] and not out["cwd"].startswith(str(suite))
     assert not (suite / "data" / "new.txt").exists() and not Path(out["cwd"]).exists()  # its workdir was discarded
+
+
+@pytest.fixture(scope="module")
+def compiled_forwarder(tmp_path_factory) -> Path:
+    """The C forwarder built from this checkout's source (a C compiler is a requirement)."""
+    dest = tmp_path_factory.mktemp("forwarder") / "evalkit-forwarder"
+    assert sandbox.build_forwarder(dest) is None
+    return dest
+
+
+@pytest.fixture(params=["compiled", "python"])
+def forwarder(request, compiled_forwarder, monkeypatch) -> str:
+    """Each forwarder in turn: the compiled one, and the python one it falls back to."""
+    monkeypatch.setenv(sandbox.FORWARDER_ENV, str(compiled_forwarder) if request.param == "compiled" else "python")
+    return request.param
+
+
+def _echo_upper(listener: socket.socket) -> None:
+    """The proxy's stand-in on its Unix socket: each connection's bytes back in upper case."""
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            return
+        with conn:
+            data = b""
+            while chunk := conn.recv(65536):
+                data += chunk
+            conn.sendall(data.upper())
+
+
+# The program: connects at once (no retry: the forwarder listens before it starts), sends
+# 1 MiB, half-closes, reads the answer through, then exits with a status of its own.
+_CLIENT = (
+    "import socket, sys\n"
+    "s = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n"
+    "s.sendall(b'abc' * (1 << 18) + b'!'); s.shutdown(socket.SHUT_WR)\n"
+    "got = b''\n"
+    "while chunk := s.recv(65536): got += chunk\n"
+    "print(len(got), got[:6].decode(), got[-1:].decode(), flush=True)\n"
+    "sys.exit(int(sys.argv[2]))\n"
+)
+
+
+def test_each_forwarder_serves_the_proxy_socket_on_loopback_from_the_first_connect_and_passes_the_status(
+    tmp_path, forwarder
+):
+    import threading
+
+    assert (sandbox.forwarder_binary() is not None) == (forwarder == "compiled")
+    work = tmp_path / "work"
+    work.mkdir()
+    sock = tmp_path / "proxy.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(sock))
+    listener.listen(8)
+    threading.Thread(target=_echo_upper, args=(listener,), daemon=True).start()
+    port = 40000 + os.getpid() % 20000
+    jail = sandbox.Jail(work, sock, port, sandbox.hidden_paths(tmp_path), sandbox.interpreter_paths())
+    env = sandbox.environment({}, work)
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(sandbox.bwrap_argv(jail, list(argv)), env=env, cwd=work, capture_output=True,
+                              text=True, timeout=60)
+
+    try:
+        done = run(sys.executable, "-c", _CLIENT, str(port), "3")
+        assert (done.returncode, done.stdout) == (3, f"{3 * (1 << 18) + 1} ABCABC !\n"), done.stderr
+        killed = run(sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)")
+        assert killed.returncode == 128 + 15  # a signal's death as a shell reports it
+        missing = run("no-such-program-here")
+        assert missing.returncode == 127 and "could not start 'no-such-program-here'" in missing.stderr
+        # none of the forwarder's processes (its server, its connections') outlives its sandbox
+        mine = [p for p in host_pids_with(f"\0{port}\0{sandbox.SOCKET_INSIDE}\0--\0") if alive(p)]
+        assert mine == []
+    finally:
+        listener.close()
+
+
+def test_a_compiled_forwarder_older_than_its_source_or_not_built_is_not_used(tmp_path, compiled_forwarder, monkeypatch):
+    import shutil
+
+    binary = Path(shutil.copy2(compiled_forwarder, tmp_path / "evalkit-forwarder"))
+    monkeypatch.setenv(sandbox.FORWARDER_ENV, str(binary))
+    jail = sandbox.Jail(Path("/w"), Path("/s"), 1, (), ())
+    assert sandbox.forwarder_binary() == binary and sandbox.FORWARDER_BIN_INSIDE in sandbox.bwrap_argv(jail, ["true"])
+    source = sandbox.FORWARDER_C.stat().st_mtime
+    os.utime(binary, (source - 60, source - 60))
+    assert sandbox.forwarder_binary() is None  # a stale build: the python forwarder runs
+    assert sandbox.bwrap_argv(jail, ["true"])[-8:-5] == [sys.executable, "-I", "-S"]
+    assert sandbox.build_forwarder(tmp_path / "broken", cc="false") is not None  # a compiler that fails
+    assert not (tmp_path / "broken").exists() and not (tmp_path / "broken.part").exists()

@@ -5,8 +5,8 @@ The response cache (`cache`), the cost ledger that reserves before and settles a
 the Responses API's wire shapes (`responses_api`), model servers on loopback (`serve`,
 with the scripted server's files and batches API in `_batchserve`), one agent sample's
 calls (`session`), the metering proxy agent programs call through (`proxy`), and the
-sandbox they run in (`sandbox`, with the forwarder inside it, `_forwarder`, and the
-python unit's worker process, `_pyworker`).
+sandbox they run in (`sandbox`, with the forwarder inside it, `_forwarder.c` compiled
+or else `_forwarder`, and the python unit's worker process, `_pyworker`).
 
 May import: `evalkit.foundations`, `evalkit.numbers`, `evalkit.checking`, `evalkit.suites`.
 """

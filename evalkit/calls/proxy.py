@@ -66,8 +66,9 @@ import json
 import os
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from aiohttp import web
 
@@ -170,6 +171,22 @@ def _error_response(status: int, message: str, etype: str, code: str) -> web.Res
         content_type="application/json",
         headers={"x-should-retry": "false"},
     )
+
+
+_X = TypeVar("_X")
+
+
+@dataclass(frozen=True)
+class _Metered(Generic[_X]):
+    """A request's metered model call (`MeteringProxy._metered_call`): its sample, body,
+    the call's keywords, whether it streams, what else its API's answer needs, the answer."""
+
+    session: SampleSession
+    body: dict[str, Any]
+    kw: dict[str, Any]
+    stream: bool
+    extra: _X
+    completion: Completion
 
 
 class MeteringProxy:
@@ -283,13 +300,20 @@ class MeteringProxy:
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request, chat=False)
 
-    async def _serve(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+    async def _metered_call(
+        self, request: web.Request, parse: Callable[[dict[str, Any]], tuple[dict[str, Any], bool, _X]]
+    ) -> _Metered[_X] | web.Response:
+        """One model call of an agent's request, whatever its API: its sample (by token),
+        its body, `parse`d into `SampleSession.model_call` keywords, whether it streams,
+        and what else the API's answer needs; then the call, metered by the session. A
+        request refused before metering errors its sample (`_refuse`); a call the session
+        refused or that failed is the agent's HTTP error (`_refusal_of`)."""
         self.requests += 1
         session: SampleSession | None = None
         try:
             session = self._session(request)
             body = await self._body(request)
-            kw, stream, include_usage = _call_arguments(body, chat)
+            kw, stream, extra = parse(body)
         except _Refusal as r:
             return self._refuse(session, r)
         task = asyncio.current_task()
@@ -302,32 +326,26 @@ class MeteringProxy:
         except Exception as exc:  # noqa: BLE001 - every failure is the agent's HTTP error, and the sample's
             refusal = _refusal_of(exc)
             return _error_response(refusal.status, str(refusal), refusal.etype, refusal.code)
+        return _Metered(session, body, kw, stream, extra, c)
+
+    async def _serve(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+        m = await self._metered_call(request, lambda body: _call_arguments(body, chat))
+        if isinstance(m, web.Response):
+            return m
         made = int(time.time())
-        rid = f"{'chatcmpl' if chat else 'cmpl'}-evalkit-{session.calls}-{secrets.token_hex(4)}"
-        if stream:
-            return await _stream(request, c, rid, made, chat=chat, include_usage=include_usage)
-        return web.Response(text=storable_json(_answer(c, rid, made, chat=chat)), content_type="application/json")
+        rid = f"{'chatcmpl' if chat else 'cmpl'}-evalkit-{m.session.calls}-{secrets.token_hex(4)}"
+        if m.stream:
+            return await _stream(request, m.completion, rid, made, chat=chat, include_usage=m.extra)
+        return web.Response(
+            text=storable_json(_answer(m.completion, rid, made, chat=chat)), content_type="application/json"
+        )
 
     async def _responses(self, request: web.Request) -> web.StreamResponse:
         """A Responses API call (see the module docstring), metered as a chat call is."""
-        self.requests += 1
-        session: SampleSession | None = None
-        try:
-            session = self._session(request)
-            body = await self._body(request)
-            kw, stream = _responses_arguments(body)
-        except _Refusal as r:
-            return self._refuse(session, r)
-        task = asyncio.current_task()
-        if task is not None:
-            session.track(task)
-        try:
-            c = await session.model_call(**kw, stream=stream)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - every failure is the agent's HTTP error, and the sample's
-            refusal = _refusal_of(exc)
-            return _error_response(refusal.status, str(refusal), refusal.etype, refusal.code)
+        m = await self._metered_call(request, lambda body: (*_responses_arguments(body), None))
+        if isinstance(m, web.Response):
+            return m
+        session, body, kw, stream, c = m.session, m.body, m.kw, m.stream, m.completion
         ceiling = session.client.max_tokens_out
         echo = {**body, "max_output_tokens": min(kw["max_tokens"] or ceiling, ceiling)}
         answer = response_body(

@@ -1,11 +1,13 @@
 """The sandbox of a command or python unit: the program under test runs under
 bubblewrap, and its only way out is the metering proxy.
 
-Each sample's process runs as ``bwrap ... -- python -I -S _forwarder.py PORT SOCKET --
-ARGV`` (`command`): new user, PID, IPC, UTS and network namespaces; the host's root
-filesystem bound read-only, with the folders that could hold the endpoint's address or
-key hidden under empty read-only tmpfs mounts (the suite folder, the run folder, the
-runs folder, evalkit's working directory and ``$HOME``: `hidden_paths`; and
+Each sample's process runs as ``bwrap ... -- evalkit-forwarder PORT SOCKET -- ARGV``
+(`bwrap_argv`; the forwarder compiled from ``_forwarder.c`` by `make sandbox`, else
+``python -I -S _forwarder.py``, which costs an interpreter's start-up a sample): new
+user, PID, IPC, UTS and network namespaces; the host's root filesystem bound read-only,
+with the folders that could hold the endpoint's address or key hidden under empty
+read-only tmpfs mounts (the suite folder, the run folder, the runs folder, evalkit's
+working directory and ``$HOME``: `hidden_paths`; and
 `ALWAYS_HIDDEN`, where the host's services keep their Unix sockets), then bound
 back read-only only what the program needs (the interpreter's prefixes, the argv's
 files, the python unit's module, the arms' skill folders, `unit.read_only_paths`); a
@@ -14,8 +16,9 @@ fresh writable working directory of its own (its cwd and ``$HOME``); a tmpfs ``/
 group (its timeout, the end of the run) the sandbox's PID 1 dies and the kernel kills
 every process of its namespace, ``setsid`` children included. The proxy's Unix socket
 (`evalkit.calls.proxy.MeteringProxy.listen_unix`) is bound at ``/tmp/.evalkit/proxy.sock``,
-and `evalkit.calls._forwarder` serves it on the sandbox's own ``127.0.0.1:PORT`` (PORT: the
-proxy's TCP port), so ``OPENAI_BASE_URL`` is the same URL inside and out.
+and the forwarder serves it on the sandbox's own ``127.0.0.1:PORT`` (PORT: the proxy's TCP
+port; listening before the program starts, so its first connect never fails), so
+``OPENAI_BASE_URL`` is the same URL inside and out.
 
 The environment is an allow-list (`environment`), never evalkit's own: `HOST_VARS`
 when set, ``HOME``/``TMPDIR``, the proxy variables, `TELEMETRY_OFF`, and the host
@@ -74,6 +77,12 @@ OUTPUT_FILE = ".evalkit-output.txt"  # in the workdir: $EVALKIT_OUTPUT_FILE
 NOT_CONTAINED = 'the program under test was NOT contained ("isolation": "none"): it ran on this machine unsandboxed'
 NAMESPACES = ("--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net")
 FORWARDER = Path(__file__).with_name("_forwarder.py")
+FORWARDER_C = Path(__file__).with_name("_forwarder.c")
+# The compiled forwarder (`make sandbox` builds it from `FORWARDER_C`): no interpreter to
+# start per sample. `FORWARDER_ENV` names another binary, or "python" for `FORWARDER`.
+FORWARDER_BIN = Path(sys.prefix) / "libexec" / "evalkit-forwarder"
+FORWARDER_ENV = "EVALKIT_FORWARDER"
+FORWARDER_BIN_INSIDE = f"{INSIDE}/forwarder"
 WORKER = Path(__file__).with_name("_pyworker.py")
 
 
@@ -83,6 +92,39 @@ def bwrap_binary() -> str | None:
     if named:
         return named if os.access(named, os.X_OK) else None
     return shutil.which("bwrap")
+
+
+def forwarder_binary() -> Path | None:
+    """The compiled forwarder to run, else None (then `FORWARDER` runs, under python):
+    `FORWARDER_ENV` when set ("python": none), else `FORWARDER_BIN`; only an executable
+    no older than `FORWARDER_C` (one built from an earlier source is not used)."""
+    named = os.environ.get(FORWARDER_ENV)
+    if named == "python":
+        return None
+    path = Path(named) if named else FORWARDER_BIN
+    try:
+        fresh = path.stat().st_mtime >= FORWARDER_C.stat().st_mtime
+    except OSError:
+        return None
+    return path if fresh and os.access(path, os.X_OK) else None
+
+
+def build_forwarder(dest: Path = FORWARDER_BIN, cc: str | None = None) -> str | None:
+    """Compile `FORWARDER_C` to `dest` (`make sandbox`); why not, else None. A failed
+    build leaves nothing at `dest`: runs then use the python forwarder."""
+    compiler = cc or os.environ.get("CC") or "cc"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(dest.name + ".part")
+    try:
+        done = subprocess.run([compiler, "-O2", "-o", str(part), str(FORWARDER_C)], capture_output=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        part.unlink(missing_ok=True)
+        return f"{compiler} could not run: {exc}"
+    if done.returncode != 0:
+        part.unlink(missing_ok=True)
+        return f"{compiler} failed: {done.stderr.decode('utf-8', 'replace').strip()}"
+    part.replace(dest)
+    return None
 
 
 @functools.cache
@@ -196,6 +238,9 @@ def bwrap_argv(jail: Jail, argv: list[str], *, binary: str | None = None) -> lis
             out += ["--ro-bind", str(p), str(p)]
     out += ["--bind", str(jail.workdir), str(jail.workdir)]
     out += ["--ro-bind", str(FORWARDER), FORWARDER_INSIDE, "--ro-bind", str(WORKER), WORKER_INSIDE]
+    compiled = forwarder_binary() if jail.socket is not None else None
+    if compiled is not None:
+        out += ["--ro-bind", str(compiled), FORWARDER_BIN_INSIDE]
     if jail.socket is not None:
         out += ["--bind", str(jail.socket), SOCKET_INSIDE]
     for h in jail.hidden:
@@ -204,11 +249,28 @@ def bwrap_argv(jail: Jail, argv: list[str], *, binary: str | None = None) -> lis
     out += ["--chdir", str(jail.workdir), "--"]
     if jail.socket is None:
         return out + argv
-    return out + [sys.executable, "-I", "-S", FORWARDER_INSIDE, str(jail.port), SOCKET_INSIDE, "--", *argv]
+    forwarder = [FORWARDER_BIN_INSIDE] if compiled is not None else [sys.executable, "-I", "-S", FORWARDER_INSIDE]
+    return out + [*forwarder, str(jail.port), SOCKET_INSIDE, "--", *argv]
+
+
+if __name__ == "__main__":  # `make sandbox`: python -m evalkit.calls.sandbox build
+    if sys.argv[1:] != ["build"]:
+        raise SystemExit("usage: python -m evalkit.calls.sandbox build")
+    why = build_forwarder()
+    print(
+        f"evalkit: the compiled sandbox forwarder could not be built ({why}); sandboxed samples use the "
+        "python forwarder (about 10 ms more start-up each)"
+        if why
+        else f"evalkit: sandbox forwarder built: {FORWARDER_BIN}"
+    )
 
 
 __all__ = [
     "FORWARDER",
+    "FORWARDER_BIN",
+    "FORWARDER_BIN_INSIDE",
+    "FORWARDER_C",
+    "FORWARDER_ENV",
     "HOST_VARS",
     "ISOLATIONS",
     "Jail",
@@ -218,8 +280,10 @@ __all__ = [
     "WORKER",
     "WORKER_INSIDE",
     "bwrap_argv",
+    "build_forwarder",
     "bwrap_binary",
     "environment",
+    "forwarder_binary",
     "hidden_paths",
     "interpreter_paths",
     "probe",

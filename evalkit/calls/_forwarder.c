@@ -1,0 +1,152 @@
+/* The forwarder inside a sandbox (evalkit/calls/sandbox.py), in C: the same job as
+ * _forwarder.py, without an interpreter's start-up on every sample (about 8-10 ms of the
+ * sandbox's added start-up on a 2-core machine; bwrap's own namespaces and mounts cost
+ * about 3-4 ms). Compiled by `make install` (`make sandbox`) into the virtualenv
+ * (evalkit.calls.sandbox.FORWARDER_BIN); where it is absent or older than this file,
+ * evalkit runs _forwarder.py instead.
+ *
+ *   evalkit-forwarder PORT SOCKET -- ARGV...
+ *
+ * Listens on 127.0.0.1:PORT (the sandbox has its own network namespace: nothing else is
+ * reachable) BEFORE the program starts, so the program's first connect never fails (the
+ * kernel queues it in the backlog until it is accepted); forks and execs ARGV in the
+ * child (which inherits stdin, stdout and stderr); lets go of those three itself; a
+ * server process accepts each connection and a process of its own copies it to and from
+ * SOCKET (the proxy's Unix socket) until either side is done; exits with the program's
+ * status (128 + N for a signal N, as a shell reports it). When it exits, bubblewrap's
+ * PID 1 exits and the kernel kills the rest of the sandbox (the server included).
+ *
+ * Written by hand because no library or packaged tool does this byte copy here: socat
+ * or similar tools are not on every target machine (and start no faster), and the point
+ * of this file is to cost no start-up. POSIX and Linux calls only, no dependencies.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Send all of buf on fd; 0 when done, -1 when the peer is gone. */
+static int send_all(int fd, const char *buf, size_t n) {
+    while (n > 0) {
+        ssize_t w = send(fd, buf, n, MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        buf += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Copy both ways between a and b until both directions are done; a direction is done at
+ * its reader's end of file or error, and then the other side's write half is shut. */
+static void pump(int a, int b) {
+    static char buf[65536];
+    int open_ab = 1, open_ba = 1;
+    while (open_ab || open_ba) {
+        /* a finished direction's fd is left out (-1): its POLLHUP would wake poll at once, forever */
+        struct pollfd p[2] = {{open_ab ? a : -1, POLLIN, 0}, {open_ba ? b : -1, POLLIN, 0}};
+        if (poll(p, 2, -1) < 0) {
+            if (errno == EINTR) continue;
+            return;
+        }
+        for (int i = 0; i < 2; i++) {
+            int *open = i == 0 ? &open_ab : &open_ba;
+            int src = i == 0 ? a : b, dst = i == 0 ? b : a;
+            if (!*open || !(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            ssize_t r = recv(src, buf, sizeof buf, 0);
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0 || send_all(dst, buf, (size_t)r) < 0) {
+                *open = 0;
+                shutdown(dst, SHUT_WR);
+            }
+        }
+    }
+}
+
+/* Accept connections on the listener; each is served by a process of its own. */
+static void serve(int listener, const char *path) {
+    struct sockaddr_un up_addr;
+    memset(&up_addr, 0, sizeof up_addr);
+    up_addr.sun_family = AF_UNIX;
+    strncpy(up_addr.sun_path, path, sizeof up_addr.sun_path - 1);
+    signal(SIGCHLD, SIG_IGN); /* the connection processes reap themselves */
+    signal(SIGPIPE, SIG_IGN);
+    for (;;) {
+        int conn = accept(listener, NULL, NULL);
+        if (conn < 0) {
+            if (errno == EINTR || errno == ECONNABORTED) continue;
+            _exit(0);
+        }
+        pid_t pid = fork();
+        if (pid == 0) {
+            close(listener);
+            int one = 1;
+            setsockopt(conn, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+            int up = socket(AF_UNIX, SOCK_STREAM, 0);
+            if (up >= 0 && connect(up, (struct sockaddr *)&up_addr, sizeof up_addr) == 0) pump(conn, up);
+            _exit(0);
+        }
+        close(conn);
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc < 5 || strcmp(argv[3], "--") != 0) {
+        fputs("usage: evalkit-forwarder PORT SOCKET -- ARGV...\n", stderr);
+        return 2;
+    }
+    int port = atoi(argv[1]);
+    const char *path = argv[2];
+    if (port <= 0 || port > 65535 || strlen(path) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+        fputs("evalkit-forwarder: bad PORT or SOCKET\n", stderr);
+        return 2;
+    }
+    int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    struct sockaddr_in addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((unsigned short)port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (listener < 0 || setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
+        bind(listener, (struct sockaddr *)&addr, sizeof addr) < 0 || listen(listener, 128) < 0) {
+        fprintf(stderr, "evalkit sandbox: could not listen on 127.0.0.1:%d: %s\n", port, strerror(errno));
+        return 1;
+    }
+    pid_t program = fork();
+    if (program < 0) {
+        fprintf(stderr, "evalkit sandbox: could not fork: %s\n", strerror(errno));
+        return 1;
+    }
+    if (program == 0) { /* the listener is close-on-exec: the program never holds it */
+        execvp(argv[4], argv + 4);
+        fprintf(stderr, "evalkit sandbox: could not start '%s': %s\n", argv[4], strerror(errno));
+        _exit(127);
+    }
+    int null = open("/dev/null", O_RDWR);
+    for (int fd = 0; fd < 3; fd++) dup2(null, fd); /* the program's pipes are its own: their end is its exit */
+    if (null > 2) close(null);
+    pid_t server = fork();
+    if (server == 0) serve(listener, path);
+    close(listener);
+    int status;
+    while (waitpid(program, &status, 0) < 0) {
+        if (errno != EINTR) return 1;
+    }
+    if (server > 0) kill(server, SIGKILL);
+    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+    return WEXITSTATUS(status);
+}
