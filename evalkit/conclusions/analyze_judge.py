@@ -286,7 +286,9 @@ def clean_text(value: str, limit: int) -> str:
     zero-width) and surrogate characters removed, whitespace runs (line breaks included)
     to one space, a `:<n>:<n>:` sequence broken (`:3:1 :`) so a problem matcher reads no
     second location from it, cut to `limit` characters."""
-    kept = "".join(" " if ch.isspace() else ch for ch in value if not unicodedata.category(ch).startswith("C"))
+    kept = "".join(
+        " " if ch.isspace() else ch for ch in value if ch.isspace() or not unicodedata.category(ch).startswith("C")
+    )
     one = " ".join(kept.split())
     one = _LOCATION.sub(r"\1 :", one)
     return one if len(one) <= limit else one[: limit - 1].rstrip() + "…"
@@ -396,6 +398,7 @@ async def judge_files_async(files: Sequence[Path], options: AnalyzeJudgeOptions)
     from evalkit.calls.client import ModelClient  # lazy: openai's client is the heaviest import
 
     state = Path(options.state_dir)
+    state.mkdir(parents=True, exist_ok=True)
     ledger = Ledger(options.cap_usd, state / LEDGER)
     cache = ResponseCache(state / JUDGE_CACHE, batch=1, scope=cache_scope(options.endpoint))
     client = ModelClient(
