@@ -253,6 +253,21 @@ def test_enough_cap_for_two_calls_settled_from_usage(tmp_path, monkeypatch):
     assert "2 call(s), 0 from the cache" in out.stderr and "of the $0.07 cap" in out.stderr
 
 
+def test_a_file_with_private_data_is_not_sent_unless_allowed(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path)
+    (tmp_path / "skills" / "pdf" / "notes.md").write_text("Escalate to jane.doe@acme-corp.com.\n", encoding="utf-8")
+    with ScriptedServer({"rules": [{"text": '{"findings": []}'}]}) as srv:
+        out = analyze(srv, "skills/pdf/SKILL.md")
+        assert srv.stats["requests"] == 0  # the linked file carries an address: nothing sent
+        allowed = analyze(srv, "skills/pdf/SKILL.md", "--allow-private-data")
+        assert srv.stats["requests"] == 1
+    assert out.exit_code == 1 and "jane.doe" not in out.output
+    assert ("skills/pdf/SKILL.md: not sent to the judge: skills/pdf/notes.md:1: privacy: email address [email]"
+            in out.stderr) and "--allow-private-data" in out.stderr
+    assert "1 call(s)" in allowed.stderr and "INCOMPLETE" not in allowed.stderr
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

@@ -73,6 +73,11 @@ if TYPE_CHECKING:  # for annotations only: the judge pass loads with the command
     type=click.Path(file_okay=False),
     help="With --judge: where the judge cache and ledger go (default: SUITE/runs/analyze, else ./runs/analyze).",
 )
+@click.option(
+    "--allow-private-data",
+    is_flag=True,
+    help="With --judge: send files in which the privacy scan found personal data or secrets.",
+)
 def analyze_cmd(
     paths: tuple[str, ...],
     fmt: str,
@@ -85,6 +90,7 @@ def analyze_cmd(
     judge_key_env: str,
     max_cost_usd: float | None,
     judge_dir: str | None,
+    allow_private_data: bool,
 ) -> None:
     """Find contradictions and hazards in SKILL.md, *.agent.md, *.instructions.md,
     *.prompt.md files (a folder: those under it; a suite folder: its prompt and guidance
@@ -102,6 +108,10 @@ def analyze_cmd(
     options = _judge_options(
         paths, use_judge, suite_path, judge_base_url, judge_model, judge_price, judge_key_env, max_cost_usd, judge_dir
     )
+    if options is not None and allow_private_data:
+        import dataclasses  # lazy: only with --judge
+
+        options = dataclasses.replace(options, allow_private_data=True)
     files, found = analyze_paths(paths)
     judged = None
     if options is not None:

@@ -22,6 +22,11 @@ appended to, never resumed. Answers are kept in the judge cache (`judge-cache.sq
 there, scoped to the judge's model, endpoint and prompt version), so a re-run over
 unchanged files costs $0.
 
+**Private data stays home**: a file (or a linked file) in which the privacy scan finds
+personal data or secrets (`evalkit.suites.privacy`, with the suite's `privacy.json`
+allow-list) is not sent, and the pass is incomplete, unless `allow_private_data`
+(`--allow-private-data`), as `run` refuses before its first call.
+
 **The answer is untrusted** (`parse_findings`): one JSON object `{"findings": [...]}`
 (alone, or alone in one fenced code block), each finding an object with integer `line`
 and `col`, a known `category`, a `severity` (error, warning, note), a `message` and a
@@ -62,9 +67,10 @@ from evalkit.foundations.errors import (
     ReplayMiss,
     UnitCallError,
 )
-from evalkit.foundations.layout import JUDGE_CACHE, LEDGER, RUNS_DIR
+from evalkit.foundations.layout import JUDGE_CACHE, LEDGER, PRIVACY_FILE, RUNS_DIR
 from evalkit.foundations.records import Endpoint, Price, PromptFinding, Suite
 from evalkit.suites.analyze import JUDGE_CATEGORIES, JUDGE_RULE_PREFIX, linked_files
+from evalkit.suites.privacy import ALLOW_FLAG, Policy, load_policy_file, scan_text
 
 ANALYZE_TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "analyze-judge-v1.md"
 ANALYZE_VERSION = "analyze-v1"
@@ -115,6 +121,8 @@ class AnalyzeJudgeOptions:
     max_attempts: int = 6
     rate_limit_budget_s: float = 300.0
     max_connection_failures: int = 8
+    privacy_file: Path | None = None  # the suite's privacy.json (its allow-list), when it has one
+    allow_private_data: bool = False  # `--allow-private-data`: send files the privacy scan flags
 
 
 def _cap(max_cost_usd: float | None, fallback: float | None, where: str) -> float:
@@ -156,6 +164,7 @@ def options_from_suite(
         max_attempts=config.max_attempts,
         rate_limit_budget_s=config.rate_limit_budget_s,
         max_connection_failures=config.max_connection_failures,
+        privacy_file=root / PRIVACY_FILE if (root / PRIVACY_FILE).is_file() else None,
     )
 
 
@@ -389,6 +398,17 @@ def _linked(path: Path, text: str) -> list[tuple[str, str]]:
     return out
 
 
+def private_data(texts: Sequence[tuple[str, str]], policy: Policy) -> list[str]:
+    """What the privacy scan (`evalkit.suites.privacy`, with the suite's allow-list)
+    finds in the texts a request would carry, as `file:line: <finding>` (never the
+    value), with how to let it through; [] when nothing. `run` refuses the same before
+    any call."""
+    found = [f"{f.path}:{f.line}: {f.message}" for name, text in texts for f in scan_text(text, name, policy)]
+    if found:
+        found.append(f"redact it, allow-list synthetic values in {PRIVACY_FILE}, or pass {ALLOW_FLAG}")
+    return found
+
+
 async def judge_files_async(files: Sequence[Path], options: AnalyzeJudgeOptions) -> JudgeAnalysis:
     """Ask the judge about each of `files`, one after the other, on a fresh ledger under
     `options.cap_usd` (see the module docstring). A file whose call fails, is refused by
@@ -397,6 +417,7 @@ async def judge_files_async(files: Sequence[Path], options: AnalyzeJudgeOptions)
     ends the pass there, named in `errors` too."""
     from evalkit.calls.client import ModelClient  # lazy: openai's client is the heaviest import
 
+    policy = load_policy_file(options.privacy_file) if options.privacy_file is not None else Policy()
     state = Path(options.state_dir)
     state.mkdir(parents=True, exist_ok=True)
     ledger = Ledger(options.cap_usd, state / LEDGER)
@@ -433,8 +454,13 @@ async def judge_files_async(files: Sequence[Path], options: AnalyzeJudgeOptions)
                 errors.append(f"{shown}: not judged ({why})")
                 continue
             text = read_text_file(path, limit=MAX_TEXT_BYTES, allow_empty=True)
+            linked = _linked(path, text)
+            private = [] if options.allow_private_data else private_data([(shown, text), *linked], policy)
+            if private:
+                errors.append(f"{shown}: not sent to the judge: {'; '.join(private)}")
+                continue
             try:
-                messages = analysis_messages(shown, text, _linked(path, text))
+                messages = analysis_messages(shown, text, linked)
                 comp = await client.complete(
                     messages=messages,
                     temperature=0.0,
