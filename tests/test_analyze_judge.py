@@ -253,6 +253,23 @@ def test_enough_cap_for_two_calls_settled_from_usage(tmp_path, monkeypatch):
     assert "2 call(s), 0 from the cache" in out.stderr and "of the $0.07 cap" in out.stderr
 
 
+def test_a_failed_judge_call_or_no_place_for_the_ledger_is_incomplete_with_the_rules_findings(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path)
+    (tmp_path / "occupied").write_text("a file, not a folder\n")
+    with ScriptedServer({"rules": [{"text": '{"findings": []}'}], "faults": [{"kind": "500"}]}) as srv:
+        failed = analyze(srv, "skills/pdf/SKILL.md")  # the suite's max_attempts is 1
+        assert srv.stats["requests"] == 1
+        nowhere = analyze(srv, "skills/pdf/SKILL.md", "--judge-dir", "occupied/analyze")
+        assert srv.stats["requests"] == 1
+    for out in (failed, nowhere):
+        assert out.exit_code == 1
+        assert "skills/pdf/SKILL.md:8:50: error: linked file 'style.md'" in out.stdout
+    assert "error: judge INCOMPLETE: skills/pdf/SKILL.md: UnitCallError:" in failed.stderr
+    assert "HTTP 500" in failed.stderr and "spent $0.000000" in failed.stderr  # an HTTP error is not billed
+    assert "error: judge INCOMPLETE: the judge's ledger cannot be written in occupied/analyze" in nowhere.stderr
+
+
 def test_a_file_with_private_data_is_not_sent_unless_allowed(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     write(tmp_path)

@@ -419,9 +419,18 @@ async def judge_files_async(files: Sequence[Path], options: AnalyzeJudgeOptions)
 
     policy = load_policy_file(options.privacy_file) if options.privacy_file is not None else Policy()
     state = Path(options.state_dir)
-    state.mkdir(parents=True, exist_ok=True)
-    ledger = Ledger(options.cap_usd, state / LEDGER)
-    cache = ResponseCache(state / JUDGE_CACHE, batch=1, scope=cache_scope(options.endpoint))
+    try:
+        state.mkdir(parents=True, exist_ok=True)
+        ledger = Ledger(options.cap_usd, state / LEDGER)
+    except (OSError, EvalkitError) as exc:  # nowhere to keep the ledger: no call may be made
+        failed = f"the judge's ledger cannot be written in {state}: {exc}"
+        return JudgeAnalysis((), (), 0, 0, 0.0, options.cap_usd, options.endpoint.model, errors=(failed,))
+    try:
+        cache = ResponseCache(state / JUDGE_CACHE, batch=1, scope=cache_scope(options.endpoint))
+    except EvalkitError as exc:  # the cache is a paid answer's only record: no call without it
+        ledger.close()
+        failed = f"the judge cache cannot be opened: {exc}"
+        return JudgeAnalysis((), (), 0, 0, 0.0, options.cap_usd, options.endpoint.model, errors=(failed,))
     client = ModelClient(
         options.endpoint,
         options.price,
@@ -449,9 +458,9 @@ async def judge_files_async(files: Sequence[Path], options: AnalyzeJudgeOptions)
     try:
         for path in files:
             shown = str(path)
-            why = stopped()
-            if why:
-                errors.append(f"{shown}: not judged ({why})")
+            halt = stopped()
+            if halt:
+                errors.append(f"{shown}: not judged ({halt})")
                 continue
             text = read_text_file(path, limit=MAX_TEXT_BYTES, allow_empty=True)
             linked = _linked(path, text)
