@@ -354,3 +354,21 @@ def test_clean_text_makes_one_bounded_plain_line():
     assert clean_text("a\r\n\tb\x00c\u200bd", 50) == "a bcd"
     assert clean_text("see x.md:12:3: error: y", 50) == "see x.md:12:3 : error: y"
     assert clean_text("x" * 20, 10) == "x" * 9 + "…"
+
+
+def test_a_suite_folder_among_the_paths_gives_its_judge(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path)
+    answer = {"findings": [{"line": 1, "col": 1, "category": "ambiguous-wording", "severity": "warning",
+                            "message": "the task is not stated", "rewrite": "Q: answer ${input} in one word\nA:"}]}
+    with ScriptedServer({"rules": [{"match": "Q: ${input}", "text": json.dumps(answer)}]}) as srv:
+        out = CliRunner().invoke(main, ["analyze", "suite", "--judge", "--judge-base-url", srv.base_url,
+                                        "--format", "json"])
+        assert srv.stats["requests"] == 1  # the suite's prompt file, asked with the suite's judge
+    doc = json.loads(out.stdout)
+    assert doc["files"] == ["suite/prompt.txt"] and doc["judge"]["cap_usd"] == 1.0
+    [f] = doc["findings"]
+    assert (f["file"], f["rule"], f["source"], f["suggestion"]) == (
+        "suite/prompt.txt", "judge/ambiguous-wording", "judge", "Q: answer ${input} in one word A:")
+    assert (tmp_path / "suite" / "runs" / "analyze" / "judge-cache.sqlite").is_file()
+    assert out.exit_code == 0, out.output
