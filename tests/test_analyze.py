@@ -102,7 +102,8 @@ def test_json_and_sarif_carry_the_same_findings(tmp_path, monkeypatch):
     doc = json.loads(CliRunner().invoke(main, ["analyze", "skills", "--format", "json"]).stdout)
     assert doc["counts"] == {"error": 2, "warning": 4, "note": 0}
     first = doc["findings"][0]
-    assert set(first) == {"file", "line", "col", "severity", "rule", "message", "suggestion"}
+    assert set(first) == {"file", "line", "col", "severity", "rule", "message", "suggestion", "source"}
+    assert {f["source"] for f in doc["findings"]} == {"rule"}  # no judge asked: every finding is a rule's
     out = CliRunner().invoke(main, ["analyze", "skills", "--format", "sarif", "--output", "a.sarif"])
     assert out.exit_code == 1 and out.stdout == ""
     sarif = json.loads(Path("a.sarif").read_text())

@@ -225,7 +225,8 @@ class PromptFinding:
     """One finding of the static analysis of a prompt or skill file
     (`evalkit.suites.analyze`): where (`file`, 1-based `line` and `col`), how bad
     (`severity`: error, warning, note), which `rule`, what it says and the `suggestion`
-    (a rewrite to consider)."""
+    (a rewrite to consider). `source` says who found it: ``"rule"`` (the deterministic
+    rules) or ``"judge"`` (`evalkit analyze --judge`: a model's answer, validated)."""
 
     file: str
     line: int
@@ -234,6 +235,7 @@ class PromptFinding:
     rule: str
     message: str
     suggestion: str
+    source: str = "rule"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -244,6 +246,7 @@ class PromptFinding:
             "rule": self.rule,
             "message": self.message,
             "suggestion": self.suggestion,
+            "source": self.source,
         }
 
     @classmethod
@@ -256,4 +259,5 @@ class PromptFinding:
             str(d["rule"]),
             str(d["message"]),
             str(d["suggestion"]),
+            str(d.get("source", "rule")),
         )

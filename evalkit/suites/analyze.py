@@ -51,6 +51,19 @@ RULES: dict[str, str] = {
     "persona-conflict": "persona lines with conflicting traits",
 }
 
+#: The categories `evalkit analyze --judge` asks the suite's judge for (seed 000's list, as
+#: rule ids). A judge finding's rule is `JUDGE_RULE_PREFIX` + its category, so it never
+#: shares an id with a deterministic rule (`evalkit.conclusions.analyze_judge`).
+JUDGE_CATEGORIES: dict[str, str] = {
+    "contradiction": "logical and format contradictions",
+    "ambiguous-wording": "ambiguous wording (with a suggested rewrite)",
+    "persona-conflict": "conflicting persona traits",
+    "cognitive-load": "excessive cognitive load from nested conditions",
+    "missing-error-path": "missing error paths",
+    "linked-file-conflict": "conflicts with linked files",
+}
+JUDGE_RULE_PREFIX = "judge/"
+
 _LINK = re.compile(r"(?<!!)\[[^\]\n]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 _CONDITION = re.compile(r"\b(?:only if|if|unless|when(?:ever)?|except(?: when| if)?|otherwise|in case)\b", re.I)
 _MODAL = re.compile(
@@ -375,34 +388,76 @@ def analyze_files(
 # --------------------------------------------------------------------------- output
 
 
+def linked_files(path: str | Path, text: str) -> list[Path]:
+    """The files `text` (the file at `path`) links to by a relative Markdown link that
+    exist on disk, in order of first mention (what `--judge` shows the judge beside the
+    file, for conflicts with linked files). Nothing is fetched: URLs are skipped."""
+    p = Path(path)
+    _, lines = _lines(text)
+    found: list[Path] = []
+    for ln in lines:
+        for m in _LINK.finditer(ln.text):
+            target = m.group(1)
+            if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I) or target.startswith("#"):
+                continue
+            rel = target.split("#", 1)[0]
+            f = p.parent / rel
+            if rel and f.is_file() and f not in found:
+                found.append(f)
+    return found
+
+
 def render_text(findings: Sequence[PromptFinding]) -> str:
     """One `file:line:col: severity: message [rule]` line per finding (the shape a
-    GitHub problem matcher or an editor reads), each followed by its indented rewrite."""
+    GitHub problem matcher or an editor reads), each followed by its indented rewrite.
+    A judge's finding has its rule as `judge/<category>` and `(judge)` before its
+    message, so it is told apart from a rule's."""
     out = []
     for f in findings:
-        out.append(f"{f.file}:{f.line}:{f.col}: {f.severity}: {f.message} [{f.rule}]")
+        by = "(judge) " if f.source == "judge" else ""
+        out.append(f"{f.file}:{f.line}:{f.col}: {f.severity}: {by}{f.message} [{f.rule}]")
         out.append(f"    suggested rewrite: {f.suggestion}")
     return "\n".join(out) + ("\n" if out else "")
 
 
-def render_json(files: Sequence[Path], findings: Sequence[PromptFinding]) -> str:
-    doc = {
+def render_json(files: Sequence[Path], findings: Sequence[PromptFinding], judge: dict[str, Any] | None = None) -> str:
+    """`{files, findings, counts}`; with `--judge`, also `judge`: what the judge pass
+    did (its model, prompt version, calls, cache hits, spend, cap, notes, error)."""
+    doc: dict[str, Any] = {
         "files": [str(f) for f in files],
         "findings": [f.to_json() for f in findings],
         "counts": {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "note")},
     }
+    if judge is not None:
+        doc["judge"] = judge
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
 
-def render_sarif(findings: Sequence[PromptFinding]) -> str:
+def _rule_text(rule: str) -> str:
+    if rule.startswith(JUDGE_RULE_PREFIX):
+        category = rule[len(JUDGE_RULE_PREFIX) :]
+        return f"judge: {JUDGE_CATEGORIES.get(category, category)}"
+    return RULES.get(rule, rule)
+
+
+def render_sarif(findings: Sequence[PromptFinding], judge: dict[str, Any] | None = None) -> str:
     """SARIF 2.1.0 (OASIS): one run of the `evalkit analyze` driver with its rules, a
     result per finding with its physical location (1-based line and column) and the
     suggested rewrite as the result's `properties.suggestion` (a textual suggestion, not
-    a `fix`: SARIF fixes are byte replacements, which a rewrite of prose is not)."""
-    rules = sorted({f.rule for f in findings} | set(RULES))
+    a `fix`: SARIF fixes are byte replacements, which a rewrite of prose is not). Every
+    result's `properties.source` says who found it (`rule` or `judge`); a judge's rules
+    are `judge/<category>`, each with `properties.source: "judge"`. With `judge` (the
+    judge pass's summary), its notes and error are the invocation's
+    `toolExecutionNotifications`, and `executionSuccessful` is false when it failed."""
+    judged = judge is not None
+    rules = sorted(
+        {f.rule for f in findings}
+        | set(RULES)
+        | ({JUDGE_RULE_PREFIX + c for c in JUDGE_CATEGORIES} if judged else set())
+    )
     try:
         version = importlib.metadata.version("evalkit")
     except importlib.metadata.PackageNotFoundError:  # run from a source tree that is not installed
@@ -416,7 +471,14 @@ def render_sarif(findings: Sequence[PromptFinding]) -> str:
                     "driver": {
                         "name": "evalkit analyze",
                         "version": version,
-                        "rules": [{"id": r, "shortDescription": {"text": RULES.get(r, r)}} for r in rules],
+                        "rules": [
+                            {
+                                "id": r,
+                                "shortDescription": {"text": _rule_text(r)},
+                                "properties": {"source": "judge" if r.startswith(JUDGE_RULE_PREFIX) else "rule"},
+                            }
+                            for r in rules
+                        ],
                     }
                 },
                 "results": [
@@ -433,11 +495,25 @@ def render_sarif(findings: Sequence[PromptFinding]) -> str:
                                 }
                             }
                         ],
-                        "properties": {"suggestion": f.suggestion},
+                        "properties": {"suggestion": f.suggestion, "source": f.source},
                     }
                     for f in findings
                 ],
+                **({"invocations": [_invocation(judge)]} if judge is not None else {}),
             }
         ],
     }
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+
+
+def _invocation(judge: dict[str, Any]) -> dict[str, Any]:
+    """A SARIF invocation for a run with `--judge`: the judge pass's notes (as `note`
+    notifications) and its error (an `error` one), `executionSuccessful` false on an error."""
+    notes = [{"level": "note", "message": {"text": str(n)}} for n in judge.get("notes", [])]
+    if judge.get("error"):
+        notes.append({"level": "error", "message": {"text": str(judge["error"])}})
+    return {
+        "executionSuccessful": not judge.get("error"),
+        "toolExecutionNotifications": notes,
+        "properties": {k: v for k, v in judge.items() if k not in ("notes", "error")},
+    }
