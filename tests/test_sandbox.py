@@ -66,6 +66,24 @@ def alive(pid: int) -> bool:
     return not (status.exists() and "zombie" in status.read_text())
 
 
+def outlives(pid: int, grace_s: float = 10.0) -> bool:
+    """Whether `pid` is still running `grace_s` after its sandbox ended. bubblewrap's outer
+    process returns the program's status as soon as the sandbox's PID 1 reports it, while
+    the kernel is still killing the rest of the PID namespace; so a process that is on its
+    way out is waited for (its pidfd becomes readable when it exits), not polled."""
+    import select
+
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return False
+    try:
+        ready, _, _ = select.select([fd], [], [], grace_s)
+        return not ready and alive(pid)
+    finally:
+        os.close(fd)
+
+
 @pytest.fixture(params=["under-tmp", "elsewhere", "under-tmp-python-forwarder"])
 def where(request, tmp_path, monkeypatch):
     """A folder for the suite and runs: under /tmp (hidden by the sandbox's own /tmp) or
@@ -137,7 +155,7 @@ def test_a_hostile_agent_finds_no_key_reaches_only_the_proxy_writes_only_its_wor
     assert (suite / "cases.jsonl").read_bytes() == before and not (suite / "planted.txt").exists()
     assert (work / "mine.txt").read_text() == "mine"
     assert report["child_alive"] and (work / "child.pid").read_text().isdigit()
-    assert [p for p in host_pids_with(marker) if alive(p)] == []  # its setsid child died with the sandbox
+    assert [p for p in host_pids_with(marker) if outlives(p)] == []  # its setsid child died with the sandbox
 
 
 def test_a_python_unit_runs_in_a_worker_with_the_proxy_client_only(tmp_path, monkeypatch):
@@ -366,7 +384,7 @@ def test_each_forwarder_serves_the_proxy_socket_on_loopback_from_the_first_conne
         missing = run("no-such-program-here")
         assert missing.returncode == 127 and "could not start 'no-such-program-here'" in missing.stderr
         # none of the forwarder's processes (its server, its connections') outlives its sandbox
-        mine = [p for p in host_pids_with(f"\0{port}\0{sandbox.SOCKET_INSIDE}\0--\0") if alive(p)]
+        mine = [p for p in host_pids_with(f"\0{port}\0{sandbox.SOCKET_INSIDE}\0--\0") if outlives(p)]
         assert mine == []
     finally:
         listener.close()
