@@ -118,10 +118,13 @@ class ReviewSheet:
                 VERDICT_COLUMN,
                 *header[header.index(FEEDBACK_COLUMN) :],
             ]
-            rows = [rows[0]] + [r[: len(rows[0]) - 1] + [""] + r[len(rows[0]) - 1 :] for r in rows[1:]]
+            at = rows[0].index(FEEDBACK_COLUMN)
+            rows = [rows[0]] + [r[:at] + [""] + r[at:] if r else r for r in rows[1:]]
         self.columns = header
         self.rows: list[dict[str, str]] = []
         for n, r in enumerate(rows[1:], start=2):
+            if not r:
+                continue  # a blank line (a spreadsheet's trailing one) holds no pair
             if len(r) != len(header):
                 raise InputError(f"{len(r)} cells where the header has {len(header)}", self.path, line=n)
             row = {c: unescape_cell(v) for c, v in zip(header, r, strict=True)}
