@@ -61,6 +61,11 @@ def _md(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
+def _clause(text: object) -> str:
+    """A user's sentence set inside one of the guide's: one line, no closing full stop."""
+    return _md(str(text)).rstrip(". ")
+
+
 def _list(items: tuple[str, ...] | list[str]) -> str:
     return ", ".join(_md(i) for i in items)
 
@@ -111,7 +116,7 @@ def metric_rationale(scope: Scope, suite: Suite) -> list[str]:
     if refusals:
         reasons = []
         if refusal:
-            reasons.append(f"the system must refuse: {_md(str(refusal))}")
+            reasons.append(f"the system must refuse: {_clause(refusal)}")
         if prohibited:
             reasons.append(f"prohibited content: {_list(prohibited)}")
         out.append(
@@ -127,14 +132,14 @@ def metric_rationale(scope: Scope, suite: Suite) -> list[str]:
     response_format = scope.value("response_format")
     if fmt:
         why = (
-            f"the scope requires: {_md(str(response_format))}"
+            f"the scope requires: {_clause(response_format)}"
             if response_format
             else "the suite fixes the output's form"
         )
         out.append(f"- **Format** ({', '.join(f'{k} on {v} case(s)' for k, v in sorted(fmt.items()))}): {why}.")
     elif response_format:
         out.append(
-            f"- **Format**: the scope requires {_md(str(response_format))}; no deterministic check measures it, "
+            f"- **Format**: the scope requires {_clause(response_format)}; no deterministic check measures it, "
             "so it rests on the judge's rubric."
         )
     prog = {k: v for k, v in checks.items() if k in PROGRAM_CHECKS}
@@ -160,7 +165,7 @@ def metric_rationale(scope: Scope, suite: Suite) -> list[str]:
         )
     g = cfg.gate
     cadence = scope.value("evaluation_cadence")
-    when = f" The evaluation runs {_md(str(cadence))}" if cadence else " The cadence is unknown"
+    when = f" The evaluation runs {_clause(cadence)}" if cadence else " The cadence is unknown"
     out.append(
         f"- **Gate** against the accepted baseline: fails on a drop of the gated case score above "
         f"{g.max_success_drop_points:g} points (overall, or on a tag with at least {g.min_tag_cases} cases) or a cost "
@@ -257,7 +262,7 @@ def _tooling(scope: Scope, suite: Suite) -> list[str]:
         f"${suite.config.cost_cap_usd:g}), `evalkit grade`, `evalkit report`.",
         "- `evalkit compare` for two arms, `evalkit gate` against the accepted baseline (`evalkit baseline accept`).",
         "- `evalkit init --ci github` writes the CI workflow"
-        + (f", for a cadence of {_md(str(cadence))}." if cadence else "; the cadence is unknown."),
+        + (f", for a cadence of {_clause(cadence)}." if cadence else "; the cadence is unknown."),
     ]
     if suite.config.judge is not None:
         out.append(
