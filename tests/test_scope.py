@@ -12,6 +12,7 @@ import papermill as pm
 import pytest
 from test_dataset import SOURCE_YAML, Workspace, source_pairs
 
+from evalkit._cli.main import main
 from evalkit.foundations.errors import InputError
 from evalkit.suites import scope as sc
 from evalkit.telling.interview import InterviewUI
@@ -206,3 +207,32 @@ def test_the_notebook_runs_the_interview_in_a_kernel(tmp_path):
     assert "not confirmed; no answer yet for system_name" in text  # the status cell ran before the answers
     scope = sc.require_confirmed(path)
     assert scope.value("tools") == ("lookup_job",) and scope.unknowns() == ["prohibited_content", "revisit"]
+
+
+def test_no_hostile_scope_or_sheet_path_gets_a_traceback(ws):
+    from test_cli_hostile import HOSTILE
+
+    scope_file(ws)
+    failures = []
+    for arg in HOSTILE:
+        for args in (["dataset", "new", "src.yaml", "--json", "d.json", "--csv", "d.csv", "--scope", arg],
+                     ["dataset", "guide", "--scope", arg, "--suite", "evals/x", "--out", "g.md"],
+                     ["dataset", "guide", "--scope", "scope.json", "--suite", "evals/x", "--out", arg],
+                     ["dataset", "sample", "--json", "d.json", "--csv", "d.csv", "--confirm", "--review", arg]):
+            res = ws.runner.invoke(main, args)
+            crashed = res.exception is not None and not isinstance(res.exception, SystemExit)
+            if crashed or "Traceback" in res.output or res.exit_code not in (1, 2):
+                failures.append((args[1], arg[:20], res.exit_code, repr(res.exception)[:160]))
+    assert not failures, failures
+    assert not (ws.root / "d.json").exists()
+
+
+def test_a_scope_file_changed_by_someone_else_is_not_overwritten(tmp_path):
+    path = tmp_path / "scope.json"
+    iv = sc.Interview(path)
+    iv.answer("Field service assistant")
+    other = sc.Interview(path)
+    other.answer("Their purpose")
+    with pytest.raises(InputError, match="changed since this interview opened it"):
+        iv.answer("My purpose")
+    assert on_disk(path)["answers"]["purpose"]["value"] == "Their purpose" and iv.current.key == "purpose"

@@ -342,8 +342,24 @@ class Interview:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.scope = load_scope(self.path) if self.path.exists() else Scope()
+        self._disk = self._read()
         missing = self.scope.missing()
         self.position = AREA_KEYS.index(missing[0]) if missing else len(AREAS)
+
+    def _read(self) -> str | None:
+        return self.path.read_text(encoding="utf-8") if self.path.is_file() else None
+
+    def _save(self) -> None:
+        """Save the scope, refused when someone else changed the file since this
+        interview read or wrote it (their answers are not overwritten)."""
+        if self._read() != self._disk:
+            raise InputError(
+                "the scope file changed since this interview opened it (another notebook or editor?): "
+                "re-run the notebook to reopen it; nothing was saved",
+                self.path,
+            )
+        save_scope(self.path, self.scope)
+        self._disk = self._read()
 
     @property
     def finished(self) -> bool:
@@ -358,8 +374,13 @@ class Interview:
         a = self.current
         if a is None:
             raise InputError("every question is asked: confirm the summary, or go back to change an answer")
+        before = self.scope
         self.scope = self.scope.with_answer(a.key, answer)
-        save_scope(self.path, self.scope)
+        try:
+            self._save()
+        except InputError:
+            self.scope = before
+            raise
         self._advance()
 
     def _advance(self) -> None:
@@ -386,8 +407,13 @@ class Interview:
 
     def confirm(self) -> Scope:
         """Confirm the summary (refused while an area has no answer) and save."""
+        before = self.scope
         self.scope = self.scope.confirm()
-        save_scope(self.path, self.scope)
+        try:
+            self._save()
+        except InputError:
+            self.scope = before
+            raise
         return self.scope
 
 
