@@ -56,7 +56,7 @@ def test_the_guide_is_derived_from_the_scope_and_the_suite(ws):
     assert f"**Refusal** (refusal on {kinds['refusal']} case(s)): the system must refuse: Refuse to bypass" in text
     k = config.get("k", 5)
     assert f"k = {k} samples per case: pass@{k}" in text
-    assert f"**Judged pass rate** on {len(cases)} case(s)" in text and "judge/rubric-v1.md" in text
+    assert f"**Judged sample pass rate** on {len(cases)} case(s)" in text and "judge/rubric-v1.md" in text
     assert "**Format**: the scope requires Plain text, at most five numbered steps; no deterministic check" in text
     assert "Gap" not in text
     assert "The evaluation runs on every pull request and nightly" in text

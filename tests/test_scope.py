@@ -140,6 +140,8 @@ def test_dataset_new_generates_from_a_confirmed_scope(ws):
     r = new(ws)
     assert r.exit_code == 0, r.stderr
     assert "metadata.system_name: taken from the confirmed scope" in r.stderr
+    assert "scope: prohibited_content is unknown: safety pairs cannot be aimed" in r.stderr
+    assert "revisit is unknown" not in r.stderr  # only the areas the categories depend on
     md = on_disk(ws.root / "d.json")["metadata"]
     assert md["system_name"] == "Field service assistant" and md["approach"] == "pro-code"
 

@@ -25,21 +25,8 @@ from pathlib import Path
 from evalkit.foundations._io import write_atomic
 from evalkit.foundations.errors import InputError
 from evalkit.foundations.records import Suite
-from evalkit.suites.scope import Scope, require_confirmed
+from evalkit.suites.scope import UNKNOWN_CONSEQUENCE, Scope, require_confirmed
 
-# What an area left unknown costs the dataset (the seed's stop rules and constraints).
-UNKNOWN_CONSEQUENCE = {
-    "user_populations": "pairs cannot name the populations they exercise; population coverage is unmeasured",
-    "grounding_sources": "expected answers that depend on a source are marked for subject-matter review",
-    "tools": "no pair can state the tools it expects; tool use is unmeasured",
-    "risks": "the safety category cannot be derived from the scope",
-    "refusal_requirements": "negative and safety pairs cannot assert the action expected on a refusal",
-    "prohibited_content": "safety pairs cannot be aimed at the prohibited areas",
-    "response_format": "no format check can be justified; format is left to the judge's rubric",
-    "evaluation_cadence": "the gate's place in the workflow is undecided",
-    "reviewers": "the guide cannot say who reviewed the content",
-    "revisit": "the guide cannot say when the dataset goes stale",
-}
 TOOL_CHECKS = ("tool_calls", "activation", "forbidden_tools", "tool_errors", "skill_activation")
 FORMAT_CHECKS = ("exact", "contains", "regex", "json_schema", "json_field")
 PROGRAM_CHECKS = ("file_exists", "exit_code", "max_turns", "scorer")
@@ -159,7 +146,7 @@ def metric_rationale(scope: Scope, suite: Suite) -> list[str]:
             "the label_judge notebook, `evalkit judge calibrate`)"
         )
         out.append(
-            f"- **Judged pass rate** on {len(judged)} case(s), judge {_md(judge)}, rubric {rubrics}, pass mark "
+            f"- **Judged sample pass rate** on {len(judged)} case(s), judge {_md(judge)}, rubric {rubrics}, pass mark "
             f"{', '.join(f'{t} ({v} case(s))' for t, v in sorted(thresholds.items()))} on the 1-5 scale: the expected "
             f"behaviour is observable but not a fixed string. Estimate: {cfg.judged_estimate}; {trust}."
         )

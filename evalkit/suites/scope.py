@@ -104,6 +104,23 @@ AREAS: tuple[Area, ...] = (
     ),
     Area("revisit", "When should the dataset be revisited?", "A date, or the event that makes it stale."),
 )
+# What an area left unknown costs the dataset (the seed's stop rules and constraints).
+UNKNOWN_CONSEQUENCE = {
+    "user_populations": "pairs cannot name the populations they exercise; population coverage is unmeasured",
+    "grounding_sources": "expected answers that depend on a source are marked for subject-matter review",
+    "tools": "no pair can state the tools it expects; tool use is unmeasured",
+    "risks": "the safety category cannot be derived from the scope",
+    "refusal_requirements": "negative and safety pairs cannot assert the action expected on a refusal",
+    "prohibited_content": "safety pairs cannot be aimed at the prohibited areas",
+    "response_format": "no format check can be justified; format is left to the judge's rubric",
+    "evaluation_cadence": "the gate's place in the workflow is undecided",
+    "reviewers": "the guide cannot say who reviewed the content",
+    "revisit": "the guide cannot say when the dataset goes stale",
+}
+# The seed's stop rule: scope, refusal requirements and grounding sources decide the
+# negative and safety categories, which cannot be inferred; generating with one unknown
+# is allowed (it was recorded) but said on every `dataset new`.
+STOP_UNKNOWN = ("refusal_requirements", "grounding_sources", "prohibited_content")
 AREA_KEYS: tuple[str, ...] = tuple(a.key for a in AREAS)
 _BY_KEY = {a.key: a for a in AREAS}
 
@@ -431,6 +448,9 @@ def apply_scope(metadata: dict[str, Any], scope: Scope, shown: str) -> list[str]
     approach = scope.value("approach")
     if isinstance(approach, str) and approach.strip().lower() in ("low-code", "pro-code"):
         wanted["approach"] = approach.strip().lower()
+    for key in scope.unknowns():
+        if key in STOP_UNKNOWN:
+            notes.append(f"scope: {key} is unknown: {UNKNOWN_CONSEQUENCE[key]} (ask before relying on those pairs)")
     for key, value in wanted.items():
         if key not in metadata:
             metadata[key] = value
