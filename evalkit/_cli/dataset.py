@@ -62,7 +62,14 @@ def validate_cmd(json_path: str, csv_path: str, strict: bool, privacy_file: str 
     help="Replace personal data and secrets with typed placeholders (<EMAIL_1>, the same value the same "
     "placeholder within a pair); <json stem>.redaction-log.json records what was replaced where.",
 )
-def new_cmd(source: str, json_out: str, csv_out: str, force: bool, redact: bool) -> None:
+@click.option(
+    "--scope",
+    "scope_file",
+    default=None,
+    help="The scope file the scoping_interview notebook wrote: nothing is generated unless it is confirmed; "
+    "the metadata's system_name, user_populations and approach come from it.",
+)
+def new_cmd(source: str, json_out: str, csv_out: str, force: bool, redact: bool, scope_file: str | None) -> None:
     """Write both forms of a dataset from one authoring SOURCE (.json, .yaml or .yml:
     metadata and evaluation_pairs; the counts are computed from the pairs). Spreadsheet
     formula cells in the CSV are escaped with a leading '. Personal data and secrets in
@@ -71,7 +78,7 @@ def new_cmd(source: str, json_out: str, csv_out: str, force: bool, redact: bool)
         new_dataset,  # lazy: the dataset contract loads jsonschema, numpy and the privacy scanner
     )
 
-    ds, notes = new_dataset(source, json_out, csv_out, force=force, redact=redact)
+    ds, notes = new_dataset(source, json_out, csv_out, force=force, redact=redact, scope=scope_file)
     for note in notes:
         echo_text(f"note: {note}", err=True)
     md = ds["metadata"]
@@ -90,8 +97,21 @@ def new_cmd(source: str, json_out: str, csv_out: str, force: bool, redact: bool)
     help="Instead of drawing: mark a sampled dataset confirmed once the review's feedback is in.",
 )
 @click.option("--force", is_flag=True, help="Overwrite an existing review sheet.")
+@click.option(
+    "--review",
+    "review_sheet",
+    default=None,
+    help="With --confirm: the reviewed sheet (sample_review notebook); confirmed only when its review is accepted.",
+)
 def sample_cmd(
-    json_path: str, csv_path: str, out_path: str | None, size: int, seed: int, confirm: bool, force: bool
+    json_path: str,
+    csv_path: str,
+    out_path: str | None,
+    size: int,
+    seed: int,
+    confirm: bool,
+    force: bool,
+    review_sheet: str | None,
 ) -> None:
     """Draw a review sample stratified by difficulty and population (review_state draft
     -> sampled), or with --confirm move a sampled dataset to confirmed."""
@@ -103,9 +123,18 @@ def sample_cmd(
     if confirm:
         if out_path:
             raise click.UsageError("--confirm draws nothing: drop --out")
-        state = confirm_dataset(json_path, csv_path)
+        if review_sheet:
+            from evalkit.suites.review import (
+                confirm_reviewed,  # lazy: the review reads the dataset contract (jsonschema, numpy)
+            )
+
+            state = confirm_reviewed(json_path, csv_path, review_sheet)
+        else:
+            state = confirm_dataset(json_path, csv_path)
         echo_text(f"review_state: {state}")
         return
+    if review_sheet:
+        raise click.UsageError("--review goes with --confirm")
     if not out_path:
         raise click.UsageError("--out is required to draw a sample")
     chosen, state = sample_dataset(json_path, csv_path, out_path, size=size, seed=seed, force=force)
@@ -132,6 +161,40 @@ def to_suite_cmd(json_path: str, csv_path: str, dest: str, context_dir: str | No
 
     out = dataset_to_suite(json_path, csv_path, dest, context_dir=context_dir)
     echo_text(f"wrote suite {out}; next: `evalkit lint {dest}`")
+
+
+@dataset_group.command("guide")
+@click.option("--scope", "scope_file", required=True, help="The confirmed scope file (scoping_interview notebook).")
+@click.option("--suite", "suite_dir", required=True, help="The suite the dataset is measured with.")
+@click.option("--out", "out_path", required=True, help="The evaluation guide to write (Markdown).")
+@click.option("--json", "json_path", default=None, help="The dataset's JSON file, for its curation notes.")
+@click.option("--csv", "csv_path", default=None, help="The dataset's CSV companion (with --json).")
+@click.option("--review", "review_sheet", default=None, help="The sample-review sheet, for its outcome.")
+@click.option("--force", is_flag=True, help="Overwrite an existing guide.")
+def guide_cmd(
+    scope_file: str,
+    suite_dir: str,
+    out_path: str,
+    json_path: str | None,
+    csv_path: str | None,
+    review_sheet: str | None,
+    force: bool,
+) -> None:
+    """Write the evaluation guide: the confirmed scope, the metrics with their rationale
+    (from the suite's checks, judge, k and gate, held against the scope), and the
+    tooling. Refuses (exit 2) a scope that is not confirmed."""
+    from evalkit.suites.guide import GuideInputs, write_guide  # lazy: loads the suite loader
+
+    if (json_path is None) != (csv_path is None):
+        raise click.UsageError("--json and --csv go together")
+    inputs = GuideInputs(
+        scope=scope_file,
+        suite=suite_dir,
+        dataset=(json_path, csv_path) if json_path and csv_path else None,
+        review=review_sheet,
+    )
+    out = write_guide(inputs, out_path, force=force)
+    echo_text(f"wrote {out}")
 
 
 COMMANDS: list[click.Command] = [dataset_group]

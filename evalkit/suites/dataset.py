@@ -55,6 +55,7 @@ from evalkit.foundations._jsonschema import jsonschema
 from evalkit.foundations.errors import FileTooLarge, InputError, InputErrors
 from evalkit.foundations.records import Json
 from evalkit.suites import privacy as _privacy
+from evalkit.suites.scope import apply_scope, require_confirmed
 
 if TYPE_CHECKING:  # imported lazily: importing jsonschema costs about a second
     from jsonschema import Draft202012Validator
@@ -1100,14 +1101,24 @@ def new_dataset(
     today: date | None = None,
     cwd: str | os.PathLike[str] | None = None,
     redact: bool = False,
+    scope: str | os.PathLike[str] | None = None,
 ) -> tuple[dict[str, Json], list[str]]:
     """Write both forms of a dataset from one authoring source, so they cannot disagree.
+    With `scope` (a scope file, `evalkit.suites.scope`), nothing is generated unless that
+    scope is confirmed, and the source's metadata is filled from it (a contradiction is
+    refused).
     The result is validated exactly as `validate` would before anything is written;
     problems raise `InputErrors` (exit 2) and leave no file behind. Personal data and
     secrets in the source are notes; `redact` replaces them with typed placeholders (each
     pair its own scope) and writes `<json_out stem>.redaction-log.json` beside the JSON."""
+    scope_notes: list[str] = []
+    if scope is not None:
+        confirmed = require_confirmed(scope)  # before the source is even read: no scope, no generation
     source = load_source(source_path, cwd=cwd)
+    if scope is not None and isinstance(source.get("metadata"), dict):
+        scope_notes = apply_scope(source["metadata"], confirmed, os.fspath(source_path))
     dataset, notes = build_dataset(source, today=today)
+    notes = scope_notes + notes
     log_file: tuple[Path, str] | None = None
     if redact:
         dataset, log = _privacy.redact_dataset(dataset)

@@ -36,7 +36,11 @@ from evalkit.foundations.errors import InputError
 from evalkit.foundations.layout import GRADES
 from evalkit.foundations.records import Case, Suite
 
-TOOL_NOTEBOOKS: tuple[str, ...] = ("label_judge",)  # notebooks for people to use, not report pages
+TOOL_NOTEBOOKS: tuple[str, ...] = (
+    "label_judge",
+    "scoping_interview",
+    "sample_review",
+)  # for people to use, not report pages
 LABEL_NOTEBOOK = "label_judge"
 # The keys of a label line, in the order they are written: what the person fills in
 # first, then what they read, then what binds the label to it.
