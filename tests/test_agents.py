@@ -558,9 +558,7 @@ def test_a_sigkill_mid_call_leaves_a_sent_line_for_the_request_the_endpoint_rece
     runs = tmp_path / "runs"
     with ScriptedServer({"default": {"text": "done"}, "latency_s": 4.0}) as srv:
         proc = _spawn(suite, runs, srv.base_url)
-        deadline = time.monotonic() + 30
-        while srv.stats["requests"] < 1 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        srv.wait_until(lambda stats: stats["requests"] >= 1, 30)  # the server's own signal, no polling
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         assert srv.stats["requests"] == 1, "the call never reached the endpoint"

@@ -223,8 +223,8 @@ def test_the_stop_flag_is_checked_before_every_attempt(tmp_path):
         return stopped[0] if stopped else None
 
     async def flip_after_first_request(srv):
-        while srv.stats["requests"] < 1:
-            await asyncio.sleep(0.005)
+        # the server signals its first request (a thread waits on it, off the event loop)
+        assert await asyncio.to_thread(srv.wait_until, lambda stats: stats["requests"] >= 1, 30)
         stopped.append("ceiling breached")
 
     with ScriptedServer(script) as srv:
