@@ -182,6 +182,8 @@ def test_a_fault_window_counts_from_the_start():
     # windows wide enough that a loaded machine's slow first request still lands in the first
     script = {"default": {"text": "ok"}, "faults": [{"kind": "500", "until_s": 1.5}, {"kind": "429", "after_s": 3.0}]}
     with ScriptedServer(script) as srv:
+        # the windows are seconds of the server's clock: the sleeps below are the behaviour
+        # under test (the one real-time test of after_s / until_s), not a wait for an event
         t0 = time.monotonic()  # the server's clock started a moment before
         codes = [httpx.post(srv.base_url + "/completions", json={"model": "m", "prompt": "go"}).status_code]
         time.sleep(max(0.0, t0 + 2.0 - time.monotonic()))
