@@ -587,6 +587,8 @@ def _line(cid: str, prompt: str, seed: int = 3, url: str = "/v1/completions") ->
 
 
 def _until_done(client: openai.OpenAI, batch_id: str, timeout_s: float = 20.0):
+    # The Batch API has no completion event: its clients poll `batches.retrieve`, and this
+    # test of the server's Batch API polls it as they do
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         b = client.batches.retrieve(batch_id)
