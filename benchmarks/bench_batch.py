@@ -126,7 +126,7 @@ def child(step: str, args: list[str]) -> dict:
     elif step == "report":
         from evalkit.telling.reports import report_run
 
-        rep = report_run(args[0], args[1])
+        rep = report_run(args[0], args[1], notebooks=args[2:] or None)  # named notebooks only (--smoke)
         sizes = {p.name: p.stat().st_size for p in Path(rep.out_dir).glob("*.html")}
         out = {
             "ok": rep.ok,
@@ -262,7 +262,8 @@ def main() -> None:
         biggest = str(max(sizes))
         run = Path(result["runs"][biggest]["batch"]["run"])
         result["grade"] = measure("grade", str(run))
-        result["report"] = measure("report", str(run), str(work / "reports"))
+        # --smoke: one notebook of the set (bench_reports.py's smoke does the same): that it runs
+        result["report"] = measure("report", str(run), str(work / "reports"), *(["run_summary"] if args.smoke else []))
         if not args.smoke:  # bench_report_scale.py's own smoke runs the breakdown
             result["report_breakdown"] = measure("breakdown", str(run))
     finally:

@@ -230,6 +230,48 @@ def test_an_identical_rerun_of_a_deterministic_agent_replays_at_no_cost(tmp_path
     assert [c["cached"] for c in read_trajectory(again.path, "oslo", "baseline", 1).model_calls] == [True, True]
 
 
+def _descendants(pid: int) -> list[int]:
+    """The processes below `pid` now (Linux /proc children lists), deepest last."""
+    found, todo = [], [pid]
+    while todo:
+        for tasks in Path(f"/proc/{todo.pop()}/task").glob("*/children"):
+            try:
+                kids = [int(k) for k in tasks.read_text().split()]
+            except OSError:  # that task just ended
+                continue
+            found += kids
+            todo += kids
+    return found
+
+
+def _exit_watchers(pids: list[int]) -> list[int]:
+    """A pidfd per process still there: readable once it has exited (`_wait_exited`)."""
+    fds = []
+    for pid in pids:
+        try:
+            fds.append(os.pidfd_open(pid))
+        except ProcessLookupError:
+            pass
+    return fds
+
+
+def _wait_exited(fds: list[int], timeout_s: float) -> bool:
+    """Wait on the pidfds (the kernel's exit event, no polling) until every process
+    exited or `timeout_s` passed: whether they all did."""
+    import select
+
+    deadline = time.monotonic() + timeout_s
+    left = list(fds)
+    try:
+        while left and time.monotonic() < deadline:
+            ready, _, _ = select.select(left, [], [], deadline - time.monotonic())
+            left = [fd for fd in left if fd not in ready]
+        return not left
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
 def _spawn(suite: Path, runs: Path, base_url: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "evalkit._cli.main", "run", str(suite), "--runs-dir", str(runs),
                              "--base-url", base_url, "--no-progress"], stdout=subprocess.DEVNULL,
@@ -258,11 +300,13 @@ def test_sigkill_mid_run_then_resume_multi_call_samples_start_over_and_earlier_c
                 folder = found[0].parent
                 break
             time.sleep(0.02)
+        programs = _exit_watchers(_descendants(proc.pid))  # the agent programs (and helpers) running now
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         assert folder is not None, "the run never got going"
         assert not (folder / "summary.json").exists()
-        time.sleep(0.5)  # the orphaned programs find the proxy gone and exit
+        # the orphaned programs find the proxy gone and exit: waited on their exit events
+        assert _wait_exited(programs, 30), "an orphaned agent program outlived its run by 30 s"
         before = {(r["case_id"], r["arm"], r["index"]) for r in lines(folder / "results.jsonl")}
         cut = [p for p in (folder / "trajectories").rglob("*.jsonl") if lines(p)[-1]["type"] != "end"]
         assert 3 <= len(before) < 12 and cut, "no sample was cut off mid-way"
@@ -558,9 +602,7 @@ def test_a_sigkill_mid_call_leaves_a_sent_line_for_the_request_the_endpoint_rece
     runs = tmp_path / "runs"
     with ScriptedServer({"default": {"text": "done"}, "latency_s": 4.0}) as srv:
         proc = _spawn(suite, runs, srv.base_url)
-        deadline = time.monotonic() + 30
-        while srv.stats["requests"] < 1 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        srv.wait_until(lambda stats: stats["requests"] >= 1, 30)  # the server's own signal, no polling
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         assert srv.stats["requests"] == 1, "the call never reached the endpoint"

@@ -223,8 +223,8 @@ def test_the_stop_flag_is_checked_before_every_attempt(tmp_path):
         return stopped[0] if stopped else None
 
     async def flip_after_first_request(srv):
-        while srv.stats["requests"] < 1:
-            await asyncio.sleep(0.005)
+        # the server signals its first request (a thread waits on it, off the event loop)
+        assert await asyncio.to_thread(srv.wait_until, lambda stats: stats["requests"] >= 1, 30)
         stopped.append("ceiling breached")
 
     with ScriptedServer(script) as srv:
@@ -570,7 +570,11 @@ def test_a_connect_timeout_is_not_sent(tmp_path):
             except BlockingIOError:
                 pass
             fillers.append(f)
-        time.sleep(0.1)
+        # the accept queue is full once the first filler's handshake completes (listen(0)
+        # queues one): its socket turns writable, the others stay in SYN_SENT
+        import select
+
+        assert select.select([], fillers, [], 10)[1], "no filler connection completed"
 
         class Srv:
             base_url = f"http://127.0.0.1:{port}/v1"
@@ -753,6 +757,8 @@ def test_concurrency_halves_on_rate_limits_and_recovers_after():
                     trace.append(client.concurrency_limit)
             try:
                 await asyncio.gather(*(one(i, during) for i in range(100)))
+                # the storm is a window of the server's clock (until_s): its end is the behaviour
+                # under test, so this one waits it out (about a second)
                 await asyncio.sleep(max(0.0, started + 1.05 - time.monotonic()))
                 await asyncio.gather(*(one(i, after) for i in range(100, 400)))
             finally:

@@ -109,7 +109,7 @@ class Browser:
             [binary, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
              "--disable-extensions", "--remote-debugging-port=0", f"--user-data-dir={profile}",
              f"--window-size={WIDTH},800", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,  # it says its DevTools address there
             start_new_session=True,  # its own process group: killed whole (`kill_group`)
             preexec_fn=_die_with_parent,
         )
@@ -122,13 +122,27 @@ class Browser:
             raise
 
     def _connect(self, binary: str, profile: Path) -> None:
-        port_file = profile / "DevToolsActivePort"
-        deadline = time.monotonic() + 30
-        while not (port_file.exists() and port_file.read_text().strip()):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"headless Chromium did not start ({binary}, exit {self.proc.returncode})")
-            time.sleep(0.05)
-        port = int(port_file.read_text().split()[0])
+        # Chromium prints "DevTools listening on ws://127.0.0.1:PORT/..." on stderr once it
+        # listens: a thread reads its stderr (draining it for the browser's whole life, so
+        # the pipe never fills) and signals that line, or the end of stderr if it died.
+        import threading
+
+        listening = threading.Event()
+        found: list[int] = []
+
+        def read_stderr() -> None:
+            assert self.proc.stderr is not None
+            for line in iter(self.proc.stderr.readline, b""):
+                m = re.search(rb"DevTools listening on ws://[^:/]+:(\d+)/", line)
+                if m and not found:
+                    found.append(int(m.group(1)))
+                    listening.set()
+            listening.set()  # stderr closed: Chromium exited
+
+        threading.Thread(target=read_stderr, daemon=True).start()
+        if not listening.wait(30) or not found:
+            pytest.fail(f"headless Chromium did not start ({binary}, exit {self.proc.poll()})")
+        port = found[0]
         targets = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json", timeout=10))
         self.url = next(t["webSocketDebuggerUrl"] for t in targets if t["type"] == "page")
         self.loop = asyncio.new_event_loop()
@@ -265,15 +279,44 @@ def test_without_chromium_the_test_fails_saying_how_to_install_it(tmp_path: Path
         chromium()
 
 
-def _group_gone(pgid: int, within_s: float) -> bool:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
+def _group_members(pgid: int) -> list[int]:
+    """The live processes of a process group (/proc/PID/stat's pgrp; a zombie has exited
+    and is left out)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after "(comm)": state, ppid, pgrp
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(stat.parent.name))
+    return members
+
+
+def _group_gone(pgid: int, within_s: float) -> bool:
+    """Whether every process of the group exits within `within_s`: waited on their pidfds
+    (the kernel's exit events, no polling), the group listed again after each round in
+    case a member started another."""
+    import select
+
+    deadline = time.monotonic() + within_s
+    while True:
+        fds = []
+        for pid in _group_members(pgid):
+            with contextlib.suppress(ProcessLookupError):
+                fds.append(os.pidfd_open(pid))
+        if not fds:
             return True
-        time.sleep(0.05)
-    return False
+        try:
+            left = fds
+            while left and time.monotonic() < deadline:
+                ready, _, _ = select.select(left, [], [], deadline - time.monotonic())
+                left = [fd for fd in left if fd not in ready]
+            if left:
+                return False
+        finally:
+            for fd in fds:
+                os.close(fd)
 
 
 def test_closing_the_browser_leaves_no_chromium_process(tmp_path: Path) -> None:

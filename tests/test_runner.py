@@ -642,7 +642,7 @@ def test_tasks_are_fed_through_a_bounded_queue(tmp_path):
                                                     cache=False, sample_files=False))
         while not run.done():
             peak = max(peak, len(asyncio.all_tasks()))
-            await asyncio.sleep(0.002)
+            await asyncio.sleep(0.002)  # the sampling interval of the measurement, not a wait for an event
         return run.result()
 
     with ScriptedServer(SCRIPT) as srv:

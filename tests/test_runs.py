@@ -222,7 +222,7 @@ def test_one_process_at_a_time_holds_a_run_folder(tmp_path):
     # A process killed while holding the lock leaves the file but not the lock.
     holder = subprocess.Popen([sys.executable, "-c", (
         "import sys, time; from evalkit.suites.runs import RunFolder\n"
-        "with RunFolder(sys.argv[1]).lock():\n    print('held', flush=True); time.sleep(60)"), str(run.path)],
+        "with RunFolder(sys.argv[1]).lock():\n    print('held', flush=True); time.sleep(60)"), str(run.path)],  # holds it until killed
         stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"

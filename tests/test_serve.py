@@ -182,6 +182,8 @@ def test_a_fault_window_counts_from_the_start():
     # windows wide enough that a loaded machine's slow first request still lands in the first
     script = {"default": {"text": "ok"}, "faults": [{"kind": "500", "until_s": 1.5}, {"kind": "429", "after_s": 3.0}]}
     with ScriptedServer(script) as srv:
+        # the windows are seconds of the server's clock: the sleeps below are the behaviour
+        # under test (the one real-time test of after_s / until_s), not a wait for an event
         t0 = time.monotonic()  # the server's clock started a moment before
         codes = [httpx.post(srv.base_url + "/completions", json={"model": "m", "prompt": "go"}).status_code]
         time.sleep(max(0.0, t0 + 2.0 - time.monotonic()))
@@ -585,6 +587,8 @@ def _line(cid: str, prompt: str, seed: int = 3, url: str = "/v1/completions") ->
 
 
 def _until_done(client: openai.OpenAI, batch_id: str, timeout_s: float = 20.0):
+    # The Batch API has no completion event: its clients poll `batches.retrieve`, and this
+    # test of the server's Batch API polls it as they do
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         b = client.batches.retrieve(batch_id)
@@ -730,3 +734,33 @@ def test_a_held_slow_fault_answers_only_once_released_and_says_it_holds():
         t.join(timeout=60)
         assert answers == ["Paris"]
         assert client.completions.create(model="m", prompt="capital?", max_tokens=4).choices[0].text == "Paris"
+
+
+def test_wait_until_wakes_as_the_server_counts_a_request_or_a_fault_and_says_when_it_timed_out():
+    """`wait_until(predicate, timeout_s)`: tests wait on the server's counters without
+    polling; it is True once a request (or the fault it drew) is counted, False when the
+    deadline passes first, and the counts it saw are the ones `stats` keeps."""
+    import threading
+
+    script = {"default": {"text": "ok"}, "faults": [{"kind": "500", "times": 1}]}
+    with ScriptedServer(script) as srv:
+        assert srv.wait_until(lambda stats: stats["requests"] >= 1, 0.05) is False  # nothing sent: times out
+        client = openai.OpenAI(base_url=srv.base_url, api_key="k", max_retries=0, timeout=60)
+        codes: list[int] = []
+
+        def send() -> None:
+            try:
+                client.completions.create(model="m", prompt="go", max_tokens=4)
+                codes.append(200)
+            except openai.InternalServerError as exc:
+                codes.append(exc.status_code)
+
+        first = threading.Thread(target=send)
+        first.start()
+        assert srv.wait_until(lambda stats: stats["faults"]["500"] >= 1, 60)
+        first.join(60)
+        second = threading.Thread(target=send)
+        second.start()
+        assert srv.wait_until(lambda stats: stats["requests"] >= 2, 60)
+        second.join(60)
+        assert codes == [500, 200] and srv.stats["requests"] == 2

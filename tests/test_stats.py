@@ -311,6 +311,26 @@ def test_sign_test_agrees_with_scipy_binomtest_over_a_grid_and_at_large_n():
         assert np.allclose(got[:, 1], np.minimum(1.0, 2 * st.binom.cdf(np.minimum(w, n - w), n, 0.5)), rtol=1e-9, atol=0)
 
 
+def test_power_curves_agree_with_scipy_binom_over_a_grid():
+    """The rejection regions (exact integers) and the binomial power curves (a recursion:
+    `evalkit power` loads no scipy) held to scipy.stats.binom, an independent
+    implementation, at every d up to 1500, and the power with ties to binom.pmf."""
+    d = np.arange(1501)
+    for alpha in (0.05, 0.01, 0.1, 0.05 / 3, 0.001):
+        c = st.binom.ppf(alpha / 2, d, 0.5)
+        want = np.maximum(np.where(2 * st.binom.cdf(c, d, 0.5) <= alpha, c, c - 1), -1).astype(int)
+        assert (S._critical_values(1500, alpha) == want).all(), alpha
+        for w in (0.55, 0.7, 0.9, 0.3):
+            ref = np.where(want >= 0, st.binom.sf(d - want - 1, d, w) + st.binom.cdf(want, d, w), 0.0)
+            got = S._reject_prob(1500, w, alpha)
+            assert ((got == 0) == (ref == 0)).all()
+            assert np.allclose(got, ref, rtol=1e-11, atol=0), (alpha, w)
+    for n, w, t in [(300, 0.6, 0.4), (1000, 0.55, 0.1)]:
+        r = S._reject_prob(n, w, 0.05)
+        assert S.sign_test_power(n, w, t) == pytest.approx(float(np.dot(st.binom.pmf(d[: n + 1], n, 1 - t), r)),
+                                                          rel=1e-11)
+
+
 def test_sign_test_ties_do_not_change_p_and_no_pairs_is_p_one():
     assert S.sign_test(9, 3, 0).p_value == S.sign_test(9, 3, 50).p_value
     assert S.sign_test(0, 0, 5).p_value == 1.0

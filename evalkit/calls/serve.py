@@ -54,7 +54,8 @@ Semantics, including what the contract leaves open (additions are marked *):
   `APIConnectionError`), `slow` (*`delay_s`, default
   1.0, then the normal answer; *`"hold": true` instead holds the answer until
   `ScriptedServer.release()`, setting `ScriptedServer.held` as a request is held:
-  tests wait on those events, not on the clock), `malformed` (200, JSON content type, a body that is not
+  tests wait on those events, not on the clock; *`ScriptedServer.wait_until(predicate,
+  timeout_s)` waits for the `stats` counters the same way), `malformed` (200, JSON content type, a body that is not
   JSON: openai 3.x raises `json.JSONDecodeError`, a `ValueError`), `over_usage` (the
   normal answer reporting *`completion_tokens` (absolute) or
   `factor` x max(max_tokens, 1) + 1 completion tokens, *factor default 10), *`503`
@@ -105,6 +106,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -435,6 +437,7 @@ class ScriptedServer:
         self._stopped: str | None = None  # exit_reason after stop()
         self.held = threading.Event()  # set once a `slow` fault with "hold" holds a request
         self._released = threading.Event()  # release(): held requests answer, later ones are not held
+        self._changed = threading.Condition()  # notified as `stats` counts a request or a fault: wait_until()
         from evalkit.calls._batchserve import BatchStore
 
         self.rate_limit = RateLimit(self.script["rate_limit"]) if self.script.get("rate_limit") else None
@@ -523,6 +526,17 @@ class ScriptedServer:
     def release(self) -> None:
         """Answer the requests a `slow` fault with "hold" holds, and hold no more."""
         self._released.set()
+
+    def wait_until(self, predicate: Callable[[dict[str, Any]], bool], timeout_s: float) -> bool:
+        """Block until `predicate(stats)` holds (re-checked each time the server counts a
+        request or a fault, never on a clock), or `timeout_s` passed: whether it held.
+        Tests wait on this ("the third request arrived") instead of polling."""
+        with self._changed:
+            return self._changed.wait_for(lambda: predicate(self.stats), timeout_s)
+
+    def _counted(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
 
     def stop(self) -> None:
         """Close the server and its thread (requests in flight are cut off)."""
@@ -613,6 +627,7 @@ class ScriptedServer:
         inject (None), or `_BadRequest`. Online calls and batch lines alike."""
         self.requests.append(body)
         self.stats["requests"] += 1
+        self._counted()
         if responses:
             if not isinstance(body.get("input"), (str, list)) or not body.get("input"):
                 raise _BadRequest("'input' must be a non-empty string or list of items")
@@ -788,6 +803,7 @@ class ScriptedServer:
             if left is not None:
                 self._fault_left[i] = left - 1
             self.stats["faults"][fault["kind"]] += 1
+            self._counted()
             return fault
         return None
 

@@ -27,9 +27,11 @@ Three meanings of "pass@k" and "pass^k" users meet
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import lru_cache
+from statistics import NormalDist
 from typing import Any, Literal
 
 import numpy as np
@@ -544,12 +546,54 @@ def _check_rates(win_rate: float, tie_rate: float, alpha: float) -> None:
 
 def _critical_values(d_max: int, alpha: float) -> np.ndarray:
     """c_d for d = 0..d_max: the largest c with 2 * P(Bin(d, 1/2) <= c) <= alpha (the
-    exact two-sided sign test rejects when min(wins, losses) <= c_d); -1 when none."""
-    d = np.arange(d_max + 1)
-    c = _st.binom.ppf(alpha / 2, d, 0.5)
-    c = np.where(2 * _st.binom.cdf(c, d, 0.5) <= alpha, c, c - 1)
-    out: np.ndarray = np.maximum(c, -1).astype(int)
+    exact two-sided sign test rejects when min(wins, losses) <= c_d); -1 when none.
+
+    Exact, in integers: 2 * sum_{k <= c} C(d, k) * den <= num * 2^d with alpha = num/den,
+    walked up d with c_{d+1} in {c_d, c_d + 1}, so each step is a few big-integer
+    operations. Written here rather than through scipy's binomial quantile so that
+    `evalkit power` loads no scipy (its import costs several times the command)."""
+    num, den = Fraction(alpha).as_integer_ratio()
+    out = np.empty(d_max + 1, dtype=int)
+    c, s, t, nxt = -1, 0, 0, 1  # c_d; S = sum_{k<=c} C(d, k); T = C(d, c); N = C(d, c + 1)
+    for d in range(d_max + 1):
+        if d:
+            # S(c, d) = 2 S(c, d-1) - C(d-1, c); C(d, c) = C(d-1, c) d / (d - c); C(d, c+1) = C(d-1, c+1) + C(d-1, c)
+            s, t, nxt = 2 * s - t, (t * d // (d - c) if c >= 0 else 0), nxt + t
+        while c + 1 <= d and 2 * (s + nxt) * den <= num << d:
+            c += 1
+            s, t = s + nxt, nxt
+            nxt = nxt * (d - c) // (c + 1)
+        out[d] = c
     return out
+
+
+def _binomial_pmfs(n_max: int, p: float) -> Iterator[np.ndarray]:
+    """The pmf of Bin(n, p) over 0..n for n = 0..n_max (one buffer, advanced a trial at a
+    time: pmf_{n+1}(k) = (1-p) pmf_n(k) + p pmf_n(k-1)). Written here instead of scipy's
+    binomial for the start-up of `evalkit power` (see `_critical_values`); the
+    recursion adds positive terms only, so its relative error stays within n ulps.
+    Only the window holding mass above 1e-300 is advanced (the rest is set to 0): the
+    far tails would otherwise decay into subnormal numbers, whose arithmetic is slow,
+    and all of them together weigh less than n_max * 1e-300."""
+    pd = np.zeros(n_max + 1)
+    pd[0] = 1.0
+    q = 1.0 - p
+    lo = hi = 0  # pd is 0 outside lo..hi
+    for n in range(n_max + 1):
+        yield pd[: n + 1]
+        if n < n_max:
+            pd[lo + 1 : hi + 2] = pd[lo + 1 : hi + 2] * q + pd[lo : hi + 1] * p
+            pd[lo] *= q
+            hi += 1
+            while lo < hi and pd[lo] < _NEGLIGIBLE:
+                pd[lo] = 0.0
+                lo += 1
+            while hi > lo and pd[hi] < _NEGLIGIBLE:
+                pd[hi] = 0.0
+                hi -= 1
+
+
+_NEGLIGIBLE = 1e-300
 
 
 def sign_test_critical_value(discordant: int, alpha: float = 0.05) -> int:
@@ -565,11 +609,13 @@ def sign_test_critical_value(discordant: int, alpha: float = 0.05) -> int:
 
 def _reject_prob(d_max: int, win_rate: float, alpha: float) -> np.ndarray:
     """P(the exact two-sided sign test rejects | d discordant pairs), d = 0..d_max."""
-    d = np.arange(d_max + 1)
     c = _critical_values(d_max, alpha)
-    upper = _st.binom.sf(d - c - 1, d, win_rate)  # P(W >= d - c)
-    lower = _st.binom.cdf(c, d, win_rate)  # P(W <= c)
-    return np.where(c >= 0, upper + lower, 0.0)
+    out = np.zeros(d_max + 1)
+    for d, pmf in enumerate(_binomial_pmfs(d_max, win_rate)):
+        cd = int(c[d])
+        if cd >= 0:  # P(W >= d - c) + P(W <= c)
+            out[d] = float(pmf[d - cd :].sum()) + float(pmf[: cd + 1].sum())
+    return out
 
 
 def sign_test_power(n_trials: int, win_rate: float, tie_rate: float = 0.0, alpha: float = 0.05) -> float:
@@ -591,7 +637,7 @@ def sign_test_power(n_trials: int, win_rate: float, tie_rate: float = 0.0, alpha
     r = _reject_prob(n, win_rate, alpha)
     if tie_rate == 0:
         return float(r[n])
-    pd = _st.binom.pmf(np.arange(n + 1), n, 1 - tie_rate)
+    *_, pd = _binomial_pmfs(n, 1 - tie_rate)
     return float(np.dot(pd, r))
 
 
@@ -608,8 +654,8 @@ def sign_test_power_approx(n_trials: int, win_rate: float, tie_rate: float = 0.0
     _check_rates(win_rate, tie_rate, alpha)
     psi = 1.0 - tie_rate
     delta = abs(2 * win_rate - 1) * psi
-    za = _st.norm.ppf(1 - alpha / 2)
-    return float(_st.norm.cdf((delta * math.sqrt(n_trials) - za * math.sqrt(psi)) / math.sqrt(psi - delta**2)))
+    za = NormalDist().inv_cdf(1 - alpha / 2)
+    return NormalDist().cdf((delta * math.sqrt(n_trials) - za * math.sqrt(psi)) / math.sqrt(psi - delta**2))
 
 
 def _first_and_stable(power_curve: np.ndarray, target: float) -> tuple[int, int]:
@@ -646,7 +692,7 @@ def sign_test_sample_size(
     if win_rate == 0.5:
         _fail("win rate 0.5 is no effect: no sample size gives power above alpha")
     w = max(win_rate, 1 - win_rate)
-    za, zb = _st.norm.ppf(1 - alpha / 2), _st.norm.ppf(power)
+    za, zb = NormalDist().inv_cdf(1 - alpha / 2), NormalDist().inv_cdf(power)
     d_approx = math.ceil(((za * 0.5 + zb * math.sqrt(w * (1 - w))) / (w - 0.5)) ** 2)
     psi = 1 - tie_rate
     delta = (2 * w - 1) * psi
