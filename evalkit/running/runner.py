@@ -43,6 +43,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import functools
 import gc
 import hashlib
 import json
@@ -295,6 +296,7 @@ class _Engine:
         self.arm_agents: dict[str, Any] = {}  # each arm's AgentRunner (its own unit and client)
         self.remote: Any = None  # an evalkit.running.executors.RayExecutor when samples run on Ray
         self.requeued: set[Key] = set()  # keys run again after their Ray node died (once each)
+        self.remote_prompts: Any = None  # an evalkit.running.executors.RemotePrompts: prompt samples on Ray
         self.bar = tqdm(
             total=pending,
             disable=not progress,
@@ -397,8 +399,11 @@ class _Engine:
                 sample = await self.arm_agents.get(arm_name, self.agents).sample(
                     self.cases[case_id], self.arms[arm_name], index, seed, self.prompts.get((case_id, arm_name))
                 )
-            else:  # the prompt unit: one call
-                c = await self.client_of(arm_name).complete(
+            else:  # the prompt unit: one call (on Ray: sent from a node, made here: evalkit.running.executors)
+                complete = self.client_of(arm_name).complete
+                if self.remote_prompts is not None:
+                    complete = functools.partial(self.remote_prompts.complete, self.client_of(arm_name))
+                c = await complete(
                     **self.call_args(key),
                     sample_index=index,
                     key=f"{case_id}/{arm_name}/{index}",
@@ -893,6 +898,11 @@ async def _execute(
         engine.remote = remote
         if start_cause is not None:
             engine.stop(start_cause)
+        if config.unit.kind == "prompt" and remote is not None:  # one Ray task per sample, its call made here
+            from evalkit.running.executors import RemotePrompts
+
+            engine.remote_prompts = await RemotePrompts(remote, config.generator.model, config.unit.resources).start()
+            stack.push_async_callback(engine.remote_prompts.aclose)
         if config.unit.kind != "prompt":  # evalkit.running.agents: the tool loop, or a program behind the proxy
             from evalkit.running.agents import AgentRunner
 
