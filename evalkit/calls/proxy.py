@@ -1,4 +1,6 @@
-"""The metering proxy: an OpenAI-compatible server on 127.0.0.1 for the user's own agent.
+"""The metering proxy: an OpenAI-compatible server on 127.0.0.1 for the user's own agent
+(on an address a Ray cluster's nodes reach when they are past this machine:
+`evalkit.running.executors`; every request still needs a sample's token).
 
 A command or python unit (`evalkit.running.agents`) talks to this server instead of its model
 endpoint. Started once per run, it serves each sample under its own token, in the URL
@@ -46,7 +48,9 @@ Endpoints (under either prefix):
   the model's order whatever order the tools finished in (`SampleSession.trace`).
 
 `listen_unix` serves the same routes on a Unix socket too: a sandboxed program's one
-way out (`evalkit.calls.sandbox`).
+way out (`evalkit.calls.sandbox`). `open_call` serves one prompt sample's one call
+(chat or completions) under a token of its own, spent on its first request: a prompt
+sample run on a Ray node sends its request there and the driver makes the call.
 
 Errors are OpenAI error bodies (``{"error": {"message", "type", "code"}}``) with
 ``x-should-retry: false``, so the official clients raise at once instead of retrying

@@ -1,5 +1,5 @@
-"""Where a command or python unit's samples run: in this process, or one Ray task each
-on a Ray cluster (`config.json` -> ``executor``, `evalkit run --ray [ADDRESS]`).
+"""Where a unit's samples run: in this process, or one Ray task each on a Ray cluster
+(`config.json` -> ``executor``, `evalkit run --ray [ADDRESS]`).
 
 With Ray, the driver (the `evalkit run` process) stays what it is on one machine: it
 plans the keys, holds the ledger, the response cache and the run folder (their only
@@ -17,10 +17,18 @@ is reserved on the driver's one ledger before it is sent, and a sample's tokens 
 trajectory are the ones a local run records. A task tells the driver's loopback
 "board" which node it started on, for the progress line's samples in flight per node.
 
+A prompt or agent sample is a task too (`run_model_calls`): a prompt sample's task
+sends the key's planned request through the official `openai` client to the driver's
+proxy under a token for that one call (`MeteringProxy.open_call`), and the driver makes
+the call with the run's client exactly as a local run does (`RemotePrompts`); an agent
+unit's task runs evalkit's tool loop, each model and tool call served by the proxy
+under the sample's token (`AgentRunner._remote_tool_loop`). Every call is the driver's.
+
 What a task needs on its node: evalkit installed in the same interpreter path as the
 driver's, the suite folder and the program at the same paths (a shared filesystem or
-one machine), and the driver's proxy reachable at ``127.0.0.1:PORT`` (the proxy binds
-loopback: a cluster on this one machine). A node that dies mid-sample makes that
+one machine), and the driver's proxy reachable: on loopback when every node is on the
+driver's machine, else on the driver's node IP or ``executor.proxy_host``
+(`RayExecutor._proxy_host`), every request needing its sample's token. A node that dies mid-sample makes that
 sample errored (its paid calls stay paid) and the runner runs it once more (``requeue``
 on its error); `--resume RUN --ray` runs what is still missing.
 
