@@ -326,6 +326,9 @@ def test_an_unreachable_cluster_is_exit_2_before_anything_is_written(tmp_path):
         ({"unit_resources": {"num_cpu": 1}}, "$.unit.resources.num_cpu", "unknown key 'num_cpu'"),
         ({"unit_resources": {"memory": 1.5}}, "$.unit.resources.memory", "whole number of bytes"),
         ({"unit_resources": {"custom": {"GPU": 1}}}, "$.unit.resources.custom.GPU", "a name of its own"),
+        ({"executor": {"kind": "ray", "proxy_host": ""}}, "$.executor.proxy_host", "proxy_host must be"),
+        ({"executor": {"kind": "ray", "proxy_host": 10}}, "$.executor.proxy_host", "proxy_host must be"),
+        ({"executor": {"kind": "local", "proxy_host": "10.0.0.5"}}, "$.executor.proxy_host", '"kind": "ray"'),
     ],
 )
 def test_bad_executor_and_resources_keys_are_exit_2_naming_the_key(tmp_path, change, where, words):
@@ -345,6 +348,13 @@ def test_valid_resources_and_executor_are_read_into_the_config(tmp_path):
     suite = write_suite(tmp_path / "suite", weather_cases(1), unit, executor={"kind": "ray", "address": "auto"})
     config = load_suite(suite).config
     assert config.executor == Executor(kind="ray", address="auto")
+    far = write_suite(tmp_path / "far", weather_cases(1), unit,
+                      executor={"kind": "ray", "address": "auto", "proxy_host": "10.0.0.5"})
+    assert load_suite(far).config.executor.proxy_host == "10.0.0.5"
+    prompt = write_suite(tmp_path / "prompt", weather_cases(1), {"kind": "prompt", "resources": {"num_cpus": 0.25}},
+                         template="prompt.txt")
+    (prompt / "prompt.txt").write_text("${question}")
+    assert load_suite(prompt).config.unit.resources.num_cpus == 0.25
     assert (config.unit.resources.num_cpus, config.unit.resources.memory) == (0.5, 1 << 20)
     assert config.unit.resources.custom == (("agent_slot", 1.0),)
 
@@ -532,3 +542,33 @@ def test_a_proxy_on_a_non_loopback_address_refuses_every_request_without_its_sam
     assert (out["no token"], out["made up"], out["made up in url"], out["closed"]) == (401, 401, 401, 401), out
     assert out["other path"] == 404
     assert requests == 1  # only the token's request reached the endpoint
+
+
+def test_a_task_on_another_machine_than_a_loopback_proxy_ends_with_an_error_naming_proxy_host(tmp_path, cluster):
+    """The driver says its proxy is on loopback and gives an IP that is not this node's
+    (as a node on another machine sees it): the task starts nothing and says to set
+    ``proxy_host``, for a sample process and for a prompt or agent sample's calls."""
+    import asyncio
+    import sys
+
+    from evalkit.running.executors import RayExecutor
+    from evalkit.foundations.records import Resources
+
+    ex = RayExecutor(Executor(kind="ray", address=cluster.address)).connect()
+    assert ex.proxy_connect == "127.0.0.1"
+    ex.driver_ip = "198.51.100.7"  # TEST-NET-2: no node of this cluster has it
+    process = {"argv": [sys.executable, "-c", "print('ran')"], "sandbox": False, "hidden": [], "read_only": [],
+               "proxy": ("127.0.0.1", 9), "env": {}, "driver_workdir": str(tmp_path), "payload": {},
+               "timeout_s": 60, "max_output": 1024, "tail_bytes": 256}
+    calls = {"kind": "prompt", "base_url": "http://127.0.0.1:9/v1", "api_key": "ek-x", "request": {}, "timeout_s": 5}
+    try:
+        async def main():
+            return (await ex.run(process, Resources(), lambda: None, 0.05),
+                    await ex.run(calls, Resources(), lambda: None, 0.05, calls=True))
+
+        ran, called = asyncio.run(main())
+    finally:
+        ex.close()
+    assert "198.51.100.7" in ran["start_error"] and '"proxy_host"' in ran["start_error"], ran
+    assert "out" not in ran
+    assert '"proxy_host"' in called["error"] and "stop" not in called, called

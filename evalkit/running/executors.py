@@ -68,11 +68,11 @@ from evalkit.foundations.records import Config, Executor, Resources
 
 LOOPBACK = "127.0.0.1"
 CONNECT_TIMEOUT_S = 5.0  # how long the driver tries a cluster's address before exit 2
-KILL_WAIT_S = 5.0
+KILL_WAIT_S = 5.0  # how long a cancelled task is given to kill its program
 POLL_S = 0.05  # how often a task in flight checks whether it must stop
 # how long a prompt sample's task waits for the driver's answer to its one call (the
 # driver's client has its own timeout and retries; this only frees a node from a dead driver)
-PROMPT_TASK_TIMEOUT_S = 3600.0  # how long a cancelled task is given to kill its program
+PROMPT_TASK_TIMEOUT_S = 3600.0
 
 
 def _reachable(address: str) -> str | None:
