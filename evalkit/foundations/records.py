@@ -143,7 +143,7 @@ UnitKind = Literal["prompt", "agent", "command", "python"]
 
 @dataclass(frozen=True)
 class Resources:
-    """What one sample of a command or python unit holds of a Ray node while it runs
+    """What one sample of a unit holds of a Ray node while it runs
     (`unit.resources`, `evalkit.running.executors`): CPUs, memory in bytes, and custom resources
     by name (as `ray start --resources` declares them). A local run ignores it."""
 

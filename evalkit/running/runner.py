@@ -142,7 +142,7 @@ class RunOptions:
     response cache; `sample_files=False` skips the per-sample text files; `watch` is
     asked before every sample and attempt (`endpoints`); `batch` sends the missing keys
     through the provider's Batch API (`evalkit.running.batch`); `executor` (`evalkit run --ray`)
-    runs each sample of a command or python unit as a Ray task (`evalkit.running.executors`)."""
+    runs each sample (any unit kind) as a Ray task (`evalkit.running.executors`)."""
 
     arms: list[str] | None = None
     k: int | None = None
