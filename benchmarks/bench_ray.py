@@ -98,8 +98,11 @@ def start_cluster(nodes: int) -> Any:
     from ray.cluster_utils import Cluster
 
     store = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024}
+    import psutil  # a dependency of Ray's
+
     for attempt in range(TRIES):
         cluster = None
+        before = {c.pid for c in psutil.Process().children(recursive=True)}
         try:
             cluster = Cluster(initialize_head=True, head_node_args={**store, "include_dashboard": False})
             for _ in range(nodes - 1):
@@ -110,6 +113,9 @@ def start_cluster(nodes: int) -> Any:
             print(f"bench_ray: {nodes}-node cluster did not start ({exc}); try {attempt + 2} of {TRIES}", file=sys.stderr)
             if cluster is not None:
                 cluster.shutdown()
+            for child in psutil.Process().children(recursive=True):  # what the failed start left running
+                if child.pid not in before:
+                    child.kill()
     raise SystemExit(f"bench_ray: a {nodes}-node cluster did not start in {TRIES} tries")
 
 
