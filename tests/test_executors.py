@@ -42,6 +42,7 @@ FIXTURES = {"get_weather": [{"result": "rain, 12 C"}]}
 # what differs between any two runs, local or not: times, the run's own ids and paths
 VOLATILE = {"latency_ms", "duration_ms", "run_id", "created", "trajectory_id"}
 
+CLUSTER_TRIES = 4
 needs_sandbox = pytest.mark.skipif(sandbox.probe() is not None, reason=f"no sandbox here: {sandbox.probe()}")
 
 
@@ -51,10 +52,27 @@ def cluster():
     cluster_utils = pytest.importorskip("ray.cluster_utils")
     Cluster = cluster_utils.Cluster
 
+    import psutil  # a dependency of Ray's
+
     args = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024}
-    c = Cluster(initialize_head=True, head_node_args={**args, "include_dashboard": False})
-    c.add_node(**args, resources={"far": 1})  # a custom resource: only this node has it
-    c.wait_for_nodes()
+    why = None
+    for _ in range(CLUSTER_TRIES):  # Ray waits 30 s for a raylet to register, which a loaded machine can miss
+        before = {p.pid for p in psutil.Process().children(recursive=True)}
+        c = None
+        try:
+            c = Cluster(initialize_head=True, head_node_args={**args, "include_dashboard": False})
+            c.add_node(**args, resources={"far": 1})  # a custom resource: only this node has it
+            c.wait_for_nodes()
+            break
+        except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception for a node that did not start
+            why = exc
+            if c is not None:
+                c.shutdown()
+            for p in psutil.Process().children(recursive=True):  # what the failed start left running
+                if p.pid not in before:
+                    p.kill()
+    else:
+        raise RuntimeError(f"the two-node Ray cluster did not start in {CLUSTER_TRIES} tries: {why}")
     yield c
     c.shutdown()
 
