@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import _smoke
 
@@ -38,6 +39,7 @@ from evalkit.running.runner import run_suite
 from evalkit.calls.serve import ScriptedServer
 
 HERE = Path(__file__).resolve().parent
+TRIES = 6  # starts of a cluster before the benchmark gives up
 
 PROGRAM = """
 import json, os, sys, time, urllib.request
@@ -80,13 +82,41 @@ def cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def timed(suite: Path, runs: Path, base_url: str, executor: Executor | None) -> dict[str, float]:
+def timed(suite: Path, runs: Path, base_url: str, executor: Executor | None) -> dict[str, Any]:
     c0, t0 = cpu_s(), time.perf_counter()
     res = run_suite(suite, runs_dir=runs, base_url=base_url, progress=False, cache=False, executor=executor)
     wall, cpu = time.perf_counter() - t0, cpu_s() - c0
     if not res.complete:
         raise SystemExit(f"bench_ray: a run was INCOMPLETE ({res.reason})")
-    return {"wall_s": round(wall, 3), "driver_cpu_ms_per_sample": round(cpu * 1000 / res.samples_ran, 3)}
+    return {"wall_s": round(wall, 3), "driver_cpu_ms_per_sample": round(cpu * 1000 / res.samples_ran, 3),
+            "load_avg_1m_after": round(os.getloadavg()[0], 2)}
+
+
+def start_cluster(nodes: int) -> Any:
+    """`nodes` local Ray nodes of one CPU each. A node start that times out (Ray waits 30 s
+    for a raylet, which a loaded machine can miss) is tried again, up to `TRIES` times."""
+    from ray.cluster_utils import Cluster
+
+    store = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024}
+    import psutil  # a dependency of Ray's
+
+    for attempt in range(TRIES):
+        cluster = None
+        before = {c.pid for c in psutil.Process().children(recursive=True)}
+        try:
+            cluster = Cluster(initialize_head=True, head_node_args={**store, "include_dashboard": False})
+            for _ in range(nodes - 1):
+                cluster.add_node(**store)
+            cluster.wait_for_nodes()
+            return cluster
+        except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception for a node that did not start
+            print(f"bench_ray: {nodes}-node cluster did not start ({exc}); try {attempt + 2} of {TRIES}", file=sys.stderr)
+            if cluster is not None:
+                cluster.shutdown()
+            for child in psutil.Process().children(recursive=True):  # what the failed start left running
+                if child.pid not in before:
+                    child.kill()
+    raise SystemExit(f"bench_ray: a {nodes}-node cluster did not start in {TRIES} tries")
 
 
 def main() -> None:
@@ -100,11 +130,11 @@ def main() -> None:
     # speed-up and efficiency figures are still computed, on that one node count
     out = _smoke.apply(args, HERE / "results" / "ray.json", samples=4, sleep=0.05, nodes="1")
     import ray  # Ray only here: the benchmark of the Ray executor
-    from ray.cluster_utils import Cluster
 
     os.environ.setdefault("EVALKIT_BENCH_KEY", "sk-bench")
     node_counts = [int(n) for n in args.nodes.split(",")]
     figures: dict[str, object] = {}
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="evalkit-bench-ray-") as d, ScriptedServer(
         {"default": {"text": "ok"}}
     ) as srv:
@@ -112,12 +142,8 @@ def main() -> None:
                       srv.base_url, None)
         per_nodes: dict[int, dict[str, float]] = {}
         for n in node_counts:
-            store = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024}
-            cluster = Cluster(initialize_head=True, head_node_args={**store, "include_dashboard": False})
+            cluster = start_cluster(n)
             try:
-                for _ in range(n - 1):
-                    cluster.add_node(**store)
-                cluster.wait_for_nodes()
                 suite = write_suite(Path(d) / f"ray{n}", args.samples, args.sleep, n)
                 t0 = time.perf_counter()
                 # joined here, so the run's wall time is its samples' (the run reuses the connection)
@@ -144,7 +170,7 @@ def main() -> None:
             figures["overhead_ms_per_sample"] = round(
                 (per_nodes[1]["wall_s"] - local["wall_s"]) * 1000 / args.samples, 3
             )
-    figures["machine"] = {"cpus": os.cpu_count(), "load_avg": os.getloadavg(), "python": platform.python_version(),
+    figures["machine"] = {"cpus": os.cpu_count(), "load_avg_before": load_before, "load_avg": os.getloadavg(), "python": platform.python_version(),
                           "smoke": bool(args.smoke)}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(figures, indent=2) + "\n")

@@ -42,6 +42,7 @@ FIXTURES = {"get_weather": [{"result": "rain, 12 C"}]}
 # what differs between any two runs, local or not: times, the run's own ids and paths
 VOLATILE = {"latency_ms", "duration_ms", "run_id", "created", "trajectory_id"}
 
+CLUSTER_TRIES = 4
 needs_sandbox = pytest.mark.skipif(sandbox.probe() is not None, reason=f"no sandbox here: {sandbox.probe()}")
 
 
@@ -51,10 +52,27 @@ def cluster():
     cluster_utils = pytest.importorskip("ray.cluster_utils")
     Cluster = cluster_utils.Cluster
 
+    import psutil  # a dependency of Ray's
+
     args = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024}
-    c = Cluster(initialize_head=True, head_node_args={**args, "include_dashboard": False})
-    c.add_node(**args, resources={"far": 1})  # a custom resource: only this node has it
-    c.wait_for_nodes()
+    why = None
+    for _ in range(CLUSTER_TRIES):  # Ray waits 30 s for a raylet to register, which a loaded machine can miss
+        before = {p.pid for p in psutil.Process().children(recursive=True)}
+        c = None
+        try:
+            c = Cluster(initialize_head=True, head_node_args={**args, "include_dashboard": False})
+            c.add_node(**args, resources={"far": 1})  # a custom resource: only this node has it
+            c.wait_for_nodes()
+            break
+        except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception for a node that did not start
+            why = exc
+            if c is not None:
+                c.shutdown()
+            for p in psutil.Process().children(recursive=True):  # what the failed start left running
+                if p.pid not in before:
+                    p.kill()
+    else:
+        raise RuntimeError(f"the two-node Ray cluster did not start in {CLUSTER_TRIES} tries: {why}")
     yield c
     c.shutdown()
 
@@ -324,6 +342,9 @@ def test_an_unreachable_cluster_is_exit_2_before_anything_is_written(tmp_path):
         ({"unit_resources": {"num_cpu": 1}}, "$.unit.resources.num_cpu", "unknown key 'num_cpu'"),
         ({"unit_resources": {"memory": 1.5}}, "$.unit.resources.memory", "whole number of bytes"),
         ({"unit_resources": {"custom": {"GPU": 1}}}, "$.unit.resources.custom.GPU", "a name of its own"),
+        ({"executor": {"kind": "ray", "proxy_host": ""}}, "$.executor.proxy_host", "proxy_host must be"),
+        ({"executor": {"kind": "ray", "proxy_host": 10}}, "$.executor.proxy_host", "proxy_host must be"),
+        ({"executor": {"kind": "local", "proxy_host": "10.0.0.5"}}, "$.executor.proxy_host", '"kind": "ray"'),
     ],
 )
 def test_bad_executor_and_resources_keys_are_exit_2_naming_the_key(tmp_path, change, where, words):
@@ -343,5 +364,227 @@ def test_valid_resources_and_executor_are_read_into_the_config(tmp_path):
     suite = write_suite(tmp_path / "suite", weather_cases(1), unit, executor={"kind": "ray", "address": "auto"})
     config = load_suite(suite).config
     assert config.executor == Executor(kind="ray", address="auto")
+    far = write_suite(tmp_path / "far", weather_cases(1), unit,
+                      executor={"kind": "ray", "address": "auto", "proxy_host": "10.0.0.5"})
+    assert load_suite(far).config.executor.proxy_host == "10.0.0.5"
+    prompt = write_suite(tmp_path / "prompt", weather_cases(1), {"kind": "prompt", "resources": {"num_cpus": 0.25}},
+                         template="prompt.txt")
+    (prompt / "prompt.txt").write_text("${question}")
+    assert load_suite(prompt).config.unit.resources.num_cpus == 0.25
     assert (config.unit.resources.num_cpus, config.unit.resources.memory) == (0.5, 1 << 20)
     assert config.unit.resources.custom == (("agent_slot", 1.0),)
+
+
+# -- prompt and agent units on Ray: one task per sample, every call made by the driver ------
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "the weather in a city",
+                                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+OSLO = {"get_weather": [{"arguments": {"city": "Oslo"}, "result": "Sunny in Oslo, 18 C"}]}
+AGENT_SCRIPT = {"rules": [
+    {"match": "Sunny in Oslo", "text": "It is sunny in Oslo."},
+    {"match": "no fixture", "text": "I could not find out."},
+    {"match": "Oslo", "tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}]},
+    {"match": "Bergen", "tool_calls": [{"name": "get_weather", "arguments": {"city": "Bergen"}}]},
+]}
+
+
+def templated_suite(root: Path, cases: list[dict], unit: dict, **config) -> Path:
+    write_suite(root, cases, unit, template="prompt.txt", **config)
+    (root / "prompt.txt").write_text("${question}")
+    return root
+
+
+def ledger_events(path: Path) -> list[tuple]:
+    """The ledger's reservations and settlements per key, without times or ids."""
+    rows = [json.loads(x) for x in (path / "ledger.jsonl").read_text().splitlines()]
+    return sorted((e["event"], e.get("key"), e.get("cost_usd")) for e in rows if e["event"] in ("reserve", "settle"))
+
+
+def test_a_prompt_suite_on_ray_is_key_for_key_the_local_run(tmp_path, cluster, capfd):
+    """A prompt unit's sample is one Ray task; its one call is sent from the node to the
+    driver's proxy, which makes it with the run's client: the results, grades and ledger
+    are the local run's, and the upstream key is only in the driver."""
+    cases = [{"id": f"p{i}", "input": {"question": f"Question {i}: say {'yes' if i % 2 else 'no'}"},
+              "tags": ["golden"], "checks": [{"kind": "contains", "value": "yes"}]} for i in range(3)]
+    suite = templated_suite(tmp_path / "suite", cases, {"kind": "prompt", "resources": {"num_cpus": 0.5}},
+                            top_p=0.9, stop=["STOP"])
+    script = {"rules": [{"match": "say yes", "text": "yes, indeed"}, {"match": "say no", "text": "no, never"}]}
+    with ScriptedServer(script) as srv:
+        local = run_suite(suite, runs_dir=tmp_path / "local", base_url=srv.base_url, progress=False, cache=False)
+        served_local = srv.stats["requests"]
+        remote = run_suite(suite, runs_dir=tmp_path / "ray", base_url=srv.base_url, progress=False, cache=False,
+                           executor=Executor(kind="ray", address=cluster.address))
+        served = srv.stats["requests"] - served_local
+    assert local.complete and remote.complete, (local.reason, remote.reason)
+    assert served == served_local == 6
+    assert "ray: 6 sample process(es) ran on" in capfd.readouterr().err  # one task per sample
+    left, right = by_key(local.path / "results.jsonl"), by_key(remote.path / "results.jsonl")
+    assert sorted(left) == sorted(right) and len(right) == 6
+    for key in left:
+        assert left[key] == right[key], key
+    assert {r["output"] for r in right.values()} == {"yes, indeed", "no, never"}
+    assert ledger_events(local.path) == ledger_events(remote.path)
+    for res in (local, remote):
+        grade_run(res.path)
+    assert by_key(local.path / "grades.jsonl") == by_key(remote.path / "grades.jsonl")
+    assert not (remote.path / "trajectories").exists() and not (local.path / "trajectories").exists()
+
+
+def test_an_agent_unit_on_ray_runs_its_tool_loop_on_a_node_key_for_key_the_local_run(tmp_path, cluster):
+    """evalkit's own tool loop as a Ray task: its model calls and tool calls come back to
+    the driver's proxy, so the results, the trajectories (call for call, tool for tool)
+    and the ledger are the local run's."""
+    cases = [{"id": cid, "input": {"question": q, "tool_results": OSLO}, "tags": ["golden"],
+              "checks": [{"kind": "contains", "value": "sunny"}, {"kind": "tool_errors"}]}
+             for cid, q in (("oslo", "Weather in Oslo?"), ("bergen", "Weather in Bergen?"))]
+    suite = templated_suite(tmp_path / "suite", cases, {"kind": "agent", "max_turns": 4}, tools=TOOLS)
+    with ScriptedServer(AGENT_SCRIPT) as srv:
+        local = run_suite(suite, runs_dir=tmp_path / "local", base_url=srv.base_url, progress=False, cache=False)
+        served_local = srv.stats["requests"]
+        remote = run_suite(suite, runs_dir=tmp_path / "ray", base_url=srv.base_url, progress=False, cache=False,
+                           executor=Executor(kind="ray", address=cluster.address))
+        served = srv.stats["requests"] - served_local
+    assert local.complete and remote.complete, (local.reason, remote.reason)
+    assert served == served_local == 2 * 2 * 2  # a tool call, then the answer, per sample
+    left, right = by_key(local.path / "results.jsonl"), by_key(remote.path / "results.jsonl")
+    assert sorted(left) == sorted(right) and len(right) == 4
+    for key in left:
+        assert left[key] == right[key], key
+        assert right[key]["agent"]["model_calls"] == 2
+    assert ledger_events(local.path) == ledger_events(remote.path)
+    for key in left:
+        a, b = (read_trajectory(res.path, *key) for res in (local, remote))
+        assert a is not None and b is not None and a.finished and b.finished
+        untimed = [[{k: v for k, v in stable(e).items() if k != "t"} for e in t.events] for t in (a, b)]
+        assert untimed[0] == untimed[1], key
+        assert [e["type"] for e in b.events].count("tool") == 1
+    for res in (local, remote):
+        grade_run(res.path)
+    grades = by_key(remote.path / "grades.jsonl")
+    assert grades == by_key(local.path / "grades.jsonl")
+    assert {k[0]: g["passed"] for k, g in grades.items()} == {"oslo": True, "bergen": False}
+
+
+# -- the proxy where the cluster reaches it ---------------------------------------------------
+
+
+def _own_address() -> tuple[str, str]:
+    """This machine's non-loopback IPv4 address as Ray reports it, and where it came from."""
+    import ray.util
+
+    ip = ray.util.get_node_ip_address()
+    return ip, "ray.util.get_node_ip_address()"
+
+
+def test_with_proxy_host_the_relay_reaches_the_drivers_proxy_on_a_non_loopback_address(tmp_path, cluster, capfd):
+    """``executor.proxy_host`` set to this machine's own non-loopback address: the
+    driver's proxy (and board) listen there, the samples' relays reach it there, and the
+    run is the loopback run, key for key. This machine must have such an address: the
+    test fails (it does not skip) when it has none."""
+    ip, source = _own_address()
+    assert not ip.startswith("127."), f"no non-loopback address on this machine ({source} says {ip})"
+    unit = {"kind": "command", "argv": ["{python}", str(AGENTS / "plain_http.py"), "--turns", "3"], "timeout_s": 60,
+            "isolation": "sandbox" if sandbox.probe() is None else "none"}
+    suite = write_suite(tmp_path / "suite", weather_cases(2), unit, k=1)
+    with ScriptedServer(SCRIPT) as srv:
+        near = run_suite(suite, runs_dir=tmp_path / "near", base_url=srv.base_url, progress=False, cache=False,
+                         executor=Executor(kind="ray", address=cluster.address))
+        assert "the metering proxy listens on 127.0.0.1 (every node is on this machine" in capfd.readouterr().err
+        far = run_suite(suite, runs_dir=tmp_path / "far", base_url=srv.base_url, progress=False, cache=False,
+                        executor=Executor(kind="ray", address=cluster.address, proxy_host=ip))
+        err = capfd.readouterr().err
+    assert f"the metering proxy listens on {ip} (executor.proxy_host)" in err, err
+    assert near.complete and far.complete, (near.reason, far.reason)
+    assert by_key(near.path / "results.jsonl") == by_key(far.path / "results.jsonl")
+    [row] = [r for r in by_key(far.path / "results.jsonl").values() if r["case_id"] == "c0"]
+    assert row["output"].strip() == "It rains in Oslo." and row["agent"]["model_calls"] == 2
+
+
+def test_a_proxy_on_a_non_loopback_address_refuses_every_request_without_its_samples_token(tmp_path):
+    """The proxy on this machine's own address, one sample open: its token's request is
+    served; no token, a made-up one, a closed sample's, and any other path are refused
+    before anything is metered or sent."""
+    import asyncio
+
+    import httpx
+    import openai
+
+    from evalkit.calls.client import ModelClient
+    from evalkit.calls.ledger import Ledger
+    from evalkit.foundations.records import Endpoint, Price
+    from evalkit.calls.proxy import MeteringProxy
+    from evalkit.calls.session import SampleSession
+    from evalkit.suites.trajectories import TrajectoryWriter
+    from evalkit.suites.units import ToolFixtures
+
+    ip, source = _own_address()
+    assert not ip.startswith("127."), f"no non-loopback address on this machine ({source} says {ip})"
+    async def main(base_url: str) -> dict:
+        ledger = Ledger(1.0, tmp_path / "ledger.jsonl")
+        client = ModelClient(Endpoint("scripted", base_url, "EVALKIT_RAY_TEST_KEY"), Price(1.0, 2.0), ledger,
+                             max_tokens_in=500, max_tokens_out=20, max_attempts=1)
+        proxy = await MeteringProxy(ip, model="scripted").start()
+        session = SampleSession(client=client, key=("c0", "baseline", 0),
+                                writer=TrajectoryWriter(tmp_path / "run", "c0", "baseline", 0),
+                                fixtures=ToolFixtures.of_case({}, None), should_stop=lambda: None,
+                                on_stop=lambda cause: None)
+        ep = proxy.open(session)
+        root = f"http://{ip}:{proxy.port}"
+        body = {"model": "scripted", "messages": [{"role": "user", "content": "Question"}]}
+        out: dict = {"root": ep.base_url.startswith(root)}
+
+        def calls() -> None:
+            good = openai.OpenAI(base_url=ep.base_url, api_key=ep.api_key, max_retries=0)
+            out["served"] = good.chat.completions.create(**body).choices[0].message.content
+            for name, url, key in (("no token", f"{root}/v1", ""), ("made up", f"{root}/v1", "ek-made-up"),
+                                   ("made up in url", f"{root}/s/ek-made-up/v1", "x")):
+                headers = {"Authorization": f"Bearer {key}"} if key else {}
+                r = httpx.post(url + "/chat/completions", json=body, headers=headers, timeout=10)
+                out[name] = r.status_code
+            out["other path"] = httpx.get(f"{root}/", timeout=10).status_code
+
+        await asyncio.to_thread(calls)
+        await proxy.close(ep.token, "over")
+        closed = await asyncio.to_thread(httpx.post, ep.base_url + "/chat/completions", json=body, timeout=10)
+        out["closed"] = closed.status_code
+        await proxy.aclose()
+        await client.aclose()
+        return out
+
+    with ScriptedServer(SCRIPT) as srv:
+        out = asyncio.run(main(srv.base_url))
+        requests = srv.stats["requests"]
+    assert out["root"] and out["served"] == "CALL get_weather(Oslo)"
+    assert (out["no token"], out["made up"], out["made up in url"], out["closed"]) == (401, 401, 401, 401), out
+    assert out["other path"] == 404
+    assert requests == 1  # only the token's request reached the endpoint
+
+
+def test_a_task_on_another_machine_than_a_loopback_proxy_ends_with_an_error_naming_proxy_host(tmp_path, cluster):
+    """The driver says its proxy is on loopback and gives an IP that is not this node's
+    (as a node on another machine sees it): the task starts nothing and says to set
+    ``proxy_host``, for a sample process and for a prompt or agent sample's calls."""
+    import asyncio
+    import sys
+
+    from evalkit.running.executors import RayExecutor
+    from evalkit.foundations.records import Resources
+
+    ex = RayExecutor(Executor(kind="ray", address=cluster.address)).connect()
+    assert ex.proxy_connect == "127.0.0.1"
+    ex.driver_ip = "198.51.100.7"  # TEST-NET-2: no node of this cluster has it
+    process = {"argv": [sys.executable, "-c", "print('ran')"], "sandbox": False, "hidden": [], "read_only": [],
+               "proxy": ("127.0.0.1", 9), "env": {}, "driver_workdir": str(tmp_path), "payload": {},
+               "timeout_s": 60, "max_output": 1024, "tail_bytes": 256}
+    calls = {"kind": "prompt", "base_url": "http://127.0.0.1:9/v1", "api_key": "ek-x", "request": {}, "timeout_s": 5}
+    try:
+        async def main():
+            return (await ex.run(process, Resources(), lambda: None, 0.05),
+                    await ex.run(calls, Resources(), lambda: None, 0.05, calls=True))
+
+        ran, called = asyncio.run(main())
+    finally:
+        ex.close()
+    assert "198.51.100.7" in ran["start_error"] and '"proxy_host"' in ran["start_error"], ran
+    assert "out" not in ran
+    assert '"proxy_host"' in called["error"] and "stop" not in called, called

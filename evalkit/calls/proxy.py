@@ -1,4 +1,6 @@
-"""The metering proxy: an OpenAI-compatible server on 127.0.0.1 for the user's own agent.
+"""The metering proxy: an OpenAI-compatible server on 127.0.0.1 for the user's own agent
+(on an address a Ray cluster's nodes reach when they are past this machine:
+`evalkit.running.executors`; every request still needs a sample's token).
 
 A command or python unit (`evalkit.running.agents`) talks to this server instead of its model
 endpoint. Started once per run, it serves each sample under its own token, in the URL
@@ -46,7 +48,9 @@ Endpoints (under either prefix):
   the model's order whatever order the tools finished in (`SampleSession.trace`).
 
 `listen_unix` serves the same routes on a Unix socket too: a sandboxed program's one
-way out (`evalkit.calls.sandbox`).
+way out (`evalkit.calls.sandbox`). `open_call` serves one prompt sample's one call
+(chat or completions) under a token of its own, spent on its first request: a prompt
+sample run on a Ray node sends its request there and the driver makes the call.
 
 Errors are OpenAI error bodies (``{"error": {"message", "type", "code"}}``) with
 ``x-should-retry: false``, so the official clients raise at once instead of retrying
@@ -66,7 +70,7 @@ import json
 import os
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -128,6 +132,10 @@ RESPONSES_FORWARDED_FIELDS = frozenset(
 )
 RESPONSES_TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})
 TOKEN_PREFIX = "ek-"
+# A prompt sample run on a Ray node (`evalkit.running.executors`): its one call, handed the
+# `ModelClient.complete` keywords the request's body gives (`requested_model` and `stream`
+# dropped); it makes the call on the driver, under the run's ledger, and returns it.
+CallHandler = Callable[[dict[str, Any]], Awaitable[Completion]]
 
 
 @dataclass(frozen=True)
@@ -196,6 +204,7 @@ class MeteringProxy:
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, model: str) -> None:
         self.host, self.port, self.model = host, port, model
         self._sessions: dict[str, SampleSession] = {}
+        self._calls: dict[str, CallHandler] = {}  # tokens of prompt samples' calls (`open_call`)
         self._runner: web.AppRunner | None = None
         self.requests = 0
 
@@ -244,6 +253,19 @@ class MeteringProxy:
         base = f"{self.root}/s/{token}"
         return SampleEndpoint(token, f"{base}/v1", token, f"{base}/evalkit/tools")
 
+    def open_call(self, handler: CallHandler) -> SampleEndpoint:
+        """Serve one prompt sample's call under a new token (its chat or completions
+        request, `CallHandler`): what a prompt sample on a Ray node sends its request to
+        (`evalkit.running.executors`). `close_call` it when the sample ends."""
+        token = TOKEN_PREFIX + secrets.token_urlsafe(18)
+        self._calls[token] = handler
+        base = f"{self.root}/s/{token}"
+        return SampleEndpoint(token, f"{base}/v1", token, f"{base}/evalkit/tools")
+
+    def close_call(self, token: str) -> None:
+        """Stop serving the call of `token` (later requests get 401)."""
+        self._calls.pop(token, None)
+
     async def close(self, token: str, reason: str) -> None:
         """Stop serving the sample of `token`: later calls get 401; calls in flight are cut."""
         session = self._sessions.pop(token, None)
@@ -266,11 +288,7 @@ class MeteringProxy:
 
     def _find(self, request: web.Request, token: str | None = None) -> SampleSession | None:
         """The sample a request is for, by the token in its URL (or `token`) or its key."""
-        token = token or request.match_info.get("token")
-        if token is None:
-            auth = request.headers.get("Authorization", "")
-            token = auth[7:].strip() if auth[:7].lower() == "bearer " else request.headers.get("api-key", "").strip()
-        return self._sessions.get(token or "")
+        return self._sessions.get(_token(request, token))
 
     def _refuse(self, session: SampleSession | None, r: _Refusal) -> web.Response:
         """The agent's HTTP error for a request refused before anything was metered; its
@@ -329,6 +347,10 @@ class MeteringProxy:
         return _Metered(session, body, kw, stream, extra, c)
 
     async def _serve(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+        handler = self._calls.get(_token(request))
+        if handler is not None:  # a prompt sample's one call on Ray (`open_call`), not an agent's
+            self.requests += 1
+            return await self._serve_call(request, handler, chat=chat)
         m = await self._metered_call(request, lambda body: _call_arguments(body, chat))
         if isinstance(m, web.Response):
             return m
@@ -338,6 +360,34 @@ class MeteringProxy:
             return await _stream(request, m.completion, rid, made, chat=chat, include_usage=m.extra)
         return web.Response(
             text=storable_json(_answer(m.completion, rid, made, chat=chat)), content_type="application/json"
+        )
+
+    async def _serve_call(self, request: web.Request, handler: CallHandler, *, chat: bool) -> web.Response:
+        """A prompt sample's one call (`open_call`): its request read as an agent's is,
+        made by `handler`, answered in the same shape; the token is spent on its first
+        request, so a second one is refused (401), as is one the body makes unservable."""
+        token = _token(request)
+        self._calls.pop(token, None)
+        try:
+            body = await self._body(request)
+            kw, stream, _ = _call_arguments(body, chat)
+            if stream:
+                raise _Refusal(
+                    400, "evalkit: a prompt sample's call is not streamed", "invalid_request_error", "stream"
+                )
+        except _Refusal as r:
+            return _error_response(r.status, str(r), r.etype, r.code)
+        kw.pop("requested_model", None)
+        try:
+            c = await handler(kw)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the handler keeps the failure for the driver; the node is told
+            refusal = _refusal_of(exc)
+            return _error_response(refusal.status, str(refusal), refusal.etype, refusal.code)
+        rid = f"{'chatcmpl' if chat else 'cmpl'}-evalkit-1-{secrets.token_hex(4)}"
+        return web.Response(
+            text=storable_json(_answer(c, rid, int(time.time()), chat=chat)), content_type="application/json"
         )
 
     async def _responses(self, request: web.Request) -> web.StreamResponse:
@@ -402,6 +452,15 @@ class MeteringProxy:
             404, f"evalkit: no such endpoint {request.method} {request.path}", "invalid_request_error", "not_found"
         )
         return self._refuse(self._find(request, token), why)
+
+
+def _token(request: web.Request, token: str | None = None) -> str:
+    """A request's sample token: `token`, else the one in its URL, else its key."""
+    token = token or request.match_info.get("token")
+    if token is None:
+        auth = request.headers.get("Authorization", "")
+        token = auth[7:].strip() if auth[:7].lower() == "bearer " else request.headers.get("api-key", "").strip()
+    return token or ""
 
 
 def _call_arguments(body: dict[str, Any], chat: bool) -> tuple[dict[str, Any], bool, bool]:

@@ -108,7 +108,7 @@ UnitKind = Literal["prompt", "agent", "command", "python"]
 
 @dataclass(frozen=True)
 class Resources:
-    """What one sample of a command or python unit holds of a Ray node while it runs
+    """What one sample of a unit holds of a Ray node while it runs
     (`unit.resources`, `evalkit.running.executors`): CPUs, memory in bytes, and custom resources
     by name (as `ray start --resources` declares them). A local run ignores it."""
 
@@ -122,10 +122,13 @@ class Executor:
     """Where a run's samples execute (`config.json` -> `executor`, or `evalkit run --ray`):
     ``local`` (this process, the default) or ``ray``: one Ray task per sample on the
     cluster at `address` (``auto``: the one `ray start` made on this machine; a
-    ``host:port`` or ``ray://`` address; None: a new local one). `evalkit.running.executors`."""
+    ``host:port`` or ``ray://`` address; None: a new local one). `proxy_host`: where the
+    driver's metering proxy listens for the nodes (None: loopback when every node is on
+    the driver's machine, else the driver's node IP). `evalkit.running.executors`."""
 
     kind: Literal["local", "ray"] = "local"
     address: str | None = None
+    proxy_host: str | None = None
 
 
 @dataclass(frozen=True)

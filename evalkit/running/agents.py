@@ -353,8 +353,13 @@ class AgentRunner:
         self._read_only: tuple[Path, ...] = ()
 
     async def start(self) -> AgentRunner:
+        # an agent unit on Ray too: its tool loop runs on a node, its calls come back here
+        if self.unit.kind in ("command", "python") or self.executor is not None:
+            # where the nodes reach it (loopback unless the cluster is past this machine)
+            host = self.executor.proxy_bind if self.executor is not None else "127.0.0.1"
+            self.proxy = await MeteringProxy(host, model=self.config.generator.model).start()
         if self.unit.kind in ("command", "python"):
-            self.proxy = await MeteringProxy(model=self.config.generator.model).start()
+            assert self.proxy is not None
             if self.unit.isolation == "sandbox":  # the sandbox's one way out (evalkit.calls.sandbox)
                 self._sockdir = Path(tempfile.mkdtemp(prefix="evalkit-proxy-"))
                 self._socket = Path(await self.proxy.listen_unix(str(self._sockdir / "proxy.sock")))
@@ -505,6 +510,8 @@ class AgentRunner:
     # -- evalkit's own tool loop -----------------------------------------------------------
 
     async def _tool_loop(self, session: SampleSession, messages: Any, seed: int) -> tuple[str, str]:
+        if self.executor is not None:
+            return await self._remote_tool_loop(session, messages, seed)
         convo = [dict(m) for m in messages]
         tools = list(self.config.tools) or None
         stop = list(self.config.stop) or None
@@ -522,6 +529,53 @@ class AgentRunner:
                 convo.append({"role": "tool", "tool_call_id": call["id"], "content": answer.content})
         assert last is not None
         return last.text, "max_turns"
+
+    async def _remote_tool_loop(self, session: SampleSession, messages: Any, seed: int) -> tuple[str, str]:
+        """`_tool_loop` as a Ray task (`evalkit.running.executors.run_model_calls`): the same
+        loop on a node, each of its model and tool calls served here by the proxy under
+        the sample's token, so the session records them as the local loop's; the output
+        is the last answer's text, as the local loop's."""
+        assert self.proxy is not None
+        ep = self.proxy.open(session)
+        params: dict[str, Any] = {"model": self.config.generator.model}
+        for name, value in (
+            ("tools", list(self.config.tools) or None),
+            ("temperature", self.config.temperature),
+            ("seed", seed),
+            ("stop", list(self.config.stop) or None),
+        ):
+            if value is not None:
+                params[name] = value
+        spec = {
+            "kind": "agent",
+            "base_url": ep.base_url.replace(self.proxy.root, f"http://{self.executor.proxy_connect}:{self.proxy.port}"),
+            "api_key": ep.api_key,
+            "tools_url": ep.tools_url.replace(
+                self.proxy.root, f"http://{self.executor.proxy_connect}:{self.proxy.port}"
+            ),
+            "messages": [dict(m) for m in messages],
+            "params": params,
+            "max_turns": self.unit.max_turns,
+            "timeout_s": self.unit.timeout_s,
+        }
+        try:
+            got = await self.executor.run(
+                spec, self.unit.resources, lambda: self._must_stop(session, float("inf")), POLL_S, calls=True
+            )
+        finally:
+            await self.proxy.close(ep.token, "its tool loop ended")
+        if "failed" in got:  # the task died with its node or worker: errored, and run once more
+            lost = _Ended(str(got["failed"]))
+            lost.requeue = True  # type: ignore[attr-defined]
+            raise lost
+        if got.get("why"):
+            raise _Ended(f"the tool loop was stopped: {got['why']}")
+        if got.get("error"):
+            raise _Ended(f"the tool loop on its node failed: {got['error']}")
+        last = session.last
+        if last is None:
+            raise _Ended("the tool loop on its node made no model call")
+        return last.text, str(got["stop"])
 
     # -- the user's program or function ------------------------------------------------------
 
@@ -741,7 +795,8 @@ class AgentRunner:
             "sandbox": self.unit.isolation == "sandbox",
             "hidden": [str(p) for p in self._hidden],
             "read_only": [str(p) for p in self._read_only],
-            "proxy": (self.proxy.host, self.proxy.port),
+            "proxy": (self.executor.proxy_connect, self.proxy.port),
+            "proxy_root": self.proxy.root,  # as the environment's URLs say it
             "env": child_env(self.config, ep, workdir),
             "driver_workdir": str(workdir),
             "payload": payload,

@@ -53,6 +53,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import functools
 import gc
 import hashlib
 import json
@@ -151,7 +152,7 @@ class RunOptions:
     response cache; `sample_files=False` skips the per-sample text files; `watch` is
     asked before every sample and attempt (`endpoints`); `batch` sends the missing keys
     through the provider's Batch API (`evalkit.running.batch`); `executor` (`evalkit run --ray`)
-    runs each sample of a command or python unit as a Ray task (`evalkit.running.executors`)."""
+    runs each sample (any unit kind) as a Ray task (`evalkit.running.executors`)."""
 
     arms: list[str] | None = None
     k: int | None = None
@@ -346,6 +347,7 @@ class _Engine:
         self.arm_agents: dict[str, Any] = {}  # each arm's AgentRunner (its own unit and client)
         self.remote: Any = None  # an evalkit.running.executors.RayExecutor when samples run on Ray
         self.requeued: set[Key] = set()  # keys run again after their Ray node died (once each)
+        self.remote_prompts: Any = None  # an evalkit.running.executors.RemotePrompts: prompt samples on Ray
         self.bar = tqdm(
             total=pending,
             disable=not progress,
@@ -469,10 +471,13 @@ class _Engine:
                 sample = await self.arm_agents.get(arm_name, self.agents).sample(
                     self.cases[case_id], self.arms[arm_name], index, seed, self.prompts.get((case_id, arm_name))
                 )
-            else:  # the prompt unit: one call
+            else:  # the prompt unit: one call (on Ray: sent from a node, made here: evalkit.running.executors)
                 client, args = self.client_of(arm_name), self.call_args(key)
+                complete = client.complete
+                if self.remote_prompts is not None:
+                    complete = functools.partial(self.remote_prompts.complete, client)
                 async with self._first_of_twins(arm_name, client, args, index):
-                    c = await client.complete(
+                    c = await complete(
                         **args,
                         sample_index=index,
                         key=f"{case_id}/{arm_name}/{index}",
@@ -963,6 +968,11 @@ async def _execute(
         engine.remote = remote
         if start_cause is not None:
             engine.stop(start_cause)
+        if config.unit.kind == "prompt" and remote is not None:  # one Ray task per sample, its call made here
+            from evalkit.running.executors import RemotePrompts
+
+            engine.remote_prompts = await RemotePrompts(remote, config.generator.model, config.unit.resources).start()
+            stack.push_async_callback(engine.remote_prompts.aclose)
         if config.unit.kind != "prompt":  # evalkit.running.agents: the tool loop, or a program behind the proxy
             from evalkit.running.agents import AgentRunner
 

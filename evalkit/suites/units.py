@@ -45,14 +45,14 @@ SANDBOX_KEYS = ("isolation", "keep_workdir", "read_only_paths", "env")  # evalki
 ISOLATIONS = ("sandbox", "none")
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 UNIT_KEYS = {
-    "prompt": {"kind"},
-    "agent": {"kind", "max_turns"},
+    "prompt": {"kind", "resources"},  # resources: what a sample's Ray task holds (evalkit.running.executors)
+    "agent": {"kind", "max_turns", "resources"},
     "command": {"kind", "argv", "timeout_s", "resources", *SANDBOX_KEYS},
     "python": {"kind", "callable", "timeout_s", "resources", *SANDBOX_KEYS},
 }
 RESOURCE_KEYS = ("num_cpus", "memory", "custom")  # unit.resources (evalkit.running.executors)
 EXECUTOR_KINDS = ("local", "ray")
-EXECUTOR_KEYS = ("kind", "address")
+EXECUTOR_KEYS = ("kind", "address", "proxy_host")
 MAX_TURNS = 1_000
 MAX_UNIT_TIMEOUT_S = 86_400.0
 FIXTURES_KEY = "tool_results"  # in a case's input object
@@ -120,6 +120,10 @@ def parse_unit(r: Reader, raw: Any, mode: str, jp: str = "$.unit") -> Unit | Non
         else:
             target = v
     box: dict[str, Any] | None = {}
+    if kind in ("prompt", "agent"):
+        res = parse_resources(r, raw.get("resources"), f"{jp}.resources")
+        ok = ok and res is not None
+        box = {"resources": res} if res is not None else None
     if kind in ("command", "python"):
         box = _parse_sandbox(r, raw, jp)
         ok = ok and box is not None
@@ -232,9 +236,17 @@ def parse_executor(r: Reader, raw: Any, jp: str = "$.executor") -> Executor | No
     elif address is not None and kind == "local":
         r.err(f"{jp}.address", 'an address needs "kind": "ray"')
         ok = False
+    proxy_host = raw.get("proxy_host")
+    if proxy_host is not None and (not isinstance(proxy_host, str) or not proxy_host.strip() or kind == "local"):
+        r.err(
+            f"{jp}.proxy_host",
+            f'proxy_host must be a host the nodes reach the driver at, with "kind": "ray", '
+            f"got {json.dumps(proxy_host)}",
+        )
+        ok = False
     if not ok:
         return None
-    return Executor(kind=kind, address=address)
+    return Executor(kind=kind, address=address, proxy_host=proxy_host)
 
 
 # --------------------------------------------------------------------------- fixtures
