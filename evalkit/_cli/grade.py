@@ -304,6 +304,13 @@ def summary_lines(s: GradesSummary, run_path: Path) -> list[str]:
                 f"(judged part PPI++ from n={cc['n']} labelled of N={cc['N']} judged cases); "
                 f"judge only {fmt.pct(cs['judge_only']['score'])}"
             )
+        if cs.get("labels_note"):
+            lines.append(f"gated case score ({arm}): not corrected by sample-drawn labels: {cs['labels_note']}")
+        if cs.get("n_unscored_cases"):
+            lines.append(
+                f"gated case score ({arm}): {cs['n_unscored_cases']} judged case(s) with no judge-scored sample "
+                "count as failures (exact, never labelled)"
+            )
     for version, c in ((s.judge_consistency or {}).get("per_version") or {}).items():
         lines.append(
             f"judge {version} consistency: {c['n_items']} item(s) asked {c['repeats']} times, flip rate "
