@@ -325,6 +325,8 @@ def _case_score_run(root: Path, suite: Path, kind=_case_kind) -> Path:
         for i in range(3):
             if c["id"].startswith("det-"):
                 out = "nope" if c["id"] == "det-3" else "done"  # det-3 fails its check, the others pass
+            elif kind(int(c["id"][5:])) is None:
+                continue  # this case's samples are missing (never reached the judge)
             else:
                 out = f"ANSWER-{kind(int(c['id'][5:]))} case {c['id']} take {i} of {root.name}"
             folder.append_result(Sample(
@@ -638,3 +640,23 @@ def test_a_baseline_without_labels_is_compared_like_with_like(tmp_path):
     assert rate.label == "judged sample pass rate (judge only)"
     assert any("no corrected judged rate" in n and "the corrected 60.0% is not gated" in n for n in res.notes)
     assert any("no corrected gated case score" in n and "the corrected 62.5% is not gated" in n for n in res.notes)
+
+
+def test_a_judged_case_whose_samples_are_all_missing_fails_in_the_exact_stratum_end_to_end(tmp_path):
+    """open-03 (SLY: the judge passes it, people fail it) has no sample at all: it fails
+    in the plain gated case score and in the corrected one, as an exact case, while the
+    19 others are labelled by case: corrected (3 + 0 + 19 x 12/19) / 24 = 0.625 exactly
+    (PPI++ with every judge-scored case labelled is the human mean whatever lam)."""
+    suite = _case_score_suite(tmp_path, {"judged_estimate": "corrected"})
+    run = _case_score_run(tmp_path, suite, lambda c: None if c == 3 else _case_kind(c))
+    with ScriptedServer(JUDGE) as srv:
+        grade_run(run, judge_base_url=srv.base_url)
+        _label_cases(run, suite, {f"open-{c:02d}" for c in range(20)})
+        grade_run(run, judge_base_url=srv.base_url)
+    summary = json.loads((run / GRADES_SUMMARY).read_text())
+    cs = summary["judged_rates"]["per_arm"]["baseline"]["gated_case_score"]
+    assert (cs["n_judged_cases"], cs["n_unscored_cases"], cs["n_labelled_cases"]) == (20, 1, 19)
+    assert cs["judge_only"]["score"] == pytest.approx(18 / 24, abs=1e-12)  # open-03 fails: 3 + 15 of 24
+    assert cs["judge_only"]["score"] == pytest.approx(summary["per_arm"]["baseline"]["scores"]["gated_case_score"])
+    assert cs["judged_part"]["corrected"]["N"] == 19
+    assert cs["corrected"]["score"] == pytest.approx(0.625, abs=1e-12) and cs["corrected"]["n_unscored"] == 1
