@@ -547,7 +547,8 @@ def _judged_case_score_check(
             [
                 f"the gated case score's judged part has {cur['n_labelled_cases']} labelled case(s) of "
                 f"{cur['n_judged_cases']} (at least 2 needed; a case is labelled when people scored all its judged "
-                "samples): the case-score checks rest on the judge alone"
+                "samples, drawn by case: `evalkit judge sample RUN --by-case`): the case-score checks rest on the "
+                "judge alone"
             ],
         )
     notes = [
