@@ -17,6 +17,14 @@ often each 95% interval covers p, and its mean width:
 The corrected interval must cover p in 93.5-96.5% of replications at every n (a band of
 about +-3 binomial SEs: sqrt(.95 * .05 / 2000) = 0.49 points).
 
+**Missing cases** (the corrected gated case score, `metrics.corrected_gated_case_score`):
+N = 500 judged regression cases, k = 1, of which 20% have no judge-scored sample (errored:
+they fail for the judge and for people); the rest as above (people pass 60%, the judge
++8 points). n = 40 and 80 of the judge-scored cases are labelled, drawn by case
+(`judge sample --by-case`). Coverage of the arm's human case score and the mean error,
+for evalkit (unscored cases in the exact stratum) and for the treatment before the fix
+(unscored cases left among the judged ones, where the correction reached them).
+
     .venv/bin/python benchmarks/bench_ppi_coverage.py [--reps 2000] [--seed 2027]
 
 Writes `benchmarks/results/ppi_coverage.json` and `benchmarks/results/ppi_coverage.png`.
@@ -29,11 +37,13 @@ import json
 import platform
 import time
 from pathlib import Path
+from typing import Any
 
 import _smoke  # benchmarks/_smoke.py: --smoke, the smallest size
 
 import numpy as np
 
+from evalkit.numbers.metrics import JudgedCase, corrected_gated_case_score
 from evalkit.numbers.stats import ppi_mean, proportion_interval
 
 RESULTS = Path(__file__).parent / "results"
@@ -69,6 +79,32 @@ def simulate(n: int, reps: int, rng: np.random.Generator) -> dict[str, dict[str,
     return out
 
 
+def simulate_missing(n: int, reps: int, rng: np.random.Generator, missing: float = 0.2) -> dict[str, Any]:
+    """The missing-cases scenario (module docstring): coverage and mean error of the
+    corrected gated case score, as evalkit computes it and as it was before the fix."""
+    cover = {"evalkit": 0, "before fix": 0}
+    err: dict[str, list[float]] = {"evalkit": [], "before fix": []}
+    for _ in range(reps):
+        y = rng.random(N) < P
+        u = rng.random(N)
+        yhat = np.where(y, u >= DOWN / P, u < UP / (1 - P))
+        gone = rng.random(N) < missing
+        y, yhat = y & ~gone, yhat & ~gone  # an errored sample fails for both
+        labelled = set(rng.choice(np.flatnonzero(~gone), n, replace=False).tolist())
+        truth = float(y.mean())
+        for name, scored in (("evalkit", (~gone).astype(int)), ("before fix", np.ones(N, int))):
+            cases = [
+                JudgedCase("regression", 1, int(yhat[i]), int(y[i]) if i in labelled else None, True, int(scored[i]))
+                for i in range(N)
+            ]
+            block = corrected_gated_case_score(cases, 1)
+            c = block["corrected"] if block else None
+            assert c is not None
+            cover[name] += c["low"] <= truth <= c["high"]
+            err[name].append(c["score"] - truth)
+    return {k: {"coverage": cover[k] / reps, "mean_error": float(np.mean(err[k]))} for k in cover}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=2000)
@@ -88,6 +124,15 @@ def main() -> None:
             print(f"{n:>4}  {name:<12} {v['coverage']:>9.4f} {v['mean_width']:>11.4f}")
     in_band = all(BAND[0] <= r["corrected"]["coverage"] <= BAND[1] for r in rows.values())
     print(f"corrected coverage in {BAND[0]:.1%}-{BAND[1]:.1%} at every n: {in_band}  ({wall:.1f} s)")
+    t1 = time.perf_counter()
+    rng_m = np.random.default_rng(args.seed + 1)  # its own stream: the figures above stay as they were
+    missing = {n: simulate_missing(n, args.reps, rng_m) for n in (40, 80)}
+    wall_m = time.perf_counter() - t1
+    print(f"missing cases: N={N} judged cases, 20% with no judge-scored sample, labelled by case")
+    for n, r in missing.items():
+        for name, v in r.items():
+            print(f"{n:>4}  {name:<12} coverage {v['coverage']:.4f}  mean error {v['mean_error']:+.4f}")
+    print(f"({wall_m:.1f} s)")
     json_out.parent.mkdir(exist_ok=True)
     json_out.write_text(
         json.dumps(
@@ -102,6 +147,12 @@ def main() -> None:
                 "in_band": in_band,
                 "by_n": {str(n): r for n, r in rows.items()},
                 "wall_s": round(wall, 2),
+                "missing_cases": {
+                    "share_unscored": 0.2,
+                    "labels": "by case",
+                    "by_n": {str(n): r for n, r in missing.items()},
+                    "wall_s": round(wall_m, 2),
+                },
                 "machine": platform.platform(),
             },
             indent=2,

@@ -161,3 +161,35 @@ def test_unfilled_label_lines_are_skipped_with_a_count_never_an_error(graded, tm
     summary = json.loads((run / "grades-summary.json").read_text())
     assert summary["human_agreement"]["labels"]["unfilled"] == 20
     assert "20 not labelled yet (skipped)" in res.stdout
+
+
+def test_a_by_case_draw_takes_whole_cases_uniformly_and_records_how_it_was_drawn(graded, tmp_path):
+    """`--by-case`: n cases drawn (seeded) among the judged cases, every judge-scored
+    sample of each (both arms, k = 2: 4 lines a case), each line's `draw` "case"; a
+    sample draw says "sample"; a line with another draw is refused naming it."""
+    from evalkit.checking.judge import parse_human_labels
+
+    _, run = graded
+    a = labelling.draw_items(run, 3, seed=1, by_case=True)
+    cases = {x["case_id"] for x in a}
+    assert len(cases) == 3 and len(a) == 12 and {x["draw"] for x in a} == {"case"}
+    assert sorted((x["case_id"], x["arm"], x["index"]) for x in a) == sorted(
+        (c, arm, i) for c in cases for arm in ("baseline", "treatment") for i in range(2))
+    assert cases != {x["case_id"] for x in labelling.draw_items(run, 3, seed=2, by_case=True)}
+    assert len(labelling.draw_items(run, 100, by_case=True)) == 32  # every case, every judged sample
+    assert {x["draw"] for x in labelling.draw_items(run, 5)} == {"sample"}
+    # uniform over cases: over 200 seeds each of the 8 cases is drawn about 200 x 3/8 = 75 times
+    from collections import Counter
+
+    counts = Counter(x["case_id"] for s in range(200) for x in labelling.draw_items(run, 3, seed=s, by_case=True)
+                     if x["arm"] == "baseline" and x["index"] == 0)
+    assert len(counts) == 8 and all(45 <= v <= 105 for v in counts.values()), counts
+    to = tmp_path / "by-case.jsonl"
+    res = CliRunner().invoke(main, ["judge", "sample", str(run), "-n", "2", "--by-case", "--to", str(to)])
+    assert res.exit_code == 0 and "wrote 8 item(s)" in res.stdout
+    labels = parse_human_labels(to.read_text(), to)
+    assert len(labels) == 8 and {lab.draw for lab in labels} == {"case"}
+    bad = to.read_text().replace('"draw": "case"', '"draw": "half"', 1)
+    with pytest.raises(InputError, match=r"draw must be one of") as e:
+        parse_human_labels(bad, to)
+    assert "$.draw" in str(e.value) and "by-case.jsonl" in str(e.value)

@@ -304,6 +304,13 @@ def summary_lines(s: GradesSummary, run_path: Path) -> list[str]:
                 f"(judged part PPI++ from n={cc['n']} labelled of N={cc['N']} judged cases); "
                 f"judge only {fmt.pct(cs['judge_only']['score'])}"
             )
+        if cs.get("labels_note"):
+            lines.append(f"gated case score ({arm}): not corrected by sample-drawn labels: {cs['labels_note']}")
+        if cs.get("n_unscored_cases"):
+            lines.append(
+                f"gated case score ({arm}): {cs['n_unscored_cases']} judged case(s) with no judge-scored sample "
+                "count as failures (exact, never labelled)"
+            )
     for version, c in ((s.judge_consistency or {}).get("per_version") or {}).items():
         lines.append(
             f"judge {version} consistency: {c['n_items']} item(s) asked {c['repeats']} times, flip rate "
@@ -329,15 +336,22 @@ def judge_group() -> None:
     help="Write the label file here (e.g. the suite's judge/human-sample.jsonl); default: print the lines.",
 )
 @click.option("--force", is_flag=True, help="Replace an existing label file (its labels are lost).")
-def judge_sample_cmd(run: str, n: int, seed: int, to: str | None, force: bool) -> None:
+@click.option(
+    "--by-case",
+    "by_case",
+    is_flag=True,
+    help="Draw n whole cases (every judge-scored sample of each): what the corrected gated case score needs.",
+)
+def judge_sample_cmd(run: str, n: int, seed: int, to: str | None, force: bool, by_case: bool) -> None:
     """Draw n judged items of a graded run for people to label: each line holds the case
     input, the rubric, the output and an empty score (and the hashes that bind a label
     to what was read); the judge's own score is not shown. Label them in JupyterLab with
-    `evalkit judge label FILE`."""
+    `evalkit judge label FILE`. With --by-case, n counts cases and every judge-scored
+    sample of each is drawn."""
     # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
     from evalkit.telling.labelling import draw_items, label_lines_text, write_label_file
 
-    items = draw_items(run, n, seed)
+    items = draw_items(run, n, seed, by_case=by_case)
     if to is None:
         click.echo(label_lines_text(items), nl=False)  # any output text stored losslessly, one line per item
         return

@@ -908,6 +908,11 @@ class HumanLabel:
     prompt_sha256: str | None = None
     judge_version: str | None = None
     run: str | None = None
+    # How the line was drawn (`judge sample`): "case" (whole cases drawn uniformly, every
+    # judge-scored sample of each), "sample" (samples drawn uniformly) or None (a file
+    # from before the key: taken as "sample"). Only a by-case draw makes the labelled
+    # cases a uniform random subset of the cases, which the case-level PPI needs.
+    draw: str | None = None
 
     @property
     def filled(self) -> bool:
@@ -960,6 +965,10 @@ def _optional_str(d: dict[str, Any], key: str, p: Path, i: int, *, sha: bool = F
     return v
 
 
+# How `judge sample` drew a label line (`HumanLabel.draw`).
+LABEL_DRAWS = ("case", "sample")
+
+
 def parse_human_labels(text: str, path: str | Path) -> list[HumanLabel]:
     """The labels of a label file's text (see `load_human_labels`)."""
     p = Path(path)
@@ -984,13 +993,23 @@ def parse_human_labels(text: str, path: str | Path) -> list[HumanLabel]:
         hashes = {k: _optional_str(d, k, p, i, sha=True) for k in ("output_sha256", "rubric_sha256", "prompt_sha256")}
         version = _optional_str(d, "judge_version", p, i)
         run = _optional_str(d, "run", p, i)
+        draw = _optional_str(d, "draw", p, i)
+        if draw is not None and draw not in LABEL_DRAWS:
+            raise InputError(
+                f"draw must be one of {', '.join(map(json.dumps, LABEL_DRAWS))} (or absent), got {json.dumps(draw)}",
+                p,
+                i,
+                "$.draw",
+            )
         if score is not None:
             k = (d["item"], rater, hashes["output_sha256"])
             if k in seen:
                 raise InputError(f"item {d['item']!r} scored twice by the same rater (first on line {seen[k]})", p, i)
             seen[k] = i
         labels.append(
-            HumanLabel(d["item"], case_id, arm, index, score, rater, i, **hashes, judge_version=version, run=run)
+            HumanLabel(
+                d["item"], case_id, arm, index, score, rater, i, **hashes, judge_version=version, run=run, draw=draw
+            )
         )
     return labels
 

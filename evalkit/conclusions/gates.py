@@ -402,11 +402,12 @@ def _arm_judged(run_path: Path | str | None, arm: str | None) -> dict[str, Any] 
     return block.get("overall") if isinstance(block, dict) else None
 
 
-def _rate_and_se(block: dict[str, Any]) -> tuple[float, float, str]:
-    """A judged-rate block's corrected rate and SE when people labelled it, else the
-    judge-only rate with the SE its Wilson interval implies; and which one it is."""
+def _rate_and_se(block: dict[str, Any], corrected: bool = True) -> tuple[float, float, str]:
+    """A judged-rate block's corrected rate and SE when people labelled it (and
+    `corrected`), else the judge-only rate with the SE its Wilson interval implies; and
+    which one it is."""
     z = 1.959963984540054  # the 97.5% normal quantile: the blocks carry 95% intervals
-    if block.get("corrected"):
+    if corrected and block.get("corrected"):
         c = block["corrected"]
         return float(c["rate"]), float(c["high"] - c["low"]) / (2 * z), "corrected"
     jo = block["judge_only"]
@@ -419,10 +420,13 @@ def _judged_check(
     """`"judged_estimate": "corrected"`: the gate also rests on the corrected judged
     sample pass rate (`grading.judged_rates`, PPI++): without one (fewer than 2 labels
     on the arm's judged samples) it reads no rate (judge not trusted); with one, a drop
-    from the baseline run's judged rate (its corrected one, else its judge-only one)
-    beyond `max_success_drop_points` fails the gate when it is also beyond noise: a
-    one-sided z-test on the two rates' standard errors, at `alpha` (not in the Holm
-    family of the case checks). The notes say which estimate the gate rested on."""
+    from the baseline run's judged rate beyond `max_success_drop_points` fails the gate
+    when it is also beyond noise: a one-sided z-test on the two rates' standard errors,
+    at `alpha` (not in the Holm family of the case checks). Like with like: the
+    corrected rate against the baseline's corrected one (`judged:corrected`); a baseline
+    with no corrected rate is compared judge-only with judge-only (`judged:judge-only`),
+    the corrected figure in a note, since the judge's own bias would otherwise show as
+    a change. The notes say which estimate the gate rested on."""
     cur = _arm_judged(run.path, arm)
     if cur is None:
         return result  # no judged sample on this arm: nothing rests on a judge
@@ -451,17 +455,25 @@ def _judged_check(
     if base is None:
         notes.append("the baseline run records no judged rate: the corrected rate is shown, not compared")
     else:
-        (rc, sc, _), (rb, sb, kind_b) = _rate_and_se(cur), _rate_and_se(base)
-        check, why = _z_check("judged:corrected", int(c["N"]), (rb, sb), (rc, sc), t)
+        like = bool(base.get("corrected"))
+        (rc, sc, kind), (rb, sb, _) = _rate_and_se(cur, like), _rate_and_se(base, like)
+        group = "judged:corrected" if like else "judged:judge-only"
+        if not like:
+            notes.append(
+                f"the baseline run has no corrected judged rate (no human labels): the judge-only rates are compared "
+                f"({100 * rb:.1f}% then, {100 * rc:.1f}% now), the corrected {100 * c['rate']:.1f}% is not gated "
+                "(against a judge-only baseline the judge's own bias would read as a change)"
+            )
+        check, why = _z_check(group, int(c["N"]), (rb, sb), (rc, sc), t)
         checks.append(check)
         if check.failed:
             reasons.append(
-                f"case-score drop judged:corrected: {check.change:+.1f} points in the corrected judged sample pass "
-                f"rate against the baseline's {kind_b} one (beyond {t.max_success_drop_points:g} points) "
+                f"case-score drop {group}: {check.change:+.1f} points in the {kind} judged sample pass "
+                f"rate against the baseline's {kind} one (beyond {t.max_success_drop_points:g} points) "
                 f"(p = {check.p_value:.3g})"
             )
         elif why:
-            notes.append(f"corrected judged rate: {why}")
+            notes.append(f"{kind} judged rate: {why}")
     case_check, case_reason, case_notes = _judged_case_score_check(run, arm, baseline, t)
     checks += [case_check] if case_check else []
     reasons += [case_reason] if case_reason else []
@@ -516,10 +528,14 @@ def _judged_case_score_check(
     run: Run, arm: str | None, baseline: Baseline, t: GateThresholds
 ) -> tuple[GateCheck | None, str | None, list[str]]:
     """`"judged_estimate": "corrected"`: the gated case score with its judged part
-    corrected (`metrics.corrected_gated_case_score`) against the baseline's (its
-    corrected one, else its judge-only one, else the baseline file's), by `_z_check`.
-    Without enough whole labelled cases the note says the case checks rest on the
-    judge. Returns the check, the failure reason and the notes."""
+    corrected (`metrics.corrected_gated_case_score`) against the baseline run's
+    corrected one, by `_z_check`: like with like. A baseline with no corrected score
+    (no by-case labels) gives no check: the gate's own case-score checks already compare
+    the judge-only gated case score, and setting the corrected score against a
+    judge-only one would read the judge's bias as a change; the note gives the
+    corrected figure and says why it is not gated. Without enough whole labelled cases
+    the note says the case checks rest on the judge. Returns the check, the failure
+    reason and the notes."""
     cur = _arm_case_score(run.path, arm)
     if cur is None:
         return None, None, []
@@ -531,7 +547,8 @@ def _judged_case_score_check(
             [
                 f"the gated case score's judged part has {cur['n_labelled_cases']} labelled case(s) of "
                 f"{cur['n_judged_cases']} (at least 2 needed; a case is labelled when people scored all its judged "
-                "samples): the case-score checks rest on the judge alone"
+                "samples, drawn by case: `evalkit judge sample RUN --by-case`): the case-score checks rest on the "
+                "judge alone"
             ],
         )
     notes = [
@@ -540,18 +557,20 @@ def _judged_case_score_check(
         f"the judge alone {100 * cur['judge_only']['score']:.1f}%"
     ]
     base = _arm_case_score(baseline.run, baseline.arm)
-    if base is not None and base.get("corrected"):
-        rb, sb, kind = float(base["corrected"]["score"]), float(base["corrected"]["se"]), "corrected"
-    elif base is not None:
-        rb, sb, kind = float(base["judge_only"]["score"]), float(base["judge_only"]["se"] or 0.0), "judge-only"
-    else:
-        rb, sb, kind = baseline.gated_case_score, float(baseline.gated_case_score_se or 0.0), "accepted"
+    if base is None or not base.get("corrected"):
+        notes.append(
+            "the baseline run has no corrected gated case score (no by-case human labels): the corrected "
+            f"{100 * cor['score']:.1f}% is not gated; the judge-only gated case scores are compared by the case-score "
+            "checks (against a judge-only baseline the judge's own bias would read as a change)"
+        )
+        return None, None, notes
+    rb, sb = float(base["corrected"]["score"]), float(base["corrected"]["se"])
     check, why = _z_check("judged:case-score", int(cur["n_cases"]), (rb, sb), (cor["score"], cor["se"]), t)
     reason = None
     if check.failed:
         reason = (
             f"case-score drop judged:case-score: {check.change:+.1f} points in the gated case score with its judged "
-            f"part corrected against the baseline's {kind} one (beyond {t.max_success_drop_points:g} points) "
+            f"part corrected against the baseline's corrected one (beyond {t.max_success_drop_points:g} points) "
             f"(p = {check.p_value:.3g})"
         )
     elif why:

@@ -946,7 +946,14 @@ def grade_run(
     run_errors = {(str(e["case_id"]), str(e["arm"]), int(e["index"])) for e in RunFolder(run).errors()}
     k_run = int(meta.get("k") or max((i + 1 for _, _, i in expected), default=0))
     rates = judged_rates(
-        grades, cases, case_table(run), human_scores(match), config.judged_estimate, expected=expected, k=k_run
+        grades,
+        cases,
+        case_table(run),
+        human_scores(match),
+        config.judged_estimate,
+        expected=expected,
+        k=k_run,
+        case_human=human_scores(match, draw="case"),
     )
     findings += judged_rate_findings(rates)
     summary = summarize(
@@ -1471,6 +1478,7 @@ def judged_rates(
     estimate: str = "judge",
     expected: set[Key] | None = None,
     k: int | None = None,
+    case_human: dict[str, int] | None = None,
 ) -> dict[str, Any] | None:
     """`grades-summary.json`'s `judged_rates`: for the judged samples (a judged case's
     samples the judge scored), overall and per arm, per set and per tag, the judge-only
@@ -1488,7 +1496,10 @@ def judged_rates(
     the corrected estimate counts in place of the judge (`compare.direct_verdict`).
     Given the run's `expected` keys and `k`, each arm also carries
     `gated_case_score`: the gated case score with its judged part corrected
-    (`judged_case_score`, `metrics.corrected_gated_case_score`).
+    (`judged_case_score`, `metrics.corrected_gated_case_score`), corrected only by
+    `case_human`: the labels of a by-case draw (`judge sample --by-case`), whose
+    labelled cases are a uniform random subset of the cases as PPI over cases needs; a
+    sample draw corrects the sample rates only, and the block's `labels_note` says so.
 
     References: Angelopoulos et al. 2023 (Science); Angelopoulos, Duchi & Zrnic 2023 (PPI++).
     """
@@ -1530,8 +1541,18 @@ def judged_rates(
             },
         }
         if expected is not None and k:
-            block = judged_case_score(arm, grades, cases, table, human, expected, k)
+            block = judged_case_score(arm, grades, cases, table, case_human or {}, expected, k)
             if block is not None:
+                by_sample = sum(1 for r in ra if r.human_pass is not None) - sum(
+                    1 for g in grades if g.arm == arm and item_id(g.case_id, g.arm, g.index) in (case_human or {})
+                )
+                block["labels_note"] = (
+                    f"{by_sample} label(s) of this arm come from a sample draw: they correct the judged sample "
+                    "rates only; the case score is corrected by whole cases from a by-case draw "
+                    "(`evalkit judge sample RUN --by-case -n 20`)"
+                    if by_sample > 0
+                    else None
+                )
                 per_arm[arm]["gated_case_score"] = block
     return {
         "estimate": estimate,
@@ -1560,7 +1581,8 @@ def judged_case_score(
     sample passes for the judge when its checks and the judge's score pass (whether or
     not the judge is trusted), for people when the same checks and the person's score
     pass; a judged case is labelled when people scored every one of its judge-scored
-    samples (and it has at least one)."""
+    samples (and it has at least one). `human` holds the labels of a by-case draw only
+    (see `judged_rates`)."""
     rows = table.by_id()
     by_key = {(g.case_id, g.arm, g.index): g for g in grades}
     n: dict[str, int] = {}
@@ -1599,6 +1621,7 @@ def judged_case_score(
                 c_judge.get(cid, 0),
                 c_human.get(cid, 0) if labelled else None,
                 judged,
+                scored.get(cid, 0),
             )
         )
     return metrics.corrected_gated_case_score(entries, k)
@@ -1626,13 +1649,14 @@ def judged_rate_findings(rates: dict[str, Any] | None) -> list[Finding]:
     return out
 
 
-def human_scores(match: LabelMatch | None) -> dict[str, int]:
+def human_scores(match: LabelMatch | None, draw: str | None = None) -> dict[str, int]:
     """Item id -> the score people gave a judged output, from the fresh labels of a
-    `LabelMatch` (several raters: the median of their scores, rounded down)."""
+    `LabelMatch` (several raters: the median of their scores, rounded down). `draw`
+    "case": only the labels of a by-case draw (`HumanLabel.draw`)."""
     if match is None:
         return {}
     by_item: dict[str, list[int]] = {}
     for lab, _ in match.fresh:
-        if lab.score is not None:
+        if lab.score is not None and (draw is None or lab.draw == draw):
             by_item.setdefault(lab.item, []).append(int(lab.score))
     return {item: sorted(s)[(len(s) - 1) // 2] for item, s in by_item.items()}

@@ -402,10 +402,12 @@ class GateCheck:
     @property
     def label(self) -> str:
         """`case score overall`, `case score tag:x`, `cost per case`, `judged sample pass rate (corrected)`,
-        `gated case score (corrected)`."""
+        `judged sample pass rate (judge only)`, `gated case score (corrected)`."""
         if self.kind == "judged":
             if self.group == "judged:case-score":
                 return "gated case score (corrected)"
+            if self.group == "judged:judge-only":
+                return "judged sample pass rate (judge only)"
             return "judged sample pass rate (corrected)"
         return f"case score {self.group}" if self.kind == "score" else "cost per case"
 

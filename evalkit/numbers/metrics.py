@@ -277,13 +277,18 @@ class JudgedCase:
     samples the run planned for it (`n`), the passes the judge's verdicts give it
     (`c_judge`, with the deterministic checks) and, when people labelled every one of
     its judge-scored samples, the passes their scores give it (`c_human`, None: not
-    labelled); `judged`: a judged case (else its score holds no judge and is exact)."""
+    labelled); `judged`: a judged case (else its score holds no judge and is exact);
+    `scored`: how many of its samples the judge scored. A judged case with none (every
+    sample missing, errored or unscored by the judge: each fails, for the judge and for
+    people alike) holds no judge either: its score is exact, and it can never be
+    labelled."""
 
     set: str
     n: int
     c_judge: int
     c_human: int | None
     judged: bool
+    scored: int
 
 
 def corrected_gated_case_score(cases: Sequence[JudgedCase], k: int) -> dict[str, Any] | None:
@@ -296,22 +301,32 @@ def corrected_gated_case_score(cases: Sequence[JudgedCase], k: int) -> dict[str,
     people scored every one of its judge-scored samples; its human case score counts the
     samples whose checks and human score pass). With `adjust=PPI_ADJUST` when every case
     score is 0 or 1 (n = k: pass@k and pass^k are then 0/1), else 0 (plain PPI++).
-    The whole score is the stratified mean (N_d deterministic, N_j judged, N_g gated):
-    (sum of the deterministic scores + N_j * theta) / N_g, with SE
-    sqrt((N_d/N_g)^2 se_d^2 + (N_j/N_g)^2 se_ppi^2), se_d the deterministic stratum's SE
+    A judged case the judge scored no sample of (`scored` 0: its samples all fail, as the
+    plain gated case score counts them) is exact too, and can never be labelled: it
+    joins the exact stratum, so the correction measured on judge-scored cases is applied
+    to judge-scored cases only (leaving it among them biased the estimate towards the
+    judge's error on cases people never see).
+    The whole score is the stratified mean (N_e exact: deterministic and unscored
+    judged cases, N_j judge-scored judged cases, N_g gated):
+    (sum of the exact scores + N_j * theta) / N_g, with SE
+    sqrt((N_e/N_g)^2 se_e^2 + (N_j/N_g)^2 se_ppi^2), se_e the exact stratum's SE
     across its cases (`MAX_CASE_SCORE_SD` for a stratum of one), and a 95% normal
-    interval. `judge_only` is the plain gated case score (`gated_case_score`, SE across
-    cases). None when the arm has no gated judged case; `corrected` None with fewer than
-    `PPI_MIN_LABELS` labelled judged cases.
+    interval (post-stratified: the strata sizes are taken as given). `judge_only` is the
+    plain gated case score (`gated_case_score`, SE across cases). None when the arm has
+    no gated judged case; `corrected` None with fewer than `PPI_MIN_LABELS` labelled
+    judged cases. The labelled cases must be a uniform random subset of the
+    judge-scored judged cases (a by-case draw, `judge sample --by-case`) for the
+    estimate to be unbiased.
 
     References: Angelopoulos et al. 2023, Science 382 (PPI); Angelopoulos, Duchi & Zrnic
     2023, arXiv:2311.01453 (PPI++); Cochran 1977, Sampling Techniques, ch. 5 (the
     stratified mean and its variance).
     """
     gated = [c for c in cases if set_gate(c.set) != NO_GATE]
-    judged = [c for c in gated if c.judged]
-    if not judged:
+    if not any(c.judged for c in gated):
         return None
+    judged = [c for c in gated if c.judged and c.scored > 0]
+    unscored = [c for c in gated if c.judged and c.scored <= 0]
 
     def score(c: JudgedCase, passes: int) -> float:
         return case_score(c.set, max(c.n, k), passes, k)
@@ -319,16 +334,17 @@ def corrected_gated_case_score(cases: Sequence[JudgedCase], k: int) -> dict[str,
     z = 1.959963984540054  # the 97.5% normal quantile
     every = stats.mean_and_se([score(c, c.c_judge) for c in gated])
     yhat_all = [score(c, c.c_judge) for c in judged]
-    part = stats.mean_and_se(yhat_all)
+    part = stats.mean_and_se(yhat_all or [0.0])
     labelled = [c for c in judged if c.c_human is not None]
     y = [score(c, int(c.c_human)) for c in labelled if c.c_human is not None]
     out: dict[str, Any] = {
         "n_cases": len(gated),
-        "n_judged_cases": len(judged),
+        "n_judged_cases": len(judged) + len(unscored),
+        "n_unscored_cases": len(unscored),
         "n_labelled_cases": len(labelled),
         "judge_only": {"score": every.value, "se": _finite(every.se), "N": len(gated)},
         "judged_part": {
-            "judge_only": {"score": part.value, "se": _finite(part.se), "N": len(judged)},
+            "judge_only": {"score": part.value, "se": _finite(part.se), "N": len(judged)} if judged else None,
             "human": {"score": math.fsum(y) / len(y) if y else None, "n": len(y)},
             "corrected": None,
         },
@@ -354,10 +370,11 @@ def corrected_gated_case_score(cases: Sequence[JudgedCase], k: int) -> dict[str,
         "method": "ppi++",
     }
     det = [score(c, c.c_judge) for c in gated if not c.judged]
-    n_g, n_d, n_j = len(gated), len(det), len(judged)
-    se_d = (stats.mean_and_se(det).se if n_d > 1 else MAX_CASE_SCORE_SD) if det else 0.0
-    value = (math.fsum(det) + n_j * e.value) / n_g
-    se = math.hypot(n_d / n_g * se_d, n_j / n_g * e.se)
+    exact = det + [score(c, c.c_judge) for c in unscored]
+    n_g, n_e, n_j = len(gated), len(exact), len(judged)
+    se_e = (stats.mean_and_se(exact).se if n_e > 1 else MAX_CASE_SCORE_SD) if exact else 0.0
+    value = (math.fsum(exact) + n_j * e.value) / n_g
+    se = math.hypot(n_e / n_g * se_e, n_j / n_g * e.se)
     out["corrected"] = {
         "score": value,
         "se": se,
@@ -365,7 +382,8 @@ def corrected_gated_case_score(cases: Sequence[JudgedCase], k: int) -> dict[str,
         "high": value + z * se,
         "n": e.n,
         "N": e.N,
-        "n_deterministic": n_d,
+        "n_deterministic": len(det),
+        "n_unscored": len(unscored),
         "method": "ppi++ on the judged cases, stratified",
     }
     return out

@@ -64,6 +64,7 @@ LINE_KEYS = (
     "judge_version",
     "run",
     "drawn",
+    "draw",
 )
 
 
@@ -72,13 +73,18 @@ def _input_text(case: Case) -> str:
 
 
 def draw_items(
-    run: str | Path, n: int = 20, seed: int = 0, *, suite: Suite | str | Path | None = None
+    run: str | Path, n: int = 20, seed: int = 0, *, suite: Suite | str | Path | None = None, by_case: bool = False
 ) -> list[dict[str, Any]]:
     """Draw `n` judged items of a graded run for people to label (seeded: the same
     draw every time), as label lines (`LINE_KEYS`) with `score`, `rater` and `note`
     empty. The judge's own score is left out so it cannot anchor the person. Items are
     drawn among the samples the judge scored (held ones included: they are what needs a
-    calibration). `InputError` for an ungraded run or one with nothing judged."""
+    calibration). `by_case`: draw `n` *cases* uniformly among the cases with a
+    judge-scored sample and give every judge-scored sample of each (every arm): the
+    labelled cases are then a uniform random subset of the cases, which the corrected
+    gated case score needs (a sample draw labels a whole case of m samples with a
+    chance that falls with m). Each line records its `draw` ("case" or "sample").
+    `InputError` for an ungraded run or one with nothing judged."""
     from evalkit.conclusions.grading import read_samples, resolve_suite  # lazy: grading imports numpy
     from evalkit.suites.runs import RunFolder
 
@@ -103,7 +109,12 @@ def draw_items(
             if g["case_id"] in cases and (g["case_id"], g["arm"], int(g["index"])) in samples
         }
     )
-    picked = sorted(random.Random(seed).sample(keys, min(n, len(keys))))
+    if by_case:
+        case_ids = sorted({key[0] for key in keys})
+        chosen = set(random.Random(seed).sample(case_ids, min(n, len(case_ids))))
+        picked = [key for key in keys if key[0] in chosen]
+    else:
+        picked = sorted(random.Random(seed).sample(keys, min(n, len(keys))))
     drawn = datetime.now(UTC).isoformat(timespec="seconds")
     items = []
     for case_id, arm, index in picked:
@@ -130,6 +141,7 @@ def draw_items(
                 "judge_version": files.version,
                 "run": rp.name,
                 "drawn": drawn,
+                "draw": "case" if by_case else "sample",
             }
         )
     return items
