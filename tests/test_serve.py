@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import httpx
 import openai
@@ -547,7 +548,9 @@ def test_serve_without_a_command_exits_1_when_its_server_dies(tmp_path):
     try:
         url = proc.stdout.readline().strip()  # printed once the server answered its start-up completion
         assert url.startswith("http://127.0.0.1:")
-        [child] = open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split()
+        # the model server is a child of whichever thread started it (each thread has its own
+        # `children` file; the main thread's alone missed it once under load)
+        [child] = [c for t in Path(f"/proc/{proc.pid}/task").glob("*/children") for c in t.read_text().split()]
         os.kill(int(child), signal.SIGSEGV)
         rc = proc.wait(timeout=30)
         err = proc.stderr.read()
