@@ -1,7 +1,7 @@
 """The pull-request comment: a suite's CI Markdown (the gate's and `compare`'s summaries)
 posted on the pull request, or the comment posted before updated, one per suite.
 
-`evalkit ci comment --suite SUITE FILE...` (the last step of the workflow
+`evalkit ci comment --suite SUITE FILE...` (the `comment` job of the workflow
 `evalkit init --ci github` writes) reads where it runs from what GitHub Actions sets:
 `GITHUB_REPOSITORY` (`owner/repo`), `GITHUB_EVENT_PATH` (the event's JSON, which holds
 the pull request's number), `GITHUB_API_URL` (the REST API's base; `https://api.github.com`
