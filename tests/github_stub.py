@@ -37,6 +37,9 @@ class GitHubStub:
     requests: list[Recorded] = field(default_factory=list)
     next_id: int = 1000
     post_status: int | None = None  # answer POST with this error status instead
+    host: str = "127.0.0.1"  # the loopback address it listens on
+    redirect: tuple[int, str] | None = None  # answer with (status, Location: base + path) instead
+    redirect_methods: tuple[str, ...] = ("GET", "POST", "PATCH")  # the calls `redirect` answers
 
     def add(self, number: int, body: str, user: dict[str, Any] | None = None) -> dict[str, Any]:
         """A comment already on issue `number` (by `user`, default someone else)."""
@@ -74,6 +77,10 @@ class GitHubStub:
                 body = json.loads(raw) if raw else None
                 stub.requests.append(Recorded(self.command, parts.path, parse_qs(parts.query),
                                               {k.lower(): v for k, v in self.headers.items()}, body))
+                if stub.redirect is not None and self.command in stub.redirect_methods:  # as GitHub answers for a renamed repository
+                    status, base = stub.redirect
+                    return self._answer(status, {"message": "Moved Permanently", "url": base + self.path},
+                                        {"Location": base + self.path})
                 if self.headers.get("Authorization") != f"Bearer {stub.token}":
                     return self._answer(401, {"message": "Bad credentials",
                                               "documentation_url": "https://docs.github.com/rest"})
@@ -113,8 +120,8 @@ class GitHubStub:
 
             do_GET = do_POST = do_PATCH = _handle
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.api_url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._server = ThreadingHTTPServer((self.host, 0), Handler)
+        self.api_url = f"http://{self.host}:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
         return self

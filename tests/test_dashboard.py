@@ -368,3 +368,72 @@ def test_an_unreadable_grading_is_said_and_the_verdict_comes_from_the_last_reada
     last2 = dashboard.build_dashboard(tmp_path, dashboard.DashboardOptions(last=2))
     assert [r.run for r in last2.skills[0].coverage[0].runs] == ["r2", "r3"]
     assert "the last 2 runs at most" in dashboard.render_html(last2)
+
+
+def test_serve_never_answers_with_a_file_outside_root(tmp_path: Path) -> None:
+    """A report.json whose page is `../../../secret.txt`, a report page that is a symlink
+    out of ROOT and one that is a symlink out of its report folder are not linked; raw
+    request paths with `..` (plain or %2e%2e) answer 404; a legitimate report page is
+    linked and served byte for byte."""
+    import http.client
+
+    from conftest import make_run, two_arm
+
+    from evalkit.conclusions.grading import summarize_run, write_summary
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP SECRET\n")
+    root = tmp_path / "cat"
+    suite = root / "s"
+    (suite / "skill").mkdir(parents=True)
+    (suite / "skill" / "SKILL.md").write_text("Look it up.\n")
+    (suite / "prompt.txt").write_text("${skill}${question}")
+    (suite / "config.json").write_text(json.dumps(browser_run.AGENT_CONFIG))
+    cases = {f"c{i}": {} for i in range(3)}
+    (suite / "cases.jsonl").write_text("".join(
+        json.dumps({"id": c, "input": {"question": c}, "tags": ["t"], "checks": [{"kind": "contains", "value": "x"}]})
+        + "\n"
+        for c in cases))
+    pages = {"r1": "../../../secret.txt", "r2": "skill_comparison.html", "r3": "skill_comparison.html",
+             "r4": "run_summary.html"}
+    for name, html_name in pages.items():
+        run = make_run(suite, name, two_arm({c: ([False], [True]) for c in cases}), k=1, suite=suite)
+        write_summary(run, summarize_run(run))
+        rep = root / "reports" / name
+        rep.mkdir(parents=True)
+        (rep / "report.json").write_text(json.dumps({"run_dir": str(run), "notebooks": [
+            {"name": "skill_comparison" if "skill" in html_name else "run_summary", "html": html_name}]}))
+    (root / "reports" / "r2" / "skill_comparison.html").symlink_to(secret)  # out of ROOT
+    (root / "reports" / "r3" / "skill_comparison.html").symlink_to(suite / "config.json")  # out of its folder
+    legit = root / "reports" / "r4" / "run_summary.html"
+    legit.write_text("<html>the run summary</html>")
+
+    d = dashboard.build_dashboard(root)
+    assert d.links == frozenset({"reports/r4/run_summary.html"}), d.links
+    ((c,),) = [s.coverage for s in d.skills]
+    assert {r.run: r.report for r in c.runs} == {"r1": None, "r2": None, "r3": None,
+                                                 "r4": "reports/r4/run_summary.html"}
+    assert "secret" not in dashboard.render_html(d, root)
+
+    def get(url: str, path: str) -> tuple[int, bytes]:
+        """GET `path` sent as is (http.client normalises nothing, as a hostile client would)."""
+        host, port = urllib.parse.urlsplit(url).netloc.split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        try:
+            conn.request("GET", path)
+            r = conn.getresponse()
+            return r.status, r.read()
+        finally:
+            conn.close()
+
+    with _serving(root, tmp_path / "d.html") as (proc, url):
+        assert get(url, "/reports/r4/run_summary.html") == (200, legit.read_bytes())
+        for path in ("/reports/r1/../../../secret.txt", "/reports/r1/%2e%2e/%2e%2e/%2e%2e/secret.txt",
+                     "/reports/r1/%2E%2E%2F%2E%2E%2F%2E%2E%2Fsecret.txt", "/../secret.txt", "/%2e%2e/secret.txt",
+                     "/reports/r4/../../../secret.txt", "/reports/r4/run_summary.html/../../../../secret.txt",
+                     "/reports/r2/skill_comparison.html", "/reports/r3/skill_comparison.html", "/s/config.json",
+                     "/reports/r4/%00run_summary.html"):
+            status, body = get(url, path)
+            assert (status, body) == (404, b"not found\n"), (path, status, body)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0

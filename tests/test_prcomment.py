@@ -129,6 +129,26 @@ def test_refusals_exit_1_and_bad_input_exits_2(tmp_path):
     assert res.exit_code == 2 and "none of the Markdown files exists" in res.output
 
 
+@pytest.mark.parametrize(("status", "methods"), [(301, ("GET",)), (302, ("POST",)), (303, ("POST",)),
+                                               (307, ("GET",)), (308, ("POST",))])
+def test_a_redirect_is_not_followed_and_the_token_stays_home(tmp_path, status, methods):
+    """GitHub's API answering a redirect (a renamed repository answers 301) to another
+    host over plain http: urllib's default would resend the Authorization header there
+    (and a redirected POST as a GET). Not followed: the other host hears nothing, the
+    command exits 1 naming the redirect, and the token is not echoed."""
+    md = _md(tmp_path, "gate.md", "## evalkit gate: PASS\n")
+    with GitHubStub(TOKEN, host="127.0.0.2") as elsewhere, GitHubStub(TOKEN) as gh:
+        gh.redirect, gh.redirect_methods = (status, elsewhere.api_url), methods
+        res = comment(gh.env(tmp_path), "--suite", "evals/unit", md)
+        assert res.exit_code == 1, res.output
+        call = "GET" if "GET" in methods else "POST"
+        assert f"{call} /repos/acme/widgets/issues/7/comments: GitHub answered {status}, a redirect to" \
+               f" {elsewhere.api_url}/repos/acme/widgets/issues/7/comments" in res.output, res.output
+        assert "not followed" in res.output and TOKEN not in res.output
+        assert elsewhere.requests == [] and elsewhere.comments == {}
+        assert [r.method for r in gh.requests] == (["GET"] if call == "GET" else ["GET", "POST"])
+
+
 def test_the_body_names_a_missing_summary_keeps_the_marker_safe_and_fits_github(tmp_path):
     md = _md(tmp_path, "gate.md", "## evalkit gate: PASS\n" + "x" * (MAX_BODY + 10))
     body = comment_body("evals/unit", [md, tmp_path / "compare.md"])

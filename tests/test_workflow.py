@@ -32,6 +32,7 @@ RIGHT = {"rules": [{"match": "France", "text": "Paris"}, {"match": "Italy", "tex
 WRONG = {"rules": [{"match": "France", "text": "Lyon"}, {"match": "Italy", "text": "HACKED Rome"}]}
 COMPARE = "Compare the arms (a regression fails the job)"
 COMMENT = "Comment on the pull request"
+KEEP, FETCH = "Keep the verdicts for the comment job", "Fetch the verdicts"
 
 
 def cli(*args: object):
@@ -63,14 +64,43 @@ OFFLINE_PIP = {"PIP_NO_INDEX": "1", "PIP_NO_DEPS": "1", "PIP_NO_BUILD_ISOLATION"
 def run_workflow(doc: dict, repo: Path, secrets: dict[str, str], variables: dict[str, str],
                  pip_target: Path | None = None, runner: dict[str, str] | None = None,
                  skip: tuple[str, ...] = ()) -> list[tuple[str, int]]:
-    """Execute the job's run steps (not `uses:` actions) in order; the pip install only
-    with `pip_target` (offline, into that folder). `runner`: the GITHUB_* variables a
-    runner sets (the event file, the repository, the API's URL); `skip`: names of steps
-    a test leaves out (the slow report, where another test covers it). A failed step with
-    `continue-on-error` does not fail the job. Returns (step name, exit status) for
-    each step that ran."""
-    job = doc["jobs"]["evalkit"]
-    github_env, summary = repo / ".gh-env", repo / ".gh-summary.md"
+    """Execute the jobs in order (each after the one it `needs`, its `if:` honoured): their
+    run steps, and the artifact actions as GitHub's store would (upload-artifact keeps the
+    files listed, relative to their common folder; download-artifact puts them under its
+    path, and fails when none was kept); other `uses:` actions are not run. The `evalkit`
+    job works in `repo`, every other job in a fresh empty folder beside it (a new runner:
+    what it needs must come as an artifact). The pip install only with `pip_target`
+    (offline, into that folder) and only in the first job: the others use that install.
+    `runner`: the GITHUB_* variables a runner sets (the event file, the repository, the
+    API's URL); `skip`: names of steps a test leaves out (the slow report, where another
+    test covers it). A failed step with `continue-on-error` does not fail its job.
+    Returns (step name, exit status) for each step that ran."""
+    store = repo.parent / "artifacts"
+    shutil.rmtree(store, ignore_errors=True)
+    store.mkdir()
+    ran: list[tuple[str, int]] = []
+    done: dict[str, bool] = {}
+    for i, (name, job) in enumerate(doc["jobs"].items()):
+        needs = job.get("needs", [])
+        needs = [needs] if isinstance(needs, str) else list(needs)
+        assert all(n in done for n in needs), f"{name} needs a job that has not run"
+        needed_ok = all(done[n] for n in needs)
+        if not _condition(job.get("if"), needed_ok, {}):
+            continue
+        if name == "evalkit":
+            ws = repo
+        else:
+            ws = repo.parent / f"job-{name}"
+            shutil.rmtree(ws, ignore_errors=True)
+            ws.mkdir()
+        done[name] = _run_job(job, ws, store, secrets, variables, pip_target if i == 0 else None, runner, skip, ran)
+    return ran
+
+
+def _run_job(job: dict, ws: Path, store: Path, secrets: dict[str, str], variables: dict[str, str],
+             pip_target: Path | None, runner: dict[str, str] | None, skip: tuple[str, ...],
+             ran: list[tuple[str, int]]) -> bool:
+    github_env, summary = ws / ".gh-env", ws / ".gh-summary.md"
     github_env.write_text("")
 
     def expand(v: object) -> str:
@@ -82,17 +112,20 @@ def run_workflow(doc: dict, repo: Path, secrets: dict[str, str], variables: dict
 
     base = {k: v for k, v in os.environ.items() if not k.startswith(("EVALKIT_", "GITHUB_"))}
     base["PATH"] = f"{BIN}{os.pathsep}{base.get('PATH', '')}"
-    for k, v in job["env"].items():
+    for k, v in job.get("env", {}).items():
         base[k] = expand(v)
     base.update(runner or {})
     base.update(GITHUB_ENV=str(github_env), GITHUB_STEP_SUMMARY=str(summary))
-    ran: list[tuple[str, int]] = []
     ok = True
     for step in job["steps"]:
-        if "run" not in step or ("pip install" in step["run"] and pip_target is None) or step.get("name") in skip:
+        uses = step.get("uses", "")
+        artifact = uses.startswith(("actions/upload-artifact@", "actions/download-artifact@"))
+        if "run" not in step and not artifact:
+            continue
+        if "run" in step and (("pip install" in step["run"] and pip_target is None) or step.get("name") in skip):
             continue
         env = dict(base)
-        if "pip install" in step["run"]:
+        if "pip install" in step.get("run", ""):
             env.update(OFFLINE_PIP, PIP_TARGET=str(pip_target))
         for k, v in step.get("env", {}).items():
             env[k] = expand(v)
@@ -101,11 +134,35 @@ def run_workflow(doc: dict, repo: Path, secrets: dict[str, str], variables: dict
             env[k] = v
         if not _condition(step.get("if"), ok, env):
             continue
-        assert "${{" not in step["run"], f"expression inside a script: {step['name']}"
-        rc = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=repo, env=env, timeout=300).returncode
-        ran.append((step.get("name", "?"), rc))
+        if artifact:
+            rc = _artifact(uses, step["with"], ws, store)
+        else:
+            assert "${{" not in step["run"], f"expression inside a script: {step['name']}"
+            rc = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=ws, env=env, timeout=300).returncode
+        ran.append((step.get("name", uses), rc))
         ok = ok and (rc == 0 or step.get("continue-on-error") is True)
-    return ran
+    return ok
+
+
+def _artifact(uses: str, with_: dict, ws: Path, store: Path) -> int:
+    """upload-artifact@v4 / download-artifact@v4 on a local store: the exit status."""
+    kept = store / with_["name"]
+    if uses.startswith("actions/upload-artifact@"):
+        listed = [ws / p for p in str(with_["path"]).splitlines() if p.strip()]
+        assert not any(ch in str(p) for p in listed for ch in "*?["), "no glob in the recipe's paths"
+        there = [p for p in listed if p.exists()]
+        if not there:
+            return 1 if with_.get("if-no-files-found") == "error" else 0  # no artifact is made
+        top = Path(os.path.commonpath([p if p.is_dir() else p.parent for p in there]))
+        for p in there:
+            for f in ([p] if p.is_file() else [f for f in p.rglob("*") if f.is_file()]):
+                (kept / f.relative_to(top)).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(f, kept / f.relative_to(top))
+        return 0
+    if not kept.is_dir():
+        return 1  # "Unable to download artifact(s): Artifact not found"
+    shutil.copytree(kept, ws / with_.get("path", "."), dirs_exist_ok=True)
+    return 0
 
 
 def _vendor_evalkit(repo: Path) -> Path:
@@ -151,27 +208,45 @@ def test_generated_workflow_shape(tmp_path):
     save = next(s for s in steps if s.get("uses", "").startswith("actions/cache/save@"))
     assert restore["with"]["path"] == save["with"]["path"] == "evals/unit/runs/cache.sqlite"
     assert save["if"] == "${{ always() }}" and "steps.responses.outputs.cache-primary-key" in save["with"]["key"]
-    upload = next(s for s in steps if s.get("uses", "").startswith("actions/upload-artifact@"))
-    assert upload["with"]["path"] == "reports/" and upload["if"] == "${{ always() }}"
+    upload = next(s for s in steps if s.get("name") == "Upload the report folder")
+    assert upload["uses"].startswith("actions/upload-artifact@") and upload["with"]["path"] == "reports/" and upload["if"] == "${{ always() }}"
     assert uses.index(restore["uses"]) < uses.index(save["uses"])
     runs = [s["run"] for s in steps if "run" in s]
     order = [next(i for i, r in enumerate(runs) if f"evalkit {c} " in r)
-             for c in ("run", "grade", "gate", "compare", "report", "ci comment")]
+             for c in ("run", "grade", "gate", "compare", "report")]
     assert order == sorted(order)
+    # no checkout leaves the job's token in .git/config, where the program under test could read it
+    checkouts = [s for job in doc["jobs"].values() for s in job["steps"]
+                 if s.get("uses", "").startswith("actions/checkout@")]
+    assert len(checkouts) == 2 and all(s["with"]["persist-credentials"] is False for s in checkouts)
+    assert "persist-credentials: false" in text
     # compare holds the suite's two arms (the plan.json beside them is compare's default) and
     # fails the job on a regression; it runs after the gate whatever the gate said
     cmp_step = next(s for s in steps if "evalkit compare " in s.get("run", ""))
     assert cmp_step["env"] == {"EVALKIT_BASELINE_ARM": "baseline", "EVALKIT_TREATMENT_ARM": "skilled"}
     assert "--fail-on regression" in cmp_step["run"] and cmp_step["if"].startswith("${{ !cancelled()")
     assert "--markdown reports/evalkit/compare.md" in cmp_step["run"]
-    # the comment: the job's token in that step alone, never deciding the job, the only write permission
-    comment = next(s for s in steps if "evalkit ci comment " in s.get("run", ""))
+    # the comment: a job of its own, after the suite's job whatever it concluded, the only one that
+    # may write on the pull request; the token in its comment step alone, never deciding the workflow
+    assert doc["permissions"] == {"contents": "read"} and "permissions" not in doc["jobs"]["evalkit"]
+    assert not any("ci comment" in s.get("run", "") for s in steps)
+    keep = next(s for s in steps if s.get("name") == "Keep the verdicts for the comment job")
+    assert keep["uses"].startswith("actions/upload-artifact@") and keep["if"] == "${{ always() && env.EVALKIT_RUN != '' }}"
+    assert keep["with"]["name"] == "evalkit-comment"
+    assert keep["with"]["path"].split() == ["reports/evalkit/gate.md", "reports/evalkit/compare.md"]
+    cjob = doc["jobs"]["comment"]
+    assert cjob["needs"] == "evalkit" and cjob["if"] == "${{ !cancelled() }}"
+    assert cjob["permissions"] == {"contents": "read", "pull-requests": "write"}
+    fetch = next(s for s in cjob["steps"] if s.get("uses", "").startswith("actions/download-artifact@"))
+    assert fetch["with"] == {"name": "evalkit-comment", "path": "reports/evalkit"} and fetch["continue-on-error"]
+    comment = next(s for s in cjob["steps"] if "evalkit ci comment " in s.get("run", ""))
+    assert cjob["steps"].index(fetch) < cjob["steps"].index(comment)
     assert comment["env"] == {"GITHUB_TOKEN": "${{ secrets.GITHUB_TOKEN }}"} and comment["continue-on-error"] is True
-    assert comment["if"] == "${{ always() && env.EVALKIT_RUN != '' }}"
-    assert "reports/evalkit/gate.md reports/evalkit/compare.md" in comment["run"]
-    assert [s for s in steps if "GITHUB_TOKEN" in json.dumps(s)] == [comment] and "GITHUB_TOKEN" not in doc[
-        "jobs"]["evalkit"]["env"]
-    assert doc["permissions"] == {"contents": "read", "pull-requests": "write"}
+    assert 'evalkit ci comment --suite "$EVALKIT_SUITE" reports/evalkit/gate.md reports/evalkit/compare.md' \
+        in comment["run"]
+    assert [s for j in doc["jobs"].values() for s in j["steps"] if "GITHUB_TOKEN" in json.dumps(s)] == [comment]
+    assert all("GITHUB_TOKEN" not in json.dumps(j.get("env", {})) for j in doc["jobs"].values())
+    assert not any(word in json.dumps(cjob) for word in ("secrets.EVALKIT", "evalkit run ", "evalkit report "))
     assert "--ci" in next(r for r in runs if "evalkit run " in r)
     # thresholds and caps live in config.json, not in the YAML; no baseline is ever written
     cfg = json.loads((suite / "config.json").read_text())
@@ -236,7 +311,8 @@ def test_workflow_steps_pass_then_fail_against_the_scripted_server(tmp_path):
     assert json.loads(record.read_text())["url"] == (repo / "vendor" / "evalkit").resolve().as_uri()
     names = [n for n, _ in ran]
     assert names == ["Install evalkit", "Lint the suite", "Run under the suite's CI cost cap", "Grade",
-                     "Gate against the committed baseline", COMPARE, "Report", COMMENT], ran
+                     "Gate against the committed baseline", COMPARE, "Report", KEEP, "Upload the report folder",
+                     FETCH, COMMENT], ran
     assert all(rc == 0 for _, rc in ran), ran
     env = dict(line.split("=", 1) for line in (repo / ".gh-env").read_text().splitlines())
     run_dir = repo / env["EVALKIT_RUN"]
@@ -343,6 +419,20 @@ def test_a_regression_fails_the_job_at_compare_and_the_verdict_is_posted_once_on
     assert gh.requests[-1].path == f"/repos/acme/widgets/issues/comments/{ours['id']}"
     assert len(gh.comments[7]) == 1 and "verdict regression" in ours["body"]
     assert (suite / "baseline.json").read_bytes() == baseline
+
+
+def test_the_comment_job_posts_nothing_when_the_suite_job_wrote_no_verdict(tmp_path):
+    """A suite that fails lint: no run, no verdict, no artifact; the comment job still runs
+    (after a failed job), finds nothing to fetch, says so and sends nothing to GitHub."""
+    repo, suite, doc = _setup(tmp_path)
+    (suite / "cases.jsonl").write_text("not json\n")
+    secrets = {"EVALKIT_API_KEY": "test-key", "GITHUB_TOKEN": PR_TOKEN}
+    with GitHubStub(PR_TOKEN) as gh:
+        runner = {k: v for k, v in gh.env(tmp_path).items() if k != "GITHUB_TOKEN"}
+        ran = run_workflow(doc, repo, secrets, {}, runner=runner)
+        assert ran == [("Lint the suite", 2), ("Upload the report folder", 0), (FETCH, 1), (COMMENT, 0)], ran
+        assert gh.requests == []
+    assert not (tmp_path / "artifacts" / "evalkit-comment").exists()
 
 
 COMMIT = "4f1c0c3d0b6d8a3e5f4e1a2b3c4d5e6f70819a2b"

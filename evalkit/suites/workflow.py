@@ -12,8 +12,17 @@ compare`, held to the suite's `plan.json` when it has one; a two-arm or larger s
 seed 002 keeps an agent suite), renders the report with `--redact` (the artifact is
 shared; the gate's and compare's JUnit and Markdown redact what they quote too), posts
 the gate's and compare's Markdown as the suite's one pull-request comment (`evalkit ci
-comment`, with the job's `GITHUB_TOKEN`; it never decides the job), saves the cache and
-uploads `reports/`. Thresholds and caps live in `config.json`, never in the YAML;
+comment`, in a job of its own, `comment`), saves the cache and uploads `reports/`.
+
+**Where the token that may write on the pull request goes.** The `evalkit` job, which
+runs the program under test (with `isolation: none`, as the job's own user), holds only
+`contents: read`, and its checkout keeps no credentials (`persist-credentials: false`:
+actions/checkout would otherwise leave the job's token in `.git/config` for every later
+step). The job uploads the gate's and compare's Markdown as the `evalkit-comment`
+artifact; the `comment` job (`needs: evalkit`, run whatever it concluded) is the only one
+with `pull-requests: write`: it installs evalkit, downloads that artifact and runs
+`evalkit ci comment` with `GITHUB_TOKEN` in that step's env alone; it never decides the
+workflow (`continue-on-error`). Thresholds and caps live in `config.json`, never in the YAML;
 the workflow never writes a baseline (accepting one stays a deliberate, reviewed act).
 
 Run steps pass values only through `$GITHUB_ENV` and environment variables, never
@@ -223,8 +232,10 @@ _HEADER = """# Written by `evalkit init SUITE --ci github`. Edit freely; re-run 
 # The report folder is uploaded rendered with --redact: personal data and secrets in model
 # outputs show as placeholders. The run folder is not uploaded.
 # After the gate, compare holds the suite's arms to its plan.json; a regression verdict fails
-# the job. The last step posts both summaries (redacted) as the suite's one pull-request
-# comment, with the job's GITHUB_TOKEN in that step alone: hence `pull-requests: write`.
+# the job. The job that runs the suite may only read (its checkout keeps no token); the
+# `comment` job, the only one with `pull-requests: write`, posts both summaries (redacted,
+# handed over as the evalkit-comment artifact) as the suite's one pull-request comment,
+# with its GITHUB_TOKEN in that one step alone.
 """
 
 # A verdict step: the command writes its Markdown to its own file (the comment step posts
@@ -236,6 +247,16 @@ rc=$?
 set -e
 if [ -f {md} ]; then cat {md} >> "$GITHUB_STEP_SUMMARY"; fi
 exit "$rc"
+"""
+
+
+COMMENT_ARTIFACT = "evalkit-comment"  # the verdicts' Markdown, from the evalkit job to the comment job
+
+_COMMENT_SCRIPT = """if [ ! -f {gate} ] && [ ! -f {compare} ]; then
+  echo "no verdict was written (the run made no run folder): nothing to post"
+  exit 0
+fi
+evalkit ci comment --suite "$EVALKIT_SUITE" {gate} {compare}
 """
 
 
@@ -261,6 +282,21 @@ echo "EVALKIT_RUN_EXIT=$rc" >> "$GITHUB_ENV"
 echo "EVALKIT_RUN=$run_dir" >> "$GITHUB_ENV"
 if [ -z "$run_dir" ]; then echo "evalkit run wrote no run folder (exit $rc)"; exit "$rc"; fi
 """
+
+
+def _install_steps(req: str) -> list[dict[str, Any]]:
+    """Checkout, Python and evalkit from `req`: each job's first steps (new dicts each
+    time, so the YAML holds no anchors)."""
+    return [
+        # no credentials left in .git/config: later steps (the program under test) cannot read a token
+        {"uses": "actions/checkout@v4", "with": {"persist-credentials": False}},
+        {"uses": "actions/setup-python@v5", "with": {"python-version": "3.11"}},
+        {
+            "name": "Install evalkit",
+            "env": {"EVALKIT_SPEC": req},
+            "run": 'python -m pip install "$EVALKIT_SPEC"',
+        },
+    ]
 
 
 def github_workflow(
@@ -325,13 +361,7 @@ def github_workflow(
         compare_name = "Conformance of the one arm (advisory)"
     gate_md, compare_md = f"{CI_OUT}/gate.md", f"{CI_OUT}/compare.md"
     steps: list[dict[str, Any]] = [
-        {"uses": "actions/checkout@v4"},
-        {"uses": "actions/setup-python@v5", "with": {"python-version": "3.11"}},
-        {
-            "name": "Install evalkit",
-            "env": {"EVALKIT_SPEC": req},
-            "run": 'python -m pip install "$EVALKIT_SPEC"',
-        },
+        *_install_steps(req),
         {
             # Cached answers are keyed by their exact request, so the newest cache serves any run.
             "name": "Restore the response cache",
@@ -373,14 +403,11 @@ def github_workflow(
             "run": f'evalkit report "$EVALKIT_RUN" --reports-dir {REPORTS_DIR} --redact',
         },
         {
-            # One comment per suite, updated on each push; without a pull request (a manual
-            # run) or a token it posts nothing. A fork's read-only token cannot comment:
-            # the comment never decides the job, the verdict steps do.
-            "name": "Comment on the pull request",
+            # what the comment job posts: the verdicts' Markdown alone (already redacted)
+            "name": "Keep the verdicts for the comment job",
             "if": "${{ always() && env.EVALKIT_RUN != '' }}",
-            "continue-on-error": True,
-            "env": {"GITHUB_TOKEN": "${{ secrets.GITHUB_TOKEN }}"},
-            "run": f'evalkit ci comment --suite "$EVALKIT_SUITE" {gate_md} {compare_md}',
+            "uses": "actions/upload-artifact@v4",
+            "with": {"name": COMMENT_ARTIFACT, "path": f"{gate_md}\n{compare_md}\n", "if-no-files-found": "ignore"},
         },
         {
             "name": "Save the response cache",
@@ -395,10 +422,29 @@ def github_workflow(
             "with": {"name": "evalkit-report", "path": f"{REPORTS_DIR}/", "if-no-files-found": "warn"},
         },
     ]
+    comment_steps: list[dict[str, Any]] = [
+        *_install_steps(req),
+        {
+            # none when the run wrote no folder or the verdict steps did not run: nothing to post
+            "name": "Fetch the verdicts",
+            "continue-on-error": True,
+            "uses": "actions/download-artifact@v4",
+            "with": {"name": COMMENT_ARTIFACT, "path": CI_OUT},
+        },
+        {
+            # One comment per suite, updated on each push; without a pull request (a manual
+            # run) or a token it posts nothing. A fork's read-only token cannot comment:
+            # the comment never decides the workflow, the verdict steps do.
+            "name": "Comment on the pull request",
+            "continue-on-error": True,
+            "env": {"GITHUB_TOKEN": "${{ secrets.GITHUB_TOKEN }}"},
+            "run": _COMMENT_SCRIPT.format(gate=gate_md, compare=compare_md),
+        },
+    ]
     doc: dict[str, Any] = {
         "name": "evalkit",
         "on": {"pull_request": {"paths": paths}, "workflow_dispatch": None},
-        "permissions": {"contents": "read", "pull-requests": "write"},  # write: the comment step only
+        "permissions": {"contents": "read"},  # the comment job alone may write, on pull requests
         "concurrency": {"group": "evalkit-${{ github.ref }}", "cancel-in-progress": True},
         "jobs": {
             "evalkit": {
@@ -406,7 +452,16 @@ def github_workflow(
                 "timeout-minutes": 60,
                 "env": env,
                 "steps": steps,
-            }
+            },
+            "comment": {
+                "needs": "evalkit",
+                "if": "${{ !cancelled() }}",  # a failed gate or regression is posted too
+                "runs-on": "ubuntu-latest",
+                "timeout-minutes": 10,
+                "permissions": {"contents": "read", "pull-requests": "write"},
+                "env": {"EVALKIT_SUITE": suite_rel},
+                "steps": comment_steps,
+            },
         },
     }
     body = str(

@@ -254,11 +254,20 @@ def _walk(root: Path) -> _Found:
     return found
 
 
-def _rel(p: Path, root: Path) -> str:
+def _inside(p: Path, root: Path) -> str | None:
+    """`p` resolved (symlinks followed), relative to resolved `root`; None when it lies
+    outside root (a `..` or a symlink out): such a path is never linked nor served."""
     try:
         return p.resolve().relative_to(root.resolve()).as_posix() or "."
     except ValueError:
-        return str(p)
+        return None
+
+
+def _rel(p: Path, root: Path) -> str:
+    """How a found folder is named on the page: relative to root, else as given (a
+    name to read, never a link: links come from `_inside`)."""
+    rel = _inside(p, root)
+    return str(p) if rel is None else rel
 
 
 def _report_pages(reports: list[Path], root: Path) -> dict[Path, str]:
@@ -280,8 +289,11 @@ def _report_pages(reports: list[Path], root: Path) -> dict[Path, str]:
             continue
         name = next((n for n in _REPORT_PAGES if n in pages), next(iter(pages)))
         page = rep / pages[name]
-        if page.is_file():
-            out[Path(run_dir).resolve()] = _rel(page, root)
+        # a page is a file of the report folder itself (report_index writes bare names):
+        # a `..` or a symlink out of it, or out of root, is no page to link or serve
+        rel = _inside(page, root)
+        if rel is not None and _inside(page, rep) is not None and page.is_file():
+            out[Path(run_dir).resolve()] = rel
     return out
 
 
@@ -732,8 +744,13 @@ def _handler(root: Path, options: DashboardOptions) -> type[BaseHTTPRequestHandl
                 self._send(200, render_html(d, root).encode("utf-8"), _TYPES[".html"])
                 return
             rel = unquote(path.lstrip("/"))
-            if rel in d.links and (root / rel).is_file():
-                self._send(200, (root / rel).read_bytes(), _TYPES.get(Path(rel).suffix, "application/octet-stream"))
+            try:  # served: a page the dashboard links, resolved inside root (no `..`, no symlink out)
+                target = (root / rel).resolve()
+            except (OSError, ValueError):  # a NUL byte, a symlink loop
+                target = None
+            linked = {(root / link).resolve() for link in d.links}
+            if target is not None and target.is_relative_to(root.resolve()) and target in linked and target.is_file():
+                self._send(200, target.read_bytes(), _TYPES.get(target.suffix, "application/octet-stream"))
                 return
             self._send(404, b"not found\n", "text/plain; charset=utf-8")
 

@@ -1,7 +1,7 @@
 """The pull-request comment: a suite's CI Markdown (the gate's and `compare`'s summaries)
 posted on the pull request, or the comment posted before updated, one per suite.
 
-`evalkit ci comment --suite SUITE FILE...` (the last step of the workflow
+`evalkit ci comment --suite SUITE FILE...` (the `comment` job of the workflow
 `evalkit init --ci github` writes) reads where it runs from what GitHub Actions sets:
 `GITHUB_REPOSITORY` (`owner/repo`), `GITHUB_EVENT_PATH` (the event's JSON, which holds
 the pull request's number), `GITHUB_API_URL` (the REST API's base; `https://api.github.com`
@@ -20,7 +20,9 @@ What is posted is published: the Markdown files are already written redacted
 (`evalkit.suites.privacy.redact_shown`: each personal value or secret the scanner
 detects becomes its kind's placeholder, `<API_KEY>`), then scanned; a body that still
 shows a value is never sent (`RedactionIncomplete`). The token goes only to an `https`
-API, or to one on loopback (a test's stub): never in clear over a network.
+API, or to one on loopback (a test's stub): never in clear over a network. A redirect is
+never followed (it would carry the token to the host it names): a 3xx answer fails the
+command (exit 1), saying where it pointed.
 
 Written on the standard library's `urllib` (no GitHub client is a dependency of evalkit,
 and four calls do not warrant one).
@@ -211,8 +213,30 @@ def run_footer(env: Mapping[str, str] | None = None) -> str:
     return f"The rendered report is the `evalkit-report` artifact of [run {run_id}]({link})."
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Follows no redirect: urllib's own handler would resend the Authorization header
+    to whatever host the `Location` names (plain http included) and turn a redirected
+    POST into a GET. The 3xx answer is raised as it came (an HTTPError), and `_Api.call`
+    says it was not followed."""
+
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: Any,
+        code: int,
+        msg: str,
+        headers: Any,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
 class _Api:
-    """The four REST calls, authenticated with the token, JSON both ways."""
+    """The four REST calls, authenticated with the token, JSON both ways; a redirect is
+    never followed (the token goes to the checked API URL and nowhere else)."""
 
     def __init__(self, pr: PullRequest, token: str) -> None:
         self.pr = pr
@@ -230,10 +254,18 @@ class _Api:
             req.add_header("Content-Type", "application/json")
         where = f"{method} {urlsplit(url).path}"
         try:
-            with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp:
+            with _OPENER.open(req, timeout=TIMEOUT_S) as resp:
                 raw = resp.read()
                 link = resp.headers.get("Link", "") or ""
         except urllib.error.HTTPError as exc:
+            if 300 <= exc.code < 400:
+                to = " ".join(str(exc.headers.get("Location", "") or "").split())[:300] or "nowhere said"
+                raise _HttpStatus(
+                    exc.code,
+                    f"{where}: GitHub answered {exc.code}, a redirect to {to}: not followed (the token goes only"
+                    f" to {self.pr.api_url}); a renamed repository: set GITHUB_REPOSITORY or GITHUB_API_URL to"
+                    " where it is now",
+                ) from None
             detail = exc.read(2000).decode("utf-8", "replace")
             try:
                 detail = str(json.loads(detail).get("message", detail))
