@@ -403,3 +403,67 @@ def test_a_compiled_forwarder_older_than_its_source_or_not_built_is_not_used(tmp
     assert sandbox.bwrap_argv(jail, ["true"])[-8:-5] == [sys.executable, "-I", "-S"]
     assert sandbox.build_forwarder(tmp_path / "broken", cc="false") is not None  # a compiler that fails
     assert not (tmp_path / "broken").exists() and not (tmp_path / "broken.part").exists()
+
+
+def _serve_upper_threaded(listener: socket.socket) -> None:
+    """`_echo_upper` with a thread per connection: concurrent clients are answered at once."""
+    import threading
+
+    def one(conn: socket.socket) -> None:
+        with conn:
+            data = b""
+            while chunk := conn.recv(65536):
+                data += chunk
+            conn.sendall(data.upper())
+
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            return
+        threading.Thread(target=one, args=(conn,), daemon=True).start()
+
+
+def _forwarded(tmp_path: Path):
+    """A proxy stand-in on a Unix socket and a runner of argv under the forwarder, with
+    that socket on the sandbox's loopback; the port, the runner and the listener to close."""
+    import threading
+
+    work = tmp_path / "work"
+    work.mkdir()
+    sock = tmp_path / "proxy.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(sock))
+    listener.listen(64)
+    threading.Thread(target=_serve_upper_threaded, args=(listener,), daemon=True).start()
+    port = 40000 + os.getpid() % 20000
+    jail = sandbox.Jail(work, sock, port, sandbox.hidden_paths(tmp_path), sandbox.interpreter_paths())
+
+    def run(argv: list[str], **kw) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(sandbox.bwrap_argv(jail, argv), env=sandbox.environment({}, work), cwd=work,
+                              capture_output=True, text=True, timeout=60, **kw)
+
+    return port, run, listener
+
+
+def _sig_masks(status: str) -> dict[str, str]:
+    return {k: v.strip() for k, v in (line.split(":", 1) for line in status.splitlines()) if k in ("SigIgn", "SigBlk")}
+
+
+def test_each_forwarder_starts_the_program_with_no_signal_ignored_or_blocked(tmp_path, forwarder):
+    import signal
+
+    port, run, listener = _forwarded(tmp_path)
+    try:
+        # `cat` reads its own status: exec'd by the forwarder, no interpreter of its own to change it
+        plain = run(["cat", "/proc/self/status"])
+        # and under a parent that ignores SIGPIPE and SIGXFSZ (as pytest's python does) and blocks
+        # SIGUSR1 and SIGTERM: the forwarder hands the program a clean state all the same
+        inherited = run(["cat", "/proc/self/status"], restore_signals=False,
+                        preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1, signal.SIGTERM}))
+    finally:
+        listener.close()
+    zero = {"SigIgn": "0" * 16, "SigBlk": "0" * 16}
+    assert plain.returncode == 0 and _sig_masks(plain.stdout) == zero, plain.stderr
+    assert inherited.returncode == 0 and _sig_masks(inherited.stdout) == zero, inherited.stderr
+

@@ -132,6 +132,15 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (program == 0) { /* the listener is close-on-exec: the program never holds it */
+        /* the program starts with no signal ignored or blocked, whatever bubblewrap's parent
+         * left (an ignored disposition and the blocked mask survive execvp), as under the
+         * python forwarder */
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        for (int sig = 1; sig < NSIG; sig++) {
+            if (sig != SIGKILL && sig != SIGSTOP) signal(sig, SIG_DFL); /* EINVAL for the C library's own: kept */
+        }
         execvp(argv[4], argv + 4);
         fprintf(stderr, "evalkit sandbox: could not start '%s': %s\n", argv[4], strerror(errno));
         _exit(127);

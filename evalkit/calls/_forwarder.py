@@ -11,9 +11,10 @@ evalkit: it runs under ``-S`` so it starts in a few milliseconds. Written by han
 because no library does this byte copy without costing the start-up it saves.
 """
 
-# The C modules under `socket` and `threading`, and no `__future__`: no Python-level
+# The C modules under `signal`, `socket` and `threading`, and no `__future__`: no Python-level
 # import at start-up (`socket` alone pulls in enum and selectors): a sample's start-up
 # is what this costs.
+import _signal  # type: ignore[import-not-found]  # no stub: `signal` would import enum
 import _socket
 import _thread
 import os
@@ -67,6 +68,19 @@ def _serve(listener: _socket.socket, path: str) -> None:
         _thread.start_new_thread(_serve_one, (conn, path))
 
 
+def _clean_signals() -> None:
+    """No signal ignored or blocked for the program: python ignores SIGPIPE and SIGXFSZ at
+    start-up, and an ignored disposition and the blocked mask survive execvp (the compiled
+    forwarder does the same)."""
+    _signal.pthread_sigmask(_signal.SIG_SETMASK, [])
+    for sig in _signal.valid_signals():
+        if sig not in (_signal.SIGKILL, _signal.SIGSTOP):
+            try:
+                _signal.signal(sig, _signal.SIG_DFL)
+            except (OSError, ValueError):  # the C library's own real-time signals: kept
+                pass
+
+
 def main(args: list[str]) -> int:
     port, path, sep, *argv = args
     if sep != "--" or not argv:
@@ -79,6 +93,7 @@ def main(args: list[str]) -> int:
     pid = os.fork()
     if pid == 0:
         listener.close()
+        _clean_signals()
         try:
             os.execvp(argv[0], argv)
         except OSError as exc:
