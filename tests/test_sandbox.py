@@ -403,3 +403,170 @@ def test_a_compiled_forwarder_older_than_its_source_or_not_built_is_not_used(tmp
     assert sandbox.bwrap_argv(jail, ["true"])[-8:-5] == [sys.executable, "-I", "-S"]
     assert sandbox.build_forwarder(tmp_path / "broken", cc="false") is not None  # a compiler that fails
     assert not (tmp_path / "broken").exists() and not (tmp_path / "broken.part").exists()
+
+
+def _serve_upper_threaded(listener: socket.socket) -> None:
+    """`_echo_upper` with a thread per connection: concurrent clients are answered at once."""
+    import threading
+
+    def one(conn: socket.socket) -> None:
+        with conn:
+            data = b""
+            while chunk := conn.recv(65536):
+                data += chunk
+            conn.sendall(data.upper())
+
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            return
+        threading.Thread(target=one, args=(conn,), daemon=True).start()
+
+
+def _forwarded(tmp_path: Path):
+    """A proxy stand-in on a Unix socket and a runner of argv under the forwarder, with
+    that socket on the sandbox's loopback; the port, the runner and the listener to close."""
+    import threading
+
+    work = tmp_path / "work"
+    work.mkdir()
+    sock = tmp_path / "proxy.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(sock))
+    listener.listen(64)
+    threading.Thread(target=_serve_upper_threaded, args=(listener,), daemon=True).start()
+    port = 40000 + os.getpid() % 20000
+    jail = sandbox.Jail(work, sock, port, sandbox.hidden_paths(tmp_path), sandbox.interpreter_paths())
+
+    def run(argv: list[str], **kw) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(sandbox.bwrap_argv(jail, argv), env=sandbox.environment({}, work), cwd=work,
+                              capture_output=True, text=True, timeout=60, **kw)
+
+    return port, run, listener
+
+
+def _sig_masks(status: str) -> dict[str, str]:
+    return {k: v.strip() for k, v in (line.split(":", 1) for line in status.splitlines()) if k in ("SigIgn", "SigBlk")}
+
+
+def test_each_forwarder_starts_the_program_with_no_signal_ignored_or_blocked(tmp_path, forwarder):
+    import signal
+
+    port, run, listener = _forwarded(tmp_path)
+    try:
+        # `cat` reads its own status: exec'd by the forwarder, no interpreter of its own to change it
+        plain = run(["cat", "/proc/self/status"])
+        # and under a parent that ignores SIGPIPE and SIGXFSZ (as pytest's python does) and blocks
+        # SIGUSR1 and SIGTERM: the forwarder hands the program a clean state all the same
+        inherited = run(["cat", "/proc/self/status"], restore_signals=False,
+                        preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1, signal.SIGTERM}))
+    finally:
+        listener.close()
+    zero = {"SigIgn": "0" * 16, "SigBlk": "0" * 16}
+    assert plain.returncode == 0 and _sig_masks(plain.stdout) == zero, plain.stderr
+    assert inherited.returncode == 0 and _sig_masks(inherited.stdout) == zero, inherited.stderr
+
+
+# The program: 120 connections one after another, then 60 at once, each with its own bytes;
+# prints how many came back right.
+_MANY = (
+    "import socket, sys, threading\n"
+    "port = int(sys.argv[1]); ok = []\n"
+    "def one(i):\n"
+    "    s = socket.create_connection(('127.0.0.1', port), timeout=30)\n"
+    "    msg = b'conn-%d-' % i * 50; s.sendall(msg); s.shutdown(socket.SHUT_WR)\n"
+    "    got = b''\n"
+    "    while chunk := s.recv(65536): got += chunk\n"
+    "    s.close(); ok.append(got == msg.upper())\n"
+    "for i in range(120): one(i)\n"
+    "ts = [threading.Thread(target=one, args=(i,)) for i in range(120, 180)]\n"
+    "for t in ts: t.start()\n"
+    "for t in ts: t.join()\n"
+    "print(sum(ok), len(ok))\n"
+)
+
+
+def test_each_forwarder_serves_many_connections_in_a_row_and_at_once(tmp_path, forwarder):
+    port, run, listener = _forwarded(tmp_path)
+    try:
+        done = run([sys.executable, "-c", _MANY, str(port)])
+        # none of the forwarder's processes (its server, its 180 connections') outlives its sandbox
+        mine = [p for p in host_pids_with(f"\0{port}\0{sandbox.SOCKET_INSIDE}\0--\0") if outlives(p)]
+    finally:
+        listener.close()
+    assert (done.returncode, done.stdout) == (0, "180 180\n"), done.stderr
+    assert mine == []
+
+
+# The program: makes the forwarder's server run out of descriptors (its soft RLIMIT_NOFILE
+# lowered to 1 with prlimit: same user), so its accept() fails
+# with EMFILE; waits until it has retried (its voluntary context switches grow: each retry
+# is a back-off sleep) or is gone; connects; gives the descriptors back; that connection
+# must be served. The server is the forwarder's other child (compiled) or the forwarder's
+# own process (python: a thread).
+_EMFILE = (
+    "import os, resource, select, socket, sys, time\n"
+    "port = int(sys.argv[1])\n"
+    "def ask(msg, timeout=30):\n"
+    "    got = b''\n"
+    "    try:\n"
+    "        s = socket.create_connection(('127.0.0.1', port), timeout=timeout)\n"
+    "        s.sendall(msg); s.shutdown(socket.SHUT_WR)\n"
+    "        while chunk := s.recv(65536): got += chunk\n"
+    "    except OSError as exc:\n"
+    "        return repr(exc)\n"
+    "    return got\n"
+    "assert ask(b'first') == b'FIRST'  # the server is up\n"
+    "me, parent = os.getpid(), os.getppid()\n"
+    "def ppid(p):\n"
+    "    try:\n"
+    "        return int(open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()[1])\n"
+    "    except OSError:\n"
+    "        return None\n"
+    "sib = [int(p) for p in os.listdir('/proc') if p.isdigit() and int(p) != me and ppid(p) == parent]\n"
+    "server = sib[0] if sib else parent\n"
+    "soft, hard = resource.prlimit(server, resource.RLIMIT_NOFILE)\n"
+    "resource.prlimit(server, resource.RLIMIT_NOFILE, (1, hard))  # no new descriptor at all\n"
+    "def switches():\n"
+    "    n = 0\n"
+    "    for t in os.listdir(f'/proc/{server}/task'):\n"
+    "        try:\n"
+    "            for line in open(f'/proc/{server}/task/{t}/status'):\n"
+    "                if line.startswith('voluntary_ctxt_switches'): n += int(line.split()[1])\n"
+    "        except OSError:\n"
+    "            pass\n"
+    "    return n\n"
+    "pidfd = os.pidfd_open(server)\n"
+    "starved = socket.create_connection(('127.0.0.1', port))  # wakes an accept already waiting\n"
+    "base, deadline, gone = switches(), time.monotonic() + 10, False\n"
+    "while switches() < base + 5 and not gone and time.monotonic() < deadline:\n"
+    "    gone = bool(select.select([pidfd], [], [], 0.005)[0])\n"
+    "print('retrying:', switches() - base, flush=True); print('gone:', gone, flush=True)\n"
+    "s = socket.create_connection(('127.0.0.1', port), timeout=10)  # queued in the backlog\n"
+    "resource.prlimit(server, resource.RLIMIT_NOFILE, (soft, hard))\n"
+    "s.sendall(b'after'); s.shutdown(socket.SHUT_WR); got = b''\n"
+    "while chunk := s.recv(65536): got += chunk\n"
+    "print('after:', got.decode(), flush=True)\n"
+)
+
+
+def test_each_forwarders_server_survives_running_out_of_descriptors(tmp_path, forwarder):
+    port, run, listener = _forwarded(tmp_path)
+    try:
+        done = run([sys.executable, "-c", _EMFILE, str(port)])
+        mine = [p for p in host_pids_with(f"\0{port}\0{sandbox.SOCKET_INSIDE}\0--\0") if outlives(p)]
+    finally:
+        listener.close()
+    assert mine == []  # the server, kept alive by its retries, still ends with its sandbox
+    lines = dict(line.split(": ", 1) for line in done.stdout.splitlines())
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    # it retried (backing off) while out of descriptors, stayed up, and served the next connection
+    assert (lines["gone"], lines["after"]) == ("False", "AFTER") and int(lines["retrying"]) >= 5, done.stdout
+
+
+def test_the_compiled_forwarder_compiles_without_a_warning(tmp_path):
+    cc = os.environ.get("CC") or "cc"
+    done = subprocess.run([cc, "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(tmp_path / "fwd"), str(sandbox.FORWARDER_C)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

@@ -34,6 +34,7 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Send all of buf on fd; 0 when done, -1 when the peer is gone. */
@@ -76,7 +77,18 @@ static void pump(int a, int b) {
     }
 }
 
-/* Accept connections on the listener; each is served by a process of its own. */
+/* A short pause before accepting again after running out of a resource (descriptors,
+ * memory, processes): those come back as connections end; retrying at once would spin. */
+static void back_off(void) {
+    struct timespec pause = {0, 10 * 1000 * 1000}; /* 10 ms */
+    while (nanosleep(&pause, &pause) < 0 && errno == EINTR) {
+    }
+}
+
+/* Accept connections on the listener; each is served by a process of its own. Only a
+ * listener that is no longer one (EBADF, EINVAL, ENOTSOCK) ends the server: accept(2) on
+ * Linux passes on pending network errors of the new connection (ENETDOWN, EPROTO, ...),
+ * to be retried, and EMFILE, ENFILE, ENOBUFS and ENOMEM pass. */
 static void serve(int listener, const char *path) {
     struct sockaddr_un up_addr;
     memset(&up_addr, 0, sizeof up_addr);
@@ -87,8 +99,9 @@ static void serve(int listener, const char *path) {
     for (;;) {
         int conn = accept(listener, NULL, NULL);
         if (conn < 0) {
-            if (errno == EINTR || errno == ECONNABORTED) continue;
-            _exit(0);
+            if (errno == EBADF || errno == EINVAL || errno == ENOTSOCK) _exit(1);
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) back_off();
+            continue;
         }
         pid_t pid = fork();
         if (pid == 0) {
@@ -99,7 +112,8 @@ static void serve(int listener, const char *path) {
             if (up >= 0 && connect(up, (struct sockaddr *)&up_addr, sizeof up_addr) == 0) pump(conn, up);
             _exit(0);
         }
-        close(conn);
+        close(conn); /* a failed fork drops this connection (its client sees it closed) */
+        if (pid < 0) back_off();
     }
 }
 
@@ -132,14 +146,30 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (program == 0) { /* the listener is close-on-exec: the program never holds it */
+        /* the program starts with no signal ignored or blocked, whatever bubblewrap's parent
+         * left (an ignored disposition and the blocked mask survive execvp), as under the
+         * python forwarder */
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        for (int sig = 1; sig < NSIG; sig++) {
+            if (sig != SIGKILL && sig != SIGSTOP) signal(sig, SIG_DFL); /* EINVAL for the C library's own: kept */
+        }
         execvp(argv[4], argv + 4);
         fprintf(stderr, "evalkit sandbox: could not start '%s': %s\n", argv[4], strerror(errno));
         _exit(127);
     }
+    pid_t server = fork();
+    if (server < 0) { /* reported while stderr is still the sample's; the sandbox ends with it */
+        fprintf(stderr, "evalkit sandbox: could not start the proxy's forwarder: %s\n", strerror(errno));
+        kill(program, SIGKILL);
+        while (waitpid(program, NULL, 0) < 0 && errno == EINTR) {
+        }
+        return 1;
+    }
     int null = open("/dev/null", O_RDWR);
     for (int fd = 0; fd < 3; fd++) dup2(null, fd); /* the program's pipes are its own: their end is its exit */
     if (null > 2) close(null);
-    pid_t server = fork();
     if (server == 0) serve(listener, path);
     close(listener);
     int status;

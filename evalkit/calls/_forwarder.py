@@ -11,13 +11,16 @@ evalkit: it runs under ``-S`` so it starts in a few milliseconds. Written by han
 because no library does this byte copy without costing the start-up it saves.
 """
 
-# The C modules under `socket` and `threading`, and no `__future__`: no Python-level
+# The C modules under `signal`, `socket` and `threading`, and no `__future__`: no Python-level
 # import at start-up (`socket` alone pulls in enum and selectors): a sample's start-up
 # is what this costs.
+import _signal  # type: ignore[import-not-found]  # no stub: `signal` would import enum
 import _socket
 import _thread
+import errno
 import os
 import sys
+import time
 
 
 def _copy(src: _socket.socket, dst: _socket.socket) -> None:
@@ -49,22 +52,55 @@ def _serve_one(conn: _socket.socket, path: str) -> None:
         finally:
             back_done.release()
 
-    _thread.start_new_thread(back, ())
+    try:
+        _thread.start_new_thread(back, ())
+    except RuntimeError:  # no thread to be had: this connection is dropped (its client sees it closed)
+        conn.close()
+        up.close()
+        return
     _copy(conn, up)
     back_done.acquire()
     conn.close()
     up.close()
 
 
+# accept(2) errors that end the server: the listener is no longer one. Every other is
+# retried (Linux passes on pending network errors of the new connection, ENETDOWN, EPROTO
+# and the like), after a short pause for a resource that comes back as connections end.
+_FATAL = (errno.EBADF, errno.EINVAL, errno.ENOTSOCK)
+_SCARCE = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+
+
 def _serve(listener: _socket.socket, path: str) -> None:
     while True:
         try:
             fd, _ = listener._accept()  # type: ignore[attr-defined]  # _socket's accept: a descriptor
-        except OSError:
-            return
+        except OSError as exc:
+            if exc.errno in _FATAL:
+                return
+            if exc.errno in _SCARCE:
+                time.sleep(0.01)
+            continue
         conn = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM, 0, fd)
-        conn.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
-        _thread.start_new_thread(_serve_one, (conn, path))
+        try:
+            conn.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+            _thread.start_new_thread(_serve_one, (conn, path))
+        except (OSError, RuntimeError):  # no thread to be had: this connection is dropped
+            conn.close()
+            time.sleep(0.01)
+
+
+def _clean_signals() -> None:
+    """No signal ignored or blocked for the program: python ignores SIGPIPE and SIGXFSZ at
+    start-up, and an ignored disposition and the blocked mask survive execvp (the compiled
+    forwarder does the same)."""
+    _signal.pthread_sigmask(_signal.SIG_SETMASK, [])
+    for sig in _signal.valid_signals():
+        if sig not in (_signal.SIGKILL, _signal.SIGSTOP):
+            try:
+                _signal.signal(sig, _signal.SIG_DFL)
+            except (OSError, ValueError):  # the C library's own real-time signals: kept
+                pass
 
 
 def main(args: list[str]) -> int:
@@ -79,15 +115,22 @@ def main(args: list[str]) -> int:
     pid = os.fork()
     if pid == 0:
         listener.close()
+        _clean_signals()
         try:
             os.execvp(argv[0], argv)
         except OSError as exc:
             sys.stderr.write(f"evalkit sandbox: could not start {argv[0]!r}: {exc.strerror or exc}\n")
         os._exit(127)
+    try:
+        _thread.start_new_thread(_serve, (listener, path))
+    except RuntimeError as exc:  # reported while stderr is still the sample's; the sandbox ends with it
+        sys.stderr.write(f"evalkit sandbox: could not start the proxy's forwarder: {exc}\n")
+        os.kill(pid, _signal.SIGKILL)
+        os.waitpid(pid, 0)
+        return 1
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):  # the program's pipes are its own: their end is its exit
         os.dup2(null, fd)
-    _thread.start_new_thread(_serve, (listener, path))
     _, status = os.waitpid(pid, 0)
     code = os.waitstatus_to_exitcode(status)
     return 128 - code if code < 0 else code
