@@ -665,6 +665,22 @@ def test_arms_on_two_models_go_in_one_batch_each_at_their_own_batch_price_and_re
     assert spend["base"]["avoided_usd"] == pytest.approx(6 * base_line) == spend["copy"]["avoided_usd"]
 
 
+def test_an_arm_on_another_model_without_its_own_batch_price_is_refused_naming_the_arm_and_its_key(tmp_path):
+    # The suite's batch_price is for its own model: the arm on m-new has none, and --batch
+    # must say so at the arm's key, before any folder or call is made.
+    arms = [{"name": "base"}, {"name": "new", "generator": {"model": "m-new"}, "price": NEW_PRICE}]
+    suite = write_suite(tmp_path / "suite", 2, k=1, arms=arms)
+    runs = tmp_path / "runs"
+    with ScriptedServer(ARM_SCRIPT) as srv:
+        out = CliRunner().invoke(main, ["run", str(suite), "--runs-dir", str(runs), "--base-url", srv.base_url,
+                                        "--batch", "--no-progress"])
+        assert srv.requests == [] and srv.batch_stats["uploads"] == 0
+    assert out.exit_code == 2, out.output
+    assert "$.arms[1].batch_price" in out.output and "arm 'new'" in out.output and "'m-new'" in out.output
+    assert "$.batch_price" not in out.output.replace("$.arms[1].batch_price", "")
+    assert not runs.exists() or not any(runs.iterdir())
+
+
 def test_batches_of_two_models_left_open_are_each_collected_by_resume_and_the_twin_replays(tmp_path):
     arms = [{"name": "base"},
             {"name": "new", "generator": {"model": "m-new"}, "price": NEW_PRICE, "batch_price": NEW_HALF},

@@ -683,8 +683,9 @@ async def _run_in_folder(suite: Suite, folder: RunFolder | None, opts: RunOption
         )
 
         # each arm's own batch price (an unknown arm name is refused below, with the others)
-        for a in [x for x in config.arms if not arms or x.name in arms]:
-            batches.check_ready(config.for_arm(a), config_path=Path(suite.path) / "config.json")
+        for i, a in enumerate(config.arms):
+            if not arms or a.name in arms:
+                batches.check_ready(config.for_arm(a), config_path=Path(suite.path) / "config.json", arm=(i, a))
     snapshot = config_snapshot(config)
     chash = config_hash(snapshot)
     ci = run_is_ci(config)
