@@ -377,6 +377,36 @@ def test_two_arms_that_differ_only_by_name_share_each_request_and_other_models_n
     assert alone.complete and alone.spend_usd == 0 and load_run(alone.path).samples.cached.all()
 
 
+def test_twins_at_different_prices_share_the_answer_and_each_avoids_its_own_price(tmp_path):
+    # "dear" sends base's very requests (the price is not part of a request) at another price:
+    # it replays base's answers, and what it avoided is its own price times the tokens.
+    arms = [{"name": "base"}, {"name": "dear", "price": {"in_per_mtok": 3.0, "out_per_mtok": 7.0}}]
+    suite = arm_suite(tmp_path / "suite", arms=arms)
+    with ScriptedServer(SCRIPT) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+        assert res.complete and len(srv.requests) == N_CASES * K  # base's, each once
+    # By hand: 10 tokens in, 2 out per answer. base at 1 / 2 USD per Mtok: 10 + 4 = $0.000014;
+    # dear at 3 / 7: 30 + 14 = $0.000044 (not base's $0.000014).
+    base_call, dear_call = (10 * 1.0 + 2 * 2.0) / 1e6, (10 * 3.0 + 2 * 7.0) / 1e6
+    run = load_run(res.path)
+    for r in run.samples.itertuples():
+        if r.arm == "dear":
+            assert r.cached and r.cost_usd == 0 and r.cost_avoided_usd == pytest.approx(dear_call)
+        else:
+            assert not r.cached and r.cost_usd == pytest.approx(base_call) and r.cost_avoided_usd == 0
+    assert res.per_arm["dear"]["paid_usd"] == 0 and res.per_arm["dear"]["avoided_usd"] == pytest.approx(6 * dear_call)
+    assert res.per_arm["base"]["paid_usd"] == pytest.approx(6 * base_call) and res.spend_usd == pytest.approx(6 * base_call)
+    # Across runs, from the response cache: each arm's replay avoids its own price.
+    with ScriptedServer(SCRIPT) as srv:
+        run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+        n = len(srv.requests)  # answers are keyed by the server that gave them: fill the cache here
+        again = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+        assert len(srv.requests) == n
+    spend = spend_by_arm(again.path / "ledger.jsonl")
+    assert spend["dear"]["avoided_usd"] == pytest.approx(6 * dear_call)
+    assert spend["base"]["avoided_usd"] == pytest.approx(6 * base_call)
+
+
 def test_arms_with_another_seed_or_without_the_cache_do_not_share(tmp_path):
     arms = [{"name": "base"}, {"name": "reseeded", "seed": 99}, {"name": "copy"}]
     suite = arm_suite(tmp_path / "suite", arms=arms)

@@ -1060,10 +1060,12 @@ async def run_keys(
     for arm in engine.arms:
         by_client.setdefault(id(engine.client_of(arm)), []).append(arm)
     jobs: list[tuple[_Batches, ModelClient, set[str]]] = []
+    prices: dict[int, Price] = {}  # each client's batch price: what its cache hits avoid (`replay`)
     for n, names in enumerate(by_client.values()):
         config = engine.arm_configs[names[0]]
         client = engine.client_of(names[0])
         price = check_ready(config) if options is not None else (config.batch_price or config.price)
+        prices[id(client)] = price
         group = _Group(tuple(names), log, slots, first=n == 0)
         url = client.base_url or base_url
         job = _Batches(engine.folder.path, "generator", client, price, options or BatchOptions(), sink, url, group)
@@ -1099,7 +1101,7 @@ async def run_keys(
                     rhash = request_hash(body)
                     try:
                         await client.check_input(body, cid)
-                        hit = client.replay(rhash, key[2], cid)
+                        hit = client.replay(rhash, key[2], cid, price=prices[id(client)])
                     except InputTooLong as exc:
                         engine.error(key, f"{type(exc).__name__}: {exc}", 0)
                         continue
@@ -1123,7 +1125,7 @@ async def run_keys(
                 continue
             client = engine.client_of(key[1])
             body = client.request_body(**engine.call_args(key))
-            hit = client.replay(request_hash(body), key[2], f"{key[0]}/{key[1]}/{key[2]}")
+            hit = client.replay(request_hash(body), key[2], f"{key[0]}/{key[1]}/{key[2]}", price=prices[id(client)])
             if hit is not None:
                 engine.record(key, hit)
                 sink.set_slot(f"{key[0]}/{key[1]}/{key[2]}", _HANDLED)
