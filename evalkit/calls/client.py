@@ -950,9 +950,9 @@ class ModelClient:
         hit = self.cache.get(self.endpoint.model, cache_key or rhash, sample_index, endpoint=self.cache_endpoint)
         if hit is not None:
             u = hit.get("usage") or {}
-            tokens = (u.get("prompt_tokens"), u.get("completion_tokens")) if isinstance(u, dict) else (None, None)
-            if (self.role == "generator" or price is not None) and all(isinstance(n, int) for n in tokens):
-                avoided = (price or self.price).cost(*tokens)
+            n_in, n_out = (u.get("prompt_tokens"), u.get("completion_tokens")) if isinstance(u, dict) else (None, None)
+            if (self.role == "generator" or price is not None) and isinstance(n_in, int) and isinstance(n_out, int):
+                avoided = (price or self.price).cost(n_in, n_out)
             else:  # the judge's, or stored without usage (every put stores it): what the storing call paid
                 avoided = float(hit.get("cost_usd", 0.0))
             self.ledger.record_avoided(avoided, key)
