@@ -346,6 +346,14 @@ def test_twin_command_arms_send_each_agent_call_once_and_the_twin_replays_it_at_
     assert sum(res.per_arm[a]["paid_usd"] + res.per_arm[a]["avoided_usd"] for a in own) == pytest.approx(
         4 * own["base"] + 4 * own["dear"])
     assert res.spend_usd == pytest.approx(sum(paid.values()))
+    # Across runs: dear alone replays base's calls from the response cache, nothing sent.
+    with ScriptedServer(script) as srv:
+        run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False, arms=["base"])
+        n = len(srv.requests)  # answers are keyed by the server that gave them: fill the cache here
+        alone = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False, arms=["dear"])
+        assert n == 4 and len(srv.requests) == n
+    assert alone.complete and alone.spend_usd == 0
+    assert alone.per_arm["dear"]["avoided_usd"] == pytest.approx(4 * own["dear"])
 
 
 def test_a_secret_in_an_arms_own_system_or_prompt_file_refuses_the_run_naming_the_file(tmp_path, monkeypatch):

@@ -438,9 +438,10 @@ class _Engine:
         """How an agent sample of a twin arm shares its calls with its twin's
         (`TwinShare`: the sample name its calls are cached under is the seed name's, and
         each call waits while the same call of the twin is in flight); None for an arm
-        with no twin."""
+        with no twin. An arm run without the twin its seeds come from still caches under
+        that name, so it replays the twin's calls of an earlier run."""
         case_id, arm_name, _ = key
-        if arm_name not in self.twins:
+        if arm_name not in self.twins and self.seed_names[arm_name] == arm_name:
             return None
         from evalkit.calls.session import TwinShare  # lazy: only an agent run's twins
 
