@@ -310,6 +310,52 @@ def test_an_agent_arm_runs_its_own_model_and_its_own_program_argv(tmp_path):
     assert set(errors) == {"broken"} and "5" in errors["broken"]  # its own argv: exit status 5
 
 
+def test_twin_command_arms_send_each_agent_call_once_and_the_twin_replays_it_at_its_own_price(tmp_path):
+    from test_agents import AGENTS
+    from test_agents import write_suite as write_agent_suite
+
+    # Two command arms with one effective request (a price is not in a request): concurrency 4,
+    # so a case's samples of both arms are in flight together through the metering proxy.
+    cases = [{"id": f"q{i}", "input": {"question": f"q{i}"}, "tags": ["golden"],
+              "checks": [{"kind": "contains", "value": "x"}]} for i in range(2)]
+    unit = {"kind": "command", "argv": ["{python}", str(AGENTS / "plain_http.py")]}  # one model call, then its text
+    arms = [{"name": "base"}, {"name": "dear", "price": {"in_per_mtok": 3.0, "out_per_mtok": 7.0}}]
+    suite = write_agent_suite(tmp_path / "suite", cases, unit, k=2, arms=arms)
+    script = {"default": {"text": "x", "usage": {"prompt_tokens": 10, "completion_tokens": 2}}}
+    with ScriptedServer(script) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+        sent = list(srv.requests)
+    assert res.complete, res.reason
+    assert len(sent) == 2 * 2  # base's call of each (case, index), once; dear's are the same requests
+    done = {(r["case_id"], r["arm"], r["index"]): r for r in iter_jsonl(res.path / "results.jsonl")}
+    assert len(done) == 8 and all(r["output"].strip() == "x" for r in done.values())
+    # By hand: 10 tokens in, 2 out per call. base at 1 / 2 USD per Mtok: $0.000014; dear at
+    # 3 / 7: 30 + 14 = $0.000044. Of each (case, index), the arm whose call went first paid its
+    # own price and the other replayed the answer: $0 paid, its own price avoided.
+    own = {"base": (10 * 1.0 + 2 * 2.0) / 1e6, "dear": (10 * 3.0 + 2 * 7.0) / 1e6}
+    paid = {"base": 0.0, "dear": 0.0}
+    for c in range(2):
+        for i in range(2):
+            pair = {arm: done[(f"q{c}", arm, i)] for arm in own}
+            assert sorted((r["cost_usd"] == 0, r["cost_avoided_usd"] > 0) for r in pair.values()) == [
+                (False, False), (True, True)]
+            for arm, r in pair.items():
+                assert (r["cost_usd"] or r["cost_avoided_usd"]) == pytest.approx(own[arm])
+                paid[arm] += r["cost_usd"]
+    assert {a: res.per_arm[a]["paid_usd"] for a in own} == pytest.approx(paid)
+    assert sum(res.per_arm[a]["paid_usd"] + res.per_arm[a]["avoided_usd"] for a in own) == pytest.approx(
+        4 * own["base"] + 4 * own["dear"])
+    assert res.spend_usd == pytest.approx(sum(paid.values()))
+    # Across runs: dear alone replays base's calls from the response cache, nothing sent.
+    with ScriptedServer(script) as srv:
+        run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False, arms=["base"])
+        n = len(srv.requests)  # answers are keyed by the server that gave them: fill the cache here
+        alone = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False, arms=["dear"])
+        assert n == 4 and len(srv.requests) == n
+    assert alone.complete and alone.spend_usd == 0
+    assert alone.per_arm["dear"]["avoided_usd"] == pytest.approx(4 * own["dear"])
+
+
 def test_a_secret_in_an_arms_own_system_or_prompt_file_refuses_the_run_naming_the_file(tmp_path, monkeypatch):
     # The privacy gate scans what reaches the model: an arm's own `system` and `prompt`
     # files are sent as its requests are, so they are scanned as the suite's templates are.
@@ -375,6 +421,36 @@ def test_two_arms_that_differ_only_by_name_share_each_request_and_other_models_n
         alone = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False, arms=["copy"])
         assert n == N_CASES * K and len(srv.requests) == n
     assert alone.complete and alone.spend_usd == 0 and load_run(alone.path).samples.cached.all()
+
+
+def test_twins_at_different_prices_share_the_answer_and_each_avoids_its_own_price(tmp_path):
+    # "dear" sends base's very requests (the price is not part of a request) at another price:
+    # it replays base's answers, and what it avoided is its own price times the tokens.
+    arms = [{"name": "base"}, {"name": "dear", "price": {"in_per_mtok": 3.0, "out_per_mtok": 7.0}}]
+    suite = arm_suite(tmp_path / "suite", arms=arms)
+    with ScriptedServer(SCRIPT) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+        assert res.complete and len(srv.requests) == N_CASES * K  # base's, each once
+    # By hand: 10 tokens in, 2 out per answer. base at 1 / 2 USD per Mtok: 10 + 4 = $0.000014;
+    # dear at 3 / 7: 30 + 14 = $0.000044 (not base's $0.000014).
+    base_call, dear_call = (10 * 1.0 + 2 * 2.0) / 1e6, (10 * 3.0 + 2 * 7.0) / 1e6
+    run = load_run(res.path)
+    for r in run.samples.itertuples():
+        if r.arm == "dear":
+            assert r.cached and r.cost_usd == 0 and r.cost_avoided_usd == pytest.approx(dear_call)
+        else:
+            assert not r.cached and r.cost_usd == pytest.approx(base_call) and r.cost_avoided_usd == 0
+    assert res.per_arm["dear"]["paid_usd"] == 0 and res.per_arm["dear"]["avoided_usd"] == pytest.approx(6 * dear_call)
+    assert res.per_arm["base"]["paid_usd"] == pytest.approx(6 * base_call) and res.spend_usd == pytest.approx(6 * base_call)
+    # Across runs, from the response cache: each arm's replay avoids its own price.
+    with ScriptedServer(SCRIPT) as srv:
+        run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+        n = len(srv.requests)  # answers are keyed by the server that gave them: fill the cache here
+        again = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+        assert len(srv.requests) == n
+    spend = spend_by_arm(again.path / "ledger.jsonl")
+    assert spend["dear"]["avoided_usd"] == pytest.approx(6 * dear_call)
+    assert spend["base"]["avoided_usd"] == pytest.approx(6 * base_call)
 
 
 def test_arms_with_another_seed_or_without_the_cache_do_not_share(tmp_path):

@@ -665,6 +665,54 @@ def test_arms_on_two_models_go_in_one_batch_each_at_their_own_batch_price_and_re
     assert spend["base"]["avoided_usd"] == pytest.approx(6 * base_line) == spend["copy"]["avoided_usd"]
 
 
+def test_a_twin_at_another_batch_price_replays_its_twins_line_and_avoids_its_own_batch_price(tmp_path):
+    # "dear" sends base's very requests (prices are not part of a request) at its own prices.
+    arms = [{"name": "base"}, {"name": "dear", "price": NEW_PRICE, "batch_price": NEW_HALF}]
+    suite = write_suite(tmp_path / "suite", 3, k=2, arms=arms)
+    runs = tmp_path / "runs"
+    with ScriptedServer(ARM_SCRIPT) as srv:
+        res = run_suite(suite, runs_dir=runs, base_url=srv.base_url, progress=False, batch=fast())
+        assert res.complete, res.reason
+        assert srv.batch_stats["lines"] == len(srv.requests) == 6  # base's lines, each once; none online
+    # By hand: 10 tokens in, 2 out per line. base at 0.5 / 1.0 USD per Mtok: 5 + 2 = $0.000007;
+    # dear, at its own batch price 1.5 / 3.5: 15 + 7 = $0.000022 avoided per replayed line.
+    base_line, dear_line = 7e-6, 22e-6
+    rows = results(res.path)
+    for (c, arm, i), r in rows.items():
+        if arm == "dear":
+            assert r["cached"] and r["output"] == rows[(c, "base", i)]["output"] and r["cost_usd"] == 0
+            assert r["cost_avoided_usd"] == pytest.approx(dear_line)
+        else:
+            assert r["cost_usd"] == pytest.approx(base_line) and not r["cached"]
+    assert res.per_arm["dear"]["paid_usd"] == 0 and res.per_arm["dear"]["avoided_usd"] == pytest.approx(6 * dear_line)
+    assert res.spend_usd == pytest.approx(6 * base_line)
+    # Replayed from the cache by a second batch run: each arm avoids its own batch price.
+    with ScriptedServer(ARM_SCRIPT) as srv:
+        run_suite(suite, runs_dir=runs, base_url=srv.base_url, progress=False, batch=fast())
+        n = len(srv.requests)  # answers are keyed by the server that gave them: fill the cache here
+        again = run_suite(suite, runs_dir=runs, base_url=srv.base_url, progress=False, batch=fast())
+        assert len(srv.requests) == n
+    assert again.complete and again.spend_usd == 0
+    assert again.per_arm["dear"]["avoided_usd"] == pytest.approx(6 * dear_line)
+    assert again.per_arm["base"]["avoided_usd"] == pytest.approx(6 * base_line)
+
+
+def test_an_arm_on_another_model_without_its_own_batch_price_is_refused_naming_the_arm_and_its_key(tmp_path):
+    # The suite's batch_price is for its own model: the arm on m-new has none, and --batch
+    # must say so at the arm's key, before any folder or call is made.
+    arms = [{"name": "base"}, {"name": "new", "generator": {"model": "m-new"}, "price": NEW_PRICE}]
+    suite = write_suite(tmp_path / "suite", 2, k=1, arms=arms)
+    runs = tmp_path / "runs"
+    with ScriptedServer(ARM_SCRIPT) as srv:
+        out = CliRunner().invoke(main, ["run", str(suite), "--runs-dir", str(runs), "--base-url", srv.base_url,
+                                        "--batch", "--no-progress"])
+        assert srv.requests == [] and srv.batch_stats["uploads"] == 0
+    assert out.exit_code == 2, out.output
+    assert "$.arms[1].batch_price" in out.output and "arm 'new'" in out.output and "'m-new'" in out.output
+    assert "$.batch_price" not in out.output.replace("$.arms[1].batch_price", "")
+    assert not runs.exists() or not any(runs.iterdir())
+
+
 def test_batches_of_two_models_left_open_are_each_collected_by_resume_and_the_twin_replays(tmp_path):
     arms = [{"name": "base"},
             {"name": "new", "generator": {"model": "m-new"}, "price": NEW_PRICE, "batch_price": NEW_HALF},

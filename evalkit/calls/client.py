@@ -928,19 +928,34 @@ class ModelClient:
             )
 
     def replay(
-        self, rhash: str, sample_index: int, key: str = "", *, cache_key: str | None = None
+        self,
+        rhash: str,
+        sample_index: int,
+        key: str = "",
+        *,
+        cache_key: str | None = None,
+        price: Price | None = None,
     ) -> Completion | None:
         """The cached answer to request `rhash` for `sample_index` ($0, its cost recorded
         as avoided), or None when there is none (`ReplayMiss` when replay-only).
         `cache_key` (default `rhash`) is what the answer is stored under: an agent's call
-        adds its ordinal within the sample."""
+        adds its ordinal within the sample. A generator's avoided cost is the answer's
+        tokens at `price` (default this client's: what this call would have paid), not
+        what the call that stored it paid: two arms sending one request at different
+        prices (twins, `runner.seed_names`) each avoid their own cost. The judge's (one
+        price a pass) is what the answer cost when first paid, so a batch grade and a
+        re-grade from the cache give one list price (formats.md, "One cost")."""
         if self.cache is None:
             return None
         hit = self.cache.get(self.endpoint.model, cache_key or rhash, sample_index, endpoint=self.cache_endpoint)
         if hit is not None:
-            avoided = float(hit.get("cost_usd", 0.0))
-            self.ledger.record_avoided(avoided, key)
             u = hit.get("usage") or {}
+            n_in, n_out = (u.get("prompt_tokens"), u.get("completion_tokens")) if isinstance(u, dict) else (None, None)
+            if (self.role == "generator" or price is not None) and isinstance(n_in, int) and isinstance(n_out, int):
+                avoided = (price or self.price).cost(n_in, n_out)
+            else:  # the judge's, or stored without usage (every put stores it): what the storing call paid
+                avoided = float(hit.get("cost_usd", 0.0))
+            self.ledger.record_avoided(avoided, key)
             return Completion(
                 text=hit.get("text", ""),
                 tool_calls=tuple(hit.get("tool_calls") or ()),

@@ -9,7 +9,10 @@ what a call costs and what a trajectory holds, whoever makes the call:
 * a model call goes through `ModelClient.complete` (count, reserve, call, retry, cache,
   settle: `evalkit.calls.client`) with the sample (case, arm, index) and the call's ordinal as
   its cache key, so two arms or cases never share a sampled answer while an identical
-  re-run of a deterministic agent replays every call at $0;
+  re-run of a deterministic agent replays every call at $0; twin arms (the same
+  effective requests, `runner.seed_names`) share one sample name (`TwinShare`), and a
+  twin's call waits while the same call (same request, ordinal and sample) of the other
+  is in flight, so it goes to the server once and the second replays it;
 * a call that does not fit under the cap, is over `max_tokens_in`, breaches a ceiling or
   fails after its retries is recorded (`status` ``refused`` or ``failed``) and makes the
   sample errored: `failure` holds the first such exception, and the run's stop cause
@@ -21,14 +24,17 @@ what a call costs and what a trajectory holds, whoever makes the call:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import itertools
 import time
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from typing import Any
 
-from evalkit.calls.client import CallProgress, CallStopped, Completion, ModelClient
+from evalkit.calls.client import CallProgress, CallStopped, Completion, ModelClient, request_hash
 from evalkit.foundations.errors import BudgetExhausted, CeilingBreached, DiskFull, InputTooLong
 from evalkit.foundations.records import Usage
 from evalkit.suites.trajectories import TrajectoryWriter
@@ -48,6 +54,17 @@ def stop_cause(exc: BaseException) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class TwinShare:
+    """How a twin arm's sample shares its calls (`runner.seed_names`): `sample`, the name
+    its calls are cached under ("case/seed name": the twin's and its first arm's are
+    one), and `hold(ident)`, an async context that waits while another call with the
+    same identity (endpoint, model, request, ordinal, sample, index) is in flight."""
+
+    sample: str
+    hold: Callable[[tuple[Any, ...]], AbstractAsyncContextManager[None]]
+
+
 class SampleSession:
     """The calls of one sample (`key` = case, arm, index); see the module docstring."""
 
@@ -60,9 +77,11 @@ class SampleSession:
         fixtures: ToolFixtures,
         should_stop: Callable[[], str | None],
         on_stop: Callable[[str], None],
+        share: TwinShare | None = None,
     ) -> None:
         self.client = client
         self.key = key
+        self.share = share
         self.writer = writer
         self.fixtures = fixtures
         self._should_stop = should_stop
@@ -160,24 +179,29 @@ class SampleSession:
         # line is written before its first attempt goes out, so a killed run leaves a
         # line for every request the endpoint received (the outcome line supersedes it).
         progress = CallProgress(on_send=lambda: self._write_sent(line))
+        args: dict[str, Any] = {
+            "prompt": prompt,
+            "messages": messages,
+            "tools": tools,
+            "temperature": temperature,
+            "seed": seed,
+            "stop": stop,
+            "max_tokens": max_tokens,
+            "extra": extra,
+            "responses_input": responses_input,
+        }
+        sample = self.share.sample if self.share is not None else f"{self.key[0]}/{self.key[1]}"
         try:
-            c = await self.client.complete(
-                prompt=prompt,
-                messages=messages,
-                tools=tools,
-                temperature=temperature,
-                seed=seed,
-                stop=stop,
-                sample_index=self.key[2],
-                sample=f"{self.key[0]}/{self.key[1]}",
-                key=f"{self.label}#{n}",
-                should_stop=self.should_stop,
-                max_tokens=max_tokens,
-                extra=extra,
-                call=n,
-                progress=progress,
-                responses_input=responses_input,
-            )
+            async with self._first_of_twins(args, n, sample):
+                c = await self.client.complete(
+                    **args,
+                    sample_index=self.key[2],
+                    sample=sample,
+                    key=f"{self.label}#{n}",
+                    should_stop=self.should_stop,
+                    call=n,
+                    progress=progress,
+                )
         except asyncio.CancelledError:
             self.attempts += progress.attempts
             self.cost_usd += progress.cost_usd
@@ -331,6 +355,15 @@ class SampleSession:
         """Count `task` (a proxy request being answered) as in flight for this sample."""
         self.inflight.add(task)
         task.add_done_callback(self.inflight.discard)
+
+    def _first_of_twins(self, args: dict[str, Any], call: int, sample: str) -> AbstractAsyncContextManager[Any]:
+        """Hold a twin's call while the same call of its twin is in flight (`TwinShare`),
+        so the answer is paid once and replayed from the cache by the second."""
+        if self.share is None:
+            return contextlib.nullcontext()
+        c = self.client
+        ident = (c.cache_endpoint, c.endpoint.model, request_hash(c.request_body(**args)), call, sample, self.key[2])
+        return self.share.hold(ident)
 
     async def finish(self, reason: str) -> None:
         """The sample is over: refuse its later calls, and cut those still in flight

@@ -66,7 +66,7 @@ from evalkit.calls.sandbox import (
     interpreter_paths,
     require,
 )
-from evalkit.calls.session import SampleSession
+from evalkit.calls.session import Key, SampleSession, TwinShare
 from evalkit.foundations.errors import (
     BudgetExhausted,
     CeilingBreached,
@@ -335,8 +335,10 @@ class AgentRunner:
         on_stop: Callable[[str], None],
         target: Any = None,
         executor: Any = None,
+        share: Callable[[Key], TwinShare | None] | None = None,
     ) -> None:
         self.suite = suite
+        self.share = share  # a twin arm's sample shares its calls with its twin's (`SampleSession`)
         self.executor = executor  # an evalkit.running.executors.RayExecutor: each sample's process is a Ray task
         self.config = suite.config
         self.unit = suite.config.unit
@@ -394,6 +396,7 @@ class AgentRunner:
             fixtures=ToolFixtures.of_case(case.input, self._declared if self.unit.kind == "agent" else None),
             should_stop=self.should_stop,
             on_stop=self.on_stop,
+            share=None if self.share is None else self.share((case.id, arm.name, index)),
         )
         end: dict[str, Any] = {}
         try:

@@ -95,7 +95,7 @@ from evalkit.foundations.errors import (
     UnitCallError,
 )
 from evalkit.foundations.layout import BATCHES
-from evalkit.foundations.records import Config, Endpoint, Price, Usage
+from evalkit.foundations.records import Arm, Config, Endpoint, Price, Usage
 
 BATCH_DIR = "batches"
 FORMAT = "evalkit-batches/1"
@@ -176,19 +176,34 @@ def has_open(run_dir: str | Path, role: str = "generator") -> bool:
     return p.exists() and bool(BatchLog(run_dir).open(role))
 
 
-def check_ready(config: Config, role: str = "generator", config_path: str | Path | None = None) -> Price:
+def check_ready(
+    config: Config,
+    role: str = "generator",
+    config_path: str | Path | None = None,
+    arm: tuple[int, Arm] | None = None,
+) -> Price:
     """The batch price of `role`, or an `InputError` naming the config key when the
-    suite has none: a batch is reserved and charged at the provider's batch price."""
+    suite has none: a batch is reserved and charged at the provider's batch price.
+    `arm` (its index in `$.arms` and the arm, whose config `config` is) names the arm in
+    the message, and its own key when the arm sets it (or runs another model, whose
+    batch price the suite's is not)."""
     key = "batch_price" if role == "generator" else "judge_batch_price"
     price = config.batch_price if role == "generator" else config.judge_batch_price
     if price is None:
         online = "price" if role == "generator" else "judge_price"
+        at, whose = f"$.{key}", "config.json"
+        if arm is not None:
+            i, a = arm
+            if key in a.overrides:
+                at, whose = f"$.arms[{i}].{key}", f"arm {a.name!r} (model {config.generator.model!r}) in config.json"
+            else:
+                whose = f"config.json for arm {a.name!r}"
         raise InputError(
-            f"--batch needs {key} in config.json: batch calls are reserved and charged at the provider's "
+            f"--batch needs {key} in {whose}: batch calls are reserved and charged at the provider's "
             f'batch price ({{"in_per_mtok", "out_per_mtok"}}, USD per million tokens; OpenAI charges half of '
             f"{online}); a run started without it cannot be resumed with --batch",
             config_path,
-            json_path=f"$.{key}",
+            json_path=at,
         )
     return price
 
@@ -1045,10 +1060,12 @@ async def run_keys(
     for arm in engine.arms:
         by_client.setdefault(id(engine.client_of(arm)), []).append(arm)
     jobs: list[tuple[_Batches, ModelClient, set[str]]] = []
+    prices: dict[int, Price] = {}  # each client's batch price: what its cache hits avoid (`replay`)
     for n, names in enumerate(by_client.values()):
         config = engine.arm_configs[names[0]]
         client = engine.client_of(names[0])
         price = check_ready(config) if options is not None else (config.batch_price or config.price)
+        prices[id(client)] = price
         group = _Group(tuple(names), log, slots, first=n == 0)
         url = client.base_url or base_url
         job = _Batches(engine.folder.path, "generator", client, price, options or BatchOptions(), sink, url, group)
@@ -1084,7 +1101,7 @@ async def run_keys(
                     rhash = request_hash(body)
                     try:
                         await client.check_input(body, cid)
-                        hit = client.replay(rhash, key[2], cid)
+                        hit = client.replay(rhash, key[2], cid, price=prices[id(client)])
                     except InputTooLong as exc:
                         engine.error(key, f"{type(exc).__name__}: {exc}", 0)
                         continue
@@ -1108,7 +1125,7 @@ async def run_keys(
                 continue
             client = engine.client_of(key[1])
             body = client.request_body(**engine.call_args(key))
-            hit = client.replay(request_hash(body), key[2], f"{key[0]}/{key[1]}/{key[2]}")
+            hit = client.replay(request_hash(body), key[2], f"{key[0]}/{key[1]}/{key[2]}", price=prices[id(client)])
             if hit is not None:
                 engine.record(key, hit)
                 sink.set_slot(f"{key[0]}/{key[1]}/{key[2]}", _HANDLED)

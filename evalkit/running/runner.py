@@ -19,11 +19,13 @@ is refused before it calls anything.
 Two arms that differ only by name (`request_identity`: the same model, endpoint,
 parameters, templates, guidance and skill) derive their seeds from one name (`seed_names`:
 the first such arm's), so they send the same requests: with the response cache on, each
-goes out once in a run and the twin replays its answer ($0, counted as avoided), and a
-later run replays both. Arms that differ in anything else, a model above all, never share
-an answer: the model and every parameter are in the request and its cache key. The names
-are recorded in the run's `config.json` (`seed_names`); a run folder without them (from
-before) derives each arm's seeds from its own name on resume, as it did when it started.
+goes out once in a run and the twin replays its answer ($0, counted as avoided at its own
+price), and a later run replays both; an agent unit's twins share each model call the
+same way (`twin_share`: by sample, call ordinal and request). Arms that differ in
+anything else, a model above all, never share an answer: the model and every parameter
+are in the request and its cache key. The names are recorded in the run's `config.json`
+(`seed_names`); a run folder without them (from before) derives each arm's seeds from
+its own name on resume, as it did when it started.
 
 Keys are drawn lazily from one iterator by `concurrency` workers, so the tasks (and the
 memory) of a run do not grow with k x cases.
@@ -88,6 +90,7 @@ from evalkit.suites.endpoints import Watch, cache_identity, combine, resolve_bas
 from evalkit.suites.runs import RunFolder, runs_dir_lock, write_atomic
 
 if TYPE_CHECKING:
+    from evalkit.calls.session import TwinShare
     from evalkit.running import batch as batches
 
 Key = tuple[str, str, int]
@@ -430,6 +433,26 @@ class _Engine:
             yield
             return
         ident = (client.cache_endpoint, client.endpoint.model, request_hash(client.request_body(**args)), index)
+        async with self._hold(ident):
+            yield
+
+    def twin_share(self, key: Key) -> TwinShare | None:
+        """How an agent sample of a twin arm shares its calls with its twin's
+        (`TwinShare`: the sample name its calls are cached under is the seed name's, and
+        each call waits while the same call of the twin is in flight); None for an arm
+        with no twin. An arm run without the twin its seeds come from still caches under
+        that name, so it replays the twin's calls of an earlier run."""
+        case_id, arm_name, _ = key
+        if arm_name not in self.twins and self.seed_names[arm_name] == arm_name:
+            return None
+        from evalkit.calls.session import TwinShare  # lazy: only an agent run's twins
+
+        return TwinShare(sample=f"{case_id}/{self.seed_names[arm_name]}", hold=self._hold)
+
+    @contextlib.asynccontextmanager
+    async def _hold(self, ident: tuple[Any, ...]) -> Any:
+        """Wait while a call with identity `ident` is in flight, then hold it (one call
+        at a time per identity: the next one replays the first's answer from the cache)."""
         while (busy := self._in_flight.get(ident)) is not None:
             await busy.wait()
         done = self._in_flight[ident] = asyncio.Event()
@@ -688,8 +711,9 @@ async def _run_in_folder(suite: Suite, folder: RunFolder | None, opts: RunOption
         )
 
         # each arm's own batch price (an unknown arm name is refused below, with the others)
-        for a in [x for x in config.arms if not arms or x.name in arms]:
-            batches.check_ready(config.for_arm(a), config_path=Path(suite.path) / "config.json")
+        for i, a in enumerate(config.arms):
+            if not arms or a.name in arms:
+                batches.check_ready(config.for_arm(a), config_path=Path(suite.path) / "config.json", arm=(i, a))
     snapshot = config_snapshot(config)
     chash = config_hash(snapshot)
     ci = run_is_ci(config)
@@ -985,6 +1009,7 @@ async def _execute(
                     on_stop=engine.stop,
                     target=(targets or {}).get(arm.name, target),
                     executor=remote,
+                    share=engine.twin_share,
                 ).start()
                 stack.push_async_callback(runner.aclose)
                 engine.agents = engine.agents or runner
