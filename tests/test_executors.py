@@ -1,7 +1,7 @@
-"""Samples of command units as Ray tasks (evalkit.running.executors) on a real two-node Ray
+"""Samples of command units as Ray tasks (evalkit.running.executors) on a real three-node Ray
 cluster on this machine (`ray.cluster_utils.Cluster`, one CPU each), against the
 scripted server over real HTTP: a Ray run writes what a local run writes, key for key;
-a runaway agent on both nodes never passes the driver's cap; an unreachable cluster is
+a runaway agent on every node never passes the driver's cap; an unreachable cluster is
 exit 2 before anything is written or spent; bad `executor` and `unit.resources` keys
 are exit 2 naming the key."""
 
@@ -48,7 +48,8 @@ needs_sandbox = pytest.mark.skipif(sandbox.probe() is not None, reason=f"no sand
 
 @pytest.fixture(scope="module")
 def cluster():
-    """Two Ray nodes of one CPU each on this machine, started once for the module."""
+    """Three Ray nodes of one CPU each on this machine (the head, one plain worker, and the
+    one worker with the custom resource "far"), started once for the module."""
     cluster_utils = pytest.importorskip("ray.cluster_utils")
     Cluster = cluster_utils.Cluster
 
@@ -61,7 +62,9 @@ def cluster():
         c = None
         try:
             c = Cluster(initialize_head=True, head_node_args={**args, "include_dashboard": False})
-            c.add_node(**args, resources={"far": 1})  # a custom resource: only this node has it
+            c.add_node(**args)
+            # a custom resource: only this node has it (kept on the cluster for the test that kills it)
+            c.far = c.add_node(**args, resources={"far": 1})
             c.wait_for_nodes()
             break
         except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception for a node that did not start
@@ -72,7 +75,7 @@ def cluster():
                 if p.pid not in before:
                     p.kill()
     else:
-        raise RuntimeError(f"the two-node Ray cluster did not start in {CLUSTER_TRIES} tries: {why}")
+        raise RuntimeError(f"the three-node Ray cluster did not start in {CLUSTER_TRIES} tries: {why}")
     yield c
     c.shutdown()
 
@@ -163,17 +166,18 @@ def test_an_uncontained_program_on_a_node_reaches_the_proxy_through_the_relay_an
 
 
 @needs_sandbox
-def test_a_runaway_agent_on_both_nodes_never_passes_the_drivers_cap(tmp_path, cluster, capfd):
+def test_a_runaway_agent_on_every_node_never_passes_the_drivers_cap(tmp_path, cluster, capfd):
     worst = (4000 * 1.0 + 40 * 2.0) / 1e6
     cap = worst * 10
     cases = [{"id": f"r{i}", "input": {"question": "loop"}, "tags": ["golden"],
-              "checks": [{"kind": "contains", "value": "x"}]} for i in range(2)]
-    unit = {"kind": "command", "argv": ["{python}", str(AGENTS / "plain_http.py"), "--forever"], "timeout_s": 120}
+              "checks": [{"kind": "contains", "value": "x"}]} for i in range(3)]
+    unit = {"kind": "command", "argv": ["{python}", str(AGENTS / "plain_http.py"), "--forever"], "timeout_s": 120,
+            "resources": {"num_cpus": 1}}  # one loop per node at a time: three at once are one on each
     suite = write_suite(tmp_path / "suite", cases, unit, cost_cap_usd=cap, k=2)
     heavy = {"prompt_tokens": 3000, "completion_tokens": 30}  # each call costs most of its ceiling
-    # the first call of each of the two loops is held until both are: one loop on each node
+    # the first call of each of three loops is held until all three are: one loop on each node
     script = {"rules": [{"match": "loop", "text": "CALL get_weather(Oslo)", "usage": heavy}], "latency_s": 0.005,
-              "faults": [{"kind": "slow", "hold": True, "times": 2}]}
+              "faults": [{"kind": "slow", "hold": True, "times": 3}]}
     import threading
 
     out: dict = {}
@@ -183,13 +187,13 @@ def test_a_runaway_agent_on_both_nodes_never_passes_the_drivers_cap(tmp_path, cl
             executor=Executor(kind="ray", address=cluster.address))))
         runner.start()
         assert srv.held.wait(120)  # the first loop's first call is held ...
-        # ... and the second's: the server signals as it counts the fault (a run that ends first
+        # ... and the other two's: the server signals as it counts the fault (a run that ends first
         # sends no more requests, so this waits out the deadline and fails below)
-        both = srv.wait_until(lambda stats: stats["faults"]["slow"] >= 2, 120) and srv.stats["faults"]["slow"] == 2
+        every = srv.wait_until(lambda stats: stats["faults"]["slow"] >= 3, 120) and srv.stats["faults"]["slow"] == 3
         srv.release()
         runner.join(180)
         requests = srv.stats["requests"]
-    assert both, "the two loops never ran at once"
+    assert every, "the three loops never ran at once"
     res = out["res"]
     err = capfd.readouterr().err
     assert not res.complete and "budget exhausted" in (res.reason or "")
@@ -199,7 +203,7 @@ def test_a_runaway_agent_on_both_nodes_never_passes_the_drivers_cap(tmp_path, cl
     ledger = [json.loads(x) for x in (res.path / "ledger.jsonl").read_text().splitlines()]
     assert requests == sum(1 for e in ledger if e["event"] == "reserve")  # every call reserved on the one ledger
     assert any(e["event"] == "refuse" for e in ledger)
-    assert "sample process(es) ran on 2 node(s)" in err, err  # the runaway loops ran on both nodes
+    assert "sample process(es) ran on 3 node(s)" in err, err  # the runaway loops ran on every node
 
 
 @needs_sandbox
@@ -266,9 +270,8 @@ def test_a_node_that_dies_mid_sample_errors_it_and_it_runs_once_more_elsewhere(t
             executor=Executor(kind="ray", address=cluster.address))))
         runner.start()
         assert srv.held.wait(120)  # the sample is mid-call, on the node with the resource
-        [far] = list(cluster.worker_nodes)  # the one node besides the head: the one with "far"
-        cluster.remove_node(far, allow_graceful=False)
-        cluster.add_node(num_cpus=1, object_store_memory=80 * 1024 * 1024, resources={"far": 1})
+        cluster.remove_node(cluster.far, allow_graceful=False)  # the node with "far"
+        cluster.far = cluster.add_node(num_cpus=1, object_store_memory=80 * 1024 * 1024, resources={"far": 1})
         srv.release()
         runner.join(180)
         requests = srv.stats["requests"]
