@@ -244,19 +244,7 @@ def judged_rate_block(rows: Sequence[JudgedRow], estimate: str) -> dict[str, Any
             [float(r.judge_pass) for r in rows],
             adjust=PPI_ADJUST,
         )
-        out["corrected"] = {
-            "rate": e.value,
-            "n": e.n,
-            "N": e.N,
-            "low": e.low,
-            "high": e.high,
-            "se": e.se,
-            "lam": e.lam,
-            "adjust": e.adjust,
-            "clt_low": e.clt_low,
-            "clt_high": e.clt_high,
-            "method": "ppi++",
-        }
+        out["corrected"] = _ppi_json(e, "rate")
         out["bias"] = {"value": e.bias, "low": e.bias_low, "high": e.bias_high, "n": e.n}
     return out
 
@@ -265,6 +253,24 @@ def judged_rate_block(rows: Sequence[JudgedRow], estimate: str) -> dict[str, Any
 # of one deterministic case is given in the corrected gated case score, where its own
 # spread cannot be estimated.
 MAX_CASE_SCORE_SD = 0.5
+
+
+def _ppi_json(e: stats.PPIEstimate, value_key: str) -> dict[str, Any]:
+    """A PPI++ estimate as `grades-summary.json` holds it (the value under `value_key`:
+    `rate` for a judged sample pass rate, `score` for the judged part of a case score)."""
+    return {
+        value_key: e.value,
+        "n": e.n,
+        "N": e.N,
+        "low": e.low,
+        "high": e.high,
+        "se": e.se,
+        "lam": e.lam,
+        "adjust": e.adjust,
+        "clt_low": e.clt_low,
+        "clt_high": e.clt_high,
+        "method": "ppi++",
+    }
 
 
 def _finite(x: float) -> float | None:
@@ -356,19 +362,7 @@ def corrected_gated_case_score(cases: Sequence[JudgedCase], k: int) -> dict[str,
     binary = all(v in (0.0, 1.0) for v in (*y, *yhat_all))
     adjust = PPI_ADJUST if binary else 0.0
     e = stats.ppi_mean(y, yhat, yhat_all, adjust=adjust)
-    out["judged_part"]["corrected"] = {
-        "score": e.value,
-        "n": e.n,
-        "N": e.N,
-        "low": e.low,
-        "high": e.high,
-        "se": e.se,
-        "lam": e.lam,
-        "adjust": e.adjust,
-        "clt_low": e.clt_low,
-        "clt_high": e.clt_high,
-        "method": "ppi++",
-    }
+    out["judged_part"]["corrected"] = _ppi_json(e, "score")
     det = [score(c, c.c_judge) for c in gated if not c.judged]
     exact = det + [score(c, c.c_judge) for c in unscored]
     n_g, n_e, n_j = len(gated), len(exact), len(judged)
