@@ -61,8 +61,9 @@ report["files"]["./config.json"] = read("config.json").decode("utf-8", "replace"
 # any address but the proxy
 for label, port in (("host_port", case["input"]["host_port"]), ("upstream_port", case["input"]["upstream_port"])):
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=2):
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as c:
             report["connect"][label] = "connected"
+            c.sendall(marker.encode())  # so the host can tell this connection from anyone else's
     except OSError as exc:
         report["connect"][label] = f"refused: {exc}"
 try:  # a Unix socket of the host's own (where services keep theirs)
@@ -70,6 +71,7 @@ try:  # a Unix socket of the host's own (where services keep theirs)
     u.settimeout(2)
     u.connect(case["input"]["unix_path"])
     report["connect"]["host_unix_socket"] = "connected"
+    u.sendall(marker.encode())
 except OSError as exc:
     report["connect"]["host_unix_socket"] = f"refused: {exc}"
 try:
