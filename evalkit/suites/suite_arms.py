@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import string
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -295,3 +296,11 @@ def _skill_text(src: SuiteSource, r: _Reader, rel: Any, jp: str, unit: Any, iden
     except InputError as exc:
         r.fx.add(exc)
         return None
+
+
+def two_arms(arms: Sequence[str]) -> tuple[str, str]:
+    """The baseline and treatment of a two-arm run: the arm called baseline or control
+    (else the first), then the other; of a run of more arms, that baseline and the first
+    other arm (the pair its skill-comparison page shows in full)."""
+    base = next((a for a in arms if a in ("baseline", "control")), arms[0])
+    return base, next(a for a in arms if a != base)

@@ -55,6 +55,7 @@ from evalkit.foundations._io import write_atomic
 from evalkit.foundations.errors import InputError
 from evalkit.foundations.layout import CACHE_FILE
 from evalkit.foundations.records import Suite
+from evalkit.suites.suite_arms import two_arms
 
 WORKFLOW_PATH = Path(".github") / "workflows" / "evalkit.yml"
 CI_KINDS = ("github",)
@@ -262,13 +263,10 @@ evalkit ci comment --suite "$EVALKIT_SUITE" {gate} {compare}
 
 def compare_arms(suite: Suite) -> tuple[str, str] | None:
     """The pair the workflow's compare step holds to the plan: the arm named baseline or
-    control (else the first), against the first other arm (the rule of the reports'
-    skill-comparison page); None for a one-arm suite."""
+    control (else the first), against the first other arm (`two_arms`, the rule of the
+    reports' skill-comparison page too); None for a one-arm suite."""
     names = [a.name for a in suite.config.arms]
-    if len(names) < 2:
-        return None
-    base = next((a for a in names if a in ("baseline", "control")), names[0])
-    return base, next(a for a in names if a != base)
+    return two_arms(names) if len(names) >= 2 else None
 
 
 _RUN_SCRIPT = """mkdir -p {out}

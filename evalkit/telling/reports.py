@@ -67,6 +67,7 @@ from evalkit.suites.runload import (
     report_state,
 )
 from evalkit.suites.runs import RunFolder, config_arm_names, config_arm_settings, find_suite_dir
+from evalkit.suites.suite_arms import two_arms
 from evalkit.telling.nb import REDACT_ENV
 from evalkit.telling.report_index import CSP, NOTEBOOKS, TITLES, build_index, write_manifest
 
@@ -192,14 +193,6 @@ def conclude(run_dir: Run | str | Path, inputs: Inputs) -> RunVerdicts:
         m = read_json_object(marker, MICROTEST_MARKER)
         parts["microtest"] = analyse(run, str(m.get("control") or "control"), str(m.get("flag_pattern") or ""))
     return record_verdicts(path, comparison=comparison, **parts)
-
-
-def two_arms(arms: Sequence[str]) -> tuple[str, str]:
-    """The baseline and treatment of a two-arm run: the arm called baseline or control
-    (else the first), then the other; of a run of more arms, that baseline and the first
-    other arm (the pair its skill-comparison page shows in full)."""
-    base = next((a for a in arms if a in ("baseline", "control")), arms[0])
-    return base, next(a for a in arms if a != base)
 
 
 def plan_notebooks(
