@@ -96,23 +96,32 @@ class _Line:
     text: str
 
 
+def front_matter_block(text: str) -> tuple[dict[str, Any], int]:
+    """A Markdown file's front matter: the mapping of its leading `---` YAML block ({}
+    when there is none, it is not YAML or not a mapping) and how many lines the block
+    takes, its closing `---` or `...` included (0 when there is no closed block). One
+    reader for `analyze`, `evalkit tokens` (`suites.skills`) and the dashboard."""
+    raw = text.splitlines()
+    if not raw or raw[0].strip() != "---":
+        return {}, 0
+    end = next((i for i in range(1, len(raw)) if raw[i].strip() in ("---", "...")), None)
+    if end is None:
+        return {}, 0
+    try:
+        loaded = yaml.safe_load("\n".join(raw[1:end]))
+    except yaml.YAMLError:
+        loaded = None
+    return (loaded if isinstance(loaded, dict) else {}), end + 1
+
+
 def _lines(text: str) -> tuple[dict[str, Any], list[_Line]]:
     """The front matter (a leading `---` YAML block; {} when absent or not a mapping)
     and the body's lines with their numbers in the file; fenced code is blanked, so an
     example in a code block is not read as an instruction."""
     raw = text.splitlines()
-    front: dict[str, Any] = {}
-    start = 0
-    if raw and raw[0].strip() == "---":
-        end = next((i for i in range(1, len(raw)) if raw[i].strip() in ("---", "...")), None)
-        if end is not None:
-            try:
-                loaded = yaml.safe_load("\n".join(raw[1:end]))
-            except yaml.YAMLError:
-                loaded = None
-            front = loaded if isinstance(loaded, dict) else {}
-            front["__lines__"] = (1, end + 1)
-            start = end + 1
+    front, start = front_matter_block(text)
+    if start:
+        front["__lines__"] = (1, start)
     out: list[_Line] = []
     fenced = False
     for i in range(start, len(raw)):

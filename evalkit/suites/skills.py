@@ -18,11 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from evalkit.foundations._io import MAX_TEXT_BYTES, read_text_file
 from evalkit.foundations.errors import InputError
 from evalkit.foundations.tokens import TEXT_MARGIN, local_tiktoken, utf8_len
+from evalkit.suites.analyze import front_matter_block
 from evalkit.suites.suite import SKILL_FILE
 
 
@@ -64,20 +63,6 @@ class SkillTokens:
         return "\n".join(lines)
 
 
-def _front_matter(text: str) -> dict[str, Any]:
-    lines = text.splitlines()
-    if not lines or lines[0].strip() != "---":
-        return {}
-    end = next((i for i in range(1, len(lines)) if lines[i].strip() in ("---", "...")), None)
-    if end is None:
-        return {}
-    try:
-        doc = yaml.safe_load("\n".join(lines[1:end]))
-    except yaml.YAMLError:
-        return {}
-    return doc if isinstance(doc, dict) else {}
-
-
 def skill_tokens(skill_dir: str | Path, model: str = "gpt-4o") -> SkillTokens:
     """The context cost of the skill in `skill_dir` (a folder holding SKILL.md) for
     `model`'s tokenizer (see the module notes). Files that are not UTF-8 text (images,
@@ -92,7 +77,7 @@ def skill_tokens(skill_dir: str | Path, model: str = "gpt-4o") -> SkillTokens:
         return len(enc.encode(text, disallowed_special=())) if enc is not None else utf8_len(text) + TEXT_MARGIN
 
     text = read_text_file(skill_md, limit=MAX_TEXT_BYTES, allow_empty=True, root=root)
-    front = _front_matter(text)
+    front = front_matter_block(text)[0]
     catalogue = "\n".join(str(front.get(k, "")) for k in ("name", "description") if front.get(k))
     on_demand = []
     for f in sorted(p for p in root.rglob("*") if p.is_file() and p != skill_md):

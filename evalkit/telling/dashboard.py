@@ -49,9 +49,10 @@ from evalkit.foundations.layout import (
     VALLY_NAMES,
 )
 from evalkit.foundations.records import RunVerdicts, Verdict
+from evalkit.suites.analyze import front_matter_block
 from evalkit.suites.formats.vally import load_yaml
 from evalkit.suites.runs import RunFolder, config_arm_names, find_suite_dir
-from evalkit.suites.skills import SkillTokens, _front_matter, skill_tokens
+from evalkit.suites.skills import SkillTokens, skill_tokens
 from evalkit.suites.suite import SKILL_FILE
 from evalkit.telling.report_index import CSP, trend_svg, verdict_entries
 
@@ -379,7 +380,7 @@ def build_dashboard(root: str | Path, options: DashboardOptions | None = None) -
         except (InputError, OSError) as exc:
             problems.append(f"skill {_rel(sdir, base)}: not read ({exc})")
             return
-        skills_at[sdir.resolve()] = (sdir, tokens, str(_front_matter(text).get("description") or ""))
+        skills_at[sdir.resolve()] = (sdir, tokens, str(front_matter_block(text)[0].get("description") or ""))
 
     for sdir in found.skills:
         add_skill(sdir)
