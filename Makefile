@@ -15,7 +15,7 @@ PIP    := $(BIN)/python -m pip install --quiet --no-deps
 # two workers (pytest-xdist): the suite is safe in parallel (free ports, its own folders)
 PYTEST_ARGS ?= -n 2
 
-.PHONY: demo test install lock bench bench-smoke clean browser sandbox
+.PHONY: demo test install lock bench bench-smoke clean browser sandbox pyc
 
 $(STAMP): pyproject.toml $(LOCKS) tools/install-llama.sh
 	rm -rf $(VENV)
@@ -34,13 +34,13 @@ install: $(STAMP) sandbox
 
 PANDALM := ../shared/data/pandalm
 
-demo: $(STAMP) sandbox
+demo: $(STAMP) sandbox pyc
 	$(BIN)/python -m evalkit._cli.demo $(SUITE) $(if $(wildcard $(PANDALM)/testset-v1.json),--pandalm-dir $(PANDALM))
 
 # The checks first (each fails the target when not clean): lint, formatting, types
 # (configured in pyproject.toml), then the tests, then every benchmark at its smallest
 # size (bench-smoke).
-test: $(STAMP) browser sandbox
+test: $(STAMP) browser sandbox pyc
 	$(BIN)/ruff check evalkit
 	$(BIN)/ruff format --check evalkit
 	$(BIN)/mypy
@@ -48,6 +48,14 @@ test: $(STAMP) browser sandbox
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; that is a failure" >&2; exit 1; fi; \
 	exit $$rc
 	$(BIN)/python benchmarks/smoke.py
+
+# evalkit's own bytecode, compiled ahead: where the environment sets PYTHONDONTWRITEBYTECODE
+# (this project's machines and CI do), no process writes a .pyc, so every evalkit command,
+# notebook kernel and agent worker the tests and the demo start would compile the package
+# anew (about 0.5 CPU-s each; the test suite starts hundreds). compileall writes them anyway,
+# and skips what is up to date.
+pyc: $(STAMP)
+	@$(BIN)/python -m compileall -q evalkit tests benchmarks >/dev/null
 
 # headless Chromium for the browser test of the reports (apt-get where missing and allowed)
 browser:
