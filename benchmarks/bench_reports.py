@@ -200,10 +200,9 @@ def main() -> int:
                 if figures is None:
                     figures = figures_per_notebook(holder["r"])
             if not bounds:
-                bounds = {"matplotlib_only": bare_content_notebooks(tmp / "mpl", names, "import matplotlib.pyplot as plt",
-                                                                    None),
-                          "matplotlib_and_figures": bare_content_notebooks(
-                              tmp / "mpl-plots", names, "import matplotlib.pyplot as plt", figures),
+                mpl = "import matplotlib.pyplot as plt"
+                bounds = {"matplotlib_only": bare_content_notebooks(tmp / "mpl", names, mpl, None),
+                          "matplotlib_and_figures": bare_content_notebooks(tmp / "mpl-plots", names, mpl, figures),
                           "imports_only": bare_content_notebooks(tmp / "imports", names, IMPORTS, None),
                           "imports_and_figures": bare_content_notebooks(tmp / "plots", names, IMPORTS, figures)}
             for key, src in bounds.items():
