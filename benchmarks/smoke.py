@@ -9,7 +9,9 @@ more at a time than the machine has cores (the default: 3 on 2 cores), since sev
 benchmarks spend much of their time waiting (a rate limit's backoff, a cluster or a
 sandbox starting, a fault's Retry-After) and a waiting one leaves its core to the others.
 
-Exit 1 when any benchmark fails (its output is shown), naming each; prints each one's
+Exit 1 when any benchmark fails (its output is shown), naming each, or when a file
+under benchmarks/results/ changed while they ran (a smoke run's figures overwrote the
+measured ones); prints each one's
 wall time and CPU time, the total, and the load average (the wall time on a shared
 machine measures its load).
 """
@@ -55,6 +57,12 @@ def order(benches: list[Path]) -> list[Path]:
     return sorted(benches, key=lambda b: (-WALL_S.get(b.name, float("inf")), b.name))
 
 
+def results_state() -> dict[str, tuple[int, int]]:
+    """Size and modification time of each file under benchmarks/results/."""
+    return {str(p.relative_to(HERE.parent)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted((HERE / "results").rglob("*")) if p.is_file()}
+
+
 def run_one(bench: Path, env: dict[str, str]) -> tuple[Path, int, float, float, str]:
     """Exit status, wall seconds, CPU seconds (the benchmark and the processes it waited
     for: os.wait4's rusage) and output of one benchmark's smoke run."""
@@ -72,6 +80,7 @@ def main(argv: list[str]) -> int:
     jobs = int(os.environ.get("EVALKIT_BENCH_SMOKE_JOBS") or cores() + 1)
     benches = order([HERE / a for a in argv] if argv else list(HERE.glob("bench_*.py")))
     failed: list[str] = []
+    before = results_state()
     t_all = time.perf_counter()
     cpu_all = 0.0
     with tempfile.TemporaryDirectory(prefix="evalkit-bench-smoke-") as d, ThreadPoolExecutor(jobs) as pool:
@@ -84,11 +93,16 @@ def main(argv: list[str]) -> int:
             if rc != 0:
                 failed.append(bench.name)
                 sys.stdout.write(output[-6000:])
+    after = results_state()
+    touched = sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+    if touched:
+        print(f"bench-smoke: FAILED: a smoke run wrote to {', '.join(touched)} (its figures belong in the smoke "
+              "folder, benchmarks/_smoke.py)", flush=True)
     print(f"bench-smoke: {len(benches) - len(failed)} of {len(benches)} benchmarks ran in "
           f"{time.perf_counter() - t_all:.1f} s ({jobs} at a time on {cores()} cores, {cpu_all:.1f} CPU-s, "
           f"load average {os.getloadavg()[0]:.2f})" + (f"; failed: {', '.join(failed)}" if failed else ""),
           flush=True)
-    return 1 if failed else 0
+    return 1 if failed or touched else 0
 
 
 if __name__ == "__main__":
