@@ -196,7 +196,7 @@ def measure(suite: Suite, folder: Path, log: Path) -> dict:
 
 def scaled(faults: list[dict], scale: float) -> list[dict]:
     """The faults with their seconds (Retry-After, slow answers' delay, the storm's
-    window) times `scale`: `--time-scale` (the smoke run's 0.1 keeps every fault)."""
+    window) times `scale`: `--time-scale` (the smoke run's 0.05 keeps every fault)."""
     keys = ("retry_after", "delay_s", "until_s")
     return [{**f, **{k: f[k] * scale for k in keys if k in f}} for f in faults]
 
@@ -267,8 +267,8 @@ def main() -> None:
     ap.add_argument("--out", default=str(HERE / "results" / "faults.json"))
     _smoke.add(ap)
     args = ap.parse_args()
-    # --smoke: the three scenarios with every fault, on a clock ten times faster (a 2 s storm, a 0.3 s outage)
-    _smoke.apply(args, HERE / "results" / "faults.json", calls=40, storm_calls=40, time_scale=0.1)
+    # --smoke: the three scenarios with every fault, on a clock twenty times faster (a 1 s storm, a 0.15 s outage)
+    _smoke.apply(args, HERE / "results" / "faults.json", calls=40, storm_calls=40, time_scale=0.05)
     results = {}
     with tempfile.TemporaryDirectory() as d:
         for name in args.scenarios.split(","):

@@ -293,7 +293,8 @@ def main() -> None:
     ap.add_argument("--out", default=str(HERE / "results" / "proxy.json"))
     _smoke.add(ap)
     args = ap.parse_args()
-    _smoke.apply(args, HERE / "results" / "proxy.json", calls=40, rounds=1, samples=20, repeats=1)
+    # --smoke: 10 latency calls a path, and one case (k 10: the fewest samples a suite of whole cases runs) each way
+    _smoke.apply(args, HERE / "results" / "proxy.json", calls=40, rounds=1, samples=10, repeats=1)
     server, server_url = _start(_SERVER)
     try:
         procs = {"raw": _start(_FORWARD, server_url, "raw"), "sdk": _start(_FORWARD, server_url, "sdk"),

@@ -19,7 +19,14 @@ per second (each tool's start-up is left out alike); lost samples: planned sampl
 without a result at the end.
 
     .venv/bin/python benchmarks/bench_ratelimit.py            # 1,800 samples a side (3+ minutes each)
-    .venv/bin/python benchmarks/bench_ratelimit.py --smoke    # 30 samples a side, to prove it runs
+    .venv/bin/python benchmarks/bench_ratelimit.py --smoke    # 40 samples a side, to prove it runs
+
+`--time-scale S` runs the same limit on a clock 1/S times faster: the rates divided by S,
+the burst times S (so the bucket holds as many requests), every Retry-After S times as
+long. `--smoke` uses 0.1 (6,000 requests/min with a 0.1 s bucket of 10 requests): each side
+still meets the limit and its 429s, at a tenth of the wait; inspect-ai's own backoff (3 s
+and up, whatever Retry-After says) is not the server's to scale, but the faster refill
+admits its first retries.
 
 Writes `benchmarks/results/ratelimit.json` (with --smoke, a file in the smoke folder).
 """
@@ -48,11 +55,18 @@ from evalkit.running.runner import run_suite  # noqa: E402
 from evalkit.suites.runs import iter_jsonl  # noqa: E402
 from evalkit.calls.serve import ScriptedServer  # noqa: E402
 
-RPM, TPM, CONCURRENCY, K = 600, 200_000, 32, 10
-SCRIPT = {
-    "default": {"text": "Paris"},
-    "rate_limit": {"requests_per_min": RPM, "tokens_per_min": TPM, "burst_s": 1.0, "count_refused": True},
-}
+RPM, TPM, BURST_S, CONCURRENCY, K = 600, 200_000, 1.0, 32, 10
+
+
+def limit(scale: float = 1.0) -> dict:
+    """The provider's limit on a clock 1/scale times faster (`--time-scale`): per-minute
+    rates divided by `scale`, the burst times `scale`, so the bucket holds as much."""
+    return {"requests_per_min": RPM / scale, "tokens_per_min": TPM / scale, "burst_s": BURST_S * scale,
+            "count_refused": True}
+
+
+def script(scale: float = 1.0) -> dict:
+    return {"default": {"text": "Paris"}, "rate_limit": limit(scale)}
 _INSPECT = textwrap.dedent(
     """
     import sys
@@ -76,18 +90,18 @@ def _server_figures(srv: ScriptedServer, wall: float) -> dict:
     """The server's count, and the throughput from its first request to its last
     admitted one (a tool's start-up is not the limit's to use) as a fraction of the limit."""
     rl = srv.rate_limit
-    assert rl is not None
+    assert rl is not None and rl.requests is not None
     span = (rl.last_admitted_at or 0.0) - (rl.first_at or 0.0)
     return {
         "admitted": rl.admitted,
         "refused": rl.refused,
         "wall_s": round(wall, 2),
         "served_span_s": round(span, 2),
-        "fraction_of_limit": round(rl.admitted / (span * RPM / 60.0), 3) if span > 0 else None,
+        "fraction_of_limit": round(rl.admitted / (span * rl.requests.rate), 3) if span > 0 else None,
     }
 
 
-def evalkit_side(samples: int, work: Path) -> dict:
+def evalkit_side(samples: int, work: Path, scale: float = 1.0) -> dict:
     n_cases = samples // (2 * K)
     cases = [
         {"id": f"case-{i:04d}", "input": f"What is the capital of country number {i}?", "expected": "Paris", "tags": ["b"]}
@@ -96,7 +110,7 @@ def evalkit_side(samples: int, work: Path) -> dict:
     suite = write_engine_suite(
         work / "suite", cases, k=K, concurrency=CONCURRENCY, cost_cap_usd=100.0, max_attempts=6, max_tokens_out=16
     )
-    with ScriptedServer(SCRIPT) as srv:
+    with ScriptedServer(script(scale)) as srv:
         t0 = time.perf_counter()
         res = run_suite(suite, runs_dir=work / "runs", base_url=srv.base_url, progress=False)
         wall = time.perf_counter() - t0
@@ -111,8 +125,8 @@ def evalkit_side(samples: int, work: Path) -> dict:
     return fig
 
 
-def inspect_side(samples: int, work: Path, cap_s: float) -> dict:
-    with ScriptedServer(SCRIPT) as srv:
+def inspect_side(samples: int, work: Path, cap_s: float, scale: float = 1.0) -> dict:
+    with ScriptedServer(script(scale)) as srv:
         env = {**os.environ, "SCRIPTED_API_KEY": "bench", "INSPECT_LOG_DIR": str(work / "logs")}
         t0 = time.perf_counter()
         proc = subprocess.Popen(
@@ -148,27 +162,35 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=1800)
     ap.add_argument("--cap-s", type=float, default=None, help="stop inspect-ai after this long (default 2x the ideal)")
     ap.add_argument("--sides", default="evalkit,inspect")
+    ap.add_argument("--time-scale", type=float, default=1.0,
+                    help="the limit on a clock 1/S times faster: rates / S, burst x S (--smoke: 0.1)")
     _smoke.add(ap)
     args = ap.parse_args()
-    dest = _smoke.apply(args, HERE / "results" / "ratelimit.json", samples=30)  # --smoke: 30 a side, ~10 s
-    samples = args.samples
-    cap = args.cap_s or 120.0 + 2.0 * samples / (RPM / 60.0)
+    # --smoke: 40 a side (2 cases x 2 arms x k 10), on a clock ten times faster: the first wave (32 at once)
+    # overruns the bucket of 10 requests, so both sides still meet 429s
+    dest = _smoke.apply(args, HERE / "results" / "ratelimit.json", samples=40, time_scale=0.1)
+    samples, scale = args.samples, args.time_scale
+    cap = args.cap_s or 120.0 + 2.0 * samples / (RPM / scale / 60.0)
+    lim = limit(scale)
     out: dict = {
-        "limit": {"requests_per_min": RPM, "tokens_per_min": TPM, "refused_requests_count": True, "burst_s": 1.0},
+        "limit": {"requests_per_min": lim["requests_per_min"], "tokens_per_min": lim["tokens_per_min"],
+                  "refused_requests_count": True, "burst_s": lim["burst_s"]},
+        "time_scale": scale,
         "samples_per_side": samples,
         "concurrency": CONCURRENCY,
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared), Python {platform.python_version()}",
-        "command": "benchmarks/bench_ratelimit.py" + (" --smoke" if args.smoke else ""),
+        "command": "benchmarks/bench_ratelimit.py" + (" --smoke" if args.smoke else "")
+        + (f" --time-scale {scale:g}" if scale != 1.0 and not args.smoke else ""),
     }
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
         if "evalkit" in args.sides:
             (work / "e").mkdir()
-            out["evalkit"] = evalkit_side(samples, work / "e")
+            out["evalkit"] = evalkit_side(samples, work / "e", scale)
             print("evalkit", json.dumps(out["evalkit"]), flush=True)
         if "inspect" in args.sides:
             (work / "i").mkdir()
-            out["inspect_ai"] = inspect_side(samples, work / "i", cap)
+            out["inspect_ai"] = inspect_side(samples, work / "i", cap, scale)
             print("inspect-ai", json.dumps(out["inspect_ai"]), flush=True)
     dest.write_text(json.dumps(out, indent=2) + "\n")
     print(dest)
