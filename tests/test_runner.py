@@ -164,23 +164,23 @@ def _spawn_run(suite, runs, base_url: str, **env: str) -> subprocess.Popen:
 def test_sigkill_mid_run_then_resume_every_key_once_nothing_paid_twice(tmp_path):
     suite = write_suite(tmp_path / "suite", 12, k=3, concurrency=4)
     runs = tmp_path / "runs"
-    with ScriptedServer({**SCRIPT, "latency_s": 0.1}) as srv:
+    # The first four keys of case-05 are held by the server: once all four workers wait on
+    # them, cases 0-4 (30 keys) are written and four calls are in flight (events, not a
+    # line count polled against the clock); the run is killed there.
+    held = {**SCRIPT, "faults": [{"kind": "slow", "hold": True, "match": "country 5?", "times": 4}]}
+    with ScriptedServer(held) as srv:
         proc = _spawn_run(suite, runs, srv.base_url, EVALKIT_SAMPLE_WRITER_AFTER="0")  # the helper too
-        deadline = time.monotonic() + 60
-        results = None
-        while time.monotonic() < deadline:
-            found = [p for p in runs.glob("*/results.jsonl")] if runs.exists() else []
-            if found and found[0].read_bytes().count(b"\n") >= 15:
-                results = found[0]
-                break
-            time.sleep(0.01)
+        reached = srv.wait_until(lambda stats: stats["faults"]["slow"] >= 4, 120)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
-        assert results is not None, "the run never got going"
+        srv.release()  # the held calls answer a dead connection; the resume's are not held
+        assert reached, "the run never reached its held keys"
+        (results,) = runs.glob("*/results.jsonl")
         folder = results.parent
         assert not (folder / "summary.json").exists()  # it really died mid-run
         before = {(r["case_id"], r["arm"], r["index"]) for r in iter_jsonl(results)}
         assert 15 <= len(before) < 72
+        assert before == {(f"case-{c:02d}", a, i) for c in range(5) for a in ("base", "guided") for i in range(3)}
         epoch1 = {e["run_epoch"] for e in iter_jsonl(folder / "ledger.jsonl")}
         requests_before = srv.stats["requests"]
 
@@ -286,10 +286,9 @@ def test_two_processes_never_share_a_run_folder(tmp_path):
         try:
             assert srv.held.wait(timeout=120), "the first run never reached its held key"
             folder = next(runs.glob("*/results.jsonl")).parent
-            second = subprocess.run([sys.executable, "-m", "evalkit._cli.main", "run", str(suite), "--resume", str(folder),
-                                     "--base-url", srv.base_url, "--no-progress"],
-                                    capture_output=True, text=True, timeout=60)
-            assert second.returncode == 2, second.stderr
+            # the second process is this one (the first holds the folder's flock in its own)
+            second = cli(str(suite), "--resume", str(folder), "--base-url", srv.base_url)
+            assert second.exit_code == 2, second.output
             assert "another evalkit process" in second.stderr and str(folder) in second.stderr
             assert "Traceback" not in second.stderr
             # The refused process opened no ledger and wrote no line: one writer only.
@@ -586,12 +585,13 @@ def test_any_text_the_endpoint_sends_is_stored_in_every_file_and_read_back_equal
     assert load_run(folder).samples.output.tolist() == [HOSTILE_TEXT] * 8
 
 
-def test_with_no_sample_files_and_the_helper_process_the_text_is_stored_too(tmp_path):
+def test_with_no_sample_files_and_the_helper_process_the_text_is_stored_too(tmp_path, monkeypatch):
     suite = write_suite(tmp_path / "suite", 4, k=2, max_tokens_out=64)
     with ScriptedServer({"default": {"text": HOSTILE_TEXT}}) as srv:
         a = run_suite(suite, runs_dir=tmp_path / "a", base_url=srv.base_url, progress=False, sample_files=False)
-        proc = _spawn_run(suite, tmp_path / "b", srv.base_url, EVALKIT_SAMPLE_WRITER_AFTER="0")
-        assert proc.wait(timeout=60) == 0
+        monkeypatch.setenv("EVALKIT_SAMPLE_WRITER_AFTER", "0")  # the helper process writes every file
+        proc = cli(str(suite), "--runs-dir", str(tmp_path / "b"), "--base-url", srv.base_url)
+        assert proc.exit_code == 0, proc.output
     assert a.complete and [r["output"] for r in iter_jsonl(a.path / "results.jsonl")] == [HOSTILE_TEXT] * 16
     (b,) = (tmp_path / "b").glob("*/results.jsonl")
     for r in iter_jsonl(b):
@@ -611,15 +611,14 @@ def test_two_runs_of_a_suite_at_once_never_pay_twice(tmp_path):
                                   "--base-url", srv.base_url, "--no-progress"],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert srv.held.wait(timeout=120), "the first run never reached its held key"
-        second = subprocess.run([sys.executable, "-m", "evalkit._cli.main", "run", str(suite), "--runs-dir", str(runs),
-                                 "--base-url", srv.base_url, "--no-progress"],
-                                capture_output=True, text=True, timeout=60)
+        # the second run is this process (the first holds the runs folder's flock in its own)
+        second = cli(str(suite), "--runs-dir", str(runs), "--base-url", srv.base_url)
         assert first.poll() is None  # still holding its locks while the second was refused
         srv.release()
         out, err = first.communicate(timeout=120)
         requests = srv.stats["requests"]
     assert first.returncode == 0, err
-    assert second.returncode == 2 and "another evalkit run" in second.stderr and str(runs) in second.stderr
+    assert second.exit_code == 2 and "another evalkit run" in second.stderr and str(runs) in second.stderr
     assert "Traceback" not in second.stderr
     assert requests == 72  # every key paid once: the refused run sent nothing
     assert len(list(runs.glob("*/config.json"))) == 1  # and made no run folder
@@ -633,7 +632,8 @@ def test_tasks_are_fed_through_a_bounded_queue(tmp_path):
 
     from evalkit.running.runner import run_suite_async
 
-    suite = write_suite(tmp_path / "suite", 1, k=400, concurrency=4)
+    # 200 keys: one task per key (the old way) would be 200 live tasks, 16 times the bound
+    suite = write_suite(tmp_path / "suite", 1, k=100, concurrency=4)
     peak = 0
 
     async def go(url):
@@ -647,9 +647,9 @@ def test_tasks_are_fed_through_a_bounded_queue(tmp_path):
 
     with ScriptedServer(SCRIPT) as srv:
         res = asyncio.run(go(srv.base_url))
-    assert res.complete and res.samples_ran == 800
+    assert res.complete and res.samples_ran == 200
     # Per key in progress: its worker and the HTTP transport's request-writer task; then
-    # this test's task and the run's. Before, every one of the 800 keys had its task.
+    # this test's task and the run's. Before, every one of the 200 keys had its task.
     assert peak <= 2 * 4 + 4
 
 
@@ -735,9 +735,8 @@ def test_a_file_size_limit_stops_the_run_incomplete_and_a_resume_completes(tmp_p
                             preexec_fn=limit_files)
         (folder,) = [p for p in runs.iterdir() if p.is_dir()]
         run1 = {"rc": p1.returncode, "out": p1.stdout, "err": p1.stderr, "root": runs, **_snapshot(folder)}
-        p2 = subprocess.run([sys.executable, "-m", "evalkit._cli.main", "run", str(suite), "--resume", str(folder),
-                             "--base-url", srv.base_url, "--no-progress"], capture_output=True, text=True, timeout=120)
-    _check_full_then_resumed(run1, {"rc": p2.returncode, "err": p2.stderr}, runs, "File too large")
+        p2 = cli(str(suite), "--resume", str(folder), "--base-url", srv.base_url)  # no limit: this process
+    _check_full_then_resumed(run1, {"rc": p2.exit_code, "err": p2.stderr}, runs, "File too large")
 
 
 def _private_tmpfs() -> list[str] | None:
