@@ -508,6 +508,19 @@ def test_a_warm_up_given_up_meanwhile_stops_waiting_for_its_kernel():
         reports._run_code(Busy(), "import pandas", timeout_s=0.0, cancelled=lambda: False)
 
 
+def test_a_report_of_the_replay_alone_warms_its_kernel_up_without_matplotlib(tmp_path):
+    """The replay page draws no figure: its kernel is warmed up with what it imports, and
+    any other report (or one not naming its notebooks) with matplotlib as well."""
+    import nbformat
+
+    replay = nbformat.read(reports.notebooks_dir() / "replay.ipynb", as_version=4)
+    assert not any("matplotlib" in c.source or "plt." in c.source for c in replay.cells)
+    assert "import numpy, pandas\n" in reports._warm_up(tmp_path, ["replay"])
+    for asked in (None, ["run_summary"], ["replay", "pass_at_k"]):
+        assert "import matplotlib.pyplot, numpy, pandas\n" in reports._warm_up(tmp_path, asked)
+    assert repr(str(tmp_path)) in reports._warm_up(tmp_path, None)  # the run it loads
+
+
 def test_a_page_that_cannot_be_rendered_fails_its_notebook_alone(tmp_path, monkeypatch):
     """Pages are rendered on their own thread while the lane runs the next notebook: one
     that cannot be rendered is that notebook's failure (its executed .ipynb kept), and
