@@ -972,7 +972,8 @@ def _reset_namespace(kc: Any, *, timeout_s: float) -> bool:
 # How often a lane warming its kernel up looks whether the report was given up meanwhile
 # (`_run_code`'s `cancelled`): bad input found while the kernel imports, its lane stops the
 # kernel within this long instead of letting it finish the imports and load for nothing.
-_CANCEL_POLL_S = 0.1
+# (A wait that times out costs the lane a wake-up: four a second are nothing to a report.)
+_CANCEL_POLL_S = 0.25
 
 
 def _run_code(
