@@ -165,7 +165,9 @@ def make(root: Path) -> dict:
                               "--power", "0.8", "--write", str(suite)])
     comp = cli.invoke(main, ["compare", str(res.path), "--baseline", "baseline", "--treatment", "skilled"])
     extra = ["--pandalm-dir", str(PANDALM)] if (PANDALM / "testset-v1.json").exists() else []
-    rep = cli.invoke(main, ["report", str(res.path), "--reports-dir", str(out), *extra])
+    # --serial: one kernel for the five pages (what is looked at is the pages; the parallel
+    # lanes are tests/test_reports.py's `made`)
+    rep = cli.invoke(main, ["report", str(res.path), "--reports-dir", str(out), "--serial", *extra])
     msuite, variants = make_microtest_suite(root)
     with ScriptedServer(MICRO_SCRIPT) as srv:
         micro = cli.invoke(main, ["microtest", str(msuite), "--variants", str(variants), "--reps", "5",

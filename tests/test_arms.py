@@ -227,7 +227,7 @@ def test_power_with_more_arms_plans_each_pair_at_alpha_over_m(tmp_path):
     assert ctrl["comparisons"] == 2 and two["n_discordant"] < ctrl["n_discordant"] <= three["n_discordant"]
 
 
-def test_the_skill_comparison_page_of_three_arms_shows_the_matrix_and_each_arms_model(tmp_path):
+def test_the_skill_comparison_page_of_three_arms_shows_the_matrix_and_each_arms_model(tmp_path, monkeypatch):
     from evalkit.telling import reports
     from evalkit.telling.report_index import build_index
 
@@ -255,9 +255,14 @@ def test_the_skill_comparison_page_of_three_arms_shows_the_matrix_and_each_arms_
     assert out.exit_code == 0, out.output
     page = (rep.out_dir / "skill_comparison.html").read_text(encoding="utf-8")
     assert "c against b" in page and "Every pair of arms" in page  # the pair asked for, in full, and the matrix
+    def no_kernel(*args, **kwargs):
+        raise AssertionError("a kernel was started for a --pair that is refused")
+
+    monkeypatch.setattr(reports, "_Lanes", no_kernel)  # the pair is checked before any kernel starts
     bad = CliRunner().invoke(main, ["report", str(run), "--only", "skill_comparison", "--pair", "b,zz",
                                     "--reports-dir", str(tmp_path / "reports")])
-    assert bad.exit_code == 2 and "zz" in bad.output
+    monkeypatch.undo()
+    assert bad.exit_code == 2 and "zz" in bad.output and "is not an arm of the run" in bad.output, bad.output
     index = build_index(tmp_path / "reports").read_text(encoding="utf-8")
     assert "suite unit (1 run(s))" in index and "(m-new &lt;b&gt;)" in index and "(m-old)" in index
 

@@ -119,7 +119,8 @@ def test_accepts_a_new_baseline(suite):
 
 
 def test_reports(suite, tmp_path):
-    code, out = invoke("report", suite / "runs" / STAMP, "--reports-dir", tmp_path / "reports")
+    # --serial: one lane, one kernel for the pages (the parallel lanes are test_reports' `made`)
+    code, out = invoke("report", suite / "runs" / STAMP, "--reports-dir", tmp_path / "reports", "--serial")
     assert code == 0, out
     pages = {p.name for p in (tmp_path / "reports" / STAMP).glob("*.html")}
     assert {"run_summary.html", "pass_at_k.html", "skill_comparison.html"} <= pages

@@ -131,7 +131,8 @@ def test_every_form_is_in_the_run_as_planted(graded):
 
 def test_a_plain_report_renders_any_text(graded):
     root, run = graded
-    res = CliRunner().invoke(main, ["report", str(run), "--reports-dir", str(root / "plain")])
+    # --serial: one lane, one kernel for the pages (the parallel lanes are test_reports' `made`)
+    res = CliRunner().invoke(main, ["report", str(run), "--reports-dir", str(root / "plain"), "--serial"])
     assert res.exit_code == 0, res.output
     pages = list((root / "plain" / run.name).glob("*.html"))
     assert {"run_summary.html", "skill_comparison.html"} <= {p.name for p in pages}
@@ -144,7 +145,8 @@ def test_a_plain_report_renders_any_text(graded):
 def test_report_redact_leaves_no_secret_in_any_form(graded):
     root, run = graded
     out = root / "redacted"
-    res = CliRunner().invoke(main, ["report", str(run), "--reports-dir", str(out), "--redact"])
+    # --serial: one lane, one kernel for the pages (the parallel lanes are test_reports' `made`)
+    res = CliRunner().invoke(main, ["report", str(run), "--reports-dir", str(out), "--redact", "--serial"])
     assert res.exit_code == 0, res.output
     files = [p for p in out.rglob("*") if p.is_file()]
     assert any(p.name == "skill_comparison.html" for p in files)

@@ -86,7 +86,8 @@ def made(tmp_path_factory):
     gate_json = json.loads(invoke("gate", run, "--baseline", suite / "baseline.json", "--json"))
     gate_text = invoke("gate", run, "--baseline", suite / "baseline.json")
     reports = root / "reports"
-    invoke("report", run, "--reports-dir", reports, "--only", "run_summary", "--only", "pass_at_k")
+    # --serial: one lane, one kernel for the pages (the parallel lanes are test_reports' `made`)
+    invoke("report", run, "--reports-dir", reports, "--only", "run_summary", "--only", "pass_at_k", "--serial")
     return {"suite": suite, "run": run, "run_out": run_out, "grade": grade_out, "gate_json": gate_json, "gate_text": gate_text,
             "pages": reports / run.name, "index": (reports / "index.html").read_text(encoding="utf-8")}
 

@@ -601,7 +601,8 @@ def test_report_redact_shows_none_of_the_planted_values(leaky, tmp_path):
     run = leaky["run"]
     grade_run(run)
     reports_dir = tmp_path / "reports"
-    res = CliRunner().invoke(main, ["report", str(run), "--reports-dir", str(reports_dir), "--redact"])
+    # --serial: one lane, one kernel for the pages (the parallel lanes are test_reports' `made`)
+    res = CliRunner().invoke(main, ["report", str(run), "--reports-dir", str(reports_dir), "--redact", "--serial"])
     assert res.exit_code == 0, res.output
     pages = sorted(reports_dir.rglob("*.html"))
     assert reports_dir / "index.html" in pages and len(pages) >= 4
@@ -725,7 +726,8 @@ def test_an_argument_name_holding_an_email_is_flagged_and_redacted_and_no_copy_i
     assert [f.level for f in result.findings if "[email]" in f.message] == ["MEDIUM"]
     assert EMAIL not in (run / "grades-summary.json").read_text()
     reports = tmp_path / "reports"
-    res = CliRunner().invoke(main, ["report", str(run), "--reports-dir", str(reports), "--redact"])
+    # --serial: one lane, one kernel for the pages (the parallel lanes are test_reports' `made`)
+    res = CliRunner().invoke(main, ["report", str(run), "--reports-dir", str(reports), "--redact", "--serial"])
     assert res.exit_code == 0, res.output
     assert not list(reports.rglob(privacy.REDACTED_RUN)) and not list(reports.rglob("results.jsonl"))
     assert_absent_from_files(reports, (EMAIL,))

@@ -473,6 +473,54 @@ def test_fresh_kernel_per_notebook_and_a_failing_notebook(tmp_path):
         assert res["run_summary"].ok and ">42 False" in res["run_summary"].html.read_text()
 
 
+def test_a_warm_up_given_up_meanwhile_stops_waiting_for_its_kernel():
+    """A report refused while its kernels still import (bad input found meanwhile) does
+    not wait for them to finish: the lane asks `cancelled` between short waits on the
+    shell channel, and a reply still ends the wait with the code's status."""
+    import queue
+    import threading
+
+    given_up = threading.Event()
+
+    class Busy:  # a kernel client whose kernel is still importing: no reply yet
+        def __init__(self, reply_on: int | None = None) -> None:
+            self.waits: list[float] = []
+            self.reply_on = reply_on
+
+        def execute(self, code, **kwargs):
+            return "warm-up"
+
+        def get_shell_msg(self, timeout):
+            self.waits.append(timeout)
+            if len(self.waits) == self.reply_on:
+                return {"parent_header": {"msg_id": "warm-up"}, "content": {"status": "ok"}}
+            if len(self.waits) == 3:
+                given_up.set()  # the report gave up while the kernel was busy
+            raise queue.Empty
+
+    kc = Busy()
+    assert reports._run_code(kc, "import pandas", timeout_s=600, cancelled=given_up.is_set) is False
+    assert len(kc.waits) == 3 and max(kc.waits) <= reports._CANCEL_POLL_S
+    given_up.clear()
+    kc = Busy(reply_on=2)
+    assert reports._run_code(kc, "import pandas", timeout_s=600, cancelled=given_up.is_set) is True
+    with pytest.raises(queue.Empty):  # its own timeout still holds
+        reports._run_code(Busy(), "import pandas", timeout_s=0.0, cancelled=lambda: False)
+
+
+def test_a_report_of_the_replay_alone_warms_its_kernel_up_without_matplotlib(tmp_path):
+    """The replay page draws no figure: its kernel is warmed up with what it imports, and
+    any other report (or one not naming its notebooks) with matplotlib as well."""
+    import nbformat
+
+    replay = nbformat.read(reports.notebooks_dir() / "replay.ipynb", as_version=4)
+    assert not any("matplotlib" in c.source or "plt." in c.source for c in replay.cells)
+    assert "import numpy, pandas\n" in reports._warm_up(tmp_path, ["replay"])
+    for asked in (None, ["run_summary"], ["replay", "pass_at_k"]):
+        assert "import matplotlib.pyplot, numpy, pandas\n" in reports._warm_up(tmp_path, asked)
+    assert repr(str(tmp_path)) in reports._warm_up(tmp_path, None)  # the run it loads
+
+
 def test_a_page_that_cannot_be_rendered_fails_its_notebook_alone(tmp_path, monkeypatch):
     """Pages are rendered on their own thread while the lane runs the next notebook: one
     that cannot be rendered is that notebook's failure (its executed .ipynb kept), and

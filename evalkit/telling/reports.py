@@ -615,6 +615,15 @@ def _render_run(
         unknown = [n for n in notebooks if n not in NOTEBOOKS]
         if unknown:
             raise InputError(f"unknown notebook(s) {', '.join(unknown)}; known: {', '.join(NOTEBOOKS)}")
+    for name, extra in (opts.extra_parameters or {}).items():
+        if name == "skill_comparison":  # the pair shown in full must be two of the run's arms
+            # checked before any kernel starts: a refused --pair costs no kernel's start-up
+            arms = config_arm_names(RunFolder(source).read_meta())
+            bad = [a for a in (extra.get("baseline"), extra.get("treatment")) if a and a not in arms]
+            if bad:
+                raise InputError(
+                    f"--pair: {', '.join(map(str, bad))} is not an arm of the run ({', '.join(arms)})", run
+                )
     before = os.environ.get(REDACT_ENV)
     if redacted is not None:
         os.environ[REDACT_ENV] = "1"  # the kernels started for these notebooks inherit it
@@ -623,7 +632,7 @@ def _render_run(
     lanes = _Lanes(
         _lane_count(_fewest_notebooks(source, inputs, notebooks), parallel, workers, source),
         reuse_kernels=opts.reuse_kernels,
-        warm_up=_WARM_UP.format(run_dir=str(source)),
+        warm_up=_warm_up(source, notebooks),
     )
     try:
         lanes.wait_launched()
@@ -638,13 +647,6 @@ def _render_run(
                     raise InputError(f"notebook {n} does not apply to this run: {skipped.get(n, 'unknown')}", run)
             plans = {n: p for n, p in plans.items() if n in notebooks}
         for name, extra in (opts.extra_parameters or {}).items():
-            if name == "skill_comparison":  # the pair shown in full must be two of the run's arms
-                arms = config_arm_names(RunFolder(source).read_meta())
-                bad = [a for a in (extra.get("baseline"), extra.get("treatment")) if a and a not in arms]
-                if bad:
-                    raise InputError(
-                        f"--pair: {', '.join(map(str, bad))} is not an arm of the run ({', '.join(arms)})", run
-                    )
             if name in plans:
                 plans[name].update(extra)
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -741,7 +743,7 @@ def _run_bytes(run: Path) -> int:
 _WARM_UP = """def _evalkit_warm_up(run_dir):
     try:
         import gc
-        import matplotlib.pyplot, numpy, pandas
+        import {imports}
         from evalkit import nb
         nb.open_run(run_dir)
         gc.freeze()
@@ -750,6 +752,18 @@ _WARM_UP = """def _evalkit_warm_up(run_dir):
 _evalkit_warm_up({run_dir!r})
 del _evalkit_warm_up
 """
+# The notebooks that draw no figure: a report of these alone warms its kernels up without
+# matplotlib (about a second of a kernel's CPU that no page of theirs would use).
+_NO_FIGURES = frozenset({"replay"})
+
+
+def _warm_up(run_dir: Path, notebooks: Sequence[str] | None) -> str:
+    """`_WARM_UP` for `run_dir`, importing what the notebooks asked for import (all of
+    them when none are named)."""
+    plots = not notebooks or not set(notebooks) <= _NO_FIGURES
+    return _WARM_UP.format(
+        imports="matplotlib.pyplot, numpy, pandas" if plots else "numpy, pandas", run_dir=str(run_dir)
+    )
 
 
 def _pageless(out_dir: Path, name: str, error: str, seconds: float = 0.0) -> NotebookReport:
@@ -865,7 +879,9 @@ class _Lanes:
                     kc.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
                     try:
                         # papermill is imported while the kernel warms up, not when its first notebook is due
-                        _run_code(kc, self.warm_up, timeout_s=600, meanwhile=papermill)
+                        _run_code(
+                            kc, self.warm_up, timeout_s=600, meanwhile=papermill, cancelled=lambda: self.cancelled
+                        )
                     finally:
                         kc.stop_channels()
                 except Exception:  # a kernel that does not start here is started (or reported) below
@@ -953,16 +969,43 @@ def _reset_namespace(kc: Any, *, timeout_s: float) -> bool:
     return _run_code(kc, _RESET, timeout_s=timeout_s)
 
 
-def _run_code(kc: Any, code: str, *, timeout_s: float, meanwhile: Callable[[], object] | None = None) -> bool:
+# How often a lane warming its kernel up looks whether the report was given up meanwhile
+# (`_run_code`'s `cancelled`): bad input found while the kernel imports, its lane stops the
+# kernel within this long instead of letting it finish the imports and load for nothing.
+# (A wait that times out costs the lane a wake-up: four a second are nothing to a report.)
+_CANCEL_POLL_S = 0.25
+
+
+def _run_code(
+    kc: Any,
+    code: str,
+    *,
+    timeout_s: float,
+    meanwhile: Callable[[], object] | None = None,
+    cancelled: Callable[[], bool] | None = None,
+) -> bool:
     """Run `code` in the kernel and wait for its reply on the shell channel (a reply
     comes only once it has run); True when it ran without error. `meanwhile`: what this
-    process does while the kernel runs it, once it is sent."""
+    process does while the kernel runs it, once it is sent. `cancelled`: asked every
+    `_CANCEL_POLL_S` while waiting; False at once when it says so (the kernel is then
+    still busy: its caller stops it)."""
     msg_id = kc.execute(code, silent=True, store_history=False, allow_stdin=False)
     if meanwhile is not None:
         meanwhile()
     deadline = time.monotonic() + timeout_s
     while True:
-        reply = _await(kc.get_shell_msg(timeout=max(0.0, deadline - time.monotonic())))
+        left = max(0.0, deadline - time.monotonic())
+        if cancelled is not None:
+            if cancelled():
+                return False
+            try:
+                reply = _await(kc.get_shell_msg(timeout=min(left, _CANCEL_POLL_S)))
+            except queue.Empty:
+                if left <= _CANCEL_POLL_S:
+                    raise
+                continue
+        else:
+            reply = _await(kc.get_shell_msg(timeout=left))
         if reply.get("parent_header", {}).get("msg_id") == msg_id:
             return bool(reply["content"]["status"] == "ok")
 
