@@ -497,11 +497,14 @@ def test_judge_batches_left_open_are_collected_by_the_next_grading_with_no_call_
     cfg = json.loads((suite / "config.json").read_text())
     (suite / "config.json").write_text(json.dumps({**cfg, "judge_batch_price": HALF}))
     run = write_run(tmp_path, suite)
-    with ScriptedServer({**JUDGE_SCRIPT, "batch": {"lines_per_s": 20}}) as srv:
+    with ScriptedServer(JUDGE_SCRIPT) as srv:
         first = grade_run(run, judge_base_url=srv.base_url, batch=BatchOptions(poll_s=0.02, wait=False))
         assert not first.complete and "judge batch(es) still open" in (first.summary.stop_reason or "")
         assert first.summary.judge_spend_usd > 0  # the open batch's worst case, until it is collected
         assert all(g.judge_score is None for g in first.grades if g.case_id in ("open-1", "inject"))
+        # Without --batch the grading polls at the default interval (15 s): let the batch end
+        # at the provider first (an event, not a clock), so its first status check collects it.
+        assert srv.wait_until(lambda _: [b["status"] for b in srv.batches.batches.values()] == ["completed"], 60)
         second = grade_run(run, judge_base_url=srv.base_url)  # no --batch: the open batch is collected, not redone
         assert srv.batch_stats["batches"] == 1
         assert srv.stats["requests"] == srv.batch_stats["lines"]  # no judge call went online

@@ -13,6 +13,8 @@ Result lines are OpenAI's: ``{"id", "custom_id", "response": {"status_code",
 the error file; a request that never ran is ``{"id", "custom_id", "response": null,
 "error": {"code": "batch_expired" | "batch_cancelled", "message"}}`` in the error file.
 `request_counts` counts completed (200) and failed (other statuses) requests.
+A batch that ends (completed, expired, cancelled after running) wakes
+`ScriptedServer.wait_until`, so a test can wait for it instead of polling.
 
 Script (``"batch"``, all optional)::
 
@@ -514,3 +516,4 @@ class BatchStore:
             b.update(status="expired", expired_at=now)
         else:
             b.update(status="completed", completed_at=now)
+        self.server._counted()  # a batch that ends wakes `ScriptedServer.wait_until` (tests wait on it)
