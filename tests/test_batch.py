@@ -260,7 +260,10 @@ def _log(runs: Path) -> list[dict]:
 def test_a_sigkill_while_polling_resumes_the_same_batch_without_a_second_upload(tmp_path):
     suite = write_suite(tmp_path / "suite", 6)
     runs = tmp_path / "runs"
-    with ScriptedServer({**SCRIPT, "batch": {"lines_per_s": 20}}) as srv:  # 36 lines: about 2 s
+    # the batch holds its first line of case-05 (line 31 of 36) until released: the kill
+    # lands while it is in progress, whatever the machine's load
+    hold = {"kind": "slow", "hold": True, "match": "country 5?", "times": 1}
+    with ScriptedServer({**SCRIPT, "faults": [hold]}) as srv:
         proc = _spawn(suite, runs, srv.base_url)
         _wait_for(lambda: any((e.get("request_counts") or {}).get("completed", 0) >= 4 for e in _log(runs)))
         os.kill(proc.pid, signal.SIGKILL)
@@ -269,6 +272,8 @@ def test_a_sigkill_while_polling_resumes_the_same_batch_without_a_second_upload(
         assert not (folder / "summary.json").exists() and not (folder / "results.jsonl").exists()
         assert _log(runs)[0]["state"] == "submitted"
         assert srv.batch_stats["uploads"] == srv.batch_stats["batches"] == 1
+        assert srv.held.is_set() and srv.batch_stats["lines"] < 36  # still in progress at the kill
+        srv.release()
         res = run_suite(suite, base_url=srv.base_url, resume=folder, progress=False, batch=fast())
         assert srv.batch_stats["uploads"] == srv.batch_stats["batches"] == 1  # polled again, never resubmitted
         assert srv.batch_stats["lines"] == 36
@@ -369,7 +374,10 @@ def test_the_servers_own_validation_refuses_a_file_over_its_limit_and_the_reason
 def test_no_wait_then_status_then_cancel_then_resume_collects_the_partial_results(tmp_path):
     suite = write_suite(tmp_path / "suite", 6)
     runs = tmp_path / "runs"
-    with ScriptedServer({**SCRIPT, "batch": {"lines_per_s": 25}}) as srv:
+    # the batch holds its first line of case-01 (line 7 of 36) until released: it is still
+    # running when it is cancelled, whatever the machine's load
+    hold = {"kind": "slow", "hold": True, "match": "country 1?", "times": 1}
+    with ScriptedServer({**SCRIPT, "faults": [hold]}) as srv:
         res = run_suite(suite, runs_dir=runs, base_url=srv.base_url, progress=False,
                         batch=BatchOptions(poll_s=0.02, wait=False))
         assert not res.complete and res.exit_code == 1 and "submitted and not collected yet (--no-wait)" in res.reason
@@ -380,6 +388,7 @@ def test_no_wait_then_status_then_cancel_then_resume_collects_the_partial_result
         _wait_for(lambda: (batch_status(res.path)[0]["request_counts"] or {}).get("completed", 0) >= 5)
         rows = batch_cancel(res.path)
         assert rows[0]["status"] in ("cancelling", "cancelled") and srv.batch_stats["cancels"] == 1
+        srv.release()  # the held line answers; the batch, cancelled, runs no line after it
         out = CliRunner().invoke(main, ["batch", "cancel", str(res.path)])  # again: nothing more to cancel
         assert out.exit_code == 0 and srv.batch_stats["cancels"] == 1
         again = run_suite(suite, base_url=srv.base_url, resume=res.path, progress=False)
@@ -497,11 +506,14 @@ def test_judge_batches_left_open_are_collected_by_the_next_grading_with_no_call_
     cfg = json.loads((suite / "config.json").read_text())
     (suite / "config.json").write_text(json.dumps({**cfg, "judge_batch_price": HALF}))
     run = write_run(tmp_path, suite)
-    with ScriptedServer({**JUDGE_SCRIPT, "batch": {"lines_per_s": 20}}) as srv:
+    with ScriptedServer(JUDGE_SCRIPT) as srv:
         first = grade_run(run, judge_base_url=srv.base_url, batch=BatchOptions(poll_s=0.02, wait=False))
         assert not first.complete and "judge batch(es) still open" in (first.summary.stop_reason or "")
         assert first.summary.judge_spend_usd > 0  # the open batch's worst case, until it is collected
         assert all(g.judge_score is None for g in first.grades if g.case_id in ("open-1", "inject"))
+        # Without --batch the grading polls at the default interval (15 s): let the batch end
+        # at the provider first (an event, not a clock), so its first status check collects it.
+        assert srv.wait_until(lambda _: [b["status"] for b in srv.batches.batches.values()] == ["completed"], 60)
         second = grade_run(run, judge_base_url=srv.base_url)  # no --batch: the open batch is collected, not redone
         assert srv.batch_stats["batches"] == 1
         assert srv.stats["requests"] == srv.batch_stats["lines"]  # no judge call went online

@@ -90,7 +90,7 @@ def test_a_value_of_evalkit_served_that_serve_did_not_write_is_refused(monkeypat
 
 def test_a_status_file_watch_reports_the_file_and_a_dead_pid(tmp_path, monkeypatch):
     status = tmp_path / "status.txt"
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # a live pid to watch; killed below
+    proc = subprocess.Popen(["sleep", "60"])  # a live pid to watch (no interpreter needed); killed below
     try:
         watch = status_file_watch(status, proc.pid, grace_s=0.3)
         assert watch() is None and not process_gone(proc.pid)

@@ -465,35 +465,37 @@ def test_a_judge_with_no_base_url_is_refused_before_any_call_and_nothing_is_writ
     assert res.exit_code == 2 and "$.judge.base_url" in res.output
 
 
-def _serve_grade(script: Path, run: Path) -> "subprocess.CompletedProcess[str]":
-    import os
-    import subprocess
+def _serve_grade(script: Path, run: Path, capfd) -> tuple[int, str]:
+    """`evalkit serve --scripted SCRIPT -- evalkit grade RUN` with no endpoint variables
+    set: serve runs in this process (through click, as the other CLI tests do), the grade
+    it serves is a real process that gets serve's EVALKIT_SERVED; returns serve's exit
+    status and what both wrote to stderr (the grade's straight to fd 2, read by capfd)."""
     import sys
-    env = {k: v for k, v in os.environ.items() if k not in ("EVALKIT_BASE_URL", "EVALKIT_JUDGE_BASE_URL",
-                                                            "EVALKIT_SERVED")}
-    return subprocess.run([sys.executable, "-m", "evalkit._cli.main", "serve", "--scripted", str(script), "--",
-                           sys.executable, "-m", "evalkit._cli.main", "grade", str(run)],
-                          capture_output=True, text=True, timeout=120, env=env)
+    unset = {k: None for k in ("EVALKIT_BASE_URL", "EVALKIT_JUDGE_BASE_URL", "EVALKIT_SERVED")}
+    capfd.readouterr()
+    res = CliRunner().invoke(main, ["serve", "--scripted", str(script), "--", sys.executable, "-m",
+                                    "evalkit._cli.main", "grade", str(run)], env=unset)
+    return res.exit_code, res.stderr + capfd.readouterr().err
 
 
-def test_serve_judges_a_run_when_it_serves_the_judge_and_says_what_to_do_when_not(tmp_path):
+def test_serve_judges_a_run_when_it_serves_the_judge_and_says_what_to_do_when_not(tmp_path, capfd):
     suite = write_suite(tmp_path)
     _without_judge_url(suite)
     run = write_run(tmp_path, suite)
     # a server that answers any model (the script names none): `serve -- evalkit grade` judges there
     script = tmp_path / "judge.json"
     script.write_text(json.dumps({k: v for k, v in JUDGE_SCRIPT.items() if k != "model"}))
-    proc = _serve_grade(script, run)
-    assert proc.returncode == 0, proc.stderr
+    rc, err = _serve_grade(script, run, capfd)
+    assert rc == 0, err
     judged = [g for g in grades(run).values() if g["case_id"] in ("open-1", "inject")]
     assert len(judged) == 6 and all(isinstance(g["judge_score"], int) for g in judged)
     # a server that answers only as another model would judge in the judge's place: refused, with what to do
     (run / "grades.jsonl").unlink()
     script.write_text(json.dumps({**JUDGE_SCRIPT, "model": "gemma-3-270m"}))
-    proc = _serve_grade(script, run)
-    assert proc.returncode == 2, proc.stderr
-    assert "answers only as 'gemma-3-270m'" in proc.stderr and "$.judge.base_url" in proc.stderr
-    assert "allow_same_judge_model" in proc.stderr and not (run / "grades.jsonl").exists()
+    rc, err = _serve_grade(script, run, capfd)
+    assert rc == 2, err
+    assert "answers only as 'gemma-3-270m'" in err and "$.judge.base_url" in err
+    assert "allow_same_judge_model" in err and not (run / "grades.jsonl").exists()
 
 
 def test_a_watched_judge_server_that_dies_stops_grading_at_once(tmp_path):

@@ -5,6 +5,7 @@ points above."""
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 import subprocess
@@ -22,13 +23,22 @@ def module_name(path: Path) -> str:
 
 
 def modules() -> dict[str, Path]:
-    return {module_name(p): p for p in sorted(PKG.rglob("*.py"))}
+    return dict(_modules(PKG))
 
 
-def resolve(node: ast.ImportFrom | ast.Import, here: str, is_package: bool) -> list[str]:
+@functools.lru_cache(maxsize=None)
+def _modules(pkg: Path) -> tuple[tuple[str, Path], ...]:
+    """The package's modules, listed once per package folder (the tree does not change
+    while the tests run; the cycle check's own test points PKG at another folder)."""
+    return tuple((module_name(p), p) for p in sorted(pkg.rglob("*.py")))
+
+
+def resolve(node: ast.ImportFrom | ast.Import, here: str, is_package: bool,
+            known: dict[str, Path] | None = None) -> list[str]:
     """The evalkit modules an import statement names (a package's `from . import x`
-    names the submodule x when there is one)."""
-    known = modules()
+    names the submodule x when there is one); `known` is `modules()`, passed in by a
+    caller that resolves many statements."""
+    known = modules() if known is None else known
     if isinstance(node, ast.Import):
         return [a.name for a in node.names if a.name.split(".")[0] == "evalkit"]
     if node.level:
@@ -47,23 +57,37 @@ def resolve(node: ast.ImportFrom | ast.Import, here: str, is_package: bool) -> l
 
 
 def imports() -> dict[str, set[tuple[str, int, bool]]]:
-    """module -> {(imported module, line, inside a function)}"""
-    graph: dict[str, set[tuple[str, int, bool]]] = {}
-    for name, path in modules().items():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+    """module -> {(imported module, line, inside a function)}: parsed once per package
+    folder (`_imports`); each caller gets its own copy to change."""
+    return {m: set(edges) for m, edges in _imports(PKG).items()}
+
+
+@functools.lru_cache(maxsize=None)
+def parsed(path: Path) -> tuple[list[str], ast.Module]:
+    """A module's lines and syntax tree, read and parsed once for every check here."""
+    text = path.read_text(encoding="utf-8")
+    return text.splitlines(), ast.parse(text)
+
+
+@functools.lru_cache(maxsize=None)
+def _imports(pkg: Path) -> dict[str, frozenset[tuple[str, int, bool]]]:
+    known = dict(_modules(pkg))
+    graph: dict[str, frozenset[tuple[str, int, bool]]] = {}
+    for name, path in known.items():
+        tree = parsed(path)[1]
         edges: set[tuple[str, int, bool]] = set()
 
         def walk(node: ast.AST, in_function: bool) -> None:
             for child in ast.iter_child_nodes(node):
                 inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
                 if isinstance(child, (ast.Import, ast.ImportFrom)):
-                    for target in resolve(child, name, path.name == "__init__.py"):
+                    for target in resolve(child, name, path.name == "__init__.py", known):
                         if target != name:
                             edges.add((target, child.lineno, in_function))
                 walk(child, inner)
 
         walk(tree, False)
-        graph[name] = edges
+        graph[name] = frozenset(edges)
     return graph
 
 
@@ -121,8 +145,7 @@ def test_every_import_inside_a_function_says_why():
     for name, path in modules().items():
         if name in COMMENTS_EXEMPT:
             continue
-        lines = path.read_text(encoding="utf-8").splitlines()
-        tree = ast.parse("\n".join(lines))
+        lines, tree = parsed(path)
         for fn in ast.walk(tree):
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
@@ -138,37 +161,89 @@ def test_every_import_inside_a_function_says_why():
     assert not bare, "imports inside functions without a reason:\n" + "\n".join(sorted(set(bare)))
 
 
-def test_fast_commands_do_not_load_the_heavy_stack():
+FAST_COMMANDS = {
+    "--help": [],
+    "lint": [str(PKG.parent / "data" / "factual")],
+    "verdict": ["--wins", "10", "--ties", "2", "--losses", "1"],
+    "power": ["--win-rate", "0.7", "--alpha", "0.05", "--power", "0.8"],
+}
+
+# One interpreter for the checks that need a fresh one: each check runs in a fresh copy of
+# it (a fork of a parent that has imported nothing of evalkit), so what one imports is its
+# own. A check prints one JSON line [name, result] per thing it found; an exception in a
+# check prints [name, "error: <traceback>"].
+FRESH_CODE = (
+    "import json, os, sys, traceback\n"
+    "from click.testing import CliRunner\n"
+    "def check(name, fn):\n"
+    "    pid = os.fork()\n"
+    "    if pid == 0:\n"
+    "        try:\n"
+    "            fn()\n"
+    "        except BaseException:\n"
+    "            print(json.dumps([name, 'error: ' + traceback.format_exc()]), flush=True)\n"
+    "        finally:\n"
+    "            os._exit(0)\n"
+    "    os.waitpid(pid, 0)\n"
+    # `evalkit --help`, `lint`, `verdict`, `power`: what each imported
+    "def fast(args):\n"
+    "    from evalkit._cli.main import main\n"
+    "    r = CliRunner().invoke(main, args)\n"
+    "    heavy = sorted(m for m in ('pandas', 'scipy', 'papermill', 'matplotlib', 'openai') if m in sys.modules)\n"
+    "    print(json.dumps([args[0], [r.exit_code, heavy]]), flush=True)\n"
+    "for args in json.loads(sys.argv[1]):\n"
+    "    check(args[0], lambda: fast(args))\n"
+    # the third-party libraries the two checks below both load, loaded once here (after the
+    # fast commands, which must not see them); nothing of evalkit is imported in the parent
+    "import openai, aiohttp, numpy, pydantic, yaml, regex, tqdm\n"
+    # the run's modules without evalkit.running.batch
+    "def run():\n"
+    "    import evalkit.running.runner, evalkit._cli.run, evalkit._cli.main\n"
+    "    print(json.dumps(['run', sorted(m for m in sys.modules if m == 'evalkit.running.batch')]), flush=True)\n"
+    "check('run', run)\n"
+    # every flat name of evalkit 0.1, each imported by its flat name first
+    "def flat():\n"
+    "    import importlib, evalkit\n"
+    "    bad = [f for f, new in evalkit.MOVED.items()\n"
+    "           if importlib.import_module('evalkit.' + f) is not importlib.import_module('evalkit.' + new)]\n"
+    "    from evalkit.serve import LocalModelServer\n"
+    "    from evalkit.formats.vally import read_vally\n"
+    "    import evalkit.formats.vally as v\n"
+    "    assert v is sys.modules['evalkit.suites.formats.vally'], 'a second copy of a submodule'\n"
+    "    assert LocalModelServer.__module__ == 'evalkit.calls.serve'\n"
+    "    for name in ('stats.sign_test', 'stats.pass_hat_k', 'stats.pass_at_k', 'verdicts.two_arm_verdict', 'gates.gate'):\n"
+    "        mod, _, attr = name.partition('.')\n"
+    "        assert callable(getattr(getattr(evalkit, mod), attr)), name\n"
+    "    for name in evalkit.__all__:\n"
+    "        getattr(evalkit, name)\n"
+    "    print(json.dumps(['flat', bad]), flush=True)\n"
+    "check('flat', flat)\n"
+)
+
+
+@pytest.fixture(scope="module")
+def fresh() -> dict[str, object]:
+    """What each check of FRESH_CODE found, by name (with stderr under "stderr")."""
+    out = subprocess.run([sys.executable, "-c", FRESH_CODE, json.dumps([[c, *a] for c, a in FAST_COMMANDS.items()])],
+                         capture_output=True, text=True, timeout=180, cwd=PKG.parent)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("[\"")]
+    found: dict[str, object] = {"stderr": out.stderr[-3000:], "stdout": out.stdout[-500:], "rc": out.returncode}
+    for line in lines:
+        name, result = json.loads(line)
+        found[name] = result
+    return found
+
+
+def test_fast_commands_do_not_load_the_heavy_stack(fresh):
     """`evalkit --help`, `lint`, `verdict` and `power` never import pandas, scipy,
     papermill, matplotlib or openai (measured: benchmarks/results/startup.json). One interpreter for all of them: each
     command runs in a fresh copy of it (a fork), so what one imports is its own."""
-    code = (
-        "import json, os, sys\n"
-        "from click.testing import CliRunner\n"
-        "for args in json.loads(sys.argv[1]):\n"
-        "    pid = os.fork()\n"
-        "    if pid == 0:\n"
-        "        from evalkit._cli.main import main\n"
-        "        r = CliRunner().invoke(main, args)\n"
-        "        heavy = sorted(m for m in ('pandas', 'scipy', 'papermill', 'matplotlib', 'openai') if m in sys.modules)\n"
-        "        print(json.dumps([args[0], r.exit_code, heavy]), flush=True)\n"
-        "        os._exit(0)\n"
-        "    os.waitpid(pid, 0)\n"
-    )
-    root = PKG.parent
-    commands = {
-        "--help": [],
-        "lint": [str(root / "data" / "factual")],
-        "verdict": ["--wins", "10", "--ties", "2", "--losses", "1"],
-        "power": ["--win-rate", "0.7", "--alpha", "0.05", "--power", "0.8"],
-    }
-    out = subprocess.run([sys.executable, "-c", code, json.dumps([[c, *a] for c, a in commands.items()])],
-                         capture_output=True, text=True, timeout=120, cwd=root)
-    lines = [line for line in out.stdout.splitlines() if line.startswith("[\"")]
-    seen = {name: (rc, heavy) for name, rc, heavy in map(json.loads, lines)}
-    assert set(seen) == set(commands), (out.stdout[-500:], out.stderr[-2000:])
-    for name, (rc, heavy) in seen.items():
-        assert rc == 0 and heavy == [], (name, rc, heavy, out.stderr[-2000:])
+    seen = {name: fresh[name] for name in FAST_COMMANDS if name in fresh}
+    assert set(seen) == set(FAST_COMMANDS), (fresh["stdout"], fresh["stderr"])
+    for name, found in seen.items():
+        assert isinstance(found, list), (name, found)
+        rc, heavy = found
+        assert rc == 0 and heavy == [], (name, rc, heavy, fresh["stderr"])
 
 
 # --------------------------------------------------------------------------- the module map
@@ -250,29 +325,12 @@ def test_each_layer_folder_says_what_it_holds_and_may_import():
         assert len(tree.body) == 1, f"evalkit/{folder}/__init__.py holds more than its docstring"
 
 
-def test_every_flat_name_of_evalkit_0_1_still_imports_as_the_same_module():
+def test_every_flat_name_of_evalkit_0_1_still_imports_as_the_same_module(fresh):
     """`import evalkit.stats`, `from evalkit.serve import LocalModelServer` (README) and
     every other flat name answer with the module at its new path, one object, not a copy;
-    the documented names `evalkit.stats.sign_test` and friends resolve."""
-    code = (
-        "import importlib, sys, evalkit\n"
-        "bad = [f for f, new in evalkit.MOVED.items()\n"
-        "       if importlib.import_module('evalkit.' + f) is not importlib.import_module('evalkit.' + new)]\n"
-        "from evalkit.serve import LocalModelServer\n"
-        "from evalkit.formats.vally import read_vally\n"
-        "import evalkit.formats.vally as v\n"
-        "assert v is sys.modules['evalkit.suites.formats.vally'], 'a second copy of a submodule'\n"
-        "assert LocalModelServer.__module__ == 'evalkit.calls.serve'\n"
-        "for name in ('stats.sign_test', 'stats.pass_hat_k', 'stats.pass_at_k', 'verdicts.two_arm_verdict', 'gates.gate'):\n"
-        "    mod, _, attr = name.partition('.')\n"
-        "    assert callable(getattr(getattr(evalkit, mod), attr)), name\n"
-        "for name in evalkit.__all__:\n"
-        "    getattr(evalkit, name)\n"
-        "print('bad', bad)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=PKG.parent)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.strip() == "bad []", out.stdout
+    the documented names `evalkit.stats.sign_test` and friends resolve (in a fresh
+    interpreter: FRESH_CODE's `flat`)."""
+    assert fresh.get("flat") == [], (fresh.get("flat"), fresh["stdout"], fresh["stderr"])
     # `python -m` a flat name runs the module at its new path (runpy asks the alias for its code)
     for flat in ("evalkit.cli", "evalkit.demo"):
         out = subprocess.run([sys.executable, "-m", flat, "--help"], capture_output=True, text=True, timeout=120,
@@ -318,14 +376,9 @@ def test_the_module_map_check_sees_a_missing_an_extra_and_an_upward_module():
         module_map(f"### Layer 1: a (`evalkit/numbers/`)\n\n{row}\n{row}\n")
 
 
-def test_a_run_loads_evalkit_batch_only_when_it_sends_or_left_batches():
+def test_a_run_loads_evalkit_batch_only_when_it_sends_or_left_batches(fresh):
     """The runner and `evalkit run` import `evalkit.running.batch` only for a run with
     --batch or a run folder with batches.json (openai's own types load with `import
-    openai`, which every run that calls a model needs)."""
-    code = (
-        "import sys\n"
-        "import evalkit.running.runner, evalkit._cli.run, evalkit._cli.main\n"
-        "print(sorted(m for m in sys.modules if m == 'evalkit.running.batch'))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=PKG.parent)
-    assert out.returncode == 0 and out.stdout.strip() == "[]", (out.stdout, out.stderr[-2000:])
+    openai`, which every run that calls a model needs): checked in a fresh interpreter
+    that has imported nothing of evalkit (FRESH_CODE's `run`)."""
+    assert fresh.get("run") == [], (fresh.get("run"), fresh["stdout"], fresh["stderr"])

@@ -13,6 +13,10 @@ Result lines are OpenAI's: ``{"id", "custom_id", "response": {"status_code",
 the error file; a request that never ran is ``{"id", "custom_id", "response": null,
 "error": {"code": "batch_expired" | "batch_cancelled", "message"}}`` in the error file.
 `request_counts` counts completed (200) and failed (other statuses) requests.
+A line that meets a `slow` fault with `"hold": true` waits (the batch with it) until
+`ScriptedServer.release()`, setting `ScriptedServer.held`. A batch that ends (completed,
+expired, cancelled after running) wakes
+`ScriptedServer.wait_until`, so a test can wait for it instead of polling.
 
 Script (``"batch"``, all optional)::
 
@@ -35,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import math
 import shutil
 import tempfile
 import time
@@ -457,7 +462,10 @@ class BatchStore:
                     break
                 obj = json.loads(raw)
                 status, payload, delay = self.server.batch_answer(obj["body"], b["endpoint"])
-                if delay:
+                if delay == math.inf:  # a `slow` fault with "hold": wait for ScriptedServer.release()
+                    self.server.held.set()
+                    await asyncio.get_running_loop().run_in_executor(None, self.server._released.wait)
+                elif delay:
                     await asyncio.sleep(delay)
                 ran += 1
                 self.stats["lines"] += 1
@@ -514,3 +522,4 @@ class BatchStore:
             b.update(status="expired", expired_at=now)
         else:
             b.update(status="completed", completed_at=now)
+        self.server._counted()  # a batch that ends wakes `ScriptedServer.wait_until` (tests wait on it)

@@ -743,7 +743,8 @@ class ScriptedServer:
         `endpoint`: (status code, response body, seconds to wait first); status None for
         a line the `drop` fault loses (no result at all). A `malformed` fault answers 200
         with a body that is a string, not a completion; `latency_s` does not apply (a
-        batch's pace is its own, `batch.lines_per_s`)."""
+        batch's pace is its own, `batch.lines_per_s`). A `slow` fault with "hold" waits
+        `math.inf`: the batch holds that line (setting `held`) until `release()`."""
         chat = endpoint == "/v1/chat/completions"
         if not isinstance(body, dict):
             return 400, _error_body("request body must be a JSON object", "invalid_request_error"), 0.0
@@ -758,6 +759,8 @@ class ScriptedServer:
         if kind == "drop":
             return None, None, 0.0
         delay = float(fault.get("delay_s", 1.0)) if fault is not None and kind == "slow" else 0.0
+        if fault is not None and kind == "slow" and fault.get("hold"):
+            delay = math.inf  # the batch holds the line until release() (BatchStore)
         if kind == "malformed":
             return 200, '{"id": "cmpl-malformed", "choices": [{"te', delay
         try:
