@@ -57,14 +57,16 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from evalkit.calls.client import Completion, ModelClient
-from evalkit.calls.proxy import MeteringProxy
 from evalkit.calls.sandbox import OUTPUT_FILE, WORKER, WORKER_INSIDE, Jail, bwrap_argv
 from evalkit.foundations._text import printable
 from evalkit.foundations.errors import InputError, UnitCallError
 from evalkit.foundations.records import Config, Executor, Resources
+
+if TYPE_CHECKING:  # the driver's side only: a Ray worker imports this module without the openai client
+    from evalkit.calls.client import Completion, ModelClient
+    from evalkit.calls.proxy import MeteringProxy
 
 LOOPBACK = "127.0.0.1"
 CONNECT_TIMEOUT_S = 5.0  # how long the driver tries a cluster's address before exit 2
@@ -350,6 +352,8 @@ class RemotePrompts:
         self.proxy: MeteringProxy | None = None
 
     async def start(self) -> RemotePrompts:
+        from evalkit.calls.proxy import MeteringProxy  # the driver's: a worker never imports it
+
         self.proxy = await MeteringProxy(self.executor.proxy_bind, model=self.model).start()
         return self
 
