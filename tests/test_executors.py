@@ -363,6 +363,7 @@ def test_an_unreachable_cluster_is_exit_2_before_anything_is_written(tmp_path):
 )
 def test_bad_executor_and_resources_keys_are_exit_2_naming_the_key(tmp_path, change, where, words):
     unit = {"kind": "command", "argv": ["{python}", str(AGENTS / "plain_http.py")]}
+    change = dict(change)  # the parameter's own dict stays whole for a second run of the test
     if "unit_resources" in change:
         unit["resources"] = change.pop("unit_resources")
     suite = write_suite(tmp_path / "suite", weather_cases(1), unit, **change)
