@@ -1,17 +1,26 @@
 """Command-unit samples as Ray tasks (evalkit.running.executors) on 1, 2 and 3 local Ray nodes
 of one CPU each (`ray.cluster_utils.Cluster`), against the scripted server, and the
-same suite run locally (no Ray) for the overhead per sample.
+overhead per sample of a one-node Ray run over a local run, measured in pairs.
 
 Each sample's program sleeps `--sleep` s and makes 2 model calls through the metering
 proxy (the standard library's HTTP client: no start-up of its own to speak of). For
-each node count N: wall time, `speedup` (T1 / TN), `efficiency` (speedup / N: 1.0 is
-linear; the issue's target is >= 0.8 at 3 nodes), the driver's CPU per sample (this
-process's user + system time, which is the driver: Ray's nodes are other processes),
-and `overhead_ms_per_sample` of the one-node Ray run over the local run at
-concurrency 1 (the same one-at-a-time schedule). The driver joins each cluster before
-the run is timed (`join_s`, about 2 s, once per run, is shown apart).
+each node count N, one run of `--samples` samples at concurrency N: wall time,
+`speedup` (T1 / TN), `efficiency` (speedup / N: 1.0 is linear; the issue's target is
+>= 0.8 at 3 nodes) and the driver's CPU per sample (this process's user + system
+time, which is the driver: Ray's nodes and the sample programs are other processes).
+The driver joins each cluster, and runs one untimed sample on it (Ray starts a worker
+per node for a new job), before the run is timed (`join_s`, once per cluster).
 
-    .venv/bin/python benchmarks/bench_ray.py [--samples 400] [--sleep 0.5] [--nodes 1,2,3]
+The overhead per sample: on the one-node cluster, `--pairs` pairs of blocks of
+`--block` samples at concurrency 1, a local run (no Ray) and a Ray run, one right
+after the other, the order swapped every pair (local first, then Ray first), so a
+load that drifts over the minutes of the benchmark moves both runs of a pair alike
+and cancels in the pair's difference. `overhead_ms_per_sample` is the median of the
+pairs' differences (Ray minus local, wall time per sample); each pair is kept, with
+both runs' driver CPU per sample (and their medians). Each block is a run of its own,
+so a run's fixed cost (its folder, its proxy) is in both runs of a pair.
+
+    .venv/bin/python benchmarks/bench_ray.py [--samples 400] [--sleep 0.5] [--nodes 1,2,3] [--pairs 5] [--block 40]
 
 Writes `benchmarks/results/ray.json`. Needs as many free cores as nodes (plus the
 driver's and the server's): on a shared 2-core machine the figures measure the
@@ -25,6 +34,7 @@ import json
 import os
 import platform
 import resource
+import statistics
 import sys
 import tempfile
 import time
@@ -88,8 +98,54 @@ def timed(suite: Path, runs: Path, base_url: str, executor: Executor | None) -> 
     wall, cpu = time.perf_counter() - t0, cpu_s() - c0
     if not res.complete:
         raise SystemExit(f"bench_ray: a run was INCOMPLETE ({res.reason})")
-    return {"wall_s": round(wall, 3), "driver_cpu_ms_per_sample": round(cpu * 1000 / res.samples_ran, 3),
+    return {"wall_s": round(wall, 3), "wall_ms_per_sample": round(wall * 1000 / res.samples_ran, 3),
+            "driver_cpu_ms_per_sample": round(cpu * 1000 / res.samples_ran, 3),
             "load_avg_1m_after": round(os.getloadavg()[0], 2)}
+
+
+def joined(cluster: Any, suite: Path, runs: Path, base_url: str) -> float:
+    """Join `cluster` (the runs then reuse the connection) and run one untimed sample on
+    it, so that what is timed after is the samples' (Ray starts a worker per node for a
+    new job); seconds that took."""
+    import ray  # Ray only here: the benchmark of the Ray executor
+
+    t0 = time.perf_counter()
+    ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+    timed(suite, runs, base_url, Executor(kind="ray", address=cluster.address))
+    return round(time.perf_counter() - t0, 3)
+
+
+def paired(d: Path, base_url: str, cluster: Any, pairs: int, block: int, sleep_s: float) -> dict[str, Any]:
+    """`pairs` pairs of runs of `block` samples at concurrency 1, local and on the joined
+    one-node `cluster`, the order swapped every pair; the pairs and their medians."""
+    local_suite = write_suite(d / "pair-local", block, sleep_s, 1)
+    ray_suite = write_suite(d / "pair-ray", block, sleep_s, 1)
+    executor = Executor(kind="ray", address=cluster.address)
+    timed(write_suite(d / "warm-local", 1, sleep_s, 1), d / "runs-warm-local", base_url, None)  # untimed
+    rows: list[dict[str, Any]] = []
+    for i in range(pairs):
+        order = ("local", "ray") if i % 2 == 0 else ("ray", "local")
+        got: dict[str, dict[str, Any]] = {}
+        for kind in order:
+            suite, ex = (local_suite, None) if kind == "local" else (ray_suite, executor)
+            got[kind] = timed(suite, d / f"runs-pair{i}-{kind}", base_url, ex)
+        rows.append({
+            "first": order[0],
+            "local": got["local"],
+            "ray": got["ray"],
+            "diff_ms_per_sample": round(got["ray"]["wall_ms_per_sample"] - got["local"]["wall_ms_per_sample"], 3),
+        })
+
+    def median(kind: str, name: str) -> float:
+        return round(statistics.median(r[kind][name] for r in rows), 3)
+
+    return {
+        "block_samples": block,
+        "median_diff_ms_per_sample": round(statistics.median(r["diff_ms_per_sample"] for r in rows), 3),
+        "median_local_driver_cpu_ms_per_sample": median("local", "driver_cpu_ms_per_sample"),
+        "median_ray_driver_cpu_ms_per_sample": median("ray", "driver_cpu_ms_per_sample"),
+        "pairs": rows,
+    }
 
 
 def start_cluster(nodes: int) -> Any:
@@ -110,7 +166,8 @@ def start_cluster(nodes: int) -> Any:
             cluster.wait_for_nodes()
             return cluster
         except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception for a node that did not start
-            print(f"bench_ray: {nodes}-node cluster did not start ({exc}); try {attempt + 2} of {TRIES}", file=sys.stderr)
+            again = f"; try {attempt + 2} of {TRIES}" if attempt + 1 < TRIES else ""
+            print(f"bench_ray: {nodes}-node cluster did not start ({exc}){again}", file=sys.stderr)
             if cluster is not None:
                 cluster.shutdown()
             for child in psutil.Process().children(recursive=True):  # what the failed start left running
@@ -124,34 +181,35 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=400)
     ap.add_argument("--sleep", type=float, default=0.5)
     ap.add_argument("--nodes", default="1,2,3")
+    ap.add_argument("--pairs", type=int, default=5, help="pairs of local and one-node Ray runs for the overhead")
+    ap.add_argument("--block", type=int, default=40, help="samples in each run of a pair")
     _smoke.add(ap)
     args = ap.parse_args()
-    # --smoke: one one-node cluster (starting a cluster is most of the smoke run's time); the
-    # speed-up and efficiency figures are still computed, on that one node count
-    out = _smoke.apply(args, HERE / "results" / "ray.json", samples=4, sleep=0.05, nodes="1")
+    # --smoke: one one-node cluster (starting a cluster is most of the smoke run's time) and two
+    # pairs of one-sample runs; the speed-up and efficiency figures are still computed, on that one node count
+    out = _smoke.apply(args, HERE / "results" / "ray.json", samples=2, sleep=0.05, nodes="1", pairs=2, block=1)
     import ray  # Ray only here: the benchmark of the Ray executor
 
     os.environ.setdefault("EVALKIT_BENCH_KEY", "sk-bench")
     node_counts = [int(n) for n in args.nodes.split(",")]
     figures: dict[str, object] = {}
     load_before = os.getloadavg()
+    overhead: dict[str, Any] | None = None
     with tempfile.TemporaryDirectory(prefix="evalkit-bench-ray-") as d, ScriptedServer(
         {"default": {"text": "ok"}}
     ) as srv:
-        local = timed(write_suite(Path(d) / "local", args.samples, args.sleep, 1), Path(d) / "runs-local",
-                      srv.base_url, None)
         per_nodes: dict[int, dict[str, float]] = {}
         for n in node_counts:
             cluster = start_cluster(n)
             try:
+                join_s = joined(cluster, write_suite(Path(d) / f"warm{n}", 1, args.sleep, 1), Path(d) / f"runs-warm{n}",
+                                srv.base_url)
+                if n == 1 and args.pairs > 0:  # the overhead pairs, on the one-node cluster joined now
+                    overhead = paired(Path(d), srv.base_url, cluster, args.pairs, args.block, args.sleep)
                 suite = write_suite(Path(d) / f"ray{n}", args.samples, args.sleep, n)
-                t0 = time.perf_counter()
-                # joined here, so the run's wall time is its samples' (the run reuses the connection)
-                ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
-                join_s = time.perf_counter() - t0
                 per_nodes[n] = timed(suite, Path(d) / f"runs-ray{n}", srv.base_url,
                                      Executor(kind="ray", address=cluster.address))
-                per_nodes[n]["join_s"] = round(join_s, 3)
+                per_nodes[n]["join_s"] = join_s
             finally:
                 ray.shutdown()
                 cluster.shutdown()
@@ -163,15 +221,13 @@ def main() -> None:
             "samples": args.samples,
             "sleep_s": args.sleep,
             "calls_per_sample": 2,
-            "local_concurrency_1": local,
             "ray": {str(n): f for n, f in per_nodes.items()},
         }
-        if 1 in per_nodes:
-            figures["overhead_ms_per_sample"] = round(
-                (per_nodes[1]["wall_s"] - local["wall_s"]) * 1000 / args.samples, 3
-            )
-    figures["machine"] = {"cpus": os.cpu_count(), "load_avg_before": load_before, "load_avg": os.getloadavg(), "python": platform.python_version(),
-                          "smoke": bool(args.smoke)}
+        if overhead is not None:
+            figures["overhead_ms_per_sample"] = overhead["median_diff_ms_per_sample"]
+            figures["overhead_pairs"] = overhead
+    figures["machine"] = {"cpus": os.cpu_count(), "load_avg_before": load_before, "load_avg": os.getloadavg(),
+                          "python": platform.python_version(), "smoke": bool(args.smoke)}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(figures, indent=2) + "\n")
     json.dump(figures, sys.stdout, indent=2)

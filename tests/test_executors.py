@@ -1,7 +1,7 @@
 """Samples of command units as Ray tasks (evalkit.running.executors) on a real three-node Ray
 cluster on this machine (`ray.cluster_utils.Cluster`, one CPU each), against the
 scripted server over real HTTP: a Ray run writes what a local run writes, key for key;
-a runaway agent on two nodes at once never passes the driver's cap; an unreachable cluster is
+a runaway agent on each of the three nodes at once never passes the driver's cap; an unreachable cluster is
 exit 2 before anything is written or spent; bad `executor` and `unit.resources` keys
 are exit 2 naming the key."""
 
@@ -120,7 +120,10 @@ def test_a_ray_run_writes_what_a_local_run_writes_key_for_key(tmp_path, cluster,
     assert local.complete and remote.complete, (local.reason, remote.reason)
     assert served == served_local == 3 * 2 * 2  # two model calls per sample, each run paid its own
     assert remote.spend_usd == pytest.approx(local.spend_usd)
-    assert "ray: 6 sample process(es) ran on" in capfd.readouterr().err
+    err = capfd.readouterr().err
+    assert "ray: 6 sample process(es) ran on" in err
+    # concurrency 2 on three 1-CPU nodes: the run says it leaves one idle
+    assert "concurrency 2 runs at most 2 sample(s) at once; the cluster's 3 CPU(s) hold 3 at num_cpus 1" in err, err
     left, right = by_key(local.path / "results.jsonl"), by_key(remote.path / "results.jsonl")
     assert sorted(left) == sorted(right) and len(left) == 6
     for key in left:
@@ -166,44 +169,52 @@ def test_an_uncontained_program_on_a_node_reaches_the_proxy_through_the_relay_an
 
 
 @needs_sandbox
-def test_a_runaway_agent_on_two_nodes_never_passes_the_drivers_cap(tmp_path, cluster, capfd):
+def test_a_runaway_agent_on_every_node_never_passes_the_drivers_cap(tmp_path, cluster, capfd):
+    """Three runaway loops at once, one on each of the three 1-CPU nodes: the first call
+    of each is held at the server until all three are (each task takes the one CPU of its
+    node, so three running at once are on three nodes), then they loop until the
+    driver's one ledger refuses. ``concurrency`` 3: the samples in flight at once, on the
+    whole cluster (at 2, as an earlier version of this test had, the third loop could
+    only start once another ended)."""
+    import threading
+
     worst = (4000 * 1.0 + 40 * 2.0) / 1e6
     cap = worst * 10
     cases = [{"id": f"r{i}", "input": {"question": "loop"}, "tags": ["golden"],
-              "checks": [{"kind": "contains", "value": "x"}]} for i in range(2)]
-    unit = {"kind": "command", "argv": ["{python}", str(AGENTS / "plain_http.py"), "--forever"], "timeout_s": 120}
-    suite = write_suite(tmp_path / "suite", cases, unit, cost_cap_usd=cap, k=2)
+              "checks": [{"kind": "contains", "value": "x"}]} for i in range(3)]
+    unit = {"kind": "command", "argv": ["{python}", str(AGENTS / "plain_http.py"), "--forever"], "timeout_s": 120,
+            "resources": {"num_cpus": 1}}  # a node's one CPU per loop: three at once are one on each node
+    suite = write_suite(tmp_path / "suite", cases, unit, cost_cap_usd=cap, k=2, concurrency=3)
     heavy = {"prompt_tokens": 3000, "completion_tokens": 30}  # each call costs most of its ceiling
-    # the first call of each of two loops is held until both are: one loop on each of two nodes
-    # (three at once on three nodes missed its start on a loaded 2-core machine: see issue 29's note)
     script = {"rules": [{"match": "loop", "text": "CALL get_weather(Oslo)", "usage": heavy}], "latency_s": 0.005,
-              "faults": [{"kind": "slow", "hold": True, "times": 2}]}
-    import threading
-
+              "faults": [{"kind": "slow", "hold": True, "times": 3}]}
     out: dict = {}
     with ScriptedServer(script) as srv:
         runner = threading.Thread(target=lambda: out.update(res=run_suite(
             suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False,
             executor=Executor(kind="ray", address=cluster.address))))
         runner.start()
-        assert srv.held.wait(120)  # the first loop's first call is held ...
-        # ... and the second's: the server signals as it counts the fault (a run that ends first
-        # sends no more requests, so this waits out the deadline and fails below)
-        both = srv.wait_until(lambda stats: stats["faults"]["slow"] >= 2, 120) and srv.stats["faults"]["slow"] == 2
-        srv.release()
-        runner.join(180)
+        try:
+            # the server signals as it counts each held call; the deadline only bounds a failure
+            every = srv.wait_until(lambda stats: stats["faults"]["slow"] >= 3, 120)
+            held = srv.stats["faults"]["slow"]
+        finally:
+            srv.release()
+            runner.join(180)
         requests = srv.stats["requests"]
-    assert both, "the two loops never ran at once"
+    assert every and held == 3, f"{held} of the three loops were held at once"
     res = out["res"]
     err = capfd.readouterr().err
     assert not res.complete and "budget exhausted" in (res.reason or "")
     paid_by_server = requests * (3000 * 1.0 + 30 * 2.0) / 1e6  # what the endpoint served, priced independently
     assert res.spend_usd <= cap + 1e-12 and paid_by_server <= cap + 1e-12
-    assert requests >= 3  # the loops did run until the cap refused them
+    assert requests >= 4  # the loops did run past their held calls until the cap refused them
     ledger = [json.loads(x) for x in (res.path / "ledger.jsonl").read_text().splitlines()]
     assert requests == sum(1 for e in ledger if e["event"] == "reserve")  # every call reserved on the one ledger
     assert any(e["event"] == "refuse" for e in ledger)
-    assert "sample process(es) ran on 2 node(s)" in err, err  # the runaway loops ran on two nodes
+    # the tasks' own word for where they ran: three in flight at once, on three nodes
+    assert "sample process(es) ran on 3 node(s)" in err and "at most 3 at once, on 3 node(s)" in err, err
+    assert "raise concurrency" not in err  # concurrency 3 uses the cluster's three CPUs
 
 
 @needs_sandbox
@@ -352,6 +363,7 @@ def test_an_unreachable_cluster_is_exit_2_before_anything_is_written(tmp_path):
 )
 def test_bad_executor_and_resources_keys_are_exit_2_naming_the_key(tmp_path, change, where, words):
     unit = {"kind": "command", "argv": ["{python}", str(AGENTS / "plain_http.py")]}
+    change = dict(change)  # the parameter's own dict stays whole for a second run of the test
     if "unit_resources" in change:
         unit["resources"] = change.pop("unit_resources")
     suite = write_suite(tmp_path / "suite", weather_cases(1), unit, **change)

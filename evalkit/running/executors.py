@@ -57,14 +57,16 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from evalkit.calls.client import Completion, ModelClient
-from evalkit.calls.proxy import MeteringProxy
 from evalkit.calls.sandbox import OUTPUT_FILE, WORKER, WORKER_INSIDE, Jail, bwrap_argv
 from evalkit.foundations._text import printable
 from evalkit.foundations.errors import InputError, UnitCallError
 from evalkit.foundations.records import Config, Executor, Resources
+
+if TYPE_CHECKING:  # the driver's side only: a Ray worker imports this module without the openai client
+    from evalkit.calls.client import Completion, ModelClient
+    from evalkit.calls.proxy import MeteringProxy
 
 LOOPBACK = "127.0.0.1"
 CONNECT_TIMEOUT_S = 5.0  # how long the driver tries a cluster's address before exit 2
@@ -105,6 +107,10 @@ class RayExecutor:
         self.started_per_node: Counter[str] = Counter()  # sample processes started, per node
         self.running: dict[str, str] = {}  # submission id -> the node its task said it started on
         self.started = threading.Event()  # set as a task says where it started (tests wait on it)
+        # the most samples in flight at once that had said where they started, and on how many
+        # nodes they were then (the end-of-run line: evidence that samples ran side by side)
+        self.most_at_once = (0, 0)
+        self._lock = threading.Lock()  # `running` and `most_at_once`: the event loop's and the board's
         self._board: socket.socket | None = None
         self._board_secret = secrets.token_urlsafe(16)  # a task's line to the board starts with it
         self._ids = itertools.count()
@@ -156,6 +162,22 @@ class RayExecutor:
         self._open_board()
         return self
 
+    def room_note(self, concurrency: int, num_cpus: float) -> str | None:
+        """What to say when the run's `concurrency` (the samples in flight at once, on the
+        whole cluster) is below what the cluster's CPUs hold now at `num_cpus` per sample,
+        else None: a cluster of three 1-CPU nodes runs three samples at once only at
+        ``concurrency`` >= 3."""
+        import ray  # lazy: only a Ray run gets here
+
+        cpus = float(ray.cluster_resources().get("CPU", 0.0))  # type: ignore[no-untyped-call]
+        room = int(cpus // num_cpus) if num_cpus > 0 else None
+        if room is None or concurrency >= room:
+            return None
+        return (
+            f"concurrency {concurrency} runs at most {concurrency} sample(s) at once; the cluster's "
+            f"{cpus:g} CPU(s) hold {room} at num_cpus {num_cpus:g} (raise concurrency to use them)"
+        )
+
     def _proxy_host(self, ray: Any) -> tuple[str, str, str]:
         """Where the driver's proxy binds, where the tasks connect to it, and why:
         `executor.proxy_host` when set (``0.0.0.0``/``::``: every interface, the tasks
@@ -191,9 +213,12 @@ class RayExecutor:
                     secret, sid, node = conn.recv(256).decode("ascii").split()
                     if not hmac.compare_digest(secret, self._board_secret):
                         continue  # not one of this run's tasks
-                    self.started_per_node[node[:8]] += 1
-                    if sid in self.running:
-                        self.running[sid] = node[:8]
+                    with self._lock:
+                        self.started_per_node[node[:8]] += 1
+                        if sid in self.running:
+                            self.running[sid] = node[:8]
+                        placed = [n for n in self.running.values() if n != "?"]
+                        self.most_at_once = max(self.most_at_once, (len(placed), len(set(placed))))
                     self.started.set()
 
         threading.Thread(target=serve, daemon=True).start()
@@ -242,7 +267,8 @@ class RayExecutor:
         if resources.custom:
             options["resources"] = dict(resources.custom)
         sid = str(next(self._ids))
-        self.running[sid] = "?"  # placed, not yet started
+        with self._lock:
+            self.running[sid] = "?"  # placed, not yet started
         spec = {**spec, "driver_ip": self.driver_ip, "proxy_loopback": self.proxy_connect == LOOPBACK}
         if self._board is not None:
             spec["board"] = (self.proxy_connect, self._board.getsockname()[1], sid, self._board_secret)
@@ -278,7 +304,8 @@ class RayExecutor:
             return result
         finally:
             self.in_flight -= 1
-            self.running.pop(sid, None)
+            with self._lock:
+                self.running.pop(sid, None)
             if not fut.done():
                 fut.cancel()
 
@@ -288,15 +315,21 @@ class RayExecutor:
 
     def summary(self) -> str:
         """One line for the end of the run: how many sample processes started on how
-        many nodes (those the run stopped and killed included)."""
+        many nodes (those the run stopped and killed included), and the most that were
+        in flight at once (started, their result not yet back) with the nodes they were on."""
         per_node = ", ".join(f"{n} {c}" for n, c in sorted(self.started_per_node.items()))
         total = sum(self.started_per_node.values())
-        return f"ray: {total} sample process(es) ran on {len(self.started_per_node)} node(s) ({per_node or 'none'})"
+        most, nodes = self.most_at_once
+        return (
+            f"ray: {total} sample process(es) ran on {len(self.started_per_node)} node(s) ({per_node or 'none'}); "
+            f"at most {most} at once, on {nodes} node(s)"
+        )
 
     def progress(self) -> str:
         """The progress bar's suffix: samples in flight per node (``?``: waiting for a
         node), and done per node."""
-        flying = Counter(self.running.values())
+        with self._lock:
+            flying = Counter(self.running.values())
         now = " ".join(f"{n}:{c}" for n, c in sorted(flying.items()))
         per_node = " ".join(f"{n}:{c}" for n, c in sorted(self.done_per_node.items()))
         return f"ray in flight {self.in_flight} ({now or '-'}); done per node {per_node or '-'}"
@@ -319,6 +352,8 @@ class RemotePrompts:
         self.proxy: MeteringProxy | None = None
 
     async def start(self) -> RemotePrompts:
+        from evalkit.calls.proxy import MeteringProxy  # the driver's: a worker never imports it
+
         self.proxy = await MeteringProxy(self.executor.proxy_bind, model=self.model).start()
         return self
 
@@ -403,7 +438,11 @@ def open_executor(spec: Executor, configs: list[Config], where: Path, *, from_fl
                 where,
                 json_path="$.unit.keep_workdir",
             )
-    return RayExecutor(spec, None if from_flag else where).connect()
+    remote = RayExecutor(spec, None if from_flag else where).connect()
+    note = remote.room_note(max(c.concurrency for c in configs), max(c.unit.resources.num_cpus for c in configs))
+    if note is not None:
+        print(f"evalkit: ray: {note}", file=sys.stderr, flush=True)
+    return remote
 
 
 # -- the worker's side ---------------------------------------------------------------------
