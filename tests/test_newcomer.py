@@ -214,20 +214,17 @@ def test_jupyterlab_as_root_starts_with_the_readmes_flag(tmp_path):
 
 
 @pytest.mark.local_model
-def test_two_serves_of_the_embedded_model_share_the_cache(tmp_path, monkeypatch, capfd):
+def test_two_serves_of_the_embedded_model_share_the_cache(tmp_path):
     """The embedded model's answers are keyed by its file's sha256 and the server's
-    settings: a second `evalkit serve -- evalkit run` (a new server, on any port) is $0.
-    The first serve is a real process; the second runs in this process (its model server
-    and the run under it are still processes of their own)."""
-    monkeypatch.chdir(tmp_path)
+    settings: a second `evalkit serve -- evalkit run` (a new server, on any port) is $0."""
     unit = tmp_path / "evals" / "tiny"
-    assert cli("init", str(unit)).returncode == 0
+    assert evalkit(tmp_path, "init", str(unit)).returncode == 0
     cases = (unit / "cases.jsonl").read_text().splitlines()[:1]
     (unit / "cases.jsonl").write_text("\n".join(cases) + "\n")
     runs = []
     for port in (None, "0"):
-        args = ("--n-ctx", "512", *(["--port", port] if port else []), "--", *EVALKIT, "run", str(unit), "--k", "1")
-        proc = evalkit(tmp_path, "serve", *args, timeout=600) if port is None else serve_here(capfd, *args)
+        proc = evalkit(tmp_path, "serve", "--n-ctx", "512", *(["--port", port] if port else []), "--", *EVALKIT,
+                       "run", str(unit), "--k", "1", timeout=600)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         runs.append(_spend(proc.stdout))
     assert runs[0][0] != "$0" and runs[1] == ("$0", runs[0][0])
