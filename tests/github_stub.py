@@ -122,7 +122,10 @@ class GitHubStub:
 
         self._server = ThreadingHTTPServer((self.host, 0), Handler)
         self.api_url = f"http://{self.host}:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # shutdown() is seen only when the loop's select() times out: at the default 0.5 s,
+        # each `with GitHubStub()` waited up to half a second on leaving
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02},
+                                        daemon=True)
         self._thread.start()
         return self
 

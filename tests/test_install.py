@@ -177,7 +177,9 @@ def _pytest_session(probe: Path, plugin_dir: Path, test_body: str, conftest: str
                                          f"    {test_body}\n")
     (probe / "conftest.py").write_text(conftest)
     env = {k: v for k, v in os.environ.items() if k != "EVALKIT_TESTS_WITHOUT_LOCAL_MODEL"}
-    env.update(env_extra, PYTHONPATH=str(plugin_dir))
+    # the hooks under test, and no third-party plugin: this environment's (langsmith's
+    # alone imports ~2 CPU-s at each start) play no part in what the session reports
+    env.update(env_extra, PYTHONPATH=str(plugin_dir), PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "evalkit_test_hooks",
                            "-q", "-o", "markers=local_model: the embedded model", str(probe)],
                           capture_output=True, text=True, env=env, cwd=probe, timeout=120)

@@ -1,8 +1,16 @@
 """A new user's first hour, through the CLI as they would type it (issue 33): init,
 lint, power, run twice through `evalkit serve` (the second replays from the response
 cache at $0), grade, compare, report, an own agent program as a command unit, and
-JupyterLab as root. Every step is a real process against the scripted server; the
-embedded model's cache identity has a test of its own (`local_model`)."""
+JupyterLab as root, against the scripted server; the embedded model's cache identity has a
+test of its own (`local_model`).
+
+Real processes where a newcomer's process is the point: the first command typed
+(`evalkit init`) and the first `evalkit serve -- evalkit run` (both processes, as the
+README says to type it; the response cache it fills is read by later, separate
+processes); the command `serve` runs is always a process of its own (serve spawns it),
+and so are an agent program and JupyterLab. The other commands run in this process
+through click's CliRunner (`cli`), with the same arguments, environment and folder:
+their outputs and exit statuses are what is asserted, not their process boundary."""
 
 from __future__ import annotations
 
@@ -14,7 +22,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from evalkit._cli.main import main
 from evalkit.calls.serve import DEFAULT_PORT, default_port
 
 EVALKIT = [sys.executable, "-m", "evalkit._cli.main"]
@@ -26,11 +36,11 @@ SCRIPT = {
     "default": {"text": " unknown"},
 }
 README = Path(__file__).resolve().parents[1] / "README.md"
+UNSET = ("EVALKIT_BASE_URL", "EVALKIT_JUDGE_BASE_URL", "EVALKIT_SERVED", "EVALKIT_NOTEBOOKS")
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("EVALKIT_BASE_URL", "EVALKIT_JUDGE_BASE_URL", "EVALKIT_SERVED", "EVALKIT_NOTEBOOKS")}
+    env = {k: v for k, v in os.environ.items() if k not in UNSET}
     env["EVALKIT_API_KEY"] = "local"  # the scaffold's api_key_env
     return env
 
@@ -39,10 +49,37 @@ def evalkit(cwd: Path, *args: str, timeout: float = 300) -> subprocess.Completed
     return subprocess.run([*EVALKIT, *args], cwd=cwd, capture_output=True, text=True, env=_env(), timeout=timeout)
 
 
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """`evalkit ARGS...` in this process (CliRunner), in the current folder (the test's, by
+    monkeypatch.chdir), with `_env()`'s variables: the exit status and the two streams, as
+    `evalkit` gives them."""
+    env: dict[str, str | None] = {k: None for k in UNSET}
+    env["EVALKIT_API_KEY"] = "local"
+    res = CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+    return subprocess.CompletedProcess(args, res.exit_code, res.stdout, res.stderr)
+
+
 def served(cwd: Path, script: Path, *command: str, port: str | None = None) -> subprocess.CompletedProcess[str]:
-    """`evalkit serve --scripted SCRIPT [--port N] -- evalkit COMMAND...`."""
+    """`evalkit serve --scripted SCRIPT [--port N] -- evalkit COMMAND...`, two real processes."""
     return evalkit(cwd, "serve", "--scripted", str(script), *(["--port", port] if port else []), "--", *EVALKIT,
                    *command)
+
+
+def serve_here(capfd: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess[str]:
+    """`evalkit serve ARGS...` in this process (`cli`); the command after `--` is still a
+    process of its own, whose streams (this process's file descriptors) capfd reads: its
+    output follows serve's own."""
+    capfd.readouterr()
+    res = cli("serve", *args)
+    child = capfd.readouterr()
+    return subprocess.CompletedProcess(args, res.returncode, res.stdout + child.out, res.stderr + child.err)
+
+
+def served_here(capfd: pytest.CaptureFixture[str], script: Path, *command: str,
+                port: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`served`, with `evalkit serve` in this process and the `evalkit` command under it a real one."""
+    return serve_here(capfd, "--scripted", str(script), *(["--port", port] if port else []), "--", *EVALKIT,
+                      *command)
 
 
 def _spend(out: str) -> tuple[str, str]:
@@ -57,16 +94,17 @@ def _run_folder(out: str, cwd: Path) -> Path:
     return cwd / m.group(1)
 
 
-def test_a_newcomers_loop_runs_with_no_guess_and_no_surprise(tmp_path):
+def test_a_newcomers_loop_runs_with_no_guess_and_no_surprise(tmp_path, monkeypatch, capfd):
+    monkeypatch.chdir(tmp_path)  # where the newcomer types, for the commands run in this process
     script = tmp_path / "script.json"
     script.write_text(json.dumps(SCRIPT))
     unit = "evals/my-unit"
 
     init = evalkit(tmp_path, "init", unit)
     assert init.returncode == 0 and f"evalkit lint {unit}" in init.stdout, init.stderr
-    lint = evalkit(tmp_path, "lint", unit)
+    lint = cli("lint", unit)
     assert lint.returncode == 0 and "0 error(s)" in lint.stdout, lint.stdout + lint.stderr
-    power = evalkit(tmp_path, "power", "--win-rate", "0.75", "--tie-rate", "0.3", "--alpha", "0.05", "--power",
+    power = cli("power", "--win-rate", "0.75", "--tie-rate", "0.3", "--alpha", "0.05", "--power",
                     "0.8", "--write", unit)
     assert power.returncode == 0 and (tmp_path / unit / "plan.json").is_file(), power.stderr
 
@@ -75,21 +113,21 @@ def test_a_newcomers_loop_runs_with_no_guess_and_no_surprise(tmp_path):
     assert first.returncode == 0, first.stderr
     paid, avoided = _spend(first.stdout)
     assert paid != "$0" and avoided == "$0"
-    second = served(tmp_path, script, "run", unit)
+    second = served_here(capfd, script, "run", unit)
     assert second.returncode == 0, second.stderr
     assert _spend(second.stdout) == ("$0", paid)  # what the first paid, the cache avoided
     # ... on another port too: the answers are keyed by the script, not by where it was served
-    third = served(tmp_path, script, "run", unit, port="0")
+    third = served_here(capfd, script, "run", unit, port="0")
     assert _spend(third.stdout)[0] == "$0", third.stdout
     run = _run_folder(second.stdout, tmp_path)
 
     # grade, compare and report need no server
-    grade = evalkit(tmp_path, "grade", str(run))
+    grade = cli("grade", str(run))
     assert grade.returncode == 0, grade.stdout + grade.stderr
     assert "p95 latency" not in grade.stdout  # no retry on the ledger, the scripted server: no false alarm
-    compare = evalkit(tmp_path, "compare", str(run), "--baseline", "baseline", "--treatment", "skilled")
+    compare = cli("compare", str(run), "--baseline", "baseline", "--treatment", "skilled")
     assert compare.returncode == 0 and compare.stdout.startswith("verdict: "), compare.stdout + compare.stderr
-    report = evalkit(tmp_path, "report", str(run))
+    report = cli("report", str(run))
     assert report.returncode == 0, report.stdout + report.stderr
     # a suite with no judged case: no judge-calibration page, and the index says why
     assert "judge_calibration: skipped (nothing to calibrate" in report.stderr + report.stdout
@@ -114,25 +152,27 @@ def test_a_newcomers_loop_runs_with_no_guess_and_no_surprise(tmp_path):
     (agent / ".gitignore").write_text("runs/\n")
     (agent / "cases.jsonl").write_text(json.dumps({"id": "capital-france", "input": "What is the capital of France?",
                                                    "expected": "Paris", "tags": ["capital"]}) + "\n")
-    lint = evalkit(tmp_path, "lint", "evals/my-agent")
+    lint = cli("lint", "evals/my-agent")
     assert lint.returncode == 0, lint.stdout + lint.stderr
-    first = served(tmp_path, script, "run", "evals/my-agent", "--k", "1")
+    first = served_here(capfd, script, "run", "evals/my-agent", "--k", "1")
     assert first.returncode == 0, first.stdout + first.stderr
     assert "baseline: 1 samples, 0 errors" in first.stdout and "skilled: 1 samples, 0 errors" in first.stdout
-    again = served(tmp_path, script, "run", "evals/my-agent", "--k", "1")
+    again = served_here(capfd, script, "run", "evals/my-agent", "--k", "1")
     assert _spend(again.stdout)[0] == "$0", again.stdout  # the agent's calls replay too
-    grade = evalkit(tmp_path, "grade", str(_run_folder(first.stdout, tmp_path)))
+    grade = cli("grade", str(_run_folder(first.stdout, tmp_path)))
     assert grade.returncode == 0 and "sample_pass_rate" in grade.stdout, grade.stdout + grade.stderr
 
 
-def test_serve_takes_the_same_default_port_each_time_it_is_free_and_another_when_not(tmp_path):
+def test_serve_takes_the_same_default_port_each_time_it_is_free_and_another_when_not(tmp_path, monkeypatch, capfd):
+    """serve in this process (what is tested is its choice of port), the command it runs a process."""
+    monkeypatch.chdir(tmp_path)
     script = tmp_path / "script.json"
     script.write_text(json.dumps(SCRIPT))
     show = [sys.executable, "-c", "import os; print(os.environ['EVALKIT_BASE_URL'])"]
     urls = []
     for _ in range(2):
         free = default_port() == DEFAULT_PORT  # another test's serve may hold it for a moment
-        proc = evalkit(tmp_path, "serve", "--scripted", str(script), "--", *show)
+        proc = serve_here(capfd, "--scripted", str(script), "--", *show)
         assert proc.returncode == 0, proc.stderr
         urls.append((free, proc.stdout.strip()))
     for free, url in urls:
@@ -145,7 +185,7 @@ def test_serve_takes_the_same_default_port_each_time_it_is_free_and_another_when
             held.listen()
         except OSError:
             pytest.skip("the default port is in use by another process right now")
-        proc = evalkit(tmp_path, "serve", "--scripted", str(script), "--", *show)
+        proc = serve_here(capfd, "--scripted", str(script), "--", *show)
     assert proc.returncode == 0, proc.stderr
     assert re.fullmatch(r"http://127\.0\.0\.1:\d+/v1", proc.stdout.strip())
     assert proc.stdout.strip() != f"http://127.0.0.1:{DEFAULT_PORT}/v1"

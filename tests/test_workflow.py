@@ -57,8 +57,10 @@ def _condition(expr: str | None, ok: bool, env: dict[str, str]) -> bool:
 
 # The install step, run offline: no index, no dependencies (this environment has them),
 # no build isolation (setuptools is here), into a scratch folder that nothing imports from.
+# No byte-compiling of the installed files either: nothing imports from that folder (a
+# store_false option as PIP_NO_X="0" means "no X", as for build isolation).
 OFFLINE_PIP = {"PIP_NO_INDEX": "1", "PIP_NO_DEPS": "1", "PIP_NO_BUILD_ISOLATION": "0", "PIP_NO_CACHE_DIR": "1",
-               "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+               "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_COMPILE": "0"}
 
 
 def run_workflow(doc: dict, repo: Path, secrets: dict[str, str], variables: dict[str, str],
@@ -177,11 +179,28 @@ def _vendor_evalkit(repo: Path) -> Path:
     return dest
 
 
-def _setup(tmp_path: Path) -> tuple[Path, Path, dict]:
+@pytest.fixture(scope="module")
+def vendored(tmp_path_factory) -> Path:
+    """`_vendor_evalkit` once for the module; each test's repository gets it as hard links
+    (`_link_tree`): the build in the install step only adds files beside them."""
+    return _vendor_evalkit(tmp_path_factory.mktemp("vendored"))
+
+
+def _link_tree(src: Path, dest: Path) -> None:
+    def link(a: str, b: str) -> None:
+        try:
+            os.link(a, b)
+        except OSError:  # another file system
+            shutil.copy2(a, b)
+
+    shutil.copytree(src, dest, copy_function=link)
+
+
+def _setup(tmp_path: Path, vendored: Path) -> tuple[Path, Path, dict]:
     repo = tmp_path / "repo"
     repo.mkdir()
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    _vendor_evalkit(repo)
+    _link_tree(vendored, repo / "vendor" / "evalkit")
     cwd = os.getcwd()
     os.chdir(repo)
     try:
@@ -195,8 +214,8 @@ def _setup(tmp_path: Path) -> tuple[Path, Path, dict]:
     return repo, suite, doc
 
 
-def test_generated_workflow_shape(tmp_path):
-    repo, suite, doc = _setup(tmp_path)
+def test_generated_workflow_shape(tmp_path, vendored):
+    repo, suite, doc = _setup(tmp_path, vendored)
     text = (repo / ".github" / "workflows" / "evalkit.yml").read_text()
     on = doc.get("on", doc.get(True))  # YAML 1.1 reads a bare `on` key as true
     paths = on["pull_request"]["paths"]
@@ -280,12 +299,12 @@ def test_generated_workflow_shape(tmp_path):
     assert "python-version" in text
 
 
-def test_workflow_steps_pass_then_fail_against_the_scripted_server(tmp_path):
+def test_workflow_steps_pass_then_fail_against_the_scripted_server(tmp_path, vendored):
     """The workflow's own steps: a run that matches the committed baseline passes the
     gate (under the CI cap, not the local one); wrong answers fail the job at the gate
     step while the report and the artifacts are still produced; the baseline is never
     written."""
-    repo, suite, doc = _setup(tmp_path)
+    repo, suite, doc = _setup(tmp_path, vendored)
     cfg = json.loads((suite / "config.json").read_text())  # the starter's few cases cannot see 3 points:
     cfg["gate"]["on_underpowered"] = "warn"  # this suite accepts that, so the gate can pass
     (suite / "config.json").write_text(json.dumps(cfg))
@@ -358,12 +377,12 @@ REGRESSING = {"rules": [{"match": "name only", "text": f"I cannot say; try key {
 PR_TOKEN = "ghs_jobtoken"
 
 
-def test_a_regression_fails_the_job_at_compare_and_the_verdict_is_posted_once_on_the_pull_request(tmp_path):
+def test_a_regression_fails_the_job_at_compare_and_the_verdict_is_posted_once_on_the_pull_request(tmp_path, vendored):
     """The skill makes every case worse, in the baseline it was accepted at too: the gate
     (against that baseline) passes, compare's sign test says regression and fails the job;
     the comment step posts the gate's and compare's Markdown, redacted, on the pull
     request through the GitHub API stub, and the next run of the job edits that comment."""
-    repo, suite, doc = _setup(tmp_path)
+    repo, suite, doc = _setup(tmp_path, vendored)
     cfg = json.loads((suite / "config.json").read_text())
     cfg["gate"]["on_underpowered"] = "warn"
     cfg["k"] = 2
@@ -421,10 +440,10 @@ def test_a_regression_fails_the_job_at_compare_and_the_verdict_is_posted_once_on
     assert (suite / "baseline.json").read_bytes() == baseline
 
 
-def test_the_comment_job_posts_nothing_when_the_suite_job_wrote_no_verdict(tmp_path):
+def test_the_comment_job_posts_nothing_when_the_suite_job_wrote_no_verdict(tmp_path, vendored):
     """A suite that fails lint: no run, no verdict, no artifact; the comment job still runs
     (after a failed job), finds nothing to fetch, says so and sends nothing to GitHub."""
-    repo, suite, doc = _setup(tmp_path)
+    repo, suite, doc = _setup(tmp_path, vendored)
     (suite / "cases.jsonl").write_text("not json\n")
     secrets = {"EVALKIT_API_KEY": "test-key", "GITHUB_TOKEN": PR_TOKEN}
     with GitHubStub(PR_TOKEN) as gh:
