@@ -12,8 +12,10 @@ STAMP  := $(VENV)/.installed
 SUITE  := data/factual data/agent
 LOCKS  := requirements/build.txt requirements/lock.txt requirements/llama.txt
 PIP    := $(BIN)/python -m pip install --quiet --no-deps
-# two workers (pytest-xdist): the suite is safe in parallel (free ports, its own folders)
-PYTEST_ARGS ?= -n 2
+# two workers (pytest-xdist): the suite is safe in parallel (free ports, its own folders);
+# langsmith's pytest plugin (installed with langchain) costs each pytest process about
+# 2 CPU-s at start-up and no test uses it
+PYTEST_ARGS ?= -n 2 -p no:langsmith_plugin
 
 .PHONY: demo test install lock bench bench-smoke clean browser sandbox pyc
 
