@@ -93,26 +93,6 @@ def test_one_pacer_per_endpoint_is_shared_and_a_429_holds_it() -> None:
     assert parse_duration("soon") is None
 
 
-def test_from_the_second_hold_the_pace_is_what_got_through_between_two_holds() -> None:
-    """A server's starting allowance lets a client through at its own speed, so the first
-    guess (what got through before the first 429) can be far over the limit; between two
-    holds the allowance went from empty to empty, so what got through then is the limit."""
-    now = [0.0]
-    p = Pacer(clock=lambda: now[0])
-    for _ in range(100):  # a burst of 100 answers in 1 s: 100 per second seen
-        now[0] += 0.01
-        p.answered()
-    p.refused(None)
-    assert p.request_rate == pytest.approx(99 / 0.99 * 0.9)  # the first guess: the burst's speed, cut
-    now[0] += 0.25  # the hold
-    for _ in range(30):  # then 30 answers in 2.75 s until the next 429: about 10.9 per second
-        now[0] += 2.75 / 30
-        p.answered()
-    p.refused(None)
-    assert p.request_rate == pytest.approx(30 / 3.0)  # what got through between the holds, not 81 * 0.9
-    assert p.holds == 2 and p.refusals == 2
-
-
 def test_the_judge_is_paced_by_the_same_client(tmp_path: Path) -> None:
     from test_grading import JUDGE_SCRIPT, write_run, write_suite
 

@@ -9,9 +9,8 @@ and it does three things:
 
 * learns a steady limit: from the `x-ratelimit-limit-requests` / `-tokens` headers
   (per minute, as OpenAI and OpenAI-compatible servers send them) where the provider
-  sends them, otherwise from the spacing of 429s (the success rate seen before the first
-  refusal, then at most what got through between two holds, cut on each refusal and
-  raised slowly while none comes);
+  sends them, otherwise from the spacing of 429s (the success rate seen before a
+  refusal, cut on each refusal and raised slowly while none comes);
 * paces every request start to that limit (`PACE_FRACTION` of it), requests and
   estimated tokens alike, so the workers together stay just under it;
 * on a 429, holds all workers until Retry-After (or an exponential backoff when the
@@ -33,7 +32,7 @@ import math
 import re
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 PACE_FRACTION = 0.98  # of the learned limit: a little room for clock skew between client and server
@@ -78,8 +77,7 @@ def _number(headers: Mapping[str, str], name: str) -> float | None:
 class Pacer:
     """The shared pace of one endpoint's calls; see the module docstring."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock  # monotonic seconds; a test gives its own to step through a schedule
+    def __init__(self) -> None:
         self.request_rate: float | None = None  # requests per second allowed, once learned
         self.token_rate: float | None = None  # tokens per second allowed, once learned
         self.from_headers = False
@@ -92,8 +90,6 @@ class Pacer:
         self._in_a_row = 0  # refusals with no success between
         self._last_refusal = -math.inf
         self._successes: collections.deque[float] = collections.deque()
-        self._cycle_start: float | None = None  # when the last hold learned from 429 spacing began
-        self._cycle_successes = 0  # successes since then
 
     # -- waiting ---------------------------------------------------------------------
     def _reserve(self, tokens: int, now: float) -> float:
@@ -112,7 +108,7 @@ class Pacer:
         budget: a tiny token limit or a hostile header could park it for an hour), wait
         nothing and return how long it would have been; None once the slot is reached."""
         while True:
-            now = self._clock()
+            now = time.monotonic()
             epoch = self._epoch
             start = self._reserve(tokens, now)
             if start <= now:
@@ -125,7 +121,7 @@ class Pacer:
 
     def held_for(self) -> float:
         """Seconds left of the current hold (0 when none)."""
-        return max(0.0, self._hold_until - self._clock())
+        return max(0.0, self._hold_until - time.monotonic())
 
     # -- learning --------------------------------------------------------------------
     def observe(self, headers: Mapping[str, str] | None) -> None:
@@ -144,10 +140,9 @@ class Pacer:
 
     def answered(self) -> None:
         """A request succeeded."""
-        now = self._clock()
+        now = time.monotonic()
         self._in_a_row = 0
         self._successes.append(now)
-        self._cycle_successes += 1
         while self._successes and self._successes[0] < now - SPACING_WINDOW_S:
             self._successes.popleft()
         if not self.from_headers and self.request_rate and now - self._last_refusal > SPACING_QUIET_S:
@@ -156,7 +151,7 @@ class Pacer:
     def refused(self, retry_after: float | None, headers: Mapping[str, str] | None = None) -> float:
         """A 429 (or an overload): hold every worker until Retry-After, and learn from the
         refusal; returns the seconds the hold now has left."""
-        now = self._clock()
+        now = time.monotonic()
         self.refusals += 1
         self._in_a_row += 1
         self.observe(headers)
@@ -165,23 +160,12 @@ class Pacer:
             # The limit from 429 spacing: first, what got through over the last window;
             # then the pace cut a little on each hold (a burst's refusals are one
             # signal) and raised by each success while none comes (`answered`).
-            # The first guess measures the client more than the limit: a server's starting
-            # allowance (a token bucket's burst) lets it through as fast as it can send.
-            # From the second hold on, what got through between two holds bounds it: the
-            # allowance was empty at each refusal, so what was served in between is what the
-            # limit refilled over that time (less, where the allowance was capped while idle),
-            # and the pace never stays above it.
             span = min(SPACING_WINDOW_S, now - self._successes[0]) if len(self._successes) >= 2 else 0.0
             seen = (len(self._successes) - 1) / span if span > 0 else None
-            cycle = None
-            if self._cycle_start is not None and now > self._cycle_start:
-                cycle = self._cycle_successes / (now - self._cycle_start)
             if self.request_rate is not None:
-                cut = self.request_rate * SPACING_CUT
-                self.request_rate = max(MIN_RATE, cut if cycle is None else min(cut, cycle))
+                self.request_rate = max(MIN_RATE, self.request_rate * SPACING_CUT)
             elif seen is not None:
                 self.request_rate = max(MIN_RATE, seen * SPACING_CUT)
-            self._cycle_start, self._cycle_successes = now, 0
         self._last_refusal = now
         wait = retry_after if retry_after is not None else min(HOLD_MAX_S, HOLD_BASE_S * 2 ** (self._in_a_row - 1))
         until = now + wait
