@@ -266,12 +266,21 @@ def test_the_page_in_headless_chromium(tree: dict[str, Any], tmp_path: Path) -> 
     assert (tmp_path / "dashboard.png").stat().st_size > 0
 
 
+# `python -m evalkit._cli.main` with Ctrl-C as a terminal delivers it: a test session started
+# in the background (`make test &`, a CI runner's shell) hands its children SIGINT ignored,
+# and Python then leaves it ignored, so the Ctrl-C case would test the shell, not evalkit
+_AS_IN_A_TERMINAL = (
+    "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "runpy.run_module('evalkit._cli.main', run_name='__main__', alter_sys=True)"
+)
+
+
 @contextlib.contextmanager
 def _serving(root: Path, out: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """`evalkit dashboard ROOT --serve` as a real process, and the URL it printed (read
     from its first line: no waiting on the clock); killed if a test leaves it running."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "evalkit._cli.main", "dashboard", str(root), "--serve", "--out", str(out)],
+        [sys.executable, "-c", _AS_IN_A_TERMINAL, "dashboard", str(root), "--serve", "--out", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None

@@ -73,3 +73,25 @@ def test_a_child_that_does_not_read_never_blocks_send_and_finish_delivers_every_
     ok, err = w.finish(timeout_s=60)
     assert ok and not err
     assert {str(p.relative_to(tmp_path)): p.read_text() for p in tmp_path.rglob("*.txt")} == texts
+
+
+def test_two_processes_writing_the_same_files_at_once_never_take_each_others_temporary(tmp_path):
+    """A run killed with SIGKILL leaves its helper draining what it was sent while the
+    resumed run repairs the same files inline: the two write one file at the same time."""
+    rels = [f"samples/case-{i:03d}/a/sample-0.txt" for i in range(400)]
+    script = (
+        "import sys\nfrom pathlib import Path\nfrom evalkit.suites._samplewriter import write_text_atomic\n"
+        "made = set()\nsys.stdin.readline()\n"
+        f"for _ in range(5):\n    for rel in {rels!r}:\n        write_text_atomic(Path({str(tmp_path)!r}), rel, b'same', made)\n"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+             for _ in range(2)]
+    for p in procs:  # both are started before either writes
+        p.stdin.write(b"go\n")
+        p.stdin.flush()
+    for p in procs:
+        p.stdin.close()
+    errs = [p.stderr.read().decode() for p in procs]
+    assert [p.wait() for p in procs] == [0, 0], errs
+    assert all((tmp_path / rel).read_bytes() == b"same" for rel in rels)
+    assert not list(tmp_path.rglob("*.tmp"))  # no temporary left behind

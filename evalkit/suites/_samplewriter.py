@@ -24,6 +24,7 @@ resumed run repairs them before it goes on.
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import struct
 import subprocess
@@ -48,7 +49,10 @@ def write_text_atomic(root: Path, rel: str, data: bytes, made: set[Path]) -> Non
     if p.parent not in made:
         p.parent.mkdir(parents=True, exist_ok=True)
         made.add(p.parent)
-    tmp = p.with_name(p.name + ".tmp")
+    # a name of this writer's own: the helper of a run killed with SIGKILL drains what it
+    # was sent after its parent is gone, while the resumed run repairs the same files
+    # (the same text) inline; with one shared name, one rename took the other's file
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         try:
