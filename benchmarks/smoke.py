@@ -30,17 +30,15 @@ from _smoke import SMOKE_DIR_ENV
 
 HERE = Path(__file__).resolve().parent
 
-# Each smoke run's wall seconds, for the order (longest first): a `make bench-smoke` at
-# c440213 on a quiet 2-core machine, two at a time (wall / CPU-s: reports 23.0/20.6,
-# ratelimit 21.9/10.9, ray 15.8/9.5, batch 13.0/12.8, report_scale 10.6/13.2, ...), less
-# what this commit took off the smoke sizes (reports' warm-up pass, ratelimit's and faults'
-# clock scaled down, proxy's second case). A benchmark not listed goes first: unknown may be long.
+# Each smoke run's wall seconds, for the order (longest first): `make bench-smoke` in the
+# fresh-clone `make test` at c0c2b03, 3 at a time on 2 cores (49.9 s in all, 89.7 CPU-s,
+# load average 3.3). A benchmark not listed goes first: unknown may be long.
 WALL_S = {
-    "bench_reports.py": 21.0, "bench_ray.py": 15.8, "bench_ratelimit.py": 14.0, "bench_batch.py": 13.0,
-    "bench_report_scale.py": 10.6, "bench_proxy.py": 6.5, "bench_local_model.py": 6.1, "bench_faults.py": 5.5,
-    "bench_sandbox.py": 4.9, "bench_startup.py": 4.1, "bench_runner.py": 2.8, "bench_cap.py": 2.3,
-    "bench_ppi_coverage.py": 2.3, "bench_gate.py": 1.6, "bench_grading.py": 1.4, "bench_dataset.py": 1.3,
-    "bench_server.py": 1.1, "bench_privacy.py": 1.1, "bench_sequential.py": 0.5,
+    "bench_ray.py": 23.4, "bench_reports.py": 21.7, "bench_batch.py": 15.0, "bench_ratelimit.py": 14.8,
+    "bench_report_scale.py": 14.0, "bench_proxy.py": 12.6, "bench_local_model.py": 10.8, "bench_faults.py": 7.3,
+    "bench_sandbox.py": 6.4, "bench_startup.py": 3.7, "bench_runner.py": 3.6, "bench_cap.py": 3.4,
+    "bench_ppi_coverage.py": 2.8, "bench_gate.py": 2.2, "bench_grading.py": 2.1, "bench_dataset.py": 2.1,
+    "bench_server.py": 1.4, "bench_privacy.py": 1.2, "bench_sequential.py": 0.6,
 }
 
 

@@ -87,6 +87,17 @@ def write_suite(root: Path, cases: list[dict], unit: dict, **config) -> Path:
     return root
 
 
+def local_then_ray(suite: Path, script: dict, tmp_path: Path, cluster):
+    """`suite` run locally, then on `cluster`, against one scripted server (no cache, so
+    each run pays its own calls): both results and the requests each run made."""
+    with ScriptedServer(script) as srv:
+        local = run_suite(suite, runs_dir=tmp_path / "local", base_url=srv.base_url, progress=False, cache=False)
+        served_local = srv.stats["requests"]
+        remote = run_suite(suite, runs_dir=tmp_path / "ray", base_url=srv.base_url, progress=False, cache=False,
+                           executor=Executor(kind="ray", address=cluster.address))
+        return local, remote, served_local, srv.stats["requests"] - served_local
+
+
 def weather_cases(n: int) -> list[dict]:
     return [{"id": f"c{i}", "input": {"question": f"weather {i}?", "tool_results": FIXTURES}, "tags": ["golden"],
              "checks": [{"kind": "contains", "value": "rains" if i % 2 == 0 else "snows"}]} for i in range(n)]
@@ -111,12 +122,7 @@ def test_a_ray_run_writes_what_a_local_run_writes_key_for_key(tmp_path, cluster,
     unit = {"kind": "command", "argv": ["{python}", str(AGENTS / "plain_http.py"), "--turns", "3"], "timeout_s": 60,
             "resources": {"num_cpus": 1}}
     suite = write_suite(tmp_path / "suite", weather_cases(3), unit)
-    with ScriptedServer(SCRIPT) as srv:
-        local = run_suite(suite, runs_dir=tmp_path / "local", base_url=srv.base_url, progress=False, cache=False)
-        served_local = srv.stats["requests"]
-        remote = run_suite(suite, runs_dir=tmp_path / "ray", base_url=srv.base_url, progress=False, cache=False,
-                           executor=Executor(kind="ray", address=cluster.address))
-        served = srv.stats["requests"] - served_local
+    local, remote, served_local, served = local_then_ray(suite, SCRIPT, tmp_path, cluster)
     assert local.complete and remote.complete, (local.reason, remote.reason)
     assert served == served_local == 3 * 2 * 2  # two model calls per sample, each run paid its own
     assert remote.spend_usd == pytest.approx(local.spend_usd)
@@ -424,12 +430,7 @@ def test_a_prompt_suite_on_ray_is_key_for_key_the_local_run(tmp_path, cluster, c
     suite = templated_suite(tmp_path / "suite", cases, {"kind": "prompt", "resources": {"num_cpus": 0.5}},
                             top_p=0.9, stop=["STOP"])
     script = {"rules": [{"match": "say yes", "text": "yes, indeed"}, {"match": "say no", "text": "no, never"}]}
-    with ScriptedServer(script) as srv:
-        local = run_suite(suite, runs_dir=tmp_path / "local", base_url=srv.base_url, progress=False, cache=False)
-        served_local = srv.stats["requests"]
-        remote = run_suite(suite, runs_dir=tmp_path / "ray", base_url=srv.base_url, progress=False, cache=False,
-                           executor=Executor(kind="ray", address=cluster.address))
-        served = srv.stats["requests"] - served_local
+    local, remote, served_local, served = local_then_ray(suite, script, tmp_path, cluster)
     assert local.complete and remote.complete, (local.reason, remote.reason)
     assert served == served_local == 6
     assert "ray: 6 sample process(es) ran on" in capfd.readouterr().err  # one task per sample
@@ -453,12 +454,7 @@ def test_an_agent_unit_on_ray_runs_its_tool_loop_on_a_node_key_for_key_the_local
               "checks": [{"kind": "contains", "value": "sunny"}, {"kind": "tool_errors"}]}
              for cid, q in (("oslo", "Weather in Oslo?"), ("bergen", "Weather in Bergen?"))]
     suite = templated_suite(tmp_path / "suite", cases, {"kind": "agent", "max_turns": 4}, tools=TOOLS)
-    with ScriptedServer(AGENT_SCRIPT) as srv:
-        local = run_suite(suite, runs_dir=tmp_path / "local", base_url=srv.base_url, progress=False, cache=False)
-        served_local = srv.stats["requests"]
-        remote = run_suite(suite, runs_dir=tmp_path / "ray", base_url=srv.base_url, progress=False, cache=False,
-                           executor=Executor(kind="ray", address=cluster.address))
-        served = srv.stats["requests"] - served_local
+    local, remote, served_local, served = local_then_ray(suite, AGENT_SCRIPT, tmp_path, cluster)
     assert local.complete and remote.complete, (local.reason, remote.reason)
     assert served == served_local == 2 * 2 * 2  # a tool call, then the answer, per sample
     left, right = by_key(local.path / "results.jsonl"), by_key(remote.path / "results.jsonl")

@@ -510,14 +510,20 @@ _MANY = (
 )
 
 
-def test_each_forwarder_serves_many_connections_in_a_row_and_at_once(tmp_path, forwarder):
+def _script_forwarded(tmp_path: Path, script: str):
+    """`python -c script PORT` under the forwarder (PORT: the proxy's on the sandbox's
+    loopback); what it printed, and the forwarder's processes that outlived the sandbox."""
     port, run, listener = _forwarded(tmp_path)
     try:
-        done = run([sys.executable, "-c", _MANY, str(port)])
-        # none of the forwarder's processes (its server, its 180 connections') outlives its sandbox
-        mine = [p for p in host_pids_with(f"\0{port}\0{sandbox.SOCKET_INSIDE}\0--\0") if outlives(p)]
+        done = run([sys.executable, "-c", script, str(port)])
+        return done, [p for p in host_pids_with(f"\0{port}\0{sandbox.SOCKET_INSIDE}\0--\0") if outlives(p)]
     finally:
         listener.close()
+
+
+def test_each_forwarder_serves_many_connections_in_a_row_and_at_once(tmp_path, forwarder):
+    # none of the forwarder's processes (its server, its 180 connections') outlives its sandbox
+    done, mine = _script_forwarded(tmp_path, _MANY)
     assert (done.returncode, done.stdout) == (0, "180 180\n"), done.stderr
     assert mine == []
 
@@ -575,12 +581,7 @@ _EMFILE = (
 
 
 def test_each_forwarders_server_survives_running_out_of_descriptors(tmp_path, forwarder):
-    port, run, listener = _forwarded(tmp_path)
-    try:
-        done = run([sys.executable, "-c", _EMFILE, str(port)])
-        mine = [p for p in host_pids_with(f"\0{port}\0{sandbox.SOCKET_INSIDE}\0--\0") if outlives(p)]
-    finally:
-        listener.close()
+    done, mine = _script_forwarded(tmp_path, _EMFILE)
     assert mine == []  # the server, kept alive by its retries, still ends with its sandbox
     lines = dict(line.split(": ", 1) for line in done.stdout.splitlines())
     assert done.returncode == 0, (done.stdout, done.stderr)
