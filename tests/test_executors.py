@@ -43,6 +43,11 @@ FIXTURES = {"get_weather": [{"result": "rain, 12 C"}]}
 VOLATILE = {"latency_ms", "duration_ms", "run_id", "created", "trajectory_id"}
 
 CLUSTER_TRIES = 4
+# how soon the head sees a node die (test_a_node_that_dies_mid_sample...): a failed health check
+# each second, dead after 3 in a row, where Ray's defaults (every 3 s, 5 in a row) take 15 s;
+# a check still waits 3 s for its answer, so a node slow under load is not called dead
+HEALTH_CHECKS = {"health_check_period_ms": 1000, "health_check_failure_threshold": 3,
+                 "health_check_timeout_ms": 3000}
 needs_sandbox = pytest.mark.skipif(sandbox.probe() is not None, reason=f"no sandbox here: {sandbox.probe()}")
 
 
@@ -61,7 +66,8 @@ def cluster():
         before = {p.pid for p in psutil.Process().children(recursive=True)}
         c = None
         try:
-            c = Cluster(initialize_head=True, head_node_args={**args, "include_dashboard": False})
+            c = Cluster(initialize_head=True, head_node_args={**args, "include_dashboard": False,
+                                                              "_system_config": HEALTH_CHECKS})
             c.add_node(**args)
             # a custom resource: only this node has it (kept on the cluster for the test that kills it)
             c.far = c.add_node(**args, resources={"far": 1})
@@ -76,8 +82,38 @@ def cluster():
                     p.kill()
     else:
         raise RuntimeError(f"the three-node Ray cluster did not start in {CLUSTER_TRIES} tries: {why}")
+    join_as_driver(c)
     yield c
+    import ray
+
+    ray.shutdown()
     c.shutdown()
+
+
+def join_as_driver(c) -> None:
+    """This process joins `c` as one Ray driver for the module, as a notebook that called
+    `ray.init` does: a run then keeps that connection (evalkit's executor joins and leaves
+    only when nobody had), so the module's runs are one Ray job and share its worker
+    processes (a job of its own per run starts a Python worker on each node it uses,
+    about 1.5 CPU-s each). test_a_ray_run_writes_what_a_local_run_writes_key_for_key runs
+    without it: a run that joins the cluster itself, and leaves it."""
+    import logging
+
+    import ray
+
+    ray.init(address=c.address, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
+
+
+@pytest.fixture
+def no_driver(cluster):
+    """The test runs in a process that has not joined the cluster; the module's driver
+    joins again after it."""
+    import ray
+
+    ray.shutdown()
+    yield
+    if not ray.is_initialized():
+        join_as_driver(cluster)
 
 
 def write_suite(root: Path, cases: list[dict], unit: dict, **config) -> Path:
@@ -118,11 +154,14 @@ def by_key(path: Path) -> dict[tuple, dict]:
 
 
 @needs_sandbox
-def test_a_ray_run_writes_what_a_local_run_writes_key_for_key(tmp_path, cluster, capfd):
+def test_a_ray_run_writes_what_a_local_run_writes_key_for_key(tmp_path, cluster, no_driver, capfd):
+    import ray
+
     unit = {"kind": "command", "argv": ["{python}", str(AGENTS / "plain_http.py"), "--turns", "3"], "timeout_s": 60,
             "resources": {"num_cpus": 1}}
     suite = write_suite(tmp_path / "suite", weather_cases(3), unit)
     local, remote, served_local, served = local_then_ray(suite, SCRIPT, tmp_path, cluster)
+    assert not ray.is_initialized()  # the run joined the cluster itself, and left it
     assert local.complete and remote.complete, (local.reason, remote.reason)
     assert served == served_local == 3 * 2 * 2  # two model calls per sample, each run paid its own
     assert remote.spend_usd == pytest.approx(local.spend_usd)
@@ -337,7 +376,9 @@ def test_the_progress_line_shows_each_sample_in_flight_on_its_node(tmp_path, clu
     assert re.fullmatch(r"ray in flight 0 \(-\); done per node [0-9a-f]{8}:1", after), after
 
 
-def test_an_unreachable_cluster_is_exit_2_before_anything_is_written(tmp_path):
+def _run_on_free_port(tmp_path):
+    """`evalkit run --ray 127.0.0.1:PORT` (in-process) where nothing listens on PORT: the
+    result, the port, and the requests the server saw."""
     unit = {"kind": "command", "argv": ["{python}", str(AGENTS / "plain_http.py")], "timeout_s": 10}
     suite = write_suite(tmp_path / "suite", weather_cases(1), unit)
     free = socket.socket()
@@ -347,9 +388,25 @@ def test_an_unreachable_cluster_is_exit_2_before_anything_is_written(tmp_path):
     with ScriptedServer(SCRIPT) as srv:
         proc = CliRunner().invoke(main, ["run", str(suite), "--runs-dir", str(tmp_path / "runs"), "--base-url",
                                          srv.base_url, "--no-progress", "--ray", f"127.0.0.1:{port}"])
-        requests = srv.stats["requests"]
+        return proc, port, srv.stats["requests"]
+
+
+def test_an_unreachable_cluster_is_exit_2_before_anything_is_written(tmp_path, no_driver):
+    proc, port, requests = _run_on_free_port(tmp_path)
     assert proc.exit_code == 2, proc.output
     assert f"the Ray cluster at 127.0.0.1:{port} (--ray) cannot be reached" in proc.output
+    assert requests == 0 and not (tmp_path / "runs").exists()
+
+
+def test_a_process_joined_to_one_cluster_refuses_a_run_asked_for_another_before_anything_is_written(
+    tmp_path, cluster
+):
+    """The module's driver has joined `cluster`; a run asked for another address does not
+    quietly go to the joined one."""
+    proc, port, requests = _run_on_free_port(tmp_path)
+    assert proc.exit_code == 2, proc.output
+    assert (f"already connected to the Ray cluster at {cluster.address}, not the one at 127.0.0.1:{port} (--ray)"
+            in proc.output), proc.output
     assert requests == 0 and not (tmp_path / "runs").exists()
 
 

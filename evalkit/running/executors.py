@@ -92,6 +92,26 @@ def _reachable(address: str) -> str | None:
         return exc.strerror or str(exc)
 
 
+def _same_cluster(a: str, b: str) -> bool:
+    """Whether two ``host:port`` addresses name one cluster: the same port, and hosts
+    that are one string or resolve to a common address (``localhost:6379`` and
+    ``127.0.0.1:6379``)."""
+    (host_a, _, port_a), (host_b, _, port_b) = (x.rstrip("/").rpartition(":") for x in (a, b))
+    if port_a != port_b:
+        return False
+    host_a, host_b = host_a.strip("[]"), host_b.strip("[]")
+    if host_a == host_b:
+        return True
+
+    def resolved(host: str) -> set[str]:
+        try:
+            return {str(info[4][0]) for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
+        except (OSError, UnicodeError):
+            return {host}
+
+    return bool(resolved(host_a) & resolved(host_b))
+
+
 class RayExecutor:
     """The driver's side of a Ray run (see the module docstring): `connect` before
     anything is written, `run` per sample, `close` at the end. `where`: the file the
@@ -138,7 +158,9 @@ class RayExecutor:
             ) from None
 
         address = self.spec.address
-        if not ray.is_initialized():
+        if ray.is_initialized():  # this process joined a cluster already (a notebook's ray.init): that one
+            self._check_joined(ray)
+        else:
             target = address
             if address == "auto":  # the cluster `ray start` made here: its GCS address, checked below
                 # lazy, as Ray is; private, but the one function that resolves "auto" as ray.init does
@@ -161,6 +183,24 @@ class RayExecutor:
         print(f"evalkit: ray: the metering proxy listens on {self.proxy_bind} ({why})", file=sys.stderr, flush=True)
         self._open_board()
         return self
+
+    def _check_joined(self, ray: Any) -> None:
+        """`InputError` (exit 2) when this process is connected to another cluster than
+        the one asked for: a run goes where its executor says, or nowhere. Checked for a
+        HOST:PORT address (a ``ray://`` client connection has no GCS address of its own to
+        compare, and ``auto`` or none means whichever this process joined)."""
+        address = self.spec.address
+        if address in (None, "auto") or address.startswith("ray://"):
+            return
+        joined = str(ray.get_runtime_context().gcs_address)
+        if not _same_cluster(joined, address):
+            raise InputError(
+                f"this process is already connected to the Ray cluster at {printable(joined)}, not the one at "
+                f"{printable(address)}{'' if self.where else ' (--ray)'}: call ray.shutdown() first, or ask for "
+                f"{printable(joined)}",
+                self.where,
+                json_path="$.executor.address" if self.where else None,
+            )
 
     def room_note(self, concurrency: int, num_cpus: float) -> str | None:
         """What to say when the run's `concurrency` (the samples in flight at once, on the
