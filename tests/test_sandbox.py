@@ -88,7 +88,9 @@ def outlives(pid: int, grace_s: float = 10.0) -> bool:
 def where(request, tmp_path, monkeypatch):
     """A folder for the suite and runs: under /tmp (hidden by the sandbox's own /tmp) or
     elsewhere on the root filesystem (hidden by a tmpfs of its own); and under /tmp with
-    the python forwarder (the fallback where the compiled one is not built)."""
+    the python forwarder (the fallback where the compiled one is not built). The hostile
+    agent hangs past its timeout under /tmp with the compiled forwarder (the one test that
+    waits the timeout out); in the other two it exits at once, leaving its child running."""
     if request.param.startswith("under-tmp"):
         if request.param.endswith("python-forwarder"):
             monkeypatch.setenv(sandbox.FORWARDER_ENV, "python")
@@ -103,7 +105,7 @@ def where(request, tmp_path, monkeypatch):
 
 
 def test_a_hostile_agent_finds_no_key_reaches_only_the_proxy_writes_only_its_workdir_and_leaves_nothing(
-    where, monkeypatch
+    where, monkeypatch, request
 ):
     tmp_path = where
     monkeypatch.setenv("EVALKIT_SANDBOX_TEST_KEY", SECRET)
@@ -125,7 +127,8 @@ def test_a_hostile_agent_finds_no_key_reaches_only_the_proxy_writes_only_its_wor
         cases = [{"id": "h", "input": {"host_port": host.getsockname()[1], "upstream_port": upstream_port,
                                        "unix_path": str(unix_path)},
                   "tags": ["golden"], "checks": [{"kind": "contains", "value": "x"}]}]
-        unit = {"kind": "command", "argv": ["{python}", str(AGENTS / "hostile.py"), "{suite}", marker],
+        ending = "hang" if request.node.callspec.params["where"] == "under-tmp" else "exit"
+        unit = {"kind": "command", "argv": ["{python}", str(AGENTS / "hostile.py"), "{suite}", marker, ending],
                 "timeout_s": 10, "keep_workdir": True}
         suite = write_suite(tmp_path / "suite", cases, unit, generator={**BASE["generator"], "base_url": srv.base_url})
         before = (suite / "cases.jsonl").read_bytes()
@@ -150,7 +153,11 @@ def test_a_hostile_agent_finds_no_key_reaches_only_the_proxy_writes_only_its_wor
             assert marker.encode() not in got, f"the sandboxed agent reached the host's {listener}"
         listener.close()
     unix_path.unlink()
-    assert not res.complete and requests == 1  # timed out; its one model call went through the proxy
+    assert requests == 1  # its one model call went through the proxy
+    if ending == "hang":
+        assert not res.complete and "timed out" in (res.path / "errors.jsonl").read_text()
+    else:
+        assert res.complete and (res.path / "results.jsonl").read_text().count('"case_id"') == 1
     [call] = read_trajectory(res.path, "h", "baseline", 0).model_calls
     assert call["status"] == "ok"
     work = res.path / "workdirs" / "h" / "baseline" / "sample-1"

@@ -1,8 +1,9 @@
 """A hostile agent: tries every way out of its sandbox that issue 25 found, and writes
 what it got to report.json in its working directory (kept by the suite), then makes one
-model call through the proxy, leaves a setsid child behind and hangs past its timeout.
+model call through the proxy, leaves a setsid child behind and hangs past its timeout
+(or, given `exit`, exits at once: the sandbox must still take the child with it).
 
-argv: SUITE_DIR MARKER. The case input names the host's own loopback port to try
+argv: SUITE_DIR MARKER [hang|exit]. The case input names the host's own loopback port to try
 (`host_port`), the upstream's (`upstream_port`) and a Unix socket of the host's own
 (`unix_path`)."""
 import json
@@ -14,6 +15,7 @@ import time
 import urllib.request
 
 suite, marker = sys.argv[1], sys.argv[2]
+ending = sys.argv[3] if len(sys.argv) > 3 else "hang"
 case = json.load(sys.stdin)
 report = {"environ": {}, "cmdline": {}, "files": {}, "connect": {}, "writes": {}}
 
@@ -111,4 +113,7 @@ report["own_environ"] = dict(os.environ)
 with open("report.json.tmp", "w") as f:
     json.dump(report, f)
 os.replace("report.json.tmp", "report.json")
+if ending == "exit":
+    print("done, my child left running")
+    sys.exit(0)
 time.sleep(600)  # past its timeout: the sandbox must kill it, and its child
