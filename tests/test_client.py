@@ -97,7 +97,9 @@ class HostileServer:
         self.base_url = f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
 
     def __enter__(self) -> "HostileServer":
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        # shutdown() waits for serve_forever to look at its flag, which it does each poll_interval
+        # (0.5 s by default): a test per server, 88 of them, would wait that out each time
+        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
         return self
 
     def __exit__(self, *exc) -> None:
