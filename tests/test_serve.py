@@ -526,7 +526,9 @@ def test_serve_watches_the_embedded_server_for_its_commands_run(tmp_path):
     env["EVALKIT_TEST_KEY"] = "local"
     proc = subprocess.run([sys.executable, "-m", "evalkit._cli.main", "serve", "--n-ctx", "512", "--",
                            sys.executable, "-c", wrapper], capture_output=True, text=True, timeout=240, env=env)
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    last = proc.stdout.strip().splitlines()[-1:]
+    assert last and last[0].startswith('{"rc": '), (proc.returncode, proc.stdout, proc.stderr)
+    out = json.loads(last[0])
     assert proc.returncode == 1 and out["rc"] == 1, proc.stderr
     assert out["stopped_after_s"] < 3.0, out
     [run] = [p for p in runs.iterdir() if p.is_dir()]
