@@ -12,10 +12,14 @@ STAMP  := $(VENV)/.installed
 SUITE  := data/factual data/agent
 LOCKS  := requirements/build.txt requirements/lock.txt requirements/llama.txt
 PIP    := $(BIN)/python -m pip install --quiet --no-deps
-# two workers (pytest-xdist): the suite is safe in parallel (free ports, its own folders);
+# three workers (pytest-xdist) on the two cores CI has: the suite is safe in parallel (free
+# ports, its own folders), and many of its tests wait on real processes (a sandbox, a Ray
+# node, a kernel), so a third worker fills two cores where two leave a third of them idle.
+# Whole files to a worker (loadfile: a module's fixtures are set up once), in the order
+# collected, which tests/conftest.py makes the longest first (tools/test_walls.py says why).
 # langsmith's pytest plugin (installed with langchain) costs each pytest process about
 # 2 CPU-s at start-up and no test uses it
-PYTEST_ARGS ?= -n 2 -p no:langsmith_plugin
+PYTEST_ARGS ?= -n 3 --dist loadfile --no-loadscope-reorder -p no:langsmith_plugin
 
 .PHONY: demo test install lock bench bench-smoke clean browser sandbox pyc
 

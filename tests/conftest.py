@@ -95,6 +95,21 @@ def _opted_out() -> bool:
     return os.environ.get(LOCAL_MODEL_OPT_OUT) == "1"
 
 
+# -- the order files run in: the longest first (see tools/test_walls.py) -----------------
+WALLS = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "test_walls.json"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Files that took longest last time first, so no worker is left alone with a long
+    one at the end; a stable sort, so each file's tests keep their order and stay
+    together. Files the table lacks keep their place after the ones it names."""
+    try:
+        walls = json.loads(WALLS.read_text())["seconds_per_file"]
+    except (OSError, ValueError, KeyError):
+        return
+    items.sort(key=lambda item: -float(walls.get(item.nodeid.split("::", 1)[0], 0.0)))
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("local_model") is None:
         return

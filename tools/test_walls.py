@@ -1,0 +1,53 @@
+"""Write the wall each test file took, from a pytest JUnit XML, to
+benchmarks/results/test_walls.json; tests/conftest.py starts the longest files first.
+
+    python -m pytest -n 3 --dist loadfile --junitxml=/tmp/walls.xml
+    python tools/test_walls.py /tmp/walls.xml
+
+Why: `make test` gives each worker whole files (`--dist loadfile`, so a module's
+fixtures, such as test_executors' three-node Ray cluster, are set up once) in the order
+collected. Started late, one long file leaves one worker running it alone at the end
+while the others idle; started first, the short files fill in around it (longest
+processing time first). A file missing from the table (a new one) runs last, as short.
+The figures order the run and nothing else: no test reads them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import xml.etree.ElementTree as ET
+from collections import Counter
+from pathlib import Path
+
+OUT = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "test_walls.json"
+
+
+def file_walls(junit: Path) -> dict[str, float]:
+    """Seconds per test file (set-up, call and tear-down of each of its tests), longest first."""
+    walls: Counter[str] = Counter()
+    for case in ET.parse(junit).iter("testcase"):
+        module = (case.get("classname") or "").split(".")
+        if len(module) < 2 or module[0] != "tests":
+            continue
+        walls[f"tests/{module[1]}.py"] += float(case.get("time") or 0.0)
+    return {name: round(s, 1) for name, s in walls.most_common()}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python tools/test_walls.py JUNIT.xml", file=sys.stderr)
+        return 2
+    walls = file_walls(Path(argv[0]))
+    if not walls:
+        print(f"{argv[0]}: no test case of tests/ in it", file=sys.stderr)
+        return 2
+    tmp = OUT.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({"seconds_per_file": walls}, indent=1) + "\n")
+    tmp.replace(OUT)
+    print(f"{OUT}: {len(walls)} files, {sum(walls.values()):.0f} s in all")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
