@@ -101,13 +101,21 @@ WALLS = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "tes
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Files that took longest last time first, so no worker is left alone with a long
-    one at the end; a stable sort, so each file's tests keep their order and stay
-    together. Files the table lacks keep their place after the ones it names."""
+    one at the end; each file's tests together, in their order (a stable sort, files of
+    one wall in the order collected). Files the table lacks go last, as collected."""
     try:
         walls = json.loads(WALLS.read_text())["seconds_per_file"]
     except (OSError, ValueError, KeyError):
         return
-    items.sort(key=lambda item: -float(walls.get(item.nodeid.split("::", 1)[0], 0.0)))
+    first: dict[str, int] = {}
+    for n, item in enumerate(items):
+        first.setdefault(item.nodeid.split("::", 1)[0], n)
+
+    def key(item: pytest.Item) -> tuple[float, int]:
+        path = item.nodeid.split("::", 1)[0]
+        return -float(walls.get(path, -1.0)), first[path]
+
+    items.sort(key=key)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

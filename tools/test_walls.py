@@ -2,7 +2,7 @@
 benchmarks/results/test_walls.json; tests/conftest.py starts the longest files first.
 
     python -m pytest -n 3 --dist loadfile --junitxml=/tmp/walls.xml
-    python tools/test_walls.py /tmp/walls.xml
+    python tools/test_walls.py /tmp/walls.xml [OUT.json]
 
 Why: `make test` gives each worker whole files (`--dist loadfile`, so a module's
 fixtures, such as test_executors' three-node Ray cluster, are set up once) in the order
@@ -35,17 +35,22 @@ def file_walls(junit: Path) -> dict[str, float]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python tools/test_walls.py JUNIT.xml", file=sys.stderr)
+    if len(argv) not in (1, 2):
+        print("usage: python tools/test_walls.py JUNIT.xml [OUT.json]", file=sys.stderr)
         return 2
-    walls = file_walls(Path(argv[0]))
+    out = Path(argv[1]) if len(argv) == 2 else OUT
+    try:
+        walls = file_walls(Path(argv[0]))
+    except (OSError, ET.ParseError) as exc:
+        print(f"{argv[0]}: not a JUnit XML file: {exc}", file=sys.stderr)
+        return 2
     if not walls:
         print(f"{argv[0]}: no test case of tests/ in it", file=sys.stderr)
         return 2
-    tmp = OUT.with_suffix(".json.tmp")
+    tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(json.dumps({"seconds_per_file": walls}, indent=1) + "\n")
-    tmp.replace(OUT)
-    print(f"{OUT}: {len(walls)} files, {sum(walls.values()):.0f} s in all")
+    tmp.replace(out)
+    print(f"{out}: {len(walls)} files, {sum(walls.values()):.0f} s in all")
     return 0
 
 
