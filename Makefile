@@ -17,9 +17,7 @@ PIP    := $(BIN)/python -m pip install --quiet --no-deps
 # node, a kernel), so a third worker fills two cores where two leave a third of them idle.
 # Whole files to a worker (loadfile: a module's fixtures are set up once), in the order
 # collected, which tests/conftest.py makes the longest first (tools/test_walls.py says why).
-# langsmith's pytest plugin (installed with langchain) costs each pytest process about
-# 2 CPU-s at start-up and no test uses it
-PYTEST_ARGS ?= -n 3 --dist loadfile --no-loadscope-reorder -p no:langsmith_plugin
+PYTEST_ARGS ?= -n 3 --dist loadfile --no-loadscope-reorder
 
 .PHONY: demo test install lock bench bench-smoke clean browser sandbox pyc
 
@@ -50,7 +48,9 @@ test: $(STAMP) browser sandbox pyc
 	$(BIN)/ruff check evalkit
 	$(BIN)/ruff format --check evalkit
 	$(BIN)/mypy
-	@$(BIN)/python -m pytest -p no:cacheprovider $(PYTEST_ARGS); rc=$$?; \
+	@# langsmith's pytest plugin (installed with langchain) costs each pytest process about
+	@# 2 CPU-s at start-up and no test uses it
+	@$(BIN)/python -m pytest -p no:cacheprovider -p no:langsmith_plugin $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; that is a failure" >&2; exit 1; fi; \
 	exit $$rc
 	$(BIN)/python benchmarks/smoke.py
