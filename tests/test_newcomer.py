@@ -179,16 +179,42 @@ def test_serve_takes_the_same_default_port_each_time_it_is_free_and_another_when
         assert url.startswith("http://127.0.0.1:") and (url == f"http://127.0.0.1:{DEFAULT_PORT}/v1" or not free)
     import socket
 
-    with socket.socket() as held:
-        try:
-            held.bind(("127.0.0.1", DEFAULT_PORT))
-            held.listen()
-        except OSError:
-            pytest.skip("the default port is in use by another process right now")
+    from evalkit.calls import serve as serve_module
+
+    with socket.socket() as held:  # a default port some other process holds (not 18181: another test's may)
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        busy = held.getsockname()[1]
+        monkeypatch.setattr(serve_module, "DEFAULT_PORT", busy)
         proc = serve_here(capfd, "--scripted", str(script), "--", *show)
     assert proc.returncode == 0, proc.stderr
     assert re.fullmatch(r"http://127\.0\.0\.1:\d+/v1", proc.stdout.strip())
-    assert proc.stdout.strip() != f"http://127.0.0.1:{DEFAULT_PORT}/v1"
+    assert proc.stdout.strip() != f"http://127.0.0.1:{busy}/v1"
+
+
+@pytest.mark.local_model
+def test_a_serve_that_loses_the_default_port_to_another_after_looking_serves_on_a_free_one(
+    tmp_path, monkeypatch, capfd
+):
+    """The race of two serves started at once: the default port was free when this serve
+    looked, and another server (one that answers /v1/models, as another serve's would)
+    holds it by the time the model server binds. Its readiness check never takes the
+    other server for its own; its model server fails to bind, and serve starts it again
+    on a free port, where the command's run goes."""
+    from evalkit.calls import serve as serve_module
+    from evalkit.calls.serve import ScriptedServer
+
+    show = [sys.executable, "-c", "import os; print(os.environ['EVALKIT_BASE_URL'])"]
+    with ScriptedServer(SCRIPT) as other:
+        theirs = other.base_url
+        taken = int(theirs.split(":")[2].split("/")[0])
+        monkeypatch.setattr(serve_module, "default_port", lambda host="127.0.0.1": taken)  # "free", it said
+        proc = serve_here(capfd, "--n-ctx", "512", "--", *show)
+        asked = other.stats["requests"]
+    assert proc.returncode == 0, proc.stderr
+    url = proc.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(r"http://127\.0\.0\.1:\d+/v1", url) and url != theirs, proc.stdout
+    assert asked == 0  # not even the start-up completion went to the other server
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the README's line for root; a user's jupyter lab needs no flag")

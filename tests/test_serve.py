@@ -496,6 +496,64 @@ def test_the_embedded_server_killed_by_sigsegv_mid_run_stops_the_run_at_once(tmp
     assert res.spend_usd < 0.01 * res.cap_usd
 
 
+def test_another_server_answering_on_the_port_is_never_taken_for_the_one_starting(tmp_path):
+    """A process starting as a server on a port where another server already answers
+    /v1/models: start() waits for its own (probing again and again) and raises when it
+    exits, instead of returning at the other's first answer."""
+    import http.server
+    import os
+    import threading
+
+    from evalkit.calls.serve import ServerProcess
+    from evalkit.foundations.errors import EvalkitError
+
+    probes: list[str] = []
+    probed_twice = threading.Event()
+
+    class Models(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            body = b'{"object": "list", "data": []}'
+            self.send_response(200)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            probes.append(self.path)
+            if len(probes) >= 2:
+                probed_twice.set()
+
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Models)
+    threading.Thread(target=other.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
+    go = tmp_path / "go"
+    os.mkfifo(go)
+    # "the server": holds no socket, and exits with status 3 once the test opens the FIFO
+    starting = ServerProcess([sys.executable, "-c", f"open({str(go)!r}).read(); raise SystemExit(3)"],
+                             port=other.server_address[1], startup_timeout_s=120)
+    raised: list[BaseException] = []
+
+    def start():
+        try:
+            starting.start()
+        except BaseException as exc:  # noqa: BLE001 - kept for the assertions
+            raised.append(exc)
+
+    t = threading.Thread(target=start)
+    t.start()
+    try:
+        assert probed_twice.wait(60), "start() took the other server's first answer for its own"
+        assert t.is_alive() and not raised
+    finally:
+        open(go, "w").close()
+        t.join(60)
+        other.shutdown()
+        other.server_close()
+    assert raised and isinstance(raised[0], EvalkitError), raised
+    assert "exited with status 3 while starting" in str(raised[0])
+    assert set(probes) == {"/v1/models"}
+
+
 @pytest.mark.local_model
 def test_serve_watches_the_embedded_server_for_its_commands_run(tmp_path):
     """`evalkit serve -- COMMAND` with the real model: the server is killed by SIGSEGV

@@ -99,7 +99,7 @@ def serve(
     The whole format: docs/formats.md, "Scripted server script".
     """
     # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
-    from evalkit.calls.serve import LocalModelServer, ScriptedServer, default_port
+    from evalkit.calls.serve import LocalModelServer, ScriptedServer, default_port, port_is_free
 
     if script is not None and model_path is not None:
         raise click.UsageError("--scripted and --model are exclusive")
@@ -116,6 +116,14 @@ def serve(
                 server = ScriptedServer(script, port=0)  # a free one
     else:
         server = LocalModelServer(model_path, port=port, n_ctx=n_ctx, n_threads=n_threads)
+        if chosen and port:
+            try:
+                server.start()  # `with server:` below keeps it
+            except EvalkitError:
+                if port_is_free("127.0.0.1", port):
+                    raise  # nothing holds the port: the server failed for a reason of its own
+                # another serve took the default port after we looked: a free one (a second start)
+                server = LocalModelServer(model_path, port=0, n_ctx=n_ctx, n_threads=n_threads)
     # SIGTERM (CI cancelling a job) unwinds like Ctrl-C, so the model server is stopped.
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main else None

@@ -90,6 +90,7 @@ Semantics, including what the contract leaves open (additions are marked *):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import math
@@ -938,21 +939,63 @@ def _free_port(host: str) -> int:
         return port
 
 
+def listens_on(pid: int, port: int) -> bool | None:
+    """Whether process `pid`, or a process under it, holds a listening TCP socket on
+    `port`; None where /proc cannot tell (not Linux). The readiness check asks it so that
+    another server answering on the port (a second `evalkit serve` that took the default
+    port between our check and our bind) is never taken for ours.
+
+    Written by hand: psutil, which can list a process's connections, is not a dependency
+    of evalkit, and /proc holds the answer in two reads (the socket inodes among the
+    processes' open files, the listening sockets in /proc/net/tcp and tcp6)."""
+    inodes: set[str] = set()
+    pids, seen = [pid], set()
+    try:
+        while pids:
+            p = pids.pop()
+            if p in seen:
+                continue
+            seen.add(p)
+            for fd in os.listdir(f"/proc/{p}/fd"):
+                with contextlib.suppress(OSError):
+                    link = os.readlink(f"/proc/{p}/fd/{fd}")
+                    if link.startswith("socket:["):
+                        inodes.add(link[8:-1])
+            for task in os.listdir(f"/proc/{p}/task"):
+                with contextlib.suppress(OSError, ValueError):
+                    pids += [int(c) for c in Path(f"/proc/{p}/task/{task}/children").read_text().split()]
+    except OSError:
+        return None if not os.path.isdir("/proc/self/fd") else False
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()  # sl local_address rem_address st ... inode (the 10th)
+                if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    if fields[9] in inodes:
+                        return True
+    return False
+
+
 # The port `evalkit serve` takes when none is given and it is free: the same base URL from
 # one serve to the next, for tools that remember it (the response cache does not need it:
 # it keys a served model by `cache_identity`, never by its port).
 DEFAULT_PORT = 18181
 
 
+def port_is_free(host: str, port: int) -> bool:
+    """Whether `port` can be bound on `host` now (nothing holds it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 def default_port(host: str = "127.0.0.1") -> int:
     """`DEFAULT_PORT` when it can be bound on `host` now, else 0 (a free port: another
     server holds the default one)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((host, DEFAULT_PORT))
-        except OSError:
-            return 0
-    return DEFAULT_PORT
+    return DEFAULT_PORT if port_is_free(host, DEFAULT_PORT) else 0
 
 
 def file_sha256(path: str | Path) -> str:
@@ -1087,7 +1130,8 @@ class ServerProcess:
                 )
             try:
                 with urllib.request.urlopen(url, timeout=2) as resp:
-                    if resp.status == 200:
+                    # ours, not another server on the port (ours then fails to bind, and exits)
+                    if resp.status == 200 and listens_on(self._proc.pid, self.port) is not False:
                         return
             except (urllib.error.URLError, OSError):
                 pass
