@@ -941,31 +941,43 @@ def _free_port(host: str) -> int:
 
 def listens_on(pid: int, port: int) -> bool | None:
     """Whether process `pid`, or a process under it, holds a listening TCP socket on
-    `port`; None where /proc cannot tell (not Linux). The readiness check asks it so that
-    another server answering on the port (a second `evalkit serve` that took the default
-    port between our check and our bind) is never taken for ours.
+    `port`; None where /proc cannot tell (not Linux, a process whose open files may not
+    be read, a kernel without /proc/PID/task/TID/children). The readiness check asks it
+    so that another server answering on the port (a second `evalkit serve` that took the
+    default port between our check and our bind) is never taken for ours.
 
     Written by hand: psutil, which can list a process's connections, is not a dependency
     of evalkit, and /proc holds the answer in two reads (the socket inodes among the
     processes' open files, the listening sockets in /proc/net/tcp and tcp6)."""
+    if not os.path.isdir("/proc/self/fd"):
+        return None
     inodes: set[str] = set()
-    pids, seen = [pid], set()
-    try:
-        while pids:
-            p = pids.pop()
-            if p in seen:
-                continue
-            seen.add(p)
-            for fd in os.listdir(f"/proc/{p}/fd"):
-                with contextlib.suppress(OSError):
-                    link = os.readlink(f"/proc/{p}/fd/{fd}")
-                    if link.startswith("socket:["):
-                        inodes.add(link[8:-1])
-            for task in os.listdir(f"/proc/{p}/task"):
-                with contextlib.suppress(OSError, ValueError):
-                    pids += [int(c) for c in Path(f"/proc/{p}/task/{task}/children").read_text().split()]
-    except OSError:
-        return None if not os.path.isdir("/proc/self/fd") else False
+    pids, seen, unsure = [pid], set(), False
+    while pids:
+        p = pids.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        try:
+            fds = os.listdir(f"/proc/{p}/fd")
+            tasks = os.listdir(f"/proc/{p}/task")
+        except PermissionError:
+            unsure = True
+            continue
+        except OSError:  # gone: the process exited
+            continue
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                link = os.readlink(f"/proc/{p}/fd/{fd}")
+                if link.startswith("socket:["):
+                    inodes.add(link[8:-1])
+        for task in tasks:
+            try:
+                pids += [int(c) for c in Path(f"/proc/{p}/task/{task}/children").read_text().split()]
+            except FileNotFoundError:
+                unsure = unsure or os.path.isdir(f"/proc/{p}/task/{task}")  # no such file on this kernel
+            except (OSError, ValueError):
+                unsure = True
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with contextlib.suppress(OSError):
             for line in Path(table).read_text().splitlines()[1:]:
@@ -973,7 +985,7 @@ def listens_on(pid: int, port: int) -> bool | None:
                 if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
                     if fields[9] in inodes:
                         return True
-    return False
+    return None if unsure else False
 
 
 # The port `evalkit serve` takes when none is given and it is free: the same base URL from
@@ -1049,7 +1061,10 @@ class ServerProcess:
 
     `command` is the server's argv; ``{host}`` and ``{port}`` in it are replaced by the
     host and the port (a free one when `port` is 0). `start` waits until ``GET
-    /v1/models`` answers; the process's stdout and stderr go to a private log file.
+    /v1/models`` answers and the listening socket is the child's or a descendant's
+    (`listens_on`: another server on the port is not ours; a command whose listener is
+    not under it, such as ``docker run -p``, never gets ready); the process's stdout and
+    stderr go to a private log file.
     `exit_reason` is the watch of `endpoints`: None while the process runs, else why it
     is gone (its exit status, the signal's name for a crash, and the last lines of its
     log); hand it to `run_suite(watch=...)` / `grade_run(watch=...)` and a run that uses
@@ -1137,8 +1152,11 @@ class ServerProcess:
                 pass
             if time.monotonic() > deadline:
                 tail = self.log_tail()
+                theirs = not port_is_free(self.host, self.port) and listens_on(self._proc.pid, self.port) is False
                 raise EvalkitError(
-                    f"the {self.description} did not answer within {self.startup_timeout_s:g} s:\n{tail}"
+                    f"the {self.description} did not answer within {self.startup_timeout_s:g} s"
+                    + (f" (port {self.port} is held by a process that is not the server's)" if theirs else "")
+                    + f":\n{tail}"
                 )
             time.sleep(0.1)
 
