@@ -43,10 +43,10 @@ FIXTURES = {"get_weather": [{"result": "rain, 12 C"}]}
 VOLATILE = {"latency_ms", "duration_ms", "run_id", "created", "trajectory_id"}
 
 CLUSTER_TRIES = 4
-# how soon the head sees a node die (test_a_node_that_dies_mid_sample...): a failed health check
-# each second, dead after 3 in a row, where Ray's defaults (every 3 s, 5 in a row) take 15 s;
+# how soon the head sees a node die (test_a_node_that_dies_mid_sample...): a health check each
+# second, dead after 5 failed in a row (about 5 s), where Ray's defaults (every 3 s) take 15 s;
 # a check still waits 3 s for its answer, so a node slow under load is not called dead
-HEALTH_CHECKS = {"health_check_period_ms": 1000, "health_check_failure_threshold": 3,
+HEALTH_CHECKS = {"health_check_period_ms": 1000, "health_check_failure_threshold": 5,
                  "health_check_timeout_ms": 3000}
 needs_sandbox = pytest.mark.skipif(sandbox.probe() is not None, reason=f"no sandbox here: {sandbox.probe()}")
 
@@ -82,7 +82,11 @@ def cluster():
                     p.kill()
     else:
         raise RuntimeError(f"the three-node Ray cluster did not start in {CLUSTER_TRIES} tries: {why}")
-    join_as_driver(c)
+    try:
+        join_as_driver(c)
+    except BaseException:
+        c.shutdown()  # no cluster left running into the worker's later files
+        raise
     yield c
     import ray
 
@@ -342,7 +346,7 @@ def test_a_node_that_dies_mid_sample_errors_it_and_it_runs_once_more_elsewhere(t
     assert sum(1 for e in ledger if e["event"] == "reserve") == 3 == requests
 
 
-def test_the_progress_line_shows_each_sample_in_flight_on_its_node(tmp_path, cluster):
+def test_the_progress_line_shows_each_sample_in_flight_on_its_node(tmp_path, cluster, no_driver):
     """A task says where it started: while its program blocks (on a FIFO the test opens
     afterwards), the progress suffix counts it on its node."""
     import asyncio

@@ -22,6 +22,7 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testcase classname="tests.test_long.TestGroup" name="test_b" time="2.125"/>
 <testcase classname="tests.test_short" name="test_two" time="0.250"/>
 <testcase classname="elsewhere.test_x" name="test_c" time="9.000"/>
+<testcase classname="tests.sub.test_deep" name="test_d" time="0.300"/>
 </testsuite></testsuites>
 """
 
@@ -33,8 +34,9 @@ def test_the_seconds_per_file_are_summed_from_the_junit_xml_longest_first(tmp_pa
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     walls = json.loads(out.read_text())["seconds_per_file"]
-    assert list(walls.items()) == [("tests/test_long.py", 3.6), ("tests/test_short.py", 0.5)]  # 3.625 to 0.1 s
-    assert f"{out}: 2 files, 4 s in all" in done.stdout
+    assert list(walls.items()) == [("tests/test_long.py", 3.6), ("tests/test_short.py", 0.5),  # 3.625 to 0.1 s
+                                   ("tests/sub/test_deep.py", 0.3)]
+    assert f"{out}: 3 files, 4 s in all" in done.stdout
 
 
 def test_a_file_that_is_not_junit_is_exit_2_naming_it_and_writes_nothing(tmp_path):

@@ -27,14 +27,16 @@ def file_walls(junit: Path) -> dict[str, float]:
     """Seconds per test file (set-up, call and tear-down of each of its tests), longest first."""
     walls: Counter[str] = Counter()
     for case in ET.parse(junit).iter("testcase"):
-        module = (case.get("classname") or "").split(".")
-        if len(module) < 2 or module[0] != "tests":
+        parts = (case.get("classname") or "").split(".")  # tests[.sub].test_x[.TestClass]
+        module = next((i for i, part in enumerate(parts) if part.startswith("test_")), None)
+        if parts[0] != "tests" or module is None:
             continue
-        walls[f"tests/{module[1]}.py"] += float(case.get("time") or 0.0)
+        walls["/".join(parts[: module + 1]) + ".py"] += float(case.get("time") or 0.0)
     return {name: round(s, 1) for name, s in walls.most_common()}
 
 
 def main(argv: list[str]) -> int:
+    """Write the table from the JUnit XML `argv[0]` (to `argv[1]`, else OUT); exit 2 on bad input."""
     if len(argv) not in (1, 2):
         print("usage: python tools/test_walls.py JUNIT.xml [OUT.json]", file=sys.stderr)
         return 2
