@@ -346,7 +346,7 @@ def test_a_node_that_dies_mid_sample_errors_it_and_it_runs_once_more_elsewhere(t
     assert sum(1 for e in ledger if e["event"] == "reserve") == 3 == requests
 
 
-def test_the_progress_line_shows_each_sample_in_flight_on_its_node(tmp_path, cluster, no_driver):
+def test_the_progress_line_shows_each_sample_in_flight_on_its_node(tmp_path, cluster):
     """A task says where it started: while its program blocks (on a FIFO the test opens
     afterwards), the progress suffix counts it on its node."""
     import asyncio
