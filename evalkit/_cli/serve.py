@@ -106,29 +106,27 @@ def serve(
     chosen = port is None
     if port is None:
         port = default_port()  # the same base URL each time, unless another server holds it
+
+    def on(p: int) -> ScriptedServer | ServerProcess:
+        """The server asked for, on port `p` (not started)."""
+        if script is not None:
+            return ScriptedServer(script, port=p)
+        return LocalModelServer(model_path, port=p, n_ctx=n_ctx, n_threads=n_threads)
+
     # SIGTERM (CI cancelling a job) unwinds like Ctrl-C, so the model server is stopped: from
     # its first start on, a model still loading included
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main else None
     server: ScriptedServer | ServerProcess | None = None
     try:
-        if script is not None:
-            server = ScriptedServer(script, port=port)
-            if chosen and port:
-                try:
-                    server.start()  # `with server:` in _serve keeps it; another serve that took the port first:
-                except EvalkitError:
-                    server = ScriptedServer(script, port=0)  # a free one
-        else:
-            server = LocalModelServer(model_path, port=port, n_ctx=n_ctx, n_threads=n_threads)
-            if chosen and port:
-                try:
-                    server.start()  # `with server:` in _serve keeps it
-                except EvalkitError:
-                    if port_is_free("127.0.0.1", port):
-                        raise  # nothing holds the port: the server failed for a reason of its own
-                    # another serve took the default port after we looked: a free one (a second start)
-                    server = LocalModelServer(model_path, port=0, n_ctx=n_ctx, n_threads=n_threads)
+        server = on(port)
+        if chosen and port:
+            try:
+                server.start()  # `with server:` in _serve keeps it
+            except EvalkitError:
+                if port_is_free("127.0.0.1", port):
+                    raise  # nothing holds the port: the server failed for a reason of its own
+                server = on(0)  # another serve took the default port after we looked: a free one
         rc = _serve(server, command)
     except BaseException:
         if server is not None:
