@@ -3,13 +3,14 @@ its reservation stops the run. Model calls go over HTTP to the scripted server."
 from __future__ import annotations
 
 import json
+import math
 import threading
 from pathlib import Path
 
 import pytest
 
 from evalkit.foundations.errors import BudgetExhausted, CeilingBreached, InputError
-from evalkit.calls.ledger import Ledger
+from evalkit.calls.ledger import Ledger, spend_by_arm
 from evalkit.foundations.records import Price, Usage
 from evalkit.running.runner import run_suite
 from evalkit.suites.runload import load_run
@@ -365,3 +366,18 @@ def test_concurrency_4_spends_a_cap_of_1_4_worst_case_calls(tmp_path):
         opened += {"reserve": 1, "settle": -1, "release": -1}.get(ev["event"], 0)
         assert opened <= 1
     assert (run.ledger.event == "refuse").sum() <= 1
+
+
+def test_an_arms_spend_is_the_same_whatever_order_its_calls_settled_in(tmp_path):
+    """Two runs of the same samples settle in other orders (online and by batch, or at other
+    concurrency); the arm's paid amount must not differ in its last digit between them."""
+    usages = [Usage(165, 1), Usage(130, 5), Usage(151, 4), Usage(59, 8)]
+    costs = [PRICE.cost(u.prompt_tokens, u.completion_tokens) for u in usages]
+    assert sum(costs) != sum(reversed(costs))  # a float sum that depends on its order
+    spent = []
+    for name, order in (("forward", usages), ("backward", usages[::-1])):
+        led = Ledger(1.0, tmp_path / f"{name}.jsonl")
+        for i, u in enumerate(order):
+            led.settle(led.reserve("generator", "m", PRICE, 200, 10, key=f"case-{i}/base/0"), u)
+        spent.append(spend_by_arm(tmp_path / f"{name}.jsonl")["base"]["paid_usd"])
+    assert spent[0] == spent[1] == math.fsum(costs)

@@ -585,7 +585,11 @@ def spend_by_arm(path: str | Path, role: str = "generator") -> dict[str, dict[st
     hits). The arm is the middle part of a call's key ``case/arm/index``; a batch's lines
     are charged by their line key. What no key names an arm of (a closed batch's
     remainder) is under ``""``."""
-    out: dict[str, dict[str, float]] = {}
+    # the amounts, summed at the end with math.fsum: the ledger's order is the order calls
+    # settled in, which differs between two runs of the same samples (online and by batch,
+    # or with other concurrency), and a float sum in another order can differ in its last
+    # digit; fsum's correctly rounded sum is the same in any order
+    amounts: dict[str, dict[str, list[float]]] = {}
     open_amounts: dict[tuple[Any, Any], tuple[str, float]] = {}
     roles: dict[tuple[Any, Any], str] = {}
 
@@ -594,12 +598,12 @@ def spend_by_arm(path: str | Path, role: str = "generator") -> dict[str, dict[st
         return parts[1] if len(parts) >= 3 and parts[0] not in ("batch", "judge", "pair") else ""
 
     def add(arm: str, what: str, usd: float) -> None:
-        row = out.setdefault(arm, {"paid_usd": 0.0, "avoided_usd": 0.0})
-        row[what] += max(0.0, float(usd))
+        row = amounts.setdefault(arm, {"paid_usd": [], "avoided_usd": []})
+        row[what].append(max(0.0, float(usd)))
 
     p = Path(path)
     if not p.exists():
-        return out
+        return {}
     for ev in iter_jsonl(p):
         kind = ev.get("event")
         rid = (ev.get("run_epoch", 0), ev.get("id"))
@@ -628,4 +632,4 @@ def spend_by_arm(path: str | Path, role: str = "generator") -> dict[str, dict[st
                 add(arm_of(key), "avoided_usd", ev.get("avoided_usd", 0.0))
     for arm, left in open_amounts.values():
         add(arm, "paid_usd", left)
-    return out
+    return {arm: {what: math.fsum(usd) for what, usd in row.items()} for arm, row in amounts.items()}
