@@ -19,7 +19,7 @@ PIP    := $(BIN)/python -m pip install --quiet --no-deps
 # collected, which tests/conftest.py makes the longest first (tools/test_walls.py says why).
 PYTEST_ARGS ?= -n 3 --dist loadfile --no-loadscope-reorder
 
-.PHONY: demo test install lock bench bench-smoke clean browser sandbox pyc
+.PHONY: demo test install lock bench bench-smoke clean browser sandbox pyc test-pyc
 
 $(STAMP): pyproject.toml $(LOCKS) tools/install-llama.sh
 	rm -rf $(VENV)
@@ -44,7 +44,7 @@ demo: $(STAMP) sandbox pyc
 # The checks first (each fails the target when not clean): lint, formatting, types
 # (configured in pyproject.toml), then the tests, then every benchmark at its smallest
 # size (bench-smoke).
-test: $(STAMP) browser sandbox pyc
+test: $(STAMP) browser sandbox pyc test-pyc
 	$(BIN)/ruff check evalkit
 	$(BIN)/ruff format --check evalkit
 	$(BIN)/mypy
@@ -62,6 +62,13 @@ test: $(STAMP) browser sandbox pyc
 # and skips what is up to date.
 pyc: $(STAMP)
 	@$(BIN)/python -m compileall -q evalkit tests benchmarks >/dev/null
+
+# the tests' assertion-rewritten bytecode, written ahead for the same reason: pytest reads
+# it whatever PYTHONDONTWRITEBYTECODE says, but with the setting writes none, so each of
+# make test's workers rewrote every test file (about 5 CPU-s each); this takes about 3 CPU-s
+# once, and skips what is up to date (tools/rewrite_tests.py says how)
+test-pyc: $(STAMP)
+	@$(BIN)/python tools/rewrite_tests.py tests
 
 # headless Chromium for the browser test of the reports (apt-get where missing and allowed)
 browser:

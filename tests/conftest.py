@@ -14,6 +14,13 @@ from typing import Any, Iterator
 
 import pytest
 
+from evalkit.foundations._jsonschema import jsonschema as _jsonschema
+
+# jsonschema without its IRI grammar in every test process, as evalkit's own commands
+# import it: test modules that import nbformat or papermill at the top would otherwise
+# compile that grammar at collection, about 0.9 CPU-s in each of make test's workers
+_jsonschema()
+
 ENGINE_CONFIG: dict[str, Any] = {
     "mode": "completion", "template": "prompt.txt",
     "generator": {"model": "scripted", "api_key_env": "EVALKIT_TEST_KEY"},
