@@ -5,7 +5,7 @@ Re-grading replaces both files and never calls the generator: it reads `results.
 Judge answers are kept in the run folder's response cache (`judge-cache.sqlite`), so a
 re-grade with unchanged judge files replays them at $0; judge calls that are made
 reserve and settle on the run's own `ledger.jsonl` under the run's cost cap: the one the
-run's `config.json` records (`runner.run_cap_usd`; a CI run's `ci.cost_cap_usd`), so the
+run's `config.json` records (`runs.run_cap_usd`; a CI run's `ci.cost_cap_usd`), so the
 generator and the judge of one run spend under one cap.
 
 A sample missing from `results.jsonl` is not a pass: every rate divides by the samples
@@ -143,7 +143,14 @@ from evalkit.suites.endpoints import Watch, combine, resolve_base_url, served_wa
 from evalkit.suites.loader import load_suite
 from evalkit.suites.privacy import scan_outputs
 from evalkit.suites.runload import case_table, judge_trust_notice
-from evalkit.suites.runs import RunFolder, find_suite_dir, grade_from_dict, grade_to_dict, sample_from_dict
+from evalkit.suites.runs import (
+    RunFolder,
+    find_suite_dir,
+    grade_from_dict,
+    grade_to_dict,
+    run_cap_usd,
+    sample_from_dict,
+)
 from evalkit.suites.trajectories import read_trajectory
 
 __all__ = [
@@ -826,11 +833,7 @@ def grade_run(
 
     scores: dict[Key, JudgeScore] = {}
     outcomes: list[PairOutcome] = []
-    from evalkit.running.runner import (
-        run_cap_usd,  # the run's recorded cap (a CI run's ci.cost_cap_usd): one cap for all
-    )
-
-    cap = run_cap_usd(meta, config.cost_cap_usd)
+    cap = run_cap_usd(meta, config.cost_cap_usd)  # the run's recorded cap (a CI run's ci.cost_cap_usd): one cap for all
     judge_stats: dict[str, Any] = {"judge_spend_usd": 0.0, "cache_hits": 0, "cap_usd": cap}
     identity: JudgeIdentity | None = None
     if files is not None and (judged_keys or pairs_todo):

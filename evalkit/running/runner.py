@@ -627,17 +627,6 @@ def run_is_ci(config: Config) -> bool:
     return config.ci_cost_cap_usd is not None and config.cost_cap_usd == config.ci_cost_cap_usd
 
 
-def run_cap_usd(meta: dict[str, Any], fallback: float) -> float:
-    """The cost cap a run folder spends under, generator and judge together: the one its
-    `config.json` records (`cost_cap_usd`, the CI cap for a CI run), else (a run from
-    before evalkit recorded it, or from another tool) the config snapshot's, else
-    `fallback`."""
-    for value in (meta.get("cost_cap_usd"), (meta.get("config") or {}).get("cost_cap_usd")):
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-            return float(value)
-    return float(fallback)
-
-
 def arm_base_url(config: Config, arm: Arm, suite_url: str | None) -> str | None:
     """Where an arm's calls go: its own `generator.base_url` when it sets one other than
     the suite's, else the suite generator's resolved URL (`--base-url`, the environment,

@@ -482,6 +482,17 @@ class RunFolder:
         self.close()
 
 
+def run_cap_usd(meta: dict[str, Any], fallback: float) -> float:
+    """The cost cap a run folder spends under, generator and judge together: the one its
+    `config.json` records (`cost_cap_usd`, the CI cap for a CI run), else (a run from
+    before evalkit recorded it, or from another tool) the config snapshot's, else
+    `fallback`."""
+    for value in (meta.get("cost_cap_usd"), (meta.get("config") or {}).get("cost_cap_usd")):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            return float(value)
+    return float(fallback)
+
+
 def config_arm_names(meta: dict[str, Any]) -> list[str]:
     """The arm names a run's `config.json` lists (names or `{"name": ...}` objects)."""
     names = [a.get("name") if isinstance(a, dict) else str(a) for a in (meta.get("arms") or [])]
