@@ -385,31 +385,40 @@ def test_a_run_loads_evalkit_batch_only_when_it_sends_or_left_batches(fresh):
     assert fresh.get("run") == [], (fresh.get("run"), fresh["stdout"], fresh["stderr"])
 
 
-GRADE_CODE = (
+COMMAND_CODE = (
     "import json, sys\n"
     "from click.testing import CliRunner\n"
     "from evalkit._cli.main import main\n"
-    "r = CliRunner().invoke(main, ['grade', sys.argv[1]])\n"
-    "print(json.dumps([r.exit_code, sorted(m for m in ('openai', 'aiohttp', 'evalkit.calls.client',\n"
-    "                                                   'evalkit.running.runner') if m in sys.modules)]))\n"
+    "r = CliRunner().invoke(main, json.loads(sys.argv[1]))\n"
+    "print(json.dumps([r.exit_code, sorted(m for m in json.loads(sys.argv[2]) if m in sys.modules)]))\n"
 )
 
 
-def test_grading_a_run_no_case_of_which_is_judged_loads_no_model_client(tmp_path):
+def _loaded(args: list[str], watch: tuple[str, ...]) -> list[object]:
+    """[exit status, which of `watch` are imported] after `evalkit ARGS` in a fresh interpreter."""
+    out = subprocess.run([sys.executable, "-c", COMMAND_CODE, json.dumps(args), json.dumps(watch)],
+                         capture_output=True, text=True, timeout=120, cwd=PKG.parent)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_grading_and_comparing_a_run_no_case_of_which_is_judged_load_no_model_client_nor_scipy(tmp_path):
     """`evalkit grade` of a run whose cases a program decides imports neither openai nor
     the runner: they were half of its CPU (measured on a 2-core machine: 1.1 CPU-s before,
-    0.57 after); a judged case loads them when it is judged. Checked in a fresh interpreter."""
+    0.57 after); `evalkit compare` of it no scipy (its intervals' normal quantile comes
+    from the standard library: 1.1 CPU-s before, 0.49 after). A judged case loads the
+    client when it is judged. Each checked in a fresh interpreter."""
     from conftest import write_engine_suite
 
     from evalkit.calls.serve import ScriptedServer
     from evalkit.running.runner import run_suite
 
-    cases = [{"id": f"c{i}", "input": "capital?", "expected": "Paris", "tags": ["t"]} for i in range(2)]
-    suite = write_engine_suite(tmp_path / "suite", cases, k=1)
-    with ScriptedServer({"rules": [{"match": "capital", "text": "Paris"}]}) as srv:
+    cases = [{"id": f"c{i}", "input": f"capital {i}?", "expected": "Paris", "tags": ["t"]} for i in range(6)]
+    suite = write_engine_suite(tmp_path / "suite", cases, k=3)
+    with ScriptedServer({"rules": [{"match": "capital", "texts": ["Paris", "Lima", "Rome"]}]}) as srv:
         res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
     assert res.complete
-    out = subprocess.run([sys.executable, "-c", GRADE_CODE, str(res.path)], capture_output=True, text=True,
-                         timeout=120, cwd=PKG.parent, env={**os.environ, "EVALKIT_TEST_KEY": "k"})
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert json.loads(out.stdout.splitlines()[-1]) == [0, []], out.stdout[-2000:]
+    client = ("openai", "aiohttp", "evalkit.calls.client", "evalkit.running.runner")
+    assert _loaded(["grade", str(res.path)], client) == [0, []]
+    assert _loaded(["compare", str(res.path), "--baseline", "base", "--treatment", "guided"],
+                   ("scipy", *client)) == [0, []]

@@ -683,3 +683,26 @@ def test_sequential_sign_test_takes_a_whole_float_max_discordant():
     from evalkit.numbers.stats import SequentialSignTest
 
     assert SequentialSignTest(max_discordant=40.0).design == SequentialSignTest(max_discordant=40).design
+
+
+# The standard normal's quantiles at four points, to 15 significant digits as they are
+# commonly tabulated (the 9-decimal tables of Abramowitz & Stegun 1964, ch. 26, agree)
+NORMAL_QUANTILES = {0.95: 1.64485362695147, 0.975: 1.95996398454005, 0.995: 2.57582930354890,
+                    0.9995: 3.29052673149190}
+
+
+def test_the_normal_quantile_is_the_published_one_and_scipys_to_1e_15():
+    for p, z in NORMAL_QUANTILES.items():
+        assert S.normal_quantile(p) == pytest.approx(z, abs=1e-13)
+        assert S.normal_quantile(1 - p) == pytest.approx(-z, abs=1e-13)
+    for p in [1e-12, 1e-6, 0.001, 0.0125, 0.05 / 7, *np.linspace(0.001, 0.999, 997), 1 - 1e-9]:
+        ours, theirs = S.normal_quantile(float(p)), float(st.norm.ppf(p))
+        assert abs(ours - theirs) <= 2e-15 * abs(theirs), (p, ours, theirs)
+
+
+def test_an_estimates_interval_is_the_normal_interval_scipy_gives():
+    e = S.Estimate(value=0.4, se=0.05, n=60)
+    for alpha in (0.01, 0.05, 0.1, 0.05 / 3):
+        lo, hi = e.interval(alpha)
+        ref_lo, ref_hi = st.norm.interval(1 - alpha, loc=0.4, scale=0.05)
+        assert (lo, hi) == (pytest.approx(ref_lo, abs=1e-15), pytest.approx(ref_hi, abs=1e-15))
