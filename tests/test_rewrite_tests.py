@@ -109,3 +109,12 @@ def test_a_folder_that_does_not_exist_is_exit_2_naming_it(tmp_path):
     res = _tool(tmp_path / "nowhere")
     assert res.returncode == 2
     assert f"{tmp_path / 'nowhere'}: not a folder" in res.stderr
+
+
+def test_a_test_file_that_does_not_parse_is_left_to_pytest_and_the_others_are_written(tmp_path):
+    (tmp_path / "test_bad.py").write_text("def test_x(:\n")
+    (tmp_path / "test_sample.py").write_text(SOURCE)
+    res = _tool(tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert f"{tmp_path / 'test_bad.py'}: left to pytest (SyntaxError" in res.stderr
+    assert _pyc(tmp_path / "test_sample.py").is_file() and not _pyc(tmp_path / "test_bad.py").exists()

@@ -406,7 +406,7 @@ def _rate_and_se(block: dict[str, Any], corrected: bool = True) -> tuple[float, 
     """A judged-rate block's corrected rate and SE when people labelled it (and
     `corrected`), else the judge-only rate with the SE its Wilson interval implies; and
     which one it is."""
-    z = 1.959963984540054  # the 97.5% normal quantile: the blocks carry 95% intervals
+    z = stats.normal_quantile(0.975)  # the 97.5% normal quantile (as the blocks' 95% intervals have it)
     if corrected and block.get("corrected"):
         c = block["corrected"]
         return float(c["rate"]), float(c["high"] - c["low"]) / (2 * z), "corrected"
