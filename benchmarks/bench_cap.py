@@ -24,7 +24,7 @@ from pathlib import Path
 
 import _smoke  # benchmarks/_smoke.py: --smoke, the smallest size
 
-from evalkit.suites.runload import load_run
+from evalkit.runfolder.runload import load_run
 from evalkit.running.runner import run_suite
 from evalkit.calls.serve import ScriptedServer
 

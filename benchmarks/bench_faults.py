@@ -50,7 +50,7 @@ import _smoke  # --smoke (benchmarks/_smoke.py; this folder is on sys.path)
 from evalkit.suites.loader import load_suite
 from evalkit.foundations.records import Suite
 from evalkit.running.runner import derive_seed, run_suite
-from evalkit.suites.runs import iter_jsonl
+from evalkit.runfolder.runs import iter_jsonl
 
 HERE = Path(__file__).resolve().parent
 CONCURRENCY = 32

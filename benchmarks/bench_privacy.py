@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 
 import _smoke  # --smoke (benchmarks/_smoke.py; this folder is on sys.path)
-from evalkit.suites import privacy
-from evalkit.suites.loader import lint_suite, load_suite
+from evalkit.pii import privacy
+from evalkit.intake.lint import lint_suite, load_suite
 
 ROOT = Path(__file__).resolve().parents[1]
 PANDALM = ROOT.parent / "shared" / "data" / "pandalm" / "testset-v1.json"

@@ -62,7 +62,7 @@ from evalkit.calls.ledger import Ledger
 from evalkit.calls.proxy import MeteringProxy
 from evalkit.foundations.records import Endpoint, Price
 from evalkit.calls.session import SampleSession
-from evalkit.suites.trajectories import TrajectoryWriter
+from evalkit.runfolder.trajectories import TrajectoryWriter
 from evalkit.suites.units import ToolFixtures
 
 async def main(upstream):
@@ -246,7 +246,7 @@ def command_run(server_url: str, samples: int, repeats: int) -> dict:
     evalkit first, ...), so that load on the machine hits both alike."""
     from evalkit.conclusions.grading import grade_run
     from evalkit.running.runner import run_suite
-    from evalkit.suites.runs import iter_jsonl
+    from evalkit.runfolder.runs import iter_jsonl
 
     walls: dict[str, list[float]] = {"evalkit": [], "bare": []}
     cpus: list[float] = []

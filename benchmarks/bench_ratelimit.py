@@ -52,7 +52,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 from conftest import write_engine_suite  # noqa: E402
 
 from evalkit.running.runner import run_suite  # noqa: E402
-from evalkit.suites.runs import iter_jsonl  # noqa: E402
+from evalkit.runfolder.runs import iter_jsonl  # noqa: E402
 from evalkit.calls.serve import ScriptedServer  # noqa: E402
 
 RPM, TPM, BURST_S, CONCURRENCY, K = 600, 200_000, 1.0, 32, 10

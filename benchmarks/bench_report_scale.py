@@ -53,7 +53,7 @@ def write_run(suite_dir: Path, runs_dir: Path, k: int = K, seed: int = 20261201)
     """A finished run of the suite, written with evalkit's writers from a seeded draw."""
     from evalkit.suites.loader import load_suite
     from evalkit.foundations.records import CaseTable, Sample, Usage
-    from evalkit.suites.runs import RunFolder
+    from evalkit.runfolder.runs import RunFolder
 
     suite = load_suite(suite_dir)
     config = json.loads((suite_dir / "config.json").read_text())
@@ -142,7 +142,7 @@ def child(step: str, args: list[str]) -> dict:
         out = {"graded": g.summary.n_graded}
     elif step == "breakdown":
         from evalkit.conclusions import gates
-        from evalkit.suites import runload
+        from evalkit.runfolder import runload
         from evalkit.conclusions import verdicts
 
         def timed(fn) -> float:

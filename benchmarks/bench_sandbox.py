@@ -55,7 +55,7 @@ from evalkit.calls.ledger import Ledger
 from evalkit.calls.proxy import MeteringProxy
 from evalkit.foundations.records import Endpoint, Price
 from evalkit.calls.session import SampleSession
-from evalkit.suites.trajectories import TrajectoryWriter
+from evalkit.runfolder.trajectories import TrajectoryWriter
 from evalkit.suites.units import ToolFixtures
 
 async def main(upstream, sock):

@@ -29,7 +29,7 @@ from pathlib import Path
 import _smoke  # --smoke (benchmarks/_smoke.py; this folder is on sys.path)
 import numpy as np
 
-from evalkit.suites.runs import write_atomic
+from evalkit.runfolder.runs import write_atomic
 from evalkit.numbers.stats import SequentialDesign, SequentialSignTest, sign_test, sign_test_power, sign_test_sample_size
 
 HERE = Path(__file__).resolve().parent

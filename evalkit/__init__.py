@@ -12,7 +12,12 @@ The package's folders are its layers, each importing only from the ones before i
     foundations  errors, file names, safe files, text, formatting, records, findings
     numbers      pure statistics, one definition per metric, power plans
     checking     deterministic graders and the LLM judge
-    suites       suites (native and imported), datasets, privacy, units, run folders
+    suites       the suite format: validated, read from other tools' files, units, endpoints
+    runfolder    the run folder, written while a run goes and loaded for analysis
+    pii          personal data and secrets: found, redacted, never repeated
+    prompts      static analysis of prompt and skill files, their context cost
+    datasets     evaluation datasets: the contract, the scoping interview, review, guide
+    intake       a suite linted, and written only after it lints (import, dataset to suite)
     calls        the ledger, caches, the one client, servers, the metering proxy
     running      the sampling engine, agents, the Batch API
     conclusions  grading a run, verdicts, gates and baselines, ingest, micro-tests
@@ -79,14 +84,14 @@ MOVED = {
     "units": "suites.units",
     "suite": "suites.suite",
     "formats": "suites.formats",
-    "dataset": "suites.dataset",
-    "privacy": "suites.privacy",
-    "loader": "suites.loader",
-    "workflow": "suites.workflow",
-    "runs": "suites.runs",
-    "_samplewriter": "suites._samplewriter",
-    "trajectories": "suites.trajectories",
-    "runload": "suites.runload",
+    "dataset": "datasets.dataset",
+    "privacy": "pii.privacy",
+    "loader": "intake.lint",
+    "workflow": "telling.workflow",
+    "runs": "runfolder.runs",
+    "_samplewriter": "runfolder._samplewriter",
+    "trajectories": "runfolder.trajectories",
+    "runload": "runfolder.runload",
     "cache": "calls.cache",
     "ledger": "calls.ledger",
     "client": "calls.client",
@@ -125,18 +130,41 @@ MOVED = {
     "_cmd_privacy": "_cli.privacy",
     "_cmd_serve": "_cli.serve",
     "demo": "_cli.demo",
+    # modules of evalkit/suites/ that moved to folders of their own (issue 40): their old
+    # dotted paths answer with the module at its new home, the same object
+    "suites.runs": "runfolder.runs",
+    "suites.runload": "runfolder.runload",
+    "suites.trajectories": "runfolder.trajectories",
+    "suites._samplewriter": "runfolder._samplewriter",
+    "suites.privacy": "pii.privacy",
+    "suites.privacy_detect": "pii.privacy_detect",
+    "suites.privacy_gate": "pii.privacy_gate",
+    "suites.privacy_policy": "pii.privacy_policy",
+    "suites.privacy_redact": "pii.privacy_redact",
+    "suites.analyze": "prompts.analyze",
+    "suites.skills": "prompts.skills",
+    "suites.dataset": "datasets.dataset",
+    "suites.scope": "datasets.scope",
+    "suites.review": "datasets.review",
+    "suites.guide": "datasets.guide",
+    "suites.formats.dataset": "datasets.to_suite",
+    "suites.workflow": "telling.workflow",
 }
 
 
 def moved_name(name: str) -> str | None:
-    """`evalkit.<flat>[.rest]` -> the module's name in the layer folders, else None."""
+    """`evalkit.<old>[.rest]` -> the module's name in the layer folders, else None (`old` a
+    flat name of 0.1 or an old dotted path such as `suites.runs`, the longest that fits)."""
     head, _, rest = name.partition(".")
     if head != __name__ or not rest:
         return None
-    flat, _, tail = rest.partition(".")
-    if flat not in MOVED:
-        return None
-    return f"{__name__}.{MOVED[flat]}" + (f".{tail}" if tail else "")
+    for old in _MOVED_LONGEST_FIRST:
+        if rest == old or rest.startswith(old + "."):
+            return f"{__name__}.{MOVED[old]}{rest[len(old) :]}"
+    return None
+
+
+_MOVED_LONGEST_FIRST = sorted(MOVED, key=len, reverse=True)
 
 
 class _FlatNames(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -188,12 +216,12 @@ if not any(isinstance(f, _FlatNames) for f in sys.meta_path):
 
 _LAZY = {
     "load_suite": ("suites.loader", "load_suite"),
-    "lint_suite": ("suites.loader", "lint_suite"),
+    "lint_suite": ("intake.lint", "lint_suite"),
     "run_suite": ("running.runner", "run_suite"),
     "RunOptions": ("running.runner", "RunOptions"),
     "grade_run": ("conclusions.grading", "grade_run"),
-    "load_run": ("suites.runload", "load_run"),
-    "Run": ("suites.runload", "Run"),
+    "load_run": ("runfolder.runload", "load_run"),
+    "Run": ("runfolder.runload", "Run"),
     "Ledger": ("calls.ledger", "Ledger"),
     "two_arm_verdict": ("conclusions.verdicts", "two_arm_verdict"),
     "verdict_from_tally": ("conclusions.verdicts", "verdict_from_tally"),

@@ -17,9 +17,9 @@ import pytest
 from evalkit.conclusions.grading import grade_run
 from evalkit.running.runner import run_suite
 from evalkit.foundations._io import iter_jsonl
-from evalkit.suites.runload import load_run
+from evalkit.runfolder.runload import load_run
 from evalkit.calls.serve import ScriptedServer
-from evalkit.suites.trajectories import read_trajectory
+from evalkit.runfolder.trajectories import read_trajectory
 
 AGENTS = Path(__file__).parent / "data" / "agents"
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "the weather in a city",

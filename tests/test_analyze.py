@@ -12,7 +12,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from evalkit._cli.main import main
-from evalkit.suites.loader import lint_suite
+from evalkit.intake.lint import lint_suite
 
 SKILL = """\
 ---

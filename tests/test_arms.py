@@ -19,8 +19,8 @@ from statsmodels.stats.multitest import multipletests
 from evalkit._cli.main import main
 from evalkit.calls.ledger import spend_by_arm
 from evalkit.running.runner import derive_seed, run_suite
-from evalkit.suites.runload import load_run
-from evalkit.suites.runs import iter_jsonl
+from evalkit.runfolder.runload import load_run
+from evalkit.runfolder.runs import iter_jsonl
 from evalkit.calls.serve import ScriptedServer
 
 from conftest import make_run, write_engine_suite

@@ -24,7 +24,7 @@ from evalkit._cli.main import main
 from evalkit.conclusions.grading import grade_run
 from evalkit.running.runner import run_suite
 from evalkit.foundations._io import iter_jsonl
-from evalkit.suites.runload import load_run
+from evalkit.runfolder.runload import load_run
 from evalkit.calls.serve import ScriptedServer
 from evalkit.conclusions.verdicts import two_arm_verdict
 

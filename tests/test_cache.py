@@ -11,7 +11,7 @@ import pytest
 
 from evalkit.calls.cache import ResponseCache
 from evalkit.running.runner import run_suite
-from evalkit.suites.runload import load_run
+from evalkit.runfolder.runload import load_run
 from evalkit.calls.serve import ScriptedServer
 
 from conftest import write_engine_suite

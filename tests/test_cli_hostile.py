@@ -101,7 +101,7 @@ def test_a_grade_stopped_by_a_full_disk_and_resumed_reports_the_ledgers_judge_sp
     import shutil
 
     from evalkit.conclusions.grading import grade_run
-    from evalkit.suites.runs import iter_jsonl
+    from evalkit.runfolder.runs import iter_jsonl
 
     prefix = _private_tmpfs()
     if prefix is None:

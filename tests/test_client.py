@@ -15,7 +15,7 @@ from evalkit.calls.client import CallStopped, ModelClient, backoff_s, request_ha
 from evalkit.foundations.errors import CeilingBreached, InputError, InputTooLong, UnitCallError
 from evalkit.calls.ledger import Ledger
 from evalkit.foundations.records import Endpoint, Price
-from evalkit.suites.runs import iter_jsonl
+from evalkit.runfolder.runs import iter_jsonl
 from evalkit.calls.serve import ScriptedServer
 from evalkit.foundations.tokens import TokenCounter, byte_bound, local_tiktoken, utf8_len
 

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from evalkit._cli.main import main
 from evalkit.foundations.records import GateResult, GradesSummary
-from evalkit.suites.runload import case_table, grades_summary, load_run, run_verdicts
+from evalkit.runfolder.runload import case_table, grades_summary, load_run, run_verdicts
 from evalkit.calls.serve import ScriptedServer
 
 FIXTURE = Path(__file__).parent / "data" / "runs" / "v0.1"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from evalkit.suites import dataset as ds
+from evalkit.datasets import dataset as ds
 from evalkit._cli.main import main
 from evalkit.foundations.errors import InputError, InputErrors
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from test_dataset import Workspace, mkdataset, mkpair, ws  # noqa: F401 - ws is a fixture
 
-from evalkit.suites import dataset as ds
+from evalkit.datasets import dataset as ds
 
 
 def pairs_of(counts: dict[str, int]) -> list[dict]:

@@ -43,7 +43,7 @@ def test_the_examples_are_valid_checks(tmp_path):
     # each example, as a case's only check, passes lint's validation of its kind and options
     import json
 
-    from evalkit.suites.loader import lint_suite
+    from evalkit.intake.lint import lint_suite
     from evalkit.suites.suite import scaffold_suite
 
     suite = tmp_path / "unit"

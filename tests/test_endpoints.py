@@ -252,7 +252,7 @@ def test_the_cache_identity_is_the_configs_then_the_served_servers_then_the_url(
 def test_cache_identity_in_config_is_read_and_an_empty_one_refused(tmp_path):
     import json as _json
 
-    from evalkit.suites.loader import lint_suite, load_suite
+    from evalkit.intake.lint import lint_suite, load_suite
     from evalkit.suites.suite import scaffold_suite
 
     suite = tmp_path / "unit"
@@ -269,7 +269,7 @@ def test_cache_identity_in_config_is_read_and_an_empty_one_refused(tmp_path):
 def test_cache_identity_is_the_generators_only(tmp_path):
     import json as _json
 
-    from evalkit.suites.loader import lint_suite
+    from evalkit.intake.lint import lint_suite
     from evalkit.suites.suite import scaffold_suite
 
     suite = tmp_path / "unit"

@@ -14,7 +14,7 @@ from evalkit.foundations._io import iter_jsonl
 from evalkit.conclusions.grading import grade_run
 from evalkit.running.runner import run_suite
 from evalkit.calls.serve import ScriptedServer
-from evalkit.suites.trajectories import read_trajectory
+from evalkit.runfolder.trajectories import read_trajectory
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "agents"
 # framework folder -> the endpoint its default mode calls

@@ -22,7 +22,7 @@ from evalkit.suites.loader import load_suite
 from evalkit.foundations.records import Executor
 from evalkit.running.runner import run_suite
 from evalkit.calls.serve import ScriptedServer
-from evalkit.suites.trajectories import read_trajectory
+from evalkit.runfolder.trajectories import read_trajectory
 
 AGENTS = Path(__file__).parent / "data" / "agents"
 BASE = {
@@ -586,7 +586,7 @@ def test_a_proxy_on_a_non_loopback_address_refuses_every_request_without_its_sam
     from evalkit.foundations.records import Endpoint, Price
     from evalkit.calls.proxy import MeteringProxy
     from evalkit.calls.session import SampleSession
-    from evalkit.suites.trajectories import TrajectoryWriter
+    from evalkit.runfolder.trajectories import TrajectoryWriter
     from evalkit.suites.units import ToolFixtures
 
     ip, source = _own_address()

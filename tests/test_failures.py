@@ -10,7 +10,7 @@ from conftest import make_run
 
 from evalkit.telling import nb
 from evalkit.telling.failures import failures
-from evalkit.suites.runload import load_run
+from evalkit.runfolder.runload import load_run
 
 
 def _run(tmp_path):

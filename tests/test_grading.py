@@ -12,7 +12,7 @@ from evalkit._cli.main import main
 from evalkit.foundations.errors import InputError
 from evalkit.conclusions.grading import GRADES_SUMMARY, grade_run
 from evalkit.foundations.records import Case, Sample, Usage
-from evalkit.suites.runs import RunFolder, iter_jsonl
+from evalkit.runfolder.runs import RunFolder, iter_jsonl
 from evalkit.calls.serve import ScriptedServer
 from evalkit.suites.loader import load_suite
 from evalkit.suites.suite import JUDGE_PROMPT_TEMPLATE

@@ -16,7 +16,7 @@ import pytest
 from evalkit.telling import labelling
 from evalkit.conclusions.grading import GRADES_SUMMARY, grade_run, judged_rates
 from evalkit.foundations.records import Case, CaseTable, Check, CheckResult, Grade, GradesSummary, Sample, Usage
-from evalkit.suites.runs import RunFolder, iter_jsonl
+from evalkit.runfolder.runs import RunFolder, iter_jsonl
 from evalkit.calls.serve import ScriptedServer
 from test_grading import write_suite
 
@@ -203,7 +203,7 @@ def test_judge_repeats_measure_flips_mark_unstable_samples_and_replay_at_zero(tm
     assert any("flips" in f["message"] and f["level"] == "MEDIUM" for f in res.summary.findings)
     # the failures view marks the unstable samples
     from evalkit.telling.failures import failures
-    from evalkit.suites.runload import load_run
+    from evalkit.runfolder.runload import load_run
 
     view = failures(load_run(run))
     whys = {(fc.case_id, s.index): s.why() for fc in view.cases for s in fc.samples}

@@ -181,7 +181,7 @@ def test_report_redact_keeps_the_replay_page_of_an_agent_run(tmp_path):
 
 @pytest.mark.parametrize("form", FORMS)
 def test_each_form_is_replaced_where_it_stands(form: str) -> None:
-    from evalkit.suites.privacy import Redactor
+    from evalkit.pii.privacy import Redactor
 
     out = Redactor().text(form)
     assert re.search(r"<[A-Z_]+_1>", out) and not _leaks(out), out

@@ -10,7 +10,7 @@ import pytest
 from evalkit.foundations.errors import InputError
 from evalkit.suites.formats.agent_evals import read_agent_evals
 from evalkit.suites.formats.vally import parse_duration, read_vally
-from evalkit.suites.loader import import_suite, lint_suite, load_suite, write_native_suite
+from evalkit.intake.lint import import_suite, lint_suite, load_suite, write_native_suite
 from evalkit.suites.suite import render_prompt
 
 AGENT_EVALS = {
@@ -276,8 +276,8 @@ def test_a_run_of_an_evals_json_suite_finds_its_suite_and_case_sets(tmp_path):
     # Review finding: the suite lookup wanted cases.jsonl, so every case of an
     # evals.json suite counted as capability (gated on pass@k, not pass^k).
     # A run of evalkit 0.1 kept no case table: its sets are read from that suite.
-    from evalkit.suites.runload import case_table
-    from evalkit.suites.runs import find_suite_dir
+    from evalkit.runfolder.runload import case_table
+    from evalkit.runfolder.runs import find_suite_dir
 
     suite = tmp_path / "pdf-skill"
     write(suite / "evals.json", json.dumps(AGENT_EVALS))

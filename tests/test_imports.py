@@ -131,10 +131,10 @@ def test_the_cycle_check_sees_a_cycle(tmp_path, monkeypatch):
 # their imports are held to the cycle rule above, their comments are theirs to write.
 COMMENTS_EXEMPT = {
     "evalkit.running.runner", "evalkit.calls.client", "evalkit.calls.ledger", "evalkit.calls.cache",
-    "evalkit.calls.serve", "evalkit.foundations.tokens", "evalkit.suites._samplewriter", "evalkit.suites.privacy",
-    # the privacy scan's parts, split out of evalkit.suites.privacy with their code unchanged
-    "evalkit.suites.privacy_detect", "evalkit.suites.privacy_policy", "evalkit.suites.privacy_gate",
-    "evalkit.suites.privacy_redact",
+    "evalkit.calls.serve", "evalkit.foundations.tokens", "evalkit.runfolder._samplewriter", "evalkit.pii.privacy",
+    # the privacy scan's parts, split out of evalkit.pii.privacy with their code unchanged
+    "evalkit.pii.privacy_detect", "evalkit.pii.privacy_policy", "evalkit.pii.privacy_gate",
+    "evalkit.pii.privacy_redact",
 }
 
 
@@ -324,6 +324,53 @@ def test_each_layer_folder_says_what_it_holds_and_may_import():
         doc = ast.get_docstring(tree) or ""
         assert "May import" in doc, f"evalkit/{folder}/__init__.py: no 'May import' line"
         assert len(tree.body) == 1, f"evalkit/{folder}/__init__.py holds more than its docstring"
+
+
+def first_docstring_lines() -> dict[str, str]:
+    """module -> the first line of its docstring ('' when it has none)."""
+    out = {}
+    for name, path in modules().items():
+        doc = ast.get_docstring(parsed(path)[1]) or ""
+        out[name] = doc.strip().splitlines()[0].strip() if doc.strip() else ""
+    return out
+
+
+def test_each_module_says_its_one_concern_in_its_docstrings_first_line():
+    """Every module of the map opens with a docstring whose first line says its concern: a
+    phrase of at least four words, not shared with another module (one concern, one home)."""
+    lines = first_docstring_lines()
+    layers = module_map(ARCHITECTURE.read_text(encoding="utf-8"))
+    missing = sorted(m for m in layers if len(lines.get(m, "").split()) < 4)
+    assert not missing, f"no concern in the docstring's first line: {missing}"
+    seen: dict[str, str] = {}
+    shared = []
+    for m in sorted(layers):
+        key = lines[m].lower()
+        if key in seen:
+            shared.append(f"{seen[key]} and {m}: {lines[m]!r}")
+        seen[key] = m
+    assert not shared, shared
+
+
+def test_the_concern_check_sees_a_module_without_a_docstring(tmp_path, monkeypatch):
+    """The check itself: a module whose docstring is gone, or says nothing, is reported."""
+    import importlib
+    mod = importlib.import_module(__name__)
+    tree = ast.parse("x = 1\n")
+    real = mod.parsed
+    monkeypatch.setattr(mod, "parsed", lambda p: ([], tree) if p.name == "metrics.py" else real(p))
+    lines = mod.first_docstring_lines()
+    assert lines["evalkit.numbers.metrics"] == ""
+    with pytest.raises(AssertionError, match="evalkit.numbers.metrics"):
+        mod.test_each_module_says_its_one_concern_in_its_docstrings_first_line()
+
+
+def test_readme_layout_names_every_layer_folder():
+    """README's layout table lists each layer folder of docs/architecture.md, and no other."""
+    readme = (PKG.parent / "README.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"^\| `evalkit/([a-z_]+)/` \|", readme, re.M))
+    folders = {f for f in layer_folders(ARCHITECTURE.read_text(encoding="utf-8")).values() if f}
+    assert listed == folders, (sorted(folders - listed), sorted(listed - folders))
 
 
 def test_every_flat_name_of_evalkit_0_1_still_imports_as_the_same_module(fresh):

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from evalkit.numbers import stats
 from evalkit._cli.main import main
-from evalkit.suites.runload import load_run
+from evalkit.runfolder.runload import load_run
 
 HERE = Path(__file__).parent
 FIXTURES = HERE / "data" / "ingest"
@@ -165,7 +165,7 @@ def test_agent_evals_ingest_keeps_each_case_set(tmp_path: Path) -> None:
     case on pass^k, a capability case on pass@k and an exploratory one not at all."""
     from evalkit.conclusions.gates import run_metrics
     from evalkit.numbers.metrics import gated_case_score, score_of
-    from evalkit.suites.runload import grades_summary
+    from evalkit.runfolder.runload import grades_summary
 
     ev = tmp_path / "evals.json"
     ev.write_text(json.dumps({"cases": [

@@ -13,8 +13,8 @@ from evalkit.foundations.errors import BudgetExhausted, CeilingBreached, InputEr
 from evalkit.calls.ledger import Ledger, spend_by_arm
 from evalkit.foundations.records import Price, Usage
 from evalkit.running.runner import run_suite
-from evalkit.suites.runload import load_run
-from evalkit.suites.runs import TornLineWarning, iter_jsonl
+from evalkit.runfolder.runload import load_run
+from evalkit.runfolder.runs import TornLineWarning, iter_jsonl
 from evalkit.calls.serve import ScriptedServer
 
 from conftest import write_engine_suite

@@ -54,7 +54,7 @@ def test_records_frame_is_the_frame_of_the_records_dicts(tmp_path):
     import pandas as pd
     from test_runload import same, write_odd_run
 
-    from evalkit.suites import runload
+    from evalkit.runfolder import runload
     from evalkit.conclusions import verdicts
 
     trials = verdicts.paired_trials(runload.load_run(write_odd_run(tmp_path, 8)), "baseline", "guided")

@@ -1,4 +1,4 @@
-"""Personal data and secrets (evalkit.suites.privacy): planted values of every kind found, their
+"""Personal data and secrets (evalkit.pii.privacy): planted values of every kind found, their
 look-alikes left alone, the allow-list, and the hooks: lint, dataset validate and new,
 import, run, grade and report --redact. Every diagnostic names where and what kind, and
 never the value: each test checks the planted values are absent from what was printed
@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from evalkit.suites import privacy
+from evalkit.pii import privacy
 from evalkit._cli.main import main
 from evalkit.foundations.errors import InputError, RedactionIncomplete
 from evalkit.calls.serve import ScriptedServer
-from evalkit.suites.loader import lint_suite
+from evalkit.intake.lint import lint_suite
 
 ROOT = Path(__file__).resolve().parents[1]
 FACTUAL = ROOT / "data" / "factual"

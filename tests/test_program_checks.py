@@ -16,7 +16,7 @@ from evalkit._cli.main import main
 from evalkit.checking.graders import exit_code, file_exists, json_field, same_json
 from evalkit.foundations._io import iter_jsonl
 from evalkit.calls.serve import ScriptedServer
-from evalkit.suites.loader import lint_suite, load_suite
+from evalkit.intake.lint import lint_suite, load_suite
 
 # The program under test: answers with JSON, writes the files its case names into its
 # working directory, and exits with the case's status.

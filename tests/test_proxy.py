@@ -13,10 +13,10 @@ from evalkit.calls.client import ModelClient
 from evalkit.calls.ledger import Ledger
 from evalkit.calls.proxy import MeteringProxy
 from evalkit.foundations.records import Endpoint, Price
-from evalkit.suites.runs import iter_jsonl
+from evalkit.runfolder.runs import iter_jsonl
 from evalkit.calls.serve import ScriptedServer
 from evalkit.calls.session import SampleSession
-from evalkit.suites.trajectories import TrajectoryWriter, read_trajectory
+from evalkit.runfolder.trajectories import TrajectoryWriter, read_trajectory
 from evalkit.suites.units import ToolFixtures
 
 PRICE = Price(1.0, 2.0)
@@ -182,7 +182,7 @@ REFUSED = (
 def test_a_request_refused_before_metering_errors_the_sample_of_a_real_program(tmp_path, mode):
     from evalkit.conclusions.grading import grade_run
     from evalkit.running.runner import run_suite
-    from evalkit.suites.runload import load_run
+    from evalkit.runfolder.runload import load_run
 
     suite = tmp_path / "suite"
     suite.mkdir()

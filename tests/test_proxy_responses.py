@@ -19,10 +19,10 @@ from evalkit.calls.ledger import Ledger
 from evalkit.calls.proxy import MeteringProxy
 from evalkit.foundations.records import Endpoint, Price
 from evalkit.calls.responses_api import CHAT_COMPLETIONS_SWITCHES
-from evalkit.suites.runs import iter_jsonl
+from evalkit.runfolder.runs import iter_jsonl
 from evalkit.calls.serve import ScriptedServer
 from evalkit.calls.session import SampleSession
-from evalkit.suites.trajectories import TrajectoryWriter, read_trajectory
+from evalkit.runfolder.trajectories import TrajectoryWriter, read_trajectory
 from evalkit.suites.units import ToolFixtures
 
 PRICE = Price(1.0, 2.0)

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from evalkit._cli.main import main
 from evalkit.calls.ratelimit import Pacer, pacer_for, parse_duration
-from evalkit.suites.runs import iter_jsonl
+from evalkit.runfolder.runs import iter_jsonl
 from evalkit.calls.serve import ScriptedServer
 
 from conftest import write_engine_suite

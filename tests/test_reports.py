@@ -554,7 +554,7 @@ def test_a_page_that_cannot_be_rendered_fails_its_notebook_alone(tmp_path, monke
 def test_ingested_tau_bench_run_summarised_from_grades(tmp_path):
     """A run ingested from tau-bench carries its grades: `ingest` writes the grades
     summary from them, with the same sample pass rate `evalkit grade` defines."""
-    from evalkit.suites.runload import grades_summary
+    from evalkit.runfolder.runload import grades_summary
 
     trials = PANDALM.parent / "tau-bench" / "gpt-4o-airline.trials.jsonl"
     assert trials.exists(), "../shared/data/tau-bench is missing"

@@ -15,7 +15,7 @@ import pytest
 from test_dataset import SOURCE_YAML, Workspace, source_pairs
 
 from evalkit.foundations.errors import InputError
-from evalkit.suites import review as rv
+from evalkit.datasets import review as rv
 from evalkit.telling.interview import ReviewUI
 from evalkit.telling.reports import KERNEL, notebooks_dir
 

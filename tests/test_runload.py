@@ -1,4 +1,4 @@
-"""A run folder loaded for analysis (evalkit.suites.runload).
+"""A run folder loaded for analysis (evalkit.runfolder.runload).
 
 The loader was made fast for 100,000-sample runs (rows rebuilt in place, the ledger read
 on first use, lookups by column); these tests hold it to the straightforward reading it
@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 from evalkit.conclusions import gates
-from evalkit.suites import runload
+from evalkit.runfolder import runload
 from evalkit.conclusions import verdicts
 
 DATA_RUN = Path(__file__).parent / "data" / "runs" / "v0.1" / "runs" / "20261201-094733"

@@ -17,8 +17,8 @@ import pytest
 
 from evalkit.foundations.errors import InputError
 from evalkit.running.runner import derive_seed, run_suite
-from evalkit.suites.runload import load_run
-from evalkit.suites.runs import iter_jsonl
+from evalkit.runfolder.runload import load_run
+from evalkit.runfolder.runs import iter_jsonl
 from evalkit.calls.serve import ScriptedServer
 
 from conftest import write_engine_suite

@@ -9,8 +9,8 @@ import pytest
 
 from evalkit.foundations.errors import InputError
 from evalkit.foundations.records import Sample, Usage
-from evalkit.suites.runload import GRADE_COLUMNS, SAMPLE_COLUMNS, load_run
-from evalkit.suites.runs import RunFolder, TornLineWarning, iter_jsonl, repair_torn_tail, sample_from_dict, sample_path, sample_to_dict, write_atomic
+from evalkit.runfolder.runload import GRADE_COLUMNS, SAMPLE_COLUMNS, load_run
+from evalkit.runfolder.runs import RunFolder, TornLineWarning, iter_jsonl, repair_torn_tail, sample_from_dict, sample_path, sample_to_dict, write_atomic
 
 
 def _sample(case="c1", arm="base", index=0, output="Paris") -> Sample:
@@ -221,7 +221,7 @@ def test_one_process_at_a_time_holds_a_run_folder(tmp_path):
         pass
     # A process killed while holding the lock leaves the file but not the lock.
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from evalkit.suites.runs import RunFolder\n"
+        "import sys, time; from evalkit.runfolder.runs import RunFolder\n"
         "with RunFolder(sys.argv[1]).lock():\n    print('held', flush=True); time.sleep(60)"), str(run.path)],  # holds it until killed
         stdout=subprocess.PIPE, text=True)
     try:
@@ -293,7 +293,7 @@ def test_repair_writes_only_the_missing_sample_files(tmp_path):
 
 
 def test_find_suite_dir_does_not_depend_on_the_current_directory(tmp_path, monkeypatch):
-    from evalkit.suites.runs import find_suite_dir
+    from evalkit.runfolder.runs import find_suite_dir
 
     suite = tmp_path / "data" / "factual"
     run = suite / "runs" / "20261130-000000"
@@ -312,7 +312,7 @@ def test_find_suite_dir_does_not_depend_on_the_current_directory(tmp_path, monke
 
 def test_a_grade_line_round_trips_with_every_field():
     from evalkit.foundations.records import CheckResult, Grade
-    from evalkit.suites.runs import grade_from_dict, grade_to_dict
+    from evalkit.runfolder.runs import grade_from_dict, grade_to_dict
 
     g = Grade("c1", "base", 2, None, (CheckResult("contains", True, ""), CheckResult("judge", False, "low")),
               judge_version="v2", judge_score=2, judge_reason="wrong", judge_cost_usd=1e-6, activated=True,
@@ -335,7 +335,7 @@ def test_an_append_that_finds_no_room_leaves_no_torn_line(tmp_path):
     code = textwrap.dedent(f"""
         import resource, json
         from evalkit.foundations.errors import DiskFull
-        from evalkit.suites.runs import AppendLog, iter_jsonl
+        from evalkit.runfolder.runs import AppendLog, iter_jsonl
         log = AppendLog("/dev/full")
         try:
             log.append({{"a": 1}})

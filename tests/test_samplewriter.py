@@ -5,7 +5,7 @@ import struct
 import subprocess
 import sys
 
-from evalkit.suites._samplewriter import SampleWriter
+from evalkit.runfolder._samplewriter import SampleWriter
 
 
 def _frame(rel: str, data: bytes) -> bytes:
@@ -14,7 +14,7 @@ def _frame(rel: str, data: bytes) -> bytes:
 
 
 def _child(root, stdin: bytes) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "evalkit.suites._samplewriter", str(root)], input=stdin,
+    return subprocess.run([sys.executable, "-m", "evalkit.runfolder._samplewriter", str(root)], input=stdin,
                           capture_output=True, timeout=60)
 
 
@@ -80,7 +80,7 @@ def test_two_processes_writing_the_same_files_at_once_never_take_each_others_tem
     resumed run repairs the same files inline: the two write one file at the same time."""
     rels = [f"samples/case-{i:03d}/a/sample-0.txt" for i in range(400)]
     script = (
-        "import sys\nfrom pathlib import Path\nfrom evalkit.suites._samplewriter import write_text_atomic\n"
+        "import sys\nfrom pathlib import Path\nfrom evalkit.runfolder._samplewriter import write_text_atomic\n"
         "made = set()\nsys.stdin.readline()\n"
         f"for _ in range(5):\n    for rel in {rels!r}:\n        write_text_atomic(Path({str(tmp_path)!r}), rel, b'same', made)\n"
     )

@@ -16,10 +16,10 @@ import pytest
 
 from evalkit.calls import sandbox
 from evalkit.conclusions.grading import grade_run
-from evalkit.suites.runload import load_run
+from evalkit.runfolder.runload import load_run
 from evalkit.running.runner import run_suite
 from evalkit.calls.serve import ScriptedServer
-from evalkit.suites.trajectories import read_trajectory
+from evalkit.runfolder.trajectories import read_trajectory
 
 AGENTS = Path(__file__).parent / "data" / "agents"
 SECRET = "sk-upstream-secret-" + uuid.uuid4().hex

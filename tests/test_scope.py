@@ -14,7 +14,7 @@ from test_dataset import SOURCE_YAML, Workspace, source_pairs
 
 from evalkit._cli.main import main
 from evalkit.foundations.errors import InputError
-from evalkit.suites import scope as sc
+from evalkit.datasets import scope as sc
 from evalkit.telling.interview import InterviewUI
 from evalkit.telling.reports import KERNEL, notebooks_dir
 

@@ -16,7 +16,7 @@ from scipy.stats import binomtest
 from evalkit._cli.main import main
 from evalkit.calls.serve import ScriptedServer
 from evalkit.foundations._io import iter_jsonl
-from evalkit.suites.loader import lint_suite
+from evalkit.intake.lint import lint_suite
 
 V01 = Path(__file__).parent / "data" / "runs" / "v0.1"
 STAMP = "20261201-094733"

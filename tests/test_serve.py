@@ -443,7 +443,7 @@ def _embedded_suite(root, n_cases: int = 8):
 def _reserves_per_key(run) -> dict:
     import collections
 
-    from evalkit.suites.runs import iter_jsonl
+    from evalkit.runfolder.runs import iter_jsonl
 
     # a reservation released "not sent" (the run stopped while it waited) never went out
     lines = list(iter_jsonl(run / "ledger.jsonl"))

@@ -10,7 +10,7 @@ import pytest
 
 from evalkit.foundations.errors import InputError, InputErrors
 from evalkit.foundations.records import Case, Check, Price, Suite
-from evalkit.suites.loader import lint_suite, load_suite
+from evalkit.intake.lint import lint_suite, load_suite
 from evalkit.suites.suite import case_id_problem, load_cases, load_config, render_prompt, safe_case_id, scaffold_suite
 
 REPO = Path(__file__).resolve().parents[1]

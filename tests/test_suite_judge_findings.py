@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from evalkit._cli.main import main
 from evalkit.foundations.findings import Finding
 from evalkit.checking.judge import deterministic_alternative, model_family, rubric_examples, same_family
-from evalkit.suites.loader import lint_suite
+from evalkit.intake.lint import lint_suite
 from evalkit.suites.suite import scaffold_suite
 from test_suite import BASE_CONFIG, write_suite
 

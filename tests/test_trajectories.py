@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import warnings
 
-from evalkit.suites.runs import TornLineWarning
-from evalkit.suites.trajectories import TrajectoryWriter, read_trajectory, sample_indices, trajectory_relpath
+from evalkit.runfolder.runs import TornLineWarning
+from evalkit.runfolder.trajectories import TrajectoryWriter, read_trajectory, sample_indices, trajectory_relpath
 
 
 def test_attempts_turns_and_a_torn_tail(tmp_path):

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from evalkit.foundations.errors import InputError, InputErrors
-from evalkit.suites.privacy import run_gate
+from evalkit.pii.privacy import run_gate
 from evalkit.foundations.records import Unit
-from evalkit.suites.loader import lint_suite, load_suite
+from evalkit.intake.lint import lint_suite, load_suite
 from evalkit.suites.units import ToolFixtures
 
 BASE = {

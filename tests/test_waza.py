@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from evalkit._cli.main import main
 from evalkit.checking.graders import GRADERS
-from evalkit.suites.loader import lint_suite, load_suite
+from evalkit.intake.lint import lint_suite, load_suite
 
 SPEC = """\
 name: pdf-skill
@@ -140,7 +140,7 @@ RESULTS = {
 def test_ingest_reads_waza_results_and_an_errored_run_is_never_a_pass(tmp_path):
     import json
 
-    from evalkit.suites.runload import load_run
+    from evalkit.runfolder.runload import load_run
 
     f = tmp_path / "results.json"
     f.write_text(json.dumps(RESULTS))

@@ -23,7 +23,7 @@ from github_stub import BOT, GitHubStub
 from evalkit._cli.main import main
 from evalkit.foundations.errors import InputError
 from evalkit.calls.serve import ScriptedServer
-from evalkit.suites.workflow import install_spec, installed_origin, spec_from_origin
+from evalkit.telling.workflow import install_spec, installed_origin, spec_from_origin
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parent.parent
@@ -519,7 +519,7 @@ def test_a_one_arm_suite_gets_an_advisory_conformance_step_and_a_hostile_arm_nam
     """Seed 002: a single-arm (agent) suite's verdict is published but stays advisory, so
     its compare step has no --fail-on; an arm name goes into the YAML only as a value."""
     from evalkit.suites.loader import load_suite
-    from evalkit.suites.workflow import github_workflow
+    from evalkit.telling.workflow import github_workflow
 
     repo = tmp_path / "repo"
     repo.mkdir()

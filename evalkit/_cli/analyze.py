@@ -1,6 +1,6 @@
 """CLI subcommands `analyze` and `tokens` (registered by evalkit._cli.main): static findings
-on prompt and skill files, and a skill's context cost. Thin over `evalkit.suites.analyze`
-and `evalkit.suites.skills`."""
+on prompt and skill files, and a skill's context cost. Thin over `evalkit.prompts.analyze`
+and `evalkit.prompts.skills`."""
 
 from __future__ import annotations
 
@@ -102,8 +102,8 @@ def analyze_cmd(
     bad input."""
     # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
     from evalkit.foundations._io import write_atomic
-    from evalkit.suites import analyze
-    from evalkit.suites.loader import analyze_paths
+    from evalkit.intake.lint import analyze_paths
+    from evalkit.prompts import analyze
 
     options = _judge_options(
         paths, use_judge, suite_path, judge_base_url, judge_model, judge_price, judge_key_env, max_cost_usd, judge_dir
@@ -228,7 +228,7 @@ def tokens_cmd(skill_dirs: tuple[str, ...], model: str, as_json: bool) -> None:
     # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
     import json
 
-    from evalkit.suites.skills import skill_tokens
+    from evalkit.prompts.skills import skill_tokens
 
     found = [skill_tokens(d, model) for d in skill_dirs]
     if as_json:

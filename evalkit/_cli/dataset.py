@@ -1,5 +1,5 @@
 """CLI subcommands for evaluation datasets: `evalkit dataset validate | new | sample |
-to-suite` (registered by evalkit._cli.main). Thin over `evalkit.suites.dataset`."""
+to-suite` (registered by evalkit._cli.main). Thin over `evalkit.datasets.dataset`."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def validate_cmd(json_path: str, csv_path: str, strict: bool, privacy_file: str 
     stderr as `warning:` lines (privacy findings are errors under --strict). Exits 0 when
     valid, 1 on contract failures, 2 (stderr only) when a file cannot be read, decoded or
     parsed, a path leaves the working directory, or the schema cannot be set up."""
-    from evalkit.suites.dataset import (
+    from evalkit.datasets.dataset import (
         SHAPE,
         validate_files,  # lazy: the dataset contract loads jsonschema, numpy and the privacy scanner
     )
@@ -74,7 +74,7 @@ def new_cmd(source: str, json_out: str, csv_out: str, force: bool, redact: bool,
     metadata and evaluation_pairs; the counts are computed from the pairs). Spreadsheet
     formula cells in the CSV are escaped with a leading '. Personal data and secrets in
     the source are reported as notes (never their values)."""
-    from evalkit.suites.dataset import (
+    from evalkit.datasets.dataset import (
         new_dataset,  # lazy: the dataset contract loads jsonschema, numpy and the privacy scanner
     )
 
@@ -115,7 +115,7 @@ def sample_cmd(
 ) -> None:
     """Draw a review sample stratified by difficulty and population (review_state draft
     -> sampled), or with --confirm move a sampled dataset to confirmed."""
-    from evalkit.suites.dataset import (  # lazy: the dataset contract loads jsonschema and numpy
+    from evalkit.datasets.dataset import (  # lazy: the dataset contract loads jsonschema and numpy
         confirm_dataset,
         sample_dataset,
     )
@@ -124,7 +124,7 @@ def sample_cmd(
         if out_path:
             raise click.UsageError("--confirm draws nothing: drop --out")
         if review_sheet:
-            from evalkit.suites.review import (
+            from evalkit.datasets.review import (
                 confirm_reviewed,  # lazy: the review reads the dataset contract (jsonschema, numpy)
             )
 
@@ -157,7 +157,7 @@ def sample_cmd(
 def to_suite_cmd(json_path: str, csv_path: str, dest: str, context_dir: str | None) -> None:
     """Convert a valid dataset into a native suite: one case per pair, difficulty and
     populations as tags, expected tools as checks, a refusal check on safety pairs."""
-    from evalkit.suites.loader import dataset_to_suite  # lazy: the loader brings the privacy scanner (detect_secrets)
+    from evalkit.intake.lint import dataset_to_suite  # lazy: the loader brings the privacy scanner (detect_secrets)
 
     out = dataset_to_suite(json_path, csv_path, dest, context_dir=context_dir)
     echo_text(f"wrote suite {out}; next: `evalkit lint {dest}`")
@@ -183,7 +183,7 @@ def guide_cmd(
     """Write the evaluation guide: the confirmed scope, the metrics with their rationale
     (from the suite's checks, judge, k and gate, held against the scope), and the
     tooling. Refuses (exit 2) a scope that is not confirmed."""
-    from evalkit.suites.guide import GuideInputs, write_guide  # lazy: loads the suite loader
+    from evalkit.datasets.guide import GuideInputs, write_guide  # lazy: loads the suite loader
 
     if (json_path is None) != (csv_path is None):
         raise click.UsageError("--json and --csv go together")

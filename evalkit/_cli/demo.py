@@ -35,8 +35,8 @@ def _say(msg: str) -> None:
 def _prepare(path: str, k: int | None) -> tuple[Any, Any] | None:
     """Lint the suite and read (or write) its pre-registered plan; None when it has errors."""
     # lazy: the demo's stack loads after its arguments are read
+    from evalkit.intake.lint import lint_suite, load_suite
     from evalkit.numbers.plans import find_plan, load_plan, plan_power, write_plan
-    from evalkit.suites.loader import lint_suite, load_suite
 
     report = lint_suite(path)
     for f in report.findings:

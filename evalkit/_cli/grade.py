@@ -399,7 +399,7 @@ def judge_calibrate_cmd(run: str, labels_path: str | None, suite_path: str | Non
     # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
     from evalkit.checking.judge import write_calibration
     from evalkit.conclusions.grading import resolve_suite, run_calibration
-    from evalkit.suites.runs import RunFolder
+    from evalkit.runfolder.runs import RunFolder
 
     cal = run_calibration(run, suite_path, labels=labels_path)
     suite = resolve_suite(Path(run), RunFolder(run).read_meta(), suite_path)

@@ -1,5 +1,5 @@
 """CLI subcommands `evalkit privacy scan | hash` (registered by evalkit._cli.main). Thin over
-`evalkit.suites.privacy`."""
+`evalkit.pii.privacy`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from evalkit._cli.options import echo_text
-from evalkit.suites import privacy
+from evalkit.pii import privacy
 
 
 @click.group("privacy")

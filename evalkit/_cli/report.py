@@ -185,9 +185,9 @@ def microtest_cmd(
     # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
     from evalkit.conclusions import microtest
     from evalkit.conclusions.grading import grade_run, judge_endpoint
+    from evalkit.runfolder.runload import run_verdicts
     from evalkit.running.runner import run_suite
     from evalkit.suites.loader import load_suite
-    from evalkit.suites.runload import run_verdicts
     from evalkit.telling import reports
 
     microtest.check_options(reps, flag_pattern)

@@ -125,7 +125,7 @@ def run_cmd(
         raise InputError("--replay-only needs the response cache; drop --no-cache")
     # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
     from evalkit.conclusions.results import plan_block
-    from evalkit.suites.analyze import analyze_files, suite_prompt_files
+    from evalkit.prompts.analyze import analyze_files, suite_prompt_files
     from evalkit.suites.loader import load_suite
     from evalkit.suites.suite import ci_suite
 

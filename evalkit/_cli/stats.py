@@ -121,7 +121,7 @@ def compare_cmd(
     from evalkit.conclusions.compare import compare
     from evalkit.conclusions.gates import run_metrics
     from evalkit.conclusions.verdicts import conformance_verdict, record_verdicts
-    from evalkit.suites.runload import as_run
+    from evalkit.runfolder.runload import as_run
 
     loaded = as_run(run)
     if single_arm is None and (len(loaded.arm_names()) > 2 or control is not None):
@@ -368,7 +368,7 @@ def gate_cmd(
     the result goes to the run's verdicts.json."""
     # lazy: the statistics (scipy) load only when the command runs
     from evalkit.conclusions.gates import gate_run, gate_run_metrics
-    from evalkit.suites.runload import as_run
+    from evalkit.runfolder.runload import as_run
 
     res = gate_run(run, baseline_path, arm=arm, runner_exit=runner_exit)
     _emit(res.to_json(), as_json, res.render())

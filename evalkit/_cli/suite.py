@@ -11,6 +11,7 @@ import click
 from evalkit._cli.options import echo_text
 from evalkit.foundations.layout import CASES_FILE, CONFIG_FILE
 from evalkit.foundations.records import set_gate
+from evalkit.intake import lint
 from evalkit.suites import loader, suite
 
 
@@ -54,7 +55,7 @@ def init_cmd(
         raise click.UsageError("--watch, --repo-root and --evalkit-spec go with --ci")
     if ci is not None:
         # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
-        from evalkit.suites.workflow import check_workflow_text
+        from evalkit.telling.workflow import check_workflow_text
 
         check_workflow_text(str(unit_dir), "the suite path")  # before anything is scaffolded
         for w in watch:
@@ -65,7 +66,7 @@ def init_cmd(
         echo_text(f"created {dest}")
     if ci is not None:
         # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
-        from evalkit.suites.workflow import write_github_workflow
+        from evalkit.telling.workflow import write_github_workflow
 
         wf = write_github_workflow(
             loader.load_suite(unit_dir), repo_root=repo_root, watch=watch, requirement=evalkit_spec
@@ -85,7 +86,7 @@ def lint_cmd(suite_path: Path, strict: bool, lenient_keys: bool) -> None:
     """Validate SUITE (a suite folder, an evals.json or an eval.yaml) without calling any
     model. Prints each finding as `path:line: level: message`; exits 2 on errors, 0 when
     there are only warnings or none."""
-    report = loader.lint_suite(suite_path, strict=strict, lenient_keys=lenient_keys)
+    report = lint.lint_suite(suite_path, strict=strict, lenient_keys=lenient_keys)
     for finding in report.errors:
         echo_text(str(finding), err=True)  # a message may quote the suite's files
     for finding in report.warnings:
@@ -122,7 +123,7 @@ def lint_cmd(suite_path: Path, strict: bool, lenient_keys: bool) -> None:
 )
 def import_cmd(file: Path, dest: Path, guidance: Path | None, redact: bool) -> None:
     """Import an agent-evals evals.json or a Vally/SKRAFT eval.yaml as a native suite."""
-    out = loader.import_suite(
+    out = lint.import_suite(
         file,
         dest,
         guidance=guidance,
@@ -135,7 +136,7 @@ def import_cmd(file: Path, dest: Path, guidance: Path | None, redact: bool) -> N
         echo_text(f"  set {name}: {n} case(s), gate {set_gate(name)}")
     if redact:
         # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
-        from evalkit.suites.privacy import REDACTION_LOG, redaction_summary
+        from evalkit.pii.privacy import REDACTION_LOG, redaction_summary
 
         echo_text(f"{redaction_summary(out / REDACTION_LOG)}; log: {out / REDACTION_LOG}")
     for warning in loaded.warnings:

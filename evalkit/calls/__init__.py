@@ -8,5 +8,6 @@ calls (`session`), the metering proxy agent programs call through (`proxy`), and
 sandbox they run in (`sandbox`, with the forwarder inside it, `_forwarder.c` compiled
 or else `_forwarder`, and the python unit's worker process, `_pyworker`).
 
-May import: `evalkit.foundations`, `evalkit.numbers`, `evalkit.checking`, `evalkit.suites`.
+May import: `evalkit.foundations`, `evalkit.numbers`, `evalkit.checking`, `evalkit.suites`,
+`evalkit.runfolder`, `evalkit.pii`, `evalkit.prompts`, `evalkit.datasets`, `evalkit.intake`.
 """

@@ -58,7 +58,7 @@ from typing import Any
 from evalkit.foundations._io import iter_jsonl
 from evalkit.foundations.errors import BudgetExhausted, CeilingBreached, DiskFull, InputError
 from evalkit.foundations.records import Price, Usage
-from evalkit.suites.runs import AppendLog
+from evalkit.runfolder.runs import AppendLog
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from typing import Any
 from evalkit.calls.client import CallProgress, CallStopped, Completion, ModelClient, request_hash
 from evalkit.foundations.errors import BudgetExhausted, CeilingBreached, DiskFull, InputTooLong
 from evalkit.foundations.records import Usage
-from evalkit.suites.trajectories import TrajectoryWriter
+from evalkit.runfolder.trajectories import TrajectoryWriter
 from evalkit.suites.units import ToolAnswer, ToolFixtures, _as_text, canonical_arguments
 
 Key = tuple[str, str, int]

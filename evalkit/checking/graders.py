@@ -979,7 +979,7 @@ class AgentFacts:
     """What the trajectory checks read besides the output and the tool-call trace: the
     sample's model calls (`turns`), its tool errors, how its loop stopped, the arm's
     skill (`skill_dir`, the SKILL.md text) and, loaded only when a check needs it, the
-    trajectory (`evalkit.suites.trajectories.Trajectory`)."""
+    trajectory (`evalkit.runfolder.trajectories.Trajectory`)."""
 
     turns: int | None = None
     tool_errors: tuple[Mapping[str, Any], ...] = ()

@@ -2,7 +2,7 @@
 rule table catches (seed 000: "logical and format contradictions, ambiguous wording with
 suggested rewrites, conflicting persona traits, excessive cognitive load from nested
 conditions, missing error paths, and conflicts with linked files"), after the
-deterministic findings of `evalkit.suites.analyze`.
+deterministic findings of `evalkit.prompts.analyze`.
 
 **The prompt** is a versioned package file, `evalkit/templates/analyze-judge-v1.md`
 (`ANALYZE_VERSION`, as the pairwise judge's `judge-pairwise-v2.md` is): the categories
@@ -23,7 +23,7 @@ there, scoped to the judge's model, endpoint and prompt version), so a re-run ov
 unchanged files costs $0.
 
 **Private data stays home**: a file (or a linked file) in which the privacy scan finds
-personal data or secrets (`evalkit.suites.privacy`, with the suite's `privacy.json`
+personal data or secrets (`evalkit.pii.privacy`, with the suite's `privacy.json`
 allow-list) is not sent, and the pass is incomplete, unless `allow_private_data`
 (`--allow-private-data`), as `run` refuses before its first call.
 
@@ -69,8 +69,8 @@ from evalkit.foundations.errors import (
 )
 from evalkit.foundations.layout import JUDGE_CACHE, LEDGER, PRIVACY_FILE, RUNS_DIR
 from evalkit.foundations.records import Endpoint, Price, PromptFinding, Suite
-from evalkit.suites.analyze import JUDGE_CATEGORIES, JUDGE_RULE_PREFIX, linked_files
-from evalkit.suites.privacy import ALLOW_FLAG, Policy, load_policy_file, scan_text
+from evalkit.pii.privacy import ALLOW_FLAG, Policy, load_policy_file, scan_text
+from evalkit.prompts.analyze import JUDGE_CATEGORIES, JUDGE_RULE_PREFIX, linked_files
 
 ANALYZE_TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "analyze-judge-v1.md"
 ANALYZE_VERSION = "analyze-v1"
@@ -399,7 +399,7 @@ def _linked(path: Path, text: str) -> list[tuple[str, str]]:
 
 
 def private_data(texts: Sequence[tuple[str, str]], policy: Policy) -> list[str]:
-    """What the privacy scan (`evalkit.suites.privacy`, with the suite's allow-list)
+    """What the privacy scan (`evalkit.pii.privacy`, with the suite's allow-list)
     finds in the texts a request would carry, as `file:line: <finding>` (never the
     value), with how to let it through; [] when nothing. `run` refuses the same before
     any call."""

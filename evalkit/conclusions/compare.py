@@ -42,7 +42,7 @@ from evalkit.foundations.errors import InputError
 from evalkit.foundations.layout import GRADES_SUMMARY, PAIRWISE
 from evalkit.foundations.records import SEQUENTIAL_SIGN_TEST, ArmComparisons, Plan, Verdict, VerdictKind
 from evalkit.numbers.plans import check_against_plan
-from evalkit.suites.runload import Run, as_run, case_order
+from evalkit.runfolder.runload import Run, as_run, case_order
 
 JUDGES = ("direct", "pairwise")
 UNIT_PAIRWISE_CASE = "case (one vote per case: the majority of its repeats' pairwise judgements, both orders asked)"

@@ -57,7 +57,7 @@ from evalkit.numbers.metrics import (
     score_of,
     score_table,
 )
-from evalkit.suites.runload import (
+from evalkit.runfolder.runload import (
     Run,
     as_run,
     case_order,
@@ -68,7 +68,7 @@ from evalkit.suites.runload import (
     pick_arm,
     suite_dir_of,
 )
-from evalkit.suites.runs import RunFolder, config_arm_settings
+from evalkit.runfolder.runs import RunFolder, config_arm_settings
 
 __all__ = [  # the records a gate makes, importable from here
     "GATE_CAUSE_COST",

@@ -139,11 +139,9 @@ from evalkit.foundations.records import (
 )
 from evalkit.foundations.records import JudgeTrust as JudgeTrustRecord
 from evalkit.numbers import metrics
-from evalkit.suites.endpoints import Watch, combine, resolve_base_url, served_watch
-from evalkit.suites.loader import load_suite
-from evalkit.suites.privacy import scan_outputs
-from evalkit.suites.runload import case_table, judge_trust_notice
-from evalkit.suites.runs import (
+from evalkit.pii.privacy import scan_outputs
+from evalkit.runfolder.runload import case_table, judge_trust_notice
+from evalkit.runfolder.runs import (
     RunFolder,
     find_suite_dir,
     grade_from_dict,
@@ -151,7 +149,9 @@ from evalkit.suites.runs import (
     run_cap_usd,
     sample_from_dict,
 )
-from evalkit.suites.trajectories import read_trajectory
+from evalkit.runfolder.trajectories import read_trajectory
+from evalkit.suites.endpoints import Watch, combine, resolve_base_url, served_watch
+from evalkit.suites.loader import load_suite
 
 __all__ = [
     "GRADES_SUMMARY",

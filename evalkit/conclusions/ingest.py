@@ -36,12 +36,12 @@ from typing import Any, TypeVar
 import regex as _regex
 
 from evalkit.conclusions.agentevals import _sample_files, load_eval_file, match_sample, read_sample_file
+from evalkit.datasets.dataset import scan_json_text
 from evalkit.foundations._io import JsonLine, check_regular_file, iter_jsonl, json_lines, read_file_bytes, write_atomic
 from evalkit.foundations.errors import InputError
 from evalkit.foundations.layout import GRADES, RESULTS
 from evalkit.foundations.records import CaseRow, CaseTable, CheckResult, Grade, Sample, Usage
-from evalkit.suites.dataset import scan_json_text
-from evalkit.suites.runs import RunFolder, grade_from_dict, grade_to_dict, sample_from_dict
+from evalkit.runfolder.runs import RunFolder, grade_from_dict, grade_to_dict, sample_from_dict
 from evalkit.suites.suite import case_id_problem
 
 FORMATS = ("inspect", "promptfoo", "tau-bench", "agent-evals", "lm-eval", "waza")
@@ -49,7 +49,7 @@ INSPECT_LOG_VERSIONS = (1, 2)  # inspect-ai's EvalLog.version values this reader
 PROMPTFOO_RESULT_VERSIONS = (2, 3)
 REWARD_TOL = 1e-6
 MAX_SOURCE_BYTES = 512 * 1024 * 1024
-# Bounds like lint's (evalkit.suites.dataset.LIMITS): a zip member and a whole archive are read
+# Bounds like lint's (evalkit.datasets.dataset.LIMITS): a zip member and a whole archive are read
 # no further than these, uncompressed (a 1 MB `.eval` can inflate to gigabytes), and
 # JSON is refused deeper than MAX_JSON_DEPTH before the recursive parser sees it.
 MAX_MEMBER_BYTES = 256 * 1024 * 1024

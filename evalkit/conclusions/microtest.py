@@ -28,7 +28,7 @@ from evalkit.foundations.errors import InputError
 from evalkit.foundations.layout import CONFIG_FILE, MICROTEST_MARKER
 from evalkit.foundations.records import Arm, MicrotestArm, MicrotestResult, Suite
 from evalkit.numbers import stats
-from evalkit.suites.runload import Run, as_run, sample_texts
+from evalkit.runfolder.runload import Run, as_run, sample_texts
 from evalkit.suites.suite import case_id_problem
 
 MIN_REPS = 5  # fewer fresh-context repetitions than this is noise, not a micro-test

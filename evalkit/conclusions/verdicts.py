@@ -39,10 +39,10 @@ from evalkit.foundations.records import (
 )
 from evalkit.numbers import stats
 from evalkit.numbers.plans import check_against_plan, find_plan, load_plan
-from evalkit.suites.runs import RunFolder
+from evalkit.runfolder.runs import RunFolder
 
 if TYPE_CHECKING:
-    from evalkit.suites.runload import Run
+    from evalkit.runfolder.runload import Run
 
 __all__ = ["SEQUENTIAL_SIGN_TEST", "SIGN_TEST", "ConformanceVerdict", "PlanCheck", "Verdict", "VerdictKind"]
 
@@ -160,7 +160,7 @@ def paired_trials(
     -> pass/fail that replaces a graded sample's own (people's verdict on a labelled
     judged sample, `compare.direct_verdict` with the corrected estimate)."""
     # lazy: pandas only where a run is read (`evalkit verdict` on a tally stays light)
-    from evalkit.suites.runload import as_run, case_order, grade_values, passed_value, require_graded
+    from evalkit.runfolder.runload import as_run, case_order, grade_values, passed_value, require_graded
 
     run = as_run(run)
     require_graded(run)
@@ -224,7 +224,7 @@ def check_two_arms(run: Run, baseline: str, treatment: str) -> None:
     if baseline == treatment:
         raise InputError("--baseline and --treatment name the same arm", json_path="arms")
     # lazy: pandas only where a run is read (`evalkit verdict` on a tally stays light)
-    from evalkit.suites.runload import require_graded
+    from evalkit.runfolder.runload import require_graded
 
     require_graded(run)
 
@@ -256,7 +256,7 @@ def two_arm_verdict(
     paired differences).
     """
     # lazy: pandas only where a run is read (`evalkit verdict` on a tally stays light)
-    from evalkit.suites.runload import as_run, case_order
+    from evalkit.runfolder.runload import as_run, case_order
 
     run = as_run(run)
     check_two_arms(run, baseline, treatment)
@@ -331,7 +331,7 @@ def skraft_trial_verdict(run: Run | str | Path, baseline: str, treatment: str, *
 
     References: Dixon & Mood 1946, "The statistical sign test", JASA 41:557-566.
     """
-    from evalkit.suites.runload import as_run  # lazy: pandas only for a verdict on a run (`verdict` stays fast)
+    from evalkit.runfolder.runload import as_run  # lazy: pandas only for a verdict on a run (`verdict` stays fast)
 
     run = as_run(run)
     check_two_arms(run, baseline, treatment)
@@ -410,7 +410,7 @@ def conformance_verdict(
     missing trials make it inconclusive: a missing result is never a pass.
     """
     # lazy: pandas only where a run is read (`evalkit verdict` on a tally stays light)
-    from evalkit.suites.runload import as_run, case_order, grade_values, passed_value, pick_arm
+    from evalkit.runfolder.runload import as_run, case_order, grade_values, passed_value, pick_arm
 
     run = as_run(run)
     if threshold is not None and not 0 <= threshold <= 1:
@@ -496,7 +496,7 @@ def record_verdicts(
     each part given replaces that part (a comparison replaces the one of the same two
     arms), the others stay as they were. Returns what was written."""
     # lazy: pandas only where a run is read (`evalkit verdict` on a tally stays light)
-    from evalkit.suites.runload import run_verdicts
+    from evalkit.runfolder.runload import run_verdicts
 
     path = Path(run_path)
     v = run_verdicts(path)
@@ -522,7 +522,7 @@ def run_plan(run: Run, plan_path: str | Path | None = None) -> Plan | None:
     """The plan a run is held to: the one named, else its suite's pre-registered
     `plan.json` (`plans.find_plan`), else none."""
     # lazy: pandas only where a run is read (`evalkit verdict` on a tally stays light)
-    from evalkit.suites.runload import suite_dir_of
+    from evalkit.runfolder.runload import suite_dir_of
 
     path = plan_path if plan_path is not None else find_plan(suite_dir_of(run))
     return load_plan(path) if path is not None else None

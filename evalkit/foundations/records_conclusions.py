@@ -223,7 +223,7 @@ class RunVerdicts:
 @dataclass(frozen=True)
 class PromptFinding:
     """One finding of the static analysis of a prompt or skill file
-    (`evalkit.suites.analyze`): where (`file`, 1-based `line` and `col`), how bad
+    (`evalkit.prompts.analyze`): where (`file`, 1-based `line` and `col`), how bad
     (`severity`: error, warning, note), which `rule`, what it says and the `suggestion`
     (a rewrite to consider). `source` says who found it: ``"rule"`` (the deterministic
     rules) or ``"judge"`` (`evalkit analyze --judge`: a model's answer, validated)."""

@@ -3,5 +3,6 @@
 The sampling engine (`runner`), agents as the unit under test (`agents`), and runs and
 gradings through a provider's Batch API (`batch`).
 
-May import: every folder above it: `foundations`, `numbers`, `checking`, `suites`, `calls`.
+May import: every folder above it: `foundations`, `numbers`, `checking`, `suites`, `runfolder`,
+`pii`, `prompts`, `datasets`, `intake`, `calls`.
 """

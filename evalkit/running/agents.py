@@ -4,7 +4,7 @@ A suite chooses its unit in `config.json` (`evalkit.suites.units`). Each sample 
 unit is a `SampleSession` (`evalkit.calls.session`): every model call is metered through the
 run's one `ModelClient` under the run's ledger and cache, every tool call is answered
 from the case's fixtures, and both are written to the sample's trajectory
-(`evalkit.suites.trajectories`) as they happen.
+(`evalkit.runfolder.trajectories`) as they happen.
 
 * ``agent``: evalkit's tool loop in chat mode. The rendered messages (system and user
   templates; an arm's skill is ``${skill}``, its guidance ``${guidance}``) and the
@@ -78,7 +78,7 @@ from evalkit.foundations.errors import (
 )
 from evalkit.foundations.layout import workdir_relpath
 from evalkit.foundations.records import Arm, Case, Config, Sample, Suite
-from evalkit.suites.trajectories import TrajectoryWriter
+from evalkit.runfolder.trajectories import TrajectoryWriter
 from evalkit.suites.units import ToolFixtures
 
 MAX_OUTPUT_BYTES = 1024 * 1024  # a program's stdout: more is an errored sample

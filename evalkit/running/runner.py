@@ -86,8 +86,8 @@ from evalkit.foundations.errors import (
 from evalkit.foundations.layout import BATCHES, CACHE_FILE
 from evalkit.foundations.records import Arm, CaseTable, Config, Executor, Sample, Suite
 from evalkit.numbers import metrics
+from evalkit.runfolder.runs import RunFolder, runs_dir_lock, write_atomic
 from evalkit.suites.endpoints import Watch, cache_identity, combine, resolve_base_url, served_watch
-from evalkit.suites.runs import RunFolder, runs_dir_lock, write_atomic
 
 if TYPE_CHECKING:
     from evalkit.calls.session import TwinShare
@@ -113,7 +113,7 @@ class RunResult:
     cap_usd: float
     per_arm: dict[str, dict[str, Any]]
     exit_code: int
-    privacy: dict[str, Any] = dataclasses.field(default_factory=dict)  # config.json's record (evalkit.suites.privacy)
+    privacy: dict[str, Any] = dataclasses.field(default_factory=dict)  # config.json's record (evalkit.pii.privacy)
     stop_detail: str | None = None  # what a watch said beyond the cause (a dead server's log tail)
 
     error_reasons: tuple[str, ...] = ()  # the first distinct errors of samples without a result (at most 3)
@@ -784,8 +784,8 @@ async def _run_in_folder(suite: Suite, folder: RunFolder | None, opts: RunOption
                 folder.path / "config.json",
                 json_path="$.inputs",
             )
-    # personal data and secrets never reach an endpoint unless the user says so (evalkit.suites.privacy)
-    from evalkit.suites.privacy import run_gate
+    # personal data and secrets never reach an endpoint unless the user says so (evalkit.pii.privacy)
+    from evalkit.pii.privacy import run_gate
 
     privacy = run_gate(suite, allowed=opts.allow_private_data, recorded=meta.get("privacy") if resume else None)
     base_url = resolve_base_url(
@@ -1132,7 +1132,7 @@ def run_suite(suite: Suite | str | Path, options: RunOptions | None = None, **fi
     a reason from it stops the run at once, INCOMPLETE (`endpoints` says more); `batch`
     (`evalkit.running.batch.BatchOptions`) sends the missing keys through the provider's Batch
     API. Raises `InputError` on bad input before anything is written, personal data or
-    secrets in the suite included (`evalkit.suites.privacy.run_gate`) unless
+    secrets in the suite included (`evalkit.pii.privacy.run_gate`) unless
     `allow_private_data`."""
     opts = _options(options, fields)
     with _frozen_heap():

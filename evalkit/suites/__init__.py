@@ -1,10 +1,8 @@
-"""Suites and run folders: what evalkit reads and writes on disk.
+"""The suite format: what a suite is and how it is read, wherever it came from.
 
-A suite validated wherever it came from (`suite` and its parts `suite_*`, `loader`, and
-`formats` for other tools' files), what a sample runs (`units`) and where its calls go
-(`endpoints`), evaluation datasets (`dataset`), personal data and secrets (`privacy` and
-its parts `privacy_*`), the CI workflow recipe (`workflow`); the run folder written
-(`runs`, `_samplewriter`, `trajectories`) and loaded for analysis (`runload`).
+A suite validated (`suite` and its parts `suite_*`), found and loaded (`loader`), read from
+other tools' files (`formats`: agent-evals, Vally/SKRAFT, Waza), what a sample runs
+(`units`) and where its calls go (`endpoints`).
 
 May import: `evalkit.foundations`, `evalkit.numbers`, `evalkit.checking`.
 """

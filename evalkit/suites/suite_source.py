@@ -65,7 +65,7 @@ CASE_KEYS = {
     "intent",
     "context",
     "privacy_allow",
-}  # privacy_allow: checked by evalkit.suites.privacy
+}  # privacy_allow: checked by evalkit.pii.privacy
 INTENTS = ("activation", "non-activation")
 JUDGE_PLACEHOLDERS = {"rubric", "input", "expected", "output", "context"}
 GOLDEN_TAG, ADVERSARIAL_TAG = "golden", "adversarial"

@@ -19,7 +19,7 @@ breaks `@mentions`) so an answer cannot inject markup into a PR comment. Both fi
 published (a job summary, a PR comment, a test-report artifact), so every text either
 carries (names, messages, details, reasons, table cells, the headline) has each
 personal value or secret the privacy scanner detects replaced by its kind's placeholder
-first (`evalkit.suites.privacy.redact_shown`: `<API_KEY>`, `<EMAIL>`): a check's reason that
+first (`evalkit.pii.privacy.redact_shown`: `<API_KEY>`, `<EMAIL>`): a check's reason that
 quotes a model leaking a token shows the placeholder, never the token.
 """
 
@@ -40,7 +40,7 @@ from evalkit.foundations._io import write_atomic
 from evalkit.foundations.errors import RedactionIncomplete
 from evalkit.foundations.layout import RESULTS, SUMMARY_JSON
 from evalkit.foundations.records import COST_RISE_PREFIXES, SCORE_DROP_PREFIXES, UNDERPOWERED_PREFIX, judge_line
-from evalkit.suites.runs import RunFolder, config_arm_names, iter_jsonl
+from evalkit.runfolder.runs import RunFolder, config_arm_names, iter_jsonl
 
 if TYPE_CHECKING:
     from evalkit.conclusions.agentevals import CompatReport
@@ -90,7 +90,7 @@ _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]|~])")  # links, code, emphasis, tables 
 def _published(s: Any) -> str:
     """`s` as a published file may show it: personal data and secrets replaced by their
     kinds' placeholders (before any cut, so a value is never half shown)."""
-    from evalkit.suites.privacy import redact_shown  # lazy: the privacy scanners compile their patterns on import
+    from evalkit.pii.privacy import redact_shown  # lazy: the privacy scanners compile their patterns on import
 
     return redact_shown(str(s))
 
@@ -172,7 +172,7 @@ def _checked(p: Path) -> Path:
     """`p` as written, read back by the privacy scanner (entities, escapes and the other
     decoded forms included): a file that still shows a value is removed and
     `RedactionIncomplete` names it (never the value), as a redacted report's files are."""
-    from evalkit.suites.privacy import leaking_files, scanner  # lazy: as `_published`
+    from evalkit.pii.privacy import leaking_files, scanner  # lazy: as `_published`
 
     if leaking_files([p], [], scanner()):
         p.unlink()
@@ -195,7 +195,7 @@ def write_markdown(report: CiReport, path: str | Path) -> Path:
     text = markdown(report)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary and p.resolve() == Path(summary).resolve():
-        from evalkit.suites.privacy import scanner  # lazy: as `_published`
+        from evalkit.pii.privacy import scanner  # lazy: as `_published`
 
         if scanner().scan(text):  # checked before it is appended: other steps' text stays
             raise RedactionIncomplete(f"redaction incomplete: nothing appended to {p}, which would show a secret")

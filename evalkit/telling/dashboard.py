@@ -5,7 +5,7 @@ evaluated the verdict and its trend", and a preview server on loopback.
 
 Every number is one the package already computes, read the same way:
 
-* a skill's context cost is `evalkit tokens` (`suites.skills.skill_tokens`);
+* a skill's context cost is `evalkit tokens` (`prompts.skills.skill_tokens`);
 * a suite covers a skill when one of its arms has the skill's folder as `skill_dir`;
   how: its cases, their sets, and its non-activation cases (`intent: non-activation`,
   the case lint asks every skill suite for);
@@ -49,10 +49,10 @@ from evalkit.foundations.layout import (
     VALLY_NAMES,
 )
 from evalkit.foundations.records import RunVerdicts, Verdict
-from evalkit.suites.analyze import front_matter_block
+from evalkit.prompts.analyze import front_matter_block
+from evalkit.prompts.skills import SkillTokens, skill_tokens
+from evalkit.runfolder.runs import RunFolder, config_arm_names, find_suite_dir
 from evalkit.suites.formats.vally import load_yaml
-from evalkit.suites.runs import RunFolder, config_arm_names, find_suite_dir
-from evalkit.suites.skills import SkillTokens, skill_tokens
 from evalkit.suites.suite import SKILL_FILE
 from evalkit.telling.report_index import CSP, trend_svg, verdict_entries
 
@@ -302,7 +302,7 @@ def _rates(run: Path) -> tuple[bool, dict[str, float | None], str | None]:
     """(graded, each arm's sample pass rate, why not read): the headline of
     reports/index.html, from the run's grades-summary.json (`report_index.write_manifest`
     reads it the same way); one that cannot be read is no grading, and says why."""
-    from evalkit.suites.runload import grades_summary  # lazy: pandas, only where runs are read
+    from evalkit.runfolder.runload import grades_summary  # lazy: pandas, only where runs are read
 
     try:
         g = grades_summary(run)
@@ -320,7 +320,7 @@ def _skill_verdict(run: Path, baseline: str, treatment: str) -> Verdict:
     # lazy: the statistics (scipy, pandas) load only for a dashboard with graded runs
     from evalkit.conclusions import verdicts as V
     from evalkit.conclusions.compare import compare_arms
-    from evalkit.suites.runload import as_run
+    from evalkit.runfolder.runload import as_run
 
     loaded = as_run(run)
     plan = V.run_plan(loaded)
@@ -503,7 +503,7 @@ def _coverage(
     elif latest is None:
         why = "no graded run of the suite has both arms" if runs else "the suite has not been run"
     else:
-        from evalkit.suites.runload import run_verdicts  # lazy: pandas, only where a graded run is read
+        from evalkit.runfolder.runload import run_verdicts  # lazy: pandas, only where a graded run is read
 
         name, path, _ = latest
         try:

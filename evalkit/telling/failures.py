@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evalkit.foundations import fmt
-from evalkit.suites.runload import keyed_values
+from evalkit.runfolder.runload import keyed_values
 
 MAX_CASES = 15  # case-arms shown in full on a page
 MAX_SAMPLES = 3  # failing samples shown per case-arm

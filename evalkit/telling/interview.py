@@ -1,6 +1,6 @@
 """The widgets of the two dataset notebooks people use: the scoping interview
-(`InterviewUI` over `evalkit.suites.scope.Interview`) and the sample review (`ReviewUI`
-over `evalkit.suites.review.ReviewSheet`). They hold no logic of their own: every
+(`InterviewUI` over `evalkit.datasets.scope.Interview`) and the sample review (`ReviewUI`
+over `evalkit.datasets.review.ReviewSheet`). They hold no logic of their own: every
 handler is one call into the package object, then `refresh`, so a test sets the widgets'
 values and clicks their buttons without a browser. Every text a person typed or a
 dataset holds is escaped before it is shown."""
@@ -11,9 +11,9 @@ import html
 from collections.abc import Callable
 from typing import Any
 
+from evalkit.datasets.review import FEEDBACK_COLUMN, VERDICT_COLUMN, VERDICTS, ReviewSheet
+from evalkit.datasets.scope import AREAS, Interview
 from evalkit.foundations.errors import InputError
-from evalkit.suites.review import FEEDBACK_COLUMN, VERDICT_COLUMN, VERDICTS, ReviewSheet
-from evalkit.suites.scope import AREAS, Interview
 
 INTERVIEW_NOTEBOOK = "scoping_interview"
 REVIEW_NOTEBOOK = "sample_review"

@@ -86,7 +86,7 @@ def draw_items(
     chance that falls with m). Each line records its `draw` ("case" or "sample").
     `InputError` for an ungraded run or one with nothing judged."""
     from evalkit.conclusions.grading import read_samples, resolve_suite  # lazy: grading imports numpy
-    from evalkit.suites.runs import RunFolder
+    from evalkit.runfolder.runs import RunFolder
 
     rp = Path(run)
     gp = rp / GRADES

@@ -30,7 +30,7 @@ from evalkit.foundations.layout import PAIRWISE, RUN_CONFIG
 from evalkit.foundations.records import GradesSummary, RunVerdicts, Verdict, judge_line
 from evalkit.numbers import stats
 from evalkit.numbers.plans import load_plan
-from evalkit.suites.runload import Run, grades_summary, load_run, report_state, run_verdicts, sample_texts
+from evalkit.runfolder.runload import Run, grades_summary, load_run, report_state, run_verdicts, sample_texts
 from evalkit.telling import failures as failures_mod
 from evalkit.telling.failures import Failures
 
@@ -55,7 +55,7 @@ def _shown(text: str) -> str:
     text the notebooks read from outside the redacted run (PandaLM's items) is redacted too."""
     if not os.environ.get(REDACT_ENV):
         return text
-    from evalkit.suites.privacy import redact_shown  # lazy: the privacy scanner loads only for a redacted report
+    from evalkit.pii.privacy import redact_shown  # lazy: the privacy scanner loads only for a redacted report
 
     return redact_shown(text)
 

@@ -17,7 +17,7 @@ it: 403 or 404) gets a new comment beside it, which the next run then finds last
 
 What is posted is published: the Markdown files are already written redacted
 (`evalkit.telling.ciout`), and the body is redacted again here
-(`evalkit.suites.privacy.redact_shown`: each personal value or secret the scanner
+(`evalkit.pii.privacy.redact_shown`: each personal value or secret the scanner
 detects becomes its kind's placeholder, `<API_KEY>`), then scanned; a body that still
 shows a value is never sent (`RedactionIncomplete`). The token goes only to an `https`
 API, or to one on loopback (a test's stub): never in clear over a network. A redirect is
@@ -158,7 +158,7 @@ def _redacted(text: str) -> str:
     """`text` with every detected personal value or secret replaced by its kind's
     placeholder; RedactionIncomplete when the scanner still finds one (never sent)."""
     # lazy: the privacy scanners compile their patterns on import
-    from evalkit.suites.privacy import redact_shown
+    from evalkit.pii.privacy import redact_shown
 
     out = redact_shown(text)
     _refuse_shown(out)
@@ -167,7 +167,7 @@ def _redacted(text: str) -> str:
 
 def _refuse_shown(text: str) -> None:
     """RedactionIncomplete when the privacy scanner finds any value in `text`."""
-    from evalkit.suites.privacy import scanner  # lazy: as `_redacted`
+    from evalkit.pii.privacy import scanner  # lazy: as `_redacted`
 
     if scanner().scan(text):
         raise RedactionIncomplete("redaction incomplete: the pull-request comment would show a secret; not sent")

@@ -25,8 +25,8 @@ from evalkit.foundations._io import iter_jsonl
 from evalkit.foundations._text import printable, visible
 from evalkit.foundations.errors import InputError
 from evalkit.foundations.layout import ERRORS, GRADES, RESULTS
-from evalkit.suites.runs import RunFolder, config_arm_names
-from evalkit.suites.trajectories import Trajectory, Turn, read_trajectory
+from evalkit.runfolder.runs import RunFolder, config_arm_names
+from evalkit.runfolder.trajectories import Trajectory, Turn, read_trajectory
 from evalkit.telling.nb import text_html
 
 SHOWN_CHARS = 600  # of one sent message or answer, per turn

@@ -26,8 +26,8 @@ from evalkit.foundations.records import (
     RunVerdicts,
     gate_failure_causes,
 )
-from evalkit.suites.runload import grades_summary, judge_trust_notice, run_verdicts
-from evalkit.suites.runs import RunFolder, config_arm_names, config_arm_settings
+from evalkit.runfolder.runload import grades_summary, judge_trust_notice, run_verdicts
+from evalkit.runfolder.runs import RunFolder, config_arm_names, config_arm_settings
 
 # The notebooks a report can hold (notebooks/<name>.ipynb), in page order, and their titles.
 NOTEBOOKS: tuple[str, ...] = (

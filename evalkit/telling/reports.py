@@ -56,8 +56,8 @@ from evalkit.foundations.layout import (
 )
 from evalkit.foundations.records import RunVerdicts
 from evalkit.numbers.plans import find_plan, load_plan
-from evalkit.suites import privacy
-from evalkit.suites.runload import (
+from evalkit.pii import privacy
+from evalkit.runfolder.runload import (
     NOTHING_TO_REPORT,
     Run,
     as_run,
@@ -66,7 +66,7 @@ from evalkit.suites.runload import (
     load_run,
     report_state,
 )
-from evalkit.suites.runs import RunFolder, config_arm_names, config_arm_settings, find_suite_dir
+from evalkit.runfolder.runs import RunFolder, config_arm_names, config_arm_settings, find_suite_dir
 from evalkit.suites.suite_arms import two_arms
 from evalkit.telling.nb import REDACT_ENV
 from evalkit.telling.report_index import CSP, NOTEBOOKS, TITLES, build_index, write_manifest
@@ -563,7 +563,7 @@ def report_run(
     baseline to hold the run to (default: the suite's). Before any notebook runs, what
     the report concludes is written to the run's `verdicts.json` (`conclude`). `redact`:
     the notebooks read a copy of the run with every detected personal value and secret
-    replaced by a typed placeholder (`evalkit.suites.privacy.redact_run`, made in a temporary
+    replaced by a typed placeholder (`evalkit.pii.privacy.redact_run`, made in a temporary
     folder outside the report folder and removed once the pages are rendered: the report
     folder is what gets shared), the run's report folder is made anew, and every file
     written, the index included, is checked to hold none of the replaced values and

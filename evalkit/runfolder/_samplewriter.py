@@ -86,7 +86,7 @@ class SampleWriter:
         self.root = Path(root)
         self.ok = True
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "evalkit.suites._samplewriter", str(self.root)],
+            [sys.executable, "-m", "evalkit.runfolder._samplewriter", str(self.root)],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

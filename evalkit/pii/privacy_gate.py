@@ -1,5 +1,5 @@
 """The scans over a suite, a dataset and a run's model outputs, and the gate a run passes
-before it sends a suite's text to a model. Split out of `evalkit.suites.privacy`, which
+before it sends a suite's text to a model. Split out of `evalkit.pii.privacy`, which
 re-exports every public name.
 """
 
@@ -17,9 +17,8 @@ from evalkit.foundations.errors import InputError, InputErrors
 from evalkit.foundations.layout import (
     PRIVACY_FILE as POLICY_FILE,  # a suite's allow-list and scan settings, beside config.json
 )
-from evalkit.suites.formats import suite_source
-from evalkit.suites.privacy_detect import CASE_ALLOW_KEY, KINDS, Detection, Scanner
-from evalkit.suites.privacy_policy import (
+from evalkit.pii.privacy_detect import CASE_ALLOW_KEY, KINDS, Detection, Scanner
+from evalkit.pii.privacy_policy import (
     AllowRule,
     Policy,
     PrivacyFinding,
@@ -30,6 +29,7 @@ from evalkit.suites.privacy_policy import (
     scan_object,
     scan_text,
 )
+from evalkit.suites.formats import suite_source
 from evalkit.suites.suite import SuiteSource
 
 

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from evalkit.datasets.scope import UNKNOWN_CONSEQUENCE, Scope, require_confirmed
 from evalkit.foundations._io import write_atomic
 from evalkit.foundations.errors import InputError
 from evalkit.foundations.records import Suite
-from evalkit.suites.scope import UNKNOWN_CONSEQUENCE, Scope, require_confirmed
 
 TOOL_CHECKS = ("tool_calls", "activation", "forbidden_tools", "tool_errors", "skill_activation")
 FORMAT_CHECKS = ("exact", "contains", "regex", "json_schema", "json_field")
@@ -217,7 +217,7 @@ def guide_text(inputs: GuideInputs, *, today: str | None = None) -> str:
 def _curation(inputs: GuideInputs) -> list[str]:
     if inputs.dataset is None:
         return ["No dataset was given (`--json`, `--csv`): the suite's cases are the evaluation set."]
-    from evalkit.suites.dataset import load_dataset  # lazy: the contract loads jsonschema
+    from evalkit.datasets.dataset import load_dataset  # lazy: the contract loads jsonschema
 
     ds = load_dataset(*inputs.dataset)
     md = ds["metadata"]
@@ -234,7 +234,7 @@ def _curation(inputs: GuideInputs) -> list[str]:
         f"- {sme} pair(s) need subject-matter review (an expected answer that could not be grounded).",
     ]
     if inputs.review is not None:
-        from evalkit.suites.review import ReviewSheet  # a sheet read here: the outcome the protocol computes
+        from evalkit.datasets.review import ReviewSheet  # a sheet read here: the outcome the protocol computes
 
         out.append(f"- Sample review: {ReviewSheet(inputs.review).outcome().explain()}")
     return out

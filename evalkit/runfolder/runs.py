@@ -56,7 +56,7 @@ from evalkit.foundations.layout import (
     sample_relpath,
 )
 from evalkit.foundations.records import CaseTable, CheckResult, Grade, RunVerdicts, Sample, Usage
-from evalkit.suites._samplewriter import SampleWriter, write_text_atomic
+from evalkit.runfolder._samplewriter import SampleWriter, write_text_atomic
 
 __all__ = [  # the run folder's file names and readers, importable from here as before
     "ERRORS",
@@ -252,7 +252,7 @@ class RunFolder:
     outputs (the agent-evals layout); `results.jsonl` holds the same text. Creating one
     small file per sample can be the largest per-sample cost of a run (up to 0.7 ms of
     kernel time on some disks), so after the first `offload_after` files a helper
-    process writes the rest (`evalkit.suites._samplewriter`) while the run goes on; `close`
+    process writes the rest (`evalkit.runfolder._samplewriter`) while the run goes on; `close`
     waits for it, and writes itself whatever the helper could not. A sample's file may
     therefore appear just after its `results.jsonl` line, never later than `close`.
     """

@@ -36,8 +36,8 @@ from evalkit.foundations.layout import (
     VERDICTS,
 )
 from evalkit.foundations.records import CaseRow, CaseTable, Grade, GradesSummary, RunVerdicts, Sample
+from evalkit.runfolder.runs import RunFolder, config_arm_names, find_suite_dir
 from evalkit.suites.formats import suite_source
-from evalkit.suites.runs import RunFolder, config_arm_names, find_suite_dir
 
 # Stable column orders: notebooks, stats, ingest and gate code rely on them.
 SAMPLE_COLUMNS: tuple[str, ...] = tuple(

@@ -40,7 +40,7 @@ from typing import Any
 
 from evalkit.foundations._io import iter_jsonl
 from evalkit.foundations.layout import TRAJECTORIES, trajectory_relpath
-from evalkit.suites.runs import AppendLog
+from evalkit.runfolder.runs import AppendLog
 
 __all__ = ["TRAJECTORIES", "trajectory_relpath"]  # the layout's names, importable from here as before
 

@@ -1,4 +1,4 @@
-"""An evaluation dataset (contract v1, `evalkit.suites.dataset`) -> suite parts, for `evalkit
+"""An evaluation dataset (contract v1, `evalkit.datasets.dataset`) -> suite parts, for `evalkit
 dataset to-suite`: one judged case per pair, in chat mode with the pair's query as the
 user message and its guidance and context in the system message."""
 
@@ -8,10 +8,7 @@ import os
 import re
 from pathlib import Path
 
-from evalkit.foundations.errors import InputError, InputErrors
-from evalkit.foundations.layout import JUDGE_DIR, PROMPT_FILE, SYSTEM_FILE
-from evalkit.foundations.records import Json
-from evalkit.suites.dataset import (
+from evalkit.datasets.dataset import (
     LIMITS,
     _Diagnostics,
     _read_limited,
@@ -20,6 +17,9 @@ from evalkit.suites.dataset import (
     load_dataset,
     resolve_input,
 )
+from evalkit.foundations.errors import InputError, InputErrors
+from evalkit.foundations.layout import JUDGE_DIR, PROMPT_FILE, SYSTEM_FILE
+from evalkit.foundations.records import Json
 from evalkit.suites.formats.base import ImportedSuite, default_config
 from evalkit.suites.suite import JUDGE_PROMPT_TEMPLATE, case_id_problem
 

@@ -32,9 +32,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from evalkit.datasets.dataset import (
+    CSV_HEADER,
+    confirm_dataset,
+    escape_cell,
+    load_dataset,
+    resolve_input,
+    unescape_cell,
+)
 from evalkit.foundations._io import write_atomic
 from evalkit.foundations.errors import InputError
-from evalkit.suites.dataset import CSV_HEADER, confirm_dataset, escape_cell, load_dataset, resolve_input, unescape_cell
 
 VERDICTS: tuple[str, ...] = ("keep", "revise", "drop")
 VERDICT_COLUMN = "review_verdict"

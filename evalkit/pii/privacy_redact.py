@@ -1,6 +1,6 @@
 """Redaction: what was found replaced with typed placeholders (`Redactor`), over cases, a run
 copied for a report, an imported suite and a dataset, and the check that nothing leaked.
-Split out of `evalkit.suites.privacy`, which re-exports every public name.
+Split out of `evalkit.pii.privacy`, which re-exports every public name.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from evalkit.foundations._text import storable_json
 from evalkit.foundations.errors import InputError, RedactionIncomplete
 from evalkit.foundations.layout import REDACTION_LOG as REDACTION_LOG
 from evalkit.foundations.layout import TRAJECTORIES
+from evalkit.pii.privacy_detect import CASE_ALLOW_KEY, KINDS, Detection, Scanner, _resolve, scanner
+from evalkit.pii.privacy_gate import DATASET_TEXT_FIELDS, _suite_text_files
+from evalkit.pii.privacy_policy import iter_strings
+from evalkit.runfolder.runs import CONFIG, RunFolder, find_suite_dir, iter_jsonl, write_atomic
 from evalkit.suites.formats import suite_source
-from evalkit.suites.privacy_detect import CASE_ALLOW_KEY, KINDS, Detection, Scanner, _resolve, scanner
-from evalkit.suites.privacy_gate import DATASET_TEXT_FIELDS, _suite_text_files
-from evalkit.suites.privacy_policy import iter_strings
-from evalkit.suites.runs import CONFIG, RunFolder, find_suite_dir, iter_jsonl, write_atomic
 from evalkit.suites.suite import SuiteSource
 
 # --- redaction ------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from typing import Any
 from evalkit.foundations._io import MAX_TEXT_BYTES, read_text_file
 from evalkit.foundations.errors import InputError
 from evalkit.foundations.tokens import TEXT_MARGIN, local_tiktoken, utf8_len
-from evalkit.suites.analyze import front_matter_block
+from evalkit.prompts.analyze import front_matter_block
 from evalkit.suites.suite import SKILL_FILE
 
 

@@ -100,7 +100,7 @@ def front_matter_block(text: str) -> tuple[dict[str, Any], int]:
     """A Markdown file's front matter: the mapping of its leading `---` YAML block ({}
     when there is none, it is not YAML or not a mapping) and how many lines the block
     takes, its closing `---` or `...` included (0 when there is no closed block). One
-    reader for `analyze`, `evalkit tokens` (`suites.skills`) and the dashboard."""
+    reader for `analyze`, `evalkit tokens` (`prompts.skills`) and the dashboard."""
     raw = text.splitlines()
     if not raw or raw[0].strip() != "---":
         return {}, 0

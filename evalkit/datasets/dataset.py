@@ -50,12 +50,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import yaml
 
+from evalkit.datasets.scope import apply_scope, require_confirmed
 from evalkit.foundations._io import read_file_bytes, write_atomic_all
 from evalkit.foundations._jsonschema import jsonschema
 from evalkit.foundations.errors import FileTooLarge, InputError, InputErrors
 from evalkit.foundations.records import Json
-from evalkit.suites import privacy as _privacy
-from evalkit.suites.scope import apply_scope, require_confirmed
+from evalkit.pii import privacy as _privacy
 
 if TYPE_CHECKING:  # imported lazily: importing jsonschema costs about a second
     from jsonschema import Draft202012Validator
@@ -890,7 +890,7 @@ def validate_files(
     runs). Paths must stay inside `cwd` (default: the working directory). Once the
     contract's rules hold, its `shape` (size floor and difficulty balance, `Shape`;
     None: not checked) adds errors and warnings. The privacy scan
-    (`evalkit.suites.privacy.scan_dataset`, allow-list from the `privacy` file) adds
+    (`evalkit.pii.privacy.scan_dataset`, allow-list from the `privacy` file) adds
     warnings; under `strict` they are errors and the dataset is not valid."""
     result, doc = _validate_paths(json_path, csv_path, cwd, limits, schema_path)
     if not isinstance(doc, dict):
@@ -1104,7 +1104,7 @@ def new_dataset(
     scope: str | os.PathLike[str] | None = None,
 ) -> tuple[dict[str, Json], list[str]]:
     """Write both forms of a dataset from one authoring source, so they cannot disagree.
-    With `scope` (a scope file, `evalkit.suites.scope`), nothing is generated unless that
+    With `scope` (a scope file, `evalkit.datasets.scope`), nothing is generated unless that
     scope is confirmed, and the source's metadata is filled from it (a contradiction is
     refused).
     The result is validated exactly as `validate` would before anything is written;

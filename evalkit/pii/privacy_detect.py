@@ -1,6 +1,6 @@
 """What personal data and secrets are found, and by what: the kinds, the detectors' rule
 table (emails, phones, cards, IBANs, national ids, IPs, secrets), the decoded forms a value
-may hide in, and `Scanner`. Split out of `evalkit.suites.privacy` (whose docstring says what
+may hide in, and `Scanner`. Split out of `evalkit.pii.privacy` (whose docstring says what
 is found and why), which re-exports every public name.
 """
 

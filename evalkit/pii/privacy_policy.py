@@ -1,6 +1,6 @@
 """Where a detection is reported and what a suite allows: JSON walked string by string, the
 allow-list (`Policy`, `privacy.json` and a case's `privacy_allow`), and `PrivacyFinding`
-(file, line, JSON path and kind, never the value). Split out of `evalkit.suites.privacy`,
+(file, line, JSON path and kind, never the value). Split out of `evalkit.pii.privacy`,
 which re-exports every public name.
 """
 
@@ -16,7 +16,7 @@ from evalkit.foundations.errors import InputError, InputErrors
 from evalkit.foundations.layout import (
     PRIVACY_FILE as POLICY_FILE,  # a suite's allow-list and scan settings, beside config.json
 )
-from evalkit.suites.privacy_detect import DEFAULT_PHONE_REGIONS, KINDS, Detection, Scanner, scanner, value_hash
+from evalkit.pii.privacy_detect import DEFAULT_PHONE_REGIONS, KINDS, Detection, Scanner, scanner, value_hash
 
 
 # --- walking JSON ---------------------------------------------------------------------

@@ -73,7 +73,7 @@ from evalkit.foundations.layout import (
     REDACTED_RUN as REDACTED_RUN,  # in a report folder: the run copy a redacted report reads
 )
 from evalkit.foundations.layout import REDACTION_LOG as REDACTION_LOG
-from evalkit.suites.privacy_detect import (
+from evalkit.pii.privacy_detect import (
     CASE_ALLOW_KEY,
     DEFAULT_PHONE_REGIONS,
     KINDS,
@@ -84,7 +84,7 @@ from evalkit.suites.privacy_detect import (
     scanner,
     value_hash,
 )
-from evalkit.suites.privacy_gate import (
+from evalkit.pii.privacy_gate import (
     ALLOW_FLAG,
     DATASET_LOG_SUFFIX,
     DATASET_TEXT_FIELDS,
@@ -102,7 +102,7 @@ from evalkit.suites.privacy_gate import (
     scan_suite_source,
     suite_policy,
 )
-from evalkit.suites.privacy_policy import (
+from evalkit.pii.privacy_policy import (
     POLICY_KEYS,
     RULE_KEYS,
     AllowRule,
@@ -118,7 +118,7 @@ from evalkit.suites.privacy_policy import (
     scan_text,
     walk_strings,
 )
-from evalkit.suites.privacy_redact import (
+from evalkit.pii.privacy_redact import (
     MIN_KNOWN_CHARS,
     RedactedRun,
     Redactor,
