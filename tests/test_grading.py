@@ -1022,3 +1022,141 @@ def test_an_ingested_run_graded_gives_the_same_cost_per_case_and_says_what_was_p
     for m in (a, g, r):
         assert m.cost_per_case_usd == pytest.approx(want, rel=1e-12)
     assert regraded.summary.judge_spend_usd == 0.0 and r.judge_cache_avoided_usd == pytest.approx(g.judge_cost_usd)
+
+
+# ------------------------------------------------- grade_run's steps, each on its own
+
+
+def _sample(case_id: str, arm: str, index: int, output: str) -> Sample:
+    return Sample(case_id, (), arm, index, 1, "m", output, (), "stop", Usage(1, 1), 10.0, 0.0, f"{case_id}{arm}{index}")
+
+
+def _score(score, cost: float = 0.0, avoided: float = 0.0):
+    from evalkit.checking.judge import JudgeScore
+
+    return JudgeScore(score, "r", "v1", "judge-model", cost, error=None if score is not None else "no score",
+                      cost_avoided_usd=avoided)
+
+
+def _session(watch=None, *, unreachable=None, refusals=0, committed=0.0, reserved=0.0, hits=0):
+    """A judge session on stand-ins for its ledger, cache and client: only the figures
+    `should_stop` and `_judge_stats` read."""
+    import asyncio
+    from types import SimpleNamespace as NS
+
+    from evalkit.conclusions import grading
+
+    return grading._JudgeSession(
+        ledger=NS(refusals=refusals, committed_usd=committed, reserved_usd=reserved),
+        cache=NS(write_error=None, hits=hits),
+        client=NS(unreachable=unreachable, rate_limited_out=None),
+        sem=asyncio.Semaphore(1), spent_before=0.0, watch=watch)
+
+
+def test_identical_outputs_are_asked_once_and_only_the_first_line_carries_the_cost():
+    from evalkit.conclusions import grading
+
+    a, b = Case("a", "in", {"rubric": "r"}, (), rubric="r"), Case("b", "in", {"rubric": "r"}, (), rubric="r")
+    todo = [(a, _sample("a", "x", 0, "same")), (b, _sample("b", "x", 0, "same")),
+            (a, _sample("a", "y", 1, "same")), (a, _sample("a", "x", 2, "other"))]
+    groups = grading._same_output_groups(todo)
+    assert [[(c.id, s.arm, s.index) for c, s in g] for g in groups] == [
+        [("a", "x", 0), ("a", "y", 1)], [("b", "x", 0)], [("a", "x", 2)]]  # per case, in the order first seen
+    shared = grading._share_answer(_score(5, cost=0.02, avoided=0.01), groups[0])
+    first, second = shared[("a", "x", 0)], shared[("a", "y", 1)]
+    assert (first.score, first.cost_usd, first.cost_avoided_usd) == (5, 0.02, 0.01)
+    assert (second.score, second.cost_usd, second.cost_avoided_usd) == (5, 0.0, 0.0)
+
+
+def test_a_judge_sessions_watch_stops_every_later_call_once_it_reported():
+    asked = []
+
+    def watch():
+        asked.append(1)
+        return "judge server exited (code 1)\nlog tail" if len(asked) == 2 else None  # reports once, then not
+
+    s = _session(watch)
+    assert s.should_stop() is None
+    assert s.should_stop() == "judge server exited (code 1)"  # its first line
+    assert s.should_stop() == "judge server exited (code 1)"  # its report stands: not asked again
+    assert len(asked) == 2
+    s = _session(unreachable="endpoint unreachable", refusals=1)  # no watch: the session's own causes, in order
+    assert s.halted() == ["endpoint unreachable", "budget exhausted"]
+    assert s.should_stop() == "endpoint unreachable"
+
+
+def test_a_judge_pass_says_what_it_spent_and_why_it_stopped():
+    from types import SimpleNamespace as NS
+
+    from evalkit.conclusions import grading
+
+    s = _session(lambda: "server died\n  tail 1\n", committed=0.5, reserved=0.25, hits=3, refusals=1)
+    s.spent_before = 0.125
+    s.should_stop()
+    assert grading._judge_stats(s, 1.0, None) == {
+        "judge_spend_usd": 0.625, "cache_hits": 3, "run_spend_usd": 0.75, "cap_usd": 1.0,  # in flight at worst case
+        "stop_reason": "server died; budget exhausted", "stop_detail": "  tail 1"}
+    batched = NS(causes=["2 judge batch(es) still open at the provider: grade again to collect them"])
+    stats = grading._judge_stats(_session(committed=0.5, reserved=1e-13), 1.0, batched)
+    assert stats["run_spend_usd"] == 0.5  # a settle's rounding is not money in flight
+    assert stats["stop_reason"] == batched.causes[0] and "stop_detail" not in stats
+
+
+def test_the_pairwise_arms_default_to_the_configs_first_two_the_run_has():
+    from types import SimpleNamespace as NS
+
+    from evalkit.conclusions import grading
+
+    def config(verdict, arms):
+        return NS(verdict_judge=verdict, arms=[NS(name=a) for a in arms])
+
+    assert grading._default_pairwise(config("pairwise", ["a", "b", "c"]), None, ["c", "b"]) == (("b", "c"), [])
+    assert grading._default_pairwise(config("pairwise", ["a", "b"]), ("b", "a"), ["a", "b"]) == (("b", "a"), [])
+    assert grading._default_pairwise(config("direct", ["a", "b"]), None, ["a", "b"]) == (None, [])
+    arms, found = grading._default_pairwise(config("pairwise", ["a", "b"]), None, ["a"])
+    assert arms is None and [f.level for f in found] == ["HIGH"] and "fewer than two" in found[0].message
+
+
+def test_judge_repeats_mark_every_sample_sharing_a_flipped_output_and_count_unscored_asks():
+    from evalkit.checking.judge import consistency, item_id
+    from evalkit.conclusions import grading
+
+    samples = {("a", "x", 0): _sample("a", "x", 0, "same"), ("a", "x", 1): _sample("a", "x", 1, "same"),
+               ("a", "x", 2): _sample("a", "x", 2, "other"), ("b", "x", 0): _sample("b", "x", 0, "same")}
+    scores = {k: _score(4) for k in samples}
+    picked = [("a", "x", 0), ("a", "x", 2)]
+    extra = {("a", "x", 0): [_score(2), _score(None)], ("a", "x", 2): [_score(5)]}
+    asks = grading._repeat_asks(picked, scores, extra)
+    assert asks == {item_id("a", "x", 0): [4, 2], item_id("a", "x", 2): [4, 5]}  # the unscored ask left out
+    block = consistency(asks, {i: 4 for i in asks})
+    assert block["unstable"] == [item_id("a", "x", 0)]
+    # a/x/1 shares a/x/0's output (one answer): it flips with it; b/x/0 is another case's
+    assert grading._flipped_samples(picked, block["unstable"], scores, samples) == {("a", "x", 0), ("a", "x", 1)}
+    found = grading._consistency_findings(block, 1, "v1", 3)
+    assert [f.level for f in found] == ["MEDIUM", "MEDIUM"]
+    assert "1 of 3 repeated ask(s) got no score" in found[0].message
+    assert "v1 flips: asked 3 times, 1 of 2 item(s)" in found[1].message and "flip rate 50%" in found[1].message
+    steady = consistency({item_id("a", "x", 2): [4, 5]}, {item_id("a", "x", 2): 4})
+    assert grading._consistency_findings(steady, 0, "v1", 3) == []
+
+
+def test_the_judges_trust_takes_the_grade_option_over_the_configs_opt_out(tmp_path):
+    from evalkit.checking.judge import judge_identity
+    from evalkit.conclusions import grading
+
+    run = write_run(tmp_path, write_suite(tmp_path))  # its config opts out (allow_uncalibrated_judge)
+
+    def decide(allow):
+        plan, _ = grading._resolve_grading(run, None, grading.GradeOptions(allow_uncalibrated_judge=allow))
+        setup = grading._prepare_judge(plan, grading._grade_deterministic(plan).det)
+        ident = judge_identity(setup.files, "judge-model", None)
+        judged = grading._Judged({k: _score(5) for k in setup.judged_keys}, [], {}, ident, 1.0)
+        return plan, setup, grading._decide_judge_trust(plan, setup, judged)
+
+    _, setup, (trust, match) = decide(None)
+    assert setup.judged_keys and setup.labels is None  # judged samples, no human labels in the suite
+    assert (trust.trusted, trust.basis, trust.opt_out, match) == (True, "opt-out", True, None)
+    plan, setup, (trust, match) = decide(False)
+    assert (trust.trusted, trust.basis, trust.opt_out) == (False, "none", False)
+    assert trust.reason.startswith("not calibrated")
+    assert grading._decide_judge_trust(plan, setup, grading._Judged({}, [], {}, None, 1.0)) == (None, None)

@@ -59,9 +59,10 @@ provider's Batch API instead (`evalkit.running.batch.JudgeBatches`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -438,22 +439,26 @@ def _judge_client(config: Any, endpoint: Endpoint, ledger: Ledger, cache: Respon
 class _JudgeSession:
     """What every judge pass of a grade (`_judge_all`, `_judge_repeats`) calls through:
     the run's ledger resumed under the cap, the judge cache, the judge's client on
-    both, and the semaphore of the config's concurrency."""
+    both, the semaphore of the config's concurrency, and the watch asked before every
+    judge attempt (`should_stop`). Opened and closed by `_judge_session`."""
 
     ledger: Ledger
     cache: ResponseCache
     client: Any
     sem: asyncio.Semaphore
     spent_before: float
+    watch: Any = None
+    stopped: str | None = None  # the watch's reason once it reported: no judge call after it
 
     @classmethod
-    def open(cls, config: Any, endpoint: Endpoint, run: Path, cap: float, scope: str) -> _JudgeSession:
+    def open(cls, config: Any, endpoint: Endpoint, run: Path, cap: float, scope: str, watch: Any) -> _JudgeSession:
         ledger = Ledger.resume(cap, run / LEDGER)
         # batch=1: each judge answer is committed before it is used, so a grade killed
         # mid-way never pays twice for a judge key (the cache is its only record).
         cache = ResponseCache(run / JUDGE_CACHE, batch=1, scope=scope)
         client = _judge_client(config, endpoint, ledger, cache)
-        return cls(ledger, cache, client, asyncio.Semaphore(max(1, config.concurrency)), ledger.committed_usd)
+        sem = asyncio.Semaphore(max(1, config.concurrency))
+        return cls(ledger, cache, client, sem, ledger.committed_usd, watch)
 
     def causes(self) -> list[str]:
         """Why no further judge call may go out, after the watch's cause: a dead or
@@ -467,9 +472,133 @@ class _JudgeSession:
             causes.append("budget exhausted")
         return causes
 
+    def halted(self) -> list[str]:
+        """Why no further judge call may go out, as the runner says it: the watch's cause
+        (its first line) first, then the session's (`causes`)."""
+        return ([self.stopped.partition("\n")[0]] if self.stopped is not None else []) + self.causes()
+
+    def should_stop(self) -> str | None:
+        """Asked before every judge attempt: the first of `halted`, None to go on. The
+        watch is asked until it first reports; from then on its reason stands, so once
+        it reports no judge call of the pass goes out."""
+        if self.stopped is None and self.watch is not None:
+            reason = self.watch()
+            if reason:
+                self.stopped = reason.strip()
+        causes = self.halted()
+        return causes[0] if causes else None
+
     def close(self) -> None:
         self.ledger.close()
         self.cache.close()
+
+
+@contextlib.asynccontextmanager
+async def _judge_session(
+    config: Any, endpoint: Endpoint, run: Path, cap: float, scope: str, watch: Any
+) -> AsyncIterator[_JudgeSession]:
+    """The set-up every judge pass shares: a `_JudgeSession` opened on the run, and its
+    client, ledger and cache closed however the pass ends."""
+    session = _JudgeSession.open(config, endpoint, run, cap, scope, watch)
+    try:
+        yield session
+    finally:
+        await session.client.aclose()
+        session.close()
+
+
+def _same_output_groups(todo: Iterable[tuple[Case, Sample]]) -> list[list[tuple[Case, Sample]]]:
+    """The judged samples grouped by (case, output), in the order first seen: identical
+    pairs make identical judge requests, so each group is asked once, in a fixed order,
+    and the number of paid calls does not depend on timing."""
+    groups: dict[tuple[str, str], list[tuple[Case, Sample]]] = {}
+    for case, s in todo:
+        groups.setdefault((case.id, s.output), []).append((case, s))
+    return list(groups.values())
+
+
+def _share_answer(js: JudgeScore, members: Sequence[tuple[Case, Sample]]) -> dict[Key, JudgeScore]:
+    """One judge answer for every sample of a same-output group: the first line carries
+    its cost (paid or avoided), the rest $0, as a cache hit would."""
+    shared = dataclasses.replace(js, cost_usd=0.0, cost_avoided_usd=0.0)
+    return {(case.id, s.arm, int(s.index)): js if i == 0 else shared for i, (case, s) in enumerate(members)}
+
+
+async def _judge_group(
+    session: _JudgeSession, client: Any, files: JudgeFiles, seed: int | None, members: list[tuple[Case, Sample]]
+) -> dict[Key, JudgeScore]:
+    """The judge asked once, through `client`, for a same-output group (its first sample)."""
+    case, s = members[0]
+    async with session.sem:
+        js = await judge_direct(
+            client,
+            files,
+            case,
+            s.output,
+            key=f"judge/{case.id}/{s.arm}/{s.index}",
+            seed=seed,
+            should_stop=session.should_stop,
+        )
+    return _share_answer(js, members)
+
+
+async def _judge_pair_todo(
+    session: _JudgeSession, client: Any, files: JudgeFiles, seed: int | None, t: _PairTodo
+) -> PairOutcome:
+    """One pairwise trial asked through `client`."""
+    async with session.sem:
+        return await judge_pair(
+            client,
+            files,
+            t.case,
+            t.baseline,
+            t.treatment,
+            index=t.index,
+            key=f"pair/{t.case.id}/{t.index}",
+            seed=seed,
+            should_stop=session.should_stop,
+            subject=t.subject,
+            arms=t.arms,
+        )
+
+
+async def _open_batches(session: _JudgeSession, run: Path, config: Any, batch: Any) -> Any:
+    """The pass's `evalkit.running.batch.JudgeBatches` when it goes through the Batch API
+    (`batch`) or an earlier grading left judge batches open, which are adopted first (no
+    longer counted as spent before this pass); None for online calls."""
+    from evalkit.running.batch import JudgeBatches, has_open  # the provider's Batch API (evalkit.running.batch)
+
+    if batch is None and not has_open(run, "judge"):
+        return None
+    batched = JudgeBatches(session.client, run, config, batch, watch=session.should_stop)
+    await batched.take_over()  # an earlier grading's open batches: no longer counted as spent
+    session.spent_before = session.ledger.committed_usd
+    return batched
+
+
+def _judge_stats(session: _JudgeSession, cap: float, batched: Any) -> dict[str, Any]:
+    """What a closed judge pass puts in `grades-summary.json`: its spend (judge batches
+    still running at their worst case, as a later session counts them), the cache's
+    hits, the run's spend and cap, and why calls stopped (`stop_reason`, and the
+    watch's report past its first line as `stop_detail`)."""
+    ledger = session.ledger
+    in_flight = ledger.reserved_usd if ledger.reserved_usd > 1e-12 else 0.0  # not the rounding of settles
+    stats: dict[str, Any] = {
+        "judge_spend_usd": ledger.committed_usd + in_flight - session.spent_before,
+        "cache_hits": session.cache.hits,
+        "run_spend_usd": ledger.committed_usd + in_flight,
+        "cap_usd": cap,
+    }
+    causes = session.halted()
+    if causes:
+        stats["stop_reason"] = "; ".join(dict.fromkeys(c.strip() for c in causes))
+    if session.stopped is not None:
+        detail = session.stopped.partition("\n")[2]
+        if detail.strip("\n"):
+            stats["stop_detail"] = detail.strip("\n")
+    elif batched is not None and batched.causes:
+        stats["stop_reason"] = "; ".join(batched.causes)
+    return stats
 
 
 async def _judge_all(
@@ -484,102 +613,24 @@ async def _judge_all(
     scope: str = "",
     batch: Any = None,
 ) -> tuple[dict[Key, JudgeScore], list[PairOutcome], dict[str, Any]]:
+    """The judge pass of a grade: each same-output group of `todo` asked once and every
+    pairwise trial, online or through judge batches (`_open_batches`). Returns the
+    scores by sample, the pair outcomes and the pass's `_judge_stats`."""
     config = suite.config
-    session = _JudgeSession.open(config, endpoint, run, cap, scope)
-    ledger, cache, client, sem = session.ledger, session.cache, session.client, session.sem
-    spent_before = session.spent_before
     scores: dict[Key, JudgeScore] = {}
-    stopped: list[str] = []  # the watch's reason once it reported: no judge call after it
+    groups = _same_output_groups(todo)
+    async with _judge_session(config, endpoint, run, cap, scope, watch) as session:
 
-    def halted() -> list[str]:
-        """Why no further judge call may go out, as the runner says it: the watch's cause
-        first, then the session's (`_JudgeSession.causes`)."""
-        return ([stopped[0].partition("\n")[0]] if stopped else []) + session.causes()
+        async def ask(client: Any) -> list[PairOutcome]:  # every judge call of the pass, through `client`
+            asked = await asyncio.gather(*(_judge_group(session, client, files, config.seed, m) for m in groups))
+            for answers in asked:
+                scores.update(answers)
+            pairs = (_judge_pair_todo(session, client, files, config.seed, t) for t in pairs_todo)
+            return list(await asyncio.gather(*pairs))
 
-    def should_stop() -> str | None:
-        if not stopped and watch is not None:
-            reason = watch()
-            if reason:
-                stopped.append(reason.strip())
-        causes = halted()
-        return causes[0] if causes else None
-
-    # Identical (case, output) pairs make identical judge requests: ask once, in a fixed
-    # order, and share the answer (the first line carries the cost, the rest $0, as a
-    # cache hit would), so the number of paid calls does not depend on timing.
-    groups: dict[tuple[str, str], list[tuple[Case, Sample]]] = {}
-    for case, s in todo:
-        groups.setdefault((case.id, s.output), []).append((case, s))
-
-    async def one(members: list[tuple[Case, Sample]], client: Any) -> None:
-        case, s = members[0]
-        async with sem:
-            js = await judge_direct(
-                client,
-                files,
-                case,
-                s.output,
-                key=f"judge/{case.id}/{s.arm}/{s.index}",
-                seed=config.seed,
-                should_stop=should_stop,
-            )
-        for i, (_, m) in enumerate(members):
-            # a shared answer is paid (or avoided) once: its list price on the first line only
-            shared = dataclasses.replace(js, cost_usd=0.0, cost_avoided_usd=0.0)
-            scores[(case.id, m.arm, int(m.index))] = js if i == 0 else shared
-
-    async def pair(t: _PairTodo, client: Any) -> PairOutcome:
-        async with sem:
-            return await judge_pair(
-                client,
-                files,
-                t.case,
-                t.baseline,
-                t.treatment,
-                index=t.index,
-                key=f"pair/{t.case.id}/{t.index}",
-                seed=config.seed,
-                should_stop=should_stop,
-                subject=t.subject,
-                arms=t.arms,
-            )
-
-    async def ask(client: Any) -> list[PairOutcome]:  # every judge call of the pass, through `client`
-        await asyncio.gather(*(one(members, client) for members in groups.values()))
-        return list(await asyncio.gather(*(pair(t, client) for t in pairs_todo)))
-
-    batched = None
-    try:
-        from evalkit.running.batch import JudgeBatches, has_open  # the provider's Batch API (evalkit.running.batch)
-
-        if batch is not None or has_open(run, "judge"):
-            batched = JudgeBatches(client, run, config, batch, watch=should_stop)
-            await batched.take_over()  # an earlier grading's open batches: no longer counted as spent
-            spent_before = ledger.committed_usd
-            outcomes = await batched.run(ask)
-        else:
-            outcomes = await ask(client)
-    finally:
-        await client.aclose()
-        in_flight = ledger.reserved_usd if ledger.reserved_usd > 1e-12 else 0.0  # not the rounding of settles
-        stats: dict[str, Any] = {
-            # judge batches still running count at their worst case, as a later session counts them
-            "judge_spend_usd": ledger.committed_usd + in_flight - spent_before,
-            "cache_hits": cache.hits,
-            "run_spend_usd": ledger.committed_usd + in_flight,
-            "cap_usd": cap,
-        }
-        causes = halted()
-        if causes:
-            stats["stop_reason"] = "; ".join(dict.fromkeys(c.strip() for c in causes))
-        if stopped:
-            detail = stopped[0].partition("\n")[2]
-            if detail.strip("\n"):
-                stats["stop_detail"] = detail.strip("\n")
-        elif batched is not None and batched.causes:
-            stats["stop_reason"] = "; ".join(batched.causes)
-        session.close()
-    return scores, outcomes, stats
+        batched = await _open_batches(session, run, config, batch)
+        outcomes = await (batched.run(ask) if batched is not None else ask(session.client))
+    return scores, outcomes, _judge_stats(session, cap, batched)
 
 
 async def _judge_repeats(
@@ -599,35 +650,26 @@ async def _judge_repeats(
     replays them at $0), as online calls even when the grading used `--batch`. Returns
     each item's extra scores and what they cost."""
     config = suite.config
-    session = _JudgeSession.open(config, endpoint, run, cap, scope)
     out: dict[Key, list[JudgeScore]] = {}
     base_seed = config.seed or 0
+    async with _judge_session(config, endpoint, run, cap, scope, watch) as session:
 
-    def should_stop() -> str | None:
-        reason = watch() if watch is not None else None
-        causes = ([reason] if reason else []) + session.causes()
-        return str(causes[0]) if causes else None
+        async def one(case: Case, s: Sample, r: int) -> tuple[Key, int, JudgeScore]:
+            async with session.sem:
+                js = await judge_direct(
+                    session.client,
+                    files,
+                    case,
+                    s.output,
+                    key=f"judge-repeat/{case.id}/{s.arm}/{s.index}/{r}",
+                    seed=base_seed + r,
+                    should_stop=session.should_stop,
+                    temperature=REPEAT_TEMPERATURE,
+                )
+            return (case.id, s.arm, int(s.index)), r, js
 
-    async def one(case: Case, s: Sample, r: int) -> tuple[Key, int, JudgeScore]:
-        async with session.sem:
-            js = await judge_direct(
-                session.client,
-                files,
-                case,
-                s.output,
-                key=f"judge-repeat/{case.id}/{s.arm}/{s.index}/{r}",
-                seed=base_seed + r,
-                should_stop=should_stop,
-                temperature=REPEAT_TEMPERATURE,
-            )
-        return (case.id, s.arm, int(s.index)), r, js
-
-    try:
         done = await asyncio.gather(*(one(c, s, r) for c, s in todo for r in range(1, repeats)))
-    finally:
-        await session.client.aclose()
-        spent = session.ledger.committed_usd - session.spent_before
-        session.close()
+    spent = session.ledger.committed_usd - session.spent_before
     for key, _, js in sorted(done, key=lambda t: (t[0], t[1])):
         out.setdefault(key, []).append(js)
     return out, spent
@@ -698,6 +740,71 @@ class GradeOptions:
     judge_repeats: int = 1
 
 
+@dataclass(frozen=True)
+class _GradePlan:
+    """What `grade_run` grades, resolved before any check runs (`_resolve_grading`): the
+    run folder and its `config.json` (`meta`), the suite, the options (`pairwise`
+    resolved to the arms compared, or None), the samples and the keys the run planned."""
+
+    run: Path
+    meta: dict[str, Any]
+    suite: Suite
+    opts: GradeOptions
+    cases: dict[str, Case]
+    samples: dict[Key, Sample]
+    expected: set[Key]
+    planned_cases: list[str]
+    run_arms: list[str]
+
+    @property
+    def config(self) -> Any:
+        return self.suite.config
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """The deterministic checks of every sample (`_grade_deterministic`), and the
+    samples not graded because their case left the suite, with why."""
+
+    det: dict[Key, list[CheckResult]]
+    unknown: dict[Key, str]
+    findings: tuple[Finding, ...]
+
+
+@dataclass(frozen=True)
+class _JudgeSetup:
+    """What the judge step needs, read before any judge call is paid for
+    (`_prepare_judge`): the judged samples, the judge files (None: none to judge with,
+    `no_judge_files` says why when cases needed them), whether the judge may be the
+    generator's model, and the human labels and accepted calibrations."""
+
+    judged_keys: list[Key]
+    files: JudgeFiles | None
+    override: bool
+    no_judge_files: str | None
+    labels: list[HumanLabel] | None
+    labels_where: str | None
+    records: list[Calibration]
+    findings: tuple[Finding, ...]
+
+
+@dataclass(frozen=True)
+class _Judged:
+    """What the judge answered (`_ask_judge`, then `_judge_consistency`): scores by
+    sample, pair outcomes, the spend and stop figures of `grades-summary.json`, the
+    judge's identity (None: not asked), and with `judge_repeats` the samples whose
+    verdict flipped and the `judge_consistency` block."""
+
+    scores: dict[Key, JudgeScore]
+    outcomes: list[PairOutcome]
+    stats: dict[str, Any]
+    identity: JudgeIdentity | None
+    cap: float
+    findings: tuple[Finding, ...] = ()
+    unstable: frozenset[Key] = frozenset()
+    consistency: dict[str, Any] | None = None
+
+
 @RunFolder.holding_lock  # one process per run folder (runs.RunFolder.lock)
 def grade_run(
     run_path: str | Path, suite: Suite | str | Path | None = None, options: GradeOptions | None = None, **fields: Any
@@ -727,19 +834,45 @@ def grade_run(
     `judge_repeats` R > 1 asks the judge R - 1 more times on up to `REPEAT_ITEMS` of
     the items it scored (`_judge_repeats`): `judge_consistency` in the summary, and the
     samples whose verdict flipped marked `judge_unstable`. `InputError` for R < 1.
+
+    The steps, in order: resolve (`_resolve_grading`), grade deterministic
+    (`_grade_deterministic`), judge (`_prepare_judge`, `_plan_pairs`, `_ask_judge`,
+    `_judge_consistency`, `_decide_judge_trust`), then the lines (`_grade_lines`), the
+    summary (`_summarise`) and the files (`_write_grading`).
     """
     opts = dataclasses.replace(options or GradeOptions(), **fields)
-    judge_base_url, judge_version, pairwise, watch = opts.judge_base_url, opts.judge_version, opts.pairwise, opts.watch
-    allow_uncalibrated_judge, labels, batch = opts.allow_uncalibrated_judge, opts.labels, opts.batch
-    judge_repeats = opts.judge_repeats
-    if int(judge_repeats) != judge_repeats or judge_repeats < 1:
-        raise InputError(f"--judge-repeats must be a positive integer, got {judge_repeats!r}")
-    run = Path(run_path)
+    plan, found = _resolve_grading(Path(run_path), suite, opts)
+    checked = _grade_deterministic(plan)
+    setup = _prepare_judge(plan, checked.det)
+    pairs_todo, unmatched = _plan_pairs(plan, checked.det)
+    judged = _ask_judge(plan, setup, pairs_todo)
+    files, identity = setup.files, judged.identity
+    if files is not None and identity is not None and plan.opts.judge_repeats > 1:
+        if not judged.stats.get("stop_reason"):
+            judged = _judge_consistency(plan, files, identity, judged)
+    case_pos = {c: i for i, c in enumerate(plan.planned_cases)}
+    outcomes = sorted(judged.outcomes + unmatched, key=lambda o: (case_pos.get(o.case_id, len(case_pos)), o.index))
+    trust, match = _decide_judge_trust(plan, setup, judged)
+    grades = _grade_lines(plan, checked, setup, judged, trust)
+    findings = [*found, *checked.findings, *setup.findings, *judged.findings]
+    summary, all_findings = _summarise(plan, grades, outcomes, setup, judged, trust, match, findings)
+    _write_grading(plan, grades, outcomes, summary)
+    return GradeResult(plan.run, tuple(grades), summary, all_findings, tuple(outcomes))
+
+
+def _resolve_grading(
+    run: Path, suite: Suite | str | Path | None, opts: GradeOptions
+) -> tuple[_GradePlan, list[Finding]]:
+    """Step 1, resolve: the run, its suite and what it planned, with the options
+    checked (`judge_repeats`, `batch`'s price) and `pairwise` defaulted
+    (`_default_pairwise`). Raises `InputError` before anything is graded: a bad option,
+    no suite, a case with neither a check nor a rubric."""
+    if int(opts.judge_repeats) != opts.judge_repeats or opts.judge_repeats < 1:
+        raise InputError(f"--judge-repeats must be a positive integer, got {opts.judge_repeats!r}")
     meta = RunFolder(run).read_meta()
     suite_obj = resolve_suite(run, meta, suite)
     config = suite_obj.config
-    opt_out = config.allow_uncalibrated_judge if allow_uncalibrated_judge is None else bool(allow_uncalibrated_judge)
-    if batch is not None:  # judge batches are reserved and charged at the batch price: refuse before any work
+    if opts.batch is not None:  # judge batches are reserved and charged at the batch price: refuse before any work
         from evalkit.running.batch import check_ready  # lazy: evalkit.running.batch only for --batch
 
         check_ready(config, "judge", Path(suite_obj.path) / CONFIG_FILE)
@@ -750,43 +883,63 @@ def grade_run(
     for cid in planned_cases:
         if cid in cases:
             require_scored(cases[cid])
-    findings: list[Finding] = []
     run_arms = sorted({k[1] for k in expected} | {k[1] for k in samples})
-    if pairwise is None and config.verdict_judge == "pairwise":
-        pairwise = default_pairwise_arms(config, run_arms)
-        if pairwise is None:
-            findings.append(
-                Finding(
-                    "HIGH",
-                    'verdict_judge is "pairwise" but the run has fewer than two of the config\'s arms: '
-                    "no pairwise judge was asked",
-                )
-            )
+    pairwise, findings = _default_pairwise(config, opts.pairwise, run_arms)
+    opts = dataclasses.replace(opts, pairwise=pairwise)
+    return _GradePlan(run, meta, suite_obj, opts, cases, samples, expected, planned_cases, run_arms), findings
 
-    # Deterministic checks first; they raise InputError on a bad check (nothing written).
+
+def _default_pairwise(
+    config: Any, pairwise: tuple[str, str] | None, run_arms: Sequence[str]
+) -> tuple[tuple[str, str] | None, list[Finding]]:
+    """The arms the pairwise judge compares: `pairwise` as given, else, when the config's
+    `verdict_judge` is "pairwise", its first two arms the run has
+    (`default_pairwise_arms`), or None and a HIGH finding when it has fewer than two."""
+    if pairwise is not None or config.verdict_judge != "pairwise":
+        return pairwise, []
+    pairwise = default_pairwise_arms(config, run_arms)
+    if pairwise is not None:
+        return pairwise, []
+    return None, [
+        Finding(
+            "HIGH",
+            'verdict_judge is "pairwise" but the run has fewer than two of the config\'s arms: '
+            "no pairwise judge was asked",
+        )
+    ]
+
+
+def _grade_deterministic(plan: _GradePlan) -> _Checked:
+    """Step 2, grade deterministic: every sample's checks (`graders.grade_sample`; a
+    bad check raises `InputError`, nothing written), a sample whose case left the suite
+    set aside, and the finding on agent traces that may be incomplete."""
     det: dict[Key, list[CheckResult]] = {}
     unknown: dict[Key, str] = {}
-    for key in sorted(samples):
-        case = cases.get(key[0])
+    for key in sorted(plan.samples):
+        case = plan.cases.get(key[0])
         if case is None:
             unknown[key] = f"case {key[0]!r} is not in the suite any more: not graded"
             continue
-        det[key] = grade_sample(case, samples[key], suite_obj.path, _agent_facts(run, suite_obj, samples[key]))
+        sample = plan.samples[key]
+        det[key] = grade_sample(case, sample, plan.suite.path, _agent_facts(plan.run, plan.suite, sample))
+    findings = _incomplete_trajectory_findings(plan.config, plan.cases, plan.samples, det)
+    return _Checked(det, unknown, tuple(findings))
 
-    findings += _incomplete_trajectory_findings(config, cases, samples, det)
 
-    judged_keys = [k for k in sorted(det) if cases[k[0]].judged]
+def _prepare_judge(plan: _GradePlan, det: Mapping[Key, list[CheckResult]]) -> _JudgeSetup:
+    """Step 3a, before any judge call: the judged samples, the judge refused when it is
+    the generator's model without the override (`judge.check_judge_model`), its files
+    (`_judge_files`), and the human labels and accepted calibrations (`_human_labels`),
+    each refused (`InputError`) when bad."""
+    config, samples = plan.config, plan.samples
+    judged_keys = [k for k in sorted(det) if plan.cases[k[0]].judged]
     files: JudgeFiles | None = None
     override = False
-    no_judge_files = None
-    if judged_keys or pairwise:
+    missing: str | None = None
+    findings: list[Finding] = []
+    if judged_keys or plan.opts.pairwise:
         override = check_judge_model(config, {samples[k].model for k in judged_keys})
-        if not judge_versions(suite_obj.path) and judge_version is None:
-            no_judge_files = "no judge/rubric-vN.md and judge/prompt-vN.md: judged cases cannot be scored"
-            for cid in sorted({k[0] for k in judged_keys}):
-                findings.append(Finding("HIGH", f"judged case {cid!r} has no rubric file (judge/rubric-vN.md)"))
-        else:
-            files = load_judge_files(suite_obj.path, judge_version)
+        files, missing, findings = _judge_files(plan, judged_keys)
         if override and config.judge is not None:  # check_judge_model refused a config without a judge
             findings.append(
                 Finding(
@@ -795,202 +948,318 @@ def grade_run(
                     "allowed by allow_same_judge_model: judge scores are not independent",
                 )
             )
+    labels, where, records = _human_labels(plan, files)
+    return _JudgeSetup(judged_keys, files, override, missing, labels, where, records, tuple(findings))
 
-    # The human labels and accepted calibrations are read (and refused when bad) before
-    # any judge call is paid for.
-    label_list: list[HumanLabel] | None = None
-    records: list[Calibration] = []
-    labels_where: str | None = None
-    if files is not None:
-        if labels is not None:
-            label_list, labels_where = load_human_labels(labels), str(labels)
-        else:
-            label_list = suite_human_labels(suite_obj.path)
-            labels_where = HUMAN_LABELS_FILE if label_list is not None else None
-        records = read_calibrations(suite_obj.path)
 
-    pairs_todo: list[_PairTodo] = []
+def _judge_files(plan: _GradePlan, judged_keys: Sequence[Key]) -> tuple[JudgeFiles | None, str | None, list[Finding]]:
+    """The judge files of the pinned or highest version; with none in the suite, None,
+    why judged cases cannot be scored, and a HIGH finding per judged case."""
+    if judge_versions(plan.suite.path) or plan.opts.judge_version is not None:
+        return load_judge_files(plan.suite.path, plan.opts.judge_version), None, []
+    why = "no judge/rubric-vN.md and judge/prompt-vN.md: judged cases cannot be scored"
+    findings = [
+        Finding("HIGH", f"judged case {cid!r} has no rubric file (judge/rubric-vN.md)")
+        for cid in sorted({k[0] for k in judged_keys})
+    ]
+    return None, why, findings
+
+
+def _human_labels(
+    plan: _GradePlan, files: JudgeFiles | None
+) -> tuple[list[HumanLabel] | None, str | None, list[Calibration]]:
+    """The human labels to calibrate against (`labels`, else the suite's
+    `judge/human-sample.jsonl`), where they came from, and the suite's accepted
+    calibrations; nothing without judge files. Read, and refused when bad, before any
+    judge call is paid for."""
+    if files is None:
+        return None, None, []
+    labels = plan.opts.labels
+    label_list: list[HumanLabel] | None
+    where: str | None
+    if labels is not None:
+        label_list, where = load_human_labels(labels), str(labels)
+    else:
+        label_list = suite_human_labels(plan.suite.path)
+        where = HUMAN_LABELS_FILE if label_list is not None else None
+    return label_list, where, read_calibrations(plan.suite.path)
+
+
+def _plan_pairs(plan: _GradePlan, det: Mapping[Key, list[CheckResult]]) -> tuple[list[_PairTodo], list[PairOutcome]]:
+    """Step 3b: the pairwise trials to ask, one per judged (case, index) the run planned
+    for the two arms, and an errored outcome for each whose arm has no sample.
+    `InputError` for an arm the run does not have."""
+    pairwise, run_arms = plan.opts.pairwise, plan.run_arms
+    if not pairwise:
+        return [], []
+    base_arm, treat_arm = pairwise
+    for arm in pairwise:
+        if arm not in run_arms:
+            raise InputError(
+                f"pairwise arm {arm!r} is not in the run (arms: {', '.join(run_arms)})",
+                plan.run / RUN_CONFIG,
+                json_path="$.arms",
+            )
+    cases, samples = plan.cases, plan.samples
+    planned = sorted(
+        {(c, i) for c, a, i in plan.expected | set(samples) if a in pairwise and c in cases and cases[c].judged}
+    )
+    todo: list[_PairTodo] = []
     unmatched: list[PairOutcome] = []
-    if pairwise:
-        base_arm, treat_arm = pairwise
-        for arm in pairwise:
-            if arm not in run_arms:
-                raise InputError(
-                    f"pairwise arm {arm!r} is not in the run (arms: {', '.join(run_arms)})",
-                    run / RUN_CONFIG,
-                    json_path="$.arms",
-                )
-        planned_pairs = sorted(
-            {(c, i) for c, a, i in expected | set(samples) if a in pairwise and c in cases and cases[c].judged}
-        )
-        for cid, idx in planned_pairs:
-            kb, kt = (cid, base_arm, idx), (cid, treat_arm, idx)
-            if kb in det and kt in det:
-                pairs_todo.append(_pair_todo(run, cases[cid], idx, samples[kb], samples[kt], pairwise))
-            else:
-                gone = " and ".join(a for a, k in ((base_arm, kb), (treat_arm, kt)) if k not in samples) or "?"
-                unmatched.append(unmatched_pair(cid, idx, f"no {gone} sample", pairwise))
+    for cid, idx in planned:
+        kb, kt = (cid, base_arm, idx), (cid, treat_arm, idx)
+        if kb in det and kt in det:
+            todo.append(_pair_todo(plan.run, cases[cid], idx, samples[kb], samples[kt], pairwise))
+        else:
+            gone = " and ".join(a for a, k in ((base_arm, kb), (treat_arm, kt)) if k not in samples) or "?"
+            unmatched.append(unmatched_pair(cid, idx, f"no {gone} sample", pairwise))
+    return todo, unmatched
 
-    scores: dict[Key, JudgeScore] = {}
-    outcomes: list[PairOutcome] = []
-    cap = run_cap_usd(meta, config.cost_cap_usd)  # the run's recorded cap (a CI run's ci.cost_cap_usd): one cap for all
-    judge_stats: dict[str, Any] = {"judge_spend_usd": 0.0, "cache_hits": 0, "cap_usd": cap}
-    identity: JudgeIdentity | None = None
-    if files is not None and (judged_keys or pairs_todo):
-        endpoint = judge_endpoint(suite_obj, judge_base_url)
-        identity = judge_identity(files, endpoint.model, endpoint.base_url)
-        scores, outcomes, judge_stats = _run_sync(
-            _judge_all(
-                suite_obj,
-                files,
-                [(cases[k[0]], samples[k]) for k in judged_keys],
-                endpoint,
-                run,
-                cap,
-                pairs_todo,
-                combine(watch, served_watch(endpoint.base_url)),
-                cache_scope(identity),
-                batch,
+
+def _ask_judge(plan: _GradePlan, setup: _JudgeSetup, pairs_todo: list[_PairTodo]) -> _Judged:
+    """Step 3c, judge: every judged sample and pairwise trial asked (`_judge_all`) under
+    the run's cap, with the judge's identity and its spend on the ledger, and a HIGH
+    finding when calls stopped. Nothing is asked without judge files or anything to ask."""
+    config, files = plan.config, setup.files
+    cap = run_cap_usd(
+        plan.meta, config.cost_cap_usd
+    )  # the run's recorded cap (a CI run's ci.cost_cap_usd): one cap for all
+    if files is None or not (setup.judged_keys or pairs_todo):
+        return _Judged({}, [], {"judge_spend_usd": 0.0, "cache_hits": 0, "cap_usd": cap}, None, cap)
+    endpoint = judge_endpoint(plan.suite, plan.opts.judge_base_url)
+    identity = judge_identity(files, endpoint.model, endpoint.base_url)
+    todo = [(plan.cases[k[0]], plan.samples[k]) for k in setup.judged_keys]
+    watch = combine(plan.opts.watch, served_watch(endpoint.base_url))
+    scores, outcomes, stats = _run_sync(
+        _judge_all(
+            plan.suite, files, todo, endpoint, plan.run, cap, pairs_todo, watch, cache_scope(identity), plan.opts.batch
+        )
+    )
+    stats["judge_ledger_usd"] = role_spend(plan.run / LEDGER, "judge")  # every pass, this one included
+    findings: list[Finding] = []
+    if stats.get("stop_reason"):
+        findings.append(
+            Finding(
+                "HIGH",
+                f"grading stopped: {stats['stop_reason']}; the judged samples "
+                "left have no score (not counted as passes)",
             )
         )
-        judge_stats["judge_ledger_usd"] = role_spend(run / LEDGER, "judge")  # every pass, this one included
-        if judge_stats.get("stop_reason"):
-            findings.append(
-                Finding(
-                    "HIGH",
-                    f"grading stopped: {judge_stats['stop_reason']}; the judged samples "
-                    "left have no score (not counted as passes)",
-                )
-            )
-    unstable: set[Key] = set()
-    consistency_block: dict[str, Any] | None = None
-    if files is not None and identity is not None and judge_repeats > 1 and not judge_stats.get("stop_reason"):
-        picked = repeat_items(scores, samples, config.seed)
-        extra, spent = _run_sync(
-            _judge_repeats(
-                suite_obj,
-                files,
-                [(cases[k[0]], samples[k]) for k in picked],
-                int(judge_repeats),
-                judge_endpoint(suite_obj, judge_base_url),
-                run,
-                cap,
-                combine(watch, served_watch(identity.base_url)),
-                cache_scope(identity),
-            )
+    return _Judged(scores, outcomes, stats, identity, cap, tuple(findings))
+
+
+def _judge_consistency(plan: _GradePlan, files: JudgeFiles, identity: JudgeIdentity, judged: _Judged) -> _Judged:
+    """Step 3d (`judge_repeats` R > 1): the judge asked R - 1 more times on up to
+    `REPEAT_ITEMS` of the items it scored (`_judge_repeats`); `judged` with the repeats'
+    spend added, the `judge_consistency` block, the samples whose verdict flipped
+    (`_flipped_samples`) and the findings (`_consistency_findings`)."""
+    repeats, samples, cases = int(plan.opts.judge_repeats), plan.samples, plan.cases
+    picked = repeat_items(judged.scores, samples, plan.config.seed)
+    extra, spent = _run_sync(
+        _judge_repeats(
+            plan.suite,
+            files,
+            [(cases[k[0]], samples[k]) for k in picked],
+            repeats,
+            judge_endpoint(plan.suite, plan.opts.judge_base_url),
+            plan.run,
+            judged.cap,
+            combine(plan.opts.watch, served_watch(identity.base_url)),
+            cache_scope(identity),
         )
-        judge_stats["judge_spend_usd"] = judge_stats.get("judge_spend_usd", 0.0) + spent
-        asks = {
-            item_id(*k): [int(s) for s in [scores[k].score, *(js.score for js in extra.get(k, []))] if s is not None]
-            for k in picked
-        }
-        block = consistency(asks, {item_id(*k): cases[k[0]].judge_threshold for k in picked})
-        errors = sum(1 for k in picked for js in extra.get(k, []) if js.score is None)
-        consistency_block = {
-            "repeats": int(judge_repeats),
+    )
+    asks = _repeat_asks(picked, judged.scores, extra)
+    block = consistency(asks, {item_id(*k): cases[k[0]].judge_threshold for k in picked})
+    errors = sum(1 for k in picked for js in extra.get(k, []) if js.score is None)
+    return dataclasses.replace(
+        judged,
+        stats={**judged.stats, "judge_spend_usd": judged.stats.get("judge_spend_usd", 0.0) + spent},
+        findings=judged.findings + tuple(_consistency_findings(block, errors, files.version, repeats)),
+        unstable=_flipped_samples(picked, block["unstable"], judged.scores, samples),
+        consistency={
+            "repeats": repeats,
             "temperature": REPEAT_TEMPERATURE,
             "max_items": REPEAT_ITEMS,
-            "per_version": {files.version: {**block, "repeats": int(judge_repeats), "errors": errors}},
-        }
-        if errors:
-            findings.append(
-                Finding(
-                    "MEDIUM",
-                    f"judge consistency: {errors} of {block['n_asks'] + errors} repeated ask(s) got no score "
-                    "(judge error, or the cap): the flip rate is over the rest",
-                )
-            )
-        flipped = {(k[0], samples[k].output) for k in picked if item_id(*k) in set(block["unstable"])}
-        unstable = {k for k in scores if (k[0], samples[k].output) in flipped}
-        if block["unstable"]:
-            findings.append(
-                Finding(
-                    "MEDIUM",
-                    f"judge {files.version} flips: asked {judge_repeats} times, {len(block['unstable'])} of "
-                    f"{block['n_items']} item(s) got verdicts on both sides of the threshold (flip rate "
-                    f"{block['flip_rate']:.0%}); their samples are marked unstable",
-                )
-            )
-    case_pos = {c: i for i, c in enumerate(planned_cases)}
-    outcomes = sorted(outcomes + unmatched, key=lambda o: (case_pos.get(o.case_id, len(case_pos)), o.index))
+            "per_version": {files.version: {**block, "repeats": repeats, "errors": errors}},
+        },
+    )
 
-    # Calibration: the labels that match what this judge scored here, this judge's
-    # accepted records, and the decision whether its pass/fail may count.
-    trust: JudgeTrust | None = None
-    match = None
-    if files is not None and identity is not None:
-        judged = judged_items(((k, js.score) for k, js in scores.items()), samples, files, cases)
-        run_cal = None
-        if label_list:
-            match = match_labels(label_list, judged)
-            run_cal = calibrate(match, identity, run=run.name, labels_file=labels_where) if match.n_fresh else None
-        trust = decide_trust(identity, run_cal, records, opt_out=opt_out)
 
+def _repeat_asks(
+    picked: Sequence[Key], scores: Mapping[Key, JudgeScore], extra: Mapping[Key, list[JudgeScore]]
+) -> dict[str, list[int]]:
+    """Item id -> every score the judge gave it: the grading's first, then the
+    repeats', those without a score (a judge error) left out."""
+    return {
+        item_id(*k): [int(s) for s in [scores[k].score, *(js.score for js in extra.get(k, []))] if s is not None]
+        for k in picked
+    }
+
+
+def _flipped_samples(
+    picked: Sequence[Key],
+    unstable_items: Iterable[str],
+    scores: Mapping[Key, JudgeScore],
+    samples: Mapping[Key, Sample],
+) -> frozenset[Key]:
+    """The judged samples to mark `judge_unstable`: every one that shares its (case,
+    output) with a repeated item whose verdicts fell on both sides of the threshold
+    (identical outputs share one answer, so they flip together)."""
+    flipped_ids = set(unstable_items)
+    flipped = {(k[0], samples[k].output) for k in picked if item_id(*k) in flipped_ids}
+    return frozenset(k for k in scores if (k[0], samples[k].output) in flipped)
+
+
+def _consistency_findings(block: Mapping[str, Any], errors: int, version: str, repeats: int) -> list[Finding]:
+    """The MEDIUM findings of a judge-repeats pass: repeated asks that got no score,
+    and items whose verdicts flipped."""
+    findings: list[Finding] = []
+    if errors:
+        findings.append(
+            Finding(
+                "MEDIUM",
+                f"judge consistency: {errors} of {block['n_asks'] + errors} repeated ask(s) got no score "
+                "(judge error, or the cap): the flip rate is over the rest",
+            )
+        )
+    if block["unstable"]:
+        findings.append(
+            Finding(
+                "MEDIUM",
+                f"judge {version} flips: asked {repeats} times, {len(block['unstable'])} of "
+                f"{block['n_items']} item(s) got verdicts on both sides of the threshold (flip rate "
+                f"{block['flip_rate']:.0%}); their samples are marked unstable",
+            )
+        )
+    return findings
+
+
+def _decide_judge_trust(
+    plan: _GradePlan, setup: _JudgeSetup, judged: _Judged
+) -> tuple[JudgeTrust | None, LabelMatch | None]:
+    """Step 3e, calibration and trust: whether the judge's pass/fail may count in this
+    grading. The human labels that match what this judge scored here calibrate it
+    (`judge.calibrate`, on fresh labels only), beside its accepted records, and
+    `judge.decide_trust` decides, with the user's opt-out (`allow_uncalibrated_judge`:
+    the option, else the config's). Returns the trust (None when no judge was asked)
+    and the label match (None without labels). `_grade_line` applies the trust to each
+    judged sample (an untrusted judge's result is held) and `judge_trust_findings` says
+    what it calls for: the one place grading decides how a judge's answers count."""
+    files, identity = setup.files, judged.identity
+    if files is None or identity is None:
+        return None, None
+    allow = plan.opts.allow_uncalibrated_judge
+    opt_out = plan.config.allow_uncalibrated_judge if allow is None else bool(allow)
+    scored = judged_items(((k, js.score) for k, js in judged.scores.items()), plan.samples, files, plan.cases)
+    match = run_cal = None
+    if setup.labels:
+        match = match_labels(setup.labels, scored)
+        if match.n_fresh:
+            run_cal = calibrate(match, identity, run=plan.run.name, labels_file=setup.labels_where)
+    return decide_trust(identity, run_cal, setup.records, opt_out=opt_out), match
+
+
+def _grade_lines(
+    plan: _GradePlan, checked: _Checked, setup: _JudgeSetup, judged: _Judged, trust: JudgeTrust | None
+) -> list[Grade]:
+    """Step 4: one grade line per sample, in key order (`_grade_line`): its checks and
+    judge score under the judge's trust, an error for a sample whose case left the
+    suite, `judge_unstable` on samples whose verdict flipped."""
     grades: list[Grade] = []
-    for key in sorted(samples):
-        s = samples[key]
-        if key in unknown:
-            grades.append(Grade(key[0], key[1], key[2], None, (), error=unknown[key]))
+    for key in sorted(plan.samples):
+        if key in checked.unknown:
+            grades.append(Grade(key[0], key[1], key[2], None, (), error=checked.unknown[key]))
             continue
-        case = cases[key[0]]
-        js = scores.get(key) if case.judged else None
-        jerr = no_judge_files if case.judged and files is None else None
-        line = _grade_line(case, s, det[key], js, jerr, override, trust)
-        grades.append(dataclasses.replace(line, judge_unstable=True) if key in unstable else line)
+        case = plan.cases[key[0]]
+        js = judged.scores.get(key) if case.judged else None
+        jerr = setup.no_judge_files if case.judged and setup.files is None else None
+        line = _grade_line(case, plan.samples[key], checked.det[key], js, jerr, setup.override, trust)
+        grades.append(dataclasses.replace(line, judge_unstable=True) if key in judged.unstable else line)
+    return grades
 
-    leaks = scan_outputs(suite_obj, samples)  # personal data and secrets in the outputs (no value is kept)
-    findings += [Finding(cast(Level, level), message) for level, message in leaks.findings]
+
+def _summarise(
+    plan: _GradePlan,
+    grades: list[Grade],
+    outcomes: list[PairOutcome],
+    setup: _JudgeSetup,
+    judged: _Judged,
+    trust: JudgeTrust | None,
+    match: LabelMatch | None,
+    findings: list[Finding],
+) -> tuple[GradesSummary, tuple[Finding, ...]]:
+    """Step 5, summarise: personal data in the outputs, the judge's trust, the pairwise
+    judge's bias and the judged rates add their findings to `findings`, and `summarize`
+    builds `grades-summary.json` (its own findings added, most severe first). Returns
+    the summary and every finding."""
+    run, config, files, pairwise = plan.run, plan.config, setup.files, plan.opts.pairwise
+    leaks = scan_outputs(plan.suite, plan.samples)  # personal data and secrets in the outputs (no value is kept)
+    findings = [*findings, *(Finding(cast(Level, level), message) for level, message in leaks.findings)]
     findings += judge_trust_findings(trust, match, grades)
     pw = None
     if pairwise:
-        bias = pairwise_bias(outcomes, same_model=override)
+        bias = pairwise_bias(outcomes, same_model=setup.override)
         findings += [Finding(cast(Level, level), message) for level, message in bias.findings]
         pw = pairwise_summary(outcomes, pairwise, bias)
     run_errors = {(str(e["case_id"]), str(e["arm"]), int(e["index"])) for e in RunFolder(run).errors()}
-    k_run = int(meta.get("k") or max((i + 1 for _, _, i in expected), default=0))
-    rates = judged_rates(
-        grades,
-        cases,
-        case_table(run),
-        human_scores(match),
-        config.judged_estimate,
-        expected=expected,
-        k=k_run,
-        case_human=human_scores(match, draw="case"),
-    )
+    rates = _judged_rates_of(plan, grades, match)
     findings += judged_rate_findings(rates)
     summary = summarize(
-        meta,
-        samples,
+        plan.meta,
+        plan.samples,
         grades,
-        expected,
+        plan.expected,
         case_table(run),
-        cases=cases,
+        cases=plan.cases,
         findings=findings,
         run=str(run),
         run_errors=run_errors,
-        suite=suite_obj.path,
-        judge=identity.to_json() if identity else None,
+        suite=plan.suite.path,
+        judge=judged.identity.to_json() if judged.identity else None,
         judge_trust=JudgeTrustRecord.from_json(trust.to_json()) if trust else None,
         human_agreement=_agreement_block(trust, match),
         judge_model=config.judge.model if config.judge else None,
         judge_files=(files.rubric_path, files.prompt_path) if files else (),
         judge_version=files.version if files else None,
-        judge_same_model_override=override,
+        judge_same_model_override=setup.override,
         privacy=leaks.summary,
         pairwise=pw,
         judged_rates=rates,
-        judge_consistency=consistency_block,
-        **judge_stats,
+        judge_consistency=judged.consistency,
+        **judged.stats,
     )
+    return summary, tuple(findings)  # summarize appended its own findings and sorted the list
+
+
+def _judged_rates_of(plan: _GradePlan, grades: list[Grade], match: LabelMatch | None) -> dict[str, Any] | None:
+    """The judged rates of the grading (`judged_rates`), with the run's k (its
+    `config.json`'s, else the highest index graded or expected) and the human scores of
+    the matched labels."""
+    k_run = int(plan.meta.get("k") or max((i + 1 for _, _, i in plan.expected), default=0))
+    return judged_rates(
+        grades,
+        plan.cases,
+        case_table(plan.run),
+        human_scores(match),
+        plan.config.judged_estimate,
+        expected=plan.expected,
+        k=k_run,
+        case_human=human_scores(match, draw="case"),
+    )
+
+
+def _write_grading(plan: _GradePlan, grades: list[Grade], outcomes: list[PairOutcome], summary: GradesSummary) -> None:
+    """Step 6: `grades.jsonl`, `pairwise.jsonl` (removed when no pairwise judge was
+    asked: an earlier one no longer describes this grading) and the summary files,
+    each replaced atomically."""
+    run = plan.run
     lines = "".join(storable_json(grade_to_dict(g)) + "\n" for g in grades)  # any text the judge sent
     write_atomic(run / GRADES, lines)
-    if pairwise:
+    if plan.opts.pairwise:
         write_atomic(run / PAIRWISE, "".join(storable_json(o.to_json()) + "\n" for o in outcomes))
     else:
         (run / PAIRWISE).unlink(missing_ok=True)  # an earlier grading's: it no longer describes this one
     write_summary(run, summary)
-    return GradeResult(run, tuple(grades), summary, tuple(findings), tuple(outcomes))
 
 
 def judged_items(
