@@ -1255,37 +1255,7 @@ class ModelClient:
             err = getattr(resp, "error", None)
             why = f": {_short(str(_raw(err)), 160)}" if err is not None else ""
             raise _Malformed(f"the response's status is {status!r}, not completed{why}")
-        texts: list[str] = []
-        calls: list[dict[str, Any]] = []
-        size = 0
-        for i, item in enumerate(output):
-            kind = getattr(item, "type", None) if isinstance(item, _Fields) else None
-            if kind == "message":
-                content = item.content
-                if not isinstance(content, list):
-                    raise _Malformed(f"output[{i}].content is a {_kind(content)}, not a list")
-                for part in content:
-                    t = getattr(part, "text", None) if isinstance(part, _Fields) else None
-                    if t is None and isinstance(part, _Fields):
-                        t = part.refusal
-                    if not isinstance(t, str):
-                        raise _Malformed(f"output[{i}] holds a content part with no text")
-                    texts.append(t)
-            elif kind == "function_call":
-                name, raw, call_id = item.name, item.arguments, item.call_id
-                if not isinstance(name, str) or not isinstance(raw, str):
-                    raise _Malformed(f"output[{i}] is a function call without a name and arguments string")
-                try:
-                    args: Any = json.loads(raw)
-                except json.JSONDecodeError:
-                    args = raw  # kept as the model wrote it; graders decide
-                call: dict[str, Any] = {"name": name, "arguments": args}
-                if isinstance(call_id, str) and call_id:
-                    call["id"] = call_id
-                calls.append(call)
-                size += _utf8_size(name) + _utf8_size(raw)
-            elif kind != "reasoning":
-                raise _Malformed(f"output[{i}] is an item of type {kind!r}, which the proxy does not pass on")
+        texts, calls, size = _responses_output(output)
         text = "".join(texts)
         size += _utf8_size(text)
         if size > self._text_bound:
@@ -1318,6 +1288,44 @@ class ModelClient:
         if self._openai is not None:
             await self._openai.close()
         await self.counter.aclose()
+
+
+def _responses_output(output: list[Any]) -> tuple[list[str], list[dict[str, Any]], int]:
+    """A Responses body's `output` items read (`ModelClient._parse_responses`): the
+    texts of its message items, its function calls as tool calls, and the UTF-8 size of
+    the calls; `_Malformed` for an item that is no answer the proxy can pass on."""
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    size = 0
+    for i, item in enumerate(output):
+        kind = getattr(item, "type", None) if isinstance(item, _Fields) else None
+        if kind == "message":
+            content = item.content
+            if not isinstance(content, list):
+                raise _Malformed(f"output[{i}].content is a {_kind(content)}, not a list")
+            for part in content:
+                t = getattr(part, "text", None) if isinstance(part, _Fields) else None
+                if t is None and isinstance(part, _Fields):
+                    t = part.refusal
+                if not isinstance(t, str):
+                    raise _Malformed(f"output[{i}] holds a content part with no text")
+                texts.append(t)
+        elif kind == "function_call":
+            name, raw, call_id = item.name, item.arguments, item.call_id
+            if not isinstance(name, str) or not isinstance(raw, str):
+                raise _Malformed(f"output[{i}] is a function call without a name and arguments string")
+            try:
+                args: Any = json.loads(raw)
+            except json.JSONDecodeError:
+                args = raw  # kept as the model wrote it; graders decide
+            call: dict[str, Any] = {"name": name, "arguments": args}
+            if isinstance(call_id, str) and call_id:
+                call["id"] = call_id
+            calls.append(call)
+            size += _utf8_size(name) + _utf8_size(raw)
+        elif kind != "reasoning":
+            raise _Malformed(f"output[{i}] is an item of type {kind!r}, which the proxy does not pass on")
+    return texts, calls, size
 
 
 async def pause(seconds: float, should_stop: Callable[[], str | None] | None) -> None:
