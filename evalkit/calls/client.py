@@ -1111,21 +1111,7 @@ class ModelClient:
             settled, untrusted = reported_usage(r, *(usage if usage is not None else (r.tokens_in, r.tokens_out)))
         within = settled.prompt_tokens <= r.tokens_in and settled.completion_tokens <= r.tokens_out
         if self.cache is not None and untrusted is None and within:
-            self.cache.put(
-                self.endpoint.model,
-                ckey,
-                sample_index,
-                {
-                    "text": text,
-                    "tool_calls": list(tool_calls),
-                    "finish_reason": finish,
-                    "usage": {"prompt_tokens": settled.prompt_tokens, "completion_tokens": settled.completion_tokens},
-                    "model": model,
-                    "system_fingerprint": fingerprint,
-                },
-                r.price.cost(settled.prompt_tokens, settled.completion_tokens),
-                endpoint=self.cache_endpoint,
-            )
+            self._cache_answer(r, ckey, sample_index, parsed, settled)
         try:
             cost = self.ledger.settle(r, settled, untrusted=untrusted) if settle is None else settle(settled, untrusted)
         except CeilingBreached as exc:
@@ -1147,6 +1133,29 @@ class ModelClient:
             cached=False,
             cost_avoided_usd=0.0,
             attempts=attempt,
+        )
+
+    def _cache_answer(
+        self, r: Reservation, ckey: str, sample_index: int, parsed: tuple[Any, ...], settled: Usage
+    ) -> None:
+        """Store a trusted answer in the cache under `ckey` for `sample_index`, with its
+        settled usage and what it cost at the reservation's price."""
+        assert self.cache is not None
+        text, tool_calls, finish, _, fingerprint, model = parsed
+        self.cache.put(
+            self.endpoint.model,
+            ckey,
+            sample_index,
+            {
+                "text": text,
+                "tool_calls": list(tool_calls),
+                "finish_reason": finish,
+                "usage": {"prompt_tokens": settled.prompt_tokens, "completion_tokens": settled.completion_tokens},
+                "model": model,
+                "system_fingerprint": fingerprint,
+            },
+            r.price.cost(settled.prompt_tokens, settled.completion_tokens),
+            endpoint=self.cache_endpoint,
         )
 
     async def _send(self, body: dict[str, Any]) -> Any:
