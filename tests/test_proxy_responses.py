@@ -255,3 +255,49 @@ def test_the_scripted_server_answers_the_responses_api_itself_streamed_and_not()
         oc = openai.OpenAI(base_url=srv.base_url, api_key="x", max_retries=0)
         with pytest.raises(openai.NotFoundError):
             oc.responses.create(model="m", input="hello")
+
+
+def test_each_responses_field_the_proxy_cannot_meter_is_refused_by_name_and_the_rest_go_through(tmp_path):
+    refused = [  # (request fields, what the refusal names)
+        ({"conversation": "conv_1"}, "conversation='conv_1' is not served"),
+        ({"prompt": {"id": "pmpt_1"}}, "prompt={'id': 'pmpt_1'} is not served (a stored prompt"),
+        ({"background": True}, "background=True is not served"),
+        ({"service_tier": "priority"}, "service_tier='priority' is not served"),
+        ({"top_logprobs": 3}, "top_logprobs=3 is not served (an answer carries no logprobs)"),
+        ({"max_output_tokens": 0}, "max_output_tokens must be a positive integer, got 0"),
+        ({"temperature": "hot"}, "temperature must be a number, got 'hot'"),
+        ({"tools": [{"name": "lookup"}]}, "tools[0].type=None is not served (only function tools"),
+        ({"input": ""}, "input must not be empty"),
+        ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].type='item_reference' is not served"),
+        ({"input": [{"type": "function_call_output", "call_id": "c1", "output": [
+            {"type": "input_text", "text": "seen"}, {"type": "input_image", "image_url": "http://x.test/a.png"}]}]},
+         "input[0].output[1] of type 'input_image' is not served (only text is metered)"),
+        ({"input": [{"role": "user", "content": [{"type": "input_text", "text": "a"}, "b"]}]},
+         "input[0].content[1] of type 'str' is not served (only text parts are metered)"),
+        ({"modalities": ["audio"]}, "the field 'modalities' is not served"),
+    ]
+
+    async def go(srv):
+        s = Sample(tmp_path, srv.base_url)
+        messages = []
+        async with s as oc:
+            for fields, named in refused:
+                body = {"model": "m", "input": "hi", **fields}
+                with pytest.raises(openai.BadRequestError) as err:
+                    await oc.responses.create(model=body.pop("model"), input=body.pop("input"), extra_body=body)
+                messages.append((named, err.value.message))
+            # what is served: nulls are the fields' defaults, stream_options only shape the stream
+            r = await oc.responses.create(model="m", input="hello", top_p=0.5, user="u1", service_tier=None,
+                                          extra_body={"previous_response_id": None, "top_logprobs": 0})
+            assert r.output_text == "one two three"
+        return s, messages
+
+    with ScriptedServer(SCRIPT) as srv:
+        s, messages = asyncio.run(go(srv))
+        bodies = list(srv.requests)
+    for named, message in messages:
+        assert named in message, (named, message)
+    assert len(bodies) == 1  # nothing refused reached the endpoint
+    sent = {k: v for k, v in bodies[0].items() if k not in ("model", "input", "max_output_tokens")}
+    assert sent == {"top_p": 0.5, "user": "u1"}
+    assert "conversation='conv_1'" in str(s.session.failure)  # the first refusal errored the sample

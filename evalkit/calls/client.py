@@ -81,6 +81,7 @@ import asyncio
 import collections
 import contextvars
 import email.utils
+import functools
 import hashlib
 import json
 import math
@@ -89,7 +90,7 @@ import random
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 from urllib.parse import urlparse
 
@@ -511,6 +512,61 @@ class _Causes:
         )
 
 
+@dataclass(frozen=True)
+class _Failed:
+    """Why an attempt failed and may be retried: its cause, the server's Retry-After,
+    and for a rate limit the wait the endpoint's pacer asks (`RateLimiter.refused`)."""
+
+    cause: str
+    retry_after: float | None = None
+    limited_wait: float | None = None
+
+
+@dataclass
+class _Call:
+    """One `ModelClient.complete` call: its wire body, its hashes, and the state of its
+    attempts (mutable: each attempt updates it)."""
+
+    body: dict[str, Any]
+    rhash: str
+    ckey: str  # what its answer is cached under (`_answer_key`)
+    sample_index: int
+    key: str
+    should_stop: Callable[[], str | None] | None
+    progress: CallProgress
+    causes: _Causes = field(default_factory=_Causes)
+    started: float = field(default_factory=time.monotonic)  # the key's rate-limit budget counts from here
+    attempt: int = 0  # the attempt being made (1-based)
+    failures: int = 0  # failed attempts that count against max_attempts (not rate limits)
+
+    @property
+    def label(self) -> str:
+        return self.key or "request"
+
+    @property
+    def responses(self) -> bool:
+        return "input" in self.body  # a Responses API call
+
+    @property
+    def tokens_out(self) -> int:
+        """The reservation's output ceiling: what the call may use."""
+        return int(self.body["max_output_tokens"] if self.responses else self.body["max_tokens"])
+
+    @functools.cached_property
+    def pace_tokens(self) -> int:
+        """The tokens a provider counts against its rate limit for one attempt, estimated."""
+        return self.tokens_out + utf8_len(canonical_json(self.body)) // 4
+
+
+def _answer_key(rhash: str, call: int | None, sample: str | None) -> str:
+    """What an answer to request `rhash` is cached under: the hash itself, or for an
+    agent's call (`call`, its ordinal in sample `sample`) one answer per sample and
+    ordinal, so a request made twice in one sample, or by two samples, gets its own."""
+    if call is None:
+        return rhash
+    return request_hash({"request": rhash, "call": int(call), "sample": sample or ""})
+
+
 class ModelClient:
     """Calls one model on one OpenAI-compatible endpoint under a ledger; see the module
     docstring. Build one per run (it holds the HTTP connection pool) and `aclose` it."""
@@ -622,8 +678,7 @@ class ModelClient:
     def _connection_failed(self, cause: str) -> None:
         self._connection_failures += 1
         if self._connection_failures >= self.max_connection_failures and self.unreachable is None:
-            url = self.base_url or str(cast(Any, self._openai).base_url)
-            self.unreachable = f"endpoint unreachable: {url} ({cause})"
+            self.unreachable = f"endpoint unreachable: {self._url()} ({cause})"
 
     async def complete(
         self,
@@ -678,179 +733,201 @@ class ModelClient:
             extra=extra,
             responses_input=responses_input,
         )
-        responses = responses_input is not None
-        # the reservation's output ceiling: what the call may use
-        tokens_out = int(body["max_output_tokens"] if responses else body["max_tokens"])
         rhash = request_hash(body)
-        ckey = rhash
-        if call is not None:  # an agent's call: one answer per sample (case, arm, index) and ordinal
-            ckey = request_hash({"request": rhash, "call": int(call), "sample": sample or ""})
+        ckey = _answer_key(rhash, call, sample)
         await self.check_input(body, key)
         hit = self.replay(rhash, sample_index, key, cache_key=ckey)
         if hit is not None:
             return hit
         prog = progress if progress is not None else CallProgress()
-        pace_tokens = tokens_out + utf8_len(canonical_json(body)) // 4  # what a provider counts, estimated
-
-        label = key or "request"
-        causes = _Causes()
-        failures = 0  # failed attempts that count against max_attempts (not rate limits)
-        limited = 0  # rate-limited answers so far (the backoff exponent)
-        started = time.monotonic()
-        attempt = 0
+        state = _Call(body, rhash, ckey, sample_index, key, should_stop, prog)
         while True:
-            attempt += 1
-            cause, retry_after, limited_wait = "", None, None
-            budget_left = self.rate_limit_budget_s - (time.monotonic() - started)
-            too_long = await self.pacer.acquire(pace_tokens, max_wait_s=max(0.0, budget_left))
-            if too_long is not None:  # the pace the endpoint allows would outlast the key's budget
-                url = self.base_url or str(cast(Any, self._openai).base_url)
-                if self.rate_limited_out is None:
-                    self.rate_limited_out = (
-                        f"rate limited: {url} (its rate limit would make a key wait {too_long:.0f}s, "
-                        f"past rate_limit_budget_s {self.rate_limit_budget_s:g})"
-                    )
+            state.attempt += 1
+            outcome = await self._attempt(state)
+            if isinstance(outcome, Completion):
+                return outcome
+            await self._before_retry(state, outcome)
+
+    async def _attempt(self, call: _Call) -> Completion | _Failed:
+        """One attempt of `call`: wait for the endpoint's pace and a slot in flight,
+        reserve, send, and settle the answer (a `Completion`), or say why it failed and
+        may be retried (`_Failed`); raises when the call is over."""
+        await self._pace(call)
+        await self._throttle.acquire()
+        try:
+            r = await self._reserve(call)
+            return await self._send_attempt(call, r)
+        finally:
+            _ATTEMPT.set(None)
+            self._throttle.release()
+
+    async def _pace(self, call: _Call) -> None:
+        """Wait until the endpoint's learned rate limit (`evalkit.calls.ratelimit`) lets
+        the attempt go; when that wait would outlast the key's `rate_limit_budget_s`,
+        the call fails and the endpoint is marked `rate_limited_out`."""
+        budget_left = self.rate_limit_budget_s - (time.monotonic() - call.started)
+        too_long = await self.pacer.acquire(call.pace_tokens, max_wait_s=max(0.0, budget_left))
+        if too_long is None:
+            return
+        self._rate_limited_out(f"its rate limit would make a key wait {too_long:.0f}s")
+        raise _call_error(
+            f"{call.label}: the endpoint's rate limit would hold this call {too_long:.1f}s, past "
+            f"rate_limit_budget_s {self.rate_limit_budget_s:g}; {call.causes}",
+            call.attempt - 1,
+        )
+
+    def _stopped(self, call: _Call, *, rate_limited: bool = True) -> str | None:
+        """Why no further attempt may go out: the run stopped (`should_stop`), the
+        endpoint is unreachable, or (with `rate_limited`) it rate-limited a key out."""
+        stopped = (call.should_stop() if call.should_stop is not None else None) or self.unreachable
+        return stopped or (self.rate_limited_out if rate_limited else None)
+
+    async def _reserve(self, call: _Call) -> Reservation:
+        """The attempt's reservation on the ledger (waiting while calls in flight may free
+        room), made only while the run goes on; the sample's "sent" hook runs before the
+        first. `CallStopped` when the run stopped before or while it waited;
+        `BudgetExhausted` when it does not fit (after paid attempts, with their causes)."""
+        stopped = self._stopped(call)
+        if stopped:
+            call.causes.note(f"stopped before attempt {call.attempt}: {stopped}")
+            raise _call_error(f"{call.label}: {call.causes}", call.attempt - 1, CallStopped)
+        if call.attempt == 1 and call.progress.on_send is not None:  # before anything is reserved: may raise DiskFull
+            call.progress.on_send()
+        try:
+            r = await self.ledger.reserve_waiting(
+                self.role, self.endpoint.model, self.price, self.max_tokens_in, call.tokens_out, call.key
+            )
+            stopped = self._stopped(call, rate_limited=False)
+            if stopped:  # the run stopped while this reservation waited: nothing sent
+                self.ledger.release_unsent(r, f"stopped: {stopped}")
+                call.causes.note(f"stopped before attempt {call.attempt}: {stopped}")
+                raise _call_error(f"{call.label}: {call.causes}", call.attempt - 1, CallStopped)
+        except BudgetExhausted as exc:
+            if call.attempt == 1:
+                raise
+            # Earlier attempts were paid: the key errored, with their causes.
+            call.causes.note(f"attempt {call.attempt} refused: {exc}")
+            raise _call_error(f"{call.label}: {call.causes}", call.attempt - 1, BudgetExhausted) from exc
+        return r
+
+    async def _send_attempt(self, call: _Call, r: Reservation) -> Completion | _Failed:
+        """Send the reserved attempt and settle its answer; a failure is charged what it
+        may have been billed (the module docstring) and classified by its kind."""
+        t0 = time.perf_counter()
+        mark = _Attempt()
+        _ATTEMPT.set(mark)
+        call.progress.attempts = call.attempt
+        try:
+            resp = await self._send(call.body)
+            latency_ms = (time.perf_counter() - t0) * 1000
+            self._answered()
+            parsed = self._parse(resp, chat="prompt" not in call.body, responses=call.responses)
+        except openai.APIStatusError as exc:
+            return self._http_error(call, r, exc)
+        except openai.APIConnectionError as exc:  # APITimeoutError is one too
+            return self._transport_error(call, r, exc)
+        except Exception as exc:
+            return self._no_completion(call, r, exc, mark)
+        except BaseException:
+            # Cancelled or interrupted mid-call: it may have been billed.
+            call.progress.cost_usd += self.ledger.settle_failed(r, _worst(r), "interrupted")
+            raise
+        self._throttle.answered()
+        self.pacer.answered()
+        return self._settle(
+            r, call.rhash, call.ckey, call.sample_index, call.label, call.attempt, call.causes, parsed, latency_ms
+        )
+
+    def _http_error(self, call: _Call, r: Reservation, exc: openai.APIStatusError) -> _Failed:
+        """An attempt the endpoint answered with an error status ($0): a rate limit (the
+        throttle and the pacer back off, the key waits), a retryable status, or one
+        that fails the call at once (a 4xx; 404 or 405 to a Responses call: no such API)."""
+        self._answered()
+        status = exc.status_code
+        call.progress.cost_usd += self.ledger.settle_failed(r, None, f"HTTP {status}")
+        cause = f"HTTP {status}: {_short(exc.message)}"
+        headers = exc.response.headers if exc.response is not None else None
+        retry_after = _retry_after_s(headers)
+        if call.responses and status in (404, 405) and "model_not_found" not in _error_code(exc):
+            call.causes.add(call.attempt, no_responses_api(self._url(), status))
+            raise _call_error(f"{call.label}: {call.causes} (not retried)", call.attempt) from exc
+        if is_rate_limit(exc):
+            self._throttle.rate_limited()
+            # Every worker of the endpoint holds until Retry-After (the pacer), not this one alone.
+            return _Failed(cause, retry_after, self.pacer.refused(retry_after, headers))
+        if status not in RETRY_STATUSES and status < 500:
+            call.causes.add(call.attempt, cause)
+            raise _call_error(f"{call.label}: {call.causes} (not retried)", call.attempt) from exc
+        return _Failed(cause, retry_after)
+
+    def _transport_error(self, call: _Call, r: Reservation, exc: openai.APIConnectionError) -> _Failed:
+        """An attempt that got no HTTP answer: $0 when it provably never left, else the
+        full reservation (`transport_failure`); all but a timeout count towards the
+        endpoint being unreachable."""
+        reason, cause = transport_failure(exc, self.timeout_s)
+        if reason != "timeout":  # a slow answer is an answer coming, not a dead endpoint
+            self._connection_failed(cause)
+        if reason == "not sent":
+            self.ledger.release_unsent(r, cause)
+            call.progress.attempts -= 1
+            return _Failed(f"not sent ($0): {cause}")
+        call.progress.cost_usd += self.ledger.settle_failed(r, _worst(r), reason, cause)
+        return _Failed(cause)
+
+    def _no_completion(self, call: _Call, r: Reservation, exc: Exception, mark: _Attempt) -> _Failed:
+        """An attempt that raised anything else: before any answer, the HTTP client
+        refused to send the request ($0, not retried: the same request fails the same
+        way; a run of them stops the run as a dead endpoint does); after one, the answer
+        was no completion (charged in full, retried)."""
+        if not mark.answered and not isinstance(exc, _Malformed):
+            # Not a transport error (every failure once a socket is in use reaches us
+            # as an APIConnectionError), so the HTTP client refused to build or send it.
+            unsent = f"the HTTP client refused to send the request ({type(exc).__name__}: {_short(str(exc))})"
+            self.ledger.release_unsent(r, unsent)
+            call.progress.attempts -= 1
+            self._connection_failed(f"not sent: {unsent}")
+            call.causes.add(call.attempt, f"not sent ($0): {unsent}")
+            raise _call_error(f"{call.label}: {call.causes} (not retried)", call.attempt) from exc
+        call.progress.cost_usd += self.ledger.settle_failed(r, _worst(r), "malformed response")
+        if isinstance(exc, (_Malformed, ValueError)):  # the server answered with no completion
+            self._answered()
+            return _Failed(f"malformed response: {_short(str(exc))}")
+        return _Failed(f"malformed response: {type(exc).__name__}: {_short(str(exc))}")  # the client library's
+
+    async def _before_retry(self, call: _Call, failed: _Failed) -> None:
+        """Record a failed attempt's cause and wait before the next: a rate limit for as
+        long as the key's time budget lasts, any other failure with backoff until
+        `max_attempts` failures; raises when the call may not go on."""
+        call.causes.add(call.attempt, failed.cause)
+        if failed.limited_wait is not None:  # a rate limit: wait it out while the key's budget lasts
+            elapsed = time.monotonic() - call.started
+            if elapsed + failed.limited_wait > self.rate_limit_budget_s:
+                # the endpoint keeps refusing: stop, rather than let every key wait this long
+                self._rate_limited_out(f"a key was refused for {elapsed:.0f}s")
                 raise _call_error(
-                    f"{label}: the endpoint's rate limit would hold this call {too_long:.1f}s, past "
-                    f"rate_limit_budget_s {self.rate_limit_budget_s:g}; {causes}",
-                    attempt - 1,
+                    f"{call.label}: rate limited for {elapsed:.1f}s, and the next wait "
+                    f"({failed.limited_wait:.1f}s) would pass rate_limit_budget_s "
+                    f"{self.rate_limit_budget_s:g}; {call.causes}",
+                    call.attempt,
                 )
-            await self._throttle.acquire()
-            try:
-                stopped = (
-                    (should_stop() if should_stop is not None else None) or self.unreachable or self.rate_limited_out
-                )
-                if stopped:
-                    causes.note(f"stopped before attempt {attempt}: {stopped}")
-                    raise _call_error(f"{label}: {causes}", attempt - 1, CallStopped)
-                if attempt == 1 and prog.on_send is not None:  # before anything is reserved: may raise DiskFull
-                    prog.on_send()
-                try:
-                    # waits while calls in flight may free room (Ledger.reserve_waiting)
-                    r = await self.ledger.reserve_waiting(
-                        self.role, self.endpoint.model, self.price, self.max_tokens_in, tokens_out, key
-                    )
-                    stopped = (should_stop() if should_stop is not None else None) or self.unreachable
-                    if stopped:  # the run stopped while this reservation waited: nothing sent
-                        self.ledger.release_unsent(r, f"stopped: {stopped}")
-                        causes.note(f"stopped before attempt {attempt}: {stopped}")
-                        raise _call_error(f"{label}: {causes}", attempt - 1, CallStopped)
-                except BudgetExhausted as exc:
-                    if attempt == 1:
-                        raise
-                    # Earlier attempts were paid: the key errored, with their causes.
-                    causes.note(f"attempt {attempt} refused: {exc}")
-                    raise _call_error(f"{label}: {causes}", attempt - 1, BudgetExhausted) from exc
-                t0 = time.perf_counter()
-                mark = _Attempt()
-                _ATTEMPT.set(mark)
-                prog.attempts = attempt
-                try:
-                    resp = await self._send(body)
-                    latency_ms = (time.perf_counter() - t0) * 1000
-                    self._answered()
-                    text, tool_calls, finish, usage, fingerprint, model = self._parse(
-                        resp, chat=prompt is None, responses=responses
-                    )
-                except openai.APIStatusError as exc:
-                    self._answered()
-                    status = exc.status_code
-                    prog.cost_usd += self.ledger.settle_failed(r, None, f"HTTP {status}")
-                    cause = f"HTTP {status}: {_short(exc.message)}"
-                    retry_after = _retry_after_s(exc.response.headers if exc.response is not None else None)
-                    if responses and status in (404, 405) and "model_not_found" not in _error_code(exc):
-                        url = self.base_url or str(cast(Any, self._openai).base_url)
-                        causes.add(attempt, no_responses_api(url, status))
-                        raise _call_error(f"{label}: {causes} (not retried)", attempt) from exc
-                    if is_rate_limit(exc):
-                        self._throttle.rate_limited()
-                        limited += 1
-                        # Every worker of the endpoint holds until Retry-After (the pacer), not this one alone.
-                        headers = exc.response.headers if exc.response is not None else None
-                        limited_wait = self.pacer.refused(retry_after, headers)
-                    elif status not in RETRY_STATUSES and status < 500:
-                        causes.add(attempt, cause)
-                        raise _call_error(f"{label}: {causes} (not retried)", attempt) from exc
-                except openai.APIConnectionError as exc:  # APITimeoutError is one too
-                    reason, cause = transport_failure(exc, self.timeout_s)
-                    if reason != "timeout":  # a slow answer is an answer coming, not a dead endpoint
-                        self._connection_failed(cause)
-                    if reason == "not sent":
-                        self.ledger.release_unsent(r, cause)
-                        prog.attempts -= 1
-                        cause = f"not sent ($0): {cause}"
-                    else:
-                        prog.cost_usd += self.ledger.settle_failed(r, _worst(r), reason, cause)
-                except Exception as exc:
-                    if not mark.answered and not isinstance(exc, _Malformed):
-                        # Raised on this side before any answer: not a transport error
-                        # (every failure once a socket is in use reaches us as an
-                        # APIConnectionError), so the HTTP client refused to build or
-                        # send the request. Nothing left: $0, not retried (the same
-                        # request fails the same way), and a run of them stops the run
-                        # as a dead endpoint does.
-                        unsent = (
-                            f"the HTTP client refused to send the request ({type(exc).__name__}: {_short(str(exc))})"
-                        )
-                        self.ledger.release_unsent(r, unsent)
-                        prog.attempts -= 1
-                        self._connection_failed(f"not sent: {unsent}")
-                        causes.add(attempt, f"not sent ($0): {unsent}")
-                        raise _call_error(f"{label}: {causes} (not retried)", attempt) from exc
-                    prog.cost_usd += self.ledger.settle_failed(r, _worst(r), "malformed response")
-                    if isinstance(exc, (_Malformed, ValueError)):  # the server answered with no completion
-                        self._answered()
-                        cause = f"malformed response: {_short(str(exc))}"
-                    else:  # anything else the client library raised on this body
-                        cause = f"malformed response: {type(exc).__name__}: {_short(str(exc))}"
-                except BaseException:
-                    # Cancelled or interrupted mid-call: it may have been billed.
-                    prog.cost_usd += self.ledger.settle_failed(r, _worst(r), "interrupted")
-                    raise
-                else:
-                    self._throttle.answered()
-                    self.pacer.answered()
-                    return self._settle(
-                        r,
-                        rhash,
-                        ckey,
-                        sample_index,
-                        label,
-                        attempt,
-                        causes,
-                        text,
-                        tool_calls,
-                        finish,
-                        usage,
-                        fingerprint,
-                        model,
-                        latency_ms,
-                    )
-            finally:
-                _ATTEMPT.set(None)
-                self._throttle.release()
-            causes.add(attempt, cause)
-            if limited_wait is not None:  # a rate limit: wait it out while the key's budget lasts
-                elapsed = time.monotonic() - started
-                if elapsed + limited_wait > self.rate_limit_budget_s:
-                    if self.rate_limited_out is None:  # the endpoint keeps refusing: stop, rather than
-                        url = self.base_url or str(cast(Any, self._openai).base_url)  # let every key wait this long
-                        self.rate_limited_out = (
-                            f"rate limited: {url} (a key was refused for {elapsed:.0f}s, "
-                            f"past rate_limit_budget_s {self.rate_limit_budget_s:g})"
-                        )
-                    raise _call_error(
-                        f"{label}: rate limited for {elapsed:.1f}s, and the next wait "
-                        f"({limited_wait:.1f}s) would pass rate_limit_budget_s "
-                        f"{self.rate_limit_budget_s:g}; {causes}",
-                        attempt,
-                    )
-                await pause(limited_wait, should_stop)
-                continue
-            failures += 1
-            if failures >= self.max_attempts:
-                raise _call_error(f"{label}: failed after {attempt} attempts; {causes}", attempt)
-            await pause(backoff_s(failures, retry_after, self._rng), should_stop)
+            await pause(failed.limited_wait, call.should_stop)
+            return
+        call.failures += 1
+        if call.failures >= self.max_attempts:
+            raise _call_error(f"{call.label}: failed after {call.attempt} attempts; {call.causes}", call.attempt)
+        await pause(backoff_s(call.failures, failed.retry_after, self._rng), call.should_stop)
+
+    def _url(self) -> str:
+        """The endpoint's URL, as causes name it."""
+        return self.base_url or str(cast(Any, self._openai).base_url)
+
+    def _rate_limited_out(self, why: str) -> None:
+        """Mark the endpoint as rate-limiting keys out (the first cause is kept): no
+        key waits past its budget again."""
+        if self.rate_limited_out is None:
+            self.rate_limited_out = (
+                f"rate limited: {self._url()} ({why}, past rate_limit_budget_s {self.rate_limit_budget_s:g})"
+            )
 
     def request_body(
         self,
@@ -1002,23 +1079,9 @@ class ModelClient:
         """Settle an answer that did not come through `complete` (a batch line) as
         `complete` settles its own: the cache first, then `settle(usage, untrusted)` on
         the ledger; `r` holds the line's ceilings. Raises as `complete` does."""
-        text, tool_calls, finish, usage, fingerprint, model = parsed
+        label = key or "request"
         return self._settle(
-            r,
-            rhash,
-            rhash,
-            sample_index,
-            key or "request",
-            attempts,
-            _Causes(),
-            text,
-            tool_calls,
-            finish,
-            usage,
-            fingerprint,
-            model,
-            latency_ms,
-            settle=settle,
+            r, rhash, rhash, sample_index, label, attempts, _Causes(), parsed, latency_ms, settle=settle
         )
 
     def _settle(
@@ -1030,12 +1093,7 @@ class ModelClient:
         label: str,
         attempt: int,
         causes: _Causes,
-        text: str,
-        tool_calls: tuple[dict[str, Any], ...],
-        finish: str | None,
-        usage: Any,
-        fingerprint: str | None,
-        model: str,
+        parsed: tuple[Any, ...],
         latency_ms: float,
         settle: Callable[[Usage, str | None], float] | None = None,
     ) -> Completion:
@@ -1043,7 +1101,8 @@ class ModelClient:
         it is used, when the cache commits each put), then settle it on the ledger (or
         with `settle`, a batch line's charge). Raises `CeilingBreached`, or
         `UnitCallError` for untrusted usage (not retried: a server whose accounting is
-        wrong would be paid at the worst case again)."""
+        wrong would be paid at the worst case again). `parsed`: what `_parse` read."""
+        text, tool_calls, finish, usage, fingerprint, model = parsed
         untrusted: str | None
         if isinstance(usage, _Unusable):
             settled, untrusted = _worst(r), unusable_usage(usage.raw)
@@ -1052,21 +1111,7 @@ class ModelClient:
             settled, untrusted = reported_usage(r, *(usage if usage is not None else (r.tokens_in, r.tokens_out)))
         within = settled.prompt_tokens <= r.tokens_in and settled.completion_tokens <= r.tokens_out
         if self.cache is not None and untrusted is None and within:
-            self.cache.put(
-                self.endpoint.model,
-                ckey,
-                sample_index,
-                {
-                    "text": text,
-                    "tool_calls": list(tool_calls),
-                    "finish_reason": finish,
-                    "usage": {"prompt_tokens": settled.prompt_tokens, "completion_tokens": settled.completion_tokens},
-                    "model": model,
-                    "system_fingerprint": fingerprint,
-                },
-                r.price.cost(settled.prompt_tokens, settled.completion_tokens),
-                endpoint=self.cache_endpoint,
-            )
+            self._cache_answer(r, ckey, sample_index, parsed, settled)
         try:
             cost = self.ledger.settle(r, settled, untrusted=untrusted) if settle is None else settle(settled, untrusted)
         except CeilingBreached as exc:
@@ -1088,6 +1133,29 @@ class ModelClient:
             cached=False,
             cost_avoided_usd=0.0,
             attempts=attempt,
+        )
+
+    def _cache_answer(
+        self, r: Reservation, ckey: str, sample_index: int, parsed: tuple[Any, ...], settled: Usage
+    ) -> None:
+        """Store a trusted answer in the cache under `ckey` for `sample_index`, with its
+        settled usage and what it cost at the reservation's price."""
+        assert self.cache is not None
+        text, tool_calls, finish, _, fingerprint, model = parsed
+        self.cache.put(
+            self.endpoint.model,
+            ckey,
+            sample_index,
+            {
+                "text": text,
+                "tool_calls": list(tool_calls),
+                "finish_reason": finish,
+                "usage": {"prompt_tokens": settled.prompt_tokens, "completion_tokens": settled.completion_tokens},
+                "model": model,
+                "system_fingerprint": fingerprint,
+            },
+            r.price.cost(settled.prompt_tokens, settled.completion_tokens),
+            endpoint=self.cache_endpoint,
         )
 
     async def _send(self, body: dict[str, Any]) -> Any:
@@ -1196,37 +1264,7 @@ class ModelClient:
             err = getattr(resp, "error", None)
             why = f": {_short(str(_raw(err)), 160)}" if err is not None else ""
             raise _Malformed(f"the response's status is {status!r}, not completed{why}")
-        texts: list[str] = []
-        calls: list[dict[str, Any]] = []
-        size = 0
-        for i, item in enumerate(output):
-            kind = getattr(item, "type", None) if isinstance(item, _Fields) else None
-            if kind == "message":
-                content = item.content
-                if not isinstance(content, list):
-                    raise _Malformed(f"output[{i}].content is a {_kind(content)}, not a list")
-                for part in content:
-                    t = getattr(part, "text", None) if isinstance(part, _Fields) else None
-                    if t is None and isinstance(part, _Fields):
-                        t = part.refusal
-                    if not isinstance(t, str):
-                        raise _Malformed(f"output[{i}] holds a content part with no text")
-                    texts.append(t)
-            elif kind == "function_call":
-                name, raw, call_id = item.name, item.arguments, item.call_id
-                if not isinstance(name, str) or not isinstance(raw, str):
-                    raise _Malformed(f"output[{i}] is a function call without a name and arguments string")
-                try:
-                    args: Any = json.loads(raw)
-                except json.JSONDecodeError:
-                    args = raw  # kept as the model wrote it; graders decide
-                call: dict[str, Any] = {"name": name, "arguments": args}
-                if isinstance(call_id, str) and call_id:
-                    call["id"] = call_id
-                calls.append(call)
-                size += _utf8_size(name) + _utf8_size(raw)
-            elif kind != "reasoning":
-                raise _Malformed(f"output[{i}] is an item of type {kind!r}, which the proxy does not pass on")
+        texts, calls, size = _responses_output(output)
         text = "".join(texts)
         size += _utf8_size(text)
         if size > self._text_bound:
@@ -1259,6 +1297,44 @@ class ModelClient:
         if self._openai is not None:
             await self._openai.close()
         await self.counter.aclose()
+
+
+def _responses_output(output: list[Any]) -> tuple[list[str], list[dict[str, Any]], int]:
+    """A Responses body's `output` items read (`ModelClient._parse_responses`): the
+    texts of its message items, its function calls as tool calls, and the UTF-8 size of
+    the calls; `_Malformed` for an item that is no answer the proxy can pass on."""
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    size = 0
+    for i, item in enumerate(output):
+        kind = getattr(item, "type", None) if isinstance(item, _Fields) else None
+        if kind == "message":
+            content = item.content
+            if not isinstance(content, list):
+                raise _Malformed(f"output[{i}].content is a {_kind(content)}, not a list")
+            for part in content:
+                t = getattr(part, "text", None) if isinstance(part, _Fields) else None
+                if t is None and isinstance(part, _Fields):
+                    t = part.refusal
+                if not isinstance(t, str):
+                    raise _Malformed(f"output[{i}] holds a content part with no text")
+                texts.append(t)
+        elif kind == "function_call":
+            name, raw, call_id = item.name, item.arguments, item.call_id
+            if not isinstance(name, str) or not isinstance(raw, str):
+                raise _Malformed(f"output[{i}] is a function call without a name and arguments string")
+            try:
+                args: Any = json.loads(raw)
+            except json.JSONDecodeError:
+                args = raw  # kept as the model wrote it; graders decide
+            call: dict[str, Any] = {"name": name, "arguments": args}
+            if isinstance(call_id, str) and call_id:
+                call["id"] = call_id
+            calls.append(call)
+            size += _utf8_size(name) + _utf8_size(raw)
+        elif kind != "reasoning":
+            raise _Malformed(f"output[{i}] is an item of type {kind!r}, which the proxy does not pass on")
+    return texts, calls, size
 
 
 async def pause(seconds: float, should_stop: Callable[[], str | None] | None) -> None:

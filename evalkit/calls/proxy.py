@@ -70,9 +70,9 @@ import json
 import os
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from aiohttp import web
 
@@ -169,6 +169,27 @@ def _refusal_of(exc: BaseException) -> _Refusal:
     if isinstance(exc, (CeilingBreached, UnitCallError, ReplayMiss)):
         return _Refusal(502, text, "upstream_error", "upstream_failed")
     return _Refusal(502, f"evalkit: unexpected {type(exc).__name__}: {exc}", "upstream_error", "upstream_failed")
+
+
+def _refusal_response(r: _Refusal) -> web.Response:
+    """The agent's HTTP error for refusal `r` (`_error_response`)."""
+    return _error_response(r.status, str(r), r.etype, r.code)
+
+
+def _json_response(body: dict[str, Any]) -> web.Response:
+    """An answer as a JSON body (text as stored: a lone surrogate escaped)."""
+    return web.Response(text=storable_json(body), content_type="application/json")
+
+
+async def _made(call: Awaitable[Completion]) -> Completion | web.Response:
+    """The call's completion, or the agent's HTTP error for a call refused or that
+    failed (`_refusal_of`); a cancelled call stays cancelled."""
+    try:
+        return await call
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - every failure is the agent's HTTP error
+        return _refusal_response(_refusal_of(exc))
 
 
 def _error_response(status: int, message: str, etype: str, code: str) -> web.Response:
@@ -297,7 +318,7 @@ class MeteringProxy:
             exc = UnitCallError(f"the metering proxy refused a request ({r.status} {r.code}): {r}")
             exc.attempts = 0  # type: ignore[attr-defined]
             session.fail(exc)
-        return _error_response(r.status, str(r), r.etype, r.code)
+        return _refusal_response(r)
 
     async def _body(self, request: web.Request) -> dict[str, Any]:
         try:
@@ -337,13 +358,9 @@ class MeteringProxy:
         task = asyncio.current_task()
         if task is not None:
             session.track(task)
-        try:
-            c = await session.model_call(**kw, stream=stream)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - every failure is the agent's HTTP error, and the sample's
-            refusal = _refusal_of(exc)
-            return _error_response(refusal.status, str(refusal), refusal.etype, refusal.code)
+        c = await _made(session.model_call(**kw, stream=stream))  # a failure is the sample's too
+        if isinstance(c, web.Response):
+            return c
         return _Metered(session, body, kw, stream, extra, c)
 
     async def _serve(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
@@ -357,10 +374,8 @@ class MeteringProxy:
         made = int(time.time())
         rid = f"{'chatcmpl' if chat else 'cmpl'}-evalkit-{m.session.calls}-{secrets.token_hex(4)}"
         if m.stream:
-            return await _stream(request, m.completion, rid, made, chat=chat, include_usage=m.extra)
-        return web.Response(
-            text=storable_json(_answer(m.completion, rid, made, chat=chat)), content_type="application/json"
-        )
+            return await _event_stream(request, _chunks(m.completion, rid, made, chat=chat, include_usage=m.extra))
+        return _json_response(_answer(m.completion, rid, made, chat=chat))
 
     async def _serve_call(self, request: web.Request, handler: CallHandler, *, chat: bool) -> web.Response:
         """A prompt sample's one call (`open_call`): its request read as an agent's is,
@@ -376,19 +391,13 @@ class MeteringProxy:
                     400, "evalkit: a prompt sample's call is not streamed", "invalid_request_error", "stream"
                 )
         except _Refusal as r:
-            return _error_response(r.status, str(r), r.etype, r.code)
+            return _refusal_response(r)
         kw.pop("requested_model", None)
-        try:
-            c = await handler(kw)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the handler keeps the failure for the driver; the node is told
-            refusal = _refusal_of(exc)
-            return _error_response(refusal.status, str(refusal), refusal.etype, refusal.code)
+        c = await _made(handler(kw))  # the handler keeps a failure for the driver; the node is told
+        if isinstance(c, web.Response):
+            return c
         rid = f"{'chatcmpl' if chat else 'cmpl'}-evalkit-1-{secrets.token_hex(4)}"
-        return web.Response(
-            text=storable_json(_answer(c, rid, int(time.time()), chat=chat)), content_type="application/json"
-        )
+        return _json_response(_answer(c, rid, int(time.time()), chat=chat))
 
     async def _responses(self, request: web.Request) -> web.StreamResponse:
         """A Responses API call (see the module docstring), metered as a chat call is."""
@@ -409,18 +418,14 @@ class MeteringProxy:
             request=echo,
         )
         if not stream:
-            return web.Response(text=storable_json(answer), content_type="application/json")
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await resp.prepare(request)
-        await resp.write(sse(stream_events(answer)))
-        await resp.write_eof()
-        return resp
+            return _json_response(answer)
+        return await _event_stream(request, sse(stream_events(answer)))
 
     async def _models(self, request: web.Request) -> web.Response:
         try:
             self._session(request)
         except _Refusal as r:
-            return _error_response(r.status, str(r), r.etype, r.code)
+            return _refusal_response(r)
         data = [{"id": self.model, "object": "model", "created": 0, "owned_by": "evalkit"}]
         return web.json_response({"object": "list", "data": data})
 
@@ -463,184 +468,210 @@ def _token(request: web.Request, token: str | None = None) -> str:
     return token or ""
 
 
+def _bad(msg: str) -> _Refusal:
+    """The 400 for a request the proxy cannot meter exactly."""
+    return _Refusal(400, f"evalkit: {msg}", "invalid_request_error", "invalid_request")
+
+
+def _stream_flags(body: dict[str, Any]) -> tuple[bool, bool]:
+    """Whether a request asks for a stream, and for its usage at the stream's end (its
+    `stream_options`, which change how the answer is sent, not what it costs); both taken
+    out of `body`."""
+    stream = bool(body.pop("stream", False))
+    opts = body.pop("stream_options", None)
+    return stream, bool(isinstance(opts, dict) and opts.get("include_usage"))
+
+
+def _drop(body: dict[str, Any], name: str, served: tuple[Any, ...], why: str) -> None:
+    """Take field `name` out of `body`; `_bad` (its value, then `why`) when the value is
+    not one of `served` (absent reads None)."""
+    if body.get(name) not in served:
+        raise _bad(f"{name}={body[name]!r}{why}")
+    body.pop(name, None)
+
+
+def _check_positive(name: str, value: Any) -> None:
+    """`_bad` unless `value` is None or a positive integer (an output ceiling)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise _bad(f"{name} must be a positive integer, got {value!r}")
+
+
+def _requested_model(body: dict[str, Any]) -> str | None:
+    """The model a request names (taken out of `body`), recorded when it is not the one
+    that answers."""
+    model = body.pop("model", None)
+    return model if isinstance(model, str) else None
+
+
+def _function_tools(body: dict[str, Any], implicit: str | None) -> list[dict[str, Any]] | None:
+    """A request's `tools` (taken out of `body`), None for none; `_bad` for anything but
+    a list of function tools (a provider's built-in tool bills its own use). `implicit`:
+    the type of a tool that names none (chat's are functions)."""
+    tools = body.pop("tools", None)
+    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+        raise _bad("tools must be a list of tool objects")
+    for i, t in enumerate(tools or ()):
+        kind = t.get("type", implicit)
+        if kind != "function":
+            raise _bad(f"tools[{i}].type={kind!r} is not served (only function tools are metered)")
+    return tools or None
+
+
+def _temperature(body: dict[str, Any]) -> float | None:
+    """A request's `temperature` (taken out of `body`); `_bad` unless a number or None."""
+    temperature = body.pop("temperature", None)
+    if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))):
+        raise _bad(f"temperature must be a number, got {temperature!r}")
+    return cast(float | None, temperature)
+
+
+def _forwarded(body: dict[str, Any], fields: frozenset[str]) -> dict[str, Any] | None:
+    """The fields left in `body`, sent upstream as they are (None for none; a null is
+    the field's default, as if absent); `_bad` for one outside `fields`, which may bill
+    what the reservation does not cover."""
+    body = {k: v for k, v in body.items() if v is not None}
+    for name in body:
+        if name not in fields:
+            raise _bad(f"the field {name!r} is not served (it may bill what the reservation does not cover)")
+    return body or None
+
+
 def _call_arguments(body: dict[str, Any], chat: bool) -> tuple[dict[str, Any], bool, bool]:
     """`SampleSession.model_call` keywords from a request body, whether it asks for a
     stream, and whether the stream should end with usage; `_Refusal` for what cannot be
     metered exactly."""
     body = dict(body)
-
-    def bad(msg: str) -> _Refusal:
-        return _Refusal(400, f"evalkit: {msg}", "invalid_request_error", "invalid_request")
-
-    stream = bool(body.pop("stream", False))
-    opts = body.pop("stream_options", None)
-    include_usage = bool(isinstance(opts, dict) and opts.get("include_usage"))
+    stream, include_usage = _stream_flags(body)
     for name in ("n", "best_of"):
-        if body.get(name) not in (None, 1):
-            raise bad(f"{name}={body[name]!r}: the proxy serves one answer a call (the reservation covers one)")
-        body.pop(name, None)
+        _drop(body, name, (None, 1), ": the proxy serves one answer a call (the reservation covers one)")
     if not chat and body.get("echo"):
-        raise bad("echo is not served (the answer would hold the prompt's tokens too)")
+        raise _bad("echo is not served (the answer would hold the prompt's tokens too)")
     for name in ("echo", "logprobs", "top_logprobs"):
-        if body.get(name) not in (None, False, 0):
-            raise bad(f"{name}={body[name]!r} is not served (an answer carries no logprobs)")
-        body.pop(name, None)
+        _drop(body, name, (None, False, 0), " is not served (an answer carries no logprobs)")
     wanted = [v for v in (body.pop("max_tokens", None), body.pop("max_completion_tokens", None)) if v is not None]
     for v in wanted:
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise bad(f"max_tokens must be a positive integer, got {v!r}")
-    kw: dict[str, Any] = {"max_tokens": min(wanted) if wanted else None}
-    model = body.pop("model", None)
-    kw["requested_model"] = model if isinstance(model, str) else None
+        _check_positive("max_tokens", v)
+    kw: dict[str, Any] = {"max_tokens": min(wanted) if wanted else None, "requested_model": _requested_model(body)}
     if chat:
         messages = body.pop("messages", None)
         if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-            raise bad("messages must be a non-empty list of message objects")
-        _check_messages(messages, bad)
+            raise _bad("messages must be a non-empty list of message objects")
+        _check_messages(messages)
         kw["messages"] = messages
-        tools = body.pop("tools", None)
-        if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
-            raise bad("tools must be a list of tool objects")
-        for i, t in enumerate(tools or ()):
-            if t.get("type", "function") != "function":  # a provider's built-in tool bills its own use
-                raise bad(f"tools[{i}].type={t['type']!r} is not served (only function tools are metered)")
-        kw["tools"] = tools or None
+        kw["tools"] = _function_tools(body, "function")
     else:
         prompt = body.pop("prompt", None)
         if not isinstance(prompt, str):
-            raise bad("prompt must be one string (the proxy serves one prompt a call)")
+            raise _bad("prompt must be one string (the proxy serves one prompt a call)")
         kw["prompt"] = prompt
         if body.get("tools"):
-            raise bad("tools need the chat completions endpoint")
+            raise _bad("tools need the chat completions endpoint")
         body.pop("tools", None)
-    temperature = body.pop("temperature", None)
-    if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))):
-        raise bad(f"temperature must be a number, got {temperature!r}")
-    kw["temperature"] = temperature
+    kw["temperature"] = _temperature(body)
     seed = body.pop("seed", None)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise bad(f"seed must be an integer, got {seed!r}")
+        raise _bad(f"seed must be an integer, got {seed!r}")
     kw["seed"] = seed
     stop = body.pop("stop", None)
     if isinstance(stop, str):
         stop = [stop]
     if stop is not None and not (isinstance(stop, list) and all(isinstance(s, str) for s in stop)):
-        raise bad("stop must be a string or a list of strings")
+        raise _bad("stop must be a string or a list of strings")
     kw["stop"] = stop or None
-    body = {k: v for k, v in body.items() if v is not None}  # null: the field's default, as if absent
-    for name in body:
-        if name not in FORWARDED_FIELDS:
-            raise bad(f"the field {name!r} is not served (it may bill what the reservation does not cover)")
-    kw["extra"] = body or None  # top_p, tool_choice, response_format, user, ...: sent as they are
+    kw["extra"] = _forwarded(body, FORWARDED_FIELDS)  # top_p, tool_choice, response_format, user, ...
     return kw, stream, include_usage
+
+
+# A Responses request's fields that are refused when set, and why.
+_RESPONSES_REFUSED = (
+    ("previous_response_id", "it adds stored input the proxy cannot count; send the whole input"),
+    ("conversation", "it adds stored input the proxy cannot count; send the whole input"),
+    ("prompt", "a stored prompt adds input the proxy cannot count"),
+    ("background", "a background response is not metered"),
+    ("service_tier", "it may bill what the reservation does not cover"),
+)
 
 
 def _responses_arguments(body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     """`SampleSession.model_call` keywords from a Responses request body and whether it
     asks for a stream; `_Refusal` for what cannot be metered exactly (the module
-    docstring)."""
+    docstring). Its `stream_options` (include_obfuscation: how the stream is padded)
+    are dropped."""
     body = dict(body)
-
-    def bad(msg: str) -> _Refusal:
-        return _Refusal(400, f"evalkit: {msg}", "invalid_request_error", "invalid_request")
-
-    stream = bool(body.pop("stream", False))
-    body.pop("stream_options", None)  # include_obfuscation: how the stream is padded, not what it costs
-    for name, why in (
-        ("previous_response_id", "it adds stored input the proxy cannot count; send the whole input"),
-        ("conversation", "it adds stored input the proxy cannot count; send the whole input"),
-        ("prompt", "a stored prompt adds input the proxy cannot count"),
-        ("background", "a background response is not metered"),
-        ("service_tier", "it may bill what the reservation does not cover"),
-    ):
-        if body.get(name) not in (None, False):
-            raise bad(f"{name}={body[name]!r} is not served ({why})")
-        body.pop(name, None)
-    if body.get("top_logprobs") not in (None, 0):
-        raise bad(f"top_logprobs={body['top_logprobs']!r} is not served (an answer carries no logprobs)")
-    body.pop("top_logprobs", None)
+    stream, _ = _stream_flags(body)
+    for name, why in _RESPONSES_REFUSED:
+        _drop(body, name, (None, False), f" is not served ({why})")
+    _drop(body, "top_logprobs", (None, 0), " is not served (an answer carries no logprobs)")
     wanted = body.pop("max_output_tokens", None)
-    if wanted is not None and (isinstance(wanted, bool) or not isinstance(wanted, int) or wanted < 1):
-        raise bad(f"max_output_tokens must be a positive integer, got {wanted!r}")
-    kw: dict[str, Any] = {"max_tokens": wanted}
-    model = body.pop("model", None)
-    kw["requested_model"] = model if isinstance(model, str) else None
+    _check_positive("max_output_tokens", wanted)
+    kw: dict[str, Any] = {"max_tokens": wanted, "requested_model": _requested_model(body)}
     input_ = body.pop("input", None)
     if isinstance(input_, str):
         if not input_:
-            raise bad("input must not be empty")
+            raise _bad("input must not be empty")
     elif not isinstance(input_, list) or not input_ or not all(isinstance(i, dict) for i in input_):
-        raise bad("input must be a string or a non-empty list of input items")
+        raise _bad("input must be a string or a non-empty list of input items")
     else:
-        _check_input_items(input_, bad)
+        _check_input_items(input_)
     kw["responses_input"] = input_
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
-        raise bad("instructions must be a string")
-    tools = body.pop("tools", None)
-    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
-        raise bad("tools must be a list of tool objects")
-    for i, t in enumerate(tools or ()):
-        if t.get("type") != "function":  # a provider's built-in tool bills its own use
-            raise bad(f"tools[{i}].type={t.get('type')!r} is not served (only function tools are metered)")
-    kw["tools"] = tools or None
-    temperature = body.pop("temperature", None)
-    if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))):
-        raise bad(f"temperature must be a number, got {temperature!r}")
-    kw["temperature"] = temperature
-    body = {k: v for k, v in body.items() if v is not None}  # null: the field's default, as if absent
-    for name in body:
-        if name not in RESPONSES_FORWARDED_FIELDS:
-            raise bad(f"the field {name!r} is not served (it may bill what the reservation does not cover)")
-    kw["extra"] = body or None
+        raise _bad("instructions must be a string")
+    kw["tools"] = _function_tools(body, None)
+    kw["temperature"] = _temperature(body)
+    kw["extra"] = _forwarded(body, RESPONSES_FORWARDED_FIELDS)
     return kw, stream
 
 
-def _check_input_items(items: list[dict[str, Any]], bad: Any) -> None:
-    """`_Refusal` (from `bad`) naming the first input item or content part the proxy
-    cannot count: an ``item_reference`` or an item type it does not know, a part other
-    than text."""
+def _unserved_part(parts: list[Any], kinds: Collection[str], *, text: bool = False) -> tuple[int, Any] | None:
+    """The place and type of the first content part the proxy cannot meter (a type
+    outside `kinds`; with `text`, one whose ``text`` is no string), or None: an image,
+    an audio clip or a file costs input tokens a text bound does not see."""
+    for j, part in enumerate(parts):
+        kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+        if kind not in kinds or (text and not isinstance(part.get("text"), str)):
+            return j, kind
+    return None
+
+
+def _check_input_items(items: list[dict[str, Any]]) -> None:
+    """`_bad` naming the first input item or content part the proxy cannot count: an
+    ``item_reference`` or an item type it does not know, a part other than text."""
     for i, item in enumerate(items):
         kind = item.get("type", "message")
         if kind in ("function_call", "function_call_output", "reasoning"):
             output = item.get("output")
             if kind == "function_call_output" and isinstance(output, list):
-                for j, part in enumerate(output):
-                    ptype = part.get("type") if isinstance(part, dict) else type(part).__name__
-                    if ptype not in RESPONSES_TEXT_PARTS:
-                        raise bad(f"input[{i}].output[{j}] of type {ptype!r} is not served (only text is metered)")
+                if (found := _unserved_part(output, RESPONSES_TEXT_PARTS)) is not None:
+                    j, ptype = found
+                    raise _bad(f"input[{i}].output[{j}] of type {ptype!r} is not served (only text is metered)")
             continue
         if kind != "message":
-            raise bad(
+            raise _bad(
                 f"input[{i}].type={kind!r} is not served (only message, function_call, function_call_output "
                 "and reasoning items are metered)"
             )
         content = item.get("content")
         if isinstance(content, list):
-            for j, part in enumerate(content):
-                ptype = part.get("type") if isinstance(part, dict) else type(part).__name__
-                if ptype not in RESPONSES_TEXT_PARTS:
-                    raise bad(f"input[{i}].content[{j}] of type {ptype!r} is not served (only text parts are metered)")
+            if (found := _unserved_part(content, RESPONSES_TEXT_PARTS)) is not None:
+                j, ptype = found
+                raise _bad(f"input[{i}].content[{j}] of type {ptype!r} is not served (only text parts are metered)")
         elif not isinstance(content, str):
-            raise bad(f"input[{i}].content must be a string or a list of text parts")
+            raise _bad(f"input[{i}].content must be a string or a list of text parts")
 
 
-def _check_messages(messages: list[dict[str, Any]], bad: Any) -> None:
-    """`_Refusal` (from `bad`) naming the first message field or content part the proxy
-    cannot meter: a field outside `MESSAGE_FIELDS`, a part other than text (an image, an
-    audio clip or a file costs input tokens a text bound does not see)."""
+def _check_messages(messages: list[dict[str, Any]]) -> None:
+    """`_bad` naming the first message field or content part the proxy cannot meter: a
+    field outside `MESSAGE_FIELDS`, a part other than text (`_unserved_part`)."""
     for i, m in enumerate(messages):
         for name, value in m.items():
             if name not in MESSAGE_FIELDS and value is not None:
-                raise bad(f"messages[{i}].{name} is not served (it may bill what the reservation does not cover)")
+                raise _bad(f"messages[{i}].{name} is not served (it may bill what the reservation does not cover)")
         content = m.get("content")
-        if isinstance(content, list):
-            for j, part in enumerate(content):
-                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-                if kind != "text" or not isinstance(part.get("text"), str):
-                    raise bad(
-                        f"messages[{i}].content[{j}] of type {kind!r} is not served (only text parts are metered)"
-                    )
+        # ("text",): a tuple compares, so a part whose type is no string (a list) is named too
+        if isinstance(content, list) and (found := _unserved_part(content, ("text",), text=True)) is not None:
+            j, kind = found
+            raise _bad(f"messages[{i}].content[{j}] of type {kind!r} is not served (only text parts are metered)")
 
 
 def openai_tool_calls(tool_calls: Any, id_prefix: str = "call_evalkit_") -> list[dict[str, Any]]:
@@ -694,12 +725,17 @@ def _answer(c: Completion, rid: str, made: int, *, chat: bool) -> dict[str, Any]
     }
 
 
-async def _stream(
-    request: web.Request, c: Completion, rid: str, made: int, *, chat: bool, include_usage: bool
-) -> web.StreamResponse:
-    """The answer as server-sent events (see the module docstring)."""
+async def _event_stream(request: web.Request, data: bytes) -> web.StreamResponse:
+    """An answer sent as server-sent events `data`, whole, as one response."""
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await resp.prepare(request)
+    await resp.write(data)
+    await resp.write_eof()
+    return resp
+
+
+def _chunks(c: Completion, rid: str, made: int, *, chat: bool, include_usage: bool) -> bytes:
+    """A chat or completions answer as server-sent events (see the module docstring)."""
     finish = c.finish_reason or ("tool_calls" if c.tool_calls else "stop")
     head = {"id": rid, "created": made, "model": c.model, "system_fingerprint": c.system_fingerprint}
     chunks: list[dict[str, Any]] = []
@@ -724,6 +760,4 @@ async def _stream(
             ch["usage"] = None
         chunks.append({**head, "choices": [], "usage": _usage(c)})
     data = "".join(f"data: {storable_json(ch)}\n\n" for ch in chunks) + "data: [DONE]\n\n"
-    await resp.write(data.encode("utf-8", "surrogatepass"))
-    await resp.write_eof()
-    return resp
+    return data.encode("utf-8", "surrogatepass")

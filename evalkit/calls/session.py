@@ -151,34 +151,6 @@ class SampleSession:
         trajectory, its request's ``input`` recorded as sent)."""
         self.calls += 1
         n = self.calls
-        ceiling = "max_tokens" if responses_input is None else "max_output_tokens"  # as the wire names it
-        params: dict[str, Any] = {ceiling: min(max_tokens or self.client.max_tokens_out, self.client.max_tokens_out)}
-        for name, value in (("temperature", temperature), ("seed", seed), ("stop", stop)):
-            if value is not None:
-                params[name] = value
-        params.update(extra or {})
-        request: dict[str, Any] = (
-            {"prompt": prompt}
-            if prompt is not None
-            else {"input": responses_input}
-            if responses_input is not None
-            else {"messages": messages}
-        )
-        if tools:
-            request["tools"] = tools
-        request["params"] = params
-        endpoint = "completion" if prompt is not None else "responses" if responses_input is not None else "chat"
-        line: dict[str, Any] = {"call": n, "endpoint": endpoint}
-        if requested_model is not None and requested_model != self.client.endpoint.model:
-            line["requested_model"] = requested_model
-        line["request"] = request
-        if stream:
-            line["stream"] = True
-        t0 = time.perf_counter()
-        # What the call made the endpoint receive and cost, however it ends; its "sent"
-        # line is written before its first attempt goes out, so a killed run leaves a
-        # line for every request the endpoint received (the outcome line supersedes it).
-        progress = CallProgress(on_send=lambda: self._write_sent(line))
         args: dict[str, Any] = {
             "prompt": prompt,
             "messages": messages,
@@ -190,6 +162,12 @@ class SampleSession:
             "extra": extra,
             "responses_input": responses_input,
         }
+        line = self._call_line(n, args, requested_model=requested_model, stream=stream)
+        t0 = time.perf_counter()
+        # What the call made the endpoint receive and cost, however it ends; its "sent"
+        # line is written before its first attempt goes out, so a killed run leaves a
+        # line for every request the endpoint received (the outcome line supersedes it).
+        progress = CallProgress(on_send=lambda: self._write_sent(line))
         sample = self.share.sample if self.share is not None else f"{self.key[0]}/{self.key[1]}"
         try:
             async with self._first_of_twins(args, n, sample):
@@ -203,22 +181,75 @@ class SampleSession:
                     progress=progress,
                 )
         except asyncio.CancelledError:
-            self.attempts += progress.attempts
-            self.cost_usd += progress.cost_usd
-            line["cost_usd"] = progress.cost_usd
-            why = "the sample ended while this call was in flight"
-            self._write_call(line, "cancelled", None, t0, why, progress.attempts)
+            self._record_cancelled(line, progress, t0)
             raise
         except BaseException as exc:
-            attempts = int(getattr(exc, "attempts", 0) or 0)
-            self.attempts += attempts
-            self.cost_usd += progress.cost_usd  # what its failed attempts were charged
-            line["cost_usd"] = progress.cost_usd
-            refused = isinstance(exc, (BudgetExhausted, InputTooLong)) and not attempts
-            status = "refused" if refused or (isinstance(exc, CallStopped) and not attempts) else "failed"
-            self._write_call(line, status, None, t0, f"{type(exc).__name__}: {exc}", attempts)
-            self.fail(exc, n)
+            self._record_failure(line, exc, progress, t0)
             raise
+        return self._record_answer(line, c, t0)
+
+    def _call_line(
+        self, n: int, args: dict[str, Any], *, requested_model: str | None = None, stream: bool = False
+    ) -> dict[str, Any]:
+        """The trajectory line of call `n` before it is made, from `model_call`'s
+        arguments: its endpoint (``completion``, ``chat`` or ``responses``), the model the
+        agent asked for when it is not the one that answers, and the request as sent:
+        prompt, messages or input, tools, and ``params`` with the output ceiling as the
+        wire names it (at most the client's `max_tokens_out`) and the fields given."""
+        prompt, responses_input = args.get("prompt"), args.get("responses_input")
+        ceiling = "max_tokens" if responses_input is None else "max_output_tokens"  # as the wire names it
+        most = self.client.max_tokens_out
+        params: dict[str, Any] = {ceiling: min(args.get("max_tokens") or most, most)}
+        for name in ("temperature", "seed", "stop"):
+            if args.get(name) is not None:
+                params[name] = args[name]
+        params.update(args.get("extra") or {})
+        request: dict[str, Any] = (
+            {"prompt": prompt}
+            if prompt is not None
+            else {"input": responses_input}
+            if responses_input is not None
+            else {"messages": args.get("messages")}
+        )
+        if args.get("tools"):
+            request["tools"] = args["tools"]
+        request["params"] = params
+        endpoint = "completion" if prompt is not None else "responses" if responses_input is not None else "chat"
+        line: dict[str, Any] = {"call": n, "endpoint": endpoint}
+        if requested_model is not None and requested_model != self.client.endpoint.model:
+            line["requested_model"] = requested_model
+        line["request"] = request
+        if stream:
+            line["stream"] = True
+        return line
+
+    def _record_cancelled(self, line: dict[str, Any], progress: CallProgress, t0: float) -> None:
+        """A call cut as the sample ended: what its attempts sent and cost is counted,
+        and its line written as cancelled."""
+        self.attempts += progress.attempts
+        self.cost_usd += progress.cost_usd
+        line["cost_usd"] = progress.cost_usd
+        why = "the sample ended while this call was in flight"
+        self._write_call(line, "cancelled", None, t0, why, progress.attempts)
+
+    def _record_failure(self, line: dict[str, Any], exc: BaseException, progress: CallProgress, t0: float) -> None:
+        """A call that raised: its line written as ``refused`` (nothing was sent: it did
+        not fit, was too long, or the sample was over) or ``failed``, with what its
+        failed attempts cost; the sample is errored (`fail`)."""
+        attempts = int(getattr(exc, "attempts", 0) or 0)
+        self.attempts += attempts
+        self.cost_usd += progress.cost_usd  # what its failed attempts were charged
+        line["cost_usd"] = progress.cost_usd
+        refused = isinstance(exc, (BudgetExhausted, InputTooLong)) and not attempts
+        status = "refused" if refused or (isinstance(exc, CallStopped) and not attempts) else "failed"
+        self._write_call(line, status, None, t0, f"{type(exc).__name__}: {exc}", attempts)
+        self.fail(exc, line["call"])
+
+    def _record_answer(self, line: dict[str, Any], c: Completion, t0: float) -> Completion:
+        """A call that answered: its usage and cost counted, each tool call it asks for
+        given an id unique in the sample (``call_<n>_<i>`` when it has none) and kept for
+        the tool calls that answer it (`_claim`); its line written as ``ok``."""
+        n = line["call"]
         self.attempts += c.attempts
         self.cached_calls += bool(c.cached)
         self.usage_in += c.usage.prompt_tokens
