@@ -14,7 +14,7 @@ from evalkit.calls.serve import ScriptedServer
 from evalkit.calls.session import SampleSession
 from evalkit.foundations.errors import BudgetExhausted, UnitCallError
 from evalkit.foundations.records import Endpoint, Price
-from evalkit.suites.trajectories import TrajectoryWriter, read_trajectory
+from evalkit.runfolder.trajectories import TrajectoryWriter, read_trajectory
 from evalkit.suites.units import ToolFixtures
 
 PRICE = Price(1.0, 2.0)
