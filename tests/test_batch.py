@@ -747,3 +747,18 @@ def test_batches_of_two_models_left_open_are_each_collected_by_resume_and_the_tw
     assert again.per_arm["base"]["paid_usd"] == pytest.approx(6 * 7e-6) and again.per_arm["copy"]["paid_usd"] == 0
     committed, left = walk_ledger(res.path / "ledger.jsonl", 1.0)
     assert left == pytest.approx(0.0, abs=1e-12) and committed == pytest.approx(again.spend_usd)
+
+
+def test_twin_lines_send_each_request_once_and_the_twin_key_waits():
+    from types import SimpleNamespace
+
+    from evalkit.running.batch import _TwinLines
+
+    client = SimpleNamespace(cache_endpoint="http://host/v1", endpoint=SimpleNamespace(model="m"))
+    lines = _TwinLines(engine=None, sink=None, twins={"base", "copy"})
+    assert not lines.waits(client, "h", ("c", "base", 0))  # the first line carries the request
+    assert lines.waits(client, "h", ("c", "copy", 0))  # its twin's very request: waits, replays later
+    assert not lines.waits(client, "h", ("c", "copy", 1))  # another index is another request
+    assert not lines.waits(client, "other", ("c", "copy", 2))
+    assert not lines.waits(client, "h", ("c", "solo", 0))  # an arm with no twin never waits
+    assert lines.waiting == [("c", "copy", 0)]

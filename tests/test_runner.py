@@ -904,3 +904,64 @@ def test_run_options_are_one_record_and_the_keywords_build_the_same_one(tmp_path
     assert sorted(load_run(by_record.path).samples.output) == sorted(load_run(by_keywords.path).samples.output)
     assert not (mixed.path / "samples").exists() and (by_record.path / "samples").is_dir()
     assert not (tmp_path / "runs").exists() and opts.k == 1  # the record is not changed by a run
+
+
+# ---------------------------------------------------------------- the run's steps, one by one
+
+THREE_ARMS = [{"name": "base"}, {"name": "guided", "guidance": "guided.md"}, {"name": "copy"}]
+
+
+def test_plan_run_resolves_arms_k_prompts_and_seed_names_and_writes_nothing(tmp_path):
+    from evalkit.running import runner as R
+    from evalkit.suites.loader import load_suite
+
+    suite = load_suite(write_suite(tmp_path / "suite", 2, k=2, arms=THREE_ARMS))
+    with ScriptedServer(SCRIPT) as srv:
+        url = srv.base_url
+        plan = R._plan_run(suite, None, R.RunOptions(base_url=url, arms=["guided", "copy", "base"]))
+    assert plan.opts.arms == ["guided", "copy", "base"] and plan.k == 2 and plan.opts.base_url == url
+    assert [a.name for a in plan.arm_objs] == ["guided", "copy", "base"]
+    assert len(plan.prompts) == 2 * 3
+    assert plan.prompts[("case-01", "guided")] == "Answer in one word. Q: capital of country 1?\nA:"
+    assert plan.prompts[("case-01", "base")] == plan.prompts[("case-01", "copy")] == "Q: capital of country 1?\nA:"
+    # `copy` sends base's very requests: its seeds derive from base's name
+    assert plan.seeds == {"base": "base", "guided": "guided", "copy": "base"}
+    assert plan.meta == {} and not (tmp_path / "runs").exists()
+    meta = R._new_meta(plan)
+    assert meta["arms"] == ["guided", "copy", "base"] and meta["k"] == 2 and meta["seed_names"] == plan.seeds
+    assert meta["cases"] == ["case-00", "case-01"] and meta["config_hash"] == plan.config_hash
+
+
+def test_plan_run_of_a_resume_takes_the_runs_arms_k_cap_and_seed_names(tmp_path):
+    from evalkit.running import runner as R
+    from evalkit.suites.loader import load_suite
+    from evalkit.runfolder.runs import RunFolder
+
+    suite_dir = write_suite(tmp_path / "suite", 2, k=2, arms=THREE_ARMS)
+    with ScriptedServer(SCRIPT) as srv:
+        res = run_suite(suite_dir, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False,
+                        arms=["copy"], k=1)
+        meta = json.loads((res.path / "config.json").read_text())
+        meta["cost_cap_usd"] = 0.5  # the cap the run started under wins over the config's
+        (res.path / "config.json").write_text(json.dumps(meta))
+        plan = R._plan_run(load_suite(suite_dir), RunFolder(res.path), R.RunOptions(base_url=srv.base_url))
+        with pytest.raises(InputError, match="--k 2 differs from the run's k 1"):
+            R._plan_run(load_suite(suite_dir), RunFolder(res.path), R.RunOptions(base_url=srv.base_url, k=2))
+    assert plan.opts.arms == ["copy"] and plan.k == 1 and plan.suite.config.cost_cap_usd == 0.5
+    assert plan.seeds == {"copy": "base"} and plan.meta["arms"] == ["copy"]
+
+
+def test_done_keys_are_the_rows_inside_the_plan(tmp_path):
+    from evalkit.running import runner as R
+    from evalkit.suites.loader import load_suite
+
+    suite = load_suite(write_suite(tmp_path / "suite", 2))
+    rows = [{"case_id": c, "arm": a, "index": i} for c, a, i in [
+        ("case-00", "base", 0), ("case-01", "guided", 2),  # in the plan
+        ("case-01", "guided", 3),  # an index past k
+        ("gone", "base", 0),  # a case no longer in the suite
+        ("case-00", "guided", 1),  # an arm not run this time
+    ]]
+    assert R._done_keys(rows, suite, [suite.config.arm("base"), suite.config.arm("guided")], 3) == {
+        ("case-00", "base", 0), ("case-01", "guided", 2), ("case-00", "guided", 1)}
+    assert R._done_keys(rows, suite, [suite.config.arm("base")], 3) == {("case-00", "base", 0)}

@@ -1034,33 +1034,57 @@ class _Group:
         return bool(set(arms) & set(self.arms)) if isinstance(arms, list) and arms else self.first
 
 
-async def run_keys(
-    engine: Any,
-    pending: Iterator[tuple[str, str, int]],
-    k: int,
-    options: BatchOptions | None,
-    base_url: str | None,
-) -> Iterator[tuple[str, str, int]]:
-    """The batch part of a run (`runner._execute`): collect the batches an earlier
-    session left open, then, with `options` (`--batch`), submit every key of `pending`
-    that the response cache cannot answer as batch lines and wait for them; returns the
-    keys still to be made online (none with `options`).
+@dataclass
+class _TwinLines:
+    """The batch lines of twin arms (`engine.twins`: arms that send the same requests):
+    each request goes out in one line; a twin's key whose request is already another
+    key's line waits (`waiting`) and replays that line's answer from the response cache
+    once its batch is collected (`_replay_waiting`). `sent` holds the (endpoint, model,
+    request hash, index) of each twin's line, an earlier session's included (`note`)."""
 
-    One batch per endpoint: the arms are grouped by the client their calls go through
-    (`engine.clients`: model, endpoint, price, batch price), each group's lines go to
-    batches of its own, sent to its endpoint with its model, reserved at its own worst
-    case (`batch_price`) on the one ledger. Arms that send the same requests
-    (`engine.twins`) send each once: the twin's key replays the answer from the
-    response cache once the batch holding it is collected."""
-    sink = _RunSink(engine, k)
-    sink.free(pending)
-    log = BatchLog(engine.folder.path)
+    engine: Any
+    sink: _RunSink
+    twins: set[str]
+    sent: set[tuple[Any, ...]] = dataclasses.field(default_factory=set)
+    waiting: list[tuple[str, str, int]] = dataclasses.field(default_factory=list)
+
+    @staticmethod
+    def ident(client: ModelClient, rhash: str, index: int) -> tuple[Any, ...]:
+        """What makes two lines one request: the response cache's key."""
+        return client.cache_endpoint, client.endpoint.model, rhash, index
+
+    def note(self, cid: str, body: Any) -> None:
+        """Note a line of a batch an earlier session left open (`_RunSink.twin_line`)."""
+        key = self.sink.key(cid)
+        if key is not None and key[1] in self.twins and isinstance(body, dict):
+            self.sent.add(self.ident(self.engine.client_of(key[1]), request_hash(body), key[2]))
+
+    def waits(self, client: ModelClient, rhash: str, key: tuple[str, str, int]) -> bool:
+        """Whether `key` waits for its twin's line, which carries its very request;
+        otherwise a twin's key notes its own line as sent."""
+        if key[1] not in self.twins:
+            return False
+        same = self.ident(client, rhash, key[2])
+        if same in self.sent:
+            self.waiting.append(key)
+            return True
+        self.sent.add(same)
+        return False
+
+
+def _group_jobs(
+    engine: Any, sink: _RunSink, log: BatchLog, options: BatchOptions | None, base_url: str | None
+) -> tuple[list[tuple[_Batches, ModelClient, set[str]]], dict[int, Price]]:
+    """One batch job per group of arms whose calls go through one client (`engine.clients`:
+    model, endpoint, price, batch price), sent to its endpoint with its model at its batch
+    price (checked with `options`), with the arms it holds; and each client's batch price
+    (what its cache hits avoid), by the client's id."""
     slots = {e["name"]: i + 1 for i, e in enumerate(log.entries)}
     by_client: dict[int, list[str]] = {}
     for arm in engine.arms:
         by_client.setdefault(id(engine.client_of(arm)), []).append(arm)
     jobs: list[tuple[_Batches, ModelClient, set[str]]] = []
-    prices: dict[int, Price] = {}  # each client's batch price: what its cache hits avoid (`replay`)
+    prices: dict[int, Price] = {}
     for n, names in enumerate(by_client.values()):
         config = engine.arm_configs[names[0]]
         client = engine.client_of(names[0])
@@ -1070,73 +1094,100 @@ async def run_keys(
         url = client.base_url or base_url
         job = _Batches(engine.folder.path, "generator", client, price, options or BatchOptions(), sink, url, group)
         jobs.append((job, client, set(names)))
-    twins: set[str] = set(getattr(engine, "twins", ()))
-    sent: set[tuple[Any, ...]] = set()  # (endpoint, model, request hash, index) of a twin's line in a batch
-    waiting: list[tuple[str, str, int]] = []  # twins' keys whose request is another key's line
+    return jobs, prices
 
-    def ident(client: ModelClient, rhash: str, index: int) -> tuple[Any, ...]:
-        return client.cache_endpoint, client.endpoint.model, rhash, index
 
-    def twin_line(cid: str, body: Any) -> None:  # a line of a batch an earlier session left open
-        key = sink.key(cid)
-        if key is not None and key[1] in twins and isinstance(body, dict):
-            sent.add(ident(engine.client_of(key[1]), request_hash(body), key[2]))
+async def _batch_lines(
+    engine: Any, sink: _RunSink, client: ModelClient, arms: set[str], price: Price, twins: _TwinLines
+) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+    """The lines (custom id, request body) of one group's batch: each of its arms' keys
+    still to be made (neither recorded, nor in an open batch, nor collected now), less
+    those the response cache answers (recorded now, at `price`), those too long for the
+    model (errored) and twins' keys whose request another line carries (`_TwinLines`)."""
+    for key in sink.pending():
+        if key[1] not in arms:
+            continue
+        cid = f"{key[0]}/{key[1]}/{key[2]}"
+        body = client.request_body(**engine.call_args(key))
+        rhash = request_hash(body)
+        try:
+            await client.check_input(body, cid)
+            hit = client.replay(rhash, key[2], cid, price=price)
+        except InputTooLong as exc:
+            engine.error(key, f"{type(exc).__name__}: {exc}", 0)
+            continue
+        if hit is not None:
+            engine.record(key, hit)
+            continue
+        if twins.waits(client, rhash, key):
+            continue
+        yield cid, body
 
-    sink.twin_line = twin_line
+
+def _replay_waiting(engine: Any, sink: _RunSink, twins: _TwinLines, prices: dict[int, Price]) -> None:
+    """Record each waiting twin's key from the response cache, where the answer of its
+    twin's line now is (when that line ran); one left unanswered stays pending."""
+    for key in twins.waiting:
+        cid = f"{key[0]}/{key[1]}/{key[2]}"
+        if sink.slot(cid) != 0 or sink.halted():
+            continue
+        client = engine.client_of(key[1])
+        body = client.request_body(**engine.call_args(key))
+        hit = client.replay(request_hash(body), key[2], cid, price=prices[id(client)])
+        if hit is not None:
+            engine.record(key, hit)
+            sink.set_slot(cid, _HANDLED)
+
+
+def _stop_if_open(engine: Any, log: BatchLog, options: BatchOptions | None) -> None:
+    """Stop the run (INCOMPLETE) while batches are still open at the provider, saying
+    how to collect them."""
+    still = len(log.open("generator"))
+    if still and options is not None and not options.wait:
+        engine.stop(f"{still} batch(es) submitted and not collected yet (--no-wait): --resume collects them")
+    elif still:
+        engine.stop(
+            f"{still} batch(es) still open at the provider: `evalkit batch status` shows them, "
+            "`evalkit run --resume` collects them"
+        )
+
+
+async def run_keys(
+    engine: Any,
+    pending: Iterator[tuple[str, str, int]],
+    k: int,
+    options: BatchOptions | None,
+    base_url: str | None,
+) -> Iterator[tuple[str, str, int]]:
+    """The batch part of a run (`runner._run_pending`): collect the batches an earlier
+    session left open, then, with `options` (`--batch`), submit every key of `pending`
+    that the response cache cannot answer as batch lines and wait for them; returns the
+    keys still to be made online (none with `options`).
+
+    One batch per endpoint: the arms are grouped by the client their calls go through
+    (`engine.clients`: model, endpoint, price, batch price), each group's lines go to
+    batches of its own, sent to its endpoint with its model, reserved at its own worst
+    case (`batch_price`) on the one ledger (`_group_jobs`). Arms that send the same
+    requests (`engine.twins`) send each once: the twin's key replays the answer from the
+    response cache once the batch holding it is collected (`_TwinLines`)."""
+    sink = _RunSink(engine, k)
+    sink.free(pending)
+    log = BatchLog(engine.folder.path)
+    jobs, prices = _group_jobs(engine, sink, log, options, base_url)
+    twins = _TwinLines(engine, sink, set(getattr(engine, "twins", ())))
+    sink.twin_line = twins.note
     try:
         for job, _, _ in jobs:
             await job.resume()
         for job, client, arms in jobs if options is not None else ():
             if sink.halted():
                 break
-
-            async def items(
-                client: ModelClient = client, arms: set[str] = arms
-            ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-                for key in sink.pending():  # neither recorded, nor in an open batch, nor collected now
-                    if key[1] not in arms:
-                        continue
-                    cid = f"{key[0]}/{key[1]}/{key[2]}"
-                    body = client.request_body(**engine.call_args(key))
-                    rhash = request_hash(body)
-                    try:
-                        await client.check_input(body, cid)
-                        hit = client.replay(rhash, key[2], cid, price=prices[id(client)])
-                    except InputTooLong as exc:
-                        engine.error(key, f"{type(exc).__name__}: {exc}", 0)
-                        continue
-                    if hit is not None:
-                        engine.record(key, hit)
-                        continue
-                    if key[1] in twins:
-                        same = ident(client, rhash, key[2])
-                        if same in sent:  # its twin's line carries this very request: replayed below
-                            waiting.append(key)
-                            continue
-                        sent.add(same)
-                    yield cid, body
-
-            await job.submit(items())
+            await job.submit(_batch_lines(engine, sink, client, arms, prices[id(client)], twins))
         if options is None or options.wait:
             for job, _, _ in jobs:
                 await job.wait()
-        for key in waiting:  # the answers of the twins' lines are in the cache now (when they ran)
-            if sink.slot(f"{key[0]}/{key[1]}/{key[2]}") != 0 or sink.halted():
-                continue
-            client = engine.client_of(key[1])
-            body = client.request_body(**engine.call_args(key))
-            hit = client.replay(request_hash(body), key[2], f"{key[0]}/{key[1]}/{key[2]}", price=prices[id(client)])
-            if hit is not None:
-                engine.record(key, hit)
-                sink.set_slot(f"{key[0]}/{key[1]}/{key[2]}", _HANDLED)
-        still = len(log.open("generator"))
-        if still and options is not None and not options.wait:
-            engine.stop(f"{still} batch(es) submitted and not collected yet (--no-wait): --resume collects them")
-        elif still:
-            engine.stop(
-                f"{still} batch(es) still open at the provider: `evalkit batch status` shows them, "
-                "`evalkit run --resume` collects them"
-            )
+        _replay_waiting(engine, sink, twins, prices)
+        _stop_if_open(engine, log, options)
     finally:
         for job, _, _ in jobs:
             await job.aclose()

@@ -61,7 +61,7 @@ import hashlib
 import json
 import re
 import sys
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -679,70 +679,205 @@ def _options(options: RunOptions | None, fields: dict[str, Any]) -> RunOptions:
     return dataclasses.replace(options or RunOptions(), **fields) if fields else options or RunOptions()
 
 
-async def _run_in_folder(suite: Suite, folder: RunFolder | None, opts: RunOptions, *, runs_root: Path) -> RunResult:
-    """Check the inputs, then run (a new folder is created and locked only once every
-    check passed; a resumed one, `folder`, is already locked by the caller)."""
-    config = suite.config
-    arms, k, base_url, replay_only, batch = opts.arms, opts.k, opts.base_url, opts.replay_only, opts.batch
-    resume = folder is not None
-    if batch is not None:  # a provider batch needs its price, and calls (evalkit.running.batch)
-        if replay_only:
-            raise InputError("--replay-only makes no calls, so it takes no --batch")
-        if config.unit.kind != "prompt":  # an agent's calls each wait on the answer before
-            raise InputError(
-                f"--batch sends independent calls; a {config.unit.kind} unit's calls each depend on the answer "
-                "before (run it online)",
-                Path(suite.path) / "config.json",
-                json_path="$.unit.kind",
-            )
-        from evalkit.running import (
-            batch as batches,  # lazy: evalkit.running.batch only for a run that sends or left batches
-        )
+@dataclass(frozen=True)
+class _RunPlan:
+    """A run as `_plan_run` resolved and checked it, before anything is written: the
+    suite (a resume's under the cap the run started under), the arms, each (case, arm)
+    prompt rendered, where each arm's calls go (`arm_urls`) and whom its seeds derive
+    from (`seeds`), the units' prepared targets (`agents.prepare`), and `opts` with the
+    run's own arms, k, endpoint and watch. `meta` is a resumed run's `config.json`
+    (empty for a new run: `_new_meta` builds its own from the plan)."""
 
-        # each arm's own batch price (an unknown arm name is refused below, with the others)
-        for i, a in enumerate(config.arms):
-            if not arms or a.name in arms:
-                batches.check_ready(config.for_arm(a), config_path=Path(suite.path) / "config.json", arm=(i, a))
-    snapshot = config_snapshot(config)
+    suite: Suite
+    opts: RunOptions
+    arm_objs: list[Arm]
+    prompts: dict[tuple[str, str], Any]
+    privacy: dict[str, Any]
+    arm_urls: dict[str, str | None]
+    seeds: dict[str, str]
+    target: Any
+    targets: dict[str, Any]
+    snapshot: dict[str, Any]
+    config_hash: str
+    inputs: dict[str, str]
+    inputs_hash: str
+    ci: bool
+    meta: dict[str, Any]
+
+    @property
+    def k(self) -> int:
+        """The run's k (resolved by `_plan_run`: the flag's, the config's or the resumed run's)."""
+        assert self.opts.k is not None
+        return self.opts.k
+
+
+async def _run_in_folder(suite: Suite, folder: RunFolder | None, opts: RunOptions, *, runs_root: Path) -> RunResult:
+    """Check the inputs (`_plan_run`), join the executor, then run (a new folder is
+    created and locked only once every check passed; a resumed one, `folder`, is
+    already locked by the caller)."""
+    plan = _plan_run(suite, folder, opts)
+    from evalkit.running.executors import open_executor  # a Ray cluster joined now (exit 2 if not), before any write
+
+    remote = open_executor(
+        opts.executor or plan.suite.config.executor,
+        [arm_suite(plan.suite, a).config for a in plan.arm_objs],
+        Path(suite.path) / "config.json",
+        from_flag=opts.executor is not None,
+    )
+    meta = plan.meta if folder is not None else _new_meta(plan)
+    try:
+        if folder is None:
+            with runs_dir_lock(runs_root):  # one run at a time per runs folder (and its response cache)
+                folder = RunFolder.create(runs_root, meta)
+                folder.write_case_table(CaseTable.from_cases(plan.suite.cases))  # the cases as this run sees them
+                folder.sample_files = opts.sample_files
+                with folder.lock():
+                    return await _execute(plan, folder, runs_root, remote)
+        return await _execute(plan, folder, runs_root, remote)
+    finally:
+        if remote is not None:  # the Ray connection this run made (evalkit.running.executors)
+            remote.close()
+
+
+def _plan_run(suite: Suite, folder: RunFolder | None, opts: RunOptions) -> _RunPlan:
+    """Resolve and check all a run needs, in the order the checks are reported, before
+    anything is written: the batch flags, a resume against its run, the arms and k,
+    every prompt rendered (bad input leaves no half-made run folder), the inputs
+    unchanged since a resumed run started, the privacy gate, the endpoints and the
+    units' programs. A resume that allows private data records that in its
+    `config.json`."""
+    _check_batch(suite, opts)
+    snapshot = config_snapshot(suite.config)
     chash = config_hash(snapshot)
-    ci = run_is_ci(config)
-    if resume:
-        assert folder is not None
-        meta = folder.read_meta()
-        if meta.get("config_hash") != chash:
+    ci = run_is_ci(suite.config)
+    arms, k = opts.arms, opts.k
+    meta: dict[str, Any] = {}
+    if folder is not None:
+        suite, arms, k, ci, meta = _resumed_run(suite, folder, arms, k, chash, ci)
+    config = suite.config
+    names, k = _arm_names(suite, arms, k)
+    arm_objs = [config.arm(n) for n in names]
+    prompts = _render_prompts(suite, arm_objs)
+    inputs = input_hashes(suite, arm_objs)
+    inputs_hash = config_hash(inputs)
+    if folder is not None:
+        _check_inputs_unchanged(folder, meta, inputs, inputs_hash)
+    # personal data and secrets never reach an endpoint unless the user says so (evalkit.pii.privacy)
+    from evalkit.pii.privacy import run_gate
+
+    privacy = run_gate(
+        suite, allowed=opts.allow_private_data, recorded=meta.get("privacy") if folder is not None else None
+    )
+    base_url = resolve_base_url(
+        "generator",
+        config.generator,
+        opts.base_url,
+        replay_only=opts.replay_only,
+        config_path=Path(suite.path) / "config.json",
+    )
+    if folder is not None and privacy.get("allowed") and not (meta.get("privacy") or {}).get("allowed"):
+        meta["privacy"] = privacy  # the flag given on this resume: the run's record says so
+        write_atomic(folder.path / "config.json", json.dumps(meta, indent=2) + "\n")
+    arm_urls, seeds, watch = _wire_endpoints(config, arm_objs, base_url, opts, meta if folder is not None else None)
+    from evalkit.running.agents import prepare  # a command's program, a python unit's function: found before any write
+
+    target = prepare(suite)
+    targets = {a.name: prepare(arm_suite(suite, a)) for a in arm_objs if "unit" in a.overrides}
+    return _RunPlan(
+        suite=suite,
+        # the options as this run resolved them: its arms, k, endpoint and watch
+        opts=dataclasses.replace(opts, arms=names, k=k, base_url=base_url, watch=watch),
+        arm_objs=arm_objs,
+        prompts=prompts,
+        privacy=privacy,
+        arm_urls=arm_urls,
+        seeds=seeds,
+        target=target,
+        targets=targets,
+        snapshot=snapshot,
+        config_hash=chash,
+        inputs=inputs,
+        inputs_hash=inputs_hash,
+        ci=ci,
+        meta=meta,
+    )
+
+
+def _check_batch(suite: Suite, opts: RunOptions) -> None:
+    """Refuse `--batch` where it cannot run: with `--replay-only` (no calls), for a unit
+    other than the prompt (an agent's calls each wait on the answer before), or for an
+    arm without its batch price (`batch.check_ready`)."""
+    if opts.batch is None:
+        return
+    config = suite.config
+    if opts.replay_only:
+        raise InputError("--replay-only makes no calls, so it takes no --batch")
+    if config.unit.kind != "prompt":
+        raise InputError(
+            f"--batch sends independent calls; a {config.unit.kind} unit's calls each depend on the answer "
+            "before (run it online)",
+            Path(suite.path) / "config.json",
+            json_path="$.unit.kind",
+        )
+    from evalkit.running import (
+        batch as batches,  # lazy: evalkit.running.batch only for a run that sends or left batches
+    )
+
+    # each arm's own batch price (an unknown arm name is refused later, with the others)
+    for i, a in enumerate(config.arms):
+        if not opts.arms or a.name in opts.arms:
+            batches.check_ready(config.for_arm(a), config_path=Path(suite.path) / "config.json", arm=(i, a))
+
+
+def _resumed_run(
+    suite: Suite, folder: RunFolder, arms: list[str] | None, k: int | None, chash: str, ci: bool
+) -> tuple[Suite, list[str], int, bool, dict[str, Any]]:
+    """What a resume of `folder` runs: the run's own arms, k and cap and whether it is a
+    CI run (from its `config.json`, returned as `meta`), once the suite's config, the
+    `arms` and `k` asked for and the cases are checked to match the run. Keeps the run's
+    layout (`folder.sample_files`)."""
+    meta = folder.read_meta()
+    if meta.get("config_hash") != chash:
+        raise InputError(
+            "the suite's config.json changed since this run started; start a new run instead of resuming",
+            folder.path / "config.json",
+            json_path="$.config_hash",
+        )
+    run_arms, run_k = list(meta["arms"]), int(meta["k"])
+    if arms is not None and list(arms) != run_arms:
+        raise InputError(f"--arms {','.join(arms)} differs from the run's arms {','.join(run_arms)}")
+    if k is not None and int(k) != run_k:
+        raise InputError(f"--k {k} differs from the run's k {run_k}")
+    present = {x.id for x in suite.cases}
+    missing = [c for c in meta.get("cases", []) if c not in present]
+    if missing:
+        raise InputError(
+            f"cases of the run are no longer in the suite: {', '.join(missing[:5])}",
+            Path(suite.path) / "cases.jsonl",
+        )
+    folder.sample_files = bool(meta.get("sample_files", True))  # keep the run's layout whole
+    recorded_cap = meta.get("cost_cap_usd")
+    if isinstance(recorded_cap, (int, float)) and not isinstance(recorded_cap, bool):
+        if ci and not meta.get("ci"):
             raise InputError(
-                "the suite's config.json changed since this run started; start a new run instead of resuming",
+                f"--ci: this run was not a CI run (it runs under cost_cap_usd ${recorded_cap:g}); resume it "
+                "without --ci, or start a new run with --ci",
                 folder.path / "config.json",
-                json_path="$.config_hash",
+                json_path="$.ci",
             )
-        run_arms, run_k = list(meta["arms"]), int(meta["k"])
-        if arms is not None and list(arms) != run_arms:
-            raise InputError(f"--arms {','.join(arms)} differs from the run's arms {','.join(run_arms)}")
-        if k is not None and int(k) != run_k:
-            raise InputError(f"--k {k} differs from the run's k {run_k}")
-        present = {x.id for x in suite.cases}
-        missing = [c for c in meta.get("cases", []) if c not in present]
-        if missing:
-            raise InputError(
-                f"cases of the run are no longer in the suite: {', '.join(missing[:5])}",
-                Path(suite.path) / "cases.jsonl",
-            )
-        arms, k = run_arms, run_k
-        folder.sample_files = bool(meta.get("sample_files", True))  # keep the run's layout whole
-        recorded_cap = meta.get("cost_cap_usd")
-        if isinstance(recorded_cap, (int, float)) and not isinstance(recorded_cap, bool):
-            if ci and not meta.get("ci"):
-                raise InputError(
-                    f"--ci: this run was not a CI run (it runs under cost_cap_usd ${recorded_cap:g}); resume it "
-                    "without --ci, or start a new run with --ci",
-                    folder.path / "config.json",
-                    json_path="$.ci",
-                )
-            # the cap the run started under, whatever this resume was given (a CI run stays
-            # under ci.cost_cap_usd without --ci): the whole run spends under one cap
-            config = dataclasses.replace(config, cost_cap_usd=float(recorded_cap))
-            suite = dataclasses.replace(suite, config=config)
-            ci = bool(meta.get("ci"))
+        # the cap the run started under, whatever this resume was given (a CI run stays
+        # under ci.cost_cap_usd without --ci): the whole run spends under one cap
+        config = dataclasses.replace(suite.config, cost_cap_usd=float(recorded_cap))
+        suite = dataclasses.replace(suite, config=config)
+        ci = bool(meta.get("ci"))
+    return suite, run_arms, run_k, ci, meta
+
+
+def _arm_names(suite: Suite, arms: list[str] | None, k: int | None) -> tuple[list[str], int]:
+    """The arms a run runs (`arms`, else every arm of the config) and its k (`k`, else
+    the config's), refused when an arm is unknown or named twice, or when the run is
+    larger than lint allows the config's (`suite.run_size_problem`)."""
+    config = suite.config
     names = list(arms) if arms is not None else [a.name for a in config.arms]
     if not names:
         raise InputError("no arms to run", Path(suite.path) / "config.json", json_path="$.arms")
@@ -762,298 +897,312 @@ async def _run_in_folder(suite: Suite, folder: RunFolder | None, opts: RunOption
     problem = run_size_problem(len(suite.cases), len(names), k)
     if problem:
         raise InputError(problem)
-    arm_objs = [config.arm(n) for n in names]
-    # Render every prompt and check the endpoint before writing anything: bad input
-    # leaves no half-made run folder.
+    return names, k
+
+
+def _render_prompts(suite: Suite, arm_objs: list[Arm]) -> dict[tuple[str, str], Any]:
+    """Each (case id, arm name)'s prompt (a text, or a list of messages) as the arm
+    renders it (`suite.render_prompt`); none for a command or python unit, which gets
+    the case as JSON."""
     from evalkit.suites.suite import render_prompt
 
-    unit = config.unit
-    prompts = (
-        {(c.id, a.name): render_prompt(config.for_arm(a), c, a) for c in suite.cases for a in arm_objs}
-        if unit.kind in ("prompt", "agent")  # a command or python unit gets the case as JSON
-        else {}
-    )
-    inputs = input_hashes(suite, arm_objs)
-    inputs_hash = config_hash(inputs)
-    if resume and folder is not None:
-        before = meta.get("inputs")
-        if isinstance(before, dict) and meta.get("inputs_hash") != inputs_hash:
-            changed = _changed_inputs(before, inputs)
-            raise InputError(
-                f"changed since this run started: {'; '.join(changed)}; start a new run instead of resuming",
-                folder.path / "config.json",
-                json_path="$.inputs",
-            )
-    # personal data and secrets never reach an endpoint unless the user says so (evalkit.pii.privacy)
-    from evalkit.pii.privacy import run_gate
+    config = suite.config
+    if config.unit.kind not in ("prompt", "agent"):
+        return {}
+    return {(c.id, a.name): render_prompt(config.for_arm(a), c, a) for c in suite.cases for a in arm_objs}
 
-    privacy = run_gate(suite, allowed=opts.allow_private_data, recorded=meta.get("privacy") if resume else None)
-    base_url = resolve_base_url(
-        "generator", config.generator, base_url, replay_only=replay_only, config_path=Path(suite.path) / "config.json"
-    )
-    if resume and folder is not None and privacy.get("allowed") and not (meta.get("privacy") or {}).get("allowed"):
-        meta["privacy"] = privacy  # the flag given on this resume: the run's record says so
-        write_atomic(folder.path / "config.json", json.dumps(meta, indent=2) + "\n")
-    check_endpoint(config.generator, base_url, replay_only)
+
+def _check_inputs_unchanged(folder: RunFolder, meta: dict[str, Any], inputs: dict[str, str], inputs_hash: str) -> None:
+    """Refuse to resume a run whose inputs (`input_hashes`: templates, guidance, skills,
+    cases, program) changed since it started, naming each that did."""
+    before = meta.get("inputs")
+    if isinstance(before, dict) and meta.get("inputs_hash") != inputs_hash:
+        changed = _changed_inputs(before, inputs)
+        raise InputError(
+            f"changed since this run started: {'; '.join(changed)}; start a new run instead of resuming",
+            folder.path / "config.json",
+            json_path="$.inputs",
+        )
+
+
+def _wire_endpoints(
+    config: Config, arm_objs: list[Arm], base_url: str | None, opts: RunOptions, recorded: dict[str, Any] | None
+) -> tuple[dict[str, str | None], dict[str, str], Watch | None]:
+    """Where each arm's calls go (an arm with its own `generator.base_url` sends there,
+    every other one where the suite's generator does; each endpoint and its key checked
+    now), each arm's seed name, and the run's watch (the caller's, joined by that of
+    each `evalkit serve` server the run calls). A resumed run (`recorded`: its
+    `config.json`) keeps the seed names it recorded; one from before arms could share
+    seeds derives every arm's from its own name, as it always did."""
+    check_endpoint(config.generator, base_url, opts.replay_only)
     watch = combine(opts.watch, served_watch(base_url))
-    # An arm with its own endpoint (`generator.base_url` of its own) sends there; every
-    # other arm goes where the suite's generator does. Each arm's key is checked now.
     arm_urls = {a.name: arm_base_url(config, a, base_url) for a in arm_objs}
-    # Each arm's seed name (`seed_names`), as the run recorded it: a run folder from before
-    # arms could share seeds derives every arm's from its own name, as it always did.
-    if resume:
-        recorded_seeds = meta.get("seed_names")
+    if recorded is not None:
+        recorded_seeds = recorded.get("seed_names")
         seeds = {str(a): str(b) for a, b in recorded_seeds.items()} if isinstance(recorded_seeds, dict) else {}
     else:
         every_url = {a.name: arm_base_url(config, a, base_url) for a in config.arms}
+        names = {a.name for a in arm_objs}
         seeds = {n: s for n, s in seed_names(config, every_url).items() if n in names}
     for a in arm_objs:
-        check_endpoint(config.for_arm(a).generator, arm_urls[a.name], replay_only)
+        check_endpoint(config.for_arm(a).generator, arm_urls[a.name], opts.replay_only)
         if arm_urls[a.name] != base_url:
             watch = combine(watch, served_watch(arm_urls[a.name]))
-    from evalkit.running.agents import prepare  # a command's program, a python unit's function: found before any write
-
-    target = prepare(suite)
-    targets = {a.name: prepare(arm_suite(suite, a)) for a in arm_objs if "unit" in a.overrides}
-    from evalkit.running.executors import open_executor  # a Ray cluster joined now (exit 2 if not), before any write
-
-    remote = open_executor(
-        opts.executor or config.executor,
-        [arm_suite(suite, a).config for a in arm_objs],
-        Path(suite.path) / "config.json",
-        from_flag=opts.executor is not None,
-    )
-
-    if not resume:
-        meta = {
-            "suite": str(suite.path),
-            "suite_name": suite.name,
-            "config": snapshot,
-            "config_hash": chash,
-            "inputs": inputs,
-            "inputs_hash": inputs_hash,
-            "arms": names,
-            "k": k,
-            "cases": [c.id for c in suite.cases],
-            "created": datetime.now(UTC).isoformat(timespec="seconds"),
-            "source": "evalkit",
-            "sample_files": opts.sample_files,
-            "privacy": privacy,
-            "cost_cap_usd": config.cost_cap_usd,  # the cap this run (and its grading) spends under
-            "isolation": config.unit.isolation if config.unit.kind in ("command", "python") else None,
-            "ci": ci,
-            # each arm's model, endpoint host and parameters, as the reports name them
-            "arm_settings": {a.name: config.arm_settings(a, arm_urls[a.name]) for a in arm_objs},
-            "seed_names": seeds,  # the name each arm's seeds derive from (`seed_names`)
-        }
-
-    # the options as this run resolved them: its arms, k, endpoint and watch
-    opts = dataclasses.replace(opts, arms=names, k=k, base_url=base_url, watch=watch)
-
-    def execute(folder: RunFolder) -> Coroutine[Any, Any, RunResult]:
-        return _execute(
-            suite,
-            folder,
-            opts,
-            arm_objs,
-            prompts,
-            runs_root,
-            privacy,
-            target=target,
-            arm_urls=arm_urls,
-            targets=targets,
-            remote=remote,
-            seeds=seeds,
-        )
-
-    try:
-        if not resume:
-            with runs_dir_lock(runs_root):  # one run at a time per runs folder (and its response cache)
-                folder = RunFolder.create(runs_root, meta)
-                folder.write_case_table(CaseTable.from_cases(suite.cases))  # the cases as this run sees them
-                folder.sample_files = opts.sample_files
-                with folder.lock():
-                    return await execute(folder)
-        assert folder is not None
-        return await execute(folder)
-    finally:
-        if remote is not None:  # the Ray connection this run made (evalkit.running.executors)
-            remote.close()
+    return arm_urls, seeds, watch
 
 
-async def _execute(
-    suite: Suite,
-    folder: RunFolder,
-    opts: RunOptions,
-    arm_objs: list[Arm],
-    prompts: dict[tuple[str, str], Any],
-    runs_root: Path,
-    privacy: dict[str, Any] | None = None,
-    *,
-    target: Any = None,
-    arm_urls: dict[str, str | None] | None = None,
-    targets: dict[str, Any] | None = None,
-    remote: Any = None,
-    seeds: dict[str, str] | None = None,
-) -> RunResult:
-    """Run the keys of the plan (cases x arms x k) that `folder` lacks, under its lock
-    and the runs folder's, and write the summary. `opts` is as `_run_in_folder`
-    resolved it (its `k`, `base_url` and `watch` are the run's)."""
-    config = suite.config
-    assert opts.k is not None
-    k, base_url, replay_only, batch = opts.k, opts.base_url, opts.replay_only, opts.batch
-    rows = folder.results()
-    planned = {c.id for c in suite.cases}, {a.name for a in arm_objs}
-    done_before = {
-        key
-        for key in ((r["case_id"], r["arm"], int(r["index"])) for r in rows)
-        if key[0] in planned[0] and key[1] in planned[1] and 0 <= key[2] < k
+def _new_meta(plan: _RunPlan) -> dict[str, Any]:
+    """A new run's `config.json`: the suite, its config and input hashes, the arms, k and
+    cases planned, the layout, privacy record, cap and isolation, and each arm's
+    settings and seed name, as resumes and reports read them."""
+    suite, config = plan.suite, plan.suite.config
+    return {
+        "suite": str(suite.path),
+        "suite_name": suite.name,
+        "config": plan.snapshot,
+        "config_hash": plan.config_hash,
+        "inputs": plan.inputs,
+        "inputs_hash": plan.inputs_hash,
+        "arms": [a.name for a in plan.arm_objs],
+        "k": plan.k,
+        "cases": [c.id for c in suite.cases],
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "source": "evalkit",
+        "sample_files": plan.opts.sample_files,
+        "privacy": plan.privacy,
+        "cost_cap_usd": config.cost_cap_usd,  # the cap this run (and its grading) spends under
+        "isolation": config.unit.isolation if config.unit.kind in ("command", "python") else None,
+        "ci": plan.ci,
+        # each arm's model, endpoint host and parameters, as the reports name them
+        "arm_settings": {a.name: config.arm_settings(a, plan.arm_urls[a.name]) for a in plan.arm_objs},
+        "seed_names": plan.seeds,  # the name each arm's seeds derive from (`seed_names`)
     }
-    samples_total = len(suite.cases) * len(arm_objs) * k
-    pending: Iterator[Key] = (key for key in _plan(suite, arm_objs, k) if key not in done_before)
+
+
+async def _execute(plan: _RunPlan, folder: RunFolder, runs_root: Path, remote: Any) -> RunResult:
+    """Run the keys of the plan (cases x arms x k) that `folder` lacks, under its lock
+    and the runs folder's, then settle and record the run (`_summarise`, `_record_run`).
+    Each resource is closed however the run ends, even when building the next one or
+    closing another fails (the cache flushes its last rows, the sample writer drains)."""
+    suite, opts, k = plan.suite, plan.opts, plan.k
+    rows = folder.results()
+    done_before = _done_keys(rows, suite, plan.arm_objs, k)
+    samples_total = len(suite.cases) * len(plan.arm_objs) * k
+    pending: Iterator[Key] = (key for key in _plan(suite, plan.arm_objs, k) if key not in done_before)
     interrupted: BaseException | None = None
-    start_cause: str | None = None
-    # Each resource is closed however the run ends, even when building the next one or
-    # closing another fails (the cache flushes its last rows, the sample writer drains).
     async with contextlib.AsyncExitStack() as stack:
         stack.callback(folder.close)
-        try:
-            folder.reserve_space()  # freed if the disk fills, so the summary still fits
-            if rows and folder.sample_files:
-                folder.repair_sample_files(rows)  # a kill (or a full disk) can leave samples without their file
-        except DiskFull as exc:
-            start_cause = str(exc)
+        start_cause = _ready_folder(folder, rows)
         del rows
-        ledger = Ledger.resume(config.cost_cap_usd, folder.ledger_path)
+        ledger = Ledger.resume(suite.config.cost_cap_usd, folder.ledger_path)
         stack.callback(ledger.close)
-        rcache = ResponseCache(runs_root / CACHE_FILE) if (opts.cache or replay_only) else None
+        rcache = ResponseCache(runs_root / CACHE_FILE) if (opts.cache or opts.replay_only) else None
         if rcache is not None:
             stack.callback(rcache.close)
-
-        def make_client(arm_config: Config, url: str | None) -> ModelClient:
-            return ModelClient(
-                arm_config.generator,
-                arm_config.price,
-                ledger,
-                role="generator",
-                max_tokens_in=config.max_tokens_in,
-                max_tokens_out=arm_config.max_tokens_out,
-                cache=rcache,
-                replay_only=replay_only,
-                max_attempts=config.max_attempts,
-                timeout_s=config.timeout_s,
-                base_url=url,
-                rate_limit_budget_s=config.rate_limit_budget_s,
-                max_connection_failures=config.max_connection_failures,
-                concurrency=config.concurrency,
-                # answers are the server's own, keyed by what they depend on (not a serve's port)
-                cache_endpoint=cache_identity(arm_config.generator, url) if url else None,
-            )
-
-        client = make_client(config, base_url)
-        stack.push_async_callback(client.aclose)
-        # One client per distinct (model, endpoint, price, output ceiling) of the arms: each
-        # reservation is at its arm's own worst case, each request carries its arm's model.
-        clients: dict[str, ModelClient] = {}
-        shared: dict[tuple[Any, ...], ModelClient] = {_client_identity(config, base_url): client}
-        for arm in arm_objs:
-            arm_config = config.for_arm(arm)
-            url = (arm_urls or {}).get(arm.name, base_url)
-            ident = _client_identity(arm_config, url)
-            if ident not in shared:
-                shared[ident] = make_client(arm_config, url)
-                stack.push_async_callback(shared[ident].aclose)
-            clients[arm.name] = shared[ident]
+        client, clients = await _open_clients(stack, plan, ledger, rcache)
         engine = _Engine(
             suite,
-            arm_objs,
+            plan.arm_objs,
             folder,
             ledger,
             client,
             rcache,
             samples_total - len(done_before),
             opts.progress,
-            prompts,
+            plan.prompts,
             opts.watch,
             clients=clients,
-            seeds=seeds,
+            seeds=plan.seeds,
         )
         engine.remote = remote
         if start_cause is not None:
             engine.stop(start_cause)
-        if config.unit.kind == "prompt" and remote is not None:  # one Ray task per sample, its call made here
-            from evalkit.running.executors import RemotePrompts
-
-            engine.remote_prompts = await RemotePrompts(remote, config.generator.model, config.unit.resources).start()
-            stack.push_async_callback(engine.remote_prompts.aclose)
-        if config.unit.kind != "prompt":  # evalkit.running.agents: the tool loop, or a program behind the proxy
-            from evalkit.running.agents import AgentRunner
-
-            for arm in arm_objs:  # each arm its own runner: its unit, its model's client
-                engine.arm_agents[arm.name] = runner = await AgentRunner(
-                    arm_suite(suite, arm),
-                    folder.path,
-                    clients[arm.name],
-                    should_stop=engine.should_stop,
-                    on_stop=engine.stop,
-                    target=(targets or {}).get(arm.name, target),
-                    executor=remote,
-                    share=engine.twin_share,
-                ).start()
-                stack.push_async_callback(runner.aclose)
-                engine.agents = engine.agents or runner
+        await _start_units(stack, engine, plan, remote)
         try:
-            if batch is not None or (folder.path / BATCHES).exists():  # a provider batch (evalkit.running.batch)
-                from evalkit.running import (
-                    batch as batches,  # lazy: evalkit.running.batch only for a run that sends or left batches
-                )
-
-                if batch is not None or batches.has_open(folder.path):
-                    pending = await batches.run_keys(engine, pending, k, batch, base_url)
-            await engine.run(pending, config.concurrency)
+            await _run_pending(engine, pending, plan)
         except (asyncio.CancelledError, KeyboardInterrupt) as exc:
             # Ctrl-C: the calls in flight were settled at their worst case by the client;
             # write the INCOMPLETE summary, then let the interruption go on.
             interrupted = exc
             engine.stop("interrupted")
     engine.should_stop()  # what closing found (the cache's last flush) counts too
+    summary, reasons = _summarise(plan, engine, ledger, done_before)
+    result = _record_run(plan, folder, engine, summary, reasons)
+    if interrupted is not None:
+        raise interrupted
+    return result
 
-    per_arm: dict[str, dict[str, Any]] = {a.name: {"samples": 0, "errors": 0} for a in arm_objs}
+
+def _done_keys(rows: list[dict[str, Any]], suite: Suite, arm_objs: list[Arm], k: int) -> set[Key]:
+    """The keys of the plan (cases x arms x k) that `rows` (`results.jsonl`) already
+    hold; a row outside the plan (a case, arm or index no longer run) is not one."""
+    cases, arms = {c.id for c in suite.cases}, {a.name for a in arm_objs}
+    return {
+        key
+        for key in ((r["case_id"], r["arm"], int(r["index"])) for r in rows)
+        if key[0] in cases and key[1] in arms and 0 <= key[2] < k
+    }
+
+
+def _ready_folder(folder: RunFolder, rows: list[dict[str, Any]]) -> str | None:
+    """Reserve the space the summary needs (freed if the disk fills) and write the
+    sample files a kill left missing; returns the stop cause when the disk is full."""
+    try:
+        folder.reserve_space()
+        if rows and folder.sample_files:
+            folder.repair_sample_files(rows)  # a kill (or a full disk) can leave samples without their file
+    except DiskFull as exc:
+        return str(exc)
+    return None
+
+
+async def _open_clients(
+    stack: contextlib.AsyncExitStack, plan: _RunPlan, ledger: Ledger, rcache: ResponseCache | None
+) -> tuple[ModelClient, dict[str, ModelClient]]:
+    """The suite generator's client and each arm's: one client per distinct (model,
+    endpoint, price, output ceiling) of the arms (`_client_identity`), so each
+    reservation is at its arm's own worst case and each request carries its arm's
+    model; all on the one ledger and response cache, each closed by `stack`."""
+    config, base_url = plan.suite.config, plan.opts.base_url
+
+    def make_client(arm_config: Config, url: str | None) -> ModelClient:
+        return ModelClient(
+            arm_config.generator,
+            arm_config.price,
+            ledger,
+            role="generator",
+            max_tokens_in=config.max_tokens_in,
+            max_tokens_out=arm_config.max_tokens_out,
+            cache=rcache,
+            replay_only=plan.opts.replay_only,
+            max_attempts=config.max_attempts,
+            timeout_s=config.timeout_s,
+            base_url=url,
+            rate_limit_budget_s=config.rate_limit_budget_s,
+            max_connection_failures=config.max_connection_failures,
+            concurrency=config.concurrency,
+            # answers are the server's own, keyed by what they depend on (not a serve's port)
+            cache_endpoint=cache_identity(arm_config.generator, url) if url else None,
+        )
+
+    client = make_client(config, base_url)
+    stack.push_async_callback(client.aclose)
+    clients: dict[str, ModelClient] = {}
+    shared: dict[tuple[Any, ...], ModelClient] = {_client_identity(config, base_url): client}
+    for arm in plan.arm_objs:
+        arm_config = config.for_arm(arm)
+        url = plan.arm_urls.get(arm.name, base_url)
+        ident = _client_identity(arm_config, url)
+        if ident not in shared:
+            shared[ident] = make_client(arm_config, url)
+            stack.push_async_callback(shared[ident].aclose)
+        clients[arm.name] = shared[ident]
+    return client, clients
+
+
+async def _start_units(stack: contextlib.AsyncExitStack, engine: _Engine, plan: _RunPlan, remote: Any) -> None:
+    """Start what runs the samples besides the engine's own calls: a prompt unit's Ray
+    tasks (`executors.RemotePrompts`), or each arm's `agents.AgentRunner` (its unit, its
+    model's client: the tool loop, or a program behind the proxy), each closed by
+    `stack`."""
+    config = plan.suite.config
+    if config.unit.kind == "prompt" and remote is not None:  # one Ray task per sample, its call made here
+        from evalkit.running.executors import RemotePrompts
+
+        engine.remote_prompts = await RemotePrompts(remote, config.generator.model, config.unit.resources).start()
+        stack.push_async_callback(engine.remote_prompts.aclose)
+    if config.unit.kind == "prompt":
+        return
+    from evalkit.running.agents import AgentRunner
+
+    for arm in plan.arm_objs:
+        engine.arm_agents[arm.name] = runner = await AgentRunner(
+            arm_suite(plan.suite, arm),
+            engine.folder.path,
+            engine.clients[arm.name],
+            should_stop=engine.should_stop,
+            on_stop=engine.stop,
+            target=plan.targets.get(arm.name, plan.target),
+            executor=remote,
+            share=engine.twin_share,
+        ).start()
+        stack.push_async_callback(runner.aclose)
+        engine.agents = engine.agents or runner
+
+
+async def _run_pending(engine: _Engine, pending: Iterator[Key], plan: _RunPlan) -> None:
+    """Run the `pending` keys: first through the provider's Batch API when the run asks
+    for it or an earlier session left batches open (`batch.run_keys`), then online, by
+    the config's `concurrency` workers."""
+    opts, folder = plan.opts, engine.folder
+    if opts.batch is not None or (folder.path / BATCHES).exists():  # a provider batch (evalkit.running.batch)
+        from evalkit.running import (
+            batch as batches,  # lazy: evalkit.running.batch only for a run that sends or left batches
+        )
+
+        if opts.batch is not None or batches.has_open(folder.path):
+            pending = await batches.run_keys(engine, pending, plan.k, opts.batch, opts.base_url)
+    await engine.run(pending, plan.suite.config.concurrency)
+
+
+def _arm_counts(
+    plan: _RunPlan, engine: _Engine, done_before: set[Key]
+) -> tuple[dict[str, dict[str, Any]], collections.Counter[str], tuple[str, ...]]:
+    """Each arm's samples, errors and missing keys (as `metrics.missing_and_errored`
+    defines them for every page), each case's finished samples, and the first distinct
+    reasons samples without a result errored (`error_reasons`)."""
+    folder, k = engine.folder, plan.k
+    per_arm: dict[str, dict[str, Any]] = {a.name: {"samples": 0, "errors": 0} for a in plan.arm_objs}
     by_case: collections.Counter[str] = collections.Counter(engine.done_per_case)
     for c, a, _ in done_before:
         per_arm[a]["samples"] += 1
         by_case[c] += 1
     for a, n in engine.done_per_arm.items():
         per_arm[a]["samples"] += n
-    # errored and missing as `metrics.missing_and_errored` defines them for every page
     run_errors = folder.errors()
     errored_keys = {(str(e["case_id"]), str(e["arm"]), int(e["index"])) for e in run_errors} | set(engine.errored)
     finished = folder.finished_keys() if errored_keys else set(done_before)  # read only when some sample errored
-    for a in arm_objs:
-        expected_a = list(_plan(suite, [a], k))
+    for arm in plan.arm_objs:
+        expected = list(_plan(plan.suite, [arm], k))
         if errored_keys:
-            missing, errored = metrics.missing_and_errored(expected_a, finished, errored_keys)
+            missing, errored = metrics.missing_and_errored(expected, finished, errored_keys)
         else:
-            missing, errored = len(expected_a) - per_arm[a.name]["samples"], 0
-        per_arm[a.name].update(errors=errored, missing=missing)
+            missing, errored = len(expected) - per_arm[arm.name]["samples"], 0
+        per_arm[arm.name].update(errors=errored, missing=missing)
     n_errored = sum(c["errors"] for c in per_arm.values())
-    n_missing = sum(c["missing"] for c in per_arm.values())
     reasons = error_reasons(run_errors, finished) if n_errored else ()
-    spend = spend_by_arm(folder.ledger_path)
-    for arm in arm_objs:  # each arm's own money: what its calls paid and what the cache saved it
+    return per_arm, by_case, reasons
+
+
+def _arm_money(plan: _RunPlan, ledger_path: Path, per_arm: dict[str, dict[str, Any]]) -> None:
+    """Add each arm's own money to `per_arm`: what its calls paid and what the cache
+    saved it (the ledger's `spend_by_arm`), what was paid this time per case (not
+    `cost_per_case_usd`: list price, from the grades) and its model."""
+    spend = spend_by_arm(ledger_path)
+    for arm in plan.arm_objs:
         row = spend.get(arm.name, {})
         per_arm[arm.name]["paid_usd"] = row.get("paid_usd", 0.0)
         per_arm[arm.name]["avoided_usd"] = row.get("avoided_usd", 0.0)
-        # what was paid this time, per case: not `cost_per_case_usd` (list price, from the grades)
-        per_arm[arm.name]["paid_per_case_usd"] = row.get("paid_usd", 0.0) / max(1, len(suite.cases))
-        per_arm[arm.name]["model"] = config.for_arm(arm).generator.model
-    per_case_total = len(arm_objs) * k
-    ran = sum(1 for c in suite.cases if by_case.get(c.id, 0) == per_case_total)
-    total = len(suite.cases)
+        per_arm[arm.name]["paid_per_case_usd"] = row.get("paid_usd", 0.0) / max(1, len(plan.suite.cases))
+        per_arm[arm.name]["model"] = plan.suite.config.for_arm(arm).generator.model
+
+
+def _summarise(
+    plan: _RunPlan, engine: _Engine, ledger: Ledger, done_before: set[Key]
+) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The run's `summary.json` (complete or INCOMPLETE and why, cases and samples run,
+    spend, breaches, each arm's counts and money) and the reasons samples errored. A
+    ceiling breached in an earlier session stops the run too: never hidden on a resume."""
+    suite, k = plan.suite, plan.k
+    per_arm, by_case, reasons = _arm_counts(plan, engine, done_before)
+    _arm_money(plan, engine.folder.ledger_path, per_arm)
+    n_errored = sum(c["errors"] for c in per_arm.values())
+    n_missing = sum(c["missing"] for c in per_arm.values())
+    samples_total = len(suite.cases) * len(plan.arm_objs) * k
     samples_ran = len(done_before) + engine.done
     complete = samples_ran == samples_total
     if ledger.breaches and "ceiling breached" not in engine.stop_causes:
-        engine.stop("ceiling breached in an earlier session")  # never hidden on a resume
+        engine.stop("ceiling breached in an earlier session")
     reason = engine.stop_reason
     # A provider batch still running holds its reservation: spent until collected, as a
     # resume counts it (below the ledger's tolerance: the rounding of settled calls).
@@ -1064,8 +1213,8 @@ async def _execute(
             reason += f", {n_missing} missing"
     summary: dict[str, Any] = {
         "complete": complete,
-        "ran": ran,
-        "total": total,
+        "ran": sum(1 for c in suite.cases if by_case.get(c.id, 0) == len(plan.arm_objs) * k),
+        "total": len(suite.cases),
         "samples_ran": samples_ran,
         "samples_total": samples_total,
         "reason": None if complete else reason,
@@ -1083,42 +1232,50 @@ async def _execute(
         summary["error_reasons"] = list(reasons)
     if in_flight:
         summary["in_flight_usd"] = in_flight
-    if config.unit.kind in ("command", "python"):  # evalkit.calls.sandbox: whether the program was contained
-        summary["isolation"] = config.unit.isolation
+    if suite.config.unit.kind in ("command", "python"):  # evalkit.calls.sandbox: whether the program was contained
+        summary["isolation"] = suite.config.unit.isolation
     if engine.stop_detail:
         summary["stop_detail"] = engine.stop_detail
+    return summary, reasons
+
+
+def _record_run(
+    plan: _RunPlan, folder: RunFolder, engine: _Engine, summary: dict[str, Any], reasons: tuple[str, ...]
+) -> RunResult:
+    """Write `summary.json` and `summary.md` into the reserve freed for them (a full disk
+    is said on stderr: the folder stays resumable), say on stderr what a reader must
+    know (an uncontained program, the INCOMPLETE line, why samples errored, a watch's
+    detail), and return the run's `RunResult`."""
     folder.release_space()
     try:
-        folder.write_summary(summary, _format_summary_md(suite, summary))
+        folder.write_summary(summary, _format_summary_md(plan.suite, summary))
     except DiskFull as exc:  # even the freed reserve was taken: say so, the run folder stays resumable
         print(f"evalkit: summary not written ({printable(str(exc))})", file=sys.stderr, flush=True)
     result = RunResult(
         path=folder.path,
-        complete=complete,
-        ran=ran,
-        total=total,
-        samples_ran=samples_ran,
-        samples_total=samples_total,
+        complete=bool(summary["complete"]),
+        ran=int(summary["ran"]),
+        total=int(summary["total"]),
+        samples_ran=int(summary["samples_ran"]),
+        samples_total=int(summary["samples_total"]),
         reason=cast("str | None", summary["reason"]),
         spend_usd=cast(float, summary["spend_usd"]),
-        avoided_usd=ledger.avoided_usd,
-        cap_usd=ledger.cap_usd,
-        per_arm=per_arm,
+        avoided_usd=cast(float, summary["avoided_usd"]),
+        cap_usd=cast(float, summary["cap_usd"]),
+        per_arm=summary["per_arm"],
         exit_code=cast(int, summary["exit_code"]),
-        privacy=dict(privacy or {}),
+        privacy=dict(plan.privacy or {}),
         stop_detail=engine.stop_detail,
         error_reasons=reasons,
     )
     if summary.get("isolation") == "none":
         print(f"evalkit: {NOT_CONTAINED}", file=sys.stderr, flush=True)
-    if not complete:
+    if not result.complete:
         print(printable(result.incomplete_line or ""), file=sys.stderr, flush=True)
         for why in result.error_reasons:  # why samples errored, not only how many
             print(printable(f"  error: {why}"), file=sys.stderr, flush=True)
         for line in (result.stop_detail or "").splitlines():  # each line made printable, not the block
             print(printable(line), file=sys.stderr, flush=True)
-    if interrupted is not None:
-        raise interrupted
     return result
 
 

@@ -1,0 +1,46 @@
+"""tools/trace_layers.py: the call sites where a run's calls go back up a layer, found by
+tracing real runs on the scripted server (a command unit's run: the client and the
+sample session ask the engine whether to stop, and a twin's call waits on the engine)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TOOL = ROOT / "tools" / "trace_layers.py"
+
+
+def load_tool():
+    spec = importlib.util.spec_from_file_location("trace_layers", TOOL)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["trace_layers"] = module  # its dataclass resolves its module by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_layers_come_from_the_architecture_page_in_its_order():
+    tool = load_tool()
+    layers = tool.layer_folders((ROOT / "docs" / "architecture.md").read_text(encoding="utf-8"))
+    assert layers["foundations"] == 1 and layers["calls"] < layers["running"] < layers["conclusions"]
+    assert layers[None] == max(layers.values())  # evalkit/__init__.py: the top
+
+
+def test_a_command_units_run_goes_up_from_calls_to_the_engine(tmp_path):
+    tool = load_tool()
+    layers = tool.layer_folders((ROOT / "docs" / "architecture.md").read_text(encoding="utf-8"))
+    sites = tool.trace(layers, tmp_path, ["command"])
+    up = {(s.caller.split(":")[1], s.callee.split(":")[1]) for s in sites}
+    assert up == {
+        ("SampleSession.should_stop", "_Engine.should_stop"),  # asked before each model call
+        ("SampleSession.model_call", "_Engine._hold"),  # the twin arm `copy` waits on base's call
+    }
+    assert all(s.caller_layer == layers["calls"] and s.callee_layer == layers["running"] for s in sites)
+
+
+def test_the_command_line_prints_the_count_and_refuses_an_unknown_scenario():
+    bad = subprocess.run([sys.executable, str(TOOL), "nope"], capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode == 2 and "trace_layers.py" in bad.stderr
