@@ -59,6 +59,13 @@ class _SuiteSide:
     ci: bool
 
 
+# An arm's own template files: (its key, the `Arm` field of the text, what a message calls it).
+_ARM_TEMPLATES = (("prompt", "template", "template"), ("system", "system", "system template"))
+
+# `Arm` fields that record where an override came from, not a setting of their own.
+_SOURCE_FIELDS = ("template_file", "system_file")
+
+
 def _arm_overrides(
     src: SuiteSource, r: _Reader, cfg: dict[str, Any], a: dict[str, Any], jp: str, unit: Unit | None, side: _SuiteSide
 ) -> dict[str, Any] | None:
@@ -66,79 +73,130 @@ def _arm_overrides(
     as the suite's own are, each message naming the arm; None after reporting a problem."""
     ar = _ArmReader(r, str(a.get("name")))
     out: dict[str, Any] = {}
-    set_keys: list[str] = []
     ok = True
-    raw_gen = cfg.get("generator")
-    base_gen: dict[str, Any] = raw_gen if isinstance(raw_gen, dict) else {}
     gen = side.generator
     if "generator" in a:
-        g = a["generator"]
-        if not isinstance(g, dict):
-            ar.err(f"{jp}.generator", "generator must be an object with model, base_url, api_key_env")
-            return None
-        merged = {k: v for k, v in base_gen.items() if k in ENDPOINT_KEYS} | g
-        gen = _endpoint(ar, merged, f"{jp}.generator", f"arm {ar.arm!r}'s generator", required=True)
+        gen = _arm_generator(ar, cfg, a["generator"], jp)
         if gen is None:
             return None
         out["generator"] = gen
-        set_keys.append("generator")
+        ok = _arm_model_is_not_judge(ar, gen, jp, side)
+    prices, prices_ok = _arm_prices(ar, cfg, a, jp, gen, side)
+    sampling, sampling_ok = _arm_sampling(ar, a, jp)
+    out |= prices | sampling
+    _check_arm_calls_fit(ar, cfg, a, jp, side)
+    templates, templates_ok = _arm_templates(src, ar, a, jp, unit, side)
+    out |= templates
+    if "unit" in a:
+        u = _arm_unit(ar, cfg, a["unit"], jp, side)
+        if u is None:
+            return None
+        out["unit"] = u
+    if not (ok and prices_ok and sampling_ok and templates_ok):
+        return None
+    out["overrides"] = tuple(key for key in out if key not in _SOURCE_FIELDS)
+    return out
+
+
+def _arm_generator(ar: _ArmReader, cfg: dict[str, Any], g: Any, jp: str) -> Endpoint | None:
+    """An arm's generator: the fields it gives over the suite generator's; None after
+    reporting a problem."""
+    if not isinstance(g, dict):
+        ar.err(f"{jp}.generator", "generator must be an object with model, base_url, api_key_env")
+        return None
+    raw_gen = cfg.get("generator")
+    base_gen: dict[str, Any] = raw_gen if isinstance(raw_gen, dict) else {}
+    merged = {k: v for k, v in base_gen.items() if k in ENDPOINT_KEYS} | g
+    return _endpoint(ar, merged, f"{jp}.generator", f"arm {ar.arm!r}'s generator", required=True)
+
+
+def _arm_model_is_not_judge(ar: _ArmReader, gen: Endpoint, jp: str, side: _SuiteSide) -> bool:
+    """False (an error) when an arm's own generator is the judge's model, a model
+    favouring its own output; a warning instead under `allow_same_judge_model`."""
+    if side.judge is None or not _same_model(gen, side.judge):
+        return True
+    if side.allow_same_judge_model:
+        ar.warn(f"{jp}.generator.model", f"judge model {side.judge.model!r} is this arm's model; allowed")
+        return True
+    ar.err(
+        f"{jp}.generator.model",
+        f"judge model {side.judge.model!r} is the same as this arm's generator: a model favours its own "
+        'output; use a different judge or set "allow_same_judge_model": true',
+    )
+    return False
+
+
+def _arm_prices(
+    ar: _ArmReader, cfg: dict[str, Any], a: dict[str, Any], jp: str, gen: Endpoint | None, side: _SuiteSide
+) -> tuple[dict[str, Any], bool]:
+    """An arm's `price` and `batch_price`, and whether both are usable. An arm on another
+    model than the suite's needs its own price, and has no batch price unless it sets one
+    (the suite's is another model's: `run --batch` refuses it)."""
+    out: dict[str, Any] = {}
+    ok = True
     new_model = gen is not None and side.generator is not None and not _same_model(gen, side.generator)
-    if gen is not None and side.judge is not None and _same_model(gen, side.judge) and "generator" in a:
-        if side.allow_same_judge_model:
-            ar.warn(f"{jp}.generator.model", f"judge model {side.judge.model!r} is this arm's model; allowed")
-        else:
-            ar.err(
-                f"{jp}.generator.model",
-                f"judge model {side.judge.model!r} is the same as this arm's generator: a model favours its own "
-                'output; use a different judge or set "allow_same_judge_model": true',
-            )
-            ok = False
     for key in ("price", "batch_price"):
         if key in a:
-            p = _price(ar, a, key, jp)
-            if p is None:
-                ok = False
-            out[key] = p
-            set_keys.append(key)
-        elif new_model:
+            out[key] = _price(ar, a, key, jp)
+            ok = ok and out[key] is not None
+        elif new_model and key == "price":
             assert gen is not None and side.generator is not None
-            if key == "price":
-                ar.err(
-                    f"{jp}.price",
-                    f"missing key 'price' for model {gen.model!r}: the suite's price is for {side.generator.model!r}; "
-                    'an arm that runs another model sets its own price {"in_per_mtok": ..., "out_per_mtok": ...}',
-                )
-                ok = False
-            else:  # the suite's batch price is another model's: this arm has none (`run --batch` refuses it)
-                out[key] = None
-                set_keys.append(key)
+            ar.err(
+                f"{jp}.price",
+                f"missing key 'price' for model {gen.model!r}: the suite's price is for {side.generator.model!r}; "
+                'an arm that runs another model sets its own price {"in_per_mtok": ..., "out_per_mtok": ...}',
+            )
+            ok = False
+        elif new_model:
+            out[key] = None
     if "batch_price" in a and out.get("batch_price") is not None:
         _batch_price_above(ar, a if "price" in a else {**a, "price": cfg.get("price")}, "batch_price", "price", jp)
+    return out, ok
+
+
+def _arm_sampling(ar: _ArmReader, a: dict[str, Any], jp: str) -> tuple[dict[str, Any], bool]:
+    """The sampling parameters an arm sets (`SAMPLING_BOUNDS`: temperature, top_p, seed,
+    max_tokens_out), bounded as the suite's, and whether all are usable."""
+    out: dict[str, Any] = {}
+    ok = True
     for key, kw in SAMPLING_BOUNDS.items():
         if key in a:
-            before = len(r.fx.errors)
+            before = len(ar.fx.errors)
             v = ar.number(a, key, jp, **kw)
-            if len(r.fx.errors) > before:
+            if len(ar.fx.errors) > before:
                 ok = False
             out[key] = None if v is None else (int(v) if kw.get("integer") else float(v))
-            set_keys.append(key)
-    # the worst case of one of this arm's calls under the caps
+    return out, ok
+
+
+def _check_arm_calls_fit(ar: _ArmReader, cfg: dict[str, Any], a: dict[str, Any], jp: str, side: _SuiteSide) -> None:
+    """That the worst case of one of this arm's calls fits under the caps, when the arm
+    changes its price or its output ceiling (else the suite's own check said it)."""
     fit = {
         **cfg,
         "price": a.get("price", cfg.get("price")),
         "max_tokens_out": a.get("max_tokens_out", cfg.get("max_tokens_out")),
     }
-    if "price" in fit and ("price" in a or "max_tokens_out" in a):  # else the suite's own check said it
+    if "price" in fit and ("price" in a or "max_tokens_out" in a):
         _check_calls_fit(ar, fit, "price", "generator", at=jp)
         if side.ci:
             _check_calls_fit(ar, fit, "price", "generator", ci=True, at=jp)
     if "batch_price" in a and isinstance(a.get("batch_price"), dict):
         _check_calls_fit(ar, {**fit, "batch_price": a["batch_price"]}, "batch_price", "generator batch", at=jp)
-    own_program = _program_unit(unit)
-    for key, field_name, what in (("prompt", "template", "template"), ("system", "system", "system template")):
+
+
+def _arm_templates(
+    src: SuiteSource, ar: _ArmReader, a: dict[str, Any], jp: str, unit: Unit | None, side: _SuiteSide
+) -> tuple[dict[str, Any], bool]:
+    """An arm's own prompt and system template files: their texts and file names, and
+    whether both are usable. A command or python unit renders no template; a system
+    template needs chat mode."""
+    out: dict[str, Any] = {}
+    ok = True
+    for key, field_name, what in _ARM_TEMPLATES:
         if key not in a:
             continue
-        if own_program:
+        if _program_unit(unit):
             ar.err(f"{jp}.{key}", f"a {getattr(unit, 'kind', '')} unit uses no template")
             ok = False
             continue
@@ -150,37 +208,31 @@ def _arm_overrides(
         if text is None:
             ok = False
             continue
-        ids = _template_identifiers(text, ar, f"{jp}.{key}", f"{what} {a[key]!r}")
-        if ids is None:
+        if _template_identifiers(text, ar, f"{jp}.{key}", f"{what} {a[key]!r}") is None:
             ok = False
         if not text.strip():
             ar.err(f"{jp}.{key}", f"{what} {a[key]!r} is empty")
             ok = False
         out[field_name], out[f"{field_name}_file"] = text, a[key]
-        set_keys.append(field_name)
-    if "unit" in a:
-        raw_unit = cfg.get("unit") or {"kind": "prompt"}
-        base = {"kind": raw_unit} if isinstance(raw_unit, str) else dict(raw_unit) if isinstance(raw_unit, dict) else {}
-        given = a["unit"]
-        if not isinstance(given, dict):
-            ar.err(f"{jp}.unit", "an arm's unit must be an object of the suite unit's fields it changes (argv, ...)")
-            return None
-        if "kind" in given and given["kind"] != base.get("kind", "prompt"):
-            ar.err(
-                f"{jp}.unit.kind",
-                f"an arm cannot change the unit's kind ({base.get('kind', 'prompt')!r} in the suite): "
-                "make it a suite of its own",
-            )
-            return None
-        u = parse_unit(ar, base | given, side.mode, jp=f"{jp}.unit")
-        if u is None:
-            return None
-        out["unit"] = u
-        set_keys.append("unit")
-    if not ok:
+    return out, ok
+
+
+def _arm_unit(ar: _ArmReader, cfg: dict[str, Any], given: Any, jp: str, side: _SuiteSide) -> Unit | None:
+    """An arm's unit: the suite unit's fields it changes (argv, ...), never its kind;
+    None after reporting a problem."""
+    raw_unit = cfg.get("unit") or {"kind": "prompt"}
+    base = {"kind": raw_unit} if isinstance(raw_unit, str) else dict(raw_unit) if isinstance(raw_unit, dict) else {}
+    if not isinstance(given, dict):
+        ar.err(f"{jp}.unit", "an arm's unit must be an object of the suite unit's fields it changes (argv, ...)")
         return None
-    out["overrides"] = tuple(set_keys)
-    return out
+    if "kind" in given and given["kind"] != base.get("kind", "prompt"):
+        ar.err(
+            f"{jp}.unit.kind",
+            f"an arm cannot change the unit's kind ({base.get('kind', 'prompt')!r} in the suite): "
+            "make it a suite of its own",
+        )
+        return None
+    return parse_unit(ar, base | given, side.mode, jp=f"{jp}.unit")
 
 
 def _validate_arms(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,17 @@ VALLY_RUN_KEYS = {"runs", "timeout"}
 VALLY_STIMULUS_KEYS = {"name", "prompt", "graders", "rubric", "tags"}
 
 
-VALLY_GRADERS = {"prompt", "exact", "contains", "text", "regex"}
+# Vally grader type -> the evalkit check kind it becomes (None: the stimulus's rubric, judged).
+VALLY_GRADER_KINDS: dict[str, str | None] = {
+    "prompt": None,
+    "exact": "exact",
+    "contains": "contains",
+    "text": "contains",
+    "regex": "regex",
+}
+
+
+VALLY_GRADERS = set(VALLY_GRADER_KINDS)
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
@@ -96,144 +107,23 @@ def read_vally(path: str | Path) -> ImportedSuite:
 
     # (the importer's findings are not strict; lint replays its warnings as strict ones)
     reader = _Reader(fx, str(p), lambda jp: line_of(lines, jp))
-    err, warn = reader.err, reader.warn
 
     if not isinstance(doc, dict):
         raise InputError("an eval.yaml must be a mapping with name and stimuli", p, 1, "$")
-    for key in doc:
-        if key not in VALLY_KEYS:
-            warn(f"$.{key}", f"unknown key {key!r} (ignored)")
-    name = doc.get("name")
-    if not isinstance(name, str) or not name.strip():
-        err("$.name", "missing or empty 'name'")
-        name = p.parent.name
-    description = doc.get("description", "")
-    if not isinstance(description, str):
-        err("$.description", "description must be a string")
-        description = ""
-    eval_type = doc.get("type", "capability")
-    case_set = eval_type if eval_type in ("capability", "regression") else "capability"
-    if eval_type not in ("capability", "regression"):
-        warn("$.type", f"type {json.dumps(eval_type)} is neither capability nor regression; cases are capability")
-
-    k, timeout_s = 5, None
-    for section in ("defaults", "config"):
-        if section not in doc:
-            continue
-        run = doc[section]
-        if not isinstance(run, dict):
-            err(f"$.{section}", f"{section} must be a mapping (runs, timeout)")
-            continue
-        for key in run:
-            if key not in VALLY_RUN_KEYS:
-                warn(f"$.{section}.{key}", f"unknown run setting {key!r} (ignored)")
-        if "runs" in run:
-            runs = run["runs"]
-            if isinstance(runs, bool) or not isinstance(runs, int) or runs <= 0:
-                err(f"$.{section}.runs", f"runs must be a positive integer, got {runs!r}")
-            else:
-                k = runs
-        if "timeout" in run:
-            t = parse_duration(run["timeout"])
-            if t is None:
-                err(f"$.{section}.timeout", f"timeout {run['timeout']!r} is not a positive duration like 90s, 3m, 1h")
-            else:
-                timeout_s = t
-
+    name, description, case_set = _vally_header(reader, doc, p)
+    k, timeout_s = _vally_run_settings(reader, doc)
     stimuli = doc.get("stimuli")
     if not isinstance(stimuli, list) or not stimuli:
-        err("$.stimuli", "missing or empty 'stimuli' list")
+        reader.err("$.stimuli", "missing or empty 'stimuli' list")
         stimuli = []
     cases: list[tuple[int | None, str, dict[str, Any]]] = []
-    # Ids from names: the first stimulus with a name keeps its slug; a later duplicate
-    # becomes `<slug>-<n>` with the smallest n >= 2 that is neither taken so far nor the
-    # slug of any stimulus in the file (so `a`, `a`, `a-2` gives a, a-3, a-2). It
-    # depends only on the file, so re-importing gives the same ids.
-    natural_ids = {
-        slugify(s["name"])
-        for s in stimuli
-        if isinstance(s, dict) and isinstance(s.get("name"), str) and s["name"].strip()
-    }
-    used_ids: set[str] = set()
+    natural_ids, used_ids = _natural_ids(stimuli), set[str]()
     for jp, s in reader.objects(
         stimuli, "$.stimuli", VALLY_STIMULUS_KEYS, "stimulus", "a mapping with name and prompt"
     ):
-        sname, prompt = s.get("name"), s.get("prompt")
-        if not isinstance(sname, str) or not sname.strip():
-            err(f"{jp}.name", "stimulus needs a non-empty 'name'")
-            continue
-        if not isinstance(prompt, str):
-            err(f"{jp}.prompt", f"stimulus {sname!r} needs a 'prompt' string")
-            continue
-        cid = slugify(sname)
-        if cid in used_ids:
-            n = 2
-            while f"{cid}-{n}" in used_ids or f"{cid}-{n}" in natural_ids:
-                n += 1
-            cid = f"{cid}-{n}"
-        used_ids.add(cid)
-        case: dict[str, Any] = {"id": cid, "input": prompt, "tags": [case_set], "set": case_set}
-
-        tags = s.get("tags")
-        if isinstance(tags, dict):
-            for tk, tv in tags.items():
-                if tk == "intent":
-                    if tv not in ("activation", "non-activation"):
-                        err(f"{jp}.tags.intent", f"intent must be activation or non-activation, got {tv!r}")
-                    else:
-                        case["intent"] = tv
-                        case["tags"].append(tv)
-                else:
-                    case["tags"].append(f"{tk}:{tv}")
-        elif isinstance(tags, list) and all(isinstance(t, str) for t in tags):
-            case["tags"].extend(t for t in tags if t not in case["tags"])
-        elif tags is not None:
-            err(f"{jp}.tags", "tags must be a mapping (e.g. {intent: non-activation}) or a list of strings")
-
-        rubric = s.get("rubric")
-        if rubric is not None:
-            if isinstance(rubric, str) and rubric.strip():
-                rubric = [rubric.strip()]
-            if not isinstance(rubric, list) or not rubric or not all(isinstance(x, str) and x.strip() for x in rubric):
-                err(f"{jp}.rubric", "rubric must be a non-empty list of criteria")
-                continue
-            case["expected"] = {"rubric": [x.strip() for x in rubric]}
-
-        checks: list[dict[str, Any]] = []
-        graders = s.get("graders", [])
-        if not isinstance(graders, list):
-            err(f"{jp}.graders", "graders must be a list")
-            graders = []
-        for g_i, g in enumerate(graders):
-            gp = f"{jp}.graders[{g_i}]"
-            gtype = g.get("type") if isinstance(g, dict) else None
-            if gtype not in VALLY_GRADERS:
-                warn(
-                    gp,
-                    f"grader type {json.dumps(gtype)} has no evalkit equivalent (skipped); "
-                    f"supported: {', '.join(sorted(VALLY_GRADERS))}",
-                )
-                continue
-            if gtype == "prompt":
-                if rubric is None:
-                    err(gp, f"stimulus {sname!r} has a prompt grader but no rubric to judge against")
-                continue
-            value = g.get("pattern" if gtype == "regex" else "value", g.get("value"))
-            if not isinstance(value, str) or not value:
-                err(gp, f"a {gtype} grader needs a non-empty {'pattern' if gtype == 'regex' else 'value'}")
-                continue
-            if gtype == "regex":
-                try:
-                    regex.compile(value)
-                except regex.error as exc:
-                    err(gp, f"regex does not compile: {exc}")
-                    continue
-                checks.append({"kind": "regex", "pattern": value})
-            else:
-                checks.append({"kind": "exact" if gtype == "exact" else "contains", "value": value})
-        if checks:
-            case["checks"] = checks
-        cases.append((line_of(lines, jp), jp, case))
+        case = _vally_case(reader, jp, s, case_set, lambda slug: _unique_id(slug, used_ids, natural_ids))
+        if case is not None:
+            cases.append((line_of(lines, jp), jp, case))
     raise_with_warnings(fx)
     config = default_config(name, description, k=k, timeout_s=timeout_s, source=f"Vally {p.name}")
     files = {PROMPT_FILE: IMPORT_PROMPT}
@@ -241,3 +131,174 @@ def read_vally(path: str | Path) -> ImportedSuite:
         files[f"{JUDGE_DIR}/rubric-v1.md"] = IMPORT_RUBRIC
         files[f"{JUDGE_DIR}/prompt-v1.md"] = JUDGE_PROMPT_TEMPLATE
     return ImportedSuite("vally", str(p), name, config, tuple(cases), files, tuple(fx.warnings))
+
+
+def _vally_header(reader: _Reader, doc: dict[str, Any], p: Path) -> tuple[str, str, str]:
+    """The suite's name (the folder's when missing), description and the set its cases
+    join (`type`: capability or regression; capability for any other, with a warning);
+    an unknown top-level key is a warning."""
+    for key in doc:
+        if key not in VALLY_KEYS:
+            reader.warn(f"$.{key}", f"unknown key {key!r} (ignored)")
+    name = doc.get("name")
+    if not isinstance(name, str) or not name.strip():
+        reader.err("$.name", "missing or empty 'name'")
+        name = p.parent.name
+    description = doc.get("description", "")
+    if not isinstance(description, str):
+        reader.err("$.description", "description must be a string")
+        description = ""
+    eval_type = doc.get("type", "capability")
+    case_set = eval_type if eval_type in ("capability", "regression") else "capability"
+    if eval_type not in ("capability", "regression"):
+        reader.warn(
+            "$.type", f"type {json.dumps(eval_type)} is neither capability nor regression; cases are capability"
+        )
+    return name, description, case_set
+
+
+def _vally_run_settings(reader: _Reader, doc: dict[str, Any]) -> tuple[int, float | None]:
+    """k and timeout_s from `runs` and `timeout` under `defaults:` and `config:` (a later
+    section's valid value wins); (5, None) when not given."""
+    k, timeout_s = 5, None
+    for section in ("defaults", "config"):
+        if section not in doc:
+            continue
+        run = doc[section]
+        if not isinstance(run, dict):
+            reader.err(f"$.{section}", f"{section} must be a mapping (runs, timeout)")
+            continue
+        for key in run:
+            if key not in VALLY_RUN_KEYS:
+                reader.warn(f"$.{section}.{key}", f"unknown run setting {key!r} (ignored)")
+        if "runs" in run:
+            runs = run["runs"]
+            if isinstance(runs, bool) or not isinstance(runs, int) or runs <= 0:
+                reader.err(f"$.{section}.runs", f"runs must be a positive integer, got {runs!r}")
+            else:
+                k = runs
+        if "timeout" in run:
+            t = parse_duration(run["timeout"])
+            if t is None:
+                reader.err(
+                    f"$.{section}.timeout", f"timeout {run['timeout']!r} is not a positive duration like 90s, 3m, 1h"
+                )
+            else:
+                timeout_s = t
+    return k, timeout_s
+
+
+def _natural_ids(stimuli: list[Any]) -> set[str]:
+    """The slug of every named stimulus in the file: ids a renamed duplicate must not take."""
+    return {
+        slugify(s["name"])
+        for s in stimuli
+        if isinstance(s, dict) and isinstance(s.get("name"), str) and s["name"].strip()
+    }
+
+
+def _unique_id(slug: str, used: set[str], natural: set[str]) -> str:
+    """A stimulus's case id, recorded in `used`. The first stimulus with a name keeps its
+    slug; a later duplicate becomes `<slug>-<n>` with the smallest n >= 2 that is neither
+    taken so far nor the slug of any stimulus in the file (so `a`, `a`, `a-2` gives a,
+    a-3, a-2). It depends only on the file, so re-importing gives the same ids."""
+    cid = slug
+    if cid in used:
+        n = 2
+        while f"{cid}-{n}" in used or f"{cid}-{n}" in natural:
+            n += 1
+        cid = f"{cid}-{n}"
+    used.add(cid)
+    return cid
+
+
+def _vally_case(
+    reader: _Reader, jp: str, s: dict[str, Any], case_set: str, take_id: Callable[[str], str]
+) -> dict[str, Any] | None:
+    """The native case a stimulus becomes (its id from `take_id`), or None after
+    reporting why it cannot be imported."""
+    sname, prompt = s.get("name"), s.get("prompt")
+    if not isinstance(sname, str) or not sname.strip():
+        reader.err(f"{jp}.name", "stimulus needs a non-empty 'name'")
+        return None
+    if not isinstance(prompt, str):
+        reader.err(f"{jp}.prompt", f"stimulus {sname!r} needs a 'prompt' string")
+        return None
+    case: dict[str, Any] = {"id": take_id(slugify(sname)), "input": prompt, "tags": [case_set], "set": case_set}
+    _add_vally_tags(reader, jp, s.get("tags"), case)
+    rubric = s.get("rubric")
+    if rubric is not None:
+        if isinstance(rubric, str) and rubric.strip():
+            rubric = [rubric.strip()]
+        if not isinstance(rubric, list) or not rubric or not all(isinstance(x, str) and x.strip() for x in rubric):
+            reader.err(f"{jp}.rubric", "rubric must be a non-empty list of criteria")
+            return None
+        case["expected"] = {"rubric": [x.strip() for x in rubric]}
+    checks = _vally_checks(reader, jp, s.get("graders", []), sname, rubric is not None)
+    if checks:
+        case["checks"] = checks
+    return case
+
+
+def _add_vally_tags(reader: _Reader, jp: str, tags: Any, case: dict[str, Any]) -> None:
+    """A stimulus's `tags` onto its case: a mapping's `intent` (activation or
+    non-activation) becomes the case's intent and a tag, any other entry a `key:value`
+    tag; a list's strings are tags."""
+    if isinstance(tags, dict):
+        for tk, tv in tags.items():
+            if tk != "intent":
+                case["tags"].append(f"{tk}:{tv}")
+            elif tv not in ("activation", "non-activation"):
+                reader.err(f"{jp}.tags.intent", f"intent must be activation or non-activation, got {tv!r}")
+            else:
+                case["intent"] = tv
+                case["tags"].append(tv)
+    elif isinstance(tags, list) and all(isinstance(t, str) for t in tags):
+        case["tags"].extend(t for t in tags if t not in case["tags"])
+    elif tags is not None:
+        reader.err(f"{jp}.tags", "tags must be a mapping (e.g. {intent: non-activation}) or a list of strings")
+
+
+def _vally_checks(reader: _Reader, jp: str, graders: Any, sname: str, has_rubric: bool) -> list[dict[str, Any]]:
+    """The checks a stimulus's `graders` become (`VALLY_GRADER_KINDS`); a grader with no
+    evalkit equivalent is skipped with a warning, a malformed one reported."""
+    if not isinstance(graders, list):
+        reader.err(f"{jp}.graders", "graders must be a list")
+        graders = []
+    checks: list[dict[str, Any]] = []
+    for g_i, g in enumerate(graders):
+        check = _vally_grader_check(reader, f"{jp}.graders[{g_i}]", g, sname, has_rubric)
+        if check is not None:
+            checks.append(check)
+    return checks
+
+
+def _vally_grader_check(reader: _Reader, gp: str, g: Any, sname: str, has_rubric: bool) -> dict[str, Any] | None:
+    """The check one grader becomes, or None: a prompt grader is the stimulus's rubric
+    (judged, an error without one), a regex's pattern must compile, an exact, contains or
+    text grader needs a value."""
+    gtype = g.get("type") if isinstance(g, dict) else None
+    if gtype not in VALLY_GRADER_KINDS:
+        reader.warn(
+            gp,
+            f"grader type {json.dumps(gtype)} has no evalkit equivalent (skipped); "
+            f"supported: {', '.join(sorted(VALLY_GRADERS))}",
+        )
+        return None
+    kind = VALLY_GRADER_KINDS[gtype]
+    if kind is None:
+        if not has_rubric:
+            reader.err(gp, f"stimulus {sname!r} has a prompt grader but no rubric to judge against")
+        return None
+    field = "pattern" if kind == "regex" else "value"
+    value = g.get(field, g.get("value"))
+    if not isinstance(value, str) or not value:
+        reader.err(gp, f"a {gtype} grader needs a non-empty {field}")
+        return None
+    if kind == "regex":
+        try:
+            regex.compile(value)
+        except regex.error as exc:
+            reader.err(gp, f"regex does not compile: {exc}")
+            return None
+    return {"kind": kind, field: value}
