@@ -447,7 +447,7 @@ SUITE_FORMAT_MODULES = (
     "evalkit.suites.suite", "evalkit.suites.suite_arms", "evalkit.suites.suite_cases",
     "evalkit.suites.suite_config", "evalkit.suites.suite_scaffold", "evalkit.suites.suite_settings",
     "evalkit.suites.suite_source", "evalkit.suites.formats", "evalkit.suites.formats.agent_evals",
-    "evalkit.suites.formats.base", "evalkit.suites.formats.dataset", "evalkit.suites.formats.vally",
+    "evalkit.suites.formats.base", "evalkit.datasets.to_suite", "evalkit.suites.formats.vally",
     "evalkit.suites.formats.waza",
 )
 
