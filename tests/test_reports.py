@@ -646,3 +646,20 @@ def test_judge_calibration_is_made_only_with_something_to_calibrate(tmp_path):
     (run / "pairwise.jsonl").write_text(json.dumps({"case_id": "c", "index": 0}) + "\n")
     plans, _ = reports.plan_notebooks(run, tmp_path / "out")
     assert "judge_calibration" in plans
+
+
+def test_the_skill_comparison_page_says_why_a_sign_test_and_a_paired_interval_disagree(tmp_path):
+    """Issue 41: a no-improvement verdict (6W/1L, p = 0.125) beside a paired difference
+    whose 95% interval excludes zero, with one sentence on the page reconciling them."""
+    import html as h
+
+    from conftest import make_run
+    from test_verdicts import _sign_and_paired_disagree
+
+    run = make_run(tmp_path, "r", _sign_and_paired_disagree(), k=5)
+    rep = reports.report_run(run, tmp_path / "reports", notebooks=["skill_comparison"])
+    assert rep.ok, [nb.error for nb in rep.notebooks]
+    page = h.unescape((rep.out_dir / "skill_comparison.html").read_text(encoding="utf-8"))
+    assert "Verdict: no-improvement" in page
+    assert "Why the two differ: the verdict is the pre-registered case-level sign test (6W/1L, p = 0.125" in page
+    assert "repeats within a case are not independent evidence" in page
