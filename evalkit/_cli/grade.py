@@ -292,6 +292,7 @@ def summary_lines(s: GradesSummary, run_path: Path) -> list[str]:
                 f"judged sample pass rate: corrected {fmt.pct_ci(cor['rate'], cor['low'], cor['high'])} "
                 f"(n={cor['n']} labels, N={cor['N']}); {judge_only}; judge bias {fmt.points(jr['bias']['value'])}"
                 f"; verdicts rest on the {s.judged_rates and s.judged_rates['estimate']} estimate"
+                + "".join(f" ({x['clipped']})" for x in (cor, jr.get("bias") or {}) if x.get("clipped"))
             )
         else:
             lines.append(f"judged sample pass rate: {judge_only} (no corrected rate: fewer than 2 labels)")

@@ -87,6 +87,8 @@ SCALE = (1, 2, 3, 4, 5)
 EXACT_AGREEMENT_BAR = 0.6
 WITHIN_ONE_AGREEMENT_BAR = 0.9
 HUMAN_SAMPLE_MIN = 20
+# Where kappa has no interval (`stats.agreement`: a rater gave every item one label)
+KAPPA_CI_UNDEFINED = "95% CI undefined: one rater gave every item the same score, so kappa is 0 by construction"
 PAIRWISE_VERSION = "pairwise-v2"
 # Pairwise bias thresholds (findings; the first also decides whether a pairwise verdict
 # may stand). A judge that keeps its answer in fewer than 3 of 4 swapped pairs lets the
@@ -1187,11 +1189,10 @@ class Calibration:
         """One line: the figures and the verdict on them."""
         if not self.n:
             return "no fresh labels"
-        ci = (
-            f" [95% CI {self.kappa_low:.2f} to {self.kappa_high:.2f}]"
-            if self.kappa_low is not None and self.kappa_high is not None
-            else ""
-        )
+        if self.kappa_low is not None and self.kappa_high is not None:
+            ci = f" [95% CI {self.kappa_low:.2f} to {self.kappa_high:.2f}]"
+        else:
+            ci = f" ({KAPPA_CI_UNDEFINED})" if self.kappa is not None else ""
         kappa = "n/a" if self.kappa is None else f"{self.kappa:.2f}"
         return (
             f"{self.exact:.0%} exact / {self.within_one:.0%} within one on {self.n} label(s), "

@@ -249,6 +249,20 @@ def _should_refuse(case: Case) -> bool:
     return any(c.kind == "refusal" and c.options.get("should_refuse", True) for c in case.checks)
 
 
+def _refused(case: Case | None, output: str) -> bool:
+    """Whether an output refuses, as the case's own refusal check reads it: the built-in
+    phrases plus the `patterns` of its refusal checks (the refusal rates count what the
+    check counts). A case pattern that times out leaves the built-ins to decide."""
+    patterns: list[str] = []
+    for c in case.checks if case else ():
+        pats = c.options.get("patterns") if c.kind == "refusal" else None
+        patterns += [str(p) for p in pats] if isinstance(pats, list) else []
+    try:
+        return is_refusal(output, tuple(patterns))
+    except TimeoutError:
+        return is_refusal(output)
+
+
 def _activation(case: Case, sample: Sample, checks_run: list[CheckResult] | None = None) -> bool | None:
     checks = [c for c in case.checks if c.kind == "activation"]
     skill = [i for i, c in enumerate(case.checks) if c.kind == "skill_activation"]
@@ -1252,7 +1266,7 @@ def summarize(
     ]
     tag_of = {c.id: set(c.tags) for c in table.cases}
     # once per sample: every sample is in 2 x (1 + its tags) groups, each regex is timed
-    refused = {(g.case_id, g.arm, g.index): is_refusal(s.output) for _, s, g in rows} if cases else None
+    refused = {(g.case_id, g.arm, g.index): _refused(c, s.output) for c, s, g in rows} if cases else None
 
     def block(exp: set[Key], rs: list[Row]) -> tuple[GroupMetrics, dict[str, GroupMetrics]]:
         tags = sorted({t for key in exp for t in tag_of.get(key[0], ())})
