@@ -39,9 +39,13 @@ Identical (case, output) pairs are judged once per grading pass and share the an
 trusted (`judge.decide_trust`): calibrated against people on this rubric (at least 20
 fresh labels on this run, or the suite's accepted `judge/calibration.json` record for
 this very judge: model, endpoint, prompt and rubric hashes), or the user opted out
-(`allow_uncalibrated_judge` / `--allow-uncalibrated-judge`, recorded on every judged
-line as `judge_uncalibrated_override` and in `judge_trust`). Otherwise the sample is
-*held*: its line keeps the judge's score and `judge_passed`, `judge_held` says why,
+(`allow_uncalibrated_judge` / `--allow-uncalibrated-judge`), or, by default, the judge is
+not calibrated at all (no accepted record, under 20 fresh labels): counted, recorded on
+every judged line as `judge_uncalibrated_override` and in `judge_trust`, flagged "judge
+not calibrated (n of 20 labels)" on the terminal, RESULTS, every page and the CI summary,
+a MEDIUM finding (seed 001: a human sample under 20 items). A judge whose calibration
+missed the bars, or any judge not trusted where the suite sets `judge.require_calibration`
+(`--require-calibrated-judge`), is *held*: its line keeps the judge's score and `judge_passed`, `judge_held` says why,
 `passed` is None unless a deterministic check already failed it (then False: the judge
 could not have passed it), and no rate, gate or verdict reads the judge's answer: held
 samples are counted (`n_held`) and are never passes. Grading exits 1 while any judged
@@ -752,7 +756,7 @@ def grade_run(
     meta = RunFolder(run).read_meta()
     suite_obj = resolve_suite(run, meta, suite)
     config = suite_obj.config
-    opt_out = config.allow_uncalibrated_judge if allow_uncalibrated_judge is None else bool(allow_uncalibrated_judge)
+    opt_out = config.allow_uncalibrated_judge if allow_uncalibrated_judge is None else allow_uncalibrated_judge
     if batch is not None:  # judge batches are reserved and charged at the batch price: refuse before any work
         from evalkit.running.batch import check_ready  # lazy: evalkit.running.batch only for --batch
 
@@ -1100,14 +1104,17 @@ def judge_trust_findings(trust: JudgeTrust | None, match: Any, grades: Sequence[
                 "or opt out with allow_uncalibrated_judge",
             )
         )
+    cal = trust.calibration
     if trust.opt_out:
+        # seed 001: a human sample under 20 items is MEDIUM; counted by opt-out although
+        # measured (20+ labels or an accepted record) and found short of the bars: HIGH
+        measured = (cal is not None and cal.n >= HUMAN_SAMPLE_MIN) or trust.record is not None
         out.append(
             Finding(
-                "HIGH",
+                "HIGH" if measured else "MEDIUM",
                 f"judged pass/fail counts although the judge is not calibrated: {trust.reason}",
             )
         )
-    cal = trust.calibration
     if cal is not None and cal.n:
         level: Level = "LOW" if cal.passed else ("HIGH" if cal.n >= HUMAN_SAMPLE_MIN else "MEDIUM")
         out.append(Finding(level, f"judge calibration on this run's labels: {cal.summary()}"))

@@ -22,6 +22,10 @@ VerdictKind = Literal["pass", "regression", "no-improvement", "inconclusive"]
 ConformanceKind = Literal["pass", "regression", "inconclusive"]
 
 
+# A judge whose pass/fail counted although it is not calibrated (by default or by opt-out)
+UNCALIBRATED_COUNTED = "although NOT calibrated (counted, flagged: by default or by opt-out)"
+
+
 def judge_line(judge: str, checks: dict[str, Any] | None) -> str:
     """What a verdict rests on, in words (`evalkit.conclusions.compare` fills `judge_checks`)."""
     c = checks or {}
@@ -30,13 +34,13 @@ def judge_line(judge: str, checks: dict[str, Any] | None) -> str:
         bits = [f"position consistency {fmt.pct(pc, 0)} (bar {fmt.pct(bar, 0)})"]
         bits.append("trusted" if c.get("trusted") else "NOT trusted")
         if c.get("opt_out"):
-            bits.append("by opt-out (uncalibrated)")
+            bits.append(UNCALIBRATED_COUNTED)
         return "the pairwise judge (" + ", ".join(bits) + ")"
     text = "each sample's pass/fail (deterministic checks"
     if c.get("judged"):
         text += ", and the direct judge: " + ("trusted" if c.get("trusted") else "NOT trusted, judged results held")
         if c.get("opt_out"):
-            text += " by opt-out (uncalibrated)"
+            text += f" {UNCALIBRATED_COUNTED}"
     cor = c.get("corrected") if isinstance(c.get("corrected"), dict) else None
     if cor is not None:  # judged_estimate "corrected" (evalkit.conclusions.compare._rest_on_corrected)
         text += f"; people's labels in place of the judge on {cor.get('human_votes', 0)} labelled sample(s)"

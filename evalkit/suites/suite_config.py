@@ -5,6 +5,7 @@ into a `Config` record. Split out of `evalkit.suites.suite`, which re-exports ev
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from evalkit.checking.judge import model_family, same_family
 from evalkit.foundations._io import (
@@ -49,6 +50,30 @@ from evalkit.suites.suite_source import (
 from evalkit.suites.units import parse_executor, parse_unit
 
 
+def _calibration_rule(r: _Reader, cfg: dict[str, Any]) -> bool | None:
+    """`Config.allow_uncalibrated_judge` from the two keys that set it: None when neither
+    is set (a judge that is not calibrated counts, flagged "judge not calibrated (n of
+    20 labels)"; one whose calibration missed the bars is held), True for
+    `allow_uncalibrated_judge: true` (every judge counts, as before), False for
+    `judge.require_calibration: true` or `allow_uncalibrated_judge: false` (evalkit
+    0.1's default: every judge not calibrated is held). Both true contradict."""
+    judge = cfg.get("judge")
+    require = r.boolean(judge, "require_calibration", "$.judge") if isinstance(judge, dict) else False
+    allow = r.boolean(cfg, "allow_uncalibrated_judge", "$") if "allow_uncalibrated_judge" in cfg else None
+    if require and allow:
+        r.err(
+            "$.judge.require_calibration",
+            "judge.require_calibration and allow_uncalibrated_judge contradict each other: keep one",
+        )
+    if allow:
+        r.warn(
+            "$.allow_uncalibrated_judge",
+            "allow_uncalibrated_judge: judged pass/fail counts without a calibration against people, even one "
+            "that missed the bars (recorded on every judged line and shown on every report page)",
+        )
+    return False if require else allow
+
+
 def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config | None:
     cfg = src.config
     path = src.config_path
@@ -64,7 +89,10 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
         mode = "chat"
 
     generator = _endpoint(r, cfg.get("generator"), "$.generator", "generator", required=True)
-    judge = _endpoint(r, cfg.get("judge"), "$.judge", "judge", required=False)
+    judge_obj = cfg.get("judge")
+    if isinstance(judge_obj, dict):  # the judge's endpoint, and whether its calibration is required
+        judge_obj = {k: v for k, v in judge_obj.items() if k != "require_calibration"}
+    judge = _endpoint(r, judge_obj, "$.judge", "judge", required=False)
     allow_same = r.boolean(cfg, "allow_same_judge_model", "$")
     if generator and judge and _same_model(generator, judge):
         if allow_same:
@@ -89,13 +117,7 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
         )
     if uses_judge and cfg.get("judge") is None:
         r.err("$.judge", "the suite has judged cases (expected.rubric) but config has no judge")
-    allow_uncalibrated = r.boolean(cfg, "allow_uncalibrated_judge", "$")
-    if allow_uncalibrated:
-        r.warn(
-            "$.allow_uncalibrated_judge",
-            "allow_uncalibrated_judge: judged pass/fail counts without a calibration against people "
-            "(recorded on every judged line and shown on every report page)",
-        )
+    allow_uncalibrated = _calibration_rule(r, cfg)
     verdict_judge = cfg.get("verdict_judge", "direct")
     if verdict_judge not in ("direct", "pairwise"):
         r.err("$.verdict_judge", f'verdict_judge must be "direct" or "pairwise", got {json.dumps(verdict_judge)}')
