@@ -45,11 +45,11 @@ every judged line as `judge_uncalibrated_override` and in `judge_trust`, flagged
 not calibrated (n of 20 labels)" on the terminal, RESULTS, every page and the CI summary,
 a MEDIUM finding (seed 001: a human sample under 20 items). A judge whose calibration
 missed the bars, or any judge not trusted where the suite sets `judge.require_calibration`
-(`--require-calibrated-judge`), is *held*: its line keeps the judge's score and `judge_passed`, `judge_held` says why,
-`passed` is None unless a deterministic check already failed it (then False: the judge
-could not have passed it), and no rate, gate or verdict reads the judge's answer: held
-samples are counted (`n_held`) and are never passes. Grading exits 1 while any judged
-result is held, or any pairwise trial errored.
+(`--require-calibrated-judge`), is *held*: its line keeps the judge's score and
+`judge_passed`, `judge_held` says why, `passed` is None unless a deterministic check
+already failed it (then False: the judge could not have passed it), and no rate, gate or
+verdict reads the judge's answer: held samples are counted (`n_held`) and are never
+passes. Grading exits 1 while any judged result is held, or any pairwise trial errored.
 
 The judge cache is scoped to the judge (`judge.cache_scope`: model, endpoint, judge
 files), so a re-grade against another judge server or other judge files asks again. A
