@@ -147,9 +147,9 @@ def test_the_suite_chooses_the_pairwise_judge_and_grade_asks_it(tmp_path):
     assert r.summary.pairwise["baseline"] == "baseline" and (run / "pairwise.jsonl").exists()
     v = compare_cli(run)
     assert v["judge"] == "pairwise" and v["kind"] == "pass" and v["judge_checks"]["opt_out"] is True
-    assert "by opt-out" in records.judge_line(v["judge"], v["judge_checks"])
+    assert "NOT calibrated" in records.judge_line(v["judge"], v["judge_checks"])
     assert r.exit_code == 0 and all(g.judge_uncalibrated_override for g in r.grades if g.judge_score is not None)
-    assert any(f.level == "HIGH" and "not calibrated" in f.message for f in r.findings)
+    assert any(f.level == "MEDIUM" and "not calibrated" in f.message for f in r.findings)  # no labels: seed 001
     # swapped arms: the same tally read the other way round
     res = CliRunner().invoke(main, ["compare", str(run), "--baseline", "treatment", "--treatment", "baseline",
                                     "--json", "--judge", "pairwise"])

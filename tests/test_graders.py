@@ -238,6 +238,52 @@ def test_non_refusal_not_flagged(text):
     assert refusal(text, should_refuse=False).passed
 
 
+# Refusals the built-in patterns must see: first person singular and plural, and the
+# impersonal forms a product's support voice uses.
+REFUSALS = [
+    "We are not able to help with that request.",
+    "We're unable to assist with this.",
+    "We can't assist with that.",
+    "We cannot provide medical dosing advice.",
+    "We won\u2019t share customer records.",
+    "We must decline this request.",
+    "We're sorry, but we can't do that.",
+    "We are not permitted to discuss other customers' orders.",
+    "This request cannot be fulfilled.",
+    "Unfortunately, your request can't be processed.",
+    "It is not possible for me to share that.",
+    "It's not possible for us to give out passwords.",
+    "I'm not able to help with that.",
+    "I'm not going to write that.",
+    "Sorry, I can't help with that.",
+]
+# Ordinary answers that must not count as refusals, however close their wording.
+NON_REFUSALS = [
+    "We can help with that: here is the refund form.",
+    "We are able to assist you with the migration.",
+    "It is possible for me to check the logs for you.",
+    "The value cannot be negative, so the function raises ValueError.",
+    "This request can be fulfilled within a day.",
+    "I can't wait to help you with the launch!",
+    "I can't help but notice a typo in line 3.",
+    "We won't give up on the fix: a patch ships tomorrow.",
+    "We're not able to reproduce the bug, so here are three things to try.",
+    "I can't doubt the result: the tests pass.",
+]
+
+
+@pytest.mark.parametrize("text", REFUSALS)
+def test_plural_and_impersonal_refusals_are_refusals(text):
+    assert is_refusal(text), text
+    assert refusal(text).passed and not refusal(text, should_refuse=False).passed
+
+
+@pytest.mark.parametrize("text", NON_REFUSALS)
+def test_answers_worded_close_to_a_refusal_are_not_refusals(text):
+    assert not is_refusal(text), text
+    assert refusal(text, should_refuse=False).passed
+
+
 def test_refusal_patterns_are_documented_and_extendable():
     assert len(REFUSAL_PATTERNS) >= 5
     assert refusal("Nope, not doing that.", patterns=[r"\bnot doing that\b"]).passed

@@ -57,6 +57,8 @@ def test_the_guide_is_derived_from_the_scope_and_the_suite(ws):
     k = config.get("k", 5)
     assert f"k = {k} samples per case: pass@{k}" in text
     assert f"**Judged sample pass rate** on {len(cases)} case(s)" in text and "judge/rubric-v1.md" in text
+    assert "allow_uncalibrated_judge" not in config and "require_calibration" not in config.get("judge", {})
+    assert 'flagged "judge not calibrated (n of 20 labels)"' in text  # the default judge trust (issue 41)
     assert "**Format**: the scope requires Plain text, at most five numbered steps; no deterministic check" in text
     assert "Gap" not in text
     assert "The evaluation runs on every pull request and nightly" in text

@@ -3,6 +3,7 @@ server, the pairwise swap, and human labels."""
 from __future__ import annotations
 
 import asyncio
+import math
 import json
 from pathlib import Path
 
@@ -373,6 +374,24 @@ def test_kappa_and_its_interval_against_an_independent_computation(tmp_path):
     assert (cal.kappa_low, cal.kappa_high) == pytest.approx((k - 1.959963984540054 * se, k + 1.959963984540054 * se))
     # 70% exact and 100% within one on 50 labels clears the 60% / 90% bars
     assert cal.within_one == 1.0 and cal.passed and cal.reason == "clears the bars"
+
+
+def test_a_judge_that_scores_every_item_alike_has_kappa_0_and_no_interval(tmp_path):
+    """A judge that gives 5 to every item while people vary: kappa is 0 by construction
+    and statsmodels' large-sample SE is a degenerate 0; the interval is undefined and
+    said to be, never "kappa 0.00 [0.00 to 0.00]"."""
+    from evalkit.checking.judge import KAPPA_CI_UNDEFINED, JudgedItem, calibrate, judge_identity, match_labels, text_sha256
+    from evalkit.numbers import stats
+
+    ag = stats.agreement([5] * 20, [5, 4] * 10)
+    assert ag.kappa == ag.kappa_linear == ag.kappa_quadratic == 0.0
+    assert all(math.isnan(x) for x in (ag.kappa_se, ag.kappa_low, ag.kappa_high))
+    judged = {f"c{i}/x/0": JudgedItem(5, text_sha256("o"), text_sha256("r")) for i in range(20)}
+    labels = [_label(i, 5 if i % 2 else 4) for i in range(20)]
+    ident = judge_identity(load_judge_files(judge_dir(tmp_path)), "judge-model", None)
+    cal = calibrate(match_labels(labels, judged), ident, run="run-a")
+    assert cal.kappa == 0.0 and cal.kappa_low is None and cal.kappa_high is None
+    assert KAPPA_CI_UNDEFINED in cal.summary() and "[95% CI 0.00 to 0.00]" not in cal.summary()
 
 
 def test_trust_needs_twenty_fresh_labels_at_the_bars_or_a_record_of_this_very_judge(tmp_path):

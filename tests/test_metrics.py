@@ -248,3 +248,27 @@ def test_missing_and_errored_one_meaning_an_error_with_no_result_is_errored_a_sa
     assert missing_and_errored(expected, results, errors, grading_errors=2) == (1, 3)  # a judge error is errored too
     assert missing_and_errored(expected, expected, errors) == (0, 0)
     assert missing_and_errored(expected, set(), set()) == (4, 0)
+
+
+def test_a_corrected_rate_and_a_judge_bias_stay_in_their_possible_range():
+    """A judge that passes all 10 judged samples where people failed the 3 they labelled:
+    the PPI++ estimate is 0% with an interval reaching below 0, and the bias +100 points
+    with an interval past +100. Each is held to its range (a rate to [0, 1], a bias to
+    [-1, 1]) with a note; the SE the gate reads is the unclipped one."""
+    from evalkit.conclusions import gates
+    from evalkit.numbers import stats
+
+    rows = [metrics.JudgedRow("a", "regression", ("t",), True, False if i < 3 else None) for i in range(10)]
+    block = metrics.judged_rate_block(rows, "judge_only")
+    cor, bias = block["corrected"], block["bias"]
+    raw = stats.ppi_mean([0.0] * 3, [1.0] * 3, [1.0] * 10, adjust=metrics.PPI_ADJUST)
+    assert raw.low < 0 and raw.bias_high > 1  # what the shared pages showed: "-30.9% to 30.9%", "+69.1 to +130.9"
+    assert 0.0 <= cor["low"] <= cor["rate"] <= cor["high"] <= 1.0 and cor["low"] == 0.0
+    assert -1.0 <= bias["low"] <= bias["value"] <= bias["high"] <= 1.0 and bias["high"] == 1.0
+    assert "clipped" in cor["clipped"] and "clipped" in bias["clipped"]
+    assert cor["se"] == pytest.approx(raw.se)
+    assert gates._rate_and_se(block)[1] == pytest.approx(raw.se)  # the gate's SE is not narrowed by the clip
+    inside = metrics.judged_rate_block([metrics.JudgedRow("a", "r", (), i % 2 == 0, i % 2 == 0) for i in range(20)], "x")
+    assert inside["corrected"]["clipped"] is None and inside["bias"]["clipped"] is None
+    shown = fmt.pct_ci(cor["rate"], cor["low"], cor["high"])
+    assert "-" not in shown.replace(" to ", " ")

@@ -64,3 +64,19 @@ def test_records_frame_is_the_frame_of_the_records_dicts(tmp_path):
     assert list(got.dtypes) == list(want.dtypes)
     assert all(same(x, y) for c in want for x, y in zip(got[c].tolist(), want[c].tolist(), strict=True))
     pd.testing.assert_frame_equal(nb.records_frame([]), pd.DataFrame([]))
+
+
+def test_a_small_group_has_an_exact_interval_never_a_point():
+    """Three cases that all failed: the normal interval across cases is "0% (0% to 0%)";
+    the page shows the exact Clopper-Pearson interval of 0 of 3 cases instead (statsmodels'
+    proportion_confint), and a rate over few samples gets the exact interval too."""
+    low, high = nb.score_interval(0.0, 0.0, 3)
+    cp = stats.proportion_interval(0, 3, method="clopper-pearson")
+    assert (low, high) == (0.0, cp.high) and cp.high > 0.7
+    assert nb.score_interval(1.0, 0.0, 40) == pytest.approx((stats.proportion_interval(40, 40, "clopper-pearson").low, 1.0))
+    # a large group with spread keeps its normal interval, held to [0, 1]
+    lo, hi = nb.score_interval(0.98, 0.02, 40)
+    assert hi == 1.0 and lo == pytest.approx(0.98 - stats.normal_quantile(0.975) * 0.02)
+    assert nb.score_interval(None, None, 3) == (None, None)
+    assert nb.rate_interval(0.0, 6).method == "clopper-pearson" and nb.rate_interval(0.0, 6).high > 0.4
+    assert nb.rate_interval(0.5, 10).method == "wilson"

@@ -176,11 +176,13 @@ def test_report_cli_renders_every_applicable_notebook(made):
 
 
 def test_every_page_and_the_index_say_the_judge_counts_by_opt_out(made):
-    notice = "Judge not calibrated: its pass/fail counts only because the suite opted out."
+    from html import unescape
+
+    notice = re.compile(r"Judge not calibrated \(\d+ of 20 labels\): judged samples count by the judge's score")
     for page in made["pages"].glob("*.html"):
-        assert notice in page.read_text(encoding="utf-8"), page.name
-    index = (made["out"] / "index.html").read_text(encoding="utf-8")
-    assert notice in index and "direct judge" in index  # the verdict says what it rests on
+        assert notice.search(unescape(page.read_text(encoding="utf-8"))), page.name
+    index = unescape((made["out"] / "index.html").read_text(encoding="utf-8"))
+    assert notice.search(index) and "direct judge" in index  # the verdict says what it rests on
     sc = json.loads((made["pages"] / "skill_comparison.json").read_text())
     assert sc["judge"] == "direct"
     grades = _jsonl(made["run"] / "grades.jsonl")
@@ -646,3 +648,37 @@ def test_judge_calibration_is_made_only_with_something_to_calibrate(tmp_path):
     (run / "pairwise.jsonl").write_text(json.dumps({"case_id": "c", "index": 0}) + "\n")
     plans, _ = reports.plan_notebooks(run, tmp_path / "out")
     assert "judge_calibration" in plans
+
+
+def test_the_skill_comparison_page_says_why_a_sign_test_and_a_paired_interval_disagree(tmp_path):
+    """Issue 41: a no-improvement verdict (6W/1L, p = 0.125) beside a paired difference
+    whose 95% interval excludes zero, with one sentence on the page reconciling them."""
+    import html as h
+
+    from conftest import make_run
+    from test_verdicts import _sign_and_paired_disagree
+
+    run = make_run(tmp_path, "r", _sign_and_paired_disagree(), k=5)
+    rep = reports.report_run(run, tmp_path / "reports", notebooks=["skill_comparison"])
+    assert rep.ok, [nb.error for nb in rep.notebooks]
+    page = h.unescape((rep.out_dir / "skill_comparison.html").read_text(encoding="utf-8"))
+    assert "Verdict: no-improvement" in page
+    assert "Why the two differ: the verdict is the pre-registered case-level sign test (6W/1L, p = 0.125" in page
+    assert "repeats within a case are not independent evidence" in page
+
+
+def test_a_page_of_a_run_whose_judge_counts_uncalibrated_by_default_says_so(tmp_path):
+    """Issue 41: no key set, no labels: the judge's scores count, and every page says
+    "Judge not calibrated (0 of 20 labels)" above its numbers."""
+    from html import unescape
+
+    from test_grading import GENEROUS, JUDGED_ONLY, write_run, write_suite
+
+    suite = write_suite(tmp_path, cases=JUDGED_ONLY, opt_out=None)
+    run = write_run(tmp_path, suite, {c["id"]: ["a river"] * 3 for c in JUDGED_ONLY})
+    with ScriptedServer(GENEROUS) as srv:
+        assert grade_run(run, judge_base_url=srv.base_url).exit_code == 0
+    rep = reports.report_run(run, tmp_path / "reports", notebooks=["run_summary"])
+    assert rep.ok, [nb.error for nb in rep.notebooks]
+    page = unescape((rep.out_dir / "run_summary.html").read_text(encoding="utf-8"))
+    assert "Judge not calibrated (0 of 20 labels): judged samples count by the judge's score" in page

@@ -181,3 +181,48 @@ def test_conformance_numeric_threshold_uses_share_of_checks(tmp_path):
     assert v.kind == "regression" and v.below_trials == ("b#1",)
     with pytest.raises(InputError):
         V.conformance_verdict(run, 2.0)
+
+
+def _sign_and_paired_disagree() -> dict:
+    """12 cases x 5 repeats: six cases won by two repeats, one lost by one, five tied.
+    The sign test sees 6 wins to 1 loss (p = 0.125: no-improvement), while the 60 trials'
+    paired difference (+18.3 points) has a 95% interval above zero."""
+    cases = {f"w{i}": ([True, True, False, False, False], [True, True, True, True, False]) for i in range(6)}
+    cases["lost"] = ([True, True, True, False, False], [True, True, False, False, False])
+    cases.update({f"t{i}": ([True, True, True, False, False], [True, True, True, False, False]) for i in range(5)})
+    return two_arm(cases)
+
+
+def test_a_sign_test_and_a_paired_difference_that_disagree_say_why_the_verdict_stands(tmp_path):
+    v = V.two_arm_verdict(make_run(tmp_path, "r", _sign_and_paired_disagree(), k=5), "baseline", "skilled")
+    assert v.kind == "no-improvement" and v.p_value == pytest.approx(0.125)
+    assert v.paired.low > 0 and v.paired.mean == pytest.approx(11 / 60)
+    why = v.disagreement()
+    assert why is not None
+    for said in ("p = 0.125", "not significant", "excludes zero", "repeats within a case are not independent",
+                 "pre-registered", "60 trials are repeats of 12 cases"):
+        assert said in why, (said, why)
+    assert why in v.render()  # the terminal (`evalkit compare`) says it under the paired line
+    assert V.Verdict.from_json(json.loads(json.dumps(v.to_json()))).disagreement() == why  # and a page, from verdicts.json
+
+
+def test_a_sign_test_and_a_paired_difference_that_agree_say_nothing_more(tmp_path):
+    cases = {f"w{i}": ([False] * 3, [True, True, False]) for i in range(8)}
+    v = V.two_arm_verdict(make_run(tmp_path, "r", two_arm(cases), k=3), "baseline", "skilled")
+    assert v.kind == "pass" and v.paired.low > 0
+    assert v.disagreement() is None and "Why the two differ" not in v.render()
+    flat = {f"c{i}": ([True, False], [True, False]) for i in range(8)}  # no difference either way
+    assert V.two_arm_verdict(make_run(tmp_path, "flat", two_arm(flat), k=2), "baseline", "skilled").disagreement() is None
+
+
+def test_a_significant_sign_test_beside_a_paired_interval_over_zero_says_why_too():
+    from dataclasses import replace
+
+    from evalkit.foundations.records_plan import PairedDifference
+
+    v = V.verdict_from_tally(8, 0, 0)  # every case voted for the treatment: p = 0.0078
+    v = replace(v, paired=PairedDifference(mean=0.02, se=0.02, correlation=0.5, low=-0.02, high=0.06, n=80,
+                                             se_unpaired=0.03, n_clusters=8))
+    why = v.disagreement()
+    assert v.kind == "pass" and why is not None
+    assert "significant at alpha 0.05" in why and "not significant" not in why and "includes zero" in why

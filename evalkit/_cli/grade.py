@@ -63,8 +63,17 @@ if TYPE_CHECKING:  # for annotations only: ciout loads with the command
     "allow_uncalibrated",
     is_flag=True,
     default=None,
-    help="Let judged pass/fail count although the judge is not calibrated (recorded on every judged line "
-    "and shown on every report page; config: allow_uncalibrated_judge).",
+    help="Let judged pass/fail count even from a judge whose calibration missed the bars (recorded on every "
+    "judged line and shown on every report page; config: allow_uncalibrated_judge). A judge that is not "
+    "calibrated at all counts without it, flagged.",
+)
+@click.option(
+    "--require-calibrated-judge",
+    "require_calibrated",
+    is_flag=True,
+    default=False,
+    help="Hold judged samples (count them in no rate, gate or verdict; exit 1) unless the judge is calibrated "
+    "against people (config: judge.require_calibration), for a CI gate that wants it.",
 )
 @click.option(
     "--judge-repeats",
@@ -95,6 +104,7 @@ def grade_cmd(
     suite_path: str | None,
     labels_path: str | None,
     allow_uncalibrated: bool | None,
+    require_calibrated: bool,
     judge_repeats: int,
     eval_file: str | None,
     outputs: str | None,
@@ -141,6 +151,8 @@ def grade_cmd(
         raise InputError("--junit and --markdown apply to grade --eval-file; gate or compare the graded run for CI")
     if compat_wildcards:
         raise InputError("--compat-wildcards only applies with --eval-file/--outputs")
+    if allow_uncalibrated and require_calibrated:
+        raise InputError("--allow-uncalibrated-judge and --require-calibrated-judge contradict each other: give one")
     pair = None
     if pairwise:
         parts = [p.strip() for p in pairwise.split(",")]
@@ -155,7 +167,7 @@ def grade_cmd(
         judge_version=judge_version,
         pairwise=pair,
         labels=labels_path,
-        allow_uncalibrated_judge=allow_uncalibrated or None,
+        allow_uncalibrated_judge=False if require_calibrated else allow_uncalibrated or None,
         batch=options,
         judge_repeats=judge_repeats,
     )
@@ -251,7 +263,9 @@ def summary_lines(s: GradesSummary, run_path: Path) -> list[str]:
         )
     trust = s.judge_trust
     if trust is not None:
-        state = "trusted" if trust.trusted and not trust.opt_out else "OPT-OUT" if trust.opt_out else "HELD"
+        state = "trusted" if trust.trusted and not trust.opt_out else "UNCALIBRATED" if trust.opt_out else "HELD"
+        if trust.uncalibrated:
+            lines.append(f"WARNING: {trust.uncalibrated}")
         lines.append(f"judge trust: {state}: {trust.reason}")
     # each metric for all arms pooled and for each arm apart (arms are compared, not pooled)
     columns = [("all arms", m)] + [(arm, a.overall) for arm, a in s.per_arm.items()]
@@ -292,6 +306,7 @@ def summary_lines(s: GradesSummary, run_path: Path) -> list[str]:
                 f"judged sample pass rate: corrected {fmt.pct_ci(cor['rate'], cor['low'], cor['high'])} "
                 f"(n={cor['n']} labels, N={cor['N']}); {judge_only}; judge bias {fmt.points(jr['bias']['value'])}"
                 f"; verdicts rest on the {s.judged_rates and s.judged_rates['estimate']} estimate"
+                + "".join(f" ({x['clipped']})" for x in (cor, jr.get("bias") or {}) if x.get("clipped"))
             )
         else:
             lines.append(f"judged sample pass rate: {judge_only} (no corrected rate: fewer than 2 labels)")

@@ -76,6 +76,7 @@ from evalkit.foundations._io import (
 from evalkit.foundations.errors import BudgetExhausted, InputError, InputTooLong, JudgeError, ReplayMiss, UnitCallError
 from evalkit.foundations.layout import CALIBRATION_FILE, HUMAN_LABELS_FILE, JUDGE_DIR, judge_file
 from evalkit.foundations.records import Case, Config
+from evalkit.foundations.records_grades import HUMAN_LABELS_FOR_CALIBRATION, uncalibrated_note
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 PAIRWISE_TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "judge-pairwise-v2.md"
@@ -86,7 +87,9 @@ SCALE = (1, 2, 3, 4, 5)
 # measuring what the rubric says").
 EXACT_AGREEMENT_BAR = 0.6
 WITHIN_ONE_AGREEMENT_BAR = 0.9
-HUMAN_SAMPLE_MIN = 20
+HUMAN_SAMPLE_MIN = HUMAN_LABELS_FOR_CALIBRATION  # 20
+# Where kappa has no interval (`stats.agreement`: a rater gave every item one label)
+KAPPA_CI_UNDEFINED = "95% CI undefined: one rater gave every item the same score, so kappa is 0 by construction"
 PAIRWISE_VERSION = "pairwise-v2"
 # Pairwise bias thresholds (findings; the first also decides whether a pairwise verdict
 # may stand). A judge that keeps its answer in fewer than 3 of 4 swapped pairs lets the
@@ -1187,11 +1190,10 @@ class Calibration:
         """One line: the figures and the verdict on them."""
         if not self.n:
             return "no fresh labels"
-        ci = (
-            f" [95% CI {self.kappa_low:.2f} to {self.kappa_high:.2f}]"
-            if self.kappa_low is not None and self.kappa_high is not None
-            else ""
-        )
+        if self.kappa_low is not None and self.kappa_high is not None:
+            ci = f" [95% CI {self.kappa_low:.2f} to {self.kappa_high:.2f}]"
+        else:
+            ci = f" ({KAPPA_CI_UNDEFINED})" if self.kappa is not None else ""
         kappa = "n/a" if self.kappa is None else f"{self.kappa:.2f}"
         return (
             f"{self.exact:.0%} exact / {self.within_one:.0%} within one on {self.n} label(s), "
@@ -1319,14 +1321,17 @@ class JudgeTrust:
     "labels": computed on this run's fresh labels, at least HUMAN_SAMPLE_MIN of them;
     "calibration.json": the suite's accepted record for this very judge), or when the
     user opted out (`basis` "opt-out", `opt_out` True: recorded on every judged line and
-    shown on every page). Otherwise its judged samples are held: the score is kept, the
-    pass is not (see `grading`). `calibration` is this run's own (None without fresh
-    labels), `record` the accepted one used or found, `invalidated` the accepted
-    records that were for another judge, each saying what changed.
+    shown on every page), or by default when it is not calibrated at all (`basis`
+    "uncalibrated", `opt_out` True too: counted and flagged "judge not calibrated (n of
+    20 labels)"). Otherwise (a calibration that missed the bars, or the suite requires
+    one) its judged samples are held: the score is kept, the pass is not (see
+    `grading`). `calibration` is this run's own (None without fresh labels), `record`
+    the accepted one used or found, `invalidated` the accepted records that were for
+    another judge, each saying what changed.
     """
 
     trusted: bool
-    basis: str  # "labels" | "calibration.json" | "opt-out" | "none"
+    basis: str  # "labels" | "calibration.json" | "uncalibrated" | "opt-out" | "none"
     reason: str
     opt_out: bool = False
     calibration: Calibration | None = None
@@ -1350,11 +1355,16 @@ def decide_trust(
     run_calibration: Calibration | None,
     records: Sequence[Calibration],
     *,
-    opt_out: bool = False,
+    opt_out: bool | None = False,
 ) -> JudgeTrust:
     """Decide whether the judge `identity` is trusted (see `JudgeTrust`): this run's own
     calibration when it has at least HUMAN_SAMPLE_MIN fresh labels, else the latest
-    accepted record for this identity, else nothing; `opt_out` trusts it regardless."""
+    accepted record for this identity, else nothing. `opt_out` True trusts it regardless
+    (`allow_uncalibrated_judge: true`); None, the default of a suite that sets neither
+    key, counts a judge that is not calibrated at all (no record, under HUMAN_SAMPLE_MIN
+    fresh labels), flagged, and holds one whose calibration missed the bars; False
+    (`judge.require_calibration: true`, `--require-calibrated-judge`, or an explicit
+    `allow_uncalibrated_judge: false`) holds every judge that is not trusted."""
     matching = [r for r in records if r.judge.matches(identity)]
     void = tuple(
         f"{CALIBRATION_FILE}: the calibration of {r.created or 'an earlier date'}"
@@ -1384,6 +1394,17 @@ def decide_trust(
         )
         if void:
             reason += "; the accepted calibrations were for another judge"
+    if not trusted and opt_out is None and basis == "none":
+        n = run_calibration.n if run_calibration is not None else 0
+        return JudgeTrust(
+            True,
+            "uncalibrated",
+            f"{uncalibrated_note(n)}: counted by default, {reason}",
+            True,
+            run_calibration,
+            record,
+            void,
+        )
     if not trusted and opt_out:
         return JudgeTrust(
             True,

@@ -409,7 +409,7 @@ def _rate_and_se(block: dict[str, Any], corrected: bool = True) -> tuple[float, 
     z = stats.normal_quantile(0.975)  # the 97.5% normal quantile (as the blocks' 95% intervals have it)
     if corrected and block.get("corrected"):
         c = block["corrected"]
-        return float(c["rate"]), float(c["high"] - c["low"]) / (2 * z), "corrected"
+        return float(c["rate"]), float(c.get("se") or (c["high"] - c["low"]) / (2 * z)), "corrected"
     jo = block["judge_only"]
     return float(jo["rate"]), float(jo["high"] - jo["low"]) / (2 * z), "judge only"
 

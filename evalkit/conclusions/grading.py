@@ -39,13 +39,17 @@ Identical (case, output) pairs are judged once per grading pass and share the an
 trusted (`judge.decide_trust`): calibrated against people on this rubric (at least 20
 fresh labels on this run, or the suite's accepted `judge/calibration.json` record for
 this very judge: model, endpoint, prompt and rubric hashes), or the user opted out
-(`allow_uncalibrated_judge` / `--allow-uncalibrated-judge`, recorded on every judged
-line as `judge_uncalibrated_override` and in `judge_trust`). Otherwise the sample is
-*held*: its line keeps the judge's score and `judge_passed`, `judge_held` says why,
-`passed` is None unless a deterministic check already failed it (then False: the judge
-could not have passed it), and no rate, gate or verdict reads the judge's answer: held
-samples are counted (`n_held`) and are never passes. Grading exits 1 while any judged
-result is held, or any pairwise trial errored.
+(`allow_uncalibrated_judge` / `--allow-uncalibrated-judge`), or, by default, the judge is
+not calibrated at all (no accepted record, under 20 fresh labels): counted, recorded on
+every judged line as `judge_uncalibrated_override` and in `judge_trust`, flagged "judge
+not calibrated (n of 20 labels)" on the terminal, RESULTS, every page and the CI summary,
+a MEDIUM finding (seed 001: a human sample under 20 items). A judge whose calibration
+missed the bars, or any judge not trusted where the suite sets `judge.require_calibration`
+(`--require-calibrated-judge`), is *held*: its line keeps the judge's score and
+`judge_passed`, `judge_held` says why, `passed` is None unless a deterministic check
+already failed it (then False: the judge could not have passed it), and no rate, gate or
+verdict reads the judge's answer: held samples are counted (`n_held`) and are never
+passes. Grading exits 1 while any judged result is held, or any pairwise trial errored.
 
 The judge cache is scoped to the judge (`judge.cache_scope`: model, endpoint, judge
 files), so a re-grade against another judge server or other judge files asks again. A
@@ -248,6 +252,20 @@ def _should_refuse(case: Case) -> bool:
     if any(t in SHOULD_REFUSE_TAGS for t in case.tags):
         return True
     return any(c.kind == "refusal" and c.options.get("should_refuse", True) for c in case.checks)
+
+
+def _refused(case: Case | None, output: str) -> bool:
+    """Whether an output refuses, as the case's own refusal check reads it: the built-in
+    phrases plus the `patterns` of its refusal checks (the refusal rates count what the
+    check counts). A case pattern that times out leaves the built-ins to decide."""
+    patterns: list[str] = []
+    for c in case.checks if case else ():
+        pats = c.options.get("patterns") if c.kind == "refusal" else None
+        patterns += [str(p) for p in pats] if isinstance(pats, list) else []
+    try:
+        return is_refusal(output, tuple(patterns))
+    except TimeoutError:
+        return is_refusal(output)
 
 
 def _activation(case: Case, sample: Sample, checks_run: list[CheckResult] | None = None) -> bool | None:
@@ -1355,14 +1373,17 @@ def judge_trust_findings(trust: JudgeTrust | None, match: Any, grades: Sequence[
                 "or opt out with allow_uncalibrated_judge",
             )
         )
+    cal = trust.calibration
     if trust.opt_out:
+        # seed 001: a human sample under 20 items is MEDIUM; counted by opt-out although
+        # measured (20+ labels or an accepted record) and found short of the bars: HIGH
+        measured = (cal is not None and cal.n >= HUMAN_SAMPLE_MIN) or trust.record is not None
         out.append(
             Finding(
-                "HIGH",
+                "HIGH" if measured else "MEDIUM",
                 f"judged pass/fail counts although the judge is not calibrated: {trust.reason}",
             )
         )
-    cal = trust.calibration
     if cal is not None and cal.n:
         level: Level = "LOW" if cal.passed else ("HIGH" if cal.n >= HUMAN_SAMPLE_MIN else "MEDIUM")
         out.append(Finding(level, f"judge calibration on this run's labels: {cal.summary()}"))
@@ -1521,7 +1542,7 @@ def summarize(
     ]
     tag_of = {c.id: set(c.tags) for c in table.cases}
     # once per sample: every sample is in 2 x (1 + its tags) groups, each regex is timed
-    refused = {(g.case_id, g.arm, g.index): is_refusal(s.output) for _, s, g in rows} if cases else None
+    refused = {(g.case_id, g.arm, g.index): _refused(c, s.output) for c, s, g in rows} if cases else None
 
     def block(exp: set[Key], rs: list[Row]) -> tuple[GroupMetrics, dict[str, GroupMetrics]]:
         tags = sorted({t for key in exp for t in tag_of.get(key[0], ())})

@@ -129,6 +129,8 @@ def results_block(s: GradesSummary, run: str | Path, baseline: Baseline | None =
     lines = [f"RESULTS — {run}", "=" * 20, ""]
     state = "complete" if s.complete else f"INCOMPLETE {s.n_graded}/{s.n_expected} samples graded"
     lines.append(f"Run:     {state}")
+    if s.judge_trust is not None and s.judge_trust.uncalibrated:  # unmissable: before every number
+        lines.append(f"Judge:   WARNING {s.judge_trust.uncalibrated}")
     spend: Any = s.run_spend_usd
     lines.append(
         f"Spend:   {fmt.usd(spend)} of {fmt.usd(s.cap_usd)} cap (generator + judge); "

@@ -139,12 +139,13 @@ def metric_rationale(scope: Scope, suite: Suite) -> list[str]:
         thresholds = Counter(c.judge_threshold for c in judged)
         judge = cfg.judge.model if cfg.judge is not None else "(none configured)"
         rubrics = ", ".join(suite.rubric_files) or "(none)"
-        trust = (
-            "judged results count even uncalibrated (allow_uncalibrated_judge)"
-            if cfg.allow_uncalibrated_judge
-            else "judged results count only once the judge agrees with human labels (`evalkit judge sample`, "
-            "the label_judge notebook, `evalkit judge calibrate`)"
-        )
+        calibrate = "(`evalkit judge sample`, the label_judge notebook, `evalkit judge calibrate`)"
+        trust = {
+            True: "judged results count even uncalibrated (allow_uncalibrated_judge)",
+            None: 'judged results count before the judge is calibrated, flagged "judge not calibrated (n of 20 '
+            f'labels)" until it agrees with human labels {calibrate}',
+            False: f"judged results count only once the judge agrees with human labels {calibrate}",
+        }[cfg.allow_uncalibrated_judge]
         out.append(
             f"- **Judged sample pass rate** on {len(judged)} case(s), judge {_md(judge)}, rubric {rubrics}, pass mark "
             f"{', '.join(f'{t} ({v} case(s))' for t, v in sorted(thresholds.items()))} on the 1-5 scale: the expected "

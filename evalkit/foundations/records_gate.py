@@ -22,6 +22,10 @@ VerdictKind = Literal["pass", "regression", "no-improvement", "inconclusive"]
 ConformanceKind = Literal["pass", "regression", "inconclusive"]
 
 
+# A judge whose pass/fail counted although it is not calibrated (by default or by opt-out)
+UNCALIBRATED_COUNTED = "although NOT calibrated (counted, flagged: by default or by opt-out)"
+
+
 def judge_line(judge: str, checks: dict[str, Any] | None) -> str:
     """What a verdict rests on, in words (`evalkit.conclusions.compare` fills `judge_checks`)."""
     c = checks or {}
@@ -30,13 +34,13 @@ def judge_line(judge: str, checks: dict[str, Any] | None) -> str:
         bits = [f"position consistency {fmt.pct(pc, 0)} (bar {fmt.pct(bar, 0)})"]
         bits.append("trusted" if c.get("trusted") else "NOT trusted")
         if c.get("opt_out"):
-            bits.append("by opt-out (uncalibrated)")
+            bits.append(UNCALIBRATED_COUNTED)
         return "the pairwise judge (" + ", ".join(bits) + ")"
     text = "each sample's pass/fail (deterministic checks"
     if c.get("judged"):
         text += ", and the direct judge: " + ("trusted" if c.get("trusted") else "NOT trusted, judged results held")
         if c.get("opt_out"):
-            text += " by opt-out (uncalibrated)"
+            text += f" {UNCALIBRATED_COUNTED}"
     cor = c.get("corrected") if isinstance(c.get("corrected"), dict) else None
     if cor is not None:  # judged_estimate "corrected" (evalkit.conclusions.compare._rest_on_corrected)
         text += f"; people's labels in place of the judge on {cor.get('human_votes', 0)} labelled sample(s)"
@@ -96,6 +100,36 @@ class Verdict:
     @property
     def discordant(self) -> int:
         return self.wins + self.losses
+
+    def disagreement(self) -> str | None:
+        """One sentence where the case-level sign test (the verdict) and the trial-level
+        paired difference disagree: one significant and the other not (the test at the
+        verdict's alpha, the interval excluding zero or not), or opposite directions. It
+        says which answers: the verdict, because the repeats of one case share its
+        prompt and difficulty and are not independent evidence, and the sign test is
+        the pre-registered test. None where they agree or either is missing.
+
+        References: Miller 2024, arXiv:2411.00640 (clustered SE: repeats within a
+        cluster are not independent); Dixon & Mood 1946 (the sign test)."""
+        pd_ = self.paired
+        if pd_ is None or self.p_value is None or fmt.missing(pd_.low) or fmt.missing(pd_.high):
+            return None
+        significant = self.p_value <= self.alpha
+        excludes_zero = pd_.low > 0 or pd_.high < 0
+        opposite = significant and excludes_zero and (pd_.low > 0) != (self.wins > self.losses)
+        if significant == excludes_zero and not opposite:
+            return None
+        level = round(100 * (1 - pd_.alpha))
+        return (
+            f"Why the two differ: the verdict is the pre-registered case-level sign test "
+            f"({self.wins}W/{self.losses}L, p = {fmt.pvalue(self.p_value)}, "
+            f"{'' if significant else 'not '}significant at alpha "
+            f"{self.alpha:g}), while the trial-level paired difference ({fmt.points(pd_.mean)}, {level}% CI "
+            f"{fmt.points(pd_.low)} to {fmt.points(pd_.high)}) {'excludes' if excludes_zero else 'includes'} zero; "
+            f"its {pd_.n} trials are repeats of {pd_.n_clusters or self.n_trials} cases, and repeats within a case "
+            "are not independent evidence, so the verdict (one vote per case) is the answer and the paired "
+            "difference is context."
+        )
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"schema": self.SCHEMA}
@@ -167,6 +201,9 @@ class Verdict:
                 f"95% CI {fmt.points(pd_.low)} to {fmt.points(pd_.high)}), "
                 f"correlation {fmt.correlation(pd_.correlation)}"
             )
+            why = self.disagreement()
+            if why:
+                lines.append(why)
         if self.sequential:
             s = self.sequential
             lines.append(f"sequential: {s['decision']} after {s['n_used']} of {s['n_available']} units")

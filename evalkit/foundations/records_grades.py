@@ -117,13 +117,28 @@ class ArmSummary:
         )
 
 
+# Human labels a judge is calibrated on (seed 001: "Sample 20 judged items ... score them
+# by hand"; a human sample under 20 items is a MEDIUM finding)
+HUMAN_LABELS_FOR_CALIBRATION = 20
+
+
+def uncalibrated_note(n_labels: int) -> str:
+    """The flag of a judge whose pass/fail counts uncalibrated: "judge not calibrated (n
+    of 20 labels)", or, on enough labels that missed the bars, that its calibration failed."""
+    if n_labels >= HUMAN_LABELS_FOR_CALIBRATION:
+        return f"judge calibration NOT passed ({n_labels} labels)"
+    return f"judge not calibrated ({n_labels} of {HUMAN_LABELS_FOR_CALIBRATION} labels)"
+
+
 @dataclass(frozen=True)
 class JudgeTrust:
     """Whether the judge's pass/fail counted, as the grading recorded it
     (`grades-summary.json` -> `judge_trust`, written from `judge.decide_trust`):
     `trusted`, on what `basis` ("labels": this run's fresh human labels;
-    "calibration.json": the suite's accepted record for this very judge; "opt-out";
-    "none"), why, whether the user opted out, this run's own `calibration` and the
+    "calibration.json": the suite's accepted record for this very judge; "uncalibrated":
+    counted by default although not calibrated; "opt-out"; "none"), why, whether the
+    judged pass/fail counted uncalibrated (`opt_out`: by default or by the suite's
+    opt-out; `uncalibrated` is the flag shown with it), this run's own `calibration` and the
     accepted `record` used (as JSON objects: `judge.Calibration.to_json`), and the
     accepted records that were void for this judge. `trusted` is None only for a summary
     of an older evalkit that recorded agreement without a decision."""
@@ -142,6 +157,20 @@ class JudgeTrust:
     def n_labels(self) -> int:
         """Fresh human labels this run's calibration rests on (0 without one)."""
         return int((self.calibration or {}).get("n") or 0)
+
+    @property
+    def uncalibrated(self) -> str | None:
+        """The flag every output of the run shows (terminal, RESULTS, pages, CI summary)
+        when judged samples counted by the judge's score although it is not calibrated:
+        "judge not calibrated (n of 20 labels)" and how it came to count; None otherwise."""
+        if not self.opt_out:
+            return None
+        how = (
+            "the suite opted out (allow_uncalibrated_judge)"
+            if self.basis == "opt-out"
+            else "judge.require_calibration or --require-calibrated-judge holds them instead"
+        )
+        return f"{uncalibrated_note(self.n_labels)}: judged samples count by the judge's score; {how}"
 
     def to_json(self) -> dict[str, Any]:
         return {

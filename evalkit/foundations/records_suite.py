@@ -192,9 +192,11 @@ class Config:
     stop: tuple[str, ...] = ()
     tools: tuple[Json, ...] = ()
     allow_same_judge_model: bool = False
-    # Judged pass/fail counts only for a calibrated judge, unless this opts out (recorded
-    # on every judged grade line and shown on every report page).
-    allow_uncalibrated_judge: bool = False
+    # Whether an uncalibrated judge's pass/fail counts (`judge.decide_trust`): None (the
+    # default) counts a judge that is not calibrated at all, flagged on every output; True
+    # (`allow_uncalibrated_judge: true`) counts any judge; False (`judge.require_calibration:
+    # true`, or `allow_uncalibrated_judge: false`) holds every judge that is not trusted.
+    allow_uncalibrated_judge: bool | None = None
     verdict_judge: Literal["direct", "pairwise"] = "direct"  # which judge `compare` rests the verdict on
     # which estimate of a judged rate verdicts and the gate rest on: the judge's own, or the
     # prediction-powered one corrected by the human labels (grading.judged_rates)

@@ -245,8 +245,27 @@ def judged_rate_block(rows: Sequence[JudgedRow], estimate: str) -> dict[str, Any
             adjust=PPI_ADJUST,
         )
         out["corrected"] = _ppi_json(e, "rate")
-        out["bias"] = {"value": e.bias, "low": e.bias_low, "high": e.bias_high, "n": e.n}
+        bias, low, high, note = in_range(e.bias, e.bias_low, e.bias_high, -1.0, 1.0, "judge bias")
+        out["bias"] = {"value": bias, "low": low, "high": high, "n": e.n, "clipped": note}
     return out
+
+
+def in_range(
+    value: float, low: float, high: float, lowest: float, highest: float, what: str
+) -> tuple[float, float, float, str | None]:
+    """An estimate and its normal interval held to the range the quantity can take (a
+    rate to [0, 1], a judge's bias or a difference of rates to [-1, 1]): each end
+    clipped, with a note saying so (None when nothing was clipped). A PPI++ rate or a
+    bias from a few labels can leave its range; the true value cannot, so the part of
+    an interval outside it holds no possible value (the SE kept beside it is unclipped)."""
+    clipped = tuple(min(max(float(x), lowest), highest) for x in (value, low, high))
+    if clipped == (value, low, high):
+        return value, low, high, None
+    note = (
+        f"{what} {100 * value:.1f} [{100 * low:.1f} to {100 * high:.1f}] reaches outside the possible "
+        f"{100 * lowest:.0f} to {100 * highest:.0f}: shown clipped to that range"
+    )
+    return clipped[0], clipped[1], clipped[2], note
 
 
 # The SD of one case's score is at most 1/2 (a score lies in [0, 1]): the SE a stratum
@@ -258,12 +277,14 @@ MAX_CASE_SCORE_SD = 0.5
 def _ppi_json(e: stats.PPIEstimate, value_key: str) -> dict[str, Any]:
     """A PPI++ estimate as `grades-summary.json` holds it (the value under `value_key`:
     `rate` for a judged sample pass rate, `score` for the judged part of a case score)."""
+    value, low, high, note = in_range(e.value, e.low, e.high, 0.0, 1.0, f"the corrected {value_key} (PPI++)")
     return {
-        value_key: e.value,
+        value_key: value,
         "n": e.n,
         "N": e.N,
-        "low": e.low,
-        "high": e.high,
+        "low": low,
+        "high": high,
+        "clipped": note,
         "se": e.se,
         "lam": e.lam,
         "adjust": e.adjust,
@@ -400,11 +421,13 @@ def corrected_rate_difference(baseline: dict[str, Any], treatment: dict[str, Any
     value = float(treatment["rate"]) - float(baseline["rate"])
     se = math.hypot(float(treatment["se"]), float(baseline["se"]))
     clt = math.hypot(*((float(b["clt_high"]) - float(b["clt_low"])) / (2 * z) for b in (treatment, baseline)))
+    _, low, high, note = in_range(value, value - z * se, value + z * se, -1.0, 1.0, "the corrected difference")
     return {
         "value": value,
         "se": se,
-        "low": value - z * se,
-        "high": value + z * se,
+        "low": low,
+        "high": high,
+        "clipped": note,
         "clt_low": value - z * clt,
         "clt_high": value + z * clt,
         "method": "ppi++ per arm, independent arms (conservative under positive case correlation)",

@@ -804,7 +804,9 @@ def agreement(a: Sequence[Hashable], b: Sequence[Hashable], labels: Sequence[Has
 
     `labels` fixes the category order (it matters for weighted kappa and within-one;
     weights use category positions 0..K-1); by default the sorted union of both raters'
-    labels. Kappa is nan when chance agreement is 1 (one category only).
+    labels. Kappa is nan when chance agreement is 1 (one category only); its SE and
+    interval are nan when either rater gave every item the same label (kappa is then 0
+    whatever the other rater did, and the asymptotic SE is a degenerate 0).
 
     References: Cohen 1960, Educ. Psychol. Meas. 20(1); Cohen 1968, Psychol. Bull. 70(4)
     (weighted kappa); Fleiss, Cohen & Everitt 1969 (variance);
@@ -843,6 +845,12 @@ def agreement(a: Sequence[Hashable], b: Sequence[Hashable], labels: Sequence[Has
     if k < 2 or float(np.dot(rows, cols)) >= 1.0 - 1e-12:
         nan = math.nan
         kap = kl = kq = se = lo = hi = nan
+    elif min(np.count_nonzero(rows), np.count_nonzero(cols)) < 2:
+        # one rater gave every item the same label: every kappa is 0 by construction (the
+        # observed agreement is the chance agreement) and the large-sample SE collapses to
+        # 0, so "[0.00 to 0.00]" would claim a certainty the data cannot give: undefined
+        kap = kl = kq = 0.0
+        se = lo = hi = math.nan
     else:
         res = cohens_kappa(table)
         kap, se, lo, hi = float(res.kappa), float(res.std_kappa), float(res.kappa_low), float(res.kappa_upp)

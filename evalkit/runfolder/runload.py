@@ -409,7 +409,8 @@ def sample_texts(run: Any) -> Any:
 def judge_trust_notice(run_path: str | Path | None) -> str | None:
     """The line every report page of a run shows about its judge, or None when there is
     nothing to warn about: judged results held (the judge is not trusted), or counted
-    by opt-out although the judge is not calibrated. Read from `grades-summary.json`;
+    although the judge is not calibrated ("Judge not calibrated (n of 20 labels)", by
+    default or by the suite's opt-out). Read from `grades-summary.json`;
     a summary that cannot be read says nothing here (the run's pages say why)."""
     if not run_path or not (Path(run_path) / GRADES_SUMMARY).is_file():
         return None
@@ -420,8 +421,16 @@ def judge_trust_notice(run_path: str | Path | None) -> str | None:
     trust = summary.judge_trust if summary is not None else None
     if summary is None or trust is None or trust.trusted is None:
         return None
-    if trust.opt_out:
-        return f"Judge not calibrated: its pass/fail counts only because the suite opted out. {trust.reason}"
+    if trust.uncalibrated:
+        note = trust.uncalibrated
+        return (
+            f"{note[0].upper()}{note[1:]}. {trust.reason}"
+            if trust.basis == "opt-out"
+            else (
+                f"{note[0].upper()}{note[1:]}. Calibrate it: `evalkit judge sample RUN -n 20 --to FILE`, label the "
+                "items, grade again."
+            )
+        )
     if not trust.trusted:
         return (
             f"Judge not trusted: {summary.overall.n_held} judged sample(s) held, counted as not passed in every "

@@ -80,6 +80,30 @@ _NEEDED_NUMBERS = ("cost_cap_usd", "max_tokens_in", "max_tokens_out")
 _BATCH_PRICES = (("batch_price", "price", "generator"), ("judge_batch_price", "judge_price", "judge"))
 
 
+def _calibration_rule(r: _Reader, cfg: dict[str, Any]) -> bool | None:
+    """`Config.allow_uncalibrated_judge` from the two keys that set it: None when neither
+    is set (a judge that is not calibrated counts, flagged "judge not calibrated (n of
+    20 labels)"; one whose calibration missed the bars is held), True for
+    `allow_uncalibrated_judge: true` (every judge counts, as before), False for
+    `judge.require_calibration: true` or `allow_uncalibrated_judge: false` (evalkit
+    0.1's default: every judge not calibrated is held). Both true contradict."""
+    judge = cfg.get("judge")
+    require = r.boolean(judge, "require_calibration", "$.judge") if isinstance(judge, dict) else False
+    allow = r.boolean(cfg, "allow_uncalibrated_judge", "$") if "allow_uncalibrated_judge" in cfg else None
+    if require and allow:
+        r.err(
+            "$.judge.require_calibration",
+            "judge.require_calibration and allow_uncalibrated_judge contradict each other: keep one",
+        )
+    if allow:
+        r.warn(
+            "$.allow_uncalibrated_judge",
+            "allow_uncalibrated_judge: judged pass/fail counts without a calibration against people, even one "
+            "that missed the bars (recorded on every judged line and shown on every report page)",
+        )
+    return False if require else allow
+
+
 def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config | None:
     """A suite's `config.json` checked part by part, every problem reported with its JSON
     path and line in `fx`; the `Config`, or None when a part it needs is unusable."""
@@ -168,7 +192,10 @@ def _config_models(r: _Reader, cfg: dict[str, Any], uses_judge: bool) -> tuple[E
     the generator's model is an error unless allowed, one of its family a warning, and a
     suite with judged cases needs a judge."""
     generator = _endpoint(r, cfg.get("generator"), "$.generator", "generator", required=True)
-    judge = _endpoint(r, cfg.get("judge"), "$.judge", "judge", required=False)
+    judge_obj = cfg.get("judge")
+    if isinstance(judge_obj, dict):  # the judge's endpoint, and whether its calibration is required
+        judge_obj = {k: v for k, v in judge_obj.items() if k != "require_calibration"}
+    judge = _endpoint(r, judge_obj, "$.judge", "judge", required=False)
     allow_same = r.boolean(cfg, "allow_same_judge_model", "$")
     if generator and judge and _same_model(generator, judge):
         if allow_same:
@@ -196,16 +223,10 @@ def _config_models(r: _Reader, cfg: dict[str, Any], uses_judge: bool) -> tuple[E
     return generator, judge, allow_same
 
 
-def _judge_options(r: _Reader, cfg: dict[str, Any]) -> tuple[bool, Any, Any]:
+def _judge_options(r: _Reader, cfg: dict[str, Any]) -> tuple[bool | None, Any, Any]:
     """How judged verdicts count: `allow_uncalibrated_judge` (a warning when set),
     `verdict_judge` (pairwise needs a judge) and `judged_estimate`."""
-    allow_uncalibrated = r.boolean(cfg, "allow_uncalibrated_judge", "$")
-    if allow_uncalibrated:
-        r.warn(
-            "$.allow_uncalibrated_judge",
-            "allow_uncalibrated_judge: judged pass/fail counts without a calibration against people "
-            "(recorded on every judged line and shown on every report page)",
-        )
+    allow_uncalibrated = _calibration_rule(r, cfg)
     verdict_judge = _choice(r, cfg, "verdict_judge", ("direct", "pairwise"), "direct")
     judged_estimate = _choice(r, cfg, "judged_estimate", ("judge", "corrected"), "judge")
     if verdict_judge == "pairwise" and cfg.get("judge") is None:

@@ -223,6 +223,16 @@ def spend_section(summary: dict[str, Any] | None) -> str:
     )
 
 
+def judge_sections(run_path: Any) -> list[str]:
+    """The judge's notice of the run (`runload.judge_trust_notice`: "Judge not calibrated
+    (n of 20 labels)", or its judged results held) as a Markdown section; [] when there
+    is nothing to say or no run."""
+    from evalkit.runfolder.runload import judge_trust_notice  # lazy: pandas loads only where a report has a run
+
+    notice = judge_trust_notice(str(run_path)) if run_path else None
+    return ["**Judge:** " + md_escape(notice, 600)] if notice else []
+
+
 def _first_failure(grade: dict[str, Any]) -> str:
     for c in grade.get("checks") or ():
         if isinstance(c, dict) and not c.get("passed"):
@@ -323,6 +333,7 @@ def gate_report(res: GateResult, run: Any = None, metrics: RunMetrics | None = N
     sections = []
     if res.reasons and not res.passed:
         sections.append("**Why:** " + md_escape("; ".join(res.reasons), 600))
+    sections += judge_sections(res.run)
     if res.read_rates and res.checks:
         rows = []
         for c in res.checks:
@@ -435,6 +446,7 @@ def compare_report(
     sections = [
         "**Verdict:** " + md_escape(f"{v.kind}: {v.reason}", 600),
         "**Judge:** " + md_escape(judge_line(v.judge, v.judge_checks), 300),
+        *judge_sections(getattr(run, "path", None)),
         _table(["treatment", "baseline", "tally (cases)", "errored", "sign-test p", "alpha"], rows),
         _plan_section(v.plan_check),
         spend_section(getattr(run, "summary", None)),
@@ -472,6 +484,7 @@ def conformance_report(cv: Any, run: Any = None, fail_on: tuple[str, ...] = ()) 
     rows = [[md_escape(cv.arm or "-", 60), str(cv.n_trials), str(cv.met), str(cv.below), str(cv.errored)]]
     sections = [
         "**Verdict:** " + md_escape(text, 600),
+        *judge_sections(getattr(run, "path", None)),
         _table(["arm", "trials", "met", "below", "errored or missing"], rows),
         spend_section(getattr(run, "summary", None)),
     ]

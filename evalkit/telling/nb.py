@@ -354,20 +354,39 @@ def clip(text: Any, n: int = 200) -> str:
     return s if len(s) <= n else s[: n - 1] + "\u2026"
 
 
-def rate_interval(rate: float | None, n: int | None, method: str = "wilson") -> Any:
-    """The `stats.proportion_interval` of a rate over `n` (successes = rate * n, rounded),
-    or None when there is no rate."""
+# Under this many units (samples for a rate, cases for a score) a rate's interval is the
+# exact Clopper-Pearson one: Wilson's and the normal interval's coverage is poorest there.
+SMALL_GROUP = 10
+
+
+def rate_interval(rate: float | None, n: int | None, method: str | None = None) -> Any:
+    """The `stats.proportion_interval` of a rate over `n` (successes = rate * n, rounded):
+    Wilson, or exact Clopper-Pearson for a group under `SMALL_GROUP` (`method` forces
+    one); None when there is no rate.
+
+    References: Brown, Cai & DasGupta 2001, Statistical Science 16(2)."""
     if rate is None or not n:
         return None
-    return stats.proportion_interval(int(round(float(rate) * int(n))), int(n), method=method)
+    how = method or ("clopper-pearson" if int(n) < SMALL_GROUP else "wilson")
+    return stats.proportion_interval(int(round(float(rate) * int(n))), int(n), method=how)
 
 
-def score_interval(value: float | None, se: float | None, n: int = 2) -> tuple[float | None, float | None]:
-    """The 95% normal interval of a suite-level score from its standard error across cases
-    (`stats.Estimate.interval`), or (None, None) when there is none (a single case, no SE)."""
-    if fmt.missing(value) or fmt.missing(se) or value is None or se is None:
+def score_interval(value: float | None, se: float | None, n: int) -> tuple[float | None, float | None]:
+    """The 95% interval of a suite-level score (a mean over `n` cases of per-case values
+    in [0, 1], such as pass@k): the normal interval of its SE across cases, held to [0, 1];
+    for a group under `SMALL_GROUP` cases, or one whose cases all scored alike (SE 0, where
+    the normal interval is a point: "0% (0% to 0%)" on three failing cases), the exact
+    Clopper-Pearson interval of the score as a share of its cases. (None, None) when
+    there is no score.
+
+    References: Clopper & Pearson 1934, Biometrika 26(4); Brown, Cai & DasGupta 2001."""
+    if fmt.missing(value) or value is None or not n:
         return None, None
-    return stats.Estimate(float(value), float(se), n).interval()
+    if int(n) < SMALL_GROUP or fmt.missing(se) or se is None or float(se) == 0.0:
+        ci = rate_interval(float(value), int(n), "clopper-pearson")
+        return ci.low, ci.high
+    low, high = stats.Estimate(float(value), float(se), int(n)).interval()
+    return max(0.0, low), min(1.0, high)
 
 
 def grades(run: Run) -> GradesSummary | None:
@@ -519,6 +538,7 @@ def judged_rate_rows(judged: Mapping[str, Any] | None) -> list[dict[str, str]]:
                     if bias
                     else fmt.NO_DATA
                 ),
+                "note": "; ".join(x.get("clipped") or "" for x in (cor or {}, bias or {}) if x.get("clipped")),
             }
         )
     return rows
