@@ -132,7 +132,11 @@ class Verdict:
             pc = self.plan_check
             lines.append(
                 "plan: "
-                + ("followed" if pc.ok else "NOT followed: " + "; ".join(pc.flags) + " (not the pre-registered test)")
+                + (
+                    f"followed ({pc.units()})"
+                    if pc.ok
+                    else "NOT followed: " + "; ".join(pc.flags) + " (not the pre-registered test)"
+                )
             )
         elif self.baseline_arm:
             lines.append(

@@ -256,7 +256,7 @@ def _plan_section(check: Any, none: str = "no pre-registered plan") -> str:
     if check is None:
         return f"**Plan check:** {none}"
     if check.ok:
-        return f"**Plan check:** followed ({check.observed_trials} of {check.planned_trials} planned units)"
+        return f"**Plan check:** followed ({check.units()})"
     return "**Plan check:** NOT followed: " + md_escape("; ".join(check.flags), 400)
 
 
