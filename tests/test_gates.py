@@ -9,8 +9,10 @@ import json
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 from conftest import make_run, make_suite
 
+from evalkit._cli.main import main
 from evalkit.conclusions import gates as G
 from evalkit.numbers import metrics
 from evalkit.foundations.errors import EvalkitError
@@ -264,6 +266,29 @@ def test_noise_identical_runs_and_too_tight_thresholds(tmp_path):
     assert loose.ok and all(c.above_noise for c in loose.checks)
     same = G.noise(ra, ra, GateThresholds(max_success_drop_points=60, max_cost_increase_pct=50))
     assert same.checks[0].observed == 0.0
+
+
+def test_noise_on_a_cache_replay_says_so_and_measures_nothing(tmp_path):
+    # issue 41: a run and its cache replay gave SE 0.00 and "above noise" with no word that
+    # the two runs share every request
+    outcomes = {(f"c{i}", "x"): [i % 3 != 0] * 2 for i in range(12)}
+    ra = make_run(tmp_path, "a", outcomes, k=2)
+    rb = make_run(tmp_path, "b", outcomes, k=2)  # the same requests (hashes), answered afresh
+    lines = [json.loads(x) for x in (rb / "results.jsonl").read_text().splitlines()]
+    (rb / "results.jsonl").write_text("".join(json.dumps({**x, "cached": True}) + "\n" for x in lines))
+    rep = G.noise(ra, rb, GateThresholds(max_success_drop_points=60, max_cost_increase_pct=50))
+    assert rep.replay and not rep.ok
+    assert "cache replay" in rep.notes[0] and "--no-cache" in rep.notes[0] and "24 of 24" in rep.notes[0]
+    assert rep.render().startswith("NO NOISE MEASURED")
+    r = CliRunner().invoke(main, ["noise", str(ra), str(rb), "--strict"])
+    assert r.exit_code == 1 and "re-run with `evalkit run --no-cache` (or other seeds)" in r.output, r.output
+    fresh = G.noise(ra, make_run(tmp_path, "c", outcomes, k=2), GateThresholds(max_success_drop_points=60))
+    assert not fresh.replay and fresh.ok and "share every request hash" in fresh.notes[0]
+    lines = [json.loads(x) for x in (rb / "results.jsonl").read_text().splitlines()]
+    (rb / "results.jsonl").write_text("".join(json.dumps({**x, "request_hash": x["request_hash"] + "s2"}) + "\n"
+                                              for x in lines))
+    other = G.noise(ra, rb, GateThresholds(max_success_drop_points=60, max_cost_increase_pct=50))
+    assert not other.replay and other.ok and not any("request hash" in n for n in other.notes)
 
 
 def test_holm_matches_statsmodels():

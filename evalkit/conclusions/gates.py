@@ -879,12 +879,14 @@ class NoiseCheck:
 @dataclass(frozen=True)
 class NoiseReport:
     """`ok` when every gate threshold sits above run-to-run noise and the two runs do
-    not already differ by more than a threshold."""
+    not already differ by more than a threshold; never for a cache replay (`replay`),
+    which measures no noise."""
 
     ok: bool
     checks: tuple[NoiseCheck, ...]
     notes: tuple[str, ...]
     thresholds: GateThresholds
+    replay: bool = False  # the second run replays the first from the response cache: no noise measured
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -894,7 +896,9 @@ class NoiseReport:
     def render(self) -> str:
         lines = [
             (
-                "thresholds sit above the run-to-run noise"
+                "NO NOISE MEASURED: the second run is a cache replay of the first (see the note)"
+                if self.replay
+                else "thresholds sit above the run-to-run noise"
                 if self.ok
                 else "thresholds do NOT sit above the run-to-run noise"
             )
@@ -990,8 +994,40 @@ def noise(
                 t.max_cost_increase_pct > n95,
             )
         )
-    ok = all(c.above_noise and abs(c.observed) <= c.threshold for c in checks)
-    return NoiseReport(ok=ok, checks=tuple(checks), notes=tuple(notes), thresholds=t)
+    replay = shared_requests(a, b)
+    if replay:
+        notes.insert(0, replay[1])
+    ok = all(c.above_noise and abs(c.observed) <= c.threshold for c in checks) and not (replay and replay[0])
+    return NoiseReport(ok=ok, checks=tuple(checks), notes=tuple(notes), thresholds=t, replay=bool(replay and replay[0]))
+
+
+def shared_requests(a: Run, b: Run) -> tuple[bool, str] | None:
+    """Whether two runs sent the very same requests (every sample's `request_hash` the
+    same, sample by sample), and what that means for `noise`: with the second run's
+    samples answered from the response cache it is a replay (True), which measures no
+    noise at all; with fresh answers (False) the runs share their seeds, so they measure
+    the endpoint's own variation, not the seed-to-seed noise. None when any request
+    differs or a run records no request hashes."""
+    cols = ["case_id", "arm", "index", "request_hash"]
+    sa, sb = a.samples, b.samples
+    if not len(sa) or not len(sb) or any(c not in s.columns for c in cols for s in (sa, sb)):
+        return None
+    ka = {(str(c), str(r), int(i)): h for c, r, i, h in zip(*(sa[c].tolist() for c in cols), strict=True)}
+    kb = {(str(c), str(r), int(i)): h for c, r, i, h in zip(*(sb[c].tolist() for c in cols), strict=True)}
+    if ka.keys() != kb.keys() or any(not h or ka[k] != h for k, h in kb.items()):
+        return None
+    cached = max(int(s["cached"].fillna(False).astype(bool).sum()) if "cached" in s.columns else 0 for s in (sa, sb))
+    if cached:
+        return True, (
+            f"the two runs share every request hash ({len(kb)} of {len(kb)}) and {cached} sample(s) were answered "
+            "from the response cache: a cache replay, not a second run, so it measures no run-to-run noise; "
+            "re-run with `evalkit run --no-cache` (or other seeds) and compare again"
+        )
+    return False, (
+        f"the two runs share every request hash ({len(kb)} of {len(kb)}): the same seeds and config, so the noise "
+        "shown is the endpoint's own at those seeds; for seed-to-seed noise re-run with other seeds (or "
+        "`--no-cache` where a cache answered)"
+    )
 
 
 def gate_run(
