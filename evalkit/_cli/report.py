@@ -179,9 +179,10 @@ def microtest_cmd(
     no-guidance control on UNIT's cases, REPS fresh-context repetitions each, grade,
     and render the micro_test notebook. Prints the report and its conclusion.
 
-    Exit 0 when a variant beats the control; 1 when none does (the guidance does not
-    help), when the control shows nothing to fix, or when the run is INCOMPLETE or the
-    notebook failed; 2 on bad input."""
+    Exit 0 when a variant flags significantly less than the control (an exact test
+    paired by case, Holm across the variants, alpha 0.05); 1 when none does (the guidance
+    does not help, or the micro-test is too small to tell), when the control shows nothing
+    to fix, or when the run is INCOMPLETE or the notebook failed; 2 on bad input."""
     # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
     from evalkit.conclusions import microtest
     from evalkit.conclusions.grading import grade_run, judge_endpoint
