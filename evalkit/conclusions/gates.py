@@ -48,6 +48,7 @@ from evalkit.foundations.records import (
     SetScore,
     gate_failure_causes,
 )
+from evalkit.foundations.records_suite import noise_guard_asked
 from evalkit.numbers import stats
 from evalkit.numbers.metrics import (
     cost_per_case,
@@ -235,9 +236,18 @@ def holm(p_values: list[float]) -> list[float]:
     return [float(x) for x in adj]
 
 
+# what seed 001 says to do when the gate cannot see its threshold (step 6 finding, guideline 10)
+NOISE_ADVICE = (
+    "run the baseline twice and `evalkit noise` the two runs: when they differ by more than the threshold, the "
+    "gate cannot hold at that N; widen it or add cases"
+)
+
+
 def thresholds_from(cfg: dict[str, Any] | None) -> GateThresholds:
     """The gate thresholds of a config snapshot (`config.json` -> `gate`; defaults for
-    the keys it lacks). `gate.alpha` is the noise guard's level, in (0, 1]."""
+    the keys it lacks: the seed's gate). `gate.alpha` is the noise guard's level, in
+    (0, 1]; `require_significance` defaults to what a set `alpha` meant before issue 41
+    (`records_suite.noise_guard_asked`)."""
     g = (cfg or {}).get("gate") or {}
     d = GateThresholds()
     try:
@@ -247,9 +257,15 @@ def thresholds_from(cfg: dict[str, Any] | None) -> GateThresholds:
             min_tag_cases=int(g.get("min_tag_cases", d.min_tag_cases)),
             alpha=float(g.get("alpha", d.alpha)),
             on_underpowered=g.get("on_underpowered", d.on_underpowered),
+            require_significance=g.get("require_significance", noise_guard_asked(g)),
         )
     except (TypeError, ValueError) as exc:
         raise InputError(f"gate thresholds must be numbers: {exc}", json_path="$.gate") from None
+    if not isinstance(t.require_significance, bool):
+        raise InputError(
+            f"gate require_significance must be true or false, got {t.require_significance!r}",
+            json_path="$.gate.require_significance",
+        )
     if not 0 < t.alpha <= 1:
         raise InputError(f"gate alpha must be in (0, 1], got {t.alpha!r}", json_path="$.gate.alpha")
     if t.on_underpowered not in ("fail", "warn"):
@@ -343,11 +359,14 @@ def gate(
     any tag with at least `min_tag_cases` cases, or a cost-per-case increase above
     `max_cost_increase_pct` percent (thresholds from the run's `config.json` `gate`
     unless given). Each case's set is the one the run recorded (`case-table.json`), never
-    the suite as it is today. A breach fails the gate when it is also beyond run-to-run
-    noise: its one-sided p-value under the within-case permutation null (`_Null`),
-    Holm-adjusted across all checks, is <= alpha (`gate.alpha`, default 0.05; 1 turns
-    the noise guard off). This keeps the false-alarm rate on two runs of one model at
-    most alpha.
+    the suite as it is today. By default a breach fails on its observed size (seed
+    001's gate); every check carries its one-sided p-value under the within-case
+    permutation null (`_Null`), Holm-adjusted across all checks, and the gate's power
+    (`gate_power`). With `gate.require_significance` (the noise guard) a breach fails
+    only when that adjusted p is also <= alpha (`gate.alpha`, default 0.05), which keeps
+    the false-alarm rate on two runs of one model at most alpha. `alpha` given here
+    overrides the config's with its meaning before issue 41: below 1 the noise guard, 1
+    the plain thresholds.
 
     References: Holm 1979, Scand. J. Statist. 6(2) (`holm`);
     Good 2005 (permutation tests); Chen et al. 2021 and Yao et al. 2024 (pass@k, pass^k).
@@ -369,7 +388,7 @@ def gate(
     run = as_run(run)
     t = thresholds or thresholds_from(run.config.get("config") or {})
     if alpha is not None:
-        t = replace(t, alpha=alpha)
+        t = replace(t, alpha=alpha, require_significance=alpha < 1)
     cur = gate_run_metrics(run, baseline_path, arm=arm, baseline=baseline)
     held = _judge_held(run, cur.arm)
     if held:
@@ -729,7 +748,8 @@ def gate_metrics(
         # cost on an increase (change > thr).
         worsening = -change if kind == "score" else change
         exceeded = worsening > thr + 1e-9
-        failed = exceeded and (p_adj is None or p_adj <= t.alpha)
+        beyond_noise = p_adj is None or p_adj <= t.alpha
+        failed = exceeded and (beyond_noise or not t.require_significance)
         check = GateCheck(kind, group, n, b, c_, change, thr, exceeded, p, p_adj, failed)
         checks.append(check)
         unit = " points" if kind == "score" else "%"
@@ -739,6 +759,12 @@ def gate_metrics(
                 f"{what} {group}: {change:+.1f}{unit} (beyond {thr:g}{unit})"
                 + (f" (p = {p_adj:.3g})" if p_adj is not None else "")
             )
+            if not beyond_noise:
+                notes.append(
+                    f"{check.label}: the change {change:+.1f}{unit} fails the gate on its observed size (the seed's "
+                    f"gate) though it is within run-to-run noise (adjusted p = {p_adj:.3g} > {t.alpha:g}): run "
+                    "`evalkit noise` on two baseline runs; `gate.require_significance: true` fails only beyond noise"
+                )
         elif exceeded:
             notes.append(
                 f"{check.label}: change {change:+.1f}{unit} breaches {thr:g} but is within run-to-run noise "
@@ -746,7 +772,9 @@ def gate_metrics(
             )
     if power is not None and power.underpowered:
         if t.on_underpowered == "warn":
-            notes.append(f"warning: {UNDERPOWERED_PREFIX} (gate.on_underpowered warn): {power.describe()}")
+            notes.append(
+                f"warning: {UNDERPOWERED_PREFIX} (gate.on_underpowered warn): {power.describe()}; {NOISE_ADVICE}"
+            )
         else:
             reasons.append(f"{UNDERPOWERED_PREFIX}: {power.describe()}")
     return GateResult(

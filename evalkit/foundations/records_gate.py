@@ -537,6 +537,7 @@ class GateResult:
                 "min_tag_cases": t.min_tag_cases,
                 "alpha": t.alpha,
                 "on_underpowered": t.on_underpowered,
+                "require_significance": t.require_significance,
             },
             "alpha": self.alpha,
             "run": self.run,
@@ -567,7 +568,9 @@ class GateResult:
                         "on_underpowered",
                     )
                     if k in t
-                }
+                },
+                # a gate recorded before issue 41 had the noise guard unless its alpha was 1
+                require_significance=bool(t.get("require_significance", float(t.get("alpha", 0.05)) < 1)),
             ),
             alpha=float(d.get("alpha", 0.05)),
             run=str(d.get("run") or ""),
@@ -588,8 +591,13 @@ class GateResult:
         lines.append(
             f"thresholds: gated case score drop > {t.max_success_drop_points:g} points (overall, tags with >= "
             f"{t.min_tag_cases} cases), cost per case increase > {t.max_cost_increase_pct:g}%; "
-            f"a breach fails when beyond run-to-run noise (Holm-adjusted p <= {self.alpha:g}); "
-            "change = current - baseline"
+            + (
+                f"a breach fails when beyond run-to-run noise (Holm-adjusted p <= {self.alpha:g}; "
+                "gate.require_significance); "
+                if t.require_significance
+                else "a breach fails on the observed change (p(noise) is shown, not required); "
+            )
+            + "change = current - baseline"
         )
         lines.append(
             f"{'check':<28} {'cases':>5} {'baseline':>10} {'current':>10} {'change':>9} {'p(noise)':>9}  result"
@@ -599,7 +607,10 @@ class GateResult:
             shown = f"{c.baseline:.3f}" if c.kind != "cost" else f"${c.baseline:.4g}"
             now = f"{c.current:.3f}" if c.kind != "cost" else f"${c.current:.4g}"
             p = "-" if c.p_adjusted is None else f"{c.p_adjusted:.3g}"
-            res = "FAIL" if c.failed else ("within noise" if c.exceeded else "ok")
+            within = c.p_adjusted is not None and c.p_adjusted > self.alpha
+            res = (
+                ("FAIL (within noise)" if within else "FAIL") if c.failed else ("within noise" if c.exceeded else "ok")
+            )
             lines.append(f"{c.label:<28} {c.n_cases:>5} {shown:>10} {now:>10} {c.change:>+7.1f}{unit:<3}{p:>8}  {res}")
         if self.power is not None:
             lines.append(f"power: {self.power.describe()}")

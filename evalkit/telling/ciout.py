@@ -343,8 +343,13 @@ def gate_report(res: GateResult, run: Any = None, metrics: RunMetrics | None = N
         sections.append(
             _table(["check", "cases", "baseline", "current", "change", "p(noise)", "result"], rows)
             + f"\n\nThresholds: gated case score drop > {t.max_success_drop_points:g} points, cost per case "
-            f"increase > {t.max_cost_increase_pct:g}%; a breach fails when beyond run-to-run noise "
-            f"(Holm-adjusted p <= {res.alpha:g})."
+            f"increase > {t.max_cost_increase_pct:g}%; "
+            + (
+                f"a breach fails when beyond run-to-run noise (Holm-adjusted p <= {res.alpha:g}; "
+                "`gate.require_significance`)."
+                if t.require_significance
+                else "a breach fails on the observed change (the seed's gate; p(noise) is shown, not required)."
+            )
         )
     elif not res.read_rates:
         sections.append(
