@@ -267,8 +267,11 @@ def test_run_summary_sidecar_matches_counts(made):
     assert (gate["arm"], gate["passed"], gate["reasons"], gate["causes"], gate["read_rates"]) == (
         "skilled", True, [], [], True)
     assert json.loads((made["run"] / "verdicts.json").read_text())["gate"] == gate
-    assert "Gate PASS for arm skilled" in _html(made, "run_summary")
-    assert "<span class='pass'>gate passed</span>: skilled vs baseline" in (made["out"] / "index.html").read_text()
+    # which arm was gated against which baseline run and arm, on the page and the index
+    said = f"arm skilled of {made['run'].name} against run {made['run'].name}, arm skilled"
+    assert gate["recorded_by"] == "report" and gate["baseline_arm"] == "skilled"
+    assert f"Gate PASS: {said}" in _html(made, "run_summary")
+    assert f"<span class='pass'>gate passed</span>: {said}" in (made["out"] / "index.html").read_text()
 
 
 def test_skill_comparison_sidecar_matches_sign_test(made):

@@ -57,6 +57,13 @@ MIN_REPS = 5  # microtest.MIN_REPS, here so `--help` need not import the library
     help="The baseline.json to gate the run against (default: the suite's, when it has one).",
 )
 @click.option(
+    "--arm",
+    "gate_arm",
+    default=None,
+    help="The arm to gate against the baseline (default: the arm a recorded gate names, else the baseline's). "
+    "A gate `evalkit gate` recorded is never replaced.",
+)
+@click.option(
     "--pair",
     default=None,
     metavar="BASELINE,TREATMENT",
@@ -72,6 +79,7 @@ def report_cmd(
     redact: bool,
     plan_path: str | None,
     baseline_path: str | None,
+    gate_arm: str | None,
     pair: str | None,
 ) -> None:
     """Record what the run concludes in its verdicts.json (two-arm verdict and plan check,
@@ -97,6 +105,7 @@ def report_cmd(
         pandalm_dir=pandalm_dir,
         plan=plan_path,
         baseline=baseline_path,
+        arm=gate_arm,
         extra_parameters=extra,
     )
     for nb in result.notebooks:

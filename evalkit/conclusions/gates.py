@@ -48,6 +48,7 @@ from evalkit.foundations.records import (
     SetScore,
     gate_failure_causes,
 )
+from evalkit.foundations.records_gate import GATE_RECORDED_BY_GATE
 from evalkit.foundations.records_suite import noise_guard_asked
 from evalkit.numbers import stats
 from evalkit.numbers.metrics import (
@@ -375,7 +376,10 @@ def gate(
     summary = run.summary if isinstance(run, Run) else None
     bad = run_not_clean(run_path, summary, runner_exit)
     if bad:
+        base_run, base_arm = _provenance(baseline_path)
         return GateResult(
+            baseline_run=base_run,
+            baseline_arm=base_arm,
             passed=False,
             reasons=tuple(bad),
             read_rates=False,
@@ -384,6 +388,32 @@ def gate(
             baseline=str(baseline_path),
             arm=arm,
         )
+    result = _gate_read(run, baseline_path, thresholds, arm, alpha, n_resamples, seed)
+    base_run, base_arm = _provenance(baseline_path)
+    return replace(result, baseline_run=base_run, baseline_arm=base_arm)
+
+
+def _provenance(baseline_path: str | Path) -> tuple[str, str | None]:
+    """The run (stamp) and arm a baseline was accepted from; ("", None) when it cannot
+    be read (the gate's own reasons say why)."""
+    try:
+        b = load_baseline(baseline_path)
+    except EvalkitError:
+        return "", None
+    return b.run_stamp or "", b.arm
+
+
+def _gate_read(
+    run: Run | str | Path,
+    baseline_path: str | Path,
+    thresholds: GateThresholds | None,
+    arm: str | None,
+    alpha: float | None,
+    n_resamples: int,
+    seed: int,
+) -> GateResult:
+    """`gate` on a run that finished cleanly: the rates read against the baseline."""
+    run_path = Path(run.path) if isinstance(run, Run) else Path(run)
     baseline = load_baseline(baseline_path)
     run = as_run(run)
     t = thresholds or thresholds_from(run.config.get("config") or {})
@@ -1066,10 +1096,11 @@ def gate_run(
     runner_exit: int | None = None,
 ) -> GateResult:
     """`evalkit gate`: `gate`, then the result recorded in the run's `verdicts.json`
-    (when RUN is a run folder), where the report and the index read it. The result
+    (when RUN is a run folder), where the report and the index read it (marked
+    `recorded_by` "gate": a report never replaces it). The result
     notes the model the gated arm ran and the one the baseline was accepted on (the
     upgrade gate: an arm on the new model against the baseline of the old one)."""
-    res = gate(run, baseline_path, arm=arm, runner_exit=runner_exit)
+    res = replace(gate(run, baseline_path, arm=arm, runner_exit=runner_exit), recorded_by=GATE_RECORDED_BY_GATE)
     path = Path(run.path) if isinstance(run, Run) else Path(run)
     models = upgrade_note(path, baseline_path, res.arm)
     if models:

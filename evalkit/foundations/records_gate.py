@@ -9,6 +9,7 @@ import functools
 import types
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
+from pathlib import PurePath
 from typing import Any, Literal
 
 from evalkit.foundations import fmt
@@ -351,6 +352,9 @@ GATE_CAUSE_JUDGE = "judge not trusted"  # judged results held (evalkit.conclusio
 GATE_CAUSE_UNDERPOWERED = "underpowered"  # the gated set cannot detect a drop of the threshold
 UNDERPOWERED_PREFIX = "UNDERPOWERED"
 GATE_POWER = 0.8  # the power at which the gate's detectable drop is computed
+# who recorded a run's gate in verdicts.json: `evalkit gate` (never replaced by a report) or `evalkit report`
+GATE_RECORDED_BY_GATE = "gate"
+GATE_RECORDED_BY_REPORT = "report"
 # Reasons that mean the gate failed without reading a rate (the run did not finish cleanly).
 NOT_CLEAN_PREFIXES = ("the runner exited", "no summary", "summary.json is not valid", "INCOMPLETE")
 SCORE_DROP_PREFIXES = ("case-score drop", "success-rate drop")  # the second: gates of evalkit 0.1
@@ -499,6 +503,21 @@ class GateResult:
     baseline: str = ""
     arm: str | None = None
     power: GatePower | None = None  # what the gate can see (None: it read no rate)
+    baseline_run: str = ""  # the run the baseline was accepted from (its stamp), "" when not known
+    baseline_arm: str | None = None  # the arm it was accepted from
+    recorded_by: str = ""  # GATE_RECORDED_BY_GATE or _REPORT once written to verdicts.json
+
+    def against(self) -> str:
+        """Which arm was gated against which baseline run and arm, in words (every page
+        that shows the gate says it)."""
+        run = PurePath(self.run).name if self.run else "this run"
+        base = f"run {self.baseline_run}" if self.baseline_run else "the baseline"
+        by = {GATE_RECORDED_BY_GATE: "; by `evalkit gate`", GATE_RECORDED_BY_REPORT: "; by `evalkit report`"}
+        return (
+            f"arm {self.arm or '(the only one)'} of {run} against {base}, arm {self.baseline_arm or '(not recorded)'}"
+            + (f" ({self.baseline})" if self.baseline else "")
+            + by.get(self.recorded_by, "")
+        )
 
     @property
     def status(self) -> str:
@@ -545,6 +564,9 @@ class GateResult:
             "arm": self.arm,
             "status": self.status,
             "power": self.power.to_json() if self.power is not None else None,
+            "baseline_run": self.baseline_run,
+            "baseline_arm": self.baseline_arm,
+            "recorded_by": self.recorded_by,
         }
 
     @classmethod
@@ -577,12 +599,16 @@ class GateResult:
             baseline=str(d.get("baseline") or ""),
             arm=d.get("arm"),
             power=GatePower.from_json(d["power"]) if isinstance(d.get("power"), dict) else None,
+            baseline_run=str(d.get("baseline_run") or ""),
+            baseline_arm=d.get("baseline_arm"),
+            recorded_by=str(d.get("recorded_by") or ""),
         )
 
     def render(self) -> str:
         lines = [
             f"Gate: {self.status if self.status != 'FAIL' else 'FAIL: ' + ' / '.join(self.causes)}"
-            + ("" if self.passed else f" ({'; '.join(self.reasons)})")
+            + ("" if self.passed else f" ({'; '.join(self.reasons)})"),
+            f"gated: {self.against()}",
         ]
         if not self.read_rates:
             lines.append("rates not read: a run that did not finish cleanly is not comparable")

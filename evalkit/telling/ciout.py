@@ -320,7 +320,7 @@ def gate_report(res: GateResult, run: Any = None, metrics: RunMetrics | None = N
             else:
                 cases.append(TestCase(name, cls, "passed", "", detail + (" (within noise)" if c.exceeded else "")))
     headline = res.status if res.status != "FAIL" else "FAIL: " + " / ".join(res.causes)
-    sections = []
+    sections = ["**Gated:** " + md_escape(res.against(), 400)]
     if res.reasons and not res.passed:
         sections.append("**Why:** " + md_escape("; ".join(res.reasons), 600))
     if res.read_rates and res.checks:
