@@ -774,32 +774,9 @@ def gate_metrics(
     checks = []
     for kind, group, n, b, c_, change, thr, p in raw_checks:
         p_adj = float(adj.pop(0)) if p is not None else None
-        # `change` is signed current - baseline: the score fails on a drop (change < -thr),
-        # cost on an increase (change > thr).
-        worsening = -change if kind == "score" else change
-        exceeded = worsening > thr + 1e-9
-        beyond_noise = p_adj is None or p_adj <= t.alpha
-        failed = exceeded and (beyond_noise or not t.require_significance)
-        check = GateCheck(kind, group, n, b, c_, change, thr, exceeded, p, p_adj, failed)
-        checks.append(check)
-        unit = " points" if kind == "score" else "%"
-        if failed:
-            what = "case-score drop" if kind == "score" else "cost-per-case increase"
-            reasons.append(
-                f"{what} {group}: {change:+.1f}{unit} (beyond {thr:g}{unit})"
-                + (f" (p = {p_adj:.3g})" if p_adj is not None else "")
-            )
-            if not beyond_noise:
-                notes.append(
-                    f"{check.label}: the change {change:+.1f}{unit} fails the gate on its observed size (the seed's "
-                    f"gate) though it is within run-to-run noise (adjusted p = {p_adj:.3g} > {t.alpha:g}): run "
-                    "`evalkit noise` on two baseline runs; `gate.require_significance: true` fails only beyond noise"
-                )
-        elif exceeded:
-            notes.append(
-                f"{check.label}: change {change:+.1f}{unit} breaches {thr:g} but is within run-to-run noise "
-                f"(adjusted p = {p_adj:.3g} > {t.alpha:g}); run `evalkit noise` on two baseline runs"
-            )
+        checks.append(
+            _read_check(GateCheck(kind, group, n, b, c_, change, thr, False, p, p_adj, False), t, reasons, notes)
+        )
     if power is not None and power.underpowered:
         if t.on_underpowered == "warn":
             notes.append(
@@ -820,6 +797,34 @@ def gate_metrics(
         arm=cur.arm,
         power=power,
     )
+
+
+def _read_check(check: GateCheck, t: GateThresholds, reasons: list[str], notes: list[str]) -> GateCheck:
+    """One check decided: `exceeded` when its change breaches the threshold (`change` is
+    signed current - baseline: the score fails on a drop, cost on an increase), `failed`
+    when it also is beyond noise or the suite did not ask for the noise guard
+    (`require_significance`); its reason or note appended."""
+    kind, group, change, thr, p_adj = check.kind, check.group, check.change, check.threshold, check.p_adjusted
+    exceeded = (-change if kind == "score" else change) > thr + 1e-9
+    beyond_noise = p_adj is None or p_adj <= t.alpha
+    failed = exceeded and (beyond_noise or not t.require_significance)
+    unit = " points" if kind == "score" else "%"
+    if failed:
+        what = "case-score drop" if kind == "score" else "cost-per-case increase"
+        reasons.append(
+            f"{what} {group}: {change:+.1f}{unit} (beyond {thr:g}{unit})"
+            + (f" (p = {p_adj:.3g})" if p_adj is not None else "")
+        )
+    if exceeded and not beyond_noise:
+        notes.append(
+            f"{check.label}: the change {change:+.1f}{unit} fails the gate on its observed size (the seed's gate) "
+            f"though it is within run-to-run noise (adjusted p = {p_adj:.3g} > {t.alpha:g}): run `evalkit noise` on "
+            "two baseline runs; `gate.require_significance: true` fails only beyond noise"
+            if failed
+            else f"{check.label}: change {change:+.1f}{unit} breaches {thr:g} but is within run-to-run noise "
+            f"(adjusted p = {p_adj:.3g} > {t.alpha:g}); run `evalkit noise` on two baseline runs"
+        )
+    return replace(check, exceeded=exceeded, failed=failed)
 
 
 def accept_baseline(
