@@ -3,7 +3,8 @@
 For several suite shapes (cases x k, a third of the cases in the regression set, four
 tags), two runs are drawn from the same per-case pass probabilities and sample-cost
 distribution and gated against each other (`verdicts.gate_metrics`), with the noise
-guard (alpha 0.05, Holm) and without it (alpha 1: plain thresholds). Then the current
+guard (`require_significance`, alpha 0.05, Holm) and without it (the seed's gate, the
+default since issue 41: plain thresholds on the observed change). Then the current
 run's pass probabilities are lowered by `--drop` and the detection rate is measured.
 Also: the two-arm sign-test verdict's pass/regression rate under no effect.
 
@@ -50,8 +51,8 @@ def main() -> None:
     _smoke.add(ap)
     args = ap.parse_args()
     dest = _smoke.apply(args, Path(__file__).parent / "results" / "gate.json", reps=5, resamples=50)
-    t = GateThresholds(max_success_drop_points=5, max_cost_increase_pct=10, min_tag_cases=5)
-    plain = dataclasses.replace(t, alpha=1.0)  # no noise guard: the thresholds alone
+    t = GateThresholds(max_success_drop_points=5, max_cost_increase_pct=10, min_tag_cases=5, require_significance=True)
+    plain = dataclasses.replace(t, require_significance=False)  # no noise guard: the thresholds alone
     out = {"python": platform.python_version(), "reps": args.reps, "resamples": args.resamples,
            "thresholds": {"points": 5, "cost_pct": 10, "min_tag_cases": 5}, "drop": args.drop, "shapes": []}
     for n_cases, k in SHAPES:

@@ -159,7 +159,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
 # -- run folders written by hand, following docs/formats.md (verdicts, plans, gates) -----
 # These hand-written suites hold a few cases, far too few to see a 3-point drop: they
-# accept an underpowered gate (a warning), unless a test asks for the default "fail".
+# accept an underpowered gate (a warning, the default since issue 41), unless a test asks
+# for "fail".
 SMALL_SUITE_GATE = {"on_underpowered": "warn"}
 
 

@@ -241,7 +241,8 @@ def test_ci_outputs_never_publish_a_secret_a_model_leaked(pipeline, tmp_path):
     junit, md = tmp_path / "gate.xml", tmp_path / "gate.md"
     res = cli("gate", run, "--baseline", suite / "baseline.json", "--arm", "guided", "--junit", junit,
               "--markdown", md)
-    assert res.exit_code == 0, res.output  # one case of six: within noise; its failure is still listed
+    # one case of six: -16.7 points, beyond 5 (the seed's gate fails on the observed drop); the failure is listed
+    assert res.exit_code == 1, res.output
     text = md.read_text()
     top = text.split("**Top failures**")[1]
     assert "case-00" in top and "the admin token is &lt;API\\_KEY&gt;" in top, top

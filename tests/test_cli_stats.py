@@ -133,6 +133,22 @@ def test_compare_says_the_plan_first_and_require_plan_fails_a_run_that_did_not_f
     assert "--require-plan: the run did not follow its plan" in r.output
 
 
+def test_a_run_with_more_units_than_planned_follows_its_plan_and_fewer_does_not(tmp_path):
+    # issue 41: a plan for 48 units and a suite of 51 cases "did not follow" it, exit 1;
+    # more units than planned only add power, fewer do not follow it, and the page says which
+    suite = make_suite(tmp_path, {f"c{i}": {} for i in range(51)})
+    w = cli("power", "--win-rate", "0.75", "--tie-rate", "0.3", "--alpha", "0.05", "--power", "0.8", "--write", str(suite))
+    assert w.exit_code == 0 and json.loads((suite / "plan.json").read_text())["n_trials"] == 48, w.output
+    outcomes = {f"c{i}": ([False], [i % 4 != 0]) for i in range(51)}
+    run = make_run(tmp_path, "r", two_arm(outcomes), k=1, suite=suite)
+    r = cli("compare", str(run), "--baseline", "baseline", "--treatment", "skilled", "--require-plan")
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines()[1] == "plan: followed (51 units, 48 planned (more than planned only adds power))"
+    fewer = make_run(tmp_path, "r47", two_arm({c: o for c, o in list(outcomes.items())[:47]}), k=1, suite=suite)
+    r = cli("compare", str(fewer), "--baseline", "baseline", "--treatment", "skilled", "--require-plan")
+    assert r.exit_code == 1 and r.output.splitlines()[1].startswith("plan: NOT followed: stopped short: 47 of 48")
+
+
 def test_power_write_never_replaces_a_plan_silently(tmp_path):
     suite = make_suite(tmp_path, {f"c{i}": {} for i in range(40)})
     args = ["power", "--win-rate", "0.8", "--alpha", "0.05", "--power", "0.8", "--write", str(suite)]

@@ -9,8 +9,10 @@ import json
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 from conftest import make_run, make_suite
 
+from evalkit._cli.main import main
 from evalkit.conclusions import gates as G
 from evalkit.numbers import metrics
 from evalkit.foundations.errors import EvalkitError
@@ -166,16 +168,21 @@ def test_sets_with_gate_none_are_shown_never_gated(tmp_path):
     assert not G.gate(run2, suite2 / "baseline.json").passed
 
 
-def test_gate_breach_within_noise_passes_with_a_note(tmp_path):
+def test_gate_breach_within_noise_fails_on_its_size_and_passes_with_the_noise_guard(tmp_path):
     # 6 cases, k=1: one case flips. A 16.7-point drop, but two runs of one model at
-    # p = 1/2 do that easily: the noise guard keeps the gate green and says so.
+    # p = 1/2 do that easily. The seed's gate (the default) fails on the observed drop and
+    # says it is within noise; the noise guard (require_significance) keeps it green and says so.
     base = {(f"c{i}", "x"): [i < 3] for i in range(6)}
     cur = {(f"c{i}", "x"): [i < 2] for i in range(6)}
     suite, run = _gate_pair(tmp_path, base, cur, k=1)
-    res = G.gate(run, suite / "baseline.json")
-    assert res.passed and any("within run-to-run noise" in n for n in res.notes)
-    strict = G.gate(run, suite / "baseline.json", alpha=1.0)  # alpha 1: plain thresholds
-    assert not strict.passed
+    seed = G.gate(run, suite / "baseline.json")
+    assert not seed.passed and seed.causes == ["case score drop"]
+    assert any("fails the gate on its observed size" in n and "require_significance" in n for n in seed.notes)
+    assert "FAIL (within noise)" in seed.render() and "fails on the observed change" in seed.render()
+    guarded = G.gate(run, suite / "baseline.json", GateThresholds(require_significance=True))
+    assert guarded.passed and any("within run-to-run noise" in n for n in guarded.notes)
+    assert G.gate(run, suite / "baseline.json", alpha=0.05).passed  # alpha below 1: the guard, as before
+    assert not G.gate(run, suite / "baseline.json", alpha=1.0).passed  # alpha 1: plain thresholds
 
 
 def test_gate_with_agent_evals_shaped_baseline(tmp_path):
@@ -198,7 +205,8 @@ def test_gate_false_alarm_rate_on_two_runs_of_one_model():
     p = rng.beta(2, 1.2, size=n_cases)
     sets = ["regression" if i % 3 == 0 else "capability" for i in range(n_cases)]
     tags = [(f"tag{i % 4}",) for i in range(n_cases)]
-    t = GateThresholds(max_success_drop_points=5, max_cost_increase_pct=10, min_tag_cases=5, on_underpowered="warn")
+    t = GateThresholds(max_success_drop_points=5, max_cost_increase_pct=10, min_tag_cases=5, on_underpowered="warn",
+                       require_significance=True)  # the noise guard's own promise
 
     def sample(probs):
         c = rng.binomial(k, probs)
@@ -264,6 +272,29 @@ def test_noise_identical_runs_and_too_tight_thresholds(tmp_path):
     assert loose.ok and all(c.above_noise for c in loose.checks)
     same = G.noise(ra, ra, GateThresholds(max_success_drop_points=60, max_cost_increase_pct=50))
     assert same.checks[0].observed == 0.0
+
+
+def test_noise_on_a_cache_replay_says_so_and_measures_nothing(tmp_path):
+    # issue 41: a run and its cache replay gave SE 0.00 and "above noise" with no word that
+    # the two runs share every request
+    outcomes = {(f"c{i}", "x"): [i % 3 != 0] * 2 for i in range(12)}
+    ra = make_run(tmp_path, "a", outcomes, k=2)
+    rb = make_run(tmp_path, "b", outcomes, k=2)  # the same requests (hashes), answered afresh
+    lines = [json.loads(x) for x in (rb / "results.jsonl").read_text().splitlines()]
+    (rb / "results.jsonl").write_text("".join(json.dumps({**x, "cached": True}) + "\n" for x in lines))
+    rep = G.noise(ra, rb, GateThresholds(max_success_drop_points=60, max_cost_increase_pct=50))
+    assert rep.replay and not rep.ok
+    assert "cache replay" in rep.notes[0] and "--no-cache" in rep.notes[0] and "24 of 24" in rep.notes[0]
+    assert rep.render().startswith("NO NOISE MEASURED")
+    r = CliRunner().invoke(main, ["noise", str(ra), str(rb), "--strict"])
+    assert r.exit_code == 1 and "re-run with `evalkit run --no-cache` (or other seeds)" in r.output, r.output
+    fresh = G.noise(ra, make_run(tmp_path, "c", outcomes, k=2), GateThresholds(max_success_drop_points=60))
+    assert not fresh.replay and fresh.ok and "share every request hash" in fresh.notes[0]
+    lines = [json.loads(x) for x in (rb / "results.jsonl").read_text().splitlines()]
+    (rb / "results.jsonl").write_text("".join(json.dumps({**x, "request_hash": x["request_hash"] + "s2"}) + "\n"
+                                              for x in lines))
+    other = G.noise(ra, rb, GateThresholds(max_success_drop_points=60, max_cost_increase_pct=50))
+    assert not other.replay and other.ok and not any("request hash" in n for n in other.notes)
 
 
 def test_holm_matches_statsmodels():
@@ -338,7 +369,15 @@ def test_two_cases_cannot_pass_a_50_point_drop(tmp_path):
     # that two cases cannot show the drop; the gate must not call that a pass.
     base = {("a", "x"): [True], ("b", "x"): [True]}
     cur = {("a", "x"): [True], ("b", "x"): [False]}
-    suite, run = _gate_pair(tmp_path, base, cur, k=1, gate={"on_underpowered": "fail"})
+    suite, run = _gate_pair(tmp_path, base, cur, k=1)
+    seed = G.gate(run, suite / "baseline.json")  # the seed's gate: the observed drop fails it, power is said
+    assert not seed.passed and seed.causes == ["case score drop"] and seed.power.underpowered
+    assert any(n.startswith("warning: UNDERPOWERED") and "evalkit noise" in n for n in seed.notes)
+    # with both opt-ins (the noise guard and on_underpowered "fail", the defaults before issue 41)
+    for p in (suite / "config.json", run / "config.json"):
+        cfg = json.loads(p.read_text())
+        (cfg.get("config") or cfg)["gate"] = {"on_underpowered": "fail", "require_significance": True}
+        p.write_text(json.dumps(cfg))
     res = G.gate(run, suite / "baseline.json")
     assert not res.passed and res.status == "UNDERPOWERED" and res.causes == ["underpowered"]
     assert not res.regression  # nothing was measured as worse: the gate could not see
@@ -358,10 +397,64 @@ def test_two_cases_cannot_pass_a_50_point_drop(tmp_path):
     assert cases["power"].is_error and not cases["power"].is_passed  # an error, never a pass
 
 
+def _init_gate(*folders):
+    """Give suite and run folders exactly the gate `evalkit init` writes (no test defaults)."""
+    from evalkit.suites.suite_scaffold import DEFAULT_CONFIG
+
+    for f in folders:
+        cfg = json.loads((f / "config.json").read_text())
+        (cfg.get("config") or cfg)["gate"] = dict(DEFAULT_CONFIG["gate"])
+        (f / "config.json").write_text(json.dumps(cfg))
+
+
+def test_the_default_gate_holds_a_20_case_suite_as_the_ci_workflow_runs_it(tmp_path):
+    # issue 41: with `evalkit init`'s gate (3 points), a 20-case suite gated against an
+    # identical run exited 1 UNDERPOWERED, so the CI workflow failed every pull request.
+    # The seed's gate: an identical run passes (what it cannot see is said); a drop fails.
+    base = {(f"c{i:02d}", "x"): [True] * 4 + [i % 2 == 0] for i in range(20)}
+    suite, same = _gate_pair(tmp_path, base, base, k=5)
+    _init_gate(suite, same, tmp_path / "runs" / "base")
+    ci = tmp_path / "ci"
+    ci.mkdir()
+    args = ["--baseline", suite / "baseline.json", "--runner-exit", "0"]  # the workflow's gate step
+    r = _gate_cli(same, *args, "--junit", ci / "gate.xml", "--markdown", ci / "gate.md")
+    assert r.exit_code == 0 and r.output.startswith("Gate: PASS"), r.output
+    assert "power: 20 gated case(s) detect a drop of" in r.output and "warning: UNDERPOWERED" in r.output
+    assert "evalkit noise" in r.output and (ci / "gate.md").read_text().startswith("## evalkit gate: PASS")
+    # a 20-point drop: 4 of the 20 cases now fail every sample
+    drop = {c: ([False] * 5 if int(c[0][1:]) < 4 else o) for c, o in base.items()}
+    worse = make_run(tmp_path, "worse", drop, k=5, suite=suite)
+    _init_gate(worse)
+    r = _gate_cli(worse, *args, "--json")
+    res = G.GateResult.from_json(json.loads(r.output))
+    assert r.exit_code == 1 and res.causes == ["case score drop"], r.output
+    assert res.reasons[0].startswith("case-score drop overall: -20.0 points (beyond 3 points)")
+    assert res.thresholds.on_underpowered == "warn" and not res.thresholds.require_significance
+
+
+def test_a_suite_that_set_todays_keys_keeps_their_meaning(tmp_path):
+    # alpha (the noise guard's level before issue 41) keeps its noise guard; on_underpowered "fail" fails
+    from evalkit.suites.loader import load_suite
+    from evalkit.suites.suite_scaffold import DEFAULT_CONFIG, PROMPT_FILE
+
+    suite = make_suite(tmp_path, {f"c{i}": {} for i in range(3)})
+    (suite / PROMPT_FILE).write_text("Q: ${input}\nA:")
+    for gate, guard, under in [({}, False, "warn"), ({"alpha": 0.05}, True, "warn"), ({"alpha": 1}, False, "warn"),
+                               ({"alpha": 0.1, "require_significance": False}, False, "warn"),
+                               ({"require_significance": True, "on_underpowered": "fail"}, True, "fail")]:
+        t = G.thresholds_from({"gate": gate})
+        assert (t.require_significance, t.on_underpowered) == (guard, under), gate
+        cfg = {**DEFAULT_CONFIG, "gate": gate}
+        (suite / "config.json").write_text(json.dumps(cfg))
+        assert load_suite(suite).config.gate == t, gate
+    with pytest.raises(EvalkitError, match="require_significance"):
+        G.thresholds_from({"gate": {"require_significance": "yes"}})
+
+
 def test_on_underpowered_warn_makes_it_a_warning(tmp_path):
     base = {("a", "x"): [True], ("b", "x"): [True]}
     cur = {("a", "x"): [True], ("b", "x"): [False]}
-    suite, run = _gate_pair(tmp_path, base, cur, k=1, gate={"on_underpowered": "warn"})
+    suite, run = _gate_pair(tmp_path, base, cur, k=1, gate={"on_underpowered": "warn", "require_significance": True})
     res = G.gate(run, suite / "baseline.json")
     assert res.passed and res.status == "PASS" and res.power.underpowered
     assert any(n.startswith("warning: UNDERPOWERED (gate.on_underpowered warn): 2 gated case(s)") for n in res.notes)

@@ -62,6 +62,9 @@ def test_the_guide_is_derived_from_the_scope_and_the_suite(ws):
     assert "**Format**: the scope requires Plain text, at most five numbered steps; no deterministic check" in text
     assert "Gap" not in text
     assert "The evaluation runs on every pull request and nightly" in text
+    # the gate as the suite decides it: the seed's gate unless it asks for the noise guard (issue 41)
+    guarded = (config.get("gate") or {}).get("require_significance", (config.get("gate") or {}).get("alpha", 1) < 1)
+    assert ("when beyond run-to-run noise at alpha" if guarded else "as observed (the seed's gate;") in text
     assert "Unsafe repair advice, Leaking customer addresses" in text
     # curation notes from the dataset and the review's outcome
     assert "- 10 pairs, version 1.0.0" in text and "easy 2, grounding 2, hard 2, negative 2, safety 2" in text

@@ -54,7 +54,7 @@ def test_index_labels_a_failed_gate_by_its_cause(tmp_path):
     assert "<span class='regression'>gate failed: case score drop</span>" in _index_row(index, "2-drop")
     assert "<span class='regression'>gate failed: cost increase</span>" in _index_row(index, "3-cost")
     same = _index_row(index, "4-same")
-    assert "<span class='pass'>gate passed</span>" in same and "failed" not in same
+    assert "<span class='pass'>gate passed</span>" in same and "gate failed" not in same
     assert index.count("class='regression'") == 2
     # a manifest written before the cause was recorded: an INCOMPLETE run is relabelled
     old = out / "5-old"
@@ -103,3 +103,48 @@ def test_a_run_whose_program_was_not_contained_says_so_on_the_index(tmp_path):
         "the program under test was NOT contained")
     index = report_index.build_index(pages).read_text()
     assert "NOT contained" in _index_row(index, "open") and "NOT contained" not in _index_row(index, "boxed")
+
+
+def test_report_never_replaces_the_gate_the_user_ran_and_every_page_says_what_was_gated(tmp_path):
+    """Issue 41: baseline accepted from arm `baseline`, `gate RUN --arm improved` (cost
+    +130%, FAIL), then `report RUN`: verdicts.json, the index and the run summary showed a
+    gate of arm `baseline` against itself, and the real failure was gone."""
+    from click.testing import CliRunner
+
+    from evalkit._cli.main import main
+    from evalkit.runfolder.runload import run_verdicts
+
+    cases = {f"c{i}": {} for i in range(12)}
+    suite = make_suite(tmp_path, cases)
+    outs = {(c, arm): [True] * 2 for c in cases for arm in ("baseline", "improved")}
+    costs = {(c, arm): 0.001 if arm == "baseline" else 0.0023 for c, arm in outs}  # improved costs +130%
+    run = make_run(tmp_path, "20260301-000000", outs, k=2, suite=suite, costs=costs)
+    cli = CliRunner()
+    assert cli.invoke(main, ["baseline", "accept", str(run), "--arm", "baseline"]).exit_code == 0
+    g = cli.invoke(main, ["gate", str(run), "--baseline", str(suite / "baseline.json"), "--arm", "improved"])
+    assert g.exit_code == 1 and g.output.startswith("Gate: FAIL: cost increase"), g.output
+    assert "gated: arm improved of 20260301-000000 against run 20260301-000000, arm baseline" in g.output
+    recorded = run_verdicts(run).gate
+    assert recorded.arm == "improved" and recorded.recorded_by == "gate"
+    out = tmp_path / "reports"
+    r = cli.invoke(main, ["report", str(run), "--reports-dir", str(out), "--only", "run_summary"])
+    assert r.exit_code == 0, r.output
+    assert run_verdicts(run).gate == recorded  # the gate the user ran, not a gate of `baseline` against itself
+    index = (out / "index.html").read_text(encoding="utf-8")
+    assert "gate failed: cost increase" in index and "arm improved of 20260301-000000 against run" in index
+    page = (out / run.name / "run_summary.html").read_text(encoding="utf-8")
+    assert "Gate FAIL: arm improved of 20260301-000000 against run 20260301-000000, arm baseline" in page
+    # report --arm: another arm than the recorded gate's is refused, never silently replaced
+    r = cli.invoke(main, ["report", str(run), "--reports-dir", str(out), "--only", "run_summary",
+                          "--arm", "baseline"])
+    assert r.exit_code == 2 and "never replaces" in r.output and run_verdicts(run).gate == recorded
+    # without a gate recorded by `evalkit gate`, report gates the arm asked for and says so
+    verdicts.record_verdicts(run, gate=None)
+    r = cli.invoke(main, ["report", str(run), "--reports-dir", str(out), "--only", "run_summary",
+                          "--arm", "improved"])
+    mine = run_verdicts(run).gate
+    assert r.exit_code == 0 and mine.arm == "improved" and mine.recorded_by == "report" and not mine.passed
+    assert mine.against().endswith("; by `evalkit report`")
+    # and a later report reads the gated arm from verdicts.json
+    cli.invoke(main, ["report", str(run), "--reports-dir", str(out), "--only", "run_summary"])
+    assert run_verdicts(run).gate.arm == "improved"

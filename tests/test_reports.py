@@ -28,6 +28,7 @@ from evalkit._cli.main import main
 from evalkit.conclusions.grading import grade_run
 from evalkit.running.runner import run_suite
 from evalkit.calls.serve import ScriptedServer
+from evalkit.runfolder.runload import run_verdicts
 
 PANDALM = Path(__file__).resolve().parents[2] / "shared" / "data" / "pandalm"
 SCRIPT_TAG = "<script>alert(1)</script>"
@@ -268,8 +269,11 @@ def test_run_summary_sidecar_matches_counts(made):
     assert (gate["arm"], gate["passed"], gate["reasons"], gate["causes"], gate["read_rates"]) == (
         "skilled", True, [], [], True)
     assert json.loads((made["run"] / "verdicts.json").read_text())["gate"] == gate
-    assert "Gate PASS for arm skilled" in _html(made, "run_summary")
-    assert "<span class='pass'>gate passed</span>: skilled vs baseline" in (made["out"] / "index.html").read_text()
+    # which arm was gated against which baseline run and arm, on the page and the index
+    said = f"arm skilled of {made['run'].name} against run {made['run'].name}, arm skilled"
+    assert gate["recorded_by"] == "report" and gate["baseline_arm"] == "skilled"
+    assert f"Gate PASS: {said}" in _html(made, "run_summary")
+    assert f"<span class='pass'>gate passed</span>: {said}" in (made["out"] / "index.html").read_text()
 
 
 def test_skill_comparison_sidecar_matches_sign_test(made):
@@ -358,7 +362,12 @@ def test_microtest_command_and_notebook(made):
     assert side["arms"]["firm"]["shapes"] == 1  # both wordings fold to one shape
     assert not side["nothing_to_fix"] and "Best variant: firm" in side["conclusion"]
     assert side["conclusion"] in micro.output
+    # named because the test says so: each variant's p and Holm-adjusted p, on the page and in verdicts.json
+    firm = side["arms"]["firm"]
+    assert side["best"] == "firm" and firm["p_value"] <= firm["p_adjusted"] <= 0.05
+    assert run_verdicts(made["micro_run"]).microtest.arms["firm"].p_adjusted == firm["p_adjusted"]
     page = _html(made, "micro_test", micro=True)
+    assert "Holm-adjusted p" in page and "exact stratified test by case" in page
     assert "Every flagged output" in page and re.search(r"<img[^>]+src=\"data:image/png", page)
 
 

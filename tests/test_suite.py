@@ -603,8 +603,11 @@ def test_lint_warns_when_the_gated_set_cannot_see_the_threshold(tmp_path):
     root = write_suite(tmp_path / "unit")
     text = "\n".join(str(w) for w in lint_suite(root).warnings)
     assert ("5 gated case(s) can detect a drop of 78.6 points or more at alpha 0.05 (80% power, planned at "
-            "a 50% score (no baseline yet)), above the gate's 3-point threshold: the gate says UNDERPOWERED "
-            "and exits 1; a drop of 3 points needs 3,435 gated cases") in text
+            "a 50% score (no baseline yet)), above the gate's 3-point threshold: the gate warns and decides on the "
+            'observed drop (gate.on_underpowered "fail" makes it exit 1); a drop of 3 points needs 3,435 gated '
+            "cases") in text
+    write_suite(root, {**BASE_CONFIG, "gate": {"on_underpowered": "fail"}})
+    assert "the gate says UNDERPOWERED and exits 1" in "\n".join(str(w) for w in lint_suite(root).warnings)
     # a baseline at 100%: planned at (5 + 1)/7 = 0.857, drop 2.4865 * sqrt(2 * .857 * .143 / 5) = 55.0
     (root / "baseline.json").write_text(json.dumps({"gated_case_score": 1.0}))
     config = {**BASE_CONFIG, "gate": {"on_underpowered": "warn", "max_success_drop_points": 60}}

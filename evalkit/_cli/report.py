@@ -57,6 +57,13 @@ MIN_REPS = 5  # microtest.MIN_REPS, here so `--help` need not import the library
     help="The baseline.json to gate the run against (default: the suite's, when it has one).",
 )
 @click.option(
+    "--arm",
+    "gate_arm",
+    default=None,
+    help="The arm to gate against the baseline (default: the arm a recorded gate names, else the baseline's). "
+    "A gate `evalkit gate` recorded is never replaced.",
+)
+@click.option(
     "--pair",
     default=None,
     metavar="BASELINE,TREATMENT",
@@ -72,6 +79,7 @@ def report_cmd(
     redact: bool,
     plan_path: str | None,
     baseline_path: str | None,
+    gate_arm: str | None,
     pair: str | None,
 ) -> None:
     """Record what the run concludes in its verdicts.json (two-arm verdict and plan check,
@@ -97,6 +105,7 @@ def report_cmd(
         pandalm_dir=pandalm_dir,
         plan=plan_path,
         baseline=baseline_path,
+        arm=gate_arm,
         extra_parameters=extra,
     )
     for nb in result.notebooks:
@@ -179,9 +188,10 @@ def microtest_cmd(
     no-guidance control on UNIT's cases, REPS fresh-context repetitions each, grade,
     and render the micro_test notebook. Prints the report and its conclusion.
 
-    Exit 0 when a variant beats the control; 1 when none does (the guidance does not
-    help), when the control shows nothing to fix, or when the run is INCOMPLETE or the
-    notebook failed; 2 on bad input."""
+    Exit 0 when a variant flags significantly less than the control (an exact test
+    paired by case, Holm across the variants, alpha 0.05); 1 when none does (the guidance
+    does not help, or the micro-test is too small to tell), when the control shows nothing
+    to fix, or when the run is INCOMPLETE or the notebook failed; 2 on bad input."""
     # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
     from evalkit.conclusions import microtest
     from evalkit.conclusions.grading import grade_run, judge_endpoint

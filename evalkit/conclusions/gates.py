@@ -48,6 +48,8 @@ from evalkit.foundations.records import (
     SetScore,
     gate_failure_causes,
 )
+from evalkit.foundations.records_gate import GATE_RECORDED_BY_GATE
+from evalkit.foundations.records_suite import noise_guard_asked
 from evalkit.numbers import stats
 from evalkit.numbers.metrics import (
     cost_per_case,
@@ -235,9 +237,18 @@ def holm(p_values: list[float]) -> list[float]:
     return [float(x) for x in adj]
 
 
+# what seed 001 says to do when the gate cannot see its threshold (step 6 finding, guideline 10)
+NOISE_ADVICE = (
+    "run the baseline twice and `evalkit noise` the two runs: when they differ by more than the threshold, the "
+    "gate cannot hold at that N; widen it or add cases"
+)
+
+
 def thresholds_from(cfg: dict[str, Any] | None) -> GateThresholds:
     """The gate thresholds of a config snapshot (`config.json` -> `gate`; defaults for
-    the keys it lacks). `gate.alpha` is the noise guard's level, in (0, 1]."""
+    the keys it lacks: the seed's gate). `gate.alpha` is the noise guard's level, in
+    (0, 1]; `require_significance` defaults to what a set `alpha` meant before issue 41
+    (`records_suite.noise_guard_asked`)."""
     g = (cfg or {}).get("gate") or {}
     d = GateThresholds()
     try:
@@ -247,9 +258,15 @@ def thresholds_from(cfg: dict[str, Any] | None) -> GateThresholds:
             min_tag_cases=int(g.get("min_tag_cases", d.min_tag_cases)),
             alpha=float(g.get("alpha", d.alpha)),
             on_underpowered=g.get("on_underpowered", d.on_underpowered),
+            require_significance=g.get("require_significance", noise_guard_asked(g)),
         )
     except (TypeError, ValueError) as exc:
         raise InputError(f"gate thresholds must be numbers: {exc}", json_path="$.gate") from None
+    if not isinstance(t.require_significance, bool):
+        raise InputError(
+            f"gate require_significance must be true or false, got {t.require_significance!r}",
+            json_path="$.gate.require_significance",
+        )
     if not 0 < t.alpha <= 1:
         raise InputError(f"gate alpha must be in (0, 1], got {t.alpha!r}", json_path="$.gate.alpha")
     if t.on_underpowered not in ("fail", "warn"):
@@ -343,11 +360,14 @@ def gate(
     any tag with at least `min_tag_cases` cases, or a cost-per-case increase above
     `max_cost_increase_pct` percent (thresholds from the run's `config.json` `gate`
     unless given). Each case's set is the one the run recorded (`case-table.json`), never
-    the suite as it is today. A breach fails the gate when it is also beyond run-to-run
-    noise: its one-sided p-value under the within-case permutation null (`_Null`),
-    Holm-adjusted across all checks, is <= alpha (`gate.alpha`, default 0.05; 1 turns
-    the noise guard off). This keeps the false-alarm rate on two runs of one model at
-    most alpha.
+    the suite as it is today. By default a breach fails on its observed size (seed
+    001's gate); every check carries its one-sided p-value under the within-case
+    permutation null (`_Null`), Holm-adjusted across all checks, and the gate's power
+    (`gate_power`). With `gate.require_significance` (the noise guard) a breach fails
+    only when that adjusted p is also <= alpha (`gate.alpha`, default 0.05), which keeps
+    the false-alarm rate on two runs of one model at most alpha. `alpha` given here
+    overrides the config's with its meaning before issue 41: below 1 the noise guard, 1
+    the plain thresholds.
 
     References: Holm 1979, Scand. J. Statist. 6(2) (`holm`);
     Good 2005 (permutation tests); Chen et al. 2021 and Yao et al. 2024 (pass@k, pass^k).
@@ -356,7 +376,10 @@ def gate(
     summary = run.summary if isinstance(run, Run) else None
     bad = run_not_clean(run_path, summary, runner_exit)
     if bad:
+        base_run, base_arm = _provenance(baseline_path)
         return GateResult(
+            baseline_run=base_run,
+            baseline_arm=base_arm,
             passed=False,
             reasons=tuple(bad),
             read_rates=False,
@@ -365,11 +388,37 @@ def gate(
             baseline=str(baseline_path),
             arm=arm,
         )
+    result = _gate_read(run, baseline_path, thresholds, arm, alpha, n_resamples, seed)
+    base_run, base_arm = _provenance(baseline_path)
+    return replace(result, baseline_run=base_run, baseline_arm=base_arm)
+
+
+def _provenance(baseline_path: str | Path) -> tuple[str, str | None]:
+    """The run (stamp) and arm a baseline was accepted from; ("", None) when it cannot
+    be read (the gate's own reasons say why)."""
+    try:
+        b = load_baseline(baseline_path)
+    except EvalkitError:
+        return "", None
+    return b.run_stamp or "", b.arm
+
+
+def _gate_read(
+    run: Run | str | Path,
+    baseline_path: str | Path,
+    thresholds: GateThresholds | None,
+    arm: str | None,
+    alpha: float | None,
+    n_resamples: int,
+    seed: int,
+) -> GateResult:
+    """`gate` on a run that finished cleanly: the rates read against the baseline."""
+    run_path = Path(run.path) if isinstance(run, Run) else Path(run)
     baseline = load_baseline(baseline_path)
     run = as_run(run)
     t = thresholds or thresholds_from(run.config.get("config") or {})
     if alpha is not None:
-        t = replace(t, alpha=alpha)
+        t = replace(t, alpha=alpha, require_significance=alpha < 1)
     cur = gate_run_metrics(run, baseline_path, arm=arm, baseline=baseline)
     held = _judge_held(run, cur.arm)
     if held:
@@ -725,28 +774,14 @@ def gate_metrics(
     checks = []
     for kind, group, n, b, c_, change, thr, p in raw_checks:
         p_adj = float(adj.pop(0)) if p is not None else None
-        # `change` is signed current - baseline: the score fails on a drop (change < -thr),
-        # cost on an increase (change > thr).
-        worsening = -change if kind == "score" else change
-        exceeded = worsening > thr + 1e-9
-        failed = exceeded and (p_adj is None or p_adj <= t.alpha)
-        check = GateCheck(kind, group, n, b, c_, change, thr, exceeded, p, p_adj, failed)
-        checks.append(check)
-        unit = " points" if kind == "score" else "%"
-        if failed:
-            what = "case-score drop" if kind == "score" else "cost-per-case increase"
-            reasons.append(
-                f"{what} {group}: {change:+.1f}{unit} (beyond {thr:g}{unit})"
-                + (f" (p = {p_adj:.3g})" if p_adj is not None else "")
-            )
-        elif exceeded:
-            notes.append(
-                f"{check.label}: change {change:+.1f}{unit} breaches {thr:g} but is within run-to-run noise "
-                f"(adjusted p = {p_adj:.3g} > {t.alpha:g}); run `evalkit noise` on two baseline runs"
-            )
+        checks.append(
+            _read_check(GateCheck(kind, group, n, b, c_, change, thr, False, p, p_adj, False), t, reasons, notes)
+        )
     if power is not None and power.underpowered:
         if t.on_underpowered == "warn":
-            notes.append(f"warning: {UNDERPOWERED_PREFIX} (gate.on_underpowered warn): {power.describe()}")
+            notes.append(
+                f"warning: {UNDERPOWERED_PREFIX} (gate.on_underpowered warn): {power.describe()}; {NOISE_ADVICE}"
+            )
         else:
             reasons.append(f"{UNDERPOWERED_PREFIX}: {power.describe()}")
     return GateResult(
@@ -762,6 +797,34 @@ def gate_metrics(
         arm=cur.arm,
         power=power,
     )
+
+
+def _read_check(check: GateCheck, t: GateThresholds, reasons: list[str], notes: list[str]) -> GateCheck:
+    """One check decided: `exceeded` when its change breaches the threshold (`change` is
+    signed current - baseline: the score fails on a drop, cost on an increase), `failed`
+    when it also is beyond noise or the suite did not ask for the noise guard
+    (`require_significance`); its reason or note appended."""
+    kind, group, change, thr, p_adj = check.kind, check.group, check.change, check.threshold, check.p_adjusted
+    exceeded = (-change if kind == "score" else change) > thr + 1e-9
+    beyond_noise = p_adj is None or p_adj <= t.alpha
+    failed = exceeded and (beyond_noise or not t.require_significance)
+    unit = " points" if kind == "score" else "%"
+    if failed:
+        what = "case-score drop" if kind == "score" else "cost-per-case increase"
+        reasons.append(
+            f"{what} {group}: {change:+.1f}{unit} (beyond {thr:g}{unit})"
+            + (f" (p = {p_adj:.3g})" if p_adj is not None else "")
+        )
+    if exceeded and not beyond_noise:
+        notes.append(
+            f"{check.label}: the change {change:+.1f}{unit} fails the gate on its observed size (the seed's gate) "
+            f"though it is within run-to-run noise (adjusted p = {p_adj:.3g} > {t.alpha:g}): run `evalkit noise` on "
+            "two baseline runs; `gate.require_significance: true` fails only beyond noise"
+            if failed
+            else f"{check.label}: change {change:+.1f}{unit} breaches {thr:g} but is within run-to-run noise "
+            f"(adjusted p = {p_adj:.3g} > {t.alpha:g}); run `evalkit noise` on two baseline runs"
+        )
+    return replace(check, exceeded=exceeded, failed=failed)
 
 
 def accept_baseline(
@@ -879,12 +942,14 @@ class NoiseCheck:
 @dataclass(frozen=True)
 class NoiseReport:
     """`ok` when every gate threshold sits above run-to-run noise and the two runs do
-    not already differ by more than a threshold."""
+    not already differ by more than a threshold; never for a cache replay (`replay`),
+    which measures no noise."""
 
     ok: bool
     checks: tuple[NoiseCheck, ...]
     notes: tuple[str, ...]
     thresholds: GateThresholds
+    replay: bool = False  # the second run replays the first from the response cache: no noise measured
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -894,7 +959,9 @@ class NoiseReport:
     def render(self) -> str:
         lines = [
             (
-                "thresholds sit above the run-to-run noise"
+                "NO NOISE MEASURED: the second run is a cache replay of the first (see the note)"
+                if self.replay
+                else "thresholds sit above the run-to-run noise"
                 if self.ok
                 else "thresholds do NOT sit above the run-to-run noise"
             )
@@ -990,8 +1057,40 @@ def noise(
                 t.max_cost_increase_pct > n95,
             )
         )
-    ok = all(c.above_noise and abs(c.observed) <= c.threshold for c in checks)
-    return NoiseReport(ok=ok, checks=tuple(checks), notes=tuple(notes), thresholds=t)
+    replay = shared_requests(a, b)
+    if replay:
+        notes.insert(0, replay[1])
+    ok = all(c.above_noise and abs(c.observed) <= c.threshold for c in checks) and not (replay and replay[0])
+    return NoiseReport(ok=ok, checks=tuple(checks), notes=tuple(notes), thresholds=t, replay=bool(replay and replay[0]))
+
+
+def shared_requests(a: Run, b: Run) -> tuple[bool, str] | None:
+    """Whether two runs sent the very same requests (every sample's `request_hash` the
+    same, sample by sample), and what that means for `noise`: with the second run's
+    samples answered from the response cache it is a replay (True), which measures no
+    noise at all; with fresh answers (False) the runs share their seeds, so they measure
+    the endpoint's own variation, not the seed-to-seed noise. None when any request
+    differs or a run records no request hashes."""
+    cols = ["case_id", "arm", "index", "request_hash"]
+    sa, sb = a.samples, b.samples
+    if not len(sa) or not len(sb) or any(c not in s.columns for c in cols for s in (sa, sb)):
+        return None
+    ka = {(str(c), str(r), int(i)): h for c, r, i, h in zip(*(sa[c].tolist() for c in cols), strict=True)}
+    kb = {(str(c), str(r), int(i)): h for c, r, i, h in zip(*(sb[c].tolist() for c in cols), strict=True)}
+    if ka.keys() != kb.keys() or any(not h or ka[k] != h for k, h in kb.items()):
+        return None
+    cached = max(int(s["cached"].fillna(False).astype(bool).sum()) if "cached" in s.columns else 0 for s in (sa, sb))
+    if cached:
+        return True, (
+            f"the two runs share every request hash ({len(kb)} of {len(kb)}) and {cached} sample(s) were answered "
+            "from the response cache: a cache replay, not a second run, so it measures no run-to-run noise; "
+            "re-run with `evalkit run --no-cache` (or other seeds) and compare again"
+        )
+    return False, (
+        f"the two runs share every request hash ({len(kb)} of {len(kb)}): the same seeds and config, so the noise "
+        "shown is the endpoint's own at those seeds; for seed-to-seed noise re-run with other seeds (or "
+        "`--no-cache` where a cache answered)"
+    )
 
 
 def gate_run(
@@ -1002,10 +1101,11 @@ def gate_run(
     runner_exit: int | None = None,
 ) -> GateResult:
     """`evalkit gate`: `gate`, then the result recorded in the run's `verdicts.json`
-    (when RUN is a run folder), where the report and the index read it. The result
+    (when RUN is a run folder), where the report and the index read it (marked
+    `recorded_by` "gate": a report never replaces it). The result
     notes the model the gated arm ran and the one the baseline was accepted on (the
     upgrade gate: an arm on the new model against the baseline of the old one)."""
-    res = gate(run, baseline_path, arm=arm, runner_exit=runner_exit)
+    res = replace(gate(run, baseline_path, arm=arm, runner_exit=runner_exit), recorded_by=GATE_RECORDED_BY_GATE)
     path = Path(run.path) if isinstance(run, Run) else Path(run)
     models = upgrade_note(path, baseline_path, res.arm)
     if models:

@@ -3,10 +3,12 @@ control (`evalkit microtest UNIT --variants DIR`).
 
 Each variant file becomes an arm beside `control`; the suite's cases run REPS
 fresh-context repetitions each; `analyse` counts the flagged outputs (a regex, or a
-sample that fails its checks) and the distinct answer shapes of each arm, and concludes:
-a control that shows no failure means there is nothing to fix; otherwise the best
-variant (fewest flags, then fewest shapes) among those that flag less than the control
-passes, and when none does, the guidance does not help (no variant is called best).
+sample that fails its checks) and the distinct answer shapes of each arm, tests each
+variant against the control paired by case (an exact stratified test, Holm across the
+variants: `variant_tests`), and concludes: a control that shows no failure means there
+is nothing to fix; otherwise the best variant (fewest flags, then fewest shapes) among
+those that flag significantly less than the control at alpha 0.05 passes, and when none
+does, no variant beats the control (none is called best, and `evalkit microtest` exits 1).
 The micro_test notebook displays the conclusion and every flagged output.
 """
 
@@ -19,9 +21,11 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import regex
 
+from evalkit.conclusions.gates import holm
 from evalkit.foundations import fmt
 from evalkit.foundations._io import MAX_TEXT_BYTES, read_text_file, write_atomic
 from evalkit.foundations.errors import InputError
@@ -178,66 +182,158 @@ def cached_samples(run: Run | str | Path) -> tuple[int, int]:
     return int(s["cached"].fillna(False).astype(bool).sum()), len(s)
 
 
-def analyse(run: Run | str | Path, control: str = CONTROL, flag_pattern: str = "") -> MicrotestResult:
-    """The micro-test's result (`records.MicrotestResult`): per arm, the flagged share
-    with its 95% Wilson interval and the distinct answer shapes; the conclusion.
+ALPHA = 0.05  # a variant is "best" only when it flags significantly less than the control at this level
+TEST = "exact stratified test by case (one-sided), Holm across variants"
+Counts = dict[str, tuple[int, int]]  # case -> (flagged, samples) of one arm
 
-    References: Wilson 1927 (the interval, via `stats.proportion_interval`)."""
+
+def flag_counts(st: pd.DataFrame, arm: str) -> Counts:
+    """Per case, (flagged, samples) of one arm of `flagged_samples`."""
+    s = st[st["arm"] == arm]
+    g = s.groupby("case_id", sort=False)["flagged"]
+    return {str(c): (int(k), int(n)) for c, k, n in zip(g.sum().index, g.sum(), g.size(), strict=True)}
+
+
+def variant_p(control: Counts, variant: Counts) -> tuple[float, int, int, int]:
+    """The one-sided exact p that a variant flags less than the control, paired by case,
+    and the cases where it flagged fewer, more or as many outputs (a share of its
+    samples) as the control.
+
+    Within a case, the control's and the variant's repetitions are fresh-context samples
+    of one task: under "the guidance changes nothing" they are exchangeable, so given a
+    case's total flags the variant's count is hypergeometric. The statistic is the
+    variant's flags summed over the cases both arms ran; its exact null distribution is
+    the convolution of the cases' hypergeometric laws (scipy.stats.hypergeom), and p is
+    its lower tail. This is the exact conditional test of conditional independence in a
+    2x2xK table (a one-sided Fisher exact test for one case); neither scipy nor
+    statsmodels offers it for K tables (statsmodels' StratifiedTable test is the
+    asymptotic Cochran-Mantel-Haenszel), hence the convolution. Each case's repetitions
+    count, yet a case never stands in for another: its flags are compared only with its
+    own control.
+
+    References: Birch 1964, "The detection of partial association, I: the 2x2 case",
+    JRSS B 26(2); Agresti 2002, Categorical Data Analysis, 2nd ed., sec. 6.7.5 (exact
+    conditional test for 2x2xK tables)."""
+    from scipy.stats import hypergeom  # lazy: only a micro-test's analysis needs scipy
+
+    null = np.ones(1)
+    observed, fewer, more = 0, 0, 0
+    cases = [c for c in control if c in variant and control[c][1] and variant[c][1]]
+    for c in cases:
+        (kc, nc), (kv, nv) = control[c], variant[c]
+        null = np.convolve(null, hypergeom.pmf(np.arange(nv + 1), nc + nv, kc + kv, nv))
+        observed += kv
+        fewer += kv * nc < kc * nv
+        more += kv * nc > kc * nv
+    p = float(min(1.0, null[: observed + 1].sum()))
+    return p, fewer, more, len(cases) - fewer - more
+
+
+def variant_tests(control: Counts, variants: dict[str, Counts], alpha: float = ALPHA) -> dict[str, tuple[float, ...]]:
+    """Each variant's test against the control (`variant_p`) with its Holm-adjusted p
+    across the variants: {arm: (p, p_adjusted, cases fewer, more, same)}. A variant
+    flags significantly less than the control when p_adjusted <= alpha; Holm keeps the
+    chance that any of them is called so, when none helps, at most alpha.
+
+    References: Holm 1979, Scand. J. Statist. 6(2) (`gates.holm`)."""
+    raw = {a: variant_p(control, v) for a, v in variants.items()}
+    adjusted = holm([r[0] for r in raw.values()])
+    return {a: (r[0], adj, *r[1:]) for (a, r), adj in zip(raw.items(), adjusted, strict=True)}
+
+
+def _arm_summary(s: pd.DataFrame, test: tuple[float, ...] | None) -> MicrotestArm:
+    """One arm's counts, Wilson interval, shapes and (a variant) its test."""
+    n, k = len(s), int(s["flagged"].sum())
+    ci = stats.proportion_interval(k, n) if n else None
+    p, p_adj, fewer, more, same = test if test is not None else (None,) * 5
+    return MicrotestArm(
+        samples=n,
+        flagged=k,
+        rate=k / n if n else None,
+        ci_low=ci.low if ci else None,
+        ci_high=ci.high if ci else None,
+        shapes=int(s["shape"].nunique()),
+        p_value=p,
+        p_adjusted=p_adj,
+        cases_fewer=None if fewer is None else int(fewer),
+        cases_more=None if more is None else int(more),
+        cases_same=None if same is None else int(same),
+    )
+
+
+def analyse(
+    run: Run | str | Path, control: str = CONTROL, flag_pattern: str = "", alpha: float = ALPHA
+) -> MicrotestResult:
+    """The micro-test's result (`records.MicrotestResult`): per arm, the flagged share
+    with its 95% Wilson interval and the distinct answer shapes; per variant, its exact
+    test against the control paired by case (`variant_tests`); the conclusion. A variant
+    is "best" only when it flags significantly less than the control (Holm-adjusted
+    p <= alpha); the least flagged of those (then the fewest shapes) is named.
+
+    References: Wilson 1927 (the interval, via `stats.proportion_interval`); Birch 1964
+    and Holm 1979 (the test, `variant_tests`)."""
     run = as_run(run)
     arms = run.arm_names()
     if control not in arms:
         raise InputError(f"no control arm {control!r} in this run (arms: {', '.join(arms)})", json_path="control")
     st = flagged_samples(run, flag_pattern)
-    out: dict[str, MicrotestArm] = {}
-    for arm in [control] + [a for a in arms if a != control]:
-        s = st[st["arm"] == arm]
-        n, k = len(s), int(s["flagged"].sum())
-        ci = stats.proportion_interval(k, n) if n else None
-        out[arm] = MicrotestArm(
-            samples=n,
-            flagged=k,
-            rate=k / n if n else None,
-            ci_low=ci.low if ci else None,
-            ci_high=ci.high if ci else None,
-            shapes=int(s["shape"].nunique()),
-        )
-    ctrl = out[control]
-    variants = {a: v for a, v in out.items() if a != control}
+    others = [a for a in arms if a != control]
+    tests = variant_tests(flag_counts(st, control), {a: flag_counts(st, a) for a in others}, alpha)
+    out = {a: _arm_summary(st[st["arm"] == a], tests.get(a)) for a in [control, *others]}
     sc = st[st["arm"] == control]
-    n_cases = int(sc["case_id"].nunique())
     per_case = sc.groupby("case_id").size()
     reps = int(per_case.max()) if len(per_case) else 0
-    unit = f"samples: {fmt.count(n_cases, 'case')} x {fmt.count(reps, 'repetition')} per case"
-    best = None
+    unit = f"samples: {fmt.count(int(sc['case_id'].nunique()), 'case')} x {fmt.count(reps, 'repetition')} per case"
+    kind, conclusion, best = _conclude(out, control, unit, alpha)
+    return MicrotestResult(control, flag_pattern, out, kind, conclusion, out[control].flagged == 0, best, TEST, alpha)
+
+
+def _p_words(v: MicrotestArm) -> str:
+    return f"one-sided p = {fmt.pvalue(v.p_value)}, Holm-adjusted {fmt.pvalue(v.p_adjusted)}"
+
+
+def _conclude(out: dict[str, MicrotestArm], control: str, unit: str, alpha: float) -> tuple[str, str, str | None]:
+    """(kind, conclusion, best variant) from the arms' summaries and tests."""
+    ctrl = out[control]
+    variants = {a: v for a, v in out.items() if a != control}
     if ctrl.flagged == 0:
-        conclusion = (
-            f"Nothing to fix: the control shows no failure in {ctrl.samples} {unit}. Do not author this guidance."
+        return (
+            "no-improvement",
+            f"Nothing to fix: the control shows no failure in {ctrl.samples} {unit}. Do not author this guidance.",
+            None,
         )
-        kind = "no-improvement"
-    elif not variants:
-        conclusion = f"The control is flagged in {ctrl.flagged} of {ctrl.samples} {unit}; no variant ran."
-        kind = "inconclusive"
-    else:
-        # the best is chosen only among the variants that flag less than the control: a
-        # variant that does not beat the control is never "best"
-        beating = {a: v for a, v in variants.items() if (v.rate or 0.0) < (ctrl.rate or 0.0)}
-        head = f"The control is flagged in {ctrl.flagged} of {ctrl.samples} {unit}."
-        if beating:
-            best = min(beating, key=lambda a: (beating[a].rate or 0.0, beating[a].shapes))
-            b = beating[best]
-            conclusion = (
-                f"{head} Best variant: {best}, flagged in {b.flagged} of {b.samples}, "
-                f"{fmt.count(b.shapes, 'answer shape')}."
-            )
-            if b.shapes > max(1, b.samples // 2):
-                conclusion += " Its answers still scatter: tighten the form of the wording before adding words."
-            kind = "pass"
-        else:
-            least = min(variants, key=lambda a: (variants[a].rate or 0.0, variants[a].shapes))
-            v = variants[least]
-            conclusion = (
-                f"{head} No variant beats the control (the least flagged, {least}, in {v.flagged} of "
-                f"{v.samples}): this guidance does not help as worded. Do not ship it."
-            )
-            kind = "no-improvement"
-    return MicrotestResult(control, flag_pattern, out, kind, conclusion, ctrl.flagged == 0, best)
+    head = f"The control is flagged in {ctrl.flagged} of {ctrl.samples} {unit}."
+    if not variants:
+        return (
+            "inconclusive",
+            f"The control is flagged in {ctrl.flagged} of {ctrl.samples} {unit}; no variant ran.",
+            None,
+        )
+    # a variant is best only when it flags significantly less than the control: fewer flags by chance are not a win
+    beating = {a: v for a, v in variants.items() if v.p_adjusted is not None and v.p_adjusted <= alpha}
+    if beating:
+        best = min(beating, key=lambda a: (beating[a].rate or 0.0, beating[a].shapes))
+        b = beating[best]
+        conclusion = (
+            f"{head} Best variant: {best}, flagged in {b.flagged} of {b.samples}, "
+            f"{fmt.count(b.shapes, 'answer shape')}; significantly less than the control ({_p_words(b)} "
+            f"<= {alpha:g}; {TEST})."
+        )
+        if b.shapes > max(1, b.samples // 2):
+            conclusion += " Its answers still scatter: tighten the form of the wording before adding words."
+        return "pass", conclusion, best
+    least = min(variants, key=lambda a: (variants[a].rate or 0.0, variants[a].p_value or 1.0, variants[a].shapes))
+    v = variants[least]
+    fewer = (v.rate or 0.0) < (ctrl.rate or 0.0)
+    return (
+        "no-improvement",
+        f"{head} No variant beats the control (the least flagged, {least}, in {v.flagged} of {v.samples}: "
+        f"{_p_words(v)} > {alpha:g}; {TEST}): "
+        + (
+            "its fewer flags are within chance; this guidance does not help as worded, or the micro-test is too "
+            "small to tell (more cases or repetitions). Do not ship it on this evidence."
+            if fewer
+            else "this guidance does not help as worded. Do not ship it."
+        ),
+        None,
+    )

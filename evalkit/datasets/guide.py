@@ -157,8 +157,13 @@ def metric_rationale(scope: Scope, suite: Suite) -> list[str]:
     out.append(
         f"- **Gate** against the accepted baseline: fails on a drop of the gated case score above "
         f"{g.max_success_drop_points:g} points (overall, or on a tag with at least {g.min_tag_cases} cases) or a cost "
-        f"per case up more than {g.max_cost_increase_pct:g}%, when beyond run-to-run noise at alpha {g.alpha:g}; "
-        f"an underpowered gate is a {g.on_underpowered}.{when}: each run is held against the last accepted one."
+        f"per case up more than {g.max_cost_increase_pct:g}%, "
+        + (
+            f"when beyond run-to-run noise at alpha {g.alpha:g}; "
+            if g.require_significance
+            else "as observed (the seed's gate; gate.require_significance asks for the noise guard); "
+        )
+        + f"an underpowered gate is a {g.on_underpowered}.{when}: each run is held against the last accepted one."
     )
     risks = scope.items("risks")
     if risks:

@@ -188,9 +188,7 @@ def plan_check(pc: Any) -> tuple[str, str]:
         )
     where = f" ({pc.plan})" if getattr(pc, "plan", "") else ""
     if pc.ok:
-        return "pass", (
-            f"Followed its pre-registered plan{where}: {pc.observed_trials} of {pc.planned_trials} planned units."
-        )
+        return "pass", f"Followed its pre-registered plan{where}: {pc.units()}."
     return "regression", f"Did NOT follow its pre-registered plan{where}: " + "; ".join(pc.flags) + "."
 
 

@@ -19,7 +19,11 @@ from evalkit.foundations.records_grades import JudgeTrust
 @dataclass(frozen=True)
 class MicrotestArm:
     """One arm of a micro-test: samples, how many were flagged, the flag rate with its
-    95% Wilson interval, and how many distinct answer shapes the repetitions gave."""
+    95% Wilson interval, and how many distinct answer shapes the repetitions gave. A
+    variant also carries its test against the control (`microtest.variant_p`): the
+    one-sided exact p that it flags less, its Holm-adjusted p across the variants, and
+    the cases where it flagged fewer, more or as many outputs as the control (None on
+    the control, and on a result written before the test existed)."""
 
     samples: int
     flagged: int
@@ -27,6 +31,11 @@ class MicrotestArm:
     ci_low: float | None
     ci_high: float | None
     shapes: int
+    p_value: float | None = None
+    p_adjusted: float | None = None
+    cases_fewer: int | None = None
+    cases_more: int | None = None
+    cases_same: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: v for f, v in _items(self)}
@@ -35,8 +44,9 @@ class MicrotestArm:
 @dataclass(frozen=True)
 class MicrotestResult:
     """A micro-test's conclusion (`microtest.analyse`): the control's failures, the best
-    variant, and the verdict kind (`pass`: the best variant flags less than the control;
-    `no-improvement`: it does not, or the control shows nothing to fix)."""
+    variant, and the verdict kind (`pass`: a variant flags significantly less than the
+    control, by `test` at `alpha` after Holm across the variants, and the best of those
+    is named; `no-improvement`: none does, or the control shows nothing to fix)."""
 
     SCHEMA = "evalkit.conclusions.microtest/1"
 
@@ -47,6 +57,8 @@ class MicrotestResult:
     conclusion: str
     nothing_to_fix: bool
     best: str | None = None
+    test: str = ""  # the test of each variant against the control ("" on a result written before it)
+    alpha: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -58,6 +70,8 @@ class MicrotestResult:
             "conclusion": self.conclusion,
             "nothing_to_fix": self.nothing_to_fix,
             "best": self.best,
+            "test": self.test,
+            "alpha": self.alpha,
         }
 
     @classmethod
@@ -71,6 +85,8 @@ class MicrotestResult:
             str(d["conclusion"]),
             bool(d.get("nothing_to_fix")),
             d.get("best"),
+            str(d.get("test") or ""),
+            _num_or_none(d.get("alpha")),
         )
 
 

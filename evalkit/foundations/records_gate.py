@@ -9,6 +9,7 @@ import functools
 import types
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
+from pathlib import PurePath
 from typing import Any, Literal
 
 from evalkit.foundations import fmt
@@ -166,7 +167,11 @@ class Verdict:
             pc = self.plan_check
             lines.append(
                 "plan: "
-                + ("followed" if pc.ok else "NOT followed: " + "; ".join(pc.flags) + " (not the pre-registered test)")
+                + (
+                    f"followed ({pc.units()})"
+                    if pc.ok
+                    else "NOT followed: " + "; ".join(pc.flags) + " (not the pre-registered test)"
+                )
             )
         elif self.baseline_arm:
             lines.append(
@@ -384,6 +389,9 @@ GATE_CAUSE_JUDGE = "judge not trusted"  # judged results held (evalkit.conclusio
 GATE_CAUSE_UNDERPOWERED = "underpowered"  # the gated set cannot detect a drop of the threshold
 UNDERPOWERED_PREFIX = "UNDERPOWERED"
 GATE_POWER = 0.8  # the power at which the gate's detectable drop is computed
+# who recorded a run's gate in verdicts.json: `evalkit gate` (never replaced by a report) or `evalkit report`
+GATE_RECORDED_BY_GATE = "gate"
+GATE_RECORDED_BY_REPORT = "report"
 # Reasons that mean the gate failed without reading a rate (the run did not finish cleanly).
 NOT_CLEAN_PREFIXES = ("the runner exited", "no summary", "summary.json is not valid", "INCOMPLETE")
 SCORE_DROP_PREFIXES = ("case-score drop", "success-rate drop")  # the second: gates of evalkit 0.1
@@ -532,6 +540,21 @@ class GateResult:
     baseline: str = ""
     arm: str | None = None
     power: GatePower | None = None  # what the gate can see (None: it read no rate)
+    baseline_run: str = ""  # the run the baseline was accepted from (its stamp), "" when not known
+    baseline_arm: str | None = None  # the arm it was accepted from
+    recorded_by: str = ""  # GATE_RECORDED_BY_GATE or _REPORT once written to verdicts.json
+
+    def against(self) -> str:
+        """Which arm was gated against which baseline run and arm, in words (every page
+        that shows the gate says it)."""
+        run = PurePath(self.run).name if self.run else "this run"
+        base = f"run {self.baseline_run}" if self.baseline_run else "the baseline"
+        by = {GATE_RECORDED_BY_GATE: "; by `evalkit gate`", GATE_RECORDED_BY_REPORT: "; by `evalkit report`"}
+        return (
+            f"arm {self.arm or '(the only one)'} of {run} against {base}, arm {self.baseline_arm or '(not recorded)'}"
+            + (f" ({self.baseline})" if self.baseline else "")
+            + by.get(self.recorded_by, "")
+        )
 
     @property
     def status(self) -> str:
@@ -570,6 +593,7 @@ class GateResult:
                 "min_tag_cases": t.min_tag_cases,
                 "alpha": t.alpha,
                 "on_underpowered": t.on_underpowered,
+                "require_significance": t.require_significance,
             },
             "alpha": self.alpha,
             "run": self.run,
@@ -577,6 +601,9 @@ class GateResult:
             "arm": self.arm,
             "status": self.status,
             "power": self.power.to_json() if self.power is not None else None,
+            "baseline_run": self.baseline_run,
+            "baseline_arm": self.baseline_arm,
+            "recorded_by": self.recorded_by,
         }
 
     @classmethod
@@ -600,19 +627,25 @@ class GateResult:
                         "on_underpowered",
                     )
                     if k in t
-                }
+                },
+                # a gate recorded before issue 41 had the noise guard unless its alpha was 1
+                require_significance=bool(t.get("require_significance", float(t.get("alpha", 0.05)) < 1)),
             ),
             alpha=float(d.get("alpha", 0.05)),
             run=str(d.get("run") or ""),
             baseline=str(d.get("baseline") or ""),
             arm=d.get("arm"),
             power=GatePower.from_json(d["power"]) if isinstance(d.get("power"), dict) else None,
+            baseline_run=str(d.get("baseline_run") or ""),
+            baseline_arm=d.get("baseline_arm"),
+            recorded_by=str(d.get("recorded_by") or ""),
         )
 
     def render(self) -> str:
         lines = [
             f"Gate: {self.status if self.status != 'FAIL' else 'FAIL: ' + ' / '.join(self.causes)}"
-            + ("" if self.passed else f" ({'; '.join(self.reasons)})")
+            + ("" if self.passed else f" ({'; '.join(self.reasons)})"),
+            f"gated: {self.against()}",
         ]
         if not self.read_rates:
             lines.append("rates not read: a run that did not finish cleanly is not comparable")
@@ -621,8 +654,13 @@ class GateResult:
         lines.append(
             f"thresholds: gated case score drop > {t.max_success_drop_points:g} points (overall, tags with >= "
             f"{t.min_tag_cases} cases), cost per case increase > {t.max_cost_increase_pct:g}%; "
-            f"a breach fails when beyond run-to-run noise (Holm-adjusted p <= {self.alpha:g}); "
-            "change = current - baseline"
+            + (
+                f"a breach fails when beyond run-to-run noise (Holm-adjusted p <= {self.alpha:g}; "
+                "gate.require_significance); "
+                if t.require_significance
+                else "a breach fails on the observed change (p(noise) is shown, not required); "
+            )
+            + "change = current - baseline"
         )
         lines.append(
             f"{'check':<28} {'cases':>5} {'baseline':>10} {'current':>10} {'change':>9} {'p(noise)':>9}  result"
@@ -632,7 +670,10 @@ class GateResult:
             shown = f"{c.baseline:.3f}" if c.kind != "cost" else f"${c.baseline:.4g}"
             now = f"{c.current:.3f}" if c.kind != "cost" else f"${c.current:.4g}"
             p = "-" if c.p_adjusted is None else f"{c.p_adjusted:.3g}"
-            res = "FAIL" if c.failed else ("within noise" if c.exceeded else "ok")
+            within = c.p_adjusted is not None and c.p_adjusted > self.alpha
+            res = (
+                ("FAIL (within noise)" if within else "FAIL") if c.failed else ("within noise" if c.exceeded else "ok")
+            )
             lines.append(f"{c.label:<28} {c.n_cases:>5} {shown:>10} {now:>10} {c.change:>+7.1f}{unit:<3}{p:>8}  {res}")
         if self.power is not None:
             lines.append(f"power: {self.power.describe()}")

@@ -167,6 +167,13 @@ class PlanCheck:
     def to_json(self) -> dict[str, Any]:
         return {**{f.name: getattr(self, f.name) for f in fields(self)}, "flags": list(self.flags)}
 
+    def units(self) -> str:
+        """The units run against the planned ones, in words: "48 of 48 planned units", or
+        for a run past its plan "51 units, 48 planned (more than planned only adds power)"."""
+        if self.observed_trials > self.planned_trials:
+            return f"{self.observed_trials} units, {self.planned_trials} planned (more than planned only adds power)"
+        return f"{self.observed_trials} of {self.planned_trials} planned units"
+
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> PlanCheck:
         return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d} | {"flags": tuple(d.get("flags") or ())})

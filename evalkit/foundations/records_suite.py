@@ -153,20 +153,32 @@ class Unit:
 
 @dataclass(frozen=True)
 class GateThresholds:
-    """Gate against a baseline (`config.json` -> `gate`): fail on a drop of the gated case
-    score above `max_success_drop_points` (percentage points) overall or on any tag with
-    >= `min_tag_cases` cases, or a cost-per-case increase above `max_cost_increase_pct`
-    percent, when the change is also beyond run-to-run noise (Holm-adjusted one-sided
-    p <= `alpha`). A gate whose gated set is too small to detect a drop of
-    `max_success_drop_points` at `alpha` (`GatePower`) is UNDERPOWERED: a failure, or
-    with `on_underpowered` "warn" a warning. The default of 3 points is the seed's
-    (`001_524732e6341b4025.txt`, step 6)."""
+    """Gate against a baseline (`config.json` -> `gate`), by default the seed's
+    (`001_524732e6341b4025.txt`, step 6): fail on an observed drop of the gated case score
+    above `max_success_drop_points` (percentage points, default 3) overall or on any tag
+    with >= `min_tag_cases` cases (5), or a cost-per-case increase above
+    `max_cost_increase_pct` percent (20). What the gate can see is said with every
+    verdict, and fails it only where the suite asks: `require_significance` (the noise
+    guard) fails a breach only when it is also beyond run-to-run noise (Holm-adjusted
+    one-sided p <= `alpha`); `on_underpowered` "fail" fails a gate whose gated set is too
+    small to detect a drop of `max_success_drop_points` at `alpha` (`GatePower`:
+    UNDERPOWERED), "warn" (the default) says so."""
 
     max_success_drop_points: float = 3.0
     max_cost_increase_pct: float = 20.0
     min_tag_cases: int = 5
-    alpha: float = 0.05  # a breach fails only when beyond run-to-run noise at this level (1: no noise guard)
-    on_underpowered: Literal["fail", "warn"] = "fail"
+    alpha: float = 0.05  # the noise guard's level and the power computation's
+    on_underpowered: Literal["fail", "warn"] = "warn"
+    require_significance: bool = False  # the noise guard: a breach fails only when beyond noise at alpha
+
+
+def noise_guard_asked(gate: Any) -> bool:
+    """The default of a `gate` block's `require_significance`: a block that sets `alpha`
+    asked, before issue 41, for the noise guard at that level (1 turned it off), and keeps
+    that meaning: on when alpha is below 1. A block without either gets the seed's gate
+    (no noise guard)."""
+    a = gate.get("alpha") if isinstance(gate, dict) else None
+    return isinstance(a, (int, float)) and not isinstance(a, bool) and a < 1
 
 
 @dataclass(frozen=True)

@@ -214,7 +214,8 @@ def _gate_power_warning(src: SuiteSource, cases: list[Case], config: Config | No
     """A warning when the gated set is too small for the gate to detect a drop of its
     threshold (`detectable.detectable_drop`, planned at the baseline's score when
     `baseline.json` exists, else at 50%, the rate that needs the most cases): the gate
-    would say UNDERPOWERED (or warn, with `gate.on_underpowered` "warn")."""
+    warns and decides on the observed drop (`gate.on_underpowered` "warn", the default),
+    or says UNDERPOWERED and exits 1 (`"fail"`)."""
     if config is None:
         return
     t = config.gate
@@ -232,7 +233,11 @@ def _gate_power_warning(src: SuiteSource, cases: list[Case], config: Config | No
     drop = 100 * detectable_drop(n, p, t.alpha)
     if drop > t.max_success_drop_points + 1e-9:
         need = cases_for_drop(t.max_success_drop_points / 100, p, t.alpha)
-        what = "warns" if t.on_underpowered == "warn" else "says UNDERPOWERED and exits 1"
+        what = (
+            'warns and decides on the observed drop (gate.on_underpowered "fail" makes it exit 1)'
+            if t.on_underpowered == "warn"
+            else "says UNDERPOWERED and exits 1"
+        )
         # past 100 points no drop of a rate is detectable at all: say so, not "124.3 points"
         seen = f"a drop of {drop:.1f} points or more" if drop <= 100 else "no drop (not even 100 points)"
         fx.warn(

@@ -21,6 +21,7 @@ from evalkit.foundations.records import (
     Price,
     Unit,
 )
+from evalkit.foundations.records_suite import noise_guard_asked
 from evalkit.suites.suite_arms import _SuiteSide, _validate_arms
 from evalkit.suites.suite_settings import (
     SAMPLING_BOUNDS,
@@ -271,9 +272,11 @@ def _config_gate(r: _Reader, cfg: dict[str, Any]) -> GateThresholds:
         float(r.number(g, "max_success_drop_points", "$.gate", minimum=0, maximum=100, default=3.0)),
         float(r.number(g, "max_cost_increase_pct", "$.gate", minimum=0, default=20.0)),
         int(r.number(g, "min_tag_cases", "$.gate", integer=True, positive=True, maximum=MAX_CASES, default=5)),
-        # the noise guard's level: a breach fails only when beyond run-to-run noise (1: off)
+        # the noise guard's level (and the power computation's)
         float(r.number(g, "alpha", "$.gate", positive=True, maximum=1, default=0.05)),
         _on_underpowered(r, g),
+        # the noise guard: asked for, or implied by an `alpha` below 1 (its meaning before issue 41)
+        r.boolean(g, "require_significance", "$.gate", default=noise_guard_asked(g)),
     )
 
 

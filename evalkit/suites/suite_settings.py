@@ -102,12 +102,13 @@ def _positive_number(obj: Any, key: str, *, zero_ok: bool = False) -> float | No
 
 
 def _on_underpowered(r: _Reader, g: dict[str, Any]) -> Literal["fail", "warn"]:
-    """`gate.on_underpowered`: "fail" (the default: an UNDERPOWERED gate exits 1) or
-    "warn" (a suite that accepts a gate too small to see its threshold)."""
-    v = g.get("on_underpowered", "fail")
+    """`gate.on_underpowered`: "warn" (the default: an UNDERPOWERED gate says so and is
+    decided on its thresholds) or "fail" (a suite that wants a gate too small to see its
+    threshold to exit 1)."""
+    v = g.get("on_underpowered", "warn")
     if v not in ("fail", "warn"):
         r.err("$.gate.on_underpowered", f'on_underpowered must be "fail" or "warn", got {v!r}')
-        return "fail"
+        return "warn"
     return cast(Literal["fail", "warn"], v)
 
 

@@ -110,7 +110,14 @@ CONFIG_KEYS = {
 REQUIRED_CONFIG_KEYS = ("generator", "cost_cap_usd", "max_tokens_in", "max_tokens_out", "price", "judge_price")
 ENDPOINT_KEYS = {"model", "base_url", "api_key_env", "cache_identity"}
 PRICE_KEYS = {"in_per_mtok", "out_per_mtok"}
-GATE_KEYS = {"max_success_drop_points", "max_cost_increase_pct", "min_tag_cases", "alpha", "on_underpowered"}
+GATE_KEYS = {
+    "max_success_drop_points",
+    "max_cost_increase_pct",
+    "min_tag_cases",
+    "alpha",
+    "on_underpowered",
+    "require_significance",
+}
 CI_KEYS = {"cost_cap_usd"}
 # An arm's own settings over the suite's (`Config.for_arm`): a model upgrade, another
 # endpoint, other sampling parameters, another prompt, another agent program.

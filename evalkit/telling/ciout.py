@@ -266,7 +266,7 @@ def _plan_section(check: Any, none: str = "no pre-registered plan") -> str:
     if check is None:
         return f"**Plan check:** {none}"
     if check.ok:
-        return f"**Plan check:** followed ({check.observed_trials} of {check.planned_trials} planned units)"
+        return f"**Plan check:** followed ({check.units()})"
     return "**Plan check:** NOT followed: " + md_escape("; ".join(check.flags), 400)
 
 
@@ -330,7 +330,7 @@ def gate_report(res: GateResult, run: Any = None, metrics: RunMetrics | None = N
             else:
                 cases.append(TestCase(name, cls, "passed", "", detail + (" (within noise)" if c.exceeded else "")))
     headline = res.status if res.status != "FAIL" else "FAIL: " + " / ".join(res.causes)
-    sections = []
+    sections = ["**Gated:** " + md_escape(res.against(), 400)]
     if res.reasons and not res.passed:
         sections.append("**Why:** " + md_escape("; ".join(res.reasons), 600))
     sections += judge_sections(res.run)
@@ -354,8 +354,13 @@ def gate_report(res: GateResult, run: Any = None, metrics: RunMetrics | None = N
         sections.append(
             _table(["check", "cases", "baseline", "current", "change", "p(noise)", "result"], rows)
             + f"\n\nThresholds: gated case score drop > {t.max_success_drop_points:g} points, cost per case "
-            f"increase > {t.max_cost_increase_pct:g}%; a breach fails when beyond run-to-run noise "
-            f"(Holm-adjusted p <= {res.alpha:g})."
+            f"increase > {t.max_cost_increase_pct:g}%; "
+            + (
+                f"a breach fails when beyond run-to-run noise (Holm-adjusted p <= {res.alpha:g}; "
+                "`gate.require_significance`)."
+                if t.require_significance
+                else "a breach fails on the observed change (the seed's gate; p(noise) is shown, not required)."
+            )
         )
     elif not res.read_rates:
         sections.append(

@@ -189,10 +189,11 @@ def gate_verdict(gate: GateResult | Mapping[str, Any], *, complete: bool | None 
             "reasons": list(gate.reasons),
             "causes": gate.causes,
             "read_rates": gate.read_rates,
+            "against": gate.against(),
         }
-    arm = gate.get("arm")
+    against = gate.get("against") or f"{gate.get('arm')} vs baseline"
     if gate.get("passed"):
-        return {"kind": "pass", "label": "gate passed", "text": f"{arm} vs baseline"}
+        return {"kind": "pass", "label": "gate passed", "text": against}
     causes = list(gate.get("causes") or gate_failure_causes(gate.get("reasons") or (), gate.get("read_rates")))
     if complete is False and not gate.get("reasons") and not gate.get("causes"):
         causes = [GATE_CAUSE_INCOMPLETE]  # an older manifest without reasons, for a run known INCOMPLETE
@@ -204,7 +205,7 @@ def gate_verdict(gate: GateResult | Mapping[str, Any], *, complete: bool | None 
         "kind": "regression" if regression else "inconclusive",
         "label": "gate failed: " + (" / ".join(causes) or "reason not recorded"),
         "causes": causes,
-        "text": f"{arm} vs baseline" + (f": {why}" if why else ""),
+        "text": against + (f": {why}" if why else ""),
     }
 
 

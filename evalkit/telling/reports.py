@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -53,8 +53,10 @@ from evalkit.foundations.layout import (
     RESULTS,
     RUN_CONFIG,
     TRAJECTORIES,
+    VERDICTS,
 )
 from evalkit.foundations.records import RunVerdicts
+from evalkit.foundations.records_gate import GATE_RECORDED_BY_GATE, GATE_RECORDED_BY_REPORT
 from evalkit.numbers.plans import find_plan, load_plan
 from evalkit.pii import privacy
 from evalkit.runfolder.runload import (
@@ -65,6 +67,7 @@ from evalkit.runfolder.runload import (
     judge_trust_notice,
     load_run,
     report_state,
+    run_verdicts,
 )
 from evalkit.runfolder.runs import RunFolder, config_arm_names, config_arm_settings, find_suite_dir
 from evalkit.suites.suite_arms import two_arms
@@ -130,16 +133,21 @@ class ReportResult:
 class Inputs:
     """The files a report reads besides the run folder, found once (`report_inputs`) and
     passed to the notebooks as parameters: the pre-registered plan, the accepted
-    baseline, the human labels; None where there is none."""
+    baseline, the human labels; None where there is none. `arm`: the arm to gate
+    (`report --arm`; default the one a recorded gate names, else the baseline's)."""
 
     plan: Path | None = None
     baseline: Path | None = None
     human_labels: Path | None = None
+    arm: str | None = None
 
 
-def report_inputs(run_dir: str | Path, *, plan: str | Path | None = None, baseline: str | Path | None = None) -> Inputs:
+def report_inputs(
+    run_dir: str | Path, *, plan: str | Path | None = None, baseline: str | Path | None = None, arm: str | None = None
+) -> Inputs:
     """The report's inputs: `plan` and `baseline` as given, else the run's suite's
-    `plan.json` and `baseline.json` when there are; its human labels when there are."""
+    `plan.json` and `baseline.json` when there are; its human labels when there are;
+    the arm to gate as given."""
     run = Path(run_dir)
     meta = RunFolder(run).read_meta()
     suite = find_suite_dir(run, meta.get("suite"))
@@ -150,6 +158,7 @@ def report_inputs(run_dir: str | Path, *, plan: str | Path | None = None, baseli
         plan=Path(plan) if plan is not None else find_plan(suite),
         baseline=Path(baseline) if baseline is not None else None,
         human_labels=labels,
+        arm=arm,
     )
 
 
@@ -177,9 +186,7 @@ def conclude(run_dir: Run | str | Path, inputs: Inputs) -> RunVerdicts:
         # every pair, Holm-corrected across the pairs, each recorded in verdicts.json
         compare_many(run, arms, plan=inputs.plan)
     if graded and inputs.baseline is not None:
-        b = load_baseline(inputs.baseline)
-        if b.arm in arms or (b.arm is None and len(arms) == 1):
-            parts["gate"] = gate(run, inputs.baseline, arm=b.arm if b.arm in arms else None)
+        parts.update(_gate_part(run, inputs, arms))
     if graded and len(arms) == 1:
         parts["conformance"] = conformance_verdict(run, arm=arms[0])
     if graded and inputs.human_labels is not None:
@@ -193,6 +200,33 @@ def conclude(run_dir: Run | str | Path, inputs: Inputs) -> RunVerdicts:
         m = read_json_object(marker, MICROTEST_MARKER)
         parts["microtest"] = analyse(run, str(m.get("control") or "control"), str(m.get("flag_pattern") or ""))
     return record_verdicts(path, comparison=comparison, **parts)
+
+
+def _gate_part(run: Run, inputs: Inputs, arms: list[str]) -> dict[str, Any]:
+    """The gate `conclude` records: none when `evalkit gate` recorded one (the report never
+    replaces the gate the user ran; `InputError` when `--arm` names another arm), else the
+    gate of `inputs.arm`, or of the arm a gate recorded by an earlier report names, or of
+    the baseline's arm when the run has it."""
+    assert inputs.baseline is not None
+    recorded = run_verdicts(run.path).gate
+    if recorded is not None and recorded.recorded_by == GATE_RECORDED_BY_GATE:
+        if inputs.arm is not None and inputs.arm != recorded.arm:
+            raise InputError(
+                f"--arm {inputs.arm}: verdicts.json holds the gate `evalkit gate` recorded for arm {recorded.arm}, "
+                f"which a report never replaces; run `evalkit gate RUN --arm {inputs.arm}` to gate that arm",
+                Path(run.path) / VERDICTS,
+                json_path="$.gate.arm",
+            )
+        return {}
+    b = load_baseline(inputs.baseline)
+    arm = inputs.arm or (recorded.arm if recorded is not None and recorded.arm in arms else None)
+    if arm is None and b.arm in arms:
+        arm = b.arm
+    if arm is None and not (b.arm is None and len(arms) == 1):
+        return {}
+    if arm is not None and arm not in arms:
+        raise InputError(f"--arm {arm} is not an arm of the run ({', '.join(arms)})", json_path="arm")
+    return {"gate": replace(gate(run, inputs.baseline, arm=arm), recorded_by=GATE_RECORDED_BY_REPORT)}
 
 
 def plan_notebooks(
@@ -537,6 +571,7 @@ class ReportOptions:
     pandalm_dir: str | Path | None = None
     plan: str | Path | None = None
     baseline: str | Path | None = None
+    arm: str | None = None
 
 
 def report_run(
@@ -553,6 +588,7 @@ def report_run(
     pandalm_dir: str | Path | None = None,
     plan: str | Path | None = None,
     baseline: str | Path | None = None,
+    arm: str | None = None,
 ) -> ReportResult:
     """Execute and render every notebook that applies to `run_dir` (or those named in
     `notebooks`) into `reports_dir/<run>/`, write the run's manifest and rebuild
@@ -580,6 +616,7 @@ def report_run(
         pandalm_dir=pandalm_dir,
         plan=plan,
         baseline=baseline,
+        arm=arm,
     )
     run = Path(run_dir)
     if not (run / RUN_CONFIG).exists():
@@ -610,7 +647,7 @@ def _render_run(
     """`report_run` once the folder the notebooks read (`source`: the run, or its
     redacted copy) is known."""
     notebooks, parallel, workers, pandalm_dir = opts.notebooks, opts.parallel, opts.workers, opts.pandalm_dir
-    inputs = report_inputs(run, plan=opts.plan, baseline=opts.baseline)
+    inputs = report_inputs(run, plan=opts.plan, baseline=opts.baseline, arm=opts.arm)
     if notebooks:
         unknown = [n for n in notebooks if n not in NOTEBOOKS]
         if unknown:
