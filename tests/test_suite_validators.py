@@ -5,9 +5,6 @@ suites these pieces make up are tested in test_suite, test_arms and test_importe
 
 from __future__ import annotations
 
-import ast
-import importlib
-import inspect
 from pathlib import Path
 
 import pytest
@@ -440,26 +437,3 @@ def test_an_agent_evals_set_is_capability_when_absent_and_a_native_name_otherwis
     assert _import_set(r, "$.c", " ") is None
     assert errors(fx) == [("$.c.set", 'set must be a nonempty string, got " "')]
     assert [jp for jp, _ in warnings(fx)] == ["$.c.set", "$.c.set"]
-
-
-# --- their size ----------------------------------------------------------------------------
-SUITE_FORMAT_MODULES = (
-    "evalkit.suites.suite", "evalkit.suites.suite_arms", "evalkit.suites.suite_cases",
-    "evalkit.suites.suite_config", "evalkit.suites.suite_scaffold", "evalkit.suites.suite_settings",
-    "evalkit.suites.suite_source", "evalkit.suites.formats", "evalkit.suites.formats.agent_evals",
-    "evalkit.suites.formats.base", "evalkit.datasets.to_suite", "evalkit.suites.formats.vally",
-    "evalkit.suites.formats.waza",
-)
-
-
-def test_no_function_of_the_suite_format_is_over_100_lines():
-    long = []
-    for name in SUITE_FORMAT_MODULES:
-        path = inspect.getsourcefile(importlib.import_module(name))
-        assert path is not None
-        for node in ast.walk(ast.parse(Path(path).read_text())):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                assert node.end_lineno is not None
-                if node.end_lineno - node.lineno + 1 > 100:
-                    long.append(f"{name}:{node.name}")
-    assert long == []
