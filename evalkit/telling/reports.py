@@ -68,6 +68,7 @@ from evalkit.suites.runload import (
 )
 from evalkit.suites.runs import RunFolder, config_arm_names, config_arm_settings, find_suite_dir
 from evalkit.suites.suite_arms import two_arms
+from evalkit.telling import explorer
 from evalkit.telling.nb import REDACT_ENV
 from evalkit.telling.report_index import CSP, NOTEBOOKS, TITLES, build_index, write_manifest
 
@@ -537,6 +538,7 @@ class ReportOptions:
     pandalm_dir: str | Path | None = None
     plan: str | Path | None = None
     baseline: str | Path | None = None
+    against: str | Path | None = None
 
 
 def report_run(
@@ -553,6 +555,7 @@ def report_run(
     pandalm_dir: str | Path | None = None,
     plan: str | Path | None = None,
     baseline: str | Path | None = None,
+    against: str | Path | None = None,
 ) -> ReportResult:
     """Execute and render every notebook that applies to `run_dir` (or those named in
     `notebooks`) into `reports_dir/<run>/`, write the run's manifest and rebuild
@@ -567,7 +570,9 @@ def report_run(
     folder outside the report folder and removed once the pages are rendered: the report
     folder is what gets shared), the run's report folder is made anew, and every file
     written, the index included, is checked to hold none of the replaced values and
-    nothing the scanner detects."""
+    nothing the scanner detects. Beside the notebooks, `explorer.html` (every sample,
+    `evalkit.telling.explorer`) and, with `against` (another run folder), `diff.html`:
+    the run against that one."""
     t0 = time.perf_counter()
     opts = ReportOptions(
         notebooks=notebooks,
@@ -580,6 +585,7 @@ def report_run(
         pandalm_dir=pandalm_dir,
         plan=plan,
         baseline=baseline,
+        against=against,
     )
     run = Path(run_dir)
     if not (run / RUN_CONFIG).exists():
@@ -587,6 +593,11 @@ def report_run(
     run = run.resolve()
     out_dir = Path(reports_dir) / run.name
     source, redacted = run, None  # the folder the notebooks read
+    if against is not None and not (Path(against) / RUN_CONFIG).exists():
+        raise InputError("--against: not a run folder (no config.json)", Path(against))
+    if redact and against is not None:
+        # the other run's texts would reach diff.html unredacted
+        raise InputError("--redact and --against together: redact each run's report on its own")
     if redact:
         if out_dir.exists():
             shutil.rmtree(out_dir)  # no page of an earlier, unredacted report may stay beside it
@@ -640,6 +651,7 @@ def _render_run(
         conclude(loaded, inputs)
         state = report_state(loaded, grades_summary(loaded))  # an empty or ungraded run: said, and exit 1
         plans, skipped = plan_notebooks(source, out_dir, pandalm_dir=pandalm_dir, inputs=inputs, loaded=loaded)
+        pages = _explorer_pages(loaded, out_dir, inputs, opts.against)
         del loaded  # the kernels have their own copy: this one need not stay in memory
         if notebooks:
             for n in notebooks:
@@ -656,7 +668,7 @@ def _render_run(
         lanes.close()
         if redacted is not None and before is None:
             os.environ.pop(REDACT_ENV, None)
-    write_manifest(source, out_dir, results, skipped, run_dir=run)
+    write_manifest(source, out_dir, results, skipped, run_dir=run, pages=pages)
     index = build_index(reports_dir)
     if redacted is not None:
         privacy.verify_redacted(redacted, [out_dir, index])
@@ -669,6 +681,17 @@ def _render_run(
         seconds=time.perf_counter() - t0,
         nothing=state[1] if state is not None and state[0] == NOTHING_TO_REPORT else None,
     )
+
+
+def _explorer_pages(loaded: Run, out_dir: Path, inputs: Inputs, against: str | Path | None) -> dict[str, str]:
+    """The run's explorer (and its diff against `against`), written while the kernels
+    start and load the run: page kind -> file name (and `against`: the other run's name)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pages = {"explorer": explorer.write_explorer(loaded, out_dir, baseline=inputs.baseline).path.name}
+    if against is not None:
+        pages["diff"] = explorer.write_diff(loaded, against, out_dir).path.name
+        pages["against"] = Path(against).resolve().name
+    return pages
 
 
 # Slowest first, so the pool is not left waiting on one long notebook at the end.
