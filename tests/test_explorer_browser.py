@@ -65,7 +65,8 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     agent = browser_run.make_agent_run(root / "agent")
     exp = cli.invoke(main, ["explore", str(agent), "--out", str(root / "agent-pages")])
     assert exp.exit_code == 0, exp.output
-    return {"run": out / runs[1].name, "old": runs[0], "index": out / "index.html", "agent": root / "agent-pages"}
+    return {"run": out / runs[1].name, "new": runs[1], "old": runs[0], "index": out / "index.html",
+            "agent": root / "agent-pages"}
 
 
 class Reader:
@@ -143,7 +144,8 @@ def test_filters_write_the_fragment_and_the_case_view_shows_every_arm(pages, rea
     texts = page.eval_on_selector_all("#rows .row", "rs => rs.map(r => r.textContent)")
     assert texts and all("Springfield" in t for t in texts)
     # a discordant case of the verdict, linked from the top: both arms side by side
-    page.evaluate("location.hash = ''")
+    page.locator("button", has_text="clear").click()
+    assert page.text_content("#count") == "150 of 150 samples"
     page.locator("#findings a[href^='#case=']").first.click()
     page.wait_for_selector("#caseview:not([hidden])")
     assert page.locator("#caseview .col").count() == 2
@@ -197,5 +199,38 @@ def test_a_hostile_output_stays_text(pages, reader):
     detail = page.locator("#detail")
     assert "<script>alert(1)</script>" in detail.locator("pre.output").text_content()
     assert "turn 1" in detail.text_content() and "lookup" in detail.text_content()
-    assert page.evaluate("document.scripts.length") == 2  # the data and the page's own
+    assert page.evaluate("document.scripts.length") == 3  # the page's own, its head and its data
     assert page.locator("#detail script, #caseview script, #rows script").count() == 0
+
+
+def test_evalkit_explore_shows_the_explorer_inside_a_notebook_cell(pages, reader):
+    """What a JupyterLab cell shows of `evalkit.explore(run)` (its `_repr_html_`, set as
+    the output's HTML): the sandboxed frame runs the page, whose links still filter."""
+    import evalkit
+
+    cell = evalkit.explore(pages["new"])._repr_html_()
+    reader.page.set_content(f"<!DOCTYPE html><html><body><div class='output'>{cell}</div></body></html>")
+    frame = reader.page.frame_locator("iframe")
+    frame.locator("body[data-ready='1']").wait_for(timeout=15000)
+    assert frame.locator("#count").text_content() == "150 of 150 samples"
+    frame.locator("#findings a[href^='#case=']").first.click()
+    frame.locator("#caseview:not([hidden])").wait_for(timeout=5000)
+    assert frame.locator("#caseview .col").count() == 2
+
+
+def test_a_large_run_shows_its_first_rows_before_reading_the_rest(tmp_path, reader):
+    """Past HEAD_ROWS samples the page carries a head (its first rows): drawn first, the
+    filters off until the whole data are read, then every row, the filters on."""
+    from conftest import make_run
+
+    from evalkit.telling import explorer
+
+    outs = {(f"c{i:02d}", "a"): [True, False] * 5 for i in range(30)}
+    run = make_run(tmp_path, "big", outs, k=10)
+    page_path = explorer.write_explorer(run, tmp_path / "pages").path
+    assert explorer.head_of(explorer.run_data(run))["total"] == 300
+    page = reader.open(page_path)
+    assert page.get_attribute("body", "data-first-rows-ms") is not None
+    assert page.text_content("#count") == "300 of 300 samples"
+    assert not page.locator("select[name=arm]").is_disabled()
+    assert reader.rows()[0]["case"] == "c00"

@@ -131,6 +131,13 @@ class _Columns:
         for f in self.FIELDS:
             self.cols[f].append(row.get(f))
 
+    def in_order(self) -> dict[str, list[Any]]:
+        """The columns with the rows in case order, then arm, then sample number (the
+        page lists them so without sorting, and its head is the first rows)."""
+        c, a, i = self.cols["c"], self.cols["a"], self.cols["i"]
+        order = sorted(range(len(c)), key=lambda r: (c[r], a[r], i[r]))
+        return {f: [col[r] for r in order] for f, col in self.cols.items()}
+
 
 def _trajectory_json(t: Trajectory) -> dict[str, Any]:
     """An agent sample's last attempt, turn by turn: the messages the first call sent,
@@ -358,7 +365,7 @@ def run_data(run: Run | str | Path, *, baseline: str | Path | None = None) -> di
         "judge_notice": judge_trust_notice(run.path),
         "arms": list(arms),
         "cases": _cases_json(run, list(cases)),
-        "samples": cols.cols,
+        "samples": cols.in_order(),
         "trajectories": trajectories,
         "comparisons": _comparisons_json(run),
         "gate": gate,
@@ -543,12 +550,29 @@ def embed(data: dict[str, Any]) -> str:
     return base64.b64encode(gzip.compress(raw.encode("utf-8"), compresslevel=6, mtime=0)).decode("ascii")
 
 
+HEAD_ROWS = 200  # the rows a run's page shows before it has read the rest
+
+
+def head_of(data: dict[str, Any]) -> dict[str, Any] | None:
+    """A run's page data cut to its first `HEAD_ROWS` samples (no trajectory), and their
+    total: what the page shows first, while it reads the rest. None for a diff, or a run
+    small enough to show at once."""
+    s = data.get("samples")
+    if data.get("mode") != "run" or s is None or len(s["o"]) <= HEAD_ROWS:
+        return None
+    rows = {f: col[:HEAD_ROWS] for f, col in s.items()}
+    rows["tr"] = [-1] * len(rows["tr"])
+    return {**data, "samples": rows, "trajectories": [], "total": len(s["o"])}
+
+
 def render_page(data: dict[str, Any], title: str) -> str:
     """The self-contained page of `data` (`run_data` or `diff_data`)."""
     template = _template()
+    head = head_of(data)
     return (
         template.replace("__CSP__", html.escape(page_csp(template), quote=True))
         .replace("__TITLE__", html.escape(title))
+        .replace("__HEAD__", embed(head) if head is not None else "")
         .replace("__DATA__", embed(data))
     )
 
