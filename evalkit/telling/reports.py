@@ -593,11 +593,7 @@ def report_run(
     run = run.resolve()
     out_dir = Path(reports_dir) / run.name
     source, redacted = run, None  # the folder the notebooks read
-    if against is not None and not (Path(against) / RUN_CONFIG).exists():
-        raise InputError("--against: not a run folder (no config.json)", Path(against))
-    if redact and against is not None:
-        # the other run's texts would reach diff.html unredacted
-        raise InputError("--redact and --against together: redact each run's report on its own")
+    _check_against(against, redact)
     if redact:
         if out_dir.exists():
             shutil.rmtree(out_dir)  # no page of an earlier, unredacted report may stay beside it
@@ -613,6 +609,15 @@ def report_run(
     finally:
         if redacted is not None:
             shutil.rmtree(Path(redacted.path).parent, ignore_errors=True)  # the copy is no part of the report
+
+
+def _check_against(against: str | Path | None, redact: bool) -> None:
+    """`against` is a run folder, and not asked for with `redact` (the other run's texts
+    would reach diff.html unredacted)."""
+    if against is not None and not (Path(against) / RUN_CONFIG).exists():
+        raise InputError("--against: not a run folder (no config.json)", Path(against))
+    if redact and against is not None:
+        raise InputError("--redact and --against together: redact each run's report on its own")
 
 
 def _render_run(
@@ -645,14 +650,16 @@ def _render_run(
         reuse_kernels=opts.reuse_kernels,
         warm_up=_warm_up(source, notebooks),
     )
+    # the explorer is written on a thread while the kernels run the notebooks (their own processes)
+    pool = ThreadPoolExecutor(1, thread_name_prefix="evalkit-explorer")
     try:
         lanes.wait_launched()
         loaded = load_run(source)
         conclude(loaded, inputs)
         state = report_state(loaded, grades_summary(loaded))  # an empty or ungraded run: said, and exit 1
         plans, skipped = plan_notebooks(source, out_dir, pandalm_dir=pandalm_dir, inputs=inputs, loaded=loaded)
-        pages = _explorer_pages(loaded, out_dir, inputs, opts.against)
-        del loaded  # the kernels have their own copy: this one need not stay in memory
+        pages = pool.submit(_explorer_pages, loaded, out_dir, inputs, opts.against)
+        del loaded  # the kernels have their own copy; the explorer's thread keeps its own reference
         if notebooks:
             for n in notebooks:
                 if n not in plans:
@@ -666,9 +673,10 @@ def _render_run(
         results = lanes.run(plans, out_dir, source_dir=opts.source_dir)
     finally:
         lanes.close()
+        pool.shutdown(wait=True)
         if redacted is not None and before is None:
             os.environ.pop(REDACT_ENV, None)
-    write_manifest(source, out_dir, results, skipped, run_dir=run, pages=pages)
+    write_manifest(source, out_dir, results, skipped, run_dir=run, pages=pages.result())
     index = build_index(reports_dir)
     if redacted is not None:
         privacy.verify_redacted(redacted, [out_dir, index])
@@ -685,7 +693,7 @@ def _render_run(
 
 def _explorer_pages(loaded: Run, out_dir: Path, inputs: Inputs, against: str | Path | None) -> dict[str, str]:
     """The run's explorer (and its diff against `against`), written while the kernels
-    start and load the run: page kind -> file name (and `against`: the other run's name)."""
+    run the notebooks: page kind -> file name (and `against`: the other run's name)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     pages = {"explorer": explorer.write_explorer(loaded, out_dir, baseline=inputs.baseline).path.name}
     if against is not None:
