@@ -129,6 +129,16 @@ def test_no_text_of_the_run_can_break_out_of_the_page(tmp_path):
     assert "innerHTML" not in script and "insertAdjacentHTML" not in script
 
 
+def test_the_banners_are_in_the_html_escaped_and_no_text_fills_a_slot(tmp_path):
+    """INCOMPLETE and the judge's notice are in the page's HTML (shown before the script
+    reads the data); a run's text that reads like a template slot stays that text."""
+    run = make_run(tmp_path, "__DATA__<i>", {("c1", "a"): [True]}, k=1, complete=False)
+    page = explorer.write_explorer(run, tmp_path / "out").path.read_text()
+    assert '<div class="banner">INCOMPLETE: 1 of 1 cases ran (cost cap reached)</div>' in page
+    assert "<title>__DATA__&lt;i&gt;: explorer</title>" in page
+    assert _page_data(page)["run"] == "__DATA__<i>"
+
+
 def test_explore_cli_writes_the_explorer_and_the_diff(tmp_path):
     old, new = _two_runs(tmp_path)
     out = tmp_path / "pages"

@@ -581,16 +581,30 @@ def head_of(data: dict[str, Any]) -> dict[str, Any] | None:
     return {**data, "samples": rows, "trajectories": [], "total": len(s["o"])}
 
 
+def banners(data: dict[str, Any]) -> str:
+    """What the page says before any row, in its HTML (escaped), so it shows even before
+    the script has read the data: INCOMPLETE, and the judge's notice (of RUN, for a diff)."""
+    run = data.get("new") or data
+    said = [run.get("incomplete"), run.get("judge_notice")]
+    return "".join(f'<div class="banner">{html.escape(str(t))}</div>' for t in said if t)
+
+
+_SLOT = re.compile(r"__(CSP|TITLE|BANNERS|HEAD|DATA)__")
+
+
 def render_page(data: dict[str, Any], title: str) -> str:
-    """The self-contained page of `data` (`run_data` or `diff_data`)."""
+    """The self-contained page of `data` (`run_data` or `diff_data`). The template's
+    slots are filled in one pass: a text that reads `__DATA__` is never a slot."""
     template = _template()
     head = head_of(data)
-    return (
-        template.replace("__CSP__", html.escape(page_csp(template), quote=True))
-        .replace("__TITLE__", html.escape(title))
-        .replace("__HEAD__", embed(head) if head is not None else "")
-        .replace("__DATA__", embed(data))
-    )
+    values = {
+        "CSP": html.escape(page_csp(template), quote=True),
+        "TITLE": html.escape(title),
+        "BANNERS": banners(data),
+        "HEAD": embed(head) if head is not None else "",
+        "DATA": embed(data),
+    }
+    return _SLOT.sub(lambda m: values[m.group(1)], template)
 
 
 def _check_run(path: str | Path) -> Path:

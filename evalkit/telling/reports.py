@@ -658,8 +658,6 @@ def _render_run(
         conclude(loaded, inputs)
         state = report_state(loaded, grades_summary(loaded))  # an empty or ungraded run: said, and exit 1
         plans, skipped = plan_notebooks(source, out_dir, pandalm_dir=pandalm_dir, inputs=inputs, loaded=loaded)
-        pages = pool.submit(_explorer_pages, loaded, out_dir, inputs, opts.against)
-        del loaded  # the kernels have their own copy; the explorer's thread keeps its own reference
         if notebooks:
             for n in notebooks:
                 if n not in plans:
@@ -669,6 +667,8 @@ def _render_run(
             if name in plans:
                 plans[name].update(extra)
         out_dir.mkdir(parents=True, exist_ok=True)
+        pages = pool.submit(_explorer_pages, loaded, out_dir, inputs, opts.against)
+        del loaded  # the kernels have their own copy; the explorer's thread keeps its own reference
         lanes.grow(_lane_count(len(plans), parallel, workers, source))
         results = lanes.run(plans, out_dir, source_dir=opts.source_dir)
     finally:
