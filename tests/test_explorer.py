@@ -186,3 +186,13 @@ def test_previous_run_is_the_latest_older_run_of_the_same_folder(tmp_path):
     a = make_run(tmp_path, "20260101-000000", {("c1", "a"): [True]}, k=1)
     b = make_run(tmp_path, "20260102-000000", {("c1", "a"): [True]}, k=1)
     assert explorer.previous_run(b) == a and explorer.previous_run(a) is None
+
+
+def test_a_lone_surrogate_in_an_output_is_kept_not_a_crash(tmp_path):
+    """A model's output may hold a lone surrogate (results.jsonl keeps it as \\ud800):
+    the page is still written (it was a UnicodeEncodeError), the text comes back whole."""
+    run = make_run(tmp_path, "r", {("c1", "a"): [True]}, k=1)
+    res = run / "results.jsonl"
+    res.write_text(res.read_text().replace('"output": "o"', '"output": "x\\ud800y"'))
+    page = explorer.write_explorer(run, tmp_path / "out").path.read_text()
+    assert _page_data(page)["samples"]["out"] == ["x\ud800y"]

@@ -197,7 +197,8 @@ def test_a_hostile_output_stays_text(pages, reader):
     page = reader.open(pages["agent"] / "explorer.html", "#case=q0&arm=skilled")
     page.locator("#caseview .card").first.click()
     detail = page.locator("#detail")
-    assert "<script>alert(1)</script>" in detail.locator("pre.output").text_content()
+    output = detail.locator("pre.output").text_content()
+    assert "<script>alert(1)</script>" in output and output.endswith("\\x1b[31mRED\\u202e")
     assert "turn 1" in detail.text_content() and "lookup" in detail.text_content()
     assert page.evaluate("document.scripts.length") == 3  # the page's own, its head and its data
     assert page.locator("#detail script, #caseview script, #rows script").count() == 0

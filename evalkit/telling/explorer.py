@@ -32,6 +32,7 @@ from typing import Any
 
 from evalkit.conclusions.gates import gate_metrics, load_baseline, run_metrics, thresholds_from
 from evalkit.foundations._io import jsonable, write_atomic
+from evalkit.foundations._text import storable_json
 from evalkit.foundations.errors import InputError
 from evalkit.foundations.layout import BASELINE_FILE, GRADES, RUN_CONFIG
 from evalkit.foundations.records import GateResult, RunMetrics
@@ -562,7 +563,7 @@ def _plain(data: dict[str, Any]) -> dict[str, Any]:
 def embed(data: dict[str, Any]) -> str:
     """The data as the page carries them: JSON, gzip, base64 (no `<`, `&` or line
     separator can reach the HTML parser). A NaN in the columns is a bug: refused."""
-    raw = json.dumps(_plain(data), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    raw = storable_json(_plain(data), separators=(",", ":"), allow_nan=False)  # a lone surrogate as \ud800
     return base64.b64encode(gzip.compress(raw.encode("utf-8"), compresslevel=_GZIP_LEVEL, mtime=0)).decode("ascii")
 
 
