@@ -9,8 +9,10 @@ base64 (decoded in the page with the browser's `DecompressionStream`, so a base6
 cannot close its `<script>` element), its one script is allowed by its hash in a
 Content-Security-Policy that lets the page load nothing from anywhere, and every text
 of the run (model output, tool results, reasons) is put into the page as text nodes,
-never parsed as HTML. The list renders only the rows in view, so a 100,000-sample run
-opens in a second or two (benchmarks/bench_explorer.py).
+never parsed as HTML. A large run's page also carries its first rows apart (the head),
+drawn before the rest is read, and the list renders only the rows in view: a
+100,000-sample run shows rows in half a second, every row in under three
+(benchmarks/bench_explorer.py).
 
 Why hand-written: the explorers of other tools are servers (inspect view, promptfoo
 view) or hosted; none shows a statistical verdict beside the rows it rests on.
