@@ -227,6 +227,7 @@ _LAZY = {
     "verdict_from_tally": ("conclusions.verdicts", "verdict_from_tally"),
     "gate": ("conclusions.gates", "gate"),
     "report_run": ("telling.reports", "report_run"),
+    "explore": ("telling.explorer", "explore"),
 }
 # The public modules, by the names the documentation uses (`evalkit.stats.sign_test`).
 _SUBMODULES = {

@@ -19,6 +19,12 @@ python3 -m venv "$tmp/uv"
 "$tmp/uv/bin/python" -m pip install --quiet "uv==$UV_VERSION"
 uv="$tmp/uv/bin/uv"
 common="--generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28 --no-header"
+# The current locks seed the outputs: uv keeps every pin they hold that still fits and
+# only adds or moves what pyproject.toml's change needs (a new package, its dependencies).
+if [ -f requirements/build.txt ]; then cp requirements/build.txt "$tmp/build.txt"; fi
+if [ -f requirements/lock.txt ] && [ -f requirements/llama.txt ]; then
+    cat requirements/lock.txt requirements/llama.txt > "$tmp/all.txt"
+fi
 # shellcheck disable=SC2086
 "$uv" pip compile $common requirements/build.in -o "$tmp/build.txt"
 # shellcheck disable=SC2086

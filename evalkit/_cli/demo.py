@@ -2,7 +2,8 @@
 
 lint -> serve the embedded llama.cpp model on loopback -> run each suite's arms under its
 cost cap -> grade -> two-arm verdict against the pre-registered plan (more arms: every
-pair's, Holm-corrected) -> reports -> the
+pair's, Holm-corrected) -> reports (each run's explorer.html, and diff.html against the
+suite's previous run when an earlier `make demo` left one) -> the
 path of `reports/index.html` on the last line. No API key and no network: the model is
 the Gemma 3 270M base model that the `local` extra installs.
 
@@ -66,6 +67,7 @@ def _analyse(suite: Any, plan: Any, result: Any, reports_dir: str, pandalm_dir: 
     from evalkit.conclusions.compare import compare, compare_many
     from evalkit.conclusions.grading import grade_run
     from evalkit.conclusions.verdicts import conformance_verdict
+    from evalkit.telling.explorer import previous_run
     from evalkit.telling.reports import report_run
 
     arms = [a.name for a in suite.config.arms]
@@ -108,7 +110,10 @@ def _analyse(suite: Any, plan: Any, result: Any, reports_dir: str, pandalm_dir: 
         _say(f"{suite.name}: conformance {cv.kind}: {cv.reason}")
     if suite.config.unit.kind != "prompt":
         _say(f"{suite.name}: trajectories in {result.path / 'trajectories'}; `evalkit replay {result.path}` shows them")
-    rep = report_run(result.path, reports_dir, pandalm_dir=pandalm_dir)
+    before = previous_run(result.path)  # a second `make demo`: diff.html holds this run against the last
+    rep = report_run(result.path, reports_dir, pandalm_dir=pandalm_dir, against=before)
+    if before is not None:
+        _say(f"{suite.name}: diff against {before.name}: {rep.out_dir / 'diff.html'}")
     for nb in rep.notebooks:
         _say(f"{suite.name}: report {nb.name}: {'ok' if nb.ok else 'FAILED'}")
     for name, why in rep.skipped.items():

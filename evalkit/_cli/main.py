@@ -39,6 +39,7 @@ _COMMANDS = {
     "ingest": "ingest",
     "privacy": "privacy",
     "report": "report",
+    "explore": "explore",
     "microtest": "report",
     "replay": "replay",
     "analyze": "analyze",

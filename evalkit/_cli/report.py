@@ -70,6 +70,13 @@ MIN_REPS = 5  # microtest.MIN_REPS, here so `--help` need not import the library
     help="The pair of arms the skill-comparison page shows in full (a run of more arms: the matrix of every "
     "pair is shown too); default: the arm named baseline or control, else the first, and the next.",
 )
+@click.option(
+    "--against",
+    default=None,
+    type=click.Path(file_okay=False),
+    metavar="OTHER_RUN",
+    help="Also write diff.html beside explorer.html: RUN against this run, per case and arm, regressions first.",
+)
 def report_cmd(
     run: str,
     reports_dir: str,
@@ -81,10 +88,12 @@ def report_cmd(
     baseline_path: str | None,
     gate_arm: str | None,
     pair: str | None,
+    against: str | None,
 ) -> None:
     """Record what the run concludes in its verdicts.json (two-arm verdict and plan check,
     gate, judge trust), execute the notebooks that apply to RUN with papermill, render
-    them to HTML in REPORTS_DIR/<run>/ and rebuild REPORTS_DIR/index.html; print the
+    them to HTML in REPORTS_DIR/<run>/ beside the run's explorer.html (and diff.html, with
+    --against) and rebuild REPORTS_DIR/index.html; print the
     index's path. Exit 1 when a notebook failed (its page shows the error), or when the
     run has nothing to report (no sample, or not graded)."""
     # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
@@ -107,6 +116,7 @@ def report_cmd(
         baseline=baseline_path,
         arm=gate_arm,
         extra_parameters=extra,
+        against=against,
     )
     for nb in result.notebooks:
         status = "ok" if nb.ok else f"FAILED: {nb.error}"

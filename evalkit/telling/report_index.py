@@ -125,13 +125,16 @@ def write_manifest(
     skipped: Mapping[str, str],
     *,
     run_dir: Path | None = None,
+    pages: Mapping[str, str] | None = None,
 ) -> Path:
     """`reports/<run>/report.json`: what the index shows for the run (date, suite, arms,
     spend, the headline rate of each arm, verdicts, the judge's notice) and where each
     notebook's page is. It reads the files the earlier steps wrote: `summary.json`,
     `grades-summary.json` (the sample pass rate and cost per case of each arm) and
     `verdicts.json`. `run`: the folder the notebooks read; `run_dir`: the run folder it
-    stands for (a redacted copy's original), `run` unless given."""
+    stands for (a redacted copy's original), `run` unless given. `pages`: the run's
+    explorer pages (`explorer`, `diff`: file names; `against`: the run the diff holds
+    it against), linked from the index."""
     meta = RunFolder(run).read_meta()
     summary_p = run / SUMMARY_JSON
     summary = read_json_object(summary_p, SUMMARY_JSON, limit=RUN_JSON_BYTES) if summary_p.exists() else {}
@@ -170,6 +173,7 @@ def write_manifest(
             for r in results
         ],
         "skipped": dict(skipped),
+        "pages": dict(pages or {}),
     }
     path = out_dir / MANIFEST
     write_atomic(path, json.dumps(jsonable(manifest), indent=2) + "\n")
@@ -272,6 +276,19 @@ def _arms_cell(m: Mapping[str, Any]) -> str:
     )
 
 
+def _explorer_links(m: Mapping[str, Any]) -> str:
+    """The index's links to a run's explorer and its diff (escaped), when it has them."""
+    found = m.get("pages")
+    pages: Mapping[str, Any] = found if isinstance(found, dict) else {}
+    e, out = html.escape, ""
+    if pages.get("explorer"):
+        out += f" <a href='{e(m['_dir'])}/{e(str(pages['explorer']))}'>Explorer</a>"
+    if pages.get("diff"):
+        against = e(str(pages.get("against") or ""))
+        out += f" <a href='{e(m['_dir'])}/{e(str(pages['diff']))}'>Diff against {against}</a>"
+    return out
+
+
 def _pct(v: Any) -> str:
     return fmt.pct(v)
 
@@ -328,6 +345,7 @@ def build_index(reports_dir: str | Path) -> Path:
             for nb in m.get("notebooks") or []
             if nb.get("html")
         )
+        links += _explorer_links(m)
         skipped = m.get("skipped") or {}
         if isinstance(skipped, dict) and skipped:  # the pages not made, each with why (nothing to show)
             links += (

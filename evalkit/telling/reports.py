@@ -71,6 +71,7 @@ from evalkit.runfolder.runload import (
 )
 from evalkit.runfolder.runs import RunFolder, config_arm_names, config_arm_settings, find_suite_dir
 from evalkit.suites.suite_arms import two_arms
+from evalkit.telling import explorer
 from evalkit.telling.nb import REDACT_ENV
 from evalkit.telling.report_index import CSP, NOTEBOOKS, TITLES, build_index, write_manifest
 
@@ -572,6 +573,7 @@ class ReportOptions:
     plan: str | Path | None = None
     baseline: str | Path | None = None
     arm: str | None = None
+    against: str | Path | None = None
 
 
 def report_run(
@@ -589,6 +591,7 @@ def report_run(
     plan: str | Path | None = None,
     baseline: str | Path | None = None,
     arm: str | None = None,
+    against: str | Path | None = None,
 ) -> ReportResult:
     """Execute and render every notebook that applies to `run_dir` (or those named in
     `notebooks`) into `reports_dir/<run>/`, write the run's manifest and rebuild
@@ -603,7 +606,9 @@ def report_run(
     folder outside the report folder and removed once the pages are rendered: the report
     folder is what gets shared), the run's report folder is made anew, and every file
     written, the index included, is checked to hold none of the replaced values and
-    nothing the scanner detects."""
+    nothing the scanner detects. Beside the notebooks, `explorer.html` (every sample,
+    `evalkit.telling.explorer`) and, with `against` (another run folder), `diff.html`:
+    the run against that one."""
     t0 = time.perf_counter()
     opts = ReportOptions(
         notebooks=notebooks,
@@ -617,6 +622,7 @@ def report_run(
         plan=plan,
         baseline=baseline,
         arm=arm,
+        against=against,
     )
     run = Path(run_dir)
     if not (run / RUN_CONFIG).exists():
@@ -624,6 +630,7 @@ def report_run(
     run = run.resolve()
     out_dir = Path(reports_dir) / run.name
     source, redacted = run, None  # the folder the notebooks read
+    _check_against(against, redact)
     if redact:
         if out_dir.exists():
             shutil.rmtree(out_dir)  # no page of an earlier, unredacted report may stay beside it
@@ -639,6 +646,15 @@ def report_run(
     finally:
         if redacted is not None:
             shutil.rmtree(Path(redacted.path).parent, ignore_errors=True)  # the copy is no part of the report
+
+
+def _check_against(against: str | Path | None, redact: bool) -> None:
+    """`against` is a run folder, and not asked for with `redact` (the other run's texts
+    would reach diff.html unredacted)."""
+    if against is not None and not (Path(against) / RUN_CONFIG).exists():
+        raise InputError("--against: not a run folder (no config.json)", Path(against))
+    if redact and against is not None:
+        raise InputError("--redact and --against together: redact each run's report on its own")
 
 
 def _render_run(
@@ -671,13 +687,14 @@ def _render_run(
         reuse_kernels=opts.reuse_kernels,
         warm_up=_warm_up(source, notebooks),
     )
+    # the explorer is written on a thread while the kernels run the notebooks (their own processes)
+    pool = ThreadPoolExecutor(1, thread_name_prefix="evalkit-explorer")
     try:
         lanes.wait_launched()
         loaded = load_run(source)
         conclude(loaded, inputs)
         state = report_state(loaded, grades_summary(loaded))  # an empty or ungraded run: said, and exit 1
         plans, skipped = plan_notebooks(source, out_dir, pandalm_dir=pandalm_dir, inputs=inputs, loaded=loaded)
-        del loaded  # the kernels have their own copy: this one need not stay in memory
         if notebooks:
             for n in notebooks:
                 if n not in plans:
@@ -687,13 +704,16 @@ def _render_run(
             if name in plans:
                 plans[name].update(extra)
         out_dir.mkdir(parents=True, exist_ok=True)
+        pages = pool.submit(_explorer_pages, loaded, out_dir, inputs, opts.against)
+        del loaded  # the kernels have their own copy; the explorer's thread keeps its own reference
         lanes.grow(_lane_count(len(plans), parallel, workers, source))
         results = lanes.run(plans, out_dir, source_dir=opts.source_dir)
     finally:
         lanes.close()
+        pool.shutdown(wait=True)
         if redacted is not None and before is None:
             os.environ.pop(REDACT_ENV, None)
-    write_manifest(source, out_dir, results, skipped, run_dir=run)
+    write_manifest(source, out_dir, results, skipped, run_dir=run, pages=pages.result())
     index = build_index(reports_dir)
     if redacted is not None:
         privacy.verify_redacted(redacted, [out_dir, index])
@@ -706,6 +726,17 @@ def _render_run(
         seconds=time.perf_counter() - t0,
         nothing=state[1] if state is not None and state[0] == NOTHING_TO_REPORT else None,
     )
+
+
+def _explorer_pages(loaded: Run, out_dir: Path, inputs: Inputs, against: str | Path | None) -> dict[str, str]:
+    """The run's explorer (and its diff against `against`), written while the kernels
+    run the notebooks: page kind -> file name (and `against`: the other run's name)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pages = {"explorer": explorer.write_explorer(loaded, out_dir, baseline=inputs.baseline).path.name}
+    if against is not None:
+        pages["diff"] = explorer.write_diff(loaded, against, out_dir).path.name
+        pages["against"] = Path(against).resolve().name
+    return pages
 
 
 # Slowest first, so the pool is not left waiting on one long notebook at the end.

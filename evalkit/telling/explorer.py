@@ -1,0 +1,668 @@
+"""The explorer: one self-contained HTML page per run (`explorer.html`) listing every
+sample, with filters kept in the URL fragment, a case view with each arm's k samples
+side by side, agent trajectories turn by turn, and the run's verdict, gate and findings
+at the top linking to the cases they rest on; and `diff.html`, a run held against
+another, per case and arm, regressions first, with the paired test of the change.
+
+The page is a file, not a server: the data are embedded as gzip-compressed JSON in
+base64 (decoded in the page with the browser's `DecompressionStream`, so a base64 text
+cannot close its `<script>` element), its one script is allowed by its hash in a
+Content-Security-Policy that lets the page load nothing from anywhere, and every text
+of the run (model output, tool results, reasons) is put into the page as text nodes,
+never parsed as HTML. A large run's page also carries its first rows apart (the head),
+drawn before the rest is read, and the list renders only the rows in view: a
+100,000-sample run shows rows in half a second, every row in under three
+(benchmarks/bench_explorer.py).
+
+Why hand-written: the explorers of other tools are servers (inspect view, promptfoo
+view) or hosted; none shows a statistical verdict beside the rows it rests on.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import html
+import json
+import math
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from evalkit.conclusions.gates import gate_metrics, load_baseline, run_metrics, thresholds_from
+from evalkit.foundations._io import jsonable, write_atomic
+from evalkit.foundations._text import storable_json
+from evalkit.foundations.errors import InputError
+from evalkit.foundations.layout import BASELINE_FILE, GRADES, RUN_CONFIG
+from evalkit.foundations.records import GateResult, RunMetrics
+from evalkit.numbers.metrics import score_of
+from evalkit.numbers.stats import sign_test
+from evalkit.runfolder.runload import (
+    Run,
+    as_run,
+    case_order,
+    case_table,
+    grade_values,
+    judge_trust_notice,
+    keyed_values,
+    passed_value,
+    run_verdicts,
+)
+from evalkit.runfolder.runs import find_suite_dir
+from evalkit.runfolder.trajectories import Trajectory, read_trajectory
+from evalkit.telling.report_index import verdict_entries
+
+SCHEMA = "evalkit.explorer/1"
+EXPLORER_HTML = "explorer.html"
+DIFF_HTML = "diff.html"
+TEMPLATE = "explorer.html"  # evalkit/templates/explorer.html: the page, its script and style
+
+# Outcome codes of a sample row (the page names them).
+PASSED, FAILED, ERRORED, UNGRADED = 0, 1, 2, 3
+# Change codes of a diff row, in the order the diff lists them.
+CHANGES = ("pass -> fail", "fail -> pass", "output changed", "same", "only in this run", "only in the other run")
+
+_GRADE_COLUMNS = ("passed", "checks", "judge_score", "judge_reason", "error", "judge_held")
+_SAMPLE_COLUMNS = ("case_id", "arm", "index", "output", "cost_usd", "latency_ms", "cached", "agent", "turns")
+
+
+@dataclass(frozen=True)
+class ExplorerPage:
+    """A page written by `write_explorer` or `write_diff`: where, and how much it holds."""
+
+    path: Path
+    rows: int
+    bytes: int
+
+
+# --- the data of one run ----------------------------------------------------------------
+
+
+def _num(v: Any) -> float | None:
+    """A finite number, else None (NaN from pandas' empty cells included)."""
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _text(v: Any) -> str:
+    return "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+
+
+def _outcome(g: tuple[Any, ...] | None) -> tuple[int, str]:
+    """A sample's outcome code and why, from its grade's columns (`_GRADE_COLUMNS`)."""
+    if g is None:
+        return UNGRADED, "not graded"
+    passed, checks, _, _, error, held = g
+    ok = passed_value(passed)
+    if ok is True:
+        return PASSED, ""
+    if ok is False:
+        failed = [str(c.get("name")) for c in checks or () if isinstance(c, dict) and not c.get("passed")]
+        return FAILED, ", ".join(failed) or "failed"
+    if _text(error):
+        return ERRORED, f"grading error: {_text(error)}"
+    return UNGRADED, f"judge held: {_text(held)}" if _text(held) else "no verdict"
+
+
+def _checks(checks: Any) -> list[list[Any]]:
+    """A grade's checks as `[name, passed (0/1), reason]` rows."""
+    return [
+        [str(c.get("name")), 1 if c.get("passed") else 0, _text(c.get("reason"))]
+        for c in checks or ()
+        if isinstance(c, dict)
+    ]
+
+
+class _Columns:
+    """The sample rows of a page as columns (one list per field): a 100,000-sample run
+    is a few lists, not 100,000 objects with the same keys."""
+
+    FIELDS = ("c", "a", "i", "o", "w", "out", "ck", "js", "jr", "cost", "lat", "ca", "tr")
+
+    def __init__(self) -> None:
+        self.cols: dict[str, list[Any]] = {f: [] for f in self.FIELDS}
+
+    def add(self, **row: Any) -> None:
+        for f in self.FIELDS:
+            self.cols[f].append(row.get(f))
+
+    def in_order(self) -> dict[str, list[Any]]:
+        """The columns with the rows in case order, then arm, then sample number (the
+        page lists them so without sorting, and its head is the first rows)."""
+        c, a, i = self.cols["c"], self.cols["a"], self.cols["i"]
+        order = sorted(range(len(c)), key=lambda r: (c[r], a[r], i[r]))
+        return {f: [col[r] for r in order] for f, col in self.cols.items()}
+
+
+def _trajectory_json(t: Trajectory) -> dict[str, Any]:
+    """An agent sample's last attempt, turn by turn: the messages the first call sent,
+    each call's answer and the tool calls it led to, and how the attempt ended."""
+    turns = []
+    for turn in t.turns():
+        call, answer = turn.call, (turn.call.get("answer") or {})
+        turns.append(
+            {
+                "n": turn.number,
+                "status": _text(call.get("status")),
+                "text": _text(answer.get("text")),
+                "asked": [_text(json.dumps(tc, default=str)) for tc in answer.get("tool_calls") or ()],
+                "tools": [
+                    {
+                        "name": _text(x.get("name")),
+                        "arguments": json.dumps(x.get("arguments"), default=str),
+                        "result": _text(x.get("result")),
+                        "error": _text(x.get("error")),
+                        "source": _text(x.get("source")),
+                    }
+                    for x in turn.tools
+                ],
+            }
+        )
+    first = t.model_calls[0].get("request") or {} if t.model_calls else {}
+    messages = [
+        [_text(m.get("role")), _text(m.get("content"))] for m in first.get("messages") or () if isinstance(m, dict)
+    ]
+    if isinstance(first.get("prompt"), str):
+        messages.append(["prompt", first["prompt"]])
+    end = t.end or {}
+    return {
+        "messages": messages,
+        "turns": turns,
+        "finished": t.finished,
+        "status": _text(end.get("status")) or "cut off",
+        "stop": _text(end.get("stop")),
+        "error": _text(end.get("error")),
+        "attempts": t.attempts,
+    }
+
+
+def _sample_columns(run: Run, cases: dict[str, int], arms: dict[str, int]) -> tuple[_Columns, list[Any]]:
+    """Every sample of the run (and every failed key of errors.jsonl) as page columns,
+    and the trajectories the agent samples point at."""
+    grades = grade_values(run, _GRADE_COLUMNS)
+    out, trajectories = _Columns(), list[dict[str, Any]]()
+    s = run.samples
+    rows = zip(*(s[c].tolist() for c in _SAMPLE_COLUMNS), strict=True) if len(s) else iter(())
+    for case_id, arm, index, output, cost, latency, cached, agent, turns in rows:
+        key = (str(case_id), str(arm), int(index))
+        g = grades.get(key)
+        code, why = _outcome(g)
+        tr = -1
+        if isinstance(agent, dict) or _num(turns) is not None:
+            t = read_trajectory(run.path, *key)
+            if t is not None:
+                tr = len(trajectories)
+                trajectories.append(_trajectory_json(t))
+        out.add(
+            c=cases.setdefault(key[0], len(cases)),
+            a=arms.setdefault(key[1], len(arms)),
+            i=key[2],
+            o=code,
+            w=why,
+            out=_text(output),
+            ck=_checks(g[1]) if g else [],
+            js=_num(g[2]) if g else None,
+            jr=_text(g[3]) if g else "",
+            cost=_num(cost),
+            lat=_num(latency),
+            ca=1 if cached is True else 0,
+            tr=tr,
+        )
+    _add_errors(run, out, cases, arms)
+    return out, trajectories
+
+
+def _add_errors(run: Run, out: _Columns, cases: dict[str, int], arms: dict[str, int]) -> None:
+    """The keys that never made a sample (errors.jsonl): errored rows, with why."""
+    e = run.errors
+    if not len(e):
+        return
+    for (case_id, arm, index), (error, attempts) in keyed_values(e, ("error", "attempts")).items():
+        tries = f" ({int(attempts)} attempt(s))" if _num(attempts) is not None else ""
+        out.add(
+            c=cases.setdefault(case_id, len(cases)),
+            a=arms.setdefault(arm, len(arms)),
+            i=index,
+            o=ERRORED,
+            w=_text(error) + tries,
+            out="",
+            ck=[],
+            js=None,
+            jr="",
+            cost=None,
+            lat=None,
+            ca=0,
+            tr=-1,
+        )
+
+
+def _cases_json(run: Run, order: list[str]) -> list[dict[str, Any]]:
+    table = case_table(run).by_id()
+    out = []
+    for cid in order:
+        row = table.get(cid)
+        out.append(
+            {
+                "id": cid,
+                "set": row.set if row else "capability",
+                "tags": list(row.tags) if row else [],
+                "judged": bool(row.judged) if row else False,
+            }
+        )
+    return out
+
+
+def _comparisons_json(run: Run) -> list[dict[str, Any]]:
+    """Each two-arm verdict of verdicts.json with its per-case votes (win / loss / tie /
+    errored): the discordant cases are those the sign test rests on."""
+    return [
+        {
+            "baseline": v.baseline_arm,
+            "treatment": v.treatment_arm,
+            "kind": v.kind,
+            "p_value": v.p_value,
+            "wins": v.wins,
+            "losses": v.losses,
+            "ties": v.ties,
+            "errored": v.errored,
+            "test": v.test,
+            "reason": v.reason,
+            "votes": dict(v.case_votes),
+        }
+        for v in run_verdicts(run).comparisons
+    ]
+
+
+def suite_baseline(run: Run | str | Path) -> Path | None:
+    """The run's suite's `baseline.json`, when the suite folder and the file are there."""
+    run = as_run(run)
+    suite = find_suite_dir(run.path, run.config.get("suite"))
+    return suite / BASELINE_FILE if suite is not None and (suite / BASELINE_FILE).is_file() else None
+
+
+def _gate_json(gate: GateResult, dropped: list[str]) -> dict[str, Any]:
+    """A gate's result for the page: its decision, checks, reasons, notes, and the cases
+    whose score dropped against what it was gated on."""
+    return {
+        "arm": gate.arm,
+        "passed": gate.passed,
+        "baseline": gate.baseline,
+        "reasons": list(gate.reasons),
+        "notes": list(gate.notes),
+        "checks": [
+            {
+                "kind": c.kind,
+                "group": c.group,
+                "n": c.n_cases,
+                "baseline": c.baseline,
+                "current": c.current,
+                "change": c.change,
+                "threshold": c.threshold,
+                "p": c.p_adjusted,
+                "failed": c.failed,
+            }
+            for c in gate.checks
+        ],
+        "dropped": dropped,
+    }
+
+
+def _dropped_cases(run: Run, gate: GateResult, baseline: Path | None) -> list[str]:
+    """The cases whose case score fell against the baseline the gate read (its per-case
+    counts), worst first; none for a baseline of rates only."""
+    if baseline is None or gate.arm is None or not gate.read_rates:
+        return []
+    base = load_baseline(baseline).metrics
+    if base is None:
+        return []
+    return drops(run_metrics(run, arm=gate.arm), base)
+
+
+def drops(cur: RunMetrics, base: RunMetrics) -> list[str]:
+    """The cases of `cur` whose case score is below `base`'s, the largest drop first."""
+    bm = base.by_id()
+    fell = []
+    for c in cur.cases:
+        if c.case_id in bm:
+            change = score_of(cur, c) - score_of(base, bm[c.case_id])
+            if change < 0:
+                fell.append((change, c.case_id))
+    return [cid for _, cid in sorted(fell)]
+
+
+def run_data(run: Run | str | Path, *, baseline: str | Path | None = None) -> dict[str, Any]:
+    """What a run's explorer shows, as JSON: cases, arms, every sample (columns),
+    trajectories, the verdicts recorded in verdicts.json with their case votes, the
+    gate with the cases that dropped, and the findings the index shows.
+    `baseline`: the baseline.json the gate was read against (default: the suite's)."""
+    run = as_run(run)
+    order = case_order(run)
+    cases = {c: i for i, c in enumerate(order)}
+    arms = {a: i for i, a in enumerate(run.arm_names())}
+    cols, trajectories = _sample_columns(run, cases, arms)
+    verdicts = run_verdicts(run)
+    summary = run.summary or {}
+    gate = None
+    if verdicts.gate is not None:
+        base = Path(baseline) if baseline is not None else suite_baseline(run)
+        gate = _gate_json(verdicts.gate, _dropped_cases(run, verdicts.gate, base))
+    return {
+        "schema": SCHEMA,
+        "mode": "run",
+        "run": Path(run.path).name,
+        "suite": run.config.get("suite_name") or Path(str(run.config.get("suite") or "")).name or None,
+        "created": run.config.get("created"),
+        "k": run.config.get("k"),
+        "complete": summary.get("complete"),
+        "incomplete": None
+        if summary.get("complete", True)
+        else f"INCOMPLETE: {summary.get('ran')} of {summary.get('total')} cases ran ({summary.get('reason')})",
+        "judge_notice": judge_trust_notice(run.path),
+        "arms": list(arms),
+        "cases": _cases_json(run, list(cases)),
+        "samples": cols.in_order(),
+        "trajectories": trajectories,
+        "comparisons": _comparisons_json(run),
+        "gate": gate,
+        "findings": verdict_entries(verdicts, summary.get("complete")),
+    }
+
+
+# --- two runs ---------------------------------------------------------------------------
+
+
+def _by_key(data: dict[str, Any]) -> dict[tuple[str, str], list[int]]:
+    """(case, arm) -> the row numbers of its samples in a run's page data."""
+    s, cases, arms = data["samples"], data["cases"], data["arms"]
+    out: dict[tuple[str, str], list[int]] = {}
+    for r, (c, a) in enumerate(zip(s["c"], s["a"], strict=True)):
+        out.setdefault((cases[c]["id"], arms[a]), []).append(r)
+    return out
+
+
+def _side(data: dict[str, Any], rows: list[int]) -> dict[str, Any]:
+    """One side of a diff row: passes, samples, cost, mean latency, outputs by index."""
+    s = data["samples"]
+    lat = [s["lat"][r] for r in rows if s["lat"][r] is not None]
+    return {
+        "passed": sum(1 for r in rows if s["o"][r] == PASSED),
+        "n": len(rows),
+        "cost": sum(s["cost"][r] or 0.0 for r in rows),
+        "lat": sum(lat) / len(lat) if lat else None,
+        "outputs": {s["i"][r]: s["out"][r] for r in rows},
+    }
+
+
+def _change(new: dict[str, Any] | None, old: dict[str, Any] | None) -> int:
+    """The change code (`CHANGES`) of one case and arm from OTHER (`old`) to RUN (`new`):
+    compared by pass rate (a missing or errored sample is a failure)."""
+    if old is None:
+        return 4
+    if new is None:
+        return 5
+    rn, ro = new["passed"] / max(new["n"], 1), old["passed"] / max(old["n"], 1)
+    if rn < ro:
+        return 0
+    if rn > ro:
+        return 1
+    return 2 if new["outputs"] != old["outputs"] else 3
+
+
+def _diff_rows(new: dict[str, Any], old: dict[str, Any], cases: list[str], arms: list[str]) -> dict[str, list[Any]]:
+    """One row per case and arm of either run: the change, both sides' passes, the cost
+    and latency change; regressions first (the largest drop first), then the rest."""
+    kn, ko = _by_key(new), _by_key(old)
+    rows = []
+    for ci, cid in enumerate(cases):
+        for ai, arm in enumerate(arms):
+            a = _side(new, kn[(cid, arm)]) if (cid, arm) in kn else None
+            b = _side(old, ko[(cid, arm)]) if (cid, arm) in ko else None
+            if a is None and b is None:
+                continue
+            code = _change(a, b)
+            drop = (b["passed"] / max(b["n"], 1) - a["passed"] / max(a["n"], 1)) if a and b else 0.0
+            rows.append((code, -drop, ci, ai, a, b))
+    rows.sort(key=lambda r: (r[0], r[1], r[2], r[3]))
+    out: dict[str, list[Any]] = {f: [] for f in ("c", "a", "ch", "p1", "n1", "p0", "n0", "dcost", "dlat")}
+    for code, _, ci, ai, a, b in rows:
+        for f, v in (("c", ci), ("a", ai), ("ch", code)):
+            out[f].append(v)
+        out["p1"].append(a["passed"] if a else None)
+        out["n1"].append(a["n"] if a else None)
+        out["p0"].append(b["passed"] if b else None)
+        out["n0"].append(b["n"] if b else None)
+        out["dcost"].append(a["cost"] - b["cost"] if a and b else None)
+        both = a is not None and b is not None and a["lat"] is not None and b["lat"] is not None
+        out["dlat"].append(a["lat"] - b["lat"] if both and a and b else None)
+    return out
+
+
+def paired_change(rows: dict[str, list[Any]], arms: list[str]) -> list[dict[str, Any]]:
+    """Per arm, the exact sign test of the change over the cases both runs have: a case
+    whose pass rate rose is a win, one whose rate fell a loss, the rest ties (with one
+    sample a case, this is McNemar's exact test). `evalkit.numbers.stats.sign_test`.
+
+    References: Dixon & Mood 1946, JASA 41(236); McNemar 1947, Psychometrika 12(2)."""
+    out = []
+    for ai, arm in enumerate(arms):
+        codes = [ch for a, ch in zip(rows["a"], rows["ch"], strict=True) if a == ai and ch < 4]
+        wins, losses = codes.count(1), codes.count(0)
+        t = sign_test(wins, losses, len(codes) - wins - losses)
+        out.append(
+            {
+                "arm": arm,
+                "improved": wins,
+                "regressed": losses,
+                "ties": t.ties,
+                "cases": len(codes),
+                "p_value": t.p_value,
+            }
+        )
+    return out
+
+
+def gate_against(run: Run, other: Run, arms: list[str]) -> list[dict[str, Any]]:
+    """RUN gated against OTHER, arm by arm (each arm both have, graded in both), with
+    RUN's gate thresholds: what `evalkit gate` would decide had OTHER been accepted as
+    the baseline; each with the cases whose score dropped."""
+    out: list[dict[str, Any]] = []
+    if not len(run.grades) or not len(other.grades):
+        return out
+    t = thresholds_from(run.config.get("config") or {})
+    for arm in arms:
+        if arm not in run.arm_names() or arm not in other.arm_names():
+            continue
+        cur, base = run_metrics(run, arm=arm), run_metrics(other, arm=arm)
+        res = gate_metrics(cur, base, t, run_label=Path(run.path).name, baseline_label=Path(other.path).name)
+        out.append(_gate_json(res, drops(cur, base)))
+    return out
+
+
+def previous_run(run: str | Path) -> Path | None:
+    """The run before `run` in its runs folder (run folders are named by their start
+    time): the latest graded sibling whose name sorts before it, else None. What the
+    demo diffs a new run against."""
+    p = Path(run).resolve()
+    older = [q for q in p.parent.iterdir() if q.name < p.name and (q / RUN_CONFIG).is_file() and (q / GRADES).is_file()]
+    return max(older, key=lambda q: q.name) if older else None
+
+
+def diff_data(run: Run | str | Path, other: Run | str | Path) -> dict[str, Any]:
+    """What `diff.html` shows, as JSON: both runs' page data, one row per case and arm
+    with what changed (regressions first), the paired test of the change per arm, RUN's
+    gate against OTHER, and RUN's own recorded gate (against baseline.json's run)."""
+    run, other = as_run(run), as_run(other)
+    new, old = run_data(run), run_data(other)
+    cases = list(dict.fromkeys([c["id"] for c in new["cases"]] + [c["id"] for c in old["cases"]]))
+    arms = list(dict.fromkeys(new["arms"] + old["arms"]))
+    meta = {c["id"]: c for c in old["cases"]} | {c["id"]: c for c in new["cases"]}
+    rows = _diff_rows(new, old, cases, arms)
+    return {
+        "schema": SCHEMA,
+        "mode": "diff",
+        "run": new["run"],
+        "other": old["run"],
+        "arms": arms,
+        "cases": [meta[c] for c in cases],
+        "rows": rows,
+        "changes": list(CHANGES),
+        "paired": paired_change(rows, arms),
+        "gate_against": gate_against(run, other, arms),
+        "gate": new["gate"],
+        "findings": new["findings"],
+        "new": new,
+        "old": old,
+    }
+
+
+# --- the page ---------------------------------------------------------------------------
+
+_SCRIPT = re.compile(r"<script id=\"evalkit-explorer\">(.*?)</script>", re.S)
+
+
+def _template() -> str:
+    return resources.files("evalkit.templates").joinpath(TEMPLATE).read_text(encoding="utf-8")
+
+
+def page_csp(template: str) -> str:
+    """The page's Content-Security-Policy: nothing loads from anywhere (no request at
+    all: `default-src 'none'`); the one script runs because its hash is named; styles
+    and data-URI images inline."""
+    m = _SCRIPT.search(template)
+    if m is None:
+        raise RuntimeError(f"evalkit/templates/{TEMPLATE} has no script evalkit-explorer")  # a packaging bug
+    digest = base64.b64encode(hashlib.sha256(m.group(1).encode("utf-8")).digest()).decode("ascii")
+    return (
+        f"default-src 'none'; script-src 'sha256-{digest}'; style-src 'unsafe-inline'; img-src data:; "
+        "base-uri 'none'; form-action 'none'"
+    )
+
+
+# zlib level 4: a 100,000-sample run's data compress 4x faster than at 6 (the default),
+# in a file a fifth larger (bench_explorer.py)
+_GZIP_LEVEL = 4
+_COLUMNS = ("samples", "rows")  # built plain: numbers finite or None (`_num`), texts str
+_RUNS = ("new", "old")  # a diff's two runs' data
+
+
+def _plain(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` as plain JSON: its columns as they are (walking 100,000 rows through
+    `jsonable` costs seconds), the rest through `jsonable`."""
+    return {
+        k: v if k in _COLUMNS else _plain(v) if k in _RUNS and isinstance(v, dict) else jsonable(v)
+        for k, v in data.items()
+    }
+
+
+def embed(data: dict[str, Any]) -> str:
+    """The data as the page carries them: JSON, gzip, base64 (no `<`, `&` or line
+    separator can reach the HTML parser). A NaN in the columns is a bug: refused."""
+    raw = storable_json(_plain(data), separators=(",", ":"), allow_nan=False)  # a lone surrogate as \ud800
+    return base64.b64encode(gzip.compress(raw.encode("utf-8"), compresslevel=_GZIP_LEVEL, mtime=0)).decode("ascii")
+
+
+HEAD_ROWS = 200  # the rows a run's page shows before it has read the rest
+
+
+def head_of(data: dict[str, Any]) -> dict[str, Any] | None:
+    """A run's page data cut to its first `HEAD_ROWS` samples (no trajectory), and their
+    total: what the page shows first, while it reads the rest. None for a diff, or a run
+    small enough to show at once."""
+    s = data.get("samples")
+    if data.get("mode") != "run" or s is None or len(s["o"]) <= HEAD_ROWS:
+        return None
+    rows = {f: col[:HEAD_ROWS] for f, col in s.items()}
+    rows["tr"] = [-1] * len(rows["tr"])
+    return {**data, "samples": rows, "trajectories": [], "total": len(s["o"])}
+
+
+def banners(data: dict[str, Any]) -> str:
+    """What the page says before any row, in its HTML (escaped), so it shows even before
+    the script has read the data: INCOMPLETE, and the judge's notice (of RUN, for a diff)."""
+    run = data.get("new") or data
+    said = [run.get("incomplete"), run.get("judge_notice")]
+    return "".join(f'<div class="banner">{html.escape(str(t))}</div>' for t in said if t)
+
+
+_SLOT = re.compile(r"__(CSP|TITLE|BANNERS|HEAD|DATA)__")
+
+
+def render_page(data: dict[str, Any], title: str) -> str:
+    """The self-contained page of `data` (`run_data` or `diff_data`). The template's
+    slots are filled in one pass: a text that reads `__DATA__` is never a slot."""
+    template = _template()
+    head = head_of(data)
+    values = {
+        "CSP": html.escape(page_csp(template), quote=True),
+        "TITLE": html.escape(title),
+        "BANNERS": banners(data),
+        "HEAD": embed(head) if head is not None else "",
+        "DATA": embed(data),
+    }
+    return _SLOT.sub(lambda m: values[m.group(1)], template)
+
+
+def _check_run(path: str | Path) -> Path:
+    p = Path(path)
+    if not (p / RUN_CONFIG).is_file():
+        raise InputError("not a run folder (no config.json)", p)
+    return p
+
+
+def _built(run: Run | str | Path, against: Run | str | Path | None, baseline: str | Path | None) -> tuple[str, int]:
+    """The page of `run` (its diff against `against`, when given) and how many rows it lists."""
+    loaded = run if isinstance(run, Run) else as_run(_check_run(run))
+    if against is None:
+        data = run_data(loaded, baseline=baseline)
+        return render_page(data, f"{data['run']}: explorer"), len(data["samples"]["o"])
+    other = against if isinstance(against, Run) else as_run(_check_run(against))
+    d = diff_data(loaded, other)
+    return render_page(d, f"{d['run']} against {d['other']}: diff"), len(d["rows"]["ch"])
+
+
+def _write(out_dir: str | Path, name: str, built: tuple[str, int]) -> ExplorerPage:
+    page, rows = built
+    path = Path(out_dir) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, page)
+    return ExplorerPage(path, rows, len(page.encode("utf-8")))
+
+
+def write_explorer(run: Run | str | Path, out_dir: str | Path, *, baseline: str | Path | None = None) -> ExplorerPage:
+    """Write `out_dir/explorer.html` for the run; return where, with its rows and bytes.
+    `baseline`: the baseline.json its recorded gate read (default: the suite's)."""
+    return _write(out_dir, EXPLORER_HTML, _built(run, None, baseline))
+
+
+def write_diff(run: Run | str | Path, other: Run | str | Path, out_dir: str | Path) -> ExplorerPage:
+    """Write `out_dir/diff.html`: RUN against OTHER; return where, with its rows and bytes."""
+    return _write(out_dir, DIFF_HTML, _built(run, other, None))
+
+
+class Explorer:
+    """A run's explorer in a notebook cell (`evalkit.explore(run)`): the same page as
+    `explorer.html`, shown in an iframe whose `srcdoc` holds it (so the notebook's own
+    page runs none of its script)."""
+
+    def __init__(self, page: str, rows: int) -> None:
+        self.page = page
+        self.rows = rows
+
+    def _repr_html_(self) -> str:
+        return (
+            f'<iframe srcdoc="{html.escape(self.page, quote=True)}" '
+            'style="width:100%;height:720px;border:1px solid #ddd" sandbox="allow-scripts"></iframe>'
+        )
+
+
+def explore(run: Run | str | Path, against: Run | str | Path | None = None) -> Explorer:
+    """The explorer of `run` (or its diff against `against`) for a notebook cell."""
+    return Explorer(*_built(run, against, None))

@@ -1,0 +1,198 @@
+"""The explorer's data and page without a browser (evalkit.telling.explorer): every sample
+with its outcome and why, the verdict's case votes, the gate's dropped cases, the diff of
+two runs (regressions first, the paired test from evalkit.numbers.stats), the embedded
+data that no text can break out of, the CLI, the index's links and the notebook object.
+The page in a browser: tests/test_explorer_browser.py."""
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import json
+import re
+
+import pytest
+from click.testing import CliRunner
+from conftest import make_run, make_suite, two_arm
+
+import evalkit
+from evalkit._cli.main import main
+from evalkit.conclusions import gates
+from evalkit.foundations.errors import InputError
+from evalkit.numbers import stats
+from evalkit.telling import explorer, report_index, reports
+
+HOSTILE = "</script><script>alert(1)</script><!-- \u2028 & <b>"
+
+
+def _page_data(page: str) -> dict:
+    m = re.search(r'<script id="evalkit-data" type="application/octet-stream">([^<]*)</script>', page)
+    assert m is not None
+    return json.loads(gzip.decompress(base64.b64decode(m.group(1))))
+
+
+def _rows(data: dict) -> list[dict]:
+    s = data["samples"]
+    return [{k: s[k][r] for k in s} | {"case": data["cases"][s["c"][r]]["id"], "arm": data["arms"][s["a"][r]]}
+            for r in range(len(s["o"]))]
+
+
+def test_every_sample_with_its_outcome_and_why(tmp_path):
+    """Passed, failed (with the failed check), errored (errors.jsonl: with why, and a
+    grading error), ungraded (no grade line): each sample once, in the run's case order."""
+    outs = {("c1", "baseline"): [True, False], ("c2", "baseline"): [None, "nograde"]}
+    run = make_run(tmp_path, "r", outs, k=2, errors=[("c3", "baseline", 0)])
+    rows = _rows(explorer.run_data(run))
+    got = {(r["case"], r["i"]): (explorer_outcome(r["o"]), r["w"]) for r in rows}
+    assert got == {
+        ("c1", 0): ("passed", ""),
+        ("c1", 1): ("failed", "contains"),
+        ("c2", 0): ("errored", "grading error: judge failed"),
+        ("c2", 1): ("ungraded", "not graded"),
+        ("c3", 0): ("errored", "HTTP 500 (4 attempt(s))"),
+    }
+    assert [c["id"] for c in explorer.run_data(run)["cases"]][:2] == ["c1", "c2"]
+
+
+def explorer_outcome(code: int) -> str:
+    return ["passed", "failed", "errored", "ungraded"][code]
+
+
+def test_the_verdict_and_its_case_votes_and_the_gate_with_its_dropped_cases(tmp_path):
+    """What the top of the page rests on: the two-arm verdict of verdicts.json with each
+    case's vote (the discordant cases are its wins and losses), and the recorded gate
+    with the cases whose score fell against the baseline's per-case counts."""
+    ids = [f"c{i}" for i in range(10)]
+    suite = make_suite(tmp_path, {c: {} for c in ids}, gate={"max_success_drop_points": 5})
+    base = make_run(tmp_path, "0-base", two_arm({c: ([True] * 3, [True] * 3) for c in ids}), k=3, suite=suite)
+    gates.accept_baseline(base, suite, arm="skilled")
+    cur = make_run(tmp_path, "1-cur", two_arm({c: ([True] * 3, [False] * 3 if c in ("c1", "c4") else [True] * 3)
+                                               for c in ids}), k=3, suite=suite)
+    reports.conclude(cur, reports.report_inputs(cur))
+    data = explorer.run_data(cur)
+    (v,) = data["comparisons"]
+    assert (v["baseline"], v["treatment"]) == ("baseline", "skilled")
+    assert {c for c, vote in v["votes"].items() if vote == "loss"} == {"c1", "c4"}
+    assert data["gate"]["arm"] == "skilled" and data["gate"]["passed"] is False
+    assert data["gate"]["dropped"] == ["c1", "c4"]
+    assert any(f.get("label", "").startswith("gate failed") for f in data["findings"])
+
+
+def _two_runs(tmp_path):
+    ids = [f"c{i}" for i in range(8)]
+    suite = make_suite(tmp_path, {c: {} for c in ids})
+    old = make_run(tmp_path, "0-old", two_arm({c: ([True, True], [True, False]) for c in ids}), k=2, suite=suite)
+    new_outs = two_arm({c: ([True, True], [True, False]) for c in ids})
+    new_outs[("c2", "baseline")] = [False, False]  # a regression of two samples
+    new_outs[("c5", "baseline")] = [True, False]  # of one
+    new_outs[("c3", "skilled")] = [True, True]  # an improvement
+    new = make_run(tmp_path, "1-new", new_outs, k=2, suite=suite)
+    return old, new
+
+
+def test_the_diff_lists_regressions_first_with_the_paired_test(tmp_path):
+    """Per case and arm what changed, the largest drop first, then improvements, then
+    the rest; per arm the exact sign test of the change over cases: stats.sign_test."""
+    old, new = _two_runs(tmp_path)
+    d = explorer.diff_data(new, old)
+    rows = d["rows"]
+    listed = [(d["cases"][c]["id"], d["arms"][a], d["changes"][ch]) for c, a, ch in zip(rows["c"], rows["a"], rows["ch"])]
+    assert listed[:3] == [("c2", "baseline", "pass -> fail"), ("c5", "baseline", "pass -> fail"),
+                          ("c3", "skilled", "fail -> pass")]
+    assert {x[2] for x in listed[3:]} == {"same"} and len(listed) == 16
+    paired = {p["arm"]: p for p in d["paired"]}
+    assert (paired["baseline"]["regressed"], paired["baseline"]["improved"], paired["baseline"]["ties"]) == (2, 0, 6)
+    assert paired["baseline"]["p_value"] == stats.sign_test(0, 2, 6).p_value
+    assert paired["skilled"]["p_value"] == stats.sign_test(1, 0, 7).p_value
+    # RUN gated against OTHER, arm by arm, with the cases whose case score fell (a
+    # capability case scores pass@k: c5, one of two samples passing, still scores 1)
+    by_arm = {g["arm"]: g for g in d["gate_against"]}
+    assert by_arm["baseline"]["dropped"] == ["c2"] and by_arm["skilled"]["dropped"] == []
+    assert by_arm["baseline"]["baseline"] == "0-old"
+
+
+def test_no_text_of_the_run_can_break_out_of_the_page(tmp_path):
+    """The data are gzip + base64: a hostile output (a closing script tag, a comment, a
+    line separator) never reaches the HTML parser, and comes back whole; the page's one
+    script is allowed by its hash, nothing else may load."""
+    run = make_run(tmp_path, "r", {("c1", "a"): [True]}, k=1)
+    res = run / "results.jsonl"
+    res.write_text(res.read_text().replace('"output": "o"', '"output": ' + json.dumps(HOSTILE)))
+    page = explorer.write_explorer(run, tmp_path / "out")
+    text = page.path.read_text()
+    assert "alert(1)" not in text and "<b>" not in text and "\u2028" not in text
+    assert _page_data(text)["samples"]["out"] == [HOSTILE]
+    script = re.search(r'<script id="evalkit-explorer">(.*?)</script>', text, re.S).group(1)
+    digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+    csp = re.search(r'http-equiv="Content-Security-Policy" content="([^"]*)"', text).group(1)
+    assert f"script-src &#x27;sha256-{digest}&#x27;" in csp and "default-src &#x27;none&#x27;" in csp
+    assert "innerHTML" not in script and "insertAdjacentHTML" not in script
+
+
+def test_the_banners_are_in_the_html_escaped_and_no_text_fills_a_slot(tmp_path):
+    """INCOMPLETE and the judge's notice are in the page's HTML (shown before the script
+    reads the data); a run's text that reads like a template slot stays that text."""
+    run = make_run(tmp_path, "__DATA__<i>", {("c1", "a"): [True]}, k=1, complete=False)
+    page = explorer.write_explorer(run, tmp_path / "out").path.read_text()
+    assert '<div class="banner">INCOMPLETE: 1 of 1 cases ran (cost cap reached)</div>' in page
+    assert "<title>__DATA__&lt;i&gt;: explorer</title>" in page
+    assert _page_data(page)["run"] == "__DATA__<i>"
+
+
+def test_explore_cli_writes_the_explorer_and_the_diff(tmp_path):
+    old, new = _two_runs(tmp_path)
+    out = tmp_path / "pages"
+    res = CliRunner().invoke(main, ["explore", str(new), "--against", str(old), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert (out / "explorer.html").is_file() and (out / "diff.html").is_file()
+    assert "32 samples" in res.output and "16 case x arm rows" in res.output
+    bad = CliRunner().invoke(main, ["explore", str(tmp_path / "nowhere")])
+    assert bad.exit_code == 2 and "not a run folder" in bad.output
+
+
+def test_the_index_links_each_runs_explorer_and_diff(tmp_path):
+    d = tmp_path / "r1"
+    d.mkdir()
+    (d / report_index.MANIFEST).write_text(json.dumps({
+        "run": "r1", "suite": "s", "arms": ["a"], "headline": {}, "verdicts": [], "notebooks": [],
+        "pages": {"explorer": "explorer.html", "diff": "diff.html", "against": "r0<i>"}}))
+    index = report_index.build_index(tmp_path).read_text()
+    assert "<a href='r1/explorer.html'>Explorer</a>" in index
+    assert "<a href='r1/diff.html'>Diff against r0&lt;i&gt;</a>" in index
+
+
+def test_report_refuses_against_with_redact_and_a_folder_that_is_no_run(tmp_path):
+    old, new = _two_runs(tmp_path)
+    with pytest.raises(InputError, match="not a run folder"):
+        reports.report_run(new, tmp_path / "rep", against=tmp_path / "nowhere")
+    with pytest.raises(InputError, match="--redact and --against"):
+        reports.report_run(new, tmp_path / "rep", against=old, redact=True)
+
+
+def test_evalkit_explore_shows_the_page_in_a_notebook_cell(tmp_path):
+    """`evalkit.explore(run)`: an iframe whose srcdoc is the explorer page, escaped into
+    the attribute (the notebook parses none of the run's text)."""
+    run = make_run(tmp_path, "r", {("c1", "a"): [True, False]}, k=2)
+    shown = evalkit.explore(run)
+    assert shown.rows == 2
+    frame = shown._repr_html_()
+    assert frame.startswith('<iframe srcdoc="&lt;!DOCTYPE html&gt;') and 'sandbox="allow-scripts"' in frame
+    assert "<script" not in frame
+    old, new = _two_runs(tmp_path / "two")
+    assert evalkit.explore(new, against=old).rows == 16
+
+
+def test_previous_run_is_the_latest_older_run_of_the_same_folder(tmp_path):
+    a = make_run(tmp_path, "20260101-000000", {("c1", "a"): [True]}, k=1)
+    b = make_run(tmp_path, "20260102-000000", {("c1", "a"): [True]}, k=1)
+    assert explorer.previous_run(b) == a and explorer.previous_run(a) is None
+
+
+def test_a_lone_surrogate_in_an_output_is_kept_not_a_crash(tmp_path):
+    """A model's output may hold a lone surrogate (results.jsonl keeps it as \\ud800):
+    the page is still written (it was a UnicodeEncodeError), the text comes back whole."""
+    run = make_run(tmp_path, "r", {("c1", "a"): [True]}, k=1)
+    res = run / "results.jsonl"
+    res.write_text(res.read_text().replace('"output": "o"', '"output": "x\\ud800y"'))
+    page = explorer.write_explorer(run, tmp_path / "out").path.read_text()
+    assert _page_data(page)["samples"]["out"] == ["x\ud800y"]
