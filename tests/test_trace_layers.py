@@ -1,6 +1,6 @@
 """tools/trace_layers.py: the call sites where a run's calls go back up a layer, found by
-tracing real runs on the scripted server (a command unit's run: the client and the
-sample session ask the engine whether to stop, and a twin's call waits on the engine)."""
+tracing real runs on the scripted server (a command unit's run, which no longer goes up,
+and a batch run, whose client settles through the batch's closure)."""
 
 from __future__ import annotations
 
@@ -29,15 +29,18 @@ def test_layers_come_from_the_architecture_page_in_its_order():
     assert layers[None] == max(layers.values())  # evalkit/__init__.py: the top
 
 
-def test_a_command_units_run_goes_up_from_calls_to_the_engine(tmp_path):
+def test_a_command_units_run_no_longer_goes_up_and_a_batch_run_goes_up_once(tmp_path):
+    """A command unit's run asks the stop signal and holds twin calls in `calls/` itself
+    (`StopSignal`, `InFlight`): no call goes back up to the engine, where on 0cdc4ee the
+    session asked `_Engine.should_stop` and waited on `_Engine._hold`. A batch run still
+    goes up once, the client settling through the batch's `charge` closure: the tracer
+    sees a callback when there is one."""
     tool = load_tool()
     layers = tool.layer_folders((ROOT / "docs" / "architecture.md").read_text(encoding="utf-8"))
-    sites = tool.trace(layers, tmp_path, ["command"])
+    assert tool.trace(layers, tmp_path / "command", ["command"]) == set()
+    sites = tool.trace(layers, tmp_path / "batch", ["batch"])
     up = {(s.caller.split(":")[1], s.callee.split(":")[1]) for s in sites}
-    assert up == {
-        ("SampleSession.should_stop", "_Engine.should_stop"),  # asked before each model call
-        ("SampleSession.model_call", "_Engine._hold"),  # the twin arm `copy` waits on base's call
-    }
+    assert up == {("ModelClient._settle", "_Batches._line.<locals>.charge")}
     assert all(s.caller_layer == layers["calls"] and s.callee_layer == layers["running"] for s in sites)
 
 

@@ -2,7 +2,8 @@
 
 The response cache (`cache`), the cost ledger that reserves before and settles after
 (`ledger`), the one client (`client`) with its shared rate-limit pacer (`ratelimit`) and
-the Responses API's wire shapes (`responses_api`), model servers on loopback (`serve`,
+the Responses API's wire shapes (`responses_api`), why a run stops (`stopping`), model
+servers on loopback (`serve`,
 with the scripted server's files and batches API in `_batchserve`), one agent sample's
 calls (`session`), the metering proxy agent programs call through (`proxy`), and the
 sandbox they run in (`sandbox`, with the forwarder inside it, `_forwarder.c` compiled

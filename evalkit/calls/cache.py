@@ -1,5 +1,8 @@
 """Response cache: an identical request with the same sample index replays at $0.
 
+`InFlight` holds a twin arm's call while its first arm's identical call is in flight, so
+the request goes out once and the twin replays its answer from here.
+
 Keyed by (model, request body hash, sample index), and by the endpoint that answered
 when the caller names one (`endpoint=`, a normalized base URL, `endpoints.endpoint_key`):
 repeats of one request stay independent samples, while re-running the same suite
@@ -24,10 +27,13 @@ full disk), drops its buffer and stores nothing more; the runner stops the run o
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import sqlite3
 import threading
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -232,3 +238,24 @@ class ResponseCache:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class InFlight:
+    """One call per identity at a time: a twin arm's call waits while its first arm's
+    identical call (endpoint, model, request, ordinal, sample, index) is in flight, then
+    replays its answer from the cache. The registry every sample of a run shares."""
+
+    def __init__(self) -> None:
+        self._busy: dict[tuple[Any, ...], asyncio.Event] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, ident: tuple[Any, ...]) -> AsyncIterator[None]:
+        """Wait while a call with identity `ident` is in flight, then hold it."""
+        while (busy := self._busy.get(ident)) is not None:
+            await busy.wait()
+        done = self._busy[ident] = asyncio.Event()
+        try:
+            yield
+        finally:
+            del self._busy[ident]
+            done.set()

@@ -69,10 +69,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 from tqdm import tqdm
 
-from evalkit.calls.cache import ResponseCache
+from evalkit.calls.cache import InFlight, ResponseCache
 from evalkit.calls.client import CallStopped, ModelClient, check_endpoint, request_hash
 from evalkit.calls.ledger import Ledger, spend_by_arm
 from evalkit.calls.sandbox import NOT_CONTAINED
+from evalkit.calls.stopping import StopSignal
 from evalkit.foundations._text import printable
 from evalkit.foundations.errors import (
     BudgetExhausted,
@@ -334,10 +335,9 @@ class _Engine:
         self.seed_names = {a.name: (seeds or {}).get(a.name, a.name) for a in arms}
         shared_names = collections.Counter(self.seed_names.values())
         self.twins = {a for a, s in self.seed_names.items() if shared_names[s] > 1} if rcache is not None else set()
-        self._in_flight: dict[tuple[Any, ...], asyncio.Event] = {}
-        self.stop_causes: list[str] = []  # in the order they occurred, each once
-        self.watch = watch
-        self.stop_detail: str | None = None  # the watch's detail lines (a dead server's log tail)
+        self.in_flight = InFlight()  # a twin's call waits for its first arm's identical call
+        # why the run stops (evalkit.calls.stopping): the clients ask it before every attempt
+        self.signal = StopSignal(ledger, rcache, self.clients, watch)
         self.errored: dict[Key, str] = {}
         # Counts, not sets of keys: memory stays flat however many samples a run has.
         self.done_per_arm: collections.Counter[str] = collections.Counter()
@@ -365,52 +365,27 @@ class _Engine:
         return sum(self.done_per_arm.values())
 
     @property
+    def stop_causes(self) -> list[str]:
+        """The stop causes so far, in the order they occurred (`StopSignal.causes`)."""
+        return self.signal.causes
+
+    @property
+    def stop_detail(self) -> str | None:
+        """What the watch said beyond the cause (a dead server's log tail)."""
+        return self.signal.detail
+
+    @property
     def stop_reason(self) -> str | None:
-        """Every stop cause that occurred, a ceiling breach first, then an unreachable
-        endpoint or a full disk ("ceiling breached; budget exhausted"); None while the
-        run goes on. Asks the watch first (a server that died stops the run here, before
-        the next key or attempt)."""
-        if self.watch is not None:
-            self._ask_watch()
-        if not self.stop_causes:
-            return None
-
-        def rank(c: str) -> tuple[int, int]:
-            first = 0 if c.startswith("ceiling breached") else 1 if c.startswith(_FIRST_CAUSES) else 2
-            return first, self.stop_causes.index(c)
-
-        return "; ".join(sorted(self.stop_causes, key=rank))
+        """Every stop cause that occurred, ranked; None while the run goes on (`StopSignal.reason`)."""
+        return self.signal.reason
 
     def stop(self, cause: str) -> None:
-        """Record a stop cause once; a full disk once, the first file that had no room."""
-        kind = cause.split(":", 1)[0]
-        if cause not in self.stop_causes and not (
-            kind == "disk full" and any(c.startswith("disk full:") for c in self.stop_causes)
-        ):
-            self.stop_causes.append(cause)
-
-    def _ask_watch(self) -> None:
-        assert self.watch is not None
-        reason = self.watch()
-        if reason:
-            self.watch = None  # it said why; the run has stopped
-            cause, _, detail = reason.strip().partition("\n")
-            self.stop(cause.strip())
-            self.stop_detail = detail.strip("\n") or None
+        """Record a stop cause once (`StopSignal.stop`)."""
+        self.signal.stop(cause)
 
     def should_stop(self) -> str | None:
-        """The stop reason, after folding in what the ledger, the cache and the client
-        found (a full disk, an unreachable or endlessly rate-limiting endpoint); asked
-        before every key and every attempt."""
-        if self.ledger.disk_full is not None:
-            self.stop(str(self.ledger.disk_full))
-        if self.rcache is not None and self.rcache.write_error is not None:
-            self.stop(str(self.rcache.write_error))
-        for client in {id(c): c for c in self.clients.values()}.values():
-            for halted in (client.unreachable, client.rate_limited_out):
-                if halted is not None:
-                    self.stop(halted)
-        return self.stop_reason
+        """The stop reason with what the ledger, cache and clients found (`StopSignal.should_stop`)."""
+        return self.signal.should_stop()
 
     def client_of(self, arm_name: str) -> ModelClient:
         """The client an arm's calls go through (its model, endpoint and price)."""
@@ -433,7 +408,7 @@ class _Engine:
             yield
             return
         ident = (client.cache_endpoint, client.endpoint.model, request_hash(client.request_body(**args)), index)
-        async with self._hold(ident):
+        async with self.in_flight.hold(ident):
             yield
 
     def twin_share(self, key: Key) -> TwinShare | None:
@@ -447,20 +422,7 @@ class _Engine:
             return None
         from evalkit.calls.session import TwinShare  # lazy: only an agent run's twins
 
-        return TwinShare(sample=f"{case_id}/{self.seed_names[arm_name]}", hold=self._hold)
-
-    @contextlib.asynccontextmanager
-    async def _hold(self, ident: tuple[Any, ...]) -> Any:
-        """Wait while a call with identity `ident` is in flight, then hold it (one call
-        at a time per identity: the next one replays the first's answer from the cache)."""
-        while (busy := self._in_flight.get(ident)) is not None:
-            await busy.wait()
-        done = self._in_flight[ident] = asyncio.Event()
-        try:
-            yield
-        finally:
-            del self._in_flight[ident]
-            done.set()
+        return TwinShare(sample=f"{case_id}/{self.seed_names[arm_name]}", hold=self.in_flight.hold)
 
     def _tick(self) -> None:
         limit = self.client.concurrency_limit
@@ -504,7 +466,7 @@ class _Engine:
                         **args,
                         sample_index=index,
                         key=f"{case_id}/{arm_name}/{index}",
-                        should_stop=self.should_stop,
+                        should_stop=self.signal.should_stop,
                     )
                 sample = self.sample_of(key, c)
         except BudgetExhausted as exc:
@@ -617,7 +579,6 @@ class _Engine:
 
 
 # Stop causes shown right after a ceiling breach: they say why nothing more could run.
-_FIRST_CAUSES = ("endpoint unreachable", "disk full", "rate limited")
 
 
 def run_is_ci(config: Config) -> bool:
@@ -1120,7 +1081,7 @@ async def _start_units(stack: contextlib.AsyncExitStack, engine: _Engine, plan: 
             arm_suite(plan.suite, arm),
             engine.folder.path,
             engine.clients[arm.name],
-            should_stop=engine.should_stop,
+            should_stop=engine.signal.should_stop,
             on_stop=engine.stop,
             target=plan.targets.get(arm.name, plan.target),
             executor=remote,
