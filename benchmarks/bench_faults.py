@@ -47,7 +47,7 @@ import time
 from pathlib import Path
 
 import _smoke  # --smoke (benchmarks/_smoke.py; this folder is on sys.path)
-from evalkit.suites.loader import load_suite
+from evalkit.suites.reader import load_suite
 from evalkit.foundations.records import Suite
 from evalkit.running.runner import derive_seed, run_suite
 from evalkit.runfolder.runs import iter_jsonl

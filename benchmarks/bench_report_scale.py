@@ -51,7 +51,7 @@ CITIES = ["Paris", "Lyon", "Nice"]
 
 def write_run(suite_dir: Path, runs_dir: Path, k: int = K, seed: int = 20261201) -> Path:
     """A finished run of the suite, written with evalkit's writers from a seeded draw."""
-    from evalkit.suites.loader import load_suite
+    from evalkit.suites.reader import load_suite
     from evalkit.foundations.records import CaseTable, Sample, Usage
     from evalkit.runfolder.runs import RunFolder
 

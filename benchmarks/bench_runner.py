@@ -39,7 +39,7 @@ import openai
 
 import _smoke
 
-from evalkit.suites.loader import load_suite
+from evalkit.suites.reader import load_suite
 from evalkit.foundations.records import Arm, Case, Suite
 from evalkit.running.runner import derive_seed, run_suite
 from evalkit.suites.suite import render_prompt

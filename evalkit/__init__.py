@@ -149,6 +149,10 @@ MOVED = {
     "suites.guide": "datasets.guide",
     "suites.formats.dataset": "datasets.to_suite",
     "suites.workflow": "telling.workflow",
+    # suites/loader.py of 0.1 held load_suite and what lint adds; load_suite is now
+    # suites/reader.py's, the rest intake/lint.py's, which re-exports load_suite: the old
+    # path answers with intake.lint, so every name it had still imports from it
+    "suites.loader": "intake.lint",
 }
 
 
@@ -215,7 +219,7 @@ if not any(isinstance(f, _FlatNames) for f in sys.meta_path):
     sys.meta_path.insert(0, _FlatNames())
 
 _LAZY = {
-    "load_suite": ("suites.loader", "load_suite"),
+    "load_suite": ("suites.reader", "load_suite"),
     "lint_suite": ("intake.lint", "lint_suite"),
     "run_suite": ("running.runner", "run_suite"),
     "RunOptions": ("running.runner", "RunOptions"),

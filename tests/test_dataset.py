@@ -909,7 +909,7 @@ def test_end_to_end_new_validate_to_suite_lint(ws):
     r = ws.cli("lint", "evals/field-service")
     assert r.exit_code == 0, r.stderr
     assert "0 error(s)" in r.stdout
-    from evalkit.suites.loader import load_suite
+    from evalkit.suites.reader import load_suite
 
     suite = load_suite(ws.root / "evals/field-service")
     assert len(suite.cases) == 15 and all(c.judged for c in suite.cases)
@@ -921,7 +921,7 @@ def test_converted_suite_runs_through_sampler_and_graders(ws, monkeypatch):
     from evalkit.checking.graders import grade_sample
     from evalkit.running.runner import run_suite
     from evalkit.calls.serve import ScriptedServer
-    from evalkit.suites.loader import load_suite
+    from evalkit.suites.reader import load_suite
 
     make_source_dataset(ws, 1)
     ws.write("ctx/manual.txt", "Hold the red button for five seconds.")

@@ -18,7 +18,7 @@ from evalkit.calls import sandbox
 from evalkit._cli.main import main
 from evalkit.foundations.errors import InputError
 from evalkit.conclusions.grading import grade_run
-from evalkit.suites.loader import load_suite
+from evalkit.suites.reader import load_suite
 from evalkit.foundations.records import Executor
 from evalkit.running.runner import run_suite
 from evalkit.calls.serve import ScriptedServer

@@ -12,20 +12,28 @@ import pytest
 PKG = Path(__file__).resolve().parents[1] / "evalkit"
 LIMIT = 100
 # The folders and modules a run, a grading, a model call and a suite's validation pass
-# through: the suite read and validated, the run folder, the calls, the sampling engine,
-# grading with its graders and judge, and the leaves they stand on.
+# through: the suite read and validated (and linted), the run folder, the privacy gate a
+# run passes, the calls, the sampling engine, grading with its graders and judge, the two
+# commands that start a run and a grading, and the leaves they stand on.
 CORE_PATHS = (
     "foundations",
     "numbers",
     "checking",
     "suites",
     "runfolder",
+    "pii",
+    "intake",
     "calls",
     "running",
     "conclusions/grading.py",
+    "_cli/run.py",
+    "_cli/grade.py",
 )
 # "module:function" -> why it stays longer than LIMIT (at most four)
-EXCEPTIONS: dict[str, str] = {}
+EXCEPTIONS: dict[str, str] = {
+    "pii/privacy_detect.py:_secret_rules": "the secret detectors' rule table: one entry per kind of secret, "
+    "each a pattern and its name; split, it would be the same table in pieces",
+}
 
 
 def long_functions(pkg: Path = PKG, paths: tuple[str, ...] = CORE_PATHS) -> dict[str, int]:

@@ -434,7 +434,7 @@ def test_the_default_gate_holds_a_20_case_suite_as_the_ci_workflow_runs_it(tmp_p
 
 def test_a_suite_that_set_todays_keys_keeps_their_meaning(tmp_path):
     # alpha (the noise guard's level before issue 41) keeps its noise guard; on_underpowered "fail" fails
-    from evalkit.suites.loader import load_suite
+    from evalkit.suites.reader import load_suite
     from evalkit.suites.suite_scaffold import DEFAULT_CONFIG, PROMPT_FILE
 
     suite = make_suite(tmp_path, {f"c{i}": {} for i in range(3)})

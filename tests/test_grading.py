@@ -14,7 +14,7 @@ from evalkit.conclusions.grading import GRADES_SUMMARY, grade_run
 from evalkit.foundations.records import Case, Sample, Usage
 from evalkit.runfolder.runs import RunFolder, iter_jsonl
 from evalkit.calls.serve import ScriptedServer
-from evalkit.suites.loader import load_suite
+from evalkit.suites.reader import load_suite
 from evalkit.suites.suite import JUDGE_PROMPT_TEMPLATE
 
 GEN_SYSTEM = "GENERATOR-SYSTEM-PROMPT: you are a helpful travel bot"

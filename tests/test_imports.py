@@ -386,6 +386,24 @@ def test_every_flat_name_of_evalkit_0_1_still_imports_as_the_same_module(fresh):
         assert out.returncode == 0 and "usage" in out.stdout.lower(), (flat, out.stdout[-500:], out.stderr[-2000:])
 
 
+def test_every_name_of_the_old_loader_module_still_imports_from_its_old_paths():
+    """`from evalkit.suites.loader import lint_suite` (docs/contracts.md before the suites
+    split) and `from evalkit.loader import ...` (0.1) still work: both paths answer with
+    `evalkit.intake.lint`, which holds every name the old module had."""
+    import importlib
+
+    from evalkit.intake import lint
+    from evalkit.suites import reader
+
+    names = ("load_suite", "lint_suite", "import_suite", "write_native_suite", "write_imported",
+             "dataset_to_suite", "analyze_paths")
+    for old in ("evalkit.suites.loader", "evalkit.loader"):
+        module = importlib.import_module(old)
+        assert module is lint, old
+        assert all(getattr(module, n) is getattr(lint, n) for n in names), old
+    assert lint.load_suite is reader.load_suite
+
+
 def test_the_flat_name_table_covers_every_module_of_evalkit_0_1():
     """evalkit.MOVED names a home for each flat module of 0.1 (tests/data/runs/v0.1 era),
     and each home exists."""

@@ -913,7 +913,7 @@ THREE_ARMS = [{"name": "base"}, {"name": "guided", "guidance": "guided.md"}, {"n
 
 def test_plan_run_resolves_arms_k_prompts_and_seed_names_and_writes_nothing(tmp_path):
     from evalkit.running import runner as R
-    from evalkit.suites.loader import load_suite
+    from evalkit.suites.reader import load_suite
 
     suite = load_suite(write_suite(tmp_path / "suite", 2, k=2, arms=THREE_ARMS))
     with ScriptedServer(SCRIPT) as srv:
@@ -934,7 +934,7 @@ def test_plan_run_resolves_arms_k_prompts_and_seed_names_and_writes_nothing(tmp_
 
 def test_plan_run_of_a_resume_takes_the_runs_arms_k_cap_and_seed_names(tmp_path):
     from evalkit.running import runner as R
-    from evalkit.suites.loader import load_suite
+    from evalkit.suites.reader import load_suite
     from evalkit.runfolder.runs import RunFolder
 
     suite_dir = write_suite(tmp_path / "suite", 2, k=2, arms=THREE_ARMS)
@@ -953,7 +953,7 @@ def test_plan_run_of_a_resume_takes_the_runs_arms_k_cap_and_seed_names(tmp_path)
 
 def test_done_keys_are_the_rows_inside_the_plan(tmp_path):
     from evalkit.running import runner as R
-    from evalkit.suites.loader import load_suite
+    from evalkit.suites.reader import load_suite
 
     suite = load_suite(write_suite(tmp_path / "suite", 2))
     rows = [{"case_id": c, "arm": a, "index": i} for c, a, i in [

@@ -105,7 +105,7 @@ def test_silent_on_data_factual_and_the_init_scaffold(tmp_path):
 
 
 def test_judged_estimate_is_judge_or_corrected(tmp_path):
-    from evalkit.suites.loader import load_suite
+    from evalkit.suites.reader import load_suite
 
     bad = lint_suite(write_suite(tmp_path / "bad", dict(BASE_CONFIG, judged_estimate="human"), OPEN))
     assert any(f.json_path == "$.judged_estimate" and '"human"' in f.message for f in bad.errors)

@@ -516,7 +516,7 @@ def test_init_ci_without_a_source_ci_can_reach_exits_2_and_says_how_to_give_one(
 def test_a_one_arm_suite_gets_an_advisory_conformance_step_and_a_hostile_arm_name_is_refused(tmp_path):
     """Seed 002: a single-arm (agent) suite's verdict is published but stays advisory, so
     its compare step has no --fail-on; an arm name goes into the YAML only as a value."""
-    from evalkit.suites.loader import load_suite
+    from evalkit.suites.reader import load_suite
     from evalkit.telling.workflow import github_workflow
 
     repo = tmp_path / "repo"

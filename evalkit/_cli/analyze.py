@@ -176,7 +176,7 @@ def _judge_options(
     from evalkit.conclusions import analyze_judge
     from evalkit.foundations.layout import CONFIG_FILE
     from evalkit.foundations.records import Price
-    from evalkit.suites.loader import load_suite
+    from evalkit.suites.reader import load_suite
 
     if judge_model is not None:
         if suite_path is not None:

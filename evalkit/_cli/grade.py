@@ -26,6 +26,7 @@ from evalkit.foundations.layout import GRADES, GRADES_SUMMARY
 from evalkit.foundations.records import CurvePoint, GradesSummary
 
 if TYPE_CHECKING:  # for annotations only: ciout loads with the command
+    from evalkit.conclusions.grading import GradeResult
     from evalkit.telling.ciout import CiReport
 
 
@@ -172,6 +173,14 @@ def grade_cmd(
         judge_repeats=judge_repeats,
     )
     result = grade_run(run, suite_path, opts)
+    _echo_grading(result)
+    sys.exit(result.exit_code)
+
+
+def _echo_grading(result: GradeResult) -> None:
+    """What a grading says: the summary lines and findings, INCOMPLETE with why (a dead
+    server's log tail line by line), judged samples held, pairwise trials that errored,
+    then the RESULTS block."""
     for line in summary_lines(result.summary, result.run_path):
         echo_text(line)
     for f in result.findings:
@@ -197,7 +206,6 @@ def grade_cmd(
     echo_text("")
     for line in results_block(s, result.run_path, suite_baseline(s.suite)):
         echo_text(line)
-    sys.exit(result.exit_code)
 
 
 # What `evalkit grade` prints of each group, in order (the names are those of grades-summary.json).

@@ -207,7 +207,7 @@ def microtest_cmd(
     from evalkit.conclusions.grading import grade_run, judge_endpoint
     from evalkit.runfolder.runload import run_verdicts
     from evalkit.running.runner import run_suite
-    from evalkit.suites.loader import load_suite
+    from evalkit.suites.reader import load_suite
     from evalkit.telling import reports
 
     microtest.check_options(reps, flag_pattern)

@@ -15,6 +15,7 @@ from evalkit.foundations.errors import InputError
 
 if TYPE_CHECKING:  # for annotations only: ciout loads with the command
     from evalkit.foundations.records import Executor, Suite
+    from evalkit.running.runner import RunResult
     from evalkit.telling.ciout import CiReport
 
 
@@ -123,22 +124,7 @@ def run_cmd(
         raise InputError("--arms is empty")
     if replay_only and no_cache:
         raise InputError("--replay-only needs the response cache; drop --no-cache")
-    # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
-    from evalkit.conclusions.results import plan_block
-    from evalkit.prompts.analyze import analyze_files, suite_prompt_files
-    from evalkit.suites.loader import load_suite
-    from evalkit.suites.suite import ci_suite
-
-    loaded = load_suite(suite, lenient_keys=lenient_keys)
-    for w in loaded.warnings if lenient_keys else ():
-        echo_text(f"warning: {w}", err=True)
-    target: Suite = ci_suite(loaded) if ci else loaded
-    for f in analyze_files(suite_prompt_files(target))[1]:  # `evalkit analyze` on its prompt files, as lint does
-        echo_text(f"warning: {f.file}:{f.line}:{f.col}: analyze {f.severity}: {f.message} [{f.rule}]", err=True)
-    unknown = sorted(set(arm_list or ()) - {a.name for a in target.config.arms})
-    if not unknown:  # an unknown arm is the runner's error, with its wording
-        # the seed's plan, before the first call (seed 001: "present the plan")
-        echo_text(plan_block(target, tuple(arm_list) if arm_list else None, k))
+    target, unknown = _prepared(suite, ci=ci, lenient_keys=lenient_keys, arm_list=arm_list, k=k)
     if plan_only:
         if unknown:
             raise InputError(f"--arms: no arm named {', '.join(map(repr, unknown))} in the suite")
@@ -158,6 +144,46 @@ def run_cmd(
         executor=ray_executor(ray_address),
     )
     result = run_suite(target, opts)
+    _echo_result(result)
+
+    def report() -> CiReport:  # built only when asked for
+        # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
+        from evalkit.telling.ciout import run_report
+
+        return run_report(result)
+
+    emit_ci(report, junit, markdown)
+    sys.exit(result.exit_code)
+
+
+def _prepared(
+    suite: str, *, ci: bool, lenient_keys: bool, arm_list: list[str] | None, k: int | None
+) -> tuple[Suite, list[str]]:
+    """The suite as this run takes it (the CI variant under --ci), its lint warnings and
+    `evalkit analyze`'s on its prompt files printed, and the seed's plan block shown before
+    the first call; with the arms asked for that the suite lacks (the runner's error)."""
+    # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
+    from evalkit.conclusions.results import plan_block
+    from evalkit.prompts.analyze import analyze_files, suite_prompt_files
+    from evalkit.suites.reader import load_suite
+    from evalkit.suites.suite import ci_suite
+
+    loaded = load_suite(suite, lenient_keys=lenient_keys)
+    for w in loaded.warnings if lenient_keys else ():
+        echo_text(f"warning: {w}", err=True)
+    target: Suite = ci_suite(loaded) if ci else loaded
+    for f in analyze_files(suite_prompt_files(target))[1]:  # `evalkit analyze` on its prompt files, as lint does
+        echo_text(f"warning: {f.file}:{f.line}:{f.col}: analyze {f.severity}: {f.message} [{f.rule}]", err=True)
+    unknown = sorted(set(arm_list or ()) - {a.name for a in target.config.arms})
+    if not unknown:  # an unknown arm is the runner's error, with its wording
+        # the seed's plan, before the first call (seed 001: "present the plan")
+        echo_text(plan_block(target, tuple(arm_list) if arm_list else None, k))
+    return target, unknown
+
+
+def _echo_result(result: RunResult) -> None:
+    """What a finished run says: its folder, spend against the cap, each arm's samples,
+    model and money, and private data let through by --allow-private-data."""
     echo_text(f"run folder: {result.path}")
     click.echo(
         f"spend: {fmt.usd(result.spend_usd)} of cap {fmt.usd(result.cap_usd)} "
@@ -181,15 +207,6 @@ def run_cmd(
             f"({kinds}); recorded in config.json",
             err=True,
         )
-
-    def report() -> CiReport:  # built only when asked for
-        # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
-        from evalkit.telling.ciout import run_report
-
-        return run_report(result)
-
-    emit_ci(report, junit, markdown)
-    sys.exit(result.exit_code)
 
 
 COMMANDS: list[click.Command] = [run_cmd]

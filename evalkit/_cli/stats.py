@@ -330,7 +330,7 @@ def power_cmd(
         path = write_plan(plan, write_dir, force=force)
         plan = load_plan(path)
         text += f"\nplan written: {path}"
-        from evalkit.suites.loader import load_suite  # lazy: the suite loader loads only when a plan is written
+        from evalkit.suites.reader import load_suite  # lazy: the suite loader loads only when a plan is written
 
         try:
             n_cases: int | None = len(load_suite(write_dir, lenient_keys=True).cases)

@@ -12,7 +12,7 @@ from evalkit._cli.options import echo_text
 from evalkit.foundations.layout import CASES_FILE, CONFIG_FILE
 from evalkit.foundations.records import set_gate
 from evalkit.intake import lint
-from evalkit.suites import loader, suite
+from evalkit.suites import reader, suite
 
 
 @click.command("init")
@@ -69,7 +69,7 @@ def init_cmd(
         from evalkit.telling.workflow import write_github_workflow
 
         wf = write_github_workflow(
-            loader.load_suite(unit_dir), repo_root=repo_root, watch=watch, requirement=evalkit_spec
+            reader.load_suite(unit_dir), repo_root=repo_root, watch=watch, requirement=evalkit_spec
         )
         echo_text(f"created {wf} (caps and thresholds stay in {unit_dir / CONFIG_FILE}; it never writes a baseline)")
     if not existing:
@@ -130,7 +130,7 @@ def import_cmd(file: Path, dest: Path, guidance: Path | None, redact: bool) -> N
         redact=redact,  # lints what it writes
         on_warning=lambda w: echo_text(str(w)),
     )
-    loaded = loader.load_suite(out)
+    loaded = reader.load_suite(out)
     echo_text(f"imported {file} -> {out} ({len(loaded.cases)} cases)")
     for name, n in Counter(c.set for c in loaded.cases).items():
         echo_text(f"  set {name}: {n} case(s), gate {set_gate(name)}")

@@ -156,7 +156,7 @@ from evalkit.runfolder.runs import (
 )
 from evalkit.runfolder.trajectories import read_trajectory
 from evalkit.suites.endpoints import Watch, combine, resolve_base_url, served_watch
-from evalkit.suites.loader import load_suite
+from evalkit.suites.reader import load_suite
 
 __all__ = [
     "GRADES_SUMMARY",

@@ -177,7 +177,7 @@ def metric_rationale(scope: Scope, suite: Suite) -> list[str]:
 def guide_text(inputs: GuideInputs, *, today: str | None = None) -> str:
     """The guide's Markdown (see the module docstring). `InputError` for an unconfirmed
     scope, a suite that does not load, or a dataset that is not valid."""
-    from evalkit.suites.loader import load_suite  # lazy: the loader brings the privacy scanner
+    from evalkit.suites.reader import load_suite  # lazy: the loader brings the privacy scanner
 
     scope = require_confirmed(inputs.scope)
     suite = load_suite(os.fspath(inputs.suite))

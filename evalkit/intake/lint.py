@@ -1,11 +1,11 @@
 """A suite checked before it runs, and written only after it lints. `lint_suite` adds to
-`evalkit.suites.loader.load_suite`'s validation what only lint checks (the privacy scan, the files
+`evalkit.suites.reader.load_suite`'s validation what only lint checks (the privacy scan, the files
 `grade` and `report` read from the suite); `import_suite` and `dataset_to_suite` write
 another tool's suite as a native folder, linted before it is moved into place.
 
 Every problem is reported with the place it came from (file, line, JSON path);
 `lint_suite` returns them with the warnings, and a suite that does not lint is never
-written. `load_suite` is re-exported here, as the flat `evalkit.loader` of evalkit 0.1 had
+written. `load_suite` is re-exported here, as `evalkit.loader` (0.1) and `evalkit.suites.loader` had
 both. Nothing here calls a model or executes suite code.
 """
 
@@ -42,7 +42,7 @@ from evalkit.pii import privacy
 from evalkit.prompts import analyze
 from evalkit.suites.formats import read_foreign, source_for
 from evalkit.suites.formats.base import ImportedSuite
-from evalkit.suites.loader import load_suite as load_suite  # the flat `evalkit.loader` of 0.1 had both
+from evalkit.suites.reader import load_suite as load_suite  # the old loader module had both
 from evalkit.suites.suite import SuiteSource, default_runs_dir, validate, validate_cases, write_suite_atomically
 
 

@@ -620,7 +620,7 @@ async def run_suite_async(suite: Suite | str | Path, options: RunOptions | None 
     """The async core of `run_suite`."""
     opts = _options(options, fields)
     if not isinstance(suite, Suite):
-        from evalkit.suites.loader import load_suite
+        from evalkit.suites.reader import load_suite
 
         suite = load_suite(suite)
     if opts.resume is not None:

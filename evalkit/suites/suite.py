@@ -4,8 +4,8 @@ another tool that `evalkit.suites.formats` turned into the same parts), and rend
 
 A source is validated completely and returned as immutable records (`evalkit.foundations.records`).
 Every problem is reported with the place it came from (file, line, JSON path).
-`evalkit.suites.loader` finds the source (`load_suite`, `lint_suite`) and adds what only lint
-checks; nothing here calls a model or executes suite code.
+`evalkit.suites.reader` finds the source (`load_suite`), `evalkit.intake.lint` adds what only
+lint checks (`lint_suite`); nothing here calls a model or executes suite code.
 
 The parts live beside this module, each one concern: `suite_source` (limits, keys, case
 ids, `SuiteSource`, the typed reader), `suite_settings` (what a suite and its arms share:

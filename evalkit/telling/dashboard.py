@@ -345,7 +345,7 @@ def _named_skill(suite_dir: Path) -> tuple[str | None, str | None]:
 def build_dashboard(root: str | Path, options: DashboardOptions | None = None) -> Dashboard:
     """The catalogue of every skill and suite under `root` (see the module notes)."""
     # lazy: the suite validators load only when a dashboard is built
-    from evalkit.suites.loader import load_suite
+    from evalkit.suites.reader import load_suite
 
     opts = options or DashboardOptions()
     base = Path(root)
