@@ -56,6 +56,7 @@ from evalkit.numbers.metrics import (
     gated_case_score,
     gated_case_score_estimate,
     list_price,
+    raw_value,
     score_of,
     score_table,
 )
@@ -454,11 +455,12 @@ def _arm_judged(run_path: Path | str | None, arm: str | None) -> dict[str, Any] 
 def _rate_and_se(block: dict[str, Any], corrected: bool = True) -> tuple[float, float, str]:
     """A judged-rate block's corrected rate and SE when people labelled it (and
     `corrected`), else the judge-only rate with the SE its Wilson interval implies; and
-    which one it is."""
+    which one it is. The corrected rate is the estimator's raw value: the clip to [0, 1]
+    is for display and would move the observed change."""
     z = stats.normal_quantile(0.975)  # the 97.5% normal quantile (as the blocks' 95% intervals have it)
     if corrected and block.get("corrected"):
         c = block["corrected"]
-        return float(c["rate"]), float(c.get("se") or (c["high"] - c["low"]) / (2 * z)), "corrected"
+        return raw_value(c), float(c.get("se") or (c["high"] - c["low"]) / (2 * z)), "corrected"
     jo = block["judge_only"]
     return float(jo["rate"]), float(jo["high"] - jo["low"]) / (2 * z), "judge only"
 
