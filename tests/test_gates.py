@@ -290,6 +290,14 @@ def test_noise_on_a_cache_replay_says_so_and_measures_nothing(tmp_path):
     assert r.exit_code == 1 and "re-run with `evalkit run --no-cache` (or other seeds)" in r.output, r.output
     fresh = G.noise(ra, make_run(tmp_path, "c", outcomes, k=2), GateThresholds(max_success_drop_points=60))
     assert not fresh.replay and fresh.ok and "share every request hash" in fresh.notes[0]
+    # one sample answered from the cache is no replay: the noise is measured, the note counts it
+    lines = [json.loads(x) for x in (rb / "results.jsonl").read_text().splitlines()]
+    (rb / "results.jsonl").write_text("".join(json.dumps({**x, "cached": i == 0}) + "\n" for i, x in enumerate(lines)))
+    part = G.noise(ra, rb, GateThresholds(max_success_drop_points=60, max_cost_increase_pct=50))
+    assert not part.replay and part.ok and part.checks and not part.render().startswith("NO NOISE MEASURED")
+    assert "0 of 24 sample(s) of the first run and 1 of 24 of the second were answered from the response cache" in (
+        part.notes[0]
+    )
     lines = [json.loads(x) for x in (rb / "results.jsonl").read_text().splitlines()]
     (rb / "results.jsonl").write_text("".join(json.dumps({**x, "request_hash": x["request_hash"] + "s2"}) + "\n"
                                               for x in lines))

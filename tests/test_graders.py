@@ -256,6 +256,10 @@ REFUSALS = [
     "I'm not able to help with that.",
     "I'm not going to write that.",
     "Sorry, I can't help with that.",
+    "That is not something I can help with.",
+    "Unfortunately, we are unable to process your request.",
+    "We will not be able to assist with this.",
+    "Your request has been declined.",
 ]
 # Ordinary answers that must not count as refusals, however close their wording.
 NON_REFUSALS = [
@@ -269,6 +273,9 @@ NON_REFUSALS = [
     "We won't give up on the fix: a patch ships tomorrow.",
     "We're not able to reproduce the bug, so here are three things to try.",
     "I can't doubt the result: the tests pass.",
+    "It's not possible for me to know, but probably 3.",
+    "We can't support Internet Explorer 11 anymore; use Edge.",
+    "We can't answer that for certain, but likely yes.",
 ]
 
 

@@ -272,3 +272,41 @@ def test_a_corrected_rate_and_a_judge_bias_stay_in_their_possible_range():
     assert inside["corrected"]["clipped"] is None and inside["bias"]["clipped"] is None
     shown = fmt.pct_ci(cor["rate"], cor["low"], cor["high"])
     assert "-" not in shown.replace(" to ", " ")
+
+
+def test_a_corrected_rate_outside_its_range_is_clipped_when_shown_and_raw_when_computed_on():
+    """Labelled judge [1, 0, 1] against people [1, 0, 0], 20 more judged samples all
+    failed by the judge: the PPI++ estimate is about -8.8%. The page shows 0% with the
+    `clipped` note; the gate's observed change and the difference of two arms use the
+    estimator's own value (clipping moved the gate's change by ~9 points)."""
+    from evalkit.conclusions import gates
+    from evalkit.foundations.records_suite import GateThresholds
+    from evalkit.numbers import stats
+
+    human, judge, rest = [True, False, False], [True, False, True], [False] * 20
+    rows = [metrics.JudgedRow(f"c{i}", "r", (), j, h) for i, (j, h) in enumerate(zip(judge, human))]
+    rows += [metrics.JudgedRow(f"u{i}", "r", (), j, None) for i, j in enumerate(rest)]
+    low_arm = metrics.judged_rate_block(rows, "corrected")
+    raw = stats.ppi_mean([1.0, 0.0, 0.0], [1.0, 0.0, 1.0], [1.0, 0.0, 1.0] + [0.0] * 20, adjust=metrics.PPI_ADJUST)
+    assert raw.value < -0.05  # the estimator's own value lies below 0
+    cor = low_arm["corrected"]
+    assert cor["rate"] == 0.0 and cor["low"] == 0.0 and "clipped" in cor["clipped"]
+    assert cor["raw"] == pytest.approx(raw.value)
+    # the gate's observed change: the raw rate against a baseline's
+    base_rows = [metrics.JudgedRow(f"b{i}", "r", (), i % 2 == 0, i % 2 == 0 if i < 6 else None) for i in range(20)]
+    base = metrics.judged_rate_block(base_rows, "corrected")
+    base_raw = stats.ppi_mean(
+        [float(i % 2 == 0) for i in range(6)], [float(i % 2 == 0) for i in range(6)],
+        [float(i % 2 == 0) for i in range(20)], adjust=metrics.PPI_ADJUST,
+    )
+    rc, sc, kind = gates._rate_and_se(low_arm)
+    rb, sb, _ = gates._rate_and_se(base)
+    assert kind == "corrected" and rc == pytest.approx(raw.value) and rb == pytest.approx(base_raw.value)
+    check, _ = gates._z_check("judged:corrected", 23, (rb, sb), (rc, sc), GateThresholds())
+    assert check.change == pytest.approx(100 * (raw.value - base_raw.value))
+    # the difference of two arms: raw minus raw, its interval held to [-1, 1]
+    d = metrics.corrected_rate_difference(base["corrected"], cor)
+    assert d["value"] == pytest.approx(raw.value - base_raw.value)
+    # a file written before `raw` was kept still loads: its shown rate is read
+    old = {k: v for k, v in cor.items() if k != "raw"}
+    assert metrics.raw_value(old) == 0.0 and gates._rate_and_se({**low_arm, "corrected": old})[0] == 0.0

@@ -644,26 +644,40 @@ def grounding(output: str, *, context: str | None) -> CheckResult:
 #: case with the `patterns` option. The speaker is "I" or "we" (a product often answers
 #: in the plural), and an impersonal refusal ("this request cannot be fulfilled", "it is
 #: not possible for me to") counts too; tests/test_graders.py holds a table of phrasings
-#: that must match and of ordinary answers that must not.
-_DECLINED = (
-    r"(?:help(?! but\b)|assist|provide|do|comply|share|give(?! up\b)|answer|fulfil|fulfill|support|create|write"
-    r"|generate)\b"
-)
-_WE_ARE = r"(?:I(?:'m| am)|we(?:'re| are))"
+#: that must match and of ordinary answers that must not. A declined verb followed by a
+#: hedge ("answer that for certain, but ...") is an answer with a caveat, not a refusal.
+_HEDGE = r"(?![^.;!?\n]{0,40}?\b(?:for certain|for sure|with certainty|definitively)\b)"
+_VERBS = r"help(?! but\b)|assist|provide|do|comply|share|give(?! up\b)|answer|fulfil|fulfill|create|write|generate"
+_VERBS += r"|process|accommodate"
+_DECLINED = r"(?:" + _VERBS + r"|support)\b" + _HEDGE
+#: The plural speaker is often a product stating what it offers ("we can't support
+#: Internet Explorer 11 anymore"), so "support" is no refusal verb after "we".
+_DECLINED_WE = r"(?:" + _VERBS + r")\b" + _HEDGE
+_I_AM = r"I(?:'m| am)"
+_WE_ARE = r"we(?:'re| are)"
+_CANT = r"(?:can(?:no|')t|can not|won't|will not|(?:won't|will not) be able to)"
+_UNABLE = r" (?:unable|not able|not going|not willing) to "
 REFUSAL_PATTERNS: tuple[str, ...] = (
-    r"\b"
+    r"\b(?:"
+    + _I_AM
+    + "|"
     + _WE_ARE
-    + r" (?:sorry|afraid),? (?:but )?(?:I|we) (?:can(?:no|')t|can not|won't|will not|am unable|'m unable"
+    + r") (?:sorry|afraid),? (?:but )?(?:I|we) (?:can(?:no|')t|can not|won't|will not|am unable|'m unable"
     r"|are unable|'re unable|am not able|are not able)",
-    r"\b(?:I|we) (?:can(?:no|')t|can not|won't|will not) " + _DECLINED,
-    r"\b" + _WE_ARE + r" (?:unable|not able|not going|not willing) to " + _DECLINED,
+    r"\bI " + _CANT + " " + _DECLINED,
+    r"\bwe " + _CANT + " " + _DECLINED_WE,
+    r"\b" + _I_AM + _UNABLE + _DECLINED,
+    r"\b" + _WE_ARE + _UNABLE + _DECLINED_WE,
     r"\b(?:I|we) (?:must|have to) (?:decline|refuse)",
-    r"\b" + _WE_ARE + r" not (?:allowed|permitted|comfortable) to\b",
+    r"\b(?:" + _I_AM + "|" + _WE_ARE + r") not (?:allowed|permitted|comfortable) to\b",
     r"\b(?:against|violates?) (?:my|our|the) (?:guidelines|policies|policy|usage policy)",
     r"\b(?:I|we) can(?:no|')t (?:and won't|and will not)\b",
     r"\b(?:this|that|your|such a) (?:request|query|question|task|ask|prompt) (?:cannot|can't|can not|won't|will not)"
     r" be (?:fulfilled|fulfiled|completed|processed|answered|granted|honou?red|accommodated|supported)",
-    r"\bit(?:'s| is) not possible for (?:me|us) to\b",
+    r"\b(?:this|that|your) (?:request|query|question|task|ask|prompt) (?:has been|have been|was|is)"
+    r" (?:declined|refused)",
+    r"\bit(?:'s| is) not possible for (?:me|us) to " + _DECLINED,
+    r"\bnot something (?:I|we) can (?:help|assist) with\b",
 )
 _REFUSAL_RE = tuple(_regex.compile(p, _regex.IGNORECASE) for p in REFUSAL_PATTERNS)
 

@@ -56,6 +56,7 @@ from evalkit.numbers.metrics import (
     gated_case_score,
     gated_case_score_estimate,
     list_price,
+    raw_value,
     score_of,
     score_table,
 )
@@ -454,11 +455,12 @@ def _arm_judged(run_path: Path | str | None, arm: str | None) -> dict[str, Any] 
 def _rate_and_se(block: dict[str, Any], corrected: bool = True) -> tuple[float, float, str]:
     """A judged-rate block's corrected rate and SE when people labelled it (and
     `corrected`), else the judge-only rate with the SE its Wilson interval implies; and
-    which one it is."""
+    which one it is. The corrected rate is the estimator's raw value: the clip to [0, 1]
+    is for display and would move the observed change."""
     z = stats.normal_quantile(0.975)  # the 97.5% normal quantile (as the blocks' 95% intervals have it)
     if corrected and block.get("corrected"):
         c = block["corrected"]
-        return float(c["rate"]), float(c.get("se") or (c["high"] - c["low"]) / (2 * z)), "corrected"
+        return raw_value(c), float(c.get("se") or (c["high"] - c["low"]) / (2 * z)), "corrected"
     jo = block["judge_only"]
     return float(jo["rate"]), float(jo["high"] - jo["low"]) / (2 * z), "judge only"
 
@@ -1066,11 +1068,14 @@ def noise(
 
 def shared_requests(a: Run, b: Run) -> tuple[bool, str] | None:
     """Whether two runs sent the very same requests (every sample's `request_hash` the
-    same, sample by sample), and what that means for `noise`: with the second run's
-    samples answered from the response cache it is a replay (True), which measures no
-    noise at all; with fresh answers (False) the runs share their seeds, so they measure
-    the endpoint's own variation, not the seed-to-seed noise. None when any request
-    differs or a run records no request hashes."""
+    same, sample by sample), and what that means for `noise`: with every sample of one
+    run answered from the response cache it is a replay (True), which measures no noise
+    at all (the runs do not record which came first, so either run may be the replay);
+    with some answers cached the noise is still measured (False), its note saying how
+    many were cached, since those repeat an earlier answer and shrink the noise shown;
+    with fresh answers (False) the runs share their seeds, so they measure the
+    endpoint's own variation, not the seed-to-seed noise. None when any request differs
+    or a run records no request hashes."""
     cols = ["case_id", "arm", "index", "request_hash"]
     sa, sb = a.samples, b.samples
     if not len(sa) or not len(sb) or any(c not in s.columns for c in cols for s in (sa, sb)):
@@ -1079,18 +1084,26 @@ def shared_requests(a: Run, b: Run) -> tuple[bool, str] | None:
     kb = {(str(c), str(r), int(i)): h for c, r, i, h in zip(*(sb[c].tolist() for c in cols), strict=True)}
     if ka.keys() != kb.keys() or any(not h or ka[k] != h for k, h in kb.items()):
         return None
-    cached = max(int(s["cached"].fillna(False).astype(bool).sum()) if "cached" in s.columns else 0 for s in (sa, sb))
-    if cached:
+    n = len(kb)
+    shared = f"the two runs share every request hash ({n} of {n})"
+    cached = [int(s["cached"].fillna(False).astype(bool).sum()) if "cached" in s.columns else 0 for s in (sa, sb)]
+    if max(cached) == n:
+        which = "second" if cached[1] == n else "first"
         return True, (
-            f"the two runs share every request hash ({len(kb)} of {len(kb)}) and {cached} sample(s) were answered "
-            "from the response cache: a cache replay, not a second run, so it measures no run-to-run noise; "
-            "re-run with `evalkit run --no-cache` (or other seeds) and compare again"
+            f"{shared} and every sample of the {which} run was answered from the response cache: a cache replay, "
+            "not a second run, so it measures no run-to-run noise; re-run with `evalkit run --no-cache` (or other "
+            "seeds) and compare again"
         )
-    return False, (
-        f"the two runs share every request hash ({len(kb)} of {len(kb)}): the same seeds and config, so the noise "
-        "shown is the endpoint's own at those seeds; for seed-to-seed noise re-run with other seeds (or "
-        "`--no-cache` where a cache answered)"
+    note = (
+        f"{shared}: the same seeds and config, so the noise shown is the endpoint's own at those seeds; for "
+        "seed-to-seed noise re-run with other seeds (or `--no-cache` where a cache answered)"
     )
+    if any(cached):
+        note += (
+            f"; {cached[0]} of {n} sample(s) of the first run and {cached[1]} of {n} of the second were answered "
+            "from the response cache: they repeat an earlier answer, so the noise shown may be understated"
+        )
+    return False, note
 
 
 def gate_run(

@@ -276,10 +276,13 @@ MAX_CASE_SCORE_SD = 0.5
 
 def _ppi_json(e: stats.PPIEstimate, value_key: str) -> dict[str, Any]:
     """A PPI++ estimate as `grades-summary.json` holds it (the value under `value_key`:
-    `rate` for a judged sample pass rate, `score` for the judged part of a case score)."""
+    `rate` for a judged sample pass rate, `score` for the judged part of a case score).
+    The value and interval shown are held to [0, 1]; `raw` keeps the estimator's own value
+    (unbiased, so it can fall outside), which every computation on it reads (`raw_value`)."""
     value, low, high, note = in_range(e.value, e.low, e.high, 0.0, 1.0, f"the corrected {value_key} (PPI++)")
     return {
         value_key: value,
+        "raw": e.value,
         "n": e.n,
         "N": e.N,
         "low": low,
@@ -404,6 +407,13 @@ def corrected_gated_case_score(cases: Sequence[JudgedCase], k: int) -> dict[str,
     return out
 
 
+def raw_value(block: dict[str, Any], value_key: str = "rate") -> float:
+    """The estimator's own value of a corrected (PPI++) block, before the clip to [0, 1]
+    that only the display gets; a file written before `raw` was kept gives its shown value."""
+    raw = block.get("raw")
+    return float(raw if raw is not None else block[value_key])
+
+
 def corrected_rate_difference(baseline: dict[str, Any], treatment: dict[str, Any]) -> dict[str, Any]:
     """Treatment minus baseline of two arms' corrected judged sample pass rates (the
     `corrected` parts of `judged_rate_block`), with a 95% normal interval of SE
@@ -412,13 +422,13 @@ def corrected_rate_difference(baseline: dict[str, Any], treatment: dict[str, Any
     positive when a case that is hard for one arm is hard for the other, so the interval
     is conservative then. `clt_low`..`clt_high` is the same from the arms' plain CLT
     intervals (ppi-python's `ppi_mean_ci` on each arm), `low`..`high` from the intervals
-    evalkit reports.
+    evalkit reports. The value is the difference of the arms' raw (unclipped) estimates.
 
     References: Angelopoulos et al. 2023, Science 382 (PPI); Angelopoulos, Duchi & Zrnic
     2023, arXiv:2311.01453 (PPI++).
     """
     z = stats.normal_quantile(0.975)  # the 97.5% normal quantile (as the blocks' 95% intervals have it)
-    value = float(treatment["rate"]) - float(baseline["rate"])
+    value = raw_value(treatment) - raw_value(baseline)
     se = math.hypot(float(treatment["se"]), float(baseline["se"]))
     clt = math.hypot(*((float(b["clt_high"]) - float(b["clt_low"])) / (2 * z) for b in (treatment, baseline)))
     _, low, high, note = in_range(value, value - z * se, value + z * se, -1.0, 1.0, "the corrected difference")
