@@ -196,3 +196,37 @@ def test_a_lone_surrogate_in_an_output_is_kept_not_a_crash(tmp_path):
     res.write_text(res.read_text().replace('"output": "o"', '"output": "x\\ud800y"'))
     page = explorer.write_explorer(run, tmp_path / "out").path.read_text()
     assert _page_data(page)["samples"]["out"] == ["x\ud800y"]
+
+
+def test_a_missing_sample_is_skipped_by_the_drops_and_said_not_a_crash(tmp_path):
+    """A case with fewer than k samples on a side (an errored key) has no case score: the
+    dropped cases leave it out and say so, in the diff (either way round) and in the
+    explorer of a run gated on a baseline, as `gates.gate_metrics` does."""
+    old, _ = _two_runs(tmp_path)
+    suite = tmp_path / "evals" / "unit"
+    gates.accept_baseline(old, suite, arm="baseline")
+    outs = two_arm({c: ([True, True], [True, False]) for c in [f"c{i}" for i in range(8)]})
+    outs[("c6", "baseline")] = [True, "missing"]
+    errored = make_run(tmp_path, "2-err", outs, k=2, suite=suite, errors=[("c6", "baseline", 1)])
+    for d in (explorer.diff_data(errored, old), explorer.diff_data(old, errored)):
+        by_arm = {g["arm"]: g for g in d["gate_against"]}
+        assert by_arm["baseline"]["short"] == ["c6"] and "c6" not in by_arm["baseline"]["dropped"]
+    reports.conclude(errored, reports.report_inputs(errored))
+    gate = explorer.run_data(errored)["gate"]
+    assert gate["short"] == ["c6"] and gate["passed"] is False
+
+
+def test_a_page_that_fails_is_a_skipped_page_with_its_reason_not_a_failed_report(tmp_path, monkeypatch):
+    """The report writes the explorer pages beside the notebooks: one that raises is
+    listed as skipped with why, and the other page is still written."""
+    old, new = _two_runs(tmp_path)
+    out = tmp_path / "reports" / "1-new"
+
+    def broken(*a, **k):
+        raise stats.StatsInputError("k=2 is larger than the n=1 samples drawn")
+
+    monkeypatch.setattr(explorer, "write_diff", broken)
+    pages, failed = reports._explorer_pages(evalkit.load_run(new), out, reports.Inputs(), old)
+    assert pages == {"explorer": "explorer.html"} and (out / "explorer.html").is_file()
+    assert failed == {"diff": "page not written: StatsInputError: k=2 is larger than the n=1 samples drawn"}
+

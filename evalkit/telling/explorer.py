@@ -288,9 +288,10 @@ def suite_baseline(run: Run | str | Path) -> Path | None:
     return suite / BASELINE_FILE if suite is not None and (suite / BASELINE_FILE).is_file() else None
 
 
-def _gate_json(gate: GateResult, dropped: list[str]) -> dict[str, Any]:
-    """A gate's result for the page: its decision, checks, reasons, notes, and the cases
-    whose score dropped against what it was gated on."""
+def _gate_json(gate: GateResult, dropped: Drops) -> dict[str, Any]:
+    """A gate's result for the page: its decision, checks, reasons, notes, the cases
+    whose score dropped against what it was gated on, and those left out of that (a
+    side with fewer than k samples has no case score)."""
     return {
         "arm": gate.arm,
         "passed": gate.passed,
@@ -311,31 +312,47 @@ def _gate_json(gate: GateResult, dropped: list[str]) -> dict[str, Any]:
             }
             for c in gate.checks
         ],
-        "dropped": dropped,
+        "dropped": list(dropped.fell),
+        "short": list(dropped.short),
     }
 
 
-def _dropped_cases(run: Run, gate: GateResult, baseline: Path | None) -> list[str]:
+@dataclass(frozen=True)
+class Drops:
+    """The cases whose case score fell (the largest drop first), and the shared cases
+    left out because a side has fewer than k samples (an errored or missing sample:
+    no case score, as `gates.gate_metrics` says)."""
+
+    fell: tuple[str, ...] = ()
+    short: tuple[str, ...] = ()
+
+
+def _dropped_cases(run: Run, gate: GateResult, baseline: Path | None) -> Drops:
     """The cases whose case score fell against the baseline the gate read (its per-case
     counts), worst first; none for a baseline of rates only."""
     if baseline is None or gate.arm is None or not gate.read_rates:
-        return []
+        return Drops()
     base = load_baseline(baseline).metrics
     if base is None:
-        return []
+        return Drops()
     return drops(run_metrics(run, arm=gate.arm), base)
 
 
-def drops(cur: RunMetrics, base: RunMetrics) -> list[str]:
-    """The cases of `cur` whose case score is below `base`'s, the largest drop first."""
+def drops(cur: RunMetrics, base: RunMetrics) -> Drops:
+    """The cases of `cur` whose case score is below `base`'s, the largest drop first;
+    a case with fewer than k samples on either side is skipped and listed as short."""
     bm = base.by_id()
-    fell = []
+    fell, short = [], []
     for c in cur.cases:
-        if c.case_id in bm:
-            change = score_of(cur, c) - score_of(base, bm[c.case_id])
-            if change < 0:
-                fell.append((change, c.case_id))
-    return [cid for _, cid in sorted(fell)]
+        if c.case_id not in bm:
+            continue
+        if c.n < cur.k or bm[c.case_id].n < base.k:
+            short.append(c.case_id)
+            continue
+        change = score_of(cur, c) - score_of(base, bm[c.case_id])
+        if change < 0:
+            fell.append((change, c.case_id))
+    return Drops(tuple(cid for _, cid in sorted(fell)), tuple(short))
 
 
 def run_data(run: Run | str | Path, *, baseline: str | Path | None = None) -> dict[str, Any]:
