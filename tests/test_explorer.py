@@ -230,3 +230,13 @@ def test_a_page_that_fails_is_a_skipped_page_with_its_reason_not_a_failed_report
     assert pages == {"explorer": "explorer.html"} and (out / "explorer.html").is_file()
     assert failed == {"diff": "page not written: StatsInputError: k=2 is larger than the n=1 samples drawn"}
 
+
+def test_the_diffs_gate_is_evalkit_gates_own_decision_an_incomplete_run_fails(tmp_path):
+    """The diff's gate of RUN against OTHER is `gates.gate_decision`: a run that stopped
+    INCOMPLETE fails it unread, whatever its rates, as `evalkit gate` does."""
+    old, _ = _two_runs(tmp_path)
+    short = make_run(tmp_path, "2-short", two_arm({c: ([True, True], [True, False]) for c in [f"c{i}" for i in range(8)]}),
+                     k=2, suite=tmp_path / "evals" / "unit", complete=False)
+    for g in explorer.diff_data(short, old)["gate_against"]:
+        assert g["passed"] is False and g["reasons"][0].startswith("INCOMPLETE")
+        assert g["checks"] == [] and g["baseline"] == "0-old"

@@ -32,7 +32,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from evalkit.conclusions.gates import gate_metrics, load_baseline, run_metrics, thresholds_from
+from evalkit.conclusions.gates import gate_decision, load_baseline, run_as_baseline, run_metrics
 from evalkit.foundations._io import jsonable, write_atomic
 from evalkit.foundations._text import storable_json
 from evalkit.foundations.errors import InputError
@@ -487,19 +487,21 @@ def paired_change(rows: dict[str, list[Any]], arms: list[str]) -> list[dict[str,
 
 
 def gate_against(run: Run, other: Run, arms: list[str]) -> list[dict[str, Any]]:
-    """RUN gated against OTHER, arm by arm (each arm both have, graded in both), with
-    RUN's gate thresholds: what `evalkit gate` would decide had OTHER been accepted as
-    the baseline; each with the cases whose score dropped."""
+    """RUN gated against OTHER, arm by arm (each arm both have, graded in both), by
+    `evalkit gate`'s own decision (`gates.gate_decision`: a run that did not finish
+    cleanly fails unread, a held judge reads no rate) had OTHER been accepted as the
+    baseline; each with the cases whose score dropped."""
     out: list[dict[str, Any]] = []
     if not len(run.grades) or not len(other.grades):
         return out
-    t = thresholds_from(run.config.get("config") or {})
     for arm in arms:
         if arm not in run.arm_names() or arm not in other.arm_names():
             continue
-        cur, base = run_metrics(run, arm=arm), run_metrics(other, arm=arm)
-        res = gate_metrics(cur, base, t, run_label=Path(run.path).name, baseline_label=Path(other.path).name)
-        out.append(_gate_json(res, drops(cur, base)))
+        base = run_as_baseline(other, arm)
+        res = gate_decision(run, base, arm=arm, label=Path(other.path).name)
+        assert base.metrics is not None
+        fell = drops(run_metrics(run, arm=arm), base.metrics) if res.read_rates else Drops()
+        out.append(_gate_json(res, fell))
     return out
 
 
