@@ -240,3 +240,25 @@ def test_the_diffs_gate_is_evalkit_gates_own_decision_an_incomplete_run_fails(tm
     for g in explorer.diff_data(short, old)["gate_against"]:
         assert g["passed"] is False and g["reasons"][0].startswith("INCOMPLETE")
         assert g["checks"] == [] and g["baseline"] == "0-old"
+
+
+def test_the_recorded_gates_drops_use_the_baseline_it_read_and_no_machine_path_is_shown(tmp_path):
+    """The gate recorded by `evalkit gate` against a baseline.json other than the suite's
+    today: the page's dropped cases are against the one it read (its record names it),
+    and the page says what it was gated against repository-relative, never the absolute
+    path of this machine."""
+    ids = [f"c{i}" for i in range(10)]
+    suite = make_suite(tmp_path, {c: {} for c in ids}, gate={"max_success_drop_points": 5})
+    (tmp_path / ".git").mkdir()
+    base = make_run(tmp_path, "0-base", two_arm({c: ([True] * 3, [True] * 3) for c in ids}), k=3, suite=suite)
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    read, _ = gates.accept_baseline(base, kept, arm="skilled")
+    cur = make_run(tmp_path, "1-cur", two_arm({c: ([True] * 3, [False] * 3 if c in ("c1", "c4") else [True] * 3)
+                                               for c in ids}), k=3, suite=suite)
+    gates.gate_run(cur, read, arm="skilled")
+    gates.accept_baseline(cur, suite, arm="skilled")  # the suite's baseline today: no case dropped against it
+    gate = explorer.run_data(cur)["gate"]
+    assert gate["dropped"] == ["c1", "c4"]
+    assert gate["baseline"] == "kept/baseline.json" and "kept/baseline.json" in gate["against"]
+    assert str(tmp_path) not in json.dumps(gate)

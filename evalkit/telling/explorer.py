@@ -27,7 +27,7 @@ import html
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -54,6 +54,7 @@ from evalkit.runfolder.runload import (
 from evalkit.runfolder.runs import find_suite_dir
 from evalkit.runfolder.trajectories import Trajectory, read_trajectory
 from evalkit.telling.report_index import verdict_entries
+from evalkit.telling.workflow import repo_root_of
 
 SCHEMA = "evalkit.explorer/1"
 EXPLORER_HTML = "explorer.html"
@@ -288,14 +289,34 @@ def suite_baseline(run: Run | str | Path) -> Path | None:
     return suite / BASELINE_FILE if suite is not None and (suite / BASELINE_FILE).is_file() else None
 
 
-def _gate_json(gate: GateResult, dropped: Drops) -> dict[str, Any]:
-    """A gate's result for the page: its decision, checks, reasons, notes, the cases
-    whose score dropped against what it was gated on, and those left out of that (a
-    side with fewer than k samples has no case score)."""
+def _repo_relative(path: str, near: Path) -> str:
+    """`path` as a shared page may show it: relative to the repository holding `near`
+    (the run), else its last three parts (`evals/SUITE/baseline.json`); never a path
+    of this machine."""
+    p = Path(path)
+    if not p.is_absolute():
+        return p.as_posix()
+    try:
+        return p.resolve().relative_to(repo_root_of(near)).as_posix()
+    except ValueError:
+        return "/".join(p.parts[-3:])
+
+
+def _gate_json(gate: GateResult, dropped: Drops, near: Path) -> dict[str, Any]:
+    """A gate's result for the page: its decision, what it was gated against (in
+    `GateResult.against`'s words, the paths repository-relative: `near` is the run),
+    checks, reasons, notes, the cases whose score dropped against what it was gated on,
+    and those left out of that (a side with fewer than k samples has no case score)."""
+    shown = replace(
+        gate,
+        run=Path(gate.run).name if gate.run else "",
+        baseline=_repo_relative(gate.baseline, near) if gate.baseline else "",
+    )
     return {
         "arm": gate.arm,
         "passed": gate.passed,
-        "baseline": gate.baseline,
+        "baseline": shown.baseline,
+        "against": shown.against(),
         "reasons": list(gate.reasons),
         "notes": list(gate.notes),
         "checks": [
@@ -327,15 +348,25 @@ class Drops:
     short: tuple[str, ...] = ()
 
 
+def _gated_baseline(run: Run, gate: GateResult, given: Path | None) -> Path | None:
+    """The baseline.json the recorded gate read: the path its record names while that
+    file is there, else `given`, else the suite's."""
+    for p in (Path(gate.baseline) if gate.baseline else None, given, suite_baseline(run)):
+        if p is not None and p.is_file():
+            return p
+    return None
+
+
 def _dropped_cases(run: Run, gate: GateResult, baseline: Path | None) -> Drops:
     """The cases whose case score fell against the baseline the gate read (its per-case
-    counts), worst first; none for a baseline of rates only."""
+    counts), worst first; none for a baseline of rates only, or one accepted from
+    another run than the one the gate read (re-accepted since)."""
     if baseline is None or gate.arm is None or not gate.read_rates:
         return Drops()
-    base = load_baseline(baseline).metrics
-    if base is None:
+    read = load_baseline(baseline)
+    if read.metrics is None or (gate.baseline_run and read.run_stamp != gate.baseline_run):
         return Drops()
-    return drops(run_metrics(run, arm=gate.arm), base)
+    return drops(run_metrics(run, arm=gate.arm), read.metrics)
 
 
 def drops(cur: RunMetrics, base: RunMetrics) -> Drops:
@@ -369,8 +400,8 @@ def run_data(run: Run | str | Path, *, baseline: str | Path | None = None) -> di
     summary = run.summary or {}
     gate = None
     if verdicts.gate is not None:
-        base = Path(baseline) if baseline is not None else suite_baseline(run)
-        gate = _gate_json(verdicts.gate, _dropped_cases(run, verdicts.gate, base))
+        base = _gated_baseline(run, verdicts.gate, Path(baseline) if baseline is not None else None)
+        gate = _gate_json(verdicts.gate, _dropped_cases(run, verdicts.gate, base), Path(run.path))
     return {
         "schema": SCHEMA,
         "mode": "run",
@@ -498,10 +529,14 @@ def gate_against(run: Run, other: Run, arms: list[str]) -> list[dict[str, Any]]:
         if arm not in run.arm_names() or arm not in other.arm_names():
             continue
         base = run_as_baseline(other, arm)
-        res = gate_decision(run, base, arm=arm, label=Path(other.path).name)
+        res = replace(
+            gate_decision(run, base, arm=arm, label=Path(other.path).name),
+            baseline_run=base.run_stamp or "",
+            baseline_arm=arm,
+        )
         assert base.metrics is not None
         fell = drops(run_metrics(run, arm=arm), base.metrics) if res.read_rates else Drops()
-        out.append(_gate_json(res, fell))
+        out.append(_gate_json(res, fell, Path(run.path)))
     return out
 
 
