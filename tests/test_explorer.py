@@ -262,3 +262,39 @@ def test_the_recorded_gates_drops_use_the_baseline_it_read_and_no_machine_path_i
     assert gate["dropped"] == ["c1", "c4"]
     assert gate["baseline"] == "kept/baseline.json" and "kept/baseline.json" in gate["against"]
     assert str(tmp_path) not in json.dumps(gate)
+
+
+def test_previous_run_skips_a_run_of_another_suite(tmp_path):
+    a = make_run(tmp_path, "20260101-000000", {("c1", "a"): [True]}, k=1, suite=tmp_path / "s1")
+    make_run(tmp_path, "20260102-000000", {("c1", "a"): [True]}, k=1, suite=tmp_path / "s2")
+    c = make_run(tmp_path, "20260103-000000", {("c1", "a"): [True]}, k=1, suite=tmp_path / "s1")
+    assert explorer.previous_run(c) == a
+
+
+def test_the_demos_second_run_has_the_next_seed_no_cache_and_its_diff(tmp_path, monkeypatch):
+    """`make demo` on a fresh clone ends with a diff: the factual suite's baseline and
+    skilled arms run again with the next seed and the response cache off, and the
+    first run's diff.html holds it against that second run."""
+    from evalkit._cli import demo
+    from evalkit.calls.serve import ScriptedServer
+    from evalkit.conclusions.grading import grade_run
+    from evalkit.intake.lint import load_suite
+    from evalkit.running.runner import run_suite
+
+    monkeypatch.setenv("EVALKIT_API_KEY", "test-key")
+    suite = load_suite("data/factual")
+    how = {"k": 1, "runs_dir": tmp_path / "runs", "progress": False}
+    with ScriptedServer({"default": {"text": "Paris"}}) as srv:
+        first = run_suite(suite, arms=["baseline", "skilled"], base_url=srv.base_url, **how)
+        again = demo.second_run(suite, run_suite, base_url=srv.base_url, **how)
+    meta = json.loads((again.path / "config.json").read_text())
+    assert evalkit.load_run(again.path).arm_names() == ["baseline", "skilled"]
+    assert meta["config"]["seed"] == suite.config.seed + 1, meta
+    rows = [json.loads(x) for x in (again.path / "results.jsonl").read_text().splitlines()]
+    assert rows and not any(r["cached"] for r in rows)
+    seeds = {(r["case_id"], r["arm"]): r["seed"] for r in map(json.loads, (first.path / "results.jsonl").open())}
+    assert all(seeds[(r["case_id"], r["arm"])] != r["seed"] for r in rows)
+    grade_run(first.path, suite)
+    grade_run(again.path, suite)
+    page = explorer.write_diff(first.path, again.path, tmp_path / "reports")
+    assert page.path.name == "diff.html" and _page_data(page.path.read_text())["other"] == again.path.name

@@ -51,7 +51,7 @@ from evalkit.runfolder.runload import (
     passed_value,
     run_verdicts,
 )
-from evalkit.runfolder.runs import find_suite_dir
+from evalkit.runfolder.runs import RunFolder, find_suite_dir
 from evalkit.runfolder.trajectories import Trajectory, read_trajectory
 from evalkit.telling.report_index import verdict_entries
 from evalkit.telling.workflow import repo_root_of
@@ -540,12 +540,20 @@ def gate_against(run: Run, other: Run, arms: list[str]) -> list[dict[str, Any]]:
     return out
 
 
+def _suite_of(run: Path) -> str | None:
+    """The suite a run folder ran (its `config.json`'s suite path, else its name)."""
+    meta = RunFolder(run).read_meta()
+    return str(meta.get("suite") or meta.get("suite_name") or "") or None
+
+
 def previous_run(run: str | Path) -> Path | None:
-    """The run before `run` in its runs folder (run folders are named by their start
-    time): the latest graded sibling whose name sorts before it, else None. What the
-    demo diffs a new run against."""
+    """The run before `run` of the same suite in its runs folder (run folders are named
+    by their start time): the latest graded sibling of that suite whose name sorts
+    before it, else None. What the demo diffs a new run against."""
     p = Path(run).resolve()
     older = [q for q in p.parent.iterdir() if q.name < p.name and (q / RUN_CONFIG).is_file() and (q / GRADES).is_file()]
+    suite = _suite_of(p)
+    older = [q for q in older if _suite_of(q) == suite]
     return max(older, key=lambda q: q.name) if older else None
 
 
