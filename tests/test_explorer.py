@@ -298,3 +298,17 @@ def test_the_demos_second_run_has_the_next_seed_no_cache_and_its_diff(tmp_path, 
     grade_run(again.path, suite)
     page = explorer.write_diff(first.path, again.path, tmp_path / "reports")
     assert page.path.name == "diff.html" and _page_data(page.path.read_text())["other"] == again.path.name
+
+
+def test_the_diff_counts_a_missing_sample_as_not_passed_and_puts_the_largest_improvement_first(tmp_path):
+    """A side with fewer than k samples is compared over k (1 of 2, not 1 of 1: nothing
+    counts a missing result as a pass); improvements come the largest change first."""
+    old = make_run(tmp_path, "0-old", {("c1", "a"): [True, "missing"], ("c2", "a"): [True, False],
+                                       ("c3", "a"): [False, False]}, k=2)
+    new = make_run(tmp_path, "1-new", {("c1", "a"): [True, True], ("c2", "a"): [True, True],
+                                       ("c3", "a"): [True, True]}, k=2)
+    d = explorer.diff_data(new, old)
+    rows = d["rows"]
+    listed = [(d["cases"][c]["id"], d["changes"][ch], p0, n0) for c, ch, p0, n0
+              in zip(rows["c"], rows["ch"], rows["p0"], rows["n0"])]
+    assert listed == [("c3", "fail -> pass", 0, 2), ("c1", "fail -> pass", 1, 2), ("c2", "fail -> pass", 1, 2)]

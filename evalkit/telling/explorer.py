@@ -437,12 +437,13 @@ def _by_key(data: dict[str, Any]) -> dict[tuple[str, str], list[int]]:
 
 
 def _side(data: dict[str, Any], rows: list[int]) -> dict[str, Any]:
-    """One side of a diff row: passes, samples, cost, mean latency, outputs by index."""
+    """One side of a diff row: passes, samples (at least the run's k: a missing sample
+    counts as not passed, never as absent), cost, mean latency, outputs by index."""
     s = data["samples"]
     lat = [s["lat"][r] for r in rows if s["lat"][r] is not None]
     return {
         "passed": sum(1 for r in rows if s["o"][r] == PASSED),
-        "n": len(rows),
+        "n": max(len(rows), int(data.get("k") or 0)),
         "cost": sum(s["cost"][r] or 0.0 for r in rows),
         "lat": sum(lat) / len(lat) if lat else None,
         "outputs": {s["i"][r]: s["out"][r] for r in rows},
@@ -451,7 +452,8 @@ def _side(data: dict[str, Any], rows: list[int]) -> dict[str, Any]:
 
 def _change(new: dict[str, Any] | None, old: dict[str, Any] | None) -> int:
     """The change code (`CHANGES`) of one case and arm from OTHER (`old`) to RUN (`new`):
-    compared by pass rate (a missing or errored sample is a failure)."""
+    compared by pass rate over at least k samples (a missing or errored sample is a
+    failure)."""
     if old is None:
         return 4
     if new is None:
@@ -466,7 +468,8 @@ def _change(new: dict[str, Any] | None, old: dict[str, Any] | None) -> int:
 
 def _diff_rows(new: dict[str, Any], old: dict[str, Any], cases: list[str], arms: list[str]) -> dict[str, list[Any]]:
     """One row per case and arm of either run: the change, both sides' passes, the cost
-    and latency change; regressions first (the largest drop first), then the rest."""
+    and latency change; regressions first, then improvements, each the largest change
+    first, then the rest."""
     kn, ko = _by_key(new), _by_key(old)
     rows = []
     for ci, cid in enumerate(cases):
@@ -476,8 +479,8 @@ def _diff_rows(new: dict[str, Any], old: dict[str, Any], cases: list[str], arms:
             if a is None and b is None:
                 continue
             code = _change(a, b)
-            drop = (b["passed"] / max(b["n"], 1) - a["passed"] / max(a["n"], 1)) if a and b else 0.0
-            rows.append((code, -drop, ci, ai, a, b))
+            change = (a["passed"] / max(a["n"], 1) - b["passed"] / max(b["n"], 1)) if a and b else 0.0
+            rows.append((code, -abs(change), ci, ai, a, b))
     rows.sort(key=lambda r: (r[0], r[1], r[2], r[3]))
     out: dict[str, list[Any]] = {f: [] for f in ("c", "a", "ch", "p1", "n1", "p0", "n0", "dcost", "dlat")}
     for code, _, ci, ai, a, b in rows:
