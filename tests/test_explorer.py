@@ -196,3 +196,119 @@ def test_a_lone_surrogate_in_an_output_is_kept_not_a_crash(tmp_path):
     res.write_text(res.read_text().replace('"output": "o"', '"output": "x\\ud800y"'))
     page = explorer.write_explorer(run, tmp_path / "out").path.read_text()
     assert _page_data(page)["samples"]["out"] == ["x\ud800y"]
+
+
+def test_a_missing_sample_is_skipped_by_the_drops_and_said_not_a_crash(tmp_path):
+    """A case with fewer than k samples on a side (an errored key) has no case score: the
+    dropped cases leave it out and say so, in the diff (either way round) and in the
+    explorer of a run gated on a baseline, as `gates.gate_metrics` does."""
+    old, _ = _two_runs(tmp_path)
+    suite = tmp_path / "evals" / "unit"
+    gates.accept_baseline(old, suite, arm="baseline")
+    outs = two_arm({c: ([True, True], [True, False]) for c in [f"c{i}" for i in range(8)]})
+    outs[("c6", "baseline")] = [True, "missing"]
+    errored = make_run(tmp_path, "2-err", outs, k=2, suite=suite, errors=[("c6", "baseline", 1)])
+    for d in (explorer.diff_data(errored, old), explorer.diff_data(old, errored)):
+        by_arm = {g["arm"]: g for g in d["gate_against"]}
+        assert by_arm["baseline"]["short"] == ["c6"] and "c6" not in by_arm["baseline"]["dropped"]
+    reports.conclude(errored, reports.report_inputs(errored))
+    gate = explorer.run_data(errored)["gate"]
+    assert gate["short"] == ["c6"] and gate["passed"] is False
+
+
+def test_a_page_that_fails_is_a_skipped_page_with_its_reason_not_a_failed_report(tmp_path, monkeypatch):
+    """The report writes the explorer pages beside the notebooks: one that raises is
+    listed as skipped with why, and the other page is still written."""
+    old, new = _two_runs(tmp_path)
+    out = tmp_path / "reports" / "1-new"
+
+    def broken(*a, **k):
+        raise stats.StatsInputError("k=2 is larger than the n=1 samples drawn")
+
+    monkeypatch.setattr(explorer, "write_diff", broken)
+    pages, failed = reports._explorer_pages(evalkit.load_run(new), out, reports.Inputs(), old)
+    assert pages == {"explorer": "explorer.html"} and (out / "explorer.html").is_file()
+    assert failed == {"diff": "page not written: StatsInputError: k=2 is larger than the n=1 samples drawn"}
+
+
+def test_the_diffs_gate_is_evalkit_gates_own_decision_an_incomplete_run_fails(tmp_path):
+    """The diff's gate of RUN against OTHER is `gates.gate_decision`: a run that stopped
+    INCOMPLETE fails it unread, whatever its rates, as `evalkit gate` does."""
+    old, _ = _two_runs(tmp_path)
+    short = make_run(tmp_path, "2-short", two_arm({c: ([True, True], [True, False]) for c in [f"c{i}" for i in range(8)]}),
+                     k=2, suite=tmp_path / "evals" / "unit", complete=False)
+    for g in explorer.diff_data(short, old)["gate_against"]:
+        assert g["passed"] is False and g["reasons"][0].startswith("INCOMPLETE")
+        assert g["checks"] == [] and g["baseline"] == "0-old"
+
+
+def test_the_recorded_gates_drops_use_the_baseline_it_read_and_no_machine_path_is_shown(tmp_path):
+    """The gate recorded by `evalkit gate` against a baseline.json other than the suite's
+    today: the page's dropped cases are against the one it read (its record names it),
+    and the page says what it was gated against repository-relative, never the absolute
+    path of this machine."""
+    ids = [f"c{i}" for i in range(10)]
+    suite = make_suite(tmp_path, {c: {} for c in ids}, gate={"max_success_drop_points": 5})
+    (tmp_path / ".git").mkdir()
+    base = make_run(tmp_path, "0-base", two_arm({c: ([True] * 3, [True] * 3) for c in ids}), k=3, suite=suite)
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    read, _ = gates.accept_baseline(base, kept, arm="skilled")
+    cur = make_run(tmp_path, "1-cur", two_arm({c: ([True] * 3, [False] * 3 if c in ("c1", "c4") else [True] * 3)
+                                               for c in ids}), k=3, suite=suite)
+    gates.gate_run(cur, read, arm="skilled")
+    gates.accept_baseline(cur, suite, arm="skilled")  # the suite's baseline today: no case dropped against it
+    gate = explorer.run_data(cur)["gate"]
+    assert gate["dropped"] == ["c1", "c4"]
+    assert gate["baseline"] == "kept/baseline.json" and "kept/baseline.json" in gate["against"]
+    assert str(tmp_path) not in json.dumps(gate)
+
+
+def test_previous_run_skips_a_run_of_another_suite(tmp_path):
+    a = make_run(tmp_path, "20260101-000000", {("c1", "a"): [True]}, k=1, suite=tmp_path / "s1")
+    make_run(tmp_path, "20260102-000000", {("c1", "a"): [True]}, k=1, suite=tmp_path / "s2")
+    c = make_run(tmp_path, "20260103-000000", {("c1", "a"): [True]}, k=1, suite=tmp_path / "s1")
+    assert explorer.previous_run(c) == a
+
+
+def test_the_demos_second_run_has_the_next_seed_no_cache_and_its_diff(tmp_path, monkeypatch):
+    """`make demo` on a fresh clone ends with a diff: the factual suite's baseline and
+    skilled arms run again with the next seed and the response cache off, and the
+    first run's diff.html holds it against that second run."""
+    from evalkit._cli import demo
+    from evalkit.calls.serve import ScriptedServer
+    from evalkit.conclusions.grading import grade_run
+    from evalkit.intake.lint import load_suite
+    from evalkit.running.runner import run_suite
+
+    monkeypatch.setenv("EVALKIT_API_KEY", "test-key")
+    suite = load_suite("data/factual")
+    how = {"k": 1, "runs_dir": tmp_path / "runs", "progress": False}
+    with ScriptedServer({"default": {"text": "Paris"}}) as srv:
+        first = run_suite(suite, arms=["baseline", "skilled"], base_url=srv.base_url, **how)
+        again = demo.second_run(suite, run_suite, base_url=srv.base_url, **how)
+    meta = json.loads((again.path / "config.json").read_text())
+    assert evalkit.load_run(again.path).arm_names() == ["baseline", "skilled"]
+    assert meta["config"]["seed"] == suite.config.seed + 1, meta
+    rows = [json.loads(x) for x in (again.path / "results.jsonl").read_text().splitlines()]
+    assert rows and not any(r["cached"] for r in rows)
+    seeds = {(r["case_id"], r["arm"]): r["seed"] for r in map(json.loads, (first.path / "results.jsonl").open())}
+    assert all(seeds[(r["case_id"], r["arm"])] != r["seed"] for r in rows)
+    grade_run(first.path, suite)
+    grade_run(again.path, suite)
+    page = explorer.write_diff(first.path, again.path, tmp_path / "reports")
+    assert page.path.name == "diff.html" and _page_data(page.path.read_text())["other"] == again.path.name
+
+
+def test_the_diff_counts_a_missing_sample_as_not_passed_and_puts_the_largest_improvement_first(tmp_path):
+    """A side with fewer than k samples is compared over k (1 of 2, not 1 of 1: nothing
+    counts a missing result as a pass); improvements come the largest change first."""
+    old = make_run(tmp_path, "0-old", {("c1", "a"): [True, "missing"], ("c2", "a"): [True, False],
+                                       ("c3", "a"): [False, False]}, k=2)
+    new = make_run(tmp_path, "1-new", {("c1", "a"): [True, True], ("c2", "a"): [True, True],
+                                       ("c3", "a"): [True, True]}, k=2)
+    d = explorer.diff_data(new, old)
+    rows = d["rows"]
+    listed = [(d["cases"][c]["id"], d["changes"][ch], p0, n0) for c, ch, p0, n0
+              in zip(rows["c"], rows["ch"], rows["p0"], rows["n0"])]
+    assert listed == [("c3", "fail -> pass", 0, 2), ("c1", "fail -> pass", 1, 2), ("c2", "fail -> pass", 1, 2)]

@@ -124,6 +124,7 @@ def test_a_link_with_case_and_arm_shows_that_cases_samples_only(pages, reader):
     rows = reader.rows()
     assert len(rows) == 5 and {(r["case"], r["arm"]) for r in rows} == {("capital-peru", "skilled")}
     assert page.text_content("#count") == "5 of 150 samples"
+    assert page.locator(".runrow.head span").nth(1).text_content() == "tags"
     # the case view: the arm's k samples side by side, and the case's vote in the verdict
     assert page.locator("#caseview .col").count() == 1
     assert page.locator("#caseview .col[data-arm='skilled'] .card").count() == 5
@@ -173,6 +174,8 @@ def test_the_diff_lists_regressions_first_and_filters_by_change(pages, reader):
     assert set(firsts) <= {"regressed"} and "regressed" not in changes[len(firsts):]
     assert "exact sign test" in page.text_content("#findings")
     assert "Gate of this run against " + pages["old"].name in page.text_content("#findings")
+    assert page.locator(".diffrow.head span[title]").all_text_contents() == ["other run", "this run"]
+    assert page.locator(".diffrow.head span[title]").first.get_attribute("title") == pages["old"].name
     page.goto((pages["run"] / "diff.html").resolve().as_uri() + "#outcome=improved&arm=skilled")
     page.wait_for_function("document.getElementById('count').textContent.includes('of 30')")
     rows = reader.rows()

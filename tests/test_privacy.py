@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from evalkit.pii import privacy
+from evalkit.pii import privacy, privacy_redact
 from evalkit._cli.main import main
 from evalkit.foundations.errors import InputError, RedactionIncomplete
 from evalkit.calls.serve import ScriptedServer
@@ -609,6 +609,9 @@ def test_report_redact_shows_none_of_the_planted_values(leaky, tmp_path):
     assert_absent_from_files(reports_dir)  # every page, notebook, sidecar, the index and the run copy
     html = (reports_dir / run.name / "skill_comparison.html").read_text()
     assert "&lt;API_KEY_1&gt;" in html and "&lt;EMAIL_1&gt;" in html
+    # the explorer's data are compressed: the check above decoded them (the placeholders are there)
+    shown = list(privacy_redact._embedded_strings((reports_dir / run.name / "explorer.html").read_text()))
+    assert any("<EMAIL_1>" in s for s in shown) and any("<API_KEY_1>" in s for s in shown)
     log = json.loads((reports_dir / run.name / privacy.REDACTION_LOG).read_text())
     assert log["by_kind"]["api_key"] >= 2 and log["by_kind"]["email"] >= 2
     assert_absent(json.dumps(log))
@@ -758,3 +761,30 @@ def test_verification_finds_any_kind_of_value_in_any_file_not_only_those_replace
     assert not (folder / "page.html").exists() and not (folder / "side.json").exists()
     assert (folder / "ok.html").exists() and (folder / "ok.ipynb").exists()
     assert PHONE not in str(exc.value) and EMAIL not in str(exc.value)
+
+
+def test_the_redaction_check_reads_the_data_an_explorer_page_embeds(leaky, tmp_path):
+    """explorer.html and diff.html carry their data gzip'd and base64'd: the check
+    decodes them, so an unredacted run's page is caught, and so is a clean page whose
+    data were doctored to hold an address."""
+    from evalkit.conclusions.grading import grade_run
+    from evalkit.telling import explorer
+
+    grade_run(leaky["run"])
+    page = explorer.write_explorer(leaky["run"], tmp_path / "r").path
+    assert EMAIL not in page.read_text()  # compressed: no plain search sees it
+    assert privacy.leaking_files([page], [EMAIL]) == [page]
+    assert privacy.leaking_files([page], [], privacy.scanner()) == [page]
+    from conftest import make_run, two_arm
+
+    run = make_run(tmp_path, "0-clean", two_arm({"c1": ([True], [False])}), k=1)
+    data = explorer.run_data(run)
+    clean = tmp_path / "clean.html"
+    clean.write_text(explorer.render_page(data, "clean"))
+    assert privacy.leaking_files([clean], [EMAIL], privacy.scanner()) == []
+    data["samples"]["out"][0] = f"write to {EMAIL}"
+    doctored = tmp_path / "doctored.html"
+    doctored.write_text(explorer.render_page(data, "doctored"))
+    assert EMAIL not in doctored.read_text()
+    assert privacy.leaking_files([doctored], [EMAIL]) == [doctored]
+    assert privacy.leaking_files([doctored], [], privacy.scanner()) == [doctored]

@@ -2,8 +2,10 @@
 
 lint -> serve the embedded llama.cpp model on loopback -> run each suite's arms under its
 cost cap -> grade -> two-arm verdict against the pre-registered plan (more arms: every
-pair's, Holm-corrected) -> reports (each run's explorer.html, and diff.html against the
-suite's previous run when an earlier `make demo` left one) -> the
+pair's, Holm-corrected) -> reports (each run's explorer.html; the factual suite's
+baseline and skilled arms run a second time, with another seed and no response cache,
+and its diff.html holds the run against that second one; another suite's diff.html is
+against its previous run when an earlier `make demo` left one) -> the
 path of `reports/index.html` on the last line. No API key and no network: the model is
 the Gemma 3 270M base model that the `local` extra installs.
 
@@ -20,6 +22,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +31,8 @@ from evalkit.foundations import fmt
 from evalkit.foundations.errors import EvalkitError
 
 DEFAULT_SUITES = ("data/factual", "data/agent")
+# suite name -> the arms run a second time, another seed and no cache, for the diff
+SECOND_RUN = {"factual": ("baseline", "skilled")}
 
 
 def _say(msg: str) -> None:
@@ -61,8 +67,26 @@ def _prepare(path: str, k: int | None) -> tuple[Any, Any] | None:
     return suite, plan
 
 
-def _analyse(suite: Any, plan: Any, result: Any, reports_dir: str, pandalm_dir: str | None = None) -> bool:
-    """Grade the run, say the verdict, render its reports; True when all went well."""
+def second_run(suite: Any, run_suite: Callable[..., Any], **how: Any) -> Any | None:
+    """The suite's `SECOND_RUN` arms run again with the next seed and the response cache
+    off (else the cache would answer every sample as before): the run the first one's
+    diff.html is held against, so a fresh clone's demo has a diff with real changes.
+    `how`: run_suite's other keywords (k, runs_dir, base_url, watch). None for a suite
+    without second arms."""
+    arms = [a for a in SECOND_RUN.get(suite.name, ()) if a in {x.name for x in suite.config.arms}]
+    if not arms:
+        return None
+    seed = (suite.config.seed or 0) + 1
+    raw = {**suite.config.raw, "seed": seed} if suite.config.raw else {}  # what the run's config.json records
+    again = replace(suite, config=replace(suite.config, seed=seed, raw=raw))
+    return run_suite(again, arms=arms, cache=False, **how)
+
+
+def _analyse(
+    suite: Any, plan: Any, result: Any, reports_dir: str, pandalm_dir: str | None = None, again: Any | None = None
+) -> bool:
+    """Grade the run, say the verdict, render its reports (diff.html against `again`,
+    the second run, else the suite's previous run); True when all went well."""
     # lazy: the demo's stack loads after its arguments are read
     from evalkit.conclusions.compare import compare, compare_many
     from evalkit.conclusions.grading import grade_run
@@ -110,7 +134,9 @@ def _analyse(suite: Any, plan: Any, result: Any, reports_dir: str, pandalm_dir: 
         _say(f"{suite.name}: conformance {cv.kind}: {cv.reason}")
     if suite.config.unit.kind != "prompt":
         _say(f"{suite.name}: trajectories in {result.path / 'trajectories'}; `evalkit replay {result.path}` shows them")
-    before = previous_run(result.path)  # a second `make demo`: diff.html holds this run against the last
+    if again is not None:
+        grade_run(again.path, suite)
+    before = again.path if again is not None else previous_run(result.path)
     rep = report_run(result.path, reports_dir, pandalm_dir=pandalm_dir, against=before)
     if before is not None:
         _say(f"{suite.name}: diff against {before.name}: {rep.out_dir / 'diff.html'}")
@@ -139,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     prepared = [p for p in maybe if p is not None]
     if len(prepared) != len(maybe):
         return 2
-    results = []
+    results: list[Any] = []
+    seconds: list[Any] = []
     with LocalModelServer() as server:
         _say(f"embedded model {server.model_name} serving at {server.base_url}")
         # A few tokens first: a server that loads but dies on its first completion (a
@@ -162,14 +189,23 @@ def main(argv: list[str] | None = None) -> int:
             results.append(result)
             if server.exit_reason():
                 break
+            how = {"k": args.k, "runs_dir": args.runs_dir, "base_url": server.base_url, "watch": server.exit_reason}
+            again = second_run(suite, run_suite, **how)
+            if again is not None:
+                _say(
+                    f"{suite.name}: second run of {', '.join(SECOND_RUN[suite.name])} (seed+1, no cache): {again.path}"
+                )
+            seconds.append(again)
+            if server.exit_reason():
+                break
         died = server.exit_reason()
     if died:
         _say("the embedded model server died during the run: not grading or reporting it")
         return 1
     # every run is analysed and reported, even after one that did not go well
     oks = [
-        _analyse(suite, plan, res, args.reports_dir, args.pandalm_dir)
-        for (suite, plan), res in zip(prepared, results, strict=True)
+        _analyse(suite, plan, res, args.reports_dir, args.pandalm_dir, again)
+        for (suite, plan), res, again in zip(prepared, results, seconds + [None] * len(results), strict=False)
     ]
     ok = all(oks)
     from evalkit.telling.report_index import build_index  # lazy: as above

@@ -373,25 +373,66 @@ def gate(
     References: Holm 1979, Scand. J. Statist. 6(2) (`holm`);
     Good 2005 (permutation tests); Chen et al. 2021 and Yao et al. 2024 (pass@k, pass^k).
     """
+    result = gate_decision(
+        run,
+        baseline_path,
+        thresholds,
+        arm=arm,
+        alpha=alpha,
+        runner_exit=runner_exit,
+        n_resamples=n_resamples,
+        seed=seed,
+    )
+    base_run, base_arm = _provenance(baseline_path)
+    return replace(result, baseline_run=base_run, baseline_arm=base_arm)
+
+
+def gate_decision(
+    run: Run | str | Path,
+    baseline: Baseline | str | Path,
+    thresholds: GateThresholds | None = None,
+    *,
+    label: str | None = None,
+    arm: str | None = None,
+    alpha: float | None = None,
+    runner_exit: int | None = None,
+    n_resamples: int = 2000,
+    seed: int = 0,
+) -> GateResult:
+    """`gate`'s decision without the baseline's provenance: a run that did not finish
+    cleanly fails unread, a judge held reads no rate, else the checks (and the
+    corrected judged check). `baseline`: a `baseline.json`, or one in hand
+    (`run_as_baseline`: the explorer's diff gates RUN against another run with the
+    very decision `evalkit gate` makes); `label` names it in the result (default: the
+    path)."""
     run_path = Path(run.path) if isinstance(run, Run) else Path(run)
     summary = run.summary if isinstance(run, Run) else None
+    label = label if label is not None else str(baseline)
     bad = run_not_clean(run_path, summary, runner_exit)
     if bad:
-        base_run, base_arm = _provenance(baseline_path)
         return GateResult(
-            baseline_run=base_run,
-            baseline_arm=base_arm,
             passed=False,
             reasons=tuple(bad),
             read_rates=False,
             thresholds=thresholds or GateThresholds(),
             run=str(run_path),
-            baseline=str(baseline_path),
+            baseline=label,
             arm=arm,
         )
-    result = _gate_read(run, baseline_path, thresholds, arm, alpha, n_resamples, seed)
-    base_run, base_arm = _provenance(baseline_path)
-    return replace(result, baseline_run=base_run, baseline_arm=base_arm)
+    base = baseline if isinstance(baseline, Baseline) else load_baseline(baseline)
+    return _gate_read(run, base, label, thresholds, arm, alpha, n_resamples, seed)
+
+
+def run_as_baseline(run: Run | str | Path, arm: str | None = None) -> Baseline:
+    """Another run held as a baseline in memory, for a gate against it: its per-case
+    counts (all the gate reads when they are there) and its folder (where the judged
+    checks read its judged rates). Its aggregate rates are not computed (NaN, None):
+    nothing reads them, and a run with a case short of k samples has none."""
+    run = as_run(run)
+    m = run_metrics(run, arm=arm)
+    return Baseline(
+        gated_case_score=math.nan, cost_per_case_usd=None, metrics=m, run_stamp=m.run_stamp, run=str(run.path)
+    )
 
 
 def _provenance(baseline_path: str | Path) -> tuple[str, str | None]:
@@ -406,7 +447,8 @@ def _provenance(baseline_path: str | Path) -> tuple[str, str | None]:
 
 def _gate_read(
     run: Run | str | Path,
-    baseline_path: str | Path,
+    baseline: Baseline,
+    label: str,
     thresholds: GateThresholds | None,
     arm: str | None,
     alpha: float | None,
@@ -415,12 +457,11 @@ def _gate_read(
 ) -> GateResult:
     """`gate` on a run that finished cleanly: the rates read against the baseline."""
     run_path = Path(run.path) if isinstance(run, Run) else Path(run)
-    baseline = load_baseline(baseline_path)
     run = as_run(run)
     t = thresholds or thresholds_from(run.config.get("config") or {})
     if alpha is not None:
         t = replace(t, alpha=alpha, require_significance=alpha < 1)
-    cur = gate_run_metrics(run, baseline_path, arm=arm, baseline=baseline)
+    cur = gate_run_metrics(run, label, arm=arm, baseline=baseline)
     held = _judge_held(run, cur.arm)
     if held:
         return GateResult(
@@ -430,14 +471,14 @@ def _gate_read(
             thresholds=t,
             alpha=t.alpha,
             run=str(run_path),
-            baseline=str(baseline_path),
+            baseline=label,
             arm=cur.arm,
         )
     result = gate_metrics(
-        cur, baseline, t, n_resamples=n_resamples, seed=seed, run_label=str(run_path), baseline_label=str(baseline_path)
+        cur, baseline, t, n_resamples=n_resamples, seed=seed, run_label=str(run_path), baseline_label=label
     )
     if (run.config.get("config") or {}).get("judged_estimate") == "corrected":
-        result = _judged_check(result, run, cur.arm, baseline, baseline_path, t)
+        result = _judged_check(result, run, cur.arm, baseline, label, t)
     return result
 
 

@@ -5,6 +5,8 @@ Split out of `evalkit.pii.privacy`, which re-exports every public name.
 
 from __future__ import annotations
 
+import base64
+import gzip
 import html
 import json
 import re
@@ -274,12 +276,30 @@ def leaking_files(paths: Iterable[Any], values: Iterable[str], sc: Scanner | Non
         files += sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else [p] if p.is_file() else []
     for f in files:
         text = f.read_text(encoding="utf-8", errors="replace")
-        plain = html.unescape(text)
-        if any(form in text or form in plain for form in forms):
+        hidden = list(_embedded_strings(text)) if f.suffix in (".html", ".htm") else []
+        if any(form in t for t in (text, html.unescape(text), *hidden) for form in forms):
             out.append(f)
-        elif sc is not None and any(sc.scan(t) for t in _written_texts(f)):
+        elif sc is not None and any(sc.scan(t) for t in (*_written_texts(f), *hidden)):
             out.append(f)
     return out
+
+
+# the data an explorer page carries: JSON, gzip, base64 (`evalkit.telling.explorer.embed`)
+_EMBEDDED = re.compile(r'<script id="evalkit-[a-z]+" type="application/octet-stream">([A-Za-z0-9+/=]*)</script>')
+
+
+def _embedded_strings(text: str) -> Iterator[str]:
+    """The strings of the data a page embeds compressed (the explorer's and the diff's
+    `application/octet-stream` elements), which neither the page's text nor a value's
+    written forms show; an element that does not decode is yielded as it is."""
+    for m in _EMBEDDED.finditer(text):
+        try:
+            doc = json.loads(gzip.decompress(base64.b64decode(m.group(1), validate=True)))
+        except (ValueError, OSError, EOFError):  # not base64 (binascii.Error), not gzip, not JSON
+            yield m.group(1)
+            continue
+        for _, s in iter_strings(doc):
+            yield s
 
 
 def verify_redacted(redacted: RedactedRun, paths: Iterable[Any]) -> None:

@@ -27,12 +27,12 @@ import html
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from evalkit.conclusions.gates import gate_metrics, load_baseline, run_metrics, thresholds_from
+from evalkit.conclusions.gates import gate_decision, load_baseline, run_as_baseline, run_metrics
 from evalkit.foundations._io import jsonable, write_atomic
 from evalkit.foundations._text import storable_json
 from evalkit.foundations.errors import InputError
@@ -51,9 +51,10 @@ from evalkit.runfolder.runload import (
     passed_value,
     run_verdicts,
 )
-from evalkit.runfolder.runs import find_suite_dir
+from evalkit.runfolder.runs import RunFolder, find_suite_dir
 from evalkit.runfolder.trajectories import Trajectory, read_trajectory
 from evalkit.telling.report_index import verdict_entries
+from evalkit.telling.workflow import repo_root_of
 
 SCHEMA = "evalkit.explorer/1"
 EXPLORER_HTML = "explorer.html"
@@ -288,13 +289,34 @@ def suite_baseline(run: Run | str | Path) -> Path | None:
     return suite / BASELINE_FILE if suite is not None and (suite / BASELINE_FILE).is_file() else None
 
 
-def _gate_json(gate: GateResult, dropped: list[str]) -> dict[str, Any]:
-    """A gate's result for the page: its decision, checks, reasons, notes, and the cases
-    whose score dropped against what it was gated on."""
+def _repo_relative(path: str, near: Path) -> str:
+    """`path` as a shared page may show it: relative to the repository holding `near`
+    (the run), else its last three parts (`evals/SUITE/baseline.json`); never a path
+    of this machine."""
+    p = Path(path)
+    if not p.is_absolute():
+        return p.as_posix()
+    try:
+        return p.resolve().relative_to(repo_root_of(near)).as_posix()
+    except ValueError:
+        return "/".join(p.parts[-3:])
+
+
+def _gate_json(gate: GateResult, dropped: Drops, near: Path) -> dict[str, Any]:
+    """A gate's result for the page: its decision, what it was gated against (in
+    `GateResult.against`'s words, the paths repository-relative: `near` is the run),
+    checks, reasons, notes, the cases whose score dropped against what it was gated on,
+    and those left out of that (a side with fewer than k samples has no case score)."""
+    shown = replace(
+        gate,
+        run=Path(gate.run).name if gate.run else "",
+        baseline=_repo_relative(gate.baseline, near) if gate.baseline else "",
+    )
     return {
         "arm": gate.arm,
         "passed": gate.passed,
-        "baseline": gate.baseline,
+        "baseline": shown.baseline,
+        "against": shown.against(),
         "reasons": list(gate.reasons),
         "notes": list(gate.notes),
         "checks": [
@@ -311,31 +333,57 @@ def _gate_json(gate: GateResult, dropped: list[str]) -> dict[str, Any]:
             }
             for c in gate.checks
         ],
-        "dropped": dropped,
+        "dropped": list(dropped.fell),
+        "short": list(dropped.short),
     }
 
 
-def _dropped_cases(run: Run, gate: GateResult, baseline: Path | None) -> list[str]:
+@dataclass(frozen=True)
+class Drops:
+    """The cases whose case score fell (the largest drop first), and the shared cases
+    left out because a side has fewer than k samples (an errored or missing sample:
+    no case score, as `gates.gate_metrics` says)."""
+
+    fell: tuple[str, ...] = ()
+    short: tuple[str, ...] = ()
+
+
+def _gated_baseline(run: Run, gate: GateResult, given: Path | None) -> Path | None:
+    """The baseline.json the recorded gate read: the path its record names while that
+    file is there, else `given`, else the suite's."""
+    for p in (Path(gate.baseline) if gate.baseline else None, given, suite_baseline(run)):
+        if p is not None and p.is_file():
+            return p
+    return None
+
+
+def _dropped_cases(run: Run, gate: GateResult, baseline: Path | None) -> Drops:
     """The cases whose case score fell against the baseline the gate read (its per-case
-    counts), worst first; none for a baseline of rates only."""
+    counts), worst first; none for a baseline of rates only, or one accepted from
+    another run than the one the gate read (re-accepted since)."""
     if baseline is None or gate.arm is None or not gate.read_rates:
-        return []
-    base = load_baseline(baseline).metrics
-    if base is None:
-        return []
-    return drops(run_metrics(run, arm=gate.arm), base)
+        return Drops()
+    read = load_baseline(baseline)
+    if read.metrics is None or (gate.baseline_run and read.run_stamp != gate.baseline_run):
+        return Drops()
+    return drops(run_metrics(run, arm=gate.arm), read.metrics)
 
 
-def drops(cur: RunMetrics, base: RunMetrics) -> list[str]:
-    """The cases of `cur` whose case score is below `base`'s, the largest drop first."""
+def drops(cur: RunMetrics, base: RunMetrics) -> Drops:
+    """The cases of `cur` whose case score is below `base`'s, the largest drop first;
+    a case with fewer than k samples on either side is skipped and listed as short."""
     bm = base.by_id()
-    fell = []
+    fell, short = [], []
     for c in cur.cases:
-        if c.case_id in bm:
-            change = score_of(cur, c) - score_of(base, bm[c.case_id])
-            if change < 0:
-                fell.append((change, c.case_id))
-    return [cid for _, cid in sorted(fell)]
+        if c.case_id not in bm:
+            continue
+        if c.n < cur.k or bm[c.case_id].n < base.k:
+            short.append(c.case_id)
+            continue
+        change = score_of(cur, c) - score_of(base, bm[c.case_id])
+        if change < 0:
+            fell.append((change, c.case_id))
+    return Drops(tuple(cid for _, cid in sorted(fell)), tuple(short))
 
 
 def run_data(run: Run | str | Path, *, baseline: str | Path | None = None) -> dict[str, Any]:
@@ -352,8 +400,8 @@ def run_data(run: Run | str | Path, *, baseline: str | Path | None = None) -> di
     summary = run.summary or {}
     gate = None
     if verdicts.gate is not None:
-        base = Path(baseline) if baseline is not None else suite_baseline(run)
-        gate = _gate_json(verdicts.gate, _dropped_cases(run, verdicts.gate, base))
+        base = _gated_baseline(run, verdicts.gate, Path(baseline) if baseline is not None else None)
+        gate = _gate_json(verdicts.gate, _dropped_cases(run, verdicts.gate, base), Path(run.path))
     return {
         "schema": SCHEMA,
         "mode": "run",
@@ -389,12 +437,13 @@ def _by_key(data: dict[str, Any]) -> dict[tuple[str, str], list[int]]:
 
 
 def _side(data: dict[str, Any], rows: list[int]) -> dict[str, Any]:
-    """One side of a diff row: passes, samples, cost, mean latency, outputs by index."""
+    """One side of a diff row: passes, samples (at least the run's k: a missing sample
+    counts as not passed, never as absent), cost, mean latency, outputs by index."""
     s = data["samples"]
     lat = [s["lat"][r] for r in rows if s["lat"][r] is not None]
     return {
         "passed": sum(1 for r in rows if s["o"][r] == PASSED),
-        "n": len(rows),
+        "n": max(len(rows), int(data.get("k") or 0)),
         "cost": sum(s["cost"][r] or 0.0 for r in rows),
         "lat": sum(lat) / len(lat) if lat else None,
         "outputs": {s["i"][r]: s["out"][r] for r in rows},
@@ -403,7 +452,8 @@ def _side(data: dict[str, Any], rows: list[int]) -> dict[str, Any]:
 
 def _change(new: dict[str, Any] | None, old: dict[str, Any] | None) -> int:
     """The change code (`CHANGES`) of one case and arm from OTHER (`old`) to RUN (`new`):
-    compared by pass rate (a missing or errored sample is a failure)."""
+    compared by pass rate over at least k samples (a missing or errored sample is a
+    failure)."""
     if old is None:
         return 4
     if new is None:
@@ -418,7 +468,8 @@ def _change(new: dict[str, Any] | None, old: dict[str, Any] | None) -> int:
 
 def _diff_rows(new: dict[str, Any], old: dict[str, Any], cases: list[str], arms: list[str]) -> dict[str, list[Any]]:
     """One row per case and arm of either run: the change, both sides' passes, the cost
-    and latency change; regressions first (the largest drop first), then the rest."""
+    and latency change; regressions first, then improvements, each the largest change
+    first, then the rest."""
     kn, ko = _by_key(new), _by_key(old)
     rows = []
     for ci, cid in enumerate(cases):
@@ -428,8 +479,8 @@ def _diff_rows(new: dict[str, Any], old: dict[str, Any], cases: list[str], arms:
             if a is None and b is None:
                 continue
             code = _change(a, b)
-            drop = (b["passed"] / max(b["n"], 1) - a["passed"] / max(a["n"], 1)) if a and b else 0.0
-            rows.append((code, -drop, ci, ai, a, b))
+            change = (a["passed"] / max(a["n"], 1) - b["passed"] / max(b["n"], 1)) if a and b else 0.0
+            rows.append((code, -abs(change), ci, ai, a, b))
     rows.sort(key=lambda r: (r[0], r[1], r[2], r[3]))
     out: dict[str, list[Any]] = {f: [] for f in ("c", "a", "ch", "p1", "n1", "p0", "n0", "dcost", "dlat")}
     for code, _, ci, ai, a, b in rows:
@@ -470,28 +521,42 @@ def paired_change(rows: dict[str, list[Any]], arms: list[str]) -> list[dict[str,
 
 
 def gate_against(run: Run, other: Run, arms: list[str]) -> list[dict[str, Any]]:
-    """RUN gated against OTHER, arm by arm (each arm both have, graded in both), with
-    RUN's gate thresholds: what `evalkit gate` would decide had OTHER been accepted as
-    the baseline; each with the cases whose score dropped."""
+    """RUN gated against OTHER, arm by arm (each arm both have, graded in both), by
+    `evalkit gate`'s own decision (`gates.gate_decision`: a run that did not finish
+    cleanly fails unread, a held judge reads no rate) had OTHER been accepted as the
+    baseline; each with the cases whose score dropped."""
     out: list[dict[str, Any]] = []
     if not len(run.grades) or not len(other.grades):
         return out
-    t = thresholds_from(run.config.get("config") or {})
     for arm in arms:
         if arm not in run.arm_names() or arm not in other.arm_names():
             continue
-        cur, base = run_metrics(run, arm=arm), run_metrics(other, arm=arm)
-        res = gate_metrics(cur, base, t, run_label=Path(run.path).name, baseline_label=Path(other.path).name)
-        out.append(_gate_json(res, drops(cur, base)))
+        base = run_as_baseline(other, arm)
+        res = replace(
+            gate_decision(run, base, arm=arm, label=Path(other.path).name),
+            baseline_run=base.run_stamp or "",
+            baseline_arm=arm,
+        )
+        assert base.metrics is not None
+        fell = drops(run_metrics(run, arm=arm), base.metrics) if res.read_rates else Drops()
+        out.append(_gate_json(res, fell, Path(run.path)))
     return out
 
 
+def _suite_of(run: Path) -> str | None:
+    """The suite a run folder ran (its `config.json`'s suite path, else its name)."""
+    meta = RunFolder(run).read_meta()
+    return str(meta.get("suite") or meta.get("suite_name") or "") or None
+
+
 def previous_run(run: str | Path) -> Path | None:
-    """The run before `run` in its runs folder (run folders are named by their start
-    time): the latest graded sibling whose name sorts before it, else None. What the
-    demo diffs a new run against."""
+    """The run before `run` of the same suite in its runs folder (run folders are named
+    by their start time): the latest graded sibling of that suite whose name sorts
+    before it, else None. What the demo diffs a new run against."""
     p = Path(run).resolve()
     older = [q for q in p.parent.iterdir() if q.name < p.name and (q / RUN_CONFIG).is_file() and (q / GRADES).is_file()]
+    suite = _suite_of(p)
+    older = [q for q in older if _suite_of(q) == suite]
     return max(older, key=lambda q: q.name) if older else None
 
 

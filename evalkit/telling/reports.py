@@ -713,7 +713,9 @@ def _render_run(
         pool.shutdown(wait=True)
         if redacted is not None and before is None:
             os.environ.pop(REDACT_ENV, None)
-    write_manifest(source, out_dir, results, skipped, run_dir=run, pages=pages.result())
+    written, failed = pages.result()
+    skipped = {**skipped, **failed}
+    write_manifest(source, out_dir, results, skipped, run_dir=run, pages=written)
     index = build_index(reports_dir)
     if redacted is not None:
         privacy.verify_redacted(redacted, [out_dir, index])
@@ -728,15 +730,29 @@ def _render_run(
     )
 
 
-def _explorer_pages(loaded: Run, out_dir: Path, inputs: Inputs, against: str | Path | None) -> dict[str, str]:
+def _explorer_pages(
+    loaded: Run, out_dir: Path, inputs: Inputs, against: str | Path | None
+) -> tuple[dict[str, str], dict[str, str]]:
     """The run's explorer (and its diff against `against`), written while the kernels
-    run the notebooks: page kind -> file name (and `against`: the other run's name)."""
+    run the notebooks: page kind -> file name (and `against`: the other run's name),
+    and each page that could not be written -> why (listed as skipped: a page that
+    fails must not fail the report after its notebooks rendered)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    pages = {"explorer": explorer.write_explorer(loaded, out_dir, baseline=inputs.baseline).path.name}
+    pages: dict[str, str] = {}
+    failed: dict[str, str] = {}
+    writers: list[tuple[str, Callable[[], Path]]] = [
+        ("explorer", lambda: explorer.write_explorer(loaded, out_dir, baseline=inputs.baseline).path)
+    ]
     if against is not None:
-        pages["diff"] = explorer.write_diff(loaded, against, out_dir).path.name
+        writers.append(("diff", lambda: explorer.write_diff(loaded, against, out_dir).path))
+    for kind, write in writers:
+        try:
+            pages[kind] = write().name
+        except Exception as exc:  # said on the index as a skipped page, never a failed report
+            failed[kind] = f"page not written: {type(exc).__name__}: {exc}"
+    if "diff" in pages and against is not None:
         pages["against"] = Path(against).resolve().name
-    return pages
+    return pages, failed
 
 
 # Slowest first, so the pool is not left waiting on one long notebook at the end.
