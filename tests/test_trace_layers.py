@@ -33,14 +33,17 @@ def test_a_command_units_run_no_longer_goes_up_and_a_batch_run_goes_up_once(tmp_
     """A command unit's run asks the stop signal and holds twin calls in `calls/` itself
     (`StopSignal`, `InFlight`): no call goes back up to the engine, where on 0cdc4ee the
     session asked `_Engine.should_stop` and waited on `_Engine._hold`. A batch run still
-    goes up once, the client settling through the batch's `charge` closure: the tracer
-    sees a callback when there is one."""
+    goes up once, the client settling through the batch's `charge` closure (twice when a
+    poll backs off: the pause asks the batch's sink whether to stop): the tracer sees a
+    callback when there is one."""
     tool = load_tool()
     layers = tool.layer_folders((ROOT / "docs" / "architecture.md").read_text(encoding="utf-8"))
     assert tool.trace(layers, tmp_path / "command", ["command"]) == set()
     sites = tool.trace(layers, tmp_path / "batch", ["batch"])
     up = {(s.caller.split(":")[1], s.callee.split(":")[1]) for s in sites}
-    assert up == {("ModelClient._settle", "_Batches._line.<locals>.charge")}
+    assert ("ModelClient._settle", "_Batches._line.<locals>.charge") in up
+    # and, when a poll of the batch backs off, the client's pause asks the batch's sink
+    assert up <= {("ModelClient._settle", "_Batches._line.<locals>.charge"), ("pause", "_RunSink.halted")}
     assert all(s.caller_layer == layers["calls"] and s.callee_layer == layers["running"] for s in sites)
 
 
