@@ -154,11 +154,26 @@ def test_chat_mode_sends_messages_and_tools(tmp_path):
     assert s.loc[("case-01", "guided")].output == "Paris"
 
 
-def _spawn_run(suite, runs, base_url: str, **env: str) -> subprocess.Popen:
-    """`evalkit run` in a process of its own (to be killed or raced), output discarded."""
+def _spawn_run(suite, runs, base_url: str, *, session: bool = False, **env: str) -> subprocess.Popen:
+    """`evalkit run` in a process of its own (to be killed or raced), output discarded;
+    `session`: in a process group of its own, which its children (the sample writer) join."""
     return subprocess.Popen([sys.executable, "-m", "evalkit._cli.main", "run", str(suite), "--runs-dir", str(runs),
                              "--base-url", base_url, "--no-progress"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **env})
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **env},
+                            start_new_session=session)
+
+
+def _wait_group_gone(pgid: int, timeout_s: float = 60.0) -> bool:
+    """Wait until no process of group `pgid` is left (a killed run's orphaned sample
+    writer draining its pipe); False when one still runs after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def test_sigkill_mid_run_then_resume_every_key_once_nothing_paid_twice(tmp_path):
@@ -169,7 +184,7 @@ def test_sigkill_mid_run_then_resume_every_key_once_nothing_paid_twice(tmp_path)
     # line count polled against the clock); the run is killed there.
     held = {**SCRIPT, "faults": [{"kind": "slow", "hold": True, "match": "country 5?", "times": 4}]}
     with ScriptedServer(held) as srv:
-        proc = _spawn_run(suite, runs, srv.base_url, EVALKIT_SAMPLE_WRITER_AFTER="0")  # the helper too
+        proc = _spawn_run(suite, runs, srv.base_url, session=True, EVALKIT_SAMPLE_WRITER_AFTER="0")  # the helper too
         reached = srv.wait_until(lambda stats: stats["faults"]["slow"] >= 4, 120)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -208,7 +223,9 @@ def test_sigkill_mid_run_then_resume_every_key_once_nothing_paid_twice(tmp_path)
     paid = sum(r["cost_usd"] for r in iter_jsonl(folder / "results.jsonl"))
     assert res.spend_usd >= paid - 1e-12
     # Every finished sample has its text file (the killed run's helper drained its pipe,
-    # the resume wrote whatever was still missing), and nothing else is there.
+    # the resume wrote whatever was still missing), and nothing else is there, once the
+    # orphaned helper has exited (under load it could still hold a temporary file here)
+    assert _wait_group_gone(proc.pid), "the killed run's sample writer never exited"
     files = {p.relative_to(folder / "samples").as_posix(): p.read_text() for p in (folder / "samples").rglob("*")
              if p.is_file()}
     assert files == {f"{r['case_id']}/{r['arm']}/sample-{r['index'] + 1}.txt": r["output"]
