@@ -35,7 +35,7 @@ SCRIPT = {
     ],
     "default": {"text": " unknown"},
 }
-README = Path(__file__).resolve().parents[1] / "README.md"
+DOCS = Path(__file__).resolve().parents[1] / "docs"
 UNSET = ("EVALKIT_BASE_URL", "EVALKIT_JUDGE_BASE_URL", "EVALKIT_SERVED", "EVALKIT_NOTEBOOKS")
 
 
@@ -139,11 +139,11 @@ def test_a_newcomers_loop_runs_with_no_guess_and_no_surprise(tmp_path, monkeypat
     assert "/^(?!.*hacked)/" in page and "&#x27;^(?!.*hacked)&#x27;" not in page  # the regex as written
     assert "discordant or errored" not in page  # "discordant" names the tally's cases only
 
-    # an own agent program: the README's minimal command unit, as written there
+    # an own agent program: the minimal command unit of docs/agents.md, as written there
     agent = tmp_path / "evals" / "my-agent"
     agent.mkdir()
-    readme = README.read_text(encoding="utf-8")
-    section = readme[readme.index("**A minimal command unit.**"):]
+    page = (DOCS / "agents.md").read_text(encoding="utf-8")
+    section = page[page.index("**A minimal command unit.**"):]
     config = json.loads(re.search(r"```json\n(.*?)\n```", section, flags=re.S).group(1))
     program = re.search(r"```python\n# agent.py\n(.*?)\n```", section, flags=re.S).group(1)
     (agent / "config.json").write_text(json.dumps(config, indent=2))
@@ -217,14 +217,14 @@ def test_a_serve_that_loses_the_default_port_to_another_after_looking_serves_on_
     assert asked == 0  # not even the start-up completion went to the other server
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="the README's line for root; a user's jupyter lab needs no flag")
+@pytest.mark.skipif(os.geteuid() != 0, reason="docs/notebooks.md's line for root; a user's jupyter lab needs no flag")
 def test_jupyterlab_as_root_starts_with_the_readmes_flag(tmp_path):
-    assert "jupyter lab --allow-root" in README.read_text(encoding="utf-8")
+    assert "jupyter lab --allow-root" in (DOCS / "notebooks.md").read_text(encoding="utf-8")
     lab = Path(sys.executable).parent / "jupyter"
     env = {**_env(), "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"), "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg")}
     refused = subprocess.run([str(lab), "lab", "--no-browser", "--port=0"], cwd=tmp_path, capture_output=True,
                              text=True, env=env, timeout=120)
-    assert refused.returncode != 0 and "--allow-root" in refused.stderr  # what the README's flag is for
+    assert refused.returncode != 0 and "--allow-root" in refused.stderr  # what the documented flag is for
     proc = subprocess.Popen([str(lab), "lab", "--allow-root", "--no-browser", "--port=0", "--IdentityProvider.token=t"],
                             cwd=tmp_path, stderr=subprocess.PIPE, text=True, env=env)
     try:
