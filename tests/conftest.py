@@ -144,6 +144,13 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # The labelling, interview and review tests make ipywidgets; one still alive when the
+    # interpreter shuts down closes itself in `Widget.__del__`, which then imports ipykernel's
+    # comm manager after `sys.meta_path` is gone and prints a traceback for each ("Exception
+    # ignored in Widget.__del__"), dozens after a passing `make test`. Closed here, while
+    # imports still work, their `__del__` has nothing left to do.
+    if "ipywidgets" in sys.modules:
+        sys.modules["ipywidgets"].Widget.close_all()
     if _skipped_local_model and not _opted_out() and exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
