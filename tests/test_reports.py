@@ -167,7 +167,7 @@ def test_report_cli_renders_every_applicable_notebook(made):
         assert (pages / f"{name}.ipynb").exists(), name  # kept beside the page, reopens in JupyterLab
         assert re.search(r"<img[^>]+src=\"data:image/png;base64,", page), f"{name} has no embedded figure"
         assert "Traceback" not in page and 'data-mime-type="application/vnd.jupyter.stderr"' not in page, f"{name}: an error or warning"
-        assert "<th>parameter</th>" in page and html_param(page, "run_dir", str(made["run"]))
+        assert "<th>parameter</th>" in page and html_param(page, "run_dir", "evals/capitals/runs/" + made["run"].name)
         assert "def " not in re.sub(r"<style.*?</style>", "", page, flags=re.S), f"{name} shows code"
     assert not (pages / "micro_test.html").exists()  # not a micro-test run
     manifest = json.loads((pages / "report.json").read_text())
@@ -429,10 +429,46 @@ def test_index_lists_runs_with_trend(made):
     for key in ("run", "micro_run"):
         assert made[key].name in index
     assert "capitals" in index and "disclaimer" in index
-    # one run per suite: no chart of one point per arm, the rates in words, in percent
-    assert "<svg" not in index and "one run so far (a trend needs two): control 0%, firm 100%" in index
+    # one run of the capitals suite: no chart of one point per arm; the micro-test is listed but is
+    # no point of its suite's trend (issue 42: micro-test and replay runs stay out of trends)
+    assert "<svg" not in index and "one run so far (a trend needs two): baseline" in index
+    assert "a micro-test: not in the trend" in index and "control 0%, firm 100%" in index
+    trend = index[index.index("Trend of the sample pass rate"):]
+    assert "disclaimer" not in trend and "capitals" in trend
     assert "Content-Security-Policy" in index
     assert 'href=\'' + made["run"].name + "/skill_comparison.html'" in index
+
+
+def test_the_run_summary_opens_with_its_conclusion_and_shows_what_each_arm_was_given(made):
+    """Issue 42: the box on top (verdict, gate, cost change, HIGH findings), an Arms section with
+    each arm's texts and a diff against the baseline arm, the guidance named in the arms table,
+    pooled figures labelled as pooled, the comparison page titled for any two arms."""
+    page = _html(made, "run_summary")
+    box = page.index("ek-summary-box")
+    assert box < page.index("Metrics per arm") < page.index("Findings")
+    head = page[box:box + 3000]
+    assert "skilled vs baseline: pass (" in head and "exact sign test, one vote per case)" in head
+    assert "gate: <b>PASS (arm skilled" in head and "cost per case $" in head
+    assert "HIGH findings:" in head
+    arms = page[page.index("What each arm was given"):page.index("Metrics per arm")]
+    assert "GUIDED: answer with the capital city only." in arms and "(as run," in arms
+    assert "+GUIDED: answer with the capital city only." in arms  # the diff against arm baseline
+    assert "guidance: guidance/skilled.md" in page  # the arms table no longer says "none" for it
+    assert "all arms (pooled)" in page and "<td>all arms</td>" not in page
+    comparison = _html(made, "skill_comparison")
+    assert "Arm comparison" in comparison and "differ by: guidance (a skill comparison)" in comparison
+
+
+def test_no_page_shows_a_machine_path(made):
+    """Pages travel: the run's folder is written relative to its project, never as the absolute
+    path of the machine that made it (the parameters table, the plan's title, ...)."""
+    project = str(made["run"].parents[3])
+    pages = sorted(made["pages"].glob("*.html")) + sorted(made["micro_pages"].glob("*.html"))
+    assert len(pages) >= 5
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        assert project not in text, page.name
+    assert "evals/capitals/runs/" + made["run"].name in _html(made, "run_summary")
 
 
 def test_plan_notebooks_follows_the_run(tmp_path):

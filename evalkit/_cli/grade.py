@@ -276,7 +276,7 @@ def summary_lines(s: GradesSummary, run_path: Path) -> list[str]:
             lines.append(f"WARNING: {trust.uncalibrated}")
         lines.append(f"judge trust: {state}: {trust.reason}")
     # each metric for all arms pooled and for each arm apart (arms are compared, not pooled)
-    columns = [("all arms", m)] + [(arm, a.overall) for arm, a in s.per_arm.items()]
+    columns = [("all arms (pooled)", m)] + [(arm, a.overall) for arm, a in s.per_arm.items()]
     if len(columns) == 2:
         columns = columns[1:]  # one arm: its column is the pooled one
     width = max(12, *(len(name) + 2 for name, _ in columns))

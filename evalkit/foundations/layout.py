@@ -8,6 +8,7 @@ in the module that writes it.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 # --- a suite folder `evals/<unit>/` ------------------------------------------------------
 CASES_FILE = "cases.jsonl"
@@ -87,3 +88,49 @@ def judge_file(name: str) -> tuple[str, int] | None:
     else None."""
     m = JUDGE_FILE.match(name)
     return (m.group(1), int(m.group(2))) if m else None
+
+
+def repository_root(path: str | Path) -> Path | None:
+    """The nearest folder at or above `path` that holds `.git`, else None."""
+    p = Path(path).expanduser().absolute()
+    return next((d for d in (p, *p.parents) if (d / ".git").exists()), None)
+
+
+def shown_path(path: str | Path, cwd: str | Path | None = None) -> str:
+    """A path as a shared page shows it: relative to its project (`project_root`), else to the
+    current folder when inside it, else `.../` and its last two parts; never the machine's
+    absolute path (a page travels; `/home/alice/...` says nothing to its reader and
+    something about its writer)."""
+    p = Path(path).expanduser().absolute()
+    for base in (project_root(p), Path(cwd) if cwd is not None else Path.cwd()):
+        if base is not None and p.is_relative_to(base.absolute()):
+            return p.relative_to(base.absolute()).as_posix() or "."
+    return ".../" + "/".join(p.parts[-2:])
+
+
+def project_root(path: str | Path) -> Path:
+    """The project a suite or run folder belongs to: its repository's root, else the folder
+    holding its `evals/`, else the folder above its suite (a run is `<suite>/runs/<stamp>`)."""
+    p = Path(path).expanduser().absolute()
+    repo = repository_root(p)
+    if repo is not None:
+        return repo
+    above_evals = next((d.parent for d in (p, *p.parents) if d.name == "evals"), None)
+    if above_evals is not None:
+        return above_evals
+    return p.parents[2] if p.parent.name == RUNS_DIR and len(p.parents) > 2 else p.parent
+
+
+def without_machine_paths(text: str, near: str | Path | None = None) -> str:
+    """`text` with absolute paths written relative to the project of `near` (a run folder:
+    `project_root`) and to the current folder, and the home folder as `~`: what a page that
+    travels says of where its files were (`shown_path` for one path)."""
+    roots = [project_root(near)] if near else []
+    roots.append(Path.cwd().absolute())
+    for root in sorted({r.absolute() for r in roots}, key=lambda r: -len(str(r))):
+        if str(root) != "/":
+            text = text.replace(str(root) + "/", "")
+    home = str(Path.home())
+    if home not in ("", "/"):
+        text = text.replace(home + "/", "~/")
+    return text

@@ -46,6 +46,7 @@ from evalkit.foundations.layout import (
     GRADES,
     LEDGER,
     LOCK,
+    MICROTEST_MARKER,
     RESULTS,
     RUN_CONFIG,
     RUNS_LOCK,
@@ -491,6 +492,21 @@ def run_cap_usd(meta: dict[str, Any], fallback: float) -> float:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
             return float(value)
     return float(fallback)
+
+
+def side_run(path: Path, meta: dict[str, Any] | None = None) -> str | None:
+    """Why a run folder is no run of the suite's own measure ("a micro-test", "a replay
+    of cached answers"), or None: such runs stay out of the index's trends and of a
+    notebook's default run."""
+    if (path / MICROTEST_MARKER).is_file():
+        return "a micro-test"
+    if meta is None:
+        try:
+            loaded = json.loads((path / RUN_CONFIG).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            loaded = {}
+        meta = loaded if isinstance(loaded, dict) else {}
+    return "a replay of cached answers (--replay-only)" if meta.get("replay_only") else None
 
 
 def config_arm_names(meta: dict[str, Any]) -> list[str]:

@@ -930,6 +930,8 @@ def _new_meta(plan: _RunPlan) -> dict[str, Any]:
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "source": "evalkit",
         "sample_files": plan.opts.sample_files,
+        # answers from the response cache only: kept out of the suite's trend and a notebook's default run
+        "replay_only": plan.opts.replay_only,
         "privacy": plan.privacy,
         "cost_cap_usd": config.cost_cap_usd,  # the cap this run (and its grading) spends under
         "isolation": config.unit.isolation if config.unit.kind in ("command", "python") else None,

@@ -26,11 +26,13 @@ from evalkit.foundations import fmt
 from evalkit.foundations._io import jsonable, write_atomic
 from evalkit.foundations._text import visible
 from evalkit.foundations.errors import InputError
-from evalkit.foundations.layout import PAIRWISE, RUN_CONFIG
+from evalkit.foundations.layout import PAIRWISE, RUN_CONFIG, repository_root, shown_path
 from evalkit.foundations.records import GradesSummary, RunVerdicts, Verdict, judge_line
 from evalkit.numbers import stats
 from evalkit.numbers.plans import load_plan
 from evalkit.runfolder.runload import Run, grades_summary, load_run, report_state, run_verdicts, sample_texts
+from evalkit.runfolder.runs import side_run
+from evalkit.telling import arms as arms_mod
 from evalkit.telling import failures as failures_mod
 from evalkit.telling.failures import Failures
 
@@ -169,46 +171,117 @@ def write_sidecar(name: str, numbers: Mapping[str, Any], directory: str | Path |
     return path
 
 
-RUN_GLOBS = ("runs/*", "*/runs/*", "evals/*/runs/*")  # where an empty run_dir looks, under the current directory
+RUN_GLOBS = ("runs/*", "*/runs/*", "evals/*/runs/*")  # where an empty run_dir looks, under each root
+
+
+def _jupyter_roots(near: Path) -> list[Path]:
+    """The root folders of the Jupyter servers running on this machine that hold `near`
+    (where JupyterLab was started: the folder its file browser shows as the top)."""
+    try:
+        from jupyter_server.serverapp import list_running_servers  # lazy: only in a notebook's kernel
+    except ImportError:
+        return []
+    roots = []
+    try:
+        for info in list_running_servers():
+            root = Path(str(info.get("root_dir") or info.get("notebook_dir") or "")).expanduser()
+            if str(root) and near.is_relative_to(root.absolute()):
+                roots.append(root.absolute())
+    except (OSError, ValueError):
+        return roots
+    return roots
+
+
+def search_roots() -> list[Path]:
+    """Where a notebook looks for a run: the current folder (JupyterLab starts a kernel in
+    the notebook's folder), the JupyterLab root it was opened from, and the repository
+    that holds it; each once, in that order."""
+    cwd = Path.cwd().absolute()
+    repo = repository_root(cwd)
+    found = [cwd, *_jupyter_roots(cwd), *([repo] if repo else [])]
+    return list(dict.fromkeys(found))
 
 
 def newest_run(root: str | Path | None = None) -> Path | None:
-    """The newest run folder under `root` (default: the current directory, where
-    JupyterLab starts a notebook's kernel): in its suite's `runs/` (`root` is a suite),
-    its suites' (`root` is `evals/`) or its project's (`evals/*/runs/`); newest by the
-    run's recorded creation time, then its folder name. None when there is none."""
-    base = Path(root) if root is not None else Path.cwd()
-    found = {p.resolve() for g in RUN_GLOBS for p in base.glob(g) if (p / RUN_CONFIG).is_file()}
+    """The newest run folder under `root` (default: each of `search_roots`, the first that
+    has one): in its suite's `runs/` (`root` is a suite), its suites' (`root` is `evals/`)
+    or its project's (`evals/*/runs/`); newest by the run's recorded creation time, then
+    its folder name; micro-test and replay runs left out (`runs.side_run`). None when there
+    is none."""
+    for base in [Path(root)] if root is not None else search_roots():
+        found = {p.resolve() for g in RUN_GLOBS for p in base.glob(g) if (p / RUN_CONFIG).is_file()}
+        metas = {p: _meta(p) for p in found}
+        found = {p for p in found if side_run(p, metas[p]) is None}
+        if found:
+            return max(found, key=lambda p: (str(metas[p].get("created") or ""), p.name))
+    return None
 
-    def created(p: Path) -> tuple[str, str]:
-        try:
-            c = json.loads((p / RUN_CONFIG).read_text(encoding="utf-8")).get("created")
-        except (OSError, ValueError, AttributeError):
-            c = None
-        return (str(c or ""), p.name)
 
-    return max(found, key=created) if found else None
+def _meta(path: Path) -> dict[str, Any]:
+    try:
+        meta = json.loads((path / RUN_CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
 
 
 def resolve_run(run_dir: str | Path | None) -> Path:
     """The run folder a notebook analyses: its `run_dir` parameter (`evalkit report`
-    always sets it), or, left empty in a notebook opened by hand, the newest run under
-    the current directory's suite (`newest_run`), said on the page; none found is an
-    error that says where it looked."""
+    always sets it), a relative one tried against each of `search_roots` (a notebook
+    opened in JupyterLab runs in notebooks/, its run_dir written from the repository's
+    root); left empty, the newest run under them (`newest_run`). The page says which
+    folder it used; none found is an error that names every folder it looked in."""
+    roots = search_roots()
     if not run_dir:
         found = newest_run()
         if found is None:
             raise InputError(
-                "no run_dir given and no run found under the current directory "
-                f"(looked in {', '.join(RUN_GLOBS)}): set the notebook's run_dir parameter to a run folder",
+                "no run_dir given and no run found under the current directory or the folders above it "
+                f"(looked in {', '.join(RUN_GLOBS)} under {', '.join(shown_path(r) for r in roots)}; micro-test and "
+                "replay runs are not picked): set the notebook's run_dir parameter to a run folder",
                 Path.cwd(),
             )
-        say(f"run_dir was empty: showing the newest run under {Path.cwd()}: {found}")
+        say(f"run_dir was empty: showing the newest run, {shown_path(found)}")
         return found
     p = Path(run_dir).expanduser()
-    if not (p / RUN_CONFIG).exists():
-        raise InputError("not a run folder (no config.json)", p)
-    return p.resolve()
+    for root in [Path("/")] if p.is_absolute() else roots:
+        candidate = root / p
+        if (candidate / RUN_CONFIG).exists():
+            if root != roots[0]:
+                say(f"run_dir {str(run_dir)!r} resolved against {shown_path(root)}")
+            return candidate.resolve()
+    looked = "" if p.is_absolute() else f"; looked for it under {', '.join(shown_path(r) for r in roots)}"
+    raise InputError("not a run folder (no config.json)" + looked, p)
+
+
+def show_summary_box(run: Run, summary: GradesSummary | None, verdicts: RunVerdicts) -> None:
+    """The box at the top of a run summary (`telling.arms.summary_box`)."""
+    from IPython.display import HTML, display  # lazy: IPython is there only in a notebook's kernel
+
+    display(HTML(arms_mod.summary_box(verdicts, summary, answered_by(run))))
+
+
+def answered_by(run: Run) -> str:
+    """What answered the run's calls, as its record says: `scripted` for evalkit's scripted
+    server, else each arm's model and endpoint host."""
+    summary = run.summary or {}
+    if summary.get("answered_by"):
+        return str(summary["answered_by"])
+    settings = run.config.get("arm_settings") or {}
+    seen = {
+        f"{st.get('model')} at {st.get('host') or 'an unrecorded host'}"
+        for st in settings.values()
+        if isinstance(st, Mapping)
+    }
+    return ", ".join(sorted(seen))
+
+
+def show_arms(run: Run) -> None:
+    """Each arm's prompt, system and guidance text, with a diff against the baseline arm
+    (`telling.arms`); a text edited since the run is said to be so."""
+    from IPython.display import HTML, display  # lazy: IPython is there only in a notebook's kernel
+
+    display(HTML(arms_mod.arms_html(arms_mod.arm_texts(run.config, repository_root(run.path)))))
 
 
 def setup_plots() -> None:
@@ -517,7 +590,7 @@ def judged_rate_rows(judged: Mapping[str, Any] | None) -> list[dict[str, str]]:
     samples. The numbers are `grading.judged_rates`'; this only formats them."""
     if not judged:
         return []
-    groups: list[tuple[str, str, Mapping[str, Any]]] = [("all arms", "all judged samples", judged["overall"])]
+    groups: list[tuple[str, str, Mapping[str, Any]]] = [("all arms (pooled)", "all judged samples", judged["overall"])]
     for arm, blocks in (judged.get("per_arm") or {}).items():
         groups.append((arm, "all judged samples", blocks["overall"]))
         groups += [(arm, f"set {s}", b) for s, b in (blocks.get("per_set") or {}).items()]
@@ -562,3 +635,9 @@ def consistency_rows(consistency: Mapping[str, Any] | None) -> list[dict[str, st
         }
         for version, v in (consistency.get("per_version") or {}).items()
     ]
+
+
+def arms_differ(run: Run, baseline: str, treatment: str) -> str:
+    """What the two compared arms differ by (`telling.arms.what_differs`)."""
+    texts = arms_mod.arm_texts(run.config, repository_root(run.path))
+    return arms_mod.what_differs(run.config, texts, baseline, treatment)

@@ -27,7 +27,7 @@ from evalkit.foundations.records import (
     gate_failure_causes,
 )
 from evalkit.runfolder.runload import grades_summary, judge_trust_notice, run_verdicts
-from evalkit.runfolder.runs import RunFolder, config_arm_names, config_arm_settings
+from evalkit.runfolder.runs import RunFolder, config_arm_names, config_arm_settings, side_run
 
 # The notebooks a report can hold (notebooks/<name>.ipynb), in page order, and their titles.
 NOTEBOOKS: tuple[str, ...] = (
@@ -42,7 +42,7 @@ NOTEBOOKS: tuple[str, ...] = (
 TITLES = {
     "run_summary": "Run summary",
     "pass_at_k": "pass@k and pass^k",
-    "skill_comparison": "Skill comparison",
+    "skill_comparison": "Arm comparison",
     "judge_calibration": "Judge calibration",
     "power_planning": "Power planning",
     "micro_test": "Micro-test",
@@ -150,6 +150,8 @@ def write_manifest(
         "arms": config_arm_names(meta),
         "arm_models": {a: st.get("model") for a, st in config_arm_settings(meta).items()},
         "k": meta.get("k"),
+        # a micro-test or a replay of cached answers: listed, but no point of the suite's trend
+        "side_run": side_run(run, meta),
         "complete": summary.get("complete"),
         "judge_notice": judge_trust_notice(run),
         # the program under test ran unsandboxed: the index says so, as every page does
@@ -362,6 +364,8 @@ def build_index(reports_dir: str | Path) -> Path:
             complete += f"<br><span class='warn'>{e(str(m['judge_notice']))}</span>"
         if m.get("not_contained"):
             complete += f"<br><span class='warn'>{e(str(m['not_contained']))}</span>"
+        if m.get("side_run"):
+            complete += f"<br><span class='skipped'>{e(str(m['side_run']))}: not in the trend</span>"
         rows.append(
             f"<tr><td>{e(str(m.get('created') or ''))}</td><td><code>{e(m['_dir'])}</code>{complete}</td>"
             f"<td>{e(str(m.get('suite') or ''))}</td><td>{_arms_cell(m)}</td>"
@@ -371,7 +375,8 @@ def build_index(reports_dir: str | Path) -> Path:
     trends = []
     by_suite: dict[str, list[dict[str, Any]]] = {}
     for m in runs:
-        by_suite.setdefault(str(m.get("suite") or "(no suite)"), []).append(m)
+        if not m.get("side_run"):
+            by_suite.setdefault(str(m.get("suite") or "(no suite)"), []).append(m)
     for suite, ms in sorted(by_suite.items()):
         arms = list(dict.fromkeys(a for m in ms for a in (m.get("headline") or {})))
         series = {a: [(m.get("headline") or {}).get(a) for m in ms] for a in arms}

@@ -54,6 +54,7 @@ from evalkit.foundations.layout import (
     RUN_CONFIG,
     TRAJECTORIES,
     VERDICTS,
+    without_machine_paths,
 )
 from evalkit.foundations.records import RunVerdicts
 from evalkit.foundations.records_gate import GATE_RECORDED_BY_GATE, GATE_RECORDED_BY_REPORT
@@ -485,9 +486,11 @@ def arms_table_html(run_dir: Any) -> str:
     if not run_dir:
         return ""
     try:
-        settings = config_arm_settings(RunFolder(Path(str(run_dir))).read_meta())
+        meta = RunFolder(Path(str(run_dir))).read_meta()
+        settings = config_arm_settings(meta)
     except (OSError, EvalkitError):
         return ""
+    given = _arm_files(meta)
     if not settings:
         return ""
 
@@ -498,7 +501,7 @@ def arms_table_html(run_dir: Any) -> str:
         f"<tr><td>{html.escape(arm)}</td><td><code>{cell(st.get('model'))}</code></td>"
         f"<td>{cell(st.get('host'))}</td><td>{cell(st.get('temperature'))}</td><td>{cell(st.get('top_p'))}</td>"
         f"<td>{cell(st.get('seed'))}</td><td>{cell(st.get('max_tokens_out'))}</td>"
-        f"<td>{html.escape(', '.join(str(o) for o in st.get('overrides') or []) or 'none')}</td></tr>"
+        f"<td>{html.escape(', '.join([*given.get(arm, []), *map(str, st.get('overrides') or [])]) or 'none')}</td></tr>"
         for arm, st in settings.items()
     )
     return (
@@ -506,6 +509,21 @@ def arms_table_html(run_dir: Any) -> str:
         "<th>top_p</th><th>seed</th><th>max_tokens_out</th><th>set over the suite</th></tr></thead>"
         f"<tbody>{rows}</tbody></table>"
     )
+
+
+def _arm_files(meta: Mapping[str, Any]) -> dict[str, list[str]]:
+    """Each arm's guidance file and skill folder as the run's config snapshot names them
+    (`guidance: guidance/skilled.md`): what an arm adds to the suite besides its settings."""
+    cfg = meta.get("config") if isinstance(meta.get("config"), Mapping) else {}
+    out: dict[str, list[str]] = {}
+    for a in (cfg or {}).get("arms") or []:
+        if isinstance(a, Mapping) and isinstance(a.get("name"), str):
+            out[a["name"]] = [
+                f"{key}: {a[field]}"
+                for key, field in (("guidance", "guidance"), ("guidance", "guidance_file"), ("skill", "skill_dir"))
+                if isinstance(a.get(field), str) and a[field] and "\n" not in a[field] and len(a[field]) <= 200
+            ]
+    return out
 
 
 _NOTICE_STYLE = "background:#fff8e1;color:#8a6d00;border-left:6px solid #8a6d00;padding:0.5em 1em"
@@ -529,7 +547,7 @@ def render_html(ipynb: str | Path, parameters: Mapping[str, Any], *, title: str)
     # the injected-parameters cell has no output; drop it so the page starts with the table
     nb.cells = [header] + [c for c in nb.cells if "injected-parameters" not in c.get("metadata", {}).get("tags", [])]
     body = _export(nb, {"metadata": {"name": title}})
-    body = _harden(body)
+    body = without_machine_paths(_harden(body), parameters.get("run_dir") or None)
     dst = src.with_suffix(".html")
     write_atomic(dst, body)
     return dst
