@@ -1,0 +1,166 @@
+"""Stopping once the pre-registered test has decided (`evalkit.running.until_decided`):
+`evalkit run --until-decided` against the scripted server on issue 46's case (60 cases,
+k=2, the guided arm flags 10% of its answers, the base arm 70%), the record it leaves,
+the verdict `compare` gives on it, resume both ways, the refusals, per-case stopping,
+and the sequential design's error rates checked by a seeded simulation."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from conftest import write_engine_suite
+from evalkit._cli.main import main
+from evalkit.calls.serve import ScriptedServer
+from evalkit.foundations.errors import InputError
+from evalkit.numbers import stats
+from evalkit.numbers.plans import plan_power, write_plan
+from evalkit.running.runner import run_suite
+from evalkit.running.until_decided import seeded_order
+
+N_CASES, K = 60, 2
+FIXED_CALLS = N_CASES * 2 * K
+# The guided arm's prompt says "Answer in one word."; each answer is "ok" (passes the
+# case's default check) or "FLAGGED", drawn per request seed with these weights.
+SCRIPT = {"rules": [
+    {"match": "Answer in one word", "texts": ["FLAGGED", "ok"], "weights": [0.1, 0.9]},
+    {"match": "Q:", "texts": ["FLAGGED", "ok"], "weights": [0.7, 0.3]},
+]}
+SAME = {"rules": [{"match": "Q:", "texts": ["FLAGGED", "ok"], "weights": [0.5, 0.5]}]}
+
+
+def suite_of(root: Path, n: int = N_CASES, *, plan: str | None = "sequential", sets=("capability",), **config):
+    cases = [{"id": f"case-{i:02d}", "input": f"question {i}?", "expected": "ok", "tags": ["t"],
+              "set": sets[i % len(sets)]} for i in range(n)]
+    suite = write_engine_suite(root, cases, **{"k": K, **config})
+    if plan is not None:
+        write_plan(plan_power(0.75, 0.0, 0.05, 0.8, sequential=plan == "sequential"), suite)
+    return suite
+
+
+def cli(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def test_issue_case_stops_early_with_a_pass_and_its_saving(tmp_path):
+    suite = suite_of(tmp_path / "suite")
+    with ScriptedServer(SCRIPT) as srv:
+        res = cli("run", str(suite), "--runs-dir", str(tmp_path / "runs"), "--base-url", srv.base_url,
+                  "--no-progress", "--until-decided")
+        sent = len(srv.requests)
+    assert res.exit_code == 0, res.output
+    run = next(p for p in (tmp_path / "runs").iterdir() if p.is_dir())
+    summary = json.loads((run / "summary.json").read_text())
+    stop = summary["stopping"]
+    assert summary["complete"] and stop["stopped_early"] and stop["decision"] == "pass"
+    assert stop["calls"] == summary["samples_ran"] == sent <= 0.6 * FIXED_CALLS
+    assert stop["fixed_calls"] == FIXED_CALLS and stop["calls_saved"] == FIXED_CALLS - sent
+    assert stop["saved_usd"] > 0 and stop["fixed_usd"] == pytest.approx(summary["spend_usd"] / sent * FIXED_CALLS)
+    assert stop["at_case"] < N_CASES and stop["of_cases"] == N_CASES
+    assert f"stopped early at {stop['at_case']} of 60 cases (pass), saved $" in res.output
+    assert "**Stopped early at" in (run / "summary.md").read_text()
+    meta = json.loads((run / "config.json").read_text())
+    assert meta["cases"] == seeded_order([f"case-{i:02d}" for i in range(N_CASES)], 1234) != sorted(meta["cases"])
+    assert meta["stopping"] == "sequential"
+    # graded: the cases never drawn are not missing; compare gives the sequential verdict held to the plan
+    assert cli("grade", str(run)).exit_code == 0
+    grades = json.loads((run / "grades-summary.json").read_text())
+    assert grades["overall"]["n_missing"] == 0
+    out = cli("compare", str(run), "--baseline", "base", "--treatment", "guided", "--json")
+    verdict = json.loads(out.output)
+    v = verdict.get("verdict", verdict)
+    assert v["kind"] == "pass" and v["test"] == "sequential-sign"
+    assert v["n_trials"] == stop["at_case"] and v["plan_check"]["ok"], v
+
+
+def test_a_stopped_run_resumes_on_the_same_sequence_or_completes_the_fixed_design(tmp_path):
+    suite = suite_of(tmp_path / "suite")
+    with ScriptedServer(SCRIPT) as srv:
+        first = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False, until_decided=True)
+        n = len(srv.requests)
+        again = run_suite(suite, resume=first.path, base_url=srv.base_url, progress=False, until_decided=True)
+        assert len(srv.requests) == n  # the same sequence has decided: nothing more to draw
+        assert again.stopping is not None and again.stopping["at_case"] == first.stopping["at_case"]
+        full = run_suite(suite, resume=first.path, base_url=srv.base_url, progress=False, until_decided=False)
+    assert full.complete and full.samples_ran == FIXED_CALLS and len(srv.requests) == FIXED_CALLS
+    assert full.stopping is None
+    assert json.loads((first.path / "summary.json").read_text()).get("stopping") is None
+
+
+def test_refused_without_a_sequential_plan(tmp_path):
+    bare = suite_of(tmp_path / "bare", 8, plan=None)
+    res = cli("run", str(bare), "--until-decided", "--base-url", "http://127.0.0.1:9", "--no-progress")
+    assert res.exit_code == 2 and "evalkit power" in res.output and "--sequential --write" in res.output
+    fixed = suite_of(tmp_path / "fixed", 40, plan="sign")
+    with pytest.raises(InputError, match="needs a sequential plan"):
+        run_suite(fixed, base_url="http://127.0.0.1:9", progress=False, until_decided=True)
+    assert not (tmp_path / "bare" / "runs").exists() and not (tmp_path / "fixed" / "runs").exists()
+
+
+def test_config_stopping_is_validated_and_read(tmp_path):
+    bad = suite_of(tmp_path / "bad", 8, stopping="early")
+    res = cli("lint", str(bad))
+    assert res.exit_code != 0 and "$.stopping" in res.output
+    suite = suite_of(tmp_path / "cfg", stopping="sequential")
+    with ScriptedServer(SCRIPT) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+    assert res.stopping is not None and res.stopping["stopped_early"] and res.samples_ran < FIXED_CALLS
+
+
+def test_no_effect_runs_out_or_stops_on_futility_and_the_verdict_says_so(tmp_path):
+    suite = suite_of(tmp_path / "suite")
+    with ScriptedServer(SAME) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False, until_decided=True)
+    assert res.complete and res.stopping is not None
+    assert res.stopping["decision"] in ("no-improvement", "continue")
+
+
+def test_per_case_stops_a_regression_case_at_its_first_failure_and_a_capability_case_at_its_first_pass(tmp_path):
+    suite = suite_of(tmp_path / "suite", 10, plan=None, sets=("regression", "capability"), stopping="per_case",
+                     k=4, concurrency=1)
+    script = {"rules": [{"match": "Answer in one word", "text": "ok"}, {"match": "Q:", "text": "FLAGGED"}]}
+    with ScriptedServer(script) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+    # base always fails: its regression cases stop after 1 sample, capability cases run all 4;
+    # guided always passes: its capability cases stop after 1, regression cases run all 4.
+    assert res.complete and res.samples_ran == 5 * (1 + 4) + 5 * (4 + 1)
+    assert res.stopping is not None and res.stopping["calls_saved"] == 80 - 50 and res.stopping["saved_usd"] > 0
+    assert cli("grade", str(res.path)).exit_code == 0
+    grades = json.loads((res.path / "grades-summary.json").read_text())
+    assert grades["overall"]["n_missing"] == 0
+    sets = {arm: grades["per_arm"][arm]["per_set_scores"] for arm in ("base", "guided")}
+    # the gated case scores are the full design's: pass^4 of a regression case is 0 once one
+    # sample failed, pass@4 of a capability case 1 once one passed (a skipped sample counts failed)
+    assert sets["base"]["regression"]["gated_case_score"] == 0.0
+    assert sets["guided"]["capability"]["gated_case_score"] == 1.0
+    assert sets["guided"]["regression"]["gated_case_score"] == 1.0  # ran all 4: every one passed
+    # what it changes: the ungated pass^4 of a capability case stopped at its first pass
+    assert sets["guided"]["capability"]["pass_hat_k"] == 0.0
+
+
+def _case_votes(rng: np.random.Generator, p_base: float, p_treat: float, n: int) -> np.ndarray:
+    """n cases' votes at k=2: the sign of treatment passes minus baseline passes."""
+    return np.sign(rng.binomial(K, p_treat, n) - rng.binomial(K, p_base, n))
+
+
+@pytest.mark.parametrize(("p_treat", "bound"), [(0.5, "alpha"), (0.9, "power")])
+def test_simulated_error_rates_hold_under_repeated_looks(p_treat, bound):
+    """A seeded simulation (400 runs): under no effect the sequential test passes no more
+    often than alpha (plus three Monte Carlo SEs); on the issue's effect it passes at least
+    as often as the plan's power, on fewer than 0.6 of the cases on average."""
+    plan = plan_power(0.75, 0.0, 0.05, 0.8, sequential=True)
+    rng = np.random.default_rng(46)
+    runs, passes, used = 400, 0, []
+    for _ in range(runs):
+        test = stats.SequentialSignTest(**plan.sequential_params())
+        st = test.run(int(v) for v in _case_votes(rng, 0.5 if p_treat == 0.5 else 0.3, p_treat, N_CASES))
+        passes += st.decision == "pass"
+        used.append(st.trials)
+    rate = passes / runs
+    if bound == "alpha":
+        assert rate <= 0.05 + 3 * (0.05 * 0.95 / runs) ** 0.5
+    else:
+        assert rate >= 0.8 and np.mean(used) <= 0.6 * N_CASES
