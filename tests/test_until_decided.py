@@ -74,6 +74,11 @@ def test_issue_case_stops_early_with_a_pass_and_its_saving(tmp_path):
     v = verdict.get("verdict", verdict)
     assert v["kind"] == "pass" and v["test"] == "sequential-sign"
     assert v["n_trials"] == stop["at_case"] and v["plan_check"]["ok"], v
+    # the report index's row says it, with the saving
+    from evalkit.telling import report_index
+    report_index.write_manifest(run, tmp_path / "reports" / run.name, [], {})
+    line = f"stopped early at {stop['at_case']} of 60 cases (pass), saved $"
+    assert line in report_index.build_index(tmp_path / "reports").read_text()
 
 
 def test_a_stopped_run_resumes_on_the_same_sequence_or_completes_the_fixed_design(tmp_path):
@@ -164,3 +169,20 @@ def test_simulated_error_rates_hold_under_repeated_looks(p_treat, bound):
         assert rate <= 0.05 + 3 * (0.05 * 0.95 / runs) ** 0.5
     else:
         assert rate >= 0.8 and np.mean(used) <= 0.6 * N_CASES
+
+
+def test_the_run_summary_page_says_it_stopped_early_and_what_it_saved(monkeypatch):
+    from types import SimpleNamespace
+
+    from evalkit.telling import nb
+    shown = []
+    monkeypatch.setattr(nb, "banner", lambda kind, text: shown.append((kind, text)))
+    stop = {"mode": "sequential", "stopped_early": True, "at_case": 13, "of_cases": 60, "decision": "pass",
+            "saved_usd": 0.0125, "calls_saved": 185, "fixed_calls": 240}
+    run = SimpleNamespace(summary={"complete": True, "stopping": stop}, config={}, samples=[1])
+    monkeypatch.setattr(nb, "run_state", lambda run, summary: None)
+    nb.show_state(run, None)
+    assert shown == [("pass", "Stopped early at 13 of 60 cases (pass), saved $0.0125 (185 of 240 calls)")]
+    shown.clear()
+    nb.show_state(SimpleNamespace(summary={"complete": True}, config={}, samples=[1]), None)
+    assert shown == []
