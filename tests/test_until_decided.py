@@ -6,6 +6,7 @@ and the sequential design's error rates checked by a seeded simulation."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -99,6 +100,10 @@ def test_refused_without_a_sequential_plan(tmp_path):
     bare = suite_of(tmp_path / "bare", 8, plan=None)
     res = cli("run", str(bare), "--until-decided", "--base-url", "http://127.0.0.1:9", "--no-progress")
     assert res.exit_code == 2 and "evalkit power" in res.output and "--sequential --write" in res.output
+    # the command it names writes the plan that lets the run go on
+    command = re.search(r"`evalkit (power [^`]+)`", " ".join(res.output.split())).group(1)
+    assert cli(*command.split()).exit_code == 0
+    assert json.loads((bare / "plan.json").read_text())["test"] == "sequential-sign"
     fixed = suite_of(tmp_path / "fixed", 40, plan="sign")
     with pytest.raises(InputError, match="needs a sequential plan"):
         run_suite(fixed, base_url="http://127.0.0.1:9", progress=False, until_decided=True)
@@ -186,3 +191,22 @@ def test_the_run_summary_page_says_it_stopped_early_and_what_it_saved(monkeypatc
     shown.clear()
     nb.show_state(SimpleNamespace(summary={"complete": True}, config={}, samples=[1]), None)
     assert shown == []
+
+
+def test_an_errored_sample_stops_the_drawing_and_a_resume_carries_on_the_sequence(tmp_path):
+    suite = suite_of(tmp_path / "suite")
+    first = seeded_order([f"case-{i:02d}" for i in range(N_CASES)], 1234)[0]
+    broken = {**SCRIPT, "faults": [{"kind": "500", "match": f"question {int(first[-2:])}?"}]}
+    with ScriptedServer(broken) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False, until_decided=True)
+    assert not res.complete and res.exit_code == 1
+    assert res.stopping is not None and res.stopping["decision"] == "continue" and res.stopping["at_case"] == 0
+    assert f"sample {first}/" in res.stopping["reason"] and "has no vote" in (res.reason or "")
+    assert res.samples_ran < 4 * 4  # the cases in flight when it errored, no more
+    out = CliRunner().invoke(main, ["run", str(suite), "--resume", str(res.path), "--until-decided", "--no-progress"]
+                             + ["--base-url", "http://127.0.0.1:9"])
+    assert out.exit_code == 1  # nothing listens there: the resume is the CLI's, on the same sequence
+    with ScriptedServer(SCRIPT) as srv:
+        again = run_suite(suite, resume=res.path, base_url=srv.base_url, progress=False, until_decided=True)
+    assert again.complete and again.stopping is not None and again.stopping["decision"] == "pass"
+    assert again.stopping["calls"] == again.samples_ran <= 0.6 * FIXED_CALLS

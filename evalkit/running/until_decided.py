@@ -41,7 +41,7 @@ from evalkit.numbers import stats
 from evalkit.numbers.plans import find_plan, load_plan
 
 Key = tuple[str, str, int]
-WRITE_PLAN = "evalkit power --win-rate 0.75 --power 0.8 --sequential --write {suite}"
+WRITE_PLAN = "evalkit power --win-rate 0.75 --alpha 0.05 --power 0.8 --sequential --write {suite}"
 
 
 def seeded_order(case_ids: Iterable[str], seed: int | None) -> list[str]:
