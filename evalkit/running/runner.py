@@ -270,6 +270,21 @@ def _changed_inputs(before: dict[str, str], now: dict[str, str]) -> list[str]:
     return [name for name in list(before) + [n for n in now if n not in before] if before.get(name) != now.get(name)]
 
 
+def _stopping_md(res: dict[str, Any]) -> list[str]:
+    """summary.md's paragraph on a run that stopped before the fixed design's end (first,
+    under the title), with what it spent and what the fixed design would have; none else."""
+    stopped = stopping_line(res)
+    if not stopped:
+        return []
+    stop = res["stopping"]
+    return [
+        f"**{stopped[0].upper()}{stopped[1:]}**: {printable(str(stop['reason']))}; spent "
+        f"${stop['spend_usd']:.6f} on {stop['calls']} calls, the fixed design's {stop['fixed_calls']} "
+        f"calls ${stop['fixed_usd']:.6f} (at this run's mean per call).",
+        "",
+    ]
+
+
 def _format_summary_md(suite: Suite, res: dict[str, Any]) -> str:
     lines = []
     if not res["complete"]:
@@ -283,15 +298,7 @@ def _format_summary_md(suite: Suite, res: dict[str, Any]) -> str:
         lines.append("")
     lines.append(f"# Run of {suite.name}")
     lines.append("")
-    stopped = stopping_line(res)
-    if stopped:  # a run that stopped before the fixed design's end says so first
-        stop = res["stopping"]
-        lines.append(
-            f"**{stopped[0].upper()}{stopped[1:]}**: {printable(str(stop['reason']))}; spent "
-            f"${stop['spend_usd']:.6f} on {stop['calls']} calls, the fixed design's {stop['fixed_calls']} "
-            f"calls ${stop['fixed_usd']:.6f} (at this run's mean per call)."
-        )
-        lines.append("")
+    lines += _stopping_md(res)
     if res.get("isolation") == "none":
         lines.append(f"**{NOT_CONTAINED}**")
         lines.append("")
@@ -840,6 +847,17 @@ def _watcher(plan: _RunPlan, rows: list[dict[str, Any]], done_before: set[Key]) 
     return watcher
 
 
+def _pending_keys(plan: _RunPlan, rows: list[dict[str, Any]], done_before: set[Key]) -> tuple[Iterator[Key], Any]:
+    """The keys the run still has to draw, in its order, and its stopping watch (`_watcher`,
+    None for a fixed design): a per-case run draws index-major (a case's next sample after
+    its earlier ones had time to land), and a stopping run's watch gates the keys."""
+    pending: Iterator[Key] = (key for key in _plan(plan.suite, plan.arm_objs, plan.k) if key not in done_before)
+    watcher = _watcher(plan, rows, done_before)
+    if isinstance(watcher, until_decided.PerCaseStop):
+        pending = iter(watcher.order_keys(pending))
+    return (pending if watcher is None else watcher.gate(pending)), watcher
+
+
 def _check_batch(suite: Suite, opts: RunOptions) -> None:
     """Refuse `--batch` where it cannot run: with `--replay-only` (no calls), for a unit
     other than the prompt (an agent's calls each wait on the answer before), or for an
@@ -1026,12 +1044,7 @@ async def _execute(plan: _RunPlan, folder: RunFolder, runs_root: Path, remote: A
     rows = folder.results()
     done_before = _done_keys(rows, suite, plan.arm_objs, k)
     samples_total = len(suite.cases) * len(plan.arm_objs) * k
-    pending: Iterator[Key] = (key for key in _plan(suite, plan.arm_objs, k) if key not in done_before)
-    watcher = _watcher(plan, rows, done_before)
-    if isinstance(watcher, until_decided.PerCaseStop):  # index-major: a case's next sample after its earlier ones
-        pending = iter(watcher.order_keys(pending))
-    if watcher is not None:
-        pending = watcher.gate(pending)
+    pending, watcher = _pending_keys(plan, rows, done_before)
     interrupted: BaseException | None = None
     async with contextlib.AsyncExitStack() as stack:
         stack.callback(folder.close)
@@ -1283,12 +1296,19 @@ def _summarise(
         summary["isolation"] = suite.config.unit.isolation
     if engine.stop_detail:
         summary["stop_detail"] = engine.stop_detail
-    if engine.watcher is not None:  # what the stop saved against the fixed design (until_decided.StopRecord)
-        record = engine.watcher.record(samples_ran, summary["spend_usd"], len(plan.arm_objs))
-        summary["stopping"] = record.to_json()
-        if record.mode == "sequential" and engine.watcher.errored and complete is False:
-            summary["reason"] = f"{summary['reason']}; {record.reason}"
+    if engine.watcher is not None:
+        _record_stop(plan, engine, summary)
     return summary, reasons
+
+
+def _record_stop(plan: _RunPlan, engine: _Engine, summary: dict[str, Any]) -> None:
+    """Add a stopping run's `stopping` block to its summary (`until_decided.StopRecord`:
+    what the stop saved against the fixed design); an INCOMPLETE sequential run's reason
+    says why its test could not go on."""
+    record = engine.watcher.record(summary["samples_ran"], summary["spend_usd"], len(plan.arm_objs))
+    summary["stopping"] = record.to_json()
+    if record.mode == "sequential" and engine.watcher.errored and not summary["complete"]:
+        summary["reason"] = f"{summary['reason']}; {record.reason}"
 
 
 def _record_run(
