@@ -210,3 +210,22 @@ def test_an_errored_sample_stops_the_drawing_and_a_resume_carries_on_the_sequenc
         again = run_suite(suite, resume=res.path, base_url=srv.base_url, progress=False, until_decided=True)
     assert again.complete and again.stopping is not None and again.stopping["decision"] == "pass"
     assert again.stopping["calls"] == again.samples_ran <= 0.6 * FIXED_CALLS
+
+
+def test_an_error_after_the_decision_leaves_the_run_decided(tmp_path):
+    from evalkit.running.until_decided import SequentialStop, sequential_plan
+    from evalkit.suites.reader import load_suite
+
+    suite = load_suite(suite_of(tmp_path / "suite", 20))
+    order = [c.id for c in suite.cases]
+    watch = SequentialStop(suite, sequential_plan(suite), ["base", "guided"], K, order)
+    keys = iter(watch.gate(iter([(c, a, i) for c in order for a in ("base", "guided") for i in range(K)])))
+    while not watch.settled:  # the guided arm passes, the base arm fails: a win per case
+        key = next(keys)
+        watch.add(key, {"output": "ok" if key[1] == "guided" else "FLAGGED", "tool_calls": None})
+    assert watch.test.decision == "pass" and list(keys) == []  # nothing more is drawn
+    watch.error((order[-1], "base", 0))  # a case in flight past the decision errored
+    record = watch.record(calls=4 * watch.fed, spend_usd=0.01, arms=2)
+    assert watch.errored is None and record.stopped_early and record.at_case == watch.fed < 20
+    assert record.saved_usd == pytest.approx(0.01 / (4 * watch.fed) * 80 - 0.01)
+    assert {k[0] for k in record.not_run} == set(order[watch.fed:])

@@ -215,7 +215,11 @@ class SequentialStop:
             self._feed()
 
     def error(self, key: Key) -> None:
-        self.errored = self.errored or f"{key[0]}/{key[1]}/{key[2]}"
+        """A sample without a result: the test cannot go past its case. Once the test has
+        decided, a case drawn after the ones it used is not the design's: its error is
+        recorded in errors.jsonl, and the run stays decided."""
+        if not self.settled:
+            self.errored = self.errored or f"{key[0]}/{key[1]}/{key[2]}"
 
     def _feed(self) -> None:
         while not self.settled and self.fed < len(self.order) and self.order[self.fed] in self.votes:
