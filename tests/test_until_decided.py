@@ -179,9 +179,9 @@ def test_simulated_error_rates_hold_under_repeated_looks(tmp_path, win_rate, tie
     """A seeded simulation (300 runs) of the run's own stop (`SequentialStop`, votes from
     graded samples, cases landing out of order): it decides as the plan's test does on the
     votes in the seeded order; under no effect it passes no more often than alpha, at the
-    planned effect at least as often as the plan's power, on at most 0.62 of the plan's
+    planned effect at least as often as the plan's power, on at most 0.6 of the plan's
     fixed cases on average (each bound with three Monte Carlo SEs; the benchmark's 20,000
-    runs give 0.59 without ties and 0.61 at a tie rate of 0.3)."""
+    runs give 0.55 without ties and 0.57 at a tie rate of 0.3)."""
     from evalkit.running.until_decided import sequential_plan
     from evalkit.suites.reader import load_suite
 
@@ -203,7 +203,7 @@ def test_simulated_error_rates_hold_under_repeated_looks(tmp_path, win_rate, tie
         assert rate <= 0.05 + 3 * (0.05 * 0.95 / runs) ** 0.5
     else:
         assert rate >= 0.8 - 3 * se
-        assert np.mean(used) <= 0.62 * fixed + 3 * np.std(used) / runs**0.5
+        assert np.mean(used) <= 0.6 * fixed + 3 * np.std(used) / runs**0.5
 
 
 def test_the_run_summary_page_says_it_stopped_early_and_what_it_saved(monkeypatch):
