@@ -259,3 +259,25 @@ def test_an_error_after_the_decision_leaves_the_run_decided(tmp_path):
     assert watch.errored is None and record.stopped_early and record.at_case == watch.fed < 20
     assert record.saved_usd == pytest.approx(0.01 / (4 * watch.fed) * 80 - 0.01)
     assert {k[0] for k in record.not_run} == set(order[watch.fed:])
+
+
+def test_a_sample_its_checks_cannot_grade_casts_no_vote_and_stops_the_drawing(tmp_path, monkeypatch):
+    from evalkit.running import until_decided
+    from evalkit.suites.reader import load_suite
+
+    suite = load_suite(suite_of(tmp_path / "suite", 10))
+    order = [c.id for c in suite.cases]
+    real = until_decided.grade_sample
+
+    def grade(case, sample, path):
+        if case.id == order[1]:
+            raise ValueError("a check that cannot run on this answer")
+        return real(case, sample, path)
+
+    monkeypatch.setattr(until_decided, "grade_sample", grade)
+    watch = until_decided.SequentialStop(suite, until_decided.sequential_plan(suite), ["base", "guided"], K, order)
+    keys = watch.gate(iter([(c, a, i) for c in order for a in ("base", "guided") for i in range(K)]))
+    for key in keys:
+        watch.add(key, {"output": "ok" if key[1] == "guided" else "FLAGGED", "tool_calls": None})
+    assert watch.errored == f"{order[1]}/base/0" and watch.fed == 1 and len(watch.drawn) == 2
+    assert "has no vote" in watch.record(calls=8, spend_usd=0.01, arms=2).reason

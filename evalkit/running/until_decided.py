@@ -162,8 +162,13 @@ class _Grader:
         self.cases = {c.id: c for c in suite.cases}
         self.path = suite.path
 
-    def passed(self, key: Key, sample: Sample | dict[str, Any]) -> bool:
-        return all(r.passed for r in grade_sample(self.cases[key[0]], sample, self.path))
+    def passed(self, key: Key, sample: Sample | dict[str, Any]) -> bool | None:
+        """Whether every check passed; None when a check could not be run on it (the
+        sample then decides nothing: never a pass, never a vote)."""
+        try:
+            return all(r.passed for r in grade_sample(self.cases[key[0]], sample, self.path))
+        except Exception:  # noqa: BLE001 - a check that fails to run on one answer must not end the run
+            return None
 
 
 class SequentialStop:
@@ -206,8 +211,12 @@ class SequentialStop:
         case_id, arm, _ = key
         self.drawn.add(case_id)
         self.done.add(key)
+        passed = self.grader.passed(key, sample)
+        if passed is None:  # ungradable: its case has no vote, as for an errored sample
+            self.error(key)
+            return
         sign = 1 if arm == self.treatment else -1
-        self.net[case_id] = self.net.get(case_id, 0) + sign * self.grader.passed(key, sample)
+        self.net[case_id] = self.net.get(case_id, 0) + sign * passed
         self.landed[case_id] = self.landed.get(case_id, 0) + 1
         if self.landed[case_id] == 2 * self.k:
             net = self.net[case_id]
@@ -295,7 +304,7 @@ class PerCaseStop:
     def add(self, key: Key, sample: Sample | dict[str, Any]) -> None:
         gate = self.gates.get(key[0])
         passed = self.grader.passed(key, sample)
-        if (gate == "pass^k" and not passed) or (gate == "pass@k" and passed):
+        if (gate == "pass^k" and passed is False) or (gate == "pass@k" and passed):
             self.decided.add((key[0], key[1]))
 
     def error(self, key: Key) -> None:
