@@ -47,18 +47,40 @@ def test_compare_with_plan_flags_short_run(tmp_path):
     assert "stopped short: 8 of" in v.plan_check.flags[0]
 
 
+@pytest.mark.parametrize("tie_rate", [0.0, 0.3, 0.5])
+def test_a_sequential_plan_takes_the_design_with_the_fewest_expected_pairs(tie_rate):
+    """issue 46: the plan truncates its SPRT where it stops soonest on average at the
+    planned effect (here 3x the fixed pairs), alpha and power still held exactly: at most
+    0.6 of the plan's fixed cases, where the default 1.5x cap needs 0.58 to 0.61."""
+    plan = P.plan_power(0.75, tie_rate, 0.05, 0.8, sequential=True)
+    q = plan.sequential
+    default = stats.SequentialSignTest(0.75, 0.05, 0.8).operating_characteristics(0.75, tie_rate)
+    assert q["params"]["max_discordant"] == 90 and q["max_discordant"] == 90
+    assert q["type_i_error"] <= 0.05 and q["power_exact"] >= 0.8
+    assert q["expected_trials"] < default.expected_trials and q["ratio_to_fixed_stable"] <= 0.6
+
+
+def test_a_plan_written_before_the_cap_search_keeps_its_design(tmp_path):
+    plan = P.plan_power(0.75, 0.0, 0.05, 0.8, sequential=True)
+    old = {**plan.sequential, "params": {"win_rate": 0.75, "alpha": 0.05, "power": 0.8}, "max_discordant": 45}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps({**plan.to_json(), "sequential": old}))
+    design = stats.SequentialSignTest(**P.load_plan(path).sequential_params()).design
+    assert design.max_discordant == 45 and design == stats.SequentialSignTest(0.75, 0.05, 0.8).design
+
+
 def test_sequential_plan_stops_early_and_records_its_path(tmp_path):
     suite = make_suite(tmp_path, {f"c{i}": {} for i in range(30)})
     plan = P.plan_power(0.9, 0.0, 0.05, 0.8, sequential=True)
     P.write_plan(plan, suite)
     loaded = P.load_plan(suite)
     assert loaded.test == "sequential-sign" and loaded.sequential_params() == {"win_rate": 0.9, "alpha": 0.05,
-                                                                                "power": 0.8}
+                                                                                "power": 0.8, "max_discordant": 24}
     assert loaded.sequential["type_i_error"] <= 0.05
     assert loaded.sequential["expected_trials"] < loaded.n_trials
     outs = two_arm({f"c{i}": ([False], [True]) for i in range(30)})
     v = V.two_arm_verdict(make_run(tmp_path, "r", outs, k=1, suite=suite), "baseline", "skilled", plan=loaded)
-    seq = stats.SequentialSignTest(0.9, 0.05, 0.8)
+    seq = stats.SequentialSignTest(**loaded.sequential_params())
     expect = seq.run([1] * 30)
     assert v.kind == "pass" and v.test == "sequential-sign"
     assert v.n_trials == expect.trials < 30 and v.wins == expect.wins

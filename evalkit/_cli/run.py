@@ -12,6 +12,7 @@ from evalkit._cli.options import batch_from, batch_options, ci_output_options, e
 from evalkit.foundations import fmt
 from evalkit.foundations._text import printable
 from evalkit.foundations.errors import InputError
+from evalkit.runfolder.runs import stopping_line
 
 if TYPE_CHECKING:  # for annotations only: ciout loads with the command
     from evalkit.foundations.records import Executor, Suite
@@ -84,6 +85,14 @@ def ray_executor(address: str | None) -> Executor | None:
     help="Print the AGENT EVAL PLAN block (unit, sets, cases, arms, k, worst-case cost against the cap) and stop: "
     "no call, no run folder.",
 )
+@click.option(
+    "--until-decided/--no-until-decided",
+    "until_decided",
+    default=None,
+    help="Draw cases in the plan's seeded order and stop once the pre-registered sequential test decides "
+    "(pass, regression, no-improvement); needs a sequential plan.json. --no-until-decided runs (or, with --resume, "
+    "completes) the fixed design. Default: the config's stopping.",
+)
 @batch_options
 @ci_output_options
 def run_cmd(
@@ -102,6 +111,7 @@ def run_cmd(
     lenient_keys: bool,
     plan_only: bool,
     ray_address: str | None,
+    until_decided: bool | None,
     junit: Path | None,
     markdown: Path | None,
     batch: bool,
@@ -142,6 +152,7 @@ def run_cmd(
         allow_private_data=allow_private_data,
         batch=options,
         executor=ray_executor(ray_address),
+        until_decided=until_decided,
     )
     result = run_suite(target, opts)
     _echo_result(result)
@@ -200,6 +211,9 @@ def _echo_result(result: RunResult) -> None:
                 else ""
             )
         )
+    stopped = stopping_line({"stopping": result.stopping})
+    if stopped:
+        echo_text(stopped)
     if result.privacy.get("allowed"):
         kinds = ", ".join(f"{kind} {n}" for kind, n in result.privacy.get("by_kind", {}).items())
         click.echo(

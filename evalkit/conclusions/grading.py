@@ -151,6 +151,7 @@ from evalkit.runfolder.runs import (
     find_suite_dir,
     grade_from_dict,
     grade_to_dict,
+    not_run_keys,
     run_cap_usd,
     sample_from_dict,
 )
@@ -896,7 +897,8 @@ def _resolve_grading(
         check_ready(config, "judge", Path(suite_obj.path) / CONFIG_FILE)
     cases = {c.id: c for c in suite_obj.cases}
     samples = read_samples(run)
-    expected = _expected_keys(meta, samples)
+    # a run that stopped once its test decided (or a case's gate did) expects fewer keys
+    expected = _expected_keys(meta, samples) - not_run_keys(RunFolder(run).read_summary())
     planned_cases = sorted({k[0] for k in expected} | {k[0] for k in samples})
     for cid in planned_cases:
         if cid in cases:

@@ -39,7 +39,7 @@ from evalkit.foundations.records import (
 )
 from evalkit.numbers import stats
 from evalkit.numbers.plans import check_against_plan, find_plan, load_plan
-from evalkit.runfolder.runs import RunFolder
+from evalkit.runfolder.runs import RunFolder, stopping_record
 
 if TYPE_CHECKING:
     from evalkit.runfolder.runload import Run
@@ -260,7 +260,8 @@ def two_arm_verdict(
 
     run = as_run(run)
     check_two_arms(run, baseline, treatment)
-    trials = paired_trials(run, baseline, treatment, overrides)
+    order = decided_cases(run, case_order(run))
+    trials = [t for t in paired_trials(run, baseline, treatment, overrides) if t.case_id in set(order)]
     problems = [f"{t.case_id}#{t.index}: {t.problem}" for t in trials if t.problem]
     problem_cases = {t.case_id for t in trials if t.problem}
     outcome_by_case: dict[str, list[int]] = defaultdict(list)
@@ -278,7 +279,7 @@ def two_arm_verdict(
     wins = losses = ties = 0
     votes: list[int] = []
     case_votes: list[tuple[str, str]] = []
-    for case in case_order(run):
+    for case in order:
         outs = outcome_by_case.get(case)
         # A case is one unit: a case with any errored, ungraded or unmatched trial casts
         # no vote (its clean repeats alone are not the case's majority) and counts once
@@ -318,6 +319,16 @@ def two_arm_verdict(
             v = _apply_sequential(v, votes, plan)
         v = replace(v, plan_check=check_against_plan(v, plan))
     return v
+
+
+def decided_cases(run: Run, order: list[str]) -> list[str]:
+    """The cases a verdict counts, in the run's order: for a run that stopped once its
+    sequential test decided (`summary.json` ``stopping``), the cases the test used (a case
+    drawn after them, its calls in flight, is not a unit of the design); else all."""
+    stop = stopping_record(run.summary)
+    if stop and stop.get("mode") == "sequential" and stop.get("stopped_early"):
+        return order[: int(stop.get("at_case") or 0)]
+    return order
 
 
 def skraft_trial_verdict(run: Run | str | Path, baseline: str, treatment: str, *, alpha: float = 0.05) -> Verdict:

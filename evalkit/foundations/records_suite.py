@@ -224,6 +224,9 @@ class Config:
     raw: dict[str, Json] = field(default_factory=dict, compare=False, repr=False)
     top_p: float | None = None  # nucleus sampling, sent when set (an arm may set its own)
     executor: Executor = field(default_factory=Executor)  # where samples run (evalkit.running.executors)
+    # when a run may stop before the fixed design's end (evalkit.running.until_decided):
+    # "fixed" never, "sequential" once the pre-registered test decided, "per_case" a case's gate
+    stopping: Literal["fixed", "sequential", "per_case"] = "fixed"
 
     def arm(self, name: str) -> Arm:
         for a in self.arms:

@@ -164,10 +164,7 @@ def _read_run(path: str | Path) -> Run:
         raise InputError("run folder not found", p)
     folder = RunFolder(p)
     config = folder.read_meta()
-    summary: dict[str, Any] = {}
-    sp = p / SUMMARY_JSON
-    if sp.exists():
-        summary = read_json_object(sp, SUMMARY_JSON, limit=RUN_JSON_BYTES)
+    summary = folder.read_summary()
     gp = p / GRADES
     with _collector_paused():
         samples = _frame([_sample_row(d) for d in folder.results()], SAMPLE_COLUMNS)

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from evalkit.foundations import fmt
 from evalkit.foundations._io import (
     RUN_JSON_BYTES,
     TornLineWarning,
@@ -422,6 +423,11 @@ class RunFolder:
         """Write `verdicts.json` (what compare, gate and report concluded) atomically."""
         write_atomic(self.path / VERDICTS, json.dumps(verdicts.to_json(), indent=2, allow_nan=False) + "\n")
 
+    def read_summary(self) -> dict[str, Any]:
+        """`summary.json`, or {} for a run that has not written one."""
+        p = self.path / SUMMARY_JSON
+        return read_json_object(p, SUMMARY_JSON, limit=RUN_JSON_BYTES) if p.exists() else {}
+
     def write_summary(self, summary: dict[str, Any], markdown: str) -> None:
         write_atomic(self.path / SUMMARY_JSON, json.dumps(summary, indent=2) + "\n")
         write_atomic(self.path / SUMMARY_MD, markdown if markdown.endswith("\n") else markdown + "\n")
@@ -531,3 +537,30 @@ def config_arm_settings(meta: dict[str, Any]) -> dict[str, dict[str, Any]]:
     model = gen.get("model") if isinstance(gen.get("model"), str) else None
     base = {"model": model, "host": None, "temperature": cfg.get("temperature"), "seed": cfg.get("seed")}
     return {n: dict(base) for n in names}
+
+
+def stopping_record(summary: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A run's `stopping` block (`summary.json`, written by a run that may stop before the
+    fixed design's end: `evalkit.running.until_decided`), or None for a fixed-design run."""
+    block = (summary or {}).get("stopping")
+    return block if isinstance(block, dict) else None
+
+
+def not_run_keys(summary: dict[str, Any] | None) -> set[tuple[str, str, int]]:
+    """The (case, arm, index) keys a stopping run's design no longer expects: grading does
+    not count them missing."""
+    block = stopping_record(summary) or {}
+    return {(str(c), str(a), int(i)) for c, a, i in block.get("not_run") or ()}
+
+
+def stopping_line(summary: dict[str, Any] | None) -> str | None:
+    """What the pages, the index and summary.md say of a run that stopped before the fixed
+    design's end: "stopped early at 14 of 60 cases (pass), saved $0.012 (184 of 240 calls)";
+    None for a run that did not."""
+    s = stopping_record(summary)
+    if not s or not s.get("stopped_early"):
+        return None
+    saved = f"saved {fmt.usd(s.get('saved_usd'))} ({s.get('calls_saved')} of {s.get('fixed_calls')} calls)"
+    if s.get("mode") == "per_case":
+        return f"stopped early per case ({s.get('reason')}), {saved}"
+    return f"stopped early at {s.get('at_case')} of {s.get('of_cases')} cases ({s.get('decision')}), {saved}"

@@ -85,9 +85,10 @@ from evalkit.foundations.errors import (
     UnitCallError,
 )
 from evalkit.foundations.layout import BATCHES, CACHE_FILE
-from evalkit.foundations.records import Arm, CaseTable, Config, Executor, Sample, Suite
+from evalkit.foundations.records import Arm, CaseTable, Config, Executor, Plan, Sample, Suite
 from evalkit.numbers import metrics
-from evalkit.runfolder.runs import RunFolder, runs_dir_lock, write_atomic
+from evalkit.runfolder.runs import RunFolder, runs_dir_lock, stopping_line, write_atomic
+from evalkit.running import until_decided
 from evalkit.suites.endpoints import Watch, cache_identity, combine, resolve_base_url, served_watch
 
 if TYPE_CHECKING:
@@ -118,6 +119,7 @@ class RunResult:
     stop_detail: str | None = None  # what a watch said beyond the cause (a dead server's log tail)
 
     error_reasons: tuple[str, ...] = ()  # the first distinct errors of samples without a result (at most 3)
+    stopping: dict[str, Any] | None = None  # summary.json's `stopping` block (until_decided.StopRecord)
 
     @property
     def incomplete_line(self) -> str | None:
@@ -152,7 +154,8 @@ class RunOptions:
     `run_suite` from its keyword arguments) and handed down whole, so that adding an
     option is one field here. `arms`/`k` default to the config's (a resume takes the
     run's); `base_url` overrides `EVALKIT_BASE_URL` and the config's generator URL;
-    `resume` is a run folder to finish; `cache=False` neither reads nor writes the
+    `resume` is a run folder to finish (`until_decided` says whether it carries on the
+    sequence or completes the fixed design); `cache=False` neither reads nor writes the
     response cache; `sample_files=False` skips the per-sample text files; `watch` is
     asked before every sample and attempt (`endpoints`); `batch` sends the missing keys
     through the provider's Batch API (`evalkit.running.batch`); `executor` (`evalkit run --ray`)
@@ -171,6 +174,9 @@ class RunOptions:
     watch: Watch | None = None
     batch: batches.BatchOptions | None = None
     executor: Executor | None = None  # where samples run; None: the config's (`evalkit.running.executors`)
+    # `--until-decided` (True) / `--no-until-decided` (False): stop once the plan's sequential
+    # test decided, or run the fixed design; None: the config's `stopping`
+    until_decided: bool | None = None
 
 
 def derive_seed(config_seed: int | None, case_id: str, arm: str, index: int) -> int:
@@ -264,6 +270,21 @@ def _changed_inputs(before: dict[str, str], now: dict[str, str]) -> list[str]:
     return [name for name in list(before) + [n for n in now if n not in before] if before.get(name) != now.get(name)]
 
 
+def _stopping_md(res: dict[str, Any]) -> list[str]:
+    """summary.md's paragraph on a run that stopped before the fixed design's end (first,
+    under the title), with what it spent and what the fixed design would have; none else."""
+    stopped = stopping_line(res)
+    if not stopped:
+        return []
+    stop = res["stopping"]
+    return [
+        f"**{stopped[0].upper()}{stopped[1:]}**: {printable(str(stop['reason']))}; spent "
+        f"${stop['spend_usd']:.6f} on {stop['calls']} calls, the fixed design's {stop['fixed_calls']} "
+        f"calls ${stop['fixed_usd']:.6f} (at this run's mean per call).",
+        "",
+    ]
+
+
 def _format_summary_md(suite: Suite, res: dict[str, Any]) -> str:
     lines = []
     if not res["complete"]:
@@ -277,6 +298,7 @@ def _format_summary_md(suite: Suite, res: dict[str, Any]) -> str:
         lines.append("")
     lines.append(f"# Run of {suite.name}")
     lines.append("")
+    lines += _stopping_md(res)
     if res.get("isolation") == "none":
         lines.append(f"**{NOT_CONTAINED}**")
         lines.append("")
@@ -351,6 +373,7 @@ class _Engine:
         self.remote: Any = None  # an evalkit.running.executors.RayExecutor when samples run on Ray
         self.requeued: set[Key] = set()  # keys run again after their Ray node died (once each)
         self.remote_prompts: Any = None  # an evalkit.running.executors.RemotePrompts: prompt samples on Ray
+        self.watcher: Any = None  # an until_decided.SequentialStop / PerCaseStop: told of every sample
         self.bar = tqdm(
             total=pending,
             disable=not progress,
@@ -544,6 +567,8 @@ class _Engine:
             return
         self.done_per_arm[arm_name] += 1
         self.done_per_case[case_id] += 1
+        if self.watcher is not None:
+            self.watcher.add(key, sample)
         self._tick()
 
     def error(self, key: Key, message: str, attempts: int) -> None:
@@ -552,6 +577,8 @@ class _Engine:
 
     def _error(self, key: Key, message: str, attempts: int, cost_usd: float | None = None) -> None:
         self.errored[key] = message
+        if self.watcher is not None:
+            self.watcher.error(key)
         try:
             self.folder.append_error(key[0], key[1], key[2], message, attempts, cost_usd)
         except DiskFull as exc:
@@ -664,6 +691,8 @@ class _RunPlan:
     inputs_hash: str
     ci: bool
     meta: dict[str, Any]
+    stopping: str = "fixed"  # the run's stopping mode (`_stopping`: evalkit.running.until_decided)
+    seq_plan: Plan | None = None  # a sequential run's pre-registered plan
 
     @property
     def k(self) -> int:
@@ -723,6 +752,8 @@ def _plan_run(suite: Suite, folder: RunFolder | None, opts: RunOptions) -> _RunP
     inputs_hash = config_hash(inputs)
     if folder is not None:
         _check_inputs_unchanged(folder, meta, inputs, inputs_hash)
+    stopping, seq_plan = _stopping(suite, opts, names, meta)
+    suite = _drawing_order(suite, stopping, seq_plan, meta)
     # personal data and secrets never reach an endpoint unless the user says so (evalkit.pii.privacy)
     from evalkit.pii.privacy import run_gate
 
@@ -761,7 +792,70 @@ def _plan_run(suite: Suite, folder: RunFolder | None, opts: RunOptions) -> _RunP
         inputs_hash=inputs_hash,
         ci=ci,
         meta=meta,
+        stopping=stopping,
+        seq_plan=seq_plan,
     )
+
+
+def _stopping(suite: Suite, opts: RunOptions, names: list[str], meta: dict[str, Any]) -> tuple[str, Plan | None]:
+    """The run's stopping mode (`until_decided`): `--until-decided` makes it sequential and
+    `--no-until-decided` fixed (a resume that completes the fixed design), else the config's;
+    a stopping run is checked gradable as it lands, a sequential one has its plan."""
+    mode = suite.config.stopping
+    if opts.until_decided is not None:
+        mode = "sequential" if opts.until_decided else ("fixed" if mode == "sequential" else mode)
+    if mode == "fixed":
+        return mode, None
+    if opts.batch is not None:
+        raise InputError(f"stopping {mode!r} decides as samples land; --batch sends them all at once: run online")
+    until_decided.check_gradable(suite, names, mode)
+    return mode, until_decided.sequential_plan(suite) if mode == "sequential" else None
+
+
+def _drawing_order(suite: Suite, mode: str, seq_plan: Plan | None, meta: dict[str, Any]) -> Suite:
+    """The suite with its cases in the order the run draws them: a resumed run's recorded
+    order, a new sequential run's seeded one (`until_decided.seeded_order`: the plan's
+    seed, else the config's), else the suite's own."""
+    by_id = {c.id: c for c in suite.cases}
+    recorded = meta.get("cases")
+    if isinstance(recorded, list) and len(recorded) == len(by_id) and set(recorded) == set(by_id):
+        order = [str(c) for c in recorded]
+    elif mode == "sequential" and seq_plan is not None:
+        seed = seq_plan.seed if seq_plan.seed is not None else suite.config.seed
+        order = until_decided.seeded_order(by_id, seed)
+    else:
+        return suite
+    return dataclasses.replace(suite, cases=tuple(by_id[c] for c in order))
+
+
+def _watcher(plan: _RunPlan, rows: list[dict[str, Any]], done_before: set[Key]) -> Any:
+    """A stopping run's watch (`until_decided`), told first of the samples an earlier
+    session ran (a resume carries on the same sequence); None for a fixed design."""
+    names = list(plan.opts.arms or ())
+    watcher: Any
+    if plan.stopping == "sequential" and plan.seq_plan is not None:
+        cases = [c.id for c in plan.suite.cases]
+        watcher = until_decided.SequentialStop(plan.suite, plan.seq_plan, names, plan.k, cases)
+    elif plan.stopping == "per_case":
+        watcher = until_decided.PerCaseStop(plan.suite, plan.k)
+    else:
+        return None
+    for r in rows:
+        key = (r["case_id"], r["arm"], int(r["index"]))
+        if key in done_before:
+            watcher.add(key, r)
+    return watcher
+
+
+def _pending_keys(plan: _RunPlan, rows: list[dict[str, Any]], done_before: set[Key]) -> tuple[Iterator[Key], Any]:
+    """The keys the run still has to draw, in its order, and its stopping watch (`_watcher`,
+    None for a fixed design): a per-case run draws index-major (a case's next sample after
+    its earlier ones had time to land), and a stopping run's watch gates the keys."""
+    pending: Iterator[Key] = (key for key in _plan(plan.suite, plan.arm_objs, plan.k) if key not in done_before)
+    watcher = _watcher(plan, rows, done_before)
+    if isinstance(watcher, until_decided.PerCaseStop):
+        pending = iter(watcher.order_keys(pending))
+    return (pending if watcher is None else watcher.gate(pending)), watcher
 
 
 def _check_batch(suite: Suite, opts: RunOptions) -> None:
@@ -939,6 +1033,7 @@ def _new_meta(plan: _RunPlan) -> dict[str, Any]:
         # each arm's model, endpoint host and parameters, as the reports name them
         "arm_settings": {a.name: config.arm_settings(a, plan.arm_urls[a.name]) for a in plan.arm_objs},
         "seed_names": plan.seeds,  # the name each arm's seeds derive from (`seed_names`)
+        "stopping": plan.stopping,  # when the run may stop before the fixed design's end (until_decided)
     }
 
 
@@ -951,7 +1046,7 @@ async def _execute(plan: _RunPlan, folder: RunFolder, runs_root: Path, remote: A
     rows = folder.results()
     done_before = _done_keys(rows, suite, plan.arm_objs, k)
     samples_total = len(suite.cases) * len(plan.arm_objs) * k
-    pending: Iterator[Key] = (key for key in _plan(suite, plan.arm_objs, k) if key not in done_before)
+    pending, watcher = _pending_keys(plan, rows, done_before)
     interrupted: BaseException | None = None
     async with contextlib.AsyncExitStack() as stack:
         stack.callback(folder.close)
@@ -978,6 +1073,7 @@ async def _execute(plan: _RunPlan, folder: RunFolder, runs_root: Path, remote: A
             seeds=plan.seeds,
         )
         engine.remote = remote
+        engine.watcher = watcher
         if start_cause is not None:
             engine.stop(start_cause)
         await _start_units(stack, engine, plan, remote)
@@ -1125,8 +1221,9 @@ def _arm_counts(
     run_errors = folder.errors()
     errored_keys = {(str(e["case_id"]), str(e["arm"]), int(e["index"])) for e in run_errors} | set(engine.errored)
     finished = folder.finished_keys() if errored_keys else set(done_before)  # read only when some sample errored
+    watcher = engine.watcher  # a stopping run expects only the keys its design still needs
     for arm in plan.arm_objs:
-        expected = list(_plan(plan.suite, [arm], k))
+        expected = [key for key in _plan(plan.suite, [arm], k) if watcher is None or watcher.needed(key)]
         if errored_keys:
             missing, errored = metrics.missing_and_errored(expected, finished, errored_keys)
         else:
@@ -1163,7 +1260,9 @@ def _summarise(
     n_missing = sum(c["missing"] for c in per_arm.values())
     samples_total = len(suite.cases) * len(plan.arm_objs) * k
     samples_ran = len(done_before) + engine.done
-    complete = samples_ran == samples_total
+    # a stopping run is complete when its design is: every key it still needs ran, none errored
+    settled = engine.watcher is not None and not engine.watcher.errored and not (n_missing or n_errored)
+    complete = samples_ran == samples_total or (settled and engine.stop_reason is None)
     if ledger.breaches and "ceiling breached" not in engine.stop_causes:
         engine.stop("ceiling breached in an earlier session")
     reason = engine.stop_reason
@@ -1199,7 +1298,19 @@ def _summarise(
         summary["isolation"] = suite.config.unit.isolation
     if engine.stop_detail:
         summary["stop_detail"] = engine.stop_detail
+    if engine.watcher is not None:
+        _record_stop(plan, engine, summary)
     return summary, reasons
+
+
+def _record_stop(plan: _RunPlan, engine: _Engine, summary: dict[str, Any]) -> None:
+    """Add a stopping run's `stopping` block to its summary (`until_decided.StopRecord`:
+    what the stop saved against the fixed design); an INCOMPLETE sequential run's reason
+    says why its test could not go on."""
+    record = engine.watcher.record(summary["samples_ran"], summary["spend_usd"], len(plan.arm_objs))
+    summary["stopping"] = record.to_json()
+    if record.mode == "sequential" and engine.watcher.errored and not summary["complete"]:
+        summary["reason"] = f"{summary['reason']}; {record.reason}"
 
 
 def _record_run(
@@ -1230,6 +1341,7 @@ def _record_run(
         privacy=dict(plan.privacy or {}),
         stop_detail=engine.stop_detail,
         error_reasons=reasons,
+        stopping=summary.get("stopping"),
     )
     if summary.get("isolation") == "none":
         print(f"evalkit: {NOT_CONTAINED}", file=sys.stderr, flush=True)

@@ -122,6 +122,7 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
     tools = _config_tools(r, cfg, mode)
     unit = parse_unit(r, cfg.get("unit"), mode)
     executor = parse_executor(r, cfg.get("executor"))
+    stopping = _config_stopping(r, cfg)
     template, system, identifiers = _config_templates(src, r, cfg, mode, unit)
     suite_side = _SuiteSide(mode, generator, judge, allow_same, identifiers, ci_cap is not None)
     arms = _validate_arms(src, r, cfg, identifiers, unit, suite_side)
@@ -159,6 +160,7 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
         unit=unit,
         raw=dict(cfg),
         executor=executor or Executor(),
+        stopping=stopping,
         **_as_config_numbers(numbers),
     )
 
@@ -185,6 +187,19 @@ def _choice(r: _Reader, cfg: dict[str, Any], key: str, options: tuple[str, str],
     if value not in options:
         r.err(f"$.{key}", f'{key} must be "{options[0]}" or "{options[1]}", got {json.dumps(value)}')
         return default
+    return value
+
+
+STOPPING = ("fixed", "sequential", "per_case")
+
+
+def _config_stopping(r: _Reader, cfg: dict[str, Any]) -> Any:
+    """`stopping`: when a run may stop before the fixed design's end (`evalkit.running.until_decided`);
+    "fixed" when absent or after reporting any other value."""
+    value = cfg.get("stopping", "fixed")
+    if value not in STOPPING:
+        r.err("$.stopping", f"stopping must be one of {', '.join(map(json.dumps, STOPPING))}, got {json.dumps(value)}")
+        return "fixed"
     return value
 
 

@@ -31,7 +31,7 @@ from evalkit.foundations.records import GradesSummary, RunVerdicts, Verdict, jud
 from evalkit.numbers import stats
 from evalkit.numbers.plans import load_plan
 from evalkit.runfolder.runload import Run, grades_summary, load_run, report_state, run_verdicts, sample_texts
-from evalkit.runfolder.runs import side_run
+from evalkit.runfolder.runs import side_run, stopping_line
 from evalkit.telling import arms as arms_mod
 from evalkit.telling import failures as failures_mod
 from evalkit.telling.failures import Failures
@@ -359,10 +359,14 @@ def not_contained(run: Run) -> str | None:
 
 def show_state(run: Run, summary: GradesSummary | None) -> tuple[str, str] | None:
     """Display `run_state` as a banner (nothing for a complete graded run), and the
-    `not_contained` line first when the program under test was not sandboxed."""
+    `not_contained` line first when the program under test was not sandboxed, then the
+    `runs.stopping_line` of a run that stopped early with what it saved."""
     uncontained = not_contained(run)
     if uncontained is not None:
         banner("regression", uncontained)
+    stopped = stopping_line(run.summary)  # a run that stopped once its test decided (until_decided)
+    if stopped is not None:
+        banner("pass", stopped[0].upper() + stopped[1:])
     state = run_state(run, summary)
     if state is not None:
         banner(*state)

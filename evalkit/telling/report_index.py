@@ -27,7 +27,7 @@ from evalkit.foundations.records import (
     gate_failure_causes,
 )
 from evalkit.runfolder.runload import grades_summary, judge_trust_notice, run_verdicts
-from evalkit.runfolder.runs import RunFolder, config_arm_names, config_arm_settings, side_run
+from evalkit.runfolder.runs import RunFolder, config_arm_names, config_arm_settings, side_run, stopping_line
 
 # The notebooks a report can hold (notebooks/<name>.ipynb), in page order, and their titles.
 NOTEBOOKS: tuple[str, ...] = (
@@ -153,6 +153,7 @@ def write_manifest(
         # a micro-test or a replay of cached answers: listed, but no point of the suite's trend
         "side_run": side_run(run, meta),
         "complete": summary.get("complete"),
+        "stopped_early": stopping_line(summary),  # "stopped early at n of N cases (pass), saved $x (...)"
         "judge_notice": judge_trust_notice(run),
         # the program under test ran unsandboxed: the index says so, as every page does
         "not_contained": NOT_CONTAINED if (summary.get("isolation") or meta.get("isolation")) == "none" else None,
@@ -366,6 +367,8 @@ def build_index(reports_dir: str | Path) -> Path:
             complete += f"<br><span class='warn'>{e(str(m['not_contained']))}</span>"
         if m.get("side_run"):
             complete += f"<br><span class='skipped'>{e(str(m['side_run']))}: not in the trend</span>"
+        if m.get("stopped_early"):
+            complete += f"<br><span class='stopped'>{e(str(m['stopped_early']))}</span>"
         rows.append(
             f"<tr><td>{e(str(m.get('created') or ''))}</td><td><code>{e(m['_dir'])}</code>{complete}</td>"
             f"<td>{e(str(m.get('suite') or ''))}</td><td>{_arms_cell(m)}</td>"
