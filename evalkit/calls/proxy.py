@@ -131,6 +131,12 @@ RESPONSES_FORWARDED_FIELDS = frozenset(
     }
 )
 RESPONSES_TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})
+# A text part's fields: any other (`image_url`, `file_id`, `file_data`, ...) brings input
+# a text bound does not see.
+TEXT_PART_FIELDS = frozenset({"type", "text", "refusal", "annotations", "logprobs", "cache_control"})
+# The deepest request body served: no agent's request nests this deep (a tool's JSON
+# schema included), and a deeper one would recurse in the JSON reader and writers.
+MAX_BODY_DEPTH = 128
 TOKEN_PREFIX = "ek-"
 # A prompt sample run on a Ray node (`evalkit.running.executors`): its one call, handed the
 # `ModelClient.complete` keywords the request's body gives (`requested_model` and `stream`
@@ -321,12 +327,22 @@ class MeteringProxy:
         return _refusal_response(r)
 
     async def _body(self, request: web.Request) -> dict[str, Any]:
+        too_deep = False
         try:
             body = await request.json(loads=json.loads)
         except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
             raise _Refusal(
                 400, f"evalkit: the request body is not JSON: {exc}", "invalid_request_error", "invalid_json"
             ) from None
+        except RecursionError:
+            too_deep = True  # deeper than the JSON reader goes: refused as any too deep
+        if too_deep or json_depth(body, MAX_BODY_DEPTH) > MAX_BODY_DEPTH:
+            raise _Refusal(
+                400,
+                f"evalkit: the request body nests deeper than {MAX_BODY_DEPTH} levels (MAX_BODY_DEPTH)",
+                "invalid_request_error",
+                "body_too_deep",
+            )
         if not isinstance(body, dict):
             raise _Refusal(
                 400, "evalkit: the request body must be a JSON object", "invalid_request_error", "invalid_json"
@@ -466,6 +482,18 @@ def _token(request: web.Request, token: str | None = None) -> str:
         auth = request.headers.get("Authorization", "")
         token = auth[7:].strip() if auth[:7].lower() == "bearer " else request.headers.get("api-key", "").strip()
     return token or ""
+
+
+def json_depth(value: Any, limit: int) -> int:
+    """How deep `value` (parsed JSON) nests, counted without recursion and no further
+    than `limit` + 1: a scalar is 0, an empty list or object 1."""
+    deepest, stack = 0, [(value, 1)]
+    while stack and deepest <= limit:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
 
 
 def _bad(msg: str) -> _Refusal:
@@ -629,8 +657,10 @@ def _unserved_part(parts: list[Any], kinds: Collection[str], *, text: bool = Fal
     an audio clip or a file costs input tokens a text bound does not see."""
     for j, part in enumerate(parts):
         kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-        if kind not in kinds or (text and not isinstance(part.get("text"), str)):
+        if not isinstance(kind, str) or kind not in kinds or (text and not isinstance(part.get("text"), str)):
             return j, kind
+        if not TEXT_PART_FIELDS.issuperset(part):  # a text part that carries an image or a file too
+            return j, f"{kind} with {sorted(set(part) - TEXT_PART_FIELDS)}"
     return None
 
 
@@ -641,6 +671,9 @@ def _check_input_items(items: list[dict[str, Any]]) -> None:
         kind = item.get("type", "message")
         if kind in ("function_call", "function_call_output", "reasoning"):
             output = item.get("output")
+            if kind == "function_call_output" and not isinstance(output, (str, list)):
+                what = output.get("type") if isinstance(output, dict) else type(output).__name__
+                raise _bad(f"input[{i}].output of type {what!r} is not served (a string or a list of text parts)")
             if kind == "function_call_output" and isinstance(output, list):
                 if (found := _unserved_part(output, RESPONSES_TEXT_PARTS)) is not None:
                     j, ptype = found
