@@ -76,6 +76,7 @@ from typing import Any, Generic, TypeVar, cast
 
 from aiohttp import web
 
+from evalkit.calls import anthropic_api, gemini_api
 from evalkit.calls.client import CallStopped, Completion
 from evalkit.calls.responses_api import response_body, sse, stream_events, usage_body
 from evalkit.calls.session import SampleSession
@@ -245,6 +246,9 @@ class MeteringProxy:
             app.router.add_post(prefix + "/v1/chat/completions", self._chat)
             app.router.add_post(prefix + "/v1/completions", self._completions)
             app.router.add_post(prefix + "/v1/responses", self._responses)
+            app.router.add_post(prefix + "/v1/messages", self._anthropic)  # `evalkit.calls.anthropic_api`
+            for version in ("/v1beta", "/v1"):  # `evalkit.calls.gemini_api`: models/<model>:<method>
+                app.router.add_post(prefix + version + "/models/{call}", self._gemini)
             app.router.add_get(prefix + "/v1/models", self._models)
             app.router.add_post(prefix + "/evalkit/tools", self._tools)
         app.router.add_route("*", "/{tail:.*}", self._unknown)
@@ -437,6 +441,40 @@ class MeteringProxy:
             return _json_response(answer)
         return await _event_stream(request, sse(stream_events(answer)))
 
+    async def _anthropic(self, request: web.Request) -> web.StreamResponse:
+        """An Anthropic Messages API call, translated to chat and metered as one
+        (`evalkit.calls.anthropic_api`)."""
+        m = await self._metered_call(request, lambda body: (*_translated(anthropic_api.messages_arguments, body), None))
+        if isinstance(m, web.Response):
+            return m
+        u = m.completion.usage
+        message = anthropic_api.message_body(
+            **_answer_fields(m), usage=anthropic_api.usage_body(u.prompt_tokens, u.completion_tokens)
+        )
+        return (
+            await _event_stream(request, anthropic_api.message_events(message)) if m.stream else _json_response(message)
+        )
+
+    async def _gemini(self, request: web.Request) -> web.StreamResponse:
+        """A Gemini ``generateContent`` or ``streamGenerateContent`` call (the model and
+        method in its URL), translated to chat and metered as one (`evalkit.calls.gemini_api`)."""
+        model, _, method = request.match_info["call"].rpartition(":")
+        if method not in ("generateContent", "streamGenerateContent"):
+            return await self._unknown(request)
+        stream = method == "streamGenerateContent"
+        m = await self._metered_call(
+            request, lambda body: (_translated(lambda b: gemini_api.generate_arguments(b, model), body), stream, None)
+        )
+        if isinstance(m, web.Response):
+            return m
+        u = m.completion.usage
+        answer = gemini_api.generate_body(**_answer_fields(m), usage=(u.prompt_tokens, u.completion_tokens))
+        if not stream:
+            return _json_response(answer)
+        if request.query.get("alt") != "sse":  # without alt=sse the stream is one JSON array
+            return web.Response(text=storable_json([answer]), content_type="application/json")
+        return await _event_stream(request, gemini_api.generate_events(answer))
+
     async def _models(self, request: web.Request) -> web.Response:
         try:
             self._session(request)
@@ -481,6 +519,8 @@ def _token(request: web.Request, token: str | None = None) -> str:
     if token is None:
         auth = request.headers.get("Authorization", "")
         token = auth[7:].strip() if auth[:7].lower() == "bearer " else request.headers.get("api-key", "").strip()
+        for name in ("x-api-key", "x-goog-api-key"):  # Anthropic's and Gemini's key headers
+            token = token or request.headers.get(name, "").strip()
     return token or ""
 
 
@@ -494,6 +534,24 @@ def json_depth(value: Any, limit: int) -> int:
             deepest = max(deepest, depth)
             stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
     return deepest
+
+
+def _answer_fields(m: _Metered[Any]) -> dict[str, Any]:
+    """What another provider's answer body is built from (`anthropic_api.message_body`,
+    `gemini_api.generate_body`): an id, and the completion's model, text, tool calls
+    and finish reason."""
+    c = m.completion
+    rid = f"evalkit{m.session.calls}{secrets.token_hex(6)}"
+    return {"rid": rid, "model": c.model, "text": c.text, "tool_calls": c.tool_calls, "finish_reason": c.finish_reason}
+
+
+def _translated(parse: Callable[[dict[str, Any]], _X], body: dict[str, Any]) -> _X:
+    """`parse(body)` of another provider's API (`anthropic_api`, `gemini_api`), its
+    `ValueError` the agent's 400 (`_bad`)."""
+    try:
+        return parse(body)
+    except ValueError as exc:
+        raise _bad(str(exc)) from None
 
 
 def _bad(msg: str) -> _Refusal:

@@ -1,0 +1,250 @@
+"""The Anthropic Messages API (`/v1/messages`) and Gemini's `generateContent` /
+`streamGenerateContent` through the metering proxy, over real HTTP: the official
+anthropic and google-genai clients on one side, the scripted server (an
+OpenAI-compatible endpoint: each request translated to chat) behind evalkit's
+ModelClient on the other. Every call reserved at its worst case, settled on the usage
+reported, cached per ordinal, recorded with its wire: requests upstream = trajectory
+model calls = ledger settles."""
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import anthropic
+import pytest
+from google import genai
+from google.genai import types as gtypes
+
+from evalkit.calls.cache import ResponseCache
+from evalkit.calls.client import ModelClient
+from evalkit.calls.ledger import Ledger
+from evalkit.calls.proxy import MeteringProxy
+from evalkit.calls.serve import ScriptedServer
+from evalkit.calls.session import SampleSession
+from evalkit.foundations.records import Endpoint, Price
+from evalkit.runfolder.runs import iter_jsonl
+from evalkit.runfolder.trajectories import TrajectoryWriter, read_trajectory
+from evalkit.suites.units import ToolFixtures
+
+PRICE = Price(1.0, 2.0)
+SCRIPT = {"rules": [
+    {"match": "sunny", "text": "it is sunny in Oslo"},
+    {"match": "both", "tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}},
+                                     {"name": "get_weather", "arguments": {"city": "Rome"}}]},
+    {"match": "weather", "tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}, "id": "call_w1"}]},
+    {"match": "long", "text": "w " * 50},
+    {"match": "draw", "texts": ["red", "green", "blue", "cyan", "pink", "gold"]},
+], "default": {"text": "one two three"}}
+WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+
+
+class Sample:
+    """One sample's session behind a started proxy, on the scripted server at `base_url`;
+    `root` is what ANTHROPIC_BASE_URL and GOOGLE_GEMINI_BASE_URL are set to."""
+
+    def __init__(self, tmp: Path, base_url: str, *, cache: ResponseCache | None = None) -> None:
+        self.ledger = Ledger(1.0, tmp / "ledger.jsonl")
+        self.client = ModelClient(Endpoint("scripted", base_url, "EVALKIT_TEST_KEY"), PRICE, self.ledger,
+                                  max_tokens_in=500, max_tokens_out=20, max_attempts=1, cache=cache)
+        self.writer = TrajectoryWriter(tmp, "case", "arm", 0)
+        self.session = SampleSession(client=self.client, key=("case", "arm", 0), writer=self.writer,
+                                     fixtures=ToolFixtures({}), should_stop=lambda: None, on_stop=lambda _: None)
+        self.tmp = tmp
+
+    async def __aenter__(self) -> Sample:
+        self.proxy = await MeteringProxy(model="scripted").start()
+        ep = self.proxy.open(self.session)
+        self.root, self.token = ep.base_url.removesuffix("/v1"), ep.api_key
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.proxy.aclose()
+        await self.client.aclose()
+        self.writer.close()
+        self.ledger.close()
+
+    def events(self, kind: str) -> list[dict]:
+        return [e for e in iter_jsonl(self.tmp / "ledger.jsonl") if e["event"] == kind]
+
+
+def _metered_call_for_call(s: Sample, bodies: list[dict], wire: str) -> list[dict]:
+    calls = read_trajectory(s.tmp, "case", "arm", 0).model_calls
+    assert len(bodies) == len(calls) == len(s.events("reserve")) == len(s.events("settle")) == s.session.calls
+    assert all(c["wire"] == wire and c["endpoint"] == "chat" and c["status"] == "ok" for c in calls)
+    assert all("stream" not in b for b in bodies)  # one non-streamed upstream call each
+    return calls
+
+
+def test_the_anthropic_sdk_plain_streamed_and_tool_use_is_metered_call_for_call(tmp_path):
+    async def go(srv):
+        async with Sample(tmp_path, srv.base_url) as s:
+            ac = anthropic.AsyncAnthropic(base_url=s.root, api_key=s.token, max_retries=0)
+            m = await ac.messages.create(model="claude-x", max_tokens=10_000, system="be brief",
+                                         messages=[{"role": "user", "content": "hello"}])
+            assert m.content[0].text == "one two three" and m.stop_reason == "end_turn" and m.model == "scripted"
+            assert (m.usage.input_tokens, m.usage.output_tokens) == (3, 3)
+            assert (m.usage.cache_read_input_tokens, m.usage.cache_creation_input_tokens) == (0, 0)
+            tools = [{"name": "get_weather", "description": "the weather", "input_schema": WEATHER}]
+            ask = [{"role": "user", "content": "what is the weather in Oslo?"}]
+            m = await ac.messages.create(model="claude-x", max_tokens=8, messages=ask, tools=tools,
+                                         tool_choice={"type": "auto", "disable_parallel_tool_use": True})
+            (use,) = m.content
+            assert (use.type, use.id, use.name, use.input, m.stop_reason) == (
+                "tool_use", "call_w1", "get_weather", {"city": "Oslo"}, "tool_use")
+            follow = [*ask, {"role": "assistant", "content": [use.model_dump()]},
+                      {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
+                                                    "content": [{"type": "text", "text": "sunny"}]}]}]
+            m = await ac.messages.create(model="claude-x", max_tokens=100, messages=follow, tools=tools)
+            assert m.content[0].text == "it is sunny in Oslo"
+            async with ac.messages.stream(model="claude-x", max_tokens=100, tools=tools,
+                                          messages=[{"role": "user", "content": "both cities"}]) as st:
+                final = await st.get_final_message()
+            assert [b.input for b in final.content] == [{"city": "Oslo"}, {"city": "Rome"}]
+            assert final.stop_reason == "tool_use" and final.usage.output_tokens > 0
+            raw = await ac.messages.create(model="c", max_tokens=50, stream=True,
+                                           messages=[{"role": "user", "content": "a long one"}])
+            kinds = [e.type async for e in raw]
+            assert kinds[0] == "message_start" and kinds[-2:] == ["message_delta", "message_stop"]
+            m = await ac.messages.create(model="c", max_tokens=50, messages=[{"role": "user", "content": "long"}])
+            assert m.stop_reason == "max_tokens"
+            await ac.close()
+            return s
+
+    with ScriptedServer(SCRIPT) as srv:
+        s = asyncio.run(go(srv))
+        bodies = list(srv.requests)
+    calls = _metered_call_for_call(s, bodies, "anthropic")
+    assert len(bodies) == 6
+    # reserved at the worst case: max_tokens above the ceiling is the ceiling, a smaller one kept
+    assert [b["max_tokens"] for b in bodies] == [20, 8, 20, 20, 20, 20]
+    assert [e["tokens_out"] for e in s.events("reserve")] == [20, 8, 20, 20, 20, 20]
+    assert bodies[0]["messages"] == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}]
+    assert bodies[1]["tools"][0] == {"type": "function", "function": {
+        "name": "get_weather", "parameters": WEATHER, "description": "the weather"}}
+    assert bodies[1]["parallel_tool_calls"] is False and bodies[1]["tool_choice"] == "auto"
+    assert bodies[2]["messages"][-2]["tool_calls"][0]["id"] == "call_w1"
+    assert bodies[2]["messages"][-1] == {"role": "tool", "tool_call_id": "call_w1", "content": "sunny"}
+    settled = s.events("settle")[0]
+    assert (settled["prompt_tokens"], settled["completion_tokens"]) == (3, 3)
+    assert calls[0]["requested_model"] == "claude-x" and calls[3]["stream"] is True
+
+
+def test_google_genai_generate_and_stream_with_function_calls_is_metered_call_for_call(tmp_path):
+    async def go(srv):
+        async with Sample(tmp_path, srv.base_url) as s:
+            gc = genai.Client(api_key=s.token, http_options=gtypes.HttpOptions(base_url=s.root))
+            r = await gc.aio.models.generate_content(
+                model="gemini-x", contents="hello",
+                config=gtypes.GenerateContentConfig(system_instruction="be brief", max_output_tokens=10_000))
+            assert r.text == "one two three" and r.candidates[0].finish_reason == "STOP"
+            assert (r.usage_metadata.prompt_token_count, r.usage_metadata.candidates_token_count) == (3, 3)
+            decl = gtypes.FunctionDeclaration(name="get_weather", description="the weather", parameters_json_schema=WEATHER)
+            config = gtypes.GenerateContentConfig(
+                tools=[gtypes.Tool(function_declarations=[decl])], max_output_tokens=8,
+                automatic_function_calling=gtypes.AutomaticFunctionCallingConfig(disable=True))
+            ask = gtypes.Content(role="user", parts=[gtypes.Part(text="what is the weather in Oslo?")])
+            r = await gc.aio.models.generate_content(model="gemini-x", contents=[ask], config=config)
+            (fc,) = r.function_calls
+            assert (fc.name, fc.args, fc.id) == ("get_weather", {"city": "Oslo"}, "call_w1")
+            answer = gtypes.Part.from_function_response(name="get_weather", response={"result": "sunny"})
+            follow = [ask, r.candidates[0].content, gtypes.Content(role="user", parts=[answer])]
+            r = await gc.aio.models.generate_content(model="gemini-x", contents=follow, config=config)
+            assert r.text == "it is sunny in Oslo"
+            chunks = [c async for c in await gc.aio.models.generate_content_stream(
+                model="gemini-x", contents="both cities", config=config)]
+            assert [f.args["city"] for c in chunks for f in (c.function_calls or ())] == ["Oslo", "Rome"]
+            assert chunks[-1].usage_metadata.candidates_token_count > 0
+            r = await gc.aio.models.generate_content(model="gemini-x", contents="long")
+            assert r.candidates[0].finish_reason == "MAX_TOKENS"
+            return s
+
+    with ScriptedServer(SCRIPT) as srv:
+        s = asyncio.run(go(srv))
+        bodies = list(srv.requests)
+    calls = _metered_call_for_call(s, bodies, "gemini")
+    assert [b["max_tokens"] for b in bodies] == [20, 8, 8, 8, 20]
+    assert bodies[0]["messages"][0] == {"role": "system", "content": "be brief"}
+    assert bodies[1]["tools"][0]["function"]["parameters"] == WEATHER
+    # the function response without an id takes the id of the call it answers
+    assert bodies[2]["messages"][-1] == {"role": "tool", "tool_call_id": "call_w1", "content": '{"result": "sunny"}'}
+    assert calls[0]["requested_model"] == "gemini-x" and calls[3]["stream"] is True
+
+
+def test_anthropic_and_gemini_calls_are_cached_per_sample_and_ordinal(tmp_path):
+    cache = ResponseCache(tmp_path / "cache.sqlite")
+
+    async def sample(srv, folder: Path) -> tuple[list[str], Sample]:
+        folder.mkdir()
+        async with Sample(folder, srv.base_url, cache=cache) as s:
+            ac = anthropic.AsyncAnthropic(base_url=s.root, api_key=s.token, max_retries=0)
+            gc = genai.Client(api_key=s.token, http_options=gtypes.HttpOptions(base_url=s.root))
+            texts = []
+            for _ in range(2):
+                m = await ac.messages.create(model="c", max_tokens=20, messages=[{"role": "user", "content": "draw"}])
+                texts.append(m.content[0].text)
+                texts.append((await gc.aio.models.generate_content(model="g", contents="draw")).text)
+            await ac.close()
+        return texts, s
+
+    async def go(srv):  # the same sample twice: (texts, sample, requests the server has had)
+        return [(*await sample(srv, tmp_path / name), srv.stats["requests"]) for name in ("one", "two")]
+
+    with ScriptedServer(SCRIPT) as srv:
+        (first, s1, n), (again, s2, after) = asyncio.run(go(srv))
+    assert n == after == 4 and len(set(first)) > 1  # the re-run sent nothing; the ordinal keys each answer
+    assert again == first and s2.session.cached_calls == 4 and s2.session.cost_usd == 0.0
+    assert s2.session.avoided_usd == pytest.approx(s1.session.cost_usd) and s1.session.cost_usd > 0
+    cache.close()
+
+
+def test_what_the_wires_cannot_meter_is_refused_by_name_and_errors_the_sample(tmp_path):
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}
+    a_refused = [
+        ({"messages": [{"role": "user", "content": [image]}]}, "messages[0].content[0] of type 'image' is not served"),
+        ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools[0].type='web_search_20250305'"),
+        ({"thinking": {"type": "enabled", "budget_tokens": 1024}}, "thinking="),
+        ({"service_tier": "auto"}, "service_tier='auto' is not served"),
+        ({"max_tokens": 0}, "max_tokens must be a positive integer"),
+        ({"messages": [{"role": "user", "content": [{"type": ["text"], "text": "a"}]}]}, "of type ['text']"),
+        ({"mcp_servers": [{"url": "http://x.test"}]}, "mcp_servers="),
+    ]
+    g_refused = [
+        ({"contents": [{"role": "user", "parts": [{"inlineData": {"mimeType": "image/png", "data": "AAAA"}}]}]},
+         "contents[0].parts[0] holding ['inlineData'] is not served"),
+        ({"tools": [{"googleSearch": {}}]}, "tools[0] holding ['googleSearch'] is not served"),
+        ({"generationConfig": {"candidateCount": 2}}, "candidateCount other than 1"),
+        ({"generationConfig": {"thinkingConfig": {"thinkingBudget": 100}}}, "generationConfig.thinkingConfig"),
+        ({"cachedContent": "cachedContents/1"}, "the field 'cachedContent' is not served"),
+    ]
+
+    async def go(srv):
+        import aiohttp
+
+        async with Sample(tmp_path, srv.base_url) as s, aiohttp.ClientSession() as http:
+            seen = []
+            for url, base, refused in (
+                (f"{s.root}/v1/messages", {"model": "c", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]},
+                 a_refused),
+                (f"{s.root}/v1beta/models/g:generateContent", {"contents": [{"parts": [{"text": "hi"}]}]}, g_refused),
+            ):
+                for fields, named in refused:
+                    async with http.post(url, json={**base, **fields}) as resp:
+                        seen.append((named, resp.status, (await resp.json())["error"]["message"]))
+            async with http.post(f"{s.root}/v1beta/models/g:countTokens", json={}) as resp:
+                seen.append(("no such endpoint", resp.status, (await resp.json())["error"]["message"]))
+            deep = {"model": "c", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}], "metadata": {}}
+            cur = deep["metadata"]
+            for _ in range(200):
+                cur["k"] = {}
+                cur = cur["k"]
+            async with http.post(f"{s.root}/v1/messages", json=deep) as resp:
+                seen.append(("deeper than 128 levels", resp.status, (await resp.json())["error"]["message"]))
+            return s, seen
+
+    with ScriptedServer(SCRIPT) as srv:
+        s, seen = asyncio.run(go(srv))
+        assert srv.stats["requests"] == 0
+    for named, status, message in seen:
+        assert named in message and status == (404 if named == "no such endpoint" else 400), (named, status, message)
+    assert s.session.failure is not None and "image" in str(s.session.failure)
