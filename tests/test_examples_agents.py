@@ -15,6 +15,7 @@ from evalkit.conclusions.grading import grade_run
 from evalkit.running.runner import run_suite
 from evalkit.calls.serve import ScriptedServer
 from evalkit.runfolder.trajectories import read_trajectory
+from evalkit.telling.replay import turn_lines
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "agents"
 # framework folder -> the endpoint its default mode calls
@@ -48,6 +49,8 @@ def test_an_unchanged_framework_agent_is_metered_call_for_call_and_graded_on_its
         calls = t.model_calls
         assert [c["endpoint"] for c in calls] == [endpoint, endpoint] and all(c["status"] == "ok" for c in calls)
         assert [c.get("wire") for c in calls] == [WIRES.get(framework)] * 2
+        shown = turn_lines(t.turns()[0], None)  # the replay page and `evalkit replay` say which API
+        assert any(("via the" in line) == (framework in WIRES) for line in shown if line.startswith("cost "))
         asked = calls[0]["answer"]["tool_calls"]
         assert [tc["name"] for tc in asked] == ["get_weather"] * n_tools
         assert all(tc["id"].startswith("call_") for tc in asked)  # with the model's call ids
