@@ -40,6 +40,13 @@ Endpoints (under either prefix):
   non-streamed upstream call, as for chat. An endpoint without a Responses API (404 or
   405) gives the agent a 502 whose message says so and how each framework switches to
   chat completions.
+* ``POST .../v1/messages`` (the Anthropic Messages API) and ``POST
+  .../v1beta/models/<model>:generateContent`` or ``:streamGenerateContent`` (Gemini's):
+  the same call in those providers' shapes, translated to chat for the endpoint and
+  back (`evalkit.calls.anthropic_api`, `evalkit.calls.gemini_api`: what each refuses),
+  recorded with its `wire`; ``ANTHROPIC_BASE_URL`` and ``GOOGLE_GEMINI_BASE_URL`` are
+  ``http://127.0.0.1:PORT/s/<token>``, the key also read from ``x-api-key`` and
+  ``x-goog-api-key``. docs/wires.md.
 * ``GET .../v1/models``: the generator model.
 * ``POST .../evalkit/tools`` (`EVALKIT_TOOLS_URL`): ``{"name", "arguments"}`` answered
   from the case's fixtures as ``{"content", "error"}``; with ``"result"`` or ``"error"``
@@ -55,7 +62,8 @@ sample run on a Ray node sends its request there and the driver makes the call.
 Errors are OpenAI error bodies (``{"error": {"message", "type", "code"}}``) with
 ``x-should-retry: false``, so the official clients raise at once instead of retrying
 what evalkit already decided: 402 ``budget_exhausted`` (the call does not fit under
-the cap), 400 ``context_length_exceeded`` (over `max_tokens_in`) and ``invalid_request``,
+the cap), 400 ``context_length_exceeded`` (over `max_tokens_in`), ``invalid_request`` and
+``body_too_deep`` (a body nested deeper than `MAX_BODY_DEPTH`),
 401 (an unknown token, or a sample that is over), 409 ``run_stopped`` (the run has
 stopped), 502 ``upstream_failed`` (the endpoint failed after evalkit's retries, or
 breached a ceiling), 507 (disk full), 404 (an endpoint the proxy does not serve). Every
