@@ -248,3 +248,101 @@ def test_what_the_wires_cannot_meter_is_refused_by_name_and_errors_the_sample(tm
     for named, status, message in seen:
         assert named in message and status == (404 if named == "no such endpoint" else 400), (named, status, message)
     assert s.session.failure is not None and "image" in str(s.session.failure)
+
+
+class NativeAnthropic:
+    """A stand-in for Anthropic's own API on loopback (`/v1/messages` only): records each
+    request's headers and body, answers a tool_use when tools are offered and no result
+    came back yet, else text; its usage reports cache reads and writes."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[dict, dict]] = []
+
+    async def handle(self, request):
+        from aiohttp import web
+
+        body = await request.json()
+        self.seen.append((dict(request.headers), body))
+        answered = any(isinstance(b, dict) and b.get("type") == "tool_result"
+                       for m in body["messages"] if isinstance(m["content"], list) for b in m["content"])
+        if body.get("tools") and not answered:
+            content = [{"type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": {"city": "Oslo"}}]
+            stop = "tool_use"
+        else:
+            content = [{"type": "thinking", "thinking": "hm", "signature": "s"}, {"type": "text", "text": "sunny"}]
+            stop = "end_turn"
+        usage = {"input_tokens": 5, "cache_creation_input_tokens": 1, "cache_read_input_tokens": 2, "output_tokens": 4}
+        return web.json_response({"id": "msg_01", "type": "message", "role": "assistant", "model": body["model"],
+                                  "content": content, "stop_reason": stop, "stop_sequence": None, "usage": usage})
+
+    async def __aenter__(self) -> str:
+        from aiohttp import web
+
+        app = web.Application()
+        app.router.add_post("/v1/messages", self.handle)
+        self.runner = web.AppRunner(app)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        return f"http://127.0.0.1:{self.runner.addresses[0][1]}/v1"
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.runner.cleanup()
+
+
+def test_a_messages_call_passes_through_to_an_anthropic_endpoint_metered_with_its_cache_tokens(tmp_path, monkeypatch):
+    import openai
+
+    monkeypatch.setenv("EVALKIT_NATIVE_KEY", "sk-ant-test")
+    native = NativeAnthropic()
+    tools = [{"name": "get_weather", "description": "the weather", "input_schema": WEATHER,
+              "cache_control": {"type": "ephemeral"}}]
+
+    async def go():
+        async with native as base_url:
+            ledger = Ledger(1.0, tmp_path / "ledger.jsonl")
+            client = ModelClient(Endpoint("claude-native", base_url, "EVALKIT_NATIVE_KEY", api="anthropic"), PRICE,
+                                 ledger, max_tokens_in=500, max_tokens_out=20, max_attempts=1)
+            writer = TrajectoryWriter(tmp_path, "case", "arm", 0)
+            session = SampleSession(client=client, key=("case", "arm", 0), writer=writer, fixtures=ToolFixtures({}),
+                                    should_stop=lambda: None, on_stop=lambda _: None)
+            proxy = await MeteringProxy(model="claude-native").start()
+            ep = proxy.open(session)
+            ac = anthropic.AsyncAnthropic(base_url=ep.base_url.removesuffix("/v1"), api_key=ep.api_key, max_retries=0)
+            ask = [{"role": "user", "content": [{"type": "text", "text": "weather in Oslo?",
+                                                 "cache_control": {"type": "ephemeral"}}]}]
+            m = await ac.messages.create(model="claude-x", max_tokens=4096, system="be brief", tools=tools,
+                                         messages=ask)
+            (use,) = m.content
+            assert (use.type, use.id, use.input, m.stop_reason) == ("tool_use", "toolu_01", {"city": "Oslo"}, "tool_use")
+            follow = [*ask, {"role": "assistant", "content": [use.model_dump()]},
+                      {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "rain"}]}]
+            async with ac.messages.stream(model="claude-x", max_tokens=10, tools=tools, messages=follow) as st:
+                final = await st.get_final_message()
+            assert final.content[0].text == "sunny" and final.usage.input_tokens == 8  # cache reads and writes counted
+            oc = openai.AsyncOpenAI(base_url=ep.base_url, api_key=ep.api_key, max_retries=0)
+            with pytest.raises(openai.APIStatusError, match="speaks the Anthropic Messages API"):
+                await oc.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+            await ac.close()
+            await oc.close()
+            await proxy.aclose()
+            await client.aclose()
+            writer.close()
+            ledger.close()
+
+    asyncio.run(go())
+    assert len(native.seen) == 2  # the chat call reached nothing
+    (h1, b1), (h2, b2) = native.seen
+    assert h1["x-api-key"] == "sk-ant-test" and h1["anthropic-version"] == "2023-06-01" and "Authorization" not in h1
+    # passed through as the agent sent it, under the suite's model and ceiling, one non-streamed call, no cache writes
+    assert b1["model"] == "claude-native" and b1["max_tokens"] == 20 and b2["max_tokens"] == 10 and "stream" not in b2
+    assert b1["system"] == "be brief" and b1["tools"][0]["input_schema"] == WEATHER
+    assert "cache_control" not in json.dumps([b1, b2])
+    assert b2["messages"][-1]["content"][0] == {"type": "tool_result", "tool_use_id": "toolu_01", "content": "rain"}
+    events = list(iter_jsonl(tmp_path / "ledger.jsonl"))
+    settles = [e for e in events if e["event"] == "settle"]
+    assert [(e["prompt_tokens"], e["completion_tokens"]) for e in settles] == [(8, 4), (8, 4)]
+    assert [e["tokens_out"] for e in events if e["event"] == "reserve"] == [20, 10]
+    calls = read_trajectory(tmp_path, "case", "arm", 0).model_calls
+    assert [(c.get("wire"), c["status"], c["attempts"]) for c in calls] == [
+        ("anthropic", "ok", 1), ("anthropic", "ok", 1), (None, "failed", 0)]  # nothing sent

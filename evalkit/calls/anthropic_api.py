@@ -26,6 +26,7 @@ from typing import Any
 
 from evalkit.foundations._text import storable_json
 
+ANTHROPIC_VERSION = "2023-06-01"  # the `anthropic-version` header of a call passed through to Anthropic
 # Request fields that change nothing a call costs beyond its reservation, taken as they are.
 _IGNORED = frozenset({"cache_control"})  # a prompt-cache hint: a chat endpoint has no such cache
 # Request fields refused, and why (anything not read nor named here is refused too).
@@ -153,6 +154,7 @@ def _system(system: Any) -> list[dict[str, Any]]:
 def messages_arguments(body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     """`SampleSession.model_call` keywords (chat) from a Messages request body, and
     whether it streams; `ValueError` naming what cannot be metered exactly."""
+    native = native_body(body)
     body = {k: v for k, v in body.items() if v is not None and k not in _IGNORED}
     stream = bool(body.pop("stream", False))
     for name, why in _REFUSED.items():
@@ -187,6 +189,7 @@ def messages_arguments(body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         "requested_model": model if isinstance(model, str) else None,
         "extra": extra or None,
         "wire": "anthropic",
+        "native": native,
     }
     if body:
         name = sorted(body)[0]
@@ -261,3 +264,62 @@ def message_events(message: dict[str, Any]) -> bytes:
     events.append({"type": "message_stop"})
     text = "".join(f"event: {e['type']}\ndata: {storable_json(e)}\n\n" for e in events)
     return text.encode("utf-8", "surrogatepass")
+
+
+# The Messages API's stop reasons as chat's finish reasons (an answer read upstream).
+_FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls"}
+
+
+def native_body(body: dict[str, Any]) -> dict[str, Any]:
+    """A Messages request as it passes through to an Anthropic endpoint (`api:
+    anthropic`): without `stream` (one non-streamed call, as every upstream call is),
+    `model` and `max_tokens` (the client sets both) and every `cache_control` (a cache
+    write bills above the input price the reservation holds)."""
+
+    def strip(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: strip(x) for k, x in v.items() if k != "cache_control"}
+        return [strip(x) for x in v] if isinstance(v, list) else v
+
+    dropped = ("stream", "model", "max_tokens")
+    return {k: strip(v) for k, v in body.items() if v is not None and k not in dropped and k != "cache_control"}
+
+
+def _block(i: int, b: Any) -> tuple[str | None, dict[str, Any] | None]:
+    """One answer content block: its text, or its tool call; thinking blocks are
+    neither (their tokens are in the output count); any other is no answer."""
+    kind = b.get("type") if isinstance(b, dict) else None
+    if kind == "text" and isinstance(b.get("text"), str):
+        return b["text"], None
+    if kind == "tool_use" and isinstance(b.get("name"), str) and isinstance(b.get("id"), str):
+        return None, {"name": b["name"], "arguments": b.get("input"), "id": b["id"]}
+    if kind in ("thinking", "redacted_thinking"):
+        return None, None
+    raise ValueError(f"content[{i}] is a block of type {kind!r}, which the proxy does not pass on")
+
+
+def read_message(body: Any) -> tuple[str, tuple[dict[str, Any], ...], str, Any, str | None]:
+    """(text, tool calls, finish reason, usage, model) of a Messages answer read from an
+    Anthropic endpoint; usage is (input, output) with the cache reads and writes
+    counted as input (`input_tokens` leaves them out), None when absent, else the raw
+    value (not an object of counts); `ValueError` for any shape that is not a message."""
+    if not isinstance(body, dict) or body.get("type") != "message" or not isinstance(body.get("content"), list):
+        raise ValueError("the response body is not a message")
+    texts, calls = [], []
+    for i, b in enumerate(body["content"]):
+        text, call = _block(i, b)
+        texts += [text] if text is not None else []
+        calls += [call] if call is not None else []
+    u = body.get("usage")
+    usage: Any = u
+    if isinstance(u, dict):
+        cached = [u.get(k) or 0 for k in ("cache_creation_input_tokens", "cache_read_input_tokens")]
+        n_in: Any = u.get("input_tokens")
+        if isinstance(n_in, int) and all(isinstance(c, int) for c in cached):
+            n_in += sum(cached)
+        usage = (n_in, u.get("output_tokens"))
+    finish = _FINISH.get(
+        str(body.get("stop_reason")), "content_filter" if body.get("stop_reason") == "refusal" else "stop"
+    )
+    model = body.get("model")
+    return "".join(texts), tuple(calls), finish, usage, model if isinstance(model, str) and model else None

@@ -102,6 +102,7 @@ try:  # the HTTP library the openai client speaks: httpx2 from openai 3.x, httpx
 except ImportError:  # pragma: no cover - an older openai
     import httpx as httpx2  # type: ignore[no-redef]
 
+from evalkit.calls.anthropic_api import ANTHROPIC_VERSION, read_message
 from evalkit.calls.cache import ResponseCache
 from evalkit.calls.ledger import Ledger, Reservation, reported_usage, unusable_usage
 from evalkit.calls.ratelimit import pacer_for
@@ -538,6 +539,7 @@ class _Call:
     started: float = field(default_factory=time.monotonic)  # the key's rate-limit budget counts from here
     attempt: int = 0  # the attempt being made (1-based)
     failures: int = 0  # failed attempts that count against max_attempts (not rate limits)
+    native: bool = False  # a Messages call passed through to an Anthropic endpoint (`api: anthropic`)
 
     @property
     def label(self) -> str:
@@ -698,6 +700,7 @@ class ModelClient:
         sample: str | None = None,
         progress: CallProgress | None = None,
         responses_input: Any = None,
+        native: dict[str, Any] | None = None,
     ) -> Completion:
         """Make one call (or replay it from the cache); see the module docstring.
 
@@ -721,7 +724,13 @@ class ModelClient:
         the ceiling as `max_tokens` is for chat, its usage (`input_tokens`,
         `output_tokens`) is settled, its function calls are the answer's tool calls
         (each with its call id); an endpoint answering 404 or 405 has no Responses API,
-        and the error says how each framework switches to chat completions."""
+        and the error says how each framework switches to chat completions.
+
+        `native`: the agent's Anthropic Messages request (`anthropic_api.native_body`),
+        which `messages` and `tools` translate; to an endpoint whose `api` is
+        ``anthropic`` that request is what is sent (to ``/messages``, its model and
+        `max_tokens` set as for chat), and its answer read as a message; to an
+        OpenAI-compatible one, the translation is."""
         body = self.request_body(
             prompt=prompt,
             messages=messages,
@@ -733,20 +742,35 @@ class ModelClient:
             extra=extra,
             responses_input=responses_input,
         )
+        counted, body = body, self._native(body, native, key)
         rhash = request_hash(body)
         ckey = _answer_key(rhash, call, sample)
-        await self.check_input(body, key)
+        await self.check_input(counted, key)
         hit = self.replay(rhash, sample_index, key, cache_key=ckey)
         if hit is not None:
             return hit
         prog = progress if progress is not None else CallProgress()
-        state = _Call(body, rhash, ckey, sample_index, key, should_stop, prog)
+        state = _Call(body, rhash, ckey, sample_index, key, should_stop, prog, native=body is not counted)
         while True:
             state.attempt += 1
             outcome = await self._attempt(state)
             if isinstance(outcome, Completion):
                 return outcome
             await self._before_retry(state, outcome)
+
+    def _native(self, body: dict[str, Any], native: dict[str, Any] | None, key: str) -> dict[str, Any]:
+        """What is sent for chat `body`: itself to an OpenAI-compatible endpoint; to an
+        Anthropic one (`api: anthropic`) the agent's Messages request `native` under the
+        same model and output ceiling, and `UnitCallError` for a call that has none."""
+        if self.endpoint.api != "anthropic":
+            return body
+        if native is None:
+            raise _call_error(
+                f"{key or 'request'}: the generator's endpoint speaks the Anthropic Messages API (api: anthropic); "
+                "only an agent's Messages calls (/v1/messages) reach it",
+                0,
+            )
+        return {**native, "model": self.endpoint.model, "max_tokens": body["max_tokens"]}
 
     async def _attempt(self, call: _Call) -> Completion | _Failed:
         """One attempt of `call`: wait for the endpoint's pace and a slot in flight,
@@ -818,10 +842,10 @@ class ModelClient:
         _ATTEMPT.set(mark)
         call.progress.attempts = call.attempt
         try:
-            resp = await self._send(call.body)
+            resp = await self._send(call.body, native=call.native)
             latency_ms = (time.perf_counter() - t0) * 1000
             self._answered()
-            parsed = self._parse(resp, chat="prompt" not in call.body, responses=call.responses)
+            parsed = self._parse(resp, chat="prompt" not in call.body, responses=call.responses, native=call.native)
         except openai.APIStatusError as exc:
             return self._http_error(call, r, exc)
         except openai.APIConnectionError as exc:  # APITimeoutError is one too
@@ -1158,7 +1182,7 @@ class ModelClient:
             endpoint=self.cache_endpoint,
         )
 
-    async def _send(self, body: dict[str, Any]) -> Any:
+    async def _send(self, body: dict[str, Any], native: bool = False) -> Any:
         """POST `body` as it is through the official client's own `post` (its headers,
         auth, timeouts, transport and error types) and read the answer as JSON.
 
@@ -1169,14 +1193,19 @@ class ModelClient:
         `body` is already the wire body (`request_body`); the fields an agent sent go as
         they are, whatever this SDK version names."""
         assert self._openai is not None, "a replay-only client without a base URL sends nothing"
-        path = "/responses" if "input" in body else "/chat/completions" if "messages" in body else "/completions"
-        raw = await self._openai.post(path, cast_to=bytes, body=body)
+        if native:  # the Messages API: its key header and version, no bearer token
+            headers = {"x-api-key": self._openai.api_key, "anthropic-version": ANTHROPIC_VERSION}
+            options: Any = {"headers": {**headers, "Authorization": openai.omit}}
+            raw = await self._openai.post("/messages", cast_to=bytes, body=body, options=options)
+        else:
+            path = "/responses" if "input" in body else "/chat/completions" if "messages" in body else "/completions"
+            raw = await self._openai.post(path, cast_to=bytes, body=body)
         try:
             return _fields(json.loads(raw))
         except ValueError as exc:  # not JSON, or not UTF-8
             raise _Malformed(f"the response body is not JSON ({_short(str(exc), 120)})") from None
 
-    def _parse(self, resp: Any, *, chat: bool, responses: bool = False) -> tuple[Any, ...]:
+    def _parse(self, resp: Any, *, chat: bool, responses: bool = False, native: bool = False) -> tuple[Any, ...]:
         """(text, tool calls, finish reason, raw usage, fingerprint, model) from a
         response body; `_Malformed` for any shape that is not a completion, or one whose
         text and tool calls pass `text_bound`. The openai client builds its objects
@@ -1184,6 +1213,8 @@ class ModelClient:
         untrusted data. Raw usage: None (not reported), a (prompt, completion) pair as
         sent (the ledger decides whether to trust it), or `_Unusable`."""
         try:
+            if native:
+                return self._parse_message(resp)
             if responses:
                 return self._parse_responses(resp)
             return self._parse_fields(resp, chat=chat)
@@ -1248,6 +1279,22 @@ class ModelClient:
             fingerprint if isinstance(fingerprint, str) else None,
             model if isinstance(model, str) and model else self.endpoint.model,
         )
+
+    def _parse_message(self, resp: Any) -> tuple[Any, ...]:
+        """`_parse_fields` for an Anthropic Messages answer (`anthropic_api.read_message`),
+        under the same size bound."""
+        text, calls, finish, usage, model = read_message(_raw(resp))
+        size = _utf8_size(text) + sum(len(json.dumps(c, default=str)) for c in calls)
+        if size > self._text_bound:
+            raise _Malformed(
+                f"implausible answer: {size} bytes of text and tool calls, more than "
+                f"{self.max_tokens_out} tokens can carry (bound {self._text_bound} bytes)"
+            )
+        if isinstance(usage, tuple):
+            usage = tuple(_raw(v) for v in usage)
+        elif usage is not None:
+            usage = _Unusable(usage)
+        return text, calls, finish, usage, None, model or self.endpoint.model
 
     def _parse_responses(self, resp: Any) -> tuple[Any, ...]:
         """`_parse_fields` for a Responses API body: the text of its assistant message

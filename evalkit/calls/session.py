@@ -144,6 +144,7 @@ class SampleSession:
         stream: bool = False,
         responses_input: Any = None,
         wire: str | None = None,
+        native: dict[str, Any] | None = None,
     ) -> Completion:
         """One model call of the sample, through the client; its trajectory line is
         written when it ends, however it ends. Raises what the client raises (and
@@ -151,7 +152,8 @@ class SampleSession:
         `responses_input`: a Responses API call (endpoint ``responses`` in the
         trajectory, its request's ``input`` recorded as sent). `wire`: the API the agent
         spoke when it is not OpenAI's (``anthropic``, ``gemini``: its request translated
-        to chat), recorded on the line."""
+        to chat), recorded on the line; `native`: its Anthropic request, what an Anthropic
+        endpoint is sent (`ModelClient.complete`)."""
         self.calls += 1
         n = self.calls
         args: dict[str, Any] = {
@@ -178,6 +180,7 @@ class SampleSession:
             async with self._first_of_twins(args, n, sample):
                 c = await self.client.complete(
                     **args,
+                    native=native,
                     sample_index=self.key[2],
                     sample=sample,
                     key=f"{self.label}#{n}",
