@@ -281,7 +281,7 @@ def test_cache_identity_is_the_generators_only(tmp_path):
     assert "the generator's" in err.message
 
 
-def test_the_generators_api_may_be_anthropic_the_judges_may_not_and_nothing_else_is_read(tmp_path):
+def test_the_generators_api_may_be_anthropic_or_gemini_the_judges_may_not_and_nothing_else_is_read(tmp_path):
     from evalkit.suites.reader import load_suite
 
     case = [{"id": "a", "input": "x", "tags": ["golden"], "checks": [{"kind": "contains", "value": "y"}]}]
@@ -289,7 +289,9 @@ def test_the_generators_api_may_be_anthropic_the_judges_may_not_and_nothing_else
     suite = load_suite(write_engine_suite(tmp_path / "ok", case, generator={**generator, "api": "anthropic"}))
     assert suite.config.generator.api == "anthropic"
     assert load_suite(write_engine_suite(tmp_path / "plain", case)).config.generator.api == "openai"
-    with pytest.raises(InputError, match=r"api must be one of openai, anthropic, got 'gemini'"):
-        load_suite(write_engine_suite(tmp_path / "bad", case, generator={**generator, "api": "gemini"}))
+    gemini = load_suite(write_engine_suite(tmp_path / "gemini", case, generator={**generator, "api": "gemini"}))
+    assert gemini.config.generator.api == "gemini"
+    with pytest.raises(InputError, match=r"api must be one of openai, anthropic, gemini, got 'bedrock'"):
+        load_suite(write_engine_suite(tmp_path / "bad", case, generator={**generator, "api": "bedrock"}))
     with pytest.raises(InputError, match="api is the generator's"):
         load_suite(write_engine_suite(tmp_path / "judge", case, judge={**generator, "api": "anthropic"}))

@@ -250,99 +250,160 @@ def test_what_the_wires_cannot_meter_is_refused_by_name_and_errors_the_sample(tm
     assert s.session.failure is not None and "image" in str(s.session.failure)
 
 
-class NativeAnthropic:
-    """A stand-in for Anthropic's own API on loopback (`/v1/messages` only): records each
-    request's headers and body, answers a tool_use when tools are offered and no result
-    came back yet, else text; its usage reports cache reads and writes."""
+def anthropic_answer(body: dict) -> dict:
+    """Anthropic's own answer: a tool_use while tools are offered and no result came back
+    yet, else text after a thinking block; its usage reports cache reads and writes."""
+    answered = any(isinstance(b, dict) and b.get("type") == "tool_result"
+                   for m in body["messages"] if isinstance(m["content"], list) for b in m["content"])
+    if body.get("tools") and not answered:
+        content = [{"type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": {"city": "Oslo"}}]
+        stop = "tool_use"
+    else:
+        content = [{"type": "thinking", "thinking": "hm", "signature": "s"}, {"type": "text", "text": "sunny"}]
+        stop = "end_turn"
+    usage = {"input_tokens": 5, "cache_creation_input_tokens": 1, "cache_read_input_tokens": 2, "output_tokens": 4}
+    return {"id": "msg_01", "type": "message", "role": "assistant", "model": body["model"],
+            "content": content, "stop_reason": stop, "stop_sequence": None, "usage": usage}
 
-    def __init__(self) -> None:
-        self.seen: list[tuple[dict, dict]] = []
+
+def gemini_answer(body: dict) -> dict:
+    """Gemini's own answer: a functionCall while tools are offered and no response came
+    back yet, else a thought and text; thinking tokens reported apart."""
+    answered = any("functionResponse" in p for c in body["contents"] for p in c["parts"])
+    if body.get("tools") and not answered:
+        parts = [{"functionCall": {"name": "get_weather", "args": {"city": "Oslo"}}}]
+    else:
+        parts = [{"text": "thinking...", "thought": True}, {"text": "sunny"}]
+    usage = {"promptTokenCount": 8, "candidatesTokenCount": 3, "thoughtsTokenCount": 1, "totalTokenCount": 12}
+    return {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
+            "usageMetadata": usage, "modelVersion": "gemini-native-001", "responseId": "r1"}
+
+
+class Native:
+    """A stand-in for a provider's own API on loopback (one route, answered by
+    `answer(body)`): records each request's path, headers and body."""
+
+    def __init__(self, route: str, answer) -> None:
+        self.route, self.answer, self.seen = route, answer, []
 
     async def handle(self, request):
         from aiohttp import web
 
         body = await request.json()
-        self.seen.append((dict(request.headers), body))
-        answered = any(isinstance(b, dict) and b.get("type") == "tool_result"
-                       for m in body["messages"] if isinstance(m["content"], list) for b in m["content"])
-        if body.get("tools") and not answered:
-            content = [{"type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": {"city": "Oslo"}}]
-            stop = "tool_use"
-        else:
-            content = [{"type": "thinking", "thinking": "hm", "signature": "s"}, {"type": "text", "text": "sunny"}]
-            stop = "end_turn"
-        usage = {"input_tokens": 5, "cache_creation_input_tokens": 1, "cache_read_input_tokens": 2, "output_tokens": 4}
-        return web.json_response({"id": "msg_01", "type": "message", "role": "assistant", "model": body["model"],
-                                  "content": content, "stop_reason": stop, "stop_sequence": None, "usage": usage})
+        self.seen.append((request.path, dict(request.headers), body))
+        return web.json_response(self.answer(body))
 
     async def __aenter__(self) -> str:
         from aiohttp import web
 
         app = web.Application()
-        app.router.add_post("/v1/messages", self.handle)
+        app.router.add_post(self.route, self.handle)
         self.runner = web.AppRunner(app)
         await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        return f"http://127.0.0.1:{self.runner.addresses[0][1]}/v1"
+        await web.TCPSite(self.runner, "127.0.0.1", 0).start()
+        return f"http://127.0.0.1:{self.runner.addresses[0][1]}"
 
     async def __aexit__(self, *exc: object) -> None:
         await self.runner.cleanup()
 
 
-def test_a_messages_call_passes_through_to_an_anthropic_endpoint_metered_with_its_cache_tokens(tmp_path, monkeypatch):
-    import openai
+class NativeSample(Sample):
+    """`Sample` on an endpoint that speaks `api` (`Endpoint.api`) at `base_url`."""
 
+    def __init__(self, tmp: Path, base_url: str, api: str) -> None:
+        super().__init__(tmp, base_url)
+        self.client = ModelClient(Endpoint("native", base_url, "EVALKIT_NATIVE_KEY", api=api), PRICE, self.ledger,
+                                  max_tokens_in=500, max_tokens_out=20, max_attempts=1)
+        self.session.client = self.client
+
+    async def refused_chat_call(self) -> None:
+        import openai
+
+        async with openai.AsyncOpenAI(base_url=self.root + "/v1", api_key=self.token, max_retries=0) as oc:
+            with pytest.raises(openai.APIStatusError, match="speaks the"):
+                await oc.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+
+    def check_metered(self, n: int, settled: tuple[int, int], wire: str) -> None:
+        events = list(iter_jsonl(self.tmp / "ledger.jsonl"))
+        assert [(e["prompt_tokens"], e["completion_tokens"]) for e in events if e["event"] == "settle"] == [settled] * n
+        calls = read_trajectory(self.tmp, "case", "arm", 0).model_calls
+        # the chat call to that endpoint failed with nothing sent
+        assert [(c.get("wire"), c["status"], c["attempts"]) for c in calls] == [(wire, "ok", 1)] * n + [
+            (None, "failed", 0)]
+
+
+def test_a_messages_call_passes_through_to_an_anthropic_endpoint_metered_with_its_cache_tokens(tmp_path, monkeypatch):
     monkeypatch.setenv("EVALKIT_NATIVE_KEY", "sk-ant-test")
-    native = NativeAnthropic()
+    native = Native("/v1/messages", anthropic_answer)
     tools = [{"name": "get_weather", "description": "the weather", "input_schema": WEATHER,
               "cache_control": {"type": "ephemeral"}}]
 
     async def go():
-        async with native as base_url:
-            ledger = Ledger(1.0, tmp_path / "ledger.jsonl")
-            client = ModelClient(Endpoint("claude-native", base_url, "EVALKIT_NATIVE_KEY", api="anthropic"), PRICE,
-                                 ledger, max_tokens_in=500, max_tokens_out=20, max_attempts=1)
-            writer = TrajectoryWriter(tmp_path, "case", "arm", 0)
-            session = SampleSession(client=client, key=("case", "arm", 0), writer=writer, fixtures=ToolFixtures({}),
-                                    should_stop=lambda: None, on_stop=lambda _: None)
-            proxy = await MeteringProxy(model="claude-native").start()
-            ep = proxy.open(session)
-            ac = anthropic.AsyncAnthropic(base_url=ep.base_url.removesuffix("/v1"), api_key=ep.api_key, max_retries=0)
-            ask = [{"role": "user", "content": [{"type": "text", "text": "weather in Oslo?",
-                                                 "cache_control": {"type": "ephemeral"}}]}]
-            m = await ac.messages.create(model="claude-x", max_tokens=4096, system="be brief", tools=tools,
-                                         messages=ask)
-            (use,) = m.content
-            assert (use.type, use.id, use.input, m.stop_reason) == ("tool_use", "toolu_01", {"city": "Oslo"}, "tool_use")
-            follow = [*ask, {"role": "assistant", "content": [use.model_dump()]},
-                      {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "rain"}]}]
-            async with ac.messages.stream(model="claude-x", max_tokens=10, tools=tools, messages=follow) as st:
-                final = await st.get_final_message()
-            assert final.content[0].text == "sunny" and final.usage.input_tokens == 8  # cache reads and writes counted
-            oc = openai.AsyncOpenAI(base_url=ep.base_url, api_key=ep.api_key, max_retries=0)
-            with pytest.raises(openai.APIStatusError, match="speaks the Anthropic Messages API"):
-                await oc.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
-            await ac.close()
-            await oc.close()
-            await proxy.aclose()
-            await client.aclose()
-            writer.close()
-            ledger.close()
+        async with native as root:
+            async with NativeSample(tmp_path, root + "/v1", "anthropic") as s:
+                ac = anthropic.AsyncAnthropic(base_url=s.root, api_key=s.token, max_retries=0)
+                ask = [{"role": "user", "content": [{"type": "text", "text": "weather in Oslo?",
+                                                     "cache_control": {"type": "ephemeral"}}]}]
+                m = await ac.messages.create(model="claude-x", max_tokens=4096, system="be brief", tools=tools,
+                                             messages=ask)
+                (use,) = m.content
+                assert (use.type, use.id, use.input, m.stop_reason) == ("tool_use", "toolu_01", {"city": "Oslo"},
+                                                                        "tool_use")
+                follow = [*ask, {"role": "assistant", "content": [use.model_dump()]},
+                          {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
+                                                        "content": "rain"}]}]
+                async with ac.messages.stream(model="claude-x", max_tokens=10, tools=tools, messages=follow) as st:
+                    final = await st.get_final_message()
+                assert final.content[0].text == "sunny" and final.usage.input_tokens == 8  # cache tokens counted
+                await s.refused_chat_call()
+                await ac.close()
+                return s
 
-    asyncio.run(go())
+    s = asyncio.run(go())
     assert len(native.seen) == 2  # the chat call reached nothing
-    (h1, b1), (h2, b2) = native.seen
-    assert h1["x-api-key"] == "sk-ant-test" and h1["anthropic-version"] == "2023-06-01" and "Authorization" not in h1
+    (path, h1, b1), (_, h2, b2) = native.seen
+    assert path == "/v1/messages" and "Authorization" not in h1
+    assert h1["x-api-key"] == "sk-ant-test" and h1["anthropic-version"] == "2023-06-01"
     # passed through as the agent sent it, under the suite's model and ceiling, one non-streamed call, no cache writes
-    assert b1["model"] == "claude-native" and b1["max_tokens"] == 20 and b2["max_tokens"] == 10 and "stream" not in b2
+    assert b1["model"] == "native" and b1["max_tokens"] == 20 and b2["max_tokens"] == 10 and "stream" not in b2
     assert b1["system"] == "be brief" and b1["tools"][0]["input_schema"] == WEATHER
     assert "cache_control" not in json.dumps([b1, b2])
     assert b2["messages"][-1]["content"][0] == {"type": "tool_result", "tool_use_id": "toolu_01", "content": "rain"}
-    events = list(iter_jsonl(tmp_path / "ledger.jsonl"))
-    settles = [e for e in events if e["event"] == "settle"]
-    assert [(e["prompt_tokens"], e["completion_tokens"]) for e in settles] == [(8, 4), (8, 4)]
-    assert [e["tokens_out"] for e in events if e["event"] == "reserve"] == [20, 10]
-    calls = read_trajectory(tmp_path, "case", "arm", 0).model_calls
-    assert [(c.get("wire"), c["status"], c["attempts"]) for c in calls] == [
-        ("anthropic", "ok", 1), ("anthropic", "ok", 1), (None, "failed", 0)]  # nothing sent
+    assert [e["tokens_out"] for e in s.events("reserve")] == [20, 10]
+    s.check_metered(2, (8, 4), "anthropic")
+
+
+def test_a_generate_content_call_passes_through_to_a_gemini_endpoint_thinking_billed_as_output(tmp_path, monkeypatch):
+    monkeypatch.setenv("EVALKIT_NATIVE_KEY", "gem-test")
+    native = Native("/v1beta/models/{call}", gemini_answer)
+
+    async def go():
+        async with native as root:
+            async with NativeSample(tmp_path, root + "/v1beta", "gemini") as s:
+                gc = genai.Client(api_key=s.token, http_options=gtypes.HttpOptions(base_url=s.root))
+                decl = gtypes.FunctionDeclaration(name="get_weather", description="the weather",
+                                                  parameters_json_schema=WEATHER)
+                config = gtypes.GenerateContentConfig(
+                    tools=[gtypes.Tool(function_declarations=[decl])], max_output_tokens=8, system_instruction="brief",
+                    automatic_function_calling=gtypes.AutomaticFunctionCallingConfig(disable=True))
+                ask = gtypes.Content(role="user", parts=[gtypes.Part(text="weather in Oslo?")])
+                r = await gc.aio.models.generate_content(model="gemini-x", contents=[ask], config=config)
+                (fc,) = r.function_calls
+                assert (fc.name, fc.args) == ("get_weather", {"city": "Oslo"})
+                answer = gtypes.Part.from_function_response(name="get_weather", response={"result": "rain"})
+                follow = [ask, r.candidates[0].content, gtypes.Content(role="user", parts=[answer])]
+                chunks = [c async for c in await gc.aio.models.generate_content_stream(
+                    model="gemini-x", contents=follow, config=config)]
+                assert "".join(c.text or "" for c in chunks) == "sunny"
+                await s.refused_chat_call()
+                return s
+
+    s = asyncio.run(go())
+    assert len(native.seen) == 2
+    (path, h1, b1), (_, _, b2) = native.seen
+    assert path == "/v1beta/models/native:generateContent" and "Authorization" not in h1
+    assert h1["x-goog-api-key"] == "gem-test"
+    assert b1["generationConfig"] == {"maxOutputTokens": 8} and b1["systemInstruction"]["parts"] == [{"text": "brief"}]
+    assert b1["tools"][0]["functionDeclarations"][0]["parameters_json_schema"] == WEATHER  # as google-genai sent it
+    assert "functionResponse" in b2["contents"][-1]["parts"][0]
+    s.check_metered(2, (8, 4), "gemini")  # candidates + thoughts as output

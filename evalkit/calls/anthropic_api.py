@@ -189,7 +189,7 @@ def messages_arguments(body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         "requested_model": model if isinstance(model, str) else None,
         "extra": extra or None,
         "wire": "anthropic",
-        "native": native,
+        "native": {"anthropic": native},
     }
     if body:
         name = sorted(body)[0]

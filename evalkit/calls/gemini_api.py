@@ -246,7 +246,66 @@ def generate_arguments(body: dict[str, Any], model: str | None) -> dict[str, Any
     kw["seed"] = extra.pop("seed", None)
     kw["extra"] = extra or None
     kw["wire"] = "gemini"
+    kw["native"] = {"gemini": native_body(body)}
     return kw
+
+
+def native_body(body: dict[str, Any]) -> dict[str, Any]:
+    """A request (already read: `body` in camelCase, nulls dropped) as it passes through
+    to a Gemini endpoint (`api: gemini`): as sent, the client setting
+    ``generationConfig.maxOutputTokens`` to the output ceiling."""
+    return {k: _camel_keys(v) if k == "generationConfig" else v for k, v in body.items()}
+
+
+# Gemini's finish reasons as chat's (an answer read upstream); any other is "stop".
+_FINISH = {"MAX_TOKENS": "length", "SAFETY": "content_filter", "RECITATION": "content_filter"}
+
+
+def _answer_part(i: int, p: Any) -> tuple[str | None, dict[str, Any] | None]:
+    """One answer part: its text, or its function call; a thought is neither (its
+    tokens are counted as output); any other part is no answer."""
+    p = _camel_keys(p)
+    if not isinstance(p, dict):
+        raise ValueError(f"parts[{i}] is not an object")
+    if p.get("thought"):
+        return None, None
+    if isinstance(p.get("text"), str):
+        return p["text"], None
+    fc = _camel_keys(p.get("functionCall"))
+    if isinstance(fc, dict) and isinstance(fc.get("name"), str):
+        call = {"name": fc["name"], "arguments": fc.get("args") or {}}
+        return None, {**call, "id": fc["id"]} if isinstance(fc.get("id"), str) and fc["id"] else call
+    raise ValueError(f"parts[{i}] holding {sorted(p)} is no answer the proxy passes on")
+
+
+def read_response(body: Any) -> tuple[str, tuple[dict[str, Any], ...], str, Any, str | None]:
+    """(text, tool calls, finish reason, usage, model) of a ``GenerateContentResponse``
+    read from a Gemini endpoint; usage is (``promptTokenCount``, ``candidatesTokenCount``
+    + ``thoughtsTokenCount``: thinking is billed as output), None when absent, else the
+    raw value; `ValueError` for any shape that is not one candidate's answer."""
+    body = _camel_keys(body)
+    cands = body.get("candidates") if isinstance(body, dict) else None
+    if not isinstance(cands, list) or not cands or not isinstance(cands[0], dict):
+        raise ValueError("the response body has no candidate")
+    cand = _camel_keys(cands[0])
+    parts = (cand.get("content") or {}).get("parts") or []
+    if not isinstance(parts, list):
+        raise ValueError("the candidate's parts are not a list")
+    texts, calls = [], []
+    for i, part in enumerate(parts):
+        text, call = _answer_part(i, part)
+        texts += [text] if text is not None else []
+        calls += [call] if call is not None else []
+    u = _camel_keys(body.get("usageMetadata"))
+    usage: Any = u
+    if isinstance(u, dict):
+        out: Any = u.get("candidatesTokenCount") or 0
+        if isinstance(out, int) and isinstance(u.get("thoughtsTokenCount") or 0, int):
+            out += u.get("thoughtsTokenCount") or 0
+        usage = (u.get("promptTokenCount"), out)
+    finish = "tool_calls" if calls else _FINISH.get(str(cand.get("finishReason")), "stop")
+    model = body.get("modelVersion")
+    return "".join(texts), tuple(calls), finish, usage, model if isinstance(model, str) and model else None
 
 
 def generate_body(

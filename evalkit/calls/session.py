@@ -152,8 +152,8 @@ class SampleSession:
         `responses_input`: a Responses API call (endpoint ``responses`` in the
         trajectory, its request's ``input`` recorded as sent). `wire`: the API the agent
         spoke when it is not OpenAI's (``anthropic``, ``gemini``: its request translated
-        to chat), recorded on the line; `native`: its Anthropic request, what an Anthropic
-        endpoint is sent (`ModelClient.complete`)."""
+        to chat), recorded on the line; `native`: its request in that API's shape, what an
+        endpoint speaking it is sent (`ModelClient.complete`)."""
         self.calls += 1
         n = self.calls
         args: dict[str, Any] = {

@@ -74,8 +74,8 @@ class Endpoint:
     # None for the base URL (or, under `evalkit serve`, the served model's identity)
     cache_identity: str | None = None
     # The API the endpoint speaks: "openai" (OpenAI-compatible: every call is sent as chat,
-    # completions or Responses) or "anthropic" (the Messages API itself: an agent's Messages
-    # calls pass through, `evalkit.calls.anthropic_api`).
+    # completions or Responses), "anthropic" or "gemini" (that provider's own API: an
+    # agent's calls in it pass through, `evalkit.calls.anthropic_api`, `evalkit.calls.gemini_api`).
     api: str = "openai"
 
 
