@@ -19,7 +19,7 @@ PIP    := $(BIN)/python -m pip install --quiet --no-deps
 # collected, which tests/conftest.py makes the longest first (tools/test_walls.py says why).
 PYTEST_ARGS ?= -n 3 --dist loadfile --no-loadscope-reorder
 
-.PHONY: demo test install lock bench bench-smoke clean browser sandbox pyc test-pyc
+.PHONY: demo test install lock bench bench-smoke clean browser node-example sandbox pyc test-pyc
 
 $(STAMP): pyproject.toml $(LOCKS) tools/install-llama.sh
 	rm -rf $(VENV)
@@ -44,7 +44,7 @@ demo: $(STAMP) sandbox pyc
 # The checks first (each fails the target when not clean): lint, formatting, types
 # (configured in pyproject.toml), then the tests, then every benchmark at its smallest
 # size (bench-smoke).
-test: $(STAMP) browser sandbox pyc test-pyc
+test: $(STAMP) browser node-example sandbox pyc test-pyc
 	$(BIN)/ruff check evalkit
 	$(BIN)/ruff format --check evalkit
 	$(BIN)/mypy
@@ -73,6 +73,10 @@ test-pyc: $(STAMP)
 # headless Chromium for the browser test of the reports (apt-get where missing and allowed)
 browser:
 	@tools/install-chromium.sh
+
+# Node and the Node agent's node_modules (npm ci) for its test, where missing
+node-example:
+	@tools/install-node-example.sh
 
 # bubblewrap for the sandbox of the agent programs under test (apt-get where missing and allowed),
 # and the forwarder inside it compiled from C (no interpreter start per sample; where the

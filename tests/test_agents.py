@@ -385,8 +385,11 @@ def test_the_program_gets_the_case_and_the_proxy_and_never_the_endpoint_key(tmp_
     out = {r["arm"]: json.loads(r["output"]) for r in lines(res.path / "results.jsonl")}
     assert out["baseline"]["seen"] == {"OPENAI_BASE_URL": True, "OPENAI_API_KEY": True, "EVALKIT_TOOLS_URL": True,
                                        "EVALKIT_MODEL": True, "EVALKIT_TEST_KEY": False, "EVALKIT_SERVED": False,
-                                       "ANTHROPIC_API_KEY": False, "MY_PROVIDER_API_KEY": False,
+                                       "ANTHROPIC_API_KEY": True, "MY_PROVIDER_API_KEY": False,
                                        "EVALKIT_API_KEY": True, "EVALKIT_KEEP_ME": True}
+    # ANTHROPIC_API_KEY is there as the proxy's token (the Anthropic wire), never the user's key
+    assert out["baseline"]["wire_keys_are_the_token"] == dict.fromkeys(
+        ("ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY"), True)
     base, skilled = out["baseline"]["case"], out["skilled"]["case"]
     assert base["guidance"] == "Be brief. " and "skill_dir" not in base
     assert skilled["skill_dir"] == str((tmp_path / "suite" / "skills" / "weather").resolve())

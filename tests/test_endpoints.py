@@ -279,3 +279,19 @@ def test_cache_identity_is_the_generators_only(tmp_path):
     (suite / "config.json").write_text(_json.dumps(cfg))
     [err] = [e for e in lint_suite(suite).errors if e.json_path == "$.judge.cache_identity"]
     assert "the generator's" in err.message
+
+
+def test_the_generators_api_may_be_anthropic_or_gemini_the_judges_may_not_and_nothing_else_is_read(tmp_path):
+    from evalkit.suites.reader import load_suite
+
+    case = [{"id": "a", "input": "x", "tags": ["golden"], "checks": [{"kind": "contains", "value": "y"}]}]
+    generator = {"model": "claude", "base_url": "https://api.anthropic.com/v1", "api_key_env": "ANTHROPIC_KEY"}
+    suite = load_suite(write_engine_suite(tmp_path / "ok", case, generator={**generator, "api": "anthropic"}))
+    assert suite.config.generator.api == "anthropic"
+    assert load_suite(write_engine_suite(tmp_path / "plain", case)).config.generator.api == "openai"
+    gemini = load_suite(write_engine_suite(tmp_path / "gemini", case, generator={**generator, "api": "gemini"}))
+    assert gemini.config.generator.api == "gemini"
+    with pytest.raises(InputError, match=r"api must be one of openai, anthropic, gemini, got 'bedrock'"):
+        load_suite(write_engine_suite(tmp_path / "bad", case, generator={**generator, "api": "bedrock"}))
+    with pytest.raises(InputError, match="api is the generator's"):
+        load_suite(write_engine_suite(tmp_path / "judge", case, judge={**generator, "api": "anthropic"}))

@@ -15,11 +15,16 @@ from evalkit.conclusions.grading import grade_run
 from evalkit.running.runner import run_suite
 from evalkit.calls.serve import ScriptedServer
 from evalkit.runfolder.trajectories import read_trajectory
+from evalkit.telling.replay import turn_lines
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "agents"
 # framework folder -> the endpoint its default mode calls
 FRAMEWORKS = {"openai_agents": "responses", "pydantic_ai": "responses", "langgraph": "responses",
-              "smolagents": "chat"}
+              "smolagents": "chat", "anthropic_sdk": "chat", "langchain_anthropic": "chat",
+              "pydantic_ai_anthropic": "chat", "google_genai": "chat"}
+# the API the agent spoke when not OpenAI's: the proxy translates it to chat for the endpoint
+WIRES = {"anthropic_sdk": "anthropic", "langchain_anthropic": "anthropic", "pydantic_ai_anthropic": "anthropic",
+         "google_genai": "gemini"}
 
 
 @pytest.mark.parametrize("framework", sorted(FRAMEWORKS))
@@ -36,12 +41,16 @@ def test_an_unchanged_framework_agent_is_metered_call_for_call_and_graded_on_its
     assert all(b.get("max_output_tokens", b.get("max_tokens")) == ceiling for b in bodies)
     ledger = list(iter_jsonl(res.path / "ledger.jsonl"))
     reserves = [e for e in ledger if e["event"] == "reserve"]
-    assert len(reserves) == len(bodies) == 4  # two cases, two calls each: metered call for call
+    settles = [e for e in ledger if e["event"] == "settle"]
+    assert len(reserves) == len(settles) == len(bodies) == 4  # two cases, two calls each: metered call for call
     assert res.spend_usd > 0
     for case_id, n_tools in (("oslo", 1), ("two-cities", 2)):
         t = read_trajectory(res.path, case_id, "baseline", 0)
         calls = t.model_calls
         assert [c["endpoint"] for c in calls] == [endpoint, endpoint] and all(c["status"] == "ok" for c in calls)
+        assert [c.get("wire") for c in calls] == [WIRES.get(framework)] * 2
+        shown = turn_lines(t.turns()[0], None)  # the replay page and `evalkit replay` say which API
+        assert any(("via the" in line) == (framework in WIRES) for line in shown if line.startswith("cost "))
         asked = calls[0]["answer"]["tool_calls"]
         assert [tc["name"] for tc in asked] == ["get_weather"] * n_tools
         assert all(tc["id"].startswith("call_") for tc in asked)  # with the model's call ids

@@ -301,3 +301,67 @@ def test_each_responses_field_the_proxy_cannot_meter_is_refused_by_name_and_the_
     sent = {k: v for k, v in bodies[0].items() if k not in ("model", "input", "max_output_tokens")}
     assert sent == {"top_p": 0.5, "user": "u1"}
     assert "conversation='conv_1'" in str(s.session.failure)  # the first refusal errored the sample
+
+
+@pytest.mark.parametrize("body", [
+    "deep",  # 100,000 levels: past the JSON reader's recursion
+    "shallow-enough-to-parse",  # 500 levels: parsed, then refused before anything recurses over it
+])
+def test_a_deeply_nested_body_is_a_clean_400_naming_the_limit_and_errors_the_sample(tmp_path, body):
+    import aiohttp
+
+    from evalkit.calls.proxy import MAX_BODY_DEPTH
+
+    levels = 100_000 if body == "deep" else 500
+    raw = '{"model": "m", "input": "hi", "metadata": ' + "[" * levels + "]" * levels + "}"
+
+    async def go(srv):
+        s = Sample(tmp_path, srv.base_url)
+        async with s:
+            url = s.oc.base_url.join("responses")
+            async with aiohttp.ClientSession() as http, http.post(
+                    str(url), data=raw, headers={"Content-Type": "application/json"}) as resp:
+                return s, resp.status, await resp.json()
+
+    with ScriptedServer(SCRIPT) as srv:
+        s, status, answer = asyncio.run(go(srv))
+        assert srv.stats["requests"] == 0
+    assert status == 400 and answer["error"]["code"] == "body_too_deep"
+    assert f"deeper than {MAX_BODY_DEPTH} levels" in answer["error"]["message"]
+    assert "Traceback" not in json.dumps(answer)
+    assert s.session.failure is not None and "body_too_deep" in str(s.session.failure)
+
+
+def test_a_tool_output_holding_an_image_and_a_part_whose_type_is_a_list_are_clean_400s(tmp_path):
+    image = {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}
+    refused = [
+        ([{"type": "function_call_output", "call_id": "c1", "output": image}],
+         "input[0].output of type 'input_image' is not served"),
+        ([{"type": "function_call_output", "call_id": "c1", "output": [{"type": "input_text", "text": "x", "image_url": image["image_url"]}]}],
+         "input[0].output[0] of type \"input_text with ['image_url']\" is not served"),
+        ([{"role": "user", "content": [{"type": ["input_text"], "text": "a"}]}],
+         "input[0].content[0] of type ['input_text'] is not served"),
+        ([{"role": "user", "content": [{"type": {"k": 1}, "text": "a"}]}],
+         "input[0].content[0] of type {'k': 1} is not served"),
+        ([{"type": "function_call_output", "call_id": "c1", "output": [{"type": ["x"], "text": "a"}]}],
+         "input[0].output[0] of type ['x'] is not served"),
+    ]
+
+    async def go(srv):
+        s = Sample(tmp_path, srv.base_url)
+        seen = []
+        async with s as oc:
+            for input_, named in refused:
+                with pytest.raises(openai.BadRequestError) as err:
+                    await oc.responses.create(model="m", input=input_)
+                seen.append((named, err.value.message))
+            with pytest.raises(openai.BadRequestError, match=r"messages\[0\].content\[0\] of type \['text'\]"):
+                await oc.chat.completions.create(model="m", messages=[
+                    {"role": "user", "content": [{"type": ["text"], "text": "a"}]}])
+        return seen
+
+    with ScriptedServer(SCRIPT) as srv:
+        seen = asyncio.run(go(srv))
+        assert srv.stats["requests"] == 0
+    for named, message in seen:
+        assert named in message, (named, message)

@@ -102,7 +102,9 @@ try:  # the HTTP library the openai client speaks: httpx2 from openai 3.x, httpx
 except ImportError:  # pragma: no cover - an older openai
     import httpx as httpx2  # type: ignore[no-redef]
 
+from evalkit.calls.anthropic_api import ANTHROPIC_VERSION, read_message
 from evalkit.calls.cache import ResponseCache
+from evalkit.calls.gemini_api import read_response
 from evalkit.calls.ledger import Ledger, Reservation, reported_usage, unusable_usage
 from evalkit.calls.ratelimit import pacer_for
 from evalkit.calls.responses_api import input_messages, no_responses_api
@@ -538,6 +540,7 @@ class _Call:
     started: float = field(default_factory=time.monotonic)  # the key's rate-limit budget counts from here
     attempt: int = 0  # the attempt being made (1-based)
     failures: int = 0  # failed attempts that count against max_attempts (not rate limits)
+    native: str | None = None  # the provider API its body is in when passed through (`Endpoint.api`), else None
 
     @property
     def label(self) -> str:
@@ -550,12 +553,18 @@ class _Call:
     @property
     def tokens_out(self) -> int:
         """The reservation's output ceiling: what the call may use."""
+        if self.native == "gemini":
+            return int(self.body["generationConfig"]["maxOutputTokens"])
         return int(self.body["max_output_tokens"] if self.responses else self.body["max_tokens"])
 
     @functools.cached_property
     def pace_tokens(self) -> int:
         """The tokens a provider counts against its rate limit for one attempt, estimated."""
         return self.tokens_out + utf8_len(canonical_json(self.body)) // 4
+
+
+# The provider APIs an endpoint may speak besides OpenAI's (`Endpoint.api`), as causes name them.
+NATIVE_APIS = {"anthropic": "the Anthropic Messages API", "gemini": "the Gemini API"}
 
 
 def _answer_key(rhash: str, call: int | None, sample: str | None) -> str:
@@ -698,6 +707,7 @@ class ModelClient:
         sample: str | None = None,
         progress: CallProgress | None = None,
         responses_input: Any = None,
+        native: dict[str, Any] | None = None,
     ) -> Completion:
         """Make one call (or replay it from the cache); see the module docstring.
 
@@ -721,7 +731,13 @@ class ModelClient:
         the ceiling as `max_tokens` is for chat, its usage (`input_tokens`,
         `output_tokens`) is settled, its function calls are the answer's tool calls
         (each with its call id); an endpoint answering 404 or 405 has no Responses API,
-        and the error says how each framework switches to chat completions."""
+        and the error says how each framework switches to chat completions.
+
+        `native`: the agent's request in its provider's own shape, keyed by that API
+        (``anthropic``: `anthropic_api.native_body`, ``gemini``: `gemini_api.native_body`),
+        which `messages` and `tools` translate; to an endpoint whose `api` is that one,
+        that request is what is sent (its model and output ceiling set as for chat) and
+        its answer read in that shape; to an OpenAI-compatible one, the translation is."""
         body = self.request_body(
             prompt=prompt,
             messages=messages,
@@ -733,20 +749,42 @@ class ModelClient:
             extra=extra,
             responses_input=responses_input,
         )
+        counted, body = body, self._native(body, native, key)
         rhash = request_hash(body)
         ckey = _answer_key(rhash, call, sample)
-        await self.check_input(body, key)
+        await self.check_input(counted, key)
         hit = self.replay(rhash, sample_index, key, cache_key=ckey)
         if hit is not None:
             return hit
         prog = progress if progress is not None else CallProgress()
-        state = _Call(body, rhash, ckey, sample_index, key, should_stop, prog)
+        api = None if body is counted else self.endpoint.api
+        state = _Call(body, rhash, ckey, sample_index, key, should_stop, prog, native=api)
         while True:
             state.attempt += 1
             outcome = await self._attempt(state)
             if isinstance(outcome, Completion):
                 return outcome
             await self._before_retry(state, outcome)
+
+    def _native(self, body: dict[str, Any], native: dict[str, Any] | None, key: str) -> dict[str, Any]:
+        """What is sent for chat `body`: itself to an OpenAI-compatible endpoint; to an
+        Anthropic or Gemini one (`Endpoint.api`) the agent's request in that API's shape
+        (`native`) under the same model and output ceiling, and `UnitCallError` for a
+        call that has none."""
+        api = self.endpoint.api
+        if api == "openai":
+            return body
+        own = (native or {}).get(api)
+        if own is None:
+            raise _call_error(
+                f"{key or 'request'}: the generator's endpoint speaks {NATIVE_APIS[api]} (api: {api}); "
+                "only an agent's calls in that API reach it",
+                0,
+            )
+        if api == "gemini":
+            config = {**own.get("generationConfig", {}), "maxOutputTokens": body["max_tokens"]}
+            return {**own, "generationConfig": config}
+        return {**own, "model": self.endpoint.model, "max_tokens": body["max_tokens"]}
 
     async def _attempt(self, call: _Call) -> Completion | _Failed:
         """One attempt of `call`: wait for the endpoint's pace and a slot in flight,
@@ -818,10 +856,10 @@ class ModelClient:
         _ATTEMPT.set(mark)
         call.progress.attempts = call.attempt
         try:
-            resp = await self._send(call.body)
+            resp = await self._send(call.body, native=call.native)
             latency_ms = (time.perf_counter() - t0) * 1000
             self._answered()
-            parsed = self._parse(resp, chat="prompt" not in call.body, responses=call.responses)
+            parsed = self._parse(resp, chat="prompt" not in call.body, responses=call.responses, native=call.native)
         except openai.APIStatusError as exc:
             return self._http_error(call, r, exc)
         except openai.APIConnectionError as exc:  # APITimeoutError is one too
@@ -1158,7 +1196,7 @@ class ModelClient:
             endpoint=self.cache_endpoint,
         )
 
-    async def _send(self, body: dict[str, Any]) -> Any:
+    async def _send(self, body: dict[str, Any], native: str | None = None) -> Any:
         """POST `body` as it is through the official client's own `post` (its headers,
         auth, timeouts, transport and error types) and read the answer as JSON.
 
@@ -1169,14 +1207,24 @@ class ModelClient:
         `body` is already the wire body (`request_body`); the fields an agent sent go as
         they are, whatever this SDK version names."""
         assert self._openai is not None, "a replay-only client without a base URL sends nothing"
-        path = "/responses" if "input" in body else "/chat/completions" if "messages" in body else "/completions"
-        raw = await self._openai.post(path, cast_to=bytes, body=body)
+        if native is not None:  # the provider's own API: its key header (and version), no bearer token
+            headers = (
+                {"x-goog-api-key": self._openai.api_key}
+                if native == "gemini"
+                else {"x-api-key": self._openai.api_key, "anthropic-version": ANTHROPIC_VERSION}
+            )
+            path = f"/models/{self.endpoint.model}:generateContent" if native == "gemini" else "/messages"
+            options: Any = {"headers": {**headers, "Authorization": openai.omit}}
+            raw = await self._openai.post(path, cast_to=bytes, body=body, options=options)
+        else:
+            path = "/responses" if "input" in body else "/chat/completions" if "messages" in body else "/completions"
+            raw = await self._openai.post(path, cast_to=bytes, body=body)
         try:
             return _fields(json.loads(raw))
         except ValueError as exc:  # not JSON, or not UTF-8
             raise _Malformed(f"the response body is not JSON ({_short(str(exc), 120)})") from None
 
-    def _parse(self, resp: Any, *, chat: bool, responses: bool = False) -> tuple[Any, ...]:
+    def _parse(self, resp: Any, *, chat: bool, responses: bool = False, native: str | None = None) -> tuple[Any, ...]:
         """(text, tool calls, finish reason, raw usage, fingerprint, model) from a
         response body; `_Malformed` for any shape that is not a completion, or one whose
         text and tool calls pass `text_bound`. The openai client builds its objects
@@ -1184,6 +1232,8 @@ class ModelClient:
         untrusted data. Raw usage: None (not reported), a (prompt, completion) pair as
         sent (the ledger decides whether to trust it), or `_Unusable`."""
         try:
+            if native is not None:
+                return self._parse_native(resp, native)
             if responses:
                 return self._parse_responses(resp)
             return self._parse_fields(resp, chat=chat)
@@ -1248,6 +1298,24 @@ class ModelClient:
             fingerprint if isinstance(fingerprint, str) else None,
             model if isinstance(model, str) and model else self.endpoint.model,
         )
+
+    def _parse_native(self, resp: Any, api: str) -> tuple[Any, ...]:
+        """`_parse_fields` for an answer in a provider's own shape: an Anthropic message
+        (`anthropic_api.read_message`) or a Gemini response (`gemini_api.read_response`),
+        under the same size bound."""
+        read = read_response if api == "gemini" else read_message
+        text, calls, finish, usage, model = read(_raw(resp))
+        size = _utf8_size(text) + sum(len(json.dumps(c, default=str)) for c in calls)
+        if size > self._text_bound:
+            raise _Malformed(
+                f"implausible answer: {size} bytes of text and tool calls, more than "
+                f"{self.max_tokens_out} tokens can carry (bound {self._text_bound} bytes)"
+            )
+        if isinstance(usage, tuple):
+            usage = tuple(_raw(v) for v in usage)
+        elif usage is not None:
+            usage = _Unusable(usage)
+        return text, calls, finish, usage, None, model or self.endpoint.model
 
     def _parse_responses(self, resp: Any) -> tuple[Any, ...]:
         """`_parse_fields` for a Responses API body: the text of its assistant message

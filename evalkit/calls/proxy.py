@@ -40,6 +40,13 @@ Endpoints (under either prefix):
   non-streamed upstream call, as for chat. An endpoint without a Responses API (404 or
   405) gives the agent a 502 whose message says so and how each framework switches to
   chat completions.
+* ``POST .../v1/messages`` (the Anthropic Messages API) and ``POST
+  .../v1beta/models/<model>:generateContent`` or ``:streamGenerateContent`` (Gemini's):
+  the same call in those providers' shapes, translated to chat for the endpoint and
+  back (`evalkit.calls.anthropic_api`, `evalkit.calls.gemini_api`: what each refuses),
+  recorded with its `wire`; ``ANTHROPIC_BASE_URL`` and ``GOOGLE_GEMINI_BASE_URL`` are
+  ``http://127.0.0.1:PORT/s/<token>``, the key also read from ``x-api-key`` and
+  ``x-goog-api-key``. docs/wires.md.
 * ``GET .../v1/models``: the generator model.
 * ``POST .../evalkit/tools`` (`EVALKIT_TOOLS_URL`): ``{"name", "arguments"}`` answered
   from the case's fixtures as ``{"content", "error"}``; with ``"result"`` or ``"error"``
@@ -55,7 +62,8 @@ sample run on a Ray node sends its request there and the driver makes the call.
 Errors are OpenAI error bodies (``{"error": {"message", "type", "code"}}``) with
 ``x-should-retry: false``, so the official clients raise at once instead of retrying
 what evalkit already decided: 402 ``budget_exhausted`` (the call does not fit under
-the cap), 400 ``context_length_exceeded`` (over `max_tokens_in`) and ``invalid_request``,
+the cap), 400 ``context_length_exceeded`` (over `max_tokens_in`), ``invalid_request`` and
+``body_too_deep`` (a body nested deeper than `MAX_BODY_DEPTH`),
 401 (an unknown token, or a sample that is over), 409 ``run_stopped`` (the run has
 stopped), 502 ``upstream_failed`` (the endpoint failed after evalkit's retries, or
 breached a ceiling), 507 (disk full), 404 (an endpoint the proxy does not serve). Every
@@ -76,6 +84,7 @@ from typing import Any, Generic, TypeVar, cast
 
 from aiohttp import web
 
+from evalkit.calls import anthropic_api, gemini_api
 from evalkit.calls.client import CallStopped, Completion
 from evalkit.calls.responses_api import response_body, sse, stream_events, usage_body
 from evalkit.calls.session import SampleSession
@@ -131,6 +140,12 @@ RESPONSES_FORWARDED_FIELDS = frozenset(
     }
 )
 RESPONSES_TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})
+# A text part's fields: any other (`image_url`, `file_id`, `file_data`, ...) brings input
+# a text bound does not see.
+TEXT_PART_FIELDS = frozenset({"type", "text", "refusal", "annotations", "logprobs", "cache_control"})
+# The deepest request body served: no agent's request nests this deep (a tool's JSON
+# schema included), and a deeper one would recurse in the JSON reader and writers.
+MAX_BODY_DEPTH = 128
 TOKEN_PREFIX = "ek-"
 # A prompt sample run on a Ray node (`evalkit.running.executors`): its one call, handed the
 # `ModelClient.complete` keywords the request's body gives (`requested_model` and `stream`
@@ -239,6 +254,9 @@ class MeteringProxy:
             app.router.add_post(prefix + "/v1/chat/completions", self._chat)
             app.router.add_post(prefix + "/v1/completions", self._completions)
             app.router.add_post(prefix + "/v1/responses", self._responses)
+            app.router.add_post(prefix + "/v1/messages", self._anthropic)  # `evalkit.calls.anthropic_api`
+            for version in ("/v1beta", "/v1"):  # `evalkit.calls.gemini_api`: models/<model>:<method>
+                app.router.add_post(prefix + version + "/models/{call}", self._gemini)
             app.router.add_get(prefix + "/v1/models", self._models)
             app.router.add_post(prefix + "/evalkit/tools", self._tools)
         app.router.add_route("*", "/{tail:.*}", self._unknown)
@@ -321,12 +339,22 @@ class MeteringProxy:
         return _refusal_response(r)
 
     async def _body(self, request: web.Request) -> dict[str, Any]:
+        too_deep = False
         try:
             body = await request.json(loads=json.loads)
         except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
             raise _Refusal(
                 400, f"evalkit: the request body is not JSON: {exc}", "invalid_request_error", "invalid_json"
             ) from None
+        except RecursionError:
+            too_deep = True  # deeper than the JSON reader goes: refused as any too deep
+        if too_deep or json_depth(body, MAX_BODY_DEPTH) > MAX_BODY_DEPTH:
+            raise _Refusal(
+                400,
+                f"evalkit: the request body nests deeper than {MAX_BODY_DEPTH} levels (MAX_BODY_DEPTH)",
+                "invalid_request_error",
+                "body_too_deep",
+            )
         if not isinstance(body, dict):
             raise _Refusal(
                 400, "evalkit: the request body must be a JSON object", "invalid_request_error", "invalid_json"
@@ -421,6 +449,40 @@ class MeteringProxy:
             return _json_response(answer)
         return await _event_stream(request, sse(stream_events(answer)))
 
+    async def _anthropic(self, request: web.Request) -> web.StreamResponse:
+        """An Anthropic Messages API call, translated to chat and metered as one
+        (`evalkit.calls.anthropic_api`)."""
+        m = await self._metered_call(request, lambda body: (*_translated(anthropic_api.messages_arguments, body), None))
+        if isinstance(m, web.Response):
+            return m
+        u = m.completion.usage
+        message = anthropic_api.message_body(
+            **_answer_fields(m), usage=anthropic_api.usage_body(u.prompt_tokens, u.completion_tokens)
+        )
+        return (
+            await _event_stream(request, anthropic_api.message_events(message)) if m.stream else _json_response(message)
+        )
+
+    async def _gemini(self, request: web.Request) -> web.StreamResponse:
+        """A Gemini ``generateContent`` or ``streamGenerateContent`` call (the model and
+        method in its URL), translated to chat and metered as one (`evalkit.calls.gemini_api`)."""
+        model, _, method = request.match_info["call"].rpartition(":")
+        if method not in ("generateContent", "streamGenerateContent"):
+            return await self._unknown(request)
+        stream = method == "streamGenerateContent"
+        m = await self._metered_call(
+            request, lambda body: (_translated(lambda b: gemini_api.generate_arguments(b, model), body), stream, None)
+        )
+        if isinstance(m, web.Response):
+            return m
+        u = m.completion.usage
+        answer = gemini_api.generate_body(**_answer_fields(m), usage=(u.prompt_tokens, u.completion_tokens))
+        if not stream:
+            return _json_response(answer)
+        if request.query.get("alt") != "sse":  # without alt=sse the stream is one JSON array
+            return web.Response(text=storable_json([answer]), content_type="application/json")
+        return await _event_stream(request, gemini_api.generate_events(answer))
+
     async def _models(self, request: web.Request) -> web.Response:
         try:
             self._session(request)
@@ -465,7 +527,39 @@ def _token(request: web.Request, token: str | None = None) -> str:
     if token is None:
         auth = request.headers.get("Authorization", "")
         token = auth[7:].strip() if auth[:7].lower() == "bearer " else request.headers.get("api-key", "").strip()
+        for name in ("x-api-key", "x-goog-api-key"):  # Anthropic's and Gemini's key headers
+            token = token or request.headers.get(name, "").strip()
     return token or ""
+
+
+def json_depth(value: Any, limit: int) -> int:
+    """How deep `value` (parsed JSON) nests, counted without recursion and no further
+    than `limit` + 1: a scalar is 0, an empty list or object 1."""
+    deepest, stack = 0, [(value, 1)]
+    while stack and deepest <= limit:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
+
+
+def _answer_fields(m: _Metered[Any]) -> dict[str, Any]:
+    """What another provider's answer body is built from (`anthropic_api.message_body`,
+    `gemini_api.generate_body`): an id, and the completion's model, text, tool calls
+    and finish reason."""
+    c = m.completion
+    rid = f"evalkit{m.session.calls}{secrets.token_hex(6)}"
+    return {"rid": rid, "model": c.model, "text": c.text, "tool_calls": c.tool_calls, "finish_reason": c.finish_reason}
+
+
+def _translated(parse: Callable[[dict[str, Any]], _X], body: dict[str, Any]) -> _X:
+    """`parse(body)` of another provider's API (`anthropic_api`, `gemini_api`), its
+    `ValueError` the agent's 400 (`_bad`)."""
+    try:
+        return parse(body)
+    except ValueError as exc:
+        raise _bad(str(exc)) from None
 
 
 def _bad(msg: str) -> _Refusal:
@@ -629,8 +723,10 @@ def _unserved_part(parts: list[Any], kinds: Collection[str], *, text: bool = Fal
     an audio clip or a file costs input tokens a text bound does not see."""
     for j, part in enumerate(parts):
         kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-        if kind not in kinds or (text and not isinstance(part.get("text"), str)):
+        if not isinstance(kind, str) or kind not in kinds or (text and not isinstance(part.get("text"), str)):
             return j, kind
+        if not TEXT_PART_FIELDS.issuperset(part):  # a text part that carries an image or a file too
+            return j, f"{kind} with {sorted(set(part) - TEXT_PART_FIELDS)}"
     return None
 
 
@@ -641,6 +737,9 @@ def _check_input_items(items: list[dict[str, Any]]) -> None:
         kind = item.get("type", "message")
         if kind in ("function_call", "function_call_output", "reasoning"):
             output = item.get("output")
+            if kind == "function_call_output" and not isinstance(output, (str, list)):
+                what = output.get("type") if isinstance(output, dict) else type(output).__name__
+                raise _bad(f"input[{i}].output of type {what!r} is not served (a string or a list of text parts)")
             if kind == "function_call_output" and isinstance(output, list):
                 if (found := _unserved_part(output, RESPONSES_TEXT_PARTS)) is not None:
                     j, ptype = found

@@ -143,12 +143,17 @@ class SampleSession:
         requested_model: str | None = None,
         stream: bool = False,
         responses_input: Any = None,
+        wire: str | None = None,
+        native: dict[str, Any] | None = None,
     ) -> Completion:
         """One model call of the sample, through the client; its trajectory line is
         written when it ends, however it ends. Raises what the client raises (and
         records it as the sample's failure), `CallStopped` once the sample is over.
         `responses_input`: a Responses API call (endpoint ``responses`` in the
-        trajectory, its request's ``input`` recorded as sent)."""
+        trajectory, its request's ``input`` recorded as sent). `wire`: the API the agent
+        spoke when it is not OpenAI's (``anthropic``, ``gemini``: its request translated
+        to chat), recorded on the line; `native`: its request in that API's shape, what an
+        endpoint speaking it is sent (`ModelClient.complete`)."""
         self.calls += 1
         n = self.calls
         args: dict[str, Any] = {
@@ -163,6 +168,8 @@ class SampleSession:
             "responses_input": responses_input,
         }
         line = self._call_line(n, args, requested_model=requested_model, stream=stream)
+        if wire is not None:
+            line["wire"] = wire
         t0 = time.perf_counter()
         # What the call made the endpoint receive and cost, however it ends; its "sent"
         # line is written before its first attempt goes out, so a killed run leaves a
@@ -173,6 +180,7 @@ class SampleSession:
             async with self._first_of_twins(args, n, sample):
                 c = await self.client.complete(
                     **args,
+                    native=native,
                     sample_index=self.key[2],
                     sample=sample,
                     key=f"{self.label}#{n}",

@@ -73,6 +73,10 @@ class Endpoint:
     # What the response cache keys this endpoint's answers by (`endpoints.cache_identity`):
     # None for the base URL (or, under `evalkit serve`, the served model's identity)
     cache_identity: str | None = None
+    # The API the endpoint speaks: "openai" (OpenAI-compatible: every call is sent as chat,
+    # completions or Responses), "anthropic" or "gemini" (that provider's own API: an
+    # agent's calls in it pass through, `evalkit.calls.anthropic_api`, `evalkit.calls.gemini_api`).
+    api: str = "openai"
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,11 @@ resume that runs it again appends attempt 2 after it) and `t` (seconds since the
 
 * ``start``: the sample began (`case_id`, `arm`, `index`, `seed`, `unit`);
 * ``model_call``: one call the agent made (`call`: its ordinal in the attempt, from 1;
-  `endpoint`: ``chat``, ``completion`` or ``responses``; `request`: the messages, prompt
-  or Responses ``input``, tools and parameters sent; `answer`: text, tool calls, finish reason; `usage`, `cost_usd`,
+  `endpoint`: ``chat``, ``completion`` or ``responses``; `wire`: ``anthropic`` or
+  ``gemini`` when the agent spoke that provider's API (its request translated to chat:
+  `evalkit.calls.anthropic_api`, `evalkit.calls.gemini_api`), absent for OpenAI's;
+  `request`: the messages, prompt or Responses ``input``, tools and parameters sent;
+  `answer`: text, tool calls, finish reason; `usage`, `cost_usd`,
   `latency_ms`, `cached`, `attempts` (HTTP requests the endpoint received for it: 0 for
   a cache hit or a refused call), `status` ``ok`` | ``refused`` | ``failed`` |
   ``cancelled``, `error`). A call that goes out to the endpoint first writes a line

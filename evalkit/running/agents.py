@@ -171,13 +171,21 @@ def prepare(suite: Suite) -> Any:
 def child_env(config: Config, ep: SampleEndpoint, workdir: Path) -> dict[str, str]:
     """The environment of a command or python unit's process, built from an allow-list
     (`evalkit.calls.sandbox.environment`), never evalkit's own: the proxy in place of the
-    endpoint, ``OPENAI_API_KEY`` and ``EVALKIT_API_KEY`` the sample's proxy token, and of
+    endpoint (``OPENAI_BASE_URL``, and ``ANTHROPIC_BASE_URL`` / ``GOOGLE_GEMINI_BASE_URL``
+    for the Anthropic and Gemini wires), ``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``,
+    ``GEMINI_API_KEY``, ``GOOGLE_API_KEY`` and ``EVALKIT_API_KEY`` the sample's proxy token, and of
     evalkit's variables only `HOST_VARS` and those `unit.env` names."""
     unit = config.unit
+    root = ep.base_url.removesuffix("/v1")  # the anthropic and google-genai clients add their own paths
     proxy_vars = {
         "OPENAI_BASE_URL": ep.base_url,
         "OPENAI_API_BASE": ep.base_url,
         "OPENAI_API_KEY": ep.api_key,
+        "ANTHROPIC_BASE_URL": root,
+        "ANTHROPIC_API_KEY": ep.api_key,
+        "GOOGLE_GEMINI_BASE_URL": root,
+        "GEMINI_API_KEY": ep.api_key,
+        "GOOGLE_API_KEY": ep.api_key,
         "EVALKIT_BASE_URL": ep.base_url,
         "EVALKIT_API_KEY": ep.api_key,
         "EVALKIT_TOOLS_URL": ep.tools_url,

@@ -14,7 +14,15 @@ from evalkit.foundations.records import (
     Price,
 )
 from evalkit.suites.endpoints import base_url_problem, masked_url
-from evalkit.suites.suite_source import ENDPOINT_KEYS, MAX_PRICE_PER_MTOK, MAX_SEED, MAX_TOKENS, PRICE_KEYS, _Reader
+from evalkit.suites.suite_source import (
+    ENDPOINT_APIS,
+    ENDPOINT_KEYS,
+    MAX_PRICE_PER_MTOK,
+    MAX_SEED,
+    MAX_TOKENS,
+    PRICE_KEYS,
+    _Reader,
+)
 
 # The bounds of the sampling settings a suite sets and an arm may override (`_Reader.number`'s
 # keywords): one table, so that the suite and each arm are held to the same limits.
@@ -51,10 +59,19 @@ def _endpoint(r: _Reader, obj: Any, jp: str, what: str, required: bool) -> Endpo
         # the judge's answers are cached per run, scoped to its identity (model, endpoint,
         # judge files), which its calibration is recorded for: not renamed by a key
         r.err(f"{jp}.cache_identity", "cache_identity is the generator's (the response cache); the judge has none")
+    api = r.text(obj, "api", jp, default="openai") or "openai"
+    if api not in ENDPOINT_APIS:
+        r.err(f"{jp}.api", f"api must be one of {', '.join(ENDPOINT_APIS)}, got {api!r}")
+    elif api != "openai" and what != "generator":
+        r.err(f"{jp}.api", "api is the generator's (an agent's Messages calls pass through); the judge speaks chat")
     if model is None:
         return None
     return Endpoint(
-        model=model, base_url=base_url, api_key_env=key_env or "OPENAI_API_KEY", cache_identity=identity or None
+        model=model,
+        base_url=base_url,
+        api_key_env=key_env or "OPENAI_API_KEY",
+        cache_identity=identity or None,
+        api=api,
     )
 
 

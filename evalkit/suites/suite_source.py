@@ -109,7 +109,8 @@ CONFIG_KEYS = {
     "stopping",
 }
 REQUIRED_CONFIG_KEYS = ("generator", "cost_cap_usd", "max_tokens_in", "max_tokens_out", "price", "judge_price")
-ENDPOINT_KEYS = {"model", "base_url", "api_key_env", "cache_identity"}
+ENDPOINT_KEYS = {"model", "base_url", "api_key_env", "cache_identity", "api"}
+ENDPOINT_APIS = ("openai", "anthropic", "gemini")  # what an endpoint's `api` may say (`Endpoint.api`)
 PRICE_KEYS = {"in_per_mtok", "out_per_mtok"}
 GATE_KEYS = {
     "max_success_drop_points",

@@ -30,6 +30,8 @@ from evalkit.runfolder.trajectories import Trajectory, Turn, read_trajectory
 from evalkit.telling.nb import text_html
 
 SHOWN_CHARS = 600  # of one sent message or answer, per turn
+# A model call's `wire` (trajectories: the API the agent spoke when not OpenAI's) as shown.
+WIRES = {"anthropic": "the Anthropic Messages API", "gemini": "the Gemini API"}
 
 
 @dataclass(frozen=True)
@@ -228,6 +230,8 @@ def turn_lines(turn: Turn, previous: dict[str, Any] | None) -> list[str]:
             else "no usage"
         )
         extra = ", cached" if c.get("cached") else ""
+        if c.get("wire") in WIRES:  # the agent spoke another provider's API, translated to chat
+            extra += f", via {WIRES[c['wire']]}"
         latency = fmt.ms(c.get("latency_ms")) if not fmt.missing(c.get("latency_ms")) else "latency not recorded"
         out.append(f"cost {fmt.usd(c.get('cost_usd') or 0)}, {tokens}, {latency}{extra}")
     for t in turn.tools:

@@ -35,7 +35,9 @@ if args.env:
     seen = {k: k in os.environ for k in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "EVALKIT_TOOLS_URL", "EVALKIT_MODEL",
                                         "EVALKIT_TEST_KEY", "EVALKIT_SERVED", "ANTHROPIC_API_KEY",
                                         "EVALKIT_API_KEY", "MY_PROVIDER_API_KEY", "EVALKIT_KEEP_ME")}
-    print(json.dumps({"seen": seen, "case": case}))
+    # the Anthropic and Gemini clients' keys are the proxy token too, never a provider's key
+    wires = {k: os.environ.get(k) == key for k in ("ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY")}
+    print(json.dumps({"seen": seen, "case": case, "wire_keys_are_the_token": wires}))
     sys.exit(0)
 if args.sleep:
     time.sleep(args.sleep)

@@ -1,0 +1,50 @@
+"""A weather agent on langgraph with langchain-anthropic, unchanged: langgraph's
+prebuilt ReAct agent over `ChatAnthropic` (the Messages API), one tool that langgraph
+runs itself.
+
+evalkit runs it once per sample with the case as JSON on stdin; ANTHROPIC_BASE_URL and
+ANTHROPIC_API_KEY point at evalkit's metering proxy (ChatAnthropic reads them), which
+serves the Messages API: every call is reserved, settled and recorded, translated to
+chat for an OpenAI-compatible endpoint. LangSmith tracing is off in the agent's
+environment (set by evalkit). The tool answers from the case's fixtures through
+EVALKIT_TOOLS_URL.
+"""
+
+import json
+import os
+import sys
+import urllib.request
+
+from langchain_anthropic import ChatAnthropic
+from langchain_core.tools import tool
+from langgraph.prebuilt import create_react_agent
+
+
+def fixture(name: str, arguments: dict) -> str:
+    req = urllib.request.Request(
+        os.environ["EVALKIT_TOOLS_URL"],
+        data=json.dumps({"name": name, "arguments": arguments}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return json.load(resp)["content"]
+
+
+@tool
+def get_weather(city: str) -> str:
+    """The current weather in a city."""
+    return fixture("get_weather", {"city": city})
+
+
+def main() -> None:
+    case = json.load(sys.stdin)
+    llm = ChatAnthropic(model=case["model"], max_retries=0)
+    agent = create_react_agent(
+        llm, [get_weather], prompt="You answer questions about the weather. Look it up with get_weather."
+    )
+    state = agent.invoke({"messages": [("user", case["input"]["question"])]})
+    print(state["messages"][-1].text)
+
+
+if __name__ == "__main__":
+    main()

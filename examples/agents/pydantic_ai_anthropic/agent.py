@@ -1,0 +1,47 @@
+"""A weather agent on pydantic-ai, unchanged: `AnthropicModel` (the Messages API), one
+function tool that pydantic-ai runs itself.
+
+evalkit runs it once per sample with the case as JSON on stdin; ANTHROPIC_BASE_URL and
+ANTHROPIC_API_KEY point at evalkit's metering proxy (the Anthropic provider's client
+reads them), which serves the Messages API: every call is reserved, settled and
+recorded, translated to chat for an OpenAI-compatible endpoint. Logfire export and
+pydantic-ai's banner are off in the agent's environment (set by evalkit). The tool
+answers from the case's fixtures through EVALKIT_TOOLS_URL.
+"""
+
+import json
+import os
+import sys
+import urllib.request
+
+from pydantic_ai import Agent
+from pydantic_ai.models.anthropic import AnthropicModel
+from pydantic_ai.providers.anthropic import AnthropicProvider
+
+
+def fixture(name: str, arguments: dict) -> str:
+    req = urllib.request.Request(
+        os.environ["EVALKIT_TOOLS_URL"],
+        data=json.dumps({"name": name, "arguments": arguments}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return json.load(resp)["content"]
+
+
+def main() -> None:
+    case = json.load(sys.stdin)
+    model = AnthropicModel(case["model"], provider=AnthropicProvider())
+    agent = Agent(model, instructions="You answer questions about the weather. Look it up with get_weather.")
+
+    @agent.tool_plain
+    def get_weather(city: str) -> str:
+        """The current weather in a city."""
+        return fixture("get_weather", {"city": city})
+
+    result = agent.run_sync(case["input"]["question"])
+    print(result.output)
+
+
+if __name__ == "__main__":
+    main()
