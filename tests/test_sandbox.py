@@ -298,7 +298,7 @@ def test_an_empty_trace_under_declared_and_checked_tools_is_a_finding_not_a_sile
         res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
     assert res.complete, res.reason
     found = [f.message for f in grade_run(res.path).findings]
-    assert any(m.startswith("trajectory may be incomplete: 1 sample(s) (q/baseline/0)") for m in found), found
+    assert any(m.startswith("trajectory may be incomplete: the model asked for no tool in 1 sample(s) (q/baseline/0)") for m in found), found
 
 
 def test_read_only_paths_and_the_argv_files_are_all_a_program_sees_of_its_suite(tmp_path):

@@ -66,6 +66,12 @@ def _raise_terminated(signum: int, frame: object) -> None:
     show_default="18181 when it is free, else a free port",
     help="Port on 127.0.0.1 (0: a free port).",
 )
+@click.option(
+    "--tools-model",
+    is_flag=True,
+    help="Serve the embedded model that calls tools (SmolLM2-135M-Instruct, chat endpoint, OpenAI tool_calls) "
+    "instead of the Gemma 3 270M base model.",
+)
 @click.option("--n-ctx", type=int, default=2048, show_default=True, help="Context size (embedded model).")
 @click.option("--threads", "n_threads", type=int, default=None, help="CPU threads (embedded model).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
@@ -73,6 +79,7 @@ def serve(
     script: Path | None,
     model_path: Path | None,
     port: int | None,
+    tools_model: bool,
     n_ctx: int,
     n_threads: int | None,
     command: tuple[str, ...],
@@ -101,8 +108,8 @@ def serve(
     # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
     from evalkit.calls.serve import LocalModelServer, ScriptedServer, default_port, port_is_free
 
-    if script is not None and model_path is not None:
-        raise click.UsageError("--scripted and --model are exclusive")
+    if script is not None and (model_path is not None or tools_model):
+        raise click.UsageError("--scripted excludes --model and --tools-model")
     chosen = port is None
     if port is None:
         port = default_port()  # the same base URL each time, unless another server holds it
@@ -111,7 +118,7 @@ def serve(
         """The server asked for, on port `p` (not started)."""
         if script is not None:
             return ScriptedServer(script, port=p)
-        return LocalModelServer(model_path, port=p, n_ctx=n_ctx, n_threads=n_threads)
+        return LocalModelServer(model_path, port=p, n_ctx=n_ctx, n_threads=n_threads, tools=tools_model)
 
     # SIGTERM (CI cancelling a job) unwinds like Ctrl-C, so the model server is stopped: from
     # its first start on, a model still loading included

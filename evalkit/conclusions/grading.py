@@ -396,10 +396,12 @@ def _incomplete_trajectory_findings(
     return [
         Finding(
             "MEDIUM",
-            f"{INCOMPLETE_TRAJECTORY}: {len(found)} sample(s) ({shown}) reported no tool call and their model "
-            "asked for none, while the suite declares tools and checks them: a program that runs its tools "
-            "itself (inside generated code) must report each at EVALKIT_TOOLS_URL, or its trace checks "
-            "(forbidden_tools, tool_calls) see nothing",
+            f"{INCOMPLETE_TRAJECTORY}: the model asked for no tool in {len(found)} sample(s) ({shown}), and the "
+            "program reported none, while the suite declares tools and checks them, so the trace checks "
+            "(forbidden_tools, tool_calls) passed on an empty trace. Either the model cannot call tools (a base "
+            "model such as the embedded Gemma 3 270M answers in text: serve a model that calls tools, "
+            "`evalkit serve --tools-model`) or did not choose to; or the program runs its tools itself (inside "
+            "generated code) and must report each at EVALKIT_TOOLS_URL",
         )
     ]
 
