@@ -350,3 +350,47 @@ def test_ci_comment_a_non_numeric_id_is_no_match_and_the_url_stays_on_its_line()
         gh.close()
     assert got.action == "created" and [m for m, _ in gh.calls] == ["GET", "POST"]
     assert "\n" not in got.render() and "\\x0a::error::" in got.render()
+
+
+def test_deep_tool_call_arguments_are_scanned_as_text_not_a_traceback():
+    """A model's tool-call arguments nested 5,000 deep (the privacy gate parses them to
+    scan each string): scanned as text, the address in them still found."""
+    from evalkit.pii.privacy import scanner
+    from evalkit.pii.privacy_gate import output_detections
+
+    args = "[" * 5000 + '"jane.doe@acme-corp.com"' + "]" * 5000
+    found = output_detections("", [{"function": {"name": "f", "arguments": args}}], scanner())
+    assert [jp for jp, _ in found] == ["tool_calls[0].function.arguments"]
+
+
+def test_a_deep_report_manifest_is_skipped_by_the_index(tmp_path):
+    from evalkit.telling.report_index import load_manifests
+
+    (tmp_path / "r1").mkdir()
+    (tmp_path / "r1" / "report.json").write_text('{"a": ' + DEEP + "}")
+    assert load_manifests(tmp_path) == []
+
+
+def test_deep_tool_call_arguments_from_a_model_are_kept_as_written(tmp_path, monkeypatch):
+    """A model's tool-call arguments nested 2,000 deep: the call succeeds with the
+    arguments kept as the string the model wrote (as for arguments that are not JSON),
+    and a grader reads them as that string; no RecursionError, no paid retry."""
+    from test_ledger_served import RawUpstream, _http, _one_call
+
+    from evalkit.checking.graders import normalize_tool_call
+
+    monkeypatch.setenv("EVALKIT_TEST_KEY", "k")
+    args = "[" * 2000 + "]" * 2000  # past the JSON module's recursion, within what 8 tokens may carry
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": args}}
+    up = RawUpstream(lambda path, body: _http({
+        "id": "c", "object": "chat.completion", "created": 0, "model": "m",
+        "choices": [{"index": 0, "finish_reason": "tool_calls",
+                     "message": {"role": "assistant", "content": None, "tool_calls": [call]}}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 8}}))
+    try:
+        out, events, _ = _one_call(tmp_path, up.base_url, messages=[{"role": "user", "content": "hi"}])
+    finally:
+        up.close()
+    assert not isinstance(out, Exception), out
+    assert out.tool_calls[0]["arguments"] == args and up.requests == 1
+    assert normalize_tool_call(call) == ("f", args)

@@ -45,8 +45,15 @@ costs is decided by what may have been billed, and nothing else:
 * anything else that may have reached the server (a connection reset or closed after
   the request was written, a read timeout, a malformed or implausible body): the full
   reservation, because the call may have been billed and evalkit cannot know. The
-  ledger never underestimates.
+  ledger never underestimates. So is an answer that is no HTTP response at all (a bad
+  status line, binary bytes, a NUL in a header: `unreadable_answer`, reason
+  ``"unreadable answer"``): it came after the request was written, whatever the HTTP
+  library's error type says.
 
+Reported counts below what the request's text and the answer's text can carry
+(`ledger.implausible_usage`: 0 tokens for 2,000 bytes) are untrusted too: the attempt
+is settled at the full reservation, the reason on its ledger line, and the answer is
+kept (its text is fine; only its accounting is not believed).
 Reported usage that is not an object of non-negative integer counts (negative,
 fractional, a string, a list, a missing count) is untrusted: the attempt is settled at
 the full reservation and the call fails as a malformed response, not retried. No usage
@@ -106,6 +113,7 @@ from evalkit.calls.cache import ResponseCache
 from evalkit.calls.ledger import Ledger, Reservation, implausible_usage, reported_usage, unusable_usage
 from evalkit.calls.ratelimit import pacer_for
 from evalkit.calls.responses_api import input_messages, no_responses_api
+from evalkit.foundations._io import loads_bounded
 from evalkit.foundations._text import sendable
 from evalkit.foundations.errors import (
     BudgetExhausted,
@@ -319,8 +327,8 @@ def _tool_call_dict(tc: Any) -> tuple[dict[str, Any], int]:
         raise _Malformed("a tool call has no function name")
     raw = _raw(getattr(fn, "arguments", None))
     try:
-        args = json.loads(raw) if isinstance(raw, str) else raw
-    except json.JSONDecodeError:
+        args = loads_bounded(raw, "a tool call's arguments") if isinstance(raw, str) else raw
+    except (json.JSONDecodeError, InputError):  # not JSON, or nested past the depth guard
         args = raw  # kept as the model wrote it; graders decide
     d = {"name": name, "arguments": args}
     tc_id = getattr(tc, "id", None)
@@ -1374,8 +1382,8 @@ def _responses_output(output: list[Any]) -> tuple[list[str], list[dict[str, Any]
             if not isinstance(name, str) or not isinstance(raw, str):
                 raise _Malformed(f"output[{i}] is a function call without a name and arguments string")
             try:
-                args: Any = json.loads(raw)
-            except json.JSONDecodeError:
+                args: Any = loads_bounded(raw, "a function call's arguments")
+            except (json.JSONDecodeError, InputError):  # not JSON, or nested past the depth guard
                 args = raw  # kept as the model wrote it; graders decide
             call: dict[str, Any] = {"name": name, "arguments": args}
             if isinstance(call_id, str) and call_id:

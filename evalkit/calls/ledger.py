@@ -11,7 +11,8 @@ Reported usage is untrusted data: a count that is not a non-negative integer (ne
 fractional, NaN, a string) never lowers the spend. `settle_reported` settles such a call
 at its full reservation (or more, when a fractional count rounded up passes it) and
 says why, so the committed total only ever grows; `untrusted` counts such settles, in
-every session of the file.
+every session of the file. So are counts below what the text could carry
+(`implausible_usage`, `usage_floor`).
 
 What a failed call costs (`settle_failed`): an attempt that provably never reached the
 server (`release_unsent`: a refused connection, a failed DNS lookup, a connect timeout,

@@ -29,7 +29,7 @@ from typing import Any
 
 import regex as _regex
 
-from evalkit.foundations._io import MAX_TEXT_BYTES, read_text_file
+from evalkit.foundations._io import MAX_TEXT_BYTES, loads_bounded, read_text_file
 from evalkit.foundations._jsonschema import jsonschema as _jsonschema
 from evalkit.foundations._jsonschema import offline_registry, remote_refs
 from evalkit.foundations.checks import json_path_steps, regex_flags
@@ -266,8 +266,8 @@ def normalize_tool_call(call: Any) -> tuple[str, Any]:
     args = fn.get("arguments", fn.get("args", {}))
     if isinstance(args, str):
         try:
-            args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError:
+            args = loads_bounded(args, "a tool call's arguments") if args.strip() else {}
+        except (json.JSONDecodeError, InputError):  # not JSON, or nested past the depth guard: a string
             pass
     return name, args
 

@@ -428,7 +428,8 @@ def _decoded_json_items(text: str) -> Iterator[JsonLine | tuple[int, dict[str, A
     for i, raw in enumerate(lines):
         if not raw.strip(_BYTES_SPACE):
             continue
-        value = _scan_object(raw) if deep_offset(raw) is None else None  # a deep line: `_json_line` refuses it
+        shallow = raw.count("[") + raw.count("{") <= MAX_JSON_DEPTH or deep_offset(raw) is None  # inlined: per line
+        value = _scan_object(raw) if shallow else None  # a deep line: `_json_line` refuses it
         yield (i + 1, value) if value is not None else _json_line(i + 1, raw.encode(), torn=i == last)
 
 

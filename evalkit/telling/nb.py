@@ -23,7 +23,7 @@ from evalkit.checking.judge import PairOutcome
 from evalkit.checking.judge import read_pairwise as _read_pairwise
 from evalkit.conclusions.compare import compare_arms
 from evalkit.foundations import fmt
-from evalkit.foundations._io import jsonable, write_atomic
+from evalkit.foundations._io import jsonable, loads_bounded, write_atomic
 from evalkit.foundations._text import visible
 from evalkit.foundations.errors import InputError
 from evalkit.foundations.layout import PAIRWISE, RUN_CONFIG
@@ -182,8 +182,8 @@ def newest_run(root: str | Path | None = None) -> Path | None:
 
     def created(p: Path) -> tuple[str, str]:
         try:
-            c = json.loads((p / RUN_CONFIG).read_text(encoding="utf-8")).get("created")
-        except (OSError, ValueError, AttributeError):
+            c = loads_bounded((p / RUN_CONFIG).read_text(encoding="utf-8"), p / RUN_CONFIG).get("created")
+        except (OSError, ValueError, AttributeError, InputError):
             c = None
         return (str(c or ""), p.name)
 
