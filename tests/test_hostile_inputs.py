@@ -394,3 +394,13 @@ def test_deep_tool_call_arguments_from_a_model_are_kept_as_written(tmp_path, mon
     assert not isinstance(out, Exception), out
     assert out.tool_calls[0]["arguments"] == args and up.requests == 1
     assert normalize_tool_call(call) == ("f", args)
+
+
+def test_a_deep_trajectory_line_is_a_judge_error(tmp_path):
+    from evalkit.checking.judge import trajectory_text
+    from evalkit.foundations.errors import JudgeError
+
+    p = tmp_path / "sample-0.jsonl"
+    p.write_text('{"kind": "tool"}\n{"args": ' + DEEP + "}\n")
+    with pytest.raises(JudgeError, match="line 2: nested deeper than"):
+        trajectory_text(p)
