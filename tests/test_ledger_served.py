@@ -139,3 +139,38 @@ def test_usage_below_what_the_text_carries_keeps_the_reservation_with_a_finding(
     assert out.text == TEXT and out.cost_usd > 0
     (settle,) = [e for e in events if e["event"] == "settle"]
     assert settle["cost_usd"] == pytest.approx(out.cost_usd) and "below what the text carries" in settle["untrusted"]
+
+
+def test_through_the_proxy_an_unreadable_upstream_answer_is_paid_at_the_reservation(tmp_path, monkeypatch):
+    """An agent's call through the metering proxy to an upstream that reads the request
+    and answers a bad status line: the agent gets a 502, and the ledger holds the
+    attempt at its reserved worst case (the proxy forwards through `ModelClient`)."""
+    import asyncio
+
+    import openai
+    from test_proxy import PRICE, _setup, _teardown
+
+    from evalkit.runfolder.runs import iter_jsonl
+
+    monkeypatch.setenv("EVALKIT_TEST_KEY", "k")
+    up = RawUpstream(lambda path, body: GARBAGE["bad status line"])
+
+    async def go():
+        things = await _setup(tmp_path, up.base_url)
+        ep = things[-1]
+        oc = openai.AsyncOpenAI(base_url=ep.base_url, api_key=ep.api_key, max_retries=0)
+        try:
+            with pytest.raises(openai.APIStatusError) as ei:
+                await oc.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+            return ei.value.status_code
+        finally:
+            await oc.close()
+            await _teardown(*things)
+
+    try:
+        status = asyncio.run(go())
+    finally:
+        up.close()
+    assert status == 502 and up.requests == 1
+    releases = [e for e in iter_jsonl(tmp_path / "ledger.jsonl") if e["event"] == "release"]
+    assert [(e["reason"], e["cost_usd"]) for e in releases] == [("unreadable answer", pytest.approx(PRICE.cost(500, 20)))]
