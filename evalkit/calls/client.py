@@ -45,8 +45,15 @@ costs is decided by what may have been billed, and nothing else:
 * anything else that may have reached the server (a connection reset or closed after
   the request was written, a read timeout, a malformed or implausible body): the full
   reservation, because the call may have been billed and evalkit cannot know. The
-  ledger never underestimates.
+  ledger never underestimates. So is an answer that is no HTTP response at all (a bad
+  status line, binary bytes, a NUL in a header: `unreadable_answer`, reason
+  ``"unreadable answer"``): it came after the request was written, whatever the HTTP
+  library's error type says.
 
+Reported counts below what the request's text and the answer's text can carry
+(`ledger.implausible_usage`: 0 tokens for 2,000 bytes) are untrusted too: the attempt
+is settled at the full reservation, the reason on its ledger line, and the answer is
+kept (its text is fine; only its accounting is not believed).
 Reported usage that is not an object of non-negative integer counts (negative,
 fractional, a string, a list, a missing count) is untrusted: the attempt is settled at
 the full reservation and the call fails as a malformed response, not retried. No usage
@@ -105,9 +112,10 @@ except ImportError:  # pragma: no cover - an older openai
 from evalkit.calls.anthropic_api import ANTHROPIC_VERSION, read_message
 from evalkit.calls.cache import ResponseCache
 from evalkit.calls.gemini_api import read_response
-from evalkit.calls.ledger import Ledger, Reservation, reported_usage, unusable_usage
+from evalkit.calls.ledger import Ledger, Reservation, implausible_usage, reported_usage, unusable_usage
 from evalkit.calls.ratelimit import pacer_for
 from evalkit.calls.responses_api import input_messages, no_responses_api
+from evalkit.foundations._io import loads_bounded
 from evalkit.foundations._text import sendable
 from evalkit.foundations.errors import (
     BudgetExhausted,
@@ -258,6 +266,20 @@ _URL_ERRORS = (aiohttp.NonHttpUrlClientError, aiohttp.InvalidUrlClientError, htt
 _DNS_ERRORS = tuple(c for c in (getattr(aiohttp, "ClientConnectorDNSError", None), socket.gaierror) if c)
 
 
+# Errors an HTTP client raises only while reading an answer (a bad status line, binary
+# bytes, a NUL in a header, a body cut short): the request was written before them.
+_ANSWER_ERRORS = (aiohttp.ClientResponseError, aiohttp.ClientPayloadError, httpx2.RemoteProtocolError, httpx2.ReadError)
+
+
+def unreadable_answer(exc: BaseException) -> str | None:
+    """The cause when `exc` came from reading the server's answer (the request was sent,
+    so the attempt may be billed: never "not sent", never $0), else None."""
+    for e in _chain(exc):
+        if isinstance(e, _ANSWER_ERRORS):
+            return f"unreadable answer ({type(e).__name__}: {_short(str(e), 200)})"
+    return None
+
+
 def transport_failure(exc: BaseException, timeout_s: float) -> tuple[str, str]:
     """(ledger reason, cause) of an attempt that got no HTTP answer: ``"not sent"`` when
     the request provably never reached the server (see the module docstring),
@@ -307,8 +329,8 @@ def _tool_call_dict(tc: Any) -> tuple[dict[str, Any], int]:
         raise _Malformed("a tool call has no function name")
     raw = _raw(getattr(fn, "arguments", None))
     try:
-        args = json.loads(raw) if isinstance(raw, str) else raw
-    except json.JSONDecodeError:
+        args = loads_bounded(raw, "a tool call's arguments") if isinstance(raw, str) else raw
+    except (json.JSONDecodeError, InputError):  # not JSON, or nested past the depth guard
         args = raw  # kept as the model wrote it; graders decide
     d = {"name": name, "arguments": args}
     tc_id = getattr(tc, "id", None)
@@ -316,6 +338,21 @@ def _tool_call_dict(tc: Any) -> tuple[dict[str, Any], int]:
         d["id"] = tc_id
     size = _utf8_size(name) + (_utf8_size(raw) if isinstance(raw, str) else len(json.dumps(raw, default=str)))
     return d, size
+
+
+def _request_text_bytes(body: dict[str, Any]) -> int:
+    """The UTF-8 bytes of the text a request sends the model (its prompt, each message's
+    or input item's string content), for `ledger.implausible_usage`."""
+    size, stack = 0, [body.get(k) for k in ("prompt", "messages", "input", "instructions")]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            size += _utf8_size(v)
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, dict):
+            stack.extend(v.get(k) for k in ("content", "text") if k in v)
+    return size
 
 
 def _utf8_size(text: str) -> int:
@@ -873,7 +910,16 @@ class ModelClient:
         self._throttle.answered()
         self.pacer.answered()
         return self._settle(
-            r, call.rhash, call.ckey, call.sample_index, call.label, call.attempt, call.causes, parsed, latency_ms
+            r,
+            call.rhash,
+            call.ckey,
+            call.sample_index,
+            call.label,
+            call.attempt,
+            call.causes,
+            parsed,
+            latency_ms,
+            prompt_bytes=_request_text_bytes(call.body),
         )
 
     def _http_error(self, call: _Call, r: Reservation, exc: openai.APIStatusError) -> _Failed:
@@ -917,6 +963,11 @@ class ModelClient:
         refused to send the request ($0, not retried: the same request fails the same
         way; a run of them stops the run as a dead endpoint does); after one, the answer
         was no completion (charged in full, retried)."""
+        unreadable = unreadable_answer(exc)
+        if unreadable is not None:  # sent, and the server answered bytes that are no HTTP response
+            call.progress.cost_usd += self.ledger.settle_failed(r, _worst(r), "unreadable answer", unreadable)
+            self._answered()
+            return _Failed(unreadable)
         if not mark.answered and not isinstance(exc, _Malformed):
             # Not a transport error (every failure once a socket is in use reaches us
             # as an APIConnectionError), so the HTTP client refused to build or send it.
@@ -1134,12 +1185,15 @@ class ModelClient:
         parsed: tuple[Any, ...],
         latency_ms: float,
         settle: Callable[[Usage, str | None], float] | None = None,
+        prompt_bytes: int = 0,
     ) -> Completion:
         """Settle a finished call: store the answer in the cache first (committed before
         it is used, when the cache commits each put), then settle it on the ledger (or
         with `settle`, a batch line's charge). Raises `CeilingBreached`, or
         `UnitCallError` for untrusted usage (not retried: a server whose accounting is
-        wrong would be paid at the worst case again). `parsed`: what `_parse` read."""
+        wrong would be paid at the worst case again); counts below what the request's
+        text (`prompt_bytes`) and the answer's could carry are untrusted too, settled at
+        the reservation with the answer kept. `parsed`: what `_parse` read."""
         text, tool_calls, finish, usage, fingerprint, model = parsed
         untrusted: str | None
         if isinstance(usage, _Unusable):
@@ -1147,11 +1201,15 @@ class ModelClient:
         else:
             # No usage reported: charge the worst case rather than guess low.
             settled, untrusted = reported_usage(r, *(usage if usage is not None else (r.tokens_in, r.tokens_out)))
+        low = implausible_usage(settled, prompt_bytes, _utf8_size(text)) if untrusted is None else None
+        if low is not None:  # the reservation stands; the answer itself is kept
+            settled = Usage(max(settled.prompt_tokens, r.tokens_in), max(settled.completion_tokens, r.tokens_out))
         within = settled.prompt_tokens <= r.tokens_in and settled.completion_tokens <= r.tokens_out
-        if self.cache is not None and untrusted is None and within:
+        if self.cache is not None and untrusted is None and low is None and within:
             self._cache_answer(r, ckey, sample_index, parsed, settled)
         try:
-            cost = self.ledger.settle(r, settled, untrusted=untrusted) if settle is None else settle(settled, untrusted)
+            why = untrusted or low
+            cost = self.ledger.settle(r, settled, untrusted=why) if settle is None else settle(settled, why)
         except CeilingBreached as exc:
             exc.attempts = attempt  # type: ignore[attr-defined]
             raise
@@ -1392,8 +1450,8 @@ def _responses_output(output: list[Any]) -> tuple[list[str], list[dict[str, Any]
             if not isinstance(name, str) or not isinstance(raw, str):
                 raise _Malformed(f"output[{i}] is a function call without a name and arguments string")
             try:
-                args: Any = json.loads(raw)
-            except json.JSONDecodeError:
+                args: Any = loads_bounded(raw, "a function call's arguments")
+            except (json.JSONDecodeError, InputError):  # not JSON, or nested past the depth guard
                 args = raw  # kept as the model wrote it; graders decide
             call: dict[str, Any] = {"name": name, "arguments": args}
             if isinstance(call_id, str) and call_id:

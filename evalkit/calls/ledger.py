@@ -11,7 +11,8 @@ Reported usage is untrusted data: a count that is not a non-negative integer (ne
 fractional, NaN, a string) never lowers the spend. `settle_reported` settles such a call
 at its full reservation (or more, when a fractional count rounded up passes it) and
 says why, so the committed total only ever grows; `untrusted` counts such settles, in
-every session of the file.
+every session of the file. So are counts below what the text could carry
+(`implausible_usage`, `usage_floor`).
 
 What a failed call costs (`settle_failed`): an attempt that provably never reached the
 server (`release_unsent`: a refused connection, a failed DNS lookup, a connect timeout,
@@ -539,6 +540,36 @@ def reported_usage(r: Reservation, prompt_tokens: object, completion_tokens: obj
     settled = [max(reserved, _ceil_count(raw) or 0) for _, raw, reserved in raws]
     return Usage(settled[0], settled[1]), (
         "usage is not a non-negative integer (" + ", ".join(problems) + "): settled at the full reservation"
+    )
+
+
+# The most UTF-8 bytes a token is taken to carry on average over a text, and the bytes a
+# text may hold before any count is asked of it. Not bytes/4 (English prose averages 4 to
+# 5 bytes a token on o200k, code indentation far more): a floor honest counts never reach.
+FLOOR_BYTES_PER_TOKEN = 32
+FLOOR_SLACK_BYTES = 256
+
+
+def usage_floor(text_bytes: int) -> int:
+    """The fewest tokens `text_bytes` UTF-8 bytes of text can be (`FLOOR_BYTES_PER_TOKEN`
+    a token after `FLOOR_SLACK_BYTES`): a count below it is no count of that text."""
+    return max(0, text_bytes - FLOOR_SLACK_BYTES) // FLOOR_BYTES_PER_TOKEN
+
+
+def implausible_usage(usage: Usage, prompt_bytes: int, text_bytes: int) -> str | None:
+    """Why reported counts are below what the request's and the answer's text could
+    carry (`usage_floor`), else None: 0 tokens for 2,000 bytes of text is not trusted,
+    and the call is settled at its full reservation (the reservation stands)."""
+    low = [
+        f"{name}={n} for {size} bytes of text (at least {usage_floor(size)})"
+        for name, n, size in (
+            ("prompt_tokens", usage.prompt_tokens, prompt_bytes),
+            ("completion_tokens", usage.completion_tokens, text_bytes),
+        )
+        if n < usage_floor(size)
+    ]
+    return (
+        "usage below what the text carries (" + ", ".join(low) + "): settled at the full reservation" if low else None
     )
 
 

@@ -113,6 +113,7 @@ from typing import Any
 
 from evalkit.calls._batchserve import BATCH_SCHEMA
 from evalkit.calls.responses_api import input_text, response_body, sse, stream_events, usage_body
+from evalkit.foundations._io import load_yaml_bounded, loads_bounded
 from evalkit.foundations.errors import EvalkitError, InputError
 
 FAULT_KINDS = ("429", "500", "503", "drop", "slow", "malformed", "over_usage")
@@ -228,13 +229,13 @@ def load_script(script: dict[str, Any] | str | Path) -> dict[str, Any]:
             import yaml
 
             try:
-                data = yaml.safe_load(raw)
+                data = load_yaml_bounded(raw, source)
             except yaml.MarkedYAMLError as exc:
                 line = exc.problem_mark.line + 1 if exc.problem_mark else None
                 raise InputError(f"not valid YAML: {exc.problem}", path=source, line=line) from exc
         else:
             try:
-                data = json.loads(raw)
+                data = loads_bounded(raw, source)
             except json.JSONDecodeError as exc:
                 raise InputError(f"not valid JSON: {exc.msg}", path=source, line=exc.lineno) from exc
     elif isinstance(script, dict):

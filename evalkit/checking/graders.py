@@ -29,8 +29,9 @@ from typing import Any
 
 import regex as _regex
 
-from evalkit.foundations._io import MAX_TEXT_BYTES, read_text_file
+from evalkit.foundations._io import MAX_TEXT_BYTES, loads_bounded, read_text_file
 from evalkit.foundations._jsonschema import jsonschema as _jsonschema
+from evalkit.foundations._jsonschema import offline_registry, remote_refs
 from evalkit.foundations.checks import json_path_steps, regex_flags
 from evalkit.foundations.errors import InputError
 from evalkit.foundations.records import Case, Check, CheckResult, Sample
@@ -129,16 +130,21 @@ def regex(
 
 @functools.lru_cache(maxsize=256)
 def _validator(schema_json: str) -> Any:
-    """A checked validator per schema (checking a schema costs far more than using it)."""
+    """A checked validator per schema (checking a schema costs far more than using it),
+    resolving `$ref` only inside the schema (`offline_registry`: nothing fetched)."""
     schema = json.loads(schema_json)
     jsonschema = _jsonschema()
+    outside = remote_refs(schema)
+    if outside:
+        jp, ref = outside[0]
+        raise InputError(f"JSON Schema {jp} = {ref!r} points outside the schema: it is not retrieved (inline it)")
 
     try:
         validator_cls = jsonschema.validators.validator_for(schema)
         validator_cls.check_schema(schema)
     except jsonschema.SchemaError as exc:
         raise InputError(f"invalid JSON Schema: {exc.message}") from None
-    return _with_timed_patterns(validator_cls)(schema)
+    return _with_timed_patterns(validator_cls)(schema, registry=offline_registry())
 
 
 def _schema_search(pattern: str, text: str) -> bool:
@@ -260,8 +266,8 @@ def normalize_tool_call(call: Any) -> tuple[str, Any]:
     args = fn.get("arguments", fn.get("args", {}))
     if isinstance(args, str):
         try:
-            args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError:
+            args = loads_bounded(args, "a tool call's arguments") if args.strip() else {}
+        except (json.JSONDecodeError, InputError):  # not JSON, or nested past the depth guard: a string
             pass
     return name, args
 

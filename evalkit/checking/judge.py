@@ -69,6 +69,7 @@ from evalkit.foundations._io import (
     MAX_TEXT_BYTES,
     iter_jsonl,
     json_lines,
+    loads_bounded,
     read_json_object,
     read_text_file,
     write_atomic,
@@ -649,9 +650,11 @@ def trajectory_text(path: str | Path) -> str:
         if not raw.strip():
             continue
         try:
-            d = json.loads(raw)
+            d = loads_bounded(raw, p, line=i)
         except json.JSONDecodeError as exc:
             raise JudgeError(f"trajectory {p} line {i} is not JSON: {exc.msg}") from None
+        except InputError as exc:  # nested past the depth guard
+            raise JudgeError(f"trajectory {p} line {i}: {exc.message}") from None
         if isinstance(d, dict):
             d = {k: v for k, v in d.items() if k not in TRAJECTORY_HIDDEN_KEYS}
         out.append(json.dumps(d, ensure_ascii=False, sort_keys=True))

@@ -7,7 +7,9 @@ deterministic findings of `evalkit.prompts.analyze`.
 **The prompt** is a versioned package file, `evalkit/templates/analyze-judge-v1.md`
 (`ANALYZE_VERSION`, as the pairwise judge's `judge-pairwise-v2.md` is): the categories
 (`analyze.JUDGE_CATEGORIES`), the file with its line numbers and the files it links to
-(relative Markdown links that exist), each a data block between marker lines whose token
+(relative Markdown links that exist inside the file's folder, symlinks followed: an
+absolute or `../` link out of it, or anything under `/proc`, `/dev` or `/sys`, is never
+read), each a data block between marker lines whose token
 is derived from a SHA-256 of the content (`judge.boundary_token`), under evalkit's own
 system message saying that text inside a block is data. A new wording is a new file and
 a new version: the cache scope holds the template's text, so it is asked again.
@@ -25,7 +27,8 @@ unchanged files costs $0.
 **Private data stays home**: a file (or a linked file) in which the privacy scan finds
 personal data or secrets (`evalkit.pii.privacy`, with the suite's `privacy.json`
 allow-list) is not sent, and the pass is incomplete, unless `allow_private_data`
-(`--allow-private-data`), as `run` refuses before its first call.
+(`--allow-private-data`), as `run` refuses before its first call. A text that holds the
+judge's own API key (the value of its `api_key_env`) is never sent, allowed or not.
 
 **The answer is untrusted** (`parse_findings`): one JSON object `{"findings": [...]}`
 (alone, or alone in one fenced code block), each finding an object with integer `line`
@@ -45,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
 import re
 import string
 import unicodedata
@@ -70,7 +74,7 @@ from evalkit.foundations.errors import (
 from evalkit.foundations.layout import JUDGE_CACHE, LEDGER, PRIVACY_FILE, RUNS_DIR
 from evalkit.foundations.records import Endpoint, Price, PromptFinding, Suite
 from evalkit.pii.privacy import ALLOW_FLAG, Policy, load_policy_file, scan_text
-from evalkit.prompts.analyze import JUDGE_CATEGORIES, JUDGE_RULE_PREFIX, linked_files
+from evalkit.prompts.analyze import JUDGE_CATEGORIES, JUDGE_RULE_PREFIX, in_tree, linked_files
 
 ANALYZE_TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "analyze-judge-v1.md"
 ANALYZE_VERSION = "analyze-v1"
@@ -389,10 +393,12 @@ def parse_findings(answer: str, shown: str, text: str) -> tuple[list[PromptFindi
 
 
 def _linked(path: Path, text: str) -> list[tuple[str, str]]:
+    """The files `path` links to that may be sent (`analyze.linked_files`: inside its
+    folder), each read inside that folder (a symlink swapped out since is refused)."""
     out = []
     for f in linked_files(path, text)[:MAX_LINKED]:
         try:
-            out.append((str(f), read_text_file(f, limit=MAX_TEXT_BYTES, allow_empty=True)))
+            out.append((str(f), read_text_file(f, limit=MAX_TEXT_BYTES, allow_empty=True, root=path.parent)))
         except InputError:
             continue  # not a regular text file under the limit: not shown (the rule `link-missing` covers absence)
     return out
@@ -407,6 +413,31 @@ def private_data(texts: Sequence[tuple[str, str]], policy: Policy) -> list[str]:
     if found:
         found.append(f"redact it, allow-list synthetic values in {PRIVACY_FILE}, or pass {ALLOW_FLAG}")
     return found
+
+
+MIN_SECRET_CHARS = 8  # a shorter key value would match ordinary text
+
+
+def own_secrets(texts: Sequence[tuple[str, str]], env_names: Sequence[str]) -> list[str]:
+    """The texts that hold the value of one of evalkit's own secrets (the judge's API
+    key, read from `env_names`), as `file: holds the value of $NAME`: never sent, even
+    with `--allow-private-data` (the scanner may not know a key's shape)."""
+    values = [(n, v) for n in env_names if len(v := os.environ.get(n, "")) >= MIN_SECRET_CHARS]
+    return [f"{name}: holds the value of ${n}" for name, text in texts for n, v in values if v in text]
+
+
+def _refusal(
+    shown: str, path: Path, texts: Sequence[tuple[str, str]], options: AnalyzeJudgeOptions, policy: Policy
+) -> str | None:
+    """Why the request for `path` (carrying `texts`) must not be sent, else None: the
+    file is under `/proc`, `/dev` or `/sys`, holds evalkit's own secret, or private data
+    (the privacy scan, unless allowed)."""
+    if not in_tree(path, path.parent):
+        return f"{shown}: not sent to the judge: a system file (under /proc, /dev or /sys)"
+    why = own_secrets(texts, [options.endpoint.api_key_env])
+    if not why and not options.allow_private_data:
+        why = private_data(texts, policy)
+    return f"{shown}: not sent to the judge: {'; '.join(why)}" if why else None
 
 
 async def judge_files_async(files: Sequence[Path], options: AnalyzeJudgeOptions) -> JudgeAnalysis:
@@ -464,9 +495,9 @@ async def judge_files_async(files: Sequence[Path], options: AnalyzeJudgeOptions)
                 continue
             text = read_text_file(path, limit=MAX_TEXT_BYTES, allow_empty=True)
             linked = _linked(path, text)
-            private = [] if options.allow_private_data else private_data([(shown, text), *linked], policy)
-            if private:
-                errors.append(f"{shown}: not sent to the judge: {'; '.join(private)}")
+            refused = _refusal(shown, path, [(shown, text), *linked], options, policy)
+            if refused:
+                errors.append(refused)
                 continue
             try:
                 messages = analysis_messages(shown, text, linked)

@@ -36,8 +36,16 @@ from typing import Any, TypeVar
 import regex as _regex
 
 from evalkit.conclusions.agentevals import _sample_files, load_eval_file, match_sample, read_sample_file
-from evalkit.datasets.dataset import scan_json_text
-from evalkit.foundations._io import JsonLine, check_regular_file, iter_jsonl, json_lines, read_file_bytes, write_atomic
+from evalkit.foundations._io import (
+    MAX_JSON_DEPTH,
+    JsonLine,
+    check_regular_file,
+    deep_offset,
+    iter_jsonl,
+    json_lines,
+    read_file_bytes,
+    write_atomic,
+)
 from evalkit.foundations.errors import InputError
 from evalkit.foundations.layout import GRADES, RESULTS
 from evalkit.foundations.records import CaseRow, CaseTable, CheckResult, Grade, Sample, Usage
@@ -54,7 +62,6 @@ MAX_SOURCE_BYTES = 512 * 1024 * 1024
 # JSON is refused deeper than MAX_JSON_DEPTH before the recursive parser sees it.
 MAX_MEMBER_BYTES = 256 * 1024 * 1024
 MAX_ARCHIVE_BYTES = 512 * 1024 * 1024
-MAX_JSON_DEPTH = 200
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _T = TypeVar("_T")
 
@@ -124,18 +131,15 @@ def _case_id(raw: Any, where: str, path: Path) -> str:
 
 def _check_depth(text: str | bytes, where: str | Path, line: int | None = None) -> None:
     """Refuse JSON nested deeper than `MAX_JSON_DEPTH` before it is parsed (the parser
-    recurses: 200,000 levels is a `RecursionError`). For JSON lines, the first line over
-    the bound is named."""
+    recurses: 200,000 levels is a `RecursionError`), through `_io.deep_offset`, the one
+    depth guard. For JSON lines, the line over the bound is named."""
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
-    depth = scan_json_text(text)[0] if text.count("[") + text.count("{") > MAX_JSON_DEPTH else 0
-    if depth <= MAX_JSON_DEPTH:
+    at = deep_offset(text, MAX_JSON_DEPTH)
+    if at is None:
         return
     if line is None and "\n" in text.strip():
-        for n, raw in enumerate(text.split("\n"), 1):
-            if raw.count("[") + raw.count("{") > MAX_JSON_DEPTH and scan_json_text(raw)[0] > MAX_JSON_DEPTH:
-                line = n
-                break
+        line = text.count("\n", 0, at) + 1
     raise InputError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels: refused before parsing", where, line)
 
 
@@ -840,6 +844,41 @@ WAZA_PASSED = "passed"
 WAZA_ERRORED = ("error", "errored", "timeout", "skipped")
 
 
+def _waza_number(run: dict[str, Any], key: str, p: Path, rw: str, *, integer: bool = False) -> float:
+    """A run's `key` (0 when absent): a finite non-negative number (an integer when
+    `integer`), else an `InputError` naming its JSON path. A string such as "nan", a
+    bool or an object is refused, so no NaN reaches results.jsonl."""
+    v = run.get(key)
+    if v is None:
+        return 0
+    ok = isinstance(v, int) if integer else isinstance(v, (int, float)) and math.isfinite(v)
+    if isinstance(v, bool) or not ok or v < 0:
+        want = "a non-negative integer" if integer else "a finite non-negative number"
+        raise InputError(f"{key} is {_shown_value(v)}, not {want}", p, json_path=f"{rw}.{key}")
+    return v  # type: ignore[no-any-return]
+
+
+def _waza_usage(digest: dict[str, Any], p: Path, rw: str) -> Usage:
+    """A run's `session_digest.usage`, each count checked (`_waza_number`)."""
+    u = digest.get("usage")
+    if u is None:
+        return Usage(0, 0)
+    where = f"{rw}.session_digest.usage"
+    if not isinstance(u, dict):
+        raise InputError(f"usage is {_shown_value(u)}, not an object of token counts", p, json_path=where)
+    counts = [
+        int(_waza_number(u, next((k for k in keys if k in u), keys[0]), p, where, integer=True))
+        for keys in (("prompt_tokens", "input_tokens", "prompt"), ("completion_tokens", "output_tokens", "completion"))
+    ]
+    return Usage(counts[0], counts[1])
+
+
+def _shown_value(v: Any) -> str:
+    """A refused value as JSON, cut to 60 characters (for the message)."""
+    text = json.dumps(v, default=str, ensure_ascii=False)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def read_waza_results(path: str | Path, *, arm: str | None = None) -> Ingested:
     """Read Waza's result JSON (`waza run -o results.json`, microsoft/waza schema 1.x):
     `eval_name`, `config.runs_per_test` and `model_id`, and `tasks[]` with their `runs[]`
@@ -868,7 +907,11 @@ def read_waza_results(path: str | Path, *, arm: str | None = None) -> Ingested:
         if not isinstance(task, dict) or not isinstance(task.get("runs"), list):
             raise InputError("a task needs test_id and runs", p, json_path=where)
         cid = _case_id(task.get("test_id"), where, p)
-        runs = sorted(task["runs"], key=lambda r: r.get("run_number", 0) if isinstance(r, dict) else 0)
+        numbers = [
+            _waza_number(r, "run_number", p, f"{where}.runs[{i}]", integer=True) if isinstance(r, dict) else 0
+            for i, r in enumerate(task["runs"])
+        ]
+        runs = [r for _, r in sorted(zip(numbers, task["runs"], strict=True), key=lambda nr: nr[0])]
         if len(runs) < per_test:
             short.append(f"{cid}: {len(runs)} of {per_test} runs")
         for index, run in enumerate(runs):
@@ -902,8 +945,8 @@ def read_waza_results(path: str | Path, *, arm: str | None = None) -> Ingested:
                 model=model,
                 output=str(run.get("final_output") or ""),
                 tool_calls=calls,
-                usage=_usage(digest.get("usage") if isinstance(digest.get("usage"), dict) else None),
-                latency_ms=float(run.get("duration_ms") or 0.0),
+                usage=_waza_usage(digest, p, rw),
+                latency_ms=float(_waza_number(run, "duration_ms", p, rw)),
             )
     if not samples and not errors:
         raise InputError("no runs in the file", p, json_path="$.tasks")

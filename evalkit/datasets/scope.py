@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from evalkit.foundations._io import write_atomic
+from evalkit.foundations._io import loads_bounded, write_atomic
 from evalkit.foundations.errors import InputError
 
 SCOPE_FORMAT = 1
@@ -313,7 +313,7 @@ def load_scope(path: str | os.PathLike[str]) -> Scope:
     if not p.is_file():
         raise InputError("no scope file here: write one with the scoping_interview notebook", p)
     try:
-        d = json.loads(p.read_text(encoding="utf-8"))
+        d = loads_bounded(p.read_text(encoding="utf-8"), p)
     except UnicodeDecodeError as exc:
         raise InputError(f"not UTF-8 text: {exc.reason}", p) from None
     except json.JSONDecodeError as exc:

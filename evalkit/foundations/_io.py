@@ -21,6 +21,7 @@ import errno
 import json
 import math
 import os
+import re
 import secrets
 import stat
 import warnings
@@ -41,6 +42,7 @@ MAX_CONFIG_BYTES = 1 * 1024 * 1024
 MAX_TEXT_BYTES = 1 * 1024 * 1024  # templates, guidance, judge files, scorers
 MAX_LABELS_BYTES = MAX_CASES_BYTES  # judge/human-sample.jsonl
 RUN_JSON_BYTES = 64 * 1024 * 1024  # a run's config.json lists every case id and input hash
+MAX_JSON_DEPTH = 64  # arrays and objects inside each other: no evalkit file needs a tenth of it
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
@@ -195,9 +197,11 @@ def json_line_index(text: str) -> dict[str, int]:
     The json module keeps no positions, so this walks PyYAML's node tree (JSON is YAML
     flow syntax) to point messages at lines; best effort: an empty map when it cannot.
     """
+    if deep_offset(text) is not None:  # the parse refuses it; no walk that deep
+        return {}
     try:
         root = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):
         return {}
     return yaml_node_lines(root)
 
@@ -235,10 +239,99 @@ def line_of(index: dict[str, int], json_path: str) -> int | None:
     return index.get("$")
 
 
+# --- the depth guard: every JSON and YAML value a user's file holds ---------------------
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string, brackets in it not counted
+_INNERMOST = re.compile(r"[\[{][^\[\]{}]*[\]}]")  # an array or object with none inside it
+_BRACKETS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')  # a string (skipped) or a bracket
+
+
+def deep_offset(text: str, limit: int = MAX_JSON_DEPTH) -> int | None:
+    """Where in `text` (JSON, or YAML's flow style) arrays and objects first nest more
+    than `limit` deep, else None. Checked before the parse: the JSON module recurses
+    once per level (a RecursionError at about 1,000), and so do the walks that read the
+    value after it. Brackets inside strings do not count. Fast: a text with no more
+    than `limit` brackets in all is never deep (one count: every line evalkit writes);
+    else each pass of a regex removes the innermost level, `limit` passes at most; only
+    a deep text is walked bracket by bracket, to say where."""
+    if text.count("[") + text.count("{") <= limit:
+        return None
+    rest = _STRING.sub("", text)
+    for _ in range(limit):
+        rest, n = _INNERMOST.subn("", rest)
+        if not n:
+            return None
+    if _INNERMOST.search(rest) is None:
+        return None
+    depth = 0
+    for m in _BRACKETS.finditer(text):
+        c = m.group()
+        depth += 1 if c in "[{" else -1 if c in "]}" else 0
+        if depth > limit:
+            return m.start()
+    return 0  # pragma: no cover - the passes found a level the walk did not
+
+
+DEEP_JSON = f"nested deeper than {MAX_JSON_DEPTH} levels of arrays and objects: refused"
+
+
+def too_deep(path: str | Path, text: str, offset: int, line: int | None = None) -> InputError:
+    """The refusal of a value nested deeper than `MAX_JSON_DEPTH`, with its file and
+    line (`line`: the line `text` starts on, for one line of a JSON-lines file)."""
+    at = text.count("\n", 0, offset) + (line if line is not None else 1)
+    return InputError(DEEP_JSON, path, at)
+
+
+def loads_bounded(text: str, path: str | Path, *, line: int | None = None, **kwargs: Any) -> Json:
+    """`json.loads(text, **kwargs)` behind the depth guard (`deep_offset`): a deep value
+    is an `InputError` with the file and line, never a RecursionError. Malformed JSON
+    still raises `json.JSONDecodeError` for the caller's message."""
+    at = deep_offset(text)
+    if at is not None:
+        raise too_deep(path, text, at, line)
+    try:
+        return json.loads(text, **kwargs)
+    except RecursionError:  # pragma: no cover - the guard comes first; a net below it
+        raise too_deep(path, text, 0, line) from None
+
+
+DEEP_YAML = f"nested deeper than {MAX_JSON_DEPTH} levels of lists and mappings: refused"
+
+
+def value_depth_ok(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether a parsed value (a YAML document) nests no more than `limit` deep; walked
+    with a stack, not recursion, so any depth is measured."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, (dict, list)):
+            if d >= limit:
+                return False
+            stack.extend((c, d + 1) for c in (v.values() if isinstance(v, dict) else v))
+    return True
+
+
+def load_yaml_bounded(text: str, path: str | Path, loader: Any = None) -> Json:
+    """A YAML document read with `loader` (the C safe loader by default) behind the
+    depth guard: a document nested deeper than `MAX_JSON_DEPTH` is an `InputError`
+    naming the file, never a RecursionError. YAML errors pass to the caller."""
+    if loader is None:
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    at = deep_offset(text)
+    if at is not None:
+        raise too_deep(path, text, at)
+    try:
+        doc = yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader or a subclass of it
+    except RecursionError:
+        raise too_deep(path, text, 0) from None
+    if not value_depth_ok(doc):
+        raise InputError(DEEP_YAML, path)
+    return doc
+
+
 def parse_json_object(text: str, path: str | Path, what: str) -> dict[str, Json]:
     """Parse a JSON document that must be one object (`what` names it in the message)."""
     try:
-        obj = json.loads(text)
+        obj = loads_bounded(text, path)
     except json.JSONDecodeError as exc:
         raise InputError(f"malformed JSON: {exc.msg} (column {exc.colno})", path, exc.lineno) from None
     if not isinstance(obj, dict):
@@ -310,7 +403,10 @@ def _json_items(data: str | bytes) -> Iterator[JsonLine | tuple[int, dict[str, A
 
 
 def _json_line(number: int, raw: str | bytes, *, torn: bool) -> JsonLine:
-    """One non-blank line parsed by `json.loads`; `torn`: it is the text's last line."""
+    """One non-blank line parsed by `json.loads` behind the depth guard; `torn`: it is
+    the text's last line."""
+    if deep_offset(raw if isinstance(raw, str) else raw.decode("utf-8", "surrogateescape")) is not None:
+        return JsonLine(number, error=DEEP_JSON)
     try:
         return JsonLine(number, json.loads(raw))
     except json.JSONDecodeError as exc:
@@ -332,7 +428,8 @@ def _decoded_json_items(text: str) -> Iterator[JsonLine | tuple[int, dict[str, A
     for i, raw in enumerate(lines):
         if not raw.strip(_BYTES_SPACE):
             continue
-        value = _scan_object(raw)
+        shallow = raw.count("[") + raw.count("{") <= MAX_JSON_DEPTH or deep_offset(raw) is None  # inlined: per line
+        value = _scan_object(raw) if shallow else None  # a deep line: `_json_line` refuses it
         yield (i + 1, value) if value is not None else _json_line(i + 1, raw.encode(), torn=i == last)
 
 

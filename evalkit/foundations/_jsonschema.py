@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 import threading
 from types import ModuleType
+from typing import Any
 
 # The first import is made by one thread at a time (a report's lanes import papermill at
 # once): two that both blocked the grammar's package would both unblock it (a KeyError),
@@ -51,3 +52,36 @@ def papermill() -> ModuleType:
     import papermill as module  # lazy: papermill and the Jupyter stack load only when a notebook is run or written
 
     return module  # type: ignore[no-any-return]  # papermill ships no stubs
+
+
+def offline_registry() -> Any:
+    """A `referencing` registry that retrieves nothing: a JSON Schema's `$ref` resolves
+    inside the schema itself (``#/$defs/x``) or not at all, so no check fetches a URL
+    (a host that never answers would hang grading) or reads a file (`file:///dev/zero`).
+    jsonschema's default retrieves remote references."""
+    jsonschema()  # referencing is imported after it, as jsonschema imports it
+    import referencing  # lazy: with jsonschema, only where a schema is checked
+    import referencing.exceptions
+
+    def retrieve(uri: str) -> Any:
+        raise referencing.exceptions.NoSuchResource(ref=uri)  # type: ignore[call-arg]  # attrs fields
+
+    return referencing.Registry(retrieve=retrieve)  # type: ignore[call-arg]
+
+
+def remote_refs(schema: Any) -> list[tuple[str, str]]:
+    """Every `$ref` and `$dynamicRef` of `schema` that points outside it (anything but a
+    ``#...`` fragment), as (JSON path, reference): what lint refuses. Walked with a
+    stack, so any depth is read."""
+    out: list[tuple[str, str]] = []
+    stack: list[tuple[Any, str]] = [(schema, "$")]
+    while stack:
+        node, jp = stack.pop()
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k in ("$ref", "$dynamicRef") and isinstance(v, str) and not v.startswith("#"):
+                    out.append((f"{jp}.{k}", v))
+                stack.append((v, f"{jp}.{k}"))
+        elif isinstance(node, list):
+            stack.extend((v, f"{jp}[{i}]") for i, v in enumerate(node))
+    return sorted(out)

@@ -65,7 +65,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from evalkit.foundations._io import json_line_index, line_of, read_text_file
+from evalkit.foundations._io import json_line_index, line_of, loads_bounded, read_text_file
 from evalkit.foundations.layout import (
     PRIVACY_FILE as POLICY_FILE,  # a suite's allow-list and scan settings, beside config.json
 )
@@ -200,7 +200,7 @@ def scan_file(path: Any, policy: Policy | None = None) -> list[PrivacyFinding]:
         return scan_jsonl(text, str(p), policy)
     if p.suffix == ".json":
         try:
-            doc = json.loads(text)
+            doc = loads_bounded(text, p)
         except json.JSONDecodeError:
             return scan_text(text, str(p), policy)
         found = scan_object(doc, str(p), policy)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalkit.foundations._io import json_line_index, line_of, parse_json_object
+from evalkit.foundations._io import json_line_index, line_of, loads_bounded, parse_json_object
 from evalkit.foundations.errors import InputError, InputErrors
 from evalkit.foundations.layout import (
     PRIVACY_FILE as POLICY_FILE,  # a suite's allow-list and scan settings, beside config.json
@@ -143,8 +143,8 @@ def scan_jsonl(text: str, path: str, policy: Policy) -> list[PrivacyFinding]:
         if not raw.strip():
             continue
         try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError:
+            obj = loads_bounded(raw, path, line=n)
+        except (json.JSONDecodeError, InputError):
             out += [PrivacyFinding(f.kind, path, n, None, f.detail, f.count) for f in scan_text(raw, path, policy)]
             continue
         out += scan_object(obj, path, policy, line=n)
@@ -239,8 +239,8 @@ def output_detections(output: str | None, tool_calls: Iterable[Any], sc: Scanner
         for jp, s in iter_strings(call, f"tool_calls[{i}]", frozenset({"id"}), sc):
             if jp.endswith((".arguments", ".function.arguments")) and s.strip().startswith(("{", "[")):
                 try:
-                    parsed = json.loads(s)
-                except json.JSONDecodeError:
+                    parsed = loads_bounded(s, jp)
+                except (json.JSONDecodeError, InputError):  # not JSON, or nested too deep: scanned as text
                     parsed = None
                 if parsed is not None:
                     found += [(sub, d) for sub, t in iter_strings(parsed, jp, sc=sc) for d in sc.scan(t)]

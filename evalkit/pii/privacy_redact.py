@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evalkit.foundations._io import loads_bounded
 from evalkit.foundations._text import storable_json
 from evalkit.foundations.errors import InputError, RedactionIncomplete
 from evalkit.foundations.layout import REDACTION_LOG as REDACTION_LOG
@@ -191,7 +192,7 @@ def redact_run(run: Any, dest: Any, *, log: Any = None) -> RedactedRun:
         if f.suffix == ".jsonl":
             docs[f.name] = ("jsonl", list(iter_jsonl(f)))  # a torn last line (a killed run) is dropped
         elif f.suffix == ".json":
-            docs[f.name] = ("json", json.loads(f.read_text(encoding="utf-8")))
+            docs[f.name] = ("json", loads_bounded(f.read_text(encoding="utf-8"), f))
         else:
             docs[f.name] = ("text", f.read_text(encoding="utf-8", errors="replace"))
         r.learn(docs[f.name][1])
@@ -254,8 +255,8 @@ def _written_texts(f: Path) -> Iterator[str]:
         docs: list[Any] = []
         for raw in text.splitlines() if f.suffix == ".jsonl" else [text]:
             try:
-                docs.append(json.loads(raw))
-            except json.JSONDecodeError:
+                docs.append(loads_bounded(raw, f))
+            except (json.JSONDecodeError, InputError):  # not JSON, or nested past the depth guard: text
                 yield raw
         for doc in docs:
             for _, s in iter_strings(doc, skip=_PICTURES):

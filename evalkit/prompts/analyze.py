@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from evalkit.foundations._io import MAX_TEXT_BYTES, read_text_file
+from evalkit.foundations._io import MAX_TEXT_BYTES, load_yaml_bounded, outside_root, read_text_file
 from evalkit.foundations.errors import InputError
 from evalkit.foundations.records import PromptFinding, Suite
 
@@ -108,8 +109,8 @@ def front_matter_block(text: str) -> tuple[dict[str, Any], int]:
     if end is None:
         return {}, 0
     try:
-        loaded = yaml.safe_load("\n".join(raw[1:end]))
-    except yaml.YAMLError:
+        loaded = load_yaml_bounded("\n".join(raw[1:end]), "front matter")
+    except (yaml.YAMLError, InputError):
         loaded = None
     return (loaded if isinstance(loaded, dict) else {}), end + 1
 
@@ -397,11 +398,25 @@ def analyze_files(
 # --------------------------------------------------------------------------- output
 
 
+SYSTEM_TREES = ("/proc", "/dev", "/sys")  # never read for the judge, wherever a link leads
+
+
+def in_tree(f: Path, tree: Path) -> bool:
+    """Whether `f`, symlinks followed, is inside `tree` (the analysed file's folder) and
+    not under `/proc`, `/dev` or `/sys`: the only files `--judge` may send."""
+    real = os.path.realpath(f)
+    system = any(real == t or real.startswith(t + "/") for t in SYSTEM_TREES)
+    return not system and outside_root(real, tree) is None
+
+
 def linked_files(path: str | Path, text: str) -> list[Path]:
     """The files `text` (the file at `path`) links to by a relative Markdown link that
-    exist on disk, in order of first mention (what `--judge` shows the judge beside the
-    file, for conflicts with linked files). Nothing is fetched: URLs are skipped."""
+    exist on disk inside the file's folder (`in_tree`: no absolute or `../` link out of
+    it, no symlink out, nothing of `/proc`), in order of first mention (what `--judge`
+    shows the judge beside the file, for conflicts with linked files). Nothing is
+    fetched: URLs are skipped."""
     p = Path(path)
+    tree = p.parent
     _, lines = _lines(text)
     found: list[Path] = []
     for ln in lines:
@@ -411,7 +426,7 @@ def linked_files(path: str | Path, text: str) -> list[Path]:
                 continue
             rel = target.split("#", 1)[0]
             f = p.parent / rel
-            if rel and f.is_file() and f not in found:
+            if rel and f.is_file() and in_tree(f, tree) and f not in found:
                 found.append(f)
     return found
 

@@ -33,6 +33,7 @@ from evalkit.foundations._io import (
     MAX_TEXT_BYTES,
     file_kind,
     line_of,
+    loads_bounded,
     new_temp_dir,
     outside_root,
     read_text_file,
@@ -224,10 +225,10 @@ def _gate_power_warning(src: SuiteSource, cases: list[Case], config: Config | No
         return
     score, at = 0.5, "a 50% score (no baseline yet)"
     try:
-        b = json.loads((src.root / BASELINE_FILE).read_text(encoding="utf-8"))
+        b = loads_bounded((src.root / BASELINE_FILE).read_text(encoding="utf-8"), src.root / BASELINE_FILE)
         if isinstance(b, dict) and isinstance(b.get("gated_case_score"), (int, float)):
             score, at = min(1.0, max(0.0, float(b["gated_case_score"]))), "the baseline's score"
-    except (OSError, ValueError):
+    except (OSError, ValueError, InputError):
         pass
     p = planning_rate(score, n)
     drop = 100 * detectable_drop(n, p, t.alpha)

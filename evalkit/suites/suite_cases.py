@@ -15,7 +15,7 @@ from typing import Any
 
 import regex
 
-from evalkit.foundations._jsonschema import jsonschema
+from evalkit.foundations._jsonschema import jsonschema, remote_refs
 from evalkit.foundations.checks import (
     CHECK_KINDS,
     CHECK_OPTIONS,
@@ -148,6 +148,9 @@ def _json_schema_options(c: _CheckAt) -> bool:
         validator_for(schema).check_schema(schema)
     except SchemaError as exc:
         c.r.err(f"{c.jp}.schema", f"not a valid JSON Schema: {exc.message}")
+        ok = False
+    for jp, ref in remote_refs(schema):
+        c.r.err(f"{c.jp}.schema{jp[1:]}", f"{ref!r} points outside the schema: evalkit retrieves no $ref (inline it)")
         ok = False
     c.opts.setdefault("schema", schema)
     return ok

@@ -26,7 +26,6 @@ quotes a model leaking a token shows the placeholder, never the token.
 from __future__ import annotations
 
 import html
-import json
 import math
 import os
 import re
@@ -36,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from evalkit.foundations._io import write_atomic
-from evalkit.foundations.errors import RedactionIncomplete
+from evalkit.foundations._io import loads_bounded, write_atomic
+from evalkit.foundations.errors import InputError, RedactionIncomplete
 from evalkit.foundations.layout import RESULTS, SUMMARY_JSON
 from evalkit.foundations.records import COST_RISE_PREFIXES, SCORE_DROP_PREFIXES, UNDERPOWERED_PREFIX, judge_line
 from evalkit.runfolder.runs import RunFolder, config_arm_names, iter_jsonl
@@ -384,8 +383,8 @@ def gate_report(res: GateResult, run: Any = None, metrics: RunMetrics | None = N
 def _summary_of(run_path: str) -> dict[str, Any] | None:
     p = Path(run_path) / SUMMARY_JSON
     try:
-        d = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        d = loads_bounded(p.read_text(encoding="utf-8"), p)
+    except (OSError, ValueError, InputError):
         return None
     return d if isinstance(d, dict) else None
 

@@ -36,8 +36,8 @@ from typing import Any
 from urllib.parse import unquote
 
 from evalkit.foundations import fmt
-from evalkit.foundations._io import RUN_JSON_BYTES, read_json_object, write_atomic
-from evalkit.foundations.errors import EvalkitError, InputError
+from evalkit.foundations._io import RUN_JSON_BYTES, read_file_bytes, read_json_object, write_atomic
+from evalkit.foundations.errors import EvalkitError, FileTooLarge, InputError
 from evalkit.foundations.layout import (
     CASES_FILE,
     CONFIG_FILE,
@@ -57,6 +57,7 @@ from evalkit.suites.suite import SKILL_FILE
 from evalkit.telling.report_index import CSP, trend_svg, verdict_entries
 
 DASHBOARD_HTML = "dashboard.html"  # written in ROOT unless told otherwise
+MAX_PAGE_BYTES = 64 * 1024 * 1024  # a report page the preview serves (self-contained HTML: a few MiB)
 LAST_RUNS = 10  # runs a trend shows by default
 NON_ACTIVATION = "non-activation"
 # Folders never searched: version control, environments, caches, a report's redacted copy.
@@ -751,9 +752,18 @@ def _handler(root: Path, options: DashboardOptions) -> type[BaseHTTPRequestHandl
                 target = None
             linked = {(root / link).resolve() for link in d.links}
             if target is not None and target.is_relative_to(root.resolve()) and target in linked and target.is_file():
-                self._send(200, target.read_bytes(), _TYPES.get(target.suffix, "application/octet-stream"))
+                self._send_page(target)
                 return
             self._send(404, b"not found\n", "text/plain; charset=utf-8")
+
+        def _send_page(self, target: Path) -> None:
+            """A linked page, read under `MAX_PAGE_BYTES` (a 1 GiB link is a 413, not read)."""
+            try:
+                body = read_file_bytes(target, limit=MAX_PAGE_BYTES)
+            except InputError as exc:
+                self._send(413 if isinstance(exc, FileTooLarge) else 404, f"{exc.message}\n".encode(), "text/plain")
+                return
+            self._send(200, body, _TYPES.get(target.suffix, "application/octet-stream"))
 
         def _send(self, status: int, body: bytes, ctype: str) -> None:
             self.send_response(status)

@@ -23,7 +23,7 @@ from evalkit.checking.judge import PairOutcome
 from evalkit.checking.judge import read_pairwise as _read_pairwise
 from evalkit.conclusions.compare import compare_arms
 from evalkit.foundations import fmt
-from evalkit.foundations._io import jsonable, write_atomic
+from evalkit.foundations._io import jsonable, loads_bounded, write_atomic
 from evalkit.foundations._text import visible
 from evalkit.foundations.errors import InputError
 from evalkit.foundations.layout import PAIRWISE, RUN_CONFIG, repository_root, shown_path
@@ -219,8 +219,8 @@ def newest_run(root: str | Path | None = None) -> Path | None:
 
 def _meta(path: Path) -> dict[str, Any]:
     try:
-        meta = json.loads((path / RUN_CONFIG).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        meta = loads_bounded((path / RUN_CONFIG).read_text(encoding="utf-8"), path / RUN_CONFIG)
+    except (OSError, ValueError, InputError):
         return {}
     return meta if isinstance(meta, dict) else {}
 

@@ -34,6 +34,7 @@ import ipaddress
 import json
 import os
 import re
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
@@ -42,7 +43,8 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote, urlsplit
 
-from evalkit.foundations._io import read_text_file
+from evalkit.foundations._io import loads_bounded, read_text_file
+from evalkit.foundations._text import printable
 from evalkit.foundations.errors import EvalkitError, InputError, RedactionIncomplete
 from evalkit.telling.ciout import md_escape
 
@@ -52,6 +54,10 @@ MAX_BODY = 65536  # characters GitHub accepts in a comment's body
 PER_PAGE = 100  # the most comments one page of the list holds
 TIMEOUT_S = 30.0
 MAX_FILE_BYTES = 1024 * 1024
+# Bounds on what GitHub (or whatever answers at GITHUB_API_URL) can make this command do:
+MAX_PAGES = 100  # pages of comments listed (10,000 comments)
+MAX_ANSWER_BYTES = 32 * 1024 * 1024  # one answer (a page of 100 comments of 65,536 characters fits)
+TOTAL_S = 300.0  # every call of one `ci comment` together
 
 Action = Literal["created", "updated", "skipped"]
 
@@ -145,7 +151,7 @@ def pull_request_from_env(env: Mapping[str, str] | None = None) -> PullRequest |
     if not event_path:
         raise InputError("GITHUB_EVENT_PATH is not set: GitHub Actions sets it to the event's JSON")
     try:
-        event = json.loads(read_text_file(Path(event_path), limit=64 * 1024 * 1024))
+        event = loads_bounded(read_text_file(Path(event_path), limit=64 * 1024 * 1024), event_path)
     except json.JSONDecodeError as exc:
         raise InputError(f"not JSON: {exc.msg} (line {exc.lineno})", Path(event_path)) from None
     number = _pr_number(event)
@@ -241,6 +247,7 @@ class _Api:
     def __init__(self, pr: PullRequest, token: str) -> None:
         self.pr = pr
         self.token = token
+        self.deadline = time.monotonic() + TOTAL_S
 
     def call(self, method: str, url: str, body: dict[str, Any] | None = None) -> tuple[Any, str]:
         """The decoded JSON answer and the `Link` header; GitHubError on any failure."""
@@ -254,8 +261,8 @@ class _Api:
             req.add_header("Content-Type", "application/json")
         where = f"{method} {urlsplit(url).path}"
         try:
-            with _OPENER.open(req, timeout=TIMEOUT_S) as resp:
-                raw = resp.read()
+            with _OPENER.open(req, timeout=self._left(where)) as resp:
+                raw = self._read(resp, where)
                 link = resp.headers.get("Link", "") or ""
         except urllib.error.HTTPError as exc:
             if 300 <= exc.code < 400:
@@ -277,9 +284,28 @@ class _Api:
             reason = getattr(exc, "reason", exc)
             raise GitHubError(f"{where}: GitHub could not be reached: {reason}") from None
         try:
-            return (json.loads(raw) if raw else None), link
-        except ValueError:
-            raise GitHubError(f"{where}: GitHub answered with no JSON") from None
+            return (loads_bounded(raw.decode("utf-8"), where) if raw else None), link
+        except (ValueError, InputError):
+            raise GitHubError(f"{where}: GitHub answered with no JSON (or JSON nested too deep)") from None
+
+    def _left(self, where: str) -> float:
+        """The seconds the next read may wait: `TIMEOUT_S`, or what is left of `TOTAL_S`."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise GitHubError(f"{where}: the GitHub calls took over {TOTAL_S:g}s in all: stopped")
+        return min(TIMEOUT_S, left)
+
+    def _read(self, resp: Any, where: str) -> bytes:
+        """An answer's body, read in blocks: over `MAX_ANSWER_BYTES`, or past the
+        deadline, a GitHubError (never a 300 MB page read whole)."""
+        chunks, got = [], 0
+        while chunk := resp.read(1 << 16):
+            got += len(chunk)
+            if got > MAX_ANSWER_BYTES:
+                raise GitHubError(f"{where}: GitHub's answer passed {MAX_ANSWER_BYTES} bytes: not read further")
+            self._left(where)
+            chunks.append(chunk)
+        return b"".join(chunks)
 
     def comments(self) -> list[dict[str, Any]]:
         """Every comment of the pull request, following the `Link: rel="next"` pages."""
@@ -288,6 +314,10 @@ class _Api:
         out: list[dict[str, Any]] = []
         seen: set[str] = set()
         while url and url not in seen:
+            if len(seen) >= MAX_PAGES:
+                raise GitHubError(
+                    f"GET {urlsplit(url).path}: more than {MAX_PAGES} pages of comments: not listed further"
+                )
             seen.add(url)
             page, link = self.call("GET", url)
             if not isinstance(page, list):
@@ -320,7 +350,7 @@ def post_comment(pr: PullRequest, token: str, suite: str, body: str) -> CommentR
     if not body.startswith(marker(suite)):
         raise InputError("the comment's body must start with the suite's marker (comment_body builds it)")
     api = _Api(pr, token)
-    mine = [c for c in api.comments() if str(c.get("body") or "").startswith(marker(suite)) and "id" in c]
+    mine = [c for c in api.comments() if str(c.get("body") or "").startswith(marker(suite)) and _comment_id(c)]
     if mine:
         cid = mine[-1]["id"]
         try:
@@ -335,10 +365,20 @@ def post_comment(pr: PullRequest, token: str, suite: str, body: str) -> CommentR
     return _result("created", answer, None)
 
 
+def _comment_id(c: dict[str, Any]) -> int | None:
+    """A listed comment's id when it is a positive integer, else None: a comment with
+    another id (a string, a bool) is no match, never a traceback."""
+    cid = c.get("id")
+    return cid if isinstance(cid, int) and not isinstance(cid, bool) and cid > 0 else None
+
+
 def _result(action: Action, answer: Any, cid: Any) -> CommentResult:
+    """What was done; the answer's `html_url` made one printable line (a newline in it
+    could print a workflow command such as `::error::`)."""
     a = answer if isinstance(answer, dict) else {}
     got = a.get("id", cid)
-    return CommentResult(action, int(got) if isinstance(got, int) else None, str(a.get("html_url") or ""))
+    ok = isinstance(got, int) and not isinstance(got, bool)
+    return CommentResult(action, int(got) if ok else None, printable(str(a.get("html_url") or ""))[:2000])
 
 
 def comment_on_pull_request(suite: str, files: Sequence[Path], env: Mapping[str, str] | None = None) -> CommentResult:

@@ -16,7 +16,8 @@ from typing import Any, Protocol
 
 from evalkit.calls.sandbox import NOT_CONTAINED
 from evalkit.foundations import fmt
-from evalkit.foundations._io import RUN_JSON_BYTES, jsonable, read_json_object, write_atomic
+from evalkit.foundations._io import RUN_JSON_BYTES, jsonable, loads_bounded, read_json_object, write_atomic
+from evalkit.foundations.errors import InputError
 from evalkit.foundations.layout import INDEX_HTML, MANIFEST, SUMMARY_JSON
 from evalkit.foundations.records import (
     GATE_CAUSE_INCOMPLETE,
@@ -220,8 +221,8 @@ def load_manifests(reports_dir: str | Path) -> list[dict[str, Any]]:
     out = []
     for p in sorted(Path(reports_dir).glob(f"*/{MANIFEST}")):
         try:
-            m = json.loads(p.read_text(encoding="utf-8"))
-        except json.JSONDecodeError:
+            m = loads_bounded(p.read_text(encoding="utf-8"), p)
+        except (json.JSONDecodeError, InputError):
             continue
         m["_dir"] = p.parent.name
         out.append(m)

@@ -10,7 +10,14 @@ from typing import Any
 
 import regex
 
-from evalkit.foundations._io import MAX_CASES_BYTES, json_error, json_line_index, line_of, read_text_file
+from evalkit.foundations._io import (
+    MAX_CASES_BYTES,
+    json_error,
+    json_line_index,
+    line_of,
+    loads_bounded,
+    read_text_file,
+)
 from evalkit.foundations.errors import InputError
 from evalkit.foundations.findings import Findings
 from evalkit.foundations.layout import PROMPT_FILE
@@ -40,7 +47,7 @@ def read_agent_evals(path: str | Path) -> ImportedSuite:
     p = Path(path)
     text = read_text_file(p, limit=MAX_CASES_BYTES)
     try:
-        doc = json.loads(text)
+        doc = loads_bounded(text, p)
     except json.JSONDecodeError as exc:
         raise InputError(json_error(exc), p, exc.lineno) from None
     lines = json_line_index(text)

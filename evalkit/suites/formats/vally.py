@@ -11,7 +11,7 @@ from typing import Any
 import regex
 import yaml
 
-from evalkit.foundations._io import line_of, read_text_file, yaml_node_lines
+from evalkit.foundations._io import DEEP_YAML, MAX_JSON_DEPTH, line_of, read_text_file, yaml_node_lines
 from evalkit.foundations.errors import InputError
 from evalkit.foundations.findings import Findings
 from evalkit.foundations.layout import JUDGE_DIR, PROMPT_FILE
@@ -79,9 +79,13 @@ def load_yaml(p: Path, root: Path | None = None) -> tuple[Any, dict[str, int]]:
     try:
         # Aliases could expand a small file into a huge tree (a "billion laughs"); a
         # suite has no use for them, so they are refused before building anything.
+        depth = 0  # the depth guard (`_io.MAX_JSON_DEPTH`), counted on the events before any tree is built
         for event in yaml.parse(text, Loader=loader):
             if isinstance(event, yaml.AliasEvent):
                 raise InputError(f"YAML aliases (*name) are not supported in {p.name}", p, event.start_mark.line + 1)
+            depth += isinstance(event, yaml.CollectionStartEvent) - isinstance(event, yaml.CollectionEndEvent)
+            if depth > MAX_JSON_DEPTH:
+                raise InputError(DEEP_YAML, p, event.start_mark.line + 1)
         constructor = loader(text)  # one composition serves the line map and the document
         try:
             node = constructor.get_single_node()

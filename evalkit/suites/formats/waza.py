@@ -13,9 +13,11 @@ its fields (`tasks`, no `stimuli`)."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
-from collections.abc import Callable
-from pathlib import Path
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import regex
@@ -38,6 +40,43 @@ WAZA_GRADERS: dict[str, set[str]] = {
     "json_schema": {"schema"},
 }
 MAX_TASK_FILES = 1000
+MAX_GLOB_ENTRIES = 100_000  # the files and folders a task glob may look at before it is refused
+_GLOB_MAGIC = frozenset("*?[")
+
+
+def task_files(root: Path, pattern: str, cap: int = MAX_TASK_FILES) -> list[Path]:
+    """The files under `root` that `pattern` matches (pathlib's glob syntax, `**` for
+    any folders), sorted; at most `cap` + 1 (the caller refuses more). Walked from the
+    pattern's fixed folder without entering a symlinked folder (a loop is never
+    followed; `Path.glob` follows one at every `*` and grows exponentially before any
+    cap), no deeper than the pattern reaches, and stopped once `cap` + 1 files match or
+    `MAX_GLOB_ENTRIES` entries were looked at (an `InputError`)."""
+    parts = PurePosixPath(pattern).parts
+    fixed = next((i for i, part in enumerate(parts) if _GLOB_MAGIC & set(part)), len(parts) - 1)
+    start, rest = root.joinpath(*parts[:fixed]), parts[fixed:]
+    found: list[Path] = []
+    looked = 0
+    for dirpath, dirnames, filenames in os.walk(start):  # followlinks=False: symlinked folders listed, not entered
+        rel = PurePosixPath(os.path.relpath(dirpath, start)).parts if dirpath != str(start) else ()
+        if "**" not in rest and len(rel) + 1 >= len(rest):
+            dirnames[:] = []  # the pattern reaches no deeper
+        dirnames.sort()
+        looked += len(dirnames) + len(filenames)
+        if looked > MAX_GLOB_ENTRIES:
+            raise InputError(f"the task glob {pattern!r} looked at over {MAX_GLOB_ENTRIES} entries: narrow it", root)
+        found += [Path(dirpath) / name for name in sorted(filenames) if _glob_match((*rel, name), rest)]
+        if len(found) > cap:
+            break
+    return sorted(found)[: cap + 1]
+
+
+def _glob_match(parts: Sequence[str], pattern: Sequence[str]) -> bool:
+    """Whether path `parts` match glob `pattern` parts (`**`: zero or more folders)."""
+    if not pattern:
+        return not parts
+    if pattern[0] == "**":
+        return any(_glob_match(parts[i:], pattern[1:]) for i in range(len(parts) + 1))
+    return bool(parts) and fnmatch.fnmatchcase(parts[0], pattern[0]) and _glob_match(parts[1:], pattern[1:])
 
 
 def is_waza(doc: Any) -> bool:
@@ -146,7 +185,7 @@ def read_waza(path: str | Path, doc: Any | None = None, lines: dict[str, int] | 
         if not isinstance(entry, str) or not entry or Path(entry).is_absolute() or ".." in Path(entry).parts:
             reader.err(f"$.tasks[{i}]", "a task entry is a glob relative to the spec's folder, without '..'")
             continue
-        matched = sorted(root.glob(entry))[: MAX_TASK_FILES + 1]
+        matched = task_files(root, entry)
         if not matched:
             reader.err(f"$.tasks[{i}]", f"no task file matches {entry!r}")
         if len(matched) > MAX_TASK_FILES:
