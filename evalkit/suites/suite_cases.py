@@ -447,20 +447,22 @@ def _case_rubric(r: _Reader, expected: Any, prefix: str, label: str) -> tuple[st
 def _case_checks(
     r: _Reader, raw: dict[str, Any], prefix: str, label: str, src: SuiteSource
 ) -> tuple[list[Check], bool]:
-    """The case's checks: its `checks` list, else the contains check a non-empty string
-    `expected` stands for; with whether all are usable."""
+    """The case's checks: its `checks` list, else the check its `expected` stands for
+    (`_implied_check`); with whether all are usable."""
     expected = raw.get("expected")
     if "checks" not in raw:
-        if not isinstance(expected, str):
+        if isinstance(expected, str) and not expected.strip():
+            r.err(
+                prefix + ".expected",
+                label + "expected is empty: the default contains check would pass any output; "
+                "give checks (e.g. a regex) instead",
+            )
+            return [], False
+        implied = _implied_check(expected)
+        if implied is None:
             return [], True
-        if expected.strip():
-            return [Check("contains", {"value": expected, "case_fold": True})], True
-        r.err(
-            prefix + ".expected",
-            label + "expected is empty: the default contains check would pass any output; "
-            "give checks (e.g. a regex) instead",
-        )
-        return [], False
+        check = _case_check(r, implied, prefix + ".expected", label, raw, src)
+        return ([check], True) if check is not None else ([], False)
     raw_checks, ok = raw["checks"], True
     if not isinstance(raw_checks, list):
         r.err(prefix + ".checks", label + "checks must be a list")
@@ -473,6 +475,25 @@ def _case_checks(
         else:
             checks.append(check)
     return checks, ok
+
+
+def _implied_check(expected: Any) -> dict[str, Any] | None:
+    """The check an `expected` stands for in a case without `checks`, graded by its shape
+    (seed 001: "a string, a JSON object, a tool-call list, or a rubric note"): a string,
+    `contains` (case-folded); a list, or an object's `tool_calls` (with its
+    `ignore_args`), the tool-call trace (same names in order, same arguments); an object
+    with a `rubric`, none (judged); any other object, JSON equality of the output."""
+    if isinstance(expected, str):
+        return {"kind": "contains", "value": expected, "case_fold": True}
+    if isinstance(expected, list):
+        return {"kind": "tool_calls", "calls": expected}
+    if not isinstance(expected, dict):
+        return None
+    if "tool_calls" in expected:
+        return {"kind": "tool_calls", "calls": expected["tool_calls"], "ignore_args": expected.get("ignore_args", [])}
+    if "rubric" in expected:
+        return None
+    return {"kind": "json_field", "path": "$", "value": expected}
 
 
 def _case_check(r: _Reader, c: Any, cj: str, label: str, raw: dict[str, Any], src: SuiteSource) -> Check | None:
