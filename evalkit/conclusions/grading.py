@@ -112,7 +112,7 @@ from evalkit.checking.judge import (
     trajectory_text,
     unmatched_pair,
 )
-from evalkit.conclusions.results import write_summary_md
+from evalkit.conclusions.results import write_seed_results, write_summary_md
 from evalkit.foundations._io import RUN_JSON_BYTES, iter_jsonl, read_json_object, write_atomic
 from evalkit.foundations._text import storable_json
 from evalkit.foundations.errors import InputError, JudgeError
@@ -1043,7 +1043,11 @@ def _ask_judge(plan: _GradePlan, setup: _JudgeSetup, pairs_todo: list[_PairTodo]
         plan.meta, config.cost_cap_usd
     )  # the run's recorded cap (a CI run's ci.cost_cap_usd): one cap for all
     if files is None or not (setup.judged_keys or pairs_todo):
-        return _Judged({}, [], {"judge_spend_usd": 0.0, "cache_hits": 0, "cap_usd": cap}, None, cap)
+        # no judge pass: the run's spend is what its ledger holds (generator, earlier judge passes)
+        ledger = plan.run / LEDGER
+        spent = role_spend(ledger, "generator") + role_spend(ledger, "judge")
+        stats = {"judge_spend_usd": 0.0, "cache_hits": 0, "cap_usd": cap, "run_spend_usd": spent}
+        return _Judged({}, [], stats, None, cap)
     endpoint = judge_endpoint(plan.suite, plan.opts.judge_base_url)
     identity = judge_identity(files, endpoint.model, endpoint.base_url)
     todo = [(plan.cases[k[0]], plan.samples[k]) for k in setup.judged_keys]
@@ -1278,6 +1282,7 @@ def _write_grading(plan: _GradePlan, grades: list[Grade], outcomes: list[PairOut
     else:
         (run / PAIRWISE).unlink(missing_ok=True)  # an earlier grading's: it no longer describes this one
     write_summary(run, summary)
+    write_seed_results(run, plan.samples, grades)  # seed 001's runs/results-<stamp>.jsonl
 
 
 def judged_items(
