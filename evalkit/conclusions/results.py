@@ -12,13 +12,13 @@ two numbers a baseline records and a gate reads.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from evalkit.foundations import fmt
 from evalkit.foundations._io import RUN_JSON_BYTES, read_json_object, write_atomic
+from evalkit.foundations._text import storable_json
 from evalkit.foundations.errors import EvalkitError
 from evalkit.foundations.layout import BASELINE_FILE, GRADES_SUMMARY, SUMMARY_MD
 from evalkit.foundations.records import Baseline, Grade, GradesSummary, GroupMetrics, Sample, Suite
@@ -264,7 +264,7 @@ def write_seed_results(
     """Write `seed_result_lines` to `seed_result_path` (replacing an earlier grading's)."""
     path = seed_result_path(run)
     lines = seed_result_lines(samples, grades)
-    write_atomic(path, "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines))
+    write_atomic(path, "".join(storable_json(x) + "\n" for x in lines))  # any text a model sent
     return path
 
 

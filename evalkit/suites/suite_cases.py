@@ -213,6 +213,23 @@ def _tool_calls_options(c: _CheckAt) -> bool:
     return ok
 
 
+def _assertions_options(c: _CheckAt) -> bool:
+    """assertions: a non-empty list of Python expressions, each one that parses (parsed
+    here, never run: grading evaluates them in its sandbox)."""
+    exprs = c.opts.get("assertions")
+    if not isinstance(exprs, list) or not exprs or not all(isinstance(x, str) and x.strip() for x in exprs):
+        c.r.err(f"{c.jp}.assertions", "assertions must be a non-empty list of Python expressions")
+        return False
+    ok = True
+    for i, x in enumerate(exprs):
+        try:
+            ast.parse(x.strip(), mode="eval")
+        except SyntaxError as exc:
+            c.r.err(f"{c.jp}.assertions[{i}]", f"not a Python expression: {exc.msg}")
+            ok = False
+    return ok
+
+
 def _grounding_options(c: _CheckAt) -> bool:
     """grounding: a non-empty `context`, the check's own or the case's."""
     ctx = c.opts.get("context", c.case.get("context"))
@@ -299,6 +316,7 @@ _OPTION_RULES: dict[str, Callable[[_CheckAt], bool]] = {
     **dict.fromkeys(TRAJECTORY_CHECK_OPTIONS, _trajectory_options),
     "tool_calls": _tool_calls_options,
     "grounding": _grounding_options,
+    "assertions": _assertions_options,
     "refusal": _refusal_options,
     "activation": _activation_options,
     "scorer": _scorer_options,
