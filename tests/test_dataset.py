@@ -770,7 +770,7 @@ def source_pairs(n_per_level: int = 3) -> str:
 
 def test_new_writes_both_forms_from_one_source(ws):
     ws.write("src.yaml", SOURCE_YAML.format(pairs=source_pairs()))
-    r = ws.cli("dataset", "new", "src.yaml", "--json", "d.json", "--csv", "d.csv")
+    r = ws.cli("dataset", "new", "src.yaml", "--json", "d.json", "--csv", "d.csv", "--no-scope")
     assert r.exit_code == 0, r.stderr
     assert "metadata.total_pairs" in r.stderr  # the source's stale count was recomputed
     doc = json.loads((ws.root / "d.json").read_text())
@@ -782,7 +782,7 @@ def test_new_writes_both_forms_from_one_source(ws):
     assert [p["id"] for p in doc["evaluation_pairs"]][:3] == ["001", "002", "003"]
     assert "'=Observable" in (ws.root / "d.csv").read_text()  # escaped for spreadsheets
     assert_valid(ws)
-    r = ws.cli("dataset", "new", "src.yaml", "--json", "d.json", "--csv", "d.csv")
+    r = ws.cli("dataset", "new", "src.yaml", "--json", "d.json", "--csv", "d.csv", "--no-scope")
     assert r.exit_code == 2 and "refusing to overwrite" in r.stderr
 
 
@@ -792,7 +792,7 @@ def test_new_writes_files_with_ordinary_permissions(ws):
     ws.write("src.yaml", SOURCE_YAML.format(pairs=source_pairs()))
     old = os.umask(0o022)
     try:
-        r = ws.cli("dataset", "new", "src.yaml", "--json", "d.json", "--csv", "d.csv")
+        r = ws.cli("dataset", "new", "src.yaml", "--json", "d.json", "--csv", "d.csv", "--no-scope")
     finally:
         os.umask(old)
     assert r.exit_code == 0, r.stderr
@@ -803,7 +803,7 @@ def test_new_writes_files_with_ordinary_permissions(ws):
 def test_new_refuses_an_invalid_source_and_writes_nothing(ws):
     ws.write("src.yaml", SOURCE_YAML.format(pairs=source_pairs()).replace("source_reference: manual.txt",
                                                                           "notes: no source"))
-    r = ws.cli("dataset", "new", "src.yaml", "--json", "d.json", "--csv", "d.csv")
+    r = ws.cli("dataset", "new", "src.yaml", "--json", "d.json", "--csv", "d.csv", "--no-scope")
     assert r.exit_code == 2 and r.stdout == ""
     assert "a grounding pair needs a source_reference" in r.stderr
     assert not (ws.root / "d.json").exists() and not (ws.root / "d.csv").exists()
@@ -812,13 +812,13 @@ def test_new_refuses_an_invalid_source_and_writes_nothing(ws):
 
 def test_new_refuses_yaml_aliases(ws):
     ws.write("src.yaml", "a: &x [1, 2]\nb: *x\n")
-    r = ws.cli("dataset", "new", "src.yaml", "--json", "d.json", "--csv", "d.csv")
+    r = ws.cli("dataset", "new", "src.yaml", "--json", "d.json", "--csv", "d.csv", "--no-scope")
     assert r.exit_code == 2 and "aliases are not allowed" in r.stderr
 
 
 def make_source_dataset(ws: Workspace, n_per_level: int = 4) -> None:
     ws.write("src.yaml", SOURCE_YAML.format(pairs=source_pairs(n_per_level)))
-    r = ws.cli("dataset", "new", "src.yaml", "--json", "d.json", "--csv", "d.csv")
+    r = ws.cli("dataset", "new", "src.yaml", "--json", "d.json", "--csv", "d.csv", "--no-scope")
     assert r.exit_code == 0, r.stderr
 
 

@@ -5,6 +5,8 @@ the contract's keys; its truncation wording. Through the CLI, on files written h
 
 from __future__ import annotations
 
+import json
+
 from test_dataset import Workspace, mkdataset, mkpair, ws  # noqa: F401 - ws is a fixture
 
 from evalkit.datasets import dataset as ds
@@ -25,18 +27,34 @@ def run(ws: Workspace, counts: dict[str, int]):
     return ws.validate(shape=True)
 
 
-def test_the_issues_three_easy_pairs_are_not_valid(ws):
+THREE_EASY_FAILURES = [
+    "json $.evaluation_pairs: 3 pairs, under the size floor of 30",
+    "json $.metadata.distribution.hard: no hard pair: the category balance needs every difficulty but grounding",
+    "json $.metadata.distribution.negative: no negative pair: the category balance needs every difficulty "
+    "but grounding",
+    "json $.metadata.distribution.safety: no safety pair: the category balance needs every difficulty "
+    "but grounding",
+]
+
+
+def test_the_issues_three_easy_pairs_are_valid_with_the_shape_as_warnings(ws):
+    # issue 42 item 4: the contract's validator accepts them (exit 0), so evalkit does too
     code, out, err = run(ws, {"easy": 3})
-    assert code == 1 and set(out) == {"valid", "errors"} and out["valid"] is False
-    assert out["errors"] == [
-        "json $.evaluation_pairs: 3 pairs, under the size floor of 30",
-        "json $.metadata.distribution.hard: no hard pair: the category balance needs every difficulty but grounding",
-        "json $.metadata.distribution.negative: no negative pair: the category balance needs every difficulty "
-        "but grounding",
-        "json $.metadata.distribution.safety: no safety pair: the category balance needs every difficulty "
-        "but grounding",
-    ]
-    assert "json $.metadata.distribution.grounding: no grounding pair" in err  # a warning, on stderr
+    assert (code, out) == (0, {"valid": True, "errors": []})
+    warnings = err.splitlines()
+    assert warnings[:4] == [f"warning: {f}" for f in THREE_EASY_FAILURES]
+    rest = "\n".join(warnings[4:])
+    assert len(warnings) == 6 and "distribution.easy: 3 of 3 pairs (100%)" in rest
+    assert "json $.metadata.distribution.grounding: no grounding pair" in rest
+
+
+def test_strict_shape_makes_the_floor_and_the_balance_failures(ws):
+    ws.put(mkdataset(pairs_of({"easy": 3})))
+    r = ws.cli("dataset", "validate", "--json", "d.json", "--csv", "d.csv", "--strict-shape")
+    out = json.loads(r.stdout)
+    assert r.exit_code == 1 and set(out) == {"valid", "errors"} and out["valid"] is False
+    assert out["errors"] == THREE_EASY_FAILURES
+    assert "json $.metadata.distribution.grounding: no grounding pair" in r.stderr  # still a warning
 
 
 def test_the_contracts_thirty_pair_example_is_valid_with_nothing_to_say(ws):

@@ -857,10 +857,18 @@ def test_summary_md_holds_the_metric_table_and_grade_ends_with_the_results_block
     assert header.split()[-2:] == ["vs", "baseline"]  # the suite has baseline.json now
     assert any(line.startswith("Cost per case") and line.rstrip().endswith("+0%") for line in block)
     assert any(line.startswith("Gated case score (baseline)") and "+0.0 pts" in line for line in block)
-    assert block[-1] == "Judge agreement   no human labels on this run (agreement not measured)"
+    agreement = block.index("Judge agreement   no human labels on this run (agreement not measured)")
+    rows = block[block.index(header) + 2:agreement]
+    # issue 42: "vs baseline" on every row, then the Gate line, then the findings (seed 001's order)
+    assert [r.split()[0] for r in rows] == ["Success", "Tool-call", "Refusal", "Latency", "Cost", "Gated"]
+    assert all(r.rstrip().endswith(("+0.0 pts", "+0%")) for r in rows), rows
+    assert block[agreement + 1:agreement + 3] == ["", "Gate: PASS"]
+    assert block.index("Findings") > agreement + 2 and block[block.index("Findings") + 1].startswith("  [MEDIUM]")
+    assert block[2 + 3].startswith("Spend:   $0.0") and "Spend:   - of" not in again.output
     before = first.output.splitlines()
     assert not any(line.startswith("Metric") and line.endswith("vs baseline") for line in before)  # no column yet
-    assert before[-1] == "vs baseline: no baseline.json in the suite (`evalkit baseline accept` writes one)"
+    no_baseline = "vs baseline: no baseline.json in the suite (`evalkit baseline accept` writes one)"
+    assert before.index(no_baseline) < before.index("Findings") and not any(b.startswith("Gate:") for b in before)
     print("\n".join(block))
 
 

@@ -385,7 +385,8 @@ def ws(tmp_path, monkeypatch):
 
 def test_dataset_new_notes_and_validate_warns_naming_place_and_kind(ws):
     runner = CliRunner()
-    res = runner.invoke(main, ["dataset", "new", "src.json", "--json", "d.json", "--csv", "d.csv"])
+    res = runner.invoke(main, ["dataset", "new", "src.json", "--json", "d.json", "--csv", "d.csv", "--no-scope",
+                                 "--allow-private-data"])
     assert res.exit_code == 0, res.output
     notes = privacy_lines(res.stderr)
     assert [n.split(": privacy:")[0] for n in notes] == [
@@ -409,7 +410,8 @@ def test_dataset_new_notes_and_validate_warns_naming_place_and_kind(ws):
 
 
 def test_dataset_validate_takes_an_allow_list_scoped_to_pairs(ws):
-    CliRunner().invoke(main, ["dataset", "new", "src.json", "--json", "d.json", "--csv", "d.csv"])
+    CliRunner().invoke(main, ["dataset", "new", "src.json", "--json", "d.json", "--csv", "d.csv", "--no-scope",
+                                 "--allow-private-data"])
     (ws / "privacy.json").write_text(json.dumps({"allow": [
         {"kind": "email", "case": "001"}, {"kind": "card", "case": "001"}, {"kind": "phone", "case": "002"}]}))
     res = CliRunner().invoke(main, ["dataset", "validate", "--json", "d.json", "--csv", "d.csv", "--strict",
@@ -420,7 +422,8 @@ def test_dataset_validate_takes_an_allow_list_scoped_to_pairs(ws):
 
 
 def test_dataset_new_redact_replaces_values_and_logs_what_it_did(ws):
-    res = CliRunner().invoke(main, ["dataset", "new", "src.json", "--json", "d.json", "--csv", "d.csv", "--redact"])
+    res = CliRunner().invoke(main, ["dataset", "new", "src.json", "--json", "d.json", "--csv", "d.csv", "--redact",
+                                    "--no-scope"])
     assert res.exit_code == 0, res.output
     assert "redacted 4 value(s): card 1, email 2, phone 1" in res.stderr
     doc = json.loads((ws / "d.json").read_text())

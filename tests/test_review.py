@@ -26,7 +26,7 @@ def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Workspace:
     monkeypatch.chdir(tmp_path)
     ws = Workspace(tmp_path)
     ws.write("src.yaml", SOURCE_YAML.format(pairs=source_pairs(4)))
-    assert ws.cli("dataset", "new", "src.yaml", "--json", "d.json", "--csv", "d.csv").exit_code == 0
+    assert ws.cli("dataset", "new", "src.yaml", "--json", "d.json", "--csv", "d.csv", "--no-scope").exit_code == 0
     r = ws.cli("dataset", "sample", "--json", "d.json", "--csv", "d.csv", "--out", "sheet.csv", "--size", "8")
     assert r.exit_code == 0, r.stderr
     return ws

@@ -284,6 +284,8 @@ def test_suite_quality_warnings(tmp_path):
     assert "only 2 golden case(s)" in text
     assert "no adversarial case" in text
     assert "tag 'solo' is used by only case 'a'" in text and "cases.jsonl:1" in text
+    solo = next(w for w in report.warnings if "tag 'solo'" in str(w))
+    assert solo.weight == "LOW"  # seed 001's weight for it (issue 42)
     assert "case 'b' is judged but there is no judge/rubric-vN.md" in text
     assert "runs/" in text
 

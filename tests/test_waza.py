@@ -94,13 +94,13 @@ def test_regex_not_match_fails_exactly_when_the_pattern_occurs():
 
 
 def test_graders_with_no_check_kind_are_refused_by_name(tmp_path):
-    text = SPEC.replace("graders:\n  - type: text", "graders:\n  - type: code\n    name: has_output\n"
-                                                     "    config:\n      assertions: ['len(output) > 0']\n"
+    text = SPEC.replace("graders:\n  - type: text", "graders:\n  - type: script\n    name: quality\n"
+                                                     "    config:\n      script: graders/quality.py\n"
                                                      "  - type: text", 1)
     f = spec(tmp_path / "pdf", text)
     out = CliRunner().invoke(main, ["import", str(f), "--to", str(tmp_path / "dest")])
     assert out.exit_code == 2
-    assert 'grader "has_output" of type "code" has no evalkit check kind' in out.output
+    assert 'grader "quality" of type "script" has no evalkit check kind' in out.output
     assert f"{f}:" in out.output and not (tmp_path / "dest").exists()
 
 

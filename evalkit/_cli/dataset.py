@@ -30,21 +30,33 @@ def dataset_group() -> None:
 @click.option(
     "--no-shape",
     is_flag=True,
-    help="Skip the size floor (30 pairs) and the difficulty-balance rules: for a dataset still being written.",
+    help="Skip the size floor (30 pairs) and the difficulty-balance warnings: for a dataset still being written.",
 )
-def validate_cmd(json_path: str, csv_path: str, strict: bool, privacy_file: str | None, no_shape: bool) -> None:
-    """Check both files against the contract and its shape (size floor, difficulty
-    balance), and scan them for personal data and secrets. Prints exactly
-    {"valid": ..., "errors": [...]}; the shape's warnings and the privacy findings go to
-    stderr as `warning:` lines (privacy findings are errors under --strict). Exits 0 when
-    valid, 1 on contract failures, 2 (stderr only) when a file cannot be read, decoded or
-    parsed, a path leaves the working directory, or the schema cannot be set up."""
+@click.option(
+    "--strict-shape",
+    is_flag=True,
+    help="The size floor (30 pairs) and a missing easy, hard, negative or safety pair are failures (exit 1), "
+    "not warnings.",
+)
+def validate_cmd(
+    json_path: str, csv_path: str, strict: bool, privacy_file: str | None, no_shape: bool, strict_shape: bool
+) -> None:
+    """Check both files against the contract, and scan them for personal data and
+    secrets. Prints exactly {"valid": ..., "errors": [...]}; the shape's findings (size
+    floor, difficulty balance) and the privacy findings go to stderr as `warning:` lines
+    (the shape's failures are errors under --strict-shape, privacy findings under
+    --strict). Exits as the contract's validator does: 0 when valid, 1 on contract
+    failures, 2 (stderr only) when a file cannot be read, decoded or parsed, a path
+    leaves the working directory, or the schema cannot be set up."""
     from evalkit.datasets.dataset import (
         SHAPE,
         validate_files,  # lazy: the dataset contract loads jsonschema, numpy and the privacy scanner
     )
 
-    result = validate_files(json_path, csv_path, strict=strict, privacy=privacy_file, shape=None if no_shape else SHAPE)
+    shape = None if no_shape else SHAPE
+    result = validate_files(
+        json_path, csv_path, strict=strict, privacy=privacy_file, shape=shape, strict_shape=strict_shape
+    )
     for w in result.warnings:
         echo_text(f"warning: {w}", err=True)
     click.echo(json.dumps(result.as_json(), ensure_ascii=False))
@@ -69,16 +81,51 @@ def validate_cmd(json_path: str, csv_path: str, strict: bool, privacy_file: str 
     help="The scope file the scoping_interview notebook wrote: nothing is generated unless it is confirmed; "
     "the metadata's system_name, user_populations and approach come from it.",
 )
-def new_cmd(source: str, json_out: str, csv_out: str, force: bool, redact: bool, scope_file: str | None) -> None:
+@click.option(
+    "--no-scope",
+    is_flag=True,
+    help="Generate without a confirmed scope (seed 004 asks for the interview first).",
+)
+@click.option(
+    "--allow-private-data",
+    is_flag=True,
+    help="Write personal data or secrets the scan gate found (reported as notes) instead of stopping.",
+)
+def new_cmd(
+    source: str,
+    json_out: str,
+    csv_out: str,
+    force: bool,
+    redact: bool,
+    scope_file: str | None,
+    no_scope: bool,
+    allow_private_data: bool,
+) -> None:
     """Write both forms of a dataset from one authoring SOURCE (.json, .yaml or .yml:
     metadata and evaluation_pairs; the counts are computed from the pairs). Spreadsheet
-    formula cells in the CSV are escaped with a leading '. Personal data and secrets in
-    the source are reported as notes (never their values)."""
+    formula cells in the CSV are escaped with a leading '. Needs a confirmed --scope
+    (or --no-scope). Personal data or a secret in the source stops the write (exit 1,
+    never their values) unless --redact or --allow-private-data."""
     from evalkit.datasets.dataset import (
         new_dataset,  # lazy: the dataset contract loads jsonschema, numpy and the privacy scanner
     )
 
-    ds, notes = new_dataset(source, json_out, csv_out, force=force, redact=redact, scope=scope_file)
+    if scope_file is None and not no_scope:
+        raise click.UsageError(
+            "no --scope: run the scoping interview first (notebooks/scoping_interview.ipynb writes the "
+            "scope file), confirm it, and pass --scope FILE; --no-scope generates without one"
+        )
+    if scope_file is not None and no_scope:
+        raise click.UsageError("--scope and --no-scope contradict each other: drop one")
+    ds, notes = new_dataset(
+        source,
+        json_out,
+        csv_out,
+        force=force,
+        redact=redact,
+        scope=scope_file,
+        allow_private_data=allow_private_data,
+    )
     for note in notes:
         echo_text(f"note: {note}", err=True)
     md = ds["metadata"]

@@ -183,8 +183,6 @@ def _echo_grading(result: GradeResult) -> None:
     then the RESULTS block."""
     for line in summary_lines(result.summary, result.run_path):
         echo_text(line)
-    for f in result.findings:
-        echo_text(str(f))
     echo_text(f"summary: {result.run_path / GRADES_SUMMARY}")
     s = result.summary
     if not result.complete:
@@ -204,8 +202,30 @@ def _echo_grading(result: GradeResult) -> None:
     from evalkit.conclusions.results import results_block, suite_baseline
 
     echo_text("")
-    for line in results_block(s, result.run_path, suite_baseline(s.suite)):
+    baseline = suite_baseline(s.suite)
+    gate_line = _gate_line(result.run_path, s.suite) if baseline is not None else None
+    for line in results_block(s, result.run_path, baseline, gate_line):
         echo_text(line)
+    if result.findings:  # the seed's order: the RESULTS block, then the findings
+        echo_text("")
+        echo_text("Findings")
+    for f in result.findings:
+        echo_text(f"  {f}")
+
+
+def _gate_line(run_path: Path, suite: str | None) -> str:
+    """`Gate: PASS` or `Gate: FAIL (reasons)`: the very decision `evalkit gate` makes
+    against the suite's baseline.json, its notes (a judge version change) after it."""
+    from evalkit.conclusions.gates import gate  # lazy: as the rest of this command's library
+    from evalkit.foundations.errors import EvalkitError
+    from evalkit.foundations.layout import BASELINE_FILE
+
+    try:
+        res = gate(run_path, Path(suite or "") / BASELINE_FILE)
+    except EvalkitError as exc:
+        return f"Gate: not decided ({exc})"
+    line = "Gate: PASS" if res.passed else f"Gate: FAIL ({'; '.join(res.reasons)})"
+    return "\n".join([line, *(f"note: {n}" for n in res.notes)])
 
 
 # What `evalkit grade` prints of each group, in order (the names are those of grades-summary.json).

@@ -949,6 +949,29 @@ def scorer(
     raise InputError(f"scorer {function!r} returned {type(result).__name__}; expected bool or (bool, str)", path)
 
 
+def assertions(
+    output: str,
+    *,
+    assertions: Sequence[str],
+    trace: Sequence[Any] = (),
+    errors: Sequence[Any] = (),
+    evaluate: Callable[[Sequence[str], Mapping[str, Any]], Sequence[str | None]] | None = None,
+) -> CheckResult:
+    """Every Python expression in `assertions` (Waza's `code` grader) is true over the
+    sample: `output`, `tool_calls` (the trace) and `errors` (its tool errors), with
+    `re` and `json`. `evaluate` runs them out of evalkit's process (grading passes its
+    sandbox); without one the check fails: an assertion is never evaluated here."""
+    if evaluate is None:
+        return CheckResult("assertions", False, "assertions run only in evalkit grade's sandbox")
+    context = {"output": str(output), "tool_calls": [_jsonable(c) for c in trace], "errors": list(errors)}
+    failed = [f"{a!r}: {why}" for a, why in zip(assertions, evaluate(list(assertions), context), strict=True) if why]
+    return CheckResult("assertions", not failed, "; ".join(_clip(f) for f in failed[:3]))
+
+
+def _jsonable(call: Any) -> Any:
+    return dataclasses.asdict(call) if dataclasses.is_dataclass(call) and not isinstance(call, type) else call
+
+
 GRADERS: dict[str, Grader] = {
     "exact": exact,
     "contains": contains,
@@ -966,6 +989,7 @@ GRADERS: dict[str, Grader] = {
     "max_turns": max_turns,
     "tool_errors": tool_errors,
     "skill_activation": skill_activation,
+    "assertions": assertions,
 }
 
 
@@ -1023,6 +1047,9 @@ class AgentFacts:
     trajectory: Callable[[], Any] | None = None
     exit_status: int | None = None
     workdir: Path | None = None
+    # evaluates Python expressions over a context, out of evalkit's process (grading's
+    # sandbox): None per expression that held, else why not; None: no evaluator here
+    evaluate: Callable[[Sequence[str], Mapping[str, Any]], Sequence[str | None]] | None = None
 
     @classmethod
     def of(
@@ -1090,6 +1117,8 @@ def run_check(
         if traj is not None:
             opts["texts"] = traj.texts()
             opts["sent"] = traj.requests_text()
+    elif check.kind == "assertions":
+        opts.update(trace=calls, errors=facts.tool_errors, evaluate=facts.evaluate)
     elif check.kind == "file_exists":
         opts["workdir"] = facts.workdir
     elif check.kind == "exit_code":

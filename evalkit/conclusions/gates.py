@@ -57,6 +57,7 @@ from evalkit.numbers.metrics import (
     gated_case_score_estimate,
     list_price,
     raw_value,
+    sample_pass_rate,
     score_of,
     score_table,
 )
@@ -479,7 +480,20 @@ def _gate_read(
     )
     if (run.config.get("config") or {}).get("judged_estimate") == "corrected":
         result = _judged_check(result, run, cur.arm, baseline, label, t)
-    return result
+    note = judge_version_note(baseline, cur.judge_version)
+    return replace(result, notes=(*result.notes, note)) if note else result
+
+
+def judge_version_note(baseline: Baseline, run_version: str | None) -> str | None:
+    """A note when the run was judged with another judge version than the baseline (seed
+    001: "changing the judge invalidates comparison with older runs"); None otherwise."""
+    base_version = baseline.metrics.judge_version if baseline.metrics else baseline.judge_version
+    if not base_version or not run_version or base_version == run_version:
+        return None
+    return (
+        f"judge version changed: the baseline was judged with {base_version}, this run with {run_version}; "
+        "judged rates are not comparable across judge versions: accept a new baseline judged with this one"
+    )
 
 
 def _arm_judged(run_path: Path | str | None, arm: str | None) -> dict[str, Any] | None:
@@ -938,6 +952,7 @@ def accept_baseline(
         run=str(run.path),
         summary=BASELINE_SUMMARY_FILE,
         accepted=datetime.now(UTC).isoformat(timespec="seconds"),
+        success_rate=sample_pass_rate(sum(c.c for c in m.cases), sum(c.n for c in m.cases)),
     )
     run_md = Path(run.path) / SUMMARY_MD
     body = run_md.read_text(encoding="utf-8", errors="replace") if run_md.exists() else "(the run has no summary.md)\n"

@@ -65,7 +65,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
+import json
 import random
+import subprocess
+import sys
+import tempfile
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -74,6 +79,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from evalkit.calls import sandbox
 from evalkit.calls.cache import ResponseCache
 from evalkit.calls.ledger import Ledger, role_spend
 from evalkit.checking.graders import AgentFacts, activation_observed, grade_sample, is_refusal, require_scored
@@ -112,7 +118,7 @@ from evalkit.checking.judge import (
     trajectory_text,
     unmatched_pair,
 )
-from evalkit.conclusions.results import write_summary_md
+from evalkit.conclusions.results import write_seed_results, write_summary_md
 from evalkit.foundations._io import RUN_JSON_BYTES, iter_jsonl, read_json_object, write_atomic
 from evalkit.foundations._text import storable_json
 from evalkit.foundations.errors import InputError, JudgeError
@@ -364,6 +370,53 @@ def _agent_facts(run: Path, suite: Suite, sample: Sample) -> AgentFacts | None:
     arm = next((a for a in suite.config.arms if a.name == sample.arm), None)
     key = (sample.case_id, sample.arm, int(sample.index))
     return AgentFacts.of(sample, arm, lambda: read_trajectory(run, *key), run)
+
+
+# Evaluates a list of Python expressions over a context (JSON on stdin), each with only
+# a few builtins, `re` and `json`; prints, per expression, null when it held, else why
+# not. Run by `sandboxed_assertions` inside the sandbox, never in evalkit's process.
+_ASSERTION_EVALUATOR = """
+import json, re, sys
+job = json.load(sys.stdin)
+safe = {n: __builtins__.__dict__[n] if hasattr(__builtins__, "__dict__") else __builtins__[n]
+        for n in ("len", "any", "all", "str", "int", "float", "bool", "list", "dict", "min", "max",
+                  "sum", "sorted", "set", "tuple", "abs", "isinstance", "True", "False", "None")}
+scope = {"__builtins__": safe, "re": re, "json": json, **job["context"]}
+out = []
+for expr in job["assertions"]:
+    try:
+        out.append(None if eval(expr, scope) else "false")
+    except Exception as exc:
+        out.append(type(exc).__name__ + ": " + str(exc)[:200])
+print(json.dumps(out))
+"""
+ASSERTION_TIMEOUT_S = 10.0
+
+
+def sandboxed_assertions(
+    run: Path, suite: str | Path, exprs: Sequence[str], context: Mapping[str, Any]
+) -> list[str | None]:
+    """Waza's `code` assertions evaluated by a fresh Python process inside the sandbox
+    (`evalkit.calls.sandbox`: no network, the suite, run and home folders hidden, a
+    scratch working directory): per expression None when it held, else why not. Where
+    the sandbox cannot run every assertion fails with its reason: never evaluated in
+    evalkit's own process."""
+    why = sandbox.probe()
+    if why is not None:
+        return [f"the sandbox cannot run here ({why})"] * len(exprs)
+    with tempfile.TemporaryDirectory(prefix="evalkit-assert-") as tmp:
+        hidden = (run, Path(suite), Path.cwd(), Path.home())
+        jail = sandbox.Jail(Path(tmp), None, 0, hidden, sandbox.interpreter_paths())
+        argv = sandbox.bwrap_argv(jail, [sys.executable, "-I", "-S", "-c", _ASSERTION_EVALUATOR])
+        job = json.dumps({"assertions": list(exprs), "context": dict(context)})
+        try:
+            done = subprocess.run(argv, input=job, capture_output=True, text=True, timeout=ASSERTION_TIMEOUT_S)
+            answers = json.loads(done.stdout)
+        except (subprocess.TimeoutExpired, ValueError) as exc:
+            return [f"the evaluator failed: {type(exc).__name__}"] * len(exprs)
+    if not isinstance(answers, list) or len(answers) != len(exprs):
+        return ["the evaluator gave no answer"] * len(exprs)
+    return [None if a is None else str(a) for a in answers]
 
 
 TRACE_CHECKS = ("forbidden_tools", "tool_calls")  # checks that read the trace of a sample's tool calls
@@ -943,7 +996,9 @@ def _grade_deterministic(plan: _GradePlan) -> _Checked:
             unknown[key] = f"case {key[0]!r} is not in the suite any more: not graded"
             continue
         sample = plan.samples[key]
-        det[key] = grade_sample(case, sample, plan.suite.path, _agent_facts(plan.run, plan.suite, sample))
+        facts = _agent_facts(plan.run, plan.suite, sample) or AgentFacts()
+        facts = dataclasses.replace(facts, evaluate=functools.partial(sandboxed_assertions, plan.run, plan.suite.path))
+        det[key] = grade_sample(case, sample, plan.suite.path, facts)
     findings = _incomplete_trajectory_findings(plan.config, plan.cases, plan.samples, det)
     return _Checked(det, unknown, tuple(findings))
 
@@ -1047,7 +1102,11 @@ def _ask_judge(plan: _GradePlan, setup: _JudgeSetup, pairs_todo: list[_PairTodo]
         plan.meta, config.cost_cap_usd
     )  # the run's recorded cap (a CI run's ci.cost_cap_usd): one cap for all
     if files is None or not (setup.judged_keys or pairs_todo):
-        return _Judged({}, [], {"judge_spend_usd": 0.0, "cache_hits": 0, "cap_usd": cap}, None, cap)
+        # no judge pass: the run's spend is what its ledger holds (generator, earlier judge passes)
+        ledger = plan.run / LEDGER
+        spent = role_spend(ledger, "generator") + role_spend(ledger, "judge")
+        stats = {"judge_spend_usd": 0.0, "cache_hits": 0, "cap_usd": cap, "run_spend_usd": spent}
+        return _Judged({}, [], stats, None, cap)
     endpoint = judge_endpoint(plan.suite, plan.opts.judge_base_url)
     identity = judge_identity(files, endpoint.model, endpoint.base_url)
     todo = [(plan.cases[k[0]], plan.samples[k]) for k in setup.judged_keys]
@@ -1282,6 +1341,7 @@ def _write_grading(plan: _GradePlan, grades: list[Grade], outcomes: list[PairOut
     else:
         (run / PAIRWISE).unlink(missing_ok=True)  # an earlier grading's: it no longer describes this one
     write_summary(run, summary)
+    write_seed_results(run, plan.samples, grades)  # seed 001's runs/results-<stamp>.jsonl
 
 
 def judged_items(

@@ -12,14 +12,16 @@ two numbers a baseline records and a gate reads.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from evalkit.foundations import fmt
 from evalkit.foundations._io import RUN_JSON_BYTES, read_json_object, write_atomic
+from evalkit.foundations._text import storable_json
 from evalkit.foundations.errors import EvalkitError
-from evalkit.foundations.layout import BASELINE_FILE, SUMMARY_MD
-from evalkit.foundations.records import Baseline, GradesSummary, GroupMetrics, Suite
+from evalkit.foundations.layout import BASELINE_FILE, GRADES_SUMMARY, SUMMARY_MD
+from evalkit.foundations.records import Baseline, Grade, GradesSummary, GroupMetrics, Sample, Suite
 
 # (label, field(s) of GroupMetrics, kind): the rows of the seed's table, in its order
 ROWS: tuple[tuple[str, tuple[str, ...], str], ...] = (
@@ -122,48 +124,148 @@ def _arm_of(s: GradesSummary, baseline: Baseline | None) -> str | None:
     return next(iter(s.per_arm)) if len(s.per_arm) == 1 else None
 
 
-def results_block(s: GradesSummary, run: str | Path, baseline: Baseline | None = None) -> list[str]:
-    """The RESULTS block `evalkit grade` ends with: run state, spend, the metric table
-    overall and per tag, the gated case score and cost per case with their change vs
-    the baseline (when there is one), and judge agreement."""
+def results_block(
+    s: GradesSummary, run: str | Path, baseline: Baseline | None = None, gate_line: str | None = None
+) -> list[str]:
+    """The RESULTS block `evalkit grade` ends with (seed 001's): run state, spend
+    (generator + judge, from the run's ledger), the metric table overall and per tag
+    with the gated case score, "vs baseline" on every row when the suite has a
+    baseline, judge agreement, then `gate_line` (`Gate: PASS | FAIL (reason)`)."""
     lines = [f"RESULTS — {run}", "=" * 20, ""]
     state = "complete" if s.complete else f"INCOMPLETE {s.n_graded}/{s.n_expected} samples graded"
     lines.append(f"Run:     {state}")
     if s.judge_trust is not None and s.judge_trust.uncalibrated:  # unmissable: before every number
         lines.append(f"Judge:   WARNING {s.judge_trust.uncalibrated}")
-    spend: Any = s.run_spend_usd
     lines.append(
-        f"Spend:   {fmt.usd(spend)} of {fmt.usd(s.cap_usd)} cap (generator + judge); "
+        f"Spend:   {fmt.usd(s.run_spend_usd)} of {fmt.usd(s.cap_usd)} cap (generator + judge); "
         f"judge paid this grading {fmt.usd(s.judge_spend_usd)}, avoided {fmt.usd(s.overall.judge_cache_avoided_usd)}"
     )
     lines.append("")
     header, rows = metric_rows(s)
     arm = _arm_of(s, baseline)
     scores = s.per_arm[arm].scores if arm is not None and arm in s.per_arm else None
-    vs = ["-"] * len(rows)
-    extra: list[list[str]] = []
     if scores is not None and scores.gated_case_score is not None:
-        change = "-"
-        if baseline is not None:
-            change = fmt.points(scores.gated_case_score - baseline.gated_case_score)
-        extra.append([f"Gated case score ({arm})", fmt.fraction(scores.gated_case_score, 2)] + ["" for _ in header[2:]])
-        vs.append(change)
-    for i, r in enumerate(rows):
-        if r[0] == "Cost per case" and baseline is not None and baseline.cost_per_case_usd:
-            # like with like: the baseline's is one arm's cost per case, so this is that arm's
-            now = s.per_arm[arm].overall.cost_per_case_usd if arm is not None and arm in s.per_arm else None
-            if now is not None:
-                vs[i] = f"{100 * (now / baseline.cost_per_case_usd - 1):+.0f}%"
-    header = header + (["vs baseline"] if baseline is not None else [])
-    table = [r + ([v] if baseline is not None else []) for r, v in zip(rows + extra, vs, strict=True)]
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *table, strict=True)]
+        rows.append([f"Gated case score ({arm})", fmt.fraction(scores.gated_case_score, 2)] + ["" for _ in header[2:]])
+    if baseline is not None:
+        header = header + ["vs baseline"]
+        rows = [r + [v] for r, v in zip(rows, _vs_baseline(rows, s, arm, baseline), strict=True)]
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
     lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip())
     lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     lines.append(f"Judge agreement   {judge_line(s)}")
     if baseline is None:
         lines.append("vs baseline: no baseline.json in the suite (`evalkit baseline accept` writes one)")
+    if gate_line:
+        lines += ["", gate_line]
     return lines
+
+
+def _baseline_metrics(baseline: Baseline) -> GroupMetrics | None:
+    """The baseline run's own metrics (its `grades-summary.json`, the accepted arm's),
+    when that run folder is still there; None otherwise."""
+    if not baseline.run:
+        return None
+    try:
+        d = read_json_object(Path(baseline.run) / GRADES_SUMMARY, GRADES_SUMMARY, limit=RUN_JSON_BYTES)
+        base = GradesSummary.from_json(d)
+    except (EvalkitError, OSError, KeyError, TypeError, ValueError):
+        return None
+    arm = baseline.arm
+    return base.per_arm[arm].overall if arm is not None and arm in base.per_arm else base.overall
+
+
+def _change_pct(now: Any, before: Any) -> str:
+    if fmt.missing(now) or fmt.missing(before) or not before:
+        return fmt.NO_DATA
+    return f"{100 * (float(now) / float(before) - 1):+.0f}%"
+
+
+def _vs_baseline(rows: list[list[str]], s: GradesSummary, arm: str | None, baseline: Baseline) -> list[str]:
+    """The "vs baseline" cell of each row, like with like (the baseline's arm): a rate's
+    change in points, latency and cost in percent, the gated case score in points.
+    The baseline run's own metrics come from its grades summary; the success rate and
+    the cost per case are also in `baseline.json`. `-` where the baseline has no value."""
+    now = s.per_arm[arm].overall if arm is not None and arm in s.per_arm else s.overall
+    before = _baseline_metrics(baseline)
+    kinds = {label: (names, kind) for label, names, kind in ROWS}
+    out: list[str] = []
+    for row in rows:
+        names, kind = kinds.get(row[0], ((), "score"))
+        if kind == "score":
+            scores = s.per_arm[arm].scores if arm is not None and arm in s.per_arm else None
+            score = scores.gated_case_score if scores is not None else None
+            out.append(fmt.NO_DATA if score is None else fmt.points(score - baseline.gated_case_score))
+        elif kind == "usd":
+            out.append(_change_pct(now.cost_per_case_usd, baseline.cost_per_case_usd))
+        elif kind == "ms":
+            changes = [_change_pct(getattr(now, n), getattr(before, n, None)) for n in names]
+            out.append(" / ".join(changes))
+        else:
+            was = getattr(before, names[0], None) if before is not None else None
+            if was is None and names[0] == "sample_pass_rate":
+                was = baseline.success_rate
+            value = getattr(now, names[0])
+            out.append(fmt.NO_DATA if fmt.missing(value) or fmt.missing(was) else fmt.points(value - was))
+    return out
+
+
+# ------------------------------------------------------- the seed's per-case result file
+
+
+def seed_result_path(run: str | Path) -> Path:
+    """Where seed 001's per-case lines go: `runs/results-<stamp>.jsonl`, beside the run
+    folder `runs/<stamp>/` (the seed's runner writes `runs/results-<timestamp>.jsonl`)."""
+    run = Path(run)
+    return run.parent / f"results-{run.name}.jsonl"
+
+
+def seed_result_lines(samples: Mapping[tuple[str, str, int], Sample], grades: Sequence[Grade]) -> list[dict[str, Any]]:
+    """Seed 001's result lines, one per case (and arm) that ran, in grading order, under
+    the seed's names: id, tags, output, passed, checks, judge_score, judge_version,
+    latency_ms, tokens_in/out, judge_tokens_in/out, cost_usd (generator + judge). With k
+    samples a case passes only when every sample passed (`passed_samples` of `samples`
+    says how many did); tokens and cost are summed over them; output, checks, judge
+    score and latency are the first sample's. `arm` is added when the run has several."""
+    by_case: dict[tuple[str, str], list[Grade]] = {}
+    for g in grades:
+        if (g.case_id, g.arm, g.index) in samples:
+            by_case.setdefault((g.case_id, g.arm), []).append(g)
+    arms = {arm for _, arm in by_case}
+    return [_seed_line(samples, sorted(gs, key=lambda g: g.index), len(arms) > 1) for gs in by_case.values()]
+
+
+def _seed_line(samples: Mapping[tuple[str, str, int], Sample], gs: list[Grade], with_arm: bool) -> dict[str, Any]:
+    first = gs[0]
+    ran = [samples[(g.case_id, g.arm, g.index)] for g in gs]
+    line: dict[str, Any] = {
+        "id": first.case_id,
+        "tags": list(ran[0].tags),
+        "output": ran[0].output,
+        "passed": all(g.passed is True for g in gs),
+        "checks": {c.name: c.passed for c in first.checks},
+        "judge_score": first.judge_score,
+        "judge_version": first.judge_version,
+        "latency_ms": round(ran[0].latency_ms),
+        "tokens_in": sum(x.usage.prompt_tokens for x in ran),
+        "tokens_out": sum(x.usage.completion_tokens for x in ran),
+        "judge_tokens_in": sum(g.judge_tokens_in or 0 for g in gs),
+        "judge_tokens_out": sum(g.judge_tokens_out or 0 for g in gs),
+        "cost_usd": round(sum(x.cost_usd for x in ran) + sum(g.judge_cost_usd for g in gs), 6),
+        "samples": len(gs),
+        "passed_samples": sum(g.passed is True for g in gs),
+    }
+    return {"arm": first.arm, **line} if with_arm else line
+
+
+def write_seed_results(
+    run: str | Path, samples: Mapping[tuple[str, str, int], Sample], grades: Sequence[Grade]
+) -> Path:
+    """Write `seed_result_lines` to `seed_result_path` (replacing an earlier grading's)."""
+    path = seed_result_path(run)
+    lines = seed_result_lines(samples, grades)
+    write_atomic(path, "".join(storable_json(x) + "\n" for x in lines))  # any text a model sent
+    return path
 
 
 # --------------------------------------------------------------------- the PLAN block

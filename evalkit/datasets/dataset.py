@@ -53,7 +53,7 @@ import yaml
 from evalkit.datasets.scope import apply_scope, require_confirmed
 from evalkit.foundations._io import read_file_bytes, write_atomic_all
 from evalkit.foundations._jsonschema import jsonschema
-from evalkit.foundations.errors import FileTooLarge, InputError, InputErrors
+from evalkit.foundations.errors import FileTooLarge, InputError, InputErrors, PrivateDataFound
 from evalkit.foundations.records import Json
 from evalkit.pii import privacy as _privacy
 
@@ -885,19 +885,21 @@ def validate_files(
     strict: bool = False,
     privacy: str | os.PathLike[str] | None = None,
     shape: Shape | None = SHAPE,
+    strict_shape: bool = False,
 ) -> ValidationResult:
     """Validate a dataset's JSON file and CSV companion (what `evalkit dataset validate`
     runs). Paths must stay inside `cwd` (default: the working directory). Once the
     contract's rules hold, its `shape` (size floor and difficulty balance, `Shape`;
-    None: not checked) adds errors and warnings. The privacy scan
-    (`evalkit.pii.privacy.scan_dataset`, allow-list from the `privacy` file) adds
-    warnings; under `strict` they are errors and the dataset is not valid."""
+    None: not checked) adds warnings: the contract's own validator does not check the
+    shape, so its exit status stays the validator's; under `strict_shape` the shape's
+    failures are errors. The privacy scan (`evalkit.pii.privacy.scan_dataset`,
+    allow-list from the `privacy` file) adds warnings; under `strict` they are errors
+    and the dataset is not valid."""
     result, doc = _validate_paths(json_path, csv_path, cwd, limits, schema_path)
     if not isinstance(doc, dict):
         return result
     if shape is not None and result.valid:
-        shape_errors, shape_warnings = shape_findings(doc, shape)
-        result = ValidationResult(not shape_errors, tuple(shape_errors[: limits.diagnostics]), tuple(shape_warnings))
+        result = _with_shape(doc, shape, strict_shape, limits)
     policy = _privacy.load_policy_file(resolve_input(privacy, cwd=cwd)) if privacy is not None else None
     found = _privacy.scan_dataset(doc, resolve_input(json_path, cwd=cwd), os.fspath(json_path), policy)
     if not found:
@@ -905,6 +907,15 @@ def validate_files(
     if strict:
         return ValidationResult(valid=False, errors=result.errors + tuple(found), warnings=result.warnings)
     return ValidationResult(valid=result.valid, errors=result.errors, warnings=result.warnings + tuple(found))
+
+
+def _with_shape(doc: dict[str, Any], shape: Shape, strict: bool, limits: Limits) -> ValidationResult:
+    """A contract-valid dataset's result with its shape's findings: the failures are
+    errors only when `strict` (`--strict-shape`), warnings otherwise."""
+    failures, warnings = shape_findings(doc, shape)
+    if strict:
+        return ValidationResult(not failures, tuple(failures[: limits.diagnostics]), tuple(warnings))
+    return ValidationResult(True, (), tuple(failures + warnings))
 
 
 def _validate_paths(
@@ -1092,6 +1103,17 @@ def _errors_as_input(result: ValidationResult, shown: str) -> InputErrors:
     return InputErrors([InputError(e, shown) for e in result.errors])
 
 
+def _scan_gate(found: list[str], allowed: bool) -> None:
+    """Stop the write when the privacy scan found anything, unless the caller allowed it."""
+    if found and not allowed:
+        lines = "\n".join(f"  {f}" for f in found)
+        raise PrivateDataFound(
+            f"scan gate: personal data or a secret in the source, nothing written:\n{lines}\n"
+            "replace it with synthetic content, or use --redact (typed placeholders), "
+            "or --allow-private-data to write it anyway"
+        )
+
+
 def new_dataset(
     source_path: str | os.PathLike[str],
     json_out: str | os.PathLike[str],
@@ -1102,6 +1124,7 @@ def new_dataset(
     cwd: str | os.PathLike[str] | None = None,
     redact: bool = False,
     scope: str | os.PathLike[str] | None = None,
+    allow_private_data: bool = False,
 ) -> tuple[dict[str, Json], list[str]]:
     """Write both forms of a dataset from one authoring source, so they cannot disagree.
     With `scope` (a scope file, `evalkit.datasets.scope`), nothing is generated unless that
@@ -1109,8 +1132,10 @@ def new_dataset(
     refused).
     The result is validated exactly as `validate` would before anything is written;
     problems raise `InputErrors` (exit 2) and leave no file behind. Personal data and
-    secrets in the source are notes; `redact` replaces them with typed placeholders (each
-    pair its own scope) and writes `<json_out stem>.redaction-log.json` beside the JSON."""
+    secrets in the source are the scan gate's failure (seed 004: "stop the durable
+    write"): `PrivateDataFound` (exit 1), nothing written, unless `allow_private_data`
+    (then notes); `redact` replaces them with typed placeholders (each pair its own
+    scope) and writes `<json_out stem>.redaction-log.json` beside the JSON."""
     scope_notes: list[str] = []
     if scope is not None:
         confirmed = require_confirmed(scope)  # before the source is even read: no scope, no generation
@@ -1128,7 +1153,9 @@ def new_dataset(
         )
         notes.append(f"{_privacy.redaction_summary(log)}; log: {log_file[0]}")
     else:
-        notes += _privacy.scan_dataset(dataset, resolve_input(source_path, cwd=cwd), os.fspath(source_path), None)
+        found = _privacy.scan_dataset(dataset, resolve_input(source_path, cwd=cwd), os.fspath(source_path), None)
+        _scan_gate(found, allow_private_data)
+        notes += found
     jtext, ctext = json_text(dataset), csv_text(dataset["evaluation_pairs"])
     result = validate_texts(jtext, ctext)
     if not result.valid:

@@ -30,6 +30,7 @@ CHECK_KINDS = (
     "json_field",
     "file_exists",
     "exit_code",
+    "assertions",
     *TRAJECTORY_CHECK_OPTIONS,  # forbidden_tools, max_turns, tool_errors, skill_activation
 )
 
@@ -48,6 +49,7 @@ CHECK_OPTIONS: dict[str, set[str]] = {
     "json_field": {"path", "value"},
     "file_exists": {"path", "expect"},
     "exit_code": {"value"},
+    "assertions": {"assertions"},
     **TRAJECTORY_CHECK_OPTIONS,
 }
 

@@ -100,6 +100,11 @@ class RedactionIncomplete(EvalkitError):
     were removed."""
 
 
+class PrivateDataFound(EvalkitError):
+    """The scan gate found personal data or a secret in what was about to be written
+    (seed 004: "stop the durable write"): exit 1, nothing written."""
+
+
 class DiskFull(EvalkitError):
     """A write to a run's files found no room (ENOSPC, EDQUOT, or EFBIG: a file size
     limit). The run stops INCOMPLETE; what was written stays parseable, and a resume

@@ -84,7 +84,10 @@ class Baseline:
     noise guard.
 
     Files of evalkit 0.1 (`"format": 1`) name the gated case score `success_rate` and
-    the cost per case `cost_per_task_usd`; both are read."""
+    the cost per case `cost_per_task_usd`; both are read. Written beside evalkit's names
+    for seed 001's readers: `success_rate` (the accepted arm's sample pass rate, the
+    RESULTS block's "Success rate") and `cost_per_task_usd` (the cost per case);
+    `judge_version` is the one the file records (a seed-shaped file has no cases)."""
 
     SCHEMA = "evalkit.baseline/2"
 
@@ -99,6 +102,8 @@ class Baseline:
     run: str | None = None
     summary: str | None = None
     accepted: str | None = None
+    success_rate: float | None = None
+    judge_version: str | None = None
 
     @property
     def arm(self) -> str | None:
@@ -116,13 +121,15 @@ class Baseline:
             "run": self.run,
             "summary": self.summary,
             "accepted": self.accepted,
-            "judge_version": m.judge_version if m else None,
+            "judge_version": m.judge_version if m else self.judge_version,
             "config_hash": m.config_hash if m else None,
             "arm": self.arm,
             "k": self.k,
             "gated_case_score": _num_or_none(self.gated_case_score),
             "gated_case_score_se": _num_or_none(self.gated_case_score_se),
             "cost_per_case_usd": _num_or_none(self.cost_per_case_usd),
+            "success_rate": _num_or_none(self.success_rate),
+            "cost_per_task_usd": _num_or_none(self.cost_per_case_usd),
             "per_tag": dict(self.per_tag),
             "per_tag_cases": dict(self.per_tag_cases),
             "per_set": {s: v.to_json() for s, v in self.per_set.items()},
@@ -175,6 +182,8 @@ class Baseline:
                 run=d.get("run"),
                 summary=d.get("summary"),
                 accepted=d.get("accepted"),
+                success_rate=_num_or_none(d.get("success_rate")),
+                judge_version=d["judge_version"] if isinstance(d.get("judge_version"), str) else None,
             )
         except (TypeError, ValueError) as exc:
             raise InputError(f"malformed baseline: {exc}", json_path="$") from None

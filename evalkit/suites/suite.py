@@ -307,6 +307,7 @@ def _suite_warnings(
                 f"tag {tag!r} is used by only case {c.id!r}: a per-tag rate of one case says little",
                 cases_path,
                 c.line or None,
+                weight="LOW",  # seed 001: "LOW: a tag used by only one case"
             )
     _gate_power_warning(src, cases, config, cases_path, fx)
     _program_check_warnings(cases, config, cases_path, fx)

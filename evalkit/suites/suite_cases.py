@@ -216,6 +216,23 @@ def _tool_calls_options(c: _CheckAt) -> bool:
     return ok
 
 
+def _assertions_options(c: _CheckAt) -> bool:
+    """assertions: a non-empty list of Python expressions, each one that parses (parsed
+    here, never run: grading evaluates them in its sandbox)."""
+    exprs = c.opts.get("assertions")
+    if not isinstance(exprs, list) or not exprs or not all(isinstance(x, str) and x.strip() for x in exprs):
+        c.r.err(f"{c.jp}.assertions", "assertions must be a non-empty list of Python expressions")
+        return False
+    ok = True
+    for i, x in enumerate(exprs):
+        try:
+            ast.parse(x.strip(), mode="eval")
+        except SyntaxError as exc:
+            c.r.err(f"{c.jp}.assertions[{i}]", f"not a Python expression: {exc.msg}")
+            ok = False
+    return ok
+
+
 def _grounding_options(c: _CheckAt) -> bool:
     """grounding: a non-empty `context`, the check's own or the case's."""
     ctx = c.opts.get("context", c.case.get("context"))
@@ -302,6 +319,7 @@ _OPTION_RULES: dict[str, Callable[[_CheckAt], bool]] = {
     **dict.fromkeys(TRAJECTORY_CHECK_OPTIONS, _trajectory_options),
     "tool_calls": _tool_calls_options,
     "grounding": _grounding_options,
+    "assertions": _assertions_options,
     "refusal": _refusal_options,
     "activation": _activation_options,
     "scorer": _scorer_options,
@@ -450,20 +468,22 @@ def _case_rubric(r: _Reader, expected: Any, prefix: str, label: str) -> tuple[st
 def _case_checks(
     r: _Reader, raw: dict[str, Any], prefix: str, label: str, src: SuiteSource
 ) -> tuple[list[Check], bool]:
-    """The case's checks: its `checks` list, else the contains check a non-empty string
-    `expected` stands for; with whether all are usable."""
+    """The case's checks: its `checks` list, else the check its `expected` stands for
+    (`_implied_check`); with whether all are usable."""
     expected = raw.get("expected")
     if "checks" not in raw:
-        if not isinstance(expected, str):
+        if isinstance(expected, str) and not expected.strip():
+            r.err(
+                prefix + ".expected",
+                label + "expected is empty: the default contains check would pass any output; "
+                "give checks (e.g. a regex) instead",
+            )
+            return [], False
+        implied = _implied_check(expected)
+        if implied is None:
             return [], True
-        if expected.strip():
-            return [Check("contains", {"value": expected, "case_fold": True})], True
-        r.err(
-            prefix + ".expected",
-            label + "expected is empty: the default contains check would pass any output; "
-            "give checks (e.g. a regex) instead",
-        )
-        return [], False
+        check = _case_check(r, implied, prefix + ".expected", label, raw, src)
+        return ([check], True) if check is not None else ([], False)
     raw_checks, ok = raw["checks"], True
     if not isinstance(raw_checks, list):
         r.err(prefix + ".checks", label + "checks must be a list")
@@ -476,6 +496,25 @@ def _case_checks(
         else:
             checks.append(check)
     return checks, ok
+
+
+def _implied_check(expected: Any) -> dict[str, Any] | None:
+    """The check an `expected` stands for in a case without `checks`, graded by its shape
+    (seed 001: "a string, a JSON object, a tool-call list, or a rubric note"): a string,
+    `contains` (case-folded); a list, or an object's `tool_calls` (with its
+    `ignore_args`), the tool-call trace (same names in order, same arguments); an object
+    with a `rubric`, none (judged); any other object, JSON equality of the output."""
+    if isinstance(expected, str):
+        return {"kind": "contains", "value": expected, "case_fold": True}
+    if isinstance(expected, list):
+        return {"kind": "tool_calls", "calls": expected}
+    if not isinstance(expected, dict):
+        return None
+    if "tool_calls" in expected:
+        return {"kind": "tool_calls", "calls": expected["tool_calls"], "ignore_args": expected.get("ignore_args", [])}
+    if "rubric" in expected:
+        return None
+    return {"kind": "json_field", "path": "$", "value": expected}
 
 
 def _case_check(r: _Reader, c: Any, cj: str, label: str, raw: dict[str, Any], src: SuiteSource) -> Check | None:

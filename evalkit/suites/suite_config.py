@@ -361,10 +361,13 @@ def _config_templates(
         if "template" in cfg or "system" in cfg:
             r.warn("$.template" if "template" in cfg else "$.system", f"a {kind} unit uses no template (ignored)")
         return "", None, set()
-    template_file = cfg.get("template", "prompt.txt")
-    template = _rel_file(src, r, template_file, "$.template", "template")
+    if kind in (None, "prompt") and _input_is_the_message(src, cfg, mode):
+        template: str | None = USER_MESSAGE_TEMPLATE
+    else:
+        template_file = cfg.get("template", "prompt.txt")
+        template = _rel_file(src, r, template_file, "$.template", "template")
     identifiers: set[str] = set()
-    if template is not None:
+    if template is not None and template is not USER_MESSAGE_TEMPLATE:
         identifiers |= _template_identifiers(template, r, "$.template", f"template {template_file!r}") or set()
         if not template.strip():
             r.err("$.template", f"template {template_file!r} is empty")
@@ -372,6 +375,17 @@ def _config_templates(
     if system is not None:
         identifiers |= _template_identifiers(system, r, "$.system", "system template") or set()
     return template, system, identifiers
+
+
+# A chat-mode prompt unit with no template (no `template` key, no prompt.txt) sends the
+# case input as the user message (seed 001: "input (whatever the unit takes)").
+USER_MESSAGE_TEMPLATE = "${input}"
+
+
+def _input_is_the_message(src: SuiteSource, cfg: dict[str, Any], mode: str) -> bool:
+    """Whether the case input is the user message: chat mode, and no template given or
+    found (an object input goes as its JSON)."""
+    return mode == "chat" and "template" not in cfg and not src.exists("prompt.txt")
 
 
 def _config_system(src: SuiteSource, r: _Reader, cfg: dict[str, Any], mode: str) -> str | None:

@@ -248,9 +248,50 @@ def parse_cases_jsonl(text: str, path: str, fx: Findings) -> list[tuple[str, int
     return out
 
 
+# Seed 001's config.json names each role's model flat (`model`, `judge_model`, ...);
+# evalkit's form nests them by role (`generator`, `judge`): (flat key, role, field).
+FLAT_MODEL_KEYS = (
+    ("model", "generator", "model"),
+    ("base_url", "generator", "base_url"),
+    ("api_key_env", "generator", "api_key_env"),
+    ("judge_model", "judge", "model"),
+    ("judge_base_url", "judge", "base_url"),
+    ("judge_api_key_env", "judge", "api_key_env"),
+)
+
+
+def nest_flat_models(
+    config: dict[str, Json], lines: dict[str, int], path: str
+) -> tuple[dict[str, Json], dict[str, int]]:
+    """The config with seed 001's flat model keys moved into the `generator` and `judge`
+    objects (each moved value keeps its line), so every reader sees one form. A role
+    named both ways is refused: which one is meant would be a guess."""
+    flat = [(key, role, name) for key, role, name in FLAT_MODEL_KEYS if key in config]
+    if not flat:
+        return config, lines
+    out = {k: v for k, v in config.items() if k not in {key for key, _, _ in flat}}
+    lines = dict(lines)
+    roles: dict[str, dict[str, Json]] = {}
+    for key, role, name in flat:
+        if role in config:
+            raise InputError(
+                f"{key!r} and {role!r} both set the {role}: keep the flat keys or the {role!r} object, not both",
+                path,
+                line=lines.get(f"$.{key}"),
+                json_path=f"$.{key}",
+            )
+        roles.setdefault(role, {})[name] = config[key]
+        if f"$.{key}" in lines:
+            lines[f"$.{role}.{name}"] = lines[f"$.{key}"]
+            lines.setdefault(f"$.{role}", lines[f"$.{key}"])
+    out.update(roles)
+    return out, lines
+
+
 def parse_config_json(text: str, path: str) -> tuple[dict[str, Json], dict[str, int]]:
-    """Parse `config.json` into an object and its JSON-path -> line map."""
-    return parse_json_object(text, path, "config"), json_line_index(text)
+    """Parse `config.json` into an object and its JSON-path -> line map; seed 001's flat
+    model keys are read as the nested form (`nest_flat_models`)."""
+    return nest_flat_models(parse_json_object(text, path, "config"), json_line_index(text), path)
 
 
 def native_source(root: Path, fx: Findings) -> SuiteSource | None:

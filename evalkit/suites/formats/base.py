@@ -11,7 +11,8 @@ from typing import Any
 
 from evalkit.foundations.errors import InputError
 from evalkit.foundations.findings import Finding, Findings
-from evalkit.suites.suite import SuiteSource, local_model_note
+from evalkit.foundations.layout import JUDGE_DIR, PROMPT_FILE
+from evalkit.suites.suite import JUDGE_PROMPT_TEMPLATE, SuiteSource, local_model_note
 from evalkit.suites.suite import default_config as suite_default_config
 
 # Local defaults for an imported suite, which carries no model settings of its own: the
@@ -28,6 +29,16 @@ Each judged case lists its own criteria (the rubric of the case). Score on this 
 2: meets one criterion at most.
 1: meets none, is off-task, or is empty.
 """
+
+
+def import_files(judged: bool) -> dict[str, str]:
+    """The text files an imported suite gets: the prompt, and for a suite with judged
+    cases the judge's rubric and prompt files."""
+    files = {PROMPT_FILE: IMPORT_PROMPT}
+    if judged:
+        files[f"{JUDGE_DIR}/rubric-v1.md"] = IMPORT_RUBRIC
+        files[f"{JUDGE_DIR}/prompt-v1.md"] = JUDGE_PROMPT_TEMPLATE
+    return files
 
 
 def default_config(

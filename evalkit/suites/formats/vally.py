@@ -14,16 +14,14 @@ import yaml
 from evalkit.foundations._io import DEEP_YAML, MAX_JSON_DEPTH, line_of, read_text_file, yaml_node_lines
 from evalkit.foundations.errors import InputError
 from evalkit.foundations.findings import Findings
-from evalkit.foundations.layout import JUDGE_DIR, PROMPT_FILE
 from evalkit.suites.formats.base import (
-    IMPORT_PROMPT,
-    IMPORT_RUBRIC,
     ImportedSuite,
     default_config,
+    import_files,
     raise_with_warnings,
     slugify,
 )
-from evalkit.suites.suite import JUDGE_PROMPT_TEMPLATE, _Reader
+from evalkit.suites.suite import _Reader
 
 MAX_YAML_BYTES = 5 * 1024 * 1024
 
@@ -130,10 +128,7 @@ def read_vally(path: str | Path) -> ImportedSuite:
             cases.append((line_of(lines, jp), jp, case))
     raise_with_warnings(fx)
     config = default_config(name, description, k=k, timeout_s=timeout_s, source=f"Vally {p.name}")
-    files = {PROMPT_FILE: IMPORT_PROMPT}
-    if any(isinstance(c.get("expected"), dict) for _, _, c in cases):
-        files[f"{JUDGE_DIR}/rubric-v1.md"] = IMPORT_RUBRIC
-        files[f"{JUDGE_DIR}/prompt-v1.md"] = JUDGE_PROMPT_TEMPLATE
+    files = import_files(any(isinstance(c.get("expected"), dict) for _, _, c in cases))
     return ImportedSuite("vally", str(p), name, config, tuple(cases), files, tuple(fx.warnings))
 
 
