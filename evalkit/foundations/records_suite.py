@@ -152,6 +152,22 @@ class Unit:
 
 
 @dataclass(frozen=True)
+class Simulator:
+    """The simulated user of a conversation suite (`config.json` -> `simulator`): its
+    endpoint and price (the same rules as the generator's and the judge's), its
+    sampling, and the versioned prompt it plays the user by (`simulator/prompt-vN.md`,
+    the highest N; recorded in the run's config as the judge's files are).
+    `evalkit.conversations`."""
+
+    endpoint: Endpoint
+    price: Price
+    prompt: str
+    prompt_file: str
+    temperature: float | None = None
+    max_tokens_out: int = 256
+
+
+@dataclass(frozen=True)
 class GateThresholds:
     """Gate against a baseline (`config.json` -> `gate`), by default the seed's
     (`001_524732e6341b4025.txt`, step 6): fail on an observed drop of the gated case score
@@ -224,6 +240,7 @@ class Config:
     raw: dict[str, Json] = field(default_factory=dict, compare=False, repr=False)
     top_p: float | None = None  # nucleus sampling, sent when set (an arm may set its own)
     executor: Executor = field(default_factory=Executor)  # where samples run (evalkit.running.executors)
+    simulator: Simulator | None = None  # a conversation suite's simulated user (evalkit.conversations)
 
     def arm(self, name: str) -> Arm:
         for a in self.arms:

@@ -4,5 +4,5 @@ The sampling engine (`runner`), agents as the unit under test (`agents`), and ru
 gradings through a provider's Batch API (`batch`).
 
 May import: every folder above it: `foundations`, `numbers`, `checking`, `suites`, `runfolder`,
-`pii`, `prompts`, `datasets`, `intake`, `calls`.
+`pii`, `prompts`, `datasets`, `intake`, `calls`, `conversations`.
 """

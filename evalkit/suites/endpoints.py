@@ -60,11 +60,13 @@ Watch = Callable[[], "str | None"]
 
 GENERATOR_URL_ENV = "EVALKIT_BASE_URL"
 JUDGE_URL_ENV = "EVALKIT_JUDGE_BASE_URL"
+SIMULATOR_URL_ENV = "EVALKIT_SIMULATOR_BASE_URL"
 SERVED_ENV = "EVALKIT_SERVED"
 
 _ROLES = {
     "generator": (GENERATOR_URL_ENV, "$.generator.base_url", "--base-url", "base_url"),
     "judge": (JUDGE_URL_ENV, "$.judge.base_url", "--judge-base-url", "judge_base_url"),
+    "simulator": (SIMULATOR_URL_ENV, "$.simulator.base_url", "--simulator-base-url", "simulator_base_url"),
 }
 
 

@@ -36,6 +36,7 @@ from evalkit.foundations.records import (
     set_gate,
     ungated_set_warning,
 )
+from evalkit.suites.suite_conversation import check_conversation_input
 from evalkit.suites.suite_source import (
     _ABSENT,
     CASE_KEYS,
@@ -319,7 +320,7 @@ def _validate_case(
     if cid is None:
         return None
     label = f"case {cid!r}: "
-    inp, input_ok = _case_input(r, raw, prefix, label)
+    inp, input_ok = _case_input(r, raw, prefix, label, src)
     tags, tags_ok = _case_tags(r, raw, prefix, label)
     case_set, set_ok = _case_set(r, raw, prefix, label)
     threshold = r.number(raw, "judge_threshold", prefix, integer=True, minimum=1, maximum=5, default=4)
@@ -366,9 +367,10 @@ def _case_id(r: _Reader, raw: dict[str, Any], prefix: str) -> str | None:
     return cid
 
 
-def _case_input(r: _Reader, raw: dict[str, Any], prefix: str, label: str) -> tuple[Any, bool]:
+def _case_input(r: _Reader, raw: dict[str, Any], prefix: str, label: str, src: SuiteSource) -> tuple[Any, bool]:
     """The case's `input`: a string, or an object of template variables (each key a
-    variable name, its fixtures checked); with whether it is usable."""
+    variable name, its fixtures checked; in a conversation suite its simulated user);
+    with whether it is usable."""
     ok = True
     if "input" not in raw:
         r.err(prefix + ".input", label + "missing required key 'input'")
@@ -383,6 +385,8 @@ def _case_input(r: _Reader, raw: dict[str, Any], prefix: str, label: str) -> tup
                 r.err(prefix + f".input.{key}", label + f"input key {key!r} cannot be a template variable name")
                 ok = False
         ok = check_fixtures(r, inp, prefix + ".input", label) and ok
+    if src.config.get("simulator") is not None:  # a conversation: the simulated user it meets
+        ok = check_conversation_input(r, inp, prefix, label) and ok
     return inp, ok
 
 

@@ -1,0 +1,256 @@
+"""Conversations end to end, over real HTTP: a scripted simulated user and a scripted agent
+(two scripted servers, the real openai client), two arms meeting the same user, the
+endings, the trajectories, the simulator on the one ledger under the cap, replays at $0,
+and faults on the simulator's calls; the suite format and `init --conversation`."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from evalkit.calls.serve import ScriptedServer
+from evalkit.conversations.simulator import split_marker
+from evalkit.foundations._io import iter_jsonl
+from evalkit.foundations.errors import InputError
+from evalkit.foundations.findings import Findings
+from evalkit.running.runner import run_suite
+from evalkit.suites import reader
+from evalkit.suites.suite import scaffold_suite
+from evalkit.suites.suite_scaffold import SIMULATOR_PROMPT_V1
+
+PRICE = {"in_per_mtok": 1.0, "out_per_mtok": 2.0}
+BASE = {
+    "mode": "chat",
+    "generator": {"model": "scripted", "api_key_env": "EVALKIT_TEST_KEY"},
+    "temperature": 0.0, "seed": 7, "k": 2, "concurrency": 4, "cost_cap_usd": 1.0,
+    "max_tokens_in": 4000, "max_tokens_out": 40, "price": PRICE, "judge_price": PRICE,
+    "max_attempts": 3, "arms": [{"name": "baseline"}, {"name": "other", "system": "system-other.txt"}],
+}
+# The simulated user: later states of the conversation first (the rule sees all of it).
+USER_SCRIPT = {"model": "sim", "rules": [
+    {"match": "refund is on its way", "text": "Great, thanks for the help. ###STOP###"},
+    {"match": "a human colleague", "text": "###TRANSFER###"},
+    {"match": "order 1042", "text": "I want a refund for order 1042."},
+    {"match": "chatty", "text": "Tell me more."},
+]}
+AGENT_SCRIPT = {"model": "scripted", "rules": [
+    {"match": "refund for order 1042", "text": "Done: your refund is on its way."},
+    {"match": "angry", "text": "Let me pass you to a human colleague."},
+    {"match": "Tell me more", "text": "Sure."},
+]}
+REFUND = {"id": "refund", "input": {"user": {"persona": "Sam", "reason_for_call": "refund of order 1042",
+                                            "known_info": "order 1042"}},
+          "tags": ["golden"], "checks": [{"kind": "contains", "value": "refund", "case_fold": True}]}
+ANGRY = {"id": "angry", "input": {"user": {"persona": "angry"}, "first_message": "I am angry about my parcel"},
+         "tags": ["golden"], "checks": [{"kind": "contains", "value": "refund"}]}
+CHATTY = {"id": "chatty", "input": {"user": {"persona": "chatty"}, "max_turns": 3},
+          "tags": ["golden"], "checks": [{"kind": "contains", "value": "Sure"}]}
+
+
+def write_suite(root: Path, cases: list[dict], sim_url: str, **config) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    sim = {"model": "sim", "base_url": sim_url, "api_key_env": "EVALKIT_TEST_KEY", "price": PRICE,
+           "temperature": 0.0, "max_tokens_out": 30}
+    (root / "config.json").write_text(json.dumps({**BASE, "simulator": sim, **config}))
+    (root / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
+    (root / "system.txt").write_text("You are the shop's agent.")
+    (root / "system-other.txt").write_text("You are the shop's other agent.")
+    (root / "simulator").mkdir()
+    (root / "simulator" / "prompt-v1.md").write_text(SIMULATOR_PROMPT_V1)
+    return root
+
+
+def results(run: Path) -> list[dict]:
+    path = run / "results.jsonl"
+    return list(iter_jsonl(path)) if path.exists() else []
+
+
+def ledger(run: Path) -> list[dict]:
+    return list(iter_jsonl(run / "ledger.jsonl"))
+
+
+@pytest.fixture
+def servers():
+    with ScriptedServer(USER_SCRIPT) as user, ScriptedServer(AGENT_SCRIPT) as agent:
+        yield user, agent
+
+
+def run(suite: Path, tmp_path: Path, agent: ScriptedServer, name: str = "runs", **kw):
+    return run_suite(suite, runs_dir=tmp_path / name, base_url=agent.base_url, progress=False, **kw)
+
+
+def test_two_arms_meet_the_same_user_and_every_ending_is_named(tmp_path, servers):
+    user, agent = servers
+    suite = write_suite(tmp_path / "suite", [REFUND, ANGRY, CHATTY], user.base_url)
+    res = run(suite, tmp_path, agent)
+    assert res.complete, res.reason
+    rows = {(r["case_id"], r["arm"], r["index"]): r for r in results(res.path)}
+    assert len(rows) == 3 * 2 * 2
+    refund = rows[("refund", "other", 1)]
+    assert refund["termination"] == "user_stop" and refund["turns"] == 1
+    # the text before the stop marker is the user's last turn, kept
+    assert [t["role"] for t in refund["agent"]["conversation"]] == ["user", "assistant", "user"]
+    assert refund["agent"]["conversation"][-1]["content"] == "Great, thanks for the help."
+    assert refund["output"] == "Done: your refund is on its way."
+    angry = rows[("angry", "baseline", 0)]
+    assert angry["termination"] == "transfer" and angry["agent"]["conversation"][0]["content"].startswith("I am angry")
+    assert len(angry["agent"]["conversation"]) == 2  # the marker alone adds no user turn
+    chatty = rows[("chatty", "baseline", 1)]
+    assert chatty["termination"] == "max_turns" and chatty["turns"] == 3
+    # the simulator is paid once per conversation state: the second arm's identical
+    # conversations replay its answers from the cache at $0
+    sim_calls = [e for e in ledger(res.path) if e.get("role") == "simulator" and e.get("event") == "reserve"]
+    sim_sent = user.stats["requests"]
+    # per index: refund 2 turns, chatty 3, angry 1 (it opens with its first_message)
+    assert sim_sent == len(sim_calls) == 2 * (2 + 3 + 1)
+    assert sum(r["agent"]["simulator_cached_calls"] for r in rows.values()) == sim_sent
+    summary = json.loads((res.path / "summary.json").read_text())
+    assert summary["simulator_spend_usd"] > 0
+    assert summary["spend_usd"] == pytest.approx(
+        summary["simulator_spend_usd"] + sum(a["paid_usd"] for a in summary["per_arm"].values()), abs=1e-9)
+    meta = json.loads((res.path / "config.json").read_text())
+    assert meta["simulator"]["prompt_file"] == "simulator/prompt-v1.md"
+
+
+def test_the_trajectory_holds_every_turn_and_the_ending(tmp_path, servers):
+    user, agent = servers
+    suite = write_suite(tmp_path / "suite", [REFUND], user.base_url, k=1)
+    res = run(suite, tmp_path, agent)
+    traj = list(iter_jsonl(res.path / "trajectories" / "refund" / "baseline" / "sample-1.jsonl"))
+    kinds = [t["type"] for t in traj if t.get("status") != "sent"]  # a call's "sent" line precedes its outcome
+    assert kinds == ["start", "user", "model_call", "assistant", "user", "end"]
+    assert traj[-1]["termination"] == "user_stop" and traj[-1]["status"] == "finished"
+    assert traj[-2]["ending"] == "user_stop" and traj[-2]["content"] == "Great, thanks for the help."
+
+
+def test_the_same_conversations_replay_at_zero_dollars(tmp_path, servers):
+    user, agent = servers
+    suite = write_suite(tmp_path / "suite", [REFUND, CHATTY], user.base_url)
+    first = run(suite, tmp_path, agent)
+    sent = (user.stats["requests"], agent.stats["requests"])
+    again = run(suite, tmp_path, agent)
+    assert again.complete and again.spend_usd == 0.0
+    assert (user.stats["requests"], agent.stats["requests"]) == sent
+    strip = [(r["case_id"], r["arm"], r["index"], r["agent"]["conversation"], r["termination"])
+             for r in results(first.path)]
+    assert sorted(strip) == sorted((r["case_id"], r["arm"], r["index"], r["agent"]["conversation"], r["termination"])
+                                   for r in results(again.path))
+
+
+SIM_USAGE = {"prompt_tokens": 3000, "completion_tokens": 20}  # $0.00304 a simulator call
+AGENT_USAGE = {"prompt_tokens": 100, "completion_tokens": 5}  # $0.00011 an agent call
+
+
+def test_the_cap_covers_the_simulator_and_cut_conversations_get_no_result_line(tmp_path):
+    user_script = {"model": "sim", "default": {"text": "Tell me more.", "usage": SIM_USAGE}, "latency_s": 0.01}
+    agent_script = {"model": "scripted", "default": {"text": "Sure.", "usage": AGENT_USAGE}}
+    cases = [{**CHATTY, "id": f"chatty-{i}", "input": {**CHATTY["input"], "max_turns": 8}} for i in range(4)]
+    with ScriptedServer(user_script) as user, ScriptedServer(agent_script) as agent:
+        # a call at worst: 4000 x 1 + 40 x 2 per million, $0.00408: a dozen in flight fit
+        suite = write_suite(tmp_path / "suite", cases, user.base_url, cost_cap_usd=0.08, concurrency=2)
+        res = run(suite, tmp_path, agent)
+        # what the servers were really owed, at the usage they reported, is under the cap
+        owed = user.stats["requests"] * 0.00304 + agent.stats["requests"] * 0.00011
+    assert owed <= 0.08 + 1e-9 and res.spend_usd <= 0.08 + 1e-12
+    assert owed == pytest.approx(res.spend_usd)
+    assert not res.complete and "budget" in (res.reason or "")
+    events = ledger(res.path)
+    assert {e.get("role") for e in events if e.get("event") == "reserve"} == {"generator", "simulator"}
+    rows = results(res.path)
+    assert rows, "some conversations finished before the cap"
+    for r in rows:  # only whole conversations have a line
+        assert r["termination"] == "max_turns" and r["turns"] == 8
+    cut = [t for t in (res.path / "trajectories").rglob("sample-*.jsonl")
+           if list(iter_jsonl(t))[-1].get("termination") == "cap"]
+    assert cut, "the cap cut some conversation"
+    assert len(results(res.path)) + len(cut) <= 4 * 2 * 2
+
+
+@pytest.mark.parametrize("fault", [
+    {"kind": "429", "retry_after": 0.01, "times": 2},
+    {"kind": "drop", "times": 2},
+    {"kind": "malformed", "times": 2},
+])
+def test_passing_faults_on_the_simulators_calls_are_retried(tmp_path, fault):
+    with ScriptedServer({**USER_SCRIPT, "faults": [fault]}) as user, ScriptedServer(AGENT_SCRIPT) as agent:
+        suite = write_suite(tmp_path / "suite", [REFUND], user.base_url, k=1)
+        res = run(suite, tmp_path, agent)
+    assert res.complete, res.reason
+    assert {r["termination"] for r in results(res.path)} == {"user_stop"}
+
+
+def test_a_simulator_that_keeps_failing_ends_its_conversation_as_simulator_error(tmp_path):
+    with ScriptedServer({**USER_SCRIPT, "faults": [{"kind": "malformed"}]}) as user, \
+            ScriptedServer(AGENT_SCRIPT) as agent:
+        suite = write_suite(tmp_path / "suite", [ANGRY, REFUND], user.base_url, k=1, max_attempts=2)
+        res = run(suite, tmp_path, agent)
+    rows = {r["case_id"]: r for r in results(res.path) if r["arm"] == "baseline"}
+    assert rows["refund"]["termination"] == "simulator_error" and rows["refund"]["turns"] == 0
+    assert rows["angry"]["termination"] == "transfer" or rows["angry"]["termination"] == "simulator_error"
+
+
+def test_an_agent_that_keeps_failing_ends_its_conversation_as_agent_error(tmp_path):
+    with ScriptedServer(USER_SCRIPT) as user, ScriptedServer({**AGENT_SCRIPT, "faults": [{"kind": "500"}]}) as agent:
+        suite = write_suite(tmp_path / "suite", [REFUND], user.base_url, k=1, max_attempts=2)
+        res = run(suite, tmp_path, agent)
+    assert {r["termination"] for r in results(res.path)} == {"agent_error"}
+
+
+def test_stop_markers_keep_the_text_before_them():
+    assert split_marker("Thanks, bye ###STOP### ignored") == ("Thanks, bye", "user_stop")
+    assert split_marker("###OUT-OF-SCOPE###") == ("", "out_of_scope")
+    assert split_marker("go on") == ("go on", None)
+    assert split_marker("a ###TRANSFER### b ###STOP###") == ("a", "transfer")
+
+
+def lint_errors(suite: Path) -> list[str]:
+    with pytest.raises(InputError) as err:
+        reader.load_suite(suite)
+    return [str(err.value)]
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    (lambda cfg, root: cfg["simulator"].pop("price"), "price"),
+    (lambda cfg, root: cfg["simulator"].update(base_url="ftp://x"), "base_url"),
+    (lambda cfg, root: (root / "simulator" / "prompt-v1.md").unlink(), "simulator/prompt-v1.md"),
+    (lambda cfg, root: cfg["simulator"].update(max_tokens_out=10**6), "max_tokens_out"),
+    (lambda cfg, root: cfg.update(unit={"kind": "command", "argv": ["x"]}), "conversation"),
+])
+def test_the_simulator_is_checked_as_the_generator_and_judge_are(tmp_path, change, says):
+    root = write_suite(tmp_path / "suite", [REFUND], "http://127.0.0.1:9/v1")
+    cfg = json.loads((root / "config.json").read_text())
+    change(cfg, root)
+    (root / "config.json").write_text(json.dumps(cfg))
+    assert says in lint_errors(root)[0]
+
+
+@pytest.mark.parametrize(("case", "says"), [
+    ({**REFUND, "input": {"first_message": "hi"}}, "input.user"),
+    ({**REFUND, "input": {"user": {"persona": 3}}}, "input.user.persona"),
+    ({**REFUND, "input": {"user": {"persona": "x"}, "max_turns": 101}}, "max_turns"),
+    ({**REFUND, "input": {"user": {"persona": "x", "mood": "y"}}}, "mood"),
+    ({**REFUND, "input": "a string"}, "conversation"),
+])
+def test_a_cases_simulated_user_is_checked(tmp_path, case, says):
+    root = write_suite(tmp_path / "suite", [case], "http://127.0.0.1:9/v1")
+    assert says in lint_errors(root)[0]
+
+
+def test_init_conversation_writes_a_two_arm_suite_that_lints(tmp_path):
+    dest = scaffold_suite(tmp_path / "shop", conversation=True)
+    suite = reader.load_suite(dest)
+    assert suite.config.simulator is not None and suite.config.simulator.prompt_file == "simulator/prompt-v1.md"
+    assert [a.name for a in suite.config.arms] == ["baseline", "careful"]
+    assert all(isinstance(c.input, dict) and "user" in c.input for c in suite.cases)
+    assert Findings  # the findings type the lint reports with
+
+
+def test_the_simulator_has_no_silent_default_endpoint(tmp_path):
+    with ScriptedServer(AGENT_SCRIPT) as agent:
+        suite = write_suite(tmp_path / "suite", [REFUND], "http://127.0.0.1:9/v1")
+        cfg = json.loads((suite / "config.json").read_text())
+        cfg["simulator"]["base_url"] = None
+        (suite / "config.json").write_text(json.dumps(cfg))
+        with pytest.raises(InputError, match="EVALKIT_SIMULATOR_BASE_URL"):
+            run(suite, tmp_path, agent)
