@@ -254,3 +254,67 @@ def test_the_simulator_has_no_silent_default_endpoint(tmp_path):
         (suite / "config.json").write_text(json.dumps(cfg))
         with pytest.raises(InputError, match="EVALKIT_SIMULATOR_BASE_URL"):
             run(suite, tmp_path, agent)
+
+
+JUDGE = {"model": "judge-model", "rules": [
+    {"match": ["User: I want a refund for order 1042.", "Agent: Done: your refund is on its way."],
+     "text": "SCORE: 5 REASON: the refund is confirmed"},
+], "default": {"text": "SCORE: 1 REASON: no"}}
+
+
+def judged_suite(tmp_path: Path, sim_url: str, judge_url: str) -> Path:
+    cases = [
+        {**REFUND, "expected": {"nl_assertions": ["The agent confirms the refund."]}, "checks": []},
+        {**CHATTY, "checks": [
+            {"kind": "regex", "pattern": "^Sure\\.$"},  # the final assistant message
+            {"kind": "contains", "value": "Sure.\n\nSure.\n\nSure.", "scope": "conversation"},
+        ]},
+        {**CHATTY, "id": "chatty-final", "checks": [{"kind": "contains", "value": "Sure.\n\nSure."}]},
+    ]
+    root = write_suite(tmp_path / "suite", cases, sim_url, judge={"model": "judge-model", "base_url": judge_url},
+                       allow_uncalibrated_judge=True)
+    (root / "judge").mkdir()
+    (root / "judge" / "rubric-v1.md").write_text("5: every statement holds. 1: one does not.\n")
+    from evalkit.suites.suite_scaffold import JUDGE_PROMPT_TEMPLATE
+    (root / "judge" / "prompt-v1.md").write_text(JUDGE_PROMPT_TEMPLATE)
+    return root
+
+
+def test_checks_read_the_final_message_or_the_whole_conversation_and_nl_assertions_are_judged(tmp_path, servers):
+    from evalkit.conclusions.grading import grade_run
+
+    user, agent = servers
+    with ScriptedServer(JUDGE) as judge:
+        suite = judged_suite(tmp_path, user.base_url, judge.base_url)
+        res = run(suite, tmp_path, agent)
+        grade_run(res.path, judge_base_url=judge.base_url)
+        judge_texts = [json.dumps(b) for b in judge.requests]
+    grades = {(g["case_id"], g["arm"], g["index"]): g for g in iter_jsonl(res.path / "grades.jsonl")}
+    assert all(grades[("chatty", a, i)]["passed"] for a in ("baseline", "other") for i in (0, 1))
+    assert not any(grades[("chatty-final", a, i)]["passed"] for a in ("baseline", "other") for i in (0, 1))
+    refund = [g for k, g in grades.items() if k[0] == "refund"]
+    assert all(g["passed"] and g["judge_score"] == 5 for g in refund)
+    # the judge read the whole transcript, once per distinct conversation (both arms' are one)
+    assert 1 <= len(judge_texts) <= 4 and all("Agent: Done: your refund is on its way." in t for t in judge_texts)
+
+
+def test_a_simulator_error_is_not_graded_as_the_agents_failure(tmp_path):
+    from evalkit.conclusions.grading import grade_run
+
+    with ScriptedServer({**USER_SCRIPT, "faults": [{"kind": "500"}]}) as user, ScriptedServer(AGENT_SCRIPT) as agent:
+        suite = write_suite(tmp_path / "suite", [REFUND], user.base_url, k=1, max_attempts=1)
+        res = run(suite, tmp_path, agent)
+    grade_run(res.path)
+    for g in iter_jsonl(res.path / "grades.jsonl"):
+        assert g["passed"] is None and g["error"].startswith("simulator_error")
+
+
+@pytest.mark.parametrize(("case", "says"), [
+    ({**REFUND, "expected": {"nl_assertions": []}}, "nl_assertions"),
+    ({**REFUND, "expected": {"nl_assertions": ["x"], "rubric": "y"}}, "both"),
+    ({**REFUND, "checks": [{"kind": "contains", "value": "x", "scope": "everything"}]}, "scope"),
+])
+def test_conversation_checks_are_checked(tmp_path, case, says):
+    root = write_suite(tmp_path / "suite", [case], "http://127.0.0.1:9/v1",
+                       judge={"model": "judge-model", "base_url": "http://127.0.0.1:9/v1"})
+    assert says in lint_errors(root)[0]

@@ -1017,6 +1017,7 @@ class AgentFacts:
     trajectory: Callable[[], Any] | None = None
     exit_status: int | None = None
     workdir: Path | None = None
+    replies: tuple[str, ...] = ()  # a conversation's assistant messages, in order (`scope: conversation`)
 
     @classmethod
     def of(
@@ -1038,6 +1039,9 @@ class AgentFacts:
             trajectory=trajectory,
             exit_status=agent.get("exit_status"),
             workdir=Path(run) / str(agent["workdir"]) if run is not None and agent.get("workdir") else None,
+            replies=tuple(
+                str(t.get("content") or "") for t in agent.get("conversation") or () if t.get("role") == "assistant"
+            ),
         )
 
 
@@ -1057,6 +1061,8 @@ def run_check(
         raise InputError(f"{where}: unknown check kind (known: {', '.join(sorted(GRADERS))})", line=case.line or None)
     opts = dict(check.options)
     opts.pop("kind", None)
+    if opts.pop("scope", "final") == "conversation":  # every assistant message of a conversation
+        output = "\n\n".join(facts.replies)
     if check.kind in ("exact", "contains") and "value" not in opts:
         if not isinstance(case.expected, str):
             raise InputError(f"{where}: needs `value` (expected is not a string)", line=case.line or None)

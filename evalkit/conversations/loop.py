@@ -267,7 +267,7 @@ class ConversationRunner:
             "unit": self.config.unit.kind,
             "trajectory": writer.relpath,
             "attempt": writer.attempt,
-            "stop": ending,
+            "stop": "final",  # the tool loop ended each reply; how the conversation ended is `termination`
             "model_calls": session.calls,
             "cached_calls": session.cached_calls,
             "tool_errors": list(session.tool_errors),

@@ -36,7 +36,7 @@ from evalkit.foundations.records import (
     set_gate,
     ungated_set_warning,
 )
-from evalkit.suites.suite_conversation import check_conversation_input
+from evalkit.suites.suite_conversation import check_conversation_input, check_scope, nl_assertions_rubric
 from evalkit.suites.suite_source import (
     _ABSENT,
     CASE_KEYS,
@@ -436,7 +436,10 @@ def _case_intent_context(r: _Reader, raw: dict[str, Any], prefix: str, label: st
 
 def _case_rubric(r: _Reader, expected: Any, prefix: str, label: str) -> tuple[str | None, bool]:
     """The judge's rubric of `expected.rubric`: a string, or a list of criteria made a
-    bulleted list; (None, True) when the case has none."""
+    bulleted list; a conversation's `expected.nl_assertions` (`nl_assertions_rubric`);
+    (None, True) when the case has none."""
+    if isinstance(expected, dict) and "nl_assertions" in expected:
+        return nl_assertions_rubric(r, expected, prefix, label)
     if not isinstance(expected, dict) or "rubric" not in expected:
         return None, True
     rb = expected["rubric"]
@@ -491,6 +494,8 @@ def _case_check(r: _Reader, c: Any, cj: str, label: str, raw: dict[str, Any], sr
         return None
     opts = {k: v for k, v in c.items() if k != "kind"}
     _unknown_check_options(r, kind, opts, cj, label)
+    if "scope" in opts and not check_scope(r, opts["scope"], cj, label, src.config.get("simulator") is not None):
+        return None
     return Check(kind, opts) if _check_options(kind, opts, r, cj, raw, src) else None
 
 

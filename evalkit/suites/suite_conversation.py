@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from evalkit.foundations.checks import CHECK_SCOPES
 from evalkit.foundations.layout import SIMULATOR_DIR, simulator_prompt_file
 from evalkit.foundations.records import Simulator
 from evalkit.suites.suite_settings import SAMPLING_BOUNDS, _check_calls_fit, _endpoint, _price
@@ -110,3 +111,37 @@ def check_conversation_input(r: _Reader, inp: Any, prefix: str, label: str) -> b
     ):
         ok = False
     return ok
+
+
+def check_scope(r: _Reader, scope: Any, jp: str, label: str, conversation: bool) -> bool:
+    """A check's `scope`: "final" (the final assistant message, the default) or
+    "conversation" (every assistant message), the latter only in a conversation suite."""
+    if scope not in CHECK_SCOPES:
+        r.err(f"{jp}.scope", label + f"scope must be one of {', '.join(CHECK_SCOPES)}, got {scope!r}")
+        return False
+    if scope == "conversation" and not conversation:
+        r.err(f"{jp}.scope", label + 'scope "conversation" needs a conversation suite (config.json `simulator`)')
+        return False
+    return True
+
+
+# What the judge is asked of a case's `expected.nl_assertions` (tau2-bench's name): one
+# call per conversation, the whole transcript as the output it reads.
+NL_ASSERTIONS_RUBRIC = (
+    "Read the whole conversation between the user and the agent. Score 5 when every statement "
+    "below holds of the agent's side of it, 1 when any one does not (name it in your reason):"
+)
+
+
+def nl_assertions_rubric(r: _Reader, expected: dict[str, Any], prefix: str, label: str) -> tuple[str | None, bool]:
+    """A conversation case's `expected.nl_assertions` (a non-empty list of statements) as
+    the judge's rubric; it takes the place of `expected.rubric`, never both."""
+    jp = prefix + ".expected.nl_assertions"
+    items = expected["nl_assertions"]
+    if "rubric" in expected:
+        r.err(jp, label + "expected has both rubric and nl_assertions: keep one")
+        return None, False
+    if not isinstance(items, list) or not items or not all(isinstance(x, str) and x.strip() for x in items):
+        r.err(jp, label + "nl_assertions must be a non-empty list of statements (strings)")
+        return None, False
+    return NL_ASSERTIONS_RUBRIC + "\n" + "\n".join(f"- {x.strip()}" for x in items), True
