@@ -318,3 +318,39 @@ def test_conversation_checks_are_checked(tmp_path, case, says):
     root = write_suite(tmp_path / "suite", [case], "http://127.0.0.1:9/v1",
                        judge={"model": "judge-model", "base_url": "http://127.0.0.1:9/v1"})
     assert says in lint_errors(root)[0]
+
+
+REVIEWER = {"model": "judge-model", "rules": [
+    {"match": ["BLAME: user|agent", "persona: angry"], "text": "BLAME: user REASON: it asked for a human at once"},
+    {"match": "BLAME: user|agent", "text": "BLAME: agent REASON: the agent never helped"},
+], "default": {"text": "SCORE: 1 REASON: no"}}
+
+
+def test_failed_conversations_are_reviewed_and_the_simulator_blamed_ones_counted_apart(tmp_path, servers):
+    from evalkit.conclusions.conversations import review_conversations
+    from evalkit.conclusions.grading import grade_run
+
+    user, agent = servers
+    chatty_fails = {**CHATTY, "checks": [{"kind": "contains", "value": "refund"}]}
+    with ScriptedServer(REVIEWER) as judge:
+        suite = write_suite(tmp_path / "suite", [REFUND, ANGRY, chatty_fails], user.base_url,
+                            judge={"model": "judge-model", "base_url": judge.base_url})
+        res = run(suite, tmp_path, agent)
+        grade_run(res.path)
+        summary = review_conversations(res.path)
+        reviews = judge.stats["requests"]
+    # a review per failed conversation (angry and chatty, 2 arms x k=2); identical
+    # transcripts make identical requests: one paid call each, the rest from the judge cache
+    blames = {(r["case_id"], r["arm"], r["index"]): r for r in iter_jsonl(res.path / "conversation-review.jsonl")}
+    assert len(blames) == 8 and reviews == 2
+    assert {b["blame"] for k, b in blames.items() if k[0] == "angry"} == {"user"}
+    assert {b["blame"] for k, b in blames.items() if k[0] == "chatty"} == {"agent"}
+    arm = summary["per_arm"]["baseline"]
+    assert arm["conversations"] == 6 and arm["passed"] == 2 and arm["simulator_blamed"] == 2
+    assert arm["pass_rate"] == pytest.approx(2 / 6)
+    assert arm["pass_rate_without_simulator_blamed"] == pytest.approx(2 / 4)
+    assert arm["simulator_blamed_share_of_failures"] == pytest.approx(2 / 4)
+    assert arm["pass_hat_k"]["2"] == pytest.approx(1 / 3) and arm["pass_hat_k_without_simulator_blamed"]["2"] == 0.5
+    assert arm["endings"] == {"user_stop": 2, "transfer": 2, "max_turns": 2}
+    assert summary["simulator_spend_usd"] > 0 and summary["reviews"]["blame"] == {"user": 4, "agent": 4}
+    assert json.loads((res.path / "conversations.json").read_text()) == summary
