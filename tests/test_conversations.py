@@ -354,3 +354,26 @@ def test_failed_conversations_are_reviewed_and_the_simulator_blamed_ones_counted
     assert arm["endings"] == {"user_stop": 2, "transfer": 2, "max_turns": 2}
     assert summary["simulator_spend_usd"] > 0 and summary["reviews"]["blame"] == {"user": 4, "agent": 4}
     assert json.loads((res.path / "conversations.json").read_text()) == summary
+
+
+def test_two_different_arms_meet_the_same_user_and_are_compared_per_case(tmp_path):
+    from evalkit.conclusions.compare import compare
+    from evalkit.conclusions.grading import grade_run
+
+    user_script = {**USER_SCRIPT, "rules": [{"match": "help with that", "text": "Too bad. ###OUT-OF-SCOPE###"},
+                                            *USER_SCRIPT["rules"]]}
+    agent_script = {**AGENT_SCRIPT, "rules": [{"match": ["other agent", "refund for order 1042"],
+                                               "text": "I cannot help with that."}, *AGENT_SCRIPT["rules"]]}
+    cases = [{**REFUND, "id": f"refund-{i}"} for i in range(6)]
+    with ScriptedServer(user_script) as user, ScriptedServer(agent_script) as agent:
+        suite = write_suite(tmp_path / "suite", cases, user.base_url, k=3)
+        res = run(suite, tmp_path, agent)
+    rows = results(res.path)
+    # the simulator's opening depends on (case, index), never the arm: both arms met the same user
+    first = {(r["case_id"], r["index"], r["arm"]): r["agent"]["conversation"][0]["content"] for r in rows}
+    assert all(first[(c, i, "baseline")] == first[(c, i, "other")] for c, i, _ in first)
+    assert {r["termination"] for r in rows if r["arm"] == "other"} == {"out_of_scope"}
+    grade_run(res.path)
+    v = compare(res.path, "baseline", "other")
+    assert (v.wins, v.losses, v.ties) == (6, 0, 0) or (v.wins, v.losses) == (0, 6)
+    assert v.p_value is not None and v.p_value < 0.05
