@@ -377,3 +377,43 @@ def test_two_different_arms_meet_the_same_user_and_are_compared_per_case(tmp_pat
     v = compare(res.path, "baseline", "other")
     assert (v.wins, v.losses, v.ties) == (6, 0, 0) or (v.wins, v.losses) == (0, 6)
     assert v.p_value is not None and v.p_value < 0.05
+
+
+TAU2_TASKS = [
+    {"id": "0", "user_scenario": {"persona": "Calm", "instructions": {
+        "domain": "airline", "reason_for_call": "cancel reservation EHGLP3", "known_info": "user id emma_kim_9957",
+        "unknown_info": "the booking date", "task_instructions": "insist on a refund"}},
+     "evaluation_criteria": {
+         "actions": [{"action_id": "a1", "name": "get_reservation_details", "arguments": {"reservation_id": "EHGLP3"}},
+                     {"action_id": "u1", "requestor": "user", "name": "toggle_airplane_mode", "arguments": {}}],
+         "communicate_info": ["EHGLP3"],
+         "nl_assertions": ["The agent refuses the refund politely."]}},
+    {"id": "1", "user_scenario": {"instructions": "Ask about baggage."},
+     "evaluation_criteria": {"communicate_info": ["two bags"]}},
+    {"id": "2", "user_scenario": {"instructions": "Say hello."}, "evaluation_criteria": {}},
+]
+
+
+def test_a_tau2_tasks_file_is_imported_as_a_conversation_suite(tmp_path):
+    from evalkit.intake.lint import import_suite
+
+    src = tmp_path / "tasks.json"
+    src.write_text(json.dumps(TAU2_TASKS, indent=1))
+    warnings: list = []
+    dest = import_suite(src, tmp_path / "airline", on_warning=warnings.append)
+    suite = reader.load_suite(dest)
+    assert suite.config.simulator is not None and suite.config.unit.kind == "agent"
+    cases = {c.id: c for c in suite.cases}
+    assert sorted(cases) == ["task-0", "task-1"]  # task 2 has nothing to check: skipped, with a warning
+    t0 = cases["task-0"]
+    assert t0.input["user"] == {"persona": "Calm", "reason_for_call": "cancel reservation EHGLP3",
+                                "known_info": "user id emma_kim_9957", "unknown_info": "the booking date",
+                                "task_instructions": "insist on a refund"}
+    assert t0.tags == ("airline",) and t0.judged and "refuses the refund" in (t0.rubric or "")
+    kinds = {c.kind: c.options for c in t0.checks}
+    assert kinds["contains"] == {"value": "EHGLP3", "case_fold": True, "scope": "conversation"}
+    assert kinds["tool_calls"]["calls"] == [{"name": "get_reservation_details",
+                                             "arguments": {"reservation_id": "EHGLP3"}}]  # the user's action left out
+    assert cases["task-1"].input["user"] == {"task_instructions": "Ask about baggage."}
+    said = " ".join(str(w) for w in warnings)
+    assert "policy" in said and "nothing to check" in said

@@ -189,6 +189,17 @@ Rules:
 - When the agent cannot help with your request at all, end your message with ###OUT-OF-SCOPE###.
 """
 
+# The simulated user a new or imported conversation suite starts with (its address, as the
+# generator's, from the command line or the environment).
+SIMULATOR_CONFIG: dict[str, Any] = {
+    "model": "simulator-model",
+    "base_url": None,
+    "api_key_env": "EVALKIT_SIMULATOR_KEY",
+    "price": {"in_per_mtok": 0.10, "out_per_mtok": 0.40},
+    "temperature": 0.0,
+    "max_tokens_out": 96,
+}
+
 CONVERSATION_CONFIG = default_config(
     {"// about": "a conversation suite: the simulator plays each case's user. Docs: docs/formats.md, Conversations"},
     {
@@ -205,14 +216,7 @@ CONVERSATION_CONFIG = default_config(
     cost_cap_usd=0.5,
     k=3,
     arms=[{"name": "baseline"}, {"name": "careful", "system": "system-careful.txt"}],
-    simulator={
-        "model": "simulator-model",
-        "base_url": None,
-        "api_key_env": "EVALKIT_SIMULATOR_KEY",
-        "price": {"in_per_mtok": 0.10, "out_per_mtok": 0.40},
-        "temperature": 0.0,
-        "max_tokens_out": 96,
-    },
+    simulator=SIMULATOR_CONFIG,
 )
 CONVERSATION_CONFIG.pop("template")
 
