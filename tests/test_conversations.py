@@ -417,3 +417,40 @@ def test_a_tau2_tasks_file_is_imported_as_a_conversation_suite(tmp_path):
     assert cases["task-1"].input["user"] == {"task_instructions": "Ask about baggage."}
     said = " ".join(str(w) for w in warnings)
     assert "policy" in said and "nothing to check" in said
+
+
+def tau2_sim(task: str, trial: int, reward: float, end: str = "user_stop") -> dict:
+    return {"id": f"{task}-{trial}", "task_id": task, "trial": trial, "termination_reason": end,
+            "reward_info": {"reward": reward}, "agent_cost": 0.01, "user_cost": 0.02, "duration": 1.5,
+            "messages": [{"role": "assistant", "content": "Hi! How can I help?"},
+                         {"role": "user", "content": "Cancel my trip."},
+                         {"role": "assistant", "content": None, "tool_calls": [{"name": "cancel"}]},
+                         {"role": "tool", "content": "ok"},
+                         {"role": "assistant", "content": "Done."}]}
+
+
+def test_tau2_simulation_results_are_ingested_as_conversations(tmp_path):
+    from evalkit.conclusions.conversations import conversation_summary
+    from evalkit.conclusions.grading import read_samples
+    from evalkit.conclusions.ingest import detect_format, ingest
+
+    src = tmp_path / "gpt-4.1.json"
+    sims = [tau2_sim("0", 0, 1.0), tau2_sim("0", 1, 0.0, "max_steps"), tau2_sim("1", 0, 1.0),
+            tau2_sim("1", 1, 0.0, "user_error")]
+    src.write_text(json.dumps({"info": {"num_trials": 2}, "tasks": [], "simulations": sims}))
+    assert detect_format(src) == "tau2"
+    run_dir = ingest(src, tmp_path / "run")
+    rows = {(r["case_id"], r["index"]): r for r in results(run_dir)}
+    assert rows[("task-0", 1)]["termination"] == "max_turns" and rows[("task-1", 1)]["termination"] == "simulator_error"
+    assert rows[("task-0", 0)]["agent"]["conversation"] == [
+        {"role": "assistant", "content": "Hi! How can I help?"}, {"role": "user", "content": "Cancel my trip."},
+        {"role": "assistant", "content": "Done."}]
+    assert rows[("task-0", 0)]["output"] == "Done." and rows[("task-0", 0)]["turns"] == 2
+    grades = list(iter_jsonl(run_dir / "grades.jsonl"))
+    by = {(g["case_id"], g["index"]): g for g in grades}
+    assert by[("task-1", 1)]["passed"] is None and by[("task-0", 1)]["passed"] is False
+    arm = conversation_summary(run_dir, read_samples(run_dir), grades, {}, 2)["per_arm"]["gpt-4"]
+    # pass^1: (1/2 + 1/2) / 2 with every conversation; without the simulator's failure task-1 is 1/1
+    assert arm["pass_hat_k"]["1"] == pytest.approx(0.5)
+    assert arm["pass_hat_k_without_simulator_blamed"]["1"] == pytest.approx(0.75)
+    assert arm["endings"] == {"user_stop": 2, "max_turns": 1, "simulator_error": 1}

@@ -44,7 +44,7 @@ from evalkit.foundations.records import CaseRow, CaseTable, CheckResult, Grade, 
 from evalkit.runfolder.runs import RunFolder, grade_from_dict, grade_to_dict, sample_from_dict
 from evalkit.suites.suite import case_id_problem
 
-FORMATS = ("inspect", "promptfoo", "tau-bench", "agent-evals", "lm-eval", "waza")
+FORMATS = ("inspect", "promptfoo", "tau-bench", "tau2", "agent-evals", "lm-eval", "waza")
 INSPECT_LOG_VERSIONS = (1, 2)  # inspect-ai's EvalLog.version values this reader knows
 PROMPTFOO_RESULT_VERSIONS = (2, 3)
 REWARD_TOL = 1e-6
@@ -296,6 +296,8 @@ def detect_format(path: str | Path) -> str:
         return "tau-bench"
     if isinstance(data, dict) and "eval_id" in data and isinstance(data.get("tasks"), list):
         return "waza"
+    if isinstance(data, dict) and isinstance(data.get("simulations"), list):
+        return "tau2"
     raise InputError(f"unrecognised results format: pass --format ({', '.join(FORMATS)})", p)
 
 
@@ -1219,6 +1221,100 @@ def read_agent_evals(
 # ------------------------------------------------------------------------------ writing
 
 
+# ---------------------------------------------------------------------------- tau2-bench
+
+# tau2-bench's `termination_reason` -> evalkit's ending (docs/formats.md, "Conversations");
+# a reason with no counterpart is kept under its tau2 name.
+TAU2_ENDINGS = {
+    "user_stop": "user_stop",
+    "max_steps": "max_turns",
+    "agent_error": "agent_error",
+    "too_many_errors": "agent_error",
+    "user_error": "simulator_error",
+}
+
+
+def read_tau2(path: str | Path, *, arm: str | None = None) -> Ingested:
+    """Read tau2-bench simulation results (`{"simulations": [{"task_id", "trial",
+    "termination_reason", "reward_info": {"reward"}, "messages", "agent_cost",
+    "user_cost"}]}`) as conversations: a simulation passes when its reward is 1 within
+    1e-6; its messages become the transcript (`agent.conversation`), its ending
+    `termination`; one that ended `user_error` (the simulated user's failure) is graded
+    as errored, never as the agent's failure, as tau2-bench leaves it out of pass^k."""
+    p = Path(path)
+    _check_source(p)
+    data = _read_json(p)
+    sims = data.get("simulations") if isinstance(data, dict) else None
+    if not isinstance(sims, list) or not sims:
+        raise InputError('tau2-bench results need a non-empty "simulations" list', p)
+    arm_name = arm or check_arm(p.name.split(".")[0], p, "the file's name; pass --arm")
+    by_case: dict[str, dict[int, dict[str, Any]]] = {}
+    for i, sim in enumerate(sims):
+        where = f"$.simulations[{i}]"
+        if not isinstance(sim, dict) or "task_id" not in sim:
+            raise InputError("a simulation needs a task_id", p, json_path=where)
+        cid = _case_id(f"task-{sim['task_id']}", where, p)
+        trial = _int(sim.get("trial", 0), "trial", p, json_path=where)
+        if trial in by_case.setdefault(cid, {}):
+            raise InputError(f"task {sim['task_id']} trial {trial} appears twice", p, json_path=where)
+        by_case[cid][trial] = sim
+    samples: list[Sample] = []
+    grades: list[Grade] = []
+    for cid, trials in by_case.items():
+        for index, trial in enumerate(sorted(trials)):
+            sample, grade = _tau2_result(trials[trial], cid, arm_name, index, p)
+            samples.append(sample)
+            grades.append(grade)
+    return Ingested.of_file(
+        "tau2", p, p.name.split(".")[0], samples, grades, expected_keys=len(samples), models={arm_name: arm_name}
+    )
+
+
+def _tau2_result(sim: dict[str, Any], cid: str, arm: str, index: int, p: Path) -> tuple[Sample, Grade]:
+    """One tau2-bench simulation as a conversation sample and its grade."""
+    reward_info = sim.get("reward_info") if isinstance(sim.get("reward_info"), dict) else {}
+    reward = reward_info.get("reward") if reward_info else sim.get("reward")
+    if isinstance(reward, bool) or not isinstance(reward, (int, float)) or math.isnan(float(reward)):
+        raise InputError(f"task {sim['task_id']}: reward {reward!r} is not a number", p)
+    raw_end = str(sim.get("termination_reason") or "")
+    ending = TAU2_ENDINGS.get(raw_end, raw_end)
+    turns = [
+        {"role": m["role"], "content": str(m.get("content") or "")}
+        for m in sim.get("messages") or ()
+        if isinstance(m, dict) and m.get("role") in ("user", "assistant") and m.get("content")
+    ]
+    replies = [t["content"] for t in turns if t["role"] == "assistant"]
+    passed = abs(float(reward) - 1.0) <= REWARD_TOL
+    sample = Sample(
+        case_id=cid,
+        tags=("tau2",),
+        arm=arm,
+        index=index,
+        seed=0,
+        model=arm,
+        output=replies[-1] if replies else "",
+        tool_calls=(),
+        finish_reason=None,
+        usage=Usage(0, 0),
+        latency_ms=float(sim.get("duration") or 0.0) * 1000,
+        cost_usd=float(sim.get("agent_cost") or 0.0),
+        request_hash="",
+        turns=len(replies),
+        termination=ending,
+        agent={
+            "unit": "tau2",
+            "stop": "final",
+            "conversation": turns,
+            "tau2_termination": raw_end,
+            "simulator_cost_usd": float(sim.get("user_cost") or 0.0),
+        },
+    )
+    check = CheckResult("reward", passed, "" if passed else f"reward={float(reward):g} ({raw_end})")
+    if ending == "simulator_error":  # the simulated user failed: errored, not the agent's failure
+        return sample, Grade(cid, arm, index, None, (check,), error=f"simulator_error: tau2 {raw_end}")
+    return sample, Grade(cid, arm, index, passed, (check,))
+
+
 def read_source(path: str | Path, fmt: str | None = None, **options: Any) -> Ingested:
     """Read `path` in format `fmt` (detected when None)."""
     fmt = fmt or detect_format(path)
@@ -1230,6 +1326,8 @@ def read_source(path: str | Path, fmt: str | None = None, **options: Any) -> Ing
         return read_promptfoo(path, arm=options.get("arm"))
     if fmt == "tau-bench":
         return read_tau_bench(path, arm=options.get("arm"))
+    if fmt == "tau2":
+        return read_tau2(path, arm=options.get("arm"))
     if fmt == "lm-eval":
         return read_lm_eval(
             path,
