@@ -454,3 +454,45 @@ def test_tau2_simulation_results_are_ingested_as_conversations(tmp_path):
     assert arm["pass_hat_k"]["1"] == pytest.approx(0.5)
     assert arm["pass_hat_k_without_simulator_blamed"]["1"] == pytest.approx(0.75)
     assert arm["endings"] == {"user_stop": 2, "max_turns": 1, "simulator_error": 1}
+
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "conversation"
+
+
+def test_the_example_suite_runs_grades_compares_and_reviews_on_the_scripted_server(tmp_path):
+    import shutil
+
+    from evalkit.conclusions.compare import compare
+    from evalkit.conclusions.conversations import review_conversations
+    from evalkit.conclusions.grading import grade_run
+
+    suite = tmp_path / "conversation"
+    shutil.copytree(EXAMPLE, suite)
+    with ScriptedServer(json.loads((EXAMPLE / "scripted.json").read_text())) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, simulator_base_url=srv.base_url,
+                        progress=False)
+        assert res.complete, res.reason
+        grade_run(res.path, judge_base_url=srv.base_url)
+        summary = review_conversations(res.path, judge_base_url=srv.base_url)
+        again = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, simulator_base_url=srv.base_url,
+                          progress=False)
+    assert again.spend_usd == 0.0  # the same conversations replay at $0
+    base, careful = summary["per_arm"]["baseline"], summary["per_arm"]["careful"]
+    assert careful["passed"] == 6 and base["passed"] == 3  # baseline never confirms the address
+    assert base["endings"] == {"user_stop": 3, "max_turns": 3, "transfer": 3}
+    assert careful["simulator_blamed"] == 3 and careful["pass_rate_without_simulator_blamed"] == 1.0
+    assert 0 < summary["simulator_spend_usd"] < summary["simulator_spend_usd"] + summary["agent_spend_usd"]
+    v = compare(res.path, "baseline", "careful")
+    assert (v.wins, v.losses) == (1, 0)  # careful wins the address case (one vote per case over its k)
+
+
+def test_under_evalkit_serve_the_served_model_plays_the_user_unless_it_answers_as_another(monkeypatch):
+    from evalkit.foundations.records import Endpoint
+    from evalkit.suites.endpoints import SERVED_ENV, resolve_base_url
+
+    sim = Endpoint("simulator-model")
+    monkeypatch.setenv(SERVED_ENV, json.dumps({"base_url": "http://127.0.0.1:8011/v1", "model": None}))
+    assert resolve_base_url("simulator", sim) == "http://127.0.0.1:8011/v1"
+    monkeypatch.setenv(SERVED_ENV, json.dumps({"base_url": "http://127.0.0.1:8011/v1", "model": "gemma-3-270m"}))
+    with pytest.raises(InputError, match="no base URL for the simulator"):
+        resolve_base_url("simulator", sim)

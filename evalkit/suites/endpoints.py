@@ -207,6 +207,10 @@ def resolve_base_url(
                 json_path=json_path,
             )
         url = check_base_url(server["base_url"], f"environment variable {SERVED_ENV}")
+    served_model = None if server is None else server.get("model")
+    if not url and role == "simulator" and server is not None and served_model in (None, endpoint.model):
+        # the server `evalkit serve` runs plays the user too when it answers as any model or as this one
+        url = check_base_url(server["base_url"], f"environment variable {SERVED_ENV}")
     if not url:
         if replay_only:
             return None
