@@ -496,3 +496,24 @@ def test_under_evalkit_serve_the_served_model_plays_the_user_unless_it_answers_a
     monkeypatch.setenv(SERVED_ENV, json.dumps({"base_url": "http://127.0.0.1:8011/v1", "model": "gemma-3-270m"}))
     with pytest.raises(InputError, match="no base URL for the simulator"):
         resolve_base_url("simulator", sim)
+
+
+def test_the_replay_shows_two_arms_conversations_side_by_side_turn_by_turn(tmp_path):
+    from evalkit.conclusions.grading import grade_run
+    from evalkit.telling.replay import render_html, render_text, replay_case
+
+    user_script = {**USER_SCRIPT, "rules": [{"match": "help with that", "text": "Too bad. ###OUT-OF-SCOPE###"},
+                                            *USER_SCRIPT["rules"]]}
+    agent_script = {**AGENT_SCRIPT, "rules": [{"match": ["other agent", "refund for order 1042"],
+                                               "text": "I cannot help with that. <b>Sorry</b>"}, *AGENT_SCRIPT["rules"]]}
+    with ScriptedServer(user_script) as user, ScriptedServer(agent_script) as agent:
+        suite = write_suite(tmp_path / "suite", [REFUND], user.base_url, k=1)
+        res = run(suite, tmp_path, agent)
+    grade_run(res.path)
+    rep = replay_case(res.path, "refund", ["baseline", "other"])
+    text = render_text(rep, width=160)
+    assert "--- user 1 " in text and "--- agent 1 " in text and "--- user 2 " in text
+    assert "I want a refund for order 1042." in text and "Done: your refund is on its way." in text
+    assert "ending: user_stop" in text and "ending: out_of_scope" in text
+    page = render_html(rep)
+    assert "&lt;b&gt;Sorry&lt;/b&gt;" in page and "<b>Sorry</b>" not in page  # the agent's text escaped
