@@ -517,3 +517,24 @@ def test_the_replay_shows_two_arms_conversations_side_by_side_turn_by_turn(tmp_p
     assert "ending: user_stop" in text and "ending: out_of_scope" in text
     page = render_html(rep)
     assert "&lt;b&gt;Sorry&lt;/b&gt;" in page and "<b>Sorry</b>" not in page  # the agent's text escaped
+
+
+def test_the_conversations_page_shows_spend_blame_and_every_conversation_escaped(tmp_path, servers):
+    from evalkit.conclusions.conversations import review_conversations
+    from evalkit.conclusions.grading import grade_run
+    from evalkit.telling.conversations_page import write_conversations_page
+
+    user, agent = servers
+    hostile = {**ANGRY, "id": "angry", "checks": [{"kind": "contains", "value": "refund"}]}
+    with ScriptedServer({**REVIEWER, "rules": [{"match": "BLAME", "text": "BLAME: user REASON: <script>x</script>"}]}) \
+            as judge:
+        suite = write_suite(tmp_path / "suite", [REFUND, hostile], user.base_url,
+                            judge={"model": "judge-model", "base_url": judge.base_url})
+        res = run(suite, tmp_path, agent)
+        grade_run(res.path)
+        review_conversations(res.path)
+    page = write_conversations_page(res.path, tmp_path / "report").read_text()
+    assert "simulator share" in page and "without simulator-blamed" in page and "pass^k" in page
+    assert "&lt;script&gt;x&lt;/script&gt;" in page and "<script>" not in page
+    assert page.count("<tr>") >= 1 + 2 + 8  # spend, the two arms, the eight conversations
+    assert "transfer" in page and "user_stop" in page
