@@ -538,3 +538,18 @@ def test_the_conversations_page_shows_spend_blame_and_every_conversation_escaped
     assert "&lt;script&gt;x&lt;/script&gt;" in page and "<script>" not in page
     assert page.count("<tr>") >= 1 + 2 + 8  # spend, the two arms, the eight conversations
     assert "transfer" in page and "user_stop" in page
+
+
+def test_a_conversation_suite_refuses_the_batch_api_and_ray(tmp_path):
+    from evalkit.foundations.records import Executor
+    from evalkit.running.batch import BatchOptions
+
+    suite = write_suite(tmp_path / "suite", [REFUND], "http://127.0.0.1:9/v1",
+                        batch_price={"in_per_mtok": 0.5, "out_per_mtok": 1.0})
+    with pytest.raises(InputError, match="conversation's calls each depend"):
+        run_suite(suite, runs_dir=tmp_path / "runs", base_url="http://127.0.0.1:9/v1", progress=False,
+                  batch=BatchOptions())
+    with pytest.raises(InputError, match="no Ray executor"):
+        run_suite(suite, runs_dir=tmp_path / "runs", base_url="http://127.0.0.1:9/v1", progress=False,
+                  executor=Executor(kind="ray"))
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

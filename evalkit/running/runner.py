@@ -791,9 +791,10 @@ def _check_batch(suite: Suite, opts: RunOptions) -> None:
     config = suite.config
     if opts.replay_only:
         raise InputError("--replay-only makes no calls, so it takes no --batch")
-    if config.unit.kind != "prompt":
+    if config.unit.kind != "prompt" or config.simulator is not None:  # a conversation's turns wait on each other
+        what = "conversation's" if config.simulator is not None else f"{config.unit.kind} unit's"
         raise InputError(
-            f"--batch sends independent calls; a {config.unit.kind} unit's calls each depend on the answer "
+            f"--batch sends independent calls; a {what} calls each depend on the answer "
             "before (run it online)",
             Path(suite.path) / "config.json",
             json_path="$.unit.kind",
@@ -911,6 +912,8 @@ def _simulator_url(suite: Suite, opts: RunOptions) -> str | None:
     sim = suite.config.simulator
     if sim is None:
         return None
+    if (opts.executor or suite.config.executor).kind == "ray":
+        raise InputError("a conversation suite runs its conversations on this machine: no Ray executor (yet)")
     url = resolve_base_url(
         "simulator",
         sim.endpoint,
