@@ -794,8 +794,7 @@ def _check_batch(suite: Suite, opts: RunOptions) -> None:
     if config.unit.kind != "prompt" or config.simulator is not None:  # a conversation's turns wait on each other
         what = "conversation's" if config.simulator is not None else f"{config.unit.kind} unit's"
         raise InputError(
-            f"--batch sends independent calls; a {what} calls each depend on the answer "
-            "before (run it online)",
+            f"--batch sends independent calls; a {what} calls each depend on the answer before (run it online)",
             Path(suite.path) / "config.json",
             json_path="$.unit.kind",
         )
