@@ -206,12 +206,24 @@ def _tool_calls_options(c: _CheckAt) -> bool:
         ):
             c.r.err(f"{c.jp}.calls[{i}]", 'a tool call must be {"name": str, "arguments": object}')
             ok = False
+        elif "compare_args" in call and not _compare_args_ok(call["compare_args"], c.opts.get("mode", "exact")):
+            c.r.err(
+                f"{c.jp}.calls[{i}].compare_args",
+                "compare_args must be a list of argument names, in a mode other than any_order",
+            )
+            ok = False
     ign = c.opts.get("ignore_args", [])
     if not isinstance(ign, list) or not all(isinstance(x, str) for x in ign):
         c.r.err(f"{c.jp}.ignore_args", "ignore_args must be a list of argument names")
         ok = False
     c.opts.setdefault("calls", calls)
     return ok
+
+
+def _compare_args_ok(keys: Any, mode: Any) -> bool:
+    """An expected call's `compare_args`: argument names, in a mode that pairs each
+    expected call with the call it matches (not `any_order`)."""
+    return isinstance(keys, list) and all(isinstance(k, str) for k in keys) and mode != "any_order"
 
 
 def _grounding_options(c: _CheckAt) -> bool:
