@@ -3,15 +3,24 @@
 A tau2-bench task file is a JSON list of tasks `{"id", "user_scenario": {"persona",
 "instructions": {"domain", "reason_for_call", "known_info", "unknown_info",
 "task_instructions"} | str}, "evaluation_criteria": {"actions", "communicate_info",
-"nl_assertions", ...}}` (`src/tau2/data_model/tasks.py`). Each task becomes a case:
+"nl_assertions", "env_assertions", "reward_basis"}}` (sierra-research/tau2-bench,
+`src/tau2/data_model/tasks.py`). Each task becomes a case:
 
 * `user_scenario` -> `input.user` (`persona` and the instructions' fields; a string
   instructions -> `task_instructions`; `domain` becomes a tag);
 * `communicate_info` -> one `contains` check each over the whole conversation
   (`"scope": "conversation"`, case-insensitive: tau2 matches substrings of the agent's messages);
 * `nl_assertions` -> `expected.nl_assertions` (judged, one call per conversation);
-* `actions` (the agent's) -> a `tool_calls` check (`subset`: the calls in order among
-  others; tau2 replays them for its DB hash, evalkit's fixtures hold no state).
+* `actions` (the agent's) -> a `tool_calls` check in mode `subset_any_order`, each action's
+  `compare_args` kept: tau2's `ActionEvaluator` passes when every action is matched by some
+  call of the conversation, in any order, on the arguments `compare_args` names (identical
+  actions are listed once, as one call matches them all there).
+
+What has no evalkit counterpart is reported by name, once per field with the tasks that
+carry it, and the task imported without it: `initial_state`, `env_assertions`, the user's
+own actions, `reward_basis` components evalkit does not check as tau2 does (`DB`: tau2
+compares the database the actions leave; evalkit checks the calls), `ticket`, `issues`,
+`required_documents`, `user_tools`, `description`, `annotations` and unknown keys.
 
 The config is the imported default (the embedded model) with a `simulator`, an agent
 unit and the simulator prompt `simulator/prompt-v1.md`; the domain's policy and tools
@@ -60,11 +69,17 @@ def read_tau2_tasks(path: str | Path) -> ImportedSuite:
         raise InputError("a tau2-bench tasks file is a non-empty JSON list of tasks", p, 1, "$")
     cases: list[tuple[int | None, str, dict[str, Any]]] = []
     domains: set[str] = set()
+    unmapped: dict[str, list[str]] = {}  # field -> the tasks that carry it
     for i, task in enumerate(doc):
         jp = f"$[{i}]"
         case = _task_case(r, task, jp, domains)
         if case is not None:
             cases.append((line_of(lines, jp), jp, case))
+            for name in unmapped_fields(task):
+                unmapped.setdefault(name, []).append(str(task["id"]))
+    for name, ids in unmapped.items():
+        shown = ", ".join(ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
+        r.warn("$", f"{name}: {finding_text(name)} (task(s) {shown})")
     raise_with_warnings(fx)
     domain = ", ".join(sorted(domains)) or "tau2"
     r.warn(
@@ -89,8 +104,6 @@ def _task_case(r: _Reader, task: Any, jp: str, domains: set[str]) -> dict[str, A
         r.err(jp, "a tau2 task needs an id and a user_scenario object")
         return None
     user, domain = _user(task["user_scenario"])
-    if domain:
-        domains.add(domain)
     criteria = task.get("evaluation_criteria") or {}
     checks = _checks(criteria if isinstance(criteria, dict) else {})
     case: dict[str, Any] = {
@@ -105,6 +118,8 @@ def _task_case(r: _Reader, task: Any, jp: str, domains: set[str]) -> dict[str, A
     if not checks and "expected" not in case:
         r.warn(jp, f"task {task['id']!r} has no actions, communicate_info or nl_assertions: skipped (nothing to check)")
         return None
+    if domain:
+        domains.add(domain)
     return case
 
 
@@ -129,11 +144,69 @@ def _checks(criteria: dict[str, Any]) -> list[dict[str, Any]]:
         for info in criteria.get("communicate_info") or ()
         if str(info)
     ]
-    actions = [
-        {"name": a["name"], "arguments": a.get("arguments") or {}}
-        for a in criteria.get("actions") or ()
-        if isinstance(a, dict) and a.get("requestor", "assistant") == "assistant" and isinstance(a.get("name"), str)
-    ]
+    actions: list[dict[str, Any]] = []
+    for a in criteria.get("actions") or ():
+        if isinstance(a, dict) and a.get("requestor", "assistant") == "assistant" and isinstance(a.get("name"), str):
+            call = {"name": a["name"], "arguments": a.get("arguments") or {}}
+            if isinstance(a.get("compare_args"), list):
+                call["compare_args"] = [str(k) for k in a["compare_args"]]
+            if call not in actions:  # tau2 lets one call match identical actions
+                actions.append(call)
     if actions:
-        checks.append({"kind": "tool_calls", "calls": actions, "mode": "subset"})
+        checks.append({"kind": "tool_calls", "calls": actions, "mode": "subset_any_order"})
     return checks
+
+
+# tau2 fields evalkit does not import, with what the finding says of each.
+UNMAPPED = {
+    "initial_state": "the task's starting database, message history and setup calls are not imported "
+    "(give the tools' answers in input.tool_results)",
+    "evaluation_criteria.env_assertions": "assertions on the environment's final state are not checked",
+    "evaluation_criteria.actions[requestor=user]": "the user's own tool calls are not checked",
+    "ticket": "the solo-agent ticket is not imported (the simulated user plays the scenario)",
+    "issues": "the task's issue notes are not imported",
+    "required_documents": "the knowledge documents are not imported",
+    "user_tools": "the simulated user has no tools in evalkit",
+    "description": "the task's description (purpose, policies, notes) is documentation, not imported",
+    "annotations": "the task's annotations are not imported",
+}
+TASK_KEYS = {"id", "user_scenario", "evaluation_criteria", *(k for k in UNMAPPED if "." not in k)}
+CRITERIA_KEYS = {"actions", "communicate_info", "nl_assertions", "env_assertions", "reward_basis"}
+# tau2's reward components evalkit checks, by the criterion each gates: the rest are reported.
+CHECKED_BASIS = {"COMMUNICATE": "communicate_info", "NL_ASSERTION": "nl_assertions", "ACTION": "actions"}
+BASIS = "evaluation_criteria.reward_basis"
+DIAGNOSTIC = " (not in reward_basis)"
+
+
+def finding_text(name: str) -> str:
+    """What the finding about the unimported tau2 field `name` says."""
+    if name == f"{BASIS} DB":
+        return (
+            "tau2 gates the reward on the database the actions leave, which evalkit does not compare; "
+            "evalkit checks the calls, so another path to the same state fails here"
+        )
+    if name.startswith(BASIS):
+        return "tau2 gates the reward on this component, which evalkit does not check"
+    if name.endswith(DIAGNOSTIC):
+        return "tau2 runs it as a diagnostic only; evalkit's check of it gates the case"
+    return UNMAPPED.get(name, "unknown field, not imported")
+
+
+def unmapped_fields(task: dict[str, Any]) -> list[str]:
+    """The fields of a tau2 task that carry something evalkit does not import, by name."""
+    names = [k for k in task if k in UNMAPPED and task[k] not in (None, [], {}, "")]
+    names += [k for k in task if k not in TASK_KEYS]
+    criteria = task.get("evaluation_criteria")
+    if not isinstance(criteria, dict):
+        return names
+    prefix = "evaluation_criteria."
+    if criteria.get("env_assertions"):
+        names.append(prefix + "env_assertions")
+    if any(isinstance(a, dict) and a.get("requestor") == "user" for a in criteria.get("actions") or ()):
+        names.append(prefix + "actions[requestor=user]")
+    basis = criteria.get("reward_basis", ["DB", "COMMUNICATE"])  # tau2's default
+    basis = [str(b) for b in basis] if isinstance(basis, list) else []
+    names += [f"{BASIS} {b}" for b in basis if b not in CHECKED_BASIS]
+    names += [prefix + f + DIAGNOSTIC for b, f in CHECKED_BASIS.items() if criteria.get(f) and b not in basis]
+    names += [prefix + k for k in criteria if k not in CRITERIA_KEYS]
+    return names
