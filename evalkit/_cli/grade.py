@@ -174,6 +174,12 @@ def grade_cmd(
     )
     result = grade_run(run, suite_path, opts)
     _echo_grading(result)
+    # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
+    from evalkit.conclusions import conversations
+
+    if conversations.is_conversation_run(run):  # the simulated user checked: its failed conversations reviewed
+        for line in conversations.summary_lines(conversations.review_conversations(run, suite_path, judge_base_url)):
+            echo_text(line)
     sys.exit(result.exit_code)
 
 

@@ -45,6 +45,11 @@ def ray_executor(address: str | None) -> Executor | None:
     help="OpenAI-compatible base URL; overrides the config (env: EVALKIT_BASE_URL).",
 )
 @click.option(
+    "--simulator-base-url",
+    default=None,
+    help="A conversation suite's simulator endpoint; overrides the config (env: EVALKIT_SIMULATOR_BASE_URL).",
+)
+@click.option(
     "--resume",
     "resume",
     type=click.Path(file_okay=False),
@@ -101,6 +106,7 @@ def run_cmd(
     k: int | None,
     runs_dir: str | None,
     base_url: str | None,
+    simulator_base_url: str | None,
     resume: str | None,
     replay_only: bool,
     no_cache: bool,
@@ -153,6 +159,7 @@ def run_cmd(
         batch=options,
         executor=ray_executor(ray_address),
         until_decided=until_decided,
+        simulator_base_url=simulator_base_url or None,
     )
     result = run_suite(target, opts)
     _echo_result(result)

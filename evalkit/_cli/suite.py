@@ -45,8 +45,19 @@ from evalkit.suites import reader, suite
     "or a path inside the repository (default: where this evalkit was installed from; never the bare name, "
     "which on PyPI is another project).",
 )
+@click.option(
+    "--conversation",
+    is_flag=True,
+    help="Write a two-arm conversation suite: a simulated user (config.json `simulator`, "
+    "simulator/prompt-v1.md) meets each arm's agent.",
+)
 def init_cmd(
-    unit_dir: Path, ci: str | None, watch: tuple[str, ...], repo_root: Path | None, evalkit_spec: str | None
+    unit_dir: Path,
+    ci: str | None,
+    watch: tuple[str, ...],
+    repo_root: Path | None,
+    evalkit_spec: str | None,
+    conversation: bool,
 ) -> None:
     """Scaffold a suite folder UNIT_DIR (e.g. evals/my-unit) with a commented config,
     two example cases, a prompt template, guidance and judge files; with --ci github,
@@ -62,7 +73,7 @@ def init_cmd(
             check_workflow_text(w, "the --watch pattern")
     existing = ci is not None and (unit_dir / CONFIG_FILE).is_file()
     if not existing:
-        dest = suite.scaffold_suite(unit_dir)
+        dest = suite.scaffold_suite(unit_dir, conversation=conversation)
         echo_text(f"created {dest}")
     if ci is not None:
         # lazy: the library loads only when this command runs (`evalkit --help` stays fast)

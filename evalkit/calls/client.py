@@ -125,9 +125,9 @@ from evalkit.foundations.errors import (
     ReplayMiss,
     UnitCallError,
 )
-from evalkit.foundations.records import Endpoint, Price, Usage
+from evalkit.foundations.records import Config, Endpoint, Price, Usage
 from evalkit.foundations.tokens import TokenCounter, utf8_len
-from evalkit.suites.endpoints import check_base_url
+from evalkit.suites.endpoints import cache_identity, check_base_url
 
 # The request fields evalkit sets itself; `complete(extra=...)` cannot replace them.
 _OWN_FIELDS = frozenset(
@@ -691,6 +691,42 @@ class ModelClient:
         )
         self.counter = TokenCounter(endpoint.model, self.base_url, api_key=api_key)
         self._rng = random.Random()
+
+    @classmethod
+    def of_run(
+        cls,
+        config: Config,
+        role: str,
+        endpoint: Endpoint,
+        price: Price,
+        ledger: Ledger,
+        *,
+        max_tokens_out: int,
+        cache: ResponseCache | None,
+        replay_only: bool,
+        url: str | None,
+    ) -> ModelClient:
+        """A run's client for `role` (the generator of an arm, the simulator): the
+        suite's input ceiling, retries, timeout, rate-limit budget and concurrency; its
+        answers cached under what they depend on (`endpoints.cache_identity`, not a
+        serve's port)."""
+        return cls(
+            endpoint,
+            price,
+            ledger,
+            role=role,
+            max_tokens_in=config.max_tokens_in,
+            max_tokens_out=max_tokens_out,
+            cache=cache,
+            replay_only=replay_only,
+            max_attempts=config.max_attempts,
+            timeout_s=config.timeout_s,
+            base_url=url,
+            rate_limit_budget_s=config.rate_limit_budget_s,
+            max_connection_failures=config.max_connection_failures,
+            concurrency=config.concurrency,
+            cache_endpoint=cache_identity(endpoint, url) if url else None,
+        )
 
     @property
     def concurrency_limit(self) -> int:

@@ -291,11 +291,25 @@ def _show_call(call: tuple[str, Any]) -> str:
     return f"{call[0]} {_clip(json.dumps(call[1], sort_keys=True, default=str))}"
 
 
-def _subsequence(want: list[tuple[str, Any]], got: list[tuple[str, Any]]) -> int | None:
+def _compared(call: Any) -> list[str] | None:
+    """An expected call's `compare_args` (the argument names compared, tau2-bench's
+    `Action.compare_args`), or None: every argument is compared."""
+    keys = call.get("compare_args") if isinstance(call, Mapping) else None
+    return [str(k) for k in keys] if isinstance(keys, list) else None
+
+
+def _restrict(call: tuple[str, Any], keys: list[str] | None) -> tuple[str, Any]:
+    """`call` with only the arguments named in `keys` (all of them when None)."""
+    if keys is None or not isinstance(call[1], Mapping):
+        return call
+    return call[0], {k: v for k, v in call[1].items() if k in keys}
+
+
+def _subsequence(want: list[tuple[str, Any]], got: list[tuple[str, Any]], keys: list[list[str] | None]) -> int | None:
     """The index of the first expected call not found, in order, in `got` (None: all were)."""
     it = iter(got)
     for i, w in enumerate(want):
-        if not any(g == w for g in it):
+        if not any(_restrict(g, keys[i]) == w for g in it):
             return i
     return None
 
@@ -316,14 +330,17 @@ def tool_calls(
     appear in this order, other calls may come between; ``subset_any_order`` each
     expected call appears, in any order. `ignore_args` lists argument names that
     legitimately vary, either bare (`"id"`, any tool) or qualified
-    (`"lookup_order.id"`). `output` (the text) is not used.
+    (`"lookup_order.id"`). An expected call's `compare_args` (not in `any_order`) compares
+    only the arguments it names, on both sides (`[]`: the name alone), as tau2-bench
+    matches an action. `output` (the text) is not used.
     """
     if isinstance(calls, Mapping) and "tool_calls" in calls:
         calls = calls["tool_calls"]
+    keys = [_compared(c) for c in (calls or [])]
     want = [normalize_tool_call(c) for c in (calls or [])]
     got = [normalize_tool_call(c) for c in (trace or [])]
     ignore = list(ignore_args or [])
-    want = [(n, _drop_args(n, a, ignore)) for n, a in want]
+    want = [_restrict((n, _drop_args(n, a, ignore)), k) for (n, a), k in zip(want, keys, strict=True)]
     got = [(n, _drop_args(n, a, ignore)) for n, a in got]
     if mode == "any_order":
         if sorted(map(_call_key, got)) == sorted(map(_call_key, want)):
@@ -334,26 +351,27 @@ def tool_calls(
             f"tool calls {[_show_call(c) for c in got]} != expected {[_show_call(c) for c in want]} (any order)",
         )
     if mode == "subset":
-        missing = _subsequence(want, got)
+        missing = _subsequence(want, got, keys)
         if missing is None:
             return CheckResult("tool_calls", True)
         return CheckResult(
             "tool_calls", False, f"expected call {missing + 1} ({_show_call(want[missing])}) not found in order"
         )
     if mode == "subset_any_order":
-        left = [_call_key(c) for c in got]
+        left = list(got)
         for i, w in enumerate(want):
             k = _call_key(w)
-            if k not in left:
+            hit = next((j for j, g in enumerate(left) if _call_key(_restrict(g, keys[i])) == k), None)
+            if hit is None:
                 return CheckResult("tool_calls", False, f"expected call {i + 1} ({_show_call(w)}) not made")
-            left.remove(k)
+            del left[hit]
         return CheckResult("tool_calls", True)
     if mode != "exact":
         raise InputError(f"unknown tool_calls mode {mode!r} (exact, any_order, subset, subset_any_order)")
     if [n for n, _ in got] != [n for n, _ in want]:
         return CheckResult("tool_calls", False, f"tool names {[n for n, _ in got]} != expected {[n for n, _ in want]}")
     for i, ((name, a), (_, b)) in enumerate(zip(got, want, strict=True)):
-        if a != b:
+        if _restrict((name, a), keys[i])[1] != b:
             return CheckResult(
                 "tool_calls",
                 False,
@@ -1050,6 +1068,7 @@ class AgentFacts:
     # evaluates Python expressions over a context, out of evalkit's process (grading's
     # sandbox): None per expression that held, else why not; None: no evaluator here
     evaluate: Callable[[Sequence[str], Mapping[str, Any]], Sequence[str | None]] | None = None
+    replies: tuple[str, ...] = ()  # a conversation's assistant messages, in order (`scope: conversation`)
 
     @classmethod
     def of(
@@ -1071,6 +1090,9 @@ class AgentFacts:
             trajectory=trajectory,
             exit_status=agent.get("exit_status"),
             workdir=Path(run) / str(agent["workdir"]) if run is not None and agent.get("workdir") else None,
+            replies=tuple(
+                str(t.get("content") or "") for t in agent.get("conversation") or () if t.get("role") == "assistant"
+            ),
         )
 
 
@@ -1090,6 +1112,8 @@ def run_check(
         raise InputError(f"{where}: unknown check kind (known: {', '.join(sorted(GRADERS))})", line=case.line or None)
     opts = dict(check.options)
     opts.pop("kind", None)
+    if opts.pop("scope", "final") == "conversation":  # every assistant message of a conversation
+        output = "\n\n".join(facts.replies)
     if check.kind in ("exact", "contains") and "value" not in opts:
         if not isinstance(case.expected, str):
             raise InputError(f"{where}: needs `value` (expected is not a string)", line=case.line or None)

@@ -119,6 +119,7 @@ from evalkit.checking.judge import (
     unmatched_pair,
 )
 from evalkit.conclusions.results import write_seed_results, write_summary_md
+from evalkit.conversations.transcript import judged_text
 from evalkit.foundations._io import RUN_JSON_BYTES, iter_jsonl, read_json_object, write_atomic
 from evalkit.foundations._text import storable_json
 from evalkit.foundations.errors import InputError, JudgeError
@@ -331,6 +332,8 @@ def _grade_line(
                 checks.append(check)
             else:
                 held = f"judge not trusted: {trust.reason}"
+    if sample.termination == "simulator_error":  # the simulated user failed, not the agent: counted apart
+        error = error or "simulator_error: the simulated user's call failed after its retries"
     passed: bool | None
     if error:
         passed = None
@@ -587,7 +590,7 @@ def _same_output_groups(todo: Iterable[tuple[Case, Sample]]) -> list[list[tuple[
     and the number of paid calls does not depend on timing."""
     groups: dict[tuple[str, str], list[tuple[Case, Sample]]] = {}
     for case, s in todo:
-        groups.setdefault((case.id, s.output), []).append((case, s))
+        groups.setdefault((case.id, judged_text(s)), []).append((case, s))
     return list(groups.values())
 
 
@@ -608,7 +611,7 @@ async def _judge_group(
             client,
             files,
             case,
-            s.output,
+            judged_text(s),  # a conversation's whole transcript: one judge call per conversation
             key=f"judge/{case.id}/{s.arm}/{s.index}",
             seed=seed,
             should_stop=session.should_stop,

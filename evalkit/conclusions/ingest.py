@@ -52,7 +52,7 @@ from evalkit.foundations.records import CaseRow, CaseTable, CheckResult, Grade, 
 from evalkit.runfolder.runs import RunFolder, grade_from_dict, grade_to_dict, sample_from_dict
 from evalkit.suites.suite import case_id_problem
 
-FORMATS = ("inspect", "promptfoo", "tau-bench", "agent-evals", "lm-eval", "waza")
+FORMATS = ("inspect", "promptfoo", "tau-bench", "tau2", "agent-evals", "lm-eval", "waza")
 INSPECT_LOG_VERSIONS = (1, 2)  # inspect-ai's EvalLog.version values this reader knows
 PROMPTFOO_RESULT_VERSIONS = (2, 3)
 REWARD_TOL = 1e-6
@@ -300,6 +300,8 @@ def detect_format(path: str | Path) -> str:
         return "tau-bench"
     if isinstance(data, dict) and "eval_id" in data and isinstance(data.get("tasks"), list):
         return "waza"
+    if isinstance(data, dict) and isinstance(data.get("simulations"), list):
+        return "tau2"
     raise InputError(f"unrecognised results format: pass --format ({', '.join(FORMATS)})", p)
 
 
@@ -1262,6 +1264,169 @@ def read_agent_evals(
 # ------------------------------------------------------------------------------ writing
 
 
+# ---------------------------------------------------------------------------- tau2-bench
+
+# tau2-bench's `termination_reason` (`TerminationReason`, src/tau2/data_model/simulation.py)
+# -> evalkit's ending (docs/formats.md, "tau2-bench"). `user_stop` is split by the stop
+# marker of the user's last message; `infrastructure_error` is no ending: the
+# simulation never ran (an errored key, no sample; see `read_tau2`).
+TAU2_ENDINGS = {
+    "user_stop": "user_stop",
+    "agent_stop": "user_stop",  # the agent's ###STOP###: a finished conversation, graded as one
+    "max_steps": "max_turns",
+    "timeout": "max_turns",  # a limit ended it before either side stopped
+    "agent_error": "agent_error",
+    "too_many_errors": "agent_error",
+    "context_window_exceeded": "agent_error",
+    "unexpected_error": "agent_error",  # tau2 scores it 0, as the agent's failure
+    "user_error": "simulator_error",
+}
+TAU2_INFRA = "infrastructure_error"
+
+
+def read_tau2(path: str | Path, *, arm: str | None = None) -> Ingested:
+    """Read tau2-bench simulation results (`{"info", "tasks", "simulations": [{"task_id",
+    "trial", "termination_reason", "reward_info": {"reward"}, "messages", "agent_cost",
+    "user_cost", "duration"}]}`) as conversations: a simulation passes when its reward is
+    1 within 1e-6; its messages become the transcript (`agent.conversation`) and its
+    tool calls the sample's, its ending `termination` (`TAU2_ENDINGS`); one that ended
+    `user_error` (the simulated user's failure) is graded as errored, never as the
+    agent's failure; an `infrastructure_error` one (never ran) is an errored key and
+    marks the run INCOMPLETE: tau2-bench leaves it out and lowers k, evalkit's pass^k
+    counts the missing trial as a failure at the run's k."""
+    p = Path(path)
+    _check_source(p)
+    by_case = _tau2_simulations(p)
+    arm_name = arm or check_arm(p.name.split(".")[0], p, "the file's name; pass --arm")
+    samples: list[Sample] = []
+    grades: list[Grade] = []
+    errors: list[dict[str, Any]] = []
+    for cid, trials in by_case.items():
+        for index, trial in enumerate(sorted(trials)):
+            sim = trials[trial]
+            if sim.get("termination_reason") == TAU2_INFRA:
+                errors.append({"case_id": cid, "arm": arm_name, "index": index, "error": f"tau2 {TAU2_INFRA}"})
+                continue
+            sample, grade = _tau2_result(sim, cid, arm_name, index, p)
+            samples.append(sample)
+            grades.append(grade)
+    reason = f"{len(errors)} tau2 {TAU2_INFRA} simulation(s): not run, never a pass" if errors else None
+    return Ingested.of_file(
+        "tau2",
+        p,
+        p.name.split(".")[0],
+        samples,
+        grades,
+        complete=not errors,
+        reason=reason,
+        expected_keys=len(samples) + len(errors),
+        models={arm_name: arm_name},
+        errors=tuple(errors),
+    )
+
+
+def _tau2_simulations(p: Path) -> dict[str, dict[int, dict[str, Any]]]:
+    """The simulations of a tau2-bench results file by case and trial number, each with a
+    known `termination_reason` (an unknown one is refused, not guessed)."""
+    data = _read_json(p)
+    sims = data.get("simulations") if isinstance(data, dict) else None
+    if isinstance(data, dict) and data.get("simulation_index") and not sims:
+        raise InputError('a tau2-bench "dir" results file keeps its simulations in other files: not supported', p)
+    if not isinstance(sims, list) or not sims:
+        raise InputError('tau2-bench results need a non-empty "simulations" list', p)
+    by_case: dict[str, dict[int, dict[str, Any]]] = {}
+    for i, sim in enumerate(sims):
+        where = f"$.simulations[{i}]"
+        if not isinstance(sim, dict) or "task_id" not in sim:
+            raise InputError("a simulation needs a task_id", p, json_path=where)
+        end = sim.get("termination_reason")
+        if end not in TAU2_ENDINGS and end != TAU2_INFRA:
+            raise InputError(
+                f"termination_reason {end!r} is not one of tau2-bench's ({', '.join([*TAU2_ENDINGS, TAU2_INFRA])})",
+                p,
+                json_path=where + ".termination_reason",
+            )
+        check_field(sim["task_id"], "task_id", p, json_path=where)
+        cid = _case_id(f"task-{sim['task_id']}", where, p)
+        trial = _int(sim.get("trial", 0), "trial", p, json_path=where)
+        if trial in by_case.setdefault(cid, {}):
+            raise InputError(f"task {sim['task_id']} trial {trial} appears twice", p, json_path=where)
+        by_case[cid][trial] = sim
+    return by_case
+
+
+def _tau2_turns(messages: list[Any], raw_end: str) -> tuple[list[dict[str, str]], str]:
+    """The user and assistant turns of a tau2 transcript, each without its stop marker
+    (the text before it kept, as evalkit's simulator keeps it), and evalkit's ending:
+    `TAU2_ENDINGS`, a `user_stop` named by the marker of the user's last message
+    (`###TRANSFER###` -> transfer, `###OUT-OF-SCOPE###` -> out_of_scope)."""
+    from evalkit.conversations.simulator import split_marker  # lazy: the simulator's client stays unloaded
+
+    turns: list[dict[str, str]] = []
+    ending = TAU2_ENDINGS[raw_end]
+    for m in messages:
+        if not isinstance(m, dict) or m.get("role") not in ("user", "assistant") or not m.get("content"):
+            continue
+        text, marker = split_marker(str(m["content"]))
+        if m["role"] == "user" and marker is not None and raw_end == "user_stop":
+            ending = marker
+        if text:
+            turns.append({"role": m["role"], "content": text})
+    return turns, ending
+
+
+def _tau2_calls(messages: list[Any]) -> tuple[dict[str, Any], ...]:
+    """The agent's tool calls of a tau2 transcript, in order (`{"id", "name", "arguments"}`)."""
+    return tuple(
+        {"id": str(c.get("id") or ""), "name": str(c.get("name") or ""), "arguments": c.get("arguments") or {}}
+        for m in messages
+        if isinstance(m, dict) and m.get("role") == "assistant"
+        for c in m.get("tool_calls") or ()
+        if isinstance(c, dict) and c.get("requestor", "assistant") == "assistant"
+    )
+
+
+def _tau2_result(sim: dict[str, Any], cid: str, arm: str, index: int, p: Path) -> tuple[Sample, Grade]:
+    """One tau2-bench simulation as a conversation sample and its grade."""
+    reward_info = sim.get("reward_info") if isinstance(sim.get("reward_info"), dict) else {}
+    reward = reward_info.get("reward") if reward_info else sim.get("reward")
+    if isinstance(reward, bool) or not isinstance(reward, (int, float)) or math.isnan(float(reward)):
+        raise InputError(f"task {sim['task_id']}: reward {reward!r} is not a number", p)
+    raw_end = str(sim["termination_reason"])
+    messages: list[Any] = sim["messages"] if isinstance(sim.get("messages"), list) else []
+    turns, ending = _tau2_turns(messages, raw_end)
+    replies = [t["content"] for t in turns if t["role"] == "assistant"]
+    passed = abs(float(reward) - 1.0) <= REWARD_TOL
+    sample = Sample(
+        case_id=cid,
+        tags=("tau2",),
+        arm=arm,
+        index=index,
+        seed=0,
+        model=arm,
+        output=replies[-1] if replies else "",
+        tool_calls=_tau2_calls(messages),
+        finish_reason=None,
+        usage=Usage(0, 0),
+        latency_ms=float(sim.get("duration") or 0.0) * 1000,
+        cost_usd=float(sim.get("agent_cost") or 0.0),
+        request_hash="",
+        turns=len(replies),
+        termination=ending,
+        agent={
+            "unit": "tau2",
+            "stop": "final",
+            "conversation": turns,
+            "tau2_termination": raw_end,
+            "simulator_cost_usd": float(sim.get("user_cost") or 0.0),
+        },
+    )
+    check = CheckResult("reward", passed, "" if passed else f"reward={float(reward):g} ({raw_end})")
+    if ending == "simulator_error":  # the simulated user failed: errored, not the agent's failure
+        return sample, Grade(cid, arm, index, None, (check,), error=f"simulator_error: tau2 {raw_end}")
+    return sample, Grade(cid, arm, index, passed, (check,))
+
+
 def read_source(path: str | Path, fmt: str | None = None, **options: Any) -> Ingested:
     """Read `path` in format `fmt` (detected when None)."""
     fmt = fmt or detect_format(path)
@@ -1273,6 +1438,8 @@ def read_source(path: str | Path, fmt: str | None = None, **options: Any) -> Ing
         return read_promptfoo(path, arm=options.get("arm"))
     if fmt == "tau-bench":
         return read_tau_bench(path, arm=options.get("arm"))
+    if fmt == "tau2":
+        return read_tau2(path, arm=options.get("arm"))
     if fmt == "lm-eval":
         return read_lm_eval(
             path,

@@ -37,21 +37,24 @@ CHECK_KINDS = (
 
 # Options each check kind understands (besides `kind`); anything else is an unknown key.
 CHECK_OPTIONS: dict[str, set[str]] = {
-    "exact": {"value", "trim", "case_fold", "collapse_whitespace"},
-    "contains": {"value", "case_fold", "trim"},
-    "regex": {"pattern", "flags", "case_fold", "fullmatch", "timeout_s"},
-    "json_schema": {"schema"},
+    "exact": {"value", "trim", "case_fold", "collapse_whitespace", "scope"},
+    "contains": {"value", "case_fold", "trim", "scope"},
+    "regex": {"pattern", "flags", "case_fold", "fullmatch", "timeout_s", "scope"},
+    "json_schema": {"schema", "scope"},
     "tool_calls": {"calls", "ignore_args", "mode"},
-    "grounding": {"context"},
-    "refusal": {"should_refuse", "patterns"},
+    "grounding": {"context", "scope"},
+    "refusal": {"should_refuse", "patterns", "scope"},
     "activation": {"marker", "tool", "expect"},
-    "scorer": {"file", "function"},
-    "json_field": {"path", "value"},
+    "scorer": {"file", "function", "scope"},
+    "json_field": {"path", "value", "scope"},
     "file_exists": {"path", "expect"},
     "exit_code": {"value"},
     "assertions": {"assertions"},
     **TRAJECTORY_CHECK_OPTIONS,
 }
+# `scope` of a check that reads the output, in a conversation: the final assistant
+# message (the default) or every assistant message of the conversation, in order.
+CHECK_SCOPES = ("final", "conversation")
 
 
 # Checks that read what a command or python unit's program left: its working directory

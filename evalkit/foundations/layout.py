@@ -17,6 +17,7 @@ PROMPT_FILE = "prompt.txt"  # the default template
 SYSTEM_FILE = "system.txt"  # the default system template (chat mode)
 GITIGNORE = ".gitignore"
 JUDGE_DIR = "judge"
+SIMULATOR_DIR = "simulator"  # a conversation suite's simulated user: `simulator/prompt-vN.md`
 HUMAN_LABELS_FILE = "judge/human-sample.jsonl"
 CALIBRATION_FILE = "judge/calibration.json"  # the judge calibrations `evalkit judge calibrate` accepted
 SCORERS_DIR = "scorers"
@@ -30,6 +31,7 @@ RUNS_DIR = "runs"  # where `evalkit run` writes run folders by default
 
 # Judge files: `judge/rubric-vN.md` and `judge/prompt-vN.md`; N is the judge version.
 JUDGE_FILE = re.compile(r"^(rubric|prompt)-v(\d+)\.md$")
+SIMULATOR_FILE = re.compile(r"^prompt-v(\d+)\.md$")
 
 # Suites of other tools that `load_suite` reads directly (evalkit.suites.formats).
 AGENT_EVALS_NAMES = ("evals.json",)
@@ -81,6 +83,12 @@ def trajectory_relpath(case_id: str, arm: str, index: int) -> str:
 def workdir_relpath(case_id: str, arm: str, index: int) -> str:
     """``workdirs/<case>/<arm>/sample-<n>`` (n from 1): a sample's kept working directory."""
     return f"{WORKDIRS}/{case_id}/{arm}/sample-{index + 1}"
+
+
+def simulator_prompt_file(name: str) -> int | None:
+    """N for a simulator prompt file name `prompt-vN.md`, else None."""
+    m = SIMULATOR_FILE.match(name)
+    return int(m.group(1)) if m else None
 
 
 def judge_file(name: str) -> tuple[str, int] | None:

@@ -47,6 +47,9 @@ class Sample:
     # latency are the sample's totals.
     turns: int | None = None
     agent: dict[str, Json] | None = None
+    # A conversation (`evalkit.conversations`): how it ended (`user_stop`, `transfer`,
+    # `out_of_scope`, `max_turns`); `turns` then counts the agent's replies.
+    termination: str | None = None
 
 
 @dataclass(frozen=True)

@@ -156,6 +156,22 @@ class Unit:
 
 
 @dataclass(frozen=True)
+class Simulator:
+    """The simulated user of a conversation suite (`config.json` -> `simulator`): its
+    endpoint and price (the same rules as the generator's and the judge's), its
+    sampling, and the versioned prompt it plays the user by (`simulator/prompt-vN.md`,
+    the highest N; recorded in the run's config as the judge's files are).
+    `evalkit.conversations`."""
+
+    endpoint: Endpoint
+    price: Price
+    prompt: str
+    prompt_file: str
+    temperature: float | None = None
+    max_tokens_out: int = 256
+
+
+@dataclass(frozen=True)
 class GateThresholds:
     """Gate against a baseline (`config.json` -> `gate`), by default the seed's
     (`001_524732e6341b4025.txt`, step 6): fail on an observed drop of the gated case score
@@ -231,6 +247,7 @@ class Config:
     # when a run may stop before the fixed design's end (evalkit.running.until_decided):
     # "fixed" never, "sequential" once the pre-registered test decided, "per_case" a case's gate
     stopping: Literal["fixed", "sequential", "per_case"] = "fixed"
+    simulator: Simulator | None = None  # a conversation suite's simulated user (evalkit.conversations)
 
     def arm(self, name: str) -> Arm:
         for a in self.arms:

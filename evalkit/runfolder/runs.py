@@ -192,7 +192,7 @@ def sample_to_dict(sample: Sample) -> dict[str, Any]:
     return d
 
 
-_AGENT_FIELDS = ("turns", "agent")
+_AGENT_FIELDS = ("turns", "agent", "termination")
 
 
 def sample_from_dict(d: dict[str, Any]) -> Sample:

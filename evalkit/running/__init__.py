@@ -5,5 +5,5 @@ agents as the unit under test (`agents`), and runs and gradings through a provid
 API (`batch`).
 
 May import: every folder above it: `foundations`, `numbers`, `checking`, `suites`, `runfolder`,
-`pii`, `prompts`, `datasets`, `intake`, `calls`.
+`pii`, `prompts`, `datasets`, `intake`, `calls`, `conversations`.
 """

@@ -71,7 +71,7 @@ from tqdm import tqdm
 
 from evalkit.calls.cache import InFlight, ResponseCache
 from evalkit.calls.client import CallStopped, ModelClient, check_endpoint, request_hash
-from evalkit.calls.ledger import Ledger, spend_by_arm
+from evalkit.calls.ledger import Ledger, role_spend, spend_by_arm
 from evalkit.calls.sandbox import NOT_CONTAINED
 from evalkit.calls.stopping import StopSignal
 from evalkit.foundations._text import printable
@@ -177,6 +177,10 @@ class RunOptions:
     # `--until-decided` (True) / `--no-until-decided` (False): stop once the plan's sequential
     # test decided, or run the fixed design; None: the config's `stopping`
     until_decided: bool | None = None
+    simulator_base_url: str | None = None  # a conversation suite's simulator (`evalkit.conversations`)
+
+
+SIMULATOR_SEED_NAME = "\x00simulator"  # what the simulator's seeds derive from in place of an arm
 
 
 def derive_seed(config_seed: int | None, case_id: str, arm: str, index: int) -> int:
@@ -256,6 +260,8 @@ def input_hashes(suite: Suite, arms: list[Arm]) -> dict[str, str]:
             if what in a.overrides:  # an arm's own prompt or system file
                 text = getattr(a, what)
                 out[f"{name} of arm {a.name!r} ({getattr(a, what + '_file') or 'none'})"] = sha(text or "")
+    if config.simulator is not None:  # the simulated user's prompt: a changed one is a new run
+        out[f"simulator prompt ({config.simulator.prompt_file})"] = sha(config.simulator.prompt)
     cases = [{k: v for k, v in dataclasses.asdict(c).items() if k != "line"} for c in suite.cases]
     out["cases"] = sha(json.dumps(cases, sort_keys=True, ensure_ascii=False, default=str))
     from evalkit.running.agents import program_files  # the agent program under test: a changed one is a new run
@@ -374,6 +380,7 @@ class _Engine:
         self.requeued: set[Key] = set()  # keys run again after their Ray node died (once each)
         self.remote_prompts: Any = None  # an evalkit.running.executors.RemotePrompts: prompt samples on Ray
         self.watcher: Any = None  # an until_decided.SequentialStop / PerCaseStop: told of every sample
+        self.conversations: dict[str, Any] = {}  # each arm's evalkit.conversations.loop.ConversationRunner
         self.bar = tqdm(
             total=pending,
             disable=not progress,
@@ -474,7 +481,17 @@ class _Engine:
     async def one(self, key: Key) -> None:
         case_id, arm_name, index = key
         try:
-            if self.agents is not None:  # an agent unit: many calls, one sample (evalkit.running.agents)
+            if self.conversations:  # a conversation suite: the simulated user meets the unit (evalkit.conversations)
+                sample = await self.conversations[arm_name].sample(
+                    self.client_of(arm_name),
+                    self.cases[case_id],
+                    self.arms[arm_name],
+                    index,
+                    # the simulator's seed derives from (case, index), never the arm: every arm meets the same user
+                    (self.seed_of(key), derive_seed(self.config.seed, case_id, SIMULATOR_SEED_NAME, index)),
+                    self.prompts.get((case_id, arm_name)) or [],
+                )
+            elif self.agents is not None:  # an agent unit: many calls, one sample (evalkit.running.agents)
                 seed = self.seed_of(key)
                 sample = await self.arm_agents.get(arm_name, self.agents).sample(
                     self.cases[case_id], self.arms[arm_name], index, seed, self.prompts.get((case_id, arm_name))
@@ -771,6 +788,7 @@ def _plan_run(suite: Suite, folder: RunFolder | None, opts: RunOptions) -> _RunP
         meta["privacy"] = privacy  # the flag given on this resume: the run's record says so
         write_atomic(folder.path / "config.json", json.dumps(meta, indent=2) + "\n")
     arm_urls, seeds, watch = _wire_endpoints(config, arm_objs, base_url, opts, meta if folder is not None else None)
+    sim_url = _simulator_url(suite, opts)
     from evalkit.running.agents import prepare  # a command's program, a python unit's function: found before any write
 
     target = prepare(suite)
@@ -778,7 +796,7 @@ def _plan_run(suite: Suite, folder: RunFolder | None, opts: RunOptions) -> _RunP
     return _RunPlan(
         suite=suite,
         # the options as this run resolved them: its arms, k, endpoint and watch
-        opts=dataclasses.replace(opts, arms=names, k=k, base_url=base_url, watch=watch),
+        opts=dataclasses.replace(opts, arms=names, k=k, base_url=base_url, watch=watch, simulator_base_url=sim_url),
         arm_objs=arm_objs,
         prompts=prompts,
         privacy=privacy,
@@ -867,10 +885,10 @@ def _check_batch(suite: Suite, opts: RunOptions) -> None:
     config = suite.config
     if opts.replay_only:
         raise InputError("--replay-only makes no calls, so it takes no --batch")
-    if config.unit.kind != "prompt":
+    if config.unit.kind != "prompt" or config.simulator is not None:  # a conversation's turns wait on each other
+        what = "conversation's" if config.simulator is not None else f"{config.unit.kind} unit's"
         raise InputError(
-            f"--batch sends independent calls; a {config.unit.kind} unit's calls each depend on the answer "
-            "before (run it online)",
+            f"--batch sends independent calls; a {what} calls each depend on the answer before (run it online)",
             Path(suite.path) / "config.json",
             json_path="$.unit.kind",
         )
@@ -980,6 +998,26 @@ def _check_inputs_unchanged(folder: RunFolder, meta: dict[str, Any], inputs: dic
         )
 
 
+def _simulator_url(suite: Suite, opts: RunOptions) -> str | None:
+    """Where a conversation suite's simulator calls go (`--simulator-base-url`,
+    EVALKIT_SIMULATOR_BASE_URL, `simulator.base_url`; never a default host), its key
+    checked; None for a suite without a simulator."""
+    sim = suite.config.simulator
+    if sim is None:
+        return None
+    if (opts.executor or suite.config.executor).kind == "ray":
+        raise InputError("a conversation suite runs its conversations on this machine: no Ray executor (yet)")
+    url = resolve_base_url(
+        "simulator",
+        sim.endpoint,
+        opts.simulator_base_url,
+        replay_only=opts.replay_only,
+        config_path=Path(suite.path) / "config.json",
+    )
+    check_endpoint(sim.endpoint, url, opts.replay_only)
+    return url
+
+
 def _wire_endpoints(
     config: Config, arm_objs: list[Arm], base_url: str | None, opts: RunOptions, recorded: dict[str, Any] | None
 ) -> tuple[dict[str, str | None], dict[str, str], Watch | None]:
@@ -1034,7 +1072,18 @@ def _new_meta(plan: _RunPlan) -> dict[str, Any]:
         "arm_settings": {a.name: config.arm_settings(a, plan.arm_urls[a.name]) for a in plan.arm_objs},
         "seed_names": plan.seeds,  # the name each arm's seeds derive from (`seed_names`)
         "stopping": plan.stopping,  # when the run may stop before the fixed design's end (until_decided)
+        **_simulator_meta(config),
     }
+
+
+def _simulator_meta(config: Config) -> dict[str, Any]:
+    """What a run records of its simulated user, as of its judge: the model and the
+    prompt file it played the user by, with the file's sha256."""
+    sim = config.simulator
+    if sim is None:
+        return {}
+    sha = hashlib.sha256(sim.prompt.encode("utf-8")).hexdigest()
+    return {"simulator": {"model": sim.endpoint.model, "prompt_file": sim.prompt_file, "prompt_sha256": sha}}
 
 
 async def _execute(plan: _RunPlan, folder: RunFolder, runs_root: Path, remote: Any) -> RunResult:
@@ -1125,23 +1174,16 @@ async def _open_clients(
     config, base_url = plan.suite.config, plan.opts.base_url
 
     def make_client(arm_config: Config, url: str | None) -> ModelClient:
-        return ModelClient(
+        return ModelClient.of_run(
+            config,
+            "generator",
             arm_config.generator,
             arm_config.price,
             ledger,
-            role="generator",
-            max_tokens_in=config.max_tokens_in,
             max_tokens_out=arm_config.max_tokens_out,
             cache=rcache,
             replay_only=plan.opts.replay_only,
-            max_attempts=config.max_attempts,
-            timeout_s=config.timeout_s,
-            base_url=url,
-            rate_limit_budget_s=config.rate_limit_budget_s,
-            max_connection_failures=config.max_connection_failures,
-            concurrency=config.concurrency,
-            # answers are the server's own, keyed by what they depend on (not a serve's port)
-            cache_endpoint=cache_identity(arm_config.generator, url) if url else None,
+            url=url,
         )
 
     client = make_client(config, base_url)
@@ -1165,6 +1207,9 @@ async def _start_units(stack: contextlib.AsyncExitStack, engine: _Engine, plan: 
     model's client: the tool loop, or a program behind the proxy), each closed by
     `stack`."""
     config = plan.suite.config
+    if config.simulator is not None:  # a conversation suite: each turn answered here (evalkit.conversations)
+        await _start_conversations(stack, engine, plan)
+        return
     if config.unit.kind == "prompt" and remote is not None:  # one Ray task per sample, its call made here
         from evalkit.running.executors import RemotePrompts
 
@@ -1187,6 +1232,31 @@ async def _start_units(stack: contextlib.AsyncExitStack, engine: _Engine, plan: 
         ).start()
         stack.push_async_callback(runner.aclose)
         engine.agents = engine.agents or runner
+
+
+async def _start_conversations(stack: contextlib.AsyncExitStack, engine: _Engine, plan: _RunPlan) -> None:
+    """Each arm's `ConversationRunner`, all meeting one simulated user: its client (role
+    `simulator` on the run's ledger and response cache, closed by `stack`, asked by the
+    run's stop signal) and the run's in-flight registry (two arms' identical simulator
+    calls go out once)."""
+    from evalkit.conversations.loop import ConversationRunner
+    from evalkit.conversations.simulator import SimulatedUser, simulator_client
+
+    config, opts = plan.suite.config, plan.opts
+    client = simulator_client(config, engine.ledger, engine.rcache, opts.simulator_base_url, opts.replay_only)
+    stack.push_async_callback(client.aclose)
+    engine.signal.clients = {**engine.clients, SIMULATOR_SEED_NAME: client}
+    assert config.simulator is not None
+    user = SimulatedUser(config.simulator, client, engine.in_flight.hold if engine.rcache is not None else None)
+    for arm in plan.arm_objs:
+        engine.conversations[arm.name] = ConversationRunner(
+            config.for_arm(arm),
+            engine.folder.path,
+            user,
+            should_stop=engine.signal.should_stop,
+            on_stop=engine.stop,
+            share=engine.twin_share,
+        )
 
 
 async def _run_pending(engine: _Engine, pending: Iterator[Key], plan: _RunPlan) -> None:
@@ -1294,6 +1364,8 @@ def _summarise(
         summary["error_reasons"] = list(reasons)
     if in_flight:
         summary["in_flight_usd"] = in_flight
+    if suite.config.simulator is not None:  # a conversation suite's third paid role (evalkit.conversations)
+        summary["simulator_spend_usd"] = role_spend(engine.folder.ledger_path, "simulator")
     if suite.config.unit.kind in ("command", "python"):  # evalkit.calls.sandbox: whether the program was contained
         summary["isolation"] = suite.config.unit.isolation
     if engine.stop_detail:

@@ -60,11 +60,13 @@ Watch = Callable[[], "str | None"]
 
 GENERATOR_URL_ENV = "EVALKIT_BASE_URL"
 JUDGE_URL_ENV = "EVALKIT_JUDGE_BASE_URL"
+SIMULATOR_URL_ENV = "EVALKIT_SIMULATOR_BASE_URL"
 SERVED_ENV = "EVALKIT_SERVED"
 
 _ROLES = {
     "generator": (GENERATOR_URL_ENV, "$.generator.base_url", "--base-url", "base_url"),
     "judge": (JUDGE_URL_ENV, "$.judge.base_url", "--judge-base-url", "judge_base_url"),
+    "simulator": (SIMULATOR_URL_ENV, "$.simulator.base_url", "--simulator-base-url", "simulator_base_url"),
 }
 
 
@@ -204,6 +206,10 @@ def resolve_base_url(
                 config_path,
                 json_path=json_path,
             )
+        url = check_base_url(server["base_url"], f"environment variable {SERVED_ENV}")
+    served_model = None if server is None else server.get("model")
+    if not url and role == "simulator" and server is not None and served_model in (None, endpoint.model):
+        # the server `evalkit serve` runs plays the user too when it answers as any model or as this one
         url = check_base_url(server["base_url"], f"environment variable {SERVED_ENV}")
     if not url:
         if replay_only:

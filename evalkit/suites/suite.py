@@ -71,6 +71,7 @@ from evalkit.suites.suite_scaffold import (
     JUDGE_PROMPT_TEMPLATE,
     SCAFFOLD_CASES,
     SCAFFOLD_CONFIG,
+    conversation_files,
     default_config,
     local_model_note,
     scaffold_files,
@@ -563,11 +564,13 @@ def ci_suite(suite: Suite) -> Suite:
     return dataclasses.replace(suite, config=dataclasses.replace(suite.config, cost_cap_usd=cap))
 
 
-def scaffold_suite(path: str | Path) -> Path:
-    """Create a new suite folder for `evalkit init` (refuses a non-empty folder)."""
+def scaffold_suite(path: str | Path, *, conversation: bool = False) -> Path:
+    """Create a new suite folder for `evalkit init` (refuses a non-empty folder); with
+    `conversation`, the two-arm conversation suite of `init --conversation`."""
     dest = Path(path)
     # The name is shown in the files' text: an undecodable byte of it as an escape (`_text.printable`).
-    return write_suite_atomically(dest, scaffold_files(printable(dest.name)))
+    files = conversation_files if conversation else scaffold_files
+    return write_suite_atomically(dest, files(printable(dest.name)))
 
 
 def load_cases(path: str | Path) -> tuple[Case, ...]:

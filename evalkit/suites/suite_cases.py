@@ -36,6 +36,7 @@ from evalkit.foundations.records import (
     set_gate,
     ungated_set_warning,
 )
+from evalkit.suites.suite_conversation import check_conversation_input, check_scope, nl_assertions_rubric
 from evalkit.suites.suite_source import (
     _ABSENT,
     CASE_KEYS,
@@ -208,6 +209,12 @@ def _tool_calls_options(c: _CheckAt) -> bool:
         ):
             c.r.err(f"{c.jp}.calls[{i}]", 'a tool call must be {"name": str, "arguments": object}')
             ok = False
+        elif "compare_args" in call and not _compare_args_ok(call["compare_args"], c.opts.get("mode", "exact")):
+            c.r.err(
+                f"{c.jp}.calls[{i}].compare_args",
+                "compare_args must be a list of argument names, in a mode other than any_order",
+            )
+            ok = False
     ign = c.opts.get("ignore_args", [])
     if not isinstance(ign, list) or not all(isinstance(x, str) for x in ign):
         c.r.err(f"{c.jp}.ignore_args", "ignore_args must be a list of argument names")
@@ -231,6 +238,12 @@ def _assertions_options(c: _CheckAt) -> bool:
             c.r.err(f"{c.jp}.assertions[{i}]", f"not a Python expression: {exc.msg}")
             ok = False
     return ok
+
+
+def _compare_args_ok(keys: Any, mode: Any) -> bool:
+    """An expected call's `compare_args`: argument names, in a mode that pairs each
+    expected call with the call it matches (not `any_order`)."""
+    return isinstance(keys, list) and all(isinstance(k, str) for k in keys) and mode != "any_order"
 
 
 def _grounding_options(c: _CheckAt) -> bool:
@@ -340,7 +353,7 @@ def _validate_case(
     if cid is None:
         return None
     label = f"case {cid!r}: "
-    inp, input_ok = _case_input(r, raw, prefix, label)
+    inp, input_ok = _case_input(r, raw, prefix, label, src)
     tags, tags_ok = _case_tags(r, raw, prefix, label)
     case_set, set_ok = _case_set(r, raw, prefix, label)
     threshold = r.number(raw, "judge_threshold", prefix, integer=True, minimum=1, maximum=5, default=4)
@@ -387,9 +400,10 @@ def _case_id(r: _Reader, raw: dict[str, Any], prefix: str) -> str | None:
     return cid
 
 
-def _case_input(r: _Reader, raw: dict[str, Any], prefix: str, label: str) -> tuple[Any, bool]:
+def _case_input(r: _Reader, raw: dict[str, Any], prefix: str, label: str, src: SuiteSource) -> tuple[Any, bool]:
     """The case's `input`: a string, or an object of template variables (each key a
-    variable name, its fixtures checked); with whether it is usable."""
+    variable name, its fixtures checked; in a conversation suite its simulated user);
+    with whether it is usable."""
     ok = True
     if "input" not in raw:
         r.err(prefix + ".input", label + "missing required key 'input'")
@@ -404,6 +418,8 @@ def _case_input(r: _Reader, raw: dict[str, Any], prefix: str, label: str) -> tup
                 r.err(prefix + f".input.{key}", label + f"input key {key!r} cannot be a template variable name")
                 ok = False
         ok = check_fixtures(r, inp, prefix + ".input", label) and ok
+    if src.config.get("simulator") is not None:  # a conversation: the simulated user it meets
+        ok = check_conversation_input(r, inp, prefix, label) and ok
     return inp, ok
 
 
@@ -453,7 +469,10 @@ def _case_intent_context(r: _Reader, raw: dict[str, Any], prefix: str, label: st
 
 def _case_rubric(r: _Reader, expected: Any, prefix: str, label: str) -> tuple[str | None, bool]:
     """The judge's rubric of `expected.rubric`: a string, or a list of criteria made a
-    bulleted list; (None, True) when the case has none."""
+    bulleted list; a conversation's `expected.nl_assertions` (`nl_assertions_rubric`);
+    (None, True) when the case has none."""
+    if isinstance(expected, dict) and "nl_assertions" in expected:
+        return nl_assertions_rubric(r, expected, prefix, label)
     if not isinstance(expected, dict) or "rubric" not in expected:
         return None, True
     rb = expected["rubric"]
@@ -529,6 +548,8 @@ def _case_check(r: _Reader, c: Any, cj: str, label: str, raw: dict[str, Any], sr
         return None
     opts = {k: v for k, v in c.items() if k != "kind"}
     _unknown_check_options(r, kind, opts, cj, label)
+    if "scope" in opts and not check_scope(r, opts["scope"], cj, label, src.config.get("simulator") is not None):
+        return None
     return Check(kind, opts) if _check_options(kind, opts, r, cj, raw, src) else None
 
 

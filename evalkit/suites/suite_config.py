@@ -19,10 +19,12 @@ from evalkit.foundations.records import (
     GateThresholds,
     Json,
     Price,
+    Simulator,
     Unit,
 )
 from evalkit.foundations.records_suite import noise_guard_asked
 from evalkit.suites.suite_arms import _SuiteSide, _validate_arms
+from evalkit.suites.suite_conversation import parse_simulator
 from evalkit.suites.suite_settings import (
     SAMPLING_BOUNDS,
     _batch_price_above,
@@ -124,6 +126,7 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
     executor = parse_executor(r, cfg.get("executor"))
     stopping = _config_stopping(r, cfg)
     template, system, identifiers = _config_templates(src, r, cfg, mode, unit)
+    simulator = _config_simulator(src, r, cfg, unit)
     suite_side = _SuiteSide(mode, generator, judge, allow_same, identifiers, ci_cap is not None)
     arms = _validate_arms(src, r, cfg, identifiers, unit, suite_side)
     if verdict_judge == "pairwise" and arms is not None and len(arms) < 2:
@@ -135,6 +138,7 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
         or price is None
         or judge_price is None
         or arms is None
+        or (cfg.get("simulator") is not None and simulator is None)
     ):
         return None
     assert unit is not None
@@ -161,6 +165,7 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
         raw=dict(cfg),
         executor=executor or Executor(),
         stopping=stopping,
+        simulator=simulator,
         **_as_config_numbers(numbers),
     )
 
@@ -317,6 +322,18 @@ def _config_ci_cap(r: _Reader, cfg: dict[str, Any], cap: Any) -> Any:
     return ci_cap
 
 
+def _config_simulator(src: SuiteSource, r: _Reader, cfg: dict[str, Any], unit: Unit | None) -> Simulator | None:
+    """The simulated user of a conversation suite (`suite_conversation.parse_simulator`);
+    its unit answers each turn: the prompt unit or evalkit's tool loop."""
+    if cfg.get("simulator") is None:
+        return None
+    if unit is not None and unit.kind not in ("prompt", "agent"):
+        r.err("$.unit", f'a conversation suite\'s unit is "prompt" or "agent" (each turn answered), not {unit.kind!r}')
+    if cfg.get("mode", "chat") != "chat":
+        r.err("$.mode", "a conversation needs chat mode")
+    return parse_simulator(src, r, cfg)
+
+
 def _config_stop(r: _Reader, cfg: dict[str, Any]) -> tuple[str, ...]:
     """`stop`: a sequence or a list of up to 4 (the OpenAI API's limit); () when absent or bad."""
     if "stop" not in cfg:
@@ -361,10 +378,16 @@ def _config_templates(
         if "template" in cfg or "system" in cfg:
             r.warn("$.template" if "template" in cfg else "$.system", f"a {kind} unit uses no template (ignored)")
         return "", None, set()
+    if cfg.get("simulator") is not None:  # a conversation: the simulator writes the user's turns
+        if "template" in cfg:
+            r.warn("$.template", "a conversation suite uses no user template: the simulator writes the user's turns")
+        system = _config_system(src, r, cfg, mode)
+        ids = None if system is None else _template_identifiers(system, r, "$.system", "system template")
+        return "", system, ids or set()
+    template_file = cfg.get("template", "prompt.txt")
     if kind in (None, "prompt") and _input_is_the_message(src, cfg, mode):
         template: str | None = USER_MESSAGE_TEMPLATE
     else:
-        template_file = cfg.get("template", "prompt.txt")
         template = _rel_file(src, r, template_file, "$.template", "template")
     identifiers: set[str] = set()
     if template is not None and template is not USER_MESSAGE_TEMPLATE:

@@ -107,6 +107,7 @@ CONFIG_KEYS = {
     "top_p",
     "executor",
     "stopping",
+    "simulator",
 }
 REQUIRED_CONFIG_KEYS = ("generator", "cost_cap_usd", "max_tokens_in", "max_tokens_out", "price", "judge_price")
 ENDPOINT_KEYS = {"model", "base_url", "api_key_env", "cache_identity", "api"}

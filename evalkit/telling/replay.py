@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evalkit.conversations.transcript import turns_of
 from evalkit.foundations import fmt
 from evalkit.foundations._io import iter_jsonl
 from evalkit.foundations._text import printable, visible
@@ -271,8 +272,31 @@ def _arm_tail(a: ArmReplay) -> list[str]:
     return [f"output: {_clip(out)}"] if out is not None else []
 
 
+def _conversation_cells(rep: CaseReplay) -> list[tuple[str, list[list[str]]]] | None:
+    """A conversation's rows: its turns aligned by number ("user 1", "agent 1", ...; the
+    two arms met the same simulated user, so a row shows where their agents parted),
+    then the ending; None when no arm's sample is a conversation."""
+    convs = [turns_of(a.sample) if a.sample is not None else None for a in rep.arms]
+    if all(c is None for c in convs):
+        return None
+    rows: list[tuple[str, list[list[str]]]] = [("", [_arm_head(a) for a in rep.arms])]
+    counts = {"user": 0, "agent": 0}  # turns alternate, the user's first, in every arm
+    for n in range(max(len(c or ()) for c in convs)):
+        turns = [c[n] if c is not None and n < len(c) else None for c in convs]
+        who = "user" if next(t for t in turns if t is not None).get("role") == "user" else "agent"
+        counts[who] += 1
+        rows.append((f"{who} {counts[who]}", [[_clip(t.get("content"))] if t is not None else [] for t in turns]))
+    ending = [[f"ending: {(a.sample or {}).get('termination') or fmt.NO_DATA}", *_arm_tail(a)] for a in rep.arms]
+    rows.append(("end", ending))
+    return rows
+
+
 def _cells(rep: CaseReplay) -> list[tuple[str, list[list[str]]]]:
-    """Rows of (label, one list of lines per arm)."""
+    """Rows of (label, one list of lines per arm): a conversation's turns
+    (`_conversation_cells`), else each model call with its tools."""
+    conversation = _conversation_cells(rep)
+    if conversation is not None:
+        return conversation
     rows: list[tuple[str, list[list[str]]]] = [("", [_arm_head(a) for a in rep.arms])]
     previous: list[dict[str, Any] | None] = [None] * len(rep.arms)
     for n, turns in rep.rows():

@@ -287,6 +287,8 @@ def _explorer_links(m: Mapping[str, Any]) -> str:
     e, out = html.escape, ""
     if pages.get("explorer"):
         out += f" <a href='{e(m['_dir'])}/{e(str(pages['explorer']))}'>Explorer</a>"
+    if pages.get("conversations"):  # a conversation run's page (evalkit.telling.conversations_page)
+        out += f" <a href='{e(m['_dir'])}/{e(str(pages['conversations']))}'>Conversations</a>"
     if pages.get("diff"):
         against = e(str(pages.get("against") or ""))
         out += f" <a href='{e(m['_dir'])}/{e(str(pages['diff']))}'>Diff against {against}</a>"

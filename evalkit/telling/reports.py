@@ -37,6 +37,7 @@ from typing import Any
 
 from evalkit.checking.judge import load_human_labels
 from evalkit.conclusions.compare import compare_arms, compare_many
+from evalkit.conclusions.conversations import is_conversation_run
 from evalkit.conclusions.gates import gate, load_baseline
 from evalkit.conclusions.grading import summarize_run, write_summary
 from evalkit.conclusions.microtest import analyse
@@ -73,6 +74,7 @@ from evalkit.runfolder.runload import (
 from evalkit.runfolder.runs import RunFolder, config_arm_names, config_arm_settings, find_suite_dir
 from evalkit.suites.suite_arms import two_arms
 from evalkit.telling import explorer
+from evalkit.telling.conversations_page import write_conversations_page
 from evalkit.telling.nb import REDACT_ENV
 from evalkit.telling.report_index import CSP, NOTEBOOKS, TITLES, build_index, write_manifest
 
@@ -763,6 +765,8 @@ def _explorer_pages(
     ]
     if against is not None:
         writers.append(("diff", lambda: explorer.write_diff(loaded, against, out_dir).path))
+    if is_conversation_run(loaded.path):  # a conversation run: its page (evalkit.telling.conversations_page)
+        writers.append(("conversations", lambda: write_conversations_page(loaded.path, out_dir)))
     for kind, write in writers:
         try:
             pages[kind] = write().name

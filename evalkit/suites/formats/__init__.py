@@ -1,5 +1,6 @@
 """Suites of other tools, read into the parts a native suite has (`suite.SuiteSource`):
-agent-evals `evals.json` (`agent_evals`), Vally/SKRAFT `eval.yaml` (`vally`), and an
+agent-evals `evals.json` (`agent_evals`), Vally/SKRAFT `eval.yaml` (`vally`), a tau2-bench
+`tasks.json` (`tau2`), and an
 evaluation dataset (`dataset`, for `evalkit dataset to-suite`). Each importer points
 every place at the foreign file, so `evalkit.suites.suite` validates them with messages that
 point into it.
@@ -19,6 +20,7 @@ from evalkit.foundations.findings import Findings
 from evalkit.foundations.layout import AGENT_EVALS_NAMES, CASES_FILE, CONFIG_FILE, FOREIGN_SUITE_NAMES
 from evalkit.suites.formats.agent_evals import read_agent_evals
 from evalkit.suites.formats.base import ImportedSuite
+from evalkit.suites.formats.tau2 import is_tau2_tasks, read_tau2_tasks
 from evalkit.suites.formats.vally import load_yaml, read_vally
 from evalkit.suites.formats.waza import is_waza, read_waza
 from evalkit.suites.suite import SuiteSource, native_source
@@ -29,6 +31,8 @@ def read_foreign(path: str | Path) -> ImportedSuite:
     extension)."""
     p = Path(path)
     name = p.name.lower()
+    if name.endswith(".json") and name != CONFIG_FILE and is_tau2_tasks(p):  # a tau2-bench tasks.json
+        return read_tau2_tasks(p)
     if name in AGENT_EVALS_NAMES or (name.endswith(".json") and name not in (CONFIG_FILE,)):
         return read_agent_evals(p)
     if name.endswith((".yaml", ".yml")):

@@ -10,19 +10,18 @@ from typing import Any
 
 import regex
 
-from evalkit.foundations._io import (
-    MAX_CASES_BYTES,
-    json_error,
-    json_line_index,
-    line_of,
-    loads_bounded,
-    read_text_file,
-)
+from evalkit.foundations._io import line_of
 from evalkit.foundations.errors import InputError
-from evalkit.foundations.findings import Findings
 from evalkit.foundations.layout import PROMPT_FILE
 from evalkit.foundations.records import SET_NAME
-from evalkit.suites.formats.base import IMPORT_PROMPT, ImportedSuite, default_config, raise_with_warnings, slugify
+from evalkit.suites.formats.base import (
+    IMPORT_PROMPT,
+    ImportedSuite,
+    default_config,
+    raise_with_warnings,
+    read_json_file,
+    slugify,
+)
 from evalkit.suites.suite import _Reader
 
 MATCH_MODES = ("exact", "contains", "regex")  # `match` of a case, read case-insensitively; absent: contains
@@ -45,16 +44,7 @@ def read_agent_evals(path: str | Path) -> ImportedSuite:
     with them may leave out `expect`.
     """
     p = Path(path)
-    text = read_text_file(p, limit=MAX_CASES_BYTES)
-    try:
-        doc = loads_bounded(text, p)
-    except json.JSONDecodeError as exc:
-        raise InputError(json_error(exc), p, exc.lineno) from None
-    lines = json_line_index(text)
-    fx = Findings(strict=False)
-
-    # (the importer's findings are not strict; lint replays its warnings as strict ones)
-    reader = _Reader(fx, str(p), lambda jp: line_of(lines, jp))
+    doc, lines, fx, reader = read_json_file(p)
 
     if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
         raise InputError('an agent-evals file must be an object with a "cases" list', p, 1, "$")

@@ -4,15 +4,17 @@ settings of its own)."""
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evalkit.foundations._io import MAX_CASES_BYTES, json_error, json_line_index, line_of, loads_bounded, read_text_file
 from evalkit.foundations.errors import InputError
 from evalkit.foundations.findings import Finding, Findings
 from evalkit.foundations.layout import JUDGE_DIR, PROMPT_FILE
-from evalkit.suites.suite import JUDGE_PROMPT_TEMPLATE, SuiteSource, local_model_note
+from evalkit.suites.suite import JUDGE_PROMPT_TEMPLATE, SuiteSource, _Reader, local_model_note
 from evalkit.suites.suite import default_config as suite_default_config
 
 # Local defaults for an imported suite, which carries no model settings of its own: the
@@ -93,6 +95,20 @@ class ImportedSuite:
             files=dict(self.files),
             is_native=False,
         )
+
+
+def read_json_file(p: Path) -> tuple[Any, dict[str, int], Findings, _Reader]:
+    """A foreign JSON suite file read for an importer: its document, its line index, and
+    the findings (not strict: lint replays its warnings as strict ones) with a reader
+    whose places point into the file."""
+    text = read_text_file(p, limit=MAX_CASES_BYTES)
+    try:
+        doc = loads_bounded(text, p)  # a nesting too deep for the reader: refused with the file and line
+    except json.JSONDecodeError as exc:
+        raise InputError(json_error(exc), p, exc.lineno) from None
+    lines = json_line_index(text)
+    fx = Findings(strict=False)
+    return doc, lines, fx, _Reader(fx, str(p), lambda jp: line_of(lines, jp))
 
 
 def raise_with_warnings(fx: Findings) -> None:
