@@ -687,8 +687,6 @@ def _render_run(
         reuse_kernels=opts.reuse_kernels,
         warm_up=_warm_up(source, notebooks),
     )
-    # the explorer is written on a thread while the kernels run the notebooks (their own processes)
-    pool = ThreadPoolExecutor(1, thread_name_prefix="evalkit-explorer")
     try:
         lanes.wait_launched()
         loaded = load_run(source)
@@ -704,16 +702,19 @@ def _render_run(
             if name in plans:
                 plans[name].update(extra)
         out_dir.mkdir(parents=True, exist_ok=True)
-        pages = pool.submit(_explorer_pages, loaded, out_dir, inputs, opts.against)
-        del loaded  # the kernels have their own copy; the explorer's thread keeps its own reference
+        # Written here, before the notebooks, not on a thread beside them: this process
+        # drives each kernel (every cell's messages go through a lane's thread), and a
+        # thread building the page held the interpreter's lock from the lanes, so 3 s
+        # of the page's work cost the notebooks 7.6 s (issue 44). The lanes' kernels
+        # finish warming up meanwhile.
+        written, failed = _explorer_pages(loaded, out_dir, inputs, opts.against)
+        del loaded  # the kernels have their own copy
         lanes.grow(_lane_count(len(plans), parallel, workers, source))
         results = lanes.run(plans, out_dir, source_dir=opts.source_dir)
     finally:
         lanes.close()
-        pool.shutdown(wait=True)
         if redacted is not None and before is None:
             os.environ.pop(REDACT_ENV, None)
-    written, failed = pages.result()
     skipped = {**skipped, **failed}
     write_manifest(source, out_dir, results, skipped, run_dir=run, pages=written)
     index = build_index(reports_dir)
@@ -734,7 +735,7 @@ def _explorer_pages(
     loaded: Run, out_dir: Path, inputs: Inputs, against: str | Path | None
 ) -> tuple[dict[str, str], dict[str, str]]:
     """The run's explorer (and its diff against `against`), written while the kernels
-    run the notebooks: page kind -> file name (and `against`: the other run's name),
+    warm up: page kind -> file name (and `against`: the other run's name),
     and each page that could not be written -> why (listed as skipped: a page that
     fails must not fail the report after its notebooks rendered)."""
     out_dir.mkdir(parents=True, exist_ok=True)
