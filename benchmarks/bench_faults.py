@@ -29,7 +29,7 @@ bookkeeping where it can be:
 
     .venv/bin/python benchmarks/bench_faults.py [--scenarios mix,storm,outage] [--calls 2000] [--time-scale 1]
 
-Writes `benchmarks/results/faults.json`.
+Writes `benchmarks/results/faults.json` (scenarios not run keep their figures from it).
 """
 from __future__ import annotations
 
@@ -269,17 +269,21 @@ def main() -> None:
     args = ap.parse_args()
     # --smoke: the three scenarios with every fault, on a clock twenty times faster (a 1 s storm, a 0.15 s outage)
     _smoke.apply(args, HERE / "results" / "faults.json", calls=40, storm_calls=40, time_scale=0.05)
-    results = {}
+    # scenarios not run this time keep their figures from the file (each says when it was measured)
+    kept = json.loads(Path(args.out).read_text()) if Path(args.out).is_file() and not args.smoke else {}
+    results = dict(kept.get("scenarios", {}))
     with tempfile.TemporaryDirectory() as d:
         for name in args.scenarios.split(","):
             work = Path(d) / name
             work.mkdir()
-            results[name] = scenario(name, args.calls, work, args.storm_calls, args.time_scale)
+            load = round(os.getloadavg()[0], 2)
+            results[name] = {**scenario(name, args.calls, work, args.storm_calls, args.time_scale),
+                             "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                             "load_average_1m": {"before": load, "after": round(os.getloadavg()[0], 2)}}
     targets = {n: r["lost"] == 0 and r["duplicated"] == 0 and r["spend_within_cap"] and r["phantom_usd"] == 0
                and r["complete"] for n, r in results.items()}
     doc = {"benchmark": "fault soak: lost/duplicated samples, spend against the cap, phantom charges",
-           "command": "python benchmarks/bench_faults.py" + (f" --scenarios {args.scenarios}"
-                                                             if args.scenarios != "mix,storm,outage" else ""),
+           "command": "python benchmarks/bench_faults.py [--scenarios NAMES: the others kept from the file]",
            "concurrency": CONCURRENCY, "settings": "evalkit defaults (max_attempts 6, rate_limit_budget_s 300, "
                                                    "max_connection_failures 8, timeout_s 60)",
            "server": "evalkit ScriptedServer in its own process, logging every request it receives",

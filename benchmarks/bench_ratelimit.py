@@ -12,6 +12,13 @@ minutes at the limit) at concurrency 32:
   pointed at the loopback server (`max_connections` 32), in its own process, stopped
   after `--cap-s` seconds when it has not finished.
 
+A third side, `random` (issue 44): no limit at all, but an overloaded provider that
+refuses 10% of requests at random with `Retry-After: 0.2` (the scripted server's `429`
+fault, no `x-ratelimit-*` headers): 400 samples at concurrency 16, run clean and then
+under the refusals, each on a fresh server; the figure is the ratio of the two wall
+times (target <= 1.5: a random refusal costs its own request a retry, not the run its
+pace), with the refusals the server sent and the samples lost.
+
 Measured on the server (the tool's own bookkeeping is not trusted): requests admitted
 and refused, and the achieved throughput as a fraction of the limit: admitted requests
 over the span from the server's first request to its last admitted one, divided by 10
@@ -20,6 +27,10 @@ without a result at the end.
 
     .venv/bin/python benchmarks/bench_ratelimit.py            # 1,800 samples a side (3+ minutes each)
     .venv/bin/python benchmarks/bench_ratelimit.py --smoke    # 40 samples a side, to prove it runs
+    .venv/bin/python benchmarks/bench_ratelimit.py --sides random   # random refusals only
+
+Sides not run keep their figures from the results file (each side says when it was
+measured).
 
 `--time-scale S` runs the same limit on a clock 1/S times faster: the rates divided by S,
 the burst times S (so the bucket holds as many requests), every Retry-After S times as
@@ -56,6 +67,7 @@ from evalkit.runfolder.runs import iter_jsonl  # noqa: E402
 from evalkit.calls.serve import ScriptedServer  # noqa: E402
 
 RPM, TPM, BURST_S, CONCURRENCY, K = 600, 200_000, 1.0, 32, 10
+RANDOM = {"samples": 400, "concurrency": 16, "rate": 0.10, "retry_after": 0.2, "target_ratio": 1.5}
 
 
 def limit(scale: float = 1.0) -> dict:
@@ -99,6 +111,39 @@ def _server_figures(srv: ScriptedServer, wall: float) -> dict:
         "served_span_s": round(span, 2),
         "fraction_of_limit": round(rl.admitted / (span * rl.requests.rate), 3) if span > 0 else None,
     }
+
+
+def _random_run(work: Path, samples: int, faults: list[dict]) -> dict:
+    """One run of `samples` at `RANDOM`'s concurrency on a fresh scripted server with
+    `faults`: wall time, the server's 429s, samples lost."""
+    n_cases = max(1, samples // (2 * K))
+    cases = [{"id": f"case-{i:04d}", "input": f"What is the capital of country number {i}?", "expected": "Paris",
+              "tags": ["b"]} for i in range(n_cases)]
+    suite = write_engine_suite(work / "suite", cases, k=K, concurrency=RANDOM["concurrency"], cost_cap_usd=100.0,
+                               max_attempts=6, max_tokens_out=16)
+    with ScriptedServer({"default": {"text": "Paris"}, "seed": 11, "faults": faults}) as srv:
+        t0 = time.perf_counter()
+        res = run_suite(suite, runs_dir=work / "runs", base_url=srv.base_url, progress=False)
+        wall = time.perf_counter() - t0
+        stats = srv.stats
+    keys = {(r["case_id"], r["arm"], r["index"]) for r in iter_jsonl(Path(res.path) / "results.jsonl")}
+    return {"wall_s": round(wall, 2), "requests": stats["requests"], "refused_429": stats["faults"]["429"],
+            "planned": n_cases * 2 * K, "lost": n_cases * 2 * K - len(keys), "complete": res.complete,
+            "reason": res.reason}
+
+
+def random_side(work: Path, samples: int, scale: float = 1.0) -> dict:
+    """`RANDOM`: the same samples clean, then under random 429s (Retry-After x `scale`)."""
+    for name in ("warm-up", "clean", "refused"):
+        (work / name).mkdir()
+    _random_run(work / "warm-up", 40, [])  # the imports and first-run costs, paid by neither side
+    clean = _random_run(work / "clean", samples, [])
+    fault = {"kind": "429", "rate": RANDOM["rate"], "retry_after": RANDOM["retry_after"] * scale}
+    refused = _random_run(work / "refused", samples, [fault])
+    ratio = refused["wall_s"] / clean["wall_s"] if clean["wall_s"] > 0 else None
+    return {"fault": fault, "concurrency": RANDOM["concurrency"], "clean": clean, "random_429": refused,
+            "wall_ratio": None if ratio is None else round(ratio, 3), "target_ratio": RANDOM["target_ratio"],
+            "meets_target": ratio is not None and ratio <= RANDOM["target_ratio"] and refused["lost"] == 0}
 
 
 def evalkit_side(samples: int, work: Path, scale: float = 1.0) -> dict:
@@ -161,14 +206,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--samples", type=int, default=1800)
     ap.add_argument("--cap-s", type=float, default=None, help="stop inspect-ai after this long (default 2x the ideal)")
-    ap.add_argument("--sides", default="evalkit,inspect")
+    ap.add_argument("--sides", default="evalkit,inspect,random")
+    ap.add_argument("--random-samples", type=int, default=RANDOM["samples"])
     ap.add_argument("--time-scale", type=float, default=1.0,
                     help="the limit on a clock 1/S times faster: rates / S, burst x S (--smoke: 0.1)")
     _smoke.add(ap)
     args = ap.parse_args()
     # --smoke: 40 a side (2 cases x 2 arms x k 10), on a clock ten times faster: the first wave (32 at once)
     # overruns the bucket of 10 requests, so both sides still meet 429s
-    dest = _smoke.apply(args, HERE / "results" / "ratelimit.json", samples=40, time_scale=0.1)
+    dest = _smoke.apply(args, HERE / "results" / "ratelimit.json", samples=40, time_scale=0.1, random_samples=40)
     samples, scale = args.samples, args.time_scale
     cap = args.cap_s or 120.0 + 2.0 * samples / (RPM / scale / 60.0)
     lim = limit(scale)
@@ -182,15 +228,23 @@ def main() -> None:
         "command": "benchmarks/bench_ratelimit.py" + (" --smoke" if args.smoke else "")
         + (f" --time-scale {scale:g}" if scale != 1.0 and not args.smoke else ""),
     }
+    kept = json.loads(dest.read_text()) if dest.is_file() and not args.smoke else {}
+    out.update({k: kept[k] for k in ("evalkit", "inspect_ai", "random", "note") if k in kept})
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
+        if "random" in args.sides:
+            (work / "r").mkdir()
+            out["random"] = {**random_side(work / "r", args.random_samples, scale), "measured": stamp,
+                             "load_average_1m": round(os.getloadavg()[0], 2)}
+            print("random", json.dumps(out["random"]), flush=True)
         if "evalkit" in args.sides:
             (work / "e").mkdir()
-            out["evalkit"] = evalkit_side(samples, work / "e", scale)
+            out["evalkit"] = {**evalkit_side(samples, work / "e", scale), "measured": stamp}
             print("evalkit", json.dumps(out["evalkit"]), flush=True)
         if "inspect" in args.sides:
             (work / "i").mkdir()
-            out["inspect_ai"] = inspect_side(samples, work / "i", cap, scale)
+            out["inspect_ai"] = {**inspect_side(samples, work / "i", cap, scale), "measured": stamp}
             print("inspect-ai", json.dumps(out["inspect_ai"]), flush=True)
     dest.write_text(json.dumps(out, indent=2) + "\n")
     print(dest)

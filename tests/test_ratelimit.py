@@ -7,6 +7,7 @@ counts, not durations, are asserted (figures: benchmarks/bench_ratelimit.py)."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import openai
@@ -14,7 +15,10 @@ import pytest
 from click.testing import CliRunner
 
 from evalkit._cli.main import main
-from evalkit.calls.ratelimit import Pacer, pacer_for, parse_duration
+from evalkit.calls.client import ModelClient
+from evalkit.calls.ledger import Ledger
+from evalkit.calls.ratelimit import OUTCOME_WINDOW, Pacer, Refusal, pacer_for, parse_duration
+from evalkit.foundations.records import Endpoint, Price
 from evalkit.runfolder.runs import iter_jsonl
 from evalkit.calls.serve import ScriptedServer
 
@@ -87,8 +91,10 @@ def test_one_pacer_per_endpoint_is_shared_and_a_429_holds_it() -> None:
     p = Pacer()
     p.observe({"x-ratelimit-limit-requests": "600", "x-ratelimit-limit-tokens": "60000"})
     assert p.request_rate == 10.0 and p.token_rate == 1000.0 and p.from_headers
-    assert p.refused(5.0) > 4.0 and p.holds == 1
-    assert p.refused(1.0) > 4.0 and p.holds == 1  # a shorter Retry-After inside a hold does not shorten it
+    spent = {"x-ratelimit-remaining-requests": "0"}
+    assert p.refused(5.0, spent).wait_s > 4.0 and p.holds == 1
+    # a shorter Retry-After inside a hold does not shorten it
+    assert p.refused(1.0, spent).wait_s > 4.0 and p.holds == 1
     assert parse_duration("6m0s") == 360.0 and parse_duration("20ms") == 0.02 and parse_duration("1.5s") == 1.5
     assert parse_duration("soon") is None
 
@@ -153,3 +159,92 @@ def test_a_pace_that_would_outlast_the_keys_budget_stops_the_run_at_once_and_cos
     settled = [e for e in ledger if e["event"] == "settle"]
     assert len(settled) == admitted and all(e["cost_usd"] > 0 for e in settled)
     assert all(e.get("cost_usd", 0.0) == 0 for e in ledger if e["event"] not in ("reserve", "settle"))
+
+
+def _random_refusals(p: Pacer, n: int, every: int = 10) -> list[Refusal]:
+    """`n` answers, every `every`-th a 429 with Retry-After 0.2 s and no headers."""
+    out = []
+    for i in range(1, n + 1):
+        if i % every:
+            p.answered()
+        else:
+            out.append(p.refused(0.2))
+    return out
+
+
+def test_random_refusals_are_retried_alone_and_do_not_lower_the_pace() -> None:
+    """Issue 44: 10% of requests refused at random (an overload, not a bucket) held
+    every worker and cut the pace on each. Now each refused request waits its own
+    Retry-After; no hold, no pace learned, a pace already learned not cut."""
+    p = Pacer()
+    refusals = _random_refusals(p, 400)
+    assert refusals == [Refusal(0.2, limit=False)] * 40
+    assert p.holds == 0 and p.held_for() == 0.0 and p.request_rate is None and p.random_refusals == 40
+    q = Pacer()
+    q.request_rate = 10.0  # a pace learned before: random refusals leave it where it was, or raise it
+    _random_refusals(q, 400)
+    assert q.holds == 0 and q.request_rate is not None and q.request_rate >= 10.0
+
+
+def test_refusals_that_track_the_request_rate_are_a_limit_and_cut_the_pace() -> None:
+    """A bucket run dry refuses most requests: once refusals pass the share random ones
+    keep, every worker is held and the pace is cut, as before issue 44."""
+    p = Pacer()
+    _random_refusals(p, 100)
+    first = [p.refused(0.5) for _ in range(OUTCOME_WINDOW)]
+    assert not first[0].limit and first[-1].limit and p.holds == 1
+    assert p.request_rate is not None and p.held_for() > 0.3
+    rate = p.request_rate
+    p._hold_until = 0.0  # the hold over: the next refusal in the run of them cuts again
+    assert p.refused(0.5).limit and p.request_rate < rate and p.holds == 2
+
+
+def test_the_refusals_headers_tell_a_spent_limit_from_an_overload() -> None:
+    p = Pacer()
+    overload = p.refused(0.2, {"x-ratelimit-remaining-requests": "17", "x-ratelimit-remaining-tokens": "9000"})
+    assert overload == Refusal(0.2, limit=False) and p.holds == 0
+    spent = p.refused(0.2, {"x-ratelimit-remaining-requests": "17", "x-ratelimit-remaining-tokens": "0"})
+    assert spent.limit and p.holds == 1 and p.held_for() > 0.1
+
+
+def _calls(url: str, n: int) -> tuple[list[str], dict, int]:
+    """`n` calls through one client at concurrency 16: their texts, what the endpoint's
+    pacer learned, and the requests the client allows in flight at the end."""
+
+    async def go() -> tuple[list[str], dict, int]:
+        client = ModelClient(
+            Endpoint("scripted", None, "EVALKIT_TEST_KEY"),
+            Price(1.0, 2.0),
+            Ledger(10.0),
+            max_tokens_in=64,
+            max_tokens_out=8,
+            base_url=url,
+            concurrency=CONCURRENCY,
+        )
+        try:
+            outs = await asyncio.gather(*(client.complete(prompt=f"capital {i}?", key=f"c{i}") for i in range(n)))
+            return [o.text for o in outs], client.pacer.describe(), client.concurrency_limit
+        finally:
+            await client.aclose()
+
+    return asyncio.run(go())
+
+
+def test_a_run_under_random_429s_keeps_its_pace_and_its_concurrency(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EVALKIT_TEST_KEY", "x")
+    script = {"default": {"text": "Paris"}, "seed": 5, "faults": [{"kind": "429", "rate": 0.1, "retry_after": 0.05}]}
+    with ScriptedServer(script) as srv:
+        texts, pace, in_flight = _calls(srv.base_url, 300)
+        refused = srv.stats["faults"]["429"]
+    assert texts == ["Paris"] * 300 and refused >= 10  # every call answered, through the refusals
+    assert pace["holds"] == 0 and pace["requests_per_min"] is None and pace["random_refusals"] == refused
+    assert in_flight == CONCURRENCY
+
+
+def test_a_token_bucket_without_headers_still_lowers_the_pace(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EVALKIT_TEST_KEY", "x")
+    with ScriptedServer(_limited(1200, headers=False)) as srv:
+        texts, pace, _ = _calls(srv.base_url, 60)
+        refused = srv.rate_limit.refused
+    assert texts == ["Paris"] * 60 and refused >= 1
+    assert pace["holds"] >= 1 and pace["requests_per_min"] is not None

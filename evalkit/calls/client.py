@@ -13,9 +13,10 @@ retried for as long as the key's time budget lasts (`rate_limit_budget_s`, count
 the key's first attempt), never sooner than Retry-After. Other 5xx, 408, 409, dropped
 connections, timeouts and malformed bodies are retried up to `max_attempts` attempts
 (rate-limited answers do not count against it). Concurrency backs off with the rate
-limits (AIMD, as TCP and well-kept API clients do): a rate-limited answer halves the
-number of requests allowed in flight (at most once a second), and each successful
-answer gives back 1/limit of a slot, up to the configured `concurrency`.
+limits (AIMD, as TCP and well-kept API clients do): a rate-limited answer the pacer
+takes for a limit (`evalkit.calls.ratelimit`; not a random refusal) halves the number
+of requests allowed in flight (at most once a second), and each successful answer
+gives back 1/limit of a slot, up to the configured `concurrency`.
 
 Accounting per attempt: reserve the worst case (`max_tokens_in` in, `max_tokens_out`
 out, at the model's price) before sending; settle with the usage the response reports
@@ -554,7 +555,7 @@ class _Causes:
 @dataclass(frozen=True)
 class _Failed:
     """Why an attempt failed and may be retried: its cause, the server's Retry-After,
-    and for a rate limit the wait the endpoint's pacer asks (`RateLimiter.refused`)."""
+    and for a rate limit the wait the endpoint's pacer asks (`Pacer.refused`)."""
 
     cause: str
     retry_after: float | None = None
@@ -972,9 +973,12 @@ class ModelClient:
             call.causes.add(call.attempt, no_responses_api(self._url(), status))
             raise _call_error(f"{call.label}: {call.causes} (not retried)", call.attempt) from exc
         if is_rate_limit(exc):
-            self._throttle.rate_limited()
-            # Every worker of the endpoint holds until Retry-After (the pacer), not this one alone.
-            return _Failed(cause, retry_after, self.pacer.refused(retry_after, headers))
+            # A limit holds every worker of the endpoint until Retry-After (the pacer) and
+            # halves the requests in flight; a random refusal makes this call alone wait.
+            refusal = self.pacer.refused(retry_after, headers)
+            if refusal.limit:
+                self._throttle.rate_limited()
+            return _Failed(cause, retry_after, refusal.wait_s)
         if status not in RETRY_STATUSES and status < 500:
             call.causes.add(call.attempt, cause)
             raise _call_error(f"{call.label}: {call.causes} (not retried)", call.attempt) from exc

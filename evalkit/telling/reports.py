@@ -16,6 +16,7 @@ notebooks apply to a run.
 
 from __future__ import annotations
 
+import gc
 import html
 import inspect
 import json
@@ -707,11 +708,13 @@ def _render_run(
         reuse_kernels=opts.reuse_kernels,
         warm_up=_warm_up(source, notebooks),
     )
-    # the explorer is written on a thread while the kernels run the notebooks (their own processes)
-    pool = ThreadPoolExecutor(1, thread_name_prefix="evalkit-explorer")
     try:
         lanes.wait_launched()
         loaded = load_run(source)
+        # The run (a million objects for 100,000 samples) lives through the report: kept
+        # out of the collector's scans while this process concludes, writes the explorer
+        # and renders (each full collection walked it: 1.5 of their 4.9 CPU-s, issue 44).
+        gc.freeze()
         conclude(loaded, inputs)
         state = report_state(loaded, grades_summary(loaded))  # an empty or ungraded run: said, and exit 1
         plans, skipped = plan_notebooks(source, out_dir, pandalm_dir=pandalm_dir, inputs=inputs, loaded=loaded)
@@ -724,16 +727,20 @@ def _render_run(
             if name in plans:
                 plans[name].update(extra)
         out_dir.mkdir(parents=True, exist_ok=True)
-        pages = pool.submit(_explorer_pages, loaded, out_dir, inputs, opts.against)
-        del loaded  # the kernels have their own copy; the explorer's thread keeps its own reference
+        # Written here, before the notebooks, not on a thread beside them: this process
+        # drives each kernel (every cell's messages go through a lane's thread), and a
+        # thread building the page held the interpreter's lock from the lanes, so 3 s
+        # of the page's work cost the notebooks 7.6 s (issue 44). The lanes' kernels
+        # finish warming up meanwhile.
+        written, failed = _explorer_pages(loaded, out_dir, inputs, opts.against)
+        del loaded  # the kernels have their own copy
         lanes.grow(_lane_count(len(plans), parallel, workers, source))
         results = lanes.run(plans, out_dir, source_dir=opts.source_dir)
     finally:
         lanes.close()
-        pool.shutdown(wait=True)
+        gc.unfreeze()
         if redacted is not None and before is None:
             os.environ.pop(REDACT_ENV, None)
-    written, failed = pages.result()
     skipped = {**skipped, **failed}
     write_manifest(source, out_dir, results, skipped, run_dir=run, pages=written)
     index = build_index(reports_dir)
@@ -754,7 +761,7 @@ def _explorer_pages(
     loaded: Run, out_dir: Path, inputs: Inputs, against: str | Path | None
 ) -> tuple[dict[str, str], dict[str, str]]:
     """The run's explorer (and its diff against `against`), written while the kernels
-    run the notebooks: page kind -> file name (and `against`: the other run's name),
+    warm up: page kind -> file name (and `against`: the other run's name),
     and each page that could not be written -> why (listed as skipped: a page that
     fails must not fail the report after its notebooks rendered)."""
     out_dir.mkdir(parents=True, exist_ok=True)
