@@ -384,9 +384,11 @@ def test_each_forwarder_serves_the_proxy_socket_on_loopback_from_the_first_conne
     assert (sandbox.forwarder_binary() is not None) == (forwarder == "compiled")
     work = tmp_path / "work"
     work.mkdir()
+    sandbox.own_workdir(work)  # root's sandbox runs as another uid
     sock = tmp_path / "proxy.sock"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(sock))
+    sock.chmod(0o666)
     listener.listen(8)
     threading.Thread(target=_echo_upper, args=(listener,), daemon=True).start()
     port = 40000 + os.getpid() % 20000
@@ -452,9 +454,11 @@ def _forwarded(tmp_path: Path):
 
     work = tmp_path / "work"
     work.mkdir()
+    sandbox.own_workdir(work)  # root's sandbox runs as another uid
     sock = tmp_path / "proxy.sock"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(sock))
+    sock.chmod(0o666)
     listener.listen(64)
     threading.Thread(target=_serve_upper_threaded, args=(listener,), daemon=True).start()
     port = 40000 + os.getpid() % 20000

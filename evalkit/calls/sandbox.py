@@ -31,9 +31,9 @@ asks for the sandbox is refused before anything is written (`require`).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evalkit.foundations.errors import InputError
+from evalkit.foundations.records import Limits
 from evalkit.suites.units import ISOLATIONS
 
 BWRAP_ENV = "EVALKIT_BWRAP"  # the bubblewrap binary to use (default: `bwrap` on PATH)
@@ -131,7 +132,8 @@ def build_forwarder(dest: Path = FORWARDER_BIN, cc: str | None = None) -> str | 
 def _probe(binary: str | None) -> str | None:
     if binary is None:
         return "bubblewrap (bwrap) is not installed: `make install` installs it on Debian/Ubuntu (apt's bubblewrap)"
-    argv = [binary, *NAMESPACES, "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "true"]
+    argv = [binary, *namespaces(), "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
+    argv += ["--", *unprivileged_prefix(), "true"]
     try:
         done = subprocess.run(argv, capture_output=True, timeout=30, env={"PATH": os.environ.get("PATH", "")})
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -185,13 +187,19 @@ def environment(
 class Jail:
     """One sample's sandbox: its writable `workdir`, the proxy's `socket` on the host
     and TCP `port` (served inside on loopback), what is hidden and what bound back
-    read-only (host paths, bound at the same path)."""
+    read-only (host paths, bound at the same path), the `secrets` files hidden by name
+    (an empty file bound over each), and its `limits`. A `strict` folder stays hidden
+    inside a bound one (the suite inside its project); a `hidden` one is shown where a
+    read-only path binds it (the project inside ``$HOME``)."""
 
     workdir: Path
     socket: Path | None  # None: no proxy (a python unit's import check): argv runs without the forwarder
     port: int
-    hidden: tuple[Path, ...]
+    hidden: tuple[Path, ...]  # hidden unless a read-only path binds it back ($HOME, evalkit's cwd)
     read_only: tuple[Path, ...]
+    secrets: tuple[Path, ...] = ()
+    limits: Limits = Limits()
+    strict: tuple[Path, ...] = ()  # hidden whatever is bound around them (the suite, runs and run folders)
 
 
 def hidden_paths(*paths: Path | str | None) -> tuple[Path, ...]:
@@ -219,34 +227,200 @@ def interpreter_paths() -> tuple[Path, ...]:
     return tuple(dict.fromkeys(Path(p).resolve() for p in (sys.prefix, sys.base_prefix, real.parent.parent)))
 
 
+PROJECT_MARKERS = ("pyproject.toml", "package.json", "setup.py", ".git")
+# Files that hold secrets by their name: hidden in every bound folder (an empty file in their place).
+SECRET_NAMES = (".env", ".env.*", "*.pem", "*.key", ".netrc", ".git-credentials", ".pgpass", ".npmrc", ".pypirc")
+_CREDENTIALS = re.compile(r"://[^/\s:@]+:[^/\s@]+@|\[credential|extraheader|password\s*=", re.IGNORECASE)
+SKIP_DIRS = frozenset({"node_modules", ".venv", "venv", "__pycache__", ".tox", ".mypy_cache", ".ruff_cache"})
+MAX_SCAN_FILES = 100_000  # a project's files looked at for secrets by name, at most
+
+
+def venv_of(program: Path) -> tuple[Path, ...]:
+    """The virtualenv an interpreter's path is in (the folder above it holding
+    ``pyvenv.cfg``, the path not resolved) with the base interpreter it names (its
+    ``home``'s prefix and the resolved file's), else nothing."""
+    for folder in program.parents:
+        cfg = folder / "pyvenv.cfg"
+        if cfg.is_file():
+            found = [folder, Path(os.path.realpath(program)).parent.parent]
+            for line in cfg.read_text(encoding="utf-8", errors="replace").splitlines():
+                key, _, value = line.partition("=")
+                if key.strip() == "home" and value.strip():
+                    found.append(Path(value.strip()).resolve().parent)
+            return tuple(dict.fromkeys(found))
+    return ()
+
+
+def project_of(script: Path) -> Path:
+    """A program's project: the nearest folder above `script` holding one of
+    `PROJECT_MARKERS`, else the script's own folder (never ``/`` nor ``$HOME`` itself)."""
+    home = Path(os.environ.get("HOME") or Path.home())
+    for folder in script.parents:
+        if folder in (Path("/"), home):
+            break
+        if any((folder / m).exists() for m in PROJECT_MARKERS):
+            return folder
+    return script.parent
+
+
+def secret_files(folders: Iterable[Path]) -> tuple[Path, ...]:
+    """The files under `folders` that hold secrets by their name (`SECRET_NAMES`, and a
+    ``.git/config`` with credentials in it), sorted; virtualenvs and ``node_modules`` are
+    not looked into."""
+    import fnmatch  # the names of secret files only
+
+    found: set[Path] = set()
+    seen = 0
+    for top in folders:
+        if not top.is_dir():
+            continue
+        for here, dirs, files in os.walk(top):
+            dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not (Path(here) / d / "pyvenv.cfg").exists()]
+            seen += len(files)
+            found.update(Path(here) / f for f in files if any(fnmatch.fnmatch(f, n) for n in SECRET_NAMES))
+            config = Path(here) / "config"
+            if (
+                Path(here).name == ".git"
+                and config.is_file()
+                and _CREDENTIALS.search(config.read_text(errors="replace"))
+            ):
+                found.add(config)
+            if seen > MAX_SCAN_FILES:
+                break
+    return tuple(sorted(found))
+
+
 # Always hidden: where the host keeps its services' Unix sockets (a read-only bind does
 # not stop a connect(); the network namespace stops only abstract and TCP sockets).
 ALWAYS_HIDDEN = ("/run", "/var/run", "/var/tmp")
 
 
+# Root's sandboxed programs run as this host uid (``nobody``), dropped to inside the
+# sandbox: bubblewrap maps the caller's own uid into a user namespace, so run by root
+# with one the sandbox's processes would be the host's root (every root-only file readable).
+SANDBOX_UID = 65534
+# No capability inside (nothing can be unmounted or remounted), no nested user namespace.
+HARDENING = ("--cap-drop", "ALL", "--disable-userns")
+
+
+def _as_root() -> bool:
+    return os.geteuid() == 0
+
+
+def namespaces() -> list[str]:
+    """Bubblewrap's namespace and capability options. Run by a user: a user namespace of
+    its own (the user's uid mapped, no capability, no nested user namespace). Run by
+    root: no user namespace (bubblewrap would map the host's root into it); the mounts
+    are made as root, then `unprivileged_prefix` drops to `SANDBOX_UID` inside."""
+    if not _as_root():
+        return [*NAMESPACES, *HARDENING]
+    keep = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP")  # what setpriv needs to drop the rest
+    return [*NAMESPACES[1:], "--cap-drop", "ALL", *(a for cap in keep for a in ("--cap-add", cap))]
+
+
+def unprivileged_prefix() -> list[str]:
+    """The command, first inside root's sandbox, that drops to `SANDBOX_UID` (no group,
+    no capability, an empty bounding set); nothing for a user, unprivileged already."""
+    if not _as_root():
+        return []
+    ids = [f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups"]
+    return [shutil.which("setpriv") or "/usr/bin/setpriv", *ids, "--inh-caps=-all", "--bounding-set=-all", "--"]
+
+
+def own_workdir(path: Path) -> None:
+    """Hand a sample's working directory to the uid its sandbox runs as (root's: `SANDBOX_UID`)."""
+    if _as_root():
+        os.chown(path, SANDBOX_UID, SANDBOX_UID)
+        path.chmod(0o711)  # bubblewrap, root without a capability, enters it before dropping to the uid
+
+
+def limit_argv(limits: Limits) -> list[str]:
+    """The ``prlimit`` command that sets a sample's per-process limits inside its sandbox
+    (its own user namespace: the process count is the sample's alone)."""
+    return [
+        shutil.which("prlimit") or "/usr/bin/prlimit",
+        f"--nproc={limits.processes}",
+        f"--as={limits.memory_bytes}",
+        f"--fsize={limits.file_size_bytes}",
+        f"--nofile={limits.open_files}",
+        "--",
+    ]
+
+
+def _cover(p: Path, hidden: tuple[Path, ...], bound: tuple[Path, ...]) -> str | None:
+    """What shows `p` in the sandbox: "hidden" when the deepest mount strictly above it
+    is a hidden folder's tmpfs, "bound" when a read-only bind, None for the root's."""
+    best, kind = -1, None
+    for q, what in [*((h, "hidden") for h in hidden), *((b, "bound") for b in bound)]:
+        if p != q and p.is_relative_to(q) and len(q.parts) > best:
+            best, kind = len(q.parts), what
+    return kind
+
+
+def _untraversable(paths: Iterable[Path]) -> list[Path]:
+    """For root's sandbox (`SANDBOX_UID`): the first folder above each path that the
+    sandbox's uid may not enter (``/root``, say), to hide, so the binds under it are reached."""
+    if not _as_root():
+        return []
+    out = []
+    for p in paths:
+        for parent in reversed(p.parents):
+            try:
+                if not parent.stat().st_mode & 0o001:
+                    out.append(parent)
+                    break
+            except OSError:
+                break
+    return out
+
+
+def _between(p: Path, hidden: tuple[Path, ...]) -> list[Path]:
+    """The folders between the tmpfs above `p` and `p` (made in that tmpfs)."""
+    top = max((h for h in hidden if p.is_relative_to(h) and p != h), key=lambda h: len(h.parts))
+    return [d for d in reversed(p.parents) if d.is_relative_to(top) and d != top]
+
+
+def _mounts(jail: Jail) -> tuple[list[str], list[Path]]:
+    """The mounts that hide and bind back, in depth order (a bind inside a hidden folder
+    after its tmpfs, the suite inside its bound project after the bind), and the tmpfs
+    folders made (remounted read-only at the end)."""
+    strict = hidden_paths(*jail.strict)
+    bound = tuple(p for p in dict.fromkeys(jail.read_only) if p.exists() and p not in strict)
+    broad = hidden_paths(*jail.hidden, *ALWAYS_HIDDEN, *_untraversable(bound))
+    hidden = (*strict, *(h for h in broad if h not in bound), Path("/tmp"))
+    tmpfs = [h for h in hidden[:-1] if _cover(h, hidden, bound) != "hidden"]
+    ops = [(len(h.parts), 0, ["--tmpfs", str(h)]) for h in tmpfs]
+    binds = [(p, "--ro-bind") for p in bound if _cover(p, hidden, bound) == "hidden"]
+    for p, how in [*binds, (jail.workdir, "--bind")]:  # its folders made enterable by the sandbox's uid
+        if _cover(p, hidden, bound) == "hidden":
+            ops += [
+                (len(d.parts), 0, ["--perms", "0755", "--dir", str(d)]) for d in _between(p, (*tmpfs, Path("/tmp")))
+            ]
+        ops.append((len(p.parts), 1, [how, str(p), str(p)]))
+    shown = [f for f in jail.secrets if f.is_file() and _cover(f, hidden, bound) != "hidden"]
+    ops += [(len(f.parts), 2, ["--ro-bind", os.devnull, str(f)]) for f in shown]
+    ops.sort(key=lambda op: (op[0], op[1]))
+    unique = dict.fromkeys(tuple(op[2]) for op in ops)  # a folder made once for every bind under it
+    return [arg for op in unique for arg in op], tmpfs
+
+
 def bwrap_argv(jail: Jail, argv: list[str], *, binary: str | None = None) -> list[str]:
     """The bubblewrap command line that runs `argv` in `jail` (see the module docstring)."""
-    out = [binary or bwrap_binary() or "bwrap", *NAMESPACES, "--die-with-parent", "--new-session"]
-    out += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    jail = dataclasses.replace(jail, hidden=hidden_paths(*jail.hidden, *ALWAYS_HIDDEN))
-    for h in jail.hidden:
-        if h != Path("/tmp") and not h.is_relative_to("/tmp"):
-            out += ["--tmpfs", str(h)]
-    covered = (*jail.hidden, Path("/tmp"))
-    for p in jail.read_only:  # what the read-only root shows already needs no mount of its own
-        if p.exists() and any(p == h or p.is_relative_to(h) for h in covered):
-            out += ["--ro-bind", str(p), str(p)]
-    out += ["--bind", str(jail.workdir), str(jail.workdir)]
+    out = [binary or bwrap_binary() or "bwrap", *namespaces()]
+    out += ["--die-with-parent", "--new-session", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    out += ["--size", str(jail.limits.tmp_bytes), "--perms", "1777", "--tmpfs", "/tmp"]
+    mounts, tmpfs = _mounts(jail)
+    out += mounts
+    out += ["--perms", "0755", "--dir", INSIDE]
     out += ["--ro-bind", str(FORWARDER), FORWARDER_INSIDE, "--ro-bind", str(WORKER), WORKER_INSIDE]
     compiled = forwarder_binary() if jail.socket is not None else None
     if compiled is not None:
         out += ["--ro-bind", str(compiled), FORWARDER_BIN_INSIDE]
     if jail.socket is not None:
         out += ["--bind", str(jail.socket), SOCKET_INSIDE]
-    for h in jail.hidden:
-        if h != Path("/tmp") and not h.is_relative_to("/tmp"):
-            out += ["--remount-ro", str(h)]
-    out += ["--chdir", str(jail.workdir), "--"]
+    for h in tmpfs:
+        out += ["--remount-ro", str(h)]
+    out += ["--chdir", str(jail.workdir), "--", *unprivileged_prefix(), *limit_argv(jail.limits)]
     if jail.socket is None:
         return out + argv
     forwarder = [FORWARDER_BIN_INSIDE] if compiled is not None else [sys.executable, "-I", "-S", FORWARDER_INSIDE]

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -64,7 +65,11 @@ from evalkit.calls.sandbox import (
     environment,
     hidden_paths,
     interpreter_paths,
+    own_workdir,
+    project_of,
     require,
+    secret_files,
+    venv_of,
 )
 from evalkit.calls.session import Key, SampleSession, TwinShare
 from evalkit.foundations.errors import (
@@ -76,6 +81,7 @@ from evalkit.foundations.errors import (
     ReplayMiss,
     UnitCallError,
 )
+from evalkit.foundations.findings import Finding
 from evalkit.foundations.layout import workdir_relpath
 from evalkit.foundations.records import Arm, Case, Config, Sample, Suite
 from evalkit.runfolder.trajectories import TrajectoryWriter
@@ -100,7 +106,8 @@ def tool_names(config: Config) -> tuple[str, ...] | None:
 def program_argv(suite: Suite) -> list[str]:
     """A command unit's argv with ``{python}`` and ``{suite}`` filled in, and every entry
     naming a file of the suite folder made absolute (the program runs in a working
-    directory of its own: `evalkit.calls.sandbox`); `InputError` (before anything is written)
+    directory of its own: `evalkit.calls.sandbox`) without following symlinks (a
+    virtualenv's ``python`` is a link out of it); `InputError` (before anything is written)
     when its program cannot be found."""
     root = Path(suite.path).resolve()
     argv = [a.replace("{python}", sys.executable).replace("{suite}", str(root)) for a in suite.config.unit.argv]
@@ -114,9 +121,9 @@ def program_argv(suite: Suite) -> list[str]:
             json_path="$.unit.argv[0]",
         )
     out = []
-    for i, a in enumerate(argv):
+    for i, a in enumerate(argv):  # absolute, symlinks kept: a venv's python stays in its venv
         in_suite = not os.path.isabs(a) and (i > 0 or os.sep in a) and _is_file(root / a)
-        out.append(str((root / a).resolve()) if in_suite else a)
+        out.append(os.path.normpath(root / a) if in_suite else a)
     return out
 
 
@@ -205,10 +212,11 @@ def check_sandbox(suite: Suite) -> None:
     root = Path(suite.path).resolve()
     for i, rel in enumerate(unit.read_only_paths):
         p = (root / rel).resolve()
-        if not p.exists() or not p.is_relative_to(root) or p == root:
+        inside = os.path.isabs(rel) or p.is_relative_to(root)
+        if not p.exists() or not inside or p == root:
             why = "does not exist" if not p.exists() else "is not a path inside the suite folder"
             raise InputError(
-                f"read_only_paths: {rel!r} {why} (paths are relative to the suite folder {root})",
+                f"read_only_paths: {rel!r} {why} (relative paths are to the suite folder {root})",
                 where,
                 json_path=f"$.unit.read_only_paths[{i}]",
             )
@@ -225,19 +233,39 @@ def check_sandbox(suite: Suite) -> None:
 
 def _read_only_paths(suite: Suite, argv: list[str]) -> tuple[Path, ...]:
     """What a sandboxed program needs bound back read-only (at the same paths): the
-    interpreter, the files its argv names (argv[0] found on PATH too), the arms' skill
-    folders, and `unit.read_only_paths`."""
+    interpreter, the files its argv names (argv[0] found on PATH too), argv[0]'s
+    virtualenv and the program's project (`evalkit.calls.sandbox.project_of`), the arms'
+    skill folders, and `unit.read_only_paths`."""
     root = Path(suite.path).resolve()
     out: list[Path] = list(interpreter_paths())
     prog = shutil.which(argv[0]) if os.sep not in argv[0] else argv[0]
-    for a in [prog, *argv[1:]]:
-        if a and os.path.isabs(a) and _is_file(Path(a)):
-            out.append(Path(a).resolve())
+    files = [Path(a) for a in [prog, *argv[1:]] if a and os.path.isabs(a) and _is_file(Path(a))]
+    out += files
+    venv = venv_of(files[0]) if files and files[0] == Path(prog or "") else ()
+    out += venv
+    scripts = [f for f in files if not any(f.is_relative_to(v) for v in venv)]
+    if scripts and suite.config.unit.kind == "command":
+        out.append(project_of(scripts[0]))
     out += [(root / a.skill_dir).resolve() for a in suite.config.arms if a.skill_dir]
     out += [(root / rel).resolve() for rel in suite.config.unit.read_only_paths]
     if suite.config.unit.kind == "python":
         out += _python_paths(suite)[1]
     return tuple(dict.fromkeys(out))
+
+
+def _bound_secrets(read_only: tuple[Path, ...]) -> tuple[Path, ...]:
+    skip = set(interpreter_paths())
+    return secret_files(p for p in read_only if p.is_dir() and p not in skip and not (p / "pyvenv.cfg").exists())
+
+
+def hidden_secrets(suite: Suite, read_only: tuple[Path, ...]) -> tuple[Path, ...]:
+    """The files that hold secrets by name (`evalkit.calls.sandbox.secret_files`) in the
+    folders bound into a sandbox (not the interpreters'), each said on stderr as a finding."""
+    found = _bound_secrets(read_only)
+    for f in found:
+        finding = Finding("warning", "hidden from the sandboxed program: a file that holds secrets by its name", str(f))
+        print(f"evalkit: {finding}", file=sys.stderr, flush=True)
+    return found
 
 
 def _python_paths(suite: Suite) -> tuple[list[Path], list[Path]]:
@@ -277,7 +305,10 @@ def check_callable(suite: Suite, argv: list[str]) -> None:
         cmd = [argv[0], argv[1], argv[2], "--check", *argv[3:]]
         env = environment({}, work, suite.config.unit.env)
         if suite.config.unit.isolation == "sandbox":
-            jail = Jail(work, None, 0, _hidden(suite, None), _read_only_paths(suite, cmd))
+            broad, strict = _hidden(suite, None)
+            read_only = _read_only_paths(suite, cmd)
+            own_workdir(work)
+            jail = Jail(work, None, 0, broad, read_only, _bound_secrets(read_only), suite.config.unit.limits, strict)
             cmd = bwrap_argv(jail, cmd)
         else:
             cmd[2] = str(WORKER)
@@ -306,11 +337,13 @@ def worker_argv(suite: Suite) -> list[str]:
     return [sys.executable, "-I", WORKER_INSIDE, suite.config.unit.callable or "", root, *map(str, extra)]
 
 
-def _hidden(suite: Suite, run_path: Path | None) -> tuple[Path, ...]:
-    """The folders a sandbox hides (`evalkit.calls.sandbox.hidden_paths`)."""
+def _hidden(suite: Suite, run_path: Path | None) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
+    """The folders a sandbox hides (`evalkit.calls.sandbox.hidden_paths`): evalkit's cwd
+    and ``$HOME`` (shown where the program's project or venv is bound), and the suite,
+    runs and run folders (hidden inside a bound project too)."""
     home = os.environ.get("HOME") or str(Path.home())
     runs = run_path.parent if run_path is not None else None
-    return hidden_paths(suite.path, run_path, runs, os.getcwd(), home)
+    return hidden_paths(os.getcwd(), home), hidden_paths(suite.path, run_path, runs)
 
 
 class _Ended(Exception):
@@ -352,7 +385,9 @@ class AgentRunner:
         self._sockdir: Path | None = None  # the proxy's Unix socket's folder (a sandboxed unit)
         self._socket: Path | None = None
         self._hidden: tuple[Path, ...] = ()
+        self._strict: tuple[Path, ...] = ()
         self._read_only: tuple[Path, ...] = ()
+        self._secrets: tuple[Path, ...] = ()
 
     async def start(self) -> AgentRunner:
         # an agent unit on Ray too: its tool loop runs on a node, its calls come back here
@@ -365,9 +400,11 @@ class AgentRunner:
             if self.unit.isolation == "sandbox":  # the sandbox's one way out (evalkit.calls.sandbox)
                 self._sockdir = Path(tempfile.mkdtemp(prefix="evalkit-proxy-"))
                 self._socket = Path(await self.proxy.listen_unix(str(self._sockdir / "proxy.sock")))
-                self._hidden = _hidden(self.suite, self.run_path)
+                self._socket.chmod(0o666)  # root's sandbox runs as another uid; its folder is root's alone
+                self._hidden, self._strict = _hidden(self.suite, self.run_path)
                 argv = self.target or self._argv()
                 self._read_only = _read_only_paths(self.suite, argv)
+                self._secrets = hidden_secrets(self.suite, self._read_only)
             else:
                 print(f"evalkit: {NOT_CONTAINED}", file=sys.stderr, flush=True)
         return self
@@ -624,8 +661,8 @@ class AgentRunner:
             return self._python_output(out, status, stderr_tail, end)
         finally:
             await self.proxy.close(ep.token, "its program ended")
-            if not keep:
-                shutil.rmtree(workdir, ignore_errors=True)
+            if not keep:  # off the event loop: a workdir of many files takes seconds to remove
+                await asyncio.to_thread(shutil.rmtree, workdir, ignore_errors=True)
 
     def _workdir(self, case: Case, arm: Arm, index: int) -> tuple[Path, bool]:
         """A fresh working directory for the sample, and whether it is kept (in the run
@@ -636,8 +673,13 @@ class AgentRunner:
             if path.exists():  # a resumed sample starts afresh
                 shutil.rmtree(path)
             path.mkdir(parents=True)
+            if self.unit.isolation == "sandbox":
+                own_workdir(path)
             return path.resolve(), True
-        return Path(tempfile.mkdtemp(prefix="evalkit-work-")).resolve(), False
+        path = Path(tempfile.mkdtemp(prefix="evalkit-work-")).resolve()
+        if self.unit.isolation == "sandbox":
+            own_workdir(path)
+        return path, False
 
     def _command_output(self, out: bytes, workdir: Path, end: dict[str, Any]) -> tuple[str, str]:
         """The program's output: what it wrote to ``$EVALKIT_OUTPUT_FILE`` when it did
@@ -688,7 +730,16 @@ class AgentRunner:
         if self.unit.isolation != "sandbox":
             return [str(WORKER) if a == WORKER_INSIDE else a for a in argv]
         assert self._socket is not None and self.proxy is not None
-        jail = Jail(workdir, self._socket, self.proxy.port, self._hidden, self._read_only)
+        jail = Jail(
+            workdir,
+            self._socket,
+            self.proxy.port,
+            self._hidden,
+            self._read_only,
+            self._secrets,
+            self.unit.limits,
+            self._strict,
+        )
         return bwrap_argv(jail, argv)
 
     async def _process(
@@ -797,7 +848,10 @@ class AgentRunner:
             "argv": list(self.target or self._argv()),
             "sandbox": self.unit.isolation == "sandbox",
             "hidden": [str(p) for p in self._hidden],
+            "strict": [str(p) for p in self._strict],
             "read_only": [str(p) for p in self._read_only],
+            "secrets": [str(p) for p in self._secrets],
+            "limits": dataclasses.asdict(self.unit.limits),
             "proxy": (self.executor.proxy_connect, self.proxy.port),
             "proxy_root": self.proxy.root,  # as the environment's URLs say it
             "env": child_env(self.config, ep, workdir),
