@@ -209,7 +209,7 @@ def hidden_paths(*paths: Path | str | None) -> tuple[Path, ...]:
         if not p:
             continue
         r = Path(p).resolve()
-        if r == Path("/") or not r.is_dir():
+        if r == Path("/") or not os.path.isdir(r):
             continue
         found.append(r)
     found.sort(key=lambda p: len(p.parts))
@@ -241,7 +241,7 @@ def venv_of(program: Path) -> tuple[Path, ...]:
     ``home``'s prefix and the resolved file's), else nothing."""
     for folder in program.parents:
         cfg = folder / "pyvenv.cfg"
-        if cfg.is_file():
+        if os.path.isfile(cfg):
             found = [folder, Path(os.path.realpath(program)).parent.parent]
             for line in cfg.read_text(encoding="utf-8", errors="replace").splitlines():
                 key, _, value = line.partition("=")
@@ -258,7 +258,7 @@ def project_of(script: Path) -> Path:
     for folder in script.parents:
         if folder in (Path("/"), home):
             break
-        if any((folder / m).exists() for m in PROJECT_MARKERS):
+        if any(os.path.exists(folder / m) for m in PROJECT_MARKERS):
             return folder
     return script.parent
 
@@ -272,7 +272,7 @@ def secret_files(folders: Iterable[Path]) -> tuple[Path, ...]:
     found: set[Path] = set()
     seen = 0
     for top in folders:
-        if not top.is_dir():
+        if not os.path.isdir(top):
             continue
         for here, dirs, files in os.walk(top):
             dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not (Path(here) / d / "pyvenv.cfg").exists()]
@@ -385,7 +385,7 @@ def _mounts(jail: Jail) -> tuple[list[str], list[Path]]:
     after its tmpfs, the suite inside its bound project after the bind), and the tmpfs
     folders made (remounted read-only at the end)."""
     strict = hidden_paths(*jail.strict)
-    bound = tuple(p for p in dict.fromkeys(jail.read_only) if p.exists() and p not in strict)
+    bound = tuple(p for p in dict.fromkeys(jail.read_only) if os.path.exists(p) and p not in strict)
     broad = hidden_paths(*jail.hidden, *ALWAYS_HIDDEN, *_untraversable(bound))
     hidden = (*strict, *(h for h in broad if h not in bound), Path("/tmp"))
     tmpfs = [h for h in hidden[:-1] if _cover(h, hidden, bound) != "hidden"]
@@ -397,7 +397,7 @@ def _mounts(jail: Jail) -> tuple[list[str], list[Path]]:
                 (len(d.parts), 0, ["--perms", "0755", "--dir", str(d)]) for d in _between(p, (*tmpfs, Path("/tmp")))
             ]
         ops.append((len(p.parts), 1, [how, str(p), str(p)]))
-    shown = [f for f in jail.secrets if f.is_file() and _cover(f, hidden, bound) != "hidden"]
+    shown = [f for f in jail.secrets if os.path.isfile(f) and _cover(f, hidden, bound) != "hidden"]
     ops += [(len(f.parts), 2, ["--ro-bind", os.devnull, str(f)]) for f in shown]
     ops.sort(key=lambda op: (op[0], op[1]))
     unique = dict.fromkeys(tuple(op[2]) for op in ops)  # a folder made once for every bind under it

@@ -255,7 +255,9 @@ def _read_only_paths(suite: Suite, argv: list[str]) -> tuple[Path, ...]:
 
 def _bound_secrets(read_only: tuple[Path, ...]) -> tuple[Path, ...]:
     skip = set(interpreter_paths())
-    return secret_files(p for p in read_only if p.is_dir() and p not in skip and not (p / "pyvenv.cfg").exists())
+    return secret_files(
+        p for p in read_only if os.path.isdir(p) and p not in skip and not os.path.exists(p / "pyvenv.cfg")
+    )
 
 
 def hidden_secrets(suite: Suite, read_only: tuple[Path, ...]) -> tuple[Path, ...]:

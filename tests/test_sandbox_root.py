@@ -1,0 +1,124 @@
+"""The sandbox holds as root and as a user (issue 44 item 1), with real bubblewrap: root's
+sandboxed program is an unprivileged uid with no capability and no host root mapped (no
+root-only file read, no mount undone, nothing written outside its workdir); run as a user
+(the evalkit command under setpriv) the same attacks fail. Skipped where no sandbox can
+be made, and the user's half where this test does not run as root."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from evalkit.calls import sandbox
+from evalkit.calls.serve import ScriptedServer
+from evalkit.runfolder.runload import load_run
+from evalkit.running.runner import run_suite
+
+HOSTILE = Path(__file__).parent / "data" / "agents" / "hostile_root.py"
+NOBODY = 65534
+BASE = {
+    "mode": "chat",
+    "generator": {"model": "scripted", "api_key_env": "EVALKIT_ROOT_TEST_KEY"},
+    "temperature": 0.0, "seed": 7, "k": 1, "concurrency": 1, "cost_cap_usd": 1.0,
+    "max_tokens_in": 4000, "max_tokens_out": 40,
+    "price": {"in_per_mtok": 1.0, "out_per_mtok": 2.0}, "judge_price": {"in_per_mtok": 1.0, "out_per_mtok": 2.0},
+    "max_attempts": 1, "arms": [{"name": "baseline"}],
+}
+
+pytestmark = pytest.mark.skipif(sandbox.probe() is not None, reason=f"no sandbox here: {sandbox.probe()}")
+
+
+@pytest.fixture
+def user_dir():
+    """A folder the user can reach (pytest's own are root's alone)."""
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="evalkit-user-test-", dir="/var/tmp"))
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def _suite(root: Path, targets: dict, python: str = "{python}") -> Path:
+    suite = root / "suite"
+    suite.mkdir(parents=True)
+    unit = {"kind": "command", "argv": [python, str(HOSTILE), json.dumps(targets)], "timeout_s": 30}
+    (suite / "config.json").write_text(json.dumps({**BASE, "unit": unit}))
+    cases = [{"id": "h", "input": "q", "tags": ["golden"], "checks": [{"kind": "contains", "value": "uid"}]}]
+    (suite / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
+    return suite
+
+
+def _targets(root: Path, suite: Path) -> dict:
+    token = root / "token"
+    token.write_text("root-only-token")
+    token.chmod(0o600)
+    host_file = root / "host-file.txt"
+    host_file.write_text("root's own\n")
+    return {
+        "read": [str(token), str(suite / "config.json")],
+        "write": [str(host_file), str(suite / "cases.jsonl"), str(root / "runs" / "planted.txt"),
+                  str(Path(sys.prefix) / "planted.txt")],
+    }
+
+
+def _assert_held(report: dict, root: Path, suite: Path) -> None:
+    assert report["uid"] != 0 and report["euid"] != 0 and int(report["cap_eff"], 16) == 0, report
+    assert all(v.startswith("refused") for v in report["reads"].values()), report["reads"]
+    assert all(v.startswith("refused") for v in report["writes"].values()), report["writes"]
+    assert all(v != 0 for v in report["mounts"].values()), report["mounts"]
+    assert (root / "host-file.txt").read_text() == "root's own\n"
+    assert "planted" not in (suite / "cases.jsonl").read_text()
+    assert not (Path(sys.prefix) / "planted.txt").exists() and not (root / "runs" / "planted.txt").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+def test_root_s_sandboxed_program_is_an_unprivileged_uid_that_reads_writes_and_unmounts_nothing(tmp_path):
+    root = tmp_path / "r"
+    root.mkdir()
+    suite = _suite(root, {})
+    (suite / "config.json").write_text(
+        (suite / "config.json").read_text().replace('"{}"', json.dumps(json.dumps(_targets(root, suite))))
+    )
+    with ScriptedServer({"default": {"text": "x"}}) as srv:
+        res = run_suite(suite, runs_dir=root / "runs", base_url=srv.base_url, progress=False)
+    assert res.complete, res.reason
+    report = json.loads(load_run(res.path).samples.output.iloc[0])
+    assert report["uid"] == NOBODY
+    _assert_held(report, root, suite)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to become a user")
+def test_a_user_s_sandboxed_program_reads_writes_and_unmounts_nothing(user_dir):
+    root = user_dir
+    # the user's own interpreter: evalkit's here may be root's alone (under /root)
+    suite = _suite(root, {}, shutil.which("python3", path="/usr/bin:/bin") or "{python}")
+    targets = _targets(root, suite)
+    (suite / "config.json").write_text(
+        (suite / "config.json").read_text().replace('"{}"', json.dumps(json.dumps(targets)))
+    )
+    (root / "runs").mkdir()
+    for p in (root, root / "runs"):
+        p.chmod(0o755)
+    os.chown(root / "runs", NOBODY, NOBODY)  # the user's own runs folder; the suite and files stay root's
+    evalkit = Path(sys.prefix) / "bin" / "evalkit"
+    forwarder = root / "forwarder"  # compiled: the python one runs on evalkit's interpreter
+    if sandbox.build_forwarder(forwarder) is not None:
+        pytest.skip("no C compiler for the forwarder")
+    env = {"PATH": os.environ["PATH"], "HOME": str(root / "runs"), "PYTHONPATH": str(Path(__file__).parents[1]),
+           "EVALKIT_ROOT_TEST_KEY": "k", sandbox.FORWARDER_ENV: str(forwarder)}
+    with ScriptedServer({"default": {"text": "x"}}) as srv:
+        done = subprocess.run(
+            ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--", str(evalkit), "run",
+             str(suite), "--runs-dir", str(root / "runs"), "--base-url", srv.base_url],
+            capture_output=True, text=True, timeout=120, env=env, cwd=root / "runs",
+        )
+    assert done.returncode == 0, done.stderr
+    [run] = [p for p in (root / "runs").iterdir() if p.is_dir()]
+    report = json.loads(load_run(run).samples.output.iloc[0])
+    assert report["uid"] == NOBODY
+    _assert_held(report, root, suite)
