@@ -122,3 +122,60 @@ def test_a_user_s_sandboxed_program_reads_writes_and_unmounts_nothing(user_dir):
     report = json.loads(load_run(run).samples.output.iloc[0])
     assert report["uid"] == NOBODY
     _assert_held(report, root, suite)
+
+
+_MAIN = """import json, os, sys
+from helper import ask  # a sibling module of the agent/ package
+case = json.load(sys.stdin)
+seen = {}
+for name in ("../.env", "../pyproject.toml", "../evals/shop/config.json", "../evals/shop/cases.jsonl"):
+    try:
+        seen[name] = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), name)).read()
+    except OSError as exc:
+        seen[name] = type(exc).__name__
+print(json.dumps({"answer": ask(case["input"]), "seen": seen, "prefix": sys.prefix}))
+"""
+_HELPER = """import openai
+def ask(q):
+    r = openai.OpenAI().chat.completions.create(model=os.environ["EVALKIT_MODEL"], messages=[{"role": "user", "content": q}])
+    return r.choices[0].message.content
+import os
+"""
+
+
+def test_an_agent_in_its_own_project_with_its_own_venv_runs_sandboxed_and_sees_no_secret(tmp_path, monkeypatch, capfd):
+    """Issue 43's layout: a project under $HOME with its own .venv (openai from a .pth),
+    an agent/ package importing a sibling, the suite at evals/shop naming
+    ../../.venv/bin/python, run from the project root: the samples pass sandboxed, the
+    project's .env is hidden (a finding names it), the suite's files are not seen."""
+    home = tmp_path / "home"
+    proj = home / "proj"
+    (proj / "agent").mkdir(parents=True)
+    (proj / "pyproject.toml").write_text("[project]\nname = 'shop'\n")
+    (proj / ".env").write_text("UPSTREAM_KEY=sk-from-the-dotenv")
+    (proj / "agent" / "__init__.py").write_text("")
+    (proj / "agent" / "main.py").write_text(_MAIN)
+    (proj / "agent" / "helper.py").write_text(_HELPER)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(proj / ".venv")], check=True)
+    site = next((proj / ".venv" / "lib").glob("python3*/site-packages"))
+    evalkit_site = next(Path(sys.prefix, "lib").glob("python3*/site-packages"))
+    (site / "parent.pth").write_text(str(evalkit_site) + "\n")  # openai, as the project's own install would
+    suite = proj / "evals" / "shop"
+    suite.mkdir(parents=True)
+    unit = {"kind": "command", "argv": ["../../.venv/bin/python", "../../agent/main.py"], "timeout_s": 60}
+    (suite / "config.json").write_text(json.dumps({**BASE, "unit": unit}))
+    cases = [{"id": "s", "input": "q", "tags": ["golden"], "checks": [{"kind": "contains", "value": "from the proxy"}]}]
+    (suite / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("EVALKIT_ROOT_TEST_KEY", "sk-upstream")
+    monkeypatch.chdir(proj)
+    with ScriptedServer({"default": {"text": "hello from the proxy"}}) as srv:
+        res = run_suite(Path("evals/shop"), runs_dir=proj / "runs", base_url=srv.base_url, progress=False)
+    assert res.complete, (res.reason, capfd.readouterr().err)
+    out = json.loads(load_run(res.path).samples.output.iloc[0])
+    assert out["answer"] == "hello from the proxy" and out["prefix"] == str(proj / ".venv")
+    assert out["seen"]["../.env"] in ("", "PermissionError") and out["seen"]["../pyproject.toml"].startswith("[project]")
+    assert out["seen"]["../evals/shop/config.json"] == "FileNotFoundError"
+    assert out["seen"]["../evals/shop/cases.jsonl"] == "FileNotFoundError"
+    err = capfd.readouterr().err
+    assert "hidden from the sandboxed program" in err and str(proj / ".env") in err
