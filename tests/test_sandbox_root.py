@@ -179,3 +179,23 @@ def test_an_agent_in_its_own_project_with_its_own_venv_runs_sandboxed_and_sees_n
     assert out["seen"]["../evals/shop/cases.jsonl"] == "FileNotFoundError"
     err = capfd.readouterr().err
     assert "hidden from the sandboxed program" in err and str(proj / ".env") in err
+
+
+def test_a_failing_sample_s_stderr_tail_is_under_incomplete_on_the_terminal_and_in_summary_md(tmp_path, capfd):
+    """Issue 43 item 2: the first errored samples' tracebacks (last lines) under INCOMPLETE."""
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "agent.py").write_text("import sys\nsys.stdin.read()\nraise ModuleNotFoundError(\"No module named 'openai'\")\n")
+    unit = {"kind": "command", "argv": ["{python}", "agent.py"], "timeout_s": 30}
+    (suite / "config.json").write_text(json.dumps({**BASE, "unit": unit}))
+    cases = [{"id": f"c{i}", "input": "q", "tags": ["golden"], "checks": [{"kind": "contains", "value": "x"}]}
+             for i in range(4)]
+    (suite / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
+    with ScriptedServer({"default": {"text": "x"}}) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+    assert not res.complete
+    err = capfd.readouterr().err
+    assert err.count("ModuleNotFoundError: No module named 'openai'") == 3 and "stderr of c" in err
+    md = (res.path / "summary.md").read_text()
+    assert md.index("INCOMPLETE") < md.index("ModuleNotFoundError") < md.index("# Run of")
+    assert len(json.loads((res.path / "summary.json").read_text())["stderr_tails"]) == 3
