@@ -17,6 +17,7 @@ import pytest
 from evalkit.calls import sandbox
 from evalkit.calls.serve import ScriptedServer
 from evalkit.runfolder.runload import load_run
+from evalkit.runfolder.trajectories import read_trajectory
 from evalkit.running.runner import run_suite
 
 HOSTILE = Path(__file__).parent / "data" / "agents" / "hostile_root.py"
@@ -199,3 +200,49 @@ def test_a_failing_sample_s_stderr_tail_is_under_incomplete_on_the_terminal_and_
     md = (res.path / "summary.md").read_text()
     assert md.index("INCOMPLETE") < md.index("ModuleNotFoundError") < md.index("# Run of")
     assert len(json.loads((res.path / "summary.json").read_text())["stderr_tails"]) == 3
+
+
+_LEAKER = """import base64, json, os, sys, urllib.parse, urllib.request
+json.load(sys.stdin)
+secrets = [os.environ["OPENAI_API_KEY"], os.environ["GITHUB_TOKEN"]]
+forms = []
+for s in secrets:
+    forms += [s, base64.b64encode(b"x" + s.encode()).decode(), s.encode().hex(), urllib.parse.quote(s + "/", safe="")]
+req = urllib.request.Request(os.environ["EVALKIT_TOOLS_URL"], method="POST",
+    data=json.dumps({"name": "leak", "arguments": {"k": forms[0]}, "result": forms[1]}).encode(),
+    headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"], "Content-Type": "application/json"})
+urllib.request.urlopen(req).read()
+sys.stderr.write(" ".join(forms) + "\\n")
+print("out: " + " ".join(forms))
+"""
+
+
+def test_every_secret_evalkit_holds_is_redacted_from_what_the_program_returns_in_its_encodings_too(tmp_path, capfd,
+                                                                                                 monkeypatch):
+    token = "ghp_" + "A1b2C3d4" * 5
+    monkeypatch.setenv("GITHUB_TOKEN", token)
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "agent.py").write_text(_LEAKER)
+    unit = {"kind": "command", "argv": ["{python}", "agent.py"], "timeout_s": 30, "env": ["GITHUB_TOKEN"]}
+    (suite / "config.json").write_text(json.dumps({**BASE, "unit": unit}))
+    cases = [{"id": "l", "input": "q", "tags": ["golden"], "checks": [{"kind": "contains", "value": "out"}]}]
+    (suite / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
+    with ScriptedServer({"default": {"text": "x"}}) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+    assert res.complete, res.reason
+    import base64
+    import urllib.parse
+
+    written = "".join(p.read_text() for p in res.path.rglob("*.json*"))
+    for form in (token, base64.b64encode(b"x" + token.encode()).decode()[4:-4], token.encode().hex(),
+                 urllib.parse.quote(token + "/", safe="")):
+        assert form not in written
+    sample = load_run(res.path).samples.iloc[0]
+    assert sample.output.count("[redacted by evalkit]") == 8
+    [tool] = [e for e in read_trajectory(res.path, "l", "baseline", 0).events if e["type"] == "tool"]
+    assert json.dumps(tool).count("[redacted by evalkit]") == 2  # the report's proxy token, as is and base64
+    assert sample.agent["stderr_tail"].count("[redacted by evalkit]") == 8
+    err = capfd.readouterr().err
+    assert "a secret evalkit holds was in what the program returned" in err and "GITHUB_TOKEN (base64)" in err
+    assert "the sample's proxy token (hex)" in err

@@ -61,8 +61,10 @@ from evalkit.calls.sandbox import (
     WORKER,
     WORKER_INSIDE,
     Jail,
+    Redactor,
     bwrap_argv,
     environment,
+    held_secrets,
     hidden_paths,
     interpreter_paths,
     own_workdir,
@@ -390,6 +392,7 @@ class AgentRunner:
         self._strict: tuple[Path, ...] = ()
         self._read_only: tuple[Path, ...] = ()
         self._secrets: tuple[Path, ...] = ()
+        self._held = held_secrets(_key_names(self.config))  # redacted from what a program returns
 
     async def start(self) -> AgentRunner:
         # an agent unit on Ray too: its tool loop runs on a node, its calls come back here
@@ -427,7 +430,9 @@ class AgentRunner:
         maps (the first refused or failed call's, `CallStopped` when the run stopped, or
         `UnitCallError` for a program that failed), its `attempts` the HTTP requests its
         calls made, so a sample that paid for anything is on `errors.jsonl`."""
-        writer = TrajectoryWriter(self.run_path, case.id, arm.name, index)
+        redactor = Redactor(self._held)
+        contained = self.unit.kind in ("command", "python")
+        writer = TrajectoryWriter(self.run_path, case.id, arm.name, index, redactor.fields if contained else None)
         session = SampleSession(
             client=self.client,
             key=(case.id, arm.name, index),
@@ -446,7 +451,7 @@ class AgentRunner:
                 if self.unit.kind == "agent":
                     output, stop = await self._tool_loop(session, prompt, seed)
                 else:
-                    output, stop = await self._program(session, case, arm, index, seed, end)
+                    output, stop = await self._program(session, case, arm, index, seed, end, redactor)
             except asyncio.CancelledError:
                 await session.finish("interrupted")
                 raise
@@ -462,9 +467,10 @@ class AgentRunner:
                 raise self._error(session, session.failure)
         except BaseException as exc:
             end.update(status="errored", error=f"{type(exc).__name__}: {exc}")
-            self._end(writer, session, end, None)
+            self._end(writer, session, _said_redacted(session, redactor, end), None)
             raise
         end.update(status="finished", stop=stop)
+        _said_redacted(session, redactor, end)
         self._end(writer, session, end, output)  # written before its results.jsonl line
         last = session.last
         duration_ms = (time.monotonic() - session.started) * 1000
@@ -480,7 +486,7 @@ class AgentRunner:
         }
         if arm.skill_dir:
             agent["skill_dir"] = arm.skill_dir
-        for name in ("exit_status", "stderr_tail", "stdout_tail", "workdir"):
+        for name in ("exit_status", "stderr_tail", "stdout_tail", "workdir", "redacted"):
             if end.get(name) is not None:
                 agent[name] = end[name]
         if self.unit.kind in ("command", "python"):
@@ -493,7 +499,7 @@ class AgentRunner:
             seed=seed,
             model=last.model if last is not None else self.config.generator.model,
             output=output,
-            tool_calls=tuple(session.trace()),
+            tool_calls=tuple(redactor.fields(session.trace()) if contained else session.trace()),
             finish_reason=last.finish_reason if last is not None else None,
             usage=session.usage,
             latency_ms=round(duration_ms, 3),
@@ -517,7 +523,7 @@ class AgentRunner:
             "cost_usd": session.cost_usd,
             "duration_ms": round((time.monotonic() - session.started) * 1000, 3),
         }
-        for name in ("exit_status", "stderr_tail", "stdout_tail", "workdir"):
+        for name in ("exit_status", "stderr_tail", "stdout_tail", "workdir", "redacted"):
             if end.get(name) is not None:
                 line[name] = end[name]
         try:
@@ -645,10 +651,44 @@ class AgentRunner:
         return copied
 
     async def _program(
-        self, session: SampleSession, case: Case, arm: Arm, index: int, seed: int, end: dict[str, Any]
+        self,
+        session: SampleSession,
+        case: Case,
+        arm: Arm,
+        index: int,
+        seed: int,
+        end: dict[str, Any],
+        redactor: Redactor,
     ) -> tuple[str, str]:
+        """The program's output and how it stopped, every secret evalkit holds (its own
+        proxy token too) redacted from them, from its stderr and stdout tails and from the
+        `_Ended` it may raise."""
         assert self.proxy is not None
         ep = self.proxy.open(session)
+        redactor.add("the sample's proxy token", ep.api_key)
+        try:
+            output, stop = await self._run_program(session, case, arm, index, seed, end, ep)
+            return redactor.text(output), stop
+        except _Ended as exc:
+            clean = _Ended(redactor.text(str(exc)), exc.exit_status, redactor.text(exc.stderr_tail))
+            clean.requeue = getattr(exc, "requeue", False)  # type: ignore[attr-defined]
+            raise clean from None
+        finally:
+            for name in ("stderr_tail", "stdout_tail"):
+                if isinstance(end.get(name), str):
+                    end[name] = redactor.text(end[name])
+
+    async def _run_program(
+        self,
+        session: SampleSession,
+        case: Case,
+        arm: Arm,
+        index: int,
+        seed: int,
+        end: dict[str, Any],
+        ep: SampleEndpoint,
+    ) -> tuple[str, str]:
+        assert self.proxy is not None
         workdir, keep = self._workdir(case, arm, index)
         # a case with an exit_code check grades a command's non-zero exit instead of
         # erroring the sample (its output is what it wrote before it exited)
@@ -880,6 +920,17 @@ class AgentRunner:
         if status != 0:
             raise _Ended(f"the {what} exited with {_exit_text(status)}", status, stderr_tail)
         return out, status, stderr_tail
+
+
+def _said_redacted(session: SampleSession, redactor: Redactor, end: dict[str, Any]) -> dict[str, Any]:
+    """`end` with ``redacted`` (the secrets found in what the program returned), each
+    said on stderr as a finding naming the sample."""
+    if redactor.hits:
+        end["redacted"] = sorted(redactor.hits)
+        what = ", ".join(end["redacted"])
+        finding = Finding("warning", f"a secret evalkit holds was in what the program returned, redacted: {what}")
+        print(f"evalkit: {session.label}: {finding}", file=sys.stderr, flush=True)
+    return end
 
 
 def _kill_group(pid: int) -> None:
