@@ -49,7 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -451,7 +451,8 @@ class AgentRunner:
                 if self.unit.kind == "agent":
                     output, stop = await self._tool_loop(session, prompt, seed)
                 else:
-                    output, stop = await self._program(session, case, arm, index, seed, end, redactor)
+                    run = self._program(session, case, arm, index, seed, end, redactor)
+                    output, stop = await _redacted(run, redactor, end)
             except asyncio.CancelledError:
                 await session.finish("interrupted")
                 raise
@@ -660,35 +661,9 @@ class AgentRunner:
         end: dict[str, Any],
         redactor: Redactor,
     ) -> tuple[str, str]:
-        """The program's output and how it stopped, every secret evalkit holds (its own
-        proxy token too) redacted from them, from its stderr and stdout tails and from the
-        `_Ended` it may raise."""
         assert self.proxy is not None
         ep = self.proxy.open(session)
         redactor.add("the sample's proxy token", ep.api_key)
-        try:
-            output, stop = await self._run_program(session, case, arm, index, seed, end, ep)
-            return redactor.text(output), stop
-        except _Ended as exc:
-            clean = _Ended(redactor.text(str(exc)), exc.exit_status, redactor.text(exc.stderr_tail))
-            clean.requeue = getattr(exc, "requeue", False)  # type: ignore[attr-defined]
-            raise clean from None
-        finally:
-            for name in ("stderr_tail", "stdout_tail"):
-                if isinstance(end.get(name), str):
-                    end[name] = redactor.text(end[name])
-
-    async def _run_program(
-        self,
-        session: SampleSession,
-        case: Case,
-        arm: Arm,
-        index: int,
-        seed: int,
-        end: dict[str, Any],
-        ep: SampleEndpoint,
-    ) -> tuple[str, str]:
-        assert self.proxy is not None
         workdir, keep = self._workdir(case, arm, index)
         # a case with an exit_code check grades a command's non-zero exit instead of
         # erroring the sample (its output is what it wrote before it exited)
@@ -920,6 +895,23 @@ class AgentRunner:
         if status != 0:
             raise _Ended(f"the {what} exited with {_exit_text(status)}", status, stderr_tail)
         return out, status, stderr_tail
+
+
+async def _redacted(run: Awaitable[tuple[str, str]], redactor: Redactor, end: dict[str, Any]) -> tuple[str, str]:
+    """A program's output and how it stopped, every secret evalkit holds (its own proxy
+    token too) redacted from them, from its stderr and stdout tails in `end` and from the
+    `_Ended` it may raise."""
+    try:
+        output, stop = await run
+        return redactor.text(output), stop
+    except _Ended as exc:
+        clean = _Ended(redactor.text(str(exc)), exc.exit_status, redactor.text(exc.stderr_tail))
+        clean.requeue = getattr(exc, "requeue", False)  # type: ignore[attr-defined]
+        raise clean from None
+    finally:
+        for name in ("stderr_tail", "stdout_tail"):
+            if isinstance(end.get(name), str):
+                end[name] = redactor.text(end[name])
 
 
 def _said_redacted(session: SampleSession, redactor: Redactor, end: dict[str, Any]) -> dict[str, Any]:
