@@ -246,3 +246,48 @@ def test_every_secret_evalkit_holds_is_redacted_from_what_the_program_returns_in
     err = capfd.readouterr().err
     assert "a secret evalkit holds was in what the program returned" in err and "GITHUB_TOKEN (base64)" in err
     assert "the sample's proxy token (hex)" in err
+
+
+_GREEDY = """import json, os, sys, time
+attack = json.load(sys.stdin)["input"]
+if attack == "file":
+    with open("big", "wb") as f:
+        for _ in range(64):
+            f.write(b"x" * 65536)
+elif attack == "tmp":
+    with open("/tmp/big", "wb") as f:
+        for _ in range(64):
+            f.write(b"x" * 65536)
+elif attack == "memory":
+    hog = bytearray(512 * 1024 * 1024)
+elif attack == "processes":
+    for _ in range(400):
+        if os.fork() == 0:
+            time.sleep(5)
+            os._exit(0)
+print("done " + attack)
+"""
+
+
+def test_each_per_sample_limit_errors_its_sample_naming_the_limit_and_the_run_goes_on(tmp_path):
+    """Issue 44 item 2: a sample past a limit (file size, /tmp, memory, processes) errors,
+    its error naming the limit; the sample beside it passes."""
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "agent.py").write_text(_GREEDY)
+    limits = {"file_size_bytes": 2 * 1024 * 1024, "tmp_bytes": 1024 * 1024, "memory_bytes": 256 * 1024 * 1024,
+              "processes": 40}
+    unit = {"kind": "command", "argv": ["{python}", "agent.py"], "timeout_s": 60, "limits": limits}
+    (suite / "config.json").write_text(json.dumps({**BASE, "concurrency": 1, "unit": unit}))
+    attacks = ("file", "tmp", "memory", "processes", "none")
+    cases = [{"id": a, "input": a, "tags": ["golden"], "checks": [{"kind": "contains", "value": "done"}]}
+             for a in attacks]
+    (suite / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
+    with ScriptedServer({"default": {"text": "x"}}) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+    errors = {e["case_id"]: e["error"] for e in map(json.loads, (res.path / "errors.jsonl").read_text().splitlines())}
+    assert errors.keys() == {"file", "tmp", "memory", "processes"}, errors
+    for attack, name in (("file", "file_size_bytes"), ("tmp", "tmp_bytes"), ("memory", "memory_bytes"),
+                         ("processes", "processes")):
+        assert f"it hit a per-sample limit: limits.{name} = " in errors[attack], errors[attack]
+    assert load_run(res.path).samples.output.tolist() == ["done none\n"]

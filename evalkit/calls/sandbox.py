@@ -201,6 +201,7 @@ class Jail:
     secrets: tuple[Path, ...] = ()
     limits: Limits = Limits()
     strict: tuple[Path, ...] = ()  # hidden whatever is bound around them (the suite, runs and run folders)
+    sharing: int = 1  # the sandboxes that may run at once: root's share one uid, and so its process count
 
 
 def hidden_paths(*paths: Path | str | None) -> tuple[Path, ...]:
@@ -369,6 +370,29 @@ def held_secrets(key_names: Iterable[str], host: Mapping[str, str] | None = None
     }
 
 
+# How a program that hit a per-sample limit says so (its stderr, its exit status), by the
+# limit's name in `Limits`: what names the limit in the errored sample's message.
+_LIMIT_SIGNS = (
+    ("file_size_bytes", re.compile(r"File too large|SIGXFSZ")),
+    ("tmp_bytes", re.compile(r"No space left on device")),
+    ("memory_bytes", re.compile(r"MemoryError|Cannot allocate memory|bad_alloc|out of memory", re.IGNORECASE)),
+    ("processes", re.compile(r"Resource temporarily unavailable|can't start new thread|fork: retry")),
+    ("open_files", re.compile(r"Too many open files")),
+)
+SIGXFSZ = 25  # Linux's signal for a write past RLIMIT_FSIZE
+
+
+def limit_hit(status: int, stderr_tail: str, limits: Limits) -> str | None:
+    """Which per-sample limit a program that failed with `status` hit, as ``limits.NAME =
+    VALUE``, judged by its exit status (`SIGXFSZ`) or its stderr's last lines; else None."""
+    name = "file_size_bytes" if status in (-SIGXFSZ, 128 + SIGXFSZ) else None
+    lines = stderr_tail.strip().splitlines()[-3:]
+    for limit, sign in _LIMIT_SIGNS:
+        if name is None and any(sign.search(line) for line in lines):
+            name = limit
+    return None if name is None else f"it hit a per-sample limit: limits.{name} = {getattr(limits, name)}"
+
+
 # Always hidden: where the host keeps its services' Unix sockets (a read-only bind does
 # not stop a connect(); the network namespace stops only abstract and TCP sockets).
 ALWAYS_HIDDEN = ("/run", "/var/run", "/var/tmp")
@@ -413,12 +437,14 @@ def own_workdir(path: Path) -> None:
         path.chmod(0o711)  # bubblewrap, root without a capability, enters it before dropping to the uid
 
 
-def limit_argv(limits: Limits) -> list[str]:
-    """The ``prlimit`` command that sets a sample's per-process limits inside its sandbox
-    (its own user namespace: the process count is the sample's alone)."""
+def limit_argv(limits: Limits, sharing: int = 1) -> list[str]:
+    """The ``prlimit`` command that sets a sample's per-process limits inside its sandbox.
+    A user's sandbox has a user namespace of its own: the process count is the sample's
+    alone. Root's all run as `SANDBOX_UID`, which the kernel counts together: their
+    limit is `limits.processes` times the `sharing` sandboxes that may run at once."""
     return [
         shutil.which("prlimit") or "/usr/bin/prlimit",
-        f"--nproc={limits.processes}",
+        f"--nproc={limits.processes * (max(1, sharing) if _as_root() else 1)}",
         f"--as={limits.memory_bytes}",
         f"--fsize={limits.file_size_bytes}",
         f"--nofile={limits.open_files}",
@@ -499,7 +525,7 @@ def bwrap_argv(jail: Jail, argv: list[str], *, binary: str | None = None) -> lis
         out += ["--bind", str(jail.socket), SOCKET_INSIDE]
     for h in tmpfs:
         out += ["--remount-ro", str(h)]
-    out += ["--chdir", str(jail.workdir), "--", *unprivileged_prefix(), *limit_argv(jail.limits)]
+    out += ["--chdir", str(jail.workdir), "--", *unprivileged_prefix(), *limit_argv(jail.limits, jail.sharing)]
     if jail.socket is None:
         return out + argv
     forwarder = [FORWARDER_BIN_INSIDE] if compiled is not None else [sys.executable, "-I", "-S", FORWARDER_INSIDE]

@@ -67,6 +67,7 @@ from evalkit.calls.sandbox import (
     held_secrets,
     hidden_paths,
     interpreter_paths,
+    limit_hit,
     own_workdir,
     project_of,
     require,
@@ -756,6 +757,7 @@ class AgentRunner:
             self._secrets,
             self.unit.limits,
             self._strict,
+            self.config.concurrency,
         )
         return bwrap_argv(jail, argv)
 
@@ -852,8 +854,15 @@ class AgentRunner:
         if why is not None:
             raise _Ended(f"{why}; the {what} was killed", status, stderr_tail)
         if status != 0 and not (graded_exit and status > 0):
-            raise _Ended(f"the {what} exited with {_exit_text(status)}", status, stderr_tail)
+            raise _Ended(self._exit_why(status, stderr_tail), status, stderr_tail)
         return bytes(out), status, stderr_tail
+
+    def _exit_why(self, status: int, stderr_tail: str) -> str:
+        """Why a sample's program failed: its exit status, and the per-sample limit it hit
+        when it says so (`evalkit.calls.sandbox.limit_hit`)."""
+        what = "program" if self.unit.kind == "command" else "function's worker"
+        hit = limit_hit(status, stderr_tail, self.unit.limits) if self.unit.isolation == "sandbox" else None
+        return f"the {what} exited with {_exit_text(status)}" + (f": {hit}" if hit else "")
 
     async def _remote_process(
         self, session: SampleSession, payload: dict[str, Any], ep: SampleEndpoint, workdir: Path, end: dict[str, Any]
@@ -869,6 +878,7 @@ class AgentRunner:
             "read_only": [str(p) for p in self._read_only],
             "secrets": [str(p) for p in self._secrets],
             "limits": dataclasses.asdict(self.unit.limits),
+            "sharing": self.config.concurrency,
             "proxy": (self.executor.proxy_connect, self.proxy.port),
             "proxy_root": self.proxy.root,  # as the environment's URLs say it
             "env": child_env(self.config, ep, workdir),
@@ -893,7 +903,7 @@ class AgentRunner:
         if got.get("why"):
             raise _Ended(f"{got['why']}; the {what} was killed", status, stderr_tail)
         if status != 0:
-            raise _Ended(f"the {what} exited with {_exit_text(status)}", status, stderr_tail)
+            raise _Ended(self._exit_why(status, stderr_tail), status, stderr_tail)
         return out, status, stderr_tail
 
 

@@ -655,6 +655,7 @@ def run_sample_process(spec: dict[str, Any]) -> dict[str, Any]:
                 tuple(map(Path, spec.get("secrets", ()))),
                 Limits(**spec.get("limits", {})),
                 tuple(map(Path, spec.get("strict", ()))),
+                int(spec.get("sharing", 1)),
             )
             own_workdir(workdir)
             argv = bwrap_argv(jail, argv)
