@@ -291,3 +291,37 @@ def test_each_per_sample_limit_errors_its_sample_naming_the_limit_and_the_run_go
                          ("processes", "processes")):
         assert f"it hit a per-sample limit: limits.{name} = " in errors[attack], errors[attack]
     assert load_run(res.path).samples.output.tolist() == ["done none\n"]
+
+
+_REPORTER = """import json, os, sys, urllib.error, urllib.request
+case = json.load(sys.stdin)
+n, size = case["input"]["n"], case["input"]["size"]
+for i in range(n):
+    req = urllib.request.Request(os.environ["EVALKIT_TOOLS_URL"], method="POST",
+        data=json.dumps({"name": "t", "arguments": {}, "result": "x" * size}).encode(),
+        headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"], "Content-Type": "application/json"})
+    try:
+        urllib.request.urlopen(req).read()
+    except urllib.error.HTTPError as exc:
+        print("refused", exc.code)
+print("done")
+"""
+
+
+def test_tool_reports_past_their_count_or_size_error_the_sample_naming_the_limit(tmp_path):
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "agent.py").write_text(_REPORTER)
+    unit = {"kind": "command", "argv": ["{python}", "agent.py"], "timeout_s": 60,
+            "limits": {"tool_reports": 3, "tool_report_bytes": 100_000}}
+    (suite / "config.json").write_text(json.dumps({**BASE, "unit": unit}))
+    inputs = {"count": {"n": 5, "size": 10}, "size": {"n": 1, "size": 200_000}, "fine": {"n": 3, "size": 50_000}}
+    cases = [{"id": k, "input": v, "tags": ["golden"], "checks": [{"kind": "contains", "value": "done"}]}
+             for k, v in inputs.items()]
+    (suite / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
+    with ScriptedServer({"default": {"text": "x"}}) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+    errors = {e["case_id"]: e["error"] for e in map(json.loads, (res.path / "errors.jsonl").read_text().splitlines())}
+    assert errors.keys() == {"count", "size"}, errors
+    assert "limits.tool_reports = 3" in errors["count"] and "limits.tool_report_bytes = 100000" in errors["size"]
+    assert len([e for e in read_trajectory(res.path, "count", "baseline", 0).events if e["type"] == "tool"]) == 3

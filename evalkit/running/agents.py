@@ -403,6 +403,7 @@ class AgentRunner:
             self.proxy = await MeteringProxy(host, model=self.config.generator.model).start()
         if self.unit.kind in ("command", "python"):
             assert self.proxy is not None
+            self.proxy.tool_report_limits = (self.unit.limits.tool_report_bytes, self.unit.limits.tool_reports)
             if self.unit.isolation == "sandbox":  # the sandbox's one way out (evalkit.calls.sandbox)
                 self._sockdir = Path(tempfile.mkdtemp(prefix="evalkit-proxy-"))
                 self._socket = Path(await self.proxy.listen_unix(str(self._sockdir / "proxy.sock")))
