@@ -424,7 +424,7 @@ def test_a_compiled_forwarder_older_than_its_source_or_not_built_is_not_used(tmp
     source = sandbox.FORWARDER_C.stat().st_mtime
     os.utime(binary, (source - 60, source - 60))
     assert sandbox.forwarder_binary() is None  # a stale build: the python forwarder runs
-    assert sandbox.bwrap_argv(jail, ["true"])[-8:-5] == [sys.executable, "-I", "-S"]
+    assert sandbox.bwrap_argv(jail, ["true"])[-9:-6] == [sys.executable, "-I", "-S"]  # then --max-connections=N
     assert sandbox.build_forwarder(tmp_path / "broken", cc="false") is not None  # a compiler that fails
     assert not (tmp_path / "broken").exists() and not (tmp_path / "broken.part").exists()
 

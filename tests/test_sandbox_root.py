@@ -325,3 +325,46 @@ def test_tool_reports_past_their_count_or_size_error_the_sample_naming_the_limit
     assert errors.keys() == {"count", "size"}, errors
     assert "limits.tool_reports = 3" in errors["count"] and "limits.tool_report_bytes = 100000" in errors["size"]
     assert len([e for e in read_trajectory(res.path, "count", "baseline", 0).events if e["type"] == "tool"]) == 3
+
+
+_HOARDER = """import json, os, socket, sys, time, urllib.parse
+json.load(sys.stdin)
+url = urllib.parse.urlparse(os.environ["OPENAI_BASE_URL"])
+held, closed = [], 0
+for _ in range(100):
+    s = socket.create_connection((url.hostname, url.port))
+    held.append(s)
+time.sleep(0.5)
+for s in held:
+    s.settimeout(0.2)
+    try:
+        closed += s.recv(1) == b""
+    except OSError:
+        pass
+print(json.dumps({"closed": closed}))
+"""
+
+
+@pytest.mark.parametrize("forwarder", ["compiled", "python"])
+def test_idle_connections_past_proxy_connections_are_closed_and_error_the_sample(tmp_path, monkeypatch, forwarder):
+    if forwarder == "python":
+        monkeypatch.setenv(sandbox.FORWARDER_ENV, "python")
+    else:
+        built = tmp_path / "forwarder"
+        if sandbox.build_forwarder(built) is not None:
+            pytest.skip("no C compiler")
+        monkeypatch.setenv(sandbox.FORWARDER_ENV, str(built))
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "agent.py").write_text(_HOARDER)
+    unit = {"kind": "command", "argv": ["{python}", "agent.py"], "timeout_s": 60, "keep_workdir": True,
+            "limits": {"proxy_connections": 10}}
+    (suite / "config.json").write_text(json.dumps({**BASE, "unit": unit}))
+    cases = [{"id": "c", "input": "q", "tags": ["golden"], "checks": [{"kind": "contains", "value": "closed"}]}]
+    (suite / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
+    with ScriptedServer({"default": {"text": "x"}}) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+    [error] = [json.loads(line)["error"] for line in (res.path / "errors.jsonl").read_text().splitlines()]
+    assert "it hit a per-sample limit: limits.proxy_connections = 10" in error
+    end = read_trajectory(res.path, "c", "baseline", 0).end
+    assert end["exit_status"] == 0 and "limits.proxy_connections = 10" in end["stderr_tail"]

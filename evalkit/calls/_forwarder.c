@@ -5,8 +5,11 @@
  * (evalkit.calls.sandbox.FORWARDER_BIN); where it is absent or older than this file,
  * evalkit runs _forwarder.py instead.
  *
- *   evalkit-forwarder PORT SOCKET -- ARGV...
+ *   evalkit-forwarder [--max-connections=N] PORT SOCKET -- ARGV...
  *
+ * With N, at most N connections are copied at once: one more is closed as it is
+ * accepted, and the first time, a line on the program's stderr names the limit
+ * (`limits.proxy_connections`: evalkit errors the sample that hits it).
  * Listens on 127.0.0.1:PORT (the sandbox has its own network namespace: nothing else is
  * reachable) BEFORE the program starts, so the program's first connect never fails (the
  * kernel queues it in the backlog until it is accepted); forks and execs ARGV in the
@@ -89,18 +92,27 @@ static void back_off(void) {
  * listener that is no longer one (EBADF, EINVAL, ENOTSOCK) ends the server: accept(2) on
  * Linux passes on pending network errors of the new connection (ENETDOWN, EPROTO, ...),
  * to be retried, and EMFILE, ENFILE, ENOBUFS and ENOMEM pass. */
-static void serve(int listener, const char *path) {
+static void serve(int listener, const char *path, int max_conns, int report) {
+    int live = 0, said = 0;
     struct sockaddr_un up_addr;
     memset(&up_addr, 0, sizeof up_addr);
     up_addr.sun_family = AF_UNIX;
     strncpy(up_addr.sun_path, path, sizeof up_addr.sun_path - 1);
-    signal(SIGCHLD, SIG_IGN); /* the connection processes reap themselves */
+    if (max_conns <= 0) signal(SIGCHLD, SIG_IGN); /* the connection processes reap themselves */
     signal(SIGPIPE, SIG_IGN);
     for (;;) {
         int conn = accept(listener, NULL, NULL);
         if (conn < 0) {
             if (errno == EBADF || errno == EINVAL || errno == ENOTSOCK) _exit(1);
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) back_off();
+            continue;
+        }
+        while (max_conns > 0 && waitpid(-1, NULL, WNOHANG) > 0) live--; /* the connections that ended */
+        if (max_conns > 0 && live >= max_conns) {
+            close(conn);
+            if (!said && report >= 0)
+                dprintf(report, "evalkit sandbox: it hit a per-sample limit: limits.proxy_connections = %d\n", max_conns);
+            said = 1;
             continue;
         }
         pid_t pid = fork();
@@ -114,12 +126,19 @@ static void serve(int listener, const char *path) {
         }
         close(conn); /* a failed fork drops this connection (its client sees it closed) */
         if (pid < 0) back_off();
+        if (pid > 0) live++;
     }
 }
 
 int main(int argc, char **argv) {
+    int max_conns = 0;
+    if (argc > 1 && strncmp(argv[1], "--max-connections=", 18) == 0) {
+        max_conns = atoi(argv[1] + 18);
+        argv++;
+        argc--;
+    }
     if (argc < 5 || strcmp(argv[3], "--") != 0) {
-        fputs("usage: evalkit-forwarder PORT SOCKET -- ARGV...\n", stderr);
+        fputs("usage: evalkit-forwarder [--max-connections=N] PORT SOCKET -- ARGV...\n", stderr);
         return 2;
     }
     int port = atoi(argv[1]);
@@ -167,11 +186,13 @@ int main(int argc, char **argv) {
         }
         return 1;
     }
+    int report = fcntl(2, F_DUPFD_CLOEXEC, 3); /* the server's way to name a limit hit */
     int null = open("/dev/null", O_RDWR);
     for (int fd = 0; fd < 3; fd++) dup2(null, fd); /* the program's pipes are its own: their end is its exit */
     if (null > 2) close(null);
-    if (server == 0) serve(listener, path);
+    if (server == 0) serve(listener, path, max_conns, report);
     close(listener);
+    if (report >= 0) close(report);
     int status;
     while (waitpid(program, &status, 0) < 0) {
         if (errno != EINTR) return 1;

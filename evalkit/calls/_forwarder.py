@@ -1,7 +1,10 @@
 """The forwarder inside a sandbox (`evalkit.calls.sandbox`): serves the metering proxy's Unix
 socket on the sandbox's own 127.0.0.1:PORT, then runs the unit's program.
 
-Run by bubblewrap as ``python -I -S _forwarder.py PORT SOCKET -- ARGV...``: it listens
+Run by bubblewrap as ``python -I -S _forwarder.py [--max-connections=N] PORT SOCKET -- ARGV...``
+(with N, at most N connections copied at once: one more is closed as it is accepted, and
+the first time a line on the program's stderr names the limit, ``limits.proxy_connections``,
+as the compiled forwarder does): it listens
 on the loopback port (the sandbox has its own network namespace: nothing else is
 reachable), forks, execs ARGV in the child (which inherits stdin, stdout and stderr),
 lets go of those three itself, and copies each accepted connection to and from the
@@ -71,7 +74,20 @@ _FATAL = (errno.EBADF, errno.EINVAL, errno.ENOTSOCK)
 _SCARCE = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
-def _serve(listener: _socket.socket, path: str) -> None:
+_live = [0]  # the connections being copied
+_live_lock = _thread.allocate_lock()
+
+
+def _counted(conn: _socket.socket, path: str) -> None:
+    try:
+        _serve_one(conn, path)
+    finally:
+        with _live_lock:
+            _live[0] -= 1
+
+
+def _serve(listener: _socket.socket, path: str, most: int = 0, report: int = -1) -> None:
+    said = False
     while True:
         try:
             fd, _ = listener._accept()  # type: ignore[attr-defined]  # _socket's accept: a descriptor
@@ -82,11 +98,23 @@ def _serve(listener: _socket.socket, path: str) -> None:
                 time.sleep(0.01)
             continue
         conn = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM, 0, fd)
+        with _live_lock:
+            full = most > 0 and _live[0] >= most
+            _live[0] += 0 if full else 1
+        if full:
+            conn.close()
+            if not said and report >= 0:
+                line = f"evalkit sandbox: it hit a per-sample limit: limits.proxy_connections = {most}\n"
+                os.write(report, line.encode())
+            said = True
+            continue
         try:
             conn.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
-            _thread.start_new_thread(_serve_one, (conn, path))
+            _thread.start_new_thread(_counted, (conn, path))
         except (OSError, RuntimeError):  # no thread to be had: this connection is dropped
             conn.close()
+            with _live_lock:
+                _live[0] -= 1
             time.sleep(0.01)
 
 
@@ -104,9 +132,12 @@ def _clean_signals() -> None:
 
 
 def main(args: list[str]) -> int:
+    most = 0
+    if args and args[0].startswith("--max-connections="):
+        most, args = int(args[0].partition("=")[2]), args[1:]
     port, path, sep, *argv = args
     if sep != "--" or not argv:
-        sys.stderr.write("usage: _forwarder.py PORT SOCKET -- ARGV...\n")
+        sys.stderr.write("usage: _forwarder.py [--max-connections=N] PORT SOCKET -- ARGV...\n")
         return 2
     listener = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
     listener.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
@@ -121,8 +152,9 @@ def main(args: list[str]) -> int:
         except OSError as exc:
             sys.stderr.write(f"evalkit sandbox: could not start {argv[0]!r}: {exc.strerror or exc}\n")
         os._exit(127)
+    report = os.dup(2)  # the server's way to name a limit hit (close-on-exec: dup's default here)
     try:
-        _thread.start_new_thread(_serve, (listener, path))
+        _thread.start_new_thread(_serve, (listener, path, most, report))
     except RuntimeError as exc:  # reported while stderr is still the sample's; the sandbox ends with it
         sys.stderr.write(f"evalkit sandbox: could not start the proxy's forwarder: {exc}\n")
         os.kill(pid, _signal.SIGKILL)

@@ -382,6 +382,15 @@ _LIMIT_SIGNS = (
 SIGXFSZ = 25  # Linux's signal for a write past RLIMIT_FSIZE
 
 
+_SAID = re.compile(rb"evalkit sandbox: (it hit a per-sample limit: limits\.proxy_connections = \d+)")
+
+
+def limit_said(stderr: bytes) -> list[str]:
+    """The limits the forwarder said a program hit, in `stderr` (its line naming
+    ``limits.proxy_connections``: the connections past it were closed)."""
+    return [m.group(1).decode() for m in _SAID.finditer(stderr)]
+
+
 def limit_hit(status: int, stderr_tail: str, limits: Limits) -> str | None:
     """Which per-sample limit a program that failed with `status` hit, as ``limits.NAME =
     VALUE``, judged by its exit status (`SIGXFSZ`) or its stderr's last lines; else None."""
@@ -529,7 +538,8 @@ def bwrap_argv(jail: Jail, argv: list[str], *, binary: str | None = None) -> lis
     if jail.socket is None:
         return out + argv
     forwarder = [FORWARDER_BIN_INSIDE] if compiled is not None else [sys.executable, "-I", "-S", FORWARDER_INSIDE]
-    return out + [*forwarder, str(jail.port), SOCKET_INSIDE, "--", *argv]
+    most = f"--max-connections={jail.limits.proxy_connections}"
+    return out + [*forwarder, most, str(jail.port), SOCKET_INSIDE, "--", *argv]
 
 
 if __name__ == "__main__":  # `make sandbox`: python -m evalkit.calls.sandbox build

@@ -68,6 +68,7 @@ from evalkit.calls.sandbox import (
     hidden_paths,
     interpreter_paths,
     limit_hit,
+    limit_said,
     own_workdir,
     project_of,
     require,
@@ -810,10 +811,13 @@ class AgentRunner:
                     too_long = True
                     return
 
+        said: list[str] = []  # the forwarder's line naming a limit hit (proxy connections)
+
         async def read_err() -> None:
             assert proc.stderr is not None
             while chunk := await proc.stderr.read(65536):
                 tail.extend(chunk)
+                said.extend(limit_said(bytes(tail[-len(chunk) - 200 :])))
                 del tail[:-STDERR_TAIL_BYTES]
 
         io = [asyncio.ensure_future(f()) for f in (feed, read_out, read_err)]
@@ -854,6 +858,8 @@ class AgentRunner:
         what = "program" if self.unit.kind == "command" else "function's worker"
         if why is not None:
             raise _Ended(f"{why}; the {what} was killed", status, stderr_tail)
+        if said:
+            raise _Ended(f"the {what} {said[0]}", status, stderr_tail)
         if status != 0 and not (graded_exit and status > 0):
             raise _Ended(self._exit_why(status, stderr_tail), status, stderr_tail)
         return bytes(out), status, stderr_tail
@@ -903,6 +909,8 @@ class AgentRunner:
         end.update(exit_status=status, stderr_tail=stderr_tail)
         if got.get("why"):
             raise _Ended(f"{got['why']}; the {what} was killed", status, stderr_tail)
+        if limit_said(stderr_tail.encode()):
+            raise _Ended(f"the {what} {limit_said(stderr_tail.encode())[0]}", status, stderr_tail)
         if status != 0:
             raise _Ended(self._exit_why(status, stderr_tail), status, stderr_tail)
         return out, status, stderr_tail
