@@ -5,7 +5,12 @@
  * (evalkit.calls.sandbox.FORWARDER_BIN); where it is absent or older than this file,
  * evalkit runs _forwarder.py instead.
  *
- *   evalkit-forwarder [--max-connections=N] PORT SOCKET -- ARGV...
+ *   evalkit-forwarder [OPTION...] PORT SOCKET -- ARGV...
+ *
+ * Options, applied before anything else (no extra process to start for them): --nproc=N,
+ * --as=N, --fsize=N, --nofile=N set that resource limit (soft and hard) as prlimit(1)
+ * does; --uid=N (root's sandbox) drops the bounding set, every group and root for uid
+ * and gid N as setpriv(1) does; --max-connections=N: see below.
  *
  * With N, at most N connections are copied at once: one more is closed as it is
  * accepted, and the first time, a line on the program's stderr names the limit
@@ -27,6 +32,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -34,6 +40,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -130,15 +138,57 @@ static void serve(int listener, const char *path, int max_conns, int report) {
     }
 }
 
+/* One resource limit, soft and hard: 0 when set. */
+static int set_limit(int resource, const char *value) {
+    struct rlimit r;
+    r.rlim_cur = r.rlim_max = (rlim_t)strtoull(value, NULL, 10);
+    return setrlimit(resource, &r);
+}
+
+/* Root's sandbox: no capability left to gain, no group, uid and gid `id`: 0 when done. */
+static int drop_to(int id) {
+    for (int cap = 0; cap < 64; cap++) prctl(PR_CAPBSET_DROP, cap, 0, 0, 0); /* EINVAL past the last */
+    return setgroups(0, NULL) || setresgid((gid_t)id, (gid_t)id, (gid_t)id) || setresuid((uid_t)id, (uid_t)id, (uid_t)id);
+}
+
+/* The options before PORT (see the top of this file): how many argv entries they take,
+ * -1 for a bad one or one that could not be applied (said on stderr). */
+static int apply_options(int argc, char **argv, int *max_conns) {
+    static const struct { const char *name; int resource; } limits[] = {
+        {"--nproc=", RLIMIT_NPROC}, {"--as=", RLIMIT_AS}, {"--fsize=", RLIMIT_FSIZE}, {"--nofile=", RLIMIT_NOFILE}};
+    int i = 1, uid = -1;
+    for (; i < argc && strncmp(argv[i], "--", 2) == 0 && strcmp(argv[i], "--") != 0; i++) {
+        const char *a = argv[i];
+        int done = 0;
+        for (size_t k = 0; k < sizeof limits / sizeof limits[0]; k++) {
+            size_t n = strlen(limits[k].name);
+            if (strncmp(a, limits[k].name, n) == 0) {
+                if (set_limit(limits[k].resource, a + n) != 0) {
+                    fprintf(stderr, "evalkit sandbox: could not set %s: %s\n", a, strerror(errno));
+                    return -1;
+                }
+                done = 1;
+            }
+        }
+        if (strncmp(a, "--max-connections=", 18) == 0) *max_conns = atoi(a + 18), done = 1;
+        if (strncmp(a, "--uid=", 6) == 0) uid = atoi(a + 6), done = 1;
+        if (!done) return -1;
+    }
+    if (uid >= 0 && drop_to(uid) != 0) {
+        fprintf(stderr, "evalkit sandbox: could not drop to uid %d: %s\n", uid, strerror(errno));
+        return -1;
+    }
+    return i - 1;
+}
+
 int main(int argc, char **argv) {
     int max_conns = 0;
-    if (argc > 1 && strncmp(argv[1], "--max-connections=", 18) == 0) {
-        max_conns = atoi(argv[1] + 18);
-        argv++;
-        argc--;
-    }
+    int taken = apply_options(argc, argv, &max_conns);
+    if (taken < 0) return 2;
+    argv += taken;
+    argc -= taken;
     if (argc < 5 || strcmp(argv[3], "--") != 0) {
-        fputs("usage: evalkit-forwarder [--max-connections=N] PORT SOCKET -- ARGV...\n", stderr);
+        fputs("usage: evalkit-forwarder [OPTION...] PORT SOCKET -- ARGV...\n", stderr);
         return 2;
     }
     int port = atoi(argv[1]);

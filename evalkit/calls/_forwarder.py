@@ -1,10 +1,11 @@
 """The forwarder inside a sandbox (`evalkit.calls.sandbox`): serves the metering proxy's Unix
 socket on the sandbox's own 127.0.0.1:PORT, then runs the unit's program.
 
-Run by bubblewrap as ``python -I -S _forwarder.py [--max-connections=N] PORT SOCKET -- ARGV...``
-(with N, at most N connections copied at once: one more is closed as it is accepted, and
-the first time a line on the program's stderr names the limit, ``limits.proxy_connections``,
-as the compiled forwarder does): it listens
+Run by bubblewrap as ``python -I -S _forwarder.py [OPTION...] PORT SOCKET -- ARGV...``
+(the options of the compiled forwarder: ``--nproc``, ``--as``, ``--fsize``, ``--nofile``
+limits, ``--uid`` for root's sandbox, and ``--max-connections=N``: at most N connections
+copied at once, one more closed as it is accepted, and the first time a line on the
+program's stderr names the limit, ``limits.proxy_connections``): it listens
 on the loopback port (the sandbox has its own network namespace: nothing else is
 reachable), forks, execs ARGV in the child (which inherits stdin, stdout and stderr),
 lets go of those three itself, and copies each accepted connection to and from the
@@ -131,13 +132,43 @@ def _clean_signals() -> None:
                 pass
 
 
+_LIMITS = {"--nproc": "RLIMIT_NPROC", "--as": "RLIMIT_AS", "--fsize": "RLIMIT_FSIZE", "--nofile": "RLIMIT_NOFILE"}
+
+
+def _apply_options(args: list[str]) -> tuple[int, list[str]]:
+    """The options before PORT, as the compiled forwarder's: resource limits, then
+    ``--uid`` (root's sandbox: no group, that uid and gid); the connection limit and
+    the rest of `args`. ValueError for a bad option, OSError for one not applied."""
+    most, uid = 0, None
+    while args and args[0].startswith("--") and args[0] != "--":
+        name, _, value = args.pop(0).partition("=")
+        if name in _LIMITS:
+            import resource  # only when a limit is asked for
+
+            n = int(value)
+            resource.setrlimit(getattr(resource, _LIMITS[name]), (n, n))
+        elif name == "--max-connections":
+            most = int(value)
+        elif name == "--uid":
+            uid = int(value)
+        else:
+            raise ValueError(name)
+    if uid is not None:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    return most, args
+
+
 def main(args: list[str]) -> int:
-    most = 0
-    if args and args[0].startswith("--max-connections="):
-        most, args = int(args[0].partition("=")[2]), args[1:]
-    port, path, sep, *argv = args
+    try:
+        most, args = _apply_options(list(args))
+        port, path, sep, *argv = args
+    except (OSError, ValueError) as exc:
+        sys.stderr.write(f"evalkit sandbox: bad or failed forwarder option: {exc}\n")
+        return 2
     if sep != "--" or not argv:
-        sys.stderr.write("usage: _forwarder.py [--max-connections=N] PORT SOCKET -- ARGV...\n")
+        sys.stderr.write("usage: _forwarder.py [OPTION...] PORT SOCKET -- ARGV...\n")
         return 2
     listener = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
     listener.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)

@@ -534,12 +534,21 @@ def bwrap_argv(jail: Jail, argv: list[str], *, binary: str | None = None) -> lis
         out += ["--bind", str(jail.socket), SOCKET_INSIDE]
     for h in tmpfs:
         out += ["--remount-ro", str(h)]
-    out += ["--chdir", str(jail.workdir), "--", *unprivileged_prefix(), *limit_argv(jail.limits, jail.sharing)]
-    if jail.socket is None:
-        return out + argv
+    out += ["--chdir", str(jail.workdir), "--"]
+    if jail.socket is None:  # no forwarder: setpriv and prlimit do its part
+        return out + [*unprivileged_prefix(), *limit_argv(jail.limits, jail.sharing)] + argv
     forwarder = [FORWARDER_BIN_INSIDE] if compiled is not None else [sys.executable, "-I", "-S", FORWARDER_INSIDE]
-    most = f"--max-connections={jail.limits.proxy_connections}"
-    return out + [*forwarder, most, str(jail.port), SOCKET_INSIDE, "--", *argv]
+    return out + [*forwarder, *forwarder_options(jail), str(jail.port), SOCKET_INSIDE, "--", *argv]
+
+
+def forwarder_options(jail: Jail) -> list[str]:
+    """What the forwarder applies before it starts the program (no process of their
+    own: each costs a start-up under load): `limit_argv`'s limits, root's drop to
+    `SANDBOX_UID`, and the cap on connections to the proxy."""
+    options = limit_argv(jail.limits, jail.sharing)[1:-1]
+    if _as_root():
+        options.append(f"--uid={SANDBOX_UID}")
+    return [*options, f"--max-connections={jail.limits.proxy_connections}"]
 
 
 if __name__ == "__main__":  # `make sandbox`: python -m evalkit.calls.sandbox build
