@@ -368,3 +368,19 @@ def test_idle_connections_past_proxy_connections_are_closed_and_error_the_sample
     assert "it hit a per-sample limit: limits.proxy_connections = 10" in error
     end = read_trajectory(res.path, "c", "baseline", 0).end
     assert end["exit_status"] == 0 and "limits.proxy_connections = 10" in end["stderr_tail"]
+
+
+def test_the_run_summary_page_shows_the_errored_programs_stderr_tails_escaped(monkeypatch):
+    import types
+
+    import IPython.display
+
+    from evalkit.telling import nb
+
+    shown: list[str] = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj: shown.append(obj.data))
+    run = types.SimpleNamespace(summary={"stderr_tails": [{"sample": "c0/baseline/0", "tail": "Traceback\n<Err>: x"}]})
+    nb.show_stderr_tails(run)
+    assert len(shown) == 1 and "stderr of c0/baseline/0" in shown[0] and "<pre>Traceback\n&lt;Err&gt;: x</pre>" in shown[0]
+    nb.show_stderr_tails(types.SimpleNamespace(summary={}))
+    assert len(shown) == 1
