@@ -1,24 +1,34 @@
 """The sandbox of a command or python unit: the program under test runs under
-bubblewrap, and its only way out is the metering proxy.
+bubblewrap, and its only way out is the metering proxy. docs/agents.md says exactly
+what a program sees and the limits it runs under.
 
-Each sample's process runs as ``bwrap ... -- evalkit-forwarder PORT SOCKET -- ARGV``
-(`bwrap_argv`; the forwarder compiled from ``_forwarder.c`` by `make sandbox`, else
-``python -I -S _forwarder.py``, which costs an interpreter's start-up a sample): new
-user, PID, IPC, UTS and network namespaces; the host's root filesystem bound read-only,
-with the folders that could hold the endpoint's address or key hidden under empty
-read-only tmpfs mounts (the suite folder, the run folder, the runs folder, evalkit's
-working directory and ``$HOME``: `hidden_paths`; and
-`ALWAYS_HIDDEN`, where the host's services keep their Unix sockets), then bound
-back read-only only what the program needs (the interpreter's prefixes, the argv's
-files, the python unit's module, the arms' skill folders, `unit.read_only_paths`); a
-fresh writable working directory of its own (its cwd and ``$HOME``); a tmpfs ``/tmp``;
+Each sample's process runs as ``bwrap ... -- evalkit-forwarder OPTIONS PORT SOCKET --
+ARGV`` (`bwrap_argv`; the forwarder compiled from ``_forwarder.c`` by `make sandbox`,
+else ``python -I -S _forwarder.py``, which costs an interpreter's start-up a sample):
+new PID, IPC, UTS and network namespaces, and, run by a user, a user namespace of its
+own with every capability dropped and no nested one (`namespaces`). Run by root there
+is no user namespace (bubblewrap would map the host's root into it): the mounts are made
+as root, and the forwarder drops to `SANDBOX_UID` (no group, no capability) before the
+program starts, with the per-sample `Limits` (`forwarder_options`: resource limits,
+the cap on its connections to the proxy). The host's root filesystem is bound read-only;
+folders that could hold the endpoint's address or key are hidden under empty read-only
+tmpfs mounts (`_mounts`: evalkit's cwd and ``$HOME``, shown again where the program's
+project or venv is bound; the suite, runs and run folders, hidden inside a bound project
+too; `ALWAYS_HIDDEN`, where the host's services keep their Unix sockets), then bound back
+read-only at the same paths what the program needs (the interpreter's prefixes, the
+argv's files, argv[0]'s venv (`venv_of`), the program's project (`project_of`), the
+python unit's module, the arms' skill folders, `unit.read_only_paths`); files that hold
+secrets by name (`secret_files`) are covered. A fresh writable working directory of its
+own (its cwd and ``$HOME``); a tmpfs ``/tmp`` of `Limits.tmp_bytes`;
 ``--die-with-parent`` and ``--new-session``, so when evalkit kills the sample's process
 group (its timeout, the end of the run) the sandbox's PID 1 dies and the kernel kills
 every process of its namespace, ``setsid`` children included. The proxy's Unix socket
 (`evalkit.calls.proxy.MeteringProxy.listen_unix`) is bound at ``/tmp/.evalkit/proxy.sock``,
 and the forwarder serves it on the sandbox's own ``127.0.0.1:PORT`` (PORT: the proxy's TCP
 port; listening before the program starts, so its first connect never fails), so
-``OPENAI_BASE_URL`` is the same URL inside and out.
+``OPENAI_BASE_URL`` is the same URL inside and out. What the program returns is put
+through a `Redactor` (every secret evalkit holds, in its encoded forms too) before it is
+written; a failed program's error names the limit it hit (`limit_hit`, `limit_said`).
 
 The environment is an allow-list (`environment`), never evalkit's own: `HOST_VARS`
 when set, ``HOME``/``TMPDIR``, the proxy variables, `TELEMETRY_OFF`, and the host
@@ -574,16 +584,31 @@ __all__ = [
     "Jail",
     "NOT_CONTAINED",
     "OUTPUT_FILE",
+    "REDACTED",
+    "Redactor",
+    "SANDBOX_UID",
+    "SECRET_NAMES",
     "TELEMETRY_OFF",
     "WORKER",
     "WORKER_INSIDE",
-    "bwrap_argv",
     "build_forwarder",
+    "bwrap_argv",
     "bwrap_binary",
     "environment",
     "forwarder_binary",
+    "forwarder_options",
+    "held_secrets",
     "hidden_paths",
     "interpreter_paths",
+    "limit_argv",
+    "limit_hit",
+    "limit_said",
+    "namespaces",
+    "own_workdir",
     "probe",
+    "project_of",
     "require",
+    "secret_files",
+    "unprivileged_prefix",
+    "venv_of",
 ]
