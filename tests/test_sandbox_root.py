@@ -384,3 +384,14 @@ def test_the_run_summary_page_shows_the_errored_programs_stderr_tails_escaped(mo
     assert len(shown) == 1 and "stderr of c0/baseline/0" in shown[0] and "<pre>Traceback\n&lt;Err&gt;: x</pre>" in shown[0]
     nb.show_stderr_tails(types.SimpleNamespace(summary={}))
     assert len(shown) == 1
+
+
+def test_tmp_is_mounted_once_sized_and_writable_whatever_is_hidden(tmp_path):
+    """evalkit run from /tmp (its cwd hidden) must not mount a second, unsized, read-only /tmp."""
+    work = tmp_path / "work"
+    work.mkdir()
+    jail = sandbox.Jail(work, None, 0, sandbox.hidden_paths("/tmp", tmp_path), sandbox.interpreter_paths(),
+                        limits=sandbox.Limits(tmp_bytes=1234567))
+    argv = sandbox.bwrap_argv(jail, ["true"])
+    at = [i for i, a in enumerate(argv) if a == "/tmp" and argv[i - 1] in ("--tmpfs", "--remount-ro")]
+    assert len(at) == 1 and argv[at[0] - 5 : at[0]] == ["--size", "1234567", "--perms", "1777", "--tmpfs"]

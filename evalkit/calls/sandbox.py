@@ -511,7 +511,7 @@ def _mounts(jail: Jail) -> tuple[list[str], list[Path]]:
     strict = hidden_paths(*jail.strict)
     bound = tuple(p for p in dict.fromkeys(jail.read_only) if os.path.exists(p) and p not in strict)
     broad = hidden_paths(*jail.hidden, *ALWAYS_HIDDEN, *_untraversable(bound))
-    hidden = (*strict, *(h for h in broad if h not in bound), Path("/tmp"))
+    hidden = (*strict, *(h for h in broad if h not in bound and h != Path("/tmp")), Path("/tmp"))  # /tmp: its own
     tmpfs = [h for h in hidden[:-1] if _cover(h, hidden, bound) != "hidden"]
     ops = [(len(h.parts), 0, ["--tmpfs", str(h)]) for h in tmpfs]
     binds = [(p, "--ro-bind") for p in bound if _cover(p, hidden, bound) == "hidden"]
