@@ -395,3 +395,19 @@ def test_tmp_is_mounted_once_sized_and_writable_whatever_is_hidden(tmp_path):
     argv = sandbox.bwrap_argv(jail, ["true"])
     at = [i for i, a in enumerate(argv) if a == "/tmp" and argv[i - 1] in ("--tmpfs", "--remount-ro")]
     assert len(at) == 1 and argv[at[0] - 5 : at[0]] == ["--size", "1234567", "--perms", "1777", "--tmpfs"]
+
+
+def test_a_ray_node_holds_at_most_the_local_stdout_limit_of_a_sample_and_kills_it_past_that():
+    """Issue 44 item 5: a node read a sample's whole stdout (768 MiB); now, as locally, at
+    most max_output + 1 bytes, the program's group killed past it, the stderr tail bounded."""
+    from evalkit.running.executors import _bounded_communicate
+
+    script = "import sys\nsys.stderr.write('e' * 100000)\nwhile True:\n    sys.stdout.write('x' * 65536)\n"
+    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    out, err, why = _bounded_communicate(proc, b"{}\n", 30.0, 1024 * 1024, 4096)
+    assert len(out) == 1024 * 1024 + 1 and len(err) == 4096 and why == "its stdout passed 1048576 bytes"
+    assert proc.wait(timeout=10) < 0  # killed
+    slow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    assert _bounded_communicate(slow, b"{}\n", 0.5, 100, 100)[2] == "timed out after 0.5s"
