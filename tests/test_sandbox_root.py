@@ -411,3 +411,31 @@ def test_a_ray_node_holds_at_most_the_local_stdout_limit_of_a_sample_and_kills_i
     slow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     assert _bounded_communicate(slow, b"{}\n", 0.5, 100, 100)[2] == "timed out after 0.5s"
+
+
+def test_limits_are_validated_and_an_absolute_read_only_path_is_bound(tmp_path):
+    """Issue 43: absolute read_only_paths accepted (and bound); a relative one may not leave
+    the suite; `unit.limits` takes whole numbers above 0 under known names (exit 2 naming the key)."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "facts.txt").write_text("the shared facts")
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "agent.py").write_text(f"import sys\nsys.stdin.read()\nprint(open({str(shared / 'facts.txt')!r}).read())\n")
+    cases = [{"id": "a", "input": "q", "tags": ["golden"], "checks": [{"kind": "contains", "value": "facts"}]}]
+    (suite / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
+    evalkit = Path(sys.prefix) / "bin" / "evalkit"
+    env = {**os.environ, "EVALKIT_ROOT_TEST_KEY": "k", "PYTHONPATH": str(Path(__file__).parents[1])}
+    for unit_extra, key in (({"limits": {"processes": 0}}, "$.unit.limits.processes"),
+                            ({"limits": {"bogus": 1}}, "$.unit.limits.bogus"),
+                            ({"read_only_paths": ["../shared"]}, "$.unit.read_only_paths[0]")):
+        unit = {"kind": "command", "argv": ["{python}", "agent.py"], **unit_extra}
+        (suite / "config.json").write_text(json.dumps({**BASE, "unit": unit}))
+        done = subprocess.run([str(evalkit), "lint", str(suite)], capture_output=True, text=True, timeout=120, env=env)
+        assert done.returncode == 2 and key in done.stderr, (key, done.stderr)
+    unit = {"kind": "command", "argv": ["{python}", "agent.py"], "read_only_paths": [str(shared)]}
+    (suite / "config.json").write_text(json.dumps({**BASE, "unit": unit}))
+    with ScriptedServer({"default": {"text": "x"}}) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+    assert res.complete, res.reason
+    assert load_run(res.path).samples.output.iloc[0] == "the shared facts\n"
