@@ -439,3 +439,31 @@ def test_limits_are_validated_and_an_absolute_read_only_path_is_bound(tmp_path):
         res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
     assert res.complete, res.reason
     assert load_run(res.path).samples.output.iloc[0] == "the shared facts\n"
+
+
+def test_secret_files_are_found_by_name_and_a_git_config_only_with_credentials(tmp_path):
+    proj = tmp_path / "p"
+    for rel in (".env", ".env.prod", "certs/server.pem", "deploy/id.key", ".netrc", "src/app.py",
+                ".venv/lib/cacert.pem", "node_modules/x/test.key", ".git/config"):
+        (proj / rel).parent.mkdir(parents=True, exist_ok=True)
+        (proj / rel).write_text("x")
+    names = {p.relative_to(proj).as_posix() for p in sandbox.secret_files([proj])}
+    assert names == {".env", ".env.prod", "certs/server.pem", "deploy/id.key", ".netrc"}
+    (proj / ".git" / "config").write_text('[remote "o"]\n\turl = https://me:ghp_abc@github.com/o/r\n')
+    assert proj / ".git" / "config" in sandbox.secret_files([proj])
+
+
+def test_the_redactor_finds_a_secret_in_any_base64_offset_hex_and_url_encoding():
+    import base64
+    import urllib.parse
+
+    secret = "sk-proj-" + "Zq9" * 10
+    r = sandbox.Redactor({"OPENAI_API_KEY": secret})
+    for prefix in (b"", b"a", b"ab"):
+        blob = base64.b64encode(prefix + secret.encode() + b" tail").decode()
+        assert secret not in r.text(blob) and "[redacted by evalkit]" in r.text(blob)
+    assert r.text(secret.encode().hex().upper()) == "[redacted by evalkit]"
+    assert r.text("k=" + urllib.parse.quote(secret + "/", safe="")).startswith("k=[redacted by evalkit]")
+    assert r.fields({"a": [secret]}) == {"a": ["[redacted by evalkit]"]}
+    assert {"OPENAI_API_KEY (base64)", "OPENAI_API_KEY (hex)", "OPENAI_API_KEY (as is)"} <= r.hits
+    assert sandbox.Redactor({"SHORT": "abc"}).text("abc") == "abc"  # too short to be taken for a secret

@@ -317,8 +317,11 @@ def _encodings(secret: str) -> dict[str, str]:
     from urllib.parse import quote, quote_plus
 
     raw = secret.encode("utf-8", "surrogatepass")
-    forms = {secret: "as is", raw.hex(): "hex", raw.hex().upper(): "hex", quote(secret, safe=""): "URL-encoded"}
-    forms.setdefault(quote_plus(secret), "URL-encoded")
+    forms: dict[str, str] = {}
+    for form, how in ((secret, "as is"), (raw.hex(), "hex"), (raw.hex().upper(), "hex")):
+        forms.setdefault(form, how)
+    for form in (quote(secret, safe=""), quote_plus(secret)):
+        forms.setdefault(form, "URL-encoded")
     for k in range(3):
         for name, enc in (("base64", base64.b64encode), ("base64", base64.urlsafe_b64encode)):
             text = enc(b"\0" * k + raw).decode("ascii")
