@@ -132,6 +132,7 @@ def _unix_listener(path: Path) -> socket.socket:
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.bind(str(path))
     s.listen(8)
+    path.chmod(0o666)  # root's sandbox runs as another uid (as a run's proxy socket)
     return s
 
 
@@ -140,6 +141,7 @@ def startup(n: int, block: int = 1) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="evalkit-bench-"))
     work = tmp / "work"
     work.mkdir()
+    sandbox.own_workdir(work)  # as a run hands it to root's sandbox uid
     listener = _unix_listener(tmp / "proxy.sock")
     argv = [sys.executable, "-I", "-S", "-c", "pass"]
     env = sandbox.environment({}, work)
@@ -186,9 +188,11 @@ def hop(calls: int, rounds: int) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="evalkit-bench-"))
     work = tmp / "work"
     work.mkdir()
+    sandbox.own_workdir(work)  # as a run hands it to root's sandbox uid
     sock = tmp / "proxy.sock"
     server, upstream = _start(_SERVER)
     proxy, url = _start(_PROXY, upstream, str(sock))
+    sock.chmod(0o666)  # as a run's proxy socket
     port = int(url.split(":")[2].split("/")[0])
     env = sandbox.environment({}, work)
     direct = [sys.executable, "-c", _CLIENT]

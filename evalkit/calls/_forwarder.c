@@ -5,8 +5,16 @@
  * (evalkit.calls.sandbox.FORWARDER_BIN); where it is absent or older than this file,
  * evalkit runs _forwarder.py instead.
  *
- *   evalkit-forwarder PORT SOCKET -- ARGV...
+ *   evalkit-forwarder [OPTION...] PORT SOCKET -- ARGV...
  *
+ * Options, applied before anything else (no extra process to start for them): --nproc=N,
+ * --as=N, --fsize=N, --nofile=N set that resource limit (soft and hard) as prlimit(1)
+ * does; --uid=N (root's sandbox) drops the bounding set, every group and root for uid
+ * and gid N as setpriv(1) does; --max-connections=N: see below.
+ *
+ * With N, at most N connections are copied at once: one more is closed as it is
+ * accepted, and the first time, a line on the program's stderr names the limit
+ * (`limits.proxy_connections`: evalkit errors the sample that hits it).
  * Listens on 127.0.0.1:PORT (the sandbox has its own network namespace: nothing else is
  * reachable) BEFORE the program starts, so the program's first connect never fails (the
  * kernel queues it in the backlog until it is accepted); forks and execs ARGV in the
@@ -24,6 +32,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -31,6 +40,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -89,18 +100,27 @@ static void back_off(void) {
  * listener that is no longer one (EBADF, EINVAL, ENOTSOCK) ends the server: accept(2) on
  * Linux passes on pending network errors of the new connection (ENETDOWN, EPROTO, ...),
  * to be retried, and EMFILE, ENFILE, ENOBUFS and ENOMEM pass. */
-static void serve(int listener, const char *path) {
+static void serve(int listener, const char *path, int max_conns, int report) {
+    int live = 0, said = 0;
     struct sockaddr_un up_addr;
     memset(&up_addr, 0, sizeof up_addr);
     up_addr.sun_family = AF_UNIX;
     strncpy(up_addr.sun_path, path, sizeof up_addr.sun_path - 1);
-    signal(SIGCHLD, SIG_IGN); /* the connection processes reap themselves */
+    if (max_conns <= 0) signal(SIGCHLD, SIG_IGN); /* the connection processes reap themselves */
     signal(SIGPIPE, SIG_IGN);
     for (;;) {
         int conn = accept(listener, NULL, NULL);
         if (conn < 0) {
             if (errno == EBADF || errno == EINVAL || errno == ENOTSOCK) _exit(1);
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) back_off();
+            continue;
+        }
+        while (max_conns > 0 && waitpid(-1, NULL, WNOHANG) > 0) live--; /* the connections that ended */
+        if (max_conns > 0 && live >= max_conns) {
+            close(conn);
+            if (!said && report >= 0)
+                dprintf(report, "evalkit sandbox: it hit a per-sample limit: limits.proxy_connections = %d\n", max_conns);
+            said = 1;
             continue;
         }
         pid_t pid = fork();
@@ -114,12 +134,61 @@ static void serve(int listener, const char *path) {
         }
         close(conn); /* a failed fork drops this connection (its client sees it closed) */
         if (pid < 0) back_off();
+        if (pid > 0) live++;
     }
 }
 
+/* One resource limit, soft and hard: 0 when set. */
+static int set_limit(int resource, const char *value) {
+    struct rlimit r;
+    r.rlim_cur = r.rlim_max = (rlim_t)strtoull(value, NULL, 10);
+    return setrlimit(resource, &r);
+}
+
+/* Root's sandbox: no capability left to gain, no group, uid and gid `id`: 0 when done. */
+static int drop_to(int id) {
+    for (int cap = 0; cap < 64; cap++) prctl(PR_CAPBSET_DROP, cap, 0, 0, 0); /* EINVAL past the last */
+    return setgroups(0, NULL) || setresgid((gid_t)id, (gid_t)id, (gid_t)id) || setresuid((uid_t)id, (uid_t)id, (uid_t)id);
+}
+
+/* The options before PORT (see the top of this file): how many argv entries they take,
+ * -1 for a bad one or one that could not be applied (said on stderr). */
+static int apply_options(int argc, char **argv, int *max_conns) {
+    static const struct { const char *name; int resource; } limits[] = {
+        {"--nproc=", RLIMIT_NPROC}, {"--as=", RLIMIT_AS}, {"--fsize=", RLIMIT_FSIZE}, {"--nofile=", RLIMIT_NOFILE}};
+    int i = 1, uid = -1;
+    for (; i < argc && strncmp(argv[i], "--", 2) == 0 && strcmp(argv[i], "--") != 0; i++) {
+        const char *a = argv[i];
+        int done = 0;
+        for (size_t k = 0; k < sizeof limits / sizeof limits[0]; k++) {
+            size_t n = strlen(limits[k].name);
+            if (strncmp(a, limits[k].name, n) == 0) {
+                if (set_limit(limits[k].resource, a + n) != 0) {
+                    fprintf(stderr, "evalkit sandbox: could not set %s: %s\n", a, strerror(errno));
+                    return -1;
+                }
+                done = 1;
+            }
+        }
+        if (strncmp(a, "--max-connections=", 18) == 0) *max_conns = atoi(a + 18), done = 1;
+        if (strncmp(a, "--uid=", 6) == 0) uid = atoi(a + 6), done = 1;
+        if (!done) return -1;
+    }
+    if (uid >= 0 && drop_to(uid) != 0) {
+        fprintf(stderr, "evalkit sandbox: could not drop to uid %d: %s\n", uid, strerror(errno));
+        return -1;
+    }
+    return i - 1;
+}
+
 int main(int argc, char **argv) {
+    int max_conns = 0;
+    int taken = apply_options(argc, argv, &max_conns);
+    if (taken < 0) return 2;
+    argv += taken;
+    argc -= taken;
     if (argc < 5 || strcmp(argv[3], "--") != 0) {
-        fputs("usage: evalkit-forwarder PORT SOCKET -- ARGV...\n", stderr);
+        fputs("usage: evalkit-forwarder [OPTION...] PORT SOCKET -- ARGV...\n", stderr);
         return 2;
     }
     int port = atoi(argv[1]);
@@ -167,11 +236,13 @@ int main(int argc, char **argv) {
         }
         return 1;
     }
+    int report = fcntl(2, F_DUPFD_CLOEXEC, 3); /* the server's way to name a limit hit */
     int null = open("/dev/null", O_RDWR);
     for (int fd = 0; fd < 3; fd++) dup2(null, fd); /* the program's pipes are its own: their end is its exit */
     if (null > 2) close(null);
-    if (server == 0) serve(listener, path);
+    if (server == 0) serve(listener, path, max_conns, report);
     close(listener);
+    if (report >= 0) close(report);
     int status;
     while (waitpid(program, &status, 0) < 0) {
         if (errno != EINTR) return 1;

@@ -1,7 +1,11 @@
 """The forwarder inside a sandbox (`evalkit.calls.sandbox`): serves the metering proxy's Unix
 socket on the sandbox's own 127.0.0.1:PORT, then runs the unit's program.
 
-Run by bubblewrap as ``python -I -S _forwarder.py PORT SOCKET -- ARGV...``: it listens
+Run by bubblewrap as ``python -I -S _forwarder.py [OPTION...] PORT SOCKET -- ARGV...``
+(the options of the compiled forwarder: ``--nproc``, ``--as``, ``--fsize``, ``--nofile``
+limits, ``--uid`` for root's sandbox, and ``--max-connections=N``: at most N connections
+copied at once, one more closed as it is accepted, and the first time a line on the
+program's stderr names the limit, ``limits.proxy_connections``): it listens
 on the loopback port (the sandbox has its own network namespace: nothing else is
 reachable), forks, execs ARGV in the child (which inherits stdin, stdout and stderr),
 lets go of those three itself, and copies each accepted connection to and from the
@@ -71,7 +75,20 @@ _FATAL = (errno.EBADF, errno.EINVAL, errno.ENOTSOCK)
 _SCARCE = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
-def _serve(listener: _socket.socket, path: str) -> None:
+_live = [0]  # the connections being copied
+_live_lock = _thread.allocate_lock()
+
+
+def _counted(conn: _socket.socket, path: str) -> None:
+    try:
+        _serve_one(conn, path)
+    finally:
+        with _live_lock:
+            _live[0] -= 1
+
+
+def _serve(listener: _socket.socket, path: str, most: int = 0, report: int = -1) -> None:
+    said = False
     while True:
         try:
             fd, _ = listener._accept()  # type: ignore[attr-defined]  # _socket's accept: a descriptor
@@ -82,11 +99,23 @@ def _serve(listener: _socket.socket, path: str) -> None:
                 time.sleep(0.01)
             continue
         conn = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM, 0, fd)
+        with _live_lock:
+            full = most > 0 and _live[0] >= most
+            _live[0] += 0 if full else 1
+        if full:
+            conn.close()
+            if not said and report >= 0:
+                line = f"evalkit sandbox: it hit a per-sample limit: limits.proxy_connections = {most}\n"
+                os.write(report, line.encode())
+            said = True
+            continue
         try:
             conn.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
-            _thread.start_new_thread(_serve_one, (conn, path))
+            _thread.start_new_thread(_counted, (conn, path))
         except (OSError, RuntimeError):  # no thread to be had: this connection is dropped
             conn.close()
+            with _live_lock:
+                _live[0] -= 1
             time.sleep(0.01)
 
 
@@ -103,10 +132,43 @@ def _clean_signals() -> None:
                 pass
 
 
+_LIMITS = {"--nproc": "RLIMIT_NPROC", "--as": "RLIMIT_AS", "--fsize": "RLIMIT_FSIZE", "--nofile": "RLIMIT_NOFILE"}
+
+
+def _apply_options(args: list[str]) -> tuple[int, list[str]]:
+    """The options before PORT, as the compiled forwarder's: resource limits, then
+    ``--uid`` (root's sandbox: no group, that uid and gid); the connection limit and
+    the rest of `args`. ValueError for a bad option, OSError for one not applied."""
+    most, uid = 0, None
+    while args and args[0].startswith("--") and args[0] != "--":
+        name, _, value = args.pop(0).partition("=")
+        if name in _LIMITS:
+            import resource  # only when a limit is asked for
+
+            n = int(value)
+            resource.setrlimit(getattr(resource, _LIMITS[name]), (n, n))
+        elif name == "--max-connections":
+            most = int(value)
+        elif name == "--uid":
+            uid = int(value)
+        else:
+            raise ValueError(name)
+    if uid is not None:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    return most, args
+
+
 def main(args: list[str]) -> int:
-    port, path, sep, *argv = args
+    try:
+        most, args = _apply_options(list(args))
+        port, path, sep, *argv = args
+    except (OSError, ValueError) as exc:
+        sys.stderr.write(f"evalkit sandbox: bad or failed forwarder option: {exc}\n")
+        return 2
     if sep != "--" or not argv:
-        sys.stderr.write("usage: _forwarder.py PORT SOCKET -- ARGV...\n")
+        sys.stderr.write("usage: _forwarder.py [OPTION...] PORT SOCKET -- ARGV...\n")
         return 2
     listener = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
     listener.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
@@ -121,8 +183,9 @@ def main(args: list[str]) -> int:
         except OSError as exc:
             sys.stderr.write(f"evalkit sandbox: could not start {argv[0]!r}: {exc.strerror or exc}\n")
         os._exit(127)
+    report = os.dup(2)  # the server's way to name a limit hit (close-on-exec: dup's default here)
     try:
-        _thread.start_new_thread(_serve, (listener, path))
+        _thread.start_new_thread(_serve, (listener, path, most, report))
     except RuntimeError as exc:  # reported while stderr is still the sample's; the sandbox ends with it
         sys.stderr.write(f"evalkit sandbox: could not start the proxy's forwarder: {exc}\n")
         os.kill(pid, _signal.SIGKILL)

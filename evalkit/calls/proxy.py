@@ -243,6 +243,9 @@ class MeteringProxy:
         self._calls: dict[str, CallHandler] = {}  # tokens of prompt samples' calls (`open_call`)
         self._runner: web.AppRunner | None = None
         self.requests = 0
+        # (bytes of one, reports per sample): a sandboxed unit's `unit.limits` (evalkit.calls.sandbox)
+        self.tool_report_limits: tuple[int, int] | None = None
+        self._reports: dict[int, int] = {}  # tool reports per sample (by its session's id)
 
     @property
     def root(self) -> str:
@@ -309,6 +312,7 @@ class MeteringProxy:
         """Stop serving the sample of `token`: later calls get 401; calls in flight are cut."""
         session = self._sessions.pop(token, None)
         if session is not None:
+            self._reports.pop(id(session), None)
             await session.finish(reason)
 
     # -- handlers ------------------------------------------------------------------------
@@ -495,6 +499,7 @@ class MeteringProxy:
         session: SampleSession | None = None
         try:
             session = self._session(request)
+            await self._report_within_limits(request, session)
             body = await self._body(request)
             name = body.get("name")
             if not isinstance(name, str) or not name:
@@ -511,6 +516,21 @@ class MeteringProxy:
         return web.Response(
             text=storable_json({"content": answer.content, "error": answer.error}), content_type="application/json"
         )
+
+    async def _report_within_limits(self, request: web.Request, session: SampleSession) -> None:
+        """`_Refusal` (the sample errored, naming the limit) for a tool report past
+        `tool_report_limits`: more reports than a sample may post, or a larger one."""
+        if self.tool_report_limits is None:
+            return
+        most_bytes, most = self.tool_report_limits
+        self._reports[id(session)] = n = self._reports.get(id(session), 0) + 1
+        if n > most:
+            why = f"evalkit: it hit a per-sample limit: limits.tool_reports = {most}"
+            raise _Refusal(429, why, "invalid_request_error", "limit_tool_reports")
+        size = request.content_length if request.content_length is not None else len(await request.read())
+        if size > most_bytes:
+            why = f"evalkit: it hit a per-sample limit: limits.tool_report_bytes = {most_bytes} (a report of {size})"
+            raise _Refusal(413, why, "invalid_request_error", "limit_tool_report_bytes")
 
     async def _unknown(self, request: web.Request) -> web.Response:
         parts = request.path.split("/")

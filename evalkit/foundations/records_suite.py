@@ -122,6 +122,25 @@ class Resources:
 
 
 @dataclass(frozen=True)
+class Limits:
+    """What one sample of a command or python unit may take (`unit.limits`,
+    `evalkit.calls.sandbox`), so one hostile or runaway program cannot take the run down:
+    processes and threads, address space per process, the size of any file it writes,
+    its ``/tmp`` (a tmpfs in host memory), its open files, its open connections to the
+    proxy, and the tool reports it posts (each one's bytes, and how many). A hit errors
+    that sample, naming the limit; the run goes on."""
+
+    processes: int = 256
+    memory_bytes: int = 4 * 1024**3
+    file_size_bytes: int = 256 * 1024**2
+    tmp_bytes: int = 256 * 1024**2
+    open_files: int = 1024
+    proxy_connections: int = 64
+    tool_report_bytes: int = 1024**2
+    tool_reports: int = 1000
+
+
+@dataclass(frozen=True)
 class Executor:
     """Where a run's samples execute (`config.json` -> `executor`, or `evalkit run --ray`):
     ``local`` (this process, the default) or ``ray``: one Ray task per sample on the
@@ -150,9 +169,10 @@ class Unit:
     # command and python units (evalkit.calls.sandbox): "sandbox" (bubblewrap) or "none"
     isolation: str = "sandbox"
     keep_workdir: bool = False  # keep each sample's working directory in the run folder
-    read_only_paths: tuple[str, ...] = ()  # suite-relative paths bound read-only into the sandbox
+    read_only_paths: tuple[str, ...] = ()  # paths (suite-relative or absolute) bound read-only into the sandbox
     env: tuple[str, ...] = ()  # names of evalkit's environment variables passed to the program
     resources: Resources = field(default_factory=Resources)  # what a sample holds of a Ray node
+    limits: Limits = field(default_factory=Limits)  # what one sample may take (evalkit.calls.sandbox)
 
 
 @dataclass(frozen=True)

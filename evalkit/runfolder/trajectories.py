@@ -36,7 +36,7 @@ the last attempt, and says whether it finished. Lines are whole-line appends
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,7 +55,15 @@ class TrajectoryWriter:
     sample starts over after them). Raises `DiskFull` (from `AppendLog`) when there is no
     room; what was written stays whole lines."""
 
-    def __init__(self, run_path: str | Path, case_id: str, arm: str, index: int) -> None:
+    def __init__(
+        self,
+        run_path: str | Path,
+        case_id: str,
+        arm: str,
+        index: int,
+        redact: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> None:
+        self.redact = redact  # applied to every line before it is written (a sandboxed program's secrets)
         self.relpath = trajectory_relpath(case_id, arm, index)
         self.path = Path(run_path) / self.relpath
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -69,6 +77,8 @@ class TrajectoryWriter:
         """Append one line of `kind` (`start`, `model_call`, `tool`, `end`); after `close`, nothing."""
         if self._log is None:
             return
+        if self.redact is not None:
+            fields = self.redact(fields)
         self._log.append({"type": kind, "attempt": self.attempt, "t": round(time.time(), 3), **fields})
 
     def close(self) -> None:

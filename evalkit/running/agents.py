@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -48,7 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,11 +61,19 @@ from evalkit.calls.sandbox import (
     WORKER,
     WORKER_INSIDE,
     Jail,
+    Redactor,
     bwrap_argv,
     environment,
+    held_secrets,
     hidden_paths,
     interpreter_paths,
+    limit_hit,
+    limit_said,
+    own_workdir,
+    project_of,
     require,
+    secret_files,
+    venv_of,
 )
 from evalkit.calls.session import Key, SampleSession, TwinShare
 from evalkit.foundations.errors import (
@@ -76,6 +85,7 @@ from evalkit.foundations.errors import (
     ReplayMiss,
     UnitCallError,
 )
+from evalkit.foundations.findings import Finding
 from evalkit.foundations.layout import workdir_relpath
 from evalkit.foundations.records import Arm, Case, Config, Sample, Suite
 from evalkit.runfolder.trajectories import TrajectoryWriter
@@ -100,7 +110,8 @@ def tool_names(config: Config) -> tuple[str, ...] | None:
 def program_argv(suite: Suite) -> list[str]:
     """A command unit's argv with ``{python}`` and ``{suite}`` filled in, and every entry
     naming a file of the suite folder made absolute (the program runs in a working
-    directory of its own: `evalkit.calls.sandbox`); `InputError` (before anything is written)
+    directory of its own: `evalkit.calls.sandbox`) without following symlinks (a
+    virtualenv's ``python`` is a link out of it); `InputError` (before anything is written)
     when its program cannot be found."""
     root = Path(suite.path).resolve()
     argv = [a.replace("{python}", sys.executable).replace("{suite}", str(root)) for a in suite.config.unit.argv]
@@ -114,9 +125,9 @@ def program_argv(suite: Suite) -> list[str]:
             json_path="$.unit.argv[0]",
         )
     out = []
-    for i, a in enumerate(argv):
+    for i, a in enumerate(argv):  # absolute, symlinks kept: a venv's python stays in its venv
         in_suite = not os.path.isabs(a) and (i > 0 or os.sep in a) and _is_file(root / a)
-        out.append(str((root / a).resolve()) if in_suite else a)
+        out.append(os.path.normpath(root / a) if in_suite else a)
     return out
 
 
@@ -213,10 +224,11 @@ def check_sandbox(suite: Suite) -> None:
     root = Path(suite.path).resolve()
     for i, rel in enumerate(unit.read_only_paths):
         p = (root / rel).resolve()
-        if not p.exists() or not p.is_relative_to(root) or p == root:
+        inside = os.path.isabs(rel) or p.is_relative_to(root)
+        if not p.exists() or not inside or p == root:
             why = "does not exist" if not p.exists() else "is not a path inside the suite folder"
             raise InputError(
-                f"read_only_paths: {rel!r} {why} (paths are relative to the suite folder {root})",
+                f"read_only_paths: {rel!r} {why} (relative paths are to the suite folder {root})",
                 where,
                 json_path=f"$.unit.read_only_paths[{i}]",
             )
@@ -233,19 +245,41 @@ def check_sandbox(suite: Suite) -> None:
 
 def _read_only_paths(suite: Suite, argv: list[str]) -> tuple[Path, ...]:
     """What a sandboxed program needs bound back read-only (at the same paths): the
-    interpreter, the files its argv names (argv[0] found on PATH too), the arms' skill
-    folders, and `unit.read_only_paths`."""
+    interpreter, the files its argv names (argv[0] found on PATH too), argv[0]'s
+    virtualenv and the program's project (`evalkit.calls.sandbox.project_of`), the arms'
+    skill folders, and `unit.read_only_paths`."""
     root = Path(suite.path).resolve()
     out: list[Path] = list(interpreter_paths())
     prog = shutil.which(argv[0]) if os.sep not in argv[0] else argv[0]
-    for a in [prog, *argv[1:]]:
-        if a and os.path.isabs(a) and _is_file(Path(a)):
-            out.append(Path(a).resolve())
+    files = [Path(a) for a in [prog, *argv[1:]] if a and os.path.isabs(a) and _is_file(Path(a))]
+    out += files
+    venv = venv_of(files[0]) if files and files[0] == Path(prog or "") else ()
+    out += venv
+    scripts = [f for f in files if not any(f.is_relative_to(v) for v in venv)]
+    if scripts and suite.config.unit.kind == "command":
+        out.append(project_of(scripts[0]))
     out += [(root / a.skill_dir).resolve() for a in suite.config.arms if a.skill_dir]
     out += [(root / rel).resolve() for rel in suite.config.unit.read_only_paths]
     if suite.config.unit.kind == "python":
         out += _python_paths(suite)[1]
     return tuple(dict.fromkeys(out))
+
+
+def _bound_secrets(read_only: tuple[Path, ...]) -> tuple[Path, ...]:
+    skip = set(interpreter_paths())
+    return secret_files(
+        p for p in read_only if os.path.isdir(p) and p not in skip and not os.path.exists(p / "pyvenv.cfg")
+    )
+
+
+def hidden_secrets(suite: Suite, read_only: tuple[Path, ...]) -> tuple[Path, ...]:
+    """The files that hold secrets by name (`evalkit.calls.sandbox.secret_files`) in the
+    folders bound into a sandbox (not the interpreters'), each said on stderr as a finding."""
+    found = _bound_secrets(read_only)
+    for f in found:
+        finding = Finding("warning", "hidden from the sandboxed program: a file that holds secrets by its name", str(f))
+        print(f"evalkit: {finding}", file=sys.stderr, flush=True)
+    return found
 
 
 def _python_paths(suite: Suite) -> tuple[list[Path], list[Path]]:
@@ -285,7 +319,10 @@ def check_callable(suite: Suite, argv: list[str]) -> None:
         cmd = [argv[0], argv[1], argv[2], "--check", *argv[3:]]
         env = environment({}, work, suite.config.unit.env)
         if suite.config.unit.isolation == "sandbox":
-            jail = Jail(work, None, 0, _hidden(suite, None), _read_only_paths(suite, cmd))
+            broad, strict = _hidden(suite, None)
+            read_only = _read_only_paths(suite, cmd)
+            own_workdir(work)
+            jail = Jail(work, None, 0, broad, read_only, _bound_secrets(read_only), suite.config.unit.limits, strict)
             cmd = bwrap_argv(jail, cmd)
         else:
             cmd[2] = str(WORKER)
@@ -314,11 +351,13 @@ def worker_argv(suite: Suite) -> list[str]:
     return [sys.executable, "-I", WORKER_INSIDE, suite.config.unit.callable or "", root, *map(str, extra)]
 
 
-def _hidden(suite: Suite, run_path: Path | None) -> tuple[Path, ...]:
-    """The folders a sandbox hides (`evalkit.calls.sandbox.hidden_paths`)."""
+def _hidden(suite: Suite, run_path: Path | None) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
+    """The folders a sandbox hides (`evalkit.calls.sandbox.hidden_paths`): evalkit's cwd
+    and ``$HOME`` (shown where the program's project or venv is bound), and the suite,
+    runs and run folders (hidden inside a bound project too)."""
     home = os.environ.get("HOME") or str(Path.home())
     runs = run_path.parent if run_path is not None else None
-    return hidden_paths(suite.path, run_path, runs, os.getcwd(), home)
+    return hidden_paths(os.getcwd(), home), hidden_paths(suite.path, run_path, runs)
 
 
 class _Ended(Exception):
@@ -360,7 +399,10 @@ class AgentRunner:
         self._sockdir: Path | None = None  # the proxy's Unix socket's folder (a sandboxed unit)
         self._socket: Path | None = None
         self._hidden: tuple[Path, ...] = ()
+        self._strict: tuple[Path, ...] = ()
         self._read_only: tuple[Path, ...] = ()
+        self._secrets: tuple[Path, ...] = ()
+        self._held = held_secrets(_key_names(self.config))  # redacted from what a program returns
 
     async def start(self) -> AgentRunner:
         # an agent unit on Ray too: its tool loop runs on a node, its calls come back here
@@ -370,12 +412,15 @@ class AgentRunner:
             self.proxy = await MeteringProxy(host, model=self.config.generator.model).start()
         if self.unit.kind in ("command", "python"):
             assert self.proxy is not None
+            self.proxy.tool_report_limits = (self.unit.limits.tool_report_bytes, self.unit.limits.tool_reports)
             if self.unit.isolation == "sandbox":  # the sandbox's one way out (evalkit.calls.sandbox)
                 self._sockdir = Path(tempfile.mkdtemp(prefix="evalkit-proxy-"))
                 self._socket = Path(await self.proxy.listen_unix(str(self._sockdir / "proxy.sock")))
-                self._hidden = _hidden(self.suite, self.run_path)
+                self._socket.chmod(0o666)  # root's sandbox runs as another uid; its folder is root's alone
+                self._hidden, self._strict = _hidden(self.suite, self.run_path)
                 argv = self.target or self._argv()
                 self._read_only = _read_only_paths(self.suite, argv)
+                self._secrets = hidden_secrets(self.suite, self._read_only)
             else:
                 print(f"evalkit: {NOT_CONTAINED}", file=sys.stderr, flush=True)
         return self
@@ -396,7 +441,9 @@ class AgentRunner:
         maps (the first refused or failed call's, `CallStopped` when the run stopped, or
         `UnitCallError` for a program that failed), its `attempts` the HTTP requests its
         calls made, so a sample that paid for anything is on `errors.jsonl`."""
-        writer = TrajectoryWriter(self.run_path, case.id, arm.name, index)
+        redactor = Redactor(self._held)
+        contained = self.unit.kind in ("command", "python")
+        writer = TrajectoryWriter(self.run_path, case.id, arm.name, index, redactor.fields if contained else None)
         session = SampleSession(
             client=self.client,
             key=(case.id, arm.name, index),
@@ -415,7 +462,8 @@ class AgentRunner:
                 if self.unit.kind == "agent":
                     output, stop = await self._tool_loop(session, prompt, seed)
                 else:
-                    output, stop = await self._program(session, case, arm, index, seed, end)
+                    run = self._program(session, case, arm, index, seed, end, redactor)
+                    output, stop = await _redacted(run, redactor, end)
             except asyncio.CancelledError:
                 await session.finish("interrupted")
                 raise
@@ -431,9 +479,10 @@ class AgentRunner:
                 raise self._error(session, session.failure)
         except BaseException as exc:
             end.update(status="errored", error=f"{type(exc).__name__}: {exc}")
-            self._end(writer, session, end, None)
+            self._end(writer, session, _said_redacted(session, redactor, end), None)
             raise
         end.update(status="finished", stop=stop)
+        _said_redacted(session, redactor, end)
         self._end(writer, session, end, output)  # written before its results.jsonl line
         last = session.last
         duration_ms = (time.monotonic() - session.started) * 1000
@@ -449,7 +498,7 @@ class AgentRunner:
         }
         if arm.skill_dir:
             agent["skill_dir"] = arm.skill_dir
-        for name in ("exit_status", "stderr_tail", "stdout_tail", "workdir"):
+        for name in ("exit_status", "stderr_tail", "stdout_tail", "workdir", "redacted"):
             if end.get(name) is not None:
                 agent[name] = end[name]
         if self.unit.kind in ("command", "python"):
@@ -462,7 +511,7 @@ class AgentRunner:
             seed=seed,
             model=last.model if last is not None else self.config.generator.model,
             output=output,
-            tool_calls=tuple(session.trace()),
+            tool_calls=tuple(redactor.fields(session.trace()) if contained else session.trace()),
             finish_reason=last.finish_reason if last is not None else None,
             usage=session.usage,
             latency_ms=round(duration_ms, 3),
@@ -486,7 +535,7 @@ class AgentRunner:
             "cost_usd": session.cost_usd,
             "duration_ms": round((time.monotonic() - session.started) * 1000, 3),
         }
-        for name in ("exit_status", "stderr_tail", "stdout_tail", "workdir"):
+        for name in ("exit_status", "stderr_tail", "stdout_tail", "workdir", "redacted"):
             if end.get(name) is not None:
                 line[name] = end[name]
         try:
@@ -614,10 +663,18 @@ class AgentRunner:
         return copied
 
     async def _program(
-        self, session: SampleSession, case: Case, arm: Arm, index: int, seed: int, end: dict[str, Any]
+        self,
+        session: SampleSession,
+        case: Case,
+        arm: Arm,
+        index: int,
+        seed: int,
+        end: dict[str, Any],
+        redactor: Redactor,
     ) -> tuple[str, str]:
         assert self.proxy is not None
         ep = self.proxy.open(session)
+        redactor.add("the sample's proxy token", ep.api_key)
         workdir, keep = self._workdir(case, arm, index)
         # a case with an exit_code check grades a command's non-zero exit instead of
         # erroring the sample (its output is what it wrote before it exited)
@@ -632,8 +689,8 @@ class AgentRunner:
             return self._python_output(out, status, stderr_tail, end)
         finally:
             await self.proxy.close(ep.token, "its program ended")
-            if not keep:
-                shutil.rmtree(workdir, ignore_errors=True)
+            if not keep:  # off the event loop: a workdir of many files takes seconds to remove
+                await asyncio.to_thread(shutil.rmtree, workdir, ignore_errors=True)
 
     def _workdir(self, case: Case, arm: Arm, index: int) -> tuple[Path, bool]:
         """A fresh working directory for the sample, and whether it is kept (in the run
@@ -644,8 +701,13 @@ class AgentRunner:
             if path.exists():  # a resumed sample starts afresh
                 shutil.rmtree(path)
             path.mkdir(parents=True)
+            if self.unit.isolation == "sandbox":
+                own_workdir(path)
             return path.resolve(), True
-        return Path(tempfile.mkdtemp(prefix="evalkit-work-")).resolve(), False
+        path = Path(tempfile.mkdtemp(prefix="evalkit-work-")).resolve()
+        if self.unit.isolation == "sandbox":
+            own_workdir(path)
+        return path, False
 
     def _command_output(self, out: bytes, workdir: Path, end: dict[str, Any]) -> tuple[str, str]:
         """The program's output: what it wrote to ``$EVALKIT_OUTPUT_FILE`` when it did
@@ -696,7 +758,17 @@ class AgentRunner:
         if self.unit.isolation != "sandbox":
             return [str(WORKER) if a == WORKER_INSIDE else a for a in argv]
         assert self._socket is not None and self.proxy is not None
-        jail = Jail(workdir, self._socket, self.proxy.port, self._hidden, self._read_only)
+        jail = Jail(
+            workdir,
+            self._socket,
+            self.proxy.port,
+            self._hidden,
+            self._read_only,
+            self._secrets,
+            self.unit.limits,
+            self._strict,
+            self.config.concurrency,
+        )
         return bwrap_argv(jail, argv)
 
     async def _process(
@@ -747,10 +819,13 @@ class AgentRunner:
                     too_long = True
                     return
 
+        said: list[str] = []  # the forwarder's line naming a limit hit (proxy connections)
+
         async def read_err() -> None:
             assert proc.stderr is not None
             while chunk := await proc.stderr.read(65536):
                 tail.extend(chunk)
+                said.extend(limit_said(bytes(tail[-len(chunk) - 200 :])))
                 del tail[:-STDERR_TAIL_BYTES]
 
         io = [asyncio.ensure_future(f()) for f in (feed, read_out, read_err)]
@@ -791,9 +866,18 @@ class AgentRunner:
         what = "program" if self.unit.kind == "command" else "function's worker"
         if why is not None:
             raise _Ended(f"{why}; the {what} was killed", status, stderr_tail)
+        if said:
+            raise _Ended(f"the {what} {said[0]}", status, stderr_tail)
         if status != 0 and not (graded_exit and status > 0):
-            raise _Ended(f"the {what} exited with {_exit_text(status)}", status, stderr_tail)
+            raise _Ended(self._exit_why(status, stderr_tail), status, stderr_tail)
         return bytes(out), status, stderr_tail
+
+    def _exit_why(self, status: int, stderr_tail: str) -> str:
+        """Why a sample's program failed: its exit status, and the per-sample limit it hit
+        when it says so (`evalkit.calls.sandbox.limit_hit`)."""
+        what = "program" if self.unit.kind == "command" else "function's worker"
+        hit = limit_hit(status, stderr_tail, self.unit.limits) if self.unit.isolation == "sandbox" else None
+        return f"the {what} exited with {_exit_text(status)}" + (f": {hit}" if hit else "")
 
     async def _remote_process(
         self, session: SampleSession, payload: dict[str, Any], ep: SampleEndpoint, workdir: Path, end: dict[str, Any]
@@ -805,7 +889,11 @@ class AgentRunner:
             "argv": list(self.target or self._argv()),
             "sandbox": self.unit.isolation == "sandbox",
             "hidden": [str(p) for p in self._hidden],
+            "strict": [str(p) for p in self._strict],
             "read_only": [str(p) for p in self._read_only],
+            "secrets": [str(p) for p in self._secrets],
+            "limits": dataclasses.asdict(self.unit.limits),
+            "sharing": self.config.concurrency,
             "proxy": (self.executor.proxy_connect, self.proxy.port),
             "proxy_root": self.proxy.root,  # as the environment's URLs say it
             "env": child_env(self.config, ep, workdir),
@@ -829,9 +917,39 @@ class AgentRunner:
         end.update(exit_status=status, stderr_tail=stderr_tail)
         if got.get("why"):
             raise _Ended(f"{got['why']}; the {what} was killed", status, stderr_tail)
+        if limit_said(stderr_tail.encode()):
+            raise _Ended(f"the {what} {limit_said(stderr_tail.encode())[0]}", status, stderr_tail)
         if status != 0:
-            raise _Ended(f"the {what} exited with {_exit_text(status)}", status, stderr_tail)
+            raise _Ended(self._exit_why(status, stderr_tail), status, stderr_tail)
         return out, status, stderr_tail
+
+
+async def _redacted(run: Awaitable[tuple[str, str]], redactor: Redactor, end: dict[str, Any]) -> tuple[str, str]:
+    """A program's output and how it stopped, every secret evalkit holds (its own proxy
+    token too) redacted from them, from its stderr and stdout tails in `end` and from the
+    `_Ended` it may raise."""
+    try:
+        output, stop = await run
+        return redactor.text(output), stop
+    except _Ended as exc:
+        clean = _Ended(redactor.text(str(exc)), exc.exit_status, redactor.text(exc.stderr_tail))
+        clean.requeue = getattr(exc, "requeue", False)  # type: ignore[attr-defined]
+        raise clean from None
+    finally:
+        for name in ("stderr_tail", "stdout_tail"):
+            if isinstance(end.get(name), str):
+                end[name] = redactor.text(end[name])
+
+
+def _said_redacted(session: SampleSession, redactor: Redactor, end: dict[str, Any]) -> dict[str, Any]:
+    """`end` with ``redacted`` (the secrets found in what the program returned), each
+    said on stderr as a finding naming the sample."""
+    if redactor.hits:
+        end["redacted"] = sorted(redactor.hits)
+        what = ", ".join(end["redacted"])
+        finding = Finding("warning", f"a secret evalkit holds was in what the program returned, redacted: {what}")
+        print(f"evalkit: {session.label}: {finding}", file=sys.stderr, flush=True)
+    return end
 
 
 def _kill_group(pid: int) -> None:

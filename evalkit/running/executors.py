@@ -59,10 +59,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evalkit.calls.sandbox import OUTPUT_FILE, WORKER, WORKER_INSIDE, Jail, bwrap_argv
+from evalkit.calls.sandbox import OUTPUT_FILE, WORKER, WORKER_INSIDE, Jail, bwrap_argv, own_workdir
 from evalkit.foundations._text import printable
 from evalkit.foundations.errors import InputError, UnitCallError
-from evalkit.foundations.records import Config, Executor, Resources
+from evalkit.foundations.records import Config, Executor, Limits, Resources
 
 if TYPE_CHECKING:  # the driver's side only: a Ray worker imports this module without the openai client
     from evalkit.calls.client import Completion, ModelClient
@@ -510,7 +510,7 @@ class _Relay:
         if path is not None:
             self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             self.listener.bind(path)
-            os.chmod(path, 0o600)
+            os.chmod(path, 0o666 if os.geteuid() == 0 else 0o600)  # root's sandbox runs as another uid
         else:
             self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             self.listener.bind(("127.0.0.1", 0))
@@ -571,6 +571,51 @@ def _task_start(spec: dict[str, Any]) -> tuple[str, str | None]:
     return node, None
 
 
+def _bounded_communicate(
+    proc: subprocess.Popen[bytes], line: bytes, timeout_s: float, max_output: int, tail_bytes: int
+) -> tuple[bytes, bytes, str | None]:
+    """`proc.communicate` that holds at most `max_output` + 1 bytes of stdout (the
+    program's group killed past that, as a local run kills it) and the last `tail_bytes`
+    of stderr: its stdout, its stderr tail, and why it was killed (else None)."""
+    out, err = bytearray(), bytearray()
+    why: list[str] = []
+
+    def read_out() -> None:
+        assert proc.stdout is not None
+        while chunk := os.read(proc.stdout.fileno(), 65536):
+            out.extend(chunk)
+            if len(out) > max_output:
+                why.append(f"its stdout passed {max_output} bytes")
+                _kill_group(proc.pid)
+                return
+
+    def read_err() -> None:
+        assert proc.stderr is not None
+        while chunk := os.read(proc.stderr.fileno(), 65536):
+            err.extend(chunk)
+            del err[:-tail_bytes]
+
+    def feed() -> None:
+        assert proc.stdin is not None
+        with contextlib.suppress(OSError):  # a program that never reads its case: its pipe closed
+            proc.stdin.write(line)
+            proc.stdin.close()
+
+    readers = [threading.Thread(target=f, daemon=True) for f in (read_out, read_err, feed)]
+    for t in readers:
+        t.start()
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        why.append(f"timed out after {timeout_s:g}s")
+        _kill_group(proc.pid)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=KILL_WAIT_S)
+    for t in readers:
+        t.join(KILL_WAIT_S)
+    return bytes(out[: max_output + 1]), bytes(err), (why[0] if why else None)
+
+
 def run_sample_process(spec: dict[str, Any]) -> dict[str, Any]:
     """A Ray task: run one sample's process on this node and return ``out`` (its stdout,
     at most `max_output` + 1 bytes), ``status``, ``stderr_tail``, ``why`` (it was killed:
@@ -607,7 +652,12 @@ def run_sample_process(spec: dict[str, Any]) -> dict[str, Any]:
                 int(port),
                 tuple(map(Path, spec["hidden"])),
                 tuple(map(Path, spec["read_only"])),
+                tuple(map(Path, spec.get("secrets", ()))),
+                Limits(**spec.get("limits", {})),
+                tuple(map(Path, spec.get("strict", ()))),
+                int(spec.get("sharing", 1)),
             )
+            own_workdir(workdir)
             argv = bwrap_argv(jail, argv)
         else:
             argv = [str(WORKER) if a == WORKER_INSIDE else a for a in argv]
@@ -625,19 +675,8 @@ def run_sample_process(spec: dict[str, Any]) -> dict[str, Any]:
         except OSError as exc:
             return {"why": None, "start_error": f"could not start {argv[0]!r}: {exc.strerror or exc}", "node": node}
         line = json.dumps(payload, ensure_ascii=False).encode("utf-8", "surrogatepass") + b"\n"
-        why: str | None = None
-        try:
-            out, err = proc.communicate(line, timeout=float(spec["timeout_s"]))
-        except subprocess.TimeoutExpired:
-            why = f"timed out after {float(spec['timeout_s']):g}s"
-            _kill_group(proc.pid)
-            try:
-                out, err = proc.communicate(timeout=KILL_WAIT_S)
-            except subprocess.TimeoutExpired:
-                out, err = b"", b""
         max_output = int(spec["max_output"])
-        if why is None and len(out) > max_output:
-            why = f"its stdout passed {max_output} bytes"
+        out, err, why = _bounded_communicate(proc, line, float(spec["timeout_s"]), max_output, int(spec["tail_bytes"]))
         file_bytes: bytes | None = None
         path = workdir / OUTPUT_FILE
         if path.is_file() and not path.is_symlink():
@@ -647,7 +686,7 @@ def run_sample_process(spec: dict[str, Any]) -> dict[str, Any]:
         return {
             "out": out[: max_output + 1],
             "status": status,
-            "stderr_tail": err[-int(spec["tail_bytes"]) :].decode("utf-8", "replace"),
+            "stderr_tail": err.decode("utf-8", "replace"),
             "why": why,
             "output_file": file_bytes,
             "node": node,

@@ -301,6 +301,9 @@ def _format_summary_md(suite: Suite, res: dict[str, Any]) -> str:
         if res.get("stop_detail"):
             lines.append("")
             lines.extend("    " + printable(line) for line in res["stop_detail"].splitlines())
+        for t in res.get("stderr_tails") or ():
+            lines += ["", printable(f"- stderr of {t['sample']} (last lines):"), ""]
+            lines.extend("    " + printable(line) for line in t["tail"].splitlines())
         lines.append("")
     lines.append(f"# Run of {suite.name}")
     lines.append("")
@@ -353,6 +356,7 @@ class _Engine:
         self.clients = clients or {a.name: client for a in arms}
         self.cases = {c.id: c for c in suite.cases}
         self.arms = {a.name: a for a in arms}
+        self.stderr_tails: list[dict[str, str]] = []  # the first errored programs' (`stderr_tails`)
         self.folder = folder
         self.ledger = ledger
         self.client = client
@@ -1274,6 +1278,31 @@ async def _run_pending(engine: _Engine, pending: Iterator[Key], plan: _RunPlan) 
     await engine.run(pending, plan.suite.config.concurrency)
 
 
+TAIL_LINES = 8  # the last lines of an errored sample's stderr shown under INCOMPLETE
+
+
+def stderr_tails(
+    run_path: Path, lines: list[dict[str, Any]], without: set[Key], limit: int = MAX_ERROR_REASONS
+) -> list[dict[str, str]]:
+    """The last `TAIL_LINES` lines of the stderr of the first `limit` errored samples
+    (not in `without`) whose program left one (their trajectories' ``end`` line, as
+    written: redacted), so a failing program's traceback is on the terminal."""
+    from evalkit.runfolder.trajectories import read_trajectory  # an errored agent run only
+
+    out: list[dict[str, str]] = []
+    for e in lines:
+        key = (str(e.get("case_id")), str(e.get("arm")), int(e.get("index", -1)))
+        if key in without or any(t["sample"] == "/".join(map(str, key)) for t in out):
+            continue
+        traj = read_trajectory(run_path, *key)
+        tail = str((traj.end or {}).get("stderr_tail") or "") if traj is not None else ""
+        if tail.strip():
+            out.append({"sample": "/".join(map(str, key)), "tail": "\n".join(tail.strip().splitlines()[-TAIL_LINES:])})
+        if len(out) == limit:
+            break
+    return out
+
+
 def _arm_counts(
     plan: _RunPlan, engine: _Engine, done_before: set[Key]
 ) -> tuple[dict[str, dict[str, Any]], collections.Counter[str], tuple[str, ...]]:
@@ -1301,6 +1330,8 @@ def _arm_counts(
         per_arm[arm.name].update(errors=errored, missing=missing)
     n_errored = sum(c["errors"] for c in per_arm.values())
     reasons = error_reasons(run_errors, finished) if n_errored else ()
+    if n_errored and plan.suite.config.unit.kind in ("command", "python"):
+        engine.stderr_tails = stderr_tails(folder.path, run_errors, finished)
     return per_arm, by_case, reasons
 
 
@@ -1372,6 +1403,8 @@ def _summarise(
         summary["stop_detail"] = engine.stop_detail
     if engine.watcher is not None:
         _record_stop(plan, engine, summary)
+    if engine.stderr_tails:
+        summary["stderr_tails"] = engine.stderr_tails
     return summary, reasons
 
 
@@ -1423,6 +1456,10 @@ def _record_run(
             print(printable(f"  error: {why}"), file=sys.stderr, flush=True)
         for line in (result.stop_detail or "").splitlines():  # each line made printable, not the block
             print(printable(line), file=sys.stderr, flush=True)
+        for t in summary.get("stderr_tails") or ():  # why a program failed: its traceback's last lines
+            print(printable(f"  stderr of {t['sample']}:"), file=sys.stderr, flush=True)
+            for line in t["tail"].splitlines():
+                print("    " + printable(line), file=sys.stderr, flush=True)
     return result
 
 

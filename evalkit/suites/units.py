@@ -30,6 +30,7 @@ error too: ``no fixture for tool 'x' with arguments {...}``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Mapping
@@ -37,11 +38,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from evalkit.foundations.checks import TRAJECTORY_CHECK_OPTIONS  # noqa: F401 - validated here, defined with the other check kinds
-from evalkit.foundations.records import Executor, Json, Resources, Unit
+from evalkit.foundations.records import Executor, Json, Limits, Resources, Unit
 
 UNIT_KINDS = ("prompt", "agent", "command", "python")
 AGENT_KINDS = ("agent", "command", "python")  # the units with trajectories
-SANDBOX_KEYS = ("isolation", "keep_workdir", "read_only_paths", "env")  # evalkit.calls.sandbox
+SANDBOX_KEYS = ("isolation", "keep_workdir", "read_only_paths", "env", "limits")  # evalkit.calls.sandbox
 ISOLATIONS = ("sandbox", "none")
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 UNIT_KEYS = {
@@ -151,20 +152,56 @@ def _parse_sandbox(r: Reader, raw: dict[str, Any], jp: str) -> dict[str, Any] | 
         ok = False
     paths = raw.get("read_only_paths", [])
     if not isinstance(paths, list) or not all(isinstance(p, str) and p for p in paths):
-        r.err(f"{jp}.read_only_paths", "read_only_paths must be a list of paths relative to the suite folder")
+        r.err(
+            f"{jp}.read_only_paths",
+            "read_only_paths must be a list of paths (absolute, or relative to the suite folder)",
+        )
         ok = False
     else:
         for i, p in enumerate(paths):
-            if p.startswith("/") or ".." in p.replace("\\", "/").split("/"):
-                r.err(f"{jp}.read_only_paths[{i}]", f"{p!r} must be a path inside the suite folder (relative, no '..')")
+            if not p.startswith("/") and ".." in p.replace("\\", "/").split("/"):
+                r.err(
+                    f"{jp}.read_only_paths[{i}]", f"{p!r}: a relative path must stay inside the suite folder (no '..')"
+                )
                 ok = False
     names = raw.get("env", [])
     if not isinstance(names, list) or not all(isinstance(n, str) and ENV_NAME_RE.fullmatch(n) for n in names):
         r.err(f"{jp}.env", "env must be a list of environment variable names (passed from evalkit's environment)")
         ok = False
+    limits = parse_limits(r, raw.get("limits"), f"{jp}.limits")
+    if not ok or limits is None:
+        return None
+    return {
+        "isolation": iso,
+        "keep_workdir": keep,
+        "read_only_paths": tuple(paths),
+        "env": tuple(names),
+        "limits": limits,
+    }
+
+
+def parse_limits(r: Reader, raw: Any, jp: str) -> Limits | None:
+    """`unit.limits` (None when absent: `Limits`' defaults), or None after reporting what
+    is wrong: an object of positive whole numbers named as `Limits`' fields."""
+    if raw is None:
+        return Limits()
+    names = [f.name for f in dataclasses.fields(Limits)]
+    if not isinstance(raw, dict):
+        r.err(jp, f"limits must be an object of whole numbers: {', '.join(names)}")
+        return None
+    ok = True
+    for key, v in raw.items():
+        if str(key).startswith("//"):
+            continue
+        if key not in names:
+            r.err(f"{jp}.{key}", f"unknown limit {key!r} (one of {', '.join(names)})")
+            ok = False
+        elif isinstance(v, bool) or not isinstance(v, int) or not 0 < v < 2**62:
+            r.err(f"{jp}.{key}", f"{key} must be a whole number above 0, got {json.dumps(v)}")
+            ok = False
     if not ok:
         return None
-    return {"isolation": iso, "keep_workdir": keep, "read_only_paths": tuple(paths), "env": tuple(names)}
+    return Limits(**{k: v for k, v in raw.items() if k in names})
 
 
 def parse_resources(r: Reader, raw: Any, jp: str) -> Resources | None:

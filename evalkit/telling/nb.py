@@ -370,7 +370,26 @@ def show_state(run: Run, summary: GradesSummary | None) -> tuple[str, str] | Non
     state = run_state(run, summary)
     if state is not None:
         banner(*state)
+    show_stderr_tails(run)
     return state
+
+
+def show_stderr_tails(run: Run) -> None:
+    """The last lines of the first errored programs' stderr (summary.json's
+    `stderr_tails`, as the run wrote them: redacted), under the run's state, so a
+    failing agent's traceback is on the page; nothing when none failed."""
+    tails = (run.summary or {}).get("stderr_tails") or ()
+    if not tails:
+        return
+    from IPython.display import HTML, display  # lazy: IPython is there only in a notebook's kernel
+
+    blocks = "".join(
+        f"<p>stderr of {html.escape(str(t.get('sample')))} (last lines):</p>"
+        f"<pre>{html.escape(str(t.get('tail')))}</pre>"
+        for t in tails
+        if isinstance(t, dict)
+    )
+    display(HTML(f"<div class='ek-stderr-tails'>{blocks}</div>"))
 
 
 def plain(label: Any) -> str:
