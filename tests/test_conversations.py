@@ -553,3 +553,23 @@ def test_a_conversation_suite_refuses_the_batch_api_and_ray(tmp_path):
         run_suite(suite, runs_dir=tmp_path / "runs", base_url="http://127.0.0.1:9/v1", progress=False,
                   executor=Executor(kind="ray"))
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_report_writes_the_conversations_page_beside_the_explorer_and_the_index_links_it(tmp_path, servers):
+    from evalkit.conclusions.grading import grade_run
+    from evalkit.runfolder.runload import load_run
+    from evalkit.telling import reports
+    from evalkit.telling.report_index import write_manifest
+
+    user, agent = servers
+    suite = write_suite(tmp_path / "suite", [REFUND], user.base_url, k=1)
+    res = run(suite, tmp_path, agent)
+    grade_run(res.path)
+    out = tmp_path / "reports" / res.path.name
+    pages, failed = reports._explorer_pages(load_run(res.path), out, reports.report_inputs(res.path), None)
+    assert failed == {} and pages["conversations"] == "conversations.html" and (out / "conversations.html").is_file()
+    write_manifest(res.path, out, [], {}, run_dir=res.path, pages=pages)
+    from evalkit.telling.report_index import build_index
+
+    index = build_index(tmp_path / "reports").read_text()
+    assert "conversations.html'>Conversations</a>" in index

@@ -486,15 +486,7 @@ class _Engine:
         case_id, arm_name, index = key
         try:
             if self.conversations:  # a conversation suite: the simulated user meets the unit (evalkit.conversations)
-                sample = await self.conversations[arm_name].sample(
-                    self.client_of(arm_name),
-                    self.cases[case_id],
-                    self.arms[arm_name],
-                    index,
-                    # the simulator's seed derives from (case, index), never the arm: every arm meets the same user
-                    (self.seed_of(key), derive_seed(self.config.seed, case_id, SIMULATOR_SEED_NAME, index)),
-                    self.prompts.get((case_id, arm_name)) or [],
-                )
+                sample = await self._conversation(key)
             elif self.agents is not None:  # an agent unit: many calls, one sample (evalkit.running.agents)
                 seed = self.seed_of(key)
                 sample = await self.arm_agents.get(arm_name, self.agents).sample(
@@ -549,6 +541,24 @@ class _Engine:
             self._error(key, f"unexpected {type(exc).__name__}: {exc}", getattr(exc, "attempts", 0))
             return
         self.append(key, sample)
+
+    async def _conversation(self, key: Key) -> Sample:
+        """A key's conversation (`ConversationRunner.sample`): the agent's seed as any
+        sample's, the simulator's from (case, index), never the arm, so every arm meets
+        the same user."""
+        case_id, arm_name, index = key
+        sim_seed = derive_seed(self.config.seed, case_id, SIMULATOR_SEED_NAME, index)
+        return cast(
+            Sample,
+            await self.conversations[arm_name].sample(
+                self.client_of(arm_name),
+                self.cases[case_id],
+                self.arms[arm_name],
+                index,
+                (self.seed_of(key), sim_seed),
+                self.prompts.get((case_id, arm_name)) or [],
+            ),
+        )
 
     def sample_of(self, key: Key, c: Any) -> Sample:
         """A finished call of the prompt unit (a `client.Completion`) as the key's
