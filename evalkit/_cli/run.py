@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from evalkit._cli.options import batch_from, batch_options, ci_output_options, echo_text, emit_ci
+from evalkit._cli.options import (
+    batch_from,
+    batch_options,
+    ci_output_options,
+    echo_text,
+    emit_ci,
+    skills_root_option,
+)
 from evalkit.foundations import fmt
 from evalkit.foundations._text import printable
 from evalkit.foundations.errors import InputError
@@ -84,6 +91,7 @@ def ray_executor(address: str | None) -> Executor | None:
     help="Print the AGENT EVAL PLAN block (unit, sets, cases, arms, k, worst-case cost against the cap) and stop: "
     "no call, no run folder.",
 )
+@skills_root_option
 @batch_options
 @ci_output_options
 def run_cmd(
@@ -102,6 +110,7 @@ def run_cmd(
     lenient_keys: bool,
     plan_only: bool,
     ray_address: str | None,
+    skills_root: Path | None,
     junit: Path | None,
     markdown: Path | None,
     batch: bool,
@@ -124,7 +133,9 @@ def run_cmd(
         raise InputError("--arms is empty")
     if replay_only and no_cache:
         raise InputError("--replay-only needs the response cache; drop --no-cache")
-    target, unknown = _prepared(suite, ci=ci, lenient_keys=lenient_keys, arm_list=arm_list, k=k)
+    target, unknown = _prepared(
+        suite, ci=ci, lenient_keys=lenient_keys, arm_list=arm_list, k=k, skills_root=skills_root
+    )
     if plan_only:
         if unknown:
             raise InputError(f"--arms: no arm named {', '.join(map(repr, unknown))} in the suite")
@@ -157,7 +168,13 @@ def run_cmd(
 
 
 def _prepared(
-    suite: str, *, ci: bool, lenient_keys: bool, arm_list: list[str] | None, k: int | None
+    suite: str,
+    *,
+    ci: bool,
+    lenient_keys: bool,
+    arm_list: list[str] | None,
+    k: int | None,
+    skills_root: Path | None = None,
 ) -> tuple[Suite, list[str]]:
     """The suite as this run takes it (the CI variant under --ci), its lint warnings and
     `evalkit analyze`'s on its prompt files printed, and the seed's plan block shown before
@@ -168,7 +185,7 @@ def _prepared(
     from evalkit.suites.reader import load_suite
     from evalkit.suites.suite import ci_suite
 
-    loaded = load_suite(suite, lenient_keys=lenient_keys)
+    loaded = load_suite(suite, lenient_keys=lenient_keys, skills_root=skills_root)
     for w in loaded.warnings if lenient_keys else ():
         echo_text(f"warning: {w}", err=True)
     target: Suite = ci_suite(loaded) if ci else loaded

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from evalkit._cli.options import echo_text
+from evalkit._cli.options import echo_text, skills_root_option
 from evalkit.foundations.layout import CASES_FILE, CONFIG_FILE
 from evalkit.foundations.records import set_gate
 from evalkit.intake import lint
@@ -82,11 +82,12 @@ def init_cmd(
 @click.option(
     "--lenient-keys", is_flag=True, help="An unknown key is a warning (ignored) instead of an error ('did you mean')."
 )
-def lint_cmd(suite_path: Path, strict: bool, lenient_keys: bool) -> None:
+@skills_root_option
+def lint_cmd(suite_path: Path, strict: bool, lenient_keys: bool, skills_root: Path | None) -> None:
     """Validate SUITE (a suite folder, an evals.json or an eval.yaml) without calling any
     model. Prints each finding as `path:line: level: message`; exits 2 on errors, 0 when
     there are only warnings or none."""
-    report = lint.lint_suite(suite_path, strict=strict, lenient_keys=lenient_keys)
+    report = lint.lint_suite(suite_path, strict=strict, lenient_keys=lenient_keys, skills_root=skills_root)
     for finding in report.errors:
         echo_text(str(finding), err=True)  # a message may quote the suite's files
     for finding in report.warnings:
