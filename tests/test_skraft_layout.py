@@ -5,6 +5,8 @@ no skill is skipped with a non-zero exit; the dashboard counts the skill as cove
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -99,3 +101,35 @@ def test_import_copies_the_skill_into_the_native_suite(tmp_path: Path) -> None:
     suite = load_suite(dest)
     assert suite.config.arm("skilled").skill_dir == "skills/outside-in-tdd"
     assert (dest / "skills" / "outside-in-tdd" / "SKILL.md").read_text() == SKILL
+
+
+V01 = Path(__file__).parent / "data" / "runs" / "v0.1"
+STAMP = "20261201-094733"
+
+
+def test_verdict_unit_trial_records_the_skraft_count_with_the_case_level_verdict_beside(tmp_path: Path) -> None:
+    suite = tmp_path / "v0.1"
+    shutil.copytree(V01, suite)
+    run = suite / "runs" / STAMP
+    doc = json.loads((run / "config.json").read_text())
+    doc["config"]["verdict_unit"] = "trial"
+    (run / "config.json").write_text(json.dumps(doc))
+    out = CliRunner().invoke(main, ["compare", str(run), "--baseline", "baseline", "--treatment", "skilled"])
+    # the audit's figures on this fixture: case level 4W/2T/0L inconclusive, SKRAFT count 6W/6T/0L pass
+    assert out.output.startswith("verdict: pass\n"), out.output
+    assert "unit of the test: trial (SKRAFT count" in out.output
+    assert "beside it (not deciding): inconclusive by case (one vote per case" in out.output
+    assert "4W/2T/0L" in out.output and "tally: 6W/6T/0L" in out.output
+    recorded = json.loads((run / "verdicts.json").read_text())["comparisons"][0]
+    assert recorded["unit"].startswith("trial") and recorded["kind"] == "pass"
+    assert recorded["beside"]["unit"].startswith("case") and recorded["beside"]["kind"] == "inconclusive"
+
+
+def test_verdict_unit_is_validated(tmp_path: Path) -> None:
+    suite = tmp_path / "v0.1"
+    shutil.copytree(V01, suite)
+    cfg = json.loads((suite / "config.json").read_text())
+    (suite / "config.json").write_text(json.dumps({**cfg, "verdict_unit": "trial"}))
+    assert load_suite(suite).config.verdict_unit == "trial"
+    (suite / "config.json").write_text(json.dumps({**cfg, "verdict_unit": "stimulus"}))
+    assert any("verdict_unit must be" in str(f) for f in lint_suite(suite).errors)

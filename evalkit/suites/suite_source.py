@@ -95,6 +95,7 @@ CONFIG_KEYS = {
     "allow_same_judge_model",
     "allow_uncalibrated_judge",
     "verdict_judge",
+    "verdict_unit",
     "judged_estimate",
     "timeout_s",
     "max_attempts",
