@@ -201,6 +201,9 @@ def _prepared(
 def _echo_result(result: RunResult) -> None:
     """What a finished run says: its folder, spend against the cap, each arm's samples,
     model and money, and private data let through by --allow-private-data."""
+    # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
+    from evalkit.runfolder.runs import answered_as
+
     echo_text(f"run folder: {result.path}")
     click.echo(
         f"spend: {fmt.usd(result.spend_usd)} of cap {fmt.usd(result.cap_usd)} "
@@ -209,7 +212,7 @@ def _echo_result(result: RunResult) -> None:
     for arm, c in result.per_arm.items():  # each arm's model and money (its own price, on the one ledger)
         echo_text(
             f"{arm}: {c['samples']} samples, {c['errors']} errors, {c.get('missing', 0)} missing"
-            + (f"; model {printable(str(c['model']))}" if c.get("model") else "")
+            + (f"; model {printable(str(answered_as(c)))}" if c.get("model") else "")
             + (
                 f"; paid {fmt.usd(c['paid_usd'])}, avoided {fmt.usd(c.get('avoided_usd', 0.0))}, "
                 f"{fmt.usd(c.get('paid_per_case_usd', 0.0))} paid per case"

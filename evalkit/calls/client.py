@@ -1038,7 +1038,8 @@ class ModelClient:
                 tool_calls=tuple(hit.get("tool_calls") or ()),
                 finish_reason=hit.get("finish_reason"),
                 usage=Usage(int(u.get("prompt_tokens", 0)), int(u.get("completion_tokens", 0))),
-                latency_ms=0.0,
+                # the latency first measured (stored with the answer), marked by `cached`
+                latency_ms=float(hit.get("latency_ms") or 0.0),
                 cost_usd=0.0,
                 model=hit.get("model", self.endpoint.model),
                 system_fingerprint=hit.get("system_fingerprint"),
@@ -1111,7 +1112,7 @@ class ModelClient:
             settled, untrusted = reported_usage(r, *(usage if usage is not None else (r.tokens_in, r.tokens_out)))
         within = settled.prompt_tokens <= r.tokens_in and settled.completion_tokens <= r.tokens_out
         if self.cache is not None and untrusted is None and within:
-            self._cache_answer(r, ckey, sample_index, parsed, settled)
+            self._cache_answer(r, ckey, sample_index, parsed, settled, latency_ms)
         try:
             cost = self.ledger.settle(r, settled, untrusted=untrusted) if settle is None else settle(settled, untrusted)
         except CeilingBreached as exc:
@@ -1136,10 +1137,11 @@ class ModelClient:
         )
 
     def _cache_answer(
-        self, r: Reservation, ckey: str, sample_index: int, parsed: tuple[Any, ...], settled: Usage
+        self, r: Reservation, ckey: str, sample_index: int, parsed: tuple[Any, ...], settled: Usage, latency_ms: float
     ) -> None:
         """Store a trusted answer in the cache under `ckey` for `sample_index`, with its
-        settled usage and what it cost at the reservation's price."""
+        settled usage, its measured latency (a replay keeps it) and what it cost at the
+        reservation's price."""
         assert self.cache is not None
         text, tool_calls, finish, _, fingerprint, model = parsed
         self.cache.put(
@@ -1153,6 +1155,7 @@ class ModelClient:
                 "usage": {"prompt_tokens": settled.prompt_tokens, "completion_tokens": settled.completion_tokens},
                 "model": model,
                 "system_fingerprint": fingerprint,
+                "latency_ms": latency_ms,
             },
             r.price.cost(settled.prompt_tokens, settled.completion_tokens),
             endpoint=self.cache_endpoint,

@@ -37,8 +37,11 @@ END = "<!-- /evalkit grade: metrics -->"
 
 def _cell(m: GroupMetrics, names: tuple[str, ...], kind: str) -> str:
     vals = [getattr(m, n) for n in names]
-    if kind == "ms":
-        return fmt.NO_DATA if all(fmt.missing(v) for v in vals) else "/".join(f"{v:.0f}" for v in vals)
+    if kind == "ms":  # a replay keeps the latency first measured: the figure says how many were replays
+        if all(fmt.missing(v) for v in vals):
+            return fmt.NO_DATA
+        replays = f" ({m.n_latency_replays} of {m.n_samples} replayed)" if m.n_latency_replays else ""
+        return "/".join(f"{v:.0f}" for v in vals) + replays
     v = vals[0]
     return fmt.usd(v) if kind == "usd" else fmt.fraction(v, 2)
 

@@ -88,7 +88,14 @@ from evalkit.foundations.layout import BATCHES, CACHE_FILE
 from evalkit.foundations.records import Arm, CaseTable, Config, Executor, Sample, Suite
 from evalkit.numbers import metrics
 from evalkit.runfolder.runs import RunFolder, runs_dir_lock, write_atomic
-from evalkit.suites.endpoints import Watch, cache_identity, combine, resolve_base_url, served_watch
+from evalkit.suites.endpoints import (
+    Watch,
+    cache_identity,
+    combine,
+    resolve_base_url,
+    scripted_answers,
+    served_watch,
+)
 
 if TYPE_CHECKING:
     from evalkit.calls.session import TwinShare
@@ -935,7 +942,11 @@ def _new_meta(plan: _RunPlan) -> dict[str, Any]:
         "isolation": config.unit.isolation if config.unit.kind in ("command", "python") else None,
         "ci": plan.ci,
         # each arm's model, endpoint host and parameters, as the reports name them
-        "arm_settings": {a.name: config.arm_settings(a, plan.arm_urls[a.name]) for a in plan.arm_objs},
+        "arm_settings": {
+            a.name: config.arm_settings(a, plan.arm_urls[a.name])
+            | (scripted_answers(config.for_arm(a).generator, plan.arm_urls[a.name]) or {})
+            for a in plan.arm_objs
+        },
         "seed_names": plan.seeds,  # the name each arm's seeds derive from (`seed_names`)
     }
 
@@ -1145,7 +1156,10 @@ def _arm_money(plan: _RunPlan, ledger_path: Path, per_arm: dict[str, dict[str, A
         per_arm[arm.name]["paid_usd"] = row.get("paid_usd", 0.0)
         per_arm[arm.name]["avoided_usd"] = row.get("avoided_usd", 0.0)
         per_arm[arm.name]["paid_per_case_usd"] = row.get("paid_usd", 0.0) / max(1, len(plan.suite.cases))
-        per_arm[arm.name]["model"] = plan.suite.config.for_arm(arm).generator.model
+        generator = plan.suite.config.for_arm(arm).generator
+        scripted = scripted_answers(generator, plan.arm_urls[arm.name])
+        per_arm[arm.name]["model"] = "scripted" if scripted else generator.model
+        per_arm[arm.name].update(scripted or {})
 
 
 def _summarise(

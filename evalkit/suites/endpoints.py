@@ -139,6 +139,20 @@ def cache_identity(endpoint: Endpoint, base_url: str) -> str:
     return key
 
 
+SCRIPTED_IDENTITY = "scripted:sha256="  # how the scripted server's cache identity starts (calls.serve)
+
+
+def scripted_answers(endpoint: Endpoint, base_url: str | None) -> dict[str, str] | None:
+    """`{"answered_by": "scripted", "script_sha256": ...}` when calls to `base_url` are
+    answered by evalkit's scripted server (`evalkit serve --scripted`, known by the
+    identity serve gives it), so no page or file names the config's model for answers a
+    script wrote; None for any other server."""
+    ident = cache_identity(endpoint, base_url) if base_url else ""
+    if not ident.startswith(SCRIPTED_IDENTITY):
+        return None
+    return {"answered_by": "scripted", "script_sha256": ident[len(SCRIPTED_IDENTITY) :]}
+
+
 def check_base_url(url: str, source: str, config_path: str | Path | None = None, json_path: str | None = None) -> str:
     """`url` when a request can go to it, else an `InputError` naming `source` (a flag, an
     environment variable, a config key) and the URL with its password masked."""
