@@ -33,19 +33,23 @@ CONFIG = {
 }
 
 
-@pytest.fixture
-def scripted_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str, str]:
-    """A run made under the scripted server as `evalkit serve --scripted` runs a command:
-    (the run folder, the terminal's output, the script's hash)."""
+def _suite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A one-case prompt suite whose config names the embedded model (as the newcomer's did)."""
     suite = tmp_path / "suite"
     suite.mkdir()
     (suite / "config.json").write_text(json.dumps(CONFIG))
     (suite / "prompt.txt").write_text("${input}\n")
-    (suite / "cases.jsonl").write_text(
-        json.dumps({"id": "a", "input": "say ok", "tags": ["golden"], "checks": [{"kind": "contains", "value": "ok"}]})
-        + "\n"
-    )
+    case = {"id": "a", "input": "say ok", "tags": ["golden"], "checks": [{"kind": "contains", "value": "ok"}]}
+    (suite / "cases.jsonl").write_text(json.dumps(case) + "\n")
     monkeypatch.setenv("EVALKIT_TEST_KEY", "sk-test")
+    return suite
+
+
+@pytest.fixture
+def scripted_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str, str]:
+    """A run made under the scripted server as `evalkit serve --scripted` runs a command:
+    (the run folder, the terminal's output, the script's hash)."""
+    suite = _suite(tmp_path, monkeypatch)
     with ScriptedServer({"default": {"text": "ok"}}) as srv:
         monkeypatch.setenv("EVALKIT_BASE_URL", srv.base_url)
         monkeypatch.setenv(
@@ -96,15 +100,7 @@ def test_a_cached_sample_keeps_the_latency_first_measured_and_the_figures_count_
     from evalkit.running.runner import RunOptions, run_suite
     from evalkit.suites.reader import load_suite
 
-    suite = tmp_path / "suite"
-    suite.mkdir()
-    (suite / "config.json").write_text(json.dumps(CONFIG))
-    (suite / "prompt.txt").write_text("${input}\n")
-    (suite / "cases.jsonl").write_text(
-        json.dumps({"id": "a", "input": "say ok", "tags": ["golden"], "checks": [{"kind": "contains", "value": "ok"}]})
-        + "\n"
-    )
-    monkeypatch.setenv("EVALKIT_TEST_KEY", "sk-test")
+    suite = _suite(tmp_path, monkeypatch)
     with ScriptedServer({"default": {"text": "ok"}, "latency_s": 0.2}) as srv:
         opts = RunOptions(runs_dir=str(tmp_path / "runs"), base_url=srv.base_url, progress=False)
         first = run_suite(load_suite(suite), opts)
