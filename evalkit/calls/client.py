@@ -117,7 +117,7 @@ from evalkit.foundations.errors import (
 )
 from evalkit.foundations.records import Endpoint, Price, Usage
 from evalkit.foundations.tokens import TokenCounter, utf8_len
-from evalkit.suites.endpoints import check_base_url
+from evalkit.suites.endpoints import check_base_url, served_model_file
 
 # The request fields evalkit sets itself; `complete(extra=...)` cannot replace them.
 _OWN_FIELDS = frozenset(
@@ -147,6 +147,18 @@ def text_bound(max_tokens_out: int) -> int:
 def body_bound(max_tokens_out: int) -> int:
     """The most bytes a response body to a request of `max_tokens_out` tokens is read."""
     return BODY_SLACK_BYTES + BODY_PER_TEXT_BYTE * text_bound(max_tokens_out)
+
+
+def served_tokenizer(base_url: str | None) -> Callable[[str], int] | None:
+    """The embedded model's own token count when `base_url` is the model `evalkit serve`
+    runs (`serve.gguf_token_count` on its file), else None: the endpoint's tokenizer or
+    the byte bound count instead (`foundations.tokens`)."""
+    path = served_model_file(base_url)
+    if path is None:
+        return None
+    from evalkit.calls.serve import gguf_token_count  # lazy: llama.cpp only under `evalkit serve`
+
+    return functools.partial(gguf_token_count, path)
 
 
 @dataclass(frozen=True)
@@ -643,7 +655,9 @@ class ModelClient:
             if self.base_url
             else None
         )
-        self.counter = TokenCounter(endpoint.model, self.base_url, api_key=api_key)
+        self.counter = TokenCounter(
+            endpoint.model, self.base_url, api_key=api_key, tokenize=served_tokenizer(self.base_url)
+        )
         self._rng = random.Random()
 
     @property
@@ -1001,7 +1015,8 @@ class ModelClient:
             n_in, method = n_in + n_extra, f"{method} + {n_extra} bytes of further fields"
         if n_in > self.max_tokens_in:
             raise InputTooLong(
-                f"{key or 'request'}: input is {n_in} tokens ({method}), over max_tokens_in {self.max_tokens_in}"
+                f"{key or 'request'}: input is {n_in} tokens ({method}), over max_tokens_in {self.max_tokens_in}: "
+                "raise max_tokens_in in config.json (or the arm's), within the model's context, or shorten the prompt"
             )
 
     def replay(

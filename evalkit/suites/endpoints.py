@@ -139,6 +139,15 @@ def cache_identity(endpoint: Endpoint, base_url: str) -> str:
     return key
 
 
+def served_model_file(base_url: str | None) -> str | None:
+    """The model file of the embedded model `evalkit serve` runs, when `base_url` is that
+    server's (its `model_path` in `EVALKIT_SERVED`); else None."""
+    server = served() if base_url else None
+    if server is None or not isinstance(server.get("model_path"), str) or not server["model_path"]:
+        return None
+    return str(server["model_path"]) if endpoint_key(str(server["base_url"])) == endpoint_key(str(base_url)) else None
+
+
 SCRIPTED_IDENTITY = "scripted:sha256="  # how the scripted server's cache identity starts (calls.serve)
 
 
