@@ -95,3 +95,73 @@ def test_the_embedded_models_count_of_the_newcomers_guidance() -> None:
     # Gemma's tokenizer: about a quarter of the byte bound, BOS included
     assert 150 < n < 320 < byte_bound(prompt=GUIDANCE)
     assert gguf_token_count(str(path), "") == 1  # BOS alone, as /extras/tokenize/count says
+
+
+def _two_arm_suite(root: Path, model: str, max_tokens_in: int) -> Path:
+    """The newcomer's shape: a baseline and a treatment arm whose guidance is GUIDANCE."""
+    root.mkdir(parents=True)
+    price = {"in_per_mtok": 0.0, "out_per_mtok": 0.0}
+    (root / "config.json").write_text(
+        json.dumps(
+            {
+                "mode": "completion",
+                "template": "prompt.txt",
+                "generator": {"model": model, "api_key_env": "EVALKIT_TEST_KEY"},
+                "temperature": 0.0,
+                "seed": 1,
+                "k": 1,
+                "concurrency": 1,
+                "cost_cap_usd": 0.01,
+                "max_tokens_in": max_tokens_in,
+                "max_tokens_out": 16,
+                "price": price,
+                "judge_price": price,
+                "arms": [{"name": "baseline"}, {"name": "treatment", "guidance": "guidance.md"}],
+            }
+        )
+    )
+    (root / "prompt.txt").write_text("${guidance}Q: ${input}\nA:")
+    (root / "guidance.md").write_text(GUIDANCE)
+    (root / "cases.jsonl").write_text(
+        "".join(
+            json.dumps(
+                {
+                    "id": f"c{i}",
+                    "input": "Can I return shoes after 40 days?" + " Why?" * i,
+                    "tags": ["golden"],
+                    "checks": [{"kind": "contains", "value": "credit"}],
+                }
+            )
+            + "\n"
+            for i in range(3)
+        )
+    )
+    return root
+
+
+def test_lint_and_plan_only_say_which_arms_longest_prompt_is_over(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from evalkit._cli.main import main
+
+    suite = _two_arm_suite(tmp_path / "s", "scripted", 400)
+    plan = CliRunner().invoke(main, ["run", str(suite), "--plan-only", "--base-url", "http://127.0.0.1:9/v1"])
+    assert plan.exit_code == 0, plan.output
+    assert "Longest prompt: arm baseline: case c2, " in plan.output and "within max_tokens_in 400" in plan.output
+    assert "arm treatment: case c2, 951 tokens (at most: UTF-8 bytes): OVER max_tokens_in 400" in plan.output
+    lint = CliRunner().invoke(main, ["lint", str(suite)])
+    assert lint.exit_code == 0 and "warning: $.max_tokens_in: longest prompt: arm treatment" in lint.output
+    assert "raise max_tokens_in in config.json" in lint.output and "arm baseline" not in lint.output
+    assert CliRunner().invoke(main, ["lint", str(suite), "--strict"]).exit_code == 2
+
+
+@pytest.mark.skipif(_gguf() is None, reason="the embedded model is not installed")
+def test_plan_only_counts_the_embedded_models_tokens(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from evalkit._cli.main import main
+
+    suite = _two_arm_suite(tmp_path / "s", "gemma-3-270m", 400)
+    plan = CliRunner().invoke(main, ["run", str(suite), "--plan-only", "--base-url", "http://127.0.0.1:9/v1"])
+    assert plan.exit_code == 0, plan.output
+    assert "arm treatment: case c2, " in plan.output and "(model tokenizer), within max_tokens_in 400" in plan.output

@@ -134,7 +134,7 @@ def run_cmd(
     if replay_only and no_cache:
         raise InputError("--replay-only needs the response cache; drop --no-cache")
     target, unknown = _prepared(
-        suite, ci=ci, lenient_keys=lenient_keys, arm_list=arm_list, k=k, skills_root=skills_root
+        suite, ci=ci, lenient_keys=lenient_keys, arm_list=arm_list, k=k, skills_root=skills_root, base_url=base_url
     )
     if plan_only:
         if unknown:
@@ -175,6 +175,7 @@ def _prepared(
     arm_list: list[str] | None,
     k: int | None,
     skills_root: Path | None = None,
+    base_url: str | None = None,
 ) -> tuple[Suite, list[str]]:
     """The suite as this run takes it (the CI variant under --ci), its lint warnings and
     `evalkit analyze`'s on its prompt files printed, and the seed's plan block shown before
@@ -194,7 +195,7 @@ def _prepared(
     unknown = sorted(set(arm_list or ()) - {a.name for a in target.config.arms})
     if not unknown:  # an unknown arm is the runner's error, with its wording
         # the seed's plan, before the first call (seed 001: "present the plan")
-        echo_text(plan_block(target, tuple(arm_list) if arm_list else None, k))
+        echo_text(plan_block(target, tuple(arm_list) if arm_list else None, k, base_url))
     return target, unknown
 
 

@@ -87,7 +87,12 @@ def lint_cmd(suite_path: Path, strict: bool, lenient_keys: bool, skills_root: Pa
     """Validate SUITE (a suite folder, an evals.json or an eval.yaml) without calling any
     model. Prints each finding as `path:line: level: message`; exits 2 on errors, 0 when
     there are only warnings or none."""
+    # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
+    from evalkit.conclusions.results import with_prompt_lengths
+
     report = lint.lint_suite(suite_path, strict=strict, lenient_keys=lenient_keys, skills_root=skills_root)
+    loaded = None if report.errors else reader.load_suite(suite_path, lenient_keys=True, skills_root=skills_root)
+    report = with_prompt_lengths(report, loaded, strict=strict)
     for finding in report.errors:
         echo_text(str(finding), err=True)  # a message may quote the suite's files
     for finding in report.warnings:
