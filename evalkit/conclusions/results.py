@@ -313,6 +313,14 @@ def _counted(prompt: str | list[dict[str, str]], count: Callable[[str], int]) ->
     return PER_CONVERSATION + sum(count(message_text(m)) + PER_MESSAGE for m in prompt)
 
 
+def same_places(*amounts: float | None) -> Callable[[float], str]:
+    """One money format for a block of amounts: each with the decimals the most precise
+    of them needs as `fmt.usd` writes it (at least 2), so $0.013 stands beside $0.010
+    and $0.005, never beside $0.01."""
+    places = max([2] + [len(t.split(".")[1]) for t in (fmt.usd(a) for a in amounts if a) if "." in t])
+    return lambda v: f"${v:,.{places}f}"
+
+
 def _counts(items: list[str]) -> str:
     seen: dict[str, int] = {}
     for x in items:
@@ -373,9 +381,7 @@ def plan_block(
         if worst["calls_bounded"]
         else f"{worst['samples']} samples x one call at its token ceilings; the program may make more: the cap stops it"
     )
-    cap = f"{fmt.usd(worst['cap_usd'])} per local run"
-    if worst["ci_cap_usd"] is not None:
-        cap += f", {fmt.usd(worst['ci_cap_usd'])} per CI run"
+    usd = same_places(worst["worst_usd"], worst["cap_usd"], worst["ci_cap_usd"])
     verdict = (
         "fits under the cap"
         if worst["fits"]
@@ -400,9 +406,11 @@ def plan_block(
         + (f", threshold >= {judged[0].judge_threshold}/5" if judged else ""),
         f"Gate:         fail on success drop > {config.gate.max_success_drop_points:g} pts, "
         f"cost increase > {config.gate.max_cost_increase_pct:g} %",
-        f"Worst case:   {fmt.usd(worst['worst_usd'])} ({how}): {verdict}",
-        f"Cost cap:     {cap}",
+        f"Worst case:   {usd(worst['worst_usd'])} ({how}): {verdict}",
+        f"Cost cap:     {usd(worst['cap_usd'])} per local run",
     ]
+    if worst["ci_cap_usd"] is not None:  # its own line: a second cap, not a footnote to the first
+        lines.append(f"CI cost cap:  {usd(worst['ci_cap_usd'])} per CI run (evalkit run --ci)")
     lengths = longest_prompts(suite, arms, base_url)
     if lengths:  # one line per arm, aligned under the first
         lines.append("")
