@@ -133,3 +133,23 @@ def test_verdict_unit_is_validated(tmp_path: Path) -> None:
     assert load_suite(suite).config.verdict_unit == "trial"
     (suite / "config.json").write_text(json.dumps({**cfg, "verdict_unit": "stimulus"}))
     assert any("verdict_unit must be" in str(f) for f in lint_suite(suite).errors)
+
+
+def test_a_prompt_that_names_the_skill_or_copies_its_wording_and_no_non_activation_case_warn(tmp_path: Path) -> None:
+    spec = _repo(tmp_path)
+    rule = "Always write the acceptance test in the language of the business first."
+    (spec.parents[3] / "plugins" / "skraft-framework" / "skills" / "outside-in-tdd" / "SKILL.md").write_text(
+        SKILL + rule + "\n"
+    )
+    spec.write_text(
+        SPEC.replace("Apply a loyalty discount", "Use outside-in TDD to apply a loyalty discount").replace(
+            "Rename the variable x to total.", rule
+        )
+    )
+    warnings = [str(w) for w in lint_suite(spec).warnings]
+    assert any("$.stimuli[0].prompt" in w and "names the skill 'outside-in-tdd'" in w for w in warnings), warnings
+    assert any("$.stimuli[1].prompt" in w and "copies 8 words in a row" in w for w in warnings), warnings
+    assert not any("no non-activation case" in w for w in warnings)
+    spec.write_text(SPEC.replace("    tags: { intent: non-activation }\n", ""))
+    warnings = [str(w) for w in lint_suite(spec).warnings]
+    assert any("no non-activation case" in w for w in warnings) and not any(".prompt" in w for w in warnings)

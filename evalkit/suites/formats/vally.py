@@ -133,13 +133,15 @@ def read_vally(path: str | Path, skills_root: Path | None = None) -> ImportedSui
         case = _vally_case(reader, jp, s, case_set, lambda slug: _unique_id(slug, used_ids, natural_ids))
         if case is not None:
             cases.append((line_of(lines, jp), jp, case))
+    skill = skraft_skill(p, skills_root)
+    if skill is not None:
+        _prompts_name_no_skill(reader, cases, skill)
     raise_with_warnings(fx)
     config = default_config(name, description, k=k, timeout_s=timeout_s, source=f"Vally {p.name}")
     files = {PROMPT_FILE: IMPORT_PROMPT}
     if any(isinstance(c.get("expected"), dict) for _, _, c in cases):
         files[f"{JUDGE_DIR}/rubric-v1.md"] = IMPORT_RUBRIC
         files[f"{JUDGE_DIR}/prompt-v1.md"] = JUDGE_PROMPT_TEMPLATE
-    skill = skraft_skill(p, skills_root)
     if skill is not None:
         rel = os.path.relpath(skill, p.parent.resolve())
         config["arms"] = [{"name": "baseline"}, {"name": "skilled", "skill_dir": rel}]
@@ -147,6 +149,27 @@ def read_vally(path: str | Path, skills_root: Path | None = None) -> ImportedSui
         files[f"{rel}/{SKILL_FILE}"] = read_text_file(skill / SKILL_FILE, root=skill)
     folders = (skill,) if skill is not None else ()
     return ImportedSuite("vally", str(p), name, config, tuple(cases), files, tuple(fx.warnings), folders)
+
+
+COPIED_WORDS = 8  # a run of this many of SKILL.md's words in a prompt is its wording copied
+
+
+def _prompts_name_no_skill(reader: _Reader, cases: list[tuple[int | None, str, dict[str, Any]]], skill: Path) -> None:
+    """Seed 002's rule 1, a warning per stimulus that breaks it: a prompt names the skill
+    (its folder name, hyphens as spaces too) or copies COPIED_WORDS words in a row of its
+    SKILL.md, which tells the agent the technique the evaluation is trying to observe."""
+    name = " ".join(re.findall(r"\w+", skill.name.lower()))
+    words = re.findall(r"\w+", read_text_file(skill / SKILL_FILE, root=skill).lower())
+    runs = {tuple(words[i : i + COPIED_WORDS]) for i in range(len(words) - COPIED_WORDS + 1)}
+    for _, jp, case in cases:
+        said = re.findall(r"\w+", str(case.get("input", "")).lower())
+        if f" {name} " in f" {' '.join(said)} ":
+            reader.warn(f"{jp}.prompt", f"the prompt names the skill {skill.name!r}: never name the skill in a prompt")
+        elif any(tuple(said[i : i + COPIED_WORDS]) in runs for i in range(len(said) - COPIED_WORDS + 1)):
+            reader.warn(
+                f"{jp}.prompt",
+                f"the prompt copies {COPIED_WORDS} words in a row of the skill's {SKILL_FILE}: never copy its wording",
+            )
 
 
 def skraft_skill(spec: Path, skills_root: Path | None = None) -> Path | None:
