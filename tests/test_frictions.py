@@ -22,3 +22,57 @@ def test_init_ci_checks_the_evalkit_spec_before_writing_anything(
     res = CliRunner().invoke(main, ["init", "evals/unit", "--ci", "github", "--evalkit-spec", spec])
     assert res.exit_code == 2 and "--evalkit-spec" in res.output, res.output
     assert sorted(p.name for p in repo.iterdir()) == [".git"]  # no suite folder, no workflow
+
+
+def test_the_same_not_retried_error_on_the_first_samples_stops_the_run_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model the server does not have (HTTP 404, not retried): 36 samples planned, the
+    run stops after the first three fail alike instead of sending all 36."""
+    import json
+
+    from evalkit.calls.serve import ScriptedServer
+
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    price = {"in_per_mtok": 1.0, "out_per_mtok": 2.0}
+    (suite / "config.json").write_text(
+        json.dumps(
+            {
+                "mode": "completion",
+                "template": "prompt.txt",
+                "generator": {"model": "gpt-typo", "api_key_env": "EK_KEY"},
+                "temperature": 0.0,
+                "seed": 1,
+                "k": 3,
+                "concurrency": 1,
+                "cost_cap_usd": 0.05,
+                "max_tokens_in": 200,
+                "max_tokens_out": 8,
+                "price": price,
+                "judge_price": price,
+            }
+        )
+    )
+    (suite / "prompt.txt").write_text("${input}\n")
+    (suite / "cases.jsonl").write_text(
+        "".join(
+            json.dumps(
+                {"id": f"c{i}", "input": f"q {i}", "tags": ["golden"], "checks": [{"kind": "contains", "value": "x"}]}
+            )
+            + "\n"
+            for i in range(12)
+        )
+    )
+    monkeypatch.setenv("EK_KEY", "sk-test")
+    with ScriptedServer({"model": "gemma-3-270m", "default": {"text": "x"}}) as srv:
+        res = CliRunner().invoke(
+            main, ["run", str(suite), "--runs-dir", str(tmp_path / "runs"), "--base-url", srv.base_url, "--no-progress"]
+        )
+        assert srv.stats["requests"] == 3, res.output
+    assert res.exit_code == 1
+    (run,) = (p for p in (tmp_path / "runs").iterdir() if p.is_dir())
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["samples_errored"] == 3 and summary["samples_missing"] == 33
+    assert summary["reason"].startswith("the first 3 samples failed with the same error: attempt 1: HTTP 404")
+    assert "The model `gpt-typo` does not exist" in summary["reason"]

@@ -180,6 +180,9 @@ class RunOptions:
     executor: Executor | None = None  # where samples run; None: the config's (`evalkit.running.executors`)
 
 
+SAME_ERROR_STOP = 3  # the first samples failing with one not-retried error that stop a run
+
+
 def derive_seed(config_seed: int | None, case_id: str, arm: str, index: int) -> int:
     """A sample's seed: a stable hash of (config seed, case id, arm, index), below 2**31
     so every server accepts it. Stable across processes and Python versions."""
@@ -358,6 +361,7 @@ class _Engine:
         self.remote: Any = None  # an evalkit.running.executors.RayExecutor when samples run on Ray
         self.requeued: set[Key] = set()  # keys run again after their Ray node died (once each)
         self.remote_prompts: Any = None  # an evalkit.running.executors.RemotePrompts: prompt samples on Ray
+        self.first_causes: list[str] = []  # the not-retried causes of the samples that failed before any finished
         self.bar = tqdm(
             total=pending,
             disable=not progress,
@@ -502,6 +506,7 @@ class _Engine:
                 key, f"{type(exc).__name__}: {exc}", getattr(exc, "attempts", 0), getattr(exc, "cost_usd", None)
             )
             self.should_stop()  # an unreachable endpoint stops the run now, not at the next key
+            self._same_first_error(exc)
             if getattr(exc, "requeue", False) and key not in self.requeued and self.should_stop() is None:
                 # its Ray node died mid-sample (evalkit.running.executors): errored (its calls stay paid), run once more
                 self.requeued.add(key)
@@ -512,6 +517,18 @@ class _Engine:
             self._error(key, f"unexpected {type(exc).__name__}: {exc}", getattr(exc, "attempts", 0))
             return
         self.append(key, sample)
+
+    def _same_first_error(self, exc: Exception) -> None:
+        """Stop the run when its first SAME_ERROR_STOP samples, none finished yet, all
+        failed with the one error that is not retried (a 404 from an endpoint with no
+        Responses API, a model that does not exist): every other sample would fail the
+        same way, so none more is started."""
+        message = str(exc)
+        if self.done or not isinstance(exc, UnitCallError) or not message.endswith("(not retried)"):
+            return
+        self.first_causes.append(message.split(": ", 1)[-1])  # without the key's label
+        if len(self.first_causes) >= SAME_ERROR_STOP and len(set(self.first_causes)) == 1:
+            self.stop(f"the first {len(self.first_causes)} samples failed with the same error: {self.first_causes[0]}")
 
     def sample_of(self, key: Key, c: Any) -> Sample:
         """A finished call of the prompt unit (a `client.Completion`) as the key's
