@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -9,6 +10,35 @@ import pytest
 from click.testing import CliRunner
 
 from evalkit._cli.main import main
+
+
+def _suite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str, k: int, n_cases: int) -> Path:
+    """A prompt suite of `n_cases` cases on `model`, one sample at a time."""
+    price = {"in_per_mtok": 1.0, "out_per_mtok": 2.0}
+    config = {
+        "mode": "completion",
+        "template": "prompt.txt",
+        "generator": {"model": model, "api_key_env": "EK_KEY"},
+        "temperature": 0.0,
+        "seed": 1,
+        "k": k,
+        "concurrency": 1,
+        "cost_cap_usd": 0.05,
+        "max_tokens_in": 200,
+        "max_tokens_out": 8,
+        "price": price,
+        "judge_price": price,
+    }
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "config.json").write_text(json.dumps(config))
+    (suite / "prompt.txt").write_text("${input}\n")
+    case = {"tags": ["golden"], "checks": [{"kind": "contains", "value": "x"}]}
+    (suite / "cases.jsonl").write_text(
+        "".join(json.dumps({"id": f"c{i}", "input": f"q {i}", **case}) + "\n" for i in range(n_cases))
+    )
+    monkeypatch.setenv("EK_KEY", "sk-test")
+    return suite
 
 
 @pytest.mark.parametrize("spec", ["evalkit", "vendor/missing"])
@@ -29,42 +59,9 @@ def test_the_same_not_retried_error_on_the_first_samples_stops_the_run_at_once(
 ) -> None:
     """A model the server does not have (HTTP 404, not retried): 36 samples planned, the
     run stops after the first three fail alike instead of sending all 36."""
-    import json
-
     from evalkit.calls.serve import ScriptedServer
 
-    suite = tmp_path / "suite"
-    suite.mkdir()
-    price = {"in_per_mtok": 1.0, "out_per_mtok": 2.0}
-    (suite / "config.json").write_text(
-        json.dumps(
-            {
-                "mode": "completion",
-                "template": "prompt.txt",
-                "generator": {"model": "gpt-typo", "api_key_env": "EK_KEY"},
-                "temperature": 0.0,
-                "seed": 1,
-                "k": 3,
-                "concurrency": 1,
-                "cost_cap_usd": 0.05,
-                "max_tokens_in": 200,
-                "max_tokens_out": 8,
-                "price": price,
-                "judge_price": price,
-            }
-        )
-    )
-    (suite / "prompt.txt").write_text("${input}\n")
-    (suite / "cases.jsonl").write_text(
-        "".join(
-            json.dumps(
-                {"id": f"c{i}", "input": f"q {i}", "tags": ["golden"], "checks": [{"kind": "contains", "value": "x"}]}
-            )
-            + "\n"
-            for i in range(12)
-        )
-    )
-    monkeypatch.setenv("EK_KEY", "sk-test")
+    suite = _suite(tmp_path, monkeypatch, "gpt-typo", 3, 12)
     with ScriptedServer({"model": "gemma-3-270m", "default": {"text": "x"}}) as srv:
         res = CliRunner().invoke(
             main, ["run", str(suite), "--runs-dir", str(tmp_path / "runs"), "--base-url", srv.base_url, "--no-progress"]
@@ -76,3 +73,25 @@ def test_the_same_not_retried_error_on_the_first_samples_stops_the_run_at_once(
     assert summary["samples_errored"] == 3 and summary["samples_missing"] == 33
     assert summary["reason"].startswith("the first 3 samples failed with the same error: attempt 1: HTTP 404")
     assert "The model `gpt-typo` does not exist" in summary["reason"]
+
+
+def test_a_replay_only_run_that_misses_every_sample_leaves_no_run_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    suite = _suite(tmp_path, monkeypatch, "m", 2, 1)
+    runs = tmp_path / "runs"
+    res = CliRunner().invoke(
+        main,
+        [
+            "run",
+            str(suite),
+            "--runs-dir",
+            str(runs),
+            "--replay-only",
+            "--no-progress",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+        ],
+    )
+    assert res.exit_code == 1 and "none of the 2 samples has a cached answer, so no run folder was left" in res.output
+    assert not [p for p in runs.iterdir() if p.is_dir()]

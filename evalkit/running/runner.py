@@ -60,6 +60,7 @@ import gc
 import hashlib
 import json
 import re
+import shutil
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -717,11 +718,27 @@ async def _run_in_folder(suite: Suite, folder: RunFolder | None, opts: RunOption
                 folder.write_case_table(CaseTable.from_cases(plan.suite.cases))  # the cases as this run sees them
                 folder.sample_files = opts.sample_files
                 with folder.lock():
-                    return await _execute(plan, folder, runs_root, remote)
+                    result = await _execute(plan, folder, runs_root, remote)
+                _no_folder_for_a_total_miss(result, opts)
+                return result
         return await _execute(plan, folder, runs_root, remote)
     finally:
         if remote is not None:  # the Ray connection this run made (evalkit.running.executors)
             remote.close()
+
+
+def _no_folder_for_a_total_miss(result: RunResult, opts: RunOptions) -> None:
+    """A new `--replay-only` run that found no sample in the cache leaves no run folder
+    (it would sit among the runs and in the reports as a failed run of no sample):
+    `ReplayMiss` saying why, with the first miss."""
+    if not opts.replay_only or result.samples_ran or result.samples_total == 0:
+        return
+    shutil.rmtree(result.path, ignore_errors=True)
+    first = result.error_reasons[0] if result.error_reasons else "no cached response"
+    raise ReplayMiss(
+        f"--replay-only: none of the {result.samples_total} samples has a cached answer, so no run folder was "
+        f"left ({first}); run once without --replay-only, or give the base URL of the server that answered"
+    )
 
 
 def _plan_run(suite: Suite, folder: RunFolder | None, opts: RunOptions) -> _RunPlan:
