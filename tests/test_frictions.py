@@ -95,3 +95,45 @@ def test_a_replay_only_run_that_misses_every_sample_leaves_no_run_folder(
     )
     assert res.exit_code == 1 and "none of the 2 samples has a cached answer, so no run folder was left" in res.output
     assert not [p for p in runs.iterdir() if p.is_dir()]
+
+
+def _embedded_identity() -> str | None:
+    from evalkit.calls.serve import LocalModelServer, default_model_path
+    from evalkit.foundations.errors import EvalkitError
+
+    try:
+        return LocalModelServer(default_model_path()).cache_identity
+    except EvalkitError:
+        return None
+
+
+@pytest.mark.skipif(_embedded_identity() is None, reason="the embedded model is not installed")
+def test_replay_only_without_a_server_replays_the_embedded_models_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Answers `evalkit serve` gave (keyed by the model file's identity, not the port)
+    replay with no server up: the identity comes from the file."""
+    import os
+
+    from evalkit.calls.serve import ScriptedServer
+
+    suite = _suite(tmp_path, monkeypatch, "gemma-3-270m", 2, 2)
+    runs = tmp_path / "runs"
+    with ScriptedServer({"default": {"text": "x"}}) as srv:  # standing in for the embedded model under serve
+        served = {
+            "base_url": srv.base_url,
+            "model": "gemma-3-270m",
+            "status_file": str(tmp_path / "status"),
+            "pid": os.getpid(),
+            "cache_identity": _embedded_identity(),
+        }
+        monkeypatch.setenv("EVALKIT_SERVED", json.dumps(served))
+        first = CliRunner().invoke(
+            main, ["run", str(suite), "--runs-dir", str(runs), "--base-url", srv.base_url, "--no-progress"]
+        )
+        assert first.exit_code == 0, first.output
+    monkeypatch.delenv("EVALKIT_SERVED")
+    monkeypatch.delenv("EVALKIT_BASE_URL", raising=False)
+    replay = CliRunner().invoke(main, ["run", str(suite), "--runs-dir", str(runs), "--replay-only", "--no-progress"])
+    assert replay.exit_code == 0, replay.output
+    assert "baseline: 4 samples, 0 errors, 0 missing" in replay.output

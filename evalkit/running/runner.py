@@ -74,19 +74,21 @@ from evalkit.calls.cache import InFlight, ResponseCache
 from evalkit.calls.client import CallStopped, ModelClient, check_endpoint, request_hash
 from evalkit.calls.ledger import Ledger, spend_by_arm
 from evalkit.calls.sandbox import NOT_CONTAINED
+from evalkit.calls.serve import LOCAL_MODEL_ALIAS, LocalModelServer, default_model_path
 from evalkit.calls.stopping import StopSignal
 from evalkit.foundations._text import printable
 from evalkit.foundations.errors import (
     BudgetExhausted,
     CeilingBreached,
     DiskFull,
+    EvalkitError,
     InputError,
     InputTooLong,
     ReplayMiss,
     UnitCallError,
 )
 from evalkit.foundations.layout import BATCHES, CACHE_FILE
-from evalkit.foundations.records import Arm, CaseTable, Config, Executor, Sample, Suite
+from evalkit.foundations.records import Arm, CaseTable, Config, Endpoint, Executor, Sample, Suite
 from evalkit.numbers import metrics
 from evalkit.runfolder.runs import RunFolder, runs_dir_lock, write_atomic
 from evalkit.suites.endpoints import (
@@ -727,6 +729,19 @@ async def _run_in_folder(suite: Suite, folder: RunFolder | None, opts: RunOption
             remote.close()
 
 
+def replay_identity(generator: Endpoint) -> str | None:
+    """Where a `--replay-only` run with no base URL looks for answers: the embedded
+    model's identity from its file (`serve.LocalModelServer.cache_identity` at serve's
+    defaults), so the answers `evalkit serve` gave replay with no server running; None
+    for any other model (its answers are keyed by the URL that gave them)."""
+    if generator.cache_identity or generator.model != LOCAL_MODEL_ALIAS:
+        return generator.cache_identity
+    try:
+        return LocalModelServer(default_model_path()).cache_identity
+    except EvalkitError:  # the `local` extra is not installed: nothing of it was cached
+        return None
+
+
 def _no_folder_for_a_total_miss(result: RunResult, opts: RunOptions) -> None:
     """A new `--replay-only` run that found no sample in the cache leaves no run folder
     (it would sit among the runs and in the reports as a failed run of no sample):
@@ -1088,7 +1103,7 @@ async def _open_clients(
             max_connection_failures=config.max_connection_failures,
             concurrency=config.concurrency,
             # answers are the server's own, keyed by what they depend on (not a serve's port)
-            cache_endpoint=cache_identity(arm_config.generator, url) if url else None,
+            cache_endpoint=cache_identity(arm_config.generator, url) if url else replay_identity(arm_config.generator),
         )
 
     client = make_client(config, base_url)
