@@ -137,3 +137,30 @@ def test_replay_only_without_a_server_replays_the_embedded_models_answers(
     replay = CliRunner().invoke(main, ["run", str(suite), "--runs-dir", str(runs), "--replay-only", "--no-progress"])
     assert replay.exit_code == 0, replay.output
     assert "baseline: 4 samples, 0 errors, 0 missing" in replay.output
+
+
+def test_the_power_widgets_print_the_plan_command_that_writes_what_they_show() -> None:
+    """Exploring with the sliders ends in the command that pre-registers the plan, and the
+    command runs: the plan it writes holds the sliders' values."""
+    from evalkit.telling import nb
+
+    assert nb.power_command(0.75, 0.2, 0.05, 0.8, "evals/my unit") == (
+        "evalkit power --win-rate 0.75 --tie-rate 0.2 --alpha 0.05 --power 0.8 --write 'evals/my unit'"
+    )
+    assert 'print("to pre-register this plan:", nb.power_command(win_rate, tie_rate, alpha, power))' in (
+        Path(__file__).parent.parent / "notebooks" / "power_planning.ipynb"
+    ).read_text().replace('\\"', '"')
+
+
+def test_the_printed_power_command_writes_the_plan(tmp_path: Path) -> None:
+    import shlex
+
+    from evalkit.telling import nb
+
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    args = shlex.split(nb.power_command(0.75, 0.2, 0.05, 0.8, str(suite)))[1:]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    plan = json.loads((suite / "plan.json").read_text())
+    assert json.dumps(plan).count("0.75") >= 1 and "0.2" in json.dumps(plan)
