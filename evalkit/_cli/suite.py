@@ -55,12 +55,16 @@ def init_cmd(
         raise click.UsageError("--watch, --repo-root and --evalkit-spec go with --ci")
     if ci is not None:
         # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
-        from evalkit.telling.workflow import check_workflow_text, install_spec, repo_root_of
+        from evalkit.telling.workflow import WORKFLOW_PATH, check_workflow_text, install_spec, repo_root_of
 
         check_workflow_text(str(unit_dir), "the suite path")  # before anything is scaffolded
         for w in watch:
             check_workflow_text(w, "the --watch pattern")
-        install_spec(evalkit_spec, repo_root if repo_root is not None else repo_root_of(unit_dir))  # the same
+        root = repo_root if repo_root is not None else repo_root_of(unit_dir)
+        # a new suite is scaffolded before the workflow: the install source is checked first
+        # (an existing suite or workflow is refused as such by write_github_workflow, below)
+        if not (unit_dir / CONFIG_FILE).is_file() and not (root / WORKFLOW_PATH).exists():
+            install_spec(evalkit_spec, root)
     existing = ci is not None and (unit_dir / CONFIG_FILE).is_file()
     if not existing:
         dest = suite.scaffold_suite(unit_dir)
