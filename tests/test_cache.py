@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from evalkit.foundations.errors import ReplayMiss
 from evalkit.calls.cache import ResponseCache
 from evalkit.running.runner import run_suite
 from evalkit.runfolder.runload import load_run
@@ -108,12 +109,11 @@ def test_identical_rerun_replays_at_zero_cost(tmp_path):
 def test_replay_only_miss_is_an_error_and_a_hit_is_free(tmp_path):
     suite = write_suite(tmp_path / "suite", 2)
     with ScriptedServer(SCRIPT) as srv:
-        missing = run_suite(suite, runs_dir=tmp_path / "fresh", base_url=srv.base_url, replay_only=True,
-                            progress=False)
+        # every sample missed: ReplayMiss, and no run folder left (issue 42 item 9)
+        with pytest.raises(ReplayMiss, match="none of the 12 samples has a cached answer"):
+            run_suite(suite, runs_dir=tmp_path / "fresh", base_url=srv.base_url, replay_only=True, progress=False)
         assert srv.stats["requests"] == 0
-        assert missing.exit_code == 1 and missing.samples_ran == 0
-        errors = load_run(missing.path).errors
-        assert len(errors) == 12 and errors.error.str.startswith("ReplayMiss").all()
+        assert not [p for p in (tmp_path / "fresh").iterdir() if p.is_dir()]
 
         run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
         n = srv.stats["requests"]

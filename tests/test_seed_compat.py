@@ -62,7 +62,7 @@ def test_run_prints_the_plan_before_its_first_call_and_plan_only_stops_there(tmp
         # 1000 in x $1/Mtok + 40 out x $2/Mtok = $0.00108, so $0.01296 in all, over the $0.01 cap
         assert "Samples:      3 cases x 2 arms x k 2 = 12" in out
         assert "Worst case:   $0.013 (12 samples x up to 1 call(s) at their token ceilings): OVER the cap" in out
-        assert "Cost cap:     $0.01 per local run, $0.005 per CI run" in out
+        assert "Cost cap:     $0.010 per local run\nCI cost cap:  $0.005 per CI run (evalkit run --ci)\n" in out
         assert "sets capability 1, regression 2" in out and "Tags:         adversarial 1, golden 2" in out
         assert "Arms:         2: baseline, guided" in out and "Generator:    scripted, temperature 0, seed 7" in out
         assert "k 1 = 3" in CliRunner().invoke(main, ["run", str(suite), "--plan-only", "--k", "1",

@@ -81,6 +81,10 @@ def test_skill_dirs_are_for_agents_inside_the_suite_and_their_skill_is_read(tmp_
     assert s.config.arm("skilled").skill_dir == "skills/w" and "Always look it up." in s.config.arm("skilled").skill
     assert s.config.arm("baseline").skill is None
     root = suite(tmp_path / "p", arms=[{"name": "a", "skill_dir": "skills/w"}])
+    (root / "skills" / "w").mkdir(parents=True)
+    (root / "skills" / "w" / "SKILL.md").write_text("Always look it up.\n")
+    assert load_suite(root).config.arm("a").skill == "Always look it up.\n"  # a prompt template with ${skill}
+    (root / "prompt.txt").write_text("${question}")
     assert any("skill_dir is for agent units" in e for e in errors(root))
     root = suite(tmp_path / "o", unit={"kind": "command", "argv": ["x"]}, arms=[{"name": "a", "skill_dir": "../x"}])
     assert any("$.arms[0].skill_dir" in e and "relative to the suite folder" in e for e in errors(root))

@@ -36,6 +36,16 @@ def ci_output_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
+skills_root_option = click.option(
+    "--skills-root",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="EVALKIT_SKILLS_ROOT",
+    default=None,
+    help="Where a Vally spec's skill folder is (a folder of <skill>/SKILL.md); default: plugins/*/skills/ of "
+    "the repository holding tests/skills/<skill>/eval.yaml (env: EVALKIT_SKILLS_ROOT).",
+)
+
+
 def emit_ci(make_report: Callable[[], Any], junit: Path | None, markdown: Path | None) -> None:
     """Build the `evalkit.telling.ciout.CiReport` (only when asked for) and write it."""
     if junit is None and markdown is None:

@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from evalkit._cli.options import batch_from, batch_options, ci_output_options, echo_text, emit_ci
+from evalkit._cli.options import (
+    batch_from,
+    batch_options,
+    ci_output_options,
+    echo_text,
+    emit_ci,
+    skills_root_option,
+)
 from evalkit.foundations import fmt
 from evalkit.foundations._text import printable
 from evalkit.foundations.errors import InputError
@@ -98,6 +105,7 @@ def ray_executor(address: str | None) -> Executor | None:
     "(pass, regression, no-improvement); needs a sequential plan.json. --no-until-decided runs (or, with --resume, "
     "completes) the fixed design. Default: the config's stopping.",
 )
+@skills_root_option
 @batch_options
 @ci_output_options
 def run_cmd(
@@ -118,6 +126,7 @@ def run_cmd(
     plan_only: bool,
     ray_address: str | None,
     until_decided: bool | None,
+    skills_root: Path | None,
     junit: Path | None,
     markdown: Path | None,
     batch: bool,
@@ -140,7 +149,9 @@ def run_cmd(
         raise InputError("--arms is empty")
     if replay_only and no_cache:
         raise InputError("--replay-only needs the response cache; drop --no-cache")
-    target, unknown = _prepared(suite, ci=ci, lenient_keys=lenient_keys, arm_list=arm_list, k=k)
+    target, unknown = _prepared(
+        suite, ci=ci, lenient_keys=lenient_keys, arm_list=arm_list, k=k, skills_root=skills_root, base_url=base_url
+    )
     if plan_only:
         if unknown:
             raise InputError(f"--arms: no arm named {', '.join(map(repr, unknown))} in the suite")
@@ -175,7 +186,14 @@ def run_cmd(
 
 
 def _prepared(
-    suite: str, *, ci: bool, lenient_keys: bool, arm_list: list[str] | None, k: int | None
+    suite: str,
+    *,
+    ci: bool,
+    lenient_keys: bool,
+    arm_list: list[str] | None,
+    k: int | None,
+    skills_root: Path | None = None,
+    base_url: str | None = None,
 ) -> tuple[Suite, list[str]]:
     """The suite as this run takes it (the CI variant under --ci), its lint warnings and
     `evalkit analyze`'s on its prompt files printed, and the seed's plan block shown before
@@ -186,7 +204,7 @@ def _prepared(
     from evalkit.suites.reader import load_suite
     from evalkit.suites.suite import ci_suite
 
-    loaded = load_suite(suite, lenient_keys=lenient_keys)
+    loaded = load_suite(suite, lenient_keys=lenient_keys, skills_root=skills_root)
     for w in loaded.warnings if lenient_keys else ():
         echo_text(f"warning: {w}", err=True)
     target: Suite = ci_suite(loaded) if ci else loaded
@@ -195,13 +213,16 @@ def _prepared(
     unknown = sorted(set(arm_list or ()) - {a.name for a in target.config.arms})
     if not unknown:  # an unknown arm is the runner's error, with its wording
         # the seed's plan, before the first call (seed 001: "present the plan")
-        echo_text(plan_block(target, tuple(arm_list) if arm_list else None, k))
+        echo_text(plan_block(target, tuple(arm_list) if arm_list else None, k, base_url))
     return target, unknown
 
 
 def _echo_result(result: RunResult) -> None:
     """What a finished run says: its folder, spend against the cap, each arm's samples,
     model and money, and private data let through by --allow-private-data."""
+    # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
+    from evalkit.runfolder.runs import answered_as
+
     echo_text(f"run folder: {result.path}")
     click.echo(
         f"spend: {fmt.usd(result.spend_usd)} of cap {fmt.usd(result.cap_usd)} "
@@ -210,7 +231,7 @@ def _echo_result(result: RunResult) -> None:
     for arm, c in result.per_arm.items():  # each arm's model and money (its own price, on the one ledger)
         echo_text(
             f"{arm}: {c['samples']} samples, {c['errors']} errors, {c.get('missing', 0)} missing"
-            + (f"; model {printable(str(c['model']))}" if c.get("model") else "")
+            + (f"; model {printable(str(answered_as(c)))}" if c.get("model") else "")
             + (
                 f"; paid {fmt.usd(c['paid_usd'])}, avoided {fmt.usd(c.get('avoided_usd', 0.0))}, "
                 f"{fmt.usd(c.get('paid_per_case_usd', 0.0))} paid per case"

@@ -181,6 +181,8 @@ def _serve(server: ScriptedServer | ServerProcess, command: tuple[str, ...]) -> 
                         "pid": getattr(server, "pid", None) or os.getpid(),
                         # what its answers depend on (not the port): the response cache's key
                         "cache_identity": server.cache_identity,
+                        # the embedded model's file: runs count input tokens with its tokenizer
+                        "model_path": str(getattr(server, "model_path", None) or "") or None,
                     }
                 ),
             }

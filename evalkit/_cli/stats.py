@@ -90,7 +90,8 @@ def _fail_on(kind: str, fail_on: tuple[str, ...]) -> None:
     default="case",
     show_default=True,
     help="trial: also show the SKRAFT count (every trial, stimuli x runs, a unit; floor 5) beside the "
-    "case-level verdict, labelled as such; the verdict and verdicts.json stay case-level.",
+    "case-level verdict, labelled as such; the verdict and verdicts.json stay case-level unless the suite "
+    'sets "verdict_unit": "trial" (then the SKRAFT count decides and the case-level verdict is beside it).',
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @ci_output_options
@@ -158,7 +159,7 @@ def compare_cmd(
     note = f"plan: {v.plan_check.plan}" if v.plan_check is not None and plan_path is None else None
     text = v.render() + (f"\n{note}" if note else "")
     out = v.to_json()
-    if unit == "trial":  # beside the case-level verdict, never instead of it
+    if unit == "trial" and v.beside is None:  # beside the case-level verdict, never instead of it
         from evalkit.conclusions.verdicts import skraft_trial_verdict  # lazy: scipy, only for this option
 
         sv = skraft_trial_verdict(loaded, baseline_arm, treatment_arm, alpha=v.alpha)

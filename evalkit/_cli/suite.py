@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from evalkit._cli.options import echo_text
+from evalkit._cli.options import echo_text, skills_root_option
 from evalkit.foundations.layout import CASES_FILE, CONFIG_FILE
 from evalkit.foundations.records import set_gate
 from evalkit.intake import lint
@@ -66,11 +66,16 @@ def init_cmd(
         raise click.UsageError("--watch, --repo-root and --evalkit-spec go with --ci")
     if ci is not None:
         # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
-        from evalkit.telling.workflow import check_workflow_text
+        from evalkit.telling.workflow import WORKFLOW_PATH, check_workflow_text, install_spec, repo_root_of
 
         check_workflow_text(str(unit_dir), "the suite path")  # before anything is scaffolded
         for w in watch:
             check_workflow_text(w, "the --watch pattern")
+        root = repo_root if repo_root is not None else repo_root_of(unit_dir)
+        # a new suite is scaffolded before the workflow: the install source is checked first
+        # (an existing suite or workflow is refused as such by write_github_workflow, below)
+        if not (unit_dir / CONFIG_FILE).is_file() and not (root / WORKFLOW_PATH).exists():
+            install_spec(evalkit_spec, root)
     existing = ci is not None and (unit_dir / CONFIG_FILE).is_file()
     if not existing:
         dest = suite.scaffold_suite(unit_dir, conversation=conversation)
@@ -93,11 +98,17 @@ def init_cmd(
 @click.option(
     "--lenient-keys", is_flag=True, help="An unknown key is a warning (ignored) instead of an error ('did you mean')."
 )
-def lint_cmd(suite_path: Path, strict: bool, lenient_keys: bool) -> None:
+@skills_root_option
+def lint_cmd(suite_path: Path, strict: bool, lenient_keys: bool, skills_root: Path | None) -> None:
     """Validate SUITE (a suite folder, an evals.json or an eval.yaml) without calling any
     model. Prints each finding as `path:line: level: message`; exits 2 on errors, 0 when
     there are only warnings or none."""
-    report = lint.lint_suite(suite_path, strict=strict, lenient_keys=lenient_keys)
+    # lazy: the library loads only when this command runs (`evalkit --help` stays fast)
+    from evalkit.conclusions.results import with_prompt_lengths
+
+    report = lint.lint_suite(suite_path, strict=strict, lenient_keys=lenient_keys, skills_root=skills_root)
+    loaded = None if report.errors else reader.load_suite(suite_path, lenient_keys=True, skills_root=skills_root)
+    report = with_prompt_lengths(report, loaded, strict=strict)
     for finding in report.errors:
         echo_text(str(finding), err=True)  # a message may quote the suite's files
     for finding in report.warnings:

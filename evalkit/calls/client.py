@@ -128,7 +128,7 @@ from evalkit.foundations.errors import (
 )
 from evalkit.foundations.records import Config, Endpoint, Price, Usage
 from evalkit.foundations.tokens import TokenCounter, utf8_len
-from evalkit.suites.endpoints import cache_identity, check_base_url
+from evalkit.suites.endpoints import cache_identity, check_base_url, served_model_file
 
 # The request fields evalkit sets itself; `complete(extra=...)` cannot replace them.
 _OWN_FIELDS = frozenset(
@@ -158,6 +158,18 @@ def text_bound(max_tokens_out: int) -> int:
 def body_bound(max_tokens_out: int) -> int:
     """The most bytes a response body to a request of `max_tokens_out` tokens is read."""
     return BODY_SLACK_BYTES + BODY_PER_TEXT_BYTE * text_bound(max_tokens_out)
+
+
+def served_tokenizer(base_url: str | None) -> Callable[[str], int] | None:
+    """The embedded model's own token count when `base_url` is the model `evalkit serve`
+    runs (`serve.gguf_token_count` on its file), else None: the endpoint's tokenizer or
+    the byte bound count instead (`foundations.tokens`)."""
+    path = served_model_file(base_url)
+    if path is None:
+        return None
+    from evalkit.calls.serve import gguf_token_count  # lazy: llama.cpp only under `evalkit serve`
+
+    return functools.partial(gguf_token_count, path)
 
 
 @dataclass(frozen=True)
@@ -690,7 +702,9 @@ class ModelClient:
             if self.base_url
             else None
         )
-        self.counter = TokenCounter(endpoint.model, self.base_url, api_key=api_key)
+        self.counter = TokenCounter(
+            endpoint.model, self.base_url, api_key=api_key, tokenize=served_tokenizer(self.base_url)
+        )
         self._rng = random.Random()
 
     @classmethod
@@ -706,11 +720,12 @@ class ModelClient:
         cache: ResponseCache | None,
         replay_only: bool,
         url: str | None,
+        replay_key: str | None = None,
     ) -> ModelClient:
         """A run's client for `role` (the generator of an arm, the simulator): the
         suite's input ceiling, retries, timeout, rate-limit budget and concurrency; its
         answers cached under what they depend on (`endpoints.cache_identity`, not a
-        serve's port)."""
+        serve's port; with no URL, `replay_key`: where a replay looks for them)."""
         return cls(
             endpoint,
             price,
@@ -726,7 +741,7 @@ class ModelClient:
             rate_limit_budget_s=config.rate_limit_budget_s,
             max_connection_failures=config.max_connection_failures,
             concurrency=config.concurrency,
-            cache_endpoint=cache_identity(endpoint, url) if url else None,
+            cache_endpoint=cache_identity(endpoint, url) if url else replay_key,
         )
 
     @property
@@ -1130,7 +1145,8 @@ class ModelClient:
             n_in, method = n_in + n_extra, f"{method} + {n_extra} bytes of further fields"
         if n_in > self.max_tokens_in:
             raise InputTooLong(
-                f"{key or 'request'}: input is {n_in} tokens ({method}), over max_tokens_in {self.max_tokens_in}"
+                f"{key or 'request'}: input is {n_in} tokens ({method}), over max_tokens_in {self.max_tokens_in}: "
+                "raise max_tokens_in in config.json (or the arm's), within the model's context, or shorten the prompt"
             )
 
     def replay(
@@ -1167,7 +1183,8 @@ class ModelClient:
                 tool_calls=tuple(hit.get("tool_calls") or ()),
                 finish_reason=hit.get("finish_reason"),
                 usage=Usage(int(u.get("prompt_tokens", 0)), int(u.get("completion_tokens", 0))),
-                latency_ms=0.0,
+                # the latency first measured (stored with the answer), marked by `cached`
+                latency_ms=float(hit.get("latency_ms") or 0.0),
                 cost_usd=0.0,
                 model=hit.get("model", self.endpoint.model),
                 system_fingerprint=hit.get("system_fingerprint"),
@@ -1246,7 +1263,7 @@ class ModelClient:
             settled = Usage(max(settled.prompt_tokens, r.tokens_in), max(settled.completion_tokens, r.tokens_out))
         within = settled.prompt_tokens <= r.tokens_in and settled.completion_tokens <= r.tokens_out
         if self.cache is not None and untrusted is None and low is None and within:
-            self._cache_answer(r, ckey, sample_index, parsed, settled)
+            self._cache_answer(r, ckey, sample_index, parsed, settled, latency_ms)
         try:
             why = untrusted or low
             cost = self.ledger.settle(r, settled, untrusted=why) if settle is None else settle(settled, why)
@@ -1272,10 +1289,11 @@ class ModelClient:
         )
 
     def _cache_answer(
-        self, r: Reservation, ckey: str, sample_index: int, parsed: tuple[Any, ...], settled: Usage
+        self, r: Reservation, ckey: str, sample_index: int, parsed: tuple[Any, ...], settled: Usage, latency_ms: float
     ) -> None:
         """Store a trusted answer in the cache under `ckey` for `sample_index`, with its
-        settled usage and what it cost at the reservation's price."""
+        settled usage, its measured latency (a replay keeps it) and what it cost at the
+        reservation's price."""
         assert self.cache is not None
         text, tool_calls, finish, _, fingerprint, model = parsed
         self.cache.put(
@@ -1289,6 +1307,7 @@ class ModelClient:
                 "usage": {"prompt_tokens": settled.prompt_tokens, "completion_tokens": settled.completion_tokens},
                 "model": model,
                 "system_fingerprint": fingerprint,
+                "latency_ms": latency_ms,
             },
             r.price.cost(settled.prompt_tokens, settled.completion_tokens),
             endpoint=self.cache_endpoint,

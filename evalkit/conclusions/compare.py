@@ -61,6 +61,12 @@ def verdict_judge_of(run: Run) -> str:
     return choice if choice in JUDGES else "direct"
 
 
+def verdict_unit_of(run: Run) -> str:
+    """The unit the run's suite chose for its recorded verdict (`verdict_unit`), "case" by default."""
+    cfg = run.config.get("config")
+    return "trial" if isinstance(cfg, dict) and cfg.get("verdict_unit") == "trial" else "case"
+
+
 def _trust_reason(summary: dict[str, Any]) -> tuple[bool, str, bool]:
     """(trusted, why, opted out) from a grading's `judge_trust`."""
     trust = summary.get("judge_trust")
@@ -254,7 +260,11 @@ def compare_arms(
         raise InputError(f"judge must be one of {', '.join(JUDGES)}, got {choice!r}", json_path="judge")
     if choice == "pairwise":
         return pairwise_verdict(run, baseline, treatment, alpha=alpha, plan=plan)
-    return direct_verdict(run, baseline, treatment, alpha=alpha, plan=plan)
+    v = direct_verdict(run, baseline, treatment, alpha=alpha, plan=plan)
+    if verdict_unit_of(run) == "trial":  # SKRAFT's count decides, the case-level verdict beside it
+        trial = V.skraft_trial_verdict(run, baseline, treatment, alpha=alpha)
+        return replace(trial, plan_check=v.plan_check, judge_checks=v.judge_checks, beside=v)
+    return v
 
 
 def compare(

@@ -1538,6 +1538,7 @@ def group_metrics(
         n_non_activation=len(silent),
         latency_p50_ms=float(np.percentile(lat, 50)) if lat else None,
         latency_p95_ms=float(np.percentile(lat, 95)) if lat else None,
+        n_latency_replays=sum(1 for _, s, _ in rows if s.cached),
         generator_cost_usd=cost.generator_usd,
         judge_cost_usd=cost.judge_usd,
         paid_usd=cost.paid_usd,

@@ -12,7 +12,9 @@ two numbers a baseline records and a gate reads.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +22,10 @@ from evalkit.foundations import fmt
 from evalkit.foundations._io import RUN_JSON_BYTES, read_json_object, write_atomic
 from evalkit.foundations._text import storable_json
 from evalkit.foundations.errors import EvalkitError
+from evalkit.foundations.findings import Finding, LintReport
 from evalkit.foundations.layout import BASELINE_FILE, GRADES_SUMMARY, SUMMARY_MD
 from evalkit.foundations.records import Baseline, Grade, GradesSummary, GroupMetrics, Sample, Suite
+from evalkit.suites.suite import render_prompt
 
 # (label, field(s) of GroupMetrics, kind): the rows of the seed's table, in its order
 ROWS: tuple[tuple[str, tuple[str, ...], str], ...] = (
@@ -39,8 +43,11 @@ END = "<!-- /evalkit grade: metrics -->"
 
 def _cell(m: GroupMetrics, names: tuple[str, ...], kind: str) -> str:
     vals = [getattr(m, n) for n in names]
-    if kind == "ms":
-        return fmt.NO_DATA if all(fmt.missing(v) for v in vals) else "/".join(f"{v:.0f}" for v in vals)
+    if kind == "ms":  # a replay keeps the latency first measured: the figure says how many were replays
+        if all(fmt.missing(v) for v in vals):
+            return fmt.NO_DATA
+        replays = f" ({m.n_latency_replays} of {m.n_samples} replayed)" if m.n_latency_replays else ""
+        return "/".join(f"{v:.0f}" for v in vals) + replays
     v = vals[0]
     return fmt.usd(v) if kind == "usd" else fmt.fraction(v, 2)
 
@@ -301,6 +308,120 @@ def plan_worst_case(suite: Suite, arms: tuple[str, ...] | None = None, k: int | 
     }
 
 
+@dataclass(frozen=True)
+class PromptLength:
+    """An arm's longest rendered prompt (by its byte bound) and its input tokens as the
+    run will count them (`tokens_of`), against `max_tokens_in`."""
+
+    arm: str
+    case_id: str
+    tokens: int
+    method: str
+    limit: int
+
+    @property
+    def over(self) -> bool:
+        return self.tokens > self.limit
+
+    def line(self) -> str:
+        """One line of the plan block or a lint warning."""
+        head = f"arm {self.arm}: case {self.case_id}, {self.tokens:,} tokens ({self.method})"
+        if not self.over:
+            return f"{head}, within max_tokens_in {self.limit:,}"
+        return (
+            f"{head}: OVER max_tokens_in {self.limit:,}, every such sample fails with InputTooLong: raise "
+            "max_tokens_in in config.json (or the arm's), within the model's context, or shorten the prompt"
+        )
+
+
+def tokens_of(model: str, base_url: str | None) -> tuple[Callable[[str], int] | None, str]:
+    """How the run will count a prompt, offline: the embedded model's own tokenizer under
+    `evalkit serve` (`base_url` its server's) or for the embedded model by name when its
+    file is in place, else a tiktoken encoding already cached for `model`; (None, "utf8
+    bytes") when there is neither (the byte bound, never below the true count)."""
+    # lazy: the client (openai) and the servers (aiohttp) load only for a plan, not for `grade`
+    from evalkit.calls.client import served_tokenizer
+    from evalkit.calls.serve import LOCAL_MODEL_ALIAS, default_model_path, gguf_token_count
+    from evalkit.foundations.tokens import TEXT_MARGIN, local_tiktoken
+
+    counter = served_tokenizer(base_url)
+    if counter is None and model == LOCAL_MODEL_ALIAS:
+        try:
+            counter = partial(gguf_token_count, default_model_path())
+        except EvalkitError:  # the `local` extra is not installed
+            counter = None
+    if counter is not None:
+        return counter, "model tokenizer"
+    enc = local_tiktoken(model)
+    if enc is not None:
+        return (lambda text: len(enc.encode(text, disallowed_special=())) + TEXT_MARGIN), f"tiktoken:{enc.name}"
+    return None, "utf8 bytes"
+
+
+def longest_prompts(
+    suite: Suite, arms: tuple[str, ...] | None = None, base_url: str | None = None
+) -> list[PromptLength]:
+    """Each arm's longest rendered prompt (a prompt or agent unit's first call; a program
+    unit renders none) counted as the run counts it, so lint and `run --plan-only` say
+    before any call when samples would fail with InputTooLong."""
+    config = suite.config
+    if config.unit.kind not in ("prompt", "agent") or not suite.cases:
+        return []
+    out: list[PromptLength] = []
+    for arm in (a for a in config.arms if arms is None or a.name in arms):
+        c = config.for_arm(arm)
+        rendered = [(case.id, render_prompt(c, case, arm)) for case in suite.cases]
+        case_id, prompt = max(rendered, key=lambda r: _bound(r[1]))
+        n, method = _bound(prompt), "at most: UTF-8 bytes"
+        if n > config.max_tokens_in:  # as the run: a finer count only when the cheap bound does not fit
+            count, source = tokens_of(c.generator.model, base_url or c.generator.base_url)
+            if count is not None:
+                n, method = min(n, _counted(prompt, count)), source
+        out.append(PromptLength(arm.name, case_id, n, method, config.max_tokens_in))
+    return out
+
+
+def with_prompt_lengths(report: LintReport, suite: Suite | None, *, strict: bool = False) -> LintReport:
+    """`report` with a warning (an error under `strict`) for each arm of `suite` whose
+    longest prompt is over max_tokens_in (`longest_prompts`): what `evalkit lint` adds,
+    so the samples that would fail with InputTooLong are named before any call."""
+    if suite is None:
+        return report
+    where = str(Path(suite.path) / "config.json")
+    over = [
+        Finding("error" if strict else "warning", f"longest prompt: {p.line()}", where, json_path="$.max_tokens_in")
+        for p in longest_prompts(suite)
+        if p.over
+    ]
+    if strict:
+        return replace(report, errors=report.errors + tuple(over))
+    return replace(report, warnings=report.warnings + tuple(over))
+
+
+def _bound(prompt: str | list[dict[str, str]]) -> int:
+    from evalkit.foundations.tokens import byte_bound  # lazy: aiohttp, off `grade`'s path
+
+    return byte_bound(prompt=prompt) if isinstance(prompt, str) else byte_bound(messages=list(prompt))
+
+
+def _counted(prompt: str | list[dict[str, str]], count: Callable[[str], int]) -> int:
+    """A rendered prompt's tokens by `count`, with the chat template's margins for messages
+    (`foundations.tokens`, as the run's counter adds them)."""
+    from evalkit.foundations.tokens import PER_CONVERSATION, PER_MESSAGE, message_text  # lazy: aiohttp, as above
+
+    if isinstance(prompt, str):
+        return count(prompt)
+    return PER_CONVERSATION + sum(count(message_text(m)) + PER_MESSAGE for m in prompt)
+
+
+def same_places(*amounts: float | None) -> Callable[[float], str]:
+    """One money format for a block of amounts: each with the decimals the most precise
+    of them needs as `fmt.usd` writes it (at least 2), so $0.013 stands beside $0.010
+    and $0.005, never beside $0.01."""
+    places = max([2] + [len(t.split(".")[1]) for t in (fmt.usd(a) for a in amounts if a) if "." in t])
+    return lambda v: f"${v:,.{places}f}"
+
+
 def _counts(items: list[str]) -> str:
     seen: dict[str, int] = {}
     for x in items:
@@ -308,11 +429,14 @@ def _counts(items: list[str]) -> str:
     return ", ".join(f"{name} {n}" for name, n in sorted(seen.items())) or "none"
 
 
-def plan_block(suite: Suite, arms: tuple[str, ...] | None = None, k: int | None = None) -> str:
+def plan_block(
+    suite: Suite, arms: tuple[str, ...] | None = None, k: int | None = None, base_url: str | None = None
+) -> str:
     """The seed's AGENT EVAL PLAN block for a run of `suite` (seed 001, "Output"): the
     unit, generator and judge, the task set by set and tag, the arms and k, the scoring,
-    the gate, and the worst-case cost against the cap. Printed by `evalkit run` before
-    its first call; `run --plan-only` stops after it."""
+    the gate, the worst-case cost against the cap, and each arm's longest prompt against
+    max_tokens_in (`longest_prompts`; `base_url`: where the run's calls go). Printed by
+    `evalkit run` before its first call; `run --plan-only` stops after it."""
     config = suite.config
     unit = config.unit
     chosen = [a for a in config.arms if arms is None or a.name in arms]
@@ -358,9 +482,7 @@ def plan_block(suite: Suite, arms: tuple[str, ...] | None = None, k: int | None 
         if worst["calls_bounded"]
         else f"{worst['samples']} samples x one call at its token ceilings; the program may make more: the cap stops it"
     )
-    cap = f"{fmt.usd(worst['cap_usd'])} per local run"
-    if worst["ci_cap_usd"] is not None:
-        cap += f", {fmt.usd(worst['ci_cap_usd'])} per CI run"
+    usd = same_places(worst["worst_usd"], worst["cap_usd"], worst["ci_cap_usd"])
     verdict = (
         "fits under the cap"
         if worst["fits"]
@@ -385,7 +507,13 @@ def plan_block(suite: Suite, arms: tuple[str, ...] | None = None, k: int | None 
         + (f", threshold >= {judged[0].judge_threshold}/5" if judged else ""),
         f"Gate:         fail on success drop > {config.gate.max_success_drop_points:g} pts, "
         f"cost increase > {config.gate.max_cost_increase_pct:g} %",
-        f"Worst case:   {fmt.usd(worst['worst_usd'])} ({how}): {verdict}",
-        f"Cost cap:     {cap}",
+        f"Worst case:   {usd(worst['worst_usd'])} ({how}): {verdict}",
+        f"Cost cap:     {usd(worst['cap_usd'])} per local run",
     ]
+    if worst["ci_cap_usd"] is not None:  # its own line: a second cap, not a footnote to the first
+        lines.append(f"CI cost cap:  {usd(worst['ci_cap_usd'])} per CI run (evalkit run --ci)")
+    lengths = longest_prompts(suite, arms, base_url)
+    if lengths:  # one line per arm, aligned under the first
+        lines.append("")
+        lines += [("Longest prompt: " if i == 0 else " " * 16) + p.line() for i, p in enumerate(lengths)]
     return "\n".join(lines) + "\n"

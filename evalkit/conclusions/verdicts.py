@@ -337,8 +337,9 @@ def skraft_trial_verdict(run: Run | str | Path, baseline: str, treatment: str, *
     test, with the floor of 5 trials and 6 discordant pairs. Not evalkit's verdict:
     the k repeats of one case are not independent, so counting them as units
     overstates n (`two_arm_verdict` casts one vote per case); `compare --unit trial`
-    shows this beside the case-level verdict, never instead of it, and it is never
-    recorded in `verdicts.json`. An errored or unmatched trial makes it inconclusive.
+    shows this beside the case-level verdict, and it is the recorded verdict only where
+    the suite asks for it (`verdict_unit: "trial"`, `compare.compare_arms`), the
+    case-level one then beside it. An errored or unmatched trial makes it inconclusive.
 
     References: Dixon & Mood 1946, "The statistical sign test", JASA 41:557-566.
     """

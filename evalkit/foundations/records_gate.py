@@ -97,6 +97,9 @@ class Verdict:
         "direct"  # what the votes rest on: "direct" pass/fail, or the "pairwise" judge (evalkit.conclusions.compare)
     )
     judge_checks: dict[str, Any] | None = None  # what was checked of that judge (evalkit.conclusions.compare)
+    # the same comparison counted in the other unit, shown beside and never deciding: under a
+    # suite's `verdict_unit: "trial"` (SKRAFT's count decides) the case-level verdict
+    beside: Verdict | None = None
 
     @property
     def discordant(self) -> int:
@@ -148,6 +151,7 @@ class Verdict:
         d["paired"] = self.paired.to_json() if self.paired is not None else None
         d["plan_check"] = self.plan_check.to_json() if self.plan_check is not None else None
         d["p_value"], d["p_one_sided"] = _num_or_none(self.p_value), _num_or_none(self.p_one_sided)
+        d["beside"] = self.beside.to_json() if self.beside is not None else None
         return d
 
     @classmethod
@@ -158,6 +162,7 @@ class Verdict:
         kw["case_votes"] = tuple((str(c), str(v)) for c, v in d.get("case_votes") or ())
         kw["paired"] = PairedDifference.from_json(d["paired"]) if d.get("paired") else None
         kw["plan_check"] = PlanCheck.from_json(d["plan_check"]) if d.get("plan_check") else None
+        kw["beside"] = Verdict.from_json(d["beside"]) if d.get("beside") else None
         return cls(**kw)
 
     def render(self) -> str:
@@ -213,6 +218,12 @@ class Verdict:
             s = self.sequential
             lines.append(f"sequential: {s['decision']} after {s['n_used']} of {s['n_available']} units")
         lines.append(f"reason: {self.reason}")
+        if self.beside is not None:
+            b = self.beside
+            lines.append(
+                f"beside it (not deciding): {b.kind} by {b.unit}: {b.wins}W/{b.ties}T/{b.losses}L, "
+                f"{b.errored} errored/unmatched, p = {fmt.pvalue(b.p_value)}"
+            )
         for prob in self.problems[:20]:
             lines.append(f"  - {prob}")
         if len(self.problems) > 20:

@@ -54,6 +54,8 @@ class GroupMetrics:
     n_non_activation: int = 0
     latency_p50_ms: float | None = None
     latency_p95_ms: float | None = None
+    # samples whose latency is a cache replay's: the latency first measured, not this run's
+    n_latency_replays: int = 0
     generator_cost_usd: float = 0.0
     judge_cost_usd: float = 0.0
     paid_usd: float = 0.0

@@ -250,6 +250,9 @@ class Config:
     # true`, or `allow_uncalibrated_judge: false`) holds every judge that is not trusted.
     allow_uncalibrated_judge: bool | None = None
     verdict_judge: Literal["direct", "pairwise"] = "direct"  # which judge `compare` rests the verdict on
+    # the unit the recorded two-arm verdict counts: one vote per case, or SKRAFT's trial
+    # (stimuli x runs, `verdict_unit: "trial"`), the other shown beside it
+    verdict_unit: Literal["case", "trial"] = "case"
     # which estimate of a judged rate verdicts and the gate rest on: the judge's own, or the
     # prediction-powered one corrected by the human labels (grading.judged_rates)
     judged_estimate: Literal["judge", "corrected"] = "judge"

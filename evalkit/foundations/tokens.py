@@ -3,9 +3,13 @@
 The count guards `max_tokens_in` before a paid call, so it must never be an
 underestimate. Sources, best first:
 
-1. the endpoint's own tokenizer, when it offers one (llama-cpp-python's server, and
-   evalkit's scripted server: ``POST /extras/tokenize/count`` with ``{"input": text}``
-   returns ``{"count": n}``, BOS included);
+1. the model's own tokenizer in this process, when the caller has one (`tokenize`:
+   the embedded model's GGUF vocabulary under `evalkit serve`, which counts as its
+   server does without waiting for the server, whose tokenizer queues behind every
+   generation); else the endpoint's own tokenizer, when it offers one
+   (llama-cpp-python's server, and evalkit's scripted server: ``POST
+   /extras/tokenize/count`` with ``{"input": text}`` returns ``{"count": n}``, BOS
+   included);
 2. a tiktoken encoding for an OpenAI model, only when its file is already in tiktoken's
    local cache (tiktoken downloads encodings at first use and fails offline; it is an
    optional dependency and never triggers a download here);
@@ -23,10 +27,12 @@ offline; this module only chooses between the sources above.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -161,9 +167,11 @@ class TokenCounter:
         api_key: str | None = None,
         http: aiohttp.ClientSession | None = None,
         timeout_s: float = 10.0,
+        tokenize: Callable[[str], int] | None = None,
     ) -> None:
         self.model = model
         self.base_url = base_url
+        self._tokenize = tokenize  # the model's own count of a text, BOS included (source 1)
         self._api_key = api_key
         self._http = http
         self._own_http = http is None
@@ -201,7 +209,8 @@ class TokenCounter:
         bound = byte_bound(prompt=prompt, messages=messages, tools=tools)
         if limit is not None and bound <= limit:
             return bound, "utf8-bytes"
-        finer, method = await self.count_endpoint(prompt=prompt, messages=messages, tools=tools), "endpoint"
+        finer = await self.count_endpoint(prompt=prompt, messages=messages, tools=tools)
+        method = "model tokenizer" if self._tokenize is not None else "endpoint"
         if finer is None:
             finer = self.count_tiktoken(prompt=prompt, messages=messages, tools=tools)
             method = f"tiktoken:{self._tiktoken.name}" if finer is not None else method
@@ -217,8 +226,9 @@ class TokenCounter:
         tools: list[dict[str, Any]] | None = None,
     ) -> int | None:
         """The endpoint tokenizer's count (plus chat margins), or None when the endpoint
-        offers no tokenizer. Asked once per counter whether it has one."""
-        if self._endpoint_ok is False or not self.base_url:
+        offers no tokenizer. Asked once per counter whether it has one; the model's own
+        tokenizer (`tokenize`) instead when the counter has one."""
+        if self._tokenize is None and (self._endpoint_ok is False or not self.base_url):
             return None
         if prompt is not None:
             n = await self._tokenize_count(prompt)
@@ -265,7 +275,10 @@ class TokenCounter:
         since the k samples of a (case, arm) send the same text."""
         if text in self._counted:
             return self._counted[text]
-        n = await self._ask_tokenizer(text)
+        if self._tokenize is not None:  # off the event loop: the first count loads the vocabulary
+            n: int | None = await asyncio.to_thread(self._tokenize, text)
+        else:
+            n = await self._ask_tokenizer(text)
         if n is not None:
             if len(self._counted) >= _COUNT_CACHE_SIZE:
                 self._counted.pop(next(iter(self._counted)))  # the oldest entry

@@ -94,8 +94,7 @@ def import_suite(
     if on_warning is not None:
         for w in imported.warnings:
             on_warning(w)
-    config = dict(imported.config)
-    files = dict(imported.files)
+    config, files = _skill_inside(imported)
     if guidance is not None:
         files["guidance/skilled.md"] = read_text_file(guidance, limit=MAX_TEXT_BYTES)
         config["arms"] = [{"name": "baseline"}, {"name": "skilled", "guidance": "guidance/skilled.md"}]
@@ -114,6 +113,20 @@ def import_suite(
                 Finding("warning", f.message + "; `evalkit import --redact` replaces it", f.path, f.line, f.json_path)
             )
     return write_native_suite(dest, config, cases, files)
+
+
+def _skill_inside(imported: ImportedSuite) -> tuple[dict[str, Any], dict[str, str]]:
+    """The config and files of an imported suite, a skill it resolved outside its folder
+    (a SKRAFT spec's plugins/<plugin>/skills/<skill>/) copied in as `skills/<skill>/`,
+    since a native suite's skill_dir stays inside the suite."""
+    config, files = dict(imported.config), dict(imported.files)
+    for arm in config.get("arms", []):
+        rel = arm.get("skill_dir") if isinstance(arm, dict) else None
+        if isinstance(rel, str) and ".." in Path(rel).parts:
+            inside = f"skills/{Path(rel).name}"
+            files[f"{inside}/SKILL.md"] = files.pop(f"{rel}/SKILL.md")
+            arm["skill_dir"] = inside
+    return config, files
 
 
 def _suite_side_files(src: SuiteSource, fx: Findings) -> None:
@@ -151,12 +164,15 @@ def _privacy(src: SuiteSource, fx: Findings) -> None:
         fx.warn(f.message, f.path, f.line, f.json_path, strict_error=True)
 
 
-def lint_suite(path: str | Path, strict: bool = False, *, lenient_keys: bool = False) -> LintReport:
+def lint_suite(
+    path: str | Path, strict: bool = False, *, lenient_keys: bool = False, skills_root: Path | None = None
+) -> LintReport:
     """Validate a suite without calling any model: every error and warning with its place,
     the privacy scan's findings and the side files of a native suite included (warnings;
-    errors under `strict`); an unknown key is an error unless `lenient_keys`."""
+    errors under `strict`); an unknown key is an error unless `lenient_keys`; `skills_root`
+    as `load_suite`'s."""
     fx = Findings(strict, lenient_keys=lenient_keys)
-    src = source_for(path, fx)
+    src = source_for(path, fx, skills_root)
     if src is None:
         return fx.report(str(path))
     suite = validate(src, fx)

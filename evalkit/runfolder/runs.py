@@ -521,6 +521,16 @@ def config_arm_names(meta: dict[str, Any]) -> list[str]:
     return [n for n in names if n]
 
 
+def answered_as(settings: dict[str, Any]) -> str | None:
+    """The model an arm's answers came from, as pages, the index and the terminal name
+    it: `scripted (script <sha256 prefix>)` for evalkit's scripted server, never the
+    config's model it stood in for; else the recorded model."""
+    if settings.get("answered_by") == "scripted":
+        return f"scripted (script {str(settings.get('script_sha256') or '')[:12]})"
+    model = settings.get("model")
+    return None if model is None else str(model)
+
+
 def config_arm_settings(meta: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Each arm's model, endpoint host and parameters as a run's `config.json` records
     them (`arm_settings`, written by `evalkit run`); for a run of an older evalkit or

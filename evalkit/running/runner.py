@@ -60,6 +60,7 @@ import gc
 import hashlib
 import json
 import re
+import shutil
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -73,23 +74,32 @@ from evalkit.calls.cache import InFlight, ResponseCache
 from evalkit.calls.client import CallStopped, ModelClient, check_endpoint, request_hash
 from evalkit.calls.ledger import Ledger, role_spend, spend_by_arm
 from evalkit.calls.sandbox import NOT_CONTAINED
+from evalkit.calls.serve import LOCAL_MODEL_ALIAS, LocalModelServer, default_model_path
 from evalkit.calls.stopping import StopSignal
 from evalkit.foundations._text import printable
 from evalkit.foundations.errors import (
     BudgetExhausted,
     CeilingBreached,
     DiskFull,
+    EvalkitError,
     InputError,
     InputTooLong,
     ReplayMiss,
     UnitCallError,
 )
 from evalkit.foundations.layout import BATCHES, CACHE_FILE
-from evalkit.foundations.records import Arm, CaseTable, Config, Executor, Plan, Sample, Suite
+from evalkit.foundations.records import Arm, CaseTable, Config, Endpoint, Executor, Plan, Sample, Suite
 from evalkit.numbers import metrics
 from evalkit.runfolder.runs import RunFolder, runs_dir_lock, stopping_line, write_atomic
 from evalkit.running import until_decided
-from evalkit.suites.endpoints import Watch, cache_identity, combine, resolve_base_url, served_watch
+from evalkit.suites.endpoints import (
+    Watch,
+    cache_identity,
+    combine,
+    resolve_base_url,
+    scripted_answers,
+    served_watch,
+)
 
 if TYPE_CHECKING:
     from evalkit.calls.session import TwinShare
@@ -181,6 +191,9 @@ class RunOptions:
 
 
 SIMULATOR_SEED_NAME = "\x00simulator"  # what the simulator's seeds derive from in place of an arm
+
+
+SAME_ERROR_STOP = 3  # the first samples failing with one not-retried error that stop a run
 
 
 def derive_seed(config_seed: int | None, case_id: str, arm: str, index: int) -> int:
@@ -385,6 +398,7 @@ class _Engine:
         self.remote_prompts: Any = None  # an evalkit.running.executors.RemotePrompts: prompt samples on Ray
         self.watcher: Any = None  # an until_decided.SequentialStop / PerCaseStop: told of every sample
         self.conversations: dict[str, Any] = {}  # each arm's evalkit.conversations.loop.ConversationRunner
+        self.first_causes: list[str] = []  # the not-retried causes of the samples that failed before any finished
         self.bar = tqdm(
             total=pending,
             disable=not progress,
@@ -531,6 +545,7 @@ class _Engine:
                 key, f"{type(exc).__name__}: {exc}", getattr(exc, "attempts", 0), getattr(exc, "cost_usd", None)
             )
             self.should_stop()  # an unreachable endpoint stops the run now, not at the next key
+            self._same_first_error(exc)
             if getattr(exc, "requeue", False) and key not in self.requeued and self.should_stop() is None:
                 # its Ray node died mid-sample (evalkit.running.executors): errored (its calls stay paid), run once more
                 self.requeued.add(key)
@@ -559,6 +574,18 @@ class _Engine:
                 self.prompts.get((case_id, arm_name)) or [],
             ),
         )
+
+    def _same_first_error(self, exc: Exception) -> None:
+        """Stop the run when its first SAME_ERROR_STOP samples, none finished yet, all
+        failed with the one error that is not retried (a 404 from an endpoint with no
+        Responses API, a model that does not exist): every other sample would fail the
+        same way, so none more is started."""
+        message = str(exc)
+        if self.done or not isinstance(exc, UnitCallError) or not message.endswith("(not retried)"):
+            return
+        self.first_causes.append(message.split(": ", 1)[-1])  # without the key's label
+        if len(self.first_causes) >= SAME_ERROR_STOP and len(set(self.first_causes)) == 1:
+            self.stop(f"the first {len(self.first_causes)} samples failed with the same error: {self.first_causes[0]}")
 
     def sample_of(self, key: Key, c: Any) -> Sample:
         """A finished call of the prompt unit (a `client.Completion`) as the key's
@@ -753,11 +780,40 @@ async def _run_in_folder(suite: Suite, folder: RunFolder | None, opts: RunOption
                 folder.write_case_table(CaseTable.from_cases(plan.suite.cases))  # the cases as this run sees them
                 folder.sample_files = opts.sample_files
                 with folder.lock():
-                    return await _execute(plan, folder, runs_root, remote)
+                    result = await _execute(plan, folder, runs_root, remote)
+                _no_folder_for_a_total_miss(result, opts)
+                return result
         return await _execute(plan, folder, runs_root, remote)
     finally:
         if remote is not None:  # the Ray connection this run made (evalkit.running.executors)
             remote.close()
+
+
+def replay_identity(generator: Endpoint) -> str | None:
+    """Where a `--replay-only` run with no base URL looks for answers: the embedded
+    model's identity from its file (`serve.LocalModelServer.cache_identity` at serve's
+    defaults), so the answers `evalkit serve` gave replay with no server running; None
+    for any other model (its answers are keyed by the URL that gave them)."""
+    if generator.cache_identity or generator.model != LOCAL_MODEL_ALIAS:
+        return generator.cache_identity
+    try:
+        return LocalModelServer(default_model_path()).cache_identity
+    except EvalkitError:  # the `local` extra is not installed: nothing of it was cached
+        return None
+
+
+def _no_folder_for_a_total_miss(result: RunResult, opts: RunOptions) -> None:
+    """A new `--replay-only` run that found no sample in the cache leaves no run folder
+    (it would sit among the runs and in the reports as a failed run of no sample):
+    `ReplayMiss` saying why, with the first miss."""
+    if not opts.replay_only or result.samples_ran or result.samples_total == 0:
+        return
+    shutil.rmtree(result.path, ignore_errors=True)
+    first = result.error_reasons[0] if result.error_reasons else "no cached response"
+    raise ReplayMiss(
+        f"--replay-only: none of the {result.samples_total} samples has a cached answer, so no run folder was "
+        f"left ({first}); run once without --replay-only, or give the base URL of the server that answered"
+    )
 
 
 def _plan_run(suite: Suite, folder: RunFolder | None, opts: RunOptions) -> _RunPlan:
@@ -1083,7 +1139,11 @@ def _new_meta(plan: _RunPlan) -> dict[str, Any]:
         "isolation": config.unit.isolation if config.unit.kind in ("command", "python") else None,
         "ci": plan.ci,
         # each arm's model, endpoint host and parameters, as the reports name them
-        "arm_settings": {a.name: config.arm_settings(a, plan.arm_urls[a.name]) for a in plan.arm_objs},
+        "arm_settings": {
+            a.name: config.arm_settings(a, plan.arm_urls[a.name])
+            | (scripted_answers(config.for_arm(a).generator, plan.arm_urls[a.name]) or {})
+            for a in plan.arm_objs
+        },
         "seed_names": plan.seeds,  # the name each arm's seeds derive from (`seed_names`)
         "stopping": plan.stopping,  # when the run may stop before the fixed design's end (until_decided)
         **_simulator_meta(config),
@@ -1198,6 +1258,8 @@ async def _open_clients(
             cache=rcache,
             replay_only=plan.opts.replay_only,
             url=url,
+            # a --replay-only run with no server: the embedded model's answers found by its file
+            replay_key=None if url else replay_identity(arm_config.generator),
         )
 
     client = make_client(config, base_url)
@@ -1355,7 +1417,10 @@ def _arm_money(plan: _RunPlan, ledger_path: Path, per_arm: dict[str, dict[str, A
         per_arm[arm.name]["paid_usd"] = row.get("paid_usd", 0.0)
         per_arm[arm.name]["avoided_usd"] = row.get("avoided_usd", 0.0)
         per_arm[arm.name]["paid_per_case_usd"] = row.get("paid_usd", 0.0) / max(1, len(plan.suite.cases))
-        per_arm[arm.name]["model"] = plan.suite.config.for_arm(arm).generator.model
+        generator = plan.suite.config.for_arm(arm).generator
+        scripted = scripted_answers(generator, plan.arm_urls[arm.name])
+        per_arm[arm.name]["model"] = "scripted" if scripted else generator.model
+        per_arm[arm.name].update(scripted or {})
 
 
 def _summarise(

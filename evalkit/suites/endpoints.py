@@ -141,6 +141,29 @@ def cache_identity(endpoint: Endpoint, base_url: str) -> str:
     return key
 
 
+def served_model_file(base_url: str | None) -> str | None:
+    """The model file of the embedded model `evalkit serve` runs, when `base_url` is that
+    server's (its `model_path` in `EVALKIT_SERVED`); else None."""
+    server = served() if base_url else None
+    if server is None or not isinstance(server.get("model_path"), str) or not server["model_path"]:
+        return None
+    return str(server["model_path"]) if endpoint_key(str(server["base_url"])) == endpoint_key(str(base_url)) else None
+
+
+SCRIPTED_IDENTITY = "scripted:sha256="  # how the scripted server's cache identity starts (calls.serve)
+
+
+def scripted_answers(endpoint: Endpoint, base_url: str | None) -> dict[str, str] | None:
+    """`{"answered_by": "scripted", "script_sha256": ...}` when calls to `base_url` are
+    answered by evalkit's scripted server (`evalkit serve --scripted`, known by the
+    identity serve gives it), so no page or file names the config's model for answers a
+    script wrote; None for any other server."""
+    ident = cache_identity(endpoint, base_url) if base_url else ""
+    if not ident.startswith(SCRIPTED_IDENTITY):
+        return None
+    return {"answered_by": "scripted", "script_sha256": ident[len(SCRIPTED_IDENTITY) :]}
+
+
 def check_base_url(url: str, source: str, config_path: str | Path | None = None, json_path: str | None = None) -> str:
     """`url` when a request can go to it, else an `InputError` naming `source` (a flag, an
     environment variable, a config key) and the URL with its password masked."""

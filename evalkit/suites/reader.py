@@ -19,13 +19,16 @@ from evalkit.suites.formats import source_for
 from evalkit.suites.suite import validate
 
 
-def load_suite(path: str | Path, *, strict: bool = False, lenient_keys: bool = False) -> Suite:
+def load_suite(
+    path: str | Path, *, strict: bool = False, lenient_keys: bool = False, skills_root: Path | None = None
+) -> Suite:
     """Load and validate a suite: a folder `evals/<unit>/`, or an agent-evals `evals.json`
     or Vally `eval.yaml` read directly. Raises `InputError`/`InputErrors` naming every bad
     place (an unknown key included, with a "did you mean"; `lenient_keys` makes it a
-    warning, kept on `Suite.warnings` with the others, and an error again under `strict`)."""
+    warning, kept on `Suite.warnings` with the others, and an error again under `strict`);
+    `skills_root`: where a SKRAFT spec's skill is (`--skills-root`)."""
     fx = Findings(strict, lenient_keys=lenient_keys)
-    src = source_for(path, fx)
+    src = source_for(path, fx, skills_root)
     suite = validate(src, fx) if src is not None else None
     fx.raise_errors()
     assert suite is not None

@@ -321,17 +321,22 @@ def _skill_text(src: SuiteSource, r: _Reader, rel: Any, jp: str, unit: Any, iden
     """The `SKILL.md` text of an arm's `skill_dir` (a folder inside the suite), or None
     after reporting why it cannot be used."""
     kind = getattr(unit, "kind", "prompt")
-    if kind == "prompt":
-        r.err(jp, 'skill_dir is for agent units ("unit": {"kind": "agent" | "command" | "python"}); use guidance')
+    if kind == "prompt" and "skill" not in identifiers:
+        r.err(
+            jp,
+            'skill_dir is for agent units ("unit": {"kind": "agent" | "command" | "python"}) '
+            "or a prompt template that uses ${skill}; use guidance",
+        )
         return None
-    if not isinstance(rel, str) or not rel.strip() or os.path.isabs(rel) or ".." in Path(rel).parts:
+    resolved = isinstance(rel, str) and rel.strip() != "" and _resolved_skill(src, rel)
+    if not resolved and (not isinstance(rel, str) or not rel.strip() or os.path.isabs(rel) or ".." in Path(rel).parts):
         r.err(jp, "skill_dir must be a folder relative to the suite folder (no absolute path, no '..')")
         return None
     folder = Path(src.root) / rel
     if not folder.is_dir():
         r.err(jp, f"skill_dir {rel!r} is not a folder in {src.root}")
         return None
-    outside = outside_root(folder, src.root)
+    outside = None if resolved else outside_root(folder, src.root)
     if outside is not None:
         r.err(jp, f"skill_dir {rel!r}: {outside_message(outside, src.root)}")
         return None
@@ -339,7 +344,7 @@ def _skill_text(src: SuiteSource, r: _Reader, rel: Any, jp: str, unit: Any, iden
         r.err(jp, "an agent unit gives the skill to the model as ${skill}: no template uses it")
         return None
     if not src.exists(f"{rel.rstrip('/')}/{SKILL_FILE}"):
-        if kind == "agent":
+        if kind in ("agent", "prompt"):
             r.err(jp, f"skill_dir {rel!r} has no {SKILL_FILE} (the text ${{skill}} stands for)")
             return None
         return ""  # the program reads the folder as it likes
@@ -348,6 +353,12 @@ def _skill_text(src: SuiteSource, r: _Reader, rel: Any, jp: str, unit: Any, iden
     except InputError as exc:
         r.fx.add(exc)
         return None
+
+
+def _resolved_skill(src: SuiteSource, rel: str) -> bool:
+    """Whether `rel` is a skill folder the importer resolved outside the suite (a SKRAFT
+    spec's skill under plugins/): the one place a skill_dir may leave the suite folder."""
+    return bool(src.skill_folders) and (Path(src.root) / rel).resolve() in {f.resolve() for f in src.skill_folders}
 
 
 def two_arms(arms: Sequence[str]) -> tuple[str, str]:

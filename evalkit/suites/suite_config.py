@@ -131,6 +131,11 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
     arms = _validate_arms(src, r, cfg, identifiers, unit, suite_side)
     if verdict_judge == "pairwise" and arms is not None and len(arms) < 2:
         r.err("$.verdict_judge", 'verdict_judge "pairwise" compares two arms: the config has one')
+    verdict_unit = _choice(r, cfg, "verdict_unit", ("case", "trial"), "case")
+    if verdict_unit == "trial" and verdict_judge == "pairwise":
+        r.err(
+            "$.verdict_unit", 'verdict_unit "trial" counts each sample\'s pass/fail: not with verdict_judge "pairwise"'
+        )
 
     if (
         not generator
@@ -157,6 +162,7 @@ def _validate_config(src: SuiteSource, fx: Findings, uses_judge: bool) -> Config
         allow_same_judge_model=allow_same,
         allow_uncalibrated_judge=allow_uncalibrated,
         verdict_judge=verdict_judge,
+        verdict_unit=verdict_unit,
         judged_estimate=judged_estimate,
         ci_cost_cap_usd=None if ci_cap is None else float(ci_cap),
         batch_price=batch_prices.get("batch_price"),

@@ -95,6 +95,7 @@ CONFIG_KEYS = {
     "allow_same_judge_model",
     "allow_uncalibrated_judge",
     "verdict_judge",
+    "verdict_unit",
     "judged_estimate",
     "timeout_s",
     "max_attempts",
@@ -203,6 +204,9 @@ class SuiteSource:
     cases: list[tuple[str, int | None, str, Json]]  # (file, line, json path prefix, object)
     files: dict[str, str] | None = None  # in-memory files; None: read from `root`
     is_native: bool = True
+    # skill folders outside `root` an importer resolved (a SKRAFT spec's
+    # plugins/<plugin>/skills/<skill>/): an arm's skill_dir may name these, and only these
+    skill_folders: tuple[Path, ...] = ()
     # scorer file -> the functions it defines, or its SyntaxError (or the InputError of a
     # file the reader refused): parsed once per pass, however many checks use it
     scorer_functions: dict[str, frozenset[str] | SyntaxError | InputError] = field(default_factory=dict, repr=False)

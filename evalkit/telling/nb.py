@@ -12,6 +12,7 @@ import html
 import json
 import math
 import os
+import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -158,6 +159,17 @@ def show_failures(run: Run, *, arms: list[str] | None = None, max_cases: int = f
     f = failures_mod.failures(run, arms=arms, max_cases=max_cases)
     display(HTML(failures_html(f)))
     return f
+
+
+def power_command(win_rate: float, tie_rate: float, alpha: float, power: float, suite: str = "") -> str:
+    """The `evalkit power` command that pre-registers what the power widgets show (with
+    `--write SUITE`, or a placeholder for the suite folder), so a plan explored with the
+    sliders can be written, not copied by hand."""
+    where = shlex.quote(suite) if suite else "evals/<unit>"
+    return (
+        f"evalkit power --win-rate {win_rate:g} --tie-rate {tie_rate:g} --alpha {alpha:g} --power {power:g} "
+        f"--write {where}"
+    )
 
 
 def write_sidecar(name: str, numbers: Mapping[str, Any], directory: str | Path | None = None) -> Path | None:

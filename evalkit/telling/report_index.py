@@ -28,7 +28,14 @@ from evalkit.foundations.records import (
     gate_failure_causes,
 )
 from evalkit.runfolder.runload import grades_summary, judge_trust_notice, run_verdicts
-from evalkit.runfolder.runs import RunFolder, config_arm_names, config_arm_settings, side_run, stopping_line
+from evalkit.runfolder.runs import (
+    RunFolder,
+    answered_as,
+    config_arm_names,
+    config_arm_settings,
+    side_run,
+    stopping_line,
+)
 
 # The notebooks a report can hold (notebooks/<name>.ipynb), in page order, and their titles.
 NOTEBOOKS: tuple[str, ...] = (
@@ -149,7 +156,7 @@ def write_manifest(
         "suite": meta.get("suite_name") or Path(str(meta.get("suite") or "")).name or None,
         "source": meta.get("source"),
         "arms": config_arm_names(meta),
-        "arm_models": {a: st.get("model") for a, st in config_arm_settings(meta).items()},
+        "arm_models": {a: answered_as(st) for a, st in config_arm_settings(meta).items()},
         "k": meta.get("k"),
         # a micro-test or a replay of cached answers: listed, but no point of the suite's trend
         "side_run": side_run(run, meta),

@@ -72,7 +72,7 @@ from evalkit.runfolder.runload import (
     report_state,
     run_verdicts,
 )
-from evalkit.runfolder.runs import RunFolder, config_arm_names, config_arm_settings, find_suite_dir
+from evalkit.runfolder.runs import RunFolder, answered_as, config_arm_names, config_arm_settings, find_suite_dir
 from evalkit.suites.suite_arms import two_arms
 from evalkit.telling import explorer
 from evalkit.telling.conversations_page import write_conversations_page
@@ -501,7 +501,7 @@ def arms_table_html(run_dir: Any) -> str:
         return html.escape("not set" if v is None else str(v))
 
     rows = "".join(
-        f"<tr><td>{html.escape(arm)}</td><td><code>{cell(st.get('model'))}</code></td>"
+        f"<tr><td>{html.escape(arm)}</td><td><code>{cell(answered_as(st))}</code></td>"
         f"<td>{cell(st.get('host'))}</td><td>{cell(st.get('temperature'))}</td><td>{cell(st.get('top_p'))}</td>"
         f"<td>{cell(st.get('seed'))}</td><td>{cell(st.get('max_tokens_out'))}</td>"
         f"<td>{html.escape(', '.join([*given.get(arm, []), *map(str, st.get('overrides') or [])]) or 'none')}</td></tr>"

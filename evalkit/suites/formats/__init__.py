@@ -26,9 +26,9 @@ from evalkit.suites.formats.waza import is_waza, read_waza
 from evalkit.suites.suite import SuiteSource, native_source
 
 
-def read_foreign(path: str | Path) -> ImportedSuite:
+def read_foreign(path: str | Path, skills_root: Path | None = None) -> ImportedSuite:
     """Read an agent-evals `evals.json` or a Vally `eval.yaml` (chosen by name, then by
-    extension)."""
+    extension; `skills_root`: where a Vally spec's skill is, `vally.skraft_skill`)."""
     p = Path(path)
     name = p.name.lower()
     if name.endswith(".json") and name != CONFIG_FILE and is_tau2_tasks(p):  # a tau2-bench tasks.json
@@ -39,11 +39,11 @@ def read_foreign(path: str | Path) -> ImportedSuite:
         doc, lines = load_yaml(p)
         if is_waza(doc):  # told from a Vally spec by its fields
             return read_waza(p, doc, lines)
-        return read_vally(p)
+        return read_vally(p, skills_root)
     raise InputError("unknown suite file: expected a suite folder, an agent-evals evals.json or a Vally eval.yaml", p)
 
 
-def source_for(path: str | Path, fx: Findings) -> SuiteSource | None:
+def source_for(path: str | Path, fx: Findings, skills_root: Path | None = None) -> SuiteSource | None:
     """Find what `path` names: a suite folder, a `cases.jsonl` or `config.json` inside one,
     or a foreign file (`evals.json`, `eval.yaml`) read through the importers. Problems
     go to `fx` (None when there is no source to validate)."""
@@ -70,7 +70,7 @@ def source_for(path: str | Path, fx: Findings) -> SuiteSource | None:
             )
             return None
     try:
-        imported = read_foreign(p)
+        imported = read_foreign(p, skills_root)
     except InputError as exc:
         fx.add(exc)
         fx.replay_warnings(getattr(exc, "warnings", ()))

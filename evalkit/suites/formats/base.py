@@ -81,6 +81,7 @@ class ImportedSuite:
     cases: tuple[tuple[int | None, str, dict[str, Any]], ...]  # (line, JSON path in the file, case)
     files: dict[str, str] = field(default_factory=dict)  # prompt.txt, judge files
     warnings: tuple[Finding, ...] = ()
+    skill_folders: tuple[Path, ...] = ()  # a skill resolved outside the spec's folder (SKRAFT layout)
 
     def source(self) -> SuiteSource:
         """A `SuiteSource` whose every place points into the foreign file."""
@@ -94,6 +95,7 @@ class ImportedSuite:
             cases=[(str(p), line, jp, dict(c)) for line, jp, c in self.cases],
             files=dict(self.files),
             is_native=False,
+            skill_folders=self.skill_folders,
         )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +15,7 @@ import yaml
 from evalkit.foundations._io import DEEP_YAML, MAX_JSON_DEPTH, line_of, read_text_file, yaml_node_lines
 from evalkit.foundations.errors import InputError
 from evalkit.foundations.findings import Findings
+from evalkit.foundations.layout import PROMPT_FILE
 from evalkit.suites.formats.base import (
     ImportedSuite,
     default_config,
@@ -21,7 +23,7 @@ from evalkit.suites.formats.base import (
     raise_with_warnings,
     slugify,
 )
-from evalkit.suites.suite import _Reader
+from evalkit.suites.suite import SKILL_FILE, _Reader
 
 MAX_YAML_BYTES = 5 * 1024 * 1024
 
@@ -46,6 +48,12 @@ VALLY_GRADER_KINDS: dict[str, str | None] = {
 
 
 VALLY_GRADERS = set(VALLY_GRADER_KINDS)
+
+
+SKRAFT_SKILLS = "plugins/*/skills"  # where a SKRAFT repository keeps its skills (seed 002)
+
+
+SKRAFT_PROMPT = "${skill}${input}\n"  # the skilled arm's SKILL.md before the stimulus; none for baseline
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
@@ -98,11 +106,13 @@ def load_yaml(p: Path, root: Path | None = None) -> tuple[Any, dict[str, int]]:
     return doc, yaml_node_lines(node)
 
 
-def read_vally(path: str | Path) -> ImportedSuite:
+def read_vally(path: str | Path, skills_root: Path | None = None) -> ImportedSuite:
     """Vally/SKRAFT `eval.yaml`: `name`, `description`, `type`, run settings under
     `defaults:` or `config:` (`runs` -> k, `timeout` such as `3m` -> timeout_s), and
     `stimuli[]` (`name` -> id, `prompt` -> input, `rubric` criteria -> a judged case,
-    `graders`, `tags: {intent: non-activation}` -> intent)."""
+    `graders`, `tags: {intent: non-activation}` -> intent). Under `tests/skills/<skill>/`
+    (or with `skills_root`) a baseline and a skilled arm, the skill as its `skill_dir`
+    (`skraft_skill`)."""
     p = Path(path)
     doc, lines = load_yaml(p)
     fx = Findings(strict=False)
@@ -126,10 +136,69 @@ def read_vally(path: str | Path) -> ImportedSuite:
         case = _vally_case(reader, jp, s, case_set, lambda slug: _unique_id(slug, used_ids, natural_ids))
         if case is not None:
             cases.append((line_of(lines, jp), jp, case))
+    skill = skraft_skill(p, skills_root)
+    if skill is not None:
+        _prompts_name_no_skill(reader, cases, skill)
     raise_with_warnings(fx)
     config = default_config(name, description, k=k, timeout_s=timeout_s, source=f"Vally {p.name}")
     files = import_files(any(isinstance(c.get("expected"), dict) for _, _, c in cases))
-    return ImportedSuite("vally", str(p), name, config, tuple(cases), files, tuple(fx.warnings))
+    if skill is not None:
+        rel = os.path.relpath(skill, p.parent.resolve())
+        config["arms"] = [{"name": "baseline"}, {"name": "skilled", "skill_dir": rel}]
+        files[PROMPT_FILE] = SKRAFT_PROMPT
+        files[f"{rel}/{SKILL_FILE}"] = read_text_file(skill / SKILL_FILE, root=skill)
+    folders = (skill,) if skill is not None else ()
+    return ImportedSuite("vally", str(p), name, config, tuple(cases), files, tuple(fx.warnings), folders)
+
+
+COPIED_WORDS = 8  # a run of this many of SKILL.md's words in a prompt is its wording copied
+
+
+def _prompts_name_no_skill(reader: _Reader, cases: list[tuple[int | None, str, dict[str, Any]]], skill: Path) -> None:
+    """Seed 002's rule 1, a warning per stimulus that breaks it: a prompt names the skill
+    (its folder name, hyphens as spaces too) or copies COPIED_WORDS words in a row of its
+    SKILL.md, which tells the agent the technique the evaluation is trying to observe."""
+    name = " ".join(re.findall(r"\w+", skill.name.lower()))
+    words = re.findall(r"\w+", read_text_file(skill / SKILL_FILE, root=skill).lower())
+    runs = {tuple(words[i : i + COPIED_WORDS]) for i in range(len(words) - COPIED_WORDS + 1)}
+    for _, jp, case in cases:
+        said = re.findall(r"\w+", str(case.get("input", "")).lower())
+        if f" {name} " in f" {' '.join(said)} ":
+            reader.warn(f"{jp}.prompt", f"the prompt names the skill {skill.name!r}: never name the skill in a prompt")
+        elif any(tuple(said[i : i + COPIED_WORDS]) in runs for i in range(len(said) - COPIED_WORDS + 1)):
+            reader.warn(
+                f"{jp}.prompt",
+                f"the prompt copies {COPIED_WORDS} words in a row of the skill's {SKILL_FILE}: never copy its wording",
+            )
+
+
+def skraft_skill(spec: Path, skills_root: Path | None = None) -> Path | None:
+    """The skill folder a spec at `tests/skills/<skill>/eval.yaml` evaluates (seed 002,
+    "the skill loaded is the one named by the directory"): `<skill>` under `skills_root`
+    when given, else under the repository's `plugins/*/skills/`. None for a spec outside
+    that layout (a repository with no plugins/ included): it stays a one-arm suite. A
+    name that matches no skill is skipped, never run as two identical arms: `InputError`
+    saying so and where it looked."""
+    folder = spec.resolve().parent
+    if skills_root is not None:
+        roots = [Path(skills_root)]
+    elif folder.parent.name == "skills" and folder.parent.parent.name == "tests":
+        roots = sorted(r for r in folder.parent.parent.parent.glob(SKRAFT_SKILLS) if r.is_dir())
+        if not roots:
+            return None
+    else:
+        return None
+    hits = [r / folder.name for r in roots if (r / folder.name / SKILL_FILE).is_file()]
+    if len(hits) == 1:
+        return hits[0].resolve()
+    where = ", ".join(str(r) for r in roots)
+    if hits:
+        raise InputError(f"skill {folder.name!r} is in {len(hits)} folders ({where}): give --skills-root", spec)
+    raise InputError(
+        f"skipped: no skill named {folder.name!r} in {where} (the folder tests/skills/<skill>/ must be named "
+        f"exactly as the skill's folder, or give --skills-root): the two arms would be identical",
+        spec,
+    )
 
 
 def _vally_header(reader: _Reader, doc: dict[str, Any], p: Path) -> tuple[str, str, str]:
