@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = xmlschema.XMLSchema(str(Path(__file__).parent / "data" / "junit" / "junit.xsd"))
 RIGHT = {"rules": [{"match": "France", "text": "Paris"}, {"match": "Italy", "text": "Rome"}]}
 WRONG = {"rules": [{"match": "France", "text": "Lyon"}, {"match": "Italy", "text": "HACKED Rome"}]}
-COMPARE = "Compare the arms (a regression fails the job)"
+COMPARE = "Compare the arms (a regression fails the job; one arm: conformance, advisory)"
 COMMENT = "Comment on the pull request"
 KEEP, FETCH = "Keep the verdicts for the comment job", "Fetch the verdicts"
 
@@ -232,7 +232,7 @@ def test_generated_workflow_shape(tmp_path, vendored):
     assert uses.index(restore["uses"]) < uses.index(save["uses"])
     runs = [s["run"] for s in steps if "run" in s]
     order = [next(i for i, r in enumerate(runs) if f"evalkit {c} " in r)
-             for c in ("run", "grade", "gate", "compare", "report")]
+             for c in ("run", "grade", "gate", "ci compare", "report")]
     assert order == sorted(order)
     # no checkout leaves the job's token in .git/config, where the program under test could read it
     checkouts = [s for job in doc["jobs"].values() for s in job["steps"]
@@ -241,9 +241,10 @@ def test_generated_workflow_shape(tmp_path, vendored):
     assert "persist-credentials: false" in text
     # compare holds the suite's two arms (the plan.json beside them is compare's default) and
     # fails the job on a regression; it runs after the gate whatever the gate said
-    cmp_step = next(s for s in steps if "evalkit compare " in s.get("run", ""))
-    assert cmp_step["env"] == {"EVALKIT_BASELINE_ARM": "baseline", "EVALKIT_TREATMENT_ARM": "skilled"}
-    assert "--fail-on regression" in cmp_step["run"] and cmp_step["if"].startswith("${{ !cancelled()")
+    # (the arms are the run's, read when the step runs: `evalkit ci compare`, no name fixed here)
+    cmp_step = next(s for s in steps if "evalkit ci compare " in s.get("run", ""))
+    assert "env" not in cmp_step and "baseline" not in cmp_step["run"] and "skilled" not in cmp_step["run"]
+    assert 'evalkit ci compare "$EVALKIT_RUN"' in cmp_step["run"] and cmp_step["if"].startswith("${{ !cancelled()")
     assert "--markdown reports/evalkit/compare.md" in cmp_step["run"]
     # the comment: a job of its own, after the suite's job whatever it concluded, the only one that
     # may write on the pull request; the token in its comment step alone, never deciding the workflow
@@ -514,8 +515,8 @@ def test_init_ci_without_a_source_ci_can_reach_exits_2_and_says_how_to_give_one(
 
 
 def test_a_one_arm_suite_gets_an_advisory_conformance_step_and_a_hostile_arm_name_is_refused(tmp_path):
-    """Seed 002: a single-arm (agent) suite's verdict is published but stays advisory, so
-    its compare step has no --fail-on; an arm name goes into the YAML only as a value."""
+    """The compare step names no arm: `evalkit ci compare` reads them from the run when the
+    job runs (a one-arm suite's conformance verdict published but advisory, seed 002)."""
     from evalkit.suites.reader import load_suite
     from evalkit.telling.workflow import github_workflow
 
@@ -531,18 +532,10 @@ def test_a_one_arm_suite_gets_an_advisory_conformance_step_and_a_hostile_arm_nam
     cfg = json.loads((suite / "config.json").read_text())
     spec = f"evalkit @ git+https://github.com/acme/evalkit@{COMMIT}"
     (suite / "config.json").write_text(json.dumps({**cfg, "arms": [{"name": "agent"}]}))
-    doc = yaml.safe_load(github_workflow(load_suite(suite), "evals/one", requirement=spec, repo_root=repo))
-    steps = doc["jobs"]["evalkit"]["steps"]
-    [step] = [s for s in steps if "evalkit compare " in s.get("run", "")]
-    assert step["name"] == "Conformance of the one arm (advisory)" and step["env"] == {"EVALKIT_ARM": "agent"}
-    assert '--arm "$EVALKIT_ARM"' in step["run"] and "--fail-on" not in step["run"]
-    # more arms: the one called baseline against the first other, as the report's comparison page
-    arms = [{"name": "model-b"}, {"name": "baseline"}, {"name": "model-c"}]
+    one_arm = github_workflow(load_suite(suite), "evals/one", requirement=spec, repo_root=repo)
+    # more arms, or a name that is a GitHub expression: the workflow is the same text, since no arm
+    # name is written into it (issue 42: the arms are read from config.json when the job runs)
+    arms = [{"name": "model-b"}, {"name": "baseline"}, {"name": "a${{ secrets.X }}"}]
     (suite / "config.json").write_text(json.dumps({**cfg, "arms": arms}))
-    doc = yaml.safe_load(github_workflow(load_suite(suite), "evals/one", requirement=spec, repo_root=repo))
-    [step] = [s for s in doc["jobs"]["evalkit"]["steps"] if "evalkit compare " in s.get("run", "")]
-    assert step["env"] == {"EVALKIT_BASELINE_ARM": "baseline", "EVALKIT_TREATMENT_ARM": "model-b"}
-    (suite / "config.json").write_text(json.dumps({**cfg, "arms": [{"name": "a${{ secrets.X }}"}, {"name": "b"}]}))
-    hostile = load_suite(suite)  # a name that is a fine folder name, and a GitHub expression
-    with pytest.raises(InputError, match="the arm name .* cannot go into a CI workflow"):
-        github_workflow(hostile, "evals/one", requirement=spec, repo_root=repo)
+    assert github_workflow(load_suite(suite), "evals/one", requirement=spec, repo_root=repo) == one_arm
+    assert "model-b" not in one_arm and "secrets.X" not in one_arm

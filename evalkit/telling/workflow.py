@@ -55,7 +55,6 @@ from evalkit.foundations._io import write_atomic
 from evalkit.foundations.errors import InputError
 from evalkit.foundations.layout import CACHE_FILE
 from evalkit.foundations.records import Suite
-from evalkit.suites.suite_arms import two_arms
 
 WORKFLOW_PATH = Path(".github") / "workflows" / "evalkit.yml"
 CI_KINDS = ("github",)
@@ -261,14 +260,6 @@ evalkit ci comment --suite "$EVALKIT_SUITE" {gate} {compare}
 """
 
 
-def compare_arms(suite: Suite) -> tuple[str, str] | None:
-    """The pair the workflow's compare step holds to the plan: the arm named baseline or
-    control (else the first), against the first other arm (`two_arms`, the rule of the
-    reports' skill-comparison page too); None for a one-arm suite."""
-    names = [a.name for a in suite.config.arms]
-    return two_arms(names) if len(names) >= 2 else None
-
-
 _RUN_SCRIPT = """mkdir -p {out}
 set +e
 evalkit run "$EVALKIT_SUITE" --ci --no-progress --junit {out}/run.xml > {out}/run.log 2>&1
@@ -341,22 +332,10 @@ def github_workflow(
     }
     env.update({k: f"${{{{ secrets.{k} }}}}" for k in dict.fromkeys(keys)})
     ran = "${{ !cancelled() && env.EVALKIT_RUN != '' }}"
-    pair = compare_arms(suite)
-    arms_env: dict[str, str]
-    if pair is not None:
-        arms_env = {
-            "EVALKIT_BASELINE_ARM": check_workflow_text(pair[0], "the arm name"),
-            "EVALKIT_TREATMENT_ARM": check_workflow_text(pair[1], "the arm name"),
-        }
-        compare_cmd = (
-            'evalkit compare "$EVALKIT_RUN" --baseline "$EVALKIT_BASELINE_ARM" '
-            '--treatment "$EVALKIT_TREATMENT_ARM" --fail-on regression'
-        )
-        compare_name = "Compare the arms (a regression fails the job)"
-    else:  # seed 002: a one-arm (agent) suite's verdict is published but advisory
-        arms_env = {"EVALKIT_ARM": check_workflow_text(suite.config.arms[0].name, "the arm name")}
-        compare_cmd = 'evalkit compare "$EVALKIT_RUN" --arm "$EVALKIT_ARM"'
-        compare_name = "Conformance of the one arm (advisory)"
+    # the arms are read from the run when the step runs (`evalkit ci compare`), never fixed
+    # here: an arm added to config.json later is compared without touching this file
+    compare_cmd = 'evalkit ci compare "$EVALKIT_RUN"'
+    compare_name = "Compare the arms (a regression fails the job; one arm: conformance, advisory)"
     gate_md, compare_md = f"{CI_OUT}/gate.md", f"{CI_OUT}/compare.md"
     steps: list[dict[str, Any]] = [
         *_install_steps(req),
@@ -392,7 +371,6 @@ def github_workflow(
             # after the gate, whatever it said: both verdicts reach the summary and the comment
             "name": compare_name,
             "if": ran,
-            "env": arms_env,
             "run": _VERDICT_SCRIPT.format(command=compare_cmd, xml=f"{CI_OUT}/compare.xml", md=compare_md),
         },
         {
