@@ -281,3 +281,26 @@ def test_a_sample_its_checks_cannot_grade_casts_no_vote_and_stops_the_drawing(tm
         watch.add(key, {"output": "ok" if key[1] == "guided" else "FLAGGED", "tool_calls": None})
     assert watch.errored == f"{order[1]}/base/0" and watch.fed == 1 and len(watch.drawn) == 2
     assert "has no vote" in watch.record(calls=8, spend_usd=0.01, arms=2).reason
+
+
+def test_a_plain_resume_keeps_the_runs_recorded_stopping_mode(tmp_path):
+    suite = suite_of(tmp_path / "suite")  # config.json says nothing of stopping: the run's record does
+    with ScriptedServer(SCRIPT) as srv:
+        first = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False, until_decided=True)
+        n = len(srv.requests)
+        again = run_suite(suite, resume=first.path, base_url=srv.base_url, progress=False)
+    assert len(srv.requests) == n < FIXED_CALLS  # not the fixed design's remaining calls
+    assert again.stopping is not None and again.stopping["mode"] == "sequential" and again.stopping["stopped_early"]
+
+
+def test_no_until_decided_completes_a_per_case_run_and_the_run_records_it(tmp_path):
+    suite = suite_of(tmp_path / "suite", 10, plan=None, sets=("regression", "capability"), stopping="per_case",
+                     k=4, concurrency=1)
+    script = {"rules": [{"match": "Answer in one word", "text": "ok"}, {"match": "Q:", "text": "FLAGGED"}]}
+    with ScriptedServer(script) as srv:
+        first = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+        assert first.samples_ran == 50
+        full = run_suite(suite, resume=first.path, base_url=srv.base_url, progress=False, until_decided=False)
+        assert len(srv.requests) == 80
+    assert full.complete and full.samples_ran == 80 and full.stopping is None
+    assert json.loads((first.path / "config.json").read_text())["stopping"] == "fixed"

@@ -770,6 +770,9 @@ def _plan_run(suite: Suite, folder: RunFolder | None, opts: RunOptions) -> _RunP
     if folder is not None and privacy.get("allowed") and not (meta.get("privacy") or {}).get("allowed"):
         meta["privacy"] = privacy  # the flag given on this resume: the run's record says so
         write_atomic(folder.path / "config.json", json.dumps(meta, indent=2) + "\n")
+    if folder is not None and meta.get("stopping", "fixed") != stopping:
+        meta["stopping"] = stopping  # a resume that changed the run's mode (--[no-]until-decided) records it
+        write_atomic(folder.path / "config.json", json.dumps(meta, indent=2) + "\n")
     arm_urls, seeds, watch = _wire_endpoints(config, arm_objs, base_url, opts, meta if folder is not None else None)
     from evalkit.running.agents import prepare  # a command's program, a python unit's function: found before any write
 
@@ -799,11 +802,13 @@ def _plan_run(suite: Suite, folder: RunFolder | None, opts: RunOptions) -> _RunP
 
 def _stopping(suite: Suite, opts: RunOptions, names: list[str], meta: dict[str, Any]) -> tuple[str, Plan | None]:
     """The run's stopping mode (`until_decided`): `--until-decided` makes it sequential and
-    `--no-until-decided` fixed (a resume that completes the fixed design), else the config's;
-    a stopping run is checked gradable as it lands, a sequential one has its plan."""
-    mode = suite.config.stopping
+    `--no-until-decided` fixed (a resume that completes the fixed design, whatever the run's
+    mode), else a resumed run's recorded mode (a plain resume carries on as it started),
+    else the config's; a stopping run is checked gradable as it lands, a sequential one
+    has its plan."""
+    mode = str(meta.get("stopping") or suite.config.stopping) if meta else suite.config.stopping
     if opts.until_decided is not None:
-        mode = "sequential" if opts.until_decided else ("fixed" if mode == "sequential" else mode)
+        mode = "sequential" if opts.until_decided else "fixed"
     if mode == "fixed":
         return mode, None
     if opts.batch is not None:
