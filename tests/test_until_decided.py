@@ -59,7 +59,8 @@ def test_issue_case_stops_early_with_a_pass_and_its_saving(tmp_path):
     assert summary["complete"] and stop["stopped_early"] and stop["decision"] == "pass"
     assert stop["calls"] == summary["samples_ran"] == sent <= 0.6 * FIXED_CALLS
     assert stop["fixed_calls"] == FIXED_CALLS and stop["calls_saved"] == FIXED_CALLS - sent
-    assert stop["saved_usd"] > 0 and stop["fixed_usd"] == pytest.approx(summary["spend_usd"] / sent * FIXED_CALLS)
+    per_call = {a: (m["paid_usd"] + m["avoided_usd"]) / m["samples"] for a, m in summary["per_arm"].items()}
+    assert stop["saved_usd"] > 0 and stop["fixed_usd"] == pytest.approx(sum(per_call.values()) * N_CASES * K)
     assert stop["at_case"] < N_CASES and stop["of_cases"] == N_CASES
     assert f"stopped early at {stop['at_case']} of 60 cases (pass), saved $" in res.output
     assert "**Stopped early at" in (run / "summary.md").read_text()
@@ -255,9 +256,14 @@ def test_an_error_after_the_decision_leaves_the_run_decided(tmp_path):
         watch.add(key, {"output": "ok" if key[1] == "guided" else "FLAGGED", "tool_calls": None})
     assert watch.test.decision == "pass" and list(keys) == []  # nothing more is drawn
     watch.error((order[-1], "base", 0))  # a case in flight past the decision errored
-    record = watch.record(calls=4 * watch.fed, spend_usd=0.01, arms=2)
+    n = 2 * watch.fed  # samples per arm
+    per_arm = {"base": {"samples": n, "paid_usd": 0.0, "avoided_usd": 0.004},  # every base call a cache hit
+               "guided": {"samples": n, "paid_usd": 0.006, "avoided_usd": 0.0}}
+    record = watch.record(calls=4 * watch.fed, spend_usd=0.006, per_arm=per_arm)
     assert watch.errored is None and record.stopped_early and record.at_case == watch.fed < 20
-    assert record.saved_usd == pytest.approx(0.01 / (4 * watch.fed) * 80 - 0.01)
+    # the fixed design at each arm's list price (paid + avoided by the cache), less this run's at list price
+    assert record.fixed_usd == pytest.approx(0.004 / n * 40 + 0.006 / n * 40)
+    assert record.saved_usd == pytest.approx(record.fixed_usd - 0.01) and record.saved_usd > 0
     assert {k[0] for k in record.not_run} == set(order[watch.fed:])
 
 
@@ -280,7 +286,7 @@ def test_a_sample_its_checks_cannot_grade_casts_no_vote_and_stops_the_drawing(tm
     for key in keys:
         watch.add(key, {"output": "ok" if key[1] == "guided" else "FLAGGED", "tool_calls": None})
     assert watch.errored == f"{order[1]}/base/0" and watch.fed == 1 and len(watch.drawn) == 2
-    assert "has no vote" in watch.record(calls=8, spend_usd=0.01, arms=2).reason
+    assert "has no vote" in watch.record(calls=8, spend_usd=0.01, per_arm={"base": {}, "guided": {}}).reason
 
 
 def test_a_plain_resume_keeps_the_runs_recorded_stopping_mode(tmp_path):

@@ -280,7 +280,7 @@ def _stopping_md(res: dict[str, Any]) -> list[str]:
     return [
         f"**{stopped[0].upper()}{stopped[1:]}**: {printable(str(stop['reason']))}; spent "
         f"${stop['spend_usd']:.6f} on {stop['calls']} calls, the fixed design's {stop['fixed_calls']} "
-        f"calls ${stop['fixed_usd']:.6f} (at this run's mean per call).",
+        f"calls ${stop['fixed_usd']:.6f} (at each arm's list price per call, the cache's hits included).",
         "",
     ]
 
@@ -1312,7 +1312,7 @@ def _record_stop(plan: _RunPlan, engine: _Engine, summary: dict[str, Any]) -> No
     """Add a stopping run's `stopping` block to its summary (`until_decided.StopRecord`:
     what the stop saved against the fixed design); an INCOMPLETE sequential run's reason
     says why its test could not go on."""
-    record = engine.watcher.record(summary["samples_ran"], summary["spend_usd"], len(plan.arm_objs))
+    record = engine.watcher.record(summary["samples_ran"], summary["spend_usd"], summary["per_arm"])
     summary["stopping"] = record.to_json()
     if record.mode == "sequential" and engine.watcher.errored and not summary["complete"]:
         summary["reason"] = f"{summary['reason']}; {record.reason}"
