@@ -310,3 +310,46 @@ def test_no_until_decided_completes_a_per_case_run_and_the_run_records_it(tmp_pa
         assert len(srv.requests) == 80
     assert full.complete and full.samples_ran == 80 and full.stopping is None
     assert json.loads((first.path / "config.json").read_text())["stopping"] == "fixed"
+
+
+def test_compare_on_a_stopped_run_gives_no_fixed_test_verdict_and_no_naive_p_value(tmp_path):
+    suite = suite_of(tmp_path / "suite")
+    with ScriptedServer(SCRIPT) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False, until_decided=True)
+    assert res.stopping is not None and res.stopping["stopped_early"]
+    assert cli("grade", str(res.path)).exit_code == 0
+
+    def verdict():
+        out = cli("compare", str(res.path), "--baseline", "base", "--treatment", "guided", "--json")
+        data = json.loads(out.output)
+        return data.get("verdict", data)
+
+    with_plan = verdict()  # the sequential verdict: no fixed-n p-value or clustered interval beside it
+    assert with_plan["kind"] == "pass" and with_plan["p_value"] is None and with_plan.get("paired") is None
+    (suite / "plan.json").unlink()
+    bare = verdict()  # a fixed sign test on the cases the stopping rule chose would not hold its alpha
+    assert bare["kind"] == "inconclusive" and "sequential plan" in bare["reason"] and bare["p_value"] is None
+
+
+_ALWAYS = {"rules": [{"match": "Answer in one word", "text": "ok"}, {"match": "Q:", "text": "FLAGGED"}]}
+
+
+def test_gate_and_compare_count_a_per_case_runs_skipped_samples_as_decided(tmp_path):
+    suite = suite_of(tmp_path / "suite", 10, plan=None, sets=("regression", "capability"), k=4, concurrency=1)
+    with ScriptedServer(_ALWAYS) as srv:  # guided always passes: its capability cases stop at the first pass
+        fixed = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False, arms=["guided"])
+        assert cli("grade", str(fixed.path)).exit_code == 0
+        assert cli("baseline", "accept", str(fixed.path)).exit_code == 0
+        cfg = json.loads((suite / "config.json").read_text())
+        (suite / "config.json").write_text(json.dumps({**cfg, "stopping": "per_case"}))
+        stopped = run_suite(suite, runs_dir=tmp_path / "runs2", base_url=srv.base_url, progress=False)
+    assert stopped.complete and stopped.stopping["stopped_early"]
+    assert cli("grade", str(stopped.path)).exit_code == 0
+    gate = cli("gate", str(stopped.path), "--arm", "guided", "--baseline", str(suite / "baseline.json"))
+    assert gate.exit_code == 0 and "fewer than k" not in gate.output, gate.output
+    out = cli("compare", str(stopped.path), "--baseline", "base", "--treatment", "guided", "--json")
+    data = json.loads(out.output)
+    v = data.get("verdict", data)
+    # every case decided in both arms: no key is errored or unmatched, and a skipped sample
+    # is a failure (guided's capability case: 1 pass of 4 against base's 0; its regression case 4 against 0)
+    assert v["errored"] == 0 and v["wins"] == 10 and v["kind"] == "pass", v
