@@ -6,6 +6,7 @@ and the sequential design's error rates checked by a seeded simulation."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -38,7 +39,7 @@ def suite_of(root: Path, n: int = N_CASES, *, plan: str | None = "sequential", s
               "set": sets[i % len(sets)]} for i in range(n)]
     suite = write_engine_suite(root, cases, **{"k": K, **config})
     if plan is not None:
-        write_plan(plan_power(0.75, 0.0, 0.05, 0.8, sequential=plan == "sequential"), suite)
+        write_plan(plan_power(0.75, 0.0, 0.05, 0.8, sequential=plan == "sequential", suite_cases=n), suite)
     return suite
 
 
@@ -353,3 +354,42 @@ def test_gate_and_compare_count_a_per_case_runs_skipped_samples_as_decided(tmp_p
     # every case decided in both arms: no key is errored or unmatched, and a skipped sample
     # is a failure (guided's capability case: 1 pass of 4 against base's 0; its regression case 4 against 0)
     assert v["errored"] == 0 and v["wins"] == 10 and v["kind"] == "pass", v
+
+
+def test_the_plan_says_and_fits_the_most_cases_its_design_may_need(tmp_path):
+    # the design is truncated at its cap on discordant pairs: a shorter suite loses power
+    long = plan_power(0.75, 0.0, 0.05, 0.8, sequential=True)  # no suite: the fewest expected pairs, 90 pairs
+    assert long.sequential["max_discordant"] == long.sequential["max_trials"] == long.max_trials() == 90
+    seq = stats.SequentialSignTest(**long.sequential_params())
+    assert seq.power_within(35, 0.75) == pytest.approx(0.715, abs=5e-4)  # the "cases needed: 35" suite
+    assert seq.power_within(10_000, 0.75) == pytest.approx(seq.design.power_exact)
+    assert plan_power(0.75, 0.3, 0.05, 0.8, sequential=True).max_trials() == math.ceil(90 / 0.7)
+    out = cli("power", "--win-rate", "0.75", "--alpha", "0.05", "--power", "0.8", "--sequential")
+    assert "most cases the sequential design may need: 90" in out.output
+    # written for a suite of 60 cases: the design with the fewest expected pairs among those that fit
+    fits = suite_of(tmp_path / "fits", 60, plan=None)
+    out = cli("power", "--win-rate", "0.75", "--alpha", "0.05", "--power", "0.8", "--sequential", "--write", str(fits))
+    plan = json.loads((fits / "plan.json").read_text())["sequential"]
+    assert out.exit_code == 0 and plan["max_trials"] <= 60 and plan["fits_suite"], out.output
+    assert plan["power_at_suite"] >= 0.8 and "hold the design" in out.output
+    # a suite smaller than any candidate's maximum: the power at its size, said
+    small = suite_of(tmp_path / "small", 20, plan=None)
+    out = cli("power", "--win-rate", "0.75", "--alpha", "0.05", "--power", "0.8", "--sequential", "--write", str(small))
+    plan = json.loads((small / "plan.json").read_text())["sequential"]
+    assert not plan["fits_suite"] and f"on 20 cases is {plan['power_at_suite']:.3f}" in out.output
+    assert plan["power_at_suite"] < 0.8
+
+
+def test_run_until_decided_refuses_a_suite_shorter_than_the_plans_maximum_and_lint_warns(tmp_path):
+    suite = suite_of(tmp_path / "suite", 60, plan=None)
+    plan = plan_power(0.75, 0.0, 0.05, 0.8, sequential=True)  # may need 90 cases
+    # an old plan.json (before max_trials was recorded) is read the same way
+    old = plan.to_json()
+    del old["sequential"]["max_trials"]
+    (suite / "plan.json").write_text(json.dumps(old))
+    res = cli("run", str(suite), "--until-decided", "--base-url", "http://127.0.0.1:9", "--no-progress")
+    text = " ".join(res.output.split())
+    assert res.exit_code == 2 and "60 cases" in text and "up to 90" in text and "--sequential --write" in text
+    assert not (suite / "runs").exists()
+    lint = cli("lint", str(suite))
+    assert "may need up to 90" in " ".join(lint.output.split())

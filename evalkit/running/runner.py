@@ -814,7 +814,12 @@ def _stopping(suite: Suite, opts: RunOptions, names: list[str], meta: dict[str, 
     if opts.batch is not None:
         raise InputError(f"stopping {mode!r} decides as samples land; --batch sends them all at once: run online")
     until_decided.check_gradable(suite, names, mode)
-    return mode, until_decided.sequential_plan(suite) if mode == "sequential" else None
+    if mode != "sequential":
+        return mode, None
+    plan = until_decided.sequential_plan(suite)
+    if not meta:  # a new run: one already started is resumed on the plan it started with
+        until_decided.check_suite_size(suite, plan)
+    return mode, plan
 
 
 def _drawing_order(suite: Suite, mode: str, seq_plan: Plan | None, meta: dict[str, Any]) -> Suite:

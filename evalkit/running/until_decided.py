@@ -75,6 +75,23 @@ def sequential_plan(suite: Suite) -> Plan:
     return plan
 
 
+def check_suite_size(suite: Suite, plan: Plan) -> None:
+    """Refuse a sequential run of a suite with fewer cases than its plan's design may need
+    (`Plan.max_trials`): the design is truncated at its cap on discordant pairs, and a
+    suite that runs out before it does not hold the planned power (issue 46 review)."""
+    need, have = plan.max_trials(), len(suite.cases)
+    if have >= need:
+        return
+    raise InputError(
+        f"the suite has {have} cases and its sequential plan may need up to {need} (its cap of "
+        f"{(plan.sequential or {}).get('max_discordant')} discordant pairs at tie rate {plan.tie_rate:g}): "
+        f"on {have} cases the planned power does not hold. Add {need - have} cases, or write a plan that fits "
+        f"this suite with `{WRITE_PLAN.format(suite=suite.path)} --force` (it picks a design whose most cases "
+        "fit, or says the power at the suite's size)",
+        Path(plan.path) if plan.path else Path(suite.path),
+    )
+
+
 def check_gradable(suite: Suite, arms: list[str], mode: str) -> None:
     """Refuse a stopping run whose samples cannot be graded as they land: a judged case
     (its grade needs the judge, after the run), a unit other than the prompt (an agent's
