@@ -37,7 +37,7 @@ from evalkit.foundations.layout import (
     PLAN_FILE,
     RUNS_DIR,
 )
-from evalkit.foundations.records import Plan, PromptFinding, Suite
+from evalkit.foundations.records import SEQUENTIAL_SIGN_TEST, Plan, PromptFinding, Suite
 from evalkit.pii import privacy
 from evalkit.prompts import analyze
 from evalkit.suites.formats import read_foreign, source_for
@@ -142,9 +142,10 @@ def _suite_side_files(src: SuiteSource, fx: Findings) -> None:
 
 
 def _plan_fits(src: SuiteSource, suite: Suite, fx: Findings) -> None:
-    """A warning when the suite has fewer cases than its plan may need (`Plan.max_trials`:
-    for a sequential plan, its cap on discordant pairs at the planned tie rate): a run of
-    it does not hold the planned power, and `run --until-decided` refuses it."""
+    """A warning when the suite has fewer cases than its sequential plan may need
+    (`Plan.max_trials`: its cap on discordant pairs at the planned tie rate): a run of it
+    does not hold the planned power, and `run --until-decided` refuses it. (A fixed plan's
+    shortfall is said by `power --write`.)"""
     if not src.exists(PLAN_FILE):
         return
     try:
@@ -154,9 +155,9 @@ def _plan_fits(src: SuiteSource, suite: Suite, fx: Findings) -> None:
     except InputError:
         return  # said by `_suite_side_files`, or by the command that reads the plan
     need, have = plan.max_trials(), len(suite.cases)
-    if plan.unit == "case" and have < need:
+    if plan.test == SEQUENTIAL_SIGN_TEST and plan.unit == "case" and have < need:
         fx.warn(
-            f"the suite has {have} cases and its {plan.test} plan may need up to {need}: a run of it does not hold "
+            f"the suite has {have} cases and its sequential plan may need up to {need}: a run of it does not hold "
             "the planned power (`run --until-decided` refuses it); add cases, or rewrite the plan for this suite "
             "with `evalkit power ... --write SUITE --force`",
             src.display(PLAN_FILE),
