@@ -354,6 +354,7 @@ def test_gate_and_compare_count_a_per_case_runs_skipped_samples_as_decided(tmp_p
     # every case decided in both arms: no key is errored or unmatched, and a skipped sample
     # is a failure (guided's capability case: 1 pass of 4 against base's 0; its regression case 4 against 0)
     assert v["errored"] == 0 and v["wins"] == 10 and v["kind"] == "pass", v
+    assert v.get("paired") is None  # no per-sample pass-rate interval over samples never drawn
 
 
 def test_the_plan_says_and_fits_the_most_cases_its_design_may_need(tmp_path):

@@ -320,7 +320,9 @@ def two_arm_verdict(
         case_votes=tuple(case_votes),
     )
     stopped = stopped_early(run)
-    if len(pair_a) >= 2 and not stopped:  # the clustered SE needs two pairs, and a fixed n (not a stopped run's)
+    # the clustered SE needs two pairs, a fixed n (not a stopped run's) and drawn samples only
+    # (a per-case run's skipped samples count as failures in the votes, not as pass-rate data)
+    if len(pair_a) >= 2 and not stopped and not decided_keys(run.summary):
         v = replace(v, paired=stats.paired_difference(pair_a, pair_b, clusters=pair_cluster))
     if plan is not None and plan.test == SEQUENTIAL_SIGN_TEST:
         v = _apply_sequential(v, votes, plan)
