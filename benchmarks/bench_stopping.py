@@ -9,12 +9,18 @@ truncated two-sided SPRT on the discordant pairs with exact boundaries) and stop
 decision. True effects: none (win rate 0.5), half the plan's (0.625), the plan's (0.75)
 and double it (win rate 1.0, taken as 0.99: the design's rates are defined on (0, 1)). For each: P(pass), P(regression) with Monte Carlo SEs (>= 2,000 runs),
 mean cases and calls (cases x 2 arms x k) against the fixed design's, and the exact values
-from the design's recursion. A case's calls are the unit here; calls in flight when the
+from the design's recursion. Horizon: the simulated runs have as many cases as the design
+may need (`horizon_cases`, the plan's `max_trials`: its cap on discordant pairs at the tie
+rate), so the test always decides; a suite with fewer cases stops undecided when they run
+out, and `p_pass_exact_at_fixed_cases` gives the exact power when the suite has only the
+fixed design's `n_trials` cases. A case's calls are the unit here; calls in flight when the
 test decides (at most `concurrency` - 1 keys) are measured by part 2, not simulated.
 
 Part 2, end to end: issue 46's case (60 cases, k=2, the treatment arm flags 10% of its
 answers, the baseline 70%) run with `run_suite(until_decided=True)` against evalkit's
-scripted server, one run per seed: calls, dollars, `saved_usd`, the decision.
+scripted server, one run per seed: calls, dollars, `saved_usd`, the decision. Its plan is
+written for the 60-case suite (`power --sequential --write`: the design whose most cases
+fit it), so its horizon is the suite's 60 cases.
 
 Part 3, per-case stopping (`"stopping": "per_case"`): the expected share of a case's k
 samples drawn when a pass^k case stops at its first failure and a pass@k case at its
@@ -72,6 +78,9 @@ def simulated_row(effect: str, tie: float, reps: int, rng: np.random.Generator) 
         "win_rate": w,
         "tie_rate": tie,
         "reps": reps,
+        "horizon_cases": plan.max_trials(),  # the simulated suite has every case the design may need
+        "max_discordant": test.design.max_discordant,
+        "p_pass_exact_at_fixed_cases": test.power_within(plan.n_trials, w, tie),
         "p_pass": p_pass,
         "p_pass_se": math.sqrt(p_pass * (1 - p_pass) / reps),
         "p_regression": p_reg,
@@ -106,7 +115,7 @@ def _suite(root: Path, seed: int) -> Path:
     cases = [{"id": f"case-{i:02d}", "input": f"question {i}?", "expected": "ok", "tags": ["t"]}
              for i in range(CASES_E2E)]
     (root / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
-    write_plan(plan_power(PLANNED, 0.0, ALPHA, POWER, sequential=True), root)
+    write_plan(plan_power(PLANNED, 0.0, ALPHA, POWER, sequential=True, suite_cases=CASES_E2E), root)
     return root
 
 

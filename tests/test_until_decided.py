@@ -6,6 +6,7 @@ and the sequential design's error rates checked by a seeded simulation."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -38,7 +39,7 @@ def suite_of(root: Path, n: int = N_CASES, *, plan: str | None = "sequential", s
               "set": sets[i % len(sets)]} for i in range(n)]
     suite = write_engine_suite(root, cases, **{"k": K, **config})
     if plan is not None:
-        write_plan(plan_power(0.75, 0.0, 0.05, 0.8, sequential=plan == "sequential"), suite)
+        write_plan(plan_power(0.75, 0.0, 0.05, 0.8, sequential=plan == "sequential", suite_cases=n), suite)
     return suite
 
 
@@ -59,7 +60,8 @@ def test_issue_case_stops_early_with_a_pass_and_its_saving(tmp_path):
     assert summary["complete"] and stop["stopped_early"] and stop["decision"] == "pass"
     assert stop["calls"] == summary["samples_ran"] == sent <= 0.6 * FIXED_CALLS
     assert stop["fixed_calls"] == FIXED_CALLS and stop["calls_saved"] == FIXED_CALLS - sent
-    assert stop["saved_usd"] > 0 and stop["fixed_usd"] == pytest.approx(summary["spend_usd"] / sent * FIXED_CALLS)
+    per_call = {a: (m["paid_usd"] + m["avoided_usd"]) / m["samples"] for a, m in summary["per_arm"].items()}
+    assert stop["saved_usd"] > 0 and stop["fixed_usd"] == pytest.approx(sum(per_call.values()) * N_CASES * K)
     assert stop["at_case"] < N_CASES and stop["of_cases"] == N_CASES
     assert f"stopped early at {stop['at_case']} of 60 cases (pass), saved $" in res.output
     assert "**Stopped early at" in (run / "summary.md").read_text()
@@ -255,9 +257,14 @@ def test_an_error_after_the_decision_leaves_the_run_decided(tmp_path):
         watch.add(key, {"output": "ok" if key[1] == "guided" else "FLAGGED", "tool_calls": None})
     assert watch.test.decision == "pass" and list(keys) == []  # nothing more is drawn
     watch.error((order[-1], "base", 0))  # a case in flight past the decision errored
-    record = watch.record(calls=4 * watch.fed, spend_usd=0.01, arms=2)
+    n = 2 * watch.fed  # samples per arm
+    per_arm = {"base": {"samples": n, "paid_usd": 0.0, "avoided_usd": 0.004},  # every base call a cache hit
+               "guided": {"samples": n, "paid_usd": 0.006, "avoided_usd": 0.0}}
+    record = watch.record(calls=4 * watch.fed, spend_usd=0.006, per_arm=per_arm)
     assert watch.errored is None and record.stopped_early and record.at_case == watch.fed < 20
-    assert record.saved_usd == pytest.approx(0.01 / (4 * watch.fed) * 80 - 0.01)
+    # the fixed design at each arm's list price (paid + avoided by the cache), less this run's at list price
+    assert record.fixed_usd == pytest.approx(0.004 / n * 40 + 0.006 / n * 40)
+    assert record.saved_usd == pytest.approx(record.fixed_usd - 0.01) and record.saved_usd > 0
     assert {k[0] for k in record.not_run} == set(order[watch.fed:])
 
 
@@ -280,4 +287,110 @@ def test_a_sample_its_checks_cannot_grade_casts_no_vote_and_stops_the_drawing(tm
     for key in keys:
         watch.add(key, {"output": "ok" if key[1] == "guided" else "FLAGGED", "tool_calls": None})
     assert watch.errored == f"{order[1]}/base/0" and watch.fed == 1 and len(watch.drawn) == 2
-    assert "has no vote" in watch.record(calls=8, spend_usd=0.01, arms=2).reason
+    assert "has no vote" in watch.record(calls=8, spend_usd=0.01, per_arm={"base": {}, "guided": {}}).reason
+
+
+def test_a_plain_resume_keeps_the_runs_recorded_stopping_mode(tmp_path):
+    suite = suite_of(tmp_path / "suite")  # config.json says nothing of stopping: the run's record does
+    with ScriptedServer(SCRIPT) as srv:
+        first = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False, until_decided=True)
+        n = len(srv.requests)
+        again = run_suite(suite, resume=first.path, base_url=srv.base_url, progress=False)
+    assert len(srv.requests) == n < FIXED_CALLS  # not the fixed design's remaining calls
+    assert again.stopping is not None and again.stopping["mode"] == "sequential" and again.stopping["stopped_early"]
+
+
+def test_no_until_decided_completes_a_per_case_run_and_the_run_records_it(tmp_path):
+    suite = suite_of(tmp_path / "suite", 10, plan=None, sets=("regression", "capability"), stopping="per_case",
+                     k=4, concurrency=1)
+    script = {"rules": [{"match": "Answer in one word", "text": "ok"}, {"match": "Q:", "text": "FLAGGED"}]}
+    with ScriptedServer(script) as srv:
+        first = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+        assert first.samples_ran == 50
+        full = run_suite(suite, resume=first.path, base_url=srv.base_url, progress=False, until_decided=False)
+        assert len(srv.requests) == 80
+    assert full.complete and full.samples_ran == 80 and full.stopping is None
+    assert json.loads((first.path / "config.json").read_text())["stopping"] == "fixed"
+
+
+def test_compare_on_a_stopped_run_gives_no_fixed_test_verdict_and_no_naive_p_value(tmp_path):
+    suite = suite_of(tmp_path / "suite")
+    with ScriptedServer(SCRIPT) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False, until_decided=True)
+    assert res.stopping is not None and res.stopping["stopped_early"]
+    assert cli("grade", str(res.path)).exit_code == 0
+
+    def verdict():
+        out = cli("compare", str(res.path), "--baseline", "base", "--treatment", "guided", "--json")
+        data = json.loads(out.output)
+        return data.get("verdict", data)
+
+    with_plan = verdict()  # the sequential verdict: no fixed-n p-value or clustered interval beside it
+    assert with_plan["kind"] == "pass" and with_plan["p_value"] is None and with_plan.get("paired") is None
+    (suite / "plan.json").unlink()
+    bare = verdict()  # a fixed sign test on the cases the stopping rule chose would not hold its alpha
+    assert bare["kind"] == "inconclusive" and "sequential plan" in bare["reason"] and bare["p_value"] is None
+
+
+_ALWAYS = {"rules": [{"match": "Answer in one word", "text": "ok"}, {"match": "Q:", "text": "FLAGGED"}]}
+
+
+def test_gate_and_compare_count_a_per_case_runs_skipped_samples_as_decided(tmp_path):
+    suite = suite_of(tmp_path / "suite", 10, plan=None, sets=("regression", "capability"), k=4, concurrency=1)
+    with ScriptedServer(_ALWAYS) as srv:  # guided always passes: its capability cases stop at the first pass
+        fixed = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False, arms=["guided"])
+        assert cli("grade", str(fixed.path)).exit_code == 0
+        assert cli("baseline", "accept", str(fixed.path)).exit_code == 0
+        cfg = json.loads((suite / "config.json").read_text())
+        (suite / "config.json").write_text(json.dumps({**cfg, "stopping": "per_case"}))
+        stopped = run_suite(suite, runs_dir=tmp_path / "runs2", base_url=srv.base_url, progress=False)
+    assert stopped.complete and stopped.stopping["stopped_early"]
+    assert cli("grade", str(stopped.path)).exit_code == 0
+    gate = cli("gate", str(stopped.path), "--arm", "guided", "--baseline", str(suite / "baseline.json"))
+    assert gate.exit_code == 0 and "fewer than k" not in gate.output, gate.output
+    out = cli("compare", str(stopped.path), "--baseline", "base", "--treatment", "guided", "--json")
+    data = json.loads(out.output)
+    v = data.get("verdict", data)
+    # every case decided in both arms: no key is errored or unmatched, and a skipped sample
+    # is a failure (guided's capability case: 1 pass of 4 against base's 0; its regression case 4 against 0)
+    assert v["errored"] == 0 and v["wins"] == 10 and v["kind"] == "pass", v
+    assert v.get("paired") is None  # no per-sample pass-rate interval over samples never drawn
+
+
+def test_the_plan_says_and_fits_the_most_cases_its_design_may_need(tmp_path):
+    # the design is truncated at its cap on discordant pairs: a shorter suite loses power
+    long = plan_power(0.75, 0.0, 0.05, 0.8, sequential=True)  # no suite: the fewest expected pairs, 90 pairs
+    assert long.sequential["max_discordant"] == long.sequential["max_trials"] == long.max_trials() == 90
+    seq = stats.SequentialSignTest(**long.sequential_params())
+    assert seq.power_within(35, 0.75) == pytest.approx(0.715, abs=5e-4)  # the "cases needed: 35" suite
+    assert seq.power_within(10_000, 0.75) == pytest.approx(seq.design.power_exact)
+    assert plan_power(0.75, 0.3, 0.05, 0.8, sequential=True).max_trials() == math.ceil(90 / 0.7)
+    out = cli("power", "--win-rate", "0.75", "--alpha", "0.05", "--power", "0.8", "--sequential")
+    assert "most cases the sequential design may need: 90" in out.output
+    # written for a suite of 60 cases: the design with the fewest expected pairs among those that fit
+    fits = suite_of(tmp_path / "fits", 60, plan=None)
+    out = cli("power", "--win-rate", "0.75", "--alpha", "0.05", "--power", "0.8", "--sequential", "--write", str(fits))
+    plan = json.loads((fits / "plan.json").read_text())["sequential"]
+    assert out.exit_code == 0 and plan["max_trials"] <= 60 and plan["fits_suite"], out.output
+    assert plan["power_at_suite"] >= 0.8 and "hold the design" in out.output
+    # a suite smaller than any candidate's maximum: the power at its size, said
+    small = suite_of(tmp_path / "small", 20, plan=None)
+    out = cli("power", "--win-rate", "0.75", "--alpha", "0.05", "--power", "0.8", "--sequential", "--write", str(small))
+    plan = json.loads((small / "plan.json").read_text())["sequential"]
+    assert not plan["fits_suite"] and f"on 20 cases is {plan['power_at_suite']:.3f}" in out.output
+    assert plan["power_at_suite"] < 0.8
+
+
+def test_run_until_decided_refuses_a_suite_shorter_than_the_plans_maximum_and_lint_warns(tmp_path):
+    suite = suite_of(tmp_path / "suite", 60, plan=None)
+    plan = plan_power(0.75, 0.0, 0.05, 0.8, sequential=True)  # may need 90 cases
+    # an old plan.json (before max_trials was recorded) is read the same way
+    old = plan.to_json()
+    del old["sequential"]["max_trials"]
+    (suite / "plan.json").write_text(json.dumps(old))
+    res = cli("run", str(suite), "--until-decided", "--base-url", "http://127.0.0.1:9", "--no-progress")
+    text = " ".join(res.output.split())
+    assert res.exit_code == 2 and "60 cases" in text and "up to 90" in text and "--sequential --write" in text
+    assert not (suite / "runs").exists()
+    lint = cli("lint", str(suite))
+    assert "may need up to 90" in " ".join(lint.output.split())

@@ -325,22 +325,37 @@ def power_cmd(
     # lazy: the statistics (scipy) load only when the command runs
     from evalkit.numbers.plans import load_plan, plan_power, suite_shortfall, write_plan
 
-    plan = plan_power(win_rate, tie_rate, alpha, power_, sequential=sequential, arms=n_arms, control=with_control)
+    n_cases = _suite_cases(write_dir) if write_dir is not None else None
+    plan = plan_power(
+        win_rate,
+        tie_rate,
+        alpha,
+        power_,
+        sequential=sequential,
+        arms=n_arms,
+        control=with_control,
+        suite_cases=n_cases if sequential else None,  # a sequential design chosen to fit the suite it is for
+    )
     text = plan.render()
     if write_dir is not None:
         path = write_plan(plan, write_dir, force=force)
         plan = load_plan(path)
         text += f"\nplan written: {path}"
-        from evalkit.suites.reader import load_suite  # lazy: the suite loader loads only when a plan is written
-
-        try:
-            n_cases: int | None = len(load_suite(write_dir, lenient_keys=True).cases)
-        except EvalkitError:
-            n_cases = None  # a suite that cannot be read: `evalkit lint` says why
         short = suite_shortfall(plan, n_cases) if n_cases is not None else None
         if short:
             echo_text(f"warning: {short}", err=True)
     _emit(plan.to_json(), as_json, text)
+
+
+def _suite_cases(suite_dir: Path) -> int | None:
+    """The number of cases in the suite a plan is written to; None when it cannot be read
+    (`evalkit lint` says why)."""
+    from evalkit.suites.reader import load_suite  # lazy: the suite loader loads only when a plan is written
+
+    try:
+        return len(load_suite(suite_dir, lenient_keys=True).cases)
+    except EvalkitError:
+        return None
 
 
 @click.command("gate")

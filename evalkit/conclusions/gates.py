@@ -72,7 +72,7 @@ from evalkit.runfolder.runload import (
     pick_arm,
     suite_dir_of,
 )
-from evalkit.runfolder.runs import RunFolder, config_arm_settings
+from evalkit.runfolder.runs import RunFolder, config_arm_settings, decided_keys
 
 __all__ = [  # the records a gate makes, importable from here
     "GATE_CAUSE_COST",
@@ -118,6 +118,7 @@ def run_metrics(run: Run | str | Path, *, arm: str | None = None, k: int | None 
         )
         if g is not None and isinstance(g[2], str):
             judge_versions[g[2]] += 1
+    _count_decided(per, run, arm)
     kk = int(k or run.config.get("k") or max((d["n"] for d in per.values()), default=1))
     order = [c for c in case_order(run) if c in per]
     cases = tuple(
@@ -141,6 +142,16 @@ def run_metrics(run: Run | str | Path, *, arm: str | None = None, k: int | None 
         judge_version=judge_versions.most_common(1)[0][0] if judge_versions else None,
         sets_from=table.source,
     )
+
+
+def _count_decided(per: dict[str, dict[str, Any]], run: Run, arm: str) -> None:
+    """Count the samples a per-case stopping run skipped, its case's gate decided
+    (`runs.decided_keys`), as failed samples at no cost: n reaches k and the gated
+    pass^k / pass@k is exactly the full design's, never a pass the rule did not see."""
+    for case_id, key_arm, _ in decided_keys(run.summary):
+        if key_arm == arm and case_id in per:
+            per[case_id]["n"] += 1
+            per[case_id]["costs"].append(0.0)
 
 
 def _num(x: Any) -> float:

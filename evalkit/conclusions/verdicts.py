@@ -39,7 +39,7 @@ from evalkit.foundations.records import (
 )
 from evalkit.numbers import stats
 from evalkit.numbers.plans import check_against_plan, find_plan, load_plan
-from evalkit.runfolder.runs import RunFolder, stopping_record
+from evalkit.runfolder.runs import RunFolder, decided_keys, stopping_record
 
 if TYPE_CHECKING:
     from evalkit.runfolder.runload import Run
@@ -158,7 +158,10 @@ def paired_trials(
     error names. A trial with an errored, missing or ungraded sample is `errored` and
     says why: no data is never a win, a loss or a tie. `overrides`: (case, arm, index)
     -> pass/fail that replaces a graded sample's own (people's verdict on a labelled
-    judged sample, `compare.direct_verdict` with the corrected estimate)."""
+    judged sample, `compare.direct_verdict` with the corrected estimate). A key that
+    per-case stopping skipped, its case's gate decided, is a failed sample (decided, not
+    missing): both arms follow the same rule, so under no difference the vote stays
+    symmetric."""
     # lazy: pandas only where a run is read (`evalkit verdict` on a tally stays light)
     from evalkit.runfolder.runload import as_run, case_order, grade_values, passed_value, require_graded
 
@@ -178,6 +181,7 @@ def paired_trials(
     s = run.samples
     for case_id, arm_name, index in zip(s["case_id"].tolist(), s["arm"].tolist(), s["index"].tolist(), strict=True):
         present[(str(case_id), str(arm_name))].add(int(index))
+    decided = decided_keys(run.summary)  # a per-case stopping run's skipped keys (`runs.decided_keys`)
     k = int(run.config.get("k") or 0)
     planned = set(range(k))  # planned indices (0-based), also those that never produced a line
     out: list[PairedTrial] = []
@@ -189,6 +193,9 @@ def paired_trials(
             bad = []
             for arm in (baseline, treatment):
                 key = (case, arm, i)
+                if i not in has[arm] and key in decided:  # skipped by per-case stopping: a failed sample
+                    status[arm] = False
+                    continue
                 if i not in has[arm]:
                     why = f"errored ({errors[key]})" if key in errors else "no sample (unmatched)"
                     bad.append(f"{arm}: {why}")
@@ -312,22 +319,50 @@ def two_arm_verdict(
         treatment_arm=treatment,
         case_votes=tuple(case_votes),
     )
-    if len(pair_a) >= 2:  # the clustered SE needs two pairs
+    stopped = stopped_early(run)
+    # the clustered SE needs two pairs, a fixed n (not a stopped run's) and drawn samples only
+    # (a per-case run's skipped samples count as failures in the votes, not as pass-rate data)
+    if len(pair_a) >= 2 and not stopped and not decided_keys(run.summary):
         v = replace(v, paired=stats.paired_difference(pair_a, pair_b, clusters=pair_cluster))
+    if plan is not None and plan.test == SEQUENTIAL_SIGN_TEST:
+        v = _apply_sequential(v, votes, plan)
+    elif stopped:
+        v = _no_fixed_verdict(v)
     if plan is not None:
-        if plan.test == SEQUENTIAL_SIGN_TEST:
-            v = _apply_sequential(v, votes, plan)
         v = replace(v, plan_check=check_against_plan(v, plan))
     return v
+
+
+def stopped_early(run: Run) -> bool:
+    """Whether `run` stopped drawing cases once its sequential test decided (`summary.json`
+    ``stopping``): which cases it holds was chosen by that test's look after each case."""
+    stop = stopping_record(run.summary)
+    return bool(stop and stop.get("mode") == "sequential" and stop.get("stopped_early"))
+
+
+def _no_fixed_verdict(v: Verdict) -> Verdict:
+    """A fixed-n test on a run that stopped when its sequential test decided: inconclusive.
+    The run stopped on a look at these very votes, so a fixed sign test on them (or its
+    p-value) would not hold its alpha; only the pre-registered sequential plan may judge.
+
+    References: Armitage, McPherson & Rowe 1969 (repeated significance tests)."""
+    return replace(
+        v,
+        kind="inconclusive",
+        p_value=None,
+        p_one_sided=None,
+        reason="the run stopped early when its sequential test decided: a fixed sign test on the cases it "
+        "stopped at ignores that optional stopping; compare it with the suite's sequential plan.json "
+        "(the plan the run was started with)",
+    )
 
 
 def decided_cases(run: Run, order: list[str]) -> list[str]:
     """The cases a verdict counts, in the run's order: for a run that stopped once its
     sequential test decided (`summary.json` ``stopping``), the cases the test used (a case
     drawn after them, its calls in flight, is not a unit of the design); else all."""
-    stop = stopping_record(run.summary)
-    if stop and stop.get("mode") == "sequential" and stop.get("stopped_early"):
-        return order[: int(stop.get("at_case") or 0)]
+    if stopped_early(run):
+        return order[: int((stopping_record(run.summary) or {}).get("at_case") or 0)]
     return order
 
 
@@ -390,7 +425,8 @@ def _apply_sequential(v: Verdict, votes: list[int], plan: Plan) -> Verdict:
         kind, reason = "inconclusive", (f"the sequential test has not settled after {st.trials} unit(s): keep sampling")
     else:
         kind, reason = st.decision, f"sequential sign test settled on {st.decision} after {st.trials} unit(s)"
-    p = stats.sign_test(st.wins, st.losses, st.ties)
+    # No fixed-n p-value: the test stopped where its boundary was crossed, and a sign test's
+    # p-value on that tally ignores the optional stopping (the design's alpha holds instead).
     return replace(
         v,
         kind=kind,
@@ -401,8 +437,8 @@ def _apply_sequential(v: Verdict, votes: list[int], plan: Plan) -> Verdict:
         losses=st.losses,
         ties=st.ties,
         n_trials=st.trials,
-        p_value=p.p_value,
-        p_one_sided=p.p_one_sided if st.wins >= st.losses else p.p_one_sided_losses,
+        p_value=None,
+        p_one_sided=None,
     )
 
 

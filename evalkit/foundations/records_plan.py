@@ -5,6 +5,7 @@ public name.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -107,6 +108,18 @@ class Plan:
         """Keyword arguments for `stats.SequentialSignTest`."""
         return dict((self.sequential or {}).get("params") or {})
 
+    def max_trials(self) -> int:
+        """The most units the plan's design may need: for a sequential plan its cap on
+        discordant pairs at the planned tie rate (recorded as ``max_trials``; a plan
+        written before that is computed the same way, `stats.SequentialSignTest.max_trials`),
+        else `n_trials`. A suite with fewer units does not hold the planned power."""
+        q = self.sequential or {}
+        if self.test != SEQUENTIAL_SIGN_TEST or "max_discordant" not in q:
+            return self.n_trials
+        if "max_trials" in q:
+            return int(q["max_trials"])
+        return math.ceil(int(q["max_discordant"]) / (1 - self.tie_rate) - 1e-9)
+
     def render(self) -> str:
         how = (
             "truncated two-sided SPRT on the signs, exact boundaries"
@@ -145,9 +158,30 @@ class Plan:
                 f"{self.power:g}; expected sequential / fixed = {e / first:.2f}x), {stable} {self.unit}s "
                 f"(n from which power stays >= {self.power:g}; {e / stable:.2f}x)"
             )
+            lines.append(
+                f"most {self.unit}s the sequential design may need: {self.max_trials()} (its cap of "
+                f"{q['max_discordant']} discordant pairs at tie rate {self.tie_rate:g}); a suite with fewer "
+                f"{self.unit}s has less power than planned"
+            )
+            if "suite_cases" in q:
+                lines.append(_suite_line(q, self.unit))
         if self.seed is not None:
             lines.append(f"seed: {self.seed}")
         return "\n".join(lines)
+
+
+def _suite_line(q: dict[str, Any], unit: str) -> str:
+    """What `render` says of the suite the plan was written for (``suite_cases``)."""
+    n, pw = int(q["suite_cases"]), float(q["power_at_suite"])
+    if q.get("fits_suite"):
+        return (
+            f"the suite's {n} {unit}s hold the design: the cap was chosen among those whose most {unit}s "
+            f"fit the suite (power at {n} {unit}s {pw:.3f})"
+        )
+    return (
+        f"the suite has {n} {unit}s, fewer than any candidate design may need: power at the planned effect "
+        f"on {n} {unit}s is {pw:.3f}, not {q['power_exact']:.3f}; add {unit}s or plan for a larger effect"
+    )
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from evalkit.foundations.layout import (
     PLAN_FILE,
     RUNS_DIR,
 )
-from evalkit.foundations.records import PromptFinding, Suite
+from evalkit.foundations.records import SEQUENTIAL_SIGN_TEST, Plan, PromptFinding, Suite
 from evalkit.pii import privacy
 from evalkit.prompts import analyze
 from evalkit.suites.formats import read_foreign, source_for
@@ -154,6 +154,29 @@ def _suite_side_files(src: SuiteSource, fx: Findings) -> None:
         fx.warn(exc.message, exc.path or src.display(RUNS_DIR))
 
 
+def _plan_fits(src: SuiteSource, suite: Suite, fx: Findings) -> None:
+    """A warning when the suite has fewer cases than its sequential plan may need
+    (`Plan.max_trials`: its cap on discordant pairs at the planned tie rate): a run of it
+    does not hold the planned power, and `run --until-decided` refuses it. (A fixed plan's
+    shortfall is said by `power --write`.)"""
+    if not src.exists(PLAN_FILE):
+        return
+    try:
+        plan = Plan.from_json(
+            parse_json_object(src.read(PLAN_FILE, limit=MAX_CONFIG_BYTES), src.display(PLAN_FILE), PLAN_FILE)
+        )
+    except InputError:
+        return  # said by `_suite_side_files`, or by the command that reads the plan
+    need, have = plan.max_trials(), len(suite.cases)
+    if plan.test == SEQUENTIAL_SIGN_TEST and plan.unit == "case" and have < need:
+        fx.warn(
+            f"the suite has {have} cases and its sequential plan may need up to {need}: a run of it does not hold "
+            "the planned power (`run --until-decided` refuses it); add cases, or rewrite the plan for this suite "
+            "with `evalkit power ... --write SUITE --force`",
+            src.display(PLAN_FILE),
+        )
+
+
 def _privacy(src: SuiteSource, fx: Findings) -> None:
     """The privacy scan (`evalkit.pii.privacy`): each finding a warning that --strict makes an
     error; an allow-list that cannot be read is an error."""
@@ -178,6 +201,8 @@ def lint_suite(
     suite = validate(src, fx)
     if src.is_native:
         _suite_side_files(src, fx)
+        if suite is not None:
+            _plan_fits(src, suite, fx)
     _privacy(src, fx)
     if suite is not None:
         _analyze_prompts(suite, fx)

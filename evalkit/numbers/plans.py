@@ -58,6 +58,7 @@ def plan_power(
     seed: int | None = None,
     arms: int = 2,
     control: bool = False,
+    suite_cases: int | None = None,
 ) -> Plan:
     """Plan a two-arm comparison: the discordant pairs and units (cases) the exact sign
     test needs to detect `win_rate` with `power` at `alpha`, exact and approximate.
@@ -69,6 +70,10 @@ def plan_power(
     References: Dixon & Mood 1946; Connor 1987, Biometrics 43(1); Chernick & Liu 2002
     (saw-toothed exact power) via `stats.sign_test_sample_size`; Holm 1979, Scand. J.
     Statist. 6(2).
+
+    A sequential plan for a suite of `suite_cases` cases takes, among its candidate
+    truncations, the one with the fewest expected pairs whose most cases fit the suite,
+    and records the power at the suite's size (`_sequential_design`).
     """
     if isinstance(arms, bool) or not isinstance(arms, int) or arms < 2:
         raise InputError(f"arms must be an integer of at least 2, got {arms!r}", json_path="arms")
@@ -80,7 +85,7 @@ def plan_power(
     test = SIGN_TEST
     if sequential:
         test = SEQUENTIAL_SIGN_TEST
-        seq = _sequential_design(win_rate, tie_rate, alpha, power, ss)
+        seq = _sequential_design(win_rate, tie_rate, alpha, power, ss, suite_cases)
     return Plan(
         test=test,
         alpha=alpha,
@@ -102,15 +107,30 @@ def plan_power(
     )
 
 
-def _sequential_design(win_rate: float, tie_rate: float, alpha: float, power: float, ss: Any) -> dict[str, Any]:
-    """The sequential design: the `stats.SequentialSignTest` arguments (`params`) and
-    what they give at the planned effect (exact operating characteristics)."""
-    params = _shortest_design(max(win_rate, 1 - win_rate), alpha, power, ss.discordant_first)
+def _sequential_design(
+    win_rate: float, tie_rate: float, alpha: float, power: float, ss: Any, suite_cases: int | None = None
+) -> dict[str, Any]:
+    """The sequential design: the `stats.SequentialSignTest` arguments (`params`), what
+    they give at the planned effect (exact operating characteristics), the most cases it
+    may need (`max_trials`) and, for a suite of `suite_cases`, whether it fits and its
+    exact power on that many cases."""
+    params, fits = _shortest_design(
+        max(win_rate, 1 - win_rate), alpha, power, ss.discordant_first, tie_rate=tie_rate, suite_cases=suite_cases
+    )
     seq = stats.SequentialSignTest(**params)
     oc = seq.operating_characteristics(params["win_rate"], tie_rate)
+    at_suite: dict[str, Any] = {}
+    if suite_cases is not None:
+        at_suite = {
+            "suite_cases": suite_cases,
+            "fits_suite": fits,
+            "power_at_suite": seq.power_within(suite_cases, params["win_rate"], tie_rate),
+        }
     return {
         "params": params,
         "max_discordant": seq.design.max_discordant,
+        "max_trials": seq.max_trials(tie_rate),
+        **at_suite,
         "type_i_error": seq.design.type_i_error,
         "power_exact": seq.design.power_exact,
         "expected_discordant": oc.expected_discordant,
@@ -133,22 +153,34 @@ SEQUENTIAL_CAPS = (2.0, 3.0)
 SEQUENTIAL_CAPS_UP_TO = 100
 
 
-def _shortest_design(win_rate: float, alpha: float, power: float, fixed_discordant: int) -> dict[str, Any]:
+def _shortest_design(
+    win_rate: float,
+    alpha: float,
+    power: float,
+    fixed_discordant: int,
+    *,
+    tie_rate: float = 0.0,
+    suite_cases: int | None = None,
+) -> tuple[dict[str, Any], bool]:
     """The `stats.SequentialSignTest` arguments with the fewest expected discordant pairs at
     the planned win rate: the default design (1.5x the fixed pairs, power no less than the
     fixed test's) or one truncated at `SEQUENTIAL_CAPS` times the fixed pairs (power no less
     than planned; tried up to `SEQUENTIAL_CAPS_UP_TO` fixed pairs). Each holds alpha
-    exactly under a look after every pair (issue 46).
+    exactly under a look after every pair (issue 46). With `suite_cases`, only a design
+    whose most cases (`max_trials` at `tie_rate`) fit the suite is taken, for a longer
+    one's power does not hold on it; when none fits, the shortest cap. Returns the
+    arguments and whether they fit the suite (True without one).
 
     References: Wald 1945 (the SPRT); Armitage, McPherson & Rowe 1969 (exact boundaries)."""
     base: dict[str, Any] = {"win_rate": win_rate, "alpha": alpha, "power": power}
-    best, best_d = base, stats.SequentialSignTest(**base).operating_characteristics(win_rate).expected_discordant
-    for m in SEQUENTIAL_CAPS if fixed_discordant <= SEQUENTIAL_CAPS_UP_TO else ():
-        params = {**base, "max_discordant": math.ceil(m * fixed_discordant)}
-        d = stats.SequentialSignTest(**params).operating_characteristics(win_rate).expected_discordant
-        if d < best_d:
-            best, best_d = params, d
-    return best
+    caps = SEQUENTIAL_CAPS if fixed_discordant <= SEQUENTIAL_CAPS_UP_TO else ()
+    candidates = [base] + [{**base, "max_discordant": math.ceil(m * fixed_discordant)} for m in caps]
+    tests = [stats.SequentialSignTest(**params) for params in candidates]
+    fitting = [i for i, t in enumerate(tests) if suite_cases is None or t.max_trials(tie_rate) <= suite_cases]
+    if not fitting:
+        return candidates[min(range(len(tests)), key=lambda i: tests[i].design.max_discordant)], False
+    best = min(fitting, key=lambda i: tests[i].operating_characteristics(win_rate).expected_discordant)
+    return candidates[best], True
 
 
 def write_plan(plan: Plan, suite_dir: str | Path, *, force: bool = False) -> Path:
@@ -176,10 +208,22 @@ def write_plan(plan: Plan, suite_dir: str | Path, *, force: bool = False) -> Pat
 
 
 def suite_shortfall(plan: Plan, n_cases: int) -> str | None:
-    """A sentence when a suite of `n_cases` cases has fewer than the plan needs (one vote
-    per case: repeating cases cannot make up for missing ones); None when it has enough."""
-    if plan.unit != "case" or n_cases >= plan.n_trials:
+    """A sentence when a suite of `n_cases` cases has fewer than the plan may need (one
+    vote per case: repeating cases cannot make up for missing ones): for a sequential plan
+    the most cases its design may need (`Plan.max_trials`), with the power it has at the
+    suite's size; None when it has enough."""
+    need = plan.max_trials()
+    if plan.unit != "case" or n_cases >= need:
         return None
+    if plan.test == SEQUENTIAL_SIGN_TEST:
+        seq = stats.SequentialSignTest(**plan.sequential_params())
+        pw = seq.power_within(n_cases, seq.design.win_rate, plan.tie_rate)
+        return (
+            f"the suite has {n_cases} cases, the sequential plan may need up to {need} (its cap of "
+            f"{seq.design.max_discordant} discordant pairs at tie rate {plan.tie_rate:g}): on {n_cases} cases its "
+            f"power at the planned effect is {pw:.3f}, not {seq.design.power_exact:.3f}; add {need - n_cases} "
+            "cases, or rewrite the plan for this suite with `evalkit power --sequential --write SUITE --force`"
+        )
     return (
         f"the suite has {n_cases} cases, the plan needs {plan.n_trials} (one vote per case): a run of this suite "
         f"cannot follow the plan; add {plan.n_trials - n_cases} cases, or plan for a larger effect"

@@ -1009,7 +1009,8 @@ def _sprt_bounds(a: np.ndarray, b: np.ndarray, w1: float, d_max: int) -> tuple[n
 
 
 def _sequential_oc(u: np.ndarray, f: np.ndarray, w: float, d_max: int) -> tuple[np.ndarray, ...]:
-    """Exact P(pass), P(regression), P(no-improvement) and E[discordant pairs] for each
+    """Exact P(pass), P(regression), P(no-improvement), E[discordant pairs] and P(pass
+    within d pairs) for d = 0..d_max, for each
     row of boundaries, by forward recursion over the binomial lattice (W wins after d
     pairs) with absorbed mass removed at each boundary. Hand-written: neither scipy nor
     statsmodels computes crossing probabilities of arbitrary binomial boundaries."""
@@ -1018,6 +1019,7 @@ def _sequential_oc(u: np.ndarray, f: np.ndarray, w: float, d_max: int) -> tuple[
     prob[:, 0] = 1.0
     wins = np.arange(d_max + 1)
     p_pass, p_reg, p_none, e_d = (np.zeros(m) for _ in range(4))
+    pass_by = np.zeros((m, d_max + 1))  # P(pass within d pairs)
     for d in range(1, d_max + 1):
         prob[:, 1 : d + 1] = prob[:, 1 : d + 1] * (1 - w) + prob[:, :d] * w
         prob[:, 0] *= 1 - w
@@ -1038,7 +1040,8 @@ def _sequential_oc(u: np.ndarray, f: np.ndarray, w: float, d_max: int) -> tuple[
         p_reg += b
         p_none += c
         e_d += d * (a + b + c)
-    return p_pass, p_reg, p_none, e_d
+        pass_by[:, d] = p_pass
+    return p_pass, p_reg, p_none, e_d, pass_by
 
 
 @lru_cache(maxsize=64)
@@ -1058,12 +1061,12 @@ def _design(win_rate: float, alpha: float, power: float, max_discordant: int | N
         for _ in range(16):
             mid = (lo + hi) / 2
             u, f = _sprt_bounds(mid, b, win_rate, d_max)
-            pp, pr, _, _ = _sequential_oc(u, f, 0.5, d_max)
+            pp, pr, *_ = _sequential_oc(u, f, 0.5, d_max)
             ok = pp + pr <= alpha
             hi = np.where(ok, mid, hi)
             lo = np.where(ok, lo, mid)
         u, f = _sprt_bounds(hi, b, win_rate, d_max)
-        pw, _, _, ed1 = _sequential_oc(u, f, win_rate, d_max)
+        pw, _, _, ed1, _ = _sequential_oc(u, f, win_rate, d_max)
         feasible = pw >= required
         if feasible.any():
             i = int(np.argmin(np.where(feasible, ed1, np.inf)))
@@ -1075,7 +1078,7 @@ def _design(win_rate: float, alpha: float, power: float, max_discordant: int | N
                 f"design needs more at most, e.g. the default cap of 1.5x: leave max_discordant unset)"
             )
         d_max = math.ceil(1.25 * d_max)
-    pp, pr, _, _ = _sequential_oc(u[i : i + 1], f[i : i + 1], 0.5, d_max)
+    pp, pr, *_ = _sequential_oc(u[i : i + 1], f[i : i + 1], 0.5, d_max)
     return SequentialDesign(
         win_rate=win_rate,
         alpha=alpha,
@@ -1201,10 +1204,33 @@ class SequentialSignTest:
         dz = self.design
         u = np.asarray(dz.pass_at)[None, :]
         f = np.asarray(dz.futility_at)[None, :]
-        pp, pr, pn, ed = _sequential_oc(u, f, float(win_rate), dz.max_discordant)
+        pp, pr, pn, ed, _ = _sequential_oc(u, f, float(win_rate), dz.max_discordant)
         return OperatingCharacteristics(
             win_rate, tie_rate, float(pp[0]), float(pr[0]), float(pn[0]), float(ed[0]), float(ed[0] / (1 - tie_rate))
         )
+
+    def max_trials(self, tie_rate: float = 0.0) -> int:
+        """The most units (cases) the design may need: its cap on discordant pairs at the
+        expected share of them among units, ceil(max_discordant / (1 - tie_rate)). A suite
+        with fewer units can run out before the cap, and the design's power is then lower
+        (`power_within`)."""
+        return math.ceil(self.design.max_discordant / (1 - tie_rate) - 1e-9)
+
+    def power_within(self, n_trials: int, win_rate: float, tie_rate: float = 0.0) -> float:
+        """Exact P(pass) at a true win rate when only `n_trials` units exist: the run stops
+        undecided when they run out. The discordant pairs among n units are binomial
+        (n, 1 - tie_rate); the pass probability within d pairs comes from the exact lattice
+        recursion (`_sequential_oc`).
+
+        References: Armitage, McPherson & Rowe 1969 (exact crossing probabilities)."""
+        _check_rates(win_rate, tie_rate, self.design.alpha)
+        dz = self.design
+        u = np.asarray(dz.pass_at)[None, :]
+        f = np.asarray(dz.futility_at)[None, :]
+        pass_by = _sequential_oc(u, f, float(win_rate), dz.max_discordant)[4][0]
+        d = np.arange(int(n_trials) + 1)
+        weights = _st.binom.pmf(d, int(n_trials), 1 - tie_rate)
+        return float(np.sum(weights * pass_by[np.minimum(d, dz.max_discordant)]))
 
 
 # --------------------------------------------------------------------------- prediction-powered inference

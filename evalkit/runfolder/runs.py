@@ -563,6 +563,15 @@ def not_run_keys(summary: dict[str, Any] | None) -> set[tuple[str, str, int]]:
     return {(str(c), str(a), int(i)) for c, a, i in block.get("not_run") or ()}
 
 
+def decided_keys(summary: dict[str, Any] | None) -> set[tuple[str, str, int]]:
+    """The (case, arm, index) keys a per-case stopping run skipped because their case's gate
+    was already decided (a pass^k case by a failing sample, a pass@k case by a passing
+    one): each counts as a failed sample, which leaves the gated pass^k / pass@k exactly
+    what the full k samples give (docs/stopping.md)."""
+    block = stopping_record(summary) or {}
+    return not_run_keys(summary) if block.get("mode") == "per_case" else set()
+
+
 def stopping_line(summary: dict[str, Any] | None) -> str | None:
     """What the pages, the index and summary.md say of a run that stopped before the fixed
     design's end: "stopped early at 14 of 60 cases (pass), saved $0.012 (184 of 240 calls)";

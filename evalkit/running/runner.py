@@ -299,7 +299,7 @@ def _stopping_md(res: dict[str, Any]) -> list[str]:
     return [
         f"**{stopped[0].upper()}{stopped[1:]}**: {printable(str(stop['reason']))}; spent "
         f"${stop['spend_usd']:.6f} on {stop['calls']} calls, the fixed design's {stop['fixed_calls']} "
-        f"calls ${stop['fixed_usd']:.6f} (at this run's mean per call).",
+        f"calls ${stop['fixed_usd']:.6f} (at each arm's list price per call, the cache's hits included).",
         "",
     ]
 
@@ -857,6 +857,9 @@ def _plan_run(suite: Suite, folder: RunFolder | None, opts: RunOptions) -> _RunP
     if folder is not None and privacy.get("allowed") and not (meta.get("privacy") or {}).get("allowed"):
         meta["privacy"] = privacy  # the flag given on this resume: the run's record says so
         write_atomic(folder.path / "config.json", json.dumps(meta, indent=2) + "\n")
+    if folder is not None and meta.get("stopping", "fixed") != stopping:
+        meta["stopping"] = stopping  # a resume that changed the run's mode (--[no-]until-decided) records it
+        write_atomic(folder.path / "config.json", json.dumps(meta, indent=2) + "\n")
     arm_urls, seeds, watch = _wire_endpoints(config, arm_objs, base_url, opts, meta if folder is not None else None)
     sim_url = _simulator_url(suite, opts)
     from evalkit.running.agents import prepare  # a command's program, a python unit's function: found before any write
@@ -887,17 +890,24 @@ def _plan_run(suite: Suite, folder: RunFolder | None, opts: RunOptions) -> _RunP
 
 def _stopping(suite: Suite, opts: RunOptions, names: list[str], meta: dict[str, Any]) -> tuple[str, Plan | None]:
     """The run's stopping mode (`until_decided`): `--until-decided` makes it sequential and
-    `--no-until-decided` fixed (a resume that completes the fixed design), else the config's;
-    a stopping run is checked gradable as it lands, a sequential one has its plan."""
-    mode = suite.config.stopping
+    `--no-until-decided` fixed (a resume that completes the fixed design, whatever the run's
+    mode), else a resumed run's recorded mode (a plain resume carries on as it started),
+    else the config's; a stopping run is checked gradable as it lands, a sequential one
+    has its plan."""
+    mode = str(meta.get("stopping") or suite.config.stopping) if meta else suite.config.stopping
     if opts.until_decided is not None:
-        mode = "sequential" if opts.until_decided else ("fixed" if mode == "sequential" else mode)
+        mode = "sequential" if opts.until_decided else "fixed"
     if mode == "fixed":
         return mode, None
     if opts.batch is not None:
         raise InputError(f"stopping {mode!r} decides as samples land; --batch sends them all at once: run online")
     until_decided.check_gradable(suite, names, mode)
-    return mode, until_decided.sequential_plan(suite) if mode == "sequential" else None
+    if mode != "sequential":
+        return mode, None
+    plan = until_decided.sequential_plan(suite)
+    if not meta:  # a new run: one already started is resumed on the plan it started with
+        until_decided.check_suite_size(suite, plan)
+    return mode, plan
 
 
 def _drawing_order(suite: Suite, mode: str, seq_plan: Plan | None, meta: dict[str, Any]) -> Suite:
@@ -1487,7 +1497,7 @@ def _record_stop(plan: _RunPlan, engine: _Engine, summary: dict[str, Any]) -> No
     """Add a stopping run's `stopping` block to its summary (`until_decided.StopRecord`:
     what the stop saved against the fixed design); an INCOMPLETE sequential run's reason
     says why its test could not go on."""
-    record = engine.watcher.record(summary["samples_ran"], summary["spend_usd"], len(plan.arm_objs))
+    record = engine.watcher.record(summary["samples_ran"], summary["spend_usd"], summary["per_arm"])
     summary["stopping"] = record.to_json()
     if record.mode == "sequential" and engine.watcher.errored and not summary["complete"]:
         summary["reason"] = f"{summary['reason']}; {record.reason}"

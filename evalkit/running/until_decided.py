@@ -75,6 +75,23 @@ def sequential_plan(suite: Suite) -> Plan:
     return plan
 
 
+def check_suite_size(suite: Suite, plan: Plan) -> None:
+    """Refuse a sequential run of a suite with fewer cases than its plan's design may need
+    (`Plan.max_trials`): the design is truncated at its cap on discordant pairs, and a
+    suite that runs out before it does not hold the planned power (issue 46 review)."""
+    need, have = plan.max_trials(), len(suite.cases)
+    if have >= need:
+        return
+    raise InputError(
+        f"the suite has {have} cases and its sequential plan may need up to {need} (its cap of "
+        f"{(plan.sequential or {}).get('max_discordant')} discordant pairs at tie rate {plan.tie_rate:g}): "
+        f"on {have} cases the planned power does not hold. Add {need - have} cases, or write a plan that fits "
+        f"this suite with `{WRITE_PLAN.format(suite=suite.path)} --force` (it picks a design whose most cases "
+        "fit, or says the power at the suite's size)",
+        Path(plan.path) if plan.path else Path(suite.path),
+    )
+
+
 def check_gradable(suite: Suite, arms: list[str], mode: str) -> None:
     """Refuse a stopping run whose samples cannot be graded as they land: a judged case
     (its grade needs the judge, after the run), a unit other than the prompt (an agent's
@@ -105,8 +122,8 @@ def check_gradable(suite: Suite, arms: list[str], mode: str) -> None:
 class StopRecord:
     """What a stopping run did, as `summary.json` keeps it (``stopping``): the mode, whether
     it stopped before the fixed design's end and why, at which case of how many, the calls
-    and dollars spent against the fixed design's (its dollars are this run's mean paid per
-    call times its calls), and the keys not run (which grading does not expect)."""
+    and dollars spent (paid, and at list price: paid plus what the cache avoided) against
+    the fixed design's at list price (`_fixed_cost`, per arm), and the keys not run (which grading does not expect)."""
 
     mode: str
     stopped_early: bool
@@ -117,6 +134,7 @@ class StopRecord:
     fixed_calls: int
     spend_usd: float
     fixed_usd: float
+    list_usd: float = 0.0
     not_run: tuple[Key, ...] = ()
     decision: str | None = None
     seed: int | None = None
@@ -128,7 +146,8 @@ class StopRecord:
 
     @property
     def saved_usd(self) -> float:
-        return max(0.0, self.fixed_usd - self.spend_usd)
+        """The fixed design's dollars less this run's, both at list price (cache hits included)."""
+        return max(0.0, self.fixed_usd - self.list_usd)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -142,6 +161,7 @@ class StopRecord:
             "fixed_calls": self.fixed_calls,
             "calls_saved": self.calls_saved,
             "spend_usd": self.spend_usd,
+            "list_usd": self.list_usd,
             "fixed_usd": self.fixed_usd,
             "saved_usd": self.saved_usd,
             "order_seed": self.seed,
@@ -150,9 +170,22 @@ class StopRecord:
         }
 
 
-def _costs(spend_usd: float, calls: int, fixed_calls: int) -> float:
-    """The fixed design's dollars: this run's mean paid per call times its calls."""
-    return spend_usd / calls * fixed_calls if calls else 0.0
+def _list_spend(per_arm: dict[str, dict[str, Any]]) -> float:
+    """The run's calls at list price: what was paid plus what the cache avoided, every arm."""
+    return sum(float(a.get("paid_usd", 0.0)) + float(a.get("avoided_usd", 0.0)) for a in per_arm.values())
+
+
+def _fixed_cost(per_arm: dict[str, dict[str, Any]], calls_per_arm: int) -> float:
+    """The fixed design's dollars at list price: each arm's own list price per call (paid
+    plus avoided by the cache, over its samples) times the calls the fixed design makes
+    in that arm, so a cache hit never makes the fixed design free and arms at different
+    prices are not pooled."""
+    total = 0.0
+    for a in per_arm.values():
+        samples = int(a.get("samples", 0))
+        if samples:
+            total += (float(a.get("paid_usd", 0.0)) + float(a.get("avoided_usd", 0.0))) / samples * calls_per_arm
+    return total
 
 
 class _Grader:
@@ -242,7 +275,9 @@ class SequentialStop:
         used = set(self.order[: self.fed]) if self.settled else self.drawn
         return key[0] in used or key in self.done
 
-    def record(self, calls: int, spend_usd: float, arms: int) -> StopRecord:
+    def record(self, calls: int, spend_usd: float, per_arm: dict[str, dict[str, Any]]) -> StopRecord:
+        """The run's `StopRecord`, from its calls, paid dollars and each arm's counts and
+        money (`runner._arm_money`: samples, paid and avoided dollars)."""
         st = self.test.state
         n = len(self.order)
         if self.errored:
@@ -251,7 +286,7 @@ class SequentialStop:
             reason = f"the sequential sign test decided {st.decision} after {self.fed} of {n} cases"
         else:
             reason = f"the cases ran out after {self.fed} of {n} without a decision"
-        fixed_calls = n * arms * self.k
+        fixed_calls = n * len(per_arm) * self.k
         arms_run = (self.baseline, self.treatment)
         keys = ((c, a, i) for c in self.order for a in arms_run for i in range(self.k))
         not_run = tuple(key for key in keys if not self.needed(key))
@@ -264,7 +299,8 @@ class SequentialStop:
             calls=calls,
             fixed_calls=fixed_calls,
             spend_usd=spend_usd,
-            fixed_usd=_costs(spend_usd, calls, fixed_calls),
+            list_usd=_list_spend(per_arm),
+            fixed_usd=_fixed_cost(per_arm, n * self.k),
             not_run=not_run,
             decision=st.decision,
             seed=self.seed,
@@ -313,9 +349,10 @@ class PerCaseStop:
     def needed(self, key: Key) -> bool:
         return key not in self.skipped
 
-    def record(self, calls: int, spend_usd: float, arms: int) -> StopRecord:
+    def record(self, calls: int, spend_usd: float, per_arm: dict[str, dict[str, Any]]) -> StopRecord:
+        """The run's `StopRecord` (as `SequentialStop.record`)."""
         n = len(self.gates)
-        fixed_calls = n * arms * self.k
+        fixed_calls = n * len(per_arm) * self.k
         return StopRecord(
             mode="per_case",
             stopped_early=bool(self.skipped),
@@ -325,6 +362,7 @@ class PerCaseStop:
             calls=calls,
             fixed_calls=fixed_calls,
             spend_usd=spend_usd,
-            fixed_usd=_costs(spend_usd, calls, fixed_calls),
+            list_usd=_list_spend(per_arm),
+            fixed_usd=_fixed_cost(per_arm, n * self.k),
             not_run=tuple(sorted(self.skipped)),
         )
