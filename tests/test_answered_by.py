@@ -90,6 +90,15 @@ def test_the_terminal_the_pages_and_the_index_say_scripted(scripted_run: tuple[P
     write_manifest(run, out, [], {})
     index = build_index(tmp_path / "reports").read_text()
     assert label in index and "gemma" not in index
+    # the explorer's header and a diff's say it too, in the page's HTML before any script runs
+    from evalkit.telling.explorer import write_diff, write_explorer
+
+    explorer = write_explorer(run, out).path.read_text()
+    head = explorer[: explorer.index("</header>")]
+    assert f"answered by {label}" in head and "gemma" not in head
+    diff = write_diff(run, run, out).path.read_text()
+    head = diff[: diff.index("</header>")]
+    assert f"the other run: answered by {label}" in head and f"this run: answered by {label}" in head
 
 
 def test_a_cached_sample_keeps_the_latency_first_measured_and_the_figures_count_replays(

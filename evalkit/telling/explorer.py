@@ -52,7 +52,7 @@ from evalkit.runfolder.runload import (
     passed_value,
     run_verdicts,
 )
-from evalkit.runfolder.runs import RunFolder, find_suite_dir
+from evalkit.runfolder.runs import RunFolder, answered_as, config_arm_settings, find_suite_dir
 from evalkit.runfolder.trajectories import Trajectory, read_trajectory
 from evalkit.telling.report_index import verdict_entries
 from evalkit.telling.workflow import repo_root_of
@@ -419,6 +419,7 @@ def run_data(run: Run | str | Path, *, baseline: str | Path | None = None) -> di
         if summary.get("complete", True)
         else f"INCOMPLETE: {summary.get('ran')} of {summary.get('total')} cases ran ({summary.get('reason')})",
         "judge_notice": judge_trust_notice(run.path),
+        "answered": answered_line(run.config),
         "arms": list(arms),
         "cases": _cases_json(run, list(cases)),
         "samples": cols.in_order(),
@@ -659,7 +660,24 @@ def banners(data: dict[str, Any]) -> str:
     the script has read the data: INCOMPLETE, and the judge's notice (of RUN, for a diff)."""
     run = data.get("new") or data
     said = [run.get("incomplete"), run.get("judge_notice")]
-    return "".join(f'<div class="banner">{html.escape(str(t))}</div>' for t in said if t)
+    page = "".join(f'<div class="banner">{html.escape(str(t))}</div>' for t in said if t)
+    answered = [
+        (data.get("old") or {}).get("answered") and f"the other run: {data['old']['answered']}",
+        run.get("answered") and ("this run: " if data.get("old") else "") + str(run["answered"]),
+    ]
+    return page + "".join(f'<p class="sub answered">{html.escape(str(t))}</p>' for t in answered if t)
+
+
+def answered_line(meta: dict[str, Any]) -> str:
+    """What answered a run's calls, per arm (`runs.answered_as`: `scripted (script ...)`
+    for evalkit's scripted server, else the recorded model), as the page header says it."""
+    per = {arm: answered_as(st) for arm, st in config_arm_settings(meta).items()}
+    said = sorted({v for v in per.values() if v})
+    if not said:
+        return ""
+    if len(said) == 1:
+        return f"answered by {said[0]}"
+    return "answered by " + "; ".join(f"{arm}: {v}" for arm, v in per.items() if v)
 
 
 _SLOT = re.compile(r"__(CSP|TITLE|BANNERS|HEAD|DATA)__")
