@@ -99,6 +99,11 @@ def test_the_terminal_the_pages_and_the_index_say_scripted(scripted_run: tuple[P
     diff = write_diff(run, run, out).path.read_text()
     head = diff[: diff.index("</header>")]
     assert f"the other run: answered by {label}" in head and f"this run: answered by {label}" in head
+    # the CI Markdown the pull-request comment posts says it too
+    from evalkit.runfolder.runload import as_run
+    from evalkit.telling.ciout import answered_section
+
+    assert answered_section(as_run(run)) == [f"**Answered by:** {label}"]
 
 
 def test_a_cached_sample_keeps_the_latency_first_measured_and_the_figures_count_replays(

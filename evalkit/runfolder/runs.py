@@ -531,6 +531,18 @@ def answered_as(settings: dict[str, Any]) -> str | None:
     return None if model is None else str(model)
 
 
+def answered_line(meta: dict[str, Any]) -> str:
+    """What answered a run's calls, per arm (`runs.answered_as`: `scripted (script ...)`
+    for evalkit's scripted server, else the recorded model), as the page header says it."""
+    per = {arm: answered_as(st) for arm, st in config_arm_settings(meta).items()}
+    said = sorted({v for v in per.values() if v})
+    if not said:
+        return ""
+    if len(said) == 1:
+        return f"answered by {said[0]}"
+    return "answered by " + "; ".join(f"{arm}: {v}" for arm, v in per.items() if v)
+
+
 def config_arm_settings(meta: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Each arm's model, endpoint host and parameters as a run's `config.json` records
     them (`arm_settings`, written by `evalkit run`); for a run of an older evalkit or

@@ -39,7 +39,7 @@ from evalkit.foundations._io import loads_bounded, write_atomic
 from evalkit.foundations.errors import InputError, RedactionIncomplete
 from evalkit.foundations.layout import RESULTS, SUMMARY_JSON
 from evalkit.foundations.records import COST_RISE_PREFIXES, SCORE_DROP_PREFIXES, UNDERPOWERED_PREFIX, judge_line
-from evalkit.runfolder.runs import RunFolder, config_arm_names, iter_jsonl
+from evalkit.runfolder.runs import RunFolder, answered_line, config_arm_names, iter_jsonl
 
 if TYPE_CHECKING:
     from evalkit.conclusions.agentevals import CompatReport
@@ -160,6 +160,13 @@ def junit_xml(report: CiReport) -> bytes:
     ET.indent(root)
     xml: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
     return xml + b"\n"
+
+
+def answered_section(run: Any) -> list[str]:
+    """ "**Answered by:** ..." (`runs.answered_line`: `scripted (script ...)` for evalkit's
+    scripted server), or nothing for a run that recorded no arm settings."""
+    said = answered_line(getattr(run, "config", None) or {})
+    return ["**Answered by:** " + md_escape(said.removeprefix("answered by "), 300)] if said else []
 
 
 def markdown(report: CiReport) -> str:
@@ -329,7 +336,7 @@ def gate_report(res: GateResult, run: Any = None, metrics: RunMetrics | None = N
             else:
                 cases.append(TestCase(name, cls, "passed", "", detail + (" (within noise)" if c.exceeded else "")))
     headline = res.status if res.status != "FAIL" else "FAIL: " + " / ".join(res.causes)
-    sections = ["**Gated:** " + md_escape(res.against(), 400)]
+    sections = ["**Gated:** " + md_escape(res.against(), 400), *answered_section(run)]
     if res.reasons and not res.passed:
         sections.append("**Why:** " + md_escape("; ".join(res.reasons), 600))
     sections += judge_sections(res.run)
@@ -450,6 +457,7 @@ def compare_report(
     sections = [
         "**Verdict:** " + md_escape(f"{v.kind}: {v.reason}", 600),
         "**Judge:** " + md_escape(judge_line(v.judge, v.judge_checks), 300),
+        *answered_section(run),
         *judge_sections(getattr(run, "path", None)),
         _table(["treatment", "baseline", "tally (cases)", "errored", "sign-test p", "alpha"], rows),
         _plan_section(v.plan_check),

@@ -52,7 +52,7 @@ from evalkit.runfolder.runload import (
     passed_value,
     run_verdicts,
 )
-from evalkit.runfolder.runs import RunFolder, answered_as, config_arm_settings, find_suite_dir
+from evalkit.runfolder.runs import RunFolder, answered_line, find_suite_dir
 from evalkit.runfolder.trajectories import Trajectory, read_trajectory
 from evalkit.telling.report_index import verdict_entries
 from evalkit.telling.workflow import repo_root_of
@@ -666,18 +666,6 @@ def banners(data: dict[str, Any]) -> str:
         run.get("answered") and ("this run: " if data.get("old") else "") + str(run["answered"]),
     ]
     return page + "".join(f'<p class="sub answered">{html.escape(str(t))}</p>' for t in answered if t)
-
-
-def answered_line(meta: dict[str, Any]) -> str:
-    """What answered a run's calls, per arm (`runs.answered_as`: `scripted (script ...)`
-    for evalkit's scripted server, else the recorded model), as the page header says it."""
-    per = {arm: answered_as(st) for arm, st in config_arm_settings(meta).items()}
-    said = sorted({v for v in per.values() if v})
-    if not said:
-        return ""
-    if len(said) == 1:
-        return f"answered by {said[0]}"
-    return "answered by " + "; ".join(f"{arm}: {v}" for arm, v in per.items() if v)
 
 
 _SLOT = re.compile(r"__(CSP|TITLE|BANNERS|HEAD|DATA)__")
