@@ -107,7 +107,8 @@ def test_unsafe_ids(tmp_path, bad_id):
 
 
 def test_case_with_neither_check_nor_rubric(tmp_path):
-    cases = CASES + [{"id": "no-check", "input": "x", "expected": {"answer": 4}, "tags": ["golden"]}]
+    # no `expected` and no `checks` (an object `expected` is graded by its shape now: seed 001)
+    cases = CASES + [{"id": "no-check", "input": "x", "tags": ["golden"]}]
     root = write_suite(tmp_path / "u", cases=cases)
     assert_bad(lint(root), f"{root / 'cases.jsonl'}:6: error:", "case 'no-check'", "neither a check nor a rubric")
 

@@ -8,7 +8,7 @@
  *   evalkit-forwarder [OPTION...] PORT SOCKET -- ARGV...
  *
  * Options, applied before anything else (no extra process to start for them): --nproc=N,
- * --as=N, --fsize=N, --nofile=N set that resource limit (soft and hard) as prlimit(1)
+ * --data=N, --fsize=N, --nofile=N set that resource limit (soft and hard) as prlimit(1)
  * does; --uid=N (root's sandbox) drops the bounding set, every group and root for uid
  * and gid N as setpriv(1) does; --max-connections=N: see below.
  *
@@ -155,7 +155,7 @@ static int drop_to(int id) {
  * -1 for a bad one or one that could not be applied (said on stderr). */
 static int apply_options(int argc, char **argv, int *max_conns) {
     static const struct { const char *name; int resource; } limits[] = {
-        {"--nproc=", RLIMIT_NPROC}, {"--as=", RLIMIT_AS}, {"--fsize=", RLIMIT_FSIZE}, {"--nofile=", RLIMIT_NOFILE}};
+        {"--nproc=", RLIMIT_NPROC}, {"--data=", RLIMIT_DATA}, {"--fsize=", RLIMIT_FSIZE}, {"--nofile=", RLIMIT_NOFILE}};
     int i = 1, uid = -1;
     for (; i < argc && strncmp(argv[i], "--", 2) == 0 && strcmp(argv[i], "--") != 0; i++) {
         const char *a = argv[i];

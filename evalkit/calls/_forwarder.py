@@ -132,7 +132,7 @@ def _clean_signals() -> None:
                 pass
 
 
-_LIMITS = {"--nproc": "RLIMIT_NPROC", "--as": "RLIMIT_AS", "--fsize": "RLIMIT_FSIZE", "--nofile": "RLIMIT_NOFILE"}
+_LIMITS = {"--nproc": "RLIMIT_NPROC", "--data": "RLIMIT_DATA", "--fsize": "RLIMIT_FSIZE", "--nofile": "RLIMIT_NOFILE"}
 
 
 def _apply_options(args: list[str]) -> tuple[int, list[str]]:

@@ -523,8 +523,8 @@ def _implied_check(expected: Any) -> dict[str, Any] | None:
     `contains` (case-folded); a list, or an object's `tool_calls` (with its
     `ignore_args`), the tool-call trace (same names in order, same arguments); an object
     with a `rubric`, none (judged); any other object, JSON equality of the output."""
-    if isinstance(expected, str):
-        return {"kind": "contains", "value": expected, "case_fold": True}
+    if isinstance(expected, str):  # an empty one would pass every output: it stands for no check
+        return {"kind": "contains", "value": expected, "case_fold": True} if expected.strip() else None
     if isinstance(expected, list):
         return {"kind": "tool_calls", "calls": expected}
     if not isinstance(expected, dict):
