@@ -137,6 +137,16 @@ def test_expected_is_graded_by_its_shape(tmp_path):
     assert grade(suite_dir, "obj", '{"amount": 12, "status": "refunded"}') == [("json_field", True)]
     assert grade(suite_dir, "obj", '{"amount": 12.5, "status": "refunded"}') == [("json_field", False)]
     assert grade(suite_dir, "obj", "refunded, 12") == [("json_field", False)]  # not JSON: a fail
-    assert grade(suite_dir, "str", "paris") == [("contains", True)]
+    # a string, in a suite whose config is the seed's flat shape: exact after whitespace and
+    # case normalisation, as the seed grades it (not evalkit's default `contains`)
+    assert grade(suite_dir, "str", "  paris ") == [("exact", True)]
+    assert grade(suite_dir, "str", "The capital is Paris") == [("exact", False)]
     case = next(c for c in load_suite(suite_dir).cases if c.id == "judged")
     assert case.judged and case.checks == ()
+
+
+def test_a_string_expected_in_evalkits_own_config_is_still_contains(tmp_path):
+    nested = {k: v for k, v in SEED_CONFIG.items() if k not in ("model", "judge_model", "base_url", "judge_base_url")}
+    nested["generator"] = {"model": "m", "base_url": "http://127.0.0.1:9/v1", "api_key_env": "K"}
+    suite_dir = write_suite(tmp_path, [{"id": "str", "input": "x", "tags": ["t"], "expected": "Paris"}], nested)
+    assert grade(suite_dir, "str", "The capital is Paris") == [("contains", True)]

@@ -498,7 +498,7 @@ def _case_checks(
                 "give checks (e.g. a regex) instead",
             )
             return [], False
-        implied = _implied_check(expected)
+        implied = _implied_check(expected, exact=src.seed001_flat)
         if implied is None:
             return [], True
         check = _case_check(r, implied, prefix + ".expected", label, raw, src)
@@ -517,14 +517,19 @@ def _case_checks(
     return checks, ok
 
 
-def _implied_check(expected: Any) -> dict[str, Any] | None:
+def _implied_check(expected: Any, *, exact: bool = False) -> dict[str, Any] | None:
     """The check an `expected` stands for in a case without `checks`, graded by its shape
     (seed 001: "a string, a JSON object, a tool-call list, or a rubric note"): a string,
-    `contains` (case-folded); a list, or an object's `tool_calls` (with its
-    `ignore_args`), the tool-call trace (same names in order, same arguments); an object
+    `contains` (case-folded), or in a suite whose config is seed 001's flat shape (`exact`),
+    `exact` after whitespace and case normalisation, as that seed grades it; a list, or an
+    object's `tool_calls` (with its `ignore_args`), the tool-call trace (same names in order, same arguments); an object
     with a `rubric`, none (judged); any other object, JSON equality of the output."""
-    if isinstance(expected, str):  # an empty one would pass every output: it stands for no check
-        return {"kind": "contains", "value": expected, "case_fold": True} if expected.strip() else None
+    if isinstance(expected, str) and not expected.strip():  # it would pass every output: no check
+        return None
+    if isinstance(expected, str) and exact:  # seed 001's config: exact after whitespace and case normalisation
+        return {"kind": "exact", "value": expected, "collapse_whitespace": True, "case_fold": True}
+    if isinstance(expected, str):
+        return {"kind": "contains", "value": expected, "case_fold": True}
     if isinstance(expected, list):
         return {"kind": "tool_calls", "calls": expected}
     if not isinstance(expected, dict):

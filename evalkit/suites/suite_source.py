@@ -207,6 +207,10 @@ class SuiteSource:
     # skill folders outside `root` an importer resolved (a SKRAFT spec's
     # plugins/<plugin>/skills/<skill>/): an arm's skill_dir may name these, and only these
     skill_folders: tuple[Path, ...] = ()
+    # the config names its models flat, as seed 001's reader writes it (`FLAT_MODEL_KEYS`):
+    # a string `expected` with no checks is then graded as that seed grades it, exact after
+    # whitespace and case normalisation (evalkit's own default is `contains`)
+    seed001_flat: bool = False
     # scorer file -> the functions it defines, or its SyntaxError (or the InputError of a
     # file the reader refused): parsed once per pass, however many checks use it
     scorer_functions: dict[str, frozenset[str] | SyntaxError | InputError] = field(default_factory=dict, repr=False)
@@ -311,15 +315,16 @@ def native_source(root: Path, fx: Findings) -> SuiteSource | None:
     except InputError as exc:
         fx.add(exc)
     try:
-        config, lines = parse_config_json(
-            read_text_file(config_path, limit=MAX_CONFIG_BYTES, root=root), str(config_path)
-        )
+        text = read_text_file(config_path, limit=MAX_CONFIG_BYTES, root=root)
+        raw = parse_json_object(text, str(config_path), "config")
+        config, lines = nest_flat_models(raw, json_line_index(text), str(config_path))
     except InputError as exc:
         fx.add(exc)
         return None
     given = config.get("name")
     name = given if isinstance(given, str) and given else root.name
-    return SuiteSource(root, name, config, str(config_path), lines, cases)
+    flat = any(key in raw for key, _, _ in FLAT_MODEL_KEYS)
+    return SuiteSource(root, name, config, str(config_path), lines, cases, seed001_flat=flat)
 
 
 # --- small typed getters that report instead of raising --------------------------------
