@@ -295,3 +295,35 @@ def test_media_and_ids_are_not_counted_as_text(tmp_path, monkeypatch):
     assert not isinstance(out, Exception), out
     (settle,) = [e for e in events if e["event"] == "settle"]
     assert not settle.get("untrusted") and settle["prompt_tokens"] == 30, settle
+
+
+@pytest.mark.parametrize("cached", ["many", -3, 1.5, [4], True])
+def test_an_anthropic_cache_count_that_is_no_count_is_untrusted(tmp_path, monkeypatch, cached):
+    """`cache_read_input_tokens` that is not a whole number: the input count is not
+    `input_tokens` alone (a lower count than was served) but untrusted, settled at the
+    reservation; null still counts as none."""
+    monkeypatch.setenv("EVALKIT_TEST_KEY", "k")
+
+    def answer(path, body, cached=cached):
+        return _http({"type": "message", "role": "assistant", "model": "m", "content": [{"type": "text", "text": "ok"}],
+                      "stop_reason": "end_turn", "usage": {"input_tokens": 1, "output_tokens": 1,
+                                                           "cache_read_input_tokens": cached,
+                                                           "cache_creation_input_tokens": None}})
+
+    up = RawUpstream(answer)
+    try:
+        out, events, worst = _one_call(tmp_path, up.base_url, api="anthropic",
+                                       **_native("anthropic", {"model": "m", "max_tokens": 8, "messages": USER}))
+    finally:
+        up.close()
+    (settle,) = [e for e in events if e["event"] == "settle"]
+    assert "cache_read_input_tokens" in (settle.get("untrusted") or ""), settle
+    assert settle["cost_usd"] == pytest.approx(worst)
+
+
+def test_anthropic_cache_counts_add_to_the_input_and_null_is_none():
+    from evalkit.calls.anthropic_api import read_message
+
+    base = {"type": "message", "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn"}
+    usage = {"input_tokens": 5, "cache_creation_input_tokens": None, "cache_read_input_tokens": 2.0, "output_tokens": 4}
+    assert read_message({**base, "usage": usage})[3] == (7, 4)
