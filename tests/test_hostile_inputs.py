@@ -485,3 +485,59 @@ def test_a_scripted_servers_script_over_its_limit_or_a_fifo_is_refused(tmp_path,
     assert isinstance(got, InputError), got
     with pytest.raises(InputError, match="cannot read|no such|not found"):
         serve.load_script(tmp_path / "missing.json")
+
+
+@pytest.mark.parametrize("levels", [300, 900])
+def test_a_json_schema_check_on_a_deep_output_fails_with_a_reason_and_grading_goes_on(levels):
+    """A model output nested 300 or 900 deep against a recursive schema: the check fails
+    with its reason (a RecursionError on the old code aborted grading)."""
+    from test_graders import make_case, make_sample
+
+    from evalkit.checking.graders import grade_sample, json_schema
+    from evalkit.foundations.records import Check
+
+    schema = {"type": "array", "items": {"$ref": "#"}}
+    deep = "[" * levels + "]" * levels
+    got = json_schema(deep, schema=schema)
+    assert not got.passed and "too deep" in got.reason
+    case = make_case(expected="", checks=(Check("json_schema", {"schema": schema}), Check("contains", {"value": "["})))
+    first, second = grade_sample(case, make_sample(deep), None)
+    assert not first.passed and "too deep" in first.reason and second.passed
+    assert json_schema("[" * 50 + "]" * 50, schema=schema).passed
+
+
+def test_ci_comment_stops_at_its_total_time_against_a_server_that_drips(monkeypatch):
+    """A server that sends the headers, then one byte every 0.2 s of a body it says is
+    100,000 bytes: `ci comment` stops at TOTAL_S (each read waits only the time left),
+    not after 100,000 reads that each arrive within the per-read timeout."""
+    import socket
+    import threading
+    import time
+
+    from evalkit.telling import prcomment
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+
+    def drip():
+        conn, _ = srv.accept()
+        conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n[")
+        try:
+            while True:
+                conn.sendall(b" ")
+                time.sleep(0.2)
+        except OSError:
+            pass
+
+    threading.Thread(target=drip, daemon=True).start()
+    monkeypatch.setattr(prcomment, "TOTAL_S", 1.5)
+    monkeypatch.setattr(prcomment, "TIMEOUT_S", 1.0)
+    api_url = f"http://127.0.0.1:{srv.getsockname()[1]}"
+    api = prcomment._Api(prcomment.PullRequest(api_url, "o", "r", 1), "t")
+    t0 = time.monotonic()
+    got = _in_thread(lambda: api.call("GET", f"{api_url}/repos/o/r/issues/1/comments"), limit_s=10.0)
+    srv.close()
+    assert isinstance(got, prcomment.GitHubError) and "took over 1.5s" in str(got), got
+    assert time.monotonic() - t0 < 3.0
