@@ -135,6 +135,34 @@ def _in_thread(fn, limit_s: float = 10.0):
     return box[0]
 
 
+def _laughs(levels: int) -> str:
+    """A YAML "billion laughs": each level an alias list of ten of the one before."""
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+def test_yaml_aliases_that_expand_past_the_cap_are_refused_at_once(tmp_path):
+    """Nested aliases (a 10**30 document in 30 lines) are refused in bounded time, by the
+    front matter reader (`analyze`, `tokens`, the dashboard) and the scripted server's
+    script; a few aliases still read."""
+    import time
+
+    from evalkit.calls.serve import ScriptedServer
+    from evalkit.foundations._io import BIG_YAML, load_yaml_bounded
+    from evalkit.prompts.analyze import front_matter_block
+
+    t0 = time.monotonic()
+    got = _in_thread(lambda: front_matter_block("---\n" + _laughs(30) + "---\nbody\n"), limit_s=5.0)
+    assert got == ({}, 32) and time.monotonic() - t0 < 5.0  # the block read, refused: no front matter
+    with pytest.raises(InputError, match="billion laughs"):
+        _raise(_in_thread(lambda: load_yaml_bounded(_laughs(30), "f.yaml"), limit_s=5.0))
+    (tmp_path / "script.yaml").write_text(_laughs(30))
+    with pytest.raises(InputError, match="billion laughs"):
+        _raise(_in_thread(lambda: ScriptedServer(tmp_path / "script.yaml"), limit_s=5.0))
+    assert load_yaml_bounded(_laughs(3), "f.yaml")["a2"][9][9] == ["x"] * 10 and "100,000" in BIG_YAML
+
+
 @pytest.mark.parametrize("ref", ["http://127.0.0.1:{port}/schema.json", "file:///dev/zero"])
 def test_a_json_schema_check_retrieves_no_ref(ref):
     """A `$ref` out of the schema (a host that never answers, `/dev/zero`) is refused at
@@ -205,6 +233,27 @@ def test_waza_task_glob_finds_what_path_glob_finds(tmp_path):
         want = sorted(p for p in tmp_path.glob(pattern) if p.is_file())
         assert task_files(tmp_path, pattern) == want, pattern
     assert len(task_files(tmp_path, "**/*.yaml", cap=1)) == 2  # cap + 1: stopped there
+
+
+def test_waza_task_glob_with_many_double_stars_is_matched_in_bounded_time(tmp_path):
+    """Twelve `**` over a folder twenty deep: each file's match is parts x pattern steps,
+    not a recursion over every `**`'s choices (about 10**9 on the old code); the answers
+    stay those of the recursive reading."""
+    import time
+
+    from evalkit.suites.formats.waza import _glob_match, task_files
+
+    deep = tmp_path.joinpath(*["a"] * 20)
+    deep.mkdir(parents=True)
+    (deep / "t.yaml").write_text("x: 1\n")
+    t0 = time.monotonic()
+    got = _in_thread(lambda: task_files(tmp_path, "/".join(["**"] * 12 + ["*.nomatch"])), limit_s=5.0)
+    assert got == [] and time.monotonic() - t0 < 5.0
+    assert task_files(tmp_path, "**/a/**/**/t.yaml") == [deep / "t.yaml"]
+    for parts, pattern, want in ((("a", "b", "c.y"), ("**", "**", "*.y"), True), (("c.y",), ("**", "**", "*.y"), True),
+                                 (("a", "c.y"), ("a", "**", "b", "*.y"), False), ((), ("**",), True),
+                                 (("a",), (), False), (("a", "b"), ("**", "b", "**"), True)):
+        assert _glob_match(parts, pattern) is want, (parts, pattern)
 
 
 WAZA_RUN = {"run_number": 1, "status": "passed", "duration_ms": 10, "final_output": "ok",
@@ -404,3 +453,91 @@ def test_a_deep_trajectory_line_is_a_judge_error(tmp_path):
     p.write_text('{"kind": "tool"}\n{"args": ' + DEEP + "}\n")
     with pytest.raises(JudgeError, match="line 2: nested deeper than"):
         trajectory_text(p)
+
+
+# --- files read whole (review) -------------------------------------------------------------
+def test_a_label_file_over_its_limit_or_a_fifo_is_refused_not_read_whole(tmp_path, monkeypatch):
+    import os
+
+    from evalkit.telling import labelling
+
+    monkeypatch.setattr(labelling, "MAX_LABELS_BYTES", 1000)
+    big = tmp_path / "labels.jsonl"
+    big.write_text(json.dumps({"item": "x", "note": "n" * 2000}) + "\n")
+    with pytest.raises(InputError, match="1000-byte limit"):
+        labelling.LabelSession(big)
+    os.mkfifo(tmp_path / "fifo.jsonl")  # a writer that never comes: the old read hung
+    got = _in_thread(lambda: labelling.LabelSession(tmp_path / "fifo.jsonl"), limit_s=5.0)
+    assert isinstance(got, InputError), got
+
+
+def test_a_scripted_servers_script_over_its_limit_or_a_fifo_is_refused(tmp_path, monkeypatch):
+    import os
+
+    from evalkit.calls import serve
+
+    monkeypatch.setattr(serve, "MAX_SCRIPT_BYTES", 1000)
+    (tmp_path / "big.json").write_text(json.dumps({"rules": [{"text": "x" * 2000}]}))
+    with pytest.raises(InputError, match="1000-byte limit"):
+        serve.load_script(tmp_path / "big.json")
+    os.mkfifo(tmp_path / "fifo.json")
+    got = _in_thread(lambda: serve.load_script(tmp_path / "fifo.json"), limit_s=5.0)
+    assert isinstance(got, InputError), got
+    with pytest.raises(InputError, match="cannot read|no such|not found"):
+        serve.load_script(tmp_path / "missing.json")
+
+
+@pytest.mark.parametrize("levels", [300, 900])
+def test_a_json_schema_check_on_a_deep_output_fails_with_a_reason_and_grading_goes_on(levels):
+    """A model output nested 300 or 900 deep against a recursive schema: the check fails
+    with its reason (a RecursionError on the old code aborted grading)."""
+    from test_graders import make_case, make_sample
+
+    from evalkit.checking.graders import grade_sample, json_schema
+    from evalkit.foundations.records import Check
+
+    schema = {"type": "array", "items": {"$ref": "#"}}
+    deep = "[" * levels + "]" * levels
+    got = json_schema(deep, schema=schema)
+    assert not got.passed and "too deep" in got.reason
+    case = make_case(expected="", checks=(Check("json_schema", {"schema": schema}), Check("contains", {"value": "["})))
+    first, second = grade_sample(case, make_sample(deep), None)
+    assert not first.passed and "too deep" in first.reason and second.passed
+    assert json_schema("[" * 50 + "]" * 50, schema=schema).passed
+
+
+def test_ci_comment_stops_at_its_total_time_against_a_server_that_drips(monkeypatch):
+    """A server that sends the headers, then one byte every 0.2 s of a body it says is
+    100,000 bytes: `ci comment` stops at TOTAL_S (each read waits only the time left),
+    not after 100,000 reads that each arrive within the per-read timeout."""
+    import socket
+    import threading
+    import time
+
+    from evalkit.telling import prcomment
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+
+    def drip():
+        conn, _ = srv.accept()
+        conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n[")
+        try:
+            while True:
+                conn.sendall(b" ")
+                time.sleep(0.2)
+        except OSError:
+            pass
+
+    threading.Thread(target=drip, daemon=True).start()
+    monkeypatch.setattr(prcomment, "TOTAL_S", 1.5)
+    monkeypatch.setattr(prcomment, "TIMEOUT_S", 1.0)
+    api_url = f"http://127.0.0.1:{srv.getsockname()[1]}"
+    api = prcomment._Api(prcomment.PullRequest(api_url, "o", "r", 1), "t")
+    t0 = time.monotonic()
+    got = _in_thread(lambda: api.call("GET", f"{api_url}/repos/o/r/issues/1/comments"), limit_s=10.0)
+    srv.close()
+    assert isinstance(got, prcomment.GitHubError) and "took over 1.5s" in str(got), got
+    assert time.monotonic() - t0 < 3.0

@@ -298,6 +298,35 @@ def _block(i: int, b: Any) -> tuple[str | None, dict[str, Any] | None]:
     raise ValueError(f"content[{i}] is a block of type {kind!r}, which the proxy does not pass on")
 
 
+_CACHE_COUNTS = ("cache_creation_input_tokens", "cache_read_input_tokens")
+
+
+def _whole(x: Any) -> int | None:
+    """`x` as a non-negative whole count (an integral float such as 12.0 included), else None."""
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, int):
+        return x if x >= 0 else None
+    return int(x) if isinstance(x, float) and x.is_integer() and x >= 0 else None
+
+
+def _input_count(u: dict[str, Any]) -> Any:
+    """The input count of a Messages `usage`: `input_tokens` plus the cache writes and
+    reads it leaves out (absent or null: 0). A cache count that is not a whole number makes the count a
+    text saying so, which `ledger.reported_usage` does not trust (the call is settled at
+    its reservation), never `input_tokens` alone, a lower count than what was served."""
+    n_in = u.get("input_tokens")
+    total = _whole(n_in)
+    if total is None:
+        return n_in  # untrusted as it is
+    for key in _CACHE_COUNTS:
+        n = 0 if u.get(key) is None else _whole(u[key])  # absent or null: none
+        if n is None:
+            return f"{key}={str(u[key])[:20]}"
+        total += n
+    return total
+
+
 def read_message(body: Any) -> tuple[str, tuple[dict[str, Any], ...], str, Any, str | None]:
     """(text, tool calls, finish reason, usage, model) of a Messages answer read from an
     Anthropic endpoint; usage is (input, output) with the cache reads and writes
@@ -313,11 +342,7 @@ def read_message(body: Any) -> tuple[str, tuple[dict[str, Any], ...], str, Any, 
     u = body.get("usage")
     usage: Any = u
     if isinstance(u, dict):
-        cached = [u.get(k) or 0 for k in ("cache_creation_input_tokens", "cache_read_input_tokens")]
-        n_in: Any = u.get("input_tokens")
-        if isinstance(n_in, int) and all(isinstance(c, int) for c in cached):
-            n_in += sum(cached)
-        usage = (n_in, u.get("output_tokens"))
+        usage = (_input_count(u), u.get("output_tokens"))
     finish = _FINISH.get(
         str(body.get("stop_reason")), "content_filter" if body.get("stop_reason") == "refusal" else "stop"
     )

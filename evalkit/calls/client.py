@@ -52,7 +52,10 @@ costs is decided by what may have been billed, and nothing else:
   library's error type says.
 
 Reported counts below what the request's text and the answer's text can carry
-(`ledger.implausible_usage`: 0 tokens for 2,000 bytes) are untrusted too: the attempt
+(`ledger.implausible_usage`: 0 tokens for 2,000 bytes; `_text_bytes`: every string of
+the request body on every wire, Gemini's `contents` and `systemInstruction`, Anthropic's
+`system`, Responses' tool outputs, and of the answer, its tool calls' arguments
+included; media and ids left out) are untrusted too: the attempt
 is settled at the full reservation, the reason on its ledger line, and the answer is
 kept (its text is fine; only its accounting is not believed).
 Reported usage that is not an object of non-negative integer counts (negative,
@@ -97,7 +100,7 @@ import os
 import random
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 from urllib.parse import urlparse
@@ -353,18 +356,38 @@ def _tool_call_dict(tc: Any) -> tuple[dict[str, Any], int]:
     return d, size
 
 
-def _request_text_bytes(body: dict[str, Any]) -> int:
-    """The UTF-8 bytes of the text a request sends the model (its prompt, each message's
-    or input item's string content), for `ledger.implausible_usage`."""
-    size, stack = 0, [body.get(k) for k in ("prompt", "messages", "input", "instructions")]
-    while stack:
+MAX_TEXT_WALK = 200_000  # the values `_text_bytes` looks at, at most (a bounded walk, no recursion)
+# Keys whose strings are no text the model reads or writes token by token: media and file
+# references, ids, opaque signatures and encrypted reasoning.
+_NOT_TEXT_KEYS = frozenset(
+    {"url", "image_url", "file_data", "file_id", "b64_json", "id", "call_id", "tool_call_id", "tool_use_id"}
+    | {"encrypted_content", "signature", "thoughtSignature"}
+)
+_MEDIA_KEYS = ("mimeType", "mime_type", "media_type", "format")  # a dict with one: its `data` is media
+
+
+def _text_values(d: dict[Any, Any]) -> Iterator[Any]:
+    """The values of `d` that may hold text: not under `_NOT_TEXT_KEYS`, nor the `data`
+    of a media part (base64 with a MIME type beside it)."""
+    media = d.get("type") == "base64" or any(k in d for k in _MEDIA_KEYS)
+    return (v for k, v in d.items() if k not in _NOT_TEXT_KEYS and not (media and k == "data"))
+
+
+def _text_bytes(value: Any) -> int:
+    """The UTF-8 bytes of every string in `value` (a request body in any wire's shape:
+    chat, Responses, Anthropic, Gemini; an answer's tool calls), media and ids left out
+    (`_text_values`, `data:` URIs), walked over at most `MAX_TEXT_WALK` values: the text
+    a usage count must cover (`ledger.implausible_usage`)."""
+    size, stack, seen = 0, [value], 0
+    while stack and seen < MAX_TEXT_WALK:
         v = stack.pop()
+        seen += 1
         if isinstance(v, str):
-            size += _utf8_size(v)
-        elif isinstance(v, list):
+            size += 0 if v.startswith("data:") else _utf8_size(v)
+        elif isinstance(v, (list, tuple)):
             stack.extend(v)
         elif isinstance(v, dict):
-            stack.extend(v.get(k) for k in ("content", "text") if k in v)
+            stack.extend(_text_values(v))
     return size
 
 
@@ -971,7 +994,7 @@ class ModelClient:
             call.causes,
             parsed,
             latency_ms,
-            prompt_bytes=_request_text_bytes(call.body),
+            prompt_bytes=_text_bytes(call.body),
         )
 
     def _http_error(self, call: _Call, r: Reservation, exc: openai.APIStatusError) -> _Failed:
@@ -1258,7 +1281,8 @@ class ModelClient:
         else:
             # No usage reported: charge the worst case rather than guess low.
             settled, untrusted = reported_usage(r, *(usage if usage is not None else (r.tokens_in, r.tokens_out)))
-        low = implausible_usage(settled, prompt_bytes, _utf8_size(text)) if untrusted is None else None
+        answer_bytes = _text_bytes([text, tool_calls])
+        low = implausible_usage(settled, prompt_bytes, answer_bytes) if untrusted is None else None
         if low is not None:  # the reservation stands; the answer itself is kept
             settled = Usage(max(settled.prompt_tokens, r.tokens_in), max(settled.completion_tokens, r.tokens_out))
         within = settled.prompt_tokens <= r.tokens_in and settled.completion_tokens <= r.tokens_out

@@ -275,12 +275,18 @@ def project_of(script: Path) -> Path:
     return script.parent
 
 
+def secret_name(name: str) -> bool:
+    """Whether a file named `name` holds secrets by its name (`SECRET_NAMES`): hidden from
+    a sandboxed program, never sent to `analyze --judge`."""
+    import fnmatch  # the names of secret files only
+
+    return any(fnmatch.fnmatch(name, n) for n in SECRET_NAMES)
+
+
 def secret_files(folders: Iterable[Path]) -> tuple[Path, ...]:
     """The files under `folders` that hold secrets by their name (`SECRET_NAMES`, and a
     ``.git/config`` with credentials in it), sorted; virtualenvs and ``node_modules`` are
     not looked into."""
-    import fnmatch  # the names of secret files only
-
     found: set[Path] = set()
     seen = 0
     for top in folders:
@@ -289,7 +295,7 @@ def secret_files(folders: Iterable[Path]) -> tuple[Path, ...]:
         for here, dirs, files in os.walk(top):
             dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not (Path(here) / d / "pyvenv.cfg").exists()]
             seen += len(files)
-            found.update(Path(here) / f for f in files if any(fnmatch.fnmatch(f, n) for n in SECRET_NAMES))
+            found.update(Path(here) / f for f in files if secret_name(f))
             config = Path(here) / "config"
             if (
                 Path(here).name == ".git"
@@ -548,6 +554,7 @@ __all__ = [
     "project_of",
     "require",
     "secret_files",
+    "secret_name",
     "unprivileged_prefix",
     "venv_of",
 ]

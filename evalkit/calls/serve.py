@@ -114,7 +114,7 @@ from typing import Any
 
 from evalkit.calls._batchserve import BATCH_SCHEMA
 from evalkit.calls.responses_api import input_text, response_body, sse, stream_events, usage_body
-from evalkit.foundations._io import load_yaml_bounded, loads_bounded
+from evalkit.foundations._io import MAX_CASES_BYTES, load_yaml_bounded, loads_bounded, read_text_file
 from evalkit.foundations.errors import EvalkitError, InputError
 
 FAULT_KINDS = ("429", "500", "503", "drop", "slow", "malformed", "over_usage")
@@ -211,6 +211,9 @@ SCRIPT_SCHEMA: dict[str, Any] = {
 }
 
 
+MAX_SCRIPT_BYTES = MAX_CASES_BYTES  # a script file is read under this limit (rules may carry long texts)
+
+
 def load_script(script: dict[str, Any] | str | Path) -> dict[str, Any]:
     """Read and validate a scripted-server script (a dict, or a JSON/YAML file path).
 
@@ -222,10 +225,7 @@ def load_script(script: dict[str, Any] | str | Path) -> dict[str, Any]:
     if isinstance(script, (str, Path)):
         source = str(script)
         path = Path(script)
-        try:
-            raw = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise InputError(f"cannot read script: {exc.strerror or exc}", path=source) from exc
+        raw = read_text_file(path, limit=MAX_SCRIPT_BYTES, allow_empty=True)  # a regular file, size-limited
         if path.suffix.lower() in (".yaml", ".yml"):
             import yaml
 

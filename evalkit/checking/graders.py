@@ -235,14 +235,18 @@ def json_schema(output: str, *, schema: Mapping[str, Any]) -> CheckResult:
     """The output (trimmed) is one JSON document that validates against `schema`.
 
     Output that is not JSON fails outright: there is no partial credit, and no attempt
-    to dig JSON out of prose or code fences.
+    to dig JSON out of prose or code fences. So does output nested too deep to parse or
+    validate (hundreds of levels): the check fails with the reason, grading goes on.
     """
     validator = _validator(json.dumps(schema, sort_keys=True))
     try:
         doc = json.loads(str(output).strip())
     except (json.JSONDecodeError, RecursionError) as exc:
         return CheckResult("json_schema", False, f"output is not JSON: {exc}")
-    errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
+    try:
+        errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
+    except RecursionError:  # JSON the parser took, nested too deep for the validator's recursion
+        return CheckResult("json_schema", False, "output is nested too deep to validate: not checked")
     if not errors:
         return CheckResult("json_schema", True)
     first = errors[0]

@@ -59,6 +59,7 @@ from typing import Any
 
 from evalkit.calls.cache import ResponseCache
 from evalkit.calls.ledger import Ledger
+from evalkit.calls.sandbox import Redactor, held_secrets, secret_name
 from evalkit.checking.judge import boundary_token, delimit, normalize_base_url, text_sha256
 from evalkit.foundations._io import MAX_TEXT_BYTES, read_text_file
 from evalkit.foundations._text import printable
@@ -392,16 +393,34 @@ def parse_findings(answer: str, shown: str, text: str) -> tuple[list[PromptFindi
 # ---------------------------------------------------------------------------- the pass
 
 
-def _linked(path: Path, text: str) -> list[tuple[str, str]]:
+def secret_named(f: Path, tree: Path) -> bool:
+    """Whether `f` (a file inside `tree`) holds secrets by its name, as linked or as its
+    symlinks resolve: a part of its path below `tree` named as a sandbox hides
+    (`sandbox.secret_name`: `.env*`, `*.pem`, `*.key`, `.netrc`, ...) or a `.git` folder."""
+    rels = (
+        os.path.relpath(os.path.normpath(f), os.path.normpath(tree)),
+        os.path.relpath(os.path.realpath(f), os.path.realpath(tree)),
+    )
+    return any(part == ".git" or secret_name(part) for rel in rels for part in Path(rel).parts)
+
+
+def _linked(path: Path, text: str) -> tuple[list[tuple[str, str]], list[str]]:
     """The files `path` links to that may be sent (`analyze.linked_files`: inside its
-    folder), each read inside that folder (a symlink swapped out since is refused)."""
-    out = []
-    for f in linked_files(path, text)[:MAX_LINKED]:
+    folder), each read inside that folder (a symlink swapped out since is refused), and a
+    note for each left out because it holds secrets by its name (`secret_named`)."""
+    out: list[tuple[str, str]] = []
+    notes: list[str] = []
+    for f in linked_files(path, text):
+        if len(out) == MAX_LINKED:
+            break
+        if secret_named(f, path.parent):
+            notes.append(f"{path}: the link to {f} was not sent to the judge: a file that holds secrets by its name")
+            continue
         try:
             out.append((str(f), read_text_file(f, limit=MAX_TEXT_BYTES, allow_empty=True, root=path.parent)))
         except InputError:
             continue  # not a regular text file under the limit: not shown (the rule `link-missing` covers absence)
-    return out
+    return out, notes
 
 
 def private_data(texts: Sequence[tuple[str, str]], policy: Policy) -> list[str]:
@@ -415,15 +434,19 @@ def private_data(texts: Sequence[tuple[str, str]], policy: Policy) -> list[str]:
     return found
 
 
-MIN_SECRET_CHARS = 8  # a shorter key value would match ordinary text
-
-
 def own_secrets(texts: Sequence[tuple[str, str]], env_names: Sequence[str]) -> list[str]:
     """The texts that hold the value of one of evalkit's own secrets (the judge's API
-    key, read from `env_names`), as `file: holds the value of $NAME`: never sent, even
-    with `--allow-private-data` (the scanner may not know a key's shape)."""
-    values = [(n, v) for n in env_names if len(v := os.environ.get(n, "")) >= MIN_SECRET_CHARS]
-    return [f"{name}: holds the value of ${n}" for name, text in texts for n, v in values if v in text]
+    key, read from `env_names`, and every variable named like a secret:
+    `sandbox.held_secrets`), as is or encoded (hex, URL, base64: `sandbox.Redactor`), as
+    `file: holds the value of $NAME (how)`: never sent, even with `--allow-private-data`
+    (the scanner may not know a key's shape)."""
+    found: list[str] = []
+    seen = Redactor(held_secrets(env_names))
+    for name, text in texts:
+        seen.hits.clear()
+        seen.text(text)
+        found += [f"{name}: holds the value of ${hit}" for hit in sorted(seen.hits)]
+    return found
 
 
 def _refusal(
@@ -434,6 +457,8 @@ def _refusal(
     (the privacy scan, unless allowed)."""
     if not in_tree(path, path.parent):
         return f"{shown}: not sent to the judge: a system file (under /proc, /dev or /sys)"
+    if secret_named(path, path.parent):
+        return f"{shown}: not sent to the judge: a file that holds secrets by its name"
     why = own_secrets(texts, [options.endpoint.api_key_env])
     if not why and not options.allow_private_data:
         why = private_data(texts, policy)
@@ -494,7 +519,8 @@ async def judge_files_async(files: Sequence[Path], options: AnalyzeJudgeOptions)
                 errors.append(f"{shown}: not judged ({halt})")
                 continue
             text = read_text_file(path, limit=MAX_TEXT_BYTES, allow_empty=True)
-            linked = _linked(path, text)
+            linked, left_out = _linked(path, text)
+            notes += left_out
             refused = _refusal(shown, path, [(shown, text), *linked], options, policy)
             if refused:
                 errors.append(refused)

@@ -297,23 +297,37 @@ def loads_bounded(text: str, path: str | Path, *, line: int | None = None, **kwa
 DEEP_YAML = f"nested deeper than {MAX_JSON_DEPTH} levels of lists and mappings: refused"
 
 
-def value_depth_ok(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
-    """Whether a parsed value (a YAML document) nests no more than `limit` deep; walked
-    with a stack, not recursion, so any depth is measured."""
+MAX_YAML_VALUES = 100_000  # values a YAML document may expand to, its aliases followed each time
+BIG_YAML = (
+    f"expands to more than {MAX_YAML_VALUES:,} values (aliases repeat what they name: a 'billion laughs'): refused"
+)
+
+
+def yaml_shape_problem(value: Any, limit: int = MAX_JSON_DEPTH, max_values: int = MAX_YAML_VALUES) -> str | None:
+    """Why a parsed value (a YAML document) may not be used, else None: it nests deeper
+    than `limit` (`DEEP_YAML`), or expands to more than `max_values` values, a value its
+    aliases share counted at every place it appears (`BIG_YAML`: what a reader of it walks).
+    Walked with a stack, not recursion, and stopped at the cap, so a document of nested
+    aliases is refused in a bounded time."""
     stack: list[tuple[Any, int]] = [(value, 0)]
+    seen = 0
     while stack:
         v, d = stack.pop()
+        seen += 1
+        if seen > max_values:
+            return BIG_YAML
         if isinstance(v, (dict, list)):
             if d >= limit:
-                return False
+                return DEEP_YAML
             stack.extend((c, d + 1) for c in (v.values() if isinstance(v, dict) else v))
-    return True
+    return None
 
 
 def load_yaml_bounded(text: str, path: str | Path, loader: Any = None) -> Json:
     """A YAML document read with `loader` (the C safe loader by default) behind the
-    depth guard: a document nested deeper than `MAX_JSON_DEPTH` is an `InputError`
-    naming the file, never a RecursionError. YAML errors pass to the caller."""
+    depth guard: a document nested deeper than `MAX_JSON_DEPTH`, or whose aliases expand
+    it past `MAX_YAML_VALUES` values, is an `InputError` naming the file, never a
+    RecursionError or a hang. YAML errors pass to the caller."""
     if loader is None:
         loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     at = deep_offset(text)
@@ -323,8 +337,9 @@ def load_yaml_bounded(text: str, path: str | Path, loader: Any = None) -> Json:
         doc = yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader or a subclass of it
     except RecursionError:
         raise too_deep(path, text, 0) from None
-    if not value_depth_ok(doc):
-        raise InputError(DEEP_YAML, path)
+    problem = yaml_shape_problem(doc)
+    if problem is not None:
+        raise InputError(problem, path)
     return doc
 
 

@@ -42,7 +42,7 @@ KINDS: dict[str, Kind] = {
         Kind("api_key", "API key or token", "API_KEY", True),
         Kind("private_key", "private key", "PRIVATE_KEY", True),
         Kind("jwt", "JSON Web Token", "JWT", True),
-        Kind("password", "password in a URL or connection string", "PASSWORD", True),
+        Kind("password", "password (in a URL, a connection string, a .netrc or a settings line)", "PASSWORD", True),
     )
 }
 # When two detections overlap, the one whose kind comes first here wins (a card number
@@ -261,6 +261,26 @@ def _real_password(value: str) -> bool:
     )
 
 
+# `NAME=value` on a line of its own (an .env file, a shell script, settings): a name that
+# says it holds a secret, and a value that looks random. Lengths bounded (no backtracking blow-up).
+_SECRET_NAME_WORDS = ("SECRET", "TOKEN", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL")
+_SECRET_ASSIGNMENT = re.compile(
+    r"(?m)^[ \t]{0,16}(?:export[ \t]+)?[A-Z][A-Z0-9_]{0,48}?(?:SECRET|TOKEN|PASSWORD|PASSWD|KEY|CREDENTIALS?)"
+    r"[A-Z0-9_]{0,48}[ \t]{0,8}=[ \t]{0,8}[\"']?([A-Za-z0-9_+/=.~!@%^&*-]{8,512})(?=[\"'\s#;]|$)"
+)
+
+
+def _secret_value(value: str) -> bool:
+    """A value assigned to a secret's name that is one: letters and digits both (not a
+    number, a word, a path or a template), not a placeholder."""
+    return (
+        any(c.isdigit() for c in value)
+        and any(c.isalpha() for c in value)
+        and value[0] not in "/.~"
+        and _real_password(value)
+    )
+
+
 def _cased(*words: str) -> tuple[str, ...]:
     """Literal triggers for a case-insensitive pattern: each word lower, Title and UPPER
     (cheaper than lower-casing every text)."""
@@ -374,6 +394,26 @@ def _secret_rules() -> tuple[_SecretRule, ...]:
                 r"(?i)\b(?:server|host|data source|uid|user id|username|database|"
                 r"initial catalog|dsn)\s*="
             ),
+        ),
+        # a .netrc entry's password (`machine HOST login USER password VALUE`)
+        _SecretRule(
+            "password",
+            "netrc password",
+            _cased("password", "passwd"),
+            (re.compile(r"(?i)\b(?:password|passwd)[ \t]+([^\s]+)"),),
+            check=_real_password,
+            lookalike_check=False,
+            group=1,
+            hint=re.compile(r"(?i)\b(?:machine[ \t]+\S+|default)\s+login[ \t]+\S"),
+        ),
+        # an environment or settings line that assigns a secret by its name (`SECRET_KEY=...`)
+        _SecretRule(
+            "password",
+            "secret assignment",
+            _SECRET_NAME_WORDS,
+            (_SECRET_ASSIGNMENT,),
+            check=_secret_value,
+            group=1,
         ),
     )
 
@@ -749,13 +789,13 @@ def decoded_forms(text: str) -> list[tuple[str, _Spans, bool]]:
     return out
 
 
-_BASIC_AUTH = re.compile(r"\bBasic\s+([A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])")
+_BASIC_AUTH = re.compile(r"(?i)\bbasic\s+([A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])")
 
 
 def _basic_auth(text: str) -> list[Detection]:
-    """A Basic-auth credential (`Authorization: Basic dXNlcjpwYXNz`): the base64 of
-    `user:password`, a password as any other."""
-    if "Basic" not in text:
+    """A Basic-auth credential (`Authorization: Basic dXNlcjpwYXNz`, in any case: git's
+    `extraheader` writes `basic`): the base64 of `user:password`, a password as any other."""
+    if "asic" not in text and "ASIC" not in text:  # Basic, basic, BASIC
         return []
     import base64
     import binascii

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from evalkit.checking.judge import SCALE, item_id, item_rubric_sha256, load_judge_files, parse_human_labels, text_sha256
-from evalkit.foundations._io import iter_jsonl, write_atomic
+from evalkit.foundations._io import MAX_LABELS_BYTES, iter_jsonl, read_file_bytes, write_atomic
 from evalkit.foundations._jsonschema import papermill
 from evalkit.foundations._text import storable_json
 from evalkit.foundations.errors import InputError
@@ -193,10 +193,15 @@ class LabelSession:
         self._load()
         self.position = self.first_unlabelled()
 
+    def _read(self) -> str:
+        """The label file's text: a regular file under `MAX_LABELS_BYTES` (an `InputError`
+        otherwise, never a file read whole), lone surrogates as written."""
+        return read_file_bytes(self.path, limit=MAX_LABELS_BYTES).decode("utf-8", "surrogatepass")
+
     def _load(self) -> None:
         if not self.path.is_file():
             raise InputError("no label file here: write one with `evalkit judge sample RUN -n 20 --to FILE`", self.path)
-        text = self.path.read_text(encoding="utf-8", errors="surrogatepass")
+        text = self._read()
         parse_human_labels(text, self.path)  # every line valid, or an InputError naming it
         self._disk_sha = text_sha256(text)
         self._lines: list[dict[str, Any]] = [json.loads(raw) for raw in text.splitlines() if raw.strip()]
@@ -284,7 +289,7 @@ class LabelSession:
 
     def save(self) -> None:
         """Write the whole file through a temporary file and a rename."""
-        now = self.path.read_text(encoding="utf-8", errors="surrogatepass") if self.path.exists() else ""
+        now = self._read() if self.path.exists() else ""
         if text_sha256(now) != self._disk_sha:
             raise InputError(
                 "the label file changed since this session opened it (another person or editor?): "

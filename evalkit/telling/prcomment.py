@@ -296,16 +296,25 @@ class _Api:
         return min(TIMEOUT_S, left)
 
     def _read(self, resp: Any, where: str) -> bytes:
-        """An answer's body, read in blocks: over `MAX_ANSWER_BYTES`, or past the
-        deadline, a GitHubError (never a 300 MB page read whole)."""
-        chunks, got = [], 0
-        while chunk := resp.read(1 << 16):
+        """An answer's body, read as it arrives (each read returns what one receive
+        brought, its wait set to the time left): over `MAX_ANSWER_BYTES`, or past the
+        deadline, a GitHubError (never a 300 MB page read whole, nor a server that drips
+        a byte at a time kept past `TOTAL_S`)."""
+        chunks: list[bytes] = []
+        got = 0
+        while True:
+            _set_timeout(resp, self._left(where))
+            try:
+                chunk = resp.read1(1 << 16)
+            except TimeoutError:
+                self._left(where)  # past the deadline: says so
+                raise
+            if not chunk:
+                return b"".join(chunks)
             got += len(chunk)
             if got > MAX_ANSWER_BYTES:
                 raise GitHubError(f"{where}: GitHub's answer passed {MAX_ANSWER_BYTES} bytes: not read further")
-            self._left(where)
             chunks.append(chunk)
-        return b"".join(chunks)
 
     def comments(self) -> list[dict[str, Any]]:
         """Every comment of the pull request, following the `Link: rel="next"` pages."""
@@ -325,6 +334,14 @@ class _Api:
             out += [c for c in page if isinstance(c, dict)]
             url = _next_link(link, pr.api_url)
         return out
+
+
+def _set_timeout(resp: Any, seconds: float) -> None:
+    """The wait of the next receive on `resp`'s socket (an `http.client` response over a
+    socket file; anything else is left as it is)."""
+    sock = getattr(getattr(getattr(resp, "fp", None), "raw", None), "_sock", None)
+    if sock is not None:
+        sock.settimeout(max(seconds, 0.001))
 
 
 class _HttpStatus(GitHubError):

@@ -89,12 +89,30 @@ def task_files(root: Path, pattern: str, cap: int = MAX_TASK_FILES) -> list[Path
 
 
 def _glob_match(parts: Sequence[str], pattern: Sequence[str]) -> bool:
-    """Whether path `parts` match glob `pattern` parts (`**`: zero or more folders)."""
-    if not pattern:
-        return not parts
-    if pattern[0] == "**":
-        return any(_glob_match(parts[i:], pattern[1:]) for i in range(len(parts) + 1))
-    return bool(parts) and fnmatch.fnmatchcase(parts[0], pattern[0]) and _glob_match(parts[1:], pattern[1:])
+    """Whether path `parts` match glob `pattern` parts (`**`: zero or more folders).
+    Walked as an automaton over the pattern's positions, one part at a time: at most
+    parts x pattern steps, whatever the number of `**` (a recursion over each `**`'s
+    choices grows exponentially with them)."""
+
+    def closure(states: set[int]) -> set[int]:  # a `**` may match no folder: the next position too
+        for j in sorted(states):
+            while j < len(pattern) and pattern[j] == "**":
+                j += 1
+                states.add(j)
+        return states
+
+    states = closure({0})
+    for part in parts:
+        moved = set()
+        for j in states:
+            if j < len(pattern) and pattern[j] == "**":
+                moved.add(j)  # the part is one more folder of the `**`
+            elif j < len(pattern) and fnmatch.fnmatchcase(part, pattern[j]):
+                moved.add(j + 1)
+        states = closure(moved)
+        if not states:
+            return False
+    return len(pattern) in states
 
 
 def is_waza(doc: Any) -> bool:
