@@ -584,7 +584,7 @@ class _Engine:
         if self.done or not isinstance(exc, UnitCallError) or not message.endswith("(not retried)"):
             return
         self.first_causes.append(message.split(": ", 1)[-1])  # without the key's label
-        if len(self.first_causes) >= SAME_ERROR_STOP and len(set(self.first_causes)) == 1:
+        if len(self.first_causes) == SAME_ERROR_STOP and len(set(self.first_causes)) == 1:  # said once
             self.stop(f"the first {len(self.first_causes)} samples failed with the same error: {self.first_causes[0]}")
 
     def sample_of(self, key: Key, c: Any) -> Sample:
