@@ -127,3 +127,19 @@ def test_a_cached_sample_keeps_the_latency_first_measured_and_the_figures_count_
     overall = json.loads((Path(second.path) / "grades-summary.json").read_text())["overall"]
     assert overall["n_latency_replays"] == 1 and overall["latency_p50_ms"] == measured["latency_ms"]
     assert "(1 of 1 replayed)" in (Path(second.path) / "summary.md").read_text()
+
+
+def test_a_served_judges_answers_are_keyed_by_its_script_not_its_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A newcomer edited the scripted judge's script and served it again on the same port:
+    the judge cache must ask again (keyed by the script's hash, as the generator's answers),
+    while a judge that is not the served one keeps the cache's own keying (None)."""
+    from evalkit.conclusions.grading import _served_identity
+    from evalkit.foundations.records import Endpoint
+
+    judge = Endpoint("judge-model", "http://127.0.0.1:18181/v1", "K")
+    served = {"base_url": "http://127.0.0.1:18181/v1", "model": None}
+    monkeypatch.setenv("EVALKIT_SERVED", json.dumps({**served, "cache_identity": "scripted:sha256=aaa"}))
+    first = _served_identity(judge)
+    monkeypatch.setenv("EVALKIT_SERVED", json.dumps({**served, "cache_identity": "scripted:sha256=bbb"}))
+    assert first == "scripted:sha256=aaa" and _served_identity(judge) == "scripted:sha256=bbb"
+    assert _served_identity(Endpoint("judge-model", "https://api.example.com/v1", "K")) is None

@@ -66,3 +66,11 @@ def test_a_correlation_that_is_not_defined_says_why():
     shown = _fmt.correlation(pdiff.correlation)
     assert shown.startswith("- (undefined: an arm passed or failed every paired sample")
     assert _fmt.correlation(0.25) == "0.25"
+
+
+def test_an_interval_of_a_difference_is_held_to_plus_minus_100_points():
+    """A newcomer saw `95% CI +56.7 pts to +110.0 pts` for a pass-rate difference: the
+    normal-theory interval runs past what a difference of two rates can be."""
+    assert fmt.points_interval(0.567, 1.10) == "+56.7 pts to +100.0 pts"
+    assert fmt.points_interval(-1.3, -0.2) == "-100.0 pts to -20.0 pts"
+    assert fmt.points_interval(None, 0.1) == f"{fmt.NO_DATA} to +10.0 pts"

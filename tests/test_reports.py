@@ -708,7 +708,8 @@ def test_the_skill_comparison_page_says_why_a_sign_test_and_a_paired_interval_di
     assert rep.ok, [nb.error for nb in rep.notebooks]
     page = h.unescape((rep.out_dir / "skill_comparison.html").read_text(encoding="utf-8"))
     assert "Verdict: no-improvement" in page
-    assert "Why the two differ: the verdict is the pre-registered case-level sign test (6W/1L, p = 0.125" in page
+    # no plan.json here: the sign test is the verdict, but not said to be pre-registered
+    assert "Why the two differ: the verdict is the case-level sign test (6W/1L, p = 0.125" in page
     assert "repeats within a case are not independent evidence" in page
 
 

@@ -163,7 +163,7 @@ from evalkit.runfolder.runs import (
     sample_from_dict,
 )
 from evalkit.runfolder.trajectories import read_trajectory
-from evalkit.suites.endpoints import Watch, combine, resolve_base_url, served_watch
+from evalkit.suites.endpoints import Watch, cache_identity, combine, endpoint_key, resolve_base_url, served_watch
 from evalkit.suites.reader import load_suite
 
 __all__ = [
@@ -509,7 +509,19 @@ def _judge_client(config: Any, endpoint: Endpoint, ledger: Ledger, cache: Respon
         rate_limit_budget_s=config.rate_limit_budget_s,
         max_connection_failures=config.max_connection_failures,
         concurrency=config.concurrency,
+        cache_endpoint=_served_identity(endpoint),
     )
+
+
+def _served_identity(endpoint: Endpoint) -> str | None:
+    """What the judge's cached answers are keyed by when `evalkit serve` answers as the
+    judge: the served script's hash or the embedded model's file, as the generator's (an
+    edited script under the same port asks again; an identical serve replays). None for
+    any other endpoint, whose answers the judge cache's scope (its URL) keys already."""
+    if not endpoint.base_url:
+        return None
+    identity = cache_identity(endpoint, endpoint.base_url)
+    return None if identity == endpoint_key(endpoint.base_url) else identity
 
 
 @dataclass

@@ -86,6 +86,17 @@ def points(x: Any, digits: int = 1, *, signed: bool = True) -> str:
     return f"{float(x) * 100:{'+' if signed else ''}.{digits}f} pts"
 
 
+def points_interval(low: Any, high: Any, digits: int = 1) -> str:
+    """An interval of a difference of two rates, `-12.0 pts to +30.0 pts`, each end held to
+    the possible range (-100 to +100 points: a normal-theory interval of a difference near
+    the edge runs past it; the record keeps the raw ends)."""
+
+    def held(x: Any) -> Any:
+        return x if missing(x) else min(1.0, max(-1.0, float(x)))
+
+    return f"{points(held(low), digits)} to {points(held(high), digits)}"
+
+
 def usd(x: Any) -> str:
     """Dollars, readable at any size: `$12.35`, `$0.0421`, `$0.0000027`, `$0`; no data -> `-`.
 

@@ -124,12 +124,13 @@ class Verdict:
         if significant == excludes_zero and not opposite:
             return None
         level = round(100 * (1 - pd_.alpha))
+        planned = " (pre-registered)" if self.plan_check is not None and self.plan_check.ok else ""
         return (
-            f"Why the two differ: the verdict is the pre-registered case-level sign test "
+            f"Why the two differ: the verdict is the case-level sign test{planned} "
             f"({self.wins}W/{self.losses}L, p = {fmt.pvalue(self.p_value)}, "
             f"{'' if significant else 'not '}significant at alpha "
             f"{self.alpha:g}), while the trial-level paired difference ({fmt.points(pd_.mean)}, {level}% CI "
-            f"{fmt.points(pd_.low)} to {fmt.points(pd_.high)}) {'excludes' if excludes_zero else 'includes'} zero; "
+            f"{fmt.points_interval(pd_.low, pd_.high)}) {'excludes' if excludes_zero else 'includes'} zero; "
             f"its {pd_.n} trials are repeats of {pd_.n_clusters or self.n_trials} cases, and repeats within a case "
             "are not independent evidence, so the verdict (one vote per case) is the answer and the paired "
             "difference is context."
@@ -208,7 +209,7 @@ class Verdict:
             lines.append(
                 f"all {pd_.n} graded paired trials, clustered on case ({pd_.n_clusters} clusters): "
                 f"treatment - baseline pass rate {fmt.points(pd_.mean)} (SE {fmt.points(pd_.se, signed=False)}, "
-                f"95% CI {fmt.points(pd_.low)} to {fmt.points(pd_.high)}), "
+                f"95% CI {fmt.points_interval(pd_.low, pd_.high)}), "
                 f"correlation {fmt.correlation(pd_.correlation)}"
             )
             why = self.disagreement()

@@ -224,8 +224,8 @@ def resolve_base_url(
                 f"{server['base_url']} answers only as {server['model']!r}, which would judge in its place. "
                 f"Either give the judge its own endpoint ({json_path} in config.json, {flag} or {env_name}), "
                 f'or make the served model the judge ("judge": {{"model": "{server["model"]}"}}; when it is '
-                'also the generator\'s model, add "allow_same_judge_model": true, and its scores are not '
-                "independent)",
+                'also the generator\'s model, add "allow_same_judge_model": true at the top level of config.json, '
+                "and its scores are not independent)",
                 config_path,
                 json_path=json_path,
             )
