@@ -127,3 +127,18 @@ def test_the_summary_box_names_the_verdict_gate_cost_and_the_first_three_high_fi
     assert "skilled $0.003 (+50.0% vs baseline)" in box
     assert "HIGH findings: <b>5</b>" in box and box.count("&lt;i&gt;high") == 3 and "and 2 more" in box
     assert "medium" not in box and "answered by: <b>scripted</b>" in box
+
+
+def test_the_index_shows_the_judges_spend_beside_the_runs(tmp_path):
+    """A newcomer read $0.00047 in the index's spend column where grade had said $0.0015
+    (generator + judge): the judge's spend is shown beside the run's, each named."""
+    from evalkit.telling.report_index import build_index
+
+    for name, judge in (("r1", 0.00103), ("r2", 0.0)):
+        (tmp_path / name).mkdir()
+        manifest = {"run": name, "created": f"2026-12-06T00:00:0{name[-1]}+00:00", "suite": "s", "arms": ["a"],
+                    "headline": {"a": 0.5}, "spend_usd": 0.00047, "judge_spend_usd": judge, "verdicts": [],
+                    "notebooks": []}
+        (tmp_path / name / "report.json").write_text(json.dumps(manifest))
+    index = build_index(tmp_path).read_text()
+    assert "spend (run, then judge)" in index and index.count("+ judge $0.001") == 1

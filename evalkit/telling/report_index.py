@@ -166,6 +166,7 @@ def write_manifest(
         # the program under test ran unsandboxed: the index says so, as every page does
         "not_contained": NOT_CONTAINED if (summary.get("isolation") or meta.get("isolation")) == "none" else None,
         "spend_usd": summary.get("spend_usd"),
+        "judge_spend_usd": grades.judge_spend_usd if grades is not None else None,  # the last grading pass
         "cache_avoided_usd": summary.get("avoided_usd"),
         "graded": grades is not None,
         "headline_metric": "sample_pass_rate",
@@ -315,6 +316,13 @@ font-size:13px}th{background:#f4f4f4;text-align:left}.pass{color:#1a7f37;font-we
 """
 
 
+def _judge_spend(m: Mapping[str, Any]) -> str:
+    """The judge's spend beside the run's in the index's spend cell (`run.summary`'s spend
+    is the run's calls; grading pays the judge on the same ledger), or "" when none."""
+    judge = m.get("judge_spend_usd")
+    return "" if not judge else f"<br>+ judge {html.escape(fmt.usd(judge))}"
+
+
 def build_index(reports_dir: str | Path) -> Path:
     """Rebuild `reports_dir/index.html` from every run's manifest: one row per run
     (date, suite, arms, verdicts, spend, links to each notebook page) and, per suite, a
@@ -383,7 +391,7 @@ def build_index(reports_dir: str | Path) -> Path:
             f"<tr><td>{e(str(m.get('created') or ''))}</td><td><code>{e(m['_dir'])}</code>{complete}</td>"
             f"<td>{e(str(m.get('suite') or ''))}</td><td>{_arms_cell(m)}</td>"
             f"<td>{rates}</td><td>{verdicts}</td>"
-            f"<td>{e(fmt.usd(spend))}</td><td>{links}</td></tr>"
+            f"<td>{e(fmt.usd(spend))}{_judge_spend(m)}</td><td>{links}</td></tr>"
         )
     trends = []
     by_suite: dict[str, list[dict[str, Any]]] = {}
@@ -414,7 +422,7 @@ def build_index(reports_dir: str | Path) -> Path:
         "ungraded sample is a failure, never a pass), from the run's grades-summary.json; the verdicts are those "
         "compare, gate and report recorded in its verdicts.json.</p>"
         "<h2>Runs</h2><table><thead><tr><th>date</th><th>run</th><th>suite</th><th>arms</th>"
-        "<th>sample pass rate</th><th>verdicts</th><th>spend</th><th>reports</th></tr></thead><tbody>"
+        "<th>sample pass rate</th><th>verdicts</th><th>spend (run, then judge)</th><th>reports</th></tr></thead><tbody>"
         + "".join(rows)
         + "</tbody></table>"
         "<h2>Trend of the sample pass rate, per suite</h2>"
