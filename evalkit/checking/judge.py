@@ -857,7 +857,8 @@ def pairwise_tally(
     by_case: dict[str, dict[int, PairOutcome]] = {}
     for o in outcomes:
         by_case.setdefault(o.case_id, {})[int(o.index)] = o
-    order = [c for c in case_order if c in by_case] + sorted(c for c in by_case if c not in set(case_order))
+    known = set(case_order)
+    order = [c for c in case_order if c in by_case] + sorted(c for c in by_case if c not in known)
     wins = ties = losses = errored = n_pairs = 0
     votes: list[int] = []
     case_votes: list[tuple[str, str]] = []

@@ -268,7 +268,8 @@ def two_arm_verdict(
     run = as_run(run)
     check_two_arms(run, baseline, treatment)
     order = decided_cases(run, case_order(run))
-    trials = [t for t in paired_trials(run, baseline, treatment, overrides) if t.case_id in set(order)]
+    decided = set(order)  # built once: inside the comprehension it was rebuilt per trial (O(trials x cases))
+    trials = [t for t in paired_trials(run, baseline, treatment, overrides) if t.case_id in decided]
     problems = [f"{t.case_id}#{t.index}: {t.problem}" for t in trials if t.problem]
     problem_cases = {t.case_id for t in trials if t.problem}
     outcome_by_case: dict[str, list[int]] = defaultdict(list)
