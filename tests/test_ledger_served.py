@@ -33,18 +33,31 @@ class RawUpstream:
                 conn, _ = self._ls.accept()
             except OSError:  # closed: the test is over
                 return
-            with conn:
-                data = b""
-                while b"\r\n\r\n" not in data:
-                    data += conn.recv(65536)
-                head, body = data.split(b"\r\n\r\n", 1)
-                lines = head.decode("latin-1").split("\r\n")
-                fields = (h.partition(":") for h in lines[1:])
-                length = next(int(v) for k, _, v in fields if k.lower() == "content-length")
-                while len(body) < length:
-                    body += conn.recv(65536)
-                self.requests += 1
-                conn.sendall(self.answer(lines[0].split()[1], json.loads(body)))
+            import threading
+
+            # each connection on a thread of its own: a client that connects and closes
+            # without a request (recv gives b"") never holds the next one up
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn) -> None:
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+            head, body = data.split(b"\r\n\r\n", 1)
+            lines = head.decode("latin-1").split("\r\n")
+            fields = (h.partition(":") for h in lines[1:])
+            length = next(int(v) for k, _, v in fields if k.lower() == "content-length")
+            while len(body) < length:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                body += chunk
+            self.requests += 1
+            conn.sendall(self.answer(lines[0].split()[1], json.loads(body)))
 
     def close(self) -> None:
         self._ls.close()

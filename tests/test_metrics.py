@@ -221,7 +221,9 @@ def test_report_manifest(made, raw):
 def test_index_and_notebook_pages(made, raw):
     row = re.search(r"<tr><td>[^<]*</td><td><code>" + re.escape(made["run"].name) + r".*?</tr>", made["index"])
     assert row and f"base {raw['sample_pass_rate']:.1%}" in html.unescape(row.group(0))
-    assert f"<td>{fmt.usd(raw['paid_generator_usd'])}</td>" in row.group(0)
+    # the run's spend, then the judge's beside it when grading paid one (each named)
+    judge = f"<br>+ judge {fmt.usd(raw['judge_usd'])}" if raw['judge_usd'] else ""
+    assert f"<td>{fmt.usd(raw['paid_generator_usd'])}{judge}</td>" in row.group(0)
     # the trend, whose last (and only) run this is
     assert f"one run so far (a trend needs two): base {fmt.pct(raw['sample_pass_rate'])}" in made["index"]
     assert "sample pass rate" in made["index"] and "success rate" not in made["index"]
