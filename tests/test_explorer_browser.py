@@ -154,13 +154,24 @@ def test_filters_write_the_fragment_and_the_case_view_shows_every_arm(pages, rea
     assert {r["case"] for r in reader.rows()} == {case}
 
 
+def until(page, expression: str, timeout_ms: int = 15000) -> None:
+    """Wait until `expression` holds in the page. Not `page.wait_for_function`: when its first
+    look fails it polls through a `new Function`, which the page's content security policy
+    (no 'unsafe-eval') refuses; `page.evaluate` is the browser's own evaluation, allowed."""
+    waited = 0
+    while not page.evaluate(expression):
+        assert waited < timeout_ms, f"not true after {timeout_ms} ms: {expression}"
+        page.wait_for_timeout(50)
+        waited += 50
+
+
 def test_the_list_renders_only_the_rows_in_view(pages, reader):
     page = reader.open(pages["run"] / "explorer.html")
     shown = page.locator("#rows .row").count()
     assert 0 < shown < 60
     page.evaluate("document.getElementById('list').scrollTop = 1e9")
-    page.wait_for_function("document.querySelector('#rows .row:last-child') && "
-                           "document.querySelector('#rows').style.transform !== 'translateY(0px)'")
+    until(page, "document.querySelector('#rows .row:last-child') && "
+                "document.querySelector('#rows').style.transform !== 'translateY(0px)'")
     assert page.locator("#rows .row").count() < 60
     last = reader.rows()[-1]
     assert last["case"] == "judged-canberra"
@@ -177,7 +188,7 @@ def test_the_diff_lists_regressions_first_and_filters_by_change(pages, reader):
     assert page.locator(".diffrow.head span[title]").all_text_contents() == ["other run", "this run"]
     assert page.locator(".diffrow.head span[title]").first.get_attribute("title") == pages["old"].name
     page.goto((pages["run"] / "diff.html").resolve().as_uri() + "#outcome=improved&arm=skilled")
-    page.wait_for_function("document.getElementById('count').textContent.includes('of 30')")
+    until(page, "document.getElementById('count').textContent.includes('of 30')")
     rows = reader.rows()
     assert all(r["change"] == "improved" and r["arm"] == "skilled" for r in rows)
     if rows:  # a row opens both runs' samples side by side
