@@ -44,10 +44,13 @@ def _run(suite: Path, url: str, runs: Path):
 
 
 def test_the_server_counts_refused_requests_and_says_so_in_headers() -> None:
-    with ScriptedServer({"default": {"text": "ok"}, "rate_limit": {"requests_per_min": 60, "burst_s": 2.0}}) as srv:
+    # 6 a minute with a 20 s burst: two requests, then one more only after 10 s, so a slow
+    # machine's pauses between the requests below cannot refill the bucket (at 60 a minute
+    # a one-second stall did, and CI's loaded machine got an answer where a 429 was due)
+    with ScriptedServer({"default": {"text": "ok"}, "rate_limit": {"requests_per_min": 6, "burst_s": 20.0}}) as srv:
         client = openai.OpenAI(base_url=srv.base_url, api_key="x", max_retries=0)
         ok = client.completions.with_raw_response.create(model="m", prompt="hi", max_tokens=4)
-        assert ok.headers["x-ratelimit-limit-requests"] == "60"
+        assert ok.headers["x-ratelimit-limit-requests"] == "6"
         assert ok.headers["x-ratelimit-remaining-requests"] == "1"
         client.completions.create(model="m", prompt="hi", max_tokens=4)
         refused = []
