@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -142,3 +144,28 @@ def test_the_index_shows_the_judges_spend_beside_the_runs(tmp_path):
         (tmp_path / name / "report.json").write_text(json.dumps(manifest))
     index = build_index(tmp_path).read_text()
     assert "spend (run, then judge)" in index and index.count("+ judge $0.001") == 1
+
+
+def test_finding_a_run_imports_no_jupyter_server_and_skips_a_dead_server(tmp_path, monkeypatch):
+    """Looking for the JupyterLab root reads the runtime files itself: importing
+    jupyter_server.serverapp cost a report's kernel 2-6 s (issue 44 item 7). A dead
+    server's file names no root and is left where it is."""
+    project = tmp_path / "project"
+    (project / "notebooks").mkdir(parents=True)
+    run = _run(project / "evals" / "unit", "20260101-000000", "2026-01-01T00:00:00+00:00")
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    info = {"pid": int(dead.stdout), "root_dir": str(project)}
+    (runtime / f"jpserver-{info['pid']}.json").write_text(json.dumps(info))
+    (runtime / "jpserver-torn.json").write_text('{"pid": ')
+    code = (
+        "import sys; from evalkit.telling import nb; "
+        f"print(nb.resolve_run({str(run)!r}), {str(project)!r} in map(str, nb.search_roots()), "
+        "'jupyter_server.serverapp' in sys.modules)"
+    )
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime), "PYTHONPATH": str(Path(__file__).parents[1])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=project / "notebooks", env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [str(run.resolve()), "False", "False"]
+    assert (runtime / f"jpserver-{info['pid']}.json").exists()

@@ -189,19 +189,48 @@ RUN_GLOBS = ("runs/*", "*/runs/*", "evals/*/runs/*")  # where an empty run_dir l
 def _jupyter_roots(near: Path) -> list[Path]:
     """The root folders of the Jupyter servers running on this machine that hold `near`
     (where JupyterLab was started: the folder its file browser shows as the top)."""
+    roots = []
+    for info in _running_servers():
+        root = Path(str(info.get("root_dir") or info.get("notebook_dir") or "")).expanduser()
+        if str(root) and near.is_relative_to(root.absolute()):
+            roots.append(root.absolute())
+    return roots
+
+
+def _running_servers() -> list[dict[str, Any]]:
+    """The info files of the Jupyter servers running here (`jpserver-<pid>.json` in
+    Jupyter's runtime folder, as jupyter_server writes them), read as its
+    `list_running_servers` reads them but without importing `jupyter_server.serverapp`:
+    that import compiles jsonschema's format grammars (lark), 2-6 s of a report kernel's
+    time on a 2-core machine, for a glob and a few small files. Unlike it, a reader here
+    deletes no file of a dead server."""
     try:
-        from jupyter_server.serverapp import list_running_servers  # lazy: only in a notebook's kernel
+        from jupyter_core.paths import jupyter_runtime_dir  # lazy: only in a notebook's kernel
     except ImportError:
         return []
-    roots = []
+    found = []
     try:
-        for info in list_running_servers():
-            root = Path(str(info.get("root_dir") or info.get("notebook_dir") or "")).expanduser()
-            if str(root) and near.is_relative_to(root.absolute()):
-                roots.append(root.absolute())
-    except (OSError, ValueError):
-        return roots
-    return roots
+        for path in Path(jupyter_runtime_dir()).glob("jpserver-*.json"):
+            try:
+                info = loads_bounded(path.read_text(encoding="utf-8")[:1_000_000], path)
+            except (OSError, ValueError, InputError):
+                continue  # being written, or not one of jupyter_server's: as list_running_servers skips it
+            if isinstance(info, dict) and isinstance(info.get("pid"), int) and _alive(info["pid"]):
+                found.append(info)
+    except OSError:
+        return found
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` runs (jupyter_server's `check_pid` on POSIX)."""
+    try:
+        os.kill(pid, 0)
+    except PermissionError:
+        return True  # it runs, as another user
+    except (OSError, OverflowError):
+        return False
+    return True
 
 
 def search_roots() -> list[Path]:
@@ -243,8 +272,13 @@ def resolve_run(run_dir: str | Path | None) -> Path:
     opened in JupyterLab runs in notebooks/, its run_dir written from the repository's
     root); left empty, the newest run under them (`newest_run`). The page says which
     folder it used; none found is an error that names every folder it looked in."""
+    p = Path(run_dir).expanduser() if run_dir else None
+    if p is not None and p.is_absolute():  # `evalkit report` always passes one: no root to search
+        if (p / RUN_CONFIG).exists():
+            return p.resolve()
+        raise InputError("not a run folder (no config.json)", p)
     roots = search_roots()
-    if not run_dir:
+    if p is None:
         found = newest_run()
         if found is None:
             raise InputError(
@@ -255,15 +289,15 @@ def resolve_run(run_dir: str | Path | None) -> Path:
             )
         say(f"run_dir was empty: showing the newest run, {shown_path(found)}")
         return found
-    p = Path(run_dir).expanduser()
-    for root in [Path("/")] if p.is_absolute() else roots:
+    for root in roots:
         candidate = root / p
         if (candidate / RUN_CONFIG).exists():
             if root != roots[0]:
                 say(f"run_dir {str(run_dir)!r} resolved against {shown_path(root)}")
             return candidate.resolve()
-    looked = "" if p.is_absolute() else f"; looked for it under {', '.join(shown_path(r) for r in roots)}"
-    raise InputError("not a run folder (no config.json)" + looked, p)
+    raise InputError(
+        f"not a run folder (no config.json); looked for it under {', '.join(shown_path(r) for r in roots)}", p
+    )
 
 
 def show_summary_box(run: Run, summary: GradesSummary | None, verdicts: RunVerdicts) -> None:
