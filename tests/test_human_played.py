@@ -177,6 +177,7 @@ GOOD = json.dumps(PLAYS[0])
     (json.dumps({**PLAYS[1], "conversation": [{"role": "user", "content": "edited"}]}), "edited"),
     (json.dumps({**PLAYS[1], "conversation": [{"role": "robot", "content": "x"}]}), "conversation[0]"),
     (json.dumps({**PLAYS[1], "play": "a"}), "given twice"),
+    (json.dumps({**PLAYS[1], "turns": 5}), "turns"),
     ("[1, 2]", "JSON object"),
 ])
 def test_a_bad_human_played_line_is_refused_with_its_file_and_line(tmp_path, bad, says):
@@ -223,3 +224,31 @@ def test_the_notebooks_widgets_play_and_save_a_conversation(tmp_path):
     [line] = plays(suite)
     assert line["termination"] == "transfer" and line["outcome"] == "failed" and line["note"] == "sent me away"
     assert line["checks_passed"] is False and ui.save_button.disabled
+
+
+def test_a_play_is_compared_with_a_run_of_what_it_was_played_against_and_stale_after_a_change(tmp_path):
+    from evalkit.conclusions.conversations import review_conversations
+    from evalkit.conclusions.grading import grade_run
+    from evalkit.running.play import PlaySession
+    from evalkit.suites import reader
+
+    os.environ.setdefault("EVALKIT_TEST_KEY", "k")
+    with ScriptedServer(USER_SCRIPT) as user, ScriptedServer(AGENT_SCRIPT) as agent:
+        suite = write_suite(tmp_path / "suite", [REFUND], user.base_url, k=1)
+        before = run(suite, tmp_path, agent, "before")
+        session = PlaySession(reader.load_suite(suite), "refund", "baseline", "ana", base_url=agent.base_url)
+        session.start()
+        assert session.say("Tell me more, please.").conversation[-1]["content"] == "Sure."
+        assert session.say("never mind ###STOP###").termination == "user_stop"
+        session.save(None)
+        (suite / "system.txt").write_text("You are the shop's new agent.")
+        after = run(suite, tmp_path, agent, "after")
+    for res in (before, after):
+        grade_run(res.path)
+    same = review_conversations(before.path)["human_agreement"]
+    assert (same["compared"], same["stale"]) == (1, 0)
+    # the agent never mentioned a refund: its checks fail the play, while the simulated conversation passed
+    assert same["plays"][0]["human_passed"] is False and same["plays"][0]["agrees"] is False
+    changed = review_conversations(after.path)["human_agreement"]
+    assert (changed["compared"], changed["stale"]) == (0, 1)
+    assert changed["stale_reasons"] == {"the arm's inputs differ from the run's": 1}

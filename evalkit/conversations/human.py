@@ -185,6 +185,8 @@ def _play_line(d: Any, p: Path, i: int) -> HumanPlayed:
     }
     ending = _where(d, "termination", lambda v: v in PLAY_ENDINGS, f"one of {', '.join(PLAY_ENDINGS)}", p, i)
     conversation = _conversation(d, p, i)
+    replies = sum(1 for t in conversation if t["role"] == "assistant")
+    _where(d, "turns", lambda v: v == replies, f"{replies} (the agent's replies in the conversation)", p, i)
     inputs = _where(
         d, "inputs", lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values()), "an object", p, i
     )
