@@ -38,6 +38,21 @@ def _show(turns: Any, shown: int) -> int:
     return len(turns)
 
 
+def _play(session: Any, stdin: Any) -> Any:
+    """The person's turns, a line of stdin each (an empty line sends nothing), until an
+    ending or the end of input (the play abandoned); the final `PlayState`."""
+    state, shown = session.state, 0
+    while not state.ended:
+        shown = _show(state.conversation, shown)
+        line = stdin.readline()
+        if not line:
+            return session.abandon()
+        if line.strip():
+            state = session.say(line.rstrip("\n"))
+    _show(state.conversation, shown)
+    return state
+
+
 def _ask_outcome(stdin: Any) -> bool | None:
     """The outcome the person saw, read from stdin (None at the end of input)."""
     while True:
@@ -90,16 +105,11 @@ def converse_cmd(
     for line in _briefing(session.case, arm, session.config.generator.model):
         echo_text(line, err=True)
     stdin = sys.stdin
-    state, shown = session.start(), 0
-    while not state.ended:
-        shown = _show(state.conversation, shown)
-        line = stdin.readline()
-        if not line:
-            state = session.abandon()
-            break
-        if line.strip():
-            state = session.say(line.rstrip("\n"))
-    _show(state.conversation, shown)
+    session.start()
+    try:
+        state = _play(session, stdin)
+    except KeyboardInterrupt:
+        state = session.abandon()
     if not state.saveable:
         echo_text(f"the conversation {state.error}; nothing saved (spent ${state.cost_usd:.6f})", err=True)
         sys.exit(1)

@@ -66,7 +66,7 @@ class HumanUser:
         """The person's next turn (the case, index, seed and stop signal are the simulator's: unused)."""
         text = await self.ask([dict(t) for t in turns])
         if text is None:
-            raise PlayAbandoned("the person left the conversation before an ending: nothing is saved")
+            raise PlayAbandoned("was left before an ending")
         said, ending = split_marker(text)
         return UserTurn(said, ending)
 
@@ -132,7 +132,8 @@ class PlaySession:
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         self.play_id = f"{stamp}-{secrets.token_hex(3)}"
         self.folder = Path(suite.path) / HUMAN_PLAYED_DIR / self.play_id
-        self._said: queue.Queue[str | None] = queue.Queue()
+        # the turn the conversation waits for: its loop and future, set from the person's thread
+        self._waiting: tuple[asyncio.AbstractEventLoop, asyncio.Future[str | None]] | None = None
         self._events: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._thread: threading.Thread | None = None
         self.state = PlayState(())
@@ -156,15 +157,20 @@ class PlaySession:
             raise RuntimeError("the conversation is not waiting for a turn")
         if not text.strip():
             raise ValueError("an empty turn: type what the user says (or a stop marker to end)")
-        self._said.put(text)
+        self._answer(text)
         return self._wait()
 
     def abandon(self) -> PlayState:
         """Leave before an ending: the conversation is cut, nothing is saved."""
-        if self._thread is not None and not self.state.ended:
-            self._said.put(None)
-            return self._wait()
-        return self.state
+        if self._thread is None or self.state.ended:
+            return self.state
+        if self._waiting is None:  # left while the unit answers (an interrupt): the daemon thread is let go
+            cost = self.ledger.committed_usd if self.ledger is not None else 0.0
+            left = "was left while the agent answered"
+            self.state = PlayState(self.state.conversation, True, "abandoned", left, cost)
+            return self.state
+        self._answer(None)
+        return self._wait()
 
     def save(self, outcome: bool | None, note: str | None = None) -> HumanPlayed:
         """Append the ended conversation to the suite's `simulator/human-played.jsonl`
@@ -226,9 +232,21 @@ class PlaySession:
         return self.state
 
     # -- the conversation's side (the worker thread)
+    def _answer(self, text: str | None) -> None:
+        """Hand the waiting conversation the person's turn (None: they left)."""
+        assert self._waiting is not None
+        loop, turn = self._waiting
+        self._waiting = None
+        loop.call_soon_threadsafe(turn.set_result, text)
+
     async def _ask(self, turns: list[dict[str, Any]]) -> str | None:
+        """The person's turn: the conversation waits on a future (no thread of the
+        loop's blocks, so a process that exits mid-play does not hang on it)."""
+        loop = asyncio.get_running_loop()
+        turn: asyncio.Future[str | None] = loop.create_future()
+        self._waiting = (loop, turn)
         self._events.put(("turn", turns))
-        return await asyncio.to_thread(self._said.get)
+        return await turn
 
     async def _main(self) -> None:
         """The conversation on this thread's loop, every outcome put on the event queue."""
