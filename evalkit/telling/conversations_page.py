@@ -152,6 +152,11 @@ def _agreement(h: Mapping[str, Any] | None) -> str:
             ]
         ],
     )
+    return figures + _agreement_rows(h.get("plays") or ())
+
+
+def _agreement_rows(plays: Sequence[Mapping[str, Any]]) -> str:
+    """One row per compared human-played conversation, beside its simulated ones."""
     rows = [
         [
             p["case_id"],
@@ -166,7 +171,7 @@ def _agreement(h: Mapping[str, Any] | None) -> str:
             ", ".join(f"{k}: {v}" for k, v in sorted(p["simulated_endings"].items())),
             {True: "yes", False: "no", None: "tie"}[p["agrees"]],
         ]
-        for p in h.get("plays") or ()
+        for p in plays
     ]
     head = [
         "case",
@@ -181,7 +186,7 @@ def _agreement(h: Mapping[str, Any] | None) -> str:
         "simulated endings",
         "agrees",
     ]
-    return figures + _table(head, rows)
+    return _table(head, rows)
 
 
 def _conversations(run: Path) -> str:
