@@ -42,6 +42,7 @@ _COMMANDS = {
     "explore": "explore",
     "microtest": "report",
     "replay": "replay",
+    "converse": "converse",
     "analyze": "analyze",
     "tokens": "analyze",
     "dashboard": "dashboard",

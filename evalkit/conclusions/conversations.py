@@ -30,6 +30,7 @@ from evalkit.conclusions.grading import (
     read_samples,
     resolve_suite,
 )
+from evalkit.conclusions.human_agreement import human_agreement
 from evalkit.conversations.transcript import judged_text
 from evalkit.foundations._io import iter_jsonl
 from evalkit.foundations.layout import GRADES, LEDGER
@@ -149,13 +150,14 @@ def review_conversations(
     samples = read_samples(run)
     grades = list(iter_jsonl(run / GRADES))
     failed = failed_conversations(grades, samples)
+    agreement = human_agreement(s, meta, samples, grades)  # a bad human-played line refused before any review is paid
     blames: dict[Key, Blame] = {}
     if failed and s.config.judge is not None:
         cap = float(meta.get("cost_cap_usd") or s.config.cost_cap_usd)  # the run's cap covers its reviews
         blames = _run_sync(_review_all(run, s, samples, failed, judge_base_url, cap))
     lines = "".join(json.dumps(b.to_json(k)) + "\n" for k, b in sorted(blames.items()))
     write_atomic(run / REVIEW_FILE, lines)
-    summary = conversation_summary(run, samples, grades, blames, int(meta.get("k") or s.config.k))
+    summary = conversation_summary(run, samples, grades, blames, int(meta.get("k") or s.config.k), agreement)
     write_atomic(run / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
     return summary
 
@@ -227,10 +229,16 @@ def _pass_hat_k(by_case: Mapping[str, list[bool]], k: int) -> dict[str, float | 
 
 
 def conversation_summary(
-    run: Path, samples: Mapping[Key, Sample], grades: Sequence[dict[str, Any]], blames: Mapping[Key, Blame], k: int
+    run: Path,
+    samples: Mapping[Key, Sample],
+    grades: Sequence[dict[str, Any]],
+    blames: Mapping[Key, Blame],
+    k: int,
+    agreement: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """`conversations.json`: each arm's figures (`_arm_figures`), the reviews' count,
-    cost and blame shares, and the simulator's spend beside the agent's."""
+    cost and blame shares, the simulator's spend beside the agent's, and its agreement
+    with people (`human_agreement.human_agreement`: None without human-played conversations)."""
     passed = {(str(g["case_id"]), str(g["arm"]), int(g["index"])): g.get("passed") for g in grades}
     arms: dict[str, list[Key]] = collections.defaultdict(list)
     for key in sorted(samples):
@@ -247,6 +255,7 @@ def conversation_summary(
             "cost_usd": sum(b.cost_usd for b in blames.values()),
         },
         "per_arm": {arm: _arm_figures(keys, samples, passed, blames, k) for arm, keys in arms.items()},
+        "human_agreement": agreement,
     }
 
 
@@ -267,7 +276,19 @@ def summary_lines(summary: Mapping[str, Any]) -> list[str]:
             f"({f['simulator_blamed_share_of_failures']:.0%} of those not passed); pass rate without them "
             f"{_pct(f['pass_rate_without_simulator_blamed'])}; endings {f['endings']}"
         )
-    return lines
+    return lines + agreement_lines(summary.get("human_agreement"))
+
+
+def agreement_lines(h: Mapping[str, Any] | None) -> list[str]:
+    """What `evalkit grade` says of the simulator's agreement with people."""
+    if not h:
+        return ["  no human-played conversations (evalkit converse SUITE --case ID --arm NAME plays one)"]
+    ci = h["agreement_ci95"]
+    interval = f" (95% CI {ci[0]:.0%} to {ci[1]:.0%})" if ci else ""
+    return [
+        f"  agreement with people: {h['agree']}/{h['n']} human-played conversations pass or fail as the "
+        f"simulated ones mostly do{interval}; {h['ties']} tied, {h['stale']} stale; {h['leans']}"
+    ]
 
 
 def _pct(v: float | None) -> str:

@@ -32,7 +32,7 @@ from typing import Any
 from evalkit.calls.client import CallStopped
 from evalkit.calls.proxy import openai_tool_calls
 from evalkit.calls.session import SampleSession, TwinShare
-from evalkit.conversations.simulator import SimulatedUser, UserTurn
+from evalkit.conversations.simulator import UserSide, UserTurn
 from evalkit.foundations.errors import (
     BudgetExhausted,
     CeilingBreached,
@@ -85,7 +85,7 @@ class ConversationRunner:
         self,
         config: Config,
         run_path: Path,
-        user: SimulatedUser,
+        user: UserSide,
         *,
         should_stop: Callable[[], str | None],
         on_stop: Callable[[str], None],
@@ -196,7 +196,7 @@ class ConversationRunner:
         talk.sim_calls += 1
         talk.sim_cached += int(turn.cached)
         talk.sim_cost_usd += turn.cost_usd
-        self._user_turn(writer, talk, turn, "simulator")
+        self._user_turn(writer, talk, turn, self.user.source)
         return turn.ending
 
     @staticmethod

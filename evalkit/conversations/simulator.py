@@ -18,7 +18,7 @@ import string
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from evalkit.calls.cache import ResponseCache
 from evalkit.calls.client import Completion, ModelClient, request_hash
@@ -74,9 +74,24 @@ def simulator_messages(system: str, turns: list[dict[str, Any]]) -> list[dict[st
     return messages
 
 
+class UserSide(Protocol):
+    """Who plays the user of a conversation (`loop.ConversationRunner`): the simulated
+    user, or a person (`evalkit.conversations.human.HumanUser`). `source` names it on
+    the trajectory's `user` lines; `sim` is the suite's simulator (its prompt file)."""
+
+    sim: Simulator
+    source: str
+
+    async def reply(
+        self, case: Case, index: int, seed: int, turns: list[dict[str, Any]], should_stop: Callable[[], str | None]
+    ) -> UserTurn: ...
+
+
 class SimulatedUser:
     """The simulated user of one run: `reply` writes the user's next turn through the
     simulator's client (role `simulator` on the run's ledger)."""
+
+    source = "simulator"
 
     def __init__(self, sim: Simulator, client: ModelClient, hold: Hold | None = None) -> None:
         self.sim = sim

@@ -19,6 +19,9 @@ GITIGNORE = ".gitignore"
 JUDGE_DIR = "judge"
 SIMULATOR_DIR = "simulator"  # a conversation suite's simulated user: `simulator/prompt-vN.md`
 HUMAN_LABELS_FILE = "judge/human-sample.jsonl"
+# conversations a person played as the user (`evalkit converse`), and each play's ledger and trajectory
+HUMAN_PLAYED_FILE = "simulator/human-played.jsonl"
+HUMAN_PLAYED_DIR = "simulator/human-played"
 CALIBRATION_FILE = "judge/calibration.json"  # the judge calibrations `evalkit judge calibrate` accepted
 SCORERS_DIR = "scorers"
 GUIDANCE_DIR = "guidance"

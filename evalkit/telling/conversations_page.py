@@ -117,6 +117,78 @@ def _pct(v: float | None) -> str:
     return fmt.NO_DATA if v is None else fmt.pct(v)
 
 
+def _agreement(h: Mapping[str, Any] | None) -> str:
+    """The simulator's agreement with people (`conversations.json`'s `human_agreement`):
+    the figures, then one row per compared human-played conversation."""
+    if not h:
+        return (
+            "<p>no human-played conversations: <code>evalkit converse SUITE --case ID --arm NAME</code> "
+            "(or the play_conversation notebook) records one in simulator/human-played.jsonl.</p>"
+        )
+    ci = h.get("agreement_ci95") or [None, None]
+    figures = _table(
+        [
+            "played",
+            "compared",
+            "stale",
+            "ties",
+            "pass/fail agreement (95% CI)",
+            "ending agreement",
+            "pass rate: simulated minus people",
+            "turns: simulated minus people",
+            "leans",
+        ],
+        [
+            [
+                h["played"],
+                h["compared"],
+                h["stale"],
+                h["ties"],
+                f"{h['agree']}/{h['n']}: {fmt.pct_ci(h['agreement'], ci[0], ci[1])}",
+                _pct(h["ending_agreement"]),
+                fmt.points(h["mean_pass_rate_difference"]),
+                fmt.NO_DATA if h["mean_turns_difference"] is None else f"{h['mean_turns_difference']:+.1f}",
+                h["leans"],
+            ]
+        ],
+    )
+    return figures + _agreement_rows(h.get("plays") or ())
+
+
+def _agreement_rows(plays: Sequence[Mapping[str, Any]]) -> str:
+    """One row per compared human-played conversation, beside its simulated ones."""
+    rows = [
+        [
+            p["case_id"],
+            p["arm"],
+            p["player"],
+            "passed" if p["human_passed"] else "failed",
+            p["human_turns"],
+            p["human_ending"],
+            p["simulated"],
+            _pct(p["simulated_pass_rate"]),
+            f"{p['simulated_mean_turns']:.1f}",
+            ", ".join(f"{k}: {v}" for k, v in sorted(p["simulated_endings"].items())),
+            {True: "yes", False: "no", None: "tie"}[p["agrees"]],
+        ]
+        for p in plays
+    ]
+    head = [
+        "case",
+        "arm",
+        "played by",
+        "person's conversation",
+        "turns",
+        "ending",
+        "simulated",
+        "simulated pass rate",
+        "simulated mean turns",
+        "simulated endings",
+        "agrees",
+    ]
+    return _table(head, rows)
+
+
 def _conversations(run: Path) -> str:
     """One row per conversation: its turns, ending, grade and (when reviewed) blame and reason."""
     grades = (
@@ -159,6 +231,10 @@ def write_conversations_page(run: str | Path, out_dir: str | Path) -> Path:
         + "<h2>Arms</h2><p>Conversations blamed on the simulated user (by the judge's review) or ended by its "
         "error are counted apart, as tau2-bench leaves infrastructure errors out of pass^k.</p>"
         + _arms(summary)
+        + "<h2>Agreement with people</h2><p>Conversations a person played as the user, graded by the same checks, "
+        "against the simulated conversations of the same case and arm (the majority outcome; simulated users "
+        "tend to be more cooperative than people).</p>"
+        + _agreement(summary.get("human_agreement"))
         + "<h2>Every conversation</h2>"
         + _conversations(run)
     )

@@ -40,6 +40,7 @@ TOOL_NOTEBOOKS: tuple[str, ...] = (
     "label_judge",
     "scoping_interview",
     "sample_review",
+    "play_conversation",
 )  # for people to use, not report pages
 LABEL_NOTEBOOK = "label_judge"
 # The keys of a label line, in the order they are written: what the person fills in
