@@ -15,12 +15,9 @@ if "crash" in turns[-1]["content"]:
 
 
 def post(url, body, key=None):
-    headers = {"Content-Type": "application/json"}
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers)
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        return json.load(resp)
+    auth = {"Authorization": f"Bearer {key}"} if key else {}
+    req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json", **auth})
+    return json.load(urllib.request.urlopen(req, timeout=60))
 
 
 system = "You are the shop's agent." + (f" {case['guidance']}" if case.get("guidance") else "")
