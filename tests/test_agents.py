@@ -618,3 +618,47 @@ def test_a_sigkill_mid_call_leaves_a_sent_line_for_the_request_the_endpoint_rece
     assert "messages" in calls[0]["request"] or "prompt" in calls[0]["request"]
     t = read_trajectory(folder, "c", "baseline", 0)
     assert not t.finished and [c["status"] for c in t.model_calls] == ["sent"]  # shown: it never ended
+
+
+CANCEL_TOOLS = [{"type": "function", "function": {"name": "cancel_order", "parameters": {"type": "object"}}}]
+ORDERS = {"orders": {"4412": {"status": "pending"}}}
+CANCEL_FIXTURES = {"cancel_order": [{"arguments": {"id": "4412"}, "result": "Order 4412 status: cancelled",
+                                     "sets": {"orders.4412.status": "cancelled", "log.last": "4412"}}]}
+CANCEL_SCRIPT = {"rules": [
+    {"match": "Order 4412 status: cancelled", "text": "Done."},
+    {"match": "Cancel order 4412", "tool_calls": [{"name": "cancel_order", "arguments": {"id": "4412"}}]},
+    {"match": "Keep order 4412", "text": "Kept."},
+]}
+
+
+def test_a_state_check_reads_the_state_a_single_turn_agents_tool_calls_left(tmp_path):
+    checks = [{"kind": "tool_calls", "calls": [{"name": "cancel_order", "arguments": {"id": "4412"}}]},
+              {"kind": "state"}]
+    cases = [{"id": cid, "tags": ["golden"], "checks": checks,
+              "input": {"question": q, "state": ORDERS, "tool_results": CANCEL_FIXTURES}}
+             for cid, q in (("cancel", "Cancel order 4412."), ("keep", "Keep order 4412."))]
+    suite = write_suite(tmp_path / "suite", cases, {"kind": "agent", "max_turns": 4}, tools=CANCEL_TOOLS, k=1)
+    with ScriptedServer(CANCEL_SCRIPT) as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+    assert res.complete, res.reason
+    want = {"orders": {"4412": {"status": "cancelled"}}, "log": {"last": "4412"}}
+    t = read_trajectory(res.path, "cancel", "baseline", 0)
+    assert t is not None and t.end["state"] == want and t.tools[0]["sets"] == CANCEL_FIXTURES[
+        "cancel_order"][0]["sets"]
+    assert read_trajectory(res.path, "keep", "baseline", 0).end["state"] == ORDERS  # no call: the initial state
+    grades = {g.case_id: g for g in grade_run(res.path).grades}
+    assert grades["cancel"].passed
+    kept = grades["keep"].checks[1]
+    assert kept.passed is False and "the state the expected tool calls produce" in kept.reason
+    assert "log: missing" in kept.reason and "orders.4412.status" in kept.reason
+
+
+def test_the_state_grader_names_every_path_that_differs():
+    from evalkit.checking.graders import state
+
+    assert state(expected={"a": {"b": 1}}, final={"a": {"b": 1.0}}).passed
+    r = state(expected={"a": {"b": 1}, "c": [1]}, final={"a": {"b": "1"}, "d": True})
+    assert not r.passed and r.reason.count(";") == 2
+    assert "a.b: \"1\" (string), expected 1 (number)" in r.reason
+    assert "c: missing" in r.reason and "d: true (boolean), not expected" in r.reason
+    assert not state(expected={}, final=None).passed  # no state recorded: never a pass

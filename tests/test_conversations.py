@@ -215,7 +215,7 @@ def lint_errors(suite: Path) -> list[str]:
     (lambda cfg, root: cfg["simulator"].update(base_url="ftp://x"), "base_url"),
     (lambda cfg, root: (root / "simulator" / "prompt-v1.md").unlink(), "simulator/prompt-v1.md"),
     (lambda cfg, root: cfg["simulator"].update(max_tokens_out=10**6), "max_tokens_out"),
-    (lambda cfg, root: cfg.update(unit={"kind": "command", "argv": ["x"]}), "conversation"),
+    (lambda cfg, root: cfg.update(unit={"kind": "python", "callable": "m:f"}), "conversation"),
 ])
 def test_the_simulator_is_checked_as_the_generator_and_judge_are(tmp_path, change, says):
     root = write_suite(tmp_path / "suite", [REFUND], "http://127.0.0.1:9/v1")
@@ -573,3 +573,117 @@ def test_report_writes_the_conversations_page_beside_the_explorer_and_the_index_
 
     index = build_index(tmp_path / "reports").read_text()
     assert "conversations.html'>Conversations</a>" in index
+
+
+# --- the user's program as the agent (a command unit), and the state check --------------
+
+PROGRAM = Path(__file__).parent / "data" / "agents" / "conversation_turn.py"
+COMMAND = {"kind": "command", "argv": ["{python}", str(PROGRAM)], "timeout_s": 60}
+CANCEL_TOOL = [{"type": "function", "function": {"name": "cancel_order", "parameters": {"type": "object"}}}]
+ORDERS = {"orders": {"4412": {"status": "pending"}, "4413": {"status": "pending"}}}
+CANCEL_FIXTURE = {"cancel_order": [{"arguments": {"id": "4412"}, "result": "Order 4412 status: cancelled",
+                                    "sets": {"orders.4412.status": "cancelled"}}]}
+CANCEL_CALLS = [{"name": "cancel_order", "arguments": {"id": "4412"}}]
+CANCEL = {"id": "cancel", "tags": ["golden"],
+          "input": {"user": {"persona": "Kim"}, "first_message": "Please cancel order 4412.",
+                    "state": ORDERS, "tool_results": CANCEL_FIXTURE},
+          "checks": [{"kind": "tool_calls", "calls": CANCEL_CALLS},
+                     {"kind": "state"},  # replayed: the state the expected calls produce
+                     {"kind": "state", "expected": {"orders": {"4412": {"status": "cancelled"},
+                                                               "4413": {"status": "pending"}}}}]}
+# the same conversation held to a state it does not leave: fails, naming the path
+CANCEL_WRONG = {**CANCEL, "id": "cancel-wrong", "checks": [
+    {"kind": "state", "expected": {"orders": {"4412": {"status": "pending"}, "4413": {"status": "pending"}}}}]}
+CRASH = {"id": "crash", "tags": ["golden"], "input": {"user": {"persona": "Lee"}, "first_message": "crash now"},
+         "checks": [{"kind": "contains", "value": "x"}]}
+PROGRAM_USER = {"model": "sim", "rules": [
+    {"match": "is cancelled", "text": "Thank you. ###STOP###"}, *USER_SCRIPT["rules"]]}
+PROGRAM_AGENT = {"model": "scripted", "rules": [
+    {"match": "Order 4412 status: cancelled", "text": "Order 4412 is cancelled."},
+    {"match": "cancel order 4412", "tool_calls": [{"name": "cancel_order", "arguments": {"id": "4412"}}]},
+    *AGENT_SCRIPT["rules"]]}
+
+
+def program_suite(root: Path, cases: list[dict], sim_url: str, **config) -> Path:
+    arms = [{"name": "baseline"}, {"name": "careful", "guidance": "careful.md"}]
+    root = write_suite(root, cases, sim_url, unit=COMMAND, tools=CANCEL_TOOL, arms=arms, **config)
+    (root / "careful.md").write_text("Be careful.")
+    return root
+
+
+def test_the_users_program_converses_on_two_arms_is_graded_and_replays_at_zero_dollars(tmp_path):
+    from evalkit.conclusions.grading import grade_run
+
+    with ScriptedServer(PROGRAM_USER) as user, ScriptedServer(PROGRAM_AGENT) as agent:
+        suite = program_suite(tmp_path / "suite", [REFUND, CANCEL, CANCEL_WRONG], user.base_url)
+        res = run(suite, tmp_path, agent)
+        assert res.complete, res.reason
+        sent = (user.stats["requests"], agent.stats["requests"])
+        bodies = agent.requests
+        again = run(suite, tmp_path, agent)
+        assert again.complete and again.spend_usd == 0.0
+        assert (user.stats["requests"], agent.stats["requests"]) == sent
+    rows = {(r["case_id"], r["arm"], r["index"]): r for r in results(res.path)}
+    assert len(rows) == 3 * 2 * 2
+    refund = rows[("refund", "careful", 0)]
+    assert refund["termination"] == "user_stop" and refund["output"] == "Done: your refund is on its way."
+    assert refund["agent"]["unit"] == "command" and refund["agent"]["isolation"] == "sandbox"
+    # each turn's program got the conversation so far, its user's turn last; the arm's guidance too
+    first = next(b for b in bodies if "refund for order 1042" in json.dumps(b) and "careful" in json.dumps(b))
+    assert first["messages"][-1] == {"role": "user", "content": "I want a refund for order 1042."}
+    cancel = rows[("cancel", "baseline", 1)]
+    assert cancel["termination"] == "user_stop" and cancel["output"] == "Order 4412 is cancelled."
+    assert [(c["name"], c["arguments"]) for c in cancel["tool_calls"]] == [("cancel_order", {"id": "4412"})]
+    assert cancel["agent"]["state"]["orders"]["4412"] == {"status": "cancelled"}
+    # the trajectory: the program's model and tool calls between the turns, the final state at the end
+    traj = list(iter_jsonl(res.path / "trajectories" / "cancel" / "baseline" / "sample-1.jsonl"))
+    kinds = [t["type"] for t in traj if t.get("status") != "sent"]
+    assert kinds == ["start", "user", "model_call", "tool", "model_call", "assistant", "user", "end"]
+    assert traj[kinds.index("tool") + 1]["sets"] == {"orders.4412.status": "cancelled"}
+    assert traj[-1]["state"] == cancel["agent"]["state"]
+    grade_run(res.path)
+    grades = {(g["case_id"], g["arm"], g["index"]): g for g in iter_jsonl(res.path / "grades.jsonl")}
+    assert all(g["passed"] for k, g in grades.items() if k[0] != "cancel-wrong")
+    wrong = grades[("cancel-wrong", "careful", 1)]
+    assert wrong["passed"] is False
+    reason = wrong["checks"][0]["reason"]
+    assert "orders.4412.status" in reason and "4413" not in reason, reason
+
+
+def test_a_turn_whose_program_fails_ends_the_conversation_as_agent_error_with_its_stderr_tail(tmp_path):
+    with ScriptedServer(PROGRAM_USER) as user, ScriptedServer(PROGRAM_AGENT) as agent:
+        suite = program_suite(tmp_path / "suite", [CRASH, REFUND], user.base_url, k=1)
+        res = run(suite, tmp_path, agent)
+    assert res.complete, res.reason
+    rows = {(r["case_id"], r["arm"]): r for r in results(res.path)}
+    crash = rows[("crash", "baseline")]
+    assert crash["termination"] == "agent_error" and crash["turns"] == 0
+    assert crash["agent"]["exit_status"] == 3 and "boom" in crash["agent"]["stderr_tail"]
+    assert "exited with status 3" in crash["agent"]["turn_error"]
+    end = list(iter_jsonl(res.path / "trajectories" / "crash" / "baseline" / "sample-1.jsonl"))[-1]
+    assert end["termination"] == "agent_error" and "boom" in end["stderr_tail"]
+    assert rows[("refund", "careful")]["termination"] == "user_stop"  # other conversations go on
+
+
+@pytest.mark.parametrize(("case", "says"), [
+    ({**CANCEL, "input": {**CANCEL["input"], "state": None}}, "$.input.state"),
+    ({**CANCEL, "input": {k: v for k, v in CANCEL["input"].items() if k != "state"}}, "input.state"),
+    ({**CANCEL, "checks": [{"kind": "state"}]}, "tool_calls check"),
+    ({**CANCEL, "checks": [{"kind": "state", "expected": [1]}]}, "$.checks[0].expected"),
+    ({**CANCEL, "input": {**CANCEL["input"], "tool_results": {"cancel_order": {
+        "error": "no", "sets": {"a": 1}}}}}, "sets needs a result"),
+    ({**CANCEL, "input": {**CANCEL["input"], "tool_results": {"cancel_order": {
+        "result": "ok", "sets": {"orders..status": 1}}}}}, "a name between every two dots"),
+    ({**CANCEL, "input": {**CANCEL["input"], "state": {"orders": "none"}}}, "'orders' is not an object"),
+])
+def test_a_state_check_and_its_fixtures_are_checked(tmp_path, case, says):
+    root = program_suite(tmp_path / "suite", [case], "http://127.0.0.1:9/v1")
+    assert says in lint_errors(root)[0]
+
+
+def test_a_command_unit_lints_in_a_conversation_suite_and_its_state_check_is_replayed(tmp_path):
+    suite = reader.load_suite(program_suite(tmp_path / "suite", [CANCEL], "http://127.0.0.1:9/v1"))
+    assert suite.config.unit.kind == "command"
+    replayed = suite.cases[0].checks[1]
+    assert replayed.kind == "state" and replayed.options["replayed"] is True
+    assert replayed.options["expected"]["orders"] == {"4412": {"status": "cancelled"}, "4413": {"status": "pending"}}

@@ -51,6 +51,8 @@ def test_the_examples_are_valid_checks(tmp_path):
     (suite / "scorers" / "word_count.py").write_text("def score(output, case):\n    return True\n")
     lines = []
     for kind, body in _checks_section().items():
+        if kind == "state":  # needs input.state and a unit that calls tools: test_conversations lints it
+            continue
         example = json.loads(re.search(r"```json\n(.*?)\n```", body, flags=re.S).group(1))
         lines.append({"id": f"doc-{kind.replace('_', '-')}", "input": "x", "tags": ["docs"], "expected": "x",
                       "context": "1875", "checks": [example]})

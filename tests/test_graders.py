@@ -25,7 +25,7 @@ def make_sample(output: str, tool_calls=()) -> Sample:
 def test_registry_has_the_stable_names():
     assert set(GRADERS) == {"exact", "contains", "regex", "json_schema", "tool_calls", "grounding", "refusal",
                             "activation", "scorer", "forbidden_tools", "max_turns", "tool_errors", "skill_activation",
-                            "json_field", "file_exists", "exit_code", "assertions"}
+                            "json_field", "file_exists", "exit_code", "assertions", "state"}
 
 
 # ---------------------------------------------------------------- exact / contains

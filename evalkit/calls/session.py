@@ -36,7 +36,7 @@ from typing import Any
 
 from evalkit.calls.client import CallProgress, CallStopped, Completion, ModelClient, request_hash
 from evalkit.foundations.errors import BudgetExhausted, CeilingBreached, DiskFull, InputTooLong
-from evalkit.foundations.records import Usage
+from evalkit.foundations.records import Case, Sample, Usage
 from evalkit.runfolder.trajectories import TrajectoryWriter
 from evalkit.suites.units import ToolAnswer, ToolFixtures, _as_text, canonical_arguments
 
@@ -352,6 +352,8 @@ class SampleSession:
         }
         if asked is not None:
             line["asked"] = {"call": asked[0], "index": asked[1]}
+        if answer.sets is not None:  # what it changed in the case's state (`ToolFixtures.state`)
+            line["sets"] = dict(answer.sets)
         try:
             self.writer.write("tool", line)
         except DiskFull as exc:
@@ -371,6 +373,51 @@ class SampleSession:
         if found is not None:
             found[5] = True
         return found
+
+    def agent_record(self, unit: str, writer: TrajectoryWriter, stop: str) -> dict[str, Any]:
+        """The `agent` fields of every agent sample's results line (a conversation's
+        too): its unit, trajectory, how it stopped, its calls, tool errors, duration and,
+        for a case with state, the tools' final state (`state`)."""
+        agent: dict[str, Any] = {
+            "unit": unit,
+            "trajectory": writer.relpath,
+            "attempt": writer.attempt,
+            "stop": stop,
+            "model_calls": self.calls,
+            "cached_calls": self.cached_calls,
+            "tool_errors": list(self.tool_errors),
+            "duration_ms": round((time.monotonic() - self.started) * 1000, 3),
+        }
+        if self.fixtures.state is not None:
+            agent["state"] = self.fixtures.state
+        return agent
+
+    def sample(self, case: Case, arm: str, seed: int, output: str, agent: dict[str, Any], **kw: Any) -> Sample:
+        """The sample's `results.jsonl` line: what its calls used, cost and hashed, its
+        `output` and `agent` fields; `kw`: `model` (when it made no call), `tool_calls`
+        (its trace, redacted), `turns`, `termination`."""
+        last = self.last
+        return Sample(
+            case_id=case.id,
+            tags=case.tags,
+            arm=arm,
+            index=self.key[2],
+            seed=seed,
+            model=last.model if last is not None else kw["model"],
+            output=output,
+            tool_calls=tuple(kw.get("tool_calls", self.trace())),
+            finish_reason=last.finish_reason if last is not None else None,
+            usage=self.usage,
+            latency_ms=agent["duration_ms"],
+            cost_usd=self.cost_usd,
+            request_hash=self.trajectory_hash(),
+            system_fingerprint=last.system_fingerprint if last is not None else None,
+            cached=self.calls > 0 and self.cached_calls == self.calls,
+            cost_avoided_usd=self.avoided_usd,
+            turns=kw["turns"],
+            agent=agent,
+            termination=kw.get("termination"),
+        )
 
     @property
     def usage(self) -> Usage:

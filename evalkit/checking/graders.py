@@ -870,6 +870,41 @@ def json_field(output: str, *, path: str, value: Any) -> CheckResult:
     return CheckResult("json_field", False, f"{path} is {_show_json(here)}, expected {_show_json(value)}")
 
 
+# -------------------------------------------------------------------------- state
+
+
+def state_differences(got: Any, want: Any, at: str = "") -> list[str]:
+    """Where two states differ, one line per dotted path: objects are walked key by key,
+    any other value is compared whole (`same_json`)."""
+    if not (isinstance(got, Mapping) and isinstance(want, Mapping)):
+        return [] if same_json(got, want) else [f"{at or '$'}: {_show_json(got)}, expected {_show_json(want)}"]
+    out: list[str] = []
+    for key in sorted(set(got) | set(want), key=str):
+        path = f"{at}.{key}" if at else str(key)
+        if key not in got:
+            out.append(f"{path}: missing, expected {_show_json(want[key])}")
+        elif key not in want:
+            out.append(f"{path}: {_show_json(got[key])}, not expected")
+        else:
+            out.extend(state_differences(got[key], want[key], path))
+    return out
+
+
+def state(output: str = "", *, expected: Mapping[str, Any], final: Any = None, replayed: bool = False) -> CheckResult:
+    """The tools' final state (the case's `input.state` with the `sets` of every call
+    its fixtures answered applied in order) equals `expected`: exact JSON equality,
+    else the paths that differ. tau2-bench's database check; `replayed`: `expected` is
+    the state the case's expected tool calls produce (the loader replayed them)."""
+    if not isinstance(final, Mapping):
+        return CheckResult("state", False, "no final state recorded: a state check needs a sample that called tools")
+    diffs = state_differences(final, expected)
+    if not diffs:
+        return CheckResult("state", True)
+    what = "the state the expected tool calls produce" if replayed else "the expected state"
+    shown = "; ".join(diffs[:3]) + (f"; and {len(diffs) - 3} more" if len(diffs) > 3 else "")
+    return CheckResult("state", False, f"the final state differs from {what} at {len(diffs)} path(s): {shown}")
+
+
 # ------------------------------------------------------------ file_exists, exit_code
 
 
@@ -1012,6 +1047,7 @@ GRADERS: dict[str, Grader] = {
     "tool_errors": tool_errors,
     "skill_activation": skill_activation,
     "assertions": assertions,
+    "state": state,
 }
 
 
@@ -1073,6 +1109,7 @@ class AgentFacts:
     # sandbox): None per expression that held, else why not; None: no evaluator here
     evaluate: Callable[[Sequence[str], Mapping[str, Any]], Sequence[str | None]] | None = None
     replies: tuple[str, ...] = ()  # a conversation's assistant messages, in order (`scope: conversation`)
+    state: Any = None  # the tools' final state (`agent.state`), None when the sample recorded none
 
     @classmethod
     def of(
@@ -1097,6 +1134,7 @@ class AgentFacts:
             replies=tuple(
                 str(t.get("content") or "") for t in agent.get("conversation") or () if t.get("role") == "assistant"
             ),
+            state=agent.get("state"),
         )
 
 
@@ -1151,6 +1189,8 @@ def run_check(
         opts["workdir"] = facts.workdir
     elif check.kind == "exit_code":
         opts["status"] = facts.exit_status
+    elif check.kind == "state":
+        opts["final"] = facts.state
     elif check.kind == "scorer":
         if suite_path is None:
             raise InputError(f"{where}: a scorer check needs the suite path")
@@ -1181,6 +1221,8 @@ def grade_sample(
     (`stop` ``max_turns``) also fails a `max_turns` check: it never gave its answer."""
     require_scored(case)
     output, calls = _sample_fields(sample)
+    if facts is None:  # the final state is the sample's own record: a state check reads it
+        facts = AgentFacts(state=AgentFacts.of(sample).state)
     results = [run_check(c, case, output, calls, suite_path, facts) for c in default_checks(case)]
     if facts is not None and facts.stop == "max_turns":
         results.append(

@@ -4,12 +4,15 @@ A conversation sample opens with the case's `input.first_message` (else the simu
 writes it), then the unit answers each user turn (the prompt unit: one call with the
 suite's system message and the conversation as messages; evalkit's tool loop: calls
 and fixture-answered tools until a reply without tool calls, its tool messages kept in
-the agent's history) and the simulator writes the next, until an ending:
+the agent's history; the user's program (a command unit, `Program`): run once a turn
+with the conversation so far in its case, its stdout the reply) and the simulator
+writes the next, until an ending:
 
 * `user_stop`, `transfer`, `out_of_scope`: the simulator's stop marker (its text before
   the marker kept as the last user turn);
 * `max_turns`: the agent answered `input.max_turns` times (default 10);
-* `agent_error`: an agent call failed after its retries (graded: the agent failed);
+* `agent_error`: an agent call failed after its retries, or the program's turn failed
+  (a non-zero exit, its timeout: its stderr tail recorded) (graded: the agent failed);
 * `simulator_error`: a simulator call failed after its retries (counted apart, as
   tau2-bench leaves infrastructure errors out of pass^k).
 
@@ -23,14 +26,16 @@ replies) and `termination`.
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from evalkit.calls.client import CallStopped
 from evalkit.calls.proxy import openai_tool_calls
+from evalkit.calls.sandbox import Redactor
 from evalkit.calls.session import SampleSession, TwinShare
 from evalkit.conversations.simulator import UserSide, UserTurn
 from evalkit.foundations.errors import (
@@ -44,7 +49,7 @@ from evalkit.foundations.errors import (
 from evalkit.foundations.records import Arm, Case, Config, Sample
 from evalkit.runfolder.trajectories import TrajectoryWriter
 from evalkit.suites.suite_conversation import DEFAULT_MAX_TURNS
-from evalkit.suites.units import ToolFixtures
+from evalkit.suites.units import ToolFixtures, tool_names
 
 Key = tuple[str, str, int]
 # a call that failed after its retries: the conversation ends with the side's error
@@ -64,6 +69,9 @@ class _Talk:
     sim_cost_usd: float = 0.0
     sim_calls: int = 0
     sim_cached: int = 0
+    # the program's turn (a command unit): the conversation so far -> its reply
+    program: Callable[[list[dict[str, Any]]], Awaitable[str]] | None = None
+    failure: dict[str, Any] = field(default_factory=dict)  # why the agent's turn failed (`agent_error`)
 
 
 def max_turns_of(case: Case) -> int:
@@ -72,10 +80,21 @@ def max_turns_of(case: Case) -> int:
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else DEFAULT_MAX_TURNS
 
 
-def declared_tools(config: Config) -> tuple[str, ...] | None:
-    """The names of the suite's declared tools, or None (the fixtures answer those)."""
-    names = [(t.get("function") if isinstance(t.get("function"), dict) else t).get("name") for t in config.tools]
-    return tuple(n for n in names if isinstance(n, str)) or None
+# One agent turn of the user's program: (the conversation's session, its redactor, the
+# case, the arm, the agent's seed, the conversation so far) -> its reply.
+ProgramTurn = Callable[[SampleSession, Redactor, Case, Arm, int, list[dict[str, Any]]], Awaitable[str]]
+
+
+class Program(Protocol):
+    """The user's program as a conversation's agent (`evalkit.running.agents.AgentRunner`):
+    `turn` runs it once, sandboxed, its model calls through the metering proxy on the
+    conversation's one `SampleSession`, and returns its reply (see `AgentRunner.turn`);
+    `redactor` holds the secrets taken out of what it returns."""
+
+    def redactor(self) -> Redactor: ...
+
+    @property
+    def turn(self) -> ProgramTurn: ...
 
 
 class ConversationRunner:
@@ -90,6 +109,7 @@ class ConversationRunner:
         should_stop: Callable[[], str | None],
         on_stop: Callable[[str], None],
         share: Callable[[Key], TwinShare | None] | None = None,
+        program: Program | None = None,
     ) -> None:
         self.config = config
         self.run_path = Path(run_path)
@@ -97,6 +117,7 @@ class ConversationRunner:
         self.should_stop = should_stop
         self.on_stop = on_stop
         self.share = share
+        self.program = program  # a command unit's: the user's program answers each turn
 
     def session(self, client: Any, case: Case, arm: Arm, index: int, writer: TrajectoryWriter) -> SampleSession:
         """The agent's calls of one conversation, metered as an agent sample's are."""
@@ -106,7 +127,7 @@ class ConversationRunner:
             client=client,
             key=key,
             writer=writer,
-            fixtures=ToolFixtures.of_case(case.input, declared_tools(self.config) if agent else None),
+            fixtures=ToolFixtures.of_case(case.input, tool_names(self.config) if agent else None),
             should_stop=self.should_stop,
             on_stop=self.on_stop,
             share=None if self.share is None else self.share(key),
@@ -117,9 +138,12 @@ class ConversationRunner:
     ) -> Sample:
         """One conversation (`seeds`: the agent's, the simulator's): its `Sample`, or the
         exception that cut it (see the module docstring)."""
-        writer = TrajectoryWriter(self.run_path, case.id, arm.name, index)
+        redactor = self.program.redactor() if self.program is not None else None
+        writer = TrajectoryWriter(self.run_path, case.id, arm.name, index, redactor.fields if redactor else None)
         session = self.session(client, case, arm, index, writer)
         talk = _Talk(system=[m for m in system if m.get("role") == "system"])
+        if self.program is not None and redactor is not None:
+            talk.program = functools.partial(self.program.turn, session, redactor, case, arm, seeds[0])
         writer.write(
             "start",
             {
@@ -145,7 +169,7 @@ class ConversationRunner:
             raise
         await session.finish("finished")
         self._end(writer, session, talk, {"status": "finished", "termination": ending})
-        return self._sample(session, writer, talk, case, arm, index, seeds[0], ending)
+        return self._sample(session, writer, talk, case, arm, seeds[0], ending)
 
     async def _talk(
         self,
@@ -169,7 +193,8 @@ class ConversationRunner:
                 reply = await self._answer(session, talk, seeds[0])
             except _CUT:
                 raise
-            except _CALL_FAILED:
+            except _CALL_FAILED as exc:
+                self._failed_turn(writer, talk, n, exc)
                 return "agent_error"
             talk.turns.append({"role": "assistant", "content": reply})
             writer.write("assistant", {"turn": n, "content": reply})
@@ -210,9 +235,23 @@ class ConversationRunner:
             talk.turns.append({"role": "user", "content": turn.text})
             talk.history.append({"role": "user", "content": turn.text})
 
+    @staticmethod
+    def _failed_turn(writer: TrajectoryWriter, talk: _Talk, n: int, exc: BaseException) -> None:
+        """Record the agent's failed turn `n`: why, and a program's exit status and stderr tail."""
+        talk.failure = {"error": f"{type(exc).__name__}: {exc}"}
+        for name in ("exit_status", "stderr_tail"):
+            if getattr(exc, name, None) is not None:
+                talk.failure[name] = getattr(exc, name)
+        writer.write("assistant", {"turn": n, "status": "failed", **talk.failure})
+
     async def _answer(self, session: SampleSession, talk: _Talk, seed: int) -> str:
-        """The unit's reply to the last user turn: one call (prompt unit), or the tool
-        loop's calls until a reply without tool calls (agent unit)."""
+        """The unit's reply to the last user turn: one call (prompt unit), the tool
+        loop's calls until a reply without tool calls (agent unit), or one run of the
+        user's program (command unit)."""
+        if talk.program is not None:
+            reply = await talk.program([dict(t) for t in talk.turns])
+            talk.history.append({"role": "assistant", "content": reply})
+            return reply
         cfg = self.config
         tools = list(cfg.tools) or None if cfg.unit.kind == "agent" else None
         stop = list(cfg.stop) or None
@@ -240,7 +279,10 @@ class ConversationRunner:
             "cost_usd": session.cost_usd,
             "simulator_cost_usd": talk.sim_cost_usd,
             "duration_ms": round((time.monotonic() - session.started) * 1000, 3),
+            **talk.failure,
         }
+        if session.fixtures.state is not None:  # the tools' final state (a `state` check's)
+            line["state"] = session.fixtures.state
         try:
             writer.write("end", line)
         finally:
@@ -253,7 +295,6 @@ class ConversationRunner:
         talk: _Talk,
         case: Case,
         arm: Arm,
-        index: int,
         seed: int,
         ending: str,
     ) -> Sample:
@@ -261,41 +302,25 @@ class ConversationRunner:
         output, every turn in `agent.conversation`, the agent's usage and cost (the
         simulator's apart, in `agent.simulator_cost_usd`)."""
         replies = [t["content"] for t in talk.turns if t["role"] == "assistant"]
-        last = session.last
-        duration_ms = round((time.monotonic() - session.started) * 1000, 3)
-        agent: dict[str, Any] = {
-            "unit": self.config.unit.kind,
-            "trajectory": writer.relpath,
-            "attempt": writer.attempt,
-            "stop": "final",  # the tool loop ended each reply; how the conversation ended is `termination`
-            "model_calls": session.calls,
-            "cached_calls": session.cached_calls,
-            "tool_errors": list(session.tool_errors),
-            "duration_ms": duration_ms,
-            "conversation": [dict(t) for t in talk.turns],
-            "simulator_calls": talk.sim_calls,
-            "simulator_cached_calls": talk.sim_cached,
-            "simulator_cost_usd": talk.sim_cost_usd,
-            "simulator_prompt": self.user.sim.prompt_file,
-        }
-        return Sample(
-            case_id=case.id,
-            tags=case.tags,
-            arm=arm.name,
-            index=index,
-            seed=seed,
-            model=last.model if last is not None else self.config.generator.model,
-            output=replies[-1] if replies else "",
-            tool_calls=tuple(session.trace()),
-            finish_reason=last.finish_reason if last is not None else None,
-            usage=session.usage,
-            latency_ms=duration_ms,
-            cost_usd=session.cost_usd,
-            request_hash=session.trajectory_hash(),
-            system_fingerprint=last.system_fingerprint if last is not None else None,
-            cached=session.calls > 0 and session.cached_calls == session.calls,
-            cost_avoided_usd=session.avoided_usd,
+        # "stop": the tool loop ended each reply; how the conversation ended is `termination`
+        agent = session.agent_record(self.config.unit.kind, writer, "final")
+        agent.update(
+            conversation=[dict(t) for t in talk.turns],
+            simulator_calls=talk.sim_calls,
+            simulator_cached_calls=talk.sim_cached,
+            simulator_cost_usd=talk.sim_cost_usd,
+            simulator_prompt=self.user.sim.prompt_file,
+            **{("turn_error" if k == "error" else k): v for k, v in talk.failure.items()},
+        )
+        if self.program is not None:
+            agent["isolation"] = self.config.unit.isolation
+        return session.sample(
+            case,
+            arm.name,
+            seed,
+            replies[-1] if replies else "",
+            agent,
+            model=self.config.generator.model,
             turns=len(replies),
-            agent=agent,
             termination=ending,
         )

@@ -31,6 +31,7 @@ CHECK_KINDS = (
     "file_exists",
     "exit_code",
     "assertions",
+    "state",
     *TRAJECTORY_CHECK_OPTIONS,  # forbidden_tools, max_turns, tool_errors, skill_activation
 )
 
@@ -50,6 +51,7 @@ CHECK_OPTIONS: dict[str, set[str]] = {
     "file_exists": {"path", "expect"},
     "exit_code": {"value"},
     "assertions": {"assertions"},
+    "state": {"expected"},  # the tools' final state (`input.state` + fixtures' `sets`), tau2-bench's DB check
     **TRAJECTORY_CHECK_OPTIONS,
 }
 # `scope` of a check that reads the output, in a conversation: the final assistant

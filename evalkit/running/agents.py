@@ -89,22 +89,12 @@ from evalkit.foundations.findings import Finding
 from evalkit.foundations.layout import workdir_relpath
 from evalkit.foundations.records import Arm, Case, Config, Sample, Suite
 from evalkit.runfolder.trajectories import TrajectoryWriter
-from evalkit.suites.units import ToolFixtures
+from evalkit.suites.units import ToolFixtures, tool_names
 
 MAX_OUTPUT_BYTES = 1024 * 1024  # a program's stdout: more is an errored sample
 STDERR_TAIL_BYTES = 4096
 POLL_S = 0.05  # how often a sample in flight checks whether it must stop
 _FAILURES = (BudgetExhausted, CeilingBreached, DiskFull, InputTooLong, ReplayMiss, UnitCallError)
-
-
-def tool_names(config: Config) -> tuple[str, ...] | None:
-    """The names of the suite's declared tools (OpenAI tool objects), or None."""
-    names = []
-    for t in config.tools:
-        fn = t.get("function") if isinstance(t.get("function"), dict) else t
-        if isinstance(fn.get("name"), str):
-            names.append(fn["name"])
-    return tuple(names) or None
 
 
 def program_argv(suite: Suite) -> list[str]:
@@ -484,44 +474,23 @@ class AgentRunner:
         end.update(status="finished", stop=stop)
         _said_redacted(session, redactor, end)
         self._end(writer, session, end, output)  # written before its results.jsonl line
-        last = session.last
-        duration_ms = (time.monotonic() - session.started) * 1000
-        agent = {
-            "unit": self.unit.kind,
-            "trajectory": writer.relpath,
-            "attempt": writer.attempt,
-            "stop": stop,
-            "model_calls": session.calls,
-            "cached_calls": session.cached_calls,
-            "tool_errors": list(session.tool_errors),
-            "duration_ms": round(duration_ms, 3),
-        }
+        agent = session.agent_record(self.unit.kind, writer, stop)
         if arm.skill_dir:
             agent["skill_dir"] = arm.skill_dir
         for name in ("exit_status", "stderr_tail", "stdout_tail", "workdir", "redacted"):
             if end.get(name) is not None:
                 agent[name] = end[name]
-        if self.unit.kind in ("command", "python"):
+        if contained:
             agent["isolation"] = self.unit.isolation
-        return Sample(
-            case_id=case.id,
-            tags=case.tags,
-            arm=arm.name,
-            index=index,
-            seed=seed,
-            model=last.model if last is not None else self.config.generator.model,
-            output=output,
-            tool_calls=tuple(redactor.fields(session.trace()) if contained else session.trace()),
-            finish_reason=last.finish_reason if last is not None else None,
-            usage=session.usage,
-            latency_ms=round(duration_ms, 3),
-            cost_usd=session.cost_usd,
-            request_hash=session.trajectory_hash(),
-            system_fingerprint=last.system_fingerprint if last is not None else None,
-            cached=session.calls > 0 and session.cached_calls == session.calls,
-            cost_avoided_usd=session.avoided_usd,
+        return session.sample(
+            case,
+            arm.name,
+            seed,
+            output,
+            agent,
+            model=self.config.generator.model,
+            tool_calls=redactor.fields(session.trace()) if contained else session.trace(),
             turns=session.calls,
-            agent=agent,
         )
 
     def _end(self, writer: TrajectoryWriter, session: SampleSession, end: dict[str, Any], output: str | None) -> None:
@@ -538,6 +507,8 @@ class AgentRunner:
         for name in ("exit_status", "stderr_tail", "stdout_tail", "workdir", "redacted"):
             if end.get(name) is not None:
                 line[name] = end[name]
+        if session.fixtures.state is not None:  # the tools' final state (a `state` check's)
+            line["state"] = session.fixtures.state
         try:
             writer.write("end", line)
         finally:
@@ -566,6 +537,36 @@ class AgentRunner:
         if getattr(failure, "requeue", False):  # its Ray node died: the runner runs it once more
             err.requeue = True  # type: ignore[attr-defined]
         return err
+
+    def redactor(self) -> Redactor:
+        """A fresh redactor of the secrets evalkit holds, for one sample or conversation."""
+        return Redactor(self._held)
+
+    async def turn(
+        self,
+        session: SampleSession,
+        redactor: Redactor,
+        case: Case,
+        arm: Arm,
+        seed: int,
+        conversation: list[dict[str, Any]],
+    ) -> str:
+        """One agent turn of a conversation (`evalkit.conversations.loop`): the program run
+        once as a sample's is, its case carrying `conversation` (the turns so far, the
+        user's last); its output (line ends at its end taken off) is the reply. Raises what ends the conversation: a
+        refused or failed call's exception (`_error`), or `UnitCallError` with the
+        program's `exit_status` and `stderr_tail` for a program that failed."""
+        end: dict[str, Any] = {}
+        run = self._program(session, case, arm, session.key[2], seed, end, redactor, conversation)
+        try:
+            output, _ = await _redacted(run, redactor, end)
+        except _Ended as exc:
+            err = self._error(session, exc)
+            err.exit_status, err.stderr_tail = exc.exit_status, exc.stderr_tail  # type: ignore[attr-defined]
+            raise err from None
+        if session.failure is not None:  # a refused call the program got past: the turn failed
+            raise self._error(session, session.failure)
+        return output.rstrip("\n")  # print's line end is no part of the message
 
     # -- evalkit's own tool loop -----------------------------------------------------------
 
@@ -639,7 +640,9 @@ class AgentRunner:
 
     # -- the user's program or function ------------------------------------------------------
 
-    def _payload(self, case: Case, arm: Arm, index: int, seed: int, ep: SampleEndpoint) -> dict[str, Any]:
+    def _payload(
+        self, case: Case, arm: Arm, index: int, seed: int, ep: SampleEndpoint, conversation: Any = None
+    ) -> dict[str, Any]:
         payload: dict[str, Any] = {
             "id": case.id,
             "input": case.input,
@@ -657,6 +660,8 @@ class AgentRunner:
             payload["guidance"] = arm.guidance
         if self.config.tools:
             payload["tools"] = list(self.config.tools)
+        if conversation is not None:  # a conversation's turn: the turns so far, the user's last
+            payload["conversation"] = conversation
         # a copy of its own (input, fixtures, tools): what a python unit changes in it
         # never reaches another sample, nor the case the graders read
         copied: dict[str, Any] = json.loads(json.dumps(payload))
@@ -671,6 +676,7 @@ class AgentRunner:
         seed: int,
         end: dict[str, Any],
         redactor: Redactor,
+        conversation: Any = None,
     ) -> tuple[str, str]:
         assert self.proxy is not None
         ep = self.proxy.open(session)
@@ -680,7 +686,7 @@ class AgentRunner:
         # erroring the sample (its output is what it wrote before it exited)
         graded_exit = self.unit.kind == "command" and any(c.kind == "exit_code" for c in case.checks)
         try:
-            payload = self._payload(case, arm, index, seed, ep)
+            payload = self._payload(case, arm, index, seed, ep, conversation)
             if keep:
                 end["workdir"] = workdir_relpath(case.id, arm.name, index)
             out, status, stderr_tail = await self._process(session, payload, ep, workdir, end, graded_exit)
@@ -785,10 +791,27 @@ class AgentRunner:
         check grades the status)."""
         if self.executor is not None:
             return await self._remote_process(session, payload, ep, workdir, end)
-        argv = self._spawn_argv(workdir)
         deadline = time.monotonic() + self.unit.timeout_s
+        proc = await self._start_process(workdir, ep)
+        pipes = _Pipes(proc, payload)
         try:
-            proc = await asyncio.create_subprocess_exec(
+            why = await self._watch(proc, pipes, session, deadline)
+            status = await _reap(proc, pipes, killed=why is not None)
+        finally:
+            if proc.returncode is None:  # cancelled: never leave the program running
+                _kill_group(proc.pid)
+            pipes.cancel()
+        stderr_tail = _decode(bytes(pipes.tail))
+        end.update(exit_status=status, stderr_tail=stderr_tail)
+        self._check_ending(why, pipes, status, stderr_tail, graded_exit)
+        return bytes(pipes.out), status, stderr_tail
+
+    async def _start_process(self, workdir: Path, ep: SampleEndpoint) -> asyncio.subprocess.Process:
+        """Start one sample's process (`_spawn_argv`) in `workdir`, in a process group of
+        its own, its environment `child_env`; `_Ended` when it cannot start."""
+        argv = self._spawn_argv(workdir)
+        try:
+            return await asyncio.create_subprocess_exec(
                 *argv,
                 cwd=str(workdir),
                 env=child_env(self.config, ep, workdir),
@@ -799,78 +822,38 @@ class AgentRunner:
             )
         except OSError as exc:
             raise _Ended(f"could not start {argv[0]!r}: {exc.strerror or exc}") from None
-        out = bytearray()
-        tail = bytearray()
-        too_long = False
 
-        async def feed() -> None:
-            assert proc.stdin is not None
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                proc.stdin.write(json.dumps(payload, ensure_ascii=False).encode("utf-8", "surrogatepass") + b"\n")
-                await proc.stdin.drain()
-                proc.stdin.close()
-
-        async def read_out() -> None:
-            nonlocal too_long
-            assert proc.stdout is not None
-            while chunk := await proc.stdout.read(65536):
-                out.extend(chunk)
-                if len(out) > MAX_OUTPUT_BYTES:
-                    too_long = True
-                    return
-
-        said: list[str] = []  # the forwarder's line naming a limit hit (proxy connections)
-
-        async def read_err() -> None:
-            assert proc.stderr is not None
-            while chunk := await proc.stderr.read(65536):
-                tail.extend(chunk)
-                said.extend(limit_said(bytes(tail[-len(chunk) - 200 :])))
-                del tail[:-STDERR_TAIL_BYTES]
-
-        io = [asyncio.ensure_future(f()) for f in (feed, read_out, read_err)]
-        waiter = asyncio.ensure_future(proc.wait())
-        why: str | None = None
-        try:
-            # `returncode` is set at its exit; `wait()` (Python 3.11) only returns once its
-            # pipes are closed too, which what it left running may keep open.
-            while proc.returncode is None and not waiter.done():
-                await asyncio.wait({waiter}, timeout=POLL_S)
-                if proc.returncode is not None or waiter.done():
-                    break
-                why = f"its stdout passed {MAX_OUTPUT_BYTES} bytes" if too_long else self._must_stop(session, deadline)
-                if why is not None:
-                    _kill_group(proc.pid)
-                    break
-            if why is not None:  # killed: reaped at once (its pipes may stay open a moment longer)
-                deadline_kill = time.monotonic() + 5.0
-                while proc.returncode is None and time.monotonic() < deadline_kill:
-                    await asyncio.wait({waiter}, timeout=POLL_S)
-            # Readers end at EOF. Pipes still open after its exit are held by what it left
-            # running in its group (which keeps the group's id from being reused): killed.
-            _, open_pipes = await asyncio.wait(io, timeout=2.0)
-            if open_pipes:
+    async def _watch(
+        self, proc: asyncio.subprocess.Process, pipes: _Pipes, session: SampleSession, deadline: float
+    ) -> str | None:
+        """Wait for the process to exit, asking every `POLL_S` whether it must be stopped
+        (too much stdout, a failed call, the run's stop, its timeout): then its group is
+        killed and why is returned; None when it exited by itself."""
+        # `returncode` is set at its exit; `wait()` (Python 3.11) only returns once its
+        # pipes are closed too, which what it left running may keep open.
+        while proc.returncode is None and not pipes.waiter.done():
+            await asyncio.wait({pipes.waiter}, timeout=POLL_S)
+            if proc.returncode is not None or pipes.waiter.done():
+                return None
+            too_long = f"its stdout passed {MAX_OUTPUT_BYTES} bytes" if pipes.too_long else None
+            why = too_long or self._must_stop(session, deadline)
+            if why is not None:
                 _kill_group(proc.pid)
-                await asyncio.wait(open_pipes, timeout=2.0)
-            await asyncio.wait({waiter}, timeout=2.0)
-            status = proc.returncode if proc.returncode is not None else -signal.SIGKILL
-        finally:
-            if proc.returncode is None:  # cancelled: never leave the program running
-                _kill_group(proc.pid)
-            for t in (*io, waiter):
-                t.cancel()
-        stderr_tail = _decode(bytes(tail))
-        end.update(exit_status=status, stderr_tail=stderr_tail)
-        if why is None and too_long:
+                return why
+        return None
+
+    def _check_ending(self, why: str | None, pipes: _Pipes, status: int, stderr_tail: str, graded_exit: bool) -> None:
+        """`_Ended` for a process that did not end well: killed (`why`), too much stdout,
+        a limit its sandbox's forwarder named, a non-zero exit (unless `graded_exit`)."""
+        if why is None and pipes.too_long:
             why = f"its stdout passed {MAX_OUTPUT_BYTES} bytes"
         what = "program" if self.unit.kind == "command" else "function's worker"
         if why is not None:
             raise _Ended(f"{why}; the {what} was killed", status, stderr_tail)
-        if said:
-            raise _Ended(f"the {what} {said[0]}", status, stderr_tail)
+        if pipes.said:
+            raise _Ended(f"the {what} {pipes.said[0]}", status, stderr_tail)
         if status != 0 and not (graded_exit and status > 0):
             raise _Ended(self._exit_why(status, stderr_tail), status, stderr_tail)
-        return bytes(out), status, stderr_tail
 
     def _exit_why(self, status: int, stderr_tail: str) -> str:
         """Why a sample's program failed: its exit status, and the per-sample limit it hit
@@ -922,6 +905,65 @@ class AgentRunner:
         if status != 0:
             raise _Ended(self._exit_why(status, stderr_tail), status, stderr_tail)
         return out, status, stderr_tail
+
+
+class _Pipes:
+    """A running process's pipes, served while it runs: the case written to its stdin,
+    its stdout kept (`too_long` past `MAX_OUTPUT_BYTES`), the last `STDERR_TAIL_BYTES` of
+    its stderr and the lines there in which its sandbox's forwarder names a limit hit
+    (`said`); `waiter` waits for its exit."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, payload: dict[str, Any]) -> None:
+        self.proc = proc
+        self.out = bytearray()
+        self.tail = bytearray()
+        self.too_long = False
+        self.said: list[str] = []
+        self.tasks = [asyncio.ensure_future(c) for c in (self._feed(payload), self._read_out(), self._read_err())]
+        self.waiter = asyncio.ensure_future(proc.wait())
+
+    async def _feed(self, payload: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self.proc.stdin.write(json.dumps(payload, ensure_ascii=False).encode("utf-8", "surrogatepass") + b"\n")
+            await self.proc.stdin.drain()
+            self.proc.stdin.close()
+
+    async def _read_out(self) -> None:
+        assert self.proc.stdout is not None
+        while chunk := await self.proc.stdout.read(65536):
+            self.out.extend(chunk)
+            if len(self.out) > MAX_OUTPUT_BYTES:
+                self.too_long = True
+                return
+
+    async def _read_err(self) -> None:
+        assert self.proc.stderr is not None
+        while chunk := await self.proc.stderr.read(65536):
+            self.tail.extend(chunk)
+            self.said.extend(limit_said(bytes(self.tail[-len(chunk) - 200 :])))
+            del self.tail[:-STDERR_TAIL_BYTES]
+
+    def cancel(self) -> None:
+        for t in (*self.tasks, self.waiter):
+            t.cancel()
+
+
+async def _reap(proc: asyncio.subprocess.Process, pipes: _Pipes, killed: bool) -> int:
+    """The exit status of a process that exited or was `killed` (reaped at once; its
+    pipes may stay open a moment longer). Its readers end at EOF; pipes still open after
+    its exit are held by what it left running in its group (which keeps the group's id
+    from being reused): that is killed."""
+    if killed:
+        deadline_kill = time.monotonic() + 5.0
+        while proc.returncode is None and time.monotonic() < deadline_kill:
+            await asyncio.wait({pipes.waiter}, timeout=POLL_S)
+    _, open_pipes = await asyncio.wait(pipes.tasks, timeout=2.0)
+    if open_pipes:
+        _kill_group(proc.pid)
+        await asyncio.wait(open_pipes, timeout=2.0)
+    await asyncio.wait({pipes.waiter}, timeout=2.0)
+    return proc.returncode if proc.returncode is not None else -signal.SIGKILL
 
 
 async def _redacted(run: Awaitable[tuple[str, str]], redactor: Redactor, end: dict[str, Any]) -> tuple[str, str]:

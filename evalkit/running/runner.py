@@ -1303,28 +1303,38 @@ async def _start_units(stack: contextlib.AsyncExitStack, engine: _Engine, plan: 
         stack.push_async_callback(engine.remote_prompts.aclose)
     if config.unit.kind == "prompt":
         return
+    for arm in plan.arm_objs:
+        engine.arm_agents[arm.name] = runner = await _agent_runner(stack, engine, plan, arm, remote)
+        engine.agents = engine.agents or runner
+
+
+async def _agent_runner(
+    stack: contextlib.AsyncExitStack, engine: _Engine, plan: _RunPlan, arm: Arm, remote: Any = None
+) -> Any:
+    """The arm's started `agents.AgentRunner` (its unit, its model's client, its program
+    or worker argv, `remote` its Ray executor), closed by `stack`."""
     from evalkit.running.agents import AgentRunner
 
-    for arm in plan.arm_objs:
-        engine.arm_agents[arm.name] = runner = await AgentRunner(
-            arm_suite(plan.suite, arm),
-            engine.folder.path,
-            engine.clients[arm.name],
-            should_stop=engine.signal.should_stop,
-            on_stop=engine.stop,
-            target=plan.targets.get(arm.name, plan.target),
-            executor=remote,
-            share=engine.twin_share,
-        ).start()
-        stack.push_async_callback(runner.aclose)
-        engine.agents = engine.agents or runner
+    runner = await AgentRunner(
+        arm_suite(plan.suite, arm),
+        engine.folder.path,
+        engine.clients[arm.name],
+        should_stop=engine.signal.should_stop,
+        on_stop=engine.stop,
+        target=plan.targets.get(arm.name, plan.target),
+        executor=remote,
+        share=engine.twin_share,
+    ).start()
+    stack.push_async_callback(runner.aclose)
+    return runner
 
 
 async def _start_conversations(stack: contextlib.AsyncExitStack, engine: _Engine, plan: _RunPlan) -> None:
     """Each arm's `ConversationRunner`, all meeting one simulated user: its client (role
     `simulator` on the run's ledger and response cache, closed by `stack`, asked by the
     run's stop signal) and the run's in-flight registry (two arms' identical simulator
-    calls go out once)."""
+    calls go out once); a command unit's turns run by the arm's `agents.AgentRunner`
+    (its program behind the proxy, in its sandbox)."""
     from evalkit.conversations.loop import ConversationRunner
     from evalkit.conversations.simulator import SimulatedUser, simulator_client
 
@@ -1335,6 +1345,8 @@ async def _start_conversations(stack: contextlib.AsyncExitStack, engine: _Engine
     assert config.simulator is not None
     user = SimulatedUser(config.simulator, client, engine.in_flight.hold if engine.rcache is not None else None)
     for arm in plan.arm_objs:
+        command = config.for_arm(arm).unit.kind == "command"
+        program = await _agent_runner(stack, engine, plan, arm) if command else None
         engine.conversations[arm.name] = ConversationRunner(
             config.for_arm(arm),
             engine.folder.path,
@@ -1342,6 +1354,7 @@ async def _start_conversations(stack: contextlib.AsyncExitStack, engine: _Engine
             should_stop=engine.signal.should_stop,
             on_stop=engine.stop,
             share=engine.twin_share,
+            program=program,
         )
 
 

@@ -47,7 +47,7 @@ from evalkit.suites.suite_source import (
     case_id_problem,
     is_comment_key,
 )
-from evalkit.suites.units import check_fixtures, check_trajectory_options
+from evalkit.suites.units import STATE_KEY, ToolFixtures, check_fixtures, check_state, check_trajectory_options
 
 
 # --- a check's options ---------------------------------------------------------------
@@ -223,6 +223,49 @@ def _tool_calls_options(c: _CheckAt) -> bool:
     return ok
 
 
+def _state_options(c: _CheckAt) -> bool:
+    """state: a tool-calling unit, the case's `input.state` (the initial state), and
+    `expected` (an object), else the state its `tool_calls` check's calls produce,
+    replayed through its fixtures here (`replayed`), as tau2-bench replays its actions."""
+    inp = c.case.get("input")
+    if not isinstance(inp, dict) or not isinstance(inp.get(STATE_KEY), dict):
+        c.r.err(c.jp, f'a state check needs the case\'s "input.{STATE_KEY}": the initial state its tools change')
+        return False
+    if not _calls_tools(c.src.config):
+        c.r.err(c.jp, "a state check reads what tool calls changed: it needs an agent, command or python unit")
+        return False
+    if "expected" in c.opts:
+        if not isinstance(c.opts["expected"], dict):
+            c.r.err(f"{c.jp}.expected", "expected must be an object: the state the tools should leave")
+            return False
+        return True
+    calls = _gold_calls(c.case)
+    if calls is None:
+        c.r.err(c.jp, 'a state check needs "expected" (an object) or a tool_calls check whose calls replay to it')
+        return False
+    c.opts.update(expected=ToolFixtures.of_case(inp).replay(calls), replayed=True)
+    return True
+
+
+def _calls_tools(cfg: dict[str, Any]) -> bool:
+    """Whether a suite's unit (or an arm's own) is one that calls tools."""
+    units = [cfg.get("unit"), *(a.get("unit") for a in cfg.get("arms") or () if isinstance(a, dict))]
+    kinds = {u.get("kind") if isinstance(u, dict) else u for u in units}
+    return bool(kinds & {"agent", "command", "python"})
+
+
+def _gold_calls(case: dict[str, Any]) -> list[tuple[str, Any]] | None:
+    """The calls of the case's first `tool_calls` check (its `calls`, else the case's
+    list `expected` or `expected.tool_calls`) as (name, arguments); None without one."""
+    expected = case.get("expected")
+    for chk in case.get("checks") or ():
+        if isinstance(chk, dict) and chk.get("kind") == "tool_calls":
+            calls = chk.get("calls", expected.get("tool_calls") if isinstance(expected, dict) else expected)
+            if isinstance(calls, list):
+                return [(str(x.get("name")), x.get("arguments", {})) for x in calls if isinstance(x, dict)]
+    return None
+
+
 def _assertions_options(c: _CheckAt) -> bool:
     """assertions: a non-empty list of Python expressions, each one that parses (parsed
     here, never run: grading evaluates them in its sandbox)."""
@@ -336,6 +379,7 @@ _OPTION_RULES: dict[str, Callable[[_CheckAt], bool]] = {
     "refusal": _refusal_options,
     "activation": _activation_options,
     "scorer": _scorer_options,
+    "state": _state_options,
 }
 # The kinds whose rule alone says whether the check is usable (see `_check_options`).
 _RULES_DECIDING_ALONE = {*TRAJECTORY_CHECK_OPTIONS, "tool_calls"}
@@ -418,6 +462,7 @@ def _case_input(r: _Reader, raw: dict[str, Any], prefix: str, label: str, src: S
                 r.err(prefix + f".input.{key}", label + f"input key {key!r} cannot be a template variable name")
                 ok = False
         ok = check_fixtures(r, inp, prefix + ".input", label) and ok
+        ok = check_state(r, inp, prefix + ".input", label) and ok
     if src.config.get("simulator") is not None:  # a conversation: the simulated user it meets
         ok = check_conversation_input(r, inp, prefix, label) and ok
     return inp, ok

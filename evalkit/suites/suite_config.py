@@ -330,11 +330,15 @@ def _config_ci_cap(r: _Reader, cfg: dict[str, Any], cap: Any) -> Any:
 
 def _config_simulator(src: SuiteSource, r: _Reader, cfg: dict[str, Any], unit: Unit | None) -> Simulator | None:
     """The simulated user of a conversation suite (`suite_conversation.parse_simulator`);
-    its unit answers each turn: the prompt unit or evalkit's tool loop."""
+    its unit answers each turn: the prompt unit, evalkit's tool loop or the user's
+    program (a command unit, run once a turn)."""
     if cfg.get("simulator") is None:
         return None
-    if unit is not None and unit.kind not in ("prompt", "agent"):
-        r.err("$.unit", f'a conversation suite\'s unit is "prompt" or "agent" (each turn answered), not {unit.kind!r}')
+    if unit is not None and unit.kind not in ("prompt", "agent", "command"):
+        r.err(
+            "$.unit",
+            f'a conversation suite\'s unit is "prompt", "agent" or "command" (each turn answered), not {unit.kind!r}',
+        )
     if cfg.get("mode", "chat") != "chat":
         r.err("$.mode", "a conversation needs chat mode")
     return parse_simulator(src, r, cfg)

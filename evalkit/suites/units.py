@@ -26,19 +26,31 @@ with no entry of its own. `result` is any JSON value (text is sent as it is, any
 else as JSON); `error` makes the call a failed one (the model sees the message as the
 tool's result, and the trajectory records the error). A call nothing answers is a tool
 error too: ``no fixture for tool 'x' with arguments {...}``.
+
+A case may hold state its tools change (tau2-bench's database): ``input.state`` is the
+initial state (an object), and an entry's ``sets`` says what a call it answers changes::
+
+    "input": {"state": {"orders": {"4412": {"status": "pending"}}}, "tool_results": {
+        "cancel_order": [{"arguments": {"id": "4412"}, "result": "cancelled",
+                          "sets": {"orders.4412.status": "cancelled"}}]}}
+
+Each key of ``sets`` is a dotted path of object keys (missing objects on the way are
+made); the state after a sample is the initial one with every answered call's ``sets``
+applied in the order of the calls. A `state` check compares it with the expected one.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from evalkit.foundations.checks import TRAJECTORY_CHECK_OPTIONS  # noqa: F401 - validated here, defined with the other check kinds
-from evalkit.foundations.records import Executor, Json, Limits, Resources, Unit
+from evalkit.foundations.records import Config, Executor, Json, Limits, Resources, Unit
 
 UNIT_KINDS = ("prompt", "agent", "command", "python")
 AGENT_KINDS = ("agent", "command", "python")  # the units with trajectories
@@ -57,6 +69,8 @@ EXECUTOR_KEYS = ("kind", "address", "proxy_host")
 MAX_TURNS = 1_000
 MAX_UNIT_TIMEOUT_S = 86_400.0
 FIXTURES_KEY = "tool_results"  # in a case's input object
+STATE_KEY = "state"  # in a case's input object: its initial state, what fixtures' `sets` change
+SETS_KEY = "sets"  # in a fixture entry: {"dotted.path": value, ...}
 ANY_TOOL = "*"
 CALLABLE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
 TOOL_CALL_MODES = ("exact", "any_order", "subset", "subset_any_order")
@@ -289,6 +303,16 @@ def parse_executor(r: Reader, raw: Any, jp: str = "$.executor") -> Executor | No
 # --------------------------------------------------------------------------- fixtures
 
 
+def tool_names(config: Config) -> tuple[str, ...] | None:
+    """The names of the suite's declared tools (OpenAI tool objects), or None."""
+    names = []
+    for t in config.tools:
+        fn = t.get("function") if isinstance(t.get("function"), dict) else t
+        if isinstance(fn.get("name"), str):
+            names.append(fn["name"])
+    return tuple(names) or None
+
+
 def canonical_arguments(args: Any) -> Any:
     """Tool-call arguments as compared: a JSON string is parsed (an empty one is {}), a
     string that is not JSON stays a string."""
@@ -304,33 +328,68 @@ def canonical_arguments(args: Any) -> Any:
 class ToolAnswer:
     """What a tool call got: `content` (what the model sees), and `error` (why it failed,
     None when it did not); `source` says where the answer came from (`fixture`,
-    `default`, `any-tool default`, `no fixture`, `unknown tool`)."""
+    `default`, `any-tool default`, `no fixture`, `unknown tool`); `sets`, what the call
+    changed in the case's state (its fixture's `sets`), None when nothing."""
 
     content: str
     error: str | None
     source: str
+    sets: Mapping[str, Any] | None = None
 
 
 def _as_text(value: Json) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
-class ToolFixtures:
-    """The tool results of one case (`input.tool_results`): no real side effect, ever."""
+def set_path(state: dict[str, Any], path: str, value: Any) -> None:
+    """Set the dotted `path` (`orders.4412.status`: object keys) of `state` to a copy of
+    `value`, making the objects missing on the way; `ValueError` naming the step when
+    one on the way is not an object."""
+    *parents, last = path.split(".")
+    here = state
+    for i, key in enumerate(parents):
+        here = here.setdefault(key, {})
+        if not isinstance(here, dict):
+            raise ValueError(f"state path {path!r}: {'.'.join(parents[: i + 1])!r} is not an object")
+    here[last] = copy.deepcopy(value)
 
-    def __init__(self, fixtures: Mapping[str, Any] | None, declared: tuple[str, ...] | None = None) -> None:
+
+def applied(state: Mapping[str, Any] | None, sets: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of `state` (None: {}) with a fixture's `sets` applied in their order."""
+    out = copy.deepcopy(dict(state or {}))
+    for path, value in sets.items():
+        set_path(out, path, value)
+    return out
+
+
+class ToolFixtures:
+    """The tool results of one case (`input.tool_results`): no real side effect, ever.
+    Its `state` (a copy of `input.state`, None when the case has none) is what the calls
+    answered so far changed: each fixture's `sets`, in the order of the calls."""
+
+    def __init__(
+        self,
+        fixtures: Mapping[str, Any] | None,
+        declared: tuple[str, ...] | None = None,
+        state: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._fixtures = fixtures
         self._by_tool: dict[str, list[dict[str, Any]]] = {}
         for name, entries in (fixtures or {}).items():
             self._by_tool[str(name)] = list(entries) if isinstance(entries, list) else [entries]
         self._declared = set(declared) if declared else None
+        self._initial = copy.deepcopy(dict(state)) if isinstance(state, Mapping) else None
+        self.state: dict[str, Any] | None = copy.deepcopy(self._initial)
 
     @classmethod
     def of_case(cls, case_input: Any, declared: tuple[str, ...] | None = None) -> ToolFixtures:
         fx = case_input.get(FIXTURES_KEY) if isinstance(case_input, dict) else None
-        return cls(fx if isinstance(fx, dict) else None, declared)
+        state = case_input.get(STATE_KEY) if isinstance(case_input, dict) else None
+        return cls(fx if isinstance(fx, dict) else None, declared, state if isinstance(state, dict) else None)
 
     def answer(self, name: str, arguments: Any) -> ToolAnswer:
-        """The answer to a call of tool `name` with `arguments` (see the module docstring)."""
+        """The answer to a call of tool `name` with `arguments` (see the module
+        docstring); a fixture's `sets` change `state`."""
         if self._declared is not None and name not in self._declared:
             return ToolAnswer(
                 f"error: unknown tool {name!r} (declared: {', '.join(sorted(self._declared))})",
@@ -338,6 +397,25 @@ class ToolFixtures:
                 "unknown tool",
             )
         args = canonical_arguments(arguments)
+        chosen, source = self._entry(name, args)
+        if chosen is None:
+            shown = json.dumps(args, ensure_ascii=False, sort_keys=True) if not isinstance(args, str) else args
+            why = f"no fixture for tool {name!r} with arguments {shown}"
+            return ToolAnswer(f"error: {why}", why, "no fixture")
+        if "error" in chosen:
+            return ToolAnswer(f"error: {_as_text(chosen['error'])}", _as_text(chosen["error"]), source)
+        sets = chosen.get(SETS_KEY)
+        if isinstance(sets, dict) and sets:
+            try:
+                self.state = applied(self.state, sets)
+            except ValueError as exc:  # the fixture's author's mistake, said as the call's error
+                return ToolAnswer(f"error: {exc}", str(exc), source)
+            return ToolAnswer(_as_text(chosen.get("result")), None, source, sets)
+        return ToolAnswer(_as_text(chosen.get("result")), None, source)
+
+    def _entry(self, name: str, args: Any) -> tuple[dict[str, Any] | None, str]:
+        """The entry answering a call (its arguments' own, else its tool's default, else
+        the any-tool default) and where it came from."""
         entries = self._by_tool.get(name)
         source = "fixture"
         if entries is None:
@@ -346,13 +424,15 @@ class ToolFixtures:
         if chosen is None:
             chosen = next((e for e in entries if "arguments" not in e), None)
             source = "default" if source == "fixture" else source
-        if chosen is None:
-            shown = json.dumps(args, ensure_ascii=False, sort_keys=True) if not isinstance(args, str) else args
-            why = f"no fixture for tool {name!r} with arguments {shown}"
-            return ToolAnswer(f"error: {why}", why, "no fixture")
-        if "error" in chosen:
-            return ToolAnswer(f"error: {_as_text(chosen['error'])}", _as_text(chosen["error"]), source)
-        return ToolAnswer(_as_text(chosen.get("result")), None, source)
+        return chosen, source
+
+    def replay(self, calls: Iterable[tuple[str, Any]]) -> dict[str, Any]:
+        """The state `calls` ((name, arguments), in order) produce from the case's initial
+        state, answered as a sample's are (tau2-bench replays its gold actions so)."""
+        fresh = ToolFixtures(self._fixtures, None, self._initial)
+        for name, args in calls:
+            fresh.answer(name, args)
+        return fresh.state or {}
 
 
 def check_fixtures(r: Reader, case_input: Any, jp: str, label: str) -> bool:
@@ -373,7 +453,7 @@ def check_fixtures(r: Reader, case_input: Any, jp: str, label: str) -> bool:
                 r.err(ej, label + 'a tool fixture is an object {"arguments"?, "result" | "error"}')
                 ok = False
                 continue
-            unknown = set(e) - {"arguments", "result", "error"}
+            unknown = set(e) - {"arguments", "result", "error", SETS_KEY}
             for key in sorted(unknown):
                 r.warn(f"{ej}.{key}", label + f"unknown key {key!r} in a tool fixture (ignored)", strict_error=True)
             if ("result" in e) == ("error" in e):
@@ -382,7 +462,40 @@ def check_fixtures(r: Reader, case_input: Any, jp: str, label: str) -> bool:
             if "arguments" in e and not isinstance(e["arguments"], (dict, str)):
                 r.err(f"{ej}.arguments", label + "arguments must be an object (or a JSON string)")
                 ok = False
+            if SETS_KEY in e:
+                ok = _check_sets(r, e, case_input.get(STATE_KEY), f"{ej}.{SETS_KEY}", label) and ok
     return ok
+
+
+def _check_sets(r: Reader, entry: dict[str, Any], state: Any, jp: str, label: str) -> bool:
+    """A fixture entry's `sets`: an object of dotted paths (non-empty keys between the
+    dots) to JSON values, on an entry with a `result` (a failed call changes nothing),
+    each path settable in the case's `input.state`."""
+    sets = entry[SETS_KEY]
+    if not isinstance(sets, dict) or not sets:
+        r.err(jp, label + 'sets must be a non-empty object {"dotted.path": value} (what the call changes)')
+        return False
+    if "error" in entry:
+        r.err(jp, label + "a fixture with an error changes nothing: sets needs a result")
+        return False
+    for path in sets:
+        if not all(path.split(".")):
+            r.err(f"{jp}.{path}", label + f"state path {path!r} needs a name between every two dots")
+            return False
+    try:
+        applied(state if isinstance(state, dict) else None, sets)
+    except ValueError as exc:
+        r.err(jp, label + f"{exc} in input.{STATE_KEY}")
+        return False
+    return True
+
+
+def check_state(r: Reader, case_input: Any, jp: str, label: str) -> bool:
+    """A case's `input.state` (its initial state), when present: a JSON object."""
+    if isinstance(case_input, dict) and STATE_KEY in case_input and not isinstance(case_input[STATE_KEY], dict):
+        r.err(f"{jp}.{STATE_KEY}", label + f"{STATE_KEY} must be an object: the initial state the tools change")
+        return False
+    return True
 
 
 def check_trajectory_options(r: Reader, kind: str, opts: dict[str, Any], jp: str) -> bool:
