@@ -263,3 +263,44 @@ def fast_backoff(monkeypatch):
     from evalkit.calls import client
 
     monkeypatch.setattr(client, "BACKOFF_BASE_S", 0.001)
+
+
+def private_tmpfs() -> list[str] | None:
+    """The command prefix that gives a shell a private mount namespace in which it may
+    mount a tmpfs (root: `unshare -m`; anyone with user namespaces: `unshare -rm`), or
+    None where neither works (the full-disk tests of test_runner and test_cli_hostile)."""
+    import shutil
+    import tempfile
+
+    if shutil.which("unshare") is None:
+        return None
+    prefixes = ([["unshare", "-m"]] if os.geteuid() == 0 else []) + [["unshare", "-rm"]]
+    with tempfile.TemporaryDirectory() as d:
+        for prefix in prefixes:
+            probe = subprocess.run([*prefix, "sh", "-c", f"mount -t tmpfs -o size=64k tmpfs {d}"],
+                                   capture_output=True, timeout=30)
+            if probe.returncode == 0:
+                return prefix
+    return None
+
+
+def replay_ledger(path: Path, cap: float, *, max_open: int | None = None) -> tuple[float, float]:
+    """Walk ledger.jsonl; assert committed + reserved <= cap after every event (and, with
+    `max_open`, at most that many reservations open at once). Returns (committed, the
+    highest committed + reserved seen)."""
+    from evalkit.runfolder.runs import iter_jsonl
+
+    committed = reserved = peak = 0.0
+    open_: dict[tuple, float] = {}
+    for ev in iter_jsonl(path):
+        key = (ev["run_epoch"], ev.get("id"))
+        if ev["event"] == "reserve":
+            open_[key] = ev["amount_usd"]
+            reserved += ev["amount_usd"]
+        elif ev["event"] in ("settle", "release"):
+            reserved -= open_.pop(key)
+            committed += ev["cost_usd"]
+        peak = max(peak, committed + reserved)
+        assert committed + reserved <= cap + 1e-12, ev
+        assert max_open is None or len(open_) <= max_open, ev
+    return committed, peak

@@ -4,7 +4,6 @@ which says "disk full: <path>" and finishes once there is room again."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from click.testing import CliRunner
 from evalkit._cli.main import main
 from evalkit.calls.serve import ScriptedServer
 
+from conftest import private_tmpfs
 from test_grading import JUDGE_SCRIPT, write_run, write_suite
 
 HOSTILE = ["\x00x", "../../../../tmp/evil", "/dev/zero", "a\ud800b", "a\udcffb", "", "-", "a\nb", "x" * 5000,
@@ -51,24 +51,9 @@ def test_a_bad_rater_name_says_what_a_name_may_hold(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["labels.jsonl"]
 
 
-def _private_tmpfs() -> list[str] | None:
-    import shutil
-    import tempfile
-
-    if shutil.which("unshare") is None:
-        return None
-    prefixes = ([["unshare", "-m"]] if os.geteuid() == 0 else []) + [["unshare", "-rm"]]
-    with tempfile.TemporaryDirectory() as d:
-        for prefix in prefixes:
-            probe = subprocess.run([*prefix, "sh", "-c", f"mount -t tmpfs -o size=64k tmpfs {d}"],
-                                   capture_output=True, timeout=30)
-            if probe.returncode == 0:
-                return prefix
-    return None
-
 
 def test_grade_on_a_full_disk_says_disk_full_and_resumes(tmp_path: Path) -> None:
-    prefix = _private_tmpfs()
+    prefix = private_tmpfs()
     if prefix is None:
         pytest.skip("no private mount namespace here (not root, and no user namespaces): needs a real full disk")
     suite = write_suite(tmp_path / "suite", opt_out=True)
@@ -103,7 +88,7 @@ def test_a_grade_stopped_by_a_full_disk_and_resumed_reports_the_ledgers_judge_sp
     from evalkit.conclusions.grading import grade_run
     from evalkit.runfolder.runs import iter_jsonl
 
-    prefix = _private_tmpfs()
+    prefix = private_tmpfs()
     if prefix is None:
         pytest.skip("no private mount namespace here (not root, and no user namespaces): needs a real full disk")
     # 40 judged cases x 3 distinct outputs: 120 judge calls, 2 at a time. Each asks 210

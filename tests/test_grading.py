@@ -17,6 +17,8 @@ from evalkit.calls.serve import ScriptedServer
 from evalkit.suites.reader import load_suite
 from evalkit.suites.suite import JUDGE_PROMPT_TEMPLATE
 
+from conftest import replay_ledger
+
 GEN_SYSTEM = "GENERATOR-SYSTEM-PROMPT: you are a helpful travel bot"
 
 CASES = [
@@ -888,17 +890,7 @@ def test_the_judge_waits_for_money_in_flight_under_a_cap_of_1_4_worst_case_calls
     with ScriptedServer({**JUDGE_SCRIPT, "latency_s": 0.01}) as srv:
         res = grade_run(run, judge_base_url=srv.base_url)
     assert res.complete and all(g.judge_score == 5 for g in res.grades), res.summary.stop_reason
-    committed = reserved = 0.0
-    open_: dict = {}
-    for ev in iter_jsonl(run / "ledger.jsonl"):
-        key = (ev["run_epoch"], ev.get("id"))
-        if ev["event"] == "reserve":
-            open_[key] = ev["amount_usd"]
-            reserved += ev["amount_usd"]
-        elif ev["event"] in ("settle", "release"):
-            reserved -= open_.pop(key)
-            committed += ev["cost_usd"]
-        assert committed + reserved <= worst * 1.4 + 1e-12 and len(open_) <= 1
+    replay_ledger(run / "ledger.jsonl", worst * 1.4, max_open=1)  # one judge reservation at a time
     assert not any(ev["event"] == "refuse" for ev in iter_jsonl(run / "ledger.jsonl"))
 
 

@@ -7,6 +7,7 @@ rate the test knows."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -42,20 +43,38 @@ def kind_of(i: int) -> str:
     return "GOOD" if r < 280 else "SLY" if r < 325 else "STERN" if r < 330 else "BAD"
 
 
-def _run(root: Path, suite: Path) -> Path:
+def _new_run(root: Path, suite: Path, k: int = K) -> tuple[RunFolder, list[dict]]:
+    """A run folder of `suite`'s cases under `root/runs` (one arm, baseline, `k` samples a
+    case), and the cases."""
     cases = [json.loads(ln) for ln in (suite / "cases.jsonl").read_text().splitlines()]
     meta = {"suite": str(suite), "suite_name": "suite", "config": json.loads((suite / "config.json").read_text()),
-            "arms": ["baseline"], "k": K, "cases": [c["id"] for c in cases], "source": "evalkit"}
-    folder = RunFolder.create(root / "runs", meta)
+            "arms": ["baseline"], "k": k, "cases": [c["id"] for c in cases], "source": "evalkit"}
+    return RunFolder.create(root / "runs", meta), cases
+
+
+def _sample(case: dict, i: int, output: str, request_hash: str) -> Sample:
+    """Sample `i` of `case` on the baseline arm, answering `output`."""
+    return Sample(case_id=case["id"], tags=tuple(case["tags"]), arm="baseline", index=i, seed=7, model="gen-model",
+                  output=output, tool_calls=(), finish_reason="stop", usage=Usage(10, 5), latency_ms=100.0,
+                  cost_usd=0.00002, request_hash=request_hash)
+
+
+def _answers_run(
+    root: Path, suite: Path, kind_at: Callable[[int], str], tail: str = "", hash_prefix: str = "h"
+) -> RunFolder:
+    """K samples a case, sample n answering `ANSWER-<kind_at(n)> number n<tail>`."""
+    folder, cases = _new_run(root, suite)
     for ci, c in enumerate(cases):
         for i in range(K):
             n = ci * K + i
-            folder.append_result(Sample(
-                case_id=c["id"], tags=tuple(c["tags"]), arm="baseline", index=i, seed=7, model="gen-model",
-                output=f"ANSWER-{kind_of(n)} number {n}", tool_calls=(), finish_reason="stop", usage=Usage(10, 5),
-                latency_ms=100.0, cost_usd=0.00002, request_hash=f"h{n}"))
+            folder.append_result(_sample(c, i, f"ANSWER-{kind_at(n)} number {n}{tail}", f"{hash_prefix}{n}"))
     folder.close()
-    return folder.path
+    return folder
+
+
+def _run(root: Path, suite: Path) -> Path:
+    """The 100-case run: sample n answers as `kind_of(n)` says."""
+    return _answers_run(root, suite, kind_of).path
 
 
 def test_forty_labels_correct_a_generous_judge_as_ppi_python_does(tmp_path):
@@ -164,15 +183,10 @@ def test_judge_repeats_measure_flips_mark_unstable_samples_and_replay_at_zero(tm
              for c in range(4)]
     suite = write_suite(tmp_path, cases=cases, extra={"k": 2})
     cases_out = {0: "ANSWER-FLAKY a", 1: "ANSWER-GOOD b", 2: "ANSWER-BAD c", 3: "ANSWER-FLAKY d"}
-    meta = {"suite": str(suite), "suite_name": "suite", "config": json.loads((suite / "config.json").read_text()),
-            "arms": ["baseline"], "k": 2, "cases": [c["id"] for c in cases], "source": "evalkit"}
-    folder = RunFolder.create(tmp_path / "runs", meta)
+    folder, written = _new_run(tmp_path, suite, k=2)
     for c in range(4):
         for i in range(2):
-            folder.append_result(Sample(
-                case_id=f"open-{c}", tags=("open",), arm="baseline", index=i, seed=7, model="gen-model",
-                output=cases_out[c], tool_calls=(), finish_reason="stop", usage=Usage(10, 5), latency_ms=100.0,
-                cost_usd=0.00002, request_hash=f"h{c}{i}"))
+            folder.append_result(_sample(written[c], i, cases_out[c], f"h{c}{i}"))
     folder.close()
     run = folder.path
     with ScriptedServer(FLIP_JUDGE) as srv:
@@ -222,18 +236,7 @@ def test_judge_repeats_must_be_positive(tmp_path):
 
 
 def _kinds_run(root: Path, suite: Path, kinds: list[str]) -> Path:
-    cases = [json.loads(ln) for ln in (suite / "cases.jsonl").read_text().splitlines()]
-    meta = {"suite": str(suite), "suite_name": "suite", "config": json.loads((suite / "config.json").read_text()),
-            "arms": ["baseline"], "k": K, "cases": [c["id"] for c in cases], "source": "evalkit"}
-    folder = RunFolder.create(root / "runs", meta)
-    for ci, c in enumerate(cases):
-        for i in range(K):
-            n = ci * K + i
-            folder.append_result(Sample(
-                case_id=c["id"], tags=tuple(c["tags"]), arm="baseline", index=i, seed=7, model="gen-model",
-                output=f"ANSWER-{kinds[n]} number {n} of {root.name}", tool_calls=(), finish_reason="stop",
-                usage=Usage(10, 5), latency_ms=100.0, cost_usd=0.00002, request_hash=f"{root.name}{n}"))
-    folder.close()
+    folder = _answers_run(root, suite, kinds.__getitem__, f" of {root.name}", root.name)
     folder.write_summary({"complete": True, "ran": len(kinds), "total": len(kinds), "reason": None, "spend_usd": 0.002,
                           "avoided_usd": 0.0, "cap_usd": 5.0, "per_arm": {}, "exit_code": 0}, "# Summary\n")
     return folder.path
@@ -317,10 +320,7 @@ def _case_kind(c: int) -> str:
 
 
 def _case_score_run(root: Path, suite: Path, kind=_case_kind) -> Path:
-    cases = [json.loads(ln) for ln in (suite / "cases.jsonl").read_text().splitlines()]
-    meta = {"suite": str(suite), "suite_name": "suite", "config": json.loads((suite / "config.json").read_text()),
-            "arms": ["baseline"], "k": 3, "cases": [c["id"] for c in cases], "source": "evalkit"}
-    folder = RunFolder.create(root / "runs", meta)
+    folder, cases = _new_run(root, suite, k=3)
     for c in cases:
         for i in range(3):
             if c["id"].startswith("det-"):
@@ -329,10 +329,7 @@ def _case_score_run(root: Path, suite: Path, kind=_case_kind) -> Path:
                 continue  # this case's samples are missing (never reached the judge)
             else:
                 out = f"ANSWER-{kind(int(c['id'][5:]))} case {c['id']} take {i} of {root.name}"
-            folder.append_result(Sample(
-                case_id=c["id"], tags=tuple(c["tags"]), arm="baseline", index=i, seed=7, model="gen-model",
-                output=out, tool_calls=(), finish_reason="stop", usage=Usage(10, 5), latency_ms=100.0,
-                cost_usd=0.00002, request_hash=f"{root.name}{c['id']}{i}"))
+            folder.append_result(_sample(c, i, out, f"{root.name}{c['id']}{i}"))
     folder.close()
     folder.write_summary({"complete": True, "ran": len(cases), "total": len(cases), "reason": None,
                           "spend_usd": 0.0, "avoided_usd": 0.0, "cap_usd": 5.0, "per_arm": {}, "exit_code": 0},

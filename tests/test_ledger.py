@@ -17,7 +17,7 @@ from evalkit.runfolder.runload import load_run
 from evalkit.runfolder.runs import TornLineWarning, iter_jsonl
 from evalkit.calls.serve import ScriptedServer
 
-from conftest import write_engine_suite
+from conftest import replay_ledger, write_engine_suite
 
 PRICE = Price(in_per_mtok=1.0, out_per_mtok=2.0)
 
@@ -27,24 +27,6 @@ def write_suite(root: Path, n_cases: int, **config) -> Path:
     return write_engine_suite(root, [
         {"id": f"case-{i:03d}", "input": f"capital of country {i}", "expected": "Paris", "tags": ["capital"]}
         for i in range(n_cases)], **{"temperature": 0.5, "seed": 7, "k": 2, **config})
-
-
-def replay_ledger(path: Path, cap: float) -> tuple[float, float]:
-    """Walk ledger.jsonl; assert committed + reserved <= cap after every event. Returns
-    (committed, the highest committed + reserved seen)."""
-    committed = reserved = peak = 0.0
-    open_: dict[tuple, float] = {}
-    for ev in iter_jsonl(path):
-        key = (ev["run_epoch"], ev.get("id"))
-        if ev["event"] == "reserve":
-            open_[key] = ev["amount_usd"]
-            reserved += ev["amount_usd"]
-        elif ev["event"] in ("settle", "release"):
-            reserved -= open_.pop(key)
-            committed += ev["cost_usd"]
-        peak = max(peak, committed + reserved)
-        assert committed + reserved <= cap + 1e-12, ev
-    return committed, peak
 
 
 # -- the Ledger object -------------------------------------------------------------------

@@ -21,7 +21,7 @@ from evalkit.runfolder.runload import load_run
 from evalkit.runfolder.runs import iter_jsonl
 from evalkit.calls.serve import ScriptedServer
 
-from conftest import write_engine_suite
+from conftest import private_tmpfs, write_engine_suite
 
 def write_suite(root: Path, n_cases: int, **config) -> Path:
     return write_engine_suite(root, [
@@ -756,29 +756,11 @@ def test_a_file_size_limit_stops_the_run_incomplete_and_a_resume_completes(tmp_p
     _check_full_then_resumed(run1, {"rc": p2.exit_code, "err": p2.stderr}, runs, "File too large")
 
 
-def _private_tmpfs() -> list[str] | None:
-    """The command prefix that gives a shell a private mount namespace in which it may
-    mount a tmpfs (root: `unshare -m`; anyone with user namespaces: `unshare -rm`), or
-    None where neither works."""
-    import shutil
-    import tempfile
-
-    if shutil.which("unshare") is None:
-        return None
-    prefixes = ([["unshare", "-m"]] if os.geteuid() == 0 else []) + [["unshare", "-rm"]]
-    with tempfile.TemporaryDirectory() as d:
-        for prefix in prefixes:
-            probe = subprocess.run([*prefix, "sh", "-c", f"mount -t tmpfs -o size=64k tmpfs {d}"],
-                                   capture_output=True, timeout=30)
-            if probe.returncode == 0:
-                return prefix
-    return None
-
 
 def test_a_full_disk_stops_the_run_incomplete_and_a_resume_completes_once_space_is_back(tmp_path):
     import shlex
 
-    prefix = _private_tmpfs()
+    prefix = private_tmpfs()
     if prefix is None:
         pytest.skip("no private mount namespace here (not root, and no user namespaces): the file size limit "
                     "test above covers the run's side; this one needs a real full filesystem")

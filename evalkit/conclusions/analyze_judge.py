@@ -55,7 +55,7 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evalkit.calls.cache import ResponseCache
 from evalkit.calls.ledger import Ledger
@@ -76,6 +76,9 @@ from evalkit.foundations.layout import JUDGE_CACHE, LEDGER, PRIVACY_FILE, RUNS_D
 from evalkit.foundations.records import Endpoint, Price, PromptFinding, Suite
 from evalkit.pii.privacy import ALLOW_FLAG, Policy, load_policy_file, scan_text
 from evalkit.prompts.analyze import JUDGE_CATEGORIES, JUDGE_RULE_PREFIX, in_tree, linked_files
+
+if TYPE_CHECKING:
+    from evalkit.calls.client import ModelClient
 
 ANALYZE_TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "analyze-judge-v1.md"
 ANALYZE_VERSION = "analyze-v1"
@@ -465,29 +468,40 @@ def _refusal(
     return f"{shown}: not sent to the judge: {'; '.join(why)}" if why else None
 
 
-async def judge_files_async(files: Sequence[Path], options: AnalyzeJudgeOptions) -> JudgeAnalysis:
-    """Ask the judge about each of `files`, one after the other, on a fresh ledger under
-    `options.cap_usd` (see the module docstring). A file whose call fails, is refused by
-    the cap or answers unparseably is named in `errors`; once the cap refused or the
-    endpoint is unreachable, no further file is asked. A breached ceiling or a full disk
-    ends the pass there, named in `errors` too."""
-    from evalkit.calls.client import ModelClient  # lazy: openai's client is the heaviest import
+@dataclass
+class _JudgePass:
+    """What a judging pass has gathered so far, kept as it goes (not a record): a pass
+    ended early by a breached ceiling or a full disk keeps what was asked before."""
 
-    policy = load_policy_file(options.privacy_file) if options.privacy_file is not None else Policy()
+    findings: list[PromptFinding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    calls: int = 0
+
+
+def _open_judge_store(options: AnalyzeJudgeOptions) -> tuple[Ledger, ResponseCache] | str:
+    """The judge's ledger (under `options.cap_usd`) and cache in `options.state_dir`,
+    or why they cannot be opened (then no call may be made: the cache is a paid
+    answer's only record)."""
     state = Path(options.state_dir)
     try:
         state.mkdir(parents=True, exist_ok=True)
         ledger = Ledger(options.cap_usd, state / LEDGER)
     except (OSError, EvalkitError) as exc:  # nowhere to keep the ledger: no call may be made
-        failed = f"the judge's ledger cannot be written in {state}: {exc}"
-        return JudgeAnalysis((), (), 0, 0, 0.0, options.cap_usd, options.endpoint.model, errors=(failed,))
+        return f"the judge's ledger cannot be written in {state}: {exc}"
     try:
         cache = ResponseCache(state / JUDGE_CACHE, batch=1, scope=cache_scope(options.endpoint))
     except EvalkitError as exc:  # the cache is a paid answer's only record: no call without it
         ledger.close()
-        failed = f"the judge cache cannot be opened: {exc}"
-        return JudgeAnalysis((), (), 0, 0, 0.0, options.cap_usd, options.endpoint.model, errors=(failed,))
-    client = ModelClient(
+        return f"the judge cache cannot be opened: {exc}"
+    return ledger, cache
+
+
+def _judge_client(options: AnalyzeJudgeOptions, ledger: Ledger, cache: ResponseCache) -> ModelClient:
+    """The judge's model client: one call at a time, on the ledger and cache given."""
+    from evalkit.calls.client import ModelClient  # lazy: openai's client is the heaviest import
+
+    return ModelClient(
         options.endpoint,
         options.price,
         ledger,
@@ -503,57 +517,80 @@ async def judge_files_async(files: Sequence[Path], options: AnalyzeJudgeOptions)
         concurrency=1,
     )
 
+
+def _call_failure(shown: str, exc: Exception, options: AnalyzeJudgeOptions) -> str:
+    """The error line of a judge call that failed (a refused reservation says why)."""
+    if isinstance(exc, BudgetExhausted):
+        return (
+            f"{shown}: not judged: budget exhausted (a call's worst case, {options.max_tokens_in} "
+            f"tokens in and {options.max_tokens_out} out at the judge's price, does not fit under the "
+            f"${options.cap_usd:g} cap; nothing was sent)"
+        )
+    return f"{shown}: {type(exc).__name__}: {exc}"
+
+
+async def _judge_file(
+    client: ModelClient,
+    path: Path,
+    options: AnalyzeJudgeOptions,
+    policy: Policy,
+    should_stop: Callable[[], str | None],
+    out: _JudgePass,
+) -> None:
+    """Ask the judge about one file (with the files it links), unless it must not be
+    sent; its findings, notes and error go into `out`."""
+    shown = str(path)
+    text = read_text_file(path, limit=MAX_TEXT_BYTES, allow_empty=True)
+    linked, left_out = _linked(path, text)
+    out.notes += left_out
+    refused = _refusal(shown, path, [(shown, text), *linked], options, policy)
+    if refused:
+        out.errors.append(refused)
+        return
+    try:
+        messages = analysis_messages(shown, text, linked)
+        comp = await client.complete(
+            messages=messages, temperature=0.0, seed=options.seed, key=f"analyze/{shown}", should_stop=should_stop
+        )
+    except _CALL_ERRORS as exc:
+        out.errors.append(_call_failure(shown, exc, options))
+        return
+    out.calls += not comp.cached
+    try:
+        got, why_notes = parse_findings(comp.text, shown, text)
+    except JudgeError as exc:
+        out.errors.append(f"JudgeError: {exc}")
+        return
+    out.findings += got
+    out.notes += why_notes
+
+
+async def judge_files_async(files: Sequence[Path], options: AnalyzeJudgeOptions) -> JudgeAnalysis:
+    """Ask the judge about each of `files`, one after the other, on a fresh ledger under
+    `options.cap_usd` (see the module docstring). A file whose call fails, is refused by
+    the cap or answers unparseably is named in `errors`; once the cap refused or the
+    endpoint is unreachable, no further file is asked. A breached ceiling or a full disk
+    ends the pass there, named in `errors` too."""
+    policy = load_policy_file(options.privacy_file) if options.privacy_file is not None else Policy()
+    store = _open_judge_store(options)
+    if isinstance(store, str):
+        return JudgeAnalysis((), (), 0, 0, 0.0, options.cap_usd, options.endpoint.model, errors=(store,))
+    ledger, cache = store
+    client = _judge_client(options, ledger, cache)
+
     def stopped() -> str | None:
         return client.unreachable or client.rate_limited_out or ("budget exhausted" if ledger.refusals else None)
 
-    should_stop: Callable[[], str | None] = stopped
-    findings: list[PromptFinding] = []
-    notes: list[str] = []
-    errors: list[str] = []
-    calls = 0
+    out = _JudgePass()
     try:
         for path in files:
-            shown = str(path)
             halt = stopped()
             if halt:
-                errors.append(f"{shown}: not judged ({halt})")
+                out.errors.append(f"{path}: not judged ({halt})")
                 continue
-            text = read_text_file(path, limit=MAX_TEXT_BYTES, allow_empty=True)
-            linked, left_out = _linked(path, text)
-            notes += left_out
-            refused = _refusal(shown, path, [(shown, text), *linked], options, policy)
-            if refused:
-                errors.append(refused)
-                continue
-            try:
-                messages = analysis_messages(shown, text, linked)
-                comp = await client.complete(
-                    messages=messages,
-                    temperature=0.0,
-                    seed=options.seed,
-                    key=f"analyze/{shown}",
-                    should_stop=should_stop,
-                )
-            except _CALL_ERRORS as exc:
-                if isinstance(exc, BudgetExhausted):
-                    errors.append(
-                        f"{shown}: not judged: budget exhausted (a call's worst case, {options.max_tokens_in} "
-                        f"tokens in and {options.max_tokens_out} out at the judge's price, does not fit under the "
-                        f"${options.cap_usd:g} cap; nothing was sent)"
-                    )
-                else:
-                    errors.append(f"{shown}: {type(exc).__name__}: {exc}")
-                continue
-            calls += not comp.cached
-            try:
-                got, why_notes = parse_findings(comp.text, shown, text)
-            except JudgeError as exc:
-                errors.append(f"JudgeError: {exc}")
-                continue
-            findings += got
-            notes += why_notes
+            await _judge_file(client, path, options, policy, stopped, out)
     except EvalkitError as exc:  # a ceiling breached, a full disk: no further file; what was asked stands
-        errors.append(f"{type(exc).__name__}: {exc}")
+        out.errors.append(f"{type(exc).__name__}: {exc}")
     finally:
         await client.aclose()
         spend = ledger.committed_usd + (ledger.reserved_usd if ledger.reserved_usd > 1e-12 else 0.0)
@@ -561,14 +598,14 @@ async def judge_files_async(files: Sequence[Path], options: AnalyzeJudgeOptions)
         ledger.close()
         cache.close()
     return JudgeAnalysis(
-        tuple(findings),
-        tuple(notes),
-        calls,
+        tuple(out.findings),
+        tuple(out.notes),
+        out.calls,
         hits,
         spend,
         options.cap_usd,
         options.endpoint.model,
-        errors=tuple(errors),
+        errors=tuple(out.errors),
     )
 
 

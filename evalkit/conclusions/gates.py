@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 
@@ -354,16 +354,23 @@ def load_baseline(path: str | Path) -> Baseline:
         raise InputError(exc.message, p, json_path=exc.json_path) from None
 
 
+class GateOptions(TypedDict, total=False):
+    """`gate`'s keywords, passed through to `gate_decision`, which holds their defaults
+    (arm, alpha and runner_exit None, n_resamples 2000, seed 0): one parameter list for
+    the two."""
+
+    arm: str | None
+    alpha: float | None
+    runner_exit: int | None
+    n_resamples: int
+    seed: int
+
+
 def gate(
     run: Run | str | Path,
     baseline_path: str | Path,
     thresholds: GateThresholds | None = None,
-    *,
-    arm: str | None = None,
-    alpha: float | None = None,
-    runner_exit: int | None = None,
-    n_resamples: int = 2000,
-    seed: int = 0,
+    **options: Unpack[GateOptions],
 ) -> GateResult:
     """Gate a run against an accepted baseline. It never writes a baseline.
 
@@ -385,16 +392,7 @@ def gate(
     References: Holm 1979, Scand. J. Statist. 6(2) (`holm`);
     Good 2005 (permutation tests); Chen et al. 2021 and Yao et al. 2024 (pass@k, pass^k).
     """
-    result = gate_decision(
-        run,
-        baseline_path,
-        thresholds,
-        arm=arm,
-        alpha=alpha,
-        runner_exit=runner_exit,
-        n_resamples=n_resamples,
-        seed=seed,
-    )
+    result = gate_decision(run, baseline_path, thresholds, **options)
     base_run, base_arm = _provenance(baseline_path)
     return replace(result, baseline_run=base_run, baseline_arm=base_arm)
 

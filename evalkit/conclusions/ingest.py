@@ -431,17 +431,9 @@ def _inspect_parts(p: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return header, samples
 
 
-def read_inspect_log(
-    path: str | Path, *, threshold: float | None = None, scorer: str | None = None, arm: str | None = None
-) -> Ingested:
-    """Read an inspect-ai log: one evalkit sample per (sample, epoch).
-
-    The arm is the log's model unless `arm` is given; the pass/fail of each sample is
-    the chosen scorer's value (the first scorer when `scorer` is None).
-    """
-    p = Path(path)
-    _check_source(p)
-    header, raw_samples = _inspect_parts(p)
+def _inspect_spec(p: Path, header: dict[str, Any], arm: str | None) -> tuple[str, str, str, int]:
+    """(model, arm, task, expected sample count) from an inspect log's header; refuses an
+    unknown log format version."""
     version = header.get("version")
     if version not in INSPECT_LOG_VERSIONS:
         raise InputError(
@@ -455,6 +447,117 @@ def read_inspect_log(
     task = check_field(spec.get("task") or p.stem, "task name", p, json_path="$.eval.task")
     epochs = int((spec.get("config") or {}).get("epochs") or 1)
     n_dataset = int((spec.get("dataset") or {}).get("samples") or 0)
+    return model, arm_name, task, n_dataset * epochs
+
+
+def _inspect_key(s: dict[str, Any], where: str, p: Path, seen: set[tuple[str, int]]) -> tuple[str, int]:
+    """(case id, 0-based index) of one inspect sample, checked and added to `seen`
+    (inspect counts epochs from 1; a (sample, epoch) may appear once)."""
+    if "id" not in s or "epoch" not in s:
+        raise InputError("sample without id or epoch", p, json_path=where)
+    cid = _case_id(s["id"], where, p)
+    epoch = _int(s["epoch"], "epoch", p, json_path=f"{where}.epoch")
+    if epoch < 1:
+        raise InputError(f"epoch {epoch} is below 1 (inspect counts epochs from 1)", p, json_path=f"{where}.epoch")
+    index = epoch - 1
+    if (cid, index) in seen:
+        raise InputError(f"sample {s['id']!r} epoch {s['epoch']} appears twice", p, json_path=where)
+    seen.add((cid, index))
+    return cid, index
+
+
+def _inspect_error(s: dict[str, Any], err: Any, cid: str, arm: str, index: int) -> dict[str, Any]:
+    """The errors.jsonl row of an inspect sample that raised: inspect (fail_on_error=False
+    or a fraction) finishes `success` around it; it is an errored key, never a pass,
+    never a failed answer."""
+    msg = err.get("message") if isinstance(err, dict) else err
+    return {
+        "case_id": cid,
+        "arm": arm,
+        "index": index,
+        "error": f"sample {s['id']!r} epoch {s['epoch']} errored: {' '.join(str(msg or 'no message').split())[:400]}",
+    }
+
+
+def _inspect_score(
+    s: dict[str, Any], where: str, scorer: str | None, threshold: float | None, p: Path
+) -> tuple[str, bool, str]:
+    """(scorer name, passed, reason) of one inspect sample: the chosen scorer's value
+    (the first scorer when `scorer` is None)."""
+    scores = s.get("scores") or {}
+    if not scores:
+        raise InputError(
+            f"sample {s['id']!r} epoch {s['epoch']} has no scores (and no error)", p, json_path=f"{where}.scores"
+        )
+    name = scorer or next(iter(scores))
+    if name not in scores:
+        raise InputError(
+            f"sample {s['id']!r} has no scorer {name!r} (it has {', '.join(scores)})",
+            p,
+            json_path=f"{where}.scores",
+        )
+    sc = scores[name] or {}
+    passed, reason = _inspect_pass(sc.get("value"), threshold, f"{where}.scores.{name}.value", p)
+    return name, passed, reason
+
+
+def _inspect_answer(s: dict[str, Any]) -> dict[str, Any]:
+    """An inspect sample's answer as `_add_result` keywords: output text, tool calls,
+    stop reason, token usage (summed over models), latency and tags."""
+    output = s.get("output") or {}
+    text = output.get("completion")
+    if text is None:
+        choices = output.get("choices") or [{}]
+        content = (choices[0].get("message") or {}).get("content", "")
+        text = content if isinstance(content, str) else json.dumps(content)
+    usage_total = Usage(0, 0)
+    for u in (s.get("model_usage") or {}).values():
+        uu = _usage(u)
+        usage_total = Usage(
+            usage_total.prompt_tokens + uu.prompt_tokens, usage_total.completion_tokens + uu.completion_tokens
+        )
+    tags = _get(s.get("metadata") or {}, "tags", list)
+    tool_calls = tuple(
+        {"name": tc.get("function"), "arguments": tc.get("arguments")}
+        for m in (s.get("messages") or [])
+        if m.get("role") == "assistant"
+        for tc in (m.get("tool_calls") or [])
+    )
+    return {
+        "tags": tuple(str(t) for t in tags) or ("inspect",),
+        "output": str(text),
+        "tool_calls": tool_calls,
+        "finish_reason": ((output.get("choices") or [{}])[0].get("stop_reason")),
+        "usage": usage_total,
+        "latency_ms": float(s.get("total_time") or 0.0) * 1000.0,
+    }
+
+
+def _inspect_completeness(status: Any, scored: int, errored: int, expected: int) -> tuple[bool, str | None]:
+    """(complete, reason) of an inspect log: complete when it finished `success`, no
+    sample errored and every planned (sample, epoch) was tried."""
+    tried = scored + errored
+    complete = status == "success" and not errored and (not expected or tried == expected)
+    reasons = []
+    if errored:
+        reasons.append(f"{errored} inspect sample(s) errored")
+    if status != "success" or (expected and tried != expected):
+        reasons.append(f"inspect log status {status!r}, {scored}/{expected or '?'} samples scored")
+    return complete, "; ".join(reasons) or None
+
+
+def read_inspect_log(
+    path: str | Path, *, threshold: float | None = None, scorer: str | None = None, arm: str | None = None
+) -> Ingested:
+    """Read an inspect-ai log: one evalkit sample per (sample, epoch).
+
+    The arm is the log's model unless `arm` is given; the pass/fail of each sample is
+    the chosen scorer's value (the first scorer when `scorer` is None).
+    """
+    p = Path(path)
+    _check_source(p)
+    header, raw_samples = _inspect_parts(p)
+    model, arm_name, task, expected = _inspect_spec(p, header, arm)
     status = header.get("status")
     samples: list[Sample] = []
     grades: list[Grade] = []
@@ -462,65 +565,12 @@ def read_inspect_log(
     seen: set[tuple[str, int]] = set()
     for i, s in enumerate(raw_samples):
         where = f"$.samples[{i}]"
-        if "id" not in s or "epoch" not in s:
-            raise InputError("sample without id or epoch", p, json_path=where)
-        cid = _case_id(s["id"], where, p)
-        epoch = _int(s["epoch"], "epoch", p, json_path=f"{where}.epoch")
-        if epoch < 1:
-            raise InputError(f"epoch {epoch} is below 1 (inspect counts epochs from 1)", p, json_path=f"{where}.epoch")
-        index = epoch - 1
-        if (cid, index) in seen:
-            raise InputError(f"sample {s['id']!r} epoch {s['epoch']} appears twice", p, json_path=where)
-        seen.add((cid, index))
+        cid, index = _inspect_key(s, where, p, seen)
         err = s.get("error")
         if err:
-            # inspect (fail_on_error=False or a fraction) finishes `success` around a sample
-            # that raised; it is kept as an errored key, never a pass, never a failed answer.
-            msg = err.get("message") if isinstance(err, dict) else err
-            errors.append(
-                {
-                    "case_id": cid,
-                    "arm": arm_name,
-                    "index": index,
-                    "error": f"sample {s['id']!r} epoch {s['epoch']} errored: "
-                    f"{' '.join(str(msg or 'no message').split())[:400]}",
-                }
-            )
+            errors.append(_inspect_error(s, err, cid, arm_name, index))
             continue
-        scores = s.get("scores") or {}
-        if not scores:
-            raise InputError(
-                f"sample {s['id']!r} epoch {s['epoch']} has no scores (and no error)", p, json_path=f"{where}.scores"
-            )
-        name = scorer or next(iter(scores))
-        if name not in scores:
-            raise InputError(
-                f"sample {s['id']!r} has no scorer {name!r} (it has {', '.join(scores)})",
-                p,
-                json_path=f"{where}.scores",
-            )
-        sc = scores[name] or {}
-        passed, reason = _inspect_pass(sc.get("value"), threshold, f"{where}.scores.{name}.value", p)
-        output = s.get("output") or {}
-        text = output.get("completion")
-        if text is None:
-            choices = output.get("choices") or [{}]
-            content = (choices[0].get("message") or {}).get("content", "")
-            text = content if isinstance(content, str) else json.dumps(content)
-        usage_total = Usage(0, 0)
-        for u in (s.get("model_usage") or {}).values():
-            uu = _usage(u)
-            usage_total = Usage(
-                usage_total.prompt_tokens + uu.prompt_tokens, usage_total.completion_tokens + uu.completion_tokens
-            )
-        meta = s.get("metadata") or {}
-        tags = _get(meta, "tags", list)
-        tool_calls = tuple(
-            {"name": tc.get("function"), "arguments": tc.get("arguments")}
-            for m in (s.get("messages") or [])
-            if m.get("role") == "assistant"
-            for tc in (m.get("tool_calls") or [])
-        )
+        name, passed, reason = _inspect_score(s, where, scorer, threshold, p)
         _add_result(
             samples,
             grades,
@@ -528,24 +578,12 @@ def read_inspect_log(
             case_id=cid,
             arm=arm_name,
             index=index,
-            tags=tuple(str(t) for t in tags) or ("inspect",),
             model=model,
-            output=str(text),
-            tool_calls=tool_calls,
-            finish_reason=((output.get("choices") or [{}])[0].get("stop_reason")),
-            usage=usage_total,
-            latency_ms=float(s.get("total_time") or 0.0) * 1000.0,
+            **_inspect_answer(s),
         )
     if not samples and not errors:
         raise InputError(f"the log has no samples (status {status!r}): nothing to analyse", p)
-    expected = n_dataset * epochs
-    tried = len(samples) + len(errors)
-    complete = status == "success" and not errors and (not expected or tried == expected)
-    reasons = []
-    if errors:
-        reasons.append(f"{len(errors)} inspect sample(s) errored")
-    if status != "success" or (expected and tried != expected):
-        reasons.append(f"inspect log status {status!r}, {len(samples)}/{expected or '?'} samples scored")
+    complete, why = _inspect_completeness(status, len(samples), len(errors), expected)
     return Ingested.of_file(
         "inspect-ai",
         p,
@@ -553,7 +591,7 @@ def read_inspect_log(
         samples,
         grades,
         complete=complete,
-        reason="; ".join(reasons) or None,
+        reason=why,
         expected_keys=expected,
         models={arm_name: model},
         errors=tuple(errors),
@@ -637,17 +675,9 @@ def _promptfoo_case_ids(tests: dict[str, dict[str, Any]]) -> dict[str, str]:
     return {ident: _case_id(name, "", Path()) for ident, name in names.items()}
 
 
-def read_promptfoo(path: str | Path, *, arm: str | None = None) -> Ingested:
-    """Read promptfoo's `-o results.json`: each provider (and prompt, when one provider
-    runs several) is an arm; a case is one test, keyed by its identity (the whole
-    `testCase`: vars after expansion, asserts, options), so `--repeat N` rows group into
-    one case of N samples and each value of an expanded var is a case of its own. The
-    description, when there is one, names the case. Samples are indexed by promptfoo's
-    `testIdx` order. Pass/fail is promptfoo's own `success` for the row (its
-    assertions); a row that errored is kept in errors.jsonl, never a pass."""
-    p = Path(path)
-    _check_source(p)
-    data = _read_json(p)
+def _promptfoo_rows(p: Path, data: Any) -> list[dict[str, Any]]:
+    """The result rows of a promptfoo output, checked: a known results version, and
+    each row an object with `success` and an object `testCase`."""
     if not isinstance(data, dict) or not isinstance(data.get("results"), dict):
         raise InputError("not a promptfoo output (no results object)", p, json_path="$.results")
     res = data["results"]
@@ -661,15 +691,6 @@ def read_promptfoo(path: str | Path, *, arm: str | None = None) -> Ingested:
     rows = res.get("results")
     if not isinstance(rows, list):
         raise InputError("results.results must be a list", p, json_path="$.results.results")
-
-    def _label(r: dict[str, Any]) -> str:
-        prov = r.get("provider") or {}
-        return str((prov.get("label") or prov.get("id")) if isinstance(prov, dict) else prov)
-
-    def _prompt_label(r: dict[str, Any]) -> str:
-        pr = _get(r, "prompt", dict)
-        return str(pr.get("label") or f"p{r.get('promptIdx', 0)}")
-
     for i, r in enumerate(rows):
         where = f"$.results.results[{i}]"
         if not isinstance(r, dict):
@@ -678,75 +699,90 @@ def read_promptfoo(path: str | Path, *, arm: str | None = None) -> Ingested:
             raise InputError("result row without `success` (not graded)", p, json_path=f"{where}.success")
         if not isinstance(r.get("testCase") or {}, dict):
             raise InputError("testCase must be an object", p, json_path=f"{where}.testCase")
-    # An arm is a provider; when one provider label runs several prompts, a (provider,
-    # prompt) pair, so that no two arms are merged.
-    combos = {(_label(r), r.get("promptIdx")) for r in rows}
+    return rows
+
+
+def _promptfoo_provider(r: dict[str, Any]) -> str:
+    """A row's provider: its label, else its id."""
+    prov = r.get("provider") or {}
+    return str((prov.get("label") or prov.get("id")) if isinstance(prov, dict) else prov)
+
+
+def _promptfoo_prompt(r: dict[str, Any]) -> str:
+    """A row's prompt: its label, else `p<promptIdx>`."""
+    pr = _get(r, "prompt", dict)
+    return str(pr.get("label") or f"p{r.get('promptIdx', 0)}")
+
+
+def _promptfoo_keys(
+    rows: list[dict[str, Any]], arm: str | None
+) -> tuple[list[tuple[str, str, int]], dict[str, str], int]:
+    """Per row (case id, arm, testIdx), the arms' models and the number of distinct tests.
+    An arm is a provider; when one provider label runs several prompts, a (provider,
+    prompt) pair, so that no two arms are merged."""
+    combos = {(_promptfoo_provider(r), r.get("promptIdx")) for r in rows}
     split_prompts = len(combos) > len({c[0] for c in combos})
     idents = [_promptfoo_identity(r.get("testCase") or {}, r.get("vars")) for r in rows]
     tests = {ident: json.loads(ident) for ident in dict.fromkeys(idents)}
     case_ids = _promptfoo_case_ids(tests)
-    keyed: list[tuple[str, str, int, int]] = []  # (case, arm, testIdx, row)
+    keyed: list[tuple[str, str, int]] = []
     models: dict[str, str] = {}
     for i, r in enumerate(rows):
-        prov_id = _label(r)
+        prov_id = _promptfoo_provider(r)
         arm_name = arm or re.sub(r"[^A-Za-z0-9_.-]+", "_", prov_id or "provider")
         if split_prompts and not arm:
-            arm_name += "-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", _prompt_label(r))
+            arm_name += "-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", _promptfoo_prompt(r))
         models[arm_name] = str(prov_id)
         test_idx = r.get("testIdx")
-        keyed.append((case_ids[idents[i]], arm_name, test_idx if isinstance(test_idx, int) else i, i))
-    order = sorted(range(len(rows)), key=lambda i: (keyed[i][2], i))
+        keyed.append((case_ids[idents[i]], arm_name, test_idx if isinstance(test_idx, int) else i))
+    return keyed, models, len(tests)
+
+
+def _promptfoo_order(keyed: list[tuple[str, str, int]]) -> tuple[list[int], dict[int, int], dict[tuple[str, str], int]]:
+    """(rows in testIdx order, each row's sample index within its (case, arm), the rows
+    per (case, arm))."""
+    order = sorted(range(len(keyed)), key=lambda i: (keyed[i][2], i))
     index_of: dict[int, int] = {}
     counters: dict[tuple[str, str], int] = {}
     for i in order:
         ck = keyed[i][:2]
         index_of[i] = counters.get(ck, 0)
         counters[ck] = index_of[i] + 1
-    samples: list[Sample] = []
-    grades: list[Grade] = []
-    errors: list[dict[str, Any]] = []
-    for i in order:
-        r = rows[i]
-        cid, arm_name, _, _ = keyed[i]
-        index = index_of[i]
-        test_case = r.get("testCase") or {}
-        resp = r.get("response") or {}
-        out = resp.get("output", "")
-        text = out if isinstance(out, str) else json.dumps(out)
-        tu = resp.get("tokenUsage") or r.get("tokenUsage") or {}
-        # promptfoo's ResultFailureReason: 0 none, 1 assertion failed, 2 error (the
-        # provider or the test errored): an error is not a failed answer, it is no answer.
-        if r.get("failureReason") == 2 or (not r["success"] and resp.get("error") and not resp.get("output")):
-            errors.append(
-                {
-                    "case_id": cid,
-                    "arm": arm_name,
-                    "index": index,
-                    "error": str(r.get("error") or resp.get("error") or "promptfoo error")[:500],
-                }
-            )
-            continue
-        passed = bool(r["success"])
-        reason = "" if passed else str((r.get("gradingResult") or {}).get("reason") or r.get("error") or "failed")
-        tags = tuple(str(v) for v in ((test_case.get("metadata") or {}).get("tags") or ())) or ("promptfoo",)
-        _add_result(
-            samples,
-            grades,
-            CheckResult("promptfoo:assertions", passed, reason),
-            case_id=cid,
-            arm=arm_name,
-            index=index,
-            tags=tags,
-            model=models[arm_name],
-            output=text,
-            finish_reason=resp.get("finishReason"),
-            usage=_usage(tu),
-            latency_ms=float(r.get("latencyMs") or 0.0),
-            cost_usd=float(r.get("cost") or 0.0),
-        )
-    name = str(data.get("evalId") or p.stem)
-    incomplete = f"{len(errors)} promptfoo result(s) errored" if errors else None
-    notes = [f"{len(tests)} distinct tests"]
+    return order, index_of, counters
+
+
+def _promptfoo_errored(r: dict[str, Any]) -> str | None:
+    """The error of a row that gave no answer, else None. promptfoo's ResultFailureReason:
+    0 none, 1 assertion failed, 2 error (the provider or the test errored): an error is
+    not a failed answer, it is no answer."""
+    resp = r.get("response") or {}
+    if r.get("failureReason") == 2 or (not r["success"] and resp.get("error") and not resp.get("output")):
+        return str(r.get("error") or resp.get("error") or "promptfoo error")[:500]
+    return None
+
+
+def _promptfoo_answer(r: dict[str, Any]) -> tuple[CheckResult, dict[str, Any]]:
+    """A graded row's verdict (promptfoo's own `success`) and its answer as `_add_result`
+    keywords."""
+    resp = r.get("response") or {}
+    out = resp.get("output", "")
+    passed = bool(r["success"])
+    reason = "" if passed else str((r.get("gradingResult") or {}).get("reason") or r.get("error") or "failed")
+    test_case = r.get("testCase") or {}
+    return CheckResult("promptfoo:assertions", passed, reason), {
+        "tags": tuple(str(v) for v in ((test_case.get("metadata") or {}).get("tags") or ())) or ("promptfoo",),
+        "output": out if isinstance(out, str) else json.dumps(out),
+        "finish_reason": resp.get("finishReason"),
+        "usage": _usage(resp.get("tokenUsage") or r.get("tokenUsage") or {}),
+        "latency_ms": float(r.get("latencyMs") or 0.0),
+        "cost_usd": float(r.get("cost") or 0.0),
+    }
+
+
+def _promptfoo_notes(data: dict[str, Any], n_tests: int, counters: dict[tuple[str, str], int]) -> tuple[str, ...]:
+    """Notes on a promptfoo output: its distinct tests and `--repeat`, and the cases
+    whose rows per arm are not the repeat count (identical tests merge)."""
+    notes = [f"{n_tests} distinct tests"]
     repeat = _get(data, "runtimeOptions", dict).get("repeat")
     if isinstance(repeat, int) and repeat > 0:
         notes.append(f"--repeat {repeat}")
@@ -756,17 +792,47 @@ def read_promptfoo(path: str | Path, *, arm: str | None = None) -> Ingested:
                 f"{len(uneven)} case(s) do not have {repeat} rows per arm (identical tests merge): "
                 + ", ".join(uneven[:5])
             )
+    return tuple(notes)
+
+
+def read_promptfoo(path: str | Path, *, arm: str | None = None) -> Ingested:
+    """Read promptfoo's `-o results.json`: each provider (and prompt, when one provider
+    runs several) is an arm; a case is one test, keyed by its identity (the whole
+    `testCase`: vars after expansion, asserts, options), so `--repeat N` rows group into
+    one case of N samples and each value of an expanded var is a case of its own. The
+    description, when there is one, names the case. Samples are indexed by promptfoo's
+    `testIdx` order. Pass/fail is promptfoo's own `success` for the row (its
+    assertions); a row that errored is kept in errors.jsonl, never a pass."""
+    p = Path(path)
+    _check_source(p)
+    data = _read_json(p)
+    rows = _promptfoo_rows(p, data)
+    keyed, models, n_tests = _promptfoo_keys(rows, arm)
+    order, index_of, counters = _promptfoo_order(keyed)
+    samples: list[Sample] = []
+    grades: list[Grade] = []
+    errors: list[dict[str, Any]] = []
+    for i in order:
+        cid, arm_name, _ = keyed[i]
+        error = _promptfoo_errored(rows[i])
+        if error is not None:
+            errors.append({"case_id": cid, "arm": arm_name, "index": index_of[i], "error": error})
+            continue
+        check, answer = _promptfoo_answer(rows[i])
+        _add_result(
+            samples, grades, check, case_id=cid, arm=arm_name, index=index_of[i], model=models[arm_name], **answer
+        )
     return Ingested.of_file(
         "promptfoo",
         p,
-        name,
+        str(data.get("evalId") or p.stem),
         samples,
         grades,
         complete=not errors,
-        reason=incomplete,
+        reason=f"{len(errors)} promptfoo result(s) errored" if errors else None,
         expected_keys=len(samples) + len(errors),
         models=models,
-        notes=tuple(notes),
+        notes=_promptfoo_notes(data, n_tests, counters),
         errors=tuple(errors),
     )
 
@@ -1043,6 +1109,203 @@ def _lm_results_config(p: Path, task: str, date: str | None) -> tuple[dict[str, 
     return doc, cfg if isinstance(cfg, dict) else None
 
 
+@dataclass(frozen=True)
+class _LmPlan:
+    """How one lm-eval samples file is read: its task, the filter read, that filter's
+    chain and the exact_match options (from the results file's task config), whether
+    repeats are re-graded one by one, and the caller's metric and threshold."""
+
+    task: str
+    chosen: str
+    chain: list[dict[str, Any]] | None
+    metric_opts: dict[str, Any]
+    per_repeat: bool
+    metric: str | None
+    threshold: float | None
+
+
+def _lm_records(p: Path) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, record) of each line of an lm-eval samples file, checked: each has
+    doc_id and resps, and there is at least one."""
+    records: list[tuple[int, dict[str, Any]]] = []
+    raw_lines = read_file_bytes(p, limit=MAX_SOURCE_BYTES)
+    _check_depth(raw_lines, p)
+    for item in json_lines(raw_lines):
+        n, rec = item.line, _json_line(item, p)
+        if not isinstance(rec, dict) or "doc_id" not in rec or "resps" not in rec:
+            raise InputError("an lm-eval sample line needs doc_id and resps (written by --log_samples)", p, n)
+        records.append((n, rec))
+    if not records:
+        raise InputError("no samples in the file", p)
+    return records
+
+
+def _lm_chain(cfg: dict[str, Any] | None, chosen: str) -> tuple[list[dict[str, Any]] | None, dict[str, Any], bool]:
+    """(filter chain, exact_match options, per repeat) of the chosen filter: per repeat
+    when the chain (`none` is `take_first`) is per-response steps then `take_first`,
+    so lm-eval scored the first repeat only."""
+    chain: list[dict[str, Any]] | None = [{"function": "take_first"}] if chosen == "none" else None
+    metric_opts: dict[str, Any] = {}
+    if cfg is not None:
+        for f in cfg.get("filter_list") or ():
+            if isinstance(f, dict) and f.get("name") == chosen and isinstance(f.get("filter"), list):
+                chain = [s for s in f["filter"] if isinstance(s, dict)]
+        for mm in cfg.get("metric_list") or ():
+            if isinstance(mm, dict) and mm.get("metric") == "exact_match":
+                metric_opts = mm
+    per_repeat = (
+        chain is not None
+        and chain[-1:] == [{"function": "take_first"}]
+        and all(s.get("function") in _LM_PER_RESPONSE_FILTERS for s in chain[:-1])
+    )
+    return chain, metric_opts, per_repeat
+
+
+def _lm_verdict(rec: dict[str, Any], n: int, p: Path, plan: _LmPlan) -> tuple[str, bool, str]:
+    """(metric name, passed, reason): lm-eval's own score of one doc, the chosen metric
+    (the line's first when none is chosen) against the threshold."""
+    names = _get(rec, "metrics", list)
+    name = plan.metric or (names[0] if names else None)
+    if name is None or name not in rec:
+        raise InputError(
+            f"no metric {name!r} on the line (it has {', '.join(map(str, names)) or 'none'}): pass --scorer", p, n
+        )
+    passed, reason = _inspect_pass(rec[name], plan.threshold, f"line {n}: {name}", p)
+    return name, passed, reason
+
+
+def _lm_regrade(
+    rec: dict[str, Any], texts: list[str], doc_id: int, n: int, p: Path, plan: _LmPlan, verdict: tuple[str, bool]
+) -> list[tuple[str, bool, str]]:
+    """(text, passed, reason) of each repeat, filtered and matched as lm-eval does; the
+    first repeat's re-grade must equal lm-eval's own score, else the file is refused."""
+    chain = plan.chain or []
+    target = str(rec.get("target", ""))
+    graded = []
+    for j, t in enumerate(texts):
+        try:
+            answer = t
+            for step in chain[:-1]:
+                answer = _lm_filter_one(step, answer)
+        except TimeoutError:
+            raise InputError(f"doc {doc_id}: the filter's regex timed out on repeat {j + 1}", p, n) from None
+        ok = lm_exact_match(answer, target, plan.metric_opts)
+        graded.append((t, ok, "" if ok else f"exact_match: {answer!r} != {target!r} (repeat {j + 1})"))
+    name, passed = verdict
+    if graded[0][1] != passed:
+        raise InputError(
+            f"doc {doc_id}: evalkit's re-grade of repeat 1 ({graded[0][1]}) disagrees with "
+            f"lm-eval's {name} ({rec[name]!r}); the filter or metric options are not the ones "
+            "lm-eval used (is results_<date>.json beside the file?)",
+            p,
+            n,
+        )
+    return graded
+
+
+def _lm_answers(
+    rec: dict[str, Any], doc_id: int, n: int, p: Path, plan: _LmPlan, verdict: tuple[str, bool, str]
+) -> tuple[list[tuple[str, bool, str]], list[str], bool]:
+    """(graded answers, the first request's response texts, re-graded per repeat) of one
+    doc: each repeat re-graded when the plan allows it, else one answer, the filtered
+    response, with lm-eval's score."""
+    name, passed, reason = verdict
+    resps = rec["resps"]
+    first = resps[0] if isinstance(resps, list) and resps and isinstance(resps[0], list) else None
+    texts = [x for x in first if isinstance(x, str)] if first is not None else []
+    if (
+        plan.per_repeat
+        and plan.chain
+        and first
+        and name == "exact_match"
+        and len(texts) > 1
+        and len(texts) == len(first)
+    ):
+        return _lm_regrade(rec, texts, doc_id, n, p, plan, (name, passed)), texts, True
+    out = rec.get("filtered_resps")
+    shown = out[0] if isinstance(out, list) and out else out
+    text = shown if isinstance(shown, str) else json.dumps(shown, ensure_ascii=False)
+    return [(text, passed, "" if passed else f"{name}: {reason}")], texts, False
+
+
+def _lm_notes(plan: _LmPlan, repeats_seen: set[int], reduced: bool, all_identical: bool) -> list[str]:
+    """Notes on repeats: reduced to one answer by the filter, or all alike (one seed)."""
+    notes = []
+    if reduced:
+        notes.append(
+            f"filter {plan.chosen!r} (or metric) reduces the {max(repeats_seen)} repeats to one answer: one "
+            "sample per doc, lm-eval's own score (evalkit re-grades repeats for exact_match behind "
+            "take_first only)"
+        )
+    if all_identical:
+        notes.append(
+            "every doc's repeats are the same text: lm-eval sends one seed with every repeat, so a seeded "
+            "endpoint answers them alike and pass@k equals pass@1"
+        )
+    return notes
+
+
+def _lm_plan(
+    p: Path,
+    records: list[tuple[int, dict[str, Any]]],
+    cfg: dict[str, Any] | None,
+    task: str,
+    options: tuple[str | None, str | None, float | None],
+) -> tuple[_LmPlan, list[str]]:
+    """The plan for reading the file and the filters it has; `options` are the caller's
+    (filter_name, metric, threshold); the filter read is `filter_name`, default the
+    file's first."""
+    filter_name, metric, threshold = options
+    filters = list(dict.fromkeys(str(r.get("filter", "none")) for _, r in records))
+    chosen = filter_name or filters[0]
+    if chosen not in filters:
+        raise InputError(f"no filter {chosen!r} in the file (it has {', '.join(filters)})", p)
+    chain, metric_opts, per_repeat = _lm_chain(cfg, chosen)
+    return _LmPlan(task, chosen, chain, metric_opts, per_repeat, metric, threshold), filters
+
+
+def _lm_docs(
+    p: Path, records: list[tuple[int, dict[str, Any]]], plan: _LmPlan, arm_name: str, model: str
+) -> tuple[list[Sample], list[Grade], int, list[str]]:
+    """(samples, grades, docs read, notes on repeats) of the chosen filter's lines: each
+    doc once, its repeats re-graded or reduced to lm-eval's one score."""
+    samples: list[Sample] = []
+    grades: list[Grade] = []
+    seen: set[int] = set()
+    repeats_seen: set[int] = set()
+    identical = 0
+    reduced = False
+    for n, rec in records:
+        if str(rec.get("filter", "none")) != plan.chosen:
+            continue
+        doc_id = _int(rec["doc_id"], "doc_id", p, line=n)
+        if doc_id in seen:
+            raise InputError(f"doc {doc_id} appears twice for filter {plan.chosen!r}", p, n)
+        seen.add(doc_id)
+        verdict = _lm_verdict(rec, n, p, plan)
+        cid = _case_id(f"{plan.task}-{doc_id}", f"line {n}", p)
+        graded, texts, regraded = _lm_answers(rec, doc_id, n, p, plan, verdict)
+        if len(texts) > 1:
+            repeats_seen.add(len(texts))
+            identical += regraded and len(set(texts)) == 1
+            reduced = reduced or not regraded
+        for j, (text, ok, why) in enumerate(graded):
+            _add_result(
+                samples,
+                grades,
+                CheckResult(f"lm-eval:{verdict[0]}", ok, why),
+                case_id=cid,
+                arm=arm_name,
+                index=j,
+                tags=(plan.task,),
+                model=model,
+                output=text,
+                request_hash=str(rec.get("prompt_hash") or ""),
+            )
+    notes = _lm_notes(plan, repeats_seen, reduced, bool(identical) and identical == len(seen))
+    return samples, grades, len(seen), notes
+
+
 def read_lm_eval(
     path: str | Path,
     *,
@@ -1072,125 +1335,17 @@ def read_lm_eval(
     m = LM_EVAL_SAMPLES.fullmatch(p.name)
     task = m.group("task") if m else p.stem.removeprefix("samples_")
     results, cfg = _lm_results_config(p, task, m.group("date") if m else None)
-    records: list[tuple[int, dict[str, Any]]] = []
-    raw_lines = read_file_bytes(p, limit=MAX_SOURCE_BYTES)
-    _check_depth(raw_lines, p)
-    for item in json_lines(raw_lines):
-        n, rec = item.line, _json_line(item, p)
-        if not isinstance(rec, dict) or "doc_id" not in rec or "resps" not in rec:
-            raise InputError("an lm-eval sample line needs doc_id and resps (written by --log_samples)", p, n)
-        records.append((n, rec))
-    if not records:
-        raise InputError("no samples in the file", p)
-    filters = list(dict.fromkeys(str(r.get("filter", "none")) for _, r in records))
-    chosen = filter_name or filters[0]
-    if chosen not in filters:
-        raise InputError(f"no filter {chosen!r} in the file (it has {', '.join(filters)})", p)
+    records = _lm_records(p)
+    plan, filters = _lm_plan(p, records, cfg, task, (filter_name, metric, threshold))
     model = check_field((results or {}).get("model_name") or p.parent.name or "lm-eval", "model_name", p)
     arm_name = arm or re.sub(r"[^A-Za-z0-9_.-]+", "_", model)
-    chain: list[dict[str, Any]] | None = [{"function": "take_first"}] if chosen == "none" else None
-    metric_opts: dict[str, Any] = {}
-    if cfg is not None:
-        for f in cfg.get("filter_list") or ():
-            if isinstance(f, dict) and f.get("name") == chosen and isinstance(f.get("filter"), list):
-                chain = [s for s in f["filter"] if isinstance(s, dict)]
-        for mm in cfg.get("metric_list") or ():
-            if isinstance(mm, dict) and mm.get("metric") == "exact_match":
-                metric_opts = mm
-    per_repeat = (
-        chain is not None
-        and chain[-1:] == [{"function": "take_first"}]
-        and all(s.get("function") in _LM_PER_RESPONSE_FILTERS for s in chain[:-1])
-    )
-    samples: list[Sample] = []
-    grades: list[Grade] = []
-    seen: set[int] = set()
-    notes: list[str] = [f"task {task}, filter {chosen}" + (f" (of {', '.join(filters)})" if len(filters) > 1 else "")]
-    repeats_seen: set[int] = set()
-    identical = 0
-    reduced = False
-    for n, rec in records:
-        if str(rec.get("filter", "none")) != chosen:
-            continue
-        doc_id = _int(rec["doc_id"], "doc_id", p, line=n)
-        if doc_id in seen:
-            raise InputError(f"doc {doc_id} appears twice for filter {chosen!r}", p, n)
-        seen.add(doc_id)
-        names = _get(rec, "metrics", list)
-        name = metric or (names[0] if names else None)
-        if name is None or name not in rec:
-            raise InputError(
-                f"no metric {name!r} on the line (it has {', '.join(map(str, names)) or 'none'}): pass --scorer", p, n
-            )
-        passed, reason = _inspect_pass(rec[name], threshold, f"line {n}: {name}", p)
-        cid = _case_id(f"{task}-{doc_id}", f"line {n}", p)
-        resps = rec["resps"]
-        first = resps[0] if isinstance(resps, list) and resps and isinstance(resps[0], list) else None
-        texts = [x for x in first if isinstance(x, str)] if first is not None else []
-        target = str(rec.get("target", ""))
-        graded: list[tuple[str, bool, str]]
-        if per_repeat and chain and first and name == "exact_match" and len(texts) > 1 and len(texts) == len(first):
-            repeats_seen.add(len(texts))
-            identical += len(set(texts)) == 1
-            graded = []
-            for j, t in enumerate(texts):
-                try:
-                    answer = t
-                    for step in chain[:-1]:
-                        answer = _lm_filter_one(step, answer)
-                except TimeoutError:
-                    raise InputError(f"doc {doc_id}: the filter's regex timed out on repeat {j + 1}", p, n) from None
-                ok = lm_exact_match(answer, target, metric_opts)
-                graded.append((t, ok, "" if ok else f"exact_match: {answer!r} != {target!r} (repeat {j + 1})"))
-            if graded[0][1] != passed:
-                raise InputError(
-                    f"doc {doc_id}: evalkit's re-grade of repeat 1 ({graded[0][1]}) disagrees with "
-                    f"lm-eval's {name} ({rec[name]!r}); the filter or metric options are not the ones "
-                    "lm-eval used (is results_<date>.json beside the file?)",
-                    p,
-                    n,
-                )
-        else:
-            if len(texts) > 1:
-                repeats_seen.add(len(texts))
-                reduced = True
-            out = rec.get("filtered_resps")
-            shown = out[0] if isinstance(out, list) and out else out
-            graded = [
-                (
-                    shown if isinstance(shown, str) else json.dumps(shown, ensure_ascii=False),
-                    passed,
-                    "" if passed else f"{name}: {reason}",
-                )
-            ]
-        for j, (text, ok, why) in enumerate(graded):
-            _add_result(
-                samples,
-                grades,
-                CheckResult(f"lm-eval:{name}", ok, why),
-                case_id=cid,
-                arm=arm_name,
-                index=j,
-                tags=(task,),
-                model=model,
-                output=text,
-                request_hash=str(rec.get("prompt_hash") or ""),
-            )
-    if reduced:
-        notes.append(
-            f"filter {chosen!r} (or metric) reduces the {max(repeats_seen)} repeats to one answer: one "
-            "sample per doc, lm-eval's own score (evalkit re-grades repeats for exact_match behind "
-            "take_first only)"
-        )
-    if identical and identical == len(seen):
-        notes.append(
-            "every doc's repeats are the same text: lm-eval sends one seed with every repeat, so a seeded "
-            "endpoint answers them alike and pass@k equals pass@1"
-        )
+    samples, grades, n_docs, repeat_notes = _lm_docs(p, records, plan, arm_name, model)
+    filters_note = f" (of {', '.join(filters)})" if len(filters) > 1 else ""
+    notes = [f"task {task}, filter {plan.chosen}{filters_note}"]
+    notes += repeat_notes
     effective = ((results or {}).get("n-samples") or {}).get(task, {})
     expected_docs = effective.get("effective") if isinstance(effective, dict) else None
-    complete = not isinstance(expected_docs, int) or expected_docs == len(seen)
-    incomplete = None if complete else f"lm-eval planned {expected_docs} docs, the file has {len(seen)}"
+    complete = not isinstance(expected_docs, int) or expected_docs == n_docs
     return Ingested.of_file(
         "lm-eval",
         p,
@@ -1198,7 +1353,7 @@ def read_lm_eval(
         samples,
         grades,
         complete=complete,
-        reason=incomplete,
+        reason=None if complete else f"lm-eval planned {expected_docs} docs, the file has {n_docs}",
         expected_keys=len(samples),
         models={arm_name: model},
         notes=tuple(notes),

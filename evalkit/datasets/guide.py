@@ -61,42 +61,55 @@ def _check_counts(suite: Suite) -> Counter[str]:
     return Counter(ch.kind for c in suite.cases for ch in c.checks)
 
 
-def metric_rationale(scope: Scope, suite: Suite) -> list[str]:
-    """The metrics section: one paragraph per measurement, each with the reason the
-    scope gives for it, and the gaps where the scope names what the suite does not
-    measure."""
-    checks = _check_counts(suite)
-    cfg = suite.config
-    n = len(suite.cases)
-    out: list[str] = []
-    judged = [c for c in suite.cases if c.judged]
+def _on_cases(counts: dict[str, int]) -> str:
+    """`contains on 3 case(s), regex on 1 case(s)`: checks and how many cases carry each."""
+    return ", ".join(f"{k} on {v} case(s)" for k, v in sorted(counts.items()))
+
+
+def _score_lines(suite: Suite) -> list[str]:
+    """The case score: pass@k for capability cases, pass^k for regression cases."""
+    k = suite.config.k
     sets = Counter(c.set for c in suite.cases)
-    out.append(
-        f"- **Case score** over {n} case(s) ({', '.join(f'{s} {v}' for s, v in sorted(sets.items()))}), "
-        f"k = {cfg.k} samples per case: pass@{cfg.k} for a capability case (can the system do it at all), "
-        f"pass^{cfg.k} for a regression case (does it do it every time). Repeats measure consistency, which one "
+    return [
+        f"- **Case score** over {len(suite.cases)} case(s) ({', '.join(f'{s} {v}' for s, v in sorted(sets.items()))}), "
+        f"k = {k} samples per case: pass@{k} for a capability case (can the system do it at all), "
+        f"pass^{k} for a regression case (does it do it every time). Repeats measure consistency, which one "
         "sample per case hides."
-    )
+    ]
+
+
+def _tool_lines(scope: Scope, checks: Counter[str]) -> list[str]:
+    """Tool use, or the gap when the scope names tools no case checks."""
     tools = scope.items("tools")
     tool_checks = {k: v for k, v in checks.items() if k in TOOL_CHECKS}
     if tool_checks:
         why = f"the scope names the tools {_list(tools)}" if tools else "the suite checks tool use"
-        out.append(
-            f"- **Tool use** ({', '.join(f'{k} on {v} case(s)' for k, v in sorted(tool_checks.items()))}): {why}; "
+        return [
+            f"- **Tool use** ({_on_cases(tool_checks)}): {why}; "
             "a right answer reached without the expected call is not the behaviour the system is built for."
-        )
-    elif tools:
-        out.append(f"- **Gap, tool use**: the scope names the tools {_list(tools)} but no case checks a tool call.")
+        ]
+    if tools:
+        return [f"- **Gap, tool use**: the scope names the tools {_list(tools)} but no case checks a tool call."]
+    return []
+
+
+def _grounding_lines(scope: Scope, checks: Counter[str]) -> list[str]:
+    """Groundedness, or the gap when the scope names sources no case checks."""
     sources = scope.items("grounding_sources")
     grounded = checks.get("grounding", 0)
     if grounded:
         why = f"answers must rest on {_list(sources)}" if sources else "cases carry a context to answer from"
-        out.append(f"- **Groundedness** (grounding on {grounded} case(s)): {why}; an answer not in its source fails.")
-    elif sources:
-        out.append(
+        return [f"- **Groundedness** (grounding on {grounded} case(s)): {why}; an answer not in its source fails."]
+    if sources:
+        return [
             f"- **Gap, groundedness**: the scope names the grounding sources {_list(sources)} but no case has a "
             "grounding check."
-        )
+        ]
+    return []
+
+
+def _refusal_lines(scope: Scope, checks: Counter[str]) -> list[str]:
+    """Refusal, or the gap when the scope states refusal requirements no case checks."""
     refusal = scope.value("refusal_requirements")
     prohibited = scope.items("prohibited_content")
     refusals = checks.get("refusal", 0)
@@ -106,15 +119,22 @@ def metric_rationale(scope: Scope, suite: Suite) -> list[str]:
             reasons.append(f"the system must refuse: {_clause(refusal)}")
         if prohibited:
             reasons.append(f"prohibited content: {_list(prohibited)}")
-        out.append(
+        return [
             f"- **Refusal** (refusal on {refusals} case(s)): {'; '.join(reasons) or 'the suite has safety cases'}. "
             "The judge's rubric asserts the action expected with the refusal, not merely that it declines."
-        )
-    elif refusal or prohibited:
-        out.append(
+        ]
+    if refusal or prohibited:
+        return [
             "- **Gap, refusal**: the scope states refusal requirements or prohibited content but no case "
             "has a refusal check."
-        )
+        ]
+    return []
+
+
+def _format_lines(scope: Scope, checks: Counter[str]) -> list[str]:
+    """The output's form: deterministic format checks, else the judge's rubric; then
+    the program checks."""
+    out: list[str] = []
     fmt = {k: v for k, v in checks.items() if k in FORMAT_CHECKS}
     response_format = scope.value("response_format")
     if fmt:
@@ -123,7 +143,7 @@ def metric_rationale(scope: Scope, suite: Suite) -> list[str]:
             if response_format
             else "the suite fixes the output's form"
         )
-        out.append(f"- **Format** ({', '.join(f'{k} on {v} case(s)' for k, v in sorted(fmt.items()))}): {why}.")
+        out.append(f"- **Format** ({_on_cases(fmt)}): {why}.")
     elif response_format:
         out.append(
             f"- **Format**: the scope requires {_clause(response_format)}; no deterministic check measures it, "
@@ -132,29 +152,42 @@ def metric_rationale(scope: Scope, suite: Suite) -> list[str]:
     prog = {k: v for k, v in checks.items() if k in PROGRAM_CHECKS}
     if prog:
         out.append(
-            f"- **Program checks** ({', '.join(f'{k} on {v} case(s)' for k, v in sorted(prog.items()))}): what "
+            f"- **Program checks** ({_on_cases(prog)}): what "
             "the unit's program leaves behind, checked deterministically."
         )
-    if judged:
-        thresholds = Counter(c.judge_threshold for c in judged)
-        judge = cfg.judge.model if cfg.judge is not None else "(none configured)"
-        rubrics = ", ".join(suite.rubric_files) or "(none)"
-        calibrate = "(`evalkit judge sample`, the label_judge notebook, `evalkit judge calibrate`)"
-        trust = {
-            True: "judged results count even uncalibrated (allow_uncalibrated_judge)",
-            None: 'judged results count before the judge is calibrated, flagged "judge not calibrated (n of 20 '
-            f'labels)" until it agrees with human labels {calibrate}',
-            False: f"judged results count only once the judge agrees with human labels {calibrate}",
-        }[cfg.allow_uncalibrated_judge]
-        out.append(
-            f"- **Judged sample pass rate** on {len(judged)} case(s), judge {_md(judge)}, rubric {rubrics}, pass mark "
-            f"{', '.join(f'{t} ({v} case(s))' for t, v in sorted(thresholds.items()))} on the 1-5 scale: the expected "
-            f"behaviour is observable but not a fixed string. Estimate: {cfg.judged_estimate}; {trust}."
-        )
-    g = cfg.gate
+    return out
+
+
+def _judge_lines(suite: Suite) -> list[str]:
+    """The judged sample pass rate: judge, rubric, pass marks, and when judged results
+    count (calibration)."""
+    judged = [c for c in suite.cases if c.judged]
+    if not judged:
+        return []
+    cfg = suite.config
+    thresholds = Counter(c.judge_threshold for c in judged)
+    judge = cfg.judge.model if cfg.judge is not None else "(none configured)"
+    rubrics = ", ".join(suite.rubric_files) or "(none)"
+    calibrate = "(`evalkit judge sample`, the label_judge notebook, `evalkit judge calibrate`)"
+    trust = {
+        True: "judged results count even uncalibrated (allow_uncalibrated_judge)",
+        None: 'judged results count before the judge is calibrated, flagged "judge not calibrated (n of 20 '
+        f'labels)" until it agrees with human labels {calibrate}',
+        False: f"judged results count only once the judge agrees with human labels {calibrate}",
+    }[cfg.allow_uncalibrated_judge]
+    return [
+        f"- **Judged sample pass rate** on {len(judged)} case(s), judge {_md(judge)}, rubric {rubrics}, pass mark "
+        f"{', '.join(f'{t} ({v} case(s))' for t, v in sorted(thresholds.items()))} on the 1-5 scale: the expected "
+        f"behaviour is observable but not a fixed string. Estimate: {cfg.judged_estimate}; {trust}."
+    ]
+
+
+def _gate_lines(scope: Scope, suite: Suite) -> list[str]:
+    """The gate against the accepted baseline, and the evaluation's cadence."""
+    g = suite.config.gate
     cadence = scope.value("evaluation_cadence")
     when = f" The evaluation runs {_clause(cadence)}" if cadence else " The cadence is unknown"
-    out.append(
+    return [
         f"- **Gate** against the accepted baseline: fails on a drop of the gated case score above "
         f"{g.max_success_drop_points:g} points (overall, or on a tag with at least {g.min_tag_cases} cases) or a cost "
         f"per case up more than {g.max_cost_increase_pct:g}%, "
@@ -164,14 +197,35 @@ def metric_rationale(scope: Scope, suite: Suite) -> list[str]:
             else "as observed (the seed's gate; gate.require_significance asks for the noise guard); "
         )
         + f"an underpowered gate is a {g.on_underpowered}.{when}: each run is held against the last accepted one."
-    )
+    ]
+
+
+def _risk_lines(scope: Scope) -> list[str]:
+    """The risks the scope names, measured or recorded as unmeasured."""
     risks = scope.items("risks")
-    if risks:
-        out.append(
-            f"- **Risks the scope names**: {_list(risks)}. Each is measured where a check or the rubric above "
-            "covers it; a risk no check covers is an unmeasured dimension, recorded here, not assessed."
-        )
-    return out
+    if not risks:
+        return []
+    return [
+        f"- **Risks the scope names**: {_list(risks)}. Each is measured where a check or the rubric above "
+        "covers it; a risk no check covers is an unmeasured dimension, recorded here, not assessed."
+    ]
+
+
+def metric_rationale(scope: Scope, suite: Suite) -> list[str]:
+    """The metrics section: one paragraph per measurement, each with the reason the
+    scope gives for it, and the gaps where the scope names what the suite does not
+    measure."""
+    checks = _check_counts(suite)
+    return [
+        *_score_lines(suite),
+        *_tool_lines(scope, checks),
+        *_grounding_lines(scope, checks),
+        *_refusal_lines(scope, checks),
+        *_format_lines(scope, checks),
+        *_judge_lines(suite),
+        *_gate_lines(scope, suite),
+        *_risk_lines(scope),
+    ]
 
 
 def guide_text(inputs: GuideInputs, *, today: str | None = None) -> str:

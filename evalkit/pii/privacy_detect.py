@@ -287,10 +287,32 @@ def _cased(*words: str) -> tuple[str, ...]:
     return tuple(v for w in words for v in dict.fromkeys((w.lower(), w.title(), w.upper())))
 
 
-@lru_cache(maxsize=1)
-def _secret_rules() -> tuple[_SecretRule, ...]:
-    """The secret formats: detect-secrets' specific plugins (their own patterns), then
-    the well-known formats it lacks. Built on first use (detect-secrets imports requests)."""
+_GITLAB_PREFIXES = (
+    "glpat-",
+    "gldt-",
+    "glft-",
+    "glsoat-",
+    "glrt-",
+    "GR1348941",
+    "glcbt-",
+    "glimt-",
+    "glptt-",
+    "glagent-",
+    "gloas-",
+)
+
+
+def _ds_rule(
+    plugin: Any, kind: str, triggers: tuple[str, ...], *, patterns: Sequence[re.Pattern[str]] | None = None, **kw: Any
+) -> _SecretRule:
+    """The rule of one detect-secrets plugin: its own patterns (or the ones named)."""
+    return _SecretRule(kind, plugin.secret_type, triggers, tuple(patterns or plugin.denylist), **kw)
+
+
+def _ds_rules() -> tuple[_SecretRule, ...]:
+    """detect-secrets' specific plugins (their own patterns), each with the literal
+    triggers a text must hold to be searched. Imported here: detect-secrets imports
+    requests."""
     from detect_secrets.plugins import (
         aws,
         azure_storage_key,
@@ -312,110 +334,93 @@ def _secret_rules() -> tuple[_SecretRule, ...]:
         twilio,
     )
 
-    def ds(
-        plugin: Any,
-        kind: str,
-        triggers: tuple[str, ...],
-        *,
-        patterns: Sequence[re.Pattern[str]] | None = None,
-        **kw: Any,
-    ) -> _SecretRule:
-        return _SecretRule(kind, plugin.secret_type, triggers, tuple(patterns or plugin.denylist), **kw)
-
     aws_id, aws_secret = aws.AWSKeyDetector.denylist
+    jwt_valid = jwt.JwtTokenDetector.is_formally_valid
+    key_files = ("PRIVATE KEY", "PuTTY-User-Key-File", "SSH2 ENCRYPTED")
     return (
-        ds(aws.AWSKeyDetector, "api_key", ("AKIA", "ASIA", "ABIA", "ACCA", "A3T"), patterns=[aws_id]),
-        ds(aws.AWSKeyDetector, "api_key", _cased("aws"), patterns=[aws_secret], group=1),
-        ds(azure_storage_key.AzureStorageKeyDetector, "api_key", ("AccountKey=",)),
-        ds(discord.DiscordBotTokenDetector, "api_key", (), hint=re.compile(r"\.[A-Za-z0-9_-]{6}\.")),
-        ds(github_token.GitHubTokenDetector, "api_key", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")),
-        ds(
-            gitlab_token.GitLabTokenDetector,
-            "api_key",
-            (
-                "glpat-",
-                "gldt-",
-                "glft-",
-                "glsoat-",
-                "glrt-",
-                "GR1348941",
-                "glcbt-",
-                "glimt-",
-                "glptt-",
-                "glagent-",
-                "gloas-",
-            ),
-        ),
-        ds(jwt.JwtTokenDetector, "jwt", ("eyJ",), check=jwt.JwtTokenDetector.is_formally_valid, lookalike_check=False),
-        ds(mailchimp.MailchimpDetector, "api_key", ("-us",)),
-        ds(npm.NpmDetector, "api_key", ("_authToken",)),
-        ds(openai.OpenAIDetector, "api_key", ("T3BlbkFJ",)),
-        ds(
-            private_key.PrivateKeyDetector,
-            "private_key",
-            ("PRIVATE KEY", "PuTTY-User-Key-File", "SSH2 ENCRYPTED"),
-            lookalike_check=False,
-        ),
-        ds(pypi_token.PypiTokenDetector, "api_key", ("pypi-Ag",)),
-        ds(sendgrid.SendGridDetector, "api_key", ("SG.",)),
-        ds(slack.SlackDetector, "api_key", _cased("xox") + ("hooks.slack.com",)),
-        ds(square_oauth.SquareOAuthDetector, "api_key", ("sq0csp-",)),
-        ds(stripe.StripeDetector, "api_key", ("k_live_",)),
-        ds(telegram_token.TelegramBotTokenDetector, "api_key", (), numeric=True),
-        ds(twilio.TwilioKeyDetector, "api_key", ("AC", "SK")),
-        ds(basic_auth.BasicAuthDetector, "password", ("://",), check=_real_password, lookalike_check=False, group=1),
-        # formats detect-secrets 1.5 does not know (each provider's documented prefix)
-        _SecretRule(
-            "api_key",
-            "OpenAI API Key",
-            ("sk-proj-", "sk-svcacct-", "sk-admin-"),
-            (re.compile(r"sk-(?:proj|svcacct|admin)-[A-Za-z0-9_-]{20,}"),),
-        ),
-        _SecretRule(
-            "api_key", "Anthropic API Key", ("sk-ant-",), (re.compile(r"sk-ant-[a-z]+[0-9]{2}-[A-Za-z0-9_-]{32,}"),)
-        ),
-        _SecretRule("api_key", "Google API Key", ("AIza",), (re.compile(r"AIza[0-9A-Za-z_-]{35}"),)),
-        _SecretRule("api_key", "GitHub Token", ("github_pat_",), (re.compile(r"github_pat_[A-Za-z0-9_]{22,}"),)),
-        _SecretRule(
-            "api_key",
-            "Hugging Face Token",
-            ("hf_",),
-            (re.compile(r"(?<![A-Za-z0-9_])hf_[A-Za-z]{34}(?![A-Za-z0-9_])"),),
-        ),
-        _SecretRule(
-            "password",
-            "Connection String Password",
-            _cased("password", "pwd"),
-            (re.compile(r"(?i)(?:^|[;\s\"'{])(?:password|pwd)\s*=\s*([^;\s\"'}]{3,})"),),
-            check=_real_password,
-            lookalike_check=False,
-            group=1,
-            hint=re.compile(
-                r"(?i)\b(?:server|host|data source|uid|user id|username|database|"
-                r"initial catalog|dsn)\s*="
-            ),
-        ),
-        # a .netrc entry's password (`machine HOST login USER password VALUE`)
-        _SecretRule(
-            "password",
-            "netrc password",
-            _cased("password", "passwd"),
-            (re.compile(r"(?i)\b(?:password|passwd)[ \t]+([^\s]+)"),),
-            check=_real_password,
-            lookalike_check=False,
-            group=1,
-            hint=re.compile(r"(?i)\b(?:machine[ \t]+\S+|default)\s+login[ \t]+\S"),
-        ),
-        # an environment or settings line that assigns a secret by its name (`SECRET_KEY=...`)
-        _SecretRule(
-            "password",
-            "secret assignment",
-            _SECRET_NAME_WORDS,
-            (_SECRET_ASSIGNMENT,),
-            check=_secret_value,
-            group=1,
+        _ds_rule(aws.AWSKeyDetector, "api_key", ("AKIA", "ASIA", "ABIA", "ACCA", "A3T"), patterns=[aws_id]),
+        _ds_rule(aws.AWSKeyDetector, "api_key", _cased("aws"), patterns=[aws_secret], group=1),
+        _ds_rule(azure_storage_key.AzureStorageKeyDetector, "api_key", ("AccountKey=",)),
+        _ds_rule(discord.DiscordBotTokenDetector, "api_key", (), hint=re.compile(r"\.[A-Za-z0-9_-]{6}\.")),
+        _ds_rule(github_token.GitHubTokenDetector, "api_key", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")),
+        _ds_rule(gitlab_token.GitLabTokenDetector, "api_key", _GITLAB_PREFIXES),
+        _ds_rule(jwt.JwtTokenDetector, "jwt", ("eyJ",), check=jwt_valid, lookalike_check=False),
+        _ds_rule(mailchimp.MailchimpDetector, "api_key", ("-us",)),
+        _ds_rule(npm.NpmDetector, "api_key", ("_authToken",)),
+        _ds_rule(openai.OpenAIDetector, "api_key", ("T3BlbkFJ",)),
+        _ds_rule(private_key.PrivateKeyDetector, "private_key", key_files, lookalike_check=False),
+        _ds_rule(pypi_token.PypiTokenDetector, "api_key", ("pypi-Ag",)),
+        _ds_rule(sendgrid.SendGridDetector, "api_key", ("SG.",)),
+        _ds_rule(slack.SlackDetector, "api_key", _cased("xox") + ("hooks.slack.com",)),
+        _ds_rule(square_oauth.SquareOAuthDetector, "api_key", ("sq0csp-",)),
+        _ds_rule(stripe.StripeDetector, "api_key", ("k_live_",)),
+        _ds_rule(telegram_token.TelegramBotTokenDetector, "api_key", (), numeric=True),
+        _ds_rule(twilio.TwilioKeyDetector, "api_key", ("AC", "SK")),
+        _ds_rule(
+            basic_auth.BasicAuthDetector, "password", ("://",), check=_real_password, lookalike_check=False, group=1
         ),
     )
+
+
+# Key formats detect-secrets 1.5 does not know (each provider's documented prefix):
+# (detail, triggers, pattern).
+_OWN_KEY_FORMATS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("OpenAI API Key", ("sk-proj-", "sk-svcacct-", "sk-admin-"), r"sk-(?:proj|svcacct|admin)-[A-Za-z0-9_-]{20,}"),
+    ("Anthropic API Key", ("sk-ant-",), r"sk-ant-[a-z]+[0-9]{2}-[A-Za-z0-9_-]{32,}"),
+    ("Google API Key", ("AIza",), r"AIza[0-9A-Za-z_-]{35}"),
+    ("GitHub Token", ("github_pat_",), r"github_pat_[A-Za-z0-9_]{22,}"),
+    ("Hugging Face Token", ("hf_",), r"(?<![A-Za-z0-9_])hf_[A-Za-z]{34}(?![A-Za-z0-9_])"),
+)
+# Password slots: (detail, trigger words, pattern whose group 1 is the password, hint
+# that the text is such a slot). A connection string's `Password=`, and a .netrc entry's
+# password (`machine HOST login USER password VALUE`).
+_PASSWORD_FORMATS: tuple[tuple[str, tuple[str, ...], str, str], ...] = (
+    (
+        "Connection String Password",
+        ("password", "pwd"),
+        r"(?i)(?:^|[;\s\"'{])(?:password|pwd)\s*=\s*([^;\s\"'}]{3,})",
+        r"(?i)\b(?:server|host|data source|uid|user id|username|database|initial catalog|dsn)\s*=",
+    ),
+    (
+        "netrc password",
+        ("password", "passwd"),
+        r"(?i)\b(?:password|passwd)[ \t]+([^\s]+)",
+        r"(?i)\b(?:machine[ \t]+\S+|default)\s+login[ \t]+\S",
+    ),
+)
+
+
+def _own_rules() -> tuple[_SecretRule, ...]:
+    """The well-known formats detect-secrets lacks: key prefixes, password slots, and an
+    environment or settings line that assigns a secret by its name (`SECRET_KEY=...`)."""
+    keys = tuple(
+        _SecretRule("api_key", detail, triggers, (re.compile(pattern),))
+        for detail, triggers, pattern in _OWN_KEY_FORMATS
+    )
+    passwords = tuple(
+        _SecretRule(
+            "password",
+            detail,
+            _cased(*words),
+            (re.compile(pattern),),
+            check=_real_password,
+            lookalike_check=False,
+            group=1,
+            hint=re.compile(hint),
+        )
+        for detail, words, pattern, hint in _PASSWORD_FORMATS
+    )
+    assignment = _SecretRule(
+        "password", "secret assignment", _SECRET_NAME_WORDS, (_SECRET_ASSIGNMENT,), check=_secret_value, group=1
+    )
+    return (*keys, *passwords, assignment)
+
+
+@lru_cache(maxsize=1)
+def _secret_rules() -> tuple[_SecretRule, ...]:
+    """The secret formats: detect-secrets' specific plugins (their own patterns), then
+    the well-known formats it lacks. Built on first use (detect-secrets imports requests)."""
+    return _ds_rules() + _own_rules()
 
 
 _KEY_BLOCK_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")

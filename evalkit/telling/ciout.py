@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from evalkit.conclusions.agentevals import CompatReport
     from evalkit.conclusions.gates import GateResult, RunMetrics
     from evalkit.conclusions.verdicts import Verdict
+    from evalkit.foundations.records_gate import GateCheck
     from evalkit.running.runner import RunResult
 
 Outcome = Literal["passed", "failure", "error", "skipped"]
@@ -279,15 +280,31 @@ def _plan_section(check: Any, none: str = "no pre-registered plan") -> str:
 # --------------------------------------------------------------------------- gate
 
 
-def gate_report(res: GateResult, run: Any = None, metrics: RunMetrics | None = None) -> CiReport:
-    """`evalkit gate`: one testcase per gate check (the gated case score overall and per tag, the cost per case);
-    a breach beyond noise is a failure with its reason; a run that did not finish cleanly
-    is one errored testcase (no rate was read); a baseline that cannot be compared is a
-    failed `comparable with the baseline` testcase."""
-    cls = "evalkit.gate"
-    cases: list[TestCase] = []
+_GATE_CLASS = "evalkit.gate"  # the JUnit classname of the gate's testcases
+
+
+def _gate_check_case(c: GateCheck, failed_reasons: set[str]) -> TestCase:
+    """The testcase of one gate check: a failure with the gate's reason for it, else
+    passed (within noise when the threshold was crossed but not beyond noise)."""
+    unit = " points" if c.kind != "cost" else "%"
+    detail = (
+        f"baseline {_num(c.baseline, '.4g')}, current {_num(c.current, '.4g')}, change "
+        f"{c.change:+.1f}{unit} (threshold {c.threshold:g}{unit}), cases {c.n_cases}, "
+        f"p(noise) {_num(c.p_adjusted, '.3g')}"
+    )
+    if c.failed:
+        prefixes = SCORE_DROP_PREFIXES if c.kind != "cost" else COST_RISE_PREFIXES
+        why = next((r for r in failed_reasons if c.group in r and r.startswith(prefixes)), detail)
+        return TestCase(c.label, _GATE_CLASS, "failure", why, detail)
+    return TestCase(c.label, _GATE_CLASS, "passed", "", detail + (" (within noise)" if c.exceeded else ""))
+
+
+def _gate_cases(res: GateResult) -> list[TestCase]:
+    """The gate's testcases: comparable with the baseline, power, and one per check; or
+    one errored `run finished cleanly` when no rate was read."""
+    cls = _GATE_CLASS
     if not res.read_rates:
-        cases.append(
+        return [
             TestCase(
                 "run finished cleanly",
                 cls,
@@ -295,51 +312,29 @@ def gate_report(res: GateResult, run: Any = None, metrics: RunMetrics | None = N
                 "; ".join(res.reasons),
                 "rates not read: a run that did not finish cleanly is not comparable",
             )
+        ]
+    failed_reasons = {r for r in res.reasons if r.startswith(SCORE_DROP_PREFIXES + COST_RISE_PREFIXES)}
+    weak = [r for r in res.reasons if r.startswith(UNDERPOWERED_PREFIX)]
+    other = [r for r in res.reasons if r not in failed_reasons and r not in weak]
+    cases = [TestCase("comparable with the baseline", cls, "failure" if other else "passed", "; ".join(other))]
+    if res.power is not None:
+        # UNDERPOWERED is an error, never a pass: the gate could not see its threshold
+        pw = res.power.describe()
+        outcome: Outcome = "error" if weak else "passed"
+        cases.append(
+            TestCase(
+                "power",
+                cls,
+                outcome,
+                "; ".join(weak),
+                pw + (" (warned)" if res.power.underpowered and not weak else ""),
+            )
         )
-    else:
-        failed_reasons = {r for r in res.reasons if r.startswith(SCORE_DROP_PREFIXES + COST_RISE_PREFIXES)}
-        weak = [r for r in res.reasons if r.startswith(UNDERPOWERED_PREFIX)]
-        other = [r for r in res.reasons if r not in failed_reasons and r not in weak]
-        cases.append(TestCase("comparable with the baseline", cls, "failure" if other else "passed", "; ".join(other)))
-        if res.power is not None:
-            # UNDERPOWERED is an error, never a pass: the gate could not see its threshold
-            pw = res.power.describe()
-            outcome: Outcome = "error" if weak else "passed"
-            cases.append(
-                TestCase(
-                    "power",
-                    cls,
-                    outcome,
-                    "; ".join(weak),
-                    pw + (" (warned)" if res.power.underpowered and not weak else ""),
-                )
-            )
-        for c in res.checks:
-            name = c.label
-            unit = " points" if c.kind != "cost" else "%"
-            detail = (
-                f"baseline {_num(c.baseline, '.4g')}, current {_num(c.current, '.4g')}, change "
-                f"{c.change:+.1f}{unit} (threshold {c.threshold:g}{unit}), cases {c.n_cases}, "
-                f"p(noise) {_num(c.p_adjusted, '.3g')}"
-            )
-            if c.failed:
-                why = next(
-                    (
-                        r
-                        for r in failed_reasons
-                        if c.group in r
-                        and r.startswith(SCORE_DROP_PREFIXES if c.kind != "cost" else COST_RISE_PREFIXES)
-                    ),
-                    detail,
-                )
-                cases.append(TestCase(name, cls, "failure", why, detail))
-            else:
-                cases.append(TestCase(name, cls, "passed", "", detail + (" (within noise)" if c.exceeded else "")))
-    headline = res.status if res.status != "FAIL" else "FAIL: " + " / ".join(res.causes)
-    sections = ["**Gated:** " + md_escape(res.against(), 400), *answered_section(run)]
-    if res.reasons and not res.passed:
-        sections.append("**Why:** " + md_escape("; ".join(res.reasons), 600))
-    sections += judge_sections(res.run)
+    return cases + [_gate_check_case(c, failed_reasons) for c in res.checks]
+
+
+def _gate_table(res: GateResult) -> list[str]:
+    """The checks' table with the thresholds under it, or why no rate was read."""
     if res.read_rates and res.checks:
         rows = []
         for c in res.checks:
@@ -357,7 +352,7 @@ def gate_report(res: GateResult, run: Any = None, metrics: RunMetrics | None = N
                 ]
             )
         t = res.thresholds
-        sections.append(
+        return [
             _table(["check", "cases", "baseline", "current", "change", "p(noise)", "result"], rows)
             + f"\n\nThresholds: gated case score drop > {t.max_success_drop_points:g} points, cost per case "
             f"increase > {t.max_cost_increase_pct:g}%; "
@@ -367,11 +362,24 @@ def gate_report(res: GateResult, run: Any = None, metrics: RunMetrics | None = N
                 if t.require_significance
                 else "a breach fails on the observed change (the seed's gate; p(noise) is shown, not required)."
             )
-        )
-    elif not res.read_rates:
-        sections.append(
-            "Rates not read: a run that did not finish cleanly is not comparable (INCOMPLETE is never a pass)."
-        )
+        ]
+    if not res.read_rates:
+        return ["Rates not read: a run that did not finish cleanly is not comparable (INCOMPLETE is never a pass)."]
+    return []
+
+
+def gate_report(res: GateResult, run: Any = None, metrics: RunMetrics | None = None) -> CiReport:
+    """`evalkit gate`: one testcase per gate check (the gated case score overall and per tag, the cost per case);
+    a breach beyond noise is a failure with its reason; a run that did not finish cleanly
+    is one errored testcase (no rate was read); a baseline that cannot be compared is a
+    failed `comparable with the baseline` testcase."""
+    cases = _gate_cases(res)
+    headline = res.status if res.status != "FAIL" else "FAIL: " + " / ".join(res.causes)
+    sections = ["**Gated:** " + md_escape(res.against(), 400), *answered_section(run)]
+    if res.reasons and not res.passed:
+        sections.append("**Why:** " + md_escape("; ".join(res.reasons), 600))
+    sections += judge_sections(res.run)
+    sections += _gate_table(res)
     sections += [f"- note: {md_escape(n, 400)}" for n in res.notes]
     sections.append(
         _plan_section(

@@ -48,7 +48,7 @@ from evalkit.foundations.layout import (
     RUN_CONFIG,
     VALLY_NAMES,
 )
-from evalkit.foundations.records import RunVerdicts, Verdict
+from evalkit.foundations.records import RunVerdicts, Suite, Verdict
 from evalkit.prompts.analyze import front_matter_block
 from evalkit.prompts.skills import SkillTokens, skill_tokens
 from evalkit.runfolder.runs import RunFolder, config_arm_names, find_suite_dir
@@ -343,22 +343,28 @@ def _named_skill(suite_dir: Path) -> tuple[str | None, str | None]:
     return None, None
 
 
-def build_dashboard(root: str | Path, options: DashboardOptions | None = None) -> Dashboard:
-    """The catalogue of every skill and suite under `root` (see the module notes)."""
-    # lazy: the suite validators load only when a dashboard is built
-    from evalkit.suites.reader import load_suite
+_RunKey = tuple[str, str, Path, dict[str, Any]]  # (created, run name, run folder, run.json)
 
-    opts = options or DashboardOptions()
-    base = Path(root)
-    if not base.is_dir():
-        raise InputError("not a folder", base)
-    found = _walk(base)
-    problems: list[str] = []
-    pages = _report_pages(found.reports, base)
 
-    # runs, by the suite folder they were made from
-    runs_of: dict[Path, list[tuple[str, str, Path, dict[str, Any]]]] = {}
-    for run in found.runs:
+@dataclass(frozen=True)
+class _Catalogue:
+    """What `build_dashboard` gathers as it reads the tree: the root, the options, the
+    report pages, the problems met, the skills read (by resolved folder: folder, tokens,
+    description) and each skill's coverage."""
+
+    base: Path
+    opts: DashboardOptions
+    pages: dict[Path, str]
+    problems: list[str] = field(default_factory=list)
+    skills_at: dict[Path, tuple[Path, SkillTokens, str]] = field(default_factory=dict)
+    covers: dict[Path, list[Coverage]] = field(default_factory=dict)
+
+
+def _runs_by_suite(runs: list[Path], base: Path, problems: list[str]) -> dict[Path, list[_RunKey]]:
+    """The runs, by the resolved suite folder they were made from, oldest first; a run
+    whose run.json cannot be read is a problem."""
+    runs_of: dict[Path, list[_RunKey]] = {}
+    for run in runs:
         try:
             meta = RunFolder(run).read_meta()
         except (InputError, OSError, ValueError) as exc:
@@ -371,87 +377,107 @@ def build_dashboard(root: str | Path, options: DashboardOptions | None = None) -
         runs_of.setdefault(suite_dir.resolve(), []).append(key)
     for lst in runs_of.values():
         lst.sort(key=lambda t: (t[0], t[1]))
+    return runs_of
 
-    skills_at: dict[Path, tuple[Path, SkillTokens, str]] = {}
 
-    def add_skill(sdir: Path) -> None:
-        try:
-            tokens = skill_tokens(sdir, opts.model)
-            text = (sdir / SKILL_FILE).read_text(encoding="utf-8", errors="replace")
-        except (InputError, OSError) as exc:
-            problems.append(f"skill {_rel(sdir, base)}: not read ({exc})")
-            return
-        skills_at[sdir.resolve()] = (sdir, tokens, str(front_matter_block(text)[0].get("description") or ""))
+def _add_skill(cat: _Catalogue, sdir: Path) -> None:
+    """Read one skill folder into the catalogue (its tokens and description), or note
+    the problem."""
+    try:
+        tokens = skill_tokens(sdir, cat.opts.model)
+        text = (sdir / SKILL_FILE).read_text(encoding="utf-8", errors="replace")
+    except (InputError, OSError) as exc:
+        cat.problems.append(f"skill {_rel(sdir, cat.base)}: not read ({exc})")
+        return
+    cat.skills_at[sdir.resolve()] = (sdir, tokens, str(front_matter_block(text)[0].get("description") or ""))
 
-    for sdir in found.skills:
-        add_skill(sdir)
-    covers: dict[Path, list[Coverage]] = {}
-    suites: list[SuiteEntry] = []
-    for sdir in found.suites:
-        rel = _rel(sdir, base)
-        srun = runs_of.get(sdir.resolve(), [])
-        try:
-            suite = load_suite(sdir)
-        except EvalkitError as exc:
-            suites.append(SuiteEntry(rel, sdir.name, None, (), 0, (), len(srun), error=str(exc)))
+
+def _arm_coverage(cat: _Catalogue, suite: Suite, sdir: Path, srun: list[_RunKey]) -> list[str]:
+    """The skills the suite's arms load (`skill_dir`), each covered against the arm
+    without a skill (else the first other arm); returns them, relative to the root."""
+    rel = _rel(sdir, cat.base)
+    covered: list[str] = []
+    for arm in suite.config.arms:
+        if not arm.skill_dir:
             continue
-        names = tuple(a.name for a in suite.config.arms)
-        covered: list[str] = []
-        for arm in suite.config.arms:
-            if not arm.skill_dir:
-                continue
-            target = (sdir / arm.skill_dir).resolve()
-            if target not in skills_at:
-                add_skill(target)  # a skill_dir the walk did not reach (a hidden folder)
-            covered.append(_rel(target, base))
-            others = [a for a in suite.config.arms if a.name != arm.name]
-            baseline = next((a.name for a in others if not a.skill_dir), others[0].name if others else None)
-            arms = tuple(a for a in (baseline, arm.name) if a is not None)
-            covers.setdefault(target, []).append(
+        target = (sdir / arm.skill_dir).resolve()
+        if target not in cat.skills_at:
+            _add_skill(cat, target)  # a skill_dir the walk did not reach (a hidden folder)
+        covered.append(_rel(target, cat.base))
+        others = [a for a in suite.config.arms if a.name != arm.name]
+        baseline = next((a.name for a in others if not a.skill_dir), others[0].name if others else None)
+        arms = tuple(a for a in (baseline, arm.name) if a is not None)
+        cat.covers.setdefault(target, []).append(
+            _coverage(
+                suite.name, rel, arm.name, baseline, "skill_dir", arms, suite.cases, srun, cat.pages, cat.base, cat.opts
+            )
+        )
+    return covered
+
+
+def _named_coverage(cat: _Catalogue, suite: Suite, sdir: Path, srun: list[_RunKey], covered: list[str]) -> None:
+    """The skill a Vally or Waza spec names (its top-level `skill`), covered by all the
+    suite's arms unless an arm already loads it; added to `covered`."""
+    spec, named = _named_skill(sdir)
+    if not named:
+        return
+    names = tuple(a.name for a in suite.config.arms)
+    for target, (skdir, tokens, _) in cat.skills_at.items():
+        if named in (tokens.skill, skdir.name) and _rel(target, cat.base) not in covered:
+            covered.append(_rel(target, cat.base))
+            how = f"named by {spec}'s skill field"
+            cat.covers.setdefault(target, []).append(
                 _coverage(
                     suite.name,
-                    rel,
-                    arm.name,
-                    baseline,
-                    "skill_dir",
-                    arms,
+                    _rel(sdir, cat.base),
+                    None,
+                    None,
+                    how,
+                    names,
                     suite.cases,
                     srun,
-                    pages,
-                    base,
-                    opts,
+                    cat.pages,
+                    cat.base,
+                    cat.opts,
                 )
             )
-        spec, named = _named_skill(sdir)
-        if named:
-            for target, (skdir, tokens, _) in skills_at.items():
-                if named in (tokens.skill, skdir.name) and _rel(target, base) not in covered:
-                    covered.append(_rel(target, base))
-                    covers.setdefault(target, []).append(
-                        _coverage(
-                            suite.name,
-                            rel,
-                            None,
-                            None,
-                            f"named by {spec}'s skill field",
-                            names,
-                            suite.cases,
-                            srun,
-                            pages,
-                            base,
-                            opts,
-                        )
-                    )
-        suites.append(
-            SuiteEntry(rel, suite.name, suite.config.unit.kind, names, len(suite.cases), tuple(covered), len(srun))
-        )
 
+
+def _suite_entry(cat: _Catalogue, sdir: Path, srun: list[_RunKey]) -> SuiteEntry:
+    """One suite's row, and the coverage it gives the skills it evaluates; a suite that
+    does not load is a row with its error."""
+    # lazy: the suite validators load only when a dashboard is built
+    from evalkit.suites.reader import load_suite
+
+    rel = _rel(sdir, cat.base)
+    try:
+        suite = load_suite(sdir)
+    except EvalkitError as exc:
+        return SuiteEntry(rel, sdir.name, None, (), 0, (), len(srun), error=str(exc))
+    covered = _arm_coverage(cat, suite, sdir, srun)
+    _named_coverage(cat, suite, sdir, srun, covered)
+    names = tuple(a.name for a in suite.config.arms)
+    return SuiteEntry(rel, suite.name, suite.config.unit.kind, names, len(suite.cases), tuple(covered), len(srun))
+
+
+def build_dashboard(root: str | Path, options: DashboardOptions | None = None) -> Dashboard:
+    """The catalogue of every skill and suite under `root` (see the module notes)."""
+    opts = options or DashboardOptions()
+    base = Path(root)
+    if not base.is_dir():
+        raise InputError("not a folder", base)
+    found = _walk(base)
+    cat = _Catalogue(base, opts, _report_pages(found.reports, base))
+    runs_of = _runs_by_suite(found.runs, base, cat.problems)
+    for sdir in found.skills:
+        _add_skill(cat, sdir)
+    suites = [_suite_entry(cat, sdir, runs_of.get(sdir.resolve(), [])) for sdir in found.suites]
     skills = [
-        SkillEntry(_rel(sdir, base), tokens.skill, desc, tokens, tuple(covers.get(resolved, ())))
-        for resolved, (sdir, tokens, desc) in sorted(skills_at.items(), key=lambda kv: _rel(kv[1][0], base))
+        SkillEntry(_rel(sdir, base), tokens.skill, desc, tokens, tuple(cat.covers.get(resolved, ())))
+        for resolved, (sdir, tokens, desc) in sorted(cat.skills_at.items(), key=lambda kv: _rel(kv[1][0], base))
     ]
     links = frozenset(r.report for s in skills for c in s.coverage for r in c.runs if r.report)
-    return Dashboard(str(base), tuple(skills), tuple(suites), tuple(problems), links, opts.last)
+    return Dashboard(str(base), tuple(skills), tuple(suites), tuple(cat.problems), links, opts.last)
 
 
 def _coverage(

@@ -323,17 +323,87 @@ def _judge_spend(m: Mapping[str, Any]) -> str:
     return "" if not judge else f"<br>+ judge {html.escape(fmt.usd(judge))}"
 
 
-def build_index(reports_dir: str | Path) -> Path:
-    """Rebuild `reports_dir/index.html` from every run's manifest: one row per run
-    (date, suite, arms, verdicts, spend, links to each notebook page) and, per suite, a
-    trend of each arm's sample pass rate across its runs."""
-    root = Path(reports_dir)
-    root.mkdir(parents=True, exist_ok=True)
-    runs = load_manifests(root)
-    runs.sort(key=lambda m: (m.get("created") or "", m["_dir"]))
+def _relabel_old_gate_verdicts(m: dict[str, Any]) -> None:
+    """A manifest written before gate entries carried their cause: "gate FAIL (...)" was
+    labelled regression even for an incomplete run; label it by cause now (in place)."""
+    for i, v in enumerate(m.get("verdicts") or []):
+        if v.get("kind") == "regression" and "label" not in v and str(v.get("text", "")).startswith("gate FAIL"):
+            m["verdicts"][i] = {**gate_verdict({"passed": False}, complete=m.get("complete")), "text": v["text"]}
+
+
+def _verdicts_cell(m: Mapping[str, Any]) -> str:
+    """A run's verdicts, one a line: label, arms, p-value, judge and text."""
     e = html.escape
+    return (
+        "<br>".join(
+            (
+                f"<span class='{e(str(v.get('style') or v['kind']))}'>{e(str(v.get('label') or v['kind']))}</span>"
+                + (f" {e(str(v.get('treatment')))} vs {e(str(v.get('baseline')))}" if v.get("baseline") else "")
+                + (f" (p = {e(fmt.pvalue(v['p_value']))})" if v.get("p_value") is not None else "")
+                + (f", {e(str(v['judge']))} judge" if v.get("judge") else "")
+                + (f": {e(str(v.get('text')))}" if v.get("text") else "")
+            )
+            for v in m.get("verdicts") or []
+        )
+        or "&mdash;"
+    )
+
+
+def _links_cell(m: Mapping[str, Any]) -> str:
+    """A run's pages: each notebook page (marked when it failed), the explorer and
+    diff links, and the pages not made with why."""
+    e = html.escape
+    links = " ".join(
+        f"<a href='{e(m['_dir'])}/{e(nb['html'])}'>{e(TITLES.get(nb['name'], nb['name']))}</a>"
+        + ("" if nb.get("ok") else " <span class='warn'>(failed)</span>")
+        for nb in m.get("notebooks") or []
+        if nb.get("html")
+    )
+    links += _explorer_links(m)
+    skipped = m.get("skipped") or {}
+    if isinstance(skipped, dict) and skipped:  # the pages not made, each with why (nothing to show)
+        links += (
+            "<br><span class='skipped'>not made: "
+            + "; ".join(f"{e(TITLES.get(str(name), str(name)))} ({e(str(why))})" for name, why in skipped.items())
+            + "</span>"
+        )
+    return links
+
+
+def _run_notes(m: Mapping[str, Any]) -> str:
+    """What the run cell says under the run's name: incomplete, the judge's notice, not
+    contained, a side run, stopped early."""
+    e = html.escape
+    notes = "" if m.get("complete") in (True, None) else " <span class='warn'>INCOMPLETE</span>"
+    if m.get("judge_notice"):
+        notes += f"<br><span class='warn'>{e(str(m['judge_notice']))}</span>"
+    if m.get("not_contained"):
+        notes += f"<br><span class='warn'>{e(str(m['not_contained']))}</span>"
+    if m.get("side_run"):
+        notes += f"<br><span class='skipped'>{e(str(m['side_run']))}: not in the trend</span>"
+    if m.get("stopped_early"):
+        notes += f"<br><span class='stopped'>{e(str(m['stopped_early']))}</span>"
+    return notes
+
+
+def _run_row(m: Mapping[str, Any]) -> str:
+    """One run's row of the index: date, run, suite, arms, rates, verdicts, spend, pages."""
+    e = html.escape
+    rates = ", ".join(f"{e(str(a))} {_pct(v)}" for a, v in (m.get("headline") or {}).items()) or (
+        "<span class='warn'>not graded: nothing to report</span>" if m.get("graded") is False else "&mdash;"
+    )
+    return (
+        f"<tr><td>{e(str(m.get('created') or ''))}</td><td><code>{e(m['_dir'])}</code>{_run_notes(m)}</td>"
+        f"<td>{e(str(m.get('suite') or ''))}</td><td>{_arms_cell(m)}</td>"
+        f"<td>{rates}</td><td>{_verdicts_cell(m)}</td>"
+        f"<td>{e(fmt.usd(m.get('spend_usd')))}{_judge_spend(m)}</td><td>{_links_cell(m)}</td></tr>"
+    )
+
+
+def _run_rows(runs: list[dict[str, Any]]) -> list[str]:
+    """The runs table's rows: grouped by suite (the suites in name order, each under a
+    header row), each suite's runs newest first."""
     rows = []
-    # grouped by suite (the suites in name order), each suite's runs newest first
     grouped = sorted(reversed(runs), key=lambda m: str(m.get("suite") or "(no suite)"))
     current: str | None = None
     for m in grouped:
@@ -341,58 +411,18 @@ def build_index(reports_dir: str | Path) -> Path:
         if suite_name != current:
             current = suite_name
             n_runs = sum(1 for r in runs if str(r.get("suite") or "(no suite)") == suite_name)
-            rows.append(f"<tr class='suite'><th colspan='8'>suite {e(suite_name)} ({n_runs} run(s))</th></tr>")
-        for i, v in enumerate(m.get("verdicts") or []):
-            # a manifest written before gate entries carried their cause: "gate FAIL (...)"
-            # was labelled regression even for an incomplete run; label it by cause now.
-            if v.get("kind") == "regression" and "label" not in v and str(v.get("text", "")).startswith("gate FAIL"):
-                m["verdicts"][i] = {**gate_verdict({"passed": False}, complete=m.get("complete")), "text": v["text"]}
-        verdicts = (
-            "<br>".join(
-                (
-                    f"<span class='{e(str(v.get('style') or v['kind']))}'>{e(str(v.get('label') or v['kind']))}</span>"
-                    + (f" {e(str(v.get('treatment')))} vs {e(str(v.get('baseline')))}" if v.get("baseline") else "")
-                    + (f" (p = {e(fmt.pvalue(v['p_value']))})" if v.get("p_value") is not None else "")
-                    + (f", {e(str(v['judge']))} judge" if v.get("judge") else "")
-                    + (f": {e(str(v.get('text')))}" if v.get("text") else "")
-                )
-                for v in m.get("verdicts") or []
+            rows.append(
+                f"<tr class='suite'><th colspan='8'>suite {html.escape(suite_name)} ({n_runs} run(s))</th></tr>"
             )
-            or "&mdash;"
-        )
-        links = " ".join(
-            f"<a href='{e(m['_dir'])}/{e(nb['html'])}'>{e(TITLES.get(nb['name'], nb['name']))}</a>"
-            + ("" if nb.get("ok") else " <span class='warn'>(failed)</span>")
-            for nb in m.get("notebooks") or []
-            if nb.get("html")
-        )
-        links += _explorer_links(m)
-        skipped = m.get("skipped") or {}
-        if isinstance(skipped, dict) and skipped:  # the pages not made, each with why (nothing to show)
-            links += (
-                "<br><span class='skipped'>not made: "
-                + "; ".join(f"{e(TITLES.get(str(name), str(name)))} ({e(str(why))})" for name, why in skipped.items())
-                + "</span>"
-            )
-        rates = ", ".join(f"{e(str(a))} {_pct(v)}" for a, v in (m.get("headline") or {}).items()) or (
-            "<span class='warn'>not graded: nothing to report</span>" if m.get("graded") is False else "&mdash;"
-        )
-        spend = m.get("spend_usd")
-        complete = "" if m.get("complete") in (True, None) else " <span class='warn'>INCOMPLETE</span>"
-        if m.get("judge_notice"):
-            complete += f"<br><span class='warn'>{e(str(m['judge_notice']))}</span>"
-        if m.get("not_contained"):
-            complete += f"<br><span class='warn'>{e(str(m['not_contained']))}</span>"
-        if m.get("side_run"):
-            complete += f"<br><span class='skipped'>{e(str(m['side_run']))}: not in the trend</span>"
-        if m.get("stopped_early"):
-            complete += f"<br><span class='stopped'>{e(str(m['stopped_early']))}</span>"
-        rows.append(
-            f"<tr><td>{e(str(m.get('created') or ''))}</td><td><code>{e(m['_dir'])}</code>{complete}</td>"
-            f"<td>{e(str(m.get('suite') or ''))}</td><td>{_arms_cell(m)}</td>"
-            f"<td>{rates}</td><td>{verdicts}</td>"
-            f"<td>{e(fmt.usd(spend))}{_judge_spend(m)}</td><td>{links}</td></tr>"
-        )
+        _relabel_old_gate_verdicts(m)
+        rows.append(_run_row(m))
+    return rows
+
+
+def _trend_rows(runs: list[dict[str, Any]]) -> list[str]:
+    """Per suite, a trend of each arm's sample pass rate across its runs (side runs
+    left out); one run, or no graded run, says so instead."""
+    e = html.escape
     trends = []
     by_suite: dict[str, list[dict[str, Any]]] = {}
     for m in runs:
@@ -411,6 +441,19 @@ def build_index(reports_dir: str | Path) -> Path:
         else:
             chart = trend_svg(series, labels)
         trends.append(f"<tr><td>{e(suite)}</td><td>{len(ms)}</td><td>{chart}</td></tr>")
+    return trends
+
+
+def build_index(reports_dir: str | Path) -> Path:
+    """Rebuild `reports_dir/index.html` from every run's manifest: one row per run
+    (date, suite, arms, verdicts, spend, links to each notebook page) and, per suite, a
+    trend of each arm's sample pass rate across its runs."""
+    root = Path(reports_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    runs = load_manifests(root)
+    runs.sort(key=lambda m: (m.get("created") or "", m["_dir"]))
+    rows = _run_rows(runs)
+    trends = _trend_rows(runs)
     page = (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
         f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\">"

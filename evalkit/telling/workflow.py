@@ -273,6 +273,9 @@ if [ -z "$run_dir" ]; then echo "evalkit run wrote no run folder (exit $rc)"; ex
 """
 
 
+_GATE_MD, _COMPARE_MD = f"{CI_OUT}/gate.md", f"{CI_OUT}/compare.md"  # the verdicts' Markdown
+
+
 def _install_steps(req: str) -> list[dict[str, Any]]:
     """Checkout, Python and evalkit from `req`: each job's first steps (new dicts each
     time, so the YAML holds no anchors)."""
@@ -288,22 +291,10 @@ def _install_steps(req: str) -> list[dict[str, Any]]:
     ]
 
 
-def github_workflow(
-    suite: Suite,
-    suite_rel: str,
-    *,
-    watch: tuple[str, ...] = (),
-    requirement: str | None = None,
-    repo_root: str | Path | None = None,
-) -> str:
-    """The text of `.github/workflows/evalkit.yml` for `suite`, whose folder is
-    `suite_rel` relative to the repository root (`repo_root`, found from the suite
-    unless given). `requirement`: `--evalkit-spec` (see `install_spec`).
-
-    The document is built as data and written by PyYAML, so a suite path with `: `,
-    ` #` or quotes stays one string everywhere it appears; a path (or `--watch`
-    pattern) holding `${{`, a control character or a line separator is refused
-    (`InputError`), since no quoting keeps GitHub from evaluating an expression."""
+def _checked_inputs(suite: Suite, suite_rel: str, watch: tuple[str, ...]) -> tuple[str, list[str]]:
+    """(the suite path, the API key variables) for the workflow, checked: the config has a
+    ci block, no path or pattern holds what GitHub would evaluate, each key is a variable
+    name."""
     cfg = suite.config
     if cfg.ci_cost_cap_usd is None:
         raise InputError(
@@ -319,25 +310,30 @@ def github_workflow(
     for k in keys:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
             raise InputError(f"api_key_env {k!r} is not an environment variable name", Path(suite.path) / "config.json")
-    paths = list(dict.fromkeys([*DEFAULT_WATCH, f"{suite_rel}/**", *watch, str(WORKFLOW_PATH)]))
-    cache = f"{suite_rel}/runs/{CACHE_FILE}"
-    req = check_workflow_text(
-        install_spec(requirement, repo_root if repo_root is not None else repo_root_of(Path(suite.path))),
-        "the evalkit install source",
-    )
+    return suite_rel, keys
+
+
+def _job_env(suite_rel: str, keys: list[str]) -> dict[str, str]:
+    """The evalkit job's environment: the suite, the optional endpoint overrides, and
+    each API key from the repository's secrets."""
     env: dict[str, str] = {
         "EVALKIT_SUITE": suite_rel,
         "EVALKIT_BASE_URL": "${{ vars.EVALKIT_BASE_URL }}",  # optional overrides of the config's endpoints
         "EVALKIT_JUDGE_BASE_URL": "${{ vars.EVALKIT_JUDGE_BASE_URL }}",
     }
     env.update({k: f"${{{{ secrets.{k} }}}}" for k in dict.fromkeys(keys)})
+    return env
+
+
+def _evalkit_steps(req: str, cache: str) -> list[dict[str, Any]]:
+    """The evalkit job's steps: install, restore the cache, lint, run, grade, gate,
+    compare, then `_publish_steps`."""
     ran = "${{ !cancelled() && env.EVALKIT_RUN != '' }}"
     # the arms are read from the run when the step runs (`evalkit ci compare`), never fixed
     # here: an arm added to config.json later is compared without touching this file
     compare_cmd = 'evalkit ci compare "$EVALKIT_RUN"'
     compare_name = "Compare the arms (a regression fails the job; one arm: conformance, advisory)"
-    gate_md, compare_md = f"{CI_OUT}/gate.md", f"{CI_OUT}/compare.md"
-    steps: list[dict[str, Any]] = [
+    return [
         *_install_steps(req),
         {
             # Cached answers are keyed by their exact request, so the newest cache serves any run.
@@ -364,15 +360,23 @@ def github_workflow(
                 command='evalkit gate "$EVALKIT_RUN" --baseline "$EVALKIT_SUITE/baseline.json" '
                 '--runner-exit "$EVALKIT_RUN_EXIT"',
                 xml=f"{CI_OUT}/gate.xml",
-                md=gate_md,
+                md=_GATE_MD,
             ),
         },
         {
             # after the gate, whatever it said: both verdicts reach the summary and the comment
             "name": compare_name,
             "if": ran,
-            "run": _VERDICT_SCRIPT.format(command=compare_cmd, xml=f"{CI_OUT}/compare.xml", md=compare_md),
+            "run": _VERDICT_SCRIPT.format(command=compare_cmd, xml=f"{CI_OUT}/compare.xml", md=_COMPARE_MD),
         },
+        *_publish_steps(cache),
+    ]
+
+
+def _publish_steps(cache: str) -> list[dict[str, Any]]:
+    """The evalkit job's last steps, whatever the verdicts said: report, keep the
+    verdicts for the comment job, save the cache, upload the report."""
+    return [
         {
             "name": "Report",
             "if": "${{ always() && env.EVALKIT_RUN != '' }}",
@@ -383,7 +387,7 @@ def github_workflow(
             "name": "Keep the verdicts for the comment job",
             "if": "${{ always() && env.EVALKIT_RUN != '' }}",
             "uses": "actions/upload-artifact@v4",
-            "with": {"name": COMMENT_ARTIFACT, "path": f"{gate_md}\n{compare_md}\n", "if-no-files-found": "ignore"},
+            "with": {"name": COMMENT_ARTIFACT, "path": f"{_GATE_MD}\n{_COMPARE_MD}\n", "if-no-files-found": "ignore"},
         },
         {
             "name": "Save the response cache",
@@ -398,7 +402,11 @@ def github_workflow(
             "with": {"name": "evalkit-report", "path": f"{REPORTS_DIR}/", "if-no-files-found": "warn"},
         },
     ]
-    comment_steps: list[dict[str, Any]] = [
+
+
+def _comment_steps(req: str) -> list[dict[str, Any]]:
+    """The comment job's steps: install, fetch the verdicts, comment on the pull request."""
+    return [
         *_install_steps(req),
         {
             # none when the run wrote no folder or the verdict steps did not run: nothing to post
@@ -414,9 +422,16 @@ def github_workflow(
             "name": "Comment on the pull request",
             "continue-on-error": True,
             "env": {"GITHUB_TOKEN": "${{ secrets.GITHUB_TOKEN }}"},
-            "run": _COMMENT_SCRIPT.format(gate=gate_md, compare=compare_md),
+            "run": _COMMENT_SCRIPT.format(gate=_GATE_MD, compare=_COMPARE_MD),
         },
     ]
+
+
+def _workflow_doc(paths: list[str], env: dict[str, str], req: str, cache: str, suite_rel: str) -> dict[str, Any]:
+    """The workflow as data: its triggers, permissions, concurrency and two jobs (the
+    evalkit run, then the pull-request comment)."""
+    steps = _evalkit_steps(req, cache)
+    comment_steps = _comment_steps(req)
     doc: dict[str, Any] = {
         "name": "evalkit",
         "on": {"pull_request": {"paths": paths}, "workflow_dispatch": None},
@@ -440,6 +455,33 @@ def github_workflow(
             },
         },
     }
+    return doc
+
+
+def github_workflow(
+    suite: Suite,
+    suite_rel: str,
+    *,
+    watch: tuple[str, ...] = (),
+    requirement: str | None = None,
+    repo_root: str | Path | None = None,
+) -> str:
+    """The text of `.github/workflows/evalkit.yml` for `suite`, whose folder is
+    `suite_rel` relative to the repository root (`repo_root`, found from the suite
+    unless given). `requirement`: `--evalkit-spec` (see `install_spec`).
+
+    The document is built as data and written by PyYAML, so a suite path with `: `,
+    ` #` or quotes stays one string everywhere it appears; a path (or `--watch`
+    pattern) holding `${{`, a control character or a line separator is refused
+    (`InputError`), since no quoting keeps GitHub from evaluating an expression."""
+    suite_rel, keys = _checked_inputs(suite, suite_rel, watch)
+    paths = list(dict.fromkeys([*DEFAULT_WATCH, f"{suite_rel}/**", *watch, str(WORKFLOW_PATH)]))
+    cache = f"{suite_rel}/runs/{CACHE_FILE}"
+    req = check_workflow_text(
+        install_spec(requirement, repo_root if repo_root is not None else repo_root_of(Path(suite.path))),
+        "the evalkit install source",
+    )
+    doc = _workflow_doc(paths, _job_env(suite_rel, keys), req, cache, suite_rel)
     body = str(
         yaml.dump(doc, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=4096, default_flow_style=False)
     )
