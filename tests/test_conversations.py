@@ -486,6 +486,17 @@ def test_the_example_suite_runs_grades_compares_and_reviews_on_the_scripted_serv
     assert (v.wins, v.losses) == (1, 0)  # careful wins the address case (one vote per case over its k)
 
 
+def test_a_review_that_copies_the_prompts_choice_blames_no_one():
+    """SmolLM2-135M answered reviews with the prompt's own line, `BLAME: user|agent REASON:
+    <one sentence>`, which was read as blaming the user (8 of 10 reviews of the local example)."""
+    from evalkit.conclusions.conversations import parse_blame
+
+    for copied in ("BLAME: user|agent REASON: <one sentence>", "BLAME: user | agent", "blame: Agent|user"):
+        with pytest.raises(ValueError, match="no BLAME"):
+            parse_blame(copied)
+    assert parse_blame("BLAME: agent REASON: it never confirmed") == ("agent", "it never confirmed")
+
+
 LOCAL_EXAMPLE = EXAMPLE.parent / "conversation-local"
 
 
