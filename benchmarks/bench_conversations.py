@@ -18,7 +18,7 @@ the simulator's share of the run's spend, the reviews' blame, each arm's endings
 rate and pass^k over conversations (with and without the simulator-blamed ones).
 
     python benchmarks/bench_conversations.py [--suites scripted,local] [--k K] [--report-only NB,..]
-        [--out FILE] [--smoke]
+        [--out FILE] [--work DIR] [--smoke]
 
 `--smoke`: the scripted suite only (no model), k=1, the report's run_summary notebook
 only; its figures go to the smoke folder.
@@ -51,7 +51,8 @@ ARMS = ("baseline", "careful")
 def timed(name: str, argv: list[str], cwd: Path) -> dict[str, Any]:
     """Run one command: its exit status, wall and CPU seconds (it and the processes it
     waited for, the model server included: os.wait4's rusage), the load average around
-    it and its output's tail. Raises when it fails: a figure from a failed step is none."""
+    it and its output's last lines. A step that fails is recorded as failed (`rc`), its
+    figures kept: a judge too small to score is an outcome to show, not to hide."""
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -66,7 +67,7 @@ def timed(name: str, argv: list[str], cwd: Path) -> dict[str, Any]:
     step["last_lines"] = [x for x in output.splitlines() if x.strip()][-3:]
     print(f"{name}: exit {rc} in {step['wall_s']} s ({step['cpu_s']} CPU-s), load {load:.2f}", flush=True)
     if rc != 0:
-        raise SystemExit(f"{name} failed (exit {rc}):\n{output[-4000:]}")
+        print(output[-4000:], flush=True)
     return step
 
 
@@ -96,6 +97,8 @@ def pipeline(name: str, work: Path, k: int | None, report: list[str]) -> dict[st
     runs, reports = work / f"{name}-runs", work / f"{name}-reports"
     sample = ["run", str(suite), "--runs-dir", str(runs), "--no-progress", *(["--k", str(k)] if k else [])]
     steps = [timed("run", served(serve, *sample), suite)]
+    if steps[0]["rc"] != 0:
+        raise SystemExit(f"the run of {name} failed: {steps[0]['last_lines']}")
     run = newest_run(runs)
     steps.append(timed("grade", served(serve, "grade", str(run)), suite))
     steps.append(timed("compare", [*EVALKIT, "compare", str(run), "--baseline", ARMS[0], "--treatment", ARMS[1]],
@@ -142,15 +145,19 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="default: benchmarks/results/conversations.json")
     ap.add_argument("--k", type=int, default=None, help="samples per case and arm (default: each suite's k)")
     ap.add_argument("--report-only", default="", help="comma-separated notebooks for `evalkit report --only`")
+    ap.add_argument("--work", default=None, help="keep the suites' copies, runs and reports here (default: a "
+                    "temporary folder, removed)")
     _smoke.add(ap)
     args = ap.parse_args()
     out = _smoke.apply(args, ROOT / "benchmarks" / "results" / "conversations.json", suites="scripted", k=1,
                        report_only="run_summary")
     report = [a for nb in args.report_only.split(",") if nb for a in ("--only", nb)]
-    result: dict[str, Any] = {"cores": len(os.sched_getaffinity(0)), "suites": {}}
+    command = " ".join(["python", *(os.path.relpath(a, ROOT) if a.startswith(str(ROOT)) else a for a in sys.argv)])
+    result: dict[str, Any] = {"command": command, "cores": len(os.sched_getaffinity(0)), "suites": {}}
     with tempfile.TemporaryDirectory(prefix="evalkit-bench-conv-") as d:
+        work = Path(args.work or d)
         for name in args.suites.split(","):
-            result["suites"][name] = pipeline(name, Path(d), args.k, report)
+            result["suites"][name] = pipeline(name, work, args.k, report)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"written: {out}")
