@@ -486,6 +486,41 @@ def test_the_example_suite_runs_grades_compares_and_reviews_on_the_scripted_serv
     assert (v.wins, v.losses) == (1, 0)  # careful wins the address case (one vote per case over its k)
 
 
+def test_a_review_that_copies_the_prompts_choice_blames_no_one():
+    """SmolLM2-135M answered reviews with the prompt's own line, `BLAME: user|agent REASON:
+    <one sentence>`, which was read as blaming the user (8 of 10 reviews of the local example)."""
+    from evalkit.conclusions.conversations import parse_blame
+
+    for copied in ("BLAME: user|agent REASON: <one sentence>", "BLAME: user | agent", "blame: Agent|user"):
+        with pytest.raises(ValueError, match="no BLAME"):
+            parse_blame(copied)
+    assert parse_blame("BLAME: agent REASON: it never confirmed") == ("agent", "it never confirmed")
+
+
+LOCAL_EXAMPLE = EXAMPLE.parent / "conversation-local"
+
+
+def test_the_local_example_lints_clean_and_every_role_is_played_by_the_served_tools_model(monkeypatch):
+    """examples/conversation-local (its measured run: its README, benchmarks/bench_conversations.py)
+    stays valid: no lint error, a conversation suite whose simulator, agents and judge all
+    resolve to `evalkit serve --tools-model`'s server, with no key and no endpoint of their own."""
+    from evalkit.calls.serve import TOOLS_MODEL_ALIAS
+    from evalkit.intake.lint import lint_suite, load_suite
+    from evalkit.suites.endpoints import GENERATOR_URL_ENV, SERVED_ENV, resolve_base_url
+
+    report = lint_suite(LOCAL_EXAMPLE)
+    assert report.ok, [str(f) for f in report.findings if f.level == "error"]
+    config = load_suite(LOCAL_EXAMPLE).config
+    assert config.simulator is not None and config.simulator.prompt == SIMULATOR_PROMPT_V1
+    url = "http://127.0.0.1:8011/v1"
+    monkeypatch.setenv(GENERATOR_URL_ENV, url)  # as `evalkit serve --tools-model -- COMMAND` sets them
+    monkeypatch.setenv(SERVED_ENV, json.dumps({"base_url": url, "model": TOOLS_MODEL_ALIAS}))
+    for role, endpoint in (("generator", config.generator), ("judge", config.judge),
+                           ("simulator", config.simulator.endpoint)):
+        assert endpoint is not None and endpoint.model == TOOLS_MODEL_ALIAS and endpoint.base_url is None
+        assert resolve_base_url(role, endpoint) == url
+
+
 def test_under_evalkit_serve_the_served_model_plays_the_user_unless_it_answers_as_another(monkeypatch):
     from evalkit.foundations.records import Endpoint
     from evalkit.suites.endpoints import SERVED_ENV, resolve_base_url

@@ -42,7 +42,8 @@ Key = tuple[str, str, int]
 REVIEW_FILE = "conversation-review.jsonl"
 SUMMARY_FILE = "conversations.json"
 SCHEMA = "evalkit.conversations/1"
-_BLAME = re.compile(r"\s*BLAME:\s*(user|agent)\b\s*(?:REASON:)?\s*(.*)", re.I | re.S)
+# the choice copied from the prompt ("BLAME: user|agent", as a small judge writes it) names neither
+_BLAME = re.compile(r"\s*BLAME:\s*(user|agent)\b(?!\s*\|)\s*(?:REASON:)?\s*(.*)", re.I | re.S)
 REVIEW_PROMPT = """You review a conversation between a SIMULATED USER (played by a model) and an AGENT
 under test. The conversation failed its checks. Decide who is to blame.
 
@@ -86,7 +87,8 @@ class Blame:
 
 
 def parse_blame(text: str) -> tuple[str, str]:
-    """("user" | "agent", reason) from a review answer; ValueError when it has no BLAME line."""
+    """("user" | "agent", reason) from a review answer; ValueError when it has no BLAME line
+    or its line copies the prompt's choice (`BLAME: user|agent`) instead of making one."""
     m = _BLAME.match(text or "")
     if m is None:
         raise ValueError(f"no BLAME: user|agent in the review answer: {(text or '')[:200]!r}")
