@@ -17,7 +17,7 @@ llama-cpp-python 0.3 does without it:
   model never sees a tool's result.
 
 smolagents' ToolCallingAgent sends text parts and "required", so each of its calls
-failed; openai-agents, pydantic-ai and langchain in chat mode send no `tool_choice`, so
+failed; openai-agents and langchain in chat mode send no `tool_choice`, so
 the model never saw their tools. Any other body goes through unchanged.
 """
 
@@ -132,6 +132,7 @@ def _replay(messages: list[Message], then: Receive) -> Receive:
 def main(argv: list[str] | None = None) -> None:
     """``python -m llama_cpp.server``'s start (its own options, no config file) with
     `LlamaBody` before its app."""
+    # the `local` extra, in the server process only (`llama_body` is tested without it)
     import uvicorn
     from llama_cpp.server.app import create_app
     from llama_cpp.server.cli import add_args_from_model
