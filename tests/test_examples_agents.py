@@ -82,3 +82,25 @@ def test_known_framework_telemetry_is_off_in_the_agents_environment_whatever_eva
     seen = json.loads(read_trajectory(res.path, "env", "baseline", 0).end["output"])
     assert seen == {**TELEMETRY_OFF, "LOGFIRE_TOKEN": None}
     assert seen["OPENAI_AGENTS_DISABLE_TRACING"] == "1" and seen["LANGCHAIN_TRACING_V2"] == "false"
+
+
+@pytest.mark.parametrize("framework", ["openai_agents", "pydantic_ai", "langgraph"])
+def test_the_responses_agents_chat_switch_reaches_the_chat_endpoint_through_the_proxy(framework, tmp_path, monkeypatch):
+    """``WEATHER_AGENT_API=chat`` (passed by the suite's `unit.env`) switches each Responses
+    agent to chat completions, for an endpoint without the Responses API (llama.cpp's
+    server, `evalkit serve --tools-model`): every call arrives as chat, metered, graded."""
+    monkeypatch.setenv("WEATHER_AGENT_API", "chat")
+    suite = EXAMPLES / framework
+    with ScriptedServer(suite / "script.json") as srv:
+        res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
+        bodies = list(srv.requests)
+    assert res.complete, res.reason
+    assert len(bodies) == 4 and all("messages" in b and "input" not in b for b in bodies)
+    assert all(b["tools"][0]["function"]["name"] == "get_weather" for b in bodies)
+    ledger = list(iter_jsonl(res.path / "ledger.jsonl"))
+    assert len([e for e in ledger if e["event"] == "settle"]) == 4
+    t = read_trajectory(res.path, "two-cities", "baseline", 0)
+    assert [c["endpoint"] for c in t.model_calls] == ["chat", "chat"]
+    assert len([e for e in t.events if e["type"] == "tool"]) == 2
+    grades = grade_run(res.path).grades
+    assert len(grades) == 2 and all(g.passed for g in grades), [(g.case_id, g.checks) for g in grades]

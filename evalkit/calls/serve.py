@@ -1319,8 +1319,9 @@ class ServerProcess:
 class LocalModelServer(ServerProcess):
     """llama-cpp-python's OpenAI-compatible server on the embedded model, on loopback.
 
-    Starts ``python -m llama_cpp.server`` as a subprocess on a free port, waits until
-    ``/v1/models`` answers, and stops it (terminate, then kill) on exit; watched as any
+    Starts ``python -m llama_cpp.server`` (through `evalkit.calls._llamaserve`, which joins
+    a chat message's text parts into the string llama-cpp-python takes) as a subprocess
+    on a free port, waits until ``/v1/models`` answers, and stops it (terminate, then kill) on exit; watched as any
     `ServerProcess` (`exit_reason`, `smoke`). The default model is a base model without a
     chat template: use the completions endpoint. With `tools=True` it serves the model that
     calls tools (`tools_model_path`, SmolLM2-135M-Instruct) on the chat endpoint with
@@ -1370,7 +1371,7 @@ class LocalModelServer(ServerProcess):
         self.command = [
             sys.executable,
             "-m",
-            "llama_cpp.server",
+            "evalkit.calls._llamaserve",
             "--model",
             str(self.model_path),
             "--model_alias",
@@ -1408,7 +1409,7 @@ class LocalModelServer(ServerProcess):
             chat = f";chat_format={TOOLS_CHAT_FORMAT}" if self.tools else ""
             self._identity = (
                 f"llama.cpp:gguf-sha256={file_sha256(self.model_path)};n_ctx={self.n_ctx}{threads}{chat};"
-                f"llama_cpp={llama}"
+                f"llama_cpp={llama};text_parts=joined"
             )
         return self._identity
 

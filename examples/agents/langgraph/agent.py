@@ -1,6 +1,8 @@
 """A weather agent on langgraph with langchain-openai, unchanged: langgraph's prebuilt
 ReAct agent over `ChatOpenAI(use_responses_api=True)` (the Responses API), one tool
-that langgraph runs itself.
+that langgraph runs itself. ``WEATHER_AGENT_API=chat`` switches it to chat completions
+(`use_responses_api=False`), for an endpoint without the Responses API (llama.cpp's
+server: `evalkit serve --tools-model`); the suite passes the variable (`unit.env`).
 
 evalkit runs it once per sample with the case as JSON on stdin; OPENAI_BASE_URL and
 OPENAI_API_KEY point at evalkit's metering proxy (ChatOpenAI reads them), so every
@@ -37,7 +39,8 @@ def get_weather(city: str) -> str:
 
 def main() -> None:
     case = json.load(sys.stdin)
-    llm = ChatOpenAI(model=case["model"], use_responses_api=True, max_retries=0)
+    responses = os.environ.get("WEATHER_AGENT_API") != "chat"
+    llm = ChatOpenAI(model=case["model"], use_responses_api=responses, max_retries=0)
     agent = create_react_agent(
         llm, [get_weather], prompt="You answer questions about the weather. Look it up with get_weather."
     )

@@ -1,6 +1,9 @@
 """A weather agent on openai-agents (the OpenAI Agents SDK), unchanged: its default model
 is the Responses API (`OpenAIResponsesModel`), and its one tool is a function tool the
-SDK runs itself.
+SDK runs itself. ``WEATHER_AGENT_API=chat`` switches it to chat completions
+(`set_default_openai_api("chat_completions")`), for an endpoint without the Responses API
+(llama.cpp's server: `evalkit serve --tools-model`); the suite passes the variable
+(`unit.env`).
 
 evalkit runs it once per sample with the case as JSON on stdin; OPENAI_BASE_URL and
 OPENAI_API_KEY point at evalkit's metering proxy, which serves `/v1/responses`, so every
@@ -15,7 +18,7 @@ import os
 import sys
 import urllib.request
 
-from agents import Agent, Runner, function_tool
+from agents import Agent, Runner, function_tool, set_default_openai_api
 
 
 def fixture(name: str, arguments: dict) -> str:
@@ -36,6 +39,8 @@ def get_weather(city: str) -> str:
 
 def main() -> None:
     case = json.load(sys.stdin)
+    if os.environ.get("WEATHER_AGENT_API") == "chat":
+        set_default_openai_api("chat_completions")
     agent = Agent(
         name="weather",
         instructions="You answer questions about the weather. Look it up with get_weather.",

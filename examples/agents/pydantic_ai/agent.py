@@ -1,5 +1,8 @@
 """A weather agent on pydantic-ai, unchanged: `OpenAIResponsesModel` (the Responses API),
-one function tool that pydantic-ai runs itself.
+one function tool that pydantic-ai runs itself. ``WEATHER_AGENT_API=chat`` switches it to
+`OpenAIChatModel` (chat completions), for an endpoint without the Responses API
+(llama.cpp's server: `evalkit serve --tools-model`); the suite passes the variable
+(`unit.env`).
 
 evalkit runs it once per sample with the case as JSON on stdin; OPENAI_BASE_URL and
 OPENAI_API_KEY point at evalkit's metering proxy (the OpenAI provider reads them), so
@@ -14,7 +17,7 @@ import sys
 import urllib.request
 
 from pydantic_ai import Agent
-from pydantic_ai.models.openai import OpenAIResponsesModel
+from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
 
@@ -30,7 +33,8 @@ def fixture(name: str, arguments: dict) -> str:
 
 def main() -> None:
     case = json.load(sys.stdin)
-    model = OpenAIResponsesModel(case["model"], provider=OpenAIProvider())
+    chat = os.environ.get("WEATHER_AGENT_API") == "chat"
+    model = (OpenAIChatModel if chat else OpenAIResponsesModel)(case["model"], provider=OpenAIProvider())
     agent = Agent(model, instructions="You answer questions about the weather. Look it up with get_weather.")
 
     @agent.tool_plain
