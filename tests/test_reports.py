@@ -564,7 +564,9 @@ def test_a_report_of_the_replay_alone_warms_its_kernel_up_without_matplotlib(tmp
     assert not any("matplotlib" in c.source or "plt." in c.source for c in replay.cells)
     assert "import numpy, pandas\n" in reports._warm_up(tmp_path, ["replay"])
     for asked in (None, ["run_summary"], ["replay", "pass_at_k"]):
-        assert "import matplotlib.pyplot, numpy, pandas\n" in reports._warm_up(tmp_path, asked)
+        assert "import matplotlib.pyplot, scipy.stats, statsmodels.stats.proportion, numpy, pandas\n" in (
+            reports._warm_up(tmp_path, asked)
+        )
     assert repr(str(tmp_path)) in reports._warm_up(tmp_path, None)  # the run it loads
 
 
