@@ -351,6 +351,21 @@ def test_lint_scans_templates_guidance_judge_files_and_human_labels(tmp_path):
                    ("rubric-v1.md", 3, None, "phone"), ("skilled.md", 3, None, "email")]
 
 
+def test_lint_scans_the_simulator_prompt_and_the_conversations_people_played(tmp_path):
+    """simulator/ reaches a model (its prompt) and a report (what a person typed)."""
+    suite = planted_suite(tmp_path / "a")
+    (suite / "cases.jsonl").write_text((FACTUAL / "cases.jsonl").read_text(encoding="utf-8"), encoding="utf-8")
+    (suite / "simulator").mkdir()
+    (suite / "simulator" / "prompt-v1.md").write_text(f"You are the user.\nYour number is {PHONE}.\n")
+    played = {"case_id": "capital-france", "transcript": [{"role": "user", "content": f"mail me at {EMAIL}"}]}
+    (suite / "simulator" / "human-played.jsonl").write_text(json.dumps(played) + "\n")
+    report = lint_suite(suite)
+    got = sorted((Path(f.path).name, f.line, f.json_path, f.message.split("[")[1].split("]")[0])
+                 for f in report.warnings + report.errors if "privacy" in f.message)
+    assert ("human-played.jsonl", 1, "$.transcript[0].content", "email") in got
+    assert ("prompt-v1.md", 2, None, "phone") in got
+
+
 def test_a_malformed_allow_list_is_a_lint_error(tmp_path):
     suite = planted_suite(tmp_path)
     (suite / "privacy.json").write_text('{\n  "allow": [\n    {"kind": "card", "sha256": "nope"}\n  ]\n}\n')

@@ -93,7 +93,12 @@ def _suite_text_files(src: SuiteSource) -> list[str]:
         for key in ("prompt", "system"):  # an arm's own prompt and system templates (issue 28)
             if isinstance(arm, dict) and isinstance(arm.get(key), str):
                 names.append(arm[key])
-    for folder in ("guidance", "judge", "scorers"):
+    for folder in (
+        "guidance",
+        "judge",
+        "scorers",
+        "simulator",
+    ):  # simulator/: its prompt, the human-played conversations
         names += [f"{folder}/{n}" for n in src.listdir(folder) if not n.startswith(".")]
     if src.files is not None:
         names += list(src.files)
@@ -108,7 +113,8 @@ def _suite_text_files(src: SuiteSource) -> list[str]:
 def scan_suite_source(src: SuiteSource) -> SuiteScan:
     """Scan everything of a suite that reaches a model, a judge or a report: each case
     (every string but its `privacy_allow`), the config, the templates, guidance, judge
-    files, scorers and the human labels (`judge/human-sample.jsonl`, line by line)."""
+    files, scorers, the human labels (`judge/human-sample.jsonl`, line by line), the
+    simulated user's prompt and the conversations people played (`simulator/`)."""
     policy, problems = suite_policy(src)
     findings: list[PrivacyFinding] = []
     skip = frozenset({CASE_ALLOW_KEY})
