@@ -93,12 +93,8 @@ def _suite_text_files(src: SuiteSource) -> list[str]:
         for key in ("prompt", "system"):  # an arm's own prompt and system templates (issue 28)
             if isinstance(arm, dict) and isinstance(arm.get(key), str):
                 names.append(arm[key])
-    for folder in (
-        "guidance",
-        "judge",
-        "scorers",
-        "simulator",
-    ):  # simulator/: its prompt, the human-played conversations
+    # simulator/: the simulated user's prompt, the conversations people played
+    for folder in ("guidance", "judge", "scorers", "simulator"):
         names += [f"{folder}/{n}" for n in src.listdir(folder) if not n.startswith(".")]
     if src.files is not None:
         names += list(src.files)
