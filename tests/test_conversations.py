@@ -629,8 +629,9 @@ CANCEL = {"id": "cancel", "tags": ["golden"],
 # the same conversation held to a state it does not leave: fails, naming the path
 CANCEL_WRONG = {**CANCEL, "id": "cancel-wrong", "checks": [
     {"kind": "state", "expected": {"orders": {"4412": {"status": "pending"}, "4413": {"status": "pending"}}}}]}
+# a check the empty output of a crashed conversation would meet: agent_error still fails it
 CRASH = {"id": "crash", "tags": ["golden"], "input": {"user": {"persona": "Lee"}, "first_message": "crash now"},
-         "checks": [{"kind": "contains", "value": "x"}]}
+         "checks": [{"kind": "regex", "pattern": "^(?!.*password)", "flags": "is"}]}
 PROGRAM_USER = {"model": "sim", "rules": [
     {"match": "is cancelled", "text": "Thank you. ###STOP###"}, *USER_SCRIPT["rules"]]}
 PROGRAM_AGENT = {"model": "scripted", "rules": [
@@ -698,6 +699,13 @@ def test_a_turn_whose_program_fails_ends_the_conversation_as_agent_error_with_it
     end = list(iter_jsonl(res.path / "trajectories" / "crash" / "baseline" / "sample-1.jsonl"))[-1]
     assert end["termination"] == "agent_error" and "boom" in end["stderr_tail"]
     assert rows[("refund", "careful")]["termination"] == "user_stop"  # other conversations go on
+    from evalkit.conclusions.grading import grade_run
+
+    grade_run(res.path)
+    grades = {(g["case_id"], g["arm"]): g for g in iter_jsonl(res.path / "grades.jsonl")}
+    failed = grades[("crash", "baseline")]
+    assert failed["passed"] is False  # its one check held on the empty output: never a pass
+    assert [c["name"] for c in failed["checks"] if not c["passed"]] == ["agent_error"]
 
 
 @pytest.mark.parametrize(("case", "says"), [

@@ -1230,4 +1230,16 @@ def grade_sample(
                 "max_turns", False, f"the tool loop reached max_turns ({facts.turns} model calls) with no answer"
             )
         )
-    return results
+    return results + _agent_error(sample)
+
+
+def _agent_error(sample: Sample | Mapping[str, Any]) -> list[CheckResult]:
+    """A conversation its agent ended (`agent_error`: a call failed after its retries, the
+    user's program failed a turn) is the agent's failure whatever its checks say of the
+    turns before (tau2-bench scores it 0): one failing check that says so."""
+    get = sample.get if isinstance(sample, Mapping) else lambda name: getattr(sample, name, None)
+    if get("termination") != "agent_error":
+        return []
+    agent = get("agent")
+    why = agent.get("turn_error") if isinstance(agent, Mapping) else None
+    return [CheckResult("agent_error", False, f"the conversation ended agent_error: {why or 'the agent failed'}")]

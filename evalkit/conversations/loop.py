@@ -72,6 +72,7 @@ class _Talk:
     # the program's turn (a command unit): the conversation so far -> its reply
     program: Callable[[list[dict[str, Any]]], Awaitable[str]] | None = None
     failure: dict[str, Any] = field(default_factory=dict)  # why the agent's turn failed (`agent_error`)
+    redactor: Redactor | None = None  # the program's: what it reported is written redacted
 
 
 def max_turns_of(case: Case) -> int:
@@ -144,6 +145,7 @@ class ConversationRunner:
         talk = _Talk(system=[m for m in system if m.get("role") == "system"])
         if self.program is not None and redactor is not None:
             talk.program = functools.partial(self.program.turn, session, redactor, case, arm, seeds[0])
+            talk.redactor = redactor
         writer.write(
             "start",
             {
@@ -323,4 +325,6 @@ class ConversationRunner:
             model=self.config.generator.model,
             turns=len(replies),
             termination=ending,
+            # the tool calls the program reported, as its trajectory holds them: redacted
+            tool_calls=talk.redactor.fields(session.trace()) if talk.redactor is not None else session.trace(),
         )

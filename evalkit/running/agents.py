@@ -557,6 +557,11 @@ class AgentRunner:
         refused or failed call's exception (`_error`), or `UnitCallError` with the
         program's `exit_status` and `stderr_tail` for a program that failed."""
         end: dict[str, Any] = {}
+        # the simulated user's scenario (`input.user`: what it knows, must not tell, wants)
+        # is the simulator's alone, as it is for a prompt or tool-loop agent: the program
+        # meets the user only through the conversation
+        if isinstance(case.input, dict) and "user" in case.input:
+            case = dataclasses.replace(case, input={k: v for k, v in case.input.items() if k != "user"})
         run = self._program(session, case, arm, session.key[2], seed, end, redactor, conversation)
         try:
             output, _ = await _redacted(run, redactor, end)

@@ -128,7 +128,7 @@ class PlaySession:
         suite_url = resolve_base_url("generator", suite.config.generator, base_url, config_path=config_path)
         self.url = arm_base_url(suite.config, self.arm, suite_url)
         check_endpoint(self.config.generator, self.url)
-        self.cap_usd = float(cost_cap_usd or suite.config.cost_cap_usd)
+        self.cap_usd = float(suite.config.cost_cap_usd if cost_cap_usd is None else cost_cap_usd)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         self.play_id = f"{stamp}-{secrets.token_hex(3)}"
         self.folder = Path(suite.path) / HUMAN_PLAYED_DIR / self.play_id

@@ -8,6 +8,9 @@ import sys
 import urllib.request
 
 case = json.load(sys.stdin)
+if "user" in case["input"]:  # the simulated user's scenario is the simulator's alone
+    sys.stderr.write("input.user reached the program\n")
+    sys.exit(9)
 turns = case["conversation"]
 if "crash" in turns[-1]["content"]:
     sys.stderr.write("boom: this turn failed on purpose\n")
