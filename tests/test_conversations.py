@@ -718,6 +718,12 @@ def test_a_turn_whose_program_fails_ends_the_conversation_as_agent_error_with_it
     ({**CANCEL, "input": {**CANCEL["input"], "tool_results": {"cancel_order": {
         "result": "ok", "sets": {"orders..status": 1}}}}}, "a name between every two dots"),
     ({**CANCEL, "input": {**CANCEL["input"], "state": {"orders": "none"}}}, "'orders' is not an object"),
+    # a gold call no fixture answers would make "nothing changed" the expected state
+    ({**CANCEL, "checks": [{"kind": "tool_calls", "calls": [{"name": "cancel_order", "arguments": {"id": 4412}}]},
+                           {"kind": "state"}]}, "do not replay"),
+    # one process's exit status and folder: a conversation runs one a turn
+    ({**CANCEL, "checks": [{"kind": "exit_code"}]}, "$.checks[0].kind"),
+    ({**CANCEL, "checks": [{"kind": "file_exists", "path": "out.txt"}]}, "once a turn"),
 ])
 def test_a_state_check_and_its_fixtures_are_checked(tmp_path, case, says):
     root = program_suite(tmp_path / "suite", [case], "http://127.0.0.1:9/v1")

@@ -169,8 +169,20 @@ def _json_field_options(c: _CheckAt) -> bool:
     return ok
 
 
+def _one_process(c: _CheckAt) -> bool:
+    """file_exists and exit_code read one process's working directory and exit status: a
+    conversation runs its program once per turn (a fresh directory each), so neither has
+    one to read there."""
+    if c.src.config.get("simulator") is None:
+        return True
+    c.r.err(f"{c.jp}.kind", f"a {c.kind} check reads one process's run: a conversation runs its program once a turn")
+    return False
+
+
 def _file_exists_options(c: _CheckAt) -> bool:
     """file_exists: a `path` relative to the program's working directory, without '..'."""
+    if not _one_process(c):
+        return False
     rel = c.opts.get("path")
     if not isinstance(rel, str) or not rel or Path(rel).is_absolute() or ".." in Path(rel).parts:
         c.r.err(f"{c.jp}.path", 'a file_exists check needs a "path" relative to the working directory, without ".."')
@@ -180,6 +192,8 @@ def _file_exists_options(c: _CheckAt) -> bool:
 
 def _exit_code_options(c: _CheckAt) -> bool:
     """exit_code: a `value` that is an exit status, 0 to 255 (default 0)."""
+    if not _one_process(c):
+        return False
     code = c.opts.get("value", 0)
     if isinstance(code, bool) or not isinstance(code, int) or not 0 <= code <= 255:
         c.r.err(f"{c.jp}.value", f"an exit_code value must be an exit status from 0 to 255, got {json.dumps(code)}")
@@ -243,7 +257,15 @@ def _state_options(c: _CheckAt) -> bool:
     if calls is None:
         c.r.err(c.jp, 'a state check needs "expected" (an object) or a tool_calls check whose calls replay to it')
         return False
-    c.opts.update(expected=ToolFixtures.of_case(inp).replay(calls), replayed=True)
+    state, failed = ToolFixtures.of_case(inp).replay(calls)
+    if failed:
+        c.r.err(
+            c.jp,
+            f"the tool_calls check's calls do not replay through the case's fixtures ({failed[0]}): "
+            'give the state check its "expected" state',
+        )
+        return False
+    c.opts.update(expected=state, replayed=True)
     return True
 
 

@@ -426,13 +426,18 @@ class ToolFixtures:
             source = "default" if source == "fixture" else source
         return chosen, source
 
-    def replay(self, calls: Iterable[tuple[str, Any]]) -> dict[str, Any]:
+    def replay(self, calls: Iterable[tuple[str, Any]]) -> tuple[dict[str, Any], list[str]]:
         """The state `calls` ((name, arguments), in order) produce from the case's initial
-        state, answered as a sample's are (tau2-bench replays its gold actions so)."""
+        state, answered as a sample's are (tau2-bench replays its gold actions so), and
+        why each call that failed failed (no fixture matched it, its fixture's error): a
+        gold call that changed nothing would make "nothing changed" the expected state."""
         fresh = ToolFixtures(self._fixtures, None, self._initial)
+        failed = []
         for name, args in calls:
-            fresh.answer(name, args)
-        return fresh.state or {}
+            got = fresh.answer(name, args)
+            if got.error is not None:
+                failed.append(got.error)
+        return fresh.state or {}, failed
 
 
 def check_fixtures(r: Reader, case_input: Any, jp: str, label: str) -> bool:
