@@ -87,6 +87,24 @@ def test_a_judged_cases_play_is_graded_by_the_persons_outcome_and_its_checks():
     assert graded_pass(checked, dataclasses.replace(play, outcome=True), None) is False  # the checks decide
 
 
+def test_a_plays_tools_and_ending_reach_its_checks_as_a_runs_do():
+    """The state and tool errors the agent's tools left are kept with the play (a state
+    check read no state, a tool_errors check passed on none); an agent_error play fails."""
+    from evalkit.conversations.human import HumanPlayed, play_checks
+    from evalkit.foundations.records import Case, Check
+
+    turns = ({"role": "user", "content": "cancel 4412"}, {"role": "assistant", "content": "cancelled"})
+    facts = {"state": {"orders": {"4412": "cancelled"}}, "tool_errors": [{"name": "x", "error": "no fixture for tool 'x'"}]}
+    play = HumanPlayed("p", "c", "a", "ana", "user_stop", turns, "m", facts=facts)
+    state = Case("c", {}, None, (), checks=(Check("state", {"expected": {"orders": {"4412": "cancelled"}}}),))
+    assert play_checks(state, play, None) == (True, [])
+    errors = Case("c", {}, None, (), checks=(Check("tool_errors", {"max": 0}),))
+    assert play_checks(errors, play, None) == (False, ["tool_errors"])
+    said = Case("c", {}, None, (), checks=(Check("contains", {"value": "cancelled"}),))
+    assert play_checks(said, dataclasses.replace(play, termination="agent_error"), None) == (False, ["agent_error"])
+    assert play.to_json()["agent"] == facts
+
+
 def play_line(play: str, case: str, arm: str, turns: list[tuple[str, str]], ending: str, **kw) -> dict:
     conversation = [{"role": r, "content": c} for r, c in turns]
     return {"schema": "evalkit.human-played/1", "play": play, "case_id": case, "arm": arm,
@@ -179,6 +197,7 @@ GOOD = json.dumps(PLAYS[0])
     (json.dumps({**PLAYS[1], "play": "a"}), "given twice"),
     (json.dumps({**PLAYS[1], "turns": 5}), "turns"),
     ("[1, 2]", "JSON object"),
+    (json.dumps({**PLAYS[1], "agent": {"state": [1]}}), "agent.state"),
 ])
 def test_a_bad_human_played_line_is_refused_with_its_file_and_line(tmp_path, bad, says):
     from evalkit.conversations.human import suite_human_played

@@ -71,6 +71,9 @@ class HumanPlayed:
     cost_usd: float = 0.0
     played: str | None = None
     line: int = 0
+    # what the agent's tools did in the play, as a results line's `agent` holds it (its
+    # `state`, `tool_errors`), for the state and tool_errors checks
+    facts: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def turns(self) -> int:
@@ -103,12 +106,19 @@ class HumanPlayed:
             "checks_passed": self.checks_passed,
             "cost_usd": self.cost_usd,
             "played": self.played,
+            "agent": dict(self.facts),
         }
 
     def as_sample(self) -> dict[str, Any]:
         """The play as a results line's fields the graders read."""
-        agent = {"conversation": [dict(t) for t in self.conversation], "stop": "final"}
-        return {"output": self.output, "tool_calls": list(self.tool_calls), "turns": self.turns, "agent": agent}
+        agent = {**self.facts, "conversation": [dict(t) for t in self.conversation], "stop": "final"}
+        return {
+            "output": self.output,
+            "tool_calls": list(self.tool_calls),
+            "turns": self.turns,
+            "agent": agent,
+            "termination": self.termination,
+        }
 
 
 def play_checks(case: Case, play: HumanPlayed, suite_path: str | Path | None) -> tuple[bool | None, list[str]]:
@@ -208,7 +218,20 @@ def _play_line(d: Any, p: Path, i: int) -> HumanPlayed:
         cost_usd=float(cost),
         played=d.get("played") if isinstance(d.get("played"), str) else None,
         line=i,
+        facts=_facts(d, p, i),
     )
+
+
+FACT_KEYS = ("state", "tool_errors")  # what of a play's `agent` the checks read
+
+
+def _facts(d: Mapping[str, Any], p: Path, i: int) -> dict[str, Any]:
+    """A line's `agent` (optional: lines saved before it was kept have none): its
+    `state` (an object or null) and `tool_errors` (a list)."""
+    agent = _where(d, "agent", lambda v: v is None or isinstance(v, dict), "an object", p, i) or {}
+    if not isinstance(agent.get("state"), dict | None) or not isinstance(agent.get("tool_errors", []), list):
+        raise InputError("agent.state must be an object and agent.tool_errors a list", p, i, "$.agent")
+    return {k: agent[k] for k in FACT_KEYS if k in agent}
 
 
 def parse_human_played(text: str, path: str | Path) -> list[HumanPlayed]:

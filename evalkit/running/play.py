@@ -31,7 +31,7 @@ from typing import Any
 from evalkit.calls.client import CallStopped, ModelClient, check_endpoint
 from evalkit.calls.ledger import Ledger
 from evalkit.calls.stopping import StopSignal
-from evalkit.conversations.human import HumanPlayed, case_sha256, play_checks, save_play
+from evalkit.conversations.human import FACT_KEYS, HumanPlayed, case_sha256, play_checks, save_play
 from evalkit.conversations.loop import ConversationRunner
 from evalkit.conversations.simulator import UserTurn, split_marker
 from evalkit.foundations.errors import BudgetExhausted, InputError
@@ -205,6 +205,7 @@ class PlaySession:
             case_sha256=case_sha256(self.case),
             cost_usd=self.sample.cost_usd,
             played=datetime.now(UTC).isoformat(timespec="seconds"),
+            facts={k: v for k, v in (self.sample.agent or {}).items() if k in FACT_KEYS},
         )
         checks, _ = play_checks(self.case, play, self.suite.path)
         return dataclasses.replace(play, checks_passed=checks)
