@@ -130,11 +130,19 @@ def test_no_effect_runs_out_or_stops_on_futility_and_the_verdict_says_so(tmp_pat
     assert res.stopping["decision"] in ("no-improvement", "continue")
 
 
+# the base arm always flags its answer (fails), the guided arm never does (passes)
+_ALWAYS = {"rules": [{"match": "Answer in one word", "text": "ok"}, {"match": "Q:", "text": "FLAGGED"}]}
+
+
+def _per_case_suite(tmp_path: Path) -> Path:
+    """10 cases, half regression and half capability, k=4, stopping per case, one call at a time."""
+    return suite_of(tmp_path / "suite", 10, plan=None, sets=("regression", "capability"), stopping="per_case",
+                    k=4, concurrency=1)
+
+
 def test_per_case_stops_a_regression_case_at_its_first_failure_and_a_capability_case_at_its_first_pass(tmp_path):
-    suite = suite_of(tmp_path / "suite", 10, plan=None, sets=("regression", "capability"), stopping="per_case",
-                     k=4, concurrency=1)
-    script = {"rules": [{"match": "Answer in one word", "text": "ok"}, {"match": "Q:", "text": "FLAGGED"}]}
-    with ScriptedServer(script) as srv:
+    suite = _per_case_suite(tmp_path)
+    with ScriptedServer(_ALWAYS) as srv:
         res = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
     # base always fails: its regression cases stop after 1 sample, capability cases run all 4;
     # guided always passes: its capability cases stop after 1, regression cases run all 4.
@@ -301,10 +309,8 @@ def test_a_plain_resume_keeps_the_runs_recorded_stopping_mode(tmp_path):
 
 
 def test_no_until_decided_completes_a_per_case_run_and_the_run_records_it(tmp_path):
-    suite = suite_of(tmp_path / "suite", 10, plan=None, sets=("regression", "capability"), stopping="per_case",
-                     k=4, concurrency=1)
-    script = {"rules": [{"match": "Answer in one word", "text": "ok"}, {"match": "Q:", "text": "FLAGGED"}]}
-    with ScriptedServer(script) as srv:
+    suite = _per_case_suite(tmp_path)
+    with ScriptedServer(_ALWAYS) as srv:
         first = run_suite(suite, runs_dir=tmp_path / "runs", base_url=srv.base_url, progress=False)
         assert first.samples_ran == 50
         full = run_suite(suite, resume=first.path, base_url=srv.base_url, progress=False, until_decided=False)
@@ -330,9 +336,6 @@ def test_compare_on_a_stopped_run_gives_no_fixed_test_verdict_and_no_naive_p_val
     (suite / "plan.json").unlink()
     bare = verdict()  # a fixed sign test on the cases the stopping rule chose would not hold its alpha
     assert bare["kind"] == "inconclusive" and "sequential plan" in bare["reason"] and bare["p_value"] is None
-
-
-_ALWAYS = {"rules": [{"match": "Answer in one word", "text": "ok"}, {"match": "Q:", "text": "FLAGGED"}]}
 
 
 def test_gate_and_compare_count_a_per_case_runs_skipped_samples_as_decided(tmp_path):
