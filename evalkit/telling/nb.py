@@ -201,7 +201,7 @@ def _running_servers() -> list[dict[str, Any]]:
     """The info files of the Jupyter servers running here (`jpserver-<pid>.json` in
     Jupyter's runtime folder, as jupyter_server writes them), read as its
     `list_running_servers` reads them but without importing `jupyter_server.serverapp`:
-    that import compiles jsonschema's format grammars (lark), 2-6 s of a report kernel's
+    that import compiles jsonschema's format grammars (lark), 5.9 s of a report kernel's
     time on a 2-core machine, for a glob and a few small files. Unlike it, a reader here
     deletes no file of a dead server."""
     try:
