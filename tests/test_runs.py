@@ -100,6 +100,55 @@ def test_json_lines_reads_every_line_as_json_loads_of_its_bytes(seed):
     assert [(x.line, x.error, x.torn) for x in json_lines(text)] == [w[:1] + w[2:] for w in _reference_json_lines(text)]
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_a_file_of_object_lines_is_read_at_once_as_json_loads_reads_each(seed, tmp_path):
+    """Where every line is one object (a run's results and grades), the lines are read at
+    once (`_bulk_objects`, orjson over every line) with the values `json.loads` gives each
+    line's bytes: a line holding a 19-digit run (an integer past 64 bits, a hash's digits)
+    is read by `json`, exactly; a line orjson refuses (NaN, two objects, a lone surrogate,
+    a BOM) or a blank line sends the whole file the line-by-line way, which says where."""
+    import random
+
+    from evalkit.foundations._io import _bulk_objects, json_lines
+
+    objects = [line for line in ODD_LINES if [isinstance(w[1], dict) for w in _reference_json_lines(line)] == [True]]
+    plain = [line for line in objects if line[:1] == b"{" and line[-1:] == b"}" and b"NaN" not in line]
+    plain = [line for line in plain if b"\\ud800" not in line and b"1e400" not in line]
+    rnd = random.Random(seed)
+    lines = [rnd.choice(plain) for _ in range(200)]
+    lines[rnd.randrange(200)] = b'{"seed": 12345678901234567890123, "hash": "a1234567890123456789b"}'
+    data = b"\n".join(lines) + b"\n"
+    want = [w[1] for w in _reference_json_lines(data)]
+    bulk = _bulk_objects(data)
+    assert bulk is not None and json.dumps(bulk) == json.dumps(want)
+    assert 12345678901234567890123 in [o.get("seed") for o in bulk]  # exact, not a float
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(data)
+    assert json.dumps(list(iter_jsonl(path))) == json.dumps(want)
+    for odd in (b'{"x": NaN}', b'{"a": 1},{"b": 2}', b'{"s": "\\ud800"}', b"", b'\xef\xbb\xbf{"bom": 1}', b'{"a": 1}}'):
+        mixed = lines[:]
+        mixed.insert(rnd.randrange(200), odd)
+        data = b"\n".join(mixed) + b"\n"
+        assert _bulk_objects(data) is None, odd
+        got = [(x.line, x.value, x.error) for x in json_lines(data)]
+        assert json.dumps(got) == json.dumps([w[:3] for w in _reference_json_lines(data)])
+
+
+def test_a_deep_line_among_object_lines_is_still_refused(tmp_path):
+    """The depth guard holds on the at-once path: a line nested past the limit is not read
+    by orjson (which would take it), and `iter_jsonl` names its line."""
+    from evalkit.foundations._io import MAX_JSON_DEPTH, _bulk_objects
+
+    deep = b'{"a": ' + b"[" * MAX_JSON_DEPTH + b"]" * MAX_JSON_DEPTH + b"}"
+    data = b'{"ok": 1}\n' * 5 + deep + b"\n" + b'{"ok": 2}\n'
+    assert _bulk_objects(data) is None
+    p = tmp_path / "deep.jsonl"
+    p.write_bytes(data)
+    with pytest.raises(InputError) as ei:
+        list(iter_jsonl(p))
+    assert ei.value.line == 6
+
+
 def test_repair_cuts_the_fragment_so_the_next_append_is_a_whole_line(tmp_path):
     p = tmp_path / "x.jsonl"
     p.write_bytes(b'{"a": 1}\n{"a": 2, "b"')
