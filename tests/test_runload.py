@@ -239,3 +239,39 @@ def test_keyed_values_look_up_what_the_key_indexed_frame_holds(tmp_path):
     last = texts.drop_duplicates(["case_id", "arm", "index"], keep="last")
     for r in last.itertuples(index=False):
         assert same(got[(r.case_id, r.arm, r.index)], (r.output, r.reasons))
+
+
+
+def test_keyed_values_are_the_same_from_typed_and_untyped_key_columns():
+    """`keyed_values` reads typed key columns (strings with no gap, integer indices) with no
+    conversion per row, and any other with one: the same keys and values either way, the
+    last row of a key winning, a missing case id never a key of the fast path."""
+    import pandas as pd
+
+    from evalkit.runfolder.runload import _keys_typed, keyed_values
+
+    rows = {"case_id": ["c1", "c2", "c1"], "arm": ["a", "a", "a"], "index": [0, 0, 0], "v": [1, 2, 3]}
+    typed = pd.DataFrame(rows).astype({"case_id": "string", "arm": "string"})
+    untyped = pd.DataFrame(rows).astype({"index": "float64"})
+    assert _keys_typed(typed) and not _keys_typed(untyped)
+    want = {("c1", "a", 0): (3,), ("c2", "a", 0): (2,)}
+    assert keyed_values(typed, ("v",)) == want == keyed_values(untyped, ("v",))
+    gap = typed.copy()
+    gap.loc[1, "case_id"] = pd.NA
+    assert not _keys_typed(gap)
+
+
+def test_a_loaded_run_shares_one_string_per_case_id_and_arm(tmp_path):
+    """The parser makes a string per line; the loader interns the key columns, so every
+    row of a case holds the one string (hashed once for every dict keyed by it, pickled
+    once for the report's kernels), and the values are the same."""
+    from conftest import make_run, two_arm
+
+    from evalkit.runfolder.runload import load_run
+
+    run = load_run(make_run(tmp_path, "1-r", two_arm({f"c{i}": ([True, False, True], [False, True, True])
+                                                      for i in range(4)}), k=3))
+    for frame in (run.samples, run.grades):
+        assert len({id(v) for v in frame["case_id"].tolist()}) == 4 == frame["case_id"].nunique()
+        assert len({id(v) for v in frame["arm"].tolist()}) == 2
+    assert sorted(set(run.samples["case_id"].tolist())) == ["c0", "c1", "c2", "c3"]
