@@ -331,6 +331,22 @@ def test_power_curves_agree_with_scipy_binom_over_a_grid():
                                                           rel=1e-11)
 
 
+def test_the_power_curve_is_the_power_at_each_n_and_scipy_s_binomial_sum():
+    """`sign_test_power_curve` gives, at every n, the float `sign_test_power(n)` gives (the
+    same sums, done once), and the power scipy's binomial gives: the rejection region's
+    mass under Bin(d, w) weighted by Bin(n, 1 - t) over the discordant count d."""
+    for w, t, alpha in [(0.7, 0.0, 0.05), (0.8, 0.3, 0.05), (0.6, 0.6, 0.01), (0.35, 0.1, 0.1)]:
+        curve = S.sign_test_power_curve(80, w, t, alpha)
+        assert len(curve) == 81
+        assert [float(v) for v in curve] == [S.sign_test_power(n, w, t, alpha) for n in range(81)]
+        for n in (1, 17, 80):
+            d = np.arange(n + 1)
+            c = st.binom.ppf(alpha / 2, d, 0.5)
+            crit = np.maximum(np.where(2 * st.binom.cdf(c, d, 0.5) <= alpha, c, c - 1), -1)
+            reject = np.where(crit >= 0, st.binom.sf(d - crit - 1, d, w) + st.binom.cdf(crit, d, w), 0.0)
+            assert curve[n] == pytest.approx(float(np.dot(st.binom.pmf(d, n, 1 - t), reject)), rel=1e-10, abs=1e-15)
+
+
 def test_sign_test_ties_do_not_change_p_and_no_pairs_is_p_one():
     assert S.sign_test(9, 3, 0).p_value == S.sign_test(9, 3, 50).p_value
     assert S.sign_test(0, 0, 5).p_value == 1.0
