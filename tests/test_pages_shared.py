@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from evalkit.foundations.errors import InputError
+from evalkit.foundations.errors import EvalkitError, InputError
 from evalkit.foundations.layout import project_root, shown_path, without_machine_paths
 from evalkit.foundations.records import RunVerdicts
 from evalkit.foundations.records_gate import Verdict
@@ -109,6 +109,24 @@ def test_an_arms_texts_are_shown_as_run_and_an_edit_since_is_said(tmp_path):
     (suite / "guidance" / "skilled.md").write_text("<b>Edited</b> after the run.\n")
     edited = arms.arms_html(arms.arm_texts(meta))
     assert "EDITED SINCE THE RUN" in edited and "&lt;b&gt;Edited&lt;/b&gt;" in edited and "<b>Edited" not in edited
+
+
+def test_an_arms_texts_come_from_its_config_whatever_its_cases_say_now(tmp_path):
+    """The arms' texts are read from the suite's config.json alone: a case edited into a
+    bad one since the run (or 5,000 cases to validate) does not hide them, and a
+    config that no longer reads shows none."""
+    suite = _suite(tmp_path)
+    loaded = load_suite(suite)
+    meta = {"suite": str(suite), "arms": ["baseline", "skilled"],
+            "inputs": input_hashes(loaded, list(loaded.config.arms))}
+    want = arms.arm_texts(meta)
+    with open(suite / "cases.jsonl", "a") as fh:
+        fh.write('{"id": "c1", "input": 7}\n')  # a duplicate id, a wrong type: the suite no longer loads
+    with pytest.raises(EvalkitError):
+        load_suite(suite)
+    assert arms.arm_texts(meta) == want and len(want) == 3
+    (suite / "config.json").write_text("{")
+    assert arms.arm_texts(meta) == []
 
 
 def test_the_summary_box_names_the_verdict_gate_cost_and_the_first_three_high_findings():

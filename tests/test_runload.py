@@ -241,6 +241,21 @@ def test_keyed_values_look_up_what_the_key_indexed_frame_holds(tmp_path):
         assert same(got[(r.case_id, r.arm, r.index)], (r.output, r.reasons))
 
 
+def test_sample_texts_of_some_cases_are_those_rows_of_every_sample_s(tmp_path):
+    """`sample_texts(run, cases=...)` (a page showing a few hundred trials of a large run)
+    gives exactly the rows `sample_texts(run)` gives for those cases."""
+    from conftest import make_run, two_arm
+
+    from evalkit.runfolder.runload import load_run, sample_texts
+
+    run = load_run(make_run(tmp_path, "1-r", two_arm({f"c{i}": ([True, False, None], [False, True, "nograde"])
+                                                      for i in range(6)}), k=3))
+    every = sample_texts(run)
+    some = sample_texts(run, cases=["c4", "c1", "c1"])
+    want = every[every["case_id"].isin(["c1", "c4"])].reset_index(drop=True)
+    assert len(some) == 12 and some.reset_index(drop=True).equals(want)
+    assert len(sample_texts(run, cases=[])) == 0
+
 
 def test_keyed_values_are_the_same_from_typed_and_untyped_key_columns():
     """`keyed_values` reads typed key columns (strings with no gap, integer indices) with no

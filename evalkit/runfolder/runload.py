@@ -410,13 +410,17 @@ def run_verdicts(run: Run | str | Path) -> RunVerdicts:
         raise InputError(exc.message, p, json_path=exc.json_path) from None
 
 
-def sample_texts(run: Any) -> Any:
+def sample_texts(run: Any, *, cases: Any = None) -> Any:
     """Samples joined with their grades: case_id, arm, index, output, passed, reasons
-    (the failed checks' reasons), judge_score, judge_reason."""
+    (the failed checks' reasons), judge_score, judge_reason. `cases`: only the samples of
+    these case ids (a page that shows a few hundred of a 100,000-sample run's)."""
     s = run.samples
+    g = run.grades
+    if cases is not None:
+        wanted = {str(c) for c in cases}
+        s, g = s[s["case_id"].isin(wanted)], g[g["case_id"].isin(wanted)] if len(g) else g
     cols = ["case_id", "arm", "index", "output"]
     base = s[cols].copy() if len(s) else pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
-    g = run.grades
     if len(g):
         gg = g[["case_id", "arm", "index", "passed", "checks", "judge_score", "judge_reason"]].copy()
         gg["reasons"] = gg["checks"].map(
