@@ -730,3 +730,94 @@ def test_a_page_of_a_run_whose_judge_counts_uncalibrated_by_default_says_so(tmp_
     assert rep.ok, [nb.error for nb in rep.notebooks]
     page = unescape((rep.out_dir / "run_summary.html").read_text(encoding="utf-8"))
     assert "Judge not calibrated (0 of 20 labels): judged samples count by the judge's score" in page
+
+
+def test_the_kernels_take_the_report_s_reading_of_the_run_instead_of_reading_it_again(tmp_path, monkeypatch):
+    """`report_run` reads the run once: its kernels are handed that reading (`_Handoff`)
+    before the first notebook, which finds the run in `runload`'s cache without having
+    opened it; the pickle it came in is gone once the report is written."""
+    import nbformat
+
+    from conftest import make_run, two_arm
+
+    run = make_run(tmp_path, "1-r", two_arm({f"c{i}": ([True, False], [True, True]) for i in range(4)}), k=2)
+    src = tmp_path / "nbs"
+    src.mkdir()
+    nb_ = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                            "language": "python"}})
+    p = nbformat.v4.new_code_cell('run_dir: str = ""  # run\nreport_dir: str = ""  # out', metadata={"tags": ["parameters"]})
+    nb_.cells = [p, nbformat.v4.new_code_cell(
+        "from evalkit.runfolder import runload\n"
+        "print('cached before any open:', sorted(p.name for p in runload._RUN_CACHE))\n"
+        "print('rows:', len(runload.load_run(run_dir, cache=True).samples))")]
+    nbformat.write(nb_, src / "run_summary.ipynb")
+    import tempfile
+
+    private = tmp_path / "tmp"
+    private.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private))  # where this process makes its temporary folders
+    res = reports.report_run(run, tmp_path / "reports", notebooks=["run_summary"], source_dir=src)
+    page = res.notebooks[0].html.read_text()
+    assert res.ok and "cached before any open: ['1-r']" in page and "rows: 16" in page
+    assert not any(private.glob("evalkit-report-*"))  # the pickle removed
+
+
+def test_the_handoff_is_the_reports_own_reading_taken_by_the_adopt_code(tmp_path):
+    """What a kernel runs to take the hand-off (`_ADOPT`, run here as the kernel runs it)
+    puts the report's reading in the cache, the same rows; the kernels' warm-up then
+    imports only, and reads no run of its own."""
+    from conftest import make_run, two_arm
+
+    from evalkit.runfolder import runload
+
+    run = make_run(tmp_path, "1-r", two_arm({"c1": ([True, False], [True, True])}), k=2)
+    loaded, signature = runload.load_run_signed(run)
+    handoff = reports._Handoff()
+    handoff.offer(loaded, signature)
+    path = handoff.taken()
+    assert path is not None and path.is_file() and path.parent.stat().st_mode & 0o077 == 0  # private
+    runload._RUN_CACHE.clear()
+    exec(reports._ADOPT.format(path=str(path)), {})
+    assert [p.name for p in runload._RUN_CACHE] == ["1-r"]
+    assert runload.load_run(run, cache=True).grades.equals(loaded.grades)
+    handoff.close()
+    assert not path.exists()
+    assert "open_run" not in reports._warm_up(run, None, load=False)
+    unchanged = reports._Handoff()
+    unchanged.offer(loaded, None)  # the run changed while it was read: nothing handed off, no one waits
+    assert unchanged.taken() is None
+
+
+def test_a_reading_of_a_run_changed_since_is_not_adopted(tmp_path):
+    """`runload.adopt_run` puts a reading in the cache only while the folder's files are
+    as they were read: a grade appended since means the run is read again."""
+    from conftest import make_run, two_arm
+
+    from evalkit.runfolder import runload
+
+    run = make_run(tmp_path, "1-r", two_arm({"c1": ([True], [False])}), k=1)
+    loaded, signature = runload.load_run_signed(run)
+    assert signature is not None and runload.adopt_run(loaded, signature)
+    assert runload.load_run(run, cache=True).samples.equals(loaded.samples)
+    with open(run / "grades.jsonl", "a") as fh:
+        fh.write(json.dumps({"case_id": "c1", "arm": "skilled", "index": 0, "passed": True}) + "\n")
+    assert not runload.adopt_run(loaded, signature)
+    assert runload.load_run(run, cache=True).grades["passed"].tolist()[-1] is True  # read again
+
+
+def test_work_forked_beside_the_report_says_what_it_returned_or_raised():
+    """`_Forked` runs its work in a child process: the value comes back, an exception is
+    raised here with its type and message, and a child that dies says how."""
+    assert reports._Forked(lambda: {"pages": ["explorer.html"], "pid": os.getpid()}).result()["pid"] != os.getpid()
+
+    def fails():
+        raise ValueError("no <page>")
+
+    with pytest.raises(Exception, match=r"ValueError: no <page>"):
+        reports._Forked(fails).result()
+
+    def dies():
+        os.kill(os.getpid(), 9)
+
+    with pytest.raises(Exception, match="killed by signal 9"):
+        reports._Forked(dies).result()

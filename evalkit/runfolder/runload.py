@@ -222,6 +222,34 @@ def load_run(path: str | Path, *, cache: bool = False) -> Run:
     )
 
 
+def load_run_signed(path: str | Path) -> tuple[Run, tuple[Any, ...] | None]:
+    """`load_run(path)`, and the signature of the files it read (`_run_signature`) when
+    none changed while they were read (else None): what `adopt_run` needs to put this
+    reading in another process's cache (`evalkit report` hands its reading to its
+    kernels)."""
+    p = Path(path)
+    if not p.is_dir():
+        raise InputError("run folder not found", p)
+    key = p.resolve()
+    sig = _run_signature(key)
+    run = _read_run(p)
+    return run, sig if _run_signature(key) == sig else None
+
+
+def adopt_run(run: Run, signature: tuple[Any, ...]) -> bool:
+    """Put a run read elsewhere (`load_run_signed`) in this process's cache, so
+    `load_run(..., cache=True)` of its folder returns copies of it: only while the folder
+    still has `signature` (a run changed since is read again). Returns whether it was
+    adopted."""
+    key = Path(run.path).resolve()
+    if not key.is_dir() or _run_signature(key) != signature:
+        return False
+    with _RUN_CACHE_LOCK:
+        _RUN_CACHE.clear()  # one run per report, as `load_run` keeps it
+        _RUN_CACHE[key] = (signature, run)
+    return True
+
+
 def as_run(run: Run | str | Path) -> Run:
     """A loaded `Run` (loading it when given a path)."""
     return run if isinstance(run, Run) else load_run(run)

@@ -16,6 +16,8 @@ notebooks apply to a run.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import gc
 import html
 import inspect
@@ -23,6 +25,7 @@ import json
 import logging
 import math
 import os
+import pickle
 import queue
 import re
 import shutil
@@ -68,7 +71,7 @@ from evalkit.runfolder.runload import (
     as_run,
     grades_summary,
     judge_trust_notice,
-    load_run,
+    load_run_signed,
     report_state,
     run_verdicts,
 )
@@ -703,18 +706,22 @@ def _render_run(
         os.environ[REDACT_ENV] = "1"  # the kernels started for these notebooks inherit it
     # The lanes' kernels start, import and load the run while this process decides what
     # the report concludes (the notebooks display it, so they wait for it).
+    handoff = _Handoff()
     lanes = _Lanes(
         _lane_count(_fewest_notebooks(source, inputs, notebooks), parallel, workers, source),
         reuse_kernels=opts.reuse_kernels,
-        warm_up=_warm_up(source, notebooks),
+        warm_up=_warm_up(source, notebooks, load=False),
+        handoff=handoff,
     )
+    explorer_pages: _Forked | None = None
     try:
         lanes.wait_launched()
-        loaded = load_run(source)
+        loaded, signature = load_run_signed(source)
         # The run (a million objects for 100,000 samples) lives through the report: kept
         # out of the collector's scans while this process concludes, writes the explorer
         # and renders (each full collection walked it: 1.5 of their 4.9 CPU-s, issue 44).
         gc.freeze()
+        handoff.offer(loaded, signature)  # the kernels take this reading instead of parsing the run again
         conclude(loaded, inputs)
         state = report_state(loaded, grades_summary(loaded))  # an empty or ungraded run: said, and exit 1
         plans, skipped = plan_notebooks(source, out_dir, pandalm_dir=pandalm_dir, inputs=inputs, loaded=loaded)
@@ -727,17 +734,21 @@ def _render_run(
             if name in plans:
                 plans[name].update(extra)
         out_dir.mkdir(parents=True, exist_ok=True)
-        # Written here, before the notebooks, not on a thread beside them: this process
+        # Written by a child process beside the notebooks, not on a thread: this process
         # drives each kernel (every cell's messages go through a lane's thread), and a
         # thread building the page held the interpreter's lock from the lanes, so 3 s
-        # of the page's work cost the notebooks 7.6 s (issue 44). The lanes' kernels
-        # finish warming up meanwhile.
-        written, failed = _explorer_pages(loaded, out_dir, inputs, opts.against)
+        # of the page's work cost the notebooks 7.6 s (issue 44); before the notebooks,
+        # it held them back by its 2 s.
+        explorer_pages = _Forked(functools.partial(_explorer_pages, loaded, out_dir, inputs, opts.against))
         del loaded  # the kernels have their own copy
         lanes.grow(_lane_count(len(plans), parallel, workers, source))
         results = lanes.run(plans, out_dir, source_dir=opts.source_dir)
+        written, failed = explorer_pages.result()
     finally:
+        if explorer_pages is not None:
+            explorer_pages.result()  # never a child left behind
         lanes.close()
+        handoff.close()
         gc.unfreeze()
         if redacted is not None and before is None:
             os.environ.pop(REDACT_ENV, None)
@@ -784,15 +795,18 @@ def _explorer_pages(
     return pages, failed
 
 
-# Slowest first, so the pool is not left waiting on one long notebook at the end.
+# Slowest first, so the pool is not left waiting on one long notebook at the end, and
+# the one whose page renders fastest last.
 _COST_ORDER = (
     "judge_calibration",
     "pass_at_k",
     "run_summary",
-    "power_planning",
     "skill_comparison",
     "replay",
     "micro_test",
+    # last: its page renders in a tenth of a second (skill_comparison's, with its tables,
+    # took 1 s after the last notebook had run; issue 44)
+    "power_planning",
 )
 
 
@@ -852,17 +866,22 @@ def _run_bytes(run: Path) -> int:
 # modules, the cached run: a million objects for 100,000 samples) is frozen out of the
 # garbage collector's scans (`gc.freeze`): it lives as long as the kernel, and every full
 # collection walked it, the two of each reset between notebooks (`%reset` and `_RESET`)
-# 0.8 s of them. Any failure is left for the notebook to meet and report.
-_WARM_UP = """def _evalkit_warm_up(run_dir):
+# 0.8 s of them. And the youngest generation is collected after 50,000 new objects, not
+# 700: the notebooks make dicts and tuples by the hundred thousand for a large run, none of
+# them garbage until the notebook ends (`_RESET` collects then), and the collections they
+# set off cost the notebooks of a 100,000-sample run 7.7 CPU-s against 7.25 (two runs each).
+# Any failure is left for the notebook to meet and report.
+_WARM_UP = """def _evalkit_warm_up():
     try:
         import gc
+        gc.set_threshold(50_000, 20, 20)
         import {imports}
         from evalkit import nb
-        nb.open_run(run_dir)
+        {load}
         gc.freeze()
     except Exception:
         pass
-_evalkit_warm_up({run_dir!r})
+_evalkit_warm_up()
 del _evalkit_warm_up
 """
 # The notebooks that draw no figure: a report of these alone warms its kernels up without
@@ -875,13 +894,160 @@ _NO_FIGURES = frozenset({"replay"})
 _FIGURE_IMPORTS = "matplotlib.pyplot, scipy.stats, statsmodels.stats.proportion"
 
 
-def _warm_up(run_dir: Path, notebooks: Sequence[str] | None) -> str:
+def _warm_up(run_dir: Path, notebooks: Sequence[str] | None, *, load: bool = True) -> str:
     """`_WARM_UP` for `run_dir`, importing what the notebooks asked for import (all of
-    them when none are named)."""
+    them when none are named); without `load`, the imports only (the run comes by
+    `_Handoff`)."""
     plots = not notebooks or not set(notebooks) <= _NO_FIGURES
     return _WARM_UP.format(
-        imports=f"{_FIGURE_IMPORTS}, numpy, pandas" if plots else "numpy, pandas", run_dir=str(run_dir)
+        imports=f"{_FIGURE_IMPORTS}, numpy, pandas" if plots else "numpy, pandas",
+        load=f"nb.open_run({str(run_dir)!r})" if load else "pass",
     )
+
+
+# What a lane's kernel runs once the report process has read the run (`_Handoff`): its
+# reading, unpickled with the collector paused (0.4 s for a 100,000-sample run, where
+# parsing the run's files again took the kernel 3 to 4.5 s on the report's critical path)
+# and put in `runload`'s cache while the folder is unchanged (`runload.adopt_run`);
+# anything that fails leaves the notebooks to load the run themselves.
+_ADOPT = """def _evalkit_adopt(path):
+    try:
+        import gc, pickle
+        from evalkit.runfolder import runload
+        gc.disable()
+        try:
+            with open(path, "rb") as fh:
+                signature, run = pickle.load(fh)
+        finally:
+            gc.enable()
+        runload.adopt_run(run, signature)
+        gc.freeze()
+    except Exception:
+        pass
+_evalkit_adopt({path!r})
+del _evalkit_adopt
+"""
+
+
+class _Handoff:
+    """The run as the report process read it, for its kernels: pickled into a private
+    temporary folder by a child process (`offer`: 1 s for a 100,000-sample run, while
+    this process concludes) that `close` removes. The pickle is this process's own
+    writing, read only by the kernels it started (never a file from the run folder).
+    `taken()` waits until there is a reading to take, or none will come (None)."""
+
+    def __init__(self) -> None:
+        self._offered = threading.Event()
+        self._lock = threading.Lock()
+        self._writer: _Forked | None = None
+        self._path: Path | None = None
+        self._dir: Path | None = None
+        self._closed = False
+
+    def offer(self, run: Run, signature: tuple[Any, ...] | None) -> None:
+        """Pickle `run` for the kernels when its files did not change while it was read
+        (`signature`); in every case, the kernels stop waiting."""
+        try:
+            if signature is not None:
+                self._dir = Path(tempfile.mkdtemp(prefix="evalkit-report-"))
+                path = self._dir / "run.pickle"
+                self._writer = _Forked(lambda: _pickle_to(path, (signature, run)))
+                self._path = path
+        finally:
+            self._offered.set()
+
+    def taken(self) -> Path | None:
+        """The pickle's path once it is written, else None (none offered, or it failed:
+        the notebooks then read the run themselves)."""
+        self._offered.wait()
+        with self._lock:
+            if self._closed or self._path is None or self._writer is None:
+                return None
+            try:
+                self._writer.result()
+            except Exception:
+                self._path = None
+            return self._path
+
+    def close(self) -> None:
+        self._offered.set()
+        with self._lock:
+            self._closed = True
+            if self._writer is not None:
+                with contextlib.suppress(Exception):
+                    self._writer.result()  # never a child left behind
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _pickle_to(path: Path, value: Any) -> None:
+    with open(path, "wb") as fh:
+        pickle.dump(value, fh, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+class _Forked:
+    """`work()` (returning JSON-able data) run in a child process forked from this one,
+    beside this process's threads: the child shares what this process has loaded (no
+    copy, no reading again) and holds none of its interpreter's lock. `result()` waits
+    for it: what `work` returned, or what it raised, raised here. Where there is no
+    `fork` (Windows), `work` runs here at `result()`.
+
+    Why hand-written: `multiprocessing`'s fork context would pickle the work's result
+    through a queue and start a resource tracker; this is one pipe and one wait."""
+
+    def __init__(self, work: Callable[[], Any]) -> None:
+        self._work = work
+        self._done: tuple[Any, BaseException | None] | None = None
+        self._pid = 0
+        self._fd = -1
+        if hasattr(os, "fork"):
+            read, write = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the child: do the work, say how it went, and leave without cleaning up the parent's state
+                os.close(read)
+                code = 0
+                try:
+                    payload = json.dumps({"value": work()})
+                except BaseException as exc:  # said to the parent, raised there
+                    payload, code = json.dumps({"error": f"{type(exc).__name__}: {exc}"}), 1
+                try:
+                    with os.fdopen(write, "w", encoding="utf-8") as fh:
+                        fh.write(payload)
+                finally:
+                    os._exit(code)
+            os.close(write)
+            self._pid, self._fd = pid, read
+
+    def result(self) -> Any:
+        if self._done is None:
+            self._done = self._wait()
+        value, error = self._done
+        if error is not None:
+            raise error
+        return value
+
+    def _wait(self) -> tuple[Any, BaseException | None]:
+        if not self._pid:
+            try:
+                return self._work(), None
+            except Exception as exc:
+                return None, exc
+        with os.fdopen(self._fd, encoding="utf-8") as fh:
+            text = fh.read()
+        _, status = os.waitpid(self._pid, 0)
+        try:
+            said = json.loads(text)
+        except ValueError:
+            return None, EvalkitError(f"the child process ended without a result ({_ended(status)})")
+        if "error" in said:
+            return None, EvalkitError(str(said["error"]))
+        return said["value"], None
+
+
+def _ended(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"killed by signal {os.WTERMSIG(status)}"
+    return f"exit status {os.waitstatus_to_exitcode(status)}"
 
 
 def _pageless(out_dir: Path, name: str, error: str, seconds: float = 0.0) -> NotebookReport:
@@ -901,10 +1067,13 @@ class _Lanes:
     rendered to HTML on one more thread (`_render`) while its lane runs the next one in
     its kernel (another process), so a render costs a lane no time."""
 
-    def __init__(self, n: int, *, reuse_kernels: bool = True, warm_up: str | None = None) -> None:
+    def __init__(
+        self, n: int, *, reuse_kernels: bool = True, warm_up: str | None = None, handoff: _Handoff | None = None
+    ) -> None:
         self.n = max(1, n)
         self.reuse_kernels = reuse_kernels
         self.warm_up = warm_up
+        self.handoff = handoff
         self.todo: queue.Queue[str] = queue.Queue()
         self.go = threading.Event()
         self.cancelled = False
@@ -976,9 +1145,20 @@ class _Lanes:
         order = {n: i for i, n in enumerate(NOTEBOOKS)}
         return sorted(done, key=lambda r: order.get(r.name, len(order)))
 
+    def _adopt(self, kc: Any) -> None:
+        """The report process's reading of the run, put in the warmed-up kernel's cache
+        once there is one (`_Handoff`, `_ADOPT`)."""
+        if self.handoff is None:
+            return
+        path = self.handoff.taken()
+        if path is not None and not self.cancelled:
+            _run_code(kc, _ADOPT.format(path=str(path)), timeout_s=600, cancelled=lambda: self.cancelled)
+
     def close(self) -> None:
         self.cancelled = True
         self.go.set()
+        if self.handoff is not None:
+            self.handoff.close()  # a lane waiting for a reading that will not come
         if not self.inline:
             for t in self.threads:
                 t.join()
@@ -1000,6 +1180,7 @@ class _Lanes:
                         _run_code(
                             kc, self.warm_up, timeout_s=600, meanwhile=papermill, cancelled=lambda: self.cancelled
                         )
+                        self._adopt(kc)
                     finally:
                         kc.stop_channels()
                 except Exception:  # a kernel that does not start here is started (or reported) below
