@@ -706,7 +706,7 @@ def _render_run(
         os.environ[REDACT_ENV] = "1"  # the kernels started for these notebooks inherit it
     # The lanes' kernels start, import and load the run while this process decides what
     # the report concludes (the notebooks display it, so they wait for it).
-    handoff = _Handoff()
+    handoff = _Handoff() if opts.reuse_kernels else None  # a fresh kernel per notebook takes no hand-off
     lanes = _Lanes(
         _lane_count(_fewest_notebooks(source, inputs, notebooks), parallel, workers, source),
         reuse_kernels=opts.reuse_kernels,
@@ -721,7 +721,8 @@ def _render_run(
         # out of the collector's scans while this process concludes, writes the explorer
         # and renders (each full collection walked it: 1.5 of their 4.9 CPU-s, issue 44).
         gc.freeze()
-        handoff.offer(loaded, signature)  # the kernels take this reading instead of parsing the run again
+        if handoff is not None:
+            handoff.offer(loaded, signature)  # the kernels take this reading instead of parsing the run again
         conclude(loaded, inputs)
         state = report_state(loaded, grades_summary(loaded))  # an empty or ungraded run: said, and exit 1
         plans, skipped = plan_notebooks(source, out_dir, pandalm_dir=pandalm_dir, inputs=inputs, loaded=loaded)
@@ -746,9 +747,11 @@ def _render_run(
         written, failed = explorer_pages.result()
     finally:
         if explorer_pages is not None:
-            explorer_pages.result()  # never a child left behind
+            with contextlib.suppress(Exception):  # never a child left behind (its error, if any, was said above)
+                explorer_pages.result()
         lanes.close()
-        handoff.close()
+        if handoff is not None:
+            handoff.close()
         gc.unfreeze()
         if redacted is not None and before is None:
             os.environ.pop(REDACT_ENV, None)
