@@ -821,3 +821,64 @@ def test_work_forked_beside_the_report_says_what_it_returned_or_raised():
 
     with pytest.raises(Exception, match="killed by signal 9"):
         reports._Forked(dies).result()
+
+
+def test_a_forked_child_always_leaves_and_is_always_waited_for():
+    """A child whose error cannot even be said still exits (never returning into the
+    parent's code) with the fallback error; one silent past its deadline is killed; an
+    interrupted wait closes its pipe once and reaps the child, and a second `result()`
+    says it was interrupted instead of touching the pipe's number again."""
+    import signal
+    import time
+
+    class Unsayable(Exception):
+        def __str__(self):
+            raise RuntimeError("no words")
+
+    def unsayable():
+        raise Unsayable()
+
+    with pytest.raises(Exception, match="failed before it could say why"):
+        reports._Forked(unsayable).result()
+    t0 = time.monotonic()
+    slow = reports._Forked(lambda: time.sleep(30), deadline_s=0.5)
+    assert slow._work is None  # the child has the work: nothing here keeps what it holds
+    with pytest.raises(Exception, match="said nothing in time"):
+        slow.result()
+    assert time.monotonic() - t0 < 20
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    waited = reports._Forked(lambda: time.sleep(1) or 7)
+    pid = waited._pid
+    before = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        with pytest.raises(KeyboardInterrupt):
+            waited.result()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # reaped
+    with pytest.raises(Exception, match="interrupted"):
+        waited.result()
+
+
+def test_an_explorer_child_that_dies_is_a_skipped_page_not_a_failed_report(tmp_path, monkeypatch):
+    """The explorer pages are written by a forked child: one killed (the OOM killer, a
+    signal) leaves the report's notebooks, manifest and index written, the page listed
+    as skipped with why."""
+    from conftest import make_run, two_arm
+
+    run = make_run(tmp_path, "1-r", two_arm({f"c{i}": ([True, False], [True, True]) for i in range(3)}), k=2)
+
+    def killed(*args, **kwargs):
+        os.kill(os.getpid(), 9)
+
+    monkeypatch.setattr(reports, "_explorer_pages", killed)
+    res = reports.report_run(run, tmp_path / "reports", notebooks=["run_summary"])
+    assert res.ok and res.notebooks[0].html.is_file() and res.index.is_file()
+    assert "killed by signal 9" in res.skipped["explorer"]
+    assert "explorer" in json.loads((res.out_dir / "report.json").read_text())["skipped"]

@@ -290,3 +290,19 @@ def test_a_loaded_run_shares_one_string_per_case_id_and_arm(tmp_path):
         assert len({id(v) for v in frame["case_id"].tolist()}) == 4 == frame["case_id"].nunique()
         assert len({id(v) for v in frame["arm"].tolist()}) == 2
     assert sorted(set(run.samples["case_id"].tolist())) == ["c0", "c1", "c2", "c3"]
+
+
+def test_sample_texts_of_some_cases_match_numeric_case_ids_as_strings(tmp_path):
+    """A run whose lines hold numeric case ids (hand-written, imported) is looked up as
+    `keyed_values` keys it: by the id's string."""
+    import pandas as pd
+
+    from evalkit.runfolder.runload import Run, sample_texts
+
+    samples = pd.DataFrame({"case_id": [5, 6], "arm": ["a", "a"], "index": [0, 0], "output": ["five", "six"]})
+    grades = pd.DataFrame({"case_id": [5, 6], "arm": ["a", "a"], "index": [0, 0], "passed": [True, False],
+                           "checks": [[], [{"name": "n", "passed": False, "reason": "r"}]], "judge_score": [None, None],
+                           "judge_reason": [None, None]})
+    run = Run(path=tmp_path, config={}, summary={}, samples=samples, grades=grades, errors=pd.DataFrame())
+    some = sample_texts(run, cases=["6"])
+    assert some["output"].tolist() == ["six"] and some["reasons"].tolist() == ["n: r"]

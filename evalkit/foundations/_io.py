@@ -402,11 +402,12 @@ def json_lines(data: str | bytes) -> Iterator[JsonLine]:
         yield item if isinstance(item, JsonLine) else JsonLine(*item)
 
 
-def _json_items(data: str | bytes) -> Iterator[JsonLine | tuple[int, dict[str, Any]]]:
+def _json_items(data: str | bytes, *, at_once: bool = True) -> Iterator[JsonLine | tuple[int, dict[str, Any]]]:
     """`json_lines`' lines: (number, object) for a line `_scan_object` read, else the
-    `JsonLine` (`iter_jsonl` yields the objects with no record made for each line)."""
+    `JsonLine` (`iter_jsonl` yields the objects with no record made for each line).
+    `at_once`: try `_bulk_objects` first (False: its caller already has)."""
     if isinstance(data, bytes):
-        objects = _bulk_objects(data)
+        objects = _bulk_objects(data) if at_once else None
         if objects is not None:
             yield from enumerate(objects, 1)
             return
@@ -560,7 +561,7 @@ def iter_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
     if objects is not None:  # every line one object, read at once
         yield from objects
         return
-    for item in _json_items(data):
+    for item in _json_items(data, at_once=False):
         if isinstance(item, tuple):  # a line that is one JSON object
             yield item[1]
             continue

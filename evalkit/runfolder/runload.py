@@ -446,7 +446,9 @@ def sample_texts(run: Any, *, cases: Any = None) -> Any:
     g = run.grades
     if cases is not None:
         wanted = {str(c) for c in cases}
-        s, g = s[s["case_id"].isin(wanted)], g[g["case_id"].isin(wanted)] if len(g) else g
+        # compared as strings, as `keyed_values` keys them (a run may hold numeric case ids)
+        s = s[s["case_id"].astype(str).isin(wanted)]
+        g = g[g["case_id"].astype(str).isin(wanted)] if len(g) else g
     cols = ["case_id", "arm", "index", "output"]
     base = s[cols].copy() if len(s) else pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
     if len(g):

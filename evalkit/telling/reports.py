@@ -28,7 +28,10 @@ import os
 import pickle
 import queue
 import re
+import select
 import shutil
+import signal
+import sys
 import tempfile
 import threading
 import time
@@ -37,7 +40,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from evalkit.checking.judge import load_human_labels
 from evalkit.conclusions.compare import compare_arms, compare_many
@@ -744,7 +747,10 @@ def _render_run(
         del loaded  # the kernels have their own copy
         lanes.grow(_lane_count(len(plans), parallel, workers, source))
         results = lanes.run(plans, out_dir, source_dir=opts.source_dir)
-        written, failed = explorer_pages.result()
+        try:
+            written, failed = explorer_pages.result()
+        except Exception as exc:  # the child that wrote the pages failed: a skipped page, as a page failing is
+            written, failed = {}, {"explorer": f"page not written: {exc}"}
     finally:
         if explorer_pages is not None:
             with contextlib.suppress(Exception):  # never a child left behind (its error, if any, was said above)
@@ -956,6 +962,8 @@ class _Handoff:
                 path = self._dir / "run.pickle"
                 self._writer = _Forked(lambda: _pickle_to(path, (signature, run)))
                 self._path = path
+        except OSError:  # no temporary folder: the kernels read the run themselves
+            self._path = None
         finally:
             self._offered.set()
 
@@ -992,38 +1000,49 @@ class _Forked:
     """`work()` (returning JSON-able data) run in a child process forked from this one,
     beside this process's threads: the child shares what this process has loaded (no
     copy, no reading again) and holds none of its interpreter's lock. `result()` waits
-    for it: what `work` returned, or what it raised, raised here. Where there is no
-    `fork` (Windows), `work` runs here at `result()`.
+    for it: what `work` returned, or what it raised, raised here (an `EvalkitError`).
+    On Linux only (elsewhere a fork beside threads is unsafe, or there is none), and
+    where the fork fails, `work` runs here at `result()`. A child that has said nothing
+    within `deadline_s` (one hung on a lock another thread held at the fork) is killed
+    and its work is an error. The child blocks SIGINT and SIGTERM, so no interrupt can
+    send it back into this process's code; it always leaves by `os._exit`.
 
     Why hand-written: `multiprocessing`'s fork context would pickle the work's result
     through a queue and start a resource tracker; this is one pipe and one wait."""
 
-    def __init__(self, work: Callable[[], Any]) -> None:
-        self._work = work
+    def __init__(self, work: Callable[[], Any], *, deadline_s: float = 600.0) -> None:
+        self._work: Callable[[], Any] | None = work
         self._done: tuple[Any, BaseException | None] | None = None
         self._pid = 0
         self._fd = -1
-        if hasattr(os, "fork"):
-            read, write = os.pipe()
+        self._deadline = time.monotonic() + deadline_s
+        if sys.platform.startswith("linux"):
+            self._start(work)
+
+    def _start(self, work: Callable[[], Any]) -> None:
+        read, write = os.pipe()
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, _CHILD_BLOCKS)
+        try:
             pid = os.fork()
-            if pid == 0:  # the child: do the work, say how it went, and leave without cleaning up the parent's state
-                os.close(read)
-                code = 0
-                try:
-                    payload = json.dumps({"value": work()})
-                except BaseException as exc:  # said to the parent, raised there
-                    payload, code = json.dumps({"error": f"{type(exc).__name__}: {exc}"}), 1
-                try:
-                    with os.fdopen(write, "w", encoding="utf-8") as fh:
-                        fh.write(payload)
-                finally:
-                    os._exit(code)
+        except OSError:  # no fork (no memory, too many processes): the work runs here
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+            os.close(read)
             os.close(write)
-            self._pid, self._fd = pid, read
+            return
+        if pid == 0:
+            _child(work, read, write)
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        os.close(write)
+        self._pid, self._fd = pid, read
+        self._work = None  # the child has it; nothing here keeps what it holds alive
 
     def result(self) -> Any:
         if self._done is None:
-            self._done = self._wait()
+            try:
+                self._done = self._wait()
+            except BaseException as exc:  # interrupted while waiting: never waited for or run again
+                self._done = (None, EvalkitError(f"interrupted: {type(exc).__name__}"))
+                raise
         value, error = self._done
         if error is not None:
             raise error
@@ -1031,20 +1050,64 @@ class _Forked:
 
     def _wait(self) -> tuple[Any, BaseException | None]:
         if not self._pid:
+            work, self._work = self._work, None
             try:
-                return self._work(), None
+                return (work() if work is not None else None), None
             except Exception as exc:
                 return None, exc
-        with os.fdopen(self._fd, encoding="utf-8") as fh:
-            text = fh.read()
-        _, status = os.waitpid(self._pid, 0)
+        pid, fd = self._pid, self._fd
+        self._pid, self._fd = 0, -1
+        chunks: list[bytes] = []
+        killed = False
         try:
-            said = json.loads(text)
+            while True:
+                left = self._deadline - time.monotonic()
+                if left <= 0 or not select.select([fd], [], [], left)[0]:
+                    os.kill(pid, signal.SIGKILL)
+                    killed = True
+                    break
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        finally:
+            os.close(fd)
+            _, status = os.waitpid(pid, 0)
+        if killed:
+            return None, EvalkitError("the child process said nothing in time: killed")
+        try:
+            said = json.loads(b"".join(chunks))
         except ValueError:
             return None, EvalkitError(f"the child process ended without a result ({_ended(status)})")
         if "error" in said:
             return None, EvalkitError(str(said["error"]))
         return said["value"], None
+
+
+_CHILD_BLOCKS = {signal.SIGINT, signal.SIGTERM}
+
+
+def _child(work: Callable[[], Any], read: int, write: int) -> NoReturn:
+    """A `_Forked` child: run `work`, write how it went to `write`, and leave by
+    `os._exit` whatever happens (it must never return into the parent's code)."""
+    code = 1
+    payload = b'{"error": "the child process failed before it could say why"}'
+    try:
+        os.close(read)
+        try:
+            payload = json.dumps({"value": work()}).encode()
+            code = 0
+        except BaseException as exc:  # said to the parent, raised there
+            payload = json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode()
+    except BaseException:  # even the error could not be said: the fallback payload
+        pass
+    finally:
+        try:
+            view = memoryview(payload)
+            while view:
+                view = view[os.write(write, view) :]
+        finally:
+            os._exit(code)
 
 
 def _ended(status: int) -> str:
