@@ -624,7 +624,8 @@ def report_run(
     `notebooks`) into `reports_dir/<run>/`, write the run's manifest and rebuild
     `reports_dir/index.html`. Notebooks run in lanes sized to the cores when `parallel`
     (`workers` lanes when given; one for a run past `ONE_LANE_RUN_BYTES`, as each lane
-    loads the run); see `run_notebooks` for `reuse_kernels`. `pandalm_dir`: PandaLM's data, for the judge
+    starts a kernel); see `run_notebooks` for `reuse_kernels`. The run is read once here,
+    and the kernels take that reading (`_Handoff`). `pandalm_dir`: PandaLM's data, for the judge
     calibration notebook to calibrate on as well. `plan` and `baseline`: the plan and
     baseline to hold the run to (default: the suite's). Before any notebook runs, what
     the report concludes is written to the run's `verdicts.json` (`conclude`). `redact`:
@@ -845,12 +846,14 @@ def run_notebooks(
         lanes.close()
 
 
-# Every lane's kernel loads the run (`nb.open_run`): past this many bytes of results and
-# grades (about 40,000 samples) that load costs more than a second lane saves on a
-# 2-core machine, so `report_run` uses one lane unless told `workers`. Measured on a
-# 100,000-sample run (86 MB; benchmarks/bench_report_scale.py): one lane 9.5 s wall and
-# 13.4 s of CPU, two lanes 9.2 s and 17 s (each kernel loads the run, 1.9 s): a third
-# of a second for a quarter more CPU on a machine that is shared.
+# Every lane's kernel starts, imports and takes the run (the report's reading, `_Handoff`,
+# or its own `nb.open_run`): past this many bytes of results and grades (about 40,000
+# samples) a second kernel's start-up, in the time the report reads the run on a 2-core
+# machine, costs more than its lane saves, so `report_run` uses one lane unless told
+# `workers`. Measured on a 100,000-sample run (86 MB; benchmarks/bench_report_scale.py):
+# one lane 9.5 s wall and 13.4 s of CPU, two lanes 9.2 s and 17 s, when each kernel
+# parsed the run; with the hand-off, two lanes 20.3 s against one lane's 20.5 s, 32.5
+# against 28.4 CPU-s (issue 44).
 ONE_LANE_RUN_BYTES = 32 * 2**20
 
 
@@ -870,8 +873,9 @@ def _run_bytes(run: Path) -> int:
 
 
 # What a lane's kernel runs while it waits for its first notebook (`_Lanes` with
-# `warm_up`): the imports every notebook makes, and the run loaded into `runload`'s cache
-# (`nb.open_run`), so the notebooks start with both done. Then what is in memory (the
+# `warm_up`): the imports every notebook makes, and (`load`) the run loaded into
+# `runload`'s cache (`nb.open_run`; `report_run` hands its own reading over instead,
+# `_ADOPT`), so the notebooks start with both done. Then what is in memory (the
 # modules, the cached run: a million objects for 100,000 samples) is frozen out of the
 # garbage collector's scans (`gc.freeze`): it lives as long as the kernel, and every full
 # collection walked it, the two of each reset between notebooks (`%reset` and `_RESET`)
