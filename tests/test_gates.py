@@ -481,3 +481,23 @@ def test_a_powered_gate_fails_a_significant_drop_and_passes_an_identical_run(tmp
     same = G.gate(make_run(tmp_path, "same", base, k=1, suite=suite, gate={"on_underpowered": "fail"}),
                   suite / "baseline.json")
     assert same.passed and same.status == "PASS" and not same.power.underpowered
+
+
+def test_the_metrics_of_every_arm_at_once_are_each_arm_s_own(tmp_path):
+    """`run_metrics_by_arm` (the pass@k page's) reads the case table, grades and case
+    order once for every arm, and gives each arm what `run_metrics` gives it: ungraded,
+    missing and no-grade samples, costs and tags included; an arm not in the run is
+    refused as `run_metrics` refuses it."""
+    from conftest import two_arm
+
+    run = make_run(tmp_path, "1-r", two_arm({
+        "c1": ([True, False, None], [True, True, "nograde"]),
+        "c2": ([False, "missing", True], [None, True, False]),
+        "c3": ([True, True, True], [False, False, "missing"]),
+    }), k=3, tags={"c1": ["a"], "c2": ["b", "c"]}, costs={("c1", "baseline"): 0.25, ("c3", "skilled"): 0.5})
+    both = G.run_metrics_by_arm(run, ["skilled", "baseline"])
+    assert list(both) == ["skilled", "baseline"]
+    for arm, m in both.items():
+        assert m == G.run_metrics(run, arm=arm)
+    with pytest.raises(EvalkitError, match="not in the run"):
+        G.run_metrics_by_arm(run, ["baseline", "nope"])

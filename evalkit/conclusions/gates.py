@@ -19,6 +19,7 @@ import json
 import math
 import os
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,6 +41,7 @@ from evalkit.foundations.records import (
     UNDERPOWERED_PREFIX,
     Baseline,
     CaseResult,
+    CaseTable,
     GateCheck,
     GatePower,
     GateResult,
@@ -96,9 +98,36 @@ def run_metrics(run: Run | str | Path, *, arm: str | None = None, k: int | None 
     n and never in c."""
     run = as_run(run)
     arm = pick_arm(run, arm, "name the one to gate with --arm")
-    table = case_table(run)
+    return _arm_metrics(run, arm, _MetricsInputs.of(run), k)
+
+
+def run_metrics_by_arm(run: Run | str | Path, arms: Sequence[str], *, k: int | None = None) -> dict[str, RunMetrics]:
+    """`run_metrics` of each of `arms`, the run's case table, grades and case order read
+    once for all of them (the pass@k page asks for every arm of a 100,000-sample run)."""
+    run = as_run(run)
+    picked = [pick_arm(run, arm, "name the one to gate with --arm") for arm in arms]
+    inputs = _MetricsInputs.of(run)
+    return {arm: _arm_metrics(run, arm, inputs, k) for arm in picked}
+
+
+@dataclass(frozen=True)
+class _MetricsInputs:
+    """What `run_metrics` reads of a run whatever the arm."""
+
+    table: CaseTable
+    grades: dict[tuple[str, str, int], tuple[Any, ...]]
+    order: list[str]
+
+    @classmethod
+    def of(cls, run: Run) -> _MetricsInputs:
+        grades = grade_values(run, ("passed", "judge_cost_usd", "judge_version", "judge_cost_avoided_usd"))
+        return cls(case_table(run), grades, case_order(run))
+
+
+def _arm_metrics(run: Run, arm: str, inputs: _MetricsInputs, k: int | None) -> RunMetrics:
+    """`run_metrics` of one arm, from what every arm shares (`_MetricsInputs`)."""
+    table, grades = inputs.table, inputs.grades
     sets = {c.id: c.set for c in table.cases}
-    grades = grade_values(run, ("passed", "judge_cost_usd", "judge_version", "judge_cost_avoided_usd"))
     samples = run.samples[run.samples["arm"] == arm]
     per: dict[str, dict[str, Any]] = {}
     judge_versions: Counter[str] = Counter()
@@ -120,7 +149,7 @@ def run_metrics(run: Run | str | Path, *, arm: str | None = None, k: int | None 
             judge_versions[g[2]] += 1
     _count_decided(per, run, arm)
     kk = int(k or run.config.get("k") or max((d["n"] for d in per.values()), default=1))
-    order = [c for c in case_order(run) if c in per]
+    order = [c for c in inputs.order if c in per]
     cases = tuple(
         CaseResult(
             case_id=c,
