@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evalkit.foundations import fmt
-from evalkit.runfolder.runload import keyed_values
+from evalkit.runfolder.runload import key_tuples
 
 MAX_CASES = 15  # case-arms shown in full on a page
 MAX_SAMPLES = 3  # failing samples shown per case-arm
@@ -141,31 +141,31 @@ def failures(
     never passed first (fewest passes first), then flaky ones; errored keys (no answer)
     count as failing samples, ungraded ones too (a missing grade is never a pass).
 
-    Read column by column (`runload.keyed_values`), with a `FailedSample` made only for
-    the samples shown: a 100,000-sample run has that many rows, on two pages."""
+    Read column by column (`runload.key_tuples`): each sample's grade is found by its
+    row (the last of its key), and its values are read, and a `FailedSample` made, only
+    for the samples shown: a 100,000-sample run has that many rows, on two pages."""
     samples = run.samples
     grades = run.grades
     columns: tuple[str, ...] = ("passed", "checks", "judge_score", "judge_reason", "error")
     columns += ("judge_unstable",) if "judge_unstable" in grades.columns else ()  # graded with --judge-repeats
-    by_key = keyed_values(grades, columns) if len(grades) else {}
-    # per case-arm: [samples, passed, the failing samples as met: (index, output, grade values or None)];
+    row_of = dict(zip(key_tuples(grades), range(len(grades)), strict=True)) if len(grades) else {}
+    passed_at = grades["passed"].tolist() if len(grades) else []
+    # per case-arm: [samples, passed, the failing samples as met: (index, output, grade row or None)];
     # a `FailedSample` is made only for the few a page shows
     groups: dict[tuple[str, str], list[Any]] = {}
     if len(samples):
-        cols = (samples[c].tolist() for c in ("case_id", "arm", "index", "output"))
-        for case_id, arm, index, output in zip(*cols, strict=True):
-            key = (str(case_id), str(arm), int(index))
+        for key, output in zip(key_tuples(samples), samples["output"].tolist(), strict=True):
             if arms is not None and key[1] not in arms:
                 continue
             group = groups.get(key[:2])
             if group is None:
                 group = groups[key[:2]] = [0, 0, []]
             group[0] += 1
-            g = by_key.get(key)
-            if g is not None and g[0] is True:
+            row = row_of.get(key)
+            if row is not None and passed_at[row] is True:
                 group[1] += 1
             else:
-                group[2].append((key[2], output, g))
+                group[2].append((key[2], output, row))
     if len(run.errors):
         for e in run.errors.to_dict("records"):
             if arms is not None and str(e["arm"]) not in arms:
@@ -179,9 +179,19 @@ def failures(
             failing.append((case, arm, n, passed, sorted(bad, key=_index)))
     failing.sort(key=lambda t: (t[3] > 0, t[3] / t[2], t[0], t[1]))
     shown = failing[:max_cases]
+    values = [grades[c].tolist() for c in columns] if len(grades) else []
+
+    def shown_sample(item: Any) -> FailedSample:  # a failing sample as met, with its grade's values now read
+        if isinstance(item, FailedSample):
+            return item
+        index, output, row = item
+        return _failed((index, output, None if row is None else tuple(col[row] for col in values)))
+
     cases = tuple(
-        CaseFailures(case, arm, n, passed, tuple(_failed(b) for b in bad[:max_samples]), max(len(bad) - max_samples, 0))
-        for case, arm, n, passed, bad in shown
+        CaseFailures(
+            case, arm, n, ok, tuple(shown_sample(b) for b in bad[:max_samples]), max(len(bad) - max_samples, 0)
+        )
+        for case, arm, n, ok, bad in shown
     )
     return Failures(
         cases=cases,
