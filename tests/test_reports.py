@@ -840,17 +840,23 @@ def test_a_forked_child_always_leaves_and_is_always_waited_for():
 
     with pytest.raises(Exception, match="failed before it could say why"):
         reports._Forked(unsayable).result()
+    hold, release = os.pipe()  # a child's work blocks on `hold` until the test writes to `release`
+
+    def held():
+        return os.read(hold, 1).decode()
+
     t0 = time.monotonic()
-    slow = reports._Forked(lambda: time.sleep(30), deadline_s=0.5)
+    slow = reports._Forked(held, deadline_s=0.5)  # nothing is ever written: it never answers
     assert slow._work is None  # the child has the work: nothing here keeps what it holds
     with pytest.raises(Exception, match="said nothing in time"):
         slow.result()
     assert time.monotonic() - t0 < 20
 
     def interrupt(signum, frame):
+        os.write(release, b"x")  # the child may finish now: the interrupted wait reaps it
         raise KeyboardInterrupt
 
-    waited = reports._Forked(lambda: time.sleep(1) or 7)
+    waited = reports._Forked(held)
     pid = waited._pid
     before = signal.signal(signal.SIGALRM, interrupt)
     try:
@@ -860,6 +866,8 @@ def test_a_forked_child_always_leaves_and_is_always_waited_for():
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, before)
+        os.close(hold)
+        os.close(release)
     with pytest.raises(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)  # reaped
     with pytest.raises(Exception, match="interrupted"):

@@ -623,6 +623,13 @@ def disk_full(exc: OSError, path: str | Path) -> DiskFull:
     return DiskFull(path, exc.strerror or str(exc))
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte of `data` to the file descriptor `fd` (`os.write` may write part)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def write_atomic(path: str | Path, text: str) -> None:
     """Write `text` to `path` through a temporary file and a rename: readers see the old
     file or the new one, never half of it. The file gets ordinary permissions (0666

@@ -32,6 +32,7 @@ import sys
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
+from evalkit.foundations._io import write_all
 from evalkit.foundations._text import wtf8
 
 _HEADER = struct.Struct("!II")
@@ -56,9 +57,7 @@ def write_text_atomic(root: Path, rel: str, data: bytes, made: set[Path]) -> Non
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            write_all(fd, data)
         finally:
             os.close(fd)
         os.replace(tmp, p)

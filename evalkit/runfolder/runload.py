@@ -205,11 +205,9 @@ def load_run(path: str | Path, *, cache: bool = False) -> Run:
     with _RUN_CACHE_LOCK:
         hit = _RUN_CACHE.get(key)
     if hit is None or hit[0] != sig:
-        run = _read_run(p)
-        if _run_signature(key) == sig:  # not written to while it was read
-            with _RUN_CACHE_LOCK:
-                _RUN_CACHE.clear()  # one run per report: keep memory flat across runs
-                _RUN_CACHE[key] = (sig, run)
+        run, signed = load_run_signed(p)
+        if signed is not None:  # not written to while it was read
+            adopt_run(run, signed)
     else:
         run = hit[1]
     return dataclasses.replace(
@@ -245,7 +243,7 @@ def adopt_run(run: Run, signature: tuple[Any, ...]) -> bool:
     if not key.is_dir() or _run_signature(key) != signature:
         return False
     with _RUN_CACHE_LOCK:
-        _RUN_CACHE.clear()  # one run per report, as `load_run` keeps it
+        _RUN_CACHE.clear()  # one run per report: keep memory flat across runs
         _RUN_CACHE[key] = (signature, run)
     return True
 

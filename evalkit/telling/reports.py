@@ -49,7 +49,7 @@ from evalkit.conclusions.gates import gate, load_baseline
 from evalkit.conclusions.grading import summarize_run, write_summary
 from evalkit.conclusions.microtest import analyse
 from evalkit.conclusions.verdicts import conformance_verdict, record_verdicts
-from evalkit.foundations._io import iter_jsonl, read_json_object, write_atomic
+from evalkit.foundations._io import iter_jsonl, read_json_object, write_all, write_atomic
 from evalkit.foundations._jsonschema import jsonschema, papermill
 from evalkit.foundations.errors import EvalkitError, InputError
 from evalkit.foundations.layout import (
@@ -1107,9 +1107,7 @@ def _child(work: Callable[[], Any], read: int, write: int) -> NoReturn:
         pass
     finally:
         try:
-            view = memoryview(payload)
-            while view:
-                view = view[os.write(write, view) :]
+            write_all(write, payload)
         finally:
             os._exit(code)
 
