@@ -306,3 +306,18 @@ def test_sample_texts_of_some_cases_match_numeric_case_ids_as_strings(tmp_path):
     run = Run(path=tmp_path, config={}, summary={}, samples=samples, grades=grades, errors=pd.DataFrame())
     some = sample_texts(run, cases=["6"])
     assert some["output"].tolist() == ["six"] and some["reasons"].tolist() == ["n: r"]
+
+
+def test_case_order_is_the_planned_cases_then_the_others_as_first_met(tmp_path):
+    """`case_order`: the config's cases in order, then each other case id the samples name,
+    once, where it first appears (read by pandas' hash table for a string column), the
+    same order a plain walk over the rows gives."""
+    run = runload.load_run(write_odd_run(tmp_path, 9))
+    planned = [str(c) for c in run.config["cases"]]
+    run.config["cases"] = planned[5:] + planned[:2]  # some planned cases left out of the plan, out of order
+    walk: list[str] = list(run.config["cases"])
+    for c in run.samples["case_id"].tolist():
+        if str(c) not in walk:
+            walk.append(str(c))
+    assert isinstance(run.samples["case_id"].dtype, pd.StringDtype)
+    assert runload.case_order(run) == walk and walk[len(run.config["cases"]):]
