@@ -297,7 +297,8 @@ def test_sign_test_agrees_with_scipy_binomtest_over_a_grid_and_at_large_n():
     """The sign test sums binomial coefficients exactly (no scipy import for `evalkit
     verdict`): held to scipy.stats.binomtest, an independent implementation, over every
     tally up to 40 discordant pairs and a few large ones."""
-    large = [(520, 480), (2400, 2600), (3, 1200), (5000, 5100)]  # the last past EXACT_SIGN_MAX_N: scipy's own
+    large = [(520, 480), (2400, 2600), (3, 1200), (5000, 5100), (6900, 3100), (9990, 10010), (10000, 10100)]
+    assert S.EXACT_SIGN_MAX_N < 10000 + 10100  # the last past it: scipy's own
     for w, l in [(w, n - w) for n in range(1, 16) for w in range(n + 1)] + large:
         t = S.sign_test(w, l)
         for got, alt in ((t.p_value, "two-sided"), (t.p_one_sided, "greater"), (t.p_one_sided_losses, "less")):
@@ -309,6 +310,25 @@ def test_sign_test_agrees_with_scipy_binomtest_over_a_grid_and_at_large_n():
                         for x in w])
         assert np.allclose(got[:, 0], st.binom.sf(w - 1, n, 0.5), rtol=1e-9, atol=0)
         assert np.allclose(got[:, 1], np.minimum(1.0, 2 * st.binom.cdf(np.minimum(w, n - w), n, 0.5)), rtol=1e-9, atol=0)
+
+
+def test_power_past_the_recursion_agrees_with_the_recursion(monkeypatch):
+    """Past `RECURSION_MAX_N` pairs the rejection probabilities and the discordant-count
+    distribution come from scipy.stats (O(n) where the recursion is O(n^2)): held to the
+    recursion (itself held to scipy below) at sizes past the threshold, and the power is
+    never past 1."""
+    n0 = S.RECURSION_MAX_N
+    cases = [(n0 + 200, 0.8, 0.3), (n0 + 1000, 0.55, 0.5), (n0 + 1, 0.52, 0.1), (n0 + 3000, 0.51, 0.0),
+             (n0 + 500, 0.3, 0.2)]
+    fast = [S.sign_test_power(n, w, t) for n, w, t in cases]
+    r_fast = S._reject_prob(n0 + 700, 0.6, 0.01)
+    monkeypatch.setattr(S, "RECURSION_MAX_N", 10**9)
+    slow = [S.sign_test_power(n, w, t) for n, w, t in cases]
+    r_slow = S._reject_prob(n0 + 700, 0.6, 0.01)
+    for (n, w, t), a, b in zip(cases, fast, slow):
+        assert 0 <= a <= 1 and a == pytest.approx(b, rel=1e-12, abs=1e-300), (n, w, t)
+    assert ((r_fast == 0) == (r_slow == 0)).all()
+    assert np.allclose(r_fast, r_slow, rtol=1e-11, atol=1e-290) and (r_fast <= 1).all()
 
 
 def test_power_curves_agree_with_scipy_binom_over_a_grid():

@@ -478,7 +478,10 @@ def _check_tally(**counts: int) -> None:
             _fail(f"{name} must be a non-negative integer, got {v!r}")
 
 
-EXACT_SIGN_MAX_N = 5000  # integer tails up to here (a few ms); scipy's binomtest beyond
+# integer tails up to here (the time grows with n squared: 30 ms at 10,000 pairs, 0.11 s at
+# 20,000, 0.66 s at 50,000), scipy's binomtest beyond: the import of scipy.stats costs 0.7 to
+# 1.2 s, which a 200,000-sample report paid on its critical path at 5,000 (issue 44)
+EXACT_SIGN_MAX_N = 20_000
 
 
 def sign_test(wins: int, losses: int, ties: int = 0) -> SignTest:
@@ -622,9 +625,21 @@ def sign_test_critical_value(discordant: int, alpha: float = 0.05) -> int:
     return int(_critical_values(int(discordant), alpha)[-1])
 
 
+# Past this many pairs the binomial probabilities come from scipy.stats (one vectorised
+# call for every d) instead of the recursion (`_binomial_pmfs`), whose O(n^2) flops cost 0.6 s
+# at 10,000 pairs (the power at the observed effect of a 10,000-case run, on the report's
+# critical path: issue 44), more than the import of scipy.stats (0.7 s, once; the report's
+# kernels have it already). Below it `evalkit power` loads no scipy.
+RECURSION_MAX_N = 5000
+
+
 def _reject_prob(d_max: int, win_rate: float, alpha: float) -> np.ndarray:
     """P(the exact two-sided sign test rejects | d discordant pairs), d = 0..d_max."""
     c = _critical_values(d_max, alpha)
+    if d_max > RECURSION_MAX_N:  # P(W >= d - c) + P(W <= c), W ~ Bin(d, win_rate), from scipy
+        ds = np.arange(d_max + 1)
+        tails = _st.binom.sf(ds - c - 1, ds, win_rate) + _st.binom.cdf(c, ds, win_rate)
+        return np.where(c >= 0, np.minimum(tails, 1.0), 0.0)  # two tails summed may round past 1
     out = np.zeros(d_max + 1)
     for d, pmf in enumerate(_binomial_pmfs(d_max, win_rate)):
         cd = int(c[d])
@@ -652,8 +667,11 @@ def sign_test_power(n_trials: int, win_rate: float, tie_rate: float = 0.0, alpha
     r = _reject_prob(n, win_rate, alpha)
     if tie_rate == 0:
         return float(r[n])
-    *_, pd = _binomial_pmfs(n, 1 - tie_rate)
-    return float(np.dot(pd, r))
+    if n > RECURSION_MAX_N:
+        pd = _st.binom.pmf(np.arange(n + 1), n, 1 - tie_rate)
+    else:
+        *_, pd = _binomial_pmfs(n, 1 - tie_rate)
+    return min(1.0, float(np.dot(pd, r)))  # a sum of rounded terms may pass 1 by an ulp
 
 
 def sign_test_power_curve(n_max: int, win_rate: float, tie_rate: float = 0.0, alpha: float = 0.05) -> np.ndarray:
