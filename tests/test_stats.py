@@ -742,3 +742,13 @@ def test_an_estimates_interval_is_the_normal_interval_scipy_gives():
         lo, hi = e.interval(alpha)
         ref_lo, ref_hi = st.norm.interval(1 - alpha, loc=0.4, scale=0.05)
         assert (lo, hi) == (pytest.approx(ref_lo, abs=1e-15), pytest.approx(ref_hi, abs=1e-15))
+
+
+def test_cluster_codes_are_each_labels_rank_among_the_sorted_distinct_labels():
+    """`_as_clusters` numbers the labels as numpy's sorted unique does (ranks by the
+    labels' text), so a clustered SE sums the clusters in the same order."""
+    rnd = np.random.default_rng(4)
+    labels = [rnd.choice(["b", "a", "Zé", "case 10", "case 9", 3, 2.5]) for _ in range(500)]
+    _, want = np.unique(np.asarray([str(x) for x in labels], dtype=object), return_inverse=True)
+    got = S._as_clusters(labels, len(labels))
+    assert got is not None and got.tolist() == want.tolist()

@@ -394,8 +394,12 @@ def _as_clusters(clusters: Sequence[Hashable] | None, n: int) -> np.ndarray | No
     labels = list(clusters)
     if len(labels) != n:
         _fail(f"clusters has {len(labels)} labels for {n} values; give one label per value")
-    _, codes = np.unique(np.asarray([str(x) for x in labels], dtype=object), return_inverse=True)
-    return codes
+    # each label's rank among the distinct labels in sorted order (what np.unique's inverse
+    # gives), from a dict: np.unique sorts all 100,000 labels of a 200,000-sample run's
+    # trials (0.07 s a call), where only the 10,000 distinct ones need sorting
+    names = [str(x) for x in labels]
+    rank = {u: i for i, u in enumerate(sorted(dict.fromkeys(names)))}
+    return np.fromiter(map(rank.__getitem__, names), dtype=np.intp, count=len(names))
 
 
 def _clustered_se(resid: np.ndarray, codes: np.ndarray) -> float:
@@ -418,12 +422,16 @@ def mean_and_se(values: Iterable[float], clusters: Sequence[Hashable] | None = N
     and eq. 4 (clustered standard errors).
     """
     arr = np.asarray(list(values), dtype=float)
+    return _mean_and_se(arr, _as_clusters(clusters, arr.size))
+
+
+def _mean_and_se(arr: np.ndarray, codes: np.ndarray | None) -> Estimate:
+    """`mean_and_se` of `arr`, its clusters as codes (`_as_clusters`)."""
     if arr.size == 0:
         _fail("no values: a mean needs at least one")
     if not np.all(np.isfinite(arr)):
         _fail("values contain NaN or infinity; drop or score them first")
     mean = float(arr.mean())
-    codes = _as_clusters(clusters, arr.size)
     if codes is None:
         se = float(arr.std(ddof=1) / math.sqrt(arr.size)) if arr.size > 1 else math.nan
         return Estimate(mean, se, int(arr.size))
@@ -451,8 +459,9 @@ def paired_difference(
         _fail(f"paired_difference needs equal lengths, got {xa.size} and {xb.size}")
     if xa.size < 2:
         _fail("paired_difference needs at least two pairs")
-    diff = mean_and_se(xa - xb, clusters)
-    ea, eb = mean_and_se(xa, clusters), mean_and_se(xb, clusters)
+    codes = _as_clusters(clusters, xa.size)  # read once for the three estimates
+    diff = _mean_and_se(xa - xb, codes)
+    ea, eb = _mean_and_se(xa, codes), _mean_and_se(xb, codes)
     with np.errstate(invalid="ignore", divide="ignore"):
         corr = float(np.corrcoef(xa, xb)[0, 1]) if xa.std() > 0 and xb.std() > 0 else math.nan
     low, high = diff.interval(alpha)
