@@ -263,17 +263,17 @@ def test_keyed_values_are_the_same_from_typed_and_untyped_key_columns():
     last row of a key winning, a missing case id never a key of the fast path."""
     import pandas as pd
 
-    from evalkit.runfolder.runload import _keys_typed, keyed_values
+    from evalkit.runfolder.runload import keys_typed, keyed_values
 
     rows = {"case_id": ["c1", "c2", "c1"], "arm": ["a", "a", "a"], "index": [0, 0, 0], "v": [1, 2, 3]}
     typed = pd.DataFrame(rows).astype({"case_id": "string", "arm": "string"})
     untyped = pd.DataFrame(rows).astype({"index": "float64"})
-    assert _keys_typed(typed) and not _keys_typed(untyped)
+    assert keys_typed(typed) and not keys_typed(untyped)
     want = {("c1", "a", 0): (3,), ("c2", "a", 0): (2,)}
     assert keyed_values(typed, ("v",)) == want == keyed_values(untyped, ("v",))
     gap = typed.copy()
     gap.loc[1, "case_id"] = pd.NA
-    assert not _keys_typed(gap)
+    assert not keys_typed(gap)
 
 
 def test_a_loaded_run_shares_one_string_per_case_id_and_arm(tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 from conftest import make_run, two_arm
 
@@ -227,3 +228,97 @@ def test_a_significant_sign_test_beside_a_paired_interval_over_zero_says_why_too
     why = v.disagreement()
     assert v.kind == "pass" and why is not None
     assert "significant at alpha 0.05" in why and "not significant" not in why and "includes zero" in why
+
+
+def _plain_trials(run_dir, baseline="baseline", treatment="skilled"):
+    """The paired trials of a run every key of which has one sample and a true/false
+    grade, read straight from its files (the last grade line of a key counts)."""
+    cfg = json.loads((run_dir / "config.json").read_text())
+    passed = {}
+    for line in (run_dir / "grades.jsonl").read_text().splitlines():
+        g = json.loads(line)
+        passed[(g["case_id"], g["arm"], g["index"])] = g["passed"]
+    out = []
+    for case in cfg["cases"]:
+        for i in range(cfg["k"]):
+            b, t = passed[(case, baseline, i)], passed[(case, treatment, i)]
+            out.append((case, i, b, t, "win" if t and not b else "loss" if b and not t else "tie", None))
+    return out
+
+
+def _clean_run(tmp_path, seed, n_cases=40, k=5):
+    rnd = np.random.default_rng(seed)
+    outcomes = {f"case {i:03d}" if i % 7 else f"Zé {i}": ([bool(x) for x in rnd.random(k) < 0.5],
+                                                           [bool(x) for x in rnd.random(k) < 0.7])
+                for i in rng_order(rnd, n_cases)}
+    return make_run(tmp_path, f"r{seed}", two_arm(outcomes), k=k)
+
+
+def rng_order(rnd, n):
+    return [int(i) for i in rnd.permutation(n)]  # cases planned out of their names' sorted order
+
+
+def test_a_clean_run_is_paired_column_by_column_as_its_files_say(tmp_path):
+    """A run whose every key has one sample and a true/false grade is paired column by
+    column (`_CleanPairs`): its trials, their frame and the verdict are what the files
+    say, and what pairing trial by trial gives (the path every other run takes)."""
+    from evalkit.runfolder import runload
+    from evalkit.telling import nb
+
+    for seed in range(3):
+        run_dir = _clean_run(tmp_path, seed)
+        if seed == 2:  # a regraded key: the last grade line counts
+            lines = (run_dir / "grades.jsonl").read_text().splitlines()
+            first = json.loads(lines[0])
+            first["passed"] = not first["passed"]
+            (run_dir / "grades.jsonl").write_text("\n".join([*lines, json.dumps(first)]) + "\n")
+        run = runload.load_run(run_dir)
+        assert V._CleanPairs.of(run, "baseline", "skilled") is not None
+        want = _plain_trials(run_dir)
+        got = V.paired_trials(run, "baseline", "skilled")
+        assert [(t.case_id, t.index, t.baseline_passed, t.treatment_passed, t.outcome, t.problem) for t in got] == want
+        frame = V.paired_frame(run, "baseline", "skilled")
+        assert list(frame.itertuples(index=False, name=None)) == want
+        pd.testing.assert_frame_equal(frame, nb.records_frame(got))
+        v = V.two_arm_verdict(run, "baseline", "skilled")
+        votes = {}
+        for case, _, b, t, _, _ in want:
+            votes[case] = votes.get(case, 0) + int(t) - int(b)
+        assert [c for c, _ in v.case_votes] == list(votes)
+        assert [o for _, o in v.case_votes] == ["win" if n > 0 else "loss" if n < 0 else "tie" for n in votes.values()]
+        assert (v.wins, v.losses, v.ties, v.n_pairs, v.problems) == (
+            sum(n > 0 for n in votes.values()), sum(n < 0 for n in votes.values()),
+            sum(n == 0 for n in votes.values()), len(want), ())
+        slow = V.two_arm_verdict(run, "baseline", "skilled", overrides={("no such case", "baseline", 0): True})
+        assert slow == v  # an override of no sample changes nothing, and takes the trial-by-trial path
+
+
+@pytest.mark.parametrize("spoil", ["missing", "nograde", "ungraded", "extra index", "errored"])
+def test_a_run_with_any_unclean_trial_is_paired_trial_by_trial(tmp_path, spoil):
+    """One missing, ungraded or errored sample, or an index past k, and the run is paired
+    trial by trial, which says why for each trial it cannot count."""
+    from evalkit.runfolder import runload
+    from evalkit.telling import nb
+
+    outs = {f"c{i}": ([True, False, True], [True, True, False]) for i in range(8)}
+    errors = ()
+    if spoil in ("missing", "nograde"):
+        outs["c3"][1][2] = spoil
+    elif spoil == "ungraded":
+        outs["c3"][1][2] = None
+    elif spoil == "extra index":
+        outs["c3"] = ([True, False, True, True], [True, True, False, False])
+    else:
+        outs["c3"][1][2] = "missing"
+        errors = [("c3", "skilled", 2)]
+    run = runload.load_run(make_run(tmp_path, "r", two_arm(outs), k=3, errors=errors))
+    assert V._CleanPairs.of(run, "baseline", "skilled") is None
+    trials = V.paired_trials(run, "baseline", "skilled")
+    frame = V.paired_frame(run, "baseline", "skilled")
+    pd.testing.assert_frame_equal(frame, nb.records_frame(trials))  # the frame the page made of the records
+    bad = [t for t in trials if t.outcome == "errored"]
+    v = V.two_arm_verdict(run, "baseline", "skilled")
+    if spoil == "extra index":
+        assert not bad and len(trials) == 8 * 3 + 1 and v.n_pairs == 25
+    else:
+        assert [(t.case_id, t.index) for t in bad] == [("c3", 2)] and v.kind == "inconclusive"
