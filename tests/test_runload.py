@@ -321,3 +321,30 @@ def test_case_order_is_the_planned_cases_then_the_others_as_first_met(tmp_path):
             walk.append(str(c))
     assert isinstance(run.samples["case_id"].dtype, pd.StringDtype)
     assert runload.case_order(run) == walk and walk[len(run.config["cases"]):]
+
+
+def test_shared_cells_are_the_same_values_each_distinct_one_once(tmp_path):
+    """`shared_cells` (what the report pickles for its kernels) holds the same frames,
+    value for value and dtype for dtype; equal strings and equal lists are one object
+    each, a list is never merged with a list that only looks the same (NaN and None, 1
+    and True), and the run's own frames are left as they were."""
+    run = runload.load_run(write_odd_run(tmp_path, 10))
+    odd = [[float("nan")], [None], [1], [True], [1.0], [float("nan")]]
+    for i, v in enumerate(odd):
+        run.grades.at[i, "checks"] = v
+    before = [id(x) for x in run.samples["tags"].tolist()]
+    shared = runload.shared_cells(run)
+    for name in ("samples", "grades"):
+        mine, theirs = getattr(shared, name), getattr(run, name)
+        pd.testing.assert_frame_equal(mine, theirs)
+    assert [id(x) for x in run.samples["tags"].tolist()] == before
+    tags = shared.samples["tags"].tolist()
+    by_value: dict[str, int] = {}
+    for t in tags:
+        assert by_value.setdefault(json.dumps(t), id(t)) == id(t)  # equal lists: one object
+    checks = shared.grades["checks"].tolist()[: len(odd)]
+    assert [type(x[0]) for x in checks] == [float, type(None), int, bool, float, float]
+    assert len({id(x) for x in checks[:5]}) == 5  # none merged: [1], [True] and [1.0] differ in type
+    assert math.isnan(checks[5][0]) and checks[1] == [None]
+    outputs = [o for o in shared.samples["output"].tolist() if isinstance(o, str)]
+    assert len({id(o) for o in outputs}) == len(set(outputs))

@@ -13,6 +13,7 @@ import functools
 import gc
 import math
 import os
+import pickle
 import sys
 import threading
 from collections.abc import Iterator, Sequence
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from evalkit.foundations._io import RUN_JSON_BYTES, iter_jsonl, read_json_object
@@ -133,6 +135,52 @@ def _intern_keys(frame: pd.DataFrame) -> None:
     for key in ("case_id", "arm"):
         if key in frame.columns and isinstance(frame[key].dtype, pd.StringDtype) and not frame[key].hasnans:
             frame[key] = pd.array(list(map(sys.intern, frame[key].tolist())), dtype=frame[key].dtype)
+
+
+def shared_cells(run: Run) -> Run:
+    """A copy of `run` whose equal cells are one object each: the strings of each string
+    column, and the lists of each object column (a sample's tags, a grade's checks) equal
+    as JSON and as Python values. The parser makes a new object for every cell, where a
+    200,000-sample run holds a few distinct tags, checks, outputs and models: pickled for
+    the report's kernels (`evalkit.telling.reports._Handoff`), each distinct value is then
+    written once and read once (2.0 s to 1.0 s, the report's critical path once its
+    verdict took 0.4 s). Its frames are new; the run's own are left as they are."""
+    return dataclasses.replace(run, samples=_shared_frame(run.samples), grades=_shared_frame(run.grades))
+
+
+_LIST_COLUMNS = ("tags", "tool_calls", "checks")  # the list fields of a sample and a grade
+
+
+def _shared_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    out = frame.copy(deep=False)
+    for c in frame.columns:
+        col = frame[c]
+        if isinstance(col.dtype, pd.StringDtype) and _repetitive(col.iloc[:1000].tolist()):
+            codes, uniques = pd.factorize(col)  # each distinct string once; a missing cell is -1
+            out[c] = uniques.take(codes, allow_fill=True)
+        elif c in _LIST_COLUMNS and col.dtype == object:
+            out[c] = pd.Series(_shared_lists(col.tolist()), index=frame.index, dtype=object)
+    return out
+
+
+def _repetitive(head: list[Any]) -> bool:
+    """Whether a column's first cells (`head`) hold fewer than half as many distinct
+    values: a hash or a seed per row is left alone (sharing it saves nothing)."""
+    return len(set(head)) * 2 < len(head)
+
+
+def _shared_lists(values: list[Any]) -> Any:
+    """`values` (an object array) with each list replaced by the first list of the same
+    pickle (the same types and values, NaN and -0.0 included). Keyed and looked up by C
+    code (pickle, pandas' hash table, numpy's take): 0.3 s for 200,000 cells."""
+    own = np.fromiter(values, dtype=object, count=len(values))
+    try:
+        keys = list(map(pickle.dumps, values))
+    except Exception:  # a value that does not pickle (never one a run file holds): left alone
+        return own
+    codes, _ = pd.factorize(np.fromiter(keys, dtype=object, count=len(keys)))
+    firsts = pd.Series(codes).drop_duplicates().index.to_numpy()  # first row of each code, codes in order
+    return own[firsts][codes]
 
 
 # A reused kernel (see `run_notebooks`) runs several notebooks on the same run; parsing

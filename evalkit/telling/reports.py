@@ -77,6 +77,7 @@ from evalkit.runfolder.runload import (
     load_run_signed,
     report_state,
     run_verdicts,
+    shared_cells,
 )
 from evalkit.runfolder.runs import RunFolder, answered_as, config_arm_names, config_arm_settings, find_suite_dir
 from evalkit.suites.suite_arms import two_arms
@@ -964,7 +965,7 @@ class _Handoff:
             if signature is not None:
                 self._dir = Path(tempfile.mkdtemp(prefix="evalkit-report-"))
                 path = self._dir / "run.pickle"
-                self._writer = _Forked(lambda: _pickle_to(path, (signature, run)))
+                self._writer = _Forked(lambda: _pickle_to(path, (signature, shared_cells(run))))
                 self._path = path
         except OSError:  # no temporary folder: the kernels read the run themselves
             self._path = None
