@@ -823,6 +823,15 @@ def test_work_forked_beside_the_report_says_what_it_returned_or_raised():
         reports._Forked(dies).result()
 
 
+def test_work_forked_off_the_critical_path_yields_the_cores_and_leaves_this_process_as_it_was():
+    """`_Forked(..., nice=n)`: the child runs at n more niceness (the explorer's page,
+    `EXPLORER_NICE`, beside the kernel and its hand-off); this process's stays."""
+    mine = os.nice(0)
+    assert reports._Forked(lambda: os.nice(0), nice=5).result() == min(mine + 5, 19)
+    assert reports._Forked(lambda: os.nice(0)).result() == mine
+    assert os.nice(0) == mine and reports.EXPLORER_NICE > 0
+
+
 def test_a_forked_child_always_leaves_and_is_always_waited_for():
     """A child whose error cannot even be said still exits (never returning into the
     parent's code) with the fallback error; one silent past its deadline is killed; an

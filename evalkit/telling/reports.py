@@ -745,7 +745,9 @@ def _render_run(
         # thread building the page held the interpreter's lock from the lanes, so 3 s
         # of the page's work cost the notebooks 7.6 s (issue 44); before the notebooks,
         # it held them back by its 2 s.
-        explorer_pages = _Forked(functools.partial(_explorer_pages, loaded, out_dir, inputs, opts.against))
+        explorer_pages = _Forked(
+            functools.partial(_explorer_pages, loaded, out_dir, inputs, opts.against), nice=EXPLORER_NICE
+        )
         del loaded  # the kernels have their own copy
         lanes.grow(_lane_count(len(plans), parallel, workers, source))
         results = lanes.run(plans, out_dir, source_dir=opts.source_dir)
@@ -1015,8 +1017,9 @@ class _Forked:
     Why hand-written: `multiprocessing`'s fork context would pickle the work's result
     through a queue and start a resource tracker; this is one pipe and one wait."""
 
-    def __init__(self, work: Callable[[], Any], *, deadline_s: float = 600.0) -> None:
+    def __init__(self, work: Callable[[], Any], *, deadline_s: float = 600.0, nice: int = 0) -> None:
         self._work: Callable[[], Any] | None = work
+        self._nice = nice
         self._done: tuple[Any, BaseException | None] | None = None
         self._pid = 0
         self._fd = -1
@@ -1035,7 +1038,7 @@ class _Forked:
             os.close(write)
             return
         if pid == 0:
-            _child(work, read, write)
+            _child(work, read, write, self._nice)
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
         os.close(write)
         self._pid, self._fd = pid, read
@@ -1090,15 +1093,23 @@ class _Forked:
 
 
 _CHILD_BLOCKS = {signal.SIGINT, signal.SIGTERM}
+# The explorer's child runs beside the hand-off and the notebooks on a 2-core machine:
+# at this niceness the scheduler gives the kernel and its hand-off the cores first (the
+# report waits for them), the page the rest; it is written before the last notebook is.
+EXPLORER_NICE = 10
 
 
-def _child(work: Callable[[], Any], read: int, write: int) -> NoReturn:
-    """A `_Forked` child: run `work`, write how it went to `write`, and leave by
-    `os._exit` whatever happens (it must never return into the parent's code)."""
+def _child(work: Callable[[], Any], read: int, write: int, nice: int = 0) -> NoReturn:
+    """A `_Forked` child: run `work` (at `nice` more niceness: work off the report's
+    critical path yields the cores to what is on it), write how it went to `write`, and
+    leave by `os._exit` whatever happens (it must never return into the parent's code)."""
     code = 1
     payload = b'{"error": "the child process failed before it could say why"}'
     try:
         os.close(read)
+        if nice:
+            with contextlib.suppress(OSError):
+                os.nice(nice)
         try:
             payload = json.dumps({"value": work()}).encode()
             code = 0
