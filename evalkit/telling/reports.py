@@ -1231,8 +1231,16 @@ class _Lanes:
         if self.handoff is None:
             return
         path = self.handoff.taken()
-        if path is not None and not self.cancelled:
-            _run_code(kc, _ADOPT.format(path=str(path)), timeout_s=600, cancelled=lambda: self.cancelled)
+        if path is None:
+            papermill()  # imported now, not when the first notebook is due
+        elif not self.cancelled:
+            _run_code(
+                kc,
+                _ADOPT.format(path=str(path)),
+                timeout_s=600,
+                meanwhile=papermill,
+                cancelled=lambda: self.cancelled,
+            )
 
     def close(self) -> None:
         self.cancelled = True
@@ -1256,10 +1264,10 @@ class _Lanes:
                     kc = kernel.client()
                     kc.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
                     try:
-                        # papermill is imported while the kernel warms up, not when its first notebook is due
-                        _run_code(
-                            kc, self.warm_up, timeout_s=600, meanwhile=papermill, cancelled=lambda: self.cancelled
-                        )
+                        # papermill is imported while the kernel takes the run, not while this process
+                        # reads it (its entry points cost 0.6 s of the interpreter the reading holds)
+                        # nor when the first notebook is due
+                        _run_code(kc, self.warm_up, timeout_s=600, cancelled=lambda: self.cancelled)
                         self._adopt(kc)
                     finally:
                         kc.stop_channels()
