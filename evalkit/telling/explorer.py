@@ -51,6 +51,7 @@ from evalkit.runfolder.runload import (
     as_run,
     case_order,
     case_table,
+    collector_paused,
     judge_trust_notice,
     key_tuples,
     keyed_values,
@@ -498,8 +499,11 @@ def run_data(run: Run | str | Path, *, baseline: str | Path | None = None) -> di
     order = case_order(run)
     cases = {c: i for i, c in enumerate(order)}
     arms = {a: i for i, a in enumerate(run.arm_names())}
-    cols, trajectories = _sample_columns(run, cases, arms)
-    samples = cols.in_order()
+    # the columns' lists all live on, yet each full collection walked them: the checks of
+    # a 200,000-sample run took 1.4 s with the collector on, 0.3 s with it paused
+    with collector_paused():
+        cols, trajectories = _sample_columns(run, cases, arms)
+        samples = cols.in_order()
     verdicts = run_verdicts(run)
     summary = run.summary or {}
     gate = None
