@@ -43,7 +43,7 @@ from evalkit.foundations._io import jsonable, write_atomic
 from evalkit.foundations._text import storable_json
 from evalkit.foundations.errors import InputError
 from evalkit.foundations.layout import BASELINE_FILE, GRADES, RUN_CONFIG
-from evalkit.foundations.records import GateResult, RunMetrics
+from evalkit.foundations.records import GateResult, RunMetrics, RunVerdicts
 from evalkit.numbers.metrics import score_of
 from evalkit.numbers.stats import sign_test
 from evalkit.runfolder.runload import (
@@ -366,9 +366,10 @@ def _cases_json(run: Run, order: list[str]) -> list[dict[str, Any]]:
     return out
 
 
-def _comparisons_json(run: Run) -> list[dict[str, Any]]:
-    """Each two-arm verdict of verdicts.json with its per-case votes (win / loss / tie /
-    errored): the discordant cases are those the sign test rests on."""
+def _comparisons_json(verdicts: RunVerdicts) -> list[dict[str, Any]]:
+    """Each two-arm verdict of verdicts.json (`verdicts`, read once: a large run's holds
+    every case's vote) with its per-case votes (win / loss / tie / errored): the
+    discordant cases are those the sign test rests on."""
     return [
         {
             "baseline": v.baseline_arm,
@@ -383,7 +384,7 @@ def _comparisons_json(run: Run) -> list[dict[str, Any]]:
             "reason": v.reason,
             "votes": dict(v.case_votes),
         }
-        for v in run_verdicts(run).comparisons
+        for v in verdicts.comparisons
     ]
 
 
@@ -528,7 +529,7 @@ def run_data(run: Run | str | Path, *, baseline: str | Path | None = None) -> di
         "cases": _cases_json(run, list(cases)),
         "samples": samples,
         "trajectories": trajectories,
-        "comparisons": _comparisons_json(run),
+        "comparisons": _comparisons_json(verdicts),
         "gate": gate,
         "findings": verdict_entries(verdicts, summary.get("complete")),
     }
