@@ -179,9 +179,11 @@ def _grade_rows(grades: pd.DataFrame, keys: list[GradeKey]) -> list[int] | None:
     the row of its own number (grades.jsonl in the samples' order: columns as they are)."""
     if not len(grades):
         return [-1] * len(keys)
-    at = dict(zip(key_tuples(grades), range(len(grades)), strict=True))
-    rows = list(map(at.get, keys, repeat(-1)))
-    return None if len(rows) == len(grades) and rows == list(range(len(rows))) else rows
+    graded = key_tuples(grades)
+    if graded == keys and len(set(keys)) == len(keys):  # each key once: its own row is its last
+        return None
+    at = dict(zip(graded, range(len(graded)), strict=True))
+    return list(map(at.get, keys, repeat(-1)))
 
 
 def _taken(values: list[Any], rows: list[int] | None, missing: Any) -> list[Any]:
