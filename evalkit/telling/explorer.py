@@ -146,9 +146,12 @@ def _texts(col: pd.Series) -> list[str]:
 
 
 def _nums(col: pd.Series) -> list[float | None]:
-    """`_num` of each cell: a float64 column's finite cells as they are (`tolist` gives
-    Python floats), an integer column's as floats, any other through `_num`."""
+    """`_num` of each cell: a column of None as it is, a float64 column's finite cells as
+    they are (`tolist` gives Python floats), an integer column's as floats, any other
+    through `_num`."""
     values: list[Any] = col.tolist()
+    if values.count(None) == len(values):  # a judge's score where no case is judged
+        return values
     if col.dtype == np.float64:
         if np.isfinite(col.to_numpy()).all():
             return values
