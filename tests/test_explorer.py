@@ -320,14 +320,17 @@ NAN, INF = float("nan"), float("inf")
 TRAJECTORY_FILES = [("c1", "a", 0), ("c2", "b", 2), ("c2", "a", 0), ("c1", "b", 0)]
 
 
-def _odd_run(tmp_path, name: str, *, grades: str, surrogate: bool):
+def _odd_run(tmp_path, name: str, *, grades: str, surrogate: bool, typed: bool = False):
     """A run folder of odd cells: None/NaN/bool/str numbers, outputs that are no text
     (None, NaN, a number, a lone surrogate), checks that are not dicts, passed as
     null/NaN/0/"yes", a held and an unstable judge, an agent sample with a trajectory
     and two without one, a case outside config.json, and errored keys (errors.jsonl).
     `grades`: "aligned" (one grade line per sample, in the results' order), "shuffled"
     (another order, a key graded twice (the last line counts), a sample with no grade
-    and a grade with no sample) or "none" (no grades.jsonl)."""
+    and a grade with no sample), "duplicated" (aligned, with a key's sample and grade
+    twice: the last grade line is both samples') or "none" (no grades.jsonl). `typed`:
+    cells that make typed columns (outputs all text, costs all floats with a NaN and an
+    infinity, latencies all ints, cached all bools)."""
     from evalkit.runfolder.trajectories import TrajectoryWriter
 
     run = tmp_path / "runs" / name
@@ -346,6 +349,11 @@ def _odd_run(tmp_path, name: str, *, grades: str, surrogate: bool):
         ("c2", "a", 0, "", True, 12.5, False, None, NAN),
         ("c1", "b", 0, "o", 0.25, None, True, None, None),
     ]
+    if typed:
+        cells = [(c, a, i, f"{o}", [0.5, NAN, 3.0, INF, 1e-7, -INF, 0.25][n], n * 7, n % 2 == 0, agent, turns)
+                 for n, (c, a, i, o, _, _, _, agent, turns) in enumerate(cells)]
+    if grades == "duplicated":
+        cells.append(("c2", "a", 0, "again", 0.5, 1, False, None, None))
     with open(run / "results.jsonl", "w") as fh:
         for c, a, i, o, cost, lat, cached, agent, turns in cells:
             fh.write(json.dumps({"case_id": c, "tags": ["t"], "arm": a, "index": i, "seed": i, "model": "m",
@@ -370,6 +378,8 @@ def _odd_run(tmp_path, name: str, *, grades: str, surrogate: bool):
         passed, checks, score, reason, error, held, unstable = graded.get(key, graded[("c1", "a", 1)])
         if grades == "shuffled" and key == ("c1", "a", 0) and n < len(keys) - 2:
             passed, checks = True, []  # the first of the two lines of this key: the second counts
+        if grades == "duplicated" and n == len(keys) - 1:
+            passed, checks = True, []  # the second sample of a key and its grade: both samples' grade
         lines.append({"case_id": key[0], "arm": key[1], "index": key[2], "passed": passed, "checks": checks,
                       "judge_score": score, "judge_reason": reason, "error": error, "judge_held": held,
                       "judge_unstable": unstable})
@@ -438,16 +448,16 @@ def _expected_rows(cells, grade_lines):
     return sorted(rows, key=lambda r: (cases.index(r["case"]), arms.index(r["arm"]), r["i"]))
 
 
-@pytest.mark.parametrize("grades", ["aligned", "shuffled", "none"])
-@pytest.mark.parametrize("surrogate", [False, True])
-def test_every_odd_cell_reads_as_a_plain_reading_of_the_files_says(tmp_path, grades, surrogate):
+@pytest.mark.parametrize("grades", ["aligned", "shuffled", "duplicated", "none"])
+@pytest.mark.parametrize(("surrogate", "typed"), [(False, False), (True, False), (False, True)])
+def test_every_odd_cell_reads_as_a_plain_reading_of_the_files_says(tmp_path, grades, surrogate, typed):
     """The sample columns (built column by column) against a plain per-sample reading of
     the cells the run was written from: outcome and why, output, checks, judge score and
     reason, cost, latency, cached, the agent sample's trajectory, the errored keys; in
     case, arm and index order. The page's embedded JSON is `jsonable(run_data)`'s."""
     from evalkit.foundations._io import jsonable
 
-    run, cells, grade_lines = _odd_run(tmp_path, "r", grades=grades, surrogate=surrogate)
+    run, cells, grade_lines = _odd_run(tmp_path, "r", grades=grades, surrogate=surrogate, typed=typed)
     data = explorer.run_data(run)
     assert [c["id"] for c in data["cases"]] == ["c2", "c1", "c9", "c3"] and data["arms"] == ["b", "a"]
     got = []
@@ -461,7 +471,8 @@ def test_every_odd_cell_reads_as_a_plain_reading_of_the_files_says(tmp_path, gra
     for w in want:
         w["agent"] = w["agent"] and (w["case"], w["arm"], w["i"]) in TRAJECTORY_FILES
     assert got == want
-    assert [type(v) for v in data["samples"]["cost"]] == [type(w["cost"]) for w in want]  # 3 is 3.0
+    for col in ("cost", "lat", "js"):  # 3 is 3.0
+        assert [type(v) for v in data["samples"][col]] == [type(w[col]) for w in want]
     assert len({id(x) for x in data["samples"]["ck"]}) == len(want)  # no two rows share a list
     page = explorer.write_explorer(run, tmp_path / "out").path.read_text()
     assert _page_data(page) == json.loads(json.dumps(jsonable(data)))
