@@ -312,3 +312,190 @@ def test_the_diff_counts_a_missing_sample_as_not_passed_and_puts_the_largest_imp
     listed = [(d["cases"][c]["id"], d["changes"][ch], p0, n0) for c, ch, p0, n0
               in zip(rows["c"], rows["ch"], rows["p0"], rows["n0"])]
     assert listed == [("c3", "fail -> pass", 0, 2), ("c1", "fail -> pass", 1, 2), ("c2", "fail -> pass", 1, 2)]
+
+
+# --- the sample columns held to a plain reading of the run's files ----------------------
+
+NAN, INF = float("nan"), float("inf")
+TRAJECTORY_FILES = [("c1", "a", 0), ("c2", "b", 2), ("c2", "a", 0), ("c1", "b", 0)]
+
+
+def _odd_run(tmp_path, name: str, *, grades: str, surrogate: bool, typed: bool = False):
+    """A run folder of odd cells: None/NaN/bool/str numbers, outputs that are no text
+    (None, NaN, a number, a lone surrogate), checks that are not dicts, passed as
+    null/NaN/0/"yes", a held and an unstable judge, an agent sample with a trajectory
+    and two without one, a case outside config.json, and errored keys (errors.jsonl).
+    `grades`: "aligned" (one grade line per sample, in the results' order), "shuffled"
+    (another order, a key graded twice (the last line counts), a sample with no grade
+    and a grade with no sample), "duplicated" (aligned, with a key's sample and grade
+    twice: the last grade line is both samples') or "none" (no grades.jsonl). `typed`:
+    cells that make typed columns (outputs all text, costs all floats with a NaN and an
+    infinity, latencies all ints, cached all bools)."""
+    from evalkit.runfolder.trajectories import TrajectoryWriter
+
+    run = tmp_path / "runs" / name
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({
+        "suite": "", "suite_name": "unit", "config": {"k": 3}, "arms": [{"name": "b"}, {"name": "a"}], "k": 3,
+        "cases": ["c2", "c1"], "created": "2026-01-01T00:00:00Z", "source": "evalkit"}))
+    (run / "summary.json").write_text(json.dumps({"complete": True, "ran": 9, "total": 9, "exit_code": 0}))
+    out = "x\ud800y" if surrogate else HOSTILE
+    cells = [  # (case, arm, index, output, cost_usd, latency_ms, cached, agent, turns)
+        ("c1", "a", 1, out, "0.5", True, True, None, None),
+        ("c1", "a", 0, None, NAN, 2, False, {"kind": "program"}, 3),
+        ("c2", "b", 2, 7, 3, INF, "yes", None, "2"),
+        ("c2", "b", 0, NAN, None, "x", 1, None, None),
+        ("c9", "a", 0, "late case", 1e-7, -0.0, None, {"kind": "program"}, None),
+        ("c2", "a", 0, "", True, 12.5, False, None, NAN),
+        ("c1", "b", 0, "o", 0.25, None, True, None, None),
+    ]
+    if typed:
+        cells = [(c, a, i, f"{o}", [0.5, NAN, 3.0, INF, 1e-7, -INF, 0.25][n], n * 7, n % 2 == 0, agent, turns)
+                 for n, (c, a, i, o, _, _, _, agent, turns) in enumerate(cells)]
+    if grades == "duplicated":
+        cells.append(("c2", "a", 0, "again", 0.5, 1, False, None, None))
+    with open(run / "results.jsonl", "w") as fh:
+        for c, a, i, o, cost, lat, cached, agent, turns in cells:
+            fh.write(json.dumps({"case_id": c, "tags": ["t"], "arm": a, "index": i, "seed": i, "model": "m",
+                                 "output": o, "tool_calls": [], "finish_reason": "stop", "usage": {},
+                                 "latency_ms": lat, "cost_usd": cost, "request_hash": f"{c}{a}{i}",
+                                 "cached": cached, "agent": agent, "turns": turns}) + "\n")
+    odd_checks = ["x", {"name": "n", "passed": 0, "reason": None}, 5, {"passed": "0", "reason": NAN}]
+    graded = {  # key -> (passed, checks, judge_score, judge_reason, error, judge_held, judge_unstable)
+        ("c1", "a", 1): (True, [{"name": "contains", "passed": True, "reason": ""}], "0.75", "fine", None, None, False),
+        ("c1", "a", 0): (False, odd_checks, True, None, None, None, False),
+        ("c2", "b", 2): (None, [], NAN, NAN, "judge failed", None, False),
+        ("c2", "b", 0): (NAN, [], INF, 3, None, "uncalibrated", True),
+        ("c9", "a", 0): ("yes", [{"name": "a"}], 7, "r", None, None, False),
+        ("c2", "a", 0): (0, [{"name": "contains", "passed": False, "reason": "no"}, "y"], None, None, None, None, True),
+        ("c1", "b", 0): (False, [{"name": "contains", "passed": True}], -1.5, "", None, "", False),
+    }
+    keys = [(c, a, i) for c, a, i, *_ in cells]
+    if grades == "shuffled":
+        keys = keys[::-1][1:] + [("c1", "a", 0), ("c7", "a", 0)]  # c1/b/0 ungraded, c1/a/0 twice
+    lines = []
+    for n, key in enumerate(keys):
+        passed, checks, score, reason, error, held, unstable = graded.get(key, graded[("c1", "a", 1)])
+        if grades == "shuffled" and key == ("c1", "a", 0) and n < len(keys) - 2:
+            passed, checks = True, []  # the first of the two lines of this key: the second counts
+        if grades == "duplicated" and n == len(keys) - 1:
+            passed, checks = True, []  # the second sample of a key and its grade: both samples' grade
+        lines.append({"case_id": key[0], "arm": key[1], "index": key[2], "passed": passed, "checks": checks,
+                      "judge_score": score, "judge_reason": reason, "error": error, "judge_held": held,
+                      "judge_unstable": unstable})
+    if grades != "none":
+        (run / "grades.jsonl").write_text("".join(json.dumps(g) + "\n" for g in lines))
+    (run / "errors.jsonl").write_text(
+        json.dumps({"case_id": "c1", "arm": "b", "index": 1, "error": "HTTP 500", "attempts": "3"}) + "\n"
+        + json.dumps({"case_id": "c3", "arm": "a", "index": 0, "error": None, "attempts": None}) + "\n")
+    for c, a, i in TRAJECTORY_FILES:  # only an agent sample's (an agent, or a number of turns) is read
+        w = TrajectoryWriter(run, c, a, i)
+        w.write("start", {"case_id": c, "arm": a, "index": i})
+        w.write("model_call", {"call": 1, "status": "ok", "request": {"messages": [{"role": "user", "content": "hi"}]},
+                               "answer": {"text": f"answer of {c}/{a}/{i}", "tool_calls": []}})
+        w.write("end", {"status": "finished", "stop": "done"})
+        w.close()
+    return run, cells, [dict(zip(("case_id", "arm", "index"), k)) | v for k, v in
+                        zip(keys, lines)] if grades != "none" else []
+
+
+def _plain_number(v):
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        f = float(v)
+    except ValueError:
+        return None
+    return f if f == f and f not in (INF, -INF) else None
+
+
+def _plain_text(v):
+    return "" if v is None or v != v else str(v)
+
+
+def _expected_rows(cells, grade_lines):
+    """Each sample and errored key as the page should list it, read from the cells the
+    run was written from, one plain rule at a time."""
+    grades = {}
+    for g in grade_lines:
+        grades[(g["case_id"], g["arm"], g["index"])] = g  # the last line of a key counts
+    rows = []
+    for c, a, i, o, cost, lat, cached, agent, turns in cells:
+        g = grades.get((c, a, i))
+        checks = [c_ for c_ in (g["checks"] if g else []) if isinstance(c_, dict)]
+        if g is None:
+            outcome, why = "ungraded", "not graded"
+        elif g["passed"] is None or g["passed"] != g["passed"]:
+            if g["error"]:
+                outcome, why = "errored", "grading error: " + g["error"]
+            else:
+                outcome, why = "ungraded", ("judge held: " + g["judge_held"]) if g["judge_held"] else "no verdict"
+        elif g["passed"]:
+            outcome, why = "passed", ""
+        else:
+            outcome, why = "failed", ", ".join(str(x.get("name")) for x in checks if not x.get("passed")) or "failed"
+        rows.append({"case": c, "arm": a, "i": i, "o": outcome, "w": why, "out": _plain_text(o),
+                     "ck": [[str(x.get("name")), 1 if x.get("passed") else 0, _plain_text(x.get("reason"))]
+                            for x in checks],
+                     "js": _plain_number(g["judge_score"]) if g else None,
+                     "jr": _plain_text(g["judge_reason"]) if g else "",
+                     "cost": _plain_number(cost), "lat": _plain_number(lat), "ca": 1 if cached is True else 0,
+                     "agent": isinstance(agent, dict) or _plain_number(turns) is not None})
+    for c, a, i, why in (("c1", "b", 1, "HTTP 500 (3 attempt(s))"), ("c3", "a", 0, "")):
+        rows.append({"case": c, "arm": a, "i": i, "o": "errored", "w": why, "out": "", "ck": [], "js": None,
+                     "jr": "", "cost": None, "lat": None, "ca": 0, "agent": False})
+    cases, arms = ["c2", "c1", "c9", "c3"], ["b", "a"]  # config.json's, then the others as met
+    return sorted(rows, key=lambda r: (cases.index(r["case"]), arms.index(r["arm"]), r["i"]))
+
+
+@pytest.mark.parametrize("grades", ["aligned", "shuffled", "duplicated", "none"])
+@pytest.mark.parametrize(("surrogate", "typed"), [(False, False), (True, False), (False, True)])
+def test_every_odd_cell_reads_as_a_plain_reading_of_the_files_says(tmp_path, grades, surrogate, typed):
+    """The sample columns (built column by column) against a plain per-sample reading of
+    the cells the run was written from: outcome and why, output, checks, judge score and
+    reason, cost, latency, cached, the agent sample's trajectory, the errored keys; in
+    case, arm and index order. The page's embedded JSON is `jsonable(run_data)`'s."""
+    from evalkit.foundations._io import jsonable
+
+    run, cells, grade_lines = _odd_run(tmp_path, "r", grades=grades, surrogate=surrogate, typed=typed)
+    data = explorer.run_data(run)
+    assert [c["id"] for c in data["cases"]] == ["c2", "c1", "c9", "c3"] and data["arms"] == ["b", "a"]
+    got = []
+    for r in _rows(data):
+        t = data["trajectories"][r["tr"]] if r["tr"] >= 0 else None
+        assert t is None or t["turns"][0]["text"] == f"answer of {r['case']}/{r['arm']}/{r['i']}"
+        got.append({"case": r["case"], "arm": r["arm"], "i": r["i"], "o": explorer_outcome(r["o"]), "w": r["w"],
+                    "out": r["out"], "ck": r["ck"], "js": r["js"], "jr": r["jr"], "cost": r["cost"],
+                    "lat": r["lat"], "ca": r["ca"], "agent": t is not None})
+    want = _expected_rows(cells, grade_lines)
+    for w in want:
+        w["agent"] = w["agent"] and (w["case"], w["arm"], w["i"]) in TRAJECTORY_FILES
+    assert got == want
+    for col in ("cost", "lat", "js"):  # 3 is 3.0
+        assert [type(v) for v in data["samples"][col]] == [type(w[col]) for w in want]
+    assert len({id(x) for x in data["samples"]["ck"]}) == len(want)  # no two rows share a list
+    page = explorer.write_explorer(run, tmp_path / "out").path.read_text()
+    assert _page_data(page) == json.loads(json.dumps(jsonable(data)))
+    other, _, _ = _odd_run(tmp_path, "r0", grades="aligned", surrogate=False)
+    diff = explorer.diff_data(run, other)
+    assert json.loads(gzip.decompress(base64.b64decode(explorer.embed(diff)))) == json.loads(json.dumps(jsonable(diff)))
+
+
+@pytest.mark.parametrize("bad", [NAN, INF, -INF])
+def test_a_non_finite_number_in_the_columns_is_refused_not_written_as_null(tmp_path, bad):
+    """The columns are built finite or None: a NaN or infinity in one is a bug, refused
+    (a run's page, and a diff's rows and its runs' columns); outside the columns a
+    NaN is written null, as `jsonable` makes it."""
+    run, _, _ = _odd_run(tmp_path, "r", grades="aligned", surrogate=False)
+    data = explorer.run_data(run)
+    for col in ("cost", "js", "lat"):
+        broken = {**data, "samples": {**data["samples"], col: [*data["samples"][col][:-1], bad]}}
+        with pytest.raises(ValueError):
+            explorer.embed(broken)
+    diff = explorer.diff_data(run, run)
+    with pytest.raises(ValueError):
+        explorer.embed({**diff, "rows": {**diff["rows"], "dcost": [bad] * len(diff["rows"]["dcost"])}})
+    with pytest.raises(ValueError):
+        explorer.embed({**diff, "old": {**data, "samples": {**data["samples"], "lat": [bad] * len(data["samples"]["lat"])}}})
+    decoded = json.loads(gzip.decompress(base64.b64decode(explorer.embed({**data, "k": bad}))))
+    assert decoded["k"] is None

@@ -205,11 +205,12 @@ def _run_signature(path: Path) -> tuple[Any, ...]:
 
 
 @contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """No garbage collection while a run's lines are parsed: every object made then lives
-    on (the run's rows), yet the collector's oldest generation walks the whole growing
-    heap every so often: 40% of the time of loading a 100,000-sample run (3.1 s, now
-    1.9 s). Resumed after (by the caller that paused it, when several threads load)."""
+def collector_paused() -> Iterator[None]:
+    """No garbage collection while objects that all live on are made (a run's rows as
+    its lines are parsed; an explorer page's columns), yet the collector's oldest
+    generation walks the whole growing heap every so often: 40% of the time of loading a
+    100,000-sample run (3.1 s, now 1.9 s). Resumed after (by the caller that paused it,
+    when several threads load)."""
     was = gc.isenabled()
     gc.disable()
     try:
@@ -227,7 +228,7 @@ def _read_run(path: str | Path) -> Run:
     config = folder.read_meta()
     summary = folder.read_summary()
     gp = p / GRADES
-    with _collector_paused():
+    with collector_paused():
         samples = _frame([_sample_row(d) for d in folder.results()], SAMPLE_COLUMNS)
         grades = _frame([_grade_row(d) for d in iter_jsonl(gp)] if gp.exists() else [], GRADE_COLUMNS)
         _intern_keys(samples)
