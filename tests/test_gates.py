@@ -512,7 +512,7 @@ NUMBERS = [1e-6, 0.0, -0.0, None, float("nan"), 3, 1e300]  # a float column, NaN
 ODD_COST = [*NUMBERS, "0.5", "abc", True, []]  # a column of objects
 
 
-def write_odd_graded_run(root, seed, *, odd_keys=False, with_k=True, verdicts=ODD_PASSED):
+def write_odd_graded_run(root, seed, *, odd_keys=False, with_k=True, verdicts=ODD_PASSED, grade_lines="odd"):
     """A graded run folder with what a per-sample reading must get right: samples with no
     grade, duplicated grade keys (the last line wins) and duplicated samples, a grade for
     no sample, odd verdicts (null, NaN, "true", "false", numbers) and costs (null, NaN, a
@@ -520,7 +520,10 @@ def write_odd_graded_run(root, seed, *, odd_keys=False, with_k=True, verdicts=OD
     errored keys, a per-case stopping run's decided keys, a third arm the config does not
     name, a case table in another order that misses a case. `odd_keys`: case ids written
     as numbers on some lines and indices as 2.0 or "2", so the key columns are not typed;
-    `verdicts`: the `passed` values drawn (true and false alone: a bool column)."""
+    `verdicts`: the `passed` values drawn (true and false alone: a bool column);
+    `grade_lines` "aligned": one grade line for each sample line, in the same order (as
+    `evalkit grade` writes them), a duplicated sample's key graded twice; "reordered": one
+    for each, in another order."""
     rnd = random.Random(seed)
     run = root / "runs" / f"2026010{seed}-000000"
     run.mkdir(parents=True)
@@ -546,10 +549,12 @@ def write_odd_graded_run(root, seed, *, odd_keys=False, with_k=True, verdicts=OD
                 for col, values in (("cost_usd", ODD_COST), ("cost_avoided_usd", NUMBERS)):
                     if rnd.random() < 0.9:
                         r[col] = rnd.choice(values)
-                results += [r] * (2 if rnd.random() < 0.03 else 1)
+                copies = 2 if rnd.random() < 0.03 else 1
+                results += [r] * copies
                 if rnd.random() < 0.05:
                     errors.append({**key(case, arm, i), "error": "HTTP 500", "attempts": 3})
-                for _ in range(rnd.choice([0, 1, 1, 1, 1, 1, 2])):  # no grade, one, or a duplicated key
+                # no grade, one, or a duplicated key; aligned: one for each sample line
+                for _ in range(rnd.choice([0, 1, 1, 1, 1, 1, 2]) if grade_lines == "odd" else copies):
                     g = {**key(case, arm, i), "checks": [{"name": "contains", "passed": False, "reason": "no"}]}
                     for col, values in (("passed", verdicts), ("judge_cost_usd", ODD_COST),
                                         ("judge_cost_avoided_usd", NUMBERS),
@@ -558,9 +563,11 @@ def write_odd_graded_run(root, seed, *, odd_keys=False, with_k=True, verdicts=OD
                         if col == "passed" or rnd.random() < 0.9:
                             g[col] = rnd.choice(values)
                     grades.append(g)
-    grades.append({"case_id": cases[0], "arm": "guided", "index": 9, "passed": True, "judge_cost_usd": 1.0})
-    rnd.shuffle(results)
-    rnd.shuffle(grades)  # a duplicated key's last line is whichever the shuffle puts last
+    if grade_lines == "odd":
+        grades.append({"case_id": cases[0], "arm": "guided", "index": 9, "passed": True, "judge_cost_usd": 1.0})
+        rnd.shuffle(results)
+    if grade_lines != "aligned":
+        rnd.shuffle(grades)  # a duplicated key's last line is whichever the shuffle puts last
     not_run.append([cases[-1], "baseline", 0])  # a decided key of a case with no sample
     config = {"suite": None, "arms": [{"name": "baseline"}, {"name": "guided"}], "cases": cases,
               "config_hash": "h1"} | ({"k": 4} if with_k else {})
@@ -626,14 +633,16 @@ def plain_metrics(path, arm):
         judge_version=next((v for v, n in versions.items() if n == top), None), sets_from="run")
 
 
-@pytest.mark.parametrize("seed, odd_keys, with_k, verdicts", [
-    (1, False, True, ODD_PASSED), (2, False, False, [True, False]), (3, True, True, ODD_PASSED),
-    (4, True, False, [True, False])])
-def test_run_metrics_is_the_plain_reading_of_the_run_folder(tmp_path, seed, odd_keys, with_k, verdicts):
+@pytest.mark.parametrize("seed, odd_keys, with_k, verdicts, grade_lines", [
+    (1, False, True, ODD_PASSED, "odd"), (2, False, False, [True, False], "odd"), (3, True, True, ODD_PASSED, "odd"),
+    (4, True, False, [True, False], "odd"), (5, False, True, ODD_PASSED, "aligned"),
+    (6, True, False, ODD_PASSED, "aligned"), (7, False, True, [True, False], "reordered")])
+def test_run_metrics_is_the_plain_reading_of_the_run_folder(tmp_path, seed, odd_keys, with_k, verdicts, grade_lines):
     """Every per-case count, cost (in sample order), tag, set, the case order, k and the
     judge version of `run_metrics` / `run_metrics_by_arm` (read column-wise) are the ones a
     plain line-by-line reading of the files gives, on a run with odd keys and values."""
-    path = write_odd_graded_run(tmp_path, seed, odd_keys=odd_keys, with_k=with_k, verdicts=verdicts)
+    path = write_odd_graded_run(tmp_path, seed, odd_keys=odd_keys, with_k=with_k, verdicts=verdicts,
+                                grade_lines=grade_lines)
     run = load_run(path)
     assert len(run.errors) and (run.grades["passed"].dtype == bool) is (len(verdicts) == 2)
     assert run.samples["cost_avoided_usd"].dtype == float and run.samples["cost_usd"].dtype == object
@@ -645,4 +654,5 @@ def test_run_metrics_is_the_plain_reading_of_the_run_folder(tmp_path, seed, odd_
     assert G.run_metrics(run, arm="baseline") == want["baseline"]
     every = [c for m in want.values() for c in m.cases]
     assert {c.set for c in every} == {"capability", "regression", "smoke"}
-    assert any(c.ungraded for c in every) and any(c.c for c in every) and want["guided"].judge_version
+    assert any(c.c for c in every) and want["guided"].judge_version
+    assert any(c.ungraded for c in every) is (grade_lines == "odd" or None in verdicts)

@@ -196,15 +196,18 @@ def test_grade_values_are_the_grade_rows_columns(tmp_path):
         assert runload.passed_value(values[key][0]) == runload.grade_passed(row)
 
 
-@pytest.mark.parametrize("seed, odd_keys", [(7, False), (8, True)])
-def test_sample_keys_name_each_sample_s_key_and_grade_row(tmp_path, seed, odd_keys):
+@pytest.mark.parametrize("seed, odd_keys, grade_lines", [(7, False, "odd"), (8, True, "odd"), (9, False, "aligned"),
+                                                         (10, True, "aligned"), (11, False, "reordered")])
+def test_sample_keys_name_each_sample_s_key_and_grade_row(tmp_path, seed, odd_keys, grade_lines):
     """`sample_keys` (the key columns factorized) names, for each sample row, the case id
     and arm `key_tuples` gives it and the grade row a dict of the grades' keys finds (the
     last row of a key), -1 when none; typed key columns and converted ones (case ids
-    written as numbers, indices as 2.0 or "2") alike, and a run with no grade or no sample."""
+    written as numbers, indices as 2.0 or "2") alike, grades in the samples' order (a
+    duplicated sample's key graded twice: both read the last), one for each sample in
+    another order, or not one for each, and a run with no grade or no sample."""
     from test_gates import write_odd_graded_run
 
-    run = runload.load_run(write_odd_graded_run(tmp_path, seed, odd_keys=odd_keys))
+    run = runload.load_run(write_odd_graded_run(tmp_path, seed, odd_keys=odd_keys, grade_lines=grade_lines))
     assert (runload._keys_typed(run.samples) and runload._keys_typed(run.grades)) is not odd_keys
     for r in (run, dataclasses.replace(run, grades=run.grades.iloc[:0]), dataclasses.replace(run, samples=run.samples.iloc[:0])):
         rows = dict(zip(runload.key_tuples(r.grades), range(len(r.grades)))) if len(r.grades) else {}

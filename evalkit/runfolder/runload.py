@@ -336,17 +336,22 @@ def sample_keys(run: Run) -> SampleKeys:
     """Each sample row's case and arm, and the grade row `keyed_values` would find for its
     (case id, arm, index) key: the last grade row of the key, -1 when it has none.
 
-    Column-wise: the key columns of the samples and the grades are factorized together
-    (pandas' hash tables, no Python code per row), so one code names one key on both
-    sides; `key_tuples` and a dict took 0.3 s for a 100,000-sample run's two frames."""
+    Column-wise: the key columns are factorized (pandas' hash tables, no Python code per
+    row), the samples' and the grades' together, so one code names one key on both sides;
+    `key_tuples` and a dict took 0.3 s for a 100,000-sample run's two frames. Grades in
+    the samples' order, key for key (as `evalkit grade` writes them), share the samples'
+    codes: only the samples' keys are factorized."""
     ns = len(run.samples)
-    parts = [np.concatenate(cols) for cols in zip(_key_arrays(run.samples), _key_arrays(run.grades), strict=True)]
+    sample_parts, grade_parts = _key_arrays(run.samples), _key_arrays(run.grades)
+    aligned = len(run.grades) == ns and all(map(np.array_equal, sample_parts, grade_parts))
+    parts = sample_parts if aligned else [np.concatenate(c) for c in zip(sample_parts, grade_parts, strict=True)]
     (case, arm, index), (case_ids, arms, _) = zip(*(pd.factorize(p) for p in parts), strict=True)
     key = _pairs(case, arm, index)  # one code per (case id, arm, index), the same on both sides
+    sample_key, grade_key = (key, key) if aligned else (key[:ns], key[ns:])
     last = np.full(int(key.max(initial=-1)) + 1, -1, dtype=np.int64)
     # the greatest grade row of each key is its last (`keyed_values`: the last row of a key wins)
-    np.maximum.at(last, key[ns:], np.arange(len(key) - ns, dtype=np.int64))
-    return SampleKeys(list(case_ids), list(arms), case[:ns], arm[:ns], last[key[:ns]])
+    np.maximum.at(last, grade_key, np.arange(len(grade_key), dtype=np.int64))
+    return SampleKeys(list(case_ids), list(arms), case[:ns], arm[:ns], last[sample_key])
 
 
 def _pairs(*codes: np.ndarray) -> np.ndarray:
