@@ -5,6 +5,7 @@ docs/formats.md).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 
@@ -656,3 +657,24 @@ def test_run_metrics_is_the_plain_reading_of_the_run_folder(tmp_path, seed, odd_
     assert {c.set for c in every} == {"capability", "regression", "smoke"}
     assert any(c.c for c in every) and want["guided"].judge_version
     assert any(c.ungraded for c in every) is (grade_lines == "odd" or None in verdicts)
+
+
+def test_run_metrics_reads_no_value_of_another_arm_or_of_no_sample(tmp_path):
+    """A cost no float holds (an integer of 400 digits) on another arm's sample, or on a
+    grade no sample has, is never read: the arm's metrics are what they were; on the
+    arm's own sample it is refused, as it was."""
+    from conftest import two_arm
+
+    outcomes = two_arm({"c1": ([True, False], [True, None]), "c2": ([False, True], [True, True])})
+    clean, odd = make_run(tmp_path, "clean", outcomes, k=2), make_run(tmp_path, "odd", outcomes, k=2)
+    lines = [json.loads(x) for x in (odd / "results.jsonl").read_text().splitlines()]
+    lines[-1]["cost_usd"] = 10**400
+    assert lines[-1]["arm"] == "skilled"
+    (odd / "results.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    with open(odd / "grades.jsonl", "a") as fh:
+        fh.write(json.dumps({"case_id": "c1", "arm": "baseline", "index": 7, "passed": True,
+                             "judge_cost_usd": 10**400}) + "\n")
+    got = G.run_metrics(load_run(odd), arm="baseline")
+    assert got == dataclasses.replace(G.run_metrics(load_run(clean), arm="baseline"), run_stamp="odd")
+    with pytest.raises(OverflowError):
+        G.run_metrics(load_run(odd), arm="skilled")

@@ -113,56 +113,60 @@ def run_metrics_by_arm(run: Run | str | Path, arms: Sequence[str], *, k: int | N
 
 @dataclass(frozen=True)
 class _MetricsInputs:
-    """What `run_metrics` reads of a run whatever the arm, one entry per sample row: its
-    key (`runload.sample_keys`), its verdict (1 passed, 0 failed, -1 no grade or a null
-    verdict) and its list-price cost; and the judge versions of its grade.
+    """What `run_metrics` reads of a run whatever the arm: the case table and order, each
+    sample row's key and grade row (`runload.sample_keys`), the judge versions.
 
-    Read column by column: a 100,000-sample run's per-sample Python loop (a dict look-up,
-    `passed_value` and four `_num` a sample) took 1.7 s for the pass@k page's two arms."""
+    A run is read column by column: a 100,000-sample run's per-sample Python loop (a dict
+    look-up, `passed_value` and four `_num` a sample) took 1.7 s for the pass@k page's two
+    arms."""
 
     table: CaseTable
     sets: dict[str, str]  # case id -> set, from the table
     order: list[str]
     keys: SampleKeys
-    verdict: np.ndarray
-    cost: np.ndarray
     judge_versions: list[Any] | None  # by grade row, then None for "no grade"; None: no grade has a string
 
     @classmethod
     def of(cls, run: Run) -> _MetricsInputs:
-        keys = sample_keys(run)
-        samples, grades = run.samples, run.grades
-        # each grade column with one more entry, the value of a sample without a grade (row -1)
-        verdict = np.append(_verdicts(grades["passed"]), np.int8(-1))[keys.grade_row]
-        judge = np.append(_nums(grades["judge_cost_usd"]), 0.0)[keys.grade_row]
-        judge_avoided = np.append(_nums(grades["judge_cost_avoided_usd"]), 0.0)[keys.grade_row]
-        # `list_price(_num(...), ...)` of each sample: the same sum in the same order, float64 as Python's float
-        cost = _nums(samples["cost_usd"]) + _nums(samples["cost_avoided_usd"]) + judge + judge_avoided
-        versions = grades["judge_version"]
+        versions = run.grades["judge_version"]
         # a missing value is never a string: a run whose grades name no judge version is read no further
         named = not versions.isna().all() and any(isinstance(v, str) for v in versions.tolist())
-        versions = [*versions.tolist(), None] if named else None  # then None for a sample without a grade
         table = case_table(run)
         sets = {c.id: c.set for c in table.cases}
-        return cls(table, sets, case_order(run), keys, verdict, cost, versions)
+        return cls(table, sets, case_order(run), sample_keys(run), [*versions.tolist(), None] if named else None)
 
 
-def _verdicts(passed: pd.Series) -> np.ndarray:
-    """`passed_value` of each grade as 1 (True), 0 (False) or -1 (None); a bool column
-    as it is, any other value by value."""
+def _verdicts(passed: pd.Series, at: np.ndarray) -> np.ndarray:
+    """`passed_value` of the grades at rows `at` as 1 (True), 0 (False) or -1 (None; row
+    -1: no grade): a bool column as it is, any other value by value (those rows only)."""
     if passed.dtype == np.bool_:
-        return np.asarray(passed.to_numpy(), dtype=np.int8)
-    codes = {None: -1, True: 1, False: 0}
-    return np.array([codes[passed_value(v)] for v in passed.tolist()], dtype=np.int8)
+        return np.take(np.append(np.asarray(passed.to_numpy(), dtype=np.int8), np.int8(-1)), at)
+    values, codes = passed.tolist(), {None: -1, True: 1, False: 0}
+    return np.array([codes[passed_value(values[i])] if i >= 0 else -1 for i in at.tolist()], dtype=np.int8)
 
 
-def _nums(column: pd.Series) -> np.ndarray:
-    """`_num` of each value: a numpy number column as float64 with NaN as 0.0 (what
-    `float` and `_num` make of each), any other column value by value."""
+def _nums(column: pd.Series, at: np.ndarray) -> np.ndarray:
+    """`_num` of the values at rows `at` (row -1: none, 0.0): a numpy number column as
+    float64 with NaN as 0.0 (what `float` and `_num` make of each), any other column value
+    by value (those rows only)."""
     if isinstance(column.dtype, np.dtype) and column.dtype.kind in "biuf":
-        values = column.to_numpy(dtype=np.float64)
-        return np.where(np.isnan(values), 0.0, values)
-    return np.array([_num(v) for v in column.tolist()], dtype=np.float64)
+        values = np.append(column.to_numpy(dtype=np.float64), 0.0)
+        return np.take(np.where(np.isnan(values), 0.0, values), at)
+    raw = column.tolist()
+    return np.array([_num(raw[i]) if i >= 0 else 0.0 for i in at.tolist()], dtype=np.float64)
+
+
+def _list_prices(run: Run, rows: np.ndarray, grade_rows: np.ndarray) -> np.ndarray:
+    """`list_price(_num(...), ...)` of each of the sample `rows` with its grade row (-1:
+    none): the same sum in the same order, float64 addition being Python's float's."""
+    samples, grades = run.samples, run.grades
+    paid, avoided = _nums(samples["cost_usd"], rows), _nums(samples["cost_avoided_usd"], rows)
+    judge, judge_avoided = (
+        _nums(grades["judge_cost_usd"], grade_rows),
+        _nums(grades["judge_cost_avoided_usd"], grade_rows),
+    )
+    total: np.ndarray = paid + avoided + judge + judge_avoided
+    return total
 
 
 def _arm_metrics(run: Run, arm: str, inputs: _MetricsInputs, k: int | None) -> RunMetrics:
@@ -191,10 +195,11 @@ def _case_results(run: Run, arm: str, inputs: _MetricsInputs, rows: np.ndarray) 
     rows, codes = rows[by_case], codes[by_case]
     starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
     ends = np.r_[starts[1:], len(rows)]
-    verdict = inputs.verdict[rows]
+    grade_rows = inputs.keys.grade_row[rows]
+    verdict = _verdicts(run.grades["passed"], grade_rows)
     passes = np.add.reduceat(verdict == 1, starts, dtype=np.int64).tolist()
     ungraded = np.add.reduceat(verdict == -1, starts, dtype=np.int64).tolist()
-    costs = tuple(inputs.cost[rows].tolist())  # a case's costs: one slice of it
+    costs = tuple(_list_prices(run, rows, grade_rows).tolist())  # a case's costs: one slice of it
     tags = run.samples["tags"].iloc[rows[starts]].tolist()
     names = [inputs.keys.case_ids[c] for c in codes[starts].tolist()]
     sets, skipped = inputs.sets, _decided(run, arm)
