@@ -67,7 +67,8 @@ def _reference_failures(run, arms=None, max_cases=15, max_samples=3):
             continue
         g = by_key.get(key, {})
         fs = FailedSample(key[2], _opt(s.get("output")), _checks(g.get("checks")), _opt(g.get("judge_score")),
-                          _opt(g.get("judge_reason")), _opt(g.get("error")) or (None if g else "not graded"))
+                          _opt(g.get("judge_reason")), _opt(g.get("error")) or (None if g else "not graded"),
+                          bool(_opt(g.get("judge_unstable"))))
         groups.setdefault(key[:2], []).append((g.get("passed") is True, fs))
     for e in run.errors.to_dict("records") if len(run.errors) else ():
         if arms is None or str(e["arm"]) in arms:
@@ -105,3 +106,24 @@ def test_the_failures_view_is_the_row_by_row_reading(tmp_path, seed):
         want = _reference_failures(run, **kw)
         assert failures(run, **kw) == want, kw
     assert want.n_failed_samples > 0
+
+
+@pytest.mark.parametrize("seed, odd_keys, grade_lines", [(21, False, "odd"), (22, True, "odd"), (23, False, "aligned"),
+                                                         (24, True, "reordered")])
+def test_the_failures_view_of_odd_verdicts_and_keys(tmp_path, seed, odd_keys, grade_lines):
+    """A verdict that is not True itself ("true", 1, NaN, null) is a failing sample, a
+    duplicated grade key's last line is the one read, a sample with no grade fails, case
+    ids written as numbers and indices as 2.0 or "2" name one key, grades in the samples'
+    order or not, an unstable judge is said:
+    as the row-by-row reading says, with and without an arm filter and caps."""
+    from test_gates import write_odd_graded_run
+
+    run = load_run(write_odd_graded_run(tmp_path, seed, odd_keys=odd_keys, grade_lines=grade_lines))
+    assert "judge_unstable" in run.grades.columns and len(run.errors)
+    for kw in ({"max_cases": 10**6, "max_samples": 10**6}, {}, {"arms": ["third"], "max_cases": 10**6},
+               {"arms": ["guided", "nope"], "max_cases": 5, "max_samples": 2}, {"arms": []}):
+        want = _reference_failures(run, **kw)
+        assert failures(run, **kw) == want, kw
+    every = failures(run, max_cases=10**6, max_samples=10**6)
+    assert any(s.judge_unstable for c in every.cases for s in c.samples)
+    assert every.n_failed_samples and (grade_lines != "odd" or any(s.error == "not graded" for c in every.cases for s in c.samples))

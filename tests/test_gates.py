@@ -5,7 +5,9 @@ docs/formats.md).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
+import random
 
 import numpy as np
 import pytest
@@ -17,6 +19,7 @@ from evalkit.conclusions import gates as G
 from evalkit.numbers import metrics
 from evalkit.foundations.errors import EvalkitError
 from evalkit.foundations.records import GateThresholds
+from evalkit.runfolder.runload import _keys_typed, load_run
 
 
 def _gate_pair(tmp_path, base_outs, cur_outs, *, k, tags=None, sets=None, base_costs=None, cur_costs=None,
@@ -501,3 +504,177 @@ def test_the_metrics_of_every_arm_at_once_are_each_arm_s_own(tmp_path):
         assert m == G.run_metrics(run, arm=arm)
     with pytest.raises(EvalkitError, match="not in the run"):
         G.run_metrics_by_arm(run, ["baseline", "nope"])
+
+
+# -- run_metrics against a plain reading of the run folder's files --------------------------
+
+ODD_PASSED = [True, False, None, float("nan"), "true", "false", "", 0, 1, 2.5]
+NUMBERS = [1e-6, 0.0, -0.0, None, float("nan"), 3, 1e300]  # a float column, NaN where null
+ODD_COST = [*NUMBERS, "0.5", "abc", True, []]  # a column of objects
+
+
+def write_odd_graded_run(root, seed, *, odd_keys=False, with_k=True, verdicts=ODD_PASSED, grade_lines="odd"):
+    """A graded run folder with what a per-sample reading must get right: samples with no
+    grade, duplicated grade keys (the last line wins) and duplicated samples, a grade for
+    no sample, odd verdicts (null, NaN, "true", "false", numbers) and costs (null, NaN, a
+    number in a string, not a number), judge costs, judge versions as strings and not,
+    errored keys, a per-case stopping run's decided keys, a third arm the config does not
+    name, a case table in another order that misses a case. `odd_keys`: case ids written
+    as numbers on some lines and indices as 2.0 or "2", so the key columns are not typed;
+    `verdicts`: the `passed` values drawn (true and false alone: a bool column);
+    `grade_lines` "aligned": one grade line for each sample line, in the same order (as
+    `evalkit grade` writes them), a duplicated sample's key graded twice; "reordered": one
+    for each, in another order."""
+    rnd = random.Random(seed)
+    run = root / "runs" / f"2026010{seed}-000000"
+    run.mkdir(parents=True)
+    cases = [str(i) if odd_keys and i % 3 == 0 else f"case {i} é" for i in range(30)]
+    cases[1:3] = ["nul\x00 1", "lone \ud800"]  # what a hash of the text must still tell apart
+    arms = ["baseline", "guided", "third"]
+
+    def key(case, arm, i):  # as a writer may spell it
+        if odd_keys and case.isdigit() and rnd.random() < 0.5:
+            case = int(case)
+        index = rnd.choice([i, i, i, float(i), str(i)]) if odd_keys else i
+        return {"case_id": case, "arm": arm, "index": index}
+
+    results, grades, errors, not_run = [], [], [], []
+    for case in cases[:-1]:  # the last case is planned and never sampled
+        for arm in arms:
+            for i in range(4):
+                if rnd.random() < 0.1:
+                    not_run.append([case, arm, i])  # decided before it ran
+                    continue
+                r = {**key(case, arm, i), "tags": rnd.choice([["a"], [], None, ["b", "c"]]),
+                     "output": rnd.choice(["Paris", None, ""])}
+                for col, values in (("cost_usd", ODD_COST), ("cost_avoided_usd", NUMBERS)):
+                    if rnd.random() < 0.9:
+                        r[col] = rnd.choice(values)
+                copies = 2 if rnd.random() < 0.03 else 1
+                results += [r] * copies
+                if rnd.random() < 0.05:
+                    errors.append({**key(case, arm, i), "error": "HTTP 500", "attempts": 3})
+                # no grade, one, or a duplicated key; aligned: one for each sample line
+                for _ in range(rnd.choice([0, 1, 1, 1, 1, 1, 2]) if grade_lines == "odd" else copies):
+                    g = {**key(case, arm, i), "checks": [{"name": "contains", "passed": False, "reason": "no"}]}
+                    for col, values in (("passed", verdicts), ("judge_cost_usd", ODD_COST),
+                                        ("judge_cost_avoided_usd", NUMBERS),
+                                        ("judge_version", [None, "v1", "v2", 3, ["v1"]]),
+                                        ("judge_unstable", [False, True, None])):
+                        if col == "passed" or rnd.random() < 0.9:
+                            g[col] = rnd.choice(values)
+                    grades.append(g)
+    if grade_lines == "odd":
+        grades.append({"case_id": cases[0], "arm": "guided", "index": 9, "passed": True, "judge_cost_usd": 1.0})
+        rnd.shuffle(results)
+    if grade_lines != "aligned":
+        rnd.shuffle(grades)  # a duplicated key's last line is whichever the shuffle puts last
+    not_run.append([cases[-1], "baseline", 0])  # a decided key of a case with no sample
+    config = {"suite": None, "arms": [{"name": "baseline"}, {"name": "guided"}], "cases": cases,
+              "config_hash": "h1"} | ({"k": 4} if with_k else {})
+    table = [{"id": c, "set": rnd.choice(["capability", "regression", "smoke"]), "tags": ["t"], "judged": False}
+             for c in cases[1:]]
+    rnd.shuffle(table)
+    files = {"results.jsonl": results, "grades.jsonl": grades, "errors.jsonl": errors}
+    for name, rows in files.items():
+        (run / name).write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    (run / "config.json").write_text(json.dumps(config))
+    (run / "summary.json").write_text(json.dumps({"complete": True, "stopping": {"mode": "per_case",
+                                                                               "not_run": not_run}}))
+    (run / "case-table.json").write_text(json.dumps({"schema": "evalkit.case-table/1", "source": "run",
+                                                     "cases": table}))
+    return run
+
+
+def _plain_number(x):
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return 0.0
+    return 0.0 if v != v else v
+
+
+def plain_metrics(path, arm):
+    """`run_metrics` of `arm` read straight from the run folder's JSON lines, one sample at
+    a time: each sample's grade the last line of its (case id, arm, index) key; a verdict
+    None when null or NaN, else its truth; a cost the list price, generator + avoided +
+    judge + judge avoided, each a number or 0.0; a decided key a failed sample at no cost."""
+    read = lambda name: [json.loads(x) for x in (path / name).read_text(encoding="utf-8").splitlines() if x.strip()]
+    grades = {(str(g["case_id"]), str(g["arm"]), int(g["index"])): g for g in read("grades.jsonl")}
+    config, summary = json.loads((path / "config.json").read_text()), json.loads((path / "summary.json").read_text())
+    per, versions = {}, {}
+    for s in read("results.jsonl"):
+        if s["arm"] != arm:
+            continue
+        case = str(s["case_id"])
+        d = per.setdefault(case, {"tags": tuple(s.get("tags") or ()), "n": 0, "c": 0, "costs": [], "ungraded": 0})
+        g = grades.get((case, arm, int(s["index"])))
+        p = None if g is None else g.get("passed")
+        verdict = None if p is None or (isinstance(p, float) and p != p) else bool(p)
+        d["n"] += 1
+        d["c"] += verdict is True
+        d["ungraded"] += verdict is None
+        g = g or {}
+        d["costs"].append(metrics.list_price(*(_plain_number(x) for x in (
+            s.get("cost_usd"), s.get("cost_avoided_usd"), g.get("judge_cost_usd"), g.get("judge_cost_avoided_usd")))))
+        if isinstance(g.get("judge_version"), str):
+            versions[g["judge_version"]] = versions.get(g["judge_version"], 0) + 1
+    for case, key_arm, _ in summary["stopping"]["not_run"]:
+        if key_arm == arm and case in per:
+            per[case]["n"] += 1
+            per[case]["costs"].append(0.0)
+    sets = {c["id"]: c["set"] for c in json.loads((path / "case-table.json").read_text())["cases"]}
+    order = list(dict.fromkeys([*config["cases"], *(str(s["case_id"]) for s in read("results.jsonl"))]))
+    top = max(versions.values(), default=0)
+    return G.RunMetrics(
+        k=config.get("k") or max(d["n"] for d in per.values()),
+        cases=tuple(G.CaseResult(c, sets.get(c, "capability"), per[c]["tags"], per[c]["n"], per[c]["c"],
+                                 tuple(per[c]["costs"]), per[c]["ungraded"]) for c in order if c in per),
+        arm=arm, run_stamp=path.name, config_hash="h1",
+        judge_version=next((v for v, n in versions.items() if n == top), None), sets_from="run")
+
+
+@pytest.mark.parametrize("seed, odd_keys, with_k, verdicts, grade_lines", [
+    (1, False, True, ODD_PASSED, "odd"), (2, False, False, [True, False], "odd"), (3, True, True, ODD_PASSED, "odd"),
+    (4, True, False, [True, False], "odd"), (5, False, True, ODD_PASSED, "aligned"),
+    (6, True, False, ODD_PASSED, "aligned"), (7, False, True, [True, False], "reordered")])
+def test_run_metrics_is_the_plain_reading_of_the_run_folder(tmp_path, seed, odd_keys, with_k, verdicts, grade_lines):
+    """Every per-case count, cost (in sample order), tag, set, the case order, k and the
+    judge version of `run_metrics` / `run_metrics_by_arm` (read column-wise) are the ones a
+    plain line-by-line reading of the files gives, on a run with odd keys and values."""
+    path = write_odd_graded_run(tmp_path, seed, odd_keys=odd_keys, with_k=with_k, verdicts=verdicts,
+                                grade_lines=grade_lines)
+    run = load_run(path)
+    assert len(run.errors) and (run.grades["passed"].dtype == bool) is (len(verdicts) == 2)
+    assert run.samples["cost_avoided_usd"].dtype == float and run.samples["cost_usd"].dtype == object
+    assert run.grades["judge_cost_avoided_usd"].dtype == float and run.grades["judge_cost_usd"].dtype == object
+    assert (_keys_typed(run.samples) and _keys_typed(run.grades)) is not odd_keys
+    want = {arm: plain_metrics(path, arm) for arm in ("third", "baseline", "guided")}
+    assert G.run_metrics_by_arm(run, ["third", "baseline", "guided"]) == want
+    assert G.run_metrics_by_arm(run, ["guided"]) == {"guided": want["guided"]}  # one arm of three
+    assert G.run_metrics(run, arm="baseline") == want["baseline"]
+    every = [c for m in want.values() for c in m.cases]
+    assert {c.set for c in every} == {"capability", "regression", "smoke"}
+    assert any(c.c for c in every) and want["guided"].judge_version
+    assert any(c.ungraded for c in every) is (grade_lines == "odd" or None in verdicts)
+
+
+def test_run_metrics_reads_no_value_of_another_arm_or_of_no_sample(tmp_path):
+    """A cost no float holds (an integer of 400 digits) on another arm's sample, or on a
+    grade no sample has, is never read: the arm's metrics are what they were; on the
+    arm's own sample it is refused, as it was."""
+    from conftest import two_arm
+
+    outcomes = two_arm({"c1": ([True, False], [True, None]), "c2": ([False, True], [True, True])})
+    clean, odd = make_run(tmp_path, "clean", outcomes, k=2), make_run(tmp_path, "odd", outcomes, k=2)
+    lines = [json.loads(x) for x in (odd / "results.jsonl").read_text().splitlines()]
+    lines[-1]["cost_usd"] = 10**400
+    assert lines[-1]["arm"] == "skilled"
+    (odd / "results.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    with open(odd / "grades.jsonl", "a") as fh:
+        fh.write(json.dumps({"case_id": "c1", "arm": "baseline", "index": 7, "passed": True,
+                             "judge_cost_usd": 10**400}) + "\n")
+    got = G.run_metrics(load_run(odd), arm="baseline")
+    assert got == dataclasses.replace(G.run_metrics(load_run(clean), arm="baseline"), run_stamp="odd")
+    with pytest.raises(OverflowError):
+        G.run_metrics(load_run(odd), arm="skilled")

@@ -31,6 +31,54 @@ def test_depth_guard_counts_levels_not_brackets_and_skips_strings():
     assert deep_offset("[" + '"]",[' * 100 + "]" * 101) is not None
 
 
+def _deep_offset_before(text, limit):
+    """`deep_offset` as first written: the strings cut, then each pass of the innermost
+    level over all that is left (the reference its faster reading must equal)."""
+    import re
+
+    if text.count("[") + text.count("{") <= limit:
+        return None
+    rest = re.sub(r'"[^"\\]*(?:\\.[^"\\]*)*"', "", text)
+    for _ in range(limit):
+        rest, n = re.subn(r"[\[{][^\[\]{}]*[\]}]", "", rest)
+        if not n:
+            return None
+    if re.search(r"[\[{][^\[\]{}]*[\]}]", rest) is None:
+        return None
+    depth = 0
+    for m in re.finditer(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', text):
+        depth += 1 if m.group() in "[{" else -1 if m.group() in "]}" else 0
+        if depth > limit:
+            return m.start()
+    return 0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_depth_guard_says_what_it_said_before(seed):
+    """The guard's passes read only the brackets outside strings: on random texts of
+    brackets, strings, escapes, quotes no string closes, line breaks and other text, at
+    small limits (deep, just deep enough, not deep), it says what the guard that read
+    all the text said, offset for offset."""
+    import random
+
+    from evalkit.foundations._io import deep_offset
+
+    rnd = random.Random(seed)
+    parts = ["[", "]", "{", "}", '"', '"a]"', '"[{"', '"x\\"', '"\\""', "\\", "\n", "a", " ", ",", ":", "1", "é"]
+    deep = 0
+    for _ in range(3000):
+        text = "".join(rnd.choice(parts) for _ in range(rnd.randrange(1, 120)))
+        if rnd.random() < 0.3:  # nested, with strings between the levels
+            levels = rnd.randrange(2, 8)
+            opened = "".join(rnd.choice(["[", "{", '["]",[']) + rnd.choice(["", '"s"', "1,"]) for _ in range(levels))
+            text = opened + text + "]" * levels
+        limit = rnd.randrange(1, 6)
+        want = _deep_offset_before(text, limit)
+        assert deep_offset(text, limit) == want, (text, limit)
+        deep += want is not None
+    assert 300 < deep < 2700  # deep and shallow texts alike
+
+
 def test_loads_bounded_names_file_and_line():
     from evalkit.foundations._io import loads_bounded
 

@@ -9,6 +9,7 @@ v0.1 run and on a seeded random run folder with odd values.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -193,6 +194,29 @@ def test_grade_values_are_the_grade_rows_columns(tmp_path):
     for key, row in rows.items():
         assert all(same(v, row[c]) for c, v in zip(cols, values[key], strict=True)), key
         assert runload.passed_value(values[key][0]) == runload.grade_passed(row)
+
+
+@pytest.mark.parametrize("seed, odd_keys, grade_lines", [(7, False, "odd"), (8, True, "odd"), (9, False, "aligned"),
+                                                         (10, True, "aligned"), (11, False, "reordered")])
+def test_sample_keys_name_each_sample_s_key_and_grade_row(tmp_path, seed, odd_keys, grade_lines):
+    """`sample_keys` (the key columns factorized) names, for each sample row, the case id
+    and arm `key_tuples` gives it and the grade row a dict of the grades' keys finds (the
+    last row of a key), -1 when none; typed key columns and converted ones (case ids
+    written as numbers, indices as 2.0 or "2") alike, grades in the samples' order (a
+    duplicated sample's key graded twice: both read the last), one for each sample in
+    another order, or not one for each, and a run with no grade or no sample."""
+    from test_gates import write_odd_graded_run
+
+    run = runload.load_run(write_odd_graded_run(tmp_path, seed, odd_keys=odd_keys, grade_lines=grade_lines))
+    assert (runload._keys_typed(run.samples) and runload._keys_typed(run.grades)) is not odd_keys
+    for r in (run, dataclasses.replace(run, grades=run.grades.iloc[:0]), dataclasses.replace(run, samples=run.samples.iloc[:0])):
+        rows = dict(zip(runload.key_tuples(r.grades), range(len(r.grades)))) if len(r.grades) else {}
+        keys = runload.key_tuples(r.samples) if len(r.samples) else []
+        got = runload.sample_keys(r)
+        assert [got.case_ids[c] for c in got.case.tolist()] == [k[0] for k in keys]
+        assert [got.arms[a] for a in got.arm.tolist()] == [k[1] for k in keys]
+        assert got.grade_row.tolist() == [rows.get(k, -1) for k in keys]
+    assert len(set(runload.key_tuples(run.grades))) < len(run.grades)  # duplicated keys: the last row wins
 
 
 def test_verdicts_and_metrics_read_the_odd_run(tmp_path):
