@@ -19,7 +19,7 @@ from evalkit.conclusions import gates as G
 from evalkit.numbers import metrics
 from evalkit.foundations.errors import EvalkitError
 from evalkit.foundations.records import GateThresholds
-from evalkit.runfolder.runload import _keys_typed, load_run
+from evalkit.runfolder.runload import keys_typed, load_run
 
 
 def _gate_pair(tmp_path, base_outs, cur_outs, *, k, tags=None, sets=None, base_costs=None, cur_costs=None,
@@ -648,7 +648,7 @@ def test_run_metrics_is_the_plain_reading_of_the_run_folder(tmp_path, seed, odd_
     assert len(run.errors) and (run.grades["passed"].dtype == bool) is (len(verdicts) == 2)
     assert run.samples["cost_avoided_usd"].dtype == float and run.samples["cost_usd"].dtype == object
     assert run.grades["judge_cost_avoided_usd"].dtype == float and run.grades["judge_cost_usd"].dtype == object
-    assert (_keys_typed(run.samples) and _keys_typed(run.grades)) is not odd_keys
+    assert (keys_typed(run.samples) and keys_typed(run.grades)) is not odd_keys
     want = {arm: plain_metrics(path, arm) for arm in ("third", "baseline", "guided")}
     assert G.run_metrics_by_arm(run, ["third", "baseline", "guided"]) == want
     assert G.run_metrics_by_arm(run, ["guided"]) == {"guided": want["guided"]}  # one arm of three

@@ -208,7 +208,7 @@ def test_sample_keys_name_each_sample_s_key_and_grade_row(tmp_path, seed, odd_ke
     from test_gates import write_odd_graded_run
 
     run = runload.load_run(write_odd_graded_run(tmp_path, seed, odd_keys=odd_keys, grade_lines=grade_lines))
-    assert (runload._keys_typed(run.samples) and runload._keys_typed(run.grades)) is not odd_keys
+    assert (runload.keys_typed(run.samples) and runload.keys_typed(run.grades)) is not odd_keys
     for r in (run, dataclasses.replace(run, grades=run.grades.iloc[:0]), dataclasses.replace(run, samples=run.samples.iloc[:0])):
         rows = dict(zip(runload.key_tuples(r.grades), range(len(r.grades)))) if len(r.grades) else {}
         keys = runload.key_tuples(r.samples) if len(r.samples) else []

@@ -416,12 +416,12 @@ def _pairs(*codes: np.ndarray) -> np.ndarray:
 
 def _key_arrays(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`frame`'s case ids, arms and indices as `key_tuples` makes them: the columns
-    themselves when typed (`_keys_typed`, with an int64 index: the samples' and grades'
+    themselves when typed (`keys_typed`, with an int64 index: the samples' and grades'
     then concatenate exactly), else each value converted (`str`, `int`), held as objects
     (an index may be any Python int)."""
     if not len(frame):
         return _objects([]), _objects([]), np.zeros(0, dtype=np.int64)
-    if _keys_typed(frame) and frame["index"].dtype == np.int64:
+    if keys_typed(frame) and frame["index"].dtype == np.int64:
         return (
             frame["case_id"].to_numpy(dtype=object),
             frame["arm"].to_numpy(dtype=object),
