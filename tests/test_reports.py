@@ -899,3 +899,12 @@ def test_an_explorer_child_that_dies_is_a_skipped_page_not_a_failed_report(tmp_p
     assert res.ok and res.notebooks[0].html.is_file() and res.index.is_file()
     assert "killed by signal 9" in res.skipped["explorer"]
     assert "explorer" in json.loads((res.out_dir / "report.json").read_text())["skipped"]
+
+
+def test_a_report_uses_a_lane_per_core_whatever_the_size_of_its_run():
+    """Lanes: one per core up to the notebooks (a 200,000-sample run's report too: its
+    second kernel pays, issue 44), the workers asked for, or one when not parallel."""
+    cores = os.cpu_count() or 1
+    assert reports._lane_count(4, True, None) == min(4, cores)
+    assert reports._lane_count(4, True, 3) == 3 and reports._lane_count(2, True, 8) == 2
+    assert reports._lane_count(4, False, 3) == 1 and reports._lane_count(0, True, None) == 1

@@ -58,7 +58,6 @@ from evalkit.foundations.layout import (
     HUMAN_LABELS_FILE,
     MICROTEST_MARKER,
     PAIRWISE,
-    RESULTS,
     RUN_CONFIG,
     TRAJECTORIES,
     VERDICTS,
@@ -624,8 +623,7 @@ def report_run(
     """Execute and render every notebook that applies to `run_dir` (or those named in
     `notebooks`) into `reports_dir/<run>/`, write the run's manifest and rebuild
     `reports_dir/index.html`. Notebooks run in lanes sized to the cores when `parallel`
-    (`workers` lanes when given; one for a run past `ONE_LANE_RUN_BYTES`, as each lane
-    starts a kernel); see `run_notebooks` for `reuse_kernels`. The run is read once here,
+    (`workers` lanes when given); see `run_notebooks` for `reuse_kernels`. The run is read once here,
     and the kernels take that reading (`_Handoff`). `pandalm_dir`: PandaLM's data, for the judge
     calibration notebook to calibrate on as well. `plan` and `baseline`: the plan and
     baseline to hold the run to (default: the suite's). Before any notebook runs, what
@@ -713,7 +711,7 @@ def _render_run(
     # the report concludes (the notebooks display it, so they wait for it).
     handoff = _Handoff() if opts.reuse_kernels else None  # a fresh kernel per notebook takes no hand-off
     lanes = _Lanes(
-        _lane_count(_fewest_notebooks(source, inputs, notebooks), parallel, workers, source),
+        _lane_count(_fewest_notebooks(source, inputs, notebooks), parallel, workers),
         reuse_kernels=opts.reuse_kernels,
         warm_up=_warm_up(source, notebooks, load=False),
         handoff=handoff,
@@ -749,7 +747,7 @@ def _render_run(
             functools.partial(_explorer_pages, loaded, out_dir, inputs, opts.against), nice=EXPLORER_NICE
         )
         del loaded  # the kernels have their own copy
-        lanes.grow(_lane_count(len(plans), parallel, workers, source))
+        lanes.grow(_lane_count(len(plans), parallel, workers))
         results = lanes.run(plans, out_dir, source_dir=opts.source_dir)
         try:
             written, failed = explorer_pages.result()
@@ -850,29 +848,20 @@ def run_notebooks(
 
 
 # Every lane's kernel starts, imports and takes the run (the report's reading, `_Handoff`,
-# or its own `nb.open_run`): past this many bytes of results and grades (about 40,000
-# samples) a second kernel's start-up, in the time the report reads the run on a 2-core
-# machine, costs more than its lane saves, so `report_run` uses one lane unless told
-# `workers`. Measured on a 100,000-sample run (86 MB; benchmarks/bench_report_scale.py):
-# one lane 9.5 s wall and 13.4 s of CPU, two lanes 9.2 s and 17 s, when each kernel
-# parsed the run; with the hand-off, two lanes 20.3 s against one lane's 20.5 s, 32.5
-# against 28.4 CPU-s (issue 44).
-ONE_LANE_RUN_BYTES = 32 * 2**20
+# or its own `nb.open_run`) while this process reads the run: each lane uses a core.
+# Measured on a 200,000-sample run on 2 cores (benchmarks/bench_report_scale.py, issue 44):
+# two lanes 17.7 and 19.2 s against one lane's 21.5 and 20.6 s, one after the other; on a
+# 100,000-sample run 14.9 and 14.0 s against 14.7 and 15.4 s. (Before the hand-off shared
+# its strings and the verdict and the pages read the run by column, a second kernel cost
+# more than it saved past 32 MB of results and grades, and such a run had one lane.)
 
 
-def _lane_count(n_notebooks: int, parallel: bool, workers: int | None, run: Path | None = None) -> int:
-    """The lanes for `n_notebooks`: 1 unless `parallel`; else `workers`, or the cores,
-    or 1 for a run whose results and grades exceed `ONE_LANE_RUN_BYTES`; never more
-    than the notebooks."""
+def _lane_count(n_notebooks: int, parallel: bool, workers: int | None) -> int:
+    """The lanes for `n_notebooks`: 1 unless `parallel`; else `workers`, or the cores;
+    never more than the notebooks."""
     if not parallel:
         return 1
-    if workers is None and run is not None and _run_bytes(run) > ONE_LANE_RUN_BYTES:
-        return 1
     return max(1, min(n_notebooks, workers or os.cpu_count() or 1))
-
-
-def _run_bytes(run: Path) -> int:
-    return sum((run / name).stat().st_size for name in (RESULTS, GRADES) if (run / name).is_file())
 
 
 # What a lane's kernel runs while it waits for its first notebook (`_Lanes` with
