@@ -762,6 +762,38 @@ def test_the_kernels_take_the_report_s_reading_of_the_run_instead_of_reading_it_
     assert not any(private.glob("evalkit-report-*"))  # the pickle removed
 
 
+def test_a_kernel_started_after_the_reading_takes_the_hand_off_too(tmp_path, monkeypatch):
+    """On two lanes, one kernel warms up while the report reads the run and the other
+    once it has (`_Lanes.grow(..., ahead=True)`): each finds the run in its cache before
+    its notebook opens it, the reading handed off, not read again."""
+    import nbformat
+
+    from conftest import make_run, two_arm
+
+    run = make_run(tmp_path, "1-r", two_arm({f"c{i}": ([True, False], [True, True]) for i in range(4)}), k=2)
+    src = tmp_path / "nbs"
+    src.mkdir()
+    for name in ("run_summary", "pass_at_k"):
+        nb_ = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                                "language": "python"}})
+        p = nbformat.v4.new_code_cell('run_dir: str = ""  # run\nreport_dir: str = ""  # out',
+                                      metadata={"tags": ["parameters"]})
+        nb_.cells = [p, nbformat.v4.new_code_cell(
+            "import os\nfrom evalkit.runfolder import runload\n"
+            "print('cached before any open:', sorted(p.name for p in runload._RUN_CACHE), 'kernel', os.getpid())")]
+        nbformat.write(nb_, src / f"{name}.ipynb")
+    grown = []
+    real_grow = reports._Lanes.grow
+    monkeypatch.setattr(reports._Lanes, "grow", lambda self, n, **kw: (grown.append((n, kw)), real_grow(self, n, **kw)))
+    res = reports.report_run(run, tmp_path / "reports", notebooks=["run_summary", "pass_at_k"], source_dir=src,
+                             workers=2)
+    pages = [nb.html.read_text() for nb in res.notebooks]
+    assert res.ok and all("cached before any open: [&#x27;1-r&#x27;]" in p or "cached before any open: ['1-r']" in p
+                          for p in pages), pages
+    kernels = {re.search(r"kernel (\d+)", p).group(1) for p in pages}
+    assert (2, {"ahead": True}) in grown and len(kernels) == 2  # two lanes, each its own kernel
+
+
 def test_the_handoff_is_the_reports_own_reading_taken_by_the_adopt_code(tmp_path):
     """What a kernel runs to take the hand-off (`_ADOPT`, run here as the kernel runs it)
     puts the report's reading in the cache, the same rows; the kernels' warm-up then
