@@ -322,3 +322,20 @@ def test_a_run_with_any_unclean_trial_is_paired_trial_by_trial(tmp_path, spoil):
         assert not bad and len(trials) == 8 * 3 + 1 and v.n_pairs == 25
     else:
         assert [(t.case_id, t.index) for t in bad] == [("c3", 2)] and v.kind == "inconclusive"
+
+
+def test_an_index_past_64_bits_signed_takes_the_trial_by_trial_path(tmp_path):
+    """One grade line at index 2**63 makes pandas read the grades' index as uint64: the
+    run is paired trial by trial (the column-wise grid takes int64 indices only), and the
+    verdict is the one that path gives (the extra grade has no sample: nothing changes)."""
+    from evalkit.runfolder import runload
+
+    run_dir = make_run(tmp_path, "r", two_arm({"c0": ([True, False], [True, True]),
+                                               "c1": ([False, False], [True, False])}), k=2)
+    with open(run_dir / "grades.jsonl", "a") as fh:
+        fh.write(json.dumps({"case_id": "c0", "arm": "baseline", "index": 2**63, "passed": True}) + "\n")
+    run = runload.load_run(run_dir)
+    assert run.grades["index"].dtype == np.uint64 and V._CleanPairs.of(run, "baseline", "skilled") is None
+    v = V.two_arm_verdict(run, "baseline", "skilled")
+    assert (v.wins, v.ties, v.losses, v.n_pairs) == (2, 0, 0, 4)
+    assert len(V.paired_frame(run, "baseline", "skilled")) == 4

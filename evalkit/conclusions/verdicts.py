@@ -427,6 +427,8 @@ class _CleanPairs:
             return None
         if not (keys_typed(s) and keys_typed(g)) or g["passed"].dtype != np.dtype(bool):
             return None
+        if s["index"].dtype != np.int64 or g["index"].dtype != np.int64:  # an index past 2**63 reads as uint64
+            return None
         order = case_order(run)
         grids = [_grid(s, g, arm, order, k) for arm in (baseline, treatment)]
         if grids[0] is None or grids[1] is None:
