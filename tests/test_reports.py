@@ -864,6 +864,14 @@ def test_work_forked_off_the_critical_path_yields_the_cores_and_leaves_this_proc
     assert os.nice(0) == mine and reports.EXPLORER_NICE > 0
 
 
+def test_a_forked_child_s_answer_is_read_even_when_asked_for_after_its_deadline():
+    """`result()` asked after the deadline (the explorer's, after notebooks that took
+    longer than it) reads what the child said: its value, not "killed"."""
+    f = reports._Forked(lambda: 42, deadline_s=0.0)
+    os.waitid(os.P_PID, f._pid, os.WEXITED | os.WNOWAIT)  # the child has answered and left, not reaped
+    assert f.result() == 42
+
+
 def test_a_forked_child_always_leaves_and_is_always_waited_for():
     """A child whose error cannot even be said still exits (never returning into the
     parent's code) with the fallback error; one silent past its deadline is killed; an

@@ -1064,7 +1064,9 @@ class _Forked:
         try:
             while True:
                 left = self._deadline - time.monotonic()
-                if left <= 0 or not select.select([fd], [], [], left)[0]:
+                # what the child already said is read even past the deadline (`result()` may
+                # be asked late: the explorer's, after notebooks that took longer than it)
+                if not select.select([fd], [], [], max(0.0, left))[0]:
                     os.kill(pid, signal.SIGKILL)
                     killed = True
                     break
