@@ -778,9 +778,14 @@ def test_a_kernel_started_after_the_reading_takes_the_hand_off_too(tmp_path, mon
                                                                 "language": "python"}})
         p = nbformat.v4.new_code_cell('run_dir: str = ""  # run\nreport_dir: str = ""  # out',
                                       metadata={"tags": ["parameters"]})
+        # pass_at_k (the first taken) waits for run_summary's file: the other lane must run it
+        wait = (f"import pathlib, time\nflag = pathlib.Path({str(tmp_path / 'flag')!r})\n"
+                "for _ in range(2400):\n    if flag.exists():\n        break\n    time.sleep(0.05)\n"
+                if name == "pass_at_k" else f"import pathlib\npathlib.Path({str(tmp_path / 'flag')!r}).touch()\n")
         nb_.cells = [p, nbformat.v4.new_code_cell(
             "import os\nfrom evalkit.runfolder import runload\n"
-            "print('cached before any open:', sorted(p.name for p in runload._RUN_CACHE), 'kernel', os.getpid())")]
+            "print('cached before any open:', sorted(p.name for p in runload._RUN_CACHE), 'kernel', os.getpid())"),
+            nbformat.v4.new_code_cell(wait)]
         nbformat.write(nb_, src / f"{name}.ipynb")
     grown = []
     real_grow = reports._Lanes.grow
