@@ -752,3 +752,11 @@ def test_cluster_codes_are_each_labels_rank_among_the_sorted_distinct_labels():
     _, want = np.unique(np.asarray([str(x) for x in labels], dtype=object), return_inverse=True)
     got = S._as_clusters(labels, len(labels))
     assert got is not None and got.tolist() == want.tolist()
+
+
+def test_a_power_is_never_past_one():
+    """Power sums rounded probabilities: where it is 1 to the last bit the sums could reach
+    1 + 2**-52 (`sign_test_power(25, 0.999)` did); every path is held to [0, 1]."""
+    assert S.sign_test_power(25, 0.999) <= 1 and S.sign_test_power(179, 0.99) <= 1
+    assert S.sign_test_power_curve(300, 0.99).max() <= 1 and S.sign_test_power_curve(800, 0.99, 0.1).max() <= 1
+    assert S._reject_prob(400, 0.995, 0.05).max() <= 1 and S._trial_power_curve(300, 0.99, 0.1, 0.05).max() <= 1

@@ -654,7 +654,7 @@ def _reject_prob(d_max: int, win_rate: float, alpha: float) -> np.ndarray:
         cd = int(c[d])
         if cd >= 0:  # P(W >= d - c) + P(W <= c)
             out[d] = float(pmf[d - cd :].sum()) + float(pmf[: cd + 1].sum())
-    return out
+    return np.minimum(out, 1.0)  # a sum of rounded terms may pass 1 by an ulp
 
 
 def sign_test_power(n_trials: int, win_rate: float, tie_rate: float = 0.0, alpha: float = 0.05) -> float:
@@ -699,7 +699,7 @@ def sign_test_power_curve(n_max: int, win_rate: float, tie_rate: float = 0.0, al
     out = np.empty(int(n_max) + 1)
     for n, pd in enumerate(_binomial_pmfs(int(n_max), 1 - tie_rate)):
         out[n] = float(np.dot(pd, r[: n + 1]))
-    return out
+    return np.minimum(out, 1.0)  # a sum of rounded terms may pass 1 by an ulp
 
 
 def sign_test_power_approx(n_trials: int, win_rate: float, tie_rate: float = 0.0, alpha: float = 0.05) -> float:
@@ -807,7 +807,7 @@ def _trial_power_curve(n_max: int, win_rate: float, tie_rate: float, alpha: floa
         if n < n_max:
             pd[1 : n + 2] = pd[1 : n + 2] * tie_rate + pd[: n + 1] * q
             pd[0] *= tie_rate
-    return out
+    return np.minimum(out, 1.0)  # a sum of rounded terms may pass 1 by an ulp
 
 
 def paired_proportion_power(n_pairs: int, p_first_only: float, p_second_only: float, alpha: float = 0.05) -> float:
