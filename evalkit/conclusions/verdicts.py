@@ -44,7 +44,7 @@ from evalkit.runfolder.runs import RunFolder, decided_keys, stopping_record
 if TYPE_CHECKING:
     import pandas as pd
 
-    from evalkit.runfolder.runload import Run
+    from evalkit.runfolder.runload import Run, SampleKeys
 
 __all__ = ["SEQUENTIAL_SIGN_TEST", "SIGN_TEST", "ConformanceVerdict", "PlanCheck", "Verdict", "VerdictKind"]
 
@@ -419,7 +419,7 @@ class _CleanPairs:
         """The run's clean grid of the two arms, or None when any trial is not clean
         (the caller then pairs them one at a time, which says why)."""
         # lazy: pandas only where a run is read (`evalkit verdict` on a tally stays light)
-        from evalkit.runfolder.runload import case_order, keys_typed
+        from evalkit.runfolder.runload import case_order, keys_typed, sample_keys
 
         k = int(run.config.get("k") or 0)
         s, g = run.samples, run.grades
@@ -430,7 +430,10 @@ class _CleanPairs:
         if s["index"].dtype != np.int64 or g["index"].dtype != np.int64:  # an index past 2**63 reads as uint64
             return None
         order = case_order(run)
-        grids = [_grid(s, g, arm, order, k) for arm in (baseline, treatment)]
+        keys = sample_keys(run)  # each sample's grade row: the last grade of its key, as everywhere
+        grids = [
+            _grid(keys, s["index"].to_numpy(), g["passed"].to_numpy(), arm, order, k) for arm in (baseline, treatment)
+        ]
         if grids[0] is None or grids[1] is None:
             return None
         return cls(order, k, grids[0], grids[1])
@@ -465,34 +468,28 @@ class _CleanPairs:
 _OUTCOME: tuple[Outcome, ...] = ("tie", "win", "loss", "tie")  # by 2 * baseline passed + treatment passed
 
 
-def _grid(s: pd.DataFrame, g: pd.DataFrame, arm: str, order: list[str], k: int) -> np.ndarray | None:
+def _grid(
+    keys: SampleKeys, index: np.ndarray, passed: np.ndarray, arm: str, order: list[str], k: int
+) -> np.ndarray | None:
     """`arm`'s passes at each (case, index) of the grid `order` x 0..k-1, when it has
-    exactly one sample at each and no other, and a grade at each (the last grade of a
-    key counts, as everywhere); else None."""
+    exactly one sample at each and no other, and a grade at each (`keys`: the samples'
+    keys and grade rows, `runload.sample_keys`; `index` and `passed` the samples' indices
+    and the grades' verdicts); else None."""
     import pandas as pd  # lazy: pandas only where a run is read (`evalkit verdict` on a tally stays light)
 
-    keys = ["case_id", "index"]
-    mine = s.loc[s["arm"] == arm, keys]  # the key columns alone: every column taken costs a copy
+    if arm not in keys.arms:
+        return None
+    mine = keys.arm == keys.arms.index(arm)
     n = len(order) * k
-    if len(mine) != n:
+    if int(mine.sum()) != n:
         return None
-    where = pd.Index(order)
-    idx = mine["index"].to_numpy()
-    pos = where.get_indexer(mine["case_id"]) * k + idx
-    if ((idx < 0) | (idx >= k) | (pos < 0)).any() or np.unique(pos).size != n:
-        return None
-    graded = g.loc[g["arm"] == arm, [*keys, "passed"]]
-    gidx = graded["index"].to_numpy()
-    gcase = where.get_indexer(graded["case_id"])
-    keep = (gcase >= 0) & (gidx >= 0) & (gidx < k)
-    gpos = (gcase * k + gidx)[keep]
-    passed = graded["passed"].to_numpy(dtype=bool)[keep]
-    first_of_reversed = np.unique(gpos[::-1], return_index=True)[1]
-    last = gpos.size - 1 - first_of_reversed  # each key's last grade row: the one that counts
-    if last.size != n:  # a sample with no grade
+    idx = index[mine]
+    pos = pd.Index(order).get_indexer(keys.case_ids)[keys.case[mine]] * k + idx
+    rows = keys.grade_row[mine]
+    if ((idx < 0) | (idx >= k) | (pos < 0) | (rows < 0)).any() or np.unique(pos).size != n:
         return None
     out = np.zeros(n, dtype=bool)
-    out[gpos[last]] = passed[last]
+    out[pos] = passed[rows]
     return out
 
 

@@ -176,12 +176,12 @@ def _shared_lists(values: list[Any]) -> Any:
     """`values` (an object array) with each list replaced by the first list of the same
     pickle (the same types and values, NaN and -0.0 included). Keyed and looked up by C
     code (pickle, pandas' hash table, numpy's take): 0.3 s for 200,000 cells."""
-    own = np.fromiter(values, dtype=object, count=len(values))
+    own = _objects(values)
     try:
         keys = list(map(pickle.dumps, values))
     except Exception:  # a value that does not pickle (never one a run file holds): left alone
         return own
-    codes, _ = pd.factorize(np.fromiter(keys, dtype=object, count=len(keys)))
+    codes, _ = pd.factorize(_objects(keys))
     firsts = pd.Series(codes).drop_duplicates().index.to_numpy()  # first row of each code, codes in order
     return own[firsts][codes]
 
