@@ -163,12 +163,12 @@ def child(step: str, args: list[str]) -> dict:
     return out
 
 
-def measure(cmd: list[str]) -> tuple[str, dict]:
+def measure(cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> tuple[str, dict]:
     """Run a command in a fresh process: its output, wall time, CPU time (with the
     children it waited for) and peak resident memory."""
     load = round(os.getloadavg()[0], 2)
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd)
     assert proc.stdout is not None
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
@@ -191,17 +191,70 @@ def step(name: str, *args: str) -> dict:
     return result
 
 
-def report_once(run: Path, reports_dir: Path) -> dict:
+def report_once(run: Path, reports_dir: Path, tree: Path | None = None) -> dict:
+    """`evalkit report RUN` in a fresh process; `tree`: another checkout's evalkit (a git
+    worktree of an older commit, first on PYTHONPATH, with this venv's packages), so two
+    versions are timed on the same run, one after the other, on the same machine."""
     shutil.rmtree(reports_dir, ignore_errors=True)
-    evalkit = Path(sys.executable).with_name("evalkit")
-    _, m = measure([str(evalkit), "report", str(run), "--reports-dir", str(reports_dir)])
+    report = ["report", str(run), "--reports-dir", str(reports_dir)]
+    if tree is None:
+        _, m = measure([str(Path(sys.executable).with_name("evalkit")), *report])
+    else:
+        code = f"import sys; from evalkit._cli.main import main; sys.argv = ['evalkit', *{report!r}]; sys.exit(main())"
+        # run from the tree: `-c` puts the working directory first on sys.path, before PYTHONPATH
+        _, m = measure([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(tree)}, cwd=tree)
     out = reports_dir / run.name
     manifest = json.loads((out / "report.json").read_text())
     m["per_notebook_s"] = {n["name"]: n["seconds"] for n in manifest["notebooks"]}
     m["ok"] = all(n["ok"] for n in manifest["notebooks"])
     m["html_bytes"] = {p.name: p.stat().st_size for p in sorted(out.glob("*.html"))}
-    print(f"report: {json.dumps(m)}", flush=True)
+    print(f"report{f' ({tree.name})' if tree else ''}: {json.dumps(m)}", flush=True)
     return m
+
+
+def compared(trees: list[Path], runs: dict[Path, list[dict]]) -> dict:
+    """Each other tree's reports beside this one's: its commit, walls and medians."""
+    out = {}
+    for tree in trees:
+        reps = runs[tree]
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tree, capture_output=True, text=True)
+        out[str(tree)] = {
+            "commit": rev.stdout.strip() or None,
+            "walls_s": [r["wall_s"] for r in reps],
+            "median_wall_s": statistics.median(r["wall_s"] for r in reps),
+            "median_cpu_s": statistics.median(r["cpu_s"] for r in reps),
+            "ok": all(r["ok"] for r in reps),
+        }
+    return out
+
+
+def cpu_model() -> str:
+    """The processor's model name (from /proc/cpuinfo on Linux): the same report took 9 s on
+    one 2-core machine and 20 s on another (issue 44), so a figure says which it ran on."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def commit() -> str | None:
+    """The checkout's commit (None outside a git checkout), with "+changes" when it has any."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "evalkit", "notebooks"],
+            cwd=HERE.parent,
+            capture_output=True,
+            text=True,
+        )
+    except OSError:
+        return None
+    if head.returncode != 0:
+        return None
+    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
 
 
 def main() -> None:
@@ -210,6 +263,13 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--run", help="report on this graded run folder instead of making one")
     ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument(
+        "--against",
+        nargs="+",
+        type=Path,
+        default=[],
+        help="other checkouts (git worktrees of older commits) whose reports are timed in turn with this one's",
+    )
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     _smoke.add(ap)
     args = ap.parse_args()
@@ -222,7 +282,9 @@ def main() -> None:
     result: dict = {
         "benchmark": "the report set (evalkit report) of a 100,000-sample two-arm run",
         "command": "python benchmarks/bench_report_scale.py"
-        + (f" --samples {args.samples}" if args.run is None else ""),
+        + (f" --samples {args.samples}" if args.run is None else "")
+        + f" --repeat {args.repeat}"
+        + (" --against " + " ".join(map(str, args.against)) if args.against else ""),
         "samples": args.samples,
     }
     try:
@@ -235,7 +297,11 @@ def main() -> None:
             result["grade"] = step("grade", str(run))
         result["run_bytes"] = {p.name: p.stat().st_size for p in sorted(run.glob("*.jsonl"))}
         result["breakdown"] = step("breakdown", str(run))
-        reps = [report_once(run, work / "reports") for _ in range(args.repeat)]
+        reps, others = [], {t: [] for t in args.against}
+        for _ in range(args.repeat):  # interleaved: this machine's speed drifts within the hour
+            reps.append(report_once(run, work / "reports"))
+            for tree in args.against:
+                others[tree].append(report_once(run, work / "reports", tree))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     walls = [r["wall_s"] for r in reps]
@@ -251,9 +317,17 @@ def main() -> None:
         "html_total_bytes": sum(reps[-1]["html_bytes"].values()),
         "ok": all(r["ok"] for r in reps),
     }
+    if args.against:
+        result["against"] = compared(args.against, others)
     result["target_s"] = TARGET_S
     result["meets_target"] = result["report"]["median_wall_s"] <= TARGET_S
-    result["machine"] = {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()}
+    result["machine"] = {
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "cpu": cpu_model(),
+        "platform": platform.platform(),
+    }
+    result["commit"] = commit()
     result["measured"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
