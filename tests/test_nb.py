@@ -64,6 +64,9 @@ def test_records_frame_is_the_frame_of_the_records_dicts(tmp_path):
     assert list(got.dtypes) == list(want.dtypes)
     assert all(same(x, y) for c in want for x, y in zip(got[c].tolist(), want[c].tolist(), strict=True))
     pd.testing.assert_frame_equal(nb.records_frame([]), pd.DataFrame([]))
+    # no records of a known type: its fields are still the columns (the comparison page's frame of no trials)
+    empty = nb.records_frame([], verdicts.PairedTrial)
+    assert list(empty.columns) == [f.name for f in dataclasses.fields(verdicts.PairedTrial)] and len(empty) == 0
 
 
 def test_a_small_group_has_an_exact_interval_never_a_point():

@@ -36,6 +36,7 @@ from evalkit.foundations.records import (
     RunVerdicts,
     Verdict,
     VerdictKind,
+    records_frame,
 )
 from evalkit.numbers import stats
 from evalkit.numbers.plans import check_against_plan, find_plan, load_plan
@@ -237,8 +238,7 @@ def paired_frame(run: Run | str | Path, baseline: str, treatment: str) -> pd.Dat
     pairs = _CleanPairs.of(run, baseline, treatment)
     names = [f.name for f in fields(PairedTrial)]
     if pairs is None:
-        trials = paired_trials(run, baseline, treatment)
-        return pd.DataFrame.from_records([tuple(getattr(t, n) for n in names) for t in trials], columns=names)
+        return records_frame(paired_trials(run, baseline, treatment), PairedTrial)
     b, t = pairs.b.tolist(), pairs.t.tolist()
     columns = (pairs.cases(), list(range(pairs.k)) * len(pairs.order), b, t, pairs.outcomes(), [None] * len(b))
     return pd.DataFrame(dict(zip(names, columns, strict=True)))

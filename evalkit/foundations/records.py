@@ -21,6 +21,7 @@ from evalkit.foundations.records_base import (
     SET_NAME,
     CaseSet,
     Json,
+    records_frame,
     set_gate,
     ungated_set_warning,
 )
@@ -138,6 +139,7 @@ __all__ = [  # re-exported: the names this module held before it was split
     "Unit",
     "UnitKind",
     "Usage",
+    "records_frame",
     "Verdict",
     "VerdictKind",
     "gate_failure_causes",

@@ -29,7 +29,6 @@ import math
 import re
 from dataclasses import dataclass, replace
 from importlib import resources
-from itertools import repeat
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -58,6 +57,7 @@ from evalkit.runfolder.runload import (
     keyed_values,
     passed_value,
     run_verdicts,
+    sample_keys,
 )
 from evalkit.runfolder.runs import RunFolder, answered_line, find_suite_dir
 from evalkit.runfolder.trajectories import Trajectory, read_trajectory
@@ -176,17 +176,17 @@ def _numbered(numbers: dict[str, int], names: list[str]) -> list[int]:
     return list(map(numbers.__getitem__, names))
 
 
-def _grade_rows(grades: pd.DataFrame, keys: list[GradeKey]) -> list[int] | None:
-    """For each sample (its key), the row of its grade (a key's last row, as
-    `keyed_values` keeps it), -1 where it has none; None when every sample's grade is
-    the row of its own number (grades.jsonl in the samples' order: columns as they are)."""
-    if not len(grades):
-        return [-1] * len(keys)
-    graded = key_tuples(grades)
-    if graded == keys and len(set(keys)) == len(keys):  # each key once: its own row is its last
+def _grade_rows(run: Run) -> list[int] | None:
+    """For each sample, the row of its grade (its key's last row, `runload.sample_keys`:
+    the one reading of "a sample's grade" the pass@k metrics, the verdict and the failures
+    view share), -1 where it has none; None when every sample's grade is the row of its
+    own number (grades.jsonl in the samples' order: columns as they are)."""
+    if not len(run.grades):
+        return [-1] * len(run.samples)
+    rows = sample_keys(run).grade_row
+    if np.array_equal(rows, np.arange(len(rows))):
         return None
-    at = dict(zip(graded, range(len(graded)), strict=True))
-    return list(map(at.get, keys, repeat(-1)))
+    return list(rows.tolist())
 
 
 def _taken(values: list[Any], rows: list[int] | None, missing: Any) -> list[Any]:
@@ -195,11 +195,11 @@ def _taken(values: list[Any], rows: list[int] | None, missing: Any) -> list[Any]
     return values if rows is None else list(map([*values, missing].__getitem__, rows))
 
 
-def _grade_columns(run: Run, keys: list[GradeKey]) -> dict[str, list[Any]]:
+def _grade_columns(run: Run) -> dict[str, list[Any]]:
     """The page's columns of each sample's grade (outcome and why, checks, judge score
-    and reason), for the samples of `keys`."""
+    and reason), a row per sample."""
     g = run.grades
-    rows = _grade_rows(g, keys)
+    rows = _grade_rows(run)
     checks = _taken(g["checks"].tolist(), rows, None)
     cells = (_taken(g[c].tolist(), rows, None) for c in ("error", "judge_held"))
     outcomes = list(map(_outcome, _taken(g["passed"].tolist(), rows, _NO_GRADE), checks, *cells))
@@ -305,7 +305,7 @@ def _sample_columns(run: Run, cases: dict[str, int], arms: dict[str, int]) -> tu
             "c": _numbered(cases, list(map(itemgetter(0), keys))),
             "a": _numbered(arms, list(map(itemgetter(1), keys))),
             "i": list(map(itemgetter(2), keys)),
-            **_grade_columns(run, keys),
+            **_grade_columns(run),
             "out": _texts(s["output"]),
             "cost": _nums(s["cost_usd"]),
             "lat": _nums(s["latency_ms"]),
