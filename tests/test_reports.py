@@ -12,6 +12,7 @@ import json
 import math
 import os
 import re
+import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -953,3 +954,33 @@ def test_a_report_uses_a_lane_per_core_whatever_the_size_of_its_run():
     assert reports._lane_count(4, True, None) == min(4, cores)
     assert reports._lane_count(4, True, 3) == 3 and reports._lane_count(2, True, 8) == 2
     assert reports._lane_count(4, False, 3) == 1 and reports._lane_count(0, True, None) == 1
+
+
+def test_the_lanes_are_no_more_than_kernels_holding_the_run_fit_in_half_the_memory(tmp_path, monkeypatch):
+    """A kernel holding a run costs its imports and twice the run's files' bytes: a run of
+    1 GiB on a machine with 8 GiB available gets one lane per 2 x 2.15 GiB, whatever the
+    cores; `workers` is what the user asked for and stands; a small run keeps a lane per core;
+    a machine that says nothing of its memory is not limited. The report reads its run's two
+    files' sizes, and the machine's MemAvailable (a positive number here, on Linux)."""
+    monkeypatch.setattr(reports.os, "cpu_count", lambda: 16)
+    gib = 1 << 30
+    per_kernel = reports.KERNEL_IMPORTS_BYTES + 2 * gib
+    assert reports._lane_count(7, True, None, gib, available=8 * gib) == (8 * gib // 2) // per_kernel == 1
+    assert reports._lane_count(7, True, None, gib, available=64 * gib) == 7  # 14 fit: the notebooks are 7
+    assert reports._lane_count(7, True, None, gib, available=20 * gib) == 4
+    assert reports._lane_count(7, True, None, gib, available=1) == 1  # never none
+    assert reports._lane_count(7, True, 6, gib, available=8 * gib) == 6  # asked for
+    assert reports._lane_count(7, True, None, 50 << 20, available=8 * gib) == 7  # 250 MB a kernel
+    assert reports._lane_count(7, False, None, gib, available=64 * gib) == 1
+    monkeypatch.setattr(reports, "_available_memory", lambda: None)
+    assert reports._lane_count(7, True, None, gib) == 7
+    monkeypatch.undo()
+    if sys.platform.startswith("linux"):
+        assert reports._available_memory() > 0
+    run = tmp_path / "run"
+    run.mkdir()
+    assert reports._run_bytes(run) == 0
+    (run / "results.jsonl").write_bytes(b"x" * 300)
+    (run / "grades.jsonl").write_bytes(b"y" * 45)
+    (run / "errors.jsonl").write_bytes(b"z" * 1000)  # not what a kernel holds of the run
+    assert reports._run_bytes(run) == 345

@@ -58,6 +58,7 @@ from evalkit.foundations.layout import (
     HUMAN_LABELS_FILE,
     MICROTEST_MARKER,
     PAIRWISE,
+    RESULTS,
     RUN_CONFIG,
     TRAJECTORIES,
     VERDICTS,
@@ -710,7 +711,8 @@ def _render_run(
     # The lanes' kernels start, import and load the run while this process decides what
     # the report concludes (the notebooks display it, so they wait for it).
     handoff = _Handoff() if opts.reuse_kernels else None  # a fresh kernel per notebook takes no hand-off
-    ahead = _lane_count(_fewest_notebooks(source, inputs, notebooks), parallel, workers)
+    run_bytes = _run_bytes(source)
+    ahead = _lane_count(_fewest_notebooks(source, inputs, notebooks), parallel, workers, run_bytes)
     lanes = _Lanes(
         # one kernel warms up while this process reads the run, the others once it has: on 2
         # cores a second kernel's imports took the reading's core (a 200,000-sample run read
@@ -752,7 +754,7 @@ def _render_run(
             functools.partial(_explorer_pages, loaded, out_dir, inputs, opts.against), nice=EXPLORER_NICE
         )
         del loaded  # the kernels have their own copy
-        lanes.grow(_lane_count(len(plans), parallel, workers))
+        lanes.grow(_lane_count(len(plans), parallel, workers, run_bytes))
         results = lanes.run(plans, out_dir, source_dir=opts.source_dir)
         try:
             written, failed = explorer_pages.result()
@@ -836,7 +838,8 @@ def run_notebooks(
     reuse_kernels: bool = True,
 ) -> list[NotebookReport]:
     """Execute and render the planned notebooks, in as many lanes (threads) as there are
-    cores when `parallel`; each lane takes the next notebook from a shared queue.
+    cores when `parallel` (no more than kernels holding the run fit in half the memory
+    available: `_lane_count`); each lane takes the next notebook from a shared queue.
 
     With `reuse_kernels` each lane starts one kernel and runs its notebooks in it one
     after another, clearing the namespace (`%reset -f`, figures closed, matplotlib
@@ -845,7 +848,8 @@ def run_notebooks(
     A kernel that died or cannot be reset is replaced. Without it every notebook gets a
     fresh kernel, as papermill does by default. (papermill is thread-safe when no `cwd`
     is set.)"""
-    lanes = _Lanes(_lane_count(len(plans), parallel, workers), reuse_kernels=reuse_kernels)
+    run_bytes = max((_run_bytes(Path(str(p["run_dir"]))) for p in plans.values() if p.get("run_dir")), default=0)
+    lanes = _Lanes(_lane_count(len(plans), parallel, workers, run_bytes), reuse_kernels=reuse_kernels)
     try:
         return lanes.run(plans, out_dir, source_dir=source_dir)
     finally:
@@ -861,12 +865,57 @@ def run_notebooks(
 # more than it saved past 32 MB of results and grades, and such a run had one lane.)
 
 
-def _lane_count(n_notebooks: int, parallel: bool, workers: int | None) -> int:
-    """The lanes for `n_notebooks`: 1 unless `parallel`; else `workers`, or the cores;
-    never more than the notebooks."""
+# What a kernel holds once it has the run: about twice the bytes of the run's results and
+# grades files, and its imports (measured: 400 MB in each of the two kernels of a
+# 200,000-sample run's report, whose two files are 194 MB; issue 44). On a many-core
+# machine a lane per notebook would hold the run up to seven times over: the lanes are no
+# more than half the memory available holds (the report process holds the run as well).
+KERNEL_IMPORTS_BYTES = 150 << 20
+KERNEL_BYTES_PER_RUN_BYTE = 2
+
+
+def _lane_count(
+    n_notebooks: int, parallel: bool, workers: int | None, run_bytes: int = 0, available: int | None = None
+) -> int:
+    """The lanes for `n_notebooks`: 1 unless `parallel`; else `workers`, or the cores,
+    never more than the notebooks, nor (without `workers`) than kernels holding a run of
+    `run_bytes` (its results and grades files) fit in half of `available` memory (default:
+    what the machine says it has available; no limit where it says nothing)."""
     if not parallel:
         return 1
-    return max(1, min(n_notebooks, workers or os.cpu_count() or 1))
+    lanes = max(1, min(n_notebooks, workers or os.cpu_count() or 1))
+    if workers is None and run_bytes > 0:
+        free = _available_memory() if available is None else available
+        if free is not None:
+            per_kernel = KERNEL_IMPORTS_BYTES + KERNEL_BYTES_PER_RUN_BYTE * run_bytes
+            lanes = max(1, min(lanes, free // 2 // per_kernel))
+    return lanes
+
+
+def _available_memory() -> int | None:
+    """The memory available to new processes, in bytes: Linux's MemAvailable (free memory
+    and the caches it can drop), else the free pages where the system says; None when
+    neither is known."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _run_bytes(run: Path) -> int:
+    """The bytes of a run's results and grades files (0 where there are none)."""
+    total = 0
+    for name in (RESULTS, GRADES):
+        with contextlib.suppress(OSError):
+            total += (run / name).stat().st_size
+    return total
 
 
 # What a lane's kernel runs while it waits for its first notebook (`_Lanes` with
