@@ -499,3 +499,33 @@ def test_a_non_finite_number_in_the_columns_is_refused_not_written_as_null(tmp_p
         explorer.embed({**diff, "old": {**data, "samples": {**data["samples"], "lat": [bad] * len(data["samples"]["lat"])}}})
     decoded = json.loads(gzip.decompress(base64.b64decode(explorer.embed({**data, "k": bad}))))
     assert decoded["k"] is None
+
+
+def _grades_run(tmp_path, samples, grades, errors=()):
+    """A one-arm run: a sample of each case in `samples`, the grades (case, passed) in
+    their order, and errored keys."""
+    run = tmp_path / "runs" / "r"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"suite": None, "arms": ["a"], "k": 1, "cases": ["c1", "c2"]}))
+
+    def lines(name, rows):
+        (run / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    lines("results.jsonl", [{"case_id": c, "arm": "a", "index": 0, "output": "o"} for c in samples])
+    lines("grades.jsonl", [{"case_id": c, "arm": "a", "index": 0, "passed": p, "checks": []} for c, p in grades])
+    lines("errors.jsonl", [{"case_id": c, "arm": "a", "index": 0, "error": "boom", "attempts": 1} for c in errors])
+    return run
+
+
+def test_a_grade_of_a_key_with_no_sample_after_the_samples_grades_is_no_row(tmp_path):
+    """The samples' grades in their order, then a grade of a key that has no sample: every
+    column has a row per sample and errored key, and the errored key's row says its error,
+    not the stray grade's (the columns were taken as they were: review of d53a32e)."""
+    s = explorer.run_data(_grades_run(tmp_path, ["c1"], [("c1", True), ("c9", False)], errors=["c2"]))["samples"]
+    assert {f: len(v) for f, v in s.items()} == {f: 2 for f in s}
+    assert s["w"][0] == "" and s["w"][1].startswith("boom")
+
+
+def test_no_sample_is_no_row_whatever_the_grades_hold(tmp_path):
+    s = explorer.run_data(_grades_run(tmp_path, [], [("c1", True)]))["samples"]
+    assert all(v == [] for v in s.values()), s

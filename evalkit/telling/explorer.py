@@ -184,7 +184,9 @@ def _grade_rows(run: Run) -> list[int] | None:
     if not len(run.grades):
         return [-1] * len(run.samples)
     rows = sample_keys(run).grade_row
-    if np.array_equal(rows, np.arange(len(rows))):
+    # the columns as they are only when they hold one grade per sample, in the samples' order
+    # (a trailing grade of a key with no sample would otherwise run on past the samples)
+    if len(run.grades) == len(rows) and np.array_equal(rows, np.arange(len(rows))):
         return None
     return list(rows.tolist())
 
