@@ -191,41 +191,40 @@ def step(name: str, *args: str) -> dict:
     return result
 
 
-def report_once(run: Path, reports_dir: Path, tree: Path | None = None) -> dict:
-    """`evalkit report RUN` in a fresh process; `tree`: another checkout's evalkit (a git
-    worktree of an older commit, first on PYTHONPATH, with this venv's packages), so two
-    versions are timed on the same run, one after the other, on the same machine."""
+def report_once(run: Path, reports_dir: Path, tree: Path = HERE.parent) -> dict:
+    """`evalkit report RUN` in a fresh process, with `tree`'s evalkit (default this
+    checkout's; another: a git worktree of an older commit) first on PYTHONPATH and this
+    venv's packages, so two versions are timed on the same run, one after the other, on the
+    same machine."""
     shutil.rmtree(reports_dir, ignore_errors=True)
     report = ["report", str(run), "--reports-dir", str(reports_dir)]
-    if tree is None:
-        _, m = measure([str(Path(sys.executable).with_name("evalkit")), *report])
-    else:
-        code = f"import sys; from evalkit._cli.main import main; sys.argv = ['evalkit', *{report!r}]; sys.exit(main())"
-        # run from the tree: `-c` puts the working directory first on sys.path, before PYTHONPATH
-        _, m = measure([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(tree)}, cwd=tree)
+    code = (
+        f"import sys, evalkit; assert evalkit.__file__.startswith({str(tree.resolve()) + '/'!r}), evalkit.__file__; "
+        f"from evalkit._cli.main import main; sys.argv = ['evalkit', *{report!r}]; sys.exit(main())"
+    )
+    # run from the tree: `-c` puts the working directory first on sys.path, before PYTHONPATH
+    _, m = measure([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(tree)}, cwd=tree)
     out = reports_dir / run.name
     manifest = json.loads((out / "report.json").read_text())
     m["per_notebook_s"] = {n["name"]: n["seconds"] for n in manifest["notebooks"]}
     m["ok"] = all(n["ok"] for n in manifest["notebooks"])
     m["html_bytes"] = {p.name: p.stat().st_size for p in sorted(out.glob("*.html"))}
-    print(f"report{f' ({tree.name})' if tree else ''}: {json.dumps(m)}", flush=True)
+    print(f"report ({tree.name}): {json.dumps(m)}", flush=True)
     return m
 
 
 def compared(trees: list[Path], runs: dict[Path, list[dict]]) -> dict:
     """Each other tree's reports beside this one's: its commit, walls and medians."""
-    out = {}
-    for tree in trees:
-        reps = runs[tree]
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tree, capture_output=True, text=True)
-        out[str(tree)] = {
-            "commit": rev.stdout.strip() or None,
-            "walls_s": [r["wall_s"] for r in reps],
-            "median_wall_s": statistics.median(r["wall_s"] for r in reps),
-            "median_cpu_s": statistics.median(r["cpu_s"] for r in reps),
-            "ok": all(r["ok"] for r in reps),
+    return {
+        str(tree): {
+            "commit": commit(tree),
+            "walls_s": [r["wall_s"] for r in runs[tree]],
+            "median_wall_s": statistics.median(r["wall_s"] for r in runs[tree]),
+            "median_cpu_s": statistics.median(r["cpu_s"] for r in runs[tree]),
+            "ok": all(r["ok"] for r in runs[tree]),
         }
-    return out
+        for tree in trees
+    }
 
 
 def cpu_model() -> str:
@@ -240,15 +239,13 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def commit() -> str | None:
-    """The checkout's commit (None outside a git checkout), with "+changes" when it has any."""
+def commit(tree: Path = HERE.parent) -> str | None:
+    """A checkout's commit (None outside a git checkout), with "+changes" when its evalkit
+    or notebooks have any."""
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True)
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tree, capture_output=True, text=True)
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "evalkit", "notebooks"],
-            cwd=HERE.parent,
-            capture_output=True,
-            text=True,
+            ["git", "status", "--porcelain", "--", "evalkit", "notebooks"], cwd=tree, capture_output=True, text=True
         )
     except OSError:
         return None
@@ -266,7 +263,7 @@ def main() -> None:
     ap.add_argument(
         "--against",
         nargs="+",
-        type=Path,
+        type=lambda p: Path(p).resolve(),
         default=[],
         help="other checkouts (git worktrees of older commits) whose reports are timed in turn with this one's",
     )
@@ -284,7 +281,8 @@ def main() -> None:
         "command": "python benchmarks/bench_report_scale.py"
         + (f" --samples {args.samples}" if args.run is None else "")
         + f" --repeat {args.repeat}"
-        + (" --against " + " ".join(map(str, args.against)) if args.against else ""),
+        + (" --against " + " ".join(map(str, args.against)) if args.against else "")
+        + (" --smoke" if args.smoke else ""),
         "samples": args.samples,
     }
     try:
@@ -298,10 +296,13 @@ def main() -> None:
         result["run_bytes"] = {p.name: p.stat().st_size for p in sorted(run.glob("*.jsonl"))}
         result["breakdown"] = step("breakdown", str(run))
         reps, others = [], {t: [] for t in args.against}
-        for _ in range(args.repeat):  # interleaved: this machine's speed drifts within the hour
-            reps.append(report_once(run, work / "reports"))
-            for tree in args.against:
-                others[tree].append(report_once(run, work / "reports", tree))
+        for n in range(args.repeat):  # interleaved: a machine's speed drifts within the hour
+            order = [None, *args.against]
+            for tree in order if n % 2 == 0 else order[::-1]:  # neither side always first
+                if tree is None:
+                    reps.append(report_once(run, work / "reports"))
+                else:
+                    others[tree].append(report_once(run, work / "reports", tree))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     walls = [r["wall_s"] for r in reps]
