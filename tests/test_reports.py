@@ -947,9 +947,10 @@ def test_an_explorer_child_that_dies_is_a_skipped_page_not_a_failed_report(tmp_p
     assert "explorer" in json.loads((res.out_dir / "report.json").read_text())["skipped"]
 
 
-def test_a_report_uses_a_lane_per_core_whatever_the_size_of_its_run():
-    """Lanes: one per core up to the notebooks (a 200,000-sample run's report too: its
-    second kernel pays, issue 44), the workers asked for, or one when not parallel."""
+def test_a_report_uses_a_lane_per_core_up_to_the_notebooks():
+    """Lanes: one per core up to the notebooks (a 200,000-sample run's report too, where
+    memory allows: its second kernel pays, issue 44), the workers asked for, or one when
+    not parallel."""
     cores = os.cpu_count() or 1
     assert reports._lane_count(4, True, None) == min(4, cores)
     assert reports._lane_count(4, True, 3) == 3 and reports._lane_count(2, True, 8) == 2
@@ -957,20 +958,22 @@ def test_a_report_uses_a_lane_per_core_whatever_the_size_of_its_run():
 
 
 def test_the_lanes_are_no_more_than_kernels_holding_the_run_fit_in_half_the_memory(tmp_path, monkeypatch):
-    """A kernel holding a run costs its imports and twice the run's files' bytes: a run of
-    1 GiB on a machine with 8 GiB available gets one lane per 2 x 2.15 GiB, whatever the
-    cores; `workers` is what the user asked for and stands; a small run keeps a lane per core;
-    a machine that says nothing of its memory is not limited. The report reads its run's two
-    files' sizes, and the machine's MemAvailable (a positive number here, on Linux)."""
+    """A kernel holding a run costs its imports and four times the run's files' bytes (its
+    peak while it parses them): a run of 1 GiB on a machine with 16 GiB available gets one
+    lane per 2 x 4.2 GiB, whatever the cores; `workers` is what the user asked for and
+    stands (0 is not a number of lanes); a small run keeps a lane per core; a machine that
+    says nothing of its memory is not limited. The report reads its run's two files'
+    sizes, and the machine's MemAvailable (a positive number here, on Linux)."""
     monkeypatch.setattr(reports.os, "cpu_count", lambda: 16)
     gib = 1 << 30
-    per_kernel = reports.KERNEL_IMPORTS_BYTES + 2 * gib
-    assert reports._lane_count(7, True, None, gib, available=8 * gib) == (8 * gib // 2) // per_kernel == 1
-    assert reports._lane_count(7, True, None, gib, available=64 * gib) == 7  # 14 fit: the notebooks are 7
-    assert reports._lane_count(7, True, None, gib, available=20 * gib) == 4
+    assert reports.KERNEL_IMPORTS_BYTES + 4 * gib == 4 * gib + (200 << 20)
+    assert reports._lane_count(7, True, None, gib, available=16 * gib) == 1  # 8 GiB / 4.2 GiB
+    assert reports._lane_count(7, True, None, gib, available=20 * gib) == 2
+    assert reports._lane_count(7, True, None, gib, available=64 * gib) == 7  # 7 fit: the notebooks are 7
     assert reports._lane_count(7, True, None, gib, available=1) == 1  # never none
     assert reports._lane_count(7, True, 6, gib, available=8 * gib) == 6  # asked for
-    assert reports._lane_count(7, True, None, 50 << 20, available=8 * gib) == 7  # 250 MB a kernel
+    assert reports._lane_count(7, True, 0, gib, available=8 * gib) == 1  # 0: none asked for
+    assert reports._lane_count(7, True, None, 50 << 20, available=8 * gib) == 7  # 400 MB a kernel
     assert reports._lane_count(7, False, None, gib, available=64 * gib) == 1
     monkeypatch.setattr(reports, "_available_memory", lambda: None)
     assert reports._lane_count(7, True, None, gib) == 7
@@ -984,3 +987,32 @@ def test_the_lanes_are_no_more_than_kernels_holding_the_run_fit_in_half_the_memo
     (run / "grades.jsonl").write_bytes(b"y" * 45)
     (run / "errors.jsonl").write_bytes(b"z" * 1000)  # not what a kernel holds of the run
     assert reports._run_bytes(run) == 345
+
+
+def test_a_containers_memory_limit_is_what_the_lanes_count_not_the_hosts_memory(tmp_path):
+    """A container's memory cgroup, as /proc/self/cgroup and /sys/fs/cgroup show it: v2's
+    memory.max less memory.current, v1's limit less usage, in the process's own folder or at
+    the top of the mount; "max" or v1's huge number is no limit; the least limit counts."""
+    def layout(name, cgroup, files):
+        root = tmp_path / name
+        for rel, text in files.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text)
+        (tmp_path / f"{name}.cgroup").write_text(cgroup)
+        return str(tmp_path / f"{name}.cgroup"), str(root)
+
+    v2 = layout("v2", "0::/pod/app\n", {"pod/app/memory.max": "4294967296\n", "pod/app/memory.current": "1073741824\n"})
+    assert reports._cgroup_memory_left(*v2) == 3 << 30
+    top = layout("top", "0::/\n", {"memory.max": "2147483648\n", "memory.current": "0\n"})  # a container's own view
+    assert reports._cgroup_memory_left(*top) == 2 << 30
+    unlimited = layout("max", "0::/x\n", {"x/memory.max": "max\n", "x/memory.current": "5\n"})
+    assert reports._cgroup_memory_left(*unlimited) is None
+    v1 = layout("v1", "4:memory:/docker/abc\n0::/\n1:cpu:/\n", {
+        "memory/docker/abc/memory.limit_in_bytes": str(3 << 30), "memory/docker/abc/memory.usage_in_bytes": str(1 << 30)})
+    assert reports._cgroup_memory_left(*v1) == 2 << 30
+    huge = layout("huge", "4:memory:/\n", {
+        "memory/memory.limit_in_bytes": "9223372036854771712", "memory/memory.usage_in_bytes": "3185500160"})
+    assert reports._cgroup_memory_left(*huge) is None  # this machine's own v1 top: no limit
+    over = layout("over", "0::/a\n", {"a/memory.max": "100", "a/memory.current": "150"})
+    assert reports._cgroup_memory_left(*over) == 0
+    assert reports._cgroup_memory_left(str(tmp_path / "none"), str(tmp_path)) is None

@@ -865,13 +865,15 @@ def run_notebooks(
 # more than it saved past 32 MB of results and grades, and such a run had one lane.)
 
 
-# What a kernel holds once it has the run: about twice the bytes of the run's results and
-# grades files, and its imports (measured: 400 MB in each of the two kernels of a
-# 200,000-sample run's report, whose two files are 194 MB; issue 44). On a many-core
-# machine a lane per notebook would hold the run up to seven times over: the lanes are no
-# more than half the memory available holds (the report process holds the run as well).
-KERNEL_IMPORTS_BYTES = 150 << 20
-KERNEL_BYTES_PER_RUN_BYTE = 2
+# What a kernel holds at its peak: its imports (about 200 MB) and the run, about twice the
+# bytes of the run's results and grades files once taken from the report (`_Handoff`: 390 MB
+# in each kernel of a 200,000-sample run's report, whose two files are 194 MB; issue 44) and
+# about four times while it parses them itself (800 to 880 MB: `run_notebooks`, no reused
+# kernels, a hand-off that failed), so four times is counted. On a many-core machine a lane
+# per notebook would hold the run up to seven times over: the lanes are no more than half
+# the memory available holds (the report process and the explorer's child hold the run too).
+KERNEL_IMPORTS_BYTES = 200 << 20
+KERNEL_BYTES_PER_RUN_BYTE = 4
 
 
 def _lane_count(
@@ -880,11 +882,11 @@ def _lane_count(
     """The lanes for `n_notebooks`: 1 unless `parallel`; else `workers`, or the cores,
     never more than the notebooks, nor (without `workers`) than kernels holding a run of
     `run_bytes` (its results and grades files) fit in half of `available` memory (default:
-    what the machine says it has available; no limit where it says nothing)."""
+    what the machine, or the container's memory limit, leaves; no limit where neither says)."""
     if not parallel:
         return 1
     lanes = max(1, min(n_notebooks, workers or os.cpu_count() or 1))
-    if workers is None and run_bytes > 0:
+    if not workers and run_bytes > 0:
         free = _available_memory() if available is None else available
         if free is not None:
             per_kernel = KERNEL_IMPORTS_BYTES + KERNEL_BYTES_PER_RUN_BYTE * run_bytes
@@ -893,9 +895,20 @@ def _lane_count(
 
 
 def _available_memory() -> int | None:
-    """The memory available to new processes, in bytes: Linux's MemAvailable (free memory
-    and the caches it can drop), else the free pages where the system says; None when
-    neither is known."""
+    """The memory available to new processes, in bytes: the least of Linux's MemAvailable
+    (free memory and the caches it can drop) and what this process's memory cgroup (a
+    container's limit, which /proc/meminfo does not show) leaves; else the free pages where
+    the system says; None when nothing is known."""
+    known = [m for m in (_meminfo_available(), _cgroup_memory_left()) if m is not None]
+    if known:
+        return min(known)
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _meminfo_available() -> int | None:
     try:
         with open("/proc/meminfo", encoding="ascii") as fh:
             for line in fh:
@@ -903,10 +916,43 @@ def _available_memory() -> int | None:
                     return int(line.split()[1]) * 1024  # kB
     except (OSError, ValueError, IndexError):
         pass
+    return None
+
+
+# A cgroup's memory limit where it has none: "max" (v2), or a number past any machine (v1).
+_NO_LIMIT = 1 << 60
+
+
+def _cgroup_memory_left(proc_cgroup: str = "/proc/self/cgroup", root: str = "/sys/fs/cgroup") -> int | None:
+    """The memory this process's cgroups leave (limit less usage, the least of v2's
+    `memory.max`/`memory.current` and v1's `memory.limit_in_bytes`/`memory.usage_in_bytes`,
+    in the process's own cgroup folder, else at the mount's top as a container sees it);
+    None without a limit.
+
+    Why hand-written: no core dependency reads a container's memory limit (psutil reports
+    the host's memory)."""
     try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, AttributeError):
+        lines = Path(proc_cgroup).read_text(encoding="utf-8").splitlines()
+    except OSError:
         return None
+    left: list[int] = []
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if controllers == "":  # the unified hierarchy (v2)
+            top, files = Path(root), ("memory.max", "memory.current")
+        elif "memory" in controllers.split(","):  # v1's memory controller
+            top, files = Path(root) / "memory", ("memory.limit_in_bytes", "memory.usage_in_bytes")
+        else:
+            continue
+        for folder in dict.fromkeys((top / path.lstrip("/"), top)):
+            try:
+                limit, used = ((folder / f).read_text(encoding="ascii").strip() for f in files)
+                if limit != "max" and int(limit) < _NO_LIMIT:
+                    left.append(max(0, int(limit) - int(used)))
+                    break
+            except (OSError, ValueError):
+                continue
+    return min(left) if left else None
 
 
 def _run_bytes(run: Path) -> int:
