@@ -243,13 +243,15 @@ def _spawn(suite: Path, runs: Path, base_url: str, *args: str) -> subprocess.Pop
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
-def _wait_for(pred, timeout_s: float = 60.0) -> None:
+def _wait_for(pred, what: str, timeout_s: float = 60.0) -> None:
+    """A bounded poll of files the killed `evalkit run` writes (its batches.json, its
+    results.jsonl): that child process sends this test no event as it writes them."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if pred():
             return
         time.sleep(0.01)
-    raise AssertionError("timed out")
+    raise AssertionError(f"timed out after {timeout_s:g}s waiting until {what}")
 
 
 def _log(runs: Path) -> list[dict]:
@@ -265,7 +267,9 @@ def test_a_sigkill_while_polling_resumes_the_same_batch_without_a_second_upload(
     hold = {"kind": "slow", "hold": True, "match": "country 5?", "times": 1}
     with ScriptedServer({**SCRIPT, "faults": [hold]}) as srv:
         proc = _spawn(suite, runs, srv.base_url)
-        _wait_for(lambda: any((e.get("request_counts") or {}).get("completed", 0) >= 4 for e in _log(runs)))
+        assert srv.held.wait(60), "the batch never reached its held line"
+        _wait_for(lambda: any((e.get("request_counts") or {}).get("completed", 0) >= 4 for e in _log(runs)),
+                  "the run's batches.json records the batch in progress")
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         folder = next(runs.glob(f"*/{BATCHES}")).parent
@@ -296,7 +300,7 @@ def test_a_sigkill_while_collecting_records_the_rest_and_charges_no_line_twice(t
             found = list(runs.glob("*/results.jsonl"))
             return bool(found) and found[0].read_bytes().count(b"\n") >= 300
 
-        _wait_for(collecting)
+        _wait_for(collecting, "the run's results.jsonl holds 300 lines")
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         folder = next(runs.glob("*/results.jsonl")).parent
@@ -385,7 +389,9 @@ def test_no_wait_then_status_then_cancel_then_resume_collects_the_partial_result
         assert [r["status"] for r in rows] in (["validating"], ["in_progress"])
         out = CliRunner().invoke(main, ["batch", "status", str(res.path)])
         assert out.exit_code == 0 and "generator-1" in out.output and "submitted" in out.output
-        _wait_for(lambda: (batch_status(res.path)[0]["request_counts"] or {}).get("completed", 0) >= 5)
+        # held at its seventh line, the batch has answered the six before it
+        assert srv.held.wait(60), "the batch never reached its held line"
+        assert batch_status(res.path)[0]["request_counts"]["completed"] >= 5
         rows = batch_cancel(res.path)
         assert rows[0]["status"] in ("cancelling", "cancelled") and srv.batch_stats["cancels"] == 1
         srv.release()  # the held line answers; the batch, cancelled, runs no line after it

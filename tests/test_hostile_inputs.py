@@ -575,7 +575,7 @@ def test_ci_comment_stops_at_its_total_time_against_a_server_that_drips(monkeypa
         try:
             while True:
                 conn.sendall(b" ")
-                time.sleep(0.2)
+                time.sleep(0.2)  # the drip under test: a slow server, each byte within the per-read timeout
         except OSError:
             pass
 

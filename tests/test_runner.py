@@ -165,7 +165,9 @@ def _spawn_run(suite, runs, base_url: str, *, session: bool = False, **env: str)
 
 def _wait_group_gone(pgid: int, timeout_s: float = 60.0) -> bool:
     """Wait until no process of group `pgid` is left (a killed run's orphaned sample
-    writer draining its pipe); False when one still runs after `timeout_s`."""
+    writer draining its pipe); False when one still runs after `timeout_s`. A bounded
+    poll: the writer is no child of this process (no wait() for it) and holds no pipe of
+    this test's (its stdout and stderr are its own), so its exit sends this test no event."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
@@ -420,25 +422,34 @@ def reserves_per_key(run_path: Path) -> collections.Counter:
     return collections.Counter(e["key"] for e in lines if e["event"] == "reserve" and e["id"] not in unsent)
 
 
-def kill_when_results(runs: Path, n: int, pid: int, sig: int = signal.SIGSEGV, timeout_s: float = 120) -> dict:
+def kill_when_results(runs: Path, n: int, pid: int, watch: collections.abc.Callable[[], str | None],
+                      sig: int = signal.SIGSEGV, timeout_s: float = 120,
+                      ) -> tuple[dict, collections.abc.Callable[[], str | None]]:
     """In a thread: once a run folder under `runs` holds `n` results, send `sig` to
-    `pid`; the returned dict gets the time of the kill (`t`)."""
+    `pid`. Returns a dict that gets `reached` (the n results came) and the time of the
+    kill (`t`), and the watch to run with: `watch`, which also counts the results each
+    time the run asks it (before every sample and attempt: the first just after a result
+    is appended), so the kill waits on that event, not on a clock."""
     import threading
 
     out: dict = {}
+    reached = threading.Event()
 
-    def go() -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+    def counting() -> str | None:
+        if not reached.is_set():
             files = list(runs.glob("*/results.jsonl"))
             if files and len(files[0].read_text().splitlines()) >= n:
-                break
-            time.sleep(0.02)
-        out["t"] = time.monotonic()
-        os.kill(pid, sig)
+                out["reached"] = True
+                reached.set()
+        return watch()
+
+    def go() -> None:
+        if reached.wait(timeout_s):
+            out["t"] = time.monotonic()
+            os.kill(pid, sig)
 
     threading.Thread(target=go, daemon=True).start()
-    return out
+    return out, counting
 
 
 def test_a_watched_server_that_dies_stops_the_run_at_once_naming_the_signal_and_its_log(tmp_path):
@@ -454,8 +465,9 @@ def test_a_watched_server_that_dies_stops_the_run_at_once_naming_the_signal_and_
     runs = tmp_path / "runs"
     with ServerProcess([sys.executable, "-m", "evalkit._cli.main", "serve", "--scripted", str(script), "--port", "{port}"],
                        startup_timeout_s=60) as srv:
-        killed = kill_when_results(runs, 6, srv.pid)
-        res = run_suite(suite, runs_dir=runs, base_url=srv.base_url, progress=False, watch=srv.exit_reason)
+        killed, watch = kill_when_results(runs, 6, srv.pid, srv.exit_reason)
+        res = run_suite(suite, runs_dir=runs, base_url=srv.base_url, progress=False, watch=watch)
+        assert killed.get("reached"), "the run ended before it wrote 6 results"
         stopped_after_s = time.monotonic() - killed["t"]
         log = srv.log_tail()
     assert not res.complete and res.exit_code == 1
@@ -653,14 +665,18 @@ def test_tasks_are_fed_through_a_bounded_queue(tmp_path):
     suite = write_suite(tmp_path / "suite", 1, k=100, concurrency=4)
     peak = 0
 
-    async def go(url):
+    def counting(loop, coro, **kw):
+        # every task of the loop counted as it is made, when the number live can rise:
+        # the exact peak, which sampling it on a clock could miss
         nonlocal peak
-        run = asyncio.ensure_future(run_suite_async(suite, runs_dir=tmp_path / "runs", base_url=url, progress=False,
-                                                    cache=False, sample_files=False))
-        while not run.done():
-            peak = max(peak, len(asyncio.all_tasks()))
-            await asyncio.sleep(0.002)  # the sampling interval of the measurement, not a wait for an event
-        return run.result()
+        task = asyncio.Task(coro, loop=loop, **kw)
+        peak = max(peak, len(asyncio.all_tasks(loop)))
+        return task
+
+    async def go(url):
+        asyncio.get_running_loop().set_task_factory(counting)
+        return await asyncio.ensure_future(run_suite_async(suite, runs_dir=tmp_path / "runs", base_url=url,
+                                                           progress=False, cache=False, sample_files=False))
 
     with ScriptedServer(SCRIPT) as srv:
         res = asyncio.run(go(srv.base_url))

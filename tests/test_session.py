@@ -101,8 +101,8 @@ def test_a_call_cut_as_its_sample_ends_is_recorded_cancelled_and_charged_what_ma
         s = Sample(tmp_path, srv.base_url)
         task = asyncio.ensure_future(s.session.model_call(prompt="wait"))
         s.session.track(task)
-        while not srv.held.is_set():
-            await asyncio.sleep(0.01)
+        # the server's event (a thread's), awaited off the loop the call runs on
+        assert await asyncio.to_thread(srv.held.wait, 30), "the call never reached the server"
         await s.session.finish("the agent exited")
         assert task.cancelled()
         with pytest.raises(UnitCallError, match="has ended"):  # later calls are refused

@@ -5,6 +5,7 @@ call per identity at a time."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from types import SimpleNamespace as NS
 
 from evalkit.calls.cache import InFlight
@@ -55,15 +56,21 @@ def test_the_watch_is_asked_until_it_reports_and_its_detail_is_kept():
 def test_in_flight_holds_one_call_per_identity_and_lets_others_through():
     async def main() -> list[str]:
         reg, order = InFlight(), []
-        first_in = asyncio.Event()
+        first_in, other_out = asyncio.Event(), asyncio.Event()
 
         async def call(name: str, ident: str, hold_first: bool = False) -> None:
             async with reg.hold(ident):
                 order.append(f"{name} in")
                 if hold_first:
                     first_in.set()
-                    await asyncio.sleep(0.05)
+                    # held until c (another identity) has been in and out, b (started
+                    # before c) waiting meanwhile; the bound is for a c held behind a,
+                    # which never comes: the order below then says so
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(other_out.wait(), 10)
                 order.append(f"{name} out")
+            if name == "c":
+                other_out.set()
 
         a = asyncio.create_task(call("a", "x", hold_first=True))
         await first_in.wait()

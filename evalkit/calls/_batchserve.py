@@ -15,7 +15,7 @@ the error file; a request that never ran is ``{"id", "custom_id", "response": nu
 `request_counts` counts completed (200) and failed (other statuses) requests.
 A line that meets a `slow` fault with `"hold": true` waits (the batch with it) until
 `ScriptedServer.release()`, setting `ScriptedServer.held`. A batch that ends (completed,
-expired, cancelled after running) wakes
+failed, expired, cancelled) wakes
 `ScriptedServer.wait_until`, so a test can wait for it instead of polling.
 
 Script (``"batch"``, all optional)::
@@ -434,6 +434,7 @@ class BatchStore:
             ] + problems
         if problems:
             b.update(status="failed", failed_at=int(time.time()), errors={"object": "list", "data": problems})
+            self.server._counted()  # it ended: wakes `ScriptedServer.wait_until`, as every end does
             return
         if b["id"] in self._cancel:
             return await self._finish(b, None, 0)
@@ -505,6 +506,7 @@ class BatchStore:
     ) -> None:
         if paths is None:  # cancelled while validating: nothing ran, nothing written
             b.update(status="cancelled", cancelled_at=int(time.time()))
+            self.server._counted()
             return
         if ended is None:
             b.update(status="finalizing", finalizing_at=int(time.time()))
