@@ -419,6 +419,8 @@ class _CleanPairs:
         """The run's clean grid of the two arms, or None when any trial is not clean
         (the caller then pairs them one at a time, which says why)."""
         # lazy: pandas only where a run is read (`evalkit verdict` on a tally stays light)
+        import pandas as pd
+
         from evalkit.runfolder.runload import case_order, keys_typed, sample_keys
 
         k = int(run.config.get("k") or 0)
@@ -431,9 +433,11 @@ class _CleanPairs:
             return None
         order = case_order(run)
         keys = sample_keys(run)  # each sample's grade row: the last grade of its key, as everywhere
-        grids = [
-            _grid(keys, s["index"].to_numpy(), g["passed"].to_numpy(), arm, order, k) for arm in (baseline, treatment)
-        ]
+        # each sample's case's place in `order` (-1: not a planned case), its index and the
+        # grades' verdicts: read once, for both arms
+        case_pos = pd.Index(order).get_indexer(keys.case_ids)[keys.case]
+        index, passed = s["index"].to_numpy(), g["passed"].to_numpy()
+        grids = [_grid(keys, case_pos, index, passed, arm, len(order), k) for arm in (baseline, treatment)]
         if grids[0] is None or grids[1] is None:
             return None
         return cls(order, k, grids[0], grids[1])
@@ -469,22 +473,21 @@ _OUTCOME: tuple[Outcome, ...] = ("tie", "win", "loss", "tie")  # by 2 * baseline
 
 
 def _grid(
-    keys: SampleKeys, index: np.ndarray, passed: np.ndarray, arm: str, order: list[str], k: int
+    keys: SampleKeys, case_pos: np.ndarray, index: np.ndarray, passed: np.ndarray, arm: str, n_cases: int, k: int
 ) -> np.ndarray | None:
-    """`arm`'s passes at each (case, index) of the grid `order` x 0..k-1, when it has
-    exactly one sample at each and no other, and a grade at each (`keys`: the samples'
-    keys and grade rows, `runload.sample_keys`; `index` and `passed` the samples' indices
-    and the grades' verdicts); else None."""
-    import pandas as pd  # lazy: pandas only where a run is read (`evalkit verdict` on a tally stays light)
-
+    """`arm`'s passes at each (case, index) of the grid of `n_cases` planned cases x
+    0..k-1, when it has exactly one sample at each and no other, and a grade at each
+    (`keys`: the samples' keys and grade rows, `runload.sample_keys`; per sample row
+    `case_pos` its case's place in the plan, -1 for none, and `index` its index; `passed`
+    the grades' verdicts); else None."""
     if arm not in keys.arms:
         return None
     mine = keys.arm == keys.arms.index(arm)
-    n = len(order) * k
+    n = n_cases * k
     if int(mine.sum()) != n:
         return None
     idx = index[mine]
-    pos = pd.Index(order).get_indexer(keys.case_ids)[keys.case[mine]] * k + idx
+    pos = case_pos[mine] * k + idx
     rows = keys.grade_row[mine]
     if ((idx < 0) | (idx >= k) | (pos < 0) | (rows < 0)).any() or np.unique(pos).size != n:
         return None
